@@ -1,0 +1,59 @@
+-- idemgate: one gate call, atomically (CONTRACT §1 and §3).
+-- The rules ran in Rust; this script replays or applies their verdict.
+--
+-- KEYS[1]: delivery key      idemgate:{NS}:delivery:<enc provider>:<enc delivery id>
+-- KEYS[2]: logical key       idemgate:{NS}:logical:<enc provider>:<enc org/repo>:<enc action>:<enc number>
+--                            (any key of the slot when the verdict is not "work")
+-- KEYS[3]: run counter       idemgate:{NS}:run-counter
+-- KEYS[4]: runs stream       idemgate:{NS}:runs
+-- KEYS[5]: run record prefix idemgate:{NS}:run:   (the run id is appended; same hash tag, same slot)
+-- ARGV[1]: verdict           "work" | "bad_request" | "blocked"
+-- ARGV[2]: delivery TTL, ms  (> 0)
+-- ARGV[3]: logical TTL, ms   (0: the logical key never expires)
+-- ARGV[4]: event digest      (hex)
+-- ARGV[5]: now, ms since the Unix epoch
+-- ARGV[6..10]: provider, delivery id, org/repo, action, number text (for the run record and stream)
+-- Returns: {1, record} when the delivery was seen before (a replay),
+--          {0, record} when this call decided; record is the delivery record JSON.
+
+local cached = redis.call('GET', KEYS[1])
+if cached then
+  return {1, cached}
+end
+
+local verdict = ARGV[1]
+local record
+if verdict == 'bad_request' then
+  record = '{"status":"bad_request","code":400'
+elseif verdict == 'blocked' then
+  record = '{"status":"blocked","code":403'
+elseif verdict == 'work' then
+  local run_id = redis.call('GET', KEYS[2])
+  if run_id then
+    record = '{"status":"duplicate","code":200,"run_id":"' .. run_id .. '"'
+  else
+    -- Never hand out a run id whose record exists (a failover may have lost
+    -- counter increments): skip past any id already taken.
+    repeat
+      run_id = 'run-' .. redis.call('INCR', KEYS[3])
+    until redis.call('EXISTS', KEYS[5] .. run_id) == 0
+    if tonumber(ARGV[3]) > 0 then
+      redis.call('SET', KEYS[2], run_id, 'PX', ARGV[3])
+    else
+      redis.call('SET', KEYS[2], run_id)
+    end
+    redis.call('HSET', KEYS[5] .. run_id,
+      'run_id', run_id, 'provider', ARGV[6], 'delivery_id', ARGV[7], 'repo', ARGV[8],
+      'action', ARGV[9], 'number', ARGV[10], 'created_ms', ARGV[5], 'status', 'queued', 'attempts', 0)
+    redis.call('XADD', KEYS[4], '*',
+      'run_id', run_id, 'provider', ARGV[6], 'repo', ARGV[8], 'action', ARGV[9],
+      'number', ARGV[10], 'delivery_id', ARGV[7])
+    record = '{"status":"created","code":202,"run_id":"' .. run_id .. '"'
+  end
+else
+  return redis.error_reply('idemgate: unknown verdict ' .. tostring(verdict))
+end
+
+record = record .. ',"digest":"' .. ARGV[4] .. '","at":' .. ARGV[5] .. '}'
+redis.call('SET', KEYS[1], record, 'PX', ARGV[2])
+return {0, record}

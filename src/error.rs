@@ -1,0 +1,18 @@
+//! The library's error type. It only ever describes a store failure: the
+//! gate's answers (including `bad_request` and `blocked`) are responses.
+
+use std::time::Duration;
+
+/// A store could not complete a call; nothing was decided or cached.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Redis answered with an error or the connection failed.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// The store did not answer within the command timeout.
+    #[error("the store did not answer within {0:?}")]
+    Timeout(Duration),
+    /// A stored record could not be read back.
+    #[error("malformed record in the store: {0}")]
+    Corrupt(String),
+}

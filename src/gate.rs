@@ -1,0 +1,330 @@
+//! The gate's rules (CONTRACT §1), written once and shared by every store:
+//! validation, the repo allowlist, `number_text` and the identity tuple.
+//! A store only applies the verdict these rules compute, atomically.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::error::Error;
+use crate::store::{Call, Store};
+
+/// The four answers of the gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// New logical work: one run was created (202).
+    Created,
+    /// Logical work seen before under another delivery id (200).
+    Duplicate,
+    /// The event lacks a valid `org`, `repo`, `action` or `number` (400).
+    BadRequest,
+    /// `org/repo` is not in the allowlist (403).
+    Blocked,
+}
+
+impl Status {
+    /// The HTTP-style code that goes with the status.
+    pub fn code(self) -> u16 {
+        match self {
+            Status::Created => 202,
+            Status::Duplicate => 200,
+            Status::BadRequest => 400,
+            Status::Blocked => 403,
+        }
+    }
+
+    /// The wire name (`created`, `duplicate`, `bad_request`, `blocked`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Created => "created",
+            Status::Duplicate => "duplicate",
+            Status::BadRequest => "bad_request",
+            Status::Blocked => "blocked",
+        }
+    }
+
+    /// Parses a wire name.
+    pub fn parse(s: &str) -> Option<Self> {
+        [Status::Created, Status::Duplicate, Status::BadRequest, Status::Blocked].into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+/// The gate's answer; serializes to exactly the objects of CONTRACT §1.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Response {
+    /// What happened.
+    pub status: Status,
+    /// `status.code()`, carried so the JSON is self-describing.
+    pub code: u16,
+    /// The run, for `created` and `duplicate`.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub run_id: Option<String>,
+}
+
+impl Response {
+    /// A response without a run (`bad_request`, `blocked`).
+    pub fn plain(status: Status) -> Self {
+        Self { status, code: status.code(), run_id: None }
+    }
+
+    /// A response naming a run (`created`, `duplicate`).
+    pub fn with_run(status: Status, run_id: impl Into<String>) -> Self {
+        Self { status, code: status.code(), run_id: Some(run_id.into()) }
+    }
+}
+
+/// The logical-work identity: `(provider, "org/repo", action, number_text)`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Identity {
+    /// The provider the delivery came from.
+    pub provider: String,
+    /// `"<org>/<repo>"`.
+    pub repo: String,
+    /// The event's action.
+    pub action: String,
+    /// `number_text` of CONTRACT §1 (`""` when there is no number).
+    pub number: String,
+}
+
+/// What the rules decided before the store is consulted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Cache `bad_request`.
+    BadRequest,
+    /// Cache `blocked`.
+    Blocked,
+    /// Look up or create the run of this identity.
+    Work(Identity),
+}
+
+/// What one call produced, with the replay facts the HTTP layer reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The gate's answer.
+    pub response: Response,
+    /// True when the answer came from the delivery cache.
+    pub replayed: bool,
+    /// True on a replay whose event differs from the first one seen.
+    pub event_mismatch: bool,
+}
+
+/// Gate settings that every store shares.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// How long a delivery's answer is replayed.
+    pub delivery_ttl: Duration,
+    /// How long a logical identity maps to its run; `None`: forever.
+    pub logical_ttl: Option<Duration>,
+}
+
+/// The default delivery TTL: 7 days, longer than the retry windows of
+/// GitHub's manual redelivery, Stripe (3 days) and Svix (about 28 hours).
+pub const DEFAULT_DELIVERY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self { delivery_ttl: DEFAULT_DELIVERY_TTL, logical_ttl: None }
+    }
+}
+
+/// The idempotency gate: rules in front of a store.
+#[derive(Clone)]
+pub struct Gate {
+    allowlist: Arc<HashSet<String>>,
+    store: Arc<dyn Store>,
+}
+
+impl Gate {
+    /// A gate that admits `allowed_repos` (`org/repo`, compared exactly) and
+    /// keeps its state in `store`. The allowlist is copied here.
+    pub fn new<I, S>(allowed_repos: I, store: Arc<dyn Store>) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self { allowlist: Arc::new(allowed_repos.into_iter().map(Into::into).collect()), store }
+    }
+
+    /// The store behind the gate.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Handles one delivery and returns the gate's answer (CONTRACT §1).
+    /// `Err` means the store failed: nothing was decided, nothing cached.
+    pub async fn handle(&self, provider: &str, delivery_id: &str, event: &Value) -> Result<Response, Error> {
+        Ok(self.check(provider, delivery_id, event).await?.response)
+    }
+
+    /// Like [`Gate::handle`], and also says whether the answer was a replay
+    /// and whether the replayed delivery's event differs from the first one.
+    pub async fn check(&self, provider: &str, delivery_id: &str, event: &Value) -> Result<Outcome, Error> {
+        let digest = event_digest(event);
+        let call = Call {
+            provider,
+            delivery_id,
+            verdict: self.verdict(provider, event),
+            event_digest: &digest,
+            now_ms: now_ms(),
+        };
+        let stored = self.store.apply(&call).await?;
+        let event_mismatch = stored.replayed && stored.first_digest.as_deref().is_some_and(|d| d != digest);
+        Ok(Outcome { response: stored.response, replayed: stored.replayed, event_mismatch })
+    }
+
+    /// Validation, then policy: the verdict for a delivery not seen before.
+    pub fn verdict(&self, provider: &str, event: &Value) -> Verdict {
+        let Some(fields) = validate(event) else { return Verdict::BadRequest };
+        let repo = format!("{}/{}", fields.org, fields.repo);
+        if !self.allowlist.contains(&repo) {
+            return Verdict::Blocked;
+        }
+        Verdict::Work(Identity { provider: provider.to_owned(), repo, action: fields.action.to_owned(), number: fields.number })
+    }
+}
+
+/// The validated fields of an event.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Fields<'a> {
+    /// `org`, a non-empty string.
+    pub org: &'a str,
+    /// `repo`, a non-empty string.
+    pub repo: &'a str,
+    /// `action`, a non-empty string.
+    pub action: &'a str,
+    /// `number_text`.
+    pub number: String,
+}
+
+/// Step 2 of CONTRACT §1: `org`, `repo` and `action` present, strings,
+/// non-empty (never trimmed), and `number` of an accepted type.
+/// `None` means `bad_request`.
+pub fn validate(event: &Value) -> Option<Fields<'_>> {
+    let obj = event.as_object()?;
+    let field = |name: &str| obj.get(name).and_then(Value::as_str).filter(|s| !s.is_empty());
+    Some(Fields { org: field("org")?, repo: field("repo")?, action: field("action")?, number: number_text(obj.get("number"))? })
+}
+
+/// `str(event.get("number") or "")` in Python, over JSON: missing, `null`,
+/// `0` and `""` give `""`; integers print exactly (64-bit, sign kept);
+/// strings are kept as they are. Floats, bools, arrays and objects give
+/// `None` (`bad_request`).
+pub fn number_text(number: Option<&Value>) -> Option<String> {
+    match number {
+        None | Some(Value::Null) => Some(String::new()),
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Number(n)) => {
+            if let Some(i) = n.as_i64() {
+                Some(if i == 0 { String::new() } else { i.to_string() })
+            } else {
+                n.as_u64().map(|u| u.to_string())
+            }
+        }
+        Some(_) => None,
+    }
+}
+
+/// The digest a delivery record keeps of its first event: the first 128 bits
+/// of SHA-256 over the event's JSON with sorted keys, in hex. Enough to tell
+/// a changed retry from an unchanged one; it is not a security boundary.
+pub fn event_digest(event: &Value) -> String {
+    // serde_json's map is a BTreeMap, so this serialization has sorted keys.
+    let bytes = serde_json::to_vec(event).unwrap_or_default();
+    hex::encode(&Sha256::digest(&bytes)[..16])
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn number_text_table() {
+        let cases = [
+            (None, Some("")),
+            (Some(json!(null)), Some("")),
+            (Some(json!(0)), Some("")),
+            (Some(json!("")), Some("")),
+            (Some(json!(7)), Some("7")),
+            (Some(json!("7")), Some("7")),
+            (Some(json!("0")), Some("0")),
+            (Some(json!(-3)), Some("-3")),
+            (Some(json!(9007199254740993u64)), Some("9007199254740993")),
+            (Some(json!(u64::MAX)), Some("18446744073709551615")),
+            (Some(json!(i64::MIN)), Some("-9223372036854775808")),
+            (Some(json!(" ")), Some(" ")),
+            (Some(json!(1.5)), None),
+            (Some(json!(0.0)), None),
+            (Some(json!(true)), None),
+            (Some(json!(false)), None),
+            (Some(json!([1])), None),
+            (Some(json!({"n": 1})), None),
+        ];
+        for (input, want) in cases {
+            assert_eq!(number_text(input.as_ref()).as_deref(), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn integers_are_parsed_exactly_from_text() {
+        let v: Value = serde_json::from_str(r#"{"number": 9007199254740993}"#).unwrap();
+        assert_eq!(number_text(v.get("number")).unwrap(), "9007199254740993");
+        let v: Value = serde_json::from_str(r#"{"number": 7.0}"#).unwrap();
+        assert_eq!(number_text(v.get("number")), None, "7.0 is a float");
+    }
+
+    #[test]
+    fn validation_rules() {
+        let ok = json!({"org": "o", "repo": "r", "action": "a"});
+        assert!(validate(&ok).is_some());
+        assert_eq!(validate(&json!({"org": " ", "repo": " ", "action": " "})).unwrap().org, " ");
+        for field in ["org", "repo", "action"] {
+            for bad in [Value::Null, json!(""), json!(1), json!(true), json!(["o"]), json!({})] {
+                let mut e = ok.clone();
+                e[field] = bad.clone();
+                assert!(validate(&e).is_none(), "{field}={bad}");
+            }
+            let mut e = ok.clone();
+            e.as_object_mut().unwrap().remove(field);
+            assert!(validate(&e).is_none(), "{field} missing");
+        }
+        for not_object in [Value::Null, json!([]), json!("x"), json!(3)] {
+            assert!(validate(&not_object).is_none());
+        }
+    }
+
+    #[test]
+    fn response_json_is_exact() {
+        assert_eq!(
+            serde_json::to_string(&Response::with_run(Status::Created, "run-1")).unwrap(),
+            r#"{"status":"created","code":202,"run_id":"run-1"}"#
+        );
+        assert_eq!(serde_json::to_string(&Response::plain(Status::Blocked)).unwrap(), r#"{"status":"blocked","code":403}"#);
+        assert_eq!(serde_json::to_string(&Response::plain(Status::BadRequest)).unwrap(), r#"{"status":"bad_request","code":400}"#);
+    }
+
+    #[test]
+    fn digest_ignores_key_order() {
+        let a: Value = serde_json::from_str(r#"{"a":1,"b":2}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"b":2,"a":1}"#).unwrap();
+        assert_eq!(event_digest(&a), event_digest(&b));
+        assert_ne!(event_digest(&a), event_digest(&json!({"a": 1, "b": 3})));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn number_text_of_any_integer_is_its_decimal(i in proptest::num::i64::ANY) {
+            let want = if i == 0 { String::new() } else { i.to_string() };
+            proptest::prop_assert_eq!(number_text(Some(&json!(i))), Some(want));
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! The Redis key schema of CONTRACT §3: length-prefixed fields under a
+//! namespace hash tag, so no two identities share a key and one namespace
+//! lives in one Redis Cluster slot.
+
+use crate::gate::Identity;
+
+/// `enc(s)`: the byte length of `s` in decimal, `:`, then `s` itself.
+///
+/// Because the length comes first, a reader always knows where a field ends,
+/// so fields joined with `:` can hold any bytes (colons included) and the
+/// joined key stays unambiguous.
+pub fn enc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 4);
+    push_enc(&mut out, s);
+    out
+}
+
+fn push_enc(out: &mut String, s: &str) {
+    use std::fmt::Write;
+    let _ = write!(out, "{}:{}", s.len(), s);
+}
+
+/// Why a namespace was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("namespace {0:?} is invalid: it must be non-empty and contain no '{{', '}}' or whitespace")]
+pub struct InvalidNamespace(pub String);
+
+/// Builds every key of one namespace.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    namespace: String,
+    /// `idemgate:{NS}:`
+    prefix: String,
+}
+
+impl Keys {
+    /// Keys under namespace `ns`. Braces would break the `{NS}` hash tag and
+    /// whitespace would make keys hard to type in `redis-cli`, so both are refused.
+    pub fn new(ns: &str) -> Result<Self, InvalidNamespace> {
+        if ns.is_empty() || ns.contains(['{', '}']) || ns.chars().any(char::is_whitespace) {
+            return Err(InvalidNamespace(ns.to_owned()));
+        }
+        Ok(Self { namespace: ns.to_owned(), prefix: format!("idemgate:{{{ns}}}:") })
+    }
+
+    /// The namespace these keys live under.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    fn key(&self, kind: &str) -> String {
+        format!("{}{kind}", self.prefix)
+    }
+
+    /// `idemgate:{NS}:delivery:` enc(provider) `:` enc(delivery_id)
+    pub fn delivery(&self, provider: &str, delivery_id: &str) -> String {
+        let mut k = self.key("delivery:");
+        push_enc(&mut k, provider);
+        k.push(':');
+        push_enc(&mut k, delivery_id);
+        k
+    }
+
+    /// `idemgate:{NS}:logical:` enc(provider) `:` enc(org/repo) `:` enc(action) `:` enc(number_text)
+    pub fn logical(&self, id: &Identity) -> String {
+        let mut k = self.key("logical:");
+        for (i, field) in [&id.provider, &id.repo, &id.action, &id.number].into_iter().enumerate() {
+            if i > 0 {
+                k.push(':');
+            }
+            push_enc(&mut k, field);
+        }
+        k
+    }
+
+    /// `idemgate:{NS}:run-counter`, the last run number handed out.
+    pub fn run_counter(&self) -> String {
+        self.key("run-counter")
+    }
+
+    /// `idemgate:{NS}:runs`, the stream of created runs.
+    pub fn runs(&self) -> String {
+        self.key("runs")
+    }
+
+    /// `idemgate:{NS}:runs:dead`, runs that failed their last allowed attempt.
+    pub fn runs_dead(&self) -> String {
+        self.key("runs:dead")
+    }
+
+    /// `idemgate:{NS}:run:` — the run records' common prefix (the script
+    /// appends the run id it creates; the hash tag keeps it in the slot).
+    pub fn run_prefix(&self) -> String {
+        self.key("run:")
+    }
+
+    /// `idemgate:{NS}:run:<run id>`, one run's record hash.
+    pub fn run(&self, run_id: &str) -> String {
+        format!("{}run:{run_id}", self.prefix)
+    }
+
+    /// A `SCAN MATCH` pattern for every key of one kind (`delivery`, `logical`, `run`).
+    pub fn scan_pattern(&self, kind: &str) -> String {
+        // The namespace cannot contain glob characters that matter except these.
+        let ns: String = self
+            .namespace
+            .chars()
+            .flat_map(|c| match c {
+                '*' | '?' | '[' | ']' | '\\' => vec!['\\', c],
+                c => vec![c],
+            })
+            .collect();
+        format!("idemgate:{{{ns}}}:{kind}:*")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(p: &str, r: &str, a: &str, n: &str) -> Identity {
+        Identity { provider: p.into(), repo: r.into(), action: a.into(), number: n.into() }
+    }
+
+    #[test]
+    fn contract_example() {
+        let keys = Keys::new("default").unwrap();
+        assert_eq!(keys.delivery("github", "d-1"), "idemgate:{default}:delivery:6:github:3:d-1");
+        assert_eq!(
+            keys.logical(&id("github", "octo/repo", "pull_request.opened", "7")),
+            "idemgate:{default}:logical:6:github:9:octo/repo:19:pull_request.opened:1:7"
+        );
+        assert_eq!(keys.run("run-7"), "idemgate:{default}:run:run-7");
+        assert_eq!(keys.run_counter(), "idemgate:{default}:run-counter");
+        assert_eq!(keys.runs(), "idemgate:{default}:runs");
+        assert_eq!(keys.runs_dead(), "idemgate:{default}:runs:dead");
+    }
+
+    #[test]
+    fn lengths_are_bytes_not_chars() {
+        assert_eq!(enc("é"), "2:é");
+        assert_eq!(enc(""), "0:");
+        assert_eq!(enc("a:b"), "3:a:b");
+    }
+
+    #[test]
+    fn colon_collisions_stay_apart() {
+        let keys = Keys::new("t").unwrap();
+        assert_ne!(keys.logical(&id("a:x", "o/r", "push", "")), keys.logical(&id("a", "x:o/r", "push", "")));
+        assert_ne!(keys.logical(&id("g", "o/r", "push:1", "2")), keys.logical(&id("g", "o/r", "push", "1:2")));
+        assert_ne!(keys.delivery("a:1", "2"), keys.delivery("a", "1:2"));
+    }
+
+    #[test]
+    fn bad_namespaces_are_refused() {
+        for ns in ["", "a{b", "a}b", "a b", "\t"] {
+            assert!(Keys::new(ns).is_err(), "{ns:?}");
+        }
+        assert!(Keys::new("tenant-1:github").is_ok());
+    }
+
+    /// Decodes a run of `enc` fields joined with `:`; the inverse of the encoder.
+    fn decode(mut s: &str) -> Option<Vec<String>> {
+        let mut out = Vec::new();
+        loop {
+            let (len, rest) = s.split_once(':')?;
+            let len: usize = len.parse().ok()?;
+            out.push(rest.get(..len)?.to_owned());
+            s = &rest[len..];
+            if s.is_empty() {
+                return Some(out);
+            }
+            s = s.strip_prefix(':')?;
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn logical_keys_are_injective(a in proptest::collection::vec(".*", 4), b in proptest::collection::vec(".*", 4)) {
+            let keys = Keys::new("p").unwrap();
+            let ka = keys.logical(&id(&a[0], &a[1], &a[2], &a[3]));
+            let kb = keys.logical(&id(&b[0], &b[1], &b[2], &b[3]));
+            proptest::prop_assert_eq!(ka == kb, a == b);
+            let fields = decode(ka.strip_prefix("idemgate:{p}:logical:").unwrap()).unwrap();
+            proptest::prop_assert_eq!(fields, a);
+        }
+
+        #[test]
+        fn delivery_keys_round_trip(p in ".*", d in ".*") {
+            let keys = Keys::new("p").unwrap();
+            let k = keys.delivery(&p, &d);
+            let fields = decode(k.strip_prefix("idemgate:{p}:delivery:").unwrap()).unwrap();
+            proptest::prop_assert_eq!(fields, vec![p, d]);
+        }
+    }
+}

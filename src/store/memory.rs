@@ -1,0 +1,140 @@
+//! The embedded store: the gate's state in this process's memory. Same
+//! answers as Redis for the same calls; nothing survives a restart and
+//! nothing is shared with other processes.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{BoxFuture, Call, DeliveryRecord, Store, Stored};
+use crate::error::Error;
+use crate::gate::{Identity, Response, Settings, Status, Verdict};
+
+/// A map whose entries expire after one fixed TTL. Because every entry gets
+/// the same TTL, insertion order is expiry order and a queue finds the
+/// expired entries without scanning.
+struct ExpiringMap<K, V> {
+    ttl: Option<Duration>,
+    entries: HashMap<K, (V, Option<Instant>)>,
+    queue: VecDeque<(Instant, K)>,
+}
+
+impl<K: Hash + Eq + Clone, V> ExpiringMap<K, V> {
+    fn new(ttl: Option<Duration>) -> Self {
+        Self { ttl, entries: HashMap::new(), queue: VecDeque::new() }
+    }
+
+    fn purge(&mut self, now: Instant) {
+        while let Some((at, _)) = self.queue.front() {
+            if *at > now {
+                break;
+            }
+            let (at, key) = self.queue.pop_front().expect("front exists");
+            // Only remove the entry this queue slot was made for.
+            if self.entries.get(&key).is_some_and(|(_, exp)| *exp == Some(at)) {
+                self.entries.remove(&key);
+            }
+        }
+    }
+
+    fn get(&self, key: &K) -> Option<&V> {
+        self.entries.get(key).map(|(v, _)| v)
+    }
+
+    fn insert(&mut self, key: K, value: V, now: Instant) {
+        let expires = self.ttl.map(|ttl| now + ttl);
+        if let Some(at) = expires {
+            self.queue.push_back((at, key.clone()));
+        }
+        self.entries.insert(key, (value, expires));
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+struct State {
+    deliveries: ExpiringMap<(String, String), DeliveryRecord>,
+    logical: ExpiringMap<Identity, String>,
+    last_run: u64,
+}
+
+/// The in-memory store. Safe for concurrent callers: one lock makes each
+/// call atomic, so racing callers still create one run per identity.
+pub struct MemoryStore {
+    state: Mutex<State>,
+}
+
+impl MemoryStore {
+    /// An empty store with these TTLs.
+    pub fn new(settings: &Settings) -> Self {
+        Self {
+            state: Mutex::new(State {
+                deliveries: ExpiringMap::new(Some(settings.delivery_ttl)),
+                logical: ExpiringMap::new(settings.logical_ttl),
+                last_run: 0,
+            }),
+        }
+    }
+
+    /// Live delivery records and logical keys, and the last run number.
+    pub fn counts(&self) -> (usize, usize, u64) {
+        let mut s = self.state.lock().expect("memory store lock");
+        let now = Instant::now();
+        s.deliveries.purge(now);
+        s.logical.purge(now);
+        (s.deliveries.len(), s.logical.len(), s.last_run)
+    }
+
+    fn apply_now(&self, call: &Call<'_>) -> Stored {
+        let now = Instant::now();
+        let mut s = self.state.lock().expect("memory store lock");
+        s.deliveries.purge(now);
+        s.logical.purge(now);
+        let delivery = (call.provider.to_owned(), call.delivery_id.to_owned());
+        if let Some(rec) = s.deliveries.get(&delivery) {
+            return Stored { response: rec.response(), replayed: true, first_digest: rec.digest.clone() };
+        }
+        let response = match &call.verdict {
+            Verdict::BadRequest => Response::plain(Status::BadRequest),
+            Verdict::Blocked => Response::plain(Status::Blocked),
+            Verdict::Work(id) => match s.logical.get(id) {
+                Some(run) => Response::with_run(Status::Duplicate, run.clone()),
+                None => {
+                    s.last_run += 1;
+                    let run = format!("run-{}", s.last_run);
+                    s.logical.insert(id.clone(), run.clone(), now);
+                    Response::with_run(Status::Created, run)
+                }
+            },
+        };
+        let record = DeliveryRecord {
+            status: response.status,
+            code: response.code,
+            run_id: response.run_id.clone(),
+            digest: Some(call.event_digest.to_owned()),
+            at: Some(call.now_ms),
+        };
+        s.deliveries.insert(delivery, record, now);
+        Stored { response, replayed: false, first_digest: None }
+    }
+}
+
+impl Store for MemoryStore {
+    fn apply<'a>(&'a self, call: &'a Call<'a>) -> BoxFuture<'a, Result<Stored, Error>> {
+        let stored = self.apply_now(call);
+        Box::pin(async move { Ok(stored) })
+    }
+
+    fn ping(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+}
