@@ -10,6 +10,8 @@
 //!   (embedded default) and [`store::redis`] (one atomic Lua script).
 //! - [`keys`]: the length-prefixed Redis key schema of CONTRACT §3.
 //! - [`error`]: store failures (never turned into a gate answer).
+//! - [`providers`]: webhook authentication and normalization (GitHub, Standard Webhooks).
+//! - [`window`]: the stateless dedup-window analysis of CONTRACT §7.
 #![warn(missing_docs)]
 
 pub mod error;
@@ -19,3 +21,5 @@ pub mod store;
 
 pub use error::Error;
 pub use gate::{Gate, Outcome, Response, Settings, Status};
+pub mod providers;
+pub mod window;

@@ -1,0 +1,1 @@
+//! Webhook provider adapters (placeholder; being written).

@@ -1,0 +1,1 @@
+//! The stateless dedup-window analysis (placeholder; being written).
