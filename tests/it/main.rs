@@ -1,0 +1,4 @@
+//! Integration tests: one binary, so it links once and shares one Redis.
+
+mod gate;
+mod support;
