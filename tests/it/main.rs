@@ -1,4 +1,5 @@
 //! Integration tests: one binary, so it links once and shares one Redis.
 
 mod gate;
+mod redis_store;
 mod support;
