@@ -1,1 +1,0 @@
-//! Webhook provider adapters (placeholder; being written).

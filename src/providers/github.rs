@@ -1,0 +1,452 @@
+//! Kind `github` (CONTRACT §5): `X-Hub-Signature-256: sha256=<hex>` is the
+//! HMAC-SHA256 of the raw body under the webhook secret.
+//!
+//! Choices where the contract is silent:
+//! - the `sha256=` prefix is matched exactly; the hex digits may be upper or
+//!   lower case (GitHub sends lower case). The legacy SHA-1
+//!   `X-Hub-Signature` is never consulted: without `X-Hub-Signature-256`
+//!   the request is refused.
+//! - a header sent twice is refused (401 for the signature, 400 for the
+//!   delivery id and the event name) rather than picking one.
+//! - only JSON bodies (content type `application/json` in GitHub's
+//!   settings) are supported; a form-encoded or other non-JSON body is 400.
+//!   A JSON body that is not an object normalizes to `{"action": <event>}`.
+//!
+//! Note that GitHub signs the body only: `X-GitHub-Delivery` and
+//! `X-GitHub-Event` are not covered, and there is no timestamp, so a
+//! captured delivery can be replayed under another delivery id or event name.
+
+use axum::http::HeaderMap;
+use hmac::Mac;
+use serde_json::{Map, Value};
+
+use super::{Delivery, Header, HmacSha256, Rejection, header, parse_body};
+
+/// The signature header.
+pub const SIGNATURE_HEADER: &str = "x-hub-signature-256";
+/// The delivery id header.
+pub const DELIVERY_HEADER: &str = "x-github-delivery";
+/// The event name header.
+pub const EVENT_HEADER: &str = "x-github-event";
+
+fn unauthorized(reason: &str) -> Rejection {
+    Rejection::Unauthorized(reason.to_owned())
+}
+
+/// Checks `X-Hub-Signature-256` against the body in constant time.
+fn verify(mac: &HmacSha256, headers: &HeaderMap, body: &[u8]) -> Result<(), Rejection> {
+    let value = match header(headers, SIGNATURE_HEADER) {
+        Header::Value(v) => v,
+        Header::Missing => return Err(unauthorized("missing X-Hub-Signature-256 header")),
+        Header::Repeated => return Err(unauthorized("X-Hub-Signature-256 sent more than once")),
+        Header::NotText => return Err(unauthorized("X-Hub-Signature-256 is not text")),
+    };
+    let digest = value
+        .strip_prefix("sha256=")
+        .filter(|hex| hex.len() == 64)
+        .and_then(|hex| hex::decode(hex).ok())
+        .ok_or_else(|| unauthorized("X-Hub-Signature-256 is not sha256=<64 hex digits>"))?;
+    let mut mac = mac.clone();
+    mac.update(body);
+    mac.verify_slice(&digest)
+        .map_err(|_| unauthorized("X-Hub-Signature-256 does not match the body"))
+}
+
+/// A required, non-empty header, read after authentication.
+fn required<'a>(headers: &'a HeaderMap, name: &str, display: &str) -> Result<&'a str, Rejection> {
+    match header(headers, name) {
+        Header::Value(v) if !v.is_empty() => Ok(v),
+        Header::Value(_) => Err(Rejection::BadRequest(format!("empty {display} header"))),
+        Header::Missing => Err(Rejection::BadRequest(format!("missing {display} header"))),
+        Header::Repeated => Err(Rejection::BadRequest(format!(
+            "{display} sent more than once"
+        ))),
+        Header::NotText => Err(Rejection::BadRequest(format!("{display} is not text"))),
+    }
+}
+
+pub(super) fn accept(
+    mac: &HmacSha256,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Delivery, Rejection> {
+    verify(mac, headers, body)?;
+    let delivery_id = required(headers, DELIVERY_HEADER, "X-GitHub-Delivery")?;
+    let event_name = required(headers, EVENT_HEADER, "X-GitHub-Event")?;
+    let payload = parse_body(body)?;
+    Ok(Delivery {
+        delivery_id: delivery_id.to_owned(),
+        event: normalize(event_name, &payload),
+    })
+}
+
+/// The gate's event for a GitHub payload: values copied as they are, keys
+/// absent when their source is.
+pub fn normalize(event_name: &str, payload: &Value) -> Value {
+    let mut event = Map::new();
+    let repository = payload.get("repository");
+    if let Some(org) = repository
+        .and_then(|r| r.get("owner"))
+        .and_then(|o| o.get("login"))
+    {
+        event.insert("org".into(), org.clone());
+    }
+    if let Some(repo) = repository.and_then(|r| r.get("name")) {
+        event.insert("repo".into(), repo.clone());
+    }
+    let action = match payload.get("action") {
+        Some(Value::String(a)) => format!("{event_name}.{a}"),
+        _ => event_name.to_owned(),
+    };
+    event.insert("action".into(), Value::String(action));
+    let number = [
+        payload.get("number"),
+        nested(payload, "pull_request"),
+        nested(payload, "issue"),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|n| !n.is_null());
+    if let Some(number) = number {
+        event.insert("number".into(), number.clone());
+    }
+    Value::Object(event)
+}
+
+fn nested<'a>(payload: &'a Value, parent: &str) -> Option<&'a Value> {
+    payload.get(parent).and_then(|p| p.get("number"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use axum::http::HeaderValue;
+    use serde_json::json;
+
+    use super::*;
+    use crate::providers::Provider;
+
+    const SECRET: &str = "fixture secret \u{2603}";
+    const FIXTURES: &str = include_str!("../../../shared/fixtures/github-webhook-examples.json");
+
+    fn sign(secret: &str, body: &[u8]) -> String {
+        let mut mac = HmacSha256::new_from_slice(secret.as_bytes()).unwrap();
+        mac.update(body);
+        format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+    }
+
+    fn headers(signature: Option<&str>, delivery: Option<&str>, event: Option<&str>) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (name, value) in [
+            (SIGNATURE_HEADER, signature),
+            (DELIVERY_HEADER, delivery),
+            (EVENT_HEADER, event),
+        ] {
+            if let Some(v) = value {
+                h.insert(name, HeaderValue::from_str(v).unwrap());
+            }
+        }
+        h
+    }
+
+    fn signed(body: &[u8], event: &str) -> HeaderMap {
+        headers(
+            Some(&sign(SECRET, body)),
+            Some("72d3162e-cc78-11e3-81ab-4c9367dc0958"),
+            Some(event),
+        )
+    }
+
+    fn accept(h: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
+        Provider::github("github", SECRET).accept(h, body, SystemTime::UNIX_EPOCH)
+    }
+
+    fn is_unauthorized(r: Result<Delivery, Rejection>) -> bool {
+        matches!(r, Err(Rejection::Unauthorized(_)))
+    }
+
+    #[test]
+    fn github_docs_test_vector() {
+        let sig = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
+        assert_eq!(sign("It's a Secret to Everybody", b"Hello, World!"), sig);
+        let p = Provider::github("gh", "It's a Secret to Everybody");
+        let h = headers(Some(sig), Some("d1"), Some("ping"));
+        // Authenticated, then refused because the body is not JSON.
+        assert_eq!(
+            p.accept(&h, b"Hello, World!", SystemTime::now()),
+            Err(Rejection::BadRequest("the body is not JSON".into()))
+        );
+        assert!(matches!(
+            p.accept(&h, b"Hello, World?", SystemTime::now()),
+            Err(Rejection::Unauthorized(_))
+        ));
+    }
+
+    /// The event an independent reading of CONTRACT §5 expects, by JSON pointer.
+    fn expected(event_name: &str, payload: &Value) -> Value {
+        let mut want = Map::new();
+        if let Some(v) = payload.pointer("/repository/owner/login") {
+            want.insert("org".into(), v.clone());
+        }
+        if let Some(v) = payload.pointer("/repository/name") {
+            want.insert("repo".into(), v.clone());
+        }
+        let action = match payload.pointer("/action").and_then(Value::as_str) {
+            Some(a) => format!("{event_name}.{a}"),
+            None => event_name.to_owned(),
+        };
+        want.insert("action".into(), json!(action));
+        for p in ["/number", "/pull_request/number", "/issue/number"] {
+            if let Some(v) = payload.pointer(p).filter(|v| !v.is_null()) {
+                want.insert("number".into(), v.clone());
+                break;
+            }
+        }
+        Value::Object(want)
+    }
+
+    #[test]
+    fn every_fixture_normalizes_as_the_contract_says() {
+        let groups: Vec<Value> = serde_json::from_str(FIXTURES).unwrap();
+        let mut counts = std::collections::BTreeMap::<&str, usize>::new();
+        let mut total = 0;
+        for group in &groups {
+            let name = group["name"].as_str().unwrap();
+            for payload in group["examples"].as_array().unwrap() {
+                total += 1;
+                let body = serde_json::to_vec(payload).unwrap();
+                let h = signed(&body, name);
+                let delivery = accept(&h, &body).unwrap_or_else(|e| panic!("{name}: {e}"));
+                assert_eq!(delivery.delivery_id, "72d3162e-cc78-11e3-81ab-4c9367dc0958");
+                assert_eq!(delivery.event, expected(name, payload), "{name}: {payload}");
+
+                let event = &delivery.event;
+                *counts
+                    .entry(if payload.get("repository").is_some() {
+                        "repo"
+                    } else {
+                        "no_repo"
+                    })
+                    .or_default() += 1;
+                if payload.get("repository").is_some() {
+                    assert!(
+                        event["org"].is_string() && event["repo"].is_string(),
+                        "{name}"
+                    );
+                } else {
+                    assert!(
+                        event.get("org").is_none() && event.get("repo").is_none(),
+                        "{name}"
+                    );
+                }
+                let with_action = payload.get("action").is_some_and(Value::is_string);
+                *counts
+                    .entry(if with_action { "action" } else { "no_action" })
+                    .or_default() += 1;
+                let source = if payload.get("number").is_some_and(|n| !n.is_null()) {
+                    "number_top"
+                } else if payload
+                    .pointer("/pull_request/number")
+                    .is_some_and(|n| !n.is_null())
+                {
+                    "number_pull_request"
+                } else if payload
+                    .pointer("/issue/number")
+                    .is_some_and(|n| !n.is_null())
+                {
+                    "number_issue"
+                } else {
+                    "number_absent"
+                };
+                *counts.entry(source).or_default() += 1;
+                assert_eq!(
+                    event.get("number").is_some(),
+                    source != "number_absent",
+                    "{name}"
+                );
+                // Tampering with any fixture breaks its signature.
+                let mut tampered = body.clone();
+                tampered.push(b' ');
+                assert!(is_unauthorized(accept(&h, &tampered)), "{name}");
+            }
+        }
+        assert_eq!(total, 329);
+        for branch in [
+            "repo",
+            "no_repo",
+            "action",
+            "no_action",
+            "number_top",
+            "number_pull_request",
+            "number_issue",
+            "number_absent",
+        ] {
+            assert!(
+                counts.get(branch).copied().unwrap_or(0) > 0,
+                "branch {branch} never exercised: {counts:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn normalization_edge_cases() {
+        let cases = [
+            // A null number falls through to pull_request, then issue.
+            (
+                json!({"number": null, "pull_request": {"number": 7}, "issue": {"number": 8}}),
+                json!({"action": "e", "number": 7}),
+            ),
+            (
+                json!({"number": null, "pull_request": {"number": null}, "issue": {"number": 8}}),
+                json!({"action": "e", "number": 8}),
+            ),
+            (
+                json!({"number": null, "issue": {"number": null}}),
+                json!({"action": "e"}),
+            ),
+            // Values are copied as they are, not judged.
+            (
+                json!({"number": "12", "action": 3}),
+                json!({"action": "e", "number": "12"}),
+            ),
+            (
+                json!({"number": 1.5}),
+                json!({"action": "e", "number": 1.5}),
+            ),
+            (json!({"action": ""}), json!({"action": "e."})),
+            (
+                json!({"repository": {"name": "r"}}),
+                json!({"action": "e", "repo": "r"}),
+            ),
+            (
+                json!({"repository": {"name": "", "owner": {"login": null}}}),
+                json!({"action": "e", "org": null, "repo": ""}),
+            ),
+            (json!({"repository": null}), json!({"action": "e"})),
+            (json!([1, 2]), json!({"action": "e"})),
+            (json!("text"), json!({"action": "e"})),
+        ];
+        for (payload, want) in cases {
+            assert_eq!(normalize("e", &payload), want, "{payload}");
+            let body = serde_json::to_vec(&payload).unwrap();
+            assert_eq!(accept(&signed(&body, "e"), &body).unwrap().event, want);
+        }
+    }
+
+    #[test]
+    fn signature_failures_are_unauthorized() {
+        let body = br#"{"zen": "Keep it logically awesome."}"#;
+        let good = sign(SECRET, body);
+        let hex = good.strip_prefix("sha256=").unwrap();
+        let bad = [
+            sign("wrong secret", body),
+            format!("sha1={hex}"),
+            format!("SHA256={hex}"),
+            format!("sha256={}", &hex[..63]),
+            format!("sha256={hex}00"),
+            format!("sha256={}g", &hex[..63]),
+            format!("sha256= {hex}"),
+            hex.to_owned(),
+            "sha256=".into(),
+            String::new(),
+        ];
+        for sig in &bad {
+            let r = accept(&headers(Some(sig), Some("d"), Some("ping")), body);
+            assert!(is_unauthorized(r.clone()), "{sig}: {r:?}");
+            // The reason never echoes the header.
+            if let Err(e) = r {
+                assert!(sig.len() < 8 || !e.reason().contains(sig.as_str()), "{e}");
+            }
+        }
+        assert!(is_unauthorized(accept(
+            &headers(None, Some("d"), Some("ping")),
+            body
+        )));
+        // The legacy SHA-1 header alone is not enough.
+        let mut h = headers(None, Some("d"), Some("ping"));
+        h.insert(
+            "x-hub-signature",
+            HeaderValue::from_static("sha1=0000000000000000000000000000000000000000"),
+        );
+        assert!(is_unauthorized(accept(&h, body)));
+        // A repeated signature header is ambiguous.
+        let mut h = headers(Some(&good), Some("d"), Some("ping"));
+        h.append(SIGNATURE_HEADER, HeaderValue::from_str(&good).unwrap());
+        assert!(is_unauthorized(accept(&h, body)));
+        // Not visible ASCII.
+        let mut h = headers(None, Some("d"), Some("ping"));
+        h.insert(
+            SIGNATURE_HEADER,
+            HeaderValue::from_bytes(b"sha256=\xff").unwrap(),
+        );
+        assert!(is_unauthorized(accept(&h, body)));
+    }
+
+    #[test]
+    fn uppercase_hex_is_accepted() {
+        let body = br#"{"zen": "x"}"#;
+        let sig = sign(SECRET, body);
+        let upper = format!("sha256={}", sig["sha256=".len()..].to_uppercase());
+        let d = accept(&headers(Some(&upper), Some("d"), Some("ping")), body).unwrap();
+        assert_eq!(d.event, json!({"action": "ping"}));
+    }
+
+    #[test]
+    fn signature_is_checked_before_anything_else() {
+        // Missing delivery id, missing event and a non-JSON body: still 401.
+        assert!(is_unauthorized(accept(
+            &headers(Some("sha256=00"), None, None),
+            b"not json"
+        )));
+        assert!(is_unauthorized(accept(&headers(None, None, None), b"")));
+    }
+
+    #[test]
+    fn headers_after_authentication_are_bad_requests() {
+        let body = br#"{"action": "opened"}"#;
+        let sig = sign(SECRET, body);
+        let cases = [
+            (
+                headers(Some(&sig), None, Some("issues")),
+                "missing X-GitHub-Delivery header",
+            ),
+            (
+                headers(Some(&sig), Some(""), Some("issues")),
+                "empty X-GitHub-Delivery header",
+            ),
+            (
+                headers(Some(&sig), Some("d"), None),
+                "missing X-GitHub-Event header",
+            ),
+            (
+                headers(Some(&sig), Some("d"), Some("")),
+                "empty X-GitHub-Event header",
+            ),
+        ];
+        for (h, reason) in cases {
+            assert_eq!(accept(&h, body), Err(Rejection::BadRequest(reason.into())));
+        }
+        let mut h = headers(Some(&sig), Some("d"), Some("issues"));
+        h.append(DELIVERY_HEADER, HeaderValue::from_static("e"));
+        assert_eq!(
+            accept(&h, body),
+            Err(Rejection::BadRequest(
+                "X-GitHub-Delivery sent more than once".into()
+            ))
+        );
+        let h = headers(Some(&sig), Some("d"), Some("issues"));
+        assert_eq!(
+            accept(&h, body).unwrap().event,
+            json!({"action": "issues.opened"})
+        );
+    }
+
+    #[test]
+    fn signed_non_json_bodies_are_bad_requests() {
+        for body in [&b""[..], b"payload=%7B%7D", b"{\"a\": 1", b"\xff\xfe"] {
+            let r = accept(&signed(body, "push"), body);
+            assert_eq!(r, Err(Rejection::BadRequest("the body is not JSON".into())));
+        }
+    }
+}

@@ -1,0 +1,674 @@
+//! Kind `standard-webhooks`: the Standard Webhooks spec, as Svix sends it.
+//! The signature is the base64 HMAC-SHA256 of `<id>.<timestamp>.<raw body>`
+//! under the decoded `whsec_` secret; `webhook-signature` lists
+//! space-separated `v1,<base64>` entries, any one of which may match.
+//!
+//! Choices where the contract is silent:
+//! - each header is read as `webhook-<x>`, else `svix-<x>`, one by one (as
+//!   Svix's libraries do); the signature covers id and timestamp, so a mix
+//!   cannot be abused. A header sent twice is refused.
+//! - missing or unparsable id, timestamp or signature headers are 401 (the
+//!   request cannot be authenticated); a timestamp must be ASCII digits
+//!   only, and is signed exactly as sent.
+//! - a timestamp exactly `tolerance` away is accepted; one millisecond more,
+//!   stale or in the future, is refused.
+//! - entries with another version than `v1` (`v1a,…`) or whose signature is
+//!   not valid base64 are skipped, not fatal.
+//! - a signed empty `webhook-id` and a signed body that is not JSON are 400.
+//! - the secret may omit the `whsec_` prefix (bare base64), as Svix's
+//!   libraries allow; invalid base64 or an empty key is refused at start.
+//! - a pointer whose target is JSON `null` copies the `null` (the gate then
+//!   judges it); only a missing target leaves the key out.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::http::HeaderMap;
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use hmac::Mac;
+use serde_json::{Map, Value};
+use subtle::{Choice, ConstantTimeEq};
+
+use super::{Delivery, FieldPointers, Header, HmacSha256, Rejection, header, parse_body};
+
+/// The optional prefix of a secret.
+pub const SECRET_PREFIX: &str = "whsec_";
+
+/// The decoded HMAC key of a secret, `None` when it is not base64.
+pub(super) fn decode_secret(secret: &str) -> Option<Vec<u8>> {
+    let encoded = secret.strip_prefix(SECRET_PREFIX).unwrap_or(secret);
+    STANDARD.decode(encoded).ok()
+}
+
+/// The base64 signatures of the `v1` entries of a signature header, in
+/// order; entries of other versions and empty entries are skipped.
+pub fn v1_signatures(header: &str) -> impl Iterator<Item = &str> {
+    header
+        .split(' ')
+        .filter_map(|entry| entry.split_once(','))
+        .filter(|(version, _)| *version == "v1")
+        .map(|(_, signature)| signature)
+}
+
+fn unauthorized(reason: &str) -> Rejection {
+    Rejection::Unauthorized(reason.to_owned())
+}
+
+/// `webhook-<x>`, else `svix-<x>`.
+fn auth_header<'a>(headers: &'a HeaderMap, suffix: &str) -> Result<&'a str, Rejection> {
+    let found = match header(headers, &format!("webhook-{suffix}")) {
+        Header::Missing => header(headers, &format!("svix-{suffix}")),
+        other => other,
+    };
+    match found {
+        Header::Value(v) => Ok(v),
+        Header::Missing => Err(Rejection::Unauthorized(format!(
+            "missing webhook-{suffix} (or svix-{suffix}) header"
+        ))),
+        Header::Repeated => Err(Rejection::Unauthorized(format!(
+            "webhook-{suffix} sent more than once"
+        ))),
+        Header::NotText => Err(Rejection::Unauthorized(format!(
+            "webhook-{suffix} is not text"
+        ))),
+    }
+}
+
+/// Refuses timestamps further than `tolerance` from `now`, either way.
+fn check_timestamp(timestamp: &str, tolerance: Duration, now: SystemTime) -> Result<(), Rejection> {
+    let seconds: u64 = Some(timestamp)
+        .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| unauthorized("webhook-timestamp is not integer seconds"))?;
+    let now_ms = match now.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_millis() as i128,
+        Err(before) => -(before.duration().as_millis() as i128),
+    };
+    let skew = now_ms - i128::from(seconds) * 1000;
+    let tolerance = tolerance.as_millis() as i128;
+    if skew > tolerance {
+        Err(unauthorized(
+            "webhook-timestamp is older than the tolerance",
+        ))
+    } else if -skew > tolerance {
+        Err(unauthorized(
+            "webhook-timestamp is further in the future than the tolerance",
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+pub(super) fn accept(
+    mac: &HmacSha256,
+    tolerance: Duration,
+    fields: &FieldPointers,
+    headers: &HeaderMap,
+    body: &[u8],
+    now: SystemTime,
+) -> Result<Delivery, Rejection> {
+    let id = auth_header(headers, "id")?;
+    let timestamp = auth_header(headers, "timestamp")?;
+    let signatures = auth_header(headers, "signature")?;
+    check_timestamp(timestamp, tolerance, now)?;
+
+    let mut mac = mac.clone();
+    for part in [id.as_bytes(), b".", timestamp.as_bytes(), b".", body] {
+        mac.update(part);
+    }
+    let expected = mac.finalize().into_bytes();
+    // Every entry is compared, each in constant time.
+    let matched = v1_signatures(signatures)
+        .filter_map(|s| STANDARD.decode(s).ok())
+        .fold(Choice::from(0), |found, candidate| {
+            found | expected.as_slice().ct_eq(&candidate)
+        });
+    if !bool::from(matched) {
+        return Err(unauthorized("no webhook-signature entry matches"));
+    }
+
+    if id.is_empty() {
+        return Err(Rejection::BadRequest("empty webhook-id header".into()));
+    }
+    let payload = parse_body(body)?;
+    Ok(Delivery {
+        delivery_id: id.to_owned(),
+        event: normalize(fields, &payload),
+    })
+}
+
+/// The gate's event: each field read by its JSON pointer, copied as it is,
+/// left out when the pointer has no target.
+pub fn normalize(fields: &FieldPointers, payload: &Value) -> Value {
+    let event: Map<String, Value> = fields
+        .iter()
+        .into_iter()
+        .filter_map(|(key, pointer)| Some((key.to_owned(), payload.pointer(pointer)?.clone())))
+        .collect();
+    Value::Object(event)
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::HeaderValue;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+    use crate::providers::{DEFAULT_TOLERANCE, Provider, ProviderError};
+
+    // The example published with the Standard Webhooks spec and Svix's docs.
+    const SPEC_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    const SPEC_ID: &str = "msg_p5jXN8AQM9LWM0D4loKWxJek";
+    const SPEC_TS: u64 = 1614265330;
+    const SPEC_BODY: &str = r#"{"test": 2432232314}"#;
+    const SPEC_SIGNATURE: &str = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
+
+    fn at(seconds: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(seconds)
+    }
+
+    fn provider() -> Provider {
+        Provider::standard_webhooks(
+            "billing",
+            SPEC_SECRET,
+            DEFAULT_TOLERANCE,
+            FieldPointers::default(),
+        )
+        .unwrap()
+    }
+
+    /// The spec's recipe, written out independently of `accept`.
+    fn sign(secret: &str, id: &str, ts: &str, body: &[u8]) -> String {
+        let key = STANDARD
+            .decode(secret.trim_start_matches("whsec_"))
+            .unwrap();
+        let mut mac = HmacSha256::new_from_slice(&key).unwrap();
+        mac.update(format!("{id}.{ts}.").as_bytes());
+        mac.update(body);
+        format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes()))
+    }
+
+    fn headers(prefix: &str, id: Option<&str>, ts: Option<&str>, sig: Option<&str>) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (name, value) in [("id", id), ("timestamp", ts), ("signature", sig)] {
+            if let Some(v) = value {
+                h.insert(
+                    axum::http::HeaderName::from_bytes(format!("{prefix}{name}").as_bytes())
+                        .unwrap(),
+                    HeaderValue::from_str(v).unwrap(),
+                );
+            }
+        }
+        h
+    }
+
+    fn signed(id: &str, ts: u64, body: &str) -> HeaderMap {
+        let ts = ts.to_string();
+        headers(
+            "webhook-",
+            Some(id),
+            Some(&ts),
+            Some(&sign(SPEC_SECRET, id, &ts, body.as_bytes())),
+        )
+    }
+
+    fn unauthorized(r: Result<Delivery, Rejection>) -> bool {
+        matches!(r, Err(Rejection::Unauthorized(_)))
+    }
+
+    #[test]
+    fn reproduces_the_published_example() {
+        assert_eq!(
+            sign(
+                SPEC_SECRET,
+                SPEC_ID,
+                &SPEC_TS.to_string(),
+                SPEC_BODY.as_bytes()
+            ),
+            SPEC_SIGNATURE
+        );
+        let h = headers(
+            "webhook-",
+            Some(SPEC_ID),
+            Some("1614265330"),
+            Some(SPEC_SIGNATURE),
+        );
+        let d = provider()
+            .accept(&h, SPEC_BODY.as_bytes(), at(SPEC_TS + 10))
+            .unwrap();
+        assert_eq!(
+            d,
+            Delivery {
+                delivery_id: SPEC_ID.into(),
+                event: json!({})
+            }
+        );
+        let h = headers(
+            "svix-",
+            Some(SPEC_ID),
+            Some("1614265330"),
+            Some(SPEC_SIGNATURE),
+        );
+        assert_eq!(
+            provider()
+                .accept(&h, SPEC_BODY.as_bytes(), at(SPEC_TS))
+                .unwrap()
+                .delivery_id,
+            SPEC_ID
+        );
+    }
+
+    #[test]
+    fn valid_delivery_normalizes_by_pointer() {
+        let body =
+            r#"{"org": "acme", "repo": "api", "action": "push", "number": 42, "extra": true}"#;
+        let d = provider()
+            .accept(
+                &signed("msg_1", SPEC_TS, body),
+                body.as_bytes(),
+                at(SPEC_TS),
+            )
+            .unwrap();
+        assert_eq!(d.delivery_id, "msg_1");
+        assert_eq!(
+            d.event,
+            json!({"org": "acme", "repo": "api", "action": "push", "number": 42})
+        );
+
+        let body = r#"{"type": "invoice.paid", "data": {"org": "acme", "repo": "", "number": null, "a/b": 1}}"#;
+        let fields = FieldPointers {
+            org: "/data/org".into(),
+            repo: "/data/repo".into(),
+            action: "/type".into(),
+            number: "/data/missing".into(),
+        };
+        let p = Provider::standard_webhooks("b", SPEC_SECRET, DEFAULT_TOLERANCE, fields).unwrap();
+        let d = p
+            .accept(
+                &signed("msg_2", SPEC_TS, body),
+                body.as_bytes(),
+                at(SPEC_TS),
+            )
+            .unwrap();
+        assert_eq!(
+            d.event,
+            json!({"org": "acme", "repo": "", "action": "invoice.paid"})
+        );
+
+        let fields = FieldPointers {
+            number: "/data/number".into(),
+            org: "/data/a~1b".into(),
+            ..FieldPointers::default()
+        };
+        let p = Provider::standard_webhooks("b", SPEC_SECRET, DEFAULT_TOLERANCE, fields).unwrap();
+        let d = p
+            .accept(
+                &signed("msg_3", SPEC_TS, body),
+                body.as_bytes(),
+                at(SPEC_TS),
+            )
+            .unwrap();
+        assert_eq!(d.event, json!({"org": 1, "number": null}));
+
+        // A body that is JSON but not an object has no fields.
+        let d = provider()
+            .accept(&signed("msg_4", SPEC_TS, "[1]"), b"[1]", at(SPEC_TS))
+            .unwrap();
+        assert_eq!(d.event, json!({}));
+    }
+
+    #[test]
+    fn any_v1_entry_may_match() {
+        let ts = SPEC_TS.to_string();
+        let good = sign(SPEC_SECRET, "msg_1", &ts, b"{}");
+        let good_b64 = good.strip_prefix("v1,").unwrap();
+        let other = sign("whsec_c2VjcmV0", "msg_1", &ts, b"{}");
+        for list in [
+            format!("{other} {good}"),
+            format!("{good} {other}"),
+            format!("v1a,{good_b64} v2,xyz {good}"),
+            format!("v1,not*base64 {good}"),
+            format!("  {good}  "),
+            format!("v1,{} {good}", &good_b64[..20]),
+        ] {
+            let h = headers("webhook-", Some("msg_1"), Some(&ts), Some(&list));
+            assert!(provider().accept(&h, b"{}", at(SPEC_TS)).is_ok(), "{list}");
+        }
+        for list in [
+            other.clone(),
+            format!("v1a,{good_b64}"),
+            format!("v2,{good_b64} {other}"),
+            good_b64.to_owned(),
+            format!("v1,{good_b64}=="),
+            format!("v1 ,{good_b64}"),
+            format!("V1,{good_b64}"),
+            String::new(),
+            ",".into(),
+        ] {
+            let h = headers("webhook-", Some("msg_1"), Some(&ts), Some(&list));
+            assert!(
+                unauthorized(provider().accept(&h, b"{}", at(SPEC_TS))),
+                "{list}"
+            );
+        }
+    }
+
+    #[test]
+    fn tampering_is_unauthorized() {
+        let ts = SPEC_TS.to_string();
+        let body = br#"{"org": "acme"}"#;
+        let good = sign(SPEC_SECRET, "msg_A", &ts, body);
+        let p = provider();
+        let now = at(SPEC_TS);
+        let h = headers("webhook-", Some("msg_A"), Some(&ts), Some(&good));
+        assert!(p.accept(&h, body, now).is_ok());
+        assert!(
+            unauthorized(p.accept(&h, br#"{"org": "acmf"}"#, now)),
+            "tampered body"
+        );
+        let wrong = sign("whsec_dGhlIHdyb25nIHNlY3JldA==", "msg_A", &ts, body);
+        let h = headers("webhook-", Some("msg_A"), Some(&ts), Some(&wrong));
+        assert!(unauthorized(p.accept(&h, body, now)), "wrong secret");
+        let h = headers("webhook-", Some("msg_B"), Some(&ts), Some(&good));
+        assert!(
+            unauthorized(p.accept(&h, body, now)),
+            "id swapped under a valid signature"
+        );
+        let h = headers(
+            "webhook-",
+            Some("msg_A"),
+            Some(&(SPEC_TS + 1).to_string()),
+            Some(&good),
+        );
+        assert!(
+            unauthorized(p.accept(&h, body, now)),
+            "timestamp swapped under a valid signature"
+        );
+        let h = headers(
+            "webhook-",
+            Some("msg_A"),
+            Some(&format!("0{ts}")),
+            Some(&good),
+        );
+        assert!(
+            unauthorized(p.accept(&h, body, now)),
+            "timestamp re-spelled"
+        );
+    }
+
+    #[test]
+    fn timestamps_outside_tolerance_either_way_are_refused() {
+        let p = provider();
+        let h = signed("msg_1", SPEC_TS, "{}");
+        let ok = |now| p.accept(&h, b"{}", now).is_ok();
+        let tol = DEFAULT_TOLERANCE;
+        let ts = at(SPEC_TS);
+        assert!(ok(ts));
+        assert!(ok(ts + tol), "just inside, stale side");
+        assert!(ok(ts - tol), "just inside, future side");
+        assert!(
+            !ok(ts + tol + Duration::from_millis(1)),
+            "just outside, stale"
+        );
+        assert!(!ok(ts + tol + Duration::from_secs(1)), "stale");
+        assert!(!ok(ts - tol - Duration::from_secs(1)), "future");
+        assert!(
+            !ok(UNIX_EPOCH - Duration::from_secs(1)),
+            "clock before 1970"
+        );
+        assert_eq!(
+            p.accept(&h, b"{}", ts + tol * 2),
+            Err(Rejection::Unauthorized(
+                "webhook-timestamp is older than the tolerance".into()
+            ))
+        );
+        assert_eq!(
+            p.accept(&h, b"{}", ts - tol * 2),
+            Err(Rejection::Unauthorized(
+                "webhook-timestamp is further in the future than the tolerance".into()
+            ))
+        );
+
+        let strict = Provider::standard_webhooks(
+            "b",
+            SPEC_SECRET,
+            Duration::from_secs(10),
+            FieldPointers::default(),
+        )
+        .unwrap();
+        assert!(
+            strict
+                .accept(&h, b"{}", ts + Duration::from_secs(10))
+                .is_ok()
+        );
+        assert!(
+            strict
+                .accept(&h, b"{}", ts + Duration::from_secs(11))
+                .is_err()
+        );
+        assert!(
+            strict
+                .accept(&h, b"{}", ts - Duration::from_secs(11))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn timestamps_must_be_integer_seconds() {
+        for ts in [
+            "",
+            "1614265330.5",
+            "+1614265330",
+            "-1",
+            " 1614265330",
+            "1e9",
+            "99999999999999999999999",
+        ] {
+            let sig = sign(SPEC_SECRET, "msg_1", ts, b"{}");
+            let h = headers("webhook-", Some("msg_1"), Some(ts), Some(&sig));
+            assert_eq!(
+                provider().accept(&h, b"{}", at(SPEC_TS)),
+                Err(Rejection::Unauthorized(
+                    "webhook-timestamp is not integer seconds".into()
+                )),
+                "{ts:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn missing_headers_are_unauthorized() {
+        let ts = SPEC_TS.to_string();
+        let sig = sign(SPEC_SECRET, "msg_1", &ts, b"{}");
+        let cases = [
+            (headers("webhook-", None, Some(&ts), Some(&sig)), "id"),
+            (
+                headers("webhook-", Some("msg_1"), None, Some(&sig)),
+                "timestamp",
+            ),
+            (
+                headers("webhook-", Some("msg_1"), Some(&ts), None),
+                "signature",
+            ),
+        ];
+        for (h, name) in cases {
+            let err = provider().accept(&h, b"{}", at(SPEC_TS)).unwrap_err();
+            assert_eq!(
+                err,
+                Rejection::Unauthorized(format!("missing webhook-{name} (or svix-{name}) header"))
+            );
+        }
+        assert!(unauthorized(provider().accept(
+            &HeaderMap::new(),
+            b"",
+            at(SPEC_TS)
+        )));
+        // Other prefixes do not count.
+        let h = headers("x-webhook-", Some("msg_1"), Some(&ts), Some(&sig));
+        assert!(unauthorized(provider().accept(&h, b"{}", at(SPEC_TS))));
+    }
+
+    #[test]
+    fn svix_headers_and_mixes() {
+        let ts = SPEC_TS.to_string();
+        let sig = sign(SPEC_SECRET, "msg_1", &ts, b"{}");
+        let h = headers("svix-", Some("msg_1"), Some(&ts), Some(&sig));
+        assert_eq!(
+            provider()
+                .accept(&h, b"{}", at(SPEC_TS))
+                .unwrap()
+                .delivery_id,
+            "msg_1"
+        );
+        let mut h = headers("svix-", Some("msg_1"), Some(&ts), None);
+        h.insert("webhook-signature", HeaderValue::from_str(&sig).unwrap());
+        assert!(provider().accept(&h, b"{}", at(SPEC_TS)).is_ok());
+        // webhook- wins over svix- when both are present.
+        let mut h = headers("webhook-", Some("msg_1"), Some(&ts), Some(&sig));
+        h.insert("svix-id", HeaderValue::from_static("msg_other"));
+        assert_eq!(
+            provider()
+                .accept(&h, b"{}", at(SPEC_TS))
+                .unwrap()
+                .delivery_id,
+            "msg_1"
+        );
+        // A repeated header is ambiguous.
+        let mut h = headers("webhook-", Some("msg_1"), Some(&ts), Some(&sig));
+        h.append("webhook-id", HeaderValue::from_static("msg_2"));
+        assert!(unauthorized(provider().accept(&h, b"{}", at(SPEC_TS))));
+    }
+
+    #[test]
+    fn signed_but_malformed_is_bad_request() {
+        let ts = SPEC_TS.to_string();
+        let sig = sign(SPEC_SECRET, "", &ts, b"{}");
+        let h = headers("webhook-", Some(""), Some(&ts), Some(&sig));
+        assert_eq!(
+            provider().accept(&h, b"{}", at(SPEC_TS)),
+            Err(Rejection::BadRequest("empty webhook-id header".into()))
+        );
+        for body in ["", "not json", "{\"org\":"] {
+            let r = provider().accept(
+                &signed("msg_1", SPEC_TS, body),
+                body.as_bytes(),
+                at(SPEC_TS),
+            );
+            assert_eq!(
+                r,
+                Err(Rejection::BadRequest("the body is not JSON".into())),
+                "{body:?}"
+            );
+        }
+        // The same bodies unsigned are 401, not 400.
+        let h = headers("webhook-", Some("msg_1"), Some(&ts), Some("v1,AAAA"));
+        assert!(unauthorized(provider().accept(
+            &h,
+            b"not json",
+            at(SPEC_TS)
+        )));
+    }
+
+    #[test]
+    fn secret_formats() {
+        let fields = FieldPointers::default;
+        let bare = Provider::standard_webhooks(
+            "b",
+            "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            DEFAULT_TOLERANCE,
+            fields(),
+        )
+        .unwrap();
+        let h = headers(
+            "webhook-",
+            Some(SPEC_ID),
+            Some("1614265330"),
+            Some(SPEC_SIGNATURE),
+        );
+        assert!(
+            bare.accept(&h, SPEC_BODY.as_bytes(), at(SPEC_TS)).is_ok(),
+            "bare base64 is the same key"
+        );
+        for bad in [
+            "whsec_!!!not base64",
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaS",
+            "whsec:MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "It's a Secret",
+        ] {
+            let err = Provider::standard_webhooks("billing", bad, DEFAULT_TOLERANCE, fields())
+                .unwrap_err();
+            assert_eq!(
+                err,
+                ProviderError::BadSecret {
+                    provider: "billing".into()
+                },
+                "{bad}"
+            );
+            let msg = err.to_string();
+            assert!(
+                msg.contains("billing") && msg.contains("base64") && !msg.contains(bad),
+                "{msg}"
+            );
+        }
+        for empty in ["whsec_", ""] {
+            let err = Provider::standard_webhooks("billing", empty, DEFAULT_TOLERANCE, fields())
+                .unwrap_err();
+            assert_eq!(err, ProviderError::EmptySecret("billing".into()));
+        }
+    }
+
+    #[test]
+    fn reasons_never_echo_header_values() {
+        let ts = SPEC_TS.to_string();
+        let marker = "SECRETMARKER";
+        let cases = [
+            headers(
+                "webhook-",
+                Some(marker),
+                Some(&ts),
+                Some(&format!("v1,{marker}")),
+            ),
+            headers("webhook-", Some(marker), Some(marker), Some(marker)),
+            headers("webhook-", Some(marker), Some("1"), Some(marker)),
+        ];
+        for h in cases {
+            let err = provider()
+                .accept(&h, marker.as_bytes(), at(SPEC_TS))
+                .unwrap_err();
+            assert!(!err.to_string().contains(marker), "{err}");
+        }
+    }
+
+    #[test]
+    fn v1_signature_parsing() {
+        let got: Vec<_> = v1_signatures("v1,a v1a,b  v2,c v1,d,e x v1, v1").collect();
+        assert_eq!(got, ["a", "d,e", ""]);
+    }
+
+    proptest! {
+        #[test]
+        fn signature_parser_never_panics(header in ".*") {
+            for s in v1_signatures(&header) {
+                prop_assert!(!s.contains(' '));
+            }
+        }
+
+        #[test]
+        fn signed_deliveries_round_trip(
+            id in "[!-~]{1,40}",
+            ts in 0u64..4_000_000_000,
+            skew in -300i64..=300,
+            action in ".*",
+            number in proptest::option::of(any::<i64>()),
+        ) {
+            let body = serde_json::to_string(&json!({"action": action, "number": number})).unwrap();
+            let h = signed(&id, ts, &body);
+            let now = at(ts).checked_add(Duration::from_secs(skew.max(0) as u64)).unwrap()
+                - Duration::from_secs((-skew).max(0) as u64);
+            let d = provider().accept(&h, body.as_bytes(), now).unwrap();
+            prop_assert_eq!(d.delivery_id, id);
+            prop_assert_eq!(d.event, json!({"action": action, "number": number}));
+        }
+    }
+}
