@@ -14,6 +14,7 @@
 //! - [`window`]: the stateless dedup-window analysis of CONTRACT §7.
 #![warn(missing_docs)]
 
+pub mod config;
 pub mod error;
 pub mod gate;
 pub mod keys;

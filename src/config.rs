@@ -1,0 +1,500 @@
+//! Configuration: command-line flags, environment variables and the TOML
+//! file of CONTRACT §6, layered defaults < file < env < flags and validated
+//! once at start with messages that name the bad key and value.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use serde::Deserialize;
+
+use crate::gate::{DEFAULT_DELIVERY_TTL, Settings};
+use crate::keys::Keys;
+use crate::providers::{FieldPointers, Kind, Provider};
+use crate::store::Store;
+use crate::store::memory::MemoryStore;
+use crate::store::redis::{DEFAULT_COMMAND_TIMEOUT, RedisOptions, RedisStore, RedisTarget};
+
+/// A configuration problem, reported before anything starts.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+fn err(msg: impl Into<String>) -> ConfigError {
+    ConfigError(msg.into())
+}
+
+/// Parses `90s`, `5m`, `72h`, `4d`, `500ms` (a whole number and a unit).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration (use e.g. 90s, 5m, 72h, 4d)"))?;
+    let secs = |mult: u64| n.checked_mul(mult).map(Duration::from_secs);
+    let d = match unit {
+        "ms" => Some(Duration::from_millis(n)),
+        "s" => secs(1),
+        "m" => secs(60),
+        "h" => secs(3600),
+        "d" => secs(86_400),
+        _ => return Err(format!("{s:?} has no unit: use ms, s, m, h or d (e.g. 90s, 72h, 4d)")),
+    };
+    d.ok_or_else(|| format!("{s:?} is too long"))
+}
+
+/// Flags that choose and reach the store; shared by every command.
+#[derive(Debug, Clone, Default, Args)]
+pub struct StoreArgs {
+    /// Redis URL (redis://host:port/db); absent: the in-memory store.
+    #[arg(long, env = "IDEMGATE_REDIS_URL", value_name = "URL")]
+    pub redis_url: Option<String>,
+    /// Redis Cluster seed nodes, comma-separated.
+    #[arg(long, env = "IDEMGATE_REDIS_CLUSTER_NODES", value_name = "URL,URL,…", value_delimiter = ',')]
+    pub redis_cluster_nodes: Option<Vec<String>>,
+    /// Key namespace; one namespace's keys share one Redis Cluster slot [default: default].
+    #[arg(long, env = "IDEMGATE_NAMESPACE", value_name = "NS")]
+    pub namespace: Option<String>,
+    /// Bound on connecting to Redis and on each Redis command [default: 2s].
+    #[arg(long, env = "IDEMGATE_REDIS_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    pub redis_timeout: Option<Duration>,
+    /// TOML config file (CONTRACT §6).
+    #[arg(long, env = "IDEMGATE_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// Flags of `idemgate serve`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ServeArgs {
+    /// Store flags.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Address to listen on [default: 127.0.0.1:8080].
+    #[arg(long, env = "IDEMGATE_LISTEN", value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// A repository the gate admits (ORG/REPO); repeat for more. Others are `blocked`.
+    #[arg(long = "allowed-repo", env = "IDEMGATE_ALLOWED_REPOS", value_name = "ORG/REPO", value_delimiter = ',')]
+    pub allowed_repos: Option<Vec<String>>,
+    /// How long a delivery's first answer is replayed [default: 7d].
+    #[arg(long, env = "IDEMGATE_DELIVERY_TTL", value_name = "DURATION", value_parser = parse_duration)]
+    pub delivery_ttl: Option<Duration>,
+    /// How long logical work stays known [default: forever].
+    #[arg(long, env = "IDEMGATE_LOGICAL_TTL", value_name = "DURATION", value_parser = parse_duration)]
+    pub logical_ttl: Option<Duration>,
+    /// When set, /v1/* requires `Authorization: Bearer TOKEN`.
+    #[arg(long, env = "IDEMGATE_API_TOKEN", value_name = "TOKEN", hide_env_values = true)]
+    pub api_token: Option<String>,
+    /// Request body limit in bytes; larger bodies get 413 [default: 26214400 (25 MiB)].
+    #[arg(long, env = "IDEMGATE_MAX_BODY", value_name = "BYTES")]
+    pub max_body: Option<usize>,
+    /// Bound on one request, store call included [default: 10s].
+    #[arg(long, env = "IDEMGATE_REQUEST_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    pub request_timeout: Option<Duration>,
+    /// Serve even when Redis's maxmemory-policy could evict the gate's keys.
+    #[arg(long, env = "IDEMGATE_ALLOW_EVICTION")]
+    pub allow_eviction: bool,
+}
+
+/// The TOML file (CONTRACT §6). Unknown keys are errors, so typos show.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    listen: Option<String>,
+    redis_url: Option<String>,
+    redis_cluster_nodes: Option<StringOrList>,
+    namespace: Option<String>,
+    allowed_repos: Option<StringOrList>,
+    delivery_ttl: Option<String>,
+    logical_ttl: Option<String>,
+    api_token: Option<String>,
+    redis_timeout: Option<String>,
+    max_body: Option<usize>,
+    request_timeout: Option<String>,
+    #[serde(default)]
+    provider: Vec<ProviderConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum StringOrList {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl StringOrList {
+    fn into_vec(self) -> Vec<String> {
+        match self {
+            StringOrList::One(s) => s.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect(),
+            StringOrList::Many(v) => v,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProviderConfig {
+    name: String,
+    kind: String,
+    secret: Option<String>,
+    secret_env: Option<String>,
+    tolerance: Option<String>,
+    fields: Option<FieldPointers>,
+}
+
+impl FileConfig {
+    /// Reads and parses a config file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| err(format!("config file {}: cannot read it: {e}", path.display())))?;
+        toml::from_str(&text).map_err(|e| err(format!("config file {}: {e}", path.display())))
+    }
+
+    fn load_opt(path: Option<&Path>) -> Result<Self, ConfigError> {
+        path.map_or_else(|| Ok(Self::default()), Self::load)
+    }
+}
+
+fn file_duration(key: &str, value: Option<&String>) -> Result<Option<Duration>, ConfigError> {
+    value.map(|v| parse_duration(v).map_err(|e| err(format!("config key `{key}`: {e}")))).transpose()
+}
+
+/// Where the gate's state lives, resolved.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// Redis, or `None` for the in-memory store.
+    pub redis: Option<RedisOptions>,
+    /// The key namespace.
+    pub keys: Keys,
+}
+
+impl StoreConfig {
+    /// Resolves the store flags over a config file.
+    pub fn resolve(args: &StoreArgs) -> Result<Self, ConfigError> {
+        Self::resolve_with(args, &FileConfig::load_opt(args.config.as_deref())?)
+    }
+
+    fn resolve_with(args: &StoreArgs, file: &FileConfig) -> Result<Self, ConfigError> {
+        let timeout = match args.redis_timeout {
+            Some(t) => t,
+            None => file_duration("redis_timeout", file.redis_timeout.as_ref())?.unwrap_or(DEFAULT_COMMAND_TIMEOUT),
+        };
+        if timeout.is_zero() {
+            return Err(err("redis timeout must be more than 0"));
+        }
+        let url = args.redis_url.clone().or_else(|| file.redis_url.clone());
+        let nodes = args.redis_cluster_nodes.clone().or_else(|| file.redis_cluster_nodes.clone().map(StringOrList::into_vec));
+        let target = match (url, nodes) {
+            (Some(_), Some(_)) => return Err(err("give either --redis-url or --redis-cluster-nodes, not both")),
+            (Some(url), None) => Some(RedisTarget::Single(url)),
+            (None, Some(nodes)) if nodes.is_empty() => return Err(err("--redis-cluster-nodes is empty")),
+            (None, Some(nodes)) => Some(RedisTarget::Cluster(nodes)),
+            (None, None) => None,
+        };
+        let ns = args.namespace.clone().or_else(|| file.namespace.clone()).unwrap_or_else(|| "default".into());
+        let keys = Keys::new(&ns).map_err(|e| err(format!("namespace: {e}")))?;
+        Ok(Self { redis: target.map(|target| RedisOptions { target, command_timeout: timeout }), keys })
+    }
+
+    /// A human description for the first log line (no credentials).
+    pub fn describe(&self) -> String {
+        match &self.redis {
+            None => "memory store (one process, nothing shared, nothing kept across restarts)".into(),
+            Some(RedisOptions { target: RedisTarget::Single(url), .. }) => format!("redis store at {}, namespace {}", redact(url), self.keys.namespace()),
+            Some(RedisOptions { target: RedisTarget::Cluster(nodes), .. }) => format!(
+                "redis cluster store via {}, namespace {}",
+                nodes.iter().map(|n| redact(n)).collect::<Vec<_>>().join(","),
+                self.keys.namespace()
+            ),
+        }
+    }
+
+    /// Opens the store.
+    pub async fn open(&self, settings: &Settings) -> Result<Arc<dyn Store>, crate::Error> {
+        Ok(match &self.redis {
+            None => Arc::new(MemoryStore::new(settings)),
+            Some(opts) => Arc::new(RedisStore::connect(opts, self.keys.clone(), settings).await?),
+        })
+    }
+}
+
+/// A Redis URL with its password hidden.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}***{}", &url[..s + 3], &url[at..]),
+        _ => url.to_owned(),
+    }
+}
+
+/// Everything `idemgate serve` needs, resolved and validated.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// The store.
+    pub store: StoreConfig,
+    /// `org/repo` values the gate admits.
+    pub allowed_repos: Vec<String>,
+    /// TTLs.
+    pub settings: Settings,
+    /// Bearer token for `/v1/*`.
+    pub api_token: Option<String>,
+    /// Provider endpoints (`/webhooks/{name}`).
+    pub providers: Vec<Provider>,
+    /// Request body limit, bytes.
+    pub max_body: usize,
+    /// Bound on one request.
+    pub request_timeout: Duration,
+    /// Serve under an evicting maxmemory-policy.
+    pub allow_eviction: bool,
+}
+
+/// The default body limit: 25 MiB, GitHub's payload cap.
+pub const DEFAULT_MAX_BODY: usize = 25 * 1024 * 1024;
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".parse().expect("valid address"),
+            store: StoreConfig { redis: None, keys: Keys::new("default").expect("valid namespace") },
+            allowed_repos: Vec::new(),
+            settings: Settings::default(),
+            api_token: None,
+            providers: Vec::new(),
+            max_body: DEFAULT_MAX_BODY,
+            request_timeout: Duration::from_secs(10),
+            allow_eviction: false,
+        }
+    }
+}
+
+impl ServeConfig {
+    /// Resolves flags (already merged with env by clap) over the config file.
+    pub fn resolve(args: &ServeArgs) -> Result<Self, ConfigError> {
+        let file = FileConfig::load_opt(args.store.config.as_deref())?;
+        Self::resolve_with(args, &file, |name| std::env::var(name).ok())
+    }
+
+    /// [`ServeConfig::resolve`] with the file already read and an env lookup
+    /// for `secret_env` (tests pass their own).
+    pub fn resolve_with(args: &ServeArgs, file: &FileConfig, env: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let d = Self::default();
+        let listen_text = args.listen.clone().or_else(|| file.listen.clone());
+        let listen = match listen_text {
+            Some(l) => l.parse().map_err(|_| err(format!("listen: {l:?} is not an address like 127.0.0.1:8080")))?,
+            None => d.listen,
+        };
+        let allowed_repos = args
+            .allowed_repos
+            .clone()
+            .or_else(|| file.allowed_repos.clone().map(StringOrList::into_vec))
+            .unwrap_or_default();
+        for repo in &allowed_repos {
+            match repo.split_once('/') {
+                Some((o, r)) if !o.is_empty() && !r.is_empty() => {}
+                _ => return Err(err(format!("allowed repo {repo:?} is not ORG/REPO"))),
+            }
+        }
+        let delivery_ttl = match args.delivery_ttl {
+            Some(t) => t,
+            None => file_duration("delivery_ttl", file.delivery_ttl.as_ref())?.unwrap_or(DEFAULT_DELIVERY_TTL),
+        };
+        if delivery_ttl < Duration::from_secs(1) {
+            return Err(err("delivery TTL must be at least 1s"));
+        }
+        let logical_ttl = match args.logical_ttl {
+            Some(t) => Some(t),
+            None => file_duration("logical_ttl", file.logical_ttl.as_ref())?,
+        };
+        if logical_ttl.is_some_and(|t| t < Duration::from_secs(1)) {
+            return Err(err("logical TTL must be at least 1s"));
+        }
+        let request_timeout = match args.request_timeout {
+            Some(t) => t,
+            None => file_duration("request_timeout", file.request_timeout.as_ref())?.unwrap_or(d.request_timeout),
+        };
+        let api_token = args.api_token.clone().or_else(|| file.api_token.clone());
+        if api_token.as_deref() == Some("") {
+            return Err(err("api token is empty: give a token or leave it unset"));
+        }
+        let mut providers = Vec::new();
+        for (i, p) in file.provider.iter().enumerate() {
+            let at = format!("[[provider]] #{} ({:?})", i + 1, p.name);
+            if p.name.is_empty() || !p.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+                return Err(err(format!("{at}: name must be non-empty and use only letters, digits, '-', '_' or '.'")));
+            }
+            if providers.iter().any(|q: &Provider| q.name == p.name) {
+                return Err(err(format!("{at}: a provider named {:?} is defined twice", p.name)));
+            }
+            let kind: Kind = p.kind.parse().map_err(|_| err(format!("{at}: unknown kind {:?} (use \"github\" or \"standard-webhooks\")", p.kind)))?;
+            let secret = match (&p.secret, &p.secret_env) {
+                (Some(_), Some(_)) => return Err(err(format!("{at}: give `secret` or `secret_env`, not both"))),
+                (Some(s), None) => s.clone(),
+                (None, Some(var)) => env(var).filter(|s| !s.is_empty()).ok_or_else(|| err(format!("{at}: secret_env {var:?} is not set or empty")))?,
+                (None, None) => return Err(err(format!("{at}: missing secret (set `secret` or `secret_env`)"))),
+            };
+            let tolerance = file_duration(&format!("{at}: tolerance"), p.tolerance.as_ref())?;
+            if kind == Kind::Github && (p.tolerance.is_some() || p.fields.is_some()) {
+                return Err(err(format!("{at}: `tolerance` and `fields` apply to kind \"standard-webhooks\" only")));
+            }
+            providers.push(Provider::new(p.name.clone(), kind, &secret, tolerance, p.fields.clone()).map_err(|e| err(format!("{at}: {e}")))?);
+        }
+        let max_body = args.max_body.or(file.max_body).unwrap_or(d.max_body);
+        if max_body == 0 {
+            return Err(err("max body must be more than 0 bytes"));
+        }
+        Ok(Self {
+            listen,
+            store: StoreConfig::resolve_with(&args.store, file)?,
+            allowed_repos,
+            settings: Settings { delivery_ttl, logical_ttl },
+            api_token,
+            providers,
+            max_body,
+            request_timeout,
+            allow_eviction: args.allow_eviction,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(text: &str) -> FileConfig {
+        toml::from_str(text).unwrap()
+    }
+
+    fn resolve(args: &ServeArgs, text: &str) -> Result<ServeConfig, String> {
+        ServeConfig::resolve_with(args, &file(text), |v| (v == "GH_SECRET").then(|| "s3cret".to_owned())).map_err(|e| e.0)
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("72h"), Ok(Duration::from_secs(72 * 3600)));
+        assert_eq!(parse_duration("4d"), Ok(Duration::from_secs(4 * 86400)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        for bad in ["soon", "", "10", "1.5h", "-1s", "3w", "99999999999999999999d"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        assert!(parse_duration("soon").unwrap_err().contains("\"soon\""));
+    }
+
+    #[test]
+    fn defaults() {
+        let c = resolve(&ServeArgs::default(), "").unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+        assert!(c.store.redis.is_none());
+        assert_eq!(c.store.keys.namespace(), "default");
+        assert!(c.settings.delivery_ttl >= Duration::from_secs(4 * 86400));
+        assert_eq!(c.settings.logical_ttl, None);
+        assert_eq!(c.max_body, 25 * 1024 * 1024);
+    }
+
+    #[test]
+    fn flags_win_over_the_file() {
+        let text = r#"
+            listen = "0.0.0.0:9000"
+            namespace = "from-file"
+            allowed_repos = ["a/b"]
+            delivery_ttl = "90s"
+            redis_url = "redis://file:6379"
+        "#;
+        let c = resolve(&ServeArgs::default(), text).unwrap();
+        assert_eq!((c.listen.to_string().as_str(), c.store.keys.namespace()), ("0.0.0.0:9000", "from-file"));
+        assert_eq!(c.allowed_repos, ["a/b"]);
+        assert_eq!(c.settings.delivery_ttl, Duration::from_secs(90));
+        let args = ServeArgs {
+            listen: Some("127.0.0.1:1".into()),
+            allowed_repos: Some(vec!["c/d".into()]),
+            delivery_ttl: Some(Duration::from_secs(5)),
+            store: StoreArgs { namespace: Some("flag".into()), ..Default::default() },
+            ..Default::default()
+        };
+        let c = resolve(&args, text).unwrap();
+        assert_eq!((c.listen.to_string().as_str(), c.store.keys.namespace()), ("127.0.0.1:1", "flag"));
+        assert_eq!(c.allowed_repos, ["c/d"]);
+        assert_eq!(c.settings.delivery_ttl, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn providers_from_the_file() {
+        let c = resolve(
+            &ServeArgs::default(),
+            r#"
+            [[provider]]
+            name = "github"
+            kind = "github"
+            secret_env = "GH_SECRET"
+
+            [[provider]]
+            name = "billing"
+            kind = "standard-webhooks"
+            secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+            tolerance = "5m"
+            fields = { org = "/data/org", repo = "/data/repo", action = "/type", number = "/data/number" }
+        "#,
+        )
+        .unwrap();
+        assert_eq!(c.providers.len(), 2);
+        assert_eq!(c.providers[1].fields().action, "/type");
+    }
+
+    #[test]
+    fn each_bad_input_names_the_problem() {
+        let cases = [
+            ("delivery_ttl = \"soon\"", "delivery_ttl"),
+            ("[[provider]]\nname = \"x\"\nkind = \"gitlab\"\nsecret = \"s\"", "unknown kind \"gitlab\""),
+            ("[[provider]]\nname = \"x\"\nkind = \"github\"", "missing secret"),
+            ("[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret_env = \"NOPE\"", "\"NOPE\" is not set"),
+            ("[[provider]]\nname = \"x\"\nkind = \"standard-webhooks\"\nsecret = \"whsec_!!!\"", "\"x\""),
+            ("[[provider]]\nname = \"a b\"\nkind = \"github\"\nsecret = \"s\"", "name must"),
+            ("[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\n[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"t\"", "defined twice"),
+            ("listen = \"nowhere\"", "listen"),
+            ("allowed_repos = [\"justone\"]", "\"justone\" is not ORG/REPO"),
+            ("namespace = \"a{b\"", "namespace"),
+            ("redis_url = \"redis://x\"\nredis_cluster_nodes = \"redis://y\"", "not both"),
+            ("api_token = \"\"", "api token"),
+        ];
+        for (text, want) in cases {
+            let e = resolve(&ServeArgs::default(), text).unwrap_err();
+            assert!(e.contains(want), "{text:?}: {e:?} lacks {want:?}");
+        }
+    }
+
+    #[test]
+    fn unknown_and_mistyped_keys_are_errors() {
+        for text in ["lisen = \"x\"", "max_body = \"big\"", "[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\nextra = 1"] {
+            assert!(toml::from_str::<FileConfig>(text).is_err(), "{text}");
+        }
+        let dir = std::env::temp_dir().join(format!("idemgate-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bad.toml");
+        std::fs::write(&path, "lisen = 1").unwrap();
+        let e = FileConfig::load(&path).unwrap_err().0;
+        assert!(e.contains("bad.toml") && e.contains("lisen"), "{e}");
+        let e = FileConfig::load(&dir.join("missing.toml")).unwrap_err().0;
+        assert!(e.contains("missing.toml") && e.contains("cannot read"), "{e}");
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(redact("redis://:pw@host:6379/0"), "redis://***@host:6379/0");
+        assert_eq!(redact("redis://host:6379"), "redis://host:6379");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn config_parser_never_panics(text in ".{0,200}") {
+            if let Ok(f) = toml::from_str::<FileConfig>(&text) {
+                let _ = ServeConfig::resolve_with(&ServeArgs::default(), &f, |_| None);
+            }
+        }
+
+        #[test]
+        fn duration_parser_never_panics(s in ".{0,30}") {
+            let _ = parse_duration(&s);
+        }
+    }
+}
