@@ -23,4 +23,5 @@ pub mod store;
 pub use error::Error;
 pub use gate::{Gate, Outcome, Response, Settings, Status};
 pub mod providers;
+pub mod server;
 pub mod window;
