@@ -164,14 +164,14 @@ impl Gate {
     /// Like [`Gate::handle`], and also says whether the answer was a replay
     /// and whether the replayed delivery's event differs from the first one.
     pub async fn check(&self, provider: &str, delivery_id: &str, event: &Value) -> Result<Outcome, Error> {
-        let digest = event_digest(event);
-        let call = Call {
-            provider,
-            delivery_id,
-            verdict: self.verdict(provider, event),
-            event_digest: &digest,
-            now_ms: now_ms(),
-        };
+        self.check_with_digest(provider, delivery_id, event, &event_digest(event)).await
+    }
+
+    /// Like [`Gate::check`], with the digest that identifies "the same
+    /// event" on a replay given by the caller (a webhook endpoint digests
+    /// the raw body the provider signed, not the normalized event).
+    pub async fn check_with_digest(&self, provider: &str, delivery_id: &str, event: &Value, digest: &str) -> Result<Outcome, Error> {
+        let call = Call { provider, delivery_id, verdict: self.verdict(provider, event), event_digest: digest, now_ms: now_ms() };
         let stored = self.store.apply(&call).await?;
         let event_mismatch = stored.replayed && stored.first_digest.as_deref().is_some_and(|d| d != digest);
         Ok(Outcome { response: stored.response, replayed: stored.replayed, event_mismatch })

@@ -4,24 +4,30 @@
 //! already seen is a `duplicate`; new work creates exactly one run, queued
 //! durably. The modules, in the order a request meets them:
 //!
+//! - [`server`]: start, eviction-policy check, graceful shutdown.
+//! - [`http`]: the HTTP API (CONTRACT §5) as an axum router.
+//! - [`providers`]: webhook authentication and normalization (GitHub, Standard Webhooks).
 //! - [`gate`]: the rules of CONTRACT §1 (validation, allowlist,
 //!   `number_text`, identity) and [`gate::Gate`], the entry point.
 //! - [`store`]: where the state lives, behind one trait: [`store::memory`]
 //!   (embedded default) and [`store::redis`] (one atomic Lua script).
 //! - [`keys`]: the length-prefixed Redis key schema of CONTRACT §3.
-//! - [`error`]: store failures (never turned into a gate answer).
-//! - [`providers`]: webhook authentication and normalization (GitHub, Standard Webhooks).
+//! - [`config`]: flags, env and TOML file, layered and validated.
+//! - [`metrics`]: Prometheus counters for `/metrics`.
 //! - [`window`]: the stateless dedup-window analysis of CONTRACT §7.
+//! - [`error`]: store failures (never turned into a gate answer).
 #![warn(missing_docs)]
 
 pub mod config;
 pub mod error;
 pub mod gate;
+pub mod http;
 pub mod keys;
+pub mod metrics;
+pub mod providers;
+pub mod server;
 pub mod store;
+pub mod window;
 
 pub use error::Error;
 pub use gate::{Gate, Outcome, Response, Settings, Status};
-pub mod providers;
-pub mod server;
-pub mod window;

@@ -1,0 +1,245 @@
+//! The HTTP API of CONTRACT §5: the normalized gate, provider webhook
+//! endpoints, health, readiness and metrics. [`app`] builds the router, so
+//! tests can drive it in-process; [`crate::server`] binds and serves it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{MatchedPath, Path, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::gate::{Gate, Outcome};
+use crate::metrics::Metrics;
+use crate::providers::{Provider, Rejection};
+
+/// `Retry-After` seconds sent with a 503.
+const RETRY_AFTER_SECS: &str = "1";
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct AppState {
+    gate: Gate,
+    providers: Arc<HashMap<String, Provider>>,
+    /// SHA-256 of the bearer token, compared in constant time.
+    token_digest: Option<[u8; 32]>,
+    metrics: Arc<Metrics>,
+    max_body: usize,
+    request_timeout: std::time::Duration,
+}
+
+impl AppState {
+    /// State for a gate, its provider endpoints and an optional API token.
+    pub fn new(gate: Gate, providers: Vec<Provider>, api_token: Option<&str>) -> Self {
+        Self {
+            gate,
+            providers: Arc::new(providers.into_iter().map(|p| (p.name.clone(), p)).collect()),
+            token_digest: api_token.map(|t| Sha256::digest(t.as_bytes()).into()),
+            metrics: Arc::new(Metrics::default()),
+            max_body: crate::config::DEFAULT_MAX_BODY,
+            request_timeout: std::time::Duration::from_secs(10),
+        }
+    }
+
+    /// Sets the body limit (bytes).
+    pub fn with_max_body(mut self, max_body: usize) -> Self {
+        self.max_body = max_body;
+        self
+    }
+
+    /// Sets the bound on one request.
+    pub fn with_request_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// The metrics this state records into.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+}
+
+/// Every error the API answers: the status comes from the variant, the
+/// body is `{"error": …}`. Internal details go to the log, not the client.
+#[derive(Debug)]
+pub enum ApiError {
+    /// 400: the request is malformed; nothing was stored.
+    BadRequest(String),
+    /// 401: authentication failed; nothing was read or stored.
+    Unauthorized(String),
+    /// 404: no such route or provider.
+    NotFound(String),
+    /// 413: the body is over the limit.
+    TooLarge(usize),
+    /// 503: the store failed or timed out; nothing was cached.
+    Unavailable(&'static str),
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, msg) = match self {
+            ApiError::BadRequest(m) => (StatusCode::BAD_REQUEST, m),
+            ApiError::Unauthorized(m) => (StatusCode::UNAUTHORIZED, m),
+            ApiError::NotFound(m) => (StatusCode::NOT_FOUND, m),
+            ApiError::TooLarge(max) => (StatusCode::PAYLOAD_TOO_LARGE, format!("request body is larger than the {max}-byte limit")),
+            ApiError::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, m.to_owned()),
+        };
+        let mut resp = (status, Json(json!({ "error": msg }))).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
+        }
+        resp
+    }
+}
+
+/// The router of CONTRACT §5.
+pub fn app(state: AppState) -> Router {
+    let v1 = Router::new()
+        .route("/v1/deliveries", post(deliveries))
+        .route("/v1/dedup-window", post(dedup_window))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    Router::new()
+        .merge(v1)
+        .route("/webhooks/{name}", post(webhook))
+        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
+        .layer(middleware::from_fn_with_state(state.clone(), guard))
+        .with_state(state)
+}
+
+/// Outermost layer: body limit by `Content-Length` (413 before reading),
+/// the request timeout (503), and request metrics.
+async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let route = req.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()).to_owned();
+    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let resp = if declared.is_some_and(|len| len > st.max_body as u64) {
+        ApiError::TooLarge(st.max_body).into_response()
+    } else {
+        match tokio::time::timeout(st.request_timeout, next.run(req)).await {
+            Ok(resp) => resp,
+            Err(_) => {
+                tracing::warn!(%route, timeout = ?st.request_timeout, "request timed out");
+                ApiError::Unavailable("request timed out").into_response()
+            }
+        }
+    };
+    st.metrics.request(&route, resp.status().as_u16(), started.elapsed());
+    resp
+}
+
+async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    if let Some(want) = &st.token_digest {
+        let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+        let ok = given.is_some_and(|t| bool::from(Sha256::digest(t.as_bytes()).as_slice().ct_eq(want)));
+        if !ok {
+            return ApiError::Unauthorized("missing or wrong bearer token".into()).into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// Reads the whole body, bounded by the limit (for bodies sent without a
+/// `Content-Length`).
+async fn read_body(body: Body, max: usize) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, max).await.map_err(|_| ApiError::TooLarge(max))
+}
+
+fn string_field<'a>(body: &'a Value, name: &str) -> Result<&'a str, ApiError> {
+    match body.get(name) {
+        Some(Value::String(s)) if !s.is_empty() => Ok(s),
+        Some(Value::String(_)) => Err(ApiError::BadRequest(format!("`{name}` must not be empty"))),
+        Some(_) => Err(ApiError::BadRequest(format!("`{name}` must be a string"))),
+        None => Err(ApiError::BadRequest(format!("`{name}` is missing"))),
+    }
+}
+
+async fn deliveries(State(st): State<AppState>, body: Body) -> Result<Response, ApiError> {
+    let bytes = read_body(body, st.max_body).await?;
+    let body: Value = serde_json::from_slice(&bytes).map_err(|e| ApiError::BadRequest(format!("body is not JSON: {e}")))?;
+    if !body.is_object() {
+        return Err(ApiError::BadRequest("body must be a JSON object".into()));
+    }
+    let provider = string_field(&body, "provider")?;
+    let delivery_id = string_field(&body, "delivery_id")?;
+    let event = body.get("event").unwrap_or(&Value::Null);
+    let digest = crate::gate::event_digest(event);
+    gate_call(&st, provider, delivery_id, event, &digest).await
+}
+
+async fn webhook(State(st): State<AppState>, Path(name): Path<String>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let provider = st.providers.get(&name).ok_or_else(|| ApiError::NotFound(format!("no provider named {name:?}")))?;
+    let bytes = read_body(body, st.max_body).await?;
+    let delivery = provider.accept(&headers, &bytes, SystemTime::now()).map_err(|r| {
+        tracing::info!(provider = %name, reason = r.reason(), "webhook rejected");
+        match r {
+            Rejection::Unauthorized(m) => {
+                st.metrics.auth_failure(&name);
+                ApiError::Unauthorized(m)
+            }
+            Rejection::BadRequest(m) => ApiError::BadRequest(m),
+        }
+    })?;
+    // The raw body is the event the provider sent: a retry of the same
+    // delivery carries the same bytes.
+    let digest = hex::encode(&Sha256::digest(&bytes)[..16]);
+    gate_call(&st, &name, &delivery.delivery_id, &delivery.event, &digest).await
+}
+
+async fn gate_call(st: &AppState, provider: &str, delivery_id: &str, event: &Value, digest: &str) -> Result<Response, ApiError> {
+    let outcome = st.gate.check_with_digest(provider, delivery_id, event, digest).await.map_err(|e| {
+        st.metrics.store_error();
+        tracing::error!(provider, delivery_id, error = %e, "store failed; answered 503");
+        ApiError::Unavailable("the gate's store is unavailable; retry later")
+    })?;
+    st.metrics.outcome(provider, &outcome);
+    let r = &outcome.response;
+    if outcome.event_mismatch {
+        tracing::warn!(provider, delivery_id, status = r.status.as_str(), "replayed delivery carries a different event than the first one");
+    }
+    tracing::info!(provider, delivery_id, status = r.status.as_str(), run_id = r.run_id.as_deref(), replayed = outcome.replayed, "delivery");
+    Ok(gate_response(&outcome))
+}
+
+/// The HTTP form of a gate answer: status = code, body = the response object.
+fn gate_response(outcome: &Outcome) -> Response {
+    let body = serde_json::to_vec(&outcome.response).expect("a response serializes");
+    let status = StatusCode::from_u16(outcome.response.code).expect("gate codes are valid");
+    let mut resp = (status, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response();
+    if outcome.replayed {
+        resp.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    if outcome.event_mismatch {
+        resp.headers_mut().insert("idemgate-event-mismatch", HeaderValue::from_static("true"));
+    }
+    resp
+}
+
+async fn dedup_window(State(st): State<AppState>, body: Body) -> Result<Response, ApiError> {
+    let bytes = read_body(body, st.max_body).await?;
+    let text = std::str::from_utf8(&bytes).map_err(|_| ApiError::BadRequest("body is not UTF-8 JSON".into()))?;
+    let out = crate::window::analyze_str(text).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    Ok(Json(out).into_response())
+}
+
+async fn readyz(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
+    st.gate.store().ping().await.map_err(|e| {
+        tracing::warn!(error = %e, "not ready: store does not answer");
+        ApiError::Unavailable("the store does not answer")
+    })?;
+    Ok(Json(json!({"status": "ready", "store": st.gate.store().kind()})))
+}
+
+async fn metrics(State(st): State<AppState>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], st.metrics.render())
+}
