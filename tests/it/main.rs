@@ -2,5 +2,6 @@
 
 mod gate;
 mod http;
+mod model;
 mod redis_store;
 mod support;
