@@ -73,6 +73,11 @@ impl Keys {
         k
     }
 
+    /// `idemgate:{NS}:logical`, the stem of every logical key.
+    pub fn logical_prefix(&self) -> String {
+        self.key("logical")
+    }
+
     /// `idemgate:{NS}:run-counter`, the last run number handed out.
     pub fn run_counter(&self) -> String {
         self.key("run-counter")

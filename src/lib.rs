@@ -15,9 +15,11 @@
 //! - [`config`]: flags, env and TOML file, layered and validated.
 //! - [`metrics`]: Prometheus counters for `/metrics`.
 //! - [`window`]: the stateless dedup-window analysis of CONTRACT §7.
+//! - [`bench`]: `idemgate bench`, the measurements behind BENCHMARKS.md.
 //! - [`error`]: store failures (never turned into a gate answer).
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod config;
 pub mod error;
 pub mod gate;
