@@ -1,1 +1,0 @@
-//! The stateless dedup-window analysis (placeholder; being written).
