@@ -1,0 +1,1608 @@
+//! The stateless dedup-window analysis of CONTRACT §7.
+//!
+//! The caller sends a history of deliveries and one incoming delivery; the
+//! analysis says whether the incoming one should be processed, deduped,
+//! retried, reconciled by a human, or abstained on for lack of evidence.
+//! Nothing is stored and nothing is read: [`analyze`] is a pure function of
+//! its input, so the HTTP endpoint (`POST /v1/dedup-window`), the
+//! `idemgate window` command and tests all call the same code.
+//!
+//! Choices the contract leaves open, made here:
+//! - `windowSeconds` is required: a missing one is an error, like a float
+//!   (`300.0`) or an integer out of `1..=2592000`.
+//! - An `id` that is present, not `null` and not a string is an error; a
+//!   missing or `null` `id` names the entry by its array index (`"0"`).
+//!   Likewise a `null` `outcome` or `windowMode` counts as absent.
+//! - `payload` wins over `digest` when both are given; a `digest` that is
+//!   not a string is missing evidence, like a `receivedAt` that is not an
+//!   RFC 3339 string with an offset.
+//! - `groups` covers every identity of the whole history (not only entries
+//!   earlier than the incoming delivery), one object per window group of two
+//!   or more entries, ordered by identity then time. Entries without a time
+//!   cannot be placed in a window and are left out; `conflict` compares the
+//!   entries that have payload evidence.
+//! - Entries at the same instant keep their array order.
+
+mod jcs;
+
+pub use jcs::{canonicalize, digest};
+
+use serde_json::{Map, Value, json};
+use std::borrow::Cow;
+use std::cell::OnceCell;
+use std::collections::BTreeMap;
+use std::ops::Range;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+/// The most history entries one request may carry.
+pub const MAX_HISTORY: usize = 500;
+/// The largest `windowSeconds` accepted (30 days).
+pub const MAX_WINDOW_SECONDS: i64 = 2_592_000;
+/// The engine version reported in `versions.engine`.
+pub const ENGINE_VERSION: &str = "idemgate-window/1";
+
+const OUTCOMES: &str = r#"one of "processed", "failed", "in_flight", "unknown""#;
+const WINDOW_SECONDS: &str = "an integer from 1 to 2592000";
+
+/// Why a request was rejected; the message names the field and the problem,
+/// and is meant to be sent back as is (HTTP 400, or exit code 2).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WindowError {
+    /// The body could not be parsed as JSON.
+    #[error("body is not valid JSON: {0}")]
+    NotJson(String),
+    /// A required field is absent.
+    #[error("{field} is missing; it must be {expected}")]
+    Missing {
+        /// Path of the field, e.g. `history[3].identity`.
+        field: String,
+        /// What the field must be.
+        expected: &'static str,
+    },
+    /// A field is present but has the wrong type or value.
+    #[error("{field} must be {expected}, got {got}")]
+    Invalid {
+        /// Path of the field, e.g. `windowSeconds`.
+        field: String,
+        /// What the field must be.
+        expected: &'static str,
+        /// A short rendering of what was sent.
+        got: String,
+    },
+    /// `history` holds more than [`MAX_HISTORY`] entries.
+    #[error("history has {0} entries; at most 500 are allowed")]
+    TooManyEntries(usize),
+}
+
+impl WindowError {
+    /// The error body of the HTTP API: `{"error": message}`.
+    pub fn to_body(&self) -> Value {
+        json!({ "error": self.to_string() })
+    }
+
+    fn missing(field: impl Into<String>, expected: &'static str) -> Self {
+        Self::Missing {
+            field: field.into(),
+            expected,
+        }
+    }
+
+    fn invalid(field: impl Into<String>, expected: &'static str, got: &Value) -> Self {
+        Self::Invalid {
+            field: field.into(),
+            expected,
+            got: describe(got),
+        }
+    }
+}
+
+/// Analyzes a request body given as text; see [`analyze`].
+pub fn analyze_str(body: &str) -> Result<Value, WindowError> {
+    let request: Value =
+        serde_json::from_str(body).map_err(|e| WindowError::NotJson(e.to_string()))?;
+    analyze(&request)
+}
+
+/// Analyzes a request body given as bytes (an HTTP body, or stdin); see
+/// [`analyze`].
+pub fn analyze_slice(body: &[u8]) -> Result<Value, WindowError> {
+    let request: Value =
+        serde_json::from_slice(body).map_err(|e| WindowError::NotJson(e.to_string()))?;
+    analyze(&request)
+}
+
+/// Runs the window analysis of CONTRACT §7 on a parsed request and returns
+/// the whole response, `{"data": {...}}`.
+///
+/// Pure and deterministic: the same request always gives the same response,
+/// and reordering `history` changes neither the decision, nor `matchedIds`,
+/// nor `groups` (entries at the same instant excepted, which keep their
+/// array order).
+pub fn analyze(request: &Value) -> Result<Value, WindowError> {
+    let request = Request::parse(request)?;
+    Ok(object([("data", request.analyze())]))
+}
+
+/// How deliveries are cut into window groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// A group spans `windowSeconds` from its first entry.
+    FromFirst,
+    /// A group goes on while each entry is within `windowSeconds` of the
+    /// previous one.
+    Sliding,
+}
+
+impl Mode {
+    fn as_str(self) -> &'static str {
+        match self {
+            Mode::FromFirst => "from-first",
+            Mode::Sliding => "sliding",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Processed,
+    Failed,
+    InFlight,
+    Unknown,
+}
+
+/// Payload evidence; a payload's digest is computed only when needed.
+enum Evidence<'a> {
+    Payload(&'a Value, OnceCell<String>),
+    Digest(&'a str),
+    None,
+}
+
+impl<'a> Evidence<'a> {
+    fn of(object: &'a Map<String, Value>) -> Self {
+        match (present(object, "payload"), present(object, "digest")) {
+            (Some(payload), _) => Evidence::Payload(payload, OnceCell::new()),
+            (None, Some(Value::String(d))) => Evidence::Digest(d),
+            _ => Evidence::None,
+        }
+    }
+
+    fn is_present(&self) -> bool {
+        !matches!(self, Evidence::None)
+    }
+
+    /// Whether both are present and have the same digest. Two payloads are
+    /// compared structurally, so most comparisons hash nothing.
+    fn same_as(&self, other: &Evidence<'_>) -> bool {
+        match (self, other) {
+            (Evidence::Payload(a, _), Evidence::Payload(b, _)) => jcs::same_canonical(a, b),
+            (Evidence::None, _) | (_, Evidence::None) => false,
+            _ => self.get() == other.get(),
+        }
+    }
+
+    fn get(&self) -> Option<&str> {
+        match self {
+            Evidence::Payload(payload, cell) => Some(cell.get_or_init(|| digest(payload))),
+            Evidence::Digest(d) => Some(d),
+            Evidence::None => None,
+        }
+    }
+}
+
+struct Entry<'a> {
+    index: usize,
+    id: Cow<'a, str>,
+    identity: &'a str,
+    at: Option<Nanos>,
+    outcome: Outcome,
+    evidence: Evidence<'a>,
+}
+
+struct Incoming<'a> {
+    identity: &'a str,
+    at: Option<Nanos>,
+    evidence: Evidence<'a>,
+}
+
+struct Request<'a> {
+    history: Vec<Entry<'a>>,
+    incoming: Incoming<'a>,
+    window_seconds: i64,
+    mode: Mode,
+}
+
+/// `object[key]` unless it is absent or `null`.
+fn present<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    object.get(key).filter(|v| !v.is_null())
+}
+
+/// An instant as nanoseconds since the Unix epoch: cheap to sort and
+/// subtract, whatever offset the text carried.
+type Nanos = i128;
+
+const NANOS_PER_SECOND: Nanos = 1_000_000_000;
+
+fn parse_time(object: &Map<String, Value>) -> Option<Nanos> {
+    let text = object.get("receivedAt")?.as_str()?;
+    let at = OffsetDateTime::parse(text, &Rfc3339).ok()?;
+    Some(at.unix_timestamp_nanos())
+}
+
+/// A JSON object from its fields, built without serde's round trip.
+fn object<const N: usize>(fields: [(&str, Value); N]) -> Value {
+    Value::Object(fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+}
+
+/// A short rendering of a rejected value for an error message.
+fn describe(v: &Value) -> String {
+    match v {
+        Value::Array(_) => "an array".into(),
+        Value::Object(_) => "an object".into(),
+        Value::String(s) if s.chars().count() > 40 => {
+            let head: String = s.chars().take(40).collect();
+            format!("{}…", Value::String(head))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// The required string `identity` of an entry or of `incoming`.
+fn identity_of(
+    object: &Map<String, Value>,
+    field: impl Fn() -> String,
+) -> Result<&str, WindowError> {
+    match object.get("identity") {
+        None => Err(WindowError::missing(field(), "a string")),
+        Some(Value::String(s)) => Ok(s),
+        Some(other) => Err(WindowError::invalid(field(), "a string", other)),
+    }
+}
+
+impl<'a> Request<'a> {
+    fn parse(body: &'a Value) -> Result<Self, WindowError> {
+        let body = body
+            .as_object()
+            .ok_or_else(|| WindowError::invalid("body", "a JSON object", body))?;
+
+        let history = match body.get("history") {
+            None => return Err(WindowError::missing("history", "an array")),
+            Some(Value::Array(items)) if items.len() > MAX_HISTORY => {
+                return Err(WindowError::TooManyEntries(items.len()));
+            }
+            Some(Value::Array(items)) => items,
+            Some(other) => return Err(WindowError::invalid("history", "an array", other)),
+        };
+        let history = history
+            .iter()
+            .enumerate()
+            .map(|(index, item)| Entry::parse(index, item))
+            .collect::<Result<Vec<_>, _>>()?;
+
+        let incoming = match body.get("incoming") {
+            None => return Err(WindowError::missing("incoming", "an object")),
+            Some(Value::Object(object)) => Incoming {
+                identity: identity_of(object, || "incoming.identity".into())?,
+                at: parse_time(object),
+                evidence: Evidence::of(object),
+            },
+            Some(other) => return Err(WindowError::invalid("incoming", "an object", other)),
+        };
+
+        let window_seconds = match body.get("windowSeconds") {
+            None => return Err(WindowError::missing("windowSeconds", WINDOW_SECONDS)),
+            Some(v) => v
+                .as_i64()
+                .filter(|s| (1..=MAX_WINDOW_SECONDS).contains(s))
+                .ok_or_else(|| WindowError::invalid("windowSeconds", WINDOW_SECONDS, v))?,
+        };
+
+        let mode = match present(body, "windowMode") {
+            None => Mode::FromFirst,
+            Some(Value::String(s)) if s == "from-first" => Mode::FromFirst,
+            Some(Value::String(s)) if s == "sliding" => Mode::Sliding,
+            Some(other) => {
+                return Err(WindowError::invalid(
+                    "windowMode",
+                    r#""from-first" or "sliding""#,
+                    other,
+                ));
+            }
+        };
+
+        Ok(Request {
+            history,
+            incoming,
+            window_seconds,
+            mode,
+        })
+    }
+}
+
+impl<'a> Entry<'a> {
+    fn parse(index: usize, item: &'a Value) -> Result<Self, WindowError> {
+        let field = |name: &str| format!("history[{index}].{name}");
+        let object = item
+            .as_object()
+            .ok_or_else(|| WindowError::invalid(format!("history[{index}]"), "an object", item))?;
+        let identity = identity_of(object, || field("identity"))?;
+        let id = match present(object, "id") {
+            None => Cow::Owned(index.to_string()),
+            Some(Value::String(id)) => Cow::Borrowed(id.as_str()),
+            Some(other) => return Err(WindowError::invalid(field("id"), "a string", other)),
+        };
+        let outcome = match present(object, "outcome") {
+            None => Outcome::Unknown,
+            Some(v) => match v.as_str() {
+                Some("processed") => Outcome::Processed,
+                Some("failed") => Outcome::Failed,
+                Some("in_flight") => Outcome::InFlight,
+                Some("unknown") => Outcome::Unknown,
+                _ => return Err(WindowError::invalid(field("outcome"), OUTCOMES, v)),
+            },
+        };
+        Ok(Entry {
+            index,
+            id,
+            identity,
+            at: parse_time(object),
+            outcome,
+            evidence: Evidence::of(object),
+        })
+    }
+}
+
+/// Cuts time-sorted instants into window groups, as index ranges.
+fn cut(times: &[Nanos], mode: Mode, window: Nanos) -> Vec<Range<usize>> {
+    let mut groups = Vec::new();
+    let mut start = 0;
+    for i in 1..times.len() {
+        let anchor = match mode {
+            Mode::FromFirst => times[start],
+            Mode::Sliding => times[i - 1],
+        };
+        if times[i] - anchor > window {
+            groups.push(start..i);
+            start = i;
+        }
+    }
+    if start < times.len() {
+        groups.push(start..times.len());
+    }
+    groups
+}
+
+/// Sorts entries by time, equal times by array index.
+fn sort_by_time(entries: &mut [&Entry<'_>]) {
+    entries.sort_by_key(|e| (e.at, e.index));
+}
+
+fn ids(entries: &[&Entry<'_>]) -> Value {
+    entries.iter().map(|e| Value::from(e.id.as_ref())).collect()
+}
+
+/// Names entries for a reason sentence: a few ids, then a count.
+fn name(entries: &[&Entry<'_>]) -> String {
+    const SHOWN: usize = 3;
+    let mut text = entries
+        .iter()
+        .take(SHOWN)
+        .map(|e| Value::from(e.id.as_ref()).to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    if entries.len() > SHOWN {
+        text.push_str(&format!(" and {} more", entries.len() - SHOWN));
+    }
+    text
+}
+
+fn plural(n: usize, one: &'static str, many: &'static str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+fn seconds(d: Nanos) -> String {
+    if d % NANOS_PER_SECOND == 0 {
+        (d / NANOS_PER_SECOND).to_string()
+    } else {
+        format!("{:.3}", d as f64 / NANOS_PER_SECOND as f64)
+    }
+}
+
+fn witness(rule: &str, entries: &[&Entry<'_>]) -> Value {
+    object([("rule", rule.into()), ("ids", ids(entries))])
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decision {
+    Abstain,
+    Process,
+    Reconcile,
+    Dedupe,
+    Retry,
+}
+
+impl Decision {
+    fn as_str(self) -> &'static str {
+        match self {
+            Decision::Abstain => "abstain",
+            Decision::Process => "process",
+            Decision::Reconcile => "reconcile",
+            Decision::Dedupe => "dedupe",
+            Decision::Retry => "retry",
+        }
+    }
+
+    fn status(self) -> &'static str {
+        match self {
+            Decision::Process | Decision::Dedupe | Decision::Retry => "pass",
+            Decision::Reconcile => "fail",
+            Decision::Abstain => "unknown",
+        }
+    }
+}
+
+struct Verdict<'r, 'a> {
+    decision: Decision,
+    reason: String,
+    matched: Vec<&'r Entry<'a>>,
+    witnesses: Vec<Value>,
+}
+
+impl<'r, 'a> Verdict<'r, 'a> {
+    fn new(decision: Decision, reason: String, witnesses: Vec<Value>) -> Self {
+        Verdict {
+            decision,
+            reason,
+            matched: Vec::new(),
+            witnesses,
+        }
+    }
+}
+
+impl<'a> Request<'a> {
+    fn window(&self) -> Nanos {
+        Nanos::from(self.window_seconds) * NANOS_PER_SECOND
+    }
+
+    fn analyze(&self) -> Value {
+        let mut by_identity: BTreeMap<&str, Vec<&Entry<'a>>> = BTreeMap::new();
+        for entry in &self.history {
+            by_identity.entry(entry.identity).or_default().push(entry);
+        }
+        let groups = self.groups(&by_identity);
+        let same = by_identity
+            .get(self.incoming.identity)
+            .map_or(&[][..], Vec::as_slice);
+        let verdict = self.decide(same);
+
+        let mut data = object([
+            ("status", verdict.decision.status().into()),
+            ("decision", verdict.decision.as_str().into()),
+            ("reason", verdict.reason.into()),
+            ("matchedIds", ids(&verdict.matched)),
+            ("groups", groups.into()),
+            ("witnesses", verdict.witnesses.into()),
+            (
+                "versions",
+                object([
+                    ("engine", ENGINE_VERSION.into()),
+                    ("canonicalization", "RFC8785-JCS".into()),
+                    ("digest", "sha256".into()),
+                ]),
+            ),
+            (
+                "limits",
+                json!([
+                    format!("history: at most {MAX_HISTORY} entries"),
+                    format!("windowSeconds: 1..{MAX_WINDOW_SECONDS}"),
+                ]),
+            ),
+            ("deterministic", true.into()),
+        ]);
+        if let Some(d) = self.incoming.evidence.get() {
+            data["incomingDigest"] = d.into();
+        }
+        data
+    }
+
+    /// Every window group of two or more timed entries, per identity.
+    fn groups(&self, by_identity: &BTreeMap<&str, Vec<&Entry<'a>>>) -> Vec<Value> {
+        let mut out = Vec::new();
+        for (identity, entries) in by_identity {
+            let mut timed: Vec<&Entry<'a>> =
+                entries.iter().copied().filter(|e| e.at.is_some()).collect();
+            sort_by_time(&mut timed);
+            let times: Vec<Nanos> = timed.iter().filter_map(|e| e.at).collect();
+            for range in cut(&times, self.mode, self.window()) {
+                let group = &timed[range];
+                if group.len() < 2 {
+                    continue;
+                }
+                let mut proven = group.iter().filter(|e| e.evidence.is_present());
+                let conflict = proven
+                    .next()
+                    .is_some_and(|first| proven.any(|e| !e.evidence.same_as(&first.evidence)));
+                out.push(object([
+                    ("identity", Value::from(*identity)),
+                    ("ids", ids(group)),
+                    ("conflict", conflict.into()),
+                ]));
+            }
+        }
+        out
+    }
+
+    /// The decision rules of CONTRACT §7, in order.
+    fn decide<'r>(&self, same: &[&'r Entry<'a>]) -> Verdict<'r, 'a> {
+        let incoming = &self.incoming;
+        let identity = incoming.identity;
+        let mode = self.mode.as_str();
+        let window = self.window_seconds;
+
+        // 1. The incoming delivery needs a time and payload evidence.
+        let at = match (incoming.at, incoming.evidence.is_present()) {
+            (Some(at), true) => at,
+            (at, proven) => {
+                let mut lacks = Vec::new();
+                let mut witnesses = Vec::new();
+                if at.is_none() {
+                    lacks.push("a valid receivedAt");
+                    witnesses.push(witness("incoming-missing-time", &[]));
+                }
+                if !proven {
+                    lacks.push("payload evidence (payload or digest)");
+                    witnesses.push(witness("incoming-missing-payload", &[]));
+                }
+                let reason = format!(
+                    "The incoming delivery lacks {}, so it cannot be placed in a window.",
+                    lacks.join(" and ")
+                );
+                return Verdict::new(Decision::Abstain, reason, witnesses);
+            }
+        };
+
+        // 2. Every same-identity entry needs a time; some must be earlier.
+        let untimed: Vec<&Entry<'a>> = same.iter().copied().filter(|e| e.at.is_none()).collect();
+        if !untimed.is_empty() {
+            let reason = format!(
+                "History for identity \"{identity}\" has {} without a valid receivedAt ({}), so the window cannot be judged.",
+                plural(untimed.len(), "entry", "entries"),
+                name(&untimed)
+            );
+            return Verdict::new(
+                Decision::Abstain,
+                reason,
+                vec![witness("history-missing-time", &untimed)],
+            );
+        }
+        if same.is_empty() {
+            let reason = format!("No history entry has identity \"{identity}\": this is new work.");
+            return Verdict::new(Decision::Process, reason, vec![witness("no-history", &[])]);
+        }
+        let mut earlier: Vec<&Entry<'a>> =
+            same.iter().copied().filter(|e| e.at <= Some(at)).collect();
+        if earlier.is_empty() {
+            let mut later = same.to_vec();
+            sort_by_time(&mut later);
+            let reason = format!(
+                "All {} for identity \"{identity}\" ({}) are dated after the incoming delivery, so there is nothing earlier to compare with.",
+                plural(later.len(), "history entry", "history entries"),
+                name(&later)
+            );
+            return Verdict::new(
+                Decision::Abstain,
+                reason,
+                vec![witness("no-earlier-entry", &later)],
+            );
+        }
+
+        // 3. Cut the earlier entries into groups; match the last one.
+        sort_by_time(&mut earlier);
+        let times: Vec<Nanos> = earlier.iter().filter_map(|e| e.at).collect();
+        let last = cut(&times, self.mode, self.window())
+            .pop()
+            .expect("a non-empty list has a group");
+        let (anchor, anchor_name) = match self.mode {
+            Mode::FromFirst => (times[last.start], "first"),
+            Mode::Sliding => (times[last.end - 1], "last"),
+        };
+        let gap = at - anchor;
+        let group = &earlier[last];
+
+        // 4. Nothing in the window: new work.
+        if gap > self.window() {
+            let reason = format!(
+                "The incoming delivery comes {} seconds after the {anchor_name} entry of the latest group for identity \"{identity}\" ({}), outside the {window}-second {mode} window: this is new work.",
+                seconds(gap),
+                name(group)
+            );
+            return Verdict::new(
+                Decision::Process,
+                reason,
+                vec![witness("outside-window", group)],
+            );
+        }
+
+        let matched = group.to_vec();
+        let mut witnesses = vec![object([
+            ("rule", "window-match".into()),
+            ("ids", ids(&matched)),
+            ("windowMode", mode.into()),
+            ("windowSeconds", window.into()),
+        ])];
+        let within = format!(
+            "The incoming delivery comes {} seconds after the {anchor_name} entry of the latest group for identity \"{identity}\", within the {window}-second {mode} window",
+            seconds(gap)
+        );
+        let mut verdict =
+            |decision: Decision, rule: &str, named: &[&'r Entry<'a>], reason: String| {
+                witnesses.push(witness(rule, named));
+                Verdict {
+                    decision,
+                    reason,
+                    matched: matched.clone(),
+                    witnesses: std::mem::take(&mut witnesses),
+                }
+            };
+
+        // 5. Every matched entry needs payload evidence.
+        let unproven: Vec<&Entry<'a>> = matched
+            .iter()
+            .copied()
+            .filter(|e| !e.evidence.is_present())
+            .collect();
+        if !unproven.is_empty() {
+            let reason = format!(
+                "{within}, but {} ({}) {} no payload evidence, so the payloads cannot be compared.",
+                plural(unproven.len(), "matched entry", "matched entries"),
+                name(&unproven),
+                if unproven.len() == 1 { "has" } else { "have" },
+            );
+            return verdict(
+                Decision::Abstain,
+                "matched-missing-payload",
+                &unproven,
+                reason,
+            );
+        }
+
+        // 6. A different payload is a conflict.
+        let conflicting: Vec<&Entry<'a>> = matched
+            .iter()
+            .copied()
+            .filter(|e| !e.evidence.same_as(&incoming.evidence))
+            .collect();
+        if !conflicting.is_empty() {
+            let reason = format!(
+                "{within}, but the payload of {} differs from the incoming one: a payload conflict to reconcile.",
+                name(&conflicting)
+            );
+            return verdict(
+                Decision::Reconcile,
+                "payload-conflict",
+                &conflicting,
+                reason,
+            );
+        }
+
+        // 7. Same payload, already processed: a duplicate.
+        let processed: Vec<&Entry<'a>> = matched
+            .iter()
+            .copied()
+            .filter(|e| e.outcome == Outcome::Processed)
+            .collect();
+        if !processed.is_empty() {
+            let reason = format!(
+                "{within}, with the same payload as {}, which {} processed: a duplicate.",
+                name(&processed),
+                if processed.len() == 1 { "was" } else { "were" },
+            );
+            return verdict(Decision::Dedupe, "matched-processed", &processed, reason);
+        }
+
+        // 8. Same payload, outcome not settled: someone must look.
+        let unsettled: Vec<&Entry<'a>> = matched
+            .iter()
+            .copied()
+            .filter(|e| matches!(e.outcome, Outcome::InFlight | Outcome::Unknown))
+            .collect();
+        if !unsettled.is_empty() {
+            let reason = format!(
+                "{within}, with the same payload as {}, whose outcome is in flight or unknown: reconcile before processing again.",
+                name(&unsettled)
+            );
+            return verdict(Decision::Reconcile, "matched-unsettled", &unsettled, reason);
+        }
+
+        // 9. Every matched attempt failed: try again.
+        let reason = format!(
+            "{within}, with the same payload as {}, and every matched attempt failed: retry.",
+            name(&matched)
+        );
+        verdict(Decision::Retry, "matched-all-failed", &matched, reason)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// An RFC 3339 instant `secs` seconds after 2026-11-04T10:00:00Z.
+    fn t(secs: i64) -> String {
+        let base = OffsetDateTime::parse("2026-11-04T10:00:00Z", &Rfc3339).unwrap();
+        (base + time::Duration::seconds(secs))
+            .format(&Rfc3339)
+            .unwrap()
+    }
+
+    /// A history entry for identity `evt_9` with payload `{"amount": 5}`.
+    fn entry(id: &str, secs: i64, outcome: &str) -> Value {
+        json!({"id": id, "identity": "evt_9", "receivedAt": t(secs),
+               "payload": {"amount": 5}, "outcome": outcome})
+    }
+
+    fn request(history: Vec<Value>, incoming_secs: i64, window: i64, mode: &str) -> Value {
+        json!({
+            "history": history,
+            "incoming": {"identity": "evt_9", "receivedAt": t(incoming_secs), "payload": {"amount": 5}},
+            "windowSeconds": window,
+            "windowMode": mode,
+        })
+    }
+
+    fn run(request: &Value) -> Value {
+        let response = analyze(request).unwrap();
+        let data = response["data"].clone();
+        assert_eq!(response, json!({ "data": data }));
+        data
+    }
+
+    fn decision(data: &Value) -> (&str, &str) {
+        (
+            data["decision"].as_str().unwrap(),
+            data["status"].as_str().unwrap(),
+        )
+    }
+
+    fn rules(data: &Value) -> Vec<&str> {
+        data["witnesses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["rule"].as_str().unwrap())
+            .collect()
+    }
+
+    fn error(request: Value) -> String {
+        analyze(&request).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn contract_example_is_a_dedupe() {
+        let request: Value = serde_json::from_str(
+            r#"{"history": [{"id": "d1", "identity": "evt_9", "receivedAt": "2026-11-04T10:00:00Z",
+                             "payload": {"amount": 5}, "outcome": "processed"}],
+                "incoming": {"identity": "evt_9", "receivedAt": "2026-11-04T10:00:30Z", "payload": {"amount": 5}},
+                "windowSeconds": 300, "windowMode": "from-first"}"#,
+        )
+        .unwrap();
+        let data = run(&request);
+        assert_eq!(decision(&data), ("dedupe", "pass"));
+        assert_eq!(data["matchedIds"], json!(["d1"]));
+        assert_eq!(data["groups"], json!([]));
+        assert_eq!(data["incomingDigest"], json!(digest(&json!({"amount": 5}))));
+        assert_eq!(
+            data["witnesses"],
+            json!([
+                {"rule": "window-match", "ids": ["d1"], "windowMode": "from-first", "windowSeconds": 300},
+                {"rule": "matched-processed", "ids": ["d1"]},
+            ])
+        );
+        assert_eq!(
+            data["versions"],
+            json!({"engine": "idemgate-window/1", "canonicalization": "RFC8785-JCS", "digest": "sha256"})
+        );
+        assert_eq!(
+            data["limits"],
+            json!(["history: at most 500 entries", "windowSeconds: 1..2592000"])
+        );
+        assert_eq!(data["deterministic"], json!(true));
+        assert!(data["reason"].as_str().unwrap().contains("d1"));
+        // The same bytes through the text entry points.
+        assert_eq!(analyze_str(&request.to_string()).unwrap()["data"], data);
+        assert_eq!(
+            analyze_slice(request.to_string().as_bytes()).unwrap()["data"],
+            data
+        );
+    }
+
+    // Rule 1.
+
+    #[test]
+    fn incoming_without_time_abstains() {
+        for at in [
+            json!(null),
+            json!("yesterday"),
+            json!(1_700_000_000),
+            json!("2026-11-04T10:00:30"),
+        ] {
+            let mut req = request(vec![entry("d1", 0, "processed")], 30, 300, "from-first");
+            req["incoming"]["receivedAt"] = at.clone();
+            let data = run(&req);
+            assert_eq!(decision(&data), ("abstain", "unknown"), "{at}");
+            assert_eq!(rules(&data), ["incoming-missing-time"]);
+            assert_eq!(data["matchedIds"], json!([]));
+            assert!(data["incomingDigest"].is_string());
+        }
+    }
+
+    #[test]
+    fn incoming_without_payload_evidence_abstains() {
+        let mut req = request(vec![entry("d1", 0, "processed")], 30, 300, "from-first");
+        req["incoming"]["payload"] = json!(null);
+        req["incoming"]["digest"] = json!(42);
+        let data = run(&req);
+        assert_eq!(decision(&data), ("abstain", "unknown"));
+        assert_eq!(rules(&data), ["incoming-missing-payload"]);
+        assert!(data.get("incomingDigest").is_none());
+
+        req["incoming"]
+            .as_object_mut()
+            .unwrap()
+            .remove("receivedAt");
+        let data = run(&req);
+        assert_eq!(
+            rules(&data),
+            ["incoming-missing-time", "incoming-missing-payload"]
+        );
+    }
+
+    #[test]
+    fn rule_1_comes_before_rule_2() {
+        let mut untimed = entry("d1", 0, "processed");
+        untimed.as_object_mut().unwrap().remove("receivedAt");
+        let mut req = request(vec![untimed], 30, 300, "from-first");
+        req["incoming"]["payload"] = json!(null);
+        assert_eq!(rules(&run(&req)), ["incoming-missing-payload"]);
+    }
+
+    // Rule 2.
+
+    #[test]
+    fn same_identity_entry_without_time_abstains() {
+        let mut untimed = entry("d2", 0, "failed");
+        untimed["receivedAt"] = json!("not a time");
+        let data = run(&request(
+            vec![entry("d1", 0, "processed"), untimed],
+            30,
+            300,
+            "from-first",
+        ));
+        assert_eq!(decision(&data), ("abstain", "unknown"));
+        assert_eq!(
+            data["witnesses"],
+            json!([{"rule": "history-missing-time", "ids": ["d2"]}])
+        );
+    }
+
+    #[test]
+    fn other_identity_without_time_does_not_matter() {
+        let other = json!({"id": "x", "identity": "evt_other", "payload": 1});
+        let data = run(&request(
+            vec![entry("d1", 0, "processed"), other],
+            30,
+            300,
+            "from-first",
+        ));
+        assert_eq!(decision(&data), ("dedupe", "pass"));
+    }
+
+    #[test]
+    fn only_later_history_abstains() {
+        let data = run(&request(
+            vec![entry("d2", 60, "processed"), entry("d1", 31, "processed")],
+            30,
+            300,
+            "from-first",
+        ));
+        assert_eq!(decision(&data), ("abstain", "unknown"));
+        assert_eq!(
+            data["witnesses"],
+            json!([{"rule": "no-earlier-entry", "ids": ["d1", "d2"]}])
+        );
+        assert_eq!(data["matchedIds"], json!([]));
+    }
+
+    #[test]
+    fn later_entries_are_not_earlier() {
+        let mut later = entry("late", 40, "in_flight");
+        later["payload"] = json!({"amount": 6});
+        let data = run(&request(
+            vec![later, entry("d1", 0, "processed")],
+            30,
+            300,
+            "from-first",
+        ));
+        assert_eq!(decision(&data), ("dedupe", "pass"));
+        assert_eq!(data["matchedIds"], json!(["d1"]));
+    }
+
+    #[test]
+    fn same_instant_as_incoming_is_earlier() {
+        let data = run(&request(
+            vec![entry("d1", 30, "processed")],
+            30,
+            300,
+            "from-first",
+        ));
+        assert_eq!(decision(&data), ("dedupe", "pass"));
+    }
+
+    #[test]
+    fn offsets_are_compared_as_instants() {
+        // 12:00:30+02:00 is 10:00:30Z, 30 seconds after d1.
+        let mut req = request(vec![entry("d1", 0, "processed")], 0, 30, "from-first");
+        req["incoming"]["receivedAt"] = json!("2026-11-04T12:00:30+02:00");
+        assert_eq!(decision(&run(&req)), ("dedupe", "pass"));
+        req["incoming"]["receivedAt"] = json!("2026-11-04T12:00:31+02:00");
+        assert_eq!(decision(&run(&req)), ("process", "pass"));
+        req["incoming"]["receivedAt"] = json!("2026-11-04T05:00:31-05:00");
+        assert_eq!(decision(&run(&req)), ("process", "pass"));
+    }
+
+    // Rules 3 and 4.
+
+    #[test]
+    fn no_history_for_identity_processes() {
+        let mut other = entry("x", 0, "processed");
+        other["identity"] = json!("evt_other");
+        let data = run(&request(vec![other], 30, 300, "from-first"));
+        assert_eq!(decision(&data), ("process", "pass"));
+        assert_eq!(
+            data["witnesses"],
+            json!([{"rule": "no-history", "ids": []}])
+        );
+
+        let data = run(&request(vec![], 30, 300, "sliding"));
+        assert_eq!(decision(&data), ("process", "pass"));
+    }
+
+    #[test]
+    fn outside_the_window_processes() {
+        let data = run(&request(
+            vec![entry("d1", 0, "processed")],
+            301,
+            300,
+            "from-first",
+        ));
+        assert_eq!(decision(&data), ("process", "pass"));
+        assert_eq!(data["matchedIds"], json!([]));
+        assert_eq!(
+            data["witnesses"],
+            json!([{"rule": "outside-window", "ids": ["d1"]}])
+        );
+    }
+
+    #[test]
+    fn exactly_window_seconds_is_inside() {
+        for mode in ["from-first", "sliding"] {
+            let inside = run(&request(vec![entry("d1", 0, "processed")], 300, 300, mode));
+            assert_eq!(decision(&inside), ("dedupe", "pass"), "{mode}");
+            let outside = run(&request(vec![entry("d1", 0, "processed")], 301, 300, mode));
+            assert_eq!(decision(&outside), ("process", "pass"), "{mode}");
+        }
+        // A fraction of a second past the edge is outside too.
+        let mut req = request(vec![entry("d1", 0, "processed")], 0, 300, "from-first");
+        req["incoming"]["receivedAt"] = json!("2026-11-04T10:05:00.001Z");
+        assert_eq!(decision(&run(&req)), ("process", "pass"));
+    }
+
+    #[test]
+    fn group_edges_are_inclusive() {
+        // from-first: 300 s after the first joins, 301 s starts a new group.
+        let joined = run(&request(
+            vec![entry("a", 0, "processed"), entry("b", 300, "processed")],
+            310,
+            300,
+            "from-first",
+        ));
+        assert_eq!(
+            joined["groups"],
+            json!([{"identity": "evt_9", "ids": ["a", "b"], "conflict": false}])
+        );
+        let split = run(&request(
+            vec![entry("a", 0, "processed"), entry("b", 301, "processed")],
+            310,
+            300,
+            "from-first",
+        ));
+        assert_eq!(split["groups"], json!([]));
+        assert_eq!(split["matchedIds"], json!(["b"]));
+    }
+
+    #[test]
+    fn modes_disagree_on_a_chain() {
+        // 0, 200 then incoming at 400, window 300: from-first measures from 0
+        // (400 > 300), sliding from 200 (200 <= 300).
+        let history = vec![entry("a", 0, "processed"), entry("b", 200, "processed")];
+        let first = run(&request(history.clone(), 400, 300, "from-first"));
+        assert_eq!(decision(&first), ("process", "pass"));
+        assert_eq!(
+            first["witnesses"],
+            json!([{"rule": "outside-window", "ids": ["a", "b"]}])
+        );
+        let sliding = run(&request(history, 400, 300, "sliding"));
+        assert_eq!(decision(&sliding), ("dedupe", "pass"));
+        assert_eq!(sliding["matchedIds"], json!(["a", "b"]));
+    }
+
+    #[test]
+    fn modes_cut_groups_differently() {
+        // 0, 200, 400, 600 with window 300.
+        let history: Vec<Value> = (0..4)
+            .map(|i| entry(&format!("e{i}"), i * 200, "failed"))
+            .collect();
+        let first = run(&request(history.clone(), 650, 300, "from-first"));
+        assert_eq!(
+            first["groups"],
+            json!([
+                {"identity": "evt_9", "ids": ["e0", "e1"], "conflict": false},
+                {"identity": "evt_9", "ids": ["e2", "e3"], "conflict": false},
+            ])
+        );
+        assert_eq!(first["matchedIds"], json!(["e2", "e3"]));
+        assert_eq!(decision(&first), ("retry", "pass"));
+        let sliding = run(&request(history, 650, 300, "sliding"));
+        assert_eq!(
+            sliding["groups"],
+            json!([{"identity": "evt_9", "ids": ["e0", "e1", "e2", "e3"], "conflict": false}])
+        );
+        assert_eq!(sliding["matchedIds"], json!(["e0", "e1", "e2", "e3"]));
+    }
+
+    #[test]
+    fn window_mode_defaults_to_from_first() {
+        let mut req = request(
+            vec![entry("a", 0, "processed"), entry("b", 200, "processed")],
+            400,
+            300,
+            "x",
+        );
+        req.as_object_mut().unwrap().remove("windowMode");
+        assert_eq!(decision(&run(&req)), ("process", "pass"));
+        req["windowMode"] = json!(null);
+        assert_eq!(decision(&run(&req)), ("process", "pass"));
+    }
+
+    #[test]
+    fn matched_ids_are_in_time_order_ties_by_index() {
+        let data = run(&request(
+            vec![
+                entry("b", 20, "processed"),
+                entry("a", 10, "processed"),
+                entry("c", 10, "processed"),
+            ],
+            30,
+            300,
+            "from-first",
+        ));
+        assert_eq!(data["matchedIds"], json!(["a", "c", "b"]));
+    }
+
+    #[test]
+    fn entries_without_id_are_named_by_index() {
+        let mut e0 = entry("", 0, "failed");
+        e0.as_object_mut().unwrap().remove("id");
+        let mut e1 = entry("", 10, "failed");
+        e1["id"] = json!(null);
+        let data = run(&request(vec![e0, e1], 30, 300, "from-first"));
+        assert_eq!(data["matchedIds"], json!(["0", "1"]));
+        assert_eq!(decision(&data), ("retry", "pass"));
+    }
+
+    // Rules 5 to 9 and their order.
+
+    #[test]
+    fn matched_entry_without_payload_evidence_abstains() {
+        let mut bare = entry("d2", 10, "processed");
+        bare.as_object_mut().unwrap().remove("payload");
+        let mut conflicting = entry("d3", 20, "processed");
+        conflicting["payload"] = json!({"amount": 6});
+        // Rule 5 wins over rule 6.
+        let data = run(&request(
+            vec![entry("d1", 0, "processed"), bare, conflicting],
+            30,
+            300,
+            "from-first",
+        ));
+        assert_eq!(decision(&data), ("abstain", "unknown"));
+        assert_eq!(data["matchedIds"], json!(["d1", "d2", "d3"]));
+        assert_eq!(rules(&data), ["window-match", "matched-missing-payload"]);
+        assert_eq!(data["witnesses"][1]["ids"], json!(["d2"]));
+    }
+
+    #[test]
+    fn payload_conflict_reconciles_before_dedupe() {
+        let mut conflicting = entry("d2", 10, "processed");
+        conflicting["payload"] = json!({"amount": 6});
+        let data = run(&request(
+            vec![entry("d1", 0, "processed"), conflicting],
+            30,
+            300,
+            "from-first",
+        ));
+        assert_eq!(decision(&data), ("reconcile", "fail"));
+        assert_eq!(
+            data["witnesses"][1],
+            json!({"rule": "payload-conflict", "ids": ["d2"]})
+        );
+        assert_eq!(
+            data["groups"],
+            json!([{"identity": "evt_9", "ids": ["d1", "d2"], "conflict": true}])
+        );
+    }
+
+    #[test]
+    fn processed_dedupes_before_in_flight_reconciles() {
+        let data = run(&request(
+            vec![
+                entry("d1", 0, "in_flight"),
+                entry("d2", 10, "processed"),
+                entry("d3", 20, "failed"),
+            ],
+            30,
+            300,
+            "from-first",
+        ));
+        assert_eq!(decision(&data), ("dedupe", "pass"));
+        assert_eq!(
+            data["witnesses"][1],
+            json!({"rule": "matched-processed", "ids": ["d2"]})
+        );
+    }
+
+    #[test]
+    fn in_flight_or_unknown_reconciles_before_retry() {
+        for outcome in [json!("in_flight"), json!("unknown"), json!(null)] {
+            let mut unsettled = entry("d2", 10, "failed");
+            unsettled["outcome"] = outcome.clone();
+            let data = run(&request(
+                vec![entry("d1", 0, "failed"), unsettled],
+                30,
+                300,
+                "sliding",
+            ));
+            assert_eq!(decision(&data), ("reconcile", "fail"), "{outcome}");
+            assert_eq!(
+                data["witnesses"][1],
+                json!({"rule": "matched-unsettled", "ids": ["d2"]})
+            );
+        }
+        let mut absent = entry("d1", 0, "failed");
+        absent.as_object_mut().unwrap().remove("outcome");
+        assert_eq!(
+            decision(&run(&request(vec![absent], 30, 300, "sliding"))),
+            ("reconcile", "fail")
+        );
+    }
+
+    #[test]
+    fn all_failed_retries() {
+        let data = run(&request(
+            vec![entry("d1", 0, "failed"), entry("d2", 10, "failed")],
+            30,
+            300,
+            "from-first",
+        ));
+        assert_eq!(decision(&data), ("retry", "pass"));
+        assert_eq!(data["matchedIds"], json!(["d1", "d2"]));
+        assert_eq!(
+            data["witnesses"][1],
+            json!({"rule": "matched-all-failed", "ids": ["d1", "d2"]})
+        );
+    }
+
+    // Payload evidence.
+
+    #[test]
+    fn digests_stand_in_for_payloads() {
+        let five = digest(&json!({"amount": 5}));
+        // History digest against incoming payload.
+        let mut by_digest = entry("d1", 0, "processed");
+        by_digest.as_object_mut().unwrap().remove("payload");
+        by_digest["digest"] = json!(five);
+        let data = run(&request(vec![by_digest.clone()], 30, 300, "from-first"));
+        assert_eq!(decision(&data), ("dedupe", "pass"));
+
+        // Digest against digest, compared as is (any string).
+        let mut req = request(vec![by_digest.clone()], 30, 300, "from-first");
+        req["incoming"] = json!({"identity": "evt_9", "receivedAt": t(30), "digest": five});
+        let data = run(&req);
+        assert_eq!(decision(&data), ("dedupe", "pass"));
+        assert_eq!(data["incomingDigest"], json!(five));
+        req["incoming"]["digest"] = json!("md5:abc");
+        let data = run(&req);
+        assert_eq!(decision(&data), ("reconcile", "fail"));
+        assert_eq!(data["incomingDigest"], json!("md5:abc"));
+
+        // A payload wins over a digest; a null payload falls back to it.
+        let mut both = entry("d1", 0, "processed");
+        both["digest"] = json!("sha256:whatever");
+        assert_eq!(
+            decision(&run(&request(vec![both.clone()], 30, 300, "from-first"))),
+            ("dedupe", "pass")
+        );
+        both["payload"] = json!(null);
+        assert_eq!(
+            decision(&run(&request(vec![both], 30, 300, "from-first"))),
+            ("reconcile", "fail")
+        );
+    }
+
+    #[test]
+    fn canonical_payloads_compare_equal() {
+        let mut history = entry("d1", 0, "processed");
+        history["payload"] = serde_json::from_str(r#"{"b": [1.0, "\u00e9"], "a": 5.0}"#).unwrap();
+        let mut req = request(vec![history], 30, 300, "from-first");
+        req["incoming"]["payload"] = serde_json::from_str(r#"{"a":5,"b":[1,"é"]}"#).unwrap();
+        assert_eq!(decision(&run(&req)), ("dedupe", "pass"));
+        // Non-object payloads are fine too.
+        req["incoming"]["payload"] = json!("text");
+        assert_eq!(decision(&run(&req)), ("reconcile", "fail"));
+    }
+
+    // Groups.
+
+    #[test]
+    fn groups_cover_each_identity_and_skip_untimed() {
+        let mut untimed = entry("u", 0, "failed");
+        untimed.as_object_mut().unwrap().remove("receivedAt");
+        untimed["identity"] = json!("evt_a");
+        let mut bare = entry("b2", 5, "failed");
+        bare["identity"] = json!("evt_b");
+        bare.as_object_mut().unwrap().remove("payload");
+        let history = vec![
+            json!({"id": "b1", "identity": "evt_b", "receivedAt": t(0), "payload": 1}),
+            bare,
+            json!({"id": "a1", "identity": "evt_a", "receivedAt": t(0), "payload": 1}),
+            json!({"id": "a2", "identity": "evt_a", "receivedAt": t(100), "payload": 2}),
+            untimed,
+            json!({"id": "c1", "identity": "evt_c", "receivedAt": t(0), "payload": 1}),
+            json!({"id": "a3", "identity": "evt_a", "receivedAt": t(9000), "payload": 2}),
+            // Dated after the incoming delivery, but still history.
+            json!({"id": "a4", "identity": "evt_a", "receivedAt": t(9100), "payload": 2}),
+        ];
+        let data = run(&request(history, 30, 300, "from-first"));
+        assert_eq!(
+            data["groups"],
+            json!([
+                {"identity": "evt_a", "ids": ["a1", "a2"], "conflict": true},
+                {"identity": "evt_a", "ids": ["a3", "a4"], "conflict": false},
+                {"identity": "evt_b", "ids": ["b1", "b2"], "conflict": false},
+            ])
+        );
+        assert_eq!(decision(&data), ("process", "pass"));
+    }
+
+    // Invalid input.
+
+    #[test]
+    fn body_must_be_a_json_object() {
+        assert!(
+            analyze_str("{")
+                .unwrap_err()
+                .to_string()
+                .starts_with("body is not valid JSON")
+        );
+        assert!(
+            analyze_slice(b"\xff")
+                .unwrap_err()
+                .to_string()
+                .starts_with("body is not valid JSON")
+        );
+        assert_eq!(
+            analyze_str("[]").unwrap_err().to_string(),
+            "body must be a JSON object, got an array"
+        );
+        assert_eq!(error(json!(5)), "body must be a JSON object, got 5");
+        assert_eq!(error(json!(null)), "body must be a JSON object, got null");
+    }
+
+    #[test]
+    fn history_must_be_an_array_of_at_most_500() {
+        let mut req = request(vec![], 30, 300, "from-first");
+        req.as_object_mut().unwrap().remove("history");
+        assert_eq!(
+            error(req.clone()),
+            "history is missing; it must be an array"
+        );
+        req["history"] = json!({"0": {}});
+        assert_eq!(
+            error(req.clone()),
+            "history must be an array, got an object"
+        );
+        req["history"] = json!(null);
+        assert_eq!(error(req.clone()), "history must be an array, got null");
+
+        let full: Vec<Value> = (0..500)
+            .map(|i| entry(&i.to_string(), 0, "failed"))
+            .collect();
+        req["history"] = json!(full);
+        assert!(analyze(&req).is_ok());
+        req["history"]
+            .as_array_mut()
+            .unwrap()
+            .push(entry("x", 0, "failed"));
+        assert_eq!(
+            error(req.clone()),
+            "history has 501 entries; at most 500 are allowed"
+        );
+    }
+
+    #[test]
+    fn history_entries_are_checked() {
+        let cases = [
+            (json!(7), "history[1] must be an object, got 7"),
+            (json!(["a"]), "history[1] must be an object, got an array"),
+            (
+                json!({"receivedAt": t(0)}),
+                "history[1].identity is missing; it must be a string",
+            ),
+            (
+                json!({"identity": 9}),
+                "history[1].identity must be a string, got 9",
+            ),
+            (
+                json!({"identity": null}),
+                "history[1].identity must be a string, got null",
+            ),
+            (
+                json!({"identity": "e", "id": 3}),
+                "history[1].id must be a string, got 3",
+            ),
+            (
+                json!({"identity": "e", "outcome": "done"}),
+                r#"history[1].outcome must be one of "processed", "failed", "in_flight", "unknown", got "done""#,
+            ),
+            (
+                json!({"identity": "e", "outcome": true}),
+                r#"history[1].outcome must be one of "processed", "failed", "in_flight", "unknown", got true"#,
+            ),
+        ];
+        for (bad, message) in cases {
+            let req = request(vec![entry("d0", 0, "failed"), bad], 30, 300, "from-first");
+            assert_eq!(error(req), message);
+        }
+    }
+
+    #[test]
+    fn incoming_is_checked() {
+        let mut req = request(vec![], 30, 300, "from-first");
+        req.as_object_mut().unwrap().remove("incoming");
+        assert_eq!(
+            error(req.clone()),
+            "incoming is missing; it must be an object"
+        );
+        req["incoming"] = json!("evt_9");
+        assert_eq!(
+            error(req.clone()),
+            r#"incoming must be an object, got "evt_9""#
+        );
+        req["incoming"] = json!({"receivedAt": t(0)});
+        assert_eq!(
+            error(req.clone()),
+            "incoming.identity is missing; it must be a string"
+        );
+        req["incoming"] = json!({"identity": ["evt_9"]});
+        assert_eq!(
+            error(req.clone()),
+            "incoming.identity must be a string, got an array"
+        );
+    }
+
+    #[test]
+    fn window_seconds_is_checked() {
+        let mut req = request(vec![], 30, 300, "from-first");
+        req.as_object_mut().unwrap().remove("windowSeconds");
+        assert_eq!(
+            error(req.clone()),
+            "windowSeconds is missing; it must be an integer from 1 to 2592000"
+        );
+        let bad = [
+            (json!(0), "0"),
+            (json!(-1), "-1"),
+            (json!(2_592_001), "2592001"),
+            (json!(u64::MAX), "18446744073709551615"),
+            (json!(300.0), "300.0"),
+            (json!(1.5), "1.5"),
+            (json!("300"), r#""300""#),
+            (json!(null), "null"),
+        ];
+        for (value, shown) in bad {
+            req["windowSeconds"] = value;
+            assert_eq!(
+                error(req.clone()),
+                format!("windowSeconds must be an integer from 1 to 2592000, got {shown}")
+            );
+        }
+        for ok in [1, 2_592_000] {
+            req["windowSeconds"] = json!(ok);
+            assert!(analyze(&req).is_ok());
+        }
+    }
+
+    #[test]
+    fn window_mode_is_checked() {
+        let mut req = request(vec![], 30, 300, "tumbling");
+        assert_eq!(
+            error(req.clone()),
+            r#"windowMode must be "from-first" or "sliding", got "tumbling""#
+        );
+        req["windowMode"] = json!(1);
+        assert_eq!(
+            error(req),
+            r#"windowMode must be "from-first" or "sliding", got 1"#
+        );
+    }
+
+    #[test]
+    fn long_values_are_shortened_in_messages() {
+        let req = request(vec![], 30, 300, &"x".repeat(1000));
+        let message = error(req);
+        assert!(message.len() < 120, "{message}");
+        assert!(message.ends_with("…"));
+    }
+
+    #[test]
+    fn error_body_shape() {
+        let err = analyze(&json!([])).unwrap_err();
+        assert_eq!(
+            err.to_body(),
+            json!({"error": "body must be a JSON object, got an array"})
+        );
+    }
+
+    #[test]
+    fn full_history_runs() {
+        // 500 entries: 300 of the incoming identity, spread over an hour, and
+        // 200 of others, all with payloads to digest.
+        let history: Vec<Value> = (0..500)
+            .map(|i| {
+                let identity = if i < 300 { "evt_9".to_owned() } else { format!("evt_{}", i % 17) };
+                json!({"id": format!("e{i}"), "identity": identity, "receivedAt": t((i * 7919) % 3600),
+                       "payload": {"amount": 5, "items": [i % 3, "x"]}, "outcome": "failed"})
+            })
+            .collect();
+        let data = run(&request(history, 3600, 300, "sliding"));
+        assert_eq!(decision(&data), ("reconcile", "fail"));
+        assert_eq!(rules(&data), ["window-match", "payload-conflict"]);
+    }
+
+    // The history's order never matters.
+
+    /// A history entry: identity, time step (none: no `receivedAt`),
+    /// outcome (4: absent) and payload evidence (3: none), as indexes.
+    type Spec = (usize, Option<i64>, usize, usize);
+    /// Entries, a shuffle of their indexes, the incoming delivery (identity,
+    /// time step, payload), windowSeconds and whether the mode is sliding.
+    type Case = (Vec<Spec>, Vec<usize>, (usize, i64, usize), i64, bool);
+
+    fn arb_entry() -> impl Strategy<Value = Spec> {
+        (
+            0..3usize,
+            prop::option::weighted(0.95, 0..40i64),
+            0..5usize,
+            0..4usize,
+        )
+    }
+
+    fn build(specs: &[Spec], distinct: bool) -> Vec<Value> {
+        let identities = ["evt_a", "evt_b", "evt_c"];
+        let outcomes = ["processed", "failed", "in_flight", "unknown", "missing"];
+        specs
+            .iter()
+            .enumerate()
+            .map(|(i, &(identity, at, outcome, payload))| {
+                let mut e = json!({"id": format!("e{i}"), "identity": identities[identity]});
+                if let Some(at) = at {
+                    // Steps of 10 s, or unique odd seconds to rule out ties.
+                    let secs = if distinct {
+                        at * 100 + i as i64
+                    } else {
+                        at * 10
+                    };
+                    e["receivedAt"] = json!(t(secs));
+                }
+                if outcome < 4 {
+                    e["outcome"] = json!(outcomes[outcome]);
+                }
+                match payload {
+                    0 => e["payload"] = json!({"n": 1}),
+                    1 => e["payload"] = json!({"n": 1.0}),
+                    2 => e["digest"] = json!(digest(&json!({"n": 2}))),
+                    _ => {}
+                }
+                e
+            })
+            .collect()
+    }
+
+    /// Decision, matchedIds and groups; ids sorted when ties may reorder them.
+    fn summary(data: &Value, sort: bool) -> Value {
+        let sorted = |ids: &Value| {
+            let mut ids: Vec<String> = serde_json::from_value(ids.clone()).unwrap();
+            if sort {
+                ids.sort();
+            }
+            ids
+        };
+        let groups: Vec<Value> = data["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| json!([g["identity"], sorted(&g["ids"]), g["conflict"]]))
+            .collect();
+        json!([
+            data["decision"],
+            data["status"],
+            sorted(&data["matchedIds"]),
+            groups
+        ])
+    }
+
+    fn shuffle_case(
+        specs: Vec<Spec>,
+        order: Vec<usize>,
+        incoming: (usize, i64, usize),
+        window: i64,
+        sliding: bool,
+        distinct: bool,
+    ) -> Result<(), TestCaseError> {
+        let history = build(&specs, distinct);
+        let shuffled: Vec<Value> = order.iter().map(|&i| history[i].clone()).collect();
+        let mode = if sliding { "sliding" } else { "from-first" };
+        let mut req = request(history, 0, window, mode);
+        let identity = ["evt_a", "evt_b", "evt_c"][incoming.0];
+        let secs = if distinct {
+            incoming.1 * 100 + 50
+        } else {
+            incoming.1 * 10
+        };
+        req["incoming"] = json!({"identity": identity, "receivedAt": t(secs)});
+        req["incoming"]["payload"] = match incoming.2 {
+            0 => json!({"n": 1}),
+            _ => json!({"n": 2}),
+        };
+        let mut shuffled_req = req.clone();
+        shuffled_req["history"] = json!(shuffled);
+        let (a, b) = (run(&req), run(&shuffled_req));
+        prop_assert_eq!(summary(&a, !distinct), summary(&b, !distinct));
+        Ok(())
+    }
+
+    fn arb_case() -> impl Strategy<Value = Case> {
+        prop::collection::vec(arb_entry(), 0..24).prop_flat_map(|specs| {
+            let order: Vec<usize> = (0..specs.len()).collect();
+            (
+                Just(specs),
+                Just(order).prop_shuffle(),
+                (0..3usize, 0..45i64, 0..2usize),
+                prop::sample::select(vec![5i64, 10, 30, 100, 250]),
+                any::<bool>(),
+            )
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn history_order_never_matters((specs, order, incoming, window, sliding) in arb_case()) {
+            shuffle_case(specs, order, incoming, window, sliding, false)?;
+        }
+
+        #[test]
+        fn history_order_never_matters_without_ties((specs, order, incoming, window, sliding) in arb_case()) {
+            shuffle_case(specs, order, incoming, window, sliding, true)?;
+        }
+    }
+}
