@@ -227,8 +227,7 @@ fn gate_response(outcome: &Outcome) -> Response {
 
 async fn dedup_window(State(st): State<AppState>, body: Body) -> Result<Response, ApiError> {
     let bytes = read_body(body, st.max_body).await?;
-    let text = std::str::from_utf8(&bytes).map_err(|_| ApiError::BadRequest("body is not UTF-8 JSON".into()))?;
-    let out = crate::window::analyze_str(text).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let out = crate::window::analyze_slice(&bytes).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     Ok(Json(out).into_response())
 }
 

@@ -27,6 +27,10 @@ enum Command {
     Serve(ServeArgs),
     /// Exit 0 when the configured store answers (for container health checks).
     Healthcheck(StoreArgs),
+    /// Window analysis: request JSON on stdin, response JSON on stdout (exit 2 on invalid input).
+    Window,
+    /// Measure the gate against a Redis and baselines; prints a Markdown report.
+    Bench(idemgate::bench::BenchArgs),
 }
 
 fn init_logging(format: LogFormat) {
@@ -45,6 +49,11 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(args).await,
         Command::Healthcheck(args) => healthcheck(args).await,
+        Command::Window => window(),
+        Command::Bench(args) => idemgate::bench::run(&args).await.map(|report| {
+            println!("{report}");
+            ExitCode::SUCCESS
+        }),
     };
     match result {
         Ok(code) => code,
@@ -67,4 +76,20 @@ async fn healthcheck(args: StoreArgs) -> anyhow::Result<ExitCode> {
     opened.ping().await?;
     println!("ok: {}", store.describe());
     Ok(ExitCode::SUCCESS)
+}
+
+fn window() -> anyhow::Result<ExitCode> {
+    use std::io::Read;
+    let mut input = Vec::new();
+    std::io::stdin().read_to_end(&mut input)?;
+    match idemgate::window::analyze_slice(&input) {
+        Ok(out) => {
+            println!("{out}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("idemgate window: {e}");
+            Ok(ExitCode::from(2))
+        }
+    }
 }

@@ -483,3 +483,51 @@ async fn graceful_shutdown_answers_requests_in_flight() {
     let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await.unwrap().unwrap();
     assert!(status.success(), "exit 0 after SIGTERM, got {status}");
 }
+
+// ---- Window analysis (CONTRACT §7) over HTTP and the CLI ----
+
+fn window_example() -> Value {
+    json!({"history": [{"id": "d1", "identity": "evt_9", "receivedAt": "2026-11-04T10:00:00Z", "payload": {"amount": 5}, "outcome": "processed"}],
+           "incoming": {"identity": "evt_9", "receivedAt": "2026-11-04T10:00:30Z", "payload": {"amount": 5.0}},
+           "windowSeconds": 300, "windowMode": "from-first"})
+}
+
+#[tokio::test]
+async fn dedup_window_endpoint() {
+    let app = router(Backend::Memory, Some("tok")).await;
+    let req = |body: String| post("/v1/dedup-window").header("authorization", "Bearer tok").body(Body::from(body)).unwrap();
+    let r = send(&app, req(window_example().to_string())).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let data = &r.json()["data"];
+    assert_eq!((&data["decision"], &data["status"], &data["matchedIds"]), (&json!("dedupe"), &json!("pass"), &json!(["d1"])));
+    assert_eq!(data["deterministic"], json!(true));
+    for bad in ["nope".to_owned(), json!({"history": []}).to_string(), json!({"history": [], "incoming": {"identity": "x"}, "windowSeconds": 0}).to_string()] {
+        let r = send(&app, req(bad.clone())).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}");
+        assert!(r.json()["error"].as_str().is_some_and(|e| !e.is_empty()));
+    }
+}
+
+#[test]
+fn window_command_reads_stdin_and_exits_2_on_invalid_input() {
+    use std::io::Write;
+    let run = |input: &str| {
+        let mut child = bin()
+            .arg("window")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let out = run(&window_example().to_string());
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["data"]["decision"], "dedupe");
+    let out = run("{\"history\": 3}");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("history"));
+    assert!(out.stdout.is_empty());
+}
