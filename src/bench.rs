@@ -404,7 +404,7 @@ end
 
 fn wrk(url: &str, conns: usize, dur: Duration, script: Option<&std::path::Path>) -> anyhow::Result<Figures> {
     let mut cmd = std::process::Command::new("wrk");
-    cmd.args(["-t", "1", "-c", &conns.to_string(), "-d", &format!("{}ms", dur.as_millis().max(1000)), "--latency"]);
+    cmd.args(["-t", "1", "-c", &conns.to_string(), "-d", &format!("{}s", dur.as_secs().max(1)), "--latency"]);
     if let Some(s) = script {
         cmd.arg("-s").arg(s);
     }

@@ -33,8 +33,8 @@ enum Command {
     Bench(idemgate::bench::BenchArgs),
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+fn init_logging(format: LogFormat, default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
@@ -45,7 +45,9 @@ fn init_logging(format: LogFormat) {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    // The bench serves thousands of requests a second: per-request logs would measure the terminal.
+    let default_level = if matches!(cli.command, Command::Bench(_)) { "warn" } else { "info" };
+    init_logging(cli.log_format, default_level);
     let result = match cli.command {
         Command::Serve(args) => serve(args).await,
         Command::Healthcheck(args) => healthcheck(args).await,
