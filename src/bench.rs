@@ -81,8 +81,16 @@ where
     }
     let elapsed = started.elapsed();
     all.sort_unstable();
-    let pct = |p: f64| all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1))).copied().unwrap_or_default();
-    Figures { rate: all.len() as f64 / elapsed.as_secs_f64(), p50: pct(0.50), p99: pct(0.99) }
+    let pct = |p: f64| {
+        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
+    Figures {
+        rate: all.len() as f64 / elapsed.as_secs_f64(),
+        p50: pct(0.50),
+        p99: pct(0.99),
+    }
 }
 
 fn progress(msg: &str) {
@@ -119,42 +127,90 @@ fn event(n: u64) -> serde_json::Value {
 
 /// Runs the whole benchmark and returns the Markdown report.
 pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
-    let dur = if args.smoke { Duration::from_millis(300) } else { args.duration };
+    let dur = if args.smoke {
+        Duration::from_millis(300)
+    } else {
+        args.duration
+    };
     let ns = format!("bench-{}", std::process::id());
     let opts = RedisOptions::single(&args.redis_url);
     let settings = Settings::default();
     let mut out = String::new();
     let mut conn = Conn::connect(&opts).await?;
-    let info: String = redis::cmd("INFO").arg("server").query_async(&mut conn).await?;
-    let version = info.lines().find_map(|l| l.strip_prefix("redis_version:")).unwrap_or("?").trim().to_owned();
-    writeln!(out, "# idemgate bench\n\nRedis {version} at {}, {} per measurement, namespace `{ns}`.\n", crate::config::redact(&args.redis_url), humantime(dur))?;
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn)
+        .await?;
+    let version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("?")
+        .trim()
+        .to_owned();
+    writeln!(
+        out,
+        "# idemgate bench\n\nRedis {version} at {}, {} per measurement, namespace `{ns}`.\n",
+        crate::config::redact(&args.redis_url),
+        humantime(dur)
+    )?;
 
     // 1. The library gate.
     let store = Arc::new(RedisStore::connect(&opts, Keys::new(&ns)?, &settings).await?);
     let gate = Gate::new(["bench/repo"], store.clone());
     for i in 0..REPLAY_KEYS {
-        gate.handle("bench", &format!("replay-{i}"), &event(i)).await?;
+        gate.handle("bench", &format!("replay-{i}"), &event(i))
+            .await?;
     }
-    writeln!(out, "## Library gate (Redis store, one multiplexed connection)\n\n| mix | in flight | calls/s | p50 | p99 |\n|---|---:|---:|---:|---:|")?;
+    writeln!(
+        out,
+        "## Library gate (Redis store, one multiplexed connection)\n\n| mix | in flight | calls/s | p50 | p99 |\n|---|---:|---:|---:|---:|"
+    )?;
     let mut gate128 = std::collections::HashMap::new();
     let round = Arc::new(AtomicU64::new(0));
     for mix in [Mix::New, Mix::Duplicate, Mix::Replay] {
         for in_flight in [1, 16, 128] {
-            progress(&format!("library gate, {}, {in_flight} in flight", mix.name()));
+            progress(&format!(
+                "library gate, {}, {in_flight} in flight",
+                mix.name()
+            ));
             let (g, r) = (gate.clone(), round.fetch_add(1, Ordering::Relaxed));
             let f = drive(in_flight, dur, move |i| {
                 let g = g.clone();
                 async move {
                     let res = match mix {
-                        Mix::New => g.handle("bench", &format!("n{r}-{i}"), &event(1_000_000 + r * 100_000_000 + i)).await,
-                        Mix::Duplicate => g.handle("bench", &format!("d{r}-{i}"), &event(i % REPLAY_KEYS)).await,
-                        Mix::Replay => g.handle("bench", &format!("replay-{}", i % REPLAY_KEYS), &event(i % REPLAY_KEYS)).await,
+                        Mix::New => {
+                            g.handle(
+                                "bench",
+                                &format!("n{r}-{i}"),
+                                &event(1_000_000 + r * 100_000_000 + i),
+                            )
+                            .await
+                        }
+                        Mix::Duplicate => {
+                            g.handle("bench", &format!("d{r}-{i}"), &event(i % REPLAY_KEYS))
+                                .await
+                        }
+                        Mix::Replay => {
+                            g.handle(
+                                "bench",
+                                &format!("replay-{}", i % REPLAY_KEYS),
+                                &event(i % REPLAY_KEYS),
+                            )
+                            .await
+                        }
                     };
                     res.expect("gate call");
                 }
             })
             .await;
-            writeln!(out, "| {} | {in_flight} | {:.0} | {} | {} |", mix.name(), f.rate, us(f.p50), us(f.p99))?;
+            writeln!(
+                out,
+                "| {} | {in_flight} | {:.0} | {} | {} |",
+                mix.name(),
+                f.rate,
+                us(f.p50),
+                us(f.p99)
+            )?;
             if in_flight == 128 {
                 gate128.insert(mix.name(), f.rate);
             }
@@ -163,17 +219,43 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
 
     // 2. The same script under redis-benchmark.
     if !args.skip_redis_benchmark {
-        writeln!(out, "\n## The same script under redis-benchmark (EVALSHA, 16 connections x pipeline 8 = 128 in flight)\n")?;
-        writeln!(out, "| mix | redis-benchmark calls/s | library gate calls/s | gate / redis-benchmark |\n|---|---:|---:|---:|")?;
-        let sha: String = redis::cmd("SCRIPT").arg("LOAD").arg(GATE_LUA).query_async(&mut conn).await?;
+        writeln!(
+            out,
+            "\n## The same script under redis-benchmark (EVALSHA, 16 connections x pipeline 8 = 128 in flight)\n"
+        )?;
+        writeln!(
+            out,
+            "| mix | redis-benchmark calls/s | library gate calls/s | gate / redis-benchmark |\n|---|---:|---:|---:|"
+        )?;
+        let sha: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(GATE_LUA)
+            .query_async(&mut conn)
+            .await?;
         let keys = Keys::new(&ns)?;
-        let requests = if args.smoke { 20_000 } else { (dur.as_secs_f64() * 100_000.0) as u64 };
+        let requests = if args.smoke {
+            20_000
+        } else {
+            (dur.as_secs_f64() * 100_000.0) as u64
+        };
         for mix in [Mix::New, Mix::Duplicate, Mix::Replay] {
             progress(&format!("redis-benchmark, {}", mix.name()));
             let (delivery, logical, keyspace) = match mix {
-                Mix::New => (keys.delivery("rb", "n__rand_int__"), format!("{}:__rand_int__", keys.logical_prefix()), 1_000_000_000u64),
-                Mix::Duplicate => (keys.delivery("rb", "d__rand_int__"), keys.logical_prefix() + ":dup", 1_000_000_000),
-                Mix::Replay => (keys.delivery("bench", "replay-__rand_int__"), keys.logical_prefix() + ":dup", REPLAY_KEYS),
+                Mix::New => (
+                    keys.delivery("rb", "n__rand_int__"),
+                    format!("{}:__rand_int__", keys.logical_prefix()),
+                    1_000_000_000u64,
+                ),
+                Mix::Duplicate => (
+                    keys.delivery("rb", "d__rand_int__"),
+                    keys.logical_prefix() + ":dup",
+                    1_000_000_000,
+                ),
+                Mix::Replay => (
+                    keys.delivery("bench", "replay-__rand_int__"),
+                    keys.logical_prefix() + ":dup",
+                    REPLAY_KEYS,
+                ),
             };
             if let Mix::Replay = mix {
                 // The replay keys of the library run are named replay-N; redis-benchmark pads to 12 digits.
@@ -182,44 +264,105 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
                 }
             }
             let _: () = conn.set(keys.logical_prefix() + ":dup", "run-1").await?;
-            let rate = redis_benchmark(&args.redis_url, requests, keyspace, &[
-                "EVALSHA", &sha, "5", &delivery, &logical, &keys.run_counter(), &keys.runs(), &keys.run_prefix(),
-                "work", "604800000", "0", "0123456789abcdef0123456789abcdef", "1764400000000", "rb", "d", "bench/repo", "opened", "7",
-            ])?;
+            let rate = redis_benchmark(
+                &args.redis_url,
+                requests,
+                keyspace,
+                &[
+                    "EVALSHA",
+                    &sha,
+                    "5",
+                    &delivery,
+                    &logical,
+                    &keys.run_counter(),
+                    &keys.runs(),
+                    &keys.run_prefix(),
+                    "work",
+                    "604800000",
+                    "0",
+                    "0123456789abcdef0123456789abcdef",
+                    "1764400000000",
+                    "rb",
+                    "d",
+                    "bench/repo",
+                    "opened",
+                    "7",
+                ],
+            )?;
             let g = gate128[mix.name()];
-            writeln!(out, "| {} | {rate:.0} | {g:.0} | {:.2} |", mix.name(), g / rate)?;
+            writeln!(
+                out,
+                "| {} | {rate:.0} | {g:.0} | {:.2} |",
+                mix.name(),
+                g / rate
+            )?;
         }
     }
 
     // 3. The hand-rolled multi-round-trip gate (the baseline).
-    writeln!(out, "\n## Baseline: a hand-rolled gate (GET, GET, INCR, SET, SET as separate round trips), 128 in flight\n")?;
+    writeln!(
+        out,
+        "\n## Baseline: a hand-rolled gate (GET, GET, INCR, SET, SET as separate round trips), 128 in flight\n"
+    )?;
     progress("hand-rolled baseline");
-    let hand = HandRolled { conn: Conn::connect(&opts).await?, keys: Keys::new(&format!("{ns}-hand"))? };
+    let hand = HandRolled {
+        conn: Conn::connect(&opts).await?,
+        keys: Keys::new(&format!("{ns}-hand"))?,
+    };
     let h = hand.clone();
     let base = drive(128, dur, move |i| {
         let h = h.clone();
         async move {
-            h.handle(&format!("n{i}"), &format!("{i}")).await.expect("baseline call");
+            h.handle(&format!("n{i}"), &format!("{i}"))
+                .await
+                .expect("baseline call");
         }
     })
     .await;
     let g = gate128[Mix::New.name()];
-    writeln!(out, "| gate | calls/s (new deliveries) |\n|---|---:|\n| hand-rolled | {:.0} |\n| idemgate | {g:.0} |\n\nidemgate / hand-rolled: **{:.2}x**\n", base.rate, g / base.rate)?;
+    writeln!(
+        out,
+        "| gate | calls/s (new deliveries) |\n|---|---:|\n| hand-rolled | {:.0} |\n| idemgate | {g:.0} |\n\nidemgate / hand-rolled: **{:.2}x**\n",
+        base.rate,
+        g / base.rate
+    )?;
     progress("race: 128 deliveries of each of 50 identities at once");
-    let (hand_dups, gate_dups) = race(&hand, &Gate::new(["bench/repo"], Arc::new(RedisStore::connect(&opts, Keys::new(&format!("{ns}-race"))?, &settings).await?))).await?;
-    writeln!(out, "Race, 50 identities x 128 concurrent deliveries each: hand-rolled created **{hand_dups}** extra runs; idemgate created **{gate_dups}**.\n")?;
+    let (hand_dups, gate_dups) = race(
+        &hand,
+        &Gate::new(
+            ["bench/repo"],
+            Arc::new(
+                RedisStore::connect(&opts, Keys::new(&format!("{ns}-race"))?, &settings).await?,
+            ),
+        ),
+    )
+    .await?;
+    writeln!(
+        out,
+        "Race, 50 identities x 128 concurrent deliveries each: hand-rolled created **{hand_dups}** extra runs; idemgate created **{gate_dups}**.\n"
+    )?;
 
     // 4. Pool vs multiplexed connection for the same script.
-    writeln!(out, "## Connection choice: the gate script at 128 in flight\n\n| connection | calls/s |\n|---|---:|")?;
+    writeln!(
+        out,
+        "## Connection choice: the gate script at 128 in flight\n\n| connection | calls/s |\n|---|---:|"
+    )?;
     progress("multiplexed connection vs deadpool-redis pool of 16");
-    let pool = deadpool_redis::Config::from_url(&args.redis_url).builder()?.max_size(16).runtime(deadpool_redis::Runtime::Tokio1).build()?;
+    let pool = deadpool_redis::Config::from_url(&args.redis_url)
+        .builder()?
+        .max_size(16)
+        .runtime(deadpool_redis::Runtime::Tokio1)
+        .build()?;
     let pool_keys = Keys::new(&format!("{ns}-pool"))?;
     let pk = pool_keys.clone();
     let pooled = drive(128, dur, move |i| {
         let (pool, keys) = (pool.clone(), pk.clone());
         async move {
             let mut c = pool.get().await.expect("pool");
-            let _: redis::Value = invoke_raw(&keys, &format!("p{i}"), i).invoke_async(&mut *c).await.expect("pooled call");
+            let _: redis::Value = invoke_raw(&keys, &format!("p{i}"), i)
+                .invoke_async(&mut *c)
+                .await
+                .expect("pooled call");
         }
     })
     .await;
@@ -228,33 +371,62 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
     let mux = drive(128, dur, move |i| {
         let (mut c, keys) = (mux_conn.clone(), mk.clone());
         async move {
-            let _: redis::Value = invoke_raw(&keys, &format!("m{i}"), i).invoke_async(&mut c).await.expect("multiplexed call");
+            let _: redis::Value = invoke_raw(&keys, &format!("m{i}"), i)
+                .invoke_async(&mut c)
+                .await
+                .expect("multiplexed call");
         }
     })
     .await;
-    writeln!(out, "| redis-rs multiplexed (ConnectionManager) | {:.0} |\n| deadpool-redis, pool of 16 | {:.0} |\n", mux.rate, pooled.rate)?;
+    writeln!(
+        out,
+        "| redis-rs multiplexed (ConnectionManager) | {:.0} |\n| deadpool-redis, pool of 16 | {:.0} |\n",
+        mux.rate, pooled.rate
+    )?;
 
     // 5. HTTP.
     if !args.skip_http {
-        writeln!(out, "## HTTP service (wrk, loopback, same process and settings)\n\n| endpoint | connections | req/s | p50 | p99 |\n|---|---:|---:|---:|---:|")?;
-        let http_store = Arc::new(RedisStore::connect(&opts, Keys::new(&format!("{ns}-http"))?, &settings).await?);
+        writeln!(
+            out,
+            "## HTTP service (wrk, loopback, same process and settings)\n\n| endpoint | connections | req/s | p50 | p99 |\n|---|---:|---:|---:|---:|"
+        )?;
+        let http_store = Arc::new(
+            RedisStore::connect(&opts, Keys::new(&format!("{ns}-http"))?, &settings).await?,
+        );
         let state = AppState::new(Gate::new(["bench/repo"], http_store), vec![], None);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(crate::server::run(listener, state, Duration::from_secs(2), async move {
-            let _ = stop_rx.await;
-        }));
-        let script = std::env::temp_dir().join(format!("idemgate-bench-{}.lua", std::process::id()));
+        let server = tokio::spawn(crate::server::run(
+            listener,
+            state,
+            Duration::from_secs(2),
+            async move {
+                let _ = stop_rx.await;
+            },
+        ));
+        let script =
+            std::env::temp_dir().join(format!("idemgate-bench-{}.lua", std::process::id()));
         std::fs::write(&script, WRK_POST)?;
         let mut ratio_rows = Vec::new();
         for conns in [1, 64] {
             progress(&format!("wrk GET /healthz, {conns} connections"));
             let health = wrk(&format!("http://{addr}/healthz"), conns, dur, None)?;
             progress(&format!("wrk POST /v1/deliveries, {conns} connections"));
-            let post = wrk(&format!("http://{addr}/v1/deliveries"), conns, dur, Some(&script))?;
+            let post = wrk(
+                &format!("http://{addr}/v1/deliveries"),
+                conns,
+                dur,
+                Some(&script),
+            )?;
             for (name, f) in [("GET /healthz", health), ("POST /v1/deliveries", post)] {
-                writeln!(out, "| {name} | {conns} | {:.0} | {} | {} |", f.rate, us(f.p50), us(f.p99))?;
+                writeln!(
+                    out,
+                    "| {name} | {conns} | {:.0} | {} | {} |",
+                    f.rate,
+                    us(f.p50),
+                    us(f.p99)
+                )?;
             }
             ratio_rows.push((conns, post.rate / health.rate, post.p99));
         }
@@ -262,22 +434,52 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
         let _ = stop_tx.send(());
         let _ = server.await;
         for (conns, ratio, p99) in ratio_rows {
-            writeln!(out, "\nPOST / healthz at {conns} connection(s): **{ratio:.2}**; POST p99 {}.", us(p99))?;
+            writeln!(
+                out,
+                "\nPOST / healthz at {conns} connection(s): **{ratio:.2}**; POST p99 {}.",
+                us(p99)
+            )?;
         }
         writeln!(out)?;
     }
 
     // 6. Memory per record.
     let k = Keys::new(&ns)?;
-    let delivery_bytes: Option<u64> = redis::cmd("MEMORY").arg("USAGE").arg(k.delivery("bench", "replay-1")).query_async(&mut conn).await?;
-    let logical_key = k.logical(&crate::gate::Identity { provider: "bench".into(), repo: "bench/repo".into(), action: "opened".into(), number: "1".into() });
-    let logical_bytes: Option<u64> = redis::cmd("MEMORY").arg("USAGE").arg(&logical_key).query_async(&mut conn).await?;
-    let run_bytes: Option<u64> = redis::cmd("MEMORY").arg("USAGE").arg(k.run("run-1")).query_async(&mut conn).await?;
-    let per_gib = |b: Option<u64>| b.map_or("?".into(), |b| format!("{:.1} M", (1u64 << 30) as f64 / b as f64 / 1e6));
+    let delivery_bytes: Option<u64> = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(k.delivery("bench", "replay-1"))
+        .query_async(&mut conn)
+        .await?;
+    let logical_key = k.logical(&crate::gate::Identity {
+        provider: "bench".into(),
+        repo: "bench/repo".into(),
+        action: "opened".into(),
+        number: "1".into(),
+    });
+    let logical_bytes: Option<u64> = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(&logical_key)
+        .query_async(&mut conn)
+        .await?;
+    let run_bytes: Option<u64> = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(k.run("run-1"))
+        .query_async(&mut conn)
+        .await?;
+    let per_gib = |b: Option<u64>| {
+        b.map_or("?".into(), |b| {
+            format!("{:.1} M", (1u64 << 30) as f64 / b as f64 / 1e6)
+        })
+    };
     writeln!(
         out,
         "## Redis memory (MEMORY USAGE)\n\n| record | bytes | per GiB |\n|---|---:|---:|\n| delivery record | {} | {} |\n| logical key | {} | {} |\n| run record (hash) | {} | {} |",
-        fmt_opt(delivery_bytes), per_gib(delivery_bytes), fmt_opt(logical_bytes), per_gib(logical_bytes), fmt_opt(run_bytes), per_gib(run_bytes)
+        fmt_opt(delivery_bytes),
+        per_gib(delivery_bytes),
+        fmt_opt(logical_bytes),
+        per_gib(logical_bytes),
+        fmt_opt(run_bytes),
+        per_gib(run_bytes)
     )?;
     progress("cleaning up the bench namespaces");
     cleanup(&mut conn, &ns).await?;
@@ -289,7 +491,11 @@ fn fmt_opt(b: Option<u64>) -> String {
 }
 
 fn humantime(d: Duration) -> String {
-    if d.as_millis() % 1000 == 0 { format!("{}s", d.as_secs()) } else { format!("{}ms", d.as_millis()) }
+    if d.as_millis() % 1000 == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
 }
 
 fn invoke_raw<'a>(keys: &Keys, delivery: &str, i: u64) -> redis::ScriptInvocation<'a> {
@@ -353,13 +559,19 @@ async fn race(hand: &HandRolled, gate: &Gate) -> anyhow::Result<(u64, u64)> {
         let hs: Vec<_> = (0..128)
             .map(|k| {
                 let h = hand.clone();
-                tokio::spawn(async move { h.handle(&format!("race-{id}-{k}"), &format!("race-{id}")).await })
+                tokio::spawn(async move {
+                    h.handle(&format!("race-{id}-{k}"), &format!("race-{id}"))
+                        .await
+                })
             })
             .collect();
         let gs: Vec<_> = (0..128)
             .map(|k| {
                 let g = gate.clone();
-                tokio::spawn(async move { g.handle("bench", &format!("race-{id}-{k}"), &event(5_000_000 + id)).await })
+                tokio::spawn(async move {
+                    g.handle("bench", &format!("race-{id}-{k}"), &event(5_000_000 + id))
+                        .await
+                })
             })
             .collect();
         for t in hs {
@@ -379,14 +591,37 @@ fn redis_benchmark(url: &str, requests: u64, keyspace: u64, cmd: &[&str]) -> any
         other => anyhow::bail!("redis-benchmark needs a TCP address, not {other:?}"),
     };
     let out = std::process::Command::new("redis-benchmark")
-        .args(["-h", &host, "-p", &port.to_string(), "-c", "16", "-P", "8", "-n", &requests.to_string(), "-r", &keyspace.to_string(), "--csv"])
+        .args([
+            "-h",
+            &host,
+            "-p",
+            &port.to_string(),
+            "-c",
+            "16",
+            "-P",
+            "8",
+            "-n",
+            &requests.to_string(),
+            "-r",
+            &keyspace.to_string(),
+            "--csv",
+        ])
         .args(cmd)
         .output()
         .map_err(|e| anyhow::anyhow!("cannot run redis-benchmark: {e}"))?;
     let text = String::from_utf8_lossy(&out.stdout);
     // CSV: "test","rps",...; the second line holds the figures.
-    let line = text.lines().nth(1).ok_or_else(|| anyhow::anyhow!("redis-benchmark printed nothing: {}", String::from_utf8_lossy(&out.stderr)))?;
-    let rps = line.split(',').nth(1).map(|s| s.trim_matches('"')).unwrap_or("");
+    let line = text.lines().nth(1).ok_or_else(|| {
+        anyhow::anyhow!(
+            "redis-benchmark printed nothing: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })?;
+    let rps = line
+        .split(',')
+        .nth(1)
+        .map(|s| s.trim_matches('"'))
+        .unwrap_or("");
     Ok(rps.parse()?)
 }
 
@@ -402,19 +637,45 @@ request = function()
 end
 "#;
 
-fn wrk(url: &str, conns: usize, dur: Duration, script: Option<&std::path::Path>) -> anyhow::Result<Figures> {
+fn wrk(
+    url: &str,
+    conns: usize,
+    dur: Duration,
+    script: Option<&std::path::Path>,
+) -> anyhow::Result<Figures> {
     let mut cmd = std::process::Command::new("wrk");
-    cmd.args(["-t", "1", "-c", &conns.to_string(), "-d", &format!("{}s", dur.as_secs().max(1)), "--latency"]);
+    cmd.args([
+        "-t",
+        "1",
+        "-c",
+        &conns.to_string(),
+        "-d",
+        &format!("{}s", dur.as_secs().max(1)),
+        "--latency",
+    ]);
     if let Some(s) = script {
         cmd.arg("-s").arg(s);
     }
-    let out = cmd.arg(url).output().map_err(|e| anyhow::anyhow!("cannot run wrk: {e}"))?;
+    let out = cmd
+        .arg(url)
+        .output()
+        .map_err(|e| anyhow::anyhow!("cannot run wrk: {e}"))?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let rate = text.lines().find_map(|l| l.trim().strip_prefix("Requests/sec:")).map(str::trim).ok_or_else(|| anyhow::anyhow!("unexpected wrk output: {text}"))?;
+    let rate = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Requests/sec:"))
+        .map(str::trim)
+        .ok_or_else(|| anyhow::anyhow!("unexpected wrk output: {text}"))?;
     let pct = |p: &str| -> Duration {
-        text.lines().find_map(|l| l.trim().strip_prefix(p)).map_or(Duration::ZERO, |v| parse_wrk_time(v.trim()))
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(p))
+            .map_or(Duration::ZERO, |v| parse_wrk_time(v.trim()))
     };
-    Ok(Figures { rate: rate.parse()?, p50: pct("50%"), p99: pct("99%") })
+    Ok(Figures {
+        rate: rate.parse()?,
+        p50: pct("50%"),
+        p99: pct("99%"),
+    })
 }
 
 fn parse_wrk_time(v: &str) -> Duration {
@@ -432,10 +693,20 @@ fn parse_wrk_time(v: &str) -> Duration {
 }
 
 async fn cleanup(conn: &mut Conn, ns: &str) -> redis::RedisResult<()> {
-    for pattern in [format!("idemgate:{{{ns}}}:*"), format!("idemgate:{{{ns}-*}}:*")] {
+    for pattern in [
+        format!("idemgate:{{{ns}}}:*"),
+        format!("idemgate:{{{ns}-*}}:*"),
+    ] {
         let mut cursor = 0u64;
         loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000).query_async(conn).await?;
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(conn)
+                .await?;
             if !keys.is_empty() {
                 let _: () = redis::cmd("UNLINK").arg(&keys).query_async(conn).await?;
             }

@@ -31,7 +31,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration (use e.g. 90s, 5m, 72h, 4d)"))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (use e.g. 90s, 5m, 72h, 4d)"))?;
     let secs = |mult: u64| n.checked_mul(mult).map(Duration::from_secs);
     let d = match unit {
         "ms" => Some(Duration::from_millis(n)),
@@ -39,7 +41,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "m" => secs(60),
         "h" => secs(3600),
         "d" => secs(86_400),
-        _ => return Err(format!("{s:?} has no unit: use ms, s, m, h or d (e.g. 90s, 72h, 4d)")),
+        _ => {
+            return Err(format!(
+                "{s:?} has no unit: use ms, s, m, h or d (e.g. 90s, 72h, 4d)"
+            ));
+        }
     };
     d.ok_or_else(|| format!("{s:?} is too long"))
 }
@@ -51,7 +57,12 @@ pub struct StoreArgs {
     #[arg(long, env = "IDEMGATE_REDIS_URL", value_name = "URL")]
     pub redis_url: Option<String>,
     /// Redis Cluster seed nodes, comma-separated.
-    #[arg(long, env = "IDEMGATE_REDIS_CLUSTER_NODES", value_name = "URL,URL,…", value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "IDEMGATE_REDIS_CLUSTER_NODES",
+        value_name = "URL,URL,…",
+        value_delimiter = ','
+    )]
     pub redis_cluster_nodes: Option<Vec<String>>,
     /// Key namespace; one namespace's keys share one Redis Cluster slot [default: default].
     #[arg(long, env = "IDEMGATE_NAMESPACE", value_name = "NS")]
@@ -74,7 +85,12 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEMGATE_LISTEN", value_name = "ADDR")]
     pub listen: Option<String>,
     /// A repository the gate admits (ORG/REPO); repeat for more. Others are `blocked`.
-    #[arg(long = "allowed-repo", env = "IDEMGATE_ALLOWED_REPOS", value_name = "ORG/REPO", value_delimiter = ',')]
+    #[arg(
+        long = "allowed-repo",
+        env = "IDEMGATE_ALLOWED_REPOS",
+        value_name = "ORG/REPO",
+        value_delimiter = ','
+    )]
     pub allowed_repos: Option<Vec<String>>,
     /// How long a delivery's first answer is replayed [default: 7d].
     #[arg(long, env = "IDEMGATE_DELIVERY_TTL", value_name = "DURATION", value_parser = parse_duration)]
@@ -83,7 +99,12 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEMGATE_LOGICAL_TTL", value_name = "DURATION", value_parser = parse_duration)]
     pub logical_ttl: Option<Duration>,
     /// When set, /v1/* requires `Authorization: Bearer TOKEN`.
-    #[arg(long, env = "IDEMGATE_API_TOKEN", value_name = "TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "IDEMGATE_API_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
     pub api_token: Option<String>,
     /// Request body limit in bytes; larger bodies get 413 [default: 26214400 (25 MiB)].
     #[arg(long, env = "IDEMGATE_MAX_BODY", value_name = "BYTES")]
@@ -125,7 +146,11 @@ enum StringOrList {
 impl StringOrList {
     fn into_vec(self) -> Vec<String> {
         match self {
-            StringOrList::One(s) => s.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect(),
+            StringOrList::One(s) => s
+                .split(',')
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect(),
             StringOrList::Many(v) => v,
         }
     }
@@ -145,7 +170,12 @@ struct ProviderConfig {
 impl FileConfig {
     /// Reads and parses a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| err(format!("config file {}: cannot read it: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            err(format!(
+                "config file {}: cannot read it: {e}",
+                path.display()
+            ))
+        })?;
         toml::from_str(&text).map_err(|e| err(format!("config file {}: {e}", path.display())))
     }
 
@@ -155,7 +185,9 @@ impl FileConfig {
 }
 
 fn file_duration(key: &str, value: Option<&String>) -> Result<Option<Duration>, ConfigError> {
-    value.map(|v| parse_duration(v).map_err(|e| err(format!("config key `{key}`: {e}")))).transpose()
+    value
+        .map(|v| parse_duration(v).map_err(|e| err(format!("config key `{key}`: {e}"))))
+        .transpose()
 }
 
 /// Where the gate's state lives, resolved.
@@ -176,33 +208,69 @@ impl StoreConfig {
     fn resolve_with(args: &StoreArgs, file: &FileConfig) -> Result<Self, ConfigError> {
         let timeout = match args.redis_timeout {
             Some(t) => t,
-            None => file_duration("redis_timeout", file.redis_timeout.as_ref())?.unwrap_or(DEFAULT_COMMAND_TIMEOUT),
+            None => file_duration("redis_timeout", file.redis_timeout.as_ref())?
+                .unwrap_or(DEFAULT_COMMAND_TIMEOUT),
         };
         if timeout.is_zero() {
             return Err(err("redis timeout must be more than 0"));
         }
         let url = args.redis_url.clone().or_else(|| file.redis_url.clone());
-        let nodes = args.redis_cluster_nodes.clone().or_else(|| file.redis_cluster_nodes.clone().map(StringOrList::into_vec));
+        let nodes = args
+            .redis_cluster_nodes
+            .clone()
+            .or_else(|| file.redis_cluster_nodes.clone().map(StringOrList::into_vec));
         let target = match (url, nodes) {
-            (Some(_), Some(_)) => return Err(err("give either --redis-url or --redis-cluster-nodes, not both")),
+            (Some(_), Some(_)) => {
+                return Err(err(
+                    "give either --redis-url or --redis-cluster-nodes, not both",
+                ));
+            }
             (Some(url), None) => Some(RedisTarget::Single(url)),
-            (None, Some(nodes)) if nodes.is_empty() => return Err(err("--redis-cluster-nodes is empty")),
+            (None, Some(nodes)) if nodes.is_empty() => {
+                return Err(err("--redis-cluster-nodes is empty"));
+            }
             (None, Some(nodes)) => Some(RedisTarget::Cluster(nodes)),
             (None, None) => None,
         };
-        let ns = args.namespace.clone().or_else(|| file.namespace.clone()).unwrap_or_else(|| "default".into());
+        let ns = args
+            .namespace
+            .clone()
+            .or_else(|| file.namespace.clone())
+            .unwrap_or_else(|| "default".into());
         let keys = Keys::new(&ns).map_err(|e| err(format!("namespace: {e}")))?;
-        Ok(Self { redis: target.map(|target| RedisOptions { target, command_timeout: timeout }), keys })
+        Ok(Self {
+            redis: target.map(|target| RedisOptions {
+                target,
+                command_timeout: timeout,
+            }),
+            keys,
+        })
     }
 
     /// A human description for the first log line (no credentials).
     pub fn describe(&self) -> String {
         match &self.redis {
-            None => "memory store (one process, nothing shared, nothing kept across restarts)".into(),
-            Some(RedisOptions { target: RedisTarget::Single(url), .. }) => format!("redis store at {}, namespace {}", redact(url), self.keys.namespace()),
-            Some(RedisOptions { target: RedisTarget::Cluster(nodes), .. }) => format!(
+            None => {
+                "memory store (one process, nothing shared, nothing kept across restarts)".into()
+            }
+            Some(RedisOptions {
+                target: RedisTarget::Single(url),
+                ..
+            }) => format!(
+                "redis store at {}, namespace {}",
+                redact(url),
+                self.keys.namespace()
+            ),
+            Some(RedisOptions {
+                target: RedisTarget::Cluster(nodes),
+                ..
+            }) => format!(
                 "redis cluster store via {}, namespace {}",
-                nodes.iter().map(|n| redact(n)).collect::<Vec<_>>().join(","),
+                nodes
+                    .iter()
+                    .map(|n| redact(n))
+                    .collect::<Vec<_>>()
+                    .join(","),
                 self.keys.namespace()
             ),
         }
@@ -255,7 +323,10 @@ impl Default for ServeConfig {
     fn default() -> Self {
         Self {
             listen: "127.0.0.1:8080".parse().expect("valid address"),
-            store: StoreConfig { redis: None, keys: Keys::new("default").expect("valid namespace") },
+            store: StoreConfig {
+                redis: None,
+                keys: Keys::new("default").expect("valid namespace"),
+            },
             allowed_repos: Vec::new(),
             settings: Settings::default(),
             api_token: None,
@@ -276,11 +347,19 @@ impl ServeConfig {
 
     /// [`ServeConfig::resolve`] with the file already read and an env lookup
     /// for `secret_env` (tests pass their own).
-    pub fn resolve_with(args: &ServeArgs, file: &FileConfig, env: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+    pub fn resolve_with(
+        args: &ServeArgs,
+        file: &FileConfig,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
         let d = Self::default();
         let listen_text = args.listen.clone().or_else(|| file.listen.clone());
         let listen = match listen_text {
-            Some(l) => l.parse().map_err(|_| err(format!("listen: {l:?} is not an address like 127.0.0.1:8080")))?,
+            Some(l) => l.parse().map_err(|_| {
+                err(format!(
+                    "listen: {l:?} is not an address like 127.0.0.1:8080"
+                ))
+            })?,
             None => d.listen,
         };
         let allowed_repos = args
@@ -296,7 +375,8 @@ impl ServeConfig {
         }
         let delivery_ttl = match args.delivery_ttl {
             Some(t) => t,
-            None => file_duration("delivery_ttl", file.delivery_ttl.as_ref())?.unwrap_or(DEFAULT_DELIVERY_TTL),
+            None => file_duration("delivery_ttl", file.delivery_ttl.as_ref())?
+                .unwrap_or(DEFAULT_DELIVERY_TTL),
         };
         if delivery_ttl < Duration::from_secs(1) {
             return Err(err("delivery TTL must be at least 1s"));
@@ -310,7 +390,8 @@ impl ServeConfig {
         }
         let request_timeout = match args.request_timeout {
             Some(t) => t,
-            None => file_duration("request_timeout", file.request_timeout.as_ref())?.unwrap_or(d.request_timeout),
+            None => file_duration("request_timeout", file.request_timeout.as_ref())?
+                .unwrap_or(d.request_timeout),
         };
         let api_token = args.api_token.clone().or_else(|| file.api_token.clone());
         if api_token.as_deref() == Some("") {
@@ -319,24 +400,54 @@ impl ServeConfig {
         let mut providers = Vec::new();
         for (i, p) in file.provider.iter().enumerate() {
             let at = format!("[[provider]] #{} ({:?})", i + 1, p.name);
-            if p.name.is_empty() || !p.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-                return Err(err(format!("{at}: name must be non-empty and use only letters, digits, '-', '_' or '.'")));
+            if p.name.is_empty()
+                || !p
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
+                return Err(err(format!(
+                    "{at}: name must be non-empty and use only letters, digits, '-', '_' or '.'"
+                )));
             }
             if providers.iter().any(|q: &Provider| q.name == p.name) {
-                return Err(err(format!("{at}: a provider named {:?} is defined twice", p.name)));
+                return Err(err(format!(
+                    "{at}: a provider named {:?} is defined twice",
+                    p.name
+                )));
             }
-            let kind: Kind = p.kind.parse().map_err(|_| err(format!("{at}: unknown kind {:?} (use \"github\" or \"standard-webhooks\")", p.kind)))?;
+            let kind: Kind = p.kind.parse().map_err(|_| {
+                err(format!(
+                    "{at}: unknown kind {:?} (use \"github\" or \"standard-webhooks\")",
+                    p.kind
+                ))
+            })?;
             let secret = match (&p.secret, &p.secret_env) {
-                (Some(_), Some(_)) => return Err(err(format!("{at}: give `secret` or `secret_env`, not both"))),
+                (Some(_), Some(_)) => {
+                    return Err(err(format!(
+                        "{at}: give `secret` or `secret_env`, not both"
+                    )));
+                }
                 (Some(s), None) => s.clone(),
-                (None, Some(var)) => env(var).filter(|s| !s.is_empty()).ok_or_else(|| err(format!("{at}: secret_env {var:?} is not set or empty")))?,
-                (None, None) => return Err(err(format!("{at}: missing secret (set `secret` or `secret_env`)"))),
+                (None, Some(var)) => env(var)
+                    .filter(|s| !s.is_empty())
+                    .ok_or_else(|| err(format!("{at}: secret_env {var:?} is not set or empty")))?,
+                (None, None) => {
+                    return Err(err(format!(
+                        "{at}: missing secret (set `secret` or `secret_env`)"
+                    )));
+                }
             };
             let tolerance = file_duration(&format!("{at}: tolerance"), p.tolerance.as_ref())?;
             if kind == Kind::Github && (p.tolerance.is_some() || p.fields.is_some()) {
-                return Err(err(format!("{at}: `tolerance` and `fields` apply to kind \"standard-webhooks\" only")));
+                return Err(err(format!(
+                    "{at}: `tolerance` and `fields` apply to kind \"standard-webhooks\" only"
+                )));
             }
-            providers.push(Provider::new(p.name.clone(), kind, &secret, tolerance, p.fields.clone()).map_err(|e| err(format!("{at}: {e}")))?);
+            providers.push(
+                Provider::new(p.name.clone(), kind, &secret, tolerance, p.fields.clone())
+                    .map_err(|e| err(format!("{at}: {e}")))?,
+            );
         }
         let max_body = args.max_body.or(file.max_body).unwrap_or(d.max_body);
         if max_body == 0 {
@@ -346,7 +457,10 @@ impl ServeConfig {
             listen,
             store: StoreConfig::resolve_with(&args.store, file)?,
             allowed_repos,
-            settings: Settings { delivery_ttl, logical_ttl },
+            settings: Settings {
+                delivery_ttl,
+                logical_ttl,
+            },
             api_token,
             providers,
             max_body,
@@ -365,7 +479,10 @@ mod tests {
     }
 
     fn resolve(args: &ServeArgs, text: &str) -> Result<ServeConfig, String> {
-        ServeConfig::resolve_with(args, &file(text), |v| (v == "GH_SECRET").then(|| "s3cret".to_owned())).map_err(|e| e.0)
+        ServeConfig::resolve_with(args, &file(text), |v| {
+            (v == "GH_SECRET").then(|| "s3cret".to_owned())
+        })
+        .map_err(|e| e.0)
     }
 
     #[test]
@@ -375,7 +492,15 @@ mod tests {
         assert_eq!(parse_duration("4d"), Ok(Duration::from_secs(4 * 86400)));
         assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        for bad in ["soon", "", "10", "1.5h", "-1s", "3w", "99999999999999999999d"] {
+        for bad in [
+            "soon",
+            "",
+            "10",
+            "1.5h",
+            "-1s",
+            "3w",
+            "99999999999999999999d",
+        ] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
         assert!(parse_duration("soon").unwrap_err().contains("\"soon\""));
@@ -402,18 +527,27 @@ mod tests {
             redis_url = "redis://file:6379"
         "#;
         let c = resolve(&ServeArgs::default(), text).unwrap();
-        assert_eq!((c.listen.to_string().as_str(), c.store.keys.namespace()), ("0.0.0.0:9000", "from-file"));
+        assert_eq!(
+            (c.listen.to_string().as_str(), c.store.keys.namespace()),
+            ("0.0.0.0:9000", "from-file")
+        );
         assert_eq!(c.allowed_repos, ["a/b"]);
         assert_eq!(c.settings.delivery_ttl, Duration::from_secs(90));
         let args = ServeArgs {
             listen: Some("127.0.0.1:1".into()),
             allowed_repos: Some(vec!["c/d".into()]),
             delivery_ttl: Some(Duration::from_secs(5)),
-            store: StoreArgs { namespace: Some("flag".into()), ..Default::default() },
+            store: StoreArgs {
+                namespace: Some("flag".into()),
+                ..Default::default()
+            },
             ..Default::default()
         };
         let c = resolve(&args, text).unwrap();
-        assert_eq!((c.listen.to_string().as_str(), c.store.keys.namespace()), ("127.0.0.1:1", "flag"));
+        assert_eq!(
+            (c.listen.to_string().as_str(), c.store.keys.namespace()),
+            ("127.0.0.1:1", "flag")
+        );
         assert_eq!(c.allowed_repos, ["c/d"]);
         assert_eq!(c.settings.delivery_ttl, Duration::from_secs(5));
     }
@@ -445,16 +579,40 @@ mod tests {
     fn each_bad_input_names_the_problem() {
         let cases = [
             ("delivery_ttl = \"soon\"", "delivery_ttl"),
-            ("[[provider]]\nname = \"x\"\nkind = \"gitlab\"\nsecret = \"s\"", "unknown kind \"gitlab\""),
-            ("[[provider]]\nname = \"x\"\nkind = \"github\"", "missing secret"),
-            ("[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret_env = \"NOPE\"", "\"NOPE\" is not set"),
-            ("[[provider]]\nname = \"x\"\nkind = \"standard-webhooks\"\nsecret = \"whsec_!!!\"", "\"x\""),
-            ("[[provider]]\nname = \"a b\"\nkind = \"github\"\nsecret = \"s\"", "name must"),
-            ("[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\n[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"t\"", "defined twice"),
+            (
+                "[[provider]]\nname = \"x\"\nkind = \"gitlab\"\nsecret = \"s\"",
+                "unknown kind \"gitlab\"",
+            ),
+            (
+                "[[provider]]\nname = \"x\"\nkind = \"github\"",
+                "missing secret",
+            ),
+            (
+                "[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret_env = \"NOPE\"",
+                "\"NOPE\" is not set",
+            ),
+            (
+                "[[provider]]\nname = \"x\"\nkind = \"standard-webhooks\"\nsecret = \"whsec_!!!\"",
+                "\"x\"",
+            ),
+            (
+                "[[provider]]\nname = \"a b\"\nkind = \"github\"\nsecret = \"s\"",
+                "name must",
+            ),
+            (
+                "[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\n[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"t\"",
+                "defined twice",
+            ),
             ("listen = \"nowhere\"", "listen"),
-            ("allowed_repos = [\"justone\"]", "\"justone\" is not ORG/REPO"),
+            (
+                "allowed_repos = [\"justone\"]",
+                "\"justone\" is not ORG/REPO",
+            ),
             ("namespace = \"a{b\"", "namespace"),
-            ("redis_url = \"redis://x\"\nredis_cluster_nodes = \"redis://y\"", "not both"),
+            (
+                "redis_url = \"redis://x\"\nredis_cluster_nodes = \"redis://y\"",
+                "not both",
+            ),
             ("api_token = \"\"", "api token"),
         ];
         for (text, want) in cases {
@@ -465,7 +623,11 @@ mod tests {
 
     #[test]
     fn unknown_and_mistyped_keys_are_errors() {
-        for text in ["lisen = \"x\"", "max_body = \"big\"", "[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\nextra = 1"] {
+        for text in [
+            "lisen = \"x\"",
+            "max_body = \"big\"",
+            "[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\nextra = 1",
+        ] {
             assert!(toml::from_str::<FileConfig>(text).is_err(), "{text}");
         }
         let dir = std::env::temp_dir().join(format!("idemgate-cfg-{}", std::process::id()));
@@ -475,7 +637,10 @@ mod tests {
         let e = FileConfig::load(&path).unwrap_err().0;
         assert!(e.contains("bad.toml") && e.contains("lisen"), "{e}");
         let e = FileConfig::load(&dir.join("missing.toml")).unwrap_err().0;
-        assert!(e.contains("missing.toml") && e.contains("cannot read"), "{e}");
+        assert!(
+            e.contains("missing.toml") && e.contains("cannot read"),
+            "{e}"
+        );
     }
 
     #[test]

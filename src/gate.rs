@@ -50,7 +50,14 @@ impl Status {
 
     /// Parses a wire name.
     pub fn parse(s: &str) -> Option<Self> {
-        [Status::Created, Status::Duplicate, Status::BadRequest, Status::Blocked].into_iter().find(|st| st.as_str() == s)
+        [
+            Status::Created,
+            Status::Duplicate,
+            Status::BadRequest,
+            Status::Blocked,
+        ]
+        .into_iter()
+        .find(|st| st.as_str() == s)
     }
 }
 
@@ -69,12 +76,20 @@ pub struct Response {
 impl Response {
     /// A response without a run (`bad_request`, `blocked`).
     pub fn plain(status: Status) -> Self {
-        Self { status, code: status.code(), run_id: None }
+        Self {
+            status,
+            code: status.code(),
+            run_id: None,
+        }
     }
 
     /// A response naming a run (`created`, `duplicate`).
     pub fn with_run(status: Status, run_id: impl Into<String>) -> Self {
-        Self { status, code: status.code(), run_id: Some(run_id.into()) }
+        Self {
+            status,
+            code: status.code(),
+            run_id: Some(run_id.into()),
+        }
     }
 }
 
@@ -128,7 +143,10 @@ pub const DEFAULT_DELIVERY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 impl Default for Settings {
     fn default() -> Self {
-        Self { delivery_ttl: DEFAULT_DELIVERY_TTL, logical_ttl: None }
+        Self {
+            delivery_ttl: DEFAULT_DELIVERY_TTL,
+            logical_ttl: None,
+        }
     }
 }
 
@@ -147,7 +165,10 @@ impl Gate {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        Self { allowlist: Arc::new(allowed_repos.into_iter().map(Into::into).collect()), store }
+        Self {
+            allowlist: Arc::new(allowed_repos.into_iter().map(Into::into).collect()),
+            store,
+        }
     }
 
     /// The store behind the gate.
@@ -157,34 +178,69 @@ impl Gate {
 
     /// Handles one delivery and returns the gate's answer (CONTRACT §1).
     /// `Err` means the store failed: nothing was decided, nothing cached.
-    pub async fn handle(&self, provider: &str, delivery_id: &str, event: &Value) -> Result<Response, Error> {
+    pub async fn handle(
+        &self,
+        provider: &str,
+        delivery_id: &str,
+        event: &Value,
+    ) -> Result<Response, Error> {
         Ok(self.check(provider, delivery_id, event).await?.response)
     }
 
     /// Like [`Gate::handle`], and also says whether the answer was a replay
     /// and whether the replayed delivery's event differs from the first one.
-    pub async fn check(&self, provider: &str, delivery_id: &str, event: &Value) -> Result<Outcome, Error> {
-        self.check_with_digest(provider, delivery_id, event, &event_digest(event)).await
+    pub async fn check(
+        &self,
+        provider: &str,
+        delivery_id: &str,
+        event: &Value,
+    ) -> Result<Outcome, Error> {
+        self.check_with_digest(provider, delivery_id, event, &event_digest(event))
+            .await
     }
 
     /// Like [`Gate::check`], with the digest that identifies "the same
     /// event" on a replay given by the caller (a webhook endpoint digests
     /// the raw body the provider signed, not the normalized event).
-    pub async fn check_with_digest(&self, provider: &str, delivery_id: &str, event: &Value, digest: &str) -> Result<Outcome, Error> {
-        let call = Call { provider, delivery_id, verdict: self.verdict(provider, event), event_digest: digest, now_ms: now_ms() };
+    pub async fn check_with_digest(
+        &self,
+        provider: &str,
+        delivery_id: &str,
+        event: &Value,
+        digest: &str,
+    ) -> Result<Outcome, Error> {
+        let call = Call {
+            provider,
+            delivery_id,
+            verdict: self.verdict(provider, event),
+            event_digest: digest,
+            now_ms: now_ms(),
+        };
         let stored = self.store.apply(&call).await?;
-        let event_mismatch = stored.replayed && stored.first_digest.as_deref().is_some_and(|d| d != digest);
-        Ok(Outcome { response: stored.response, replayed: stored.replayed, event_mismatch })
+        let event_mismatch =
+            stored.replayed && stored.first_digest.as_deref().is_some_and(|d| d != digest);
+        Ok(Outcome {
+            response: stored.response,
+            replayed: stored.replayed,
+            event_mismatch,
+        })
     }
 
     /// Validation, then policy: the verdict for a delivery not seen before.
     pub fn verdict(&self, provider: &str, event: &Value) -> Verdict {
-        let Some(fields) = validate(event) else { return Verdict::BadRequest };
+        let Some(fields) = validate(event) else {
+            return Verdict::BadRequest;
+        };
         let repo = format!("{}/{}", fields.org, fields.repo);
         if !self.allowlist.contains(&repo) {
             return Verdict::Blocked;
         }
-        Verdict::Work(Identity { provider: provider.to_owned(), repo, action: fields.action.to_owned(), number: fields.number })
+        Verdict::Work(Identity {
+            provider: provider.to_owned(),
+            repo,
+            action: fields.action.to_owned(),
+            number: fields.number,
+        })
     }
 }
 
@@ -206,8 +262,17 @@ pub struct Fields<'a> {
 /// `None` means `bad_request`.
 pub fn validate(event: &Value) -> Option<Fields<'_>> {
     let obj = event.as_object()?;
-    let field = |name: &str| obj.get(name).and_then(Value::as_str).filter(|s| !s.is_empty());
-    Some(Fields { org: field("org")?, repo: field("repo")?, action: field("action")?, number: number_text(obj.get("number"))? })
+    let field = |name: &str| {
+        obj.get(name)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    };
+    Some(Fields {
+        org: field("org")?,
+        repo: field("repo")?,
+        action: field("action")?,
+        number: number_text(obj.get("number"))?,
+    })
 }
 
 /// `str(event.get("number") or "")` in Python, over JSON: missing, `null`,
@@ -239,7 +304,9 @@ pub fn event_digest(event: &Value) -> String {
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]
@@ -286,9 +353,21 @@ mod tests {
     fn validation_rules() {
         let ok = json!({"org": "o", "repo": "r", "action": "a"});
         assert!(validate(&ok).is_some());
-        assert_eq!(validate(&json!({"org": " ", "repo": " ", "action": " "})).unwrap().org, " ");
+        assert_eq!(
+            validate(&json!({"org": " ", "repo": " ", "action": " "}))
+                .unwrap()
+                .org,
+            " "
+        );
         for field in ["org", "repo", "action"] {
-            for bad in [Value::Null, json!(""), json!(1), json!(true), json!(["o"]), json!({})] {
+            for bad in [
+                Value::Null,
+                json!(""),
+                json!(1),
+                json!(true),
+                json!(["o"]),
+                json!({}),
+            ] {
                 let mut e = ok.clone();
                 e[field] = bad.clone();
                 assert!(validate(&e).is_none(), "{field}={bad}");
@@ -308,8 +387,14 @@ mod tests {
             serde_json::to_string(&Response::with_run(Status::Created, "run-1")).unwrap(),
             r#"{"status":"created","code":202,"run_id":"run-1"}"#
         );
-        assert_eq!(serde_json::to_string(&Response::plain(Status::Blocked)).unwrap(), r#"{"status":"blocked","code":403}"#);
-        assert_eq!(serde_json::to_string(&Response::plain(Status::BadRequest)).unwrap(), r#"{"status":"bad_request","code":400}"#);
+        assert_eq!(
+            serde_json::to_string(&Response::plain(Status::Blocked)).unwrap(),
+            r#"{"status":"blocked","code":403}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&Response::plain(Status::BadRequest)).unwrap(),
+            r#"{"status":"bad_request","code":400}"#
+        );
     }
 
     #[test]

@@ -33,3 +33,8 @@ pub mod window;
 
 pub use error::Error;
 pub use gate::{Gate, Outcome, Response, Settings, Status};
+
+/// The README's examples, compiled as doctests so they stay true.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -37,13 +37,25 @@ pub enum ServeError {
 /// An unreachable Redis at start is an error (exit non-zero): an
 /// orchestrator restarts the process, and nothing is ever served from a
 /// store the gate has not reached. Once running, outages answer 503.
-pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
+pub async fn serve(
+    config: ServeConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
     let described = config.store.describe();
     tracing::info!(version = env!("CARGO_PKG_VERSION"), store = %described, listen = %config.listen, "idemgate serve starting: {described}");
     if config.allowed_repos.is_empty() {
-        tracing::warn!("no allowed repos configured (--allowed-repo): every valid delivery will be answered `blocked`");
+        tracing::warn!(
+            "no allowed repos configured (--allowed-repo): every valid delivery will be answered `blocked`"
+        );
     }
-    let store = config.store.open(&config.settings).await.map_err(|source| ServeError::Store { store: described.clone(), source })?;
+    let store = config
+        .store
+        .open(&config.settings)
+        .await
+        .map_err(|source| ServeError::Store {
+            store: described.clone(),
+            source,
+        })?;
     if let Some(opts) = &config.store.redis {
         check_eviction_policy(opts, config.allow_eviction).await?;
     }
@@ -53,7 +65,13 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()> + Sen
         .with_request_timeout(config.request_timeout);
     let listener = TcpListener::bind(config.listen).await?;
     tracing::info!(addr = %listener.local_addr()?, "listening");
-    run(listener, state, config.request_timeout + Duration::from_secs(5), shutdown).await?;
+    run(
+        listener,
+        state,
+        config.request_timeout + Duration::from_secs(5),
+        shutdown,
+    )
+    .await?;
     tracing::info!("stopped");
     Ok(())
 }
@@ -70,7 +88,10 @@ pub async fn run(
     let notify = stopping.clone();
     let server = axum::serve(listener, app(state)).with_graceful_shutdown(async move {
         shutdown.await;
-        tracing::info!(?drain, "shutting down: no new connections, draining requests in flight");
+        tracing::info!(
+            ?drain,
+            "shutting down: no new connections, draining requests in flight"
+        );
         notify.notify_one();
     });
     tokio::select! {
@@ -110,7 +131,11 @@ async fn check_eviction_policy(opts: &RedisOptions, allow: bool) -> Result<(), S
 /// Reads `maxmemory-policy` with `CONFIG GET`.
 pub async fn maxmemory_policy(opts: &RedisOptions) -> Result<Option<String>, crate::Error> {
     let mut conn = Conn::connect(opts).await?;
-    let pairs: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy").query_async(&mut conn).await?;
+    let pairs: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .query_async(&mut conn)
+        .await?;
     Ok(pairs.get(1).cloned())
 }
 

@@ -41,7 +41,10 @@ pub enum RedisTarget {
 impl RedisOptions {
     /// A standalone server with the default timeout.
     pub fn single(url: impl Into<String>) -> Self {
-        Self { target: RedisTarget::Single(url.into()), command_timeout: DEFAULT_COMMAND_TIMEOUT }
+        Self {
+            target: RedisTarget::Single(url.into()),
+            command_timeout: DEFAULT_COMMAND_TIMEOUT,
+        }
     }
 }
 
@@ -68,9 +71,10 @@ impl Conn {
                     .set_response_timeout(Some(t))
                     .set_number_of_retries(2)
                     .set_max_delay(Duration::from_millis(500));
-                let conn = tokio::time::timeout(t * 4, ConnectionManager::new_with_config(client, config))
-                    .await
-                    .map_err(|_| Error::Timeout(t * 4))??;
+                let conn =
+                    tokio::time::timeout(t * 4, ConnectionManager::new_with_config(client, config))
+                        .await
+                        .map_err(|_| Error::Timeout(t * 4))??;
                 Ok(Conn::Single(conn))
             }
             RedisTarget::Cluster(nodes) => {
@@ -96,7 +100,12 @@ impl ConnectionLike for Conn {
         }
     }
 
-    fn req_packed_commands<'a>(&'a mut self, cmd: &'a Pipeline, offset: usize, count: usize) -> RedisFuture<'a, Vec<Value>> {
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
@@ -136,8 +145,17 @@ impl RedisStore {
     }
 
     /// Connects to Redis and builds the store.
-    pub async fn connect(opts: &RedisOptions, keys: Keys, settings: &Settings) -> Result<Self, Error> {
-        Ok(Self::new(Conn::connect(opts).await?, keys, settings, opts.command_timeout))
+    pub async fn connect(
+        opts: &RedisOptions,
+        keys: Keys,
+        settings: &Settings,
+    ) -> Result<Self, Error> {
+        Ok(Self::new(
+            Conn::connect(opts).await?,
+            keys,
+            settings,
+            opts.command_timeout,
+        ))
     }
 
     /// The key schema of this store's namespace.
@@ -150,8 +168,14 @@ impl RedisStore {
         self.conn.clone()
     }
 
-    async fn bounded<T>(&self, fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T, Error> {
-        tokio::time::timeout(self.timeout, fut).await.map_err(|_| Error::Timeout(self.timeout))?.map_err(Error::from)
+    async fn bounded<T>(
+        &self,
+        fut: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, Error> {
+        tokio::time::timeout(self.timeout, fut)
+            .await
+            .map_err(|_| Error::Timeout(self.timeout))?
+            .map_err(Error::from)
     }
 
     async fn run_script(&self, call: &Call<'_>) -> Result<Stored, Error> {
@@ -182,9 +206,13 @@ impl RedisStore {
             .arg(id.map_or(&empty, |i| &i.number));
         let mut conn = self.conn.clone();
         let (replayed, record): (i64, String) = self.bounded(inv.invoke_async(&mut conn)).await?;
-        let record: DeliveryRecord =
-            serde_json::from_str(&record).map_err(|e| Error::Corrupt(format!("delivery record {record:?}: {e}")))?;
-        Ok(Stored { response: record.response(), replayed: replayed == 1, first_digest: record.digest })
+        let record: DeliveryRecord = serde_json::from_str(&record)
+            .map_err(|e| Error::Corrupt(format!("delivery record {record:?}: {e}")))?;
+        Ok(Stored {
+            response: record.response(),
+            replayed: replayed == 1,
+            first_digest: record.digest,
+        })
     }
 }
 
@@ -196,7 +224,9 @@ impl Store for RedisStore {
     fn ping(&self) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(async move {
             let mut conn = self.conn.clone();
-            let _: String = self.bounded(redis::cmd("PING").query_async(&mut conn)).await?;
+            let _: String = self
+                .bounded(redis::cmd("PING").query_async(&mut conn))
+                .await?;
             Ok(())
         })
     }

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use idemgate::gate::Settings;
 use idemgate::keys::Keys;
+use idemgate::store::Store;
 use idemgate::store::memory::MemoryStore;
 use idemgate::store::redis::{Conn, RedisOptions, RedisStore};
-use idemgate::store::Store;
 use testcontainers::core::{IntoContainerPort, WaitFor};
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{GenericImage, ImageExt};
@@ -35,7 +35,11 @@ static CONTAINER_ID: Mutex<Option<String>> = Mutex::new(None);
 #[ctor::dtor]
 fn remove_container() {
     if let Some(id) = CONTAINER_ID.lock().ok().and_then(|mut g| g.take()) {
-        let _ = Command::new("docker").args(["rm", "-f", "-v", &id]).stdout(Stdio::null()).stderr(Stdio::null()).status();
+        let _ = Command::new("docker")
+            .args(["rm", "-f", "-v", &id])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
     }
 }
 
@@ -76,19 +80,34 @@ pub fn redis_url() -> &'static str {
 /// A namespace no other test uses.
 pub fn fresh_ns(tag: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-    format!("t-{tag}-{}-{}-{nanos}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!(
+        "t-{tag}-{}-{}-{nanos}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// A Redis store on the shared server, in namespace `ns`.
 pub async fn redis_store_in(ns: &str, settings: &Settings) -> Arc<RedisStore> {
-    let store = RedisStore::connect(&RedisOptions::single(redis_url()), Keys::new(ns).unwrap(), settings).await.unwrap();
+    let store = RedisStore::connect(
+        &RedisOptions::single(redis_url()),
+        Keys::new(ns).unwrap(),
+        settings,
+    )
+    .await
+    .unwrap();
     Arc::new(store)
 }
 
 /// A plain connection to the shared server, for reading keys back.
 pub async fn raw_conn() -> Conn {
-    Conn::connect(&RedisOptions::single(redis_url())).await.unwrap()
+    Conn::connect(&RedisOptions::single(redis_url()))
+        .await
+        .unwrap()
 }
 
 /// Which store a behaviour test runs against.
@@ -110,7 +129,11 @@ impl Backend {
 
 /// A free loopback port (bound, then released).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A `redis-server` process of the test's own, on its own port, that the
@@ -126,15 +149,29 @@ impl RedisProcess {
     /// Starts `redis-server` with `extra` arguments (e.g. `--appendonly yes`).
     pub fn start(extra: &[&str]) -> Self {
         let port = free_port();
-        let dir = std::env::temp_dir().join(format!("idemgate-redis-{port}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("idemgate-redis-{port}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut args: Vec<String> =
-            ["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--dir", dir.to_str().unwrap()]
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
+        let mut args: Vec<String> = [
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--dir",
+            dir.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut p = Self { port, dir, args, child: None };
+        let mut p = Self {
+            port,
+            dir,
+            args,
+            child: None,
+        };
         p.restart();
         p
     }
@@ -156,7 +193,10 @@ impl RedisProcess {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
-                && Command::new("redis-cli").args(["-p", &self.port.to_string(), "ping"]).output().is_ok_and(|o| o.stdout.starts_with(b"PONG"))
+                && Command::new("redis-cli")
+                    .args(["-p", &self.port.to_string(), "ping"])
+                    .output()
+                    .is_ok_and(|o| o.stdout.starts_with(b"PONG"))
             {
                 return;
             }
@@ -177,7 +217,10 @@ impl RedisProcess {
     pub fn pause(&self, paused: bool) {
         if let Some(c) = &self.child {
             let sig = if paused { "-STOP" } else { "-CONT" };
-            Command::new("kill").args([sig, &c.id().to_string()]).status().unwrap();
+            Command::new("kill")
+                .args([sig, &c.id().to_string()])
+                .status()
+                .unwrap();
         }
     }
 }
