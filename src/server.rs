@@ -42,7 +42,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let described = config.store.describe();
-    tracing::info!(version = env!("CARGO_PKG_VERSION"), store = %described, listen = %config.listen, "idemgate serve starting: {described}");
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), listen = %config.listen, "idemgate serve starting: {described}");
     if config.allowed_repos.is_empty() {
         tracing::warn!(
             "no allowed repos configured (--allowed-repo): every valid delivery will be answered `blocked`"
