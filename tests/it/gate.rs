@@ -32,18 +32,6 @@ async fn gate(b: Backend, allow: &[&str]) -> Gate {
     Gate::new(allow.iter().copied(), b.store(&Settings::default()).await)
 }
 
-/// Runs each behaviour against the memory store and the Redis store.
-macro_rules! both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
-            $( #[tokio::test] async fn $name() { super::$name(crate::support::Backend::Memory).await } )*
-        }
-        mod redis {
-            $( #[tokio::test] async fn $name() { super::$name(crate::support::Backend::Redis).await } )*
-        }
-    };
-}
-
 both_stores!(
     created_then_replayed_then_duplicate,
     replay_ignores_a_changed_or_invalid_body,

@@ -85,17 +85,6 @@ fn event(n: i64) -> Value {
     json!({"org": "octo", "repo": "repo", "action": "opened", "number": n})
 }
 
-macro_rules! both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
-            $( #[tokio::test] async fn $name() { super::$name(crate::support::Backend::Memory).await } )*
-        }
-        mod redis {
-            $( #[tokio::test] async fn $name() { super::$name(crate::support::Backend::Redis).await } )*
-        }
-    };
-}
-
 both_stores!(
     created_replayed_duplicate,
     mismatch_header_on_changed_retry,
