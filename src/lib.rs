@@ -12,12 +12,14 @@
 //! - [`error`]: store failures (never turned into a gate answer).
 //! - [`providers`]: webhook authentication and normalization (GitHub, Standard Webhooks).
 //! - [`window`]: the stateless dedup-window analysis of CONTRACT §7.
+//! - [`ops`]: operator commands (`inspect`, `stats`, `key`, `healthcheck`) over the Redis key schema.
 #![warn(missing_docs)]
 
 pub mod config;
 pub mod error;
 pub mod gate;
 pub mod keys;
+pub mod ops;
 pub mod store;
 
 pub use error::Error;
