@@ -422,8 +422,13 @@ pub async fn healthcheck_command(args: &StoreArgs) -> Result<ExitCode, Error> {
         }
         Err(e) => {
             eprintln!(
-                "idemgate healthcheck: {} does not answer: {e}",
-                config.describe()
+                "idemgate healthcheck: {} does not answer: {}",
+                config.describe(),
+                // One line, whatever the error text holds (container health logs).
+                e.to_string()
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ")
             );
             Ok(ExitCode::FAILURE)
         }

@@ -126,6 +126,7 @@ fn run_rows(run: &RunView) -> Vec<(String, String)> {
                 v.parse::<u64>().ok().and_then(rfc3339_ms),
             ) {
                 (true, Some(t)) => format!("{v} ({t})"),
+                _ if v.is_empty() => "\"\" (empty)".to_owned(),
                 _ => v.clone(),
             };
             (k.clone(), shown)
