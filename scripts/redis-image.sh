@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
 # Builds a local Redis image from Debian's redis-server, for machines whose
-# Docker cannot pull (no registry). The image holds the binary, the shared
-# libraries it links and nothing else. Skips the work when the tag exists.
+# Docker cannot pull (no registry). The image holds redis-server, redis-cli
+# (for health checks: `redis-cli ping`), the shared libraries they link and
+# nothing else. Skips the work when the tag exists and already has redis-cli
+# (an image built by an older version of this script, without it, is rebuilt).
 #
 #   scripts/redis-image.sh [TAG]      (default: idemgate/redis:local)
 set -euo pipefail
 tag=${1:-${IDEMGATE_REDIS_IMAGE:-idemgate/redis:local}}
-if docker image inspect "$tag" >/dev/null 2>&1; then
+if [ "$(docker image inspect -f '{{index .Config.Labels "idemgate.redis-cli"}}' "$tag" 2>/dev/null)" = "1" ]; then
   echo "redis image $tag: present"
   exit 0
 fi
-bin=$(command -v redis-server) || { echo "redis-server not installed (apt-get install redis-server)" >&2; exit 1; }
-bin=$(readlink -f "$bin")
+server=$(command -v redis-server) || { echo "redis-server not installed (apt-get install redis-server)" >&2; exit 1; }
+cli=$(command -v redis-cli) || { echo "redis-cli not installed (apt-get install redis-tools)" >&2; exit 1; }
+server=$(readlink -f "$server")
+cli=$(readlink -f "$cli")
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 mkdir -p "$ctx/root/usr/local/bin" "$ctx/root/data" "$ctx/root/tmp" "$ctx/root/etc"
-cp "$bin" "$ctx/root/usr/local/bin/redis-server"
-# The dynamic loader and every library the binary links, at their own paths.
-for lib in $(ldd "$bin" | grep -oE '/[^ ]+'); do
+cp "$server" "$ctx/root/usr/local/bin/redis-server"
+cp "$cli" "$ctx/root/usr/local/bin/redis-cli"
+# The dynamic loader and every library the binaries link, at their own paths.
+for lib in $(for b in "$server" "$cli"; do ldd "$b"; done | grep -oE '/[^ ]+' | sort -u); do
   mkdir -p "$ctx/root$(dirname "$lib")"
   cp -L "$lib" "$ctx/root$lib"
 done
@@ -25,10 +30,12 @@ echo 'redis:x:999:999::/data:/nonexistent' > "$ctx/root/etc/passwd"
 cat > "$ctx/Dockerfile" <<'DOCKERFILE'
 FROM scratch
 COPY root/ /
+LABEL idemgate.redis-cli="1"
+ENV PATH=/usr/local/bin
 WORKDIR /data
 EXPOSE 6379
 ENTRYPOINT ["/usr/local/bin/redis-server"]
 CMD ["--bind", "0.0.0.0", "--protected-mode", "no"]
 DOCKERFILE
 DOCKER_BUILDKIT=0 docker build -q -t "$tag" "$ctx" >/dev/null
-echo "redis image $tag: built from $bin"
+echo "redis image $tag: built from $server and $cli"

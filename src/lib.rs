@@ -17,6 +17,7 @@
 //! - [`window`]: the stateless dedup-window analysis of CONTRACT §7.
 //! - [`bench`]: `idemgate bench`, the measurements behind BENCHMARKS.md.
 //! - [`error`]: store failures (never turned into a gate answer).
+//! - [`ops`]: operator commands (`inspect`, `stats`, `key`, `healthcheck`) over the Redis key schema.
 #![warn(missing_docs)]
 
 pub mod bench;
@@ -26,6 +27,7 @@ pub mod gate;
 pub mod http;
 pub mod keys;
 pub mod metrics;
+pub mod ops;
 pub mod providers;
 pub mod server;
 pub mod store;

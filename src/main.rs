@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use idemgate::config::{ServeArgs, ServeConfig, StoreArgs, StoreConfig};
+use idemgate::config::{ServeArgs, ServeConfig, StoreArgs};
 
 #[derive(Parser)]
 #[command(
@@ -41,6 +41,12 @@ enum Command {
     Window,
     /// Measure the gate against a Redis and baselines; prints a Markdown report.
     Bench(idemgate::bench::BenchArgs),
+    /// Read one record back: a delivery, a logical identity (and its run), a run.
+    Inspect(idemgate::ops::InspectArgs),
+    /// Key counts, the run counter, the runs stream and its groups, the dead stream.
+    Stats(idemgate::ops::StatsArgs),
+    /// Print a Redis key for redis-cli (no Redis needed).
+    Key(idemgate::ops::KeyArgs),
 }
 
 fn init_logging(format: LogFormat, default: &str) {
@@ -67,12 +73,21 @@ async fn main() -> ExitCode {
     init_logging(cli.log_format, default_level);
     let result = match cli.command {
         Command::Serve(args) => serve(args).await,
-        Command::Healthcheck(args) => healthcheck(args).await,
         Command::Window => window(),
         Command::Bench(args) => idemgate::bench::run(&args).await.map(|report| {
             println!("{report}");
             ExitCode::SUCCESS
         }),
+        Command::Healthcheck(args) => idemgate::ops::healthcheck_command(&args)
+            .await
+            .map_err(Into::into),
+        Command::Inspect(args) => idemgate::ops::inspect_command(&args)
+            .await
+            .map_err(Into::into),
+        Command::Stats(args) => idemgate::ops::stats_command(&args)
+            .await
+            .map_err(Into::into),
+        Command::Key(args) => idemgate::ops::key_command(&args).map_err(Into::into),
     };
     match result {
         Ok(code) => code,
@@ -86,14 +101,6 @@ async fn main() -> ExitCode {
 async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let config = ServeConfig::resolve(&args)?;
     idemgate::server::serve(config, idemgate::server::shutdown_signal()).await?;
-    Ok(ExitCode::SUCCESS)
-}
-
-async fn healthcheck(args: StoreArgs) -> anyhow::Result<ExitCode> {
-    let store = StoreConfig::resolve(&args)?;
-    let opened = store.open(&Default::default()).await?;
-    opened.ping().await?;
-    println!("ok: {}", store.describe());
     Ok(ExitCode::SUCCESS)
 }
 

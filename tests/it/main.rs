@@ -16,5 +16,6 @@ macro_rules! both_stores {
 mod gate;
 mod http;
 mod model;
+mod ops;
 mod redis_store;
 mod support;

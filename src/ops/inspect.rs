@@ -1,0 +1,214 @@
+//! Reading one record back: a delivery, a logical identity (and its run), a
+//! run. Each lookup returns the exact key it read and what was there, as
+//! data; [`super::render`] turns it into text or JSON.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{Error, Ops};
+use crate::gate::Identity;
+use crate::store::DeliveryRecord;
+
+/// What an `inspect` command looks up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A delivery record: `(provider, delivery_id)`.
+    Delivery {
+        /// The provider.
+        provider: String,
+        /// The provider's delivery id.
+        delivery_id: String,
+    },
+    /// The logical key of an identity, and the run it names.
+    Logical(Identity),
+    /// A run record.
+    Run {
+        /// The run id, e.g. `run-7`.
+        run_id: String,
+    },
+}
+
+impl Target {
+    /// The identity `(provider, org/repo, action, number_text)`; `number`
+    /// is the number text as the gate computes it (`""`: no number).
+    pub fn logical(provider: &str, repo: &str, action: &str, number: &str) -> Self {
+        Target::Logical(Identity {
+            provider: provider.into(),
+            repo: repo.into(),
+            action: action.into(),
+            number: number.into(),
+        })
+    }
+
+    /// The kind of record, as the commands name it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Target::Delivery { .. } => "delivery",
+            Target::Logical(_) => "logical",
+            Target::Run { .. } => "run",
+        }
+    }
+
+    /// The Redis key this target lives at.
+    pub fn key(&self, keys: &crate::keys::Keys) -> String {
+        match self {
+            Target::Delivery {
+                provider,
+                delivery_id,
+            } => keys.delivery(provider, delivery_id),
+            Target::Logical(id) => keys.logical(id),
+            Target::Run { run_id } => keys.run(run_id),
+        }
+    }
+}
+
+/// How long a key has left, from `PTTL`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ttl {
+    /// The key never expires (`PTTL` = -1).
+    Persistent,
+    /// Milliseconds left.
+    Millis(u64),
+}
+
+impl Ttl {
+    fn from_pttl(pttl: i64) -> Option<Self> {
+        match pttl {
+            -1 => Some(Ttl::Persistent),
+            ms if ms >= 0 => Some(Ttl::Millis(ms as u64)),
+            _ => None, // -2: the key is gone
+        }
+    }
+
+    /// Milliseconds left, `None` for a key that never expires.
+    pub fn millis(self) -> Option<u64> {
+        match self {
+            Ttl::Persistent => None,
+            Ttl::Millis(ms) => Some(ms),
+        }
+    }
+}
+
+/// A delivery record as found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryView {
+    /// The key read.
+    pub key: String,
+    /// The record.
+    pub record: DeliveryRecord,
+    /// Time left before the record expires (and a retry counts as new).
+    pub ttl: Ttl,
+}
+
+/// A run record (the whole hash, every field) as found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunView {
+    /// The key read.
+    pub key: String,
+    /// Every hash field.
+    pub fields: BTreeMap<String, String>,
+    /// Time left (run records normally never expire).
+    pub ttl: Ttl,
+}
+
+/// A logical key as found, with the record of the run it names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogicalView {
+    /// The key read.
+    pub key: String,
+    /// The run id stored under it.
+    pub run_id: String,
+    /// Time left (`Persistent` unless a logical TTL is configured).
+    pub ttl: Ttl,
+    /// The key of the run record.
+    pub run_key: String,
+    /// The run record; `None` when the run hash is missing.
+    pub run: Option<RunView>,
+}
+
+/// What an `inspect` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    /// A delivery record.
+    Delivery(DeliveryView),
+    /// A logical key (and its run).
+    Logical(LogicalView),
+    /// A run record.
+    Run(RunView),
+}
+
+/// The answer to one `inspect`: the key read, and the record when present.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspection {
+    /// The kind looked up (`delivery`, `logical`, `run`).
+    pub kind: &'static str,
+    /// The exact key read.
+    pub key: String,
+    /// The record; `None` when nothing is there (expired or never written).
+    pub found: Option<Found>,
+}
+
+impl Ops {
+    /// Looks one target up.
+    pub async fn inspect(&self, target: &Target) -> Result<Inspection, Error> {
+        let key = target.key(&self.keys);
+        let found = match target {
+            Target::Delivery { .. } => self.delivery_at(&key).await?.map(Found::Delivery),
+            Target::Logical(_) => self.logical_at(&key).await?.map(Found::Logical),
+            Target::Run { .. } => self.run_at(&key).await?.map(Found::Run),
+        };
+        Ok(Inspection {
+            kind: target.kind(),
+            key,
+            found,
+        })
+    }
+
+    async fn delivery_at(&self, key: &str) -> Result<Option<DeliveryView>, Error> {
+        let (raw, pttl): (Option<String>, i64) =
+            self.query(redis::pipe().get(key).pttl(key)).await?;
+        let (Some(raw), Some(ttl)) = (raw, Ttl::from_pttl(pttl)) else {
+            return Ok(None);
+        };
+        let record: DeliveryRecord = serde_json::from_str(&raw).map_err(|e| {
+            crate::Error::Corrupt(format!("delivery record at {key}: {e}: {raw:?}"))
+        })?;
+        Ok(Some(DeliveryView {
+            key: key.to_owned(),
+            record,
+            ttl,
+        }))
+    }
+
+    async fn logical_at(&self, key: &str) -> Result<Option<LogicalView>, Error> {
+        let (run_id, pttl): (Option<String>, i64) =
+            self.query(redis::pipe().get(key).pttl(key)).await?;
+        let (Some(run_id), Some(ttl)) = (run_id, Ttl::from_pttl(pttl)) else {
+            return Ok(None);
+        };
+        let run_key = self.keys.run(&run_id);
+        let run = self.run_at(&run_key).await?;
+        Ok(Some(LogicalView {
+            key: key.to_owned(),
+            run_id,
+            ttl,
+            run_key,
+            run,
+        }))
+    }
+
+    async fn run_at(&self, key: &str) -> Result<Option<RunView>, Error> {
+        let (fields, pttl): (BTreeMap<String, String>, i64) =
+            self.query(redis::pipe().hgetall(key).pttl(key)).await?;
+        match Ttl::from_pttl(pttl) {
+            Some(ttl) if !fields.is_empty() => Ok(Some(RunView {
+                key: key.to_owned(),
+                fields,
+                ttl,
+            })),
+            _ => Ok(None),
+        }
+    }
+}

@@ -1,0 +1,442 @@
+//! Operator commands (CONTRACT §4): `inspect`, `stats`, `key` and
+//! `healthcheck`. The lookups return data ([`inspect`], [`stats`]); the
+//! [`render`] module turns it into text for people or JSON for scripts; the
+//! `*_command` functions are what the binary calls after parsing.
+
+pub mod inspect;
+pub mod render;
+pub mod stats;
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
+use redis::{FromRedisValue, Pipeline};
+
+pub use inspect::{DeliveryView, Found, Inspection, LogicalView, RunView, Target, Ttl};
+pub use stats::{GroupStats, KeyCounts, Stats, StreamStats};
+
+use crate::config::{ConfigError, StoreArgs, StoreConfig};
+use crate::keys::Keys;
+use crate::store::redis::{Conn, RedisOptions};
+
+/// Why an operator command could not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The flags, env or config file are wrong.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// No Redis is configured: the memory store lives inside one `serve`
+    /// process, so there is nothing another process could read.
+    #[error(
+        "no Redis configured: give --redis-url or --redis-cluster-nodes (or IDEMGATE_REDIS_URL); the memory store cannot be read from another process"
+    )]
+    NoRedis,
+    /// Redis failed, timed out, or holds a malformed record.
+    #[error(transparent)]
+    Store(#[from] crate::Error),
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(e: redis::RedisError) -> Self {
+        Error::Store(e.into())
+    }
+}
+
+/// A connection to the gate's Redis, under one namespace, for reading.
+pub struct Ops {
+    conn: Conn,
+    keys: Keys,
+    timeout: Duration,
+}
+
+impl Ops {
+    /// Reads through `conn` under the namespace of `keys`; every command is
+    /// bounded by `timeout`.
+    pub fn new(conn: Conn, keys: Keys, timeout: Duration) -> Self {
+        Self {
+            conn,
+            keys,
+            timeout,
+        }
+    }
+
+    /// Connects to the configured Redis ([`Error::NoRedis`] without one).
+    pub async fn connect(config: &StoreConfig) -> Result<Self, Error> {
+        let opts: &RedisOptions = config.redis.as_ref().ok_or(Error::NoRedis)?;
+        Ok(Self::new(
+            Conn::connect(opts).await?,
+            config.keys.clone(),
+            opts.command_timeout,
+        ))
+    }
+
+    /// The key schema of the namespace read.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    async fn bounded<T>(
+        &self,
+        fut: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, Error> {
+        match tokio::time::timeout(self.timeout, fut).await {
+            Ok(r) => Ok(r?),
+            Err(_) => Err(crate::Error::Timeout(self.timeout).into()),
+        }
+    }
+
+    /// Runs a command or a pipeline (every key in the namespace's slot).
+    async fn query<T: FromRedisValue>(&self, q: impl Query) -> Result<T, Error> {
+        let mut conn = self.conn.clone();
+        self.bounded(q.run(&mut conn)).await
+    }
+
+    /// One `SCAN cursor MATCH pattern COUNT 1000`. On a cluster a plain
+    /// SCAN would land on any node; the namespace lives in one slot, so the
+    /// scan goes to the primary that owns it.
+    async fn scan_page(&self, cursor: u64, pattern: &str) -> Result<(u64, Vec<String>), Error> {
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(stats::SCAN_COUNT);
+        match &self.conn {
+            Conn::Single(_) => self.query(&mut cmd).await,
+            Conn::Cluster(c) => {
+                let mut c = c.clone();
+                let slot = Slot::for_key(self.keys.run_counter());
+                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                    Route::with_slot(slot, SlotAddr::Master),
+                ));
+                let value = self.bounded(c.route_command(cmd, route)).await?;
+                Ok(redis::from_redis_value(value).map_err(redis::RedisError::from)?)
+            }
+        }
+    }
+}
+
+/// A command or a pipeline, sent the same way.
+trait Query {
+    fn run<T: FromRedisValue>(self, conn: &mut Conn)
+    -> impl Future<Output = redis::RedisResult<T>>;
+}
+
+impl Query for &mut redis::Cmd {
+    fn run<T: FromRedisValue>(
+        self,
+        conn: &mut Conn,
+    ) -> impl Future<Output = redis::RedisResult<T>> {
+        async move { self.query_async(conn).await }
+    }
+}
+
+impl Query for &mut Pipeline {
+    fn run<T: FromRedisValue>(
+        self,
+        conn: &mut Conn,
+    ) -> impl Future<Output = redis::RedisResult<T>> {
+        async move { self.query_async(conn).await }
+    }
+}
+
+/// Checks that the configured store answers, within the Redis timeout
+/// (connecting included). Returns the store's description.
+pub async fn healthcheck(config: &StoreConfig) -> Result<String, Error> {
+    let Some(opts) = &config.redis else {
+        return Ok(config.describe());
+    };
+    let t = opts.command_timeout;
+    let check = async {
+        let mut conn = Conn::connect(opts).await?;
+        let _: String = redis::cmd("PING")
+            .query_async(&mut conn)
+            .await
+            .map_err(crate::Error::from)?;
+        Ok::<_, crate::Error>(())
+    };
+    match tokio::time::timeout(t, check).await {
+        Ok(Ok(())) => Ok(config.describe()),
+        Ok(Err(e)) => Err(e.into()),
+        Err(_) => Err(crate::Error::Timeout(t).into()),
+    }
+}
+
+// ---- command line -------------------------------------------------------
+
+/// Flags every reading command shares: the store, and the output format.
+#[derive(Debug, Clone, Args)]
+pub struct ReadArgs {
+    /// Store flags (the same as `serve`).
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Print JSON (one object) instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `idemgate inspect …`: read one record back.
+#[derive(Debug, Clone, Args)]
+pub struct InspectArgs {
+    /// What to read.
+    #[command(subcommand)]
+    pub what: InspectCommand,
+}
+
+/// The records `inspect` reads.
+#[derive(Debug, Clone, Subcommand)]
+pub enum InspectCommand {
+    /// A delivery's cached answer: status, code, run, first seen, TTL left, event digest.
+    Delivery {
+        /// Provider name (e.g. `github`).
+        provider: String,
+        /// The provider's delivery id.
+        delivery_id: String,
+        /// Store and output flags.
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// A logical identity's run id, and that run's record.
+    Logical {
+        /// Provider name.
+        provider: String,
+        /// `ORG/REPO`.
+        repo: String,
+        /// The event's action (e.g. `pull_request.opened`).
+        action: String,
+        /// The number text as the gate computes it; omit it for events
+        /// without a number (missing, null, 0 and "" all mean "no number";
+        /// the string "0" is the number text `0`).
+        number: Option<String>,
+        /// Store and output flags.
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// A run record: identity, creating delivery, processing state (every field).
+    Run {
+        /// The run id, e.g. `run-7`.
+        run_id: String,
+        /// Store and output flags.
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+}
+
+impl InspectCommand {
+    /// The lookup and the shared flags.
+    pub fn target(&self) -> (Target, &ReadArgs) {
+        match self {
+            InspectCommand::Delivery {
+                provider,
+                delivery_id,
+                read,
+            } => (
+                Target::Delivery {
+                    provider: provider.clone(),
+                    delivery_id: delivery_id.clone(),
+                },
+                read,
+            ),
+            InspectCommand::Logical {
+                provider,
+                repo,
+                action,
+                number,
+                read,
+            } => (
+                Target::logical(provider, repo, action, number.as_deref().unwrap_or("")),
+                read,
+            ),
+            InspectCommand::Run { run_id, read } => (
+                Target::Run {
+                    run_id: run_id.clone(),
+                },
+                read,
+            ),
+        }
+    }
+}
+
+/// `idemgate stats`.
+#[derive(Debug, Clone, Args)]
+pub struct StatsArgs {
+    #[command(flatten)]
+    read: ReadArgs,
+    /// Report scan progress on stderr every N keys found (0: never).
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    progress_every: u64,
+}
+
+/// `idemgate key …`: print a key, for pasting into redis-cli (no Redis needed).
+#[derive(Debug, Clone, Args)]
+pub struct KeyArgs {
+    /// Which key.
+    #[command(subcommand)]
+    pub what: KeyCommand,
+}
+
+/// The keys `idemgate key` prints.
+#[derive(Debug, Clone, Subcommand)]
+pub enum KeyCommand {
+    /// `idemgate:{NS}:delivery:…` of a delivery.
+    Delivery {
+        /// Provider name.
+        provider: String,
+        /// The provider's delivery id.
+        delivery_id: String,
+        /// Namespace and output flags.
+        #[command(flatten)]
+        out: KeyOut,
+    },
+    /// `idemgate:{NS}:logical:…` of an identity.
+    Logical {
+        /// Provider name.
+        provider: String,
+        /// `ORG/REPO`.
+        repo: String,
+        /// The event's action.
+        action: String,
+        /// The number text as the gate computes it; omit it for no number.
+        number: Option<String>,
+        /// Namespace and output flags.
+        #[command(flatten)]
+        out: KeyOut,
+    },
+    /// `idemgate:{NS}:run:RUN_ID` of a run.
+    Run {
+        /// The run id, e.g. `run-7`.
+        run_id: String,
+        /// Namespace and output flags.
+        #[command(flatten)]
+        out: KeyOut,
+    },
+}
+
+/// Flags of `idemgate key`.
+#[derive(Debug, Clone, Args)]
+pub struct KeyOut {
+    /// Namespace and config flags (only the namespace is used).
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Print the key as is, never quoted for redis-cli.
+    #[arg(long)]
+    pub raw: bool,
+}
+
+/// `idemgate inspect`: prints the key read, then the record; exit 1 (and
+/// a message on stderr) when there is none.
+pub async fn inspect_command(args: &InspectArgs) -> Result<ExitCode, Error> {
+    let (target, read) = args.what.target();
+    let ops = Ops::connect(&StoreConfig::resolve(&read.store)?).await?;
+    let inspection = ops.inspect(&target).await?;
+    if inspection.found.is_none() {
+        eprintln!(
+            "idemgate: no {} record at {} (never written, or expired)",
+            inspection.kind,
+            render::cli_quote(&inspection.key)
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    let text = if read.json {
+        render::inspection_json(&inspection).to_string()
+    } else {
+        render::inspection_text(&inspection)
+    };
+    print_out(&text);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `idemgate stats`.
+pub async fn stats_command(args: &StatsArgs) -> Result<ExitCode, Error> {
+    let ops = Ops::connect(&StoreConfig::resolve(&args.read.store)?).await?;
+    let stats = ops
+        .stats(args.progress_every, |c| {
+            eprintln!(
+                "idemgate stats: {} keys so far (delivery {}, logical {}, run {})…",
+                c.total(),
+                c.delivery,
+                c.logical,
+                c.run
+            )
+        })
+        .await?;
+    let text = if args.read.json {
+        serde_json::to_string(&stats).expect("stats serialize")
+    } else {
+        render::stats_text(&stats)
+    };
+    print_out(&text);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `idemgate key`.
+pub fn key_command(args: &KeyArgs) -> Result<ExitCode, Error> {
+    let (target, out) = match &args.what {
+        KeyCommand::Delivery {
+            provider,
+            delivery_id,
+            out,
+        } => (
+            Target::Delivery {
+                provider: provider.clone(),
+                delivery_id: delivery_id.clone(),
+            },
+            out,
+        ),
+        KeyCommand::Logical {
+            provider,
+            repo,
+            action,
+            number,
+            out,
+        } => (
+            Target::logical(provider, repo, action, number.as_deref().unwrap_or("")),
+            out,
+        ),
+        KeyCommand::Run { run_id, out } => (
+            Target::Run {
+                run_id: run_id.clone(),
+            },
+            out,
+        ),
+    };
+    let key = target.key(&StoreConfig::resolve(&out.store)?.keys);
+    print_out(&if out.raw {
+        key
+    } else {
+        render::cli_quote(&key)
+    });
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `idemgate healthcheck`: one line on stdout when the store answers.
+pub async fn healthcheck_command(args: &StoreArgs) -> Result<ExitCode, Error> {
+    let config = StoreConfig::resolve(args)?;
+    match healthcheck(&config).await {
+        Ok(desc) => {
+            print_out(&format!("ok: {desc}"));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!(
+                "idemgate healthcheck: {} does not answer: {}",
+                config.describe(),
+                // One line, whatever the error text holds (container health logs).
+                e.to_string()
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// Prints a text and a newline; a closed stdout (`| head`) is not an error.
+fn print_out(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{text}");
+}

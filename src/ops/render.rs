@@ -1,0 +1,321 @@
+//! Text for people and JSON for scripts, from the data of [`super::inspect`]
+//! and [`super::stats`].
+
+use std::fmt::Write;
+
+use serde_json::{Map, Value, json};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use super::inspect::{DeliveryView, Found, Inspection, LogicalView, RunView, Ttl};
+use super::stats::Stats;
+
+/// Milliseconds since the Unix epoch as RFC 3339 (UTC, millisecond precision).
+pub fn rfc3339_ms(ms: u64) -> Option<String> {
+    let t = OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).ok()?;
+    t.format(&Rfc3339).ok()
+}
+
+/// A duration in ms as `6d 23h 59m 58s` (seconds and larger), or `850ms`.
+pub fn human_ms(ms: u64) -> String {
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let s = ms / 1000;
+    let parts = [
+        (s / 86_400, "d"),
+        (s / 3600 % 24, "h"),
+        (s / 60 % 60, "m"),
+        (s % 60, "s"),
+    ];
+    let first = parts.iter().position(|(n, _)| *n > 0).unwrap_or(3);
+    parts[first..]
+        .iter()
+        .map(|(n, u)| format!("{n}{u}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn ttl_text(ttl: Ttl) -> String {
+    match ttl {
+        Ttl::Persistent => "none (never expires)".into(),
+        Ttl::Millis(ms) => format!("{} ({ms} ms)", human_ms(ms)),
+    }
+}
+
+/// A key as redis-cli reads it: as is when it is plain, else in double
+/// quotes with `\"`, `\\` and `\xHH` escapes (redis-cli's own syntax).
+pub fn cli_quote(key: &str) -> String {
+    let plain = !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b'\'' | b'\\'));
+    if plain {
+        return key.to_owned();
+    }
+    let mut out = String::from("\"");
+    for ch in key.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_ascii_graphic() || c == ' ' => out.push(c),
+            c if !c.is_ascii() && !c.is_control() => out.push(c),
+            c => {
+                let mut buf = [0u8; 4];
+                for b in c.encode_utf8(&mut buf).bytes() {
+                    let _ = write!(out, "\\x{b:02x}");
+                }
+            }
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The run fields in the order a person reads them; any other field follows, sorted.
+const RUN_ORDER: [&str; 12] = [
+    "run_id",
+    "provider",
+    "repo",
+    "action",
+    "number",
+    "delivery_id",
+    "created_ms",
+    "status",
+    "attempts",
+    "last_error",
+    "lease_until_ms",
+    "updated_ms",
+];
+
+fn lines(out: &mut String, indent: &str, rows: &[(String, String)]) {
+    let width = rows
+        .iter()
+        .map(|(k, _)| k.chars().count())
+        .max()
+        .unwrap_or(0)
+        + 1;
+    for (k, v) in rows {
+        let _ = writeln!(
+            out,
+            "{indent}{:<width$} {v}",
+            format!("{k}:"),
+            width = width
+        );
+    }
+}
+
+fn run_rows(run: &RunView) -> Vec<(String, String)> {
+    let mut names: Vec<&String> = run.fields.keys().collect();
+    names.sort_by_key(|k| {
+        (
+            RUN_ORDER
+                .iter()
+                .position(|o| o == k)
+                .unwrap_or(RUN_ORDER.len()),
+            (*k).clone(),
+        )
+    });
+    let mut rows: Vec<(String, String)> = names
+        .into_iter()
+        .map(|k| {
+            let v = &run.fields[k];
+            // Times in ms get their RFC 3339 form next to the raw value.
+            let shown = match (
+                k.ends_with("_ms"),
+                v.parse::<u64>().ok().and_then(rfc3339_ms),
+            ) {
+                (true, Some(t)) => format!("{v} ({t})"),
+                _ if v.is_empty() => "\"\" (empty)".to_owned(),
+                _ => v.clone(),
+            };
+            (k.clone(), shown)
+        })
+        .collect();
+    rows.push(("ttl left".into(), ttl_text(run.ttl)));
+    rows
+}
+
+fn delivery_text(d: &DeliveryView) -> String {
+    let r = &d.record;
+    let mut out = format!("key: {}\n", cli_quote(&d.key));
+    let rows = [
+        (
+            "status".to_owned(),
+            format!("{} ({})", r.status.as_str(), r.code),
+        ),
+        (
+            "run id".into(),
+            r.run_id.clone().unwrap_or_else(|| "-".into()),
+        ),
+        (
+            "first seen".into(),
+            r.at.and_then(rfc3339_ms)
+                .unwrap_or_else(|| "unknown".into()),
+        ),
+        ("ttl left".into(), ttl_text(d.ttl)),
+        (
+            "event digest".into(),
+            r.digest.clone().unwrap_or_else(|| "unknown".into()),
+        ),
+    ];
+    lines(&mut out, "", &rows);
+    out
+}
+
+fn logical_text(l: &LogicalView) -> String {
+    let mut out = format!("key: {}\n", cli_quote(&l.key));
+    lines(
+        &mut out,
+        "",
+        &[
+            ("run id".into(), l.run_id.clone()),
+            ("ttl left".into(), ttl_text(l.ttl)),
+        ],
+    );
+    match &l.run {
+        Some(run) => {
+            let _ = writeln!(out, "run record: {}", cli_quote(&run.key));
+            lines(&mut out, "  ", &run_rows(run));
+        }
+        None => {
+            let _ = writeln!(out, "run record: {} is missing", cli_quote(&l.run_key));
+        }
+    }
+    out
+}
+
+fn run_text(run: &RunView) -> String {
+    let mut out = format!("key: {}\n", cli_quote(&run.key));
+    lines(&mut out, "", &run_rows(run));
+    out
+}
+
+/// The text of an inspection: the key, then the record (empty when none).
+pub fn inspection_text(i: &Inspection) -> String {
+    let text = match &i.found {
+        None => String::new(),
+        Some(Found::Delivery(d)) => delivery_text(d),
+        Some(Found::Logical(l)) => logical_text(l),
+        Some(Found::Run(r)) => run_text(r),
+    };
+    text.trim_end().to_owned()
+}
+
+fn ttl_json(ttl: Ttl) -> Value {
+    ttl.millis().map_or(Value::Null, Value::from)
+}
+
+fn run_json(run: &RunView) -> Value {
+    let fields: Map<String, Value> = run
+        .fields
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
+        .collect();
+    let created = run
+        .fields
+        .get("created_ms")
+        .and_then(|v| v.parse().ok())
+        .and_then(rfc3339_ms);
+    json!({"key": run.key, "fields": fields, "created_at": created, "ttl_ms": ttl_json(run.ttl)})
+}
+
+/// The JSON of an inspection: `{"kind", "key", "found", …record}`.
+/// `ttl_ms` is `null` for a key that never expires.
+pub fn inspection_json(i: &Inspection) -> Value {
+    let mut v = json!({"kind": i.kind, "key": i.key, "found": i.found.is_some()});
+    let extra = match &i.found {
+        None => json!({}),
+        Some(Found::Delivery(d)) => json!({
+            "record": d.record,
+            "first_seen": d.record.at.and_then(rfc3339_ms),
+            "ttl_ms": ttl_json(d.ttl),
+        }),
+        Some(Found::Logical(l)) => json!({
+            "run_id": l.run_id,
+            "ttl_ms": ttl_json(l.ttl),
+            "run_key": l.run_key,
+            "run": l.run.as_ref().map(run_json),
+        }),
+        Some(Found::Run(r)) => {
+            let Value::Object(m) = run_json(r) else {
+                unreachable!()
+            };
+            Value::Object(m.into_iter().filter(|(k, _)| k != "key").collect())
+        }
+    };
+    if let (Value::Object(base), Value::Object(more)) = (&mut v, extra) {
+        base.extend(more);
+    }
+    v
+}
+
+/// The text of `idemgate stats`.
+pub fn stats_text(s: &Stats) -> String {
+    let mut out = format!("namespace: {}\n", s.namespace);
+    lines(
+        &mut out,
+        "",
+        &[
+            ("delivery keys".into(), s.keys.delivery.to_string()),
+            ("logical keys".into(), s.keys.logical.to_string()),
+            ("run records".into(), s.keys.run.to_string()),
+            ("run counter".into(), s.run_counter.to_string()),
+            (
+                "runs stream".into(),
+                format!("{} entries ({})", s.runs.length, s.runs.key),
+            ),
+        ],
+    );
+    if s.runs.groups.is_empty() {
+        out.push_str("consumer groups: none (no worker has read the stream yet)\n");
+    }
+    for g in &s.runs.groups {
+        let opt = |v: Option<u64>| v.map_or_else(|| "n/a".to_owned(), |n| n.to_string());
+        let _ = writeln!(
+            out,
+            "group {}: pending {}, consumers {}, lag {}, entries read {}, last delivered {}",
+            g.name,
+            g.pending,
+            g.consumers,
+            opt(g.lag),
+            opt(g.entries_read),
+            g.last_delivered_id
+        );
+    }
+    let _ = writeln!(
+        out,
+        "dead stream: {} entries ({})",
+        s.dead.length, s.dead.key
+    );
+    out.trim_end().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_times() {
+        assert_eq!(human_ms(850), "850ms");
+        assert_eq!(human_ms(59_000), "59s");
+        assert_eq!(human_ms(604_798_000), "6d 23h 59m 58s");
+        assert_eq!(human_ms(3_600_000), "1h 0m 0s");
+        assert_eq!(
+            rfc3339_ms(1_700_000_000_123).unwrap(),
+            "2023-11-14T22:13:20.123Z"
+        );
+    }
+
+    #[test]
+    fn keys_quoted_for_redis_cli_only_when_needed() {
+        assert_eq!(
+            cli_quote("idemgate:{default}:delivery:6:github:3:d-1"),
+            "idemgate:{default}:delivery:6:github:3:d-1"
+        );
+        assert_eq!(cli_quote("a b"), "\"a b\"");
+        assert_eq!(cli_quote("a\"b\\c"), "\"a\\\"b\\\\c\"");
+        assert_eq!(cli_quote("x\ny"), "\"x\\x0ay\"");
+        assert_eq!(cli_quote("é"), "\"é\"");
+    }
+}

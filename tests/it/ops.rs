@@ -1,0 +1,474 @@
+//! Operator commands against a real Redis: records written by the gate,
+//! read back through the library and through the real binary.
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use idemgate::Status;
+use idemgate::gate::{Gate, Settings};
+use idemgate::keys::Keys;
+use idemgate::ops::{Found, Ops, Target, Ttl};
+use idemgate::store::redis::{Conn, RedisOptions};
+use serde_json::{Value, json};
+
+use crate::support::{RedisProcess, free_port, fresh_ns, raw_conn, redis_store_in, redis_url};
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// A namespace with: run-1 (github, octo/repo, opened, #7) created by d-1,
+/// d-2 a duplicate of it, run-2 (no number) by d-3, d-4 bad_request, d-5 blocked.
+async fn dataset(tag: &str) -> (String, Ops) {
+    let ns = fresh_ns(tag);
+    let settings = Settings {
+        delivery_ttl: HOUR,
+        logical_ttl: None,
+    };
+    let g = Gate::new(["octo/repo"], redis_store_in(&ns, &settings).await);
+    let e = json!({"org": "octo", "repo": "repo", "action": "opened", "number": 7});
+    assert_eq!(
+        g.handle("github", "d-1", &e).await.unwrap().status,
+        Status::Created
+    );
+    assert_eq!(
+        g.handle("github", "d-2", &e).await.unwrap().status,
+        Status::Duplicate
+    );
+    let push = json!({"org": "octo", "repo": "repo", "action": "push", "number": 0});
+    assert_eq!(
+        g.handle("github", "d-3", &push)
+            .await
+            .unwrap()
+            .run_id
+            .as_deref(),
+        Some("run-2")
+    );
+    assert_eq!(
+        g.handle("github", "d-4", &json!({"org": "octo"}))
+            .await
+            .unwrap()
+            .status,
+        Status::BadRequest
+    );
+    assert_eq!(
+        g.handle(
+            "github",
+            "d-5",
+            &json!({"org": "x", "repo": "y", "action": "z"})
+        )
+        .await
+        .unwrap()
+        .status,
+        Status::Blocked
+    );
+    let ops = Ops::new(
+        Conn::connect(&RedisOptions::single(redis_url()))
+            .await
+            .unwrap(),
+        Keys::new(&ns).unwrap(),
+        Duration::from_secs(2),
+    );
+    (ns, ops)
+}
+
+fn idemgate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(args)
+        .env_remove("IDEMGATE_REDIS_URL")
+        .env_remove("IDEMGATE_NAMESPACE")
+        .output()
+        .unwrap()
+}
+
+fn idemgate_in(ns: &str, args: &[&str]) -> Output {
+    let mut all = args.to_vec();
+    all.extend(["--redis-url", redis_url(), "--namespace", ns]);
+    idemgate(&all)
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[tokio::test]
+async fn inspect_reads_every_kind_through_the_library() {
+    let (ns, ops) = dataset("ops-lib").await;
+    let p = format!("idemgate:{{{ns}}}:");
+
+    let i = ops
+        .inspect(&Target::Delivery {
+            provider: "github".into(),
+            delivery_id: "d-2".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(i.key, format!("{p}delivery:6:github:3:d-2"));
+    let Some(Found::Delivery(d)) = i.found else {
+        panic!("{i:?}")
+    };
+    assert_eq!(
+        (d.record.status, d.record.code, d.record.run_id.as_deref()),
+        (Status::Duplicate, 200, Some("run-1"))
+    );
+    assert_eq!(
+        d.record.digest.as_deref(),
+        Some(
+            idemgate::gate::event_digest(
+                &json!({"org": "octo", "repo": "repo", "action": "opened", "number": 7})
+            )
+            .as_str()
+        )
+    );
+    let Ttl::Millis(ms) = d.ttl else {
+        panic!("{:?}", d.ttl)
+    };
+    assert!((3_500_000..=3_600_000).contains(&ms), "{ms}");
+
+    let i = ops
+        .inspect(&Target::logical("github", "octo/repo", "opened", "7"))
+        .await
+        .unwrap();
+    assert_eq!(
+        i.key,
+        format!("{p}logical:6:github:9:octo/repo:6:opened:1:7")
+    );
+    let Some(Found::Logical(l)) = i.found else {
+        panic!("{i:?}")
+    };
+    assert_eq!((l.run_id.as_str(), l.ttl), ("run-1", Ttl::Persistent));
+    let run = l.run.expect("the run record");
+    assert_eq!(run.fields["delivery_id"], "d-1");
+    assert_eq!(run.fields["status"], "queued");
+
+    // number 0 is "no number": the identity's number text is "".
+    let i = ops
+        .inspect(&Target::logical("github", "octo/repo", "push", ""))
+        .await
+        .unwrap();
+    assert!(
+        matches!(i.found, Some(Found::Logical(ref l)) if l.run_id == "run-2"),
+        "{i:?}"
+    );
+
+    let i = ops
+        .inspect(&Target::Run {
+            run_id: "run-1".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(i.key, format!("{p}run:run-1"));
+    let Some(Found::Run(r)) = i.found else {
+        panic!("{i:?}")
+    };
+    for (k, v) in [
+        ("run_id", "run-1"),
+        ("provider", "github"),
+        ("repo", "octo/repo"),
+        ("action", "opened"),
+        ("number", "7"),
+        ("delivery_id", "d-1"),
+        ("attempts", "0"),
+    ] {
+        assert_eq!(r.fields[k], v, "{k}");
+    }
+    assert!(r.fields.contains_key("created_ms"));
+
+    for missing in [
+        Target::Delivery {
+            provider: "github".into(),
+            delivery_id: "nope".into(),
+        },
+        Target::logical("github", "octo/repo", "opened", "8"),
+        Target::Run {
+            run_id: "run-99".into(),
+        },
+    ] {
+        assert!(
+            ops.inspect(&missing).await.unwrap().found.is_none(),
+            "{missing:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn inspect_through_the_binary() {
+    let (ns, _ops) = dataset("ops-bin").await;
+    let p = format!("idemgate:{{{ns}}}:");
+
+    let o = idemgate_in(&ns, &["inspect", "delivery", "github", "d-1"]);
+    assert!(o.status.success(), "{o:?}");
+    let text = stdout(&o);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], format!("key: {p}delivery:6:github:3:d-1"));
+    for want in [
+        "status:",
+        "created (202)",
+        "run id:",
+        "run-1",
+        "first seen:",
+        "ttl left:",
+        "event digest:",
+    ] {
+        assert!(text.contains(want), "{want:?} in {text}");
+    }
+    let first_seen = lines.iter().find(|l| l.starts_with("first seen:")).unwrap();
+    assert!(
+        first_seen.trim_end().ends_with('Z') && first_seen.contains('T'),
+        "{first_seen}"
+    );
+
+    let o = idemgate_in(&ns, &["inspect", "delivery", "github", "d-5", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["key"], format!("{p}delivery:6:github:3:d-5"));
+    assert_eq!(v["record"]["status"], "blocked");
+    assert_eq!(v["record"]["code"], 403);
+    assert!(v["record"].get("run_id").is_none());
+    assert!(v["ttl_ms"].as_u64().unwrap() <= 3_600_000);
+    assert!(v["first_seen"].as_str().unwrap().ends_with('Z'));
+
+    let o = idemgate_in(
+        &ns,
+        &["inspect", "logical", "github", "octo/repo", "opened", "7"],
+    );
+    let text = stdout(&o);
+    assert!(
+        text.starts_with(&format!(
+            "key: {p}logical:6:github:9:octo/repo:6:opened:1:7\n"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("run id:") && text.contains("never expires"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("run record: {p}run:run-1"))
+            && text.contains("delivery_id:")
+            && text.contains("d-1"),
+        "{text}"
+    );
+
+    let o = idemgate_in(
+        &ns,
+        &[
+            "inspect",
+            "logical",
+            "github",
+            "octo/repo",
+            "push",
+            "--json",
+        ],
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (v["run_id"].as_str(), v["ttl_ms"].is_null()),
+        (Some("run-2"), true),
+        "{v}"
+    );
+    assert_eq!(v["run"]["fields"]["delivery_id"], "d-3");
+
+    let o = idemgate_in(&ns, &["inspect", "run", "run-2", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["key"], format!("{p}run:run-2"));
+    assert_eq!(v["fields"]["action"], "push");
+    assert_eq!(v["fields"]["number"], "");
+    assert_eq!(v["fields"]["status"], "queued");
+    assert!(v["created_at"].as_str().unwrap().ends_with('Z'));
+
+    let o = idemgate_in(&ns, &["inspect", "run", "run-1"]);
+    let text = stdout(&o);
+    assert!(
+        text.starts_with(&format!("key: {p}run:run-1\n")) && text.contains("created_ms:"),
+        "{text}"
+    );
+
+    for args in [
+        &["inspect", "delivery", "github", "nope"][..],
+        &["inspect", "logical", "github", "octo/repo", "opened", "8"],
+        &["inspect", "run", "run-9", "--json"],
+    ] {
+        let o = idemgate_in(&ns, args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {o:?}");
+        assert!(o.stdout.is_empty(), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("no ") && err.contains(&p), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn key_prints_the_schema_without_redis() {
+    let o = idemgate(&["key", "delivery", "github", "d-1"]);
+    assert_eq!(stdout(&o), "idemgate:{default}:delivery:6:github:3:d-1\n");
+    let o = idemgate(&[
+        "key",
+        "logical",
+        "github",
+        "octo/repo",
+        "pull_request.opened",
+        "7",
+        "--namespace",
+        "prod",
+    ]);
+    assert_eq!(
+        stdout(&o),
+        "idemgate:{prod}:logical:6:github:9:octo/repo:19:pull_request.opened:1:7\n"
+    );
+    let o = idemgate(&["key", "logical", "github", "octo/repo", "push"]);
+    assert_eq!(
+        stdout(&o),
+        "idemgate:{default}:logical:6:github:9:octo/repo:4:push:0:\n"
+    );
+    let o = idemgate(&["key", "run", "run-7"]);
+    assert_eq!(stdout(&o), "idemgate:{default}:run:run-7\n");
+    let o = idemgate(&["key", "delivery", "github", "a b"]);
+    assert_eq!(
+        stdout(&o),
+        "\"idemgate:{default}:delivery:6:github:3:a b\"\n"
+    );
+    let o = idemgate(&["key", "delivery", "github", "a b", "--raw"]);
+    assert_eq!(stdout(&o), "idemgate:{default}:delivery:6:github:3:a b\n");
+}
+
+#[tokio::test]
+async fn stats_counts_keys_and_streams() {
+    let (ns, ops) = dataset("ops-stats").await;
+    let s = ops.stats(0, |_| {}).await.unwrap();
+    assert_eq!((s.keys.delivery, s.keys.logical, s.keys.run), (5, 2, 2));
+    assert_eq!((s.run_counter, s.runs.length, s.dead.length), (2, 2, 0));
+    assert!(s.runs.groups.is_empty());
+
+    // A consumer group that has read one entry and acknowledged none; one dead run.
+    let mut c = raw_conn().await;
+    let keys = Keys::new(&ns).unwrap();
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(keys.runs())
+        .arg("workers")
+        .arg("0")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("workers")
+        .arg("w1")
+        .arg("COUNT")
+        .arg(1)
+        .arg("STREAMS")
+        .arg(keys.runs())
+        .arg(">")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let _: String = redis::cmd("XADD")
+        .arg(keys.runs_dead())
+        .arg("*")
+        .arg("run_id")
+        .arg("run-2")
+        .arg("error")
+        .arg("exit 1")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+
+    let mut reports = Vec::new();
+    let s = ops.stats(3, |c| reports.push(c.total())).await.unwrap();
+    assert!(!reports.is_empty(), "progress every 3 keys over 9 keys");
+    assert_eq!(s.dead.length, 1);
+    let g = &s.runs.groups[0];
+    assert_eq!((g.name.as_str(), g.pending, g.consumers), ("workers", 1, 1));
+    if let Some(lag) = g.lag {
+        assert_eq!(lag, 1);
+    }
+
+    let o = idemgate_in(&ns, &["stats", "--json"]);
+    assert!(o.status.success(), "{o:?}");
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["keys"], json!({"delivery": 5, "logical": 2, "run": 2}));
+    assert_eq!(
+        (
+            v["run_counter"].as_u64(),
+            v["runs"]["length"].as_u64(),
+            v["dead"]["length"].as_u64()
+        ),
+        (Some(2), Some(2), Some(1))
+    );
+    assert_eq!(v["runs"]["groups"][0]["pending"], 1);
+
+    let o = idemgate_in(&ns, &["stats", "--progress-every", "1"]);
+    let text = stdout(&o);
+    for want in [
+        "delivery keys:",
+        "logical keys:",
+        "run records:",
+        "run counter:",
+        "runs stream:",
+        "group workers: pending 1, consumers 1",
+        "dead stream: 1 entries",
+    ] {
+        assert!(text.contains(want), "{want:?} in {text}");
+    }
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("keys so far"),
+        "{o:?}"
+    );
+
+    // An empty namespace is all zeros, not an error.
+    let o = idemgate_in(&fresh_ns("ops-empty"), &["stats", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (
+            v["keys"]["delivery"].as_u64(),
+            v["run_counter"].as_u64(),
+            v["runs"]["length"].as_u64()
+        ),
+        (Some(0), Some(0), Some(0))
+    );
+}
+
+#[test]
+fn healthcheck_answers_and_fails_clearly() {
+    let o = idemgate(&["healthcheck", "--redis-url", redis_url()]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(stdout(&o).starts_with("ok: redis store"), "{o:?}");
+
+    // Nothing listens: non-zero, one line naming the store.
+    let url = format!("redis://127.0.0.1:{}", free_port());
+    let started = Instant::now();
+    let o = idemgate(&["healthcheck", "--redis-url", &url, "--redis-timeout", "1s"]);
+    assert!(!o.status.success(), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("does not answer") && err.contains(&url),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn healthcheck_is_bounded_by_the_redis_timeout_when_redis_hangs() {
+    let redis = RedisProcess::start(&[]);
+    let o = idemgate(&["healthcheck", "--redis-url", &redis.url()]);
+    assert!(o.status.success(), "{o:?}");
+    redis.pause(true);
+    let started = Instant::now();
+    let o = idemgate(&[
+        "healthcheck",
+        "--redis-url",
+        &redis.url(),
+        "--redis-timeout",
+        "500ms",
+    ]);
+    let took = started.elapsed();
+    redis.pause(false);
+    assert!(!o.status.success(), "{o:?}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("does not answer"),
+        "{o:?}"
+    );
+}
