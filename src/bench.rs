@@ -443,18 +443,23 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
         writeln!(out)?;
     }
 
-    // 6. Memory per record.
+    // 6. Memory per record, for a realistic GitHub delivery: a UUID delivery
+    // id, an org/repo of typical length, a pull-request action and number,
+    // in the default-length namespace "default" (8 bytes, like bench-NNNN).
     let k = Keys::new(&ns)?;
+    let real_gate = Gate::new(["octo-org/hello-world"], store.clone());
+    let real_event = json!({"org": "octo-org", "repo": "hello-world", "action": "pull_request.opened", "number": 1347});
+    real_gate.handle("github", "72d3162e-cc78-11e3-81ab-4c9367dc0958", &real_event).await?;
     let delivery_bytes: Option<u64> = redis::cmd("MEMORY")
         .arg("USAGE")
-        .arg(k.delivery("bench", "replay-1"))
+        .arg(k.delivery("github", "72d3162e-cc78-11e3-81ab-4c9367dc0958"))
         .query_async(&mut conn)
         .await?;
     let logical_key = k.logical(&crate::gate::Identity {
-        provider: "bench".into(),
-        repo: "bench/repo".into(),
-        action: "opened".into(),
-        number: "1".into(),
+        provider: "github".into(),
+        repo: "octo-org/hello-world".into(),
+        action: "pull_request.opened".into(),
+        number: "1347".into(),
     });
     let logical_bytes: Option<u64> = redis::cmd("MEMORY")
         .arg("USAGE")
