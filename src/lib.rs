@@ -12,6 +12,7 @@
 //! - [`error`]: store failures (never turned into a gate answer).
 //! - [`providers`]: webhook authentication and normalization (GitHub, Standard Webhooks).
 //! - [`window`]: the stateless dedup-window analysis of CONTRACT §7.
+//! - [`worker`]: the durable run queue's consumer (`idemgate worker`): leases, retries, dead stream.
 #![warn(missing_docs)]
 
 pub mod config;
@@ -25,3 +26,4 @@ pub use gate::{Gate, Outcome, Response, Settings, Status};
 pub mod providers;
 pub mod server;
 pub mod window;
+pub mod worker;

@@ -27,6 +27,8 @@ enum Command {
     Serve(ServeArgs),
     /// Exit 0 when the configured store answers (for container health checks).
     Healthcheck(StoreArgs),
+    /// Consume created runs and run COMMAND once per run (needs Redis).
+    Worker(idemgate::worker::WorkerArgs),
 }
 
 fn init_logging(format: LogFormat) {
@@ -45,6 +47,7 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(args).await,
         Command::Healthcheck(args) => healthcheck(args).await,
+        Command::Worker(args) => idemgate::worker::cli::run(args, idemgate::server::shutdown_signal()).await.map(|_| ExitCode::SUCCESS).map_err(Into::into),
     };
     match result {
         Ok(code) => code,
