@@ -3,3 +3,4 @@
 mod gate;
 mod redis_store;
 mod support;
+mod worker;
