@@ -487,3 +487,29 @@ async fn worker_throughput() {
     assert_eq!(summary.done, RUNS as u64);
     println!("library, empty async handler, concurrency 8: {RUNS} runs in {lib:?} = {:.0} runs/s", RUNS as f64 / lib.as_secs_f64());
 }
+
+/// Whether process `pid` is gone (or a zombie waiting to be reaped).
+fn gone(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')))
+}
+
+#[tokio::test]
+async fn worker_timeout_kills_the_command_and_its_process_group() {
+    let ns = fresh_ns("wtimeout");
+    let dir = temp_dir("wtimeout");
+    gate_runs(&ns, 1, 1).await;
+    // The command leaves a grandchild behind and waits for it.
+    let script = r#"sleep 60 & echo $! > "$D/bg.pid"; echo $$ > "$D/sh.pid"; wait"#;
+    let flags = ["--timeout", "500ms", "--max-attempts", "1", "--lease", "5s"];
+    let mut workers = Workers(vec![spawn_worker(&ns, &dir, "w", &flags, script)]);
+    wait_for(Duration::from_secs(15), "run-1 dead", || async { record(&ns, "run-1").await.get("status").map(String::as_str) == Some("dead") })
+        .await;
+    assert_eq!(record(&ns, "run-1").await["last_error"], "timed out after 500ms");
+    for f in ["sh.pid", "bg.pid"] {
+        let pid = std::fs::read_to_string(dir.join(f)).unwrap().trim().to_owned();
+        wait_for(Duration::from_secs(5), &format!("{f} {pid} killed"), || async { gone(&pid) }).await;
+    }
+    signal(&workers.0[0], "-TERM");
+    assert!(wait_exit(&mut workers.0[0], Duration::from_secs(10)).await.success());
+    let _ = std::fs::remove_dir_all(dir);
+}
