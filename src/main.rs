@@ -47,7 +47,7 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(args).await,
         Command::Healthcheck(args) => healthcheck(args).await,
-        Command::Worker(args) => idemgate::worker::cli::run(args, idemgate::server::shutdown_signal()).await.map(|_| ExitCode::SUCCESS).map_err(Into::into),
+        Command::Worker(args) => worker(args).await,
     };
     match result {
         Ok(code) => code,
@@ -69,5 +69,10 @@ async fn healthcheck(args: StoreArgs) -> anyhow::Result<ExitCode> {
     let opened = store.open(&Default::default()).await?;
     opened.ping().await?;
     println!("ok: {}", store.describe());
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn worker(args: idemgate::worker::WorkerArgs) -> anyhow::Result<ExitCode> {
+    idemgate::worker::cli::run(args, idemgate::server::shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
 }

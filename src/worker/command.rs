@@ -27,7 +27,10 @@ impl CommandHandler {
     /// `None` when `argv` is empty.
     pub fn new(argv: &[String]) -> Option<Self> {
         let (program, args) = argv.split_first()?;
-        Some(Self { program: program.clone(), args: args.to_vec() })
+        Some(Self {
+            program: program.clone(),
+            args: args.to_vec(),
+        })
     }
 }
 
@@ -73,7 +76,9 @@ impl Handler for CommandHandler {
                 });
             }
         }
-        let mut child = cmd.spawn().map_err(|e| format!("cannot start {:?}: {e}", self.program))?;
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start {:?}: {e}", self.program))?;
         let guard = GroupGuard(child.id().map(|p| p as i32));
 
         if let Some(mut stdin) = child.stdin.take() {
@@ -104,21 +109,35 @@ impl Handler for CommandHandler {
             })
         });
 
-        let status = child.wait().await.map_err(|e| format!("waiting for {:?}: {e}", self.program))?;
+        let status = child
+            .wait()
+            .await
+            .map_err(|e| format!("waiting for {:?}: {e}", self.program))?;
         // The attempt is over: stragglers in its group go too (and close stderr).
         drop(guard);
         let tail = match stderr {
-            Some(task) => tokio::time::timeout(std::time::Duration::from_secs(1), task).await.ok().and_then(Result::ok).unwrap_or_default(),
+            Some(task) => tokio::time::timeout(std::time::Duration::from_secs(1), task)
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default(),
             None => String::new(),
         };
         if status.success() {
             return Ok(());
         }
-        let what = match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status)) {
+        let what = match (
+            status.code(),
+            std::os::unix::process::ExitStatusExt::signal(&status),
+        ) {
             (Some(code), _) => format!("exit status {code}"),
             (None, Some(sig)) => format!("killed by signal {sig}"),
             (None, None) => status.to_string(),
         };
-        Err(if tail.is_empty() { what } else { format!("{what}: {tail}") })
+        Err(if tail.is_empty() {
+            what
+        } else {
+            format!("{what}: {tail}")
+        })
     }
 }

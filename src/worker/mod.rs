@@ -141,7 +141,9 @@ impl WorkerConfig {
 
     /// The wait after failed attempt `attempt` (1-based): `backoff * 2^(attempt-1)`, at most `max_backoff`.
     pub fn backoff_after(&self, attempt: u32) -> Duration {
-        let factor = 1u32.checked_shl(attempt.saturating_sub(1)).unwrap_or(u32::MAX);
+        let factor = 1u32
+            .checked_shl(attempt.saturating_sub(1))
+            .unwrap_or(u32::MAX);
         self.backoff.saturating_mul(factor).min(self.max_backoff)
     }
 
@@ -159,7 +161,8 @@ impl WorkerConfig {
         if self.max_attempts == 0 {
             return bad("--max-attempts must be at least 1");
         }
-        if self.timeout.is_zero() || self.lease < Duration::from_millis(30) || self.block.is_zero() {
+        if self.timeout.is_zero() || self.lease < Duration::from_millis(30) || self.block.is_zero()
+        {
             return bad("--timeout must be more than 0 and --lease at least 30ms");
         }
         Ok(())
@@ -174,7 +177,10 @@ pub fn default_consumer() -> String {
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "worker".into());
-    let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos()) % 100_000;
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
+        % 100_000;
     format!("{host}-{}-{nonce}", std::process::id())
 }
 
@@ -238,10 +244,18 @@ struct Shared {
 impl Worker {
     /// Connects to Redis (a multiplexed connection for the scripts, a pool
     /// for blocking reads) and joins the group, creating it at id `0`.
-    pub async fn connect(opts: &RedisOptions, keys: Keys, config: WorkerConfig) -> Result<Self, WorkerError> {
+    pub async fn connect(
+        opts: &RedisOptions,
+        keys: Keys,
+        config: WorkerConfig,
+    ) -> Result<Self, WorkerError> {
         config.validate()?;
-        let queue = Queue::connect(opts, keys, &config.group, &config.consumer, config.block).await?;
-        Ok(Self { queue: Arc::new(queue), config: Arc::new(config) })
+        let queue =
+            Queue::connect(opts, keys, &config.group, &config.consumer, config.block).await?;
+        Ok(Self {
+            queue: Arc::new(queue),
+            config: Arc::new(config),
+        })
     }
 
     /// The settings this worker runs with.
@@ -253,7 +267,11 @@ impl Worker {
     /// finishes the attempts in progress (each bounded by the timeout),
     /// gives back the runs waiting for a retry, and returns. A Redis outage
     /// while running is logged and retried, never fatal.
-    pub async fn run<H: Handler>(self, handler: H, shutdown: impl Future<Output = ()> + Send) -> Result<Summary, WorkerError> {
+    pub async fn run<H: Handler>(
+        self,
+        handler: H,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<Summary, WorkerError> {
         let (stop_tx, stop_rx) = watch::channel(false);
         let shared = Arc::new(Shared {
             queue: self.queue.clone(),
@@ -287,7 +305,9 @@ impl Worker {
         keeper.abort();
         match self.queue.leave().await {
             Ok(true) => {}
-            Ok(false) => tracing::warn!("this consumer still holds runs; they are taken over once their lease runs out"),
+            Ok(false) => tracing::warn!(
+                "this consumer still holds runs; they are taken over once their lease runs out"
+            ),
             Err(e) => tracing::warn!(error = %e, "could not leave the consumer group"),
         }
         let summary = shared.counters.summary();
@@ -298,7 +318,11 @@ impl Worker {
 
 /// Reads runs while there is capacity, until asked to stop; returns the run
 /// tasks still going.
-async fn read_loop<H: Handler>(shared: Arc<Shared>, handler: Arc<H>, mut stop: watch::Receiver<bool>) -> JoinSet<()> {
+async fn read_loop<H: Handler>(
+    shared: Arc<Shared>,
+    handler: Arc<H>,
+    mut stop: watch::Receiver<bool>,
+) -> JoinSet<()> {
     let config = &shared.config;
     let slots = Arc::new(Semaphore::new(config.concurrency));
     let mut tasks = JoinSet::new();
@@ -321,7 +345,11 @@ async fn read_loop<H: Handler>(shared: Arc<Shared>, handler: Arc<H>, mut stop: w
         let mut entries = Vec::new();
         if Instant::now() >= next_claim {
             next_claim = Instant::now() + claim_every;
-            match shared.queue.autoclaim(&mut cursor, permits.len(), config.lease).await {
+            match shared
+                .queue
+                .autoclaim(&mut cursor, permits.len(), config.lease)
+                .await
+            {
                 Ok(e) => {
                     if !e.is_empty() {
                         tracing::info!(count = e.len(), "took over runs whose lease ran out");
@@ -380,7 +408,13 @@ async fn keep_leases(shared: Arc<Shared>) {
     let mut next_trim = shared.config.trim_interval.map(|t| Instant::now() + t);
     loop {
         tick.tick().await;
-        let ids: Vec<String> = shared.held.lock().expect("held lock").keys().cloned().collect();
+        let ids: Vec<String> = shared
+            .held
+            .lock()
+            .expect("held lock")
+            .keys()
+            .cloned()
+            .collect();
         match shared.queue.extend(&ids).await {
             Ok(lost) => {
                 let held = shared.held.lock().expect("held lock");
@@ -397,7 +431,9 @@ async fn keep_leases(shared: Arc<Shared>) {
         {
             next_trim = Some(Instant::now() + interval);
             match shared.queue.trim().await {
-                Ok(t) if t.removed > 0 => tracing::debug!(removed = t.removed, floor = ?t.floor, "trimmed the runs stream"),
+                Ok(t) if t.removed > 0 => {
+                    tracing::debug!(removed = t.removed, floor = ?t.floor, "trimmed the runs stream")
+                }
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "trimming the runs stream failed"),
             }
@@ -450,10 +486,18 @@ async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, lost: 
             }
             return;
         }
-        let attempt = match persist("starting an attempt", run_id, || q.start(entry, config.max_attempts)).await {
+        let attempt = match persist("starting an attempt", run_id, || {
+            q.start(entry, config.max_attempts)
+        })
+        .await
+        {
             Some(Start::Run(n)) => n,
             Some(Start::Dead(n)) => {
-                tracing::warn!(run_id, attempts = n, "the last attempt was lost with its worker; run is dead");
+                tracing::warn!(
+                    run_id,
+                    attempts = n,
+                    "the last attempt was lost with its worker; run is dead"
+                );
                 Counters::bump(&c.dead);
                 return;
             }
@@ -463,7 +507,10 @@ async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, lost: 
             }
             None => return,
         };
-        let run = Run { attempt, ..entry.run.clone() };
+        let run = Run {
+            attempt,
+            ..entry.run.clone()
+        };
         tracing::debug!(run_id, attempt, "attempt started");
         let outcome = tokio::select! {
             r = tokio::time::timeout(config.timeout, handler.call(run)) => match r {
@@ -475,7 +522,11 @@ async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, lost: 
         };
         match outcome {
             Attempt::Lost => {
-                tracing::warn!(run_id, attempt, "another worker took this run over (lease ran out); attempt abandoned");
+                tracing::warn!(
+                    run_id,
+                    attempt,
+                    "another worker took this run over (lease ran out); attempt abandoned"
+                );
                 Counters::bump(&c.lost);
                 return;
             }
@@ -491,8 +542,14 @@ async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, lost: 
                 Counters::bump(&c.failed_attempts);
                 let error = truncate(&error, 2000);
                 let wait = config.backoff_after(attempt);
-                match persist("recording a failed attempt", run_id, || q.fail(entry, &error, attempt, config.max_attempts, wait)).await {
-                    Some(Failed::Retry) => tracing::warn!(run_id, attempt, %error, retry_in = ?wait, "attempt failed"),
+                match persist("recording a failed attempt", run_id, || {
+                    q.fail(entry, &error, attempt, config.max_attempts, wait)
+                })
+                .await
+                {
+                    Some(Failed::Retry) => {
+                        tracing::warn!(run_id, attempt, %error, retry_in = ?wait, "attempt failed")
+                    }
                     Some(Failed::Dead) => {
                         tracing::error!(run_id, attempt, %error, "attempt failed; no attempts left, run moved to the dead stream");
                         Counters::bump(&c.dead);
@@ -529,7 +586,11 @@ fn truncate(s: &str, max: usize) -> String {
 }
 
 fn humanize(d: Duration) -> String {
-    if d.subsec_millis() != 0 || d.as_secs() == 0 { format!("{}ms", d.as_millis()) } else { format!("{}s", d.as_secs()) }
+    if d.subsec_millis() != 0 || d.as_secs() == 0 {
+        format!("{}ms", d.as_millis())
+    } else {
+        format!("{}s", d.as_secs())
+    }
 }
 
 #[cfg(test)]
@@ -552,10 +613,22 @@ mod tests {
         assert_eq!((c.concurrency, c.max_attempts), (4, 5));
         assert_eq!(c.lease, c.timeout + LEASE_MARGIN);
         for bad in [
-            WorkerConfig { concurrency: 0, ..c.clone() },
-            WorkerConfig { max_attempts: 0, ..c.clone() },
-            WorkerConfig { group: "a b".into(), ..c.clone() },
-            WorkerConfig { timeout: Duration::ZERO, ..c.clone() },
+            WorkerConfig {
+                concurrency: 0,
+                ..c.clone()
+            },
+            WorkerConfig {
+                max_attempts: 0,
+                ..c.clone()
+            },
+            WorkerConfig {
+                group: "a b".into(),
+                ..c.clone()
+            },
+            WorkerConfig {
+                timeout: Duration::ZERO,
+                ..c.clone()
+            },
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");
         }
@@ -575,7 +648,15 @@ mod tests {
         let v = serde_json::to_value(&run).unwrap();
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
         assert_eq!(keys.len(), 7);
-        for k in ["run_id", "provider", "repo", "action", "number", "delivery_id", "attempt"] {
+        for k in [
+            "run_id",
+            "provider",
+            "repo",
+            "action",
+            "number",
+            "delivery_id",
+            "attempt",
+        ] {
             assert!(v.get(k).is_some(), "{k}");
         }
         assert_eq!(v["attempt"], 2);

@@ -5,9 +5,9 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use redis::Script;
 use redis::cluster_async::ClusterConnection;
 use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
-use redis::Script;
 
 use super::{Run, WorkerError};
 use crate::error::Error;
@@ -46,7 +46,12 @@ pub(crate) struct Entry {
 impl Entry {
     /// `None` when the entry lacks a `run_id` (it cannot be run).
     fn parse(s: StreamId) -> Option<Self> {
-        let field = |k: &str| s.map.get(k).and_then(|v| redis::from_redis_value_ref::<String>(v).ok()).unwrap_or_default();
+        let field = |k: &str| {
+            s.map
+                .get(k)
+                .and_then(|v| redis::from_redis_value_ref::<String>(v).ok())
+                .unwrap_or_default()
+        };
         let run_id = field("run_id");
         if run_id.is_empty() {
             return None;
@@ -89,7 +94,7 @@ enum Reader {
     /// A deadpool-redis pool; each read checks out a connection of its own.
     Pool(deadpool_redis::Pool),
     /// A cluster client; one dedicated cluster connection, made on first use.
-    Cluster(redis::cluster::ClusterClient, Option<ClusterConnection>),
+    Cluster(Box<(redis::cluster::ClusterClient, Option<ClusterConnection>)>),
 }
 
 /// The Redis operations of one consumer in one group.
@@ -104,7 +109,9 @@ pub(crate) struct Queue {
 }
 
 fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn ms(d: Duration) -> u64 {
@@ -112,7 +119,13 @@ fn ms(d: Duration) -> u64 {
 }
 
 impl Queue {
-    pub async fn connect(opts: &RedisOptions, keys: Keys, group: &str, consumer: &str, block: Duration) -> Result<Self, WorkerError> {
+    pub async fn connect(
+        opts: &RedisOptions,
+        keys: Keys,
+        group: &str,
+        consumer: &str,
+        block: Duration,
+    ) -> Result<Self, WorkerError> {
         let conn = Conn::connect(opts).await?;
         let t = opts.command_timeout;
         let reader = match &opts.target {
@@ -136,7 +149,7 @@ impl Queue {
                     .retries(3)
                     .build()
                     .map_err(Error::from)?;
-                Reader::Cluster(client, None)
+                Reader::Cluster(Box::new((client, None)))
             }
         };
         let q = Self {
@@ -160,15 +173,27 @@ impl Queue {
         &self.consumer
     }
 
-    async fn bounded<T>(&self, fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T, Error> {
-        tokio::time::timeout(self.timeout, fut).await.map_err(|_| Error::Timeout(self.timeout))?.map_err(Error::from)
+    async fn bounded<T>(
+        &self,
+        fut: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, Error> {
+        tokio::time::timeout(self.timeout, fut)
+            .await
+            .map_err(|_| Error::Timeout(self.timeout))?
+            .map_err(Error::from)
     }
 
     /// Creates the group at id `0` (runs queued before any worker existed
     /// are processed); an existing group is kept as it is.
     pub async fn create_group(&self) -> Result<(), Error> {
         let mut conn = self.conn.clone();
-        let cmd = redis::cmd("XGROUP").arg("CREATE").arg(self.keys.runs()).arg(&self.group).arg("0").arg("MKSTREAM").to_owned();
+        let cmd = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(self.keys.runs())
+            .arg(&self.group)
+            .arg("0")
+            .arg("MKSTREAM")
+            .to_owned();
         match self.bounded(cmd.query_async::<()>(&mut conn)).await {
             Err(Error::Redis(e)) if e.code() == Some("BUSYGROUP") => Ok(()),
             other => other,
@@ -200,9 +225,11 @@ impl Queue {
                 })?;
                 // The pool's connections only ever carry these reads.
                 c.set_response_timeout(limit);
-                tokio::time::timeout(limit, cmd.query_async::<Option<StreamReadReply>>(&mut *c)).await
+                tokio::time::timeout(limit, cmd.query_async::<Option<StreamReadReply>>(&mut *c))
+                    .await
             }
-            Reader::Cluster(client, slot) => {
+            Reader::Cluster(cluster) => {
+                let (client, slot) = &mut **cluster;
                 if slot.is_none() {
                     let c = tokio::time::timeout(self.timeout * 4, client.get_async_connection())
                         .await
@@ -211,7 +238,8 @@ impl Queue {
                     *slot = Some(c);
                 }
                 let c = slot.as_mut().expect("connected above");
-                let r = tokio::time::timeout(limit, cmd.query_async::<Option<StreamReadReply>>(c)).await;
+                let r = tokio::time::timeout(limit, cmd.query_async::<Option<StreamReadReply>>(c))
+                    .await;
                 if !matches!(r, Ok(Ok(_))) {
                     *slot = None;
                 }
@@ -228,13 +256,20 @@ impl Queue {
             }
             Ok(r) => r.map_err(Error::from)?,
         };
-        let entries = reply.map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect::<Vec<_>>()).unwrap_or_default();
+        let entries = reply
+            .map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect::<Vec<_>>())
+            .unwrap_or_default();
         Ok(self.parse_all(entries).await)
     }
 
     /// Takes over entries whose lease ran out (idle longer than `lease`)
     /// from any consumer of the group, continuing from `cursor`.
-    pub async fn autoclaim(&self, cursor: &mut String, count: usize, lease: Duration) -> Result<Vec<Entry>, Error> {
+    pub async fn autoclaim(
+        &self,
+        cursor: &mut String,
+        count: usize,
+        lease: Duration,
+    ) -> Result<Vec<Entry>, Error> {
         let mut conn = self.conn.clone();
         let mut out = Vec::new();
         for _ in 0..8 {
@@ -273,7 +308,11 @@ impl Queue {
                 None => {
                     tracing::error!(entry = %id, "runs stream entry without a run_id; acknowledging it unrun");
                     let mut conn = self.conn.clone();
-                    let cmd = redis::cmd("XACK").arg(self.keys.runs()).arg(&self.group).arg(&id).to_owned();
+                    let cmd = redis::cmd("XACK")
+                        .arg(self.keys.runs())
+                        .arg(&self.group)
+                        .arg(&id)
+                        .to_owned();
                     let _ = self.bounded(cmd.query_async::<i64>(&mut conn)).await;
                 }
             }
@@ -281,7 +320,11 @@ impl Queue {
         out
     }
 
-    fn invocation<'a>(&self, script: &'a Script, entry: Option<&Entry>) -> redis::ScriptInvocation<'a> {
+    fn invocation<'a>(
+        &self,
+        script: &'a Script,
+        entry: Option<&Entry>,
+    ) -> redis::ScriptInvocation<'a> {
         let mut inv = script.prepare_invoke();
         inv.key(self.keys.runs());
         if let Some(e) = entry {
@@ -295,10 +338,18 @@ impl Queue {
     }
 
     fn identity_args(inv: &mut redis::ScriptInvocation<'_>, r: &Run) {
-        inv.arg(&r.run_id).arg(&r.provider).arg(&r.repo).arg(&r.action).arg(&r.number).arg(&r.delivery_id);
+        inv.arg(&r.run_id)
+            .arg(&r.provider)
+            .arg(&r.repo)
+            .arg(&r.action)
+            .arg(&r.number)
+            .arg(&r.delivery_id);
     }
 
-    async fn invoke<T: redis::FromRedisValue>(&self, inv: &redis::ScriptInvocation<'_>) -> Result<T, Error> {
+    async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        inv: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, Error> {
         let mut conn = self.conn.clone();
         self.bounded(inv.invoke_async(&mut conn)).await
     }
@@ -306,7 +357,9 @@ impl Queue {
     /// `lua/worker_start.lua`: begin the next attempt.
     pub async fn start(&self, e: &Entry, max_attempts: u32) -> Result<Start, Error> {
         let mut inv = self.invocation(&SCRIPTS.start, Some(e));
-        inv.key(self.keys.runs_dead()).arg(now_ms()).arg(max_attempts);
+        inv.key(self.keys.runs_dead())
+            .arg(now_ms())
+            .arg(max_attempts);
         Self::identity_args(&mut inv, &e.run);
         let (code, n): (i64, i64) = self.invoke(&inv).await?;
         Ok(match code {
@@ -324,10 +377,22 @@ impl Queue {
     }
 
     /// `lua/worker_fail.lua`: record a failed attempt; dead after the last.
-    pub async fn fail(&self, e: &Entry, error: &str, attempt: u32, max_attempts: u32, retry_in: Duration) -> Result<Failed, Error> {
+    pub async fn fail(
+        &self,
+        e: &Entry,
+        error: &str,
+        attempt: u32,
+        max_attempts: u32,
+        retry_in: Duration,
+    ) -> Result<Failed, Error> {
         let now = now_ms();
         let mut inv = self.invocation(&SCRIPTS.fail, Some(e));
-        inv.key(self.keys.runs_dead()).arg(now).arg(error).arg(attempt).arg(max_attempts).arg(now + ms(retry_in));
+        inv.key(self.keys.runs_dead())
+            .arg(now)
+            .arg(error)
+            .arg(attempt)
+            .arg(max_attempts)
+            .arg(now + ms(retry_in));
         Self::identity_args(&mut inv, &e.run);
         Ok(match self.invoke::<i64>(&inv).await? {
             1 => Failed::Retry,
@@ -381,7 +446,10 @@ pub struct Trimmed {
 
 async fn trim_inner(conn: &mut Conn, keys: &Keys) -> redis::RedisResult<Trimmed> {
     let (removed, floor): (u64, String) = SCRIPTS.trim.key(keys.runs()).invoke_async(conn).await?;
-    Ok(Trimmed { removed, floor: (!floor.is_empty()).then_some(floor) })
+    Ok(Trimmed {
+        removed,
+        floor: (!floor.is_empty()).then_some(floor),
+    })
 }
 
 /// Trims the runs stream of namespace `keys` down to the entries some
