@@ -449,7 +449,13 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
     let k = Keys::new(&ns)?;
     let real_gate = Gate::new(["octo-org/hello-world"], store.clone());
     let real_event = json!({"org": "octo-org", "repo": "hello-world", "action": "pull_request.opened", "number": 1347});
-    real_gate.handle("github", "72d3162e-cc78-11e3-81ab-4c9367dc0958", &real_event).await?;
+    real_gate
+        .handle(
+            "github",
+            "72d3162e-cc78-11e3-81ab-4c9367dc0958",
+            &real_event,
+        )
+        .await?;
     let delivery_bytes: Option<u64> = redis::cmd("MEMORY")
         .arg("USAGE")
         .arg(k.delivery("github", "72d3162e-cc78-11e3-81ab-4c9367dc0958"))

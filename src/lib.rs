@@ -17,6 +17,7 @@
 //! - [`window`]: the stateless dedup-window analysis of CONTRACT §7.
 //! - [`bench`]: `idemgate bench`, the measurements behind BENCHMARKS.md.
 //! - [`error`]: store failures (never turned into a gate answer).
+//! - [`worker`]: the durable run queue's consumer (`idemgate worker`): leases, retries, dead stream.
 //! - [`ops`]: operator commands (`inspect`, `stats`, `key`, `healthcheck`) over the Redis key schema.
 #![warn(missing_docs)]
 
@@ -32,6 +33,7 @@ pub mod providers;
 pub mod server;
 pub mod store;
 pub mod window;
+pub mod worker;
 
 pub use error::Error;
 pub use gate::{Gate, Outcome, Response, Settings, Status};

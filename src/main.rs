@@ -47,6 +47,8 @@ enum Command {
     Stats(idemgate::ops::StatsArgs),
     /// Print a Redis key for redis-cli (no Redis needed).
     Key(idemgate::ops::KeyArgs),
+    /// Consume created runs and run COMMAND once per run (needs Redis).
+    Worker(idemgate::worker::WorkerArgs),
 }
 
 fn init_logging(format: LogFormat, default: &str) {
@@ -87,6 +89,7 @@ async fn main() -> ExitCode {
         Command::Stats(args) => idemgate::ops::stats_command(&args)
             .await
             .map_err(Into::into),
+        Command::Worker(args) => worker(args).await,
         Command::Key(args) => idemgate::ops::key_command(&args).map_err(Into::into),
     };
     match result {
@@ -101,6 +104,11 @@ async fn main() -> ExitCode {
 async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let config = ServeConfig::resolve(&args)?;
     idemgate::server::serve(config, idemgate::server::shutdown_signal()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn worker(args: idemgate::worker::WorkerArgs) -> anyhow::Result<ExitCode> {
+    idemgate::worker::cli::run(args, idemgate::server::shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
 }
 

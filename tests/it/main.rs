@@ -19,3 +19,4 @@ mod model;
 mod ops;
 mod redis_store;
 mod support;
+mod worker;

@@ -1,0 +1,37 @@
+-- idemgate worker: an attempt failed (handler error or timeout). Before the
+-- last allowed attempt the run waits for a retry; after it, the run moves to
+-- the dead stream and its entry is acknowledged, in one step.
+--
+-- KEYS[1]: runs stream   idemgate:{NS}:runs
+-- KEYS[2]: run record    idemgate:{NS}:run:<run id>
+-- KEYS[3]: dead stream   idemgate:{NS}:runs:dead
+-- ARGV[1]: consumer group
+-- ARGV[2]: consumer name (this worker)
+-- ARGV[3]: stream entry id
+-- ARGV[4]: now, ms since the Unix epoch
+-- ARGV[5]: the attempt's error
+-- ARGV[6]: the attempt number that failed
+-- ARGV[7]: max attempts
+-- ARGV[8]: when the next attempt may start, ms since the Unix epoch
+-- ARGV[9..14]: run id, provider, repo, action, number, delivery id (for the dead stream)
+-- Returns: 0 the entry is no longer held by this consumer (nothing written)
+--          1 recorded; the run will be retried (record: retrying)
+--          2 the run is dead (record: dead, entry in the dead stream, acknowledged)
+
+local held = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1, ARGV[2])
+if #held == 0 then
+  return 0
+end
+if tonumber(ARGV[6]) >= tonumber(ARGV[7]) then
+  redis.call('XADD', KEYS[3], '*',
+    'run_id', ARGV[9], 'provider', ARGV[10], 'repo', ARGV[11], 'action', ARGV[12],
+    'number', ARGV[13], 'delivery_id', ARGV[14], 'entry_id', ARGV[3], 'group', ARGV[1],
+    'attempts', ARGV[6], 'last_error', ARGV[5], 'worker', ARGV[2], 'failed_ms', ARGV[4])
+  redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+  redis.call('HSET', KEYS[2], 'status', 'dead', 'last_error', ARGV[5], 'worker', ARGV[2],
+    'updated_ms', ARGV[4], 'finished_ms', ARGV[4])
+  return 2
+end
+redis.call('HSET', KEYS[2], 'status', 'retrying', 'last_error', ARGV[5], 'worker', ARGV[2],
+  'updated_ms', ARGV[4], 'next_attempt_ms', ARGV[8])
+return 1

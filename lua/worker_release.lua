@@ -1,0 +1,23 @@
+-- idemgate worker: give a held entry back (graceful shutdown) so another
+-- worker's XAUTOCLAIM takes it at once instead of after a whole lease: its
+-- idle time is set past the lease. The run record is left as it is.
+--
+-- KEYS[1]: runs stream   idemgate:{NS}:runs
+-- KEYS[2]: run record    idemgate:{NS}:run:<run id>
+-- ARGV[1]: consumer group
+-- ARGV[2]: consumer name (this worker)
+-- ARGV[3]: stream entry id
+-- ARGV[4]: idle time to set, ms (the lease or more)
+-- ARGV[5]: now, ms since the Unix epoch
+-- Returns: 1 released, 0 the entry is no longer held by this consumer
+
+local held = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1, ARGV[2])
+if #held == 0 then
+  return 0
+end
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[4], 'JUSTID')
+if redis.call('HGET', KEYS[2], 'status') == 'running' then
+  redis.call('HSET', KEYS[2], 'status', 'queued')
+end
+redis.call('HSET', KEYS[2], 'updated_ms', ARGV[5])
+return 1

@@ -1,0 +1,670 @@
+//! The durable run queue's consumer: every run the gate creates is handed to
+//! a handler until it is done, at least once, with leases, retries and a
+//! dead-letter stream (docs/worker.md).
+//!
+//! A [`Worker`] joins a consumer group on `idemgate:{NS}:runs` (created at
+//! id `0`, so runs queued before any worker existed are processed), reads
+//! runs with `XREADGROUP` on a connection of its own, and runs up to
+//! `concurrency` handlers at once. Each attempt is started, finished and
+//! failed by a small Lua script (`lua/worker_*.lua`) that checks the worker
+//! still holds the entry and updates the stream and the run record together.
+//!
+//! - [`command`]: a handler that runs a child process per run (`idemgate worker -- CMD`).
+//! - [`cli`]: the `idemgate worker` flags.
+//!
+//! Delivery is at least once: a handler may see the same `run_id` again
+//! (a worker died after the work but before the acknowledgement, or its
+//! lease ran out while it was cut off from Redis), so handlers must be
+//! idempotent on `run_id`.
+
+pub mod cli;
+pub mod command;
+mod queue;
+
+use std::collections::HashMap;
+use std::fmt::Display;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::{Notify, Semaphore, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+pub use cli::WorkerArgs;
+pub use queue::{Trimmed, trim_runs};
+
+use crate::keys::Keys;
+use crate::store::redis::RedisOptions;
+use queue::{Entry, Failed, Queue, Start};
+
+/// Why a worker could not start or keep going.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// Redis failed or did not answer.
+    #[error(transparent)]
+    Store(#[from] crate::Error),
+    /// The reader's connection pool failed.
+    #[error("redis reader pool: {0}")]
+    Pool(String),
+    /// A setting is invalid.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// One run, as handed to a handler (and, as JSON, to a command's stdin).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Run {
+    /// `run-N`: the key for idempotent handlers.
+    pub run_id: String,
+    /// The provider of the delivery that created the run.
+    pub provider: String,
+    /// `org/repo`.
+    pub repo: String,
+    /// The action.
+    pub action: String,
+    /// The number text (may be empty).
+    pub number: String,
+    /// The delivery that created the run.
+    pub delivery_id: String,
+    /// This attempt's number: 1 for the first, counted across workers.
+    pub attempt: u32,
+}
+
+/// Handles one attempt of a run. `Err` (or running past the timeout) is a
+/// failed attempt. Any `async` closure `Fn(Run) -> Result<(), E: Display>` is one.
+pub trait Handler: Send + Sync + 'static {
+    /// Runs one attempt. Dropping the future cancels it (timeout, lost lease).
+    fn call(&self, run: Run) -> impl Future<Output = Result<(), String>> + Send;
+}
+
+impl<F, Fut, E> Handler for F
+where
+    F: Fn(Run) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), E>> + Send,
+    E: Display,
+{
+    fn call(&self, run: Run) -> impl Future<Output = Result<(), String>> + Send {
+        let fut = self(run);
+        async move { fut.await.map_err(|e| e.to_string()) }
+    }
+}
+
+/// How a worker consumes; [`WorkerConfig::new`] gives the documented defaults.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// The consumer group. Every group gets every run once.
+    pub group: String,
+    /// This worker's consumer name, unique per live worker (default: host-pid-nonce).
+    pub consumer: String,
+    /// Runs handled at once (default 4).
+    pub concurrency: usize,
+    /// Attempts before a run is dead (default 5).
+    pub max_attempts: u32,
+    /// Bound on one attempt (default 5m).
+    pub timeout: Duration,
+    /// How long a held run stays with a worker that stopped extending it
+    /// (default: timeout + 30s). Live workers extend every third of it.
+    pub lease: Duration,
+    /// Wait before the second attempt; doubles for each further one (default 1s).
+    pub backoff: Duration,
+    /// Bound on the wait between attempts (default 60s).
+    pub max_backoff: Duration,
+    /// How long one `XREADGROUP` waits for new runs (default 2s): the
+    /// longest a stop request waits for the reader.
+    pub block: Duration,
+    /// How often the runs stream is trimmed (default 60s; `None`: never).
+    pub trim_interval: Option<Duration>,
+}
+
+/// The margin the default lease adds to the timeout.
+pub const LEASE_MARGIN: Duration = Duration::from_secs(30);
+
+impl WorkerConfig {
+    /// The defaults for group `group`.
+    pub fn new(group: impl Into<String>) -> Self {
+        let timeout = Duration::from_secs(300);
+        Self {
+            group: group.into(),
+            consumer: default_consumer(),
+            concurrency: 4,
+            max_attempts: 5,
+            timeout,
+            lease: timeout + LEASE_MARGIN,
+            backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(60),
+            block: Duration::from_secs(2),
+            trim_interval: Some(Duration::from_secs(60)),
+        }
+    }
+
+    /// The wait after failed attempt `attempt` (1-based): `backoff * 2^(attempt-1)`, at most `max_backoff`.
+    pub fn backoff_after(&self, attempt: u32) -> Duration {
+        let factor = 1u32
+            .checked_shl(attempt.saturating_sub(1))
+            .unwrap_or(u32::MAX);
+        self.backoff.saturating_mul(factor).min(self.max_backoff)
+    }
+
+    fn validate(&self) -> Result<(), WorkerError> {
+        let bad = |m: &str| Err(WorkerError::Config(m.to_owned()));
+        if self.group.is_empty() || self.group.chars().any(char::is_whitespace) {
+            return bad("--group must be a non-empty name without whitespace");
+        }
+        if self.consumer.is_empty() {
+            return bad("the consumer name must not be empty");
+        }
+        if self.concurrency == 0 {
+            return bad("--concurrency must be at least 1");
+        }
+        if self.max_attempts == 0 {
+            return bad("--max-attempts must be at least 1");
+        }
+        if self.timeout.is_zero() || self.lease < Duration::from_millis(30) || self.block.is_zero()
+        {
+            return bad("--timeout must be more than 0 and --lease at least 30ms");
+        }
+        Ok(())
+    }
+}
+
+/// `host-pid-nonce`: unique per process, readable in `XINFO CONSUMERS`.
+pub fn default_consumer() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "worker".into());
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
+        % 100_000;
+    format!("{host}-{}-{nonce}", std::process::id())
+}
+
+/// What a worker did before it stopped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Runs finished successfully.
+    pub done: u64,
+    /// Attempts that failed (error or timeout).
+    pub failed_attempts: u64,
+    /// Runs moved to the dead stream.
+    pub dead: u64,
+    /// Runs given back at shutdown (another worker takes them at once).
+    pub released: u64,
+    /// Runs another worker took over (this worker's lease had run out).
+    pub lost: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    done: AtomicU64,
+    failed_attempts: AtomicU64,
+    dead: AtomicU64,
+    released: AtomicU64,
+    lost: AtomicU64,
+}
+
+impl Counters {
+    fn bump(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn summary(&self) -> Summary {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        Summary {
+            done: g(&self.done),
+            failed_attempts: g(&self.failed_attempts),
+            dead: g(&self.dead),
+            released: g(&self.released),
+            lost: g(&self.lost),
+        }
+    }
+}
+
+/// A consumer of one namespace's runs stream.
+pub struct Worker {
+    queue: Arc<Queue>,
+    config: Arc<WorkerConfig>,
+}
+
+/// State shared by the reader, the lease keeper and the run tasks.
+struct Shared {
+    queue: Arc<Queue>,
+    config: Arc<WorkerConfig>,
+    /// Entries this worker holds, with the signal that it lost one.
+    held: Mutex<HashMap<String, Arc<Notify>>>,
+    counters: Counters,
+    stopping: watch::Receiver<bool>,
+}
+
+impl Worker {
+    /// Connects to Redis (a multiplexed connection for the scripts, a pool
+    /// for blocking reads) and joins the group, creating it at id `0`.
+    pub async fn connect(
+        opts: &RedisOptions,
+        keys: Keys,
+        config: WorkerConfig,
+    ) -> Result<Self, WorkerError> {
+        config.validate()?;
+        let queue =
+            Queue::connect(opts, keys, &config.group, &config.consumer, config.block).await?;
+        Ok(Self {
+            queue: Arc::new(queue),
+            config: Arc::new(config),
+        })
+    }
+
+    /// The settings this worker runs with.
+    pub fn config(&self) -> &WorkerConfig {
+        &self.config
+    }
+
+    /// Consumes runs until `shutdown` completes, then stops taking runs,
+    /// finishes the attempts in progress (each bounded by the timeout),
+    /// gives back the runs waiting for a retry, and returns. A Redis outage
+    /// while running is logged and retried, never fatal.
+    pub async fn run<H: Handler>(
+        self,
+        handler: H,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<Summary, WorkerError> {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            queue: self.queue.clone(),
+            config: self.config.clone(),
+            held: Mutex::new(HashMap::new()),
+            counters: Counters::default(),
+            stopping: stop_rx.clone(),
+        });
+        let handler = Arc::new(handler);
+        tracing::info!(
+            group = %self.config.group,
+            consumer = %self.queue.consumer(),
+            namespace = %self.queue.keys().namespace(),
+            concurrency = self.config.concurrency,
+            "worker started"
+        );
+
+        let keeper = tokio::spawn(keep_leases(shared.clone()));
+        let reader = read_loop(shared.clone(), handler, stop_rx);
+        tokio::pin!(reader);
+        tokio::pin!(shutdown);
+        let mut tasks = tokio::select! {
+            tasks = &mut reader => tasks,
+            _ = &mut shutdown => {
+                tracing::info!("stopping: no new runs; finishing or releasing the runs in hand");
+                let _ = stop_tx.send(true);
+                reader.await
+            }
+        };
+        while tasks.join_next().await.is_some() {}
+        keeper.abort();
+        match self.queue.leave().await {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(
+                "this consumer still holds runs; they are taken over once their lease runs out"
+            ),
+            Err(e) => tracing::warn!(error = %e, "could not leave the consumer group"),
+        }
+        let summary = shared.counters.summary();
+        tracing::info!(?summary, "worker stopped");
+        Ok(summary)
+    }
+}
+
+/// Reads runs while there is capacity, until asked to stop; returns the run
+/// tasks still going.
+async fn read_loop<H: Handler>(
+    shared: Arc<Shared>,
+    handler: Arc<H>,
+    mut stop: watch::Receiver<bool>,
+) -> JoinSet<()> {
+    let config = &shared.config;
+    let slots = Arc::new(Semaphore::new(config.concurrency));
+    let mut tasks = JoinSet::new();
+    let claim_every = (config.lease / 2).clamp(Duration::from_millis(50), Duration::from_secs(5));
+    let mut next_claim = Instant::now();
+    let mut cursor = "0-0".to_owned();
+    loop {
+        while tasks.try_join_next().is_some() {}
+        let first = tokio::select! {
+            p = slots.clone().acquire_owned() => p.expect("semaphore never closed"),
+            _ = stop.wait_for(|s| *s) => break,
+        };
+        if *stop.borrow() {
+            break;
+        }
+        let mut permits = vec![first];
+        while let Ok(p) = slots.clone().try_acquire_owned() {
+            permits.push(p);
+        }
+        let mut entries = Vec::new();
+        if Instant::now() >= next_claim {
+            next_claim = Instant::now() + claim_every;
+            match shared
+                .queue
+                .autoclaim(&mut cursor, permits.len(), config.lease)
+                .await
+            {
+                Ok(e) => {
+                    if !e.is_empty() {
+                        tracing::info!(count = e.len(), "took over runs whose lease ran out");
+                    }
+                    entries = e;
+                }
+                Err(e) => tracing::warn!(error = %e, "XAUTOCLAIM failed"),
+            }
+        }
+        if entries.is_empty() {
+            match shared.queue.read(permits.len()).await {
+                Ok(e) => entries = e,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the runs stream failed; retrying");
+                    drop(permits);
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                        _ = stop.wait_for(|s| *s) => break,
+                    }
+                    continue;
+                }
+            }
+        }
+        for entry in entries {
+            let lost = Arc::new(Notify::new());
+            {
+                let mut held = shared.held.lock().expect("held lock");
+                if held.contains_key(&entry.id) {
+                    // Reclaimed from ourselves while a task still has it.
+                    continue;
+                }
+                held.insert(entry.id.clone(), lost.clone());
+            }
+            let Some(permit) = permits.pop() else {
+                tracing::error!("more entries than requested; the extra one waits for its lease");
+                shared.held.lock().expect("held lock").remove(&entry.id);
+                continue;
+            };
+            let (shared, handler) = (shared.clone(), handler.clone());
+            tasks.spawn(async move {
+                process(&shared, &*handler, &entry, &lost).await;
+                shared.held.lock().expect("held lock").remove(&entry.id);
+                drop(permit);
+            });
+        }
+    }
+    tasks
+}
+
+/// Extends the leases of held runs every third of the lease, and trims the
+/// stream every trim interval.
+async fn keep_leases(shared: Arc<Shared>) {
+    let every = (shared.config.lease / 3).max(Duration::from_millis(10));
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut next_trim = shared.config.trim_interval.map(|t| Instant::now() + t);
+    loop {
+        tick.tick().await;
+        let ids: Vec<String> = shared
+            .held
+            .lock()
+            .expect("held lock")
+            .keys()
+            .cloned()
+            .collect();
+        match shared.queue.extend(&ids).await {
+            Ok(lost) => {
+                let held = shared.held.lock().expect("held lock");
+                for id in lost {
+                    if let Some(n) = held.get(&id) {
+                        n.notify_one();
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "extending leases failed"),
+        }
+        if let (Some(at), Some(interval)) = (next_trim, shared.config.trim_interval)
+            && Instant::now() >= at
+        {
+            next_trim = Some(Instant::now() + interval);
+            match shared.queue.trim().await {
+                Ok(t) if t.removed > 0 => {
+                    tracing::debug!(removed = t.removed, floor = ?t.floor, "trimmed the runs stream")
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "trimming the runs stream failed"),
+            }
+        }
+    }
+}
+
+/// Retries a script call through short Redis hiccups; `None` when Redis
+/// stays unavailable (the entry then stays pending and is taken over after
+/// its lease).
+async fn persist<T, F, Fut>(what: &str, run_id: &str, mut f: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, crate::Error>>,
+{
+    let mut wait = Duration::from_millis(100);
+    for attempt in 1..=6 {
+        match f().await {
+            Ok(v) => return Some(v),
+            Err(e) if attempt == 6 => {
+                tracing::error!(run_id, error = %e, "{what} failed; the run stays pending and is retried after its lease");
+            }
+            Err(e) => {
+                tracing::warn!(run_id, error = %e, "{what} failed; retrying");
+                tokio::time::sleep(wait).await;
+                wait *= 2;
+            }
+        }
+    }
+    None
+}
+
+enum Attempt {
+    Ok,
+    Failed(String),
+    Lost,
+}
+
+/// Runs one entry through its attempts until done, dead, lost or released.
+async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, lost: &Notify) {
+    let config = &shared.config;
+    let q = &shared.queue;
+    let run_id = entry.run.run_id.as_str();
+    let c = &shared.counters;
+    let mut stop = shared.stopping.clone();
+    loop {
+        if *stop.borrow() {
+            if persist("releasing", run_id, || q.release(entry, config.lease)).await == Some(true) {
+                Counters::bump(&c.released);
+            }
+            return;
+        }
+        let attempt = match persist("starting an attempt", run_id, || {
+            q.start(entry, config.max_attempts)
+        })
+        .await
+        {
+            Some(Start::Run(n)) => n,
+            Some(Start::Dead(n)) => {
+                tracing::warn!(
+                    run_id,
+                    attempts = n,
+                    "the last attempt was lost with its worker; run is dead"
+                );
+                Counters::bump(&c.dead);
+                return;
+            }
+            Some(Start::Lost) => {
+                Counters::bump(&c.lost);
+                return;
+            }
+            None => return,
+        };
+        let run = Run {
+            attempt,
+            ..entry.run.clone()
+        };
+        tracing::debug!(run_id, attempt, "attempt started");
+        let outcome = tokio::select! {
+            r = tokio::time::timeout(config.timeout, handler.call(run)) => match r {
+                Ok(Ok(())) => Attempt::Ok,
+                Ok(Err(e)) => Attempt::Failed(e),
+                Err(_) => Attempt::Failed(format!("timed out after {}", humanize(config.timeout))),
+            },
+            _ = lost.notified() => Attempt::Lost,
+        };
+        match outcome {
+            Attempt::Lost => {
+                tracing::warn!(
+                    run_id,
+                    attempt,
+                    "another worker took this run over (lease ran out); attempt abandoned"
+                );
+                Counters::bump(&c.lost);
+                return;
+            }
+            Attempt::Ok => {
+                match persist("marking done", run_id, || q.done(entry)).await {
+                    Some(true) => Counters::bump(&c.done),
+                    Some(false) => Counters::bump(&c.lost),
+                    None => {}
+                }
+                return;
+            }
+            Attempt::Failed(error) => {
+                Counters::bump(&c.failed_attempts);
+                let error = truncate(&error, 2000);
+                let wait = config.backoff_after(attempt);
+                match persist("recording a failed attempt", run_id, || {
+                    q.fail(entry, &error, attempt, config.max_attempts, wait)
+                })
+                .await
+                {
+                    Some(Failed::Retry) => {
+                        tracing::warn!(run_id, attempt, %error, retry_in = ?wait, "attempt failed")
+                    }
+                    Some(Failed::Dead) => {
+                        tracing::error!(run_id, attempt, %error, "attempt failed; no attempts left, run moved to the dead stream");
+                        Counters::bump(&c.dead);
+                        return;
+                    }
+                    Some(Failed::Lost) => {
+                        Counters::bump(&c.lost);
+                        return;
+                    }
+                    None => return,
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = stop.wait_for(|s| *s) => {}
+                    _ = lost.notified() => {
+                        Counters::bump(&c.lost);
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+fn humanize(d: Duration) -> String {
+    if d.subsec_millis() != 0 || d.as_secs() == 0 {
+        format!("{}ms", d.as_millis())
+    } else {
+        format!("{}s", d.as_secs())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_backoff_doubles_and_is_bounded() {
+        let c = WorkerConfig::new("g");
+        let waits: Vec<u64> = (1..=9).map(|a| c.backoff_after(a).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(c.backoff_after(200), Duration::from_secs(60));
+        assert_eq!(c.backoff_after(0), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn worker_defaults_are_valid() {
+        let c = WorkerConfig::new("g");
+        assert!(c.validate().is_ok());
+        assert_eq!((c.concurrency, c.max_attempts), (4, 5));
+        assert_eq!(c.lease, c.timeout + LEASE_MARGIN);
+        for bad in [
+            WorkerConfig {
+                concurrency: 0,
+                ..c.clone()
+            },
+            WorkerConfig {
+                max_attempts: 0,
+                ..c.clone()
+            },
+            WorkerConfig {
+                group: "a b".into(),
+                ..c.clone()
+            },
+            WorkerConfig {
+                timeout: Duration::ZERO,
+                ..c.clone()
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn worker_run_json_is_the_contract() {
+        let run = Run {
+            run_id: "run-7".into(),
+            provider: "github".into(),
+            repo: "o/r".into(),
+            action: "push".into(),
+            number: "".into(),
+            delivery_id: "d".into(),
+            attempt: 2,
+        };
+        let v = serde_json::to_value(&run).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys.len(), 7);
+        for k in [
+            "run_id",
+            "provider",
+            "repo",
+            "action",
+            "number",
+            "delivery_id",
+            "attempt",
+        ] {
+            assert!(v.get(k).is_some(), "{k}");
+        }
+        assert_eq!(v["attempt"], 2);
+    }
+
+    #[test]
+    fn worker_errors_are_truncated_on_char_boundaries() {
+        assert_eq!(truncate("héllo", 2), "h…");
+        assert_eq!(truncate("abc", 5), "abc");
+    }
+}

@@ -1,0 +1,460 @@
+//! The Redis side of the worker: the consumer group, the blocking reader on
+//! its own connection, and the small Lua scripts (`lua/worker_*.lua`) that
+//! change a run's stream entry and record together.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Script;
+use redis::cluster_async::ClusterConnection;
+use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
+
+use super::{Run, WorkerError};
+use crate::error::Error;
+use crate::keys::Keys;
+use crate::store::redis::{Conn, RedisOptions, RedisTarget};
+
+struct Scripts {
+    start: Script,
+    done: Script,
+    fail: Script,
+    extend: Script,
+    release: Script,
+    trim: Script,
+    leave: Script,
+}
+
+static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    start: Script::new(include_str!("../../lua/worker_start.lua")),
+    done: Script::new(include_str!("../../lua/worker_done.lua")),
+    fail: Script::new(include_str!("../../lua/worker_fail.lua")),
+    extend: Script::new(include_str!("../../lua/worker_extend.lua")),
+    release: Script::new(include_str!("../../lua/worker_release.lua")),
+    trim: Script::new(include_str!("../../lua/worker_trim.lua")),
+    leave: Script::new(include_str!("../../lua/worker_leave.lua")),
+});
+
+/// One entry of the runs stream, as read from the group.
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    /// The stream entry id (`1718000000000-0`).
+    pub id: String,
+    /// The run's fields, `attempt` still 0.
+    pub run: Run,
+}
+
+impl Entry {
+    /// `None` when the entry lacks a `run_id` (it cannot be run).
+    fn parse(s: StreamId) -> Option<Self> {
+        let field = |k: &str| {
+            s.map
+                .get(k)
+                .and_then(|v| redis::from_redis_value_ref::<String>(v).ok())
+                .unwrap_or_default()
+        };
+        let run_id = field("run_id");
+        if run_id.is_empty() {
+            return None;
+        }
+        let run = Run {
+            run_id,
+            provider: field("provider"),
+            repo: field("repo"),
+            action: field("action"),
+            number: field("number"),
+            delivery_id: field("delivery_id"),
+            attempt: 0,
+        };
+        Some(Self { id: s.id, run })
+    }
+}
+
+/// What starting an attempt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// Run attempt number `n`.
+    Run(u32),
+    /// Another worker holds the entry now.
+    Lost,
+    /// The last allowed attempt was lost with its worker: moved to the dead stream.
+    Dead(u32),
+}
+
+/// What recording a failed attempt did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failed {
+    Lost,
+    Retry,
+    Dead,
+}
+
+/// Connections that may block: blocking `XREADGROUP` never shares the
+/// gate's multiplexed connection, so it cannot delay anyone's command.
+enum Reader {
+    /// A deadpool-redis pool; each read checks out a connection of its own.
+    Pool(deadpool_redis::Pool),
+    /// A cluster client; one dedicated cluster connection, made on first use.
+    Cluster(Box<(redis::cluster::ClusterClient, Option<ClusterConnection>)>),
+}
+
+/// The Redis operations of one consumer in one group.
+pub(crate) struct Queue {
+    conn: Conn,
+    keys: Keys,
+    group: String,
+    consumer: String,
+    timeout: Duration,
+    block: Duration,
+    reader: tokio::sync::Mutex<Reader>,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis().min(u64::MAX as u128) as u64
+}
+
+impl Queue {
+    pub async fn connect(
+        opts: &RedisOptions,
+        keys: Keys,
+        group: &str,
+        consumer: &str,
+        block: Duration,
+    ) -> Result<Self, WorkerError> {
+        let conn = Conn::connect(opts).await?;
+        let t = opts.command_timeout;
+        let reader = match &opts.target {
+            RedisTarget::Single(url) => {
+                let pool = deadpool_redis::Config::from_url(url.as_str())
+                    .builder()
+                    .map_err(|e| WorkerError::Config(format!("redis url: {e}")))?
+                    .max_size(2)
+                    .runtime(deadpool_redis::Runtime::Tokio1)
+                    .wait_timeout(Some(t))
+                    .create_timeout(Some(t))
+                    .recycle_timeout(Some(t))
+                    .build()
+                    .map_err(|e| WorkerError::Config(format!("redis pool: {e}")))?;
+                Reader::Pool(pool)
+            }
+            RedisTarget::Cluster(nodes) => {
+                let client = redis::cluster::ClusterClient::builder(nodes.clone())
+                    .connection_timeout(t)
+                    .response_timeout(block + t)
+                    .retries(3)
+                    .build()
+                    .map_err(Error::from)?;
+                Reader::Cluster(Box::new((client, None)))
+            }
+        };
+        let q = Self {
+            conn,
+            keys,
+            group: group.to_owned(),
+            consumer: consumer.to_owned(),
+            timeout: t,
+            block,
+            reader: tokio::sync::Mutex::new(reader),
+        };
+        q.create_group().await?;
+        Ok(q)
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    pub fn consumer(&self) -> &str {
+        &self.consumer
+    }
+
+    async fn bounded<T>(
+        &self,
+        fut: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, Error> {
+        tokio::time::timeout(self.timeout, fut)
+            .await
+            .map_err(|_| Error::Timeout(self.timeout))?
+            .map_err(Error::from)
+    }
+
+    /// Creates the group at id `0` (runs queued before any worker existed
+    /// are processed); an existing group is kept as it is.
+    pub async fn create_group(&self) -> Result<(), Error> {
+        let mut conn = self.conn.clone();
+        let cmd = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(self.keys.runs())
+            .arg(&self.group)
+            .arg("0")
+            .arg("MKSTREAM")
+            .to_owned();
+        match self.bounded(cmd.query_async::<()>(&mut conn)).await {
+            Err(Error::Redis(e)) if e.code() == Some("BUSYGROUP") => Ok(()),
+            other => other,
+        }
+    }
+
+    /// New entries for this consumer (`XREADGROUP … >`), waiting up to the
+    /// block time for one.
+    pub async fn read(&self, count: usize) -> Result<Vec<Entry>, WorkerError> {
+        let cmd = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(&self.group)
+            .arg(&self.consumer)
+            .arg("COUNT")
+            .arg(count)
+            .arg("BLOCK")
+            .arg(ms(self.block).max(1))
+            .arg("STREAMS")
+            .arg(self.keys.runs())
+            .arg(">")
+            .to_owned();
+        let limit = self.block + self.timeout;
+        let mut reader = self.reader.lock().await;
+        let result = match &mut *reader {
+            Reader::Pool(pool) => {
+                let mut c = pool.get().await.map_err(|e| match e {
+                    deadpool_redis::PoolError::Backend(e) => WorkerError::Store(e.into()),
+                    e => WorkerError::Pool(e.to_string()),
+                })?;
+                // The pool's connections only ever carry these reads.
+                c.set_response_timeout(limit);
+                tokio::time::timeout(limit, cmd.query_async::<Option<StreamReadReply>>(&mut *c))
+                    .await
+            }
+            Reader::Cluster(cluster) => {
+                let (client, slot) = &mut **cluster;
+                if slot.is_none() {
+                    let c = tokio::time::timeout(self.timeout * 4, client.get_async_connection())
+                        .await
+                        .map_err(|_| Error::Timeout(self.timeout * 4))?
+                        .map_err(Error::from)?;
+                    *slot = Some(c);
+                }
+                let c = slot.as_mut().expect("connected above");
+                let r = tokio::time::timeout(limit, cmd.query_async::<Option<StreamReadReply>>(c))
+                    .await;
+                if !matches!(r, Ok(Ok(_))) {
+                    *slot = None;
+                }
+                r
+            }
+        };
+        drop(reader);
+        let reply = match result {
+            Err(_) => return Err(Error::Timeout(limit).into()),
+            Ok(Err(e)) if e.code() == Some("NOGROUP") => {
+                // The stream or the group was deleted under us: start again.
+                self.create_group().await?;
+                return Ok(Vec::new());
+            }
+            Ok(r) => r.map_err(Error::from)?,
+        };
+        let entries = reply
+            .map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect::<Vec<_>>())
+            .unwrap_or_default();
+        Ok(self.parse_all(entries).await)
+    }
+
+    /// Takes over entries whose lease ran out (idle longer than `lease`)
+    /// from any consumer of the group, continuing from `cursor`.
+    pub async fn autoclaim(
+        &self,
+        cursor: &mut String,
+        count: usize,
+        lease: Duration,
+    ) -> Result<Vec<Entry>, Error> {
+        let mut conn = self.conn.clone();
+        let mut out = Vec::new();
+        for _ in 0..8 {
+            let cmd = redis::cmd("XAUTOCLAIM")
+                .arg(self.keys.runs())
+                .arg(&self.group)
+                .arg(&self.consumer)
+                .arg(ms(lease))
+                .arg(cursor.as_str())
+                .arg("COUNT")
+                .arg(count - out.len())
+                .to_owned();
+            let reply: StreamAutoClaimReply = match self.bounded(cmd.query_async(&mut conn)).await {
+                Err(Error::Redis(e)) if e.code() == Some("NOGROUP") => {
+                    self.create_group().await?;
+                    return Ok(out);
+                }
+                r => r?,
+            };
+            *cursor = reply.next_stream_id;
+            out.extend(self.parse_all(reply.claimed).await);
+            if out.len() >= count || cursor == "0-0" {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Entries that cannot be run (no `run_id`) are acknowledged and logged.
+    async fn parse_all(&self, ids: Vec<StreamId>) -> Vec<Entry> {
+        let mut out = Vec::with_capacity(ids.len());
+        for s in ids {
+            let id = s.id.clone();
+            match Entry::parse(s) {
+                Some(e) => out.push(e),
+                None => {
+                    tracing::error!(entry = %id, "runs stream entry without a run_id; acknowledging it unrun");
+                    let mut conn = self.conn.clone();
+                    let cmd = redis::cmd("XACK")
+                        .arg(self.keys.runs())
+                        .arg(&self.group)
+                        .arg(&id)
+                        .to_owned();
+                    let _ = self.bounded(cmd.query_async::<i64>(&mut conn)).await;
+                }
+            }
+        }
+        out
+    }
+
+    fn invocation<'a>(
+        &self,
+        script: &'a Script,
+        entry: Option<&Entry>,
+    ) -> redis::ScriptInvocation<'a> {
+        let mut inv = script.prepare_invoke();
+        inv.key(self.keys.runs());
+        if let Some(e) = entry {
+            inv.key(self.keys.run(&e.run.run_id));
+        }
+        inv.arg(&self.group).arg(&self.consumer);
+        if let Some(e) = entry {
+            inv.arg(&e.id);
+        }
+        inv
+    }
+
+    fn identity_args(inv: &mut redis::ScriptInvocation<'_>, r: &Run) {
+        inv.arg(&r.run_id)
+            .arg(&r.provider)
+            .arg(&r.repo)
+            .arg(&r.action)
+            .arg(&r.number)
+            .arg(&r.delivery_id);
+    }
+
+    async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        inv: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, Error> {
+        let mut conn = self.conn.clone();
+        self.bounded(inv.invoke_async(&mut conn)).await
+    }
+
+    /// `lua/worker_start.lua`: begin the next attempt.
+    pub async fn start(&self, e: &Entry, max_attempts: u32) -> Result<Start, Error> {
+        let mut inv = self.invocation(&SCRIPTS.start, Some(e));
+        inv.key(self.keys.runs_dead())
+            .arg(now_ms())
+            .arg(max_attempts);
+        Self::identity_args(&mut inv, &e.run);
+        let (code, n): (i64, i64) = self.invoke(&inv).await?;
+        Ok(match code {
+            1 => Start::Run(n as u32),
+            2 => Start::Dead(n as u32),
+            _ => Start::Lost,
+        })
+    }
+
+    /// `lua/worker_done.lua`: acknowledge and mark done. `false`: lost.
+    pub async fn done(&self, e: &Entry) -> Result<bool, Error> {
+        let mut inv = self.invocation(&SCRIPTS.done, Some(e));
+        inv.arg(now_ms());
+        Ok(self.invoke::<i64>(&inv).await? == 1)
+    }
+
+    /// `lua/worker_fail.lua`: record a failed attempt; dead after the last.
+    pub async fn fail(
+        &self,
+        e: &Entry,
+        error: &str,
+        attempt: u32,
+        max_attempts: u32,
+        retry_in: Duration,
+    ) -> Result<Failed, Error> {
+        let now = now_ms();
+        let mut inv = self.invocation(&SCRIPTS.fail, Some(e));
+        inv.key(self.keys.runs_dead())
+            .arg(now)
+            .arg(error)
+            .arg(attempt)
+            .arg(max_attempts)
+            .arg(now + ms(retry_in));
+        Self::identity_args(&mut inv, &e.run);
+        Ok(match self.invoke::<i64>(&inv).await? {
+            1 => Failed::Retry,
+            2 => Failed::Dead,
+            _ => Failed::Lost,
+        })
+    }
+
+    /// `lua/worker_release.lua`: give the entry back for immediate takeover.
+    pub async fn release(&self, e: &Entry, lease: Duration) -> Result<bool, Error> {
+        let mut inv = self.invocation(&SCRIPTS.release, Some(e));
+        inv.arg(ms(lease) + 1).arg(now_ms());
+        Ok(self.invoke::<i64>(&inv).await? == 1)
+    }
+
+    /// `lua/worker_extend.lua`: reset the idle time of held entries; returns
+    /// the ids another worker has taken.
+    pub async fn extend(&self, ids: &[String]) -> Result<Vec<String>, Error> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut inv = self.invocation(&SCRIPTS.extend, None);
+        for id in ids {
+            inv.arg(id);
+        }
+        self.invoke(&inv).await
+    }
+
+    /// `lua/worker_leave.lua`: remove this consumer if it holds nothing.
+    pub async fn leave(&self) -> Result<bool, Error> {
+        let inv = self.invocation(&SCRIPTS.leave, None);
+        Ok(self.invoke::<i64>(&inv).await? == 1)
+    }
+
+    /// `lua/worker_trim.lua` on this queue's stream.
+    pub async fn trim(&self) -> Result<Trimmed, Error> {
+        let mut conn = self.conn.clone();
+        self.bounded(trim_inner(&mut conn, &self.keys)).await
+    }
+}
+
+/// What a trim removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trimmed {
+    /// Entries removed from the runs stream.
+    pub removed: u64,
+    /// The lowest id every group still needs; entries below it were removed
+    /// (`None`: nothing could be trimmed).
+    pub floor: Option<String>,
+}
+
+async fn trim_inner(conn: &mut Conn, keys: &Keys) -> redis::RedisResult<Trimmed> {
+    let (removed, floor): (u64, String) = SCRIPTS.trim.key(keys.runs()).invoke_async(conn).await?;
+    Ok(Trimmed {
+        removed,
+        floor: (!floor.is_empty()).then_some(floor),
+    })
+}
+
+/// Trims the runs stream of namespace `keys` down to the entries some
+/// consumer group still needs (pending, or not yet delivered), in one
+/// atomic script. Workers call this every trim interval; operators may too.
+pub async fn trim_runs(conn: &mut Conn, keys: &Keys) -> Result<Trimmed, Error> {
+    Ok(trim_inner(conn, keys).await?)
+}

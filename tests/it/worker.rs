@@ -1,0 +1,779 @@
+//! The durable run queue (`idemgate worker` and `idemgate::worker`), against
+//! a real Redis: exactly one successful run per created run across workers,
+//! retries, the dead stream, leases after `kill -9`, SIGTERM, trimming.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use idemgate::gate::{Gate, Settings, Status};
+use idemgate::keys::Keys;
+use idemgate::store::redis::RedisOptions;
+use idemgate::worker::{Run, Worker, WorkerConfig, trim_runs};
+use redis::AsyncCommands;
+use serde_json::{Value, json};
+
+use crate::support::{fresh_ns, raw_conn, redis_store_in, redis_url};
+
+/// Gates `runs` new runs in `ns` (identities `o/r` `push` `1..=runs`), each
+/// delivered `copies` times under different delivery ids, concurrently.
+async fn gate_runs(ns: &str, runs: usize, copies: usize) {
+    let gate = Arc::new(Gate::new(
+        ["o/r"],
+        redis_store_in(ns, &Settings::default()).await,
+    ));
+    let mut tasks = tokio::task::JoinSet::new();
+    for copy in 0..copies {
+        for n in 1..=runs {
+            let gate = gate.clone();
+            tasks.spawn(async move {
+                let e = json!({"org": "o", "repo": "r", "action": "push", "number": n});
+                let r = gate
+                    .handle("github", &format!("d-{n}-{copy}"), &e)
+                    .await
+                    .unwrap();
+                r.status
+            });
+        }
+    }
+    let mut created = 0;
+    while let Some(s) = tasks.join_next().await {
+        let s = s.unwrap();
+        assert!(matches!(s, Status::Created | Status::Duplicate), "{s:?}");
+        created += usize::from(s == Status::Created);
+    }
+    assert_eq!(created, runs);
+}
+
+async fn record(ns: &str, run_id: &str) -> HashMap<String, String> {
+    let mut c = raw_conn().await;
+    c.hgetall(Keys::new(ns).unwrap().run(run_id)).await.unwrap()
+}
+
+/// Polls `cond` every 50 ms until it holds; panics with `what` after `limit`.
+async fn wait_for<F, Fut>(limit: Duration, what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    while !cond().await {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn all_done(ns: &str, runs: usize) -> bool {
+    for n in 1..=runs {
+        if record(ns, &format!("run-{n}"))
+            .await
+            .get("status")
+            .map(String::as_str)
+            != Some("done")
+        {
+            return false;
+        }
+    }
+    true
+}
+
+/// A temp dir of the test's own.
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(fresh_ns(tag));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `idemgate worker` in `ns`, group `g`, named `name` (also `$W` in the
+/// handler's environment); logs to `dir/<name>.log`.
+fn spawn_worker(ns: &str, dir: &Path, name: &str, flags: &[&str], script: &str) -> Child {
+    let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args([
+            "worker",
+            "--redis-url",
+            redis_url(),
+            "--namespace",
+            ns,
+            "--group",
+            "g",
+            "--consumer",
+            name,
+            "--block",
+            "200ms",
+        ])
+        .args(flags)
+        .args(["--", "sh", "-c", script])
+        .env("W", name)
+        .env("D", dir)
+        .env("RUST_LOG", "idemgate=debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+fn signal(child: &Child, sig: &str) {
+    assert!(
+        Command::new("kill")
+            .args([sig, &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
+/// Waits (bounded) for a child to exit.
+async fn wait_exit(child: &mut Child, limit: Duration) -> ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("worker did not exit within {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Kills worker processes a failed test leaves behind.
+struct Workers(Vec<Child>);
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_three_workers_run_each_of_150_runs_exactly_once() {
+    let ns = fresh_ns("w150");
+    let dir = temp_dir("w150");
+    gate_runs(&ns, 150, 2).await;
+    let script = r#"echo "$IDEMGATE_RUN_ID $IDEMGATE_ATTEMPT $W" >> "$D/ran""#;
+    let mut workers = Workers(
+        (1..=3)
+            .map(|i| {
+                spawn_worker(
+                    &ns,
+                    &dir,
+                    &format!("w{i}"),
+                    &["--concurrency", "4", "--lease", "5s"],
+                    script,
+                )
+            })
+            .collect(),
+    );
+    wait_for(Duration::from_secs(90), "150 runs done", || {
+        all_done(&ns, 150)
+    })
+    .await;
+
+    let ran = lines(&dir.join("ran"));
+    let mut per_run: BTreeMap<String, usize> = BTreeMap::new();
+    for l in &ran {
+        *per_run
+            .entry(l.split(' ').next().unwrap().to_owned())
+            .or_default() += 1;
+    }
+    assert_eq!(per_run.len(), 150, "{ran:?}");
+    assert!(
+        per_run.values().all(|&n| n == 1),
+        "a run ran twice: {per_run:?}"
+    );
+    assert!(
+        ran.iter().all(|l| l.split(' ').nth(1) == Some("1")),
+        "every run on attempt 1"
+    );
+    let by_worker = |w: &str| ran.iter().filter(|l| l.ends_with(w)).count();
+    assert!(by_worker("w1") + by_worker("w2") + by_worker("w3") == 150);
+    for n in 1..=150 {
+        let r = record(&ns, &format!("run-{n}")).await;
+        assert_eq!(
+            (r["status"].as_str(), r["attempts"].as_str()),
+            ("done", "1"),
+            "run-{n}: {r:?}"
+        );
+        assert!(r["worker"].starts_with('w') && r["finished_ms"].parse::<u64>().unwrap() > 0);
+    }
+
+    for w in &workers.0 {
+        signal(w, "-TERM");
+    }
+    for w in &mut workers.0 {
+        assert!(wait_exit(w, Duration::from_secs(10)).await.success());
+    }
+    // A clean stop leaves the group without those consumers, and nothing pending.
+    let mut c = raw_conn().await;
+    let keys = Keys::new(&ns).unwrap();
+    let (pending, ..): (u64, redis::Value, redis::Value, redis::Value) = redis::cmd("XPENDING")
+        .arg(keys.runs())
+        .arg("g")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(pending, 0);
+    let consumers: Vec<redis::Value> = redis::cmd("XINFO")
+        .arg("CONSUMERS")
+        .arg(keys.runs())
+        .arg("g")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(consumers.is_empty(), "{consumers:?}");
+    // Everything acknowledged: a trim leaves at most the last delivered entry.
+    trim_runs(&mut c, &keys).await.unwrap();
+    assert!(c.xlen::<_, u64>(keys.runs()).await.unwrap() <= 1);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn worker_command_retries_then_succeeds_and_dead_letters_the_rest() {
+    let ns = fresh_ns("wretry");
+    let dir = temp_dir("wretry");
+    gate_runs(&ns, 2, 1).await;
+    // run-1 fails on attempts 1 and 2, succeeds on 3; run-2 always fails.
+    let script = r#"cat > "$D/$IDEMGATE_RUN_ID.$IDEMGATE_ATTEMPT.json"
+        if [ "$IDEMGATE_RUN_ID" = run-1 ] && [ "$IDEMGATE_ATTEMPT" -ge 3 ]; then exit 0; fi
+        echo "boom $IDEMGATE_RUN_ID attempt $IDEMGATE_ATTEMPT" >&2; exit 7"#;
+    let flags = [
+        "--max-attempts",
+        "3",
+        "--backoff",
+        "50ms",
+        "--max-backoff",
+        "200ms",
+        "--lease",
+        "2s",
+    ];
+    let mut workers = Workers(vec![spawn_worker(&ns, &dir, "w1", &flags, script)]);
+    wait_for(
+        Duration::from_secs(30),
+        "run-1 done and run-2 dead",
+        || async {
+            let (a, b) = (record(&ns, "run-1").await, record(&ns, "run-2").await);
+            a.get("status").map(String::as_str) == Some("done")
+                && b.get("status").map(String::as_str) == Some("dead")
+        },
+    )
+    .await;
+
+    let r1 = record(&ns, "run-1").await;
+    assert_eq!(r1["attempts"], "3");
+    assert!(
+        r1["last_error"].contains("exit status 7") && r1["last_error"].contains("attempt 2"),
+        "{r1:?}"
+    );
+    for attempt in 1..=3 {
+        let input: Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join(format!("run-1.{attempt}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            input,
+            json!({"run_id": "run-1", "provider": "github", "repo": "o/r", "action": "push", "number": "1", "delivery_id": "d-1-0", "attempt": attempt})
+        );
+    }
+    assert!(!dir.join("run-1.4.json").exists());
+
+    let r2 = record(&ns, "run-2").await;
+    assert_eq!(r2["attempts"], "3");
+    assert!(r2["last_error"].contains("boom run-2 attempt 3"), "{r2:?}");
+    assert!(!dir.join("run-2.4.json").exists());
+    let mut c = raw_conn().await;
+    let dead: redis::streams::StreamRangeReply = c
+        .xrange_all(Keys::new(&ns).unwrap().runs_dead())
+        .await
+        .unwrap();
+    assert_eq!(dead.ids.len(), 1);
+    let d = &dead.ids[0];
+    let field = |k: &str| redis::from_redis_value_ref::<String>(&d.map[k]).unwrap();
+    assert_eq!(
+        (
+            field("run_id").as_str(),
+            field("attempts").as_str(),
+            field("group").as_str()
+        ),
+        ("run-2", "3", "g")
+    );
+    assert!(field("last_error").contains("exit status 7: boom run-2 attempt 3"));
+    for k in [
+        "provider",
+        "repo",
+        "action",
+        "number",
+        "delivery_id",
+        "entry_id",
+        "worker",
+        "failed_ms",
+    ] {
+        assert!(d.map.contains_key(k), "dead entry lacks {k}");
+    }
+
+    signal(&workers.0[0], "-TERM");
+    assert!(
+        wait_exit(&mut workers.0[0], Duration::from_secs(10))
+            .await
+            .success()
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn worker_library_retries_times_out_and_dead_letters() {
+    let ns = fresh_ns("wlib");
+    gate_runs(&ns, 3, 1).await;
+    let seen: Arc<Mutex<Vec<(String, u32)>>> = Arc::default();
+    let handler = {
+        let seen = seen.clone();
+        move |run: Run| {
+            seen.lock().unwrap().push((run.run_id.clone(), run.attempt));
+            async move {
+                match run.run_id.as_str() {
+                    "run-1" if run.attempt < 3 => Err(format!("flaky {}", run.attempt)),
+                    "run-2" => {
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                        Ok(())
+                    }
+                    _ => Ok(()),
+                }
+            }
+        }
+    };
+    let config = WorkerConfig {
+        max_attempts: 3,
+        timeout: Duration::from_millis(300),
+        lease: Duration::from_secs(2),
+        backoff: Duration::from_millis(50),
+        block: Duration::from_millis(100),
+        ..WorkerConfig::new("lib")
+    };
+    let worker = Worker::connect(
+        &RedisOptions::single(redis_url()),
+        Keys::new(&ns).unwrap(),
+        config,
+    )
+    .await
+    .unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(worker.run(handler, async move {
+        let _ = stop_rx.await;
+    }));
+    wait_for(Duration::from_secs(20), "all runs finished", || async {
+        let s = [
+            record(&ns, "run-1").await,
+            record(&ns, "run-2").await,
+            record(&ns, "run-3").await,
+        ];
+        s.iter()
+            .map(|r| r.get("status").cloned().unwrap_or_default())
+            .collect::<Vec<_>>()
+            == ["done", "dead", "done"]
+    })
+    .await;
+    stop_tx.send(()).unwrap();
+    let summary = tokio::time::timeout(Duration::from_secs(10), running)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            summary.done,
+            summary.dead,
+            summary.failed_attempts,
+            summary.lost
+        ),
+        (2, 1, 5, 0),
+        "{summary:?}"
+    );
+
+    let mut seen = seen.lock().unwrap().clone();
+    seen.sort();
+    let want: Vec<(String, u32)> = [
+        ("run-1", 1),
+        ("run-1", 2),
+        ("run-1", 3),
+        ("run-2", 1),
+        ("run-2", 2),
+        ("run-2", 3),
+        ("run-3", 1),
+    ]
+    .map(|(r, a)| (r.to_owned(), a))
+    .into();
+    assert_eq!(seen, want);
+    let r2 = record(&ns, "run-2").await;
+    assert_eq!(r2["last_error"], "timed out after 300ms");
+    assert_eq!(record(&ns, "run-1").await["attempts"], "3");
+}
+
+#[tokio::test]
+async fn worker_kill_9_run_is_taken_over_after_the_lease() {
+    let ns = fresh_ns("wkill");
+    let dir = temp_dir("wkill");
+    gate_runs(&ns, 1, 1).await;
+    let script = r#"echo "start $W" >> "$D/ran"; sleep 2; echo "end $W" >> "$D/ran""#;
+    let flags = ["--lease", "1s", "--timeout", "20s"];
+    let mut workers = Workers(vec![spawn_worker(&ns, &dir, "a", &flags, script)]);
+    let ran = dir.join("ran");
+    wait_for(Duration::from_secs(15), "a started run-1", || async {
+        lines(&ran).contains(&"start a".to_owned())
+    })
+    .await;
+    workers.0[0].kill().unwrap();
+    workers.0[0].wait().unwrap();
+    let killed_at = Instant::now();
+    workers.0.push(spawn_worker(&ns, &dir, "b", &flags, script));
+    wait_for(Duration::from_secs(15), "run-1 done", || all_done(&ns, 1)).await;
+    assert!(
+        killed_at.elapsed() >= Duration::from_millis(900),
+        "taken over before the lease ran out"
+    );
+    // a's command died with a (never finished); b ran it, as attempt 2.
+    assert_eq!(lines(&ran), ["start a", "start b", "end b"]);
+    let r = record(&ns, "run-1").await;
+    assert_eq!((r["attempts"].as_str(), r["worker"].as_str()), ("2", "b"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn worker_slow_run_on_a_live_worker_is_not_stolen() {
+    let ns = fresh_ns("wslow");
+    let dir = temp_dir("wslow");
+    gate_runs(&ns, 1, 1).await;
+    // The run takes three leases; a live worker keeps extending its lease.
+    let script = r#"echo "start $W" >> "$D/ran"; sleep 3; echo "end $W" >> "$D/ran""#;
+    let flags = ["--lease", "1s", "--timeout", "20s"];
+    let ran = dir.join("ran");
+    let mut workers = Workers(vec![spawn_worker(&ns, &dir, "a", &flags, script)]);
+    wait_for(Duration::from_secs(15), "a started run-1", || async {
+        lines(&ran).contains(&"start a".to_owned())
+    })
+    .await;
+    workers.0.push(spawn_worker(&ns, &dir, "b", &flags, script));
+    wait_for(Duration::from_secs(15), "run-1 done", || all_done(&ns, 1)).await;
+    assert_eq!(lines(&ran), ["start a", "end a"]);
+    assert_eq!(record(&ns, "run-1").await["attempts"], "1");
+    for w in &workers.0 {
+        signal(w, "-TERM");
+    }
+    for w in &mut workers.0 {
+        assert!(wait_exit(w, Duration::from_secs(10)).await.success());
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn worker_sigterm_finishes_runs_in_hand_and_loses_nothing() {
+    let ns = fresh_ns("wterm");
+    let dir = temp_dir("wterm");
+    gate_runs(&ns, 6, 1).await;
+    let script = r#"echo "start $IDEMGATE_RUN_ID $W" >> "$D/ran"; sleep 1; echo "end $IDEMGATE_RUN_ID $W" >> "$D/ran""#;
+    let flags = ["--concurrency", "2", "--lease", "20s", "--timeout", "20s"];
+    let ran = dir.join("ran");
+    let mut workers = Workers(vec![spawn_worker(&ns, &dir, "a", &flags, script)]);
+    wait_for(Duration::from_secs(15), "a started a run", || async {
+        !lines(&ran).is_empty()
+    })
+    .await;
+    signal(&workers.0[0], "-TERM");
+    let status = wait_exit(&mut workers.0[0], Duration::from_secs(15)).await;
+    assert!(status.success(), "{status:?}");
+    // Every run a started, it finished (and marked done) before exiting.
+    let after_a = lines(&ran);
+    let started: Vec<&str> = after_a
+        .iter()
+        .filter_map(|l| l.strip_prefix("start "))
+        .collect();
+    let ended: Vec<&str> = after_a
+        .iter()
+        .filter_map(|l| l.strip_prefix("end "))
+        .collect();
+    assert!(!started.is_empty() && started.len() < 6, "{after_a:?}");
+    assert_eq!(started.len(), ended.len(), "{after_a:?}");
+    for s in &started {
+        let run = s.split(' ').next().unwrap();
+        assert_eq!(record(&ns, run).await["status"], "done", "{run}");
+    }
+    // The rest is still queued: a second worker (long lease!) runs it all.
+    workers.0.push(spawn_worker(&ns, &dir, "b", &flags, script));
+    wait_for(Duration::from_secs(30), "6 runs done", || all_done(&ns, 6)).await;
+    let all = lines(&ran);
+    for n in 1..=6 {
+        let ends = all
+            .iter()
+            .filter(|l| l.starts_with(&format!("end run-{n} ")))
+            .count();
+        assert_eq!(ends, 1, "run-{n}: {all:?}");
+    }
+    signal(&workers.0[1], "-TERM");
+    assert!(
+        wait_exit(&mut workers.0[1], Duration::from_secs(10))
+            .await
+            .success()
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn worker_refuses_to_start_without_redis() {
+    let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["worker", "--group", "g", "--", "true"])
+        .env_remove("IDEMGATE_REDIS_URL")
+        .env_remove("IDEMGATE_REDIS_CLUSTER_NODES")
+        .env_remove("IDEMGATE_CONFIG")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("needs Redis") && err.contains("--redis-url"),
+        "{err}"
+    );
+}
+
+/// Stream ids of the runs stream, oldest first.
+async fn stream_ids(c: &mut idemgate::store::redis::Conn, key: &str) -> Vec<String> {
+    let r: redis::streams::StreamRangeReply = c.xrange_all(key).await.unwrap();
+    r.ids.into_iter().map(|e| e.id).collect()
+}
+
+async fn read_group(
+    c: &mut idemgate::store::redis::Conn,
+    key: &str,
+    group: &str,
+    count: usize,
+) -> Vec<String> {
+    let r: redis::streams::StreamReadReply = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(group)
+        .arg("c")
+        .arg("COUNT")
+        .arg(count)
+        .arg("STREAMS")
+        .arg(key)
+        .arg(">")
+        .query_async(c)
+        .await
+        .unwrap();
+    r.keys
+        .into_iter()
+        .flat_map(|k| k.ids)
+        .map(|e| e.id)
+        .collect()
+}
+
+#[tokio::test]
+async fn worker_trim_keeps_every_unacknowledged_entry() {
+    let ns = fresh_ns("wtrim");
+    let keys = Keys::new(&ns).unwrap();
+    let key = keys.runs();
+    let mut c = raw_conn().await;
+    gate_runs(&ns, 10, 1).await;
+    let ids = stream_ids(&mut c, &key).await;
+    assert_eq!(ids.len(), 10);
+
+    // No group yet: a group created later starts at 0 and needs everything.
+    assert_eq!(trim_runs(&mut c, &keys).await.unwrap().removed, 0);
+    for g in ["g1", "g2"] {
+        let _: () = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(&key)
+            .arg(g)
+            .arg("0")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+    // Groups that have read nothing: nothing goes.
+    assert_eq!(trim_runs(&mut c, &keys).await.unwrap().removed, 0);
+
+    // g1 reads 6 and acknowledges 1..4 and 6 (5 still pending); g2 reads and acknowledges 3.
+    assert_eq!(read_group(&mut c, &key, "g1", 6).await, ids[..6]);
+    let _: i64 = c
+        .xack(&key, "g1", &[&ids[0], &ids[1], &ids[2], &ids[3], &ids[5]])
+        .await
+        .unwrap();
+    assert_eq!(read_group(&mut c, &key, "g2", 3).await, ids[..3]);
+    let _: i64 = c.xack(&key, "g2", &ids[..3]).await.unwrap();
+    let t = trim_runs(&mut c, &keys).await.unwrap();
+    // g2 has not read 4.. yet: only what both groups acknowledged may go.
+    assert_eq!(stream_ids(&mut c, &key).await, ids[2..], "{t:?}");
+
+    // g2 catches up; g1's pending entry 5 is now the floor.
+    assert_eq!(read_group(&mut c, &key, "g2", 100).await, ids[3..]);
+    let _: i64 = c.xack(&key, "g2", &ids[3..]).await.unwrap();
+    trim_runs(&mut c, &keys).await.unwrap();
+    assert_eq!(stream_ids(&mut c, &key).await, ids[4..]);
+
+    // A third group that starts late at 0 would need everything left: it is kept.
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&key)
+        .arg("g3")
+        .arg("0")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(trim_runs(&mut c, &keys).await.unwrap().removed, 0);
+    let _: () = redis::cmd("XGROUP")
+        .arg("DESTROY")
+        .arg(&key)
+        .arg("g3")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+
+    // Everything acknowledged everywhere: all but the last delivered entry go.
+    let _: i64 = c.xack(&key, "g1", &[&ids[4]]).await.unwrap();
+    let rest = read_group(&mut c, &key, "g1", 100).await;
+    let _: i64 = c.xack(&key, "g1", &rest).await.unwrap();
+    trim_runs(&mut c, &keys).await.unwrap();
+    assert_eq!(stream_ids(&mut c, &key).await, ids[9..]);
+}
+
+/// Throughput of an empty handler, through the binary and the library:
+/// `cargo test --release --test it worker_throughput -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark"]
+async fn worker_throughput() {
+    const RUNS: usize = 2000;
+    let done = |ns: String| async move {
+        let mut c = raw_conn().await;
+        let groups: Vec<HashMap<String, redis::Value>> = redis::cmd("XINFO")
+            .arg("GROUPS")
+            .arg(Keys::new(&ns).unwrap().runs())
+            .query_async(&mut c)
+            .await
+            .unwrap_or_default();
+        groups.first().is_some_and(|g| {
+            let n = |k: &str| redis::from_redis_value_ref::<u64>(&g[k]).unwrap_or(0);
+            n("entries-read") == RUNS as u64 && n("pending") == 0
+        })
+    };
+
+    let ns = fresh_ns("wbench-cli");
+    gate_runs(&ns, RUNS, 1).await;
+    let t = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args([
+            "worker",
+            "--redis-url",
+            redis_url(),
+            "--namespace",
+            &ns,
+            "--group",
+            "g",
+            "--concurrency",
+            "8",
+            "--",
+            "true",
+        ])
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .unwrap();
+    wait_for(Duration::from_secs(300), "cli bench", || done(ns.clone())).await;
+    let cli = t.elapsed();
+    let _ = child.kill();
+    let _ = child.wait();
+    println!(
+        "idemgate worker -- true, concurrency 8: {RUNS} runs in {cli:?} = {:.0} runs/s",
+        RUNS as f64 / cli.as_secs_f64()
+    );
+
+    let ns = fresh_ns("wbench-lib");
+    gate_runs(&ns, RUNS, 1).await;
+    let config = WorkerConfig {
+        concurrency: 8,
+        ..WorkerConfig::new("g")
+    };
+    let worker = Worker::connect(
+        &RedisOptions::single(redis_url()),
+        Keys::new(&ns).unwrap(),
+        config,
+    )
+    .await
+    .unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let t = Instant::now();
+    let running = tokio::spawn(
+        worker.run(|_run: Run| async { Ok::<_, String>(()) }, async move {
+            let _ = stop_rx.await;
+        }),
+    );
+    wait_for(Duration::from_secs(300), "lib bench", || done(ns.clone())).await;
+    let lib = t.elapsed();
+    stop_tx.send(()).unwrap();
+    let summary = running.await.unwrap().unwrap();
+    assert_eq!(summary.done, RUNS as u64);
+    println!(
+        "library, empty async handler, concurrency 8: {RUNS} runs in {lib:?} = {:.0} runs/s",
+        RUNS as f64 / lib.as_secs_f64()
+    );
+}
+
+/// Whether process `pid` is gone (or a zombie waiting to be reaped).
+fn gone(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z'))
+    })
+}
+
+#[tokio::test]
+async fn worker_timeout_kills_the_command_and_its_process_group() {
+    let ns = fresh_ns("wtimeout");
+    let dir = temp_dir("wtimeout");
+    gate_runs(&ns, 1, 1).await;
+    // The command leaves a grandchild behind and waits for it.
+    let script = r#"sleep 60 & echo $! > "$D/bg.pid"; echo $$ > "$D/sh.pid"; wait"#;
+    let flags = ["--timeout", "500ms", "--max-attempts", "1", "--lease", "5s"];
+    let mut workers = Workers(vec![spawn_worker(&ns, &dir, "w", &flags, script)]);
+    wait_for(Duration::from_secs(15), "run-1 dead", || async {
+        record(&ns, "run-1").await.get("status").map(String::as_str) == Some("dead")
+    })
+    .await;
+    assert_eq!(
+        record(&ns, "run-1").await["last_error"],
+        "timed out after 500ms"
+    );
+    for f in ["sh.pid", "bg.pid"] {
+        let pid = std::fs::read_to_string(dir.join(f))
+            .unwrap()
+            .trim()
+            .to_owned();
+        wait_for(
+            Duration::from_secs(5),
+            &format!("{f} {pid} killed"),
+            || async { gone(&pid) },
+        )
+        .await;
+    }
+    signal(&workers.0[0], "-TERM");
+    assert!(
+        wait_exit(&mut workers.0[0], Duration::from_secs(10))
+            .await
+            .success()
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
