@@ -1,23 +1,36 @@
 #!/usr/bin/env bash
-# The project's test command: sets up what the tests need on a fresh
-# Debian machine (redis-server for the tests that stop and restart their
-# own Redis, a local Redis image for testcontainers where Docker cannot
-# pull), then runs the whole suite.
+# The project's test command. Sets up what the tests need on a fresh Debian
+# machine (redis-server and redis-cli; a local Redis image where Docker
+# cannot pull), then runs, in order:
+#   1. a smoke run of `idemgate bench` against a Redis of its own,
+#   2. the docker-compose stack test (tests/compose.sh),
+#   3. `cargo test`: unit, integration and doc tests.
 #
-#   scripts/test.sh [cargo test args…]
+#   scripts/test.sh                 everything
+#   scripts/test.sh --quick [ARGS]  only `cargo test [ARGS]` (after the set-up)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
-  echo "== installing redis-server and redis-tools (Debian packages)"
+quick=false
+if [ "${1:-}" = --quick ]; then
+  quick=true
+  shift
+fi
+
+need=()
+command -v redis-server >/dev/null || need+=(redis-server)
+command -v redis-cli >/dev/null || need+=(redis-tools)
+$quick || command -v wrk >/dev/null || need+=(wrk)
+$quick || command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 || need+=(docker-compose)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "== installing ${need[*]} (Debian packages)"
   sudo_cmd=""; [ "$(id -u)" = 0 ] || sudo_cmd=sudo
   $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq redis-server redis-tools >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-# Debian starts a system Redis on 6379 after install; the tests never use it.
 
 if [ -z "${IDEMGATE_REDIS_IMAGE:-}" ]; then
-  # Use the upstream image when Docker can pull it; else build one locally.
+  # The upstream image when Docker has it; else one built here from Debian's redis-server.
   if docker image inspect redis:7.2 >/dev/null 2>&1; then
     export IDEMGATE_REDIS_IMAGE=redis:7.2
   else
@@ -25,5 +38,24 @@ if [ -z "${IDEMGATE_REDIS_IMAGE:-}" ]; then
     scripts/redis-image.sh "$IDEMGATE_REDIS_IMAGE"
   fi
 fi
-echo "== tests (Redis image: $IDEMGATE_REDIS_IMAGE)"
+
+if ! $quick; then
+  echo "== bench smoke (a few seconds; figures are meaningless at this length)"
+  cargo build --release --locked --bin idemgate
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no >/dev/null &
+  redis_pid=$!
+  trap 'kill $redis_pid 2>/dev/null || true' EXIT
+  for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+  "$target/release/idemgate" bench --redis-url "redis://127.0.0.1:$port" --smoke > /tmp/idemgate-bench-smoke.md
+  grep -E "^(Race|idemgate / hand-rolled)" /tmp/idemgate-bench-smoke.md
+  kill "$redis_pid"; wait "$redis_pid" 2>/dev/null || true
+  trap - EXIT
+
+  echo "== compose stack test"
+  tests/compose.sh
+fi
+
+echo "== cargo test (Redis image: $IDEMGATE_REDIS_IMAGE)"
 cargo test --locked "$@"
