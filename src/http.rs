@@ -127,11 +127,8 @@ pub fn app(state: AppState) -> Router {
 /// the request timeout (503), and request metrics.
 async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or("unmatched", |p| p.as_str())
-        .to_owned();
+    let matched = req.extensions().get::<MatchedPath>().cloned();
+    let route = matched.as_ref().map_or("unmatched", MatchedPath::as_str);
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -149,7 +146,7 @@ async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response
         }
     };
     st.metrics
-        .request(&route, resp.status().as_u16(), started.elapsed());
+        .request(route, resp.status().as_u16(), started.elapsed());
     resp
 }
 

@@ -15,54 +15,63 @@ const BUCKETS: [f64; 12] = [
 ];
 
 #[derive(Default)]
-struct Histogram {
-    counts: [u64; BUCKETS.len()],
+struct RouteStats {
+    by_status: BTreeMap<u16, u64>,
+    buckets: [u64; BUCKETS.len()],
     count: u64,
     sum: f64,
 }
 
-/// The service's counters.
+const STATUSES: [Status; 4] = [
+    Status::Created,
+    Status::Duplicate,
+    Status::BadRequest,
+    Status::Blocked,
+];
+
+/// The service's counters. Maps are keyed by route or provider and looked
+/// up by reference, so counting allocates only the first time a key shows.
 #[derive(Default)]
 pub struct Metrics {
-    requests: Mutex<BTreeMap<(String, u16), u64>>,
-    latency: Mutex<BTreeMap<String, Histogram>>,
-    outcomes: Mutex<BTreeMap<(String, &'static str), u64>>,
+    routes: Mutex<BTreeMap<String, RouteStats>>,
+    outcomes: Mutex<BTreeMap<String, [u64; STATUSES.len()]>>,
     replays: AtomicU64,
     mismatches: AtomicU64,
     store_errors: AtomicU64,
     auth_failures: Mutex<BTreeMap<String, u64>>,
 }
 
+/// `map[key]`, inserting a default the first time `key` shows.
+fn slot<'m, V: Default>(map: &'m mut BTreeMap<String, V>, key: &str) -> &'m mut V {
+    if !map.contains_key(key) {
+        map.insert(key.to_owned(), V::default());
+    }
+    map.get_mut(key).expect("just inserted")
+}
+
 impl Metrics {
     /// Counts one HTTP request and its latency.
     pub fn request(&self, route: &str, status: u16, elapsed: Duration) {
-        *self
-            .requests
-            .lock()
-            .expect("metrics")
-            .entry((route.to_owned(), status))
-            .or_default() += 1;
-        let mut lat = self.latency.lock().expect("metrics");
-        let h = lat.entry(route.to_owned()).or_default();
+        let mut routes = self.routes.lock().expect("metrics");
+        let r = slot(&mut routes, route);
+        *r.by_status.entry(status).or_default() += 1;
         let secs = elapsed.as_secs_f64();
         for (i, bound) in BUCKETS.iter().enumerate() {
             if secs <= *bound {
-                h.counts[i] += 1;
+                r.buckets[i] += 1;
             }
         }
-        h.count += 1;
-        h.sum += secs;
+        r.count += 1;
+        r.sum += secs;
     }
 
     /// Counts one gate answer.
     pub fn outcome(&self, provider: &str, outcome: &Outcome) {
-        let status: Status = outcome.response.status;
-        *self
-            .outcomes
-            .lock()
-            .expect("metrics")
-            .entry((provider.to_owned(), status.as_str()))
-            .or_default() += 1;
+        let i = STATUSES
+            .iter()
+            .position(|s| *s == outcome.response.status)
+            .expect("every status is listed");
+        slot(&mut self.outcomes.lock().expect("metrics"), provider)[i] += 1;
         if outcome.replayed {
             self.replays.fetch_add(1, Ordering::Relaxed);
         }
@@ -78,66 +87,64 @@ impl Metrics {
 
     /// Counts one rejected webhook signature.
     pub fn auth_failure(&self, provider: &str) {
-        *self
-            .auth_failures
-            .lock()
-            .expect("metrics")
-            .entry(provider.to_owned())
-            .or_default() += 1;
+        *slot(&mut self.auth_failures.lock().expect("metrics"), provider) += 1;
     }
 
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let mut lines = Vec::new();
+        let o = &mut out;
+        let routes = self.routes.lock().expect("metrics");
         let n = family(
-            &mut out,
+            o,
             "idemgate_http_requests_total",
             "counter",
             "HTTP requests by route and status code.",
         );
-        for ((route, status), v) in self.requests.lock().expect("metrics").iter() {
-            lines.push(format!(
-                "{n}{{route=\"{}\",status=\"{status}\"}} {v}",
-                escape(route)
-            ));
+        for (route, r) in routes.iter() {
+            for (status, v) in &r.by_status {
+                let _ = writeln!(
+                    o,
+                    "{n}{{route=\"{}\",status=\"{status}\"}} {v}",
+                    escape(route)
+                );
+            }
         }
-        flush(&mut out, &mut lines);
         let n = family(
-            &mut out,
+            o,
             "idemgate_http_request_duration_seconds",
             "histogram",
             "HTTP request latency by route.",
         );
-        for (route, h) in self.latency.lock().expect("metrics").iter() {
+        for (route, r) in routes.iter() {
             let route = escape(route);
-            for (i, bound) in BUCKETS.iter().enumerate() {
-                lines.push(format!(
-                    "{n}_bucket{{route=\"{route}\",le=\"{bound}\"}} {}",
-                    h.counts[i]
-                ));
+            for (bound, count) in BUCKETS.iter().zip(r.buckets) {
+                let _ = writeln!(o, "{n}_bucket{{route=\"{route}\",le=\"{bound}\"}} {count}");
             }
-            lines.push(format!(
-                "{n}_bucket{{route=\"{route}\",le=\"+Inf\"}} {}",
-                h.count
-            ));
-            lines.push(format!("{n}_sum{{route=\"{route}\"}} {}", h.sum));
-            lines.push(format!("{n}_count{{route=\"{route}\"}} {}", h.count));
+            let _ = writeln!(o, "{n}_bucket{{route=\"{route}\",le=\"+Inf\"}} {}", r.count);
+            let _ = writeln!(
+                o,
+                "{n}_sum{{route=\"{route}\"}} {}\n{n}_count{{route=\"{route}\"}} {}",
+                r.sum, r.count
+            );
         }
-        flush(&mut out, &mut lines);
+        drop(routes);
         let n = family(
-            &mut out,
+            o,
             "idemgate_gate_outcomes_total",
             "counter",
             "Gate answers by provider and status (replays included).",
         );
-        for ((provider, status), v) in self.outcomes.lock().expect("metrics").iter() {
-            lines.push(format!(
-                "{n}{{provider=\"{}\",status=\"{status}\"}} {v}",
-                escape(provider)
-            ));
+        for (provider, counts) in self.outcomes.lock().expect("metrics").iter() {
+            for (status, v) in STATUSES.iter().zip(counts) {
+                let _ = writeln!(
+                    o,
+                    "{n}{{provider=\"{}\",status=\"{}\"}} {v}",
+                    escape(provider),
+                    status.as_str()
+                );
+            }
         }
-        flush(&mut out, &mut lines);
         for (name, help, v) in [
             (
                 "idemgate_replays_total",
@@ -155,20 +162,18 @@ impl Metrics {
                 &self.store_errors,
             ),
         ] {
-            let n = family(&mut out, name, "counter", help);
-            lines.push(format!("{n} {}", v.load(Ordering::Relaxed)));
-            flush(&mut out, &mut lines);
+            let n = family(o, name, "counter", help);
+            let _ = writeln!(o, "{n} {}", v.load(Ordering::Relaxed));
         }
         let n = family(
-            &mut out,
+            o,
             "idemgate_webhook_auth_failures_total",
             "counter",
             "Webhook requests rejected by signature checks.",
         );
         for (provider, v) in self.auth_failures.lock().expect("metrics").iter() {
-            lines.push(format!("{n}{{provider=\"{}\"}} {v}", escape(provider)));
+            let _ = writeln!(o, "{n}{{provider=\"{}\"}} {v}", escape(provider));
         }
-        flush(&mut out, &mut lines);
         out
     }
 }
@@ -176,13 +181,6 @@ impl Metrics {
 fn family(out: &mut String, name: &'static str, kind: &str, help: &str) -> &'static str {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
     name
-}
-
-fn flush(out: &mut String, lines: &mut Vec<String>) {
-    for l in lines.drain(..) {
-        out.push_str(&l);
-        out.push('\n');
-    }
 }
 
 fn escape(label: &str) -> String {
