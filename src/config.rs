@@ -59,6 +59,12 @@ pub struct StoreArgs {
     /// Bound on connecting to Redis and on each Redis command [default: 2s].
     #[arg(long, env = "IDEMGATE_REDIS_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
     pub redis_timeout: Option<Duration>,
+    /// Durability: answer only once N replicas confirm each write (`WAIT`); fewer in time is a 503 [default: 0, off].
+    #[arg(long, env = "IDEMGATE_MIN_REPLICAS_ACK", value_name = "N")]
+    pub min_replicas_ack: Option<u32>,
+    /// How long to `WAIT` for --min-replicas-ack [default: 500ms, at most half of --redis-timeout].
+    #[arg(long, env = "IDEMGATE_MIN_REPLICAS_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    pub min_replicas_timeout: Option<Duration>,
     /// TOML config file (CONTRACT §6).
     #[arg(long, env = "IDEMGATE_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -109,6 +115,8 @@ pub struct FileConfig {
     logical_ttl: Option<String>,
     api_token: Option<String>,
     redis_timeout: Option<String>,
+    min_replicas_ack: Option<u32>,
+    min_replicas_timeout: Option<String>,
     max_body: Option<usize>,
     request_timeout: Option<String>,
     #[serde(default)]
@@ -158,6 +166,9 @@ fn file_duration(key: &str, value: Option<&String>) -> Result<Option<Duration>, 
     value.map(|v| parse_duration(v).map_err(|e| err(format!("config key `{key}`: {e}")))).transpose()
 }
 
+/// The default bound on `WAIT` for --min-replicas-ack.
+pub const DEFAULT_MIN_REPLICAS_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// Where the gate's state lives, resolved.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -192,7 +203,22 @@ impl StoreConfig {
         };
         let ns = args.namespace.clone().or_else(|| file.namespace.clone()).unwrap_or_else(|| "default".into());
         let keys = Keys::new(&ns).map_err(|e| err(format!("namespace: {e}")))?;
-        Ok(Self { redis: target.map(|target| RedisOptions { target, command_timeout: timeout }), keys })
+        let min_replicas_ack = match args.min_replicas_ack.or(file.min_replicas_ack).unwrap_or(0) {
+            0 => None,
+            _ if target.is_none() => return Err(err("--min-replicas-ack needs a Redis store (--redis-url or --redis-cluster-nodes)")),
+            n => {
+                let wait = match args.min_replicas_timeout {
+                    Some(t) => t,
+                    None => file_duration("min_replicas_timeout", file.min_replicas_timeout.as_ref())?
+                        .unwrap_or(DEFAULT_MIN_REPLICAS_TIMEOUT.min(timeout / 2)),
+                };
+                if wait.is_zero() || wait >= timeout {
+                    return Err(err(format!("min replicas timeout ({wait:?}) must be more than 0 and less than the redis timeout ({timeout:?})")));
+                }
+                Some((n, wait))
+            }
+        };
+        Ok(Self { redis: target.map(|target| RedisOptions { target, command_timeout: timeout, min_replicas_ack }), keys })
     }
 
     /// A human description for the first log line (no credentials).
@@ -476,6 +502,32 @@ mod tests {
         assert!(e.contains("bad.toml") && e.contains("lisen"), "{e}");
         let e = FileConfig::load(&dir.join("missing.toml")).unwrap_err().0;
         assert!(e.contains("missing.toml") && e.contains("cannot read"), "{e}");
+    }
+
+    #[test]
+    fn min_replicas_ack_from_flag_env_or_file() {
+        let url = "redis_url = \"redis://x\"\n";
+        let ack = |args: &ServeArgs, text: &str| resolve(args, &format!("{url}{text}")).map(|c| c.store.redis.unwrap().min_replicas_ack);
+        let none = ServeArgs::default();
+        assert_eq!(ack(&none, ""), Ok(None));
+        assert_eq!(ack(&none, "min_replicas_ack = 0"), Ok(None));
+        assert_eq!(ack(&none, "min_replicas_ack = 1"), Ok(Some((1, Duration::from_millis(500)))));
+        let file = "min_replicas_ack = 1\nmin_replicas_timeout = \"200ms\"\nredis_timeout = \"300ms\"";
+        assert_eq!(ack(&none, file), Ok(Some((1, Duration::from_millis(200)))));
+        let store = |ack, timeout| ServeArgs { store: StoreArgs { min_replicas_ack: ack, redis_timeout: timeout, ..Default::default() }, ..Default::default() };
+        assert_eq!(ack(&store(Some(2), Some(Duration::from_millis(400))), file), Ok(Some((2, Duration::from_millis(200)))), "the flag wins");
+        let half = ack(&store(None, Some(Duration::from_millis(400))), "min_replicas_ack = 1");
+        assert_eq!(half, Ok(Some((1, Duration::from_millis(200)))), "by default at most half the redis timeout");
+        for (text, want) in [
+            ("min_replicas_ack = 1\nmin_replicas_timeout = \"2s\"", "less than the redis timeout"),
+            ("min_replicas_ack = 1\nmin_replicas_timeout = \"0ms\"", "more than 0"),
+            ("min_replicas_ack = 1\nmin_replicas_timeout = \"soon\"", "min_replicas_timeout"),
+        ] {
+            let e = ack(&none, text).unwrap_err();
+            assert!(e.contains(want), "{text:?}: {e:?} lacks {want:?}");
+        }
+        assert!(resolve(&none, "min_replicas_ack = 1").unwrap_err().contains("needs a Redis store"));
+        assert!(toml::from_str::<FileConfig>("min_replicas_ack = -1").is_err());
     }
 
     #[test]
