@@ -1,8 +1,10 @@
 //! Starting and stopping the HTTP service: open the store, check that
 //! Redis cannot evict the gate's keys, bind, serve, drain on shutdown.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use tokio::net::TcpListener;
 
 use crate::config::ServeConfig;
@@ -107,11 +109,29 @@ async fn check_eviction_policy(opts: &RedisOptions, allow: bool) -> Result<(), S
     }
 }
 
-/// Reads `maxmemory-policy` with `CONFIG GET`.
+/// Reads `maxmemory-policy` with `CONFIG GET`. On a cluster every primary
+/// is asked, and the first policy other than `noeviction` is returned with
+/// the node it was found on.
 pub async fn maxmemory_policy(opts: &RedisOptions) -> Result<Option<String>, crate::Error> {
     let mut conn = Conn::connect(opts).await?;
-    let pairs: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy").query_async(&mut conn).await?;
-    Ok(pairs.get(1).cloned())
+    let mut cmd = redis::cmd("CONFIG");
+    cmd.arg("GET").arg("maxmemory-policy");
+    match &mut conn {
+        Conn::Single(c) => {
+            let pairs: Vec<String> = cmd.query_async(c).await?;
+            Ok(pairs.get(1).cloned())
+        }
+        Conn::Cluster(c) => {
+            let route = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+            let per_node: HashMap<String, Vec<String>> = redis::from_redis_value(c.route_command(cmd, route).await?).map_err(redis::RedisError::from)?;
+            let mut policies: Vec<(String, String)> = per_node.into_iter().filter_map(|(node, pairs)| Some((pairs.get(1)?.clone(), node))).collect();
+            policies.sort();
+            Ok(match policies.iter().find(|(p, _)| p != "noeviction").or(policies.first()) {
+                Some((p, node)) if p != "noeviction" => Some(format!("{p} (on {node})")),
+                found => found.map(|(p, _)| p.clone()),
+            })
+        }
+    }
 }
 
 /// Resolves on SIGTERM or ctrl-c.

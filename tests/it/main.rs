@@ -1,5 +1,6 @@
 //! Integration tests: one binary, so it links once and shares one Redis.
 
+mod cluster;
 mod gate;
 mod http;
 mod model;
