@@ -1,6 +1,8 @@
 //! Integration tests: one binary, so it links once and shares one Redis.
 
+mod chaos;
 mod cluster;
+mod durability;
 mod gate;
 mod http;
 mod model;
