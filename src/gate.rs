@@ -326,5 +326,14 @@ mod tests {
             let want = if i == 0 { String::new() } else { i.to_string() };
             proptest::prop_assert_eq!(number_text(Some(&json!(i))), Some(want));
         }
+
+        #[test]
+        fn number_text_never_panics_on_arbitrary_json(text in "[-0-9.eE+\"a-z\\[\\]{}:,tfn ]{0,40}", u in proptest::num::u64::ANY, f in proptest::num::f64::ANY) {
+            if let Ok(v) = serde_json::from_str::<Value>(&text) {
+                let _ = number_text(Some(&v));
+            }
+            proptest::prop_assert_eq!(number_text(Some(&json!(u))), Some(if u == 0 { String::new() } else { u.to_string() }));
+            let _ = number_text(Some(&json!(f)));
+        }
     }
 }

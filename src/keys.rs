@@ -197,5 +197,13 @@ mod tests {
             let fields = decode(k.strip_prefix("idemgate:{p}:delivery:").unwrap()).unwrap();
             proptest::prop_assert_eq!(fields, vec![p, d]);
         }
+
+        #[test]
+        fn namespace_check_never_panics(ns in ".*") {
+            if let Ok(keys) = Keys::new(&ns) {
+                let prefix = format!("idemgate:{{{}}}:", ns);
+                proptest::prop_assert!(keys.run_counter().starts_with(&prefix));
+            }
+        }
     }
 }
