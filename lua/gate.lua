@@ -13,11 +13,17 @@
 -- ARGV[4]: event digest      (hex)
 -- ARGV[5]: now, ms since the Unix epoch
 -- ARGV[6..10]: provider, delivery id, org/repo, action, number text (for the run record and stream)
+-- ARGV[11]: "1" when the caller WAITs for replicas next (--min-replicas-ack): a
+--           replay then rewrites its record unchanged (KEEPTTL), so that WAIT,
+--           sent on this connection, covers the record; else "0"
 -- Returns: {1, record} when the delivery was seen before (a replay),
 --          {0, record} when this call decided; record is the delivery record JSON.
 
 local cached = redis.call('GET', KEYS[1])
 if cached then
+  if ARGV[11] == '1' then
+    redis.call('SET', KEYS[1], cached, 'KEEPTTL')
+  end
   return {1, cached}
 end
 

@@ -82,15 +82,9 @@ where
     let elapsed = started.elapsed();
     all.sort_unstable();
     let pct = |p: f64| {
-        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or_default()
+        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1))).copied().unwrap_or_default()
     };
-    Figures {
-        rate: all.len() as f64 / elapsed.as_secs_f64(),
-        p50: pct(0.50),
-        p99: pct(0.99),
-    }
+    Figures { rate: all.len() as f64 / elapsed.as_secs_f64(), p50: pct(0.50), p99: pct(0.99) }
 }
 
 fn progress(msg: &str) {
@@ -127,26 +121,14 @@ fn event(n: u64) -> serde_json::Value {
 
 /// Runs the whole benchmark and returns the Markdown report.
 pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
-    let dur = if args.smoke {
-        Duration::from_millis(300)
-    } else {
-        args.duration
-    };
+    let dur = if args.smoke { Duration::from_millis(300) } else { args.duration };
     let ns = format!("bench-{}", std::process::id());
     let opts = RedisOptions::single(&args.redis_url);
     let settings = Settings::default();
     let mut out = String::new();
     let mut conn = Conn::connect(&opts).await?;
-    let info: String = redis::cmd("INFO")
-        .arg("server")
-        .query_async(&mut conn)
-        .await?;
-    let version = info
-        .lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .unwrap_or("?")
-        .trim()
-        .to_owned();
+    let info: String = redis::cmd("INFO").arg("server").query_async(&mut conn).await?;
+    let version = info.lines().find_map(|l| l.strip_prefix("redis_version:")).unwrap_or("?").trim().to_owned();
     writeln!(
         out,
         "# idemgate bench\n\nRedis {version} at {}, {} per measurement, namespace `{ns}`.\n",
@@ -158,8 +140,7 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
     let store = Arc::new(RedisStore::connect(&opts, Keys::new(&ns)?, &settings).await?);
     let gate = Gate::new(["bench/repo"], store.clone());
     for i in 0..REPLAY_KEYS {
-        gate.handle("bench", &format!("replay-{i}"), &event(i))
-            .await?;
+        gate.handle("bench", &format!("replay-{i}"), &event(i)).await?;
     }
     writeln!(
         out,
@@ -169,48 +150,25 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
     let round = Arc::new(AtomicU64::new(0));
     for mix in [Mix::New, Mix::Duplicate, Mix::Replay] {
         for in_flight in [1, 16, 128] {
-            progress(&format!(
-                "library gate, {}, {in_flight} in flight",
-                mix.name()
-            ));
+            progress(&format!("library gate, {}, {in_flight} in flight", mix.name()));
             let (g, r) = (gate.clone(), round.fetch_add(1, Ordering::Relaxed));
             let f = drive(in_flight, dur, move |i| {
                 let g = g.clone();
                 async move {
                     let res = match mix {
                         Mix::New => {
-                            g.handle(
-                                "bench",
-                                &format!("n{r}-{i}"),
-                                &event(1_000_000 + r * 100_000_000 + i),
-                            )
-                            .await
+                            g.handle("bench", &format!("n{r}-{i}"), &event(1_000_000 + r * 100_000_000 + i)).await
                         }
-                        Mix::Duplicate => {
-                            g.handle("bench", &format!("d{r}-{i}"), &event(i % REPLAY_KEYS))
-                                .await
-                        }
+                        Mix::Duplicate => g.handle("bench", &format!("d{r}-{i}"), &event(i % REPLAY_KEYS)).await,
                         Mix::Replay => {
-                            g.handle(
-                                "bench",
-                                &format!("replay-{}", i % REPLAY_KEYS),
-                                &event(i % REPLAY_KEYS),
-                            )
-                            .await
+                            g.handle("bench", &format!("replay-{}", i % REPLAY_KEYS), &event(i % REPLAY_KEYS)).await
                         }
                     };
                     res.expect("gate call");
                 }
             })
             .await;
-            writeln!(
-                out,
-                "| {} | {in_flight} | {:.0} | {} | {} |",
-                mix.name(),
-                f.rate,
-                us(f.p50),
-                us(f.p99)
-            )?;
+            writeln!(out, "| {} | {in_flight} | {:.0} | {} | {} |", mix.name(), f.rate, us(f.p50), us(f.p99))?;
             if in_flight == 128 {
                 gate128.insert(mix.name(), f.rate);
             }
@@ -227,17 +185,9 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
             out,
             "| mix | redis-benchmark calls/s | library gate calls/s | gate / redis-benchmark |\n|---|---:|---:|---:|"
         )?;
-        let sha: String = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(GATE_LUA)
-            .query_async(&mut conn)
-            .await?;
+        let sha: String = redis::cmd("SCRIPT").arg("LOAD").arg(GATE_LUA).query_async(&mut conn).await?;
         let keys = Keys::new(&ns)?;
-        let requests = if args.smoke {
-            20_000
-        } else {
-            (dur.as_secs_f64() * 100_000.0) as u64
-        };
+        let requests = if args.smoke { 20_000 } else { (dur.as_secs_f64() * 100_000.0) as u64 };
         for mix in [Mix::New, Mix::Duplicate, Mix::Replay] {
             progress(&format!("redis-benchmark, {}", mix.name()));
             let (delivery, logical, keyspace) = match mix {
@@ -246,21 +196,20 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
                     format!("{}:__rand_int__", keys.logical_prefix()),
                     1_000_000_000u64,
                 ),
-                Mix::Duplicate => (
-                    keys.delivery("rb", "d__rand_int__"),
-                    keys.logical_prefix() + ":dup",
-                    1_000_000_000,
-                ),
-                Mix::Replay => (
-                    keys.delivery("bench", "replay-__rand_int__"),
-                    keys.logical_prefix() + ":dup",
-                    REPLAY_KEYS,
-                ),
+                Mix::Duplicate => (keys.delivery("rb", "d__rand_int__"), keys.logical_prefix() + ":dup", 1_000_000_000),
+                Mix::Replay => {
+                    (keys.delivery("bench", "replay-__rand_int__"), keys.logical_prefix() + ":dup", REPLAY_KEYS)
+                }
             };
             if let Mix::Replay = mix {
                 // The replay keys of the library run are named replay-N; redis-benchmark pads to 12 digits.
                 for i in 0..REPLAY_KEYS {
-                    let _: () = conn.set(keys.delivery("bench", &format!("replay-{i:012}")), r#"{"status":"created","code":202,"run_id":"run-1","digest":"00","at":0}"#).await?;
+                    let _: () = conn
+                        .set(
+                            keys.delivery("bench", &format!("replay-{i:012}")),
+                            r#"{"status":"created","code":202,"run_id":"run-1","digest":"00","at":0}"#,
+                        )
+                        .await?;
                 }
             }
             let _: () = conn.set(keys.logical_prefix() + ":dup", "run-1").await?;
@@ -290,12 +239,7 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
                 ],
             )?;
             let g = gate128[mix.name()];
-            writeln!(
-                out,
-                "| {} | {rate:.0} | {g:.0} | {:.2} |",
-                mix.name(),
-                g / rate
-            )?;
+            writeln!(out, "| {} | {rate:.0} | {g:.0} | {:.2} |", mix.name(), g / rate)?;
         }
     }
 
@@ -305,17 +249,12 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
         "\n## Baseline: a hand-rolled gate (GET, GET, INCR, SET, SET as separate round trips), 128 in flight\n"
     )?;
     progress("hand-rolled baseline");
-    let hand = HandRolled {
-        conn: Conn::connect(&opts).await?,
-        keys: Keys::new(&format!("{ns}-hand"))?,
-    };
+    let hand = HandRolled { conn: Conn::connect(&opts).await?, keys: Keys::new(&format!("{ns}-hand"))? };
     let h = hand.clone();
     let base = drive(128, dur, move |i| {
         let h = h.clone();
         async move {
-            h.handle(&format!("n{i}"), &format!("{i}"))
-                .await
-                .expect("baseline call");
+            h.handle(&format!("n{i}"), &format!("{i}")).await.expect("baseline call");
         }
     })
     .await;
@@ -331,9 +270,7 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
         &hand,
         &Gate::new(
             ["bench/repo"],
-            Arc::new(
-                RedisStore::connect(&opts, Keys::new(&format!("{ns}-race"))?, &settings).await?,
-            ),
+            Arc::new(RedisStore::connect(&opts, Keys::new(&format!("{ns}-race"))?, &settings).await?),
         ),
     )
     .await?;
@@ -343,10 +280,7 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
     )?;
 
     // 4. Pool vs multiplexed connection for the same script.
-    writeln!(
-        out,
-        "## Connection choice: the gate script at 128 in flight\n\n| connection | calls/s |\n|---|---:|"
-    )?;
+    writeln!(out, "## Connection choice: the gate script at 128 in flight\n\n| connection | calls/s |\n|---|---:|")?;
     progress("multiplexed connection vs deadpool-redis pool of 16");
     let pool = deadpool_redis::Config::from_url(&args.redis_url)
         .builder()?
@@ -359,10 +293,8 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
         let (pool, keys) = (pool.clone(), pk.clone());
         async move {
             let mut c = pool.get().await.expect("pool");
-            let _: redis::Value = invoke_raw(&keys, &format!("p{i}"), i)
-                .invoke_async(&mut *c)
-                .await
-                .expect("pooled call");
+            let _: redis::Value =
+                invoke_raw(&keys, &format!("p{i}"), i).invoke_async(&mut *c).await.expect("pooled call");
         }
     })
     .await;
@@ -371,10 +303,8 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
     let mux = drive(128, dur, move |i| {
         let (mut c, keys) = (mux_conn.clone(), mk.clone());
         async move {
-            let _: redis::Value = invoke_raw(&keys, &format!("m{i}"), i)
-                .invoke_async(&mut c)
-                .await
-                .expect("multiplexed call");
+            let _: redis::Value =
+                invoke_raw(&keys, &format!("m{i}"), i).invoke_async(&mut c).await.expect("multiplexed call");
         }
     })
     .await;
@@ -390,43 +320,24 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
             out,
             "## HTTP service (wrk, loopback, same process and settings)\n\n| endpoint | connections | req/s | p50 | p99 |\n|---|---:|---:|---:|---:|"
         )?;
-        let http_store = Arc::new(
-            RedisStore::connect(&opts, Keys::new(&format!("{ns}-http"))?, &settings).await?,
-        );
+        let http_store = Arc::new(RedisStore::connect(&opts, Keys::new(&format!("{ns}-http"))?, &settings).await?);
         let state = AppState::new(Gate::new(["bench/repo"], http_store), vec![], None);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(crate::server::run(
-            listener,
-            state,
-            Duration::from_secs(2),
-            async move {
-                let _ = stop_rx.await;
-            },
-        ));
-        let script =
-            std::env::temp_dir().join(format!("idemgate-bench-{}.lua", std::process::id()));
+        let server = tokio::spawn(crate::server::run(listener, state, Duration::from_secs(2), async move {
+            let _ = stop_rx.await;
+        }));
+        let script = std::env::temp_dir().join(format!("idemgate-bench-{}.lua", std::process::id()));
         std::fs::write(&script, WRK_POST)?;
         let mut ratio_rows = Vec::new();
         for conns in [1, 64] {
             progress(&format!("wrk GET /healthz, {conns} connections"));
             let health = wrk(&format!("http://{addr}/healthz"), conns, dur, None)?;
             progress(&format!("wrk POST /v1/deliveries, {conns} connections"));
-            let post = wrk(
-                &format!("http://{addr}/v1/deliveries"),
-                conns,
-                dur,
-                Some(&script),
-            )?;
+            let post = wrk(&format!("http://{addr}/v1/deliveries"), conns, dur, Some(&script))?;
             for (name, f) in [("GET /healthz", health), ("POST /v1/deliveries", post)] {
-                writeln!(
-                    out,
-                    "| {name} | {conns} | {:.0} | {} | {} |",
-                    f.rate,
-                    us(f.p50),
-                    us(f.p99)
-                )?;
+                writeln!(out, "| {name} | {conns} | {:.0} | {} | {} |", f.rate, us(f.p50), us(f.p99))?;
             }
             ratio_rows.push((conns, post.rate / health.rate, post.p99));
         }
@@ -434,11 +345,7 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
         let _ = stop_tx.send(());
         let _ = server.await;
         for (conns, ratio, p99) in ratio_rows {
-            writeln!(
-                out,
-                "\nPOST / healthz at {conns} connection(s): **{ratio:.2}**; POST p99 {}.",
-                us(p99)
-            )?;
+            writeln!(out, "\nPOST / healthz at {conns} connection(s): **{ratio:.2}**; POST p99 {}.", us(p99))?;
         }
         writeln!(out)?;
     }
@@ -449,13 +356,7 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
     let k = Keys::new(&ns)?;
     let real_gate = Gate::new(["octo-org/hello-world"], store.clone());
     let real_event = json!({"org": "octo-org", "repo": "hello-world", "action": "pull_request.opened", "number": 1347});
-    real_gate
-        .handle(
-            "github",
-            "72d3162e-cc78-11e3-81ab-4c9367dc0958",
-            &real_event,
-        )
-        .await?;
+    real_gate.handle("github", "72d3162e-cc78-11e3-81ab-4c9367dc0958", &real_event).await?;
     let delivery_bytes: Option<u64> = redis::cmd("MEMORY")
         .arg("USAGE")
         .arg(k.delivery("github", "72d3162e-cc78-11e3-81ab-4c9367dc0958"))
@@ -467,21 +368,9 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
         action: "pull_request.opened".into(),
         number: "1347".into(),
     });
-    let logical_bytes: Option<u64> = redis::cmd("MEMORY")
-        .arg("USAGE")
-        .arg(&logical_key)
-        .query_async(&mut conn)
-        .await?;
-    let run_bytes: Option<u64> = redis::cmd("MEMORY")
-        .arg("USAGE")
-        .arg(k.run("run-1"))
-        .query_async(&mut conn)
-        .await?;
-    let per_gib = |b: Option<u64>| {
-        b.map_or("?".into(), |b| {
-            format!("{:.1} M", (1u64 << 30) as f64 / b as f64 / 1e6)
-        })
-    };
+    let logical_bytes: Option<u64> = redis::cmd("MEMORY").arg("USAGE").arg(&logical_key).query_async(&mut conn).await?;
+    let run_bytes: Option<u64> = redis::cmd("MEMORY").arg("USAGE").arg(k.run("run-1")).query_async(&mut conn).await?;
+    let per_gib = |b: Option<u64>| b.map_or("?".into(), |b| format!("{:.1} M", (1u64 << 30) as f64 / b as f64 / 1e6));
     writeln!(
         out,
         "## Redis memory (MEMORY USAGE)\n\n| record | bytes | per GiB |\n|---|---:|---:|\n| delivery record | {} | {} |\n| logical key | {} | {} |\n| run record (hash) | {} | {} |",
@@ -502,11 +391,7 @@ fn fmt_opt(b: Option<u64>) -> String {
 }
 
 fn humantime(d: Duration) -> String {
-    if d.as_millis() % 1000 == 0 {
-        format!("{}s", d.as_secs())
-    } else {
-        format!("{}ms", d.as_millis())
-    }
+    if d.as_millis() % 1000 == 0 { format!("{}s", d.as_secs()) } else { format!("{}ms", d.as_millis()) }
 }
 
 fn invoke_raw<'a>(keys: &Keys, delivery: &str, i: u64) -> redis::ScriptInvocation<'a> {
@@ -570,19 +455,13 @@ async fn race(hand: &HandRolled, gate: &Gate) -> anyhow::Result<(u64, u64)> {
         let hs: Vec<_> = (0..128)
             .map(|k| {
                 let h = hand.clone();
-                tokio::spawn(async move {
-                    h.handle(&format!("race-{id}-{k}"), &format!("race-{id}"))
-                        .await
-                })
+                tokio::spawn(async move { h.handle(&format!("race-{id}-{k}"), &format!("race-{id}")).await })
             })
             .collect();
         let gs: Vec<_> = (0..128)
             .map(|k| {
                 let g = gate.clone();
-                tokio::spawn(async move {
-                    g.handle("bench", &format!("race-{id}-{k}"), &event(5_000_000 + id))
-                        .await
-                })
+                tokio::spawn(async move { g.handle("bench", &format!("race-{id}-{k}"), &event(5_000_000 + id)).await })
             })
             .collect();
         for t in hs {
@@ -622,17 +501,11 @@ fn redis_benchmark(url: &str, requests: u64, keyspace: u64, cmd: &[&str]) -> any
         .map_err(|e| anyhow::anyhow!("cannot run redis-benchmark: {e}"))?;
     let text = String::from_utf8_lossy(&out.stdout);
     // CSV: "test","rps",...; the second line holds the figures.
-    let line = text.lines().nth(1).ok_or_else(|| {
-        anyhow::anyhow!(
-            "redis-benchmark printed nothing: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })?;
-    let rps = line
-        .split(',')
+    let line = text
+        .lines()
         .nth(1)
-        .map(|s| s.trim_matches('"'))
-        .unwrap_or("");
+        .ok_or_else(|| anyhow::anyhow!("redis-benchmark printed nothing: {}", String::from_utf8_lossy(&out.stderr)))?;
+    let rps = line.split(',').nth(1).map(|s| s.trim_matches('"')).unwrap_or("");
     Ok(rps.parse()?)
 }
 
@@ -648,29 +521,13 @@ request = function()
 end
 "#;
 
-fn wrk(
-    url: &str,
-    conns: usize,
-    dur: Duration,
-    script: Option<&std::path::Path>,
-) -> anyhow::Result<Figures> {
+fn wrk(url: &str, conns: usize, dur: Duration, script: Option<&std::path::Path>) -> anyhow::Result<Figures> {
     let mut cmd = std::process::Command::new("wrk");
-    cmd.args([
-        "-t",
-        "1",
-        "-c",
-        &conns.to_string(),
-        "-d",
-        &format!("{}s", dur.as_secs().max(1)),
-        "--latency",
-    ]);
+    cmd.args(["-t", "1", "-c", &conns.to_string(), "-d", &format!("{}s", dur.as_secs().max(1)), "--latency"]);
     if let Some(s) = script {
         cmd.arg("-s").arg(s);
     }
-    let out = cmd
-        .arg(url)
-        .output()
-        .map_err(|e| anyhow::anyhow!("cannot run wrk: {e}"))?;
+    let out = cmd.arg(url).output().map_err(|e| anyhow::anyhow!("cannot run wrk: {e}"))?;
     let text = String::from_utf8_lossy(&out.stdout);
     let rate = text
         .lines()
@@ -678,15 +535,9 @@ fn wrk(
         .map(str::trim)
         .ok_or_else(|| anyhow::anyhow!("unexpected wrk output: {text}"))?;
     let pct = |p: &str| -> Duration {
-        text.lines()
-            .find_map(|l| l.trim().strip_prefix(p))
-            .map_or(Duration::ZERO, |v| parse_wrk_time(v.trim()))
+        text.lines().find_map(|l| l.trim().strip_prefix(p)).map_or(Duration::ZERO, |v| parse_wrk_time(v.trim()))
     };
-    Ok(Figures {
-        rate: rate.parse()?,
-        p50: pct("50%"),
-        p99: pct("99%"),
-    })
+    Ok(Figures { rate: rate.parse()?, p50: pct("50%"), p99: pct("99%") })
 }
 
 fn parse_wrk_time(v: &str) -> Duration {
@@ -704,10 +555,7 @@ fn parse_wrk_time(v: &str) -> Duration {
 }
 
 async fn cleanup(conn: &mut Conn, ns: &str) -> redis::RedisResult<()> {
-    for pattern in [
-        format!("idemgate:{{{ns}}}:*"),
-        format!("idemgate:{{{ns}-*}}:*"),
-    ] {
+    for pattern in [format!("idemgate:{{{ns}}}:*"), format!("idemgate:{{{ns}-*}}:*")] {
         let mut cursor = 0u64;
         loop {
             let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")

@@ -31,9 +31,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration (use e.g. 90s, 5m, 72h, 4d)"))?;
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration (use e.g. 90s, 5m, 72h, 4d)"))?;
     let secs = |mult: u64| n.checked_mul(mult).map(Duration::from_secs);
     let d = match unit {
         "ms" => Some(Duration::from_millis(n)),
@@ -41,11 +39,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "m" => secs(60),
         "h" => secs(3600),
         "d" => secs(86_400),
-        _ => {
-            return Err(format!(
-                "{s:?} has no unit: use ms, s, m, h or d (e.g. 90s, 72h, 4d)"
-            ));
-        }
+        _ => return Err(format!("{s:?} has no unit: use ms, s, m, h or d (e.g. 90s, 72h, 4d)")),
     };
     d.ok_or_else(|| format!("{s:?} is too long"))
 }
@@ -57,12 +51,7 @@ pub struct StoreArgs {
     #[arg(long, env = "IDEMGATE_REDIS_URL", value_name = "URL")]
     pub redis_url: Option<String>,
     /// Redis Cluster seed nodes, comma-separated.
-    #[arg(
-        long,
-        env = "IDEMGATE_REDIS_CLUSTER_NODES",
-        value_name = "URL,URL,…",
-        value_delimiter = ','
-    )]
+    #[arg(long, env = "IDEMGATE_REDIS_CLUSTER_NODES", value_name = "URL,URL,…", value_delimiter = ',')]
     pub redis_cluster_nodes: Option<Vec<String>>,
     /// Key namespace; one namespace's keys share one Redis Cluster slot [default: default].
     #[arg(long, env = "IDEMGATE_NAMESPACE", value_name = "NS")]
@@ -70,6 +59,12 @@ pub struct StoreArgs {
     /// Bound on connecting to Redis and on each Redis command [default: 2s].
     #[arg(long, env = "IDEMGATE_REDIS_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
     pub redis_timeout: Option<Duration>,
+    /// Durability: answer only once N replicas confirm each write (`WAIT`); fewer in time is a 503 [default: 0, off].
+    #[arg(long, env = "IDEMGATE_MIN_REPLICAS_ACK", value_name = "N")]
+    pub min_replicas_ack: Option<u32>,
+    /// How long to `WAIT` for --min-replicas-ack [default: 500ms, at most half of --redis-timeout].
+    #[arg(long, env = "IDEMGATE_MIN_REPLICAS_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    pub min_replicas_timeout: Option<Duration>,
     /// TOML config file (CONTRACT §6).
     #[arg(long, env = "IDEMGATE_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -85,12 +80,7 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEMGATE_LISTEN", value_name = "ADDR")]
     pub listen: Option<String>,
     /// A repository the gate admits (ORG/REPO); repeat for more. Others are `blocked`.
-    #[arg(
-        long = "allowed-repo",
-        env = "IDEMGATE_ALLOWED_REPOS",
-        value_name = "ORG/REPO",
-        value_delimiter = ','
-    )]
+    #[arg(long = "allowed-repo", env = "IDEMGATE_ALLOWED_REPOS", value_name = "ORG/REPO", value_delimiter = ',')]
     pub allowed_repos: Option<Vec<String>>,
     /// How long a delivery's first answer is replayed [default: 7d].
     #[arg(long, env = "IDEMGATE_DELIVERY_TTL", value_name = "DURATION", value_parser = parse_duration)]
@@ -99,12 +89,7 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEMGATE_LOGICAL_TTL", value_name = "DURATION", value_parser = parse_duration)]
     pub logical_ttl: Option<Duration>,
     /// When set, /v1/* requires `Authorization: Bearer TOKEN`.
-    #[arg(
-        long,
-        env = "IDEMGATE_API_TOKEN",
-        value_name = "TOKEN",
-        hide_env_values = true
-    )]
+    #[arg(long, env = "IDEMGATE_API_TOKEN", value_name = "TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
     /// Request body limit in bytes; larger bodies get 413 [default: 26214400 (25 MiB)].
     #[arg(long, env = "IDEMGATE_MAX_BODY", value_name = "BYTES")]
@@ -130,6 +115,8 @@ pub struct FileConfig {
     logical_ttl: Option<String>,
     api_token: Option<String>,
     redis_timeout: Option<String>,
+    min_replicas_ack: Option<u32>,
+    min_replicas_timeout: Option<String>,
     max_body: Option<usize>,
     request_timeout: Option<String>,
     #[serde(default)]
@@ -146,11 +133,7 @@ enum StringOrList {
 impl StringOrList {
     fn into_vec(self) -> Vec<String> {
         match self {
-            StringOrList::One(s) => s
-                .split(',')
-                .map(|s| s.trim().to_owned())
-                .filter(|s| !s.is_empty())
-                .collect(),
+            StringOrList::One(s) => s.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect(),
             StringOrList::Many(v) => v,
         }
     }
@@ -170,12 +153,8 @@ struct ProviderConfig {
 impl FileConfig {
     /// Reads and parses a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            err(format!(
-                "config file {}: cannot read it: {e}",
-                path.display()
-            ))
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| err(format!("config file {}: cannot read it: {e}", path.display())))?;
         toml::from_str(&text).map_err(|e| err(format!("config file {}: {e}", path.display())))
     }
 
@@ -185,10 +164,11 @@ impl FileConfig {
 }
 
 fn file_duration(key: &str, value: Option<&String>) -> Result<Option<Duration>, ConfigError> {
-    value
-        .map(|v| parse_duration(v).map_err(|e| err(format!("config key `{key}`: {e}"))))
-        .transpose()
+    value.map(|v| parse_duration(v).map_err(|e| err(format!("config key `{key}`: {e}")))).transpose()
 }
+
+/// The default bound on `WAIT` for --min-replicas-ack.
+pub const DEFAULT_MIN_REPLICAS_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Where the gate's state lives, resolved.
 #[derive(Debug, Clone)]
@@ -208,41 +188,44 @@ impl StoreConfig {
     fn resolve_with(args: &StoreArgs, file: &FileConfig) -> Result<Self, ConfigError> {
         let timeout = match args.redis_timeout {
             Some(t) => t,
-            None => file_duration("redis_timeout", file.redis_timeout.as_ref())?
-                .unwrap_or(DEFAULT_COMMAND_TIMEOUT),
+            None => file_duration("redis_timeout", file.redis_timeout.as_ref())?.unwrap_or(DEFAULT_COMMAND_TIMEOUT),
         };
         if timeout.is_zero() {
             return Err(err("redis timeout must be more than 0"));
         }
         let url = args.redis_url.clone().or_else(|| file.redis_url.clone());
-        let nodes = args
-            .redis_cluster_nodes
-            .clone()
-            .or_else(|| file.redis_cluster_nodes.clone().map(StringOrList::into_vec));
+        let nodes =
+            args.redis_cluster_nodes.clone().or_else(|| file.redis_cluster_nodes.clone().map(StringOrList::into_vec));
         let target = match (url, nodes) {
-            (Some(_), Some(_)) => {
-                return Err(err(
-                    "give either --redis-url or --redis-cluster-nodes, not both",
-                ));
-            }
+            (Some(_), Some(_)) => return Err(err("give either --redis-url or --redis-cluster-nodes, not both")),
             (Some(url), None) => Some(RedisTarget::Single(url)),
-            (None, Some(nodes)) if nodes.is_empty() => {
-                return Err(err("--redis-cluster-nodes is empty"));
-            }
+            (None, Some(nodes)) if nodes.is_empty() => return Err(err("--redis-cluster-nodes is empty")),
             (None, Some(nodes)) => Some(RedisTarget::Cluster(nodes)),
             (None, None) => None,
         };
-        let ns = args
-            .namespace
-            .clone()
-            .or_else(|| file.namespace.clone())
-            .unwrap_or_else(|| "default".into());
+        let ns = args.namespace.clone().or_else(|| file.namespace.clone()).unwrap_or_else(|| "default".into());
         let keys = Keys::new(&ns).map_err(|e| err(format!("namespace: {e}")))?;
+        let min_replicas_ack = match args.min_replicas_ack.or(file.min_replicas_ack).unwrap_or(0) {
+            0 => None,
+            _ if target.is_none() => {
+                return Err(err("--min-replicas-ack needs a Redis store (--redis-url or --redis-cluster-nodes)"));
+            }
+            n => {
+                let wait = match args.min_replicas_timeout {
+                    Some(t) => t,
+                    None => file_duration("min_replicas_timeout", file.min_replicas_timeout.as_ref())?
+                        .unwrap_or(DEFAULT_MIN_REPLICAS_TIMEOUT.min(timeout / 2)),
+                };
+                if wait.is_zero() || wait >= timeout {
+                    return Err(err(format!(
+                        "min replicas timeout ({wait:?}) must be more than 0 and less than the redis timeout ({timeout:?})"
+                    )));
+                }
+                Some((n, wait))
+            }
+        };
         Ok(Self {
-            redis: target.map(|target| RedisOptions {
-                target,
-                command_timeout: timeout,
-            }),
+            redis: target.map(|target| RedisOptions { target, command_timeout: timeout, min_replicas_ack }),
             keys,
         })
     }
@@ -250,27 +233,13 @@ impl StoreConfig {
     /// A human description for the first log line (no credentials).
     pub fn describe(&self) -> String {
         match &self.redis {
-            None => {
-                "memory store (one process, nothing shared, nothing kept across restarts)".into()
+            None => "memory store (one process, nothing shared, nothing kept across restarts)".into(),
+            Some(RedisOptions { target: RedisTarget::Single(url), .. }) => {
+                format!("redis store at {}, namespace {}", redact(url), self.keys.namespace())
             }
-            Some(RedisOptions {
-                target: RedisTarget::Single(url),
-                ..
-            }) => format!(
-                "redis store at {}, namespace {}",
-                redact(url),
-                self.keys.namespace()
-            ),
-            Some(RedisOptions {
-                target: RedisTarget::Cluster(nodes),
-                ..
-            }) => format!(
+            Some(RedisOptions { target: RedisTarget::Cluster(nodes), .. }) => format!(
                 "redis cluster store via {}, namespace {}",
-                nodes
-                    .iter()
-                    .map(|n| redact(n))
-                    .collect::<Vec<_>>()
-                    .join(","),
+                nodes.iter().map(|n| redact(n)).collect::<Vec<_>>().join(","),
                 self.keys.namespace()
             ),
         }
@@ -323,10 +292,7 @@ impl Default for ServeConfig {
     fn default() -> Self {
         Self {
             listen: "127.0.0.1:8080".parse().expect("valid address"),
-            store: StoreConfig {
-                redis: None,
-                keys: Keys::new("default").expect("valid namespace"),
-            },
+            store: StoreConfig { redis: None, keys: Keys::new("default").expect("valid namespace") },
             allowed_repos: Vec::new(),
             settings: Settings::default(),
             api_token: None,
@@ -355,11 +321,7 @@ impl ServeConfig {
         let d = Self::default();
         let listen_text = args.listen.clone().or_else(|| file.listen.clone());
         let listen = match listen_text {
-            Some(l) => l.parse().map_err(|_| {
-                err(format!(
-                    "listen: {l:?} is not an address like 127.0.0.1:8080"
-                ))
-            })?,
+            Some(l) => l.parse().map_err(|_| err(format!("listen: {l:?} is not an address like 127.0.0.1:8080")))?,
             None => d.listen,
         };
         let allowed_repos = args
@@ -375,8 +337,7 @@ impl ServeConfig {
         }
         let delivery_ttl = match args.delivery_ttl {
             Some(t) => t,
-            None => file_duration("delivery_ttl", file.delivery_ttl.as_ref())?
-                .unwrap_or(DEFAULT_DELIVERY_TTL),
+            None => file_duration("delivery_ttl", file.delivery_ttl.as_ref())?.unwrap_or(DEFAULT_DELIVERY_TTL),
         };
         if delivery_ttl < Duration::from_secs(1) {
             return Err(err("delivery TTL must be at least 1s"));
@@ -390,8 +351,7 @@ impl ServeConfig {
         }
         let request_timeout = match args.request_timeout {
             Some(t) => t,
-            None => file_duration("request_timeout", file.request_timeout.as_ref())?
-                .unwrap_or(d.request_timeout),
+            None => file_duration("request_timeout", file.request_timeout.as_ref())?.unwrap_or(d.request_timeout),
         };
         let api_token = args.api_token.clone().or_else(|| file.api_token.clone());
         if api_token.as_deref() == Some("") {
@@ -400,49 +360,26 @@ impl ServeConfig {
         let mut providers = Vec::new();
         for (i, p) in file.provider.iter().enumerate() {
             let at = format!("[[provider]] #{} ({:?})", i + 1, p.name);
-            if p.name.is_empty()
-                || !p
-                    .name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-            {
-                return Err(err(format!(
-                    "{at}: name must be non-empty and use only letters, digits, '-', '_' or '.'"
-                )));
+            if p.name.is_empty() || !p.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+                return Err(err(format!("{at}: name must be non-empty and use only letters, digits, '-', '_' or '.'")));
             }
             if providers.iter().any(|q: &Provider| q.name == p.name) {
-                return Err(err(format!(
-                    "{at}: a provider named {:?} is defined twice",
-                    p.name
-                )));
+                return Err(err(format!("{at}: a provider named {:?} is defined twice", p.name)));
             }
             let kind: Kind = p.kind.parse().map_err(|_| {
-                err(format!(
-                    "{at}: unknown kind {:?} (use \"github\" or \"standard-webhooks\")",
-                    p.kind
-                ))
+                err(format!("{at}: unknown kind {:?} (use \"github\" or \"standard-webhooks\")", p.kind))
             })?;
             let secret = match (&p.secret, &p.secret_env) {
-                (Some(_), Some(_)) => {
-                    return Err(err(format!(
-                        "{at}: give `secret` or `secret_env`, not both"
-                    )));
-                }
+                (Some(_), Some(_)) => return Err(err(format!("{at}: give `secret` or `secret_env`, not both"))),
                 (Some(s), None) => s.clone(),
                 (None, Some(var)) => env(var)
                     .filter(|s| !s.is_empty())
                     .ok_or_else(|| err(format!("{at}: secret_env {var:?} is not set or empty")))?,
-                (None, None) => {
-                    return Err(err(format!(
-                        "{at}: missing secret (set `secret` or `secret_env`)"
-                    )));
-                }
+                (None, None) => return Err(err(format!("{at}: missing secret (set `secret` or `secret_env`)"))),
             };
             let tolerance = file_duration(&format!("{at}: tolerance"), p.tolerance.as_ref())?;
             if kind == Kind::Github && (p.tolerance.is_some() || p.fields.is_some()) {
-                return Err(err(format!(
-                    "{at}: `tolerance` and `fields` apply to kind \"standard-webhooks\" only"
-                )));
+                return Err(err(format!("{at}: `tolerance` and `fields` apply to kind \"standard-webhooks\" only")));
             }
             providers.push(
                 Provider::new(p.name.clone(), kind, &secret, tolerance, p.fields.clone())
@@ -457,10 +394,7 @@ impl ServeConfig {
             listen,
             store: StoreConfig::resolve_with(&args.store, file)?,
             allowed_repos,
-            settings: Settings {
-                delivery_ttl,
-                logical_ttl,
-            },
+            settings: Settings { delivery_ttl, logical_ttl },
             api_token,
             providers,
             max_body,
@@ -479,10 +413,8 @@ mod tests {
     }
 
     fn resolve(args: &ServeArgs, text: &str) -> Result<ServeConfig, String> {
-        ServeConfig::resolve_with(args, &file(text), |v| {
-            (v == "GH_SECRET").then(|| "s3cret".to_owned())
-        })
-        .map_err(|e| e.0)
+        ServeConfig::resolve_with(args, &file(text), |v| (v == "GH_SECRET").then(|| "s3cret".to_owned()))
+            .map_err(|e| e.0)
     }
 
     #[test]
@@ -492,15 +424,7 @@ mod tests {
         assert_eq!(parse_duration("4d"), Ok(Duration::from_secs(4 * 86400)));
         assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        for bad in [
-            "soon",
-            "",
-            "10",
-            "1.5h",
-            "-1s",
-            "3w",
-            "99999999999999999999d",
-        ] {
+        for bad in ["soon", "", "10", "1.5h", "-1s", "3w", "99999999999999999999d"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
         assert!(parse_duration("soon").unwrap_err().contains("\"soon\""));
@@ -527,27 +451,18 @@ mod tests {
             redis_url = "redis://file:6379"
         "#;
         let c = resolve(&ServeArgs::default(), text).unwrap();
-        assert_eq!(
-            (c.listen.to_string().as_str(), c.store.keys.namespace()),
-            ("0.0.0.0:9000", "from-file")
-        );
+        assert_eq!((c.listen.to_string().as_str(), c.store.keys.namespace()), ("0.0.0.0:9000", "from-file"));
         assert_eq!(c.allowed_repos, ["a/b"]);
         assert_eq!(c.settings.delivery_ttl, Duration::from_secs(90));
         let args = ServeArgs {
             listen: Some("127.0.0.1:1".into()),
             allowed_repos: Some(vec!["c/d".into()]),
             delivery_ttl: Some(Duration::from_secs(5)),
-            store: StoreArgs {
-                namespace: Some("flag".into()),
-                ..Default::default()
-            },
+            store: StoreArgs { namespace: Some("flag".into()), ..Default::default() },
             ..Default::default()
         };
         let c = resolve(&args, text).unwrap();
-        assert_eq!(
-            (c.listen.to_string().as_str(), c.store.keys.namespace()),
-            ("127.0.0.1:1", "flag")
-        );
+        assert_eq!((c.listen.to_string().as_str(), c.store.keys.namespace()), ("127.0.0.1:1", "flag"));
         assert_eq!(c.allowed_repos, ["c/d"]);
         assert_eq!(c.settings.delivery_ttl, Duration::from_secs(5));
     }
@@ -579,40 +494,19 @@ mod tests {
     fn each_bad_input_names_the_problem() {
         let cases = [
             ("delivery_ttl = \"soon\"", "delivery_ttl"),
-            (
-                "[[provider]]\nname = \"x\"\nkind = \"gitlab\"\nsecret = \"s\"",
-                "unknown kind \"gitlab\"",
-            ),
-            (
-                "[[provider]]\nname = \"x\"\nkind = \"github\"",
-                "missing secret",
-            ),
-            (
-                "[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret_env = \"NOPE\"",
-                "\"NOPE\" is not set",
-            ),
-            (
-                "[[provider]]\nname = \"x\"\nkind = \"standard-webhooks\"\nsecret = \"whsec_!!!\"",
-                "\"x\"",
-            ),
-            (
-                "[[provider]]\nname = \"a b\"\nkind = \"github\"\nsecret = \"s\"",
-                "name must",
-            ),
+            ("[[provider]]\nname = \"x\"\nkind = \"gitlab\"\nsecret = \"s\"", "unknown kind \"gitlab\""),
+            ("[[provider]]\nname = \"x\"\nkind = \"github\"", "missing secret"),
+            ("[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret_env = \"NOPE\"", "\"NOPE\" is not set"),
+            ("[[provider]]\nname = \"x\"\nkind = \"standard-webhooks\"\nsecret = \"whsec_!!!\"", "\"x\""),
+            ("[[provider]]\nname = \"a b\"\nkind = \"github\"\nsecret = \"s\"", "name must"),
             (
                 "[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\n[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"t\"",
                 "defined twice",
             ),
             ("listen = \"nowhere\"", "listen"),
-            (
-                "allowed_repos = [\"justone\"]",
-                "\"justone\" is not ORG/REPO",
-            ),
+            ("allowed_repos = [\"justone\"]", "\"justone\" is not ORG/REPO"),
             ("namespace = \"a{b\"", "namespace"),
-            (
-                "redis_url = \"redis://x\"\nredis_cluster_nodes = \"redis://y\"",
-                "not both",
-            ),
+            ("redis_url = \"redis://x\"\nredis_cluster_nodes = \"redis://y\"", "not both"),
             ("api_token = \"\"", "api token"),
         ];
         for (text, want) in cases {
@@ -637,10 +531,42 @@ mod tests {
         let e = FileConfig::load(&path).unwrap_err().0;
         assert!(e.contains("bad.toml") && e.contains("lisen"), "{e}");
         let e = FileConfig::load(&dir.join("missing.toml")).unwrap_err().0;
-        assert!(
-            e.contains("missing.toml") && e.contains("cannot read"),
-            "{e}"
+        assert!(e.contains("missing.toml") && e.contains("cannot read"), "{e}");
+    }
+
+    #[test]
+    fn min_replicas_ack_from_flag_env_or_file() {
+        let url = "redis_url = \"redis://x\"\n";
+        let ack = |args: &ServeArgs, text: &str| {
+            resolve(args, &format!("{url}{text}")).map(|c| c.store.redis.unwrap().min_replicas_ack)
+        };
+        let none = ServeArgs::default();
+        assert_eq!(ack(&none, ""), Ok(None));
+        assert_eq!(ack(&none, "min_replicas_ack = 0"), Ok(None));
+        assert_eq!(ack(&none, "min_replicas_ack = 1"), Ok(Some((1, Duration::from_millis(500)))));
+        let file = "min_replicas_ack = 1\nmin_replicas_timeout = \"200ms\"\nredis_timeout = \"300ms\"";
+        assert_eq!(ack(&none, file), Ok(Some((1, Duration::from_millis(200)))));
+        let store = |ack, timeout| ServeArgs {
+            store: StoreArgs { min_replicas_ack: ack, redis_timeout: timeout, ..Default::default() },
+            ..Default::default()
+        };
+        assert_eq!(
+            ack(&store(Some(2), Some(Duration::from_millis(400))), file),
+            Ok(Some((2, Duration::from_millis(200)))),
+            "the flag wins"
         );
+        let half = ack(&store(None, Some(Duration::from_millis(400))), "min_replicas_ack = 1");
+        assert_eq!(half, Ok(Some((1, Duration::from_millis(200)))), "by default at most half the redis timeout");
+        for (text, want) in [
+            ("min_replicas_ack = 1\nmin_replicas_timeout = \"2s\"", "less than the redis timeout"),
+            ("min_replicas_ack = 1\nmin_replicas_timeout = \"0ms\"", "more than 0"),
+            ("min_replicas_ack = 1\nmin_replicas_timeout = \"soon\"", "min_replicas_timeout"),
+        ] {
+            let e = ack(&none, text).unwrap_err();
+            assert!(e.contains(want), "{text:?}: {e:?} lacks {want:?}");
+        }
+        assert!(resolve(&none, "min_replicas_ack = 1").unwrap_err().contains("needs a Redis store"));
+        assert!(toml::from_str::<FileConfig>("min_replicas_ack = -1").is_err());
     }
 
     #[test]

@@ -12,6 +12,15 @@ pub enum Error {
     /// The store did not answer within the command timeout.
     #[error("the store did not answer within {0:?}")]
     Timeout(Duration),
+    /// Fewer replicas than `--min-replicas-ack` confirmed the write in time.
+    /// The write stands on the primary; a retry replays it and waits again.
+    #[error("only {got} of {wanted} replicas confirmed the write in time")]
+    ReplicasShort {
+        /// Replicas asked for.
+        wanted: u32,
+        /// Replicas that confirmed.
+        got: u32,
+    },
     /// A stored record could not be read back.
     #[error("malformed record in the store: {0}")]
     Corrupt(String),

@@ -50,14 +50,9 @@ impl Status {
 
     /// Parses a wire name.
     pub fn parse(s: &str) -> Option<Self> {
-        [
-            Status::Created,
-            Status::Duplicate,
-            Status::BadRequest,
-            Status::Blocked,
-        ]
-        .into_iter()
-        .find(|st| st.as_str() == s)
+        [Status::Created, Status::Duplicate, Status::BadRequest, Status::Blocked]
+            .into_iter()
+            .find(|st| st.as_str() == s)
     }
 }
 
@@ -76,20 +71,12 @@ pub struct Response {
 impl Response {
     /// A response without a run (`bad_request`, `blocked`).
     pub fn plain(status: Status) -> Self {
-        Self {
-            status,
-            code: status.code(),
-            run_id: None,
-        }
+        Self { status, code: status.code(), run_id: None }
     }
 
     /// A response naming a run (`created`, `duplicate`).
     pub fn with_run(status: Status, run_id: impl Into<String>) -> Self {
-        Self {
-            status,
-            code: status.code(),
-            run_id: Some(run_id.into()),
-        }
+        Self { status, code: status.code(), run_id: Some(run_id.into()) }
     }
 }
 
@@ -143,10 +130,7 @@ pub const DEFAULT_DELIVERY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 impl Default for Settings {
     fn default() -> Self {
-        Self {
-            delivery_ttl: DEFAULT_DELIVERY_TTL,
-            logical_ttl: None,
-        }
+        Self { delivery_ttl: DEFAULT_DELIVERY_TTL, logical_ttl: None }
     }
 }
 
@@ -165,10 +149,7 @@ impl Gate {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        Self {
-            allowlist: Arc::new(allowed_repos.into_iter().map(Into::into).collect()),
-            store,
-        }
+        Self { allowlist: Arc::new(allowed_repos.into_iter().map(Into::into).collect()), store }
     }
 
     /// The store behind the gate.
@@ -178,25 +159,14 @@ impl Gate {
 
     /// Handles one delivery and returns the gate's answer (CONTRACT §1).
     /// `Err` means the store failed: nothing was decided, nothing cached.
-    pub async fn handle(
-        &self,
-        provider: &str,
-        delivery_id: &str,
-        event: &Value,
-    ) -> Result<Response, Error> {
+    pub async fn handle(&self, provider: &str, delivery_id: &str, event: &Value) -> Result<Response, Error> {
         Ok(self.check(provider, delivery_id, event).await?.response)
     }
 
     /// Like [`Gate::handle`], and also says whether the answer was a replay
     /// and whether the replayed delivery's event differs from the first one.
-    pub async fn check(
-        &self,
-        provider: &str,
-        delivery_id: &str,
-        event: &Value,
-    ) -> Result<Outcome, Error> {
-        self.check_with_digest(provider, delivery_id, event, &event_digest(event))
-            .await
+    pub async fn check(&self, provider: &str, delivery_id: &str, event: &Value) -> Result<Outcome, Error> {
+        self.check_with_digest(provider, delivery_id, event, &event_digest(event)).await
     }
 
     /// Like [`Gate::check`], with the digest that identifies "the same
@@ -217,13 +187,8 @@ impl Gate {
             now_ms: now_ms(),
         };
         let stored = self.store.apply(&call).await?;
-        let event_mismatch =
-            stored.replayed && stored.first_digest.as_deref().is_some_and(|d| d != digest);
-        Ok(Outcome {
-            response: stored.response,
-            replayed: stored.replayed,
-            event_mismatch,
-        })
+        let event_mismatch = stored.replayed && stored.first_digest.as_deref().is_some_and(|d| d != digest);
+        Ok(Outcome { response: stored.response, replayed: stored.replayed, event_mismatch })
     }
 
     /// Validation, then policy: the verdict for a delivery not seen before.
@@ -262,11 +227,7 @@ pub struct Fields<'a> {
 /// `None` means `bad_request`.
 pub fn validate(event: &Value) -> Option<Fields<'_>> {
     let obj = event.as_object()?;
-    let field = |name: &str| {
-        obj.get(name)
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-    };
+    let field = |name: &str| obj.get(name).and_then(Value::as_str).filter(|s| !s.is_empty());
     Some(Fields {
         org: field("org")?,
         repo: field("repo")?,
@@ -304,9 +265,7 @@ pub fn event_digest(event: &Value) -> String {
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]
@@ -353,21 +312,9 @@ mod tests {
     fn validation_rules() {
         let ok = json!({"org": "o", "repo": "r", "action": "a"});
         assert!(validate(&ok).is_some());
-        assert_eq!(
-            validate(&json!({"org": " ", "repo": " ", "action": " "}))
-                .unwrap()
-                .org,
-            " "
-        );
+        assert_eq!(validate(&json!({"org": " ", "repo": " ", "action": " "})).unwrap().org, " ");
         for field in ["org", "repo", "action"] {
-            for bad in [
-                Value::Null,
-                json!(""),
-                json!(1),
-                json!(true),
-                json!(["o"]),
-                json!({}),
-            ] {
+            for bad in [Value::Null, json!(""), json!(1), json!(true), json!(["o"]), json!({})] {
                 let mut e = ok.clone();
                 e[field] = bad.clone();
                 assert!(validate(&e).is_none(), "{field}={bad}");
@@ -410,6 +357,15 @@ mod tests {
         fn number_text_of_any_integer_is_its_decimal(i in proptest::num::i64::ANY) {
             let want = if i == 0 { String::new() } else { i.to_string() };
             proptest::prop_assert_eq!(number_text(Some(&json!(i))), Some(want));
+        }
+
+        #[test]
+        fn number_text_never_panics_on_arbitrary_json(text in "[-0-9.eE+\"a-z\\[\\]{}:,tfn ]{0,40}", u in proptest::num::u64::ANY, f in proptest::num::f64::ANY) {
+            if let Ok(v) = serde_json::from_str::<Value>(&text) {
+                let _ = number_text(Some(&v));
+            }
+            proptest::prop_assert_eq!(number_text(Some(&json!(u))), Some(if u == 0 { String::new() } else { u.to_string() }));
+            let _ = number_text(Some(&json!(f)));
         }
     }
 }

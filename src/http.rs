@@ -89,18 +89,14 @@ impl IntoResponse for ApiError {
             ApiError::BadRequest(m) => (StatusCode::BAD_REQUEST, m),
             ApiError::Unauthorized(m) => (StatusCode::UNAUTHORIZED, m),
             ApiError::NotFound(m) => (StatusCode::NOT_FOUND, m),
-            ApiError::TooLarge(max) => (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("request body is larger than the {max}-byte limit"),
-            ),
+            ApiError::TooLarge(max) => {
+                (StatusCode::PAYLOAD_TOO_LARGE, format!("request body is larger than the {max}-byte limit"))
+            }
             ApiError::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, m.to_owned()),
         };
         let mut resp = (status, Json(json!({ "error": msg }))).into_response();
         if status == StatusCode::SERVICE_UNAVAILABLE {
-            resp.headers_mut().insert(
-                header::RETRY_AFTER,
-                HeaderValue::from_static(RETRY_AFTER_SECS),
-            );
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
         }
         resp
     }
@@ -129,11 +125,8 @@ async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response
     let started = Instant::now();
     let matched = req.extensions().get::<MatchedPath>().cloned();
     let route = matched.as_ref().map_or("unmatched", MatchedPath::as_str);
-    let declared = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let declared =
+        req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     let resp = if declared.is_some_and(|len| len > st.max_body as u64) {
         ApiError::TooLarge(st.max_body).into_response()
     } else {
@@ -145,8 +138,7 @@ async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response
             }
         }
     };
-    st.metrics
-        .request(route, resp.status().as_u16(), started.elapsed());
+    st.metrics.request(route, resp.status().as_u16(), started.elapsed());
     resp
 }
 
@@ -157,8 +149,7 @@ async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> 
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
-        let ok =
-            given.is_some_and(|t| bool::from(Sha256::digest(t.as_bytes()).as_slice().ct_eq(want)));
+        let ok = given.is_some_and(|t| bool::from(Sha256::digest(t.as_bytes()).as_slice().ct_eq(want)));
         if !ok {
             return ApiError::Unauthorized("missing or wrong bearer token".into()).into_response();
         }
@@ -169,9 +160,7 @@ async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> 
 /// Reads the whole body, bounded by the limit (for bodies sent without a
 /// `Content-Length`).
 async fn read_body(body: Body, max: usize) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(body, max)
-        .await
-        .map_err(|_| ApiError::TooLarge(max))
+    axum::body::to_bytes(body, max).await.map_err(|_| ApiError::TooLarge(max))
 }
 
 fn string_field<'a>(body: &'a Value, name: &str) -> Result<&'a str, ApiError> {
@@ -185,8 +174,8 @@ fn string_field<'a>(body: &'a Value, name: &str) -> Result<&'a str, ApiError> {
 
 async fn deliveries(State(st): State<AppState>, body: Body) -> Result<Response, ApiError> {
     let bytes = read_body(body, st.max_body).await?;
-    let body: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::BadRequest(format!("body is not JSON: {e}")))?;
+    let body: Value =
+        serde_json::from_slice(&bytes).map_err(|e| ApiError::BadRequest(format!("body is not JSON: {e}")))?;
     if !body.is_object() {
         return Err(ApiError::BadRequest("body must be a JSON object".into()));
     }
@@ -203,23 +192,18 @@ async fn webhook(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let provider = st
-        .providers
-        .get(&name)
-        .ok_or_else(|| ApiError::NotFound(format!("no provider named {name:?}")))?;
+    let provider = st.providers.get(&name).ok_or_else(|| ApiError::NotFound(format!("no provider named {name:?}")))?;
     let bytes = read_body(body, st.max_body).await?;
-    let delivery = provider
-        .accept(&headers, &bytes, SystemTime::now())
-        .map_err(|r| {
-            tracing::info!(provider = %name, reason = r.reason(), "webhook rejected");
-            match r {
-                Rejection::Unauthorized(m) => {
-                    st.metrics.auth_failure(&name);
-                    ApiError::Unauthorized(m)
-                }
-                Rejection::BadRequest(m) => ApiError::BadRequest(m),
+    let delivery = provider.accept(&headers, &bytes, SystemTime::now()).map_err(|r| {
+        tracing::info!(provider = %name, reason = r.reason(), "webhook rejected");
+        match r {
+            Rejection::Unauthorized(m) => {
+                st.metrics.auth_failure(&name);
+                ApiError::Unauthorized(m)
             }
-        })?;
+            Rejection::BadRequest(m) => ApiError::BadRequest(m),
+        }
+    })?;
     // The raw body is the event the provider sent: a retry of the same
     // delivery carries the same bytes.
     let digest = hex::encode(&Sha256::digest(&bytes)[..16]);
@@ -233,15 +217,11 @@ async fn gate_call(
     event: &Value,
     digest: &str,
 ) -> Result<Response, ApiError> {
-    let outcome = st
-        .gate
-        .check_with_digest(provider, delivery_id, event, digest)
-        .await
-        .map_err(|e| {
-            st.metrics.store_error();
-            tracing::error!(provider, delivery_id, error = %e, "store failed; answered 503");
-            ApiError::Unavailable("the gate's store is unavailable; retry later")
-        })?;
+    let outcome = st.gate.check_with_digest(provider, delivery_id, event, digest).await.map_err(|e| {
+        st.metrics.store_error();
+        tracing::error!(provider, delivery_id, error = %e, "store failed; answered 503");
+        ApiError::Unavailable("the gate's store is unavailable; retry later")
+    })?;
     st.metrics.outcome(provider, &outcome);
     let r = &outcome.response;
     if outcome.event_mismatch {
@@ -267,30 +247,20 @@ async fn gate_call(
 fn gate_response(outcome: &Outcome) -> Response {
     let body = serde_json::to_vec(&outcome.response).expect("a response serializes");
     let status = StatusCode::from_u16(outcome.response.code).expect("gate codes are valid");
-    let mut resp = (
-        status,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        body,
-    )
-        .into_response();
+    let mut resp =
+        (status, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response();
     if outcome.replayed {
-        resp.headers_mut()
-            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+        resp.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
     if outcome.event_mismatch {
-        resp.headers_mut()
-            .insert("idemgate-event-mismatch", HeaderValue::from_static("true"));
+        resp.headers_mut().insert("idemgate-event-mismatch", HeaderValue::from_static("true"));
     }
     resp
 }
 
 async fn dedup_window(State(st): State<AppState>, body: Body) -> Result<Response, ApiError> {
     let bytes = read_body(body, st.max_body).await?;
-    let out =
-        crate::window::analyze_slice(&bytes).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let out = crate::window::analyze_slice(&bytes).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     Ok(Json(out).into_response())
 }
 
@@ -299,14 +269,9 @@ async fn readyz(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
         tracing::warn!(error = %e, "not ready: store does not answer");
         ApiError::Unavailable("the store does not answer")
     })?;
-    Ok(Json(
-        json!({"status": "ready", "store": st.gate.store().kind()}),
-    ))
+    Ok(Json(json!({"status": "ready", "store": st.gate.store().kind()})))
 }
 
 async fn metrics(State(st): State<AppState>) -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        st.metrics.render(),
-    )
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], st.metrics.render())
 }

@@ -40,10 +40,7 @@ impl Keys {
         if ns.is_empty() || ns.contains(['{', '}']) || ns.chars().any(char::is_whitespace) {
             return Err(InvalidNamespace(ns.to_owned()));
         }
-        Ok(Self {
-            namespace: ns.to_owned(),
-            prefix: format!("idemgate:{{{ns}}}:"),
-        })
+        Ok(Self { namespace: ns.to_owned(), prefix: format!("idemgate:{{{ns}}}:") })
     }
 
     /// The namespace these keys live under.
@@ -67,10 +64,7 @@ impl Keys {
     /// `idemgate:{NS}:logical:` enc(provider) `:` enc(org/repo) `:` enc(action) `:` enc(number_text)
     pub fn logical(&self, id: &Identity) -> String {
         let mut k = self.key("logical:");
-        for (i, field) in [&id.provider, &id.repo, &id.action, &id.number]
-            .into_iter()
-            .enumerate()
-        {
+        for (i, field) in [&id.provider, &id.repo, &id.action, &id.number].into_iter().enumerate() {
             if i > 0 {
                 k.push(':');
             }
@@ -130,21 +124,13 @@ mod tests {
     use super::*;
 
     fn id(p: &str, r: &str, a: &str, n: &str) -> Identity {
-        Identity {
-            provider: p.into(),
-            repo: r.into(),
-            action: a.into(),
-            number: n.into(),
-        }
+        Identity { provider: p.into(), repo: r.into(), action: a.into(), number: n.into() }
     }
 
     #[test]
     fn contract_example() {
         let keys = Keys::new("default").unwrap();
-        assert_eq!(
-            keys.delivery("github", "d-1"),
-            "idemgate:{default}:delivery:6:github:3:d-1"
-        );
+        assert_eq!(keys.delivery("github", "d-1"), "idemgate:{default}:delivery:6:github:3:d-1");
         assert_eq!(
             keys.logical(&id("github", "octo/repo", "pull_request.opened", "7")),
             "idemgate:{default}:logical:6:github:9:octo/repo:19:pull_request.opened:1:7"
@@ -165,14 +151,8 @@ mod tests {
     #[test]
     fn colon_collisions_stay_apart() {
         let keys = Keys::new("t").unwrap();
-        assert_ne!(
-            keys.logical(&id("a:x", "o/r", "push", "")),
-            keys.logical(&id("a", "x:o/r", "push", ""))
-        );
-        assert_ne!(
-            keys.logical(&id("g", "o/r", "push:1", "2")),
-            keys.logical(&id("g", "o/r", "push", "1:2"))
-        );
+        assert_ne!(keys.logical(&id("a:x", "o/r", "push", "")), keys.logical(&id("a", "x:o/r", "push", "")));
+        assert_ne!(keys.logical(&id("g", "o/r", "push:1", "2")), keys.logical(&id("g", "o/r", "push", "1:2")));
         assert_ne!(keys.delivery("a:1", "2"), keys.delivery("a", "1:2"));
     }
 
@@ -216,6 +196,14 @@ mod tests {
             let k = keys.delivery(&p, &d);
             let fields = decode(k.strip_prefix("idemgate:{p}:delivery:").unwrap()).unwrap();
             proptest::prop_assert_eq!(fields, vec![p, d]);
+        }
+
+        #[test]
+        fn namespace_check_never_panics(ns in ".*") {
+            if let Ok(keys) = Keys::new(&ns) {
+                let prefix = format!("idemgate:{{{}}}:", ns);
+                proptest::prop_assert!(keys.run_counter().starts_with(&prefix));
+            }
         }
     }
 }

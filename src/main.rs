@@ -6,20 +6,10 @@ use clap::{Parser, Subcommand, ValueEnum};
 use idemgate::config::{ServeArgs, ServeConfig, StoreArgs};
 
 #[derive(Parser)]
-#[command(
-    name = "idemgate",
-    version,
-    about = "An idempotency gate for webhook deliveries"
-)]
+#[command(name = "idemgate", version, about = "An idempotency gate for webhook deliveries")]
 struct Cli {
     /// Log format: `text` for people, `json` for log pipelines.
-    #[arg(
-        long,
-        global = true,
-        env = "IDEMGATE_LOG_FORMAT",
-        value_enum,
-        default_value = "text"
-    )]
+    #[arg(long, global = true, env = "IDEMGATE_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
@@ -52,11 +42,8 @@ enum Command {
 }
 
 fn init_logging(format: LogFormat, default: &str) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
@@ -67,11 +54,7 @@ fn init_logging(format: LogFormat, default: &str) {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     // The bench serves thousands of requests a second: per-request logs would measure the terminal.
-    let default_level = if matches!(cli.command, Command::Bench(_)) {
-        "warn"
-    } else {
-        "info"
-    };
+    let default_level = if matches!(cli.command, Command::Bench(_)) { "warn" } else { "info" };
     init_logging(cli.log_format, default_level);
     let result = match cli.command {
         Command::Serve(args) => serve(args).await,
@@ -80,15 +63,9 @@ async fn main() -> ExitCode {
             println!("{report}");
             ExitCode::SUCCESS
         }),
-        Command::Healthcheck(args) => idemgate::ops::healthcheck_command(&args)
-            .await
-            .map_err(Into::into),
-        Command::Inspect(args) => idemgate::ops::inspect_command(&args)
-            .await
-            .map_err(Into::into),
-        Command::Stats(args) => idemgate::ops::stats_command(&args)
-            .await
-            .map_err(Into::into),
+        Command::Healthcheck(args) => idemgate::ops::healthcheck_command(&args).await.map_err(Into::into),
+        Command::Inspect(args) => idemgate::ops::inspect_command(&args).await.map_err(Into::into),
+        Command::Stats(args) => idemgate::ops::stats_command(&args).await.map_err(Into::into),
         Command::Worker(args) => worker(args).await,
         Command::Key(args) => idemgate::ops::key_command(&args).map_err(Into::into),
     };

@@ -10,9 +10,7 @@ use std::time::Duration;
 use crate::gate::{Outcome, Status};
 
 /// Latency histogram bucket bounds, seconds.
-const BUCKETS: [f64; 12] = [
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-];
+const BUCKETS: [f64; 12] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
 
 #[derive(Default)]
 struct RouteStats {
@@ -22,12 +20,7 @@ struct RouteStats {
     sum: f64,
 }
 
-const STATUSES: [Status; 4] = [
-    Status::Created,
-    Status::Duplicate,
-    Status::BadRequest,
-    Status::Blocked,
-];
+const STATUSES: [Status; 4] = [Status::Created, Status::Duplicate, Status::BadRequest, Status::Blocked];
 
 /// The service's counters. Maps are keyed by route or provider and looked
 /// up by reference, so counting allocates only the first time a key shows.
@@ -67,10 +60,7 @@ impl Metrics {
 
     /// Counts one gate answer.
     pub fn outcome(&self, provider: &str, outcome: &Outcome) {
-        let i = STATUSES
-            .iter()
-            .position(|s| *s == outcome.response.status)
-            .expect("every status is listed");
+        let i = STATUSES.iter().position(|s| *s == outcome.response.status).expect("every status is listed");
         slot(&mut self.outcomes.lock().expect("metrics"), provider)[i] += 1;
         if outcome.replayed {
             self.replays.fetch_add(1, Ordering::Relaxed);
@@ -95,38 +85,20 @@ impl Metrics {
         let mut out = String::new();
         let o = &mut out;
         let routes = self.routes.lock().expect("metrics");
-        let n = family(
-            o,
-            "idemgate_http_requests_total",
-            "counter",
-            "HTTP requests by route and status code.",
-        );
+        let n = family(o, "idemgate_http_requests_total", "counter", "HTTP requests by route and status code.");
         for (route, r) in routes.iter() {
             for (status, v) in &r.by_status {
-                let _ = writeln!(
-                    o,
-                    "{n}{{route=\"{}\",status=\"{status}\"}} {v}",
-                    escape(route)
-                );
+                let _ = writeln!(o, "{n}{{route=\"{}\",status=\"{status}\"}} {v}", escape(route));
             }
         }
-        let n = family(
-            o,
-            "idemgate_http_request_duration_seconds",
-            "histogram",
-            "HTTP request latency by route.",
-        );
+        let n = family(o, "idemgate_http_request_duration_seconds", "histogram", "HTTP request latency by route.");
         for (route, r) in routes.iter() {
             let route = escape(route);
             for (bound, count) in BUCKETS.iter().zip(r.buckets) {
                 let _ = writeln!(o, "{n}_bucket{{route=\"{route}\",le=\"{bound}\"}} {count}");
             }
             let _ = writeln!(o, "{n}_bucket{{route=\"{route}\",le=\"+Inf\"}} {}", r.count);
-            let _ = writeln!(
-                o,
-                "{n}_sum{{route=\"{route}\"}} {}\n{n}_count{{route=\"{route}\"}} {}",
-                r.sum, r.count
-            );
+            let _ = writeln!(o, "{n}_sum{{route=\"{route}\"}} {}\n{n}_count{{route=\"{route}\"}} {}", r.sum, r.count);
         }
         drop(routes);
         let n = family(
@@ -137,20 +109,11 @@ impl Metrics {
         );
         for (provider, counts) in self.outcomes.lock().expect("metrics").iter() {
             for (status, v) in STATUSES.iter().zip(counts) {
-                let _ = writeln!(
-                    o,
-                    "{n}{{provider=\"{}\",status=\"{}\"}} {v}",
-                    escape(provider),
-                    status.as_str()
-                );
+                let _ = writeln!(o, "{n}{{provider=\"{}\",status=\"{}\"}} {v}", escape(provider), status.as_str());
             }
         }
         for (name, help, v) in [
-            (
-                "idemgate_replays_total",
-                "Answers served from the delivery cache.",
-                &self.replays,
-            ),
+            ("idemgate_replays_total", "Answers served from the delivery cache.", &self.replays),
             (
                 "idemgate_event_mismatches_total",
                 "Replays whose event differs from the first one seen.",
@@ -184,8 +147,5 @@ fn family(out: &mut String, name: &'static str, kind: &str, help: &str) -> &'sta
 }
 
 fn escape(label: &str) -> String {
-    label
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+    label.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }

@@ -1,8 +1,10 @@
 //! Starting and stopping the HTTP service: open the store, check that
 //! Redis cannot evict the gate's keys, bind, serve, drain on shutdown.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use tokio::net::TcpListener;
 
 use crate::config::ServeConfig;
@@ -37,25 +39,17 @@ pub enum ServeError {
 /// An unreachable Redis at start is an error (exit non-zero): an
 /// orchestrator restarts the process, and nothing is ever served from a
 /// store the gate has not reached. Once running, outages answer 503.
-pub async fn serve(
-    config: ServeConfig,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), ServeError> {
+pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
     let described = config.store.describe();
     tracing::info!(version = env!("CARGO_PKG_VERSION"), listen = %config.listen, "idemgate serve starting: {described}");
     if config.allowed_repos.is_empty() {
-        tracing::warn!(
-            "no allowed repos configured (--allowed-repo): every valid delivery will be answered `blocked`"
-        );
+        tracing::warn!("no allowed repos configured (--allowed-repo): every valid delivery will be answered `blocked`");
     }
     let store = config
         .store
         .open(&config.settings)
         .await
-        .map_err(|source| ServeError::Store {
-            store: described.clone(),
-            source,
-        })?;
+        .map_err(|source| ServeError::Store { store: described.clone(), source })?;
     if let Some(opts) = &config.store.redis {
         check_eviction_policy(opts, config.allow_eviction).await?;
     }
@@ -65,13 +59,7 @@ pub async fn serve(
         .with_request_timeout(config.request_timeout);
     let listener = TcpListener::bind(config.listen).await?;
     tracing::info!(addr = %listener.local_addr()?, "listening");
-    run(
-        listener,
-        state,
-        config.request_timeout + Duration::from_secs(5),
-        shutdown,
-    )
-    .await?;
+    run(listener, state, config.request_timeout + Duration::from_secs(5), shutdown).await?;
     tracing::info!("stopped");
     Ok(())
 }
@@ -88,10 +76,7 @@ pub async fn run(
     let notify = stopping.clone();
     let server = axum::serve(listener, app(state)).with_graceful_shutdown(async move {
         shutdown.await;
-        tracing::info!(
-            ?drain,
-            "shutting down: no new connections, draining requests in flight"
-        );
+        tracing::info!(?drain, "shutting down: no new connections, draining requests in flight");
         notify.notify_one();
     });
     tokio::select! {
@@ -128,15 +113,31 @@ async fn check_eviction_policy(opts: &RedisOptions, allow: bool) -> Result<(), S
     }
 }
 
-/// Reads `maxmemory-policy` with `CONFIG GET`.
+/// Reads `maxmemory-policy` with `CONFIG GET`. On a cluster every primary
+/// is asked, and the first policy other than `noeviction` is returned with
+/// the node it was found on.
 pub async fn maxmemory_policy(opts: &RedisOptions) -> Result<Option<String>, crate::Error> {
     let mut conn = Conn::connect(opts).await?;
-    let pairs: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("maxmemory-policy")
-        .query_async(&mut conn)
-        .await?;
-    Ok(pairs.get(1).cloned())
+    let mut cmd = redis::cmd("CONFIG");
+    cmd.arg("GET").arg("maxmemory-policy");
+    match &mut conn {
+        Conn::Single(c) => {
+            let pairs: Vec<String> = cmd.query_async(c).await?;
+            Ok(pairs.get(1).cloned())
+        }
+        Conn::Cluster(c) => {
+            let route = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+            let per_node: HashMap<String, Vec<String>> =
+                redis::from_redis_value(c.route_command(cmd, route).await?).map_err(redis::RedisError::from)?;
+            let mut policies: Vec<(String, String)> =
+                per_node.into_iter().filter_map(|(node, pairs)| Some((pairs.get(1)?.clone(), node))).collect();
+            policies.sort();
+            Ok(match policies.iter().find(|(p, _)| p != "noeviction").or(policies.first()) {
+                Some((p, node)) if p != "noeviction" => Some(format!("{p} (on {node})")),
+                found => found.map(|(p, _)| p.clone()),
+            })
+        }
+    }
 }
 
 /// Resolves on SIGTERM or ctrl-c.

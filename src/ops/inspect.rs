@@ -53,10 +53,7 @@ impl Target {
     /// The Redis key this target lives at.
     pub fn key(&self, keys: &crate::keys::Keys) -> String {
         match self {
-            Target::Delivery {
-                provider,
-                delivery_id,
-            } => keys.delivery(provider, delivery_id),
+            Target::Delivery { provider, delivery_id } => keys.delivery(provider, delivery_id),
             Target::Logical(id) => keys.logical(id),
             Target::Run { run_id } => keys.run(run_id),
         }
@@ -159,55 +156,33 @@ impl Ops {
             Target::Logical(_) => self.logical_at(&key).await?.map(Found::Logical),
             Target::Run { .. } => self.run_at(&key).await?.map(Found::Run),
         };
-        Ok(Inspection {
-            kind: target.kind(),
-            key,
-            found,
-        })
+        Ok(Inspection { kind: target.kind(), key, found })
     }
 
     async fn delivery_at(&self, key: &str) -> Result<Option<DeliveryView>, Error> {
-        let (raw, pttl): (Option<String>, i64) =
-            self.query(redis::pipe().get(key).pttl(key)).await?;
+        let (raw, pttl): (Option<String>, i64) = self.query(redis::pipe().get(key).pttl(key)).await?;
         let (Some(raw), Some(ttl)) = (raw, Ttl::from_pttl(pttl)) else {
             return Ok(None);
         };
-        let record: DeliveryRecord = serde_json::from_str(&raw).map_err(|e| {
-            crate::Error::Corrupt(format!("delivery record at {key}: {e}: {raw:?}"))
-        })?;
-        Ok(Some(DeliveryView {
-            key: key.to_owned(),
-            record,
-            ttl,
-        }))
+        let record: DeliveryRecord = serde_json::from_str(&raw)
+            .map_err(|e| crate::Error::Corrupt(format!("delivery record at {key}: {e}: {raw:?}")))?;
+        Ok(Some(DeliveryView { key: key.to_owned(), record, ttl }))
     }
 
     async fn logical_at(&self, key: &str) -> Result<Option<LogicalView>, Error> {
-        let (run_id, pttl): (Option<String>, i64) =
-            self.query(redis::pipe().get(key).pttl(key)).await?;
+        let (run_id, pttl): (Option<String>, i64) = self.query(redis::pipe().get(key).pttl(key)).await?;
         let (Some(run_id), Some(ttl)) = (run_id, Ttl::from_pttl(pttl)) else {
             return Ok(None);
         };
         let run_key = self.keys.run(&run_id);
         let run = self.run_at(&run_key).await?;
-        Ok(Some(LogicalView {
-            key: key.to_owned(),
-            run_id,
-            ttl,
-            run_key,
-            run,
-        }))
+        Ok(Some(LogicalView { key: key.to_owned(), run_id, ttl, run_key, run }))
     }
 
     async fn run_at(&self, key: &str) -> Result<Option<RunView>, Error> {
-        let (fields, pttl): (BTreeMap<String, String>, i64) =
-            self.query(redis::pipe().hgetall(key).pttl(key)).await?;
+        let (fields, pttl): (BTreeMap<String, String>, i64) = self.query(redis::pipe().hgetall(key).pttl(key)).await?;
         match Ttl::from_pttl(pttl) {
-            Some(ttl) if !fields.is_empty() => Ok(Some(RunView {
-                key: key.to_owned(),
-                fields,
-                ttl,
-            })),
+            Some(ttl) if !fields.is_empty() => Ok(Some(RunView { key: key.to_owned(), fields, ttl })),
             _ => Ok(None),
         }
     }

@@ -56,21 +56,13 @@ impl Ops {
     /// Reads through `conn` under the namespace of `keys`; every command is
     /// bounded by `timeout`.
     pub fn new(conn: Conn, keys: Keys, timeout: Duration) -> Self {
-        Self {
-            conn,
-            keys,
-            timeout,
-        }
+        Self { conn, keys, timeout }
     }
 
     /// Connects to the configured Redis ([`Error::NoRedis`] without one).
     pub async fn connect(config: &StoreConfig) -> Result<Self, Error> {
         let opts: &RedisOptions = config.redis.as_ref().ok_or(Error::NoRedis)?;
-        Ok(Self::new(
-            Conn::connect(opts).await?,
-            config.keys.clone(),
-            opts.command_timeout,
-        ))
+        Ok(Self::new(Conn::connect(opts).await?, config.keys.clone(), opts.command_timeout))
     }
 
     /// The key schema of the namespace read.
@@ -78,10 +70,7 @@ impl Ops {
         &self.keys
     }
 
-    async fn bounded<T>(
-        &self,
-        fut: impl Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T, Error> {
+    async fn bounded<T>(&self, fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T, Error> {
         match tokio::time::timeout(self.timeout, fut).await {
             Ok(r) => Ok(r?),
             Err(_) => Err(crate::Error::Timeout(self.timeout).into()),
@@ -99,19 +88,16 @@ impl Ops {
     /// scan goes to the primary that owns it.
     async fn scan_page(&self, cursor: u64, pattern: &str) -> Result<(u64, Vec<String>), Error> {
         let mut cmd = redis::cmd("SCAN");
-        cmd.arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(stats::SCAN_COUNT);
+        cmd.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(stats::SCAN_COUNT);
         match &self.conn {
             Conn::Single(_) => self.query(&mut cmd).await,
             Conn::Cluster(c) => {
                 let mut c = c.clone();
                 let slot = Slot::for_key(self.keys.run_counter());
-                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
-                    Route::with_slot(slot, SlotAddr::Master),
-                ));
+                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_slot(
+                    slot,
+                    SlotAddr::Master,
+                )));
                 let value = self.bounded(c.route_command(cmd, route)).await?;
                 Ok(redis::from_redis_value(value).map_err(redis::RedisError::from)?)
             }
@@ -121,24 +107,17 @@ impl Ops {
 
 /// A command or a pipeline, sent the same way.
 trait Query {
-    fn run<T: FromRedisValue>(self, conn: &mut Conn)
-    -> impl Future<Output = redis::RedisResult<T>>;
+    fn run<T: FromRedisValue>(self, conn: &mut Conn) -> impl Future<Output = redis::RedisResult<T>>;
 }
 
 impl Query for &mut redis::Cmd {
-    fn run<T: FromRedisValue>(
-        self,
-        conn: &mut Conn,
-    ) -> impl Future<Output = redis::RedisResult<T>> {
+    fn run<T: FromRedisValue>(self, conn: &mut Conn) -> impl Future<Output = redis::RedisResult<T>> {
         async move { self.query_async(conn).await }
     }
 }
 
 impl Query for &mut Pipeline {
-    fn run<T: FromRedisValue>(
-        self,
-        conn: &mut Conn,
-    ) -> impl Future<Output = redis::RedisResult<T>> {
+    fn run<T: FromRedisValue>(self, conn: &mut Conn) -> impl Future<Output = redis::RedisResult<T>> {
         async move { self.query_async(conn).await }
     }
 }
@@ -152,10 +131,7 @@ pub async fn healthcheck(config: &StoreConfig) -> Result<String, Error> {
     let t = opts.command_timeout;
     let check = async {
         let mut conn = Conn::connect(opts).await?;
-        let _: String = redis::cmd("PING")
-            .query_async(&mut conn)
-            .await
-            .map_err(crate::Error::from)?;
+        let _: String = redis::cmd("PING").query_async(&mut conn).await.map_err(crate::Error::from)?;
         Ok::<_, crate::Error>(())
     };
     match tokio::time::timeout(t, check).await {
@@ -229,33 +205,13 @@ impl InspectCommand {
     /// The lookup and the shared flags.
     pub fn target(&self) -> (Target, &ReadArgs) {
         match self {
-            InspectCommand::Delivery {
-                provider,
-                delivery_id,
-                read,
-            } => (
-                Target::Delivery {
-                    provider: provider.clone(),
-                    delivery_id: delivery_id.clone(),
-                },
-                read,
-            ),
-            InspectCommand::Logical {
-                provider,
-                repo,
-                action,
-                number,
-                read,
-            } => (
-                Target::logical(provider, repo, action, number.as_deref().unwrap_or("")),
-                read,
-            ),
-            InspectCommand::Run { run_id, read } => (
-                Target::Run {
-                    run_id: run_id.clone(),
-                },
-                read,
-            ),
+            InspectCommand::Delivery { provider, delivery_id, read } => {
+                (Target::Delivery { provider: provider.clone(), delivery_id: delivery_id.clone() }, read)
+            }
+            InspectCommand::Logical { provider, repo, action, number, read } => {
+                (Target::logical(provider, repo, action, number.as_deref().unwrap_or("")), read)
+            }
+            InspectCommand::Run { run_id, read } => (Target::Run { run_id: run_id.clone() }, read),
         }
     }
 }
@@ -340,11 +296,8 @@ pub async fn inspect_command(args: &InspectArgs) -> Result<ExitCode, Error> {
         );
         return Ok(ExitCode::FAILURE);
     }
-    let text = if read.json {
-        render::inspection_json(&inspection).to_string()
-    } else {
-        render::inspection_text(&inspection)
-    };
+    let text =
+        if read.json { render::inspection_json(&inspection).to_string() } else { render::inspection_text(&inspection) };
     print_out(&text);
     Ok(ExitCode::SUCCESS)
 }
@@ -375,40 +328,16 @@ pub async fn stats_command(args: &StatsArgs) -> Result<ExitCode, Error> {
 /// `idemgate key`.
 pub fn key_command(args: &KeyArgs) -> Result<ExitCode, Error> {
     let (target, out) = match &args.what {
-        KeyCommand::Delivery {
-            provider,
-            delivery_id,
-            out,
-        } => (
-            Target::Delivery {
-                provider: provider.clone(),
-                delivery_id: delivery_id.clone(),
-            },
-            out,
-        ),
-        KeyCommand::Logical {
-            provider,
-            repo,
-            action,
-            number,
-            out,
-        } => (
-            Target::logical(provider, repo, action, number.as_deref().unwrap_or("")),
-            out,
-        ),
-        KeyCommand::Run { run_id, out } => (
-            Target::Run {
-                run_id: run_id.clone(),
-            },
-            out,
-        ),
+        KeyCommand::Delivery { provider, delivery_id, out } => {
+            (Target::Delivery { provider: provider.clone(), delivery_id: delivery_id.clone() }, out)
+        }
+        KeyCommand::Logical { provider, repo, action, number, out } => {
+            (Target::logical(provider, repo, action, number.as_deref().unwrap_or("")), out)
+        }
+        KeyCommand::Run { run_id, out } => (Target::Run { run_id: run_id.clone() }, out),
     };
     let key = target.key(&StoreConfig::resolve(&out.store)?.keys);
-    print_out(&if out.raw {
-        key
-    } else {
-        render::cli_quote(&key)
-    });
+    print_out(&if out.raw { key } else { render::cli_quote(&key) });
     Ok(ExitCode::SUCCESS)
 }
 
@@ -425,10 +354,7 @@ pub async fn healthcheck_command(args: &StoreArgs) -> Result<ExitCode, Error> {
                 "idemgate healthcheck: {} does not answer: {}",
                 config.describe(),
                 // One line, whatever the error text holds (container health logs).
-                e.to_string()
-                    .split_whitespace()
-                    .collect::<Vec<_>>()
-                    .join(" ")
+                e.to_string().split_whitespace().collect::<Vec<_>>().join(" ")
             );
             Ok(ExitCode::FAILURE)
         }

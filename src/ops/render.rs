@@ -22,18 +22,9 @@ pub fn human_ms(ms: u64) -> String {
         return format!("{ms}ms");
     }
     let s = ms / 1000;
-    let parts = [
-        (s / 86_400, "d"),
-        (s / 3600 % 24, "h"),
-        (s / 60 % 60, "m"),
-        (s % 60, "s"),
-    ];
+    let parts = [(s / 86_400, "d"), (s / 3600 % 24, "h"), (s / 60 % 60, "m"), (s % 60, "s")];
     let first = parts.iter().position(|(n, _)| *n > 0).unwrap_or(3);
-    parts[first..]
-        .iter()
-        .map(|(n, u)| format!("{n}{u}"))
-        .collect::<Vec<_>>()
-        .join(" ")
+    parts[first..].iter().map(|(n, u)| format!("{n}{u}")).collect::<Vec<_>>().join(" ")
 }
 
 fn ttl_text(ttl: Ttl) -> String {
@@ -46,10 +37,7 @@ fn ttl_text(ttl: Ttl) -> String {
 /// A key as redis-cli reads it: as is when it is plain, else in double
 /// quotes with `\"`, `\\` and `\xHH` escapes (redis-cli's own syntax).
 pub fn cli_quote(key: &str) -> String {
-    let plain = !key.is_empty()
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b'\'' | b'\\'));
+    let plain = !key.is_empty() && key.bytes().all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b'\'' | b'\\'));
     if plain {
         return key.to_owned();
     }
@@ -89,42 +77,21 @@ const RUN_ORDER: [&str; 12] = [
 ];
 
 fn lines(out: &mut String, indent: &str, rows: &[(String, String)]) {
-    let width = rows
-        .iter()
-        .map(|(k, _)| k.chars().count())
-        .max()
-        .unwrap_or(0)
-        + 1;
+    let width = rows.iter().map(|(k, _)| k.chars().count()).max().unwrap_or(0) + 1;
     for (k, v) in rows {
-        let _ = writeln!(
-            out,
-            "{indent}{:<width$} {v}",
-            format!("{k}:"),
-            width = width
-        );
+        let _ = writeln!(out, "{indent}{:<width$} {v}", format!("{k}:"), width = width);
     }
 }
 
 fn run_rows(run: &RunView) -> Vec<(String, String)> {
     let mut names: Vec<&String> = run.fields.keys().collect();
-    names.sort_by_key(|k| {
-        (
-            RUN_ORDER
-                .iter()
-                .position(|o| o == k)
-                .unwrap_or(RUN_ORDER.len()),
-            (*k).clone(),
-        )
-    });
+    names.sort_by_key(|k| (RUN_ORDER.iter().position(|o| o == k).unwrap_or(RUN_ORDER.len()), (*k).clone()));
     let mut rows: Vec<(String, String)> = names
         .into_iter()
         .map(|k| {
             let v = &run.fields[k];
             // Times in ms get their RFC 3339 form next to the raw value.
-            let shown = match (
-                k.ends_with("_ms"),
-                v.parse::<u64>().ok().and_then(rfc3339_ms),
-            ) {
+            let shown = match (k.ends_with("_ms"), v.parse::<u64>().ok().and_then(rfc3339_ms)) {
                 (true, Some(t)) => format!("{v} ({t})"),
                 _ if v.is_empty() => "\"\" (empty)".to_owned(),
                 _ => v.clone(),
@@ -140,24 +107,11 @@ fn delivery_text(d: &DeliveryView) -> String {
     let r = &d.record;
     let mut out = format!("key: {}\n", cli_quote(&d.key));
     let rows = [
-        (
-            "status".to_owned(),
-            format!("{} ({})", r.status.as_str(), r.code),
-        ),
-        (
-            "run id".into(),
-            r.run_id.clone().unwrap_or_else(|| "-".into()),
-        ),
-        (
-            "first seen".into(),
-            r.at.and_then(rfc3339_ms)
-                .unwrap_or_else(|| "unknown".into()),
-        ),
+        ("status".to_owned(), format!("{} ({})", r.status.as_str(), r.code)),
+        ("run id".into(), r.run_id.clone().unwrap_or_else(|| "-".into())),
+        ("first seen".into(), r.at.and_then(rfc3339_ms).unwrap_or_else(|| "unknown".into())),
         ("ttl left".into(), ttl_text(d.ttl)),
-        (
-            "event digest".into(),
-            r.digest.clone().unwrap_or_else(|| "unknown".into()),
-        ),
+        ("event digest".into(), r.digest.clone().unwrap_or_else(|| "unknown".into())),
     ];
     lines(&mut out, "", &rows);
     out
@@ -165,14 +119,7 @@ fn delivery_text(d: &DeliveryView) -> String {
 
 fn logical_text(l: &LogicalView) -> String {
     let mut out = format!("key: {}\n", cli_quote(&l.key));
-    lines(
-        &mut out,
-        "",
-        &[
-            ("run id".into(), l.run_id.clone()),
-            ("ttl left".into(), ttl_text(l.ttl)),
-        ],
-    );
+    lines(&mut out, "", &[("run id".into(), l.run_id.clone()), ("ttl left".into(), ttl_text(l.ttl))]);
     match &l.run {
         Some(run) => {
             let _ = writeln!(out, "run record: {}", cli_quote(&run.key));
@@ -207,16 +154,8 @@ fn ttl_json(ttl: Ttl) -> Value {
 }
 
 fn run_json(run: &RunView) -> Value {
-    let fields: Map<String, Value> = run
-        .fields
-        .iter()
-        .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
-        .collect();
-    let created = run
-        .fields
-        .get("created_ms")
-        .and_then(|v| v.parse().ok())
-        .and_then(rfc3339_ms);
+    let fields: Map<String, Value> = run.fields.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
+    let created = run.fields.get("created_ms").and_then(|v| v.parse().ok()).and_then(rfc3339_ms);
     json!({"key": run.key, "fields": fields, "created_at": created, "ttl_ms": ttl_json(run.ttl)})
 }
 
@@ -238,9 +177,7 @@ pub fn inspection_json(i: &Inspection) -> Value {
             "run": l.run.as_ref().map(run_json),
         }),
         Some(Found::Run(r)) => {
-            let Value::Object(m) = run_json(r) else {
-                unreachable!()
-            };
+            let Value::Object(m) = run_json(r) else { unreachable!() };
             Value::Object(m.into_iter().filter(|(k, _)| k != "key").collect())
         }
     };
@@ -261,10 +198,7 @@ pub fn stats_text(s: &Stats) -> String {
             ("logical keys".into(), s.keys.logical.to_string()),
             ("run records".into(), s.keys.run.to_string()),
             ("run counter".into(), s.run_counter.to_string()),
-            (
-                "runs stream".into(),
-                format!("{} entries ({})", s.runs.length, s.runs.key),
-            ),
+            ("runs stream".into(), format!("{} entries ({})", s.runs.length, s.runs.key)),
         ],
     );
     if s.runs.groups.is_empty() {
@@ -283,11 +217,7 @@ pub fn stats_text(s: &Stats) -> String {
             g.last_delivered_id
         );
     }
-    let _ = writeln!(
-        out,
-        "dead stream: {} entries ({})",
-        s.dead.length, s.dead.key
-    );
+    let _ = writeln!(out, "dead stream: {} entries ({})", s.dead.length, s.dead.key);
     out.trim_end().to_owned()
 }
 
@@ -301,10 +231,7 @@ mod tests {
         assert_eq!(human_ms(59_000), "59s");
         assert_eq!(human_ms(604_798_000), "6d 23h 59m 58s");
         assert_eq!(human_ms(3_600_000), "1h 0m 0s");
-        assert_eq!(
-            rfc3339_ms(1_700_000_000_123).unwrap(),
-            "2023-11-14T22:13:20.123Z"
-        );
+        assert_eq!(rfc3339_ms(1_700_000_000_123).unwrap(), "2023-11-14T22:13:20.123Z");
     }
 
     #[test]

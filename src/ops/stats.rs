@@ -81,18 +81,11 @@ impl Ops {
     /// One SCAN pass with `MATCH idemgate:{NS}:*:*` counts all three kinds
     /// (a pass per kind would walk the whole keyspace three times). On a
     /// cluster the scan goes to the primary that owns the namespace's slot.
-    pub async fn stats(
-        &self,
-        progress_every: u64,
-        mut progress: impl FnMut(&KeyCounts),
-    ) -> Result<Stats, Error> {
+    pub async fn stats(&self, progress_every: u64, mut progress: impl FnMut(&KeyCounts)) -> Result<Stats, Error> {
         let pattern = self.keys.scan_pattern("*");
         let prefix = format!("idemgate:{{{}}}:", self.keys.namespace());
-        let (delivery, logical, run) = (
-            format!("{prefix}delivery:"),
-            format!("{prefix}logical:"),
-            format!("{prefix}run:"),
-        );
+        let (delivery, logical, run) =
+            (format!("{prefix}delivery:"), format!("{prefix}logical:"), format!("{prefix}run:"));
         let mut counts = KeyCounts::default();
         let mut next_report = progress_every;
         let mut cursor = 0u64;
@@ -117,25 +110,12 @@ impl Ops {
             cursor = next;
         }
 
-        let (runs_key, dead_key, counter_key) = (
-            self.keys.runs(),
-            self.keys.runs_dead(),
-            self.keys.run_counter(),
-        );
+        let (runs_key, dead_key, counter_key) = (self.keys.runs(), self.keys.runs_dead(), self.keys.run_counter());
         let (counter, runs_len, dead_len, runs_type): (Option<u64>, u64, u64, String) = self
-            .query(
-                redis::pipe()
-                    .get(&counter_key)
-                    .xlen(&runs_key)
-                    .xlen(&dead_key)
-                    .cmd("TYPE")
-                    .arg(&runs_key),
-            )
+            .query(redis::pipe().get(&counter_key).xlen(&runs_key).xlen(&dead_key).cmd("TYPE").arg(&runs_key))
             .await?;
         let groups = if runs_type == "stream" {
-            let raw: Value = self
-                .query(redis::cmd("XINFO").arg("GROUPS").arg(&runs_key))
-                .await?;
+            let raw: Value = self.query(redis::cmd("XINFO").arg("GROUPS").arg(&runs_key)).await?;
             parse_groups(raw)?
         } else {
             Vec::new()
@@ -144,16 +124,8 @@ impl Ops {
             namespace: self.keys.namespace().to_owned(),
             keys: counts,
             run_counter: counter.unwrap_or(0),
-            runs: StreamStats {
-                key: runs_key,
-                length: runs_len,
-                groups,
-            },
-            dead: StreamStats {
-                key: dead_key,
-                length: dead_len,
-                groups: Vec::new(),
-            },
+            runs: StreamStats { key: runs_key, length: runs_len, groups },
+            dead: StreamStats { key: dead_key, length: dead_len, groups: Vec::new() },
         })
     }
 }
@@ -183,13 +155,10 @@ fn parse_groups(raw: Value) -> Result<Vec<GroupStats>, Error> {
                 }
             }
             let text = |m: &HashMap<String, Value>, k: &str| {
-                m.get(k)
-                    .and_then(|v| redis::from_redis_value_ref::<String>(v).ok())
+                m.get(k).and_then(|v| redis::from_redis_value_ref::<String>(v).ok())
             };
-            let num = |m: &HashMap<String, Value>, k: &str| {
-                m.get(k)
-                    .and_then(|v| redis::from_redis_value_ref::<u64>(v).ok())
-            };
+            let num =
+                |m: &HashMap<String, Value>, k: &str| m.get(k).and_then(|v| redis::from_redis_value_ref::<u64>(v).ok());
             Ok(GroupStats {
                 name: text(&m, "name").ok_or_else(|| corrupt("a group without a name"))?,
                 consumers: num(&m, "consumers").unwrap_or(0),
@@ -227,24 +196,9 @@ mod tests {
             Value::Nil,
         ])]);
         let g = &parse_groups(resp2).unwrap()[0];
-        assert_eq!(
-            (
-                g.name.as_str(),
-                g.consumers,
-                g.pending,
-                g.entries_read,
-                g.lag
-            ),
-            ("workers", 2, 1, Some(3), None)
-        );
-        let resp3 = Value::Array(vec![Value::Map(vec![
-            (bulk("name"), bulk("g")),
-            (bulk("pending"), Value::Int(4)),
-        ])]);
+        assert_eq!((g.name.as_str(), g.consumers, g.pending, g.entries_read, g.lag), ("workers", 2, 1, Some(3), None));
+        let resp3 = Value::Array(vec![Value::Map(vec![(bulk("name"), bulk("g")), (bulk("pending"), Value::Int(4))])]);
         let g = &parse_groups(resp3).unwrap()[0];
-        assert_eq!(
-            (g.name.as_str(), g.pending, g.consumers, g.entries_read),
-            ("g", 4, 0, None)
-        );
+        assert_eq!((g.name.as_str(), g.pending, g.consumers, g.entries_read), ("g", 4, 0, None));
     }
 }

@@ -48,8 +48,7 @@ fn verify(mac: &HmacSha256, headers: &HeaderMap, body: &[u8]) -> Result<(), Reje
         .ok_or_else(|| unauthorized("X-Hub-Signature-256 is not sha256=<64 hex digits>"))?;
     let mut mac = mac.clone();
     mac.update(body);
-    mac.verify_slice(&digest)
-        .map_err(|_| unauthorized("X-Hub-Signature-256 does not match the body"))
+    mac.verify_slice(&digest).map_err(|_| unauthorized("X-Hub-Signature-256 does not match the body"))
 }
 
 /// A required, non-empty header, read after authentication.
@@ -58,26 +57,17 @@ fn required<'a>(headers: &'a HeaderMap, name: &str, display: &str) -> Result<&'a
         Header::Value(v) if !v.is_empty() => Ok(v),
         Header::Value(_) => Err(Rejection::BadRequest(format!("empty {display} header"))),
         Header::Missing => Err(Rejection::BadRequest(format!("missing {display} header"))),
-        Header::Repeated => Err(Rejection::BadRequest(format!(
-            "{display} sent more than once"
-        ))),
+        Header::Repeated => Err(Rejection::BadRequest(format!("{display} sent more than once"))),
         Header::NotText => Err(Rejection::BadRequest(format!("{display} is not text"))),
     }
 }
 
-pub(super) fn accept(
-    mac: &HmacSha256,
-    headers: &HeaderMap,
-    body: &[u8],
-) -> Result<Delivery, Rejection> {
+pub(super) fn accept(mac: &HmacSha256, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
     verify(mac, headers, body)?;
     let delivery_id = required(headers, DELIVERY_HEADER, "X-GitHub-Delivery")?;
     let event_name = required(headers, EVENT_HEADER, "X-GitHub-Event")?;
     let payload = parse_body(body)?;
-    Ok(Delivery {
-        delivery_id: delivery_id.to_owned(),
-        event: normalize(event_name, &payload),
-    })
+    Ok(Delivery { delivery_id: delivery_id.to_owned(), event: normalize(event_name, &payload) })
 }
 
 /// The gate's event for a GitHub payload: values copied as they are, keys
@@ -85,10 +75,7 @@ pub(super) fn accept(
 pub fn normalize(event_name: &str, payload: &Value) -> Value {
     let mut event = Map::new();
     let repository = payload.get("repository");
-    if let Some(org) = repository
-        .and_then(|r| r.get("owner"))
-        .and_then(|o| o.get("login"))
-    {
+    if let Some(org) = repository.and_then(|r| r.get("owner")).and_then(|o| o.get("login")) {
         event.insert("org".into(), org.clone());
     }
     if let Some(repo) = repository.and_then(|r| r.get("name")) {
@@ -99,14 +86,10 @@ pub fn normalize(event_name: &str, payload: &Value) -> Value {
         _ => event_name.to_owned(),
     };
     event.insert("action".into(), Value::String(action));
-    let number = [
-        payload.get("number"),
-        nested(payload, "pull_request"),
-        nested(payload, "issue"),
-    ]
-    .into_iter()
-    .flatten()
-    .find(|n| !n.is_null());
+    let number = [payload.get("number"), nested(payload, "pull_request"), nested(payload, "issue")]
+        .into_iter()
+        .flatten()
+        .find(|n| !n.is_null());
     if let Some(number) = number {
         event.insert("number".into(), number.clone());
     }
@@ -138,11 +121,7 @@ mod tests {
 
     fn headers(signature: Option<&str>, delivery: Option<&str>, event: Option<&str>) -> HeaderMap {
         let mut h = HeaderMap::new();
-        for (name, value) in [
-            (SIGNATURE_HEADER, signature),
-            (DELIVERY_HEADER, delivery),
-            (EVENT_HEADER, event),
-        ] {
+        for (name, value) in [(SIGNATURE_HEADER, signature), (DELIVERY_HEADER, delivery), (EVENT_HEADER, event)] {
             if let Some(v) = value {
                 h.insert(name, HeaderValue::from_str(v).unwrap());
             }
@@ -151,11 +130,7 @@ mod tests {
     }
 
     fn signed(body: &[u8], event: &str) -> HeaderMap {
-        headers(
-            Some(&sign(SECRET, body)),
-            Some("72d3162e-cc78-11e3-81ab-4c9367dc0958"),
-            Some(event),
-        )
+        headers(Some(&sign(SECRET, body)), Some("72d3162e-cc78-11e3-81ab-4c9367dc0958"), Some(event))
     }
 
     fn accept(h: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
@@ -177,10 +152,7 @@ mod tests {
             p.accept(&h, b"Hello, World!", SystemTime::now()),
             Err(Rejection::BadRequest("the body is not JSON".into()))
         );
-        assert!(matches!(
-            p.accept(&h, b"Hello, World?", SystemTime::now()),
-            Err(Rejection::Unauthorized(_))
-        ));
+        assert!(matches!(p.accept(&h, b"Hello, World?", SystemTime::now()), Err(Rejection::Unauthorized(_))));
     }
 
     /// The event an independent reading of CONTRACT §5 expects, by JSON pointer.
@@ -222,49 +194,25 @@ mod tests {
                 assert_eq!(delivery.event, expected(name, payload), "{name}: {payload}");
 
                 let event = &delivery.event;
-                *counts
-                    .entry(if payload.get("repository").is_some() {
-                        "repo"
-                    } else {
-                        "no_repo"
-                    })
-                    .or_default() += 1;
+                *counts.entry(if payload.get("repository").is_some() { "repo" } else { "no_repo" }).or_default() += 1;
                 if payload.get("repository").is_some() {
-                    assert!(
-                        event["org"].is_string() && event["repo"].is_string(),
-                        "{name}"
-                    );
+                    assert!(event["org"].is_string() && event["repo"].is_string(), "{name}");
                 } else {
-                    assert!(
-                        event.get("org").is_none() && event.get("repo").is_none(),
-                        "{name}"
-                    );
+                    assert!(event.get("org").is_none() && event.get("repo").is_none(), "{name}");
                 }
                 let with_action = payload.get("action").is_some_and(Value::is_string);
-                *counts
-                    .entry(if with_action { "action" } else { "no_action" })
-                    .or_default() += 1;
+                *counts.entry(if with_action { "action" } else { "no_action" }).or_default() += 1;
                 let source = if payload.get("number").is_some_and(|n| !n.is_null()) {
                     "number_top"
-                } else if payload
-                    .pointer("/pull_request/number")
-                    .is_some_and(|n| !n.is_null())
-                {
+                } else if payload.pointer("/pull_request/number").is_some_and(|n| !n.is_null()) {
                     "number_pull_request"
-                } else if payload
-                    .pointer("/issue/number")
-                    .is_some_and(|n| !n.is_null())
-                {
+                } else if payload.pointer("/issue/number").is_some_and(|n| !n.is_null()) {
                     "number_issue"
                 } else {
                     "number_absent"
                 };
                 *counts.entry(source).or_default() += 1;
-                assert_eq!(
-                    event.get("number").is_some(),
-                    source != "number_absent",
-                    "{name}"
-                );
+                assert_eq!(event.get("number").is_some(), source != "number_absent", "{name}");
                 // Tampering with any fixture breaks its signature.
                 let mut tampered = body.clone();
                 tampered.push(b' ');
@@ -282,10 +230,7 @@ mod tests {
             "number_issue",
             "number_absent",
         ] {
-            assert!(
-                counts.get(branch).copied().unwrap_or(0) > 0,
-                "branch {branch} never exercised: {counts:?}"
-            );
+            assert!(counts.get(branch).copied().unwrap_or(0) > 0, "branch {branch} never exercised: {counts:?}");
         }
     }
 
@@ -301,24 +246,12 @@ mod tests {
                 json!({"number": null, "pull_request": {"number": null}, "issue": {"number": 8}}),
                 json!({"action": "e", "number": 8}),
             ),
-            (
-                json!({"number": null, "issue": {"number": null}}),
-                json!({"action": "e"}),
-            ),
+            (json!({"number": null, "issue": {"number": null}}), json!({"action": "e"})),
             // Values are copied as they are, not judged.
-            (
-                json!({"number": "12", "action": 3}),
-                json!({"action": "e", "number": "12"}),
-            ),
-            (
-                json!({"number": 1.5}),
-                json!({"action": "e", "number": 1.5}),
-            ),
+            (json!({"number": "12", "action": 3}), json!({"action": "e", "number": "12"})),
+            (json!({"number": 1.5}), json!({"action": "e", "number": 1.5})),
             (json!({"action": ""}), json!({"action": "e."})),
-            (
-                json!({"repository": {"name": "r"}}),
-                json!({"action": "e", "repo": "r"}),
-            ),
+            (json!({"repository": {"name": "r"}}), json!({"action": "e", "repo": "r"})),
             (
                 json!({"repository": {"name": "", "owner": {"login": null}}}),
                 json!({"action": "e", "org": null, "repo": ""}),
@@ -359,16 +292,10 @@ mod tests {
                 assert!(sig.len() < 8 || !e.reason().contains(sig.as_str()), "{e}");
             }
         }
-        assert!(is_unauthorized(accept(
-            &headers(None, Some("d"), Some("ping")),
-            body
-        )));
+        assert!(is_unauthorized(accept(&headers(None, Some("d"), Some("ping")), body)));
         // The legacy SHA-1 header alone is not enough.
         let mut h = headers(None, Some("d"), Some("ping"));
-        h.insert(
-            "x-hub-signature",
-            HeaderValue::from_static("sha1=0000000000000000000000000000000000000000"),
-        );
+        h.insert("x-hub-signature", HeaderValue::from_static("sha1=0000000000000000000000000000000000000000"));
         assert!(is_unauthorized(accept(&h, body)));
         // A repeated signature header is ambiguous.
         let mut h = headers(Some(&good), Some("d"), Some("ping"));
@@ -376,10 +303,7 @@ mod tests {
         assert!(is_unauthorized(accept(&h, body)));
         // Not visible ASCII.
         let mut h = headers(None, Some("d"), Some("ping"));
-        h.insert(
-            SIGNATURE_HEADER,
-            HeaderValue::from_bytes(b"sha256=\xff").unwrap(),
-        );
+        h.insert(SIGNATURE_HEADER, HeaderValue::from_bytes(b"sha256=\xff").unwrap());
         assert!(is_unauthorized(accept(&h, body)));
     }
 
@@ -395,10 +319,7 @@ mod tests {
     #[test]
     fn signature_is_checked_before_anything_else() {
         // Missing delivery id, missing event and a non-JSON body: still 401.
-        assert!(is_unauthorized(accept(
-            &headers(Some("sha256=00"), None, None),
-            b"not json"
-        )));
+        assert!(is_unauthorized(accept(&headers(Some("sha256=00"), None, None), b"not json")));
         assert!(is_unauthorized(accept(&headers(None, None, None), b"")));
     }
 
@@ -407,39 +328,19 @@ mod tests {
         let body = br#"{"action": "opened"}"#;
         let sig = sign(SECRET, body);
         let cases = [
-            (
-                headers(Some(&sig), None, Some("issues")),
-                "missing X-GitHub-Delivery header",
-            ),
-            (
-                headers(Some(&sig), Some(""), Some("issues")),
-                "empty X-GitHub-Delivery header",
-            ),
-            (
-                headers(Some(&sig), Some("d"), None),
-                "missing X-GitHub-Event header",
-            ),
-            (
-                headers(Some(&sig), Some("d"), Some("")),
-                "empty X-GitHub-Event header",
-            ),
+            (headers(Some(&sig), None, Some("issues")), "missing X-GitHub-Delivery header"),
+            (headers(Some(&sig), Some(""), Some("issues")), "empty X-GitHub-Delivery header"),
+            (headers(Some(&sig), Some("d"), None), "missing X-GitHub-Event header"),
+            (headers(Some(&sig), Some("d"), Some("")), "empty X-GitHub-Event header"),
         ];
         for (h, reason) in cases {
             assert_eq!(accept(&h, body), Err(Rejection::BadRequest(reason.into())));
         }
         let mut h = headers(Some(&sig), Some("d"), Some("issues"));
         h.append(DELIVERY_HEADER, HeaderValue::from_static("e"));
-        assert_eq!(
-            accept(&h, body),
-            Err(Rejection::BadRequest(
-                "X-GitHub-Delivery sent more than once".into()
-            ))
-        );
+        assert_eq!(accept(&h, body), Err(Rejection::BadRequest("X-GitHub-Delivery sent more than once".into())));
         let h = headers(Some(&sig), Some("d"), Some("issues"));
-        assert_eq!(
-            accept(&h, body).unwrap().event,
-            json!({"action": "issues.opened"})
-        );
+        assert_eq!(accept(&h, body).unwrap().event, json!({"action": "issues.opened"}));
     }
 
     #[test]

@@ -88,37 +88,20 @@ pub struct FieldPointers {
 
 impl Default for FieldPointers {
     fn default() -> Self {
-        Self {
-            org: "/org".into(),
-            repo: "/repo".into(),
-            action: "/action".into(),
-            number: "/number".into(),
-        }
+        Self { org: "/org".into(), repo: "/repo".into(), action: "/action".into(), number: "/number".into() }
     }
 }
 
 impl FieldPointers {
     fn iter(&self) -> [(&'static str, &str); 4] {
-        [
-            ("org", &self.org),
-            ("repo", &self.repo),
-            ("action", &self.action),
-            ("number", &self.number),
-        ]
+        [("org", &self.org), ("repo", &self.repo), ("action", &self.action), ("number", &self.number)]
     }
 
     /// Every pointer must be `""` (the whole body) or start with `/`;
     /// anything else would silently never match.
     fn validate(&self, provider: &str) -> Result<(), ProviderError> {
-        match self
-            .iter()
-            .into_iter()
-            .find(|(_, p)| !p.is_empty() && !p.starts_with('/'))
-        {
-            Some((field, _)) => Err(ProviderError::BadPointer {
-                provider: provider.to_owned(),
-                field,
-            }),
+        match self.iter().into_iter().find(|(_, p)| !p.is_empty() && !p.starts_with('/')) {
+            Some((field, _)) => Err(ProviderError::BadPointer { provider: provider.to_owned(), field }),
             None => Ok(()),
         }
     }
@@ -141,9 +124,7 @@ pub enum ProviderError {
         provider: String,
     },
     /// A field pointer is not a JSON pointer.
-    #[error(
-        "provider {provider:?}: fields.{field} is not a JSON pointer (it must be empty or start with '/')"
-    )]
+    #[error("provider {provider:?}: fields.{field} is not a JSON pointer (it must be empty or start with '/')")]
     BadPointer {
         /// The provider's name.
         provider: String,
@@ -225,8 +206,7 @@ impl Provider {
         Provider {
             name: name.into(),
             kind: Kind::Github,
-            mac: HmacSha256::new_from_slice(secret.as_bytes())
-                .expect("HMAC takes keys of any length"),
+            mac: HmacSha256::new_from_slice(secret.as_bytes()).expect("HMAC takes keys of any length"),
             tolerance: DEFAULT_TOLERANCE,
             fields: FieldPointers::default(),
         }
@@ -243,10 +223,8 @@ impl Provider {
         fields: FieldPointers,
     ) -> Result<Provider, ProviderError> {
         let name = name.into();
-        let key =
-            standard_webhooks::decode_secret(secret).ok_or_else(|| ProviderError::BadSecret {
-                provider: name.clone(),
-            })?;
+        let key = standard_webhooks::decode_secret(secret)
+            .ok_or_else(|| ProviderError::BadSecret { provider: name.clone() })?;
         if key.is_empty() {
             return Err(ProviderError::EmptySecret(name));
         }
@@ -298,22 +276,12 @@ impl Provider {
     /// Authenticates the request, then normalizes it. Nothing but the
     /// signature headers is read before the signature is verified. `now` is
     /// the clock, injected so tests can pin it.
-    pub fn accept(
-        &self,
-        headers: &HeaderMap,
-        body: &[u8],
-        now: SystemTime,
-    ) -> Result<Delivery, Rejection> {
+    pub fn accept(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
         match self.kind {
             Kind::Github => github::accept(&self.mac, headers, body),
-            Kind::StandardWebhooks => standard_webhooks::accept(
-                &self.mac,
-                self.tolerance,
-                &self.fields,
-                headers,
-                body,
-                now,
-            ),
+            Kind::StandardWebhooks => {
+                standard_webhooks::accept(&self.mac, self.tolerance, &self.fields, headers, body, now)
+            }
         }
     }
 }
@@ -349,10 +317,7 @@ mod tests {
     #[test]
     fn kind_parses_config_names() {
         assert_eq!("github".parse::<Kind>(), Ok(Kind::Github));
-        assert_eq!(
-            "standard-webhooks".parse::<Kind>(),
-            Ok(Kind::StandardWebhooks)
-        );
+        assert_eq!("standard-webhooks".parse::<Kind>(), Ok(Kind::StandardWebhooks));
         let err = "svix".parse::<Kind>().unwrap_err();
         assert_eq!(err, ProviderError::UnknownKind("svix".into()));
         assert!(err.to_string().contains("\"svix\""));
@@ -369,23 +334,13 @@ mod tests {
             #[serde(default)]
             fields: FieldPointers,
         }
-        let p: P =
-            serde_json::from_str(r#"{"kind": "standard-webhooks", "fields": {"action": "/type"}}"#)
-                .unwrap();
+        let p: P = serde_json::from_str(r#"{"kind": "standard-webhooks", "fields": {"action": "/type"}}"#).unwrap();
         assert_eq!(p.kind, Kind::StandardWebhooks);
-        assert_eq!(
-            p.fields,
-            FieldPointers {
-                action: "/type".into(),
-                ..FieldPointers::default()
-            }
-        );
+        assert_eq!(p.fields, FieldPointers { action: "/type".into(), ..FieldPointers::default() });
         let p: P = serde_json::from_str(r#"{"kind": "github"}"#).unwrap();
         assert_eq!((p.kind, p.fields), (Kind::Github, FieldPointers::default()));
         assert!(serde_json::from_str::<P>(r#"{"kind": "gitlab"}"#).is_err());
-        assert!(
-            serde_json::from_str::<P>(r#"{"kind": "github", "fields": {"orgs": "/o"}}"#).is_err()
-        );
+        assert!(serde_json::from_str::<P>(r#"{"kind": "github", "fields": {"orgs": "/o"}}"#).is_err());
     }
 
     #[test]
@@ -398,48 +353,18 @@ mod tests {
             Provider::new("b", Kind::StandardWebhooks, "", None, None).unwrap_err(),
             ProviderError::EmptySecret("b".into())
         );
-        let p = Provider::new(
-            "b",
-            Kind::StandardWebhooks,
-            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-            None,
-            None,
-        )
-        .unwrap();
+        let p =
+            Provider::new("b", Kind::StandardWebhooks, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", None, None).unwrap();
         assert_eq!(
             (p.kind, p.tolerance(), p.fields()),
-            (
-                Kind::StandardWebhooks,
-                DEFAULT_TOLERANCE,
-                &FieldPointers::default()
-            )
+            (Kind::StandardWebhooks, DEFAULT_TOLERANCE, &FieldPointers::default())
         );
-        let bad = FieldPointers {
-            number: "data.number".into(),
-            ..FieldPointers::default()
-        };
-        let err = Provider::new(
-            "b",
-            Kind::StandardWebhooks,
-            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-            None,
-            Some(bad),
-        );
+        let bad = FieldPointers { number: "data.number".into(), ..FieldPointers::default() };
+        let err = Provider::new("b", Kind::StandardWebhooks, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", None, Some(bad));
         let err = err.unwrap_err();
-        assert_eq!(
-            err,
-            ProviderError::BadPointer {
-                provider: "b".into(),
-                field: "number"
-            }
-        );
+        assert_eq!(err, ProviderError::BadPointer { provider: "b".into(), field: "number" });
         assert!(err.to_string().contains("fields.number"));
-        assert_eq!(
-            Provider::new("gh", Kind::Github, "s", None, None)
-                .unwrap()
-                .kind,
-            Kind::Github
-        );
+        assert_eq!(Provider::new("gh", Kind::Github, "s", None, None).unwrap().kind, Kind::Github);
     }
 
     #[test]
@@ -497,14 +422,8 @@ mod tests {
 
     #[test]
     fn rejection_maps_to_status() {
-        assert_eq!(
-            Rejection::Unauthorized("x".into()).status(),
-            StatusCode::UNAUTHORIZED
-        );
-        assert_eq!(
-            Rejection::BadRequest("y".into()).status(),
-            StatusCode::BAD_REQUEST
-        );
+        assert_eq!(Rejection::Unauthorized("x".into()).status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(Rejection::BadRequest("y".into()).status(), StatusCode::BAD_REQUEST);
         assert_eq!(Rejection::BadRequest("y".into()).reason(), "y");
     }
 }

@@ -62,15 +62,9 @@ fn auth_header<'a>(headers: &'a HeaderMap, suffix: &str) -> Result<&'a str, Reje
     };
     match found {
         Header::Value(v) => Ok(v),
-        Header::Missing => Err(Rejection::Unauthorized(format!(
-            "missing webhook-{suffix} (or svix-{suffix}) header"
-        ))),
-        Header::Repeated => Err(Rejection::Unauthorized(format!(
-            "webhook-{suffix} sent more than once"
-        ))),
-        Header::NotText => Err(Rejection::Unauthorized(format!(
-            "webhook-{suffix} is not text"
-        ))),
+        Header::Missing => Err(Rejection::Unauthorized(format!("missing webhook-{suffix} (or svix-{suffix}) header"))),
+        Header::Repeated => Err(Rejection::Unauthorized(format!("webhook-{suffix} sent more than once"))),
+        Header::NotText => Err(Rejection::Unauthorized(format!("webhook-{suffix} is not text"))),
     }
 }
 
@@ -87,13 +81,9 @@ fn check_timestamp(timestamp: &str, tolerance: Duration, now: SystemTime) -> Res
     let skew = now_ms - i128::from(seconds) * 1000;
     let tolerance = tolerance.as_millis() as i128;
     if skew > tolerance {
-        Err(unauthorized(
-            "webhook-timestamp is older than the tolerance",
-        ))
+        Err(unauthorized("webhook-timestamp is older than the tolerance"))
     } else if -skew > tolerance {
-        Err(unauthorized(
-            "webhook-timestamp is further in the future than the tolerance",
-        ))
+        Err(unauthorized("webhook-timestamp is further in the future than the tolerance"))
     } else {
         Ok(())
     }
@@ -120,9 +110,7 @@ pub(super) fn accept(
     // Every entry is compared, each in constant time.
     let matched = v1_signatures(signatures)
         .filter_map(|s| STANDARD.decode(s).ok())
-        .fold(Choice::from(0), |found, candidate| {
-            found | expected.as_slice().ct_eq(&candidate)
-        });
+        .fold(Choice::from(0), |found, candidate| found | expected.as_slice().ct_eq(&candidate));
     if !bool::from(matched) {
         return Err(unauthorized("no webhook-signature entry matches"));
     }
@@ -131,10 +119,7 @@ pub(super) fn accept(
         return Err(Rejection::BadRequest("empty webhook-id header".into()));
     }
     let payload = parse_body(body)?;
-    Ok(Delivery {
-        delivery_id: id.to_owned(),
-        event: normalize(fields, &payload),
-    })
+    Ok(Delivery { delivery_id: id.to_owned(), event: normalize(fields, &payload) })
 }
 
 /// The gate's event: each field read by its JSON pointer, copied as it is,
@@ -169,20 +154,12 @@ mod tests {
     }
 
     fn provider() -> Provider {
-        Provider::standard_webhooks(
-            "billing",
-            SPEC_SECRET,
-            DEFAULT_TOLERANCE,
-            FieldPointers::default(),
-        )
-        .unwrap()
+        Provider::standard_webhooks("billing", SPEC_SECRET, DEFAULT_TOLERANCE, FieldPointers::default()).unwrap()
     }
 
     /// The spec's recipe, written out independently of `accept`.
     fn sign(secret: &str, id: &str, ts: &str, body: &[u8]) -> String {
-        let key = STANDARD
-            .decode(secret.trim_start_matches("whsec_"))
-            .unwrap();
+        let key = STANDARD.decode(secret.trim_start_matches("whsec_")).unwrap();
         let mut mac = HmacSha256::new_from_slice(&key).unwrap();
         mac.update(format!("{id}.{ts}.").as_bytes());
         mac.update(body);
@@ -194,8 +171,7 @@ mod tests {
         for (name, value) in [("id", id), ("timestamp", ts), ("signature", sig)] {
             if let Some(v) = value {
                 h.insert(
-                    axum::http::HeaderName::from_bytes(format!("{prefix}{name}").as_bytes())
-                        .unwrap(),
+                    axum::http::HeaderName::from_bytes(format!("{prefix}{name}").as_bytes()).unwrap(),
                     HeaderValue::from_str(v).unwrap(),
                 );
             }
@@ -205,12 +181,7 @@ mod tests {
 
     fn signed(id: &str, ts: u64, body: &str) -> HeaderMap {
         let ts = ts.to_string();
-        headers(
-            "webhook-",
-            Some(id),
-            Some(&ts),
-            Some(&sign(SPEC_SECRET, id, &ts, body.as_bytes())),
-        )
+        headers("webhook-", Some(id), Some(&ts), Some(&sign(SPEC_SECRET, id, &ts, body.as_bytes())))
     }
 
     fn unauthorized(r: Result<Delivery, Rejection>) -> bool {
@@ -219,62 +190,20 @@ mod tests {
 
     #[test]
     fn reproduces_the_published_example() {
-        assert_eq!(
-            sign(
-                SPEC_SECRET,
-                SPEC_ID,
-                &SPEC_TS.to_string(),
-                SPEC_BODY.as_bytes()
-            ),
-            SPEC_SIGNATURE
-        );
-        let h = headers(
-            "webhook-",
-            Some(SPEC_ID),
-            Some("1614265330"),
-            Some(SPEC_SIGNATURE),
-        );
-        let d = provider()
-            .accept(&h, SPEC_BODY.as_bytes(), at(SPEC_TS + 10))
-            .unwrap();
-        assert_eq!(
-            d,
-            Delivery {
-                delivery_id: SPEC_ID.into(),
-                event: json!({})
-            }
-        );
-        let h = headers(
-            "svix-",
-            Some(SPEC_ID),
-            Some("1614265330"),
-            Some(SPEC_SIGNATURE),
-        );
-        assert_eq!(
-            provider()
-                .accept(&h, SPEC_BODY.as_bytes(), at(SPEC_TS))
-                .unwrap()
-                .delivery_id,
-            SPEC_ID
-        );
+        assert_eq!(sign(SPEC_SECRET, SPEC_ID, &SPEC_TS.to_string(), SPEC_BODY.as_bytes()), SPEC_SIGNATURE);
+        let h = headers("webhook-", Some(SPEC_ID), Some("1614265330"), Some(SPEC_SIGNATURE));
+        let d = provider().accept(&h, SPEC_BODY.as_bytes(), at(SPEC_TS + 10)).unwrap();
+        assert_eq!(d, Delivery { delivery_id: SPEC_ID.into(), event: json!({}) });
+        let h = headers("svix-", Some(SPEC_ID), Some("1614265330"), Some(SPEC_SIGNATURE));
+        assert_eq!(provider().accept(&h, SPEC_BODY.as_bytes(), at(SPEC_TS)).unwrap().delivery_id, SPEC_ID);
     }
 
     #[test]
     fn valid_delivery_normalizes_by_pointer() {
-        let body =
-            r#"{"org": "acme", "repo": "api", "action": "push", "number": 42, "extra": true}"#;
-        let d = provider()
-            .accept(
-                &signed("msg_1", SPEC_TS, body),
-                body.as_bytes(),
-                at(SPEC_TS),
-            )
-            .unwrap();
+        let body = r#"{"org": "acme", "repo": "api", "action": "push", "number": 42, "extra": true}"#;
+        let d = provider().accept(&signed("msg_1", SPEC_TS, body), body.as_bytes(), at(SPEC_TS)).unwrap();
         assert_eq!(d.delivery_id, "msg_1");
-        assert_eq!(
-            d.event,
-            json!({"org": "acme", "repo": "api", "action": "push", "number": 42})
-        );
+        assert_eq!(d.event, json!({"org": "acme", "repo": "api", "action": "push", "number": 42}));
 
         let body = r#"{"type": "invoice.paid", "data": {"org": "acme", "repo": "", "number": null, "a/b": 1}}"#;
         let fields = FieldPointers {
@@ -284,37 +213,17 @@ mod tests {
             number: "/data/missing".into(),
         };
         let p = Provider::standard_webhooks("b", SPEC_SECRET, DEFAULT_TOLERANCE, fields).unwrap();
-        let d = p
-            .accept(
-                &signed("msg_2", SPEC_TS, body),
-                body.as_bytes(),
-                at(SPEC_TS),
-            )
-            .unwrap();
-        assert_eq!(
-            d.event,
-            json!({"org": "acme", "repo": "", "action": "invoice.paid"})
-        );
+        let d = p.accept(&signed("msg_2", SPEC_TS, body), body.as_bytes(), at(SPEC_TS)).unwrap();
+        assert_eq!(d.event, json!({"org": "acme", "repo": "", "action": "invoice.paid"}));
 
-        let fields = FieldPointers {
-            number: "/data/number".into(),
-            org: "/data/a~1b".into(),
-            ..FieldPointers::default()
-        };
+        let fields =
+            FieldPointers { number: "/data/number".into(), org: "/data/a~1b".into(), ..FieldPointers::default() };
         let p = Provider::standard_webhooks("b", SPEC_SECRET, DEFAULT_TOLERANCE, fields).unwrap();
-        let d = p
-            .accept(
-                &signed("msg_3", SPEC_TS, body),
-                body.as_bytes(),
-                at(SPEC_TS),
-            )
-            .unwrap();
+        let d = p.accept(&signed("msg_3", SPEC_TS, body), body.as_bytes(), at(SPEC_TS)).unwrap();
         assert_eq!(d.event, json!({"org": 1, "number": null}));
 
         // A body that is JSON but not an object has no fields.
-        let d = provider()
-            .accept(&signed("msg_4", SPEC_TS, "[1]"), b"[1]", at(SPEC_TS))
-            .unwrap();
+        let d = provider().accept(&signed("msg_4", SPEC_TS, "[1]"), b"[1]", at(SPEC_TS)).unwrap();
         assert_eq!(d.event, json!({}));
     }
 
@@ -347,10 +256,7 @@ mod tests {
             ",".into(),
         ] {
             let h = headers("webhook-", Some("msg_1"), Some(&ts), Some(&list));
-            assert!(
-                unauthorized(provider().accept(&h, b"{}", at(SPEC_TS))),
-                "{list}"
-            );
+            assert!(unauthorized(provider().accept(&h, b"{}", at(SPEC_TS))), "{list}");
         }
     }
 
@@ -363,38 +269,16 @@ mod tests {
         let now = at(SPEC_TS);
         let h = headers("webhook-", Some("msg_A"), Some(&ts), Some(&good));
         assert!(p.accept(&h, body, now).is_ok());
-        assert!(
-            unauthorized(p.accept(&h, br#"{"org": "acmf"}"#, now)),
-            "tampered body"
-        );
+        assert!(unauthorized(p.accept(&h, br#"{"org": "acmf"}"#, now)), "tampered body");
         let wrong = sign("whsec_dGhlIHdyb25nIHNlY3JldA==", "msg_A", &ts, body);
         let h = headers("webhook-", Some("msg_A"), Some(&ts), Some(&wrong));
         assert!(unauthorized(p.accept(&h, body, now)), "wrong secret");
         let h = headers("webhook-", Some("msg_B"), Some(&ts), Some(&good));
-        assert!(
-            unauthorized(p.accept(&h, body, now)),
-            "id swapped under a valid signature"
-        );
-        let h = headers(
-            "webhook-",
-            Some("msg_A"),
-            Some(&(SPEC_TS + 1).to_string()),
-            Some(&good),
-        );
-        assert!(
-            unauthorized(p.accept(&h, body, now)),
-            "timestamp swapped under a valid signature"
-        );
-        let h = headers(
-            "webhook-",
-            Some("msg_A"),
-            Some(&format!("0{ts}")),
-            Some(&good),
-        );
-        assert!(
-            unauthorized(p.accept(&h, body, now)),
-            "timestamp re-spelled"
-        );
+        assert!(unauthorized(p.accept(&h, body, now)), "id swapped under a valid signature");
+        let h = headers("webhook-", Some("msg_A"), Some(&(SPEC_TS + 1).to_string()), Some(&good));
+        assert!(unauthorized(p.accept(&h, body, now)), "timestamp swapped under a valid signature");
+        let h = headers("webhook-", Some("msg_A"), Some(&format!("0{ts}")), Some(&good));
+        assert!(unauthorized(p.accept(&h, body, now)), "timestamp re-spelled");
     }
 
     #[test]
@@ -407,71 +291,34 @@ mod tests {
         assert!(ok(ts));
         assert!(ok(ts + tol), "just inside, stale side");
         assert!(ok(ts - tol), "just inside, future side");
-        assert!(
-            !ok(ts + tol + Duration::from_millis(1)),
-            "just outside, stale"
-        );
+        assert!(!ok(ts + tol + Duration::from_millis(1)), "just outside, stale");
         assert!(!ok(ts + tol + Duration::from_secs(1)), "stale");
         assert!(!ok(ts - tol - Duration::from_secs(1)), "future");
-        assert!(
-            !ok(UNIX_EPOCH - Duration::from_secs(1)),
-            "clock before 1970"
-        );
+        assert!(!ok(UNIX_EPOCH - Duration::from_secs(1)), "clock before 1970");
         assert_eq!(
             p.accept(&h, b"{}", ts + tol * 2),
-            Err(Rejection::Unauthorized(
-                "webhook-timestamp is older than the tolerance".into()
-            ))
+            Err(Rejection::Unauthorized("webhook-timestamp is older than the tolerance".into()))
         );
         assert_eq!(
             p.accept(&h, b"{}", ts - tol * 2),
-            Err(Rejection::Unauthorized(
-                "webhook-timestamp is further in the future than the tolerance".into()
-            ))
+            Err(Rejection::Unauthorized("webhook-timestamp is further in the future than the tolerance".into()))
         );
 
-        let strict = Provider::standard_webhooks(
-            "b",
-            SPEC_SECRET,
-            Duration::from_secs(10),
-            FieldPointers::default(),
-        )
-        .unwrap();
-        assert!(
-            strict
-                .accept(&h, b"{}", ts + Duration::from_secs(10))
-                .is_ok()
-        );
-        assert!(
-            strict
-                .accept(&h, b"{}", ts + Duration::from_secs(11))
-                .is_err()
-        );
-        assert!(
-            strict
-                .accept(&h, b"{}", ts - Duration::from_secs(11))
-                .is_err()
-        );
+        let strict =
+            Provider::standard_webhooks("b", SPEC_SECRET, Duration::from_secs(10), FieldPointers::default()).unwrap();
+        assert!(strict.accept(&h, b"{}", ts + Duration::from_secs(10)).is_ok());
+        assert!(strict.accept(&h, b"{}", ts + Duration::from_secs(11)).is_err());
+        assert!(strict.accept(&h, b"{}", ts - Duration::from_secs(11)).is_err());
     }
 
     #[test]
     fn timestamps_must_be_integer_seconds() {
-        for ts in [
-            "",
-            "1614265330.5",
-            "+1614265330",
-            "-1",
-            " 1614265330",
-            "1e9",
-            "99999999999999999999999",
-        ] {
+        for ts in ["", "1614265330.5", "+1614265330", "-1", " 1614265330", "1e9", "99999999999999999999999"] {
             let sig = sign(SPEC_SECRET, "msg_1", ts, b"{}");
             let h = headers("webhook-", Some("msg_1"), Some(ts), Some(&sig));
             assert_eq!(
                 provider().accept(&h, b"{}", at(SPEC_TS)),
-                Err(Rejection::Unauthorized(
-                    "webhook-timestamp is not integer seconds".into()
-                )),
+                Err(Rejection::Unauthorized("webhook-timestamp is not integer seconds".into())),
                 "{ts:?}"
             );
         }
@@ -483,27 +330,14 @@ mod tests {
         let sig = sign(SPEC_SECRET, "msg_1", &ts, b"{}");
         let cases = [
             (headers("webhook-", None, Some(&ts), Some(&sig)), "id"),
-            (
-                headers("webhook-", Some("msg_1"), None, Some(&sig)),
-                "timestamp",
-            ),
-            (
-                headers("webhook-", Some("msg_1"), Some(&ts), None),
-                "signature",
-            ),
+            (headers("webhook-", Some("msg_1"), None, Some(&sig)), "timestamp"),
+            (headers("webhook-", Some("msg_1"), Some(&ts), None), "signature"),
         ];
         for (h, name) in cases {
             let err = provider().accept(&h, b"{}", at(SPEC_TS)).unwrap_err();
-            assert_eq!(
-                err,
-                Rejection::Unauthorized(format!("missing webhook-{name} (or svix-{name}) header"))
-            );
+            assert_eq!(err, Rejection::Unauthorized(format!("missing webhook-{name} (or svix-{name}) header")));
         }
-        assert!(unauthorized(provider().accept(
-            &HeaderMap::new(),
-            b"",
-            at(SPEC_TS)
-        )));
+        assert!(unauthorized(provider().accept(&HeaderMap::new(), b"", at(SPEC_TS))));
         // Other prefixes do not count.
         let h = headers("x-webhook-", Some("msg_1"), Some(&ts), Some(&sig));
         assert!(unauthorized(provider().accept(&h, b"{}", at(SPEC_TS))));
@@ -514,26 +348,14 @@ mod tests {
         let ts = SPEC_TS.to_string();
         let sig = sign(SPEC_SECRET, "msg_1", &ts, b"{}");
         let h = headers("svix-", Some("msg_1"), Some(&ts), Some(&sig));
-        assert_eq!(
-            provider()
-                .accept(&h, b"{}", at(SPEC_TS))
-                .unwrap()
-                .delivery_id,
-            "msg_1"
-        );
+        assert_eq!(provider().accept(&h, b"{}", at(SPEC_TS)).unwrap().delivery_id, "msg_1");
         let mut h = headers("svix-", Some("msg_1"), Some(&ts), None);
         h.insert("webhook-signature", HeaderValue::from_str(&sig).unwrap());
         assert!(provider().accept(&h, b"{}", at(SPEC_TS)).is_ok());
         // webhook- wins over svix- when both are present.
         let mut h = headers("webhook-", Some("msg_1"), Some(&ts), Some(&sig));
         h.insert("svix-id", HeaderValue::from_static("msg_other"));
-        assert_eq!(
-            provider()
-                .accept(&h, b"{}", at(SPEC_TS))
-                .unwrap()
-                .delivery_id,
-            "msg_1"
-        );
+        assert_eq!(provider().accept(&h, b"{}", at(SPEC_TS)).unwrap().delivery_id, "msg_1");
         // A repeated header is ambiguous.
         let mut h = headers("webhook-", Some("msg_1"), Some(&ts), Some(&sig));
         h.append("webhook-id", HeaderValue::from_static("msg_2"));
@@ -550,70 +372,34 @@ mod tests {
             Err(Rejection::BadRequest("empty webhook-id header".into()))
         );
         for body in ["", "not json", "{\"org\":"] {
-            let r = provider().accept(
-                &signed("msg_1", SPEC_TS, body),
-                body.as_bytes(),
-                at(SPEC_TS),
-            );
-            assert_eq!(
-                r,
-                Err(Rejection::BadRequest("the body is not JSON".into())),
-                "{body:?}"
-            );
+            let r = provider().accept(&signed("msg_1", SPEC_TS, body), body.as_bytes(), at(SPEC_TS));
+            assert_eq!(r, Err(Rejection::BadRequest("the body is not JSON".into())), "{body:?}");
         }
         // The same bodies unsigned are 401, not 400.
         let h = headers("webhook-", Some("msg_1"), Some(&ts), Some("v1,AAAA"));
-        assert!(unauthorized(provider().accept(
-            &h,
-            b"not json",
-            at(SPEC_TS)
-        )));
+        assert!(unauthorized(provider().accept(&h, b"not json", at(SPEC_TS))));
     }
 
     #[test]
     fn secret_formats() {
         let fields = FieldPointers::default;
-        let bare = Provider::standard_webhooks(
-            "b",
-            "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-            DEFAULT_TOLERANCE,
-            fields(),
-        )
-        .unwrap();
-        let h = headers(
-            "webhook-",
-            Some(SPEC_ID),
-            Some("1614265330"),
-            Some(SPEC_SIGNATURE),
-        );
-        assert!(
-            bare.accept(&h, SPEC_BODY.as_bytes(), at(SPEC_TS)).is_ok(),
-            "bare base64 is the same key"
-        );
+        let bare =
+            Provider::standard_webhooks("b", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", DEFAULT_TOLERANCE, fields()).unwrap();
+        let h = headers("webhook-", Some(SPEC_ID), Some("1614265330"), Some(SPEC_SIGNATURE));
+        assert!(bare.accept(&h, SPEC_BODY.as_bytes(), at(SPEC_TS)).is_ok(), "bare base64 is the same key");
         for bad in [
             "whsec_!!!not base64",
             "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaS",
             "whsec:MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
             "It's a Secret",
         ] {
-            let err = Provider::standard_webhooks("billing", bad, DEFAULT_TOLERANCE, fields())
-                .unwrap_err();
-            assert_eq!(
-                err,
-                ProviderError::BadSecret {
-                    provider: "billing".into()
-                },
-                "{bad}"
-            );
+            let err = Provider::standard_webhooks("billing", bad, DEFAULT_TOLERANCE, fields()).unwrap_err();
+            assert_eq!(err, ProviderError::BadSecret { provider: "billing".into() }, "{bad}");
             let msg = err.to_string();
-            assert!(
-                msg.contains("billing") && msg.contains("base64") && !msg.contains(bad),
-                "{msg}"
-            );
+            assert!(msg.contains("billing") && msg.contains("base64") && !msg.contains(bad), "{msg}");
         }
         for empty in ["whsec_", ""] {
-            let err = Provider::standard_webhooks("billing", empty, DEFAULT_TOLERANCE, fields())
-                .unwrap_err();
+            let err = Provider::standard_webhooks("billing", empty, DEFAULT_TOLERANCE, fields()).unwrap_err();
             assert_eq!(err, ProviderError::EmptySecret("billing".into()));
         }
     }
@@ -623,19 +409,12 @@ mod tests {
         let ts = SPEC_TS.to_string();
         let marker = "SECRETMARKER";
         let cases = [
-            headers(
-                "webhook-",
-                Some(marker),
-                Some(&ts),
-                Some(&format!("v1,{marker}")),
-            ),
+            headers("webhook-", Some(marker), Some(&ts), Some(&format!("v1,{marker}"))),
             headers("webhook-", Some(marker), Some(marker), Some(marker)),
             headers("webhook-", Some(marker), Some("1"), Some(marker)),
         ];
         for h in cases {
-            let err = provider()
-                .accept(&h, marker.as_bytes(), at(SPEC_TS))
-                .unwrap_err();
+            let err = provider().accept(&h, marker.as_bytes(), at(SPEC_TS)).unwrap_err();
             assert!(!err.to_string().contains(marker), "{err}");
         }
     }

@@ -24,11 +24,7 @@ struct ExpiringMap<K, V> {
 
 impl<K: Hash + Eq + Clone, V> ExpiringMap<K, V> {
     fn new(ttl: Option<Duration>) -> Self {
-        Self {
-            ttl,
-            entries: HashMap::new(),
-            queue: VecDeque::new(),
-        }
+        Self { ttl, entries: HashMap::new(), queue: VecDeque::new() }
     }
 
     fn purge(&mut self, now: Instant) {
@@ -38,11 +34,7 @@ impl<K: Hash + Eq + Clone, V> ExpiringMap<K, V> {
             }
             let (at, key) = self.queue.pop_front().expect("front exists");
             // Only remove the entry this queue slot was made for.
-            if self
-                .entries
-                .get(&key)
-                .is_some_and(|(_, exp)| *exp == Some(at))
-            {
+            if self.entries.get(&key).is_some_and(|(_, exp)| *exp == Some(at)) {
                 self.entries.remove(&key);
             }
         }
@@ -105,11 +97,7 @@ impl MemoryStore {
         s.logical.purge(now);
         let delivery = (call.provider.to_owned(), call.delivery_id.to_owned());
         if let Some(rec) = s.deliveries.get(&delivery) {
-            return Stored {
-                response: rec.response(),
-                replayed: true,
-                first_digest: rec.digest.clone(),
-            };
+            return Stored { response: rec.response(), replayed: true, first_digest: rec.digest.clone() };
         }
         let response = match &call.verdict {
             Verdict::BadRequest => Response::plain(Status::BadRequest),
@@ -132,11 +120,7 @@ impl MemoryStore {
             at: Some(call.now_ms),
         };
         s.deliveries.insert(delivery, record, now);
-        Stored {
-            response,
-            replayed: false,
-            first_digest: None,
-        }
+        Stored { response, replayed: false, first_digest: None }
     }
 }
 

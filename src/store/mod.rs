@@ -63,11 +63,7 @@ pub struct DeliveryRecord {
 impl DeliveryRecord {
     /// The response this record replays.
     pub fn response(&self) -> Response {
-        Response {
-            status: self.status,
-            code: self.code,
-            run_id: self.run_id.clone(),
-        }
+        Response { status: self.status, code: self.code, run_id: self.run_id.clone() }
     }
 }
 

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
+use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+use redis::{Cmd, Pipeline, RedisError, RedisFuture, Script, ServerErrorKind, Value};
 
 use super::{BoxFuture, Call, DeliveryRecord, Store, Stored};
 use crate::error::Error;
@@ -27,6 +28,9 @@ pub struct RedisOptions {
     pub target: RedisTarget,
     /// Bound on connecting and on each command.
     pub command_timeout: Duration,
+    /// Durability: after each call, `WAIT` until this many replicas
+    /// confirm the write, for at most this long; fewer is an error (503).
+    pub min_replicas_ack: Option<(u32, Duration)>,
 }
 
 /// A standalone server or a cluster.
@@ -44,7 +48,14 @@ impl RedisOptions {
         Self {
             target: RedisTarget::Single(url.into()),
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            min_replicas_ack: None,
         }
+    }
+
+    /// Cluster seed nodes with the default timeout.
+    pub fn cluster(nodes: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        let nodes = nodes.into_iter().map(Into::into).collect();
+        Self { target: RedisTarget::Cluster(nodes), command_timeout: DEFAULT_COMMAND_TIMEOUT, min_replicas_ack: None }
     }
 }
 
@@ -71,10 +82,9 @@ impl Conn {
                     .set_response_timeout(Some(t))
                     .set_number_of_retries(2)
                     .set_max_delay(Duration::from_millis(500));
-                let conn =
-                    tokio::time::timeout(t * 4, ConnectionManager::new_with_config(client, config))
-                        .await
-                        .map_err(|_| Error::Timeout(t * 4))??;
+                let conn = tokio::time::timeout(t * 4, ConnectionManager::new_with_config(client, config))
+                    .await
+                    .map_err(|_| Error::Timeout(t * 4))??;
                 Ok(Conn::Single(conn))
             }
             RedisTarget::Cluster(nodes) => {
@@ -88,6 +98,17 @@ impl Conn {
                     .map_err(|_| Error::Timeout(t * 4))??;
                 Ok(Conn::Cluster(conn))
             }
+        }
+    }
+}
+
+impl Conn {
+    /// Sends `pipe` as one batch on one connection: for a cluster, to `node`.
+    /// Server errors come back as values; nothing is redirected.
+    async fn pipeline_on(&mut self, pipe: &Pipeline, node: SingleNodeRoutingInfo) -> redis::RedisResult<Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipe, 0, pipe.len()).await,
+            Conn::Cluster(c) => c.route_pipeline(pipe.clone(), 0, pipe.len(), node).await,
         }
     }
 }
@@ -128,6 +149,7 @@ pub struct RedisStore {
     delivery_ttl_ms: u64,
     logical_ttl_ms: u64,
     timeout: Duration,
+    min_replicas_ack: Option<(u32, Duration)>,
 }
 
 impl RedisStore {
@@ -141,21 +163,22 @@ impl RedisStore {
             delivery_ttl_ms: ms(settings.delivery_ttl),
             logical_ttl_ms: settings.logical_ttl.map_or(0, ms),
             timeout,
+            min_replicas_ack: None,
         }
     }
 
+    /// After each call, `WAIT` until `n` replicas confirm its write, for at
+    /// most `wait`; fewer is [`Error::ReplicasShort`] (a 503; the provider's
+    /// retry replays the stored answer and waits again).
+    pub fn with_min_replicas_ack(mut self, ack: Option<(u32, Duration)>) -> Self {
+        self.min_replicas_ack = ack.filter(|(n, _)| *n > 0);
+        self
+    }
+
     /// Connects to Redis and builds the store.
-    pub async fn connect(
-        opts: &RedisOptions,
-        keys: Keys,
-        settings: &Settings,
-    ) -> Result<Self, Error> {
-        Ok(Self::new(
-            Conn::connect(opts).await?,
-            keys,
-            settings,
-            opts.command_timeout,
-        ))
+    pub async fn connect(opts: &RedisOptions, keys: Keys, settings: &Settings) -> Result<Self, Error> {
+        let store = Self::new(Conn::connect(opts).await?, keys, settings, opts.command_timeout);
+        Ok(store.with_min_replicas_ack(opts.min_replicas_ack))
     }
 
     /// The key schema of this store's namespace.
@@ -168,17 +191,13 @@ impl RedisStore {
         self.conn.clone()
     }
 
-    async fn bounded<T>(
-        &self,
-        fut: impl Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T, Error> {
-        tokio::time::timeout(self.timeout, fut)
-            .await
-            .map_err(|_| Error::Timeout(self.timeout))?
-            .map_err(Error::from)
+    async fn bounded<T>(&self, fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T, Error> {
+        tokio::time::timeout(self.timeout, fut).await.map_err(|_| Error::Timeout(self.timeout))?.map_err(Error::from)
     }
 
-    async fn run_script(&self, call: &Call<'_>) -> Result<Stored, Error> {
+    /// `EVALSHA` of the gate script for `call`, and the delivery key (whose
+    /// slot the script runs in).
+    fn script_cmd(&self, call: &Call<'_>) -> (Cmd, String) {
         let (verdict, id) = match &call.verdict {
             Verdict::BadRequest => ("bad_request", None),
             Verdict::Blocked => ("blocked", None),
@@ -187,13 +206,16 @@ impl RedisStore {
         // Without an identity there is no logical key; any key of the
         // namespace's slot keeps the KEYS list valid on a cluster.
         let logical = id.map_or_else(|| self.keys.run_counter(), |id| self.keys.logical(id));
+        let delivery = self.keys.delivery(call.provider, call.delivery_id);
         let empty = String::new();
-        let mut inv = self.script.prepare_invoke();
-        inv.key(self.keys.delivery(call.provider, call.delivery_id))
-            .key(logical)
-            .key(self.keys.run_counter())
-            .key(self.keys.runs())
-            .key(self.keys.run_prefix())
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.script.get_hash())
+            .arg(5)
+            .arg(&delivery)
+            .arg(logical)
+            .arg(self.keys.run_counter())
+            .arg(self.keys.runs())
+            .arg(self.keys.run_prefix())
             .arg(verdict)
             .arg(self.delivery_ttl_ms)
             .arg(self.logical_ttl_ms)
@@ -203,16 +225,95 @@ impl RedisStore {
             .arg(call.delivery_id)
             .arg(id.map_or(&empty, |i| &i.repo))
             .arg(id.map_or(&empty, |i| &i.action))
-            .arg(id.map_or(&empty, |i| &i.number));
+            .arg(id.map_or(&empty, |i| &i.number))
+            .arg(if self.min_replicas_ack.is_some() { "1" } else { "0" });
+        (cmd, delivery)
+    }
+
+    /// Runs the script through the client's own routing (MOVED, ASK,
+    /// TRYAGAIN, reconnects), loading it again after NOSCRIPT (a restart,
+    /// a failover or `SCRIPT FLUSH` empties the script cache).
+    async fn eval(&self, conn: &mut Conn, cmd: &Cmd) -> redis::RedisResult<(i64, String)> {
+        match cmd.query_async(conn).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.script.load_async(conn).await?;
+                cmd.query_async(conn).await
+            }
+            r => r,
+        }
+    }
+
+    /// Runs the script and `WAIT n` in one batch on one connection to the
+    /// slot's primary, so the `WAIT` covers the script's write (a replay
+    /// rewrites its record for this). Redirects and NOSCRIPT inside the
+    /// batch are followed here; the caller bounds the whole loop in time.
+    async fn eval_and_wait(
+        &self,
+        conn: &mut Conn,
+        cmd: &Cmd,
+        key: &str,
+        (n, wait): (u32, Duration),
+    ) -> Result<(i64, String), Error> {
+        let slot = SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master));
+        let (mut node, mut asking) = (slot.clone(), false);
+        for attempt in 1..=10u64 {
+            let mut pipe = redis::pipe();
+            if asking {
+                pipe.cmd("ASKING");
+            }
+            pipe.add_command(cmd.clone()).cmd("WAIT").arg(n).arg(wait.as_millis().max(1) as u64);
+            let mut values = conn.pipeline_on(&pipe, node.clone()).await?;
+            let acked = values.pop().unwrap_or(Value::Nil);
+            let e = match values.pop().unwrap_or(Value::Nil) {
+                Value::ServerError(e) => RedisError::from(e),
+                v => {
+                    let got: u32 = redis::from_redis_value(acked).map_err(RedisError::from)?;
+                    if got < n {
+                        return Err(Error::ReplicasShort { wanted: n, got });
+                    }
+                    return Ok(redis::from_redis_value(v).map_err(RedisError::from)?);
+                }
+            };
+            match e.kind() {
+                redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    self.script.load_async(conn).await?;
+                }
+                redis::ErrorKind::Server(ServerErrorKind::Ask) => match e.redirect_node() {
+                    Some((host, port)) => {
+                        (node, asking) = (SingleNodeRoutingInfo::ByAddress { host: host.to_owned(), port }, true)
+                    }
+                    None => return Err(e.into()),
+                },
+                redis::ErrorKind::Server(ServerErrorKind::Moved) => {
+                    // Let the cluster client follow MOVED and refresh its slot
+                    // map; the script is idempotent, so running it is harmless.
+                    self.eval(conn, cmd).await?;
+                    (node, asking) = (slot.clone(), false);
+                }
+                redis::ErrorKind::Server(
+                    ServerErrorKind::TryAgain
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::BusyLoading,
+                ) => tokio::time::sleep(Duration::from_millis(20 * attempt)).await,
+                _ => return Err(e.into()),
+            }
+        }
+        Err(Error::Corrupt("the cluster kept redirecting the gate script".into()))
+    }
+
+    async fn run_script(&self, call: &Call<'_>) -> Result<Stored, Error> {
+        let (cmd, key) = self.script_cmd(call);
         let mut conn = self.conn.clone();
-        let (replayed, record): (i64, String) = self.bounded(inv.invoke_async(&mut conn)).await?;
-        let record: DeliveryRecord = serde_json::from_str(&record)
-            .map_err(|e| Error::Corrupt(format!("delivery record {record:?}: {e}")))?;
-        Ok(Stored {
-            response: record.response(),
-            replayed: replayed == 1,
-            first_digest: record.digest,
-        })
+        let (replayed, record) = match self.min_replicas_ack {
+            None => self.bounded(self.eval(&mut conn, &cmd)).await?,
+            Some(ack) => tokio::time::timeout(self.timeout, self.eval_and_wait(&mut conn, &cmd, &key, ack))
+                .await
+                .map_err(|_| Error::Timeout(self.timeout))??,
+        };
+        let record: DeliveryRecord =
+            serde_json::from_str(&record).map_err(|e| Error::Corrupt(format!("delivery record {record:?}: {e}")))?;
+        Ok(Stored { response: record.response(), replayed: replayed == 1, first_digest: record.digest })
     }
 }
 
@@ -224,9 +325,7 @@ impl Store for RedisStore {
     fn ping(&self) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(async move {
             let mut conn = self.conn.clone();
-            let _: String = self
-                .bounded(redis::cmd("PING").query_async(&mut conn))
-                .await?;
+            let _: String = self.bounded(redis::cmd("PING").query_async(&mut conn)).await?;
             Ok(())
         })
     }

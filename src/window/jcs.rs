@@ -36,19 +36,13 @@ pub(super) fn same_canonical(a: &Value, b: &Value) -> bool {
         // Distinct doubles print differently, and +0 == -0 print alike.
         (Value::Number(x), Value::Number(y)) => double(x) == double(y),
         (Value::String(x), Value::String(y)) => x == y,
-        (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(v, w)| same_canonical(v, w))
-        }
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(v, w)| same_canonical(v, w)),
         (Value::Object(x), Value::Object(y)) => {
             // Both maps iterate in the same key order, so a pairwise walk
             // suffices; `get` keeps this right under any map ordering.
             x.len() == y.len()
                 && x.iter().zip(y).all(|((xk, xv), (yk, yv))| {
-                    if xk == yk {
-                        same_canonical(xv, yv)
-                    } else {
-                        y.get(xk).is_some_and(|w| same_canonical(xv, w))
-                    }
+                    if xk == yk { same_canonical(xv, yv) } else { y.get(xk).is_some_and(|w| same_canonical(xv, w)) }
                 })
         }
         _ => false,
@@ -59,9 +53,7 @@ pub(super) fn same_canonical(a: &Value, b: &Value) -> bool {
 fn double(n: &serde_json::Number) -> f64 {
     // Without serde_json's `arbitrary_precision` every number has an f64
     // view; the parse is a fallback should that feature ever be on.
-    n.as_f64()
-        .or_else(|| n.to_string().parse().ok())
-        .unwrap_or(f64::NAN)
+    n.as_f64().or_else(|| n.to_string().parse().ok()).unwrap_or(f64::NAN)
 }
 
 fn write_value(out: &mut String, v: &Value) {
@@ -88,10 +80,7 @@ fn write_value(out: &mut String, v: &Value) {
             // Only a key holding a character at or above U+E000 (UTF-8 lead
             // byte 0xEE or more) can be out of place.
             let mut members: Vec<(&String, &Value)> = map.iter().collect();
-            if members
-                .iter()
-                .any(|(key, _)| key.bytes().any(|b| b >= 0xEE))
-            {
+            if members.iter().any(|(key, _)| key.bytes().any(|b| b >= 0xEE)) {
                 members.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
             }
             out.push('{');
@@ -290,22 +279,14 @@ mod tests {
         let leaf = prop_oneof![
             Just(json!(null)),
             any::<bool>().prop_map(Value::from),
-            prop::sample::select(vec![
-                json!(0),
-                json!(-0.0),
-                json!(5),
-                json!(5.0),
-                json!(0.5),
-                json!(1e21)
-            ]),
+            prop::sample::select(vec![json!(0), json!(-0.0), json!(5), json!(5.0), json!(0.5), json!(1e21)]),
             prop::sample::select(vec!["", "a", "\u{e000}", "\u{1f600}"]).prop_map(Value::from),
         ];
         leaf.prop_recursive(3, 16, 3, |inner| {
             prop_oneof![
                 prop::collection::vec(inner.clone(), 0..3).prop_map(Value::from),
                 prop::collection::btree_map(
-                    prop::sample::select(vec!["a", "b", "\u{e000}", "\u{1f600}"])
-                        .prop_map(String::from),
+                    prop::sample::select(vec!["a", "b", "\u{e000}", "\u{1f600}"]).prop_map(String::from),
                     inner,
                     0..3,
                 )
@@ -325,28 +306,16 @@ mod tests {
     #[test]
     fn same_canonical_cases() {
         let parse = |s: &str| serde_json::from_str::<Value>(s).unwrap();
-        assert!(same_canonical(
-            &parse(r#"{"a":5.0,"b":[-0.0]}"#),
-            &parse(r#"{"b":[0],"a":5}"#)
-        ));
-        assert!(!same_canonical(
-            &parse(r#"{"a":5}"#),
-            &parse(r#"{"a":"5"}"#)
-        ));
-        assert!(!same_canonical(
-            &parse(r#"{"a":5}"#),
-            &parse(r#"{"a":5,"b":null}"#)
-        ));
+        assert!(same_canonical(&parse(r#"{"a":5.0,"b":[-0.0]}"#), &parse(r#"{"b":[0],"a":5}"#)));
+        assert!(!same_canonical(&parse(r#"{"a":5}"#), &parse(r#"{"a":"5"}"#)));
+        assert!(!same_canonical(&parse(r#"{"a":5}"#), &parse(r#"{"a":5,"b":null}"#)));
         assert!(!same_canonical(&parse("[1,2]"), &parse("[2,1]")));
     }
 
     #[test]
     fn integers_are_doubles() {
         // 2^53 + 1 is not a double: it rounds to 2^53.
-        assert_eq!(
-            canonicalize(&json!(9007199254740993u64)),
-            "9007199254740992"
-        );
+        assert_eq!(canonicalize(&json!(9007199254740993u64)), "9007199254740992");
         assert_eq!(canonicalize(&json!(u64::MAX)), "18446744073709552000");
         assert_eq!(canonicalize(&json!(i64::MIN)), "-9223372036854776000");
         assert_eq!(canonicalize(&json!(-7)), "-7");
@@ -364,10 +333,7 @@ mod tests {
     #[test]
     fn digest_form() {
         // SHA-256 of the three bytes `{}`.
-        assert_eq!(
-            digest(&json!({})),
-            "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
-        );
+        assert_eq!(digest(&json!({})), "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a");
     }
 
     /// RFC 8785 §3.2.2: the sample input and its canonical output.
@@ -410,16 +376,12 @@ mod tests {
     #[test]
     fn string_escapes_are_minimal() {
         let v = json!("q\" b\\ \u{8}\t\n\u{c}\r \u{0} \u{1f} \u{7f} / \u{2028} é");
-        assert_eq!(
-            canonicalize(&v),
-            "\"q\\\" b\\\\ \\b\\t\\n\\f\\r \\u0000 \\u001f \u{7f} / \u{2028} é\""
-        );
+        assert_eq!(canonicalize(&v), "\"q\\\" b\\\\ \\b\\t\\n\\f\\r \\u0000 \\u001f \u{7f} / \u{2028} é\"");
     }
 
     #[test]
     fn nested_structure_without_whitespace() {
-        let v: Value =
-            serde_json::from_str(r#"{ "b": [1, {"d": 2, "c": null}], "a": true }"#).unwrap();
+        let v: Value = serde_json::from_str(r#"{ "b": [1, {"d": 2, "c": null}], "a": true }"#).unwrap();
         assert_eq!(canonicalize(&v), r#"{"a":true,"b":[1,{"c":null,"d":2}]}"#);
     }
 }

@@ -82,33 +82,24 @@ impl WindowError {
     }
 
     fn missing(field: impl Into<String>, expected: &'static str) -> Self {
-        Self::Missing {
-            field: field.into(),
-            expected,
-        }
+        Self::Missing { field: field.into(), expected }
     }
 
     fn invalid(field: impl Into<String>, expected: &'static str, got: &Value) -> Self {
-        Self::Invalid {
-            field: field.into(),
-            expected,
-            got: describe(got),
-        }
+        Self::Invalid { field: field.into(), expected, got: describe(got) }
     }
 }
 
 /// Analyzes a request body given as text; see [`analyze`].
 pub fn analyze_str(body: &str) -> Result<Value, WindowError> {
-    let request: Value =
-        serde_json::from_str(body).map_err(|e| WindowError::NotJson(e.to_string()))?;
+    let request: Value = serde_json::from_str(body).map_err(|e| WindowError::NotJson(e.to_string()))?;
     analyze(&request)
 }
 
 /// Analyzes a request body given as bytes (an HTTP body, or stdin); see
 /// [`analyze`].
 pub fn analyze_slice(body: &[u8]) -> Result<Value, WindowError> {
-    let request: Value =
-        serde_json::from_slice(body).map_err(|e| WindowError::NotJson(e.to_string()))?;
+    let request: Value = serde_json::from_slice(body).map_err(|e| WindowError::NotJson(e.to_string()))?;
     analyze(&request)
 }
 
@@ -248,10 +239,7 @@ fn describe(v: &Value) -> String {
 }
 
 /// The required string `identity` of an entry or of `incoming`.
-fn identity_of(
-    object: &Map<String, Value>,
-    field: impl Fn() -> String,
-) -> Result<&str, WindowError> {
+fn identity_of(object: &Map<String, Value>, field: impl Fn() -> String) -> Result<&str, WindowError> {
     match object.get("identity") {
         None => Err(WindowError::missing(field(), "a string")),
         Some(Value::String(s)) => Ok(s),
@@ -261,9 +249,7 @@ fn identity_of(
 
 impl<'a> Request<'a> {
     fn parse(body: &'a Value) -> Result<Self, WindowError> {
-        let body = body
-            .as_object()
-            .ok_or_else(|| WindowError::invalid("body", "a JSON object", body))?;
+        let body = body.as_object().ok_or_else(|| WindowError::invalid("body", "a JSON object", body))?;
 
         let history = match body.get("history") {
             None => return Err(WindowError::missing("history", "an array")),
@@ -273,11 +259,8 @@ impl<'a> Request<'a> {
             Some(Value::Array(items)) => items,
             Some(other) => return Err(WindowError::invalid("history", "an array", other)),
         };
-        let history = history
-            .iter()
-            .enumerate()
-            .map(|(index, item)| Entry::parse(index, item))
-            .collect::<Result<Vec<_>, _>>()?;
+        let history =
+            history.iter().enumerate().map(|(index, item)| Entry::parse(index, item)).collect::<Result<Vec<_>, _>>()?;
 
         let incoming = match body.get("incoming") {
             None => return Err(WindowError::missing("incoming", "an object")),
@@ -302,29 +285,19 @@ impl<'a> Request<'a> {
             Some(Value::String(s)) if s == "from-first" => Mode::FromFirst,
             Some(Value::String(s)) if s == "sliding" => Mode::Sliding,
             Some(other) => {
-                return Err(WindowError::invalid(
-                    "windowMode",
-                    r#""from-first" or "sliding""#,
-                    other,
-                ));
+                return Err(WindowError::invalid("windowMode", r#""from-first" or "sliding""#, other));
             }
         };
 
-        Ok(Request {
-            history,
-            incoming,
-            window_seconds,
-            mode,
-        })
+        Ok(Request { history, incoming, window_seconds, mode })
     }
 }
 
 impl<'a> Entry<'a> {
     fn parse(index: usize, item: &'a Value) -> Result<Self, WindowError> {
         let field = |name: &str| format!("history[{index}].{name}");
-        let object = item
-            .as_object()
-            .ok_or_else(|| WindowError::invalid(format!("history[{index}]"), "an object", item))?;
+        let object =
+            item.as_object().ok_or_else(|| WindowError::invalid(format!("history[{index}]"), "an object", item))?;
         let identity = identity_of(object, || field("identity"))?;
         let id = match present(object, "id") {
             None => Cow::Owned(index.to_string()),
@@ -341,14 +314,7 @@ impl<'a> Entry<'a> {
                 _ => return Err(WindowError::invalid(field("outcome"), OUTCOMES, v)),
             },
         };
-        Ok(Entry {
-            index,
-            id,
-            identity,
-            at: parse_time(object),
-            outcome,
-            evidence: Evidence::of(object),
-        })
+        Ok(Entry { index, id, identity, at: parse_time(object), outcome, evidence: Evidence::of(object) })
     }
 }
 
@@ -384,12 +350,8 @@ fn ids(entries: &[&Entry<'_>]) -> Value {
 /// Names entries for a reason sentence: a few ids, then a count.
 fn name(entries: &[&Entry<'_>]) -> String {
     const SHOWN: usize = 3;
-    let mut text = entries
-        .iter()
-        .take(SHOWN)
-        .map(|e| Value::from(e.id.as_ref()).to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
+    let mut text =
+        entries.iter().take(SHOWN).map(|e| Value::from(e.id.as_ref()).to_string()).collect::<Vec<_>>().join(", ");
     if entries.len() > SHOWN {
         text.push_str(&format!(" and {} more", entries.len() - SHOWN));
     }
@@ -450,12 +412,7 @@ struct Verdict<'r, 'a> {
 
 impl<'r, 'a> Verdict<'r, 'a> {
     fn new(decision: Decision, reason: String, witnesses: Vec<Value>) -> Self {
-        Verdict {
-            decision,
-            reason,
-            matched: Vec::new(),
-            witnesses,
-        }
+        Verdict { decision, reason, matched: Vec::new(), witnesses }
     }
 }
 
@@ -470,9 +427,7 @@ impl<'a> Request<'a> {
             by_identity.entry(entry.identity).or_default().push(entry);
         }
         let groups = self.groups(&by_identity);
-        let same = by_identity
-            .get(self.incoming.identity)
-            .map_or(&[][..], Vec::as_slice);
+        let same = by_identity.get(self.incoming.identity).map_or(&[][..], Vec::as_slice);
         let verdict = self.decide(same);
 
         let mut data = object([
@@ -509,8 +464,7 @@ impl<'a> Request<'a> {
     fn groups(&self, by_identity: &BTreeMap<&str, Vec<&Entry<'a>>>) -> Vec<Value> {
         let mut out = Vec::new();
         for (identity, entries) in by_identity {
-            let mut timed: Vec<&Entry<'a>> =
-                entries.iter().copied().filter(|e| e.at.is_some()).collect();
+            let mut timed: Vec<&Entry<'a>> = entries.iter().copied().filter(|e| e.at.is_some()).collect();
             sort_by_time(&mut timed);
             let times: Vec<Nanos> = timed.iter().filter_map(|e| e.at).collect();
             for range in cut(&times, self.mode, self.window()) {
@@ -519,9 +473,7 @@ impl<'a> Request<'a> {
                     continue;
                 }
                 let mut proven = group.iter().filter(|e| e.evidence.is_present());
-                let conflict = proven
-                    .next()
-                    .is_some_and(|first| proven.any(|e| !e.evidence.same_as(&first.evidence)));
+                let conflict = proven.next().is_some_and(|first| proven.any(|e| !e.evidence.same_as(&first.evidence)));
                 out.push(object([
                     ("identity", Value::from(*identity)),
                     ("ids", ids(group)),
@@ -553,10 +505,8 @@ impl<'a> Request<'a> {
                     lacks.push("payload evidence (payload or digest)");
                     witnesses.push(witness("incoming-missing-payload", &[]));
                 }
-                let reason = format!(
-                    "The incoming delivery lacks {}, so it cannot be placed in a window.",
-                    lacks.join(" and ")
-                );
+                let reason =
+                    format!("The incoming delivery lacks {}, so it cannot be placed in a window.", lacks.join(" and "));
                 return Verdict::new(Decision::Abstain, reason, witnesses);
             }
         };
@@ -569,18 +519,13 @@ impl<'a> Request<'a> {
                 plural(untimed.len(), "entry", "entries"),
                 name(&untimed)
             );
-            return Verdict::new(
-                Decision::Abstain,
-                reason,
-                vec![witness("history-missing-time", &untimed)],
-            );
+            return Verdict::new(Decision::Abstain, reason, vec![witness("history-missing-time", &untimed)]);
         }
         if same.is_empty() {
             let reason = format!("No history entry has identity \"{identity}\": this is new work.");
             return Verdict::new(Decision::Process, reason, vec![witness("no-history", &[])]);
         }
-        let mut earlier: Vec<&Entry<'a>> =
-            same.iter().copied().filter(|e| e.at <= Some(at)).collect();
+        let mut earlier: Vec<&Entry<'a>> = same.iter().copied().filter(|e| e.at <= Some(at)).collect();
         if earlier.is_empty() {
             let mut later = same.to_vec();
             sort_by_time(&mut later);
@@ -589,19 +534,13 @@ impl<'a> Request<'a> {
                 plural(later.len(), "history entry", "history entries"),
                 name(&later)
             );
-            return Verdict::new(
-                Decision::Abstain,
-                reason,
-                vec![witness("no-earlier-entry", &later)],
-            );
+            return Verdict::new(Decision::Abstain, reason, vec![witness("no-earlier-entry", &later)]);
         }
 
         // 3. Cut the earlier entries into groups; match the last one.
         sort_by_time(&mut earlier);
         let times: Vec<Nanos> = earlier.iter().filter_map(|e| e.at).collect();
-        let last = cut(&times, self.mode, self.window())
-            .pop()
-            .expect("a non-empty list has a group");
+        let last = cut(&times, self.mode, self.window()).pop().expect("a non-empty list has a group");
         let (anchor, anchor_name) = match self.mode {
             Mode::FromFirst => (times[last.start], "first"),
             Mode::Sliding => (times[last.end - 1], "last"),
@@ -616,11 +555,7 @@ impl<'a> Request<'a> {
                 seconds(gap),
                 name(group)
             );
-            return Verdict::new(
-                Decision::Process,
-                reason,
-                vec![witness("outside-window", group)],
-            );
+            return Verdict::new(Decision::Process, reason, vec![witness("outside-window", group)]);
         }
 
         let matched = group.to_vec();
@@ -634,23 +569,13 @@ impl<'a> Request<'a> {
             "The incoming delivery comes {} seconds after the {anchor_name} entry of the latest group for identity \"{identity}\", within the {window}-second {mode} window",
             seconds(gap)
         );
-        let mut verdict =
-            |decision: Decision, rule: &str, named: &[&'r Entry<'a>], reason: String| {
-                witnesses.push(witness(rule, named));
-                Verdict {
-                    decision,
-                    reason,
-                    matched: matched.clone(),
-                    witnesses: std::mem::take(&mut witnesses),
-                }
-            };
+        let mut verdict = |decision: Decision, rule: &str, named: &[&'r Entry<'a>], reason: String| {
+            witnesses.push(witness(rule, named));
+            Verdict { decision, reason, matched: matched.clone(), witnesses: std::mem::take(&mut witnesses) }
+        };
 
         // 5. Every matched entry needs payload evidence.
-        let unproven: Vec<&Entry<'a>> = matched
-            .iter()
-            .copied()
-            .filter(|e| !e.evidence.is_present())
-            .collect();
+        let unproven: Vec<&Entry<'a>> = matched.iter().copied().filter(|e| !e.evidence.is_present()).collect();
         if !unproven.is_empty() {
             let reason = format!(
                 "{within}, but {} ({}) {} no payload evidence, so the payloads cannot be compared.",
@@ -658,39 +583,22 @@ impl<'a> Request<'a> {
                 name(&unproven),
                 if unproven.len() == 1 { "has" } else { "have" },
             );
-            return verdict(
-                Decision::Abstain,
-                "matched-missing-payload",
-                &unproven,
-                reason,
-            );
+            return verdict(Decision::Abstain, "matched-missing-payload", &unproven, reason);
         }
 
         // 6. A different payload is a conflict.
-        let conflicting: Vec<&Entry<'a>> = matched
-            .iter()
-            .copied()
-            .filter(|e| !e.evidence.same_as(&incoming.evidence))
-            .collect();
+        let conflicting: Vec<&Entry<'a>> =
+            matched.iter().copied().filter(|e| !e.evidence.same_as(&incoming.evidence)).collect();
         if !conflicting.is_empty() {
             let reason = format!(
                 "{within}, but the payload of {} differs from the incoming one: a payload conflict to reconcile.",
                 name(&conflicting)
             );
-            return verdict(
-                Decision::Reconcile,
-                "payload-conflict",
-                &conflicting,
-                reason,
-            );
+            return verdict(Decision::Reconcile, "payload-conflict", &conflicting, reason);
         }
 
         // 7. Same payload, already processed: a duplicate.
-        let processed: Vec<&Entry<'a>> = matched
-            .iter()
-            .copied()
-            .filter(|e| e.outcome == Outcome::Processed)
-            .collect();
+        let processed: Vec<&Entry<'a>> = matched.iter().copied().filter(|e| e.outcome == Outcome::Processed).collect();
         if !processed.is_empty() {
             let reason = format!(
                 "{within}, with the same payload as {}, which {} processed: a duplicate.",
@@ -701,11 +609,8 @@ impl<'a> Request<'a> {
         }
 
         // 8. Same payload, outcome not settled: someone must look.
-        let unsettled: Vec<&Entry<'a>> = matched
-            .iter()
-            .copied()
-            .filter(|e| matches!(e.outcome, Outcome::InFlight | Outcome::Unknown))
-            .collect();
+        let unsettled: Vec<&Entry<'a>> =
+            matched.iter().copied().filter(|e| matches!(e.outcome, Outcome::InFlight | Outcome::Unknown)).collect();
         if !unsettled.is_empty() {
             let reason = format!(
                 "{within}, with the same payload as {}, whose outcome is in flight or unknown: reconcile before processing again.",
@@ -715,10 +620,8 @@ impl<'a> Request<'a> {
         }
 
         // 9. Every matched attempt failed: try again.
-        let reason = format!(
-            "{within}, with the same payload as {}, and every matched attempt failed: retry.",
-            name(&matched)
-        );
+        let reason =
+            format!("{within}, with the same payload as {}, and every matched attempt failed: retry.", name(&matched));
         verdict(Decision::Retry, "matched-all-failed", &matched, reason)
     }
 }
@@ -731,9 +634,7 @@ mod tests {
     /// An RFC 3339 instant `secs` seconds after 2026-11-04T10:00:00Z.
     fn t(secs: i64) -> String {
         let base = OffsetDateTime::parse("2026-11-04T10:00:00Z", &Rfc3339).unwrap();
-        (base + time::Duration::seconds(secs))
-            .format(&Rfc3339)
-            .unwrap()
+        (base + time::Duration::seconds(secs)).format(&Rfc3339).unwrap()
     }
 
     /// A history entry for identity `evt_9` with payload `{"amount": 5}`.
@@ -759,19 +660,11 @@ mod tests {
     }
 
     fn decision(data: &Value) -> (&str, &str) {
-        (
-            data["decision"].as_str().unwrap(),
-            data["status"].as_str().unwrap(),
-        )
+        (data["decision"].as_str().unwrap(), data["status"].as_str().unwrap())
     }
 
     fn rules(data: &Value) -> Vec<&str> {
-        data["witnesses"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|w| w["rule"].as_str().unwrap())
-            .collect()
+        data["witnesses"].as_array().unwrap().iter().map(|w| w["rule"].as_str().unwrap()).collect()
     }
 
     fn error(request: Value) -> String {
@@ -803,30 +696,19 @@ mod tests {
             data["versions"],
             json!({"engine": "idemgate-window/1", "canonicalization": "RFC8785-JCS", "digest": "sha256"})
         );
-        assert_eq!(
-            data["limits"],
-            json!(["history: at most 500 entries", "windowSeconds: 1..2592000"])
-        );
+        assert_eq!(data["limits"], json!(["history: at most 500 entries", "windowSeconds: 1..2592000"]));
         assert_eq!(data["deterministic"], json!(true));
         assert!(data["reason"].as_str().unwrap().contains("d1"));
         // The same bytes through the text entry points.
         assert_eq!(analyze_str(&request.to_string()).unwrap()["data"], data);
-        assert_eq!(
-            analyze_slice(request.to_string().as_bytes()).unwrap()["data"],
-            data
-        );
+        assert_eq!(analyze_slice(request.to_string().as_bytes()).unwrap()["data"], data);
     }
 
     // Rule 1.
 
     #[test]
     fn incoming_without_time_abstains() {
-        for at in [
-            json!(null),
-            json!("yesterday"),
-            json!(1_700_000_000),
-            json!("2026-11-04T10:00:30"),
-        ] {
+        for at in [json!(null), json!("yesterday"), json!(1_700_000_000), json!("2026-11-04T10:00:30")] {
             let mut req = request(vec![entry("d1", 0, "processed")], 30, 300, "from-first");
             req["incoming"]["receivedAt"] = at.clone();
             let data = run(&req);
@@ -847,15 +729,9 @@ mod tests {
         assert_eq!(rules(&data), ["incoming-missing-payload"]);
         assert!(data.get("incomingDigest").is_none());
 
-        req["incoming"]
-            .as_object_mut()
-            .unwrap()
-            .remove("receivedAt");
+        req["incoming"].as_object_mut().unwrap().remove("receivedAt");
         let data = run(&req);
-        assert_eq!(
-            rules(&data),
-            ["incoming-missing-time", "incoming-missing-payload"]
-        );
+        assert_eq!(rules(&data), ["incoming-missing-time", "incoming-missing-payload"]);
     }
 
     #[test]
@@ -873,44 +749,24 @@ mod tests {
     fn same_identity_entry_without_time_abstains() {
         let mut untimed = entry("d2", 0, "failed");
         untimed["receivedAt"] = json!("not a time");
-        let data = run(&request(
-            vec![entry("d1", 0, "processed"), untimed],
-            30,
-            300,
-            "from-first",
-        ));
+        let data = run(&request(vec![entry("d1", 0, "processed"), untimed], 30, 300, "from-first"));
         assert_eq!(decision(&data), ("abstain", "unknown"));
-        assert_eq!(
-            data["witnesses"],
-            json!([{"rule": "history-missing-time", "ids": ["d2"]}])
-        );
+        assert_eq!(data["witnesses"], json!([{"rule": "history-missing-time", "ids": ["d2"]}]));
     }
 
     #[test]
     fn other_identity_without_time_does_not_matter() {
         let other = json!({"id": "x", "identity": "evt_other", "payload": 1});
-        let data = run(&request(
-            vec![entry("d1", 0, "processed"), other],
-            30,
-            300,
-            "from-first",
-        ));
+        let data = run(&request(vec![entry("d1", 0, "processed"), other], 30, 300, "from-first"));
         assert_eq!(decision(&data), ("dedupe", "pass"));
     }
 
     #[test]
     fn only_later_history_abstains() {
-        let data = run(&request(
-            vec![entry("d2", 60, "processed"), entry("d1", 31, "processed")],
-            30,
-            300,
-            "from-first",
-        ));
+        let data =
+            run(&request(vec![entry("d2", 60, "processed"), entry("d1", 31, "processed")], 30, 300, "from-first"));
         assert_eq!(decision(&data), ("abstain", "unknown"));
-        assert_eq!(
-            data["witnesses"],
-            json!([{"rule": "no-earlier-entry", "ids": ["d1", "d2"]}])
-        );
+        assert_eq!(data["witnesses"], json!([{"rule": "no-earlier-entry", "ids": ["d1", "d2"]}]));
         assert_eq!(data["matchedIds"], json!([]));
     }
 
@@ -918,24 +774,14 @@ mod tests {
     fn later_entries_are_not_earlier() {
         let mut later = entry("late", 40, "in_flight");
         later["payload"] = json!({"amount": 6});
-        let data = run(&request(
-            vec![later, entry("d1", 0, "processed")],
-            30,
-            300,
-            "from-first",
-        ));
+        let data = run(&request(vec![later, entry("d1", 0, "processed")], 30, 300, "from-first"));
         assert_eq!(decision(&data), ("dedupe", "pass"));
         assert_eq!(data["matchedIds"], json!(["d1"]));
     }
 
     #[test]
     fn same_instant_as_incoming_is_earlier() {
-        let data = run(&request(
-            vec![entry("d1", 30, "processed")],
-            30,
-            300,
-            "from-first",
-        ));
+        let data = run(&request(vec![entry("d1", 30, "processed")], 30, 300, "from-first"));
         assert_eq!(decision(&data), ("dedupe", "pass"));
     }
 
@@ -959,10 +805,7 @@ mod tests {
         other["identity"] = json!("evt_other");
         let data = run(&request(vec![other], 30, 300, "from-first"));
         assert_eq!(decision(&data), ("process", "pass"));
-        assert_eq!(
-            data["witnesses"],
-            json!([{"rule": "no-history", "ids": []}])
-        );
+        assert_eq!(data["witnesses"], json!([{"rule": "no-history", "ids": []}]));
 
         let data = run(&request(vec![], 30, 300, "sliding"));
         assert_eq!(decision(&data), ("process", "pass"));
@@ -970,18 +813,10 @@ mod tests {
 
     #[test]
     fn outside_the_window_processes() {
-        let data = run(&request(
-            vec![entry("d1", 0, "processed")],
-            301,
-            300,
-            "from-first",
-        ));
+        let data = run(&request(vec![entry("d1", 0, "processed")], 301, 300, "from-first"));
         assert_eq!(decision(&data), ("process", "pass"));
         assert_eq!(data["matchedIds"], json!([]));
-        assert_eq!(
-            data["witnesses"],
-            json!([{"rule": "outside-window", "ids": ["d1"]}])
-        );
+        assert_eq!(data["witnesses"], json!([{"rule": "outside-window", "ids": ["d1"]}]));
     }
 
     #[test]
@@ -1001,22 +836,11 @@ mod tests {
     #[test]
     fn group_edges_are_inclusive() {
         // from-first: 300 s after the first joins, 301 s starts a new group.
-        let joined = run(&request(
-            vec![entry("a", 0, "processed"), entry("b", 300, "processed")],
-            310,
-            300,
-            "from-first",
-        ));
-        assert_eq!(
-            joined["groups"],
-            json!([{"identity": "evt_9", "ids": ["a", "b"], "conflict": false}])
-        );
-        let split = run(&request(
-            vec![entry("a", 0, "processed"), entry("b", 301, "processed")],
-            310,
-            300,
-            "from-first",
-        ));
+        let joined =
+            run(&request(vec![entry("a", 0, "processed"), entry("b", 300, "processed")], 310, 300, "from-first"));
+        assert_eq!(joined["groups"], json!([{"identity": "evt_9", "ids": ["a", "b"], "conflict": false}]));
+        let split =
+            run(&request(vec![entry("a", 0, "processed"), entry("b", 301, "processed")], 310, 300, "from-first"));
         assert_eq!(split["groups"], json!([]));
         assert_eq!(split["matchedIds"], json!(["b"]));
     }
@@ -1028,10 +852,7 @@ mod tests {
         let history = vec![entry("a", 0, "processed"), entry("b", 200, "processed")];
         let first = run(&request(history.clone(), 400, 300, "from-first"));
         assert_eq!(decision(&first), ("process", "pass"));
-        assert_eq!(
-            first["witnesses"],
-            json!([{"rule": "outside-window", "ids": ["a", "b"]}])
-        );
+        assert_eq!(first["witnesses"], json!([{"rule": "outside-window", "ids": ["a", "b"]}]));
         let sliding = run(&request(history, 400, 300, "sliding"));
         assert_eq!(decision(&sliding), ("dedupe", "pass"));
         assert_eq!(sliding["matchedIds"], json!(["a", "b"]));
@@ -1040,9 +861,7 @@ mod tests {
     #[test]
     fn modes_cut_groups_differently() {
         // 0, 200, 400, 600 with window 300.
-        let history: Vec<Value> = (0..4)
-            .map(|i| entry(&format!("e{i}"), i * 200, "failed"))
-            .collect();
+        let history: Vec<Value> = (0..4).map(|i| entry(&format!("e{i}"), i * 200, "failed")).collect();
         let first = run(&request(history.clone(), 650, 300, "from-first"));
         assert_eq!(
             first["groups"],
@@ -1063,12 +882,7 @@ mod tests {
 
     #[test]
     fn window_mode_defaults_to_from_first() {
-        let mut req = request(
-            vec![entry("a", 0, "processed"), entry("b", 200, "processed")],
-            400,
-            300,
-            "x",
-        );
+        let mut req = request(vec![entry("a", 0, "processed"), entry("b", 200, "processed")], 400, 300, "x");
         req.as_object_mut().unwrap().remove("windowMode");
         assert_eq!(decision(&run(&req)), ("process", "pass"));
         req["windowMode"] = json!(null);
@@ -1078,11 +892,7 @@ mod tests {
     #[test]
     fn matched_ids_are_in_time_order_ties_by_index() {
         let data = run(&request(
-            vec![
-                entry("b", 20, "processed"),
-                entry("a", 10, "processed"),
-                entry("c", 10, "processed"),
-            ],
+            vec![entry("b", 20, "processed"), entry("a", 10, "processed"), entry("c", 10, "processed")],
             30,
             300,
             "from-first",
@@ -1110,12 +920,7 @@ mod tests {
         let mut conflicting = entry("d3", 20, "processed");
         conflicting["payload"] = json!({"amount": 6});
         // Rule 5 wins over rule 6.
-        let data = run(&request(
-            vec![entry("d1", 0, "processed"), bare, conflicting],
-            30,
-            300,
-            "from-first",
-        ));
+        let data = run(&request(vec![entry("d1", 0, "processed"), bare, conflicting], 30, 300, "from-first"));
         assert_eq!(decision(&data), ("abstain", "unknown"));
         assert_eq!(data["matchedIds"], json!(["d1", "d2", "d3"]));
         assert_eq!(rules(&data), ["window-match", "matched-missing-payload"]);
@@ -1126,40 +931,22 @@ mod tests {
     fn payload_conflict_reconciles_before_dedupe() {
         let mut conflicting = entry("d2", 10, "processed");
         conflicting["payload"] = json!({"amount": 6});
-        let data = run(&request(
-            vec![entry("d1", 0, "processed"), conflicting],
-            30,
-            300,
-            "from-first",
-        ));
+        let data = run(&request(vec![entry("d1", 0, "processed"), conflicting], 30, 300, "from-first"));
         assert_eq!(decision(&data), ("reconcile", "fail"));
-        assert_eq!(
-            data["witnesses"][1],
-            json!({"rule": "payload-conflict", "ids": ["d2"]})
-        );
-        assert_eq!(
-            data["groups"],
-            json!([{"identity": "evt_9", "ids": ["d1", "d2"], "conflict": true}])
-        );
+        assert_eq!(data["witnesses"][1], json!({"rule": "payload-conflict", "ids": ["d2"]}));
+        assert_eq!(data["groups"], json!([{"identity": "evt_9", "ids": ["d1", "d2"], "conflict": true}]));
     }
 
     #[test]
     fn processed_dedupes_before_in_flight_reconciles() {
         let data = run(&request(
-            vec![
-                entry("d1", 0, "in_flight"),
-                entry("d2", 10, "processed"),
-                entry("d3", 20, "failed"),
-            ],
+            vec![entry("d1", 0, "in_flight"), entry("d2", 10, "processed"), entry("d3", 20, "failed")],
             30,
             300,
             "from-first",
         ));
         assert_eq!(decision(&data), ("dedupe", "pass"));
-        assert_eq!(
-            data["witnesses"][1],
-            json!({"rule": "matched-processed", "ids": ["d2"]})
-        );
+        assert_eq!(data["witnesses"][1], json!({"rule": "matched-processed", "ids": ["d2"]}));
     }
 
     #[test]
@@ -1167,40 +954,21 @@ mod tests {
         for outcome in [json!("in_flight"), json!("unknown"), json!(null)] {
             let mut unsettled = entry("d2", 10, "failed");
             unsettled["outcome"] = outcome.clone();
-            let data = run(&request(
-                vec![entry("d1", 0, "failed"), unsettled],
-                30,
-                300,
-                "sliding",
-            ));
+            let data = run(&request(vec![entry("d1", 0, "failed"), unsettled], 30, 300, "sliding"));
             assert_eq!(decision(&data), ("reconcile", "fail"), "{outcome}");
-            assert_eq!(
-                data["witnesses"][1],
-                json!({"rule": "matched-unsettled", "ids": ["d2"]})
-            );
+            assert_eq!(data["witnesses"][1], json!({"rule": "matched-unsettled", "ids": ["d2"]}));
         }
         let mut absent = entry("d1", 0, "failed");
         absent.as_object_mut().unwrap().remove("outcome");
-        assert_eq!(
-            decision(&run(&request(vec![absent], 30, 300, "sliding"))),
-            ("reconcile", "fail")
-        );
+        assert_eq!(decision(&run(&request(vec![absent], 30, 300, "sliding"))), ("reconcile", "fail"));
     }
 
     #[test]
     fn all_failed_retries() {
-        let data = run(&request(
-            vec![entry("d1", 0, "failed"), entry("d2", 10, "failed")],
-            30,
-            300,
-            "from-first",
-        ));
+        let data = run(&request(vec![entry("d1", 0, "failed"), entry("d2", 10, "failed")], 30, 300, "from-first"));
         assert_eq!(decision(&data), ("retry", "pass"));
         assert_eq!(data["matchedIds"], json!(["d1", "d2"]));
-        assert_eq!(
-            data["witnesses"][1],
-            json!({"rule": "matched-all-failed", "ids": ["d1", "d2"]})
-        );
+        assert_eq!(data["witnesses"][1], json!({"rule": "matched-all-failed", "ids": ["d1", "d2"]}));
     }
 
     // Payload evidence.
@@ -1229,15 +997,9 @@ mod tests {
         // A payload wins over a digest; a null payload falls back to it.
         let mut both = entry("d1", 0, "processed");
         both["digest"] = json!("sha256:whatever");
-        assert_eq!(
-            decision(&run(&request(vec![both.clone()], 30, 300, "from-first"))),
-            ("dedupe", "pass")
-        );
+        assert_eq!(decision(&run(&request(vec![both.clone()], 30, 300, "from-first"))), ("dedupe", "pass"));
         both["payload"] = json!(null);
-        assert_eq!(
-            decision(&run(&request(vec![both], 30, 300, "from-first"))),
-            ("reconcile", "fail")
-        );
+        assert_eq!(decision(&run(&request(vec![both], 30, 300, "from-first"))), ("reconcile", "fail"));
     }
 
     #[test]
@@ -1289,22 +1051,9 @@ mod tests {
 
     #[test]
     fn body_must_be_a_json_object() {
-        assert!(
-            analyze_str("{")
-                .unwrap_err()
-                .to_string()
-                .starts_with("body is not valid JSON")
-        );
-        assert!(
-            analyze_slice(b"\xff")
-                .unwrap_err()
-                .to_string()
-                .starts_with("body is not valid JSON")
-        );
-        assert_eq!(
-            analyze_str("[]").unwrap_err().to_string(),
-            "body must be a JSON object, got an array"
-        );
+        assert!(analyze_str("{").unwrap_err().to_string().starts_with("body is not valid JSON"));
+        assert!(analyze_slice(b"\xff").unwrap_err().to_string().starts_with("body is not valid JSON"));
+        assert_eq!(analyze_str("[]").unwrap_err().to_string(), "body must be a JSON object, got an array");
         assert_eq!(error(json!(5)), "body must be a JSON object, got 5");
         assert_eq!(error(json!(null)), "body must be a JSON object, got null");
     }
@@ -1313,31 +1062,17 @@ mod tests {
     fn history_must_be_an_array_of_at_most_500() {
         let mut req = request(vec![], 30, 300, "from-first");
         req.as_object_mut().unwrap().remove("history");
-        assert_eq!(
-            error(req.clone()),
-            "history is missing; it must be an array"
-        );
+        assert_eq!(error(req.clone()), "history is missing; it must be an array");
         req["history"] = json!({"0": {}});
-        assert_eq!(
-            error(req.clone()),
-            "history must be an array, got an object"
-        );
+        assert_eq!(error(req.clone()), "history must be an array, got an object");
         req["history"] = json!(null);
         assert_eq!(error(req.clone()), "history must be an array, got null");
 
-        let full: Vec<Value> = (0..500)
-            .map(|i| entry(&i.to_string(), 0, "failed"))
-            .collect();
+        let full: Vec<Value> = (0..500).map(|i| entry(&i.to_string(), 0, "failed")).collect();
         req["history"] = json!(full);
         assert!(analyze(&req).is_ok());
-        req["history"]
-            .as_array_mut()
-            .unwrap()
-            .push(entry("x", 0, "failed"));
-        assert_eq!(
-            error(req.clone()),
-            "history has 501 entries; at most 500 are allowed"
-        );
+        req["history"].as_array_mut().unwrap().push(entry("x", 0, "failed"));
+        assert_eq!(error(req.clone()), "history has 501 entries; at most 500 are allowed");
     }
 
     #[test]
@@ -1345,22 +1080,10 @@ mod tests {
         let cases = [
             (json!(7), "history[1] must be an object, got 7"),
             (json!(["a"]), "history[1] must be an object, got an array"),
-            (
-                json!({"receivedAt": t(0)}),
-                "history[1].identity is missing; it must be a string",
-            ),
-            (
-                json!({"identity": 9}),
-                "history[1].identity must be a string, got 9",
-            ),
-            (
-                json!({"identity": null}),
-                "history[1].identity must be a string, got null",
-            ),
-            (
-                json!({"identity": "e", "id": 3}),
-                "history[1].id must be a string, got 3",
-            ),
+            (json!({"receivedAt": t(0)}), "history[1].identity is missing; it must be a string"),
+            (json!({"identity": 9}), "history[1].identity must be a string, got 9"),
+            (json!({"identity": null}), "history[1].identity must be a string, got null"),
+            (json!({"identity": "e", "id": 3}), "history[1].id must be a string, got 3"),
             (
                 json!({"identity": "e", "outcome": "done"}),
                 r#"history[1].outcome must be one of "processed", "failed", "in_flight", "unknown", got "done""#,
@@ -1380,35 +1103,20 @@ mod tests {
     fn incoming_is_checked() {
         let mut req = request(vec![], 30, 300, "from-first");
         req.as_object_mut().unwrap().remove("incoming");
-        assert_eq!(
-            error(req.clone()),
-            "incoming is missing; it must be an object"
-        );
+        assert_eq!(error(req.clone()), "incoming is missing; it must be an object");
         req["incoming"] = json!("evt_9");
-        assert_eq!(
-            error(req.clone()),
-            r#"incoming must be an object, got "evt_9""#
-        );
+        assert_eq!(error(req.clone()), r#"incoming must be an object, got "evt_9""#);
         req["incoming"] = json!({"receivedAt": t(0)});
-        assert_eq!(
-            error(req.clone()),
-            "incoming.identity is missing; it must be a string"
-        );
+        assert_eq!(error(req.clone()), "incoming.identity is missing; it must be a string");
         req["incoming"] = json!({"identity": ["evt_9"]});
-        assert_eq!(
-            error(req.clone()),
-            "incoming.identity must be a string, got an array"
-        );
+        assert_eq!(error(req.clone()), "incoming.identity must be a string, got an array");
     }
 
     #[test]
     fn window_seconds_is_checked() {
         let mut req = request(vec![], 30, 300, "from-first");
         req.as_object_mut().unwrap().remove("windowSeconds");
-        assert_eq!(
-            error(req.clone()),
-            "windowSeconds is missing; it must be an integer from 1 to 2592000"
-        );
+        assert_eq!(error(req.clone()), "windowSeconds is missing; it must be an integer from 1 to 2592000");
         let bad = [
             (json!(0), "0"),
             (json!(-1), "-1"),
@@ -1421,10 +1129,7 @@ mod tests {
         ];
         for (value, shown) in bad {
             req["windowSeconds"] = value;
-            assert_eq!(
-                error(req.clone()),
-                format!("windowSeconds must be an integer from 1 to 2592000, got {shown}")
-            );
+            assert_eq!(error(req.clone()), format!("windowSeconds must be an integer from 1 to 2592000, got {shown}"));
         }
         for ok in [1, 2_592_000] {
             req["windowSeconds"] = json!(ok);
@@ -1435,15 +1140,9 @@ mod tests {
     #[test]
     fn window_mode_is_checked() {
         let mut req = request(vec![], 30, 300, "tumbling");
-        assert_eq!(
-            error(req.clone()),
-            r#"windowMode must be "from-first" or "sliding", got "tumbling""#
-        );
+        assert_eq!(error(req.clone()), r#"windowMode must be "from-first" or "sliding", got "tumbling""#);
         req["windowMode"] = json!(1);
-        assert_eq!(
-            error(req),
-            r#"windowMode must be "from-first" or "sliding", got 1"#
-        );
+        assert_eq!(error(req), r#"windowMode must be "from-first" or "sliding", got 1"#);
     }
 
     #[test]
@@ -1457,10 +1156,7 @@ mod tests {
     #[test]
     fn error_body_shape() {
         let err = analyze(&json!([])).unwrap_err();
-        assert_eq!(
-            err.to_body(),
-            json!({"error": "body must be a JSON object, got an array"})
-        );
+        assert_eq!(err.to_body(), json!({"error": "body must be a JSON object, got an array"}));
     }
 
     #[test]
@@ -1489,12 +1185,7 @@ mod tests {
     type Case = (Vec<Spec>, Vec<usize>, (usize, i64, usize), i64, bool);
 
     fn arb_entry() -> impl Strategy<Value = Spec> {
-        (
-            0..3usize,
-            prop::option::weighted(0.95, 0..40i64),
-            0..5usize,
-            0..4usize,
-        )
+        (0..3usize, prop::option::weighted(0.95, 0..40i64), 0..5usize, 0..4usize)
     }
 
     fn build(specs: &[Spec], distinct: bool) -> Vec<Value> {
@@ -1507,11 +1198,7 @@ mod tests {
                 let mut e = json!({"id": format!("e{i}"), "identity": identities[identity]});
                 if let Some(at) = at {
                     // Steps of 10 s, or unique odd seconds to rule out ties.
-                    let secs = if distinct {
-                        at * 100 + i as i64
-                    } else {
-                        at * 10
-                    };
+                    let secs = if distinct { at * 100 + i as i64 } else { at * 10 };
                     e["receivedAt"] = json!(t(secs));
                 }
                 if outcome < 4 {
@@ -1543,12 +1230,7 @@ mod tests {
             .iter()
             .map(|g| json!([g["identity"], sorted(&g["ids"]), g["conflict"]]))
             .collect();
-        json!([
-            data["decision"],
-            data["status"],
-            sorted(&data["matchedIds"]),
-            groups
-        ])
+        json!([data["decision"], data["status"], sorted(&data["matchedIds"]), groups])
     }
 
     fn shuffle_case(
@@ -1564,11 +1246,7 @@ mod tests {
         let mode = if sliding { "sliding" } else { "from-first" };
         let mut req = request(history, 0, window, mode);
         let identity = ["evt_a", "evt_b", "evt_c"][incoming.0];
-        let secs = if distinct {
-            incoming.1 * 100 + 50
-        } else {
-            incoming.1 * 10
-        };
+        let secs = if distinct { incoming.1 * 100 + 50 } else { incoming.1 * 10 };
         req["incoming"] = json!({"identity": identity, "receivedAt": t(secs)});
         req["incoming"]["payload"] = match incoming.2 {
             0 => json!({"n": 1}),

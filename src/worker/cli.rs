@@ -22,20 +22,10 @@ pub struct WorkerArgs {
     #[arg(long, env = "IDEMGATE_WORKER_CONSUMER", value_name = "NAME")]
     pub consumer: Option<String>,
     /// Runs handled at once.
-    #[arg(
-        long,
-        env = "IDEMGATE_WORKER_CONCURRENCY",
-        value_name = "N",
-        default_value_t = 4
-    )]
+    #[arg(long, env = "IDEMGATE_WORKER_CONCURRENCY", value_name = "N", default_value_t = 4)]
     pub concurrency: usize,
     /// Attempts before a run goes to the dead stream.
-    #[arg(
-        long,
-        env = "IDEMGATE_WORKER_MAX_ATTEMPTS",
-        value_name = "N",
-        default_value_t = 5
-    )]
+    #[arg(long, env = "IDEMGATE_WORKER_MAX_ATTEMPTS", value_name = "N", default_value_t = 5)]
     pub max_attempts: u32,
     /// Bound on one attempt; the command and its process group are killed past it.
     #[arg(long, env = "IDEMGATE_WORKER_TIMEOUT", value_name = "DURATION", value_parser = parse_duration, default_value = "5m")]
@@ -80,12 +70,8 @@ impl WorkerArgs {
 }
 
 /// Runs `idemgate worker` until `shutdown` completes.
-pub async fn run(
-    args: WorkerArgs,
-    shutdown: impl Future<Output = ()> + Send,
-) -> Result<Summary, WorkerError> {
-    let store =
-        StoreConfig::resolve(&args.store).map_err(|e| WorkerError::Config(e.to_string()))?;
+pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()> + Send) -> Result<Summary, WorkerError> {
+    let store = StoreConfig::resolve(&args.store).map_err(|e| WorkerError::Config(e.to_string()))?;
     let Some(opts) = store.redis.clone() else {
         return Err(WorkerError::Config(
             "idemgate worker needs Redis: give --redis-url or --redis-cluster-nodes (or IDEMGATE_REDIS_URL). \

@@ -27,10 +27,7 @@ impl CommandHandler {
     /// `None` when `argv` is empty.
     pub fn new(argv: &[String]) -> Option<Self> {
         let (program, args) = argv.split_first()?;
-        Some(Self {
-            program: program.clone(),
-            args: args.to_vec(),
-        })
+        Some(Self { program: program.clone(), args: args.to_vec() })
     }
 }
 
@@ -76,9 +73,7 @@ impl Handler for CommandHandler {
                 });
             }
         }
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start {:?}: {e}", self.program))?;
+        let mut child = cmd.spawn().map_err(|e| format!("cannot start {:?}: {e}", self.program))?;
         let guard = GroupGuard(child.id().map(|p| p as i32));
 
         if let Some(mut stdin) = child.stdin.take() {
@@ -109,10 +104,7 @@ impl Handler for CommandHandler {
             })
         });
 
-        let status = child
-            .wait()
-            .await
-            .map_err(|e| format!("waiting for {:?}: {e}", self.program))?;
+        let status = child.wait().await.map_err(|e| format!("waiting for {:?}: {e}", self.program))?;
         // The attempt is over: stragglers in its group go too (and close stderr).
         drop(guard);
         let tail = match stderr {
@@ -126,18 +118,11 @@ impl Handler for CommandHandler {
         if status.success() {
             return Ok(());
         }
-        let what = match (
-            status.code(),
-            std::os::unix::process::ExitStatusExt::signal(&status),
-        ) {
+        let what = match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status)) {
             (Some(code), _) => format!("exit status {code}"),
             (None, Some(sig)) => format!("killed by signal {sig}"),
             (None, None) => status.to_string(),
         };
-        Err(if tail.is_empty() {
-            what
-        } else {
-            format!("{what}: {tail}")
-        })
+        Err(if tail.is_empty() { what } else { format!("{what}: {tail}") })
     }
 }

@@ -141,9 +141,7 @@ impl WorkerConfig {
 
     /// The wait after failed attempt `attempt` (1-based): `backoff * 2^(attempt-1)`, at most `max_backoff`.
     pub fn backoff_after(&self, attempt: u32) -> Duration {
-        let factor = 1u32
-            .checked_shl(attempt.saturating_sub(1))
-            .unwrap_or(u32::MAX);
+        let factor = 1u32.checked_shl(attempt.saturating_sub(1)).unwrap_or(u32::MAX);
         self.backoff.saturating_mul(factor).min(self.max_backoff)
     }
 
@@ -161,8 +159,7 @@ impl WorkerConfig {
         if self.max_attempts == 0 {
             return bad("--max-attempts must be at least 1");
         }
-        if self.timeout.is_zero() || self.lease < Duration::from_millis(30) || self.block.is_zero()
-        {
+        if self.timeout.is_zero() || self.lease < Duration::from_millis(30) || self.block.is_zero() {
             return bad("--timeout must be more than 0 and --lease at least 30ms");
         }
         Ok(())
@@ -177,10 +174,8 @@ pub fn default_consumer() -> String {
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "worker".into());
-    let nonce = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos())
-        % 100_000;
+    let nonce =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos()) % 100_000;
     format!("{host}-{}-{nonce}", std::process::id())
 }
 
@@ -244,18 +239,10 @@ struct Shared {
 impl Worker {
     /// Connects to Redis (a multiplexed connection for the scripts, a pool
     /// for blocking reads) and joins the group, creating it at id `0`.
-    pub async fn connect(
-        opts: &RedisOptions,
-        keys: Keys,
-        config: WorkerConfig,
-    ) -> Result<Self, WorkerError> {
+    pub async fn connect(opts: &RedisOptions, keys: Keys, config: WorkerConfig) -> Result<Self, WorkerError> {
         config.validate()?;
-        let queue =
-            Queue::connect(opts, keys, &config.group, &config.consumer, config.block).await?;
-        Ok(Self {
-            queue: Arc::new(queue),
-            config: Arc::new(config),
-        })
+        let queue = Queue::connect(opts, keys, &config.group, &config.consumer, config.block).await?;
+        Ok(Self { queue: Arc::new(queue), config: Arc::new(config) })
     }
 
     /// The settings this worker runs with.
@@ -305,9 +292,9 @@ impl Worker {
         keeper.abort();
         match self.queue.leave().await {
             Ok(true) => {}
-            Ok(false) => tracing::warn!(
-                "this consumer still holds runs; they are taken over once their lease runs out"
-            ),
+            Ok(false) => {
+                tracing::warn!("this consumer still holds runs; they are taken over once their lease runs out")
+            }
             Err(e) => tracing::warn!(error = %e, "could not leave the consumer group"),
         }
         let summary = shared.counters.summary();
@@ -318,11 +305,7 @@ impl Worker {
 
 /// Reads runs while there is capacity, until asked to stop; returns the run
 /// tasks still going.
-async fn read_loop<H: Handler>(
-    shared: Arc<Shared>,
-    handler: Arc<H>,
-    mut stop: watch::Receiver<bool>,
-) -> JoinSet<()> {
+async fn read_loop<H: Handler>(shared: Arc<Shared>, handler: Arc<H>, mut stop: watch::Receiver<bool>) -> JoinSet<()> {
     let config = &shared.config;
     let slots = Arc::new(Semaphore::new(config.concurrency));
     let mut tasks = JoinSet::new();
@@ -345,11 +328,7 @@ async fn read_loop<H: Handler>(
         let mut entries = Vec::new();
         if Instant::now() >= next_claim {
             next_claim = Instant::now() + claim_every;
-            match shared
-                .queue
-                .autoclaim(&mut cursor, permits.len(), config.lease)
-                .await
-            {
+            match shared.queue.autoclaim(&mut cursor, permits.len(), config.lease).await {
                 Ok(e) => {
                     if !e.is_empty() {
                         tracing::info!(count = e.len(), "took over runs whose lease ran out");
@@ -408,13 +387,7 @@ async fn keep_leases(shared: Arc<Shared>) {
     let mut next_trim = shared.config.trim_interval.map(|t| Instant::now() + t);
     loop {
         tick.tick().await;
-        let ids: Vec<String> = shared
-            .held
-            .lock()
-            .expect("held lock")
-            .keys()
-            .cloned()
-            .collect();
+        let ids: Vec<String> = shared.held.lock().expect("held lock").keys().cloned().collect();
         match shared.queue.extend(&ids).await {
             Ok(lost) => {
                 let held = shared.held.lock().expect("held lock");
@@ -486,18 +459,10 @@ async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, lost: 
             }
             return;
         }
-        let attempt = match persist("starting an attempt", run_id, || {
-            q.start(entry, config.max_attempts)
-        })
-        .await
-        {
+        let attempt = match persist("starting an attempt", run_id, || q.start(entry, config.max_attempts)).await {
             Some(Start::Run(n)) => n,
             Some(Start::Dead(n)) => {
-                tracing::warn!(
-                    run_id,
-                    attempts = n,
-                    "the last attempt was lost with its worker; run is dead"
-                );
+                tracing::warn!(run_id, attempts = n, "the last attempt was lost with its worker; run is dead");
                 Counters::bump(&c.dead);
                 return;
             }
@@ -507,10 +472,7 @@ async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, lost: 
             }
             None => return,
         };
-        let run = Run {
-            attempt,
-            ..entry.run.clone()
-        };
+        let run = Run { attempt, ..entry.run.clone() };
         tracing::debug!(run_id, attempt, "attempt started");
         let outcome = tokio::select! {
             r = tokio::time::timeout(config.timeout, handler.call(run)) => match r {
@@ -522,11 +484,7 @@ async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, lost: 
         };
         match outcome {
             Attempt::Lost => {
-                tracing::warn!(
-                    run_id,
-                    attempt,
-                    "another worker took this run over (lease ran out); attempt abandoned"
-                );
+                tracing::warn!(run_id, attempt, "another worker took this run over (lease ran out); attempt abandoned");
                 Counters::bump(&c.lost);
                 return;
             }
@@ -613,22 +571,10 @@ mod tests {
         assert_eq!((c.concurrency, c.max_attempts), (4, 5));
         assert_eq!(c.lease, c.timeout + LEASE_MARGIN);
         for bad in [
-            WorkerConfig {
-                concurrency: 0,
-                ..c.clone()
-            },
-            WorkerConfig {
-                max_attempts: 0,
-                ..c.clone()
-            },
-            WorkerConfig {
-                group: "a b".into(),
-                ..c.clone()
-            },
-            WorkerConfig {
-                timeout: Duration::ZERO,
-                ..c.clone()
-            },
+            WorkerConfig { concurrency: 0, ..c.clone() },
+            WorkerConfig { max_attempts: 0, ..c.clone() },
+            WorkerConfig { group: "a b".into(), ..c.clone() },
+            WorkerConfig { timeout: Duration::ZERO, ..c.clone() },
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");
         }
@@ -648,15 +594,7 @@ mod tests {
         let v = serde_json::to_value(&run).unwrap();
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
         assert_eq!(keys.len(), 7);
-        for k in [
-            "run_id",
-            "provider",
-            "repo",
-            "action",
-            "number",
-            "delivery_id",
-            "attempt",
-        ] {
+        for k in ["run_id", "provider", "repo", "action", "number", "delivery_id", "attempt"] {
             assert!(v.get(k).is_some(), "{k}");
         }
         assert_eq!(v["attempt"], 2);

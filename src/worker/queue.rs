@@ -46,12 +46,8 @@ pub(crate) struct Entry {
 impl Entry {
     /// `None` when the entry lacks a `run_id` (it cannot be run).
     fn parse(s: StreamId) -> Option<Self> {
-        let field = |k: &str| {
-            s.map
-                .get(k)
-                .and_then(|v| redis::from_redis_value_ref::<String>(v).ok())
-                .unwrap_or_default()
-        };
+        let field =
+            |k: &str| s.map.get(k).and_then(|v| redis::from_redis_value_ref::<String>(v).ok()).unwrap_or_default();
         let run_id = field("run_id");
         if run_id.is_empty() {
             return None;
@@ -109,9 +105,7 @@ pub(crate) struct Queue {
 }
 
 fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 fn ms(d: Duration) -> u64 {
@@ -173,14 +167,8 @@ impl Queue {
         &self.consumer
     }
 
-    async fn bounded<T>(
-        &self,
-        fut: impl Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T, Error> {
-        tokio::time::timeout(self.timeout, fut)
-            .await
-            .map_err(|_| Error::Timeout(self.timeout))?
-            .map_err(Error::from)
+    async fn bounded<T>(&self, fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T, Error> {
+        tokio::time::timeout(self.timeout, fut).await.map_err(|_| Error::Timeout(self.timeout))?.map_err(Error::from)
     }
 
     /// Creates the group at id `0` (runs queued before any worker existed
@@ -225,8 +213,7 @@ impl Queue {
                 })?;
                 // The pool's connections only ever carry these reads.
                 c.set_response_timeout(limit);
-                tokio::time::timeout(limit, cmd.query_async::<Option<StreamReadReply>>(&mut *c))
-                    .await
+                tokio::time::timeout(limit, cmd.query_async::<Option<StreamReadReply>>(&mut *c)).await
             }
             Reader::Cluster(cluster) => {
                 let (client, slot) = &mut **cluster;
@@ -238,8 +225,7 @@ impl Queue {
                     *slot = Some(c);
                 }
                 let c = slot.as_mut().expect("connected above");
-                let r = tokio::time::timeout(limit, cmd.query_async::<Option<StreamReadReply>>(c))
-                    .await;
+                let r = tokio::time::timeout(limit, cmd.query_async::<Option<StreamReadReply>>(c)).await;
                 if !matches!(r, Ok(Ok(_))) {
                     *slot = None;
                 }
@@ -256,20 +242,13 @@ impl Queue {
             }
             Ok(r) => r.map_err(Error::from)?,
         };
-        let entries = reply
-            .map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect::<Vec<_>>())
-            .unwrap_or_default();
+        let entries = reply.map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect::<Vec<_>>()).unwrap_or_default();
         Ok(self.parse_all(entries).await)
     }
 
     /// Takes over entries whose lease ran out (idle longer than `lease`)
     /// from any consumer of the group, continuing from `cursor`.
-    pub async fn autoclaim(
-        &self,
-        cursor: &mut String,
-        count: usize,
-        lease: Duration,
-    ) -> Result<Vec<Entry>, Error> {
+    pub async fn autoclaim(&self, cursor: &mut String, count: usize, lease: Duration) -> Result<Vec<Entry>, Error> {
         let mut conn = self.conn.clone();
         let mut out = Vec::new();
         for _ in 0..8 {
@@ -308,11 +287,7 @@ impl Queue {
                 None => {
                     tracing::error!(entry = %id, "runs stream entry without a run_id; acknowledging it unrun");
                     let mut conn = self.conn.clone();
-                    let cmd = redis::cmd("XACK")
-                        .arg(self.keys.runs())
-                        .arg(&self.group)
-                        .arg(&id)
-                        .to_owned();
+                    let cmd = redis::cmd("XACK").arg(self.keys.runs()).arg(&self.group).arg(&id).to_owned();
                     let _ = self.bounded(cmd.query_async::<i64>(&mut conn)).await;
                 }
             }
@@ -320,11 +295,7 @@ impl Queue {
         out
     }
 
-    fn invocation<'a>(
-        &self,
-        script: &'a Script,
-        entry: Option<&Entry>,
-    ) -> redis::ScriptInvocation<'a> {
+    fn invocation<'a>(&self, script: &'a Script, entry: Option<&Entry>) -> redis::ScriptInvocation<'a> {
         let mut inv = script.prepare_invoke();
         inv.key(self.keys.runs());
         if let Some(e) = entry {
@@ -338,18 +309,10 @@ impl Queue {
     }
 
     fn identity_args(inv: &mut redis::ScriptInvocation<'_>, r: &Run) {
-        inv.arg(&r.run_id)
-            .arg(&r.provider)
-            .arg(&r.repo)
-            .arg(&r.action)
-            .arg(&r.number)
-            .arg(&r.delivery_id);
+        inv.arg(&r.run_id).arg(&r.provider).arg(&r.repo).arg(&r.action).arg(&r.number).arg(&r.delivery_id);
     }
 
-    async fn invoke<T: redis::FromRedisValue>(
-        &self,
-        inv: &redis::ScriptInvocation<'_>,
-    ) -> Result<T, Error> {
+    async fn invoke<T: redis::FromRedisValue>(&self, inv: &redis::ScriptInvocation<'_>) -> Result<T, Error> {
         let mut conn = self.conn.clone();
         self.bounded(inv.invoke_async(&mut conn)).await
     }
@@ -357,9 +320,7 @@ impl Queue {
     /// `lua/worker_start.lua`: begin the next attempt.
     pub async fn start(&self, e: &Entry, max_attempts: u32) -> Result<Start, Error> {
         let mut inv = self.invocation(&SCRIPTS.start, Some(e));
-        inv.key(self.keys.runs_dead())
-            .arg(now_ms())
-            .arg(max_attempts);
+        inv.key(self.keys.runs_dead()).arg(now_ms()).arg(max_attempts);
         Self::identity_args(&mut inv, &e.run);
         let (code, n): (i64, i64) = self.invoke(&inv).await?;
         Ok(match code {
@@ -387,12 +348,7 @@ impl Queue {
     ) -> Result<Failed, Error> {
         let now = now_ms();
         let mut inv = self.invocation(&SCRIPTS.fail, Some(e));
-        inv.key(self.keys.runs_dead())
-            .arg(now)
-            .arg(error)
-            .arg(attempt)
-            .arg(max_attempts)
-            .arg(now + ms(retry_in));
+        inv.key(self.keys.runs_dead()).arg(now).arg(error).arg(attempt).arg(max_attempts).arg(now + ms(retry_in));
         Self::identity_args(&mut inv, &e.run);
         Ok(match self.invoke::<i64>(&inv).await? {
             1 => Failed::Retry,
@@ -446,10 +402,7 @@ pub struct Trimmed {
 
 async fn trim_inner(conn: &mut Conn, keys: &Keys) -> redis::RedisResult<Trimmed> {
     let (removed, floor): (u64, String) = SCRIPTS.trim.key(keys.runs()).invoke_async(conn).await?;
-    Ok(Trimmed {
-        removed,
-        floor: (!floor.is_empty()).then_some(floor),
-    })
+    Ok(Trimmed { removed, floor: (!floor.is_empty()).then_some(floor) })
 }
 
 /// Trims the runs stream of namespace `keys` down to the entries some

@@ -69,53 +69,25 @@ async fn created_then_replayed_then_duplicate(b: Backend) {
 
 async fn replay_ignores_a_changed_or_invalid_body(b: Backend) {
     let g = gate(b, &["octo/repo", "octo/other"]).await;
-    assert_eq!(
-        g.handle("github", "d1", &ev("octo", "repo", "opened", json!(1)))
-            .await
-            .unwrap(),
-        created("run-1")
-    );
-    for body in [
-        ev("octo", "other", "closed", json!(2)),
-        json!({}),
-        Value::Null,
-        json!({"number": 1.5}),
-    ] {
+    assert_eq!(g.handle("github", "d1", &ev("octo", "repo", "opened", json!(1))).await.unwrap(), created("run-1"));
+    for body in [ev("octo", "other", "closed", json!(2)), json!({}), Value::Null, json!({"number": 1.5})] {
         let out = g.check("github", "d1", &body).await.unwrap();
         assert_eq!(out.response, created("run-1"), "{body}");
         assert!(out.replayed && out.event_mismatch, "{body}");
     }
     // The changed bodies created nothing: the other identity is still new.
-    assert_eq!(
-        g.handle("github", "d2", &ev("octo", "other", "closed", json!(2)))
-            .await
-            .unwrap(),
-        created("run-2")
-    );
+    assert_eq!(g.handle("github", "d2", &ev("octo", "other", "closed", json!(2))).await.unwrap(), created("run-2"));
 }
 
 async fn bad_request_is_cached(b: Backend) {
     let g = gate(b, &["octo/repo"]).await;
-    assert_eq!(
-        g.handle("github", "d1", &json!({"org": "octo", "repo": "repo"}))
-            .await
-            .unwrap(),
-        bad()
-    );
+    assert_eq!(g.handle("github", "d1", &json!({"org": "octo", "repo": "repo"})).await.unwrap(), bad());
     // The retry now carries a valid body: still the first answer.
-    let retry = g
-        .check("github", "d1", &ev("octo", "repo", "opened", json!(1)))
-        .await
-        .unwrap();
+    let retry = g.check("github", "d1", &ev("octo", "repo", "opened", json!(1))).await.unwrap();
     assert_eq!(retry.response, bad());
     assert!(retry.replayed && retry.event_mismatch);
     // The bad delivery created nothing.
-    assert_eq!(
-        g.handle("github", "d2", &ev("octo", "repo", "opened", json!(1)))
-            .await
-            .unwrap(),
-        created("run-1")
-    );
+    assert_eq!(g.handle("github", "d2", &ev("octo", "repo", "opened", json!(1))).await.unwrap(), created("run-1"));
 }
 
 async fn blocked_is_cached_and_creates_nothing(b: Backend) {
@@ -127,54 +99,21 @@ async fn blocked_is_cached_and_creates_nothing(b: Backend) {
     // Even once the repo is allowed, the delivery keeps its first answer...
     assert_eq!(open.handle("github", "d1", &e).await.unwrap(), blocked());
     // ...and the identity was never claimed: a new delivery creates its run.
-    assert_eq!(
-        open.handle("github", "d2", &e).await.unwrap(),
-        created("run-1")
-    );
+    assert_eq!(open.handle("github", "d2", &e).await.unwrap(), created("run-1"));
     assert_eq!(strict.handle("github", "d3", &e).await.unwrap(), blocked());
 }
 
 async fn check_order(b: Backend) {
     let g = gate(b, &["octo/repo"]).await;
     // Validation comes before policy: an invalid event of a blocked repo is bad_request.
-    assert_eq!(
-        g.handle("github", "d1", &ev("evil", "repo", "", json!(1)))
-            .await
-            .unwrap(),
-        bad()
-    );
+    assert_eq!(g.handle("github", "d1", &ev("evil", "repo", "", json!(1))).await.unwrap(), bad());
     // Policy comes before logical work: a blocked repo never reaches the run lookup.
-    assert_eq!(
-        g.handle("github", "d2", &ev("evil", "repo", "opened", json!(1)))
-            .await
-            .unwrap(),
-        blocked()
-    );
+    assert_eq!(g.handle("github", "d2", &ev("evil", "repo", "opened", json!(1))).await.unwrap(), blocked());
     // Delivery comes first: a replayed id answers from the cache whatever the body.
-    assert_eq!(
-        g.handle("github", "d3", &ev("octo", "repo", "opened", json!(1)))
-            .await
-            .unwrap(),
-        created("run-1")
-    );
-    assert_eq!(
-        g.handle("github", "d3", &ev("evil", "repo", "", json!(1)))
-            .await
-            .unwrap(),
-        created("run-1")
-    );
-    assert_eq!(
-        g.handle("github", "d2", &ev("octo", "repo", "opened", json!(1)))
-            .await
-            .unwrap(),
-        blocked()
-    );
-    assert_eq!(
-        g.handle("github", "d1", &ev("octo", "repo", "opened", json!(1)))
-            .await
-            .unwrap(),
-        bad()
-    );
+    assert_eq!(g.handle("github", "d3", &ev("octo", "repo", "opened", json!(1))).await.unwrap(), created("run-1"));
+    assert_eq!(g.handle("github", "d3", &ev("evil", "repo", "", json!(1))).await.unwrap(), created("run-1"));
+    assert_eq!(g.handle("github", "d2", &ev("octo", "repo", "opened", json!(1))).await.unwrap(), blocked());
+    assert_eq!(g.handle("github", "d1", &ev("octo", "repo", "opened", json!(1))).await.unwrap(), bad());
 }
 
 async fn number_text_identities(b: Backend) {
@@ -206,56 +145,27 @@ async fn number_text_identities(b: Backend) {
     // Integers beyond 2^53 are exact: 2^53 + 1 is not 2^53.
     let big: Value = serde_json::from_str("9007199254740993").unwrap();
     assert_eq!(call("e11", Some(big)).await, created("run-6"));
-    assert_eq!(
-        call("e12", Some(json!("9007199254740993"))).await,
-        duplicate("run-6")
-    );
-    assert_eq!(
-        call("e13", Some(json!(9007199254740992u64))).await,
-        created("run-7")
-    );
+    assert_eq!(call("e12", Some(json!("9007199254740993"))).await, duplicate("run-6"));
+    assert_eq!(call("e13", Some(json!(9007199254740992u64))).await, created("run-7"));
 }
 
 async fn number_types_rejected(b: Backend) {
     let g = gate(b, &["o/r"]).await;
-    for (i, n) in [
-        json!(1.5),
-        json!(7.0),
-        json!(true),
-        json!(false),
-        json!([7]),
-        json!({"n": 7}),
-    ]
-    .into_iter()
-    .enumerate()
+    for (i, n) in
+        [json!(1.5), json!(7.0), json!(true), json!(false), json!([7]), json!({"n": 7})].into_iter().enumerate()
     {
         let e = json!({"org": "o", "repo": "r", "action": "a", "number": n});
-        assert_eq!(
-            g.handle("p", &format!("n{i}"), &e).await.unwrap(),
-            bad(),
-            "{n}"
-        );
+        assert_eq!(g.handle("p", &format!("n{i}"), &e).await.unwrap(), bad(), "{n}");
     }
-    assert_eq!(
-        g.handle("p", "ok", &ev("o", "r", "a", json!(1)))
-            .await
-            .unwrap(),
-        created("run-1")
-    );
+    assert_eq!(g.handle("p", "ok", &ev("o", "r", "a", json!(1))).await.unwrap(), created("run-1"));
 }
 
 async fn event_not_an_object(b: Backend) {
     let g = gate(b, &["o/r"]).await;
-    for (i, e) in [Value::Null, json!([]), json!("o/r"), json!(1), json!(true)]
-        .into_iter()
-        .enumerate()
-    {
+    for (i, e) in [Value::Null, json!([]), json!("o/r"), json!(1), json!(true)].into_iter().enumerate() {
         let d = format!("x{i}");
         assert_eq!(g.handle("p", &d, &e).await.unwrap(), bad(), "{e}");
-        let replay = g
-            .check("p", &d, &ev("o", "r", "a", json!(1)))
-            .await
-            .unwrap();
+        let replay = g.check("p", &d, &ev("o", "r", "a", json!(1))).await.unwrap();
         assert_eq!(replay.response, bad());
         assert!(replay.replayed);
     }
@@ -264,100 +174,38 @@ async fn event_not_an_object(b: Backend) {
 async fn delivery_ids_are_scoped_by_provider(b: Backend) {
     let g = gate(b, &["o/r"]).await;
     let e = ev("o", "r", "push", json!(1));
-    assert_eq!(
-        g.handle("github", "d1", &e).await.unwrap(),
-        created("run-1")
-    );
+    assert_eq!(g.handle("github", "d1", &e).await.unwrap(), created("run-1"));
     // Same delivery id, other provider: a new delivery, and a new identity.
     let other = g.check("gitlab", "d1", &e).await.unwrap();
     assert_eq!(other.response, created("run-2"));
     assert!(!other.replayed);
-    assert_eq!(
-        g.handle("gitlab", "d2", &e).await.unwrap(),
-        duplicate("run-2")
-    );
+    assert_eq!(g.handle("gitlab", "d2", &e).await.unwrap(), duplicate("run-2"));
 }
 
 async fn length_prefixes_keep_identities_apart(b: Backend) {
     let g = gate(b, &["o/r", "x:o/r", "a/b:c", "a:b/c"]).await;
     // provider "a:x" + repo "o/r" vs provider "a" + repo "x:o/r".
-    assert_eq!(
-        g.handle("a:x", "1", &ev("o", "r", "push", json!(1)))
-            .await
-            .unwrap(),
-        created("run-1")
-    );
-    assert_eq!(
-        g.handle("a", "1", &ev("x:o", "r", "push", json!(1)))
-            .await
-            .unwrap(),
-        created("run-2")
-    );
+    assert_eq!(g.handle("a:x", "1", &ev("o", "r", "push", json!(1))).await.unwrap(), created("run-1"));
+    assert_eq!(g.handle("a", "1", &ev("x:o", "r", "push", json!(1))).await.unwrap(), created("run-2"));
     // action "push:1" + number 2 vs action "push" + number "1:2".
-    assert_eq!(
-        g.handle("g", "1", &ev("o", "r", "push:1", json!(2)))
-            .await
-            .unwrap(),
-        created("run-3")
-    );
-    assert_eq!(
-        g.handle("g", "2", &ev("o", "r", "push", json!("1:2")))
-            .await
-            .unwrap(),
-        created("run-4")
-    );
+    assert_eq!(g.handle("g", "1", &ev("o", "r", "push:1", json!(2))).await.unwrap(), created("run-3"));
+    assert_eq!(g.handle("g", "2", &ev("o", "r", "push", json!("1:2"))).await.unwrap(), created("run-4"));
     // org "a/b" + repo "c" is not allowed as "a/b:c"... but org "a" + repo "b:c" gives "a/b:c".
-    assert_eq!(
-        g.handle("g", "3", &ev("a", "b:c", "push", json!(1)))
-            .await
-            .unwrap(),
-        created("run-5")
-    );
-    assert_eq!(
-        g.handle("g", "4", &ev("a:b", "c", "push", json!(1)))
-            .await
-            .unwrap(),
-        created("run-6")
-    );
+    assert_eq!(g.handle("g", "3", &ev("a", "b:c", "push", json!(1))).await.unwrap(), created("run-5"));
+    assert_eq!(g.handle("g", "4", &ev("a:b", "c", "push", json!(1))).await.unwrap(), created("run-6"));
     // Delivery ids with colons: ("a:1","2") vs ("a","1:2").
-    assert_eq!(
-        g.handle("d:1", "2", &ev("o", "r", "d", json!(1)))
-            .await
-            .unwrap(),
-        created("run-7")
-    );
-    let other = g
-        .check("d", "1:2", &ev("o", "r", "d", json!(1)))
-        .await
-        .unwrap();
+    assert_eq!(g.handle("d:1", "2", &ev("o", "r", "d", json!(1))).await.unwrap(), created("run-7"));
+    let other = g.check("d", "1:2", &ev("o", "r", "d", json!(1))).await.unwrap();
     assert!(!other.replayed);
     assert_eq!(other.response, created("run-8"));
 }
 
 async fn utf8_fields(b: Backend) {
     let g = gate(b, &["ünï/répo", "ü/nïrépo"]).await;
-    assert_eq!(
-        g.handle("gïthub", "δ-1", &ev("ünï", "répo", "推送", json!("№7")))
-            .await
-            .unwrap(),
-        created("run-1")
-    );
-    assert_eq!(
-        g.handle("gïthub", "δ-2", &ev("ünï", "répo", "推送", json!("№7")))
-            .await
-            .unwrap(),
-        duplicate("run-1")
-    );
-    assert_eq!(
-        g.handle("gïthub", "δ-3", &ev("ü", "nïrépo", "推送", json!("№7")))
-            .await
-            .unwrap(),
-        created("run-2")
-    );
-    assert_eq!(
-        g.handle("gïthub", "δ-1", &Value::Null).await.unwrap(),
-        created("run-1")
-    );
+    assert_eq!(g.handle("gïthub", "δ-1", &ev("ünï", "répo", "推送", json!("№7"))).await.unwrap(), created("run-1"));
+    assert_eq!(g.handle("gïthub", "δ-2", &ev("ünï", "répo", "推送", json!("№7"))).await.unwrap(), duplicate("run-1"));
+    assert_eq!(g.handle("gïthub", "δ-3", &ev("ü", "nïrépo", "推送", json!("№7"))).await.unwrap(), created("run-2"));
+    assert_eq!(g.handle("gïthub", "δ-1", &Value::Null).await.unwrap(), created("run-1"));
 }
 
 async fn run_ids_are_sequential(b: Backend) {
@@ -365,63 +213,30 @@ async fn run_ids_are_sequential(b: Backend) {
     for i in 1..=20 {
         // Interleave duplicates and bad requests: they never consume a run id.
         assert_eq!(
-            g.handle("p", &format!("new{i}"), &ev("o", "r", "a", json!(i)))
-                .await
-                .unwrap(),
+            g.handle("p", &format!("new{i}"), &ev("o", "r", "a", json!(i))).await.unwrap(),
             created(&format!("run-{i}"))
         );
         assert_eq!(
-            g.handle("p", &format!("dup{i}"), &ev("o", "r", "a", json!(i)))
-                .await
-                .unwrap(),
+            g.handle("p", &format!("dup{i}"), &ev("o", "r", "a", json!(i))).await.unwrap(),
             duplicate(&format!("run-{i}"))
         );
-        assert_eq!(
-            g.handle("p", &format!("bad{i}"), &json!({})).await.unwrap(),
-            bad()
-        );
+        assert_eq!(g.handle("p", &format!("bad{i}"), &json!({})).await.unwrap(), bad());
     }
 }
 
 async fn values_are_never_trimmed(b: Backend) {
     let g = gate(b, &[" / ", "o/r"]).await;
-    assert_eq!(
-        g.handle("p", "1", &ev(" ", " ", " ", json!(" ")))
-            .await
-            .unwrap(),
-        created("run-1")
-    );
-    assert_eq!(
-        g.handle("p", "2", &ev("o", "r", "a ", json!(1)))
-            .await
-            .unwrap(),
-        created("run-2")
-    );
-    assert_eq!(
-        g.handle("p", "3", &ev("o", "r", "a", json!(1)))
-            .await
-            .unwrap(),
-        created("run-3")
-    );
-    assert_eq!(
-        g.handle("p", "4", &ev("o", "r", "a", json!(" 1")))
-            .await
-            .unwrap(),
-        created("run-4")
-    );
+    assert_eq!(g.handle("p", "1", &ev(" ", " ", " ", json!(" "))).await.unwrap(), created("run-1"));
+    assert_eq!(g.handle("p", "2", &ev("o", "r", "a ", json!(1))).await.unwrap(), created("run-2"));
+    assert_eq!(g.handle("p", "3", &ev("o", "r", "a", json!(1))).await.unwrap(), created("run-3"));
+    assert_eq!(g.handle("p", "4", &ev("o", "r", "a", json!(" 1"))).await.unwrap(), created("run-4"));
 }
 
 #[tokio::test]
 async fn memory_ttls_expire_on_paused_time() {
     tokio::time::pause();
-    let settings = Settings {
-        delivery_ttl: Duration::from_secs(60),
-        logical_ttl: Some(Duration::from_secs(600)),
-    };
-    let g = Gate::new(
-        ["o/r"],
-        std::sync::Arc::new(idemgate::store::memory::MemoryStore::new(&settings)),
-    );
+    let settings = Settings { delivery_ttl: Duration::from_secs(60), logical_ttl: Some(Duration::from_secs(600)) };
+    let g = Gate::new(["o/r"], std::sync::Arc::new(idemgate::store::memory::MemoryStore::new(&settings)));
     let e = ev("o", "r", "a", json!(1));
     assert_eq!(g.handle("p", "d1", &e).await.unwrap(), created("run-1"));
     tokio::time::advance(Duration::from_secs(59)).await;
@@ -450,10 +265,7 @@ async fn memory_logical_keys_never_expire_by_default() {
 
 #[tokio::test]
 async fn redis_ttls_expire() {
-    let settings = Settings {
-        delivery_ttl: Duration::from_millis(300),
-        logical_ttl: Some(Duration::from_millis(900)),
-    };
+    let settings = Settings { delivery_ttl: Duration::from_millis(300), logical_ttl: Some(Duration::from_millis(900)) };
     let g = Gate::new(["o/r"], Backend::Redis.store(&settings).await);
     let e = ev("o", "r", "a", json!(1));
     assert_eq!(g.handle("p", "d1", &e).await.unwrap(), created("run-1"));

@@ -29,13 +29,7 @@ async fn router(b: Backend, token: Option<&str>) -> Router {
     let gate = Gate::new(["octo/repo"], b.store(&Settings::default()).await);
     let providers = vec![
         Provider::github("github", GH_SECRET),
-        Provider::standard_webhooks(
-            "billing",
-            SW_SECRET,
-            Duration::from_secs(300),
-            FieldPointers::default(),
-        )
-        .unwrap(),
+        Provider::standard_webhooks("billing", SW_SECRET, Duration::from_secs(300), FieldPointers::default()).unwrap(),
     ];
     app(AppState::new(gate, providers, token).with_max_body(64 * 1024))
 }
@@ -60,11 +54,7 @@ async fn send(app: &Router, req: Request<Body>) -> Reply {
     let status = resp.status();
     let headers = resp.headers().clone();
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    Reply {
-        status,
-        headers,
-        text: String::from_utf8(bytes.to_vec()).unwrap(),
-    }
+    Reply { status, headers, text: String::from_utf8(bytes.to_vec()).unwrap() }
 }
 
 fn post(path: &str) -> axum::http::request::Builder {
@@ -72,13 +62,7 @@ fn post(path: &str) -> axum::http::request::Builder {
 }
 
 async fn deliver(app: &Router, body: Value) -> Reply {
-    send(
-        app,
-        post("/v1/deliveries")
-            .body(Body::from(body.to_string()))
-            .unwrap(),
-    )
-    .await
+    send(app, post("/v1/deliveries").body(Body::from(body.to_string())).unwrap()).await
 }
 
 fn event(n: i64) -> Value {
@@ -99,89 +83,45 @@ both_stores!(
 
 async fn created_replayed_duplicate(b: Backend) {
     let app = router(b, None).await;
-    let r = deliver(
-        &app,
-        json!({"provider": "github", "delivery_id": "d1", "event": event(7)}),
-    )
-    .await;
+    let r = deliver(&app, json!({"provider": "github", "delivery_id": "d1", "event": event(7)})).await;
     assert_eq!(r.status, StatusCode::ACCEPTED);
-    assert_eq!(
-        r.text,
-        r#"{"status":"created","code":202,"run_id":"run-1"}"#
-    );
+    assert_eq!(r.text, r#"{"status":"created","code":202,"run_id":"run-1"}"#);
     assert_eq!(r.header("content-type"), Some("application/json"));
     assert_eq!(r.header("idempotent-replayed"), None);
 
-    let r = deliver(
-        &app,
-        json!({"provider": "github", "delivery_id": "d1", "event": event(7)}),
-    )
-    .await;
+    let r = deliver(&app, json!({"provider": "github", "delivery_id": "d1", "event": event(7)})).await;
     assert_eq!(
         (r.status, r.text.as_str()),
-        (
-            StatusCode::ACCEPTED,
-            r#"{"status":"created","code":202,"run_id":"run-1"}"#
-        )
+        (StatusCode::ACCEPTED, r#"{"status":"created","code":202,"run_id":"run-1"}"#)
     );
     assert_eq!(r.header("idempotent-replayed"), Some("true"));
     assert_eq!(r.header("idemgate-event-mismatch"), None);
 
+    let r = deliver(&app, json!({"provider": "github", "delivery_id": "d2", "event": event(7)})).await;
+    assert_eq!((r.status, r.text.as_str()), (StatusCode::OK, r#"{"status":"duplicate","code":200,"run_id":"run-1"}"#));
+
     let r = deliver(
         &app,
-        json!({"provider": "github", "delivery_id": "d2", "event": event(7)}),
+        json!({"provider": "github", "delivery_id": "d3", "event": {"org": "evil", "repo": "x", "action": "a"}}),
     )
     .await;
-    assert_eq!(
-        (r.status, r.text.as_str()),
-        (
-            StatusCode::OK,
-            r#"{"status":"duplicate","code":200,"run_id":"run-1"}"#
-        )
-    );
-
-    let r = deliver(&app, json!({"provider": "github", "delivery_id": "d3", "event": {"org": "evil", "repo": "x", "action": "a"}})).await;
-    assert_eq!(
-        (r.status, r.text.as_str()),
-        (StatusCode::FORBIDDEN, r#"{"status":"blocked","code":403}"#)
-    );
+    assert_eq!((r.status, r.text.as_str()), (StatusCode::FORBIDDEN, r#"{"status":"blocked","code":403}"#));
 }
 
 async fn mismatch_header_on_changed_retry(b: Backend) {
     let app = router(b, None).await;
-    deliver(
-        &app,
-        json!({"provider": "p", "delivery_id": "d1", "event": event(1)}),
-    )
-    .await;
+    deliver(&app, json!({"provider": "p", "delivery_id": "d1", "event": event(1)})).await;
     // Same event with keys in another order: not a mismatch.
     let same: Value =
-        serde_json::from_str(r#"{"number": 1, "action": "opened", "repo": "repo", "org": "octo"}"#)
-            .unwrap();
-    let r = deliver(
-        &app,
-        json!({"provider": "p", "delivery_id": "d1", "event": same}),
-    )
-    .await;
+        serde_json::from_str(r#"{"number": 1, "action": "opened", "repo": "repo", "org": "octo"}"#).unwrap();
+    let r = deliver(&app, json!({"provider": "p", "delivery_id": "d1", "event": same})).await;
     assert_eq!(r.header("idempotent-replayed"), Some("true"));
     assert_eq!(r.header("idemgate-event-mismatch"), None);
-    let r = deliver(
-        &app,
-        json!({"provider": "p", "delivery_id": "d1", "event": event(2)}),
-    )
-    .await;
-    assert_eq!(
-        r.text,
-        r#"{"status":"created","code":202,"run_id":"run-1"}"#
-    );
+    let r = deliver(&app, json!({"provider": "p", "delivery_id": "d1", "event": event(2)})).await;
+    assert_eq!(r.text, r#"{"status":"created","code":202,"run_id":"run-1"}"#);
     assert_eq!(r.header("idemgate-event-mismatch"), Some("true"));
-    let metrics = send(&app, Request::get("/metrics").body(Body::empty()).unwrap())
-        .await
-        .text;
-    assert!(
-        metrics.contains("idemgate_event_mismatches_total 1"),
-        "{metrics}"
-    );
+    let metrics = send(&app, Request::get("/metrics").body(Body::empty()).unwrap()).await.text;
+    assert!(metrics.contains("idemgate_event_mismatches_total 1"), "{metrics}");
     assert!(metrics.contains("idemgate_replays_total 2"), "{metrics}");
 }
 
@@ -198,31 +138,14 @@ async fn malformed_requests_store_nothing(b: Backend) {
         json!({"provider": "p", "delivery_id": ["d1"], "event": event(1)}).to_string(),
     ];
     for body in bad_bodies {
-        let r = send(
-            &app,
-            post("/v1/deliveries")
-                .body(Body::from(body.clone()))
-                .unwrap(),
-        )
-        .await;
+        let r = send(&app, post("/v1/deliveries").body(Body::from(body.clone())).unwrap()).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}");
-        assert!(
-            r.json()["error"].as_str().is_some_and(|e| !e.is_empty()),
-            "{body}: {}",
-            r.text
-        );
+        assert!(r.json()["error"].as_str().is_some_and(|e| !e.is_empty()), "{body}: {}", r.text);
         assert_eq!(r.json().as_object().unwrap().len(), 1);
     }
     // Nothing was stored: d1 is still new and run-1 is still free.
-    let r = deliver(
-        &app,
-        json!({"provider": "p", "delivery_id": "d1", "event": event(1)}),
-    )
-    .await;
-    assert_eq!(
-        r.text,
-        r#"{"status":"created","code":202,"run_id":"run-1"}"#
-    );
+    let r = deliver(&app, json!({"provider": "p", "delivery_id": "d1", "event": event(1)})).await;
+    assert_eq!(r.text, r#"{"status":"created","code":202,"run_id":"run-1"}"#);
     assert_eq!(r.header("idempotent-replayed"), None);
 }
 
@@ -238,10 +161,7 @@ async fn missing_or_bad_event_is_a_cached_bad_request(b: Backend) {
         let r = deliver(&app, body.clone()).await;
         assert_eq!(
             (r.status, r.text.as_str()),
-            (
-                StatusCode::BAD_REQUEST,
-                r#"{"status":"bad_request","code":400}"#
-            ),
+            (StatusCode::BAD_REQUEST, r#"{"status":"bad_request","code":400}"#),
             "{body}"
         );
         let mut retry = body.clone();
@@ -255,13 +175,7 @@ async fn missing_or_bad_event_is_a_cached_bad_request(b: Backend) {
 async fn token_is_checked_before_the_store(b: Backend) {
     let app = router(b, Some("t0ken")).await;
     let body = json!({"provider": "p", "delivery_id": "d1", "event": event(1)}).to_string();
-    for auth in [
-        None,
-        Some("Bearer wrong"),
-        Some("t0ken"),
-        Some("Basic t0ken"),
-        Some("Bearer t0ken "),
-    ] {
+    for auth in [None, Some("Bearer wrong"), Some("t0ken"), Some("Basic t0ken"), Some("Bearer t0ken ")] {
         let mut req = post("/v1/deliveries");
         if let Some(a) = auth {
             req = req.header("authorization", a);
@@ -270,76 +184,33 @@ async fn token_is_checked_before_the_store(b: Backend) {
         assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{auth:?}");
         assert!(r.json()["error"].is_string());
     }
-    let r = send(
-        &app,
-        post("/v1/dedup-window").body(Body::from("{}")).unwrap(),
-    )
-    .await;
+    let r = send(&app, post("/v1/dedup-window").body(Body::from("{}")).unwrap()).await;
     assert_eq!(r.status, StatusCode::UNAUTHORIZED);
-    let r = send(
-        &app,
-        post("/v1/deliveries")
-            .header("authorization", "Bearer t0ken")
-            .body(Body::from(body))
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(
-        (r.status, r.header("idempotent-replayed")),
-        (StatusCode::ACCEPTED, None),
-        "nothing was stored before"
-    );
+    let r = send(&app, post("/v1/deliveries").header("authorization", "Bearer t0ken").body(Body::from(body)).unwrap())
+        .await;
+    assert_eq!((r.status, r.header("idempotent-replayed")), (StatusCode::ACCEPTED, None), "nothing was stored before");
     // Health endpoints stay open.
-    assert_eq!(
-        send(&app, Request::get("/healthz").body(Body::empty()).unwrap())
-            .await
-            .status,
-        StatusCode::OK
-    );
+    assert_eq!(send(&app, Request::get("/healthz").body(Body::empty()).unwrap()).await.status, StatusCode::OK);
 }
 
 async fn body_limit(b: Backend) {
     let app = router(b, None).await; // limit: 64 KiB
     let big = json!({"provider": "p", "delivery_id": "big", "event": {"org": "octo", "repo": "repo", "action": "a", "pad": "x".repeat(70_000)}}).to_string();
     // Declared too large: 413 without reading the body.
-    let r = send(
-        &app,
-        post("/v1/deliveries")
-            .header("content-length", big.len())
-            .body(Body::from(big.clone()))
-            .unwrap(),
-    )
-    .await;
+    let r =
+        send(&app, post("/v1/deliveries").header("content-length", big.len()).body(Body::from(big.clone())).unwrap())
+            .await;
     assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert!(r.json()["error"].as_str().unwrap().contains("65536"));
     // No Content-Length (as with a chunked body): 413 once the limit is crossed.
-    let r = send(
-        &app,
-        post("/v1/deliveries")
-            .body(Body::from(big.clone()))
-            .unwrap(),
-    )
-    .await;
+    let r = send(&app, post("/v1/deliveries").body(Body::from(big.clone())).unwrap()).await;
     assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
-    let r = send(
-        &app,
-        post("/webhooks/github")
-            .header("content-length", big.len())
-            .body(Body::from(big))
-            .unwrap(),
-    )
-    .await;
+    let r =
+        send(&app, post("/webhooks/github").header("content-length", big.len()).body(Body::from(big)).unwrap()).await;
     assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
     // Nothing stored.
-    let r = deliver(
-        &app,
-        json!({"provider": "p", "delivery_id": "big", "event": event(1)}),
-    )
-    .await;
-    assert_eq!(
-        (r.status, r.header("idempotent-replayed")),
-        (StatusCode::ACCEPTED, None)
-    );
+    let r = deliver(&app, json!({"provider": "p", "delivery_id": "big", "event": event(1)})).await;
+    assert_eq!((r.status, r.header("idempotent-replayed")), (StatusCode::ACCEPTED, None));
 }
 
 fn gh_sign(body: &[u8]) -> String {
@@ -373,44 +244,25 @@ async fn github_webhooks(b: Backend) {
     .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
 
-    let payload = json!({"action": "opened", "number": 5, "repository": {"name": "repo", "owner": {"login": "octo"}}}).to_string();
+    let payload = json!({"action": "opened", "number": 5, "repository": {"name": "repo", "owner": {"login": "octo"}}})
+        .to_string();
     let sig = gh_sign(payload.as_bytes());
-    let r = send(
-        &app,
-        github_request(payload.as_bytes(), "g1", "pull_request", &sig),
-    )
-    .await;
+    let r = send(&app, github_request(payload.as_bytes(), "g1", "pull_request", &sig)).await;
     assert_eq!(
         (r.status, r.text.as_str()),
-        (
-            StatusCode::ACCEPTED,
-            r#"{"status":"created","code":202,"run_id":"run-1"}"#
-        )
+        (StatusCode::ACCEPTED, r#"{"status":"created","code":202,"run_id":"run-1"}"#)
     );
-    let r = send(
-        &app,
-        github_request(payload.as_bytes(), "g1", "pull_request", &sig),
-    )
-    .await;
+    let r = send(&app, github_request(payload.as_bytes(), "g1", "pull_request", &sig)).await;
     assert_eq!(r.header("idempotent-replayed"), Some("true"));
-    let r = send(
-        &app,
-        github_request(payload.as_bytes(), "g2", "pull_request", &sig),
-    )
-    .await;
-    assert_eq!(
-        r.text,
-        r#"{"status":"duplicate","code":200,"run_id":"run-1"}"#
-    );
+    let r = send(&app, github_request(payload.as_bytes(), "g2", "pull_request", &sig)).await;
+    assert_eq!(r.text, r#"{"status":"duplicate","code":200,"run_id":"run-1"}"#);
     // The same identity through /v1/deliveries under the provider name.
     let r = deliver(&app, json!({"provider": "github", "delivery_id": "v1", "event": {"org": "octo", "repo": "repo", "action": "pull_request.opened", "number": "5"}})).await;
-    assert_eq!(
-        r.text,
-        r#"{"status":"duplicate","code":200,"run_id":"run-1"}"#
-    );
+    assert_eq!(r.text, r#"{"status":"duplicate","code":200,"run_id":"run-1"}"#);
 
     // A forged retry of a known delivery learns nothing: 401, no cached answer.
-    let forged = json!({"action": "opened", "number": 6, "repository": {"name": "repo", "owner": {"login": "octo"}}}).to_string();
+    let forged = json!({"action": "opened", "number": 6, "repository": {"name": "repo", "owner": {"login": "octo"}}})
+        .to_string();
     for (body, sig) in [
         (forged.as_bytes(), sig.clone()),
         (payload.as_bytes(), "sha256=00".into()),
@@ -430,35 +282,18 @@ async fn github_webhooks(b: Backend) {
     assert_eq!(send(&app, req).await.status, StatusCode::BAD_REQUEST);
     // A payload without repository: a cached bad_request.
     let ping = json!({"zen": "Keep it logically awesome."}).to_string();
-    let r = send(
-        &app,
-        github_request(ping.as_bytes(), "g3", "ping", &gh_sign(ping.as_bytes())),
-    )
-    .await;
+    let r = send(&app, github_request(ping.as_bytes(), "g3", "ping", &gh_sign(ping.as_bytes()))).await;
     assert_eq!(r.text, r#"{"status":"bad_request","code":400}"#);
     // Unknown provider.
-    let r = send(
-        &app,
-        Request::post("/webhooks/gitlab")
-            .body(Body::from("{}"))
-            .unwrap(),
-    )
-    .await;
+    let r = send(&app, Request::post("/webhooks/gitlab").body(Body::from("{}")).unwrap()).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     assert!(r.json()["error"].is_string());
-    let metrics = send(&app, Request::get("/metrics").body(Body::empty()).unwrap())
-        .await
-        .text;
-    assert!(
-        metrics.contains("idemgate_webhook_auth_failures_total{provider=\"github\"} 3"),
-        "{metrics}"
-    );
+    let metrics = send(&app, Request::get("/metrics").body(Body::empty()).unwrap()).await.text;
+    assert!(metrics.contains("idemgate_webhook_auth_failures_total{provider=\"github\"} 3"), "{metrics}");
 }
 
 fn sw_request(id: &str, ts: u64, body: &str, secret_b64: &str) -> Request<Body> {
-    let key = base64::engine::general_purpose::STANDARD
-        .decode(secret_b64)
-        .unwrap();
+    let key = base64::engine::general_purpose::STANDARD.decode(secret_b64).unwrap();
     let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
     mac.update(format!("{id}.{ts}.{body}").as_bytes());
     let sig = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
@@ -473,19 +308,12 @@ fn sw_request(id: &str, ts: u64, body: &str, secret_b64: &str) -> Request<Body> 
 async fn standard_webhooks(b: Backend) {
     let app = router(b, None).await;
     let key = SW_SECRET.strip_prefix("whsec_").unwrap();
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let body =
-        json!({"org": "octo", "repo": "repo", "action": "invoice.paid", "number": 12}).to_string();
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let body = json!({"org": "octo", "repo": "repo", "action": "invoice.paid", "number": 12}).to_string();
     let r = send(&app, sw_request("msg_1", now, &body, key)).await;
     assert_eq!(
         (r.status, r.text.as_str()),
-        (
-            StatusCode::ACCEPTED,
-            r#"{"status":"created","code":202,"run_id":"run-1"}"#
-        )
+        (StatusCode::ACCEPTED, r#"{"status":"created","code":202,"run_id":"run-1"}"#)
     );
     let r = send(&app, sw_request("msg_1", now, &body, key)).await;
     assert_eq!(r.header("idempotent-replayed"), Some("true"));
@@ -500,26 +328,14 @@ async fn standard_webhooks(b: Backend) {
     let r = send(&app, sw_request("msg_2", now, &body, key)).await;
     assert_eq!(
         (r.text.as_str(), r.header("idempotent-replayed")),
-        (
-            r#"{"status":"duplicate","code":200,"run_id":"run-1"}"#,
-            None
-        )
+        (r#"{"status":"duplicate","code":200,"run_id":"run-1"}"#, None)
     );
 }
 
 async fn health_ready_metrics(b: Backend) {
     let app = router(b, None).await;
-    deliver(
-        &app,
-        json!({"provider": "p", "delivery_id": "d1", "event": event(1)}),
-    )
-    .await;
-    assert_eq!(
-        send(&app, Request::get("/healthz").body(Body::empty()).unwrap())
-            .await
-            .status,
-        StatusCode::OK
-    );
+    deliver(&app, json!({"provider": "p", "delivery_id": "d1", "event": event(1)})).await;
+    assert_eq!(send(&app, Request::get("/healthz").body(Body::empty()).unwrap()).await.status, StatusCode::OK);
     let r = send(&app, Request::get("/readyz").body(Body::empty()).unwrap()).await;
     assert_eq!(r.status, StatusCode::OK);
     let r = send(&app, Request::get("/metrics").body(Body::empty()).unwrap()).await;
@@ -542,37 +358,20 @@ async fn health_ready_metrics(b: Backend) {
 
 /// A gate served on a real socket over Redis at `url`.
 async fn serve_on_socket(url: &str, ns: &str) -> (String, tokio::sync::oneshot::Sender<()>) {
-    let opts = RedisOptions {
-        command_timeout: Duration::from_millis(500),
-        ..RedisOptions::single(url)
-    };
-    let store = Arc::new(
-        RedisStore::connect(&opts, Keys::new(ns).unwrap(), &Settings::default())
-            .await
-            .unwrap(),
-    );
-    let state = AppState::new(Gate::new(["octo/repo"], store), vec![], None)
-        .with_request_timeout(Duration::from_secs(3));
+    let opts = RedisOptions { command_timeout: Duration::from_millis(500), ..RedisOptions::single(url) };
+    let store = Arc::new(RedisStore::connect(&opts, Keys::new(ns).unwrap(), &Settings::default()).await.unwrap());
+    let state =
+        AppState::new(Gate::new(["octo/repo"], store), vec![], None).with_request_timeout(Duration::from_secs(3));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (tx, rx) = tokio::sync::oneshot::channel();
-    tokio::spawn(idemgate::server::run(
-        listener,
-        state,
-        Duration::from_secs(5),
-        async move {
-            let _ = rx.await;
-        },
-    ));
+    tokio::spawn(idemgate::server::run(listener, state, Duration::from_secs(5), async move {
+        let _ = rx.await;
+    }));
     (base, tx)
 }
 
-async fn post_delivery(
-    client: &reqwest::Client,
-    base: &str,
-    id: &str,
-    n: i64,
-) -> reqwest::Response {
+async fn post_delivery(client: &reqwest::Client, base: &str, id: &str, n: i64) -> reqwest::Response {
     client
         .post(format!("{base}/v1/deliveries"))
         .json(&json!({"provider": "p", "delivery_id": id, "event": event(n)}))
@@ -594,28 +393,9 @@ async fn outage_fails_closed_and_recovers() {
     assert_eq!(r.headers().get("retry-after").unwrap(), "1");
     let body: Value = r.json().await.unwrap();
     assert!(body["error"].as_str().unwrap().contains("unavailable"));
-    assert!(
-        !body.to_string().to_lowercase().contains("redis"),
-        "no Redis details in the body: {body}"
-    );
-    assert_eq!(
-        client
-            .get(format!("{base}/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        503
-    );
-    assert_eq!(
-        client
-            .get(format!("{base}/healthz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert!(!body.to_string().to_lowercase().contains("redis"), "no Redis details in the body: {body}");
+    assert_eq!(client.get(format!("{base}/readyz")).send().await.unwrap().status(), 503);
+    assert_eq!(client.get(format!("{base}/healthz")).send().await.unwrap().status(), 200);
 
     redis.restart(); // an empty server: --save "" and no AOF
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -626,21 +406,9 @@ async fn outage_fails_closed_and_recovers() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    assert_eq!(
-        r.status(),
-        202,
-        "the same delivery succeeds once Redis is back"
-    );
+    assert_eq!(r.status(), 202, "the same delivery succeeds once Redis is back");
     assert!(r.headers().get("idempotent-replayed").is_none());
-    assert_eq!(
-        client
-            .get(format!("{base}/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(client.get(format!("{base}/readyz")).send().await.unwrap().status(), 200);
 }
 
 #[tokio::test]
@@ -655,10 +423,7 @@ async fn hung_redis_answers_503_within_the_timeout() {
     let took = started.elapsed();
     redis.pause(false);
     assert_eq!(r.status(), 503);
-    assert!(
-        took < Duration::from_secs(3),
-        "bounded by the 500 ms command timeout, took {took:?}"
-    );
+    assert!(took < Duration::from_secs(3), "bounded by the 500 ms command timeout, took {took:?}");
     // Recovers by itself; the delivery that timed out may or may not have
     // been recorded (the script may have run), but it is answered consistently.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -706,16 +471,10 @@ fn config_errors_name_the_problem() {
     };
     let e = start_error(&["serve", "--delivery-ttl", "soon"]);
     assert!(e.contains("--delivery-ttl") && e.contains("soon"), "{e}");
-    let kind = write(
-        "kind.toml",
-        "[[provider]]\nname = \"x\"\nkind = \"gitlab\"\nsecret = \"s\"\n",
-    );
+    let kind = write("kind.toml", "[[provider]]\nname = \"x\"\nkind = \"gitlab\"\nsecret = \"s\"\n");
     let e = start_error(&["serve", "--config", &kind]);
     assert!(e.contains("unknown kind \"gitlab\""), "{e}");
-    let secret = write(
-        "secret.toml",
-        "[[provider]]\nname = \"x\"\nkind = \"github\"\n",
-    );
+    let secret = write("secret.toml", "[[provider]]\nname = \"x\"\nkind = \"github\"\n");
     let e = start_error(&["serve", "--config", &secret]);
     assert!(e.contains("missing secret"), "{e}");
     let e = start_error(&["serve", "--config", dir.join("nope.toml").to_str().unwrap()]);
@@ -724,30 +483,15 @@ fn config_errors_name_the_problem() {
     let e = start_error(&["serve", "--config", &ttl]);
     assert!(e.contains("logical_ttl") && e.contains("forever"), "{e}");
     let port = free_port().to_string();
-    let e = start_error(&[
-        "serve",
-        "--redis-url",
-        &format!("redis://127.0.0.1:{port}"),
-        "--redis-timeout",
-        "300ms",
-    ]);
+    let e = start_error(&["serve", "--redis-url", &format!("redis://127.0.0.1:{port}"), "--redis-timeout", "300ms"]);
     assert!(e.contains("cannot open the store"), "{e}");
 }
 
 #[test]
 fn evicting_redis_is_refused_unless_overridden() {
     let redis = RedisProcess::start(&["--maxmemory-policy", "allkeys-lru"]);
-    let e = start_error(&[
-        "serve",
-        "--redis-url",
-        &redis.url(),
-        "--listen",
-        &format!("127.0.0.1:{}", free_port()),
-    ]);
-    assert!(
-        e.contains("allkeys-lru") && e.contains("--allow-eviction"),
-        "{e}"
-    );
+    let e = start_error(&["serve", "--redis-url", &redis.url(), "--listen", &format!("127.0.0.1:{}", free_port())]);
+    assert!(e.contains("allkeys-lru") && e.contains("--allow-eviction"), "{e}");
     let mut child = bin()
         .args([
             "serve",
@@ -761,10 +505,7 @@ fn evicting_redis_is_refused_unless_overridden() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(700));
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "serves with --allow-eviction"
-    );
+    assert!(child.try_wait().unwrap().is_none(), "serves with --allow-eviction");
     child.kill().unwrap();
     child.wait().unwrap();
 }
@@ -791,13 +532,7 @@ async fn graceful_shutdown_answers_requests_in_flight() {
         .unwrap();
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while client
-        .get(format!("{base}/readyz"))
-        .send()
-        .await
-        .map(|r| r.status() != 200)
-        .unwrap_or(true)
-    {
+    while client.get(format!("{base}/readyz")).send().await.map(|r| r.status() != 200).unwrap_or(true) {
         assert!(Instant::now() < deadline, "serve did not become ready");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -806,29 +541,18 @@ async fn graceful_shutdown_answers_requests_in_flight() {
     let inflight: Vec<_> = (0..8)
         .map(|i| {
             let (client, base) = (client.clone(), base.clone());
-            tokio::spawn(async move {
-                post_delivery(&client, &base, &format!("s{i}"), i)
-                    .await
-                    .status()
-                    .as_u16()
-            })
+            tokio::spawn(async move { post_delivery(&client, &base, &format!("s{i}"), i).await.status().as_u16() })
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let pid = child.id().unwrap().to_string();
-    std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
+    std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     redis.pause(false);
     for t in inflight {
         assert_eq!(t.await.unwrap(), 202, "every request in flight is answered");
     }
-    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await.unwrap().unwrap();
     assert!(status.success(), "exit 0 after SIGTERM, got {status}");
 }
 
@@ -843,12 +567,8 @@ fn window_example() -> Value {
 #[tokio::test]
 async fn dedup_window_endpoint() {
     let app = router(Backend::Memory, Some("tok")).await;
-    let req = |body: String| {
-        post("/v1/dedup-window")
-            .header("authorization", "Bearer tok")
-            .body(Body::from(body))
-            .unwrap()
-    };
+    let req =
+        |body: String| post("/v1/dedup-window").header("authorization", "Bearer tok").body(Body::from(body)).unwrap();
     let r = send(&app, req(window_example().to_string())).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     let data = &r.json()["data"];
@@ -879,12 +599,7 @@ fn window_command_reads_stdin_and_exits_2_on_invalid_input() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
         child.wait_with_output().unwrap()
     };
     let out = run(&window_example().to_string());

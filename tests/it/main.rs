@@ -13,6 +13,9 @@ macro_rules! both_stores {
     };
 }
 
+mod chaos;
+mod cluster;
+mod durability;
 mod gate;
 mod http;
 mod model;

@@ -25,8 +25,7 @@ impl Model {
             return r.clone();
         }
         let r = self.decide(provider, event, allow);
-        self.deliveries
-            .insert((provider.into(), delivery.into()), r.clone());
+        self.deliveries.insert((provider.into(), delivery.into()), r.clone());
         r
     }
 
@@ -36,8 +35,7 @@ impl Model {
             Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
             _ => None,
         };
-        let (Some(org), Some(repo), Some(action)) = (text("org"), text("repo"), text("action"))
-        else {
+        let (Some(org), Some(repo), Some(action)) = (text("org"), text("repo"), text("action")) else {
             return bad;
         };
         let number = match event.get("number") {
@@ -104,11 +102,7 @@ fn event() -> impl Strategy<Value = Value> {
 }
 
 fn call() -> impl Strategy<Value = (String, String, Value)> {
-    (
-        prop::sample::select(vec!["github", "gitlab", "a:x"]),
-        0u8..12,
-        event(),
-    )
+    (prop::sample::select(vec!["github", "gitlab", "a:x"]), 0u8..12, event())
         .prop_map(|(p, d, e)| (p.to_owned(), format!("d{d}"), e))
 }
 

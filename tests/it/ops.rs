@@ -19,51 +19,20 @@ const HOUR: Duration = Duration::from_secs(3600);
 /// d-2 a duplicate of it, run-2 (no number) by d-3, d-4 bad_request, d-5 blocked.
 async fn dataset(tag: &str) -> (String, Ops) {
     let ns = fresh_ns(tag);
-    let settings = Settings {
-        delivery_ttl: HOUR,
-        logical_ttl: None,
-    };
+    let settings = Settings { delivery_ttl: HOUR, logical_ttl: None };
     let g = Gate::new(["octo/repo"], redis_store_in(&ns, &settings).await);
     let e = json!({"org": "octo", "repo": "repo", "action": "opened", "number": 7});
-    assert_eq!(
-        g.handle("github", "d-1", &e).await.unwrap().status,
-        Status::Created
-    );
-    assert_eq!(
-        g.handle("github", "d-2", &e).await.unwrap().status,
-        Status::Duplicate
-    );
+    assert_eq!(g.handle("github", "d-1", &e).await.unwrap().status, Status::Created);
+    assert_eq!(g.handle("github", "d-2", &e).await.unwrap().status, Status::Duplicate);
     let push = json!({"org": "octo", "repo": "repo", "action": "push", "number": 0});
+    assert_eq!(g.handle("github", "d-3", &push).await.unwrap().run_id.as_deref(), Some("run-2"));
+    assert_eq!(g.handle("github", "d-4", &json!({"org": "octo"})).await.unwrap().status, Status::BadRequest);
     assert_eq!(
-        g.handle("github", "d-3", &push)
-            .await
-            .unwrap()
-            .run_id
-            .as_deref(),
-        Some("run-2")
-    );
-    assert_eq!(
-        g.handle("github", "d-4", &json!({"org": "octo"}))
-            .await
-            .unwrap()
-            .status,
-        Status::BadRequest
-    );
-    assert_eq!(
-        g.handle(
-            "github",
-            "d-5",
-            &json!({"org": "x", "repo": "y", "action": "z"})
-        )
-        .await
-        .unwrap()
-        .status,
+        g.handle("github", "d-5", &json!({"org": "x", "repo": "y", "action": "z"})).await.unwrap().status,
         Status::Blocked
     );
     let ops = Ops::new(
-        Conn::connect(&RedisOptions::single(redis_url()))
-            .await
-            .unwrap(),
+        Conn::connect(&RedisOptions::single(redis_url())).await.unwrap(),
         Keys::new(&ns).unwrap(),
         Duration::from_secs(2),
     );
@@ -94,71 +63,35 @@ async fn inspect_reads_every_kind_through_the_library() {
     let (ns, ops) = dataset("ops-lib").await;
     let p = format!("idemgate:{{{ns}}}:");
 
-    let i = ops
-        .inspect(&Target::Delivery {
-            provider: "github".into(),
-            delivery_id: "d-2".into(),
-        })
-        .await
-        .unwrap();
+    let i = ops.inspect(&Target::Delivery { provider: "github".into(), delivery_id: "d-2".into() }).await.unwrap();
     assert_eq!(i.key, format!("{p}delivery:6:github:3:d-2"));
-    let Some(Found::Delivery(d)) = i.found else {
-        panic!("{i:?}")
-    };
-    assert_eq!(
-        (d.record.status, d.record.code, d.record.run_id.as_deref()),
-        (Status::Duplicate, 200, Some("run-1"))
-    );
+    let Some(Found::Delivery(d)) = i.found else { panic!("{i:?}") };
+    assert_eq!((d.record.status, d.record.code, d.record.run_id.as_deref()), (Status::Duplicate, 200, Some("run-1")));
     assert_eq!(
         d.record.digest.as_deref(),
         Some(
-            idemgate::gate::event_digest(
-                &json!({"org": "octo", "repo": "repo", "action": "opened", "number": 7})
-            )
-            .as_str()
+            idemgate::gate::event_digest(&json!({"org": "octo", "repo": "repo", "action": "opened", "number": 7}))
+                .as_str()
         )
     );
-    let Ttl::Millis(ms) = d.ttl else {
-        panic!("{:?}", d.ttl)
-    };
+    let Ttl::Millis(ms) = d.ttl else { panic!("{:?}", d.ttl) };
     assert!((3_500_000..=3_600_000).contains(&ms), "{ms}");
 
-    let i = ops
-        .inspect(&Target::logical("github", "octo/repo", "opened", "7"))
-        .await
-        .unwrap();
-    assert_eq!(
-        i.key,
-        format!("{p}logical:6:github:9:octo/repo:6:opened:1:7")
-    );
-    let Some(Found::Logical(l)) = i.found else {
-        panic!("{i:?}")
-    };
+    let i = ops.inspect(&Target::logical("github", "octo/repo", "opened", "7")).await.unwrap();
+    assert_eq!(i.key, format!("{p}logical:6:github:9:octo/repo:6:opened:1:7"));
+    let Some(Found::Logical(l)) = i.found else { panic!("{i:?}") };
     assert_eq!((l.run_id.as_str(), l.ttl), ("run-1", Ttl::Persistent));
     let run = l.run.expect("the run record");
     assert_eq!(run.fields["delivery_id"], "d-1");
     assert_eq!(run.fields["status"], "queued");
 
     // number 0 is "no number": the identity's number text is "".
-    let i = ops
-        .inspect(&Target::logical("github", "octo/repo", "push", ""))
-        .await
-        .unwrap();
-    assert!(
-        matches!(i.found, Some(Found::Logical(ref l)) if l.run_id == "run-2"),
-        "{i:?}"
-    );
+    let i = ops.inspect(&Target::logical("github", "octo/repo", "push", "")).await.unwrap();
+    assert!(matches!(i.found, Some(Found::Logical(ref l)) if l.run_id == "run-2"), "{i:?}");
 
-    let i = ops
-        .inspect(&Target::Run {
-            run_id: "run-1".into(),
-        })
-        .await
-        .unwrap();
+    let i = ops.inspect(&Target::Run { run_id: "run-1".into() }).await.unwrap();
     assert_eq!(i.key, format!("{p}run:run-1"));
-    let Some(Found::Run(r)) = i.found else {
-        panic!("{i:?}")
-    };
+    let Some(Found::Run(r)) = i.found else { panic!("{i:?}") };
     for (k, v) in [
         ("run_id", "run-1"),
         ("provider", "github"),
@@ -173,19 +106,11 @@ async fn inspect_reads_every_kind_through_the_library() {
     assert!(r.fields.contains_key("created_ms"));
 
     for missing in [
-        Target::Delivery {
-            provider: "github".into(),
-            delivery_id: "nope".into(),
-        },
+        Target::Delivery { provider: "github".into(), delivery_id: "nope".into() },
         Target::logical("github", "octo/repo", "opened", "8"),
-        Target::Run {
-            run_id: "run-99".into(),
-        },
+        Target::Run { run_id: "run-99".into() },
     ] {
-        assert!(
-            ops.inspect(&missing).await.unwrap().found.is_none(),
-            "{missing:?}"
-        );
+        assert!(ops.inspect(&missing).await.unwrap().found.is_none(), "{missing:?}");
     }
 }
 
@@ -199,22 +124,11 @@ async fn inspect_through_the_binary() {
     let text = stdout(&o);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], format!("key: {p}delivery:6:github:3:d-1"));
-    for want in [
-        "status:",
-        "created (202)",
-        "run id:",
-        "run-1",
-        "first seen:",
-        "ttl left:",
-        "event digest:",
-    ] {
+    for want in ["status:", "created (202)", "run id:", "run-1", "first seen:", "ttl left:", "event digest:"] {
         assert!(text.contains(want), "{want:?} in {text}");
     }
     let first_seen = lines.iter().find(|l| l.starts_with("first seen:")).unwrap();
-    assert!(
-        first_seen.trim_end().ends_with('Z') && first_seen.contains('T'),
-        "{first_seen}"
-    );
+    assert!(first_seen.trim_end().ends_with('Z') && first_seen.contains('T'), "{first_seen}");
 
     let o = idemgate_in(&ns, &["inspect", "delivery", "github", "d-5", "--json"]);
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -225,45 +139,18 @@ async fn inspect_through_the_binary() {
     assert!(v["ttl_ms"].as_u64().unwrap() <= 3_600_000);
     assert!(v["first_seen"].as_str().unwrap().ends_with('Z'));
 
-    let o = idemgate_in(
-        &ns,
-        &["inspect", "logical", "github", "octo/repo", "opened", "7"],
-    );
+    let o = idemgate_in(&ns, &["inspect", "logical", "github", "octo/repo", "opened", "7"]);
     let text = stdout(&o);
+    assert!(text.starts_with(&format!("key: {p}logical:6:github:9:octo/repo:6:opened:1:7\n")), "{text}");
+    assert!(text.contains("run id:") && text.contains("never expires"), "{text}");
     assert!(
-        text.starts_with(&format!(
-            "key: {p}logical:6:github:9:octo/repo:6:opened:1:7\n"
-        )),
-        "{text}"
-    );
-    assert!(
-        text.contains("run id:") && text.contains("never expires"),
-        "{text}"
-    );
-    assert!(
-        text.contains(&format!("run record: {p}run:run-1"))
-            && text.contains("delivery_id:")
-            && text.contains("d-1"),
+        text.contains(&format!("run record: {p}run:run-1")) && text.contains("delivery_id:") && text.contains("d-1"),
         "{text}"
     );
 
-    let o = idemgate_in(
-        &ns,
-        &[
-            "inspect",
-            "logical",
-            "github",
-            "octo/repo",
-            "push",
-            "--json",
-        ],
-    );
+    let o = idemgate_in(&ns, &["inspect", "logical", "github", "octo/repo", "push", "--json"]);
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(
-        (v["run_id"].as_str(), v["ttl_ms"].is_null()),
-        (Some("run-2"), true),
-        "{v}"
-    );
+    assert_eq!((v["run_id"].as_str(), v["ttl_ms"].is_null()), (Some("run-2"), true), "{v}");
     assert_eq!(v["run"]["fields"]["delivery_id"], "d-3");
 
     let o = idemgate_in(&ns, &["inspect", "run", "run-2", "--json"]);
@@ -276,10 +163,7 @@ async fn inspect_through_the_binary() {
 
     let o = idemgate_in(&ns, &["inspect", "run", "run-1"]);
     let text = stdout(&o);
-    assert!(
-        text.starts_with(&format!("key: {p}run:run-1\n")) && text.contains("created_ms:"),
-        "{text}"
-    );
+    assert!(text.starts_with(&format!("key: {p}run:run-1\n")) && text.contains("created_ms:"), "{text}");
 
     for args in [
         &["inspect", "delivery", "github", "nope"][..],
@@ -298,32 +182,14 @@ async fn inspect_through_the_binary() {
 async fn key_prints_the_schema_without_redis() {
     let o = idemgate(&["key", "delivery", "github", "d-1"]);
     assert_eq!(stdout(&o), "idemgate:{default}:delivery:6:github:3:d-1\n");
-    let o = idemgate(&[
-        "key",
-        "logical",
-        "github",
-        "octo/repo",
-        "pull_request.opened",
-        "7",
-        "--namespace",
-        "prod",
-    ]);
-    assert_eq!(
-        stdout(&o),
-        "idemgate:{prod}:logical:6:github:9:octo/repo:19:pull_request.opened:1:7\n"
-    );
+    let o = idemgate(&["key", "logical", "github", "octo/repo", "pull_request.opened", "7", "--namespace", "prod"]);
+    assert_eq!(stdout(&o), "idemgate:{prod}:logical:6:github:9:octo/repo:19:pull_request.opened:1:7\n");
     let o = idemgate(&["key", "logical", "github", "octo/repo", "push"]);
-    assert_eq!(
-        stdout(&o),
-        "idemgate:{default}:logical:6:github:9:octo/repo:4:push:0:\n"
-    );
+    assert_eq!(stdout(&o), "idemgate:{default}:logical:6:github:9:octo/repo:4:push:0:\n");
     let o = idemgate(&["key", "run", "run-7"]);
     assert_eq!(stdout(&o), "idemgate:{default}:run:run-7\n");
     let o = idemgate(&["key", "delivery", "github", "a b"]);
-    assert_eq!(
-        stdout(&o),
-        "\"idemgate:{default}:delivery:6:github:3:a b\"\n"
-    );
+    assert_eq!(stdout(&o), "\"idemgate:{default}:delivery:6:github:3:a b\"\n");
     let o = idemgate(&["key", "delivery", "github", "a b", "--raw"]);
     assert_eq!(stdout(&o), "idemgate:{default}:delivery:6:github:3:a b\n");
 }
@@ -339,14 +205,8 @@ async fn stats_counts_keys_and_streams() {
     // A consumer group that has read one entry and acknowledged none; one dead run.
     let mut c = raw_conn().await;
     let keys = Keys::new(&ns).unwrap();
-    let _: () = redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg(keys.runs())
-        .arg("workers")
-        .arg("0")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let _: () =
+        redis::cmd("XGROUP").arg("CREATE").arg(keys.runs()).arg("workers").arg("0").query_async(&mut c).await.unwrap();
     let _: redis::Value = redis::cmd("XREADGROUP")
         .arg("GROUP")
         .arg("workers")
@@ -385,11 +245,7 @@ async fn stats_counts_keys_and_streams() {
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["keys"], json!({"delivery": 5, "logical": 2, "run": 2}));
     assert_eq!(
-        (
-            v["run_counter"].as_u64(),
-            v["runs"]["length"].as_u64(),
-            v["dead"]["length"].as_u64()
-        ),
+        (v["run_counter"].as_u64(), v["runs"]["length"].as_u64(), v["dead"]["length"].as_u64()),
         (Some(2), Some(2), Some(1))
     );
     assert_eq!(v["runs"]["groups"][0]["pending"], 1);
@@ -407,20 +263,13 @@ async fn stats_counts_keys_and_streams() {
     ] {
         assert!(text.contains(want), "{want:?} in {text}");
     }
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("keys so far"),
-        "{o:?}"
-    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("keys so far"), "{o:?}");
 
     // An empty namespace is all zeros, not an error.
     let o = idemgate_in(&fresh_ns("ops-empty"), &["stats", "--json"]);
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(
-        (
-            v["keys"]["delivery"].as_u64(),
-            v["run_counter"].as_u64(),
-            v["runs"]["length"].as_u64()
-        ),
+        (v["keys"]["delivery"].as_u64(), v["run_counter"].as_u64(), v["runs"]["length"].as_u64()),
         (Some(0), Some(0), Some(0))
     );
 }
@@ -438,15 +287,8 @@ fn healthcheck_answers_and_fails_clearly() {
     assert!(!o.status.success(), "{o:?}");
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    assert!(
-        err.contains("does not answer") && err.contains(&url),
-        "{err}"
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        started.elapsed()
-    );
+    assert!(err.contains("does not answer") && err.contains(&url), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
 }
 
 #[test]
@@ -456,19 +298,10 @@ fn healthcheck_is_bounded_by_the_redis_timeout_when_redis_hangs() {
     assert!(o.status.success(), "{o:?}");
     redis.pause(true);
     let started = Instant::now();
-    let o = idemgate(&[
-        "healthcheck",
-        "--redis-url",
-        &redis.url(),
-        "--redis-timeout",
-        "500ms",
-    ]);
+    let o = idemgate(&["healthcheck", "--redis-url", &redis.url(), "--redis-timeout", "500ms"]);
     let took = started.elapsed();
     redis.pause(false);
     assert!(!o.status.success(), "{o:?}");
     assert!(took < Duration::from_secs(3), "{took:?}");
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("does not answer"),
-        "{o:?}"
-    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("does not answer"), "{o:?}");
 }

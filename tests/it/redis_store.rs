@@ -16,24 +16,13 @@ use crate::support::{fresh_ns, raw_conn, redis_store_in};
 #[tokio::test]
 async fn key_schema_is_exactly_the_contract() {
     let ns = fresh_ns("schema");
-    let settings = Settings {
-        delivery_ttl: Duration::from_secs(3600),
-        logical_ttl: None,
-    };
+    let settings = Settings { delivery_ttl: Duration::from_secs(3600), logical_ttl: None };
     let g = Gate::new(["octo/repo"], redis_store_in(&ns, &settings).await);
     let e = json!({"org": "octo", "repo": "repo", "action": "opened", "number": 7});
     g.handle("github", "d-1", &e).await.unwrap();
     g.handle("github", "d-2", &e).await.unwrap();
-    g.handle("github", "d-3", &json!({"org": "octo"}))
-        .await
-        .unwrap();
-    g.handle(
-        "github",
-        "d-4",
-        &json!({"org": "x", "repo": "y", "action": "z"}),
-    )
-    .await
-    .unwrap();
+    g.handle("github", "d-3", &json!({"org": "octo"})).await.unwrap();
+    g.handle("github", "d-4", &json!({"org": "x", "repo": "y", "action": "z"})).await.unwrap();
 
     let mut c = raw_conn().await;
     let p = format!("idemgate:{{{ns}}}:");
@@ -41,41 +30,21 @@ async fn key_schema_is_exactly_the_contract() {
     let logical = format!("{p}logical:6:github:9:octo/repo:6:opened:1:7");
 
     // Delivery record: a JSON string with the response fields, with a TTL.
-    let ty: String = redis::cmd("TYPE")
-        .arg(&delivery)
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let ty: String = redis::cmd("TYPE").arg(&delivery).query_async(&mut c).await.unwrap();
     assert_eq!(ty, "string");
     let rec: Value = serde_json::from_str(&c.get::<_, String>(&delivery).await.unwrap()).unwrap();
-    assert_eq!(
-        (&rec["status"], &rec["code"], &rec["run_id"]),
-        (&json!("created"), &json!(202), &json!("run-1"))
-    );
-    assert_eq!(
-        rec["digest"].as_str().unwrap(),
-        idemgate::gate::event_digest(&e)
-    );
+    assert_eq!((&rec["status"], &rec["code"], &rec["run_id"]), (&json!("created"), &json!(202), &json!("run-1")));
+    assert_eq!(rec["digest"].as_str().unwrap(), idemgate::gate::event_digest(&e));
     assert!(rec["at"].as_u64().unwrap() > 1_700_000_000_000);
     let ttl: i64 = c.pttl(&delivery).await.unwrap();
-    assert!(
-        (3_500_000..=3_600_000).contains(&ttl),
-        "delivery PTTL {ttl}"
-    );
+    assert!((3_500_000..=3_600_000).contains(&ttl), "delivery PTTL {ttl}");
     for (d, want) in [
-        (
-            "d-2",
-            json!({"status": "duplicate", "code": 200, "run_id": "run-1"}),
-        ),
+        ("d-2", json!({"status": "duplicate", "code": 200, "run_id": "run-1"})),
         ("d-3", json!({"status": "bad_request", "code": 400})),
         ("d-4", json!({"status": "blocked", "code": 403})),
     ] {
-        let rec: Value = serde_json::from_str(
-            &c.get::<_, String>(format!("{p}delivery:6:github:3:{d}"))
-                .await
-                .unwrap(),
-        )
-        .unwrap();
+        let rec: Value =
+            serde_json::from_str(&c.get::<_, String>(format!("{p}delivery:6:github:3:{d}")).await.unwrap()).unwrap();
         for (k, v) in want.as_object().unwrap() {
             assert_eq!(&rec[k], v, "{d}.{k}");
         }
@@ -96,10 +65,7 @@ async fn key_schema_is_exactly_the_contract() {
     );
 
     // Counter, run record, stream entry.
-    assert_eq!(
-        c.get::<_, String>(format!("{p}run-counter")).await.unwrap(),
-        "1"
-    );
+    assert_eq!(c.get::<_, String>(format!("{p}run-counter")).await.unwrap(), "1");
     let run: HashMap<String, String> = c.hgetall(format!("{p}run:run-1")).await.unwrap();
     for (k, v) in [
         ("run_id", "run-1"),
@@ -114,11 +80,7 @@ async fn key_schema_is_exactly_the_contract() {
         assert_eq!(run.get(k).map(String::as_str), Some(v), "run.{k}");
     }
     assert!(run["created_ms"].parse::<u64>().unwrap() > 1_700_000_000_000);
-    let ty: String = redis::cmd("TYPE")
-        .arg(format!("{p}runs"))
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let ty: String = redis::cmd("TYPE").arg(format!("{p}runs")).query_async(&mut c).await.unwrap();
     assert_eq!(ty, "stream");
     let entries: redis::streams::StreamRangeReply = c.xrange_all(format!("{p}runs")).await.unwrap();
     assert_eq!(entries.ids.len(), 1);
@@ -143,16 +105,9 @@ async fn key_schema_is_exactly_the_contract() {
     // Nothing else was written.
     let mut all: Vec<String> = c.keys(format!("idemgate:{{{ns}}}:*")).await.unwrap();
     all.sort();
-    let mut expected: Vec<String> = ["d-1", "d-2", "d-3", "d-4"]
-        .iter()
-        .map(|d| format!("{p}delivery:6:github:3:{d}"))
-        .collect();
-    expected.extend([
-        logical,
-        format!("{p}run-counter"),
-        format!("{p}run:run-1"),
-        format!("{p}runs"),
-    ]);
+    let mut expected: Vec<String> =
+        ["d-1", "d-2", "d-3", "d-4"].iter().map(|d| format!("{p}delivery:6:github:3:{d}")).collect();
+    expected.extend([logical, format!("{p}run-counter"), format!("{p}run:run-1"), format!("{p}runs")]);
     expected.sort();
     assert_eq!(all, expected);
 }
@@ -160,24 +115,13 @@ async fn key_schema_is_exactly_the_contract() {
 #[tokio::test]
 async fn logical_ttl_is_applied_when_configured() {
     let ns = fresh_ns("lttl");
-    let settings = Settings {
-        delivery_ttl: Duration::from_secs(90),
-        logical_ttl: Some(Duration::from_secs(600)),
-    };
+    let settings = Settings { delivery_ttl: Duration::from_secs(90), logical_ttl: Some(Duration::from_secs(600)) };
     let g = Gate::new(["o/r"], redis_store_in(&ns, &settings).await);
-    g.handle("p", "d", &json!({"org": "o", "repo": "r", "action": "a"}))
-        .await
-        .unwrap();
+    g.handle("p", "d", &json!({"org": "o", "repo": "r", "action": "a"})).await.unwrap();
     let mut c = raw_conn().await;
-    let ttl: i64 = c
-        .pttl(format!("idemgate:{{{ns}}}:logical:1:p:3:o/r:1:a:0:"))
-        .await
-        .unwrap();
+    let ttl: i64 = c.pttl(format!("idemgate:{{{ns}}}:logical:1:p:3:o/r:1:a:0:")).await.unwrap();
     assert!((590_000..=600_000).contains(&ttl), "logical PTTL {ttl}");
-    let ttl: i64 = c
-        .pttl(format!("idemgate:{{{ns}}}:delivery:1:p:1:d"))
-        .await
-        .unwrap();
+    let ttl: i64 = c.pttl(format!("idemgate:{{{ns}}}:delivery:1:p:1:d")).await.unwrap();
     assert!((80_000..=90_000).contains(&ttl), "delivery PTTL {ttl}");
 }
 
@@ -186,17 +130,10 @@ async fn script_flush_between_calls_reloads_the_script() {
     let ns = fresh_ns("flush");
     let g = Gate::new(["o/r"], redis_store_in(&ns, &Settings::default()).await);
     let e = |n: i64| json!({"org": "o", "repo": "r", "action": "a", "number": n});
-    assert_eq!(
-        g.handle("p", "1", &e(1)).await.unwrap(),
-        Response::with_run(Status::Created, "run-1")
-    );
+    assert_eq!(g.handle("p", "1", &e(1)).await.unwrap(), Response::with_run(Status::Created, "run-1"));
     let mut c = raw_conn().await;
     for n in 2..=4 {
-        let _: () = redis::cmd("SCRIPT")
-            .arg("FLUSH")
-            .query_async(&mut c)
-            .await
-            .unwrap();
+        let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut c).await.unwrap();
         assert_eq!(
             g.handle("p", &n.to_string(), &e(n)).await.unwrap(),
             Response::with_run(Status::Created, format!("run-{n}"))
@@ -214,18 +151,9 @@ async fn run_ids_skip_records_that_already_exist() {
         g.handle("p", &n.to_string(), &e(n)).await.unwrap();
     }
     let mut c = raw_conn().await;
-    let _: () = c
-        .set(format!("idemgate:{{{ns}}}:run-counter"), 1)
-        .await
-        .unwrap();
-    assert_eq!(
-        g.handle("p", "4", &e(4)).await.unwrap(),
-        Response::with_run(Status::Created, "run-4")
-    );
-    let run: HashMap<String, String> = c
-        .hgetall(format!("idemgate:{{{ns}}}:run:run-2"))
-        .await
-        .unwrap();
+    let _: () = c.set(format!("idemgate:{{{ns}}}:run-counter"), 1).await.unwrap();
+    assert_eq!(g.handle("p", "4", &e(4)).await.unwrap(), Response::with_run(Status::Created, "run-4"));
+    let run: HashMap<String, String> = c.hgetall(format!("idemgate:{{{ns}}}:run:run-2")).await.unwrap();
     assert_eq!(run["number"], "2", "run-2 still belongs to its identity");
 }
 
@@ -255,23 +183,14 @@ async fn racing_connections_create_one_run_per_identity() {
         for (i, r) in task.await.unwrap() {
             assert!(matches!(r.status, Status::Created | Status::Duplicate));
             if r.status == Status::Created {
-                created
-                    .entry(i)
-                    .or_default()
-                    .push(r.run_id.clone().unwrap());
+                created.entry(i).or_default().push(r.run_id.clone().unwrap());
             }
             run_of.entry(i).or_default().insert(r.run_id.unwrap());
         }
     }
     assert_eq!(created.len(), IDENTITIES);
-    assert!(
-        created.values().all(|runs| runs.len() == 1),
-        "one created per identity: {created:?}"
-    );
-    assert!(
-        run_of.values().all(|runs| runs.len() == 1),
-        "every delivery of an identity names one run"
-    );
+    assert!(created.values().all(|runs| runs.len() == 1), "one created per identity: {created:?}");
+    assert!(run_of.values().all(|runs| runs.len() == 1), "every delivery of an identity names one run");
     let ids: BTreeSet<String> = created.values().flatten().cloned().collect();
     let want: BTreeSet<String> = (1..=IDENTITIES).map(|n| format!("run-{n}")).collect();
     assert_eq!(ids, want, "gap-free");
@@ -282,9 +201,8 @@ async fn racing_connections_create_one_run_per_identity() {
 
 #[tokio::test]
 async fn memory_store_races_create_one_run_per_identity() {
-    let store: Arc<dyn idemgate::store::Store> = Arc::new(
-        idemgate::store::memory::MemoryStore::new(&Settings::default()),
-    );
+    let store: Arc<dyn idemgate::store::Store> =
+        Arc::new(idemgate::store::memory::MemoryStore::new(&Settings::default()));
     let mut tasks = Vec::new();
     for t in 0..64 {
         let g = Gate::new(["o/r"], store.clone());
@@ -305,8 +223,5 @@ async fn memory_store_races_create_one_run_per_identity() {
         all.extend(t.await.unwrap());
     }
     all.sort_by_key(|r| r[4..].parse::<u32>().unwrap());
-    assert_eq!(
-        all,
-        (1..=25).map(|n| format!("run-{n}")).collect::<Vec<_>>()
-    );
+    assert_eq!(all, (1..=25).map(|n| format!("run-{n}")).collect::<Vec<_>>());
 }

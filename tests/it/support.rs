@@ -35,11 +35,8 @@ static CONTAINER_ID: Mutex<Option<String>> = Mutex::new(None);
 #[ctor::dtor]
 fn remove_container() {
     if let Some(id) = CONTAINER_ID.lock().ok().and_then(|mut g| g.take()) {
-        let _ = Command::new("docker")
-            .args(["rm", "-f", "-v", &id])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        let _ =
+            Command::new("docker").args(["rm", "-f", "-v", &id]).stdout(Stdio::null()).stderr(Stdio::null()).status();
     }
 }
 
@@ -80,34 +77,20 @@ pub fn redis_url() -> &'static str {
 /// A namespace no other test uses.
 pub fn fresh_ns(tag: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    format!(
-        "t-{tag}-{}-{}-{nanos}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("t-{tag}-{}-{}-{nanos}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
 }
 
 /// A Redis store on the shared server, in namespace `ns`.
 pub async fn redis_store_in(ns: &str, settings: &Settings) -> Arc<RedisStore> {
-    let store = RedisStore::connect(
-        &RedisOptions::single(redis_url()),
-        Keys::new(ns).unwrap(),
-        settings,
-    )
-    .await
-    .unwrap();
+    let store =
+        RedisStore::connect(&RedisOptions::single(redis_url()), Keys::new(ns).unwrap(), settings).await.unwrap();
     Arc::new(store)
 }
 
 /// A plain connection to the shared server, for reading keys back.
 pub async fn raw_conn() -> Conn {
-    Conn::connect(&RedisOptions::single(redis_url()))
-        .await
-        .unwrap()
+    Conn::connect(&RedisOptions::single(redis_url())).await.unwrap()
 }
 
 /// Which store a behaviour test runs against.
@@ -129,11 +112,7 @@ impl Backend {
 
 /// A free loopback port (bound, then released).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A `redis-server` process of the test's own, on its own port, that the
@@ -149,29 +128,15 @@ impl RedisProcess {
     /// Starts `redis-server` with `extra` arguments (e.g. `--appendonly yes`).
     pub fn start(extra: &[&str]) -> Self {
         let port = free_port();
-        let dir =
-            std::env::temp_dir().join(format!("idemgate-redis-{port}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("idemgate-redis-{port}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut args: Vec<String> = [
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--dir",
-            dir.to_str().unwrap(),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let mut args: Vec<String> =
+            ["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--dir", dir.to_str().unwrap()]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut p = Self {
-            port,
-            dir,
-            args,
-            child: None,
-        };
+        let mut p = Self { port, dir, args, child: None };
         p.restart();
         p
     }
@@ -217,10 +182,7 @@ impl RedisProcess {
     pub fn pause(&self, paused: bool) {
         if let Some(c) = &self.child {
             let sig = if paused { "-STOP" } else { "-CONT" };
-            Command::new("kill")
-                .args([sig, &c.id().to_string()])
-                .status()
-                .unwrap();
+            Command::new("kill").args([sig, &c.id().to_string()]).status().unwrap();
         }
     }
 }
@@ -231,4 +193,243 @@ impl Drop for RedisProcess {
         self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+// ---- Redis Cluster from Debian's redis-server ----
+
+/// A free loopback port at most 55535 whose cluster bus port (+10000) is
+/// free too.
+pub fn free_cluster_port() -> u16 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let seed = std::process::id() as u64 * 7919 + NEXT.fetch_add(1, Ordering::Relaxed) * 104_729;
+    for i in 0..5000u64 {
+        let port = 20_000 + ((seed + i * 7_901) % 35_000) as u16;
+        let ok = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if ok(port) && ok(port + 10_000) {
+            return port;
+        }
+    }
+    panic!("no free port pair for a cluster node");
+}
+
+impl RedisProcess {
+    /// Starts `redis-server` on `port` with `extra` arguments.
+    pub fn start_on(port: u16, extra: &[&str]) -> Self {
+        let dir = std::env::temp_dir().join(format!("idemgate-redis-{port}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut args: Vec<String> =
+            ["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--dir", dir.to_str().unwrap()]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut p = Self { port, dir, args, child: None };
+        p.restart();
+        p
+    }
+
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+}
+
+/// Runs `redis-cli -p PORT args…` and returns its stdout.
+pub fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli").args(["-p", &port.to_string()]).args(args).output().expect("redis-cli on PATH");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A six-node Redis Cluster (three primaries, three replicas) of the
+/// test's own, on loopback. Dropping it stops every node.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisProcess>,
+}
+
+/// Node settings: fast failure detection, failover even after a long
+/// disconnection, no persistence (the tests restart nothing in place).
+const CLUSTER_NODE_ARGS: &[&str] = &[
+    "--cluster-enabled",
+    "yes",
+    "--cluster-config-file",
+    "nodes.conf",
+    "--cluster-node-timeout",
+    "1000",
+    "--cluster-replica-validity-factor",
+    "0",
+    "--appendonly",
+    "no",
+];
+
+impl RedisCluster {
+    /// Starts six nodes and joins them with `redis-cli --cluster create`.
+    pub fn start() -> Self {
+        let nodes: Vec<RedisProcess> =
+            (0..6).map(|_| RedisProcess::start_on(free_cluster_port(), CLUSTER_NODE_ARGS)).collect();
+        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .expect("redis-cli on PATH");
+        assert!(out.status.success(), "cluster create failed: {}", String::from_utf8_lossy(&out.stdout));
+        let c = Self { nodes };
+        c.wait_healthy(Duration::from_secs(30));
+        c
+    }
+
+    /// Seed URLs for `RedisOptions::cluster`.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisProcess::url).collect()
+    }
+
+    /// Waits until every running node reports `cluster_state:ok`, each
+    /// primary has a connected replica, and all agree on slot ownership.
+    pub fn wait_healthy(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let states_ok = self
+                .nodes
+                .iter()
+                .filter(|n| n.pid().is_some())
+                .all(|n| redis_cli(n.port, &["cluster", "info"]).contains("cluster_state:ok"));
+            let primaries = self.primaries();
+            let replicated = primaries.len() == 3
+                && primaries.iter().all(|p| {
+                    let info = redis_cli(*p, &["info", "replication"]);
+                    info.contains("connected_slaves:1") && info.contains("state=online")
+                });
+            if states_ok && replicated {
+                return;
+            }
+            assert!(Instant::now() < deadline, "cluster not healthy within {within:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Ports of the running nodes.
+    pub fn ports(&self) -> Vec<u16> {
+        self.nodes.iter().filter(|n| n.pid().is_some()).map(|n| n.port).collect()
+    }
+
+    /// Ports of the running primaries that serve slots.
+    pub fn primaries(&self) -> Vec<u16> {
+        primaries_among(&self.ports())
+    }
+
+    /// The port of the primary serving `slot`.
+    pub fn primary_of_slot(&self, slot: u16) -> u16 {
+        primary_of_slot(&self.ports(), slot)
+    }
+
+    /// The port of the replica of the primary on `primary`.
+    pub fn replica_of(&self, primary: u16) -> u16 {
+        self.ports()
+            .into_iter()
+            .filter(|p| *p != primary)
+            .find(|p| {
+                let info = redis_cli(*p, &["info", "replication"]);
+                info.contains("role:slave") && info.contains(&format!("master_port:{primary}"))
+            })
+            .expect("the primary has a replica")
+    }
+
+    /// The node on `port`.
+    pub fn node_mut(&mut self, port: u16) -> &mut RedisProcess {
+        self.nodes.iter_mut().find(|n| n.port == port).expect("a node of this cluster")
+    }
+}
+
+/// The primaries (serving slots) among the nodes on `ports`.
+pub fn primaries_among(ports: &[u16]) -> Vec<u16> {
+    ports
+        .iter()
+        .copied()
+        .filter(|p| {
+            redis_cli(*p, &["info", "replication"]).contains("role:master")
+                && my_slots(&redis_cli(*p, &["cluster", "nodes"])) > 0
+        })
+        .collect()
+}
+
+/// The port of the primary serving `slot`, among the nodes on `ports`.
+pub fn primary_of_slot(ports: &[u16], slot: u16) -> u16 {
+    ports
+        .iter()
+        .copied()
+        .find(|p| {
+            redis_cli(*p, &["info", "replication"]).contains("role:master")
+                && owns_slot(&redis_cli(*p, &["cluster", "nodes"]), slot)
+        })
+        .expect("a primary serves the slot")
+}
+
+/// How many slots the `myself` line of `CLUSTER NODES` output lists.
+fn my_slots(nodes: &str) -> usize {
+    let Some(line) = nodes.lines().find(|l| l.contains("myself")) else { return 0 };
+    line.split_whitespace()
+        .skip(8)
+        .filter(|r| !r.starts_with('['))
+        .map(|r| match r.split_once('-') {
+            Some((a, b)) => b.parse::<usize>().unwrap_or(0) + 1 - a.parse::<usize>().unwrap_or(0),
+            None => 1,
+        })
+        .sum()
+}
+
+/// True when the `myself` line of `CLUSTER NODES` output lists `slot`.
+pub fn owns_slot(nodes: &str, slot: u16) -> bool {
+    let Some(line) = nodes.lines().find(|l| l.contains("myself")) else { return false };
+    line.split_whitespace().skip(8).filter(|r| !r.starts_with('[')).any(|r| match r.split_once('-') {
+        Some((a, b)) => a.parse::<u16>().is_ok_and(|a| a <= slot) && b.parse::<u16>().is_ok_and(|b| slot <= b),
+        None => r.parse::<u16>() == Ok(slot),
+    })
+}
+
+/// The Redis Cluster slot of a hash tag: CRC16 (XMODEM) mod 16384.
+pub fn crc16_slot(tag: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in tag {
+        crc ^= (b as u16) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc % 16384
+}
+
+static SHARED_CLUSTER_PIDS: Mutex<Vec<(u32, std::path::PathBuf)>> = Mutex::new(Vec::new());
+
+/// Stops the shared cluster's nodes when the test process exits.
+#[ctor::dtor]
+fn stop_shared_cluster() {
+    if let Ok(mut pids) = SHARED_CLUSTER_PIDS.lock() {
+        for (pid, dir) in pids.drain(..) {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Seed URLs of a cluster shared by this test binary, started on first
+/// use. Tests on it use fresh namespaces and never stop its nodes.
+pub fn shared_cluster_urls() -> &'static [String] {
+    static URLS: OnceLock<Vec<String>> = OnceLock::new();
+    URLS.get_or_init(|| {
+        let mut c = RedisCluster::start();
+        let urls = c.urls();
+        let mut pids = SHARED_CLUSTER_PIDS.lock().unwrap();
+        for n in &mut c.nodes {
+            if let Some(child) = n.child.take() {
+                pids.push((child.id(), n.dir.clone()));
+                std::mem::forget(child);
+            }
+        }
+        drop(pids);
+        std::mem::forget(c); // stopped by the dtor above
+        urls
+    })
 }

@@ -20,20 +20,14 @@ use crate::support::{fresh_ns, raw_conn, redis_store_in, redis_url};
 /// Gates `runs` new runs in `ns` (identities `o/r` `push` `1..=runs`), each
 /// delivered `copies` times under different delivery ids, concurrently.
 async fn gate_runs(ns: &str, runs: usize, copies: usize) {
-    let gate = Arc::new(Gate::new(
-        ["o/r"],
-        redis_store_in(ns, &Settings::default()).await,
-    ));
+    let gate = Arc::new(Gate::new(["o/r"], redis_store_in(ns, &Settings::default()).await));
     let mut tasks = tokio::task::JoinSet::new();
     for copy in 0..copies {
         for n in 1..=runs {
             let gate = gate.clone();
             tasks.spawn(async move {
                 let e = json!({"org": "o", "repo": "r", "action": "push", "number": n});
-                let r = gate
-                    .handle("github", &format!("d-{n}-{copy}"), &e)
-                    .await
-                    .unwrap();
+                let r = gate.handle("github", &format!("d-{n}-{copy}"), &e).await.unwrap();
                 r.status
             });
         }
@@ -60,22 +54,14 @@ where
 {
     let deadline = Instant::now() + limit;
     while !cond().await {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
+        assert!(Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
 async fn all_done(ns: &str, runs: usize) -> bool {
     for n in 1..=runs {
-        if record(ns, &format!("run-{n}"))
-            .await
-            .get("status")
-            .map(String::as_str)
-            != Some("done")
-        {
+        if record(ns, &format!("run-{n}")).await.get("status").map(String::as_str) != Some("done") {
             return false;
         }
     }
@@ -90,11 +76,7 @@ fn temp_dir(tag: &str) -> PathBuf {
 }
 
 fn lines(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_owned)
-        .collect()
+    std::fs::read_to_string(path).unwrap_or_default().lines().map(str::to_owned).collect()
 }
 
 /// `idemgate worker` in `ns`, group `g`, named `name` (also `$W` in the
@@ -128,13 +110,7 @@ fn spawn_worker(ns: &str, dir: &Path, name: &str, flags: &[&str], script: &str) 
 }
 
 fn signal(child: &Child, sig: &str) {
-    assert!(
-        Command::new("kill")
-            .args([sig, &child.id().to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
+    assert!(Command::new("kill").args([sig, &child.id().to_string()]).status().unwrap().success());
 }
 
 /// Waits (bounded) for a child to exit.
@@ -172,47 +148,24 @@ async fn worker_three_workers_run_each_of_150_runs_exactly_once() {
     let script = r#"echo "$IDEMGATE_RUN_ID $IDEMGATE_ATTEMPT $W" >> "$D/ran""#;
     let mut workers = Workers(
         (1..=3)
-            .map(|i| {
-                spawn_worker(
-                    &ns,
-                    &dir,
-                    &format!("w{i}"),
-                    &["--concurrency", "4", "--lease", "5s"],
-                    script,
-                )
-            })
+            .map(|i| spawn_worker(&ns, &dir, &format!("w{i}"), &["--concurrency", "4", "--lease", "5s"], script))
             .collect(),
     );
-    wait_for(Duration::from_secs(90), "150 runs done", || {
-        all_done(&ns, 150)
-    })
-    .await;
+    wait_for(Duration::from_secs(90), "150 runs done", || all_done(&ns, 150)).await;
 
     let ran = lines(&dir.join("ran"));
     let mut per_run: BTreeMap<String, usize> = BTreeMap::new();
     for l in &ran {
-        *per_run
-            .entry(l.split(' ').next().unwrap().to_owned())
-            .or_default() += 1;
+        *per_run.entry(l.split(' ').next().unwrap().to_owned()).or_default() += 1;
     }
     assert_eq!(per_run.len(), 150, "{ran:?}");
-    assert!(
-        per_run.values().all(|&n| n == 1),
-        "a run ran twice: {per_run:?}"
-    );
-    assert!(
-        ran.iter().all(|l| l.split(' ').nth(1) == Some("1")),
-        "every run on attempt 1"
-    );
+    assert!(per_run.values().all(|&n| n == 1), "a run ran twice: {per_run:?}");
+    assert!(ran.iter().all(|l| l.split(' ').nth(1) == Some("1")), "every run on attempt 1");
     let by_worker = |w: &str| ran.iter().filter(|l| l.ends_with(w)).count();
     assert!(by_worker("w1") + by_worker("w2") + by_worker("w3") == 150);
     for n in 1..=150 {
         let r = record(&ns, &format!("run-{n}")).await;
-        assert_eq!(
-            (r["status"].as_str(), r["attempts"].as_str()),
-            ("done", "1"),
-            "run-{n}: {r:?}"
-        );
+        assert_eq!((r["status"].as_str(), r["attempts"].as_str()), ("done", "1"), "run-{n}: {r:?}");
         assert!(r["worker"].starts_with('w') && r["finished_ms"].parse::<u64>().unwrap() > 0);
     }
 
@@ -225,20 +178,11 @@ async fn worker_three_workers_run_each_of_150_runs_exactly_once() {
     // A clean stop leaves the group without those consumers, and nothing pending.
     let mut c = raw_conn().await;
     let keys = Keys::new(&ns).unwrap();
-    let (pending, ..): (u64, redis::Value, redis::Value, redis::Value) = redis::cmd("XPENDING")
-        .arg(keys.runs())
-        .arg("g")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let (pending, ..): (u64, redis::Value, redis::Value, redis::Value) =
+        redis::cmd("XPENDING").arg(keys.runs()).arg("g").query_async(&mut c).await.unwrap();
     assert_eq!(pending, 0);
-    let consumers: Vec<redis::Value> = redis::cmd("XINFO")
-        .arg("CONSUMERS")
-        .arg(keys.runs())
-        .arg("g")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let consumers: Vec<redis::Value> =
+        redis::cmd("XINFO").arg("CONSUMERS").arg(keys.runs()).arg("g").query_async(&mut c).await.unwrap();
     assert!(consumers.is_empty(), "{consumers:?}");
     // Everything acknowledged: a trim leaves at most the last delivered entry.
     trim_runs(&mut c, &keys).await.unwrap();
@@ -255,39 +199,20 @@ async fn worker_command_retries_then_succeeds_and_dead_letters_the_rest() {
     let script = r#"cat > "$D/$IDEMGATE_RUN_ID.$IDEMGATE_ATTEMPT.json"
         if [ "$IDEMGATE_RUN_ID" = run-1 ] && [ "$IDEMGATE_ATTEMPT" -ge 3 ]; then exit 0; fi
         echo "boom $IDEMGATE_RUN_ID attempt $IDEMGATE_ATTEMPT" >&2; exit 7"#;
-    let flags = [
-        "--max-attempts",
-        "3",
-        "--backoff",
-        "50ms",
-        "--max-backoff",
-        "200ms",
-        "--lease",
-        "2s",
-    ];
+    let flags = ["--max-attempts", "3", "--backoff", "50ms", "--max-backoff", "200ms", "--lease", "2s"];
     let mut workers = Workers(vec![spawn_worker(&ns, &dir, "w1", &flags, script)]);
-    wait_for(
-        Duration::from_secs(30),
-        "run-1 done and run-2 dead",
-        || async {
-            let (a, b) = (record(&ns, "run-1").await, record(&ns, "run-2").await);
-            a.get("status").map(String::as_str) == Some("done")
-                && b.get("status").map(String::as_str) == Some("dead")
-        },
-    )
+    wait_for(Duration::from_secs(30), "run-1 done and run-2 dead", || async {
+        let (a, b) = (record(&ns, "run-1").await, record(&ns, "run-2").await);
+        a.get("status").map(String::as_str) == Some("done") && b.get("status").map(String::as_str) == Some("dead")
+    })
     .await;
 
     let r1 = record(&ns, "run-1").await;
     assert_eq!(r1["attempts"], "3");
-    assert!(
-        r1["last_error"].contains("exit status 7") && r1["last_error"].contains("attempt 2"),
-        "{r1:?}"
-    );
+    assert!(r1["last_error"].contains("exit status 7") && r1["last_error"].contains("attempt 2"), "{r1:?}");
     for attempt in 1..=3 {
-        let input: Value = serde_json::from_str(
-            &std::fs::read_to_string(dir.join(format!("run-1.{attempt}.json"))).unwrap(),
-        )
-        .unwrap();
+        let input: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join(format!("run-1.{attempt}.json"))).unwrap()).unwrap();
         assert_eq!(
             input,
             json!({"run_id": "run-1", "provider": "github", "repo": "o/r", "action": "push", "number": "1", "delivery_id": "d-1-0", "attempt": attempt})
@@ -300,41 +225,18 @@ async fn worker_command_retries_then_succeeds_and_dead_letters_the_rest() {
     assert!(r2["last_error"].contains("boom run-2 attempt 3"), "{r2:?}");
     assert!(!dir.join("run-2.4.json").exists());
     let mut c = raw_conn().await;
-    let dead: redis::streams::StreamRangeReply = c
-        .xrange_all(Keys::new(&ns).unwrap().runs_dead())
-        .await
-        .unwrap();
+    let dead: redis::streams::StreamRangeReply = c.xrange_all(Keys::new(&ns).unwrap().runs_dead()).await.unwrap();
     assert_eq!(dead.ids.len(), 1);
     let d = &dead.ids[0];
     let field = |k: &str| redis::from_redis_value_ref::<String>(&d.map[k]).unwrap();
-    assert_eq!(
-        (
-            field("run_id").as_str(),
-            field("attempts").as_str(),
-            field("group").as_str()
-        ),
-        ("run-2", "3", "g")
-    );
+    assert_eq!((field("run_id").as_str(), field("attempts").as_str(), field("group").as_str()), ("run-2", "3", "g"));
     assert!(field("last_error").contains("exit status 7: boom run-2 attempt 3"));
-    for k in [
-        "provider",
-        "repo",
-        "action",
-        "number",
-        "delivery_id",
-        "entry_id",
-        "worker",
-        "failed_ms",
-    ] {
+    for k in ["provider", "repo", "action", "number", "delivery_id", "entry_id", "worker", "failed_ms"] {
         assert!(d.map.contains_key(k), "dead entry lacks {k}");
     }
 
     signal(&workers.0[0], "-TERM");
-    assert!(
-        wait_exit(&mut workers.0[0], Duration::from_secs(10))
-            .await
-            .success()
-    );
+    assert!(wait_exit(&mut workers.0[0], Duration::from_secs(10)).await.success());
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -367,59 +269,26 @@ async fn worker_library_retries_times_out_and_dead_letters() {
         block: Duration::from_millis(100),
         ..WorkerConfig::new("lib")
     };
-    let worker = Worker::connect(
-        &RedisOptions::single(redis_url()),
-        Keys::new(&ns).unwrap(),
-        config,
-    )
-    .await
-    .unwrap();
+    let worker = Worker::connect(&RedisOptions::single(redis_url()), Keys::new(&ns).unwrap(), config).await.unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(worker.run(handler, async move {
         let _ = stop_rx.await;
     }));
     wait_for(Duration::from_secs(20), "all runs finished", || async {
-        let s = [
-            record(&ns, "run-1").await,
-            record(&ns, "run-2").await,
-            record(&ns, "run-3").await,
-        ];
-        s.iter()
-            .map(|r| r.get("status").cloned().unwrap_or_default())
-            .collect::<Vec<_>>()
-            == ["done", "dead", "done"]
+        let s = [record(&ns, "run-1").await, record(&ns, "run-2").await, record(&ns, "run-3").await];
+        s.iter().map(|r| r.get("status").cloned().unwrap_or_default()).collect::<Vec<_>>() == ["done", "dead", "done"]
     })
     .await;
     stop_tx.send(()).unwrap();
-    let summary = tokio::time::timeout(Duration::from_secs(10), running)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        (
-            summary.done,
-            summary.dead,
-            summary.failed_attempts,
-            summary.lost
-        ),
-        (2, 1, 5, 0),
-        "{summary:?}"
-    );
+    let summary = tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap().unwrap();
+    assert_eq!((summary.done, summary.dead, summary.failed_attempts, summary.lost), (2, 1, 5, 0), "{summary:?}");
 
     let mut seen = seen.lock().unwrap().clone();
     seen.sort();
-    let want: Vec<(String, u32)> = [
-        ("run-1", 1),
-        ("run-1", 2),
-        ("run-1", 3),
-        ("run-2", 1),
-        ("run-2", 2),
-        ("run-2", 3),
-        ("run-3", 1),
-    ]
-    .map(|(r, a)| (r.to_owned(), a))
-    .into();
+    let want: Vec<(String, u32)> =
+        [("run-1", 1), ("run-1", 2), ("run-1", 3), ("run-2", 1), ("run-2", 2), ("run-2", 3), ("run-3", 1)]
+            .map(|(r, a)| (r.to_owned(), a))
+            .into();
     assert_eq!(seen, want);
     let r2 = record(&ns, "run-2").await;
     assert_eq!(r2["last_error"], "timed out after 300ms");
@@ -435,19 +304,14 @@ async fn worker_kill_9_run_is_taken_over_after_the_lease() {
     let flags = ["--lease", "1s", "--timeout", "20s"];
     let mut workers = Workers(vec![spawn_worker(&ns, &dir, "a", &flags, script)]);
     let ran = dir.join("ran");
-    wait_for(Duration::from_secs(15), "a started run-1", || async {
-        lines(&ran).contains(&"start a".to_owned())
-    })
-    .await;
+    wait_for(Duration::from_secs(15), "a started run-1", || async { lines(&ran).contains(&"start a".to_owned()) })
+        .await;
     workers.0[0].kill().unwrap();
     workers.0[0].wait().unwrap();
     let killed_at = Instant::now();
     workers.0.push(spawn_worker(&ns, &dir, "b", &flags, script));
     wait_for(Duration::from_secs(15), "run-1 done", || all_done(&ns, 1)).await;
-    assert!(
-        killed_at.elapsed() >= Duration::from_millis(900),
-        "taken over before the lease ran out"
-    );
+    assert!(killed_at.elapsed() >= Duration::from_millis(900), "taken over before the lease ran out");
     // a's command died with a (never finished); b ran it, as attempt 2.
     assert_eq!(lines(&ran), ["start a", "start b", "end b"]);
     let r = record(&ns, "run-1").await;
@@ -465,10 +329,8 @@ async fn worker_slow_run_on_a_live_worker_is_not_stolen() {
     let flags = ["--lease", "1s", "--timeout", "20s"];
     let ran = dir.join("ran");
     let mut workers = Workers(vec![spawn_worker(&ns, &dir, "a", &flags, script)]);
-    wait_for(Duration::from_secs(15), "a started run-1", || async {
-        lines(&ran).contains(&"start a".to_owned())
-    })
-    .await;
+    wait_for(Duration::from_secs(15), "a started run-1", || async { lines(&ran).contains(&"start a".to_owned()) })
+        .await;
     workers.0.push(spawn_worker(&ns, &dir, "b", &flags, script));
     wait_for(Duration::from_secs(15), "run-1 done", || all_done(&ns, 1)).await;
     assert_eq!(lines(&ran), ["start a", "end a"]);
@@ -491,23 +353,14 @@ async fn worker_sigterm_finishes_runs_in_hand_and_loses_nothing() {
     let flags = ["--concurrency", "2", "--lease", "20s", "--timeout", "20s"];
     let ran = dir.join("ran");
     let mut workers = Workers(vec![spawn_worker(&ns, &dir, "a", &flags, script)]);
-    wait_for(Duration::from_secs(15), "a started a run", || async {
-        !lines(&ran).is_empty()
-    })
-    .await;
+    wait_for(Duration::from_secs(15), "a started a run", || async { !lines(&ran).is_empty() }).await;
     signal(&workers.0[0], "-TERM");
     let status = wait_exit(&mut workers.0[0], Duration::from_secs(15)).await;
     assert!(status.success(), "{status:?}");
     // Every run a started, it finished (and marked done) before exiting.
     let after_a = lines(&ran);
-    let started: Vec<&str> = after_a
-        .iter()
-        .filter_map(|l| l.strip_prefix("start "))
-        .collect();
-    let ended: Vec<&str> = after_a
-        .iter()
-        .filter_map(|l| l.strip_prefix("end "))
-        .collect();
+    let started: Vec<&str> = after_a.iter().filter_map(|l| l.strip_prefix("start ")).collect();
+    let ended: Vec<&str> = after_a.iter().filter_map(|l| l.strip_prefix("end ")).collect();
     assert!(!started.is_empty() && started.len() < 6, "{after_a:?}");
     assert_eq!(started.len(), ended.len(), "{after_a:?}");
     for s in &started {
@@ -519,18 +372,11 @@ async fn worker_sigterm_finishes_runs_in_hand_and_loses_nothing() {
     wait_for(Duration::from_secs(30), "6 runs done", || all_done(&ns, 6)).await;
     let all = lines(&ran);
     for n in 1..=6 {
-        let ends = all
-            .iter()
-            .filter(|l| l.starts_with(&format!("end run-{n} ")))
-            .count();
+        let ends = all.iter().filter(|l| l.starts_with(&format!("end run-{n} "))).count();
         assert_eq!(ends, 1, "run-{n}: {all:?}");
     }
     signal(&workers.0[1], "-TERM");
-    assert!(
-        wait_exit(&mut workers.0[1], Duration::from_secs(10))
-            .await
-            .success()
-    );
+    assert!(wait_exit(&mut workers.0[1], Duration::from_secs(10)).await.success());
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -545,10 +391,7 @@ async fn worker_refuses_to_start_without_redis() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("needs Redis") && err.contains("--redis-url"),
-        "{err}"
-    );
+    assert!(err.contains("needs Redis") && err.contains("--redis-url"), "{err}");
 }
 
 /// Stream ids of the runs stream, oldest first.
@@ -557,12 +400,7 @@ async fn stream_ids(c: &mut idemgate::store::redis::Conn, key: &str) -> Vec<Stri
     r.ids.into_iter().map(|e| e.id).collect()
 }
 
-async fn read_group(
-    c: &mut idemgate::store::redis::Conn,
-    key: &str,
-    group: &str,
-    count: usize,
-) -> Vec<String> {
+async fn read_group(c: &mut idemgate::store::redis::Conn, key: &str, group: &str, count: usize) -> Vec<String> {
     let r: redis::streams::StreamReadReply = redis::cmd("XREADGROUP")
         .arg("GROUP")
         .arg(group)
@@ -575,11 +413,7 @@ async fn read_group(
         .query_async(c)
         .await
         .unwrap();
-    r.keys
-        .into_iter()
-        .flat_map(|k| k.ids)
-        .map(|e| e.id)
-        .collect()
+    r.keys.into_iter().flat_map(|k| k.ids).map(|e| e.id).collect()
 }
 
 #[tokio::test]
@@ -595,24 +429,14 @@ async fn worker_trim_keeps_every_unacknowledged_entry() {
     // No group yet: a group created later starts at 0 and needs everything.
     assert_eq!(trim_runs(&mut c, &keys).await.unwrap().removed, 0);
     for g in ["g1", "g2"] {
-        let _: () = redis::cmd("XGROUP")
-            .arg("CREATE")
-            .arg(&key)
-            .arg(g)
-            .arg("0")
-            .query_async(&mut c)
-            .await
-            .unwrap();
+        let _: () = redis::cmd("XGROUP").arg("CREATE").arg(&key).arg(g).arg("0").query_async(&mut c).await.unwrap();
     }
     // Groups that have read nothing: nothing goes.
     assert_eq!(trim_runs(&mut c, &keys).await.unwrap().removed, 0);
 
     // g1 reads 6 and acknowledges 1..4 and 6 (5 still pending); g2 reads and acknowledges 3.
     assert_eq!(read_group(&mut c, &key, "g1", 6).await, ids[..6]);
-    let _: i64 = c
-        .xack(&key, "g1", &[&ids[0], &ids[1], &ids[2], &ids[3], &ids[5]])
-        .await
-        .unwrap();
+    let _: i64 = c.xack(&key, "g1", &[&ids[0], &ids[1], &ids[2], &ids[3], &ids[5]]).await.unwrap();
     assert_eq!(read_group(&mut c, &key, "g2", 3).await, ids[..3]);
     let _: i64 = c.xack(&key, "g2", &ids[..3]).await.unwrap();
     let t = trim_runs(&mut c, &keys).await.unwrap();
@@ -626,22 +450,9 @@ async fn worker_trim_keeps_every_unacknowledged_entry() {
     assert_eq!(stream_ids(&mut c, &key).await, ids[4..]);
 
     // A third group that starts late at 0 would need everything left: it is kept.
-    let _: () = redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg(&key)
-        .arg("g3")
-        .arg("0")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let _: () = redis::cmd("XGROUP").arg("CREATE").arg(&key).arg("g3").arg("0").query_async(&mut c).await.unwrap();
     assert_eq!(trim_runs(&mut c, &keys).await.unwrap().removed, 0);
-    let _: () = redis::cmd("XGROUP")
-        .arg("DESTROY")
-        .arg(&key)
-        .arg("g3")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let _: () = redis::cmd("XGROUP").arg("DESTROY").arg(&key).arg("g3").query_async(&mut c).await.unwrap();
 
     // Everything acknowledged everywhere: all but the last delivered entry go.
     let _: i64 = c.xack(&key, "g1", &[&ids[4]]).await.unwrap();
@@ -702,24 +513,13 @@ async fn worker_throughput() {
 
     let ns = fresh_ns("wbench-lib");
     gate_runs(&ns, RUNS, 1).await;
-    let config = WorkerConfig {
-        concurrency: 8,
-        ..WorkerConfig::new("g")
-    };
-    let worker = Worker::connect(
-        &RedisOptions::single(redis_url()),
-        Keys::new(&ns).unwrap(),
-        config,
-    )
-    .await
-    .unwrap();
+    let config = WorkerConfig { concurrency: 8, ..WorkerConfig::new("g") };
+    let worker = Worker::connect(&RedisOptions::single(redis_url()), Keys::new(&ns).unwrap(), config).await.unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let t = Instant::now();
-    let running = tokio::spawn(
-        worker.run(|_run: Run| async { Ok::<_, String>(()) }, async move {
-            let _ = stop_rx.await;
-        }),
-    );
+    let running = tokio::spawn(worker.run(|_run: Run| async { Ok::<_, String>(()) }, async move {
+        let _ = stop_rx.await;
+    }));
     wait_for(Duration::from_secs(300), "lib bench", || done(ns.clone())).await;
     let lib = t.elapsed();
     stop_tx.send(()).unwrap();
@@ -733,11 +533,8 @@ async fn worker_throughput() {
 
 /// Whether process `pid` is gone (or a zombie waiting to be reaped).
 fn gone(pid: &str) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
-        s.rsplit(')')
-            .next()
-            .is_some_and(|r| r.trim_start().starts_with('Z'))
-    })
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_or(true, |s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')))
 }
 
 #[tokio::test]
@@ -753,27 +550,12 @@ async fn worker_timeout_kills_the_command_and_its_process_group() {
         record(&ns, "run-1").await.get("status").map(String::as_str) == Some("dead")
     })
     .await;
-    assert_eq!(
-        record(&ns, "run-1").await["last_error"],
-        "timed out after 500ms"
-    );
+    assert_eq!(record(&ns, "run-1").await["last_error"], "timed out after 500ms");
     for f in ["sh.pid", "bg.pid"] {
-        let pid = std::fs::read_to_string(dir.join(f))
-            .unwrap()
-            .trim()
-            .to_owned();
-        wait_for(
-            Duration::from_secs(5),
-            &format!("{f} {pid} killed"),
-            || async { gone(&pid) },
-        )
-        .await;
+        let pid = std::fs::read_to_string(dir.join(f)).unwrap().trim().to_owned();
+        wait_for(Duration::from_secs(5), &format!("{f} {pid} killed"), || async { gone(&pid) }).await;
     }
     signal(&workers.0[0], "-TERM");
-    assert!(
-        wait_exit(&mut workers.0[0], Duration::from_secs(10))
-            .await
-            .success()
-    );
+    assert!(wait_exit(&mut workers.0[0], Duration::from_secs(10)).await.success());
     let _ = std::fs::remove_dir_all(dir);
 }
