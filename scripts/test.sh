@@ -3,8 +3,9 @@
 # machine (redis-server and redis-cli; a local Redis image where Docker
 # cannot pull), then runs, in order:
 #   1. a smoke run of `idemgate bench` against a Redis of its own,
-#   2. the docker-compose stack test (tests/compose.sh),
-#   3. `cargo test`: unit, integration and doc tests.
+#   2. `idemgate healthcheck` against a loopback Redis Cluster,
+#   3. the docker-compose stack test (tests/compose.sh),
+#   4. `cargo test`: unit, integration and doc tests.
 #
 #   scripts/test.sh                 everything
 #   scripts/test.sh --quick [ARGS]  only `cargo test [ARGS]` (after the set-up)
@@ -51,6 +52,15 @@ if ! $quick; then
   "$target/release/idemgate" bench --redis-url "redis://127.0.0.1:$port" --smoke > /tmp/idemgate-bench-smoke.md
   grep -E "^(Race|idemgate / hand-rolled)" /tmp/idemgate-bench-smoke.md
   kill "$redis_pid"; wait "$redis_pid" 2>/dev/null || true
+  trap - EXIT
+
+  echo "== smoke: idemgate healthcheck against a six-node loopback Redis Cluster (scripts/redis-cluster.sh)"
+  export IDEMGATE_CLUSTER_PORT=${IDEMGATE_CLUSTER_PORT:-30001}
+  export IDEMGATE_CLUSTER_DIR=${IDEMGATE_CLUSTER_DIR:-$(mktemp -d)/cluster}
+  trap 'scripts/redis-cluster.sh stop >/dev/null 2>&1 || true' EXIT
+  scripts/redis-cluster.sh start
+  "$target/release/idemgate" healthcheck --redis-cluster-nodes "$(scripts/redis-cluster.sh nodes)"
+  scripts/redis-cluster.sh stop >/dev/null
   trap - EXIT
 
   echo "== compose stack test"
