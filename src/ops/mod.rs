@@ -71,10 +71,7 @@ impl Ops {
     }
 
     async fn bounded<T>(&self, fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T, Error> {
-        match tokio::time::timeout(self.timeout, fut).await {
-            Ok(r) => Ok(r?),
-            Err(_) => Err(crate::Error::Timeout(self.timeout).into()),
-        }
+        Ok(crate::store::redis::bounded(self.timeout, fut).await?)
     }
 
     /// Runs a command or a pipeline (every key in the namespace's slot).

@@ -141,10 +141,20 @@ impl ConnectionLike for Conn {
     }
 }
 
+/// Awaits a Redis call for at most `timeout`: a hung server becomes
+/// [`Error::Timeout`] instead of a hung caller.
+pub async fn bounded<T>(timeout: Duration, fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T, Error> {
+    tokio::time::timeout(timeout, fut).await.map_err(|_| Error::Timeout(timeout))?.map_err(Error::from)
+}
+
 /// The Redis-backed store.
 pub struct RedisStore {
     conn: Conn,
     keys: Keys,
+    /// The namespace's fixed keys, built once: run counter, runs stream, run-record prefix.
+    counter_key: String,
+    runs_key: String,
+    run_prefix: String,
     script: Script,
     delivery_ttl_ms: u64,
     logical_ttl_ms: u64,
@@ -157,6 +167,9 @@ impl RedisStore {
     pub fn new(conn: Conn, keys: Keys, settings: &Settings, timeout: Duration) -> Self {
         let ms = |d: Duration| (d.as_millis() as u64).max(1);
         Self {
+            counter_key: keys.run_counter(),
+            runs_key: keys.runs(),
+            run_prefix: keys.run_prefix(),
             conn,
             keys,
             script: Script::new(GATE_LUA),
@@ -192,7 +205,7 @@ impl RedisStore {
     }
 
     async fn bounded<T>(&self, fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T, Error> {
-        tokio::time::timeout(self.timeout, fut).await.map_err(|_| Error::Timeout(self.timeout))?.map_err(Error::from)
+        bounded(self.timeout, fut).await
     }
 
     /// `EVALSHA` of the gate script for `call`, and the delivery key (whose
@@ -205,17 +218,17 @@ impl RedisStore {
         };
         // Without an identity there is no logical key; any key of the
         // namespace's slot keeps the KEYS list valid on a cluster.
-        let logical = id.map_or_else(|| self.keys.run_counter(), |id| self.keys.logical(id));
+        let logical = id.map(|id| self.keys.logical(id));
         let delivery = self.keys.delivery(call.provider, call.delivery_id);
         let empty = String::new();
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(self.script.get_hash())
             .arg(5)
             .arg(&delivery)
-            .arg(logical)
-            .arg(self.keys.run_counter())
-            .arg(self.keys.runs())
-            .arg(self.keys.run_prefix())
+            .arg(logical.as_deref().unwrap_or(&self.counter_key))
+            .arg(&self.counter_key)
+            .arg(&self.runs_key)
+            .arg(&self.run_prefix)
             .arg(verdict)
             .arg(self.delivery_ttl_ms)
             .arg(self.logical_ttl_ms)

@@ -168,7 +168,7 @@ impl Queue {
     }
 
     async fn bounded<T>(&self, fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T, Error> {
-        tokio::time::timeout(self.timeout, fut).await.map_err(|_| Error::Timeout(self.timeout))?.map_err(Error::from)
+        crate::store::redis::bounded(self.timeout, fut).await
     }
 
     /// Creates the group at id `0` (runs queued before any worker existed
