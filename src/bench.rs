@@ -308,6 +308,21 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
         }
     })
     .await;
+    let mut conns = Vec::new();
+    for _ in 0..4 {
+        conns.push(Conn::connect(&opts).await?);
+    }
+    let conns = Arc::new(conns);
+    let mk4 = Keys::new(&format!("{ns}-mux4"))?;
+    let mux4 = drive(128, dur, move |i| {
+        let (mut c, keys) = (conns[(i % 4) as usize].clone(), mk4.clone());
+        async move {
+            let _: redis::Value =
+                invoke_raw(&keys, &format!("m{i}"), i).invoke_async(&mut c).await.expect("multiplexed call");
+        }
+    })
+    .await;
+    writeln!(out, "| 4 multiplexed connections, round robin | {:.0} |", mux4.rate)?;
     writeln!(
         out,
         "| redis-rs multiplexed (ConnectionManager) | {:.0} |\n| deadpool-redis, pool of 16 | {:.0} |\n",

@@ -24,9 +24,12 @@ use crate::providers::{Provider, Rejection};
 /// `Retry-After` seconds sent with a 503.
 const RETRY_AFTER_SECS: &str = "1";
 
-/// What the handlers share.
+/// What the handlers share: one `Arc`, so each request clones a pointer.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+#[derive(Clone)]
+struct Shared {
     gate: Gate,
     providers: Arc<HashMap<String, Provider>>,
     /// SHA-256 of the bearer token, compared in constant time.
@@ -39,31 +42,31 @@ pub struct AppState {
 impl AppState {
     /// State for a gate, its provider endpoints and an optional API token.
     pub fn new(gate: Gate, providers: Vec<Provider>, api_token: Option<&str>) -> Self {
-        Self {
+        Self(Arc::new(Shared {
             gate,
             providers: Arc::new(providers.into_iter().map(|p| (p.name.clone(), p)).collect()),
             token_digest: api_token.map(|t| Sha256::digest(t.as_bytes()).into()),
             metrics: Arc::new(Metrics::default()),
             max_body: crate::config::DEFAULT_MAX_BODY,
             request_timeout: std::time::Duration::from_secs(10),
-        }
+        }))
     }
 
     /// Sets the body limit (bytes).
     pub fn with_max_body(mut self, max_body: usize) -> Self {
-        self.max_body = max_body;
+        Arc::make_mut(&mut self.0).max_body = max_body;
         self
     }
 
     /// Sets the bound on one request.
     pub fn with_request_timeout(mut self, timeout: std::time::Duration) -> Self {
-        self.request_timeout = timeout;
+        Arc::make_mut(&mut self.0).request_timeout = timeout;
         self
     }
 
     /// The metrics this state records into.
     pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
+        &self.0.metrics
     }
 }
 
@@ -104,12 +107,9 @@ impl IntoResponse for ApiError {
 
 /// The router of CONTRACT §5.
 pub fn app(state: AppState) -> Router {
-    let v1 = Router::new()
+    Router::new()
         .route("/v1/deliveries", post(deliveries))
         .route("/v1/dedup-window", post(dedup_window))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
-    Router::new()
-        .merge(v1)
         .route("/webhooks/{name}", post(webhook))
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(readyz))
@@ -127,34 +127,33 @@ async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response
     let route = matched.as_ref().map_or("unmatched", MatchedPath::as_str);
     let declared =
         req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    let resp = if declared.is_some_and(|len| len > st.max_body as u64) {
-        ApiError::TooLarge(st.max_body).into_response()
+    let resp = if declared.is_some_and(|len| len > st.0.max_body as u64) {
+        ApiError::TooLarge(st.0.max_body).into_response()
     } else {
-        match tokio::time::timeout(st.request_timeout, next.run(req)).await {
+        match tokio::time::timeout(st.0.request_timeout, next.run(req)).await {
             Ok(resp) => resp,
             Err(_) => {
-                tracing::warn!(%route, timeout = ?st.request_timeout, "request timed out");
+                tracing::warn!(%route, timeout = ?st.0.request_timeout, "request timed out");
                 ApiError::Unavailable("request timed out").into_response()
             }
         }
     };
-    st.metrics.request(route, resp.status().as_u16(), started.elapsed());
+    st.0.metrics.request(route, resp.status().as_u16(), started.elapsed());
     resp
 }
 
-async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    if let Some(want) = &st.token_digest {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
+/// The bearer-token check of `/v1/*`, run before the body is read or any
+/// store is touched.
+fn authorize(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    if let Some(want) = &st.0.token_digest {
+        let given =
+            headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
         let ok = given.is_some_and(|t| bool::from(Sha256::digest(t.as_bytes()).as_slice().ct_eq(want)));
         if !ok {
-            return ApiError::Unauthorized("missing or wrong bearer token".into()).into_response();
+            return Err(ApiError::Unauthorized("missing or wrong bearer token".into()));
         }
     }
-    next.run(req).await
+    Ok(())
 }
 
 /// Reads the whole body, bounded by the limit (for bodies sent without a
@@ -172,8 +171,9 @@ fn string_field<'a>(body: &'a Value, name: &str) -> Result<&'a str, ApiError> {
     }
 }
 
-async fn deliveries(State(st): State<AppState>, body: Body) -> Result<Response, ApiError> {
-    let bytes = read_body(body, st.max_body).await?;
+async fn deliveries(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    authorize(&st, &headers)?;
+    let bytes = read_body(body, st.0.max_body).await?;
     let body: Value =
         serde_json::from_slice(&bytes).map_err(|e| ApiError::BadRequest(format!("body is not JSON: {e}")))?;
     if !body.is_object() {
@@ -192,13 +192,14 @@ async fn webhook(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let provider = st.providers.get(&name).ok_or_else(|| ApiError::NotFound(format!("no provider named {name:?}")))?;
-    let bytes = read_body(body, st.max_body).await?;
+    let provider =
+        st.0.providers.get(&name).ok_or_else(|| ApiError::NotFound(format!("no provider named {name:?}")))?;
+    let bytes = read_body(body, st.0.max_body).await?;
     let delivery = provider.accept(&headers, &bytes, SystemTime::now()).map_err(|r| {
         tracing::info!(provider = %name, reason = r.reason(), "webhook rejected");
         match r {
             Rejection::Unauthorized(m) => {
-                st.metrics.auth_failure(&name);
+                st.0.metrics.auth_failure(&name);
                 ApiError::Unauthorized(m)
             }
             Rejection::BadRequest(m) => ApiError::BadRequest(m),
@@ -217,12 +218,12 @@ async fn gate_call(
     event: &Value,
     digest: &str,
 ) -> Result<Response, ApiError> {
-    let outcome = st.gate.check_with_digest(provider, delivery_id, event, digest).await.map_err(|e| {
-        st.metrics.store_error();
+    let outcome = st.0.gate.check_with_digest(provider, delivery_id, event, digest).await.map_err(|e| {
+        st.0.metrics.store_error();
         tracing::error!(provider, delivery_id, error = %e, "store failed; answered 503");
         ApiError::Unavailable("the gate's store is unavailable; retry later")
     })?;
-    st.metrics.outcome(provider, &outcome);
+    st.0.metrics.outcome(provider, &outcome);
     let r = &outcome.response;
     if outcome.event_mismatch {
         tracing::warn!(
@@ -258,20 +259,21 @@ fn gate_response(outcome: &Outcome) -> Response {
     resp
 }
 
-async fn dedup_window(State(st): State<AppState>, body: Body) -> Result<Response, ApiError> {
-    let bytes = read_body(body, st.max_body).await?;
+async fn dedup_window(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    authorize(&st, &headers)?;
+    let bytes = read_body(body, st.0.max_body).await?;
     let out = crate::window::analyze_slice(&bytes).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     Ok(Json(out).into_response())
 }
 
 async fn readyz(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
-    st.gate.store().ping().await.map_err(|e| {
+    st.0.gate.store().ping().await.map_err(|e| {
         tracing::warn!(error = %e, "not ready: store does not answer");
         ApiError::Unavailable("the store does not answer")
     })?;
-    Ok(Json(json!({"status": "ready", "store": st.gate.store().kind()})))
+    Ok(Json(json!({"status": "ready", "store": st.0.gate.store().kind()})))
 }
 
 async fn metrics(State(st): State<AppState>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], st.metrics.render())
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], st.0.metrics.render())
 }
