@@ -37,6 +37,10 @@ pub struct BenchArgs {
     /// Skip the redis-benchmark baseline (needs `redis-benchmark` on PATH).
     #[arg(long)]
     pub skip_redis_benchmark: bool,
+    /// Run `wrk` under `taskset -c CPUS` (see BENCHMARKS.md); redis-benchmark
+    /// runs where the bench runs, like the library gate it is compared with.
+    #[arg(long, value_name = "CPUS")]
+    pub load_cpus: Option<String>,
 }
 
 /// Throughput and latency of one measurement.
@@ -236,6 +240,7 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
                     "bench/repo",
                     "opened",
                     "7",
+                    "0",
                 ],
             )?;
             let g = gate128[mix.name()];
@@ -348,9 +353,9 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
         let mut ratio_rows = Vec::new();
         for conns in [1, 64] {
             progress(&format!("wrk GET /healthz, {conns} connections"));
-            let health = wrk(&format!("http://{addr}/healthz"), conns, dur, None)?;
+            let health = wrk(&format!("http://{addr}/healthz"), conns, dur, None, args.load_cpus.as_deref())?;
             progress(&format!("wrk POST /v1/deliveries, {conns} connections"));
-            let post = wrk(&format!("http://{addr}/v1/deliveries"), conns, dur, Some(&script))?;
+            let post = wrk(&format!("http://{addr}/v1/deliveries"), conns, dur, Some(&script), args.load_cpus.as_deref())?;
             for (name, f) in [("GET /healthz", health), ("POST /v1/deliveries", post)] {
                 writeln!(out, "| {name} | {conns} | {:.0} | {} | {} |", f.rate, us(f.p50), us(f.p99))?;
             }
@@ -609,8 +614,20 @@ request = function()
 end
 "#;
 
-fn wrk(url: &str, conns: usize, dur: Duration, script: Option<&std::path::Path>) -> anyhow::Result<Figures> {
-    let mut cmd = std::process::Command::new("wrk");
+/// `program`, under `taskset -c cpus` when given.
+fn load_command(program: &str, cpus: Option<&str>) -> std::process::Command {
+    match cpus {
+        Some(cpus) => {
+            let mut c = std::process::Command::new("taskset");
+            c.args(["-c", cpus, program]);
+            c
+        }
+        None => std::process::Command::new(program),
+    }
+}
+
+fn wrk(url: &str, conns: usize, dur: Duration, script: Option<&std::path::Path>, cpus: Option<&str>) -> anyhow::Result<Figures> {
+    let mut cmd = load_command("wrk", cpus);
     cmd.args(["-t", "1", "-c", &conns.to_string(), "-d", &format!("{}s", dur.as_secs().max(1)), "--latency"]);
     if let Some(s) = script {
         cmd.arg("-s").arg(s);
