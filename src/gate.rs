@@ -259,9 +259,22 @@ pub fn number_text(number: Option<&Value>) -> Option<String> {
 /// of SHA-256 over the event's JSON with sorted keys, in hex. Enough to tell
 /// a changed retry from an unchanged one; it is not a security boundary.
 pub fn event_digest(event: &Value) -> String {
-    // serde_json's map is a BTreeMap, so this serialization has sorted keys.
-    let bytes = serde_json::to_vec(event).unwrap_or_default();
-    hex::encode(&Sha256::digest(&bytes)[..16])
+    /// Feeds serialized JSON straight into the hash, with no buffer between.
+    struct HashWriter(Sha256);
+    impl std::io::Write for HashWriter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.update(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut w = HashWriter(Sha256::new());
+    // serde_json's map is a BTreeMap, so this serialization has sorted keys;
+    // writing a Value into a writer that never fails cannot fail.
+    let _ = serde_json::to_writer(&mut w, event);
+    hex::encode(&w.0.finalize()[..16])
 }
 
 fn now_ms() -> u64 {
