@@ -127,18 +127,7 @@ pub struct RedisProcess {
 impl RedisProcess {
     /// Starts `redis-server` with `extra` arguments (e.g. `--appendonly yes`).
     pub fn start(extra: &[&str]) -> Self {
-        let port = free_port();
-        let dir = std::env::temp_dir().join(format!("idemgate-redis-{port}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut args: Vec<String> =
-            ["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--dir", dir.to_str().unwrap()]
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let mut p = Self { port, dir, args, child: None };
-        p.restart();
-        p
+        Self::start_on(free_port(), extra)
     }
 
     pub fn url(&self) -> String {
