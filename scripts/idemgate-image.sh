@@ -10,6 +10,7 @@
 # Always rebuilds (the binary changes with the code); cargo's incremental
 # build keeps that quick.
 set -euo pipefail
+. "$(dirname "$0")/pack-libs.sh"
 tag=${1:-idemgate/idemgate:local}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -22,11 +23,7 @@ trap 'rm -rf "$ctx"' EXIT
 mkdir -p "$ctx/root/usr/local/bin" "$ctx/root/bin" "$ctx/root/tmp" "$ctx/root/etc"
 cp "$bin" "$ctx/root/usr/local/bin/idemgate"
 cp "$sh_bin" "$ctx/root/bin/sh"
-# The dynamic loader and every library either binary links, at their own paths.
-for lib in $(for b in "$bin" "$sh_bin"; do ldd "$b"; done | grep -oE '/[^ ]+' | sort -u); do
-  mkdir -p "$ctx/root$(dirname "$lib")"
-  cp -L "$lib" "$ctx/root$lib"
-done
+pack_libs "$ctx/root" "$bin" "$sh_bin"
 chmod 1777 "$ctx/root/tmp"
 printf 'root:x:0:0::/:/bin/sh\nnobody:x:65534:65534::/nonexistent:/bin/sh\n' > "$ctx/root/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' > "$ctx/root/etc/group"

@@ -7,6 +7,7 @@
 #
 #   scripts/redis-image.sh [TAG]      (default: idemgate/redis:local)
 set -euo pipefail
+. "$(dirname "$0")/pack-libs.sh"
 tag=${1:-${IDEMGATE_REDIS_IMAGE:-idemgate/redis:local}}
 if [ "$(docker image inspect -f '{{index .Config.Labels "idemgate.redis-cli"}}' "$tag" 2>/dev/null)" = "1" ]; then
   echo "redis image $tag: present"
@@ -21,11 +22,7 @@ trap 'rm -rf "$ctx"' EXIT
 mkdir -p "$ctx/root/usr/local/bin" "$ctx/root/data" "$ctx/root/tmp" "$ctx/root/etc"
 cp "$server" "$ctx/root/usr/local/bin/redis-server"
 cp "$cli" "$ctx/root/usr/local/bin/redis-cli"
-# The dynamic loader and every library the binaries link, at their own paths.
-for lib in $(for b in "$server" "$cli"; do ldd "$b"; done | grep -oE '/[^ ]+' | sort -u); do
-  mkdir -p "$ctx/root$(dirname "$lib")"
-  cp -L "$lib" "$ctx/root$lib"
-done
+pack_libs "$ctx/root" "$server" "$cli"
 echo 'redis:x:999:999::/data:/nonexistent' > "$ctx/root/etc/passwd"
 cat > "$ctx/Dockerfile" <<'DOCKERFILE'
 FROM scratch
