@@ -6,7 +6,7 @@ use std::process::ExitCode;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use idemgate::config::{ServeArgs, ServeConfig, StoreArgs};
+use idemgate::config::{ServeArgs, ServeConfig};
 
 #[derive(Parser)]
 #[command(name = "idemgate", version, about = "An idempotency gate for webhook deliveries")]
@@ -29,7 +29,7 @@ enum Command {
     /// Run the HTTP service.
     Serve(ServeArgs),
     /// Exit 0 when the configured store answers (for container health checks).
-    Healthcheck(StoreArgs),
+    Healthcheck(idemgate::ops::HealthcheckArgs),
     /// Window analysis: request JSON on stdin, response JSON on stdout (exit 2 on invalid input).
     Window,
     /// Measure the gate against a Redis and baselines; prints a Markdown report.

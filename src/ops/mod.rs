@@ -338,9 +338,62 @@ pub fn key_command(args: &KeyArgs) -> Result<ExitCode, Error> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `idemgate healthcheck`: one line on stdout when the store answers.
-pub async fn healthcheck_command(args: &StoreArgs) -> Result<ExitCode, Error> {
-    let config = StoreConfig::resolve(args)?;
+/// Flags of `idemgate healthcheck`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct HealthcheckArgs {
+    /// Store flags: without --http, the check is that this store answers.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Check a running service instead: GET this URL (e.g.
+    /// http://127.0.0.1:8080/readyz, which answers 200 only while the
+    /// service's store answers) and expect a 2xx within --redis-timeout.
+    #[arg(long, value_name = "URL")]
+    pub http: Option<String>,
+}
+
+/// GETs a plain `http://host:port/path` URL and returns its status code.
+/// Written on a bare socket: a health check needs no HTTP client.
+pub async fn http_status(url: &str, timeout: Duration) -> Result<u16, String> {
+    let rest = url.strip_prefix("http://").ok_or_else(|| format!("{url:?} is not an http:// URL"))?;
+    let (authority, path) = rest.split_once('/').map_or((rest, "/".to_owned()), |(a, p)| (a, format!("/{p}")));
+    let exchange = async {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut sock =
+            tokio::net::TcpStream::connect(authority).await.map_err(|e| format!("connect {authority}: {e}"))?;
+        let req = format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
+        sock.write_all(req.as_bytes()).await.map_err(|e| format!("send: {e}"))?;
+        let mut head = [0u8; 64];
+        let n = sock.read(&mut head).await.map_err(|e| format!("read: {e}"))?;
+        let line = String::from_utf8_lossy(&head[..n]);
+        line.split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| format!("not an HTTP answer: {line:?}"))
+    };
+    tokio::time::timeout(timeout, exchange).await.map_err(|_| format!("no answer within {timeout:?}"))?
+}
+
+/// `idemgate healthcheck`: one line on stdout when the store (or, with
+/// `--http`, the service) answers; one line on stderr and exit 1 when not.
+pub async fn healthcheck_command(args: &HealthcheckArgs) -> Result<ExitCode, Error> {
+    if let Some(url) = &args.http {
+        let timeout = args.store.redis_timeout.unwrap_or(crate::store::redis::DEFAULT_COMMAND_TIMEOUT);
+        return Ok(match http_status(url, timeout).await {
+            Ok(code) if (200..300).contains(&code) => {
+                print_out(&format!("ok: {url} answered {code}"));
+                ExitCode::SUCCESS
+            }
+            Ok(code) => {
+                eprintln!("idemgate healthcheck: {url} answered {code}");
+                ExitCode::FAILURE
+            }
+            Err(e) => {
+                eprintln!("idemgate healthcheck: {url}: {e}");
+                ExitCode::FAILURE
+            }
+        });
+    }
+    let config = StoreConfig::resolve(&args.store)?;
     match healthcheck(&config).await {
         Ok(desc) => {
             print_out(&format!("ok: {desc}"));

@@ -305,3 +305,39 @@ fn healthcheck_is_bounded_by_the_redis_timeout_when_redis_hangs() {
     assert!(took < Duration::from_secs(3), "{took:?}");
     assert!(String::from_utf8_lossy(&o.stderr).contains("does not answer"), "{o:?}");
 }
+
+#[tokio::test]
+async fn healthcheck_http_follows_readyz() {
+    // A service on a real socket over a Redis this test can stop.
+    let mut redis = RedisProcess::start(&[]);
+    let opts = RedisOptions { command_timeout: Duration::from_millis(300), ..RedisOptions::single(redis.url()) };
+    let store =
+        idemgate::store::redis::RedisStore::connect(&opts, Keys::new(&fresh_ns("hc")).unwrap(), &Settings::default())
+            .await
+            .unwrap();
+    let state = idemgate::http::AppState::new(Gate::new(["o/r"], std::sync::Arc::new(store)), vec![], None);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/readyz", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(idemgate::server::run(listener, state, Duration::from_secs(1), async move {
+        let _ = stopped.await;
+    }));
+    let check = |url: String| {
+        tokio::task::spawn_blocking(move || idemgate(&["healthcheck", "--http", &url, "--redis-timeout", "2s"]))
+    };
+
+    let o = check(url.clone()).await.unwrap();
+    assert!(o.status.success(), "{o:?}");
+    assert!(stdout(&o).contains("answered 200"), "{o:?}");
+
+    redis.stop(); // readyz turns 503: the check fails with one line
+    let o = check(url.clone()).await.unwrap();
+    assert!(!o.status.success(), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("answered 503"), "{o:?}");
+
+    let _ = stop.send(()); // nothing listens any more
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let o = check(url).await.unwrap();
+    assert!(!o.status.success(), "{o:?}");
+    assert_eq!(String::from_utf8_lossy(&o.stderr).trim_end().lines().count(), 1, "{o:?}");
+}
