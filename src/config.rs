@@ -98,7 +98,8 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEMGATE_REQUEST_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
     pub request_timeout: Option<Duration>,
     /// Serve even when Redis's maxmemory-policy could evict the gate's keys.
-    #[arg(long, env = "IDEMGATE_ALLOW_EVICTION")]
+    /// (The env var takes true/false, 1/0, yes/no, on/off.)
+    #[arg(long, env = "IDEMGATE_ALLOW_EVICTION", action = clap::ArgAction::SetTrue, value_parser = clap::builder::FalseyValueParser::new())]
     pub allow_eviction: bool,
 }
 
@@ -193,9 +194,13 @@ impl StoreConfig {
         if timeout.is_zero() {
             return Err(err("redis timeout must be more than 0"));
         }
-        let url = args.redis_url.clone().or_else(|| file.redis_url.clone());
-        let nodes =
-            args.redis_cluster_nodes.clone().or_else(|| file.redis_cluster_nodes.clone().map(StringOrList::into_vec));
+        // `--redis-url` and `--redis-cluster-nodes` are one setting (where
+        // Redis is): a flag or env value of either replaces the file's.
+        let (url, nodes) = if args.redis_url.is_some() || args.redis_cluster_nodes.is_some() {
+            (args.redis_url.clone(), args.redis_cluster_nodes.clone())
+        } else {
+            (file.redis_url.clone(), file.redis_cluster_nodes.clone().map(StringOrList::into_vec))
+        };
         let target = match (url, nodes) {
             (Some(_), Some(_)) => return Err(err("give either --redis-url or --redis-cluster-nodes, not both")),
             (Some(url), None) => Some(RedisTarget::Single(url)),
@@ -328,7 +333,12 @@ impl ServeConfig {
             .allowed_repos
             .clone()
             .or_else(|| file.allowed_repos.clone().map(StringOrList::into_vec))
-            .unwrap_or_default();
+            .unwrap_or_default()
+            .into_iter()
+            // Spaces around the commas of IDEMGATE_ALLOWED_REPOS are not part of a name.
+            .map(|r| r.trim().to_owned())
+            .filter(|r| !r.is_empty())
+            .collect::<Vec<_>>();
         for repo in &allowed_repos {
             match repo.split_once('/') {
                 Some((o, r)) if !o.is_empty() && !r.is_empty() => {}

@@ -239,7 +239,8 @@ pub fn validate(event: &Value) -> Option<Fields<'_>> {
 /// `str(event.get("number") or "")` in Python, over JSON: missing, `null`,
 /// `0` and `""` give `""`; integers print exactly (64-bit, sign kept);
 /// strings are kept as they are. Floats, bools, arrays and objects give
-/// `None` (`bad_request`).
+/// `None` (`bad_request`). JSON `-0` is the integer 0 (`""`); serde_json
+/// cannot tell it from `-0.0`, which therefore also gives `""`.
 pub fn number_text(number: Option<&Value>) -> Option<String> {
     match number {
         None | Some(Value::Null) => Some(String::new()),
@@ -247,8 +248,14 @@ pub fn number_text(number: Option<&Value>) -> Option<String> {
         Some(Value::Number(n)) => {
             if let Some(i) = n.as_i64() {
                 Some(if i == 0 { String::new() } else { i.to_string() })
+            } else if let Some(u) = n.as_u64() {
+                Some(u.to_string())
+            } else if n.as_f64().is_some_and(|f| f == 0.0 && f.is_sign_negative()) {
+                // serde_json reads the integer literal `-0` as the float -0.0;
+                // Python reads it as the integer 0, which gives "".
+                Some(String::new())
             } else {
-                n.as_u64().map(|u| u.to_string())
+                None
             }
         }
         Some(_) => None,
@@ -319,6 +326,8 @@ mod tests {
         assert_eq!(number_text(v.get("number")).unwrap(), "9007199254740993");
         let v: Value = serde_json::from_str(r#"{"number": 7.0}"#).unwrap();
         assert_eq!(number_text(v.get("number")), None, "7.0 is a float");
+        let v: Value = serde_json::from_str(r#"{"number": -0}"#).unwrap();
+        assert_eq!(number_text(v.get("number")).as_deref(), Some(""), "-0 is the integer 0");
     }
 
     #[test]

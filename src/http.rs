@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use axum::body::{Body, Bytes};
+use axum::extract::rejection::PathRejection;
 use axum::extract::{MatchedPath, Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -80,6 +81,8 @@ pub enum ApiError {
     Unauthorized(String),
     /// 404: no such route or provider.
     NotFound(String),
+    /// 405: the endpoint exists, not with this method.
+    MethodNotAllowed,
     /// 413: the body is over the limit.
     TooLarge(usize),
     /// 503: the store failed or timed out; nothing was cached.
@@ -92,6 +95,9 @@ impl IntoResponse for ApiError {
             ApiError::BadRequest(m) => (StatusCode::BAD_REQUEST, m),
             ApiError::Unauthorized(m) => (StatusCode::UNAUTHORIZED, m),
             ApiError::NotFound(m) => (StatusCode::NOT_FOUND, m),
+            ApiError::MethodNotAllowed => {
+                (StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this endpoint".into())
+            }
             ApiError::TooLarge(max) => {
                 (StatusCode::PAYLOAD_TOO_LARGE, format!("request body is larger than the {max}-byte limit"))
             }
@@ -115,6 +121,7 @@ pub fn app(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)
 }
@@ -188,10 +195,12 @@ async fn deliveries(State(st): State<AppState>, headers: HeaderMap, body: Body) 
 
 async fn webhook(
     State(st): State<AppState>,
-    Path(name): Path<String>,
+    name: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    // A name that is not a UTF-8 path segment cannot be a configured provider.
+    let Ok(Path(name)) = name else { return Err(ApiError::NotFound("no such provider".into())) };
     let provider =
         st.0.providers.get(&name).ok_or_else(|| ApiError::NotFound(format!("no provider named {name:?}")))?;
     let bytes = read_body(body, st.0.max_body).await?;

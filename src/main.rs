@@ -82,13 +82,15 @@ async fn main() -> ExitCode {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let shutdown = idemgate::server::shutdown_signal(); // first: a SIGTERM while starting is not fatal
     let config = ServeConfig::resolve(&args)?;
-    idemgate::server::serve(config, idemgate::server::shutdown_signal()).await?;
+    idemgate::server::serve(config, shutdown).await?;
     Ok(ExitCode::SUCCESS)
 }
 
 async fn worker(args: idemgate::worker::WorkerArgs) -> anyhow::Result<ExitCode> {
-    idemgate::worker::cli::run(args, idemgate::server::shutdown_signal()).await?;
+    let shutdown = idemgate::server::shutdown_signal(); // first: a SIGTERM while starting is not fatal
+    idemgate::worker::cli::run(args, shutdown).await?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -20,6 +20,10 @@ struct RouteStats {
     sum: f64,
 }
 
+/// Distinct provider labels kept in the outcome counters.
+pub const MAX_PROVIDERS: usize = 64;
+const OTHER: &str = "_other";
+
 const STATUSES: [Status; 4] = [Status::Created, Status::Duplicate, Status::BadRequest, Status::Blocked];
 
 /// The service's counters. Maps are keyed by route or provider and looked
@@ -58,10 +62,14 @@ impl Metrics {
         r.sum += secs;
     }
 
-    /// Counts one gate answer.
+    /// Counts one gate answer. Provider names come from clients on
+    /// `/v1/deliveries`, so past [`MAX_PROVIDERS`] distinct names the rest
+    /// are counted together as `provider="_other"`.
     pub fn outcome(&self, provider: &str, outcome: &Outcome) {
         let i = STATUSES.iter().position(|s| *s == outcome.response.status).expect("every status is listed");
-        slot(&mut self.outcomes.lock().expect("metrics"), provider)[i] += 1;
+        let mut outcomes = self.outcomes.lock().expect("metrics");
+        let label = if outcomes.len() >= MAX_PROVIDERS && !outcomes.contains_key(provider) { OTHER } else { provider };
+        slot(&mut outcomes, label)[i] += 1;
         if outcome.replayed {
             self.replays.fetch_add(1, Ordering::Relaxed);
         }
@@ -76,6 +84,7 @@ impl Metrics {
     }
 
     /// Counts one rejected webhook signature.
+    /// (Webhook provider names come from the config file, so they are few.)
     pub fn auth_failure(&self, provider: &str) {
         *slot(&mut self.auth_failures.lock().expect("metrics"), provider) += 1;
     }
@@ -148,4 +157,27 @@ fn family(out: &mut String, name: &'static str, kind: &str, help: &str) -> &'sta
 
 fn escape(label: &str) -> String {
     label.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::Response;
+
+    #[test]
+    fn client_chosen_provider_names_cannot_grow_the_metrics_without_bound() {
+        let m = Metrics::default();
+        let created =
+            Outcome { response: Response::with_run(Status::Created, "run-1"), replayed: false, event_mismatch: false };
+        for i in 0..100 {
+            m.outcome(&format!("p{i}"), &created);
+        }
+        m.outcome("p0", &created);
+        let text = m.render();
+        let created_lines: Vec<&str> =
+            text.lines().filter(|l| l.starts_with("idemgate_gate_outcomes_total{") && l.contains("created")).collect();
+        assert_eq!(created_lines.len(), MAX_PROVIDERS + 1, "{text}");
+        assert!(text.contains("idemgate_gate_outcomes_total{provider=\"_other\",status=\"created\"} 36"), "{text}");
+        assert!(text.contains("idemgate_gate_outcomes_total{provider=\"p0\",status=\"created\"} 2"), "{text}");
+    }
 }

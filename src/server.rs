@@ -140,18 +140,23 @@ pub async fn maxmemory_policy(opts: &RedisOptions) -> Result<Option<String>, cra
     }
 }
 
-/// Resolves on SIGTERM or ctrl-c.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+/// Resolves on SIGTERM or ctrl-c (SIGINT). The handlers are installed when
+/// this is called, not when the future is first polled, so a signal that
+/// arrives while the service is still starting (connecting to Redis) is not
+/// fatal: it stops the service as soon as it is up, with exit 0.
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{SignalKind, signal};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    async move {
+        let wait = |s: std::io::Result<tokio::signal::unix::Signal>| async move {
+            match s {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending().await,
             }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+        };
+        tokio::select! { _ = wait(term) => {}, _ = wait(int) => {} }
+    }
 }

@@ -269,6 +269,9 @@ impl RedisStore {
     ) -> Result<(i64, String), Error> {
         let slot = SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master));
         let (mut node, mut asking) = (slot.clone(), false);
+        // The answer of a run that happened outside the batch (after MOVED):
+        // the batch's own run then replays it, and the first answer is the one.
+        let mut decided: Option<(i64, String)> = None;
         for attempt in 1..=10u64 {
             let mut pipe = redis::pipe();
             if asking {
@@ -284,7 +287,8 @@ impl RedisStore {
                     if got < n {
                         return Err(Error::ReplicasShort { wanted: n, got });
                     }
-                    return Ok(redis::from_redis_value(v).map_err(RedisError::from)?);
+                    let answer: (i64, String) = redis::from_redis_value(v).map_err(RedisError::from)?;
+                    return Ok(decided.unwrap_or(answer));
                 }
             };
             match e.kind() {
@@ -299,8 +303,10 @@ impl RedisStore {
                 },
                 redis::ErrorKind::Server(ServerErrorKind::Moved) => {
                     // Let the cluster client follow MOVED and refresh its slot
-                    // map; the script is idempotent, so running it is harmless.
-                    self.eval(conn, cmd).await?;
+                    // map; the script is idempotent, so running it is harmless,
+                    // but its answer is the delivery's first one: keep it.
+                    let answer = self.eval(conn, cmd).await?;
+                    decided.get_or_insert(answer);
                     (node, asking) = (slot.clone(), false);
                 }
                 redis::ErrorKind::Server(

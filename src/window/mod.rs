@@ -10,8 +10,9 @@
 //! Choices the contract leaves open, made here:
 //! - `windowSeconds` is required: a missing one is an error, like a float
 //!   (`300.0`) or an integer out of `1..=2592000`.
-//! - An `id` that is present, not `null` and not a string is an error; a
-//!   missing or `null` `id` names the entry by its array index (`"0"`).
+//! - A numeric `id` names the entry by its text (`5` → `"5"`); a missing,
+//!   `null` or other non-string `id` names it by its array index (`"0"`):
+//!   the contract's list of 400s has no wrong-typed `id`.
 //!   Likewise a `null` `outcome` or `windowMode` counts as absent.
 //! - `payload` wins over `digest` when both are given; a `digest` that is
 //!   not a string is missing evidence, like a `receivedAt` that is not an
@@ -299,10 +300,12 @@ impl<'a> Entry<'a> {
         let object =
             item.as_object().ok_or_else(|| WindowError::invalid(format!("history[{index}]"), "an object", item))?;
         let identity = identity_of(object, || field("identity"))?;
+        // CONTRACT §7 lists every 400 and a wrong-typed `id` is not one:
+        // a number names the entry by its text, anything else by its index.
         let id = match present(object, "id") {
-            None => Cow::Owned(index.to_string()),
             Some(Value::String(id)) => Cow::Borrowed(id.as_str()),
-            Some(other) => return Err(WindowError::invalid(field("id"), "a string", other)),
+            Some(Value::Number(n)) => Cow::Owned(n.to_string()),
+            _ => Cow::Owned(index.to_string()),
         };
         let outcome = match present(object, "outcome") {
             None => Outcome::Unknown,
@@ -1083,7 +1086,6 @@ mod tests {
             (json!({"receivedAt": t(0)}), "history[1].identity is missing; it must be a string"),
             (json!({"identity": 9}), "history[1].identity must be a string, got 9"),
             (json!({"identity": null}), "history[1].identity must be a string, got null"),
-            (json!({"identity": "e", "id": 3}), "history[1].id must be a string, got 3"),
             (
                 json!({"identity": "e", "outcome": "done"}),
                 r#"history[1].outcome must be one of "processed", "failed", "in_flight", "unknown", got "done""#,
@@ -1282,5 +1284,15 @@ mod tests {
         fn history_order_never_matters_without_ties((specs, order, incoming, window, sliding) in arb_case()) {
             shuffle_case(specs, order, incoming, window, sliding, true)?;
         }
+    }
+
+    #[test]
+    fn ids_that_are_not_strings_are_not_errors() {
+        let req = json!({"history": [
+            {"id": 5, "identity": "e", "receivedAt": "2026-11-04T10:00:00Z", "payload": 1, "outcome": "processed"},
+            {"id": true, "identity": "e", "receivedAt": "2026-11-04T10:00:01Z", "payload": 1, "outcome": "processed"}],
+            "incoming": {"identity": "e", "receivedAt": "2026-11-04T10:00:02Z", "payload": 1}, "windowSeconds": 60});
+        let out = analyze(&req).unwrap();
+        assert_eq!(out["data"]["matchedIds"], json!(["5", "1"]));
     }
 }

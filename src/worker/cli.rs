@@ -15,7 +15,8 @@ pub struct WorkerArgs {
     /// Store flags (a Redis flag is required).
     #[command(flatten)]
     pub store: StoreArgs,
-    /// Consumer group to join; created at the start of the stream if new. Each group gets every run.
+    /// Consumer group to join; created at the start of the stream if new. Use one group per
+    /// namespace: groups share the run record, attempt count included (docs/worker.md).
     #[arg(long, env = "IDEMGATE_WORKER_GROUP", value_name = "NAME")]
     pub group: String,
     /// Consumer name, unique among live workers [default: HOST-PID-NONCE].

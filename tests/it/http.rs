@@ -352,6 +352,16 @@ async fn health_ready_metrics(b: Backend) {
     let r = send(&app, Request::get("/nope").body(Body::empty()).unwrap()).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     assert!(r.json()["error"].is_string());
+    // Every error body is JSON: a wrong method, a path segment that is not UTF-8.
+    for (req, status) in [
+        (Request::get("/v1/deliveries").body(Body::empty()).unwrap(), StatusCode::METHOD_NOT_ALLOWED),
+        (Request::post("/healthz").body(Body::empty()).unwrap(), StatusCode::METHOD_NOT_ALLOWED),
+        (Request::post("/webhooks/%FF").body(Body::from("{}")).unwrap(), StatusCode::NOT_FOUND),
+    ] {
+        let r = send(&app, req).await;
+        assert_eq!(r.status, status);
+        assert!(r.json()["error"].is_string(), "{}", r.text);
+    }
 }
 
 // ---- Real sockets, real outages ----
@@ -455,7 +465,11 @@ fn bin() -> std::process::Command {
 }
 
 fn start_error(args: &[&str]) -> String {
-    let out = bin().args(args).output().unwrap();
+    start_error_env(args, ("IDEMGATE_UNUSED", ""))
+}
+
+fn start_error_env(args: &[&str], (var, value): (&str, &str)) -> String {
+    let out = bin().args(args).env(var, value).output().unwrap();
     assert!(!out.status.success(), "{args:?} should fail");
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -492,22 +506,22 @@ fn evicting_redis_is_refused_unless_overridden() {
     let redis = RedisProcess::start(&["--maxmemory-policy", "allkeys-lru"]);
     let e = start_error(&["serve", "--redis-url", &redis.url(), "--listen", &format!("127.0.0.1:{}", free_port())]);
     assert!(e.contains("allkeys-lru") && e.contains("--allow-eviction"), "{e}");
-    let mut child = bin()
-        .args([
-            "serve",
-            "--redis-url",
-            &redis.url(),
-            "--allow-eviction",
-            "--listen",
-            &format!("127.0.0.1:{}", free_port()),
-        ])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
-    assert!(child.try_wait().unwrap().is_none(), "serves with --allow-eviction");
-    child.kill().unwrap();
-    child.wait().unwrap();
+    // The override, as a flag and as the env var (which takes 1/true/yes too).
+    for (flag, env) in [(Some("--allow-eviction"), None), (None, Some("1")), (None, Some("yes"))] {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let mut cmd = bin();
+        cmd.args(["serve", "--redis-url", &redis.url(), "--listen", &listen]).args(flag);
+        if let Some(v) = env {
+            cmd.env("IDEMGATE_ALLOW_EVICTION", v);
+        }
+        let mut child = cmd.stderr(std::process::Stdio::null()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        assert!(child.try_wait().unwrap().is_none(), "serves with {flag:?} {env:?}");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    let e = start_error_env(&["serve", "--redis-url", &redis.url()], ("IDEMGATE_ALLOW_EVICTION", "0"));
+    assert!(e.contains("allkeys-lru"), "{e}");
 }
 
 #[tokio::test]

@@ -490,3 +490,31 @@ async fn worker_timeout_kills_the_command_and_its_process_group() {
     assert!(wait_exit(&mut workers.0[0], Duration::from_secs(10)).await.success());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn sigterm_while_starting_is_not_fatal() {
+    // Redis hangs while the worker connects; SIGTERM arrives then. Once Redis
+    // answers, the worker starts, sees the stop request and exits 0.
+    let redis = crate::support::RedisProcess::start(&[]);
+    redis.pause(true);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["worker", "--redis-url", &redis.url(), "--group", "g", "--block", "200ms", "--", "true"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    redis.pause(false);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the worker did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "exit 0 after a SIGTERM during start-up, got {status}");
+}
