@@ -580,6 +580,26 @@ mod tests {
     }
 
     #[test]
+    fn allowed_repos_from_env_are_trimmed() {
+        let args =
+            ServeArgs { allowed_repos: Some(vec!["o/r".into(), " a/b".into(), "".into()]), ..Default::default() };
+        assert_eq!(resolve(&args, "").unwrap().allowed_repos, ["o/r", "a/b"]);
+    }
+
+    #[test]
+    fn a_redis_flag_replaces_the_files_redis_setting() {
+        let file = "redis_cluster_nodes = \"redis://c1,redis://c2\"";
+        let args = ServeArgs {
+            store: StoreArgs { redis_url: Some("redis://flag:6379".into()), ..Default::default() },
+            ..Default::default()
+        };
+        let c = resolve(&args, file).unwrap();
+        assert!(matches!(c.store.redis.unwrap().target, RedisTarget::Single(u) if u == "redis://flag:6379"));
+        let c = resolve(&ServeArgs::default(), file).unwrap();
+        assert!(matches!(c.store.redis.unwrap().target, RedisTarget::Cluster(n) if n == ["redis://c1", "redis://c2"]));
+    }
+
+    #[test]
     fn passwords_are_redacted() {
         assert_eq!(redact("redis://:pw@host:6379/0"), "redis://***@host:6379/0");
         assert_eq!(redact("redis://host:6379"), "redis://host:6379");
