@@ -47,13 +47,6 @@ impl Status {
             Status::Blocked => "blocked",
         }
     }
-
-    /// Parses a wire name.
-    pub fn parse(s: &str) -> Option<Self> {
-        [Status::Created, Status::Duplicate, Status::BadRequest, Status::Blocked]
-            .into_iter()
-            .find(|st| st.as_str() == s)
-    }
 }
 
 /// The gate's answer; serializes to exactly the objects of CONTRACT §1.

@@ -51,10 +51,6 @@ impl<K: Hash + Eq + Clone, V> ExpiringMap<K, V> {
         }
         self.entries.insert(key, (value, expires));
     }
-
-    fn len(&self) -> usize {
-        self.entries.len()
-    }
 }
 
 struct State {
@@ -79,15 +75,6 @@ impl MemoryStore {
                 last_run: 0,
             }),
         }
-    }
-
-    /// Live delivery records and logical keys, and the last run number.
-    pub fn counts(&self) -> (usize, usize, u64) {
-        let mut s = self.state.lock().expect("memory store lock");
-        let now = Instant::now();
-        s.deliveries.purge(now);
-        s.logical.purge(now);
-        (s.deliveries.len(), s.logical.len(), s.last_run)
     }
 
     fn apply_now(&self, call: &Call<'_>) -> Stored {

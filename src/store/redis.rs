@@ -199,11 +199,6 @@ impl RedisStore {
         &self.keys
     }
 
-    /// A clone of the multiplexed connection (cheap; shares the socket).
-    pub fn conn(&self) -> Conn {
-        self.conn.clone()
-    }
-
     async fn bounded<T>(&self, fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T, Error> {
         bounded(self.timeout, fut).await
     }
