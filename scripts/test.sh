@@ -2,6 +2,8 @@
 # The project's test command. Sets up what the tests need on a fresh Debian
 # machine (redis-server and redis-cli; a local Redis image where Docker
 # cannot pull), then runs, in order:
+#   0. scripts/check-standalone.sh: no tracked file refers to material
+#      outside the repository,
 #   1. a smoke run of `idemgate bench` against a Redis of its own,
 #   2. `idemgate healthcheck` against a loopback Redis Cluster,
 #   3. the docker-compose stack test (tests/compose.sh),
@@ -11,6 +13,8 @@
 #   scripts/test.sh --quick [ARGS]  only `cargo test [ARGS]` (after the set-up)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+scripts/check-standalone.sh
 
 quick=false
 if [ "${1:-}" = --quick ]; then

@@ -1,5 +1,5 @@
 //! Configuration: command-line flags, environment variables and the TOML
-//! file of CONTRACT §6, layered defaults < file < env < flags and validated
+//! file of docs/reference.md#config-file, layered defaults < file < env < flags and validated
 //! once at start with messages that name the bad key and value.
 
 use std::net::SocketAddr;
@@ -65,7 +65,7 @@ pub struct StoreArgs {
     /// How long to `WAIT` for --min-replicas-ack [default: 500ms, at most half of --redis-timeout].
     #[arg(long, env = "IDEMGATE_MIN_REPLICAS_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
     pub min_replicas_timeout: Option<Duration>,
-    /// TOML config file (CONTRACT §6).
+    /// TOML config file (docs/reference.md#config-file).
     #[arg(long, env = "IDEMGATE_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
 }
@@ -103,7 +103,7 @@ pub struct ServeArgs {
     pub allow_eviction: bool,
 }
 
-/// The TOML file (CONTRACT §6). Unknown keys are errors, so typos show.
+/// The TOML file (docs/reference.md#config-file). Unknown keys are errors, so typos show.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {

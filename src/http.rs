@@ -1,4 +1,4 @@
-//! The HTTP API of CONTRACT §5: the normalized gate, provider webhook
+//! The HTTP API of docs/reference.md#http-api: the normalized gate, provider webhook
 //! endpoints, health, readiness and metrics. [`app`] builds the router, so
 //! tests can drive it in-process; [`crate::server`] binds and serves it.
 
@@ -111,7 +111,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// The router of CONTRACT §5.
+/// The router of docs/reference.md#http-api.
 pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/v1/deliveries", post(deliveries))

@@ -5,16 +5,16 @@
 //! durably. The modules, in the order a request meets them:
 //!
 //! - [`server`]: start, eviction-policy check, graceful shutdown.
-//! - [`http`]: the HTTP API (CONTRACT §5) as an axum router.
+//! - [`http`]: the HTTP API (docs/reference.md#http-api) as an axum router.
 //! - [`providers`]: webhook authentication and normalization (GitHub, Standard Webhooks).
-//! - [`gate`]: the rules of CONTRACT §1 (validation, allowlist,
+//! - [`gate`]: the rules of docs/reference.md#semantics (validation, allowlist,
 //!   `number_text`, identity) and [`gate::Gate`], the entry point.
 //! - [`store`]: where the state lives, behind one trait: [`store::memory`]
 //!   (embedded default) and [`store::redis`] (one atomic Lua script).
-//! - [`keys`]: the length-prefixed Redis key schema of CONTRACT §3.
+//! - [`keys`]: the length-prefixed Redis key schema of docs/reference.md#redis-keys.
 //! - [`config`]: flags, env and TOML file, layered and validated.
 //! - [`metrics`]: Prometheus counters for `/metrics`.
-//! - [`window`]: the stateless dedup-window analysis of CONTRACT §7.
+//! - [`window`]: the stateless dedup-window analysis of docs/window.md.
 //! - [`bench`]: `idemgate bench`, the measurements behind BENCHMARKS.md.
 //! - [`error`]: store failures (never turned into a gate answer).
 //! - [`worker`]: the durable run queue's consumer (`idemgate worker`): leases, retries, dead stream.

@@ -1,4 +1,4 @@
-//! Operator commands (CONTRACT §4): `inspect`, `stats`, `key` and
+//! Operator commands (docs/reference.md#commands): `inspect`, `stats`, `key` and
 //! `healthcheck`. The lookups return data ([`inspect`], [`stats`]); the
 //! [`render`] module turns it into text for people or JSON for scripts; the
 //! `*_command` functions are what the binary calls after parsing.

@@ -1,4 +1,4 @@
-//! Kind `github` (CONTRACT §5): `X-Hub-Signature-256: sha256=<hex>` is the
+//! Kind `github` (docs/reference.md#http-api): `X-Hub-Signature-256: sha256=<hex>` is the
 //! HMAC-SHA256 of the raw body under the webhook secret.
 //!
 //! Choices where the contract is silent:
@@ -111,7 +111,7 @@ mod tests {
     use crate::providers::Provider;
 
     const SECRET: &str = "fixture secret \u{2603}";
-    const FIXTURES: &str = include_str!("../../../shared/fixtures/github-webhook-examples.json");
+    const FIXTURES: &str = include_str!("../../tests/fixtures/github-webhook-examples.json");
 
     fn sign(secret: &str, body: &[u8]) -> String {
         let mut mac = HmacSha256::new_from_slice(secret.as_bytes()).unwrap();
@@ -155,7 +155,7 @@ mod tests {
         assert!(matches!(p.accept(&h, b"Hello, World?", SystemTime::now()), Err(Rejection::Unauthorized(_))));
     }
 
-    /// The event an independent reading of CONTRACT §5 expects, by JSON pointer.
+    /// The event an independent reading of docs/reference.md#http-api expects, by JSON pointer.
     fn expected(event_name: &str, payload: &Value) -> Value {
         let mut want = Map::new();
         if let Some(v) = payload.pointer("/repository/owner/login") {

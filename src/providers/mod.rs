@@ -1,4 +1,4 @@
-//! Webhook provider adapters (CONTRACT §5 and §6): authenticate a request to
+//! Webhook provider adapters (docs/reference.md: HTTP API, config file): authenticate a request to
 //! `POST /webhooks/{name}`, then normalize it into the gate's
 //! `(delivery_id, event)`. Pure functions of headers, body and clock; no I/O.
 //!

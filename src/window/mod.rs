@@ -1,4 +1,4 @@
-//! The stateless dedup-window analysis of CONTRACT §7.
+//! The stateless dedup-window analysis of docs/window.md.
 //!
 //! The caller sends a history of deliveries and one incoming delivery; the
 //! analysis says whether the incoming one should be processed, deduped,
@@ -104,7 +104,7 @@ pub fn analyze_slice(body: &[u8]) -> Result<Value, WindowError> {
     analyze(&request)
 }
 
-/// Runs the window analysis of CONTRACT §7 on a parsed request and returns
+/// Runs the window analysis of docs/window.md on a parsed request and returns
 /// the whole response, `{"data": {...}}`.
 ///
 /// Pure and deterministic: the same request always gives the same response,
@@ -300,7 +300,7 @@ impl<'a> Entry<'a> {
         let object =
             item.as_object().ok_or_else(|| WindowError::invalid(format!("history[{index}]"), "an object", item))?;
         let identity = identity_of(object, || field("identity"))?;
-        // CONTRACT §7 lists every 400 and a wrong-typed `id` is not one:
+        // docs/window.md lists every 400 and a wrong-typed `id` is not one:
         // a number names the entry by its text, anything else by its index.
         let id = match present(object, "id") {
             Some(Value::String(id)) => Cow::Borrowed(id.as_str()),
@@ -487,7 +487,7 @@ impl<'a> Request<'a> {
         out
     }
 
-    /// The decision rules of CONTRACT §7, in order.
+    /// The decision rules of docs/window.md, in order.
     fn decide<'r>(&self, same: &[&'r Entry<'a>]) -> Verdict<'r, 'a> {
         let incoming = &self.incoming;
         let identity = incoming.identity;

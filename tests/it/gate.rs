@@ -1,4 +1,4 @@
-//! The behaviour suite of CONTRACT §1, run against both stores.
+//! The behaviour suite of docs/reference.md#semantics, run against both stores.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! The HTTP API (CONTRACT §5): in-process through `Router::oneshot` against
+//! The HTTP API (docs/reference.md#http-api): in-process through `Router::oneshot` against
 //! both stores, plus real sockets and the real binary for outages, hangs,
 //! shutdown and start-up errors.
 
@@ -570,7 +570,7 @@ async fn graceful_shutdown_answers_requests_in_flight() {
     assert!(status.success(), "exit 0 after SIGTERM, got {status}");
 }
 
-// ---- Window analysis (CONTRACT §7) over HTTP and the CLI ----
+// ---- Window analysis (docs/window.md) over HTTP and the CLI ----
 
 fn window_example() -> Value {
     json!({"history": [{"id": "d1", "identity": "evt_9", "receivedAt": "2026-11-04T10:00:00Z", "payload": {"amount": 5}, "outcome": "processed"}],
