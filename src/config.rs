@@ -446,7 +446,7 @@ mod tests {
         assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
         assert!(c.store.redis.is_none());
         assert_eq!(c.store.keys.namespace(), "default");
-        assert!(c.settings.delivery_ttl >= Duration::from_secs(4 * 86400));
+        assert_eq!(c.settings.delivery_ttl, Duration::from_secs(7 * 86400));
         assert_eq!(c.settings.logical_ttl, None);
         assert_eq!(c.max_body, 25 * 1024 * 1024);
     }
@@ -605,11 +605,92 @@ mod tests {
         assert_eq!(redact("redis://host:6379"), "redis://host:6379");
     }
 
+    /// Top-level string keys whose values the property below varies.
+    const TOP_KEYS: &[&str] = &[
+        "listen",
+        "redis_url",
+        "namespace",
+        "allowed_repos",
+        "delivery_ttl",
+        "logical_ttl",
+        "api_token",
+        "redis_timeout",
+        "min_replicas_timeout",
+        "request_timeout",
+    ];
+
+    /// A TOML string shaped like what these keys take, or not.
+    fn arb_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            "[0-9]{1,6}(ms|s|m|h|d|x|)",
+            "[a-z]{1,6}/[a-z]{0,6}",
+            "(127\\.0\\.0\\.1|[a-z]{1,5}):[0-9]{1,6}",
+            "redis://[a-z:@]{0,10}[0-9]{0,5}",
+            ".{0,16}",
+        ]
+    }
+
+    /// A `[[provider]]` table with arbitrary names, kinds and settings.
+    fn arb_provider() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        (
+            ".{0,8}",
+            prop_oneof![Just("github".to_owned()), Just("standard-webhooks".to_owned()), "[a-z-]{0,10}"],
+            proptest::option::of(".{0,12}"),
+            proptest::option::of("[A-Z_]{1,8}"),
+            proptest::option::of("[0-9]{1,3}(s|m|x)"),
+        )
+            .prop_map(|(name, kind, secret, secret_env, tolerance)| {
+                let q = |s: String| toml::Value::String(s).to_string();
+                let mut t = format!("[[provider]]\nname = {}\nkind = {}\n", q(name), q(kind));
+                for (key, value) in [("secret", secret), ("secret_env", secret_env), ("tolerance", tolerance)] {
+                    if let Some(v) = value {
+                        t.push_str(&format!("{key} = {}\n", q(v)));
+                    }
+                }
+                t
+            })
+    }
+
     proptest::proptest! {
         #[test]
         fn config_parser_never_panics(text in ".{0,200}") {
             if let Ok(f) = toml::from_str::<FileConfig>(&text) {
                 let _ = ServeConfig::resolve_with(&ServeArgs::default(), &f, |_| None);
+            }
+        }
+
+        /// Well-formed files with arbitrary values: every case parses, so
+        /// every case reaches the validation in `resolve_with`, which must
+        /// answer with a value or a message, never a panic.
+        #[test]
+        fn any_values_resolve_or_explain(
+            top in proptest::collection::vec((0..TOP_KEYS.len(), proptest::collection::vec(arb_text(), 1..3)), 0..6),
+            providers in proptest::collection::vec(arb_provider(), 0..3),
+        ) {
+            let mut text = String::new();
+            let mut seen = std::collections::HashSet::new();
+            for (key, mut values) in top {
+                if !seen.insert(key) {
+                    continue;
+                }
+                // The allowlist takes a list or one comma-separated string; the others one string.
+                let value = if TOP_KEYS[key] == "allowed_repos" && values.len() > 1 {
+                    toml::Value::Array(values.into_iter().map(toml::Value::String).collect())
+                } else {
+                    toml::Value::String(values.swap_remove(0))
+                };
+                text.push_str(&format!("{} = {value}\n", TOP_KEYS[key]));
+            }
+            for p in providers {
+                text.push_str(&p);
+            }
+            let file = toml::from_str::<FileConfig>(&text);
+            proptest::prop_assert!(file.is_ok(), "{text}: {:?}", file.err());
+            match ServeConfig::resolve_with(&ServeArgs::default(), &file.unwrap(), |_| Some("env-secret".into())) {
+                Ok(_) => {}
+                Err(e) => proptest::prop_assert!(!e.to_string().is_empty()),
             }
         }
 

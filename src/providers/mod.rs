@@ -18,7 +18,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use hmac::{Hmac, Mac};
 use serde::Deserialize;
 use serde_json::Value;
@@ -147,14 +147,6 @@ pub enum Rejection {
 }
 
 impl Rejection {
-    /// The HTTP status that goes with the rejection.
-    pub fn status(&self) -> StatusCode {
-        match self {
-            Rejection::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            Rejection::BadRequest(_) => StatusCode::BAD_REQUEST,
-        }
-    }
-
     /// The reason alone, without the `unauthorized:` prefix.
     pub fn reason(&self) -> &str {
         match self {
@@ -421,9 +413,8 @@ mod tests {
     }
 
     #[test]
-    fn rejection_maps_to_status() {
-        assert_eq!(Rejection::Unauthorized("x".into()).status(), StatusCode::UNAUTHORIZED);
-        assert_eq!(Rejection::BadRequest("y".into()).status(), StatusCode::BAD_REQUEST);
+    fn rejection_reason_has_no_prefix() {
         assert_eq!(Rejection::BadRequest("y".into()).reason(), "y");
+        assert_eq!(Rejection::Unauthorized("x".into()).reason(), "x");
     }
 }
