@@ -7,7 +7,8 @@
 #   1. a smoke run of `idemgate bench` against a Redis of its own,
 #   2. `idemgate healthcheck` against a loopback Redis Cluster,
 #   3. the docker-compose stack test (tests/compose.sh),
-#   4. `cargo test`: unit, integration and doc tests.
+#   4. `cargo test --features testcontainers`: unit, integration and doc
+#      tests, the container fixture included (needs the idemgate image).
 #
 #   scripts/test.sh                 everything
 #   scripts/test.sh --quick [ARGS]  only `cargo test [ARGS]` (after the set-up)
@@ -71,5 +72,11 @@ if ! $quick; then
   tests/compose.sh
 fi
 
-echo "== cargo test (Redis image: $IDEMGATE_REDIS_IMAGE)"
-cargo test --locked "$@"
+if [ -z "${IDEMGATE_IMAGE:-}" ]; then
+  # The image that tests/it/testing.rs starts through idemgate::testing.
+  export IDEMGATE_IMAGE=idemgate/idemgate:local
+  scripts/idemgate-image.sh "$IDEMGATE_IMAGE"
+fi
+
+echo "== cargo test (Redis image: $IDEMGATE_REDIS_IMAGE, idemgate image: $IDEMGATE_IMAGE)"
+cargo test --locked --features testcontainers "$@"

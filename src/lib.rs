@@ -18,6 +18,8 @@
 //! - [`bench`]: `idemgate bench`, the measurements behind BENCHMARKS.md.
 //! - [`error`]: store failures (never turned into a gate answer).
 //! - [`worker`]: the durable run queue's consumer (`idemgate worker`): leases, retries, dead stream.
+//! - `testing` (feature `testcontainers`): the idemgate image as a
+//!   testcontainers fixture for users' integration tests.
 //! - [`ops`]: operator commands (`inspect`, `stats`, `key`, `healthcheck`) over the Redis key schema.
 #![warn(missing_docs)]
 
@@ -32,6 +34,8 @@ pub mod ops;
 pub mod providers;
 pub mod server;
 pub mod store;
+#[cfg(feature = "testcontainers")]
+pub mod testing;
 pub mod window;
 pub mod worker;
 

@@ -30,4 +30,16 @@ mod model;
 mod ops;
 mod redis_store;
 mod support;
+#[cfg(feature = "testcontainers")]
+mod testing;
 mod worker;
+
+/// The container fixture's suite needs the `testcontainers` feature; a run
+/// without it must not look complete.
+#[cfg(not(feature = "testcontainers"))]
+#[test]
+fn testcontainers_feature_is_on() {
+    panic!(
+        "run the tests with `--features testcontainers` (scripts/test.sh does), else tests/it/testing.rs is left out"
+    );
+}
