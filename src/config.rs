@@ -367,35 +367,7 @@ impl ServeConfig {
         if api_token.as_deref() == Some("") {
             return Err(err("api token is empty: give a token or leave it unset"));
         }
-        let mut providers = Vec::new();
-        for (i, p) in file.provider.iter().enumerate() {
-            let at = format!("[[provider]] #{} ({:?})", i + 1, p.name);
-            if p.name.is_empty() || !p.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-                return Err(err(format!("{at}: name must be non-empty and use only letters, digits, '-', '_' or '.'")));
-            }
-            if providers.iter().any(|q: &Provider| q.name == p.name) {
-                return Err(err(format!("{at}: a provider named {:?} is defined twice", p.name)));
-            }
-            let kind: Kind = p.kind.parse().map_err(|_| {
-                err(format!("{at}: unknown kind {:?} (use \"github\" or \"standard-webhooks\")", p.kind))
-            })?;
-            let secret = match (&p.secret, &p.secret_env) {
-                (Some(_), Some(_)) => return Err(err(format!("{at}: give `secret` or `secret_env`, not both"))),
-                (Some(s), None) => s.clone(),
-                (None, Some(var)) => env(var)
-                    .filter(|s| !s.is_empty())
-                    .ok_or_else(|| err(format!("{at}: secret_env {var:?} is not set or empty")))?,
-                (None, None) => return Err(err(format!("{at}: missing secret (set `secret` or `secret_env`)"))),
-            };
-            let tolerance = file_duration(&format!("{at}: tolerance"), p.tolerance.as_ref())?;
-            if kind == Kind::Github && (p.tolerance.is_some() || p.fields.is_some()) {
-                return Err(err(format!("{at}: `tolerance` and `fields` apply to kind \"standard-webhooks\" only")));
-            }
-            providers.push(
-                Provider::new(p.name.clone(), kind, &secret, tolerance, p.fields.clone())
-                    .map_err(|e| err(format!("{at}: {e}")))?,
-            );
-        }
+        let providers = providers_from(file, &env)?;
         let max_body = args.max_body.or(file.max_body).unwrap_or(d.max_body);
         if max_body == 0 {
             return Err(err("max body must be more than 0 bytes"));
@@ -412,6 +384,49 @@ impl ServeConfig {
             allow_eviction: args.allow_eviction,
         })
     }
+}
+
+/// The `[[provider]]` endpoints of the config file at `path` (none without
+/// a file), secrets read from the environment: what `idemgate send` and
+/// `sign` sign with, checked as `serve` checks them.
+pub fn load_providers(path: Option<&Path>) -> Result<Vec<Provider>, ConfigError> {
+    providers_from(&FileConfig::load_opt(path)?, &|name: &str| std::env::var(name).ok())
+}
+
+/// Builds and checks every `[[provider]]` of the file; `env` looks up
+/// `secret_env` variables.
+fn providers_from(file: &FileConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Vec<Provider>, ConfigError> {
+    let mut providers = Vec::new();
+    for (i, p) in file.provider.iter().enumerate() {
+        let at = format!("[[provider]] #{} ({:?})", i + 1, p.name);
+        if p.name.is_empty() || !p.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+            return Err(err(format!("{at}: name must be non-empty and use only letters, digits, '-', '_' or '.'")));
+        }
+        if providers.iter().any(|q: &Provider| q.name == p.name) {
+            return Err(err(format!("{at}: a provider named {:?} is defined twice", p.name)));
+        }
+        let kind: Kind = p
+            .kind
+            .parse()
+            .map_err(|_| err(format!("{at}: unknown kind {:?} (use \"github\" or \"standard-webhooks\")", p.kind)))?;
+        let secret = match (&p.secret, &p.secret_env) {
+            (Some(_), Some(_)) => return Err(err(format!("{at}: give `secret` or `secret_env`, not both"))),
+            (Some(s), None) => s.clone(),
+            (None, Some(var)) => env(var)
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| err(format!("{at}: secret_env {var:?} is not set or empty")))?,
+            (None, None) => return Err(err(format!("{at}: missing secret (set `secret` or `secret_env`)"))),
+        };
+        let tolerance = file_duration(&format!("{at}: tolerance"), p.tolerance.as_ref())?;
+        if kind == Kind::Github && (p.tolerance.is_some() || p.fields.is_some()) {
+            return Err(err(format!("{at}: `tolerance` and `fields` apply to kind \"standard-webhooks\" only")));
+        }
+        providers.push(
+            Provider::new(p.name.clone(), kind, &secret, tolerance, p.fields.clone())
+                .map_err(|e| err(format!("{at}: {e}")))?,
+        );
+    }
+    Ok(providers)
 }
 
 #[cfg(test)]

@@ -20,10 +20,13 @@
 //! - [`worker`]: the durable run queue's consumer (`idemgate worker`): leases, retries, dead stream.
 //! - `testing` (feature `testcontainers`): the idemgate image as a
 //!   testcontainers fixture for users' integration tests.
+//! - [`send`]: `idemgate send` and `sign`, signing with the verifiers' own code.
+//! - [`client`]: the one-request HTTP client of `send` and `healthcheck --http`.
 //! - [`ops`]: operator commands (`inspect`, `stats`, `key`, `healthcheck`) over the Redis key schema.
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod client;
 pub mod config;
 pub mod error;
 pub mod gate;
@@ -32,6 +35,7 @@ pub mod keys;
 pub mod metrics;
 pub mod ops;
 pub mod providers;
+pub mod send;
 pub mod server;
 pub mod store;
 #[cfg(feature = "testcontainers")]

@@ -276,6 +276,36 @@ impl Provider {
             }
         }
     }
+
+    /// The headers this provider's sender would attach to `body`, signed
+    /// with the provider's secret by the same code that verifies them (for
+    /// `idemgate send` and `sign`). `event` is the event name of kinds that
+    /// carry it in a header (`github`); timestamped schemes sign `now`.
+    pub fn sign(
+        &self,
+        delivery_id: &str,
+        event: Option<&str>,
+        body: &[u8],
+        now: SystemTime,
+    ) -> Result<Vec<(&'static str, String)>, SignError> {
+        match (self.kind, event) {
+            (Kind::Github, Some(event)) => Ok(github::sign(&self.mac, delivery_id, event, body)),
+            (Kind::Github, None) => Err(SignError::EventRequired(self.kind)),
+            (Kind::StandardWebhooks, None) => Ok(standard_webhooks::sign(&self.mac, delivery_id, now, body)),
+            (Kind::StandardWebhooks, Some(_)) => Err(SignError::EventNotSent(self.kind)),
+        }
+    }
+}
+
+/// Why a delivery cannot be signed as asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SignError {
+    /// The kind sends the event name in a header, and none was given.
+    #[error("kind {0} sends the event name in a header: give --event NAME (e.g. push)")]
+    EventRequired(Kind),
+    /// The kind has no event-name header; the event type lives in the body.
+    #[error("kind {0} sends no event-name header (the event type is part of the body): leave out --event")]
+    EventNotSent(Kind),
 }
 
 /// What a single-valued header looks like.

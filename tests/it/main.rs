@@ -29,6 +29,7 @@ mod http;
 mod model;
 mod ops;
 mod redis_store;
+mod send;
 mod support;
 #[cfg(feature = "testcontainers")]
 mod testing;
