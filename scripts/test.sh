@@ -7,6 +7,8 @@
 #   1. a smoke run of `idemgate bench` against a Redis of its own,
 #   2. `idemgate healthcheck` against a loopback Redis Cluster,
 #   3. the docker-compose stack test (tests/compose.sh),
+#   3b. the API fuzzer (scripts/api-fuzz.sh: Schemathesis against
+#      docs/openapi.json, on the memory store and on Redis),
 #   4. `cargo test --features testcontainers`: unit, integration and doc
 #      tests, the container fixture included (needs the idemgate image).
 #
@@ -33,6 +35,11 @@ if [ ${#need[@]} -gt 0 ]; then
   sudo_cmd=""; [ "$(id -u)" = 0 ] || sudo_cmd=sudo
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if ! $quick && ! command -v st >/dev/null; then
+  echo "== installing schemathesis (PyPI), the API fuzzer of scripts/api-fuzz.sh"
+  python3 -m pip install -q --disable-pip-version-check schemathesis==4.32.5
 fi
 
 if [ -z "${IDEMGATE_REDIS_IMAGE:-}" ]; then
@@ -70,6 +77,9 @@ if ! $quick; then
 
   echo "== compose stack test"
   tests/compose.sh
+
+  echo "== API fuzzer: Schemathesis against docs/openapi.json, memory store then Redis (scripts/api-fuzz.sh)"
+  scripts/api-fuzz.sh "$target/release/idemgate"
 fi
 
 if [ -z "${IDEMGATE_IMAGE:-}" ]; then

@@ -120,6 +120,7 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(middleware::from_fn_with_state(state.clone(), guard))
@@ -281,6 +282,14 @@ async fn readyz(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
         ApiError::Unavailable("the store does not answer")
     })?;
     Ok(Json(json!({"status": "ready", "store": st.0.gate.store().kind()})))
+}
+
+/// The OpenAPI 3.1 description of this router, checked in as
+/// `docs/openapi.json` and compared with the router by the tests.
+pub const OPENAPI: &str = include_str!("../docs/openapi.json");
+
+async fn openapi() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI)
 }
 
 async fn metrics(State(st): State<AppState>) -> impl IntoResponse {

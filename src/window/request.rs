@@ -171,6 +171,13 @@ fn describe(v: &Value) -> String {
     }
 }
 
+/// A JSON number that denotes a whole number: `300`, and also `300.0` or
+/// `3e2`, which JSON (and JSON Schema's `integer`) count as the same
+/// number, as RFC 8785 canonicalization does for payloads.
+fn whole_number(v: &Value) -> Option<i64> {
+    v.as_i64().or_else(|| v.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 1e15).map(|f| f as i64))
+}
+
 /// The required string `identity` of an entry or of `incoming`.
 fn identity_of(object: &Map<String, Value>, field: impl Fn() -> String) -> Result<&str, WindowError> {
     match object.get("identity") {
@@ -207,8 +214,7 @@ impl<'a> Request<'a> {
 
         let window_seconds = match body.get("windowSeconds") {
             None => return Err(WindowError::missing("windowSeconds", WINDOW_SECONDS)),
-            Some(v) => v
-                .as_i64()
+            Some(v) => whole_number(v)
                 .filter(|s| (1..=MAX_WINDOW_SECONDS).contains(s))
                 .ok_or_else(|| WindowError::invalid("windowSeconds", WINDOW_SECONDS, v))?,
         };
