@@ -24,9 +24,8 @@
 //!   entries that have payload evidence.
 //! - Entries at the same instant keep their array order.
 
-mod jcs;
-
-pub use jcs::{canonicalize, digest};
+use crate::jcs;
+pub use crate::jcs::{canonicalize, digest};
 
 use serde_json::{Map, Value, json};
 use std::borrow::Cow;
