@@ -710,3 +710,46 @@ async fn worker_command_gets_no_idemgate_setting_and_no_provider_secret() {
     assert!(wait_exit(&mut workers.0[0], Duration::from_secs(10)).await.success());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Runs one run through a worker behind a proxy that loses the reply to the
+/// first run of `script` (a `lua/` file), and returns the worker's summary.
+async fn lose_script_reply(tag: &str, script_file: &str, flags: &[&str], command: &str) -> (String, String) {
+    let ns = fresh_ns(tag);
+    let dir = temp_dir(tag);
+    let proxy = Proxy::start(redis_addr());
+    let body = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("lua").join(script_file)).unwrap();
+    let sha = redis::Script::new(&body).get_hash().to_owned();
+    proxy.drop_reply_once(move |req, reply| {
+        contains(req, b"EVALSHA") && contains(req, sha.as_bytes()) && !reply.starts_with(b"-NOSCRIPT")
+    });
+    let mut workers = Workers(vec![spawn_worker_via(&proxy.redis_url(), &ns, &dir, "w", flags, command)]);
+    gate_runs(&ns, 1, 1).await;
+    proxy.wait_fired(Duration::from_secs(15)).await;
+    wait_for(Duration::from_secs(10), "run-1 finished", || async {
+        matches!(record(&ns, "run-1").await.get("status").map(String::as_str), Some("done" | "dead"))
+    })
+    .await;
+    let summary = stop_and_summary(&mut workers.0[0], &dir, "w").await;
+    let r = record(&ns, "run-1").await;
+    let _ = std::fs::remove_dir_all(dir);
+    (summary, format!("{} {}", r["status"], r["attempts"]))
+}
+
+#[tokio::test]
+async fn worker_retries_a_start_whose_reply_was_lost_without_counting_an_attempt() {
+    let command = r#"exit 0"#;
+    let (summary, record) =
+        lose_script_reply("wloststart", "worker_start.lua", &["--lease", "60s", "--max-attempts", "1"], command).await;
+    // With one attempt allowed, a second count would have dead-lettered the run.
+    assert_eq!(record, "done 1");
+    assert!(summary.contains("done: 1,") && summary.contains("dead: 0,") && summary.contains("lost: 0,"), "{summary}");
+}
+
+#[tokio::test]
+async fn worker_retries_a_last_fail_whose_reply_was_lost_and_the_run_is_dead_once() {
+    let command = r#"exit 3"#;
+    let (summary, record) =
+        lose_script_reply("wlostfail", "worker_fail.lua", &["--lease", "60s", "--max-attempts", "1"], command).await;
+    assert_eq!(record, "dead 1");
+    assert!(summary.contains("dead: 1,") && summary.contains("lost: 0,"), "{summary}");
+}
