@@ -29,6 +29,7 @@ mod http;
 mod identities;
 mod model;
 mod ops;
+mod proxy;
 mod redis_store;
 mod send;
 mod support;
