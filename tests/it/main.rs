@@ -22,4 +22,5 @@ mod model;
 mod ops;
 mod redis_store;
 mod support;
+mod verification;
 mod worker;
