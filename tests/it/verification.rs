@@ -25,6 +25,9 @@ pub fn example_bin() -> &'static Path {
         if profile_dir.ends_with("release") {
             build.arg("--release");
         }
+        if cfg!(feature = "testcontainers") {
+            build.args(["--features", "testcontainers"]); // the same idemgate library as this binary's
+        }
         let status = build.status().expect("run cargo");
         assert!(status.success(), "cargo build --example verification failed");
         let bin = profile_dir.join("examples").join("verification");
