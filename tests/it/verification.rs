@@ -423,25 +423,21 @@ fn verification_handle_applies_once_and_fails_permanently_on_bad_input() {
 
 const IDV_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
-/// A Standard Webhooks request: `v1,<base64 HMAC-SHA256("<id>.<ts>.<body>")>`.
+/// Posts `body` as provider `idv` sends it (signed by the verifiers' own code, as `idemgate send` does).
 async fn deliver_signed(client: &reqwest::Client, url: &str, msg_id: &str, body: &str) -> (u16, Value) {
-    use base64::Engine;
-    use hmac::Mac;
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let ts = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
-    let key = b64.decode(IDV_SECRET.strip_prefix("whsec_").unwrap()).unwrap();
-    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&key).unwrap();
-    mac.update(format!("{msg_id}.{ts}.{body}").as_bytes());
-    let signature = b64.encode(mac.finalize().into_bytes());
-    let resp = client
-        .post(url)
-        .header("webhook-id", msg_id)
-        .header("webhook-timestamp", ts.to_string())
-        .header("webhook-signature", format!("v1,{signature}"))
-        .body(body.to_owned())
-        .send()
-        .await
-        .unwrap();
+    let idv = idemgate::providers::Provider::standard_webhooks(
+        "idv",
+        IDV_SECRET,
+        std::time::Duration::from_secs(300),
+        idemgate::providers::FieldPointers::default(),
+    )
+    .unwrap();
+    let headers = idv.sign(msg_id, None, body.as_bytes(), std::time::SystemTime::now()).unwrap();
+    let mut request = client.post(url).body(body.to_owned());
+    for (name, value) in headers {
+        request = request.header(name, value);
+    }
+    let resp = request.send().await.unwrap();
     (resp.status().as_u16(), resp.json().await.unwrap())
 }
 
