@@ -26,6 +26,7 @@ mod cluster;
 mod durability;
 mod gate;
 mod http;
+mod identities;
 mod model;
 mod ops;
 mod redis_store;
