@@ -41,6 +41,11 @@ const SYNTHETIC_SOURCE: &str = "fixture_callback";
 /// after the commit, before its acknowledgement" a window a test can hit.
 const PAUSE_AFTER_COMMIT_ENV: &str = "VERIFICATION_PAUSE_AFTER_COMMIT_MS";
 
+/// Test hook: applying an event sleeps this many milliseconds inside its
+/// transaction (after the checks, before the dedup insert), so two
+/// processes applying one event surely overlap.
+const PAUSE_IN_TRANSACTION_ENV: &str = "VERIFICATION_PAUSE_IN_TRANSACTION_MS";
+
 /// How long a command waits for another process's write transaction.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -431,6 +436,7 @@ fn apply_event(db: &mut Connection, event: &Event, run_id: Option<&str>) -> Resu
         Some(s) if s.tenant == event.tenant && s.subject == event.subject => s,
         _ => return Err(Refusal::BindingMismatch),
     };
+    pause(PAUSE_IN_TRANSACTION_ENV);
     // The primary key decides: no row added means this event was applied before.
     let recorded = tx.execute(
         "INSERT INTO events (session, event_id, status, policy, run_id) VALUES (?1, ?2, ?3, ?4, ?5)
@@ -487,13 +493,14 @@ fn handle(db: &mut Connection) -> Result<State, Refusal> {
     })?;
     let event = Event::from_payload(payload)?;
     let state = apply_event(db, &event, run_id)?;
-    pause_after_commit();
+    pause(PAUSE_AFTER_COMMIT_ENV);
     Ok(state)
 }
 
-fn pause_after_commit() {
-    let Some(ms) = std::env::var(PAUSE_AFTER_COMMIT_ENV).ok().and_then(|v| v.parse::<u64>().ok()) else { return };
-    eprintln!("committed; pausing {ms} ms before answering ({PAUSE_AFTER_COMMIT_ENV})");
+/// Sleeps the milliseconds test hook `env` asks for, if any.
+fn pause(env: &str) {
+    let Some(ms) = std::env::var(env).ok().and_then(|v| v.parse::<u64>().ok()) else { return };
+    eprintln!("pausing {ms} ms ({env})");
     std::thread::sleep(Duration::from_millis(ms));
 }
 

@@ -336,11 +336,13 @@ fn verification_restart_keeps_sessions_and_events() {
 fn verification_two_processes_racing_on_one_event_grant_once() {
     let db = TempDb::new("v-race");
     session(&db.path, "warm", 60); // the schema exists before the race
-    for round in 0..12 {
+    for round in 0..5 {
         let id = format!("s-{round}");
         session(&db.path, &id, 60);
+        // Each pauses inside its transaction: the second starts while the first holds it.
         let spawn = || {
             Command::new(example_bin())
+                .env("VERIFICATION_PAUSE_IN_TRANSACTION_MS", "200")
                 .arg("--db")
                 .arg(&db.path)
                 .args(["event", &id, "fixture-approved", "--tenant", "acme", "--subject", "u-1"])
