@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command. Sets up what the tests need on a fresh Debian
-# machine (redis-server and redis-cli; a local Redis image where Docker
-# cannot pull), then runs, in order:
+# machine (redis-server and redis-cli, libsqlite3-dev for the verification
+# example; a local Redis image where Docker cannot pull), then runs, in order:
 #   0. scripts/check-standalone.sh: no tracked file refers to material
 #      outside the repository,
 #   1. a smoke run of `idemgate bench` against a Redis of its own,
@@ -28,6 +28,8 @@ fi
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-cli >/dev/null || need+=(redis-tools)
+# examples/verification.rs links the system SQLite (docs/exactly-once.md).
+dpkg -s libsqlite3-dev >/dev/null 2>&1 || need+=(libsqlite3-dev)
 $quick || command -v wrk >/dev/null || need+=(wrk)
 $quick || command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 || need+=(docker-compose)
 if [ ${#need[@]} -gt 0 ]; then

@@ -49,7 +49,8 @@ pub struct WorkerArgs {
     /// How long one read waits for new runs (also the longest a stop waits for the reader).
     #[arg(long, env = "IDEMGATE_WORKER_BLOCK", value_name = "DURATION", value_parser = parse_duration, default_value = "2s")]
     pub block: Duration,
-    /// The command run once per run attempt, after `--`.
+    /// The command run once per run attempt, after `--`. Exit 0: done; exit 65 (EX_DATAERR): a permanent
+    /// failure, dead-lettered at once; anything else: a failed attempt, retried.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }

@@ -76,6 +76,30 @@ pub struct Run {
     pub payload: Option<Payload>,
 }
 
+/// A failed attempt, as a handler reports it. Any `Display` error converts
+/// into a retryable one; [`Failure::permanent`] says retrying cannot help.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// What went wrong: the run's `last_error`.
+    pub error: String,
+    /// Retrying cannot succeed (the input itself is wrong), so the run goes
+    /// to the dead stream now, whatever attempts are left.
+    pub permanent: bool,
+}
+
+impl Failure {
+    /// A failure no retry can fix: the run is dead-lettered after this attempt.
+    pub fn permanent(error: impl Display) -> Self {
+        Self { error: error.to_string(), permanent: true }
+    }
+}
+
+impl<E: Display> From<E> for Failure {
+    fn from(error: E) -> Self {
+        Self { error: error.to_string(), permanent: false }
+    }
+}
+
 /// A run's kept payload: the JSON text the provider sent, passed on as is
 /// (as JSON, not as a string) and compared by its text.
 #[derive(Debug, Clone, Serialize)]
@@ -108,21 +132,22 @@ impl PartialEq for Payload {
 impl Eq for Payload {}
 
 /// Handles one attempt of a run. `Err` (or running past the timeout) is a
-/// failed attempt. Any `async` closure `Fn(Run) -> Result<(), E: Display>` is one.
+/// failed attempt, retried unless [`Failure::permanent`]. Any `async`
+/// closure `Fn(Run) -> Result<(), E>` with `E: Display` (or `E = Failure`) is one.
 pub trait Handler: Send + Sync + 'static {
     /// Runs one attempt. Dropping the future cancels it (timeout, lost lease).
-    fn call(&self, run: Run) -> impl Future<Output = Result<(), String>> + Send;
+    fn call(&self, run: Run) -> impl Future<Output = Result<(), Failure>> + Send;
 }
 
 impl<F, Fut, E> Handler for F
 where
     F: Fn(Run) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), E>> + Send,
-    E: Display,
+    E: Into<Failure>,
 {
-    fn call(&self, run: Run) -> impl Future<Output = Result<(), String>> + Send {
+    fn call(&self, run: Run) -> impl Future<Output = Result<(), Failure>> + Send {
         let fut = self(run);
-        async move { fut.await.map_err(|e| e.to_string()) }
+        async move { fut.await.map_err(Into::into) }
     }
 }
 
@@ -574,7 +599,7 @@ const RELEASE_PATIENCE: Duration = Duration::from_secs(5);
 
 enum Attempt {
     Ok,
-    Failed(String),
+    Failed(Failure),
     Lost,
     Fenced,
 }
@@ -626,7 +651,8 @@ async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, held: 
         }
         let run = match payload.map(Payload::from_json).transpose() {
             Ok(payload) => Ok(Run { attempt, payload, ..entry.run.clone() }),
-            Err(e) => Err(format!("the run's stored payload is not JSON: {e}")),
+            // The stored text never changes: no retry can fix it.
+            Err(e) => Err(Failure::permanent(format!("the run's stored payload is not JSON: {e}"))),
         };
         tracing::debug!(run_id, attempt, "attempt started");
         let outcome = tokio::select! {
@@ -638,7 +664,7 @@ async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, held: 
             } => match r {
                 Ok(Ok(())) => Attempt::Ok,
                 Ok(Err(e)) => Attempt::Failed(e),
-                Err(_) => Attempt::Failed(format!("timed out after {}", humanize(config.timeout))),
+                Err(_) => Attempt::Failed(format!("timed out after {}", humanize(config.timeout)).into()),
             },
             _ = held.lost.notified() => Attempt::Lost,
             _ = held.unrenewed_for(config.fence()) => Attempt::Fenced,
@@ -671,13 +697,15 @@ async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, held: 
                 }
                 return;
             }
-            Attempt::Failed(error) => {
+            Attempt::Failed(failure) => {
                 Counters::bump(&c.failed_attempts);
-                let error = truncate(&error, 2000);
+                let error = truncate(&failure.error, 2000);
                 let wait = config.backoff_after(attempt);
+                // A permanent failure makes this attempt the last one allowed.
+                let max_attempts = if failure.permanent { attempt } else { config.max_attempts };
                 let op = q.op();
                 match persist(shared, "recording a failed attempt", run_id, patience, || {
-                    q.fail(entry, &error, attempt, config.max_attempts, wait, &op)
+                    q.fail(entry, &error, attempt, max_attempts, wait, &op)
                 })
                 .await
                 {
@@ -685,7 +713,7 @@ async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, held: 
                         tracing::warn!(run_id, attempt, %error, retry_in = ?wait, "attempt failed")
                     }
                     Some(Failed::Dead) => {
-                        tracing::error!(run_id, attempt, %error, "attempt failed; no attempts left, run moved to the dead stream");
+                        tracing::error!(run_id, attempt, %error, permanent = failure.permanent, "attempt failed; no attempts left, run moved to the dead stream");
                         Counters::bump(&c.dead);
                         return;
                     }

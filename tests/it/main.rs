@@ -35,6 +35,7 @@ mod send;
 mod support;
 #[cfg(feature = "testcontainers")]
 mod testing;
+mod verification;
 mod worker;
 
 /// The container fixture's suite needs the `testcontainers` feature; a run

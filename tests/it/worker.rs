@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use idemgate::gate::{Gate, Settings, Status};
 use idemgate::keys::Keys;
 use idemgate::store::redis::RedisOptions;
-use idemgate::worker::{Run, Worker, WorkerConfig, trim_runs};
+use idemgate::worker::{Failure, Run, Worker, WorkerConfig, trim_runs};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 
@@ -241,6 +241,75 @@ async fn worker_command_retries_then_succeeds_and_dead_letters_the_rest() {
     signal(&workers.0[0], "-TERM");
     assert!(wait_exit(&mut workers.0[0], Duration::from_secs(10)).await.success());
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn worker_exit_65_is_permanent_and_dead_letters_at_once() {
+    let ns = fresh_ns("wperm");
+    let dir = temp_dir("wperm");
+    gate_runs(&ns, 2, 1).await;
+    // run-1 says "permanent" (65) on its first attempt; run-2 fails with 64 once, then succeeds.
+    let script = r#"echo "$IDEMGATE_RUN_ID $IDEMGATE_ATTEMPT" >> "$D/ran"
+        if [ "$IDEMGATE_RUN_ID" = run-1 ]; then echo "BINDING_MISMATCH: tenant differs" >&2; exit 65; fi
+        [ "$IDEMGATE_ATTEMPT" -ge 2 ] || exit 64"#;
+    let flags = ["--max-attempts", "5", "--backoff", "50ms", "--lease", "5s"];
+    let mut workers = Workers(vec![spawn_worker(&ns, &dir, "w1", &flags, script)]);
+    wait_for(Duration::from_secs(30), "run-1 dead and run-2 done", || async {
+        let (a, b) = (record(&ns, "run-1").await, record(&ns, "run-2").await);
+        a.get("status").map(String::as_str) == Some("dead") && b.get("status").map(String::as_str) == Some("done")
+    })
+    .await;
+    let r1 = record(&ns, "run-1").await;
+    assert_eq!(r1["attempts"], "1", "{r1:?}");
+    assert_eq!(r1["last_error"], "exit status 65 (permanent failure, not retried): BINDING_MISMATCH: tenant differs");
+    assert_eq!(record(&ns, "run-2").await["attempts"], "2");
+    let mut ran = lines(&dir.join("ran"));
+    ran.sort();
+    assert_eq!(ran, ["run-1 1", "run-2 1", "run-2 2"]);
+    let mut c = raw_conn().await;
+    let dead: redis::streams::StreamRangeReply = c.xrange_all(Keys::new(&ns).unwrap().runs_dead()).await.unwrap();
+    assert_eq!(dead.ids.len(), 1);
+    let field = |k: &str| redis::from_redis_value_ref::<String>(&dead.ids[0].map[k]).unwrap();
+    assert_eq!((field("run_id").as_str(), field("attempts").as_str()), ("run-1", "1"));
+
+    signal(&workers.0[0], "-TERM");
+    assert!(wait_exit(&mut workers.0[0], Duration::from_secs(10)).await.success());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn worker_library_permanent_failure_is_not_retried() {
+    let ns = fresh_ns("wlibperm");
+    gate_runs(&ns, 1, 1).await;
+    let calls = Arc::new(Mutex::new(0u32));
+    let handler = {
+        let calls = calls.clone();
+        move |_run: Run| {
+            *calls.lock().unwrap() += 1;
+            async { Err::<(), _>(Failure::permanent("the input is wrong for good")) }
+        }
+    };
+    let config = WorkerConfig {
+        max_attempts: 5,
+        backoff: Duration::from_millis(20),
+        block: Duration::from_millis(100),
+        ..WorkerConfig::new("lib")
+    };
+    let worker = Worker::connect(&RedisOptions::single(redis_url()), Keys::new(&ns).unwrap(), config).await.unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(worker.run(handler, async move {
+        let _ = stop_rx.await;
+    }));
+    wait_for(Duration::from_secs(20), "run-1 dead", || async {
+        record(&ns, "run-1").await.get("status").map(String::as_str) == Some("dead")
+    })
+    .await;
+    stop_tx.send(()).unwrap();
+    let summary = tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap().unwrap();
+    assert_eq!((summary.dead, summary.failed_attempts, summary.done), (1, 1, 0), "{summary:?}");
+    assert_eq!(*calls.lock().unwrap(), 1);
+    let r = record(&ns, "run-1").await;
+    assert_eq!((r["attempts"].as_str(), r["last_error"].as_str()), ("1", "the input is wrong for good"));
 }
 
 #[tokio::test]
