@@ -5,7 +5,9 @@
 #   1. a smoke run of `idemgate bench` against a Redis of its own,
 #   2. `idemgate healthcheck` against a loopback Redis Cluster,
 #   3. the docker-compose stack test (tests/compose.sh),
-#   4. `cargo test`: unit, integration and doc tests.
+#   4. `promtool check rules` and `promtool test rules` on deploy/prometheus/,
+#   5. `cargo test`: unit, integration and doc tests (these run promtool too,
+#      and fail when it is missing).
 #
 #   scripts/test.sh                 everything
 #   scripts/test.sh --quick [ARGS]  only `cargo test [ARGS]` (after the set-up)
@@ -21,6 +23,7 @@ fi
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-cli >/dev/null || need+=(redis-tools)
+command -v promtool >/dev/null || need+=(prometheus) # Debian ships promtool in the prometheus package
 $quick || command -v wrk >/dev/null || need+=(wrk)
 $quick || command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 || need+=(docker-compose)
 if [ ${#need[@]} -gt 0 ]; then
@@ -28,6 +31,10 @@ if [ ${#need[@]} -gt 0 ]; then
   sudo_cmd=""; [ "$(id -u)" = 0 ] || sudo_cmd=sudo
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need[@]}" >/dev/null
+  # Only promtool is wanted: a Prometheus daemon the package started is stopped.
+  if [[ " ${need[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null; then
+    $sudo_cmd systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
 fi
 
 if [ -z "${IDEMGATE_REDIS_IMAGE:-}" ]; then
@@ -66,6 +73,9 @@ if ! $quick; then
   echo "== compose stack test"
   tests/compose.sh
 fi
+
+echo "== promtool: the alerting rules, and a unit-test file per alert"
+(cd deploy/prometheus && promtool check rules idemgate-alerts.yml && promtool test rules tests/*.test.yml)
 
 echo "== cargo test (Redis image: $IDEMGATE_REDIS_IMAGE)"
 cargo test --locked "$@"
