@@ -1,4 +1,4 @@
-//! Operator commands (CONTRACT §4): `inspect`, `stats`, `key`, `dead` and
+//! Operator commands (docs/operations.md): `inspect`, `stats`, `key`, `dead` and
 //! `healthcheck`. The lookups return data ([`inspect`], [`stats`]); the
 //! [`render`] module turns it into text for people or JSON for scripts; the
 //! `*_command` functions are what the binary calls after parsing.
