@@ -1,4 +1,4 @@
--- idemgate: one gate call, atomically (CONTRACT §1 and §3).
+-- idemgate: one gate call, atomically (docs/reference.md: semantics, Redis keys).
 -- The rules ran in Rust; this script replays or applies their verdict.
 --
 -- KEYS[1]: delivery key      idemgate:{NS}:delivery:<enc provider>:<enc delivery id>

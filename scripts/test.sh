@@ -2,17 +2,25 @@
 # The project's test command. Sets up what the tests need on a fresh Debian
 # machine (redis-server and redis-cli; a local Redis image where Docker
 # cannot pull), then runs, in order:
+#   0. scripts/check-standalone.sh: no tracked file refers to material
+#      outside the repository,
 #   1. a smoke run of `idemgate bench` against a Redis of its own,
 #   2. `idemgate healthcheck` against a loopback Redis Cluster,
 #   3. the docker-compose stack test (tests/compose.sh),
-#   4. `promtool check rules` and `promtool test rules` on deploy/prometheus/,
-#   5. `cargo test`: unit, integration and doc tests (these run promtool too,
-#      and fail when it is missing).
+#   3b. the API fuzzer (scripts/api-fuzz.sh: Schemathesis against
+#      docs/openapi.json, on the memory store and on Redis),
+#   3c. `promtool check rules` and `promtool test rules` on deploy/prometheus/
+#      (also with --quick),
+#   4. `cargo test --features testcontainers`: unit, integration and doc
+#      tests, the container fixture included (needs the idemgate image);
+#      they run promtool too, and fail when it is missing.
 #
 #   scripts/test.sh                 everything
 #   scripts/test.sh --quick [ARGS]  only `cargo test [ARGS]` (after the set-up)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+scripts/check-standalone.sh
 
 quick=false
 if [ "${1:-}" = --quick ]; then
@@ -35,6 +43,11 @@ if [ ${#need[@]} -gt 0 ]; then
   if [[ " ${need[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null; then
     $sudo_cmd systemctl disable --now prometheus >/dev/null 2>&1 || true
   fi
+fi
+
+if ! $quick && ! command -v st >/dev/null; then
+  echo "== installing schemathesis (PyPI), the API fuzzer of scripts/api-fuzz.sh"
+  python3 -m pip install -q --disable-pip-version-check schemathesis==4.32.5
 fi
 
 if [ -z "${IDEMGATE_REDIS_IMAGE:-}" ]; then
@@ -72,10 +85,19 @@ if ! $quick; then
 
   echo "== compose stack test"
   tests/compose.sh
+
+  echo "== API fuzzer: Schemathesis against docs/openapi.json, memory store then Redis (scripts/api-fuzz.sh)"
+  scripts/api-fuzz.sh "$target/release/idemgate"
 fi
 
 echo "== promtool: the alerting rules, and a unit-test file per alert"
 (cd deploy/prometheus && promtool check rules idemgate-alerts.yml && promtool test rules tests/*.test.yml)
 
-echo "== cargo test (Redis image: $IDEMGATE_REDIS_IMAGE)"
-cargo test --locked "$@"
+if [ -z "${IDEMGATE_IMAGE:-}" ]; then
+  # The image that tests/it/testing.rs starts through idemgate::testing.
+  export IDEMGATE_IMAGE=idemgate/idemgate:local
+  scripts/idemgate-image.sh "$IDEMGATE_IMAGE"
+fi
+
+echo "== cargo test (Redis image: $IDEMGATE_REDIS_IMAGE, idemgate image: $IDEMGATE_IMAGE)"
+cargo test --locked --features testcontainers "$@"

@@ -1,5 +1,5 @@
 //! Configuration: command-line flags, environment variables and the TOML
-//! file of CONTRACT §6, layered defaults < file < env < flags and validated
+//! file of docs/reference.md#config-file, layered defaults < file < env < flags and validated
 //! once at start with messages that name the bad key and value.
 
 use std::net::SocketAddr;
@@ -65,7 +65,7 @@ pub struct StoreArgs {
     /// How long to `WAIT` for --min-replicas-ack [default: 500ms, at most half of --redis-timeout].
     #[arg(long, env = "IDEMGATE_MIN_REPLICAS_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
     pub min_replicas_timeout: Option<Duration>,
-    /// TOML config file (CONTRACT §6).
+    /// TOML config file (docs/reference.md#config-file).
     #[arg(long, env = "IDEMGATE_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
 }
@@ -103,7 +103,7 @@ pub struct ServeArgs {
     pub allow_eviction: bool,
 }
 
-/// The TOML file (CONTRACT §6). Unknown keys are errors, so typos show.
+/// The TOML file (docs/reference.md#config-file). Unknown keys are errors, so typos show.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
@@ -367,35 +367,7 @@ impl ServeConfig {
         if api_token.as_deref() == Some("") {
             return Err(err("api token is empty: give a token or leave it unset"));
         }
-        let mut providers = Vec::new();
-        for (i, p) in file.provider.iter().enumerate() {
-            let at = format!("[[provider]] #{} ({:?})", i + 1, p.name);
-            if p.name.is_empty() || !p.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-                return Err(err(format!("{at}: name must be non-empty and use only letters, digits, '-', '_' or '.'")));
-            }
-            if providers.iter().any(|q: &Provider| q.name == p.name) {
-                return Err(err(format!("{at}: a provider named {:?} is defined twice", p.name)));
-            }
-            let kind: Kind = p.kind.parse().map_err(|_| {
-                err(format!("{at}: unknown kind {:?} (use \"github\" or \"standard-webhooks\")", p.kind))
-            })?;
-            let secret = match (&p.secret, &p.secret_env) {
-                (Some(_), Some(_)) => return Err(err(format!("{at}: give `secret` or `secret_env`, not both"))),
-                (Some(s), None) => s.clone(),
-                (None, Some(var)) => env(var)
-                    .filter(|s| !s.is_empty())
-                    .ok_or_else(|| err(format!("{at}: secret_env {var:?} is not set or empty")))?,
-                (None, None) => return Err(err(format!("{at}: missing secret (set `secret` or `secret_env`)"))),
-            };
-            let tolerance = file_duration(&format!("{at}: tolerance"), p.tolerance.as_ref())?;
-            if kind == Kind::Github && (p.tolerance.is_some() || p.fields.is_some()) {
-                return Err(err(format!("{at}: `tolerance` and `fields` apply to kind \"standard-webhooks\" only")));
-            }
-            providers.push(
-                Provider::new(p.name.clone(), kind, &secret, tolerance, p.fields.clone())
-                    .map_err(|e| err(format!("{at}: {e}")))?,
-            );
-        }
+        let providers = providers_from(file, &env)?;
         let max_body = args.max_body.or(file.max_body).unwrap_or(d.max_body);
         if max_body == 0 {
             return Err(err("max body must be more than 0 bytes"));
@@ -412,6 +384,49 @@ impl ServeConfig {
             allow_eviction: args.allow_eviction,
         })
     }
+}
+
+/// The `[[provider]]` endpoints of the config file at `path` (none without
+/// a file), secrets read from the environment: what `idemgate send` and
+/// `sign` sign with, checked as `serve` checks them.
+pub fn load_providers(path: Option<&Path>) -> Result<Vec<Provider>, ConfigError> {
+    providers_from(&FileConfig::load_opt(path)?, &|name: &str| std::env::var(name).ok())
+}
+
+/// Builds and checks every `[[provider]]` of the file; `env` looks up
+/// `secret_env` variables.
+fn providers_from(file: &FileConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Vec<Provider>, ConfigError> {
+    let mut providers = Vec::new();
+    for (i, p) in file.provider.iter().enumerate() {
+        let at = format!("[[provider]] #{} ({:?})", i + 1, p.name);
+        if p.name.is_empty() || !p.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+            return Err(err(format!("{at}: name must be non-empty and use only letters, digits, '-', '_' or '.'")));
+        }
+        if providers.iter().any(|q: &Provider| q.name == p.name) {
+            return Err(err(format!("{at}: a provider named {:?} is defined twice", p.name)));
+        }
+        let kind: Kind = p
+            .kind
+            .parse()
+            .map_err(|_| err(format!("{at}: unknown kind {:?} (use \"github\" or \"standard-webhooks\")", p.kind)))?;
+        let secret = match (&p.secret, &p.secret_env) {
+            (Some(_), Some(_)) => return Err(err(format!("{at}: give `secret` or `secret_env`, not both"))),
+            (Some(s), None) => s.clone(),
+            (None, Some(var)) => env(var)
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| err(format!("{at}: secret_env {var:?} is not set or empty")))?,
+            (None, None) => return Err(err(format!("{at}: missing secret (set `secret` or `secret_env`)"))),
+        };
+        let tolerance = file_duration(&format!("{at}: tolerance"), p.tolerance.as_ref())?;
+        if kind == Kind::Github && (p.tolerance.is_some() || p.fields.is_some()) {
+            return Err(err(format!("{at}: `tolerance` and `fields` apply to kind \"standard-webhooks\" only")));
+        }
+        providers.push(
+            Provider::new(p.name.clone(), kind, &secret, tolerance, p.fields.clone())
+                .map_err(|e| err(format!("{at}: {e}")))?,
+        );
+    }
+    Ok(providers)
 }
 
 #[cfg(test)]
@@ -446,7 +461,7 @@ mod tests {
         assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
         assert!(c.store.redis.is_none());
         assert_eq!(c.store.keys.namespace(), "default");
-        assert!(c.settings.delivery_ttl >= Duration::from_secs(4 * 86400));
+        assert_eq!(c.settings.delivery_ttl, Duration::from_secs(7 * 86400));
         assert_eq!(c.settings.logical_ttl, None);
         assert_eq!(c.max_body, 25 * 1024 * 1024);
     }
@@ -605,11 +620,92 @@ mod tests {
         assert_eq!(redact("redis://host:6379"), "redis://host:6379");
     }
 
+    /// Top-level string keys whose values the property below varies.
+    const TOP_KEYS: &[&str] = &[
+        "listen",
+        "redis_url",
+        "namespace",
+        "allowed_repos",
+        "delivery_ttl",
+        "logical_ttl",
+        "api_token",
+        "redis_timeout",
+        "min_replicas_timeout",
+        "request_timeout",
+    ];
+
+    /// A TOML string shaped like what these keys take, or not.
+    fn arb_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            "[0-9]{1,6}(ms|s|m|h|d|x|)",
+            "[a-z]{1,6}/[a-z]{0,6}",
+            "(127\\.0\\.0\\.1|[a-z]{1,5}):[0-9]{1,6}",
+            "redis://[a-z:@]{0,10}[0-9]{0,5}",
+            ".{0,16}",
+        ]
+    }
+
+    /// A `[[provider]]` table with arbitrary names, kinds and settings.
+    fn arb_provider() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        (
+            ".{0,8}",
+            prop_oneof![Just("github".to_owned()), Just("standard-webhooks".to_owned()), "[a-z-]{0,10}"],
+            proptest::option::of(".{0,12}"),
+            proptest::option::of("[A-Z_]{1,8}"),
+            proptest::option::of("[0-9]{1,3}(s|m|x)"),
+        )
+            .prop_map(|(name, kind, secret, secret_env, tolerance)| {
+                let q = |s: String| toml::Value::String(s).to_string();
+                let mut t = format!("[[provider]]\nname = {}\nkind = {}\n", q(name), q(kind));
+                for (key, value) in [("secret", secret), ("secret_env", secret_env), ("tolerance", tolerance)] {
+                    if let Some(v) = value {
+                        t.push_str(&format!("{key} = {}\n", q(v)));
+                    }
+                }
+                t
+            })
+    }
+
     proptest::proptest! {
         #[test]
         fn config_parser_never_panics(text in ".{0,200}") {
             if let Ok(f) = toml::from_str::<FileConfig>(&text) {
                 let _ = ServeConfig::resolve_with(&ServeArgs::default(), &f, |_| None);
+            }
+        }
+
+        /// Well-formed files with arbitrary values: every case parses, so
+        /// every case reaches the validation in `resolve_with`, which must
+        /// answer with a value or a message, never a panic.
+        #[test]
+        fn any_values_resolve_or_explain(
+            top in proptest::collection::vec((0..TOP_KEYS.len(), proptest::collection::vec(arb_text(), 1..3)), 0..6),
+            providers in proptest::collection::vec(arb_provider(), 0..3),
+        ) {
+            let mut text = String::new();
+            let mut seen = std::collections::HashSet::new();
+            for (key, mut values) in top {
+                if !seen.insert(key) {
+                    continue;
+                }
+                // The allowlist takes a list or one comma-separated string; the others one string.
+                let value = if TOP_KEYS[key] == "allowed_repos" && values.len() > 1 {
+                    toml::Value::Array(values.into_iter().map(toml::Value::String).collect())
+                } else {
+                    toml::Value::String(values.swap_remove(0))
+                };
+                text.push_str(&format!("{} = {value}\n", TOP_KEYS[key]));
+            }
+            for p in providers {
+                text.push_str(&p);
+            }
+            let file = toml::from_str::<FileConfig>(&text);
+            proptest::prop_assert!(file.is_ok(), "{text}: {:?}", file.err());
+            match ServeConfig::resolve_with(&ServeArgs::default(), &file.unwrap(), |_| Some("env-secret".into())) {
+                Ok(_) => {}
+                Err(e) => proptest::prop_assert!(!e.to_string().is_empty()),
             }
         }
 

@@ -1,4 +1,4 @@
-//! The gate's rules (CONTRACT §1), written once and shared by every store:
+//! The gate's rules (docs/reference.md#semantics), written once and shared by every store:
 //! validation, the repo allowlist, `number_text` and the identity tuple.
 //! A store only applies the verdict these rules compute, atomically.
 
@@ -49,7 +49,7 @@ impl Status {
     }
 }
 
-/// The gate's answer; serializes to exactly the objects of CONTRACT §1.
+/// The gate's answer; serializes to exactly the objects of docs/reference.md#semantics.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Response {
     /// What happened.
@@ -82,7 +82,7 @@ pub struct Identity {
     pub repo: String,
     /// The event's action.
     pub action: String,
-    /// `number_text` of CONTRACT §1 (`""` when there is no number).
+    /// `number_text` of docs/reference.md#semantics (`""` when there is no number).
     pub number: String,
 }
 
@@ -150,7 +150,7 @@ impl Gate {
         &self.store
     }
 
-    /// Handles one delivery and returns the gate's answer (CONTRACT §1).
+    /// Handles one delivery and returns the gate's answer (docs/reference.md#semantics).
     /// `Err` means the store failed: nothing was decided, nothing cached.
     pub async fn handle(&self, provider: &str, delivery_id: &str, event: &Value) -> Result<Response, Error> {
         Ok(self.check(provider, delivery_id, event).await?.response)
@@ -215,7 +215,7 @@ pub struct Fields<'a> {
     pub number: String,
 }
 
-/// Step 2 of CONTRACT §1: `org`, `repo` and `action` present, strings,
+/// Step 2 of docs/reference.md#semantics: `org`, `repo` and `action` present, strings,
 /// non-empty (never trimmed), and `number` of an accepted type.
 /// `None` means `bad_request`.
 pub fn validate(event: &Value) -> Option<Fields<'_>> {

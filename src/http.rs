@@ -1,4 +1,4 @@
-//! The HTTP API of CONTRACT §5: the normalized gate, provider webhook
+//! The HTTP API of docs/reference.md#http-api: the normalized gate, provider webhook
 //! endpoints, health, readiness and metrics. [`app`] builds the router, so
 //! tests can drive it in-process; [`crate::server`] binds and serves it.
 
@@ -111,7 +111,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// The router of CONTRACT §5.
+/// The router of docs/reference.md#http-api.
 pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/v1/deliveries", post(deliveries))
@@ -120,6 +120,7 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(middleware::from_fn_with_state(state.clone(), guard))
@@ -281,6 +282,14 @@ async fn readyz(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
         ApiError::Unavailable("the store does not answer")
     })?;
     Ok(Json(json!({"status": "ready", "store": st.0.gate.store().kind()})))
+}
+
+/// The OpenAPI 3.1 description of this router, checked in as
+/// `docs/openapi.json` and compared with the router by the tests.
+pub const OPENAPI: &str = include_str!("../docs/openapi.json");
+
+async fn openapi() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI)
 }
 
 async fn metrics(State(st): State<AppState>) -> impl IntoResponse {

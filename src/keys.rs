@@ -1,4 +1,4 @@
-//! The Redis key schema of CONTRACT §3: length-prefixed fields under a
+//! The Redis key schema of docs/reference.md#redis-keys: length-prefixed fields under a
 //! namespace hash tag, so no two identities share a key and one namespace
 //! lives in one Redis Cluster slot.
 

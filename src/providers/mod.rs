@@ -1,4 +1,4 @@
-//! Webhook provider adapters (CONTRACT §5 and §6): authenticate a request to
+//! Webhook provider adapters (docs/reference.md: HTTP API, config file): authenticate a request to
 //! `POST /webhooks/{name}`, then normalize it into the gate's
 //! `(delivery_id, event)`. Pure functions of headers, body and clock; no I/O.
 //!
@@ -18,7 +18,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use hmac::{Hmac, Mac};
 use serde::Deserialize;
 use serde_json::Value;
@@ -147,14 +147,6 @@ pub enum Rejection {
 }
 
 impl Rejection {
-    /// The HTTP status that goes with the rejection.
-    pub fn status(&self) -> StatusCode {
-        match self {
-            Rejection::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            Rejection::BadRequest(_) => StatusCode::BAD_REQUEST,
-        }
-    }
-
     /// The reason alone, without the `unauthorized:` prefix.
     pub fn reason(&self) -> &str {
         match self {
@@ -284,6 +276,36 @@ impl Provider {
             }
         }
     }
+
+    /// The headers this provider's sender would attach to `body`, signed
+    /// with the provider's secret by the same code that verifies them (for
+    /// `idemgate send` and `sign`). `event` is the event name of kinds that
+    /// carry it in a header (`github`); timestamped schemes sign `now`.
+    pub fn sign(
+        &self,
+        delivery_id: &str,
+        event: Option<&str>,
+        body: &[u8],
+        now: SystemTime,
+    ) -> Result<Vec<(&'static str, String)>, SignError> {
+        match (self.kind, event) {
+            (Kind::Github, Some(event)) => Ok(github::sign(&self.mac, delivery_id, event, body)),
+            (Kind::Github, None) => Err(SignError::EventRequired(self.kind)),
+            (Kind::StandardWebhooks, None) => Ok(standard_webhooks::sign(&self.mac, delivery_id, now, body)),
+            (Kind::StandardWebhooks, Some(_)) => Err(SignError::EventNotSent(self.kind)),
+        }
+    }
+}
+
+/// Why a delivery cannot be signed as asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SignError {
+    /// The kind sends the event name in a header, and none was given.
+    #[error("kind {0} sends the event name in a header: give --event NAME (e.g. push)")]
+    EventRequired(Kind),
+    /// The kind has no event-name header; the event type lives in the body.
+    #[error("kind {0} sends no event-name header (the event type is part of the body): leave out --event")]
+    EventNotSent(Kind),
 }
 
 /// What a single-valued header looks like.
@@ -421,9 +443,8 @@ mod tests {
     }
 
     #[test]
-    fn rejection_maps_to_status() {
-        assert_eq!(Rejection::Unauthorized("x".into()).status(), StatusCode::UNAUTHORIZED);
-        assert_eq!(Rejection::BadRequest("y".into()).status(), StatusCode::BAD_REQUEST);
+    fn rejection_reason_has_no_prefix() {
         assert_eq!(Rejection::BadRequest("y".into()).reason(), "y");
+        assert_eq!(Rejection::Unauthorized("x".into()).reason(), "x");
     }
 }

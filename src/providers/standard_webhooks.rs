@@ -102,15 +102,11 @@ pub(super) fn accept(
     let signatures = auth_header(headers, "signature")?;
     check_timestamp(timestamp, tolerance, now)?;
 
-    let mut mac = mac.clone();
-    for part in [id.as_bytes(), b".", timestamp.as_bytes(), b".", body] {
-        mac.update(part);
-    }
-    let expected = mac.finalize().into_bytes();
+    let expected = content_mac(mac, id, timestamp, body);
     // Every entry is compared, each in constant time.
     let matched = v1_signatures(signatures)
         .filter_map(|s| STANDARD.decode(s).ok())
-        .fold(Choice::from(0), |found, candidate| found | expected.as_slice().ct_eq(&candidate));
+        .fold(Choice::from(0), |found, candidate| found | expected.as_ref().ct_eq(&candidate));
     if !bool::from(matched) {
         return Err(unauthorized("no webhook-signature entry matches"));
     }
@@ -120,6 +116,28 @@ pub(super) fn accept(
     }
     let payload = parse_body(body)?;
     Ok(Delivery { delivery_id: id.to_owned(), event: normalize(fields, &payload) })
+}
+
+/// The HMAC of the signed content `<id>.<timestamp>.<raw body>`, for the
+/// verifier and for `idemgate send`/`sign` alike.
+fn content_mac(mac: &HmacSha256, id: &str, timestamp: &str, body: &[u8]) -> impl AsRef<[u8]> + use<> {
+    let mut mac = mac.clone();
+    for part in [id.as_bytes(), b".", timestamp.as_bytes(), b".", body] {
+        mac.update(part);
+    }
+    mac.finalize().into_bytes()
+}
+
+/// The headers a Standard Webhooks sender would send with `body` at `now`,
+/// signed with `mac`.
+pub(super) fn sign(mac: &HmacSha256, id: &str, now: SystemTime, body: &[u8]) -> Vec<(&'static str, String)> {
+    let timestamp = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()).to_string();
+    let signature = STANDARD.encode(content_mac(mac, id, &timestamp, body));
+    vec![
+        ("webhook-id", id.to_owned()),
+        ("webhook-timestamp", timestamp),
+        ("webhook-signature", format!("v1,{signature}")),
+    ]
 }
 
 /// The gate's event: each field read by its JSON pointer, copied as it is,
@@ -428,9 +446,18 @@ mod tests {
     proptest! {
         #[test]
         fn signature_parser_never_panics(header in ".*") {
-            for s in v1_signatures(&header) {
-                prop_assert!(!s.contains(' '));
-            }
+            let _ = v1_signatures(&header).count();
+        }
+
+        /// A header made of `version,signature` entries yields exactly the
+        /// `v1` signatures, in order, whatever the other versions are.
+        #[test]
+        fn signature_parser_finds_every_v1_entry(
+            entries in proptest::collection::vec(("v[0-9]", "[A-Za-z0-9+/=,]{0,12}"), 0..6),
+        ) {
+            let header = entries.iter().map(|(v, sig)| format!("{v},{sig}")).collect::<Vec<_>>().join(" ");
+            let want: Vec<&str> = entries.iter().filter(|(v, _)| v == "v1").map(|(_, sig)| sig.as_str()).collect();
+            prop_assert_eq!(v1_signatures(&header).collect::<Vec<_>>(), want);
         }
 
         #[test]

@@ -20,7 +20,7 @@ pub fn canonicalize(v: &Value) -> String {
     out
 }
 
-/// The payload digest of CONTRACT §7: `sha256:` and the lowercase hex
+/// The payload digest of docs/window.md: `sha256:` and the lowercase hex
 /// SHA-256 of [`canonicalize`]`(payload)`.
 pub fn digest(payload: &Value) -> String {
     let hash = Sha256::digest(canonicalize(payload).as_bytes());

@@ -1,4 +1,4 @@
-//! The HTTP API (CONTRACT §5): in-process through `Router::oneshot` against
+//! The HTTP API (docs/reference.md#http-api): in-process through `Router::oneshot` against
 //! both stores, plus real sockets and the real binary for outages, hangs,
 //! shutdown and start-up errors.
 
@@ -570,7 +570,7 @@ async fn graceful_shutdown_answers_requests_in_flight() {
     assert!(status.success(), "exit 0 after SIGTERM, got {status}");
 }
 
-// ---- Window analysis (CONTRACT §7) over HTTP and the CLI ----
+// ---- Window analysis (docs/window.md) over HTTP and the CLI ----
 
 fn window_example() -> Value {
     json!({"history": [{"id": "d1", "identity": "evt_9", "receivedAt": "2026-11-04T10:00:00Z", "payload": {"amount": 5}, "outcome": "processed"}],
@@ -624,4 +624,50 @@ fn window_command_reads_stdin_and_exits_2_on_invalid_input() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("history"));
     assert!(out.stdout.is_empty());
+}
+
+// ---- The OpenAPI document (docs/openapi.json) against the router ----
+
+/// Every operation the document describes is routed (never the 404 of an
+/// unknown endpoint, nor a 405), and every route of `src/http.rs` is in the
+/// document: the two cannot drift apart unnoticed.
+#[tokio::test]
+async fn openapi_document_and_router_agree() {
+    let doc: Value = serde_json::from_str(idemgate::http::OPENAPI).expect("docs/openapi.json is JSON");
+    assert_eq!(doc["openapi"], "3.1.0");
+    let paths = doc["paths"].as_object().expect("paths");
+    let app = router(Backend::Memory, None).await;
+    let mut documented = Vec::new();
+    for (path, ops) in paths {
+        for method in ops.as_object().unwrap().keys() {
+            documented.push(format!("{} {path}", method.to_uppercase()));
+            let uri = path.replace("{name}", "github");
+            let req = Request::builder().method(method.to_uppercase().as_str()).uri(&uri).body(Body::empty()).unwrap();
+            let reply = send(&app, req).await;
+            assert_ne!(reply.status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+            assert!(!reply.text.contains("no such endpoint"), "{method} {path} is not routed");
+            let codes = ops[method]["responses"].as_object().unwrap();
+            assert!(codes.contains_key(reply.status.as_str()), "{method} {path}: {} is not documented", reply.status);
+        }
+    }
+    // The routes as the router declares them.
+    let source = include_str!("../../src/http.rs");
+    let mut routed = Vec::new();
+    for line in source.lines().map(str::trim).filter(|l| l.starts_with(".route(\"")) {
+        let path = line.split('"').nth(1).unwrap();
+        let method = line.split(", ").nth(1).and_then(|m| m.split('(').next()).unwrap();
+        routed.push(format!("{} {path}", method.to_uppercase()));
+    }
+    documented.sort();
+    routed.sort();
+    assert_eq!(documented, routed, "docs/openapi.json and the router list the same operations");
+}
+
+#[tokio::test]
+async fn openapi_is_served() {
+    let app = router(Backend::Memory, None).await;
+    let reply = send(&app, Request::get("/openapi.json").body(Body::empty()).unwrap()).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.header("content-type"), Some("application/json"));
+    assert_eq!(reply.json(), serde_json::from_str::<Value>(idemgate::http::OPENAPI).unwrap());
 }

@@ -2,7 +2,7 @@
 //! under racing connections, and script reloading.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
+
 use std::time::Duration;
 
 use idemgate::Response;
@@ -197,31 +197,4 @@ async fn racing_connections_create_one_run_per_identity() {
     let mut c = raw_conn().await;
     let len: usize = c.xlen(format!("idemgate:{{{ns}}}:runs")).await.unwrap();
     assert_eq!(len, IDENTITIES);
-}
-
-#[tokio::test]
-async fn memory_store_races_create_one_run_per_identity() {
-    let store: Arc<dyn idemgate::store::Store> =
-        Arc::new(idemgate::store::memory::MemoryStore::new(&Settings::default()));
-    let mut tasks = Vec::new();
-    for t in 0..64 {
-        let g = Gate::new(["o/r"], store.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut created = Vec::new();
-            for i in 0..25 {
-                let e = json!({"org": "o", "repo": "r", "action": "a", "number": i});
-                let r = g.handle("p", &format!("t{t}-{i}"), &e).await.unwrap();
-                if r.status == Status::Created {
-                    created.push(r.run_id.unwrap());
-                }
-            }
-            created
-        }));
-    }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap());
-    }
-    all.sort_by_key(|r| r[4..].parse::<u32>().unwrap());
-    assert_eq!(all, (1..=25).map(|n| format!("run-{n}")).collect::<Vec<_>>());
 }
