@@ -400,8 +400,12 @@ mod tests {
         let now = 10 * DAY_MS;
         let p = |age: u64, pttl: i64| Probe { bytes: 100, pttl, created_ms: Some(now - age), payload: 0 };
         // Half created in the last day, a quarter expiring within a day: of 1000 keys, 500 new, 250 gone per day.
-        let probes =
-            [p(DAY_MS / 2, -1), p(DAY_MS / 3, -1), p(3 * DAY_MS, (DAY_MS / 2) as i64), p(4 * DAY_MS, 2 * DAY_MS as i64)];
+        let probes = [
+            p(DAY_MS / 2, -1),
+            p(DAY_MS / 3, -1),
+            p(3 * DAY_MS, (DAY_MS / 2) as i64),
+            p(4 * DAY_MS, 2 * DAY_MS as i64),
+        ];
         let (new, exp) = rates(&probes, 1000, now).unwrap();
         assert_eq!((new.round(), exp.round()), (500.0, 250.0));
         // Data two hours old: the rate is extrapolated to a day.

@@ -69,12 +69,17 @@ async fn dead_runs_are_listed_refused_when_not_dead_and_retried_to_done() {
     assert_eq!(listed["key"], keys.runs_dead());
     let runs = listed["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 3);
-    assert_eq!(
-        (runs[0]["run_id"].as_str(), runs[0]["attempts"].as_u64(), runs[0]["group"].as_str()),
-        (Some("run-1"), Some(2), Some("g"))
-    );
-    assert!(runs[0]["last_error"].as_str().unwrap().contains("exit status 3"), "{listed}");
-    assert!(runs[0]["failed_ms"].as_u64().unwrap() > 1_700_000_000_000);
+    // Oldest first: in the order the runs died (they run concurrently).
+    let entry_ids: Vec<&str> = runs.iter().map(|r| r["entry_id"].as_str().unwrap()).collect();
+    let mut sorted = entry_ids.clone();
+    sorted.sort_by_key(|id| {
+        id.split_once('-').map(|(ms, seq)| (ms.parse::<u64>().unwrap(), seq.parse::<u64>().unwrap()))
+    });
+    assert_eq!(entry_ids, sorted);
+    let r1 = runs.iter().find(|r| r["run_id"] == "run-1").unwrap();
+    assert_eq!((r1["attempts"].as_u64(), r1["group"].as_str(), r1["number"].as_str()), (Some(2), Some("g"), Some("1")));
+    assert!(r1["last_error"].as_str().unwrap().contains("exit status 3"), "{listed}");
+    assert!(r1["failed_ms"].as_u64().unwrap() > 1_700_000_000_000);
 
     // Refused: a done run and a run that does not exist; nothing changes.
     let mut c = raw_conn().await;
@@ -106,8 +111,10 @@ async fn dead_runs_are_listed_refused_when_not_dead_and_retried_to_done() {
     assert!(out.status.success(), "{out:?}");
     let moved: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(moved["moved"], 2, "{moved}");
-    assert_eq!(moved["runs"][0]["run_id"], "run-2");
-    assert_eq!(moved["runs"][1]["result"], "moved");
+    let mut ids: Vec<&str> = moved["runs"].as_array().unwrap().iter().map(|r| r["run_id"].as_str().unwrap()).collect();
+    ids.sort();
+    assert_eq!(ids, ["run-2", "run-3"]);
+    assert!(moved["runs"].as_array().unwrap().iter().all(|r| r["result"] == "moved"), "{moved}");
     wait_for(Duration::from_secs(20), "runs 2 and 3 done", || async {
         status(&ns, "run-2").await == "done" && status(&ns, "run-3").await == "done"
     })
@@ -218,9 +225,10 @@ async fn dead_list_and_retry_on_a_cluster() {
     let out = cluster(&["dead", "list", "--json"]);
     assert!(out.status.success(), "{out:?}");
     let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let ids: Vec<&str> = listed["runs"].as_array().unwrap().iter().map(|r| r["run_id"].as_str().unwrap()).collect();
+    let mut ids: Vec<&str> = listed["runs"].as_array().unwrap().iter().map(|r| r["run_id"].as_str().unwrap()).collect();
+    ids.sort();
     assert_eq!(ids, ["run-1", "run-2", "run-3"]);
-    assert_eq!(listed["runs"][2]["last_error"], "not fixed yet");
+    assert!(listed["runs"].as_array().unwrap().iter().all(|r| r["last_error"] == "not fixed yet"), "{listed}");
 
     fixed.store(true, Ordering::SeqCst);
     let out = cluster(&["dead", "retry", "--all"]);
