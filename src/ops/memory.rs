@@ -294,12 +294,12 @@ impl Ops {
             let mean_bytes = mean(p, |p| p.bytes);
             let growth = match i {
                 0 => rates(p, counts[0], now),
-                1 => run_rates.zip(rates_expiring(p, counts[1], now)).map(|((new, _), exp)| (new, exp)),
+                1 => run_rates.map(|(new, _)| (new, expiring_per_day(p, counts[1]))),
                 _ => run_rates,
             }
             .map(|(new, exp)| ((new - exp) * mean_bytes as f64) as i64);
             kinds.push(KindMemory {
-                kind: *kind,
+                kind,
                 count: counts[i],
                 sampled: p.len() as u64,
                 mean_bytes,
@@ -359,13 +359,13 @@ impl Ops {
     }
 }
 
-/// Logical keys expiring per day (their creation rate comes from the runs).
-fn rates_expiring(probes: &[Probe], count: u64, _now: u64) -> Option<f64> {
+/// Keys of `probes` (scaled to `count`) whose TTL runs out within a day.
+fn expiring_per_day(probes: &[Probe], count: u64) -> f64 {
     if probes.is_empty() {
-        return Some(0.0);
+        return 0.0;
     }
     let expiring = probes.iter().filter(|p| p.pttl >= 0 && (p.pttl as u64) < DAY_MS).count() as f64;
-    Some(count as f64 * expiring / probes.len() as f64)
+    count as f64 * expiring / probes.len() as f64
 }
 
 #[cfg(test)]

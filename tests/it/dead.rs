@@ -238,6 +238,14 @@ async fn dead_list_and_retry_on_a_cluster() {
     assert_eq!(xlen(&mut c, &keys.runs_dead()).await, 0);
     let out = cluster(&["dead", "retry", "run-1"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
+    // stats reads memory from the primary owning the namespace's slot and from every primary.
+    let out = cluster(&["stats", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let memory = &stats["memory"];
+    assert_eq!(memory["kinds"][2]["count"], 3, "{memory}");
+    assert!(memory["server"]["used_memory"].as_u64().unwrap() > 0, "{memory}");
+    assert_eq!(memory["primaries"].as_array().unwrap().len(), 3, "{memory}");
     stop_tx.send(()).unwrap();
     tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap().unwrap();
 }
