@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use crate::gate::{DEFAULT_DELIVERY_TTL, Settings};
 use crate::keys::Keys;
-use crate::providers::{FieldPointers, Kind, Provider};
+use crate::providers::{FieldPointers, IdentityMode, Kind, Provider};
 use crate::store::Store;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{DEFAULT_COMMAND_TIMEOUT, RedisOptions, RedisStore, RedisTarget};
@@ -42,6 +42,23 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         _ => return Err(format!("{s:?} has no unit: use ms, s, m, h or d (e.g. 90s, 72h, 4d)")),
     };
     d.ok_or_else(|| format!("{s:?} is too long"))
+}
+
+/// A lifetime that may be unbounded: a duration as [`parse_duration`]
+/// reads it, or `never` (`None`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lifetime(pub Option<Duration>);
+
+/// Parses `30d`, `72h`, … (see [`parse_duration`]) or `never`. Zero is
+/// refused: it would expire a key as soon as it is written.
+pub fn parse_lifetime(s: &str) -> Result<Lifetime, String> {
+    if s.trim() == "never" {
+        return Ok(Lifetime(None));
+    }
+    match parse_duration(s)? {
+        d if d.is_zero() => Err(format!("{:?} is zero: give a duration like 30d, or `never`", s.trim())),
+        d => Ok(Lifetime(Some(d))),
+    }
 }
 
 /// Flags that choose and reach the store; shared by every command.
@@ -120,6 +137,7 @@ pub struct FileConfig {
     min_replicas_timeout: Option<String>,
     max_body: Option<usize>,
     request_timeout: Option<String>,
+    keep_payload: Option<bool>,
     #[serde(default)]
     provider: Vec<ProviderConfig>,
 }
@@ -146,9 +164,55 @@ struct ProviderConfig {
     name: String,
     kind: String,
     secret: Option<String>,
-    secret_env: Option<String>,
+    secrets: Option<Vec<String>>,
+    /// One variable name, or several (a list, or comma-separated): each holds one secret.
+    secret_env: Option<StringOrList>,
     tolerance: Option<String>,
     fields: Option<FieldPointers>,
+    identity: Option<IdentityMode>,
+    events: Option<Vec<String>>,
+    keep_payload: Option<bool>,
+    allowed_repos: Option<StringOrList>,
+}
+
+impl ProviderConfig {
+    /// The secrets, from exactly one of `secret`, `secrets` and `secret_env`.
+    fn secrets(&self, at: &str, env: &impl Fn(&str) -> Option<String>) -> Result<Vec<String>, ConfigError> {
+        match (&self.secret, &self.secrets, &self.secret_env) {
+            (Some(s), None, None) => Ok(vec![s.clone()]),
+            (None, Some(list), None) if list.is_empty() => Err(err(format!("{at}: `secrets` is empty"))),
+            (None, Some(list), None) => Ok(list.clone()),
+            (None, None, Some(vars)) => {
+                let vars = vars.clone().into_vec();
+                if vars.is_empty() {
+                    return Err(err(format!("{at}: `secret_env` names no variable")));
+                }
+                vars.iter()
+                    .map(|var| {
+                        env(var)
+                            .filter(|s| !s.is_empty())
+                            .ok_or_else(|| err(format!("{at}: secret_env {var:?} is not set or empty")))
+                    })
+                    .collect()
+            }
+            (None, None, None) => Err(err(format!("{at}: missing secret (set `secret`, `secrets` or `secret_env`)"))),
+            _ => Err(err(format!("{at}: give one of `secret`, `secrets` and `secret_env`, not several"))),
+        }
+    }
+}
+
+/// Trims allowlist entries (spaces around the commas of
+/// IDEMGATE_ALLOWED_REPOS are not part of a name), drops empty ones, and
+/// checks that each is ORG/REPO.
+fn checked_repos(entries: Vec<String>, at: &str) -> Result<Vec<String>, ConfigError> {
+    let repos: Vec<String> = entries.into_iter().map(|r| r.trim().to_owned()).filter(|r| !r.is_empty()).collect();
+    for repo in &repos {
+        match repo.split_once('/') {
+            Some((o, r)) if !o.is_empty() && !r.is_empty() => {}
+            _ => return Err(err(format!("{at}allowed repo {repo:?} is not ORG/REPO"))),
+        }
+    }
+    Ok(repos)
 }
 
 impl FileConfig {
@@ -159,8 +223,15 @@ impl FileConfig {
         toml::from_str(&text).map_err(|e| err(format!("config file {}: {e}", path.display())))
     }
 
-    fn load_opt(path: Option<&Path>) -> Result<Self, ConfigError> {
+    /// [`FileConfig::load`], or the empty config without a file.
+    pub fn load_opt(path: Option<&Path>) -> Result<Self, ConfigError> {
         path.map_or_else(|| Ok(Self::default()), Self::load)
+    }
+
+    /// The environment variables the providers take their secrets from
+    /// (`secret_env`): `idemgate worker` keeps them from its command.
+    pub fn secret_env_names(&self) -> Vec<String> {
+        self.provider.iter().filter_map(|p| p.secret_env.clone()).flat_map(StringOrList::into_vec).collect()
     }
 }
 
@@ -288,6 +359,8 @@ pub struct ServeConfig {
     pub request_timeout: Duration,
     /// Serve under an evicting maxmemory-policy.
     pub allow_eviction: bool,
+    /// Run records created through `/v1/deliveries` keep the `event` as `payload`.
+    pub keep_payload: bool,
 }
 
 /// The default body limit: 25 MiB, GitHub's payload cap.
@@ -305,6 +378,7 @@ impl Default for ServeConfig {
             max_body: DEFAULT_MAX_BODY,
             request_timeout: Duration::from_secs(10),
             allow_eviction: false,
+            keep_payload: false,
         }
     }
 }
@@ -329,22 +403,13 @@ impl ServeConfig {
             Some(l) => l.parse().map_err(|_| err(format!("listen: {l:?} is not an address like 127.0.0.1:8080")))?,
             None => d.listen,
         };
-        let allowed_repos = args
-            .allowed_repos
-            .clone()
-            .or_else(|| file.allowed_repos.clone().map(StringOrList::into_vec))
-            .unwrap_or_default()
-            .into_iter()
-            // Spaces around the commas of IDEMGATE_ALLOWED_REPOS are not part of a name.
-            .map(|r| r.trim().to_owned())
-            .filter(|r| !r.is_empty())
-            .collect::<Vec<_>>();
-        for repo in &allowed_repos {
-            match repo.split_once('/') {
-                Some((o, r)) if !o.is_empty() && !r.is_empty() => {}
-                _ => return Err(err(format!("allowed repo {repo:?} is not ORG/REPO"))),
-            }
-        }
+        let allowed_repos = checked_repos(
+            args.allowed_repos
+                .clone()
+                .or_else(|| file.allowed_repos.clone().map(StringOrList::into_vec))
+                .unwrap_or_default(),
+            "",
+        )?;
         let delivery_ttl = match args.delivery_ttl {
             Some(t) => t,
             None => file_duration("delivery_ttl", file.delivery_ttl.as_ref())?.unwrap_or(DEFAULT_DELIVERY_TTL),
@@ -382,6 +447,7 @@ impl ServeConfig {
             max_body,
             request_timeout,
             allow_eviction: args.allow_eviction,
+            keep_payload: file.keep_payload.unwrap_or(false),
         })
     }
 }
@@ -409,22 +475,30 @@ fn providers_from(file: &FileConfig, env: &dyn Fn(&str) -> Option<String>) -> Re
             .kind
             .parse()
             .map_err(|_| err(format!("{at}: unknown kind {:?} (use \"github\" or \"standard-webhooks\")", p.kind)))?;
-        let secret = match (&p.secret, &p.secret_env) {
-            (Some(_), Some(_)) => return Err(err(format!("{at}: give `secret` or `secret_env`, not both"))),
-            (Some(s), None) => s.clone(),
-            (None, Some(var)) => env(var)
-                .filter(|s| !s.is_empty())
-                .ok_or_else(|| err(format!("{at}: secret_env {var:?} is not set or empty")))?,
-            (None, None) => return Err(err(format!("{at}: missing secret (set `secret` or `secret_env`)"))),
-        };
+        let secrets = p.secrets(&at, &env)?;
         let tolerance = file_duration(&format!("{at}: tolerance"), p.tolerance.as_ref())?;
         if kind == Kind::Github && (p.tolerance.is_some() || p.fields.is_some()) {
             return Err(err(format!("{at}: `tolerance` and `fields` apply to kind \"standard-webhooks\" only")));
         }
-        providers.push(
-            Provider::new(p.name.clone(), kind, &secret, tolerance, p.fields.clone())
-                .map_err(|e| err(format!("{at}: {e}")))?,
-        );
+        if kind != Kind::Github && p.identity.is_some() {
+            return Err(err(format!("{at}: `identity` applies to kind \"github\" only")));
+        }
+        let mut provider = Provider::new(p.name.clone(), kind, &secrets, tolerance, p.fields.clone())
+            .map_err(|e| err(format!("{at}: {e}")))?
+            .with_identity(p.identity.unwrap_or_default())
+            .with_keep_payload(p.keep_payload.unwrap_or(false));
+        if let Some(events) = &p.events {
+            if events.is_empty() || events.iter().any(String::is_empty) {
+                return Err(err(format!(
+                    "{at}: `events` must list non-empty event names (leave it out to accept every event)"
+                )));
+            }
+            provider = provider.with_events(events.iter().cloned());
+        }
+        if let Some(repos) = &p.allowed_repos {
+            provider = provider.with_allowed_repos(checked_repos(repos.clone().into_vec(), &format!("{at}: "))?);
+        }
+        providers.push(provider);
     }
     Ok(providers)
 }
@@ -453,6 +527,11 @@ mod tests {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
         assert!(parse_duration("soon").unwrap_err().contains("\"soon\""));
+        assert_eq!(parse_lifetime("30d"), Ok(Lifetime(Some(Duration::from_secs(30 * 86_400)))));
+        assert_eq!(parse_lifetime("never"), Ok(Lifetime(None)));
+        for bad in ["0s", "0d", "forever", ""] {
+            assert!(parse_lifetime(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
@@ -516,6 +595,54 @@ mod tests {
     }
 
     #[test]
+    fn provider_keys_for_identities_events_rotation_and_payloads() {
+        let env = |v: &str| match v {
+            "GH_NEW" => Some("new".to_owned()),
+            "GH_OLD" => Some("old".to_owned()),
+            _ => None,
+        };
+        let text = r#"
+            keep_payload = true
+            allowed_repos = ["a/b"]
+
+            [[provider]]
+            name = "github"
+            kind = "github"
+            secret_env = ["GH_NEW", "GH_OLD"]
+            identity = "number"
+            events = ["push", "pull_request.opened"]
+            keep_payload = true
+            allowed_repos = ["octo/one", " octo/two "]
+
+            [[provider]]
+            name = "plain"
+            kind = "github"
+            secret_env = "GH_NEW,GH_OLD"
+
+            [[provider]]
+            name = "billing"
+            kind = "standard-webhooks"
+            secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_c2Vjb25k"]
+            fields = { org = "=acme", repo = "=billing", action = "/type" }
+        "#;
+        let c = ServeConfig::resolve_with(&ServeArgs::default(), &file(text), env).unwrap();
+        assert!(c.keep_payload);
+        let [gh, plain, billing] = &c.providers[..] else { panic!("{:?}", c.providers) };
+        assert_eq!((gh.identity(), gh.keep_payload()), (IdentityMode::Number, true));
+        assert_eq!(gh.allowed_repos(), Some(&["octo/one".to_owned(), "octo/two".to_owned()][..]));
+        assert_eq!((plain.identity(), plain.keep_payload(), plain.allowed_repos()), (IdentityMode::Event, false, None));
+        assert_eq!(billing.fields().org, "=acme");
+        let debug = format!("{gh:?} {plain:?} {billing:?}");
+        assert!(debug.contains("<redacted> (2)") && !debug.contains("whsec_") && !debug.contains("\"new\""), "{debug}");
+        // Every variable of a secret_env list must be set.
+        let e = ServeConfig::resolve_with(&ServeArgs::default(), &file(text), |v| (v == "GH_NEW").then(|| "n".into()))
+            .unwrap_err()
+            .0;
+        assert!(e.contains("\"GH_OLD\" is not set"), "{e}");
+        assert!(!ServeConfig::resolve_with(&ServeArgs::default(), &file(""), env).unwrap().keep_payload);
+    }
+
+    #[test]
     fn each_bad_input_names_the_problem() {
         let cases = [
             ("delivery_ttl = \"soon\"", "delivery_ttl"),
@@ -533,6 +660,23 @@ mod tests {
             ("namespace = \"a{b\"", "namespace"),
             ("redis_url = \"redis://x\"\nredis_cluster_nodes = \"redis://y\"", "not both"),
             ("api_token = \"\"", "api token"),
+            ("[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\nsecrets = [\"t\"]", "not several"),
+            ("[[provider]]\nname = \"x\"\nkind = \"github\"\nsecrets = []", "`secrets` is empty"),
+            ("[[provider]]\nname = \"x\"\nkind = \"github\"\nsecrets = [\"s\", \"\"]", "the secret is empty"),
+            ("[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret_env = []", "names no variable"),
+            ("[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\nevents = []", "`events` must"),
+            (
+                "[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\nallowed_repos = [\"a\"]",
+                "\"a\" is not ORG/REPO",
+            ),
+            (
+                "[[provider]]\nname = \"x\"\nkind = \"standard-webhooks\"\nsecret = \"whsec_c2Vjb25k\"\nidentity = \"number\"",
+                "`identity` applies to kind \"github\" only",
+            ),
+            (
+                "[[provider]]\nname = \"x\"\nkind = \"standard-webhooks\"\nsecrets = [\"whsec_c2Vjb25k\", \"whsec_!\"]",
+                "not valid base64",
+            ),
         ];
         for (text, want) in cases {
             let e = resolve(&ServeArgs::default(), text).unwrap_err();
@@ -546,6 +690,7 @@ mod tests {
             "lisen = \"x\"",
             "max_body = \"big\"",
             "[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\nextra = 1",
+            "[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\nidentity = \"commit\"",
         ] {
             assert!(toml::from_str::<FileConfig>(text).is_err(), "{text}");
         }

@@ -11,6 +11,7 @@
 //!   `number_text`, identity) and [`gate::Gate`], the entry point.
 //! - [`store`]: where the state lives, behind one trait: [`store::memory`]
 //!   (embedded default) and [`store::redis`] (one atomic Lua script).
+//! - [`jcs`]: RFC 8785 canonical JSON, for payload digests (window analysis, GitHub event identities).
 //! - [`keys`]: the length-prefixed Redis key schema of docs/reference.md#redis-keys.
 //! - [`config`]: flags, env and TOML file, layered and validated.
 //! - [`metrics`]: Prometheus counters for `/metrics`.
@@ -31,6 +32,7 @@ pub mod config;
 pub mod error;
 pub mod gate;
 pub mod http;
+pub mod jcs;
 pub mod keys;
 pub mod metrics;
 pub mod ops;

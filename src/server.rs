@@ -56,7 +56,8 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()> + Sen
     let gate = Gate::new(config.allowed_repos.iter().cloned(), store);
     let state = AppState::new(gate, config.providers.clone(), config.api_token.as_deref())
         .with_max_body(config.max_body)
-        .with_request_timeout(config.request_timeout);
+        .with_request_timeout(config.request_timeout)
+        .with_keep_payload(config.keep_payload);
     // Memory and worker gauges for /metrics, on a connection of their own.
     let gauges =
         config.store.redis.clone().map(|opts| {

@@ -203,9 +203,12 @@ pub enum InspectCommand {
         repo: String,
         /// The event's action (e.g. `pull_request.opened`).
         action: String,
-        /// The number text as the gate computes it; omit it for events
-        /// without a number (missing, null, 0 and "" all mean "no number";
-        /// the string "0" is the number text `0`).
+        /// The subject: the number text as the gate computes it (omit it
+        /// for events without a number: missing, null, 0 and "" all mean
+        /// "no number"; the string "0" is the number text `0`). For a GitHub
+        /// provider with `identity = "event"` (the default) it is the
+        /// number text, `@` and the content digest, e.g. `7@3f0c…`: `inspect
+        /// run` prints it as `subject` (docs/identities.md).
         number: Option<String>,
         /// Store and output flags.
         #[command(flatten)]
@@ -307,7 +310,8 @@ pub enum KeyCommand {
         repo: String,
         /// The event's action.
         action: String,
-        /// The number text as the gate computes it; omit it for no number.
+        /// The subject: the number text as the gate computes it (omit it
+        /// for no number), or a run record's `subject` (`7@3f0c…`).
         number: Option<String>,
         /// Namespace and output flags.
         #[command(flatten)]

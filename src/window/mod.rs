@@ -26,10 +26,10 @@
 //! - Entries at the same instant keep their array order.
 
 mod decide;
-mod jcs;
 mod request;
 
-pub use jcs::{canonicalize, digest};
+use crate::jcs;
+pub use crate::jcs::{canonicalize, digest};
 pub use request::WindowError;
 
 use serde_json::{Value, json};

@@ -1,6 +1,7 @@
 //! A [`Handler`] that runs a command per attempt: the run as JSON on stdin,
-//! `IDEMGATE_RUN_ID` and `IDEMGATE_ATTEMPT` in the environment, exit status
-//! 0 for done. The child leads a process group of its own; when the attempt
+//! `IDEMGATE_RUN_ID` and `IDEMGATE_ATTEMPT` in the environment (without the
+//! variables named by [`CommandHandler::without_env`]), exit status 0 for
+//! done. The child leads a process group of its own; when the attempt
 //! ends (timeout, lost lease, or the child exits) that whole group is
 //! killed, so no grandchild outlives its attempt. On Linux the child also
 //! dies with the worker (`PR_SET_PDEATHSIG`).
@@ -20,6 +21,8 @@ const ERROR_TAIL_BYTES: usize = 1000;
 pub struct CommandHandler {
     program: String,
     args: Vec<String>,
+    /// Variables of the worker's environment the command does not get.
+    hidden_env: Vec<String>,
 }
 
 impl CommandHandler {
@@ -27,7 +30,14 @@ impl CommandHandler {
     /// `None` when `argv` is empty.
     pub fn new(argv: &[String]) -> Option<Self> {
         let (program, args) = argv.split_first()?;
-        Some(Self { program: program.clone(), args: args.to_vec() })
+        Some(Self { program: program.clone(), args: args.to_vec(), hidden_env: Vec::new() })
+    }
+
+    /// Keeps the variables `names` out of the command's environment
+    /// (`idemgate worker` hides its own settings and the providers' secrets).
+    pub fn without_env(mut self, names: impl IntoIterator<Item = String>) -> Self {
+        self.hidden_env.extend(names);
+        self
     }
 }
 
@@ -49,6 +59,9 @@ impl Handler for CommandHandler {
     async fn call(&self, run: Run) -> Result<(), String> {
         let input = serde_json::to_vec(&run).map_err(|e| e.to_string())?;
         let mut cmd = tokio::process::Command::new(&self.program);
+        for name in &self.hidden_env {
+            cmd.env_remove(name);
+        }
         cmd.args(&self.args)
             .env("IDEMGATE_RUN_ID", &run.run_id)
             .env("IDEMGATE_ATTEMPT", run.attempt.to_string())

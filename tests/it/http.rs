@@ -256,9 +256,11 @@ async fn github_webhooks(b: Backend) {
     assert_eq!(r.header("idempotent-replayed"), Some("true"));
     let r = send(&app, github_request(payload.as_bytes(), "g2", "pull_request", &sig)).await;
     assert_eq!(r.text, r#"{"status":"duplicate","code":200,"run_id":"run-1"}"#);
-    // The same identity through /v1/deliveries under the provider name.
+    // The same fields through /v1/deliveries under the provider name are
+    // other work: /v1 names work by its number, a GitHub provider (identity
+    // "event", the default) by its number and its payload (docs/identities.md).
     let r = deliver(&app, json!({"provider": "github", "delivery_id": "v1", "event": {"org": "octo", "repo": "repo", "action": "pull_request.opened", "number": "5"}})).await;
-    assert_eq!(r.text, r#"{"status":"duplicate","code":200,"run_id":"run-1"}"#);
+    assert_eq!(r.text, r#"{"status":"created","code":202,"run_id":"run-2"}"#);
 
     // A forged retry of a known delivery learns nothing: 401, no cached answer.
     let forged = json!({"action": "opened", "number": 6, "repository": {"name": "repo", "owner": {"login": "octo"}}})
@@ -281,9 +283,13 @@ async fn github_webhooks(b: Backend) {
         .unwrap();
     assert_eq!(send(&app, req).await.status, StatusCode::BAD_REQUEST);
     // A payload without repository: a cached bad_request.
-    let ping = json!({"zen": "Keep it logically awesome."}).to_string();
-    let r = send(&app, github_request(ping.as_bytes(), "g3", "ping", &gh_sign(ping.as_bytes()))).await;
+    let meta = json!({"action": "deleted", "hook_id": 1}).to_string();
+    let r = send(&app, github_request(meta.as_bytes(), "g3", "meta", &gh_sign(meta.as_bytes()))).await;
     assert_eq!(r.text, r#"{"status":"bad_request","code":400}"#);
+    // A ping is acknowledged and stores nothing.
+    let ping = json!({"zen": "Keep it logically awesome."}).to_string();
+    let r = send(&app, github_request(ping.as_bytes(), "g4", "ping", &gh_sign(ping.as_bytes()))).await;
+    assert_eq!((r.status, r.text.as_str()), (StatusCode::OK, r#"{"status":"ignored","code":200}"#));
     // Unknown provider.
     let r = send(&app, Request::post("/webhooks/gitlab").body(Body::from("{}")).unwrap()).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);

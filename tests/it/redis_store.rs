@@ -54,15 +54,7 @@ async fn key_schema_is_exactly_the_contract() {
     // Logical key: the run id, no TTL by default.
     assert_eq!(c.get::<_, String>(&logical).await.unwrap(), "run-1");
     assert_eq!(c.pttl::<_, i64>(&logical).await.unwrap(), -1);
-    assert_eq!(
-        logical,
-        Keys::new(&ns).unwrap().logical(&Identity {
-            provider: "github".into(),
-            repo: "octo/repo".into(),
-            action: "opened".into(),
-            number: "7".into()
-        })
-    );
+    assert_eq!(logical, Keys::new(&ns).unwrap().logical(&Identity::new("github", "octo/repo", "opened", "7")));
 
     // Counter, run record, stream entry.
     assert_eq!(c.get::<_, String>(format!("{p}run-counter")).await.unwrap(), "1");
