@@ -394,9 +394,28 @@ async fn stats_reports_memory_per_kind_and_days_until_full() {
     let want = (server.maxmemory - server.used_memory) as f64 / growth as f64;
     assert!((m.days_until_full.unwrap() - want).abs() <= 0.05 + want * 1e-9, "{m:?}");
 
+    // A run that keeps its payload: the payload bytes are reported, and are part of the run bytes.
+    let payload = format!("{{\"body\":\"{}\"}}", "x".repeat(4000));
+    let e = json!({"org": "o", "repo": "r", "action": "push", "number": 11});
+    let sub = idemgate::gate::Submission {
+        payload: Some(&payload),
+        ..idemgate::gate::Submission::new("github", "d-11", &e, "dg")
+    };
+    assert_eq!(g.submit(&sub).await.unwrap().response.status, Status::Created);
+    let m = ops.stats(0, |_| {}).await.unwrap().memory;
+    let run = &m.kinds[2];
+    assert_eq!(m.run_payload_bytes, payload.len() as u64 / 11 * 11, "{m:?}");
+    assert!(run.bytes > m.run_payload_bytes + 10 * 100, "{m:?}");
+
     let o = idemgate(&["stats", "--redis-url", &url, "--namespace", &ns]);
     let text = stdout(&o);
-    for want in ["memory (sampled MEMORY USAGE x count):", "run       ", "of maxmemory 200.0 MiB", "full in about"] {
+    for want in [
+        "memory (sampled MEMORY USAGE x count):",
+        "run       ",
+        "of the run bytes, kept payloads:",
+        "of maxmemory 200.0 MiB",
+        "full in about",
+    ] {
         assert!(text.contains(want), "{want:?} in {text}");
     }
 }
