@@ -9,8 +9,11 @@
 #   3. the docker-compose stack test (tests/compose.sh),
 #   3b. the API fuzzer (scripts/api-fuzz.sh: Schemathesis against
 #      docs/openapi.json, on the memory store and on Redis),
+#   3c. `promtool check rules` and `promtool test rules` on deploy/prometheus/
+#      (also with --quick),
 #   4. `cargo test --features testcontainers`: unit, integration and doc
-#      tests, the container fixture included (needs the idemgate image).
+#      tests, the container fixture included (needs the idemgate image);
+#      they run promtool too, and fail when it is missing.
 #
 #   scripts/test.sh                 everything
 #   scripts/test.sh --quick [ARGS]  only `cargo test [ARGS]` (after the set-up)
@@ -30,6 +33,7 @@ command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-cli >/dev/null || need+=(redis-tools)
 # examples/verification.rs links the system SQLite (docs/exactly-once.md).
 dpkg -s libsqlite3-dev >/dev/null 2>&1 || need+=(libsqlite3-dev)
+command -v promtool >/dev/null || need+=(prometheus) # Debian ships promtool in the prometheus package
 $quick || command -v wrk >/dev/null || need+=(wrk)
 $quick || command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 || need+=(docker-compose)
 if [ ${#need[@]} -gt 0 ]; then
@@ -37,6 +41,10 @@ if [ ${#need[@]} -gt 0 ]; then
   sudo_cmd=""; [ "$(id -u)" = 0 ] || sudo_cmd=sudo
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need[@]}" >/dev/null
+  # Only promtool is wanted: a Prometheus daemon the package started is stopped.
+  if [[ " ${need[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null; then
+    $sudo_cmd systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
 fi
 
 if ! $quick && ! command -v st >/dev/null; then
@@ -83,6 +91,9 @@ if ! $quick; then
   echo "== API fuzzer: Schemathesis against docs/openapi.json, memory store then Redis (scripts/api-fuzz.sh)"
   scripts/api-fuzz.sh "$target/release/idemgate"
 fi
+
+echo "== promtool: the alerting rules, and a unit-test file per alert"
+(cd deploy/prometheus && promtool check rules idemgate-alerts.yml && promtool test rules tests/*.test.yml)
 
 if [ -z "${IDEMGATE_IMAGE:-}" ]; then
   # The image that tests/it/testing.rs starts through idemgate::testing.

@@ -40,6 +40,8 @@ enum Command {
     Stats(idemgate::ops::StatsArgs),
     /// Print a Redis key for redis-cli (no Redis needed).
     Key(idemgate::ops::KeyArgs),
+    /// Dead runs: list them, or put them back on the runs stream.
+    Dead(idemgate::ops::DeadArgs),
     /// Consume created runs and run COMMAND once per run (needs Redis).
     Worker(idemgate::worker::WorkerArgs),
     /// Sign a payload as provider NAME's kind does and POST it to URL; exit 0 on 2xx, 1 otherwise, 2 when not sent.
@@ -105,6 +107,7 @@ async fn main() -> ExitCode {
         Command::Inspect(args) => idemgate::ops::inspect_command(&args).await.map_err(Into::into),
         Command::Stats(args) => idemgate::ops::stats_command(&args).await.map_err(Into::into),
         Command::Worker(args) => worker(args).await,
+        Command::Dead(args) => idemgate::ops::dead_command(&args).await.map_err(Into::into),
         Command::Key(args) => idemgate::ops::key_command(&args).map_err(Into::into),
         Command::Send(args) => Ok(send(args).await),
         Command::Sign(args) => Ok(sign(args)),

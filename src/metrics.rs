@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::gate::{Outcome, Status};
+use crate::ops::gauges::Gauges;
 
 /// Latency histogram bucket bounds, seconds.
 const BUCKETS: [f64; 12] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
@@ -37,6 +38,9 @@ pub struct Metrics {
     mismatches: AtomicU64,
     store_errors: AtomicU64,
     auth_failures: Mutex<BTreeMap<String, u64>>,
+    /// The last figures read from Redis by [`crate::ops::gauges::poll`] (`None`: memory store, or none read yet).
+    redis: Mutex<Option<Gauges>>,
+    redis_read_errors: AtomicU64,
 }
 
 /// `map[key]`, inserting a default the first time `key` shows.
@@ -97,6 +101,16 @@ impl Metrics {
         *slot(&mut self.auth_failures.lock().expect("metrics"), provider) += 1;
     }
 
+    /// Replaces the figures read from Redis.
+    pub fn set_redis_gauges(&self, g: Gauges) {
+        *self.redis.lock().expect("metrics") = Some(g);
+    }
+
+    /// Counts one failed read of the Redis gauges.
+    pub fn redis_read_error(&self) {
+        self.redis_read_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -154,9 +168,69 @@ impl Metrics {
         for (provider, v) in self.auth_failures.lock().expect("metrics").iter() {
             let _ = writeln!(o, "{n}{{provider=\"{}\"}} {v}", escape(provider));
         }
+        self.render_redis(o);
         out
     }
+
+    /// The families read from Redis; absent with the memory store.
+    fn render_redis(&self, o: &mut String) {
+        let gauges = self.redis.lock().expect("metrics").clone();
+        let errors = self.redis_read_errors.load(Ordering::Relaxed);
+        if gauges.is_some() || errors > 0 {
+            let n = family(o, "idemgate_redis_read_errors_total", "counter", REDIS_READ_ERRORS_HELP);
+            let _ = writeln!(o, "{n} {errors}");
+        }
+        let Some(g) = gauges else { return };
+        let n = family(o, "idemgate_redis_used_memory_bytes", "gauge", "Redis used_memory, per primary.");
+        for m in &g.nodes {
+            let _ = writeln!(o, "{n}{{node=\"{}\"}} {}", escape(&m.node), m.used_memory);
+        }
+        let n = family(o, "idemgate_redis_maxmemory_bytes", "gauge", "Redis maxmemory, per primary (0: no limit).");
+        for m in &g.nodes {
+            let _ = writeln!(o, "{n}{{node=\"{}\"}} {}", escape(&m.node), m.maxmemory);
+        }
+        let ns = escape(&g.namespace);
+        for (name, help, v) in [
+            ("idemgate_runs_stream_length", "Entries in the runs stream (trimmed by workers).", g.runs_stream_length),
+            ("idemgate_dead_runs", "Entries in the dead stream: runs that used up their attempts.", g.dead_runs),
+        ] {
+            let n = family(o, name, "gauge", help);
+            let _ = writeln!(o, "{n}{{namespace=\"{ns}\"}} {v}");
+        }
+        let n = family(
+            o,
+            "idemgate_worker_group_lag",
+            "gauge",
+            "Runs not yet delivered to the consumer group (Redis 7 or newer).",
+        );
+        for gr in &g.groups {
+            if let Some(lag) = gr.lag {
+                let _ = writeln!(o, "{n}{{namespace=\"{ns}\",group=\"{}\"}} {lag}", escape(&gr.group));
+            }
+        }
+        let n = family(
+            o,
+            "idemgate_worker_group_pending",
+            "gauge",
+            "Runs delivered to the group and not finished: running, or waiting for a retry.",
+        );
+        for gr in &g.groups {
+            let _ = writeln!(o, "{n}{{namespace=\"{ns}\",group=\"{}\"}} {}", escape(&gr.group), gr.pending);
+        }
+        let n = family(
+            o,
+            "idemgate_worker_group_oldest_waiting_seconds",
+            "gauge",
+            "Age of the oldest run not yet delivered to the group (0: none waiting).",
+        );
+        for gr in &g.groups {
+            let _ =
+                writeln!(o, "{n}{{namespace=\"{ns}\",group=\"{}\"}} {}", escape(&gr.group), gr.oldest_waiting_seconds);
+        }
+    }
 }
+
+const REDIS_READ_ERRORS_HELP: &str = "Failed reads of the Redis memory and worker gauges.";
 
 fn family(out: &mut String, name: &'static str, kind: &str, help: &str) -> &'static str {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");

@@ -58,9 +58,18 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()> + Sen
         .with_max_body(config.max_body)
         .with_request_timeout(config.request_timeout)
         .with_keep_payload(config.keep_payload);
+    // Memory and worker gauges for /metrics, on a connection of their own.
+    let gauges =
+        config.store.redis.clone().map(|opts| {
+            tokio::spawn(crate::ops::gauges::poll(opts, config.store.keys.clone(), state.metrics().clone()))
+        });
     let listener = TcpListener::bind(config.listen).await?;
     tracing::info!(addr = %listener.local_addr()?, "listening");
-    run(listener, state, config.request_timeout + Duration::from_secs(5), shutdown).await?;
+    let served = run(listener, state, config.request_timeout + Duration::from_secs(5), shutdown).await;
+    if let Some(task) = gauges {
+        task.abort();
+    }
+    served?;
     tracing::info!("stopped");
     Ok(())
 }

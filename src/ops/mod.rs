@@ -1,9 +1,12 @@
-//! Operator commands (docs/reference.md#commands): `inspect`, `stats`, `key` and
+//! Operator commands (docs/reference.md#commands): `inspect`, `stats`, `key`, `dead` and
 //! `healthcheck`. The lookups return data ([`inspect`], [`stats`]); the
 //! [`render`] module turns it into text for people or JSON for scripts; the
 //! `*_command` functions are what the binary calls after parsing.
 
+pub mod dead;
+pub mod gauges;
 pub mod inspect;
+pub mod memory;
 pub mod render;
 pub mod stats;
 
@@ -15,6 +18,7 @@ use clap::{Args, Subcommand};
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{FromRedisValue, Pipeline};
 
+pub use dead::{DeadRun, Retried};
 pub use inspect::{DeliveryView, Found, Inspection, LogicalView, RunView, Target, Ttl};
 pub use stats::{GroupStats, KeyCounts, Stats, StreamStats};
 
@@ -50,19 +54,38 @@ pub struct Ops {
     conn: Conn,
     keys: Keys,
     timeout: Duration,
+    /// `host:port` of a standalone server (memory reports name it).
+    server: String,
 }
 
 impl Ops {
     /// Reads through `conn` under the namespace of `keys`; every command is
     /// bounded by `timeout`.
     pub fn new(conn: Conn, keys: Keys, timeout: Duration) -> Self {
-        Self { conn, keys, timeout }
+        Self { conn, keys, timeout, server: "redis".into() }
+    }
+
+    /// Names the standalone server `host:port` after `url` (credentials left out).
+    pub fn named_after(mut self, url: &str) -> Self {
+        if let Ok(info) = redis::IntoConnectionInfo::into_connection_info(url) {
+            self.server = info.addr().to_string();
+        }
+        self
     }
 
     /// Connects to the configured Redis ([`Error::NoRedis`] without one).
     pub async fn connect(config: &StoreConfig) -> Result<Self, Error> {
         let opts: &RedisOptions = config.redis.as_ref().ok_or(Error::NoRedis)?;
-        Ok(Self::new(Conn::connect(opts).await?, config.keys.clone(), opts.command_timeout))
+        Self::connect_to(opts, config.keys.clone()).await
+    }
+
+    /// Connects to `opts` under the namespace of `keys`.
+    pub async fn connect_to(opts: &RedisOptions, keys: Keys) -> Result<Self, Error> {
+        let ops = Self::new(Conn::connect(opts).await?, keys, opts.command_timeout);
+        Ok(match &opts.target {
+            crate::store::redis::RedisTarget::Single(url) => ops.named_after(url),
+            crate::store::redis::RedisTarget::Cluster(_) => ops,
+        })
     }
 
     /// The key schema of the namespace read.
@@ -226,6 +249,38 @@ pub struct StatsArgs {
     progress_every: u64,
 }
 
+/// `idemgate dead …`: the dead stream, and moving dead runs back.
+#[derive(Debug, Clone, Args)]
+pub struct DeadArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub what: DeadCommand,
+}
+
+/// The `dead` subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum DeadCommand {
+    /// The dead stream, oldest first: run id, identity, attempts, last error, time of death.
+    List {
+        /// Store and output flags.
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// Put dead runs back on the runs stream: attempts reset to 0, record `queued`, dead-stream
+    /// entries removed; atomically per run. A run that is not dead is refused and left as it is.
+    #[command(group = clap::ArgGroup::new("which").required(true).args(["run_ids", "all"]))]
+    Retry {
+        /// The runs to retry, e.g. `run-7`.
+        run_ids: Vec<String>,
+        /// Every run the dead stream names.
+        #[arg(long)]
+        all: bool,
+        /// Store and output flags.
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+}
+
 /// `idemgate key …`: print a key, for pasting into redis-cli (no Redis needed).
 #[derive(Debug, Clone, Args)]
 pub struct KeyArgs {
@@ -324,6 +379,38 @@ pub async fn stats_command(args: &StatsArgs) -> Result<ExitCode, Error> {
     };
     print_out(&text);
     Ok(ExitCode::SUCCESS)
+}
+
+/// `idemgate dead list` (exit 0, also when the stream is empty) and `idemgate
+/// dead retry` (exit 1 when a named run was refused; with `--all`, runs the
+/// stream names that are no longer dead are reported and skipped, exit 0).
+pub async fn dead_command(args: &DeadArgs) -> Result<ExitCode, Error> {
+    match &args.what {
+        DeadCommand::List { read } => {
+            let ops = Ops::connect(&StoreConfig::resolve(&read.store)?).await?;
+            let dead = ops.dead_list().await?;
+            let text = if read.json {
+                serde_json::json!({"key": ops.keys().runs_dead(), "runs": dead}).to_string()
+            } else {
+                render::dead_text(&ops.keys().runs_dead(), &dead)
+            };
+            print_out(&text);
+            Ok(ExitCode::SUCCESS)
+        }
+        DeadCommand::Retry { run_ids, all, read } => {
+            let ops = Ops::connect(&StoreConfig::resolve(&read.store)?).await?;
+            let results = ops.dead_retry((!*all).then_some(run_ids.as_slice())).await?;
+            let moved = results.iter().filter(|r| r.moved()).count();
+            let text = if read.json {
+                serde_json::json!({"moved": moved, "runs": results}).to_string()
+            } else {
+                render::retried_text(&results, *all)
+            };
+            print_out(&text);
+            let refused = results.len() - moved;
+            Ok(if refused > 0 && !*all { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+        }
+    }
 }
 
 /// `idemgate key`.

@@ -7,7 +7,9 @@ use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use super::dead::{DeadRun, Retried};
 use super::inspect::{DeliveryView, Found, Inspection, LogicalView, RunView, Ttl};
+use super::memory::{MemoryReport, NodeMemory};
 use super::stats::Stats;
 
 /// Milliseconds since the Unix epoch as RFC 3339 (UTC, millisecond precision).
@@ -230,7 +232,140 @@ pub fn stats_text(s: &Stats) -> String {
         );
     }
     let _ = writeln!(out, "dead stream: {} entries ({})", s.dead.length, s.dead.key);
+    memory_text(&mut out, &s.memory);
     out.trim_end().to_owned()
+}
+
+/// Bytes as `1.5 MiB`.
+pub fn human_bytes(b: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 { format!("{b} B") } else { format!("{v:.1} {}", units[u]) }
+}
+
+fn node_text(m: &NodeMemory) -> String {
+    match m.ratio() {
+        Some(r) => format!(
+            "used_memory {} of maxmemory {} ({:.1}%)",
+            human_bytes(m.used_memory),
+            human_bytes(m.maxmemory),
+            r * 100.0
+        ),
+        None => format!("used_memory {}, no maxmemory set", human_bytes(m.used_memory)),
+    }
+}
+
+fn memory_text(out: &mut String, m: &MemoryReport) {
+    out.push_str("memory (sampled MEMORY USAGE x count):\n");
+    if let Some(why) = &m.unavailable {
+        let _ = writeln!(out, "  unavailable: {}", one_line(why));
+        return;
+    }
+    for k in &m.kinds {
+        let growth = k.growth_bytes_per_day.map_or_else(String::new, |g| {
+            format!(", {}{} a day", if g < 0 { "-" } else { "+" }, human_bytes(g.unsigned_abs()))
+        });
+        let _ = if k.kind == "streams" {
+            writeln!(out, "  {:<9} {} (runs, dead, run counter; measured whole)", k.kind, human_bytes(k.bytes))
+        } else {
+            writeln!(
+                out,
+                "  {:<9} {} ({} keys x {} mean, {} sampled{growth})",
+                k.kind,
+                human_bytes(k.bytes),
+                k.count,
+                human_bytes(k.mean_bytes),
+                k.sampled
+            )
+        };
+    }
+    if m.run_payload_bytes > 0 {
+        let _ = writeln!(out, "  of the run bytes, kept payloads: {}", human_bytes(m.run_payload_bytes));
+    }
+    let _ = writeln!(out, "  gate keys total: {}", human_bytes(m.total_bytes));
+    if let Some(server) = &m.server {
+        let _ = writeln!(out, "  redis ({}): {}", server.node, node_text(server));
+    }
+    for p in &m.primaries {
+        let _ = writeln!(out, "  primary {}: {}", p.node, node_text(p));
+    }
+    match (m.growth_bytes_per_day, m.days_until_full) {
+        (Some(g), Some(days)) => {
+            let _ = writeln!(out, "  growth: +{} a day; full in about {days} days", human_bytes(g.unsigned_abs()));
+        }
+        (g, _) => {
+            let growth = g.map_or_else(String::new, |g| {
+                format!("{}{} a day; ", if g < 0 { "-" } else { "+" }, human_bytes(g.unsigned_abs()))
+            });
+            let _ = writeln!(out, "  growth: {growth}{}", m.growth_note.as_deref().unwrap_or(""));
+        }
+    }
+}
+
+/// A value on one line of text output: control characters (newlines in a
+/// command's stderr, escape sequences) as `\n`, `\u{1b}`, so a value can
+/// neither break the layout nor drive the terminal.
+pub fn one_line(s: &str) -> String {
+    s.chars().flat_map(|c| if c.is_control() { c.escape_default().collect() } else { vec![c] }).collect()
+}
+
+/// The text of `idemgate dead list`.
+pub fn dead_text(key: &str, dead: &[DeadRun]) -> String {
+    let mut out = format!("dead stream: {} ({} entries)\n", cli_quote(key), dead.len());
+    for d in dead {
+        let number = if d.number.is_empty() { String::new() } else { format!(" #{}", d.number) };
+        let died = d.failed_ms.and_then(rfc3339_ms).unwrap_or_else(|| "unknown".into());
+        let _ = writeln!(out, "\n{} ({})", one_line(&d.run_id), d.entry_id);
+        lines(
+            &mut out,
+            "  ",
+            &[
+                ("identity".into(), one_line(&format!("{} {} {}{number}", d.provider, d.repo, d.action))),
+                ("delivery".into(), one_line(&d.delivery_id)),
+                ("group".into(), one_line(&d.group)),
+                ("attempts".into(), d.attempts.to_string()),
+                ("died".into(), died),
+                ("last error".into(), one_line(&d.last_error)),
+            ],
+        );
+    }
+    out.trim_end().to_owned()
+}
+
+/// The text of `idemgate dead retry`: a line per run, then the count moved.
+pub fn retried_text(results: &[Retried], all: bool) -> String {
+    let mut out = String::new();
+    for r in results {
+        let _ = match r {
+            Retried::Moved { run_id, entry_id, dead_entries_removed } => writeln!(
+                out,
+                "{}: queued again as runs stream entry {entry_id} ({dead_entries_removed} dead entries removed)",
+                one_line(run_id)
+            ),
+            Retried::Refused { run_id, status } if status.is_empty() => writeln!(
+                out,
+                "{}: refused: no run record (never created, or expired after its run retention); nothing changed",
+                one_line(run_id)
+            ),
+            Retried::Refused { run_id, status } => writeln!(
+                out,
+                "{}: refused: the run is {}, not dead; nothing changed",
+                one_line(run_id),
+                one_line(status)
+            ),
+        };
+    }
+    let moved = results.iter().filter(|r| r.moved()).count();
+    let _ = write!(out, "moved {moved} run{} back to the runs stream", if moved == 1 { "" } else { "s" });
+    if all && moved < results.len() {
+        let _ = write!(out, "; skipped {} the dead stream names that are no longer dead", results.len() - moved);
+    }
+    out
 }
 
 #[cfg(test)]

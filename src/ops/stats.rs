@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use redis::Value;
 use serde::Serialize;
 
+use super::memory::{MemoryReport, Sampler};
 use super::{Error, Ops};
 
 /// Keys counted so far; also passed to the progress callback.
@@ -56,7 +57,7 @@ pub struct StreamStats {
 }
 
 /// Everything `idemgate stats` reports for one namespace.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Stats {
     /// The namespace counted.
     pub namespace: String,
@@ -68,6 +69,8 @@ pub struct Stats {
     pub runs: StreamStats,
     /// The dead stream (runs that failed their last attempt).
     pub dead: StreamStats,
+    /// Bytes per kind of key, Redis's used and max memory, growth.
+    pub memory: MemoryReport,
 }
 
 /// Keys per SCAN call.
@@ -87,6 +90,7 @@ impl Ops {
         let (delivery, logical, run) =
             (format!("{prefix}delivery:"), format!("{prefix}logical:"), format!("{prefix}run:"));
         let mut counts = KeyCounts::default();
+        let mut sampler = Sampler::default();
         let mut next_report = progress_every;
         let mut cursor = 0u64;
         loop {
@@ -94,10 +98,13 @@ impl Ops {
             for key in page {
                 if key.starts_with(&delivery) {
                     counts.delivery += 1;
+                    sampler.offer(0, &key);
                 } else if key.starts_with(&logical) {
                     counts.logical += 1;
+                    sampler.offer(1, &key);
                 } else if key.starts_with(&run) {
                     counts.run += 1;
+                    sampler.offer(2, &key);
                 }
             }
             if progress_every > 0 && counts.total() >= next_report {
@@ -120,9 +127,11 @@ impl Ops {
         } else {
             Vec::new()
         };
+        let memory = self.memory_report([counts.delivery, counts.logical, counts.run], &sampler).await?;
         Ok(Stats {
             namespace: self.keys.namespace().to_owned(),
             keys: counts,
+            memory,
             run_counter: counter.unwrap_or(0),
             runs: StreamStats { key: runs_key, length: runs_len, groups },
             dead: StreamStats { key: dead_key, length: dead_len, groups: Vec::new() },
@@ -132,7 +141,7 @@ impl Ops {
 
 /// Parses `XINFO GROUPS` (an array of maps in RESP3, of flat key/value
 /// arrays in RESP2). Fields a server does not report stay `None`.
-fn parse_groups(raw: Value) -> Result<Vec<GroupStats>, Error> {
+pub(super) fn parse_groups(raw: Value) -> Result<Vec<GroupStats>, Error> {
     let corrupt = |what: &str| Error::Store(crate::Error::Corrupt(format!("XINFO GROUPS: {what}")));
     let Value::Array(groups) = raw else {
         return Err(corrupt("not an array"));

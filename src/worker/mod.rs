@@ -33,6 +33,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 pub use cli::WorkerArgs;
+pub(crate) use queue::now_ms;
 pub use queue::{Trimmed, trim_runs};
 
 use crate::keys::Keys;

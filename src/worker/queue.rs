@@ -118,7 +118,8 @@ pub(crate) struct Queue {
 #[derive(Debug, Clone)]
 pub(crate) struct Op(String);
 
-fn now_ms() -> u64 {
+/// Now, in ms since the Unix epoch (the unit of every `*_ms` field).
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 

@@ -23,6 +23,8 @@ macro_rules! both_stores {
 
 mod chaos;
 mod cluster;
+mod dead;
+mod deploy;
 mod durability;
 mod gate;
 mod http;

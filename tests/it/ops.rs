@@ -39,7 +39,7 @@ async fn dataset(tag: &str) -> (String, Ops) {
     (ns, ops)
 }
 
-fn idemgate(args: &[&str]) -> Output {
+pub(crate) fn idemgate(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_idemgate"))
         .args(args)
         .env_remove("IDEMGATE_REDIS_URL")
@@ -48,13 +48,13 @@ fn idemgate(args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn idemgate_in(ns: &str, args: &[&str]) -> Output {
+pub(crate) fn idemgate_in(ns: &str, args: &[&str]) -> Output {
     let mut all = args.to_vec();
     all.extend(["--redis-url", redis_url(), "--namespace", ns]);
     idemgate(&all)
 }
 
-fn stdout(o: &Output) -> String {
+pub(crate) fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
@@ -340,4 +340,86 @@ async fn healthcheck_http_follows_readyz() {
     let o = check(url).await.unwrap();
     assert!(!o.status.success(), "{o:?}");
     assert_eq!(String::from_utf8_lossy(&o.stderr).trim_end().lines().count(), 1, "{o:?}");
+}
+
+/// `stats` memory: bytes per kind from sampled `MEMORY USAGE` (every key of
+/// a small namespace is sampled, so the mean is exact), Redis's used and max
+/// memory, and growth from the records' creation times: unmeasurable for
+/// seconds-old data, measured once records are older.
+#[tokio::test]
+async fn stats_reports_memory_per_kind_and_days_until_full() {
+    let redis = RedisProcess::start(&["--maxmemory", "200mb", "--maxmemory-policy", "noeviction"]);
+    let url = redis.url();
+    let ns = fresh_ns("ops-mem");
+    let keys = Keys::new(&ns).unwrap();
+    let opts = RedisOptions::single(url.clone());
+    let store = idemgate::store::redis::RedisStore::connect(&opts, keys.clone(), &Settings::default()).await.unwrap();
+    let g = Gate::new(["o/r"], std::sync::Arc::new(store));
+    for n in 1..=10 {
+        let e = json!({"org": "o", "repo": "r", "action": "push", "number": n});
+        assert_eq!(g.handle("github", &format!("d-{n}"), &e).await.unwrap().status, Status::Created);
+    }
+    let mut c = Conn::connect(&opts).await.unwrap();
+    let ops = Ops::new(c.clone(), keys.clone(), Duration::from_secs(2)).named_after(&url);
+
+    let s = ops.stats(0, |_| {}).await.unwrap();
+    let m = &s.memory;
+    let kinds: Vec<(&str, u64, u64)> = m.kinds.iter().map(|k| (k.kind, k.count, k.sampled)).collect();
+    assert_eq!(kinds, [("delivery", 10, 10), ("logical", 10, 10), ("run", 10, 10), ("streams", 3, 3)]);
+    for k in &m.kinds[..3] {
+        assert!(k.mean_bytes > 50 && k.bytes == k.mean_bytes * k.count, "{k:?}");
+    }
+    let server = m.server.as_ref().unwrap();
+    assert_eq!((server.node.as_str(), server.maxmemory), (format!("127.0.0.1:{}", redis.port).as_str(), 200 << 20));
+    assert!(server.used_memory > m.total_bytes, "{m:?}");
+    assert_eq!((m.growth_bytes_per_day, m.days_until_full), (None, None));
+    assert!(m.growth_note.as_deref().unwrap().contains("less than an hour"), "{m:?}");
+
+    // Half the runs were created two days ago: over the last day 5 runs
+    // (and their logical keys) were created and nothing expires.
+    let two_days_ago = idemgate_now_ms() - 2 * 86_400_000;
+    for n in 1..=5 {
+        let _: () = redis::AsyncCommands::hset(&mut c, keys.run(&format!("run-{n}")), "created_ms", two_days_ago)
+            .await
+            .unwrap();
+    }
+    let s = ops.stats(0, |_| {}).await.unwrap();
+    let m = &s.memory;
+    let (logical, run) = (&m.kinds[1], &m.kinds[2]);
+    assert_eq!(run.growth_bytes_per_day, Some(5 * run.mean_bytes as i64), "{m:?}");
+    assert_eq!(logical.growth_bytes_per_day, Some(5 * logical.mean_bytes as i64), "{m:?}");
+    let growth = m.growth_bytes_per_day.unwrap();
+    assert_eq!(growth, m.kinds.iter().filter_map(|k| k.growth_bytes_per_day).sum::<i64>());
+    let server = m.server.as_ref().unwrap();
+    let want = (server.maxmemory - server.used_memory) as f64 / growth as f64;
+    assert!((m.days_until_full.unwrap() - want).abs() <= 0.05 + want * 1e-9, "{m:?}");
+
+    // A run that keeps its payload: the payload bytes are reported, and are part of the run bytes.
+    let payload = format!("{{\"body\":\"{}\"}}", "x".repeat(4000));
+    let e = json!({"org": "o", "repo": "r", "action": "push", "number": 11});
+    let sub = idemgate::gate::Submission {
+        payload: Some(&payload),
+        ..idemgate::gate::Submission::new("github", "d-11", &e, "dg")
+    };
+    assert_eq!(g.submit(&sub).await.unwrap().response.status, Status::Created);
+    let m = ops.stats(0, |_| {}).await.unwrap().memory;
+    let run = &m.kinds[2];
+    assert_eq!(m.run_payload_bytes, payload.len() as u64 / 11 * 11, "{m:?}");
+    assert!(run.bytes > m.run_payload_bytes + 10 * 100, "{m:?}");
+
+    let o = idemgate(&["stats", "--redis-url", &url, "--namespace", &ns]);
+    let text = stdout(&o);
+    for want in [
+        "memory (sampled MEMORY USAGE x count):",
+        "run       ",
+        "of the run bytes, kept payloads:",
+        "of maxmemory 200.0 MiB",
+        "full in about",
+    ] {
+        assert!(text.contains(want), "{want:?} in {text}");
+    }
+}
+
+fn idemgate_now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
 }

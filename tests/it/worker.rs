@@ -20,7 +20,7 @@ use crate::support::{fresh_ns, raw_conn, redis_store_in, redis_url};
 
 /// Gates `runs` new runs in `ns` (identities `o/r` `push` `1..=runs`), each
 /// delivered `copies` times under different delivery ids, concurrently.
-async fn gate_runs(ns: &str, runs: usize, copies: usize) {
+pub(crate) async fn gate_runs(ns: &str, runs: usize, copies: usize) {
     let gate = Arc::new(Gate::new(["o/r"], redis_store_in(ns, &Settings::default()).await));
     let mut tasks = tokio::task::JoinSet::new();
     for copy in 0..copies {
@@ -42,13 +42,13 @@ async fn gate_runs(ns: &str, runs: usize, copies: usize) {
     assert_eq!(created, runs);
 }
 
-async fn record(ns: &str, run_id: &str) -> HashMap<String, String> {
+pub(crate) async fn record(ns: &str, run_id: &str) -> HashMap<String, String> {
     let mut c = raw_conn().await;
     c.hgetall(Keys::new(ns).unwrap().run(run_id)).await.unwrap()
 }
 
 /// Polls `cond` every 50 ms until it holds; panics with `what` after `limit`.
-async fn wait_for<F, Fut>(limit: Duration, what: &str, mut cond: F)
+pub(crate) async fn wait_for<F, Fut>(limit: Duration, what: &str, mut cond: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
@@ -70,7 +70,7 @@ async fn all_done(ns: &str, runs: usize) -> bool {
 }
 
 /// A temp dir of the test's own.
-fn temp_dir(tag: &str) -> PathBuf {
+pub(crate) fn temp_dir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(fresh_ns(tag));
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -82,7 +82,7 @@ fn lines(path: &Path) -> Vec<String> {
 
 /// `idemgate worker` in `ns`, group `g`, named `name` (also `$W` in the
 /// handler's environment); logs to `dir/<name>.log`.
-fn spawn_worker(ns: &str, dir: &Path, name: &str, flags: &[&str], script: &str) -> Child {
+pub(crate) fn spawn_worker(ns: &str, dir: &Path, name: &str, flags: &[&str], script: &str) -> Child {
     spawn_worker_via(redis_url(), ns, dir, name, flags, script)
 }
 
@@ -106,12 +106,12 @@ fn worker_command(url: &str, ns: &str, dir: &Path, name: &str, flags: &[&str], s
     cmd
 }
 
-fn signal(child: &Child, sig: &str) {
+pub(crate) fn signal(child: &Child, sig: &str) {
     assert!(Command::new("kill").args([sig, &child.id().to_string()]).status().unwrap().success());
 }
 
 /// Waits (bounded) for a child to exit.
-async fn wait_exit(child: &mut Child, limit: Duration) -> ExitStatus {
+pub(crate) async fn wait_exit(child: &mut Child, limit: Duration) -> ExitStatus {
     let deadline = Instant::now() + limit;
     loop {
         if let Some(s) = child.try_wait().unwrap() {
@@ -126,7 +126,7 @@ async fn wait_exit(child: &mut Child, limit: Duration) -> ExitStatus {
 }
 
 /// Kills worker processes a failed test leaves behind.
-struct Workers(Vec<Child>);
+pub(crate) struct Workers(pub(crate) Vec<Child>);
 
 impl Drop for Workers {
     fn drop(&mut self) {

@@ -1,0 +1,33 @@
+-- idemgate dead retry: put one dead run back on the runs stream, in one
+-- step, so a crash never leaves a run both dead and queued, or neither.
+-- Only a run whose record says `dead` moves; anything else changes nothing.
+--
+-- KEYS[1]: runs stream   idemgate:{NS}:runs
+-- KEYS[2]: run record    idemgate:{NS}:run:<run id>
+-- KEYS[3]: dead stream   idemgate:{NS}:runs:dead
+-- ARGV[1]: now, ms since the Unix epoch
+-- ARGV[2..]: the run's entry ids in the dead stream (may be none)
+-- Returns: {1, new runs stream entry id, dead entries removed}  moved back
+--          {0, status}  not moved: the record's status ('' when there is no record)
+
+local status = redis.call('HGET', KEYS[2], 'status')
+if status ~= 'dead' then
+  return {0, status or ''}
+end
+
+local f = redis.call('HMGET', KEYS[2], 'run_id', 'provider', 'repo', 'action', 'number', 'delivery_id')
+local id = redis.call('XADD', KEYS[1], '*',
+  'run_id', f[1] or '', 'provider', f[2] or '', 'repo', f[3] or '', 'action', f[4] or '',
+  'number', f[5] or '', 'delivery_id', f[6] or '')
+-- Queued again: attempts start over, and a queued run has no TTL (run
+-- retention counts from done or dead).
+redis.call('HSET', KEYS[2], 'status', 'queued', 'attempts', 0, 'updated_ms', ARGV[1], 'retried_ms', ARGV[1])
+redis.call('HINCRBY', KEYS[2], 'dead_retries', 1)
+redis.call('HDEL', KEYS[2], 'next_attempt_ms', 'finished_ms', 'started_ms', 'worker')
+redis.call('PERSIST', KEYS[2])
+
+local removed = 0
+if #ARGV > 1 then
+  removed = redis.call('XDEL', KEYS[3], unpack(ARGV, 2))
+end
+return {1, id, removed}

@@ -1,0 +1,163 @@
+//! `idemgate dead list` and `idemgate dead retry`: the dead stream
+//! (`idemgate:{NS}:runs:dead`, runs that failed their last allowed attempt),
+//! and moving dead runs back onto the runs stream (docs/operations.md).
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+use redis::Script;
+use redis::streams::StreamRangeReply;
+use serde::Serialize;
+
+use super::{Error, Ops};
+use crate::worker::now_ms;
+
+static RETRY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/dead_retry.lua")));
+
+/// Dead-stream entries read per `XRANGE` call.
+const PAGE: usize = 1000;
+
+/// One entry of the dead stream, as the worker wrote it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeadRun {
+    /// The dead-stream entry id.
+    pub entry_id: String,
+    /// The run id, e.g. `run-7`.
+    pub run_id: String,
+    /// The run's identity: provider, `org/repo`, action, number text.
+    pub provider: String,
+    /// `org/repo`.
+    pub repo: String,
+    /// The action.
+    pub action: String,
+    /// The number text (may be empty).
+    pub number: String,
+    /// The delivery that created the run.
+    pub delivery_id: String,
+    /// The consumer group the run died in.
+    pub group: String,
+    /// Attempts made.
+    pub attempts: u64,
+    /// The last attempt's error.
+    pub last_error: String,
+    /// When the run died, ms since the Unix epoch (`None` when the entry lacks it).
+    pub failed_ms: Option<u64>,
+}
+
+impl DeadRun {
+    fn parse(s: redis::streams::StreamId) -> Self {
+        let field =
+            |k: &str| s.map.get(k).and_then(|v| redis::from_redis_value_ref::<String>(v).ok()).unwrap_or_default();
+        DeadRun {
+            run_id: field("run_id"),
+            provider: field("provider"),
+            repo: field("repo"),
+            action: field("action"),
+            number: field("number"),
+            delivery_id: field("delivery_id"),
+            group: field("group"),
+            attempts: field("attempts").parse().unwrap_or(0),
+            last_error: field("last_error"),
+            failed_ms: field("failed_ms").parse().ok(),
+            entry_id: s.id,
+        }
+    }
+}
+
+/// What `dead retry` did with one run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum Retried {
+    /// Back on the runs stream, record `queued`, attempts 0.
+    Moved {
+        /// The run id.
+        run_id: String,
+        /// Its new runs-stream entry.
+        entry_id: String,
+        /// Dead-stream entries removed.
+        dead_entries_removed: u64,
+    },
+    /// Refused: the run is not dead; nothing changed.
+    Refused {
+        /// The run id.
+        run_id: String,
+        /// The record's status (`""`: there is no record: never created, or expired).
+        status: String,
+    },
+}
+
+impl Retried {
+    /// Whether the run moved.
+    pub fn moved(&self) -> bool {
+        matches!(self, Retried::Moved { .. })
+    }
+}
+
+impl Ops {
+    /// Every entry of the dead stream, oldest first (paged `XRANGE`).
+    pub async fn dead_list(&self) -> Result<Vec<DeadRun>, Error> {
+        let key = self.keys.runs_dead();
+        let mut out = Vec::new();
+        let mut start = "-".to_owned();
+        loop {
+            let page: StreamRangeReply =
+                self.query(redis::cmd("XRANGE").arg(&key).arg(&start).arg("+").arg("COUNT").arg(PAGE)).await?;
+            let n = page.ids.len();
+            if let Some(last) = page.ids.last() {
+                start = format!("({}", last.id);
+            }
+            out.extend(page.ids.into_iter().map(DeadRun::parse));
+            if n < PAGE {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// Moves each of `run_ids` back onto the runs stream (`lua/dead_retry.lua`,
+    /// one atomic script per run): attempts reset to 0, record `queued`, its
+    /// dead-stream entries removed. A run that is not dead is refused and
+    /// left as it is. `None`: every run the dead stream names, oldest first.
+    pub async fn dead_retry(&self, run_ids: Option<&[String]>) -> Result<Vec<Retried>, Error> {
+        let dead = self.dead_list().await?;
+        let mut entries: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        let mut order: Vec<String> = Vec::new();
+        for d in &dead {
+            let ids = entries.entry(d.run_id.as_str()).or_default();
+            if ids.is_empty() {
+                order.push(d.run_id.clone());
+            }
+            ids.push(d.entry_id.as_str());
+        }
+        let wanted = match run_ids {
+            Some(ids) => ids.to_vec(),
+            None => order,
+        };
+        let mut out = Vec::with_capacity(wanted.len());
+        for run_id in wanted {
+            let mut inv = RETRY.prepare_invoke();
+            inv.key(self.keys.runs()).key(self.keys.run(&run_id)).key(self.keys.runs_dead()).arg(now_ms());
+            for id in entries.get(run_id.as_str()).into_iter().flatten() {
+                inv.arg(*id);
+            }
+            let mut conn = self.conn.clone();
+            let reply: redis::Value = self.bounded(inv.invoke_async(&mut conn)).await?;
+            out.push(parse_retry(run_id, reply)?);
+        }
+        Ok(out)
+    }
+}
+
+fn parse_retry(run_id: String, reply: redis::Value) -> Result<Retried, Error> {
+    let corrupt = || Error::Store(crate::Error::Corrupt(format!("dead_retry.lua answered {reply:?}")));
+    let parts: Vec<redis::Value> = redis::from_redis_value_ref(&reply).map_err(|_| corrupt())?;
+    let text = |i: usize| parts.get(i).and_then(|v| redis::from_redis_value_ref::<String>(v).ok());
+    match parts.first().and_then(|v| redis::from_redis_value_ref::<i64>(v).ok()) {
+        Some(1) => Ok(Retried::Moved {
+            run_id,
+            entry_id: text(1).ok_or_else(corrupt)?,
+            dead_entries_removed: parts.get(2).and_then(|v| redis::from_redis_value_ref(v).ok()).unwrap_or(0),
+        }),
+        Some(0) => Ok(Retried::Refused { run_id, status: text(1).unwrap_or_default() }),
+        _ => Err(corrupt()),
+    }
+}

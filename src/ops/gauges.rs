@@ -1,0 +1,151 @@
+//! What `serve` reads from Redis for `/metrics`, off the request path: the
+//! memory of every primary, and the worker side of the namespace (each
+//! consumer group's lag, pending runs and oldest waiting run; the dead
+//! stream). Workers need no metrics listener of their own: everything a
+//! dashboard needs about them is in Redis, and every `serve` replica
+//! already has a connection (docs/operations.md, "Metrics").
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::memory::NodeMemory;
+use super::{Error, Ops};
+use crate::metrics::Metrics;
+
+/// How often `serve` reads the gauges: a few cheap commands, never on a request's path.
+pub const INTERVAL: Duration = Duration::from_secs(5);
+/// Above this share of `maxmemory`, `serve` logs a warning.
+pub const WARN_RATIO: f64 = 0.9;
+/// While memory stays above [`WARN_RATIO`], the warning repeats this often.
+const WARN_EVERY: Duration = Duration::from_secs(300);
+
+/// One consumer group of the runs stream, as `/metrics` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GroupGauge {
+    /// The group (the worker's `--group`).
+    pub group: String,
+    /// Entries not yet delivered to the group (`None` before Redis 7, or when Redis cannot tell).
+    pub lag: Option<u64>,
+    /// Entries delivered and not acknowledged: runs running or waiting for a retry.
+    pub pending: u64,
+    /// Age of the oldest entry not yet delivered to the group, seconds (0: none waiting).
+    pub oldest_waiting_seconds: f64,
+}
+
+/// Everything one read gives.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Gauges {
+    /// The namespace read.
+    pub namespace: String,
+    /// `used_memory`/`maxmemory` of every primary (the one server when not a cluster).
+    pub nodes: Vec<NodeMemory>,
+    /// The runs stream's length.
+    pub runs_stream_length: u64,
+    /// The dead stream's length: dead runs not yet retried.
+    pub dead_runs: u64,
+    /// The runs stream's consumer groups.
+    pub groups: Vec<GroupGauge>,
+}
+
+/// The ms part of a stream id (`1718000000000-0`).
+fn id_ms(id: &str) -> Option<u64> {
+    id.split_once('-').and_then(|(ms, _)| ms.parse().ok())
+}
+
+impl Ops {
+    /// Reads the gauges once.
+    pub async fn gauges(&self) -> Result<Gauges, Error> {
+        let nodes = self.memory_all().await?;
+        let (runs_key, dead_key) = (self.keys.runs(), self.keys.runs_dead());
+        let (runs_len, dead_len, runs_type): (u64, u64, String) =
+            self.query(redis::pipe().xlen(&runs_key).xlen(&dead_key).cmd("TYPE").arg(&runs_key)).await?;
+        let mut groups = Vec::new();
+        if runs_type == "stream" {
+            let raw: redis::Value = self.query(redis::cmd("XINFO").arg("GROUPS").arg(&runs_key)).await?;
+            let now = crate::worker::now_ms();
+            for g in super::stats::parse_groups(raw)? {
+                // The first entry after the group's last delivered one is the oldest waiting.
+                let next: redis::streams::StreamRangeReply = self
+                    .query(
+                        redis::cmd("XRANGE")
+                            .arg(&runs_key)
+                            .arg(format!("({}", g.last_delivered_id))
+                            .arg("+")
+                            .arg("COUNT")
+                            .arg(1),
+                    )
+                    .await?;
+                let waiting_since = next.ids.first().and_then(|e| id_ms(&e.id));
+                groups.push(GroupGauge {
+                    oldest_waiting_seconds: waiting_since.map_or(0.0, |ms| now.saturating_sub(ms) as f64 / 1000.0),
+                    group: g.name,
+                    lag: g.lag,
+                    pending: g.pending,
+                });
+            }
+        }
+        Ok(Gauges {
+            namespace: self.keys.namespace().to_owned(),
+            nodes,
+            runs_stream_length: runs_len,
+            dead_runs: dead_len,
+            groups,
+        })
+    }
+}
+
+/// Reads the gauges every [`INTERVAL`] into `metrics` until dropped (the
+/// caller aborts the task); connects on its own, so a Redis that is down
+/// at start only delays the first figures. A failed read is counted and
+/// logged; the last figures stay exported.
+pub async fn poll(opts: crate::store::redis::RedisOptions, keys: crate::keys::Keys, metrics: Arc<Metrics>) {
+    let mut ops = None;
+    let mut warned: HashMap<String, Instant> = HashMap::new();
+    let mut tick = tokio::time::interval(INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if ops.is_none() {
+            match Ops::connect_to(&opts, keys.clone()).await {
+                Ok(o) => ops = Some(o),
+                Err(e) => {
+                    metrics.redis_read_error();
+                    tracing::warn!(error = %e, "metrics: cannot connect to Redis to read memory and worker gauges");
+                    continue;
+                }
+            }
+        }
+        let Some(o) = &ops else { continue };
+        match o.gauges().await {
+            Ok(g) => {
+                for n in &g.nodes {
+                    match n.ratio() {
+                        Some(r) if r > WARN_RATIO => {
+                            if warned.get(&n.node).is_none_or(|t| t.elapsed() >= WARN_EVERY) {
+                                tracing::warn!(
+                                    node = %n.node,
+                                    used_memory = n.used_memory,
+                                    maxmemory = n.maxmemory,
+                                    percent = %format!("{:.1}", r * 100.0),
+                                    "Redis memory above 90% of maxmemory: at 100% every new delivery is answered 503 (docs/operations.md, memory)"
+                                );
+                                warned.insert(n.node.clone(), Instant::now());
+                            }
+                        }
+                        _ => {
+                            warned.remove(&n.node);
+                        }
+                    }
+                }
+                metrics.set_redis_gauges(g);
+            }
+            Err(e) => {
+                metrics.redis_read_error();
+                tracing::warn!(error = %e, "metrics: reading memory and worker gauges from Redis failed");
+            }
+        }
+    }
+}
