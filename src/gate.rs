@@ -89,7 +89,7 @@ pub struct Identity {
     pub repo: String,
     /// The event's action.
     pub action: String,
-    /// `number_text` of docs/reference.md#semantics (`""` when there is no number), as the
+    /// The number text (see [`number_text`]; `""` when there is no number), as the
     /// run record and the worker report it.
     pub number: String,
     /// What names the work within `(provider, repo, action)`: the number

@@ -514,3 +514,29 @@ async fn worker_stdin_carries_the_kept_payload() {
     assert_eq!(without["provider"], "plain");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The subject of an event identity is found through its run record, and
+/// `inspect logical` takes it where it says NUMBER.
+#[tokio::test]
+async fn inspect_finds_an_event_identity_through_its_run() {
+    use idemgate::ops::{Found, Ops, Target};
+    let ns = fresh_ns("inspect-subject");
+    let store = redis_store_in(&ns, &Settings::default()).await;
+    let app = app(AppState::new(Gate::new(corpus_repos(), store), vec![Provider::github("github", SECRET)], None));
+    let label = example("issues", 9);
+    assert_eq!(gh(&app, "i1", "issues", &label).await.body, created("run-1"));
+    let ops = Ops::new(raw_conn().await, Keys::new(&ns).unwrap(), Duration::from_secs(2));
+    let run = ops.inspect(&Target::Run { run_id: "run-1".into() }).await.unwrap();
+    let Some(Found::Run(run)) = run.found else { panic!("{run:?}") };
+    let subject = &run.fields["subject"];
+    assert_eq!(subject, "1@d501bdb82011090615c24a76");
+    assert_eq!(run.fields["number"], "1");
+    let logical =
+        ops.inspect(&Target::logical("github", "Codertocat/Hello-World", "issues.labeled", subject)).await.unwrap();
+    let Some(Found::Logical(found)) = logical.found else { panic!("{logical:?}") };
+    assert_eq!(found.run_id, "run-1");
+    assert!(found.key.ends_with(":14:issues.labeled:26:1@d501bdb82011090615c24a76"), "{}", found.key);
+    // The number alone names nothing under an event identity.
+    let bare = ops.inspect(&Target::logical("github", "Codertocat/Hello-World", "issues.labeled", "1")).await.unwrap();
+    assert!(bare.found.is_none());
+}
