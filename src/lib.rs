@@ -18,6 +18,8 @@
 //! - [`bench`]: `idemgate bench`, the measurements behind BENCHMARKS.md.
 //! - [`error`]: store failures (never turned into a gate answer).
 //! - [`worker`]: the durable run queue's consumer (`idemgate worker`): leases, retries, dead stream.
+//! - [`intake`]: request bodies within a shared memory budget; `/v1` bodies read without a tree.
+//! - [`text`]: control characters escaped before they reach a log or a terminal.
 //! - [`ops`]: operator commands (`inspect`, `stats`, `key`, `healthcheck`) over the Redis key schema.
 #![warn(missing_docs)]
 
@@ -26,12 +28,14 @@ pub mod config;
 pub mod error;
 pub mod gate;
 pub mod http;
+pub mod intake;
 pub mod keys;
 pub mod metrics;
 pub mod ops;
 pub mod providers;
 pub mod server;
 pub mod store;
+pub mod text;
 pub mod window;
 pub mod worker;
 

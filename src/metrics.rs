@@ -36,6 +36,10 @@ pub struct Metrics {
     mismatches: AtomicU64,
     store_errors: AtomicU64,
     auth_failures: Mutex<BTreeMap<String, u64>>,
+    budget_refusals: AtomicU64,
+    open_connections: AtomicU64,
+    header_timeouts: AtomicU64,
+    idle_timeouts: AtomicU64,
 }
 
 /// `map[key]`, inserting a default the first time `key` shows.
@@ -81,6 +85,27 @@ impl Metrics {
     /// Counts one store failure (answered 503).
     pub fn store_error(&self) {
         self.store_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one request refused (503) for want of room in the body budget.
+    pub fn body_budget_refusal(&self) {
+        self.budget_refusals.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A connection was accepted (`true`) or has closed (`false`).
+    pub fn connection(&self, open: bool) {
+        if open {
+            self.open_connections.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.open_connections.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts one connection closed for a slow request head (`header`) or
+    /// for being idle too long.
+    pub fn connection_timeout(&self, header: bool) {
+        let c = if header { &self.header_timeouts } else { &self.idle_timeouts };
+        c.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts one rejected webhook signature.
@@ -133,6 +158,11 @@ impl Metrics {
                 "Calls answered 503 because the store failed or timed out.",
                 &self.store_errors,
             ),
+            (
+                "idemgate_body_budget_refusals_total",
+                "Requests answered 503 because the budget of request-body bytes in flight stayed full.",
+                &self.budget_refusals,
+            ),
         ] {
             let n = family(o, name, "counter", help);
             let _ = writeln!(o, "{n} {}", v.load(Ordering::Relaxed));
@@ -146,6 +176,16 @@ impl Metrics {
         for (provider, v) in self.auth_failures.lock().expect("metrics").iter() {
             let _ = writeln!(o, "{n}{{provider=\"{}\"}} {v}", escape(provider));
         }
+        let n = family(o, "idemgate_http_connections_open", "gauge", "HTTP connections open now.");
+        let _ = writeln!(o, "{n} {}", self.open_connections.load(Ordering::Relaxed));
+        let n = family(
+            o,
+            "idemgate_http_connections_timed_out_total",
+            "counter",
+            "Connections closed for a request head not complete within --header-timeout, or idle too long.",
+        );
+        let _ = writeln!(o, "{n}{{reason=\"header\"}} {}", self.header_timeouts.load(Ordering::Relaxed));
+        let _ = writeln!(o, "{n}{{reason=\"idle\"}} {}", self.idle_timeouts.load(Ordering::Relaxed));
         out
     }
 }

@@ -3,6 +3,7 @@
 //! [`render`] module turns it into text for people or JSON for scripts; the
 //! `*_command` functions are what the binary calls after parsing.
 
+pub mod footprint;
 pub mod inspect;
 pub mod render;
 pub mod stats;

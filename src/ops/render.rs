@@ -77,8 +77,10 @@ const RUN_ORDER: [&str; 12] = [
 ];
 
 fn lines(out: &mut String, indent: &str, rows: &[(String, String)]) {
-    let width = rows.iter().map(|(k, _)| k.chars().count()).max().unwrap_or(0) + 1;
+    use crate::text::escape_control;
+    let width = rows.iter().map(|(k, _)| escape_control(k).chars().count()).max().unwrap_or(0) + 1;
     for (k, v) in rows {
+        let (k, v) = (escape_control(k), escape_control(v));
         let _ = writeln!(out, "{indent}{:<width$} {v}", format!("{k}:"), width = width);
     }
 }
@@ -218,6 +220,7 @@ pub fn stats_text(s: &Stats) -> String {
         );
     }
     let _ = writeln!(out, "dead stream: {} entries ({})", s.dead.length, s.dead.key);
+    let _ = writeln!(out, "{}", super::footprint::stats_line(s));
     out.trim_end().to_owned()
 }
 

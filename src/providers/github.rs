@@ -111,7 +111,7 @@ mod tests {
     use crate::providers::Provider;
 
     const SECRET: &str = "fixture secret \u{2603}";
-    const FIXTURES: &str = include_str!("../../../shared/fixtures/github-webhook-examples.json");
+    const FIXTURES: &str = include_str!("../../tests/fixtures/github-webhook-examples.json");
 
     fn sign(secret: &str, body: &[u8]) -> String {
         let mut mac = HmacSha256::new_from_slice(secret.as_bytes()).unwrap();

@@ -17,6 +17,7 @@ mod chaos;
 mod cluster;
 mod durability;
 mod gate;
+mod hostile;
 mod http;
 mod model;
 mod ops;
