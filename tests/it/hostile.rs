@@ -641,3 +641,39 @@ async fn inspect_text_escapes_control_characters() {
     assert!(text.contains("d\\n\\x1b[2Jfake: line\\r"), "{text}");
     assert!(text.contains("a\\x1b]0;t\\x07"), "{text}");
 }
+
+/// A worker echoes its command's stderr with control characters escaped:
+/// the command (fed a client's delivery id) cannot forge the worker's log
+/// lines or drive a terminal that tails it.
+#[tokio::test]
+async fn worker_stderr_escapes_control_characters() {
+    let ns = fresh_ns("stderr-ctl");
+    let gate = Gate::new(["o/r"], redis_store_in(&ns, &Settings::default()).await);
+    let r = gate.handle("p", "d", &json!({"org": "o", "repo": "r", "action": "a"})).await.unwrap();
+    let run_key = Keys::new(&ns).unwrap().run(r.run_id.as_deref().unwrap());
+    let log = log_path("stderr-ctl");
+    let mut worker = bin()
+        .args(["worker", "--redis-url", crate::support::redis_url(), "--namespace", &ns, "--group", "g"])
+        .args(["--block", "200ms", "--", "sh", "-c", r"printf 'fake\033[31m red\r\tINFO forged\n' >&2"])
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut c = raw_conn().await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let status: Option<String> = c.hget(&run_key, "status").await.unwrap();
+        if status.as_deref() == Some("done") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the run was not done: {status:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = worker.kill();
+    let _ = worker.wait();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let line = text.lines().find(|l| l.starts_with("[run-1]")).unwrap_or_else(|| panic!("no echoed line: {text}"));
+    assert_eq!(line, r"[run-1] fake\x1b[31m red\r\tINFO forged", "{text}");
+    assert!(!text.contains('\x1b') && !text.contains('\r'), "{text:?}");
+}
