@@ -62,7 +62,10 @@ impl BodyBudget {
     /// larger than the whole budget is charged the whole budget (it then
     /// runs alone) rather than refused forever.
     pub async fn reserve(&self, bytes: usize) -> Result<OwnedSemaphorePermit, BodyError> {
-        let units = bytes.div_ceil(UNIT).clamp(1, self.total);
+        self.reserve_units(bytes.div_ceil(UNIT).clamp(1, self.total)).await
+    }
+
+    async fn reserve_units(&self, units: usize) -> Result<OwnedSemaphorePermit, BodyError> {
         let units = u32::try_from(units).map_err(|_| BodyError::Busy)?;
         match tokio::time::timeout(self.wait, self.units.clone().acquire_many_owned(units)).await {
             Ok(Ok(permit)) => Ok(permit),
@@ -71,37 +74,61 @@ impl BodyBudget {
         }
     }
 
-    /// Reads a whole body of at most `max` bytes into one buffer, after
-    /// reserving `cost × size` in the budget (`size` is the declared
-    /// `Content-Length`, else `max`). The permit must be held for as long
-    /// as the body and whatever is built from it live.
+    /// Reads a whole body of at most `max` bytes into one buffer, charging
+    /// the budget `cost` times the bytes as they arrive: in steps that
+    /// double (from 64 KiB, never past the declared `Content-Length`), so a
+    /// client that declares 25 MiB and trickles holds room for what it sent,
+    /// not for what it promised. The permit must be held for as long as the
+    /// body and whatever is built from it live.
     pub async fn read(
         &self,
-        body: Body,
+        mut body: Body,
         declared: Option<u64>,
         max: usize,
         cost: usize,
     ) -> Result<(Bytes, OwnedSemaphorePermit), BodyError> {
-        let size = match declared {
-            Some(len) if len > max as u64 => return Err(BodyError::TooLarge(max)),
-            Some(len) => len as usize,
-            None => max,
-        };
-        let permit = self.reserve(size.saturating_mul(cost)).await?;
-        // One buffer of the declared size: collecting chunks and then
-        // joining them would hold the body twice.
-        let mut buf = Vec::with_capacity(size.min(max));
-        let mut body = body;
+        if declared.is_some_and(|len| len > max as u64) {
+            return Err(BodyError::TooLarge(max));
+        }
+        let expected = declared.map_or(max, |len| len as usize);
+        let mut permit: Option<OwnedSemaphorePermit> = None;
+        // Body bytes paid for, and the budget units that cost (capped at the
+        // whole budget, so that a costly request runs alone, not never).
+        let (mut paid, mut charged) = (0usize, 0usize);
+        let mut buf: Vec<u8> = Vec::new();
         while let Some(frame) = body.frame().await {
             let Ok(data) = frame.map_err(|_| BodyError::Broken)?.into_data() else { continue }; // trailers
-            if buf.len() + data.len() > max {
+            let need = buf.len() + data.len();
+            if need > max {
                 return Err(BodyError::TooLarge(max));
+            }
+            if need > paid {
+                paid = need.max(paid * 2).max(STEP).min(expected.max(need));
+                let target = paid.saturating_mul(cost).div_ceil(UNIT).min(self.total);
+                if target > charged {
+                    let more = self.reserve_units(target - charged).await?;
+                    charged = target;
+                    match &mut permit {
+                        Some(p) => p.merge(more),
+                        None => permit = Some(more),
+                    }
+                }
+                // One buffer, grown as it is paid for: collecting chunks and
+                // joining them would hold the body twice.
+                buf.reserve_exact(paid - buf.len());
             }
             buf.extend_from_slice(&data);
         }
+        let permit = match permit {
+            Some(p) => p,
+            None => self.reserve(1).await?,
+        };
         Ok((Bytes::from(buf), permit))
     }
 }
+
+/// The first step of a body's charge (see [`BodyBudget::read`]).
+const STEP: usize = 64 * 1024;
 
 /// The `/v1/deliveries` body, read for what the gate needs: `provider`,
 /// `delivery_id`, the four event fields the rules look at, and the event's

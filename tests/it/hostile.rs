@@ -677,3 +677,38 @@ async fn worker_stderr_escapes_control_characters() {
     assert_eq!(line, r"[run-1] fake\x1b[31m red\r\tINFO forged", "{text}");
     assert!(!text.contains('\x1b') && !text.contains('\r'), "{text:?}");
 }
+
+/// A client that declares a large body and trickles it holds room in the
+/// budget for what it has sent, not for what it declared: a slow-body flood
+/// cannot fill the budget with promises.
+#[tokio::test]
+async fn a_slow_body_holds_room_for_what_it_sent() {
+    use tokio::io::AsyncWriteExt;
+    const MIB: usize = 1024 * 1024;
+    let budget = idemgate::intake::BodyBudget::new(MIB + MIB / 2, Duration::from_millis(500));
+    let state = AppState::new(Gate::new(["o/r"], Backend::Memory.store(&Settings::default()).await), vec![], None)
+        .with_max_body(MIB)
+        .with_body_budget(budget);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(idemgate::server::run(listener, state, Duration::from_secs(1), std::future::pending()));
+    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!("POST /v1/deliveries HTTP/1.1\r\nHost: x\r\nContent-Length: {MIB}\r\n\r\n{{\"provider\"");
+    slow.write_all(head.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // A full 1 MiB body next to it: 1 MiB + the slow one's first step fit in 1.5 MiB.
+    let mut event = json!({"org": "o", "repo": "r", "action": "a", "pad": "x"});
+    let body = json!({"provider": "p", "delivery_id": "big", "event": event.clone()}).to_string();
+    event["pad"] = json!("x".repeat(MIB - body.len() - 1));
+    let body = json!({"provider": "p", "delivery_id": "big", "event": event}).to_string();
+    assert!(body.len() <= MIB && body.len() > MIB - 100);
+    let r = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/deliveries"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202, "{}", r.text().await.unwrap());
+    drop(slow);
+}
