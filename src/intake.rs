@@ -75,11 +75,15 @@ impl BodyBudget {
     }
 
     /// Reads a whole body of at most `max` bytes into one buffer, charging
-    /// the budget `cost` times the bytes as they arrive: in steps that
-    /// double (from 64 KiB, never past the declared `Content-Length`), so a
-    /// client that declares 25 MiB and trickles holds room for what it sent,
-    /// not for what it promised. The permit must be held for as long as the
-    /// body and whatever is built from it live.
+    /// the budget `cost` times its bytes. A declared `Content-Length` is
+    /// charged before reading, in one piece: requests then wait their turn
+    /// in arrival order (the semaphore is fair) and each one admitted can
+    /// finish. Charging declared bodies as they arrive was measured worse:
+    /// 16 concurrent 24 MiB bodies each took part of the budget, all waited
+    /// for more, and 14 of them got 503. A body without a length (chunked)
+    /// is charged as it arrives, in steps that double from 64 KiB, so that
+    /// it is not charged `max` for a few bytes. The permit must be held for
+    /// as long as the body and whatever is built from it live.
     pub async fn read(
         &self,
         mut body: Body,
@@ -95,7 +99,12 @@ impl BodyBudget {
         // Body bytes paid for, and the budget units that cost (capped at the
         // whole budget, so that a costly request runs alone, not never).
         let (mut paid, mut charged) = (0usize, 0usize);
-        let mut buf: Vec<u8> = Vec::new();
+        if let Some(len) = declared {
+            paid = len as usize;
+            charged = paid.saturating_mul(cost).div_ceil(UNIT).clamp(1, self.total);
+            permit = Some(self.reserve_units(charged).await?);
+        }
+        let mut buf: Vec<u8> = Vec::with_capacity(paid);
         while let Some(frame) = body.frame().await {
             let Ok(data) = frame.map_err(|_| BodyError::Broken)?.into_data() else { continue }; // trailers
             let need = buf.len() + data.len();
