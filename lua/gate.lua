@@ -41,15 +41,21 @@ elseif verdict == 'work' then
     record = '{"status":"duplicate","code":200,"run_id":"' .. run_id .. '"'
   else
     -- Never hand out a run id whose record exists (a failover may have lost
-    -- counter increments): skip past any id already taken.
+    -- counter increments): skip past any id already taken. Bounded: a
+    -- counter far behind the records is an operator's problem to see, not a
+    -- script to spin on (Redis blocks every client while a script runs).
+    local tries = 0
     repeat
+      tries = tries + 1
+      if tries > 1000 then
+        return redis.error_reply('idemgate: the run counter is more than 1000 behind the run records; '
+          .. 'set it past the highest run id (SET ' .. KEYS[3] .. ' N)')
+      end
       run_id = 'run-' .. redis.call('INCR', KEYS[3])
     until redis.call('EXISTS', KEYS[5] .. run_id) == 0
-    if tonumber(ARGV[3]) > 0 then
-      redis.call('SET', KEYS[2], run_id, 'PX', ARGV[3])
-    else
-      redis.call('SET', KEYS[2], run_id)
-    end
+    -- Redis does not roll a script back on an error part-way: write the
+    -- run record and the stream entry first, and the logical key that
+    -- points at them last, so no logical key ever names a run nobody queued.
     redis.call('HSET', KEYS[5] .. run_id,
       'run_id', run_id, 'provider', ARGV[6], 'delivery_id', ARGV[7], 'repo', ARGV[8],
       'action', ARGV[9], 'number', ARGV[10], 'created_ms', ARGV[5], 'status', 'queued', 'attempts', 0)
@@ -62,6 +68,11 @@ elseif verdict == 'work' then
     redis.call('XADD', KEYS[4], '*',
       'run_id', run_id, 'provider', ARGV[6], 'repo', ARGV[8], 'action', ARGV[9],
       'number', ARGV[10], 'delivery_id', ARGV[7])
+    if tonumber(ARGV[3]) > 0 then
+      redis.call('SET', KEYS[2], run_id, 'PX', ARGV[3])
+    else
+      redis.call('SET', KEYS[2], run_id)
+    end
     record = '{"status":"created","code":202,"run_id":"' .. run_id .. '"'
   end
 else

@@ -23,7 +23,7 @@ use crate::store::redis::{Conn, GATE_LUA, RedisOptions, RedisStore};
 pub struct BenchArgs {
     /// The Redis to measure against (a server of your own: the bench writes
     /// under namespace `bench-<pid>` and deletes nothing else).
-    #[arg(long, env = "IDEMGATE_REDIS_URL", value_name = "URL")]
+    #[arg(long, env = "IDEMGATE_REDIS_URL", value_name = "URL", hide_env_values = true)]
     pub redis_url: String,
     /// How long each measurement runs.
     #[arg(long, default_value = "3s", value_parser = parse_duration)]

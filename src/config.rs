@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::Args;
 use serde::Deserialize;
 
-use crate::gate::{DEFAULT_DELIVERY_TTL, Settings};
+use crate::gate::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, Settings};
 use crate::keys::Keys;
 use crate::providers::{FieldPointers, IdentityMode, Kind, Provider};
 use crate::store::Store;
@@ -44,31 +44,43 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     d.ok_or_else(|| format!("{s:?} is too long"))
 }
 
-/// A lifetime that may be unbounded: a duration as [`parse_duration`]
-/// reads it, or `never` (`None`).
+/// How long something is kept: a duration, or `never` (`None`: kept until
+/// something deletes it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lifetime(pub Option<Duration>);
 
-/// Parses `30d`, `72h`, … (see [`parse_duration`]) or `never`. Zero is
-/// refused: it would expire a key as soon as it is written.
+/// Parses a duration like [`parse_duration`], or `never`. Zero is refused:
+/// a record that expires at once would turn every retry into new work.
 pub fn parse_lifetime(s: &str) -> Result<Lifetime, String> {
     if s.trim() == "never" {
         return Ok(Lifetime(None));
     }
-    match parse_duration(s)? {
-        d if d.is_zero() => Err(format!("{:?} is zero: give a duration like 30d, or `never`", s.trim())),
-        d => Ok(Lifetime(Some(d))),
+    let d = parse_duration(s).map_err(|e| format!("{e}, or never"))?;
+    if d < Duration::from_secs(1) {
+        return Err("a lifetime must be at least 1s (or never)".into());
     }
+    Ok(Lifetime(Some(d)))
 }
+
+/// The default `--run-retention`: how long a finished (`done` or `dead`)
+/// run record is kept.
+pub const DEFAULT_RUN_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// Flags that choose and reach the store; shared by every command.
 #[derive(Debug, Clone, Default, Args)]
 pub struct StoreArgs {
     /// Redis URL (redis://host:port/db); absent: the in-memory store.
-    #[arg(long, env = "IDEMGATE_REDIS_URL", value_name = "URL")]
+    /// (The env value is never shown in --help: it may hold a password.)
+    #[arg(long, env = "IDEMGATE_REDIS_URL", value_name = "URL", hide_env_values = true)]
     pub redis_url: Option<String>,
     /// Redis Cluster seed nodes, comma-separated.
-    #[arg(long, env = "IDEMGATE_REDIS_CLUSTER_NODES", value_name = "URL,URL,…", value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "IDEMGATE_REDIS_CLUSTER_NODES",
+        value_name = "URL,URL,…",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
     pub redis_cluster_nodes: Option<Vec<String>>,
     /// Key namespace; one namespace's keys share one Redis Cluster slot [default: default].
     #[arg(long, env = "IDEMGATE_NAMESPACE", value_name = "NS")]
@@ -102,9 +114,12 @@ pub struct ServeArgs {
     /// How long a delivery's first answer is replayed [default: 7d].
     #[arg(long, env = "IDEMGATE_DELIVERY_TTL", value_name = "DURATION", value_parser = parse_duration)]
     pub delivery_ttl: Option<Duration>,
-    /// How long logical work stays known [default: forever].
-    #[arg(long, env = "IDEMGATE_LOGICAL_TTL", value_name = "DURATION", value_parser = parse_duration)]
-    pub logical_ttl: Option<Duration>,
+    /// How long logical work stays known (a later delivery of it is a `duplicate`), or `never` [default: 30d].
+    #[arg(long, env = "IDEMGATE_LOGICAL_TTL", value_name = "DURATION|never", value_parser = parse_lifetime)]
+    pub logical_ttl: Option<Lifetime>,
+    /// How long a `done` or `dead` run record is kept, or `never`; applied by `idemgate worker` [default: 30d].
+    #[arg(long, env = "IDEMGATE_RUN_RETENTION", value_name = "DURATION|never", value_parser = parse_lifetime)]
+    pub run_retention: Option<Lifetime>,
     /// When set, /v1/* requires `Authorization: Bearer TOKEN`.
     #[arg(long, env = "IDEMGATE_API_TOKEN", value_name = "TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
@@ -114,6 +129,16 @@ pub struct ServeArgs {
     /// Bound on one request, store call included [default: 10s].
     #[arg(long, env = "IDEMGATE_REQUEST_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
     pub request_timeout: Option<Duration>,
+    /// A connection whose request head is not complete within this is closed [default: 10s].
+    #[arg(long, env = "IDEMGATE_HEADER_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    pub header_timeout: Option<Duration>,
+    /// Request-body bytes held at once, all requests together; more wait briefly, then get 503 [default: 268435456 (256 MiB)].
+    #[arg(long, env = "IDEMGATE_BODY_BUDGET", value_name = "BYTES")]
+    pub body_budget: Option<usize>,
+    /// Serve /v1/* without a token on a listen address other than loopback (else every /v1 request gets 401).
+    /// (The env var takes true/false, 1/0, yes/no, on/off.)
+    #[arg(long, env = "IDEMGATE_ALLOW_UNAUTHENTICATED_API", action = clap::ArgAction::SetTrue, value_parser = clap::builder::FalseyValueParser::new())]
+    pub allow_unauthenticated_api: bool,
     /// Serve even when Redis's maxmemory-policy could evict the gate's keys.
     /// (The env var takes true/false, 1/0, yes/no, on/off.)
     #[arg(long, env = "IDEMGATE_ALLOW_EVICTION", action = clap::ArgAction::SetTrue, value_parser = clap::builder::FalseyValueParser::new())]
@@ -138,6 +163,10 @@ pub struct FileConfig {
     max_body: Option<usize>,
     request_timeout: Option<String>,
     keep_payload: Option<bool>,
+    run_retention: Option<String>,
+    header_timeout: Option<String>,
+    body_budget: Option<usize>,
+    allow_unauthenticated_api: Option<bool>,
     #[serde(default)]
     provider: Vec<ProviderConfig>,
 }
@@ -206,10 +235,10 @@ impl ProviderConfig {
 /// checks that each is ORG/REPO.
 fn checked_repos(entries: Vec<String>, at: &str) -> Result<Vec<String>, ConfigError> {
     let repos: Vec<String> = entries.into_iter().map(|r| r.trim().to_owned()).filter(|r| !r.is_empty()).collect();
-    for repo in &repos {
+    for (i, repo) in repos.iter().enumerate() {
         match repo.split_once('/') {
             Some((o, r)) if !o.is_empty() && !r.is_empty() => {}
-            _ => return Err(err(format!("{at}allowed repo {repo:?} is not ORG/REPO"))),
+            _ => return Err(err(format!("{at}allowed repo #{} is not ORG/REPO", i + 1))),
         }
     }
     Ok(repos)
@@ -220,7 +249,7 @@ impl FileConfig {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| err(format!("config file {}: cannot read it: {e}", path.display())))?;
-        toml::from_str(&text).map_err(|e| err(format!("config file {}: {e}", path.display())))
+        toml::from_str(&text).map_err(|e| err(format!("config file {}: {}", path.display(), toml_error(&text, &e))))
     }
 
     /// [`FileConfig::load`], or the empty config without a file.
@@ -235,8 +264,54 @@ impl FileConfig {
     }
 }
 
+/// A duration from the file. The message names the key, never the value:
+/// a secret typed into the wrong key must not reach a log.
+/// A TOML error told by key and line. toml's own message quotes the
+/// offending line and serde's may quote the value, and a secret typed under
+/// the wrong key (an `api_token` inside `[[provider]]`) must not reach a
+/// log: only messages that carry names alone are kept as they are.
+fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    let line_no = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+    let key =
+        line_no.and_then(|n| text.lines().nth(n - 1)).and_then(|l| l.split_once('=')).map(|(k, _)| k.trim()).filter(
+            |k| !k.is_empty() && k.len() <= 64 && k.chars().all(|c| c.is_ascii_alphanumeric() || "_-.\"'".contains(c)),
+        );
+    let msg = e.message().trim();
+    let names_only = ["unknown field", "missing field", "duplicate key", "duplicate field"];
+    let what = if names_only.iter().any(|p| msg.starts_with(p)) && !msg.contains('\n') {
+        msg.to_owned()
+    } else if let Some((_, expected)) = msg.split_once(", expected ") {
+        // "invalid type: string \"…\", expected …": keep what was expected, not what was found.
+        format!("invalid value (expected {})", expected.lines().next().unwrap_or(expected))
+    } else {
+        "invalid TOML".to_owned()
+    };
+    match (line_no, key) {
+        (Some(n), Some(k)) => format!("line {n}, key `{k}`: {what}"),
+        (Some(n), None) => format!("line {n}: {what}"),
+        (None, _) => what,
+    }
+}
+
 fn file_duration(key: &str, value: Option<&String>) -> Result<Option<Duration>, ConfigError> {
-    value.map(|v| parse_duration(v).map_err(|e| err(format!("config key `{key}`: {e}")))).transpose()
+    value
+        .map(|v| {
+            parse_duration(v).map_err(|_| {
+                err(format!("config key `{key}`: not a duration (use a whole number and a unit: 90s, 5m, 72h, 4d)"))
+            })
+        })
+        .transpose()
+}
+
+/// A lifetime (a duration or `never`) from the file; the message names the key, never the value.
+fn file_lifetime(key: &str, value: Option<&String>) -> Result<Option<Lifetime>, ConfigError> {
+    value
+        .map(|v| {
+            parse_lifetime(v).map_err(|_| {
+                err(format!("config key `{key}`: not a lifetime (use `never`, or at least 1s: 90s, 5m, 72h, 30d)"))
+            })
+        })
+        .transpose()
 }
 
 /// The default bound on `WAIT` for --min-replicas-ack.
@@ -280,7 +355,8 @@ impl StoreConfig {
             (None, None) => None,
         };
         let ns = args.namespace.clone().or_else(|| file.namespace.clone()).unwrap_or_else(|| "default".into());
-        let keys = Keys::new(&ns).map_err(|e| err(format!("namespace: {e}")))?;
+        let keys =
+            Keys::new(&ns).map_err(|_| err("namespace: must be non-empty and contain no '{', '}' or whitespace"))?;
         let min_replicas_ack = match args.min_replicas_ack.or(file.min_replicas_ack).unwrap_or(0) {
             0 => None,
             _ if target.is_none() => {
@@ -361,6 +437,15 @@ pub struct ServeConfig {
     pub allow_eviction: bool,
     /// Run records created through `/v1/deliveries` keep the `event` as `payload`.
     pub keep_payload: bool,
+    /// How long a finished run record is kept (`None`: forever). `serve`
+    /// only validates it; `idemgate worker` applies it.
+    pub run_retention: Option<Duration>,
+    /// Bound on receiving a request head.
+    pub header_timeout: Duration,
+    /// Request-body bytes held at once, all requests together.
+    pub body_budget: usize,
+    /// Serve `/v1/*` without a token on a public address.
+    pub allow_unauthenticated_api: bool,
 }
 
 /// The default body limit: 25 MiB, GitHub's payload cap.
@@ -379,6 +464,10 @@ impl Default for ServeConfig {
             request_timeout: Duration::from_secs(10),
             allow_eviction: false,
             keep_payload: false,
+            run_retention: Some(DEFAULT_RUN_RETENTION),
+            header_timeout: crate::server::DEFAULT_HEADER_TIMEOUT,
+            body_budget: crate::intake::DEFAULT_BODY_BUDGET,
+            allow_unauthenticated_api: false,
         }
     }
 }
@@ -400,7 +489,7 @@ impl ServeConfig {
         let d = Self::default();
         let listen_text = args.listen.clone().or_else(|| file.listen.clone());
         let listen = match listen_text {
-            Some(l) => l.parse().map_err(|_| err(format!("listen: {l:?} is not an address like 127.0.0.1:8080")))?,
+            Some(l) => l.parse().map_err(|_| err("listen: not an address like 127.0.0.1:8080"))?,
             None => d.listen,
         };
         let allowed_repos = checked_repos(
@@ -418,11 +507,20 @@ impl ServeConfig {
             return Err(err("delivery TTL must be at least 1s"));
         }
         let logical_ttl = match args.logical_ttl {
-            Some(t) => Some(t),
-            None => file_duration("logical_ttl", file.logical_ttl.as_ref())?,
+            Some(t) => t.0,
+            None => file_lifetime("logical_ttl", file.logical_ttl.as_ref())?.map_or(Some(DEFAULT_LOGICAL_TTL), |l| l.0),
         };
-        if logical_ttl.is_some_and(|t| t < Duration::from_secs(1)) {
-            return Err(err("logical TTL must be at least 1s"));
+        let run_retention = match args.run_retention {
+            Some(t) => t.0,
+            None => file_lifetime("run_retention", file.run_retention.as_ref())?
+                .map_or(Some(DEFAULT_RUN_RETENTION), |l| l.0),
+        };
+        let header_timeout = match args.header_timeout {
+            Some(t) => t,
+            None => file_duration("header_timeout", file.header_timeout.as_ref())?.unwrap_or(d.header_timeout),
+        };
+        if header_timeout.is_zero() {
+            return Err(err("header timeout must be more than 0"));
         }
         let request_timeout = match args.request_timeout {
             Some(t) => t,
@@ -437,6 +535,12 @@ impl ServeConfig {
         if max_body == 0 {
             return Err(err("max body must be more than 0 bytes"));
         }
+        let body_budget = args.body_budget.or(file.body_budget).unwrap_or(d.body_budget);
+        if body_budget < max_body {
+            return Err(err(format!(
+                "body budget ({body_budget} bytes) must be at least the max body ({max_body} bytes): one body must fit"
+            )));
+        }
         Ok(Self {
             listen,
             store: StoreConfig::resolve_with(&args.store, file)?,
@@ -448,6 +552,10 @@ impl ServeConfig {
             request_timeout,
             allow_eviction: args.allow_eviction,
             keep_payload: file.keep_payload.unwrap_or(false),
+            run_retention,
+            header_timeout,
+            body_budget,
+            allow_unauthenticated_api: args.allow_unauthenticated_api || file.allow_unauthenticated_api == Some(true),
         })
     }
 }
@@ -464,17 +572,19 @@ pub fn load_providers(path: Option<&Path>) -> Result<Vec<Provider>, ConfigError>
 fn providers_from(file: &FileConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Vec<Provider>, ConfigError> {
     let mut providers = Vec::new();
     for (i, p) in file.provider.iter().enumerate() {
-        let at = format!("[[provider]] #{} ({:?})", i + 1, p.name);
         if p.name.is_empty() || !p.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-            return Err(err(format!("{at}: name must be non-empty and use only letters, digits, '-', '_' or '.'")));
+            return Err(err(format!(
+                "[[provider]] #{}: name must be non-empty and use only letters, digits, '-', '_' or '.'",
+                i + 1
+            )));
         }
+        // A valid name is part of the endpoint's URL, not a secret: it may be shown.
+        let at = format!("[[provider]] #{} ({:?})", i + 1, p.name);
         if providers.iter().any(|q: &Provider| q.name == p.name) {
             return Err(err(format!("{at}: a provider named {:?} is defined twice", p.name)));
         }
-        let kind: Kind = p
-            .kind
-            .parse()
-            .map_err(|_| err(format!("{at}: unknown kind {:?} (use \"github\" or \"standard-webhooks\")", p.kind)))?;
+        let kind: Kind =
+            p.kind.parse().map_err(|_| err(format!("{at}: unknown kind (use \"github\" or \"standard-webhooks\")")))?;
         let secrets = p.secrets(&at, &env)?;
         let tolerance = file_duration(&format!("{at}: tolerance"), p.tolerance.as_ref())?;
         if kind == Kind::Github && (p.tolerance.is_some() || p.fields.is_some()) {
@@ -541,8 +651,90 @@ mod tests {
         assert!(c.store.redis.is_none());
         assert_eq!(c.store.keys.namespace(), "default");
         assert_eq!(c.settings.delivery_ttl, Duration::from_secs(7 * 86400));
-        assert_eq!(c.settings.logical_ttl, None);
+        assert_eq!(c.settings.logical_ttl, Some(Duration::from_secs(30 * 86400)));
+        assert_eq!(c.run_retention, Some(Duration::from_secs(30 * 86400)));
         assert_eq!(c.max_body, 25 * 1024 * 1024);
+        assert_eq!(c.header_timeout, Duration::from_secs(10));
+        assert_eq!(c.body_budget, 256 * 1024 * 1024);
+        assert!(!c.allow_unauthenticated_api);
+    }
+
+    #[test]
+    fn lifetimes_take_never() {
+        assert_eq!(parse_lifetime("never"), Ok(Lifetime(None)));
+        assert_eq!(parse_lifetime("30d"), Ok(Lifetime(Some(Duration::from_secs(30 * 86400)))));
+        for bad in ["0s", "500ms", "forever", ""] {
+            assert!(parse_lifetime(bad).is_err(), "{bad}");
+        }
+        let c = resolve(&ServeArgs::default(), "logical_ttl = \"never\"\nrun_retention = \"never\"").unwrap();
+        assert_eq!((c.settings.logical_ttl, c.run_retention), (None, None));
+        let c = resolve(&ServeArgs::default(), "logical_ttl = \"2d\"\nrun_retention = \"3h\"").unwrap();
+        assert_eq!(
+            (c.settings.logical_ttl, c.run_retention),
+            (Some(Duration::from_secs(2 * 86400)), Some(Duration::from_secs(3 * 3600)))
+        );
+        let args = ServeArgs {
+            logical_ttl: Some(Lifetime(None)),
+            run_retention: Some(Lifetime(Some(Duration::from_secs(60)))),
+            ..Default::default()
+        };
+        let c = resolve(&args, "logical_ttl = \"2d\"\nrun_retention = \"never\"").unwrap();
+        assert_eq!((c.settings.logical_ttl, c.run_retention), (None, Some(Duration::from_secs(60))), "flags win");
+    }
+
+    #[test]
+    fn limits_from_the_file() {
+        let c = resolve(
+            &ServeArgs::default(),
+            "header_timeout = \"3s\"\nbody_budget = 100000000\nmax_body = 1000\nallow_unauthenticated_api = true",
+        )
+        .unwrap();
+        assert_eq!(
+            (c.header_timeout, c.body_budget, c.allow_unauthenticated_api),
+            (Duration::from_secs(3), 100_000_000, true)
+        );
+        assert!(resolve(&ServeArgs::default(), "body_budget = 10").unwrap_err().contains("body budget"));
+        assert!(resolve(&ServeArgs::default(), "header_timeout = \"0s\"").unwrap_err().contains("header timeout"));
+    }
+
+    /// A secret typed into the wrong place must not be echoed by the error.
+    #[test]
+    fn errors_never_echo_a_value_from_the_file() {
+        const SECRET: &str = "hunter2-s3cr3t";
+        let dir = std::env::temp_dir().join(format!("idemgate-cfg-echo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cases = [
+            (
+                format!("[[provider]]\nname = \"gh\"\nkind = \"github\"\nsecret = \"s\"\napi_token = \"{SECRET}\"\n"),
+                "line 5, key `api_token`: unknown field `api_token`",
+            ),
+            (format!("max_body = \"{SECRET}\""), "line 1, key `max_body`: invalid value (expected"),
+            (format!("listen = \"127.0.0.1:80\"\nnamespace = {SECRET}\n"), "line 2"),
+            (format!("delivery_ttl = \"{SECRET}\""), "config key `delivery_ttl`: not a duration"),
+            (format!("logical_ttl = \"{SECRET}\""), "config key `logical_ttl`: not a lifetime"),
+            (format!("run_retention = \"{SECRET}\""), "config key `run_retention`"),
+            (format!("listen = \"{SECRET}\""), "listen: not an address"),
+            (format!("allowed_repos = [\"a/b\", \"{SECRET}\"]"), "allowed repo #2"),
+            (format!("namespace = \"{{{SECRET}\""), "namespace: must be"),
+            (format!("[[provider]]\nname = \"x\"\nkind = \"{SECRET}\"\nsecret = \"s\""), "unknown kind"),
+            (
+                format!("[[provider]]\nname = \"{SECRET} \"\nkind = \"github\"\nsecret = \"s\""),
+                "[[provider]] #1: name must",
+            ),
+            (
+                format!("[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\ntolerance = \"{SECRET}\""),
+                "tolerance",
+            ),
+        ];
+        for (i, (text, want)) in cases.iter().enumerate() {
+            let path = dir.join(format!("c{i}.toml"));
+            std::fs::write(&path, text).unwrap();
+            let args =
+                ServeArgs { store: StoreArgs { config: Some(path), ..Default::default() }, ..Default::default() };
+            let e = ServeConfig::resolve(&args).unwrap_err().0;
+            assert!(e.contains(want), "{text:?}: {e:?} lacks {want:?}");
+            assert!(!e.contains(SECRET), "{text:?}: the error echoes the value: {e}");
+        }
     }
 
     #[test]
@@ -646,7 +838,7 @@ mod tests {
     fn each_bad_input_names_the_problem() {
         let cases = [
             ("delivery_ttl = \"soon\"", "delivery_ttl"),
-            ("[[provider]]\nname = \"x\"\nkind = \"gitlab\"\nsecret = \"s\"", "unknown kind \"gitlab\""),
+            ("[[provider]]\nname = \"x\"\nkind = \"gitlab\"\nsecret = \"s\"", "unknown kind"),
             ("[[provider]]\nname = \"x\"\nkind = \"github\"", "missing secret"),
             ("[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret_env = \"NOPE\"", "\"NOPE\" is not set"),
             ("[[provider]]\nname = \"x\"\nkind = \"standard-webhooks\"\nsecret = \"whsec_!!!\"", "\"x\""),
@@ -656,7 +848,7 @@ mod tests {
                 "defined twice",
             ),
             ("listen = \"nowhere\"", "listen"),
-            ("allowed_repos = [\"justone\"]", "\"justone\" is not ORG/REPO"),
+            ("allowed_repos = [\"justone\"]", "allowed repo #1 is not ORG/REPO"),
             ("namespace = \"a{b\"", "namespace"),
             ("redis_url = \"redis://x\"\nredis_cluster_nodes = \"redis://y\"", "not both"),
             ("api_token = \"\"", "api token"),
@@ -667,7 +859,7 @@ mod tests {
             ("[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\nevents = []", "`events` must"),
             (
                 "[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\nallowed_repos = [\"a\"]",
-                "\"a\" is not ORG/REPO",
+                "allowed repo #1 is not ORG/REPO",
             ),
             (
                 "[[provider]]\nname = \"x\"\nkind = \"standard-webhooks\"\nsecret = \"whsec_c2Vjb25k\"\nidentity = \"number\"",

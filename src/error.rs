@@ -1,9 +1,10 @@
-//! The library's error type. It only ever describes a store failure: the
-//! gate's answers (including `bad_request` and `blocked`) are responses.
+//! The library's error type. It describes a store failure, or a call refused
+//! before the store because no record could be keyed on it: the gate's
+//! answers (including `bad_request` and `blocked`) are responses.
 
 use std::time::Duration;
 
-/// A store could not complete a call; nothing was decided or cached.
+/// A call could not be completed; nothing was decided or cached.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Redis answered with an error or the connection failed.
@@ -20,6 +21,15 @@ pub enum Error {
         wanted: u32,
         /// Replicas that confirmed.
         got: u32,
+    },
+    /// `provider` or `delivery_id` is longer than a record key allows; the
+    /// store was not called (an HTTP 400, not a 503).
+    #[error("`{field}` is longer than {max} bytes")]
+    TooLong {
+        /// `provider` or `delivery_id`.
+        field: &'static str,
+        /// The limit, in bytes.
+        max: usize,
     },
     /// A stored record could not be read back.
     #[error("malformed record in the store: {0}")]

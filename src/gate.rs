@@ -165,9 +165,14 @@ pub struct Settings {
 /// GitHub's manual redelivery, Stripe (3 days) and Svix (about 28 hours).
 pub const DEFAULT_DELIVERY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// The default logical TTL: 30 days. A logical key then expires, so Redis
+/// does not grow forever; a delivery of the same work after that creates a
+/// new run (`never` keeps logical keys until an operator deletes them).
+pub const DEFAULT_LOGICAL_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+
 impl Default for Settings {
     fn default() -> Self {
-        Self { delivery_ttl: DEFAULT_DELIVERY_TTL, logical_ttl: None }
+        Self { delivery_ttl: DEFAULT_DELIVERY_TTL, logical_ttl: Some(DEFAULT_LOGICAL_TTL) }
     }
 }
 
@@ -240,6 +245,8 @@ impl Gate {
     /// The general form of [`Gate::check`]: a delivery with its content
     /// digest (the identity's subject) and the payload to keep, if any.
     pub async fn submit(&self, s: &Submission<'_>) -> Result<Outcome, Error> {
+        check_key_field("provider", s.provider)?;
+        check_key_field("delivery_id", s.delivery_id)?;
         let call = Call {
             provider: s.provider,
             delivery_id: s.delivery_id,
@@ -302,6 +309,23 @@ impl<'a> Submission<'a> {
     }
 }
 
+/// The most bytes a `provider` or `delivery_id` may have. Longer ones
+/// cannot key a record: the call is refused before the store, nothing stored.
+pub const MAX_KEY_FIELD_BYTES: usize = 256;
+
+/// The most bytes `org`, `repo`, `action` and `number_text` may have; a
+/// longer one is invalid like an empty one (the cached `bad_request`), so a
+/// hostile event cannot write megabytes into the logical key, the run record
+/// and the stream.
+pub const MAX_EVENT_FIELD_BYTES: usize = 1024;
+
+fn check_key_field(field: &'static str, value: &str) -> Result<(), Error> {
+    if value.len() > MAX_KEY_FIELD_BYTES {
+        return Err(Error::TooLong { field, max: MAX_KEY_FIELD_BYTES });
+    }
+    Ok(())
+}
+
 /// The validated fields of an event.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Fields<'a> {
@@ -315,17 +339,19 @@ pub struct Fields<'a> {
     pub number: String,
 }
 
-/// Step 2 of docs/reference.md#semantics: `org`, `repo` and `action` present, strings,
-/// non-empty (never trimmed), and `number` of an accepted type.
+/// Step 2 of the gate's rules (docs/reference.md): `org`, `repo` and
+/// `action` present, strings, non-empty (never trimmed), and `number` of an
+/// accepted type; each of the four at most [`MAX_EVENT_FIELD_BYTES`].
 /// `None` means `bad_request`.
 pub fn validate(event: &Value) -> Option<Fields<'_>> {
     let obj = event.as_object()?;
-    let field = |name: &str| obj.get(name).and_then(Value::as_str).filter(|s| !s.is_empty());
+    let fits = |s: &str| !s.is_empty() && s.len() <= MAX_EVENT_FIELD_BYTES;
+    let field = |name: &str| obj.get(name).and_then(Value::as_str).filter(|s| fits(s));
     Some(Fields {
         org: field("org")?,
         repo: field("repo")?,
         action: field("action")?,
-        number: number_text(obj.get("number"))?,
+        number: number_text(obj.get("number")).filter(|n| n.len() <= MAX_EVENT_FIELD_BYTES)?,
     })
 }
 

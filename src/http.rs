@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::gate::{Gate, Outcome, Status, Submission};
+use crate::intake::{BodyBudget, BodyError};
 use crate::metrics::Metrics;
 use crate::providers::{Provider, Rejection};
 
@@ -40,6 +41,9 @@ struct Shared {
     request_timeout: std::time::Duration,
     /// `/v1/deliveries` run records keep the `event` as `payload`.
     keep_payload: bool,
+    budget: BodyBudget,
+    /// `/v1/*` refused (401) to everyone: no token on a public address.
+    api_closed: bool,
 }
 
 impl AppState {
@@ -59,7 +63,22 @@ impl AppState {
             max_body: crate::config::DEFAULT_MAX_BODY,
             request_timeout: std::time::Duration::from_secs(10),
             keep_payload: false,
+            budget: BodyBudget::new(crate::intake::DEFAULT_BODY_BUDGET, crate::intake::BUDGET_WAIT),
+            api_closed: false,
         }))
+    }
+
+    /// Sets the budget that every request body in flight is charged to.
+    pub fn with_body_budget(mut self, budget: BodyBudget) -> Self {
+        Arc::make_mut(&mut self.0).budget = budget;
+        self
+    }
+
+    /// Closes `/v1/*` (401 for every request) when no token is configured:
+    /// for a listen address other than loopback, unless the operator opts out.
+    pub fn with_api_closed(mut self, closed: bool) -> Self {
+        Arc::make_mut(&mut self.0).api_closed = closed;
+        self
     }
 
     /// Run records created through `/v1/deliveries` keep the `event` as
@@ -95,6 +114,8 @@ pub enum ApiError {
     BadRequest(String),
     /// 401: authentication failed; nothing was read or stored.
     Unauthorized(String),
+    /// 403: refused for who is asking, not for what was sent; nothing stored.
+    Forbidden(String),
     /// 404: no such route or provider.
     NotFound(String),
     /// 405: the endpoint exists, not with this method.
@@ -110,6 +131,7 @@ impl IntoResponse for ApiError {
         let (status, msg) = match self {
             ApiError::BadRequest(m) => (StatusCode::BAD_REQUEST, m),
             ApiError::Unauthorized(m) => (StatusCode::UNAUTHORIZED, m),
+            ApiError::Forbidden(m) => (StatusCode::FORBIDDEN, m),
             ApiError::NotFound(m) => (StatusCode::NOT_FOUND, m),
             ApiError::MethodNotAllowed => {
                 (StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this endpoint".into())
@@ -169,6 +191,11 @@ async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response
 /// The bearer-token check of `/v1/*`, run before the body is read or any
 /// store is touched.
 fn authorize(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    if st.0.token_digest.is_none() && st.0.api_closed {
+        return Err(ApiError::Unauthorized(
+            "/v1 is closed: the service listens on a public address without an API token (set --api-token, or pass --allow-unauthenticated-api)".into(),
+        ));
+    }
     if let Some(want) = &st.0.token_digest {
         let given =
             headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
@@ -180,36 +207,46 @@ fn authorize(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Reads the whole body, bounded by the limit (for bodies sent without a
-/// `Content-Length`).
-async fn read_body(body: Body, max: usize) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(body, max).await.map_err(|_| ApiError::TooLarge(max))
-}
+/// The window analysis reads its body into a tree, which takes up to about
+/// this many times the body's bytes; its requests are charged that much.
+const WINDOW_BODY_COST: usize = 16;
 
-fn string_field<'a>(body: &'a Value, name: &str) -> Result<&'a str, ApiError> {
-    match body.get(name) {
-        Some(Value::String(s)) if !s.is_empty() => Ok(s),
-        Some(Value::String(_)) => Err(ApiError::BadRequest(format!("`{name}` must not be empty"))),
-        Some(_) => Err(ApiError::BadRequest(format!("`{name}` must be a string"))),
-        None => Err(ApiError::BadRequest(format!("`{name}` is missing"))),
-    }
+/// Reads the whole body within the limit and the shared budget, charged
+/// `cost` times its size. The permit must live as long as what is built
+/// from the body.
+async fn read_body(
+    st: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+    cost: usize,
+) -> Result<(Bytes, tokio::sync::OwnedSemaphorePermit), ApiError> {
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    st.0.budget.read(body, declared, st.0.max_body, cost).await.map_err(|e| match e {
+        BodyError::TooLarge(max) => ApiError::TooLarge(max),
+        BodyError::Busy => {
+            st.0.metrics.body_budget_refusal();
+            ApiError::Unavailable("too many large request bodies in flight; retry later")
+        }
+        BodyError::Broken => ApiError::BadRequest("the request body could not be read".into()),
+    })
 }
 
 async fn deliveries(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     authorize(&st, &headers)?;
-    let bytes = read_body(body, st.0.max_body).await?;
-    let body: Value =
-        serde_json::from_slice(&bytes).map_err(|e| ApiError::BadRequest(format!("body is not JSON: {e}")))?;
-    if !body.is_object() {
-        return Err(ApiError::BadRequest("body must be a JSON object".into()));
+    let (bytes, permit) = read_body(&st, &headers, body, 1).await?;
+    let body =
+        crate::intake::parse_delivery(bytes, permit, st.0.keep_payload).await.map_err(|e| ApiError::BadRequest(e.0))?;
+    if st.0.providers.contains_key(&body.provider) {
+        return Err(ApiError::Forbidden(format!(
+            "provider {:?} is a configured webhook provider: its deliveries are accepted on /webhooks/{} with a valid signature only",
+            body.provider, body.provider
+        )));
     }
-    let provider = string_field(&body, "provider")?;
-    let delivery_id = string_field(&body, "delivery_id")?;
-    let event = body.get("event").unwrap_or(&Value::Null);
-    let digest = crate::gate::event_digest(event);
-    let payload = (st.0.keep_payload && event.is_object()).then(|| event.to_string());
-    let submission =
-        Submission { payload: payload.as_deref(), ..Submission::new(provider, delivery_id, event, &digest) };
+    let submission = Submission {
+        payload: body.event_text.as_deref(),
+        ..Submission::new(&body.provider, &body.delivery_id, &body.fields, &body.digest)
+    };
     gate_call(&st, &submission).await
 }
 
@@ -223,7 +260,7 @@ async fn webhook(
     let Ok(Path(name)) = name else { return Err(ApiError::NotFound("no such provider".into())) };
     let provider =
         st.0.providers.get(&name).ok_or_else(|| ApiError::NotFound(format!("no provider named {name:?}")))?;
-    let bytes = read_body(body, st.0.max_body).await?;
+    let (bytes, _permit) = read_body(&st, &headers, body, 1).await?;
     let delivery = match provider.accept(&headers, &bytes, SystemTime::now()) {
         Ok(delivery) => delivery,
         Err(Rejection::Ignored(reason)) => {
@@ -262,6 +299,9 @@ async fn webhook(
 async fn gate_call(st: &AppState, submission: &Submission<'_>) -> Result<Response, ApiError> {
     let Submission { provider, delivery_id, .. } = *submission;
     let outcome = st.0.gate.submit(submission).await.map_err(|e| {
+        if let crate::Error::TooLong { .. } = e {
+            return ApiError::BadRequest(e.to_string());
+        }
         st.0.metrics.store_error();
         tracing::error!(provider, delivery_id, error = %e, "store failed; answered 503");
         ApiError::Unavailable("the gate's store is unavailable; retry later")
@@ -304,7 +344,7 @@ fn gate_response(outcome: &Outcome) -> Response {
 
 async fn dedup_window(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     authorize(&st, &headers)?;
-    let bytes = read_body(body, st.0.max_body).await?;
+    let (bytes, _permit) = read_body(&st, &headers, body, WINDOW_BODY_COST).await?;
     let out = crate::window::analyze_slice(&bytes).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     Ok(Json(out).into_response())
 }

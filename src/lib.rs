@@ -23,6 +23,8 @@
 //!   testcontainers fixture for users' integration tests.
 //! - [`send`]: `idemgate send` and `sign`, signing with the verifiers' own code.
 //! - [`client`]: the one-request HTTP client of `send` and `healthcheck --http`.
+//! - [`intake`]: request bodies within a shared memory budget; `/v1` bodies read without a tree.
+//! - [`text`]: control characters escaped before they reach a log or a terminal.
 //! - [`ops`]: operator commands (`inspect`, `stats`, `key`, `healthcheck`) over the Redis key schema.
 #![warn(missing_docs)]
 
@@ -32,6 +34,7 @@ pub mod config;
 pub mod error;
 pub mod gate;
 pub mod http;
+pub mod intake;
 pub mod jcs;
 pub mod keys;
 pub mod metrics;
@@ -42,6 +45,7 @@ pub mod server;
 pub mod store;
 #[cfg(feature = "testcontainers")]
 pub mod testing;
+pub mod text;
 pub mod window;
 pub mod worker;
 

@@ -41,6 +41,10 @@ pub struct Metrics {
     /// The last figures read from Redis by [`crate::ops::gauges::poll`] (`None`: memory store, or none read yet).
     redis: Mutex<Option<Gauges>>,
     redis_read_errors: AtomicU64,
+    budget_refusals: AtomicU64,
+    open_connections: AtomicU64,
+    header_timeouts: AtomicU64,
+    idle_timeouts: AtomicU64,
 }
 
 /// `map[key]`, inserting a default the first time `key` shows.
@@ -93,6 +97,27 @@ impl Metrics {
     /// Counts one store failure (answered 503).
     pub fn store_error(&self) {
         self.store_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one request refused (503) for want of room in the body budget.
+    pub fn body_budget_refusal(&self) {
+        self.budget_refusals.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A connection was accepted (`true`) or has closed (`false`).
+    pub fn connection(&self, open: bool) {
+        if open {
+            self.open_connections.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.open_connections.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts one connection closed for a slow request head (`header`) or
+    /// for being idle too long.
+    pub fn connection_timeout(&self, header: bool) {
+        let c = if header { &self.header_timeouts } else { &self.idle_timeouts };
+        c.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts one rejected webhook signature.
@@ -155,6 +180,11 @@ impl Metrics {
                 "Calls answered 503 because the store failed or timed out.",
                 &self.store_errors,
             ),
+            (
+                "idemgate_body_budget_refusals_total",
+                "Requests answered 503 because the budget of request-body bytes in flight stayed full.",
+                &self.budget_refusals,
+            ),
         ] {
             let n = family(o, name, "counter", help);
             let _ = writeln!(o, "{n} {}", v.load(Ordering::Relaxed));
@@ -169,6 +199,16 @@ impl Metrics {
             let _ = writeln!(o, "{n}{{provider=\"{}\"}} {v}", escape(provider));
         }
         self.render_redis(o);
+        let n = family(o, "idemgate_http_connections_open", "gauge", "HTTP connections open now.");
+        let _ = writeln!(o, "{n} {}", self.open_connections.load(Ordering::Relaxed));
+        let n = family(
+            o,
+            "idemgate_http_connections_timed_out_total",
+            "counter",
+            "Connections closed for a request head not complete within --header-timeout, or idle too long.",
+        );
+        let _ = writeln!(o, "{n}{{reason=\"header\"}} {}", self.header_timeouts.load(Ordering::Relaxed));
+        let _ = writeln!(o, "{n}{{reason=\"idle\"}} {}", self.idle_timeouts.load(Ordering::Relaxed));
         out
     }
 

@@ -2,10 +2,13 @@
 //! Redis cannot evict the gate's keys, bind, serve, drain on shutdown.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
 use crate::config::ServeConfig;
 use crate::gate::Gate;
@@ -54,18 +57,32 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()> + Sen
         check_eviction_policy(opts, config.allow_eviction).await?;
     }
     let gate = Gate::new(config.allowed_repos.iter().cloned(), store);
+    let api_closed = api_closed(&config);
+    let budget = crate::intake::BodyBudget::new(config.body_budget, crate::intake::BUDGET_WAIT);
     let state = AppState::new(gate, config.providers.clone(), config.api_token.as_deref())
         .with_max_body(config.max_body)
         .with_request_timeout(config.request_timeout)
-        .with_keep_payload(config.keep_payload);
+        .with_keep_payload(config.keep_payload)
+        .with_body_budget(budget)
+        .with_api_closed(api_closed);
     // Memory and worker gauges for /metrics, on a connection of their own.
     let gauges =
         config.store.redis.clone().map(|opts| {
             tokio::spawn(crate::ops::gauges::poll(opts, config.store.keys.clone(), state.metrics().clone()))
         });
+    let file_limit = open_file_limit();
+    let limits = ConnectionLimits::for_file_limit(config.header_timeout, file_limit);
     let listener = TcpListener::bind(config.listen).await?;
-    tracing::info!(addr = %listener.local_addr()?, "listening");
-    let served = run(listener, state, config.request_timeout + Duration::from_secs(5), shutdown).await;
+    tracing::info!(
+        addr = %listener.local_addr()?,
+        max_connections = limits.max_connections,
+        open_file_limit = file_limit,
+        header_timeout = ?limits.header_timeout,
+        idle_timeout = ?limits.idle_timeout,
+        body_budget = config.body_budget,
+        "listening"
+    );
+    let served = run_with(listener, state, limits, config.request_timeout + Duration::from_secs(5), shutdown).await;
     if let Some(task) = gauges {
         task.abort();
     }
@@ -76,26 +93,361 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()> + Sen
 
 /// Serves `state` on `listener` until `shutdown` resolves, then stops
 /// accepting and lets requests in flight finish for at most `drain`.
+/// Connections are bounded by [`ConnectionLimits::default`].
 pub async fn run(
     listener: TcpListener,
     state: AppState,
     drain: Duration,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let stopping = std::sync::Arc::new(tokio::sync::Notify::new());
-    let notify = stopping.clone();
-    let server = axum::serve(listener, app(state)).with_graceful_shutdown(async move {
-        shutdown.await;
-        tracing::info!(?drain, "shutting down: no new connections, draining requests in flight");
-        notify.notify_one();
-    });
-    tokio::select! {
-        r = server => r,
-        _ = async { stopping.notified().await; tokio::time::sleep(drain).await } => {
-            tracing::warn!("drain timed out; stopping with requests still open");
-            Ok(())
+    run_with(listener, state, ConnectionLimits::default(), drain, shutdown).await
+}
+
+/// [`run`] with explicit connection limits.
+pub async fn run_with(
+    listener: TcpListener,
+    state: AppState,
+    limits: ConnectionLimits,
+    drain: Duration,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let metrics = state.metrics().clone();
+    let service = hyper_util::service::TowerToHyperService::new(app(state));
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut full_logged = false;
+    loop {
+        // Hold a slot before accepting: at the limit, new connections wait in
+        // the kernel's listen queue (and are served as slots free up) instead
+        // of taking descriptors that Redis and the next clients need.
+        if slots.available_permits() == 0 && !full_logged {
+            tracing::warn!(
+                max_connections = limits.max_connections,
+                "connection limit reached: new connections wait in the listen queue until others close"
+            );
+            full_logged = true;
+        }
+        let slot = tokio::select! {
+            s = slots.clone().acquire_owned() => s.expect("never closed"),
+            _ = &mut shutdown => break,
+        };
+        let (stream, _peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed; retrying shortly");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        if slots.available_permits() > 0 {
+            full_logged = false;
+        }
+        let _ = stream.set_nodelay(true);
+        let (service, metrics, stop) = (service.clone(), metrics.clone(), stop_rx.clone());
+        tokio::spawn(async move {
+            metrics.connection(true);
+            serve_connection(stream, service, limits, &metrics, stop).await;
+            metrics.connection(false);
+            drop(slot);
+        });
+    }
+    drop(listener);
+    tracing::info!(?drain, "shutting down: no new connections, draining requests in flight");
+    let _ = stop_tx.send(true);
+    let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+    if tokio::time::timeout(drain, slots.acquire_many(all)).await.is_err() {
+        tracing::warn!("drain timed out; stopping with requests still open");
+    }
+    Ok(())
+}
+
+/// How many connections the service holds open and how long it waits for
+/// slow or idle clients.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// A connection whose request head is not complete this long after it
+    /// opened (or after the head's first byte, on a kept-alive connection)
+    /// is closed.
+    pub header_timeout: Duration,
+    /// A kept-alive connection with no request for this long is closed.
+    pub idle_timeout: Duration,
+    /// Connections open at once; more wait in the listen queue.
+    pub max_connections: usize,
+}
+
+/// The default `--header-timeout`.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a kept-alive connection may sit idle.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self::for_file_limit(DEFAULT_HEADER_TIMEOUT, open_file_limit())
+    }
+}
+
+impl ConnectionLimits {
+    /// Limits for a process that may open `file_limit` descriptors: a
+    /// reserve is kept for Redis connections, the listener, logs and files,
+    /// and for accepting the next clients.
+    pub fn for_file_limit(header_timeout: Duration, file_limit: u64) -> Self {
+        let reserve = 64 + file_limit / 16;
+        let max = file_limit.saturating_sub(reserve).clamp(1, 1 << 20);
+        Self { header_timeout, idle_timeout: IDLE_TIMEOUT, max_connections: max as usize }
+    }
+}
+
+/// The soft limit on open files (`RLIMIT_NOFILE`), raised to the hard
+/// limit first when the hard one is higher (as Go and nginx do).
+pub fn open_file_limit() -> u64 {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 1024;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim.rlim_cur = lim.rlim_max;
+            }
         }
     }
+    if lim.rlim_cur == libc::RLIM_INFINITY { 1 << 20 } else { lim.rlim_cur }
+}
+
+/// Serves one connection until it closes, the client is too slow sending a
+/// request head, or it has been idle too long.
+async fn serve_connection<S>(
+    stream: tokio::net::TcpStream,
+    service: S,
+    limits: ConnectionLimits,
+    metrics: &crate::metrics::Metrics,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) where
+    S: hyper::service::Service<
+            hyper::Request<hyper::body::Incoming>,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+        > + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let clock = Arc::new(ConnClock::new());
+    let io = hyper_util::rt::TokioIo::new(Watched { inner: stream, clock: clock.clone() });
+    let service = Tracked { inner: service, clock: clock.clone() };
+    let conn = hyper::server::conn::http1::Builder::new().serve_connection(io, service);
+    let mut conn = std::pin::pin!(conn);
+    let check_every = (limits.header_timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    let mut tick = tokio::time::interval(check_every);
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            _ = tick.tick() => match clock.overdue(&limits) {
+                Some(Overdue::Header) => {
+                    metrics.connection_timeout(true);
+                    tracing::debug!(timeout = ?limits.header_timeout, "closing a connection: request head too slow");
+                    return;
+                }
+                Some(Overdue::Idle) => {
+                    metrics.connection_timeout(false);
+                    return;
+                }
+                None => {}
+            },
+            _ = stop.changed(), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
+
+/// When a connection last did what: all in ms since it opened.
+struct ConnClock {
+    opened: std::time::Instant,
+    /// Last byte read or written.
+    last_io: AtomicU64,
+    /// When the head now being read began ([`NO_HEAD`]: none is being read).
+    head_since: AtomicU64,
+    /// Requests handed to the router and not yet answered.
+    in_flight: AtomicU64,
+}
+
+const NO_HEAD: u64 = u64::MAX;
+
+enum Overdue {
+    Header,
+    Idle,
+}
+
+impl ConnClock {
+    fn new() -> Self {
+        // The first request's head is due from the moment the connection opens.
+        Self {
+            opened: std::time::Instant::now(),
+            last_io: AtomicU64::new(0),
+            head_since: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.opened.elapsed().as_millis() as u64
+    }
+
+    fn read(&self) {
+        let now = self.now();
+        self.last_io.store(now, Ordering::Relaxed);
+        // Bytes while no request is in hand begin the next request's head.
+        if self.in_flight.load(Ordering::Relaxed) == 0 {
+            let _ = self.head_since.compare_exchange(NO_HEAD, now, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    fn wrote(&self) {
+        self.last_io.store(self.now(), Ordering::Relaxed);
+    }
+
+    fn request_started(&self) {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.head_since.store(NO_HEAD, Ordering::Relaxed);
+    }
+
+    fn request_done(&self) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.wrote();
+    }
+
+    fn overdue(&self, limits: &ConnectionLimits) -> Option<Overdue> {
+        if self.in_flight.load(Ordering::Relaxed) > 0 {
+            return None; // bounded by the request timeout instead
+        }
+        let now = self.now();
+        let head = self.head_since.load(Ordering::Relaxed);
+        if head != NO_HEAD {
+            (now.saturating_sub(head) > limits.header_timeout.as_millis() as u64).then_some(Overdue::Header)
+        } else {
+            let idle = now.saturating_sub(self.last_io.load(Ordering::Relaxed));
+            (idle > limits.idle_timeout.as_millis() as u64).then_some(Overdue::Idle)
+        }
+    }
+}
+
+/// A socket that tells its [`ConnClock`] when bytes move.
+struct Watched {
+    inner: tokio::net::TcpStream,
+    clock: Arc<ConnClock>,
+}
+
+impl tokio::io::AsyncRead for Watched {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.clock.read();
+        }
+        r
+    }
+}
+
+impl tokio::io::AsyncWrite for Watched {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(r, std::task::Poll::Ready(Ok(n)) if n > 0) {
+            self.clock.wrote();
+        }
+        r
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// The router, telling the [`ConnClock`] when a request head is complete
+/// (hyper calls the service then) and when its answer is ready.
+struct Tracked<S> {
+    inner: S,
+    clock: Arc<ConnClock>,
+}
+
+impl<S, B> hyper::service::Service<hyper::Request<B>> for Tracked<S>
+where
+    S: hyper::service::Service<hyper::Request<B>>,
+    S::Future: Send + 'static,
+    S::Response: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = std::pin::Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn call(&self, req: hyper::Request<B>) -> Self::Future {
+        self.clock.request_started();
+        let fut = self.inner.call(req);
+        let clock = self.clock.clone();
+        Box::pin(async move {
+            let r = fut.await;
+            clock.request_done();
+            r
+        })
+    }
+}
+
+/// Whether `/v1/*` must be closed: a listen address other than loopback,
+/// no API token, and no `--allow-unauthenticated-api`. Anyone who reaches
+/// such an address could otherwise create work under any provider name.
+pub fn v1_closed(listen: std::net::SocketAddr, has_token: bool, allow_unauthenticated: bool) -> bool {
+    !has_token && !allow_unauthenticated && !listen.ip().to_canonical().is_loopback()
+}
+
+/// [`v1_closed`] for the configuration, logged either way on a public
+/// address, so that an operator who sees 401s finds the reason at the top
+/// of the log.
+fn api_closed(config: &ServeConfig) -> bool {
+    let closed = v1_closed(config.listen, config.api_token.is_some(), config.allow_unauthenticated_api);
+    let public = !config.listen.ip().to_canonical().is_loopback();
+    if closed {
+        tracing::warn!(
+            listen = %config.listen,
+            "/v1 is closed (every /v1 request gets 401): the listen address is not loopback and no API token is set. Set --api-token (IDEMGATE_API_TOKEN), or pass --allow-unauthenticated-api to serve /v1 to anyone who can reach this address. /webhooks/* authenticate by signature and stay open"
+        );
+    } else if public && config.api_token.is_none() {
+        tracing::warn!(
+            listen = %config.listen,
+            "/v1 is open without a token to anyone who can reach this address (--allow-unauthenticated-api)"
+        );
+    }
+    closed
 }
 
 /// Refuses to serve when Redis's `maxmemory-policy` could evict the gate's

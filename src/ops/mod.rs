@@ -4,6 +4,7 @@
 //! `*_command` functions are what the binary calls after parsing.
 
 pub mod dead;
+pub mod footprint;
 pub mod gauges;
 pub mod inspect;
 pub mod memory;

@@ -80,8 +80,10 @@ const RUN_ORDER: [&str; 13] = [
 ];
 
 fn lines(out: &mut String, indent: &str, rows: &[(String, String)]) {
-    let width = rows.iter().map(|(k, _)| k.chars().count()).max().unwrap_or(0) + 1;
+    use crate::text::escape_control;
+    let width = rows.iter().map(|(k, _)| escape_control(k).chars().count()).max().unwrap_or(0) + 1;
     for (k, v) in rows {
+        let (k, v) = (escape_control(k), escape_control(v));
         let _ = writeln!(out, "{indent}{:<width$} {v}", format!("{k}:"), width = width);
     }
 }
@@ -233,6 +235,7 @@ pub fn stats_text(s: &Stats) -> String {
     }
     let _ = writeln!(out, "dead stream: {} entries ({})", s.dead.length, s.dead.key);
     memory_text(&mut out, &s.memory);
+    let _ = writeln!(out, "{}", super::footprint::stats_line(s));
     out.trim_end().to_owned()
 }
 
@@ -307,11 +310,11 @@ fn memory_text(out: &mut String, m: &MemoryReport) {
     }
 }
 
-/// A value on one line of text output: control characters (newlines in a
-/// command's stderr, escape sequences) as `\n`, `\u{1b}`, so a value can
-/// neither break the layout nor drive the terminal.
+/// A value on one line of text output: control characters escaped by the
+/// one rule of [`crate::text::escape_control`], so a value can neither break
+/// the layout nor drive the terminal.
 pub fn one_line(s: &str) -> String {
-    s.chars().flat_map(|c| if c.is_control() { c.escape_default().collect() } else { vec![c] }).collect()
+    crate::text::escape_control(s).into_owned()
 }
 
 /// The text of `idemgate dead list`.

@@ -112,7 +112,7 @@ impl Handler for CommandHandler {
                 while lines.read_until(b'\n', &mut buf).await.is_ok_and(|n| n > 0) {
                     let line = String::from_utf8_lossy(&buf).trim_end().to_owned();
                     buf.clear();
-                    eprintln!("[{run_id}] {line}");
+                    eprintln!("[{run_id}] {}", crate::text::escape_control(&line));
                     tail_len += line.len() + 1;
                     tail.push_back(line);
                     while tail_len > ERROR_TAIL_BYTES && tail.len() > 1 {

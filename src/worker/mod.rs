@@ -185,7 +185,7 @@ pub struct WorkerConfig {
 pub const LEASE_MARGIN: Duration = Duration::from_secs(30);
 
 /// The default retention of a finished run record: 30 days.
-pub const DEFAULT_RUN_RETENTION: Duration = Duration::from_secs(30 * 86_400);
+pub use crate::config::DEFAULT_RUN_RETENTION;
 
 impl WorkerConfig {
     /// The defaults for group `group`.

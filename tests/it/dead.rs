@@ -66,7 +66,7 @@ async fn dead_runs_are_listed_refused_when_not_dead_and_retried_to_done() {
     }
     assert!(text.contains("attempts:   2"), "{text}");
     // The handler's newline and escape sequence cannot break the layout or reach the terminal.
-    assert!(text.contains("handler bug\\n\\u{1b}[31mred\\u{1b}[0m in run-1"), "{text}");
+    assert!(text.contains("handler bug\\n\\x1b[31mred\\x1b[0m in run-1"), "{text}");
     assert!(!text.contains('\u{1b}'), "{text}");
     let out = idemgate_in(&ns, &["dead", "list", "--json"]);
     let listed: Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -252,15 +252,28 @@ async fn memory_ttls_expire_on_paused_time() {
 }
 
 #[tokio::test]
-async fn memory_logical_keys_never_expire_by_default() {
+async fn memory_logical_keys_expire_after_30_days_by_default() {
     tokio::time::pause();
     let g = gate(Backend::Memory, &["o/r"]).await;
     let e = ev("o", "r", "a", json!(1));
     assert_eq!(g.handle("p", "d1", &e).await.unwrap(), created("run-1"));
-    tokio::time::advance(Duration::from_secs(365 * 24 * 3600)).await;
+    tokio::time::advance(Duration::from_secs(29 * 24 * 3600)).await;
     let later = g.check("p", "d1", &e).await.unwrap();
     assert!(!later.replayed, "the delivery record expired");
     assert_eq!(later.response, duplicate("run-1"));
+    tokio::time::advance(Duration::from_secs(2 * 24 * 3600)).await;
+    assert_eq!(g.handle("p", "d2", &e).await.unwrap(), created("run-2"), "the logical key expired");
+}
+
+#[tokio::test]
+async fn memory_logical_keys_never_expire_with_never() {
+    tokio::time::pause();
+    let settings = Settings { logical_ttl: None, ..Settings::default() };
+    let g = Gate::new(["o/r"], Backend::Memory.store(&settings).await);
+    let e = ev("o", "r", "a", json!(1));
+    assert_eq!(g.handle("p", "d1", &e).await.unwrap(), created("run-1"));
+    tokio::time::advance(Duration::from_secs(365 * 24 * 3600)).await;
+    assert_eq!(g.handle("p", "d2", &e).await.unwrap(), duplicate("run-1"));
 }
 
 #[tokio::test]

@@ -83,13 +83,13 @@ both_stores!(
 
 async fn created_replayed_duplicate(b: Backend) {
     let app = router(b, None).await;
-    let r = deliver(&app, json!({"provider": "github", "delivery_id": "d1", "event": event(7)})).await;
+    let r = deliver(&app, json!({"provider": "acme", "delivery_id": "d1", "event": event(7)})).await;
     assert_eq!(r.status, StatusCode::ACCEPTED);
     assert_eq!(r.text, r#"{"status":"created","code":202,"run_id":"run-1"}"#);
     assert_eq!(r.header("content-type"), Some("application/json"));
     assert_eq!(r.header("idempotent-replayed"), None);
 
-    let r = deliver(&app, json!({"provider": "github", "delivery_id": "d1", "event": event(7)})).await;
+    let r = deliver(&app, json!({"provider": "acme", "delivery_id": "d1", "event": event(7)})).await;
     assert_eq!(
         (r.status, r.text.as_str()),
         (StatusCode::ACCEPTED, r#"{"status":"created","code":202,"run_id":"run-1"}"#)
@@ -97,12 +97,12 @@ async fn created_replayed_duplicate(b: Backend) {
     assert_eq!(r.header("idempotent-replayed"), Some("true"));
     assert_eq!(r.header("idemgate-event-mismatch"), None);
 
-    let r = deliver(&app, json!({"provider": "github", "delivery_id": "d2", "event": event(7)})).await;
+    let r = deliver(&app, json!({"provider": "acme", "delivery_id": "d2", "event": event(7)})).await;
     assert_eq!((r.status, r.text.as_str()), (StatusCode::OK, r#"{"status":"duplicate","code":200,"run_id":"run-1"}"#));
 
     let r = deliver(
         &app,
-        json!({"provider": "github", "delivery_id": "d3", "event": {"org": "evil", "repo": "x", "action": "a"}}),
+        json!({"provider": "acme", "delivery_id": "d3", "event": {"org": "evil", "repo": "x", "action": "a"}}),
     )
     .await;
     assert_eq!((r.status, r.text.as_str()), (StatusCode::FORBIDDEN, r#"{"status":"blocked","code":403}"#));
@@ -256,11 +256,9 @@ async fn github_webhooks(b: Backend) {
     assert_eq!(r.header("idempotent-replayed"), Some("true"));
     let r = send(&app, github_request(payload.as_bytes(), "g2", "pull_request", &sig)).await;
     assert_eq!(r.text, r#"{"status":"duplicate","code":200,"run_id":"run-1"}"#);
-    // The same fields through /v1/deliveries under the provider name are
-    // other work: /v1 names work by its number, a GitHub provider (identity
-    // "event", the default) by its number and its payload (docs/identities.md).
+    // /v1/deliveries cannot speak for a configured signed provider: 403, nothing stored.
     let r = deliver(&app, json!({"provider": "github", "delivery_id": "v1", "event": {"org": "octo", "repo": "repo", "action": "pull_request.opened", "number": "5"}})).await;
-    assert_eq!(r.text, r#"{"status":"created","code":202,"run_id":"run-2"}"#);
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
 
     // A forged retry of a known delivery learns nothing: 401, no cached answer.
     let forged = json!({"action": "opened", "number": 6, "repository": {"name": "repo", "owner": {"login": "octo"}}})
@@ -493,7 +491,7 @@ fn config_errors_name_the_problem() {
     assert!(e.contains("--delivery-ttl") && e.contains("soon"), "{e}");
     let kind = write("kind.toml", "[[provider]]\nname = \"x\"\nkind = \"gitlab\"\nsecret = \"s\"\n");
     let e = start_error(&["serve", "--config", &kind]);
-    assert!(e.contains("unknown kind \"gitlab\""), "{e}");
+    assert!(e.contains("unknown kind") && !e.contains("gitlab"), "the value is not echoed: {e}");
     let secret = write("secret.toml", "[[provider]]\nname = \"x\"\nkind = \"github\"\n");
     let e = start_error(&["serve", "--config", &secret]);
     assert!(e.contains("missing secret"), "{e}");
@@ -501,7 +499,7 @@ fn config_errors_name_the_problem() {
     assert!(e.contains("nope.toml") && e.contains("cannot read"), "{e}");
     let ttl = write("ttl.toml", "logical_ttl = \"forever\"\n");
     let e = start_error(&["serve", "--config", &ttl]);
-    assert!(e.contains("logical_ttl") && e.contains("forever"), "{e}");
+    assert!(e.contains("logical_ttl") && !e.contains("forever"), "the value is not echoed: {e}");
     let port = free_port().to_string();
     let e = start_error(&["serve", "--redis-url", &format!("redis://127.0.0.1:{port}"), "--redis-timeout", "300ms"]);
     assert!(e.contains("cannot open the store"), "{e}");

@@ -27,6 +27,7 @@ mod dead;
 mod deploy;
 mod durability;
 mod gate;
+mod hostile;
 mod http;
 mod identities;
 mod model;

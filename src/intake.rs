@@ -1,0 +1,514 @@
+//! Request bodies within a memory budget: every body the service holds is
+//! charged to one budget of in-flight bytes ([`BodyBudget`]), and the
+//! `/v1/deliveries` body is read without building a tree of the whole event
+//! ([`DeliveryBody`]), because a `serde_json::Value` takes about 16 times the
+//! bytes of a numeric array it holds. The gate needs four fields and a digest.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use http_body_util::BodyExt;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+use serde_json::value::RawValue;
+use sha2::{Digest, Sha256};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// The default budget of request-body bytes held at once: sixteen bodies of
+/// the default 25 MiB limit would be 400 MiB; this lets ten in at a time.
+pub const DEFAULT_BODY_BUDGET: usize = 256 * 1024 * 1024;
+
+/// How long a request waits for room in the budget before it gets 503.
+pub const BUDGET_WAIT: Duration = Duration::from_secs(2);
+
+/// The budget counts in KiB, so a tokio semaphore (u32 permits per acquire) covers terabytes.
+const UNIT: usize = 1024;
+
+/// A budget of request-body bytes held at once, shared by every request.
+#[derive(Clone, Debug)]
+pub struct BodyBudget {
+    units: Arc<Semaphore>,
+    total: usize,
+    wait: Duration,
+}
+
+/// Why a body was not read.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BodyError {
+    /// The body is larger than the per-request limit (413).
+    TooLarge(usize),
+    /// No room in the budget within the wait (503 with `Retry-After`).
+    Busy,
+    /// The client stopped sending or the connection broke (400).
+    Broken,
+}
+
+impl BodyBudget {
+    /// A budget of `bytes` (at least one unit), waited on for at most `wait`.
+    pub fn new(bytes: usize, wait: Duration) -> Self {
+        let total = bytes.div_ceil(UNIT).max(1);
+        Self { units: Arc::new(Semaphore::new(total)), total, wait }
+    }
+
+    /// The budget in bytes.
+    pub fn bytes(&self) -> usize {
+        self.total * UNIT
+    }
+
+    /// Reserves room for `bytes`, waiting up to the budget's wait. A request
+    /// larger than the whole budget is charged the whole budget (it then
+    /// runs alone) rather than refused forever.
+    pub async fn reserve(&self, bytes: usize) -> Result<OwnedSemaphorePermit, BodyError> {
+        self.reserve_units(bytes.div_ceil(UNIT).clamp(1, self.total)).await
+    }
+
+    async fn reserve_units(&self, units: usize) -> Result<OwnedSemaphorePermit, BodyError> {
+        let units = u32::try_from(units).map_err(|_| BodyError::Busy)?;
+        match tokio::time::timeout(self.wait, self.units.clone().acquire_many_owned(units)).await {
+            Ok(Ok(permit)) => Ok(permit),
+            // Timed out, or the semaphore was closed (never done).
+            _ => Err(BodyError::Busy),
+        }
+    }
+
+    /// Reads a whole body of at most `max` bytes into one buffer, charging
+    /// the budget `cost` times its bytes. A declared `Content-Length` is
+    /// charged before reading, in one piece: requests then wait their turn
+    /// in arrival order (the semaphore is fair) and each one admitted can
+    /// finish. Charging declared bodies as they arrive was measured worse:
+    /// 16 concurrent 24 MiB bodies each took part of the budget, all waited
+    /// for more, and 14 of them got 503. A body without a length (chunked)
+    /// is charged as it arrives, in steps that double from 64 KiB, so that
+    /// it is not charged `max` for a few bytes. The permit must be held for
+    /// as long as the body and whatever is built from it live.
+    pub async fn read(
+        &self,
+        mut body: Body,
+        declared: Option<u64>,
+        max: usize,
+        cost: usize,
+    ) -> Result<(Bytes, OwnedSemaphorePermit), BodyError> {
+        if declared.is_some_and(|len| len > max as u64) {
+            return Err(BodyError::TooLarge(max));
+        }
+        let expected = declared.map_or(max, |len| len as usize);
+        let mut permit: Option<OwnedSemaphorePermit> = None;
+        // Body bytes paid for, and the budget units that cost (capped at the
+        // whole budget, so that a costly request runs alone, not never).
+        let (mut paid, mut charged) = (0usize, 0usize);
+        if let Some(len) = declared {
+            paid = len as usize;
+            charged = paid.saturating_mul(cost).div_ceil(UNIT).clamp(1, self.total);
+            permit = Some(self.reserve_units(charged).await?);
+        }
+        let mut buf: Vec<u8> = Vec::with_capacity(paid);
+        while let Some(frame) = body.frame().await {
+            let Ok(data) = frame.map_err(|_| BodyError::Broken)?.into_data() else { continue }; // trailers
+            let need = buf.len() + data.len();
+            if need > max {
+                return Err(BodyError::TooLarge(max));
+            }
+            if need > paid {
+                paid = need.max(paid * 2).max(STEP).min(expected.max(need));
+                let target = paid.saturating_mul(cost).div_ceil(UNIT).min(self.total);
+                if target > charged {
+                    let more = self.reserve_units(target - charged).await?;
+                    charged = target;
+                    match &mut permit {
+                        Some(p) => p.merge(more),
+                        None => permit = Some(more),
+                    }
+                }
+                // One buffer, grown as it is paid for: collecting chunks and
+                // joining them would hold the body twice.
+                buf.reserve_exact(paid - buf.len());
+            }
+            buf.extend_from_slice(&data);
+        }
+        let permit = match permit {
+            Some(p) => p,
+            None => self.reserve(1).await?,
+        };
+        Ok((Bytes::from(buf), permit))
+    }
+}
+
+/// The first step of a body's charge (see [`BodyBudget::read`]).
+const STEP: usize = 64 * 1024;
+
+/// The `/v1/deliveries` body, read for what the gate needs: `provider`,
+/// `delivery_id`, the four event fields the rules look at, and the event's
+/// digest, without a tree of the whole event.
+#[derive(Debug)]
+pub struct DeliveryBody {
+    /// `provider`: a non-empty string.
+    pub provider: String,
+    /// `delivery_id`: a non-empty string.
+    pub delivery_id: String,
+    /// An object holding only the event's `org`, `repo`, `action` and
+    /// `number` (those present), or `null` when the event is not an object:
+    /// what [`crate::gate::validate`] reads.
+    pub fields: Value,
+    /// [`crate::gate::event_digest`] of the whole event (`null` when absent).
+    pub digest: String,
+    /// The event object's text as sent, when the caller asked to keep it
+    /// (top-level `keep_payload`) and the event is an object.
+    pub event_text: Option<String>,
+}
+
+/// Bodies larger than this are parsed on the blocking pool, so that a few
+/// large ones cannot stall the threads that answer everyone else.
+const PARSE_INLINE_MAX: usize = 64 * 1024;
+
+/// Parses a `/v1/deliveries` body ([`DeliveryBody::parse`]). A large body
+/// is parsed on the blocking pool, at most one per CPU at a time: parsing
+/// is CPU work, and ten large bodies parsed at once on two cores would all
+/// take five times as long and time out together. `permit` (the body's
+/// room in the budget) is released only once the body is gone, even when
+/// the request times out while the parse runs.
+pub async fn parse_delivery(
+    bytes: Bytes,
+    permit: OwnedSemaphorePermit,
+    keep_event: bool,
+) -> Result<DeliveryBody, Malformed> {
+    if bytes.len() <= PARSE_INLINE_MAX {
+        return DeliveryBody::parse(&bytes, keep_event);
+    }
+    static PARSERS: std::sync::OnceLock<Arc<Semaphore>> = std::sync::OnceLock::new();
+    let parsers = PARSERS
+        .get_or_init(|| Arc::new(Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get()))))
+        .clone();
+    let slot = parsers.acquire_owned().await.map_err(|_| Malformed("the service is stopping".into()))?;
+    tokio::task::spawn_blocking(move || {
+        let parsed = DeliveryBody::parse(&bytes, keep_event);
+        drop((bytes, permit, slot));
+        parsed
+    })
+    .await
+    .map_err(|_| Malformed("the body could not be parsed".into()))?
+}
+
+/// Why a `/v1/deliveries` body was refused (400, nothing stored).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Malformed(pub String);
+
+/// How deep an event may nest; serde_json's own limit when it builds a tree.
+const MAX_DEPTH: usize = 128;
+
+impl DeliveryBody {
+    /// Parses a body. Key order does not matter; of a key given twice the
+    /// last one counts (as when the body is read into a tree); other keys
+    /// are ignored. `keep_event` also keeps the event object's text.
+    pub fn parse(bytes: &[u8], keep_event: bool) -> Result<Self, Malformed> {
+        let text = std::str::from_utf8(bytes).map_err(|_| Malformed("body is not JSON: not UTF-8".into()))?;
+        if !text.trim_start().starts_with('{') {
+            return Err(match serde_json::from_str::<IgnoredAny>(text) {
+                Ok(_) => Malformed("body must be a JSON object".into()),
+                Err(e) => Malformed(format!("body is not JSON: {e}")),
+            });
+        }
+        let [provider, delivery_id, event] = pick(text, ["provider", "delivery_id", "event"])
+            .map_err(|e| Malformed(format!("body is not JSON: {e}")))?;
+        let provider = string_field("provider", provider)?;
+        let delivery_id = string_field("delivery_id", delivery_id)?;
+        let event = event.map_or("null", RawValue::get);
+        let is_object = event.trim_start().starts_with('{');
+        let fields = if is_object {
+            let picked = pick(event, ["org", "repo", "action", "number"])
+                .map_err(|e| Malformed(format!("body is not JSON: {e}")))?;
+            let mut map = serde_json::Map::new();
+            for (name, raw) in ["org", "repo", "action", "number"].into_iter().zip(picked) {
+                if let Some(raw) = raw {
+                    let v = serde_json::from_str(raw.get()).map_err(|e| Malformed(format!("body is not JSON: {e}")))?;
+                    map.insert(name.to_owned(), v);
+                }
+            }
+            Value::Object(map)
+        } else {
+            Value::Null
+        };
+        let digest = raw_event_digest(event).map_err(|e| Malformed(format!("body is not JSON: {e}")))?;
+        let event_text = (keep_event && is_object).then(|| event.to_owned());
+        Ok(Self { provider, delivery_id, fields, digest, event_text })
+    }
+}
+
+fn string_field(name: &str, raw: Option<&RawValue>) -> Result<String, Malformed> {
+    let raw = raw.ok_or_else(|| Malformed(format!("`{name}` is missing")))?;
+    match serde_json::from_str::<Value>(raw.get()) {
+        Ok(Value::String(s)) if !s.is_empty() => Ok(s),
+        Ok(Value::String(_)) => Err(Malformed(format!("`{name}` must not be empty"))),
+        _ => Err(Malformed(format!("`{name}` must be a string"))),
+    }
+}
+
+/// The raw values of the named keys of a JSON object (last one wins),
+/// skipping every other key without building it.
+fn pick<'a, const N: usize>(text: &'a str, names: [&'static str; N]) -> serde_json::Result<[Option<&'a RawValue>; N]> {
+    struct Pick<const N: usize>([&'static str; N]);
+    impl<'de, const N: usize> Visitor<'de> for Pick<N> {
+        type Value = [Option<&'de RawValue>; N];
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = [None; N];
+            while let Some(key) = map.next_key::<KeyName>()? {
+                match self.0.iter().position(|n| *n == key.0) {
+                    Some(i) => out[i] = Some(map.next_value::<&'de RawValue>()?),
+                    None => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(out)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    let out = de.deserialize_map(Pick(names))?;
+    de.end()?;
+    Ok(out)
+}
+
+/// An object key, unescaped.
+struct KeyName(String);
+
+impl<'de> serde::Deserialize<'de> for KeyName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(KeyName)
+    }
+}
+
+/// [`crate::gate::event_digest`] of the JSON text `event`, computed while
+/// reading it: the same canonical form (keys sorted at every level, compact,
+/// numbers and strings as serde_json writes them), so the digest of a
+/// delivery is the same whichever way it was computed. Only one object's
+/// keys at a time are held (to sort them), never a tree of the event.
+pub fn raw_event_digest(event: &str) -> serde_json::Result<String> {
+    let mut sink = Sink { hash: Sha256::new(), buf: Vec::with_capacity(SINK_BUFFER) };
+    let mut de = serde_json::Deserializer::from_str(event);
+    Canonical { out: &mut sink, depth: 0 }.deserialize(&mut de)?;
+    de.end()?;
+    sink.hash.update(&sink.buf);
+    Ok(hex::encode(&sink.hash.finalize()[..16]))
+}
+
+/// Bytes gathered before they go into the hash: one hash update per
+/// array element of one or two bytes would cost more than the parsing.
+const SINK_BUFFER: usize = 64 * 1024;
+
+struct Sink {
+    hash: Sha256,
+    buf: Vec<u8>,
+}
+
+/// Writes one JSON value in canonical form into a hash.
+struct Canonical<'h> {
+    out: &'h mut Sink,
+    depth: usize,
+}
+
+impl Canonical<'_> {
+    fn write(&mut self, bytes: &[u8]) {
+        let sink = &mut *self.out;
+        sink.buf.extend_from_slice(bytes);
+        if sink.buf.len() >= SINK_BUFFER {
+            sink.hash.update(&sink.buf);
+            sink.buf.clear();
+        }
+    }
+
+    fn write_json<T: serde::Serialize + ?Sized>(&mut self, v: &T) {
+        // Serializing a number or a string into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut self.out.buf, v);
+        self.write(b"");
+    }
+
+    fn nested(&mut self) -> Canonical<'_> {
+        Canonical { out: self.out, depth: self.depth + 1 }
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Canonical<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Canonical<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_unit<E>(mut self) -> Result<(), E> {
+        self.write(b"null");
+        Ok(())
+    }
+    fn visit_bool<E>(mut self, v: bool) -> Result<(), E> {
+        self.write(if v { b"true" } else { b"false" });
+        Ok(())
+    }
+    fn visit_i64<E>(mut self, v: i64) -> Result<(), E> {
+        // Integers print as serde_json writes them: plain decimal.
+        let _ = std::io::Write::write_fmt(&mut self.out.buf, format_args!("{v}"));
+        self.write(b"");
+        Ok(())
+    }
+    fn visit_u64<E>(mut self, v: u64) -> Result<(), E> {
+        let _ = std::io::Write::write_fmt(&mut self.out.buf, format_args!("{v}"));
+        self.write(b"");
+        Ok(())
+    }
+    fn visit_f64<E: de::Error>(mut self, v: f64) -> Result<(), E> {
+        // What a tree does with the number: `Value::from` (a non-finite
+        // float, which JSON text cannot hold, would be `null`).
+        self.write_json(&Value::from(v));
+        Ok(())
+    }
+    fn visit_str<E>(mut self, v: &str) -> Result<(), E> {
+        self.write_json(v);
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+        if self.depth >= MAX_DEPTH {
+            return Err(de::Error::custom("the event nests too deep"));
+        }
+        self.write(b"[");
+        let mut first = true;
+        // The separator goes before every element but the first; the seed
+        // writes it once it knows that an element follows.
+        while seq.next_element_seed(Element { inner: &mut self.nested(), comma: !first })?.is_some() {
+            first = false;
+        }
+        self.write(b"]");
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+        if self.depth >= MAX_DEPTH {
+            return Err(de::Error::custom("the event nests too deep"));
+        }
+        // Sorted by key, the last of a repeated key winning: a tree's order.
+        let mut entries: BTreeMap<String, &'de RawValue> = BTreeMap::new();
+        while let Some((k, v)) = map.next_entry::<String, &'de RawValue>()? {
+            entries.insert(k, v);
+        }
+        self.write(b"{");
+        for (i, (k, v)) in entries.into_iter().enumerate() {
+            if i > 0 {
+                self.write(b",");
+            }
+            self.write_json(&k);
+            self.write(b":");
+            let mut de = serde_json::Deserializer::from_str(v.get());
+            self.nested().deserialize(&mut de).map_err(de::Error::custom)?;
+        }
+        self.write(b"}");
+        Ok(())
+    }
+}
+
+/// An array element: writes the separator only once an element is there.
+struct Element<'a, 'h> {
+    inner: &'a mut Canonical<'h>,
+    comma: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for Element<'_, '_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        if self.comma {
+            self.inner.write(b",");
+        }
+        Canonical { out: self.inner.out, depth: self.inner.depth }.deserialize(d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::event_digest;
+
+    fn same_digest(text: &str) {
+        let tree: Value = serde_json::from_str(text).unwrap();
+        assert_eq!(raw_event_digest(text).unwrap(), event_digest(&tree), "{text}");
+    }
+
+    #[test]
+    fn digest_equals_the_tree_digest() {
+        for text in [
+            "null",
+            "{}",
+            "[]",
+            r#"{"b":1,"a":[1,2,{"z":null,"y":true}],"c":"x\"\n\u0001é"}"#,
+            r#"{"a":1,"a":2}"#,
+            r#"[1.5, -0, 0.1, 1e300, -3, 18446744073709551615, -9223372036854775808, 12345678901234567890123]"#,
+            r#"{"org":"o","repo":"r","action":"a","number":7,"deep":[[[[{"k":[{}]}]]]]}"#,
+            "  { \"sp\" : [ 1 , 2 ] }  ",
+            r#""just a string""#,
+        ] {
+            same_digest(text);
+        }
+    }
+
+    #[test]
+    fn digest_of_the_shared_fixtures() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/github-webhook-examples.json");
+        let all: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let examples: Vec<&Value> =
+            all.as_array().unwrap().iter().flat_map(|e| e["examples"].as_array().unwrap()).collect();
+        assert_eq!(examples.len(), 329);
+        for ex in examples {
+            same_digest(&serde_json::to_string_pretty(ex).unwrap());
+        }
+        same_digest(&all.to_string());
+    }
+
+    #[test]
+    fn too_deep_is_refused() {
+        let deep = "[".repeat(300) + &"]".repeat(300);
+        assert!(raw_event_digest(&deep).is_err());
+        let deep = "{\"a\":".repeat(300) + "1" + &"}".repeat(300);
+        assert!(raw_event_digest(&deep).is_err());
+    }
+
+    #[test]
+    fn delivery_body_fields() {
+        let body = br#"{"event":{"org":"o","pad":[1,2,3],"number":"7"},"provider":"p","delivery_id":"d","x":{}}"#;
+        let b = DeliveryBody::parse(body, true).unwrap();
+        assert_eq!(b.event_text.as_deref(), Some(r#"{"org":"o","pad":[1,2,3],"number":"7"}"#));
+        assert_eq!(DeliveryBody::parse(body, false).unwrap().event_text, None);
+        assert_eq!((b.provider.as_str(), b.delivery_id.as_str()), ("p", "d"));
+        assert_eq!(b.fields, serde_json::json!({"org": "o", "number": "7"}));
+        assert_eq!(b.digest, event_digest(&serde_json::json!({"org":"o","pad":[1,2,3],"number":"7"})));
+        let b = DeliveryBody::parse(br#"{"provider":"p","delivery_id":"d","event":[1]}"#, false).unwrap();
+        assert_eq!(b.fields, Value::Null);
+        let b = DeliveryBody::parse(br#"{"provider":"p","delivery_id":"d"}"#, false).unwrap();
+        assert_eq!(b.digest, event_digest(&Value::Null));
+        for (body, want) in [
+            (&b"nope"[..], "not JSON"),
+            (b"[1]", "must be a JSON object"),
+            (b"{\"provider\":1,\"delivery_id\":\"d\"}", "`provider` must be a string"),
+            (b"{\"provider\":\"\",\"delivery_id\":\"d\"}", "`provider` must not be empty"),
+            (b"{\"provider\":\"p\"}", "`delivery_id` is missing"),
+            (b"{\"provider\":\"p\",\"delivery_id\":\"d\"} x", "not JSON"),
+            (b"{\"provider\":\"p\",\"delivery_id\":\"d\",\"event\":{\"a\":}}", "not JSON"),
+        ] {
+            let e = DeliveryBody::parse(body, false).unwrap_err().0;
+            assert!(e.contains(want), "{e} lacks {want}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn digest_equals_the_tree_digest_for_any_json(text in r#"[\[\]{}",:0-9a-c.eE+\- ]{0,60}"#) {
+            if let Ok(tree) = serde_json::from_str::<Value>(&text) {
+                proptest::prop_assert_eq!(raw_event_digest(&text).unwrap(), event_digest(&tree));
+            }
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! Text that reaches a log or a terminal. Values that clients choose (a
+//! delivery id, an event's `repo`) and what a worker's command writes on
+//! stderr may hold control characters: a newline would forge a log line, an
+//! escape sequence would drive the operator's terminal. [`escape_control`]
+//! makes them visible instead.
+
+use std::borrow::Cow;
+use std::fmt::Write;
+
+/// `s` with every control character (C0, DEL and C1, so also `\n`, `\r`,
+/// `\t` and ESC) written as an escape: `\n`, `\r`, `\t`, `\x1b`, `\u{9b}`.
+/// A backslash is doubled only when the text has something to escape, so
+/// plain text comes back borrowed and unchanged.
+pub fn escape_control(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() && (c as u32) < 0x80 => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn controls_are_escaped_and_plain_text_is_kept() {
+        assert!(matches!(escape_control("run-7 ok: é ✓ \\ path"), Cow::Borrowed(_)));
+        assert_eq!(
+            escape_control("a\nFAKE log\r\x1b[31mred\x07\u{9b}2J\\"),
+            "a\\nFAKE log\\r\\x1b[31mred\\x07\\u{9b}2J\\\\"
+        );
+        assert_eq!(escape_control("tab\there\x7f"), "tab\\there\\x7f");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn escaped_text_has_no_control_characters(s in ".*") {
+            proptest::prop_assert!(!escape_control(&s).chars().any(char::is_control));
+        }
+    }
+}

@@ -1,0 +1,715 @@
+//! Hostile clients and a long life: slow and idle connections, a flood of
+//! them at the common 1,024-file limit, many maximum-size bodies at once,
+//! field sizes, `/v1` on a public address and for signed providers'
+//! names, lifetimes of the keys, and no secret or control byte in output.
+//! Real sockets, the real binary where the process matters.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ::redis::AsyncCommands;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use idemgate::Error;
+use idemgate::gate::{Gate, Settings, Status};
+use idemgate::http::AppState;
+use idemgate::keys::Keys;
+use idemgate::providers::Provider;
+use idemgate::server::ConnectionLimits;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+use crate::support::{Backend, free_port, fresh_ns, raw_conn, redis_store_in};
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_idemgate"));
+    for (var, _) in std::env::vars() {
+        if var.starts_with("IDEMGATE_") {
+            c.env_remove(var);
+        }
+    }
+    c
+}
+
+/// The real binary serving the memory store on a free loopback port, its
+/// stderr in `log`; killed on drop.
+struct Served {
+    child: Child,
+    port: u16,
+}
+
+impl Served {
+    fn start(prefix: &[&str], args: &[&str], log: &std::path::Path) -> Self {
+        let port = free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let mut cmd = match prefix.split_first() {
+            Some((p, rest)) => {
+                let mut c = Command::new(p);
+                c.args(rest).arg(env!("CARGO_BIN_EXE_idemgate"));
+                for (var, _) in std::env::vars() {
+                    if var.starts_with("IDEMGATE_") {
+                        c.env_remove(var);
+                    }
+                }
+                c
+            }
+            None => bin(),
+        };
+        let child = cmd
+            .args(["serve", "--listen", &listen, "--allowed-repo", "o/r"])
+            .args(args)
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "serve did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Self { child, port }
+    }
+
+    fn vm_hwm_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn log_path(tag: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("{}.log", fresh_ns(tag)))
+}
+
+/// One HTTP/1.1 request on a new connection; the status code, or `None`
+/// when the connection closed or timed out before a status line.
+fn request(port: u16, head: &str, body: &[u8], timeout: Duration) -> Option<u16> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(timeout)).unwrap();
+    s.set_write_timeout(Some(timeout)).unwrap();
+    s.write_all(head.as_bytes()).ok()?;
+    // The server may answer (413, 503) before the body is all sent.
+    let _ = s.write_all(body);
+    let mut buf = [0u8; 64];
+    let mut got = Vec::new();
+    while !got.windows(2).any(|w| w == b"\r\n") {
+        let n = s.read(&mut buf).ok()?;
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    let line = String::from_utf8_lossy(&got).into_owned();
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+// ---- Slow and idle clients ----
+
+/// 1,100 connections that trickle a request head, against the real binary
+/// at a 1,024-file limit: a legitimate request is still answered within a
+/// few seconds of the header timeout, and the slow connections are closed.
+#[test]
+fn slowloris_at_the_file_limit() {
+    // This test process holds 1,100 sockets itself.
+    idemgate::server::open_file_limit();
+    let log = log_path("slowloris");
+    let served = Served::start(&["prlimit", "--nofile=1024"], &["--header-timeout", "3s"], &log);
+    let mut slow = Vec::new();
+    for _ in 0..1100 {
+        // Past the connection limit, connections wait in the listen queue: connect succeeds.
+        let mut s = TcpStream::connect(("127.0.0.1", served.port)).unwrap();
+        s.write_all(b"POST /v1/deliveries HTTP/1.1\r\nHost: x\r\n").unwrap();
+        slow.push(s);
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let trickle = {
+        let stop = stop.clone();
+        let mut socks: Vec<TcpStream> = slow.iter().map(|s| s.try_clone().unwrap()).collect();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for s in &mut socks {
+                    let _ = s.write_all(b"X-Slow: 1\r\n");
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    let status = request(
+        served.port,
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"",
+        Duration::from_secs(20),
+    );
+    let took = started.elapsed();
+    assert_eq!(status, Some(200), "the legitimate request is answered");
+    // Slow connections that got a slot are closed at 3 s; those queued behind
+    // them, with the legitimate one, get a slot then.
+    assert!(took < Duration::from_secs(3 + 4), "answered after {took:?}");
+    // Every slow connection is closed within a few header timeouts.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut open = slow.len();
+    for s in &mut slow {
+        s.set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(10))))
+            .unwrap();
+        let mut b = [0u8; 256];
+        // The server closes without answering: EOF, or a reset.
+        if matches!(s.read(&mut b), Ok(0) | Err(_)) && Instant::now() < deadline {
+            open -= 1;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    trickle.join().unwrap();
+    assert_eq!(open, 0, "slow connections still open");
+    eprintln!("legitimate request answered after {took:?}; {} slow connections closed", slow.len());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("max_connections=896"), "the limit comes from the 1,024 files: {text}");
+}
+
+/// An in-process server with short timeouts: a connection that sends no
+/// complete head is closed after the header timeout; a kept-alive
+/// connection outlives the header timeout and is closed once idle for the
+/// idle timeout.
+#[tokio::test]
+async fn header_and_idle_timeouts() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let state = AppState::new(Gate::new(["o/r"], Backend::Memory.store(&Settings::default()).await), vec![], None);
+    let limits = ConnectionLimits {
+        header_timeout: Duration::from_millis(600),
+        idle_timeout: Duration::from_millis(2000),
+        max_connections: 100,
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(idemgate::server::run_with(listener, state, limits, Duration::from_secs(1), async move {
+        let _ = rx.await;
+    }));
+    let closed_after = |mut s: tokio::net::TcpStream| async move {
+        let t = Instant::now();
+        let mut buf = vec![0u8; 4096];
+        loop {
+            match tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return Some(t.elapsed()),
+                Ok(Ok(_)) => continue,
+                Err(_) => return None,
+            }
+        }
+    };
+    // Silent from the start.
+    let silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // A partial head.
+    let mut partial = tokio::net::TcpStream::connect(addr).await.unwrap();
+    partial.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    let (a, b) = tokio::join!(closed_after(silent), closed_after(partial));
+    for (what, t) in [("silent", a), ("partial head", b)] {
+        let t = t.unwrap_or_else(|| panic!("{what}: not closed"));
+        assert!(t >= Duration::from_millis(400) && t < Duration::from_millis(2000), "{what}: closed after {t:?}");
+    }
+    // Kept alive: two requests 1 s apart (past the header timeout) on one
+    // connection, then closed after the idle timeout.
+    let mut ka = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let get = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    let mut buf = vec![0u8; 4096];
+    for _ in 0..2 {
+        ka.write_all(get).await.unwrap();
+        let n = tokio::time::timeout(Duration::from_secs(2), ka.read(&mut buf)).await.unwrap().unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&buf[..n]));
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+    }
+    let t = closed_after(ka).await.expect("idle connection closed");
+    // One second of the 2 s idle time had passed already.
+    assert!(t < Duration::from_millis(2500), "idle close after {t:?} more");
+    let _ = tx.send(());
+}
+
+// ---- Bounded body memory ----
+
+/// 16 concurrent maximum-size hostile bodies (24 MiB of a numeric array,
+/// which a JSON tree holds at about 16 times its size): every request gets
+/// an HTTP answer and the real binary's peak RSS stays under 1 GiB.
+#[test]
+fn sixteen_maximum_bodies_stay_under_a_gibibyte() {
+    const SIZE: usize = 24 * 1024 * 1024;
+    let log = log_path("rss");
+    // A long request timeout: an unoptimized build on a busy machine parses
+    // a 24 MiB body in seconds, and this test is about memory, not speed.
+    let served = Served::start(&[], &["--request-timeout", "60s"], &log);
+    let head = br#"{"provider":"p","delivery_id":"ID","event":{"org":"o","repo":"r","action":"a","pad":["#;
+    let mut body = head.to_vec();
+    while body.len() < SIZE - 8 {
+        body.extend_from_slice(b"1,");
+    }
+    body.extend_from_slice(b"1]}}");
+    let body = Arc::new(body);
+    let before = served.vm_hwm_kib();
+    let threads: Vec<_> = (0..16)
+        .map(|i| {
+            let (body, port) = (body.clone(), served.port);
+            std::thread::spawn(move || {
+                let mut b = body.as_ref().clone();
+                let id = format!("{i:02}");
+                let at = b.windows(2).position(|w| w == b"ID").unwrap();
+                b[at..at + 2].copy_from_slice(id.as_bytes());
+                let head = format!(
+                    "POST /v1/deliveries HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    b.len()
+                );
+                request(port, &head, &b, Duration::from_secs(90))
+            })
+        })
+        .collect();
+    let answers: Vec<Option<u16>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let peak = served.vm_hwm_kib();
+    assert!(answers.iter().all(|a| matches!(a, Some(200 | 202 | 503))), "every request is answered: {answers:?}");
+    assert!(answers.iter().any(|a| *a == Some(202)), "{answers:?}");
+    assert!(peak < 1024 * 1024, "peak RSS {} MiB (before the bodies: {} MiB)", peak / 1024, before / 1024);
+    eprintln!("peak RSS {} MiB; answers {answers:?}", peak / 1024);
+}
+
+/// A declared body over the limit is refused (413) before it is read.
+#[test]
+fn oversized_content_length_is_refused_before_reading() {
+    let served = Served::start(&[], &["--max-body", "1000"], &log_path("413"));
+    let head = "POST /v1/deliveries HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n";
+    // Nothing of the body is sent: the answer comes from the header alone.
+    assert_eq!(request(served.port, head, b"", Duration::from_secs(5)), Some(413));
+}
+
+/// With a budget of one body, a second large body waits, then gets 503
+/// with `Retry-After` while the first is held (never read in full).
+#[tokio::test]
+async fn a_full_budget_answers_503_with_retry_after() {
+    use tokio::io::AsyncWriteExt;
+    let budget = idemgate::intake::BodyBudget::new(1000, Duration::from_millis(300));
+    let state = AppState::new(Gate::new(["o/r"], Backend::Memory.store(&Settings::default()).await), vec![], None)
+        .with_max_body(1000)
+        .with_body_budget(budget);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(idemgate::server::run(listener, state, Duration::from_secs(1), std::future::pending()));
+    // The first request declares 900 bytes and sends 10: it holds 900 of the budget.
+    let mut holder = tokio::net::TcpStream::connect(addr).await.unwrap();
+    holder
+        .write_all(b"POST /v1/deliveries HTTP/1.1\r\nHost: x\r\nContent-Length: 900\r\n\r\n{\"provider\"")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let client = reqwest::Client::new();
+    let r = client
+        .post(format!("http://{addr}/v1/deliveries"))
+        .json(&json!({"provider": "p", "delivery_id": "d", "event": {"org": "o", "repo": "r", "action": "a"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers().get("retry-after").unwrap(), "1");
+    assert!(r.json::<Value>().await.unwrap()["error"].as_str().unwrap().contains("bodies in flight"));
+    drop(holder);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let r = client
+        .post(format!("http://{addr}/v1/deliveries"))
+        .json(&json!({"provider": "p", "delivery_id": "d", "event": {"org": "o", "repo": "r", "action": "a"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202, "room again once the first request is gone; nothing was cached by the 503");
+}
+
+// ---- Field sizes, both stores ----
+
+fn long(n: usize) -> String {
+    "x".repeat(n)
+}
+
+async fn field_sizes(b: Backend) {
+    let ns = fresh_ns("sizes");
+    let store = match b {
+        Backend::Memory => b.store(&Settings::default()).await,
+        Backend::Redis => redis_store_in(&ns, &Settings::default()).await,
+    };
+    let gate = Gate::new(["o/r", format!("{}/r", long(1024)).as_str()], store);
+    let ok = json!({"org": "o", "repo": "r", "action": "a", "number": 1});
+    // provider or delivery id over 256 bytes: refused before the store.
+    for (p, d) in [(long(257), "d".to_owned()), ("p".to_owned(), long(257))] {
+        let e = gate.handle(&p, &d, &ok).await.unwrap_err();
+        assert!(matches!(e, Error::TooLong { max: 256, .. }), "{e}");
+    }
+    // 256 bytes is fine.
+    let r = gate.handle(&long(256), &long(256), &ok).await.unwrap();
+    assert_eq!(r.run_id.as_deref(), Some("run-1"), "nothing was stored (no run taken) by the refused calls");
+    // Event fields over 1024 bytes: the cached bad_request, no run.
+    let mut cases = Vec::new();
+    for field in ["org", "repo", "action", "number"] {
+        let mut e = json!({"org": "o", "repo": "r", "action": "a", "number": 2});
+        e[field] = json!(long(1025));
+        cases.push((format!("too-long-{field}"), e));
+    }
+    for (id, e) in &cases {
+        let r = gate.handle("p", id, e).await.unwrap();
+        assert_eq!(r.status, Status::BadRequest, "{id}");
+        // Cached: the same delivery with a valid event replays bad_request.
+        assert_eq!(gate.handle("p", id, &ok).await.unwrap().status, Status::BadRequest, "{id}");
+    }
+    // 1024 bytes is fine (the allowlist holds a 1024-byte org).
+    let e = json!({"org": long(1024), "repo": "r", "action": long(1024), "number": long(1024)});
+    assert_eq!(gate.handle("p", "max", &e).await.unwrap().run_id.as_deref(), Some("run-2"));
+    if let Backend::Redis = b {
+        let mut c = raw_conn().await;
+        let keys: Vec<String> = c.keys(format!("idemgate:{{{ns}}}:*")).await.unwrap();
+        let logical = keys.iter().filter(|k| k.contains(":logical:")).count();
+        let runs = keys.iter().filter(|k| k.contains(":run:")).count();
+        assert_eq!((logical, runs), (2, 2), "{keys:?}");
+        let stream: u64 = c.xlen(Keys::new(&ns).unwrap().runs()).await.unwrap();
+        assert_eq!(stream, 2);
+        assert!(keys.iter().all(|k| k.len() < 4096), "no key holds an over-long field");
+        assert_eq!(keys.iter().filter(|k| k.contains(":delivery:")).count(), 2 + cases.len());
+    }
+}
+
+both_stores!(field_sizes);
+
+// ---- The HTTP side of the field sizes, /v1 closed, signed names ----
+
+const GH_SECRET: &str = "gh-secret";
+const SW_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+async fn router(state: AppState) -> axum::Router {
+    idemgate::http::app(state)
+}
+
+async fn state(providers: Vec<Provider>) -> AppState {
+    AppState::new(Gate::new(["o/r"], Backend::Memory.store(&Settings::default()).await), providers, None)
+}
+
+async fn send(app: &axum::Router, req: Request<Body>) -> (StatusCode, Value) {
+    let r = app.clone().oneshot(req).await.unwrap();
+    let status = r.status();
+    let bytes = http_body_util::BodyExt::collect(r.into_body()).await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+fn v1(body: &Value) -> Request<Body> {
+    Request::post("/v1/deliveries")
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap()
+}
+
+fn github(id: &str, body: &str) -> Request<Body> {
+    use hmac::Mac;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(GH_SECRET.as_bytes()).unwrap();
+    mac.update(body.as_bytes());
+    Request::post("/webhooks/github")
+        .header("x-hub-signature-256", format!("sha256={}", hex::encode(mac.finalize().into_bytes())))
+        .header("x-github-delivery", id)
+        .header("x-github-event", "issues")
+        .body(Body::from(body.to_owned()))
+        .unwrap()
+}
+
+fn standard(id: &str, body: &str) -> Request<Body> {
+    use base64::Engine;
+    use hmac::Mac;
+    let key = base64::engine::general_purpose::STANDARD.decode(SW_SECRET.trim_start_matches("whsec_")).unwrap();
+    let ts = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs().to_string();
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&key).unwrap();
+    mac.update(format!("{id}.{ts}.{body}").as_bytes());
+    let sig = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+    Request::post("/webhooks/billing")
+        .header("webhook-id", id)
+        .header("webhook-timestamp", ts)
+        .header("webhook-signature", format!("v1,{sig}"))
+        .body(Body::from(body.to_owned()))
+        .unwrap()
+}
+
+fn providers() -> Vec<Provider> {
+    vec![
+        Provider::github("github", GH_SECRET),
+        Provider::new("billing", idemgate::providers::Kind::StandardWebhooks, &[SW_SECRET], None, None).unwrap(),
+    ]
+}
+
+#[tokio::test]
+async fn over_long_ids_get_400_on_every_endpoint() {
+    let app = router(state(providers()).await).await;
+    let event = json!({"org": "o", "repo": "r", "action": "a"});
+    let (s, b) = send(&app, v1(&json!({"provider": "p", "delivery_id": long(257), "event": event}))).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert!(b["error"].as_str().unwrap().contains("delivery_id"), "{b}");
+    let (s, _) = send(&app, v1(&json!({"provider": long(257), "delivery_id": "d", "event": event}))).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    let gh = r#"{"action":"opened","issue":{"number":1},"repository":{"name":"r","owner":{"login":"o"}}}"#;
+    let (s, b) = send(&app, github(&long(257), gh)).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
+    let (s, _) = send(&app, standard(&long(257), r#"{"org":"o","repo":"r","action":"a"}"#)).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    // Nothing was stored: the same deliveries at 256 bytes create the first runs.
+    let (s, b) = send(&app, github(&long(256), gh)).await;
+    assert_eq!((s, &b["run_id"]), (StatusCode::ACCEPTED, &json!("run-1")));
+    let (s, b) = send(&app, standard(&long(256), r#"{"org":"o","repo":"r","action":"a"}"#)).await;
+    assert_eq!((s, &b["run_id"]), (StatusCode::ACCEPTED, &json!("run-2")));
+}
+
+#[tokio::test]
+async fn v1_refuses_the_names_of_signed_providers() {
+    let app = router(state(providers()).await).await;
+    let gh = r#"{"action":"opened","issue":{"number":9},"repository":{"name":"r","owner":{"login":"o"}}}"#;
+    for name in ["github", "billing"] {
+        let event = json!({"org": "o", "repo": "r", "action": "issues.opened", "number": 9});
+        let (s, b) = send(&app, v1(&json!({"provider": name, "delivery_id": "pre-empt", "event": event}))).await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "{name}");
+        assert!(b["error"].as_str().unwrap().contains("/webhooks/"), "{b}");
+    }
+    // The signed event is not pre-empted: it creates its run.
+    let (s, b) = send(&app, github("pre-empt", gh)).await;
+    assert_eq!((s, &b["status"]), (StatusCode::ACCEPTED, &json!("created")));
+    // Other names are served as before.
+    let event = json!({"org": "o", "repo": "r", "action": "a"});
+    let (s, _) = send(&app, v1(&json!({"provider": "other", "delivery_id": "d", "event": event}))).await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+}
+
+#[tokio::test]
+async fn v1_is_closed_without_a_token_on_a_public_address() {
+    let event = json!({"org": "o", "repo": "r", "action": "a"});
+    let body = json!({"provider": "p", "delivery_id": "d", "event": event});
+    let closed = router(state(providers()).await.with_api_closed(true)).await;
+    let (s, b) = send(&closed, v1(&body)).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    assert!(b["error"].as_str().unwrap().contains("--api-token"), "{b}");
+    let window = Request::post("/v1/dedup-window").body(Body::from("{}")).unwrap();
+    assert_eq!(send(&closed, window).await.0, StatusCode::UNAUTHORIZED);
+    // Webhooks authenticate by signature and stay open.
+    let gh = r#"{"action":"opened","issue":{"number":1},"repository":{"name":"r","owner":{"login":"o"}}}"#;
+    assert_eq!(send(&closed, github("g1", gh)).await.0, StatusCode::ACCEPTED);
+    // Nothing was stored by the refused call: the same delivery is new once open.
+    let open = router(state(providers()).await).await;
+    assert_eq!(send(&open, v1(&body)).await.0, StatusCode::ACCEPTED);
+    // With a token, the token decides.
+    let gate = Gate::new(["o/r"], Backend::Memory.store(&Settings::default()).await);
+    let tokened = router(AppState::new(gate, vec![], Some("tok")).with_api_closed(true)).await;
+    let mut req = v1(&body);
+    req.headers_mut().insert("authorization", "Bearer tok".parse().unwrap());
+    assert_eq!(send(&tokened, req).await.0, StatusCode::ACCEPTED);
+}
+
+#[test]
+fn which_addresses_close_v1() {
+    use idemgate::server::v1_closed;
+    for (addr, token, allow, closed) in [
+        ("127.0.0.1:8080", false, false, false),
+        ("[::1]:8080", false, false, false),
+        ("[::ffff:127.0.0.1]:8080", false, false, false),
+        ("0.0.0.0:8080", false, false, true),
+        ("[::]:8080", false, false, true),
+        ("10.1.2.3:8080", false, false, true),
+        ("0.0.0.0:8080", true, false, false),
+        ("0.0.0.0:8080", false, true, false),
+    ] {
+        assert_eq!(v1_closed(addr.parse().unwrap(), token, allow), closed, "{addr} token={token} allow={allow}");
+    }
+}
+
+// ---- Lifetimes ----
+
+#[tokio::test]
+async fn logical_keys_expire_after_30_days_by_default() {
+    let ns = fresh_ns("ttl");
+    let gate = Gate::new(["o/r"], redis_store_in(&ns, &Settings::default()).await);
+    let r = gate.handle("p", "d", &json!({"org": "o", "repo": "r", "action": "a", "number": 1})).await.unwrap();
+    assert_eq!(r.status, Status::Created);
+    let mut c = raw_conn().await;
+    let keys: Vec<String> = c.keys(format!("idemgate:{{{ns}}}:logical:*")).await.unwrap();
+    let pttl: i64 = c.pttl(&keys[0]).await.unwrap();
+    let month = 30 * 24 * 3600 * 1000;
+    assert!(pttl > month - 60_000 && pttl <= month, "PTTL {pttl}");
+}
+
+// ---- The gate script ----
+
+/// Redis does not roll a script back: when a write fails part-way (here
+/// the runs stream key holds a string, so XADD fails), no logical key may
+/// point at a run nobody queued, and nothing is cached.
+#[tokio::test]
+async fn a_script_error_part_way_leaves_no_logical_key() {
+    let ns = fresh_ns("partway");
+    let keys = Keys::new(&ns).unwrap();
+    let gate = Gate::new(["o/r"], redis_store_in(&ns, &Settings::default()).await);
+    let mut c = raw_conn().await;
+    let _: () = c.set(keys.runs(), "not a stream").await.unwrap();
+    let e = json!({"org": "o", "repo": "r", "action": "a", "number": 1});
+    assert!(gate.handle("p", "d", &e).await.is_err());
+    let logical: Vec<String> = c.keys(format!("idemgate:{{{ns}}}:logical:*")).await.unwrap();
+    let delivery: Vec<String> = c.keys(format!("idemgate:{{{ns}}}:delivery:*")).await.unwrap();
+    assert!(logical.is_empty() && delivery.is_empty(), "{logical:?} {delivery:?}");
+    // Once the stream is back, the same delivery creates its run and queues it.
+    let _: () = c.del(keys.runs()).await.unwrap();
+    let r = gate.handle("p", "d", &e).await.unwrap();
+    assert_eq!(r.status, Status::Created);
+    let queued: u64 = c.xlen(keys.runs()).await.unwrap();
+    assert_eq!(queued, 1);
+}
+
+/// The run-id guard skips run ids whose record exists, but not without
+/// limit: a counter far behind errors out (a 503, nothing cached).
+#[tokio::test]
+async fn the_run_id_guard_is_bounded() {
+    let ns = fresh_ns("guard");
+    let keys = Keys::new(&ns).unwrap();
+    let gate = Gate::new(["o/r"], redis_store_in(&ns, &Settings::default()).await);
+    let mut c = raw_conn().await;
+    let mut pipe = ::redis::pipe();
+    for n in 1..=1500 {
+        pipe.hset(keys.run(&format!("run-{n}")), "status", "done").ignore();
+    }
+    let _: () = pipe.query_async(&mut c).await.unwrap();
+    let e = json!({"org": "o", "repo": "r", "action": "a"});
+    let err = gate.handle("p", "d", &e).await.unwrap_err();
+    assert!(err.to_string().contains("run counter"), "{err}");
+    let delivery: Vec<String> = c.keys(format!("idemgate:{{{ns}}}:delivery:*")).await.unwrap();
+    assert!(delivery.is_empty());
+    // A counter less far behind is skipped past, as before.
+    let _: () = c.set(keys.run_counter(), 1000).await.unwrap();
+    let r = gate.handle("p", "d", &e).await.unwrap();
+    assert_eq!(r.run_id.as_deref(), Some("run-1501"));
+}
+
+// ---- No secrets or control bytes in output ----
+
+#[test]
+fn help_hides_secret_env_values() {
+    let out = bin()
+        .args(["serve", "--help"])
+        .env("IDEMGATE_REDIS_URL", "redis://:hunter2pw@db:6379")
+        .env("IDEMGATE_REDIS_CLUSTER_NODES", "redis://:hunter3pw@c1:6379")
+        .env("IDEMGATE_API_TOKEN", "hunter4tok")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("IDEMGATE_REDIS_URL") && help.contains("--allow-unauthenticated-api"), "{help}");
+    for secret in ["hunter2pw", "hunter3pw", "hunter4tok"] {
+        assert!(!help.contains(secret), "--help shows {secret}: {help}");
+    }
+}
+
+#[test]
+fn a_misplaced_secret_in_the_config_file_is_not_echoed() {
+    let dir = std::env::temp_dir().join(fresh_ns("cfg-secret"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("c.toml");
+    std::fs::write(
+        &path,
+        "[[provider]]\nname = \"gh\"\nkind = \"github\"\nsecret = \"s\"\napi_token = \"tok-hunter5\"\n",
+    )
+    .unwrap();
+    let out = bin().args(["serve", "--config", path.to_str().unwrap()]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("line 5") && err.contains("api_token"), "{err}");
+    assert!(!err.contains("tok-hunter5"), "{err}");
+}
+
+/// A run record whose fields carry control characters prints them escaped
+/// in `inspect`'s text, so a delivery id cannot drive the terminal.
+#[tokio::test]
+async fn inspect_text_escapes_control_characters() {
+    let ns = fresh_ns("inspect-ctl");
+    let gate = Gate::new(["o/r"], redis_store_in(&ns, &Settings::default()).await);
+    let id = "d\n\x1b[2Jfake: line\r";
+    let r = gate.handle("p", id, &json!({"org": "o", "repo": "r", "action": "a\x1b]0;t\x07"})).await.unwrap();
+    let out = bin()
+        .args(["inspect", "run", r.run_id.as_deref().unwrap(), "--redis-url", crate::support::redis_url()])
+        .args(["--namespace", &ns])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text:?}");
+    assert!(text.contains("d\\n\\x1b[2Jfake: line\\r"), "{text}");
+    assert!(text.contains("a\\x1b]0;t\\x07"), "{text}");
+}
+
+/// A worker echoes its command's stderr with control characters escaped:
+/// the command (fed a client's delivery id) cannot forge the worker's log
+/// lines or drive a terminal that tails it.
+#[tokio::test]
+async fn worker_stderr_escapes_control_characters() {
+    let ns = fresh_ns("stderr-ctl");
+    let gate = Gate::new(["o/r"], redis_store_in(&ns, &Settings::default()).await);
+    let r = gate.handle("p", "d", &json!({"org": "o", "repo": "r", "action": "a"})).await.unwrap();
+    let run_key = Keys::new(&ns).unwrap().run(r.run_id.as_deref().unwrap());
+    let log = log_path("stderr-ctl");
+    let mut worker = bin()
+        .args(["worker", "--redis-url", crate::support::redis_url(), "--namespace", &ns, "--group", "g"])
+        .args(["--block", "200ms", "--", "sh", "-c", r"printf 'fake\033[31m red\r\tINFO forged\n' >&2"])
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut c = raw_conn().await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let status: Option<String> = c.hget(&run_key, "status").await.unwrap();
+        if status.as_deref() == Some("done") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the run was not done: {status:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = worker.kill();
+    let _ = worker.wait();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let line = text.lines().find(|l| l.starts_with("[run-1]")).unwrap_or_else(|| panic!("no echoed line: {text}"));
+    assert_eq!(line, r"[run-1] fake\x1b[31m red\r\tINFO forged", "{text}");
+    assert!(!text.contains('\x1b') && !text.contains('\r'), "{text:?}");
+}
+
+/// A client that sends a body without a length (chunked) and trickles it
+/// holds room in the budget for what it has sent, not for the largest body
+/// it might send: such a flood cannot fill the budget with promises.
+#[tokio::test]
+async fn a_slow_chunked_body_holds_room_for_what_it_sent() {
+    use tokio::io::AsyncWriteExt;
+    const MIB: usize = 1024 * 1024;
+    let budget = idemgate::intake::BodyBudget::new(MIB + MIB / 2, Duration::from_millis(500));
+    let state = AppState::new(Gate::new(["o/r"], Backend::Memory.store(&Settings::default()).await), vec![], None)
+        .with_max_body(MIB)
+        .with_body_budget(budget);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(idemgate::server::run(listener, state, Duration::from_secs(1), std::future::pending()));
+    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = "POST /v1/deliveries HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nb\r\n{\"provider\"\r\n";
+    slow.write_all(head.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // A full 1 MiB body next to it: 1 MiB + the slow one's first step fit in 1.5 MiB.
+    let mut event = json!({"org": "o", "repo": "r", "action": "a", "pad": "x"});
+    let body = json!({"provider": "p", "delivery_id": "big", "event": event.clone()}).to_string();
+    event["pad"] = json!("x".repeat(MIB - body.len() - 1));
+    let body = json!({"provider": "p", "delivery_id": "big", "event": event}).to_string();
+    assert!(body.len() <= MIB && body.len() > MIB - 100);
+    let r = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/deliveries"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202, "{}", r.text().await.unwrap());
+    drop(slow);
+}
