@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command. Sets up what the tests need on a fresh Debian
-# machine (redis-server and redis-cli; a local Redis image where Docker
+# machine (redis-server, redis-cli and openssl; a local Redis image where Docker
 # cannot pull), then runs, in order:
 #   1. a smoke run of `idemgate bench` against a Redis of its own,
 #   2. `idemgate healthcheck` against a loopback Redis Cluster,
@@ -21,6 +21,9 @@ fi
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-cli >/dev/null || need+=(redis-tools)
+# The TLS tests make their certificates with the openssl CLI. (No -dev package:
+# TLS is rustls with ring, which needs only the C compiler Rust links with.)
+command -v openssl >/dev/null || need+=(openssl)
 $quick || command -v wrk >/dev/null || need+=(wrk)
 $quick || command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 || need+=(docker-compose)
 if [ ${#need[@]} -gt 0 ]; then

@@ -31,7 +31,7 @@ pub enum Error {
     /// No Redis is configured: the memory store lives inside one `serve`
     /// process, so there is nothing another process could read.
     #[error(
-        "no Redis configured: give --redis-url or --redis-cluster-nodes (or IDEMGATE_REDIS_URL); the memory store cannot be read from another process"
+        "no Redis configured: give --redis-url, --redis-cluster-nodes or --redis-sentinel-nodes (or IDEMGATE_REDIS_URL); the memory store cannot be read from another process"
     )]
     NoRedis,
     /// Redis failed, timed out, or holds a malformed record.
@@ -87,7 +87,7 @@ impl Ops {
         let mut cmd = redis::cmd("SCAN");
         cmd.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(stats::SCAN_COUNT);
         match &self.conn {
-            Conn::Single(_) => self.query(&mut cmd).await,
+            Conn::Single(_) | Conn::Sentinel(_) => self.query(&mut cmd).await,
             Conn::Cluster(c) => {
                 let mut c = c.clone();
                 let slot = Slot::for_key(self.keys.run_counter());

@@ -20,6 +20,7 @@ mod gate;
 mod http;
 mod model;
 mod ops;
+mod production_redis;
 mod redis_store;
 mod support;
 mod worker;
