@@ -37,6 +37,15 @@ pub enum Error {
     /// Redis failed, timed out, or holds a malformed record.
     #[error(transparent)]
     Store(#[from] crate::Error),
+    /// Connecting failed: the message names the store, with its TLS and
+    /// password files (a certificate that does not verify names the CA).
+    #[error("cannot connect to the {store}: {source}")]
+    Unreachable {
+        /// The store description.
+        store: String,
+        /// The cause.
+        source: crate::Error,
+    },
 }
 
 impl From<redis::RedisError> for Error {
@@ -62,7 +71,9 @@ impl Ops {
     /// Connects to the configured Redis ([`Error::NoRedis`] without one).
     pub async fn connect(config: &StoreConfig) -> Result<Self, Error> {
         let opts: &RedisOptions = config.redis.as_ref().ok_or(Error::NoRedis)?;
-        Ok(Self::new(Conn::connect(opts).await?, config.keys.clone(), opts.command_timeout))
+        let conn =
+            Conn::connect(opts).await.map_err(|source| Error::Unreachable { store: config.describe(), source })?;
+        Ok(Self::new(conn, config.keys.clone(), opts.command_timeout))
     }
 
     /// The key schema of the namespace read.

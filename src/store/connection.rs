@@ -134,6 +134,13 @@ impl Tls {
     }
 }
 
+/// The Redis settings of `info` without redis-rs's `CLIENT SETINFO` on
+/// connect: a least-privilege ACL user is refused it, and every connection
+/// would add a denial to the server's `ACL LOG`.
+pub(crate) fn without_lib_name(info: &ConnectionInfo) -> redis::RedisConnectionInfo {
+    info.redis_settings().clone().set_skip_set_lib_name()
+}
+
 /// True when `url` asks for TLS (`rediss://`).
 pub fn is_tls_url(url: &str) -> bool {
     url.trim_start().get(..9).is_some_and(|s| s.eq_ignore_ascii_case("rediss://"))
@@ -144,13 +151,11 @@ impl RedisOptions {
     /// (it wins over one in the URL).
     pub fn connection_info(&self, url: &str) -> RedisResult<ConnectionInfo> {
         let info = url.into_connection_info()?;
-        Ok(match &self.password {
-            Some(p) => {
-                let redis = info.redis_settings().clone().set_password(p.expose());
-                info.set_redis_settings(redis)
-            }
-            None => info,
-        })
+        let mut redis = without_lib_name(&info);
+        if let Some(p) = &self.password {
+            redis = redis.set_password(p.expose());
+        }
+        Ok(info.set_redis_settings(redis))
     }
 
     /// A client for `url`, the password file and TLS settings applied.

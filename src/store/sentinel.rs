@@ -14,6 +14,7 @@ use redis::{
 };
 use redis::{RedisError, RedisFuture, RedisResult, ServerErrorKind, Value};
 
+use super::connection::without_lib_name;
 use super::redis::RedisOptions;
 
 /// After a failed discovery, calls fail at once for this long instead of
@@ -73,7 +74,7 @@ impl SentinelConn {
                 // A sentinel is asked with its own URL's credentials (not the
                 // password file's) and has no databases.
                 let info = url.as_str().into_connection_info()?;
-                let info = info.clone().set_redis_settings(info.redis_settings().clone().set_db(0));
+                let info = info.clone().set_redis_settings(without_lib_name(&info).set_db(0));
                 Ok((crate::config::redact(url), opts.client_for(info)?))
             })
             .collect::<RedisResult<Vec<_>>>()?;

@@ -84,6 +84,10 @@ pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()> + Send) ->
         .ok_or_else(|| WorkerError::Config("give the command to run after `--`".into()))?;
     let config = args.config();
     tracing::info!(store = %store.describe(), command = ?args.command, timeout = ?config.timeout, lease = ?config.lease, "connecting");
-    let worker = Worker::connect(&opts, store.keys.clone(), config).await?;
+    let worker = Worker::connect(&opts, store.keys.clone(), config).await.map_err(|e| match e {
+        // Name the store, with its TLS and password files, when connecting fails.
+        WorkerError::Store(e) => WorkerError::Config(format!("cannot connect to the {}: {e}", store.describe())),
+        e => e,
+    })?;
     worker.run(handler, shutdown).await
 }
