@@ -1,8 +1,8 @@
--- idemgate: one gate call, atomically (CONTRACT §1 and §3).
+-- idemgate: one gate call, atomically (docs/reference.md: semantics, Redis keys).
 -- The rules ran in Rust; this script replays or applies their verdict.
 --
 -- KEYS[1]: delivery key      idemgate:{NS}:delivery:<enc provider>:<enc delivery id>
--- KEYS[2]: logical key       idemgate:{NS}:logical:<enc provider>:<enc org/repo>:<enc action>:<enc number>
+-- KEYS[2]: logical key       idemgate:{NS}:logical:<enc provider>:<enc org/repo>:<enc action>:<enc subject>
 --                            (any key of the slot when the verdict is not "work")
 -- KEYS[3]: run counter       idemgate:{NS}:run-counter
 -- KEYS[4]: runs stream       idemgate:{NS}:runs
@@ -16,6 +16,8 @@
 -- ARGV[11]: "1" when the caller WAITs for replicas next (--min-replicas-ack): a
 --           replay then rewrites its record unchanged (KEEPTTL), so that WAIT,
 --           sent on this connection, covers the record; else "0"
+-- ARGV[12]: the subject when it is more than the number text (docs/identities.md), else ""
+-- ARGV[13]: the payload to keep in the run record (keep_payload), else ""
 -- Returns: {1, record} when the delivery was seen before (a replay),
 --          {0, record} when this call decided; record is the delivery record JSON.
 
@@ -51,6 +53,12 @@ elseif verdict == 'work' then
     redis.call('HSET', KEYS[5] .. run_id,
       'run_id', run_id, 'provider', ARGV[6], 'delivery_id', ARGV[7], 'repo', ARGV[8],
       'action', ARGV[9], 'number', ARGV[10], 'created_ms', ARGV[5], 'status', 'queued', 'attempts', 0)
+    if (ARGV[12] or '') ~= '' then
+      redis.call('HSET', KEYS[5] .. run_id, 'subject', ARGV[12])
+    end
+    if (ARGV[13] or '') ~= '' then
+      redis.call('HSET', KEYS[5] .. run_id, 'payload', ARGV[13])
+    end
     redis.call('XADD', KEYS[4], '*',
       'run_id', run_id, 'provider', ARGV[6], 'repo', ARGV[8], 'action', ARGV[9],
       'number', ARGV[10], 'delivery_id', ARGV[7])

@@ -13,7 +13,8 @@
 -- ARGV[6..11]: run id, provider, repo, action, number, delivery id (copied
 --              into the dead stream if the run is out of attempts)
 -- Returns: {0, 0}        the entry is no longer held by this consumer (lost)
---          {1, attempt}  run attempt number `attempt` now (record: running)
+--          {1, attempt, payload}  run attempt number `attempt` now (record: running);
+--                        payload is the run record's kept payload, or nil
 --          {2, attempts} the last allowed attempt was lost with its worker:
 --                        the run was moved to the dead stream instead
 
@@ -44,4 +45,4 @@ attempts = redis.call('HINCRBY', KEYS[2], 'attempts', 1)
 redis.call('HSET', KEYS[2], 'status', 'running', 'worker', ARGV[2], 'group', ARGV[1],
   'started_ms', ARGV[4], 'updated_ms', ARGV[4])
 redis.call('HDEL', KEYS[2], 'next_attempt_ms')
-return {1, attempts}
+return {1, attempts, redis.call('HGET', KEYS[2], 'payload')}

@@ -2,15 +2,22 @@
 # The project's test command. Sets up what the tests need on a fresh Debian
 # machine (redis-server, redis-cli and openssl; a local Redis image where Docker
 # cannot pull), then runs, in order:
+#   0. scripts/check-standalone.sh: no tracked file refers to material
+#      outside the repository,
 #   1. a smoke run of `idemgate bench` against a Redis of its own,
 #   2. `idemgate healthcheck` against a loopback Redis Cluster,
 #   3. the docker-compose stack test (tests/compose.sh),
-#   4. `cargo test`: unit, integration and doc tests.
+#   3b. the API fuzzer (scripts/api-fuzz.sh: Schemathesis against
+#      docs/openapi.json, on the memory store and on Redis),
+#   4. `cargo test --features testcontainers`: unit, integration and doc
+#      tests, the container fixture included (needs the idemgate image).
 #
 #   scripts/test.sh                 everything
 #   scripts/test.sh --quick [ARGS]  only `cargo test [ARGS]` (after the set-up)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+scripts/check-standalone.sh
 
 quick=false
 if [ "${1:-}" = --quick ]; then
@@ -31,6 +38,11 @@ if [ ${#need[@]} -gt 0 ]; then
   sudo_cmd=""; [ "$(id -u)" = 0 ] || sudo_cmd=sudo
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if ! $quick && ! command -v st >/dev/null; then
+  echo "== installing schemathesis (PyPI), the API fuzzer of scripts/api-fuzz.sh"
+  python3 -m pip install -q --disable-pip-version-check schemathesis==4.32.5
 fi
 
 if [ -z "${IDEMGATE_REDIS_IMAGE:-}" ]; then
@@ -68,7 +80,16 @@ if ! $quick; then
 
   echo "== compose stack test"
   tests/compose.sh
+
+  echo "== API fuzzer: Schemathesis against docs/openapi.json, memory store then Redis (scripts/api-fuzz.sh)"
+  scripts/api-fuzz.sh "$target/release/idemgate"
 fi
 
-echo "== cargo test (Redis image: $IDEMGATE_REDIS_IMAGE)"
-cargo test --locked "$@"
+if [ -z "${IDEMGATE_IMAGE:-}" ]; then
+  # The image that tests/it/testing.rs starts through idemgate::testing.
+  export IDEMGATE_IMAGE=idemgate/idemgate:local
+  scripts/idemgate-image.sh "$IDEMGATE_IMAGE"
+fi
+
+echo "== cargo test (Redis image: $IDEMGATE_REDIS_IMAGE, idemgate image: $IDEMGATE_IMAGE)"
+cargo test --locked --features testcontainers "$@"

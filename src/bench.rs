@@ -13,7 +13,7 @@ use redis::AsyncCommands;
 use serde_json::json;
 
 use crate::config::parse_duration;
-use crate::gate::{Gate, Settings};
+use crate::gate::{Gate, Settings, Submission};
 use crate::http::AppState;
 use crate::keys::Keys;
 use crate::store::redis::{Conn, GATE_LUA, PemFile, RedisOptions, RedisStore, Tls};
@@ -124,6 +124,9 @@ impl Mix {
 }
 
 const REPLAY_KEYS: u64 = 1000;
+
+/// The median size of the vendored GitHub corpus's payloads, compact JSON (bytes).
+const MEDIAN_GITHUB_PAYLOAD: usize = 7741;
 
 /// Drives the library gate with one key mix for `dur`. `round` keeps the
 /// delivery ids and identities of one measurement apart from another's.
@@ -484,35 +487,55 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
     )?;
 
     // 7. Memory per record, for a realistic GitHub delivery: a UUID delivery
-    // id, an org/repo of typical length, a pull-request action and number,
-    // in the default-length namespace "default" (8 bytes, like bench-NNNN).
+    // id, an org/repo of typical length, a pull-request action and number
+    // named by its event (the default `identity = "event"`: number, `@`, a
+    // 24-hex content digest), in the default-length namespace "default"
+    // (8 bytes, like bench-NNNN). Then the same run keeping a payload of the
+    // median size of the vendored GitHub corpus (7741 bytes).
     let k = Keys::new(&ns)?;
     let real_gate = Gate::new(["octo-org/hello-world"], store.clone());
     let real_event = json!({"org": "octo-org", "repo": "hello-world", "action": "pull_request.opened", "number": 1347});
-    real_gate.handle("github", "72d3162e-cc78-11e3-81ab-4c9367dc0958", &real_event).await?;
-    let delivery_bytes: Option<u64> = redis::cmd("MEMORY")
-        .arg("USAGE")
-        .arg(k.delivery("github", "72d3162e-cc78-11e3-81ab-4c9367dc0958"))
-        .query_async(&mut conn)
-        .await?;
-    let logical_key = k.logical(&crate::gate::Identity {
-        provider: "github".into(),
-        repo: "octo-org/hello-world".into(),
-        action: "pull_request.opened".into(),
-        number: "1347".into(),
-    });
-    let logical_bytes: Option<u64> = redis::cmd("MEMORY").arg("USAGE").arg(&logical_key).query_async(&mut conn).await?;
-    let run_bytes: Option<u64> = redis::cmd("MEMORY").arg("USAGE").arg(k.run("run-1")).query_async(&mut conn).await?;
+    let content = crate::providers::github::content_digest(json!({"action": "opened", "number": 1347}));
+    let digest = crate::gate::event_digest(&real_event);
+    let memory = |key: String| {
+        let mut conn = conn.clone();
+        async move { redis::cmd("MEMORY").arg("USAGE").arg(key).query_async::<Option<u64>>(&mut conn).await }
+    };
+    let mut submission = Submission::new("github", "72d3162e-cc78-11e3-81ab-4c9367dc0958", &real_event, &digest);
+    submission.content_digest = Some(&content);
+    let outcome = real_gate.submit(&submission).await?;
+    let run_id = outcome.response.run_id.unwrap_or_default();
+    let delivery_bytes = memory(k.delivery("github", "72d3162e-cc78-11e3-81ab-4c9367dc0958")).await?;
+    let logical_key = k.logical(&crate::gate::Identity::with_content(
+        "github",
+        "octo-org/hello-world",
+        "pull_request.opened",
+        "1347",
+        &content,
+    ));
+    let logical_bytes = memory(logical_key.clone()).await?;
+    let run_bytes = memory(k.run(&run_id)).await?;
+    let payload = format!("{{\"zen\":\"{}\"}}", "x".repeat(MEDIAN_GITHUB_PAYLOAD - 10));
+    let kept_event = json!({"org": "octo-org", "repo": "hello-world", "action": "pull_request.opened", "number": 1348});
+    let mut kept = Submission::new("github", "9b2a1f3c-cc78-11e3-81ab-4c9367dc0958", &kept_event, &digest);
+    kept.content_digest = Some(&content);
+    kept.payload = Some(&payload);
+    let kept_run = real_gate.submit(&kept).await?.response.run_id.unwrap_or_default();
+    let kept_bytes = memory(k.run(&kept_run)).await?;
     let per_gib = |b: Option<u64>| b.map_or("?".into(), |b| format!("{:.1} M", (1u64 << 30) as f64 / b as f64 / 1e6));
     writeln!(
         out,
-        "## Redis memory (MEMORY USAGE)\n\n| record | bytes | per GiB |\n|---|---:|---:|\n| delivery record | {} | {} |\n| logical key | {} | {} |\n| run record (hash) | {} | {} |",
+        "## Redis memory (MEMORY USAGE)\n\nLogical key: `{logical_key}` ({} bytes).\n\n| record | bytes | per GiB |\n|---|---:|---:|\n| delivery record | {} | {} |\n| logical key | {} | {} |\n| run record (hash) | {} | {} |\n| run record keeping a {}-byte payload | {} | {} |",
+        logical_key.len(),
         fmt_opt(delivery_bytes),
         per_gib(delivery_bytes),
         fmt_opt(logical_bytes),
         per_gib(logical_bytes),
         fmt_opt(run_bytes),
-        per_gib(run_bytes)
+        per_gib(run_bytes),
+        payload.len(),
+        fmt_opt(kept_bytes),
+        per_gib(kept_bytes)
     )?;
     progress("cleaning up the bench namespaces");
     cleanup(&mut conn, &ns).await?;

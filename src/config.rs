@@ -1,5 +1,5 @@
 //! Configuration: command-line flags, environment variables and the TOML
-//! file of CONTRACT §6, layered defaults < file < env < flags and validated
+//! file of docs/reference.md#config-file, layered defaults < file < env < flags and validated
 //! once at start with messages that name the bad key and value.
 
 use std::net::SocketAddr;
@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use crate::gate::{DEFAULT_DELIVERY_TTL, Settings};
 use crate::keys::Keys;
-use crate::providers::{FieldPointers, Kind, Provider};
+use crate::providers::{FieldPointers, IdentityMode, Kind, Provider};
 use crate::store::Store;
 use crate::store::connection::is_tls_url;
 use crate::store::memory::MemoryStore;
@@ -66,7 +66,7 @@ pub struct StoreArgs {
     /// How long to `WAIT` for --min-replicas-ack [default: 500ms, at most half of --redis-timeout].
     #[arg(long, env = "IDEMGATE_MIN_REPLICAS_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
     pub min_replicas_timeout: Option<Duration>,
-    /// TOML config file (CONTRACT §6).
+    /// TOML config file (docs/reference.md#config-file).
     #[arg(long, env = "IDEMGATE_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// PEM file of the CA that signs Redis's certificate, for rediss:// URLs [default: the system roots].
@@ -122,7 +122,7 @@ pub struct ServeArgs {
     pub allow_eviction: bool,
 }
 
-/// The TOML file (CONTRACT §6). Unknown keys are errors, so typos show.
+/// The TOML file (docs/reference.md#config-file). Unknown keys are errors, so typos show.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
@@ -139,6 +139,7 @@ pub struct FileConfig {
     min_replicas_timeout: Option<String>,
     max_body: Option<usize>,
     request_timeout: Option<String>,
+    keep_payload: Option<bool>,
     redis_tls_ca: Option<PathBuf>,
     redis_tls_cert: Option<PathBuf>,
     redis_tls_key: Option<PathBuf>,
@@ -171,9 +172,55 @@ struct ProviderConfig {
     name: String,
     kind: String,
     secret: Option<String>,
-    secret_env: Option<String>,
+    secrets: Option<Vec<String>>,
+    /// One variable name, or several (a list, or comma-separated): each holds one secret.
+    secret_env: Option<StringOrList>,
     tolerance: Option<String>,
     fields: Option<FieldPointers>,
+    identity: Option<IdentityMode>,
+    events: Option<Vec<String>>,
+    keep_payload: Option<bool>,
+    allowed_repos: Option<StringOrList>,
+}
+
+impl ProviderConfig {
+    /// The secrets, from exactly one of `secret`, `secrets` and `secret_env`.
+    fn secrets(&self, at: &str, env: &impl Fn(&str) -> Option<String>) -> Result<Vec<String>, ConfigError> {
+        match (&self.secret, &self.secrets, &self.secret_env) {
+            (Some(s), None, None) => Ok(vec![s.clone()]),
+            (None, Some(list), None) if list.is_empty() => Err(err(format!("{at}: `secrets` is empty"))),
+            (None, Some(list), None) => Ok(list.clone()),
+            (None, None, Some(vars)) => {
+                let vars = vars.clone().into_vec();
+                if vars.is_empty() {
+                    return Err(err(format!("{at}: `secret_env` names no variable")));
+                }
+                vars.iter()
+                    .map(|var| {
+                        env(var)
+                            .filter(|s| !s.is_empty())
+                            .ok_or_else(|| err(format!("{at}: secret_env {var:?} is not set or empty")))
+                    })
+                    .collect()
+            }
+            (None, None, None) => Err(err(format!("{at}: missing secret (set `secret`, `secrets` or `secret_env`)"))),
+            _ => Err(err(format!("{at}: give one of `secret`, `secrets` and `secret_env`, not several"))),
+        }
+    }
+}
+
+/// Trims allowlist entries (spaces around the commas of
+/// IDEMGATE_ALLOWED_REPOS are not part of a name), drops empty ones, and
+/// checks that each is ORG/REPO.
+fn checked_repos(entries: Vec<String>, at: &str) -> Result<Vec<String>, ConfigError> {
+    let repos: Vec<String> = entries.into_iter().map(|r| r.trim().to_owned()).filter(|r| !r.is_empty()).collect();
+    for repo in &repos {
+        match repo.split_once('/') {
+            Some((o, r)) if !o.is_empty() && !r.is_empty() => {}
+            _ => return Err(err(format!("{at}allowed repo {repo:?} is not ORG/REPO"))),
+        }
+    }
+    Ok(repos)
 }
 
 impl FileConfig {
@@ -417,6 +464,8 @@ pub struct ServeConfig {
     pub request_timeout: Duration,
     /// Serve under an evicting maxmemory-policy.
     pub allow_eviction: bool,
+    /// Run records created through `/v1/deliveries` keep the `event` as `payload`.
+    pub keep_payload: bool,
 }
 
 /// The default body limit: 25 MiB, GitHub's payload cap.
@@ -434,6 +483,7 @@ impl Default for ServeConfig {
             max_body: DEFAULT_MAX_BODY,
             request_timeout: Duration::from_secs(10),
             allow_eviction: false,
+            keep_payload: false,
         }
     }
 }
@@ -458,22 +508,13 @@ impl ServeConfig {
             Some(l) => l.parse().map_err(|_| err(format!("listen: {l:?} is not an address like 127.0.0.1:8080")))?,
             None => d.listen,
         };
-        let allowed_repos = args
-            .allowed_repos
-            .clone()
-            .or_else(|| file.allowed_repos.clone().map(StringOrList::into_vec))
-            .unwrap_or_default()
-            .into_iter()
-            // Spaces around the commas of IDEMGATE_ALLOWED_REPOS are not part of a name.
-            .map(|r| r.trim().to_owned())
-            .filter(|r| !r.is_empty())
-            .collect::<Vec<_>>();
-        for repo in &allowed_repos {
-            match repo.split_once('/') {
-                Some((o, r)) if !o.is_empty() && !r.is_empty() => {}
-                _ => return Err(err(format!("allowed repo {repo:?} is not ORG/REPO"))),
-            }
-        }
+        let allowed_repos = checked_repos(
+            args.allowed_repos
+                .clone()
+                .or_else(|| file.allowed_repos.clone().map(StringOrList::into_vec))
+                .unwrap_or_default(),
+            "",
+        )?;
         let delivery_ttl = match args.delivery_ttl {
             Some(t) => t,
             None => file_duration("delivery_ttl", file.delivery_ttl.as_ref())?.unwrap_or(DEFAULT_DELIVERY_TTL),
@@ -496,35 +537,7 @@ impl ServeConfig {
         if api_token.as_deref() == Some("") {
             return Err(err("api token is empty: give a token or leave it unset"));
         }
-        let mut providers = Vec::new();
-        for (i, p) in file.provider.iter().enumerate() {
-            let at = format!("[[provider]] #{} ({:?})", i + 1, p.name);
-            if p.name.is_empty() || !p.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-                return Err(err(format!("{at}: name must be non-empty and use only letters, digits, '-', '_' or '.'")));
-            }
-            if providers.iter().any(|q: &Provider| q.name == p.name) {
-                return Err(err(format!("{at}: a provider named {:?} is defined twice", p.name)));
-            }
-            let kind: Kind = p.kind.parse().map_err(|_| {
-                err(format!("{at}: unknown kind {:?} (use \"github\" or \"standard-webhooks\")", p.kind))
-            })?;
-            let secret = match (&p.secret, &p.secret_env) {
-                (Some(_), Some(_)) => return Err(err(format!("{at}: give `secret` or `secret_env`, not both"))),
-                (Some(s), None) => s.clone(),
-                (None, Some(var)) => env(var)
-                    .filter(|s| !s.is_empty())
-                    .ok_or_else(|| err(format!("{at}: secret_env {var:?} is not set or empty")))?,
-                (None, None) => return Err(err(format!("{at}: missing secret (set `secret` or `secret_env`)"))),
-            };
-            let tolerance = file_duration(&format!("{at}: tolerance"), p.tolerance.as_ref())?;
-            if kind == Kind::Github && (p.tolerance.is_some() || p.fields.is_some()) {
-                return Err(err(format!("{at}: `tolerance` and `fields` apply to kind \"standard-webhooks\" only")));
-            }
-            providers.push(
-                Provider::new(p.name.clone(), kind, &secret, tolerance, p.fields.clone())
-                    .map_err(|e| err(format!("{at}: {e}")))?,
-            );
-        }
+        let providers = providers_from(file, &env)?;
         let max_body = args.max_body.or(file.max_body).unwrap_or(d.max_body);
         if max_body == 0 {
             return Err(err("max body must be more than 0 bytes"));
@@ -539,8 +552,60 @@ impl ServeConfig {
             max_body,
             request_timeout,
             allow_eviction: args.allow_eviction,
+            keep_payload: file.keep_payload.unwrap_or(false),
         })
     }
+}
+
+/// The `[[provider]]` endpoints of the config file at `path` (none without
+/// a file), secrets read from the environment: what `idemgate send` and
+/// `sign` sign with, checked as `serve` checks them.
+pub fn load_providers(path: Option<&Path>) -> Result<Vec<Provider>, ConfigError> {
+    providers_from(&FileConfig::load_opt(path)?, &|name: &str| std::env::var(name).ok())
+}
+
+/// Builds and checks every `[[provider]]` of the file; `env` looks up
+/// `secret_env` variables.
+fn providers_from(file: &FileConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Vec<Provider>, ConfigError> {
+    let mut providers = Vec::new();
+    for (i, p) in file.provider.iter().enumerate() {
+        let at = format!("[[provider]] #{} ({:?})", i + 1, p.name);
+        if p.name.is_empty() || !p.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+            return Err(err(format!("{at}: name must be non-empty and use only letters, digits, '-', '_' or '.'")));
+        }
+        if providers.iter().any(|q: &Provider| q.name == p.name) {
+            return Err(err(format!("{at}: a provider named {:?} is defined twice", p.name)));
+        }
+        let kind: Kind = p
+            .kind
+            .parse()
+            .map_err(|_| err(format!("{at}: unknown kind {:?} (use \"github\" or \"standard-webhooks\")", p.kind)))?;
+        let secrets = p.secrets(&at, &env)?;
+        let tolerance = file_duration(&format!("{at}: tolerance"), p.tolerance.as_ref())?;
+        if kind == Kind::Github && (p.tolerance.is_some() || p.fields.is_some()) {
+            return Err(err(format!("{at}: `tolerance` and `fields` apply to kind \"standard-webhooks\" only")));
+        }
+        if kind != Kind::Github && p.identity.is_some() {
+            return Err(err(format!("{at}: `identity` applies to kind \"github\" only")));
+        }
+        let mut provider = Provider::new(p.name.clone(), kind, &secrets, tolerance, p.fields.clone())
+            .map_err(|e| err(format!("{at}: {e}")))?
+            .with_identity(p.identity.unwrap_or_default())
+            .with_keep_payload(p.keep_payload.unwrap_or(false));
+        if let Some(events) = &p.events {
+            if events.is_empty() || events.iter().any(String::is_empty) {
+                return Err(err(format!(
+                    "{at}: `events` must list non-empty event names (leave it out to accept every event)"
+                )));
+            }
+            provider = provider.with_events(events.iter().cloned());
+        }
+        if let Some(repos) = &p.allowed_repos {
+            provider = provider.with_allowed_repos(checked_repos(repos.clone().into_vec(), &format!("{at}: "))?);
+        }
+        providers.push(provider);
+    }
+    Ok(providers)
 }
 
 #[cfg(test)]
@@ -575,7 +640,7 @@ mod tests {
         assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
         assert!(c.store.redis.is_none());
         assert_eq!(c.store.keys.namespace(), "default");
-        assert!(c.settings.delivery_ttl >= Duration::from_secs(4 * 86400));
+        assert_eq!(c.settings.delivery_ttl, Duration::from_secs(7 * 86400));
         assert_eq!(c.settings.logical_ttl, None);
         assert_eq!(c.max_body, 25 * 1024 * 1024);
     }
@@ -630,6 +695,54 @@ mod tests {
     }
 
     #[test]
+    fn provider_keys_for_identities_events_rotation_and_payloads() {
+        let env = |v: &str| match v {
+            "GH_NEW" => Some("new".to_owned()),
+            "GH_OLD" => Some("old".to_owned()),
+            _ => None,
+        };
+        let text = r#"
+            keep_payload = true
+            allowed_repos = ["a/b"]
+
+            [[provider]]
+            name = "github"
+            kind = "github"
+            secret_env = ["GH_NEW", "GH_OLD"]
+            identity = "number"
+            events = ["push", "pull_request.opened"]
+            keep_payload = true
+            allowed_repos = ["octo/one", " octo/two "]
+
+            [[provider]]
+            name = "plain"
+            kind = "github"
+            secret_env = "GH_NEW,GH_OLD"
+
+            [[provider]]
+            name = "billing"
+            kind = "standard-webhooks"
+            secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_c2Vjb25k"]
+            fields = { org = "=acme", repo = "=billing", action = "/type" }
+        "#;
+        let c = ServeConfig::resolve_with(&ServeArgs::default(), &file(text), env).unwrap();
+        assert!(c.keep_payload);
+        let [gh, plain, billing] = &c.providers[..] else { panic!("{:?}", c.providers) };
+        assert_eq!((gh.identity(), gh.keep_payload()), (IdentityMode::Number, true));
+        assert_eq!(gh.allowed_repos(), Some(&["octo/one".to_owned(), "octo/two".to_owned()][..]));
+        assert_eq!((plain.identity(), plain.keep_payload(), plain.allowed_repos()), (IdentityMode::Event, false, None));
+        assert_eq!(billing.fields().org, "=acme");
+        let debug = format!("{gh:?} {plain:?} {billing:?}");
+        assert!(debug.contains("<redacted> (2)") && !debug.contains("whsec_") && !debug.contains("\"new\""), "{debug}");
+        // Every variable of a secret_env list must be set.
+        let e = ServeConfig::resolve_with(&ServeArgs::default(), &file(text), |v| (v == "GH_NEW").then(|| "n".into()))
+            .unwrap_err()
+            .0;
+        assert!(e.contains("\"GH_OLD\" is not set"), "{e}");
+        assert!(!ServeConfig::resolve_with(&ServeArgs::default(), &file(""), env).unwrap().keep_payload);
+    }
+
+    #[test]
     fn each_bad_input_names_the_problem() {
         let cases = [
             ("delivery_ttl = \"soon\"", "delivery_ttl"),
@@ -647,6 +760,23 @@ mod tests {
             ("namespace = \"a{b\"", "namespace"),
             ("redis_url = \"redis://x\"\nredis_cluster_nodes = \"redis://y\"", "not both"),
             ("api_token = \"\"", "api token"),
+            ("[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\nsecrets = [\"t\"]", "not several"),
+            ("[[provider]]\nname = \"x\"\nkind = \"github\"\nsecrets = []", "`secrets` is empty"),
+            ("[[provider]]\nname = \"x\"\nkind = \"github\"\nsecrets = [\"s\", \"\"]", "the secret is empty"),
+            ("[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret_env = []", "names no variable"),
+            ("[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\nevents = []", "`events` must"),
+            (
+                "[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\nallowed_repos = [\"a\"]",
+                "\"a\" is not ORG/REPO",
+            ),
+            (
+                "[[provider]]\nname = \"x\"\nkind = \"standard-webhooks\"\nsecret = \"whsec_c2Vjb25k\"\nidentity = \"number\"",
+                "`identity` applies to kind \"github\" only",
+            ),
+            (
+                "[[provider]]\nname = \"x\"\nkind = \"standard-webhooks\"\nsecrets = [\"whsec_c2Vjb25k\", \"whsec_!\"]",
+                "not valid base64",
+            ),
         ];
         for (text, want) in cases {
             let e = resolve(&ServeArgs::default(), text).unwrap_err();
@@ -660,6 +790,7 @@ mod tests {
             "lisen = \"x\"",
             "max_body = \"big\"",
             "[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\nextra = 1",
+            "[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\nidentity = \"commit\"",
         ] {
             assert!(toml::from_str::<FileConfig>(text).is_err(), "{text}");
         }
@@ -777,11 +908,92 @@ mod tests {
         assert_eq!(redact("redis://host:6379"), "redis://host:6379");
     }
 
+    /// Top-level string keys whose values the property below varies.
+    const TOP_KEYS: &[&str] = &[
+        "listen",
+        "redis_url",
+        "namespace",
+        "allowed_repos",
+        "delivery_ttl",
+        "logical_ttl",
+        "api_token",
+        "redis_timeout",
+        "min_replicas_timeout",
+        "request_timeout",
+    ];
+
+    /// A TOML string shaped like what these keys take, or not.
+    fn arb_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            "[0-9]{1,6}(ms|s|m|h|d|x|)",
+            "[a-z]{1,6}/[a-z]{0,6}",
+            "(127\\.0\\.0\\.1|[a-z]{1,5}):[0-9]{1,6}",
+            "redis://[a-z:@]{0,10}[0-9]{0,5}",
+            ".{0,16}",
+        ]
+    }
+
+    /// A `[[provider]]` table with arbitrary names, kinds and settings.
+    fn arb_provider() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        (
+            ".{0,8}",
+            prop_oneof![Just("github".to_owned()), Just("standard-webhooks".to_owned()), "[a-z-]{0,10}"],
+            proptest::option::of(".{0,12}"),
+            proptest::option::of("[A-Z_]{1,8}"),
+            proptest::option::of("[0-9]{1,3}(s|m|x)"),
+        )
+            .prop_map(|(name, kind, secret, secret_env, tolerance)| {
+                let q = |s: String| toml::Value::String(s).to_string();
+                let mut t = format!("[[provider]]\nname = {}\nkind = {}\n", q(name), q(kind));
+                for (key, value) in [("secret", secret), ("secret_env", secret_env), ("tolerance", tolerance)] {
+                    if let Some(v) = value {
+                        t.push_str(&format!("{key} = {}\n", q(v)));
+                    }
+                }
+                t
+            })
+    }
+
     proptest::proptest! {
         #[test]
         fn config_parser_never_panics(text in ".{0,200}") {
             if let Ok(f) = toml::from_str::<FileConfig>(&text) {
                 let _ = ServeConfig::resolve_with(&ServeArgs::default(), &f, |_| None);
+            }
+        }
+
+        /// Well-formed files with arbitrary values: every case parses, so
+        /// every case reaches the validation in `resolve_with`, which must
+        /// answer with a value or a message, never a panic.
+        #[test]
+        fn any_values_resolve_or_explain(
+            top in proptest::collection::vec((0..TOP_KEYS.len(), proptest::collection::vec(arb_text(), 1..3)), 0..6),
+            providers in proptest::collection::vec(arb_provider(), 0..3),
+        ) {
+            let mut text = String::new();
+            let mut seen = std::collections::HashSet::new();
+            for (key, mut values) in top {
+                if !seen.insert(key) {
+                    continue;
+                }
+                // The allowlist takes a list or one comma-separated string; the others one string.
+                let value = if TOP_KEYS[key] == "allowed_repos" && values.len() > 1 {
+                    toml::Value::Array(values.into_iter().map(toml::Value::String).collect())
+                } else {
+                    toml::Value::String(values.swap_remove(0))
+                };
+                text.push_str(&format!("{} = {value}\n", TOP_KEYS[key]));
+            }
+            for p in providers {
+                text.push_str(&p);
+            }
+            let file = toml::from_str::<FileConfig>(&text);
+            proptest::prop_assert!(file.is_ok(), "{text}: {:?}", file.err());
+            match ServeConfig::resolve_with(&ServeArgs::default(), &file.unwrap(), |_| Some("env-secret".into())) {
+                Ok(_) => {}
+                Err(e) => proptest::prop_assert!(!e.to_string().is_empty()),
             }
         }
 

@@ -1,8 +1,8 @@
-//! The gate's rules (CONTRACT §1), written once and shared by every store:
+//! The gate's rules (docs/reference.md#semantics), written once and shared by every store:
 //! validation, the repo allowlist, `number_text` and the identity tuple.
 //! A store only applies the verdict these rules compute, atomically.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -25,6 +25,10 @@ pub enum Status {
     BadRequest,
     /// `org/repo` is not in the allowlist (403).
     Blocked,
+    /// A provider endpoint acknowledged an event it does not gate (200): an
+    /// event name outside its `events` list, or a GitHub `ping`. Answered
+    /// before the gate, so it is never stored or replayed.
+    Ignored,
 }
 
 impl Status {
@@ -35,21 +39,23 @@ impl Status {
             Status::Duplicate => 200,
             Status::BadRequest => 400,
             Status::Blocked => 403,
+            Status::Ignored => 200,
         }
     }
 
-    /// The wire name (`created`, `duplicate`, `bad_request`, `blocked`).
+    /// The wire name (`created`, `duplicate`, `bad_request`, `blocked`, `ignored`).
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Created => "created",
             Status::Duplicate => "duplicate",
             Status::BadRequest => "bad_request",
             Status::Blocked => "blocked",
+            Status::Ignored => "ignored",
         }
     }
 }
 
-/// The gate's answer; serializes to exactly the objects of CONTRACT §1.
+/// The gate's answer; serializes to exactly the objects of docs/reference.md#semantics.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Response {
     /// What happened.
@@ -73,7 +79,8 @@ impl Response {
     }
 }
 
-/// The logical-work identity: `(provider, "org/repo", action, number_text)`.
+/// The logical-work identity: `(provider, "org/repo", action, subject)`.
+/// The store keys the work on these four; see docs/identities.md.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Identity {
     /// The provider the delivery came from.
@@ -82,8 +89,45 @@ pub struct Identity {
     pub repo: String,
     /// The event's action.
     pub action: String,
-    /// `number_text` of CONTRACT §1 (`""` when there is no number).
+    /// `number_text` of docs/reference.md#semantics (`""` when there is no number), as the
+    /// run record and the worker report it.
     pub number: String,
+    /// What names the work within `(provider, repo, action)`: the number
+    /// text itself, or for a content identity (GitHub's `identity =
+    /// "event"`) the number text, [`SUBJECT_DIGEST_SEPARATOR`] and a digest
+    /// of the event's content.
+    pub subject: String,
+}
+
+/// Between the number text and the content digest in a subject (`7@…`),
+/// as in container image references (`name@sha256:…`).
+pub const SUBJECT_DIGEST_SEPARATOR: char = '@';
+
+impl Identity {
+    /// The identity whose subject is the number text (`/v1/deliveries`,
+    /// GitHub's `identity = "number"`).
+    pub fn new(
+        provider: impl Into<String>,
+        repo: impl Into<String>,
+        action: impl Into<String>,
+        number: impl Into<String>,
+    ) -> Self {
+        let number = number.into();
+        Self { provider: provider.into(), repo: repo.into(), action: action.into(), subject: number.clone(), number }
+    }
+
+    /// The identity whose subject is `number@content_digest`.
+    pub fn with_content(
+        provider: impl Into<String>,
+        repo: impl Into<String>,
+        action: impl Into<String>,
+        number: impl Into<String>,
+        content_digest: &str,
+    ) -> Self {
+        let number = number.into();
+        let subject = format!("{number}{SUBJECT_DIGEST_SEPARATOR}{content_digest}");
+        Self { provider: provider.into(), repo: repo.into(), action: action.into(), number, subject }
+    }
 }
 
 /// What the rules decided before the store is consulted.
@@ -131,6 +175,8 @@ impl Default for Settings {
 #[derive(Clone)]
 pub struct Gate {
     allowlist: Arc<HashSet<String>>,
+    /// Providers with an allowlist of their own, which replaces `allowlist` for them.
+    provider_allowlists: Arc<HashMap<String, HashSet<String>>>,
     store: Arc<dyn Store>,
 }
 
@@ -142,7 +188,23 @@ impl Gate {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        Self { allowlist: Arc::new(allowed_repos.into_iter().map(Into::into).collect()), store }
+        Self {
+            allowlist: Arc::new(allowed_repos.into_iter().map(Into::into).collect()),
+            provider_allowlists: Arc::default(),
+            store,
+        }
+    }
+
+    /// Gives `provider` an allowlist of its own, which replaces the gate's
+    /// for that provider's deliveries (a provider's `allowed_repos`).
+    pub fn with_provider_allowlist<I, S>(mut self, provider: &str, allowed_repos: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Arc::make_mut(&mut self.provider_allowlists)
+            .insert(provider.to_owned(), allowed_repos.into_iter().map(Into::into).collect());
+        self
     }
 
     /// The store behind the gate.
@@ -150,7 +212,7 @@ impl Gate {
         &self.store
     }
 
-    /// Handles one delivery and returns the gate's answer (CONTRACT §1).
+    /// Handles one delivery and returns the gate's answer (docs/reference.md#semantics).
     /// `Err` means the store failed: nothing was decided, nothing cached.
     pub async fn handle(&self, provider: &str, delivery_id: &str, event: &Value) -> Result<Response, Error> {
         Ok(self.check(provider, delivery_id, event).await?.response)
@@ -172,33 +234,71 @@ impl Gate {
         event: &Value,
         digest: &str,
     ) -> Result<Outcome, Error> {
+        self.submit(&Submission::new(provider, delivery_id, event, digest)).await
+    }
+
+    /// The general form of [`Gate::check`]: a delivery with its content
+    /// digest (the identity's subject) and the payload to keep, if any.
+    pub async fn submit(&self, s: &Submission<'_>) -> Result<Outcome, Error> {
         let call = Call {
-            provider,
-            delivery_id,
-            verdict: self.verdict(provider, event),
-            event_digest: digest,
+            provider: s.provider,
+            delivery_id: s.delivery_id,
+            verdict: self.verdict_for(s.provider, s.event, s.content_digest),
+            event_digest: s.event_digest,
+            payload: s.payload,
             now_ms: now_ms(),
         };
         let stored = self.store.apply(&call).await?;
-        let event_mismatch = stored.replayed && stored.first_digest.as_deref().is_some_and(|d| d != digest);
+        let event_mismatch = stored.replayed && stored.first_digest.as_deref().is_some_and(|d| d != s.event_digest);
         Ok(Outcome { response: stored.response, replayed: stored.replayed, event_mismatch })
     }
 
     /// Validation, then policy: the verdict for a delivery not seen before.
     pub fn verdict(&self, provider: &str, event: &Value) -> Verdict {
+        self.verdict_for(provider, event, None)
+    }
+
+    /// [`Gate::verdict`] for a delivery whose work is named by its content:
+    /// with `content_digest`, the identity's subject is `number@digest`.
+    pub fn verdict_for(&self, provider: &str, event: &Value, content_digest: Option<&str>) -> Verdict {
         let Some(fields) = validate(event) else {
             return Verdict::BadRequest;
         };
         let repo = format!("{}/{}", fields.org, fields.repo);
-        if !self.allowlist.contains(&repo) {
+        let allowlist = self.provider_allowlists.get(provider).unwrap_or(&self.allowlist);
+        if !allowlist.contains(&repo) {
             return Verdict::Blocked;
         }
-        Verdict::Work(Identity {
-            provider: provider.to_owned(),
-            repo,
-            action: fields.action.to_owned(),
-            number: fields.number,
+        Verdict::Work(match content_digest {
+            None => Identity::new(provider, repo, fields.action, fields.number),
+            Some(d) => Identity::with_content(provider, repo, fields.action, fields.number, d),
         })
+    }
+}
+
+/// One delivery as a caller hands it to [`Gate::submit`].
+#[derive(Debug, Clone, Copy)]
+pub struct Submission<'a> {
+    /// The provider the delivery came from.
+    pub provider: &'a str,
+    /// The provider's delivery id.
+    pub delivery_id: &'a str,
+    /// The normalized event (`org`, `repo`, `action`, `number`).
+    pub event: &'a Value,
+    /// What the delivery record keeps to tell a changed retry from the
+    /// first delivery (see [`event_digest`]).
+    pub event_digest: &'a str,
+    /// A digest of the event's content: when set, the work is named by
+    /// `number@digest` instead of the number alone (docs/identities.md).
+    pub content_digest: Option<&'a str>,
+    /// Kept in the run record as `payload` when this delivery creates a run.
+    pub payload: Option<&'a str>,
+}
+
+impl<'a> Submission<'a> {
+    /// A delivery named by its number, keeping no payload.
+    pub fn new(provider: &'a str, delivery_id: &'a str, event: &'a Value, event_digest: &'a str) -> Self {
+        Self { provider, delivery_id, event, event_digest, content_digest: None, payload: None }
     }
 }
 
@@ -215,7 +315,7 @@ pub struct Fields<'a> {
     pub number: String,
 }
 
-/// Step 2 of CONTRACT §1: `org`, `repo` and `action` present, strings,
+/// Step 2 of docs/reference.md#semantics: `org`, `repo` and `action` present, strings,
 /// non-empty (never trimmed), and `number` of an accepted type.
 /// `None` means `bad_request`.
 pub fn validate(event: &Value) -> Option<Fields<'_>> {

@@ -1,4 +1,4 @@
-//! The HTTP API of CONTRACT §5: the normalized gate, provider webhook
+//! The HTTP API of docs/reference.md#http-api: the normalized gate, provider webhook
 //! endpoints, health, readiness and metrics. [`app`] builds the router, so
 //! tests can drive it in-process; [`crate::server`] binds and serves it.
 
@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::gate::{Gate, Outcome};
+use crate::gate::{Gate, Outcome, Status, Submission};
 use crate::metrics::Metrics;
 use crate::providers::{Provider, Rejection};
 
@@ -38,11 +38,19 @@ struct Shared {
     metrics: Arc<Metrics>,
     max_body: usize,
     request_timeout: std::time::Duration,
+    /// `/v1/deliveries` run records keep the `event` as `payload`.
+    keep_payload: bool,
 }
 
 impl AppState {
     /// State for a gate, its provider endpoints and an optional API token.
+    /// A provider's own `allowed_repos` replaces the gate's allowlist for
+    /// its deliveries.
     pub fn new(gate: Gate, providers: Vec<Provider>, api_token: Option<&str>) -> Self {
+        let gate = providers.iter().fold(gate, |gate, p| match p.allowed_repos() {
+            Some(repos) => gate.with_provider_allowlist(&p.name, repos.iter().cloned()),
+            None => gate,
+        });
         Self(Arc::new(Shared {
             gate,
             providers: Arc::new(providers.into_iter().map(|p| (p.name.clone(), p)).collect()),
@@ -50,7 +58,15 @@ impl AppState {
             metrics: Arc::new(Metrics::default()),
             max_body: crate::config::DEFAULT_MAX_BODY,
             request_timeout: std::time::Duration::from_secs(10),
+            keep_payload: false,
         }))
+    }
+
+    /// Run records created through `/v1/deliveries` keep the `event` as
+    /// `payload` (the top-level `keep_payload`).
+    pub fn with_keep_payload(mut self, keep: bool) -> Self {
+        Arc::make_mut(&mut self.0).keep_payload = keep;
+        self
     }
 
     /// Sets the body limit (bytes).
@@ -111,7 +127,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// The router of CONTRACT §5.
+/// The router of docs/reference.md#http-api.
 pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/v1/deliveries", post(deliveries))
@@ -120,6 +136,7 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(middleware::from_fn_with_state(state.clone(), guard))
@@ -190,7 +207,10 @@ async fn deliveries(State(st): State<AppState>, headers: HeaderMap, body: Body) 
     let delivery_id = string_field(&body, "delivery_id")?;
     let event = body.get("event").unwrap_or(&Value::Null);
     let digest = crate::gate::event_digest(event);
-    gate_call(&st, provider, delivery_id, event, &digest).await
+    let payload = (st.0.keep_payload && event.is_object()).then(|| event.to_string());
+    let submission =
+        Submission { payload: payload.as_deref(), ..Submission::new(provider, delivery_id, event, &digest) };
+    gate_call(&st, &submission).await
 }
 
 async fn webhook(
@@ -204,30 +224,44 @@ async fn webhook(
     let provider =
         st.0.providers.get(&name).ok_or_else(|| ApiError::NotFound(format!("no provider named {name:?}")))?;
     let bytes = read_body(body, st.0.max_body).await?;
-    let delivery = provider.accept(&headers, &bytes, SystemTime::now()).map_err(|r| {
-        tracing::info!(provider = %name, reason = r.reason(), "webhook rejected");
-        match r {
-            Rejection::Unauthorized(m) => {
-                st.0.metrics.auth_failure(&name);
-                ApiError::Unauthorized(m)
-            }
-            Rejection::BadRequest(m) => ApiError::BadRequest(m),
+    let delivery = match provider.accept(&headers, &bytes, SystemTime::now()) {
+        Ok(delivery) => delivery,
+        Err(Rejection::Ignored(reason)) => {
+            tracing::info!(provider = %name, reason, "webhook ignored");
+            st.0.metrics.ignored(&name);
+            return Ok(gate_response(&Outcome {
+                response: crate::gate::Response::plain(Status::Ignored),
+                replayed: false,
+                event_mismatch: false,
+            }));
         }
-    })?;
+        Err(r) => {
+            tracing::info!(provider = %name, reason = r.reason(), "webhook rejected");
+            return Err(match r {
+                Rejection::Unauthorized(m) => {
+                    st.0.metrics.auth_failure(&name);
+                    ApiError::Unauthorized(m)
+                }
+                Rejection::BadRequest(m) | Rejection::Ignored(m) => ApiError::BadRequest(m),
+            });
+        }
+    };
     // The raw body is the event the provider sent: a retry of the same
     // delivery carries the same bytes.
     let digest = hex::encode(&Sha256::digest(&bytes)[..16]);
-    gate_call(&st, &name, &delivery.delivery_id, &delivery.event, &digest).await
+    // The body parsed as JSON, so it is UTF-8.
+    let payload = provider.keep_payload().then(|| std::str::from_utf8(&bytes).ok()).flatten();
+    let submission = Submission {
+        content_digest: delivery.content_digest.as_deref(),
+        payload,
+        ..Submission::new(&name, &delivery.delivery_id, &delivery.event, &digest)
+    };
+    gate_call(&st, &submission).await
 }
 
-async fn gate_call(
-    st: &AppState,
-    provider: &str,
-    delivery_id: &str,
-    event: &Value,
-    digest: &str,
-) -> Result<Response, ApiError> {
-    let outcome = st.0.gate.check_with_digest(provider, delivery_id, event, digest).await.map_err(|e| {
+async fn gate_call(st: &AppState, submission: &Submission<'_>) -> Result<Response, ApiError> {
+    let Submission { provider, delivery_id, .. } = *submission;
+    let outcome = st.0.gate.submit(submission).await.map_err(|e| {
         st.0.metrics.store_error();
         tracing::error!(provider, delivery_id, error = %e, "store failed; answered 503");
         ApiError::Unavailable("the gate's store is unavailable; retry later")
@@ -281,6 +315,14 @@ async fn readyz(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
         ApiError::Unavailable("the store does not answer")
     })?;
     Ok(Json(json!({"status": "ready", "store": st.0.gate.store().kind()})))
+}
+
+/// The OpenAPI 3.1 description of this router, checked in as
+/// `docs/openapi.json` and compared with the router by the tests.
+pub const OPENAPI: &str = include_str!("../docs/openapi.json");
+
+async fn openapi() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI)
 }
 
 async fn metrics(State(st): State<AppState>) -> impl IntoResponse {

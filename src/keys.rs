@@ -1,4 +1,4 @@
-//! The Redis key schema of CONTRACT §3: length-prefixed fields under a
+//! The Redis key schema of docs/reference.md#redis-keys: length-prefixed fields under a
 //! namespace hash tag, so no two identities share a key and one namespace
 //! lives in one Redis Cluster slot.
 
@@ -61,10 +61,12 @@ impl Keys {
         k
     }
 
-    /// `idemgate:{NS}:logical:` enc(provider) `:` enc(org/repo) `:` enc(action) `:` enc(number_text)
+    /// `idemgate:{NS}:logical:` enc(provider) `:` enc(org/repo) `:` enc(action) `:` enc(subject);
+    /// the subject is the number text, or `number@digest` for a content
+    /// identity (docs/identities.md).
     pub fn logical(&self, id: &Identity) -> String {
         let mut k = self.key("logical:");
-        for (i, field) in [&id.provider, &id.repo, &id.action, &id.number].into_iter().enumerate() {
+        for (i, field) in [&id.provider, &id.repo, &id.action, &id.subject].into_iter().enumerate() {
             if i > 0 {
                 k.push(':');
             }
@@ -124,7 +126,7 @@ mod tests {
     use super::*;
 
     fn id(p: &str, r: &str, a: &str, n: &str) -> Identity {
-        Identity { provider: p.into(), repo: r.into(), action: a.into(), number: n.into() }
+        Identity::new(p, r, a, n)
     }
 
     #[test]
@@ -134,6 +136,10 @@ mod tests {
         assert_eq!(
             keys.logical(&id("github", "octo/repo", "pull_request.opened", "7")),
             "idemgate:{default}:logical:6:github:9:octo/repo:19:pull_request.opened:1:7"
+        );
+        assert_eq!(
+            keys.logical(&Identity::with_content("github", "octo/repo", "push", "", "0123456789abcdef01234567")),
+            "idemgate:{default}:logical:6:github:9:octo/repo:4:push:25:@0123456789abcdef01234567"
         );
         assert_eq!(keys.run("run-7"), "idemgate:{default}:run:run-7");
         assert_eq!(keys.run_counter(), "idemgate:{default}:run-counter");

@@ -5,33 +5,43 @@
 //! durably. The modules, in the order a request meets them:
 //!
 //! - [`server`]: start, eviction-policy check, graceful shutdown.
-//! - [`http`]: the HTTP API (CONTRACT §5) as an axum router.
+//! - [`http`]: the HTTP API (docs/reference.md#http-api) as an axum router.
 //! - [`providers`]: webhook authentication and normalization (GitHub, Standard Webhooks).
-//! - [`gate`]: the rules of CONTRACT §1 (validation, allowlist,
+//! - [`gate`]: the rules of docs/reference.md#semantics (validation, allowlist,
 //!   `number_text`, identity) and [`gate::Gate`], the entry point.
 //! - [`store`]: where the state lives, behind one trait: [`store::memory`]
 //!   (embedded default) and [`store::redis`] (one atomic Lua script).
-//! - [`keys`]: the length-prefixed Redis key schema of CONTRACT §3.
+//! - [`jcs`]: RFC 8785 canonical JSON, for payload digests (window analysis, GitHub event identities).
+//! - [`keys`]: the length-prefixed Redis key schema of docs/reference.md#redis-keys.
 //! - [`config`]: flags, env and TOML file, layered and validated.
 //! - [`metrics`]: Prometheus counters for `/metrics`.
-//! - [`window`]: the stateless dedup-window analysis of CONTRACT §7.
+//! - [`window`]: the stateless dedup-window analysis of docs/window.md.
 //! - [`bench`]: `idemgate bench`, the measurements behind BENCHMARKS.md.
 //! - [`error`]: store failures (never turned into a gate answer).
 //! - [`worker`]: the durable run queue's consumer (`idemgate worker`): leases, retries, dead stream.
+//! - `testing` (feature `testcontainers`): the idemgate image as a
+//!   testcontainers fixture for users' integration tests.
+//! - [`send`]: `idemgate send` and `sign`, signing with the verifiers' own code.
+//! - [`client`]: the one-request HTTP client of `send` and `healthcheck --http`.
 //! - [`ops`]: operator commands (`inspect`, `stats`, `key`, `healthcheck`) over the Redis key schema.
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod client;
 pub mod config;
 pub mod error;
 pub mod gate;
 pub mod http;
+pub mod jcs;
 pub mod keys;
 pub mod metrics;
 pub mod ops;
 pub mod providers;
+pub mod send;
 pub mod server;
 pub mod store;
+#[cfg(feature = "testcontainers")]
+pub mod testing;
 pub mod window;
 pub mod worker;
 

@@ -24,7 +24,8 @@ struct RouteStats {
 pub const MAX_PROVIDERS: usize = 64;
 const OTHER: &str = "_other";
 
-const STATUSES: [Status; 4] = [Status::Created, Status::Duplicate, Status::BadRequest, Status::Blocked];
+const STATUSES: [Status; 5] =
+    [Status::Created, Status::Duplicate, Status::BadRequest, Status::Blocked, Status::Ignored];
 
 /// The service's counters. Maps are keyed by route or provider and looked
 /// up by reference, so counting allocates only the first time a key shows.
@@ -76,6 +77,13 @@ impl Metrics {
         if outcome.event_mismatch {
             self.mismatches.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Counts one webhook answered `ignored` (a GitHub `ping`, an event
+    /// outside the provider's `events`), under the gate's outcomes.
+    pub fn ignored(&self, provider: &str) {
+        let i = STATUSES.iter().position(|s| *s == Status::Ignored).expect("every status is listed");
+        slot(&mut self.outcomes.lock().expect("metrics"), provider)[i] += 1;
     }
 
     /// Counts one store failure (answered 503).

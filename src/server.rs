@@ -56,7 +56,8 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()> + Sen
     let gate = Gate::new(config.allowed_repos.iter().cloned(), store);
     let state = AppState::new(gate, config.providers.clone(), config.api_token.as_deref())
         .with_max_body(config.max_body)
-        .with_request_timeout(config.request_timeout);
+        .with_request_timeout(config.request_timeout)
+        .with_keep_payload(config.keep_payload);
     let listener = TcpListener::bind(config.listen).await?;
     tracing::info!(addr = %listener.local_addr()?, "listening");
     run(listener, state, config.request_timeout + Duration::from_secs(5), shutdown).await?;

@@ -30,15 +30,12 @@ pub enum Target {
 }
 
 impl Target {
-    /// The identity `(provider, org/repo, action, number_text)`; `number`
-    /// is the number text as the gate computes it (`""`: no number).
-    pub fn logical(provider: &str, repo: &str, action: &str, number: &str) -> Self {
-        Target::Logical(Identity {
-            provider: provider.into(),
-            repo: repo.into(),
-            action: action.into(),
-            number: number.into(),
-        })
+    /// The identity `(provider, org/repo, action, subject)`; `subject` is
+    /// the number text as the gate computes it (`""`: no number), or for a
+    /// GitHub event identity the run record's `subject` (`7@…`,
+    /// docs/identities.md).
+    pub fn logical(provider: &str, repo: &str, action: &str, subject: &str) -> Self {
+        Target::Logical(Identity::new(provider, repo, action, subject))
     }
 
     /// The kind of record, as the commands name it.

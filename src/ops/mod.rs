@@ -1,4 +1,4 @@
-//! Operator commands (CONTRACT §4): `inspect`, `stats`, `key` and
+//! Operator commands (docs/reference.md#commands): `inspect`, `stats`, `key` and
 //! `healthcheck`. The lookups return data ([`inspect`], [`stats`]); the
 //! [`render`] module turns it into text for people or JSON for scripts; the
 //! `*_command` functions are what the binary calls after parsing.
@@ -191,9 +191,12 @@ pub enum InspectCommand {
         repo: String,
         /// The event's action (e.g. `pull_request.opened`).
         action: String,
-        /// The number text as the gate computes it; omit it for events
-        /// without a number (missing, null, 0 and "" all mean "no number";
-        /// the string "0" is the number text `0`).
+        /// The subject: the number text as the gate computes it (omit it
+        /// for events without a number: missing, null, 0 and "" all mean
+        /// "no number"; the string "0" is the number text `0`). For a GitHub
+        /// provider with `identity = "event"` (the default) it is the
+        /// number text, `@` and the content digest, e.g. `7@3f0c…`: `inspect
+        /// run` prints it as `subject` (docs/identities.md).
         number: Option<String>,
         /// Store and output flags.
         #[command(flatten)]
@@ -263,7 +266,8 @@ pub enum KeyCommand {
         repo: String,
         /// The event's action.
         action: String,
-        /// The number text as the gate computes it; omit it for no number.
+        /// The subject: the number text as the gate computes it (omit it
+        /// for no number), or a run record's `subject` (`7@3f0c…`).
         number: Option<String>,
         /// Namespace and output flags.
         #[command(flatten)]
@@ -363,25 +367,11 @@ pub struct HealthcheckArgs {
 }
 
 /// GETs a plain `http://host:port/path` URL and returns its status code.
-/// Written on a bare socket: a health check needs no HTTP client.
 pub async fn http_status(url: &str, timeout: Duration) -> Result<u16, String> {
-    let rest = url.strip_prefix("http://").ok_or_else(|| format!("{url:?} is not an http:// URL"))?;
-    let (authority, path) = rest.split_once('/').map_or((rest, "/".to_owned()), |(a, p)| (a, format!("/{p}")));
-    let exchange = async {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut sock =
-            tokio::net::TcpStream::connect(authority).await.map_err(|e| format!("connect {authority}: {e}"))?;
-        let req = format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
-        sock.write_all(req.as_bytes()).await.map_err(|e| format!("send: {e}"))?;
-        let mut head = [0u8; 64];
-        let n = sock.read(&mut head).await.map_err(|e| format!("read: {e}"))?;
-        let line = String::from_utf8_lossy(&head[..n]);
-        line.split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .ok_or_else(|| format!("not an HTTP answer: {line:?}"))
-    };
-    tokio::time::timeout(timeout, exchange).await.map_err(|_| format!("no answer within {timeout:?}"))?
+    let answer = crate::client::request(axum::http::Method::GET, url, &[], Vec::new(), timeout)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(answer.status.as_u16())
 }
 
 /// `idemgate healthcheck`: one line on stdout when the store (or, with

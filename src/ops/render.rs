@@ -61,12 +61,13 @@ pub fn cli_quote(key: &str) -> String {
 }
 
 /// The run fields in the order a person reads them; any other field follows, sorted.
-const RUN_ORDER: [&str; 12] = [
+const RUN_ORDER: [&str; 13] = [
     "run_id",
     "provider",
     "repo",
     "action",
     "number",
+    "subject",
     "delivery_id",
     "created_ms",
     "status",
@@ -94,6 +95,7 @@ fn run_rows(run: &RunView) -> Vec<(String, String)> {
             let shown = match (k.ends_with("_ms"), v.parse::<u64>().ok().and_then(rfc3339_ms)) {
                 (true, Some(t)) => format!("{v} ({t})"),
                 _ if v.is_empty() => "\"\" (empty)".to_owned(),
+                _ if k == "payload" => payload_preview(v),
                 _ => v.clone(),
             };
             (k.clone(), shown)
@@ -101,6 +103,16 @@ fn run_rows(run: &RunView) -> Vec<(String, String)> {
         .collect();
     rows.push(("ttl left".into(), ttl_text(run.ttl)));
     rows
+}
+
+/// How much of a kept payload the text form shows.
+const PAYLOAD_PREVIEW_CHARS: usize = 120;
+
+/// A kept payload in one line: its size and its start (`--json` has it whole).
+fn payload_preview(payload: &str) -> String {
+    let head: String = payload.chars().take(PAYLOAD_PREVIEW_CHARS).filter(|c| !c.is_control()).collect();
+    let more = if payload.chars().nth(PAYLOAD_PREVIEW_CHARS).is_some() { "…" } else { "" };
+    format!("{} bytes (whole with --json): {head}{more}", payload.len())
 }
 
 fn delivery_text(d: &DeliveryView) -> String {
@@ -244,5 +256,14 @@ mod tests {
         assert_eq!(cli_quote("a\"b\\c"), "\"a\\\"b\\\\c\"");
         assert_eq!(cli_quote("x\ny"), "\"x\\x0ay\"");
         assert_eq!(cli_quote("é"), "\"é\"");
+    }
+
+    #[test]
+    fn payloads_are_previewed_in_one_line() {
+        assert_eq!(payload_preview("{\"a\":\n1}"), "8 bytes (whole with --json): {\"a\":1}");
+        let long = format!("{{\"zen\":\"{}\"}}", "x".repeat(300));
+        let shown = payload_preview(&long);
+        assert!(shown.starts_with("310 bytes (whole with --json): {\"zen\":\"xxx") && shown.ends_with("x…"), "{shown}");
+        assert_eq!(shown.chars().count(), "310 bytes (whole with --json): ".len() + PAYLOAD_PREVIEW_CHARS + 1);
     }
 }

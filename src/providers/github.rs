@@ -1,4 +1,4 @@
-//! Kind `github` (CONTRACT §5): `X-Hub-Signature-256: sha256=<hex>` is the
+//! Kind `github` (docs/reference.md#http-api): `X-Hub-Signature-256: sha256=<hex>` is the
 //! HMAC-SHA256 of the raw body under the webhook secret.
 //!
 //! Choices where the contract is silent:
@@ -12,15 +12,23 @@
 //!   settings) are supported; a form-encoded or other non-JSON body is 400.
 //!   A JSON body that is not an object normalizes to `{"action": <event>}`.
 //!
+//! - a `ping` (sent when a hook is created) is answered `ignored` once it
+//!   is authenticated and its body parses, so a hook set to form encoding
+//!   shows its 400 on GitHub's first delivery.
+//!
 //! Note that GitHub signs the body only: `X-GitHub-Delivery` and
 //! `X-GitHub-Event` are not covered, and there is no timestamp, so a
-//! captured delivery can be replayed under another delivery id or event name.
+//! captured delivery can be replayed under another delivery id or event name
+//! (an `events` list bounds what such a replay can start).
+//!
+//! With `identity = "event"` (the default) the work a delivery names is its
+//! event: [`content_digest`] of the payload joins the number in the
+//! identity's subject (docs/identities.md).
 
 use axum::http::HeaderMap;
-use hmac::Mac;
 use serde_json::{Map, Value};
 
-use super::{Delivery, Header, HmacSha256, Rejection, header, parse_body};
+use super::{Delivery, Header, IdentityMode, Provider, Rejection, header, parse_body};
 
 /// The signature header.
 pub const SIGNATURE_HEADER: &str = "x-hub-signature-256";
@@ -33,8 +41,37 @@ fn unauthorized(reason: &str) -> Rejection {
     Rejection::Unauthorized(reason.to_owned())
 }
 
-/// Checks `X-Hub-Signature-256` against the body in constant time.
-fn verify(mac: &HmacSha256, headers: &HeaderMap, body: &[u8]) -> Result<(), Rejection> {
+/// The event GitHub sends when a hook is created; never gated.
+pub const PING_EVENT: &str = "ping";
+
+/// Top-level payload keys that say who a hook delivered to, not what
+/// happened: one event seen through a repository hook, an organization hook
+/// and an app differs only in these.
+pub const RECIPIENT_KEYS: [&str; 5] = ["installation", "organization", "enterprise", "hook", "hook_id"];
+
+/// Hex digits of the content digest in a subject: 96 bits. Provider,
+/// repository, action and number already scope it, so it only has to tell
+/// apart the events of one such scope (docs/identities.md has the sums).
+pub const CONTENT_DIGEST_HEX: usize = 24;
+
+/// The content digest of a GitHub payload: SHA-256 of its RFC 8785
+/// canonical form once the [`RECIPIENT_KEYS`] are removed, the first
+/// [`CONTENT_DIGEST_HEX`] hex digits. The event name is not hashed: the
+/// action next to the digest holds it (`push`, `issues.opened`).
+pub fn content_digest(mut payload: Value) -> String {
+    if let Value::Object(map) = &mut payload {
+        for key in RECIPIENT_KEYS {
+            map.remove(key);
+        }
+    }
+    let mut digest = hex::encode(crate::jcs::sha256(&payload));
+    digest.truncate(CONTENT_DIGEST_HEX);
+    digest
+}
+
+/// Checks `X-Hub-Signature-256` against the body in constant time, under
+/// each of the provider's secrets.
+fn verify(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<(), Rejection> {
     let value = match header(headers, SIGNATURE_HEADER) {
         Header::Value(v) => v,
         Header::Missing => return Err(unauthorized("missing X-Hub-Signature-256 header")),
@@ -46,9 +83,27 @@ fn verify(mac: &HmacSha256, headers: &HeaderMap, body: &[u8]) -> Result<(), Reje
         .filter(|hex| hex.len() == 64)
         .and_then(|hex| hex::decode(hex).ok())
         .ok_or_else(|| unauthorized("X-Hub-Signature-256 is not sha256=<64 hex digits>"))?;
-    let mut mac = mac.clone();
-    mac.update(body);
-    mac.verify_slice(&digest).map_err(|_| unauthorized("X-Hub-Signature-256 does not match the body"))
+    if provider.verifies(&signed_content(body), &digest) {
+        Ok(())
+    } else {
+        Err(unauthorized("X-Hub-Signature-256 does not match the body"))
+    }
+}
+
+/// What GitHub signs: the raw body alone (for the verifier and for
+/// `idemgate send`/`sign` alike).
+fn signed_content(body: &[u8]) -> [&[u8]; 1] {
+    [body]
+}
+
+/// The headers GitHub would send with `body`, signed with the provider's
+/// first secret.
+pub(super) fn sign(provider: &Provider, delivery_id: &str, event: &str, body: &[u8]) -> Vec<(&'static str, String)> {
+    vec![
+        (SIGNATURE_HEADER, format!("sha256={}", hex::encode(provider.signature(&signed_content(body))))),
+        (DELIVERY_HEADER, delivery_id.to_owned()),
+        (EVENT_HEADER, event.to_owned()),
+    ]
 }
 
 /// A required, non-empty header, read after authentication.
@@ -62,12 +117,21 @@ fn required<'a>(headers: &'a HeaderMap, name: &str, display: &str) -> Result<&'a
     }
 }
 
-pub(super) fn accept(mac: &HmacSha256, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
-    verify(mac, headers, body)?;
+pub(super) fn accept(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
+    verify(provider, headers, body)?;
     let delivery_id = required(headers, DELIVERY_HEADER, "X-GitHub-Delivery")?;
     let event_name = required(headers, EVENT_HEADER, "X-GitHub-Event")?;
     let payload = parse_body(body)?;
-    Ok(Delivery { delivery_id: delivery_id.to_owned(), event: normalize(event_name, &payload) })
+    if event_name == PING_EVENT {
+        return Err(Rejection::Ignored("a GitHub ping (sent when a hook is created) starts no work".into()));
+    }
+    let event = normalize(event_name, &payload);
+    provider.admit(event_name, event["action"].as_str().unwrap_or(event_name))?;
+    let content_digest = match provider.identity() {
+        IdentityMode::Event => Some(content_digest(payload)),
+        IdentityMode::Number => None,
+    };
+    Ok(Delivery { delivery_id: delivery_id.to_owned(), event, content_digest })
 }
 
 /// The gate's event for a GitHub payload: values copied as they are, keys
@@ -108,10 +172,12 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::providers::HmacSha256;
     use crate::providers::Provider;
+    use hmac::Mac;
 
     const SECRET: &str = "fixture secret \u{2603}";
-    const FIXTURES: &str = include_str!("../../../shared/fixtures/github-webhook-examples.json");
+    const FIXTURES: &str = include_str!("../../tests/fixtures/github-webhook-examples.json");
 
     fn sign(secret: &str, body: &[u8]) -> String {
         let mut mac = HmacSha256::new_from_slice(secret.as_bytes()).unwrap();
@@ -155,7 +221,7 @@ mod tests {
         assert!(matches!(p.accept(&h, b"Hello, World?", SystemTime::now()), Err(Rejection::Unauthorized(_))));
     }
 
-    /// The event an independent reading of CONTRACT §5 expects, by JSON pointer.
+    /// The event an independent reading of docs/reference.md#http-api expects, by JSON pointer.
     fn expected(event_name: &str, payload: &Value) -> Value {
         let mut want = Map::new();
         if let Some(v) = payload.pointer("/repository/owner/login") {
@@ -189,11 +255,18 @@ mod tests {
                 total += 1;
                 let body = serde_json::to_vec(payload).unwrap();
                 let h = signed(&body, name);
-                let delivery = accept(&h, &body).unwrap_or_else(|e| panic!("{name}: {e}"));
-                assert_eq!(delivery.delivery_id, "72d3162e-cc78-11e3-81ab-4c9367dc0958");
-                assert_eq!(delivery.event, expected(name, payload), "{name}: {payload}");
+                let event = &normalize(name, payload);
+                assert_eq!(event, &expected(name, payload), "{name}: {payload}");
+                match accept(&h, &body) {
+                    Err(Rejection::Ignored(_)) if name == PING_EVENT => {}
+                    Ok(delivery) if name != PING_EVENT => {
+                        assert_eq!(delivery.delivery_id, "72d3162e-cc78-11e3-81ab-4c9367dc0958");
+                        assert_eq!(&delivery.event, event);
+                        assert_eq!(delivery.content_digest, Some(content_digest(payload.clone())));
+                    }
+                    other => panic!("{name}: {other:?}"),
+                }
 
-                let event = &delivery.event;
                 *counts.entry(if payload.get("repository").is_some() { "repo" } else { "no_repo" }).or_default() += 1;
                 if payload.get("repository").is_some() {
                     assert!(event["org"].is_string() && event["repo"].is_string(), "{name}");
@@ -312,8 +385,8 @@ mod tests {
         let body = br#"{"zen": "x"}"#;
         let sig = sign(SECRET, body);
         let upper = format!("sha256={}", sig["sha256=".len()..].to_uppercase());
-        let d = accept(&headers(Some(&upper), Some("d"), Some("ping")), body).unwrap();
-        assert_eq!(d.event, json!({"action": "ping"}));
+        let d = accept(&headers(Some(&upper), Some("d"), Some("meta")), body).unwrap();
+        assert_eq!(d.event, json!({"action": "meta"}));
     }
 
     #[test]
@@ -341,6 +414,101 @@ mod tests {
         assert_eq!(accept(&h, body), Err(Rejection::BadRequest("X-GitHub-Delivery sent more than once".into())));
         let h = headers(Some(&sig), Some("d"), Some("issues"));
         assert_eq!(accept(&h, body).unwrap().event, json!({"action": "issues.opened"}));
+    }
+
+    #[test]
+    fn content_digest_ignores_recipients_key_order_and_number_spelling() {
+        let base = json!({"action": "opened", "number": 7, "pull_request": {"head": {"sha": "abc"}}});
+        let d = content_digest(base.clone());
+        assert_eq!(d.len(), CONTENT_DIGEST_HEX);
+        assert!(d.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()), "{d}");
+        let mut via_app = base.clone();
+        for (i, key) in RECIPIENT_KEYS.iter().enumerate() {
+            via_app[*key] = json!({"id": i});
+        }
+        assert_eq!(content_digest(via_app), d);
+        let reordered: Value =
+            serde_json::from_str(r#"{"pull_request": {"head": {"sha": "abc"}}, "number": 7.0, "action": "opened"}"#)
+                .unwrap();
+        assert_eq!(content_digest(reordered), d);
+        // Anything else is other work, nested recipient-named keys included.
+        let mut new_head = base.clone();
+        new_head["pull_request"]["head"]["sha"] = json!("abd");
+        let mut nested = base.clone();
+        nested["pull_request"]["installation"] = json!(1);
+        let mut sender = base.clone();
+        sender["sender"] = json!({"login": "octocat"});
+        for other in [new_head, nested, sender, json!([base.clone()]), json!(null)] {
+            assert_ne!(content_digest(other.clone()), d, "{other}");
+        }
+        // The published RFC 8785 canonical form, hashed: `{}` after removal.
+        assert_eq!(content_digest(json!({"hook_id": 1})), "44136fa355b3678a1146ad16");
+    }
+
+    /// The worked examples of docs/identities.md.
+    #[test]
+    fn documented_corpus_digests() {
+        let groups: Vec<Value> = serde_json::from_str(FIXTURES).unwrap();
+        let example = |name: &str, i: usize| {
+            let group = groups.iter().find(|g| g["name"] == name).unwrap();
+            group["examples"][i].clone()
+        };
+        for (name, i, want) in [
+            ("push", 0, "742ea693fac5e51d3f1f8d9c"),
+            ("push", 4, "8ba67eb63fbe1dcddd96a4ee"),
+            ("push", 2, "ebebfe0d806f56a88f2ab060"),
+            ("push", 3, "ebebfe0d806f56a88f2ab060"),
+            ("push", 6, "ebebfe0d806f56a88f2ab060"),
+            ("issues", 9, "d501bdb82011090615c24a76"),
+            ("issues", 10, "d501bdb82011090615c24a76"),
+            ("pull_request", 22, "0ea0f59628646a8b0f49a11a"),
+        ] {
+            assert_eq!(content_digest(example(name, i)), want, "{name} #{i}");
+        }
+        let key = crate::keys::Keys::new("default").unwrap().logical(&crate::gate::Identity::with_content(
+            "github",
+            "Codertocat/Hello-World",
+            "push",
+            "",
+            &content_digest(example("push", 0)),
+        ));
+        assert_eq!(
+            key,
+            "idemgate:{default}:logical:6:github:22:Codertocat/Hello-World:4:push:25:@742ea693fac5e51d3f1f8d9c"
+        );
+    }
+
+    #[test]
+    fn identity_mode_events_and_rotation() {
+        let body = br#"{"action": "opened", "number": 3, "installation": {"id": 9}}"#;
+        let p = Provider::new("gh", crate::providers::Kind::Github, &["new", "old"], None, None).unwrap();
+        let h = |secret: &str, event: &str| headers(Some(&sign(secret, body)), Some("d"), Some(event));
+        let d = p.accept(&h("new", "issues"), body, SystemTime::UNIX_EPOCH).unwrap();
+        assert_eq!(
+            d.content_digest.as_deref(),
+            Some(content_digest(json!({"action": "opened", "number": 3})).as_str())
+        );
+        assert_eq!(p.accept(&h("old", "issues"), body, SystemTime::UNIX_EPOCH), Ok(d));
+        assert!(is_unauthorized(p.accept(&h("older", "issues"), body, SystemTime::UNIX_EPOCH)));
+        let numbered = p.clone().with_identity(IdentityMode::Number);
+        assert_eq!(numbered.accept(&h("new", "issues"), body, SystemTime::UNIX_EPOCH).unwrap().content_digest, None);
+        let listed = p.with_events(["pull_request", "issues.closed"]);
+        for (event, admitted) in [("issues", false), ("pull_request", true), ("ping", false)] {
+            let r = listed.accept(&h("old", event), body, SystemTime::UNIX_EPOCH);
+            assert_eq!(r.is_ok(), admitted, "{event}: {r:?}");
+            if !admitted {
+                assert!(matches!(r, Err(Rejection::Ignored(_))), "{event}: {r:?}");
+            }
+        }
+        let closed = br#"{"action": "closed", "number": 3}"#;
+        let h = headers(Some(&sign("new", closed)), Some("d"), Some("issues"));
+        assert!(listed.accept(&h, closed, SystemTime::UNIX_EPOCH).is_ok(), "the whole action matches");
+        // Authentication first: a bad signature on an ignored event is 401.
+        assert!(is_unauthorized(listed.accept(
+            &headers(Some("sha256=00"), Some("d"), Some("ping")),
+            body,
+            SystemTime::UNIX_EPOCH
+        )));
     }
 
     #[test]

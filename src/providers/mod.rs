@@ -1,4 +1,4 @@
-//! Webhook provider adapters (CONTRACT §5 and §6): authenticate a request to
+//! Webhook provider adapters (docs/reference.md: HTTP API, config file): authenticate a request to
 //! `POST /webhooks/{name}`, then normalize it into the gate's
 //! `(delivery_id, event)`. Pure functions of headers, body and clock; no I/O.
 //!
@@ -18,11 +18,12 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use hmac::{Hmac, Mac};
 use serde::Deserialize;
 use serde_json::Value;
 use sha2::Sha256;
+use subtle::{Choice, ConstantTimeEq};
 
 pub mod github;
 pub mod standard_webhooks;
@@ -71,8 +72,14 @@ impl FromStr for Kind {
     }
 }
 
+/// Marks a `fields` value as a literal string instead of a JSON pointer:
+/// `org = "=acme"` gives every delivery the org `acme`.
+pub const LITERAL_PREFIX: char = '=';
+
 /// JSON pointers (RFC 6901) to the event fields in a `standard-webhooks`
 /// body (`fields = {...}` in the config; a key left out keeps its default).
+/// A value that starts with `=` is a literal: the rest of it is the field's
+/// value for every delivery.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FieldPointers {
@@ -97,10 +104,11 @@ impl FieldPointers {
         [("org", &self.org), ("repo", &self.repo), ("action", &self.action), ("number", &self.number)]
     }
 
-    /// Every pointer must be `""` (the whole body) or start with `/`;
-    /// anything else would silently never match.
+    /// Every pointer must be `""` (the whole body), start with `/`, or be a
+    /// literal (`=value`); anything else would silently never match.
     fn validate(&self, provider: &str) -> Result<(), ProviderError> {
-        match self.iter().into_iter().find(|(_, p)| !p.is_empty() && !p.starts_with('/')) {
+        let valid = |p: &str| p.is_empty() || p.starts_with('/') || p.starts_with(LITERAL_PREFIX);
+        match self.iter().into_iter().find(|(_, p)| !valid(p)) {
             Some((field, _)) => Err(ProviderError::BadPointer { provider: provider.to_owned(), field }),
             None => Ok(()),
         }
@@ -124,7 +132,9 @@ pub enum ProviderError {
         provider: String,
     },
     /// A field pointer is not a JSON pointer.
-    #[error("provider {provider:?}: fields.{field} is not a JSON pointer (it must be empty or start with '/')")]
+    #[error(
+        "provider {provider:?}: fields.{field} is not a JSON pointer (it must be empty or start with '/', or be a literal starting with '=')"
+    )]
     BadPointer {
         /// The provider's name.
         provider: String,
@@ -144,21 +154,18 @@ pub enum Rejection {
     /// that is not JSON (400, nothing stored).
     #[error("bad request: {0}")]
     BadRequest(String),
+    /// Authenticated, and not an event this endpoint gates: a GitHub
+    /// `ping`, or an event outside the provider's `events` list. Answered
+    /// 200 `{"status": "ignored", "code": 200}`; nothing is stored.
+    #[error("ignored: {0}")]
+    Ignored(String),
 }
 
 impl Rejection {
-    /// The HTTP status that goes with the rejection.
-    pub fn status(&self) -> StatusCode {
-        match self {
-            Rejection::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            Rejection::BadRequest(_) => StatusCode::BAD_REQUEST,
-        }
-    }
-
     /// The reason alone, without the `unauthorized:` prefix.
     pub fn reason(&self) -> &str {
         match self {
-            Rejection::Unauthorized(r) | Rejection::BadRequest(r) => r,
+            Rejection::Unauthorized(r) | Rejection::BadRequest(r) | Rejection::Ignored(r) => r,
         }
     }
 }
@@ -171,19 +178,52 @@ pub struct Delivery {
     /// `{"org", "repo", "action", "number"}`, each key present only when its
     /// source exists, values copied unchanged.
     pub event: Value,
+    /// The digest that names the work with the number (GitHub's `identity
+    /// = "event"`, docs/identities.md); `None`: the number alone names it.
+    pub content_digest: Option<String>,
 }
 
-/// One configured provider endpoint: a name, a kind and its secret.
+/// How a `github` provider names logical work (`identity` in the config;
+/// docs/identities.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IdentityMode {
+    /// Each distinct event is its own work: the subject is the number text
+    /// and a digest of the payload without its recipient keys.
+    #[default]
+    Event,
+    /// One run per repo, action and number, ever: the subject is the number text.
+    Number,
+}
+
+impl IdentityMode {
+    /// The config name (`event`, `number`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdentityMode::Event => "event",
+            IdentityMode::Number => "number",
+        }
+    }
+}
+
+/// One configured provider endpoint: a name, a kind, its secrets and how
+/// it hands deliveries to the gate.
 #[derive(Clone)]
 pub struct Provider {
     /// The URL segment and the gate's provider string.
     pub name: String,
     /// The scheme.
     pub kind: Kind,
-    /// The HMAC keyed with the secret; cloned per request.
-    mac: HmacSha256,
+    /// One HMAC per secret, keyed once; cloned per request. A signature
+    /// made with any of them is valid (rotation).
+    macs: Vec<HmacSha256>,
     tolerance: Duration,
     fields: FieldPointers,
+    identity: IdentityMode,
+    /// Accepted event names; `None`: every event.
+    events: Option<Vec<String>>,
+    keep_payload: bool,
+    allowed_repos: Option<Vec<String>>,
 }
 
 impl fmt::Debug for Provider {
@@ -191,11 +231,29 @@ impl fmt::Debug for Provider {
         f.debug_struct("Provider")
             .field("name", &self.name)
             .field("kind", &self.kind)
-            .field("secret", &"<redacted>")
+            .field("secrets", &format!("<redacted> ({})", self.macs.len()))
             .field("tolerance", &self.tolerance)
             .field("fields", &self.fields)
+            .field("identity", &self.identity)
+            .field("events", &self.events)
+            .field("keep_payload", &self.keep_payload)
+            .field("allowed_repos", &self.allowed_repos)
             .finish()
     }
+}
+
+/// The HMAC of the signed parts, in order: one computation for the
+/// verifier and the signer.
+fn mac_over(mac: &HmacSha256, signed: &[&[u8]]) -> hmac::digest::Output<HmacSha256> {
+    let mut mac = mac.clone();
+    for part in signed {
+        mac.update(part);
+    }
+    mac.finalize().into_bytes()
+}
+
+fn hmac(key: &[u8]) -> HmacSha256 {
+    HmacSha256::new_from_slice(key).expect("HMAC takes keys of any length")
 }
 
 impl Provider {
@@ -203,12 +261,20 @@ impl Provider {
     /// GitHub's settings (its UTF-8 bytes are the HMAC key). An empty secret
     /// is accepted here; [`Provider::new`] refuses it.
     pub fn github(name: impl Into<String>, secret: &str) -> Provider {
+        Provider::unkeyed(name.into(), Kind::Github, vec![hmac(secret.as_bytes())])
+    }
+
+    fn unkeyed(name: String, kind: Kind, macs: Vec<HmacSha256>) -> Provider {
         Provider {
-            name: name.into(),
-            kind: Kind::Github,
-            mac: HmacSha256::new_from_slice(secret.as_bytes()).expect("HMAC takes keys of any length"),
+            name,
+            kind,
+            macs,
             tolerance: DEFAULT_TOLERANCE,
             fields: FieldPointers::default(),
+            identity: IdentityMode::default(),
+            events: None,
+            keep_payload: false,
+            allowed_repos: None,
         }
     }
 
@@ -222,45 +288,112 @@ impl Provider {
         tolerance: Duration,
         fields: FieldPointers,
     ) -> Result<Provider, ProviderError> {
-        let name = name.into();
-        let key = standard_webhooks::decode_secret(secret)
-            .ok_or_else(|| ProviderError::BadSecret { provider: name.clone() })?;
-        if key.is_empty() {
-            return Err(ProviderError::EmptySecret(name));
-        }
-        fields.validate(&name)?;
-        Ok(Provider {
-            name,
-            kind: Kind::StandardWebhooks,
-            mac: HmacSha256::new_from_slice(&key).expect("HMAC takes keys of any length"),
-            tolerance,
-            fields,
-        })
+        Provider::new(name, Kind::StandardWebhooks, &[secret], Some(tolerance), Some(fields))
     }
 
-    /// Builds a provider of any kind from config values; `tolerance` and
-    /// `fields` only matter to `standard-webhooks` (`None`: the defaults).
-    /// An empty secret is refused for every kind.
+    /// Builds a provider of any kind from config values: a signature made
+    /// with any of `secrets` is valid (list the new secret and the old one
+    /// while rotating). `tolerance` and `fields` only matter to
+    /// `standard-webhooks` (`None`: the defaults). No secrets, or an empty
+    /// one, is refused for every kind.
     pub fn new(
         name: impl Into<String>,
         kind: Kind,
-        secret: &str,
+        secrets: &[impl AsRef<str>],
         tolerance: Option<Duration>,
         fields: Option<FieldPointers>,
     ) -> Result<Provider, ProviderError> {
         let name = name.into();
-        if secret.is_empty() {
+        if secrets.is_empty() || secrets.iter().any(|s| s.as_ref().is_empty()) {
             return Err(ProviderError::EmptySecret(name));
         }
-        match kind {
-            Kind::Github => Ok(Provider::github(name, secret)),
-            Kind::StandardWebhooks => Provider::standard_webhooks(
-                name,
-                secret,
-                tolerance.unwrap_or(DEFAULT_TOLERANCE),
-                fields.unwrap_or_default(),
-            ),
+        let mut macs = Vec::with_capacity(secrets.len());
+        for secret in secrets {
+            let key = match kind {
+                Kind::Github => secret.as_ref().as_bytes().to_vec(),
+                Kind::StandardWebhooks => standard_webhooks::decode_secret(secret.as_ref())
+                    .ok_or_else(|| ProviderError::BadSecret { provider: name.clone() })?,
+            };
+            if key.is_empty() {
+                return Err(ProviderError::EmptySecret(name));
+            }
+            macs.push(hmac(&key));
         }
+        let fields = fields.unwrap_or_default();
+        fields.validate(&name)?;
+        Ok(Provider {
+            tolerance: tolerance.unwrap_or(DEFAULT_TOLERANCE),
+            fields,
+            ..Provider::unkeyed(name, kind, macs)
+        })
+    }
+
+    /// Sets how work is named (`github` only; docs/identities.md).
+    pub fn with_identity(mut self, identity: IdentityMode) -> Self {
+        self.identity = identity;
+        self
+    }
+
+    /// Accepts only these events; any other is answered `ignored`. An entry
+    /// matches the event name (`pull_request`) or the whole action
+    /// (`pull_request.opened`).
+    pub fn with_events<S: Into<String>>(mut self, events: impl IntoIterator<Item = S>) -> Self {
+        self.events = Some(events.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Keeps the raw body in the record of each run this provider creates.
+    pub fn with_keep_payload(mut self, keep: bool) -> Self {
+        self.keep_payload = keep;
+        self
+    }
+
+    /// An allowlist of this provider's own, replacing the gate's for its deliveries.
+    pub fn with_allowed_repos<S: Into<String>>(mut self, repos: impl IntoIterator<Item = S>) -> Self {
+        self.allowed_repos = Some(repos.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// How work is named (`github` only).
+    pub fn identity(&self) -> IdentityMode {
+        self.identity
+    }
+
+    /// Whether run records keep the raw body.
+    pub fn keep_payload(&self) -> bool {
+        self.keep_payload
+    }
+
+    /// The provider's own allowlist, if it has one.
+    pub fn allowed_repos(&self) -> Option<&[String]> {
+        self.allowed_repos.as_deref()
+    }
+
+    /// `Ok` when the `events` list admits the event named `event_name`
+    /// whose whole action is `action`; else the `ignored` answer.
+    fn admit(&self, event_name: &str, action: &str) -> Result<(), Rejection> {
+        match &self.events {
+            Some(events) if !events.iter().any(|e| e == event_name || e == action) => {
+                Err(Rejection::Ignored("the event is not in the provider's `events` list".into()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether a signature verifies under any secret: every secret is
+    /// tried (no early exit), each comparison in constant time.
+    fn verifies(&self, signed: &[&[u8]], candidate: &[u8]) -> bool {
+        let found = self
+            .macs
+            .iter()
+            .fold(Choice::from(0), |found, mac| found | mac_over(mac, signed).as_slice().ct_eq(candidate));
+        bool::from(found)
+    }
+
+    /// The signature of `signed` under the first listed secret (the new one
+    /// while rotating), as a sender makes it: `idemgate send` and `sign`.
+    fn signature(&self, signed: &[&[u8]]) -> Vec<u8> {
+        mac_over(&self.macs[0], signed).to_vec()
     }
 
     /// The timestamp tolerance (`standard-webhooks` only).
@@ -278,12 +411,40 @@ impl Provider {
     /// the clock, injected so tests can pin it.
     pub fn accept(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
         match self.kind {
-            Kind::Github => github::accept(&self.mac, headers, body),
-            Kind::StandardWebhooks => {
-                standard_webhooks::accept(&self.mac, self.tolerance, &self.fields, headers, body, now)
-            }
+            Kind::Github => github::accept(self, headers, body),
+            Kind::StandardWebhooks => standard_webhooks::accept(self, headers, body, now),
         }
     }
+
+    /// The headers this provider's sender would attach to `body`, signed
+    /// with the provider's first secret by the same code that verifies them (for
+    /// `idemgate send` and `sign`). `event` is the event name of kinds that
+    /// carry it in a header (`github`); timestamped schemes sign `now`.
+    pub fn sign(
+        &self,
+        delivery_id: &str,
+        event: Option<&str>,
+        body: &[u8],
+        now: SystemTime,
+    ) -> Result<Vec<(&'static str, String)>, SignError> {
+        match (self.kind, event) {
+            (Kind::Github, Some(event)) => Ok(github::sign(self, delivery_id, event, body)),
+            (Kind::Github, None) => Err(SignError::EventRequired(self.kind)),
+            (Kind::StandardWebhooks, None) => Ok(standard_webhooks::sign(self, delivery_id, now, body)),
+            (Kind::StandardWebhooks, Some(_)) => Err(SignError::EventNotSent(self.kind)),
+        }
+    }
+}
+
+/// Why a delivery cannot be signed as asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SignError {
+    /// The kind sends the event name in a header, and none was given.
+    #[error("kind {0} sends the event name in a header: give --event NAME (e.g. push)")]
+    EventRequired(Kind),
+    /// The kind has no event-name header; the event type lives in the body.
+    #[error("kind {0} sends no event-name header (the event type is part of the body): leave out --event")]
+    EventNotSent(Kind),
 }
 
 /// What a single-valued header looks like.
@@ -346,25 +507,37 @@ mod tests {
     #[test]
     fn new_checks_secrets_and_pointers() {
         assert_eq!(
-            Provider::new("gh", Kind::Github, "", None, None).unwrap_err(),
+            Provider::new("gh", Kind::Github, &[""], None, None).unwrap_err(),
             ProviderError::EmptySecret("gh".into())
         );
         assert_eq!(
-            Provider::new("b", Kind::StandardWebhooks, "", None, None).unwrap_err(),
+            Provider::new("b", Kind::StandardWebhooks, &[""], None, None).unwrap_err(),
             ProviderError::EmptySecret("b".into())
         );
-        let p =
-            Provider::new("b", Kind::StandardWebhooks, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", None, None).unwrap();
+        let p = Provider::new("b", Kind::StandardWebhooks, &["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"], None, None)
+            .unwrap();
         assert_eq!(
             (p.kind, p.tolerance(), p.fields()),
             (Kind::StandardWebhooks, DEFAULT_TOLERANCE, &FieldPointers::default())
         );
         let bad = FieldPointers { number: "data.number".into(), ..FieldPointers::default() };
-        let err = Provider::new("b", Kind::StandardWebhooks, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", None, Some(bad));
+        let err =
+            Provider::new("b", Kind::StandardWebhooks, &["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"], None, Some(bad));
         let err = err.unwrap_err();
         assert_eq!(err, ProviderError::BadPointer { provider: "b".into(), field: "number" });
         assert!(err.to_string().contains("fields.number"));
-        assert_eq!(Provider::new("gh", Kind::Github, "s", None, None).unwrap().kind, Kind::Github);
+        assert_eq!(Provider::new("gh", Kind::Github, &["s"], None, None).unwrap().kind, Kind::Github);
+        let none: [&str; 0] = [];
+        assert_eq!(
+            Provider::new("gh", Kind::Github, &none, None, None).unwrap_err(),
+            ProviderError::EmptySecret("gh".into())
+        );
+        assert_eq!(
+            Provider::new("gh", Kind::Github, &["s", ""], None, None).unwrap_err(),
+            ProviderError::EmptySecret("gh".into())
+        );
+        let literal = FieldPointers { org: "=acme".into(), ..FieldPointers::default() };
+        assert!(Provider::new("b", Kind::StandardWebhooks, &["whsec_c2Vjb25k"], None, Some(literal)).is_ok());
     }
 
     #[test]
@@ -421,9 +594,8 @@ mod tests {
     }
 
     #[test]
-    fn rejection_maps_to_status() {
-        assert_eq!(Rejection::Unauthorized("x".into()).status(), StatusCode::UNAUTHORIZED);
-        assert_eq!(Rejection::BadRequest("y".into()).status(), StatusCode::BAD_REQUEST);
+    fn rejection_reason_has_no_prefix() {
         assert_eq!(Rejection::BadRequest("y".into()).reason(), "y");
+        assert_eq!(Rejection::Unauthorized("x".into()).reason(), "x");
     }
 }

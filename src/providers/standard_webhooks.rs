@@ -25,11 +25,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use axum::http::HeaderMap;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use hmac::Mac;
 use serde_json::{Map, Value};
-use subtle::{Choice, ConstantTimeEq};
 
-use super::{Delivery, FieldPointers, Header, HmacSha256, Rejection, header, parse_body};
+use super::{Delivery, FieldPointers, Header, LITERAL_PREFIX, Provider, Rejection, header, parse_body};
 
 /// The optional prefix of a secret.
 pub const SECRET_PREFIX: &str = "whsec_";
@@ -90,9 +88,7 @@ fn check_timestamp(timestamp: &str, tolerance: Duration, now: SystemTime) -> Res
 }
 
 pub(super) fn accept(
-    mac: &HmacSha256,
-    tolerance: Duration,
-    fields: &FieldPointers,
+    provider: &Provider,
     headers: &HeaderMap,
     body: &[u8],
     now: SystemTime,
@@ -100,18 +96,14 @@ pub(super) fn accept(
     let id = auth_header(headers, "id")?;
     let timestamp = auth_header(headers, "timestamp")?;
     let signatures = auth_header(headers, "signature")?;
-    check_timestamp(timestamp, tolerance, now)?;
+    check_timestamp(timestamp, provider.tolerance(), now)?;
 
-    let mut mac = mac.clone();
-    for part in [id.as_bytes(), b".", timestamp.as_bytes(), b".", body] {
-        mac.update(part);
-    }
-    let expected = mac.finalize().into_bytes();
-    // Every entry is compared, each in constant time.
+    // Every entry is compared under every secret, each in constant time.
+    let signed = signed_content(id, timestamp, body);
     let matched = v1_signatures(signatures)
         .filter_map(|s| STANDARD.decode(s).ok())
-        .fold(Choice::from(0), |found, candidate| found | expected.as_slice().ct_eq(&candidate));
-    if !bool::from(matched) {
+        .fold(false, |found, candidate| provider.verifies(&signed, &candidate) | found);
+    if !matched {
         return Err(unauthorized("no webhook-signature entry matches"));
     }
 
@@ -119,16 +111,45 @@ pub(super) fn accept(
         return Err(Rejection::BadRequest("empty webhook-id header".into()));
     }
     let payload = parse_body(body)?;
-    Ok(Delivery { delivery_id: id.to_owned(), event: normalize(fields, &payload) })
+    let event = normalize(provider.fields(), &payload);
+    // The event name of an `events` list is the action.
+    let action = event.get("action").and_then(Value::as_str).unwrap_or_default();
+    provider.admit(action, action)?;
+    Ok(Delivery { delivery_id: id.to_owned(), event, content_digest: None })
+}
+
+/// What Standard Webhooks signs: `<id>.<timestamp>.<raw body>` (for the
+/// verifier and for `idemgate send`/`sign` alike).
+fn signed_content<'a>(id: &'a str, timestamp: &'a str, body: &'a [u8]) -> [&'a [u8]; 5] {
+    [id.as_bytes(), b".", timestamp.as_bytes(), b".", body]
+}
+
+/// The headers a Standard Webhooks sender would send with `body` at `now`,
+/// signed with the provider's first secret.
+pub(super) fn sign(provider: &Provider, id: &str, now: SystemTime, body: &[u8]) -> Vec<(&'static str, String)> {
+    let timestamp = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()).to_string();
+    let signature = STANDARD.encode(provider.signature(&signed_content(id, &timestamp, body)));
+    vec![
+        ("webhook-id", id.to_owned()),
+        ("webhook-timestamp", timestamp),
+        ("webhook-signature", format!("v1,{signature}")),
+    ]
 }
 
 /// The gate's event: each field read by its JSON pointer, copied as it is,
-/// left out when the pointer has no target.
+/// left out when the pointer has no target; a literal (`=value`) gives its
+/// value as a string.
 pub fn normalize(fields: &FieldPointers, payload: &Value) -> Value {
     let event: Map<String, Value> = fields
         .iter()
         .into_iter()
-        .filter_map(|(key, pointer)| Some((key.to_owned(), payload.pointer(pointer)?.clone())))
+        .filter_map(|(key, pointer)| {
+            let value = match pointer.strip_prefix(LITERAL_PREFIX) {
+                Some(literal) => Value::String(literal.to_owned()),
+                None => payload.pointer(pointer)?.clone(),
+            };
+            Some((key.to_owned(), value))
+        })
         .collect();
     Value::Object(event)
 }
@@ -140,7 +161,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::providers::HmacSha256;
     use crate::providers::{DEFAULT_TOLERANCE, Provider, ProviderError};
+    use hmac::Mac;
 
     // The example published with the Standard Webhooks spec and Svix's docs.
     const SPEC_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -193,7 +216,7 @@ mod tests {
         assert_eq!(sign(SPEC_SECRET, SPEC_ID, &SPEC_TS.to_string(), SPEC_BODY.as_bytes()), SPEC_SIGNATURE);
         let h = headers("webhook-", Some(SPEC_ID), Some("1614265330"), Some(SPEC_SIGNATURE));
         let d = provider().accept(&h, SPEC_BODY.as_bytes(), at(SPEC_TS + 10)).unwrap();
-        assert_eq!(d, Delivery { delivery_id: SPEC_ID.into(), event: json!({}) });
+        assert_eq!(d, Delivery { delivery_id: SPEC_ID.into(), event: json!({}), content_digest: None });
         let h = headers("svix-", Some(SPEC_ID), Some("1614265330"), Some(SPEC_SIGNATURE));
         assert_eq!(provider().accept(&h, SPEC_BODY.as_bytes(), at(SPEC_TS)).unwrap().delivery_id, SPEC_ID);
     }
@@ -428,9 +451,18 @@ mod tests {
     proptest! {
         #[test]
         fn signature_parser_never_panics(header in ".*") {
-            for s in v1_signatures(&header) {
-                prop_assert!(!s.contains(' '));
-            }
+            let _ = v1_signatures(&header).count();
+        }
+
+        /// A header made of `version,signature` entries yields exactly the
+        /// `v1` signatures, in order, whatever the other versions are.
+        #[test]
+        fn signature_parser_finds_every_v1_entry(
+            entries in proptest::collection::vec(("v[0-9]", "[A-Za-z0-9+/=,]{0,12}"), 0..6),
+        ) {
+            let header = entries.iter().map(|(v, sig)| format!("{v},{sig}")).collect::<Vec<_>>().join(" ");
+            let want: Vec<&str> = entries.iter().filter(|(v, _)| v == "v1").map(|(_, sig)| sig.as_str()).collect();
+            prop_assert_eq!(v1_signatures(&header).collect::<Vec<_>>(), want);
         }
 
         #[test]

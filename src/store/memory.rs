@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -56,6 +56,8 @@ impl<K: Hash + Eq + Clone, V> ExpiringMap<K, V> {
 struct State {
     deliveries: ExpiringMap<(String, String), DeliveryRecord>,
     logical: ExpiringMap<Identity, String>,
+    /// Kept payloads by run id; they live as long as the run's identity.
+    payloads: ExpiringMap<String, Arc<str>>,
     last_run: u64,
 }
 
@@ -72,6 +74,7 @@ impl MemoryStore {
             state: Mutex::new(State {
                 deliveries: ExpiringMap::new(Some(settings.delivery_ttl)),
                 logical: ExpiringMap::new(settings.logical_ttl),
+                payloads: ExpiringMap::new(settings.logical_ttl),
                 last_run: 0,
             }),
         }
@@ -82,6 +85,7 @@ impl MemoryStore {
         let mut s = self.state.lock().expect("memory store lock");
         s.deliveries.purge(now);
         s.logical.purge(now);
+        s.payloads.purge(now);
         let delivery = (call.provider.to_owned(), call.delivery_id.to_owned());
         if let Some(rec) = s.deliveries.get(&delivery) {
             return Stored { response: rec.response(), replayed: true, first_digest: rec.digest.clone() };
@@ -95,6 +99,9 @@ impl MemoryStore {
                     s.last_run += 1;
                     let run = format!("run-{}", s.last_run);
                     s.logical.insert(id.clone(), run.clone(), now);
+                    if let Some(payload) = call.payload {
+                        s.payloads.insert(run.clone(), Arc::from(payload), now);
+                    }
                     Response::with_run(Status::Created, run)
                 }
             },
@@ -108,6 +115,15 @@ impl MemoryStore {
         };
         s.deliveries.insert(delivery, record, now);
         Stored { response, replayed: false, first_digest: None }
+    }
+
+    /// The payload kept for `run_id` (a provider's `keep_payload`), the
+    /// memory store's counterpart of the Redis run record's `payload`;
+    /// `None` when the run kept none or its identity expired.
+    pub fn payload(&self, run_id: &str) -> Option<Arc<str>> {
+        let mut s = self.state.lock().expect("memory store lock");
+        s.payloads.purge(Instant::now());
+        s.payloads.get(&run_id.to_owned()).cloned()
     }
 }
 

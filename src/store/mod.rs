@@ -29,6 +29,8 @@ pub struct Call<'a> {
     pub verdict: Verdict,
     /// The digest of this delivery's event (see [`crate::gate::event_digest`]).
     pub event_digest: &'a str,
+    /// Kept in the run record as `payload` when the call creates a run.
+    pub payload: Option<&'a str>,
     /// Wall-clock time of the call, in ms since the Unix epoch.
     pub now_ms: u64,
 }

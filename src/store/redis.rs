@@ -262,7 +262,10 @@ impl RedisStore {
             .arg(id.map_or(&empty, |i| &i.repo))
             .arg(id.map_or(&empty, |i| &i.action))
             .arg(id.map_or(&empty, |i| &i.number))
-            .arg(if self.min_replicas_ack.is_some() { "1" } else { "0" });
+            .arg(if self.min_replicas_ack.is_some() { "1" } else { "0" })
+            // The run record keeps the subject only where it adds to the number.
+            .arg(id.filter(|i| i.subject != i.number).map_or(&empty, |i| &i.subject))
+            .arg(call.payload.unwrap_or(""));
         (cmd, delivery)
     }
 

@@ -70,7 +70,42 @@ pub struct Run {
     pub delivery_id: String,
     /// This attempt's number: 1 for the first, counted across workers.
     pub attempt: u32,
+    /// The event as the provider sent it, when the provider keeps payloads
+    /// (`keep_payload`); absent from the JSON otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload: Option<Payload>,
 }
+
+/// A run's kept payload: the JSON text the provider sent, passed on as is
+/// (as JSON, not as a string) and compared by its text.
+#[derive(Debug, Clone, Serialize)]
+#[serde(transparent)]
+pub struct Payload(Box<serde_json::value::RawValue>);
+
+impl Payload {
+    /// Checks that `text` is JSON and keeps it (surrounding whitespace aside) unchanged.
+    pub fn from_json(text: String) -> Result<Self, serde_json::Error> {
+        serde_json::value::RawValue::from_string(text).map(Payload)
+    }
+
+    /// The JSON text.
+    pub fn json(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The payload parsed.
+    pub fn to_value(&self) -> serde_json::Result<serde_json::Value> {
+        serde_json::from_str(self.json())
+    }
+}
+
+impl PartialEq for Payload {
+    fn eq(&self, other: &Self) -> bool {
+        self.json() == other.json()
+    }
+}
+
+impl Eq for Payload {}
 
 /// Handles one attempt of a run. `Err` (or running past the timeout) is a
 /// failed attempt. Any `async` closure `Fn(Run) -> Result<(), E: Display>` is one.
@@ -459,23 +494,32 @@ async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, lost: 
             }
             return;
         }
-        let attempt = match persist("starting an attempt", run_id, || q.start(entry, config.max_attempts)).await {
-            Some(Start::Run(n)) => n,
-            Some(Start::Dead(n)) => {
-                tracing::warn!(run_id, attempts = n, "the last attempt was lost with its worker; run is dead");
-                Counters::bump(&c.dead);
-                return;
-            }
-            Some(Start::Lost) => {
-                Counters::bump(&c.lost);
-                return;
-            }
-            None => return,
+        let (attempt, payload) =
+            match persist("starting an attempt", run_id, || q.start(entry, config.max_attempts)).await {
+                Some(Start::Run(n, payload)) => (n, payload),
+                Some(Start::Dead(n)) => {
+                    tracing::warn!(run_id, attempts = n, "the last attempt was lost with its worker; run is dead");
+                    Counters::bump(&c.dead);
+                    return;
+                }
+                Some(Start::Lost) => {
+                    Counters::bump(&c.lost);
+                    return;
+                }
+                None => return,
+            };
+        let run = match payload.map(Payload::from_json).transpose() {
+            Ok(payload) => Ok(Run { attempt, payload, ..entry.run.clone() }),
+            Err(e) => Err(format!("the run's stored payload is not JSON: {e}")),
         };
-        let run = Run { attempt, ..entry.run.clone() };
         tracing::debug!(run_id, attempt, "attempt started");
         let outcome = tokio::select! {
-            r = tokio::time::timeout(config.timeout, handler.call(run)) => match r {
+            r = async {
+                match run {
+                    Ok(run) => tokio::time::timeout(config.timeout, handler.call(run)).await,
+                    Err(e) => Ok(Err(e)),
+                }
+            } => match r {
                 Ok(Ok(())) => Attempt::Ok,
                 Ok(Err(e)) => Attempt::Failed(e),
                 Err(_) => Attempt::Failed(format!("timed out after {}", humanize(config.timeout))),
@@ -590,6 +634,7 @@ mod tests {
             number: "".into(),
             delivery_id: "d".into(),
             attempt: 2,
+            payload: None,
         };
         let v = serde_json::to_value(&run).unwrap();
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
@@ -598,6 +643,14 @@ mod tests {
             assert!(v.get(k).is_some(), "{k}");
         }
         assert_eq!(v["attempt"], 2);
+
+        // A kept payload goes in as JSON, its text unchanged.
+        let body = r#"{"zen": "Design for failure.", "n": 1.50, "id": 12345678901234567890123}"#;
+        let run = Run { payload: Some(Payload::from_json(body.into()).unwrap()), ..run };
+        let text = serde_json::to_string(&run).unwrap();
+        assert!(text.ends_with(&format!(r#","payload":{body}}}"#)), "{text}");
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&text).unwrap()["payload"]["zen"], "Design for failure.");
+        assert!(Payload::from_json("{\"a\":".into()).is_err());
     }
 
     #[test]

@@ -61,16 +61,17 @@ impl Entry {
             number: field("number"),
             delivery_id: field("delivery_id"),
             attempt: 0,
+            payload: None,
         };
         Some(Self { id: s.id, run })
     }
 }
 
 /// What starting an attempt found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Start {
-    /// Run attempt number `n`.
-    Run(u32),
+    /// Run attempt number `n`, with the run's kept payload (JSON text), if any.
+    Run(u32, Option<String>),
     /// Another worker holds the entry now.
     Lost,
     /// The last allowed attempt was lost with its worker: moved to the dead stream.
@@ -332,9 +333,11 @@ impl Queue {
         let mut inv = self.invocation(&SCRIPTS.start, Some(e));
         inv.key(self.keys.runs_dead()).arg(now_ms()).arg(max_attempts);
         Self::identity_args(&mut inv, &e.run);
-        let (code, n): (i64, i64) = self.invoke(&inv).await?;
+        let reply: Vec<redis::Value> = self.invoke(&inv).await?;
+        let int = |i: usize| reply.get(i).and_then(|v| redis::from_redis_value_ref::<i64>(v).ok()).unwrap_or(0);
+        let (code, n) = (int(0), int(1));
         Ok(match code {
-            1 => Start::Run(n as u32),
+            1 => Start::Run(n as u32, reply.get(2).and_then(|v| redis::from_redis_value_ref::<String>(v).ok())),
             2 => Start::Dead(n as u32),
             _ => Start::Lost,
         })

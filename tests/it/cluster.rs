@@ -62,7 +62,7 @@ impl Load {
         let mut turn = 0usize;
         while !self.stop.load(Ordering::Relaxed) {
             let ticket = self.next.fetch_add(1, Ordering::Relaxed);
-            let i = ticket / 4 + 1; // identity 0 would be number "" (CONTRACT §1)
+            let i = ticket / 4 + 1; // identity 0 would be number "" (docs/reference.md#semantics)
             if i > max_identities {
                 break;
             }

@@ -1,4 +1,4 @@
-//! The behaviour suite of CONTRACT §1, run against both stores.
+//! The behaviour suite of docs/reference.md#semantics, run against both stores.
 
 use std::time::Duration;
 
@@ -287,4 +287,60 @@ async fn redis_namespaces_are_isolated() {
     let in_b = b.check("p", "d1", &e).await.unwrap();
     assert!(!in_b.replayed);
     assert_eq!(in_b.response, created("run-1"));
+}
+
+/// Gates racing on one store at the same instant: threads, not interleaved
+/// tasks, so a store whose check and write were two steps would create a
+/// second run here.
+mod racing {
+    use std::collections::{BTreeSet, HashMap};
+    use std::sync::Arc;
+
+    use idemgate::gate::{Gate, Settings, Status};
+    use serde_json::json;
+    use tokio::sync::Barrier;
+
+    use crate::support::Backend;
+
+    both_stores!(multi_thread: racing_gates_create_one_run_per_identity);
+
+    async fn racing_gates_create_one_run_per_identity(b: Backend) {
+        const TASKS: usize = 32;
+        const IDENTITIES: usize = 25;
+        let store = b.store(&Settings::default()).await;
+        let start = Arc::new(Barrier::new(TASKS));
+        let mut tasks = Vec::new();
+        for t in 0..TASKS {
+            let (gate, start) = (Gate::new(["o/r"], store.clone()), start.clone());
+            tasks.push(tokio::spawn(async move {
+                start.wait().await;
+                let mut answers = Vec::new();
+                for i in 0..IDENTITIES {
+                    let i = (i + t) % IDENTITIES; // different orders, same identities
+                    let e = json!({"org": "o", "repo": "r", "action": "a", "number": i});
+                    answers.push((i, gate.handle("p", &format!("t{t}-i{i}"), &e).await.unwrap()));
+                }
+                answers
+            }));
+        }
+        let mut created: HashMap<usize, Vec<String>> = HashMap::new();
+        let mut runs_of: HashMap<usize, BTreeSet<String>> = HashMap::new();
+        for task in tasks {
+            for (i, r) in task.await.unwrap() {
+                let run = r.run_id.clone().expect("created or duplicate names a run");
+                match r.status {
+                    Status::Created => created.entry(i).or_default().push(run.clone()),
+                    Status::Duplicate => {}
+                    other => panic!("unexpected {other:?}"),
+                }
+                runs_of.entry(i).or_default().insert(run);
+            }
+        }
+        assert!(created.values().all(|runs| runs.len() == 1), "one created per identity: {created:?}");
+        assert_eq!(created.len(), IDENTITIES);
+        assert!(runs_of.values().all(|runs| runs.len() == 1), "every delivery of an identity names one run");
+        let ids: BTreeSet<String> = created.into_values().flatten().collect();
+        let want: BTreeSet<String> = (1..=IDENTITIES).map(|n| format!("run-{n}")).collect();
+        assert_eq!(ids, want, "run ids are gap-free");
+    }
 }

@@ -1,4 +1,4 @@
-//! The HTTP API (CONTRACT §5): in-process through `Router::oneshot` against
+//! The HTTP API (docs/reference.md#http-api): in-process through `Router::oneshot` against
 //! both stores, plus real sockets and the real binary for outages, hangs,
 //! shutdown and start-up errors.
 
@@ -256,9 +256,11 @@ async fn github_webhooks(b: Backend) {
     assert_eq!(r.header("idempotent-replayed"), Some("true"));
     let r = send(&app, github_request(payload.as_bytes(), "g2", "pull_request", &sig)).await;
     assert_eq!(r.text, r#"{"status":"duplicate","code":200,"run_id":"run-1"}"#);
-    // The same identity through /v1/deliveries under the provider name.
+    // The same fields through /v1/deliveries under the provider name are
+    // other work: /v1 names work by its number, a GitHub provider (identity
+    // "event", the default) by its number and its payload (docs/identities.md).
     let r = deliver(&app, json!({"provider": "github", "delivery_id": "v1", "event": {"org": "octo", "repo": "repo", "action": "pull_request.opened", "number": "5"}})).await;
-    assert_eq!(r.text, r#"{"status":"duplicate","code":200,"run_id":"run-1"}"#);
+    assert_eq!(r.text, r#"{"status":"created","code":202,"run_id":"run-2"}"#);
 
     // A forged retry of a known delivery learns nothing: 401, no cached answer.
     let forged = json!({"action": "opened", "number": 6, "repository": {"name": "repo", "owner": {"login": "octo"}}})
@@ -281,9 +283,13 @@ async fn github_webhooks(b: Backend) {
         .unwrap();
     assert_eq!(send(&app, req).await.status, StatusCode::BAD_REQUEST);
     // A payload without repository: a cached bad_request.
-    let ping = json!({"zen": "Keep it logically awesome."}).to_string();
-    let r = send(&app, github_request(ping.as_bytes(), "g3", "ping", &gh_sign(ping.as_bytes()))).await;
+    let meta = json!({"action": "deleted", "hook_id": 1}).to_string();
+    let r = send(&app, github_request(meta.as_bytes(), "g3", "meta", &gh_sign(meta.as_bytes()))).await;
     assert_eq!(r.text, r#"{"status":"bad_request","code":400}"#);
+    // A ping is acknowledged and stores nothing.
+    let ping = json!({"zen": "Keep it logically awesome."}).to_string();
+    let r = send(&app, github_request(ping.as_bytes(), "g4", "ping", &gh_sign(ping.as_bytes()))).await;
+    assert_eq!((r.status, r.text.as_str()), (StatusCode::OK, r#"{"status":"ignored","code":200}"#));
     // Unknown provider.
     let r = send(&app, Request::post("/webhooks/gitlab").body(Body::from("{}")).unwrap()).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
@@ -570,7 +576,7 @@ async fn graceful_shutdown_answers_requests_in_flight() {
     assert!(status.success(), "exit 0 after SIGTERM, got {status}");
 }
 
-// ---- Window analysis (CONTRACT §7) over HTTP and the CLI ----
+// ---- Window analysis (docs/window.md) over HTTP and the CLI ----
 
 fn window_example() -> Value {
     json!({"history": [{"id": "d1", "identity": "evt_9", "receivedAt": "2026-11-04T10:00:00Z", "payload": {"amount": 5}, "outcome": "processed"}],
@@ -624,4 +630,50 @@ fn window_command_reads_stdin_and_exits_2_on_invalid_input() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("history"));
     assert!(out.stdout.is_empty());
+}
+
+// ---- The OpenAPI document (docs/openapi.json) against the router ----
+
+/// Every operation the document describes is routed (never the 404 of an
+/// unknown endpoint, nor a 405), and every route of `src/http.rs` is in the
+/// document: the two cannot drift apart unnoticed.
+#[tokio::test]
+async fn openapi_document_and_router_agree() {
+    let doc: Value = serde_json::from_str(idemgate::http::OPENAPI).expect("docs/openapi.json is JSON");
+    assert_eq!(doc["openapi"], "3.1.0");
+    let paths = doc["paths"].as_object().expect("paths");
+    let app = router(Backend::Memory, None).await;
+    let mut documented = Vec::new();
+    for (path, ops) in paths {
+        for method in ops.as_object().unwrap().keys() {
+            documented.push(format!("{} {path}", method.to_uppercase()));
+            let uri = path.replace("{name}", "github");
+            let req = Request::builder().method(method.to_uppercase().as_str()).uri(&uri).body(Body::empty()).unwrap();
+            let reply = send(&app, req).await;
+            assert_ne!(reply.status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+            assert!(!reply.text.contains("no such endpoint"), "{method} {path} is not routed");
+            let codes = ops[method]["responses"].as_object().unwrap();
+            assert!(codes.contains_key(reply.status.as_str()), "{method} {path}: {} is not documented", reply.status);
+        }
+    }
+    // The routes as the router declares them.
+    let source = include_str!("../../src/http.rs");
+    let mut routed = Vec::new();
+    for line in source.lines().map(str::trim).filter(|l| l.starts_with(".route(\"")) {
+        let path = line.split('"').nth(1).unwrap();
+        let method = line.split(", ").nth(1).and_then(|m| m.split('(').next()).unwrap();
+        routed.push(format!("{} {path}", method.to_uppercase()));
+    }
+    documented.sort();
+    routed.sort();
+    assert_eq!(documented, routed, "docs/openapi.json and the router list the same operations");
+}
+
+#[tokio::test]
+async fn openapi_is_served() {
+    let app = router(Backend::Memory, None).await;
+    let reply = send(&app, Request::get("/openapi.json").body(Body::empty()).unwrap()).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.header("content-type"), Some("application/json"));
+    assert_eq!(reply.json(), serde_json::from_str::<Value>(idemgate::http::OPENAPI).unwrap());
 }

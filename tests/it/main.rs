@@ -1,14 +1,22 @@
 //! Integration tests: one binary, so it links once and shares one Redis.
 
 /// Runs each named behaviour `async fn NAME(backend)` of the enclosing
-/// module against the memory store and the Redis store.
+/// module against the memory store and the Redis store. With
+/// `multi_thread:` first, each runs on a four-thread runtime, so tasks that
+/// race really run at the same time.
 macro_rules! both_stores {
+    (multi_thread: $($name:ident),* $(,)?) => {
+        both_stores!(@on [tokio::test(flavor = "multi_thread", worker_threads = 4)] $($name),*);
+    };
     ($($name:ident),* $(,)?) => {
+        both_stores!(@on [tokio::test] $($name),*);
+    };
+    (@on [$test:meta] $($name:ident),*) => {
         mod memory {
-            $( #[tokio::test] async fn $name() { super::$name(crate::support::Backend::Memory).await } )*
+            $( #[$test] async fn $name() { super::$name(crate::support::Backend::Memory).await } )*
         }
         mod redis {
-            $( #[tokio::test] async fn $name() { super::$name(crate::support::Backend::Redis).await } )*
+            $( #[$test] async fn $name() { super::$name(crate::support::Backend::Redis).await } )*
         }
     };
 }
@@ -18,9 +26,23 @@ mod cluster;
 mod durability;
 mod gate;
 mod http;
+mod identities;
 mod model;
 mod ops;
 mod production_redis;
 mod redis_store;
+mod send;
 mod support;
+#[cfg(feature = "testcontainers")]
+mod testing;
 mod worker;
+
+/// The container fixture's suite needs the `testcontainers` feature; a run
+/// without it must not look complete.
+#[cfg(not(feature = "testcontainers"))]
+#[test]
+fn testcontainers_feature_is_on() {
+    panic!(
+        "run the tests with `--features testcontainers` (scripts/test.sh does), else tests/it/testing.rs is left out"
+    );
+}

@@ -1,5 +1,5 @@
 //! Property test: random call sequences give identical responses on the
-//! memory store, the Redis store and a small reference model of CONTRACT §1.
+//! memory store, the Redis store and a small reference model of docs/reference.md#semantics.
 
 use std::collections::HashMap;
 

@@ -1,5 +1,6 @@
-//! RFC 8785 JSON Canonicalization Scheme (JCS) and the payload digest built
-//! on it.
+//! RFC 8785 JSON Canonicalization Scheme (JCS) and the digests built on it:
+//! the window analysis's payload digest (docs/window.md) and the GitHub
+//! event identity (docs/identities.md) use this one canonicalizer.
 //!
 //! JCS is what lets two senders agree on a digest: object members sorted by
 //! their UTF-16 code units, no whitespace, numbers in ECMAScript
@@ -20,16 +21,20 @@ pub fn canonicalize(v: &Value) -> String {
     out
 }
 
-/// The payload digest of CONTRACT §7: `sha256:` and the lowercase hex
-/// SHA-256 of [`canonicalize`]`(payload)`.
+/// The payload digest of the window analysis (docs/window.md): `sha256:`
+/// and the lowercase hex SHA-256 of [`canonicalize`]`(payload)`.
 pub fn digest(payload: &Value) -> String {
-    let hash = Sha256::digest(canonicalize(payload).as_bytes());
-    format!("sha256:{}", hex::encode(hash))
+    format!("sha256:{}", hex::encode(sha256(payload)))
+}
+
+/// SHA-256 of [`canonicalize`]`(v)`.
+pub fn sha256(v: &Value) -> [u8; 32] {
+    Sha256::digest(canonicalize(v).as_bytes()).into()
 }
 
 /// Whether `a` and `b` have the same canonical form (and so the same
 /// digest), decided without serializing or hashing either.
-pub(super) fn same_canonical(a: &Value, b: &Value) -> bool {
+pub(crate) fn same_canonical(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Null, Value::Null) => true,
         (Value::Bool(x), Value::Bool(y)) => x == y,

@@ -1,0 +1,182 @@
+//! `idemgate send` and `idemgate sign`: a payload signed the way a
+//! configured provider's kind signs it, by the same code the service
+//! verifies with ([`Provider::sign`]), so the two cannot drift. For users'
+//! integration tests and for trying a gate by hand (docs/integration-testing.md).
+
+use std::hash::{BuildHasher, Hasher};
+use std::time::{Duration, SystemTime};
+
+use axum::http::{HeaderName, HeaderValue, Method};
+
+use crate::client::{self, Answer, ClientError};
+use crate::providers::{Kind, Provider, SignError};
+
+/// The headers `send` shows from an answer, besides the status and body.
+pub const SHOWN_HEADERS: [&str; 3] = ["idempotent-replayed", "idemgate-event-mismatch", "retry-after"];
+
+/// A signed delivery, ready to post.
+#[derive(Debug, Clone)]
+pub struct Outgoing {
+    /// The delivery id it carries (given, or fresh).
+    pub delivery_id: String,
+    /// Every header to send: the provider's, then `Content-Type`.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// The payload, byte for byte as signed.
+    pub body: Vec<u8>,
+}
+
+/// Why a delivery could not be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    /// The kind needs (or refuses) an event name.
+    #[error(transparent)]
+    Sign(#[from] SignError),
+    /// A delivery id or event name cannot be sent as a header.
+    #[error("{0} cannot be sent in an HTTP header (control characters?)")]
+    NotAHeader(&'static str),
+}
+
+/// A delivery id no earlier call produced, shaped like the provider's own:
+/// a GUID for GitHub, `msg_…` for Standard Webhooks.
+pub fn fresh_delivery_id(kind: Kind) -> String {
+    // RandomState is seeded from the OS once per process; the clock and a
+    // counter make every call in the process differ too.
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(SystemTime::UNIX_EPOCH.elapsed().map_or(0, |d| d.as_nanos()));
+    h.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    h.write_u32(std::process::id());
+    let a = h.finish();
+    h.write_u64(a);
+    let b = h.finish();
+    match kind {
+        Kind::Github => format!(
+            "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+            a >> 32,
+            (a >> 16) & 0xffff,
+            a & 0x0fff,
+            0x8000 | (b >> 48) & 0x3fff,
+            b & 0xffff_ffff_ffff
+        ),
+        Kind::StandardWebhooks => format!("msg_{a:016x}{b:016x}"),
+    }
+}
+
+/// Signs `body` as `provider` would send it at `now`.
+pub fn prepare(
+    provider: &Provider,
+    body: Vec<u8>,
+    delivery_id: Option<String>,
+    event: Option<&str>,
+    now: SystemTime,
+) -> Result<Outgoing, PrepareError> {
+    let delivery_id = delivery_id.unwrap_or_else(|| fresh_delivery_id(provider.kind));
+    let mut headers = Vec::new();
+    for (name, value) in provider.sign(&delivery_id, event, &body, now)? {
+        let value = HeaderValue::from_str(&value).map_err(|_| PrepareError::NotAHeader(name))?;
+        headers.push((HeaderName::from_static(name), value));
+    }
+    headers.push((axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/json")));
+    Ok(Outgoing { delivery_id, headers, body })
+}
+
+/// The headers as `Name: value` lines, for curl (`-H @file`) or a person.
+pub fn header_lines(outgoing: &Outgoing) -> String {
+    outgoing.headers.iter().map(|(name, value)| format!("{}: {}\n", name, value.to_str().unwrap_or_default())).collect()
+}
+
+/// Posts the delivery to `url` and reads the answer within `timeout`.
+pub async fn send(url: &str, outgoing: Outgoing, timeout: Duration) -> Result<Answer, ClientError> {
+    client::request(Method::POST, url, &outgoing.headers, outgoing.body, timeout).await
+}
+
+/// What a person needs to see of an answer: the status line, the
+/// idemgate headers that are present, then the body.
+pub fn render_answer(answer: &Answer) -> String {
+    let mut out = format!("HTTP {}\n", answer.status);
+    for name in SHOWN_HEADERS {
+        if let Some(value) = answer.headers.get(name) {
+            out.push_str(&format!("{name}: {}\n", String::from_utf8_lossy(value.as_bytes())));
+        }
+    }
+    out.push('\n');
+    out.push_str(&String::from_utf8_lossy(&answer.body));
+    if !answer.body.ends_with(b"\n") {
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::time::UNIX_EPOCH;
+
+    use axum::http::HeaderMap;
+    use serde_json::json;
+
+    use super::*;
+    use crate::providers::{DEFAULT_TOLERANCE, FieldPointers};
+
+    fn headers_of(outgoing: &Outgoing) -> HeaderMap {
+        outgoing.headers.iter().cloned().collect()
+    }
+
+    #[test]
+    fn fresh_ids_differ_and_look_like_the_providers() {
+        let ids: HashSet<String> = (0..1000).map(|_| fresh_delivery_id(Kind::Github)).collect();
+        assert_eq!(ids.len(), 1000);
+        let id = fresh_delivery_id(Kind::Github);
+        let groups: Vec<usize> = id.split('-').map(str::len).collect();
+        assert_eq!(groups, [8, 4, 4, 4, 12], "{id}");
+        assert!(fresh_delivery_id(Kind::StandardWebhooks).starts_with("msg_"));
+    }
+
+    /// Whatever `prepare` signs, the service's own verifier accepts; the
+    /// same request with one byte changed, it refuses.
+    #[test]
+    fn signed_deliveries_verify_with_the_services_code() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let body = serde_json::to_vec(&json!({"org": "o", "repo": "r", "action": "a", "number": 1,
+                                              "repository": {"name": "r", "owner": {"login": "o"}}}))
+        .unwrap();
+        let providers = [
+            Provider::github("gh", "s3cret"),
+            Provider::standard_webhooks(
+                "sw",
+                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+                DEFAULT_TOLERANCE,
+                FieldPointers::default(),
+            )
+            .unwrap(),
+        ];
+        for p in &providers {
+            let event = (p.kind == Kind::Github).then_some("push");
+            let out = prepare(p, body.clone(), Some("d-1".into()), event, now).unwrap();
+            let delivery = p.accept(&headers_of(&out), &out.body, now).unwrap_or_else(|e| panic!("{}: {e}", p.name));
+            assert_eq!(delivery.delivery_id, "d-1");
+            let mut tampered = out.body.clone();
+            tampered[0] = b' ';
+            assert!(p.accept(&headers_of(&out), &tampered, now).is_err(), "{}", p.name);
+        }
+    }
+
+    #[test]
+    fn event_names_follow_the_kind() {
+        let now = SystemTime::now();
+        let gh = Provider::github("gh", "s");
+        assert!(matches!(prepare(&gh, b"{}".to_vec(), None, None, now), Err(PrepareError::Sign(_))));
+        let sw = Provider::standard_webhooks(
+            "sw",
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            DEFAULT_TOLERANCE,
+            FieldPointers::default(),
+        )
+        .unwrap();
+        assert!(matches!(prepare(&sw, b"{}".to_vec(), None, Some("x"), now), Err(PrepareError::Sign(_))));
+        assert!(matches!(
+            prepare(&gh, b"{}".to_vec(), Some("bad\nid".into()), Some("push"), now),
+            Err(PrepareError::NotAHeader(_))
+        ));
+    }
+}

@@ -1,0 +1,516 @@
+//! Provider identities, events lists, secret rotation and kept payloads
+//! (docs/identities.md), through real HTTP requests against both stores,
+//! with the vendored GitHub corpus (tests/fixtures/).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ::redis::AsyncCommands;
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use http_body_util::BodyExt;
+use idemgate::gate::{Gate, Settings, number_text};
+use idemgate::http::{AppState, app};
+use idemgate::keys::Keys;
+use idemgate::providers::github::RECIPIENT_KEYS;
+use idemgate::providers::{FieldPointers, IdentityMode, Kind, Provider};
+use idemgate::store::memory::MemoryStore;
+use serde_json::{Value, json};
+use sha2::Sha256;
+use tower::ServiceExt;
+
+use crate::support::{Backend, fresh_ns, raw_conn, redis_store_in};
+
+const CORPUS: &str = include_str!("../fixtures/github-webhook-examples.json");
+const SECRET: &str = "corpus secret";
+
+/// Every corpus payload, in file order, with its event name.
+fn corpus() -> Vec<(String, Value)> {
+    let groups: Vec<Value> = serde_json::from_str(CORPUS).unwrap();
+    let mut out = Vec::new();
+    for g in groups {
+        for p in g["examples"].as_array().unwrap() {
+            out.push((g["name"].as_str().unwrap().to_owned(), p.clone()));
+        }
+    }
+    assert_eq!(out.len(), 329);
+    out
+}
+
+/// One corpus payload by event name and position in its group.
+fn example(name: &str, i: usize) -> Value {
+    corpus().into_iter().filter(|(n, _)| n == name).nth(i).unwrap_or_else(|| panic!("{name}[{i}]")).1
+}
+
+/// Every `org/repo` of the corpus, so that nothing is `blocked`.
+fn corpus_repos() -> Vec<String> {
+    let repos: BTreeSet<String> = corpus()
+        .iter()
+        .filter_map(|(_, p)| {
+            Some(format!(
+                "{}/{}",
+                p.pointer("/repository/owner/login")?.as_str()?,
+                p.pointer("/repository/name")?.as_str()?
+            ))
+        })
+        .collect();
+    repos.into_iter().collect()
+}
+
+fn router_with(gate: Gate, providers: Vec<Provider>) -> Router {
+    app(AppState::new(gate, providers, None))
+}
+
+async fn router(b: Backend, provider: Provider) -> Router {
+    router_with(Gate::new(corpus_repos(), b.store(&Settings::default()).await), vec![provider])
+}
+
+fn gh_sign(secret: &str, body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+struct Reply {
+    status: StatusCode,
+    replayed: bool,
+    body: Value,
+}
+
+async fn send(app: &Router, req: Request<Body>) -> Reply {
+    let resp = app.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let replayed = resp.headers().get("idempotent-replayed").is_some();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let body = serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{e}: {bytes:?}"));
+    Reply { status, replayed, body }
+}
+
+/// A GitHub delivery of `body` signed with `secret`, to `/webhooks/{path}`.
+fn github(path: &str, secret: &str, delivery: &str, event: &str, body: &[u8]) -> Request<Body> {
+    Request::post(format!("/webhooks/{path}"))
+        .header("x-hub-signature-256", gh_sign(secret, body))
+        .header("x-github-delivery", delivery)
+        .header("x-github-event", event)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_vec()))
+        .unwrap()
+}
+
+async fn gh(app: &Router, delivery: &str, event: &str, payload: &Value) -> Reply {
+    send(app, github("github", SECRET, delivery, event, payload.to_string().as_bytes())).await
+}
+
+fn without_recipients(p: &Value) -> Value {
+    let mut p = p.clone();
+    if let Some(m) = p.as_object_mut() {
+        for k in RECIPIENT_KEYS {
+            m.remove(k);
+        }
+    }
+    p
+}
+
+/// What an independent reading of docs/identities.md expects for one corpus
+/// payload: `ignored` (a ping), `bad_request` (no org/repo), or work named
+/// by `(repo, action, number_text)` plus, for event identities, the payload
+/// without its recipient keys.
+#[derive(Debug, Clone, PartialEq)]
+enum Expect {
+    Ignored,
+    BadRequest,
+    Work(String, String, String, Option<Value>),
+}
+
+fn expect(mode: IdentityMode, name: &str, p: &Value) -> Expect {
+    if name == "ping" {
+        return Expect::Ignored;
+    }
+    let text = |ptr: &str| p.pointer(ptr).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
+    let (Some(org), Some(repo)) = (text("/repository/owner/login"), text("/repository/name")) else {
+        return Expect::BadRequest;
+    };
+    let action = match p.get("action").and_then(Value::as_str) {
+        Some(a) => format!("{name}.{a}"),
+        None => name.to_owned(),
+    };
+    let number = ["/number", "/pull_request/number", "/issue/number"]
+        .iter()
+        .find_map(|ptr| p.pointer(ptr).filter(|v| !v.is_null()));
+    let number = number_text(number).expect("corpus numbers are integers");
+    let content = (mode == IdentityMode::Event).then(|| without_recipients(p));
+    Expect::Work(format!("{org}/{repo}"), action, number, content)
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Counts {
+    created: usize,
+    duplicate: usize,
+    bad_request: usize,
+    ignored: usize,
+}
+
+/// Sends the whole corpus three times (first deliveries, the same payloads
+/// under new delivery ids, and redeliveries of the first ids) and checks
+/// every answer against [`expect`]. Returns the first pass's counts.
+async fn run_corpus(b: Backend, mode: IdentityMode) -> Counts {
+    let app = router(b, Provider::github("github", SECRET).with_identity(mode)).await;
+    let payloads = corpus();
+    let mut seen: Vec<(Expect, String)> = Vec::new();
+    let mut first: Vec<Value> = Vec::new();
+    let mut counts = Counts::default();
+    for (i, (name, p)) in payloads.iter().enumerate() {
+        let want = expect(mode, name, p);
+        let r = gh(&app, &format!("first-{i}"), name, p).await;
+        let what = format!("#{i} {name}.{}", p["action"]);
+        assert_eq!(r.status, StatusCode::from_u16(r.body["code"].as_u64().unwrap() as u16).unwrap(), "{what}");
+        assert!(!r.replayed, "{what}");
+        match &want {
+            Expect::Ignored => {
+                assert_eq!(r.body, json!({"status": "ignored", "code": 200}), "{what}");
+                counts.ignored += 1;
+            }
+            Expect::BadRequest => {
+                assert_eq!(r.body, json!({"status": "bad_request", "code": 400}), "{what}");
+                counts.bad_request += 1;
+            }
+            Expect::Work(..) => match seen.iter().find(|(e, _)| *e == want) {
+                Some((_, run)) => {
+                    assert_eq!(r.body, json!({"status": "duplicate", "code": 200, "run_id": run}), "{what}");
+                    counts.duplicate += 1;
+                }
+                None => {
+                    counts.created += 1;
+                    let run = format!("run-{}", counts.created);
+                    assert_eq!(r.body, json!({"status": "created", "code": 202, "run_id": run}), "{what}");
+                    seen.push((want.clone(), run));
+                }
+            },
+        }
+        first.push(r.body);
+    }
+    for (i, (name, p)) in payloads.iter().enumerate() {
+        let what = format!("#{i} {name}.{}", p["action"]);
+        // The same payload under a new delivery id: a duplicate of its own run.
+        let again = gh(&app, &format!("again-{i}"), name, p).await;
+        let want = match first[i]["status"].as_str().unwrap() {
+            "created" | "duplicate" => json!({"status": "duplicate", "code": 200, "run_id": first[i]["run_id"]}),
+            _ => first[i].clone(),
+        };
+        assert_eq!(again.body, want, "{what}");
+        // A redelivery: the first answer, replayed (never for `ignored`, which is not stored).
+        let redelivery = gh(&app, &format!("first-{i}"), name, p).await;
+        assert_eq!(redelivery.body, first[i], "{what}");
+        assert_eq!(redelivery.replayed, first[i]["status"] != "ignored", "{what}");
+    }
+    counts
+}
+
+both_stores!(
+    corpus_with_event_identities,
+    corpus_with_number_identities,
+    targeted_corpus_cases,
+    events_list_and_ping_are_ignored_after_authentication,
+    secret_rotation,
+    provider_allowlist_replaces_the_global_one,
+    literal_fields,
+);
+
+async fn corpus_with_event_identities(b: Backend) {
+    let counts = run_corpus(b, IdentityMode::Event).await;
+    eprintln!("corpus, identity = event: {counts:?}");
+    assert_eq!(counts, Counts { created: 211, duplicate: 66, bad_request: 48, ignored: 4 });
+}
+
+async fn corpus_with_number_identities(b: Backend) {
+    let counts = run_corpus(b, IdentityMode::Number).await;
+    eprintln!("corpus, identity = number: {counts:?}");
+    // Today's mapping before this mode existed answered 140 / 140 / 49: the
+    // same, but for the 4 pings (1 created, 2 duplicates, 1 bad_request), now ignored.
+    assert_eq!(counts, Counts { created: 139, duplicate: 138, bad_request: 48, ignored: 4 });
+}
+
+/// Sends `a` then `b` (new delivery ids) and returns their answers.
+async fn pair(app: &Router, tag: &str, event: &str, a: &Value, b: &Value) -> (Value, Value) {
+    let ra = gh(app, &format!("{tag}-a"), event, a).await.body;
+    let rb = gh(app, &format!("{tag}-b"), event, b).await.body;
+    (ra, rb)
+}
+
+fn created(run: &str) -> Value {
+    json!({"status": "created", "code": 202, "run_id": run})
+}
+
+fn duplicate(run: &str) -> Value {
+    json!({"status": "duplicate", "code": 200, "run_id": run})
+}
+
+async fn targeted_corpus_cases(b: Backend) {
+    // Two pushes to one repository (different `after` commits).
+    let (push_a, push_b) = (example("push", 0), example("push", 2));
+    assert_ne!(push_a["after"], push_b["after"]);
+    // Two comments on one issue.
+    let comment_a = example("issue_comment", 0);
+    let mut comment_b = comment_a.clone();
+    comment_b["comment"]["id"] = json!(492700401);
+    comment_b["comment"]["body"] = json!("A second comment.");
+    // Two heads pushed to one pull request.
+    let sync_a = example("pull_request", 22);
+    assert_eq!(sync_a["action"], "synchronize");
+    let mut sync_b = sync_a.clone();
+    sync_b["before"] = sync_a["after"].clone();
+    sync_b["after"] = json!("0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c");
+    sync_b["pull_request"]["head"]["sha"] = sync_b["after"].clone();
+    // Two labels added to one issue.
+    let label_a = example("issues", 9);
+    assert_eq!(label_a["action"], "labeled");
+    let mut label_b = label_a.clone();
+    label_b["label"]["name"] = json!("enhancement");
+    label_b["label"]["id"] = json!(1362934390);
+    // The first push seen through an organization hook of an app.
+    let mut via_org = push_a.clone();
+    via_org["installation"] = example("push", 3)["installation"].clone();
+    via_org["organization"] = example("push", 1)["organization"].clone();
+    assert!(via_org["installation"].is_object() && via_org["organization"].is_object());
+
+    let app = router(b, Provider::github("github", SECRET)).await;
+    assert_eq!(pair(&app, "push", "push", &push_a, &push_b).await, (created("run-1"), created("run-2")));
+    assert_eq!(gh(&app, "push-org", "push", &via_org).await.body, duplicate("run-1"));
+    let comments = pair(&app, "comment", "issue_comment", &comment_a, &comment_b).await;
+    assert_eq!(comments, (created("run-3"), created("run-4")));
+    assert_eq!(pair(&app, "sync", "pull_request", &sync_a, &sync_b).await, (created("run-5"), created("run-6")));
+    assert_eq!(pair(&app, "label", "issues", &label_a, &label_b).await, (created("run-7"), created("run-8")));
+    // The same body under another event name is other work.
+    assert_eq!(gh(&app, "push-as-create", "create", &push_a).await.body, created("run-9"));
+
+    // `identity = "number"`: one run per repo, action and number, ever.
+    let app = router(b, Provider::github("github", SECRET).with_identity(IdentityMode::Number)).await;
+    assert_eq!(pair(&app, "push", "push", &push_a, &push_b).await, (created("run-1"), duplicate("run-1")));
+    let comments = pair(&app, "comment", "issue_comment", &comment_a, &comment_b).await;
+    assert_eq!(comments, (created("run-2"), duplicate("run-2")));
+    assert_eq!(pair(&app, "sync", "pull_request", &sync_a, &sync_b).await, (created("run-3"), duplicate("run-3")));
+    assert_eq!(pair(&app, "label", "issues", &label_a, &label_b).await, (created("run-4"), duplicate("run-4")));
+}
+
+fn ignored() -> Value {
+    json!({"status": "ignored", "code": 200})
+}
+
+async fn metrics(app: &Router) -> String {
+    let resp = app.clone().oneshot(Request::get("/metrics").body(Body::empty()).unwrap()).await.unwrap();
+    String::from_utf8(resp.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap()
+}
+
+async fn events_list_and_ping_are_ignored_after_authentication(b: Backend) {
+    let provider = Provider::github("github", SECRET).with_events(["push", "pull_request.opened"]);
+    let app = router(b, provider).await;
+    let (issue, closed, opened, push) =
+        (example("issues", 15), example("pull_request", 3), example("pull_request", 0), example("push", 0));
+    let zen = json!({"zen": "Keep it logically awesome.", "hook_id": 1, "repository": push["repository"]});
+    for (delivery, event, payload) in
+        [("d-issue", "issues", &issue), ("d-closed", "pull_request", &closed), ("d-ping", "ping", &zen)]
+    {
+        let r = gh(&app, delivery, event, payload).await;
+        assert_eq!((r.status, r.body, r.replayed), (StatusCode::OK, ignored(), false), "{event}");
+        // Nothing was stored: the delivery id is still free for real work.
+        let r = gh(&app, delivery, "push", &push).await;
+        assert!(!r.replayed, "{event}: {:?}", r.body);
+    }
+    let r = gh(&app, "d-opened", "pull_request", &opened).await;
+    assert_eq!(r.body["status"], "created");
+    // Authentication comes first: an ignored event with a bad signature is 401.
+    let body = issue.to_string();
+    let r = send(&app, github("github", "wrong secret", "d-bad", "issues", body.as_bytes())).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    let m = metrics(&app).await;
+    assert!(m.contains(r#"idemgate_gate_outcomes_total{provider="github",status="ignored"} 3"#), "{m}");
+
+    // Without an events list, a ping is still ignored and every other event gated.
+    let app = router(b, Provider::github("github", SECRET)).await;
+    assert_eq!(gh(&app, "p1", "ping", &zen).await.body, ignored());
+    assert_eq!(gh(&app, "i1", "issues", &issue).await.body["status"], "created");
+}
+
+fn sw_request(path: &str, key_b64: &str, id: &str, body: &str) -> Request<Body> {
+    let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let key = base64::engine::general_purpose::STANDARD.decode(key_b64).unwrap();
+    let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
+    mac.update(format!("{id}.{ts}.{body}").as_bytes());
+    let sig = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+    Request::post(format!("/webhooks/{path}"))
+        .header("webhook-id", id)
+        .header("webhook-timestamp", ts.to_string())
+        .header("webhook-signature", format!("v1,{sig}"))
+        .body(Body::from(body.to_owned()))
+        .unwrap()
+}
+
+async fn secret_rotation(b: Backend) {
+    let (new, old) = ("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "c2Vjb25kIHNlY3JldCBmb3Igcm90YXRpb24=");
+    let providers = vec![
+        Provider::new("github", Kind::Github, &["new secret", "old secret"], None, None).unwrap(),
+        Provider::new("billing", Kind::StandardWebhooks, &[format!("whsec_{new}"), old.to_owned()], None, None)
+            .unwrap()
+            .with_events(["invoice.paid"]),
+    ];
+    let app = router_with(
+        Gate::new(corpus_repos().into_iter().chain(["o/r".into()]), b.store(&Settings::default()).await),
+        providers,
+    );
+    let push = example("push", 0).to_string();
+    for (i, secret) in ["new secret", "old secret"].iter().enumerate() {
+        let r = send(&app, github("github", secret, &format!("g{i}"), "push", push.as_bytes())).await;
+        assert_eq!(r.status, if i == 0 { StatusCode::ACCEPTED } else { StatusCode::OK }, "{secret}");
+    }
+    let r = send(&app, github("github", "retired secret", "g9", "push", push.as_bytes())).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+
+    let body = json!({"org": "o", "repo": "r", "action": "invoice.paid", "number": 3}).to_string();
+    assert_eq!(send(&app, sw_request("billing", new, "m1", &body)).await.body, created("run-2"));
+    assert_eq!(send(&app, sw_request("billing", old, "m2", &body)).await.body, duplicate("run-2"));
+    let other = base64::engine::general_purpose::STANDARD.encode("a third secret");
+    assert_eq!(send(&app, sw_request("billing", &other, "m3", &body)).await.status, StatusCode::UNAUTHORIZED);
+    // The events list of a standard-webhooks provider reads the action.
+    let refund = json!({"org": "o", "repo": "r", "action": "invoice.refunded", "number": 3}).to_string();
+    assert_eq!(send(&app, sw_request("billing", old, "m4", &refund)).await.body, ignored());
+}
+
+async fn provider_allowlist_replaces_the_global_one(b: Backend) {
+    let store = b.store(&Settings::default()).await;
+    let providers = vec![
+        Provider::github("github", SECRET).with_allowed_repos(["octo-org/octo-repo"]),
+        Provider::github("other", SECRET),
+    ];
+    let app = router_with(Gate::new(["Codertocat/Hello-World"], store), providers);
+    let hello = example("issues", 15); // Codertocat/Hello-World
+    let octo = example("issues", 21); // octo-org/octo-repo
+    assert_eq!(gh(&app, "a", "issues", &hello).await.body, json!({"status": "blocked", "code": 403}));
+    assert_eq!(gh(&app, "b", "issues", &octo).await.body["status"], "created");
+    let r = send(&app, github("other", SECRET, "c", "issues", hello.to_string().as_bytes())).await;
+    assert_eq!(r.body["status"], "created");
+    let r = send(&app, github("other", SECRET, "d", "issues", octo.to_string().as_bytes())).await;
+    assert_eq!(r.body, json!({"status": "blocked", "code": 403}));
+}
+
+async fn literal_fields(b: Backend) {
+    let key = "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let fields = FieldPointers {
+        org: "=acme".into(),
+        repo: "=billing".into(),
+        action: "/type".into(),
+        number: "/data/id".into(),
+    };
+    let p = Provider::standard_webhooks("billing", &format!("whsec_{key}"), Duration::from_secs(300), fields).unwrap();
+    let app = router_with(Gate::new(["acme/billing"], b.store(&Settings::default()).await), vec![p]);
+    let body = json!({"type": "invoice.paid", "data": {"id": "in_1"}}).to_string();
+    assert_eq!(send(&app, sw_request("billing", key, "m1", &body)).await.body, created("run-1"));
+    let body = json!({"type": "invoice.paid", "data": {"id": "in_1"}, "org": "other"}).to_string();
+    assert_eq!(send(&app, sw_request("billing", key, "m2", &body)).await.body, duplicate("run-1"));
+}
+
+/// `keep_payload`: the run record keeps the exact body in the same step
+/// that creates the run; a provider without it keeps nothing.
+#[tokio::test]
+async fn keep_payload_in_the_run_record_redis() {
+    let ns = fresh_ns("keep");
+    let store = redis_store_in(&ns, &Settings::default()).await;
+    let providers = vec![Provider::github("github", SECRET).with_keep_payload(true), Provider::github("plain", SECRET)];
+    let allowed = corpus_repos().into_iter().chain(["o/r".to_owned()]);
+    let app = app(AppState::new(Gate::new(allowed, store), providers, None).with_keep_payload(true));
+    // The body exactly as GitHub might send it: spacing and key order kept.
+    let body = format!("{{ \"zen\" : 1.50,\n{}", &example("push", 0).to_string()[1..]);
+    let r = send(&app, github("github", SECRET, "k1", "push", body.as_bytes())).await;
+    assert_eq!(r.body, created("run-1"));
+    let r = send(&app, github("plain", SECRET, "k2", "push", body.as_bytes())).await;
+    assert_eq!(r.body, created("run-2"));
+    let v1_event = json!({"org": "o", "repo": "r", "action": "a", "number": 1});
+    let req = Request::post("/v1/deliveries")
+        .body(Body::from(json!({"provider": "p", "delivery_id": "v1", "event": v1_event}).to_string()))
+        .unwrap();
+    assert_eq!(send(&app, req).await.body, created("run-3"));
+    let keys = Keys::new(&ns).unwrap();
+    let mut c = raw_conn().await;
+    let payload: Option<String> = c.hget(keys.run("run-1"), "payload").await.unwrap();
+    assert_eq!(payload.as_deref(), Some(body.as_str()));
+    let subject: String = c.hget(keys.run("run-1"), "subject").await.unwrap();
+    assert!(subject.starts_with('@') && subject.len() == 25, "{subject}");
+    let plain: BTreeMap<String, String> = c.hgetall(keys.run("run-2")).await.unwrap();
+    assert!(!plain.contains_key("payload") && plain.contains_key("subject"), "{plain:?}");
+    let v1: BTreeMap<String, String> = c.hgetall(keys.run("run-3")).await.unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&v1["payload"]).unwrap(), v1_event);
+    assert!(!v1.contains_key("subject"), "a /v1 subject is the number: {v1:?}");
+}
+
+#[tokio::test]
+async fn keep_payload_in_the_memory_store() {
+    let store = std::sync::Arc::new(MemoryStore::new(&Settings::default()));
+    let providers = vec![Provider::github("github", SECRET).with_keep_payload(true), Provider::github("plain", SECRET)];
+    let allowed = corpus_repos().into_iter().chain(["o/r".to_owned()]);
+    let app = app(AppState::new(Gate::new(allowed, store.clone()), providers, None).with_keep_payload(true));
+    let body = example("push", 0).to_string();
+    assert_eq!(send(&app, github("github", SECRET, "k1", "push", body.as_bytes())).await.body, created("run-1"));
+    assert_eq!(send(&app, github("plain", SECRET, "k2", "push", body.as_bytes())).await.body, created("run-2"));
+    let event = json!({"org": "o", "repo": "r", "action": "a", "number": 1});
+    let req = Request::post("/v1/deliveries")
+        .body(Body::from(json!({"provider": "p", "delivery_id": "v1", "event": event}).to_string()))
+        .unwrap();
+    assert_eq!(send(&app, req).await.body, created("run-3"));
+    assert_eq!(store.payload("run-1").as_deref(), Some(body.as_str()));
+    assert_eq!(store.payload("run-2"), None);
+    assert_eq!(serde_json::from_str::<Value>(&store.payload("run-3").unwrap()).unwrap(), event);
+}
+
+/// `idemgate worker` hands a run's kept payload to the command as
+/// `payload`, byte for byte; a run without one has no `payload` key.
+#[tokio::test]
+async fn worker_stdin_carries_the_kept_payload() {
+    let ns = fresh_ns("wpayload");
+    let store = redis_store_in(&ns, &Settings::default()).await;
+    let providers = vec![Provider::github("github", SECRET).with_keep_payload(true), Provider::github("plain", SECRET)];
+    let app = app(AppState::new(Gate::new(corpus_repos(), store), providers, None));
+    let body = format!("{{\"note\": \"spacing kept\",  \"n\": 1.50, {}", &example("push", 0).to_string()[1..]);
+    assert_eq!(send(&app, github("github", SECRET, "w1", "push", body.as_bytes())).await.body, created("run-1"));
+    assert_eq!(send(&app, github("plain", SECRET, "w2", "push", body.as_bytes())).await.body, created("run-2"));
+
+    let dir = std::env::temp_dir().join(fresh_ns("wpayload"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut worker = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["worker", "--redis-url", crate::support::redis_url(), "--namespace", &ns, "--group", "g"])
+        .args(["--block", "200ms", "--", "sh", "-c", r#"cat > "$D/$IDEMGATE_RUN_ID.json""#])
+        .env("D", &dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let keys = Keys::new(&ns).unwrap();
+    let mut c = raw_conn().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut done = 0;
+        for run in ["run-1", "run-2"] {
+            let status: Option<String> = c.hget(keys.run(run), "status").await.unwrap();
+            done += usize::from(status.as_deref() == Some("done"));
+        }
+        if done == 2 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the worker did not finish both runs");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = worker.kill();
+    let _ = worker.wait();
+
+    let with = std::fs::read_to_string(dir.join("run-1.json")).unwrap();
+    assert!(with.ends_with(&format!(r#","payload":{body}}}"#)), "{with}");
+    let with: Value = serde_json::from_str(&with).unwrap();
+    assert_eq!(with["payload"], serde_json::from_str::<Value>(&body).unwrap());
+    assert_eq!((with["run_id"].as_str(), with["action"].as_str()), (Some("run-1"), Some("push")));
+    let without: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("run-2.json")).unwrap()).unwrap();
+    assert!(without.get("payload").is_none(), "{without}");
+    assert_eq!(without["provider"], "plain");
+    let _ = std::fs::remove_dir_all(dir);
+}

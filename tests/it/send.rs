@@ -1,0 +1,222 @@
+//! `idemgate send` and `idemgate sign` against a real `idemgate serve`, for
+//! every provider kind: created, replayed, duplicate, a wrong secret, an
+//! unreachable URL, and the `sign` headers used by a plain HTTP client.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::free_port;
+
+/// Providers as the server knows them; `wrong.toml` has the same names
+/// with other secrets.
+const CONFIG: &str = r#"
+[[provider]]
+name = "gh"
+kind = "github"
+secret = "gh-secret"
+
+[[provider]]
+name = "sw"
+kind = "standard-webhooks"
+secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+"#;
+const WRONG: &str = r#"
+[[provider]]
+name = "gh"
+kind = "github"
+secret = "not-the-secret"
+
+[[provider]]
+name = "sw"
+kind = "standard-webhooks"
+secret = "whsec_c29tZXRoaW5nIGVsc2UgZW50aXJlbHk="
+"#;
+
+/// One payload per kind that normalizes to octo/repo.
+fn payload(provider: &str) -> &'static str {
+    match provider {
+        "gh" => r#"{"action":"opened","number":7,"repository":{"name":"repo","owner":{"login":"octo"}}}"#,
+        _ => r#"{"org":"octo","repo":"repo","action":"invoice.paid","number":7}"#,
+    }
+}
+
+fn event(provider: &str) -> Option<&'static str> {
+    (provider == "gh").then_some("pull_request")
+}
+
+struct Server {
+    child: Child,
+    base: String,
+    dir: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn idemgate() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_idemgate"));
+    for var in ["IDEMGATE_REDIS_URL", "IDEMGATE_CONFIG", "IDEMGATE_API_TOKEN", "IDEMGATE_LISTEN"] {
+        c.env_remove(var);
+    }
+    c
+}
+
+fn serve() -> Server {
+    let dir = std::env::temp_dir().join(format!("idemgate-send-{}-{}", std::process::id(), free_port()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.toml"), CONFIG).unwrap();
+    std::fs::write(dir.join("wrong.toml"), WRONG).unwrap();
+    for p in ["gh", "sw"] {
+        std::fs::write(dir.join(format!("{p}.json")), payload(p)).unwrap();
+    }
+    let port = free_port();
+    let child = idemgate()
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--allowed-repo", "octo/repo", "--config"])
+        .arg(dir.join("config.toml"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "idemgate serve did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Server { child, base, dir }
+}
+
+/// Runs `idemgate send` (or `sign`) with the provider's payload file.
+fn run(server: &Server, verb: &str, provider: &str, config: &str, delivery_id: Option<&str>) -> Output {
+    let mut c = idemgate();
+    c.arg(verb);
+    if verb == "send" {
+        c.arg(format!("{}/webhooks/{provider}", server.base));
+    }
+    c.args(["--provider", provider, "--config"]).arg(server.dir.join(config));
+    c.arg("--file").arg(server.dir.join(format!("{provider}.json")));
+    if let Some(e) = event(provider) {
+        c.args(["--event", e]);
+    }
+    if let Some(id) = delivery_id {
+        c.args(["--delivery-id", id]);
+    }
+    c.output().unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The status line and the JSON body of `send`'s output.
+fn answer(out: &Output) -> (String, serde_json::Value) {
+    let text = stdout(out);
+    let status = text.lines().next().unwrap_or_default().to_owned();
+    let body = text.split("\n\n").nth(1).unwrap_or_default();
+    (status, serde_json::from_str(body.trim()).unwrap_or_else(|e| panic!("{e}: {text}")))
+}
+
+#[test]
+fn send_gets_created_replayed_and_duplicate_for_every_kind() {
+    let server = serve();
+    for provider in ["gh", "sw"] {
+        let id = format!("{provider}-d1");
+        let first = run(&server, "send", provider, "config.toml", Some(&id));
+        assert_eq!(first.status.code(), Some(0), "{provider}: {}", String::from_utf8_lossy(&first.stderr));
+        let (status, body) = answer(&first);
+        assert_eq!(status, "HTTP 202 Accepted", "{provider}");
+        assert_eq!(body["status"], "created", "{provider}");
+        let run_id = body["run_id"].clone();
+
+        let again = run(&server, "send", provider, "config.toml", Some(&id));
+        assert_eq!(again.status.code(), Some(0));
+        assert!(stdout(&again).contains("idempotent-replayed: true"), "{provider}: {}", stdout(&again));
+        assert_eq!(answer(&again).1, body, "{provider}: the replay is the first answer");
+
+        // No --delivery-id: a fresh one, the same work.
+        let fresh = run(&server, "send", provider, "config.toml", None);
+        assert_eq!(fresh.status.code(), Some(0));
+        let (status, body) = answer(&fresh);
+        assert_eq!(status, "HTTP 200 OK", "{provider}");
+        assert_eq!((body["status"].as_str(), &body["run_id"]), (Some("duplicate"), &run_id), "{provider}");
+        assert!(!stdout(&fresh).contains("idempotent-replayed"), "{provider}");
+        assert!(String::from_utf8_lossy(&fresh.stderr).contains("delivery id "), "{provider}");
+    }
+}
+
+#[test]
+fn a_wrong_secret_is_401_and_exit_1() {
+    let server = serve();
+    for provider in ["gh", "sw"] {
+        let out = run(&server, "send", provider, "wrong.toml", Some(&format!("{provider}-wrong")));
+        assert_eq!(out.status.code(), Some(1), "{provider}");
+        assert!(stdout(&out).starts_with("HTTP 401"), "{provider}: {}", stdout(&out));
+    }
+}
+
+#[test]
+fn an_unreachable_url_or_a_bad_provider_exits_2() {
+    let server = serve();
+    let closed = free_port();
+    let out = idemgate()
+        .args(["send", &format!("http://127.0.0.1:{closed}/webhooks/gh"), "--provider", "gh", "--event", "push"])
+        .arg("--config")
+        .arg(server.dir.join("config.toml"))
+        .arg("--file")
+        .arg(server.dir.join("gh.json"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot connect"), "{err}");
+
+    let out = run(&server, "send", "nope", "config.toml", None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no provider \"nope\""));
+
+    // GitHub carries the event name in a header: without --event, nothing is sent.
+    let out = idemgate()
+        .args(["sign", "--provider", "gh", "--config"])
+        .arg(server.dir.join("config.toml"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--event"));
+}
+
+/// `sign`'s headers, sent with the payload by any HTTP client, get the same
+/// answers as `send`; the payload may also come on stdin.
+#[tokio::test]
+async fn sign_headers_work_with_a_plain_client() {
+    let server = serve();
+    let client = reqwest::Client::new();
+    for provider in ["gh", "sw"] {
+        let id = format!("{provider}-signed");
+        let mut c = idemgate();
+        c.args(["sign", "--provider", provider, "--delivery-id", &id, "--config"]).arg(server.dir.join("config.toml"));
+        if let Some(e) = event(provider) {
+            c.args(["--event", e]);
+        }
+        let mut child = c.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        child.stdin.take().unwrap().write_all(payload(provider).as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        let mut req = client.post(format!("{}/webhooks/{provider}", server.base)).body(payload(provider));
+        for line in stdout(&out).lines() {
+            let (name, value) = line.split_once(": ").unwrap_or_else(|| panic!("not a header line: {line:?}"));
+            req = req.header(name, value);
+        }
+        let resp = req.try_clone().unwrap().send().await.unwrap();
+        assert_eq!(resp.status(), 202, "{provider}");
+        let replay = req.send().await.unwrap();
+        assert_eq!(replay.headers()["idempotent-replayed"], "true", "{provider}");
+    }
+}
