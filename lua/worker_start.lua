@@ -1,6 +1,13 @@
 -- idemgate worker: begin one attempt of a run (docs/worker.md).
 -- Only the consumer that holds the stream entry may start an attempt, so a
 -- worker whose lease ran out cannot run the entry beside its new holder.
+-- Starting resets the entry's idle time, so every attempt begins with a
+-- whole lease.
+--
+-- Idempotent per call: the worker sends one operation id per call and
+-- sends the same id again when it retries a call whose reply it lost. A
+-- call that finds its id already recorded (`op` in the run record) writes
+-- nothing and returns what the first one returned.
 --
 -- KEYS[1]: runs stream   idemgate:{NS}:runs
 -- KEYS[2]: run record    idemgate:{NS}:run:<run id>
@@ -10,7 +17,9 @@
 -- ARGV[3]: stream entry id
 -- ARGV[4]: now, ms since the Unix epoch
 -- ARGV[5]: max attempts
--- ARGV[6..11]: run id, provider, repo, action, number, delivery id (copied
+-- ARGV[6]: operation id (unique per call, the same on its retries)
+-- ARGV[7]: run retention, ms (a dead record expires after it; 0: never)
+-- ARGV[8..13]: run id, provider, repo, action, number, delivery id (copied
 --              into the dead stream if the run is out of attempts)
 -- Returns: {0, 0}        the entry is no longer held by this consumer (lost)
 --          {1, attempt, payload}  run attempt number `attempt` now (record: running);
@@ -18,11 +27,19 @@
 --          {2, attempts} the last allowed attempt was lost with its worker:
 --                        the run was moved to the dead stream instead
 
+local function attempts_now()
+  return tonumber(redis.call('HGET', KEYS[2], 'attempts') or '0') or 0
+end
+
+if redis.call('HGET', KEYS[2], 'op') == ARGV[6] then
+  -- The retried call gets the first call's answer, payload included.
+  return {tonumber(redis.call('HGET', KEYS[2], 'op_result')), attempts_now(), redis.call('HGET', KEYS[2], 'payload')}
+end
 local held = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1, ARGV[2])
 if #held == 0 then
   return {0, 0}
 end
-local attempts = tonumber(redis.call('HGET', KEYS[2], 'attempts') or '0') or 0
+local attempts = attempts_now()
 local max = tonumber(ARGV[5])
 
 if attempts >= max then
@@ -32,17 +49,21 @@ if attempts >= max then
     err = prev
   end
   redis.call('XADD', KEYS[3], '*',
-    'run_id', ARGV[6], 'provider', ARGV[7], 'repo', ARGV[8], 'action', ARGV[9],
-    'number', ARGV[10], 'delivery_id', ARGV[11], 'entry_id', ARGV[3], 'group', ARGV[1],
+    'run_id', ARGV[8], 'provider', ARGV[9], 'repo', ARGV[10], 'action', ARGV[11],
+    'number', ARGV[12], 'delivery_id', ARGV[13], 'entry_id', ARGV[3], 'group', ARGV[1],
     'attempts', attempts, 'last_error', err, 'worker', ARGV[2], 'failed_ms', ARGV[4])
   redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
   redis.call('HSET', KEYS[2], 'status', 'dead', 'last_error', err, 'worker', ARGV[2],
-    'updated_ms', ARGV[4], 'finished_ms', ARGV[4])
+    'updated_ms', ARGV[4], 'finished_ms', ARGV[4], 'op', ARGV[6], 'op_result', 2)
+  if tonumber(ARGV[7]) > 0 then
+    redis.call('PEXPIRE', KEYS[2], ARGV[7])
+  end
   return {2, attempts}
 end
 
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
 attempts = redis.call('HINCRBY', KEYS[2], 'attempts', 1)
 redis.call('HSET', KEYS[2], 'status', 'running', 'worker', ARGV[2], 'group', ARGV[1],
-  'started_ms', ARGV[4], 'updated_ms', ARGV[4])
+  'started_ms', ARGV[4], 'updated_ms', ARGV[4], 'op', ARGV[6], 'op_result', 1)
 redis.call('HDEL', KEYS[2], 'next_attempt_ms')
 return {1, attempts, redis.call('HGET', KEYS[2], 'payload')}

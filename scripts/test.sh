@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command. Sets up what the tests need on a fresh Debian
-# machine (redis-server, redis-cli and openssl; a local Redis image where Docker
-# cannot pull), then runs, in order:
+# machine (redis-server, redis-cli and openssl, libsqlite3-dev for the
+# verification example; a local Redis image where Docker cannot pull), then
+# runs, in order:
 #   0. scripts/check-standalone.sh: no tracked file refers to material
 #      outside the repository,
 #   1. a smoke run of `idemgate bench` against a Redis of its own,
@@ -28,9 +29,11 @@ fi
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-cli >/dev/null || need+=(redis-tools)
-# The TLS tests make their certificates with the openssl CLI. (No -dev package:
-# TLS is rustls with ring, which needs only the C compiler Rust links with.)
+# The TLS tests make their certificates with the openssl CLI. (No -dev package
+# for TLS: it is rustls with ring, which needs only the C compiler Rust links with.)
 command -v openssl >/dev/null || need+=(openssl)
+# examples/verification.rs links the system SQLite (docs/exactly-once.md).
+dpkg -s libsqlite3-dev >/dev/null 2>&1 || need+=(libsqlite3-dev)
 $quick || command -v wrk >/dev/null || need+=(wrk)
 $quick || command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 || need+=(docker-compose)
 if [ ${#need[@]} -gt 0 ]; then

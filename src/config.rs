@@ -45,6 +45,23 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     d.ok_or_else(|| format!("{s:?} is too long"))
 }
 
+/// A lifetime that may be unbounded: a duration as [`parse_duration`]
+/// reads it, or `never` (`None`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lifetime(pub Option<Duration>);
+
+/// Parses `30d`, `72h`, … (see [`parse_duration`]) or `never`. Zero is
+/// refused: it would expire a key as soon as it is written.
+pub fn parse_lifetime(s: &str) -> Result<Lifetime, String> {
+    if s.trim() == "never" {
+        return Ok(Lifetime(None));
+    }
+    match parse_duration(s)? {
+        d if d.is_zero() => Err(format!("{:?} is zero: give a duration like 30d, or `never`", s.trim())),
+        d => Ok(Lifetime(Some(d))),
+    }
+}
+
 /// Flags that choose and reach the store; shared by every command.
 #[derive(Debug, Clone, Default, Args)]
 pub struct StoreArgs {
@@ -231,8 +248,15 @@ impl FileConfig {
         toml::from_str(&text).map_err(|e| err(format!("config file {}: {e}", path.display())))
     }
 
-    fn load_opt(path: Option<&Path>) -> Result<Self, ConfigError> {
+    /// [`FileConfig::load`], or the empty config without a file.
+    pub fn load_opt(path: Option<&Path>) -> Result<Self, ConfigError> {
         path.map_or_else(|| Ok(Self::default()), Self::load)
+    }
+
+    /// The environment variables the providers take their secrets from
+    /// (`secret_env`): `idemgate worker` keeps them from its command.
+    pub fn secret_env_names(&self) -> Vec<String> {
+        self.provider.iter().filter_map(|p| p.secret_env.clone()).flat_map(StringOrList::into_vec).collect()
     }
 }
 
@@ -632,6 +656,11 @@ mod tests {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
         assert!(parse_duration("soon").unwrap_err().contains("\"soon\""));
+        assert_eq!(parse_lifetime("30d"), Ok(Lifetime(Some(Duration::from_secs(30 * 86_400)))));
+        assert_eq!(parse_lifetime("never"), Ok(Lifetime(None)));
+        for bad in ["0s", "0d", "forever", ""] {
+            assert!(parse_lifetime(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -6,7 +6,13 @@
 #     for all its deliveries, the logical key names it, one run record);
 #   - every delivery the gates acknowledged has its delivery record, equal
 #     to the answer the client got;
-#   - the worker processed every run (run record `status` = `done`).
+#   - the worker processed every run exactly once (run record `status` =
+#     `done`, `attempts` = 1);
+#   - the stack is closed: Redis refuses a client without the password, /v1
+#     a request without the token, and every published port is on 127.0.0.1.
+# No outcome depends on timing luck: the disruptions are triggered by
+# progress counts, and every wait for the stack to recover has a bound
+# derived from the settings the stack is started with (printed with it).
 # The stack is removed at the end (`down -v`), also on failure.
 #
 #   tests/compose.sh
@@ -38,6 +44,11 @@ IDEMGATE_GATE2_PORT=$(free_port)
 IDEMGATE_GATE3_PORT=$(free_port)
 export IDEMGATE_REDIS_PORT IDEMGATE_GATE1_PORT IDEMGATE_GATE2_PORT IDEMGATE_GATE3_PORT
 export IDEMGATE_NAMESPACE=compose-test IDEMGATE_ALLOWED_REPOS=octo/repo IDEMGATE_WORKER_GROUP=workers
+# Secrets of the test's own (not the compose file's local defaults), so the
+# test shows that every service takes them from the environment.
+export IDEMGATE_REDIS_PASSWORD=compose-test-redis-password IDEMGATE_API_TOKEN=compose-test-api-token
+# The settings the recovery bounds below are derived from.
+export IDEMGATE_REDIS_TIMEOUT=2s IDEMGATE_WORKER_TIMEOUT=10s IDEMGATE_WORKER_LEASE=20s
 
 cleanup() {
   local status=$?
@@ -78,14 +89,46 @@ else
 fi
 echo "stack up: gates on ports $IDEMGATE_GATE1_PORT $IDEMGATE_GATE2_PORT $IDEMGATE_GATE3_PORT, redis on $IDEMGATE_REDIS_PORT"
 
+PUBLISHED="$(for s in redis gate-1 gate-2 gate-3; do compose port "$s" "$([ "$s" = redis ] && echo 6379 || echo 8080)"; done | tr '\n' ' ')" \
 REDIS_ID=$(compose ps -q redis) GATE3_ID=$(compose ps -q gate-3) python3 - <<'PY'
 import json, os, queue, random, subprocess, sys, threading, time, urllib.error, urllib.request
 
 NS = os.environ["IDEMGATE_NAMESPACE"]
 REDIS_PORT = os.environ["IDEMGATE_REDIS_PORT"]
 GATES = [os.environ[f"IDEMGATE_GATE{i}_PORT"] for i in (1, 2, 3)]
+TOKEN = os.environ["IDEMGATE_API_TOKEN"]
 IDENTITIES, COPIES, THREADS = 60, 3, 16
 random.seed(7)
+
+def seconds(d):
+    """A duration as the stack's flags take it (500ms, 20s, 5m) in seconds."""
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+    for u in ("ms", "s", "m", "h", "d"):
+        if d.endswith(u) and d[: -len(u)].isdigit():
+            return int(d[: -len(u)]) * units[u]
+    raise ValueError(d)
+
+# Recovery bounds, from the settings the stack runs with (docker-compose.yml
+# and the environment above).
+REDIS_TIMEOUT = seconds(os.environ["IDEMGATE_REDIS_TIMEOUT"])
+LEASE = seconds(os.environ["IDEMGATE_WORKER_LEASE"])
+REDIS_STOP, REDIS_HEALTH = 5, 2 * 15           # docker restart -t 5; healthcheck interval 2s x 15 retries
+GATE_REQUEST_TIMEOUT, CLIENT_TIMEOUT = 10, 10  # the gate's default request timeout; urlopen's timeout below
+GATE_HEALTH = 5 * 3 + 5                        # a killed gate: health interval 5s x 3 retries + start period
+# A delivery is answered once Redis is back and a gate answers: the longest
+# Redis restart, then one request that runs into the gate's timeout, then the
+# client's own timeout for the retry.
+DELIVERY_BOUND = REDIS_STOP + REDIS_HEALTH + GATE_HEALTH + GATE_REQUEST_TIMEOUT + CLIENT_TIMEOUT
+# The worker: a run it lost track of is found in its own pending list at its
+# next read (block 2s, reads retried every 0.5s, Redis calls bounded by the
+# timeout); anything else is taken over after the lease plus one claim
+# interval (min(lease/2, 5s)). The bound allows for all of it.
+CLAIM_EVERY = min(LEASE / 2, 5)
+WORKER_BOUND = LEASE + CLAIM_EVERY + 2 + 0.5 + 2 * REDIS_TIMEOUT
+print(f"bounds: {DELIVERY_BOUND:.0f}s per delivery (redis restart {REDIS_STOP}s + health {REDIS_HEALTH}s, "
+      f"gate health {GATE_HEALTH}s, gate request {GATE_REQUEST_TIMEOUT}s, client {CLIENT_TIMEOUT}s); "
+      f"{WORKER_BOUND:.0f}s for the worker after the last delivery (lease {LEASE:.0f}s + claim interval "
+      f"{CLAIM_EVERY:.0f}s + block 2s + retry 0.5s + 2 x redis timeout {REDIS_TIMEOUT:.0f}s)", flush=True)
 
 def enc(s):
     return f"{len(s.encode())}:{s}"
@@ -99,7 +142,8 @@ def logical_key(provider, repo, action, number):
 def redis(*commands):
     """Runs commands through one redis-cli; one output line per reply."""
     text = "".join(" ".join(c) + "\n" for c in commands)
-    out = subprocess.run(["redis-cli", "-p", REDIS_PORT], input=text, capture_output=True, text=True, check=True).stdout
+    env = dict(os.environ, REDISCLI_AUTH=os.environ["IDEMGATE_REDIS_PASSWORD"])
+    out = subprocess.run(["redis-cli", "-p", REDIS_PORT], input=text, capture_output=True, text=True, check=True, env=env).stdout
     return out.split("\n")[: len(commands)]
 
 # The work: each identity gets COPIES deliveries (distinct ids: duplicates),
@@ -123,15 +167,16 @@ failures = []
 
 def send(did, event):
     body = json.dumps({"provider": "github", "delivery_id": did, "event": event}).encode()
-    deadline = time.time() + 90
+    deadline = time.time() + DELIVERY_BOUND
     delay = 0.1
     while time.time() < deadline:
         port = random.choice(GATES)   # a load balancer in front of the replicas
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/deliveries", data=body, headers={"content-type": "application/json"})
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/deliveries", data=body,
+                                     headers={"content-type": "application/json", "authorization": f"Bearer {TOKEN}"})
         with lock:
             stats["requests"] += 1
         try:
-            with urllib.request.urlopen(req, timeout=10) as r:
+            with urllib.request.urlopen(req, timeout=CLIENT_TIMEOUT) as r:
                 return r.status, json.loads(r.read())
         except urllib.error.HTTPError as e:
             if e.code < 500:
@@ -142,7 +187,7 @@ def send(did, event):
             stats["retries"] += 1
         time.sleep(delay)
         delay = min(delay * 2, 2.0)
-    raise RuntimeError(f"{did}: no answer within 90s")
+    raise RuntimeError(f"{did}: no answer within {DELIVERY_BOUND:.0f}s")
 
 q = queue.Queue()
 for t in tasks:
@@ -164,16 +209,36 @@ def worker():
                 failures.append(str(e))
         time.sleep(0.03)
 
+disrupted = []
+
 def disrupt():
+    # Triggered by progress, not by time: both happen while deliveries flow.
     total = len(tasks)
     while stats["done"] < total // 4:
         time.sleep(0.05)
     print(f"restarting redis at {stats['done']}/{total} deliveries", flush=True)
-    subprocess.run(["docker", "restart", "-t", "5", os.environ["REDIS_ID"]], check=True, capture_output=True)
+    subprocess.run(["docker", "restart", "-t", str(REDIS_STOP), os.environ["REDIS_ID"]], check=True, capture_output=True)
+    disrupted.append("redis restarted")
     while stats["done"] < total * 6 // 10:
         time.sleep(0.05)
     print(f"killing gate-3 at {stats['done']}/{total} deliveries", flush=True)
     subprocess.run(["docker", "kill", os.environ["GATE3_ID"]], check=True, capture_output=True)
+    disrupted.append("gate-3 killed")
+
+# Before the load: the stack is closed to whoever lacks its secrets.
+def status_without_token():
+    req = urllib.request.Request(f"http://127.0.0.1:{GATES[0]}/v1/deliveries", data=b"{}", headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=CLIENT_TIMEOUT) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+closed = {
+    "no token": status_without_token(),
+    "no password": subprocess.run(["redis-cli", "-p", REDIS_PORT, "ping"], capture_output=True, text=True,
+                                  env={k: v for k, v in os.environ.items() if k != "REDISCLI_AUTH"}).stdout.strip(),
+    "published": os.environ["PUBLISHED"].split(),
+}
 
 threads = [threading.Thread(target=worker) for _ in range(THREADS)]
 chaos = threading.Thread(target=disrupt, daemon=True)
@@ -182,12 +247,20 @@ for t in threads:
     t.start()
 for t in threads:
     t.join()
-chaos.join(timeout=30)
+# The kill comes at 60% of the deliveries, so the disruptions are over once
+# every delivery is answered, apart from the docker command itself.
+chaos.join(timeout=REDIS_STOP + 30)
 
 checks = {}
 def check(name, ok, detail=""):
     checks[name] = ok
     print(f"{'ok  ' if ok else 'FAIL'} {name}{': ' + detail if detail and not ok else ''}", flush=True)
+
+check("/v1 refuses a request without the token", closed["no token"] == 401, f"got {closed['no token']}")
+check("redis refuses a client without the password", closed["no password"].startswith("NOAUTH"), closed["no password"])
+check("every published port is bound to 127.0.0.1", len(closed["published"]) == 4
+      and all(p.startswith("127.0.0.1:") for p in closed["published"]), str(closed["published"]))
+check("redis was restarted and gate-3 killed while deliveries flowed", disrupted == ["redis restarted", "gate-3 killed"], str(disrupted))
 
 check("every delivery answered", not failures, "; ".join(failures[:5]))
 
@@ -222,18 +295,29 @@ for n in range(1, IDENTITIES + 1):
 check("one created delivery and one run id per identity", not bad, str(bad[:3]))
 logical = redis(*[("GET", f"'{logical_key('github', 'octo/repo', 'opened', str(n))}'") for n in run_ids])
 check("each logical key names the identity's run", logical == [run_ids[n] for n in run_ids])
-counter, xlen = redis(("GET", f"'idemgate:{{{NS}}}:run-counter'"), ("XLEN", f"'idemgate:{{{NS}}}:runs'"))
-check("run counter and runs stream count one run per identity", counter == str(IDENTITIES) and xlen == str(IDENTITIES), f"counter {counter}, stream {xlen}")
+# entries-added counts every entry ever added, whatever the worker has
+# trimmed since (XLEN would depend on when its trim ran).
+counter = redis(("GET", f"'idemgate:{{{NS}}}:run-counter'"))[0]
+info = subprocess.run(["redis-cli", "-p", REDIS_PORT, "--no-raw", "XINFO", "STREAM", f"idemgate:{{{NS}}}:runs"],
+                      capture_output=True, text=True, check=True,
+                      env=dict(os.environ, REDISCLI_AUTH=os.environ["IDEMGATE_REDIS_PASSWORD"])).stdout.split("\n")
+added = next((info[i + 1].split(")")[-1].strip() for i, l in enumerate(info) if l.endswith('"entries-added"')), None)
+check("run counter and runs stream count one run per identity", counter == str(IDENTITIES) and added == str(IDENTITIES),
+      f"counter {counter}, entries added {added}")
 
-# The worker processed every run.
-deadline = time.time() + 120
+# The worker processed every run, once.
+started = time.time()
 while True:
     statuses = redis(*[("HGET", f"'idemgate:{{{NS}}}:run:{run_ids[n]}'", "status") for n in run_ids])
-    if all(s == "done" for s in statuses) or time.time() > deadline:
+    if all(s == "done" for s in statuses) or time.time() > started + WORKER_BOUND:
         break
-    time.sleep(1)
+    time.sleep(0.5)
+print(f"waited {time.time() - started:.1f}s of at most {WORKER_BOUND:.0f}s for the worker", flush=True)
 left = {s: statuses.count(s) for s in set(statuses) if s != "done"}
 check("the worker processed every run", not left, f"not done: {left}")
+attempts = redis(*[("HGET", f"'idemgate:{{{NS}}}:run:{run_ids[n]}'", "attempts") for n in run_ids])
+check("each run took one attempt", all(a == "1" for a in attempts),
+      str({run_ids[n]: a for n, a in zip(run_ids, attempts) if a != "1"}))
 
 passed = sum(checks.values())
 print(f"compose: {stats['requests']} requests ({stats['retries']} retried), {len(answers)} deliveries, {IDENTITIES} identities, "

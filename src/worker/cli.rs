@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::command::CommandHandler;
 use super::{LEASE_MARGIN, Summary, Worker, WorkerConfig, WorkerError};
-use crate::config::{StoreArgs, StoreConfig, parse_duration};
+use crate::config::{FileConfig, Lifetime, StoreArgs, StoreConfig, parse_duration, parse_lifetime};
 
 /// Flags of `idemgate worker`.
 #[derive(Debug, Clone, Args)]
@@ -43,10 +43,14 @@ pub struct WorkerArgs {
     /// How often acknowledged entries are trimmed from the runs stream (`0s`: never).
     #[arg(long, env = "IDEMGATE_WORKER_TRIM_INTERVAL", value_name = "DURATION", value_parser = parse_duration, default_value = "60s")]
     pub trim_interval: Duration,
+    /// How long a `done` or `dead` run record stays in Redis (its TTL), or `never`.
+    #[arg(long, env = "IDEMGATE_RUN_RETENTION", value_name = "DURATION|never", value_parser = parse_lifetime, default_value = "30d")]
+    pub run_retention: Lifetime,
     /// How long one read waits for new runs (also the longest a stop waits for the reader).
     #[arg(long, env = "IDEMGATE_WORKER_BLOCK", value_name = "DURATION", value_parser = parse_duration, default_value = "2s")]
     pub block: Duration,
-    /// The command run once per run attempt, after `--`.
+    /// The command run once per run attempt, after `--`. Exit 0: done; exit 65 (EX_DATAERR): a permanent
+    /// failure, dead-lettered at once; anything else: a failed attempt, retried.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
@@ -66,8 +70,16 @@ impl WorkerArgs {
         c.max_backoff = self.max_backoff;
         c.trim_interval = (!self.trim_interval.is_zero()).then_some(self.trim_interval);
         c.block = self.block;
+        c.run_retention = self.run_retention.0;
         c
     }
+}
+
+/// Whether the command must not see variable `name`: idemgate's own settings
+/// (`IDEMGATE_*`; the worker sets `IDEMGATE_RUN_ID` and `IDEMGATE_ATTEMPT`
+/// per run) and the providers' secrets.
+fn hidden(name: &str, secret_env: &[String]) -> bool {
+    name.starts_with("IDEMGATE_") || secret_env.iter().any(|s| s == name)
 }
 
 /// Runs `idemgate worker` until `shutdown` completes.
@@ -80,10 +92,24 @@ pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()> + Send) ->
                 .into(),
         ));
     };
+    // The command gets no idemgate setting and no provider secret: the names
+    // of the secrets come from the config file's `secret_env` keys.
+    let secrets = FileConfig::load_opt(args.store.config.as_deref())
+        .map_err(|e| WorkerError::Config(e.to_string()))?
+        .secret_env_names();
     let handler = CommandHandler::new(&args.command)
-        .ok_or_else(|| WorkerError::Config("give the command to run after `--`".into()))?;
+        .ok_or_else(|| WorkerError::Config("give the command to run after `--`".into()))?
+        .without_env(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).filter(|k| hidden(k, &secrets)));
     let config = args.config();
-    tracing::info!(store = %store.describe(), command = ?args.command, timeout = ?config.timeout, lease = ?config.lease, "connecting");
+    tracing::info!(
+        store = %store.describe(),
+        command = ?args.command,
+        timeout = ?config.timeout,
+        lease = ?config.lease,
+        fence = ?config.fence(),
+        run_retention = ?config.run_retention,
+        "connecting"
+    );
     let worker = Worker::connect(&opts, store.keys.clone(), config).await.map_err(|e| match e {
         // Name the store, with its TLS and password files, when connecting fails.
         WorkerError::Store(e) => WorkerError::Config(format!("cannot connect to the {}: {e}", store.describe())),

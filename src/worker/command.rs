@@ -1,6 +1,8 @@
 //! A [`Handler`] that runs a command per attempt: the run as JSON on stdin,
-//! `IDEMGATE_RUN_ID` and `IDEMGATE_ATTEMPT` in the environment, exit status
-//! 0 for done. The child leads a process group of its own; when the attempt
+//! `IDEMGATE_RUN_ID` and `IDEMGATE_ATTEMPT` in the environment (without the
+//! variables named by [`CommandHandler::without_env`]), exit status 0 for
+//! done, [`PERMANENT_FAILURE_EXIT`] for "dead-letter now", anything else for
+//! a retry. The child leads a process group of its own; when the attempt
 //! ends (timeout, lost lease, or the child exits) that whole group is
 //! killed, so no grandchild outlives its attempt. On Linux the child also
 //! dies with the worker (`PR_SET_PDEATHSIG`).
@@ -10,16 +12,23 @@ use std::process::Stdio;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-use super::{Handler, Run};
+use super::{Failure, Handler, Run};
 
 /// How much of the child's stderr the run's `last_error` keeps (the end).
 const ERROR_TAIL_BYTES: usize = 1000;
+
+/// The exit status by which a command says "retrying cannot help, dead-letter
+/// this run now": 65, `EX_DATAERR` of sysexits(3) ("the input data was
+/// incorrect"), which mail transfer agents also treat as a permanent failure.
+pub const PERMANENT_FAILURE_EXIT: i32 = 65;
 
 /// Runs `program args…` once per attempt.
 #[derive(Debug, Clone)]
 pub struct CommandHandler {
     program: String,
     args: Vec<String>,
+    /// Variables of the worker's environment the command does not get.
+    hidden_env: Vec<String>,
 }
 
 impl CommandHandler {
@@ -27,7 +36,14 @@ impl CommandHandler {
     /// `None` when `argv` is empty.
     pub fn new(argv: &[String]) -> Option<Self> {
         let (program, args) = argv.split_first()?;
-        Some(Self { program: program.clone(), args: args.to_vec() })
+        Some(Self { program: program.clone(), args: args.to_vec(), hidden_env: Vec::new() })
+    }
+
+    /// Keeps the variables `names` out of the command's environment
+    /// (`idemgate worker` hides its own settings and the providers' secrets).
+    pub fn without_env(mut self, names: impl IntoIterator<Item = String>) -> Self {
+        self.hidden_env.extend(names);
+        self
     }
 }
 
@@ -46,9 +62,12 @@ impl Drop for GroupGuard {
 }
 
 impl Handler for CommandHandler {
-    async fn call(&self, run: Run) -> Result<(), String> {
+    async fn call(&self, run: Run) -> Result<(), Failure> {
         let input = serde_json::to_vec(&run).map_err(|e| e.to_string())?;
         let mut cmd = tokio::process::Command::new(&self.program);
+        for name in &self.hidden_env {
+            cmd.env_remove(name);
+        }
         cmd.args(&self.args)
             .env("IDEMGATE_RUN_ID", &run.run_id)
             .env("IDEMGATE_ATTEMPT", run.attempt.to_string())
@@ -119,10 +138,14 @@ impl Handler for CommandHandler {
             return Ok(());
         }
         let what = match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status)) {
+            (Some(PERMANENT_FAILURE_EXIT), _) => {
+                format!("exit status {PERMANENT_FAILURE_EXIT} (permanent failure, not retried)")
+            }
             (Some(code), _) => format!("exit status {code}"),
             (None, Some(sig)) => format!("killed by signal {sig}"),
             (None, None) => status.to_string(),
         };
-        Err(if tail.is_empty() { what } else { format!("{what}: {tail}") })
+        let error = if tail.is_empty() { what } else { format!("{what}: {tail}") };
+        Err(Failure { error, permanent: status.code() == Some(PERMANENT_FAILURE_EXIT) })
     }
 }

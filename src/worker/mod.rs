@@ -23,7 +23,7 @@ mod queue;
 
 use std::collections::HashMap;
 use std::fmt::Display;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -76,6 +76,30 @@ pub struct Run {
     pub payload: Option<Payload>,
 }
 
+/// A failed attempt, as a handler reports it. Any `Display` error converts
+/// into a retryable one; [`Failure::permanent`] says retrying cannot help.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// What went wrong: the run's `last_error`.
+    pub error: String,
+    /// Retrying cannot succeed (the input itself is wrong), so the run goes
+    /// to the dead stream now, whatever attempts are left.
+    pub permanent: bool,
+}
+
+impl Failure {
+    /// A failure no retry can fix: the run is dead-lettered after this attempt.
+    pub fn permanent(error: impl Display) -> Self {
+        Self { error: error.to_string(), permanent: true }
+    }
+}
+
+impl<E: Display> From<E> for Failure {
+    fn from(error: E) -> Self {
+        Self { error: error.to_string(), permanent: false }
+    }
+}
+
 /// A run's kept payload: the JSON text the provider sent, passed on as is
 /// (as JSON, not as a string) and compared by its text.
 #[derive(Debug, Clone, Serialize)]
@@ -108,21 +132,22 @@ impl PartialEq for Payload {
 impl Eq for Payload {}
 
 /// Handles one attempt of a run. `Err` (or running past the timeout) is a
-/// failed attempt. Any `async` closure `Fn(Run) -> Result<(), E: Display>` is one.
+/// failed attempt, retried unless [`Failure::permanent`]. Any `async`
+/// closure `Fn(Run) -> Result<(), E>` with `E: Display` (or `E = Failure`) is one.
 pub trait Handler: Send + Sync + 'static {
     /// Runs one attempt. Dropping the future cancels it (timeout, lost lease).
-    fn call(&self, run: Run) -> impl Future<Output = Result<(), String>> + Send;
+    fn call(&self, run: Run) -> impl Future<Output = Result<(), Failure>> + Send;
 }
 
 impl<F, Fut, E> Handler for F
 where
     F: Fn(Run) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), E>> + Send,
-    E: Display,
+    E: Into<Failure>,
 {
-    fn call(&self, run: Run) -> impl Future<Output = Result<(), String>> + Send {
+    fn call(&self, run: Run) -> impl Future<Output = Result<(), Failure>> + Send {
         let fut = self(run);
-        async move { fut.await.map_err(|e| e.to_string()) }
+        async move { fut.await.map_err(Into::into) }
     }
 }
 
@@ -151,10 +176,15 @@ pub struct WorkerConfig {
     pub block: Duration,
     /// How often the runs stream is trimmed (default 60s; `None`: never).
     pub trim_interval: Option<Duration>,
+    /// How long a `done` or `dead` run record stays (its TTL; default 30d; `None`: forever).
+    pub run_retention: Option<Duration>,
 }
 
 /// The margin the default lease adds to the timeout.
 pub const LEASE_MARGIN: Duration = Duration::from_secs(30);
+
+/// The default retention of a finished run record: 30 days.
+pub const DEFAULT_RUN_RETENTION: Duration = Duration::from_secs(30 * 86_400);
 
 impl WorkerConfig {
     /// The defaults for group `group`.
@@ -171,7 +201,17 @@ impl WorkerConfig {
             max_backoff: Duration::from_secs(60),
             block: Duration::from_secs(2),
             trim_interval: Some(Duration::from_secs(60)),
+            run_retention: Some(DEFAULT_RUN_RETENTION),
         }
+    }
+
+    /// How long an attempt may run without a lease renewal before this
+    /// worker stops it: the lease minus a safety margin (a quarter of the
+    /// lease, at most 5s). The worker times each renewal from before it was
+    /// sent, and Redis measures the idle time from when it ran it, so when
+    /// the attempt is stopped no other worker can have taken the run yet.
+    pub fn fence(&self) -> Duration {
+        self.lease - (self.lease / 4).min(Duration::from_secs(5))
     }
 
     /// The wait after failed attempt `attempt` (1-based): `backoff * 2^(attempt-1)`, at most `max_backoff`.
@@ -196,6 +236,9 @@ impl WorkerConfig {
         }
         if self.timeout.is_zero() || self.lease < Duration::from_millis(30) || self.block.is_zero() {
             return bad("--timeout must be more than 0 and --lease at least 30ms");
+        }
+        if self.run_retention.is_some_and(|r| r.is_zero()) {
+            return bad("--run-retention must be more than 0 (or `never`)");
         }
         Ok(())
     }
@@ -227,6 +270,8 @@ pub struct Summary {
     pub released: u64,
     /// Runs another worker took over (this worker's lease had run out).
     pub lost: u64,
+    /// Attempts this worker stopped because it could not renew their lease.
+    pub fenced: u64,
 }
 
 #[derive(Default)]
@@ -236,6 +281,7 @@ struct Counters {
     dead: AtomicU64,
     released: AtomicU64,
     lost: AtomicU64,
+    fenced: AtomicU64,
 }
 
 impl Counters {
@@ -251,6 +297,7 @@ impl Counters {
             dead: g(&self.dead),
             released: g(&self.released),
             lost: g(&self.lost),
+            fenced: g(&self.fenced),
         }
     }
 }
@@ -265,10 +312,47 @@ pub struct Worker {
 struct Shared {
     queue: Arc<Queue>,
     config: Arc<WorkerConfig>,
-    /// Entries this worker holds, with the signal that it lost one.
-    held: Mutex<HashMap<String, Arc<Notify>>>,
+    /// Entries this worker holds (being run, or waiting for a retry).
+    held: Mutex<HashMap<String, Arc<Held>>>,
+    /// Set when this worker may hold entries it is not running: at start,
+    /// after a failed read (its reply, and the entries Redis delivered with
+    /// it, may be lost), after a run task gave up on Redis. The reader then
+    /// reads its own pending list before new entries.
+    recover: AtomicBool,
     counters: Counters,
     stopping: watch::Receiver<bool>,
+}
+
+/// One entry this worker holds.
+struct Held {
+    /// Notified when another worker has taken the entry.
+    lost: Notify,
+    /// The latest instant known to precede a reset of the entry's idle time
+    /// in Redis (a renewal, or the start of an attempt).
+    renewed: Mutex<Instant>,
+}
+
+impl Held {
+    fn new(renewed: Instant) -> Self {
+        Self { lost: Notify::new(), renewed: Mutex::new(renewed) }
+    }
+
+    /// Records a renewal sent at `sent` (and answered).
+    fn renew(&self, sent: Instant) {
+        let mut r = self.renewed.lock().expect("renewed lock");
+        *r = (*r).max(sent);
+    }
+
+    /// Completes once the lease has gone `limit` without a renewal.
+    async fn unrenewed_for(&self, limit: Duration) {
+        loop {
+            let due = *self.renewed.lock().expect("renewed lock") + limit;
+            if Instant::now() >= due {
+                return;
+            }
+            tokio::time::sleep_until(due).await;
+        }
+    }
 }
 
 impl Worker {
@@ -276,7 +360,7 @@ impl Worker {
     /// for blocking reads) and joins the group, creating it at id `0`.
     pub async fn connect(opts: &RedisOptions, keys: Keys, config: WorkerConfig) -> Result<Self, WorkerError> {
         config.validate()?;
-        let queue = Queue::connect(opts, keys, &config.group, &config.consumer, config.block).await?;
+        let queue = Queue::connect(opts, keys, &config).await?;
         Ok(Self { queue: Arc::new(queue), config: Arc::new(config) })
     }
 
@@ -299,6 +383,7 @@ impl Worker {
             queue: self.queue.clone(),
             config: self.config.clone(),
             held: Mutex::new(HashMap::new()),
+            recover: AtomicBool::new(true),
             counters: Counters::default(),
             stopping: stop_rx.clone(),
         });
@@ -339,7 +424,10 @@ impl Worker {
 }
 
 /// Reads runs while there is capacity, until asked to stop; returns the run
-/// tasks still going.
+/// tasks still going. After a failed read, and at start, it first reads the
+/// entries Redis already delivered to this consumer (`XREADGROUP … 0`): a
+/// read whose reply was lost with its connection left them pending here,
+/// and nobody else would take them before their lease runs out.
 async fn read_loop<H: Handler>(shared: Arc<Shared>, handler: Arc<H>, mut stop: watch::Receiver<bool>) -> JoinSet<()> {
     let config = &shared.config;
     let slots = Arc::new(Semaphore::new(config.concurrency));
@@ -347,6 +435,8 @@ async fn read_loop<H: Handler>(shared: Arc<Shared>, handler: Arc<H>, mut stop: w
     let claim_every = (config.lease / 2).clamp(Duration::from_millis(50), Duration::from_secs(5));
     let mut next_claim = Instant::now();
     let mut cursor = "0-0".to_owned();
+    // `Some(id)` while reading this consumer's pending list, after `id`.
+    let mut pending_after: Option<String> = None;
     loop {
         while tasks.try_join_next().is_some() {}
         let first = tokio::select! {
@@ -361,6 +451,7 @@ async fn read_loop<H: Handler>(shared: Arc<Shared>, handler: Arc<H>, mut stop: w
             permits.push(p);
         }
         let mut entries = Vec::new();
+        let sent = Instant::now();
         if Instant::now() >= next_claim {
             next_claim = Instant::now() + claim_every;
             match shared.queue.autoclaim(&mut cursor, permits.len(), config.lease).await {
@@ -374,10 +465,28 @@ async fn read_loop<H: Handler>(shared: Arc<Shared>, handler: Arc<H>, mut stop: w
             }
         }
         if entries.is_empty() {
-            match shared.queue.read(permits.len()).await {
-                Ok(e) => entries = e,
+            if pending_after.is_none() && shared.recover.swap(false, Ordering::SeqCst) {
+                pending_after = Some("0-0".to_owned());
+            }
+            match shared.queue.read(permits.len(), pending_after.as_deref()).await {
+                Ok(e) => {
+                    if pending_after.is_some() {
+                        pending_after = e.last().map(|l| l.id.clone());
+                        let held = shared.held.lock().expect("held lock");
+                        let found = e.iter().filter(|e| !held.contains_key(&e.id)).count();
+                        if found > 0 {
+                            tracing::info!(
+                                count = found,
+                                "found runs delivered to this worker but not in hand; running them"
+                            );
+                        }
+                    }
+                    entries = e;
+                }
                 Err(e) => {
-                    tracing::warn!(error = %e, "reading the runs stream failed; retrying");
+                    tracing::warn!(error = %e, "reading the runs stream failed; retrying, own pending runs first");
+                    shared.recover.store(true, Ordering::SeqCst);
+                    pending_after = None;
                     drop(permits);
                     tokio::select! {
                         _ = tokio::time::sleep(Duration::from_millis(500)) => {}
@@ -388,14 +497,14 @@ async fn read_loop<H: Handler>(shared: Arc<Shared>, handler: Arc<H>, mut stop: w
             }
         }
         for entry in entries {
-            let lost = Arc::new(Notify::new());
+            let held = Arc::new(Held::new(sent));
             {
-                let mut held = shared.held.lock().expect("held lock");
-                if held.contains_key(&entry.id) {
-                    // Reclaimed from ourselves while a task still has it.
+                let mut all = shared.held.lock().expect("held lock");
+                if all.contains_key(&entry.id) {
+                    // Reclaimed from ourselves, or in our pending list, while a task still has it.
                     continue;
                 }
-                held.insert(entry.id.clone(), lost.clone());
+                all.insert(entry.id.clone(), held.clone());
             }
             let Some(permit) = permits.pop() else {
                 tracing::error!("more entries than requested; the extra one waits for its lease");
@@ -404,7 +513,7 @@ async fn read_loop<H: Handler>(shared: Arc<Shared>, handler: Arc<H>, mut stop: w
             };
             let (shared, handler) = (shared.clone(), handler.clone());
             tasks.spawn(async move {
-                process(&shared, &*handler, &entry, &lost).await;
+                process(&shared, &*handler, &entry, &held).await;
                 shared.held.lock().expect("held lock").remove(&entry.id);
                 drop(permit);
             });
@@ -423,12 +532,17 @@ async fn keep_leases(shared: Arc<Shared>) {
     loop {
         tick.tick().await;
         let ids: Vec<String> = shared.held.lock().expect("held lock").keys().cloned().collect();
+        let sent = Instant::now();
         match shared.queue.extend(&ids).await {
             Ok(lost) => {
                 let held = shared.held.lock().expect("held lock");
-                for id in lost {
-                    if let Some(n) = held.get(&id) {
-                        n.notify_one();
+                for id in &ids {
+                    if let Some(h) = held.get(id) {
+                        if lost.contains(id) {
+                            h.lost.notify_one();
+                        } else {
+                            h.renew(sent);
+                        }
                     }
                 }
             }
@@ -449,53 +563,70 @@ async fn keep_leases(shared: Arc<Shared>) {
     }
 }
 
-/// Retries a script call through short Redis hiccups; `None` when Redis
-/// stays unavailable (the entry then stays pending and is taken over after
-/// its lease).
-async fn persist<T, F, Fut>(what: &str, run_id: &str, mut f: F) -> Option<T>
+/// Retries a script call until Redis answers, for up to `patience`; `None`
+/// when Redis stays unavailable that long (the entry then stays pending: this
+/// worker reads it again from its pending list, or another worker takes it
+/// over after its lease). Each call passes the same operation id on every
+/// try, so a try that ran but whose reply was lost makes the next try a
+/// no-op that returns the same result (`lua/worker_start.lua`).
+async fn persist<T, F, Fut>(shared: &Shared, what: &str, run_id: &str, patience: Duration, mut f: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, crate::Error>>,
 {
-    let mut wait = Duration::from_millis(100);
-    for attempt in 1..=6 {
+    let give_up = Instant::now() + patience;
+    let mut wait = Duration::from_millis(50);
+    loop {
         match f().await {
             Ok(v) => return Some(v),
-            Err(e) if attempt == 6 => {
-                tracing::error!(run_id, error = %e, "{what} failed; the run stays pending and is retried after its lease");
+            Err(e) if Instant::now() + wait >= give_up => {
+                tracing::error!(run_id, error = %e, "{what} failed for {}; the run stays pending", humanize(patience));
+                shared.recover.store(true, Ordering::SeqCst);
+                return None;
             }
             Err(e) => {
                 tracing::warn!(run_id, error = %e, "{what} failed; retrying");
                 tokio::time::sleep(wait).await;
-                wait *= 2;
+                wait = (wait * 2).min(Duration::from_secs(1));
             }
         }
     }
-    None
 }
+
+/// How long a worker retries giving a run back at shutdown: the run is taken
+/// over after its lease anyway.
+const RELEASE_PATIENCE: Duration = Duration::from_secs(5);
 
 enum Attempt {
     Ok,
-    Failed(String),
+    Failed(Failure),
     Lost,
+    Fenced,
 }
 
 /// Runs one entry through its attempts until done, dead, lost or released.
-async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, lost: &Notify) {
+async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, held: &Held) {
     let config = &shared.config;
     let q = &shared.queue;
     let run_id = entry.run.run_id.as_str();
     let c = &shared.counters;
     let mut stop = shared.stopping.clone();
+    let patience = config.lease;
     loop {
         if *stop.borrow() {
-            if persist("releasing", run_id, || q.release(entry, config.lease)).await == Some(true) {
+            if persist(shared, "releasing", run_id, RELEASE_PATIENCE, || q.release(entry, config.lease)).await
+                == Some(true)
+            {
                 Counters::bump(&c.released);
             }
             return;
         }
+        let op = q.op();
+        let sent = Instant::now();
         let (attempt, payload) =
-            match persist("starting an attempt", run_id, || q.start(entry, config.max_attempts)).await {
+            match persist(shared, "starting an attempt", run_id, patience, || q.start(entry, config.max_attempts, &op))
+                .await
+            {
                 Some(Start::Run(n, payload)) => (n, payload),
                 Some(Start::Dead(n)) => {
                     tracing::warn!(run_id, attempts = n, "the last attempt was lost with its worker; run is dead");
@@ -508,9 +639,20 @@ async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, lost: 
                 }
                 None => return,
             };
+        // The start script reset the idle time: the attempt has a whole lease,
+        // counted from before the first try (the one that may have run it).
+        held.renew(sent);
+        if sent.elapsed() > config.lease / 4 {
+            // Redis was slow to answer: renew now rather than start short.
+            let again = Instant::now();
+            if q.extend(std::slice::from_ref(&entry.id)).await.is_ok_and(|lost| lost.is_empty()) {
+                held.renew(again);
+            }
+        }
         let run = match payload.map(Payload::from_json).transpose() {
             Ok(payload) => Ok(Run { attempt, payload, ..entry.run.clone() }),
-            Err(e) => Err(format!("the run's stored payload is not JSON: {e}")),
+            // The stored text never changes: no retry can fix it.
+            Err(e) => Err(Failure::permanent(format!("the run's stored payload is not JSON: {e}"))),
         };
         tracing::debug!(run_id, attempt, "attempt started");
         let outcome = tokio::select! {
@@ -522,9 +664,10 @@ async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, lost: 
             } => match r {
                 Ok(Ok(())) => Attempt::Ok,
                 Ok(Err(e)) => Attempt::Failed(e),
-                Err(_) => Attempt::Failed(format!("timed out after {}", humanize(config.timeout))),
+                Err(_) => Attempt::Failed(format!("timed out after {}", humanize(config.timeout)).into()),
             },
-            _ = lost.notified() => Attempt::Lost,
+            _ = held.lost.notified() => Attempt::Lost,
+            _ = held.unrenewed_for(config.fence()) => Attempt::Fenced,
         };
         match outcome {
             Attempt::Lost => {
@@ -532,20 +675,37 @@ async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, lost: 
                 Counters::bump(&c.lost);
                 return;
             }
+            Attempt::Fenced => {
+                tracing::error!(
+                    run_id,
+                    attempt,
+                    unrenewed = %humanize(config.fence()),
+                    lease = %humanize(config.lease),
+                    "could not renew this run's lease; stopped the attempt (a command's process group is killed) \
+                     before another worker can take the run over"
+                );
+                Counters::bump(&c.fenced);
+                shared.recover.store(true, Ordering::SeqCst);
+                return;
+            }
             Attempt::Ok => {
-                match persist("marking done", run_id, || q.done(entry)).await {
+                let op = q.op();
+                match persist(shared, "marking done", run_id, patience, || q.done(entry, &op)).await {
                     Some(true) => Counters::bump(&c.done),
                     Some(false) => Counters::bump(&c.lost),
                     None => {}
                 }
                 return;
             }
-            Attempt::Failed(error) => {
+            Attempt::Failed(failure) => {
                 Counters::bump(&c.failed_attempts);
-                let error = truncate(&error, 2000);
+                let error = truncate(&failure.error, 2000);
                 let wait = config.backoff_after(attempt);
-                match persist("recording a failed attempt", run_id, || {
-                    q.fail(entry, &error, attempt, config.max_attempts, wait)
+                // A permanent failure makes this attempt the last one allowed.
+                let max_attempts = if failure.permanent { attempt } else { config.max_attempts };
+                let op = q.op();
+                match persist(shared, "recording a failed attempt", run_id, patience, || {
+                    q.fail(entry, &error, attempt, max_attempts, wait, &op)
                 })
                 .await
                 {
@@ -553,7 +713,7 @@ async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, lost: 
                         tracing::warn!(run_id, attempt, %error, retry_in = ?wait, "attempt failed")
                     }
                     Some(Failed::Dead) => {
-                        tracing::error!(run_id, attempt, %error, "attempt failed; no attempts left, run moved to the dead stream");
+                        tracing::error!(run_id, attempt, %error, permanent = failure.permanent, "attempt failed; no attempts left, run moved to the dead stream");
                         Counters::bump(&c.dead);
                         return;
                     }
@@ -566,7 +726,7 @@ async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, lost: 
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
                     _ = stop.wait_for(|s| *s) => {}
-                    _ = lost.notified() => {
+                    _ = held.lost.notified() => {
                         Counters::bump(&c.lost);
                         return;
                     }
@@ -614,11 +774,16 @@ mod tests {
         assert!(c.validate().is_ok());
         assert_eq!((c.concurrency, c.max_attempts), (4, 5));
         assert_eq!(c.lease, c.timeout + LEASE_MARGIN);
+        assert_eq!(c.run_retention, Some(Duration::from_secs(30 * 86_400)));
+        // The fence: the lease less a quarter of it, at most 5s.
+        assert_eq!(c.fence(), Duration::from_secs(325));
+        assert_eq!(WorkerConfig { lease: Duration::from_secs(3), ..c.clone() }.fence(), Duration::from_millis(2250));
         for bad in [
             WorkerConfig { concurrency: 0, ..c.clone() },
             WorkerConfig { max_attempts: 0, ..c.clone() },
             WorkerConfig { group: "a b".into(), ..c.clone() },
             WorkerConfig { timeout: Duration::ZERO, ..c.clone() },
+            WorkerConfig { run_retention: Some(Duration::ZERO), ..c.clone() },
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");
         }

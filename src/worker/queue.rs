@@ -2,14 +2,16 @@
 //! its own connection, and the small Lua scripts (`lua/worker_*.lua`) that
 //! change a run's stream entry and record together.
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::Script;
 use redis::cluster_async::ClusterConnection;
-use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
+use redis::streams::StreamAutoClaimReply;
 
-use super::{Run, WorkerError};
+use super::{Run, WorkerConfig, WorkerError};
 use crate::error::Error;
 use crate::keys::Keys;
 use crate::store::redis::{Conn, RedisOptions, RedisTarget};
@@ -46,9 +48,9 @@ pub(crate) struct Entry {
 
 impl Entry {
     /// `None` when the entry lacks a `run_id` (it cannot be run).
-    fn parse(s: StreamId) -> Option<Self> {
+    fn parse(id: String, map: &HashMap<String, redis::Value>) -> Option<Self> {
         let field =
-            |k: &str| s.map.get(k).and_then(|v| redis::from_redis_value_ref::<String>(v).ok()).unwrap_or_default();
+            |k: &str| map.get(k).and_then(|v| redis::from_redis_value_ref::<String>(v).ok()).unwrap_or_default();
         let run_id = field("run_id");
         if run_id.is_empty() {
             return None;
@@ -63,7 +65,7 @@ impl Entry {
             attempt: 0,
             payload: None,
         };
-        Some(Self { id: s.id, run })
+        Some(Self { id, run })
     }
 }
 
@@ -106,8 +108,19 @@ pub(crate) struct Queue {
     consumer: String,
     timeout: Duration,
     block: Duration,
+    /// The TTL of a `done` or `dead` run record, ms (0: never expires).
+    retention_ms: u64,
     reader: tokio::sync::Mutex<Reader>,
+    /// `consumer/start-nanos/`: with `ops`, the operation ids of script calls.
+    op_prefix: String,
+    ops: AtomicU64,
 }
+
+/// One script call's operation id: the same on every retry of that call, so
+/// a retry whose first try ran (and whose reply was lost) is a no-op that
+/// returns the first try's result (`lua/worker_start.lua`).
+#[derive(Debug, Clone)]
+pub(crate) struct Op(String);
 
 fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
@@ -118,13 +131,8 @@ fn ms(d: Duration) -> u64 {
 }
 
 impl Queue {
-    pub async fn connect(
-        opts: &RedisOptions,
-        keys: Keys,
-        group: &str,
-        consumer: &str,
-        block: Duration,
-    ) -> Result<Self, WorkerError> {
+    pub async fn connect(opts: &RedisOptions, keys: Keys, config: &WorkerConfig) -> Result<Self, WorkerError> {
+        let block = config.block;
         let conn = Conn::connect(opts).await?;
         let t = opts.command_timeout;
         let reader = match &opts.target {
@@ -156,14 +164,18 @@ impl Queue {
                     .map_err(|_| Error::Timeout(t * 4))??,
             ),
         };
+        let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let q = Self {
             conn,
             keys,
-            group: group.to_owned(),
-            consumer: consumer.to_owned(),
+            group: config.group.clone(),
+            consumer: config.consumer.clone(),
             timeout: t,
             block,
+            retention_ms: config.run_retention.map_or(0, |d| ms(d).max(1)),
             reader: tokio::sync::Mutex::new(reader),
+            op_prefix: format!("{}/{started}/", config.consumer),
+            ops: AtomicU64::new(0),
         };
         q.create_group().await?;
         Ok(q)
@@ -175,6 +187,11 @@ impl Queue {
 
     pub fn consumer(&self) -> &str {
         &self.consumer
+    }
+
+    /// A new operation id, for one script call and its retries.
+    pub fn op(&self) -> Op {
+        Op(format!("{}{}", self.op_prefix, self.ops.fetch_add(1, Ordering::Relaxed)))
     }
 
     async fn bounded<T>(&self, fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T, Error> {
@@ -198,21 +215,18 @@ impl Queue {
         }
     }
 
-    /// New entries for this consumer (`XREADGROUP … >`), waiting up to the
-    /// block time for one.
-    pub async fn read(&self, count: usize) -> Result<Vec<Entry>, WorkerError> {
-        let cmd = redis::cmd("XREADGROUP")
-            .arg("GROUP")
-            .arg(&self.group)
-            .arg(&self.consumer)
-            .arg("COUNT")
-            .arg(count)
-            .arg("BLOCK")
-            .arg(ms(self.block).max(1))
-            .arg("STREAMS")
-            .arg(self.keys.runs())
-            .arg(">")
-            .to_owned();
+    /// Entries for this consumer: with `after` `None`, new entries
+    /// (`XREADGROUP … >`), waiting up to the block time for one; with
+    /// `Some(id)`, the entries it already holds (its pending list) after
+    /// `id`, without waiting. The second is how a worker finds the entries a
+    /// read delivered whose reply was lost with its connection.
+    pub async fn read(&self, count: usize, after: Option<&str>) -> Result<Vec<Entry>, WorkerError> {
+        let mut cmd = redis::cmd("XREADGROUP");
+        cmd.arg("GROUP").arg(&self.group).arg(&self.consumer).arg("COUNT").arg(count);
+        if after.is_none() {
+            cmd.arg("BLOCK").arg(ms(self.block).max(1));
+        }
+        cmd.arg("STREAMS").arg(self.keys.runs()).arg(after.unwrap_or(">"));
         let limit = self.block + self.timeout;
         let mut reader = self.reader.lock().await;
         let result = match &mut *reader {
@@ -223,7 +237,7 @@ impl Queue {
                 })?;
                 // The pool's connections only ever carry these reads.
                 c.set_response_timeout(limit);
-                tokio::time::timeout(limit, cmd.query_async::<Option<StreamReadReply>>(&mut *c)).await
+                tokio::time::timeout(limit, cmd.query_async::<redis::Value>(&mut *c)).await
             }
             Reader::Cluster(cluster) => {
                 let (client, slot) = &mut **cluster;
@@ -235,13 +249,13 @@ impl Queue {
                     *slot = Some(c);
                 }
                 let c = slot.as_mut().expect("connected above");
-                let r = tokio::time::timeout(limit, cmd.query_async::<Option<StreamReadReply>>(c)).await;
+                let r = tokio::time::timeout(limit, cmd.query_async::<redis::Value>(c)).await;
                 if !matches!(r, Ok(Ok(_))) {
                     *slot = None;
                 }
                 r
             }
-            Reader::Sentinel(c) => tokio::time::timeout(limit, cmd.query_async::<Option<StreamReadReply>>(c)).await,
+            Reader::Sentinel(c) => tokio::time::timeout(limit, cmd.query_async::<redis::Value>(c)).await,
         };
         drop(reader);
         let reply = match result {
@@ -253,8 +267,7 @@ impl Queue {
             }
             Ok(r) => r.map_err(Error::from)?,
         };
-        let entries = reply.map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect::<Vec<_>>()).unwrap_or_default();
-        Ok(self.parse_all(entries).await)
+        Ok(self.parse_all(stream_entries(reply)).await)
     }
 
     /// Takes over entries whose lease ran out (idle longer than `lease`)
@@ -280,7 +293,7 @@ impl Queue {
                 r => r?,
             };
             *cursor = reply.next_stream_id;
-            out.extend(self.parse_all(reply.claimed).await);
+            out.extend(self.parse_all(reply.claimed.into_iter().map(|s| (s.id, Some(s.map))).collect()).await);
             if out.len() >= count || cursor == "0-0" {
                 break;
             }
@@ -288,12 +301,12 @@ impl Queue {
         Ok(out)
     }
 
-    /// Entries that cannot be run (no `run_id`) are acknowledged and logged.
-    async fn parse_all(&self, ids: Vec<StreamId>) -> Vec<Entry> {
+    /// Entries that cannot be run (no `run_id`, or deleted from the stream
+    /// while pending: no fields) are acknowledged and logged.
+    async fn parse_all(&self, ids: Vec<(String, Option<HashMap<String, redis::Value>>)>) -> Vec<Entry> {
         let mut out = Vec::with_capacity(ids.len());
-        for s in ids {
-            let id = s.id.clone();
-            match Entry::parse(s) {
+        for (id, map) in ids {
+            match map.and_then(|map| Entry::parse(id.clone(), &map)) {
                 Some(e) => out.push(e),
                 None => {
                     tracing::error!(entry = %id, "runs stream entry without a run_id; acknowledging it unrun");
@@ -329,9 +342,9 @@ impl Queue {
     }
 
     /// `lua/worker_start.lua`: begin the next attempt.
-    pub async fn start(&self, e: &Entry, max_attempts: u32) -> Result<Start, Error> {
+    pub async fn start(&self, e: &Entry, max_attempts: u32, op: &Op) -> Result<Start, Error> {
         let mut inv = self.invocation(&SCRIPTS.start, Some(e));
-        inv.key(self.keys.runs_dead()).arg(now_ms()).arg(max_attempts);
+        inv.key(self.keys.runs_dead()).arg(now_ms()).arg(max_attempts).arg(&op.0).arg(self.retention_ms);
         Self::identity_args(&mut inv, &e.run);
         let reply: Vec<redis::Value> = self.invoke(&inv).await?;
         let int = |i: usize| reply.get(i).and_then(|v| redis::from_redis_value_ref::<i64>(v).ok()).unwrap_or(0);
@@ -344,9 +357,9 @@ impl Queue {
     }
 
     /// `lua/worker_done.lua`: acknowledge and mark done. `false`: lost.
-    pub async fn done(&self, e: &Entry) -> Result<bool, Error> {
+    pub async fn done(&self, e: &Entry, op: &Op) -> Result<bool, Error> {
         let mut inv = self.invocation(&SCRIPTS.done, Some(e));
-        inv.arg(now_ms());
+        inv.arg(now_ms()).arg(&op.0).arg(self.retention_ms);
         Ok(self.invoke::<i64>(&inv).await? == 1)
     }
 
@@ -358,10 +371,12 @@ impl Queue {
         attempt: u32,
         max_attempts: u32,
         retry_in: Duration,
+        op: &Op,
     ) -> Result<Failed, Error> {
         let now = now_ms();
         let mut inv = self.invocation(&SCRIPTS.fail, Some(e));
         inv.key(self.keys.runs_dead()).arg(now).arg(error).arg(attempt).arg(max_attempts).arg(now + ms(retry_in));
+        inv.arg(&op.0).arg(self.retention_ms);
         Self::identity_args(&mut inv, &e.run);
         Ok(match self.invoke::<i64>(&inv).await? {
             1 => Failed::Retry,
@@ -401,6 +416,37 @@ impl Queue {
         let mut conn = self.conn.clone();
         self.bounded(trim_inner(&mut conn, &self.keys)).await
     }
+}
+
+/// The entries of an `XREADGROUP` reply (RESP2: `[[key, [[id, fields|nil], …]], …]`),
+/// each with its fields, or `None` for an entry deleted from the stream while
+/// it was pending.
+fn stream_entries(reply: redis::Value) -> Vec<(String, Option<HashMap<String, redis::Value>>)> {
+    use redis::Value;
+    let rows = match reply {
+        Value::Array(rows) => rows,
+        Value::Map(rows) => rows.into_iter().map(|(k, v)| Value::Array(vec![k, v])).collect(),
+        _ => return Vec::new(),
+    };
+    let mut out = Vec::new();
+    for row in rows {
+        let Value::Array(mut kv) = row else { continue };
+        let Some(Value::Array(entries)) = kv.pop() else { continue };
+        for entry in entries {
+            let Value::Array(mut parts) = entry else { continue };
+            if parts.len() != 2 {
+                continue;
+            }
+            let fields = parts.pop().expect("two parts");
+            let Ok(id) = redis::from_redis_value::<String>(parts.pop().expect("two parts")) else { continue };
+            let map = match fields {
+                Value::Nil => None,
+                v => redis::from_redis_value::<HashMap<String, Value>>(v).ok(),
+            };
+            out.push((id, map));
+        }
+    }
+    out
 }
 
 /// What a trim removed.

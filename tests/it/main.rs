@@ -30,11 +30,13 @@ mod identities;
 mod model;
 mod ops;
 mod production_redis;
+mod proxy;
 mod redis_store;
 mod send;
 mod support;
 #[cfg(feature = "testcontainers")]
 mod testing;
+mod verification;
 mod worker;
 
 /// The container fixture's suite needs the `testcontainers` feature; a run

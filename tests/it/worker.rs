@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 use idemgate::gate::{Gate, Settings, Status};
 use idemgate::keys::Keys;
 use idemgate::store::redis::RedisOptions;
-use idemgate::worker::{Run, Worker, WorkerConfig, trim_runs};
+use idemgate::worker::{Failure, Run, Worker, WorkerConfig, trim_runs};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 
+use crate::proxy::{Proxy, contains};
 use crate::support::{fresh_ns, raw_conn, redis_store_in, redis_url};
 
 /// Gates `runs` new runs in `ns` (identities `o/r` `push` `1..=runs`), each
@@ -82,21 +83,18 @@ fn lines(path: &Path) -> Vec<String> {
 /// `idemgate worker` in `ns`, group `g`, named `name` (also `$W` in the
 /// handler's environment); logs to `dir/<name>.log`.
 fn spawn_worker(ns: &str, dir: &Path, name: &str, flags: &[&str], script: &str) -> Child {
+    spawn_worker_via(redis_url(), ns, dir, name, flags, script)
+}
+
+/// [`spawn_worker`] connected to Redis at `url` (a [`Proxy`], say).
+fn spawn_worker_via(url: &str, ns: &str, dir: &Path, name: &str, flags: &[&str], script: &str) -> Child {
+    worker_command(url, ns, dir, name, flags, script).spawn().unwrap()
+}
+
+fn worker_command(url: &str, ns: &str, dir: &Path, name: &str, flags: &[&str], script: &str) -> Command {
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_idemgate"))
-        .args([
-            "worker",
-            "--redis-url",
-            redis_url(),
-            "--namespace",
-            ns,
-            "--group",
-            "g",
-            "--consumer",
-            name,
-            "--block",
-            "200ms",
-        ])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_idemgate"));
+    cmd.args(["worker", "--redis-url", url, "--namespace", ns, "--group", "g", "--consumer", name, "--block", "200ms"])
         .args(flags)
         .args(["--", "sh", "-c", script])
         .env("W", name)
@@ -104,9 +102,8 @@ fn spawn_worker(ns: &str, dir: &Path, name: &str, flags: &[&str], script: &str) 
         .env("RUST_LOG", "idemgate=debug")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
+        .stderr(log);
+    cmd
 }
 
 fn signal(child: &Child, sig: &str) {
@@ -234,10 +231,85 @@ async fn worker_command_retries_then_succeeds_and_dead_letters_the_rest() {
     for k in ["provider", "repo", "action", "number", "delivery_id", "entry_id", "worker", "failed_ms"] {
         assert!(d.map.contains_key(k), "dead entry lacks {k}");
     }
+    // Finished records expire after the default run retention, 30 days.
+    let month_ms = 30 * 86_400 * 1000;
+    for run in ["run-1", "run-2"] {
+        let pttl: i64 = c.pttl(Keys::new(&ns).unwrap().run(run)).await.unwrap();
+        assert!(month_ms - 60_000 < pttl && pttl <= month_ms, "{run}: PTTL {pttl}");
+    }
 
     signal(&workers.0[0], "-TERM");
     assert!(wait_exit(&mut workers.0[0], Duration::from_secs(10)).await.success());
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn worker_exit_65_is_permanent_and_dead_letters_at_once() {
+    let ns = fresh_ns("wperm");
+    let dir = temp_dir("wperm");
+    gate_runs(&ns, 2, 1).await;
+    // run-1 says "permanent" (65) on its first attempt; run-2 fails with 64 once, then succeeds.
+    let script = r#"echo "$IDEMGATE_RUN_ID $IDEMGATE_ATTEMPT" >> "$D/ran"
+        if [ "$IDEMGATE_RUN_ID" = run-1 ]; then echo "BINDING_MISMATCH: tenant differs" >&2; exit 65; fi
+        [ "$IDEMGATE_ATTEMPT" -ge 2 ] || exit 64"#;
+    let flags = ["--max-attempts", "5", "--backoff", "50ms", "--lease", "5s"];
+    let mut workers = Workers(vec![spawn_worker(&ns, &dir, "w1", &flags, script)]);
+    wait_for(Duration::from_secs(30), "run-1 dead and run-2 done", || async {
+        let (a, b) = (record(&ns, "run-1").await, record(&ns, "run-2").await);
+        a.get("status").map(String::as_str) == Some("dead") && b.get("status").map(String::as_str) == Some("done")
+    })
+    .await;
+    let r1 = record(&ns, "run-1").await;
+    assert_eq!(r1["attempts"], "1", "{r1:?}");
+    assert_eq!(r1["last_error"], "exit status 65 (permanent failure, not retried): BINDING_MISMATCH: tenant differs");
+    assert_eq!(record(&ns, "run-2").await["attempts"], "2");
+    let mut ran = lines(&dir.join("ran"));
+    ran.sort();
+    assert_eq!(ran, ["run-1 1", "run-2 1", "run-2 2"]);
+    let mut c = raw_conn().await;
+    let dead: redis::streams::StreamRangeReply = c.xrange_all(Keys::new(&ns).unwrap().runs_dead()).await.unwrap();
+    assert_eq!(dead.ids.len(), 1);
+    let field = |k: &str| redis::from_redis_value_ref::<String>(&dead.ids[0].map[k]).unwrap();
+    assert_eq!((field("run_id").as_str(), field("attempts").as_str()), ("run-1", "1"));
+
+    signal(&workers.0[0], "-TERM");
+    assert!(wait_exit(&mut workers.0[0], Duration::from_secs(10)).await.success());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn worker_library_permanent_failure_is_not_retried() {
+    let ns = fresh_ns("wlibperm");
+    gate_runs(&ns, 1, 1).await;
+    let calls = Arc::new(Mutex::new(0u32));
+    let handler = {
+        let calls = calls.clone();
+        move |_run: Run| {
+            *calls.lock().unwrap() += 1;
+            async { Err::<(), _>(Failure::permanent("the input is wrong for good")) }
+        }
+    };
+    let config = WorkerConfig {
+        max_attempts: 5,
+        backoff: Duration::from_millis(20),
+        block: Duration::from_millis(100),
+        ..WorkerConfig::new("lib")
+    };
+    let worker = Worker::connect(&RedisOptions::single(redis_url()), Keys::new(&ns).unwrap(), config).await.unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(worker.run(handler, async move {
+        let _ = stop_rx.await;
+    }));
+    wait_for(Duration::from_secs(20), "run-1 dead", || async {
+        record(&ns, "run-1").await.get("status").map(String::as_str) == Some("dead")
+    })
+    .await;
+    stop_tx.send(()).unwrap();
+    let summary = tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap().unwrap();
+    assert_eq!((summary.dead, summary.failed_attempts, summary.done), (1, 1, 0), "{summary:?}");
+    assert_eq!(*calls.lock().unwrap(), 1);
+    let r = record(&ns, "run-1").await;
+    assert_eq!((r["attempts"].as_str(), r["last_error"].as_str()), ("1", "the input is wrong for good"));
 }
 
 #[tokio::test]
@@ -267,6 +339,7 @@ async fn worker_library_retries_times_out_and_dead_letters() {
         lease: Duration::from_secs(2),
         backoff: Duration::from_millis(50),
         block: Duration::from_millis(100),
+        run_retention: None,
         ..WorkerConfig::new("lib")
     };
     let worker = Worker::connect(&RedisOptions::single(redis_url()), Keys::new(&ns).unwrap(), config).await.unwrap();
@@ -293,6 +366,50 @@ async fn worker_library_retries_times_out_and_dead_letters() {
     let r2 = record(&ns, "run-2").await;
     assert_eq!(r2["last_error"], "timed out after 300ms");
     assert_eq!(record(&ns, "run-1").await["attempts"], "3");
+    // Run retention `never`: finished records keep no TTL.
+    let mut c = raw_conn().await;
+    for run in ["run-1", "run-2", "run-3"] {
+        assert_eq!(c.pttl::<_, i64>(Keys::new(&ns).unwrap().run(run)).await.unwrap(), -1, "{run}");
+    }
+}
+
+#[tokio::test]
+async fn worker_run_retention_sets_the_ttl_of_done_and_dead_records_only() {
+    let ns = fresh_ns("wretain");
+    gate_runs(&ns, 3, 1).await;
+    let config = WorkerConfig {
+        max_attempts: 1,
+        block: Duration::from_millis(100),
+        run_retention: Some(Duration::from_secs(7200)),
+        ..WorkerConfig::new("retain")
+    };
+    let handler = |run: Run| async move {
+        match run.run_id.as_str() {
+            "run-1" => Ok(()),
+            "run-2" => Err("no".to_owned()),
+            _ => std::future::pending().await,
+        }
+    };
+    let worker = Worker::connect(&RedisOptions::single(redis_url()), Keys::new(&ns).unwrap(), config).await.unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(worker.run(handler, async move {
+        let _ = stop_rx.await;
+    }));
+    wait_for(Duration::from_secs(20), "run-1 done, run-2 dead, run-3 running", || async {
+        let s = [record(&ns, "run-1").await, record(&ns, "run-2").await, record(&ns, "run-3").await];
+        s.iter().map(|r| r.get("status").cloned().unwrap_or_default()).collect::<Vec<_>>()
+            == ["done", "dead", "running"]
+    })
+    .await;
+    let keys = Keys::new(&ns).unwrap();
+    let mut c = raw_conn().await;
+    for run in ["run-1", "run-2"] {
+        let pttl: i64 = c.pttl(keys.run(run)).await.unwrap();
+        assert!(7_200_000 - 60_000 < pttl && pttl <= 7_200_000, "{run}: PTTL {pttl}");
+    }
+    assert_eq!(c.pttl::<_, i64>(keys.run("run-3")).await.unwrap(), -1, "a running record does not expire");
+    drop(stop_tx);
+    running.abort();
 }
 
 #[tokio::test]
@@ -517,4 +634,191 @@ fn sigterm_while_starting_is_not_fatal() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "exit 0 after a SIGTERM during start-up, got {status}");
+}
+
+/// `host:port` of the shared test Redis, for a [`Proxy`] in front of it.
+fn redis_addr() -> &'static str {
+    redis_url().trim_start_matches("redis://").trim_end_matches('/')
+}
+
+/// Whether a log file contains `text`.
+fn log_has(dir: &Path, name: &str, text: &str) -> bool {
+    std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default().contains(text)
+}
+
+/// SIGTERM, a clean exit, and the summary line of the worker's log.
+async fn stop_and_summary(child: &mut Child, dir: &Path, name: &str) -> String {
+    signal(child, "-TERM");
+    assert!(wait_exit(child, Duration::from_secs(15)).await.success());
+    let log = std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap();
+    log.lines().find(|l| l.contains("worker stopped")).unwrap_or_else(|| panic!("no summary in {log}")).to_owned()
+}
+
+#[tokio::test]
+async fn worker_runs_an_entry_whose_read_reply_was_lost_soon_and_once() {
+    let ns = fresh_ns("wlostread");
+    let dir = temp_dir("wlostread");
+    let proxy = Proxy::start(redis_addr());
+    // A long lease: without reading its own pending list the worker would
+    // leave the run alone for a minute.
+    let flags = ["--lease", "60s", "--timeout", "30s"];
+    let script = r#"echo "$IDEMGATE_RUN_ID $IDEMGATE_ATTEMPT" >> "$D/ran""#;
+    let mut workers = Workers(vec![spawn_worker_via(&proxy.redis_url(), &ns, &dir, "w", &flags, script)]);
+    wait_for(Duration::from_secs(15), "the worker started", || async { log_has(&dir, "w", "worker started") }).await;
+    // The first read reply that carries a run is lost with its connection:
+    // Redis has delivered the entry (it is pending for this worker), the
+    // worker never sees it.
+    proxy.drop_reply_once(|req, reply| contains(req, b"XREADGROUP") && contains(reply, b"run_id"));
+    gate_runs(&ns, 1, 1).await;
+    let lost_at = proxy.wait_fired(Duration::from_secs(15)).await;
+    wait_for(Duration::from_secs(10), "run-1 done soon after the lost reply", || all_done(&ns, 1)).await;
+    let took = lost_at.elapsed();
+    assert_eq!(lines(&dir.join("ran")), ["run-1 1"], "run exactly once");
+    assert_eq!(record(&ns, "run-1").await["attempts"], "1");
+    assert!(log_has(&dir, "w", "found runs delivered to this worker but not in hand"));
+    let summary = stop_and_summary(&mut workers.0[0], &dir, "w").await;
+    assert!(summary.contains("done: 1,") && summary.contains("lost: 0,"), "{summary}");
+    eprintln!("run-1 done {took:?} after its read reply was lost (lease 60s)");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn worker_retries_a_done_whose_reply_was_lost_and_the_run_ends_done_once() {
+    let ns = fresh_ns("wlostdone");
+    let dir = temp_dir("wlostdone");
+    let proxy = Proxy::start(redis_addr());
+    let done_sha = redis::Script::new(include_str!("../../lua/worker_done.lua")).get_hash().to_owned();
+    // The reply to the done script is lost after Redis ran it (a NOSCRIPT
+    // answer is not a run of it, and is let through).
+    proxy.drop_reply_once(move |req, reply| {
+        contains(req, b"EVALSHA") && contains(req, done_sha.as_bytes()) && !reply.starts_with(b"-NOSCRIPT")
+    });
+    let flags = ["--lease", "60s", "--timeout", "30s"];
+    let script = r#"echo "$IDEMGATE_RUN_ID $IDEMGATE_ATTEMPT" >> "$D/ran""#;
+    let mut workers = Workers(vec![spawn_worker_via(&proxy.redis_url(), &ns, &dir, "w", &flags, script)]);
+    gate_runs(&ns, 1, 1).await;
+    proxy.wait_fired(Duration::from_secs(15)).await;
+    wait_for(Duration::from_secs(10), "run-1 done", || all_done(&ns, 1)).await;
+    // Give a wrong retry every chance to show: the worker stops only after
+    // its retry of the done script has been answered.
+    let summary = stop_and_summary(&mut workers.0[0], &dir, "w").await;
+    assert!(summary.contains("done: 1,") && summary.contains("lost: 0,"), "{summary}");
+    assert!(summary.contains("failed_attempts: 0,"), "{summary}");
+    assert!(log_has(&dir, "w", "marking done failed; retrying"), "the reply was lost and the call retried");
+    let r = record(&ns, "run-1").await;
+    assert_eq!((r["status"].as_str(), r["attempts"].as_str()), ("done", "1"), "{r:?}");
+    assert_eq!(lines(&dir.join("ran")), ["run-1 1"]);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn worker_cut_off_from_redis_kills_its_command_before_another_worker_starts_the_run() {
+    let ns = fresh_ns("wfence");
+    let dir = temp_dir("wfence");
+    gate_runs(&ns, 1, 1).await;
+    let proxy = Proxy::start(redis_addr());
+    // Each command notes when it starts whether the other worker's command
+    // is still alive (a zombie counts as dead), then sleeps.
+    let script = r#"
+        other=$(cat "$D/a.pid" 2>/dev/null)
+        st=""; [ -n "$other" ] && st=$(sed 's/.*) //' "/proc/$other/stat" 2>/dev/null | cut -c1)
+        if [ -n "$st" ] && [ "$st" != Z ]; then alive=1; else alive=0; fi
+        [ "$W" = a ] && echo $$ > "$D/a.pid"
+        echo "start $W other_alive=$alive" >> "$D/ran"
+        [ "$W" = a ] && exec sleep 60
+        exit 0"#;
+    let flags = ["--lease", "3s", "--timeout", "60s"];
+    let ran = dir.join("ran");
+    let mut workers = Workers(vec![spawn_worker_via(&proxy.redis_url(), &ns, &dir, "a", &flags, script)]);
+    wait_for(Duration::from_secs(15), "a started run-1", || async { !lines(&ran).is_empty() }).await;
+    let a_pid = std::fs::read_to_string(dir.join("a.pid")).unwrap().trim().to_owned();
+    proxy.cut();
+    let cut_at = Instant::now();
+    workers.0.push(spawn_worker(&ns, &dir, "b", &flags, script));
+    wait_for(Duration::from_secs(20), "b ran run-1", || all_done(&ns, 1)).await;
+    assert_eq!(lines(&ran), ["start a other_alive=0", "start b other_alive=0"], "a's command died before b's started");
+    assert!(gone(&a_pid));
+    assert!(log_has(&dir, "a", "could not renew this run's lease; stopped the attempt"));
+    assert!(cut_at.elapsed() >= Duration::from_secs(2), "b took the run only after the lease");
+    let r = record(&ns, "run-1").await;
+    assert_eq!((r["attempts"].as_str(), r["worker"].as_str()), ("2", "b"));
+    // Back in touch, a finds nothing to do: the run is b's, and done.
+    proxy.restore();
+    let summary = stop_and_summary(&mut workers.0[0], &dir, "a").await;
+    assert!(summary.contains("fenced: 1") && summary.contains("done: 0,"), "{summary}");
+    assert_eq!(lines(&ran).len(), 2);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn worker_command_gets_no_idemgate_setting_and_no_provider_secret() {
+    let ns = fresh_ns("wenv");
+    let dir = temp_dir("wenv");
+    gate_runs(&ns, 1, 1).await;
+    let config = dir.join("idemgate.toml");
+    std::fs::write(&config, "[[provider]]\nname = \"github\"\nkind = \"github\"\nsecret_env = \"TEST_GH_SECRET\"\n")
+        .unwrap();
+    let script = r#"env > "$D/env""#;
+    let mut cmd = worker_command(redis_url(), &ns, &dir, "w", &["--config", config.to_str().unwrap()], script);
+    cmd.env("IDEMGATE_API_TOKEN", "token-must-not-leak")
+        .env("IDEMGATE_REDIS_URL", "redis://:password-must-not-leak@127.0.0.1:1")
+        .env("TEST_GH_SECRET", "secret-must-not-leak")
+        .env("KEEP_ME", "kept");
+    let mut workers = Workers(vec![cmd.spawn().unwrap()]);
+    wait_for(Duration::from_secs(15), "run-1 done", || all_done(&ns, 1)).await;
+    let env = std::fs::read_to_string(dir.join("env")).unwrap();
+    let names: Vec<&str> = env.lines().filter_map(|l| l.split_once('=').map(|(k, _)| k)).collect();
+    let idemgate: Vec<&str> = names.iter().copied().filter(|n| n.starts_with("IDEMGATE_")).collect();
+    assert_eq!(idemgate.len(), 2, "{idemgate:?}");
+    assert!(idemgate.contains(&"IDEMGATE_RUN_ID") && idemgate.contains(&"IDEMGATE_ATTEMPT"));
+    assert!(env.contains("IDEMGATE_RUN_ID=run-1\n") && env.contains("IDEMGATE_ATTEMPT=1\n"));
+    assert!(!names.contains(&"TEST_GH_SECRET"));
+    assert!(!env.contains("must-not-leak"), "{env}");
+    assert!(env.contains("KEEP_ME=kept\n") && names.contains(&"PATH"), "the rest is passed through");
+    signal(&workers.0[0], "-TERM");
+    assert!(wait_exit(&mut workers.0[0], Duration::from_secs(10)).await.success());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Runs one run through a worker behind a proxy that loses the reply to the
+/// first run of `script` (a `lua/` file), and returns the worker's summary.
+async fn lose_script_reply(tag: &str, script_file: &str, flags: &[&str], command: &str) -> (String, String) {
+    let ns = fresh_ns(tag);
+    let dir = temp_dir(tag);
+    let proxy = Proxy::start(redis_addr());
+    let body = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("lua").join(script_file)).unwrap();
+    let sha = redis::Script::new(&body).get_hash().to_owned();
+    proxy.drop_reply_once(move |req, reply| {
+        contains(req, b"EVALSHA") && contains(req, sha.as_bytes()) && !reply.starts_with(b"-NOSCRIPT")
+    });
+    let mut workers = Workers(vec![spawn_worker_via(&proxy.redis_url(), &ns, &dir, "w", flags, command)]);
+    gate_runs(&ns, 1, 1).await;
+    proxy.wait_fired(Duration::from_secs(15)).await;
+    wait_for(Duration::from_secs(10), "run-1 finished", || async {
+        matches!(record(&ns, "run-1").await.get("status").map(String::as_str), Some("done" | "dead"))
+    })
+    .await;
+    let summary = stop_and_summary(&mut workers.0[0], &dir, "w").await;
+    let r = record(&ns, "run-1").await;
+    let _ = std::fs::remove_dir_all(dir);
+    (summary, format!("{} {}", r["status"], r["attempts"]))
+}
+
+#[tokio::test]
+async fn worker_retries_a_start_whose_reply_was_lost_without_counting_an_attempt() {
+    let command = r#"exit 0"#;
+    let (summary, record) =
+        lose_script_reply("wloststart", "worker_start.lua", &["--lease", "60s", "--max-attempts", "1"], command).await;
+    // With one attempt allowed, a second count would have dead-lettered the run.
+    assert_eq!(record, "done 1");
+    assert!(summary.contains("done: 1,") && summary.contains("dead: 0,") && summary.contains("lost: 0,"), "{summary}");
+}
+
+#[tokio::test]
+async fn worker_retries_a_last_fail_whose_reply_was_lost_and_the_run_is_dead_once() {
+    let command = r#"exit 3"#;
+    let (summary, record) =
+        lose_script_reply("wlostfail", "worker_fail.lua", &["--lease", "60s", "--max-attempts", "1"], command).await;
+    assert_eq!(record, "dead 1");
+    assert!(summary.contains("dead: 1,") && summary.contains("lost: 0,"), "{summary}");
 }
