@@ -10,6 +10,8 @@ RUN cargo build --release --locked --bin idemgate
 
 FROM debian:bookworm-slim
 COPY --from=build /src/target/release/idemgate /usr/local/bin/idemgate
+# The system roots for rediss:// URLs without --redis-tls-ca (the slim image has none).
+COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 USER 65534:65534
 EXPOSE 8080
 ENTRYPOINT ["idemgate"]

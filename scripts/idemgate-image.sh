@@ -2,8 +2,9 @@
 # Builds a local idemgate image without any registry (for machines whose
 # Docker cannot pull; the repo's Dockerfile is the normal build for users):
 # `cargo build --release`, then the binary, the shared libraries it links,
-# and Debian's dash as /bin/sh (so a worker's handler can run `sh -c …`),
-# packed into a FROM scratch image.
+# Debian's dash as /bin/sh (so a worker's handler can run `sh -c …`) and
+# Debian's CA bundle (the system roots for rediss://), packed into a FROM
+# scratch image.
 #
 #   scripts/idemgate-image.sh [TAG]      (default: idemgate/idemgate:local)
 #
@@ -24,6 +25,11 @@ mkdir -p "$ctx/root/usr/local/bin" "$ctx/root/bin" "$ctx/root/tmp" "$ctx/root/et
 cp "$bin" "$ctx/root/usr/local/bin/idemgate"
 cp "$sh_bin" "$ctx/root/bin/sh"
 pack_libs "$ctx/root" "$bin" "$sh_bin"
+# The system roots, for rediss:// URLs without --redis-tls-ca.
+if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+  mkdir -p "$ctx/root/etc/ssl/certs"
+  cp /etc/ssl/certs/ca-certificates.crt "$ctx/root/etc/ssl/certs/"
+fi
 chmod 1777 "$ctx/root/tmp"
 printf 'root:x:0:0::/:/bin/sh\nnobody:x:65534:65534::/nonexistent:/bin/sh\n' > "$ctx/root/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' > "$ctx/root/etc/group"

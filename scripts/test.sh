@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command. Sets up what the tests need on a fresh Debian
-# machine (redis-server and redis-cli, libsqlite3-dev for the verification
-# example; a local Redis image where Docker cannot pull), then runs, in order:
+# machine (redis-server, redis-cli and openssl, libsqlite3-dev for the
+# verification example; a local Redis image where Docker cannot pull), then
+# runs, in order:
 #   0. scripts/check-standalone.sh: no tracked file refers to material
 #      outside the repository,
 #   1. a smoke run of `idemgate bench` against a Redis of its own,
@@ -31,6 +32,9 @@ fi
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-cli >/dev/null || need+=(redis-tools)
+# The TLS tests make their certificates with the openssl CLI. (No -dev package
+# for TLS: it is rustls with ring, which needs only the C compiler Rust links with.)
+command -v openssl >/dev/null || need+=(openssl)
 # examples/verification.rs links the system SQLite (docs/exactly-once.md).
 dpkg -s libsqlite3-dev >/dev/null 2>&1 || need+=(libsqlite3-dev)
 command -v promtool >/dev/null || need+=(prometheus) # Debian ships promtool in the prometheus package

@@ -16,7 +16,7 @@ use crate::config::parse_duration;
 use crate::gate::{Gate, Settings, Submission};
 use crate::http::AppState;
 use crate::keys::Keys;
-use crate::store::redis::{Conn, GATE_LUA, RedisOptions, RedisStore};
+use crate::store::redis::{Conn, GATE_LUA, PemFile, RedisOptions, RedisStore, Tls};
 
 /// Flags of `idemgate bench`.
 #[derive(Debug, Clone, Args)]
@@ -41,6 +41,12 @@ pub struct BenchArgs {
     /// runs where the bench runs, like the library gate it is compared with.
     #[arg(long, value_name = "CPUS")]
     pub load_cpus: Option<String>,
+    /// The same Redis's TLS port (`rediss://…`): adds the library gate over TLS against plain TCP, alternated in one run.
+    #[arg(long, value_name = "URL")]
+    pub tls_url: Option<String>,
+    /// PEM CA file that verifies --tls-url [default: the system roots].
+    #[arg(long, value_name = "FILE")]
+    pub redis_tls_ca: Option<std::path::PathBuf>,
 }
 
 /// Throughput and latency of one measurement.
@@ -219,6 +225,45 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
             progress(&format!("library gate, {}, {in_flight} in flight", mix.name()));
             let f = gate_drive(&gate, mix, in_flight, dur, next_round()).await;
             writeln!(out, "| {} | {in_flight} | {:.0} | {} | {} |", mix.name(), f.rate, us(f.p50), us(f.p99))?;
+        }
+    }
+
+    // 2b. The library gate over TLS against plain TCP, on the same server.
+    if let Some(tls_url) = &args.tls_url {
+        let ca = args.redis_tls_ca.as_deref().map(|p| PemFile::certificates(p, "--redis-tls-ca")).transpose();
+        let tls_opts = RedisOptions {
+            tls: Tls { ca: ca.map_err(anyhow::Error::msg)?, client: None },
+            ..RedisOptions::single(tls_url)
+        };
+        let tls_store = Arc::new(RedisStore::connect(&tls_opts, Keys::new(&format!("{ns}-tls"))?, &settings).await?);
+        let tls_gate = Gate::new(["bench/repo"], tls_store);
+        for i in 0..REPLAY_KEYS {
+            tls_gate.handle("bench", &format!("replay-{i}"), &event(i)).await?;
+        }
+        writeln!(
+            out,
+            "\n## Library gate over TLS against plain TCP (one server, its TCP and TLS ports)\n\nEach row runs plain, TLS, plain, TLS; the figures are the means.\n\n| mix | in flight | plain calls/s | TLS calls/s | TLS / plain | plain p99 | TLS p99 |\n|---|---:|---:|---:|---:|---:|---:|"
+        )?;
+        for mix in [Mix::New, Mix::Replay] {
+            for in_flight in [1, 128] {
+                progress(&format!("library gate, plain vs TLS, {}, {in_flight} in flight", mix.name()));
+                let (mut plain, mut tls) = (Vec::new(), Vec::new());
+                for _ in 0..2 {
+                    plain.push(gate_drive(&gate, mix, in_flight, dur, next_round()).await);
+                    tls.push(gate_drive(&tls_gate, mix, in_flight, dur, next_round()).await);
+                }
+                let mean = |v: &[Figures], f: fn(&Figures) -> f64| v.iter().map(f).sum::<f64>() / v.len() as f64;
+                let (p, t) = (mean(&plain, |f| f.rate), mean(&tls, |f| f.rate));
+                let p99 = |v: &[Figures]| Duration::from_secs_f64(mean(v, |f| f.p99.as_secs_f64()));
+                writeln!(
+                    out,
+                    "| {} | {in_flight} | {p:.0} | {t:.0} | {:.2} | {} | {} |",
+                    mix.name(),
+                    t / p,
+                    us(p99(&plain)),
+                    us(p99(&tls))
+                )?;
+            }
         }
     }
 

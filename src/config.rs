@@ -14,8 +14,9 @@ use crate::gate::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, Settings};
 use crate::keys::Keys;
 use crate::providers::{FieldPointers, IdentityMode, Kind, Provider};
 use crate::store::Store;
+use crate::store::connection::is_tls_url;
 use crate::store::memory::MemoryStore;
-use crate::store::redis::{DEFAULT_COMMAND_TIMEOUT, RedisOptions, RedisStore, RedisTarget};
+use crate::store::redis::{DEFAULT_COMMAND_TIMEOUT, PemFile, RedisOptions, RedisStore, RedisTarget, Secret, Tls};
 
 /// A configuration problem, reported before anything starts.
 #[derive(Debug, thiserror::Error)]
@@ -69,7 +70,7 @@ pub const DEFAULT_RUN_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Flags that choose and reach the store; shared by every command.
 #[derive(Debug, Clone, Default, Args)]
 pub struct StoreArgs {
-    /// Redis URL (redis://host:port/db); absent: the in-memory store.
+    /// Redis URL (redis://[USER@]host:port/db, rediss:// for TLS); absent: the in-memory store.
     /// (The env value is never shown in --help: it may hold a password.)
     #[arg(long, env = "IDEMGATE_REDIS_URL", value_name = "URL", hide_env_values = true)]
     pub redis_url: Option<String>,
@@ -97,6 +98,24 @@ pub struct StoreArgs {
     /// TOML config file (docs/reference.md#config-file).
     #[arg(long, env = "IDEMGATE_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// PEM file of the CA that signs Redis's certificate, for rediss:// URLs [default: the system roots].
+    #[arg(long, env = "IDEMGATE_REDIS_TLS_CA", value_name = "FILE")]
+    pub redis_tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for mutual TLS with Redis; needs --redis-tls-key.
+    #[arg(long, env = "IDEMGATE_REDIS_TLS_CERT", value_name = "FILE")]
+    pub redis_tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --redis-tls-cert.
+    #[arg(long, env = "IDEMGATE_REDIS_TLS_KEY", value_name = "FILE")]
+    pub redis_tls_key: Option<PathBuf>,
+    /// File holding the Redis password (its content without the final newline); wins over a password in the URL.
+    #[arg(long, env = "IDEMGATE_REDIS_PASSWORD_FILE", value_name = "FILE")]
+    pub redis_password_file: Option<PathBuf>,
+    /// Redis Sentinel nodes, comma-separated (redis://host:26379); needs --redis-sentinel-master.
+    #[arg(long, env = "IDEMGATE_REDIS_SENTINEL_NODES", value_name = "URL,URL,…", value_delimiter = ',')]
+    pub redis_sentinel_nodes: Option<Vec<String>>,
+    /// The master name the sentinels monitor (`sentinel monitor NAME …`).
+    #[arg(long, env = "IDEMGATE_REDIS_SENTINEL_MASTER", value_name = "NAME")]
+    pub redis_sentinel_master: Option<String>,
 }
 
 /// Flags of `idemgate serve`.
@@ -167,6 +186,12 @@ pub struct FileConfig {
     header_timeout: Option<String>,
     body_budget: Option<usize>,
     allow_unauthenticated_api: Option<bool>,
+    redis_tls_ca: Option<PathBuf>,
+    redis_tls_cert: Option<PathBuf>,
+    redis_tls_key: Option<PathBuf>,
+    redis_password_file: Option<PathBuf>,
+    redis_sentinel_nodes: Option<StringOrList>,
+    redis_sentinel_master: Option<String>,
     #[serde(default)]
     provider: Vec<ProviderConfig>,
 }
@@ -340,20 +365,7 @@ impl StoreConfig {
         if timeout.is_zero() {
             return Err(err("redis timeout must be more than 0"));
         }
-        // `--redis-url` and `--redis-cluster-nodes` are one setting (where
-        // Redis is): a flag or env value of either replaces the file's.
-        let (url, nodes) = if args.redis_url.is_some() || args.redis_cluster_nodes.is_some() {
-            (args.redis_url.clone(), args.redis_cluster_nodes.clone())
-        } else {
-            (file.redis_url.clone(), file.redis_cluster_nodes.clone().map(StringOrList::into_vec))
-        };
-        let target = match (url, nodes) {
-            (Some(_), Some(_)) => return Err(err("give either --redis-url or --redis-cluster-nodes, not both")),
-            (Some(url), None) => Some(RedisTarget::Single(url)),
-            (None, Some(nodes)) if nodes.is_empty() => return Err(err("--redis-cluster-nodes is empty")),
-            (None, Some(nodes)) => Some(RedisTarget::Cluster(nodes)),
-            (None, None) => None,
-        };
+        let target = redis_target(args, file)?;
         let ns = args.namespace.clone().or_else(|| file.namespace.clone()).unwrap_or_else(|| "default".into());
         let keys =
             Keys::new(&ns).map_err(|_| err("namespace: must be non-empty and contain no '{', '}' or whitespace"))?;
@@ -376,25 +388,43 @@ impl StoreConfig {
                 Some((n, wait))
             }
         };
-        Ok(Self {
-            redis: target.map(|target| RedisOptions { target, command_timeout: timeout, min_replicas_ack }),
-            keys,
-        })
+        let redis = match target {
+            Some(target) => {
+                let (tls, password) = redis_access(args, file, &target)?;
+                Some(RedisOptions { target, tls, password, command_timeout: timeout, min_replicas_ack })
+            }
+            None if redis_access_given(args, file) => {
+                return Err(err(
+                    "the Redis TLS and password-file settings need a Redis store (--redis-url, --redis-cluster-nodes or --redis-sentinel-nodes)",
+                ));
+            }
+            None => None,
+        };
+        Ok(Self { redis, keys })
     }
 
-    /// A human description for the first log line (no credentials).
+    /// A human description for the first log line and start-up errors: no
+    /// credentials, but the TLS and password files (so an error names them).
     pub fn describe(&self) -> String {
-        match &self.redis {
-            None => "memory store (one process, nothing shared, nothing kept across restarts)".into(),
-            Some(RedisOptions { target: RedisTarget::Single(url), .. }) => {
-                format!("redis store at {}, namespace {}", redact(url), self.keys.namespace())
+        let Some(opts) = &self.redis else {
+            return "memory store (one process, nothing shared, nothing kept across restarts)".into();
+        };
+        let list = |urls: &[String]| urls.iter().map(|n| redact(n)).collect::<Vec<_>>().join(",");
+        let (mut s, urls) = match &opts.target {
+            RedisTarget::Single(url) => (format!("redis store at {}", redact(url)), std::slice::from_ref(url)),
+            RedisTarget::Cluster(nodes) => (format!("redis cluster store via {}", list(nodes)), nodes.as_slice()),
+            RedisTarget::Sentinel { nodes, master } => {
+                (format!("redis store, primary {master:?} found through sentinels {}", list(nodes)), nodes.as_slice())
             }
-            Some(RedisOptions { target: RedisTarget::Cluster(nodes), .. }) => format!(
-                "redis cluster store via {}, namespace {}",
-                nodes.iter().map(|n| redact(n)).collect::<Vec<_>>().join(","),
-                self.keys.namespace()
-            ),
+        };
+        s += &format!(", namespace {}", self.keys.namespace());
+        if urls.iter().any(|u| is_tls_url(u)) {
+            s += &format!(", {}", opts.tls.describe());
         }
+        if let Some(password) = &opts.password {
+            s += &format!(", password from {}", password.path().display());
+        }
+        s
     }
 
     /// Opens the store.
@@ -404,6 +434,105 @@ impl StoreConfig {
             Some(opts) => Arc::new(RedisStore::connect(opts, self.keys.clone(), settings).await?),
         })
     }
+}
+
+/// Where Redis is: `--redis-url`, `--redis-cluster-nodes` and
+/// `--redis-sentinel-nodes` are one setting, so a flag or env value of any
+/// of them replaces the file's.
+fn redis_target(args: &StoreArgs, file: &FileConfig) -> Result<Option<RedisTarget>, ConfigError> {
+    let from_args =
+        args.redis_url.is_some() || args.redis_cluster_nodes.is_some() || args.redis_sentinel_nodes.is_some();
+    let (url, nodes, sentinels) = if from_args {
+        (args.redis_url.clone(), args.redis_cluster_nodes.clone(), args.redis_sentinel_nodes.clone())
+    } else {
+        (
+            file.redis_url.clone(),
+            file.redis_cluster_nodes.clone().map(StringOrList::into_vec),
+            file.redis_sentinel_nodes.clone().map(StringOrList::into_vec),
+        )
+    };
+    let master = args.redis_sentinel_master.clone().or_else(|| file.redis_sentinel_master.clone());
+    let trimmed = |v: Vec<String>| -> Vec<String> {
+        v.into_iter().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect()
+    };
+    let target = match (url, nodes.map(trimmed), sentinels.map(trimmed)) {
+        (None, None, None) => None,
+        (Some(url), None, None) => Some(RedisTarget::Single(url)),
+        (None, Some(nodes), None) if nodes.is_empty() => return Err(err("--redis-cluster-nodes is empty")),
+        (None, Some(nodes), None) => Some(RedisTarget::Cluster(nodes)),
+        (None, None, Some(nodes)) if nodes.is_empty() => return Err(err("--redis-sentinel-nodes is empty")),
+        (None, None, Some(nodes)) => match master.as_deref().map(str::trim) {
+            Some(m) if !m.is_empty() => Some(RedisTarget::Sentinel { nodes, master: m.to_owned() }),
+            _ => {
+                return Err(err(
+                    "--redis-sentinel-nodes needs --redis-sentinel-master NAME (the name the sentinels monitor)",
+                ));
+            }
+        },
+        _ => {
+            return Err(err(
+                "give just one of --redis-url, --redis-cluster-nodes and --redis-sentinel-nodes, not both (or all three)",
+            ));
+        }
+    };
+    // A master name without sentinels is a mistake, unless it is the file's
+    // and a flag replaced the file's sentinels.
+    let master_given = args.redis_sentinel_master.is_some() || (!from_args && file.redis_sentinel_master.is_some());
+    if master_given && !matches!(target, Some(RedisTarget::Sentinel { .. })) {
+        return Err(err("--redis-sentinel-master needs --redis-sentinel-nodes"));
+    }
+    Ok(target)
+}
+
+fn redis_access_given(args: &StoreArgs, file: &FileConfig) -> bool {
+    [&args.redis_tls_ca, &args.redis_tls_cert, &args.redis_tls_key, &args.redis_password_file]
+        .iter()
+        .any(|a| a.is_some())
+        || [&file.redis_tls_ca, &file.redis_tls_cert, &file.redis_tls_key, &file.redis_password_file]
+            .iter()
+            .any(|a| a.is_some())
+}
+
+/// The TLS files and the password file, each flag over the file's key,
+/// read and checked now: a missing or malformed file stops the start with
+/// its name. TLS files with a plain-text URL are an error, never a silent
+/// plain-text connection.
+fn redis_access(
+    args: &StoreArgs,
+    file: &FileConfig,
+    target: &RedisTarget,
+) -> Result<(Tls, Option<Secret>), ConfigError> {
+    let pick = |a: &Option<PathBuf>, f: &Option<PathBuf>| a.clone().or_else(|| f.clone());
+    let ca = pick(&args.redis_tls_ca, &file.redis_tls_ca);
+    let cert = pick(&args.redis_tls_cert, &file.redis_tls_cert);
+    let key = pick(&args.redis_tls_key, &file.redis_tls_key);
+    let ca = ca.map(|p| PemFile::certificates(&p, "redis TLS CA file (--redis-tls-ca)")).transpose().map_err(err)?;
+    let client = match (cert, key) {
+        (None, None) => None,
+        (Some(cert), Some(key)) => Some((
+            PemFile::certificates(&cert, "redis TLS client certificate (--redis-tls-cert)").map_err(err)?,
+            PemFile::private_key(&key, "redis TLS client key (--redis-tls-key)").map_err(err)?,
+        )),
+        _ => return Err(err("mutual TLS needs both --redis-tls-cert and --redis-tls-key")),
+    };
+    let tls = Tls { ca, client };
+    let urls = match target {
+        RedisTarget::Single(url) => std::slice::from_ref(url),
+        RedisTarget::Cluster(nodes) | RedisTarget::Sentinel { nodes, .. } => nodes.as_slice(),
+    };
+    if tls.is_configured() {
+        if let Some(plain) = urls.iter().find(|u| !is_tls_url(u)) {
+            return Err(err(format!(
+                "--redis-tls-ca/--redis-tls-cert are set but {} is not a rediss:// URL; idemgate never falls back to plain text: use rediss://",
+                redact(plain)
+            )));
+        }
+    }
+    let password = pick(&args.redis_password_file, &file.redis_password_file)
+        .map(|p| Secret::from_file(&p))
+        .transpose()
+        .map_err(err)?;
+    Ok((tls, password))
 }
 
 /// A Redis URL with its password hidden.
@@ -949,6 +1078,49 @@ mod tests {
         assert!(matches!(c.store.redis.unwrap().target, RedisTarget::Single(u) if u == "redis://flag:6379"));
         let c = resolve(&ServeArgs::default(), file).unwrap();
         assert!(matches!(c.store.redis.unwrap().target, RedisTarget::Cluster(n) if n == ["redis://c1", "redis://c2"]));
+    }
+
+    #[test]
+    fn sentinel_tls_and_password_file_settings() {
+        let dir = std::env::temp_dir().join(format!("idemgate-cfg-redis-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pw = dir.join("pw");
+        std::fs::write(&pw, "s3cret\n").unwrap();
+        let text = format!(
+            "redis_sentinel_nodes = \"redis://s1:26379, redis://s2:26379\"\nredis_sentinel_master = \"m\"\nredis_password_file = {:?}",
+            pw.display().to_string()
+        );
+        let c = resolve(&ServeArgs::default(), &text).unwrap();
+        let redis = c.store.redis.as_ref().unwrap();
+        assert!(
+            matches!(&redis.target, RedisTarget::Sentinel { nodes, master } if nodes == &["redis://s1:26379", "redis://s2:26379"] && master == "m")
+        );
+        assert_eq!(redis.password.as_ref().unwrap().path(), pw);
+        let described = c.store.describe();
+        assert!(described.contains("sentinels") && described.contains(&pw.display().to_string()), "{described}");
+        assert!(!described.contains("s3cret") && !format!("{redis:?}").contains("s3cret"), "{described}");
+        // A flag for where Redis is replaces the file's sentinels, master name included.
+        let flag = ServeArgs {
+            store: StoreArgs { redis_url: Some("redis://flag:6379".into()), ..Default::default() },
+            ..Default::default()
+        };
+        assert!(matches!(resolve(&flag, &text).unwrap().store.redis.unwrap().target, RedisTarget::Single(_)));
+        let e = resolve(&ServeArgs::default(), "redis_url = \"redis://x\"\nredis_sentinel_master = \"m\"").unwrap_err();
+        assert!(e.contains("--redis-sentinel-master needs --redis-sentinel-nodes"), "{e}");
+        for (text, want) in [
+            ("redis_sentinel_nodes = \"redis://s:26379\"", "needs --redis-sentinel-master"),
+            ("redis_url = \"redis://x\"\nredis_sentinel_nodes = \"redis://s:26379\"", "not both"),
+            ("redis_url = \"redis://x\"\nredis_tls_ca = \"/nonexistent/ca.pem\"", "/nonexistent/ca.pem"),
+            ("redis_url = \"redis://x\"\nredis_password_file = \"/nonexistent/pw\"", "/nonexistent/pw"),
+            (
+                "redis_url = \"rediss://x\"\nredis_tls_cert = \"/nonexistent/c.pem\"",
+                "both --redis-tls-cert and --redis-tls-key",
+            ),
+            ("redis_password_file = \"/nonexistent/pw\"", "need a Redis store"),
+        ] {
+            let e = resolve(&ServeArgs::default(), text).unwrap_err();
+            assert!(e.contains(want), "{text:?}: {e:?} lacks {want:?}");
+        }
     }
 
     #[test]

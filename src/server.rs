@@ -483,8 +483,8 @@ pub async fn maxmemory_policy(opts: &RedisOptions) -> Result<Option<String>, cra
     let mut cmd = redis::cmd("CONFIG");
     cmd.arg("GET").arg("maxmemory-policy");
     match &mut conn {
-        Conn::Single(c) => {
-            let pairs: Vec<String> = cmd.query_async(c).await?;
+        Conn::Single(_) | Conn::Sentinel(_) => {
+            let pairs: Vec<String> = cmd.query_async(&mut conn).await?;
             Ok(pairs.get(1).cloned())
         }
         Conn::Cluster(c) => {

@@ -177,7 +177,7 @@ impl Ops {
         let mut cmd = redis::cmd("INFO");
         cmd.arg("memory");
         match &self.conn {
-            Conn::Single(_) => {
+            Conn::Single(_) | Conn::Sentinel(_) => {
                 let info: String = self.query(&mut cmd).await?;
                 Ok(vec![parse_info_memory(self.server.clone(), &info)])
             }
@@ -199,7 +199,7 @@ impl Ops {
     /// primary that owns its slot).
     async fn memory_of_namespace(&self) -> Result<NodeMemory, Error> {
         match &self.conn {
-            Conn::Single(_) => Ok(self.memory_all().await?.remove(0)),
+            Conn::Single(_) | Conn::Sentinel(_) => Ok(self.memory_all().await?.remove(0)),
             Conn::Cluster(c) => {
                 let mut c = c.clone();
                 let slot = Slot::for_key(self.keys.run_counter());
@@ -327,7 +327,7 @@ impl Ops {
         let server = self.memory_of_namespace().await?;
         let primaries = match &self.conn {
             Conn::Cluster(_) => self.memory_all().await?,
-            Conn::Single(_) => Vec::new(),
+            Conn::Single(_) | Conn::Sentinel(_) => Vec::new(),
         };
         let measured: Vec<i64> = kinds.iter().filter_map(|k| k.growth_bytes_per_day).collect();
         let growth = (!measured.is_empty()).then(|| measured.iter().sum::<i64>());

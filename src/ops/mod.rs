@@ -36,12 +36,21 @@ pub enum Error {
     /// No Redis is configured: the memory store lives inside one `serve`
     /// process, so there is nothing another process could read.
     #[error(
-        "no Redis configured: give --redis-url or --redis-cluster-nodes (or IDEMGATE_REDIS_URL); the memory store cannot be read from another process"
+        "no Redis configured: give --redis-url, --redis-cluster-nodes or --redis-sentinel-nodes (or IDEMGATE_REDIS_URL); the memory store cannot be read from another process"
     )]
     NoRedis,
     /// Redis failed, timed out, or holds a malformed record.
     #[error(transparent)]
     Store(#[from] crate::Error),
+    /// Connecting failed: the message names the store, with its TLS and
+    /// password files (a certificate that does not verify names the CA).
+    #[error("cannot connect to the {store}: {source}")]
+    Unreachable {
+        /// The store description.
+        store: String,
+        /// The cause.
+        source: crate::Error,
+    },
 }
 
 impl From<redis::RedisError> for Error {
@@ -74,10 +83,14 @@ impl Ops {
         self
     }
 
-    /// Connects to the configured Redis ([`Error::NoRedis`] without one).
+    /// Connects to the configured Redis ([`Error::NoRedis`] without one); a
+    /// failure to connect names the store, with its TLS and password files.
     pub async fn connect(config: &StoreConfig) -> Result<Self, Error> {
         let opts: &RedisOptions = config.redis.as_ref().ok_or(Error::NoRedis)?;
-        Self::connect_to(opts, config.keys.clone()).await
+        Self::connect_to(opts, config.keys.clone()).await.map_err(|e| match e {
+            Error::Store(source) => Error::Unreachable { store: config.describe(), source },
+            other => other,
+        })
     }
 
     /// Connects to `opts` under the namespace of `keys`.
@@ -85,7 +98,7 @@ impl Ops {
         let ops = Self::new(Conn::connect(opts).await?, keys, opts.command_timeout);
         Ok(match &opts.target {
             crate::store::redis::RedisTarget::Single(url) => ops.named_after(url),
-            crate::store::redis::RedisTarget::Cluster(_) => ops,
+            _ => ops,
         })
     }
 
@@ -111,7 +124,7 @@ impl Ops {
         let mut cmd = redis::cmd("SCAN");
         cmd.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(stats::SCAN_COUNT);
         match &self.conn {
-            Conn::Single(_) => self.query(&mut cmd).await,
+            Conn::Single(_) | Conn::Sentinel(_) => self.query(&mut cmd).await,
             Conn::Cluster(c) => {
                 let mut c = c.clone();
                 let slot = Slot::for_key(self.keys.run_counter());

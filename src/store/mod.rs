@@ -2,8 +2,10 @@
 //! and [`redis::RedisStore`] (shared by many workers). A store applies the
 //! verdict the rules computed, and must do the whole call atomically.
 
+pub mod connection;
 pub mod memory;
 pub mod redis;
+pub mod sentinel;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -9,6 +9,8 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, Script, ServerErrorKind, Value};
 
+pub use super::connection::{PemFile, Secret, Tls};
+use super::sentinel::SentinelConn;
 use super::{BoxFuture, Call, DeliveryRecord, Store, Stored};
 use crate::error::Error;
 use crate::gate::{Settings, Verdict};
@@ -21,11 +23,15 @@ pub const GATE_LUA: &str = include_str!("../../lua/gate.lua");
 /// (and a 503) instead of a hung request.
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Where Redis is and how long to wait for it.
+/// Where Redis is, how to reach it, and how long to wait for it.
 #[derive(Debug, Clone)]
 pub struct RedisOptions {
-    /// Standalone server URL (`redis://host:port/db`), or cluster seed nodes.
+    /// Standalone server URL (`redis://host:port/db`), cluster seed nodes, or sentinels.
     pub target: RedisTarget,
+    /// How `rediss://` URLs are verified, and the client certificate for mutual TLS.
+    pub tls: Tls,
+    /// The password file's password: it wins over a password in a URL.
+    pub password: Option<Secret>,
     /// Bound on connecting and on each command.
     pub command_timeout: Duration,
     /// Durability: after each call, `WAIT` until this many replicas
@@ -33,20 +39,34 @@ pub struct RedisOptions {
     pub min_replicas_ack: Option<(u32, Duration)>,
 }
 
-/// A standalone server or a cluster.
+/// A standalone server, a cluster, or a primary watched by Sentinel.
 #[derive(Debug, Clone)]
 pub enum RedisTarget {
     /// One server (or a proxy in front of several).
     Single(String),
     /// Redis Cluster seed nodes.
     Cluster(Vec<String>),
+    /// The primary that the sentinels at `nodes` know as `master`.
+    Sentinel {
+        /// Sentinel URLs (`redis://host:26379`; `rediss://` for TLS to the sentinels and the primary).
+        nodes: Vec<String>,
+        /// The master name the sentinels monitor.
+        master: String,
+    },
 }
 
 impl RedisOptions {
     /// A standalone server with the default timeout.
     pub fn single(url: impl Into<String>) -> Self {
+        Self::new(RedisTarget::Single(url.into()))
+    }
+
+    /// `target` with the default timeout, system roots for TLS, no password file.
+    pub fn new(target: RedisTarget) -> Self {
         Self {
-            target: RedisTarget::Single(url.into()),
+            target,
+            tls: Tls::default(),
+            password: None,
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             min_replicas_ack: None,
         }
@@ -54,8 +74,7 @@ impl RedisOptions {
 
     /// Cluster seed nodes with the default timeout.
     pub fn cluster(nodes: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        let nodes = nodes.into_iter().map(Into::into).collect();
-        Self { target: RedisTarget::Cluster(nodes), command_timeout: DEFAULT_COMMAND_TIMEOUT, min_replicas_ack: None }
+        Self::new(RedisTarget::Cluster(nodes.into_iter().map(Into::into).collect()))
     }
 }
 
@@ -68,6 +87,8 @@ pub enum Conn {
     Single(ConnectionManager),
     /// A cluster, through redis-rs's cluster client (MOVED/ASK, refresh).
     Cluster(ClusterConnection),
+    /// The primary the sentinels name, followed across failovers.
+    Sentinel(SentinelConn),
 }
 
 impl Conn {
@@ -76,7 +97,7 @@ impl Conn {
         let t = opts.command_timeout;
         match &opts.target {
             RedisTarget::Single(url) => {
-                let client = redis::Client::open(url.as_str())?;
+                let client = opts.client(url)?;
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(t))
                     .set_response_timeout(Some(t))
@@ -88,15 +109,18 @@ impl Conn {
                 Ok(Conn::Single(conn))
             }
             RedisTarget::Cluster(nodes) => {
-                let client = redis::cluster::ClusterClient::builder(nodes.clone())
-                    .connection_timeout(t)
-                    .response_timeout(t)
-                    .retries(3)
-                    .build()?;
+                let client =
+                    opts.cluster_builder(nodes)?.connection_timeout(t).response_timeout(t).retries(3).build()?;
                 let conn = tokio::time::timeout(t * 4, client.get_async_connection())
                     .await
                     .map_err(|_| Error::Timeout(t * 4))??;
                 Ok(Conn::Cluster(conn))
+            }
+            RedisTarget::Sentinel { nodes, master } => {
+                let conn = tokio::time::timeout(t * 4, SentinelConn::connect(opts, nodes, master, t))
+                    .await
+                    .map_err(|_| Error::Timeout(t * 4))??;
+                Ok(Conn::Sentinel(conn))
             }
         }
     }
@@ -109,6 +133,7 @@ impl Conn {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipe, 0, pipe.len()).await,
             Conn::Cluster(c) => c.route_pipeline(pipe.clone(), 0, pipe.len(), node).await,
+            Conn::Sentinel(c) => c.req_packed_commands(pipe, 0, pipe.len()).await,
         }
     }
 }
@@ -118,6 +143,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Sentinel(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -130,6 +156,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Sentinel(c) => c.req_packed_commands(cmd, offset, count),
         }
     }
 
@@ -137,6 +164,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
+            Conn::Sentinel(c) => c.get_db(),
         }
     }
 }

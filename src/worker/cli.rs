@@ -87,7 +87,7 @@ pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()> + Send) ->
     let store = StoreConfig::resolve(&args.store).map_err(|e| WorkerError::Config(e.to_string()))?;
     let Some(opts) = store.redis.clone() else {
         return Err(WorkerError::Config(
-            "idemgate worker needs Redis: give --redis-url or --redis-cluster-nodes (or IDEMGATE_REDIS_URL). \
+            "idemgate worker needs Redis: give --redis-url, --redis-cluster-nodes or --redis-sentinel-nodes (or IDEMGATE_REDIS_URL). \
              The memory store lives inside one serve process, so a worker would have nothing to consume."
                 .into(),
         ));
@@ -110,6 +110,10 @@ pub async fn run(args: WorkerArgs, shutdown: impl Future<Output = ()> + Send) ->
         run_retention = ?config.run_retention,
         "connecting"
     );
-    let worker = Worker::connect(&opts, store.keys.clone(), config).await?;
+    let worker = Worker::connect(&opts, store.keys.clone(), config).await.map_err(|e| match e {
+        // Name the store, with its TLS and password files, when connecting fails.
+        WorkerError::Store(e) => WorkerError::Config(format!("cannot connect to the {}: {e}", store.describe())),
+        e => e,
+    })?;
     worker.run(handler, shutdown).await
 }

@@ -15,6 +15,7 @@ use super::{Run, WorkerConfig, WorkerError};
 use crate::error::Error;
 use crate::keys::Keys;
 use crate::store::redis::{Conn, RedisOptions, RedisTarget};
+use crate::store::sentinel::SentinelConn;
 
 struct Scripts {
     start: Script,
@@ -94,6 +95,9 @@ enum Reader {
     Pool(deadpool_redis::Pool),
     /// A cluster client; one dedicated cluster connection, made on first use.
     Cluster(Box<(redis::cluster::ClusterClient, Option<ClusterConnection>)>),
+    /// A connection of its own to the primary the sentinels name; it
+    /// follows a failover like the gate's.
+    Sentinel(SentinelConn),
 }
 
 /// The Redis operations of one consumer in one group.
@@ -134,9 +138,11 @@ impl Queue {
         let t = opts.command_timeout;
         let reader = match &opts.target {
             RedisTarget::Single(url) => {
-                let pool = deadpool_redis::Config::from_url(url.as_str())
-                    .builder()
-                    .map_err(|e| WorkerError::Config(format!("redis url: {e}")))?
+                // The manager gets the connection settings with the TLS files
+                // and the password file applied, like every other client.
+                let info = opts.client(url).map_err(Error::from)?.get_connection_info().clone();
+                let manager = deadpool_redis::Manager::new(info).map_err(Error::from)?;
+                let pool = deadpool_redis::Pool::builder(manager)
                     .max_size(2)
                     .runtime(deadpool_redis::Runtime::Tokio1)
                     .wait_timeout(Some(t))
@@ -147,14 +153,17 @@ impl Queue {
                 Reader::Pool(pool)
             }
             RedisTarget::Cluster(nodes) => {
-                let client = redis::cluster::ClusterClient::builder(nodes.clone())
-                    .connection_timeout(t)
-                    .response_timeout(block + t)
-                    .retries(3)
-                    .build()
+                let client = opts
+                    .cluster_builder(nodes)
+                    .and_then(|b| b.connection_timeout(t).response_timeout(block + t).retries(3).build())
                     .map_err(Error::from)?;
                 Reader::Cluster(Box::new((client, None)))
             }
+            RedisTarget::Sentinel { nodes, master } => Reader::Sentinel(
+                tokio::time::timeout(t * 4, SentinelConn::connect(opts, nodes, master, block + t))
+                    .await
+                    .map_err(|_| Error::Timeout(t * 4))??,
+            ),
         };
         let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let q = Self {
@@ -247,6 +256,7 @@ impl Queue {
                 }
                 r
             }
+            Reader::Sentinel(c) => tokio::time::timeout(limit, cmd.query_async::<redis::Value>(c)).await,
         };
         drop(reader);
         let reply = match result {

@@ -32,6 +32,7 @@ mod http;
 mod identities;
 mod model;
 mod ops;
+mod production_redis;
 mod proxy;
 mod redis_store;
 mod send;

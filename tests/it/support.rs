@@ -121,6 +121,8 @@ pub struct RedisProcess {
     pub port: u16,
     dir: std::path::PathBuf,
     args: Vec<String>,
+    /// Extra `redis-cli` arguments that reach this server (TLS files).
+    cli_args: Vec<String>,
     child: Option<Child>,
 }
 
@@ -146,12 +148,7 @@ impl RedisProcess {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
-                && Command::new("redis-cli")
-                    .args(["-p", &self.port.to_string(), "ping"])
-                    .output()
-                    .is_ok_and(|o| o.stdout.starts_with(b"PONG"))
-            {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() && self.cli(&["ping"]) == "PONG" {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -204,6 +201,37 @@ pub fn free_cluster_port() -> u16 {
 impl RedisProcess {
     /// Starts `redis-server` on `port` with `extra` arguments.
     pub fn start_on(port: u16, extra: &[&str]) -> Self {
+        Self::start_with_cli(port, extra, &[])
+    }
+
+    /// Runs `redis-cli` against this server (with its TLS files) and returns its stdout.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(&self.cli_args)
+            .args(args)
+            .output()
+            .expect("redis-cli on PATH");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// A TLS-only server (`--port 0 --tls-port PORT`) with the certificates
+    /// of `certs`; clients need no certificate unless `extra` says
+    /// `--tls-auth-clients yes`.
+    pub fn start_tls(certs: &TestCerts, extra: &[&str]) -> Self {
+        let port = free_port();
+        let (crt, key, ca) = (certs.path("server.crt"), certs.path("server.key"), certs.path("ca.crt"));
+        let mut args = vec!["--port", "0", "--tls-port"];
+        let port_text = port.to_string();
+        args.push(&port_text);
+        args.extend(["--tls-cert-file", &crt, "--tls-key-file", &key, "--tls-ca-cert-file", &ca]);
+        args.extend(["--tls-auth-clients", "no"]);
+        args.extend(extra);
+        let (client_crt, client_key) = (certs.path("client.crt"), certs.path("client.key"));
+        Self::start_with_cli(port, &args, &["--tls", "--cacert", &ca, "--cert", &client_crt, "--key", &client_key])
+    }
+
+    fn start_with_cli(port: u16, extra: &[&str], cli: &[&str]) -> Self {
         let dir = std::env::temp_dir().join(format!("idemgate-redis-{port}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -213,7 +241,8 @@ impl RedisProcess {
                 .map(|s| s.to_string())
                 .collect();
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut p = Self { port, dir, args, child: None };
+        let cli_args = cli.iter().map(|s| s.to_string()).collect();
+        let mut p = Self { port, dir, args, cli_args, child: None };
         p.restart();
         p
     }
@@ -421,4 +450,129 @@ pub fn shared_cluster_urls() -> &'static [String] {
         std::mem::forget(c); // stopped by the dtor above
         urls
     })
+}
+
+// ---- TLS and Sentinel from Debian's redis-server (built with TLS) ----
+
+/// Certificates made with the `openssl` CLI in a directory of their own:
+/// `ca.crt`, `server.crt`/`server.key` (for 127.0.0.1 and localhost),
+/// `client.crt`/`client.key` (signed by the same CA), and `other-ca.crt`,
+/// a CA that signed none of them.
+pub struct TestCerts {
+    dir: std::path::PathBuf,
+}
+
+impl TestCerts {
+    pub fn new() -> Self {
+        let dir = std::env::temp_dir().join(format!("idemgate-certs-{}", fresh_ns("c")));
+        std::fs::create_dir_all(&dir).unwrap();
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl").args(args).current_dir(&dir).output().expect("openssl on PATH");
+            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+        for ca in ["ca", "other-ca"] {
+            let (key, crt, subj) = (format!("{ca}.key"), format!("{ca}.crt"), format!("/CN=idemgate test {ca}"));
+            openssl(
+                &[&["req", "-x509"][..], &ec, &["-keyout", &key, "-out", &crt, "-days", "2", "-subj", &subj]].concat(),
+            );
+        }
+        for (name, ext) in [
+            ("server", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth"),
+            ("client", "extendedKeyUsage=clientAuth"),
+        ] {
+            let (key, csr, crt) = (format!("{name}.key"), format!("{name}.csr"), format!("{name}.crt"));
+            std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
+            openssl(&[&["req"][..], &ec, &["-keyout", &key, "-out", &csr, "-subj", &format!("/CN={name}")]].concat());
+            openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &crt,
+                "-days",
+                "2",
+                "-extfile",
+                &format!("{name}.ext"),
+            ]);
+        }
+        Self { dir }
+    }
+
+    /// The path of one of the files, as a string for command lines.
+    pub fn path(&self, name: &str) -> String {
+        self.dir.join(name).to_str().unwrap().to_owned()
+    }
+}
+
+impl Drop for TestCerts {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A `redis-server --sentinel` of the test's own, monitoring one primary
+/// as `master` with quorum 1 (so it alone decides a failover).
+pub struct SentinelProcess {
+    pub port: u16,
+    dir: std::path::PathBuf,
+    child: Child,
+}
+
+impl SentinelProcess {
+    pub fn start(master: &str, primary_port: u16, down_after: Duration) -> Self {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("idemgate-sentinel-{port}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let conf = dir.join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {master} 127.0.0.1 {primary_port} 1\n\
+                 sentinel down-after-milliseconds {master} {}\nsentinel failover-timeout {master} 5000\n",
+                dir.display(),
+                down_after.as_millis()
+            ),
+        )
+        .unwrap();
+        let child = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH");
+        let s = Self { port, dir, child };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while redis_cli(port, &["ping"]) != "PONG" {
+            assert!(Instant::now() < deadline, "sentinel on {port} did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        s
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The port of the primary this sentinel names for `master`.
+    pub fn primary_port(&self, master: &str) -> Option<u16> {
+        let out = redis_cli(self.port, &["sentinel", "get-master-addr-by-name", master]);
+        out.lines().nth(1)?.trim().parse().ok()
+    }
+}
+
+impl Drop for SentinelProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }

@@ -1,0 +1,241 @@
+//! How idemgate reaches Redis. Every client is built here (the gate's
+//! multiplexed connection, the worker's pool and reader, Cluster, Sentinel,
+//! the operator commands), so TLS and the password file apply to all of them
+//! the same way. See docs/redis.md, "Connecting to Redis".
+
+use std::path::{Path, PathBuf};
+
+use redis::{Client, ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo, RedisError, RedisResult};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use super::redis::RedisOptions;
+
+/// A password read from a file. It never reaches a log: `Debug` shows
+/// only the file's path.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret {
+    path: PathBuf,
+    value: String,
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Secret(from {})", self.path.display())
+    }
+}
+
+impl Secret {
+    /// The file's content without its final newline (`\n` or `\r\n`), so
+    /// `echo pw > file` and editors that end files with a newline work.
+    pub fn from_file(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("redis password file {}: cannot read it: {e}", path.display()))?;
+        let text = text.strip_suffix('\n').map_or(text.as_str(), |t| t.strip_suffix('\r').unwrap_or(t));
+        if text.is_empty() {
+            return Err(format!("redis password file {} is empty", path.display()));
+        }
+        Ok(Self { path: path.to_owned(), value: text.to_owned() })
+    }
+
+    /// The file it was read from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn expose(&self) -> &str {
+        &self.value
+    }
+}
+
+/// A PEM file read and checked at start. `Debug` shows the path only (the
+/// content may be a private key).
+#[derive(Clone)]
+pub struct PemFile {
+    path: PathBuf,
+    pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for PemFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PemFile({})", self.path.display())
+    }
+}
+
+impl PemFile {
+    fn read(path: &Path, what: &str) -> Result<Vec<u8>, String> {
+        std::fs::read(path).map_err(|e| format!("{what} {}: cannot read it: {e}", path.display()))
+    }
+
+    /// One or more PEM certificates (a CA bundle, or a certificate chain).
+    pub fn certificates(path: &Path, what: &str) -> Result<Self, String> {
+        let pem = Self::read(path, what)?;
+        let certs = CertificateDer::pem_slice_iter(&pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("{what} {}: not a PEM certificate file: {e}", path.display()))?;
+        if certs.is_empty() {
+            return Err(format!("{what} {}: holds no PEM certificate", path.display()));
+        }
+        Ok(Self { path: path.to_owned(), pem })
+    }
+
+    /// One PEM private key (PKCS#8, PKCS#1 or SEC1).
+    pub fn private_key(path: &Path, what: &str) -> Result<Self, String> {
+        let pem = Self::read(path, what)?;
+        PrivateKeyDer::from_pem_slice(&pem)
+            .map_err(|e| format!("{what} {}: holds no PEM private key: {e}", path.display()))?;
+        Ok(Self { path: path.to_owned(), pem })
+    }
+
+    /// The file it was read from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// How `rediss://` URLs are verified and whether idemgate shows a client
+/// certificate. The default trusts the system roots, without a client
+/// certificate.
+#[derive(Debug, Clone, Default)]
+pub struct Tls {
+    /// The CA that signs the servers' certificates, instead of the system roots.
+    pub ca: Option<PemFile>,
+    /// Client certificate and its key, for mutual TLS.
+    pub client: Option<(PemFile, PemFile)>,
+}
+
+impl Tls {
+    /// True when a CA or a client certificate is configured.
+    pub fn is_configured(&self) -> bool {
+        self.ca.is_some() || self.client.is_some()
+    }
+
+    fn certificates(&self) -> Option<redis::TlsCertificates> {
+        self.is_configured().then(|| redis::TlsCertificates {
+            client_tls: self.client.as_ref().map(|(cert, key)| redis::ClientTlsConfig {
+                client_cert: cert.pem.clone(),
+                client_key: key.pem.clone(),
+            }),
+            root_cert: self.ca.as_ref().map(|ca| ca.pem.clone()),
+        })
+    }
+
+    /// For the store's description: what verifies the server, which client
+    /// certificate is shown (paths only).
+    pub fn describe(&self) -> String {
+        let mut s = match &self.ca {
+            Some(ca) => format!("TLS verified against CA file {}", ca.path.display()),
+            None => "TLS verified against the system roots".to_owned(),
+        };
+        if let Some((cert, key)) = &self.client {
+            s += &format!(", client certificate {} (key {})", cert.path.display(), key.path.display());
+        }
+        s
+    }
+}
+
+/// The Redis settings of `info` without redis-rs's `CLIENT SETINFO` on
+/// connect: a least-privilege ACL user is refused it, and every connection
+/// would add a denial to the server's `ACL LOG`.
+pub(crate) fn without_lib_name(info: &ConnectionInfo) -> redis::RedisConnectionInfo {
+    info.redis_settings().clone().set_skip_set_lib_name()
+}
+
+/// True when `url` asks for TLS (`rediss://`).
+pub fn is_tls_url(url: &str) -> bool {
+    url.trim_start().get(..9).is_some_and(|s| s.eq_ignore_ascii_case("rediss://"))
+}
+
+impl RedisOptions {
+    /// The connection settings of `url`, with the password file's password
+    /// (it wins over one in the URL).
+    pub fn connection_info(&self, url: &str) -> RedisResult<ConnectionInfo> {
+        let info = url.into_connection_info()?;
+        let mut redis = without_lib_name(&info);
+        if let Some(p) = &self.password {
+            redis = redis.set_password(p.expose());
+        }
+        Ok(info.set_redis_settings(redis))
+    }
+
+    /// A client for `url`, the password file and TLS settings applied.
+    pub fn client(&self, url: &str) -> RedisResult<Client> {
+        self.client_for(self.connection_info(url)?)
+    }
+
+    /// A client for `info`, with the TLS settings applied to a TLS address.
+    /// TLS files with a plain-text address are an error: idemgate never
+    /// falls back to plain text (the configuration rejects this earlier).
+    pub fn client_for(&self, info: ConnectionInfo) -> RedisResult<Client> {
+        match (info.addr(), self.tls.certificates()) {
+            (ConnectionAddr::TcpTls { .. }, Some(certs)) => Client::build_with_tls(info, certs),
+            (_, Some(_)) => Err(RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "TLS files are set but the Redis URL is not rediss://",
+            ))),
+            (_, None) => Client::open(info),
+        }
+    }
+
+    /// A cluster client builder over `nodes`, with the same settings.
+    pub fn cluster_builder(&self, nodes: &[String]) -> RedisResult<redis::cluster::ClusterClientBuilder> {
+        let infos = nodes.iter().map(|n| self.connection_info(n)).collect::<RedisResult<Vec<_>>>()?;
+        let mut builder = redis::cluster::ClusterClient::builder(infos);
+        if let Some(p) = &self.password {
+            builder = builder.password(p.expose());
+        }
+        if let Some(certs) = self.tls.certificates() {
+            builder = builder.certs(certs);
+        }
+        Ok(builder)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(name: &str, content: &[u8]) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("idemgate-conn-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(name);
+        std::fs::write(&p, content).unwrap();
+        p
+    }
+
+    #[test]
+    fn the_password_file_loses_only_its_final_newline() {
+        for (content, want) in [("pw\n", "pw"), ("pw", "pw"), ("pw\r\n", "pw"), ("pw\n\n", "pw\n"), (" pw ", " pw ")] {
+            let p = temp("pw", content.as_bytes());
+            assert_eq!(Secret::from_file(&p).unwrap().expose(), want, "{content:?}");
+        }
+        let e = Secret::from_file(&temp("empty", b"\n")).unwrap_err();
+        assert!(e.contains("empty") && e.contains("/empty"), "{e}");
+        let e = Secret::from_file(Path::new("/nonexistent/pw")).unwrap_err();
+        assert!(e.contains("/nonexistent/pw") && e.contains("cannot read"), "{e}");
+        let p = temp("pw", b"hunter2\n");
+        assert_eq!(format!("{:?}", Secret::from_file(&p).unwrap()), format!("Secret(from {})", p.display()));
+    }
+
+    #[test]
+    fn pem_files_are_checked_and_named() {
+        let e = PemFile::certificates(&temp("notpem", b"hello"), "redis TLS CA").unwrap_err();
+        assert!(e.contains("notpem") && e.contains("no PEM certificate"), "{e}");
+        let e = PemFile::private_key(&temp("nokey", b"hello"), "redis TLS key").unwrap_err();
+        assert!(e.contains("nokey") && e.contains("no PEM private key"), "{e}");
+        let e = PemFile::certificates(Path::new("/nonexistent/ca.pem"), "redis TLS CA").unwrap_err();
+        assert!(e.contains("/nonexistent/ca.pem") && e.contains("cannot read"), "{e}");
+    }
+
+    #[test]
+    fn the_password_file_wins_over_the_urls() {
+        let opts = RedisOptions {
+            password: Some(Secret::from_file(&temp("pw-wins", b"from-file\n")).unwrap()),
+            ..RedisOptions::single("redis://user:from-url@h:1/2")
+        };
+        let info = opts.connection_info("redis://user:from-url@h:1/2").unwrap();
+        let r = info.redis_settings();
+        assert_eq!((r.username(), r.password(), r.db()), (Some("user"), Some("from-file"), 2));
+        assert!(is_tls_url("rediss://h:1") && is_tls_url("REDISS://h") && !is_tls_url("redis://h"));
+    }
+}
