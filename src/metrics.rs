@@ -37,7 +37,11 @@ pub struct Metrics {
     mismatches: AtomicU64,
     store_errors: AtomicU64,
     auth_failures: Mutex<BTreeMap<String, u64>>,
+    refusals: Mutex<BTreeMap<String, [u64; REFUSALS.len()]>>,
 }
+
+/// The refusals a provider endpoint counts (crate::refusals::is_refusal).
+const REFUSALS: [Status; 3] = [Status::BadRequest, Status::Blocked, Status::Ignored];
 
 /// `map[key]`, inserting a default the first time `key` shows.
 fn slot<'m, V: Default>(map: &'m mut BTreeMap<String, V>, key: &str) -> &'m mut V {
@@ -97,6 +101,14 @@ impl Metrics {
         *slot(&mut self.auth_failures.lock().expect("metrics"), provider) += 1;
     }
 
+    /// Counts one refusal (`bad_request`, `blocked`, `ignored`) answered on
+    /// a provider endpoint, replays included. (Provider names come from the
+    /// config file, so they are few.)
+    pub fn refusal(&self, provider: &str, status: Status) {
+        let Some(i) = REFUSALS.iter().position(|s| *s == status) else { return };
+        slot(&mut self.refusals.lock().expect("metrics"), provider)[i] += 1;
+    }
+
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -153,6 +165,17 @@ impl Metrics {
         );
         for (provider, v) in self.auth_failures.lock().expect("metrics").iter() {
             let _ = writeln!(o, "{n}{{provider=\"{}\"}} {v}", escape(provider));
+        }
+        let n = family(
+            o,
+            "idemgate_refusals_total",
+            "counter",
+            "Refusals (bad_request, blocked, ignored) answered on provider endpoints, replays included, by provider and status.",
+        );
+        for (provider, counts) in self.refusals.lock().expect("metrics").iter() {
+            for (status, v) in REFUSALS.iter().zip(counts) {
+                let _ = writeln!(o, "{n}{{provider=\"{}\",status=\"{}\"}} {v}", escape(provider), status.as_str());
+            }
         }
         out
     }

@@ -31,6 +31,7 @@ mod model;
 mod ops;
 mod proxy;
 mod redis_store;
+mod refusals;
 mod send;
 mod support;
 #[cfg(feature = "testcontainers")]
