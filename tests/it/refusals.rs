@@ -191,6 +191,9 @@ async fn each_refusal_is_warned_about_with_its_reason_rate_limited() {
         .with_writer(move || writer.clone())
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
+    // Tests on other threads may have registered the warning's callsite
+    // while no subscriber wanted it; re-ask every callsite now.
+    tracing::callsite::rebuild_interest_cache();
     let github = Provider::github("gh", "gh-secret").with_events(["issues"]);
     let app = app(AppState::new(
         Gate::new(["octo/repo"], Backend::Memory.store(&Settings::default()).await),
