@@ -13,6 +13,7 @@ use serde::Deserialize;
 use crate::gate::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, Settings};
 use crate::keys::Keys;
 use crate::providers::{FieldPointers, IdentityMode, Kind, Provider};
+use crate::refusals::RefusalStatus;
 use crate::store::Store;
 use crate::store::connection::is_tls_url;
 use crate::store::memory::MemoryStore;
@@ -227,6 +228,8 @@ struct ProviderConfig {
     events: Option<Vec<String>>,
     keep_payload: Option<bool>,
     allowed_repos: Option<StringOrList>,
+    /// `"ack"` (default): refusals answered 200; `"code"`: status = code.
+    refusal_status: Option<RefusalStatus>,
 }
 
 impl ProviderConfig {
@@ -725,7 +728,8 @@ fn providers_from(file: &FileConfig, env: &dyn Fn(&str) -> Option<String>) -> Re
         let mut provider = Provider::new(p.name.clone(), kind, &secrets, tolerance, p.fields.clone())
             .map_err(|e| err(format!("{at}: {e}")))?
             .with_identity(p.identity.unwrap_or_default())
-            .with_keep_payload(p.keep_payload.unwrap_or(false));
+            .with_keep_payload(p.keep_payload.unwrap_or(false))
+            .with_refusal_status(p.refusal_status.unwrap_or_default());
         if let Some(events) = &p.events {
             if events.is_empty() || events.iter().any(String::is_empty) {
                 return Err(err(format!(
@@ -931,6 +935,7 @@ mod tests {
             kind = "github"
             secret_env = ["GH_NEW", "GH_OLD"]
             identity = "number"
+            refusal_status = "code"
             events = ["push", "pull_request.opened"]
             keep_payload = true
             allowed_repos = ["octo/one", " octo/two "]
@@ -952,6 +957,7 @@ mod tests {
         assert_eq!((gh.identity(), gh.keep_payload()), (IdentityMode::Number, true));
         assert_eq!(gh.allowed_repos(), Some(&["octo/one".to_owned(), "octo/two".to_owned()][..]));
         assert_eq!((plain.identity(), plain.keep_payload(), plain.allowed_repos()), (IdentityMode::Event, false, None));
+        assert_eq!((gh.refusal_status(), plain.refusal_status()), (RefusalStatus::Code, RefusalStatus::Ack));
         assert_eq!(billing.fields().org, "=acme");
         let debug = format!("{gh:?} {plain:?} {billing:?}");
         assert!(debug.contains("<redacted> (2)") && !debug.contains("whsec_") && !debug.contains("\"new\""), "{debug}");
@@ -1012,6 +1018,7 @@ mod tests {
             "max_body = \"big\"",
             "[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\nextra = 1",
             "[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\nidentity = \"commit\"",
+            "[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\nrefusal_status = \"200\"",
         ] {
             assert!(toml::from_str::<FileConfig>(text).is_err(), "{text}");
         }

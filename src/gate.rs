@@ -345,14 +345,36 @@ pub struct Fields<'a> {
 /// `None` means `bad_request`.
 pub fn validate(event: &Value) -> Option<Fields<'_>> {
     let obj = event.as_object()?;
-    let fits = |s: &str| !s.is_empty() && s.len() <= MAX_EVENT_FIELD_BYTES;
-    let field = |name: &str| obj.get(name).and_then(Value::as_str).filter(|s| fits(s));
     Some(Fields {
-        org: field("org")?,
-        repo: field("repo")?,
-        action: field("action")?,
-        number: number_text(obj.get("number")).filter(|n| n.len() <= MAX_EVENT_FIELD_BYTES)?,
+        org: text_field(obj, "org")?,
+        repo: text_field(obj, "repo")?,
+        action: text_field(obj, "action")?,
+        number: number_field(obj)?,
     })
+}
+
+/// `org`, `repo` or `action`: a non-empty string (never trimmed) of at most
+/// [`MAX_EVENT_FIELD_BYTES`].
+fn text_field<'a>(obj: &'a serde_json::Map<String, Value>, name: &str) -> Option<&'a str> {
+    obj.get(name).and_then(Value::as_str).filter(|s| !s.is_empty() && s.len() <= MAX_EVENT_FIELD_BYTES)
+}
+
+/// The number text, when `number` has an accepted type and its text is at
+/// most [`MAX_EVENT_FIELD_BYTES`].
+fn number_field(obj: &serde_json::Map<String, Value>) -> Option<String> {
+    number_text(obj.get("number")).filter(|n| n.len() <= MAX_EVENT_FIELD_BYTES)
+}
+
+/// The fields that make [`validate`] refuse `event` (`event` itself when
+/// it is not an object), for logs that say why a delivery is `bad_request`.
+pub fn invalid_fields(event: &Value) -> Vec<&'static str> {
+    let Some(obj) = event.as_object() else { return vec!["event"] };
+    let mut bad: Vec<&'static str> =
+        ["org", "repo", "action"].into_iter().filter(|name| text_field(obj, name).is_none()).collect();
+    if number_field(obj).is_none() {
+        bad.push("number");
+    }
+    bad
 }
 
 /// `str(event.get("number") or "")` in Python, over JSON: missing, `null`,
@@ -466,7 +488,10 @@ mod tests {
         }
         for not_object in [Value::Null, json!([]), json!("x"), json!(3)] {
             assert!(validate(&not_object).is_none());
+            assert_eq!(invalid_fields(&not_object), ["event"]);
         }
+        assert!(invalid_fields(&ok).is_empty());
+        assert_eq!(invalid_fields(&json!({"org": "o", "repo": "", "number": 1.5})), ["repo", "action", "number"]);
     }
 
     #[test]

@@ -22,6 +22,7 @@ use crate::gate::{Gate, Outcome, Status, Submission};
 use crate::intake::{BodyBudget, BodyError};
 use crate::metrics::Metrics;
 use crate::providers::{Provider, Rejection};
+use crate::refusals::{Reason, Refusal, RefusalLog, RefusalStatus};
 
 /// `Retry-After` seconds sent with a 503.
 const RETRY_AFTER_SECS: &str = "1";
@@ -37,6 +38,7 @@ struct Shared {
     /// SHA-256 of the bearer token, compared in constant time.
     token_digest: Option<[u8; 32]>,
     metrics: Arc<Metrics>,
+    refusals: Arc<RefusalLog>,
     max_body: usize,
     request_timeout: std::time::Duration,
     /// `/v1/deliveries` run records keep the `event` as `payload`.
@@ -60,6 +62,7 @@ impl AppState {
             providers: Arc::new(providers.into_iter().map(|p| (p.name.clone(), p)).collect()),
             token_digest: api_token.map(|t| Sha256::digest(t.as_bytes()).into()),
             metrics: Arc::new(Metrics::default()),
+            refusals: Arc::default(),
             max_body: crate::config::DEFAULT_MAX_BODY,
             request_timeout: std::time::Duration::from_secs(10),
             keep_payload: false,
@@ -247,7 +250,9 @@ async fn deliveries(State(st): State<AppState>, headers: HeaderMap, body: Body) 
         payload: body.event_text.as_deref(),
         ..Submission::new(&body.provider, &body.delivery_id, &body.fields, &body.digest)
     };
-    gate_call(&st, &submission).await
+    // `/v1` answers the users' own code: status = code, refusals included.
+    let outcome = gate_call(&st, &submission).await?;
+    Ok(gate_response(&outcome, RefusalStatus::Code))
 }
 
 async fn webhook(
@@ -264,13 +269,15 @@ async fn webhook(
     let delivery = match provider.accept(&headers, &bytes, SystemTime::now()) {
         Ok(delivery) => delivery,
         Err(Rejection::Ignored(reason)) => {
-            tracing::info!(provider = %name, reason, "webhook ignored");
             st.0.metrics.ignored(&name);
-            return Ok(gate_response(&Outcome {
+            let refusal = Refusal { provider: &name, delivery_id: None, reason, event: None, replayed: false };
+            st.0.refusals.record(&st.0.metrics, &refusal);
+            let outcome = Outcome {
                 response: crate::gate::Response::plain(Status::Ignored),
                 replayed: false,
                 event_mismatch: false,
-            }));
+            };
+            return Ok(gate_response(&outcome, provider.refusal_status()));
         }
         Err(r) => {
             tracing::info!(provider = %name, reason = r.reason(), "webhook rejected");
@@ -279,7 +286,8 @@ async fn webhook(
                     st.0.metrics.auth_failure(&name);
                     ApiError::Unauthorized(m)
                 }
-                Rejection::BadRequest(m) | Rejection::Ignored(m) => ApiError::BadRequest(m),
+                Rejection::BadRequest(m) => ApiError::BadRequest(m),
+                Rejection::Ignored(_) => unreachable!("answered above"),
             });
         }
     };
@@ -293,10 +301,21 @@ async fn webhook(
         payload,
         ..Submission::new(&name, &delivery.delivery_id, &delivery.event, &digest)
     };
-    gate_call(&st, &submission).await
+    let outcome = gate_call(&st, &submission).await?;
+    if let Some(reason) = Reason::of_gate(outcome.response.status) {
+        let refusal = Refusal {
+            provider: &name,
+            delivery_id: Some(&delivery.delivery_id),
+            reason,
+            event: Some(&delivery.event),
+            replayed: outcome.replayed,
+        };
+        st.0.refusals.record(&st.0.metrics, &refusal);
+    }
+    Ok(gate_response(&outcome, provider.refusal_status()))
 }
 
-async fn gate_call(st: &AppState, submission: &Submission<'_>) -> Result<Response, ApiError> {
+async fn gate_call(st: &AppState, submission: &Submission<'_>) -> Result<Outcome, ApiError> {
     let Submission { provider, delivery_id, .. } = *submission;
     let outcome = st.0.gate.submit(submission).await.map_err(|e| {
         if let crate::Error::TooLong { .. } = e {
@@ -324,13 +343,14 @@ async fn gate_call(st: &AppState, submission: &Submission<'_>) -> Result<Respons
         replayed = outcome.replayed,
         "delivery"
     );
-    Ok(gate_response(&outcome))
+    Ok(outcome)
 }
 
-/// The HTTP form of a gate answer: status = code, body = the response object.
-fn gate_response(outcome: &Outcome) -> Response {
+/// The HTTP form of a gate answer: body = the response object, status =
+/// its code, or 200 for a refusal acknowledged under `refusals`.
+fn gate_response(outcome: &Outcome, refusals: RefusalStatus) -> Response {
     let body = serde_json::to_vec(&outcome.response).expect("a response serializes");
-    let status = StatusCode::from_u16(outcome.response.code).expect("gate codes are valid");
+    let status = refusals.http_status(&outcome.response);
     let mut resp =
         (status, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response();
     if outcome.replayed {

@@ -7,6 +7,7 @@
 //! - [`server`]: start, eviction-policy check, graceful shutdown.
 //! - [`http`]: the HTTP API (docs/reference.md#http-api) as an axum router.
 //! - [`providers`]: webhook authentication and normalization (GitHub, Standard Webhooks).
+//! - [`refusals`]: how provider endpoints answer refusals (200 by default), counted and logged.
 //! - [`gate`]: the rules of docs/reference.md#semantics (validation, allowlist,
 //!   `number_text`, identity) and [`gate::Gate`], the entry point.
 //! - [`store`]: where the state lives, behind one trait: [`store::memory`]
@@ -40,6 +41,7 @@ pub mod keys;
 pub mod metrics;
 pub mod ops;
 pub mod providers;
+pub mod refusals;
 pub mod send;
 pub mod server;
 pub mod store;

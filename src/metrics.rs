@@ -45,7 +45,11 @@ pub struct Metrics {
     open_connections: AtomicU64,
     header_timeouts: AtomicU64,
     idle_timeouts: AtomicU64,
+    refusals: Mutex<BTreeMap<String, [u64; REFUSALS.len()]>>,
 }
+
+/// The refusals a provider endpoint counts (crate::refusals::is_refusal).
+const REFUSALS: [Status; 3] = [Status::BadRequest, Status::Blocked, Status::Ignored];
 
 /// `map[key]`, inserting a default the first time `key` shows.
 fn slot<'m, V: Default>(map: &'m mut BTreeMap<String, V>, key: &str) -> &'m mut V {
@@ -136,6 +140,14 @@ impl Metrics {
         self.redis_read_errors.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts one refusal (`bad_request`, `blocked`, `ignored`) answered on
+    /// a provider endpoint, replays included. (Provider names come from the
+    /// config file, so they are few.)
+    pub fn refusal(&self, provider: &str, status: Status) {
+        let Some(i) = REFUSALS.iter().position(|s| *s == status) else { return };
+        slot(&mut self.refusals.lock().expect("metrics"), provider)[i] += 1;
+    }
+
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -209,6 +221,17 @@ impl Metrics {
         );
         let _ = writeln!(o, "{n}{{reason=\"header\"}} {}", self.header_timeouts.load(Ordering::Relaxed));
         let _ = writeln!(o, "{n}{{reason=\"idle\"}} {}", self.idle_timeouts.load(Ordering::Relaxed));
+        let n = family(
+            o,
+            "idemgate_refusals_total",
+            "counter",
+            "Refusals (bad_request, blocked, ignored) answered on provider endpoints, replays included, by provider and status.",
+        );
+        for (provider, counts) in self.refusals.lock().expect("metrics").iter() {
+            for (status, v) in REFUSALS.iter().zip(counts) {
+                let _ = writeln!(o, "{n}{{provider=\"{}\",status=\"{}\"}} {v}", escape(provider), status.as_str());
+            }
+        }
         out
     }
 

@@ -25,6 +25,8 @@ use serde_json::Value;
 use sha2::Sha256;
 use subtle::{Choice, ConstantTimeEq};
 
+use crate::refusals::{Reason, RefusalStatus};
+
 pub mod github;
 pub mod standard_webhooks;
 
@@ -156,16 +158,18 @@ pub enum Rejection {
     BadRequest(String),
     /// Authenticated, and not an event this endpoint gates: a GitHub
     /// `ping`, or an event outside the provider's `events` list. Answered
-    /// 200 `{"status": "ignored", "code": 200}`; nothing is stored.
-    #[error("ignored: {0}")]
-    Ignored(String),
+    /// 200 `{"status": "ignored", "code": 200}`; nothing is stored. The
+    /// reason is [`Reason::Ping`] or [`Reason::EventNotListed`].
+    #[error("ignored: {}", .0.text())]
+    Ignored(Reason),
 }
 
 impl Rejection {
     /// The reason alone, without the `unauthorized:` prefix.
     pub fn reason(&self) -> &str {
         match self {
-            Rejection::Unauthorized(r) | Rejection::BadRequest(r) | Rejection::Ignored(r) => r,
+            Rejection::Unauthorized(r) | Rejection::BadRequest(r) => r,
+            Rejection::Ignored(r) => r.text(),
         }
     }
 }
@@ -224,6 +228,7 @@ pub struct Provider {
     events: Option<Vec<String>>,
     keep_payload: bool,
     allowed_repos: Option<Vec<String>>,
+    refusal_status: RefusalStatus,
 }
 
 impl fmt::Debug for Provider {
@@ -238,6 +243,7 @@ impl fmt::Debug for Provider {
             .field("events", &self.events)
             .field("keep_payload", &self.keep_payload)
             .field("allowed_repos", &self.allowed_repos)
+            .field("refusal_status", &self.refusal_status)
             .finish()
     }
 }
@@ -275,6 +281,7 @@ impl Provider {
             events: None,
             keep_payload: false,
             allowed_repos: None,
+            refusal_status: RefusalStatus::default(),
         }
     }
 
@@ -354,6 +361,18 @@ impl Provider {
         self
     }
 
+    /// How refusals are answered: 200 (`ack`, the default) or status =
+    /// code (`code`); see [`crate::refusals`].
+    pub fn with_refusal_status(mut self, refusal_status: RefusalStatus) -> Self {
+        self.refusal_status = refusal_status;
+        self
+    }
+
+    /// How refusals are answered.
+    pub fn refusal_status(&self) -> RefusalStatus {
+        self.refusal_status
+    }
+
     /// How work is named (`github` only).
     pub fn identity(&self) -> IdentityMode {
         self.identity
@@ -374,7 +393,7 @@ impl Provider {
     fn admit(&self, event_name: &str, action: &str) -> Result<(), Rejection> {
         match &self.events {
             Some(events) if !events.iter().any(|e| e == event_name || e == action) => {
-                Err(Rejection::Ignored("the event is not in the provider's `events` list".into()))
+                Err(Rejection::Ignored(Reason::EventNotListed))
             }
             _ => Ok(()),
         }
@@ -597,5 +616,6 @@ mod tests {
     fn rejection_reason_has_no_prefix() {
         assert_eq!(Rejection::BadRequest("y".into()).reason(), "y");
         assert_eq!(Rejection::Unauthorized("x".into()).reason(), "x");
+        assert_eq!(Rejection::Ignored(Reason::Ping).reason(), Reason::Ping.text());
     }
 }

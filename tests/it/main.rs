@@ -35,6 +35,7 @@ mod ops;
 mod production_redis;
 mod proxy;
 mod redis_store;
+mod refusals;
 mod send;
 mod support;
 #[cfg(feature = "testcontainers")]

@@ -1,0 +1,234 @@
+//! What providers see (docs/providers-view.md): on `/webhooks/{name}` the
+//! gate's refusals are acknowledged with 200 (the body keeps the gate's
+//! `code`) unless the provider has `refusal_status = "code"`; a bad
+//! signature stays 401 and a failing store 503 either way. Refusals are
+//! counted in `/metrics` and logged with their reason.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use idemgate::gate::{Gate, Settings};
+use idemgate::http::{AppState, app};
+use idemgate::keys::Keys;
+use idemgate::providers::{Kind, Provider};
+use idemgate::refusals::RefusalStatus;
+use idemgate::store::Store;
+use idemgate::store::redis::{RedisOptions, RedisStore};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+use crate::support::{Backend, RedisProcess, fresh_ns};
+
+const SW_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// One provider of each kind in each mode, named `<kind>-<mode>`.
+fn providers() -> Vec<Provider> {
+    let mut out = Vec::new();
+    for mode in [RefusalStatus::Ack, RefusalStatus::Code] {
+        for kind in [Kind::Github, Kind::StandardWebhooks] {
+            let secret = if kind == Kind::Github { "gh-secret" } else { SW_SECRET };
+            let name = format!("{kind}-{}", mode.as_str());
+            out.push(Provider::new(name, kind, &[secret], None, None).unwrap().with_refusal_status(mode));
+        }
+    }
+    out
+}
+
+fn router_over(store: Arc<dyn Store>) -> Router {
+    app(AppState::new(Gate::new(["octo/repo"], store), providers(), None))
+}
+
+/// A delivery of `body` to provider `p`, signed as its sender signs
+/// (GitHub's event name `issues`), or with a forged signature.
+fn signed(p: &Provider, id: &str, body: &Value, forged: bool) -> Request<Body> {
+    let bytes = body.to_string().into_bytes();
+    let event = (p.kind == Kind::Github).then_some("issues");
+    let mut req = Request::post(format!("/webhooks/{}", p.name)).header("content-type", "application/json");
+    for (name, value) in p.sign(id, event, &bytes, SystemTime::now()).unwrap() {
+        let forge = forged && (name.ends_with("signature") || name.ends_with("signature-256"));
+        req = req.header(name, if forge { format!("{value}x") } else { value });
+    }
+    req.body(Body::from(bytes)).unwrap()
+}
+
+/// A body of kind `kind` whose event is `org/repo` with action `opened`
+/// (`None`: no repository at all, so it does not map).
+fn payload(kind: Kind, repo: Option<(&str, &str)>, n: i64) -> Value {
+    match (kind, repo) {
+        (Kind::Github, Some((org, name))) => {
+            json!({"action": "opened", "issue": {"number": n}, "repository": {"name": name, "owner": {"login": org}}})
+        }
+        (Kind::Github, None) => json!({"action": "opened", "issue": {"number": n}}),
+        (Kind::StandardWebhooks, Some((org, name))) => {
+            json!({"org": org, "repo": name, "action": "opened", "number": n})
+        }
+        (Kind::StandardWebhooks, None) => json!({"action": "opened", "number": n}),
+    }
+}
+
+struct Reply {
+    status: StatusCode,
+    replayed: bool,
+    text: String,
+}
+
+async fn send(app: &Router, req: Request<Body>) -> Reply {
+    let resp = app.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let replayed = resp.headers().get("idempotent-replayed").is_some();
+    let text = String::from_utf8(resp.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
+    Reply { status, replayed, text }
+}
+
+async fn metrics(app: &Router) -> String {
+    send(app, Request::get("/metrics").body(Body::empty()).unwrap()).await.text
+}
+
+both_stores!(refusals_are_acknowledged_unless_code_is_asked_for);
+
+async fn refusals_are_acknowledged_unless_code_is_asked_for(b: Backend) {
+    let app = router_over(b.store(&Settings::default()).await);
+    for p in providers() {
+        let code = p.refusal_status() == RefusalStatus::Code;
+        let cases = [
+            ("blocked", Some(("evil", "repo")), StatusCode::FORBIDDEN, r#"{"status":"blocked","code":403}"#),
+            ("malformed", None, StatusCode::BAD_REQUEST, r#"{"status":"bad_request","code":400}"#),
+        ];
+        for (what, repo, refused, body) in cases {
+            let want = if code { refused } else { StatusCode::OK };
+            let id = format!("{}-{what}", p.name);
+            let event = payload(p.kind, repo, 1);
+            let r = send(&app, signed(&p, &id, &event, false)).await;
+            assert_eq!((r.status, r.text.as_str(), r.replayed), (want, body, false), "{} {what}", p.name);
+            // The provider's retry of the same delivery: answered the same way, from the cache.
+            let r = send(&app, signed(&p, &id, &event, false)).await;
+            assert_eq!((r.status, r.text.as_str(), r.replayed), (want, body, true), "{} {what} replayed", p.name);
+        }
+        // A bad signature is 401 in both modes, and stores nothing.
+        let event = payload(p.kind, Some(("octo", "repo")), 7);
+        let id = format!("{}-work", p.name);
+        let r = send(&app, signed(&p, &id, &event, true)).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}: {}", p.name, r.text);
+        let error: Value = serde_json::from_str(&r.text).unwrap_or_else(|e| panic!("{e}: {}", r.text));
+        assert!(error["error"].is_string(), "{}", r.text);
+        // New work is still 202 in both modes.
+        let r = send(&app, signed(&p, &id, &event, false)).await;
+        assert_eq!((r.status, r.replayed), (StatusCode::ACCEPTED, false), "{}: {}", p.name, r.text);
+    }
+    // Every refusal is counted, replays included; the 401s and the created runs are not.
+    let text = metrics(&app).await;
+    for p in providers() {
+        for status in ["blocked", "bad_request"] {
+            let line = format!("idemgate_refusals_total{{provider=\"{}\",status=\"{status}\"}} 2", p.name);
+            assert!(text.contains(&line), "{line} missing from\n{text}");
+        }
+        let line = format!("idemgate_refusals_total{{provider=\"{}\",status=\"ignored\"}} 0", p.name);
+        assert!(text.contains(&line), "{line} missing from\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn redis_outage_is_503_in_both_modes() {
+    let mut redis = RedisProcess::start(&[]);
+    let opts = RedisOptions { command_timeout: Duration::from_millis(500), ..RedisOptions::single(redis.url()) };
+    let ns = fresh_ns("refusal-outage");
+    let store = RedisStore::connect(&opts, Keys::new(&ns).unwrap(), &Settings::default()).await.unwrap();
+    let app = router_over(Arc::new(store));
+    redis.stop();
+    for p in providers() {
+        // Work and a refusal alike: nothing can be decided or cached without the store.
+        for (what, repo) in [("work", ("octo", "repo")), ("blocked", ("evil", "repo"))] {
+            let r = send(&app, signed(&p, &format!("{}-{what}", p.name), &payload(p.kind, Some(repo), 1), false)).await;
+            assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{} {what}: {}", p.name, r.text);
+        }
+    }
+    // Once Redis is back the same deliveries get their real answers.
+    redis.restart();
+    let p = &providers()[0];
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r =
+            send(&app, signed(p, &format!("{}-blocked", p.name), &payload(p.kind, Some(("evil", "repo")), 1), false))
+                .await;
+        if r.status != StatusCode::SERVICE_UNAVAILABLE {
+            assert_eq!(
+                (r.status, r.text.as_str(), r.replayed),
+                (StatusCode::OK, r#"{"status":"blocked","code":403}"#, false)
+            );
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no recovery");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Log lines written while a test runs (on this thread).
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn each_refusal_is_warned_about_with_its_reason_rate_limited() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    // Tests on other threads may have registered the warning's callsite
+    // while no subscriber wanted it; re-ask every callsite now.
+    tracing::callsite::rebuild_interest_cache();
+    let github = Provider::github("gh", "gh-secret").with_events(["issues"]);
+    let app = app(AppState::new(
+        Gate::new(["octo/repo"], Backend::Memory.store(&Settings::default()).await),
+        vec![github.clone()],
+        None,
+    ));
+    for i in 0..3 {
+        send(&app, signed(&github, &format!("b{i}"), &payload(Kind::Github, Some(("evil", "one")), i), false)).await;
+        send(&app, signed(&github, &format!("m{i}"), &payload(Kind::Github, None, i), false)).await;
+    }
+    let push = json!({"ref": "refs/heads/main", "repository": {"name": "repo", "owner": {"login": "octo"}}});
+    let bytes = push.to_string().into_bytes();
+    let mut req = Request::post("/webhooks/gh");
+    for (name, value) in github.sign("p1", Some("push"), &bytes, SystemTime::now()).unwrap() {
+        req = req.header(name, value);
+    }
+    assert_eq!(send(&app, req.body(Body::from(bytes)).unwrap()).await.text, r#"{"status":"ignored","code":200}"#);
+
+    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let warnings: Vec<&str> = logs.lines().filter(|l| l.contains("WARN") && l.contains("webhook refused")).collect();
+    assert_eq!(warnings.len(), 3, "one per reason within 10 s:\n{logs}");
+    let find = |reason: &str| {
+        *warnings.iter().find(|l| l.contains(reason)).unwrap_or_else(|| panic!("no warning names {reason:?}:\n{logs}"))
+    };
+    let blocked = find("the repository is missing from the allowlist");
+    assert!(blocked.contains("repo=\"evil/one\"") && blocked.contains("delivery_id=\"b0\""), "{blocked}");
+    let unmapped = find("the payload does not map to org, repo, action and number");
+    assert!(unmapped.contains("invalid_fields=\"org,repo\""), "{unmapped}");
+    find("the event is not in the provider's `events` list");
+    let text = metrics(&app).await;
+    for line in [
+        "idemgate_refusals_total{provider=\"gh\",status=\"blocked\"} 3",
+        "idemgate_refusals_total{provider=\"gh\",status=\"bad_request\"} 3",
+        "idemgate_refusals_total{provider=\"gh\",status=\"ignored\"} 1",
+    ] {
+        assert!(text.contains(line), "{line} missing from\n{text}");
+    }
+}
