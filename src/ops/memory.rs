@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 
-use redis::cluster_routing::{MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use serde::Serialize;
 
 use super::{Error, Ops};
@@ -201,16 +201,7 @@ impl Ops {
         match &self.conn {
             Conn::Single(_) | Conn::Sentinel(_) => Ok(self.memory_all().await?.remove(0)),
             Conn::Cluster(c) => {
-                let mut c = c.clone();
-                let slot = Slot::for_key(self.keys.run_counter());
-                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_slot(
-                    slot,
-                    SlotAddr::Master,
-                )));
-                let info: String = redis::from_redis_value(
-                    self.bounded(c.route_command(redis::cmd("INFO").arg("memory").to_owned(), route)).await?,
-                )
-                .map_err(redis::RedisError::from)?;
+                let info: String = self.on_namespace_slot(c, redis::cmd("INFO").arg("memory").to_owned()).await?;
                 Ok(parse_info_memory("the primary owning the namespace's slot".to_owned(), &info))
             }
         }

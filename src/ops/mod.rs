@@ -125,17 +125,23 @@ impl Ops {
         cmd.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(stats::SCAN_COUNT);
         match &self.conn {
             Conn::Single(_) | Conn::Sentinel(_) => self.query(&mut cmd).await,
-            Conn::Cluster(c) => {
-                let mut c = c.clone();
-                let slot = Slot::for_key(self.keys.run_counter());
-                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_slot(
-                    slot,
-                    SlotAddr::Master,
-                )));
-                let value = self.bounded(c.route_command(cmd, route)).await?;
-                Ok(redis::from_redis_value(value).map_err(redis::RedisError::from)?)
-            }
+            Conn::Cluster(c) => self.on_namespace_slot(c, cmd).await,
         }
+    }
+
+    /// Runs `cmd` on the cluster primary that owns the namespace's slot:
+    /// what a plain command would reach on a single server.
+    async fn on_namespace_slot<T: FromRedisValue>(
+        &self,
+        c: &redis::cluster_async::ClusterConnection,
+        cmd: redis::Cmd,
+    ) -> Result<T, Error> {
+        let mut c = c.clone();
+        let slot = Slot::for_key(self.keys.run_counter());
+        let route =
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_slot(slot, SlotAddr::Master)));
+        let value = self.bounded(c.route_command(cmd, route)).await?;
+        Ok(redis::from_redis_value(value).map_err(redis::RedisError::from)?)
     }
 }
 
