@@ -26,6 +26,7 @@ mod cluster;
 mod dead;
 mod deploy;
 mod durability;
+mod embed;
 mod gate;
 mod hostile;
 mod http;
