@@ -267,7 +267,7 @@ impl Gate {
                     identity,
                     retention: hold.retention,
                 };
-                Admission::Claimed { outcome, claim }
+                Admission::Claimed { outcome, claim: Box::new(claim) }
             }
             _ => Admission::Answered(outcome),
         })
@@ -348,8 +348,8 @@ pub enum Admission {
     Claimed {
         /// The gate's `created` answer.
         outcome: Outcome,
-        /// The held run.
-        claim: Claim,
+        /// The held run (boxed: it is most of the variant's size).
+        claim: Box<Claim>,
     },
     /// Anything else (a replay, `duplicate`, `bad_request`, `blocked`): the
     /// answer, with nothing to run.

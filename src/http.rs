@@ -287,7 +287,7 @@ async fn webhook(
     let (bytes, _permit) = read_body(&st, &headers, body, 1).await?;
     let delivery = match accept_delivery(provider, &headers, &bytes, &st.0.metrics, &st.0.refusals) {
         Ok(delivery) => delivery,
-        Err(answer) => return Ok(answer),
+        Err(answer) => return Ok(*answer),
     };
     let digest = body_digest(&bytes);
     let outcome = gate_call(&st, &provider_submission(provider, &delivery, &bytes, &digest)).await?;
@@ -304,7 +304,7 @@ pub(crate) fn accept_delivery(
     body: &[u8],
     metrics: &Metrics,
     refusals: &RefusalLog,
-) -> Result<Delivery, Response> {
+) -> Result<Delivery, Box<Response>> {
     let name = provider.name.as_str();
     match provider.accept(headers, body, SystemTime::now()) {
         Ok(delivery) => Ok(delivery),
@@ -317,19 +317,21 @@ pub(crate) fn accept_delivery(
                 replayed: false,
                 event_mismatch: false,
             };
-            Err(gate_response(&outcome, provider.refusal_status()))
+            Err(Box::new(gate_response(&outcome, provider.refusal_status())))
         }
         Err(r) => {
             tracing::info!(provider = %name, reason = r.reason(), "webhook rejected");
-            Err(match r {
-                Rejection::Unauthorized(m) => {
-                    metrics.auth_failure(name);
-                    ApiError::Unauthorized(m)
+            Err(Box::new(
+                match r {
+                    Rejection::Unauthorized(m) => {
+                        metrics.auth_failure(name);
+                        ApiError::Unauthorized(m)
+                    }
+                    Rejection::BadRequest(m) => ApiError::BadRequest(m),
+                    Rejection::Ignored(_) => unreachable!("answered above"),
                 }
-                Rejection::BadRequest(m) => ApiError::BadRequest(m),
-                Rejection::Ignored(_) => unreachable!("answered above"),
-            }
-            .into_response())
+                .into_response(),
+            ))
         }
     }
 }

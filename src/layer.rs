@@ -271,7 +271,7 @@ where
     };
     let delivery = match http::accept_delivery(&st.provider, &parts.headers, &bytes, &st.metrics, &st.refusals) {
         Ok(delivery) => delivery,
-        Err(answer) => return Ok(answer),
+        Err(answer) => return Ok(*answer),
     };
     let digest = http::body_digest(&bytes);
     let submission = http::provider_submission(&st.provider, &delivery, &bytes, &digest);
@@ -283,7 +283,7 @@ where
             http::log_outcome(&st.metrics, name, id, &outcome);
             return Ok(http::provider_answer(&st.provider, &delivery, &outcome, &st.metrics, &st.refusals));
         }
-        Ok(Admission::Claimed { outcome, claim }) => (outcome, claim),
+        Ok(Admission::Claimed { outcome, claim }) => (outcome, *claim),
     };
     http::log_outcome(&st.metrics, name, id, &outcome);
     let run = Run {
