@@ -27,6 +27,7 @@ mod dead;
 mod deadlines;
 mod deploy;
 mod durability;
+mod embed;
 mod gate;
 mod hostile;
 mod http;
