@@ -279,6 +279,11 @@ async fn webhook(
             };
             return Ok(gate_response(&outcome, provider.refusal_status()));
         }
+        // A signed handshake (Slack's `url_verification`): echoed, nothing stored.
+        Err(Rejection::Challenge(challenge)) => {
+            tracing::info!(provider = %name, "url verification handshake answered");
+            return Ok(Json(json!({ "challenge": challenge })).into_response());
+        }
         Err(r) => {
             tracing::info!(provider = %name, reason = r.reason(), "webhook rejected");
             return Err(match r {
@@ -287,7 +292,7 @@ async fn webhook(
                     ApiError::Unauthorized(m)
                 }
                 Rejection::BadRequest(m) => ApiError::BadRequest(m),
-                Rejection::Ignored(_) => unreachable!("answered above"),
+                Rejection::Ignored(_) | Rejection::Challenge(_) => unreachable!("answered above"),
             });
         }
     };
