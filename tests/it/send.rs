@@ -286,7 +286,7 @@ async fn sign_headers_work_with_a_plain_client() {
         let signed_id = format!("{provider}-signed");
         let id = id_in_payload(provider).unwrap_or(&signed_id);
         let mut c = idemgate();
-        c.args(["sign", "--provider", provider, "--delivery-id", &id, "--config"]).arg(server.dir.join("config.toml"));
+        c.args(["sign", "--provider", provider, "--delivery-id", id, "--config"]).arg(server.dir.join("config.toml"));
         if let Some(e) = event(provider) {
             c.args(["--event", e]);
         }
