@@ -230,6 +230,8 @@ struct ProviderConfig {
     allowed_repos: Option<StringOrList>,
     /// `"ack"` (default): refusals answered 200; `"code"`: status = code.
     refusal_status: Option<RefusalStatus>,
+    /// How long the provider waits for an answer (default: its kind's).
+    deadline: Option<String>,
 }
 
 impl ProviderConfig {
@@ -728,12 +730,17 @@ fn providers_from(file: &FileConfig, env: &dyn Fn(&str) -> Option<String>) -> Re
         if kind != Kind::Github && p.identity.is_some() {
             return Err(err(format!("{at}: `identity` applies to kind \"github\" only")));
         }
+        let deadline = file_duration(&format!("{at}: deadline"), p.deadline.as_ref())?;
+        if deadline.is_some_and(|d| d.is_zero()) {
+            return Err(err(format!("{at}: `deadline` must be more than 0 (leave it out for the kind's default)")));
+        }
         let mut provider = Provider::new(p.name.clone(), kind, &secrets, tolerance, None)
             .and_then(|provider| provider.with_fields(p.fields.clone().unwrap_or_default()))
             .map_err(|e| err(format!("{at}: {e}")))?
             .with_identity(p.identity.unwrap_or_default())
             .with_keep_payload(p.keep_payload.unwrap_or(false))
-            .with_refusal_status(p.refusal_status.unwrap_or_default());
+            .with_refusal_status(p.refusal_status.unwrap_or_default())
+            .with_deadline(deadline.unwrap_or(kind.default_deadline()));
         if let Some(events) = &p.events {
             if events.is_empty() || events.iter().any(String::is_empty) {
                 return Err(err(format!(
@@ -1028,6 +1035,68 @@ mod tests {
     }
 
     #[test]
+    fn provider_deadline_overrides_the_kinds_default() {
+        let text = r#"
+            [[provider]]
+            name = "slack-like"
+            kind = "github"
+            secret = "s"
+            deadline = "3s"
+
+            [[provider]]
+            name = "fast"
+            kind = "standard-webhooks"
+            secret = "whsec_c2Vjb25k"
+            deadline = "750ms"
+
+            [[provider]]
+            name = "gh"
+            kind = "github"
+            secret = "s"
+
+            [[provider]]
+            name = "sw"
+            kind = "standard-webhooks"
+            secret = "whsec_c2Vjb25k"
+        "#;
+        let providers = providers_from(&file(text), &|_: &str| None).unwrap();
+        let deadlines: Vec<_> = providers.iter().map(|p| (p.name.as_str(), p.deadline())).collect();
+        assert_eq!(
+            deadlines,
+            [
+                ("slack-like", Duration::from_secs(3)),
+                ("fast", Duration::from_millis(750)),
+                ("gh", Kind::Github.default_deadline()),
+                ("sw", Kind::StandardWebhooks.default_deadline()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bad_deadline_names_the_key_never_the_value() {
+        let provider = |deadline: &str| {
+            format!("[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\ndeadline = {deadline:?}")
+        };
+        for (value, want) in [
+            ("0s", "`deadline` must be more than 0"),
+            ("0ms", "`deadline` must be more than 0"),
+            ("hunter2-in-the-wrong-key", "deadline`: not a duration"),
+            ("3", "deadline`: not a duration"),
+            ("3 s", "deadline`: not a duration"),
+            ("-3s", "deadline`: not a duration"),
+            ("1.5s", "deadline`: not a duration"),
+        ] {
+            let e = providers_from(&file(&provider(value)), &|_: &str| None).unwrap_err().0;
+            assert!(e.contains(want) && e.contains("\"x\""), "{value:?}: {e:?} lacks {want:?}");
+            assert!(!e.contains(value), "{value:?} echoed in {e:?}");
+        }
+        // Not a string at all: the TOML error names the key, not the value.
+        let text = provider("x").replace("deadline = \"x\"", "deadline = 31337");
+        let e = toml_error(&text, &toml::from_str::<FileConfig>(&text).unwrap_err());
+        assert!(e.contains("deadline") && !e.contains("31337"), "{e}");
+    }
+
+    #[test]
     fn each_bad_input_names_the_problem() {
         let cases = [
             ("delivery_ttl = \"soon\"", "delivery_ttl"),
@@ -1236,11 +1305,14 @@ mod tests {
             proptest::option::of(".{0,12}"),
             proptest::option::of("[A-Z_]{1,8}"),
             proptest::option::of("[0-9]{1,3}(s|m|x)"),
+            proptest::option::of("[0-9]{1,5}(ms|s|m|x|)"),
         )
-            .prop_map(|(name, kind, secret, secret_env, tolerance)| {
+            .prop_map(|(name, kind, secret, secret_env, tolerance, deadline)| {
                 let q = |s: String| toml::Value::String(s).to_string();
                 let mut t = format!("[[provider]]\nname = {}\nkind = {}\n", q(name), q(kind));
-                for (key, value) in [("secret", secret), ("secret_env", secret_env), ("tolerance", tolerance)] {
+                let keys =
+                    [("secret", secret), ("secret_env", secret_env), ("tolerance", tolerance), ("deadline", deadline)];
+                for (key, value) in keys {
                     if let Some(v) = value {
                         t.push_str(&format!("{key} = {}\n", q(v)));
                     }

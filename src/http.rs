@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Instant, SystemTime};
 
 use axum::body::{Body, Bytes};
@@ -20,7 +21,7 @@ use subtle::ConstantTimeEq;
 
 use crate::gate::{Gate, Outcome, Status, Submission};
 use crate::intake::{BodyBudget, BodyError};
-use crate::metrics::Metrics;
+use crate::metrics::{DeadlineStage, Metrics};
 use crate::providers::{Provider, Rejection};
 use crate::refusals::{Reason, Refusal, RefusalLog, RefusalStatus};
 
@@ -97,7 +98,8 @@ impl AppState {
         self
     }
 
-    /// Sets the bound on one request.
+    /// Sets the bound on one request. Provider endpoints answer sooner, by
+    /// their provider's deadline ([`Provider::answer_within`]).
     pub fn with_request_timeout(mut self, timeout: std::time::Duration) -> Self {
         Arc::make_mut(&mut self.0).request_timeout = timeout;
         self
@@ -261,16 +263,51 @@ async fn webhook(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    let started = Instant::now();
     // A name that is not a UTF-8 path segment cannot be a configured provider.
     let Ok(Path(name)) = name else { return Err(ApiError::NotFound("no such provider".into())) };
     let provider =
         st.0.providers.get(&name).ok_or_else(|| ApiError::NotFound(format!("no provider named {name:?}")))?;
-    let (bytes, _permit) = read_body(&st, &headers, body, 1).await?;
-    let delivery = match provider.accept(&headers, &bytes, SystemTime::now()) {
+    // The whole request, body to store answer, fits the provider's deadline,
+    // so a slow client or a slow Redis gets a 503 that the provider retries,
+    // never a timeout that it counts as a failure. The store call is one
+    // atomic script: cut short, it either never ran or ran whole (then the
+    // retry gets its replay); nothing is half-written.
+    let within = provider.answer_within(st.0.request_timeout);
+    let at_store = AtomicBool::new(false);
+    match tokio::time::timeout(within, accept_webhook(&st, &name, provider, &headers, body, &at_store)).await {
+        Ok(answer) => answer,
+        Err(_) => {
+            let stage = if at_store.load(Ordering::Relaxed) { DeadlineStage::Store } else { DeadlineStage::Body };
+            st.0.metrics.deadline_expiry(&name, stage);
+            tracing::warn!(
+                provider = %name,
+                deadline = ?provider.deadline(),
+                elapsed = ?started.elapsed(),
+                waiting_for = stage.as_str(),
+                "provider deadline reached: answered 503 so that the provider retries"
+            );
+            Err(ApiError::Unavailable("no answer within the provider's deadline; retry later"))
+        }
+    }
+}
+
+/// A provider delivery, read, authenticated and gated; `at_store` turns true
+/// once only the store's answer is awaited.
+async fn accept_webhook(
+    st: &AppState,
+    name: &str,
+    provider: &Provider,
+    headers: &HeaderMap,
+    body: Body,
+    at_store: &AtomicBool,
+) -> Result<Response, ApiError> {
+    let (bytes, _permit) = read_body(st, headers, body, 1).await?;
+    let delivery = match provider.accept(headers, &bytes, SystemTime::now()) {
         Ok(delivery) => delivery,
         Err(Rejection::Ignored(reason)) => {
-            st.0.metrics.ignored(&name);
-            let refusal = Refusal { provider: &name, delivery_id: None, reason, event: None, replayed: false };
+            st.0.metrics.ignored(name);
+            let refusal = Refusal { provider: name, delivery_id: None, reason, event: None, replayed: false };
             st.0.refusals.record(&st.0.metrics, &refusal);
             let outcome = Outcome {
                 response: crate::gate::Response::plain(Status::Ignored),
@@ -288,7 +325,7 @@ async fn webhook(
             tracing::info!(provider = %name, reason = r.reason(), "webhook rejected");
             return Err(match r {
                 Rejection::Unauthorized(m) => {
-                    st.0.metrics.auth_failure(&name);
+                    st.0.metrics.auth_failure(name);
                     ApiError::Unauthorized(m)
                 }
                 Rejection::BadRequest(m) => ApiError::BadRequest(m),
@@ -304,12 +341,13 @@ async fn webhook(
     let submission = Submission {
         content_digest: delivery.content_digest.as_deref(),
         payload,
-        ..Submission::new(&name, &delivery.delivery_id, &delivery.event, &digest)
+        ..Submission::new(name, &delivery.delivery_id, &delivery.event, &digest)
     };
-    let outcome = gate_call(&st, &submission).await?;
+    at_store.store(true, Ordering::Relaxed);
+    let outcome = gate_call(st, &submission).await?;
     if let Some(reason) = Reason::of_gate(outcome.response.status) {
         let refusal = Refusal {
-            provider: &name,
+            provider: name,
             delivery_id: Some(&delivery.delivery_id),
             reason,
             event: Some(&delivery.event),

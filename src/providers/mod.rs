@@ -45,6 +45,11 @@ type HmacSha256 = Hmac<Sha256>;
 /// (`standard-webhooks`, `stripe`, `slack`).
 pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(5 * 60);
 
+/// The most an endpoint keeps back from its deadline for the network: the
+/// answer leaves a tenth of the deadline early, at most this much
+/// ([`Provider::answer_within`]).
+pub const MAX_DEADLINE_MARGIN: Duration = Duration::from_millis(500);
+
 /// The authentication and normalization scheme of a provider (`kind` in the
 /// config file).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
@@ -99,6 +104,24 @@ impl Kind {
             Kind::Stripe => Some(stripe::DELIVERY_KEY),
             Kind::Slack => Some(slack::DELIVERY_KEY),
             Kind::Github | Kind::StandardWebhooks | Kind::Shopify => None,
+        }
+    }
+
+    /// How long this kind's sender waits for an answer before it counts the
+    /// delivery as failed (a provider's `deadline` when it sets none). The
+    /// sources are in docs/providers-view.md, "Deadlines".
+    pub fn default_deadline(self) -> Duration {
+        match self {
+            // "Respond within 10 seconds" (GitHub's webhook best practices).
+            Kind::Github => Duration::from_secs(10),
+            // "within a reasonable time-frame (15s with Svix)" (Svix, Retries).
+            Kind::StandardWebhooks => Duration::from_secs(15),
+            // Not published; reported 20 to 30 s, so 10 s stays inside it.
+            Kind::Stripe => Duration::from_secs(10),
+            // "respond ... within three seconds" (Slack, Events API).
+            Kind::Slack => Duration::from_secs(3),
+            // 5 s for the whole request (Shopify, HTTPS webhook delivery).
+            Kind::Shopify => Duration::from_secs(5),
         }
     }
 }
@@ -353,6 +376,7 @@ pub struct Provider {
     keep_payload: bool,
     allowed_repos: Option<Vec<String>>,
     refusal_status: RefusalStatus,
+    deadline: Duration,
 }
 
 impl fmt::Debug for Provider {
@@ -369,6 +393,7 @@ impl fmt::Debug for Provider {
             .field("keep_payload", &self.keep_payload)
             .field("allowed_repos", &self.allowed_repos)
             .field("refusal_status", &self.refusal_status)
+            .field("deadline", &self.deadline)
             .finish()
     }
 }
@@ -408,6 +433,7 @@ impl Provider {
             keep_payload: false,
             allowed_repos: None,
             refusal_status: RefusalStatus::default(),
+            deadline: kind.default_deadline(),
         }
     }
 
@@ -512,6 +538,29 @@ impl Provider {
     /// How refusals are answered.
     pub fn refusal_status(&self) -> RefusalStatus {
         self.refusal_status
+    }
+
+    /// Sets how long the provider waits for an answer (`deadline` in the
+    /// config; the default is [`Kind::default_deadline`]).
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// How long the provider waits for an answer before it counts the
+    /// delivery as failed.
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    /// How long a request to this endpoint may take, all of it (body, checks,
+    /// store call), before it is answered 503 so that the provider retries
+    /// instead of counting a failure: the deadline, capped by the service's
+    /// `request_timeout`, less a tenth of it (at most
+    /// [`MAX_DEADLINE_MARGIN`]) for the network.
+    pub fn answer_within(&self, request_timeout: Duration) -> Duration {
+        let deadline = self.deadline.min(request_timeout);
+        deadline - (deadline / 10).min(MAX_DEADLINE_MARGIN)
     }
 
     /// How work is named (`github` only).
@@ -853,6 +902,24 @@ mod tests {
         let p = p.with_fields(overrides).unwrap();
         assert_eq!(p.fields().org, "=acme");
         assert_eq!(p.fields().repo, "/repo");
+    }
+
+    #[test]
+    fn deadlines_default_by_kind_and_leave_a_margin_for_the_network() {
+        let gh = Provider::github("gh", "s");
+        assert_eq!(gh.deadline(), Duration::from_secs(10));
+        let sw = Provider::new("sw", Kind::StandardWebhooks, &["whsec_c2Vjb25k"], None, None).unwrap();
+        assert_eq!(sw.deadline(), Duration::from_secs(15));
+        let ten = Duration::from_secs(10);
+        // A tenth is kept back, at most 500 ms; the request timeout caps the deadline.
+        assert_eq!(gh.answer_within(Duration::from_secs(60)), Duration::from_millis(9_500));
+        assert_eq!(sw.answer_within(ten), Duration::from_millis(9_500));
+        let slack_like = gh.clone().with_deadline(Duration::from_secs(3));
+        assert_eq!(slack_like.answer_within(ten), Duration::from_millis(2_700));
+        assert_eq!(gh.with_deadline(Duration::from_millis(100)).answer_within(ten), Duration::from_millis(90));
+        assert!(format!("{slack_like:?}").contains("deadline: 3s"));
+        let defaults: Vec<u64> = Kind::ALL.iter().map(|k| k.default_deadline().as_secs()).collect();
+        assert_eq!(defaults, [10, 15, 10, 3, 5], "docs/providers-view.md, Deadlines");
     }
 
     #[test]

@@ -93,11 +93,22 @@ pub(super) fn accept(
         return Err(Rejection::BadRequest("empty webhook-id header".into()));
     }
     let payload = parse_body(body)?;
+    if is_svix_ping(&payload) {
+        return Err(Rejection::Ignored(crate::refusals::Reason::Ping));
+    }
     let event = normalize(provider.fields(), &payload);
     // The event name of an `events` list is the action.
     let action = event.get("action").and_then(Value::as_str).unwrap_or_default();
     provider.admit(action, action)?;
     Ok(Delivery { delivery_id: id.to_owned(), event, content_digest: None })
+}
+
+/// The body of Svix's test event `svix.ping` (the "Send Example" of an
+/// endpoint, svix-webhooks' `SVIX_PING_EVENT_TYPE_PAYLOAD`): Svix sends no
+/// event-type header, so the body alone tells it. Like GitHub's `ping`, it
+/// starts no work and is answered `ignored`.
+fn is_svix_ping(payload: &Value) -> bool {
+    payload.as_object().is_some_and(|o| o.len() == 1 && o.get("success") == Some(&Value::Bool(true)))
 }
 
 /// What Standard Webhooks signs: `<id>.<timestamp>.<raw body>` (for the
@@ -197,6 +208,29 @@ mod tests {
         assert_eq!(d, Delivery { delivery_id: SPEC_ID.into(), event: json!({}), content_digest: None });
         let h = headers("svix-", Some(SPEC_ID), Some("1614265330"), Some(SPEC_SIGNATURE));
         assert_eq!(provider().accept(&h, SPEC_BODY.as_bytes(), at(SPEC_TS)).unwrap().delivery_id, SPEC_ID);
+    }
+
+    #[test]
+    fn svix_ping_is_ignored_after_authentication() {
+        use crate::refusals::Reason;
+        // svix-webhooks sends `{"success": true}` for its `svix.ping` example, in any spacing.
+        for body in [r#"{"success": true}"#, r#"{"success":true}"#] {
+            let r = provider().accept(&signed("msg_ping", SPEC_TS, body), body.as_bytes(), at(SPEC_TS));
+            assert_eq!(r, Err(Rejection::Ignored(Reason::Ping)), "{body}");
+            // Even with an `events` list that would not admit it: it is a handshake, not an event.
+            let listed = provider().with_events(["invoice.paid"]);
+            let r = listed.accept(&signed("msg_ping", SPEC_TS, body), body.as_bytes(), at(SPEC_TS));
+            assert_eq!(r, Err(Rejection::Ignored(Reason::Ping)), "{body}");
+        }
+        // Unsigned, it is refused like anything else.
+        let body = r#"{"success": true}"#;
+        let forged = headers("webhook-", Some("m"), Some(&SPEC_TS.to_string()), Some("v1,AAAA"));
+        assert!(unauthorized(provider().accept(&forged, body.as_bytes(), at(SPEC_TS))));
+        // Anything more or different is an ordinary delivery.
+        for body in [r#"{"success": true, "number": 1}"#, r#"{"success": false}"#, r#"{"success": "true"}"#, "true"] {
+            let r = provider().accept(&signed("msg_x", SPEC_TS, body), body.as_bytes(), at(SPEC_TS));
+            assert!(r.is_ok(), "{body}: {r:?}");
+        }
     }
 
     #[test]

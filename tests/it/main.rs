@@ -24,6 +24,7 @@ macro_rules! both_stores {
 mod chaos;
 mod cluster;
 mod dead;
+mod deadlines;
 mod deploy;
 mod durability;
 mod gate;

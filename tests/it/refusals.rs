@@ -164,7 +164,7 @@ async fn metrics(app: &Router) -> String {
     send(app, Request::get("/metrics").body(Body::empty()).unwrap()).await.text
 }
 
-both_stores!(refusals_are_acknowledged_unless_code_is_asked_for);
+both_stores!(refusals_are_acknowledged_unless_code_is_asked_for, svix_ping_is_ignored_and_stores_nothing);
 
 async fn refusals_are_acknowledged_unless_code_is_asked_for(b: Backend) {
     let app = router_over(b.store(&Settings::default()).await);
@@ -301,5 +301,34 @@ async fn each_refusal_is_warned_about_with_its_reason_rate_limited() {
         "idemgate_refusals_total{provider=\"gh\",status=\"ignored\"} 1",
     ] {
         assert!(text.contains(line), "{line} missing from\n{text}");
+    }
+}
+
+/// Svix's "Send Example" test event (`svix.ping`, body `{"success": true}`)
+/// is answered like GitHub's `ping`: 200 `ignored` in both modes, nothing
+/// stored, so the same message id later carrying a real event is gated afresh.
+async fn svix_ping_is_ignored_and_stores_nothing(b: Backend) {
+    let app = router_over(b.store(&Settings::default()).await);
+    for p in providers().into_iter().filter(|p| p.kind == Kind::StandardWebhooks) {
+        let id = format!("{}-ping", p.name);
+        for _ in 0..2 {
+            let r = send(&app, signed(&p, &id, &json!({"success": true}), false)).await;
+            assert_eq!(
+                (r.status, r.text.as_str(), r.replayed),
+                (StatusCode::OK, r#"{"status":"ignored","code":200}"#, false),
+                "{}",
+                p.name
+            );
+        }
+        // Forged, it is a 401 like anything else.
+        let r = send(&app, signed(&p, &id, &json!({"success": true}), true)).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}", p.name);
+        let r = send(&app, signed(&p, &id, &payload(p.kind, Some(("octo", "repo")), 5), false)).await;
+        assert_eq!((r.status, r.replayed), (StatusCode::ACCEPTED, false), "{}: {}", p.name, r.text);
+    }
+    let text = metrics(&app).await;
+    for mode in ["ack", "code"] {
+        let line = format!("idemgate_refusals_total{{provider=\"standard-webhooks-{mode}\",status=\"ignored\"}} 2");
+        assert!(text.contains(&line), "{line} missing from\n{text}");
     }
 }
