@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use crate::gate::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, Settings};
 use crate::keys::Keys;
-use crate::providers::{FieldPointers, IdentityMode, Kind, Provider};
+use crate::providers::{FieldOverrides, IdentityMode, Kind, Provider};
 use crate::refusals::RefusalStatus;
 use crate::store::Store;
 use crate::store::connection::is_tls_url;
@@ -223,7 +223,7 @@ struct ProviderConfig {
     /// One variable name, or several (a list, or comma-separated): each holds one secret.
     secret_env: Option<StringOrList>,
     tolerance: Option<String>,
-    fields: Option<FieldPointers>,
+    fields: Option<FieldOverrides>,
     identity: Option<IdentityMode>,
     events: Option<Vec<String>>,
     keep_payload: Option<bool>,
@@ -718,11 +718,14 @@ fn providers_from(file: &FileConfig, env: &dyn Fn(&str) -> Option<String>) -> Re
             return Err(err(format!("{at}: a provider named {:?} is defined twice", p.name)));
         }
         let kind: Kind =
-            p.kind.parse().map_err(|_| err(format!("{at}: unknown kind (use \"github\" or \"standard-webhooks\")")))?;
+            p.kind.parse().map_err(|_| err(format!("{at}: unknown kind (use one of {})", Kind::names())))?;
         let secrets = p.secrets(&at, &env)?;
         let tolerance = file_duration(&format!("{at}: tolerance"), p.tolerance.as_ref())?;
         if kind == Kind::Github && (p.tolerance.is_some() || p.fields.is_some()) {
-            return Err(err(format!("{at}: `tolerance` and `fields` apply to kind \"standard-webhooks\" only")));
+            return Err(err(format!("{at}: `tolerance` and `fields` do not apply to kind \"github\"")));
+        }
+        if !kind.is_timestamped() && p.tolerance.is_some() {
+            return Err(err(format!("{at}: `tolerance` applies to kinds that sign a timestamp only")));
         }
         if kind != Kind::Github && p.identity.is_some() {
             return Err(err(format!("{at}: `identity` applies to kind \"github\" only")));
@@ -731,7 +734,8 @@ fn providers_from(file: &FileConfig, env: &dyn Fn(&str) -> Option<String>) -> Re
         if deadline.is_some_and(|d| d.is_zero()) {
             return Err(err(format!("{at}: `deadline` must be more than 0 (leave it out for the kind's default)")));
         }
-        let mut provider = Provider::new(p.name.clone(), kind, &secrets, tolerance, p.fields.clone())
+        let mut provider = Provider::new(p.name.clone(), kind, &secrets, tolerance, None)
+            .and_then(|provider| provider.with_fields(p.fields.clone().unwrap_or_default()))
             .map_err(|e| err(format!("{at}: {e}")))?
             .with_identity(p.identity.unwrap_or_default())
             .with_keep_payload(p.keep_payload.unwrap_or(false))
@@ -974,6 +978,60 @@ mod tests {
             .0;
         assert!(e.contains("\"GH_OLD\" is not set"), "{e}");
         assert!(!ServeConfig::resolve_with(&ServeArgs::default(), &file(""), env).unwrap().keep_payload);
+    }
+
+    #[test]
+    fn stripe_slack_and_shopify_providers() {
+        let text = r#"
+            [[provider]]
+            name = "stripe"
+            kind = "stripe"
+            secrets = ["whsec_new", "whsec_old"]
+            tolerance = "2m"
+            events = ["invoice.paid"]
+            fields = { number = "/data/object/id" }
+
+            [[provider]]
+            name = "slack"
+            kind = "slack"
+            secret = "signing"
+
+            [[provider]]
+            name = "shopify"
+            kind = "shopify"
+            secret = "client"
+            fields = { org = "=acme" }
+        "#;
+        let c = ServeConfig::resolve_with(&ServeArgs::default(), &file(text), |_| None).unwrap();
+        let [stripe, slack, shopify] = &c.providers[..] else { panic!("{:?}", c.providers) };
+        assert_eq!((stripe.kind, slack.kind, shopify.kind), (Kind::Stripe, Kind::Slack, Kind::Shopify));
+        assert_eq!((stripe.tolerance(), slack.tolerance()), (Duration::from_secs(120), Duration::from_secs(300)));
+        let debug = format!("{stripe:?} {slack:?} {shopify:?}");
+        assert!(debug.contains("/data/object/id") && debug.contains("=acme"), "{debug}");
+        assert!(!debug.contains("whsec_") && !debug.contains("signing") && !debug.contains("client"), "{debug}");
+        for (text, want) in [
+            (
+                "[[provider]]\nname = \"x\"\nkind = \"shopify\"\nsecret = \"s\"\ntolerance = \"5m\"",
+                "[[provider]] #1 (\"x\"): `tolerance` applies to kinds that sign a timestamp only",
+            ),
+            (
+                "[[provider]]\nname = \"x\"\nkind = \"stripe\"\nsecret = \"s\"\nfields = { number = \"data.id\" }",
+                "fields.number is not a JSON pointer",
+            ),
+            ("[[provider]]\nname = \"x\"\nkind = \"slack\"\nsecret = \"\"", "the secret is empty"),
+            ("[[provider]]\nname = \"x\"\nkind = \"slack\"\nsecret = \"s\"\nidentity = \"event\"", "`identity`"),
+            ("[[provider]]\nname = \"x\"\nkind = \"Stripe\"\nsecret = \"s\"", "\"stripe\", \"slack\", \"shopify\""),
+        ] {
+            let e = resolve(&ServeArgs::default(), text).unwrap_err();
+            assert!(e.contains(want), "{text:?}: {e:?} lacks {want:?}");
+            assert!(!e.contains("Stripe") && !e.contains("data.id"), "values are not echoed: {e}");
+        }
+        assert!(
+            toml::from_str::<FileConfig>(
+                "[[provider]]\nname = \"x\"\nkind = \"stripe\"\nsecret = \"s\"\nfields = { subject = \"/id\" }"
+            )
+            .is_err()
+        );
     }
 
     #[test]
@@ -1236,7 +1294,14 @@ mod tests {
         use proptest::prelude::*;
         (
             ".{0,8}",
-            prop_oneof![Just("github".to_owned()), Just("standard-webhooks".to_owned()), "[a-z-]{0,10}"],
+            prop_oneof![
+                Just("github".to_owned()),
+                Just("standard-webhooks".to_owned()),
+                Just("stripe".to_owned()),
+                Just("slack".to_owned()),
+                Just("shopify".to_owned()),
+                "[a-z-]{0,10}"
+            ],
             proptest::option::of(".{0,12}"),
             proptest::option::of("[A-Z_]{1,8}"),
             proptest::option::of("[0-9]{1,3}(s|m|x)"),

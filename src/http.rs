@@ -356,6 +356,11 @@ pub(crate) fn accept_delivery(
             };
             Err(Box::new(gate_response(&outcome, provider.refusal_status())))
         }
+        // A signed handshake (Slack's `url_verification`): echoed, nothing stored.
+        Err(Rejection::Challenge(challenge)) => {
+            tracing::info!(provider = %name, "url verification handshake answered");
+            Err(Box::new(Json(json!({ "challenge": challenge })).into_response()))
+        }
         Err(r) => {
             tracing::info!(provider = %name, reason = r.reason(), "webhook rejected");
             Err(Box::new(
@@ -365,7 +370,7 @@ pub(crate) fn accept_delivery(
                         ApiError::Unauthorized(m)
                     }
                     Rejection::BadRequest(m) => ApiError::BadRequest(m),
-                    Rejection::Ignored(_) => unreachable!("answered above"),
+                    Rejection::Ignored(_) | Rejection::Challenge(_) => unreachable!("answered above"),
                 }
                 .into_response(),
             ))

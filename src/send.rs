@@ -34,10 +34,22 @@ pub enum PrepareError {
     /// A delivery id or event name cannot be sent as a header.
     #[error("{0} cannot be sent in an HTTP header (control characters?)")]
     NotAHeader(&'static str),
+    /// The kind reads the delivery id from the payload, and `--delivery-id`
+    /// names another one (the payload is signed as it is, never rewritten).
+    #[error(
+        "kind {kind} reads the delivery id from the payload's `{key}`: give the same value with --delivery-id, or leave it out"
+    )]
+    DeliveryIdInBody {
+        /// The provider's kind.
+        kind: Kind,
+        /// The body key that holds the delivery id.
+        key: &'static str,
+    },
 }
 
 /// A delivery id no earlier call produced, shaped like the provider's own:
-/// a GUID for GitHub, `msg_…` for Standard Webhooks.
+/// a GUID for GitHub and Shopify, `msg_…` for Standard Webhooks, `evt_…`
+/// for Stripe, `Ev…` for Slack.
 pub fn fresh_delivery_id(kind: Kind) -> String {
     // RandomState is seeded from the OS once per process; the clock and a
     // counter make every call in the process differ too.
@@ -50,7 +62,7 @@ pub fn fresh_delivery_id(kind: Kind) -> String {
     h.write_u64(a);
     let b = h.finish();
     match kind {
-        Kind::Github => format!(
+        Kind::Github | Kind::Shopify => format!(
             "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
             a >> 32,
             (a >> 16) & 0xffff,
@@ -59,10 +71,15 @@ pub fn fresh_delivery_id(kind: Kind) -> String {
             b & 0xffff_ffff_ffff
         ),
         Kind::StandardWebhooks => format!("msg_{a:016x}{b:016x}"),
+        Kind::Stripe => format!("evt_{a:016x}{b:016x}"),
+        Kind::Slack => format!("Ev{a:016X}"),
     }
 }
 
-/// Signs `body` as `provider` would send it at `now`.
+/// Signs `body` as `provider` would send it at `now`. The delivery id is
+/// `delivery_id`, else a fresh one; for the kinds that carry it in the body
+/// (`stripe`, `slack`) it is the body's, which `delivery_id` may only
+/// repeat (empty when the body has none: the service then answers 400).
 pub fn prepare(
     provider: &Provider,
     body: Vec<u8>,
@@ -70,7 +87,19 @@ pub fn prepare(
     event: Option<&str>,
     now: SystemTime,
 ) -> Result<Outgoing, PrepareError> {
-    let delivery_id = delivery_id.unwrap_or_else(|| fresh_delivery_id(provider.kind));
+    let delivery_id = match provider.kind.body_delivery_id() {
+        None => delivery_id.unwrap_or_else(|| fresh_delivery_id(provider.kind)),
+        Some(key) => {
+            let in_body = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v.get(key).and_then(serde_json::Value::as_str).map(str::to_owned))
+                .unwrap_or_default();
+            if delivery_id.is_some_and(|given| given != in_body) {
+                return Err(PrepareError::DeliveryIdInBody { kind: provider.kind, key });
+            }
+            in_body
+        }
+    };
     let mut headers = Vec::new();
     for (name, value) in provider.sign(&delivery_id, event, &body, now)? {
         let value = HeaderValue::from_str(&value).map_err(|_| PrepareError::NotAHeader(name))?;
@@ -130,6 +159,28 @@ mod tests {
         let groups: Vec<usize> = id.split('-').map(str::len).collect();
         assert_eq!(groups, [8, 4, 4, 4, 12], "{id}");
         assert!(fresh_delivery_id(Kind::StandardWebhooks).starts_with("msg_"));
+        assert_eq!(fresh_delivery_id(Kind::Shopify).split('-').count(), 5);
+        assert!(fresh_delivery_id(Kind::Stripe).starts_with("evt_"));
+        assert!(fresh_delivery_id(Kind::Slack).starts_with("Ev"));
+    }
+
+    /// Stripe and Slack carry the delivery id in the body: it is read from
+    /// there, and a different `--delivery-id` is refused, not sent.
+    #[test]
+    fn body_delivery_ids_come_from_the_payload() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        for (kind, key, id) in [(Kind::Stripe, "id", "evt_1"), (Kind::Slack, "event_id", "Ev1")] {
+            let p = Provider::new("p", kind, &["s3cret"], None, None).unwrap();
+            let body = serde_json::to_vec(&json!({ key: id, "type": "t" })).unwrap();
+            for given in [None, Some(id.to_owned())] {
+                let out = prepare(&p, body.clone(), given, None, now).unwrap();
+                assert_eq!((out.delivery_id.as_str(), &out.body), (id, &body), "{kind}");
+                assert_eq!(p.accept(&headers_of(&out), &out.body, now).unwrap().delivery_id, id, "{kind}");
+            }
+            let err = prepare(&p, body.clone(), Some("other".into()), None, now).unwrap_err();
+            assert!(err.to_string().contains(&format!("`{key}`")) && !err.to_string().contains("other"), "{err}");
+            assert_eq!(prepare(&p, b"{}".to_vec(), None, None, now).unwrap().delivery_id, "");
+        }
     }
 
     /// Whatever `prepare` signs, the service's own verifier accepts; the
@@ -149,9 +200,14 @@ mod tests {
                 FieldPointers::default(),
             )
             .unwrap(),
+            Provider::new("shop", Kind::Shopify, &["s3cret"], None, None).unwrap(),
         ];
         for p in &providers {
-            let event = (p.kind == Kind::Github).then_some("push");
+            let event = match p.kind {
+                Kind::Github => Some("push"),
+                Kind::Shopify => Some("orders/create"),
+                _ => None,
+            };
             let out = prepare(p, body.clone(), Some("d-1".into()), event, now).unwrap();
             let delivery = p.accept(&headers_of(&out), &out.body, now).unwrap_or_else(|e| panic!("{}: {e}", p.name));
             assert_eq!(delivery.delivery_id, "d-1");

@@ -20,14 +20,17 @@
 //! - a pointer whose target is JSON `null` copies the `null` (the gate then
 //!   judges it); only a missing target leaves the key out.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use axum::http::HeaderMap;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value};
 
-use super::{Delivery, FieldPointers, Header, LITERAL_PREFIX, Provider, Rejection, header, parse_body};
+use super::{
+    Delivery, FieldPointers, Header, Provider, Rejection, check_timestamp, field_value, header, parse_body,
+    unix_seconds,
+};
 
 /// The optional prefix of a secret.
 pub const SECRET_PREFIX: &str = "whsec_";
@@ -66,27 +69,6 @@ fn auth_header<'a>(headers: &'a HeaderMap, suffix: &str) -> Result<&'a str, Reje
     }
 }
 
-/// Refuses timestamps further than `tolerance` from `now`, either way.
-fn check_timestamp(timestamp: &str, tolerance: Duration, now: SystemTime) -> Result<(), Rejection> {
-    let seconds: u64 = Some(timestamp)
-        .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
-        .and_then(|t| t.parse().ok())
-        .ok_or_else(|| unauthorized("webhook-timestamp is not integer seconds"))?;
-    let now_ms = match now.duration_since(UNIX_EPOCH) {
-        Ok(d) => d.as_millis() as i128,
-        Err(before) => -(before.duration().as_millis() as i128),
-    };
-    let skew = now_ms - i128::from(seconds) * 1000;
-    let tolerance = tolerance.as_millis() as i128;
-    if skew > tolerance {
-        Err(unauthorized("webhook-timestamp is older than the tolerance"))
-    } else if -skew > tolerance {
-        Err(unauthorized("webhook-timestamp is further in the future than the tolerance"))
-    } else {
-        Ok(())
-    }
-}
-
 pub(super) fn accept(
     provider: &Provider,
     headers: &HeaderMap,
@@ -96,7 +78,7 @@ pub(super) fn accept(
     let id = auth_header(headers, "id")?;
     let timestamp = auth_header(headers, "timestamp")?;
     let signatures = auth_header(headers, "signature")?;
-    check_timestamp(timestamp, provider.tolerance(), now)?;
+    check_timestamp("webhook-timestamp", timestamp, provider.tolerance(), now)?;
 
     // Every entry is compared under every secret, each in constant time.
     let signed = signed_content(id, timestamp, body);
@@ -138,7 +120,7 @@ fn signed_content<'a>(id: &'a str, timestamp: &'a str, body: &'a [u8]) -> [&'a [
 /// The headers a Standard Webhooks sender would send with `body` at `now`,
 /// signed with the provider's first secret.
 pub(super) fn sign(provider: &Provider, id: &str, now: SystemTime, body: &[u8]) -> Vec<(&'static str, String)> {
-    let timestamp = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()).to_string();
+    let timestamp = unix_seconds(now);
     let signature = STANDARD.encode(provider.signature(&signed_content(id, &timestamp, body)));
     vec![
         ("webhook-id", id.to_owned()),
@@ -154,19 +136,15 @@ pub fn normalize(fields: &FieldPointers, payload: &Value) -> Value {
     let event: Map<String, Value> = fields
         .iter()
         .into_iter()
-        .filter_map(|(key, pointer)| {
-            let value = match pointer.strip_prefix(LITERAL_PREFIX) {
-                Some(literal) => Value::String(literal.to_owned()),
-                None => payload.pointer(pointer)?.clone(),
-            };
-            Some((key.to_owned(), value))
-        })
+        .filter_map(|(key, spec)| Some((key.to_owned(), field_value(spec, payload)?)))
         .collect();
     Value::Object(event)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
     use axum::http::HeaderValue;
     use proptest::prelude::*;
     use serde_json::json;

@@ -35,6 +35,7 @@ mod identities;
 mod model;
 mod ops;
 mod production_redis;
+mod provider_kinds;
 mod proxy;
 mod redis_store;
 mod refusals;
