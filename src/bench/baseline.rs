@@ -1,4 +1,4 @@
-//! 4. The baseline: a hand-rolled gate of separate round trips (GET, GET,
+//! Section 4 of the report, the baseline: a hand-rolled gate of separate round trips (GET, GET,
 //! INCR, SET, SET), against idemgate on new deliveries; then a race that
 //! shows what the hand-rolled gate's speed costs: extra runs.
 

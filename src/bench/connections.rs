@@ -1,4 +1,4 @@
-//! 5. The connection choice: the gate script at 128 calls in flight through
+//! Section 5 of the report, the connection choice: the gate script at 128 calls in flight through
 //! a deadpool-redis pool of 16, one multiplexed connection, and four
 //! multiplexed connections in turn.
 

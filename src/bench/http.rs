@@ -1,4 +1,4 @@
-//! 1. The HTTP service under `wrk`: `GET /healthz` against `POST
+//! Section 1 of the report, the HTTP service under `wrk`: `GET /healthz` against `POST
 //! /v1/deliveries`, in this process, on loopback. It runs first: later
 //! sections write millions of keys, and while Redis rehashes its growing
 //! dict (1 ms slices every 100 ms) serial latency tails measure that, not

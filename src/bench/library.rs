@@ -1,4 +1,4 @@
-//! 2. The library gate (a Redis store on one multiplexed connection) per key
+//! Section 2 of the report, the library gate (a Redis store on one multiplexed connection) per key
 //! mix and calls in flight; and the same gate over TLS against plain TCP,
 //! on one server's two ports.
 

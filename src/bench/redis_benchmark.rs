@@ -1,4 +1,4 @@
-//! 3. The gate's own script under `redis-benchmark` (EVALSHA, 128 calls in
+//! Section 3 of the report, the gate's own script under `redis-benchmark` (EVALSHA, 128 calls in
 //! flight), alternated with the library gate on the same keyspace: what the
 //! script costs Redis, against what the gate adds around it.
 

@@ -1,4 +1,4 @@
-//! 6. The worker: runs per second with an empty handler, through the
+//! Section 6 of the report, the worker: runs per second with an empty handler, through the
 //! library API and through `idemgate worker -- true` (a process per run),
 //! on runs the gate created first.
 

@@ -5,8 +5,8 @@
 //! - this module: the store flags every command shares, and help-text helpers.
 //! - [`serve`]: `serve` and `window`.
 //! - [`ops`]: `healthcheck`, `inspect`, `stats`, `key` and `dead`.
-//! - [`worker`]: `worker`.
-//! - [`bench`]: `bench`.
+//! - [`worker`]: the `worker` command.
+//! - [`bench`]: the `bench` command.
 //! - [`send`]: `send` and `sign`.
 
 pub mod bench;
