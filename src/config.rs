@@ -1,13 +1,15 @@
-//! Configuration: command-line flags, environment variables and the TOML
-//! file of docs/reference.md#config-file, layered defaults < file < env < flags and validated
-//! once at start with messages that name the bad key and value.
+//! Configuration: the options the binary's flags and environment variables
+//! give ([`ServeOptions`], [`StoreOptions`]) over the TOML file of
+//! docs/reference.md#config-file, layered defaults < file < env < flags (one
+//! rule, `layered`) and validated once at start with messages that name the
+//! bad key and value. Each default is a `DEFAULT_*` constant next to its
+//! meaning; the binary's help texts show those.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::Args;
 use serde::Deserialize;
 
 use crate::gate::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, Settings};
@@ -46,6 +48,21 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     d.ok_or_else(|| format!("{s:?} is too long"))
 }
 
+/// A duration as [`parse_duration`] reads it back, in one unit: the largest
+/// of `d`, `h` and `m` whose count is whole and more than 1 (`5m`, `7d`, but
+/// `60s`), else seconds, else milliseconds. For help texts that show defaults.
+pub fn format_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    if d.subsec_nanos() != 0 || secs == 0 {
+        return format!("{}ms", d.as_millis());
+    }
+    let unit = [(86_400, "d"), (3600, "h"), (60, "m")].into_iter().find(|(n, _)| secs % n == 0 && secs / n > 1);
+    match unit {
+        Some((n, name)) => format!("{}{name}", secs / n),
+        None => format!("{secs}s"),
+    }
+}
+
 /// How long something is kept: a duration, or `never` (`None`: kept until
 /// something deletes it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,100 +85,72 @@ pub fn parse_lifetime(s: &str) -> Result<Lifetime, String> {
 /// run record is kept.
 pub const DEFAULT_RUN_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 
-/// Flags that choose and reach the store; shared by every command.
-#[derive(Debug, Clone, Default, Args)]
-pub struct StoreArgs {
-    /// Redis URL (redis://[USER@]host:port/db, rediss:// for TLS); absent: the in-memory store.
-    /// (The env value is never shown in --help: it may hold a password.)
-    #[arg(long, env = "IDEMGATE_REDIS_URL", value_name = "URL", hide_env_values = true)]
+/// Where the store is and how to reach it, as given on the command line or
+/// in the environment (the binary's flags of every command map onto it).
+/// `None` leaves a setting to the config file, then to its default.
+#[derive(Debug, Clone, Default)]
+pub struct StoreOptions {
+    /// Redis URL (`redis://`, or `rediss://` for TLS); none of the three
+    /// targets: the in-memory store.
     pub redis_url: Option<String>,
-    /// Redis Cluster seed nodes, comma-separated.
-    #[arg(
-        long,
-        env = "IDEMGATE_REDIS_CLUSTER_NODES",
-        value_name = "URL,URL,…",
-        value_delimiter = ',',
-        hide_env_values = true
-    )]
+    /// Redis Cluster seed nodes.
     pub redis_cluster_nodes: Option<Vec<String>>,
-    /// Key namespace; one namespace's keys share one Redis Cluster slot [default: default].
-    #[arg(long, env = "IDEMGATE_NAMESPACE", value_name = "NS")]
+    /// Key namespace [`DEFAULT_NAMESPACE`]; one namespace's keys share one Redis Cluster slot.
     pub namespace: Option<String>,
-    /// Bound on connecting to Redis and on each Redis command [default: 2s].
-    #[arg(long, env = "IDEMGATE_REDIS_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    /// Bound on connecting to Redis and on each Redis command ([`DEFAULT_COMMAND_TIMEOUT`]).
     pub redis_timeout: Option<Duration>,
-    /// Durability: answer only once N replicas confirm each write (`WAIT`); fewer in time is a 503 [default: 0, off].
-    #[arg(long, env = "IDEMGATE_MIN_REPLICAS_ACK", value_name = "N")]
+    /// Replicas that must confirm each write (`WAIT`) before the gate answers; 0 is off.
     pub min_replicas_ack: Option<u32>,
-    /// How long to `WAIT` for --min-replicas-ack [default: 500ms, at most half of --redis-timeout].
-    #[arg(long, env = "IDEMGATE_MIN_REPLICAS_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    /// How long to `WAIT` for `min_replicas_ack` ([`DEFAULT_MIN_REPLICAS_TIMEOUT`], at
+    /// most half the Redis timeout).
     pub min_replicas_timeout: Option<Duration>,
-    /// TOML config file (docs/reference.md#config-file).
-    #[arg(long, env = "IDEMGATE_CONFIG", value_name = "FILE")]
+    /// The TOML config file whose keys fill what is not given here.
     pub config: Option<PathBuf>,
-    /// PEM file of the CA that signs Redis's certificate, for rediss:// URLs [default: the system roots].
-    #[arg(long, env = "IDEMGATE_REDIS_TLS_CA", value_name = "FILE")]
+    /// PEM file of the CA that signs Redis's certificate (else the system roots).
     pub redis_tls_ca: Option<PathBuf>,
-    /// Client certificate (PEM) for mutual TLS with Redis; needs --redis-tls-key.
-    #[arg(long, env = "IDEMGATE_REDIS_TLS_CERT", value_name = "FILE")]
+    /// Client certificate (PEM) for mutual TLS; needs `redis_tls_key`.
     pub redis_tls_cert: Option<PathBuf>,
-    /// Private key (PEM) of --redis-tls-cert.
-    #[arg(long, env = "IDEMGATE_REDIS_TLS_KEY", value_name = "FILE")]
+    /// Private key (PEM) of `redis_tls_cert`.
     pub redis_tls_key: Option<PathBuf>,
-    /// File holding the Redis password (its content without the final newline); wins over a password in the URL.
-    #[arg(long, env = "IDEMGATE_REDIS_PASSWORD_FILE", value_name = "FILE")]
+    /// File holding the Redis password; wins over a password in the URL.
     pub redis_password_file: Option<PathBuf>,
-    /// Redis Sentinel nodes, comma-separated (redis://host:26379); needs --redis-sentinel-master.
-    #[arg(long, env = "IDEMGATE_REDIS_SENTINEL_NODES", value_name = "URL,URL,…", value_delimiter = ',')]
+    /// Redis Sentinel nodes; needs `redis_sentinel_master`.
     pub redis_sentinel_nodes: Option<Vec<String>>,
-    /// The master name the sentinels monitor (`sentinel monitor NAME …`).
-    #[arg(long, env = "IDEMGATE_REDIS_SENTINEL_MASTER", value_name = "NAME")]
+    /// The master name the sentinels monitor.
     pub redis_sentinel_master: Option<String>,
 }
 
-/// Flags of `idemgate serve`.
-#[derive(Debug, Clone, Default, Args)]
-pub struct ServeArgs {
-    /// Store flags.
-    #[command(flatten)]
-    pub store: StoreArgs,
-    /// Address to listen on [default: 127.0.0.1:8080].
-    #[arg(long, env = "IDEMGATE_LISTEN", value_name = "ADDR")]
+/// What `idemgate serve` was told on the command line or in the
+/// environment; [`ServeConfig::resolve`] layers it over the config file and
+/// the defaults. `None` leaves a setting to the file, then to its default.
+#[derive(Debug, Clone, Default)]
+pub struct ServeOptions {
+    /// Where the store is.
+    pub store: StoreOptions,
+    /// Address to listen on ([`DEFAULT_LISTEN`]).
     pub listen: Option<String>,
-    /// A repository the gate admits (ORG/REPO); repeat for more. Others are `blocked`.
-    #[arg(long = "allowed-repo", env = "IDEMGATE_ALLOWED_REPOS", value_name = "ORG/REPO", value_delimiter = ',')]
+    /// The `ORG/REPO` values the gate admits; others are `blocked`.
     pub allowed_repos: Option<Vec<String>>,
-    /// How long a delivery's first answer is replayed [default: 7d].
-    #[arg(long, env = "IDEMGATE_DELIVERY_TTL", value_name = "DURATION", value_parser = parse_duration)]
+    /// How long a delivery's first answer is replayed ([`DEFAULT_DELIVERY_TTL`]).
     pub delivery_ttl: Option<Duration>,
-    /// How long logical work stays known (a later delivery of it is a `duplicate`), or `never` [default: 30d].
-    #[arg(long, env = "IDEMGATE_LOGICAL_TTL", value_name = "DURATION|never", value_parser = parse_lifetime)]
+    /// How long logical work stays known ([`DEFAULT_LOGICAL_TTL`]).
     pub logical_ttl: Option<Lifetime>,
-    /// How long a `done` or `dead` run record is kept, or `never`; applied by `idemgate worker` [default: 30d].
-    #[arg(long, env = "IDEMGATE_RUN_RETENTION", value_name = "DURATION|never", value_parser = parse_lifetime)]
+    /// How long a finished run record is kept ([`DEFAULT_RUN_RETENTION`]); `serve` only checks it.
     pub run_retention: Option<Lifetime>,
-    /// When set, /v1/* requires `Authorization: Bearer TOKEN`.
-    #[arg(long, env = "IDEMGATE_API_TOKEN", value_name = "TOKEN", hide_env_values = true)]
+    /// The bearer token `/v1/*` requires.
     pub api_token: Option<String>,
-    /// Request body limit in bytes; larger bodies get 413 [default: 26214400 (25 MiB)].
-    #[arg(long, env = "IDEMGATE_MAX_BODY", value_name = "BYTES")]
+    /// Request body limit in bytes ([`DEFAULT_MAX_BODY`]).
     pub max_body: Option<usize>,
-    /// Bound on one request, store call included [default: 10s].
-    #[arg(long, env = "IDEMGATE_REQUEST_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    /// Bound on one request, store call included ([`DEFAULT_REQUEST_TIMEOUT`]).
     pub request_timeout: Option<Duration>,
-    /// A connection whose request head is not complete within this is closed [default: 10s].
-    #[arg(long, env = "IDEMGATE_HEADER_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    /// Bound on receiving a request head ([`crate::server::DEFAULT_HEADER_TIMEOUT`]).
     pub header_timeout: Option<Duration>,
-    /// Request-body bytes held at once, all requests together; more wait briefly, then get 503 [default: 268435456 (256 MiB)].
-    #[arg(long, env = "IDEMGATE_BODY_BUDGET", value_name = "BYTES")]
+    /// Request-body bytes held at once, all requests together ([`crate::intake::DEFAULT_BODY_BUDGET`]).
     pub body_budget: Option<usize>,
-    /// Serve /v1/* without a token on a listen address other than loopback (else every /v1 request gets 401).
-    /// (The env var takes true/false, 1/0, yes/no, on/off.)
-    #[arg(long, env = "IDEMGATE_ALLOW_UNAUTHENTICATED_API", action = clap::ArgAction::SetTrue, value_parser = clap::builder::FalseyValueParser::new())]
+    /// Serve `/v1/*` without a token on an address other than loopback
+    /// (`true` here wins over the file).
     pub allow_unauthenticated_api: bool,
     /// Serve even when Redis's maxmemory-policy could evict the gate's keys.
-    /// (The env var takes true/false, 1/0, yes/no, on/off.)
-    #[arg(long, env = "IDEMGATE_ALLOW_EVICTION", action = clap::ArgAction::SetTrue, value_parser = clap::builder::FalseyValueParser::new())]
     pub allow_eviction: bool,
 }
 
@@ -344,8 +333,26 @@ fn file_lifetime(key: &str, value: Option<&String>) -> Result<Option<Lifetime>, 
         .transpose()
 }
 
+/// One setting by precedence: the flag (the binary has merged its
+/// environment variable into it), else the file's key as `from_file` reads
+/// it, else `default`. The file's value is read only when no flag is given,
+/// so a flag overrides a malformed key.
+fn layered<T>(
+    flag: Option<T>,
+    from_file: impl FnOnce() -> Result<Option<T>, ConfigError>,
+    default: T,
+) -> Result<T, ConfigError> {
+    match flag {
+        Some(value) => Ok(value),
+        None => Ok(from_file()?.unwrap_or(default)),
+    }
+}
+
 /// The default bound on `WAIT` for --min-replicas-ack.
 pub const DEFAULT_MIN_REPLICAS_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The namespace the gate's keys live under when none is given.
+pub const DEFAULT_NAMESPACE: &str = "default";
 
 /// Where the gate's state lives, resolved.
 #[derive(Debug, Clone)]
@@ -358,20 +365,21 @@ pub struct StoreConfig {
 
 impl StoreConfig {
     /// Resolves the store flags over a config file.
-    pub fn resolve(args: &StoreArgs) -> Result<Self, ConfigError> {
+    pub fn resolve(args: &StoreOptions) -> Result<Self, ConfigError> {
         Self::resolve_with(args, &FileConfig::load_opt(args.config.as_deref())?)
     }
 
-    fn resolve_with(args: &StoreArgs, file: &FileConfig) -> Result<Self, ConfigError> {
-        let timeout = match args.redis_timeout {
-            Some(t) => t,
-            None => file_duration("redis_timeout", file.redis_timeout.as_ref())?.unwrap_or(DEFAULT_COMMAND_TIMEOUT),
-        };
+    fn resolve_with(args: &StoreOptions, file: &FileConfig) -> Result<Self, ConfigError> {
+        let timeout = layered(
+            args.redis_timeout,
+            || file_duration("redis_timeout", file.redis_timeout.as_ref()),
+            DEFAULT_COMMAND_TIMEOUT,
+        )?;
         if timeout.is_zero() {
             return Err(err("redis timeout must be more than 0"));
         }
         let target = redis_target(args, file)?;
-        let ns = args.namespace.clone().or_else(|| file.namespace.clone()).unwrap_or_else(|| "default".into());
+        let ns = args.namespace.clone().or_else(|| file.namespace.clone()).unwrap_or_else(|| DEFAULT_NAMESPACE.into());
         let keys =
             Keys::new(&ns).map_err(|_| err("namespace: must be non-empty and contain no '{', '}' or whitespace"))?;
         let min_replicas_ack = match args.min_replicas_ack.or(file.min_replicas_ack).unwrap_or(0) {
@@ -380,11 +388,11 @@ impl StoreConfig {
                 return Err(err("--min-replicas-ack needs a Redis store (--redis-url or --redis-cluster-nodes)"));
             }
             n => {
-                let wait = match args.min_replicas_timeout {
-                    Some(t) => t,
-                    None => file_duration("min_replicas_timeout", file.min_replicas_timeout.as_ref())?
-                        .unwrap_or(DEFAULT_MIN_REPLICAS_TIMEOUT.min(timeout / 2)),
-                };
+                let wait = layered(
+                    args.min_replicas_timeout,
+                    || file_duration("min_replicas_timeout", file.min_replicas_timeout.as_ref()),
+                    DEFAULT_MIN_REPLICAS_TIMEOUT.min(timeout / 2),
+                )?;
                 if wait.is_zero() || wait >= timeout {
                     return Err(err(format!(
                         "min replicas timeout ({wait:?}) must be more than 0 and less than the redis timeout ({timeout:?})"
@@ -444,7 +452,7 @@ impl StoreConfig {
 /// Where Redis is: `--redis-url`, `--redis-cluster-nodes` and
 /// `--redis-sentinel-nodes` are one setting, so a flag or env value of any
 /// of them replaces the file's.
-fn redis_target(args: &StoreArgs, file: &FileConfig) -> Result<Option<RedisTarget>, ConfigError> {
+fn redis_target(args: &StoreOptions, file: &FileConfig) -> Result<Option<RedisTarget>, ConfigError> {
     let from_args =
         args.redis_url.is_some() || args.redis_cluster_nodes.is_some() || args.redis_sentinel_nodes.is_some();
     let (url, nodes, sentinels) = if from_args {
@@ -489,7 +497,7 @@ fn redis_target(args: &StoreArgs, file: &FileConfig) -> Result<Option<RedisTarge
     Ok(target)
 }
 
-fn redis_access_given(args: &StoreArgs, file: &FileConfig) -> bool {
+fn redis_access_given(args: &StoreOptions, file: &FileConfig) -> bool {
     [&args.redis_tls_ca, &args.redis_tls_cert, &args.redis_tls_key, &args.redis_password_file]
         .iter()
         .any(|a| a.is_some())
@@ -503,7 +511,7 @@ fn redis_access_given(args: &StoreArgs, file: &FileConfig) -> bool {
 /// its name. TLS files with a plain-text URL are an error, never a silent
 /// plain-text connection.
 fn redis_access(
-    args: &StoreArgs,
+    args: &StoreOptions,
     file: &FileConfig,
     target: &RedisTarget,
 ) -> Result<(Tls, Option<Secret>), ConfigError> {
@@ -585,17 +593,23 @@ pub struct ServeConfig {
 /// The default body limit: 25 MiB, GitHub's payload cap.
 pub const DEFAULT_MAX_BODY: usize = 25 * 1024 * 1024;
 
+/// The default bound on one request, store call included.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The default address `serve` listens on: loopback only.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
 impl Default for ServeConfig {
     fn default() -> Self {
         Self {
-            listen: "127.0.0.1:8080".parse().expect("valid address"),
-            store: StoreConfig { redis: None, keys: Keys::new("default").expect("valid namespace") },
+            listen: DEFAULT_LISTEN.parse().expect("valid address"),
+            store: StoreConfig { redis: None, keys: Keys::new(DEFAULT_NAMESPACE).expect("valid namespace") },
             allowed_repos: Vec::new(),
             settings: Settings::default(),
             api_token: None,
             providers: Vec::new(),
             max_body: DEFAULT_MAX_BODY,
-            request_timeout: Duration::from_secs(10),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
             allow_eviction: false,
             keep_payload: false,
             run_retention: Some(DEFAULT_RUN_RETENTION),
@@ -607,8 +621,9 @@ impl Default for ServeConfig {
 }
 
 impl ServeConfig {
-    /// Resolves flags (already merged with env by clap) over the config file.
-    pub fn resolve(args: &ServeArgs) -> Result<Self, ConfigError> {
+    /// Resolves the options (flags, with their environment variables merged
+    /// in) over the config file and the defaults.
+    pub fn resolve(args: &ServeOptions) -> Result<Self, ConfigError> {
         let file = FileConfig::load_opt(args.store.config.as_deref())?;
         Self::resolve_with(args, &file, |name| std::env::var(name).ok())
     }
@@ -616,14 +631,14 @@ impl ServeConfig {
     /// [`ServeConfig::resolve`] with the file already read and an env lookup
     /// for `secret_env` (tests pass their own).
     pub fn resolve_with(
-        args: &ServeArgs,
+        args: &ServeOptions,
         file: &FileConfig,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
         let d = Self::default();
         let listen_text = args.listen.clone().or_else(|| file.listen.clone());
         let listen = match listen_text {
-            Some(l) => l.parse().map_err(|_| err("listen: not an address like 127.0.0.1:8080"))?,
+            Some(l) => l.parse().map_err(|_| err(format!("listen: not an address like {DEFAULT_LISTEN}")))?,
             None => d.listen,
         };
         let allowed_repos = checked_repos(
@@ -633,33 +648,39 @@ impl ServeConfig {
                 .unwrap_or_default(),
             "",
         )?;
-        let delivery_ttl = match args.delivery_ttl {
-            Some(t) => t,
-            None => file_duration("delivery_ttl", file.delivery_ttl.as_ref())?.unwrap_or(DEFAULT_DELIVERY_TTL),
-        };
+        let delivery_ttl = layered(
+            args.delivery_ttl,
+            || file_duration("delivery_ttl", file.delivery_ttl.as_ref()),
+            DEFAULT_DELIVERY_TTL,
+        )?;
         if delivery_ttl < Duration::from_secs(1) {
             return Err(err("delivery TTL must be at least 1s"));
         }
-        let logical_ttl = match args.logical_ttl {
-            Some(t) => t.0,
-            None => file_lifetime("logical_ttl", file.logical_ttl.as_ref())?.map_or(Some(DEFAULT_LOGICAL_TTL), |l| l.0),
-        };
-        let run_retention = match args.run_retention {
-            Some(t) => t.0,
-            None => file_lifetime("run_retention", file.run_retention.as_ref())?
-                .map_or(Some(DEFAULT_RUN_RETENTION), |l| l.0),
-        };
-        let header_timeout = match args.header_timeout {
-            Some(t) => t,
-            None => file_duration("header_timeout", file.header_timeout.as_ref())?.unwrap_or(d.header_timeout),
-        };
+        let logical_ttl = layered(
+            args.logical_ttl,
+            || file_lifetime("logical_ttl", file.logical_ttl.as_ref()),
+            Lifetime(Some(DEFAULT_LOGICAL_TTL)),
+        )?
+        .0;
+        let run_retention = layered(
+            args.run_retention,
+            || file_lifetime("run_retention", file.run_retention.as_ref()),
+            Lifetime(Some(DEFAULT_RUN_RETENTION)),
+        )?
+        .0;
+        let header_timeout = layered(
+            args.header_timeout,
+            || file_duration("header_timeout", file.header_timeout.as_ref()),
+            d.header_timeout,
+        )?;
         if header_timeout.is_zero() {
             return Err(err("header timeout must be more than 0"));
         }
-        let request_timeout = match args.request_timeout {
-            Some(t) => t,
-            None => file_duration("request_timeout", file.request_timeout.as_ref())?.unwrap_or(d.request_timeout),
-        };
+        let request_timeout = layered(
+            args.request_timeout,
+            || file_duration("request_timeout", file.request_timeout.as_ref()),
+            d.request_timeout,
+        )?;
         let api_token = args.api_token.clone().or_else(|| file.api_token.clone());
         if api_token.as_deref() == Some("") {
             return Err(err("api token is empty: give a token or leave it unset"));
@@ -765,7 +786,7 @@ mod tests {
         toml::from_str(text).unwrap()
     }
 
-    fn resolve(args: &ServeArgs, text: &str) -> Result<ServeConfig, String> {
+    fn resolve(args: &ServeOptions, text: &str) -> Result<ServeConfig, String> {
         ServeConfig::resolve_with(args, &file(text), |v| (v == "GH_SECRET").then(|| "s3cret".to_owned()))
             .map_err(|e| e.0)
     }
@@ -790,7 +811,7 @@ mod tests {
 
     #[test]
     fn defaults() {
-        let c = resolve(&ServeArgs::default(), "").unwrap();
+        let c = resolve(&ServeOptions::default(), "").unwrap();
         assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
         assert!(c.store.redis.is_none());
         assert_eq!(c.store.keys.namespace(), "default");
@@ -810,14 +831,14 @@ mod tests {
         for bad in ["0s", "500ms", "forever", ""] {
             assert!(parse_lifetime(bad).is_err(), "{bad}");
         }
-        let c = resolve(&ServeArgs::default(), "logical_ttl = \"never\"\nrun_retention = \"never\"").unwrap();
+        let c = resolve(&ServeOptions::default(), "logical_ttl = \"never\"\nrun_retention = \"never\"").unwrap();
         assert_eq!((c.settings.logical_ttl, c.run_retention), (None, None));
-        let c = resolve(&ServeArgs::default(), "logical_ttl = \"2d\"\nrun_retention = \"3h\"").unwrap();
+        let c = resolve(&ServeOptions::default(), "logical_ttl = \"2d\"\nrun_retention = \"3h\"").unwrap();
         assert_eq!(
             (c.settings.logical_ttl, c.run_retention),
             (Some(Duration::from_secs(2 * 86400)), Some(Duration::from_secs(3 * 3600)))
         );
-        let args = ServeArgs {
+        let args = ServeOptions {
             logical_ttl: Some(Lifetime(None)),
             run_retention: Some(Lifetime(Some(Duration::from_secs(60)))),
             ..Default::default()
@@ -829,7 +850,7 @@ mod tests {
     #[test]
     fn limits_from_the_file() {
         let c = resolve(
-            &ServeArgs::default(),
+            &ServeOptions::default(),
             "header_timeout = \"3s\"\nbody_budget = 100000000\nmax_body = 1000\nallow_unauthenticated_api = true",
         )
         .unwrap();
@@ -837,8 +858,8 @@ mod tests {
             (c.header_timeout, c.body_budget, c.allow_unauthenticated_api),
             (Duration::from_secs(3), 100_000_000, true)
         );
-        assert!(resolve(&ServeArgs::default(), "body_budget = 10").unwrap_err().contains("body budget"));
-        assert!(resolve(&ServeArgs::default(), "header_timeout = \"0s\"").unwrap_err().contains("header timeout"));
+        assert!(resolve(&ServeOptions::default(), "body_budget = 10").unwrap_err().contains("body budget"));
+        assert!(resolve(&ServeOptions::default(), "header_timeout = \"0s\"").unwrap_err().contains("header timeout"));
     }
 
     /// A secret typed into the wrong place must not be echoed by the error.
@@ -874,7 +895,7 @@ mod tests {
             let path = dir.join(format!("c{i}.toml"));
             std::fs::write(&path, text).unwrap();
             let args =
-                ServeArgs { store: StoreArgs { config: Some(path), ..Default::default() }, ..Default::default() };
+                ServeOptions { store: StoreOptions { config: Some(path), ..Default::default() }, ..Default::default() };
             let e = ServeConfig::resolve(&args).unwrap_err().0;
             assert!(e.contains(want), "{text:?}: {e:?} lacks {want:?}");
             assert!(!e.contains(SECRET), "{text:?}: the error echoes the value: {e}");
@@ -890,15 +911,15 @@ mod tests {
             delivery_ttl = "90s"
             redis_url = "redis://file:6379"
         "#;
-        let c = resolve(&ServeArgs::default(), text).unwrap();
+        let c = resolve(&ServeOptions::default(), text).unwrap();
         assert_eq!((c.listen.to_string().as_str(), c.store.keys.namespace()), ("0.0.0.0:9000", "from-file"));
         assert_eq!(c.allowed_repos, ["a/b"]);
         assert_eq!(c.settings.delivery_ttl, Duration::from_secs(90));
-        let args = ServeArgs {
+        let args = ServeOptions {
             listen: Some("127.0.0.1:1".into()),
             allowed_repos: Some(vec!["c/d".into()]),
             delivery_ttl: Some(Duration::from_secs(5)),
-            store: StoreArgs { namespace: Some("flag".into()), ..Default::default() },
+            store: StoreOptions { namespace: Some("flag".into()), ..Default::default() },
             ..Default::default()
         };
         let c = resolve(&args, text).unwrap();
@@ -910,7 +931,7 @@ mod tests {
     #[test]
     fn providers_from_the_file() {
         let c = resolve(
-            &ServeArgs::default(),
+            &ServeOptions::default(),
             r#"
             [[provider]]
             name = "github"
@@ -962,7 +983,7 @@ mod tests {
             secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_c2Vjb25k"]
             fields = { org = "=acme", repo = "=billing", action = "/type" }
         "#;
-        let c = ServeConfig::resolve_with(&ServeArgs::default(), &file(text), env).unwrap();
+        let c = ServeConfig::resolve_with(&ServeOptions::default(), &file(text), env).unwrap();
         assert!(c.keep_payload);
         let [gh, plain, billing] = &c.providers[..] else { panic!("{:?}", c.providers) };
         assert_eq!((gh.identity(), gh.keep_payload()), (IdentityMode::Number, true));
@@ -973,11 +994,12 @@ mod tests {
         let debug = format!("{gh:?} {plain:?} {billing:?}");
         assert!(debug.contains("<redacted> (2)") && !debug.contains("whsec_") && !debug.contains("\"new\""), "{debug}");
         // Every variable of a secret_env list must be set.
-        let e = ServeConfig::resolve_with(&ServeArgs::default(), &file(text), |v| (v == "GH_NEW").then(|| "n".into()))
-            .unwrap_err()
-            .0;
+        let e =
+            ServeConfig::resolve_with(&ServeOptions::default(), &file(text), |v| (v == "GH_NEW").then(|| "n".into()))
+                .unwrap_err()
+                .0;
         assert!(e.contains("\"GH_OLD\" is not set"), "{e}");
-        assert!(!ServeConfig::resolve_with(&ServeArgs::default(), &file(""), env).unwrap().keep_payload);
+        assert!(!ServeConfig::resolve_with(&ServeOptions::default(), &file(""), env).unwrap().keep_payload);
     }
 
     #[test]
@@ -1002,7 +1024,7 @@ mod tests {
             secret = "client"
             fields = { org = "=acme" }
         "#;
-        let c = ServeConfig::resolve_with(&ServeArgs::default(), &file(text), |_| None).unwrap();
+        let c = ServeConfig::resolve_with(&ServeOptions::default(), &file(text), |_| None).unwrap();
         let [stripe, slack, shopify] = &c.providers[..] else { panic!("{:?}", c.providers) };
         assert_eq!((stripe.kind, slack.kind, shopify.kind), (Kind::Stripe, Kind::Slack, Kind::Shopify));
         assert_eq!((stripe.tolerance(), slack.tolerance()), (Duration::from_secs(120), Duration::from_secs(300)));
@@ -1022,7 +1044,7 @@ mod tests {
             ("[[provider]]\nname = \"x\"\nkind = \"slack\"\nsecret = \"s\"\nidentity = \"event\"", "`identity`"),
             ("[[provider]]\nname = \"x\"\nkind = \"Stripe\"\nsecret = \"s\"", "\"stripe\", \"slack\", \"shopify\""),
         ] {
-            let e = resolve(&ServeArgs::default(), text).unwrap_err();
+            let e = resolve(&ServeOptions::default(), text).unwrap_err();
             assert!(e.contains(want), "{text:?}: {e:?} lacks {want:?}");
             assert!(!e.contains("Stripe") && !e.contains("data.id"), "values are not echoed: {e}");
         }
@@ -1133,7 +1155,7 @@ mod tests {
             ),
         ];
         for (text, want) in cases {
-            let e = resolve(&ServeArgs::default(), text).unwrap_err();
+            let e = resolve(&ServeOptions::default(), text).unwrap_err();
             assert!(e.contains(want), "{text:?}: {e:?} lacks {want:?}");
         }
     }
@@ -1162,17 +1184,17 @@ mod tests {
     #[test]
     fn min_replicas_ack_from_flag_env_or_file() {
         let url = "redis_url = \"redis://x\"\n";
-        let ack = |args: &ServeArgs, text: &str| {
+        let ack = |args: &ServeOptions, text: &str| {
             resolve(args, &format!("{url}{text}")).map(|c| c.store.redis.unwrap().min_replicas_ack)
         };
-        let none = ServeArgs::default();
+        let none = ServeOptions::default();
         assert_eq!(ack(&none, ""), Ok(None));
         assert_eq!(ack(&none, "min_replicas_ack = 0"), Ok(None));
         assert_eq!(ack(&none, "min_replicas_ack = 1"), Ok(Some((1, Duration::from_millis(500)))));
         let file = "min_replicas_ack = 1\nmin_replicas_timeout = \"200ms\"\nredis_timeout = \"300ms\"";
         assert_eq!(ack(&none, file), Ok(Some((1, Duration::from_millis(200)))));
-        let store = |ack, timeout| ServeArgs {
-            store: StoreArgs { min_replicas_ack: ack, redis_timeout: timeout, ..Default::default() },
+        let store = |ack, timeout| ServeOptions {
+            store: StoreOptions { min_replicas_ack: ack, redis_timeout: timeout, ..Default::default() },
             ..Default::default()
         };
         assert_eq!(
@@ -1197,20 +1219,20 @@ mod tests {
     #[test]
     fn allowed_repos_from_env_are_trimmed() {
         let args =
-            ServeArgs { allowed_repos: Some(vec!["o/r".into(), " a/b".into(), "".into()]), ..Default::default() };
+            ServeOptions { allowed_repos: Some(vec!["o/r".into(), " a/b".into(), "".into()]), ..Default::default() };
         assert_eq!(resolve(&args, "").unwrap().allowed_repos, ["o/r", "a/b"]);
     }
 
     #[test]
     fn a_redis_flag_replaces_the_files_redis_setting() {
         let file = "redis_cluster_nodes = \"redis://c1,redis://c2\"";
-        let args = ServeArgs {
-            store: StoreArgs { redis_url: Some("redis://flag:6379".into()), ..Default::default() },
+        let args = ServeOptions {
+            store: StoreOptions { redis_url: Some("redis://flag:6379".into()), ..Default::default() },
             ..Default::default()
         };
         let c = resolve(&args, file).unwrap();
         assert!(matches!(c.store.redis.unwrap().target, RedisTarget::Single(u) if u == "redis://flag:6379"));
-        let c = resolve(&ServeArgs::default(), file).unwrap();
+        let c = resolve(&ServeOptions::default(), file).unwrap();
         assert!(matches!(c.store.redis.unwrap().target, RedisTarget::Cluster(n) if n == ["redis://c1", "redis://c2"]));
     }
 
@@ -1224,7 +1246,7 @@ mod tests {
             "redis_sentinel_nodes = \"redis://s1:26379, redis://s2:26379\"\nredis_sentinel_master = \"m\"\nredis_password_file = {:?}",
             pw.display().to_string()
         );
-        let c = resolve(&ServeArgs::default(), &text).unwrap();
+        let c = resolve(&ServeOptions::default(), &text).unwrap();
         let redis = c.store.redis.as_ref().unwrap();
         assert!(
             matches!(&redis.target, RedisTarget::Sentinel { nodes, master } if nodes == &["redis://s1:26379", "redis://s2:26379"] && master == "m")
@@ -1234,12 +1256,13 @@ mod tests {
         assert!(described.contains("sentinels") && described.contains(&pw.display().to_string()), "{described}");
         assert!(!described.contains("s3cret") && !format!("{redis:?}").contains("s3cret"), "{described}");
         // A flag for where Redis is replaces the file's sentinels, master name included.
-        let flag = ServeArgs {
-            store: StoreArgs { redis_url: Some("redis://flag:6379".into()), ..Default::default() },
+        let flag = ServeOptions {
+            store: StoreOptions { redis_url: Some("redis://flag:6379".into()), ..Default::default() },
             ..Default::default()
         };
         assert!(matches!(resolve(&flag, &text).unwrap().store.redis.unwrap().target, RedisTarget::Single(_)));
-        let e = resolve(&ServeArgs::default(), "redis_url = \"redis://x\"\nredis_sentinel_master = \"m\"").unwrap_err();
+        let e =
+            resolve(&ServeOptions::default(), "redis_url = \"redis://x\"\nredis_sentinel_master = \"m\"").unwrap_err();
         assert!(e.contains("--redis-sentinel-master needs --redis-sentinel-nodes"), "{e}");
         for (text, want) in [
             ("redis_sentinel_nodes = \"redis://s:26379\"", "needs --redis-sentinel-master"),
@@ -1252,9 +1275,20 @@ mod tests {
             ),
             ("redis_password_file = \"/nonexistent/pw\"", "need a Redis store"),
         ] {
-            let e = resolve(&ServeArgs::default(), text).unwrap_err();
+            let e = resolve(&ServeOptions::default(), text).unwrap_err();
             assert!(e.contains(want), "{text:?}: {e:?} lacks {want:?}");
         }
+    }
+
+    #[test]
+    fn defaults_are_shown_in_the_units_the_help_has_always_used() {
+        let shown = |secs| format_duration(Duration::from_secs(secs));
+        assert_eq!(
+            [shown(1), shown(10), shown(60), shown(300), shown(7 * 86_400), shown(30 * 86_400)],
+            ["1s", "10s", "60s", "5m", "7d", "30d"]
+        );
+        assert_eq!(format_duration(Duration::from_millis(500)), "500ms");
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
     }
 
     #[test]
@@ -1325,7 +1359,7 @@ mod tests {
         #[test]
         fn config_parser_never_panics(text in ".{0,200}") {
             if let Ok(f) = toml::from_str::<FileConfig>(&text) {
-                let _ = ServeConfig::resolve_with(&ServeArgs::default(), &f, |_| None);
+                let _ = ServeConfig::resolve_with(&ServeOptions::default(), &f, |_| None);
             }
         }
 
@@ -1356,7 +1390,7 @@ mod tests {
             }
             let file = toml::from_str::<FileConfig>(&text);
             proptest::prop_assert!(file.is_ok(), "{text}: {:?}", file.err());
-            match ServeConfig::resolve_with(&ServeArgs::default(), &file.unwrap(), |_| Some("env-secret".into())) {
+            match ServeConfig::resolve_with(&ServeOptions::default(), &file.unwrap(), |_| Some("env-secret".into())) {
                 Ok(_) => {}
                 Err(e) => proptest::prop_assert!(!e.to_string().is_empty()),
             }
@@ -1365,6 +1399,13 @@ mod tests {
         #[test]
         fn duration_parser_never_panics(s in ".{0,30}") {
             let _ = parse_duration(&s);
+        }
+
+        /// What `format_duration` writes, `parse_duration` reads back as the same duration.
+        #[test]
+        fn formatted_durations_parse_back(ms in 1u64..=400 * 86_400_000, whole_seconds: bool) {
+            let d = if whole_seconds { Duration::from_secs(ms / 1000 + 1) } else { Duration::from_millis(ms) };
+            proptest::prop_assert_eq!(parse_duration(&format_duration(d)), Ok(d));
         }
     }
 }

@@ -62,7 +62,7 @@ impl AppState {
             metrics: Arc::new(Metrics::default()),
             refusals: Arc::default(),
             max_body: crate::config::DEFAULT_MAX_BODY,
-            request_timeout: std::time::Duration::from_secs(10),
+            request_timeout: crate::config::DEFAULT_REQUEST_TIMEOUT,
             keep_payload: false,
             budget: BodyBudget::new(crate::intake::DEFAULT_BODY_BUDGET, crate::intake::BUDGET_WAIT),
             api_closed: false,

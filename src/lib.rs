@@ -16,10 +16,10 @@
 //!   (embedded default) and [`store::redis`] (one atomic Lua script).
 //! - [`jcs`]: RFC 8785 canonical JSON, for payload digests (window analysis, GitHub event identities).
 //! - [`keys`]: the length-prefixed Redis key schema of docs/reference.md#redis-keys.
-//! - [`config`]: flags, env and TOML file, layered and validated.
+//! - [`config`]: the options the binary's flags and env give, layered over the TOML file and the defaults, validated.
 //! - [`metrics`]: Prometheus counters for `/metrics`.
 //! - [`window`]: the stateless dedup-window analysis of docs/window.md.
-//! - [`bench`]: `idemgate bench`, the measurements behind BENCHMARKS.md.
+//! - [`bench`]: `idemgate bench`, the measurements behind BENCHMARKS.md, one submodule each.
 //! - [`error`]: store failures (never turned into a gate answer).
 //! - [`worker`]: the durable run queue's consumer (`idemgate worker`): leases, retries, dead stream.
 //! - `testing` (feature `testcontainers`): the idemgate image as a
@@ -28,7 +28,12 @@
 //! - [`client`]: the one-request HTTP client of `send` and `healthcheck --http`.
 //! - [`intake`]: request bodies within a shared memory budget; `/v1` bodies read without a tree.
 //! - [`text`]: control characters escaped before they reach a log or a terminal.
-//! - [`ops`]: operator commands (`inspect`, `stats`, `key`, `healthcheck`) over the Redis key schema.
+//! - [`ops`]: what the operator commands (`inspect`, `stats`, `key`, `dead`, `healthcheck`) read, over the Redis key schema.
+//!
+//! The `idemgate` binary (`src/main.rs` and its `src/cli/` modules, not part
+//! of this library) owns the command line: clap flags mapped onto the plain
+//! option structs here ([`config::ServeOptions`], [`config::StoreOptions`],
+//! [`bench::BenchOptions`], [`worker::WorkerConfig`]), printing and exit codes.
 #![warn(missing_docs)]
 
 pub mod bench;

@@ -114,6 +114,9 @@ pub fn header_lines(outgoing: &Outgoing) -> String {
     outgoing.headers.iter().map(|(name, value)| format!("{}: {}\n", name, value.to_str().unwrap_or_default())).collect()
 }
 
+/// The default bound on sending a delivery and reading its whole answer.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Posts the delivery to `url` and reads the answer within `timeout`.
 pub async fn send(url: &str, outgoing: Outgoing, timeout: Duration) -> Result<Answer, ClientError> {
     client::request(Method::POST, url, &outgoing.headers, outgoing.body, timeout).await

@@ -30,6 +30,8 @@ use testcontainers::{ContainerAsync, GenericImage, ImageExt, TestcontainersError
 
 /// The port idemgate listens on inside the container.
 pub const CONTAINER_PORT: u16 = 8080;
+/// How long [`Idemgate`] waits for `/readyz` by default.
+pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// Where [`Idemgate::with_config`] puts the config file in the container.
 pub const CONFIG_PATH: &str = "/etc/idemgate.toml";
 /// The image used when `IDEMGATE_IMAGE` is not set.
@@ -66,7 +68,7 @@ impl Idemgate {
             ],
             config: None,
             network: None,
-            startup_timeout: Duration::from_secs(30),
+            startup_timeout: DEFAULT_STARTUP_TIMEOUT,
         }
     }
 
@@ -123,7 +125,7 @@ impl Idemgate {
         self
     }
 
-    /// How long to wait for `/readyz` (default 30 s).
+    /// How long to wait for `/readyz` ([`DEFAULT_STARTUP_TIMEOUT`]).
     pub fn with_startup_timeout(mut self, timeout: Duration) -> Self {
         self.startup_timeout = timeout;
         self

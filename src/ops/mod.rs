@@ -1,7 +1,7 @@
 //! Operator commands (docs/reference.md#commands): `inspect`, `stats`, `key`, `dead` and
 //! `healthcheck`. The lookups return data ([`inspect`], [`stats`]); the
-//! [`render`] module turns it into text for people or JSON for scripts; the
-//! `*_command` functions are what the binary calls after parsing.
+//! [`render`] module turns it into text for people or JSON for scripts. The
+//! binary parses the flags, calls these and prints what they return.
 
 pub mod dead;
 pub mod footprint;
@@ -11,11 +11,8 @@ pub mod memory;
 pub mod render;
 pub mod stats;
 
-use std::io::Write;
-use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Subcommand};
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{FromRedisValue, Pipeline};
 
@@ -23,7 +20,7 @@ pub use dead::{DeadRun, Retried};
 pub use inspect::{DeliveryView, Found, Inspection, LogicalView, RunView, Target, Ttl};
 pub use stats::{GroupStats, KeyCounts, Stats, StreamStats};
 
-use crate::config::{ConfigError, StoreArgs, StoreConfig};
+use crate::config::{ConfigError, StoreConfig};
 use crate::keys::Keys;
 use crate::store::redis::{Conn, RedisOptions};
 
@@ -151,14 +148,14 @@ trait Query {
 }
 
 impl Query for &mut redis::Cmd {
-    fn run<T: FromRedisValue>(self, conn: &mut Conn) -> impl Future<Output = redis::RedisResult<T>> {
-        async move { self.query_async(conn).await }
+    async fn run<T: FromRedisValue>(self, conn: &mut Conn) -> redis::RedisResult<T> {
+        self.query_async(conn).await
     }
 }
 
 impl Query for &mut Pipeline {
-    fn run<T: FromRedisValue>(self, conn: &mut Conn) -> impl Future<Output = redis::RedisResult<T>> {
-        async move { self.query_async(conn).await }
+    async fn run<T: FromRedisValue>(self, conn: &mut Conn) -> redis::RedisResult<T> {
+        self.query_async(conn).await
     }
 }
 
@@ -181,335 +178,10 @@ pub async fn healthcheck(config: &StoreConfig) -> Result<String, Error> {
     }
 }
 
-// ---- command line -------------------------------------------------------
-
-/// Flags every reading command shares: the store, and the output format.
-#[derive(Debug, Clone, Args)]
-pub struct ReadArgs {
-    /// Store flags (the same as `serve`).
-    #[command(flatten)]
-    pub store: StoreArgs,
-    /// Print JSON (one object) instead of text.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// `idemgate inspect …`: read one record back.
-#[derive(Debug, Clone, Args)]
-pub struct InspectArgs {
-    /// What to read.
-    #[command(subcommand)]
-    pub what: InspectCommand,
-}
-
-/// The records `inspect` reads.
-#[derive(Debug, Clone, Subcommand)]
-pub enum InspectCommand {
-    /// A delivery's cached answer: status, code, run, first seen, TTL left, event digest.
-    Delivery {
-        /// Provider name (e.g. `github`).
-        provider: String,
-        /// The provider's delivery id.
-        delivery_id: String,
-        /// Store and output flags.
-        #[command(flatten)]
-        read: ReadArgs,
-    },
-    /// A logical identity's run id, and that run's record.
-    Logical {
-        /// Provider name.
-        provider: String,
-        /// `ORG/REPO`.
-        repo: String,
-        /// The event's action (e.g. `pull_request.opened`).
-        action: String,
-        /// The subject: the number text as the gate computes it (omit it
-        /// for events without a number: missing, null, 0 and "" all mean
-        /// "no number"; the string "0" is the number text `0`). For a GitHub
-        /// provider with `identity = "event"` (the default) it is the
-        /// number text, `@` and the content digest, e.g. `7@3f0c…`: `inspect
-        /// run` prints it as `subject` (docs/identities.md).
-        number: Option<String>,
-        /// Store and output flags.
-        #[command(flatten)]
-        read: ReadArgs,
-    },
-    /// A run record: identity, creating delivery, processing state (every field).
-    Run {
-        /// The run id, e.g. `run-7`.
-        run_id: String,
-        /// Store and output flags.
-        #[command(flatten)]
-        read: ReadArgs,
-    },
-}
-
-impl InspectCommand {
-    /// The lookup and the shared flags.
-    pub fn target(&self) -> (Target, &ReadArgs) {
-        match self {
-            InspectCommand::Delivery { provider, delivery_id, read } => {
-                (Target::Delivery { provider: provider.clone(), delivery_id: delivery_id.clone() }, read)
-            }
-            InspectCommand::Logical { provider, repo, action, number, read } => {
-                (Target::logical(provider, repo, action, number.as_deref().unwrap_or("")), read)
-            }
-            InspectCommand::Run { run_id, read } => (Target::Run { run_id: run_id.clone() }, read),
-        }
-    }
-}
-
-/// `idemgate stats`.
-#[derive(Debug, Clone, Args)]
-pub struct StatsArgs {
-    #[command(flatten)]
-    read: ReadArgs,
-    /// Report scan progress on stderr every N keys found (0: never).
-    #[arg(long, value_name = "N", default_value_t = 100_000)]
-    progress_every: u64,
-}
-
-/// `idemgate dead …`: the dead stream, and moving dead runs back.
-#[derive(Debug, Clone, Args)]
-pub struct DeadArgs {
-    /// What to do.
-    #[command(subcommand)]
-    pub what: DeadCommand,
-}
-
-/// The `dead` subcommands.
-#[derive(Debug, Clone, Subcommand)]
-pub enum DeadCommand {
-    /// The dead stream, oldest first: run id, identity, attempts, last error, time of death.
-    List {
-        /// Store and output flags.
-        #[command(flatten)]
-        read: ReadArgs,
-    },
-    /// Put dead runs back on the runs stream: attempts reset to 0, record `queued`, dead-stream
-    /// entries removed; atomically per run. A run that is not dead is refused and left as it is.
-    #[command(group = clap::ArgGroup::new("which").required(true).args(["run_ids", "all"]))]
-    Retry {
-        /// The runs to retry, e.g. `run-7`.
-        run_ids: Vec<String>,
-        /// Every run the dead stream names.
-        #[arg(long)]
-        all: bool,
-        /// Store and output flags.
-        #[command(flatten)]
-        read: ReadArgs,
-    },
-}
-
-/// `idemgate key …`: print a key, for pasting into redis-cli (no Redis needed).
-#[derive(Debug, Clone, Args)]
-pub struct KeyArgs {
-    /// Which key.
-    #[command(subcommand)]
-    pub what: KeyCommand,
-}
-
-/// The keys `idemgate key` prints.
-#[derive(Debug, Clone, Subcommand)]
-pub enum KeyCommand {
-    /// `idemgate:{NS}:delivery:…` of a delivery.
-    Delivery {
-        /// Provider name.
-        provider: String,
-        /// The provider's delivery id.
-        delivery_id: String,
-        /// Namespace and output flags.
-        #[command(flatten)]
-        out: KeyOut,
-    },
-    /// `idemgate:{NS}:logical:…` of an identity.
-    Logical {
-        /// Provider name.
-        provider: String,
-        /// `ORG/REPO`.
-        repo: String,
-        /// The event's action.
-        action: String,
-        /// The subject: the number text as the gate computes it (omit it
-        /// for no number), or a run record's `subject` (`7@3f0c…`).
-        number: Option<String>,
-        /// Namespace and output flags.
-        #[command(flatten)]
-        out: KeyOut,
-    },
-    /// `idemgate:{NS}:run:RUN_ID` of a run.
-    Run {
-        /// The run id, e.g. `run-7`.
-        run_id: String,
-        /// Namespace and output flags.
-        #[command(flatten)]
-        out: KeyOut,
-    },
-}
-
-/// Flags of `idemgate key`.
-#[derive(Debug, Clone, Args)]
-pub struct KeyOut {
-    /// Namespace and config flags (only the namespace is used).
-    #[command(flatten)]
-    pub store: StoreArgs,
-    /// Print the key as is, never quoted for redis-cli.
-    #[arg(long)]
-    pub raw: bool,
-}
-
-/// `idemgate inspect`: prints the key read, then the record; exit 1 (and
-/// a message on stderr) when there is none.
-pub async fn inspect_command(args: &InspectArgs) -> Result<ExitCode, Error> {
-    let (target, read) = args.what.target();
-    let ops = Ops::connect(&StoreConfig::resolve(&read.store)?).await?;
-    let inspection = ops.inspect(&target).await?;
-    if inspection.found.is_none() {
-        eprintln!(
-            "idemgate: no {} record at {} (never written, or expired)",
-            inspection.kind,
-            render::cli_quote(&inspection.key)
-        );
-        return Ok(ExitCode::FAILURE);
-    }
-    let text =
-        if read.json { render::inspection_json(&inspection).to_string() } else { render::inspection_text(&inspection) };
-    print_out(&text);
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `idemgate stats`.
-pub async fn stats_command(args: &StatsArgs) -> Result<ExitCode, Error> {
-    let ops = Ops::connect(&StoreConfig::resolve(&args.read.store)?).await?;
-    let stats = ops
-        .stats(args.progress_every, |c| {
-            eprintln!(
-                "idemgate stats: {} keys so far (delivery {}, logical {}, run {})…",
-                c.total(),
-                c.delivery,
-                c.logical,
-                c.run
-            )
-        })
-        .await?;
-    let text = if args.read.json {
-        serde_json::to_string(&stats).expect("stats serialize")
-    } else {
-        render::stats_text(&stats)
-    };
-    print_out(&text);
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `idemgate dead list` (exit 0, also when the stream is empty) and `idemgate
-/// dead retry` (exit 1 when a named run was refused; with `--all`, runs the
-/// stream names that are no longer dead are reported and skipped, exit 0).
-pub async fn dead_command(args: &DeadArgs) -> Result<ExitCode, Error> {
-    match &args.what {
-        DeadCommand::List { read } => {
-            let ops = Ops::connect(&StoreConfig::resolve(&read.store)?).await?;
-            let dead = ops.dead_list().await?;
-            let text = if read.json {
-                serde_json::json!({"key": ops.keys().runs_dead(), "runs": dead}).to_string()
-            } else {
-                render::dead_text(&ops.keys().runs_dead(), &dead)
-            };
-            print_out(&text);
-            Ok(ExitCode::SUCCESS)
-        }
-        DeadCommand::Retry { run_ids, all, read } => {
-            let ops = Ops::connect(&StoreConfig::resolve(&read.store)?).await?;
-            let results = ops.dead_retry((!*all).then_some(run_ids.as_slice())).await?;
-            let moved = results.iter().filter(|r| r.moved()).count();
-            let text = if read.json {
-                serde_json::json!({"moved": moved, "runs": results}).to_string()
-            } else {
-                render::retried_text(&results, *all)
-            };
-            print_out(&text);
-            let refused = results.len() - moved;
-            Ok(if refused > 0 && !*all { ExitCode::FAILURE } else { ExitCode::SUCCESS })
-        }
-    }
-}
-
-/// `idemgate key`.
-pub fn key_command(args: &KeyArgs) -> Result<ExitCode, Error> {
-    let (target, out) = match &args.what {
-        KeyCommand::Delivery { provider, delivery_id, out } => {
-            (Target::Delivery { provider: provider.clone(), delivery_id: delivery_id.clone() }, out)
-        }
-        KeyCommand::Logical { provider, repo, action, number, out } => {
-            (Target::logical(provider, repo, action, number.as_deref().unwrap_or("")), out)
-        }
-        KeyCommand::Run { run_id, out } => (Target::Run { run_id: run_id.clone() }, out),
-    };
-    let key = target.key(&StoreConfig::resolve(&out.store)?.keys);
-    print_out(&if out.raw { key } else { render::cli_quote(&key) });
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Flags of `idemgate healthcheck`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct HealthcheckArgs {
-    /// Store flags: without --http, the check is that this store answers.
-    #[command(flatten)]
-    pub store: StoreArgs,
-    /// Check a running service instead: GET this URL (e.g.
-    /// http://127.0.0.1:8080/readyz, which answers 200 only while the
-    /// service's store answers) and expect a 2xx within --redis-timeout.
-    #[arg(long, value_name = "URL")]
-    pub http: Option<String>,
-}
-
 /// GETs a plain `http://host:port/path` URL and returns its status code.
 pub async fn http_status(url: &str, timeout: Duration) -> Result<u16, String> {
     let answer = crate::client::request(axum::http::Method::GET, url, &[], Vec::new(), timeout)
         .await
         .map_err(|e| e.to_string())?;
     Ok(answer.status.as_u16())
-}
-
-/// `idemgate healthcheck`: one line on stdout when the store (or, with
-/// `--http`, the service) answers; one line on stderr and exit 1 when not.
-pub async fn healthcheck_command(args: &HealthcheckArgs) -> Result<ExitCode, Error> {
-    if let Some(url) = &args.http {
-        let timeout = args.store.redis_timeout.unwrap_or(crate::store::redis::DEFAULT_COMMAND_TIMEOUT);
-        return Ok(match http_status(url, timeout).await {
-            Ok(code) if (200..300).contains(&code) => {
-                print_out(&format!("ok: {url} answered {code}"));
-                ExitCode::SUCCESS
-            }
-            Ok(code) => {
-                eprintln!("idemgate healthcheck: {url} answered {code}");
-                ExitCode::FAILURE
-            }
-            Err(e) => {
-                eprintln!("idemgate healthcheck: {url}: {e}");
-                ExitCode::FAILURE
-            }
-        });
-    }
-    let config = StoreConfig::resolve(&args.store)?;
-    match healthcheck(&config).await {
-        Ok(desc) => {
-            print_out(&format!("ok: {desc}"));
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => {
-            eprintln!(
-                "idemgate healthcheck: {} does not answer: {}",
-                config.describe(),
-                // One line, whatever the error text holds (container health logs).
-                e.to_string().split_whitespace().collect::<Vec<_>>().join(" ")
-            );
-            Ok(ExitCode::FAILURE)
-        }
-    }
-}
-
-/// Prints a text and a newline; a closed stdout (`| head`) is not an error.
-fn print_out(text: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{text}");
 }

@@ -12,7 +12,8 @@ use std::process::Stdio;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-use super::{Failure, Handler, Run};
+use super::{Failure, Handler, Run, Summary, Worker, WorkerConfig, WorkerError};
+use crate::config::{FileConfig, StoreConfig, StoreOptions};
 
 /// How much of the child's stderr the run's `last_error` keeps (the end).
 const ERROR_TAIL_BYTES: usize = 1000;
@@ -148,4 +149,52 @@ impl Handler for CommandHandler {
         let error = if tail.is_empty() { what } else { format!("{what}: {tail}") };
         Err(Failure { error, permanent: status.code() == Some(PERMANENT_FAILURE_EXIT) })
     }
+}
+
+/// Whether the command must not see variable `name`: idemgate's own settings
+/// (`IDEMGATE_*`; the worker sets `IDEMGATE_RUN_ID` and `IDEMGATE_ATTEMPT`
+/// per run) and the providers' secrets.
+fn hidden(name: &str, secret_env: &[String]) -> bool {
+    name.starts_with("IDEMGATE_") || secret_env.iter().any(|s| s == name)
+}
+
+/// `idemgate worker`: runs `command` once per run attempt under a
+/// [`Worker`] on the store `store` names, until `shutdown` completes.
+pub async fn run(
+    store: &StoreOptions,
+    config: WorkerConfig,
+    command: &[String],
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<Summary, WorkerError> {
+    let resolved = StoreConfig::resolve(store).map_err(|e| WorkerError::Config(e.to_string()))?;
+    let Some(opts) = resolved.redis.clone() else {
+        return Err(WorkerError::Config(
+            "idemgate worker needs Redis: give --redis-url, --redis-cluster-nodes or --redis-sentinel-nodes (or IDEMGATE_REDIS_URL). \
+             The memory store lives inside one serve process, so a worker would have nothing to consume."
+                .into(),
+        ));
+    };
+    // The command gets no idemgate setting and no provider secret: the names
+    // of the secrets come from the config file's `secret_env` keys.
+    let secrets = FileConfig::load_opt(store.config.as_deref())
+        .map_err(|e| WorkerError::Config(e.to_string()))?
+        .secret_env_names();
+    let handler = CommandHandler::new(command)
+        .ok_or_else(|| WorkerError::Config("give the command to run after `--`".into()))?
+        .without_env(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).filter(|k| hidden(k, &secrets)));
+    tracing::info!(
+        store = %resolved.describe(),
+        command = ?command,
+        timeout = ?config.timeout,
+        lease = ?config.lease,
+        fence = ?config.fence(),
+        run_retention = ?config.run_retention,
+        "connecting"
+    );
+    let worker = Worker::connect(&opts, resolved.keys.clone(), config).await.map_err(|e| match e {
+        // Name the store, with its TLS and password files, when connecting fails.
+        WorkerError::Store(e) => WorkerError::Config(format!("cannot connect to the {}: {e}", resolved.describe())),
+        e => e,
+    })?;
+    worker.run(handler, shutdown).await
 }

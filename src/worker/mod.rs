@@ -9,15 +9,14 @@
 //! failed by a small Lua script (`lua/worker_*.lua`) that checks the worker
 //! still holds the entry and updates the stream and the run record together.
 //!
-//! - [`command`]: a handler that runs a child process per run (`idemgate worker -- CMD`).
-//! - [`cli`]: the `idemgate worker` flags.
+//! - [`command`]: a handler that runs a child process per run, and
+//!   [`command::run`], the `idemgate worker -- CMD` loop around it.
 //!
 //! Delivery is at least once: a handler may see the same `run_id` again
 //! (a worker died after the work but before the acknowledgement, or its
 //! lease ran out while it was cut off from Redis), so handlers must be
 //! idempotent on `run_id`.
 
-pub mod cli;
 pub mod command;
 mod queue;
 
@@ -32,7 +31,6 @@ use tokio::sync::{Notify, Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-pub use cli::WorkerArgs;
 pub(crate) use queue::now_ms;
 pub use queue::{Trimmed, trim_runs};
 
@@ -159,25 +157,25 @@ pub struct WorkerConfig {
     pub group: String,
     /// This worker's consumer name, unique per live worker (default: host-pid-nonce).
     pub consumer: String,
-    /// Runs handled at once (default 4).
+    /// Runs handled at once ([`DEFAULT_CONCURRENCY`]).
     pub concurrency: usize,
-    /// Attempts before a run is dead (default 5).
+    /// Attempts before a run is dead ([`DEFAULT_MAX_ATTEMPTS`]).
     pub max_attempts: u32,
-    /// Bound on one attempt (default 5m).
+    /// Bound on one attempt ([`DEFAULT_TIMEOUT`]).
     pub timeout: Duration,
     /// How long a held run stays with a worker that stopped extending it
-    /// (default: timeout + 30s). Live workers extend every third of it.
+    /// (default: timeout + [`LEASE_MARGIN`]). Live workers extend every third of it.
     pub lease: Duration,
-    /// Wait before the second attempt; doubles for each further one (default 1s).
+    /// Wait before the second attempt; doubles for each further one ([`DEFAULT_BACKOFF`]).
     pub backoff: Duration,
-    /// Bound on the wait between attempts (default 60s).
+    /// Bound on the wait between attempts ([`DEFAULT_MAX_BACKOFF`]).
     pub max_backoff: Duration,
-    /// How long one `XREADGROUP` waits for new runs (default 2s): the
+    /// How long one `XREADGROUP` waits for new runs ([`DEFAULT_BLOCK`]): the
     /// longest a stop request waits for the reader.
     pub block: Duration,
-    /// How often the runs stream is trimmed (default 60s; `None`: never).
+    /// How often the runs stream is trimmed ([`DEFAULT_TRIM_INTERVAL`]; `None`: never).
     pub trim_interval: Option<Duration>,
-    /// How long a `done` or `dead` run record stays (its TTL; default 30d; `None`: forever).
+    /// How long a `done` or `dead` run record stays (its TTL; [`DEFAULT_RUN_RETENTION`]; `None`: forever).
     pub run_retention: Option<Duration>,
 }
 
@@ -187,21 +185,35 @@ pub const LEASE_MARGIN: Duration = Duration::from_secs(30);
 /// The default retention of a finished run record: 30 days.
 pub use crate::config::DEFAULT_RUN_RETENTION;
 
+/// The default number of runs handled at once.
+pub const DEFAULT_CONCURRENCY: usize = 4;
+/// The default number of attempts before a run is dead.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+/// The default bound on one attempt.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// The default wait before the second attempt.
+pub const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
+/// The default bound on the wait between attempts.
+pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// The default wait of one read for new runs.
+pub const DEFAULT_BLOCK: Duration = Duration::from_secs(2);
+/// The default interval between trims of the runs stream.
+pub const DEFAULT_TRIM_INTERVAL: Duration = Duration::from_secs(60);
+
 impl WorkerConfig {
     /// The defaults for group `group`.
     pub fn new(group: impl Into<String>) -> Self {
-        let timeout = Duration::from_secs(300);
         Self {
             group: group.into(),
             consumer: default_consumer(),
-            concurrency: 4,
-            max_attempts: 5,
-            timeout,
-            lease: timeout + LEASE_MARGIN,
-            backoff: Duration::from_secs(1),
-            max_backoff: Duration::from_secs(60),
-            block: Duration::from_secs(2),
-            trim_interval: Some(Duration::from_secs(60)),
+            concurrency: DEFAULT_CONCURRENCY,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            timeout: DEFAULT_TIMEOUT,
+            lease: DEFAULT_TIMEOUT + LEASE_MARGIN,
+            backoff: DEFAULT_BACKOFF,
+            max_backoff: DEFAULT_MAX_BACKOFF,
+            block: DEFAULT_BLOCK,
+            trim_interval: Some(DEFAULT_TRIM_INTERVAL),
             run_retention: Some(DEFAULT_RUN_RETENTION),
         }
     }

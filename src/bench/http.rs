@@ -1,0 +1,126 @@
+//! Section 1 of the report, the HTTP service under `wrk`: `GET /healthz` against `POST
+//! /v1/deliveries`, in this process, on loopback. It runs first: later
+//! sections write millions of keys, and while Redis rehashes its growing
+//! dict (1 ms slices every 100 ms) serial latency tails measure that, not
+//! the gate.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use super::{Bench, BenchError, Figures, progress, us};
+use crate::gate::Gate;
+use crate::http::AppState;
+
+/// Writes the HTTP section.
+pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), BenchError> {
+    let (dur, cpus) = (bench.dur, bench.options.load_cpus.as_deref());
+    writeln!(
+        out,
+        "## HTTP service (wrk, loopback, same process and settings)\n\n| endpoint | connections | req/s | p50 | p99 |\n|---|---:|---:|---:|---:|"
+    )?;
+    let http_store = bench.store(bench.keys("http")?).await?;
+    let state = AppState::new(Gate::new(["bench/repo"], http_store), vec![], None);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(crate::server::run(listener, state, Duration::from_secs(2), async move {
+        let _ = stop_rx.await;
+    }));
+    let script = std::env::temp_dir().join(format!("idemgate-bench-{}.lua", std::process::id()));
+    std::fs::write(&script, WRK_POST)?;
+    let mut ratio_rows = Vec::new();
+    for conns in [1, 64] {
+        progress(&format!("wrk GET /healthz, {conns} connections"));
+        let health = wrk(&format!("http://{addr}/healthz"), conns, dur, None, cpus)?;
+        progress(&format!("wrk POST /v1/deliveries, {conns} connections"));
+        let post = wrk(&format!("http://{addr}/v1/deliveries"), conns, dur, Some(&script), cpus)?;
+        for (name, f) in [("GET /healthz", health), ("POST /v1/deliveries", post)] {
+            writeln!(out, "| {name} | {conns} | {:.0} | {} | {} |", f.rate, us(f.p50), us(f.p99))?;
+        }
+        ratio_rows.push((conns, post.rate / health.rate, post.p99));
+    }
+    let _ = std::fs::remove_file(&script);
+    let _ = stop_tx.send(());
+    let _ = server.await;
+    for (conns, ratio, p99) in ratio_rows {
+        writeln!(out, "\nPOST / healthz at {conns} connection(s): **{ratio:.2}**; POST p99 {}.", us(p99))?;
+    }
+    writeln!(out)?;
+    Ok(())
+}
+
+const WRK_POST: &str = r#"
+local n = 0
+local tid = tostring(math.random(1, 1e9))
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+request = function()
+  n = n + 1
+  local body = '{"provider":"wrk","delivery_id":"' .. tid .. '-' .. n .. '","event":{"org":"bench","repo":"repo","action":"opened","number":' .. n .. '}}'
+  return wrk.format(nil, nil, nil, body)
+end
+"#;
+
+/// `program`, under `taskset -c cpus` when given.
+fn load_command(program: &str, cpus: Option<&str>) -> std::process::Command {
+    match cpus {
+        Some(cpus) => {
+            let mut c = std::process::Command::new("taskset");
+            c.args(["-c", cpus, program]);
+            c
+        }
+        None => std::process::Command::new(program),
+    }
+}
+
+fn wrk(
+    url: &str,
+    conns: usize,
+    dur: Duration,
+    script: Option<&std::path::Path>,
+    cpus: Option<&str>,
+) -> Result<Figures, BenchError> {
+    let mut cmd = load_command("wrk", cpus);
+    cmd.args(["-t", "1", "-c", &conns.to_string(), "-d", &format!("{}s", dur.as_secs().max(1)), "--latency"]);
+    if let Some(s) = script {
+        cmd.arg("-s").arg(s);
+    }
+    let out = cmd.arg(url).output().map_err(|e| BenchError::Failed(format!("cannot run wrk: {e}")))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rate = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Requests/sec:"))
+        .map(str::trim)
+        .ok_or_else(|| BenchError::Failed(format!("unexpected wrk output: {text}")))?;
+    let pct = |p: &str| -> Duration {
+        text.lines().find_map(|l| l.trim().strip_prefix(p)).map_or(Duration::ZERO, |v| parse_wrk_time(v.trim()))
+    };
+    let rate = rate.parse().map_err(|e: std::num::ParseFloatError| BenchError::Failed(e.to_string()))?;
+    Ok(Figures { rate, p50: pct("50%"), p99: pct("99%") })
+}
+
+fn parse_wrk_time(v: &str) -> Duration {
+    let split = v.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(v.len());
+    let (num, unit) = v.split_at(split);
+    let n: f64 = num.parse().unwrap_or(0.0);
+    let secs = match unit {
+        "us" => n / 1e6,
+        "ms" => n / 1e3,
+        "s" => n,
+        "m" => n * 60.0,
+        _ => 0.0,
+    };
+    Duration::from_secs_f64(secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrk_times() {
+        assert_eq!(parse_wrk_time("512.00us"), Duration::from_micros(512));
+        assert_eq!(parse_wrk_time("1.50ms"), Duration::from_micros(1500));
+        assert_eq!(parse_wrk_time("2.00s"), Duration::from_secs(2));
+    }
+}

@@ -1,0 +1,93 @@
+//! Section 6 of the report, the worker: runs per second with an empty handler, through the
+//! library API and through `idemgate worker -- true` (a process per run),
+//! on runs the gate created first.
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+
+use super::{Bench, BenchError, event, progress};
+use crate::gate::Gate;
+use crate::keys::Keys;
+use crate::store::redis::Conn;
+use crate::worker::{Run, Worker, WorkerConfig};
+
+/// Writes the worker section.
+pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), BenchError> {
+    let mut conn = bench.conn.clone();
+    writeln!(
+        out,
+        "## Worker: runs/s with an empty handler (runs created by the gate first)\n\n| consumer | concurrency | runs | runs/s |\n|---|---:|---:|---:|"
+    )?;
+    let runs = if bench.options.smoke { 200 } else { 2000 };
+    let wkeys = bench.keys("worker")?;
+    let wgate = Gate::new(["bench/repo"], bench.store(wkeys.clone()).await?);
+    for i in 0..runs {
+        wgate.handle("bench", &format!("w{i}"), &event(i)).await?;
+    }
+    progress(&format!("worker library API, empty async handler, {runs} runs"));
+    let config = WorkerConfig { concurrency: 8, ..WorkerConfig::new("bench-lib") };
+    let worker = Worker::connect(&bench.redis, wkeys.clone(), config).await?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let t = Instant::now();
+    let running = tokio::spawn(worker.run(|_run: Run| async { Ok::<_, String>(()) }, async move {
+        let _ = stop_rx.await;
+    }));
+    wait_group_done(&mut conn, &wkeys, "bench-lib").await?;
+    let lib = t.elapsed();
+    let _ = stop_tx.send(());
+    running.await??;
+    writeln!(out, "| library API, empty async handler | 8 | {runs} | {:.0} |", runs as f64 / lib.as_secs_f64())?;
+    progress(&format!("idemgate worker -- true, {runs} runs"));
+    let t = Instant::now();
+    let mut child = tokio::process::Command::new(&bench.options.idemgate_program)
+        .args([
+            "worker",
+            "--redis-url",
+            &bench.options.redis_url,
+            "--namespace",
+            wkeys.namespace(),
+            "--group",
+            "bench-cli",
+            "--concurrency",
+            "8",
+            "--",
+            "true",
+        ])
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true)
+        .spawn()?;
+    wait_group_done(&mut conn, &wkeys, "bench-cli").await?;
+    let cli = t.elapsed();
+    let _ = child.kill().await;
+    writeln!(
+        out,
+        "| `idemgate worker -- true` (a process per run; worker start-up included) | 8 | {runs} | {:.0} |\n",
+        runs as f64 / cli.as_secs_f64()
+    )?;
+    Ok(())
+}
+
+/// Waits until `group` has read every entry of the runs stream and holds none.
+async fn wait_group_done(conn: &mut Conn, keys: &Keys, group: &str) -> Result<(), BenchError> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let last: redis::streams::StreamRangeReply = conn.xrevrange_count(keys.runs(), "+", "-", 1).await?;
+        let last_id = last.ids.first().map(|e| e.id.clone()).unwrap_or_default();
+        let groups: Vec<std::collections::HashMap<String, redis::Value>> =
+            redis::cmd("XINFO").arg("GROUPS").arg(keys.runs()).query_async(conn).await.unwrap_or_default();
+        let done = groups.iter().any(|g| {
+            let text =
+                |k: &str| g.get(k).and_then(|v| redis::from_redis_value_ref::<String>(v).ok()).unwrap_or_default();
+            text("name") == group && text("last-delivered-id") == last_id && text("pending") == "0"
+        });
+        if done {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(BenchError::Failed(format!("group {group} did not finish in time")));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

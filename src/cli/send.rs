@@ -1,0 +1,107 @@
+//! `idemgate send` and `idemgate sign` (docs/integration-testing.md): the
+//! flags, reading the payload, and the exit codes (0 sent and 2xx, 1 sent
+//! and not 2xx, 2 not sent).
+
+use std::process::ExitCode;
+
+use clap::Args;
+use idemgate::config::{format_duration, parse_duration};
+use idemgate::send::DEFAULT_TIMEOUT;
+
+/// What to sign: flags shared by `send` and `sign` (docs/integration-testing.md).
+#[derive(Args)]
+pub struct SignArgs {
+    /// The `[[provider]]` name in the config file whose kind and secret sign the payload.
+    #[arg(long, value_name = "NAME")]
+    provider: String,
+    /// TOML config file with the provider (docs/reference.md#config-file).
+    #[arg(long, env = "IDEMGATE_CONFIG", value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+    /// Event name, for kinds that send it in a header (github: X-GitHub-Event, e.g. push; shopify: X-Shopify-Topic).
+    #[arg(long, value_name = "NAME")]
+    event: Option<String>,
+    /// Delivery id to send; absent: a fresh one (send the same id twice to see a replay). Stripe and Slack carry it in the payload: only that id is accepted.
+    #[arg(long, value_name = "ID")]
+    delivery_id: Option<String>,
+    /// The payload file; absent or `-`: standard input. Sent byte for byte as signed.
+    #[arg(long, value_name = "PAYLOAD")]
+    file: Option<std::path::PathBuf>,
+}
+
+/// Flags of `idemgate send`.
+#[derive(Args)]
+pub struct SendArgs {
+    /// Where to POST, e.g. http://127.0.0.1:8080/webhooks/github.
+    url: String,
+    #[command(flatten)]
+    sign: SignArgs,
+    /// Give up (exit 2) when no complete answer came within this long.
+    #[arg(long, value_name = "DURATION", default_value = format_duration(DEFAULT_TIMEOUT), value_parser = parse_duration)]
+    timeout: std::time::Duration,
+}
+
+/// Exit code of `send` and `sign` when nothing could be sent.
+const NOT_SENT: u8 = 2;
+
+/// Reads the payload and signs it as the named provider would; the error
+/// is a message for stderr.
+fn prepare(args: SignArgs) -> Result<idemgate::send::Outgoing, String> {
+    let providers = idemgate::config::load_providers(args.config.as_deref()).map_err(|e| e.to_string())?;
+    let provider = providers.iter().find(|p| p.name == args.provider).ok_or_else(|| {
+        let names: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();
+        match names.is_empty() {
+            true => format!("no provider {:?}: the config has no [[provider]] (give --config FILE)", args.provider),
+            false => format!("no provider {:?} in the config (it has: {})", args.provider, names.join(", ")),
+        }
+    })?;
+    let body = match args.file.as_deref() {
+        None => read_stdin(),
+        Some(path) if path.as_os_str() == "-" => read_stdin(),
+        Some(path) => std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display())),
+    }?;
+    idemgate::send::prepare(provider, body, args.delivery_id, args.event.as_deref(), std::time::SystemTime::now())
+        .map_err(|e| e.to_string())
+}
+
+fn read_stdin() -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let mut body = Vec::new();
+    std::io::stdin().read_to_end(&mut body).map_err(|e| format!("cannot read the payload from stdin: {e}"))?;
+    Ok(body)
+}
+
+/// `idemgate sign`: prints the headers `send` would send.
+pub fn sign(args: SignArgs) -> ExitCode {
+    match prepare(args) {
+        Ok(outgoing) => {
+            print!("{}", idemgate::send::header_lines(&outgoing));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("idemgate sign: {e}");
+            ExitCode::from(NOT_SENT)
+        }
+    }
+}
+
+/// `idemgate send`: signs, posts, prints the answer.
+pub async fn send(args: SendArgs) -> ExitCode {
+    let outgoing = match prepare(args.sign) {
+        Ok(outgoing) => outgoing,
+        Err(e) => {
+            eprintln!("idemgate send: {e}");
+            return ExitCode::from(NOT_SENT);
+        }
+    };
+    eprintln!("idemgate send: delivery id {}", outgoing.delivery_id);
+    match idemgate::send::send(&args.url, outgoing, args.timeout).await {
+        Ok(answer) => {
+            print!("{}", idemgate::send::render_answer(&answer));
+            if answer.status.is_success() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+        }
+        Err(e) => {
+            eprintln!("idemgate send: {}: {e}", args.url);
+            ExitCode::from(NOT_SENT)
+        }
+    }
+}
