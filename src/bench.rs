@@ -16,7 +16,9 @@ use crate::config::parse_duration;
 use crate::gate::{Gate, Settings, Submission};
 use crate::http::AppState;
 use crate::keys::Keys;
-use crate::store::redis::{Conn, GATE_LUA, PemFile, RedisOptions, RedisStore, Tls};
+use crate::redis::scripts::gate_lua;
+use crate::redis::{Conn, PemFile, RedisOptions, Tls};
+use crate::store::redis::RedisStore;
 
 /// Flags of `idemgate bench`.
 #[derive(Debug, Clone, Args)]
@@ -277,7 +279,7 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
             out,
             "| mix | redis-benchmark calls/s | library gate calls/s | gate / redis-benchmark |\n|---|---:|---:|---:|"
         )?;
-        let sha: String = redis::cmd("SCRIPT").arg("LOAD").arg(GATE_LUA).query_async(&mut conn).await?;
+        let sha: String = redis::cmd("SCRIPT").arg("LOAD").arg(gate_lua()).query_async(&mut conn).await?;
         let keys = Keys::new(&ns)?;
         let requests = if args.smoke { 20_000 } else { (dur.as_secs_f64() * 100_000.0) as u64 };
         for mix in [Mix::New, Mix::Duplicate, Mix::Replay] {
@@ -576,7 +578,7 @@ fn humantime(d: Duration) -> String {
 
 fn invoke_raw<'a>(keys: &Keys, delivery: &str, i: u64) -> redis::ScriptInvocation<'a> {
     static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
-    let script = SCRIPT.get_or_init(|| redis::Script::new(GATE_LUA));
+    let script = SCRIPT.get_or_init(|| redis::Script::new(gate_lua()));
     let mut inv = script.prepare_invoke();
     inv.key(keys.delivery("b", delivery))
         .key(format!("{}:{i}", keys.logical_prefix()))

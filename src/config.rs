@@ -13,11 +13,12 @@ use serde::Deserialize;
 use crate::gate::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, Settings};
 use crate::keys::Keys;
 use crate::providers::{FieldPointers, IdentityMode, Kind, Provider};
+use crate::redis::connection::is_tls_url;
+use crate::redis::{DEFAULT_COMMAND_TIMEOUT, PemFile, RedisOptions, RedisTarget, Secret, Tls};
 use crate::refusals::RefusalStatus;
 use crate::store::Store;
-use crate::store::connection::is_tls_url;
 use crate::store::memory::MemoryStore;
-use crate::store::redis::{DEFAULT_COMMAND_TIMEOUT, PemFile, RedisOptions, RedisStore, RedisTarget, Secret, Tls};
+use crate::store::redis::RedisStore;
 
 /// A configuration problem, reported before anything starts.
 #[derive(Debug, thiserror::Error)]

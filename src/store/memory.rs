@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{BoxFuture, Call, DeliveryRecord, Store, Stored};
+use super::{BoxFuture, Call, Store, Stored};
 use crate::error::Error;
-use crate::gate::{Identity, Response, Settings, Status, Verdict};
+use crate::vocabulary::{DeliveryRecord, Identity, Response, Settings, Status, Verdict};
 
 /// A map whose entries expire after one fixed TTL. Because every entry gets
 /// the same TTL, insertion order is expiry order and a queue finds the
@@ -80,7 +80,7 @@ impl MemoryStore {
         }
     }
 
-    fn apply_now(&self, call: &Call<'_>) -> Stored {
+    fn apply_now(&self, call: &Call<'_>) -> Result<Stored, Error> {
         let now = Instant::now();
         let mut s = self.state.lock().expect("memory store lock");
         s.deliveries.purge(now);
@@ -88,7 +88,7 @@ impl MemoryStore {
         s.payloads.purge(now);
         let delivery = (call.provider.to_owned(), call.delivery_id.to_owned());
         if let Some(rec) = s.deliveries.get(&delivery) {
-            return Stored { response: rec.response(), replayed: true, first_digest: rec.digest.clone() };
+            return Ok(Stored { response: rec.response()?, replayed: true, first_digest: rec.digest.clone() });
         }
         let response = match &call.verdict {
             Verdict::BadRequest => Response::plain(Status::BadRequest),
@@ -114,7 +114,7 @@ impl MemoryStore {
             at: Some(call.now_ms),
         };
         s.deliveries.insert(delivery, record, now);
-        Stored { response, replayed: false, first_digest: None }
+        Ok(Stored { response, replayed: false, first_digest: None })
     }
 
     /// The payload kept for `run_id` (a provider's `keep_payload`), the
@@ -130,7 +130,7 @@ impl MemoryStore {
 impl Store for MemoryStore {
     fn apply<'a>(&'a self, call: &'a Call<'a>) -> BoxFuture<'a, Result<Stored, Error>> {
         let stored = self.apply_now(call);
-        Box::pin(async move { Ok(stored) })
+        Box::pin(async move { stored })
     }
 
     fn ping(&self) -> BoxFuture<'_, Result<(), Error>> {
