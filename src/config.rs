@@ -15,11 +15,12 @@ use serde::Deserialize;
 use crate::gate::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, Settings};
 use crate::keys::Keys;
 use crate::providers::{FieldOverrides, IdentityMode, Kind, Provider};
+use crate::redis::connection::is_tls_url;
+use crate::redis::{DEFAULT_COMMAND_TIMEOUT, PemFile, RedisOptions, RedisTarget, Secret, Tls};
 use crate::refusals::RefusalStatus;
 use crate::store::Store;
-use crate::store::connection::is_tls_url;
 use crate::store::memory::MemoryStore;
-use crate::store::redis::{DEFAULT_COMMAND_TIMEOUT, PemFile, RedisOptions, RedisStore, RedisTarget, Secret, Tls};
+use crate::store::redis::RedisStore;
 
 /// A configuration problem, reported before anything starts.
 #[derive(Debug, thiserror::Error)]
@@ -48,20 +49,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     d.ok_or_else(|| format!("{s:?} is too long"))
 }
 
-/// A duration as [`parse_duration`] reads it back, in one unit: the largest
-/// of `d`, `h` and `m` whose count is whole and more than 1 (`5m`, `7d`, but
-/// `60s`), else seconds, else milliseconds. For help texts that show defaults.
-pub fn format_duration(d: Duration) -> String {
-    let secs = d.as_secs();
-    if d.subsec_nanos() != 0 || secs == 0 {
-        return format!("{}ms", d.as_millis());
-    }
-    let unit = [(86_400, "d"), (3600, "h"), (60, "m")].into_iter().find(|(n, _)| secs % n == 0 && secs / n > 1);
-    match unit {
-        Some((n, name)) => format!("{}{name}", secs / n),
-        None => format!("{secs}s"),
-    }
-}
+pub use crate::units::format_duration;
 
 /// How long something is kept: a duration, or `never` (`None`: kept until
 /// something deletes it).

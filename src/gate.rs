@@ -4,177 +4,19 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::error::Error;
 use crate::store::{Call, HeldRun, Store};
-
-/// The four answers of the gate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    /// New logical work: one run was created (202).
-    Created,
-    /// Logical work seen before under another delivery id (200).
-    Duplicate,
-    /// The event lacks a valid `org`, `repo`, `action` or `number` (400).
-    BadRequest,
-    /// `org/repo` is not in the allowlist (403).
-    Blocked,
-    /// A provider endpoint acknowledged an event it does not gate (200): an
-    /// event name outside its `events` list, or a GitHub `ping`. Answered
-    /// before the gate, so it is never stored or replayed.
-    Ignored,
-}
-
-impl Status {
-    /// The HTTP-style code that goes with the status.
-    pub fn code(self) -> u16 {
-        match self {
-            Status::Created => 202,
-            Status::Duplicate => 200,
-            Status::BadRequest => 400,
-            Status::Blocked => 403,
-            Status::Ignored => 200,
-        }
-    }
-
-    /// The wire name (`created`, `duplicate`, `bad_request`, `blocked`, `ignored`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Created => "created",
-            Status::Duplicate => "duplicate",
-            Status::BadRequest => "bad_request",
-            Status::Blocked => "blocked",
-            Status::Ignored => "ignored",
-        }
-    }
-}
-
-/// The gate's answer; serializes to exactly the objects of docs/reference.md#semantics.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Response {
-    /// What happened.
-    pub status: Status,
-    /// `status.code()`, carried so the JSON is self-describing.
-    pub code: u16,
-    /// The run, for `created` and `duplicate`.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub run_id: Option<String>,
-}
-
-impl Response {
-    /// A response without a run (`bad_request`, `blocked`).
-    pub fn plain(status: Status) -> Self {
-        Self { status, code: status.code(), run_id: None }
-    }
-
-    /// A response naming a run (`created`, `duplicate`).
-    pub fn with_run(status: Status, run_id: impl Into<String>) -> Self {
-        Self { status, code: status.code(), run_id: Some(run_id.into()) }
-    }
-}
-
-/// The logical-work identity: `(provider, "org/repo", action, subject)`.
-/// The store keys the work on these four; see docs/identities.md.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Identity {
-    /// The provider the delivery came from.
-    pub provider: String,
-    /// `"<org>/<repo>"`.
-    pub repo: String,
-    /// The event's action.
-    pub action: String,
-    /// The number text (see [`number_text`]; `""` when there is no number), as the
-    /// run record and the worker report it.
-    pub number: String,
-    /// What names the work within `(provider, repo, action)`: the number
-    /// text itself, or for a content identity (GitHub's `identity =
-    /// "event"`) the number text, [`SUBJECT_DIGEST_SEPARATOR`] and a digest
-    /// of the event's content.
-    pub subject: String,
-}
-
-/// Between the number text and the content digest in a subject (`7@…`),
-/// as in container image references (`name@sha256:…`).
-pub const SUBJECT_DIGEST_SEPARATOR: char = '@';
-
-impl Identity {
-    /// The identity whose subject is the number text (`/v1/deliveries`,
-    /// GitHub's `identity = "number"`).
-    pub fn new(
-        provider: impl Into<String>,
-        repo: impl Into<String>,
-        action: impl Into<String>,
-        number: impl Into<String>,
-    ) -> Self {
-        let number = number.into();
-        Self { provider: provider.into(), repo: repo.into(), action: action.into(), subject: number.clone(), number }
-    }
-
-    /// The identity whose subject is `number@content_digest`.
-    pub fn with_content(
-        provider: impl Into<String>,
-        repo: impl Into<String>,
-        action: impl Into<String>,
-        number: impl Into<String>,
-        content_digest: &str,
-    ) -> Self {
-        let number = number.into();
-        let subject = format!("{number}{SUBJECT_DIGEST_SEPARATOR}{content_digest}");
-        Self { provider: provider.into(), repo: repo.into(), action: action.into(), number, subject }
-    }
-}
-
-/// What the rules decided before the store is consulted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// Cache `bad_request`.
-    BadRequest,
-    /// Cache `blocked`.
-    Blocked,
-    /// Look up or create the run of this identity.
-    Work(Identity),
-}
-
-/// What one call produced, with the replay facts the HTTP layer reports.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
-    /// The gate's answer.
-    pub response: Response,
-    /// True when the answer came from the delivery cache.
-    pub replayed: bool,
-    /// True on a replay whose event differs from the first one seen.
-    pub event_mismatch: bool,
-}
-
-/// Gate settings that every store shares.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// How long a delivery's answer is replayed.
-    pub delivery_ttl: Duration,
-    /// How long a logical identity maps to its run; `None`: forever.
-    pub logical_ttl: Option<Duration>,
-}
-
-/// The default delivery TTL: 7 days, longer than the retry windows of
-/// GitHub's manual redelivery, Stripe (3 days) and Svix (about 28 hours).
-pub const DEFAULT_DELIVERY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
-
-/// The default logical TTL: 30 days. A logical key then expires, so Redis
-/// does not grow forever; a delivery of the same work after that creates a
-/// new run (`never` keeps logical keys until an operator deletes them).
-pub const DEFAULT_LOGICAL_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self { delivery_ttl: DEFAULT_DELIVERY_TTL, logical_ttl: Some(DEFAULT_LOGICAL_TTL) }
-    }
-}
+// The words the gate speaks, re-exported so that `idemgate::gate` is the one
+// import a caller needs.
+pub use crate::vocabulary::{
+    DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, Hold, Identity, Outcome, Response, SUBJECT_DIGEST_SEPARATOR, Settings,
+    Status, Verdict,
+};
 
 /// The idempotency gate: rules in front of a store.
 #[derive(Clone)]
@@ -296,7 +138,7 @@ impl Gate {
             verdict: self.verdict_for(s.provider, s.event, s.content_digest),
             event_digest: s.event_digest,
             payload: s.payload,
-            now_ms: now_ms(),
+            now_ms: crate::units::now_ms(),
             hold,
         };
         let stored = self.store.apply(&call).await?;
@@ -325,19 +167,6 @@ impl Gate {
             Some(d) => Identity::with_content(provider, repo, fields.action, fields.number, d),
         })
     }
-}
-
-/// How a caller that runs the work itself holds the runs it creates
-/// ([`Gate::submit_held`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Hold {
-    /// How long the run stays held. Past it, the caller is presumed gone
-    /// (its process stopped) and the next delivery takes the work over, so
-    /// the caller must end its work well within it.
-    pub lease: Duration,
-    /// How long the run record stays once created (Redis); a held run is
-    /// in no queue, so its record expires like a finished one. `None`: forever.
-    pub retention: Option<Duration>,
 }
 
 /// What [`Gate::submit_held`] decided.
@@ -378,7 +207,7 @@ impl Claim {
             identity: &self.identity,
             run_id: &self.run_id,
             retention: self.retention,
-            now_ms: now_ms(),
+            now_ms: crate::units::now_ms(),
         }
     }
 }
@@ -523,10 +352,6 @@ pub fn event_digest(event: &Value) -> String {
     // writing a Value into a writer that never fails cannot fail.
     let _ = serde_json::to_writer(&mut w, event);
     hex::encode(&w.0.finalize()[..16])
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]

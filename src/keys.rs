@@ -2,7 +2,7 @@
 //! namespace hash tag, so no two identities share a key and one namespace
 //! lives in one Redis Cluster slot.
 
-use crate::gate::Identity;
+use crate::vocabulary::Identity;
 
 /// `enc(s)`: the byte length of `s` in decimal, `:`, then `s` itself.
 ///
@@ -54,7 +54,7 @@ impl Keys {
 
     /// `idemgate:{NS}:delivery:` enc(provider) `:` enc(delivery_id)
     pub fn delivery(&self, provider: &str, delivery_id: &str) -> String {
-        let mut k = self.key("delivery:");
+        let mut k = self.delivery_prefix();
         push_enc(&mut k, provider);
         k.push(':');
         push_enc(&mut k, delivery_id);
@@ -73,6 +73,11 @@ impl Keys {
             push_enc(&mut k, field);
         }
         k
+    }
+
+    /// `idemgate:{NS}:delivery:`, the start of every delivery key.
+    pub fn delivery_prefix(&self) -> String {
+        self.key("delivery:")
     }
 
     /// `idemgate:{NS}:logical`, the stem of every logical key.
@@ -103,7 +108,7 @@ impl Keys {
 
     /// `idemgate:{NS}:run:<run id>`, one run's record hash.
     pub fn run(&self, run_id: &str) -> String {
-        format!("{}run:{run_id}", self.prefix)
+        self.run_prefix() + run_id
     }
 
     /// A `SCAN MATCH` pattern for every key of one kind (`delivery`, `logical`, `run`).

@@ -10,10 +10,13 @@
 //!   around a webhook handler (docs/embedding.md).
 //! - [`providers`]: webhook authentication and normalization (GitHub, Standard Webhooks).
 //! - [`refusals`]: how provider endpoints answer refusals (200 by default), counted and logged.
+//! - [`vocabulary`]: the words every layer shares: answers, identities, verdicts, delivery records.
 //! - [`gate`]: the rules of docs/reference.md#semantics (validation, allowlist,
 //!   `number_text`, identity) and [`gate::Gate`], the entry point.
 //! - [`store`]: where the state lives, behind one trait: [`store::memory`]
 //!   (embedded default) and [`store::redis`] (one atomic Lua script).
+//! - [`redis`]: every conversation with Redis: connections (standalone, Cluster, Sentinel, TLS),
+//!   command bounds, routing to primaries, and the Lua scripts.
 //! - [`jcs`]: RFC 8785 canonical JSON, for payload digests (window analysis, GitHub event identities).
 //! - [`keys`]: the length-prefixed Redis key schema of docs/reference.md#redis-keys.
 //! - [`config`]: the options the binary's flags and env give, layered over the TOML file and the defaults, validated.
@@ -27,6 +30,7 @@
 //! - [`send`]: `idemgate send` and `sign`, signing with the verifiers' own code.
 //! - [`client`]: the one-request HTTP client of `send` and `healthcheck --http`.
 //! - [`intake`]: request bodies within a shared memory budget; `/v1` bodies read without a tree.
+//! - [`units`]: the clock in ms since the epoch, and durations printed as the flags read them.
 //! - [`text`]: control characters escaped before they reach a log or a terminal.
 //! - [`ops`]: what the operator commands (`inspect`, `stats`, `key`, `dead`, `healthcheck`) read, over the Redis key schema.
 //!
@@ -49,6 +53,7 @@ pub mod layer;
 pub mod metrics;
 pub mod ops;
 pub mod providers;
+pub mod redis;
 pub mod refusals;
 pub mod send;
 pub mod server;
@@ -56,6 +61,8 @@ pub mod store;
 #[cfg(feature = "testcontainers")]
 pub mod testing;
 pub mod text;
+pub mod units;
+pub mod vocabulary;
 pub mod window;
 pub mod worker;
 

@@ -18,8 +18,8 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::gate::{Response, Status};
 use crate::metrics::Metrics;
+use crate::vocabulary::{Response, Status};
 
 /// How a provider endpoint answers a refusal (`refusal_status` of a
 /// `[[provider]]`).

@@ -1,19 +1,17 @@
 //! Starting and stopping the HTTP service: open the store, check that
 //! Redis cannot evict the gate's keys, bind, serve, drain on shutdown.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use crate::config::ServeConfig;
 use crate::gate::Gate;
 use crate::http::{AppState, app};
-use crate::store::redis::{Conn, RedisOptions};
+use crate::redis::{Conn, RedisOptions};
 
 /// Why the service could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -500,26 +498,15 @@ async fn check_eviction_policy(opts: &RedisOptions, allow: bool) -> Result<(), S
 /// the node it was found on.
 pub async fn maxmemory_policy(opts: &RedisOptions) -> Result<Option<String>, crate::Error> {
     let mut conn = Conn::connect(opts).await?;
-    let mut cmd = redis::cmd("CONFIG");
-    cmd.arg("GET").arg("maxmemory-policy");
-    match &mut conn {
-        Conn::Single(_) | Conn::Sentinel(_) => {
-            let pairs: Vec<String> = cmd.query_async(&mut conn).await?;
-            Ok(pairs.get(1).cloned())
-        }
-        Conn::Cluster(c) => {
-            let route = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
-            let per_node: HashMap<String, Vec<String>> =
-                redis::from_redis_value(c.route_command(cmd, route).await?).map_err(redis::RedisError::from)?;
-            let mut policies: Vec<(String, String)> =
-                per_node.into_iter().filter_map(|(node, pairs)| Some((pairs.get(1)?.clone(), node))).collect();
-            policies.sort();
-            Ok(match policies.iter().find(|(p, _)| p != "noeviction").or(policies.first()) {
-                Some((p, node)) if p != "noeviction" => Some(format!("{p} (on {node})")),
-                found => found.map(|(p, _)| p.clone()),
-            })
-        }
-    }
+    let per_primary: Vec<(Option<String>, Vec<String>)> =
+        conn.on_every_primary(redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy")).await?;
+    let mut policies: Vec<(String, Option<String>)> =
+        per_primary.into_iter().filter_map(|(node, pairs)| Some((pairs.get(1)?.clone(), node))).collect();
+    policies.sort();
+    Ok(match policies.iter().find(|(p, _)| p != "noeviction").or(policies.first()) {
+        Some((p, Some(node))) if p != "noeviction" => Some(format!("{p} (on {node})")),
+        found => found.map(|(p, _)| p.clone()),
+    })
 }
 
 /// Resolves on SIGTERM or ctrl-c (SIGINT). The handlers are installed when

@@ -9,7 +9,7 @@ use redis::AsyncCommands;
 use super::{Bench, BenchError, Mix, drive, event, gate_drive, progress, us};
 use crate::gate::Gate;
 use crate::keys::Keys;
-use crate::store::redis::Conn;
+use crate::redis::Conn;
 
 /// Writes the baseline section.
 pub(super) async fn measure(bench: &Bench<'_>, gate: &Gate, out: &mut String) -> Result<(), BenchError> {

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use super::{Bench, BenchError, drive, progress};
 use crate::keys::Keys;
-use crate::store::redis::{Conn, GATE_LUA};
+use crate::redis::Conn;
+use crate::redis::scripts::{GateCall, GateVerdict, gate_lua};
 
 /// Writes the connection section.
 pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), BenchError> {
@@ -66,22 +67,37 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
 
 fn invoke_raw<'a>(keys: &Keys, delivery: &str, i: u64) -> redis::ScriptInvocation<'a> {
     static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
-    let script = SCRIPT.get_or_init(|| redis::Script::new(GATE_LUA));
+    let script = SCRIPT.get_or_init(|| redis::Script::new(gate_lua()));
+    let (delivery_key, logical_key) = (keys.delivery("b", delivery), format!("{}:{i}", keys.logical_prefix()));
+    let (counter, runs, run_prefix, number) = (keys.run_counter(), keys.runs(), keys.run_prefix(), i.to_string());
+    let call = GateCall {
+        delivery_key: &delivery_key,
+        logical_key: &logical_key,
+        counter_key: &counter,
+        runs_key: &runs,
+        run_prefix: &run_prefix,
+        verdict: GateVerdict::Work,
+        delivery_ttl_ms: 604_800_000,
+        logical_ttl_ms: 0,
+        event_digest: "0123456789abcdef0123456789abcdef",
+        now_ms: 1_764_400_000_000,
+        provider: "b",
+        delivery_id: delivery,
+        repo: "bench/repo",
+        action: "opened",
+        number: &number,
+        rewrite_on_replay: false,
+        subject: "",
+        payload: "",
+        hold_until_ms: 0,
+        held_run_ttl_ms: 0,
+    };
     let mut inv = script.prepare_invoke();
-    inv.key(keys.delivery("b", delivery))
-        .key(format!("{}:{i}", keys.logical_prefix()))
-        .key(keys.run_counter())
-        .key(keys.runs())
-        .key(keys.run_prefix())
-        .arg("work")
-        .arg(604_800_000u64)
-        .arg(0)
-        .arg("0123456789abcdef0123456789abcdef")
-        .arg(1_764_400_000_000u64)
-        .arg("b")
-        .arg(delivery)
-        .arg("bench/repo")
-        .arg("opened")
-        .arg(i);
+    for key in call.keys() {
+        inv.key(key);
+    }
+    for arg in call.args() {
+        inv.arg(arg);
+    }
     inv
 }

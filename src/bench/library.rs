@@ -9,7 +9,8 @@ use std::time::Duration;
 use super::{Bench, BenchError, Figures, Mix, REPLAY_KEYS, event, gate_drive, progress, us};
 use crate::gate::Gate;
 use crate::keys::Keys;
-use crate::store::redis::{PemFile, RedisOptions, RedisStore, Tls};
+use crate::redis::{PemFile, RedisOptions, Tls};
+use crate::store::redis::RedisStore;
 
 /// Writes the library section. Returns the store and the gate it measured
 /// (under the bench namespace, replay keys written), which the later

@@ -33,7 +33,8 @@ use serde_json::json;
 
 use crate::gate::{Gate, Settings};
 use crate::keys::Keys;
-use crate::store::redis::{Conn, RedisOptions, RedisStore};
+use crate::redis::{Conn, RedisOptions};
+use crate::store::redis::RedisStore;
 
 /// The default length of each measurement.
 pub const DEFAULT_DURATION: Duration = Duration::from_secs(3);
@@ -238,7 +239,7 @@ pub async fn run(options: &BenchOptions) -> Result<String, BenchError> {
         out,
         "# idemgate bench\n\nRedis {version} at {}, {} per measurement, namespace `{ns}`.\n",
         crate::config::redact(&options.redis_url),
-        humantime(dur)
+        crate::units::format_duration(dur)
     )?;
     let bench = Bench { options, redis, ns, dur, settings: Settings::default(), conn, round: AtomicU64::new(0) };
 
@@ -260,10 +261,6 @@ pub async fn run(options: &BenchOptions) -> Result<String, BenchError> {
     progress("cleaning up the bench namespaces");
     cleanup(&mut bench.conn.clone(), &bench.ns).await?;
     Ok(out)
-}
-
-fn humantime(d: Duration) -> String {
-    if d.as_millis() % 1000 == 0 { format!("{}s", d.as_secs()) } else { format!("{}ms", d.as_millis()) }
 }
 
 async fn cleanup(conn: &mut Conn, ns: &str) -> redis::RedisResult<()> {

@@ -9,7 +9,7 @@ use redis::AsyncCommands;
 use super::{Bench, BenchError, Mix, REPLAY_KEYS, gate_drive, progress};
 use crate::gate::Gate;
 use crate::keys::Keys;
-use crate::store::redis::GATE_LUA;
+use crate::redis::scripts::{GateCall, GateVerdict, gate_lua};
 
 /// Writes the redis-benchmark section.
 pub(super) async fn measure(bench: &Bench<'_>, gate: &Gate, out: &mut String) -> Result<(), BenchError> {
@@ -22,7 +22,7 @@ pub(super) async fn measure(bench: &Bench<'_>, gate: &Gate, out: &mut String) ->
         out,
         "| mix | redis-benchmark calls/s | library gate calls/s | gate / redis-benchmark |\n|---|---:|---:|---:|"
     )?;
-    let sha: String = redis::cmd("SCRIPT").arg("LOAD").arg(GATE_LUA).query_async(&mut conn).await?;
+    let sha: String = redis::cmd("SCRIPT").arg("LOAD").arg(gate_lua()).query_async(&mut conn).await?;
     let keys = Keys::new(&bench.ns)?;
     let requests = if bench.options.smoke { 20_000 } else { (bench.dur.as_secs_f64() * 100_000.0) as u64 };
     for mix in [Mix::New, Mix::Duplicate, Mix::Replay] {
@@ -54,27 +54,7 @@ pub(super) async fn measure(bench: &Bench<'_>, gate: &Gate, out: &mut String) ->
                 &bench.options.redis_url,
                 requests,
                 keyspace,
-                &[
-                    "EVALSHA",
-                    &sha,
-                    "5",
-                    &delivery,
-                    &logical,
-                    &keys.run_counter(),
-                    &keys.runs(),
-                    &keys.run_prefix(),
-                    "work",
-                    "604800000",
-                    "0",
-                    "0123456789abcdef0123456789abcdef",
-                    "1764400000000",
-                    "rb",
-                    "d",
-                    "bench/repo",
-                    "opened",
-                    "7",
-                    "0",
-                ],
+                &bench_call(&sha, &keys, &delivery, &logical),
             )?;
             rb_sum += rate;
             progress(&format!("library gate, {}, 128 in flight", mix.name()));
@@ -86,7 +66,7 @@ pub(super) async fn measure(bench: &Bench<'_>, gate: &Gate, out: &mut String) ->
     Ok(())
 }
 
-fn redis_benchmark(url: &str, requests: u64, keyspace: u64, cmd: &[&str]) -> Result<f64, BenchError> {
+fn redis_benchmark(url: &str, requests: u64, keyspace: u64, cmd: &[String]) -> Result<f64, BenchError> {
     let info = redis::Client::open(url)?.get_connection_info().clone();
     let (host, port) = match info.addr() {
         redis::ConnectionAddr::Tcp(h, p) => (h.clone(), *p),
@@ -118,4 +98,36 @@ fn redis_benchmark(url: &str, requests: u64, keyspace: u64, cmd: &[&str]) -> Res
     })?;
     let rps = line.split(',').nth(1).map(|s| s.trim_matches('"')).unwrap_or("");
     rps.parse().map_err(|e: std::num::ParseFloatError| BenchError::Failed(e.to_string()))
+}
+
+/// The `EVALSHA` command line redis-benchmark sends: a `work` call of the
+/// gate script on `delivery` and `logical` (with `__rand_int__` placeholders).
+fn bench_call(sha: &str, keys: &Keys, delivery: &str, logical: &str) -> Vec<String> {
+    let (counter, runs, run_prefix) = (keys.run_counter(), keys.runs(), keys.run_prefix());
+    let call = GateCall {
+        delivery_key: delivery,
+        logical_key: logical,
+        counter_key: &counter,
+        runs_key: &runs,
+        run_prefix: &run_prefix,
+        verdict: GateVerdict::Work,
+        delivery_ttl_ms: 604_800_000,
+        logical_ttl_ms: 0,
+        event_digest: "0123456789abcdef0123456789abcdef",
+        now_ms: 1_764_400_000_000,
+        provider: "rb",
+        delivery_id: "d",
+        repo: "bench/repo",
+        action: "opened",
+        number: "7",
+        rewrite_on_replay: false,
+        subject: "",
+        payload: "",
+        hold_until_ms: 0,
+        held_run_ttl_ms: 0,
+    };
+    let mut line = vec!["EVALSHA".to_owned(), sha.to_owned(), call.keys().len().to_string()];
+    line.extend(call.keys().map(str::to_owned));
+    line.extend(call.args());
+    line
 }

@@ -10,7 +10,7 @@ use redis::AsyncCommands;
 use super::{Bench, BenchError, event, progress};
 use crate::gate::Gate;
 use crate::keys::Keys;
-use crate::store::redis::Conn;
+use crate::redis::Conn;
 use crate::worker::{Run, Worker, WorkerConfig};
 
 /// Writes the worker section.

@@ -24,7 +24,7 @@ use clap::Args;
 use idemgate::config::{
     DEFAULT_MIN_REPLICAS_TIMEOUT, DEFAULT_NAMESPACE, StoreOptions, format_duration, parse_duration,
 };
-use idemgate::store::redis::DEFAULT_COMMAND_TIMEOUT;
+use idemgate::redis::DEFAULT_COMMAND_TIMEOUT;
 
 /// A help text that names the default a flag falls back to (flags whose
 /// value may also come from the config file have no clap default: clap's

@@ -296,7 +296,7 @@ pub struct HealthcheckArgs {
 /// `--http`, the service) answers; one line on stderr and exit 1 when not.
 pub async fn healthcheck_command(args: &HealthcheckArgs) -> Result<ExitCode, Error> {
     if let Some(url) = &args.http {
-        let timeout = args.store.redis_timeout.unwrap_or(idemgate::store::redis::DEFAULT_COMMAND_TIMEOUT);
+        let timeout = args.store.redis_timeout.unwrap_or(idemgate::redis::DEFAULT_COMMAND_TIMEOUT);
         return Ok(match idemgate::ops::http_status(url, timeout).await {
             Ok(code) if (200..300).contains(&code) => {
                 print_out(&format!("ok: {url} answered {code}"));

@@ -10,7 +10,7 @@ use redis::streams::StreamRangeReply;
 use serde::Serialize;
 
 use super::{Error, Ops};
-use crate::worker::now_ms;
+use crate::units::now_ms;
 
 static RETRY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/dead_retry.lua")));
 

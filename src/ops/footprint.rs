@@ -40,8 +40,8 @@ pub struct Lifetimes {
 impl Default for Lifetimes {
     fn default() -> Self {
         Self {
-            delivery: crate::gate::DEFAULT_DELIVERY_TTL,
-            logical: Some(crate::gate::DEFAULT_LOGICAL_TTL),
+            delivery: crate::vocabulary::DEFAULT_DELIVERY_TTL,
+            logical: Some(crate::vocabulary::DEFAULT_LOGICAL_TTL),
             run: Some(crate::config::DEFAULT_RUN_RETENTION),
         }
     }

@@ -65,7 +65,7 @@ impl Ops {
         let mut groups = Vec::new();
         if runs_type == "stream" {
             let raw: redis::Value = self.query(redis::cmd("XINFO").arg("GROUPS").arg(&runs_key)).await?;
-            let now = crate::worker::now_ms();
+            let now = crate::units::now_ms();
             for g in super::stats::parse_groups(raw)? {
                 // The first entry after the group's last delivered one is the oldest waiting.
                 let next: redis::streams::StreamRangeReply = self
@@ -101,7 +101,7 @@ impl Ops {
 /// caller aborts the task); connects on its own, so a Redis that is down
 /// at start only delays the first figures. A failed read is counted and
 /// logged; the last figures stay exported.
-pub async fn poll(opts: crate::store::redis::RedisOptions, keys: crate::keys::Keys, metrics: Arc<Metrics>) {
+pub async fn poll(opts: crate::redis::RedisOptions, keys: crate::keys::Keys, metrics: Arc<Metrics>) {
     let mut ops = None;
     let mut warned: HashMap<String, Instant> = HashMap::new();
     let mut tick = tokio::time::interval(INTERVAL);

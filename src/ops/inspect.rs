@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::{Error, Ops};
-use crate::gate::Identity;
-use crate::store::DeliveryRecord;
+use crate::vocabulary::DeliveryRecord;
+use crate::vocabulary::Identity;
 
 /// What an `inspect` command looks up.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,13 +15,10 @@
 //! created with its run in one step, so logical keys are created at the
 //! run-creation rate.
 
-use std::collections::HashMap;
-
-use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use serde::Serialize;
 
 use super::{Error, Ops};
-use crate::store::redis::Conn;
+use crate::redis::Conn;
 
 /// Keys sampled per kind.
 pub const SAMPLE_SIZE: usize = 100;
@@ -151,10 +148,6 @@ struct Probe {
     payload: u64,
 }
 
-fn now_ms() -> u64 {
-    crate::worker::now_ms()
-}
-
 /// Keys created and expiring per day among `probes` (scaled to `count`).
 /// `None` when no probe knows its creation time, or the data is younger
 /// than an hour.
@@ -174,37 +167,24 @@ fn rates(probes: &[Probe], count: u64, now: u64) -> Option<(f64, f64)> {
 impl Ops {
     /// `INFO memory` of every primary (a cluster) or of the one server.
     pub async fn memory_all(&self) -> Result<Vec<NodeMemory>, Error> {
-        let mut cmd = redis::cmd("INFO");
-        cmd.arg("memory");
-        match &self.conn {
-            Conn::Single(_) | Conn::Sentinel(_) => {
-                let info: String = self.query(&mut cmd).await?;
-                Ok(vec![parse_info_memory(self.server.clone(), &info)])
-            }
-            Conn::Cluster(c) => {
-                let mut c = c.clone();
-                let route = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
-                let per_node: HashMap<String, String> =
-                    redis::from_redis_value(self.bounded(c.route_command(cmd, route)).await?)
-                        .map_err(redis::RedisError::from)?;
-                let mut out: Vec<NodeMemory> =
-                    per_node.into_iter().map(|(node, info)| parse_info_memory(node, &info)).collect();
-                out.sort_by(|a, b| a.node.cmp(&b.node));
-                Ok(out)
-            }
-        }
+        let mut conn = self.conn.clone();
+        let per_primary: Vec<(Option<String>, String)> =
+            self.bounded(conn.on_every_primary(redis::cmd("INFO").arg("memory"))).await?;
+        Ok(per_primary
+            .into_iter()
+            .map(|(node, info)| parse_info_memory(node.unwrap_or_else(|| self.server.clone()), &info))
+            .collect())
     }
 
     /// `INFO memory` of the server holding the namespace (on a cluster, the
     /// primary that owns its slot).
     async fn memory_of_namespace(&self) -> Result<NodeMemory, Error> {
-        match &self.conn {
-            Conn::Single(_) | Conn::Sentinel(_) => Ok(self.memory_all().await?.remove(0)),
-            Conn::Cluster(c) => {
-                let info: String = self.on_namespace_slot(c, redis::cmd("INFO").arg("memory").to_owned()).await?;
-                Ok(parse_info_memory("the primary owning the namespace's slot".to_owned(), &info))
-            }
-        }
+        let info: String = self.on_namespace_slot(redis::cmd("INFO").arg("memory")).await?;
+        let node = match self.conn {
+            Conn::Cluster(_) => "the primary owning the namespace's slot".to_owned(),
+            Conn::Single(_) | Conn::Sentinel(_) => self.server.clone(),
+        };
+        Ok(parse_info_memory(node, &info))
     }
 
     /// Measures the sampled keys: `MEMORY USAGE … SAMPLES 0`, `PTTL`, and the
@@ -268,7 +248,7 @@ impl Ops {
     }
 
     async fn memory_report_inner(&self, counts: [u64; 3], sampler: &Sampler) -> Result<MemoryReport, Error> {
-        let now = now_ms();
+        let now = crate::units::now_ms();
         let mut probes = Vec::new();
         for (kind, keys) in sampler.kinds.iter().enumerate() {
             probes.push(self.probe(kind, keys).await?);

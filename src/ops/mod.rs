@@ -13,7 +13,6 @@ pub mod stats;
 
 use std::time::Duration;
 
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{FromRedisValue, Pipeline};
 
 pub use dead::{DeadRun, Retried};
@@ -22,7 +21,7 @@ pub use stats::{GroupStats, KeyCounts, Stats, StreamStats};
 
 use crate::config::{ConfigError, StoreConfig};
 use crate::keys::Keys;
-use crate::store::redis::{Conn, RedisOptions};
+use crate::redis::{Conn, RedisOptions};
 
 /// Why an operator command could not answer.
 #[derive(Debug, thiserror::Error)]
@@ -94,7 +93,7 @@ impl Ops {
     pub async fn connect_to(opts: &RedisOptions, keys: Keys) -> Result<Self, Error> {
         let ops = Self::new(Conn::connect(opts).await?, keys, opts.command_timeout);
         Ok(match &opts.target {
-            crate::store::redis::RedisTarget::Single(url) => ops.named_after(url),
+            crate::redis::RedisTarget::Single(url) => ops.named_after(url),
             _ => ops,
         })
     }
@@ -105,7 +104,7 @@ impl Ops {
     }
 
     async fn bounded<T>(&self, fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T, Error> {
-        Ok(crate::store::redis::bounded(self.timeout, fut).await?)
+        Ok(crate::redis::bounded(self.timeout, fut).await?)
     }
 
     /// Runs a command or a pipeline (every key in the namespace's slot).
@@ -118,27 +117,17 @@ impl Ops {
     /// SCAN would land on any node; the namespace lives in one slot, so the
     /// scan goes to the primary that owns it.
     async fn scan_page(&self, cursor: u64, pattern: &str) -> Result<(u64, Vec<String>), Error> {
-        let mut cmd = redis::cmd("SCAN");
-        cmd.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(stats::SCAN_COUNT);
-        match &self.conn {
-            Conn::Single(_) | Conn::Sentinel(_) => self.query(&mut cmd).await,
-            Conn::Cluster(c) => self.on_namespace_slot(c, cmd).await,
-        }
+        self.on_namespace_slot(
+            redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(stats::SCAN_COUNT),
+        )
+        .await
     }
 
-    /// Runs `cmd` on the cluster primary that owns the namespace's slot:
-    /// what a plain command would reach on a single server.
-    async fn on_namespace_slot<T: FromRedisValue>(
-        &self,
-        c: &redis::cluster_async::ClusterConnection,
-        cmd: redis::Cmd,
-    ) -> Result<T, Error> {
-        let mut c = c.clone();
-        let slot = Slot::for_key(self.keys.run_counter());
-        let route =
-            RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_slot(slot, SlotAddr::Master)));
-        let value = self.bounded(c.route_command(cmd, route)).await?;
-        Ok(redis::from_redis_value(value).map_err(redis::RedisError::from)?)
+    /// Runs `cmd` where the namespace lives: on a cluster, the primary that
+    /// owns its slot; what a plain command reaches on a single server.
+    async fn on_namespace_slot<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, Error> {
+        let mut conn = self.conn.clone();
+        self.bounded(conn.on_slot_of(&self.keys.run_counter(), cmd)).await
     }
 }
 

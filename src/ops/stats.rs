@@ -86,9 +86,8 @@ impl Ops {
     /// cluster the scan goes to the primary that owns the namespace's slot.
     pub async fn stats(&self, progress_every: u64, mut progress: impl FnMut(&KeyCounts)) -> Result<Stats, Error> {
         let pattern = self.keys.scan_pattern("*");
-        let prefix = format!("idemgate:{{{}}}:", self.keys.namespace());
         let (delivery, logical, run) =
-            (format!("{prefix}delivery:"), format!("{prefix}logical:"), format!("{prefix}run:"));
+            (self.keys.delivery_prefix(), self.keys.logical_prefix() + ":", self.keys.run_prefix());
         let mut counts = KeyCounts::default();
         let mut sampler = Sampler::default();
         let mut next_report = progress_every;

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{BoxFuture, Call, DeliveryRecord, HeldRun, Store, Stored};
+use super::{BoxFuture, Call, HeldRun, Store, Stored};
 use crate::error::Error;
-use crate::gate::{Identity, Response, Settings, Status, Verdict};
+use crate::vocabulary::{DeliveryRecord, Identity, Response, Settings, Status, Verdict};
 
 /// A map whose entries expire after one fixed TTL. Because every entry gets
 /// the same TTL, insertion order is expiry order and a queue finds the
@@ -114,7 +114,7 @@ impl MemoryStore {
                     s.deliveries.remove(&delivery);
                 }
                 None => {
-                    return Ok(Stored { response: rec.response(), replayed: true, first_digest: rec.digest.clone() });
+                    return Ok(Stored { response: rec.response()?, replayed: true, first_digest: rec.digest.clone() });
                 }
             }
         }

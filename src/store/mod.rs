@@ -2,18 +2,14 @@
 //! and [`redis::RedisStore`] (shared by many workers). A store applies the
 //! verdict the rules computed, and must do the whole call atomically.
 
-pub mod connection;
 pub mod memory;
 pub mod redis;
-pub mod sentinel;
 
 use std::future::Future;
 use std::pin::Pin;
 
-use serde::{Deserialize, Serialize};
-
 use crate::error::Error;
-use crate::gate::{Hold, Identity, Response, Status, Verdict};
+use crate::vocabulary::{Hold, Identity, Response, Verdict};
 
 /// A boxed future, so stores can sit behind `Arc<dyn Store>`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -68,31 +64,6 @@ pub struct Stored {
     pub replayed: bool,
     /// The digest of the first event seen under this delivery id.
     pub first_digest: Option<String>,
-}
-
-/// A delivery record as stored (the Redis value is this JSON object).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeliveryRecord {
-    /// The cached response's status.
-    pub status: Status,
-    /// The cached response's code.
-    pub code: u16,
-    /// The cached response's run, for `created` and `duplicate`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run_id: Option<String>,
-    /// Digest of the first event seen under this delivery id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub digest: Option<String>,
-    /// When the delivery was first seen, ms since the Unix epoch.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub at: Option<u64>,
-}
-
-impl DeliveryRecord {
-    /// The response this record replays.
-    pub fn response(&self) -> Response {
-        Response { status: self.status, code: self.code, run_id: self.run_id.clone() }
-    }
 }
 
 /// Where the gate keeps its state.

@@ -4,182 +4,15 @@
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Cmd, Pipeline, RedisError, RedisFuture, Script, ServerErrorKind, Value};
+use redis::{Cmd, RedisError, Script, ServerErrorKind, Value};
 
-pub use super::connection::{PemFile, Secret, Tls};
-use super::sentinel::SentinelConn;
-use super::{BoxFuture, Call, DeliveryRecord, HeldRun, Store, Stored};
+use super::{BoxFuture, Call, HeldRun, Store, Stored};
 use crate::error::Error;
-use crate::gate::{Settings, Verdict};
 use crate::keys::Keys;
-
-/// The gate script, embedded at build time.
-pub const GATE_LUA: &str = include_str!("../../lua/gate.lua");
-
-/// Ends a held run that succeeded (the embedded layer, docs/embedding.md).
-pub const RUN_FINISH_LUA: &str = include_str!("../../lua/run_finish.lua");
-
-/// Releases a held run that failed, fenced by its run id.
-pub const RUN_RELEASE_LUA: &str = include_str!("../../lua/run_release.lua");
-
-/// The default bound on one Redis command: a hung Redis becomes an error
-/// (and a 503) instead of a hung request.
-pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Where Redis is, how to reach it, and how long to wait for it.
-#[derive(Debug, Clone)]
-pub struct RedisOptions {
-    /// Standalone server URL (`redis://host:port/db`), cluster seed nodes, or sentinels.
-    pub target: RedisTarget,
-    /// How `rediss://` URLs are verified, and the client certificate for mutual TLS.
-    pub tls: Tls,
-    /// The password file's password: it wins over a password in a URL.
-    pub password: Option<Secret>,
-    /// Bound on connecting and on each command.
-    pub command_timeout: Duration,
-    /// Durability: after each call, `WAIT` until this many replicas
-    /// confirm the write, for at most this long; fewer is an error (503).
-    pub min_replicas_ack: Option<(u32, Duration)>,
-}
-
-/// A standalone server, a cluster, or a primary watched by Sentinel.
-#[derive(Debug, Clone)]
-pub enum RedisTarget {
-    /// One server (or a proxy in front of several).
-    Single(String),
-    /// Redis Cluster seed nodes.
-    Cluster(Vec<String>),
-    /// The primary that the sentinels at `nodes` know as `master`.
-    Sentinel {
-        /// Sentinel URLs (`redis://host:26379`; `rediss://` for TLS to the sentinels and the primary).
-        nodes: Vec<String>,
-        /// The master name the sentinels monitor.
-        master: String,
-    },
-}
-
-impl RedisOptions {
-    /// A standalone server with the default timeout.
-    pub fn single(url: impl Into<String>) -> Self {
-        Self::new(RedisTarget::Single(url.into()))
-    }
-
-    /// `target` with the default timeout, system roots for TLS, no password file.
-    pub fn new(target: RedisTarget) -> Self {
-        Self {
-            target,
-            tls: Tls::default(),
-            password: None,
-            command_timeout: DEFAULT_COMMAND_TIMEOUT,
-            min_replicas_ack: None,
-        }
-    }
-
-    /// Cluster seed nodes with the default timeout.
-    pub fn cluster(nodes: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        Self::new(RedisTarget::Cluster(nodes.into_iter().map(Into::into).collect()))
-    }
-}
-
-/// A multiplexed connection that reconnects by itself: one socket carries
-/// every in-flight call (pipelined), which measured twice as fast as a pool
-/// that sends PING/UNWATCH on each checkout (see the README).
-#[derive(Clone)]
-pub enum Conn {
-    /// A standalone server, through redis-rs's `ConnectionManager`.
-    Single(ConnectionManager),
-    /// A cluster, through redis-rs's cluster client (MOVED/ASK, refresh).
-    Cluster(ClusterConnection),
-    /// The primary the sentinels name, followed across failovers.
-    Sentinel(SentinelConn),
-}
-
-impl Conn {
-    /// Connects, bounded by `opts.command_timeout`.
-    pub async fn connect(opts: &RedisOptions) -> Result<Self, Error> {
-        let t = opts.command_timeout;
-        match &opts.target {
-            RedisTarget::Single(url) => {
-                let client = opts.client(url)?;
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(t))
-                    .set_response_timeout(Some(t))
-                    .set_number_of_retries(2)
-                    .set_max_delay(Duration::from_millis(500));
-                let conn = tokio::time::timeout(t * 4, ConnectionManager::new_with_config(client, config))
-                    .await
-                    .map_err(|_| Error::Timeout(t * 4))??;
-                Ok(Conn::Single(conn))
-            }
-            RedisTarget::Cluster(nodes) => {
-                let client =
-                    opts.cluster_builder(nodes)?.connection_timeout(t).response_timeout(t).retries(3).build()?;
-                let conn = tokio::time::timeout(t * 4, client.get_async_connection())
-                    .await
-                    .map_err(|_| Error::Timeout(t * 4))??;
-                Ok(Conn::Cluster(conn))
-            }
-            RedisTarget::Sentinel { nodes, master } => {
-                let conn = tokio::time::timeout(t * 4, SentinelConn::connect(opts, nodes, master, t))
-                    .await
-                    .map_err(|_| Error::Timeout(t * 4))??;
-                Ok(Conn::Sentinel(conn))
-            }
-        }
-    }
-}
-
-impl Conn {
-    /// Sends `pipe` as one batch on one connection: for a cluster, to `node`.
-    /// Server errors come back as values; nothing is redirected.
-    async fn pipeline_on(&mut self, pipe: &Pipeline, node: SingleNodeRoutingInfo) -> redis::RedisResult<Vec<Value>> {
-        match self {
-            Conn::Single(c) => c.req_packed_commands(pipe, 0, pipe.len()).await,
-            Conn::Cluster(c) => c.route_pipeline(pipe.clone(), 0, pipe.len(), node).await,
-            Conn::Sentinel(c) => c.req_packed_commands(pipe, 0, pipe.len()).await,
-        }
-    }
-}
-
-impl ConnectionLike for Conn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
-            Conn::Sentinel(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        cmd: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
-            Conn::Sentinel(c) => c.req_packed_commands(cmd, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Conn::Single(c) => c.get_db(),
-            Conn::Cluster(c) => c.get_db(),
-            Conn::Sentinel(c) => c.get_db(),
-        }
-    }
-}
-
-/// Awaits a Redis call for at most `timeout`: a hung server becomes
-/// [`Error::Timeout`] instead of a hung caller.
-pub async fn bounded<T>(timeout: Duration, fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T, Error> {
-    tokio::time::timeout(timeout, fut).await.map_err(|_| Error::Timeout(timeout))?.map_err(Error::from)
-}
+use crate::redis::scripts::{GateCall, GateVerdict, RUN_FINISH_LUA, RUN_RELEASE_LUA, gate_lua};
+use crate::redis::{Conn, RedisOptions, bounded};
+use crate::vocabulary::{DeliveryRecord, Settings, Verdict};
 
 /// The Redis-backed store.
 pub struct RedisStore {
@@ -207,7 +40,7 @@ impl RedisStore {
             run_prefix: keys.run_prefix(),
             conn,
             keys,
-            script: Script::new(GATE_LUA),
+            script: Script::new(gate_lua()),
             finish_script: Script::new(RUN_FINISH_LUA),
             release_script: Script::new(RUN_RELEASE_LUA),
             delivery_ttl_ms: ms(settings.delivery_ttl),
@@ -244,41 +77,38 @@ impl RedisStore {
     /// slot the script runs in).
     fn script_cmd(&self, call: &Call<'_>) -> (Cmd, String) {
         let (verdict, id) = match &call.verdict {
-            Verdict::BadRequest => ("bad_request", None),
-            Verdict::Blocked => ("blocked", None),
-            Verdict::Work(id) => ("work", Some(id)),
+            Verdict::BadRequest => (GateVerdict::BadRequest, None),
+            Verdict::Blocked => (GateVerdict::Blocked, None),
+            Verdict::Work(id) => (GateVerdict::Work, Some(id)),
         };
         // Without an identity there is no logical key; any key of the
         // namespace's slot keeps the KEYS list valid on a cluster.
         let logical = id.map(|id| self.keys.logical(id));
         let delivery = self.keys.delivery(call.provider, call.delivery_id);
-        let empty = String::new();
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.script.get_hash())
-            .arg(5)
-            .arg(&delivery)
-            .arg(logical.as_deref().unwrap_or(&self.counter_key))
-            .arg(&self.counter_key)
-            .arg(&self.runs_key)
-            .arg(&self.run_prefix)
-            .arg(verdict)
-            .arg(self.delivery_ttl_ms)
-            .arg(self.logical_ttl_ms)
-            .arg(call.event_digest)
-            .arg(call.now_ms)
-            .arg(call.provider)
-            .arg(call.delivery_id)
-            .arg(id.map_or(&empty, |i| &i.repo))
-            .arg(id.map_or(&empty, |i| &i.action))
-            .arg(id.map_or(&empty, |i| &i.number))
-            .arg(if self.min_replicas_ack.is_some() { "1" } else { "0" })
+        let cmd = GateCall {
+            delivery_key: &delivery,
+            logical_key: logical.as_deref().unwrap_or(&self.counter_key),
+            counter_key: &self.counter_key,
+            runs_key: &self.runs_key,
+            run_prefix: &self.run_prefix,
+            verdict,
+            delivery_ttl_ms: self.delivery_ttl_ms,
+            logical_ttl_ms: self.logical_ttl_ms,
+            event_digest: call.event_digest,
+            now_ms: call.now_ms,
+            provider: call.provider,
+            delivery_id: call.delivery_id,
+            repo: id.map_or("", |i| &i.repo),
+            action: id.map_or("", |i| &i.action),
+            number: id.map_or("", |i| &i.number),
+            rewrite_on_replay: self.min_replicas_ack.is_some(),
             // The run record keeps the subject only where it adds to the number.
-            .arg(id.filter(|i| i.subject != i.number).map_or(&empty, |i| &i.subject))
-            .arg(call.payload.unwrap_or(""));
-        match &call.hold {
-            Some(hold) => cmd.arg(call.now_ms.saturating_add(ms(hold.lease))).arg(hold.retention.map_or(0, ms)),
-            None => cmd.arg(0).arg(0),
-        };
+            subject: id.filter(|i| i.subject != i.number).map_or("", |i| &i.subject),
+            payload: call.payload.unwrap_or(""),
+            hold_until_ms: call.hold.map_or(0, |hold| call.now_ms.saturating_add(ms(hold.lease))),
+            held_run_ttl_ms: call.hold.and_then(|hold| hold.retention).map_or(0, ms),
+        }
+        .evalsha(self.script.get_hash());
         (cmd, delivery)
     }
 
@@ -374,7 +204,7 @@ impl RedisStore {
         }
         let record: DeliveryRecord =
             serde_json::from_str(&record).map_err(|e| Error::Corrupt(format!("delivery record {record:?}: {e}")))?;
-        Ok(Stored { response: record.response(), replayed: replayed == 1, first_digest: record.digest })
+        Ok(Stored { response: record.response()?, replayed: replayed == 1, first_digest: record.digest })
     }
 
     async fn finish_run(&self, run: &HeldRun<'_>) -> Result<bool, Error> {

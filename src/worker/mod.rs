@@ -31,11 +31,11 @@ use tokio::sync::{Notify, Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-pub(crate) use queue::now_ms;
+use crate::units::format_duration;
 pub use queue::{Trimmed, trim_runs};
 
 use crate::keys::Keys;
-use crate::store::redis::RedisOptions;
+use crate::redis::RedisOptions;
 use queue::{Entry, Failed, Queue, Start};
 
 /// Why a worker could not start or keep going.
@@ -593,7 +593,7 @@ where
         match f().await {
             Ok(v) => return Some(v),
             Err(e) if Instant::now() + wait >= give_up => {
-                tracing::error!(run_id, error = %e, "{what} failed for {}; the run stays pending", humanize(patience));
+                tracing::error!(run_id, error = %e, "{what} failed for {}; the run stays pending", format_duration(patience));
                 shared.recover.store(true, Ordering::SeqCst);
                 return None;
             }
@@ -677,7 +677,7 @@ async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, held: 
             } => match r {
                 Ok(Ok(())) => Attempt::Ok,
                 Ok(Err(e)) => Attempt::Failed(e),
-                Err(_) => Attempt::Failed(format!("timed out after {}", humanize(config.timeout)).into()),
+                Err(_) => Attempt::Failed(format!("timed out after {}", format_duration(config.timeout)).into()),
             },
             _ = held.lost.notified() => Attempt::Lost,
             _ = held.unrenewed_for(config.fence()) => Attempt::Fenced,
@@ -692,8 +692,8 @@ async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, held: 
                 tracing::error!(
                     run_id,
                     attempt,
-                    unrenewed = %humanize(config.fence()),
-                    lease = %humanize(config.lease),
+                    unrenewed = %format_duration(config.fence()),
+                    lease = %format_duration(config.lease),
                     "could not renew this run's lease; stopped the attempt (a command's process group is killed) \
                      before another worker can take the run over"
                 );
@@ -758,14 +758,6 @@ fn truncate(s: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}…", &s[..end])
-}
-
-fn humanize(d: Duration) -> String {
-    if d.subsec_millis() != 0 || d.as_secs() == 0 {
-        format!("{}ms", d.as_millis())
-    } else {
-        format!("{}s", d.as_secs())
-    }
 }
 
 #[cfg(test)]

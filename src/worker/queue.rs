@@ -14,8 +14,9 @@ use redis::streams::StreamAutoClaimReply;
 use super::{Run, WorkerConfig, WorkerError};
 use crate::error::Error;
 use crate::keys::Keys;
-use crate::store::redis::{Conn, RedisOptions, RedisTarget};
-use crate::store::sentinel::SentinelConn;
+use crate::redis::sentinel::SentinelConn;
+use crate::redis::{Conn, RedisOptions, RedisTarget, connect_bounded};
+use crate::units::now_ms;
 
 struct Scripts {
     start: Script,
@@ -122,11 +123,6 @@ pub(crate) struct Queue {
 #[derive(Debug, Clone)]
 pub(crate) struct Op(String);
 
-/// Now, in ms since the Unix epoch (the unit of every `*_ms` field).
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
 fn ms(d: Duration) -> u64 {
     d.as_millis().min(u64::MAX as u128) as u64
 }
@@ -153,17 +149,12 @@ impl Queue {
                 Reader::Pool(pool)
             }
             RedisTarget::Cluster(nodes) => {
-                let client = opts
-                    .cluster_builder(nodes)
-                    .and_then(|b| b.connection_timeout(t).response_timeout(block + t).retries(3).build())
-                    .map_err(Error::from)?;
+                let client = opts.cluster_client(nodes, block + t).map_err(Error::from)?;
                 Reader::Cluster(Box::new((client, None)))
             }
-            RedisTarget::Sentinel { nodes, master } => Reader::Sentinel(
-                tokio::time::timeout(t * 4, SentinelConn::connect(opts, nodes, master, block + t))
-                    .await
-                    .map_err(|_| Error::Timeout(t * 4))??,
-            ),
+            RedisTarget::Sentinel { nodes, master } => {
+                Reader::Sentinel(connect_bounded(t, SentinelConn::connect(opts, nodes, master, block + t)).await?)
+            }
         };
         let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let q = Self {
@@ -196,7 +187,7 @@ impl Queue {
     }
 
     async fn bounded<T>(&self, fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T, Error> {
-        crate::store::redis::bounded(self.timeout, fut).await
+        crate::redis::bounded(self.timeout, fut).await
     }
 
     /// Creates the group at id `0` (runs queued before any worker existed

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use idemgate::keys::Keys;
-use idemgate::store::redis::{Conn, RedisOptions};
+use idemgate::redis::{Conn, RedisOptions};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 

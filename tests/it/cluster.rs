@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use idemgate::Response;
 use idemgate::gate::{Gate, Settings, Status};
 use idemgate::keys::Keys;
-use idemgate::store::redis::{Conn, RedisOptions, RedisStore};
+use idemgate::redis::{Conn, RedisOptions};
+use idemgate::store::redis::RedisStore;
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 

@@ -12,9 +12,10 @@ use idemgate::gate::{Gate, Settings};
 use idemgate::http::AppState;
 use idemgate::keys::Keys;
 use idemgate::providers::Provider;
+use idemgate::redis::RedisOptions;
 use idemgate::store::Store;
 use idemgate::store::memory::MemoryStore;
-use idemgate::store::redis::{RedisOptions, RedisStore};
+use idemgate::store::redis::RedisStore;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use idemgate::gate::{Gate, Settings, Status};
 use idemgate::http::AppState;
 use idemgate::keys::Keys;
-use idemgate::store::redis::{RedisOptions, RedisStore};
+use idemgate::redis::RedisOptions;
+use idemgate::store::redis::RedisStore;
 use idemgate::{Error, Response};
 use serde_json::json;
 

@@ -20,10 +20,11 @@ use idemgate::http::{AppState, app};
 use idemgate::keys::Keys;
 use idemgate::layer::{GateLayer, Run};
 use idemgate::providers::Provider;
+use idemgate::redis::RedisOptions;
 use idemgate::refusals::RefusalStatus;
 use idemgate::store::Store;
 use idemgate::store::memory::MemoryStore;
-use idemgate::store::redis::{RedisOptions, RedisStore};
+use idemgate::store::redis::RedisStore;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 

@@ -15,7 +15,8 @@ use idemgate::gate::{Gate, Settings};
 use idemgate::http::{AppState, app};
 use idemgate::keys::Keys;
 use idemgate::providers::{FieldPointers, Provider};
-use idemgate::store::redis::{RedisOptions, RedisStore};
+use idemgate::redis::RedisOptions;
+use idemgate::store::redis::RedisStore;
 use serde_json::{Value, json};
 use sha2::Sha256;
 use tower::ServiceExt;
@@ -448,6 +449,35 @@ async fn hung_redis_answers_503_within_the_timeout() {
         }
         assert!(Instant::now() < deadline, "no recovery: {}", r.status());
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A delivery record that idemgate did not write (a hand edit with
+/// redis-cli, a code no status has) is a store fault: 503, never a panic and
+/// never a replay of a made-up answer; the service keeps serving.
+#[tokio::test]
+async fn corrupt_delivery_record_is_a_503_not_a_panic() {
+    let redis = RedisProcess::start(&[]);
+    let ns = fresh_ns("corrupt");
+    let (base, _stop) = serve_on_socket(&redis.url(), &ns).await;
+    let client = reqwest::Client::new();
+    let key = Keys::new(&ns).unwrap().delivery("p", "d-bad");
+    for (i, record) in [
+        r#"{"status":"created","code":1000,"run_id":"run-1"}"#,
+        r#"{"status":"blocked","code":200}"#,
+        r#"{"status":"duplicate","code":200}"#,
+        r#"{"status":"ignored","code":200}"#,
+        "not json",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        redis.cli(&["SET", &key, record]);
+        let r = post_delivery(&client, &base, "d-bad", 1).await;
+        assert_eq!(r.status(), 503, "record {record}");
+        assert_eq!(r.headers().get("retry-after").unwrap(), "1");
+        // The service keeps serving: new work is still created.
+        assert_eq!(post_delivery(&client, &base, &format!("d-ok-{i}"), 100 + i as i64).await.status(), 202);
     }
 }
 

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use idemgate::keys::Keys;
-use idemgate::store::redis::{Conn, PemFile, RedisOptions, RedisTarget, Tls};
+use idemgate::redis::{Conn, PemFile, RedisOptions, RedisTarget, Tls};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 

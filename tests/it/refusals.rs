@@ -16,9 +16,10 @@ use idemgate::gate::{Gate, Settings};
 use idemgate::http::{AppState, app};
 use idemgate::keys::Keys;
 use idemgate::providers::{Kind, Provider};
+use idemgate::redis::RedisOptions;
 use idemgate::refusals::RefusalStatus;
 use idemgate::store::Store;
-use idemgate::store::redis::{RedisOptions, RedisStore};
+use idemgate::store::redis::RedisStore;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 

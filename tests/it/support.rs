@@ -10,9 +10,10 @@ use std::time::{Duration, Instant};
 
 use idemgate::gate::Settings;
 use idemgate::keys::Keys;
+use idemgate::redis::{Conn, RedisOptions};
 use idemgate::store::Store;
 use idemgate::store::memory::MemoryStore;
-use idemgate::store::redis::{Conn, RedisOptions, RedisStore};
+use idemgate::store::redis::RedisStore;
 use testcontainers::core::{IntoContainerPort, WaitFor};
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{GenericImage, ImageExt};

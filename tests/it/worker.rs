@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use idemgate::gate::{Gate, Settings, Status};
 use idemgate::keys::Keys;
-use idemgate::store::redis::RedisOptions;
+use idemgate::redis::RedisOptions;
 use idemgate::worker::{Failure, Run, Worker, WorkerConfig, trim_runs};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
@@ -512,12 +512,12 @@ async fn worker_refuses_to_start_without_redis() {
 }
 
 /// Stream ids of the runs stream, oldest first.
-async fn stream_ids(c: &mut idemgate::store::redis::Conn, key: &str) -> Vec<String> {
+async fn stream_ids(c: &mut idemgate::redis::Conn, key: &str) -> Vec<String> {
     let r: redis::streams::StreamRangeReply = c.xrange_all(key).await.unwrap();
     r.ids.into_iter().map(|e| e.id).collect()
 }
 
-async fn read_group(c: &mut idemgate::store::redis::Conn, key: &str, group: &str, count: usize) -> Vec<String> {
+async fn read_group(c: &mut idemgate::redis::Conn, key: &str, group: &str, count: usize) -> Vec<String> {
     let r: redis::streams::StreamReadReply = redis::cmd("XREADGROUP")
         .arg("GROUP")
         .arg(group)

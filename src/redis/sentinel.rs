@@ -14,8 +14,8 @@ use redis::{
 };
 use redis::{RedisError, RedisFuture, RedisResult, ServerErrorKind, Value};
 
+use super::RedisOptions;
 use super::connection::without_lib_name;
-use super::redis::RedisOptions;
 
 /// After a failed discovery, calls fail at once for this long instead of
 /// each asking the sentinels again (a failover takes seconds; hammering the

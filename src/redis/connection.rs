@@ -9,7 +9,7 @@ use redis::{Client, ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInf
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use super::redis::RedisOptions;
+use super::RedisOptions;
 
 /// A password read from a file. It never reaches a log: `Debug` shows
 /// only the file's path.

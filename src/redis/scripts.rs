@@ -1,0 +1,148 @@
+//! The Lua scripts idemgate loads into Redis. Each runs atomically in the
+//! slot of its keys; their headers in `lua/` list their KEYS and ARGV.
+
+use std::sync::LazyLock;
+
+use redis::Cmd;
+
+use crate::vocabulary::Status;
+
+/// The gate script as loaded into Redis: `lua/gate.lua` with each answer's
+/// code filled in from [`Status::code`], the one place codes are written.
+pub fn gate_lua() -> &'static str {
+    static SOURCE: LazyLock<String> = LazyLock::new(|| {
+        [Status::Created, Status::Duplicate, Status::BadRequest, Status::Blocked]
+            .into_iter()
+            .fold(include_str!("../../lua/gate.lua").to_owned(), |source, status| {
+                source.replace(&format!("${{{}}}", status.as_str()), &status.code().to_string())
+            })
+    });
+    &SOURCE
+}
+
+/// Ends a held run that succeeded (the embedded layer, docs/embedding.md).
+pub const RUN_FINISH_LUA: &str = include_str!("../../lua/run_finish.lua");
+
+/// Releases a held run that failed, fenced by its run id.
+pub const RUN_RELEASE_LUA: &str = include_str!("../../lua/run_release.lua");
+
+/// What `lua/gate.lua` does with a delivery it has not seen: the verdict
+/// of the rules, as the script's first argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateVerdict {
+    /// Look up or create the run of the identity.
+    Work,
+    /// Cache `bad_request`.
+    BadRequest,
+    /// Cache `blocked`.
+    Blocked,
+}
+
+impl GateVerdict {
+    fn as_arg(self) -> &'static str {
+        match self {
+            GateVerdict::Work => "work",
+            GateVerdict::BadRequest => "bad_request",
+            GateVerdict::Blocked => "blocked",
+        }
+    }
+}
+
+/// One call of `lua/gate.lua`, its five KEYS and fifteen ARGV by name:
+/// the one place that knows their order. The store, the bench and anything
+/// else that runs the script build one of these.
+#[derive(Debug, Clone)]
+pub struct GateCall<'a> {
+    /// KEYS[1]: the delivery key.
+    pub delivery_key: &'a str,
+    /// KEYS[2]: the logical key; without an identity any key of the slot.
+    pub logical_key: &'a str,
+    /// KEYS[3]: the run counter.
+    pub counter_key: &'a str,
+    /// KEYS[4]: the runs stream.
+    pub runs_key: &'a str,
+    /// KEYS[5]: the run records' prefix.
+    pub run_prefix: &'a str,
+    /// ARGV[1].
+    pub verdict: GateVerdict,
+    /// ARGV[2]: how long the delivery record lives, ms (> 0).
+    pub delivery_ttl_ms: u64,
+    /// ARGV[3]: how long the logical key lives, ms (0: forever).
+    pub logical_ttl_ms: u64,
+    /// ARGV[4]: the digest of the delivery's event.
+    pub event_digest: &'a str,
+    /// ARGV[5]: now, ms since the Unix epoch.
+    pub now_ms: u64,
+    /// ARGV[6]: the provider, for the run record and the stream.
+    pub provider: &'a str,
+    /// ARGV[7]: the delivery id, likewise.
+    pub delivery_id: &'a str,
+    /// ARGV[8]: `org/repo` (`""` without an identity).
+    pub repo: &'a str,
+    /// ARGV[9]: the action (`""` without an identity).
+    pub action: &'a str,
+    /// ARGV[10]: the number text.
+    pub number: &'a str,
+    /// ARGV[11]: a replay rewrites its record so that a `WAIT` sent next on
+    /// the same connection covers it (`--min-replicas-ack`).
+    pub rewrite_on_replay: bool,
+    /// ARGV[12]: the subject where it is more than the number text, else `""`.
+    pub subject: &'a str,
+    /// ARGV[13]: the payload the run record keeps, else `""`.
+    pub payload: &'a str,
+    /// ARGV[14]: for a caller that runs the work itself (the embedded layer),
+    /// when its hold on a run it creates ends, ms since the Unix epoch; 0:
+    /// the run is queued for `idemgate worker` instead.
+    pub hold_until_ms: u64,
+    /// ARGV[15]: with a hold, the held run record's TTL, ms (0: none).
+    pub held_run_ttl_ms: u64,
+}
+
+impl GateCall<'_> {
+    /// KEYS, in the script's order.
+    pub fn keys(&self) -> [&str; 5] {
+        [self.delivery_key, self.logical_key, self.counter_key, self.runs_key, self.run_prefix]
+    }
+
+    /// ARGV, in the script's order.
+    pub fn args(&self) -> [String; 15] {
+        [
+            self.verdict.as_arg().to_owned(),
+            self.delivery_ttl_ms.to_string(),
+            self.logical_ttl_ms.to_string(),
+            self.event_digest.to_owned(),
+            self.now_ms.to_string(),
+            self.provider.to_owned(),
+            self.delivery_id.to_owned(),
+            self.repo.to_owned(),
+            self.action.to_owned(),
+            self.number.to_owned(),
+            if self.rewrite_on_replay { "1" } else { "0" }.to_owned(),
+            self.subject.to_owned(),
+            self.payload.to_owned(),
+            self.hold_until_ms.to_string(),
+            self.held_run_ttl_ms.to_string(),
+        ]
+    }
+
+    /// `EVALSHA <sha> 5 KEYS… ARGV…`.
+    pub fn evalsha(&self, sha: &str) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(sha).arg(5).arg(&self.keys()[..]).arg(&self.args()[..]);
+        cmd
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loaded_gate_script_has_every_code_filled_in() {
+        let source = gate_lua();
+        assert!(!source.contains("${"), "a placeholder is left in the gate script");
+        for status in [Status::Created, Status::Duplicate, Status::BadRequest, Status::Blocked] {
+            assert!(source.contains(&format!("{} = {}", status.as_str(), status.code())), "{status:?}");
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! The gate's vocabulary, shared by the rules ([`crate::gate`]), the stores
+//! ([`crate::store`]) and the key schema ([`crate::keys`]): the answers, the
+//! identity that names logical work, the verdict the rules hand a store, and
+//! the delivery record a store keeps. It depends on nothing else in the crate,
+//! so every other module can depend on it without a cycle.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+
+/// The four answers of the gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// New logical work: one run was created (202).
+    Created,
+    /// Logical work seen before under another delivery id (200).
+    Duplicate,
+    /// The event lacks a valid `org`, `repo`, `action` or `number` (400).
+    BadRequest,
+    /// `org/repo` is not in the allowlist (403).
+    Blocked,
+    /// A provider endpoint acknowledged an event it does not gate (200): an
+    /// event name outside its `events` list, or a GitHub `ping`. Answered
+    /// before the gate, so it is never stored or replayed.
+    Ignored,
+}
+
+impl Status {
+    /// The HTTP-style code that goes with the status.
+    pub fn code(self) -> u16 {
+        match self {
+            Status::Created => 202,
+            Status::Duplicate => 200,
+            Status::BadRequest => 400,
+            Status::Blocked => 403,
+            Status::Ignored => 200,
+        }
+    }
+
+    /// The wire name (`created`, `duplicate`, `bad_request`, `blocked`, `ignored`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Created => "created",
+            Status::Duplicate => "duplicate",
+            Status::BadRequest => "bad_request",
+            Status::Blocked => "blocked",
+            Status::Ignored => "ignored",
+        }
+    }
+}
+
+/// The gate's answer; serializes to exactly the objects of docs/reference.md#semantics.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Response {
+    /// What happened.
+    pub status: Status,
+    /// `status.code()`, carried so the JSON is self-describing.
+    pub code: u16,
+    /// The run, for `created` and `duplicate`.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub run_id: Option<String>,
+}
+
+impl Response {
+    /// A response without a run (`bad_request`, `blocked`).
+    pub fn plain(status: Status) -> Self {
+        Self { status, code: status.code(), run_id: None }
+    }
+
+    /// A response naming a run (`created`, `duplicate`).
+    pub fn with_run(status: Status, run_id: impl Into<String>) -> Self {
+        Self { status, code: status.code(), run_id: Some(run_id.into()) }
+    }
+}
+
+/// The logical-work identity: `(provider, "org/repo", action, subject)`.
+/// The store keys the work on these four; see docs/identities.md.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Identity {
+    /// The provider the delivery came from.
+    pub provider: String,
+    /// `"<org>/<repo>"`.
+    pub repo: String,
+    /// The event's action.
+    pub action: String,
+    /// The number text (see [`number_text`]; `""` when there is no number), as the
+    /// run record and the worker report it.
+    pub number: String,
+    /// What names the work within `(provider, repo, action)`: the number
+    /// text itself, or for a content identity (GitHub's `identity =
+    /// "event"`) the number text, [`SUBJECT_DIGEST_SEPARATOR`] and a digest
+    /// of the event's content.
+    pub subject: String,
+}
+
+/// Between the number text and the content digest in a subject (`7@…`),
+/// as in container image references (`name@sha256:…`).
+pub const SUBJECT_DIGEST_SEPARATOR: char = '@';
+
+impl Identity {
+    /// The identity whose subject is the number text (`/v1/deliveries`,
+    /// GitHub's `identity = "number"`).
+    pub fn new(
+        provider: impl Into<String>,
+        repo: impl Into<String>,
+        action: impl Into<String>,
+        number: impl Into<String>,
+    ) -> Self {
+        let number = number.into();
+        Self { provider: provider.into(), repo: repo.into(), action: action.into(), subject: number.clone(), number }
+    }
+
+    /// The identity whose subject is `number@content_digest`.
+    pub fn with_content(
+        provider: impl Into<String>,
+        repo: impl Into<String>,
+        action: impl Into<String>,
+        number: impl Into<String>,
+        content_digest: &str,
+    ) -> Self {
+        let number = number.into();
+        let subject = format!("{number}{SUBJECT_DIGEST_SEPARATOR}{content_digest}");
+        Self { provider: provider.into(), repo: repo.into(), action: action.into(), number, subject }
+    }
+}
+
+/// What the rules decided before the store is consulted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Cache `bad_request`.
+    BadRequest,
+    /// Cache `blocked`.
+    Blocked,
+    /// Look up or create the run of this identity.
+    Work(Identity),
+}
+
+/// What one call produced, with the replay facts the HTTP layer reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The gate's answer.
+    pub response: Response,
+    /// True when the answer came from the delivery cache.
+    pub replayed: bool,
+    /// True on a replay whose event differs from the first one seen.
+    pub event_mismatch: bool,
+}
+
+/// Gate settings that every store shares.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// How long a delivery's answer is replayed.
+    pub delivery_ttl: Duration,
+    /// How long a logical identity maps to its run; `None`: forever.
+    pub logical_ttl: Option<Duration>,
+}
+
+/// The default delivery TTL: 7 days, longer than the retry windows of
+/// GitHub's manual redelivery, Stripe (3 days) and Svix (about 28 hours).
+pub const DEFAULT_DELIVERY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The default logical TTL: 30 days. A logical key then expires, so Redis
+/// does not grow forever; a delivery of the same work after that creates a
+/// new run (`never` keeps logical keys until an operator deletes them).
+pub const DEFAULT_LOGICAL_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self { delivery_ttl: DEFAULT_DELIVERY_TTL, logical_ttl: Some(DEFAULT_LOGICAL_TTL) }
+    }
+}
+
+/// How a caller that runs the work itself holds the runs it creates
+/// ([`crate::gate::Gate::submit_held`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hold {
+    /// How long the run stays held. Past it, the caller is presumed gone
+    /// (its process stopped) and the next delivery takes the work over, so
+    /// the caller must end its work well within it.
+    pub lease: Duration,
+    /// How long the run record stays once created (Redis); a held run is
+    /// in no queue, so its record expires like a finished one. `None`: forever.
+    pub retention: Option<Duration>,
+}
+
+/// A delivery record as stored (the Redis value is this JSON object).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryRecord {
+    /// The cached response's status.
+    pub status: Status,
+    /// The cached response's code.
+    pub code: u16,
+    /// The cached response's run, for `created` and `duplicate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// Digest of the first event seen under this delivery id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// When the delivery was first seen, ms since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<u64>,
+}
+
+impl DeliveryRecord {
+    /// The response this record replays. A record whose `code` is not its
+    /// status's code, or whose run is missing or extra, was not written by
+    /// idemgate: it is [`Error::Corrupt`] (a 503), never replayed as it is.
+    pub fn response(&self) -> Result<Response, Error> {
+        let names_run = matches!(self.status, Status::Created | Status::Duplicate);
+        if self.code != self.status.code() || self.run_id.is_some() != names_run || self.status == Status::Ignored {
+            return Err(Error::Corrupt(format!(
+                "delivery record: status {} with code {} and {} run id",
+                self.status.as_str(),
+                self.code,
+                if self.run_id.is_some() { "a" } else { "no" }
+            )));
+        }
+        Ok(Response { status: self.status, code: self.code, run_id: self.run_id.clone() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(status: Status, code: u16, run_id: Option<&str>) -> DeliveryRecord {
+        DeliveryRecord { status, code, run_id: run_id.map(Into::into), digest: None, at: None }
+    }
+
+    #[test]
+    fn a_record_replays_only_what_idemgate_writes() {
+        for (status, run) in [
+            (Status::Created, Some("run-1")),
+            (Status::Duplicate, Some("run-1")),
+            (Status::BadRequest, None),
+            (Status::Blocked, None),
+        ] {
+            let r = record(status, status.code(), run).response().unwrap();
+            assert_eq!((r.status, r.code, r.run_id.as_deref()), (status, status.code(), run));
+            assert!(matches!(record(status, 1000, run).response(), Err(Error::Corrupt(_))));
+            assert!(matches!(record(status, 999, run).response(), Err(Error::Corrupt(_))));
+            let other_run = if run.is_some() { None } else { Some("run-9") };
+            assert!(matches!(record(status, status.code(), other_run).response(), Err(Error::Corrupt(_))));
+        }
+        // `ignored` is answered before the gate and never stored.
+        assert!(matches!(record(Status::Ignored, 200, None).response(), Err(Error::Corrupt(_))));
+    }
+}
