@@ -30,6 +30,7 @@
 //! - [`send`]: `idemgate send` and `sign`, signing with the verifiers' own code.
 //! - [`client`]: the one-request HTTP client of `send` and `healthcheck --http`.
 //! - [`intake`]: request bodies within a shared memory budget; `/v1` bodies read without a tree.
+//! - [`sync`]: locks that recover from a poisoned mutex, so one panic cannot take every request down.
 //! - [`units`]: the clock in ms since the epoch, and durations printed as the flags read them.
 //! - [`text`]: control characters escaped before they reach a log or a terminal.
 //! - [`ops`]: what the operator commands (`inspect`, `stats`, `key`, `dead`, `healthcheck`) read, over the Redis key schema.
@@ -58,6 +59,7 @@ pub mod refusals;
 pub mod send;
 pub mod server;
 pub mod store;
+pub mod sync;
 #[cfg(feature = "testcontainers")]
 pub mod testing;
 pub mod text;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::gate::{Outcome, Status};
 use crate::ops::gauges::Gauges;
+use crate::sync::lock;
 
 /// Latency histogram bucket bounds, seconds.
 const BUCKETS: [f64; 12] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
@@ -85,7 +86,7 @@ fn slot<'m, V: Default>(map: &'m mut BTreeMap<String, V>, key: &str) -> &'m mut 
 impl Metrics {
     /// Counts one HTTP request and its latency.
     pub fn request(&self, route: &str, status: u16, elapsed: Duration) {
-        let mut routes = self.routes.lock().expect("metrics");
+        let mut routes = lock(&self.routes);
         let r = slot(&mut routes, route);
         *r.by_status.entry(status).or_default() += 1;
         let secs = elapsed.as_secs_f64();
@@ -103,7 +104,7 @@ impl Metrics {
     /// are counted together as `provider="_other"`.
     pub fn outcome(&self, provider: &str, outcome: &Outcome) {
         let i = STATUSES.iter().position(|s| *s == outcome.response.status).expect("every status is listed");
-        let mut outcomes = self.outcomes.lock().expect("metrics");
+        let mut outcomes = lock(&self.outcomes);
         let label = if outcomes.len() >= MAX_PROVIDERS && !outcomes.contains_key(provider) { OTHER } else { provider };
         slot(&mut outcomes, label)[i] += 1;
         if outcome.replayed {
@@ -118,7 +119,7 @@ impl Metrics {
     /// outside the provider's `events`), under the gate's outcomes.
     pub fn ignored(&self, provider: &str) {
         let i = STATUSES.iter().position(|s| *s == Status::Ignored).expect("every status is listed");
-        slot(&mut self.outcomes.lock().expect("metrics"), provider)[i] += 1;
+        slot(&mut lock(&self.outcomes), provider)[i] += 1;
     }
 
     /// Counts one store failure (answered 503).
@@ -150,19 +151,19 @@ impl Metrics {
     /// Counts one rejected webhook signature.
     /// (Webhook provider names come from the config file, so they are few.)
     pub fn auth_failure(&self, provider: &str) {
-        *slot(&mut self.auth_failures.lock().expect("metrics"), provider) += 1;
+        *slot(&mut lock(&self.auth_failures), provider) += 1;
     }
 
     /// Counts one provider-endpoint request answered 503 at its deadline.
     /// (Provider names come from the config file, so they are few.)
     pub fn deadline_expiry(&self, provider: &str, stage: DeadlineStage) {
         let i = DEADLINE_STAGES.iter().position(|s| *s == stage).expect("every stage is listed");
-        slot(&mut self.deadline_expiries.lock().expect("metrics"), provider)[i] += 1;
+        slot(&mut lock(&self.deadline_expiries), provider)[i] += 1;
     }
 
     /// Replaces the figures read from Redis.
     pub fn set_redis_gauges(&self, g: Gauges) {
-        *self.redis.lock().expect("metrics") = Some(g);
+        *lock(&self.redis) = Some(g);
     }
 
     /// Counts one failed read of the Redis gauges.
@@ -175,14 +176,14 @@ impl Metrics {
     /// config file, so they are few.)
     pub fn refusal(&self, provider: &str, status: Status) {
         let Some(i) = REFUSALS.iter().position(|s| *s == status) else { return };
-        slot(&mut self.refusals.lock().expect("metrics"), provider)[i] += 1;
+        slot(&mut lock(&self.refusals), provider)[i] += 1;
     }
 
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
         let o = &mut out;
-        let routes = self.routes.lock().expect("metrics");
+        let routes = lock(&self.routes);
         let n = family(o, "idemgate_http_requests_total", "counter", "HTTP requests by route and status code.");
         for (route, r) in routes.iter() {
             for (status, v) in &r.by_status {
@@ -205,7 +206,7 @@ impl Metrics {
             "counter",
             "Gate answers by provider and status (replays included).",
         );
-        for (provider, counts) in self.outcomes.lock().expect("metrics").iter() {
+        for (provider, counts) in lock(&self.outcomes).iter() {
             for (status, v) in STATUSES.iter().zip(counts) {
                 let _ = writeln!(o, "{n}{{provider=\"{}\",status=\"{}\"}} {v}", escape(provider), status.as_str());
             }
@@ -237,7 +238,7 @@ impl Metrics {
             "counter",
             "Webhook requests rejected by signature checks.",
         );
-        for (provider, v) in self.auth_failures.lock().expect("metrics").iter() {
+        for (provider, v) in lock(&self.auth_failures).iter() {
             let _ = writeln!(o, "{n}{{provider=\"{}\"}} {v}", escape(provider));
         }
         let n = family(
@@ -246,7 +247,7 @@ impl Metrics {
             "counter",
             "Provider-endpoint requests answered 503 at the provider's deadline, by provider and what they waited for (body, store).",
         );
-        for (provider, counts) in self.deadline_expiries.lock().expect("metrics").iter() {
+        for (provider, counts) in lock(&self.deadline_expiries).iter() {
             for (stage, v) in DEADLINE_STAGES.iter().zip(counts) {
                 let _ = writeln!(o, "{n}{{provider=\"{}\",stage=\"{}\"}} {v}", escape(provider), stage.as_str());
             }
@@ -268,7 +269,7 @@ impl Metrics {
             "counter",
             "Refusals (bad_request, blocked, ignored) answered on provider endpoints, replays included, by provider and status.",
         );
-        for (provider, counts) in self.refusals.lock().expect("metrics").iter() {
+        for (provider, counts) in lock(&self.refusals).iter() {
             for (status, v) in REFUSALS.iter().zip(counts) {
                 let _ = writeln!(o, "{n}{{provider=\"{}\",status=\"{}\"}} {v}", escape(provider), status.as_str());
             }
@@ -278,7 +279,7 @@ impl Metrics {
 
     /// The families read from Redis; absent with the memory store.
     fn render_redis(&self, o: &mut String) {
-        let gauges = self.redis.lock().expect("metrics").clone();
+        let gauges = lock(&self.redis).clone();
         let errors = self.redis_read_errors.load(Ordering::Relaxed);
         if gauges.is_some() || errors > 0 {
             let n = family(o, "idemgate_redis_read_errors_total", "counter", REDIS_READ_ERRORS_HELP);

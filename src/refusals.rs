@@ -19,6 +19,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::metrics::Metrics;
+use crate::sync::lock;
 use crate::vocabulary::{Response, Status};
 
 /// How a provider endpoint answers a refusal (`refusal_status` of a
@@ -173,7 +174,7 @@ impl RefusalLog {
     /// at `now`, `n` being how many were left out before it; `None` when
     /// one was written less than [`WARN_EVERY`] ago (this one is counted).
     fn admit(&self, provider: &str, reason: Reason, now: Instant) -> Option<u64> {
-        let mut windows = self.windows.lock().expect("refusal log");
+        let mut windows = lock(&self.windows);
         match windows.get_mut(&(provider.to_owned(), reason)) {
             Some(w) if now.saturating_duration_since(w.since) < WARN_EVERY => {
                 w.suppressed += 1;

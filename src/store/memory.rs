@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use super::{BoxFuture, Call, HeldRun, Store, Stored};
 use crate::error::Error;
+use crate::sync::lock;
 use crate::vocabulary::{DeliveryRecord, Identity, Response, Settings, Status, Verdict};
 
 /// A map whose entries expire after one fixed TTL. Because every entry gets
@@ -92,7 +93,7 @@ impl MemoryStore {
 
     fn apply_now(&self, call: &Call<'_>) -> Result<Stored, Error> {
         let now = Instant::now();
-        let mut s = self.state.lock().expect("memory store lock");
+        let mut s = lock(&self.state);
         s.deliveries.purge(now);
         s.logical.purge(now);
         s.payloads.purge(now);
@@ -159,7 +160,7 @@ impl MemoryStore {
     }
 
     fn finish_now(&self, run: &HeldRun<'_>) -> bool {
-        let mut s = self.state.lock().expect("memory store lock");
+        let mut s = lock(&self.state);
         s.holds.purge(Instant::now());
         s.holds.remove(&run.run_id.to_owned()).is_some()
     }
@@ -167,7 +168,7 @@ impl MemoryStore {
     /// lua/release.lua's counterpart: each write fenced by the run id.
     fn release_now(&self, run: &HeldRun<'_>) -> bool {
         let now = Instant::now();
-        let mut s = self.state.lock().expect("memory store lock");
+        let mut s = lock(&self.state);
         s.deliveries.purge(now);
         s.logical.purge(now);
         s.holds.purge(now);
@@ -192,7 +193,7 @@ impl MemoryStore {
     /// memory store's counterpart of the Redis run record's `payload`;
     /// `None` when the run kept none or its identity expired.
     pub fn payload(&self, run_id: &str) -> Option<Arc<str>> {
-        let mut s = self.state.lock().expect("memory store lock");
+        let mut s = lock(&self.state);
         s.payloads.purge(Instant::now());
         s.payloads.get(&run_id.to_owned()).cloned()
     }

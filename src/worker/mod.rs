@@ -36,6 +36,7 @@ pub use queue::{Trimmed, trim_runs};
 
 use crate::keys::Keys;
 use crate::redis::RedisOptions;
+use crate::sync::lock;
 use queue::{Entry, Failed, Queue, Start};
 
 /// Why a worker could not start or keep going.
@@ -352,14 +353,14 @@ impl Held {
 
     /// Records a renewal sent at `sent` (and answered).
     fn renew(&self, sent: Instant) {
-        let mut r = self.renewed.lock().expect("renewed lock");
+        let mut r = lock(&self.renewed);
         *r = (*r).max(sent);
     }
 
     /// Completes once the lease has gone `limit` without a renewal.
     async fn unrenewed_for(&self, limit: Duration) {
         loop {
-            let due = *self.renewed.lock().expect("renewed lock") + limit;
+            let due = *lock(&self.renewed) + limit;
             if Instant::now() >= due {
                 return;
             }
@@ -485,7 +486,7 @@ async fn read_loop<H: Handler>(shared: Arc<Shared>, handler: Arc<H>, mut stop: w
                 Ok(e) => {
                     if pending_after.is_some() {
                         pending_after = e.last().map(|l| l.id.clone());
-                        let held = shared.held.lock().expect("held lock");
+                        let held = lock(&shared.held);
                         let found = e.iter().filter(|e| !held.contains_key(&e.id)).count();
                         if found > 0 {
                             tracing::info!(
@@ -512,7 +513,7 @@ async fn read_loop<H: Handler>(shared: Arc<Shared>, handler: Arc<H>, mut stop: w
         for entry in entries {
             let held = Arc::new(Held::new(sent));
             {
-                let mut all = shared.held.lock().expect("held lock");
+                let mut all = lock(&shared.held);
                 if all.contains_key(&entry.id) {
                     // Reclaimed from ourselves, or in our pending list, while a task still has it.
                     continue;
@@ -521,13 +522,13 @@ async fn read_loop<H: Handler>(shared: Arc<Shared>, handler: Arc<H>, mut stop: w
             }
             let Some(permit) = permits.pop() else {
                 tracing::error!("more entries than requested; the extra one waits for its lease");
-                shared.held.lock().expect("held lock").remove(&entry.id);
+                lock(&shared.held).remove(&entry.id);
                 continue;
             };
             let (shared, handler) = (shared.clone(), handler.clone());
             tasks.spawn(async move {
                 process(&shared, &*handler, &entry, &held).await;
-                shared.held.lock().expect("held lock").remove(&entry.id);
+                lock(&shared.held).remove(&entry.id);
                 drop(permit);
             });
         }
@@ -544,11 +545,11 @@ async fn keep_leases(shared: Arc<Shared>) {
     let mut next_trim = shared.config.trim_interval.map(|t| Instant::now() + t);
     loop {
         tick.tick().await;
-        let ids: Vec<String> = shared.held.lock().expect("held lock").keys().cloned().collect();
+        let ids: Vec<String> = lock(&shared.held).keys().cloned().collect();
         let sent = Instant::now();
         match shared.queue.extend(&ids).await {
             Ok(lost) => {
-                let held = shared.held.lock().expect("held lock");
+                let held = lock(&shared.held);
                 for id in &ids {
                     if let Some(h) = held.get(id) {
                         if lost.contains(id) {
