@@ -230,9 +230,34 @@ struct ProviderConfig {
     allowed_repos: Option<StringOrList>,
     /// `"ack"` (default): refusals answered 200; `"code"`: status = code.
     refusal_status: Option<RefusalStatus>,
+    // Kind `hmac`: how its sender signs (crate::providers::hmac::Settings).
+    signature_header: Option<String>,
+    algorithm: Option<String>,
+    encoding: Option<String>,
+    signature_prefix: Option<String>,
+    signed_content: Option<String>,
+    timestamp_header: Option<String>,
+    delivery_id_header: Option<String>,
+    delivery_id: Option<String>,
 }
 
 impl ProviderConfig {
+    /// The `hmac` keys given, by name, for the error of another kind that has one.
+    fn hmac_keys_given(&self) -> Option<&'static str> {
+        [
+            ("signature_header", self.signature_header.is_some()),
+            ("algorithm", self.algorithm.is_some()),
+            ("encoding", self.encoding.is_some()),
+            ("signature_prefix", self.signature_prefix.is_some()),
+            ("signed_content", self.signed_content.is_some()),
+            ("timestamp_header", self.timestamp_header.is_some()),
+            ("delivery_id_header", self.delivery_id_header.is_some()),
+            ("delivery_id", self.delivery_id.is_some()),
+        ]
+        .into_iter()
+        .find_map(|(key, given)| given.then_some(key))
+    }
+
     /// The secrets, from exactly one of `secret`, `secrets` and `secret_env`.
     fn secrets(&self, at: &str, env: &impl Fn(&str) -> Option<String>) -> Result<Vec<String>, ConfigError> {
         match (&self.secret, &self.secrets, &self.secret_env) {
@@ -715,17 +740,28 @@ fn providers_from(file: &FileConfig, env: &dyn Fn(&str) -> Option<String>) -> Re
         if providers.iter().any(|q: &Provider| q.name == p.name) {
             return Err(err(format!("{at}: a provider named {:?} is defined twice", p.name)));
         }
-        let kind: Kind =
-            p.kind.parse().map_err(|_| err(format!("{at}: unknown kind (use \"github\" or \"standard-webhooks\")")))?;
+        let kind: Kind = p.kind.parse().map_err(|_| {
+            err(format!("{at}: unknown kind (use \"github\", \"standard-webhooks\", \"gitlab\" or \"hmac\")"))
+        })?;
         let secrets = p.secrets(&at, &env)?;
         let tolerance = file_duration(&format!("{at}: tolerance"), p.tolerance.as_ref())?;
-        if kind == Kind::Github && (p.tolerance.is_some() || p.fields.is_some()) {
-            return Err(err(format!("{at}: `tolerance` and `fields` apply to kind \"standard-webhooks\" only")));
+        if matches!(kind, Kind::Github | Kind::Gitlab) && (p.tolerance.is_some() || p.fields.is_some()) {
+            return Err(err(format!(
+                "{at}: `tolerance` and `fields` apply to kinds \"standard-webhooks\" and \"hmac\" only"
+            )));
         }
         if kind != Kind::Github && p.identity.is_some() {
             return Err(err(format!("{at}: `identity` applies to kind \"github\" only")));
         }
-        let mut provider = Provider::new(p.name.clone(), kind, &secrets, tolerance, p.fields.clone())
+        if let Some(key) = p.hmac_keys_given().filter(|_| kind != Kind::Hmac) {
+            return Err(err(format!("{at}: `{key}` applies to kind \"hmac\" only")));
+        }
+        let provider = if kind == Kind::Hmac {
+            hmac_provider(p, &secrets, tolerance)
+        } else {
+            Provider::new(p.name.clone(), kind, &secrets, tolerance, p.fields.clone())
+        };
+        let mut provider = provider
             .map_err(|e| err(format!("{at}: {e}")))?
             .with_identity(p.identity.unwrap_or_default())
             .with_keep_payload(p.keep_payload.unwrap_or(false))
@@ -744,6 +780,31 @@ fn providers_from(file: &FileConfig, env: &dyn Fn(&str) -> Option<String>) -> Re
         providers.push(provider);
     }
     Ok(providers)
+}
+
+/// An `hmac` provider from its table: the scheme and `fields` are checked
+/// by the provider module, which names the key at fault.
+fn hmac_provider(
+    p: &ProviderConfig,
+    secrets: &[String],
+    tolerance: Option<Duration>,
+) -> Result<Provider, crate::providers::ProviderError> {
+    use crate::providers::{ProviderError, hmac};
+    let settings = hmac::Settings {
+        signature_header: p.signature_header.clone(),
+        algorithm: p.algorithm.clone(),
+        encoding: p.encoding.clone(),
+        signature_prefix: p.signature_prefix.clone(),
+        signed_content: p.signed_content.clone(),
+        timestamp_header: p.timestamp_header.clone(),
+        tolerance,
+        delivery_id_header: p.delivery_id_header.clone(),
+        delivery_id: p.delivery_id.clone(),
+    };
+    let problem = |problem| ProviderError::Hmac { provider: p.name.clone(), problem };
+    let scheme = hmac::Scheme::new(&settings).map_err(problem)?;
+    let fields = p.fields.clone().ok_or_else(|| problem(hmac::Problem::NoFields))?;
+    Provider::hmac(p.name.clone(), secrets, scheme, fields)
 }
 
 #[cfg(test)]
@@ -973,7 +1034,7 @@ mod tests {
     fn each_bad_input_names_the_problem() {
         let cases = [
             ("delivery_ttl = \"soon\"", "delivery_ttl"),
-            ("[[provider]]\nname = \"x\"\nkind = \"gitlab\"\nsecret = \"s\"", "unknown kind"),
+            ("[[provider]]\nname = \"x\"\nkind = \"gitea\"\nsecret = \"s\"", "unknown kind"),
             ("[[provider]]\nname = \"x\"\nkind = \"github\"", "missing secret"),
             ("[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret_env = \"NOPE\"", "\"NOPE\" is not set"),
             ("[[provider]]\nname = \"x\"\nkind = \"standard-webhooks\"\nsecret = \"whsec_!!!\"", "\"x\""),
@@ -1124,9 +1185,96 @@ mod tests {
                 "both --redis-tls-cert and --redis-tls-key",
             ),
             ("redis_password_file = \"/nonexistent/pw\"", "need a Redis store"),
+            (
+                "[[provider]]\nname = \"x\"\nkind = \"gitlab\"\nsecret = \"s\"\nfields = { org = \"/o\" }",
+                "`tolerance` and `fields` apply to kinds",
+            ),
+            (
+                "[[provider]]\nname = \"x\"\nkind = \"gitlab\"\nsecret = \"s\"\nidentity = \"number\"",
+                "`identity` applies",
+            ),
+            (
+                "[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\nsignature_header = \"X-S\"",
+                "`signature_header` applies to kind \"hmac\" only",
+            ),
+            (
+                "[[provider]]\nname = \"x\"\nkind = \"standard-webhooks\"\nsecret = \"whsec_c2Vjb25k\"\ndelivery_id = \"/id\"",
+                "`delivery_id` applies to kind \"hmac\" only",
+            ),
         ] {
             let e = resolve(&ServeArgs::default(), text).unwrap_err();
             assert!(e.contains(want), "{text:?}: {e:?} lacks {want:?}");
+        }
+    }
+
+    /// Every bad `hmac` combination stops the start with the provider and
+    /// the key named, never a value from the file.
+    #[test]
+    fn hmac_settings_are_checked_at_start() {
+        const VALUE: &str = "Hunter2Value";
+        let base = "[[provider]]\nname = \"h\"\nkind = \"hmac\"\nsecret = \"s\"\n";
+        let good = "signature_header = \"X-Sig\"\ndelivery_id_header = \"X-Id\"\nfields = { action = \"/type\" }\n";
+        let c = resolve(&ServeArgs::default(), &format!("{base}{good}")).unwrap();
+        let p = &c.providers[0];
+        assert_eq!((p.kind, p.fields().action.as_str()), (Kind::Hmac, "/type"));
+        let scheme = p.hmac_scheme().unwrap();
+        assert_eq!((scheme.algorithm().as_str(), scheme.encoding().as_str()), ("sha256", "hex"));
+        let full = format!(
+            "{base}signature_header = \"X-Sig\"\nalgorithm = \"sha512\"\nencoding = \"base64\"\nsignature_prefix = \"v1=\"\nsigned_content = \"{{id}}.{{timestamp}}.{{body}}\"\ntimestamp_header = \"X-Ts\"\ntolerance = \"90s\"\ndelivery_id_header = \"X-Id\"\nfields = {{ org = \"=o\" }}\n"
+        );
+        let c = resolve(&ServeArgs::default(), &full).unwrap();
+        let p = &c.providers[0];
+        assert_eq!(p.tolerance(), Duration::from_secs(90));
+        assert_eq!(p.hmac_scheme().unwrap().algorithm().as_str(), "sha512");
+        let cases = [
+            ("delivery_id_header = \"X-Id\"\nfields = {}\n".to_owned(), "needs `signature_header`"),
+            (format!("{good}algorithm = \"{VALUE}\"\n"), "`algorithm` must be"),
+            (format!("{good}encoding = \"{VALUE}\"\n"), "`encoding` must be"),
+            (format!("{good}signed_content = \"{VALUE}\"\n"), "`signed_content` must contain {body}"),
+            (format!("{good}signed_content = \"{{{VALUE}}}{{body}}\"\n"), "placeholder other than"),
+            (format!("{good}signed_content = \"{{timestamp}}.{{body}}\"\n"), "`timestamp_header` is not set"),
+            (format!("{good}timestamp_header = \"X-Ts\"\n"), "does not contain {timestamp}"),
+            (format!("{good}tolerance = \"5m\"\n"), "`tolerance` applies only with `timestamp_header`"),
+            (format!("{good}delivery_id = \"/id\"\n"), "not both"),
+            (
+                "signature_header = \"X-Sig\"\ndelivery_id = \"/id\"\nsigned_content = \"{id}{body}\"\nfields = {}\n"
+                    .to_owned(),
+                "`delivery_id_header` is not set",
+            ),
+            ("signature_header = \"X-Sig\"\nfields = {}\n".to_owned(), "needs `delivery_id_header` or `delivery_id`"),
+            (
+                format!("signature_header = \"X-Sig\"\ndelivery_id = \"{VALUE}\"\nfields = {{}}\n"),
+                "`delivery_id` is not a JSON pointer",
+            ),
+            ("signature_header = \"X-Sig\"\ndelivery_id_header = \"X-Id\"\n".to_owned(), "needs `fields`"),
+            (
+                format!("signature_header = \"{VALUE} x\"\ndelivery_id_header = \"X-Id\"\nfields = {{}}\n"),
+                "`signature_header` is not a valid HTTP header name",
+            ),
+            (
+                format!("signature_header = \"X-Sig\"\ndelivery_id_header = \"{VALUE}:\"\nfields = {{}}\n"),
+                "`delivery_id_header` is not a valid HTTP header name",
+            ),
+        ];
+        for (keys, want) in cases {
+            let e = resolve(&ServeArgs::default(), &format!("{base}{keys}")).unwrap_err();
+            assert!(e.contains(want) && e.contains("\"h\""), "{keys:?}: {e:?} lacks {want:?}");
+            assert!(!e.contains(VALUE), "{e}");
+        }
+    }
+
+    /// The allowlist compares `org/repo` as one string: entries with more
+    /// than one slash (a GitLab project in a subgroup) are accepted as they are.
+    #[test]
+    fn allowlist_entries_may_hold_nested_groups() {
+        let text = "allowed_repos = [\"acme/platform/api\", \"a/b\"]\n[[provider]]\nname = \"gl\"\nkind = \"gitlab\"\nsecret = \"t\"\nallowed_repos = [\"acme/platform/sub/web\"]";
+        let c = resolve(&ServeArgs::default(), text).unwrap();
+        assert_eq!(c.allowed_repos, ["acme/platform/api", "a/b"]);
+        assert_eq!(c.providers[0].allowed_repos(), Some(&["acme/platform/sub/web".to_owned()][..]));
+        assert_eq!(c.providers[0].kind, Kind::Gitlab);
+        for bad in ["/api", "acme/"] {
+            let e = resolve(&ServeArgs::default(), &format!("allowed_repos = [\"{bad}\"]")).unwrap_err();
+            assert!(e.contains("not ORG/REPO"), "{bad}: {e}");
         }
     }
 
@@ -1167,7 +1315,13 @@ mod tests {
         use proptest::prelude::*;
         (
             ".{0,8}",
-            prop_oneof![Just("github".to_owned()), Just("standard-webhooks".to_owned()), "[a-z-]{0,10}"],
+            prop_oneof![
+                Just("github".to_owned()),
+                Just("standard-webhooks".to_owned()),
+                Just("gitlab".to_owned()),
+                Just("hmac".to_owned()),
+                "[a-z-]{0,10}"
+            ],
             proptest::option::of(".{0,12}"),
             proptest::option::of("[A-Z_]{1,8}"),
             proptest::option::of("[0-9]{1,3}(s|m|x)"),

@@ -6,7 +6,7 @@
 //!
 //! - [`server`]: start, eviction-policy check, graceful shutdown.
 //! - [`http`]: the HTTP API (docs/reference.md#http-api) as an axum router.
-//! - [`providers`]: webhook authentication and normalization (GitHub, Standard Webhooks).
+//! - [`providers`]: webhook authentication and normalization (GitHub, Standard Webhooks, GitLab, a configurable HMAC).
 //! - [`refusals`]: how provider endpoints answer refusals (200 by default), counted and logged.
 //! - [`gate`]: the rules of docs/reference.md#semantics (validation, allowlist,
 //!   `number_text`, identity) and [`gate::Gate`], the entry point.

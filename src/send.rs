@@ -33,11 +33,15 @@ pub enum PrepareError {
     Sign(#[from] SignError),
     /// A delivery id or event name cannot be sent as a header.
     #[error("{0} cannot be sent in an HTTP header (control characters?)")]
-    NotAHeader(&'static str),
+    NotAHeader(String),
+    /// The provider reads the delivery id from the body (an `hmac`
+    /// provider with `delivery_id`), so `--delivery-id` cannot set it.
+    #[error("provider's delivery id is in the body (`delivery_id`): put it in the payload and leave out --delivery-id")]
+    DeliveryIdInBody,
 }
 
 /// A delivery id no earlier call produced, shaped like the provider's own:
-/// a GUID for GitHub, `msg_…` for Standard Webhooks.
+/// a GUID for GitHub and GitLab, `msg_…` for Standard Webhooks and `hmac`.
 pub fn fresh_delivery_id(kind: Kind) -> String {
     // RandomState is seeded from the OS once per process; the clock and a
     // counter make every call in the process differ too.
@@ -50,7 +54,7 @@ pub fn fresh_delivery_id(kind: Kind) -> String {
     h.write_u64(a);
     let b = h.finish();
     match kind {
-        Kind::Github => format!(
+        Kind::Github | Kind::Gitlab => format!(
             "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
             a >> 32,
             (a >> 16) & 0xffff,
@@ -58,7 +62,7 @@ pub fn fresh_delivery_id(kind: Kind) -> String {
             0x8000 | (b >> 48) & 0x3fff,
             b & 0xffff_ffff_ffff
         ),
-        Kind::StandardWebhooks => format!("msg_{a:016x}{b:016x}"),
+        Kind::StandardWebhooks | Kind::Hmac => format!("msg_{a:016x}{b:016x}"),
     }
 }
 
@@ -70,14 +74,32 @@ pub fn prepare(
     event: Option<&str>,
     now: SystemTime,
 ) -> Result<Outgoing, PrepareError> {
-    let delivery_id = delivery_id.unwrap_or_else(|| fresh_delivery_id(provider.kind));
+    let in_body = provider.hmac_scheme().and_then(|s| s.delivery_id_pointer());
+    let delivery_id = match (in_body, delivery_id) {
+        (Some(_), Some(_)) => return Err(PrepareError::DeliveryIdInBody),
+        // What the service will read; shown to the user, never signed.
+        (Some(pointer), None) => id_in_body(&body, pointer),
+        (None, given) => given.unwrap_or_else(|| fresh_delivery_id(provider.kind)),
+    };
     let mut headers = Vec::new();
     for (name, value) in provider.sign(&delivery_id, event, &body, now)? {
-        let value = HeaderValue::from_str(&value).map_err(|_| PrepareError::NotAHeader(name))?;
-        headers.push((HeaderName::from_static(name), value));
+        let not_a_header = || PrepareError::NotAHeader(name.to_owned());
+        let value = HeaderValue::from_bytes(value.as_bytes()).map_err(|_| not_a_header())?;
+        headers.push((HeaderName::from_bytes(name.as_bytes()).map_err(|_| not_a_header())?, value));
     }
     headers.push((axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/json")));
     Ok(Outgoing { delivery_id, headers, body })
+}
+
+/// The delivery id a payload carries where `pointer` points, as text
+/// (`?` when it has none: the service will refuse it with a 400).
+fn id_in_body(body: &[u8], pointer: &str) -> String {
+    let payload: Option<serde_json::Value> = serde_json::from_slice(body).ok();
+    match payload.as_ref().and_then(|p| p.pointer(pointer)) {
+        Some(serde_json::Value::String(id)) => id.clone(),
+        Some(serde_json::Value::Number(n)) => n.to_string(),
+        _ => "?".to_owned(),
+    }
 }
 
 /// The headers as `Name: value` lines, for curl (`-H @file`) or a person.
@@ -130,6 +152,45 @@ mod tests {
         let groups: Vec<usize> = id.split('-').map(str::len).collect();
         assert_eq!(groups, [8, 4, 4, 4, 12], "{id}");
         assert!(fresh_delivery_id(Kind::StandardWebhooks).starts_with("msg_"));
+        let id = fresh_delivery_id(Kind::Gitlab);
+        assert_eq!(id.split('-').map(str::len).collect::<Vec<_>>(), [8, 4, 4, 4, 12], "{id}");
+    }
+
+    /// An `hmac` provider that signs a timestamp and the delivery id header.
+    fn hmac_provider() -> Provider {
+        use crate::providers::hmac::{Scheme, Settings};
+        let scheme = Scheme::new(&Settings {
+            signature_header: Some("X-Signature".into()),
+            signed_content: Some("{id}.{timestamp}.{body}".into()),
+            timestamp_header: Some("X-Timestamp".into()),
+            delivery_id_header: Some("X-Id".into()),
+            ..Settings::default()
+        })
+        .unwrap();
+        Provider::hmac("hm", &["s3cret"], scheme, FieldPointers::default()).unwrap()
+    }
+
+    /// With the delivery id in the body, `prepare` reports the payload's own
+    /// and refuses to be given one.
+    #[test]
+    fn a_delivery_id_in_the_body_cannot_be_chosen() {
+        use crate::providers::hmac::{Scheme, Settings};
+        let scheme = Scheme::new(&Settings {
+            signature_header: Some("X-Signature".into()),
+            delivery_id: Some("/id".into()),
+            ..Settings::default()
+        })
+        .unwrap();
+        let p = Provider::hmac("hp", &["s"], scheme, FieldPointers::default()).unwrap();
+        let now = SystemTime::now();
+        let out = prepare(&p, br#"{"id": "evt_1"}"#.to_vec(), None, None, now).unwrap();
+        assert_eq!(out.delivery_id, "evt_1");
+        assert_eq!(p.accept(&headers_of(&out), &out.body, now).unwrap().delivery_id, "evt_1");
+        assert!(matches!(
+            prepare(&p, br#"{"id": "evt_1"}"#.to_vec(), Some("mine".into()), None, now),
+            Err(PrepareError::DeliveryIdInBody)
+        ));
+        assert_eq!(prepare(&p, b"{}".to_vec(), None, None, now).unwrap().delivery_id, "?");
     }
 
     /// Whatever `prepare` signs, the service's own verifier accepts; the
@@ -149,6 +210,8 @@ mod tests {
                 FieldPointers::default(),
             )
             .unwrap(),
+            Provider::new("gl", Kind::Gitlab, &["gl-token"], None, None).unwrap(),
+            hmac_provider(),
         ];
         for p in &providers {
             let event = (p.kind == Kind::Github).then_some("push");

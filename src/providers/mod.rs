@@ -5,6 +5,9 @@
 //! - [`github`]: `X-Hub-Signature-256` over the raw body.
 //! - [`standard_webhooks`]: the Standard Webhooks spec as Svix sends it
 //!   (`webhook-*` or `svix-*` headers, `whsec_` secrets, timestamp tolerance).
+//! - [`gitlab`]: the shared token of `X-Gitlab-Token`, compared by digest.
+//! - [`hmac`]: a configurable HMAC scheme for providers without a kind of
+//!   their own (header, algorithm, encoding, signed content, timestamp).
 //!
 //! Normalization copies values as they are and leaves out keys whose source
 //! is absent: judging the event (non-empty strings, number types) is the
@@ -18,19 +21,57 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
-use axum::http::HeaderMap;
-use hmac::{Hmac, Mac};
+use ::hmac::{Hmac, Mac};
+use axum::http::{HeaderMap, HeaderValue};
 use serde::Deserialize;
 use serde_json::Value;
-use sha2::Sha256;
+use sha1::Sha1;
+use sha2::{Digest, Sha256, Sha512};
 use subtle::{Choice, ConstantTimeEq};
 
 use crate::refusals::{Reason, RefusalStatus};
 
 pub mod github;
+pub mod gitlab;
+pub mod hmac;
 pub mod standard_webhooks;
 
 type HmacSha256 = Hmac<Sha256>;
+
+/// One secret, prepared once for the provider's scheme and cloned per
+/// request.
+#[derive(Clone)]
+enum Key {
+    /// HMAC-SHA1 keyed with the secret (`hmac` with `algorithm = "sha1"`).
+    Sha1(Hmac<Sha1>),
+    /// HMAC-SHA256 keyed with the secret (most kinds).
+    Sha256(HmacSha256),
+    /// HMAC-SHA512 keyed with the secret (`hmac` with `algorithm = "sha512"`).
+    Sha512(Hmac<Sha512>),
+    /// A token the sender sends as it is (GitLab's `X-Gitlab-Token`). It is
+    /// kept to send (`idemgate send`), and compared by its SHA-256 digest:
+    /// digests have one length, so the comparison takes the same time
+    /// whatever the length of the token sent.
+    Token {
+        /// The token, for the signer.
+        token: String,
+        /// Its SHA-256 digest, for the verifier.
+        digest: [u8; 32],
+    },
+}
+
+impl Key {
+    fn token(token: &str) -> Key {
+        Key::Token { token: token.to_owned(), digest: token_digest(token.as_bytes()) }
+    }
+}
+
+/// The digest a token is compared by ([`Key::Token`]).
+fn token_digest(token: &[u8]) -> [u8; 32] {
+    let mut digest = [0; 32];
+    digest.copy_from_slice(&Sha256::digest(token));
+    digest
+}
 
 /// The default timestamp tolerance of `standard-webhooks` providers.
 pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(5 * 60);
@@ -45,14 +86,22 @@ pub enum Kind {
     /// `standard-webhooks`: the Standard Webhooks spec (Svix and others).
     #[serde(rename = "standard-webhooks")]
     StandardWebhooks,
+    /// `gitlab`: GitLab's `X-Gitlab-Token` webhooks.
+    #[serde(rename = "gitlab")]
+    Gitlab,
+    /// `hmac`: a configurable HMAC scheme ([`hmac::Scheme`]).
+    #[serde(rename = "hmac")]
+    Hmac,
 }
 
 impl Kind {
-    /// The config name (`github`, `standard-webhooks`).
+    /// The config name (`github`, `standard-webhooks`, `gitlab`, `hmac`).
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Github => "github",
             Kind::StandardWebhooks => "standard-webhooks",
+            Kind::Gitlab => "gitlab",
+            Kind::Hmac => "hmac",
         }
     }
 }
@@ -67,7 +116,7 @@ impl FromStr for Kind {
     type Err = ProviderError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [Kind::Github, Kind::StandardWebhooks]
+        [Kind::Github, Kind::StandardWebhooks, Kind::Gitlab, Kind::Hmac]
             .into_iter()
             .find(|k| k.as_str() == s)
             .ok_or_else(|| ProviderError::UnknownKind(s.to_owned()))
@@ -121,8 +170,8 @@ impl FieldPointers {
 /// problem, never the secret.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProviderError {
-    /// `kind` is neither `github` nor `standard-webhooks`.
-    #[error("unknown provider kind {0:?} (expected \"github\" or \"standard-webhooks\")")]
+    /// `kind` names no kind.
+    #[error("unknown provider kind {0:?} (expected \"github\", \"standard-webhooks\", \"gitlab\" or \"hmac\")")]
     UnknownKind(String),
     /// The secret is empty.
     #[error("provider {0:?}: the secret is empty")]
@@ -142,6 +191,14 @@ pub enum ProviderError {
         provider: String,
         /// Which field (`org`, `repo`, `action`, `number`).
         field: &'static str,
+    },
+    /// An `hmac` provider's settings do not make a scheme.
+    #[error("provider {provider:?}: {problem}")]
+    Hmac {
+        /// The provider's name.
+        provider: String,
+        /// What is wrong, naming the key (never its value).
+        problem: hmac::Problem,
     },
 }
 
@@ -218,9 +275,9 @@ pub struct Provider {
     pub name: String,
     /// The scheme.
     pub kind: Kind,
-    /// One HMAC per secret, keyed once; cloned per request. A signature
-    /// made with any of them is valid (rotation).
-    macs: Vec<HmacSha256>,
+    /// One key per secret, in the order listed. A signature made with any
+    /// of them is valid (rotation).
+    keys: Vec<Key>,
     tolerance: Duration,
     fields: FieldPointers,
     identity: IdentityMode,
@@ -229,6 +286,8 @@ pub struct Provider {
     keep_payload: bool,
     allowed_repos: Option<Vec<String>>,
     refusal_status: RefusalStatus,
+    /// How an `hmac` provider signs (`None` for every other kind).
+    hmac_scheme: Option<Box<hmac::Scheme>>,
 }
 
 impl fmt::Debug for Provider {
@@ -236,7 +295,7 @@ impl fmt::Debug for Provider {
         f.debug_struct("Provider")
             .field("name", &self.name)
             .field("kind", &self.kind)
-            .field("secrets", &format!("<redacted> ({})", self.macs.len()))
+            .field("secrets", &format!("<redacted> ({})", self.keys.len()))
             .field("tolerance", &self.tolerance)
             .field("fields", &self.fields)
             .field("identity", &self.identity)
@@ -244,22 +303,33 @@ impl fmt::Debug for Provider {
             .field("keep_payload", &self.keep_payload)
             .field("allowed_repos", &self.allowed_repos)
             .field("refusal_status", &self.refusal_status)
+            .field("hmac_scheme", &self.hmac_scheme)
             .finish()
     }
 }
 
-/// The HMAC of the signed parts, in order: one computation for the
-/// verifier and the signer.
-fn mac_over(mac: &HmacSha256, signed: &[&[u8]]) -> hmac::digest::Output<HmacSha256> {
-    let mut mac = mac.clone();
-    for part in signed {
-        mac.update(part);
+/// What a request made with `key` carries for the signed parts, in order:
+/// their HMAC, or for a token key the token's digest (nothing is signed).
+/// One computation for the verifier and the signer.
+fn mac_over(key: &Key, signed: &[&[u8]]) -> Vec<u8> {
+    fn over<M: Mac + Clone>(mac: &M, signed: &[&[u8]]) -> Vec<u8> {
+        let mut mac = mac.clone();
+        for part in signed {
+            mac.update(part);
+        }
+        mac.finalize().into_bytes().to_vec()
     }
-    mac.finalize().into_bytes()
+    match key {
+        Key::Sha1(mac) => over(mac, signed),
+        Key::Sha256(mac) => over(mac, signed),
+        Key::Sha512(mac) => over(mac, signed),
+        Key::Token { digest, .. } => digest.to_vec(),
+    }
 }
 
-fn hmac(key: &[u8]) -> HmacSha256 {
-    HmacSha256::new_from_slice(key).expect("HMAC takes keys of any length")
+/// An HMAC-SHA256 key.
+fn hmac(key: &[u8]) -> Key {
+    Key::Sha256(HmacSha256::new_from_slice(key).expect("HMAC takes keys of any length"))
 }
 
 impl Provider {
@@ -270,11 +340,11 @@ impl Provider {
         Provider::unkeyed(name.into(), Kind::Github, vec![hmac(secret.as_bytes())])
     }
 
-    fn unkeyed(name: String, kind: Kind, macs: Vec<HmacSha256>) -> Provider {
+    fn unkeyed(name: String, kind: Kind, keys: Vec<Key>) -> Provider {
         Provider {
             name,
             kind,
-            macs,
+            keys,
             tolerance: DEFAULT_TOLERANCE,
             fields: FieldPointers::default(),
             identity: IdentityMode::default(),
@@ -282,6 +352,7 @@ impl Provider {
             keep_payload: false,
             allowed_repos: None,
             refusal_status: RefusalStatus::default(),
+            hmac_scheme: None,
         }
     }
 
@@ -302,7 +373,8 @@ impl Provider {
     /// with any of `secrets` is valid (list the new secret and the old one
     /// while rotating). `tolerance` and `fields` only matter to
     /// `standard-webhooks` (`None`: the defaults). No secrets, or an empty
-    /// one, is refused for every kind.
+    /// one, is refused for every kind. An `hmac` provider needs its scheme:
+    /// [`Provider::hmac`] builds it.
     pub fn new(
         name: impl Into<String>,
         kind: Kind,
@@ -314,24 +386,51 @@ impl Provider {
         if secrets.is_empty() || secrets.iter().any(|s| s.as_ref().is_empty()) {
             return Err(ProviderError::EmptySecret(name));
         }
-        let mut macs = Vec::with_capacity(secrets.len());
+        let mut keys = Vec::with_capacity(secrets.len());
         for secret in secrets {
             let key = match kind {
                 Kind::Github => secret.as_ref().as_bytes().to_vec(),
                 Kind::StandardWebhooks => standard_webhooks::decode_secret(secret.as_ref())
                     .ok_or_else(|| ProviderError::BadSecret { provider: name.clone() })?,
+                Kind::Gitlab => secret.as_ref().as_bytes().to_vec(),
+                Kind::Hmac => {
+                    return Err(ProviderError::Hmac { provider: name, problem: hmac::Problem::NoSignatureHeader });
+                }
             };
             if key.is_empty() {
                 return Err(ProviderError::EmptySecret(name));
             }
-            macs.push(hmac(&key));
+            keys.push(if kind == Kind::Gitlab { Key::token(secret.as_ref()) } else { hmac(&key) });
         }
         let fields = fields.unwrap_or_default();
         fields.validate(&name)?;
         Ok(Provider {
             tolerance: tolerance.unwrap_or(DEFAULT_TOLERANCE),
             fields,
-            ..Provider::unkeyed(name, kind, macs)
+            ..Provider::unkeyed(name, kind, keys)
+        })
+    }
+
+    /// An `hmac` provider: `scheme` says how its sender signs (built and
+    /// checked by [`hmac::Scheme::new`]), `fields` where the event's fields
+    /// are. Secrets are used as given (their UTF-8 bytes are the key).
+    pub fn hmac(
+        name: impl Into<String>,
+        secrets: &[impl AsRef<str>],
+        scheme: hmac::Scheme,
+        fields: FieldPointers,
+    ) -> Result<Provider, ProviderError> {
+        let name = name.into();
+        if secrets.is_empty() || secrets.iter().any(|s| s.as_ref().is_empty()) {
+            return Err(ProviderError::EmptySecret(name));
+        }
+        fields.validate(&name)?;
+        let keys = secrets.iter().map(|s| scheme.key(s.as_ref().as_bytes())).collect();
+        Ok(Provider {
+            tolerance: scheme.tolerance(),
+            fields,
+            hmac_scheme: Some(Box::new(scheme)),
+            ..Provider::unkeyed(name, Kind::Hmac, keys)
         })
     }
 
@@ -403,24 +502,34 @@ impl Provider {
     /// tried (no early exit), each comparison in constant time.
     fn verifies(&self, signed: &[&[u8]], candidate: &[u8]) -> bool {
         let found = self
-            .macs
+            .keys
             .iter()
-            .fold(Choice::from(0), |found, mac| found | mac_over(mac, signed).as_slice().ct_eq(candidate));
+            .fold(Choice::from(0), |found, key| found | mac_over(key, signed).as_slice().ct_eq(candidate));
         bool::from(found)
     }
 
     /// The signature of `signed` under the first listed secret (the new one
     /// while rotating), as a sender makes it: `idemgate send` and `sign`.
     fn signature(&self, signed: &[&[u8]]) -> Vec<u8> {
-        mac_over(&self.macs[0], signed).to_vec()
+        mac_over(&self.keys[0], signed)
     }
 
-    /// The timestamp tolerance (`standard-webhooks` only).
+    /// The first listed token, for kinds whose sender sends the secret
+    /// itself (`gitlab`); `None` for signing kinds.
+    fn token(&self) -> Option<&str> {
+        match &self.keys[0] {
+            Key::Token { token, .. } => Some(token),
+            _ => None,
+        }
+    }
+
+    /// The timestamp tolerance (`standard-webhooks`, and `hmac` with a
+    /// `timestamp_header`).
     pub fn tolerance(&self) -> Duration {
         self.tolerance
     }
 
-    /// The field pointers (`standard-webhooks` only).
+    /// The field pointers (`standard-webhooks` and `hmac`).
     pub fn fields(&self) -> &FieldPointers {
         &self.fields
     }
@@ -432,6 +541,8 @@ impl Provider {
         match self.kind {
             Kind::Github => github::accept(self, headers, body),
             Kind::StandardWebhooks => standard_webhooks::accept(self, headers, body, now),
+            Kind::Gitlab => gitlab::accept(self, headers, body),
+            Kind::Hmac => hmac::accept(self, headers, body, now),
         }
     }
 
@@ -445,12 +556,15 @@ impl Provider {
         event: Option<&str>,
         body: &[u8],
         now: SystemTime,
-    ) -> Result<Vec<(&'static str, String)>, SignError> {
+    ) -> Result<Vec<(&str, String)>, SignError> {
         match (self.kind, event) {
             (Kind::Github, Some(event)) => Ok(github::sign(self, delivery_id, event, body)),
             (Kind::Github, None) => Err(SignError::EventRequired(self.kind)),
             (Kind::StandardWebhooks, None) => Ok(standard_webhooks::sign(self, delivery_id, now, body)),
             (Kind::StandardWebhooks, Some(_)) => Err(SignError::EventNotSent(self.kind)),
+            (Kind::Gitlab, None) => Ok(gitlab::sign(self, delivery_id)),
+            (Kind::Hmac, None) => Ok(hmac::sign(self, delivery_id, now, body)),
+            (Kind::Gitlab | Kind::Hmac, Some(_)) => Err(SignError::EventNotSent(self.kind)),
         }
     }
 }
@@ -477,11 +591,47 @@ enum Header<'a> {
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Header<'a> {
+    match single(headers, name) {
+        Ok(None) => Header::Missing,
+        Err(Repeated) => Header::Repeated,
+        Ok(Some(v)) => v.to_str().map_or(Header::NotText, Header::Value),
+    }
+}
+
+/// A header sent more than once.
+struct Repeated;
+
+/// The one value of a header, whatever its bytes (`None`: not sent); a
+/// header sent more than once is ambiguous, never guessed at.
+fn single<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a HeaderValue>, Repeated> {
     let mut values = headers.get_all(name).iter();
     match (values.next(), values.next()) {
-        (None, _) => Header::Missing,
-        (Some(_), Some(_)) => Header::Repeated,
-        (Some(v), None) => v.to_str().map_or(Header::NotText, Header::Value),
+        (None, _) => Ok(None),
+        (Some(_), Some(_)) => Err(Repeated),
+        (Some(v), None) => Ok(Some(v)),
+    }
+}
+
+/// Refuses a timestamp header (integer seconds, ASCII digits only) further
+/// than `tolerance` from `now`, either way; exactly `tolerance` away is
+/// accepted. `name` is the header's name, for the reason.
+fn check_timestamp(name: &str, timestamp: &str, tolerance: Duration, now: SystemTime) -> Result<(), Rejection> {
+    let seconds: u64 = Some(timestamp)
+        .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| Rejection::Unauthorized(format!("{name} is not integer seconds")))?;
+    let now_ms = match now.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => d.as_millis() as i128,
+        Err(before) => -(before.duration().as_millis() as i128),
+    };
+    let skew = now_ms - i128::from(seconds) * 1000;
+    let tolerance = tolerance.as_millis() as i128;
+    if skew > tolerance {
+        Err(Rejection::Unauthorized(format!("{name} is older than the tolerance")))
+    } else if -skew > tolerance {
+        Err(Rejection::Unauthorized(format!("{name} is further in the future than the tolerance")))
+    } else {
+        Ok(())
     }
 }
 
@@ -498,10 +648,12 @@ mod tests {
     fn kind_parses_config_names() {
         assert_eq!("github".parse::<Kind>(), Ok(Kind::Github));
         assert_eq!("standard-webhooks".parse::<Kind>(), Ok(Kind::StandardWebhooks));
+        assert_eq!("gitlab".parse::<Kind>(), Ok(Kind::Gitlab));
+        assert_eq!("hmac".parse::<Kind>(), Ok(Kind::Hmac));
         let err = "svix".parse::<Kind>().unwrap_err();
         assert_eq!(err, ProviderError::UnknownKind("svix".into()));
         assert!(err.to_string().contains("\"svix\""));
-        for k in [Kind::Github, Kind::StandardWebhooks] {
+        for k in [Kind::Github, Kind::StandardWebhooks, Kind::Gitlab, Kind::Hmac] {
             assert_eq!(k.to_string().parse::<Kind>(), Ok(k));
         }
     }
@@ -519,7 +671,7 @@ mod tests {
         assert_eq!(p.fields, FieldPointers { action: "/type".into(), ..FieldPointers::default() });
         let p: P = serde_json::from_str(r#"{"kind": "github"}"#).unwrap();
         assert_eq!((p.kind, p.fields), (Kind::Github, FieldPointers::default()));
-        assert!(serde_json::from_str::<P>(r#"{"kind": "gitlab"}"#).is_err());
+        assert!(serde_json::from_str::<P>(r#"{"kind": "gitea"}"#).is_err());
         assert!(serde_json::from_str::<P>(r#"{"kind": "github", "fields": {"orgs": "/o"}}"#).is_err());
     }
 
@@ -567,7 +719,7 @@ mod tests {
         assert!(s.contains("<redacted>"));
     }
 
-    const HEADER_NAMES: [&str; 9] = [
+    const HEADER_NAMES: [&str; 15] = [
         "x-hub-signature-256",
         "x-github-delivery",
         "x-github-event",
@@ -577,6 +729,12 @@ mod tests {
         "svix-id",
         "svix-timestamp",
         "svix-signature",
+        "x-gitlab-token",
+        "idempotency-key",
+        "x-gitlab-event-uuid",
+        "x-signature",
+        "x-timestamp",
+        "x-id",
     ];
 
     fn header_value() -> impl proptest::strategy::Strategy<Value = Option<Vec<u8>>> {
@@ -604,6 +762,15 @@ mod tests {
             let providers = [
                 Provider::github("gh", "secret"),
                 Provider::standard_webhooks("sw", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", DEFAULT_TOLERANCE, FieldPointers::default()).unwrap(),
+                Provider::new("gl", Kind::Gitlab, &["gl-token!"], None, None).unwrap(),
+                Provider::hmac("h", &["secret"], crate::providers::hmac::Scheme::new(&crate::providers::hmac::Settings {
+                    signature_header: Some("X-Signature".into()),
+                    encoding: Some("base64".into()),
+                    signed_content: Some("{id}.{timestamp}.{body}".into()),
+                    timestamp_header: Some("X-Timestamp".into()),
+                    delivery_id_header: Some("X-Id".into()),
+                    ..crate::providers::hmac::Settings::default()
+                }).unwrap(), FieldPointers::default()).unwrap(),
             ];
             for p in providers {
                 // Random values never authenticate.

@@ -68,23 +68,7 @@ fn auth_header<'a>(headers: &'a HeaderMap, suffix: &str) -> Result<&'a str, Reje
 
 /// Refuses timestamps further than `tolerance` from `now`, either way.
 fn check_timestamp(timestamp: &str, tolerance: Duration, now: SystemTime) -> Result<(), Rejection> {
-    let seconds: u64 = Some(timestamp)
-        .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
-        .and_then(|t| t.parse().ok())
-        .ok_or_else(|| unauthorized("webhook-timestamp is not integer seconds"))?;
-    let now_ms = match now.duration_since(UNIX_EPOCH) {
-        Ok(d) => d.as_millis() as i128,
-        Err(before) => -(before.duration().as_millis() as i128),
-    };
-    let skew = now_ms - i128::from(seconds) * 1000;
-    let tolerance = tolerance.as_millis() as i128;
-    if skew > tolerance {
-        Err(unauthorized("webhook-timestamp is older than the tolerance"))
-    } else if -skew > tolerance {
-        Err(unauthorized("webhook-timestamp is further in the future than the tolerance"))
-    } else {
-        Ok(())
-    }
+    super::check_timestamp("webhook-timestamp", timestamp, tolerance, now)
 }
 
 pub(super) fn accept(

@@ -15,7 +15,7 @@ use http_body_util::BodyExt;
 use idemgate::gate::{Gate, Settings};
 use idemgate::http::{AppState, app};
 use idemgate::keys::Keys;
-use idemgate::providers::{Kind, Provider};
+use idemgate::providers::{FieldPointers, Kind, Provider, hmac};
 use idemgate::refusals::RefusalStatus;
 use idemgate::store::Store;
 use idemgate::store::redis::{RedisOptions, RedisStore};
@@ -30,13 +30,31 @@ const SW_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 fn providers() -> Vec<Provider> {
     let mut out = Vec::new();
     for mode in [RefusalStatus::Ack, RefusalStatus::Code] {
-        for kind in [Kind::Github, Kind::StandardWebhooks] {
-            let secret = if kind == Kind::Github { "gh-secret" } else { SW_SECRET };
+        for kind in [Kind::Github, Kind::StandardWebhooks, Kind::Gitlab, Kind::Hmac] {
             let name = format!("{kind}-{}", mode.as_str());
-            out.push(Provider::new(name, kind, &[secret], None, None).unwrap().with_refusal_status(mode));
+            let provider = match kind {
+                Kind::Github => Provider::new(name, kind, &["gh-secret"], None, None),
+                Kind::Gitlab => Provider::new(name, kind, &["gl-token"], None, None),
+                Kind::Hmac => Provider::hmac(name, &["hmac-secret"], hmac_scheme(), FieldPointers::default()),
+                _ => Provider::new(name, kind, &[SW_SECRET], None, None),
+            };
+            out.push(provider.unwrap().with_refusal_status(mode));
         }
     }
     out
+}
+
+/// An `hmac` scheme that signs the delivery id and a timestamp too.
+fn hmac_scheme() -> hmac::Scheme {
+    hmac::Scheme::new(&hmac::Settings {
+        signature_header: Some("X-Signature".into()),
+        encoding: Some("base64".into()),
+        signed_content: Some("{id}.{timestamp}.{body}".into()),
+        timestamp_header: Some("X-Timestamp".into()),
+        delivery_id_header: Some("X-Id".into()),
+        ..hmac::Settings::default()
+    })
+    .unwrap()
 }
 
 fn router_over(store: Arc<dyn Store>) -> Router {
@@ -50,7 +68,8 @@ fn signed(p: &Provider, id: &str, body: &Value, forged: bool) -> Request<Body> {
     let event = (p.kind == Kind::Github).then_some("issues");
     let mut req = Request::post(format!("/webhooks/{}", p.name)).header("content-type", "application/json");
     for (name, value) in p.sign(id, event, &bytes, SystemTime::now()).unwrap() {
-        let forge = forged && (name.ends_with("signature") || name.ends_with("signature-256"));
+        let forge =
+            forged && (name.ends_with("signature") || name.ends_with("signature-256") || name == "x-gitlab-token");
         req = req.header(name, if forge { format!("{value}x") } else { value });
     }
     req.body(Body::from(bytes)).unwrap()
@@ -64,10 +83,11 @@ fn payload(kind: Kind, repo: Option<(&str, &str)>, n: i64) -> Value {
             json!({"action": "opened", "issue": {"number": n}, "repository": {"name": name, "owner": {"login": org}}})
         }
         (Kind::Github, None) => json!({"action": "opened", "issue": {"number": n}}),
-        (Kind::StandardWebhooks, Some((org, name))) => {
-            json!({"org": org, "repo": name, "action": "opened", "number": n})
-        }
-        (Kind::StandardWebhooks, None) => json!({"action": "opened", "number": n}),
+        (Kind::Gitlab, Some((org, name))) => json!({"object_kind": "issue",
+            "object_attributes": {"iid": n, "action": "open"}, "project": {"path_with_namespace": format!("{org}/{name}")}}),
+        (Kind::Gitlab, None) => json!({"object_kind": "issue", "object_attributes": {"iid": n, "action": "open"}}),
+        (_, Some((org, name))) => json!({"org": org, "repo": name, "action": "opened", "number": n}),
+        (_, None) => json!({"action": "opened", "number": n}),
     }
 }
 

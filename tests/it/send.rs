@@ -21,6 +21,32 @@ secret = "gh-secret"
 name = "sw"
 kind = "standard-webhooks"
 secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+[[provider]]
+name = "gl"
+kind = "gitlab"
+secret = "gl-token"
+
+[[provider]]
+name = "hm"
+kind = "hmac"
+secret = "hmac-secret"
+signature_header = "X-Signature"
+algorithm = "sha512"
+encoding = "base64"
+signature_prefix = "sha512="
+signed_content = "{id}.{timestamp}.{body}"
+timestamp_header = "X-Timestamp"
+delivery_id_header = "X-Id"
+fields = { action = "/action" }
+
+[[provider]]
+name = "hp"
+kind = "hmac"
+secret = "hmac-secret"
+signature_header = "X-Signature"
+delivery_id = "/id"
+fields = {}
 "#;
 const WRONG: &str = r#"
 [[provider]]
@@ -32,12 +58,34 @@ secret = "not-the-secret"
 name = "sw"
 kind = "standard-webhooks"
 secret = "whsec_c29tZXRoaW5nIGVsc2UgZW50aXJlbHk="
+
+[[provider]]
+name = "gl"
+kind = "gitlab"
+secret = "not-the-token"
+
+[[provider]]
+name = "hm"
+kind = "hmac"
+secret = "not-the-secret"
+signature_header = "X-Signature"
+algorithm = "sha512"
+encoding = "base64"
+signature_prefix = "sha512="
+signed_content = "{id}.{timestamp}.{body}"
+timestamp_header = "X-Timestamp"
+delivery_id_header = "X-Id"
+fields = { action = "/action" }
 "#;
 
 /// One payload per kind that normalizes to octo/repo.
 fn payload(provider: &str) -> &'static str {
     match provider {
         "gh" => r#"{"action":"opened","number":7,"repository":{"name":"repo","owner":{"login":"octo"}}}"#,
+        "gl" => {
+            r#"{"object_kind":"merge_request","object_attributes":{"iid":7,"action":"open"},"project":{"path_with_namespace":"octo/repo"}}"#
+        }
+        "hp" => r#"{"id":"evt-1","org":"octo","repo":"repo","action":"invoice.paid","number":7}"#,
         _ => r#"{"org":"octo","repo":"repo","action":"invoice.paid","number":7}"#,
     }
 }
@@ -73,7 +121,7 @@ fn serve() -> Server {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("config.toml"), CONFIG).unwrap();
     std::fs::write(dir.join("wrong.toml"), WRONG).unwrap();
-    for p in ["gh", "sw"] {
+    for p in ["gh", "sw", "gl", "hm", "hp"] {
         std::fs::write(dir.join(format!("{p}.json")), payload(p)).unwrap();
     }
     let port = free_port();
@@ -126,7 +174,7 @@ fn answer(out: &Output) -> (String, serde_json::Value) {
 #[test]
 fn send_gets_created_replayed_and_duplicate_for_every_kind() {
     let server = serve();
-    for provider in ["gh", "sw"] {
+    for provider in ["gh", "sw", "gl", "hm"] {
         let id = format!("{provider}-d1");
         let first = run(&server, "send", provider, "config.toml", Some(&id));
         assert_eq!(first.status.code(), Some(0), "{provider}: {}", String::from_utf8_lossy(&first.stderr));
@@ -154,7 +202,7 @@ fn send_gets_created_replayed_and_duplicate_for_every_kind() {
 #[test]
 fn a_wrong_secret_is_401_and_exit_1() {
     let server = serve();
-    for provider in ["gh", "sw"] {
+    for provider in ["gh", "sw", "gl", "hm"] {
         let out = run(&server, "send", provider, "wrong.toml", Some(&format!("{provider}-wrong")));
         assert_eq!(out.status.code(), Some(1), "{provider}");
         assert!(stdout(&out).starts_with("HTTP 401"), "{provider}: {}", stdout(&out));
@@ -198,7 +246,7 @@ fn an_unreachable_url_or_a_bad_provider_exits_2() {
 async fn sign_headers_work_with_a_plain_client() {
     let server = serve();
     let client = reqwest::Client::new();
-    for provider in ["gh", "sw"] {
+    for provider in ["gh", "sw", "gl", "hm"] {
         let id = format!("{provider}-signed");
         let mut c = idemgate();
         c.args(["sign", "--provider", provider, "--delivery-id", &id, "--config"]).arg(server.dir.join("config.toml"));
@@ -219,4 +267,20 @@ async fn sign_headers_work_with_a_plain_client() {
         let replay = req.send().await.unwrap();
         assert_eq!(replay.headers()["idempotent-replayed"], "true", "{provider}");
     }
+}
+
+/// An `hmac` provider that reads the delivery id from the body: `send`
+/// reports the payload's id and refuses `--delivery-id`, which it could not send.
+#[test]
+fn a_delivery_id_in_the_body_is_the_payloads_own() {
+    let server = serve();
+    let first = run(&server, "send", "hp", "config.toml", None);
+    assert_eq!(first.status.code(), Some(0), "{}", String::from_utf8_lossy(&first.stderr));
+    assert_eq!(answer(&first).0, "HTTP 202 Accepted");
+    assert!(String::from_utf8_lossy(&first.stderr).contains("delivery id evt-1"));
+    let again = run(&server, "send", "hp", "config.toml", None);
+    assert!(stdout(&again).contains("idempotent-replayed: true"), "{}", stdout(&again));
+    let out = run(&server, "send", "hp", "config.toml", Some("other-id"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("leave out --delivery-id"));
 }
