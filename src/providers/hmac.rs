@@ -828,6 +828,42 @@ mod tests {
         );
     }
 
+    fn arb_setting() -> impl proptest::strategy::Strategy<Value = Option<String>> {
+        use proptest::prelude::*;
+        proptest::option::of(prop_oneof![
+            "(\\{|\\}|body|timestamp|id|[a-z_]{0,4}|.){0,12}",
+            "[A-Za-z-]{1,12}",
+            "/[a-z]{0,6}",
+            ".{0,12}",
+        ])
+    }
+
+    proptest::proptest! {
+        /// Any settings give a scheme or a problem, never a panic; a scheme
+        /// always signs the body.
+        #[test]
+        fn scheme_parser_never_panics(
+            values in proptest::collection::vec(arb_setting(), 8),
+            tolerance in proptest::option::of(0u64..1000),
+        ) {
+            let settings = Settings {
+                signature_header: values[0].clone(),
+                algorithm: values[1].clone(),
+                encoding: values[2].clone(),
+                signature_prefix: values[3].clone(),
+                signed_content: values[4].clone(),
+                timestamp_header: values[5].clone(),
+                tolerance: tolerance.map(Duration::from_secs),
+                delivery_id_header: values[6].clone(),
+                delivery_id: values[7].clone(),
+            };
+            if let Ok(scheme) = Scheme::new(&settings) {
+                proptest::prop_assert!(scheme.signed_content.contains(&Part::Body));
+                proptest::prop_assert_eq!(scheme.signed_content.contains(&Part::Timestamp), scheme.timestamp_header.is_some());
+            }
+        }
+    }
+
     #[test]
     fn debug_redacts_the_secret() {
         let p = provider(&github_like(), &["hunter2-very-secret"]);

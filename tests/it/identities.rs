@@ -619,9 +619,11 @@ async fn gitlab_identities(b: Backend) {
     // A group-only event carries no project.
     let member = json!({"group_path": "webhook-test", "event_name": "user_add_to_group"});
     assert_eq!(gl(GitlabId::Key("k8"), &member).await.body, json!({"status": "bad_request", "code": 400}));
+    // Counted under the provider's name, replays included.
     let m = metrics(&app).await;
     for line in [
-        r#"idemgate_gate_outcomes_total{provider="gitlab",status="created"} 4"#,
+        r#"idemgate_gate_outcomes_total{provider="gitlab",status="created"} 5"#,
+        r#"idemgate_gate_outcomes_total{provider="gitlab",status="duplicate"} 2"#,
         r#"idemgate_refusals_total{provider="gitlab",status="bad_request"} 2"#,
     ] {
         assert!(m.contains(line), "{line} missing from\n{m}");
