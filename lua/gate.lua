@@ -18,15 +18,51 @@
 --           sent on this connection, covers the record; else "0"
 -- ARGV[12]: the subject when it is more than the number text (docs/identities.md), else ""
 -- ARGV[13]: the payload to keep in the run record (keep_payload), else ""
+-- ARGV[14]: "0", or for a caller that runs the work itself (the embedded layer, docs/embedding.md)
+--           the end of its hold on a run it creates, ms since the Unix epoch: such a run is held
+--           (record: status running, held_until) instead of queued on the runs stream
+-- ARGV[15]: with a hold, the run record's TTL, ms (0: none): a held run is in no queue
 -- Returns: {1, record} when the delivery was seen before (a replay),
---          {0, record} when this call decided; record is the delivery record JSON.
+--          {0, record} when this call decided; record is the delivery record JSON,
+--          {2, run id} with a hold, when the delivery's run or the identity's run is still
+--                      held by its handler (work in flight); nothing was written.
+
+local held_until = tonumber(ARGV[14] or '0') or 0
+local now = tonumber(ARGV[5])
+
+-- The end of the hold on a run, or nil when nobody holds it (a missing
+-- field comes back as false, not nil).
+local function hold_of(run_id)
+  local until_ms = redis.call('HGET', KEYS[5] .. run_id, 'held_until')
+  if not until_ms then
+    return nil
+  end
+  return tonumber(until_ms)
+end
 
 local cached = redis.call('GET', KEYS[1])
 if cached then
-  if ARGV[11] == '1' then
-    redis.call('SET', KEYS[1], cached, 'KEEPTTL')
+  local stale = false
+  if held_until > 0 then
+    local first = cjson.decode(cached)
+    if first.status == 'created' and type(first.run_id) == 'string' then
+      local until_ms = hold_of(first.run_id)
+      if until_ms and until_ms > now then
+        return {2, first.run_id}
+      end
+      -- A hold that ran out: its holder stopped before ending the work. The
+      -- record is dropped and the delivery decided again; the identity's
+      -- logical key still names the run, so the verdict below takes it over.
+      stale = until_ms ~= nil
+    end
   end
-  return {1, cached}
+  if not stale then
+    if ARGV[11] == '1' then
+      redis.call('SET', KEYS[1], cached, 'KEEPTTL')
+    end
+    return {1, cached}
+  end
+  redis.call('DEL', KEYS[1])
 end
 
 local verdict = ARGV[1]
@@ -37,6 +73,17 @@ elseif verdict == 'blocked' then
   record = '{"status":"blocked","code":403'
 elseif verdict == 'work' then
   local run_id = redis.call('GET', KEYS[2])
+  if run_id and held_until > 0 then
+    local until_ms = hold_of(run_id)
+    if until_ms and until_ms > now then
+      return {2, run_id}
+    elseif until_ms then
+      redis.call('HSET', KEYS[5] .. run_id, 'status', 'released', 'updated_ms', ARGV[5],
+        'last_error', 'its handler stopped before ending it (the hold ran out); a later delivery took the work over')
+      redis.call('HDEL', KEYS[5] .. run_id, 'held_until')
+      run_id = nil
+    end
+  end
   if run_id then
     record = '{"status":"duplicate","code":200,"run_id":"' .. run_id .. '"'
   else
@@ -59,15 +106,24 @@ elseif verdict == 'work' then
     redis.call('HSET', KEYS[5] .. run_id,
       'run_id', run_id, 'provider', ARGV[6], 'delivery_id', ARGV[7], 'repo', ARGV[8],
       'action', ARGV[9], 'number', ARGV[10], 'created_ms', ARGV[5], 'status', 'queued', 'attempts', 0)
+    if held_until > 0 then
+      redis.call('HSET', KEYS[5] .. run_id, 'status', 'running', 'runner', 'embedded', 'held_until', ARGV[14])
+      if tonumber(ARGV[15]) > 0 then
+        redis.call('PEXPIRE', KEYS[5] .. run_id, ARGV[15])
+      end
+    end
     if (ARGV[12] or '') ~= '' then
       redis.call('HSET', KEYS[5] .. run_id, 'subject', ARGV[12])
     end
     if (ARGV[13] or '') ~= '' then
       redis.call('HSET', KEYS[5] .. run_id, 'payload', ARGV[13])
     end
-    redis.call('XADD', KEYS[4], '*',
-      'run_id', run_id, 'provider', ARGV[6], 'repo', ARGV[8], 'action', ARGV[9],
-      'number', ARGV[10], 'delivery_id', ARGV[7])
+    -- A held run is run by its holder, not by `idemgate worker`: it is not queued.
+    if held_until == 0 then
+      redis.call('XADD', KEYS[4], '*',
+        'run_id', run_id, 'provider', ARGV[6], 'repo', ARGV[8], 'action', ARGV[9],
+        'number', ARGV[10], 'delivery_id', ARGV[7])
+    end
     if tonumber(ARGV[3]) > 0 then
       redis.call('SET', KEYS[2], run_id, 'PX', ARGV[3])
     else

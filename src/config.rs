@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use crate::gate::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, Settings};
 use crate::keys::Keys;
-use crate::providers::{FieldPointers, IdentityMode, Kind, Provider};
+use crate::providers::{FieldOverrides, FieldPointers, IdentityMode, Kind, Provider};
 use crate::refusals::RefusalStatus;
 use crate::store::Store;
 use crate::store::connection::is_tls_url;
@@ -223,7 +223,7 @@ struct ProviderConfig {
     /// One variable name, or several (a list, or comma-separated): each holds one secret.
     secret_env: Option<StringOrList>,
     tolerance: Option<String>,
-    fields: Option<FieldPointers>,
+    fields: Option<FieldOverrides>,
     identity: Option<IdentityMode>,
     events: Option<Vec<String>>,
     keep_payload: Option<bool>,
@@ -239,6 +239,8 @@ struct ProviderConfig {
     timestamp_header: Option<String>,
     delivery_id_header: Option<String>,
     delivery_id: Option<String>,
+    /// How long the provider waits for an answer (default: its kind's).
+    deadline: Option<String>,
 }
 
 impl ProviderConfig {
@@ -740,15 +742,18 @@ fn providers_from(file: &FileConfig, env: &dyn Fn(&str) -> Option<String>) -> Re
         if providers.iter().any(|q: &Provider| q.name == p.name) {
             return Err(err(format!("{at}: a provider named {:?} is defined twice", p.name)));
         }
-        let kind: Kind = p.kind.parse().map_err(|_| {
-            err(format!("{at}: unknown kind (use \"github\", \"standard-webhooks\", \"gitlab\" or \"hmac\")"))
-        })?;
+        let kind: Kind =
+            p.kind.parse().map_err(|_| err(format!("{at}: unknown kind (use one of {})", Kind::names())))?;
         let secrets = p.secrets(&at, &env)?;
         let tolerance = file_duration(&format!("{at}: tolerance"), p.tolerance.as_ref())?;
         if matches!(kind, Kind::Github | Kind::Gitlab) && (p.tolerance.is_some() || p.fields.is_some()) {
             return Err(err(format!(
-                "{at}: `tolerance` and `fields` apply to kinds \"standard-webhooks\" and \"hmac\" only"
+                "{at}: `tolerance` and `fields` apply to kinds other than \"github\" and \"gitlab\""
             )));
+        }
+        // An `hmac` scheme checks its own `tolerance` (it needs a `timestamp_header`).
+        if !kind.is_timestamped() && kind != Kind::Hmac && p.tolerance.is_some() {
+            return Err(err(format!("{at}: `tolerance` applies to kinds that sign a timestamp only")));
         }
         if kind != Kind::Github && p.identity.is_some() {
             return Err(err(format!("{at}: `identity` applies to kind \"github\" only")));
@@ -756,16 +761,22 @@ fn providers_from(file: &FileConfig, env: &dyn Fn(&str) -> Option<String>) -> Re
         if let Some(key) = p.hmac_keys_given().filter(|_| kind != Kind::Hmac) {
             return Err(err(format!("{at}: `{key}` applies to kind \"hmac\" only")));
         }
+        let deadline = file_duration(&format!("{at}: deadline"), p.deadline.as_ref())?;
+        if deadline.is_some_and(|d| d.is_zero()) {
+            return Err(err(format!("{at}: `deadline` must be more than 0 (leave it out for the kind's default)")));
+        }
         let provider = if kind == Kind::Hmac {
             hmac_provider(p, &secrets, tolerance)
         } else {
-            Provider::new(p.name.clone(), kind, &secrets, tolerance, p.fields.clone())
+            Provider::new(p.name.clone(), kind, &secrets, tolerance, None)
+                .and_then(|provider| provider.with_fields(p.fields.clone().unwrap_or_default()))
         };
         let mut provider = provider
             .map_err(|e| err(format!("{at}: {e}")))?
             .with_identity(p.identity.unwrap_or_default())
             .with_keep_payload(p.keep_payload.unwrap_or(false))
-            .with_refusal_status(p.refusal_status.unwrap_or_default());
+            .with_refusal_status(p.refusal_status.unwrap_or_default())
+            .with_deadline(deadline.unwrap_or(kind.default_deadline()));
         if let Some(events) = &p.events {
             if events.is_empty() || events.iter().any(String::is_empty) {
                 return Err(err(format!(
@@ -803,8 +814,10 @@ fn hmac_provider(
     };
     let problem = |problem| ProviderError::Hmac { provider: p.name.clone(), problem };
     let scheme = hmac::Scheme::new(&settings).map_err(problem)?;
-    let fields = p.fields.clone().ok_or_else(|| problem(hmac::Problem::NoFields))?;
-    Provider::hmac(p.name.clone(), secrets, scheme, fields)
+    // Like `standard-webhooks`, a key left out of `fields` keeps its
+    // default pointer (`/org`, …); the table itself is required.
+    let fields = p.fields.as_ref().ok_or_else(|| problem(hmac::Problem::NoFields))?;
+    Provider::hmac(p.name.clone(), secrets, scheme, fields.over(FieldPointers::default()))
 }
 
 #[cfg(test)]
@@ -1028,6 +1041,122 @@ mod tests {
             .0;
         assert!(e.contains("\"GH_OLD\" is not set"), "{e}");
         assert!(!ServeConfig::resolve_with(&ServeArgs::default(), &file(""), env).unwrap().keep_payload);
+    }
+
+    #[test]
+    fn stripe_slack_and_shopify_providers() {
+        let text = r#"
+            [[provider]]
+            name = "stripe"
+            kind = "stripe"
+            secrets = ["whsec_new", "whsec_old"]
+            tolerance = "2m"
+            events = ["invoice.paid"]
+            fields = { number = "/data/object/id" }
+
+            [[provider]]
+            name = "slack"
+            kind = "slack"
+            secret = "signing"
+
+            [[provider]]
+            name = "shopify"
+            kind = "shopify"
+            secret = "client"
+            fields = { org = "=acme" }
+        "#;
+        let c = ServeConfig::resolve_with(&ServeArgs::default(), &file(text), |_| None).unwrap();
+        let [stripe, slack, shopify] = &c.providers[..] else { panic!("{:?}", c.providers) };
+        assert_eq!((stripe.kind, slack.kind, shopify.kind), (Kind::Stripe, Kind::Slack, Kind::Shopify));
+        assert_eq!((stripe.tolerance(), slack.tolerance()), (Duration::from_secs(120), Duration::from_secs(300)));
+        let debug = format!("{stripe:?} {slack:?} {shopify:?}");
+        assert!(debug.contains("/data/object/id") && debug.contains("=acme"), "{debug}");
+        assert!(!debug.contains("whsec_") && !debug.contains("signing") && !debug.contains("client"), "{debug}");
+        for (text, want) in [
+            (
+                "[[provider]]\nname = \"x\"\nkind = \"shopify\"\nsecret = \"s\"\ntolerance = \"5m\"",
+                "[[provider]] #1 (\"x\"): `tolerance` applies to kinds that sign a timestamp only",
+            ),
+            (
+                "[[provider]]\nname = \"x\"\nkind = \"stripe\"\nsecret = \"s\"\nfields = { number = \"data.id\" }",
+                "fields.number is not a JSON pointer",
+            ),
+            ("[[provider]]\nname = \"x\"\nkind = \"slack\"\nsecret = \"\"", "the secret is empty"),
+            ("[[provider]]\nname = \"x\"\nkind = \"slack\"\nsecret = \"s\"\nidentity = \"event\"", "`identity`"),
+            ("[[provider]]\nname = \"x\"\nkind = \"Stripe\"\nsecret = \"s\"", "\"stripe\", \"slack\", \"shopify\""),
+        ] {
+            let e = resolve(&ServeArgs::default(), text).unwrap_err();
+            assert!(e.contains(want), "{text:?}: {e:?} lacks {want:?}");
+            assert!(!e.contains("Stripe") && !e.contains("data.id"), "values are not echoed: {e}");
+        }
+        assert!(
+            toml::from_str::<FileConfig>(
+                "[[provider]]\nname = \"x\"\nkind = \"stripe\"\nsecret = \"s\"\nfields = { subject = \"/id\" }"
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn provider_deadline_overrides_the_kinds_default() {
+        let text = r#"
+            [[provider]]
+            name = "slack-like"
+            kind = "github"
+            secret = "s"
+            deadline = "3s"
+
+            [[provider]]
+            name = "fast"
+            kind = "standard-webhooks"
+            secret = "whsec_c2Vjb25k"
+            deadline = "750ms"
+
+            [[provider]]
+            name = "gh"
+            kind = "github"
+            secret = "s"
+
+            [[provider]]
+            name = "sw"
+            kind = "standard-webhooks"
+            secret = "whsec_c2Vjb25k"
+        "#;
+        let providers = providers_from(&file(text), &|_: &str| None).unwrap();
+        let deadlines: Vec<_> = providers.iter().map(|p| (p.name.as_str(), p.deadline())).collect();
+        assert_eq!(
+            deadlines,
+            [
+                ("slack-like", Duration::from_secs(3)),
+                ("fast", Duration::from_millis(750)),
+                ("gh", Kind::Github.default_deadline()),
+                ("sw", Kind::StandardWebhooks.default_deadline()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bad_deadline_names_the_key_never_the_value() {
+        let provider = |deadline: &str| {
+            format!("[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\ndeadline = {deadline:?}")
+        };
+        for (value, want) in [
+            ("0s", "`deadline` must be more than 0"),
+            ("0ms", "`deadline` must be more than 0"),
+            ("hunter2-in-the-wrong-key", "deadline`: not a duration"),
+            ("3", "deadline`: not a duration"),
+            ("3 s", "deadline`: not a duration"),
+            ("-3s", "deadline`: not a duration"),
+            ("1.5s", "deadline`: not a duration"),
+        ] {
+            let e = providers_from(&file(&provider(value)), &|_: &str| None).unwrap_err().0;
+            assert!(e.contains(want) && e.contains("\"x\""), "{value:?}: {e:?} lacks {want:?}");
+            assert!(!e.contains(value), "{value:?} echoed in {e:?}");
+        }
+        // Not a string at all: the TOML error names the key, not the value.
+        let text = provider("x").replace("deadline = \"x\"", "deadline = 31337");
+        let e = toml_error(&text, &toml::from_str::<FileConfig>(&text).unwrap_err());
+        assert!(e.contains("deadline") && !e.contains("31337"), "{e}");
     }
 
     #[test]
@@ -1318,6 +1447,9 @@ mod tests {
             prop_oneof![
                 Just("github".to_owned()),
                 Just("standard-webhooks".to_owned()),
+                Just("stripe".to_owned()),
+                Just("slack".to_owned()),
+                Just("shopify".to_owned()),
                 Just("gitlab".to_owned()),
                 Just("hmac".to_owned()),
                 "[a-z-]{0,10}"
@@ -1325,11 +1457,14 @@ mod tests {
             proptest::option::of(".{0,12}"),
             proptest::option::of("[A-Z_]{1,8}"),
             proptest::option::of("[0-9]{1,3}(s|m|x)"),
+            proptest::option::of("[0-9]{1,5}(ms|s|m|x|)"),
         )
-            .prop_map(|(name, kind, secret, secret_env, tolerance)| {
+            .prop_map(|(name, kind, secret, secret_env, tolerance, deadline)| {
                 let q = |s: String| toml::Value::String(s).to_string();
                 let mut t = format!("[[provider]]\nname = {}\nkind = {}\n", q(name), q(kind));
-                for (key, value) in [("secret", secret), ("secret_env", secret_env), ("tolerance", tolerance)] {
+                let keys =
+                    [("secret", secret), ("secret_env", secret_env), ("tolerance", tolerance), ("deadline", deadline)];
+                for (key, value) in keys {
                     if let Some(v) = value {
                         t.push_str(&format!("{key} = {}\n", q(v)));
                     }

@@ -31,6 +31,15 @@ pub enum Error {
         /// The limit, in bytes.
         max: usize,
     },
+    /// The delivery's run, or the run of its identity, is held by a
+    /// handler that is still running it (the embedded layer,
+    /// [`crate::layer`]); nothing was written. Answered 503 with
+    /// `Retry-After`: the retry gets the outcome once the handler ends.
+    #[error("run {run_id} is still being handled")]
+    InFlight {
+        /// The held run.
+        run_id: String,
+    },
     /// A stored record could not be read back.
     #[error("malformed record in the store: {0}")]
     Corrupt(String),

@@ -11,7 +11,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::error::Error;
-use crate::store::{Call, Store};
+use crate::store::{Call, HeldRun, Store};
 
 /// The four answers of the gate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -245,6 +245,49 @@ impl Gate {
     /// The general form of [`Gate::check`]: a delivery with its content
     /// digest (the identity's subject) and the payload to keep, if any.
     pub async fn submit(&self, s: &Submission<'_>) -> Result<Outcome, Error> {
+        Ok(self.call(s, None).await?.0)
+    }
+
+    /// [`Gate::submit`] for a caller that runs the work itself instead of
+    /// queueing it for `idemgate worker` (the embedded layer,
+    /// [`crate::layer`]). A created run is not queued: it is held by the
+    /// caller for `hold.lease`, who must then [`Gate::finish`] or
+    /// [`Gate::release`] it. While it is held, a retry of the delivery or
+    /// another delivery of the identity gets [`Error::InFlight`] (nothing
+    /// written); once the lease runs out, the next one takes the work over.
+    pub async fn submit_held(&self, s: &Submission<'_>, hold: Hold) -> Result<Admission, Error> {
+        let (outcome, verdict) = self.call(s, Some(hold)).await?;
+        Ok(match verdict {
+            Verdict::Work(identity) if outcome.response.status == Status::Created && !outcome.replayed => {
+                let run_id = outcome.response.run_id.clone().expect("a created response names its run");
+                let claim = Claim {
+                    run_id,
+                    provider: s.provider.to_owned(),
+                    delivery_id: s.delivery_id.to_owned(),
+                    identity,
+                    retention: hold.retention,
+                };
+                Admission::Claimed { outcome, claim: Box::new(claim) }
+            }
+            _ => Admission::Answered(outcome),
+        })
+    }
+
+    /// The held run's work succeeded: it is `done`, retries of its delivery
+    /// replay `created`, other deliveries of its identity are `duplicate`.
+    /// `false` when the hold had run out and the work was taken over.
+    pub async fn finish(&self, claim: &Claim) -> Result<bool, Error> {
+        self.store.finish(&claim.held_run()).await
+    }
+
+    /// The held run's work failed: its delivery record and logical key are
+    /// removed (if they still name it) and the run is `released`, so the
+    /// provider's retry creates new work instead of a replay or a `duplicate`.
+    pub async fn release(&self, claim: &Claim) -> Result<bool, Error> {
+        self.store.release(&claim.held_run()).await
+    }
+
+    async fn call(&self, s: &Submission<'_>, hold: Option<Hold>) -> Result<(Outcome, Verdict), Error> {
         check_key_field("provider", s.provider)?;
         check_key_field("delivery_id", s.delivery_id)?;
         let call = Call {
@@ -254,10 +297,11 @@ impl Gate {
             event_digest: s.event_digest,
             payload: s.payload,
             now_ms: now_ms(),
+            hold,
         };
         let stored = self.store.apply(&call).await?;
         let event_mismatch = stored.replayed && stored.first_digest.as_deref().is_some_and(|d| d != s.event_digest);
-        Ok(Outcome { response: stored.response, replayed: stored.replayed, event_mismatch })
+        Ok((Outcome { response: stored.response, replayed: stored.replayed, event_mismatch }, call.verdict))
     }
 
     /// Validation, then policy: the verdict for a delivery not seen before.
@@ -280,6 +324,62 @@ impl Gate {
             None => Identity::new(provider, repo, fields.action, fields.number),
             Some(d) => Identity::with_content(provider, repo, fields.action, fields.number, d),
         })
+    }
+}
+
+/// How a caller that runs the work itself holds the runs it creates
+/// ([`Gate::submit_held`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hold {
+    /// How long the run stays held. Past it, the caller is presumed gone
+    /// (its process stopped) and the next delivery takes the work over, so
+    /// the caller must end its work well within it.
+    pub lease: Duration,
+    /// How long the run record stays once created (Redis); a held run is
+    /// in no queue, so its record expires like a finished one. `None`: forever.
+    pub retention: Option<Duration>,
+}
+
+/// What [`Gate::submit_held`] decided.
+#[derive(Debug)]
+pub enum Admission {
+    /// New work: the run is created and held by the caller, who runs it and
+    /// then calls [`Gate::finish`] or [`Gate::release`].
+    Claimed {
+        /// The gate's `created` answer.
+        outcome: Outcome,
+        /// The held run (boxed: it is most of the variant's size).
+        claim: Box<Claim>,
+    },
+    /// Anything else (a replay, `duplicate`, `bad_request`, `blocked`): the
+    /// answer, with nothing to run.
+    Answered(Outcome),
+}
+
+/// A run held by the caller that created it (see [`Admission::Claimed`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The run, `run-N`.
+    pub run_id: String,
+    /// The provider of the delivery that created it.
+    pub provider: String,
+    /// The delivery that created it.
+    pub delivery_id: String,
+    /// The logical work it is.
+    pub identity: Identity,
+    retention: Option<Duration>,
+}
+
+impl Claim {
+    fn held_run(&self) -> HeldRun<'_> {
+        HeldRun {
+            provider: &self.provider,
+            delivery_id: &self.delivery_id,
+            identity: &self.identity,
+            run_id: &self.run_id,
+            retention: self.retention,
+            now_ms: now_ms(),
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Instant, SystemTime};
 
 use axum::body::{Body, Bytes};
@@ -20,8 +21,8 @@ use subtle::ConstantTimeEq;
 
 use crate::gate::{Gate, Outcome, Status, Submission};
 use crate::intake::{BodyBudget, BodyError};
-use crate::metrics::Metrics;
-use crate::providers::{Provider, Rejection};
+use crate::metrics::{DeadlineStage, Metrics};
+use crate::providers::{Delivery, Provider, Rejection};
 use crate::refusals::{Reason, Refusal, RefusalLog, RefusalStatus};
 
 /// `Retry-After` seconds sent with a 503.
@@ -53,10 +54,7 @@ impl AppState {
     /// A provider's own `allowed_repos` replaces the gate's allowlist for
     /// its deliveries.
     pub fn new(gate: Gate, providers: Vec<Provider>, api_token: Option<&str>) -> Self {
-        let gate = providers.iter().fold(gate, |gate, p| match p.allowed_repos() {
-            Some(repos) => gate.with_provider_allowlist(&p.name, repos.iter().cloned()),
-            None => gate,
-        });
+        let gate = with_provider_allowlists(gate, &providers);
         Self(Arc::new(Shared {
             gate,
             providers: Arc::new(providers.into_iter().map(|p| (p.name.clone(), p)).collect()),
@@ -97,7 +95,8 @@ impl AppState {
         self
     }
 
-    /// Sets the bound on one request.
+    /// Sets the bound on one request. Provider endpoints answer sooner, by
+    /// their provider's deadline ([`Provider::answer_within`]).
     pub fn with_request_timeout(mut self, timeout: std::time::Duration) -> Self {
         Arc::make_mut(&mut self.0).request_timeout = timeout;
         self
@@ -107,6 +106,15 @@ impl AppState {
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.0.metrics
     }
+}
+
+/// `gate` with the providers' own `allowed_repos`, each replacing the
+/// gate's allowlist for its provider's deliveries.
+pub(crate) fn with_provider_allowlists<'a>(gate: Gate, providers: impl IntoIterator<Item = &'a Provider>) -> Gate {
+    providers.into_iter().fold(gate, |gate, p| match p.allowed_repos() {
+        Some(repos) => gate.with_provider_allowlist(&p.name, repos.iter().cloned()),
+        None => gate,
+    })
 }
 
 /// Every error the API answers: the status comes from the variant, the
@@ -223,12 +231,25 @@ async fn read_body(
     body: Body,
     cost: usize,
 ) -> Result<(Bytes, tokio::sync::OwnedSemaphorePermit), ApiError> {
+    read_within(&st.0.budget, &st.0.metrics, headers, body, st.0.max_body, cost).await
+}
+
+/// [`read_body`] with the budget, metrics and limit given (here and in
+/// [`crate::layer`]): 413 over `max_body`, 503 when the budget has no room.
+pub(crate) async fn read_within(
+    budget: &BodyBudget,
+    metrics: &Metrics,
+    headers: &HeaderMap,
+    body: Body,
+    max_body: usize,
+    cost: usize,
+) -> Result<(Bytes, tokio::sync::OwnedSemaphorePermit), ApiError> {
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    st.0.budget.read(body, declared, st.0.max_body, cost).await.map_err(|e| match e {
+    budget.read(body, declared, max_body, cost).await.map_err(|e| match e {
         BodyError::TooLarge(max) => ApiError::TooLarge(max),
         BodyError::Busy => {
-            st.0.metrics.body_budget_refusal();
+            metrics.body_budget_refusal();
             ApiError::Unavailable("too many large request bodies in flight; retry later")
         }
         BodyError::Broken => ApiError::BadRequest("the request body could not be read".into()),
@@ -261,71 +282,176 @@ async fn webhook(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    let started = Instant::now();
     // A name that is not a UTF-8 path segment cannot be a configured provider.
     let Ok(Path(name)) = name else { return Err(ApiError::NotFound("no such provider".into())) };
     let provider =
         st.0.providers.get(&name).ok_or_else(|| ApiError::NotFound(format!("no provider named {name:?}")))?;
-    let (bytes, _permit) = read_body(&st, &headers, body, 1).await?;
-    let delivery = match provider.accept(&headers, &bytes, SystemTime::now()) {
+    // The whole request, body to store answer, fits the provider's deadline,
+    // so a slow client or a slow Redis gets a 503 that the provider retries,
+    // never a timeout that it counts as a failure. The store call is one
+    // atomic script: cut short, it either never ran or ran whole (then the
+    // retry gets its replay); nothing is half-written.
+    let within = provider.answer_within(st.0.request_timeout);
+    let at_store = AtomicBool::new(false);
+    match tokio::time::timeout(within, accept_webhook(&st, provider, &headers, body, &at_store)).await {
+        Ok(answer) => answer,
+        Err(_) => {
+            let stage = if at_store.load(Ordering::Relaxed) { DeadlineStage::Store } else { DeadlineStage::Body };
+            st.0.metrics.deadline_expiry(&name, stage);
+            tracing::warn!(
+                provider = %name,
+                deadline = ?provider.deadline(),
+                elapsed = ?started.elapsed(),
+                waiting_for = stage.as_str(),
+                "provider deadline reached: answered 503 so that the provider retries"
+            );
+            Err(ApiError::Unavailable("no answer within the provider's deadline; retry later"))
+        }
+    }
+}
+
+/// A provider delivery, read, authenticated and gated; `at_store` turns true
+/// once only the store's answer is awaited.
+async fn accept_webhook(
+    st: &AppState,
+    provider: &Provider,
+    headers: &HeaderMap,
+    body: Body,
+    at_store: &AtomicBool,
+) -> Result<Response, ApiError> {
+    let (bytes, _permit) = read_body(st, headers, body, 1).await?;
+    let delivery = match accept_delivery(provider, headers, &bytes, &st.0.metrics, &st.0.refusals) {
         Ok(delivery) => delivery,
+        Err(answer) => return Ok(*answer),
+    };
+    let digest = body_digest(&bytes);
+    at_store.store(true, Ordering::Relaxed);
+    let outcome = gate_call(st, &provider_submission(provider, &delivery, &bytes, &digest)).await?;
+    Ok(provider_answer(provider, &delivery, &outcome, &st.0.metrics, &st.0.refusals))
+}
+
+/// Authenticates and normalizes a request to a provider endpoint (here and
+/// in [`crate::layer`]). `Err` is the answer that ends the request before
+/// the gate: 401 or 400 (nothing read from or written to the store), or
+/// the `ignored` acknowledgement.
+pub(crate) fn accept_delivery(
+    provider: &Provider,
+    headers: &HeaderMap,
+    body: &[u8],
+    metrics: &Metrics,
+    refusals: &RefusalLog,
+) -> Result<Delivery, Box<Response>> {
+    let name = provider.name.as_str();
+    match provider.accept(headers, body, SystemTime::now()) {
+        Ok(delivery) => Ok(delivery),
         Err(Rejection::Ignored(reason)) => {
-            st.0.metrics.ignored(&name);
-            let refusal = Refusal { provider: &name, delivery_id: None, reason, event: None, replayed: false };
-            st.0.refusals.record(&st.0.metrics, &refusal);
+            metrics.ignored(name);
+            let refusal = Refusal { provider: name, delivery_id: None, reason, event: None, replayed: false };
+            refusals.record(metrics, &refusal);
             let outcome = Outcome {
                 response: crate::gate::Response::plain(Status::Ignored),
                 replayed: false,
                 event_mismatch: false,
             };
-            return Ok(gate_response(&outcome, provider.refusal_status()));
+            Err(Box::new(gate_response(&outcome, provider.refusal_status())))
+        }
+        // A signed handshake (Slack's `url_verification`): echoed, nothing stored.
+        Err(Rejection::Challenge(challenge)) => {
+            tracing::info!(provider = %name, "url verification handshake answered");
+            Err(Box::new(Json(json!({ "challenge": challenge })).into_response()))
         }
         Err(r) => {
             tracing::info!(provider = %name, reason = r.reason(), "webhook rejected");
-            return Err(match r {
-                Rejection::Unauthorized(m) => {
-                    st.0.metrics.auth_failure(&name);
-                    ApiError::Unauthorized(m)
+            Err(Box::new(
+                match r {
+                    Rejection::Unauthorized(m) => {
+                        metrics.auth_failure(name);
+                        ApiError::Unauthorized(m)
+                    }
+                    Rejection::BadRequest(m) => ApiError::BadRequest(m),
+                    Rejection::Ignored(_) | Rejection::Challenge(_) => unreachable!("answered above"),
                 }
-                Rejection::BadRequest(m) => ApiError::BadRequest(m),
-                Rejection::Ignored(_) => unreachable!("answered above"),
-            });
+                .into_response(),
+            ))
         }
-    };
-    // The raw body is the event the provider sent: a retry of the same
-    // delivery carries the same bytes.
-    let digest = hex::encode(&Sha256::digest(&bytes)[..16]);
+    }
+}
+
+/// What tells a provider's retry from a changed delivery: a digest of the
+/// raw body the provider signed (a retry carries the same bytes).
+pub(crate) fn body_digest(body: &[u8]) -> String {
+    hex::encode(&Sha256::digest(body)[..16])
+}
+
+/// An authenticated provider delivery as the gate takes it; `digest` is
+/// [`body_digest`] of `body`.
+pub(crate) fn provider_submission<'a>(
+    provider: &'a Provider,
+    delivery: &'a Delivery,
+    body: &'a [u8],
+    digest: &'a str,
+) -> Submission<'a> {
     // The body parsed as JSON, so it is UTF-8.
-    let payload = provider.keep_payload().then(|| std::str::from_utf8(&bytes).ok()).flatten();
-    let submission = Submission {
+    let payload = provider.keep_payload().then(|| std::str::from_utf8(body).ok()).flatten();
+    Submission {
         content_digest: delivery.content_digest.as_deref(),
         payload,
-        ..Submission::new(&name, &delivery.delivery_id, &delivery.event, &digest)
-    };
-    let outcome = gate_call(&st, &submission).await?;
+        ..Submission::new(&provider.name, &delivery.delivery_id, &delivery.event, digest)
+    }
+}
+
+/// A provider endpoint's answer to a gate outcome: a refusal is counted and
+/// logged, and acknowledged as the provider's `refusal_status` says.
+pub(crate) fn provider_answer(
+    provider: &Provider,
+    delivery: &Delivery,
+    outcome: &Outcome,
+    metrics: &Metrics,
+    refusals: &RefusalLog,
+) -> Response {
     if let Some(reason) = Reason::of_gate(outcome.response.status) {
         let refusal = Refusal {
-            provider: &name,
+            provider: &provider.name,
             delivery_id: Some(&delivery.delivery_id),
             reason,
             event: Some(&delivery.event),
             replayed: outcome.replayed,
         };
-        st.0.refusals.record(&st.0.metrics, &refusal);
+        refusals.record(metrics, &refusal);
     }
-    Ok(gate_response(&outcome, provider.refusal_status()))
+    gate_response(outcome, provider.refusal_status())
 }
 
 async fn gate_call(st: &AppState, submission: &Submission<'_>) -> Result<Outcome, ApiError> {
     let Submission { provider, delivery_id, .. } = *submission;
-    let outcome = st.0.gate.submit(submission).await.map_err(|e| {
-        if let crate::Error::TooLong { .. } = e {
-            return ApiError::BadRequest(e.to_string());
+    let outcome =
+        st.0.gate.submit(submission).await.map_err(|e| gate_failure(&st.0.metrics, provider, delivery_id, e))?;
+    log_outcome(&st.0.metrics, provider, delivery_id, &outcome);
+    Ok(outcome)
+}
+
+/// The answer to a gate call that failed: 400 for a key field too long to
+/// store, 503 (with `Retry-After`) for work still in flight or a store that
+/// failed; nothing was cached either way.
+pub(crate) fn gate_failure(metrics: &Metrics, provider: &str, delivery_id: &str, e: crate::Error) -> ApiError {
+    match e {
+        crate::Error::TooLong { .. } => ApiError::BadRequest(e.to_string()),
+        crate::Error::InFlight { run_id } => {
+            tracing::info!(provider, delivery_id, run_id, "work in flight; answered 503");
+            ApiError::Unavailable("this delivery's work is still being handled; retry later")
         }
-        st.0.metrics.store_error();
-        tracing::error!(provider, delivery_id, error = %e, "store failed; answered 503");
-        ApiError::Unavailable("the gate's store is unavailable; retry later")
-    })?;
-    st.0.metrics.outcome(provider, &outcome);
+        e => {
+            metrics.store_error();
+            tracing::error!(provider, delivery_id, error = %e, "store failed; answered 503");
+            ApiError::Unavailable("the gate's store is unavailable; retry later")
+        }
+    }
+}
+
+/// Counts and logs a gate answer.
+pub(crate) fn log_outcome(metrics: &Metrics, provider: &str, delivery_id: &str, outcome: &Outcome) {
+    metrics.outcome(provider, outcome);
     let r = &outcome.response;
     if outcome.event_mismatch {
         tracing::warn!(
@@ -343,7 +469,6 @@ async fn gate_call(st: &AppState, submission: &Submission<'_>) -> Result<Outcome
         replayed = outcome.replayed,
         "delivery"
     );
-    Ok(outcome)
 }
 
 /// The HTTP form of a gate answer: body = the response object, status =

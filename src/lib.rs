@@ -6,7 +6,10 @@
 //!
 //! - [`server`]: start, eviction-policy check, graceful shutdown.
 //! - [`http`]: the HTTP API (docs/reference.md#http-api) as an axum router.
-//! - [`providers`]: webhook authentication and normalization (GitHub, Standard Webhooks, GitLab, a configurable HMAC).
+//! - [`layer`]: the gate inside your own axum service, as a tower layer
+//!   around a webhook handler (docs/embedding.md).
+//! - [`providers`]: webhook authentication and normalization (GitHub, Standard Webhooks, Stripe, Slack, Shopify,
+//!   GitLab, a configurable HMAC).
 //! - [`refusals`]: how provider endpoints answer refusals (200 by default), counted and logged.
 //! - [`gate`]: the rules of docs/reference.md#semantics (validation, allowlist,
 //!   `number_text`, identity) and [`gate::Gate`], the entry point.
@@ -38,6 +41,7 @@ pub mod http;
 pub mod intake;
 pub mod jcs;
 pub mod keys;
+pub mod layer;
 pub mod metrics;
 pub mod ops;
 pub mod providers;

@@ -46,7 +46,30 @@ pub struct Metrics {
     header_timeouts: AtomicU64,
     idle_timeouts: AtomicU64,
     refusals: Mutex<BTreeMap<String, [u64; REFUSALS.len()]>>,
+    deadline_expiries: Mutex<BTreeMap<String, [u64; DEADLINE_STAGES.len()]>>,
 }
+
+/// What a provider endpoint's request was waiting for when its deadline
+/// came (the `stage` label of `idemgate_webhook_deadline_expiries_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadlineStage {
+    /// The request body, from a slow client (or a full body budget).
+    Body,
+    /// The store's answer: Redis slow, hung or failing over.
+    Store,
+}
+
+impl DeadlineStage {
+    /// The label value (`body`, `store`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeadlineStage::Body => "body",
+            DeadlineStage::Store => "store",
+        }
+    }
+}
+
+const DEADLINE_STAGES: [DeadlineStage; 2] = [DeadlineStage::Body, DeadlineStage::Store];
 
 /// The refusals a provider endpoint counts (crate::refusals::is_refusal).
 const REFUSALS: [Status; 3] = [Status::BadRequest, Status::Blocked, Status::Ignored];
@@ -130,6 +153,13 @@ impl Metrics {
         *slot(&mut self.auth_failures.lock().expect("metrics"), provider) += 1;
     }
 
+    /// Counts one provider-endpoint request answered 503 at its deadline.
+    /// (Provider names come from the config file, so they are few.)
+    pub fn deadline_expiry(&self, provider: &str, stage: DeadlineStage) {
+        let i = DEADLINE_STAGES.iter().position(|s| *s == stage).expect("every stage is listed");
+        slot(&mut self.deadline_expiries.lock().expect("metrics"), provider)[i] += 1;
+    }
+
     /// Replaces the figures read from Redis.
     pub fn set_redis_gauges(&self, g: Gauges) {
         *self.redis.lock().expect("metrics") = Some(g);
@@ -209,6 +239,17 @@ impl Metrics {
         );
         for (provider, v) in self.auth_failures.lock().expect("metrics").iter() {
             let _ = writeln!(o, "{n}{{provider=\"{}\"}} {v}", escape(provider));
+        }
+        let n = family(
+            o,
+            "idemgate_webhook_deadline_expiries_total",
+            "counter",
+            "Provider-endpoint requests answered 503 at the provider's deadline, by provider and what they waited for (body, store).",
+        );
+        for (provider, counts) in self.deadline_expiries.lock().expect("metrics").iter() {
+            for (stage, v) in DEADLINE_STAGES.iter().zip(counts) {
+                let _ = writeln!(o, "{n}{{provider=\"{}\",stage=\"{}\"}} {v}", escape(provider), stage.as_str());
+            }
         }
         self.render_redis(o);
         let n = family(o, "idemgate_http_connections_open", "gauge", "HTTP connections open now.");

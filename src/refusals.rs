@@ -71,8 +71,8 @@ pub enum Reason {
     /// `bad_request`: the payload does not map to a valid `org`, `repo`,
     /// `action` and `number`.
     PayloadUnmapped,
-    /// `ignored`: a GitHub `ping`, expected when a hook is created; logged
-    /// at `info`, never warned about.
+    /// `ignored`: a GitHub `ping` (sent when a hook is created) or Svix's
+    /// `svix.ping` test event; logged at `info`, never warned about.
     Ping,
 }
 
@@ -83,7 +83,7 @@ impl Reason {
             Reason::NotAllowlisted => "the repository is missing from the allowlist",
             Reason::EventNotListed => "the event is not in the provider's `events` list",
             Reason::PayloadUnmapped => "the payload does not map to org, repo, action and number",
-            Reason::Ping => "a GitHub ping (sent when a hook is created) starts no work",
+            Reason::Ping => "a ping or test event (GitHub's ping, Svix's svix.ping) starts no work",
         }
     }
 

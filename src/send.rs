@@ -34,14 +34,22 @@ pub enum PrepareError {
     /// A delivery id or event name cannot be sent as a header.
     #[error("{0} cannot be sent in an HTTP header (control characters?)")]
     NotAHeader(String),
-    /// The provider reads the delivery id from the body (an `hmac`
-    /// provider with `delivery_id`), so `--delivery-id` cannot set it.
-    #[error("provider's delivery id is in the body (`delivery_id`): put it in the payload and leave out --delivery-id")]
-    DeliveryIdInBody,
+    /// The provider reads the delivery id from the payload (`stripe`,
+    /// `slack`, an `hmac` provider with `delivery_id`), and `--delivery-id`
+    /// names another one (the payload is signed as it is, never rewritten).
+    #[error(
+        "provider reads the delivery id from the payload's `{field}`: leave out --delivery-id, or give the same value"
+    )]
+    DeliveryIdInBody {
+        /// Where the payload holds it: the JSON pointer without its
+        /// leading `/` (`id`, `event_id`, `data/id`).
+        field: String,
+    },
 }
 
 /// A delivery id no earlier call produced, shaped like the provider's own:
-/// a GUID for GitHub and GitLab, `msg_…` for Standard Webhooks and `hmac`.
+/// a GUID for GitHub, GitLab and Shopify, `msg_…` for Standard Webhooks and
+/// `hmac`, `evt_…` for Stripe, `Ev…` for Slack.
 pub fn fresh_delivery_id(kind: Kind) -> String {
     // RandomState is seeded from the OS once per process; the clock and a
     // counter make every call in the process differ too.
@@ -54,7 +62,7 @@ pub fn fresh_delivery_id(kind: Kind) -> String {
     h.write_u64(a);
     let b = h.finish();
     match kind {
-        Kind::Github | Kind::Gitlab => format!(
+        Kind::Github | Kind::Gitlab | Kind::Shopify => format!(
             "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
             a >> 32,
             (a >> 16) & 0xffff,
@@ -63,10 +71,17 @@ pub fn fresh_delivery_id(kind: Kind) -> String {
             b & 0xffff_ffff_ffff
         ),
         Kind::StandardWebhooks | Kind::Hmac => format!("msg_{a:016x}{b:016x}"),
+        Kind::Stripe => format!("evt_{a:016x}{b:016x}"),
+        Kind::Slack => format!("Ev{a:016X}"),
     }
 }
 
-/// Signs `body` as `provider` would send it at `now`.
+/// Signs `body` as `provider` would send it at `now`. The delivery id is
+/// `delivery_id`, else a fresh one; for the providers that carry it in the
+/// body (`stripe`, `slack`, an `hmac` provider with `delivery_id`; see
+/// [`Provider::body_delivery_id`]) it is the body's, which `delivery_id`
+/// may only repeat (`?` when the body has none: the service then answers
+/// 400).
 pub fn prepare(
     provider: &Provider,
     body: Vec<u8>,
@@ -74,12 +89,16 @@ pub fn prepare(
     event: Option<&str>,
     now: SystemTime,
 ) -> Result<Outgoing, PrepareError> {
-    let in_body = provider.hmac_scheme().and_then(|s| s.delivery_id_pointer());
-    let delivery_id = match (in_body, delivery_id) {
-        (Some(_), Some(_)) => return Err(PrepareError::DeliveryIdInBody),
+    let delivery_id = match provider.body_delivery_id() {
+        None => delivery_id.unwrap_or_else(|| fresh_delivery_id(provider.kind)),
         // What the service will read; shown to the user, never signed.
-        (Some(pointer), None) => id_in_body(&body, pointer),
-        (None, given) => given.unwrap_or_else(|| fresh_delivery_id(provider.kind)),
+        Some(pointer) => {
+            let in_body = id_in_body(&body, &pointer);
+            if delivery_id.is_some_and(|given| given != in_body) {
+                return Err(PrepareError::DeliveryIdInBody { field: pointer[1..].to_owned() });
+            }
+            in_body
+        }
     };
     let mut headers = Vec::new();
     for (name, value) in provider.sign(&delivery_id, event, &body, now)? {
@@ -154,6 +173,9 @@ mod tests {
         assert!(fresh_delivery_id(Kind::StandardWebhooks).starts_with("msg_"));
         let id = fresh_delivery_id(Kind::Gitlab);
         assert_eq!(id.split('-').map(str::len).collect::<Vec<_>>(), [8, 4, 4, 4, 12], "{id}");
+        assert_eq!(fresh_delivery_id(Kind::Shopify).split('-').count(), 5);
+        assert!(fresh_delivery_id(Kind::Stripe).starts_with("evt_"));
+        assert!(fresh_delivery_id(Kind::Slack).starts_with("Ev"));
     }
 
     /// An `hmac` provider that signs a timestamp and the delivery id header.
@@ -171,7 +193,7 @@ mod tests {
     }
 
     /// With the delivery id in the body, `prepare` reports the payload's own
-    /// and refuses to be given one.
+    /// and refuses to be given another.
     #[test]
     fn a_delivery_id_in_the_body_cannot_be_chosen() {
         use crate::providers::hmac::{Scheme, Settings};
@@ -188,9 +210,28 @@ mod tests {
         assert_eq!(p.accept(&headers_of(&out), &out.body, now).unwrap().delivery_id, "evt_1");
         assert!(matches!(
             prepare(&p, br#"{"id": "evt_1"}"#.to_vec(), Some("mine".into()), None, now),
-            Err(PrepareError::DeliveryIdInBody)
+            Err(PrepareError::DeliveryIdInBody { .. })
         ));
         assert_eq!(prepare(&p, b"{}".to_vec(), None, None, now).unwrap().delivery_id, "?");
+    }
+
+    /// Stripe and Slack carry the delivery id in the body: it is read from
+    /// there, and a different `--delivery-id` is refused, not sent.
+    #[test]
+    fn body_delivery_ids_come_from_the_payload() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        for (kind, key, id) in [(Kind::Stripe, "id", "evt_1"), (Kind::Slack, "event_id", "Ev1")] {
+            let p = Provider::new("p", kind, &["s3cret"], None, None).unwrap();
+            let body = serde_json::to_vec(&json!({ key: id, "type": "t" })).unwrap();
+            for given in [None, Some(id.to_owned())] {
+                let out = prepare(&p, body.clone(), given, None, now).unwrap();
+                assert_eq!((out.delivery_id.as_str(), &out.body), (id, &body), "{kind}");
+                assert_eq!(p.accept(&headers_of(&out), &out.body, now).unwrap().delivery_id, id, "{kind}");
+            }
+            let err = prepare(&p, body.clone(), Some("other".into()), None, now).unwrap_err();
+            assert!(err.to_string().contains(&format!("`{key}`")) && !err.to_string().contains("other"), "{err}");
+            assert_eq!(prepare(&p, b"{}".to_vec(), None, None, now).unwrap().delivery_id, "?");
+        }
     }
 
     /// Whatever `prepare` signs, the service's own verifier accepts; the
@@ -212,9 +253,14 @@ mod tests {
             .unwrap(),
             Provider::new("gl", Kind::Gitlab, &["gl-token"], None, None).unwrap(),
             hmac_provider(),
+            Provider::new("shop", Kind::Shopify, &["s3cret"], None, None).unwrap(),
         ];
         for p in &providers {
-            let event = (p.kind == Kind::Github).then_some("push");
+            let event = match p.kind {
+                Kind::Github => Some("push"),
+                Kind::Shopify => Some("orders/create"),
+                _ => None,
+            };
             let out = prepare(p, body.clone(), Some("d-1".into()), event, now).unwrap();
             let delivery = p.accept(&headers_of(&out), &out.body, now).unwrap_or_else(|e| panic!("{}: {e}", p.name));
             assert_eq!(delivery.delivery_id, "d-1");

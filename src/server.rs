@@ -55,6 +55,7 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()> + Sen
         .map_err(|source| ServeError::Store { store: described.clone(), source })?;
     if let Some(opts) = &config.store.redis {
         check_eviction_policy(opts, config.allow_eviction).await?;
+        warn_of_deadlines_under(opts.command_timeout, &config);
     }
     let gate = Gate::new(config.allowed_repos.iter().cloned(), store);
     let api_closed = api_closed(&config);
@@ -89,6 +90,25 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()> + Sen
     served?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Names each provider whose answer budget is not above the Redis command
+/// timeout: its slow-Redis deliveries are then cut off by the deadline (a
+/// 503 counted in `idemgate_webhook_deadline_expiries_total`), before the
+/// Redis client gives up (docs/providers-view.md, "Deadlines").
+fn warn_of_deadlines_under(redis_timeout: Duration, config: &ServeConfig) {
+    for p in &config.providers {
+        let within = p.answer_within(config.request_timeout);
+        if redis_timeout >= within {
+            tracing::warn!(
+                provider = %p.name,
+                deadline = ?p.deadline(),
+                answer_within = ?within,
+                ?redis_timeout,
+                "the Redis timeout is not below this provider's deadline: a slow Redis is answered 503 at the deadline; set --redis-timeout lower"
+            );
+        }
+    }
 }
 
 /// Serves `state` on `listener` until `shutdown` resolves, then stops

@@ -151,14 +151,14 @@ trait Query {
 }
 
 impl Query for &mut redis::Cmd {
-    fn run<T: FromRedisValue>(self, conn: &mut Conn) -> impl Future<Output = redis::RedisResult<T>> {
-        async move { self.query_async(conn).await }
+    async fn run<T: FromRedisValue>(self, conn: &mut Conn) -> redis::RedisResult<T> {
+        self.query_async(conn).await
     }
 }
 
 impl Query for &mut Pipeline {
-    fn run<T: FromRedisValue>(self, conn: &mut Conn) -> impl Future<Output = redis::RedisResult<T>> {
-        async move { self.query_async(conn).await }
+    async fn run<T: FromRedisValue>(self, conn: &mut Conn) -> redis::RedisResult<T> {
+        self.query_async(conn).await
     }
 }
 

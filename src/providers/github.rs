@@ -28,7 +28,7 @@
 use axum::http::HeaderMap;
 use serde_json::{Map, Value};
 
-use super::{Delivery, Header, IdentityMode, Provider, Rejection, header, parse_body};
+use super::{Delivery, Header, IdentityMode, Provider, Rejection, header, parse_body, required};
 
 /// The signature header.
 pub const SIGNATURE_HEADER: &str = "x-hub-signature-256";
@@ -112,18 +112,6 @@ pub(super) fn sign(provider: &Provider, delivery_id: &str, event: &str, body: &[
         (DELIVERY_HEADER, delivery_id.to_owned()),
         (EVENT_HEADER, event.to_owned()),
     ]
-}
-
-/// A required, non-empty header, read after authentication (other kinds
-/// read theirs with it too).
-pub(super) fn required<'a>(headers: &'a HeaderMap, name: &str, display: &str) -> Result<&'a str, Rejection> {
-    match header(headers, name) {
-        Header::Value(v) if !v.is_empty() => Ok(v),
-        Header::Value(_) => Err(Rejection::BadRequest(format!("empty {display} header"))),
-        Header::Missing => Err(Rejection::BadRequest(format!("missing {display} header"))),
-        Header::Repeated => Err(Rejection::BadRequest(format!("{display} sent more than once"))),
-        Header::NotText => Err(Rejection::BadRequest(format!("{display} is not text"))),
-    }
 }
 
 pub(super) fn accept(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {

@@ -1,4 +1,4 @@
-//! Kind `gitlab` (docs/providers-gitlab-hmac.md): GitLab sends the hook's
+//! Kind `gitlab` (docs/providers.md): GitLab sends the hook's
 //! secret token itself in `X-Gitlab-Token`; nothing is signed.
 //!
 //! Choices where the contract is silent:
@@ -33,8 +33,10 @@
 use axum::http::HeaderMap;
 use serde_json::{Map, Value};
 
-use super::github::{digest_without, required};
-use super::{Delivery, Header, IdentityMode, Provider, Rejection, Repeated, header, parse_body, single, token_digest};
+use super::github::digest_without;
+use super::{
+    Delivery, Header, IdentityMode, Provider, Rejection, Repeated, header, parse_body, required, single, token_digest,
+};
 
 /// The secret token header.
 pub const TOKEN_HEADER: &str = "x-gitlab-token";

@@ -1,4 +1,4 @@
-//! Kind `hmac` (docs/providers-gitlab-hmac.md): a configurable HMAC scheme
+//! Kind `hmac` (docs/providers.md): a configurable HMAC scheme
 //! for providers without a kind of their own. The provider's config says
 //! which header carries the signature, with which algorithm and encoding,
 //! after which prefix, over which signed content (a template over the raw
@@ -33,9 +33,8 @@ use serde_json::Value;
 use sha1::Sha1;
 use sha2::{Sha256, Sha512};
 
-use super::github::required;
 use super::{
-    DEFAULT_TOLERANCE, Delivery, Header, Key, Provider, Rejection, check_timestamp, header, parse_body,
+    DEFAULT_TOLERANCE, Delivery, Header, Key, Provider, Rejection, check_timestamp, header, parse_body, required,
     standard_webhooks,
 };
 

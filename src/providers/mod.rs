@@ -5,9 +5,15 @@
 //! - [`github`]: `X-Hub-Signature-256` over the raw body.
 //! - [`standard_webhooks`]: the Standard Webhooks spec as Svix sends it
 //!   (`webhook-*` or `svix-*` headers, `whsec_` secrets, timestamp tolerance).
+//! - [`stripe`]: `Stripe-Signature` (`t=`, `v1=`) over `<t>.<raw body>`.
+//! - [`slack`]: the Events API's `X-Slack-Signature` over
+//!   `v0:<timestamp>:<raw body>`, and its `url_verification` handshake.
+//! - [`shopify`]: `X-Shopify-Hmac-Sha256`, base64, over the raw body.
 //! - [`gitlab`]: the shared token of `X-Gitlab-Token`, compared by digest.
 //! - [`hmac`]: a configurable HMAC scheme for providers without a kind of
 //!   their own (header, algorithm, encoding, signed content, timestamp).
+//!
+//! docs/providers.md describes each kind for operators.
 //!
 //! Normalization copies values as they are and leaves out keys whose source
 //! is absent: judging the event (non-empty strings, number types) is the
@@ -24,7 +30,7 @@ use std::time::{Duration, SystemTime};
 use ::hmac::{Hmac, Mac};
 use axum::http::{HeaderMap, HeaderValue};
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use sha1::Sha1;
 use sha2::{Digest, Sha256, Sha512};
 use subtle::{Choice, ConstantTimeEq};
@@ -34,7 +40,10 @@ use crate::refusals::{Reason, RefusalStatus};
 pub mod github;
 pub mod gitlab;
 pub mod hmac;
+pub mod shopify;
+pub mod slack;
 pub mod standard_webhooks;
+pub mod stripe;
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -73,8 +82,15 @@ fn token_digest(token: &[u8]) -> [u8; 32] {
     digest
 }
 
-/// The default timestamp tolerance of `standard-webhooks` providers.
+/// The default timestamp tolerance of the kinds that sign a timestamp
+/// (`standard-webhooks`, `stripe`, `slack`, and `hmac` with a
+/// `timestamp_header`).
 pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(5 * 60);
+
+/// The most an endpoint keeps back from its deadline for the network: the
+/// answer leaves a tenth of the deadline early, at most this much
+/// ([`Provider::answer_within`]).
+pub const MAX_DEADLINE_MARGIN: Duration = Duration::from_millis(500);
 
 /// The authentication and normalization scheme of a provider (`kind` in the
 /// config file).
@@ -86,6 +102,15 @@ pub enum Kind {
     /// `standard-webhooks`: the Standard Webhooks spec (Svix and others).
     #[serde(rename = "standard-webhooks")]
     StandardWebhooks,
+    /// `stripe`: Stripe's `Stripe-Signature` webhooks.
+    #[serde(rename = "stripe")]
+    Stripe,
+    /// `slack`: Slack's Events API (`X-Slack-Signature`).
+    #[serde(rename = "slack")]
+    Slack,
+    /// `shopify`: Shopify's `X-Shopify-Hmac-Sha256` webhooks.
+    #[serde(rename = "shopify")]
+    Shopify,
     /// `gitlab`: GitLab's `X-Gitlab-Token` webhooks.
     #[serde(rename = "gitlab")]
     Gitlab,
@@ -95,13 +120,70 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// The config name (`github`, `standard-webhooks`, `gitlab`, `hmac`).
+    /// Every kind, in the order the docs list them.
+    pub const ALL: [Kind; 7] =
+        [Kind::Github, Kind::StandardWebhooks, Kind::Stripe, Kind::Slack, Kind::Shopify, Kind::Gitlab, Kind::Hmac];
+
+    /// The config name (`github`, `standard-webhooks`, …).
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Github => "github",
             Kind::StandardWebhooks => "standard-webhooks",
+            Kind::Stripe => "stripe",
+            Kind::Slack => "slack",
+            Kind::Shopify => "shopify",
             Kind::Gitlab => "gitlab",
             Kind::Hmac => "hmac",
+        }
+    }
+
+    /// The config names of every kind, quoted, for error messages.
+    pub fn names() -> String {
+        Kind::ALL.iter().map(|k| format!("{:?}", k.as_str())).collect::<Vec<_>>().join(", ")
+    }
+
+    /// Whether every provider of the kind signs a timestamp, refused
+    /// outside `tolerance`. An `hmac` provider signs one only when its
+    /// scheme names a `timestamp_header` ([`hmac::Scheme`] checks its own
+    /// `tolerance`), so the kind is not counted here.
+    pub fn is_timestamped(self) -> bool {
+        matches!(self, Kind::StandardWebhooks | Kind::Stripe | Kind::Slack)
+    }
+
+    /// The top-level body key that holds the delivery id, for the kinds
+    /// that carry it in the body (`stripe`: `id`, `slack`: `event_id`);
+    /// `None` where a header carries it. An `hmac` provider may read its
+    /// id from the body too (a `delivery_id` pointer): that is the
+    /// provider's choice, not the kind's ([`Provider::body_delivery_id`]).
+    pub fn body_delivery_id(self) -> Option<&'static str> {
+        match self {
+            Kind::Stripe => Some(stripe::DELIVERY_KEY),
+            Kind::Slack => Some(slack::DELIVERY_KEY),
+            Kind::Github | Kind::StandardWebhooks | Kind::Shopify | Kind::Gitlab | Kind::Hmac => None,
+        }
+    }
+
+    /// How long this kind's sender waits for an answer before it counts the
+    /// delivery as failed (a provider's `deadline` when it sets none). The
+    /// sources are in docs/providers-view.md, "Deadlines".
+    pub fn default_deadline(self) -> Duration {
+        match self {
+            // "Respond within 10 seconds" (GitHub's webhook best practices).
+            Kind::Github => Duration::from_secs(10),
+            // "within a reasonable time-frame (15s with Svix)" (Svix, Retries).
+            Kind::StandardWebhooks => Duration::from_secs(15),
+            // Not published; reported 20 to 30 s, so 10 s stays inside it.
+            Kind::Stripe => Duration::from_secs(10),
+            // "respond ... within three seconds" (Slack, Events API).
+            Kind::Slack => Duration::from_secs(3),
+            // 5 s for the whole request (Shopify, HTTPS webhook delivery).
+            Kind::Shopify => Duration::from_secs(5),
+            // GitLab.com's webhook timeout is 10 s ("Other limits"), and
+            // self-managed instances default to it.
+            Kind::Gitlab => Duration::from_secs(10),
+            // A generic sender: 5 s is inside every timeout above but
+            // Slack's; a provider sets `deadline` to its sender's.
+            Kind::Hmac => Duration::from_secs(5),
         }
     }
 }
@@ -116,10 +198,7 @@ impl FromStr for Kind {
     type Err = ProviderError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [Kind::Github, Kind::StandardWebhooks, Kind::Gitlab, Kind::Hmac]
-            .into_iter()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| ProviderError::UnknownKind(s.to_owned()))
+        Kind::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| ProviderError::UnknownKind(s.to_owned()))
     }
 }
 
@@ -158,10 +237,83 @@ impl FieldPointers {
     /// Every pointer must be `""` (the whole body), start with `/`, or be a
     /// literal (`=value`); anything else would silently never match.
     fn validate(&self, provider: &str) -> Result<(), ProviderError> {
-        let valid = |p: &str| p.is_empty() || p.starts_with('/') || p.starts_with(LITERAL_PREFIX);
-        match self.iter().into_iter().find(|(_, p)| !valid(p)) {
+        match self.iter().into_iter().find(|(_, p)| !is_field_spec(p)) {
             Some((field, _)) => Err(ProviderError::BadPointer { provider: provider.to_owned(), field }),
             None => Ok(()),
+        }
+    }
+}
+
+/// Whether a `fields` value can match: `""` (the whole body), a JSON
+/// pointer starting with `/`, or a literal (`=value`).
+fn is_field_spec(spec: &str) -> bool {
+    spec.is_empty() || spec.starts_with('/') || spec.starts_with(LITERAL_PREFIX)
+}
+
+/// The value a `fields` entry gives for `payload`: a literal's text, or a
+/// copy of the pointer's target (`None` when it has none).
+fn field_value(spec: &str, payload: &Value) -> Option<Value> {
+    match spec.strip_prefix(LITERAL_PREFIX) {
+        Some(literal) => Some(Value::String(literal.to_owned())),
+        None => payload.pointer(spec).cloned(),
+    }
+}
+
+/// The `fields = {...}` table of a provider as the config file gives it:
+/// only the keys written. For `standard-webhooks` they replace its default
+/// pointers ([`FieldPointers`]); for `stripe`, `slack` and `shopify`, whose
+/// defaults are not all pointers into the body (docs/providers.md), a key
+/// given replaces that field's default and a key left out keeps it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FieldOverrides {
+    /// Where `org` comes from, if not the kind's default.
+    pub org: Option<String>,
+    /// Where `repo` comes from, if not the kind's default.
+    pub repo: Option<String>,
+    /// Where `action` comes from, if not the kind's default.
+    pub action: Option<String>,
+    /// Where `number` (the identity's subject) comes from, if not the kind's default.
+    pub number: Option<String>,
+}
+
+impl FieldOverrides {
+    fn iter(&self) -> [(&'static str, Option<&str>); 4] {
+        [
+            ("org", self.org.as_deref()),
+            ("repo", self.repo.as_deref()),
+            ("action", self.action.as_deref()),
+            ("number", self.number.as_deref()),
+        ]
+    }
+
+    /// `pointers` with the keys given here replaced.
+    pub fn over(&self, pointers: FieldPointers) -> FieldPointers {
+        let pick = |given: &Option<String>, default: String| given.clone().unwrap_or(default);
+        FieldPointers {
+            org: pick(&self.org, pointers.org),
+            repo: pick(&self.repo, pointers.repo),
+            action: pick(&self.action, pointers.action),
+            number: pick(&self.number, pointers.number),
+        }
+    }
+
+    fn validate(&self, provider: &str) -> Result<(), ProviderError> {
+        match self.iter().into_iter().find(|(_, spec)| spec.is_some_and(|s| !is_field_spec(s))) {
+            Some((field, _)) => Err(ProviderError::BadPointer { provider: provider.to_owned(), field }),
+            None => Ok(()),
+        }
+    }
+
+    /// Replaces the kind's defaults in `event` with the keys given, read
+    /// from `payload`; a pointer without a target leaves the key out.
+    fn apply(&self, event: &mut Map<String, Value>, payload: &Value) {
+        for (key, spec) in self.iter() {
+            let Some(spec) = spec else { continue };
+            match field_value(spec, payload) {
+                Some(value) => event.insert(key.to_owned(), value),
+                None => event.remove(key),
+            };
         }
     }
 }
@@ -171,7 +323,7 @@ impl FieldPointers {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProviderError {
     /// `kind` names no kind.
-    #[error("unknown provider kind {0:?} (expected \"github\", \"standard-webhooks\", \"gitlab\" or \"hmac\")")]
+    #[error("unknown provider kind {0:?} (expected one of {kinds})", kinds = Kind::names())]
     UnknownKind(String),
     /// The secret is empty.
     #[error("provider {0:?}: the secret is empty")]
@@ -219,6 +371,11 @@ pub enum Rejection {
     /// reason is [`Reason::Ping`] or [`Reason::EventNotListed`].
     #[error("ignored: {}", .0.text())]
     Ignored(Reason),
+    /// Authenticated, and a handshake rather than an event: Slack's signed
+    /// `url_verification`, answered 200 `{"challenge": <this>}` with
+    /// nothing stored. (The challenge is not shown in the message.)
+    #[error("url verification handshake")]
+    Challenge(String),
 }
 
 impl Rejection {
@@ -227,6 +384,7 @@ impl Rejection {
         match self {
             Rejection::Unauthorized(r) | Rejection::BadRequest(r) => r,
             Rejection::Ignored(r) => r.text(),
+            Rejection::Challenge(_) => "a url verification handshake starts no work",
         }
     }
 }
@@ -280,6 +438,8 @@ pub struct Provider {
     keys: Vec<Key>,
     tolerance: Duration,
     fields: FieldPointers,
+    /// The `fields` keys given in the config (`stripe`, `slack`, `shopify`).
+    overrides: FieldOverrides,
     identity: IdentityMode,
     /// Accepted event names; `None`: every event.
     events: Option<Vec<String>>,
@@ -288,6 +448,7 @@ pub struct Provider {
     refusal_status: RefusalStatus,
     /// How an `hmac` provider signs (`None` for every other kind).
     hmac_scheme: Option<Box<hmac::Scheme>>,
+    deadline: Duration,
 }
 
 impl fmt::Debug for Provider {
@@ -298,12 +459,14 @@ impl fmt::Debug for Provider {
             .field("secrets", &format!("<redacted> ({})", self.keys.len()))
             .field("tolerance", &self.tolerance)
             .field("fields", &self.fields)
+            .field("overrides", &self.overrides)
             .field("identity", &self.identity)
             .field("events", &self.events)
             .field("keep_payload", &self.keep_payload)
             .field("allowed_repos", &self.allowed_repos)
             .field("refusal_status", &self.refusal_status)
             .field("hmac_scheme", &self.hmac_scheme)
+            .field("deadline", &self.deadline)
             .finish()
     }
 }
@@ -347,12 +510,14 @@ impl Provider {
             keys,
             tolerance: DEFAULT_TOLERANCE,
             fields: FieldPointers::default(),
+            overrides: FieldOverrides::default(),
             identity: IdentityMode::default(),
             events: None,
             keep_payload: false,
             allowed_repos: None,
             refusal_status: RefusalStatus::default(),
             hmac_scheme: None,
+            deadline: kind.default_deadline(),
         }
     }
 
@@ -371,10 +536,11 @@ impl Provider {
 
     /// Builds a provider of any kind from config values: a signature made
     /// with any of `secrets` is valid (list the new secret and the old one
-    /// while rotating). `tolerance` and `fields` only matter to
-    /// `standard-webhooks` (`None`: the defaults). No secrets, or an empty
-    /// one, is refused for every kind. An `hmac` provider needs its scheme:
-    /// [`Provider::hmac`] builds it.
+    /// while rotating). `tolerance` matters to the kinds that sign a
+    /// timestamp, `fields` to `standard-webhooks` (`None`: the defaults;
+    /// see [`Provider::with_fields`] for every kind). No secrets, or an
+    /// empty one, is refused for every kind. An `hmac` provider needs its
+    /// scheme: [`Provider::hmac`] builds it.
     pub fn new(
         name: impl Into<String>,
         kind: Kind,
@@ -389,7 +555,9 @@ impl Provider {
         let mut keys = Vec::with_capacity(secrets.len());
         for secret in secrets {
             let key = match kind {
-                Kind::Github => secret.as_ref().as_bytes().to_vec(),
+                // The secret string as given is the key, `whsec_` prefix
+                // and all for Stripe (its libraries do the same).
+                Kind::Github | Kind::Stripe | Kind::Slack | Kind::Shopify => secret.as_ref().as_bytes().to_vec(),
                 Kind::StandardWebhooks => standard_webhooks::decode_secret(secret.as_ref())
                     .ok_or_else(|| ProviderError::BadSecret { provider: name.clone() })?,
                 Kind::Gitlab => secret.as_ref().as_bytes().to_vec(),
@@ -434,6 +602,18 @@ impl Provider {
         })
     }
 
+    /// Applies the config file's `fields` table: for `standard-webhooks`
+    /// the keys given replace its pointers; for `stripe`, `slack` and
+    /// `shopify` each key given replaces that field's default
+    /// (docs/providers.md). A value that is neither a pointer nor a
+    /// literal is refused.
+    pub fn with_fields(mut self, overrides: FieldOverrides) -> Result<Self, ProviderError> {
+        overrides.validate(&self.name)?;
+        self.fields = overrides.over(self.fields);
+        self.overrides = overrides;
+        Ok(self)
+    }
+
     /// Sets how work is named (`github` only; docs/identities.md).
     pub fn with_identity(mut self, identity: IdentityMode) -> Self {
         self.identity = identity;
@@ -470,6 +650,29 @@ impl Provider {
     /// How refusals are answered.
     pub fn refusal_status(&self) -> RefusalStatus {
         self.refusal_status
+    }
+
+    /// Sets how long the provider waits for an answer (`deadline` in the
+    /// config; the default is [`Kind::default_deadline`]).
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// How long the provider waits for an answer before it counts the
+    /// delivery as failed.
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    /// How long a request to this endpoint may take, all of it (body, checks,
+    /// store call), before it is answered 503 so that the provider retries
+    /// instead of counting a failure: the deadline, capped by the service's
+    /// `request_timeout`, less a tenth of it (at most
+    /// [`MAX_DEADLINE_MARGIN`]) for the network.
+    pub fn answer_within(&self, request_timeout: Duration) -> Duration {
+        let deadline = self.deadline.min(request_timeout);
+        deadline - (deadline / 10).min(MAX_DEADLINE_MARGIN)
     }
 
     /// How work is named (`github` only).
@@ -523,10 +726,22 @@ impl Provider {
         }
     }
 
-    /// The timestamp tolerance (`standard-webhooks`, and `hmac` with a
-    /// `timestamp_header`).
+    /// The timestamp tolerance (kinds that sign a timestamp, and `hmac`
+    /// with a `timestamp_header`).
     pub fn tolerance(&self) -> Duration {
         self.tolerance
+    }
+
+    /// Where this provider's deliveries carry their id in the body, as a
+    /// JSON pointer: `/id` for `stripe`, `/event_id` for `slack`, an `hmac`
+    /// provider's `delivery_id`; `None` where a header carries it.
+    /// `idemgate send` signs such a body as it is (docs/integration-testing.md).
+    pub fn body_delivery_id(&self) -> Option<String> {
+        match (self.kind.body_delivery_id(), self.hmac_scheme()) {
+            (Some(key), _) => Some(format!("/{key}")),
+            (None, Some(scheme)) => scheme.delivery_id_pointer().map(str::to_owned),
+            (None, None) => None,
+        }
     }
 
     /// The field pointers (`standard-webhooks` and `hmac`).
@@ -543,13 +758,19 @@ impl Provider {
             Kind::StandardWebhooks => standard_webhooks::accept(self, headers, body, now),
             Kind::Gitlab => gitlab::accept(self, headers, body),
             Kind::Hmac => hmac::accept(self, headers, body, now),
+            Kind::Stripe => stripe::accept(self, headers, body, now),
+            Kind::Slack => slack::accept(self, headers, body, now),
+            Kind::Shopify => shopify::accept(self, headers, body),
         }
     }
 
     /// The headers this provider's sender would attach to `body`, signed
     /// with the provider's first secret by the same code that verifies them (for
     /// `idemgate send` and `sign`). `event` is the event name of kinds that
-    /// carry it in a header (`github`); timestamped schemes sign `now`.
+    /// carry it in a header (`github`, `shopify`); timestamped schemes sign
+    /// `now`. Kinds that carry the delivery id in the body (`stripe`,
+    /// `slack`; see [`Kind::body_delivery_id`]) sign the body as it is: put
+    /// the id there first.
     pub fn sign(
         &self,
         delivery_id: &str,
@@ -565,6 +786,11 @@ impl Provider {
             (Kind::Gitlab, None) => Ok(gitlab::sign(self, delivery_id)),
             (Kind::Hmac, None) => Ok(hmac::sign(self, delivery_id, now, body)),
             (Kind::Gitlab | Kind::Hmac, Some(_)) => Err(SignError::EventNotSent(self.kind)),
+            (Kind::Stripe, None) => Ok(stripe::sign(self, now, body)),
+            (Kind::Slack, None) => Ok(slack::sign(self, now, body)),
+            (Kind::Stripe | Kind::Slack, Some(_)) => Err(SignError::EventNotSent(self.kind)),
+            (Kind::Shopify, Some(topic)) => Ok(shopify::sign(self, delivery_id, topic, body)),
+            (Kind::Shopify, None) => Err(SignError::EventRequired(self.kind)),
         }
     }
 }
@@ -573,7 +799,7 @@ impl Provider {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SignError {
     /// The kind sends the event name in a header, and none was given.
-    #[error("kind {0} sends the event name in a header: give --event NAME (e.g. push)")]
+    #[error("kind {0} sends the event name in a header: give --event NAME (e.g. push, orders/create)")]
     EventRequired(Kind),
     /// The kind has no event-name header; the event type lives in the body.
     #[error("kind {0} sends no event-name header (the event type is part of the body): leave out --event")]
@@ -612,14 +838,38 @@ fn single<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a HeaderVal
     }
 }
 
-/// Refuses a timestamp header (integer seconds, ASCII digits only) further
-/// than `tolerance` from `now`, either way; exactly `tolerance` away is
-/// accepted. `name` is the header's name, for the reason.
-fn check_timestamp(name: &str, timestamp: &str, tolerance: Duration, now: SystemTime) -> Result<(), Rejection> {
+/// A required, non-empty header, read after authentication: anything else
+/// is a 400 naming the header (`display`), never its value.
+fn required<'a>(headers: &'a HeaderMap, name: &str, display: &str) -> Result<&'a str, Rejection> {
+    match header(headers, name) {
+        Header::Value(v) if !v.is_empty() => Ok(v),
+        Header::Value(_) => Err(Rejection::BadRequest(format!("empty {display} header"))),
+        Header::Missing => Err(Rejection::BadRequest(format!("missing {display} header"))),
+        Header::Repeated => Err(Rejection::BadRequest(format!("{display} sent more than once"))),
+        Header::NotText => Err(Rejection::BadRequest(format!("{display} is not text"))),
+    }
+}
+
+/// A signature header that must be present once, as text: anything else
+/// is a 401 naming the header (`display`), never its value.
+fn signature_header<'a>(headers: &'a HeaderMap, name: &str, display: &str) -> Result<&'a str, Rejection> {
+    match header(headers, name) {
+        Header::Value(v) => Ok(v),
+        Header::Missing => Err(Rejection::Unauthorized(format!("missing {display} header"))),
+        Header::Repeated => Err(Rejection::Unauthorized(format!("{display} sent more than once"))),
+        Header::NotText => Err(Rejection::Unauthorized(format!("{display} is not text"))),
+    }
+}
+
+/// Refuses a signed timestamp (`display` names where it came from) that is
+/// not integer seconds (ASCII digits only), or further than `tolerance`
+/// from `now` either way. Exactly `tolerance` away is accepted.
+fn check_timestamp(display: &str, timestamp: &str, tolerance: Duration, now: SystemTime) -> Result<(), Rejection> {
+    let unauthorized = |what: &str| Rejection::Unauthorized(format!("{display} {what}"));
     let seconds: u64 = Some(timestamp)
         .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
         .and_then(|t| t.parse().ok())
-        .ok_or_else(|| Rejection::Unauthorized(format!("{name} is not integer seconds")))?;
+        .ok_or_else(|| unauthorized("is not integer seconds"))?;
     let now_ms = match now.duration_since(std::time::UNIX_EPOCH) {
         Ok(d) => d.as_millis() as i128,
         Err(before) => -(before.duration().as_millis() as i128),
@@ -627,12 +877,17 @@ fn check_timestamp(name: &str, timestamp: &str, tolerance: Duration, now: System
     let skew = now_ms - i128::from(seconds) * 1000;
     let tolerance = tolerance.as_millis() as i128;
     if skew > tolerance {
-        Err(Rejection::Unauthorized(format!("{name} is older than the tolerance")))
+        Err(unauthorized("is older than the tolerance"))
     } else if -skew > tolerance {
-        Err(Rejection::Unauthorized(format!("{name} is further in the future than the tolerance")))
+        Err(unauthorized("is further in the future than the tolerance"))
     } else {
         Ok(())
     }
+}
+
+/// The seconds since the epoch that a sender signs at `now`.
+fn unix_seconds(now: SystemTime) -> String {
+    now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()).to_string()
 }
 
 /// The body as JSON, checked only after authentication.
@@ -653,9 +908,15 @@ mod tests {
         let err = "svix".parse::<Kind>().unwrap_err();
         assert_eq!(err, ProviderError::UnknownKind("svix".into()));
         assert!(err.to_string().contains("\"svix\""));
-        for k in [Kind::Github, Kind::StandardWebhooks, Kind::Gitlab, Kind::Hmac] {
+        for k in Kind::ALL {
             assert_eq!(k.to_string().parse::<Kind>(), Ok(k));
         }
+        assert_eq!("stripe".parse::<Kind>(), Ok(Kind::Stripe));
+        assert_eq!("slack".parse::<Kind>(), Ok(Kind::Slack));
+        assert_eq!("shopify".parse::<Kind>(), Ok(Kind::Shopify));
+        assert!(err.to_string().contains("\"shopify\""), "the message lists the kinds: {err}");
+        let timestamped: Vec<Kind> = Kind::ALL.into_iter().filter(|k| k.is_timestamped()).collect();
+        assert_eq!(timestamped, [Kind::StandardWebhooks, Kind::Stripe, Kind::Slack]);
     }
 
     #[test]
@@ -719,7 +980,7 @@ mod tests {
         assert!(s.contains("<redacted>"));
     }
 
-    const HEADER_NAMES: [&str; 15] = [
+    const HEADER_NAMES: [&str; 23] = [
         "x-hub-signature-256",
         "x-github-delivery",
         "x-github-event",
@@ -735,13 +996,21 @@ mod tests {
         "x-signature",
         "x-timestamp",
         "x-id",
+        "stripe-signature",
+        "x-slack-signature",
+        "x-slack-request-timestamp",
+        "x-shopify-hmac-sha256",
+        "x-shopify-webhook-id",
+        "x-shopify-event-id",
+        "x-shopify-topic",
+        "x-shopify-shop-domain",
     ];
 
     fn header_value() -> impl proptest::strategy::Strategy<Value = Option<Vec<u8>>> {
         use proptest::prelude::*;
         proptest::option::of(prop_oneof![
             proptest::collection::vec(any::<u8>(), 0..80),
-            "(v1,|v1a,|sha256=| |[0-9]{1,12}|[A-Za-z0-9+/=]{0,44})*".prop_map(String::into_bytes),
+            "(v1,|v1a,|sha256=|t=|v1=|v0=|,| |[0-9]{1,12}|[A-Za-z0-9+/=]{0,44})*".prop_map(String::into_bytes),
         ])
     }
 
@@ -771,12 +1040,55 @@ mod tests {
                     delivery_id_header: Some("X-Id".into()),
                     ..crate::providers::hmac::Settings::default()
                 }).unwrap(), FieldPointers::default()).unwrap(),
+                Provider::new("stripe", Kind::Stripe, &["whsec_secret"], None, None).unwrap(),
+                Provider::new("slack", Kind::Slack, &["secret"], None, None).unwrap(),
+                Provider::new("shopify", Kind::Shopify, &["secret"], None, None).unwrap(),
             ];
             for p in providers {
                 // Random values never authenticate.
                 proptest::prop_assert!(matches!(p.accept(&headers, &body, now), Err(Rejection::Unauthorized(_))));
             }
         }
+    }
+
+    #[test]
+    fn field_overrides_replace_key_by_key() {
+        let overrides =
+            FieldOverrides { org: Some("=acme".into()), number: Some("/missing".into()), ..Default::default() };
+        let pointers = overrides.over(FieldPointers::default());
+        assert_eq!(
+            pointers,
+            FieldPointers { org: "=acme".into(), number: "/missing".into(), ..FieldPointers::default() }
+        );
+        let mut event = Map::new();
+        event.insert("org".into(), Value::from("default-org"));
+        event.insert("repo".into(), Value::from("default-repo"));
+        event.insert("number".into(), Value::from("evt_1"));
+        overrides.apply(&mut event, &serde_json::json!({"a": 1}));
+        assert_eq!(Value::Object(event), serde_json::json!({"org": "acme", "repo": "default-repo"}));
+        // Through a provider: standard-webhooks keeps its other pointers.
+        let p = Provider::new("b", Kind::StandardWebhooks, &["whsec_c2Vjb25k"], None, None).unwrap();
+        let p = p.with_fields(overrides).unwrap();
+        assert_eq!(p.fields().org, "=acme");
+        assert_eq!(p.fields().repo, "/repo");
+    }
+
+    #[test]
+    fn deadlines_default_by_kind_and_leave_a_margin_for_the_network() {
+        let gh = Provider::github("gh", "s");
+        assert_eq!(gh.deadline(), Duration::from_secs(10));
+        let sw = Provider::new("sw", Kind::StandardWebhooks, &["whsec_c2Vjb25k"], None, None).unwrap();
+        assert_eq!(sw.deadline(), Duration::from_secs(15));
+        let ten = Duration::from_secs(10);
+        // A tenth is kept back, at most 500 ms; the request timeout caps the deadline.
+        assert_eq!(gh.answer_within(Duration::from_secs(60)), Duration::from_millis(9_500));
+        assert_eq!(sw.answer_within(ten), Duration::from_millis(9_500));
+        let slack_like = gh.clone().with_deadline(Duration::from_secs(3));
+        assert_eq!(slack_like.answer_within(ten), Duration::from_millis(2_700));
+        assert_eq!(gh.with_deadline(Duration::from_millis(100)).answer_within(ten), Duration::from_millis(90));
+        assert!(format!("{slack_like:?}").contains("deadline: 3s"));
+        let defaults: Vec<u64> = Kind::ALL.iter().map(|k| k.default_deadline().as_secs()).collect();
+        assert_eq!(defaults, [10, 15, 10, 3, 5, 10, 5], "docs/providers-view.md, Deadlines");
     }
 
     #[test]

@@ -20,14 +20,17 @@
 //! - a pointer whose target is JSON `null` copies the `null` (the gate then
 //!   judges it); only a missing target leaves the key out.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use axum::http::HeaderMap;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value};
 
-use super::{Delivery, FieldPointers, Header, LITERAL_PREFIX, Provider, Rejection, header, parse_body};
+use super::{
+    Delivery, FieldPointers, Header, Provider, Rejection, check_timestamp, field_value, header, parse_body,
+    unix_seconds,
+};
 
 /// The optional prefix of a secret.
 pub const SECRET_PREFIX: &str = "whsec_";
@@ -66,11 +69,6 @@ fn auth_header<'a>(headers: &'a HeaderMap, suffix: &str) -> Result<&'a str, Reje
     }
 }
 
-/// Refuses timestamps further than `tolerance` from `now`, either way.
-fn check_timestamp(timestamp: &str, tolerance: Duration, now: SystemTime) -> Result<(), Rejection> {
-    super::check_timestamp("webhook-timestamp", timestamp, tolerance, now)
-}
-
 pub(super) fn accept(
     provider: &Provider,
     headers: &HeaderMap,
@@ -80,7 +78,7 @@ pub(super) fn accept(
     let id = auth_header(headers, "id")?;
     let timestamp = auth_header(headers, "timestamp")?;
     let signatures = auth_header(headers, "signature")?;
-    check_timestamp(timestamp, provider.tolerance(), now)?;
+    check_timestamp("webhook-timestamp", timestamp, provider.tolerance(), now)?;
 
     // Every entry is compared under every secret, each in constant time.
     let signed = signed_content(id, timestamp, body);
@@ -95,11 +93,22 @@ pub(super) fn accept(
         return Err(Rejection::BadRequest("empty webhook-id header".into()));
     }
     let payload = parse_body(body)?;
+    if is_svix_ping(&payload) {
+        return Err(Rejection::Ignored(crate::refusals::Reason::Ping));
+    }
     let event = normalize(provider.fields(), &payload);
     // The event name of an `events` list is the action.
     let action = event.get("action").and_then(Value::as_str).unwrap_or_default();
     provider.admit(action, action)?;
     Ok(Delivery { delivery_id: id.to_owned(), event, content_digest: None })
+}
+
+/// The body of Svix's test event `svix.ping` (the "Send Example" of an
+/// endpoint, svix-webhooks' `SVIX_PING_EVENT_TYPE_PAYLOAD`): Svix sends no
+/// event-type header, so the body alone tells it. Like GitHub's `ping`, it
+/// starts no work and is answered `ignored`.
+fn is_svix_ping(payload: &Value) -> bool {
+    payload.as_object().is_some_and(|o| o.len() == 1 && o.get("success") == Some(&Value::Bool(true)))
 }
 
 /// What Standard Webhooks signs: `<id>.<timestamp>.<raw body>` (for the
@@ -111,7 +120,7 @@ fn signed_content<'a>(id: &'a str, timestamp: &'a str, body: &'a [u8]) -> [&'a [
 /// The headers a Standard Webhooks sender would send with `body` at `now`,
 /// signed with the provider's first secret.
 pub(super) fn sign(provider: &Provider, id: &str, now: SystemTime, body: &[u8]) -> Vec<(&'static str, String)> {
-    let timestamp = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()).to_string();
+    let timestamp = unix_seconds(now);
     let signature = STANDARD.encode(provider.signature(&signed_content(id, &timestamp, body)));
     vec![
         ("webhook-id", id.to_owned()),
@@ -127,19 +136,15 @@ pub fn normalize(fields: &FieldPointers, payload: &Value) -> Value {
     let event: Map<String, Value> = fields
         .iter()
         .into_iter()
-        .filter_map(|(key, pointer)| {
-            let value = match pointer.strip_prefix(LITERAL_PREFIX) {
-                Some(literal) => Value::String(literal.to_owned()),
-                None => payload.pointer(pointer)?.clone(),
-            };
-            Some((key.to_owned(), value))
-        })
+        .filter_map(|(key, spec)| Some((key.to_owned(), field_value(spec, payload)?)))
         .collect();
     Value::Object(event)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
     use axum::http::HeaderValue;
     use proptest::prelude::*;
     use serde_json::json;
@@ -203,6 +208,29 @@ mod tests {
         assert_eq!(d, Delivery { delivery_id: SPEC_ID.into(), event: json!({}), content_digest: None });
         let h = headers("svix-", Some(SPEC_ID), Some("1614265330"), Some(SPEC_SIGNATURE));
         assert_eq!(provider().accept(&h, SPEC_BODY.as_bytes(), at(SPEC_TS)).unwrap().delivery_id, SPEC_ID);
+    }
+
+    #[test]
+    fn svix_ping_is_ignored_after_authentication() {
+        use crate::refusals::Reason;
+        // svix-webhooks sends `{"success": true}` for its `svix.ping` example, in any spacing.
+        for body in [r#"{"success": true}"#, r#"{"success":true}"#] {
+            let r = provider().accept(&signed("msg_ping", SPEC_TS, body), body.as_bytes(), at(SPEC_TS));
+            assert_eq!(r, Err(Rejection::Ignored(Reason::Ping)), "{body}");
+            // Even with an `events` list that would not admit it: it is a handshake, not an event.
+            let listed = provider().with_events(["invoice.paid"]);
+            let r = listed.accept(&signed("msg_ping", SPEC_TS, body), body.as_bytes(), at(SPEC_TS));
+            assert_eq!(r, Err(Rejection::Ignored(Reason::Ping)), "{body}");
+        }
+        // Unsigned, it is refused like anything else.
+        let body = r#"{"success": true}"#;
+        let forged = headers("webhook-", Some("m"), Some(&SPEC_TS.to_string()), Some("v1,AAAA"));
+        assert!(unauthorized(provider().accept(&forged, body.as_bytes(), at(SPEC_TS))));
+        // Anything more or different is an ordinary delivery.
+        for body in [r#"{"success": true, "number": 1}"#, r#"{"success": false}"#, r#"{"success": "true"}"#, "true"] {
+            let r = provider().accept(&signed("msg_x", SPEC_TS, body), body.as_bytes(), at(SPEC_TS));
+            assert!(r.is_ok(), "{body}: {r:?}");
+        }
     }
 
     #[test]

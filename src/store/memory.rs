@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{BoxFuture, Call, DeliveryRecord, Store, Stored};
+use super::{BoxFuture, Call, DeliveryRecord, HeldRun, Store, Stored};
 use crate::error::Error;
 use crate::gate::{Identity, Response, Settings, Status, Verdict};
 
@@ -44,6 +44,11 @@ impl<K: Hash + Eq + Clone, V> ExpiringMap<K, V> {
         self.entries.get(key).map(|(v, _)| v)
     }
 
+    fn remove(&mut self, key: &K) -> Option<V> {
+        // Its queue slot stays behind; `purge` skips slots whose entry is gone.
+        self.entries.remove(key).map(|(v, _)| v)
+    }
+
     fn insert(&mut self, key: K, value: V, now: Instant) {
         let expires = self.ttl.map(|ttl| now + ttl);
         if let Some(at) = expires {
@@ -58,6 +63,10 @@ struct State {
     logical: ExpiringMap<Identity, String>,
     /// Kept payloads by run id; they live as long as the run's identity.
     payloads: ExpiringMap<String, Arc<str>>,
+    /// Runs held by the caller that runs them (`Call::hold`): run id to
+    /// the end of the hold, ms since the Unix epoch. Removed when the run
+    /// is finished or released.
+    holds: ExpiringMap<String, u64>,
     last_run: u64,
 }
 
@@ -75,36 +84,68 @@ impl MemoryStore {
                 deliveries: ExpiringMap::new(Some(settings.delivery_ttl)),
                 logical: ExpiringMap::new(settings.logical_ttl),
                 payloads: ExpiringMap::new(settings.logical_ttl),
+                holds: ExpiringMap::new(settings.logical_ttl),
                 last_run: 0,
             }),
         }
     }
 
-    fn apply_now(&self, call: &Call<'_>) -> Stored {
+    fn apply_now(&self, call: &Call<'_>) -> Result<Stored, Error> {
         let now = Instant::now();
         let mut s = self.state.lock().expect("memory store lock");
         s.deliveries.purge(now);
         s.logical.purge(now);
         s.payloads.purge(now);
+        s.holds.purge(now);
         let delivery = (call.provider.to_owned(), call.delivery_id.to_owned());
         if let Some(rec) = s.deliveries.get(&delivery) {
-            return Stored { response: rec.response(), replayed: true, first_digest: rec.digest.clone() };
+            // Under a hold, a `created` record whose run is still held is
+            // work in flight; one whose hold ran out is dropped, and the
+            // delivery is decided again below (lua/gate.lua does the same).
+            let held = match (&call.hold, rec.status, &rec.run_id) {
+                (Some(_), Status::Created, Some(run)) => s.holds.get(run).map(|until| (run.clone(), *until)),
+                _ => None,
+            };
+            match held {
+                Some((run_id, until)) if until > call.now_ms => return Err(Error::InFlight { run_id }),
+                // The identity's logical key still names the run: the
+                // verdict below sees the hold ran out and takes it over.
+                Some(_) => {
+                    s.deliveries.remove(&delivery);
+                }
+                None => {
+                    return Ok(Stored { response: rec.response(), replayed: true, first_digest: rec.digest.clone() });
+                }
+            }
         }
         let response = match &call.verdict {
             Verdict::BadRequest => Response::plain(Status::BadRequest),
             Verdict::Blocked => Response::plain(Status::Blocked),
-            Verdict::Work(id) => match s.logical.get(id) {
-                Some(run) => Response::with_run(Status::Duplicate, run.clone()),
-                None => {
-                    s.last_run += 1;
-                    let run = format!("run-{}", s.last_run);
-                    s.logical.insert(id.clone(), run.clone(), now);
-                    if let Some(payload) = call.payload {
-                        s.payloads.insert(run.clone(), Arc::from(payload), now);
+            Verdict::Work(id) => {
+                let known = s.logical.get(id).cloned();
+                let held = known.as_ref().filter(|_| call.hold.is_some()).and_then(|run| s.holds.get(run).copied());
+                match (known, held) {
+                    (Some(run_id), Some(until)) if until > call.now_ms => return Err(Error::InFlight { run_id }),
+                    (Some(run), None) => Response::with_run(Status::Duplicate, run),
+                    // New work, or work whose holder's hold ran out: a new run.
+                    (stale, _) => {
+                        if let Some(run) = stale {
+                            s.holds.remove(&run);
+                        }
+                        s.last_run += 1;
+                        let run = format!("run-{}", s.last_run);
+                        s.logical.insert(id.clone(), run.clone(), now);
+                        if let Some(payload) = call.payload {
+                            s.payloads.insert(run.clone(), Arc::from(payload), now);
+                        }
+                        if let Some(hold) = &call.hold {
+                            let until = call.now_ms.saturating_add(hold.lease.as_millis() as u64);
+                            s.holds.insert(run.clone(), until, now);
+                        }
+                        Response::with_run(Status::Created, run)
                     }
-                    Response::with_run(Status::Created, run)
                 }
-            },
+            }
         };
         let record = DeliveryRecord {
             status: response.status,
@@ -114,7 +155,37 @@ impl MemoryStore {
             at: Some(call.now_ms),
         };
         s.deliveries.insert(delivery, record, now);
-        Stored { response, replayed: false, first_digest: None }
+        Ok(Stored { response, replayed: false, first_digest: None })
+    }
+
+    fn finish_now(&self, run: &HeldRun<'_>) -> bool {
+        let mut s = self.state.lock().expect("memory store lock");
+        s.holds.purge(Instant::now());
+        s.holds.remove(&run.run_id.to_owned()).is_some()
+    }
+
+    /// lua/release.lua's counterpart: each write fenced by the run id.
+    fn release_now(&self, run: &HeldRun<'_>) -> bool {
+        let now = Instant::now();
+        let mut s = self.state.lock().expect("memory store lock");
+        s.deliveries.purge(now);
+        s.logical.purge(now);
+        s.holds.purge(now);
+        let delivery = (run.provider.to_owned(), run.delivery_id.to_owned());
+        let names_run =
+            |rec: &DeliveryRecord| rec.status == Status::Created && rec.run_id.as_deref() == Some(run.run_id);
+        let mut released = false;
+        if s.deliveries.get(&delivery).is_some_and(names_run) {
+            s.deliveries.remove(&delivery);
+            released = true;
+        }
+        if s.logical.get(run.identity).is_some_and(|r| r == run.run_id) {
+            s.logical.remove(run.identity);
+            released = true;
+        }
+        s.holds.remove(&run.run_id.to_owned());
+        s.payloads.remove(&run.run_id.to_owned());
+        released
     }
 
     /// The payload kept for `run_id` (a provider's `keep_payload`), the
@@ -130,7 +201,17 @@ impl MemoryStore {
 impl Store for MemoryStore {
     fn apply<'a>(&'a self, call: &'a Call<'a>) -> BoxFuture<'a, Result<Stored, Error>> {
         let stored = self.apply_now(call);
-        Box::pin(async move { Ok(stored) })
+        Box::pin(async move { stored })
+    }
+
+    fn finish<'a>(&'a self, run: &'a HeldRun<'a>) -> BoxFuture<'a, Result<bool, Error>> {
+        let finished = self.finish_now(run);
+        Box::pin(async move { Ok(finished) })
+    }
+
+    fn release<'a>(&'a self, run: &'a HeldRun<'a>) -> BoxFuture<'a, Result<bool, Error>> {
+        let released = self.release_now(run);
+        Box::pin(async move { Ok(released) })
     }
 
     fn ping(&self) -> BoxFuture<'_, Result<(), Error>> {

@@ -13,7 +13,7 @@ use std::pin::Pin;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
-use crate::gate::{Response, Status, Verdict};
+use crate::gate::{Hold, Identity, Response, Status, Verdict};
 
 /// A boxed future, so stores can sit behind `Arc<dyn Store>`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -32,6 +32,30 @@ pub struct Call<'a> {
     /// Kept in the run record as `payload` when the call creates a run.
     pub payload: Option<&'a str>,
     /// Wall-clock time of the call, in ms since the Unix epoch.
+    pub now_ms: u64,
+    /// `Some` when the caller runs the work itself (the embedded layer,
+    /// [`crate::layer`]): a created run is held by the caller instead of
+    /// queued for workers, and a delivery or identity whose run is still
+    /// held is answered [`Error::InFlight`] (see [`Store::apply`]).
+    pub hold: Option<Hold>,
+}
+
+/// A run created under a [`Hold`], as its holder ends it
+/// ([`Store::finish`], [`Store::release`]).
+#[derive(Debug)]
+pub struct HeldRun<'a> {
+    /// The provider of the delivery that created the run.
+    pub provider: &'a str,
+    /// The delivery that created the run.
+    pub delivery_id: &'a str,
+    /// The run's identity (its logical key).
+    pub identity: &'a Identity,
+    /// The run; every write is fenced by it, so ending a run that was taken
+    /// over never touches its successor's records.
+    pub run_id: &'a str,
+    /// How long the ended run's record stays; `None`: forever.
+    pub retention: Option<std::time::Duration>,
+    /// Wall-clock time, in ms since the Unix epoch.
     pub now_ms: u64,
 }
 
@@ -75,7 +99,25 @@ impl DeliveryRecord {
 pub trait Store: Send + Sync + 'static {
     /// Replays the delivery's record if there is one; otherwise applies
     /// `call.verdict` and records the answer. All in one atomic step.
+    ///
+    /// With `call.hold`, a created run is held (not queued), and the step
+    /// answers [`Error::InFlight`], writing nothing, when the delivery's own
+    /// run or the identity's run is held by a live hold. A hold that ran out
+    /// (its holder stopped) is taken over: the stale delivery record is
+    /// dropped and the identity gets a new run.
     fn apply<'a>(&'a self, call: &'a Call<'a>) -> BoxFuture<'a, Result<Stored, Error>>;
+
+    /// The holder's work succeeded: the run is `done` and no longer held,
+    /// so retries replay `created` and other deliveries are `duplicate`.
+    /// `false` when the run was no longer held (its hold ran out and was
+    /// taken over).
+    fn finish<'a>(&'a self, run: &'a HeldRun<'a>) -> BoxFuture<'a, Result<bool, Error>>;
+
+    /// The holder's work failed: atomically removes the delivery record and
+    /// the logical key if they still name this run, and marks the run
+    /// `released`, so the provider's retry creates new work. `false` when
+    /// nothing named the run any more.
+    fn release<'a>(&'a self, run: &'a HeldRun<'a>) -> BoxFuture<'a, Result<bool, Error>>;
 
     /// Checks that the store answers (readiness, health checks).
     fn ping(&self) -> BoxFuture<'_, Result<(), Error>>;

@@ -11,13 +11,19 @@ use redis::{Cmd, Pipeline, RedisError, RedisFuture, Script, ServerErrorKind, Val
 
 pub use super::connection::{PemFile, Secret, Tls};
 use super::sentinel::SentinelConn;
-use super::{BoxFuture, Call, DeliveryRecord, Store, Stored};
+use super::{BoxFuture, Call, DeliveryRecord, HeldRun, Store, Stored};
 use crate::error::Error;
 use crate::gate::{Settings, Verdict};
 use crate::keys::Keys;
 
 /// The gate script, embedded at build time.
 pub const GATE_LUA: &str = include_str!("../../lua/gate.lua");
+
+/// Ends a held run that succeeded (the embedded layer, docs/embedding.md).
+pub const RUN_FINISH_LUA: &str = include_str!("../../lua/run_finish.lua");
+
+/// Releases a held run that failed, fenced by its run id.
+pub const RUN_RELEASE_LUA: &str = include_str!("../../lua/run_release.lua");
 
 /// The default bound on one Redis command: a hung Redis becomes an error
 /// (and a 503) instead of a hung request.
@@ -184,6 +190,8 @@ pub struct RedisStore {
     runs_key: String,
     run_prefix: String,
     script: Script,
+    finish_script: Script,
+    release_script: Script,
     delivery_ttl_ms: u64,
     logical_ttl_ms: u64,
     timeout: Duration,
@@ -193,7 +201,6 @@ pub struct RedisStore {
 impl RedisStore {
     /// A store over `conn`, under the namespace of `keys`.
     pub fn new(conn: Conn, keys: Keys, settings: &Settings, timeout: Duration) -> Self {
-        let ms = |d: Duration| (d.as_millis() as u64).max(1);
         Self {
             counter_key: keys.run_counter(),
             runs_key: keys.runs(),
@@ -201,6 +208,8 @@ impl RedisStore {
             conn,
             keys,
             script: Script::new(GATE_LUA),
+            finish_script: Script::new(RUN_FINISH_LUA),
+            release_script: Script::new(RUN_RELEASE_LUA),
             delivery_ttl_ms: ms(settings.delivery_ttl),
             logical_ttl_ms: settings.logical_ttl.map_or(0, ms),
             timeout,
@@ -266,6 +275,10 @@ impl RedisStore {
             // The run record keeps the subject only where it adds to the number.
             .arg(id.filter(|i| i.subject != i.number).map_or(&empty, |i| &i.subject))
             .arg(call.payload.unwrap_or(""));
+        match &call.hold {
+            Some(hold) => cmd.arg(call.now_ms.saturating_add(ms(hold.lease))).arg(hold.retention.map_or(0, ms)),
+            None => cmd.arg(0).arg(0),
+        };
         (cmd, delivery)
     }
 
@@ -356,15 +369,50 @@ impl RedisStore {
                 .await
                 .map_err(|_| Error::Timeout(self.timeout))??,
         };
+        if replayed == 2 {
+            return Err(Error::InFlight { run_id: record });
+        }
         let record: DeliveryRecord =
             serde_json::from_str(&record).map_err(|e| Error::Corrupt(format!("delivery record {record:?}: {e}")))?;
         Ok(Stored { response: record.response(), replayed: replayed == 1, first_digest: record.digest })
     }
+
+    async fn finish_run(&self, run: &HeldRun<'_>) -> Result<bool, Error> {
+        let mut conn = self.conn.clone();
+        let mut inv = self.finish_script.prepare_invoke();
+        inv.key(self.keys.run(run.run_id)).arg(run.now_ms).arg(run.retention.map_or(0, ms));
+        let finished: i64 = self.bounded(inv.invoke_async(&mut conn)).await?;
+        Ok(finished == 1)
+    }
+
+    async fn release_run(&self, run: &HeldRun<'_>) -> Result<bool, Error> {
+        let mut conn = self.conn.clone();
+        let mut inv = self.release_script.prepare_invoke();
+        inv.key(self.keys.delivery(run.provider, run.delivery_id))
+            .key(self.keys.logical(run.identity))
+            .key(self.keys.run(run.run_id));
+        inv.arg(run.run_id).arg(run.now_ms).arg(run.retention.map_or(0, ms));
+        let released: i64 = self.bounded(inv.invoke_async(&mut conn)).await?;
+        Ok(released == 1)
+    }
+}
+
+/// A duration as Redis takes a TTL: whole ms, at least 1.
+fn ms(d: Duration) -> u64 {
+    (d.as_millis() as u64).max(1)
 }
 
 impl Store for RedisStore {
     fn apply<'a>(&'a self, call: &'a Call<'a>) -> BoxFuture<'a, Result<Stored, Error>> {
         Box::pin(self.run_script(call))
+    }
+
+    fn finish<'a>(&'a self, run: &'a HeldRun<'a>) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(self.finish_run(run))
+    }
+
+    fn release<'a>(&'a self, run: &'a HeldRun<'a>) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(self.release_run(run))
     }
 
     fn ping(&self) -> BoxFuture<'_, Result<(), Error>> {

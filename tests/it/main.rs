@@ -24,8 +24,10 @@ macro_rules! both_stores {
 mod chaos;
 mod cluster;
 mod dead;
+mod deadlines;
 mod deploy;
 mod durability;
+mod embed;
 mod gate;
 mod hostile;
 mod http;
@@ -33,6 +35,7 @@ mod identities;
 mod model;
 mod ops;
 mod production_redis;
+mod provider_kinds;
 mod proxy;
 mod redis_store;
 mod refusals;

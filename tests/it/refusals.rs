@@ -26,17 +26,19 @@ use crate::support::{Backend, RedisProcess, fresh_ns};
 
 const SW_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
+/// Every kind, tested the same way.
+const KINDS: [Kind; 7] = Kind::ALL;
+
 /// One provider of each kind in each mode, named `<kind>-<mode>`.
 fn providers() -> Vec<Provider> {
     let mut out = Vec::new();
     for mode in [RefusalStatus::Ack, RefusalStatus::Code] {
-        for kind in [Kind::Github, Kind::StandardWebhooks, Kind::Gitlab, Kind::Hmac] {
+        for kind in KINDS {
             let name = format!("{kind}-{}", mode.as_str());
             let provider = match kind {
-                Kind::Github => Provider::new(name, kind, &["gh-secret"], None, None),
-                Kind::Gitlab => Provider::new(name, kind, &["gl-token"], None, None),
+                Kind::StandardWebhooks => Provider::new(name, kind, &[SW_SECRET], None, None),
                 Kind::Hmac => Provider::hmac(name, &["hmac-secret"], hmac_scheme(), FieldPointers::default()),
-                _ => Provider::new(name, kind, &[SW_SECRET], None, None),
+                _ => Provider::new(name, kind, &["provider-secret"], None, None),
             };
             out.push(provider.unwrap().with_refusal_status(mode));
         }
@@ -57,37 +59,110 @@ fn hmac_scheme() -> hmac::Scheme {
     .unwrap()
 }
 
+/// Where each kind's deliveries go when they map to allowed work: the
+/// defaults of docs/providers.md.
+const ALLOWED: [&str; 4] = ["octo/repo", "stripe/live", "T1/A1", "shopify/example.myshopify.com"];
+
 fn router_over(store: Arc<dyn Store>) -> Router {
-    app(AppState::new(Gate::new(["octo/repo"], store), providers(), None))
+    app(AppState::new(Gate::new(ALLOWED, store), providers(), None))
 }
 
 /// A delivery of `body` to provider `p`, signed as its sender signs
-/// (GitHub's event name `issues`), or with a forged signature.
-fn signed(p: &Provider, id: &str, body: &Value, forged: bool) -> Request<Body> {
+/// (GitHub's event name `issues`, Shopify's topic `orders/create`), or with
+/// a forged signature; `replace` then sets unsigned headers.
+fn signed_with(p: &Provider, id: &str, body: &Value, forged: bool, replace: &[(&str, &str)]) -> Request<Body> {
     let bytes = body.to_string().into_bytes();
-    let event = (p.kind == Kind::Github).then_some("issues");
+    let event = match p.kind {
+        Kind::Github => Some("issues"),
+        Kind::Shopify => Some("orders/create"),
+        _ => None,
+    };
     let mut req = Request::post(format!("/webhooks/{}", p.name)).header("content-type", "application/json");
     for (name, value) in p.sign(id, event, &bytes, SystemTime::now()).unwrap() {
-        let forge =
-            forged && (name.ends_with("signature") || name.ends_with("signature-256") || name == "x-gitlab-token");
+        let forge = forged
+            && (name.ends_with("signature")
+                || name.ends_with("signature-256")
+                || name.ends_with("hmac-sha256")
+                || name == "x-gitlab-token");
+        let value = replace.iter().find(|(n, _)| *n == name).map_or(value.clone(), |(_, v)| v.to_string());
         req = req.header(name, if forge { format!("{value}x") } else { value });
     }
     req.body(Body::from(bytes)).unwrap()
 }
 
-/// A body of kind `kind` whose event is `org/repo` with action `opened`
-/// (`None`: no repository at all, so it does not map).
+fn signed(p: &Provider, id: &str, body: &Value, forged: bool) -> Request<Body> {
+    signed_with(p, id, body, forged, &[])
+}
+
+/// What a delivery maps to.
+#[derive(Debug, Clone, Copy)]
+enum Case {
+    /// Allowed work.
+    Work,
+    /// A repository outside the allowlist.
+    Blocked,
+    /// No valid `org`, `repo`, `action` and `number`.
+    Unmapped,
+}
+
+/// A delivery of `case` to `p` under delivery id `id` (Stripe and Slack
+/// carry it in the body), signed or forged.
+fn delivery(p: &Provider, id: &str, case: Case, n: i64, forged: bool) -> Request<Body> {
+    match p.kind {
+        Kind::Github | Kind::StandardWebhooks | Kind::Gitlab | Kind::Hmac => {
+            let repo = match case {
+                Case::Work => Some(("octo", "repo")),
+                Case::Blocked => Some(("evil", "repo")),
+                Case::Unmapped => None,
+            };
+            signed(p, id, &payload(p.kind, repo, n), forged)
+        }
+        Kind::Stripe => {
+            let mut body = json!({"id": id, "type": "invoice.paid", "data": {"object": {"id": format!("in_{n}")}}});
+            match case {
+                Case::Work => body["livemode"] = json!(true),
+                Case::Blocked => body["livemode"] = json!(false),
+                Case::Unmapped => {}
+            }
+            signed(p, id, &body, forged)
+        }
+        Kind::Slack => {
+            let mut body = json!({"type": "event_callback", "event_id": id, "api_app_id": "A1", "event": {"type": "app_mention", "n": n}});
+            match case {
+                Case::Work => body["team_id"] = json!("T1"),
+                Case::Blocked => body["team_id"] = json!("T-evil"),
+                Case::Unmapped => {}
+            }
+            signed(p, id, &body, forged)
+        }
+        Kind::Shopify => {
+            let replace: &[(&str, &str)] = match case {
+                Case::Work => &[],
+                Case::Blocked => &[("x-shopify-shop-domain", "evil.myshopify.com")],
+                Case::Unmapped => &[("x-shopify-topic", "")],
+            };
+            signed_with(p, id, &json!({"id": n}), forged, replace)
+        }
+    }
+}
+
+/// A body of kind `kind` (`github`, `standard-webhooks`, `gitlab` or `hmac`) whose event is
+/// `org/repo` with action `opened` (`None`: no repository at all, so it
+/// does not map).
 fn payload(kind: Kind, repo: Option<(&str, &str)>, n: i64) -> Value {
     match (kind, repo) {
         (Kind::Github, Some((org, name))) => {
             json!({"action": "opened", "issue": {"number": n}, "repository": {"name": name, "owner": {"login": org}}})
         }
         (Kind::Github, None) => json!({"action": "opened", "issue": {"number": n}}),
+        (Kind::StandardWebhooks | Kind::Hmac, Some((org, name))) => {
+            json!({"org": org, "repo": name, "action": "opened", "number": n})
+        }
+        (Kind::StandardWebhooks | Kind::Hmac, None) => json!({"action": "opened", "number": n}),
         (Kind::Gitlab, Some((org, name))) => json!({"object_kind": "issue",
             "object_attributes": {"iid": n, "action": "open"}, "project": {"path_with_namespace": format!("{org}/{name}")}}),
         (Kind::Gitlab, None) => json!({"object_kind": "issue", "object_attributes": {"iid": n, "action": "open"}}),
-        (_, Some((org, name))) => json!({"org": org, "repo": name, "action": "opened", "number": n}),
-        (_, None) => json!({"action": "opened", "number": n}),
+        (kind, _) => unreachable!("{kind} bodies are built by `delivery`"),
     }
 }
 
@@ -109,35 +184,33 @@ async fn metrics(app: &Router) -> String {
     send(app, Request::get("/metrics").body(Body::empty()).unwrap()).await.text
 }
 
-both_stores!(refusals_are_acknowledged_unless_code_is_asked_for);
+both_stores!(refusals_are_acknowledged_unless_code_is_asked_for, svix_ping_is_ignored_and_stores_nothing);
 
 async fn refusals_are_acknowledged_unless_code_is_asked_for(b: Backend) {
     let app = router_over(b.store(&Settings::default()).await);
     for p in providers() {
         let code = p.refusal_status() == RefusalStatus::Code;
         let cases = [
-            ("blocked", Some(("evil", "repo")), StatusCode::FORBIDDEN, r#"{"status":"blocked","code":403}"#),
-            ("malformed", None, StatusCode::BAD_REQUEST, r#"{"status":"bad_request","code":400}"#),
+            ("blocked", Case::Blocked, StatusCode::FORBIDDEN, r#"{"status":"blocked","code":403}"#),
+            ("malformed", Case::Unmapped, StatusCode::BAD_REQUEST, r#"{"status":"bad_request","code":400}"#),
         ];
-        for (what, repo, refused, body) in cases {
+        for (what, case, refused, body) in cases {
             let want = if code { refused } else { StatusCode::OK };
             let id = format!("{}-{what}", p.name);
-            let event = payload(p.kind, repo, 1);
-            let r = send(&app, signed(&p, &id, &event, false)).await;
+            let r = send(&app, delivery(&p, &id, case, 1, false)).await;
             assert_eq!((r.status, r.text.as_str(), r.replayed), (want, body, false), "{} {what}", p.name);
             // The provider's retry of the same delivery: answered the same way, from the cache.
-            let r = send(&app, signed(&p, &id, &event, false)).await;
+            let r = send(&app, delivery(&p, &id, case, 1, false)).await;
             assert_eq!((r.status, r.text.as_str(), r.replayed), (want, body, true), "{} {what} replayed", p.name);
         }
         // A bad signature is 401 in both modes, and stores nothing.
-        let event = payload(p.kind, Some(("octo", "repo")), 7);
         let id = format!("{}-work", p.name);
-        let r = send(&app, signed(&p, &id, &event, true)).await;
+        let r = send(&app, delivery(&p, &id, Case::Work, 7, true)).await;
         assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}: {}", p.name, r.text);
         let error: Value = serde_json::from_str(&r.text).unwrap_or_else(|e| panic!("{e}: {}", r.text));
         assert!(error["error"].is_string(), "{}", r.text);
         // New work is still 202 in both modes.
-        let r = send(&app, signed(&p, &id, &event, false)).await;
+        let r = send(&app, delivery(&p, &id, Case::Work, 7, false)).await;
         assert_eq!((r.status, r.replayed), (StatusCode::ACCEPTED, false), "{}: {}", p.name, r.text);
     }
     // Every refusal is counted, replays included; the 401s and the created runs are not.
@@ -162,8 +235,8 @@ async fn redis_outage_is_503_in_both_modes() {
     redis.stop();
     for p in providers() {
         // Work and a refusal alike: nothing can be decided or cached without the store.
-        for (what, repo) in [("work", ("octo", "repo")), ("blocked", ("evil", "repo"))] {
-            let r = send(&app, signed(&p, &format!("{}-{what}", p.name), &payload(p.kind, Some(repo), 1), false)).await;
+        for (what, case) in [("work", Case::Work), ("blocked", Case::Blocked)] {
+            let r = send(&app, delivery(&p, &format!("{}-{what}", p.name), case, 1, false)).await;
             assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{} {what}: {}", p.name, r.text);
         }
     }
@@ -172,9 +245,7 @@ async fn redis_outage_is_503_in_both_modes() {
     let p = &providers()[0];
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let r =
-            send(&app, signed(p, &format!("{}-blocked", p.name), &payload(p.kind, Some(("evil", "repo")), 1), false))
-                .await;
+        let r = send(&app, delivery(p, &format!("{}-blocked", p.name), Case::Blocked, 1, false)).await;
         if r.status != StatusCode::SERVICE_UNAVAILABLE {
             assert_eq!(
                 (r.status, r.text.as_str(), r.replayed),
@@ -250,5 +321,34 @@ async fn each_refusal_is_warned_about_with_its_reason_rate_limited() {
         "idemgate_refusals_total{provider=\"gh\",status=\"ignored\"} 1",
     ] {
         assert!(text.contains(line), "{line} missing from\n{text}");
+    }
+}
+
+/// Svix's "Send Example" test event (`svix.ping`, body `{"success": true}`)
+/// is answered like GitHub's `ping`: 200 `ignored` in both modes, nothing
+/// stored, so the same message id later carrying a real event is gated afresh.
+async fn svix_ping_is_ignored_and_stores_nothing(b: Backend) {
+    let app = router_over(b.store(&Settings::default()).await);
+    for p in providers().into_iter().filter(|p| p.kind == Kind::StandardWebhooks) {
+        let id = format!("{}-ping", p.name);
+        for _ in 0..2 {
+            let r = send(&app, signed(&p, &id, &json!({"success": true}), false)).await;
+            assert_eq!(
+                (r.status, r.text.as_str(), r.replayed),
+                (StatusCode::OK, r#"{"status":"ignored","code":200}"#, false),
+                "{}",
+                p.name
+            );
+        }
+        // Forged, it is a 401 like anything else.
+        let r = send(&app, signed(&p, &id, &json!({"success": true}), true)).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}", p.name);
+        let r = send(&app, signed(&p, &id, &payload(p.kind, Some(("octo", "repo")), 5), false)).await;
+        assert_eq!((r.status, r.replayed), (StatusCode::ACCEPTED, false), "{}: {}", p.name, r.text);
+    }
+    let text = metrics(&app).await;
+    for mode in ["ack", "code"] {
+        let line = format!("idemgate_refusals_total{{provider=\"standard-webhooks-{mode}\",status=\"ignored\"}} 2");
+        assert!(text.contains(&line), "{line} missing from\n{text}");
     }
 }

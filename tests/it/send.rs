@@ -23,6 +23,21 @@ kind = "standard-webhooks"
 secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 [[provider]]
+name = "stripe"
+kind = "stripe"
+secret = "whsec_stripe"
+
+[[provider]]
+name = "slack"
+kind = "slack"
+secret = "slack-secret"
+
+[[provider]]
+name = "shop"
+kind = "shopify"
+secret = "shop-secret"
+
+[[provider]]
 name = "gl"
 kind = "gitlab"
 secret = "gl-token"
@@ -60,6 +75,21 @@ kind = "standard-webhooks"
 secret = "whsec_c29tZXRoaW5nIGVsc2UgZW50aXJlbHk="
 
 [[provider]]
+name = "stripe"
+kind = "stripe"
+secret = "whsec_not_it"
+
+[[provider]]
+name = "slack"
+kind = "slack"
+secret = "not-it"
+
+[[provider]]
+name = "shop"
+kind = "shopify"
+secret = "not-it"
+
+[[provider]]
 name = "gl"
 kind = "gitlab"
 secret = "not-the-token"
@@ -78,10 +108,20 @@ delivery_id_header = "X-Id"
 fields = { action = "/action" }
 "#;
 
-/// One payload per kind that normalizes to octo/repo.
+/// Every provider of the config but `hp`, which reads its delivery id from
+/// the body (`a_delivery_id_in_the_body_is_the_payloads_own`).
+const PROVIDERS: [&str; 7] = ["gh", "sw", "stripe", "slack", "shop", "gl", "hm"];
+
+/// One payload per provider that maps to allowed work: octo/repo, and the
+/// defaults of docs/providers.md for the others.
 fn payload(provider: &str) -> &'static str {
     match provider {
         "gh" => r#"{"action":"opened","number":7,"repository":{"name":"repo","owner":{"login":"octo"}}}"#,
+        "stripe" => r#"{"id":"evt_send_1","type":"invoice.paid","livemode":true,"data":{"object":{"id":"in_1"}}}"#,
+        "slack" => {
+            r#"{"type":"event_callback","event_id":"EvSend1","team_id":"T1","api_app_id":"A1","event":{"type":"app_mention"}}"#
+        }
+        "shop" => r#"{"id":7,"total_price":"1.00"}"#,
         "gl" => {
             r#"{"object_kind":"merge_request","object_attributes":{"iid":7,"action":"open"},"project":{"path_with_namespace":"octo/repo"}}"#
         }
@@ -90,8 +130,21 @@ fn payload(provider: &str) -> &'static str {
     }
 }
 
+/// The delivery id a provider's payload carries (Stripe, Slack), if any.
+fn id_in_payload(provider: &str) -> Option<&'static str> {
+    match provider {
+        "stripe" => Some("evt_send_1"),
+        "slack" => Some("EvSend1"),
+        _ => None,
+    }
+}
+
 fn event(provider: &str) -> Option<&'static str> {
-    (provider == "gh").then_some("pull_request")
+    match provider {
+        "gh" => Some("pull_request"),
+        "shop" => Some("orders/create"),
+        _ => None,
+    }
 }
 
 struct Server {
@@ -121,13 +174,14 @@ fn serve() -> Server {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("config.toml"), CONFIG).unwrap();
     std::fs::write(dir.join("wrong.toml"), WRONG).unwrap();
-    for p in ["gh", "sw", "gl", "hm", "hp"] {
+    for p in PROVIDERS.into_iter().chain(["hp"]) {
         std::fs::write(dir.join(format!("{p}.json")), payload(p)).unwrap();
     }
     let port = free_port();
     let child = idemgate()
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--allowed-repo", "octo/repo", "--config"])
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
         .arg(dir.join("config.toml"))
+        .env("IDEMGATE_ALLOWED_REPOS", "octo/repo,stripe/live,T1/A1,shopify/example.myshopify.com")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -174,7 +228,7 @@ fn answer(out: &Output) -> (String, serde_json::Value) {
 #[test]
 fn send_gets_created_replayed_and_duplicate_for_every_kind() {
     let server = serve();
-    for provider in ["gh", "sw", "gl", "hm"] {
+    for provider in ["gh", "sw", "shop", "gl", "hm"] {
         let id = format!("{provider}-d1");
         let first = run(&server, "send", provider, "config.toml", Some(&id));
         assert_eq!(first.status.code(), Some(0), "{provider}: {}", String::from_utf8_lossy(&first.stderr));
@@ -199,11 +253,42 @@ fn send_gets_created_replayed_and_duplicate_for_every_kind() {
     }
 }
 
+/// Stripe and Slack carry the delivery id in the payload: `send` reads it
+/// there, so the same file twice is a replay; another event id is new work;
+/// a different `--delivery-id` is refused before anything is sent.
+#[test]
+fn body_delivery_ids_for_stripe_and_slack() {
+    let server = serve();
+    for provider in ["stripe", "slack"] {
+        let id = id_in_payload(provider).unwrap();
+        let first = run(&server, "send", provider, "config.toml", None);
+        assert_eq!(first.status.code(), Some(0), "{provider}: {}", String::from_utf8_lossy(&first.stderr));
+        let (status, body) = answer(&first);
+        assert_eq!(
+            (status.as_str(), &body["status"]),
+            ("HTTP 202 Accepted", &serde_json::json!("created")),
+            "{provider}"
+        );
+        assert!(String::from_utf8_lossy(&first.stderr).contains(&format!("delivery id {id}")), "{provider}");
+
+        let again = run(&server, "send", provider, "config.toml", Some(id));
+        assert_eq!(again.status.code(), Some(0));
+        assert!(stdout(&again).contains("idempotent-replayed: true"), "{provider}: {}", stdout(&again));
+        assert_eq!(answer(&again).1, body, "{provider}");
+
+        let other = run(&server, "send", provider, "config.toml", Some("another-id"));
+        assert_eq!(other.status.code(), Some(2), "{provider}");
+        assert!(String::from_utf8_lossy(&other.stderr).contains("--delivery-id"), "{provider}");
+        assert_eq!(stdout(&other), "", "{provider}: nothing was sent");
+    }
+}
+
 #[test]
 fn a_wrong_secret_is_401_and_exit_1() {
     let server = serve();
-    for provider in ["gh", "sw", "gl", "hm"] {
-        let out = run(&server, "send", provider, "wrong.toml", Some(&format!("{provider}-wrong")));
+    for provider in PROVIDERS {
+        let wrong_id = format!("{provider}-wrong");
+        let out = run(&server, "send", provider, "wrong.toml", Some(id_in_payload(provider).unwrap_or(&wrong_id)));
         assert_eq!(out.status.code(), Some(1), "{provider}");
         assert!(stdout(&out).starts_with("HTTP 401"), "{provider}: {}", stdout(&out));
     }
@@ -246,10 +331,11 @@ fn an_unreachable_url_or_a_bad_provider_exits_2() {
 async fn sign_headers_work_with_a_plain_client() {
     let server = serve();
     let client = reqwest::Client::new();
-    for provider in ["gh", "sw", "gl", "hm"] {
-        let id = format!("{provider}-signed");
+    for provider in PROVIDERS {
+        let signed_id = format!("{provider}-signed");
+        let id = id_in_payload(provider).unwrap_or(&signed_id);
         let mut c = idemgate();
-        c.args(["sign", "--provider", provider, "--delivery-id", &id, "--config"]).arg(server.dir.join("config.toml"));
+        c.args(["sign", "--provider", provider, "--delivery-id", id, "--config"]).arg(server.dir.join("config.toml"));
         if let Some(e) = event(provider) {
             c.args(["--event", e]);
         }
@@ -270,7 +356,7 @@ async fn sign_headers_work_with_a_plain_client() {
 }
 
 /// An `hmac` provider that reads the delivery id from the body: `send`
-/// reports the payload's id and refuses `--delivery-id`, which it could not send.
+/// reports the payload's id and refuses another `--delivery-id`, which it could not send.
 #[test]
 fn a_delivery_id_in_the_body_is_the_payloads_own() {
     let server = serve();

@@ -173,6 +173,24 @@ impl RedisProcess {
     }
 }
 
+/// A [`RedisProcess`] stopped with SIGSTOP until this guard drops (SIGCONT),
+/// so a failing assertion never leaves the server hung for the rest of the test.
+pub struct Paused<'a>(&'a RedisProcess);
+
+impl RedisProcess {
+    /// Hangs the server (SIGSTOP) until the returned guard is dropped.
+    pub fn paused(&self) -> Paused<'_> {
+        self.pause(true);
+        Paused(self)
+    }
+}
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        self.0.pause(false);
+    }
+}
+
 impl Drop for RedisProcess {
     fn drop(&mut self) {
         self.pause(false);
