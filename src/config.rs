@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use crate::gate::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, Settings};
 use crate::keys::Keys;
-use crate::providers::{FieldOverrides, IdentityMode, Kind, Provider};
+use crate::providers::{FieldOverrides, FieldPointers, IdentityMode, Kind, Provider};
 use crate::redis::connection::is_tls_url;
 use crate::redis::{DEFAULT_COMMAND_TIMEOUT, PemFile, RedisOptions, RedisTarget, Secret, Tls};
 use crate::refusals::RefusalStatus;
@@ -207,11 +207,36 @@ struct ProviderConfig {
     allowed_repos: Option<StringOrList>,
     /// `"ack"` (default): refusals answered 200; `"code"`: status = code.
     refusal_status: Option<RefusalStatus>,
+    // Kind `hmac`: how its sender signs (crate::providers::hmac::Settings).
+    signature_header: Option<String>,
+    algorithm: Option<String>,
+    encoding: Option<String>,
+    signature_prefix: Option<String>,
+    signed_content: Option<String>,
+    timestamp_header: Option<String>,
+    delivery_id_header: Option<String>,
+    delivery_id: Option<String>,
     /// How long the provider waits for an answer (default: its kind's).
     deadline: Option<String>,
 }
 
 impl ProviderConfig {
+    /// The `hmac` keys given, by name, for the error of another kind that has one.
+    fn hmac_keys_given(&self) -> Option<&'static str> {
+        [
+            ("signature_header", self.signature_header.is_some()),
+            ("algorithm", self.algorithm.is_some()),
+            ("encoding", self.encoding.is_some()),
+            ("signature_prefix", self.signature_prefix.is_some()),
+            ("signed_content", self.signed_content.is_some()),
+            ("timestamp_header", self.timestamp_header.is_some()),
+            ("delivery_id_header", self.delivery_id_header.is_some()),
+            ("delivery_id", self.delivery_id.is_some()),
+        ]
+        .into_iter()
+        .find_map(|(key, given)| given.then_some(key))
+    }
+
     /// The secrets, from exactly one of `secret`, `secrets` and `secret_env`.
     fn secrets(&self, at: &str, env: &impl Fn(&str) -> Option<String>) -> Result<Vec<String>, ConfigError> {
         match (&self.secret, &self.secrets, &self.secret_env) {
@@ -730,21 +755,32 @@ fn providers_from(file: &FileConfig, env: &dyn Fn(&str) -> Option<String>) -> Re
             p.kind.parse().map_err(|_| err(format!("{at}: unknown kind (use one of {})", Kind::names())))?;
         let secrets = p.secrets(&at, &env)?;
         let tolerance = file_duration(&format!("{at}: tolerance"), p.tolerance.as_ref())?;
-        if kind == Kind::Github && (p.tolerance.is_some() || p.fields.is_some()) {
-            return Err(err(format!("{at}: `tolerance` and `fields` do not apply to kind \"github\"")));
+        if matches!(kind, Kind::Github | Kind::Gitlab) && (p.tolerance.is_some() || p.fields.is_some()) {
+            return Err(err(format!(
+                "{at}: `tolerance` and `fields` apply to kinds other than \"github\" and \"gitlab\""
+            )));
         }
-        if !kind.is_timestamped() && p.tolerance.is_some() {
+        // An `hmac` scheme checks its own `tolerance` (it needs a `timestamp_header`).
+        if !kind.is_timestamped() && kind != Kind::Hmac && p.tolerance.is_some() {
             return Err(err(format!("{at}: `tolerance` applies to kinds that sign a timestamp only")));
         }
         if kind != Kind::Github && p.identity.is_some() {
             return Err(err(format!("{at}: `identity` applies to kind \"github\" only")));
         }
+        if let Some(key) = p.hmac_keys_given().filter(|_| kind != Kind::Hmac) {
+            return Err(err(format!("{at}: `{key}` applies to kind \"hmac\" only")));
+        }
         let deadline = file_duration(&format!("{at}: deadline"), p.deadline.as_ref())?;
         if deadline.is_some_and(|d| d.is_zero()) {
             return Err(err(format!("{at}: `deadline` must be more than 0 (leave it out for the kind's default)")));
         }
-        let mut provider = Provider::new(p.name.clone(), kind, &secrets, tolerance, None)
-            .and_then(|provider| provider.with_fields(p.fields.clone().unwrap_or_default()))
+        let provider = if kind == Kind::Hmac {
+            hmac_provider(p, &secrets, tolerance)
+        } else {
+            Provider::new(p.name.clone(), kind, &secrets, tolerance, None)
+                .and_then(|provider| provider.with_fields(p.fields.clone().unwrap_or_default()))
+        };
+        let mut provider = provider
             .map_err(|e| err(format!("{at}: {e}")))?
             .with_identity(p.identity.unwrap_or_default())
             .with_keep_payload(p.keep_payload.unwrap_or(false))
@@ -764,6 +800,33 @@ fn providers_from(file: &FileConfig, env: &dyn Fn(&str) -> Option<String>) -> Re
         providers.push(provider);
     }
     Ok(providers)
+}
+
+/// An `hmac` provider from its table: the scheme and `fields` are checked
+/// by the provider module, which names the key at fault.
+fn hmac_provider(
+    p: &ProviderConfig,
+    secrets: &[String],
+    tolerance: Option<Duration>,
+) -> Result<Provider, crate::providers::ProviderError> {
+    use crate::providers::{ProviderError, hmac};
+    let settings = hmac::Settings {
+        signature_header: p.signature_header.clone(),
+        algorithm: p.algorithm.clone(),
+        encoding: p.encoding.clone(),
+        signature_prefix: p.signature_prefix.clone(),
+        signed_content: p.signed_content.clone(),
+        timestamp_header: p.timestamp_header.clone(),
+        tolerance,
+        delivery_id_header: p.delivery_id_header.clone(),
+        delivery_id: p.delivery_id.clone(),
+    };
+    let problem = |problem| ProviderError::Hmac { provider: p.name.clone(), problem };
+    let scheme = hmac::Scheme::new(&settings).map_err(problem)?;
+    // Like `standard-webhooks`, a key left out of `fields` keeps its
+    // default pointer (`/org`, …); the table itself is required.
+    let fields = p.fields.as_ref().ok_or_else(|| problem(hmac::Problem::NoFields))?;
+    Provider::hmac(p.name.clone(), secrets, scheme, fields.over(FieldPointers::default()))
 }
 
 #[cfg(test)]
@@ -1110,7 +1173,7 @@ mod tests {
     fn each_bad_input_names_the_problem() {
         let cases = [
             ("delivery_ttl = \"soon\"", "delivery_ttl"),
-            ("[[provider]]\nname = \"x\"\nkind = \"gitlab\"\nsecret = \"s\"", "unknown kind"),
+            ("[[provider]]\nname = \"x\"\nkind = \"gitea\"\nsecret = \"s\"", "unknown kind"),
             ("[[provider]]\nname = \"x\"\nkind = \"github\"", "missing secret"),
             ("[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret_env = \"NOPE\"", "\"NOPE\" is not set"),
             ("[[provider]]\nname = \"x\"\nkind = \"standard-webhooks\"\nsecret = \"whsec_!!!\"", "\"x\""),
@@ -1262,9 +1325,96 @@ mod tests {
                 "both --redis-tls-cert and --redis-tls-key",
             ),
             ("redis_password_file = \"/nonexistent/pw\"", "need a Redis store"),
+            (
+                "[[provider]]\nname = \"x\"\nkind = \"gitlab\"\nsecret = \"s\"\nfields = { org = \"/o\" }",
+                "`tolerance` and `fields` apply to kinds",
+            ),
+            (
+                "[[provider]]\nname = \"x\"\nkind = \"gitlab\"\nsecret = \"s\"\nidentity = \"number\"",
+                "`identity` applies",
+            ),
+            (
+                "[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret = \"s\"\nsignature_header = \"X-S\"",
+                "`signature_header` applies to kind \"hmac\" only",
+            ),
+            (
+                "[[provider]]\nname = \"x\"\nkind = \"standard-webhooks\"\nsecret = \"whsec_c2Vjb25k\"\ndelivery_id = \"/id\"",
+                "`delivery_id` applies to kind \"hmac\" only",
+            ),
         ] {
             let e = resolve(&ServeOptions::default(), text).unwrap_err();
             assert!(e.contains(want), "{text:?}: {e:?} lacks {want:?}");
+        }
+    }
+
+    /// Every bad `hmac` combination stops the start with the provider and
+    /// the key named, never a value from the file.
+    #[test]
+    fn hmac_settings_are_checked_at_start() {
+        const VALUE: &str = "Hunter2Value";
+        let base = "[[provider]]\nname = \"h\"\nkind = \"hmac\"\nsecret = \"s\"\n";
+        let good = "signature_header = \"X-Sig\"\ndelivery_id_header = \"X-Id\"\nfields = { action = \"/type\" }\n";
+        let c = resolve(&ServeOptions::default(), &format!("{base}{good}")).unwrap();
+        let p = &c.providers[0];
+        assert_eq!((p.kind, p.fields().action.as_str()), (Kind::Hmac, "/type"));
+        let scheme = p.hmac_scheme().unwrap();
+        assert_eq!((scheme.algorithm().as_str(), scheme.encoding().as_str()), ("sha256", "hex"));
+        let full = format!(
+            "{base}signature_header = \"X-Sig\"\nalgorithm = \"sha512\"\nencoding = \"base64\"\nsignature_prefix = \"v1=\"\nsigned_content = \"{{id}}.{{timestamp}}.{{body}}\"\ntimestamp_header = \"X-Ts\"\ntolerance = \"90s\"\ndelivery_id_header = \"X-Id\"\nfields = {{ org = \"=o\" }}\n"
+        );
+        let c = resolve(&ServeOptions::default(), &full).unwrap();
+        let p = &c.providers[0];
+        assert_eq!(p.tolerance(), Duration::from_secs(90));
+        assert_eq!(p.hmac_scheme().unwrap().algorithm().as_str(), "sha512");
+        let cases = [
+            ("delivery_id_header = \"X-Id\"\nfields = {}\n".to_owned(), "needs `signature_header`"),
+            (format!("{good}algorithm = \"{VALUE}\"\n"), "`algorithm` must be"),
+            (format!("{good}encoding = \"{VALUE}\"\n"), "`encoding` must be"),
+            (format!("{good}signed_content = \"{VALUE}\"\n"), "`signed_content` must contain {body}"),
+            (format!("{good}signed_content = \"{{{VALUE}}}{{body}}\"\n"), "placeholder other than"),
+            (format!("{good}signed_content = \"{{timestamp}}.{{body}}\"\n"), "`timestamp_header` is not set"),
+            (format!("{good}timestamp_header = \"X-Ts\"\n"), "does not contain {timestamp}"),
+            (format!("{good}tolerance = \"5m\"\n"), "`tolerance` applies only with `timestamp_header`"),
+            (format!("{good}delivery_id = \"/id\"\n"), "not both"),
+            (
+                "signature_header = \"X-Sig\"\ndelivery_id = \"/id\"\nsigned_content = \"{id}{body}\"\nfields = {}\n"
+                    .to_owned(),
+                "`delivery_id_header` is not set",
+            ),
+            ("signature_header = \"X-Sig\"\nfields = {}\n".to_owned(), "needs `delivery_id_header` or `delivery_id`"),
+            (
+                format!("signature_header = \"X-Sig\"\ndelivery_id = \"{VALUE}\"\nfields = {{}}\n"),
+                "`delivery_id` is not a JSON pointer",
+            ),
+            ("signature_header = \"X-Sig\"\ndelivery_id_header = \"X-Id\"\n".to_owned(), "needs `fields`"),
+            (
+                format!("signature_header = \"{VALUE} x\"\ndelivery_id_header = \"X-Id\"\nfields = {{}}\n"),
+                "`signature_header` is not a valid HTTP header name",
+            ),
+            (
+                format!("signature_header = \"X-Sig\"\ndelivery_id_header = \"{VALUE}:\"\nfields = {{}}\n"),
+                "`delivery_id_header` is not a valid HTTP header name",
+            ),
+        ];
+        for (keys, want) in cases {
+            let e = resolve(&ServeOptions::default(), &format!("{base}{keys}")).unwrap_err();
+            assert!(e.contains(want) && e.contains("\"h\""), "{keys:?}: {e:?} lacks {want:?}");
+            assert!(!e.contains(VALUE), "{e}");
+        }
+    }
+
+    /// The allowlist compares `org/repo` as one string: entries with more
+    /// than one slash (a GitLab project in a subgroup) are accepted as they are.
+    #[test]
+    fn allowlist_entries_may_hold_nested_groups() {
+        let text = "allowed_repos = [\"acme/platform/api\", \"a/b\"]\n[[provider]]\nname = \"gl\"\nkind = \"gitlab\"\nsecret = \"t\"\nallowed_repos = [\"acme/platform/sub/web\"]";
+        let c = resolve(&ServeOptions::default(), text).unwrap();
+        assert_eq!(c.allowed_repos, ["acme/platform/api", "a/b"]);
+        assert_eq!(c.providers[0].allowed_repos(), Some(&["acme/platform/sub/web".to_owned()][..]));
+        assert_eq!(c.providers[0].kind, Kind::Gitlab);
+        for bad in ["/api", "acme/"] {
+            let e = resolve(&ServeOptions::default(), &format!("allowed_repos = [\"{bad}\"]")).unwrap_err();
+            assert!(e.contains("not ORG/REPO"), "{bad}: {e}");
         }
     }
 
@@ -1322,6 +1472,8 @@ mod tests {
                 Just("stripe".to_owned()),
                 Just("slack".to_owned()),
                 Just("shopify".to_owned()),
+                Just("gitlab".to_owned()),
+                Just("hmac".to_owned()),
                 "[a-z-]{0,10}"
             ],
             proptest::option::of(".{0,12}"),

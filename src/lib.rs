@@ -8,7 +8,8 @@
 //! - [`http`]: the HTTP API (docs/reference.md#http-api) as an axum router.
 //! - [`layer`]: the gate inside your own axum service, as a tower layer
 //!   around a webhook handler (docs/embedding.md).
-//! - [`providers`]: webhook authentication and normalization (GitHub, Standard Webhooks).
+//! - [`providers`]: webhook authentication and normalization (GitHub, Standard Webhooks, Stripe, Slack, Shopify,
+//!   GitLab, a configurable HMAC).
 //! - [`refusals`]: how provider endpoints answer refusals (200 by default), counted and logged.
 //! - [`vocabulary`]: the words every layer shares: answers, identities, verdicts, delivery records.
 //! - [`gate`]: the rules of docs/reference.md#semantics (validation, allowlist,

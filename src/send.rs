@@ -33,23 +33,23 @@ pub enum PrepareError {
     Sign(#[from] SignError),
     /// A delivery id or event name cannot be sent as a header.
     #[error("{0} cannot be sent in an HTTP header (control characters?)")]
-    NotAHeader(&'static str),
-    /// The kind reads the delivery id from the payload, and `--delivery-id`
+    NotAHeader(String),
+    /// The provider reads the delivery id from the payload (`stripe`,
+    /// `slack`, an `hmac` provider with `delivery_id`), and `--delivery-id`
     /// names another one (the payload is signed as it is, never rewritten).
     #[error(
-        "kind {kind} reads the delivery id from the payload's `{key}`: give the same value with --delivery-id, or leave it out"
+        "provider reads the delivery id from the payload's `{field}`: leave out --delivery-id, or give the same value"
     )]
     DeliveryIdInBody {
-        /// The provider's kind.
-        kind: Kind,
-        /// The body key that holds the delivery id.
-        key: &'static str,
+        /// Where the payload holds it: the JSON pointer without its
+        /// leading `/` (`id`, `event_id`, `data/id`).
+        field: String,
     },
 }
 
 /// A delivery id no earlier call produced, shaped like the provider's own:
-/// a GUID for GitHub and Shopify, `msg_…` for Standard Webhooks, `evt_…`
-/// for Stripe, `Ev…` for Slack.
+/// a GUID for GitHub, GitLab and Shopify, `msg_…` for Standard Webhooks and
+/// `hmac`, `evt_…` for Stripe, `Ev…` for Slack.
 pub fn fresh_delivery_id(kind: Kind) -> String {
     // RandomState is seeded from the OS once per process; the clock and a
     // counter make every call in the process differ too.
@@ -62,7 +62,7 @@ pub fn fresh_delivery_id(kind: Kind) -> String {
     h.write_u64(a);
     let b = h.finish();
     match kind {
-        Kind::Github | Kind::Shopify => format!(
+        Kind::Github | Kind::Gitlab | Kind::Shopify => format!(
             "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
             a >> 32,
             (a >> 16) & 0xffff,
@@ -70,16 +70,18 @@ pub fn fresh_delivery_id(kind: Kind) -> String {
             0x8000 | (b >> 48) & 0x3fff,
             b & 0xffff_ffff_ffff
         ),
-        Kind::StandardWebhooks => format!("msg_{a:016x}{b:016x}"),
+        Kind::StandardWebhooks | Kind::Hmac => format!("msg_{a:016x}{b:016x}"),
         Kind::Stripe => format!("evt_{a:016x}{b:016x}"),
         Kind::Slack => format!("Ev{a:016X}"),
     }
 }
 
 /// Signs `body` as `provider` would send it at `now`. The delivery id is
-/// `delivery_id`, else a fresh one; for the kinds that carry it in the body
-/// (`stripe`, `slack`) it is the body's, which `delivery_id` may only
-/// repeat (empty when the body has none: the service then answers 400).
+/// `delivery_id`, else a fresh one; for the providers that carry it in the
+/// body (`stripe`, `slack`, an `hmac` provider with `delivery_id`; see
+/// [`Provider::body_delivery_id`]) it is the body's, which `delivery_id`
+/// may only repeat (`?` when the body has none: the service then answers
+/// 400).
 pub fn prepare(
     provider: &Provider,
     body: Vec<u8>,
@@ -87,26 +89,36 @@ pub fn prepare(
     event: Option<&str>,
     now: SystemTime,
 ) -> Result<Outgoing, PrepareError> {
-    let delivery_id = match provider.kind.body_delivery_id() {
+    let delivery_id = match provider.body_delivery_id() {
         None => delivery_id.unwrap_or_else(|| fresh_delivery_id(provider.kind)),
-        Some(key) => {
-            let in_body = serde_json::from_slice::<serde_json::Value>(&body)
-                .ok()
-                .and_then(|v| v.get(key).and_then(serde_json::Value::as_str).map(str::to_owned))
-                .unwrap_or_default();
+        // What the service will read; shown to the user, never signed.
+        Some(pointer) => {
+            let in_body = id_in_body(&body, &pointer);
             if delivery_id.is_some_and(|given| given != in_body) {
-                return Err(PrepareError::DeliveryIdInBody { kind: provider.kind, key });
+                return Err(PrepareError::DeliveryIdInBody { field: pointer[1..].to_owned() });
             }
             in_body
         }
     };
     let mut headers = Vec::new();
     for (name, value) in provider.sign(&delivery_id, event, &body, now)? {
-        let value = HeaderValue::from_str(&value).map_err(|_| PrepareError::NotAHeader(name))?;
-        headers.push((HeaderName::from_static(name), value));
+        let not_a_header = || PrepareError::NotAHeader(name.to_owned());
+        let value = HeaderValue::from_bytes(value.as_bytes()).map_err(|_| not_a_header())?;
+        headers.push((HeaderName::from_bytes(name.as_bytes()).map_err(|_| not_a_header())?, value));
     }
     headers.push((axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/json")));
     Ok(Outgoing { delivery_id, headers, body })
+}
+
+/// The delivery id a payload carries where `pointer` points, as text
+/// (`?` when it has none: the service will refuse it with a 400).
+fn id_in_body(body: &[u8], pointer: &str) -> String {
+    let payload: Option<serde_json::Value> = serde_json::from_slice(body).ok();
+    match payload.as_ref().and_then(|p| p.pointer(pointer)) {
+        Some(serde_json::Value::String(id)) => id.clone(),
+        Some(serde_json::Value::Number(n)) => n.to_string(),
+        _ => "?".to_owned(),
+    }
 }
 
 /// The headers as `Name: value` lines, for curl (`-H @file`) or a person.
@@ -162,9 +174,48 @@ mod tests {
         let groups: Vec<usize> = id.split('-').map(str::len).collect();
         assert_eq!(groups, [8, 4, 4, 4, 12], "{id}");
         assert!(fresh_delivery_id(Kind::StandardWebhooks).starts_with("msg_"));
+        let id = fresh_delivery_id(Kind::Gitlab);
+        assert_eq!(id.split('-').map(str::len).collect::<Vec<_>>(), [8, 4, 4, 4, 12], "{id}");
         assert_eq!(fresh_delivery_id(Kind::Shopify).split('-').count(), 5);
         assert!(fresh_delivery_id(Kind::Stripe).starts_with("evt_"));
         assert!(fresh_delivery_id(Kind::Slack).starts_with("Ev"));
+    }
+
+    /// An `hmac` provider that signs a timestamp and the delivery id header.
+    fn hmac_provider() -> Provider {
+        use crate::providers::hmac::{Scheme, Settings};
+        let scheme = Scheme::new(&Settings {
+            signature_header: Some("X-Signature".into()),
+            signed_content: Some("{id}.{timestamp}.{body}".into()),
+            timestamp_header: Some("X-Timestamp".into()),
+            delivery_id_header: Some("X-Id".into()),
+            ..Settings::default()
+        })
+        .unwrap();
+        Provider::hmac("hm", &["s3cret"], scheme, FieldPointers::default()).unwrap()
+    }
+
+    /// With the delivery id in the body, `prepare` reports the payload's own
+    /// and refuses to be given another.
+    #[test]
+    fn a_delivery_id_in_the_body_cannot_be_chosen() {
+        use crate::providers::hmac::{Scheme, Settings};
+        let scheme = Scheme::new(&Settings {
+            signature_header: Some("X-Signature".into()),
+            delivery_id: Some("/id".into()),
+            ..Settings::default()
+        })
+        .unwrap();
+        let p = Provider::hmac("hp", &["s"], scheme, FieldPointers::default()).unwrap();
+        let now = SystemTime::now();
+        let out = prepare(&p, br#"{"id": "evt_1"}"#.to_vec(), None, None, now).unwrap();
+        assert_eq!(out.delivery_id, "evt_1");
+        assert_eq!(p.accept(&headers_of(&out), &out.body, now).unwrap().delivery_id, "evt_1");
+        assert!(matches!(
+            prepare(&p, br#"{"id": "evt_1"}"#.to_vec(), Some("mine".into()), None, now),
+            Err(PrepareError::DeliveryIdInBody { .. })
+        ));
+        assert_eq!(prepare(&p, b"{}".to_vec(), None, None, now).unwrap().delivery_id, "?");
     }
 
     /// Stripe and Slack carry the delivery id in the body: it is read from
@@ -182,7 +233,7 @@ mod tests {
             }
             let err = prepare(&p, body.clone(), Some("other".into()), None, now).unwrap_err();
             assert!(err.to_string().contains(&format!("`{key}`")) && !err.to_string().contains("other"), "{err}");
-            assert_eq!(prepare(&p, b"{}".to_vec(), None, None, now).unwrap().delivery_id, "");
+            assert_eq!(prepare(&p, b"{}".to_vec(), None, None, now).unwrap().delivery_id, "?");
         }
     }
 
@@ -203,6 +254,8 @@ mod tests {
                 FieldPointers::default(),
             )
             .unwrap(),
+            Provider::new("gl", Kind::Gitlab, &["gl-token"], None, None).unwrap(),
+            hmac_provider(),
             Provider::new("shop", Kind::Shopify, &["s3cret"], None, None).unwrap(),
         ];
         for p in &providers {

@@ -20,7 +20,7 @@ pub struct SignArgs {
     /// Event name, for kinds that send it in a header (github: X-GitHub-Event, e.g. push; shopify: X-Shopify-Topic).
     #[arg(long, value_name = "NAME")]
     event: Option<String>,
-    /// Delivery id to send; absent: a fresh one (send the same id twice to see a replay). Stripe and Slack carry it in the payload: only that id is accepted.
+    /// Delivery id to send; absent: a fresh one (send the same id twice to see a replay). Stripe, Slack and an hmac provider with `delivery_id` carry it in the payload: only that id is accepted.
     #[arg(long, value_name = "ID")]
     delivery_id: Option<String>,
     /// The payload file; absent or `-`: standard input. Sent byte for byte as signed.

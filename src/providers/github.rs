@@ -58,10 +58,18 @@ pub const CONTENT_DIGEST_HEX: usize = 24;
 /// canonical form once the [`RECIPIENT_KEYS`] are removed, the first
 /// [`CONTENT_DIGEST_HEX`] hex digits. The event name is not hashed: the
 /// action next to the digest holds it (`push`, `issues.opened`).
-pub fn content_digest(mut payload: Value) -> String {
+pub fn content_digest(payload: Value) -> String {
+    digest_without(payload, &RECIPIENT_KEYS)
+}
+
+/// SHA-256 of the RFC 8785 canonical form of `payload` once the top-level
+/// keys `dropped` are removed, the first [`CONTENT_DIGEST_HEX`] hex digits:
+/// the event identity of every kind that names work by its payload
+/// (`github`, `gitlab`; docs/identities.md).
+pub fn digest_without(mut payload: Value, dropped: &[&str]) -> String {
     if let Value::Object(map) = &mut payload {
-        for key in RECIPIENT_KEYS {
-            map.remove(key);
+        for key in dropped {
+            map.remove(*key);
         }
     }
     let mut digest = hex::encode(crate::jcs::sha256(&payload));

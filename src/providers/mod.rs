@@ -9,6 +9,9 @@
 //! - [`slack`]: the Events API's `X-Slack-Signature` over
 //!   `v0:<timestamp>:<raw body>`, and its `url_verification` handshake.
 //! - [`shopify`]: `X-Shopify-Hmac-Sha256`, base64, over the raw body.
+//! - [`gitlab`]: the shared token of `X-Gitlab-Token`, compared by digest.
+//! - [`hmac`]: a configurable HMAC scheme for providers without a kind of
+//!   their own (header, algorithm, encoding, signed content, timestamp).
 //!
 //! docs/providers.md describes each kind for operators.
 //!
@@ -24,16 +27,19 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
-use axum::http::HeaderMap;
-use hmac::{Hmac, Mac};
+use ::hmac::{Hmac, Mac};
+use axum::http::{HeaderMap, HeaderValue};
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use sha2::Sha256;
+use sha1::Sha1;
+use sha2::{Digest, Sha256, Sha512};
 use subtle::{Choice, ConstantTimeEq};
 
 use crate::refusals::{Reason, RefusalStatus};
 
 pub mod github;
+pub mod gitlab;
+pub mod hmac;
 pub mod shopify;
 pub mod slack;
 pub mod standard_webhooks;
@@ -41,8 +47,44 @@ pub mod stripe;
 
 type HmacSha256 = Hmac<Sha256>;
 
+/// One secret, prepared once for the provider's scheme and cloned per
+/// request.
+#[derive(Clone)]
+enum Key {
+    /// HMAC-SHA1 keyed with the secret (`hmac` with `algorithm = "sha1"`).
+    Sha1(Hmac<Sha1>),
+    /// HMAC-SHA256 keyed with the secret (most kinds).
+    Sha256(HmacSha256),
+    /// HMAC-SHA512 keyed with the secret (`hmac` with `algorithm = "sha512"`).
+    Sha512(Hmac<Sha512>),
+    /// A token the sender sends as it is (GitLab's `X-Gitlab-Token`). It is
+    /// kept to send (`idemgate send`), and compared by its SHA-256 digest:
+    /// digests have one length, so the comparison takes the same time
+    /// whatever the length of the token sent.
+    Token {
+        /// The token, for the signer.
+        token: String,
+        /// Its SHA-256 digest, for the verifier.
+        digest: [u8; 32],
+    },
+}
+
+impl Key {
+    fn token(token: &str) -> Key {
+        Key::Token { token: token.to_owned(), digest: token_digest(token.as_bytes()) }
+    }
+}
+
+/// The digest a token is compared by ([`Key::Token`]).
+fn token_digest(token: &[u8]) -> [u8; 32] {
+    let mut digest = [0; 32];
+    digest.copy_from_slice(&Sha256::digest(token));
+    digest
+}
+
 /// The default timestamp tolerance of the kinds that sign a timestamp
-/// (`standard-webhooks`, `stripe`, `slack`).
+/// (`standard-webhooks`, `stripe`, `slack`, and `hmac` with a
+/// `timestamp_header`).
 pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(5 * 60);
 
 /// The most an endpoint keeps back from its deadline for the network: the
@@ -69,11 +111,18 @@ pub enum Kind {
     /// `shopify`: Shopify's `X-Shopify-Hmac-Sha256` webhooks.
     #[serde(rename = "shopify")]
     Shopify,
+    /// `gitlab`: GitLab's `X-Gitlab-Token` webhooks.
+    #[serde(rename = "gitlab")]
+    Gitlab,
+    /// `hmac`: a configurable HMAC scheme ([`hmac::Scheme`]).
+    #[serde(rename = "hmac")]
+    Hmac,
 }
 
 impl Kind {
     /// Every kind, in the order the docs list them.
-    pub const ALL: [Kind; 5] = [Kind::Github, Kind::StandardWebhooks, Kind::Stripe, Kind::Slack, Kind::Shopify];
+    pub const ALL: [Kind; 7] =
+        [Kind::Github, Kind::StandardWebhooks, Kind::Stripe, Kind::Slack, Kind::Shopify, Kind::Gitlab, Kind::Hmac];
 
     /// The config name (`github`, `standard-webhooks`, …).
     pub fn as_str(self) -> &'static str {
@@ -83,6 +132,8 @@ impl Kind {
             Kind::Stripe => "stripe",
             Kind::Slack => "slack",
             Kind::Shopify => "shopify",
+            Kind::Gitlab => "gitlab",
+            Kind::Hmac => "hmac",
         }
     }
 
@@ -91,19 +142,24 @@ impl Kind {
         Kind::ALL.iter().map(|k| format!("{:?}", k.as_str())).collect::<Vec<_>>().join(", ")
     }
 
-    /// Whether the scheme signs a timestamp, refused outside `tolerance`.
+    /// Whether every provider of the kind signs a timestamp, refused
+    /// outside `tolerance`. An `hmac` provider signs one only when its
+    /// scheme names a `timestamp_header` ([`hmac::Scheme`] checks its own
+    /// `tolerance`), so the kind is not counted here.
     pub fn is_timestamped(self) -> bool {
         matches!(self, Kind::StandardWebhooks | Kind::Stripe | Kind::Slack)
     }
 
     /// The top-level body key that holds the delivery id, for the kinds
     /// that carry it in the body (`stripe`: `id`, `slack`: `event_id`);
-    /// `None` where a header carries it.
+    /// `None` where a header carries it. An `hmac` provider may read its
+    /// id from the body too (a `delivery_id` pointer): that is the
+    /// provider's choice, not the kind's ([`Provider::body_delivery_id`]).
     pub fn body_delivery_id(self) -> Option<&'static str> {
         match self {
             Kind::Stripe => Some(stripe::DELIVERY_KEY),
             Kind::Slack => Some(slack::DELIVERY_KEY),
-            Kind::Github | Kind::StandardWebhooks | Kind::Shopify => None,
+            Kind::Github | Kind::StandardWebhooks | Kind::Shopify | Kind::Gitlab | Kind::Hmac => None,
         }
     }
 
@@ -122,6 +178,12 @@ impl Kind {
             Kind::Slack => Duration::from_secs(3),
             // 5 s for the whole request (Shopify, HTTPS webhook delivery).
             Kind::Shopify => Duration::from_secs(5),
+            // GitLab.com's webhook timeout is 10 s ("Other limits"), and
+            // self-managed instances default to it.
+            Kind::Gitlab => Duration::from_secs(10),
+            // A generic sender: 5 s is inside every timeout above but
+            // Slack's; a provider sets `deadline` to its sender's.
+            Kind::Hmac => Duration::from_secs(5),
         }
     }
 }
@@ -282,6 +344,14 @@ pub enum ProviderError {
         /// Which field (`org`, `repo`, `action`, `number`).
         field: &'static str,
     },
+    /// An `hmac` provider's settings do not make a scheme.
+    #[error("provider {provider:?}: {problem}")]
+    Hmac {
+        /// The provider's name.
+        provider: String,
+        /// What is wrong, naming the key (never its value).
+        problem: hmac::Problem,
+    },
 }
 
 /// Why a request was refused. The reason is for logs and error bodies: it
@@ -363,9 +433,9 @@ pub struct Provider {
     pub name: String,
     /// The scheme.
     pub kind: Kind,
-    /// One HMAC per secret, keyed once; cloned per request. A signature
-    /// made with any of them is valid (rotation).
-    macs: Vec<HmacSha256>,
+    /// One key per secret, in the order listed. A signature made with any
+    /// of them is valid (rotation).
+    keys: Vec<Key>,
     tolerance: Duration,
     fields: FieldPointers,
     /// The `fields` keys given in the config (`stripe`, `slack`, `shopify`).
@@ -376,6 +446,8 @@ pub struct Provider {
     keep_payload: bool,
     allowed_repos: Option<Vec<String>>,
     refusal_status: RefusalStatus,
+    /// How an `hmac` provider signs (`None` for every other kind).
+    hmac_scheme: Option<Box<hmac::Scheme>>,
     deadline: Duration,
 }
 
@@ -384,7 +456,7 @@ impl fmt::Debug for Provider {
         f.debug_struct("Provider")
             .field("name", &self.name)
             .field("kind", &self.kind)
-            .field("secrets", &format!("<redacted> ({})", self.macs.len()))
+            .field("secrets", &format!("<redacted> ({})", self.keys.len()))
             .field("tolerance", &self.tolerance)
             .field("fields", &self.fields)
             .field("overrides", &self.overrides)
@@ -393,23 +465,34 @@ impl fmt::Debug for Provider {
             .field("keep_payload", &self.keep_payload)
             .field("allowed_repos", &self.allowed_repos)
             .field("refusal_status", &self.refusal_status)
+            .field("hmac_scheme", &self.hmac_scheme)
             .field("deadline", &self.deadline)
             .finish()
     }
 }
 
-/// The HMAC of the signed parts, in order: one computation for the
-/// verifier and the signer.
-fn mac_over(mac: &HmacSha256, signed: &[&[u8]]) -> hmac::digest::Output<HmacSha256> {
-    let mut mac = mac.clone();
-    for part in signed {
-        mac.update(part);
+/// What a request made with `key` carries for the signed parts, in order:
+/// their HMAC, or for a token key the token's digest (nothing is signed).
+/// One computation for the verifier and the signer.
+fn mac_over(key: &Key, signed: &[&[u8]]) -> Vec<u8> {
+    fn over<M: Mac + Clone>(mac: &M, signed: &[&[u8]]) -> Vec<u8> {
+        let mut mac = mac.clone();
+        for part in signed {
+            mac.update(part);
+        }
+        mac.finalize().into_bytes().to_vec()
     }
-    mac.finalize().into_bytes()
+    match key {
+        Key::Sha1(mac) => over(mac, signed),
+        Key::Sha256(mac) => over(mac, signed),
+        Key::Sha512(mac) => over(mac, signed),
+        Key::Token { digest, .. } => digest.to_vec(),
+    }
 }
 
-fn hmac(key: &[u8]) -> HmacSha256 {
-    HmacSha256::new_from_slice(key).expect("HMAC takes keys of any length")
+/// An HMAC-SHA256 key.
+fn hmac(key: &[u8]) -> Key {
+    Key::Sha256(HmacSha256::new_from_slice(key).expect("HMAC takes keys of any length"))
 }
 
 impl Provider {
@@ -420,11 +503,11 @@ impl Provider {
         Provider::unkeyed(name.into(), Kind::Github, vec![hmac(secret.as_bytes())])
     }
 
-    fn unkeyed(name: String, kind: Kind, macs: Vec<HmacSha256>) -> Provider {
+    fn unkeyed(name: String, kind: Kind, keys: Vec<Key>) -> Provider {
         Provider {
             name,
             kind,
-            macs,
+            keys,
             tolerance: DEFAULT_TOLERANCE,
             fields: FieldPointers::default(),
             overrides: FieldOverrides::default(),
@@ -433,6 +516,7 @@ impl Provider {
             keep_payload: false,
             allowed_repos: None,
             refusal_status: RefusalStatus::default(),
+            hmac_scheme: None,
             deadline: kind.default_deadline(),
         }
     }
@@ -455,7 +539,8 @@ impl Provider {
     /// while rotating). `tolerance` matters to the kinds that sign a
     /// timestamp, `fields` to `standard-webhooks` (`None`: the defaults;
     /// see [`Provider::with_fields`] for every kind). No secrets, or an
-    /// empty one, is refused for every kind.
+    /// empty one, is refused for every kind. An `hmac` provider needs its
+    /// scheme: [`Provider::hmac`] builds it.
     pub fn new(
         name: impl Into<String>,
         kind: Kind,
@@ -467,7 +552,7 @@ impl Provider {
         if secrets.is_empty() || secrets.iter().any(|s| s.as_ref().is_empty()) {
             return Err(ProviderError::EmptySecret(name));
         }
-        let mut macs = Vec::with_capacity(secrets.len());
+        let mut keys = Vec::with_capacity(secrets.len());
         for secret in secrets {
             let key = match kind {
                 // The secret string as given is the key, `whsec_` prefix
@@ -475,18 +560,45 @@ impl Provider {
                 Kind::Github | Kind::Stripe | Kind::Slack | Kind::Shopify => secret.as_ref().as_bytes().to_vec(),
                 Kind::StandardWebhooks => standard_webhooks::decode_secret(secret.as_ref())
                     .ok_or_else(|| ProviderError::BadSecret { provider: name.clone() })?,
+                Kind::Gitlab => secret.as_ref().as_bytes().to_vec(),
+                Kind::Hmac => {
+                    return Err(ProviderError::Hmac { provider: name, problem: hmac::Problem::NoSignatureHeader });
+                }
             };
             if key.is_empty() {
                 return Err(ProviderError::EmptySecret(name));
             }
-            macs.push(hmac(&key));
+            keys.push(if kind == Kind::Gitlab { Key::token(secret.as_ref()) } else { hmac(&key) });
         }
         let fields = fields.unwrap_or_default();
         fields.validate(&name)?;
         Ok(Provider {
             tolerance: tolerance.unwrap_or(DEFAULT_TOLERANCE),
             fields,
-            ..Provider::unkeyed(name, kind, macs)
+            ..Provider::unkeyed(name, kind, keys)
+        })
+    }
+
+    /// An `hmac` provider: `scheme` says how its sender signs (built and
+    /// checked by [`hmac::Scheme::new`]), `fields` where the event's fields
+    /// are. Secrets are used as given (their UTF-8 bytes are the key).
+    pub fn hmac(
+        name: impl Into<String>,
+        secrets: &[impl AsRef<str>],
+        scheme: hmac::Scheme,
+        fields: FieldPointers,
+    ) -> Result<Provider, ProviderError> {
+        let name = name.into();
+        if secrets.is_empty() || secrets.iter().any(|s| s.as_ref().is_empty()) {
+            return Err(ProviderError::EmptySecret(name));
+        }
+        fields.validate(&name)?;
+        let keys = secrets.iter().map(|s| scheme.key(s.as_ref().as_bytes())).collect();
+        Ok(Provider {
+            tolerance: scheme.tolerance(),
+            fields,
+            hmac_scheme: Some(Box::new(scheme)),
+            ..Provider::unkeyed(name, Kind::Hmac, keys)
         })
     }
 
@@ -593,24 +705,46 @@ impl Provider {
     /// tried (no early exit), each comparison in constant time.
     fn verifies(&self, signed: &[&[u8]], candidate: &[u8]) -> bool {
         let found = self
-            .macs
+            .keys
             .iter()
-            .fold(Choice::from(0), |found, mac| found | mac_over(mac, signed).as_slice().ct_eq(candidate));
+            .fold(Choice::from(0), |found, key| found | mac_over(key, signed).as_slice().ct_eq(candidate));
         bool::from(found)
     }
 
     /// The signature of `signed` under the first listed secret (the new one
     /// while rotating), as a sender makes it: `idemgate send` and `sign`.
     fn signature(&self, signed: &[&[u8]]) -> Vec<u8> {
-        mac_over(&self.macs[0], signed).to_vec()
+        mac_over(&self.keys[0], signed)
     }
 
-    /// The timestamp tolerance (kinds that sign a timestamp).
+    /// The first listed token, for kinds whose sender sends the secret
+    /// itself (`gitlab`); `None` for signing kinds.
+    fn token(&self) -> Option<&str> {
+        match &self.keys[0] {
+            Key::Token { token, .. } => Some(token),
+            _ => None,
+        }
+    }
+
+    /// The timestamp tolerance (kinds that sign a timestamp, and `hmac`
+    /// with a `timestamp_header`).
     pub fn tolerance(&self) -> Duration {
         self.tolerance
     }
 
-    /// The field pointers (`standard-webhooks` only).
+    /// Where this provider's deliveries carry their id in the body, as a
+    /// JSON pointer: `/id` for `stripe`, `/event_id` for `slack`, an `hmac`
+    /// provider's `delivery_id`; `None` where a header carries it.
+    /// `idemgate send` signs such a body as it is (docs/integration-testing.md).
+    pub fn body_delivery_id(&self) -> Option<String> {
+        match (self.kind.body_delivery_id(), self.hmac_scheme()) {
+            (Some(key), _) => Some(format!("/{key}")),
+            (None, Some(scheme)) => scheme.delivery_id_pointer().map(str::to_owned),
+            (None, None) => None,
+        }
+    }
+
+    /// The field pointers (`standard-webhooks` and `hmac`).
     pub fn fields(&self) -> &FieldPointers {
         &self.fields
     }
@@ -622,6 +756,8 @@ impl Provider {
         match self.kind {
             Kind::Github => github::accept(self, headers, body),
             Kind::StandardWebhooks => standard_webhooks::accept(self, headers, body, now),
+            Kind::Gitlab => gitlab::accept(self, headers, body),
+            Kind::Hmac => hmac::accept(self, headers, body, now),
             Kind::Stripe => stripe::accept(self, headers, body, now),
             Kind::Slack => slack::accept(self, headers, body, now),
             Kind::Shopify => shopify::accept(self, headers, body),
@@ -641,12 +777,15 @@ impl Provider {
         event: Option<&str>,
         body: &[u8],
         now: SystemTime,
-    ) -> Result<Vec<(&'static str, String)>, SignError> {
+    ) -> Result<Vec<(&str, String)>, SignError> {
         match (self.kind, event) {
             (Kind::Github, Some(event)) => Ok(github::sign(self, delivery_id, event, body)),
             (Kind::Github, None) => Err(SignError::EventRequired(self.kind)),
             (Kind::StandardWebhooks, None) => Ok(standard_webhooks::sign(self, delivery_id, now, body)),
             (Kind::StandardWebhooks, Some(_)) => Err(SignError::EventNotSent(self.kind)),
+            (Kind::Gitlab, None) => Ok(gitlab::sign(self, delivery_id)),
+            (Kind::Hmac, None) => Ok(hmac::sign(self, delivery_id, now, body)),
+            (Kind::Gitlab | Kind::Hmac, Some(_)) => Err(SignError::EventNotSent(self.kind)),
             (Kind::Stripe, None) => Ok(stripe::sign(self, now, body)),
             (Kind::Slack, None) => Ok(slack::sign(self, now, body)),
             (Kind::Stripe | Kind::Slack, Some(_)) => Err(SignError::EventNotSent(self.kind)),
@@ -678,11 +817,24 @@ enum Header<'a> {
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Header<'a> {
+    match single(headers, name) {
+        Ok(None) => Header::Missing,
+        Err(Repeated) => Header::Repeated,
+        Ok(Some(v)) => v.to_str().map_or(Header::NotText, Header::Value),
+    }
+}
+
+/// A header sent more than once.
+struct Repeated;
+
+/// The one value of a header, whatever its bytes (`None`: not sent); a
+/// header sent more than once is ambiguous, never guessed at.
+fn single<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a HeaderValue>, Repeated> {
     let mut values = headers.get_all(name).iter();
     match (values.next(), values.next()) {
-        (None, _) => Header::Missing,
-        (Some(_), Some(_)) => Header::Repeated,
-        (Some(v), None) => v.to_str().map_or(Header::NotText, Header::Value),
+        (None, _) => Ok(None),
+        (Some(_), Some(_)) => Err(Repeated),
+        (Some(v), None) => Ok(Some(v)),
     }
 }
 
@@ -751,6 +903,8 @@ mod tests {
     fn kind_parses_config_names() {
         assert_eq!("github".parse::<Kind>(), Ok(Kind::Github));
         assert_eq!("standard-webhooks".parse::<Kind>(), Ok(Kind::StandardWebhooks));
+        assert_eq!("gitlab".parse::<Kind>(), Ok(Kind::Gitlab));
+        assert_eq!("hmac".parse::<Kind>(), Ok(Kind::Hmac));
         let err = "svix".parse::<Kind>().unwrap_err();
         assert_eq!(err, ProviderError::UnknownKind("svix".into()));
         assert!(err.to_string().contains("\"svix\""));
@@ -778,7 +932,7 @@ mod tests {
         assert_eq!(p.fields, FieldPointers { action: "/type".into(), ..FieldPointers::default() });
         let p: P = serde_json::from_str(r#"{"kind": "github"}"#).unwrap();
         assert_eq!((p.kind, p.fields), (Kind::Github, FieldPointers::default()));
-        assert!(serde_json::from_str::<P>(r#"{"kind": "gitlab"}"#).is_err());
+        assert!(serde_json::from_str::<P>(r#"{"kind": "gitea"}"#).is_err());
         assert!(serde_json::from_str::<P>(r#"{"kind": "github", "fields": {"orgs": "/o"}}"#).is_err());
     }
 
@@ -826,7 +980,7 @@ mod tests {
         assert!(s.contains("<redacted>"));
     }
 
-    const HEADER_NAMES: [&str; 17] = [
+    const HEADER_NAMES: [&str; 23] = [
         "x-hub-signature-256",
         "x-github-delivery",
         "x-github-event",
@@ -836,6 +990,12 @@ mod tests {
         "svix-id",
         "svix-timestamp",
         "svix-signature",
+        "x-gitlab-token",
+        "idempotency-key",
+        "x-gitlab-event-uuid",
+        "x-signature",
+        "x-timestamp",
+        "x-id",
         "stripe-signature",
         "x-slack-signature",
         "x-slack-request-timestamp",
@@ -871,6 +1031,15 @@ mod tests {
             let providers = [
                 Provider::github("gh", "secret"),
                 Provider::standard_webhooks("sw", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", DEFAULT_TOLERANCE, FieldPointers::default()).unwrap(),
+                Provider::new("gl", Kind::Gitlab, &["gl-token!"], None, None).unwrap(),
+                Provider::hmac("h", &["secret"], crate::providers::hmac::Scheme::new(&crate::providers::hmac::Settings {
+                    signature_header: Some("X-Signature".into()),
+                    encoding: Some("base64".into()),
+                    signed_content: Some("{id}.{timestamp}.{body}".into()),
+                    timestamp_header: Some("X-Timestamp".into()),
+                    delivery_id_header: Some("X-Id".into()),
+                    ..crate::providers::hmac::Settings::default()
+                }).unwrap(), FieldPointers::default()).unwrap(),
                 Provider::new("stripe", Kind::Stripe, &["whsec_secret"], None, None).unwrap(),
                 Provider::new("slack", Kind::Slack, &["secret"], None, None).unwrap(),
                 Provider::new("shopify", Kind::Shopify, &["secret"], None, None).unwrap(),
@@ -919,7 +1088,7 @@ mod tests {
         assert_eq!(gh.with_deadline(Duration::from_millis(100)).answer_within(ten), Duration::from_millis(90));
         assert!(format!("{slack_like:?}").contains("deadline: 3s"));
         let defaults: Vec<u64> = Kind::ALL.iter().map(|k| k.default_deadline().as_secs()).collect();
-        assert_eq!(defaults, [10, 15, 10, 3, 5], "docs/providers-view.md, Deadlines");
+        assert_eq!(defaults, [10, 15, 10, 3, 5, 10, 5], "docs/providers-view.md, Deadlines");
     }
 
     #[test]

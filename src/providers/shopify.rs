@@ -307,7 +307,10 @@ mod tests {
         let p = Provider::new("shop", Kind::Shopify, &["new", SECRET], None, None).unwrap();
         let mut h = HeaderMap::new();
         for (name, value) in p.sign("w-9", Some("orders/paid"), BODY.as_bytes(), SystemTime::UNIX_EPOCH).unwrap() {
-            h.insert(name, HeaderValue::from_str(&value).unwrap());
+            h.insert(
+                axum::http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(&value).unwrap(),
+            );
         }
         assert_eq!(h[SIGNATURE_HEADER], sign("new", BODY).as_str());
         let d = accept(&p, &h, BODY).unwrap();

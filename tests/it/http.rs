@@ -519,9 +519,9 @@ fn config_errors_name_the_problem() {
     };
     let e = start_error(&["serve", "--delivery-ttl", "soon"]);
     assert!(e.contains("--delivery-ttl") && e.contains("soon"), "{e}");
-    let kind = write("kind.toml", "[[provider]]\nname = \"x\"\nkind = \"gitlab\"\nsecret = \"s\"\n");
+    let kind = write("kind.toml", "[[provider]]\nname = \"x\"\nkind = \"gitea\"\nsecret = \"s\"\n");
     let e = start_error(&["serve", "--config", &kind]);
-    assert!(e.contains("unknown kind") && !e.contains("gitlab"), "the value is not echoed: {e}");
+    assert!(e.contains("unknown kind") && !e.contains("gitea"), "the value is not echoed: {e}");
     let secret = write("secret.toml", "[[provider]]\nname = \"x\"\nkind = \"github\"\n");
     let e = start_error(&["serve", "--config", &secret]);
     assert!(e.contains("missing secret"), "{e}");

@@ -220,6 +220,9 @@ both_stores!(
     secret_rotation,
     provider_allowlist_replaces_the_global_one,
     literal_fields,
+    gitlab_identities,
+    gitlab_tokens_retries_and_events,
+    hmac_deliveries,
 );
 
 async fn corpus_with_event_identities(b: Backend) {
@@ -542,4 +545,192 @@ async fn inspect_finds_an_event_identity_through_its_run() {
     // The number alone names nothing under an event identity.
     let bare = ops.inspect(&Target::logical("github", "Codertocat/Hello-World", "issues.labeled", "1")).await.unwrap();
     assert!(bare.found.is_none());
+}
+
+const GITLAB_TOKEN: &str = "gitlab hook token";
+
+/// A GitLab delivery: the token, and the delivery id as `Idempotency-Key`
+/// (GitLab 17.4 and later) or as `X-Gitlab-Event-UUID` alone (older).
+fn gitlab(token: &str, id: GitlabId, payload: &Value) -> Request<Body> {
+    let mut req = Request::post("/webhooks/gitlab")
+        .header("x-gitlab-token", token)
+        .header("x-gitlab-event", "Push Hook")
+        .header("content-type", "application/json");
+    req = match id {
+        GitlabId::Key(key) => req.header("idempotency-key", key).header("x-gitlab-event-uuid", "shared-uuid"),
+        GitlabId::Uuid(uuid) => req.header("x-gitlab-event-uuid", uuid),
+    };
+    req.body(Body::from(payload.to_string())).unwrap()
+}
+
+#[derive(Clone, Copy)]
+enum GitlabId<'a> {
+    Key(&'a str),
+    Uuid(&'a str),
+}
+
+/// A push as GitLab's webhook events page shows it, trimmed, to `path`.
+fn gitlab_push(path: &str, after: &str) -> Value {
+    json!({
+        "object_kind": "push", "event_name": "push",
+        "before": "95790bf891e76fee5e1747ab589903a6a1f80f22", "after": after,
+        "ref": "refs/heads/master", "checkout_sha": after, "user_username": "jsmith",
+        "project": {"id": 15, "name": "Diaspora", "path_with_namespace": path},
+        "commits": [{"id": after, "message": "fixed readme"}], "total_commits_count": 1
+    })
+}
+
+fn gitlab_merge_request(path: &str, action: &str) -> Value {
+    json!({
+        "object_kind": "merge_request", "event_type": "merge_request",
+        "project": {"id": 1, "path_with_namespace": path},
+        "object_attributes": {"id": 99, "iid": 1, "title": "MS-Viewport", "action": action, "state": "opened"}
+    })
+}
+
+async fn gitlab_identities(b: Backend) {
+    let provider = Provider::new("gitlab", Kind::Gitlab, &[GITLAB_TOKEN], None, None).unwrap();
+    let allowed = ["mike/diaspora", "acme/platform/api"];
+    let app = router_with(Gate::new(allowed, b.store(&Settings::default()).await), vec![provider]);
+    let gl = |id, payload: &Value| send(&app, gitlab(GITLAB_TOKEN, id, payload));
+    let (push_a, push_b) = (gitlab_push("mike/diaspora", "da1560886d"), gitlab_push("mike/diaspora", "b6568db1bc"));
+    // Two distinct pushes: two runs.
+    assert_eq!(gl(GitlabId::Key("k1"), &push_a).await.body, created("run-1"));
+    assert_eq!(gl(GitlabId::Key("k2"), &push_b).await.body, created("run-2"));
+    // The first push again under other ids (a group hook, a resend on older
+    // GitLab that has no Idempotency-Key): the same event, one run.
+    assert_eq!(gl(GitlabId::Key("k3"), &push_a).await.body, duplicate("run-1"));
+    assert_eq!(gl(GitlabId::Uuid("u1"), &push_a).await.body, duplicate("run-1"));
+    // A retry of a delivery keeps its Idempotency-Key: replayed.
+    let r = gl(GitlabId::Key("k2"), &push_b).await;
+    assert_eq!((r.status, r.replayed, r.body), (StatusCode::ACCEPTED, true, created("run-2")));
+    // Nested groups stay in the org: the allowlist entry has two slashes.
+    let opened = gitlab_merge_request("acme/platform/api", "open");
+    assert_eq!(gl(GitlabId::Key("k4"), &opened).await.body, created("run-3"));
+    assert_eq!(
+        gl(GitlabId::Key("k5"), &gitlab_merge_request("acme/platform/api", "update")).await.body,
+        created("run-4")
+    );
+    let r = gl(GitlabId::Key("k6"), &gitlab_merge_request("acme/platform/web", "open")).await;
+    assert_eq!((r.status, r.body), (StatusCode::OK, json!({"status": "blocked", "code": 403})));
+    // Split at the last slash: "acme/platform/" has an empty repo.
+    let r = gl(GitlabId::Key("k7"), &gitlab_merge_request("acme/platform/", "open")).await;
+    assert_eq!((r.status, r.body), (StatusCode::OK, json!({"status": "bad_request", "code": 400})));
+    // A group-only event carries no project.
+    let member = json!({"group_path": "webhook-test", "event_name": "user_add_to_group"});
+    assert_eq!(gl(GitlabId::Key("k8"), &member).await.body, json!({"status": "bad_request", "code": 400}));
+    // Counted under the provider's name, replays included.
+    let m = metrics(&app).await;
+    for line in [
+        r#"idemgate_gate_outcomes_total{provider="gitlab",status="created"} 5"#,
+        r#"idemgate_gate_outcomes_total{provider="gitlab",status="duplicate"} 2"#,
+        r#"idemgate_refusals_total{provider="gitlab",status="bad_request"} 2"#,
+    ] {
+        assert!(m.contains(line), "{line} missing from\n{m}");
+    }
+}
+
+async fn gitlab_tokens_retries_and_events(b: Backend) {
+    let provider = Provider::new("gitlab", Kind::Gitlab, &["new token", "old token"], None, None)
+        .unwrap()
+        .with_events(["push", "merge_request.merge"]);
+    let app = router_with(Gate::new(["mike/diaspora"], b.store(&Settings::default()).await), vec![provider]);
+    let push = gitlab_push("mike/diaspora", "da1560886d");
+    // Rotation: either listed token; an unlisted one, none or two are 401 and store nothing.
+    assert_eq!(send(&app, gitlab("new token", GitlabId::Key("k1"), &push)).await.body, created("run-1"));
+    assert_eq!(send(&app, gitlab("old token", GitlabId::Key("k2"), &push)).await.body, duplicate("run-1"));
+    let r = send(&app, gitlab("older token", GitlabId::Key("k3"), &push)).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert!(!r.body["error"].as_str().unwrap().contains("older"), "{}", r.body);
+    let no_token = Request::post("/webhooks/gitlab").header("idempotency-key", "k3").body(Body::from(push.to_string()));
+    assert_eq!(send(&app, no_token.unwrap()).await.status, StatusCode::UNAUTHORIZED);
+    let twice = Request::post("/webhooks/gitlab")
+        .header("x-gitlab-token", "new token")
+        .header("x-gitlab-token", "new token")
+        .header("idempotency-key", "k3")
+        .body(Body::from(push.to_string()));
+    assert_eq!(send(&app, twice.unwrap()).await.status, StatusCode::UNAUTHORIZED);
+    // Nothing was stored under k3 by the refused requests.
+    let r = send(&app, gitlab("new token", GitlabId::Key("k3"), &push)).await;
+    assert_eq!((r.replayed, r.body), (false, duplicate("run-1")));
+    // A second Idempotency-Key is ambiguous: 400.
+    let twice = Request::post("/webhooks/gitlab")
+        .header("x-gitlab-token", "new token")
+        .header("idempotency-key", "k4")
+        .header("idempotency-key", "k5")
+        .body(Body::from(push.to_string()));
+    assert_eq!(send(&app, twice.unwrap()).await.status, StatusCode::BAD_REQUEST);
+    // The events list: the object kind or the whole action.
+    let opened = gitlab_merge_request("mike/diaspora", "open");
+    assert_eq!(send(&app, gitlab("new token", GitlabId::Key("k6"), &opened)).await.body, ignored());
+    let merged = gitlab_merge_request("mike/diaspora", "merge");
+    assert_eq!(send(&app, gitlab("new token", GitlabId::Key("k7"), &merged)).await.body, created("run-2"));
+}
+
+fn slack_like_hmac(name: &str, secrets: &[&str]) -> Provider {
+    use idemgate::providers::hmac::{Scheme, Settings};
+    let scheme = Scheme::new(&Settings {
+        signature_header: Some("X-Slack-Signature".into()),
+        signature_prefix: Some("v0=".into()),
+        signed_content: Some("v0:{timestamp}:{body}".into()),
+        timestamp_header: Some("X-Slack-Request-Timestamp".into()),
+        delivery_id: Some("/event_id".into()),
+        ..Settings::default()
+    })
+    .unwrap();
+    let fields = FieldPointers {
+        org: "/team_id".into(),
+        repo: "/api_app_id".into(),
+        action: "/event/type".into(),
+        number: "/event_id".into(),
+    };
+    Provider::hmac(name, secrets, scheme, fields).unwrap()
+}
+
+/// An `hmac` delivery signed independently of idemgate's signer.
+fn hmac_request(secret: &str, ts: u64, body: &str) -> Request<Body> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(format!("v0:{ts}:{body}").as_bytes());
+    Request::post("/webhooks/slackish")
+        .header("x-slack-signature", format!("v0={}", hex::encode(mac.finalize().into_bytes())))
+        .header("x-slack-request-timestamp", ts.to_string())
+        .body(Body::from(body.to_owned()))
+        .unwrap()
+}
+
+async fn hmac_deliveries(b: Backend) {
+    let app = router_with(
+        Gate::new(["T1/A1"], b.store(&Settings::default()).await),
+        vec![slack_like_hmac("slackish", &["new secret", "old secret"])],
+    );
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let event = |id: &str| {
+        json!({"team_id": "T1", "api_app_id": "A1", "event_id": id, "event": {"type": "app_mention"}}).to_string()
+    };
+    assert_eq!(send(&app, hmac_request("new secret", now, &event("Ev1"))).await.body, created("run-1"));
+    assert_eq!(send(&app, hmac_request("old secret", now, &event("Ev2"))).await.body, created("run-2"));
+    // The provider's retry keeps the event id: replayed.
+    let r = send(&app, hmac_request("new secret", now, &event("Ev1"))).await;
+    assert_eq!((r.replayed, r.body), (true, created("run-1")));
+    // Wrong secret, stale and future timestamps, a tampered body: 401, nothing stored.
+    let refused = [
+        hmac_request("retired secret", now, &event("Ev3")),
+        hmac_request("new secret", now - 301, &event("Ev3")),
+        hmac_request("new secret", now + 301, &event("Ev3")),
+    ];
+    for req in refused {
+        let r = send(&app, req).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}", r.body);
+    }
+    let mut tampered = hmac_request("new secret", now, &event("Ev3"));
+    *tampered.body_mut() = Body::from(event("Ev4"));
+    assert_eq!(send(&app, tampered).await.status, StatusCode::UNAUTHORIZED);
+    let r = send(&app, hmac_request("new secret", now, &event("Ev3"))).await;
+    assert_eq!((r.replayed, r.body), (false, created("run-3")));
+    // Another team is not allowlisted: acknowledged 200, cached.
+    let other = json!({"team_id": "T9", "api_app_id": "A1", "event_id": "Ev5", "event": {"type": "x"}}).to_string();
+    let r = send(&app, hmac_request("new secret", now, &other)).await;
+    assert_eq!((r.status, r.body), (StatusCode::OK, json!({"status": "blocked", "code": 403})));
+    let m = metrics(&app).await;
+    assert!(m.contains(r#"idemgate_webhook_auth_failures_total{provider="slackish"} 4"#), "{m}");
 }

@@ -15,7 +15,7 @@ use http_body_util::BodyExt;
 use idemgate::gate::{Gate, Settings};
 use idemgate::http::{AppState, app};
 use idemgate::keys::Keys;
-use idemgate::providers::{Kind, Provider};
+use idemgate::providers::{FieldPointers, Kind, Provider, hmac};
 use idemgate::redis::RedisOptions;
 use idemgate::refusals::RefusalStatus;
 use idemgate::store::Store;
@@ -28,22 +28,36 @@ use crate::support::{Backend, RedisProcess, fresh_ns};
 const SW_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 /// Every kind, tested the same way.
-const KINDS: [Kind; 5] = [Kind::Github, Kind::StandardWebhooks, Kind::Stripe, Kind::Slack, Kind::Shopify];
+const KINDS: [Kind; 7] = Kind::ALL;
 
 /// One provider of each kind in each mode, named `<kind>-<mode>`.
 fn providers() -> Vec<Provider> {
     let mut out = Vec::new();
     for mode in [RefusalStatus::Ack, RefusalStatus::Code] {
         for kind in KINDS {
-            let secret = match kind {
-                Kind::StandardWebhooks => SW_SECRET,
-                _ => "provider-secret",
-            };
             let name = format!("{kind}-{}", mode.as_str());
-            out.push(Provider::new(name, kind, &[secret], None, None).unwrap().with_refusal_status(mode));
+            let provider = match kind {
+                Kind::StandardWebhooks => Provider::new(name, kind, &[SW_SECRET], None, None),
+                Kind::Hmac => Provider::hmac(name, &["hmac-secret"], hmac_scheme(), FieldPointers::default()),
+                _ => Provider::new(name, kind, &["provider-secret"], None, None),
+            };
+            out.push(provider.unwrap().with_refusal_status(mode));
         }
     }
     out
+}
+
+/// An `hmac` scheme that signs the delivery id and a timestamp too.
+fn hmac_scheme() -> hmac::Scheme {
+    hmac::Scheme::new(&hmac::Settings {
+        signature_header: Some("X-Signature".into()),
+        encoding: Some("base64".into()),
+        signed_content: Some("{id}.{timestamp}.{body}".into()),
+        timestamp_header: Some("X-Timestamp".into()),
+        delivery_id_header: Some("X-Id".into()),
+        ..hmac::Settings::default()
+    })
+    .unwrap()
 }
 
 /// Where each kind's deliveries go when they map to allowed work: the
@@ -66,8 +80,11 @@ fn signed_with(p: &Provider, id: &str, body: &Value, forged: bool, replace: &[(&
     };
     let mut req = Request::post(format!("/webhooks/{}", p.name)).header("content-type", "application/json");
     for (name, value) in p.sign(id, event, &bytes, SystemTime::now()).unwrap() {
-        let forge =
-            forged && (name.ends_with("signature") || name.ends_with("signature-256") || name.ends_with("hmac-sha256"));
+        let forge = forged
+            && (name.ends_with("signature")
+                || name.ends_with("signature-256")
+                || name.ends_with("hmac-sha256")
+                || name == "x-gitlab-token");
         let value = replace.iter().find(|(n, _)| *n == name).map_or(value.clone(), |(_, v)| v.to_string());
         req = req.header(name, if forge { format!("{value}x") } else { value });
     }
@@ -93,7 +110,7 @@ enum Case {
 /// carry it in the body), signed or forged.
 fn delivery(p: &Provider, id: &str, case: Case, n: i64, forged: bool) -> Request<Body> {
     match p.kind {
-        Kind::Github | Kind::StandardWebhooks => {
+        Kind::Github | Kind::StandardWebhooks | Kind::Gitlab | Kind::Hmac => {
             let repo = match case {
                 Case::Work => Some(("octo", "repo")),
                 Case::Blocked => Some(("evil", "repo")),
@@ -130,7 +147,7 @@ fn delivery(p: &Provider, id: &str, case: Case, n: i64, forged: bool) -> Request
     }
 }
 
-/// A body of kind `kind` (`github` or `standard-webhooks`) whose event is
+/// A body of kind `kind` (`github`, `standard-webhooks`, `gitlab` or `hmac`) whose event is
 /// `org/repo` with action `opened` (`None`: no repository at all, so it
 /// does not map).
 fn payload(kind: Kind, repo: Option<(&str, &str)>, n: i64) -> Value {
@@ -139,10 +156,13 @@ fn payload(kind: Kind, repo: Option<(&str, &str)>, n: i64) -> Value {
             json!({"action": "opened", "issue": {"number": n}, "repository": {"name": name, "owner": {"login": org}}})
         }
         (Kind::Github, None) => json!({"action": "opened", "issue": {"number": n}}),
-        (Kind::StandardWebhooks, Some((org, name))) => {
+        (Kind::StandardWebhooks | Kind::Hmac, Some((org, name))) => {
             json!({"org": org, "repo": name, "action": "opened", "number": n})
         }
-        (Kind::StandardWebhooks, None) => json!({"action": "opened", "number": n}),
+        (Kind::StandardWebhooks | Kind::Hmac, None) => json!({"action": "opened", "number": n}),
+        (Kind::Gitlab, Some((org, name))) => json!({"object_kind": "issue",
+            "object_attributes": {"iid": n, "action": "open"}, "project": {"path_with_namespace": format!("{org}/{name}")}}),
+        (Kind::Gitlab, None) => json!({"object_kind": "issue", "object_attributes": {"iid": n, "action": "open"}}),
         (kind, _) => unreachable!("{kind} bodies are built by `delivery`"),
     }
 }

@@ -36,6 +36,32 @@ secret = "slack-secret"
 name = "shop"
 kind = "shopify"
 secret = "shop-secret"
+
+[[provider]]
+name = "gl"
+kind = "gitlab"
+secret = "gl-token"
+
+[[provider]]
+name = "hm"
+kind = "hmac"
+secret = "hmac-secret"
+signature_header = "X-Signature"
+algorithm = "sha512"
+encoding = "base64"
+signature_prefix = "sha512="
+signed_content = "{id}.{timestamp}.{body}"
+timestamp_header = "X-Timestamp"
+delivery_id_header = "X-Id"
+fields = { action = "/action" }
+
+[[provider]]
+name = "hp"
+kind = "hmac"
+secret = "hmac-secret"
+signature_header = "X-Signature"
+delivery_id = "/id"
+fields = {}
 "#;
 const WRONG: &str = r#"
 [[provider]]
@@ -62,10 +88,29 @@ secret = "not-it"
 name = "shop"
 kind = "shopify"
 secret = "not-it"
+
+[[provider]]
+name = "gl"
+kind = "gitlab"
+secret = "not-the-token"
+
+[[provider]]
+name = "hm"
+kind = "hmac"
+secret = "not-the-secret"
+signature_header = "X-Signature"
+algorithm = "sha512"
+encoding = "base64"
+signature_prefix = "sha512="
+signed_content = "{id}.{timestamp}.{body}"
+timestamp_header = "X-Timestamp"
+delivery_id_header = "X-Id"
+fields = { action = "/action" }
 "#;
 
-/// Every provider of the config.
-const PROVIDERS: [&str; 5] = ["gh", "sw", "stripe", "slack", "shop"];
+/// Every provider of the config but `hp`, which reads its delivery id from
+/// the body (`a_delivery_id_in_the_body_is_the_payloads_own`).
+const PROVIDERS: [&str; 7] = ["gh", "sw", "stripe", "slack", "shop", "gl", "hm"];
 
 /// One payload per provider that maps to allowed work: octo/repo, and the
 /// defaults of docs/providers.md for the others.
@@ -77,6 +122,10 @@ fn payload(provider: &str) -> &'static str {
             r#"{"type":"event_callback","event_id":"EvSend1","team_id":"T1","api_app_id":"A1","event":{"type":"app_mention"}}"#
         }
         "shop" => r#"{"id":7,"total_price":"1.00"}"#,
+        "gl" => {
+            r#"{"object_kind":"merge_request","object_attributes":{"iid":7,"action":"open"},"project":{"path_with_namespace":"octo/repo"}}"#
+        }
+        "hp" => r#"{"id":"evt-1","org":"octo","repo":"repo","action":"invoice.paid","number":7}"#,
         _ => r#"{"org":"octo","repo":"repo","action":"invoice.paid","number":7}"#,
     }
 }
@@ -125,7 +174,7 @@ fn serve() -> Server {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("config.toml"), CONFIG).unwrap();
     std::fs::write(dir.join("wrong.toml"), WRONG).unwrap();
-    for p in PROVIDERS {
+    for p in PROVIDERS.into_iter().chain(["hp"]) {
         std::fs::write(dir.join(format!("{p}.json")), payload(p)).unwrap();
     }
     let port = free_port();
@@ -179,7 +228,7 @@ fn answer(out: &Output) -> (String, serde_json::Value) {
 #[test]
 fn send_gets_created_replayed_and_duplicate_for_every_kind() {
     let server = serve();
-    for provider in ["gh", "sw", "shop"] {
+    for provider in ["gh", "sw", "shop", "gl", "hm"] {
         let id = format!("{provider}-d1");
         let first = run(&server, "send", provider, "config.toml", Some(&id));
         assert_eq!(first.status.code(), Some(0), "{provider}: {}", String::from_utf8_lossy(&first.stderr));
@@ -304,4 +353,20 @@ async fn sign_headers_work_with_a_plain_client() {
         let replay = req.send().await.unwrap();
         assert_eq!(replay.headers()["idempotent-replayed"], "true", "{provider}");
     }
+}
+
+/// An `hmac` provider that reads the delivery id from the body: `send`
+/// reports the payload's id and refuses another `--delivery-id`, which it could not send.
+#[test]
+fn a_delivery_id_in_the_body_is_the_payloads_own() {
+    let server = serve();
+    let first = run(&server, "send", "hp", "config.toml", None);
+    assert_eq!(first.status.code(), Some(0), "{}", String::from_utf8_lossy(&first.stderr));
+    assert_eq!(answer(&first).0, "HTTP 202 Accepted");
+    assert!(String::from_utf8_lossy(&first.stderr).contains("delivery id evt-1"));
+    let again = run(&server, "send", "hp", "config.toml", None);
+    assert!(stdout(&again).contains("idempotent-replayed: true"), "{}", stdout(&again));
+    let out = run(&server, "send", "hp", "config.toml", Some("other-id"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("leave out --delivery-id"));
 }
