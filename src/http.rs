@@ -30,10 +30,10 @@ const RETRY_AFTER_SECS: &str = "1";
 
 /// What the handlers share: one `Arc`, so each request clones a pointer.
 #[derive(Clone)]
-pub struct AppState(Arc<Shared>);
+pub struct AppState(Arc<ServiceState>);
 
 #[derive(Clone)]
-struct Shared {
+struct ServiceState {
     gate: Gate,
     providers: Arc<HashMap<String, Provider>>,
     /// SHA-256 of the bearer token, compared in constant time.
@@ -55,7 +55,7 @@ impl AppState {
     /// its deliveries.
     pub fn new(gate: Gate, providers: Vec<Provider>, api_token: Option<&str>) -> Self {
         let gate = with_provider_allowlists(gate, &providers);
-        Self(Arc::new(Shared {
+        Self(Arc::new(ServiceState {
             gate,
             providers: Arc::new(providers.into_iter().map(|p| (p.name.clone(), p)).collect()),
             token_digest: api_token.map(|t| Sha256::digest(t.as_bytes()).into()),

@@ -26,10 +26,10 @@ const RETRY_DISCOVERY_AFTER: Duration = Duration::from_millis(100);
 /// share the connection and its rediscovery.
 #[derive(Clone)]
 pub struct SentinelConn {
-    shared: Arc<Shared>,
+    state: Arc<SentinelState>,
 }
 
-struct Shared {
+struct SentinelState {
     /// The sentinels, in the order given, with their redacted URLs for messages.
     sentinels: Vec<(String, Client)>,
     master: String,
@@ -79,7 +79,7 @@ impl SentinelConn {
             })
             .collect::<RedisResult<Vec<_>>>()?;
         let t = opts.command_timeout;
-        let shared = Shared {
+        let state = SentinelState {
             sentinels,
             master: master.to_owned(),
             primary,
@@ -94,13 +94,13 @@ impl SentinelConn {
             }),
             generation: AtomicU64::new(0),
         };
-        let conn = Self { shared: Arc::new(shared) };
-        conn.shared.current().await?;
+        let conn = Self { state: Arc::new(state) };
+        conn.state.current().await?;
         Ok(conn)
     }
 }
 
-impl Shared {
+impl SentinelState {
     /// The primary's connection, found through the sentinels when there is none.
     async fn current(&self) -> RedisResult<(u64, MultiplexedConnection)> {
         let mut state = self.state.lock().await;
@@ -225,7 +225,7 @@ impl SentinelConn {
             Ok(true) => RedisError::from((ErrorKind::Server(ServerErrorKind::ReadOnly), "the server is a replica now")),
             _ => return false,
         };
-        self.shared.forget(generation, &why).await;
+        self.state.forget(generation, &why).await;
         first && is_demoted(why.kind())
     }
 }
@@ -235,7 +235,7 @@ impl ConnectionLike for SentinelConn {
         Box::pin(async move {
             let mut first = true;
             loop {
-                let (generation, mut conn) = self.shared.current().await?;
+                let (generation, mut conn) = self.state.current().await?;
                 let r = conn.req_packed_command(cmd).await;
                 if !self.settle(generation, r.as_ref().map(demoted_value), first).await {
                     return r;
@@ -254,7 +254,7 @@ impl ConnectionLike for SentinelConn {
         Box::pin(async move {
             let mut first = true;
             loop {
-                let (generation, mut conn) = self.shared.current().await?;
+                let (generation, mut conn) = self.state.current().await?;
                 let r = conn.req_packed_commands(cmd, offset, count).await;
                 if !self.settle(generation, r.as_ref().map(|v| v.iter().any(demoted_value)), first).await {
                     return r;
@@ -265,6 +265,6 @@ impl ConnectionLike for SentinelConn {
     }
 
     fn get_db(&self) -> i64 {
-        self.shared.primary.redis_settings().db()
+        self.state.primary.redis_settings().db()
     }
 }

@@ -323,7 +323,7 @@ pub struct Worker {
 }
 
 /// State shared by the reader, the lease keeper and the run tasks.
-struct Shared {
+struct WorkerState {
     queue: Arc<Queue>,
     config: Arc<WorkerConfig>,
     /// Entries this worker holds (being run, or waiting for a retry).
@@ -393,7 +393,7 @@ impl Worker {
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<Summary, WorkerError> {
         let (stop_tx, stop_rx) = watch::channel(false);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(WorkerState {
             queue: self.queue.clone(),
             config: self.config.clone(),
             held: Mutex::new(HashMap::new()),
@@ -442,7 +442,11 @@ impl Worker {
 /// entries Redis already delivered to this consumer (`XREADGROUP … 0`): a
 /// read whose reply was lost with its connection left them pending here,
 /// and nobody else would take them before their lease runs out.
-async fn read_loop<H: Handler>(shared: Arc<Shared>, handler: Arc<H>, mut stop: watch::Receiver<bool>) -> JoinSet<()> {
+async fn read_loop<H: Handler>(
+    shared: Arc<WorkerState>,
+    handler: Arc<H>,
+    mut stop: watch::Receiver<bool>,
+) -> JoinSet<()> {
     let config = &shared.config;
     let slots = Arc::new(Semaphore::new(config.concurrency));
     let mut tasks = JoinSet::new();
@@ -538,7 +542,7 @@ async fn read_loop<H: Handler>(shared: Arc<Shared>, handler: Arc<H>, mut stop: w
 
 /// Extends the leases of held runs every third of the lease, and trims the
 /// stream every trim interval.
-async fn keep_leases(shared: Arc<Shared>) {
+async fn keep_leases(shared: Arc<WorkerState>) {
     let every = (shared.config.lease / 3).max(Duration::from_millis(10));
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -583,7 +587,13 @@ async fn keep_leases(shared: Arc<Shared>) {
 /// over after its lease). Each call passes the same operation id on every
 /// try, so a try that ran but whose reply was lost makes the next try a
 /// no-op that returns the same result (`lua/worker_start.lua`).
-async fn persist<T, F, Fut>(shared: &Shared, what: &str, run_id: &str, patience: Duration, mut f: F) -> Option<T>
+async fn retry_until_answered<T, F, Fut>(
+    shared: &WorkerState,
+    what: &str,
+    run_id: &str,
+    patience: Duration,
+    mut f: F,
+) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, crate::Error>>,
@@ -619,7 +629,7 @@ enum Attempt {
 }
 
 /// Runs one entry through its attempts until done, dead, lost or released.
-async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, held: &Held) {
+async fn process<H: Handler>(shared: &WorkerState, handler: &H, entry: &Entry, held: &Held) {
     let config = &shared.config;
     let q = &shared.queue;
     let run_id = entry.run.run_id.as_str();
@@ -628,7 +638,8 @@ async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, held: 
     let patience = config.lease;
     loop {
         if *stop.borrow() {
-            if persist(shared, "releasing", run_id, RELEASE_PATIENCE, || q.release(entry, config.lease)).await
+            if retry_until_answered(shared, "releasing", run_id, RELEASE_PATIENCE, || q.release(entry, config.lease))
+                .await
                 == Some(true)
             {
                 Counters::bump(&c.released);
@@ -637,22 +648,23 @@ async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, held: 
         }
         let op = q.op();
         let sent = Instant::now();
-        let (attempt, payload) =
-            match persist(shared, "starting an attempt", run_id, patience, || q.start(entry, config.max_attempts, &op))
-                .await
-            {
-                Some(Start::Run(n, payload)) => (n, payload),
-                Some(Start::Dead(n)) => {
-                    tracing::warn!(run_id, attempts = n, "the last attempt was lost with its worker; run is dead");
-                    Counters::bump(&c.dead);
-                    return;
-                }
-                Some(Start::Lost) => {
-                    Counters::bump(&c.lost);
-                    return;
-                }
-                None => return,
-            };
+        let (attempt, payload) = match retry_until_answered(shared, "starting an attempt", run_id, patience, || {
+            q.start(entry, config.max_attempts, &op)
+        })
+        .await
+        {
+            Some(Start::Run(n, payload)) => (n, payload),
+            Some(Start::Dead(n)) => {
+                tracing::warn!(run_id, attempts = n, "the last attempt was lost with its worker; run is dead");
+                Counters::bump(&c.dead);
+                return;
+            }
+            Some(Start::Lost) => {
+                Counters::bump(&c.lost);
+                return;
+            }
+            None => return,
+        };
         // The start script reset the idle time: the attempt has a whole lease,
         // counted from before the first try (the one that may have run it).
         held.renew(sent);
@@ -704,7 +716,7 @@ async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, held: 
             }
             Attempt::Ok => {
                 let op = q.op();
-                match persist(shared, "marking done", run_id, patience, || q.done(entry, &op)).await {
+                match retry_until_answered(shared, "marking done", run_id, patience, || q.done(entry, &op)).await {
                     Some(true) => Counters::bump(&c.done),
                     Some(false) => Counters::bump(&c.lost),
                     None => {}
@@ -718,7 +730,7 @@ async fn process<H: Handler>(shared: &Shared, handler: &H, entry: &Entry, held: 
                 // A permanent failure makes this attempt the last one allowed.
                 let max_attempts = if failure.permanent { attempt } else { config.max_attempts };
                 let op = q.op();
-                match persist(shared, "recording a failed attempt", run_id, patience, || {
+                match retry_until_answered(shared, "recording a failed attempt", run_id, patience, || {
                     q.fail(entry, &error, attempt, max_attempts, wait, &op)
                 })
                 .await
