@@ -41,7 +41,7 @@ pub struct Answer {
     pub status: StatusCode,
     /// The response headers.
     pub headers: HeaderMap,
-    /// The body.
+    /// The response body, whole.
     pub body: Bytes,
 }
 

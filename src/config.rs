@@ -574,7 +574,7 @@ pub fn redact(url: &str) -> String {
 pub struct ServeConfig {
     /// Where to listen.
     pub listen: SocketAddr,
-    /// The store.
+    /// Where the gate keeps its state: the memory store, or Redis with its options.
     pub store: StoreConfig,
     /// `org/repo` values the gate admits.
     pub allowed_repos: Vec<String>,

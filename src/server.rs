@@ -21,7 +21,7 @@ pub enum ServeError {
     Store {
         /// The store description.
         store: String,
-        /// The cause.
+        /// Why the store could not be reached (a connection or timeout error).
         source: crate::Error,
     },
     /// Redis may evict the gate's keys.

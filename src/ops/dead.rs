@@ -28,7 +28,7 @@ pub struct DeadRun {
     pub provider: String,
     /// `org/repo`.
     pub repo: String,
-    /// The action.
+    /// The event's action (`pull_request.opened`): part of the run's identity.
     pub action: String,
     /// The number text (may be empty).
     pub number: String,

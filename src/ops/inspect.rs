@@ -90,7 +90,7 @@ impl Ttl {
 pub struct DeliveryView {
     /// The key read.
     pub key: String,
-    /// The record.
+    /// The delivery record as stored (the answer it replays, the first event's digest).
     pub record: DeliveryRecord,
     /// Time left before the record expires (and a retry counts as new).
     pub ttl: Ttl,

@@ -44,7 +44,7 @@ pub enum Error {
     Unreachable {
         /// The store description.
         store: String,
-        /// The cause.
+        /// Why the store could not be reached (a connection or timeout error).
         source: crate::Error,
     },
 }

@@ -431,7 +431,7 @@ impl IdentityMode {
 pub struct Provider {
     /// The URL segment and the gate's provider string.
     pub name: String,
-    /// The scheme.
+    /// How requests are authenticated and normalized (`kind` in the config).
     pub kind: Kind,
     /// One key per secret, in the order listed. A signature made with any
     /// of them is valid (rotation).

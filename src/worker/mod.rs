@@ -62,7 +62,7 @@ pub struct Run {
     pub provider: String,
     /// `org/repo`.
     pub repo: String,
-    /// The action.
+    /// The event's action (`pull_request.opened`): part of the run's identity.
     pub action: String,
     /// The number text (may be empty).
     pub number: String,
@@ -117,7 +117,7 @@ impl Payload {
         self.0.get()
     }
 
-    /// The payload parsed.
+    /// The payload as a JSON value (it is kept as the text the provider sent).
     pub fn to_value(&self) -> serde_json::Result<serde_json::Value> {
         serde_json::from_str(self.json())
     }
