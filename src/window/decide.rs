@@ -6,7 +6,7 @@ use serde_json::Value;
 use std::ops::Range;
 
 use super::object;
-use super::request::{Entry, Mode, NANOS_PER_SECOND, Nanos, Outcome, Request};
+use super::request::{AttemptOutcome, HistoryEntry, Mode, NANOS_PER_SECOND, Nanos, Request};
 
 /// What the analysis decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,26 +41,26 @@ impl Decision {
 }
 
 /// A decision with its sentence, the matched entries and the witnesses.
-pub(super) struct Verdict<'r, 'a> {
+pub(super) struct Judgement<'r, 'a> {
     pub(super) decision: Decision,
     pub(super) reason: String,
-    pub(super) matched: Vec<&'r Entry<'a>>,
+    pub(super) matched: Vec<&'r HistoryEntry<'a>>,
     pub(super) witnesses: Vec<Value>,
 }
 
-impl<'r, 'a> Verdict<'r, 'a> {
+impl<'r, 'a> Judgement<'r, 'a> {
     fn new(decision: Decision, reason: String, witnesses: Vec<Value>) -> Self {
-        Verdict { decision, reason, matched: Vec::new(), witnesses }
+        Judgement { decision, reason, matched: Vec::new(), witnesses }
     }
 }
 
 /// A rule's result: go on with what it found, or stop with a verdict.
-type Rule<'r, 'a, T> = Result<T, Verdict<'r, 'a>>;
+type Rule<'r, 'a, T> = Result<T, Judgement<'r, 'a>>;
 
 /// The latest window group of earlier same-identity entries that the
 /// incoming delivery falls into (rules 3 and 4).
 struct WindowMatch<'r, 'a> {
-    group: Vec<&'r Entry<'a>>,
+    group: Vec<&'r HistoryEntry<'a>>,
     /// Incoming time minus the group's anchor entry's time.
     gap: Nanos,
     /// Which entry anchors the window: `first` or `last`.
@@ -88,17 +88,17 @@ pub(super) fn cut(times: &[Nanos], mode: Mode, window: Nanos) -> Vec<Range<usize
 }
 
 /// Sorts entries by time, equal times by array index.
-pub(super) fn sort_by_time(entries: &mut [&Entry<'_>]) {
+pub(super) fn sort_by_time(entries: &mut [&HistoryEntry<'_>]) {
     entries.sort_by_key(|e| (e.at, e.index));
 }
 
 /// The ids of entries, as a JSON array.
-pub(super) fn ids(entries: &[&Entry<'_>]) -> Value {
+pub(super) fn ids(entries: &[&HistoryEntry<'_>]) -> Value {
     entries.iter().map(|e| Value::from(e.id.as_ref())).collect()
 }
 
 /// Names entries for a reason sentence: a few ids, then a count.
-fn name(entries: &[&Entry<'_>]) -> String {
+fn name(entries: &[&HistoryEntry<'_>]) -> String {
     const SHOWN: usize = 3;
     let mut text =
         entries.iter().take(SHOWN).map(|e| Value::from(e.id.as_ref()).to_string()).collect::<Vec<_>>().join(", ");
@@ -120,7 +120,7 @@ fn seconds(d: Nanos) -> String {
     }
 }
 
-fn witness(rule: &str, entries: &[&Entry<'_>]) -> Value {
+fn witness(rule: &str, entries: &[&HistoryEntry<'_>]) -> Value {
     object([("rule", rule.into()), ("ids", ids(entries))])
 }
 
@@ -131,8 +131,8 @@ impl<'a> Request<'a> {
     }
 
     /// The decision rules, in order, over the same-identity entries.
-    pub(super) fn decide<'r>(&self, same: &[&'r Entry<'a>]) -> Verdict<'r, 'a> {
-        let rules = || -> Rule<'r, 'a, Verdict<'r, 'a>> {
+    pub(super) fn decide<'r>(&self, same: &[&'r HistoryEntry<'a>]) -> Judgement<'r, 'a> {
+        let rules = || -> Rule<'r, 'a, Judgement<'r, 'a>> {
             let at = self.incoming_time()?;
             let earlier = self.earlier_entries(same, at)?;
             let matched = self.window_match(earlier, at)?;
@@ -159,29 +159,29 @@ impl<'a> Request<'a> {
                 }
                 let reason =
                     format!("The incoming delivery lacks {}, so it cannot be placed in a window.", lacks.join(" and "));
-                Err(Verdict::new(Decision::Abstain, reason, witnesses))
+                Err(Judgement::new(Decision::Abstain, reason, witnesses))
             }
         }
     }
 
     /// Rule 2: every same-identity entry needs a time, and some must be at
     /// or before the incoming one. No same-identity entry at all is new work.
-    fn earlier_entries<'r>(&self, same: &[&'r Entry<'a>], at: Nanos) -> Rule<'r, 'a, Vec<&'r Entry<'a>>> {
+    fn earlier_entries<'r>(&self, same: &[&'r HistoryEntry<'a>], at: Nanos) -> Rule<'r, 'a, Vec<&'r HistoryEntry<'a>>> {
         let identity = self.incoming.identity;
-        let untimed: Vec<&Entry<'a>> = same.iter().copied().filter(|e| e.at.is_none()).collect();
+        let untimed: Vec<&HistoryEntry<'a>> = same.iter().copied().filter(|e| e.at.is_none()).collect();
         if !untimed.is_empty() {
             let reason = format!(
                 "History for identity \"{identity}\" has {} without a valid receivedAt ({}), so the window cannot be judged.",
                 plural(untimed.len(), "entry", "entries"),
                 name(&untimed)
             );
-            return Err(Verdict::new(Decision::Abstain, reason, vec![witness("history-missing-time", &untimed)]));
+            return Err(Judgement::new(Decision::Abstain, reason, vec![witness("history-missing-time", &untimed)]));
         }
         if same.is_empty() {
             let reason = format!("No history entry has identity \"{identity}\": this is new work.");
-            return Err(Verdict::new(Decision::Process, reason, vec![witness("no-history", &[])]));
+            return Err(Judgement::new(Decision::Process, reason, vec![witness("no-history", &[])]));
         }
-        let mut earlier: Vec<&Entry<'a>> = same.iter().copied().filter(|e| e.at <= Some(at)).collect();
+        let mut earlier: Vec<&HistoryEntry<'a>> = same.iter().copied().filter(|e| e.at <= Some(at)).collect();
         if earlier.is_empty() {
             let mut later = same.to_vec();
             sort_by_time(&mut later);
@@ -190,7 +190,7 @@ impl<'a> Request<'a> {
                 plural(later.len(), "history entry", "history entries"),
                 name(&later)
             );
-            return Err(Verdict::new(Decision::Abstain, reason, vec![witness("no-earlier-entry", &later)]));
+            return Err(Judgement::new(Decision::Abstain, reason, vec![witness("no-earlier-entry", &later)]));
         }
         sort_by_time(&mut earlier);
         Ok(earlier)
@@ -198,7 +198,7 @@ impl<'a> Request<'a> {
 
     /// Rules 3 and 4: cut the time-sorted earlier entries into groups and
     /// match the last one; outside its window, this is new work.
-    fn window_match<'r>(&self, earlier: Vec<&'r Entry<'a>>, at: Nanos) -> Rule<'r, 'a, WindowMatch<'r, 'a>> {
+    fn window_match<'r>(&self, earlier: Vec<&'r HistoryEntry<'a>>, at: Nanos) -> Rule<'r, 'a, WindowMatch<'r, 'a>> {
         let times: Vec<Nanos> = earlier.iter().filter_map(|e| e.at).collect();
         let last = cut(&times, self.mode, self.window()).pop().expect("a non-empty list has a group");
         let (anchor_at, anchor) = match self.mode {
@@ -216,14 +216,14 @@ impl<'a> Request<'a> {
                 self.window_seconds,
                 self.mode.as_str(),
             );
-            return Err(Verdict::new(Decision::Process, reason, vec![witness("outside-window", &group)]));
+            return Err(Judgement::new(Decision::Process, reason, vec![witness("outside-window", &group)]));
         }
         Ok(WindowMatch { group, gap, anchor })
     }
 
     /// Rules 5 to 9, over the matched entries: evidence, then payload, then
     /// outcome.
-    fn judge<'r>(&self, m: WindowMatch<'r, 'a>) -> Verdict<'r, 'a> {
+    fn judge<'r>(&self, m: WindowMatch<'r, 'a>) -> Judgement<'r, 'a> {
         let (mode, window, identity) = (self.mode.as_str(), self.window_seconds, self.incoming.identity);
         let matched = m.group;
         let mut witnesses = vec![object([
@@ -237,11 +237,11 @@ impl<'a> Request<'a> {
             seconds(m.gap),
             m.anchor,
         );
-        let mut verdict = |decision: Decision, rule: &str, named: &[&'r Entry<'a>], reason: String| {
+        let mut verdict = |decision: Decision, rule: &str, named: &[&'r HistoryEntry<'a>], reason: String| {
             witnesses.push(witness(rule, named));
-            Verdict { decision, reason, matched: matched.clone(), witnesses: std::mem::take(&mut witnesses) }
+            Judgement { decision, reason, matched: matched.clone(), witnesses: std::mem::take(&mut witnesses) }
         };
-        let those = |keep: &dyn Fn(&Entry<'a>) -> bool| -> Vec<&'r Entry<'a>> {
+        let those = |keep: &dyn Fn(&HistoryEntry<'a>) -> bool| -> Vec<&'r HistoryEntry<'a>> {
             matched.iter().copied().filter(|e| keep(e)).collect()
         };
 
@@ -268,7 +268,7 @@ impl<'a> Request<'a> {
         }
 
         // 7. Same payload, already processed: a duplicate.
-        let processed = those(&|e| e.outcome == Outcome::Processed);
+        let processed = those(&|e| e.outcome == AttemptOutcome::Processed);
         if !processed.is_empty() {
             let reason = format!(
                 "{within}, with the same payload as {}, which {} processed: a duplicate.",
@@ -279,7 +279,7 @@ impl<'a> Request<'a> {
         }
 
         // 8. Same payload, outcome not settled: someone must look.
-        let unsettled = those(&|e| matches!(e.outcome, Outcome::InFlight | Outcome::Unknown));
+        let unsettled = those(&|e| matches!(e.outcome, AttemptOutcome::InFlight | AttemptOutcome::Unknown));
         if !unsettled.is_empty() {
             let reason = format!(
                 "{within}, with the same payload as {}, whose outcome is in flight or unknown: reconcile before processing again.",

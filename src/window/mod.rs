@@ -36,7 +36,7 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
 use decide::{cut, ids, sort_by_time};
-use request::{Entry, Nanos, Request};
+use request::{HistoryEntry, Nanos, Request};
 
 /// The most history entries one request may carry.
 pub const MAX_HISTORY: usize = 500;
@@ -79,7 +79,7 @@ impl<'a> Request<'a> {
     /// The response: the verdict of the rules, the groups, and what the
     /// engine promises about itself.
     fn analyze(&self) -> Value {
-        let mut by_identity: BTreeMap<&str, Vec<&Entry<'a>>> = BTreeMap::new();
+        let mut by_identity: BTreeMap<&str, Vec<&HistoryEntry<'a>>> = BTreeMap::new();
         for entry in &self.history {
             by_identity.entry(entry.identity).or_default().push(entry);
         }
@@ -118,10 +118,10 @@ impl<'a> Request<'a> {
     }
 
     /// Every window group of two or more timed entries, per identity.
-    fn groups(&self, by_identity: &BTreeMap<&str, Vec<&Entry<'a>>>) -> Vec<Value> {
+    fn groups(&self, by_identity: &BTreeMap<&str, Vec<&HistoryEntry<'a>>>) -> Vec<Value> {
         let mut out = Vec::new();
         for (identity, entries) in by_identity {
-            let mut timed: Vec<&Entry<'a>> = entries.iter().copied().filter(|e| e.at.is_some()).collect();
+            let mut timed: Vec<&HistoryEntry<'a>> = entries.iter().copied().filter(|e| e.at.is_some()).collect();
             sort_by_time(&mut timed);
             let times: Vec<Nanos> = timed.iter().filter_map(|e| e.at).collect();
             for range in cut(&times, self.mode, self.window()) {

@@ -73,7 +73,7 @@ impl Mode {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Outcome {
+pub(super) enum AttemptOutcome {
     Processed,
     Failed,
     InFlight,
@@ -119,12 +119,12 @@ impl<'a> Evidence<'a> {
     }
 }
 
-pub(super) struct Entry<'a> {
+pub(super) struct HistoryEntry<'a> {
     pub(super) index: usize,
     pub(super) id: Cow<'a, str>,
     pub(super) identity: &'a str,
     pub(super) at: Option<Nanos>,
-    pub(super) outcome: Outcome,
+    pub(super) outcome: AttemptOutcome,
     pub(super) evidence: Evidence<'a>,
 }
 
@@ -135,7 +135,7 @@ pub(super) struct Incoming<'a> {
 }
 
 pub(super) struct Request<'a> {
-    pub(super) history: Vec<Entry<'a>>,
+    pub(super) history: Vec<HistoryEntry<'a>>,
     pub(super) incoming: Incoming<'a>,
     pub(super) window_seconds: i64,
     pub(super) mode: Mode,
@@ -199,8 +199,11 @@ impl<'a> Request<'a> {
             Some(Value::Array(items)) => items,
             Some(other) => return Err(WindowError::invalid("history", "an array", other)),
         };
-        let history =
-            history.iter().enumerate().map(|(index, item)| Entry::parse(index, item)).collect::<Result<Vec<_>, _>>()?;
+        let history = history
+            .iter()
+            .enumerate()
+            .map(|(index, item)| HistoryEntry::parse(index, item))
+            .collect::<Result<Vec<_>, _>>()?;
 
         let incoming = match body.get("incoming") {
             None => return Err(WindowError::missing("incoming", "an object")),
@@ -232,7 +235,7 @@ impl<'a> Request<'a> {
     }
 }
 
-impl<'a> Entry<'a> {
+impl<'a> HistoryEntry<'a> {
     fn parse(index: usize, item: &'a Value) -> Result<Self, WindowError> {
         let field = |name: &str| format!("history[{index}].{name}");
         let object =
@@ -246,15 +249,15 @@ impl<'a> Entry<'a> {
             _ => Cow::Owned(index.to_string()),
         };
         let outcome = match present(object, "outcome") {
-            None => Outcome::Unknown,
+            None => AttemptOutcome::Unknown,
             Some(v) => match v.as_str() {
-                Some("processed") => Outcome::Processed,
-                Some("failed") => Outcome::Failed,
-                Some("in_flight") => Outcome::InFlight,
-                Some("unknown") => Outcome::Unknown,
+                Some("processed") => AttemptOutcome::Processed,
+                Some("failed") => AttemptOutcome::Failed,
+                Some("in_flight") => AttemptOutcome::InFlight,
+                Some("unknown") => AttemptOutcome::Unknown,
                 _ => return Err(WindowError::invalid(field("outcome"), OUTCOMES, v)),
             },
         };
-        Ok(Entry { index, id, identity, at: parse_time(object), outcome, evidence: Evidence::of(object) })
+        Ok(HistoryEntry { index, id, identity, at: parse_time(object), outcome, evidence: Evidence::of(object) })
     }
 }

@@ -37,7 +37,7 @@ pub use queue::{Trimmed, trim_runs};
 use crate::keys::Keys;
 use crate::redis::RedisOptions;
 use crate::sync::lock;
-use queue::{Entry, Failed, Queue, Start};
+use queue::{Failed, Queue, Start, StreamEntry};
 
 /// Why a worker could not start or keep going.
 #[derive(Debug, thiserror::Error)]
@@ -629,7 +629,7 @@ enum Attempt {
 }
 
 /// Runs one entry through its attempts until done, dead, lost or released.
-async fn process<H: Handler>(shared: &WorkerState, handler: &H, entry: &Entry, held: &Held) {
+async fn process<H: Handler>(shared: &WorkerState, handler: &H, entry: &StreamEntry, held: &Held) {
     let config = &shared.config;
     let q = &shared.queue;
     let run_id = entry.run.run_id.as_str();

@@ -40,14 +40,14 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 
 /// One entry of the runs stream, as read from the group.
 #[derive(Debug, Clone)]
-pub(crate) struct Entry {
+pub(crate) struct StreamEntry {
     /// The stream entry id (`1718000000000-0`).
     pub id: String,
     /// The run's fields, `attempt` still 0.
     pub run: Run,
 }
 
-impl Entry {
+impl StreamEntry {
     /// `None` when the entry lacks a `run_id` (it cannot be run).
     fn parse(id: String, map: &HashMap<String, redis::Value>) -> Option<Self> {
         let field =
@@ -212,7 +212,7 @@ impl Queue {
     /// `Some(id)`, the entries it already holds (its pending list) after
     /// `id`, without waiting. The second is how a worker finds the entries a
     /// read delivered whose reply was lost with its connection.
-    pub async fn read(&self, count: usize, after: Option<&str>) -> Result<Vec<Entry>, WorkerError> {
+    pub async fn read(&self, count: usize, after: Option<&str>) -> Result<Vec<StreamEntry>, WorkerError> {
         let mut cmd = redis::cmd("XREADGROUP");
         cmd.arg("GROUP").arg(&self.group).arg(&self.consumer).arg("COUNT").arg(count);
         if after.is_none() {
@@ -264,7 +264,12 @@ impl Queue {
 
     /// Takes over entries whose lease ran out (idle longer than `lease`)
     /// from any consumer of the group, continuing from `cursor`.
-    pub async fn autoclaim(&self, cursor: &mut String, count: usize, lease: Duration) -> Result<Vec<Entry>, Error> {
+    pub async fn autoclaim(
+        &self,
+        cursor: &mut String,
+        count: usize,
+        lease: Duration,
+    ) -> Result<Vec<StreamEntry>, Error> {
         let mut conn = self.conn.clone();
         let mut out = Vec::new();
         for _ in 0..8 {
@@ -295,10 +300,10 @@ impl Queue {
 
     /// Entries that cannot be run (no `run_id`, or deleted from the stream
     /// while pending: no fields) are acknowledged and logged.
-    async fn parse_all(&self, ids: Vec<(String, Option<HashMap<String, redis::Value>>)>) -> Vec<Entry> {
+    async fn parse_all(&self, ids: Vec<(String, Option<HashMap<String, redis::Value>>)>) -> Vec<StreamEntry> {
         let mut out = Vec::with_capacity(ids.len());
         for (id, map) in ids {
-            match map.and_then(|map| Entry::parse(id.clone(), &map)) {
+            match map.and_then(|map| StreamEntry::parse(id.clone(), &map)) {
                 Some(e) => out.push(e),
                 None => {
                     tracing::error!(entry = %id, "runs stream entry without a run_id; acknowledging it unrun");
@@ -311,7 +316,7 @@ impl Queue {
         out
     }
 
-    fn invocation<'a>(&self, script: &'a Script, entry: Option<&Entry>) -> redis::ScriptInvocation<'a> {
+    fn invocation<'a>(&self, script: &'a Script, entry: Option<&StreamEntry>) -> redis::ScriptInvocation<'a> {
         let mut inv = script.prepare_invoke();
         inv.key(self.keys.runs());
         if let Some(e) = entry {
@@ -334,7 +339,7 @@ impl Queue {
     }
 
     /// `lua/worker_start.lua`: begin the next attempt.
-    pub async fn start(&self, e: &Entry, max_attempts: u32, op: &Op) -> Result<Start, Error> {
+    pub async fn start(&self, e: &StreamEntry, max_attempts: u32, op: &Op) -> Result<Start, Error> {
         let mut inv = self.invocation(&SCRIPTS.start, Some(e));
         inv.key(self.keys.runs_dead()).arg(now_ms()).arg(max_attempts).arg(&op.0).arg(self.retention_ms);
         Self::identity_args(&mut inv, &e.run);
@@ -349,7 +354,7 @@ impl Queue {
     }
 
     /// `lua/worker_done.lua`: acknowledge and mark done. `false`: lost.
-    pub async fn done(&self, e: &Entry, op: &Op) -> Result<bool, Error> {
+    pub async fn done(&self, e: &StreamEntry, op: &Op) -> Result<bool, Error> {
         let mut inv = self.invocation(&SCRIPTS.done, Some(e));
         inv.arg(now_ms()).arg(&op.0).arg(self.retention_ms);
         Ok(self.invoke::<i64>(&inv).await? == 1)
@@ -358,7 +363,7 @@ impl Queue {
     /// `lua/worker_fail.lua`: record a failed attempt; dead after the last.
     pub async fn fail(
         &self,
-        e: &Entry,
+        e: &StreamEntry,
         error: &str,
         attempt: u32,
         max_attempts: u32,
@@ -378,7 +383,7 @@ impl Queue {
     }
 
     /// `lua/worker_release.lua`: give the entry back for immediate takeover.
-    pub async fn release(&self, e: &Entry, lease: Duration) -> Result<bool, Error> {
+    pub async fn release(&self, e: &StreamEntry, lease: Duration) -> Result<bool, Error> {
         let mut inv = self.invocation(&SCRIPTS.release, Some(e));
         inv.arg(ms(lease) + 1).arg(now_ms());
         Ok(self.invoke::<i64>(&inv).await? == 1)
