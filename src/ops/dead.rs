@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::{Error, Ops};
 use crate::units::now_ms;
+use crate::worker::RunFields;
 
 static RETRY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/dead_retry.lua")));
 
@@ -22,18 +23,9 @@ const PAGE: usize = 1000;
 pub struct DeadRun {
     /// The dead-stream entry id.
     pub entry_id: String,
-    /// The run id, e.g. `run-7`.
-    pub run_id: String,
-    /// The run's identity: provider, `org/repo`, action, number text.
-    pub provider: String,
-    /// `org/repo`.
-    pub repo: String,
-    /// The event's action (`pull_request.opened`): part of the run's identity.
-    pub action: String,
-    /// The number text (may be empty).
-    pub number: String,
-    /// The delivery that created the run.
-    pub delivery_id: String,
+    /// What names the run (flattened into the JSON: `run_id`, `provider`, …).
+    #[serde(flatten)]
+    pub fields: RunFields,
     /// The consumer group the run died in.
     pub group: String,
     /// Attempts made.
@@ -49,12 +41,7 @@ impl DeadRun {
         let field =
             |k: &str| s.map.get(k).and_then(|v| redis::from_redis_value_ref::<String>(v).ok()).unwrap_or_default();
         DeadRun {
-            run_id: field("run_id"),
-            provider: field("provider"),
-            repo: field("repo"),
-            action: field("action"),
-            number: field("number"),
-            delivery_id: field("delivery_id"),
+            fields: RunFields::read(field),
             group: field("group"),
             attempts: field("attempts").parse().unwrap_or(0),
             last_error: field("last_error"),
@@ -122,9 +109,9 @@ impl Ops {
         let mut entries: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         let mut order: Vec<String> = Vec::new();
         for d in &dead {
-            let ids = entries.entry(d.run_id.as_str()).or_default();
+            let ids = entries.entry(d.fields.run_id.as_str()).or_default();
             if ids.is_empty() {
-                order.push(d.run_id.clone());
+                order.push(d.fields.run_id.clone());
             }
             ids.push(d.entry_id.as_str());
         }

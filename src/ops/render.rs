@@ -321,15 +321,18 @@ pub fn one_line(s: &str) -> String {
 pub fn dead_text(key: &str, dead: &[DeadRun]) -> String {
     let mut out = format!("dead stream: {} ({} entries)\n", cli_quote(key), dead.len());
     for d in dead {
-        let number = if d.number.is_empty() { String::new() } else { format!(" #{}", d.number) };
+        let number = if d.fields.number.is_empty() { String::new() } else { format!(" #{}", d.fields.number) };
         let died = d.failed_ms.and_then(rfc3339_ms).unwrap_or_else(|| "unknown".into());
-        let _ = writeln!(out, "\n{} ({})", one_line(&d.run_id), d.entry_id);
+        let _ = writeln!(out, "\n{} ({})", one_line(&d.fields.run_id), d.entry_id);
         lines(
             &mut out,
             "  ",
             &[
-                ("identity".into(), one_line(&format!("{} {} {}{number}", d.provider, d.repo, d.action))),
-                ("delivery".into(), one_line(&d.delivery_id)),
+                (
+                    "identity".into(),
+                    one_line(&format!("{} {} {}{number}", d.fields.provider, d.fields.repo, d.fields.action)),
+                ),
+                ("delivery".into(), one_line(&d.fields.delivery_id)),
                 ("group".into(), one_line(&d.group)),
                 ("attempts".into(), d.attempts.to_string()),
                 ("died".into(), died),

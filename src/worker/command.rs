@@ -70,7 +70,7 @@ impl Handler for CommandHandler {
             cmd.env_remove(name);
         }
         cmd.args(&self.args)
-            .env("IDEMGATE_RUN_ID", &run.run_id)
+            .env("IDEMGATE_RUN_ID", &run.fields.run_id)
             .env("IDEMGATE_ATTEMPT", run.attempt.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::inherit())
@@ -104,7 +104,7 @@ impl Handler for CommandHandler {
             });
         }
         let stderr = child.stderr.take().map(|err| {
-            let run_id = run.run_id.clone();
+            let run_id = run.fields.run_id.clone();
             tokio::spawn(async move {
                 let mut tail: VecDeque<String> = VecDeque::new();
                 let mut tail_len = 0;

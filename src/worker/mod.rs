@@ -53,9 +53,11 @@ pub enum WorkerError {
     Config(String),
 }
 
-/// One run, as handed to a handler (and, as JSON, to a command's stdin).
+/// What names a run wherever it travels: a runs-stream entry (written by
+/// `lua/gate.lua`), a dead-stream entry (`lua/worker_fail.lua`), the JSON a
+/// handler gets. Read from a stream entry in one place, [`RunFields::read`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Run {
+pub struct RunFields {
     /// `run-N`: the key for idempotent handlers.
     pub run_id: String,
     /// The provider of the delivery that created the run.
@@ -68,6 +70,28 @@ pub struct Run {
     pub number: String,
     /// The delivery that created the run.
     pub delivery_id: String,
+}
+
+impl RunFields {
+    /// The fields of a stream entry, `field` giving each by name (`""` when absent).
+    pub(crate) fn read(field: impl Fn(&str) -> String) -> Self {
+        RunFields {
+            run_id: field("run_id"),
+            provider: field("provider"),
+            repo: field("repo"),
+            action: field("action"),
+            number: field("number"),
+            delivery_id: field("delivery_id"),
+        }
+    }
+}
+
+/// One run, as handed to a handler (and, as JSON, to a command's stdin).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Run {
+    /// What names the run (flattened into the JSON: `run_id`, `provider`, …).
+    #[serde(flatten)]
+    pub fields: RunFields,
     /// This attempt's number: 1 for the first, counted across workers.
     pub attempt: u32,
     /// The event as the provider sent it, when the provider keeps payloads
@@ -632,7 +656,7 @@ enum Attempt {
 async fn process<H: Handler>(shared: &WorkerState, handler: &H, entry: &StreamEntry, held: &Held) {
     let config = &shared.config;
     let q = &shared.queue;
-    let run_id = entry.run.run_id.as_str();
+    let run_id = entry.run.fields.run_id.as_str();
     let c = &shared.counters;
     let mut stop = shared.stopping.clone();
     let patience = config.lease;
@@ -810,12 +834,14 @@ mod tests {
     #[test]
     fn worker_run_json_is_the_contract() {
         let run = Run {
-            run_id: "run-7".into(),
-            provider: "github".into(),
-            repo: "o/r".into(),
-            action: "push".into(),
-            number: "".into(),
-            delivery_id: "d".into(),
+            fields: RunFields {
+                run_id: "run-7".into(),
+                provider: "github".into(),
+                repo: "o/r".into(),
+                action: "push".into(),
+                number: "".into(),
+                delivery_id: "d".into(),
+            },
             attempt: 2,
             payload: None,
         };

@@ -11,7 +11,7 @@ use redis::Script;
 use redis::cluster_async::ClusterConnection;
 use redis::streams::StreamAutoClaimReply;
 
-use super::{Run, WorkerConfig, WorkerError};
+use super::{Run, RunFields, WorkerConfig, WorkerError};
 use crate::error::Error;
 use crate::keys::Keys;
 use crate::redis::sentinel::SentinelConn;
@@ -52,20 +52,11 @@ impl StreamEntry {
     fn parse(id: String, map: &HashMap<String, redis::Value>) -> Option<Self> {
         let field =
             |k: &str| map.get(k).and_then(|v| redis::from_redis_value_ref::<String>(v).ok()).unwrap_or_default();
-        let run_id = field("run_id");
-        if run_id.is_empty() {
+        let fields = RunFields::read(field);
+        if fields.run_id.is_empty() {
             return None;
         }
-        let run = Run {
-            run_id,
-            provider: field("provider"),
-            repo: field("repo"),
-            action: field("action"),
-            number: field("number"),
-            delivery_id: field("delivery_id"),
-            attempt: 0,
-            payload: None,
-        };
+        let run = Run { fields, attempt: 0, payload: None };
         Some(Self { id, run })
     }
 }
@@ -320,7 +311,7 @@ impl Queue {
         let mut inv = script.prepare_invoke();
         inv.key(self.keys.runs());
         if let Some(e) = entry {
-            inv.key(self.keys.run(&e.run.run_id));
+            inv.key(self.keys.run(&e.run.fields.run_id));
         }
         inv.arg(&self.group).arg(&self.consumer);
         if let Some(e) = entry {
@@ -330,7 +321,12 @@ impl Queue {
     }
 
     fn identity_args(inv: &mut redis::ScriptInvocation<'_>, r: &Run) {
-        inv.arg(&r.run_id).arg(&r.provider).arg(&r.repo).arg(&r.action).arg(&r.number).arg(&r.delivery_id);
+        inv.arg(&r.fields.run_id)
+            .arg(&r.fields.provider)
+            .arg(&r.fields.repo)
+            .arg(&r.fields.action)
+            .arg(&r.fields.number)
+            .arg(&r.fields.delivery_id);
     }
 
     async fn invoke<T: redis::FromRedisValue>(&self, inv: &redis::ScriptInvocation<'_>) -> Result<T, Error> {

@@ -320,9 +320,9 @@ async fn worker_library_retries_times_out_and_dead_letters() {
     let handler = {
         let seen = seen.clone();
         move |run: Run| {
-            seen.lock().unwrap().push((run.run_id.clone(), run.attempt));
+            seen.lock().unwrap().push((run.fields.run_id.clone(), run.attempt));
             async move {
-                match run.run_id.as_str() {
+                match run.fields.run_id.as_str() {
                     "run-1" if run.attempt < 3 => Err(format!("flaky {}", run.attempt)),
                     "run-2" => {
                         tokio::time::sleep(Duration::from_secs(30)).await;
@@ -384,7 +384,7 @@ async fn worker_run_retention_sets_the_ttl_of_done_and_dead_records_only() {
         ..WorkerConfig::new("retain")
     };
     let handler = |run: Run| async move {
-        match run.run_id.as_str() {
+        match run.fields.run_id.as_str() {
             "run-1" => Ok(()),
             "run-2" => Err("no".to_owned()),
             _ => std::future::pending().await,
