@@ -5,10 +5,11 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
+use super::raw_work_call;
 use super::{Bench, BenchError, drive, progress};
 use crate::keys::Keys;
 use crate::redis::Conn;
-use crate::redis::scripts::{GateCall, GateVerdict, gate_lua};
+use crate::redis::scripts::gate_lua;
 
 /// Writes the connection section.
 pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), BenchError> {
@@ -70,28 +71,7 @@ fn invoke_raw<'a>(keys: &Keys, delivery: &str, i: u64) -> redis::ScriptInvocatio
     let script = SCRIPT.get_or_init(|| redis::Script::new(gate_lua()));
     let (delivery_key, logical_key) = (keys.delivery("b", delivery), format!("{}:{i}", keys.logical_prefix()));
     let (counter, runs, run_prefix, number) = (keys.run_counter(), keys.runs(), keys.run_prefix(), i.to_string());
-    let call = GateCall {
-        delivery_key: &delivery_key,
-        logical_key: &logical_key,
-        counter_key: &counter,
-        runs_key: &runs,
-        run_prefix: &run_prefix,
-        verdict: GateVerdict::Work,
-        delivery_ttl_ms: 604_800_000,
-        logical_ttl_ms: 0,
-        event_digest: "0123456789abcdef0123456789abcdef",
-        now_ms: 1_764_400_000_000,
-        provider: "b",
-        delivery_id: delivery,
-        repo: "bench/repo",
-        action: "opened",
-        number: &number,
-        rewrite_on_replay: false,
-        subject: "",
-        payload: "",
-        hold_until_ms: 0,
-        held_run_ttl_ms: 0,
-    };
+    let call = raw_work_call([&delivery_key, &logical_key, &counter, &runs, &run_prefix], "b", delivery, &number);
     let mut inv = script.prepare_invoke();
     for key in call.keys() {
         inv.key(key);

@@ -33,6 +33,7 @@ use serde_json::json;
 
 use crate::gate::{Gate, Settings};
 use crate::keys::Keys;
+use crate::redis::scripts::{GateCall, GateVerdict};
 use crate::redis::{Conn, RedisOptions};
 use crate::store::redis::RedisStore;
 
@@ -285,4 +286,37 @@ async fn cleanup(conn: &mut Conn, ns: &str) -> redis::RedisResult<()> {
         }
     }
     Ok(())
+}
+
+/// A `work` call of the gate script as the raw-script measurements send it:
+/// `keys` in the script's KEYS order, a logical key that never expires, a
+/// fixed digest and clock, no payload, no hold.
+pub(super) fn raw_work_call<'a>(
+    [delivery_key, logical_key, counter_key, runs_key, run_prefix]: [&'a str; 5],
+    provider: &'a str,
+    delivery_id: &'a str,
+    number: &'a str,
+) -> GateCall<'a> {
+    GateCall {
+        delivery_key,
+        logical_key,
+        counter_key,
+        runs_key,
+        run_prefix,
+        verdict: GateVerdict::Work,
+        delivery_ttl_ms: 604_800_000,
+        logical_ttl_ms: 0,
+        event_digest: "0123456789abcdef0123456789abcdef",
+        now_ms: 1_764_400_000_000,
+        provider,
+        delivery_id,
+        repo: "bench/repo",
+        action: "opened",
+        number,
+        rewrite_on_replay: false,
+        subject: "",
+        payload: "",
+        hold_until_ms: 0,
+        held_run_ttl_ms: 0,
+    }
 }

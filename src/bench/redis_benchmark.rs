@@ -6,10 +6,11 @@ use std::fmt::Write as _;
 
 use redis::AsyncCommands;
 
+use super::raw_work_call;
 use super::{Bench, BenchError, Mix, REPLAY_KEYS, gate_drive, progress};
 use crate::gate::Gate;
 use crate::keys::Keys;
-use crate::redis::scripts::{GateCall, GateVerdict, gate_lua};
+use crate::redis::scripts::gate_lua;
 
 /// Writes the redis-benchmark section.
 pub(super) async fn measure(bench: &Bench<'_>, gate: &Gate, out: &mut String) -> Result<(), BenchError> {
@@ -104,28 +105,7 @@ fn redis_benchmark(url: &str, requests: u64, keyspace: u64, cmd: &[String]) -> R
 /// gate script on `delivery` and `logical` (with `__rand_int__` placeholders).
 fn bench_call(sha: &str, keys: &Keys, delivery: &str, logical: &str) -> Vec<String> {
     let (counter, runs, run_prefix) = (keys.run_counter(), keys.runs(), keys.run_prefix());
-    let call = GateCall {
-        delivery_key: delivery,
-        logical_key: logical,
-        counter_key: &counter,
-        runs_key: &runs,
-        run_prefix: &run_prefix,
-        verdict: GateVerdict::Work,
-        delivery_ttl_ms: 604_800_000,
-        logical_ttl_ms: 0,
-        event_digest: "0123456789abcdef0123456789abcdef",
-        now_ms: 1_764_400_000_000,
-        provider: "rb",
-        delivery_id: "d",
-        repo: "bench/repo",
-        action: "opened",
-        number: "7",
-        rewrite_on_replay: false,
-        subject: "",
-        payload: "",
-        hold_until_ms: 0,
-        held_run_ttl_ms: 0,
-    };
+    let call = raw_work_call([delivery, logical, &counter, &runs, &run_prefix], "rb", "d", "7");
     let mut line = vec!["EVALSHA".to_owned(), sha.to_owned(), call.keys().len().to_string()];
     line.extend(call.keys().map(str::to_owned));
     line.extend(call.args());
