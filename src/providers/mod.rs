@@ -92,6 +92,15 @@ pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(5 * 60);
 /// ([`Provider::answer_within`]).
 pub const MAX_DEADLINE_MARGIN: Duration = Duration::from_millis(500);
 
+/// The most signature entries of one header that are tried, for the kinds
+/// whose header may list several (`stripe`'s `v1=`, `standard-webhooks`'
+/// `v1,`). Each entry costs one HMAC of the whole body per secret, so an
+/// uncapped list would let a client without the secret buy hundreds of
+/// body-sized HMACs with one request; a header with more is refused (401),
+/// never cut short. Senders list one entry per live secret: one, two while
+/// a secret rolls.
+pub const MAX_SIGNATURES: usize = 8;
+
 /// The authentication and normalization scheme of a provider (`kind` in the
 /// config file).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]

@@ -14,6 +14,9 @@
 //!   stale or in the future, is refused.
 //! - entries with another version than `v1` (`v1a,…`) or whose signature is
 //!   not valid base64 are skipped, not fatal.
+//! - at most [`MAX_SIGNATURES`] `v1` entries are tried, as for `stripe`: each
+//!   costs one HMAC of the body per secret, and Svix lists one per live
+//!   secret. A header with more is refused (401) before any is computed.
 //! - a signed empty `webhook-id` and a signed body that is not JSON are 400.
 //! - the secret may omit the `whsec_` prefix (bare base64), as Svix's
 //!   libraries allow; invalid base64 or an empty key is refused at start.
@@ -28,8 +31,8 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value};
 
 use super::{
-    Delivery, FieldPointers, Header, Provider, Rejection, check_timestamp, field_value, header, parse_body,
-    unix_seconds,
+    Delivery, FieldPointers, Header, MAX_SIGNATURES, Provider, Rejection, check_timestamp, field_value, header,
+    parse_body, unix_seconds,
 };
 
 /// The optional prefix of a secret.
@@ -78,6 +81,9 @@ pub(super) fn accept(
     let id = auth_header(headers, "id")?;
     let timestamp = auth_header(headers, "timestamp")?;
     let signatures = auth_header(headers, "signature")?;
+    if v1_signatures(signatures).count() > MAX_SIGNATURES {
+        return Err(unauthorized("webhook-signature has too many v1 entries"));
+    }
     check_timestamp("webhook-timestamp", timestamp, provider.tolerance(), now)?;
 
     // Every entry is compared under every secret, each in constant time.
@@ -293,6 +299,41 @@ mod tests {
             let h = headers("webhook-", Some("msg_1"), Some(&ts), Some(&list));
             assert!(unauthorized(provider().accept(&h, b"{}", at(SPEC_TS))), "{list}");
         }
+    }
+
+    #[test]
+    fn more_v1_entries_than_the_cap_are_refused_before_any_is_tried() {
+        let ts = SPEC_TS.to_string();
+        let good = sign(SPEC_SECRET, "msg_1", &ts, b"{}");
+        let wrong = sign("whsec_c2VjcmV0", "msg_1", &ts, b"{}");
+        let accept = |list: &str| {
+            provider().accept(&headers("webhook-", Some("msg_1"), Some(&ts), Some(list)), b"{}", at(SPEC_TS))
+        };
+        // The cap itself: the last of MAX_SIGNATURES entries still matches.
+        let at_cap = format!("{}{good}", format!("{wrong} ").repeat(MAX_SIGNATURES - 1));
+        assert!(accept(&at_cap).is_ok(), "{at_cap}");
+        // One more is refused, even with the matching entry first.
+        for over in [
+            format!("{}{good}", format!("{wrong} ").repeat(MAX_SIGNATURES)),
+            format!("{good}{}", " v1,AAAA".repeat(MAX_SIGNATURES)),
+        ] {
+            assert_eq!(
+                accept(&over),
+                Err(Rejection::Unauthorized("webhook-signature has too many v1 entries".into())),
+                "{over}"
+            );
+        }
+        // Entries of other versions cost nothing and do not count.
+        let other_versions = format!("{}{good}", "v1a,AAAA v2,AAAA ".repeat(MAX_SIGNATURES));
+        assert!(accept(&other_versions).is_ok(), "{other_versions}");
+        // The refusal names no part of the header, and comes before the timestamp check.
+        let marker = "SECRETMARKER";
+        let list = format!("v1,{marker} ").repeat(MAX_SIGNATURES + 1);
+        let err = provider()
+            .accept(&headers("webhook-", Some("msg_1"), Some("1"), Some(&list)), b"{}", at(SPEC_TS))
+            .unwrap_err();
+        assert_eq!(err, Rejection::Unauthorized("webhook-signature has too many v1 entries".into()));
+        assert!(!err.to_string().contains(marker), "{err}");
     }
 
     #[test]

@@ -29,15 +29,14 @@ use axum::http::HeaderMap;
 use serde_json::{Map, Value};
 
 use super::{
-    Delivery, FieldOverrides, Provider, Rejection, check_timestamp, parse_body, signature_header, unix_seconds,
+    Delivery, FieldOverrides, MAX_SIGNATURES, Provider, Rejection, check_timestamp, parse_body, signature_header,
+    unix_seconds,
 };
 
 /// The signature header.
 pub const SIGNATURE_HEADER: &str = "stripe-signature";
 /// The body key that holds the event id, which is the delivery id.
 pub const DELIVERY_KEY: &str = "id";
-/// The most `v1` entries of one header that are tried.
-pub const MAX_SIGNATURES: usize = 8;
 /// `org` of an event that names no connected `account`.
 pub const DEFAULT_ORG: &str = "stripe";
 

@@ -6,9 +6,11 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
+use idemgate::providers::Provider;
 use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::{free_port, fresh_ns, redis_url};
 use crate::worker::{Workers, gate_runs, signal, spawn_worker, temp_dir, wait_exit, wait_for};
@@ -109,13 +111,16 @@ fn alert_rules_pass_promtool_check_and_a_unit_test_per_alert() {
 }
 
 /// `idemgate serve` on a free port against the shared Redis, with a
-/// GitHub provider (for signature failures); killed on drop.
+/// GitHub provider `gh` (for signature failures and refusals) and one
+/// `slow` with a 300 ms deadline (for a deadline expiry); killed on drop.
 struct Serve(Child, u16);
 
 impl Serve {
     fn start(ns: &str, dir: &Path) -> Self {
         let config = dir.join("gate.toml");
-        std::fs::write(&config, "[[provider]]\nname = \"gh\"\nkind = \"github\"\nsecret = \"s3cret\"\n").unwrap();
+        let slow = "[[provider]]\nname = \"slow\"\nkind = \"github\"\nsecret = \"s3cret\"\ndeadline = \"300ms\"\n";
+        std::fs::write(&config, format!("[[provider]]\nname = \"gh\"\nkind = \"github\"\nsecret = \"s3cret\"\n{slow}"))
+            .unwrap();
         let port = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_idemgate"))
             .args(["serve", "--redis-url", redis_url(), "--namespace", ns, "--allowed-repo", "o/r"])
@@ -182,6 +187,29 @@ async fn every_metric_of_the_dashboard_and_the_rules_is_in_a_real_scrape() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 401);
+    // A signed delivery from a repository outside the allowlist: a refusal, answered 200.
+    let body =
+        json!({"action": "opened", "issue": {"number": 1}, "repository": {"name": "y", "owner": {"login": "x"}}})
+            .to_string()
+            .into_bytes();
+    let mut req = http.post(format!("{base}/webhooks/gh"));
+    for (name, value) in Provider::github("gh", "s3cret").sign("g-2", Some("issues"), &body, SystemTime::now()).unwrap()
+    {
+        req = req.header(name, value);
+    }
+    let r = req.body(body).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap()["status"], "blocked");
+    // A body that stalls past the `slow` provider's deadline: 503.
+    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", serve.1)).await.unwrap();
+    let head =
+        "POST /webhooks/slow HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n";
+    conn.write_all(format!("{head}{{\"action\":").as_bytes()).await.unwrap();
+    let mut reply = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut reply)).await.expect("an answer").unwrap();
+    let reply = String::from_utf8_lossy(&reply[..n]).to_lowercase();
+    assert!(reply.starts_with("http/1.1 503"), "{reply}");
+    drop(conn);
 
     // A real worker: the gate's run dies (one attempt, a failing command), more runs wait.
     let mut workers = Workers(vec![spawn_worker(&ns, &dir, "w1", &["--max-attempts", "1"], "cat >/dev/null; exit 1")]);
@@ -217,6 +245,8 @@ async fn every_metric_of_the_dashboard_and_the_rules_is_in_a_real_scrape() {
         "idemgate_replays_total 2",
         "idemgate_event_mismatches_total 1",
         "idemgate_webhook_auth_failures_total{provider=\"gh\"} 1",
+        "idemgate_refusals_total{provider=\"gh\",status=\"blocked\"} 1",
+        "idemgate_webhook_deadline_expiries_total{provider=\"slow\",stage=\"body\"} 1",
         "idemgate_store_errors_total 0",
         &format!("idemgate_worker_group_pending{{namespace=\"{ns}\",group=\"g\"}} 0"),
     ] {
