@@ -27,15 +27,10 @@
 --          {2, run id} with a hold, when the delivery's run or the identity's run is still
 --                      held by its handler (work in flight); nothing was written.
 --
--- The code of each answer is filled in from Status::code (src/vocabulary.rs)
--- when idemgate loads the script, so that the codes have one source.
-
-local CODE = {created = ${created}, duplicate = ${duplicate}, bad_request = ${bad_request}, blocked = ${blocked}}
-
--- The start of a delivery record: the answer's status and its code.
-local function answer(status)
-  return '{"status":"' .. status .. '","code":' .. CODE[status]
-end
+-- Each answer's code (the dollar-brace placeholders below) is filled in from
+-- Status::code (src/vocabulary.rs) when idemgate loads the script, so that
+-- the codes have one source; the script then carries them as literals and
+-- builds no table per call.
 
 local held_until = tonumber(ARGV[14] or '0') or 0
 local now = tonumber(ARGV[5])
@@ -78,9 +73,9 @@ end
 local verdict = ARGV[1]
 local record
 if verdict == 'bad_request' then
-  record = answer('bad_request')
+  record = '{"status":"bad_request","code":${bad_request}'
 elseif verdict == 'blocked' then
-  record = answer('blocked')
+  record = '{"status":"blocked","code":${blocked}'
 elseif verdict == 'work' then
   local run_id = redis.call('GET', KEYS[2])
   if run_id and held_until > 0 then
@@ -95,7 +90,7 @@ elseif verdict == 'work' then
     end
   end
   if run_id then
-    record = answer('duplicate') .. ',"run_id":"' .. run_id .. '"'
+    record = '{"status":"duplicate","code":${duplicate},"run_id":"' .. run_id .. '"'
   else
     -- Never hand out a run id whose record exists (a failover may have lost
     -- counter increments): skip past any id already taken. Bounded: a
@@ -139,7 +134,7 @@ elseif verdict == 'work' then
     else
       redis.call('SET', KEYS[2], run_id)
     end
-    record = answer('created') .. ',"run_id":"' .. run_id .. '"'
+    record = '{"status":"created","code":${created},"run_id":"' .. run_id .. '"'
   end
 else
   return redis.error_reply('idemgate: unknown verdict ' .. tostring(verdict))

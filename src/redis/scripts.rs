@@ -142,7 +142,8 @@ mod tests {
         let source = gate_lua();
         assert!(!source.contains("${"), "a placeholder is left in the gate script");
         for status in [Status::Created, Status::Duplicate, Status::BadRequest, Status::Blocked] {
-            assert!(source.contains(&format!("{} = {}", status.as_str(), status.code())), "{status:?}");
+            let head = format!(r#"{{"status":"{}","code":{}"#, status.as_str(), status.code());
+            assert!(source.contains(&head), "{status:?}: no {head}");
         }
     }
 }
