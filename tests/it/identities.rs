@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use sha2::Sha256;
 use tower::ServiceExt;
 
-use crate::support::{Backend, fresh_ns, raw_conn, redis_store_in};
+use crate::support::{Backend, Reply, fresh_ns, raw_conn, redis_store_in, send};
 
 const CORPUS: &str = include_str!("../fixtures/github-webhook-examples.json");
 const SECRET: &str = "corpus secret";
@@ -72,21 +72,6 @@ fn gh_sign(secret: &str, body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
     mac.update(body);
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
-}
-
-struct Reply {
-    status: StatusCode,
-    replayed: bool,
-    body: Value,
-}
-
-async fn send(app: &Router, req: Request<Body>) -> Reply {
-    let resp = app.clone().oneshot(req).await.unwrap();
-    let status = resp.status();
-    let replayed = resp.headers().get("idempotent-replayed").is_some();
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    let body = serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{e}: {bytes:?}"));
-    Reply { status, replayed, body }
 }
 
 /// A GitHub delivery of `body` signed with `secret`, to `/webhooks/{path}`.

@@ -11,15 +11,13 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use base64::Engine;
 use hmac::{Hmac, Mac};
-use http_body_util::BodyExt;
 use idemgate::gate::{Gate, Settings};
 use idemgate::http::{AppState, app};
 use idemgate::providers::{FieldOverrides, Kind, Provider};
 use serde_json::{Value, json};
 use sha2::Sha256;
-use tower::ServiceExt;
 
-use crate::support::Backend;
+use crate::support::{Backend, send};
 
 const STRIPE_SECRET: &str = "whsec_stripe_endpoint_secret";
 const SLACK_SECRET: &str = "slack-signing-secret";
@@ -75,21 +73,6 @@ fn shopify(secret: &str, webhook_id: &str, event_id: &str, topic: &str, body: &V
         .header("content-type", "application/json")
         .body(Body::from(body))
         .unwrap()
-}
-
-struct Reply {
-    status: StatusCode,
-    replayed: bool,
-    body: Value,
-}
-
-async fn send(app: &Router, req: Request<Body>) -> Reply {
-    let resp = app.clone().oneshot(req).await.unwrap();
-    let status = resp.status();
-    let replayed = resp.headers().get("idempotent-replayed").is_some();
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    let body = serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{e}: {bytes:?}"));
-    Reply { status, replayed, body }
 }
 
 fn created(run: &str) -> Value {

@@ -595,3 +595,23 @@ impl Drop for SentinelProcess {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// An answer of a router called in process, its body parsed as JSON.
+pub struct Reply {
+    pub status: axum::http::StatusCode,
+    /// The answer carried `Idempotent-Replayed`.
+    pub replayed: bool,
+    pub body: serde_json::Value,
+}
+
+/// Sends `req` to `app` in process (no socket) and reads the whole answer.
+pub async fn send(app: &axum::Router, req: axum::http::Request<axum::body::Body>) -> Reply {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let resp = app.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let replayed = resp.headers().get("idempotent-replayed").is_some();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let body = serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{e}: {bytes:?}"));
+    Reply { status, replayed, body }
+}
