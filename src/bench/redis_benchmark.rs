@@ -108,6 +108,6 @@ fn bench_call(sha: &str, keys: &Keys, delivery: &str, logical: &str) -> Vec<Stri
     let call = raw_work_call([delivery, logical, &counter, &runs, &run_prefix], "rb", "d", "7");
     let mut line = vec!["EVALSHA".to_owned(), sha.to_owned(), call.keys().len().to_string()];
     line.extend(call.keys().map(str::to_owned));
-    line.extend(call.args());
+    line.extend(call.args().iter().map(ToString::to_string));
     line
 }

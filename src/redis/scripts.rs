@@ -3,7 +3,7 @@
 
 use std::sync::LazyLock;
 
-use redis::Cmd;
+use redis::{Cmd, RedisWrite, ToRedisArgs};
 
 use crate::vocabulary::Status;
 
@@ -98,30 +98,60 @@ pub struct GateCall<'a> {
     pub held_run_ttl_ms: u64,
 }
 
+/// One ARGV value of a [`GateCall`], as Redis receives it: text, or a
+/// number written in decimal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateArg<'a> {
+    /// A string argument, sent as it is.
+    Text(&'a str),
+    /// A number, sent in decimal.
+    Number(u64),
+}
+
+impl ToRedisArgs for GateArg<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        match self {
+            GateArg::Text(s) => s.write_redis_args(out),
+            GateArg::Number(n) => n.write_redis_args(out),
+        }
+    }
+}
+
+impl std::fmt::Display for GateArg<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GateArg::Text(s) => f.write_str(s),
+            GateArg::Number(n) => write!(f, "{n}"),
+        }
+    }
+}
+
 impl GateCall<'_> {
     /// KEYS, in the script's order.
     pub fn keys(&self) -> [&str; 5] {
         [self.delivery_key, self.logical_key, self.counter_key, self.runs_key, self.run_prefix]
     }
 
-    /// ARGV, in the script's order.
-    pub fn args(&self) -> [String; 15] {
+    /// ARGV, in the script's order, borrowed: nothing is copied until the
+    /// command is written (this runs on every gate call).
+    pub fn args(&self) -> [GateArg<'_>; 15] {
+        use GateArg::{Number, Text};
         [
-            self.verdict.as_arg().to_owned(),
-            self.delivery_ttl_ms.to_string(),
-            self.logical_ttl_ms.to_string(),
-            self.event_digest.to_owned(),
-            self.now_ms.to_string(),
-            self.provider.to_owned(),
-            self.delivery_id.to_owned(),
-            self.repo.to_owned(),
-            self.action.to_owned(),
-            self.number.to_owned(),
-            if self.rewrite_on_replay { "1" } else { "0" }.to_owned(),
-            self.subject.to_owned(),
-            self.payload.to_owned(),
-            self.hold_until_ms.to_string(),
-            self.held_run_ttl_ms.to_string(),
+            Text(self.verdict.as_arg()),
+            Number(self.delivery_ttl_ms),
+            Number(self.logical_ttl_ms),
+            Text(self.event_digest),
+            Number(self.now_ms),
+            Text(self.provider),
+            Text(self.delivery_id),
+            Text(self.repo),
+            Text(self.action),
+            Text(self.number),
+            Text(if self.rewrite_on_replay { "1" } else { "0" }),
+            Text(self.subject),
+            Text(self.payload),
+            Number(self.hold_until_ms),
+            Number(self.held_run_ttl_ms),
         ]
     }
 
