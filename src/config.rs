@@ -31,47 +31,8 @@ fn err(msg: impl Into<String>) -> ConfigError {
     ConfigError(msg.into())
 }
 
-/// Parses `90s`, `5m`, `72h`, `4d`, `500ms` (a whole number and a unit).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration (use e.g. 90s, 5m, 72h, 4d)"))?;
-    let secs = |mult: u64| n.checked_mul(mult).map(Duration::from_secs);
-    let d = match unit {
-        "ms" => Some(Duration::from_millis(n)),
-        "s" => secs(1),
-        "m" => secs(60),
-        "h" => secs(3600),
-        "d" => secs(86_400),
-        _ => return Err(format!("{s:?} has no unit: use ms, s, m, h or d (e.g. 90s, 72h, 4d)")),
-    };
-    d.ok_or_else(|| format!("{s:?} is too long"))
-}
-
-pub use crate::units::format_duration;
-
-/// How long something is kept: a duration, or `never` (`None`: kept until
-/// something deletes it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lifetime(pub Option<Duration>);
-
-/// Parses a duration like [`parse_duration`], or `never`. Zero is refused:
-/// a record that expires at once would turn every retry into new work.
-pub fn parse_lifetime(s: &str) -> Result<Lifetime, String> {
-    if s.trim() == "never" {
-        return Ok(Lifetime(None));
-    }
-    let d = parse_duration(s).map_err(|e| format!("{e}, or never"))?;
-    if d < Duration::from_secs(1) {
-        return Err("a lifetime must be at least 1s (or never)".into());
-    }
-    Ok(Lifetime(Some(d)))
-}
-
-/// The default `--run-retention`: how long a finished (`done` or `dead`)
-/// run record is kept.
-pub const DEFAULT_RUN_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+pub use crate::units::{Lifetime, format_duration, parse_duration, parse_lifetime};
+pub use crate::vocabulary::DEFAULT_RUN_RETENTION;
 
 /// Where the store is and how to reach it, as given on the command line or
 /// in the environment (the binary's flags of every command map onto it).
@@ -131,7 +92,7 @@ pub struct ServeOptions {
     pub max_body: Option<usize>,
     /// Bound on one request, store call included ([`DEFAULT_REQUEST_TIMEOUT`]).
     pub request_timeout: Option<Duration>,
-    /// Bound on receiving a request head ([`crate::server::DEFAULT_HEADER_TIMEOUT`]).
+    /// Bound on receiving a request head ([`DEFAULT_HEADER_TIMEOUT`]).
     pub header_timeout: Option<Duration>,
     /// Request-body bytes held at once, all requests together ([`crate::intake::DEFAULT_BODY_BUDGET`]).
     pub body_budget: Option<usize>,
@@ -561,13 +522,7 @@ fn redis_access(
     Ok((tls, password))
 }
 
-/// A Redis URL with its password hidden.
-pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}***{}", &url[..s + 3], &url[at..]),
-        _ => url.to_owned(),
-    }
-}
+pub use crate::redis::connection::redact;
 
 /// Everything `idemgate serve` needs, resolved and validated.
 #[derive(Debug, Clone)]
@@ -603,11 +558,10 @@ pub struct ServeConfig {
     pub allow_unauthenticated_api: bool,
 }
 
-/// The default body limit: 25 MiB, GitHub's payload cap.
-pub const DEFAULT_MAX_BODY: usize = 25 * 1024 * 1024;
+pub use crate::http::{DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT};
 
-/// The default bound on one request, store call included.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default `--header-timeout`.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The default address `serve` listens on: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -626,7 +580,7 @@ impl Default for ServeConfig {
             allow_eviction: false,
             keep_payload: false,
             run_retention: Some(DEFAULT_RUN_RETENTION),
-            header_timeout: crate::server::DEFAULT_HEADER_TIMEOUT,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
             body_budget: crate::intake::DEFAULT_BODY_BUDGET,
             allow_unauthenticated_api: false,
         }

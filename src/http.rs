@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::PathRejection;
@@ -24,6 +24,12 @@ use crate::intake::{BodyBudget, BodyError};
 use crate::metrics::{DeadlineStage, Metrics};
 use crate::providers::{Delivery, Provider, Rejection};
 use crate::refusals::{Reason, Refusal, RefusalLog, RefusalStatus};
+
+/// The default body limit: 25 MiB, GitHub's payload cap.
+pub const DEFAULT_MAX_BODY: usize = 25 * 1024 * 1024;
+
+/// The default bound on one request, store call included.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `Retry-After` seconds sent with a 503.
 const RETRY_AFTER_SECS: &str = "1";
@@ -61,8 +67,8 @@ impl AppState {
             token_digest: api_token.map(|t| Sha256::digest(t.as_bytes()).into()),
             metrics: Arc::new(Metrics::default()),
             refusals: Arc::default(),
-            max_body: crate::config::DEFAULT_MAX_BODY,
-            request_timeout: crate::config::DEFAULT_REQUEST_TIMEOUT,
+            max_body: DEFAULT_MAX_BODY,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
             keep_payload: false,
             budget: BodyBudget::new(crate::intake::DEFAULT_BODY_BUDGET, crate::intake::BUDGET_WAIT),
             api_closed: false,

@@ -7,8 +7,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use serde::Serialize;
+
 use crate::gate::{Outcome, Status};
-use crate::ops::gauges::Gauges;
+use crate::redis::info::NodeMemory;
 use crate::sync::lock;
 
 /// Latency histogram bucket bounds, seconds.
@@ -344,6 +346,34 @@ fn family(out: &mut String, name: &'static str, kind: &str, help: &str) -> &'sta
 
 fn escape(label: &str) -> String {
     label.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// One consumer group of the runs stream, as `/metrics` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GroupGauge {
+    /// The group (the worker's `--group`).
+    pub group: String,
+    /// Entries not yet delivered to the group (`None` before Redis 7, or when Redis cannot tell).
+    pub lag: Option<u64>,
+    /// Entries delivered and not acknowledged: runs running or waiting for a retry.
+    pub pending: u64,
+    /// Age of the oldest entry not yet delivered to the group, seconds (0: none waiting).
+    pub oldest_waiting_seconds: f64,
+}
+
+/// Everything one read gives.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Gauges {
+    /// The namespace read.
+    pub namespace: String,
+    /// `used_memory`/`maxmemory` of every primary (the one server when not a cluster).
+    pub nodes: Vec<NodeMemory>,
+    /// The runs stream's length.
+    pub runs_stream_length: u64,
+    /// The dead stream's length: dead runs not yet retried.
+    pub dead_runs: u64,
+    /// The runs stream's consumer groups.
+    pub groups: Vec<GroupGauge>,
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use crate::config::ServeConfig;
+use crate::config::{DEFAULT_HEADER_TIMEOUT, ServeConfig};
 use crate::gate::Gate;
 use crate::http::{AppState, app};
 use crate::redis::{Conn, RedisOptions};
@@ -197,9 +197,6 @@ pub struct ConnectionLimits {
     /// Connections open at once; more wait in the listen queue.
     pub max_connections: usize,
 }
-
-/// The default `--header-timeout`.
-pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a kept-alive connection may sit idle.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);

@@ -10,7 +10,7 @@ pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
-/// A duration as [`crate::config::parse_duration`] reads it back, in one unit: the largest
+/// A duration as [`parse_duration`] reads it back, in one unit: the largest
 /// of `d`, `h` and `m` whose count is whole and more than 1 (`5m`, `7d`, but
 /// `60s`), else seconds, else milliseconds. For help texts that show defaults.
 pub fn format_duration(d: Duration) -> String {
@@ -25,6 +25,42 @@ pub fn format_duration(d: Duration) -> String {
     }
 }
 
+/// Parses `90s`, `5m`, `72h`, `4d`, `500ms` (a whole number and a unit).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration (use e.g. 90s, 5m, 72h, 4d)"))?;
+    let secs = |mult: u64| n.checked_mul(mult).map(Duration::from_secs);
+    let d = match unit {
+        "ms" => Some(Duration::from_millis(n)),
+        "s" => secs(1),
+        "m" => secs(60),
+        "h" => secs(3600),
+        "d" => secs(86_400),
+        _ => return Err(format!("{s:?} has no unit: use ms, s, m, h or d (e.g. 90s, 72h, 4d)")),
+    };
+    d.ok_or_else(|| format!("{s:?} is too long"))
+}
+
+/// How long something is kept: a duration, or `never` (`None`: kept until
+/// something deletes it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lifetime(pub Option<Duration>);
+
+/// Parses a duration like [`parse_duration`], or `never`. Zero is refused:
+/// a record that expires at once would turn every retry into new work.
+pub fn parse_lifetime(s: &str) -> Result<Lifetime, String> {
+    if s.trim() == "never" {
+        return Ok(Lifetime(None));
+    }
+    let d = parse_duration(s).map_err(|e| format!("{e}, or never"))?;
+    if d < Duration::from_secs(1) {
+        return Err("a lifetime must be at least 1s (or never)".into());
+    }
+    Ok(Lifetime(Some(d)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -35,7 +71,7 @@ mod tests {
         assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
         assert_eq!(format_duration(Duration::ZERO), "0ms");
         for d in [Duration::from_secs(10), Duration::from_millis(1500), Duration::from_millis(250)] {
-            assert_eq!(crate::config::parse_duration(&format_duration(d)), Ok(d));
+            assert_eq!(parse_duration(&format_duration(d)), Ok(d));
         }
     }
 }

@@ -167,6 +167,10 @@ pub const DEFAULT_DELIVERY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// new run (`never` keeps logical keys until an operator deletes them).
 pub const DEFAULT_LOGICAL_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
+/// The default `--run-retention`: how long a finished (`done` or `dead`)
+/// run record is kept.
+pub const DEFAULT_RUN_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+
 impl Default for Settings {
     fn default() -> Self {
         Self { delivery_ttl: DEFAULT_DELIVERY_TTL, logical_ttl: Some(DEFAULT_LOGICAL_TTL) }

@@ -4,13 +4,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
+use idemgate::config::DEFAULT_HEADER_TIMEOUT;
 use idemgate::config::{
     DEFAULT_LISTEN, DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT, DEFAULT_RUN_RETENTION, Lifetime, ServeConfig,
     ServeOptions, format_duration, parse_duration, parse_lifetime,
 };
 use idemgate::gate::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL};
 use idemgate::intake::DEFAULT_BODY_BUDGET;
-use idemgate::server::DEFAULT_HEADER_TIMEOUT;
 
 use super::{StoreArgs, bytes_and_mib, with_default};
 

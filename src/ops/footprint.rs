@@ -42,7 +42,7 @@ impl Default for Lifetimes {
         Self {
             delivery: crate::vocabulary::DEFAULT_DELIVERY_TTL,
             logical: Some(crate::vocabulary::DEFAULT_LOGICAL_TTL),
-            run: Some(crate::config::DEFAULT_RUN_RETENTION),
+            run: Some(crate::vocabulary::DEFAULT_RUN_RETENTION),
         }
     }
 }

@@ -9,9 +9,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-
-use super::memory::NodeMemory;
 use super::{Error, Ops};
 use crate::metrics::Metrics;
 
@@ -22,33 +19,7 @@ pub const WARN_RATIO: f64 = 0.9;
 /// While memory stays above [`WARN_RATIO`], the warning repeats this often.
 const WARN_EVERY: Duration = Duration::from_secs(300);
 
-/// One consumer group of the runs stream, as `/metrics` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct GroupGauge {
-    /// The group (the worker's `--group`).
-    pub group: String,
-    /// Entries not yet delivered to the group (`None` before Redis 7, or when Redis cannot tell).
-    pub lag: Option<u64>,
-    /// Entries delivered and not acknowledged: runs running or waiting for a retry.
-    pub pending: u64,
-    /// Age of the oldest entry not yet delivered to the group, seconds (0: none waiting).
-    pub oldest_waiting_seconds: f64,
-}
-
-/// Everything one read gives.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Gauges {
-    /// The namespace read.
-    pub namespace: String,
-    /// `used_memory`/`maxmemory` of every primary (the one server when not a cluster).
-    pub nodes: Vec<NodeMemory>,
-    /// The runs stream's length.
-    pub runs_stream_length: u64,
-    /// The dead stream's length: dead runs not yet retried.
-    pub dead_runs: u64,
-    /// The runs stream's consumer groups.
-    pub groups: Vec<GroupGauge>,
-}
+pub use crate::metrics::{Gauges, GroupGauge};
 
 /// The ms part of a stream id (`1718000000000-0`).
 fn id_ms(id: &str) -> Option<u64> {

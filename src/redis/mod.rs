@@ -7,6 +7,7 @@
 //! and never match on the deployment themselves. See docs/redis.md.
 
 pub mod connection;
+pub mod info;
 pub mod scripts;
 pub mod sentinel;
 

@@ -208,7 +208,7 @@ pub struct WorkerConfig {
 pub const LEASE_MARGIN: Duration = Duration::from_secs(30);
 
 /// The default retention of a finished run record: 30 days.
-pub use crate::config::DEFAULT_RUN_RETENTION;
+pub use crate::vocabulary::DEFAULT_RUN_RETENTION;
 
 /// The default number of runs handled at once.
 pub const DEFAULT_CONCURRENCY: usize = 4;
