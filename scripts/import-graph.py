@@ -23,8 +23,8 @@ def module_files():
     mods = {}
     for root, _, files in os.walk(SRC):
         for f in files:
-            if not f.endswith(".rs"):
-                continue
+            if not f.endswith(".rs") or f == "tests.rs":
+                continue  # a `#[cfg(test)] mod tests;` file
             rel = os.path.relpath(os.path.join(root, f), SRC)
             parts = rel[:-3].split(os.sep)
             if parts[-1] == "mod":
@@ -115,7 +115,7 @@ def graph():
                 t = resolve(p, mod, mods)
                 if t is not None:
                     targets.add(t)
-        for m in re.finditer(r"\b((?:crate|super)(?:::\w+)+)", text):
+        for m in re.finditer(r"(?<![\w:])(\w+(?:::\w+)+)", text):
             t = resolve(m.group(1), mod, mods)
             if t is not None:
                 targets.add(t)

@@ -4,12 +4,90 @@
 //! the same way. See docs/redis.md, "Connecting to Redis".
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use redis::{Client, ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo, RedisError, RedisResult};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use super::RedisOptions;
+/// The default bound on one Redis command: a hung Redis becomes an error
+/// (and a 503) instead of a hung request.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Where Redis is, how to reach it, and how long to wait for it.
+#[derive(Debug, Clone)]
+pub struct RedisOptions {
+    /// Standalone server URL (`redis://host:port/db`), cluster seed nodes, or sentinels.
+    pub target: RedisTarget,
+    /// How `rediss://` URLs are verified, and the client certificate for mutual TLS.
+    pub tls: Tls,
+    /// The password file's password: it wins over a password in a URL.
+    pub password: Option<Secret>,
+    /// Bound on connecting and on each command.
+    pub command_timeout: Duration,
+    /// Durability: after each call, `WAIT` until this many replicas
+    /// confirm the write, for at most this long; fewer is an error (503).
+    pub min_replicas_ack: Option<(u32, Duration)>,
+}
+
+/// A standalone server, a cluster, or a primary watched by Sentinel.
+#[derive(Debug, Clone)]
+pub enum RedisTarget {
+    /// One server (or a proxy in front of several).
+    Single(String),
+    /// Redis Cluster seed nodes.
+    Cluster(Vec<String>),
+    /// The primary that the sentinels at `nodes` know as `master`.
+    Sentinel {
+        /// Sentinel URLs (`redis://host:26379`; `rediss://` for TLS to the sentinels and the primary).
+        nodes: Vec<String>,
+        /// The master name the sentinels monitor.
+        master: String,
+    },
+}
+
+impl RedisOptions {
+    /// A standalone server with the default timeout.
+    pub fn single(url: impl Into<String>) -> Self {
+        Self::new(RedisTarget::Single(url.into()))
+    }
+
+    /// `target` with the default timeout, system roots for TLS, no password file.
+    pub fn new(target: RedisTarget) -> Self {
+        Self {
+            target,
+            tls: Tls::default(),
+            password: None,
+            command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            min_replicas_ack: None,
+        }
+    }
+
+    /// Cluster seed nodes with the default timeout.
+    pub fn cluster(nodes: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self::new(RedisTarget::Cluster(nodes.into_iter().map(Into::into).collect()))
+    }
+}
+
+/// How often the cluster client retries a command after MOVED, ASK,
+/// TRYAGAIN or a lost connection before it reports the error.
+const CLUSTER_RETRIES: u32 = 3;
+
+impl RedisOptions {
+    /// A cluster client for `nodes` whose replies may take `response_timeout`
+    /// (longer than the command timeout for a blocking read).
+    pub(crate) fn cluster_client(
+        &self,
+        nodes: &[String],
+        response_timeout: Duration,
+    ) -> RedisResult<redis::cluster::ClusterClient> {
+        self.cluster_builder(nodes)?
+            .connection_timeout(self.command_timeout)
+            .response_timeout(response_timeout)
+            .retries(CLUSTER_RETRIES)
+            .build()
+    }
+}
 
 /// A password read from a file. It never reaches a log: `Debug` shows
 /// only the file's path.

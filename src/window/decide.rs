@@ -5,7 +5,6 @@
 use serde_json::Value;
 use std::ops::Range;
 
-use super::object;
 use super::request::{AttemptOutcome, HistoryEntry, Mode, NANOS_PER_SECOND, Nanos, Request};
 
 /// What the analysis decided.
@@ -293,4 +292,9 @@ impl<'a> Request<'a> {
             format!("{within}, with the same payload as {}, and every matched attempt failed: retry.", name(&matched));
         verdict(Decision::Retry, "matched-all-failed", &matched, reason)
     }
+}
+
+/// A JSON object from its fields, built without serde's round trip.
+pub(super) fn object<const N: usize>(fields: [(&str, Value); N]) -> Value {
+    Value::Object(fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
 }

@@ -28,20 +28,15 @@
 mod decide;
 mod request;
 
-use crate::jcs;
 pub use crate::jcs::{canonicalize, digest};
-pub use request::WindowError;
+pub use request::{MAX_HISTORY, MAX_WINDOW_SECONDS, WindowError};
 
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
-use decide::{cut, ids, sort_by_time};
+use decide::{cut, ids, object, sort_by_time};
 use request::{HistoryEntry, Nanos, Request};
 
-/// The most history entries one request may carry.
-pub const MAX_HISTORY: usize = 500;
-/// The largest `windowSeconds` accepted (30 days).
-pub const MAX_WINDOW_SECONDS: i64 = 2_592_000;
 /// The engine version reported in `versions.engine`.
 pub const ENGINE_VERSION: &str = "idemgate-window/1";
 
@@ -68,11 +63,6 @@ pub fn analyze_slice(body: &[u8]) -> Result<Value, WindowError> {
 pub fn analyze(request: &Value) -> Result<Value, WindowError> {
     let request = Request::parse(request)?;
     Ok(object([("data", request.analyze())]))
-}
-
-/// A JSON object from its fields, built without serde's round trip.
-fn object<const N: usize>(fields: [(&str, Value); N]) -> Value {
-    Value::Object(fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
 }
 
 impl<'a> Request<'a> {

@@ -8,8 +8,12 @@ use std::cell::OnceCell;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use super::{MAX_HISTORY, MAX_WINDOW_SECONDS, digest, jcs};
+use crate::jcs::{self, digest};
 
+/// The most history entries one request may carry.
+pub const MAX_HISTORY: usize = 500;
+/// The largest `windowSeconds` accepted (30 days).
+pub const MAX_WINDOW_SECONDS: i64 = 2_592_000;
 const OUTCOMES: &str = r#"one of "processed", "failed", "in_flight", "unknown""#;
 const WINDOW_SECONDS: &str = "an integer from 1 to 2592000";
 
