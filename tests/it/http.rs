@@ -7,10 +7,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::Body;
-use axum::http::{HeaderMap, Request, StatusCode};
+use axum::http::{Request, StatusCode};
 use base64::Engine;
 use hmac::{Hmac, Mac};
-use http_body_util::BodyExt;
 use idemgate::gate::{Gate, Settings};
 use idemgate::http::{AppState, app};
 use idemgate::keys::Keys;
@@ -19,9 +18,8 @@ use idemgate::redis::RedisOptions;
 use idemgate::store::redis::RedisStore;
 use serde_json::{Value, json};
 use sha2::Sha256;
-use tower::ServiceExt;
 
-use crate::support::{Backend, RedisProcess, free_port, fresh_ns};
+use crate::support::{Backend, RedisProcess, Reply, free_port, fresh_ns, send};
 
 const GH_SECRET: &str = "It's a Secret to Everybody";
 const SW_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -33,29 +31,6 @@ async fn router(b: Backend, token: Option<&str>) -> Router {
         Provider::standard_webhooks("billing", SW_SECRET, Duration::from_secs(300), FieldPointers::default()).unwrap(),
     ];
     app(AppState::new(gate, providers, token).with_max_body(64 * 1024))
-}
-
-struct Reply {
-    status: StatusCode,
-    headers: HeaderMap,
-    text: String,
-}
-
-impl Reply {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("{e}: {}", self.text))
-    }
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).map(|v| v.to_str().unwrap())
-    }
-}
-
-async fn send(app: &Router, req: Request<Body>) -> Reply {
-    let resp = app.clone().oneshot(req).await.unwrap();
-    let status = resp.status();
-    let headers = resp.headers().clone();
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    Reply { status, headers, text: String::from_utf8(bytes.to_vec()).unwrap() }
 }
 
 fn post(path: &str) -> axum::http::request::Builder {

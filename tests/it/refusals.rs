@@ -11,7 +11,6 @@ use std::time::{Duration, SystemTime};
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use http_body_util::BodyExt;
 use idemgate::gate::{Gate, Settings};
 use idemgate::http::{AppState, app};
 use idemgate::keys::Keys;
@@ -21,9 +20,8 @@ use idemgate::refusals::RefusalStatus;
 use idemgate::store::Store;
 use idemgate::store::redis::RedisStore;
 use serde_json::{Value, json};
-use tower::ServiceExt;
 
-use crate::support::{Backend, RedisProcess, fresh_ns};
+use crate::support::{Backend, RedisProcess, fresh_ns, send};
 
 const SW_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
@@ -165,20 +163,6 @@ fn payload(kind: Kind, repo: Option<(&str, &str)>, n: i64) -> Value {
         (Kind::Gitlab, None) => json!({"object_kind": "issue", "object_attributes": {"iid": n, "action": "open"}}),
         (kind, _) => unreachable!("{kind} bodies are built by `delivery`"),
     }
-}
-
-struct Reply {
-    status: StatusCode,
-    replayed: bool,
-    text: String,
-}
-
-async fn send(app: &Router, req: Request<Body>) -> Reply {
-    let resp = app.clone().oneshot(req).await.unwrap();
-    let status = resp.status();
-    let replayed = resp.headers().get("idempotent-replayed").is_some();
-    let text = String::from_utf8(resp.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
-    Reply { status, replayed, text }
 }
 
 async fn metrics(app: &Router) -> String {

@@ -596,12 +596,27 @@ impl Drop for SentinelProcess {
     }
 }
 
-/// An answer of a router called in process, its body parsed as JSON.
+/// An answer of a router called in process: its status, headers and text,
+/// and the text parsed as JSON (`Null` when it is not JSON, e.g. `/metrics`).
 pub struct Reply {
     pub status: axum::http::StatusCode,
+    pub headers: axum::http::HeaderMap,
     /// The answer carried `Idempotent-Replayed`.
     pub replayed: bool,
+    pub text: String,
     pub body: serde_json::Value,
+}
+
+impl Reply {
+    /// The body as JSON; panics (showing the text) when it is not JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("{e}: {}", self.text))
+    }
+
+    /// A header's value, when present.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|v| v.to_str().unwrap())
+    }
 }
 
 /// Sends `req` to `app` in process (no socket) and reads the whole answer.
@@ -610,8 +625,10 @@ pub async fn send(app: &axum::Router, req: axum::http::Request<axum::body::Body>
     use tower::ServiceExt;
     let resp = app.clone().oneshot(req).await.unwrap();
     let status = resp.status();
-    let replayed = resp.headers().get("idempotent-replayed").is_some();
+    let headers = resp.headers().clone();
+    let replayed = headers.get("idempotent-replayed").is_some();
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    let body = serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{e}: {bytes:?}"));
-    Reply { status, replayed, body }
+    let text = String::from_utf8(bytes.to_vec()).unwrap();
+    let body = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+    Reply { status, headers, replayed, text, body }
 }
