@@ -558,7 +558,7 @@ pub struct ServeConfig {
     pub allow_unauthenticated_api: bool,
 }
 
-pub use crate::http::{DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT};
+pub use crate::intake::{DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT};
 
 /// The default `--header-timeout`.
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::PathRejection;
@@ -20,16 +20,10 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::gate::{Gate, Outcome, Status, Submission};
-use crate::intake::{BodyBudget, BodyError};
+use crate::intake::{BodyBudget, BodyError, DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT};
 use crate::metrics::{DeadlineStage, Metrics};
 use crate::providers::{Delivery, Provider, Rejection};
 use crate::refusals::{Reason, Refusal, RefusalLog, RefusalStatus};
-
-/// The default body limit: 25 MiB, GitHub's payload cap.
-pub const DEFAULT_MAX_BODY: usize = 25 * 1024 * 1024;
-
-/// The default bound on one request, store call included.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `Retry-After` seconds sent with a 503.
 const RETRY_AFTER_SECS: &str = "1";

@@ -17,6 +17,12 @@ use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+/// The default body limit: 25 MiB, GitHub's payload cap.
+pub const DEFAULT_MAX_BODY: usize = 25 * 1024 * 1024;
+
+/// The default bound on one request, store call included.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The default budget of request-body bytes held at once: sixteen bodies of
 /// the default 25 MiB limit would be 400 MiB; this lets ten in at a time.
 pub const DEFAULT_BODY_BUDGET: usize = 256 * 1024 * 1024;

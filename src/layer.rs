@@ -168,7 +168,7 @@ impl GateLayer {
             provider,
             handler_timeout: DEFAULT_HANDLER_TIMEOUT,
             run_retention: Some(crate::vocabulary::DEFAULT_RUN_RETENTION),
-            max_body: crate::http::DEFAULT_MAX_BODY,
+            max_body: crate::intake::DEFAULT_MAX_BODY,
             budget: BodyBudget::new(crate::intake::DEFAULT_BODY_BUDGET, crate::intake::BUDGET_WAIT),
             metrics: Arc::default(),
             refusals: Arc::default(),
