@@ -9,7 +9,7 @@ use redis::Script;
 use redis::streams::StreamRangeReply;
 use serde::Serialize;
 
-use super::{Error, Ops};
+use super::client::{Error, Ops};
 use crate::units::now_ms;
 use crate::worker::RunFields;
 

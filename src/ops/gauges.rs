@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Error, Ops};
+use super::client::{Error, Ops};
 use crate::metrics::Metrics;
 
 /// How often `serve` reads the gauges: a few cheap commands, never on a request's path.

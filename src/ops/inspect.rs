@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{Error, Ops};
+use super::client::{Error, Ops};
 use crate::vocabulary::DeliveryRecord;
 use crate::vocabulary::Identity;
 

@@ -17,7 +17,7 @@
 
 use serde::Serialize;
 
-use super::{Error, Ops};
+use super::client::{Error, Ops};
 use crate::redis::Conn;
 
 /// Keys sampled per kind.

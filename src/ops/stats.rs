@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use redis::Value;
 use serde::Serialize;
 
+use super::client::{Error, Ops};
 use super::memory::{MemoryReport, Sampler};
-use super::{Error, Ops};
 
 /// Keys counted so far; also passed to the progress callback.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -73,8 +73,7 @@ pub struct Stats {
     pub memory: MemoryReport,
 }
 
-/// Keys per SCAN call.
-pub const SCAN_COUNT: usize = 1000;
+pub use super::client::SCAN_COUNT;
 
 impl Ops {
     /// Counts the namespace's keys and reads its streams. `progress` is
