@@ -78,23 +78,29 @@ fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
 async fn stats(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
     let mut cached = st.0.stats_cache.0.lock().await;
     let fresh = cached.as_ref().filter(|(at, _)| at.elapsed() < STATS_MAX_AGE).map(|(_, v)| v.clone());
-    let mut v = match fresh {
+    let v = match fresh {
         Some(v) => v,
         None => {
             let mut v = source(&st).stats().await.map_err(|e| unavailable(&st, e))?;
             v["read_at_ms"] = json!(now_ms());
+            // This process's own counters, read with the rest, so rates between two readings agree.
+            v["service"] = json!({ "deliveries": st.0.metrics.outcome_totals() });
             *cached = Some((Instant::now(), v.clone()));
             v
         }
     };
-    drop(cached);
-    // This process's own counters, always current.
-    v["service"] = json!({ "deliveries": st.0.metrics.outcome_totals() });
     Ok(Json(v))
 }
 
 async fn runs(State(st): State<AppState>, RawQuery(q): RawQuery) -> Result<Json<Value>, ApiError> {
-    let q: HashMap<String, String> = form_urlencoded::parse(q.unwrap_or_default().as_bytes()).into_owned().collect();
+    let mut params: HashMap<String, String> = HashMap::new();
+    for (k, v) in form_urlencoded::parse(q.unwrap_or_default().as_bytes()).into_owned() {
+        if params.contains_key(&k) {
+            return Err(ApiError::BadRequest(format!("{} is given twice", crate::text::escape_control(&k))));
+        }
+        params.insert(k, v);
+    }
+    let q = params;
     let param = |k: &str| q.get(k).map(String::as_str);
     let query = RunQuery::parse(param("status"), param("before"), param("limit")).map_err(ApiError::BadRequest)?;
     let page = source(&st).runs(&query).await.map_err(|e| unavailable(&st, e))?;

@@ -285,7 +285,7 @@ mod tests {
         let p = walk(RunQuery { limit: 2, before: Some(4), ..RunQuery::default() }, 5).await;
         assert_eq!((ids(&p), p.next_before.as_deref()), (vec!["run-2", "run-1"], None), "run-3 expired");
         let p = walk(RunQuery { status: Some(RunStatus::Dead), ..RunQuery::default() }, 5).await;
-        assert_eq!((ids(&p), p.next_before), (vec!["run-5", "run-1"], None));
+        assert_eq!((ids(&p), p.next_before.as_deref()), (vec!["run-5", "run-1"], None));
         let p = walk(RunQuery { before: Some(900), ..RunQuery::default() }, 2).await;
         assert_eq!(ids(&p), ["run-2", "run-1"], "before past the counter starts at the counter");
         assert!(walk(RunQuery::default(), 0).await.runs.is_empty());
