@@ -268,7 +268,10 @@ mod tests {
     /// Runs 1..=n; the even ones `done`, the odd ones `dead`; run 3 expired.
     async fn walk(q: RunQuery, n: u64) -> RunPage {
         q.walk(n, |numbers| async move {
-            Ok(numbers.into_iter().map(|n| (n != 3).then(|| run(n, if n % 2 == 0 { "done" } else { "dead" }))).collect())
+            Ok(numbers
+                .into_iter()
+                .map(|n| (n != 3).then(|| run(n, if n % 2 == 0 { "done" } else { "dead" })))
+                .collect())
         })
         .await
         .unwrap()

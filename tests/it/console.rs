@@ -125,7 +125,10 @@ async fn each_endpoint_on_redis() {
     assert_eq!(r.header("cache-control"), Some("no-store"));
     let s = r.json();
     assert_eq!((s["store"].as_str(), s["namespace"].as_str()), (Some("redis"), Some(ns.as_str())));
-    assert_eq!((s["keys"]["delivery"].as_u64(), s["keys"]["run"].as_u64(), s["run_counter"].as_u64()), (Some(4), Some(3), Some(3)));
+    assert_eq!(
+        (s["keys"]["delivery"].as_u64(), s["keys"]["run"].as_u64(), s["run_counter"].as_u64()),
+        (Some(4), Some(3), Some(3))
+    );
     assert_eq!((s["runs"]["length"].as_u64(), s["dead"]["length"].as_u64()), (Some(3), Some(1)));
     assert!(s["memory"]["server"]["used_memory"].as_u64().unwrap() > 0, "{s}");
     assert!(s["read_at_ms"].as_u64().unwrap() > 1_700_000_000_000);
@@ -136,14 +139,23 @@ async fn each_endpoint_on_redis() {
     assert_eq!(run_ids(&page), ["run-3", "run-2", "run-1"]);
     assert_eq!(page["next_before"], Value::Null);
     let r2 = &page["runs"][1];
-    assert_eq!((r2["status"].as_str(), r2["attempts"].as_u64(), r2["last_error"].as_str()), (Some("dead"), Some(3), Some("exit status 3")));
-    assert_eq!((r2["provider"].as_str(), r2["repo"].as_str(), r2["number"].as_str(), r2["delivery_id"].as_str()), (Some("github"), Some("o/r"), Some("2"), Some("d-2")));
+    assert_eq!(
+        (r2["status"].as_str(), r2["attempts"].as_u64(), r2["last_error"].as_str()),
+        (Some("dead"), Some(3), Some("exit status 3"))
+    );
+    assert_eq!(
+        (r2["provider"].as_str(), r2["repo"].as_str(), r2["number"].as_str(), r2["delivery_id"].as_str()),
+        (Some("github"), Some("o/r"), Some("2"), Some("d-2"))
+    );
     assert!(r2["created_at"].as_str().unwrap().ends_with('Z'), "{r2}");
 
     let run = get(&app, "/v1/ops/runs/run-1").await;
     assert_eq!(run.status, StatusCode::OK, "{}", run.text);
     let run = run.json();
-    assert_eq!((run["status"].as_str(), run["key"].as_str()), (Some("queued"), Some(Keys::new(&ns).unwrap().run("run-1").as_str())));
+    assert_eq!(
+        (run["status"].as_str(), run["key"].as_str()),
+        (Some("queued"), Some(Keys::new(&ns).unwrap().run("run-1").as_str()))
+    );
     assert_eq!(run["payload"], event(1), "the payload as sent");
     assert!(!run["fields"].as_object().unwrap().contains_key("payload"));
     // The number past 2^64 keeps its digits in both forms.
@@ -308,7 +320,10 @@ async fn each_endpoint_on_the_memory_store() {
     }
     deliver(&app, "d-3-again", 3).await;
     let s = get(&app, "/v1/ops/stats").await.json();
-    assert_eq!((s["store"].as_str(), s["run_counter"].as_u64(), s["keys"]["delivery"].as_u64()), (Some("memory"), Some(3), Some(4)));
+    assert_eq!(
+        (s["store"].as_str(), s["run_counter"].as_u64(), s["keys"]["delivery"].as_u64()),
+        (Some("memory"), Some(3), Some(4))
+    );
     assert_eq!((s["runs"].clone(), s["dead"].clone(), s["memory"].clone()), (Value::Null, Value::Null, Value::Null));
     assert!(s["note"].as_str().unwrap().contains("no runs stream"), "{s}");
 
@@ -317,7 +332,10 @@ async fn each_endpoint_on_the_memory_store() {
     assert_eq!(run_ids(&get(&app, "/v1/ops/runs?before=run-2").await.json()), ["run-1"]);
     assert_eq!(run_ids(&get(&app, "/v1/ops/runs?status=queued").await.json()), ["run-3", "run-2", "run-1"]);
     let run = get(&app, "/v1/ops/runs/run-2").await.json();
-    assert_eq!((run["status"].as_str(), run["delivery_id"].as_str(), run["key"].clone()), (Some("queued"), Some("d-2"), Value::Null));
+    assert_eq!(
+        (run["status"].as_str(), run["delivery_id"].as_str(), run["key"].clone()),
+        (Some("queued"), Some("d-2"), Value::Null)
+    );
     assert_eq!(run["payload"], event(2));
     let d = get(&app, "/v1/ops/deliveries/github/d-3-again").await.json();
     assert_eq!((d["record"]["status"].as_str(), d["run"]["run_id"].as_str()), (Some("duplicate"), Some("run-3")));
@@ -361,7 +379,9 @@ async fn the_console_is_served_with_its_security_headers() {
     assert!(!page.contains(" style=") && !page.contains("<style"), "no inline style");
     assert!(!page.contains("http://") && !page.contains("https://"), "nothing from another origin");
     let script = call(&app, "GET", "/console/console.js", None, None).await.text;
-    for unsafe_sink in ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "document.cookie", "localStorage"] {
+    for unsafe_sink in
+        ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "document.cookie", "localStorage"]
+    {
         assert!(!script.contains(unsafe_sink), "{unsafe_sink} in console.js");
     }
 }
@@ -378,9 +398,6 @@ struct Browser {
     session: String,
     http: reqwest::Client,
 }
-
-/// The W3C key under which WebDriver names an element.
-const ELEMENT_KEY: &str = "element-6066-11e4-a5c6-4ff6-9a2f-40b8c4c3d9d4";
 
 impl Browser {
     async fn start() -> Self {
@@ -444,7 +461,9 @@ impl Browser {
     /// The elements matching a CSS selector now.
     async fn all(&self, css: &str) -> Vec<String> {
         let v = self.post("/elements", json!({"using": "css selector", "value": css})).await;
-        v.as_array().unwrap().iter().map(|e| e[ELEMENT_KEY].as_str().unwrap().to_owned()).collect()
+        // Each element is an object with one member: the W3C element key and the element's id.
+        let id = |e: &Value| e.as_object().and_then(|o| o.values().next()).and_then(Value::as_str).map(str::to_owned);
+        v.as_array().unwrap().iter().map(|e| id(e).unwrap_or_else(|| panic!("not an element: {e}"))).collect()
     }
 
     /// Waits (bounded) for an element matching `css` and returns it.
@@ -605,7 +624,11 @@ async fn the_console_in_headless_chromium() {
     let where_token = b.eval("return [location.href, document.cookie, document.getElementById('token').value, sessionStorage.getItem('idemgate.token')]").await;
     assert_eq!(where_token, json!([format!("{}/console", served.url), "", "", token]));
     // The overview refreshes on its own: a second reading gives rates.
-    b.until("the overview's rates", "return /\\/s$/.test(document.querySelector('[data-tile=run-rate] .value').textContent)").await;
+    b.until(
+        "the overview's rates",
+        "return /\\/s$/.test(document.querySelector('[data-tile=run-rate] .value').textContent)",
+    )
+    .await;
     assert_eq!(b.text("[data-tile=dead] .value").await, "1");
     let png = b.screenshot().await;
     assert!(png.starts_with(b"\x89PNG"), "a PNG");
@@ -635,7 +658,8 @@ async fn the_console_in_headless_chromium() {
     // The fix is deployed; Retry sends run-2 back, out of the dead list, to be done.
     std::fs::write(dir.join("fixed"), "").unwrap();
     b.click("#dead-table button.retry[data-run-id='run-2']").await;
-    b.until("run-2 to leave the dead list", "return !document.querySelector(\"#dead-table tr[data-run-id='run-2']\")").await;
+    b.until("run-2 to leave the dead list", "return !document.querySelector(\"#dead-table tr[data-run-id='run-2']\")")
+        .await;
     wait_for(Duration::from_secs(30), "run-2 done", || async { status(2).await == "done" }).await;
     b.until("the notice", "return document.getElementById('notice').textContent.includes('1 run queued again')").await;
     let _ = b.cmd(reqwest::Method::DELETE, "", None).await;
