@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command. Sets up what the tests need on a fresh Debian
 # machine (redis-server, redis-cli and openssl, libsqlite3-dev for the
-# verification example; a local Redis image where Docker cannot pull), then
+# verification example, chromium and chromium-driver for the console's
+# browser test; a local Redis image where Docker cannot pull), then
 # runs, in order:
 #   0. scripts/check-standalone.sh: no tracked file refers to material
 #      outside the repository,
@@ -38,6 +39,9 @@ command -v openssl >/dev/null || need+=(openssl)
 # examples/verification.rs links the system SQLite (docs/exactly-once.md).
 dpkg -s libsqlite3-dev >/dev/null 2>&1 || need+=(libsqlite3-dev)
 command -v promtool >/dev/null || need+=(prometheus) # Debian ships promtool in the prometheus package
+# The console's browser test (tests/it/console.rs) drives headless Chromium through WebDriver.
+command -v chromium >/dev/null || need+=(chromium)
+command -v chromedriver >/dev/null || need+=(chromium-driver)
 $quick || command -v wrk >/dev/null || need+=(wrk)
 $quick || command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 || need+=(docker-compose)
 if [ ${#need[@]} -gt 0 ]; then

@@ -1,5 +1,6 @@
 //! The HTTP API of docs/reference.md#http-api: the normalized gate, provider webhook
-//! endpoints, health, readiness and metrics. [`app`] builds the router, so
+//! endpoints, health, readiness and metrics; the ops API ([`ops_api`]) and
+//! the operators' console ([`console`]) are mounted from their own modules. [`app`] builds the router, so
 //! tests can drive it in-process; [`crate::server`] binds and serves it.
 
 use std::collections::HashMap;
@@ -25,6 +26,9 @@ use crate::metrics::{DeadlineStage, Metrics};
 use crate::providers::{Delivery, Provider, Rejection};
 use crate::refusals::{Reason, Refusal, RefusalLog, RefusalStatus};
 
+mod console;
+mod ops_api;
+
 /// `Retry-After` seconds sent with a 503.
 const RETRY_AFTER_SECS: &str = "1";
 
@@ -47,6 +51,9 @@ struct ServiceState {
     budget: BodyBudget,
     /// `/v1/*` refused (401) to everyone: no token on a public address.
     api_closed: bool,
+    /// What `/v1/ops/*` reads: the gate's own store.
+    ops: crate::ops::Source,
+    stats_cache: Arc<ops_api::StatsCache>,
 }
 
 impl AppState {
@@ -55,7 +62,10 @@ impl AppState {
     /// its deliveries.
     pub fn new(gate: Gate, providers: Vec<Provider>, api_token: Option<&str>) -> Self {
         let gate = with_provider_allowlists(gate, &providers);
+        let ops = gate.store().clone().ops_source();
         Self(Arc::new(ServiceState {
+            ops,
+            stats_cache: Arc::default(),
             gate,
             providers: Arc::new(providers.into_iter().map(|p| (p.name.clone(), p)).collect()),
             token_digest: api_token.map(|t| Sha256::digest(t.as_bytes()).into()),
@@ -127,8 +137,10 @@ pub enum ApiError {
     Unauthorized(String),
     /// 403: refused for who is asking, not for what was sent; nothing stored.
     Forbidden(String),
-    /// 404: no such route or provider.
+    /// 404: no such route, provider or record.
     NotFound(String),
+    /// 409: the request conflicts with the record's state; nothing changed.
+    Conflict(String),
     /// 405: the endpoint exists, not with this method.
     MethodNotAllowed,
     /// 413: the body is over the limit.
@@ -144,6 +156,7 @@ impl IntoResponse for ApiError {
             ApiError::Unauthorized(m) => (StatusCode::UNAUTHORIZED, m),
             ApiError::Forbidden(m) => (StatusCode::FORBIDDEN, m),
             ApiError::NotFound(m) => (StatusCode::NOT_FOUND, m),
+            ApiError::Conflict(m) => (StatusCode::CONFLICT, m),
             ApiError::MethodNotAllowed => {
                 (StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this endpoint".into())
             }
@@ -170,6 +183,7 @@ pub fn app(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
+        .merge(ops_api::routes(&state).merge(console::routes()))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(middleware::from_fn_with_state(state.clone(), guard))
@@ -202,11 +216,7 @@ async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response
 /// The bearer-token check of `/v1/*`, run before the body is read or any
 /// store is touched.
 fn authorize(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    if st.0.token_digest.is_none() && st.0.api_closed {
-        return Err(ApiError::Unauthorized(
-            "/v1 is closed: the service listens on a public address without an API token (set --api-token, or pass --allow-unauthenticated-api)".into(),
-        ));
-    }
+    open_at_all(st)?;
     if let Some(want) = &st.0.token_digest {
         let given =
             headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
@@ -214,6 +224,17 @@ fn authorize(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
         if !ok {
             return Err(ApiError::Unauthorized("missing or wrong bearer token".into()));
         }
+    }
+    Ok(())
+}
+
+/// `/v1/*` and `/console` are closed to everyone (401) when no token is
+/// configured on a listen address other than loopback.
+fn open_at_all(st: &AppState) -> Result<(), ApiError> {
+    if st.0.token_digest.is_none() && st.0.api_closed {
+        return Err(ApiError::Unauthorized(
+            "/v1 and /console are closed: the service listens on a public address without an API token (set --api-token, or pass --allow-unauthenticated-api)".into(),
+        ));
     }
     Ok(())
 }

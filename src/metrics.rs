@@ -101,6 +101,18 @@ impl Metrics {
         r.sum += secs;
     }
 
+    /// Gate answers this process gave since it started, by status, all
+    /// providers together (the console's delivery rates).
+    pub fn outcome_totals(&self) -> BTreeMap<&'static str, u64> {
+        let mut totals: BTreeMap<&'static str, u64> = STATUSES.iter().map(|s| (s.as_str(), 0)).collect();
+        for counts in lock(&self.outcomes).values() {
+            for (status, n) in STATUSES.iter().zip(counts) {
+                *totals.get_mut(status.as_str()).expect("every status is listed") += n;
+            }
+        }
+        totals
+    }
+
     /// Counts one gate answer. Provider names come from clients on
     /// `/v1/deliveries`, so past [`MAX_PROVIDERS`] distinct names the rest
     /// are counted together as `provider="_other"`.

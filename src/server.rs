@@ -454,7 +454,7 @@ fn api_closed(config: &ServeConfig) -> bool {
     if closed {
         tracing::warn!(
             listen = %config.listen,
-            "/v1 is closed (every /v1 request gets 401): the listen address is not loopback and no API token is set. Set --api-token (IDEMGATE_API_TOKEN), or pass --allow-unauthenticated-api to serve /v1 to anyone who can reach this address. /webhooks/* authenticate by signature and stay open"
+            "/v1 and /console are closed (every request to them gets 401): the listen address is not loopback and no API token is set. Set --api-token (IDEMGATE_API_TOKEN), or pass --allow-unauthenticated-api to serve /v1 to anyone who can reach this address. /webhooks/* authenticate by signature and stay open"
         );
     } else if public && config.api_token.is_none() {
         tracing::warn!(

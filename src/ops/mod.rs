@@ -1,7 +1,9 @@
 //! Operator commands (docs/reference.md#commands): `inspect`, `stats`, `key`, `dead` and
 //! `healthcheck`. The lookups return data ([`inspect`], [`stats`]); the
 //! [`render`] module turns it into text for people or JSON for scripts. The
-//! binary parses the flags, calls these and prints what they return.
+//! binary parses the flags, calls these and prints what they return; the
+//! ops API (`/v1/ops/*`) serves the same data as JSON through [`Source`],
+//! which also reads the memory store.
 
 pub mod client;
 pub mod dead;
@@ -10,6 +12,8 @@ pub mod gauges;
 pub mod inspect;
 pub mod memory;
 pub mod render;
+pub mod runs;
+pub mod source;
 pub mod stats;
 
 use std::time::Duration;
@@ -17,6 +21,8 @@ use std::time::Duration;
 pub use client::{Error, Ops};
 pub use dead::{DeadRun, Retried};
 pub use inspect::{DeliveryView, Found, Inspection, LogicalView, RunView, Target, Ttl};
+pub use runs::{RunPage, RunQuery, RunStatus, RunSummary};
+pub use source::{DeliveryDetail, RunDetail, Source};
 pub use stats::{GroupStats, KeyCounts, Stats, StreamStats};
 
 use crate::config::StoreConfig;

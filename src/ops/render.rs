@@ -203,6 +203,64 @@ pub fn inspection_json(i: &Inspection) -> Value {
     v
 }
 
+/// A JSON text indented by two spaces, one member or element a line. It
+/// works on the text, not on a parsed tree, so every number keeps its
+/// exact digits (a parse would round integers past 2^64 and JavaScript's
+/// past 2^53). `raw` is assumed valid JSON; the output is valid exactly then.
+pub fn pretty_json(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len() * 2);
+    let mut depth = 0usize;
+    let (mut in_string, mut escaped) = (false, false);
+    let newline = |out: &mut String, depth: usize| {
+        out.push('\n');
+        out.extend(std::iter::repeat_n("  ", depth));
+    };
+    let mut chars = raw.chars().peekable();
+    while let Some(c) = chars.next() {
+        if in_string {
+            out.push(c);
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => {
+                in_string = true;
+                out.push(c);
+            }
+            '{' | '[' => {
+                out.push(c);
+                while chars.peek().is_some_and(|c| c.is_ascii_whitespace()) {
+                    chars.next();
+                }
+                if matches!(chars.peek(), Some('}' | ']')) {
+                    out.push(chars.next().expect("peeked"));
+                } else {
+                    depth += 1;
+                    newline(&mut out, depth);
+                }
+            }
+            '}' | ']' => {
+                depth = depth.saturating_sub(1);
+                newline(&mut out, depth);
+                out.push(c);
+            }
+            ',' => {
+                out.push(c);
+                newline(&mut out, depth);
+            }
+            ':' => out.push_str(": "),
+            c if c.is_ascii_whitespace() => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// The text of `idemgate stats`.
 pub fn stats_text(s: &Stats) -> String {
     let mut out = format!("namespace: {}\n", s.namespace);
@@ -377,6 +435,19 @@ pub fn retried_text(results: &[Retried], all: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_is_indented_with_its_exact_text() {
+        let raw = r#" {"a":[1, 18446744073709551617,{}],"s":"x, {\"y\": [z]}","e":[ ]} "#;
+        let pretty = pretty_json(raw);
+        assert_eq!(
+            pretty,
+            "{\n  \"a\": [\n    1,\n    18446744073709551617,\n    {}\n  ],\n  \"s\": \"x, {\\\"y\\\": [z]}\",\n  \"e\": []\n}"
+        );
+        let (a, b): (Value, Value) = (serde_json::from_str(raw).unwrap(), serde_json::from_str(&pretty).unwrap());
+        assert_eq!(a, b);
+        assert_eq!(pretty_json("7"), "7");
+    }
 
     #[test]
     fn durations_and_times() {

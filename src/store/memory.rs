@@ -45,6 +45,19 @@ impl<K: Hash + Eq + Clone, V> ExpiringMap<K, V> {
         self.entries.get(key).map(|(v, _)| v)
     }
 
+    fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+        self.entries.get_mut(key).map(|(v, _)| v)
+    }
+
+    /// The value and the time it has left (`None`: it never expires).
+    fn get_with_ttl(&self, key: &K, now: Instant) -> Option<(&V, Option<Duration>)> {
+        self.entries.get(key).map(|(v, exp)| (v, exp.map(|at| at.saturating_duration_since(now))))
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
     fn remove(&mut self, key: &K) -> Option<V> {
         // Its queue slot stays behind; `purge` skips slots whose entry is gone.
         self.entries.remove(key).map(|(v, _)| v)
@@ -62,13 +75,36 @@ impl<K: Hash + Eq + Clone, V> ExpiringMap<K, V> {
 struct State {
     deliveries: ExpiringMap<(String, String), DeliveryRecord>,
     logical: ExpiringMap<Identity, String>,
-    /// Kept payloads by run id; they live as long as the run's identity.
-    payloads: ExpiringMap<String, Arc<str>>,
+    /// Run records by run id; they live as long as the run's identity.
+    runs: ExpiringMap<String, MemoryRun>,
     /// Runs held by the caller that runs them (`Call::hold`): run id to
     /// the end of the hold, ms since the Unix epoch. Removed when the run
     /// is finished or released.
     holds: ExpiringMap<String, u64>,
     last_run: u64,
+}
+
+/// A run record of the memory store: the fields a Redis run record starts
+/// with (`lua/gate.lua`), kept as long as the run's identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryRun {
+    /// The provider of the delivery that created the run.
+    pub provider: String,
+    /// `org/repo`.
+    pub repo: String,
+    /// The event's action.
+    pub action: String,
+    /// The number text (may be empty).
+    pub number: String,
+    /// The delivery that created the run.
+    pub delivery_id: String,
+    /// Creation time, ms since the Unix epoch.
+    pub created_ms: u64,
+    /// `queued` (no worker reads the memory store), `running` while the
+    /// embedding layer holds it, then `done` or `released`.
+    pub status: &'static str,
+    /// The kept payload (`keep_payload`).
+    pub payload: Option<Arc<str>>,
 }
 
 /// The in-memory store. Safe for concurrent callers: one lock makes each
@@ -84,7 +120,7 @@ impl MemoryStore {
             state: Mutex::new(State {
                 deliveries: ExpiringMap::new(Some(settings.delivery_ttl)),
                 logical: ExpiringMap::new(settings.logical_ttl),
-                payloads: ExpiringMap::new(settings.logical_ttl),
+                runs: ExpiringMap::new(settings.logical_ttl),
                 holds: ExpiringMap::new(settings.logical_ttl),
                 last_run: 0,
             }),
@@ -96,7 +132,7 @@ impl MemoryStore {
         let mut s = lock(&self.state);
         s.deliveries.purge(now);
         s.logical.purge(now);
-        s.payloads.purge(now);
+        s.runs.purge(now);
         s.holds.purge(now);
         let delivery = (call.provider.to_owned(), call.delivery_id.to_owned());
         if let Some(rec) = s.deliveries.get(&delivery) {
@@ -136,9 +172,19 @@ impl MemoryStore {
                         s.last_run += 1;
                         let run = format!("run-{}", s.last_run);
                         s.logical.insert(id.clone(), run.clone(), now);
-                        if let Some(payload) = call.payload {
-                            s.payloads.insert(run.clone(), Arc::from(payload), now);
-                        }
+                        let record = MemoryRun {
+                            provider: call.provider.to_owned(),
+                            repo: id.repo.clone(),
+                            action: id.action.clone(),
+                            number: id.number.clone(),
+                            delivery_id: call.delivery_id.to_owned(),
+                            created_ms: call.now_ms,
+                            // Nothing consumes the memory store's runs but the
+                            // embedding layer, which holds (runs) its own.
+                            status: if call.hold.is_some() { "running" } else { "queued" },
+                            payload: call.payload.map(Arc::from),
+                        };
+                        s.runs.insert(run.clone(), record, now);
                         if let Some(hold) = &call.hold {
                             let until = call.now_ms.saturating_add(hold.lease.as_millis() as u64);
                             s.holds.insert(run.clone(), until, now);
@@ -162,7 +208,11 @@ impl MemoryStore {
     fn finish_now(&self, run: &HeldRun<'_>) -> bool {
         let mut s = lock(&self.state);
         s.holds.purge(Instant::now());
-        s.holds.remove(&run.run_id.to_owned()).is_some()
+        let finished = s.holds.remove(&run.run_id.to_owned()).is_some();
+        if let Some(r) = s.runs.get_mut(&run.run_id.to_owned()).filter(|_| finished) {
+            r.status = "done";
+        }
+        finished
     }
 
     /// lua/release.lua's counterpart: each write fenced by the run id.
@@ -184,8 +234,11 @@ impl MemoryStore {
             s.logical.remove(run.identity);
             released = true;
         }
-        s.holds.remove(&run.run_id.to_owned());
-        s.payloads.remove(&run.run_id.to_owned());
+        let was_held = s.holds.remove(&run.run_id.to_owned()).is_some();
+        if let Some(r) = s.runs.get_mut(&run.run_id.to_owned()).filter(|_| was_held) {
+            r.status = "released";
+            r.payload = None;
+        }
         released
     }
 
@@ -193,9 +246,38 @@ impl MemoryStore {
     /// memory store's counterpart of the Redis run record's `payload`;
     /// `None` when the run kept none or its identity expired.
     pub fn payload(&self, run_id: &str) -> Option<Arc<str>> {
+        self.run(run_id).and_then(|r| r.payload)
+    }
+
+    /// The record of `run_id`; `None` when its identity expired (or it never existed).
+    pub fn run(&self, run_id: &str) -> Option<MemoryRun> {
         let mut s = lock(&self.state);
-        s.payloads.purge(Instant::now());
-        s.payloads.get(&run_id.to_owned()).cloned()
+        s.runs.purge(Instant::now());
+        s.runs.get(&run_id.to_owned()).cloned()
+    }
+
+    /// The last run number handed out (0 before any run).
+    pub fn last_run(&self) -> u64 {
+        lock(&self.state).last_run
+    }
+
+    /// The delivery record of `(provider, delivery_id)` and the time it has left.
+    pub fn delivery(&self, provider: &str, delivery_id: &str) -> Option<(DeliveryRecord, Duration)> {
+        let now = Instant::now();
+        let mut s = lock(&self.state);
+        s.deliveries.purge(now);
+        let (rec, ttl) = s.deliveries.get_with_ttl(&(provider.to_owned(), delivery_id.to_owned()), now)?;
+        Some((rec.clone(), ttl.unwrap_or_default()))
+    }
+
+    /// Records held now: delivery records, logical keys, run records.
+    pub fn counts(&self) -> [u64; 3] {
+        let now = Instant::now();
+        let mut s = lock(&self.state);
+        s.deliveries.purge(now);
+        s.logical.purge(now);
+        s.runs.purge(now);
+        [s.deliveries.len(), s.logical.len(), s.runs.len()].map(|n| n as u64)
     }
 }
 
@@ -221,5 +303,9 @@ impl Store for MemoryStore {
 
     fn kind(&self) -> &'static str {
         "memory"
+    }
+
+    fn ops_source(self: Arc<Self>) -> crate::ops::Source {
+        crate::ops::Source::Memory(self)
     }
 }

@@ -95,4 +95,7 @@ pub trait Store: Send + Sync + 'static {
 
     /// A short name for logs: `memory` or `redis`.
     fn kind(&self) -> &'static str;
+
+    /// What the ops API (`/v1/ops/*`) reads this store through.
+    fn ops_source(self: std::sync::Arc<Self>) -> crate::ops::Source;
 }

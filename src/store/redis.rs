@@ -256,4 +256,9 @@ impl Store for RedisStore {
     fn kind(&self) -> &'static str {
         "redis"
     }
+
+    fn ops_source(self: std::sync::Arc<Self>) -> crate::ops::Source {
+        let ops = crate::ops::Ops::new(self.conn.clone(), self.keys.clone(), self.timeout);
+        crate::ops::Source::Redis(std::sync::Arc::new(ops))
+    }
 }

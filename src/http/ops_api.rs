@@ -1,0 +1,173 @@
+//! The ops API under `/v1/ops/` (docs/reference.md#ops-api): the JSON the
+//! console shows and scripts read. Each handler asks [`crate::ops::Source`]
+//! (the data of `inspect`, `stats` and `dead`, or the memory store's) and
+//! answers it as JSON; authentication is `/v1`'s ([`super::authorize`]).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, RawQuery, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+use super::{ApiError, AppState, authorize};
+use crate::gate::MAX_KEY_FIELD_BYTES;
+use crate::ops::dead::Retried;
+use crate::ops::{RunQuery, Source};
+use crate::units::now_ms;
+
+/// How long one stats reading is served again: it is a SCAN of the
+/// namespace, so many open consoles cost Redis one scan per this period.
+pub const STATS_MAX_AGE: Duration = Duration::from_secs(5);
+
+/// The last stats reading and when it was taken; one reading at a time.
+#[derive(Default)]
+pub(crate) struct StatsCache(Mutex<Option<(Instant, Value)>>);
+
+/// The `/v1/ops/*` routes, each behind the `/v1` token check.
+pub(super) fn routes(state: &AppState) -> Router<AppState> {
+    Router::new()
+        .route("/v1/ops/stats", get(stats))
+        .route("/v1/ops/runs", get(runs))
+        .route("/v1/ops/runs/{run_id}", get(run))
+        .route("/v1/ops/deliveries/{provider}/{delivery_id}", get(delivery))
+        .route("/v1/ops/dead", get(dead))
+        .route("/v1/ops/dead/{run_id}/retry", post(retry))
+        .route_layer(middleware::from_fn_with_state(state.clone(), guard))
+}
+
+/// Token first, before any store is read; no answer is kept by a cache on the way.
+async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    if let Err(e) = authorize(&st, req.headers()) {
+        return e.into_response();
+    }
+    let mut resp = next.run(req).await;
+    resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+fn source(st: &AppState) -> &Source {
+    &st.0.ops
+}
+
+/// A store failure: counted, logged, answered 503 (details stay in the log).
+fn unavailable(st: &AppState, e: crate::ops::Error) -> ApiError {
+    st.0.metrics.store_error();
+    tracing::error!(error = %e, "ops API: the store failed; answered 503");
+    ApiError::Unavailable("the gate's store is unavailable; retry later")
+}
+
+/// A path segment within the size the key schema takes.
+fn segment(name: &str, value: &str) -> Result<(), ApiError> {
+    if value.len() > MAX_KEY_FIELD_BYTES {
+        return Err(ApiError::BadRequest(format!("{name} is longer than {MAX_KEY_FIELD_BYTES} bytes")));
+    }
+    Ok(())
+}
+
+fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
+    p.map(|Path(v)| v).map_err(|e| ApiError::BadRequest(format!("bad path: {}", e.body_text())))
+}
+
+async fn stats(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let mut cached = st.0.stats_cache.0.lock().await;
+    let fresh = cached.as_ref().filter(|(at, _)| at.elapsed() < STATS_MAX_AGE).map(|(_, v)| v.clone());
+    let v = match fresh {
+        Some(v) => v,
+        None => {
+            let mut v = source(&st).stats().await.map_err(|e| unavailable(&st, e))?;
+            v["read_at_ms"] = json!(now_ms());
+            // This process's own counters, read with the rest, so rates between two readings agree.
+            v["service"] = json!({ "deliveries": st.0.metrics.outcome_totals() });
+            *cached = Some((Instant::now(), v.clone()));
+            v
+        }
+    };
+    Ok(Json(v))
+}
+
+async fn runs(State(st): State<AppState>, RawQuery(q): RawQuery) -> Result<Json<Value>, ApiError> {
+    let mut params: HashMap<String, String> = HashMap::new();
+    for (k, v) in form_urlencoded::parse(q.unwrap_or_default().as_bytes()).into_owned() {
+        if params.contains_key(&k) {
+            return Err(ApiError::BadRequest(format!("{} is given twice", crate::text::escape_control(&k))));
+        }
+        params.insert(k, v);
+    }
+    let q = params;
+    let param = |k: &str| q.get(k).map(String::as_str);
+    let query = RunQuery::parse(param("status"), param("before"), param("limit")).map_err(ApiError::BadRequest)?;
+    let page = source(&st).runs(&query).await.map_err(|e| unavailable(&st, e))?;
+    Ok(Json(json!({"store": source(&st).kind(), "runs": page.runs, "next_before": page.next_before})))
+}
+
+fn no_run(run_id: &str) -> ApiError {
+    ApiError::NotFound(format!(
+        "no run record {:?} (never created, or expired after its run retention)",
+        crate::text::escape_control(run_id)
+    ))
+}
+
+async fn run(State(st): State<AppState>, p: Result<Path<String>, PathRejection>) -> Result<Json<Value>, ApiError> {
+    let run_id = path(p)?;
+    segment("run_id", &run_id)?;
+    let detail = source(&st).run(&run_id).await.map_err(|e| unavailable(&st, e))?.ok_or_else(|| no_run(&run_id))?;
+    let mut v = serde_json::to_value(detail).expect("a run serializes");
+    v["store"] = json!(source(&st).kind());
+    Ok(Json(v))
+}
+
+async fn delivery(
+    State(st): State<AppState>,
+    p: Result<Path<(String, String)>, PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let (provider, delivery_id) = path(p)?;
+    segment("provider", &provider)?;
+    segment("delivery_id", &delivery_id)?;
+    let found = source(&st).delivery(&provider, &delivery_id).await.map_err(|e| unavailable(&st, e))?;
+    let detail = found.ok_or_else(|| {
+        ApiError::NotFound(format!(
+            "no delivery record for provider {:?}, delivery {:?} (never seen, or expired after the delivery TTL)",
+            crate::text::escape_control(&provider),
+            crate::text::escape_control(&delivery_id)
+        ))
+    })?;
+    let mut v = serde_json::to_value(detail).expect("a delivery serializes");
+    v["store"] = json!(source(&st).kind());
+    Ok(Json(v))
+}
+
+async fn dead(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let (key, runs) = source(&st).dead().await.map_err(|e| unavailable(&st, e))?;
+    let mut v = json!({"store": source(&st).kind(), "key": key, "runs": runs});
+    if let Source::Memory(_) = source(&st) {
+        v["note"] = json!(crate::ops::source::MEMORY_STORE_NOTE);
+    }
+    Ok(Json(v))
+}
+
+/// `idemgate dead retry RUN_ID`: 200 when the run moved, 404 without a
+/// record, 409 when the run is not dead (nothing changed either way).
+async fn retry(State(st): State<AppState>, p: Result<Path<String>, PathRejection>) -> Result<Response, ApiError> {
+    let run_id = path(p)?;
+    segment("run_id", &run_id)?;
+    let result = source(&st).retry(&run_id).await.map_err(|e| unavailable(&st, e))?;
+    match &result {
+        Retried::Moved { .. } => {
+            tracing::info!(run_id = %crate::text::escape_control(&run_id), "ops API: dead run queued again");
+            Ok((StatusCode::OK, Json(result)).into_response())
+        }
+        Retried::Refused { status, .. } if status.is_empty() => Err(no_run(&run_id)),
+        Retried::Refused { status, .. } => Err(ApiError::Conflict(format!(
+            "{} is {}, not dead; nothing changed",
+            crate::text::escape_control(&run_id),
+            crate::text::escape_control(status)
+        ))),
+    }
+}

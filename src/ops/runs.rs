@@ -1,0 +1,307 @@
+//! Recent runs, newest first: what the console's run list and
+//! `GET /v1/ops/runs` show. Run ids are `run-N`, handed out in order by the
+//! run counter, so the newest runs are found by counting down from the
+//! counter: no SCAN, and a page costs one pipelined read per batch of ids.
+//! A run record is read into a [`RunSummary`] in one place
+//! ([`RunSummary::read`]), whichever store holds it.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::Serialize;
+
+use super::render::rfc3339_ms;
+use super::{Error, Ops};
+use crate::worker::RunFields;
+
+/// A run's processing state, as the gate and the workers write it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Waiting on the runs stream for a worker (or, on the memory store,
+    /// created with no worker to take it).
+    Queued,
+    /// A worker (or the embedding layer) is running it.
+    Running,
+    /// An attempt failed; the next one waits for its backoff.
+    Retrying,
+    /// Finished successfully.
+    Done,
+    /// Failed its last allowed attempt; on the dead stream.
+    Dead,
+    /// Its embedded holder failed: the provider's retry creates new work.
+    Released,
+}
+
+impl RunStatus {
+    /// Every status, in the order a run goes through them.
+    pub const ALL: [RunStatus; 6] = [
+        RunStatus::Queued,
+        RunStatus::Running,
+        RunStatus::Retrying,
+        RunStatus::Done,
+        RunStatus::Dead,
+        RunStatus::Released,
+    ];
+
+    /// The word stored in the run record's `status`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Queued => "queued",
+            RunStatus::Running => "running",
+            RunStatus::Retrying => "retrying",
+            RunStatus::Done => "done",
+            RunStatus::Dead => "dead",
+            RunStatus::Released => "released",
+        }
+    }
+}
+
+impl fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RunStatus {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        RunStatus::ALL.into_iter().find(|st| st.as_str() == s).ok_or_else(|| {
+            let all: Vec<&str> = RunStatus::ALL.iter().map(|s| s.as_str()).collect();
+            format!("unknown run status {:?}: one of {}", crate::text::escape_control(s), all.join(", "))
+        })
+    }
+}
+
+/// A run as lists show it: identity, state, last error, creation time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunSummary {
+    /// What names the run (flattened: `run_id`, `provider`, `repo`, …).
+    #[serde(flatten)]
+    pub fields: RunFields,
+    /// The record's `status` (`queued`, `running`, `retrying`, `done`, `dead`, `released`).
+    pub status: String,
+    /// Attempts made so far.
+    pub attempts: u64,
+    /// The last failed attempt's error (`""`: none).
+    pub last_error: String,
+    /// Creation time, ms since the Unix epoch.
+    pub created_ms: Option<u64>,
+    /// The same as RFC 3339 (UTC).
+    pub created_at: Option<String>,
+}
+
+/// The run-record fields a [`RunSummary`] reads, in the order of an `HMGET`.
+pub const SUMMARY_FIELDS: [&str; 10] =
+    ["run_id", "provider", "repo", "action", "number", "delivery_id", "status", "attempts", "last_error", "created_ms"];
+
+impl RunSummary {
+    /// Reads a run record, `field` giving each stored field by name
+    /// (`None` when absent). The one place that knows the record's fields.
+    pub fn read(field: impl Fn(&str) -> Option<String>) -> Self {
+        let text = |k: &str| field(k).unwrap_or_default();
+        let created_ms = field("created_ms").and_then(|v| v.parse().ok());
+        RunSummary {
+            fields: RunFields::read(text),
+            status: text("status"),
+            attempts: text("attempts").parse().unwrap_or(0),
+            last_error: text("last_error"),
+            created_ms,
+            created_at: created_ms.and_then(rfc3339_ms),
+        }
+    }
+}
+
+/// Largest page `runs` serves.
+pub const MAX_LIMIT: usize = 200;
+/// Page size when none is asked for.
+pub const DEFAULT_LIMIT: usize = 50;
+/// Run ids read per request at most, matching or not: a filter that
+/// matches rarely answers a short page and a cursor, never a long scan.
+pub const MAX_EXAMINED: u64 = 2000;
+/// Run records read per pipeline.
+const BATCH: u64 = 200;
+
+/// Which runs to list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunQuery {
+    /// Only runs in this state.
+    pub status: Option<RunStatus>,
+    /// Only runs older than this run number (the `next_before` of the previous page).
+    pub before: Option<u64>,
+    /// At most this many runs (1..=[`MAX_LIMIT`]).
+    pub limit: usize,
+}
+
+impl Default for RunQuery {
+    fn default() -> Self {
+        Self { status: None, before: None, limit: DEFAULT_LIMIT }
+    }
+}
+
+/// The number `N` of a run id `run-N`.
+pub fn run_number(run_id: &str) -> Option<u64> {
+    let digits = run_id.strip_prefix("run-")?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+impl RunQuery {
+    /// The query from its text parameters (`status`, `before` as a run id,
+    /// `limit`), each checked with a message that names it.
+    pub fn parse(status: Option<&str>, before: Option<&str>, limit: Option<&str>) -> Result<Self, String> {
+        let status = status.filter(|s| !s.is_empty()).map(str::parse).transpose()?;
+        let before = before
+            .filter(|s| !s.is_empty())
+            .map(|b| {
+                run_number(b).ok_or_else(|| {
+                    format!("before must be a run id such as run-42, not {:?}", crate::text::escape_control(b))
+                })
+            })
+            .transpose()?;
+        let limit = match limit.filter(|s| !s.is_empty()) {
+            None => DEFAULT_LIMIT,
+            Some(l) => l
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=MAX_LIMIT).contains(n))
+                .ok_or_else(|| format!("limit must be an integer from 1 to {MAX_LIMIT}"))?,
+        };
+        Ok(Self { status, before, limit })
+    }
+
+    /// Walks run numbers down from `newest` (the run counter), reading up to
+    /// [`BATCH`] at a time with `read_batch` (one summary or `None` per
+    /// number, in order), and keeps those that match.
+    pub(crate) async fn walk<F, Fut>(&self, newest: u64, mut read_batch: F) -> Result<RunPage, Error>
+    where
+        F: FnMut(Vec<u64>) -> Fut,
+        Fut: Future<Output = Result<Vec<Option<RunSummary>>, Error>>,
+    {
+        let mut next = self.before.map_or(newest, |b| b.saturating_sub(1).min(newest));
+        let floor = next.saturating_sub(MAX_EXAMINED);
+        let mut runs = Vec::new();
+        while next > floor && runs.len() < self.limit {
+            let numbers: Vec<u64> = (next.saturating_sub(BATCH).max(floor) + 1..=next).rev().collect();
+            let found = read_batch(numbers.clone()).await?;
+            for (n, run) in numbers.into_iter().zip(found) {
+                next = n - 1;
+                let Some(run) = run else { continue };
+                if self.status.is_none_or(|s| run.status == s.as_str()) {
+                    runs.push(run);
+                    if runs.len() == self.limit {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(RunPage { runs, next_before: (next > 0).then(|| format!("run-{}", next + 1)) })
+    }
+}
+
+/// One page of runs, newest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunPage {
+    /// The runs, newest first.
+    pub runs: Vec<RunSummary>,
+    /// Pass as `before` for the next page; `None`: no older runs.
+    pub next_before: Option<String>,
+}
+
+impl Ops {
+    /// The newest runs matching `query` (run records that expired after
+    /// their retention are skipped).
+    pub async fn recent_runs(&self, query: &RunQuery) -> Result<RunPage, Error> {
+        let newest: Option<u64> = self.query(redis::cmd("GET").arg(self.keys.run_counter())).await?;
+        query
+            .walk(newest.unwrap_or(0), |numbers| async move {
+                let mut pipe = redis::pipe();
+                for n in &numbers {
+                    pipe.cmd("HMGET").arg(self.keys.run(&format!("run-{n}"))).arg(&SUMMARY_FIELDS[..]);
+                }
+                let rows: Vec<Vec<Option<String>>> = self.query(&mut pipe).await?;
+                Ok(rows
+                    .into_iter()
+                    .map(|row| {
+                        // A record with no status is no record (expired, or never written).
+                        row[6].is_some().then(|| {
+                            RunSummary::read(|k| {
+                                SUMMARY_FIELDS.iter().position(|f| *f == k).and_then(|i| row[i].clone())
+                            })
+                        })
+                    })
+                    .collect())
+            })
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_are_checked() {
+        assert_eq!(RunQuery::parse(None, None, None).unwrap(), RunQuery::default());
+        let q = RunQuery::parse(Some("dead"), Some("run-42"), Some("10")).unwrap();
+        assert_eq!(q, RunQuery { status: Some(RunStatus::Dead), before: Some(42), limit: 10 });
+        assert!(RunQuery::parse(Some("zombie"), None, None).unwrap_err().contains("queued, running"));
+        for bad in ["42", "run-", "run-x", "run--1", "run-99999999999999999999999"] {
+            assert!(RunQuery::parse(None, Some(bad), None).unwrap_err().contains("before"), "{bad}");
+        }
+        for bad in ["0", "201", "-1", "ten"] {
+            assert!(RunQuery::parse(None, None, Some(bad)).unwrap_err().contains("limit"), "{bad}");
+        }
+    }
+
+    fn run(n: u64, status: &str) -> RunSummary {
+        let id = format!("run-{n}");
+        RunSummary::read(|k| match k {
+            "run_id" => Some(id.clone()),
+            "status" => Some(status.to_owned()),
+            _ => None,
+        })
+    }
+
+    /// Runs 1..=n; the even ones `done`, the odd ones `dead`; run 3 expired.
+    async fn walk(q: RunQuery, n: u64) -> RunPage {
+        q.walk(n, |numbers| async move {
+            Ok(numbers
+                .into_iter()
+                .map(|n| (n != 3).then(|| run(n, if n % 2 == 0 { "done" } else { "dead" })))
+                .collect())
+        })
+        .await
+        .unwrap()
+    }
+
+    fn ids(p: &RunPage) -> Vec<&str> {
+        p.runs.iter().map(|r| r.fields.run_id.as_str()).collect()
+    }
+
+    #[tokio::test]
+    async fn pages_walk_down_from_the_counter() {
+        let p = walk(RunQuery { limit: 2, ..RunQuery::default() }, 5).await;
+        assert_eq!((ids(&p), p.next_before.as_deref()), (vec!["run-5", "run-4"], Some("run-4")));
+        let p = walk(RunQuery { limit: 2, before: Some(4), ..RunQuery::default() }, 5).await;
+        assert_eq!((ids(&p), p.next_before.as_deref()), (vec!["run-2", "run-1"], None), "run-3 expired");
+        let p = walk(RunQuery { status: Some(RunStatus::Dead), ..RunQuery::default() }, 5).await;
+        assert_eq!((ids(&p), p.next_before.as_deref()), (vec!["run-5", "run-1"], None));
+        let p = walk(RunQuery { before: Some(900), ..RunQuery::default() }, 2).await;
+        assert_eq!(ids(&p), ["run-2", "run-1"], "before past the counter starts at the counter");
+        assert!(walk(RunQuery::default(), 0).await.runs.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_rare_filter_answers_a_short_page_and_a_cursor() {
+        let q = RunQuery { status: Some(RunStatus::Queued), ..RunQuery::default() };
+        let p = walk(q.clone(), 10_000).await;
+        assert!(p.runs.is_empty());
+        let cursor = p.next_before.unwrap();
+        assert_eq!(run_number(&cursor), Some(10_000 - MAX_EXAMINED + 1));
+        let p = walk(RunQuery { before: run_number(&cursor), ..q }, 10_000).await;
+        assert_eq!(p.next_before.as_deref().and_then(run_number), Some(10_000 - 2 * MAX_EXAMINED + 1));
+    }
+}
