@@ -104,21 +104,42 @@ def resolve(path, here, mods):
     return best
 
 
+def root_aliases(mods):
+    """`pub use error::Error;` in lib.rs: `crate::Error` is error.rs's."""
+    aliases = {}
+    text = strip(open(mods[()], encoding="utf-8").read())
+    for m in re.finditer(r"\bpub\s+use\s+([^;]+);", text):
+        for p in expand(m.group(1)):
+            name = p.split("::")[-1]
+            t = resolve("crate::" + p, (), mods)
+            if t is not None and t != ():
+                aliases[name] = t
+    return aliases
+
+
+def resolve_aliased(path, here, mods, aliases):
+    t = resolve(path, here, mods)
+    if t == ():
+        segs = path.split("::")
+        return aliases.get(segs[1]) if len(segs) > 1 else None
+    return t
+
+
 def graph():
     mods = module_files()
+    aliases = root_aliases(mods)
     edges = {}
     for mod, path in mods.items():
+        if mod == ():
+            continue  # the crate root declares every module and re-exports a few names
         text = strip(open(path, encoding="utf-8").read())
         targets = set()
         for m in re.finditer(r"\buse\s+([^;]+);", text):
             for p in expand(m.group(1)):
-                t = resolve(p, mod, mods)
-                if t is not None:
-                    targets.add(t)
+                targets.add(resolve_aliased(p, mod, mods, aliases))
         for m in re.finditer(r"(?<![\w:])(\w+(?:::\w+)+)", text):
-            t = resolve(m.group(1), mod, mods)
-            if t is not None:
-                targets.add(t)
+            targets.add(resolve_aliased(m.group(1), mod, mods, aliases))
+        targets.discard(None)
         targets.discard(mod)
         # A parent that only declares or re-exports its children does not depend on them
         # for the graph's purpose; but `use child::X` inside the parent does (read above).
@@ -162,6 +183,7 @@ def circles(edges):
 def main():
     mods, edges = graph()
     name = lambda m: os.path.relpath(mods[m], os.path.dirname(SRC))
+    mods = {m: p for m, p in mods.items() if m != ()}
     if "--edges" in sys.argv:
         for m in sorted(edges, key=name):
             for t in sorted(edges[m], key=name):

@@ -52,7 +52,8 @@ struct ServiceState {
     /// `/v1/*` refused (401) to everyone: no token on a public address.
     api_closed: bool,
     /// What `/v1/ops/*` reads: the gate's own store.
-    ops: crate::ops::Source,
+    /// What `/v1/ops/*` reads (`None`: a store of the caller's own).
+    ops: Option<crate::ops::Source>,
     stats_cache: Arc<ops_api::StatsCache>,
 }
 
@@ -62,7 +63,7 @@ impl AppState {
     /// its deliveries.
     pub fn new(gate: Gate, providers: Vec<Provider>, api_token: Option<&str>) -> Self {
         let gate = with_provider_allowlists(gate, &providers);
-        let ops = gate.store().clone().ops_source();
+        let ops = crate::ops::Source::of(gate.store().clone());
         Self(Arc::new(ServiceState {
             ops,
             stats_cache: Arc::default(),

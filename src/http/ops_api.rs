@@ -52,8 +52,8 @@ async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response
     resp
 }
 
-fn source(st: &AppState) -> &Source {
-    &st.0.ops
+fn source(st: &AppState) -> Result<&Source, ApiError> {
+    st.0.ops.as_ref().ok_or_else(|| ApiError::NotFound("this gate's store has no operator views".into()))
 }
 
 /// A store failure: counted, logged, answered 503 (details stay in the log).
@@ -81,7 +81,7 @@ async fn stats(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
     let v = match fresh {
         Some(v) => v,
         None => {
-            let mut v = source(&st).stats().await.map_err(|e| unavailable(&st, e))?;
+            let mut v = source(&st)?.stats().await.map_err(|e| unavailable(&st, e))?;
             v["read_at_ms"] = json!(now_ms());
             // This process's own counters, read with the rest, so rates between two readings agree.
             v["service"] = json!({ "deliveries": st.0.metrics.outcome_totals() });
@@ -103,8 +103,8 @@ async fn runs(State(st): State<AppState>, RawQuery(q): RawQuery) -> Result<Json<
     let q = params;
     let param = |k: &str| q.get(k).map(String::as_str);
     let query = RunQuery::parse(param("status"), param("before"), param("limit")).map_err(ApiError::BadRequest)?;
-    let page = source(&st).runs(&query).await.map_err(|e| unavailable(&st, e))?;
-    Ok(Json(json!({"store": source(&st).kind(), "runs": page.runs, "next_before": page.next_before})))
+    let page = source(&st)?.runs(&query).await.map_err(|e| unavailable(&st, e))?;
+    Ok(Json(json!({"store": source(&st)?.kind(), "runs": page.runs, "next_before": page.next_before})))
 }
 
 fn no_run(run_id: &str) -> ApiError {
@@ -117,9 +117,9 @@ fn no_run(run_id: &str) -> ApiError {
 async fn run(State(st): State<AppState>, p: Result<Path<String>, PathRejection>) -> Result<Json<Value>, ApiError> {
     let run_id = path(p)?;
     segment("run_id", &run_id)?;
-    let detail = source(&st).run(&run_id).await.map_err(|e| unavailable(&st, e))?.ok_or_else(|| no_run(&run_id))?;
+    let detail = source(&st)?.run(&run_id).await.map_err(|e| unavailable(&st, e))?.ok_or_else(|| no_run(&run_id))?;
     let mut v = serde_json::to_value(detail).expect("a run serializes");
-    v["store"] = json!(source(&st).kind());
+    v["store"] = json!(source(&st)?.kind());
     Ok(Json(v))
 }
 
@@ -130,7 +130,7 @@ async fn delivery(
     let (provider, delivery_id) = path(p)?;
     segment("provider", &provider)?;
     segment("delivery_id", &delivery_id)?;
-    let found = source(&st).delivery(&provider, &delivery_id).await.map_err(|e| unavailable(&st, e))?;
+    let found = source(&st)?.delivery(&provider, &delivery_id).await.map_err(|e| unavailable(&st, e))?;
     let detail = found.ok_or_else(|| {
         ApiError::NotFound(format!(
             "no delivery record for provider {:?}, delivery {:?} (never seen, or expired after the delivery TTL)",
@@ -139,14 +139,14 @@ async fn delivery(
         ))
     })?;
     let mut v = serde_json::to_value(detail).expect("a delivery serializes");
-    v["store"] = json!(source(&st).kind());
+    v["store"] = json!(source(&st)?.kind());
     Ok(Json(v))
 }
 
 async fn dead(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
-    let (key, runs) = source(&st).dead().await.map_err(|e| unavailable(&st, e))?;
-    let mut v = json!({"store": source(&st).kind(), "key": key, "runs": runs});
-    if let Source::Memory(_) = source(&st) {
+    let (key, runs) = source(&st)?.dead().await.map_err(|e| unavailable(&st, e))?;
+    let mut v = json!({"store": source(&st)?.kind(), "key": key, "runs": runs});
+    if let Source::Memory(_) = source(&st)? {
         v["note"] = json!(crate::ops::source::MEMORY_STORE_NOTE);
     }
     Ok(Json(v))
@@ -157,7 +157,7 @@ async fn dead(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
 async fn retry(State(st): State<AppState>, p: Result<Path<String>, PathRejection>) -> Result<Response, ApiError> {
     let run_id = path(p)?;
     segment("run_id", &run_id)?;
-    let result = source(&st).retry(&run_id).await.map_err(|e| unavailable(&st, e))?;
+    let result = source(&st)?.retry(&run_id).await.map_err(|e| unavailable(&st, e))?;
     match &result {
         Retried::Moved { .. } => {
             tracing::info!(run_id = %crate::text::escape_control(&run_id), "ops API: dead run queued again");

@@ -10,8 +10,8 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
+use super::client::{Error, Ops};
 use super::render::rfc3339_ms;
-use super::{Error, Ops};
 use crate::worker::RunFields;
 
 /// A run's processing state, as the gate and the workers write it.

@@ -11,12 +11,14 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
+use super::client::{Error, Ops};
 use super::dead::{DeadRun, Retried};
 use super::inspect::{Found, Target};
 use super::render::{pretty_json, rfc3339_ms};
 use super::runs::{RunPage, RunQuery, RunSummary};
-use super::{Error, Ops};
+use crate::store::Store;
 use crate::store::memory::{MemoryRun, MemoryStore};
+use crate::store::redis::RedisStore;
 use crate::vocabulary::DeliveryRecord;
 
 /// Why the memory store answers `null` where Redis has figures.
@@ -93,6 +95,19 @@ fn memory_run_detail(run_id: &str, r: MemoryRun) -> RunDetail {
 }
 
 impl Source {
+    /// The views of `store`: the memory store's own records, or the Redis
+    /// namespace a [`RedisStore`] writes to; `None` for a store of the
+    /// caller's own, which idemgate cannot read.
+    pub fn of(store: Arc<dyn Store>) -> Option<Self> {
+        let store = match store.into_any().downcast::<MemoryStore>() {
+            Ok(memory) => return Some(Source::Memory(memory)),
+            Err(other) => other,
+        };
+        let redis = store.downcast::<RedisStore>().ok()?;
+        let (conn, keys, timeout) = redis.parts();
+        Some(Source::Redis(Arc::new(Ops::new(conn.clone(), keys.clone(), timeout))))
+    }
+
     /// `redis` or `memory`.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -305,7 +305,7 @@ impl Store for MemoryStore {
         "memory"
     }
 
-    fn ops_source(self: Arc<Self>) -> crate::ops::Source {
-        crate::ops::Source::Memory(self)
+    fn into_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+        self
     }
 }

@@ -96,6 +96,8 @@ pub trait Store: Send + Sync + 'static {
     /// A short name for logs: `memory` or `redis`.
     fn kind(&self) -> &'static str;
 
-    /// What the ops API (`/v1/ops/*`) reads this store through.
-    fn ops_source(self: std::sync::Arc<Self>) -> crate::ops::Source;
+    /// This store as `Any`: the views above the store (the ops API,
+    /// [`crate::ops::Source::of`]) read the stores they know, and the store
+    /// knows nothing of them.
+    fn into_any(self: std::sync::Arc<Self>) -> std::sync::Arc<dyn std::any::Any + Send + Sync>;
 }

@@ -32,6 +32,12 @@ pub struct RedisStore {
 }
 
 impl RedisStore {
+    /// The connection, namespace and command bound this store uses, for
+    /// the operator views that read the same namespace ([`crate::ops::Source::of`]).
+    pub fn parts(&self) -> (&Conn, &Keys, std::time::Duration) {
+        (&self.conn, &self.keys, self.timeout)
+    }
+
     /// A store over `conn`, under the namespace of `keys`.
     pub fn new(conn: Conn, keys: Keys, settings: &Settings, timeout: Duration) -> Self {
         Self {
@@ -257,8 +263,7 @@ impl Store for RedisStore {
         "redis"
     }
 
-    fn ops_source(self: std::sync::Arc<Self>) -> crate::ops::Source {
-        let ops = crate::ops::Ops::new(self.conn.clone(), self.keys.clone(), self.timeout);
-        crate::ops::Source::Redis(std::sync::Arc::new(ops))
+    fn into_any(self: std::sync::Arc<Self>) -> std::sync::Arc<dyn std::any::Any + Send + Sync> {
+        self
     }
 }
