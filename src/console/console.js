@@ -276,7 +276,7 @@ function start() {
   $("delivery-form").addEventListener("submit", lookupDelivery);
   $("retry-all").addEventListener("click", async () => {
     const ids = [...$("dead-table").tBodies[0].rows].map((r) => r.dataset.runId);
-    if (ids.length && confirm(`Queue all ${ids.length} dead runs again?`)) await retry(ids);
+    if (ids.length && confirm(`Queue ${ids.length} dead run${ids.length === 1 ? "" : "s"} again?`)) await retry(ids);
   });
   refreshAll();
   setInterval(() => {

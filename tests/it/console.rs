@@ -595,16 +595,16 @@ async fn the_console_in_headless_chromium() {
             .unwrap();
         assert_eq!(r.status(), 202, "{:?}", r.text().await);
     }
-    // A real worker: run-2 fails (one attempt allowed) until the fix is deployed.
+    // A real worker: runs 2 and 3 fail (one attempt allowed) until the fix is deployed.
     let script = r#"cat > /dev/null
-        if [ "$IDEMGATE_RUN_ID" = run-2 ] && [ ! -e "$D/fixed" ]; then echo 'handler bug: <b>boom</b>' >&2; exit 3; fi"#;
+        case "$IDEMGATE_RUN_ID" in run-2|run-3) [ -e "$D/fixed" ] || { echo 'handler bug: <b>boom</b>' >&2; exit 3; } ;; esac"#;
     let _workers = Workers(vec![spawn_worker(&ns, &dir, "w1", &["--max-attempts", "1"], script)]);
     let status = |n: u64| {
         let ns = ns.clone();
         async move { record(&ns, &format!("run-{n}")).await.get("status").cloned().unwrap_or_default() }
     };
-    wait_for(Duration::from_secs(30), "run-2 dead, runs 1 and 3 done", || async {
-        status(1).await == "done" && status(2).await == "dead" && status(3).await == "done"
+    wait_for(Duration::from_secs(30), "run-1 done, runs 2 and 3 dead", || async {
+        status(1).await == "done" && status(2).await == "dead" && status(3).await == "dead"
     })
     .await;
 
@@ -619,7 +619,7 @@ async fn the_console_in_headless_chromium() {
     assert!(b.text("#dead-table tbody tr[data-run-id='run-2']").await.contains("handler bug: <b>boom</b>"));
     assert_eq!(b.eval("return document.querySelectorAll('#dead-table b').length").await, 0);
     let row = b.text("#runs-table tbody tr[data-run-id='run-3']").await;
-    assert!(row.contains("github o/r push #3") && row.contains("done"), "{row}");
+    assert!(row.contains("github o/r push #3") && row.contains("dead"), "{row}");
     // The token is in sessionStorage only: not in the URL, not in a cookie, not in the field.
     let where_token = b.eval("return [location.href, document.cookie, document.getElementById('token').value, sessionStorage.getItem('idemgate.token')]").await;
     assert_eq!(where_token, json!([format!("{}/console", served.url), "", "", token]));
@@ -629,7 +629,7 @@ async fn the_console_in_headless_chromium() {
         "return /\\/s$/.test(document.querySelector('[data-tile=run-rate] .value').textContent)",
     )
     .await;
-    assert_eq!(b.text("[data-tile=dead] .value").await, "1");
+    assert_eq!(b.text("[data-tile=dead] .value").await, "2");
     let png = b.screenshot().await;
     assert!(png.starts_with(b"\x89PNG"), "a PNG");
     std::fs::write(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console.png"), &png).unwrap();
@@ -660,8 +660,16 @@ async fn the_console_in_headless_chromium() {
     b.click("#dead-table button.retry[data-run-id='run-2']").await;
     b.until("run-2 to leave the dead list", "return !document.querySelector(\"#dead-table tr[data-run-id='run-2']\")")
         .await;
+    b.find("#dead-table tbody tr[data-run-id='run-3']").await;
     wait_for(Duration::from_secs(30), "run-2 done", || async { status(2).await == "done" }).await;
     b.until("the notice", "return document.getElementById('notice').textContent.includes('1 run queued again')").await;
+    // Retry all asks first; accepted, it empties the dead list.
+    b.click("#retry-all").await;
+    let question = b.cmd(reqwest::Method::GET, "/alert/text", None).await;
+    assert_eq!(question, "Queue 1 dead run again?");
+    b.post("/alert/accept", json!({})).await;
+    b.until("an empty dead list", "return document.querySelectorAll('#dead-table tbody tr').length === 0").await;
+    wait_for(Duration::from_secs(30), "run-3 done", || async { status(3).await == "done" }).await;
     let _ = b.cmd(reqwest::Method::DELETE, "", None).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
