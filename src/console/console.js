@@ -105,8 +105,8 @@ async function refreshOverview() {
   const tiles = [
     tile("deliveries (this replica)", rate(s, prev, deliveriesTotal), "delivery-rate"),
     tile("runs created", rate(s, prev, (x) => x.run_counter), "run-rate"),
-    tile("runs stream (queue)", s.runs ? s.runs.length : "n/a", "queue"),
-    tile("not yet delivered (lag)", lag === null ? "n/a" : lag, "lag"),
+    tile("runs stream entries", s.runs ? s.runs.length : "n/a", "queue"),
+    tile("queue depth (lag)", lag === null ? "n/a" : lag, "lag"),
     tile("pending runs", pending === null ? "n/a" : pending, "pending"),
     tile("dead runs", s.dead ? s.dead.length : "n/a", "dead"),
     tile("Redis memory", mem ? bytes(mem.used_memory) + (mem.maxmemory ? " of " + bytes(mem.maxmemory) : "") : "n/a", "memory"),
