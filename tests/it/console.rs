@@ -402,8 +402,12 @@ struct Browser {
 impl Browser {
     async fn start() -> Self {
         let port = crate::support::free_port();
+        use std::os::unix::process::CommandExt;
+        // A process group of its own, so that the Chromium it starts dies
+        // with it on drop, even when a failed assertion skipped the session's end.
         let driver = std::process::Command::new("chromedriver")
             .arg(format!("--port={port}"))
+            .process_group(0)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -523,6 +527,8 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
+        // SAFETY: kill(2) with the negated id of the group chromedriver leads.
+        unsafe { libc::kill(-(self.driver.id() as i32), libc::SIGKILL) };
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
