@@ -105,8 +105,8 @@ async function refreshOverview() {
   const tiles = [
     tile("deliveries (this replica)", rate(s, prev, deliveriesTotal), "delivery-rate"),
     tile("runs created", rate(s, prev, (x) => x.run_counter), "run-rate"),
-    tile("runs stream (queue)", s.runs ? s.runs.length : "n/a", "queue"),
-    tile("not yet delivered (lag)", lag === null ? "n/a" : lag, "lag"),
+    tile("runs stream entries", s.runs ? s.runs.length : "n/a", "queue"),
+    tile("queue depth (lag)", lag === null ? "n/a" : lag, "lag"),
     tile("pending runs", pending === null ? "n/a" : pending, "pending"),
     tile("dead runs", s.dead ? s.dead.length : "n/a", "dead"),
     tile("Redis memory", mem ? bytes(mem.used_memory) + (mem.maxmemory ? " of " + bytes(mem.maxmemory) : "") : "n/a", "memory"),
@@ -276,7 +276,7 @@ function start() {
   $("delivery-form").addEventListener("submit", lookupDelivery);
   $("retry-all").addEventListener("click", async () => {
     const ids = [...$("dead-table").tBodies[0].rows].map((r) => r.dataset.runId);
-    if (ids.length && confirm(`Queue all ${ids.length} dead runs again?`)) await retry(ids);
+    if (ids.length && confirm(`Queue ${ids.length} dead run${ids.length === 1 ? "" : "s"} again?`)) await retry(ids);
   });
   refreshAll();
   setInterval(() => {

@@ -150,18 +150,18 @@ pub fn run_number(run_id: &str) -> Option<u64> {
 
 impl RunQuery {
     /// The query from its text parameters (`status`, `before` as a run id,
-    /// `limit`), each checked with a message that names it.
+    /// `limit`), each checked with a message that names it. A parameter
+    /// given empty is invalid like any other wrong value: leave it out instead.
     pub fn parse(status: Option<&str>, before: Option<&str>, limit: Option<&str>) -> Result<Self, String> {
-        let status = status.filter(|s| !s.is_empty()).map(str::parse).transpose()?;
+        let status = status.map(str::parse).transpose()?;
         let before = before
-            .filter(|s| !s.is_empty())
             .map(|b| {
                 run_number(b).ok_or_else(|| {
                     format!("before must be a run id such as run-42, not {:?}", crate::text::escape_control(b))
                 })
             })
             .transpose()?;
-        let limit = match limit.filter(|s| !s.is_empty()) {
+        let limit = match limit {
             None => DEFAULT_LIMIT,
             Some(l) => l
                 .parse::<usize>()
@@ -248,7 +248,9 @@ mod tests {
         let q = RunQuery::parse(Some("dead"), Some("run-42"), Some("10")).unwrap();
         assert_eq!(q, RunQuery { status: Some(RunStatus::Dead), before: Some(42), limit: 10 });
         assert!(RunQuery::parse(Some("zombie"), None, None).unwrap_err().contains("queued, running"));
-        for bad in ["42", "run-", "run-x", "run--1", "run-99999999999999999999999"] {
+        assert!(RunQuery::parse(Some(""), None, None).is_err());
+        assert!(RunQuery::parse(None, None, Some("")).unwrap_err().contains("limit"));
+        for bad in ["", "42", "run-", "run-x", "run--1", "run-99999999999999999999999"] {
             assert!(RunQuery::parse(None, Some(bad), None).unwrap_err().contains("before"), "{bad}");
         }
         for bad in ["0", "201", "-1", "ten"] {

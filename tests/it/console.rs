@@ -402,8 +402,12 @@ struct Browser {
 impl Browser {
     async fn start() -> Self {
         let port = crate::support::free_port();
+        use std::os::unix::process::CommandExt;
+        // A process group of its own, so that the Chromium it starts dies
+        // with it on drop, even when a failed assertion skipped the session's end.
         let driver = std::process::Command::new("chromedriver")
             .arg(format!("--port={port}"))
+            .process_group(0)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -523,6 +527,8 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
+        // SAFETY: kill(2) with the negated id of the group chromedriver leads.
+        unsafe { libc::kill(-(self.driver.id() as i32), libc::SIGKILL) };
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
@@ -595,16 +601,16 @@ async fn the_console_in_headless_chromium() {
             .unwrap();
         assert_eq!(r.status(), 202, "{:?}", r.text().await);
     }
-    // A real worker: run-2 fails (one attempt allowed) until the fix is deployed.
+    // A real worker: runs 2 and 3 fail (one attempt allowed) until the fix is deployed.
     let script = r#"cat > /dev/null
-        if [ "$IDEMGATE_RUN_ID" = run-2 ] && [ ! -e "$D/fixed" ]; then echo 'handler bug: <b>boom</b>' >&2; exit 3; fi"#;
+        case "$IDEMGATE_RUN_ID" in run-2|run-3) [ -e "$D/fixed" ] || { echo 'handler bug: <b>boom</b>' >&2; exit 3; } ;; esac"#;
     let _workers = Workers(vec![spawn_worker(&ns, &dir, "w1", &["--max-attempts", "1"], script)]);
     let status = |n: u64| {
         let ns = ns.clone();
         async move { record(&ns, &format!("run-{n}")).await.get("status").cloned().unwrap_or_default() }
     };
-    wait_for(Duration::from_secs(30), "run-2 dead, runs 1 and 3 done", || async {
-        status(1).await == "done" && status(2).await == "dead" && status(3).await == "done"
+    wait_for(Duration::from_secs(30), "run-1 done, runs 2 and 3 dead", || async {
+        status(1).await == "done" && status(2).await == "dead" && status(3).await == "dead"
     })
     .await;
 
@@ -619,17 +625,40 @@ async fn the_console_in_headless_chromium() {
     assert!(b.text("#dead-table tbody tr[data-run-id='run-2']").await.contains("handler bug: <b>boom</b>"));
     assert_eq!(b.eval("return document.querySelectorAll('#dead-table b').length").await, 0);
     let row = b.text("#runs-table tbody tr[data-run-id='run-3']").await;
-    assert!(row.contains("github o/r push #3") && row.contains("done"), "{row}");
+    assert!(row.contains("github o/r push #3") && row.contains("dead"), "{row}");
     // The token is in sessionStorage only: not in the URL, not in a cookie, not in the field.
     let where_token = b.eval("return [location.href, document.cookie, document.getElementById('token').value, sessionStorage.getItem('idemgate.token')]").await;
     assert_eq!(where_token, json!([format!("{}/console", served.url), "", "", token]));
-    // The overview refreshes on its own: a second reading gives rates.
+    // The overview refreshes on its own: deliveries after its first reading
+    // show as rates from the counters in a later one.
     b.until(
-        "the overview's rates",
-        "return /\\/s$/.test(document.querySelector('[data-tile=run-rate] .value').textContent)",
+        "the first reading",
+        "return document.querySelector('[data-tile=run-counter] .value').textContent === 'run-3'",
     )
     .await;
-    assert_eq!(b.text("[data-tile=dead] .value").await, "1");
+    for n in 4..=8u64 {
+        let body = format!(r#"{{"provider":"github","delivery_id":"d-{n}","event":{}}}"#, event_text(n));
+        let r = http.post(format!("{}/v1/deliveries", served.url)).bearer_auth(&token).body(body).send().await.unwrap();
+        assert_eq!(r.status(), 202);
+    }
+    wait_for(Duration::from_secs(30), "runs 4 to 8 done", || async {
+        for n in 4..=8 {
+            if status(n).await != "done" {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    // The run list changes when asked (so a page being read does not move).
+    b.click("#runs-form button[type=submit]").await;
+    b.find("#runs-table tbody tr[data-run-id='run-8']").await;
+    let rising = r"return ['run-rate', 'delivery-rate'].every(t => {
+        const v = document.querySelector(`[data-tile=${t}] .value`).textContent;
+        return /^[0-9.]+\/s$/.test(v) && parseFloat(v) > 0;
+    })";
+    b.until("the overview's rates to rise", rising).await;
+    assert_eq!(b.text("[data-tile=dead] .value").await, "2");
     let png = b.screenshot().await;
     assert!(png.starts_with(b"\x89PNG"), "a PNG");
     std::fs::write(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console.png"), &png).unwrap();
@@ -660,8 +689,16 @@ async fn the_console_in_headless_chromium() {
     b.click("#dead-table button.retry[data-run-id='run-2']").await;
     b.until("run-2 to leave the dead list", "return !document.querySelector(\"#dead-table tr[data-run-id='run-2']\")")
         .await;
+    b.find("#dead-table tbody tr[data-run-id='run-3']").await;
     wait_for(Duration::from_secs(30), "run-2 done", || async { status(2).await == "done" }).await;
     b.until("the notice", "return document.getElementById('notice').textContent.includes('1 run queued again')").await;
+    // Retry all asks first; accepted, it empties the dead list.
+    b.click("#retry-all").await;
+    let question = b.cmd(reqwest::Method::GET, "/alert/text", None).await;
+    assert_eq!(question, "Queue 1 dead run again?");
+    b.post("/alert/accept", json!({})).await;
+    b.until("an empty dead list", "return document.querySelectorAll('#dead-table tbody tr').length === 0").await;
+    wait_for(Duration::from_secs(30), "run-3 done", || async { status(3).await == "done" }).await;
     let _ = b.cmd(reqwest::Method::DELETE, "", None).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
