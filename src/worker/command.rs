@@ -265,3 +265,23 @@ pub async fn run(
     })?;
     worker.run(handler, shutdown).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn command_stderr_keeps_the_last_bytes_of_an_endless_line() {
+        let mut out = b"first\n".to_vec();
+        out.extend(std::iter::repeat_n(b'x', 3 * READ_BYTES));
+        out.extend("é the end\n".as_bytes());
+        let tail = echo_stderr(&out[..], "run-1".into()).await;
+        assert_eq!(tail.0.len(), ERROR_TAIL_BYTES);
+        let text = tail.text(100);
+        assert!(text.len() <= 100 && text.ends_with("xxé the end") && !text.contains('\n'), "{text}");
+        // A cut inside a character drops the character's remaining bytes.
+        let tail = Tail("é!".as_bytes().to_vec());
+        assert_eq!(tail.text(2), "!");
+        assert_eq!(tail.text(3), "é!");
+    }
+}

@@ -173,6 +173,6 @@ mod tests {
     fn scrub_zeroes_the_values_of_hidden_variables_only() {
         let mut env = block(&["PATH=/bin", "IDEMGATE_API_TOKEN=tok", "GH=s=cret", "KEEP=1"]);
         scrub_environment(&mut env, &|n: &str| n.starts_with("IDEMGATE_") || n == "GH");
-        assert_eq!(env, b"PATH=/bin\0IDEMGATE_API_TOKEN=\0\0\0\0GH=\0\0\0\0\0\0KEEP=1\0");
+        assert_eq!(env, b"PATH=/bin\0IDEMGATE_API_TOKEN=\0\0\0\0GH=\0\0\0\0\0\0\0KEEP=1\0");
     }
 }
