@@ -15,6 +15,7 @@ use idemgate::store::redis::RedisStore;
 use redis::AsyncCommands;
 use serde_json::json;
 
+use crate::proxy::Proxy;
 use crate::support::{RedisProcess, fresh_ns, redis_url};
 use crate::worker::{Workers, signal, temp_dir, wait_exit, wait_for};
 
@@ -140,6 +141,31 @@ async fn worker_kills_a_setsid_grandchild_at_the_timeout() {
 #[tokio::test]
 async fn worker_kills_a_setsid_grandchild_when_the_command_exits() {
     setsid_grandchild_dies_with_the_attempt("wsetsid-x", &[], "sleep 0.2; exit 0", "done").await;
+}
+
+#[tokio::test]
+async fn worker_kills_a_setsid_grandchild_when_it_fences_the_attempt() {
+    let ns = fresh_ns("wsetsid-f");
+    let dir = temp_dir("wsetsid-f");
+    create_run(redis_url(), &ns, 1).await;
+    let proxy = Proxy::start(redis_url().trim_start_matches("redis://").trim_end_matches('/'));
+    let script = r#"setsid sh -c 'sleep 4; touch "$D/late"' & echo $! >"$D/bg.pid"; sleep 60"#;
+    // Cut off from Redis, the worker stops the attempt 1.5 s after its last renewal.
+    let flags = ["--redis-url", &proxy.redis_url(), "--lease", "2s", "--timeout", "60s"];
+    let mut workers = Workers(vec![worker(&ns, &dir, &flags, script).spawn().unwrap()]);
+    let pid_file = dir.join("bg.pid");
+    wait_for(Duration::from_secs(15), "the attempt started", || async { pid_file.exists() }).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let pid = std::fs::read_to_string(&pid_file).unwrap().trim().to_owned();
+    proxy.cut();
+    wait_for(Duration::from_secs(5), &format!("setsid grandchild {pid} killed"), || async { gone(&pid) }).await;
+    let log = std::fs::read_to_string(dir.join("worker.log")).unwrap();
+    assert!(log.contains("could not renew this run's lease; stopped the attempt"), "not fenced: {log}");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(!dir.join("late").exists(), "the setsid grandchild outlived its fenced attempt");
+    proxy.restore();
+    stop(&mut workers).await;
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// `VmHWM` (peak resident memory) of process `pid`, in KiB.
