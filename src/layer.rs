@@ -357,17 +357,24 @@ async fn settle<E>(
             // next await (dropping what it holds may take a while). Only once
             // it has ended may a retry run the work again.
             handler.abort();
-            if tokio::time::timeout(HOLD_MARGIN, &mut handler).await.is_err() {
-                tracing::error!(
-                    provider,
-                    delivery_id,
-                    run_id,
-                    "the handler ran past its {timeout:?} timeout and did not stop within {HOLD_MARGIN:?} of being \
-                     cancelled (blocking code?); its run stays held until the hold runs out"
-                );
-                return Ok(answer);
+            match tokio::time::timeout(HOLD_MARGIN, &mut handler).await {
+                Err(_) => {
+                    tracing::error!(
+                        provider,
+                        delivery_id,
+                        run_id,
+                        "the handler ran past its {timeout:?} timeout and did not stop within {HOLD_MARGIN:?} of \
+                         being cancelled (blocking code?); its run stays held until the hold runs out"
+                    );
+                    return Ok(answer);
+                }
+                // It completed between the timeout and the abort: the work happened.
+                Ok(Ok(Ok(resp))) if resp.status().is_success() => {
+                    finish(&shared.gate, &claim, hold_ends).await;
+                    return Ok(resp);
+                }
+                Ok(_) => (Ok(answer), format!("the handler ran past its {timeout:?} timeout and was cancelled")),
             }
-            (Ok(answer), format!("the handler ran past its {timeout:?} timeout and was cancelled"))
         }
     };
     match shared.gate.release(&claim).await {

@@ -11,6 +11,9 @@
 //!
 //! - [`command`]: a handler that runs a child process per run, and
 //!   [`command::run`], the `idemgate worker -- CMD` loop around it.
+//! - [`reaper`]: every process an attempt started dies with the attempt.
+//! - [`scrub`]: the worker's secrets out of `/proc/<worker>/environ` and
+//!   `cmdline`, which its commands can read.
 //!
 //! Delivery is at least once: a handler may see the same `run_id` again
 //! (a worker died after the work but before the acknowledgement, or its
