@@ -115,19 +115,21 @@ fn gone(pid: &str) -> bool {
 }
 
 /// Runs one run whose command starts a `setsid` grandchild that would write
-/// `$D/late` a second later, then runs `rest`; checks that the grandchild
+/// `$D/late` 3 s later, then runs `rest`; checks that the grandchild
 /// died with the attempt and never wrote the file.
 async fn setsid_grandchild_dies_with_the_attempt(tag: &str, flags: &[&str], rest: &str, status: &str) {
     let ns = fresh_ns(tag);
     let dir = temp_dir(tag);
     create_run(redis_url(), &ns, 1).await;
-    let script = format!(r#"setsid sh -c 'sleep 1; touch "$D/late"' & echo $! >"$D/bg.pid"; {rest}"#);
+    // The grandchild writes its own pid: `setsid` may fork, so `$!` is not it.
+    let script = format!(r#"setsid sh -c 'echo $$ >"$D/bg.pid"; sleep 3; touch "$D/late"' & sleep 0.1; {rest}"#);
     let flags = [&["--redis-url", redis_url(), "--max-attempts", "1"], flags].concat();
     let mut workers = Workers(vec![worker(&ns, &dir, &flags, &script).spawn().unwrap()]);
     wait_status(redis_url(), &ns, 1, status).await;
     let pid = std::fs::read_to_string(dir.join("bg.pid")).unwrap().trim().to_owned();
+    assert!(!pid.is_empty());
     wait_for(Duration::from_secs(5), &format!("setsid grandchild {pid} killed"), || async { gone(&pid) }).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(!dir.join("late").exists(), "the setsid grandchild outlived its attempt");
     stop(&mut workers).await;
     let _ = std::fs::remove_dir_all(dir);
@@ -135,7 +137,7 @@ async fn setsid_grandchild_dies_with_the_attempt(tag: &str, flags: &[&str], rest
 
 #[tokio::test]
 async fn worker_kills_a_setsid_grandchild_at_the_timeout() {
-    setsid_grandchild_dies_with_the_attempt("wsetsid-t", &["--timeout", "300ms"], "sleep 60", "dead").await;
+    setsid_grandchild_dies_with_the_attempt("wsetsid-t", &["--timeout", "1s"], "sleep 60", "dead").await;
 }
 
 #[tokio::test]
@@ -144,12 +146,35 @@ async fn worker_kills_a_setsid_grandchild_when_the_command_exits() {
 }
 
 #[tokio::test]
+async fn worker_leaves_an_orphan_of_a_live_attempt_to_that_attempt() {
+    let ns = fresh_ns("wsetsid-o");
+    let dir = temp_dir("wsetsid-o");
+    create_run(redis_url(), &ns, 1).await;
+    create_run(redis_url(), &ns, 2).await;
+    // run-1 starts a daemon (double fork: an orphan of the worker's) and runs
+    // on for 3 s; run-2 ends meanwhile, which must not kill run-1's daemon.
+    let script = r#"case $IDEMGATE_RUN_ID in
+        run-1) sh -c 'setsid sh -c "echo \$\$ >"$D/daemon.pid"; sleep 1.5; touch "$D/daemon-ran"; sleep 60" &'; sleep 3 ;;
+        *) sleep 0.5 ;;
+    esac"#;
+    let flags = ["--redis-url", redis_url(), "--concurrency", "2"];
+    let mut workers = Workers(vec![worker(&ns, &dir, &flags, script).spawn().unwrap()]);
+    wait_status(redis_url(), &ns, 2, "done").await;
+    wait_status(redis_url(), &ns, 1, "done").await;
+    assert!(dir.join("daemon-ran").exists(), "run-2's end killed run-1's daemon");
+    let pid = std::fs::read_to_string(dir.join("daemon.pid")).unwrap().trim().to_owned();
+    wait_for(Duration::from_secs(5), &format!("run-1's daemon {pid} killed"), || async { gone(&pid) }).await;
+    stop(&mut workers).await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
 async fn worker_kills_a_setsid_grandchild_when_it_fences_the_attempt() {
     let ns = fresh_ns("wsetsid-f");
     let dir = temp_dir("wsetsid-f");
     create_run(redis_url(), &ns, 1).await;
     let proxy = Proxy::start(redis_url().trim_start_matches("redis://").trim_end_matches('/'));
-    let script = r#"setsid sh -c 'sleep 4; touch "$D/late"' & echo $! >"$D/bg.pid"; sleep 60"#;
+    let script = r#"setsid sh -c 'echo $$ >"$D/bg.pid"; sleep 4; touch "$D/late"' & sleep 60"#;
     // Cut off from Redis, the worker stops the attempt 1.5 s after its last renewal.
     let flags = ["--redis-url", &proxy.redis_url(), "--lease", "2s", "--timeout", "60s"];
     let mut workers = Workers(vec![worker(&ns, &dir, &flags, script).spawn().unwrap()]);
@@ -157,10 +182,13 @@ async fn worker_kills_a_setsid_grandchild_when_it_fences_the_attempt() {
     wait_for(Duration::from_secs(15), "the attempt started", || async { pid_file.exists() }).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     let pid = std::fs::read_to_string(&pid_file).unwrap().trim().to_owned();
+    assert!(!gone(&pid));
     proxy.cut();
-    wait_for(Duration::from_secs(5), &format!("setsid grandchild {pid} killed"), || async { gone(&pid) }).await;
-    let log = std::fs::read_to_string(dir.join("worker.log")).unwrap();
-    assert!(log.contains("could not renew this run's lease; stopped the attempt"), "not fenced: {log}");
+    wait_for(Duration::from_secs(5), "the attempt fenced", || async {
+        std::fs::read_to_string(dir.join("worker.log")).unwrap().contains("could not renew this run's lease")
+    })
+    .await;
+    wait_for(Duration::from_secs(2), &format!("setsid grandchild {pid} killed"), || async { gone(&pid) }).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert!(!dir.join("late").exists(), "the setsid grandchild outlived its fenced attempt");
     proxy.restore();
