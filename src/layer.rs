@@ -41,6 +41,13 @@
 //!   work, a new run the handler is called for, instead of a replayed
 //!   `created` or a `duplicate`. The handler's own response goes back to
 //!   the provider, so it sees the failure and retries.
+//! - A handler past its timeout is cancelled (its task aborted) and then
+//!   awaited: the run is released only once the handler has stopped, so a
+//!   retry never runs the work while the first handler still runs. A
+//!   handler that does not stop within [`HOLD_MARGIN`] of being cancelled
+//!   (blocking code never reaches an await) keeps its run held until the
+//!   hold runs out.
+//! - A failed [`Gate::finish`] after a 2xx is retried while the hold lasts.
 //!
 //! # Work in flight
 //!
@@ -68,6 +75,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use axum::Json;
 use axum::body::{Body, Bytes};
@@ -176,8 +185,8 @@ impl GateLayer {
     }
 
     /// How long the handler may run; past it, it is cancelled, its run
-    /// released and the request answered 503 with `Retry-After`. The hold
-    /// on the run is this plus [`HOLD_MARGIN`].
+    /// released once it has stopped, and the request answered 503 with
+    /// `Retry-After`. The hold on the run is this plus [`HOLD_MARGIN`].
     pub fn with_handler_timeout(mut self, timeout: Duration) -> Self {
         Arc::make_mut(&mut self.0).handler_timeout = timeout;
         self
@@ -276,6 +285,8 @@ where
     let digest = http::body_digest(&bytes);
     let submission = http::provider_submission(&st.provider, &delivery, &bytes, &digest);
     let hold = Hold { lease: st.handler_timeout + HOLD_MARGIN, retention: st.run_retention };
+    // Timed from before the store call, so it never ends after the stored hold.
+    let hold_ends = Instant::now() + hold.lease;
     let (name, id) = (st.provider.name.as_str(), delivery.delivery_id.as_str());
     let (outcome, claim) = match st.gate.submit_held(&submission, hold).await {
         Err(e) => return Ok(http::gate_failure(&st.metrics, name, id, e).into_response()),
@@ -299,7 +310,7 @@ where
     // own: a provider that hangs up mid-request cannot cancel them and leave
     // the run held until its hold runs out.
     let handler = tokio::spawn(call_ready(inner, req));
-    match tokio::spawn(settle(shared.clone(), claim, handler)).await {
+    match tokio::spawn(settle(shared.clone(), claim, handler, hold_ends)).await {
         Ok(answer) => answer,
         Err(e) => {
             tracing::error!(error = %e, "the gate layer's settle task failed");
@@ -319,15 +330,18 @@ where
 
 /// Waits for the handler within the timeout, then finishes the run (2xx)
 /// or releases it (anything else), and answers what the handler answered.
+/// A handler past its timeout is cancelled, and its run released only once
+/// its task has ended, so a retry never runs the work beside it.
 async fn settle<E>(
     shared: Arc<Shared>,
     claim: Claim,
-    handler: tokio::task::JoinHandle<Result<Response, E>>,
+    mut handler: tokio::task::JoinHandle<Result<Response, E>>,
+    hold_ends: Instant,
 ) -> Result<Response, E> {
-    let abort = handler.abort_handle();
-    let (answer, why) = match tokio::time::timeout(shared.handler_timeout, handler).await {
+    let (provider, delivery_id, run_id) = (claim.provider.as_str(), claim.delivery_id.as_str(), claim.run_id.as_str());
+    let (answer, why) = match tokio::time::timeout(shared.handler_timeout, &mut handler).await {
         Ok(Ok(Ok(resp))) if resp.status().is_success() => {
-            finish(&shared.gate, &claim).await;
+            finish(&shared.gate, &claim, hold_ends).await;
             return Ok(resp);
         }
         Ok(Ok(Ok(resp))) => {
@@ -337,13 +351,32 @@ async fn settle<E>(
         Ok(Ok(Err(e))) => (Err(e), "the handler returned an error".to_owned()),
         Ok(Err(e)) => (Ok(handler_failed()), format!("the handler did not complete: {e}")),
         Err(_) => {
-            abort.abort();
-            let timeout = shared.handler_timeout;
             let answer = ApiError::Unavailable("the handler did not finish in time; retry later").into_response();
-            (Ok(answer), format!("the handler ran past its {timeout:?} timeout and was cancelled"))
+            let timeout = shared.handler_timeout;
+            // Cancelled is not yet stopped: the handler's task ends at its
+            // next await (dropping what it holds may take a while). Only once
+            // it has ended may a retry run the work again.
+            handler.abort();
+            match tokio::time::timeout(HOLD_MARGIN, &mut handler).await {
+                Err(_) => {
+                    tracing::error!(
+                        provider,
+                        delivery_id,
+                        run_id,
+                        "the handler ran past its {timeout:?} timeout and did not stop within {HOLD_MARGIN:?} of \
+                         being cancelled (blocking code?); its run stays held until the hold runs out"
+                    );
+                    return Ok(answer);
+                }
+                // It completed between the timeout and the abort: the work happened.
+                Ok(Ok(Ok(resp))) if resp.status().is_success() => {
+                    finish(&shared.gate, &claim, hold_ends).await;
+                    return Ok(resp);
+                }
+                Ok(_) => (Ok(answer), format!("the handler ran past its {timeout:?} timeout and was cancelled")),
+            }
         }
     };
-    let (provider, delivery_id, run_id) = (claim.provider.as_str(), claim.delivery_id.as_str(), claim.run_id.as_str());
     match shared.gate.release(&claim).await {
         Ok(_) => tracing::info!(provider, delivery_id, run_id, reason = why, "run released for the provider's retry"),
         // The hold runs out by itself: the next delivery then takes the work over.
@@ -359,25 +392,54 @@ async fn settle<E>(
     answer
 }
 
-/// Marks a run done after its handler succeeded. A failure is logged, not
-/// answered: the work happened and the provider gets the handler's 2xx.
-async fn finish(gate: &Gate, claim: &Claim) {
+/// Marks a run done after its handler succeeded, retrying a failed store
+/// call until `until` (within the hold: after it, another delivery may take
+/// the work over anyway). A failure is logged, not answered: the work
+/// happened and the provider gets the handler's 2xx.
+async fn finish(gate: &Gate, claim: &Claim, until: Instant) {
     let (provider, delivery_id, run_id) = (claim.provider.as_str(), claim.delivery_id.as_str(), claim.run_id.as_str());
-    match gate.finish(claim).await {
-        Ok(true) => {}
-        Ok(false) => tracing::warn!(
-            provider,
-            delivery_id,
-            run_id,
-            "the handler succeeded after its hold ran out: another delivery may have run the work again"
-        ),
-        Err(e) => tracing::error!(
-            provider,
-            delivery_id,
-            run_id,
-            error = %e,
-            "could not mark the run done; once its hold runs out, a redelivery would run the work again"
-        ),
+    let mut wait = Duration::from_millis(50);
+    let mut retried = false;
+    loop {
+        match gate.finish(claim).await {
+            Ok(true) => return,
+            // A retry finds the run no longer held when the try before it ran
+            // but its reply was lost: then the run is done.
+            Ok(false) if retried => {
+                tracing::warn!(
+                    provider,
+                    delivery_id,
+                    run_id,
+                    "marking the run done: done already, or its hold ran out"
+                );
+                return;
+            }
+            Ok(false) => {
+                tracing::warn!(
+                    provider,
+                    delivery_id,
+                    run_id,
+                    "the handler succeeded after its hold ran out: another delivery may have run the work again"
+                );
+                return;
+            }
+            Err(e) if Instant::now() + wait >= until => {
+                tracing::error!(
+                    provider,
+                    delivery_id,
+                    run_id,
+                    error = %e,
+                    "could not mark the run done; once its hold runs out, a redelivery would run the work again"
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(provider, delivery_id, run_id, error = %e, "marking the run done failed; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(1));
+                retried = true;
+            }
+        }
     }
 }
 

@@ -4,19 +4,29 @@
 //! done, [`PERMANENT_FAILURE_EXIT`] for "dead-letter now", anything else for
 //! a retry. The child leads a process group of its own; when the attempt
 //! ends (timeout, lost lease, or the child exits) that whole group is
-//! killed, so no grandchild outlives its attempt. On Linux the child also
-//! dies with the worker (`PR_SET_PDEATHSIG`).
+//! killed, and so is every other process the attempt started, `setsid` or
+//! not ([`super::reaper`]). On Linux the child also dies with the worker
+//! (`PR_SET_PDEATHSIG`). Its stderr is read in bounded pieces, so no line
+//! is ever held whole.
 
-use std::collections::VecDeque;
 use std::process::Stdio;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
+use super::reaper::{self, Attempt};
 use super::{Failure, Handler, Run, Summary, Worker, WorkerConfig, WorkerError};
 use crate::config::{FileConfig, StoreConfig, StoreOptions};
 
-/// How much of the child's stderr the run's `last_error` keeps (the end).
-const ERROR_TAIL_BYTES: usize = 1000;
+/// How much of the child's stderr is kept for the run's `last_error`: its
+/// last 4 KiB (less the exit status that `last_error` starts with).
+const ERROR_TAIL_BYTES: usize = super::MAX_LAST_ERROR;
+
+/// How much of one stderr line the worker echoes; the rest of a longer line
+/// is counted, not printed, so one endless line cannot flood the log.
+const ECHOED_LINE_BYTES: usize = 16 * 1024;
+
+/// The size of one read from the child's stderr.
+const READ_BYTES: usize = 64 * 1024;
 
 /// The exit status by which a command says "retrying cannot help, dead-letter
 /// this run now": 65, `EX_DATAERR` of sysexits(3) ("the input data was
@@ -45,20 +55,6 @@ impl CommandHandler {
     pub fn without_env(mut self, names: impl IntoIterator<Item = String>) -> Self {
         self.hidden_env.extend(names);
         self
-    }
-}
-
-/// Kills the child's whole process group when dropped.
-struct GroupGuard(Option<i32>);
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if let Some(pgid) = self.0.filter(|p| *p > 0) {
-            // SAFETY: kill(2) has no memory effects; a negative pid names the group.
-            unsafe {
-                libc::kill(-pgid, libc::SIGKILL);
-            }
-        }
     }
 }
 
@@ -93,8 +89,10 @@ impl Handler for CommandHandler {
                 });
             }
         }
-        let mut child = cmd.spawn().map_err(|e| format!("cannot start {:?}: {e}", self.program))?;
-        let guard = GroupGuard(child.id().map(|p| p as i32));
+        // Dropping `attempt` (here, or with this future at a timeout or a
+        // fence) kills everything the attempt started.
+        let (attempt, mut child) = Attempt::spawn(&run.fields.run_id, &mut cmd)
+            .map_err(|e| format!("cannot start {:?}: {e}", self.program))?;
 
         if let Some(mut stdin) = child.stdin.take() {
             // A child that does not read its stdin is fine (EPIPE is ignored).
@@ -103,37 +101,18 @@ impl Handler for CommandHandler {
                 let _ = stdin.shutdown().await;
             });
         }
-        let stderr = child.stderr.take().map(|err| {
-            let run_id = run.fields.run_id.clone();
-            tokio::spawn(async move {
-                let mut tail: VecDeque<String> = VecDeque::new();
-                let mut tail_len = 0;
-                let mut lines = BufReader::new(err);
-                let mut buf = Vec::new();
-                while lines.read_until(b'\n', &mut buf).await.is_ok_and(|n| n > 0) {
-                    let line = String::from_utf8_lossy(&buf).trim_end().to_owned();
-                    buf.clear();
-                    eprintln!("[{run_id}] {}", crate::text::escape_control(&line));
-                    tail_len += line.len() + 1;
-                    tail.push_back(line);
-                    while tail_len > ERROR_TAIL_BYTES && tail.len() > 1 {
-                        tail_len -= tail.pop_front().map_or(0, |l| l.len() + 1);
-                    }
-                }
-                Vec::from(tail).join("\n")
-            })
-        });
+        let stderr = child.stderr.take().map(|err| tokio::spawn(echo_stderr(err, run.fields.run_id.clone())));
 
         let status = child.wait().await.map_err(|e| format!("waiting for {:?}: {e}", self.program))?;
-        // The attempt is over: stragglers in its group go too (and close stderr).
-        drop(guard);
+        // The attempt is over: what it left running goes too (and closes stderr).
+        drop(attempt);
         let tail = match stderr {
             Some(task) => tokio::time::timeout(std::time::Duration::from_secs(1), task)
                 .await
                 .ok()
                 .and_then(Result::ok)
                 .unwrap_or_default(),
-            None => String::new(),
+            None => Tail::default(),
         };
         if status.success() {
             return Ok(());
@@ -146,8 +125,83 @@ impl Handler for CommandHandler {
             (None, Some(sig)) => format!("killed by signal {sig}"),
             (None, None) => status.to_string(),
         };
+        let tail = tail.text(ERROR_TAIL_BYTES.saturating_sub(what.len() + 2));
         let error = if tail.is_empty() { what } else { format!("{what}: {tail}") };
         Err(Failure { error, permanent: status.code() == Some(PERMANENT_FAILURE_EXIT) })
+    }
+}
+
+/// Echoes the child's stderr line by line to the worker's stderr, prefixed
+/// with the run id (at most [`ECHOED_LINE_BYTES`] of a line), until end of
+/// file, and returns its last [`ERROR_TAIL_BYTES`]. Reads in pieces of
+/// [`READ_BYTES`]: the memory it takes does not depend on the output.
+async fn echo_stderr(mut err: impl AsyncRead + Unpin, run_id: String) -> Tail {
+    let mut tail = Tail::default();
+    let mut line = Vec::new();
+    let mut unechoed = 0usize;
+    let mut buf = vec![0; READ_BYTES];
+    let echo = |line: &mut Vec<u8>, unechoed: &mut usize| {
+        let text = String::from_utf8_lossy(line);
+        let text = crate::text::escape_control(text.trim_end());
+        match std::mem::take(unechoed) {
+            0 => eprintln!("[{run_id}] {text}"),
+            more => eprintln!("[{run_id}] {text}… ({more} more bytes of this line not shown)"),
+        }
+        line.clear();
+    };
+    while let Ok(n @ 1..) = err.read(&mut buf).await {
+        let mut rest = &buf[..n];
+        tail.push(rest);
+        while !rest.is_empty() {
+            let (piece, ends_line) = match memchr::memchr(b'\n', rest) {
+                Some(i) => (&rest[..i], true),
+                None => (rest, false),
+            };
+            let room = ECHOED_LINE_BYTES - line.len();
+            line.extend_from_slice(&piece[..piece.len().min(room)]);
+            unechoed += piece.len().saturating_sub(room);
+            rest = &rest[(piece.len() + usize::from(ends_line))..];
+            if ends_line {
+                echo(&mut line, &mut unechoed);
+            }
+        }
+    }
+    if !line.is_empty() || unechoed > 0 {
+        echo(&mut line, &mut unechoed);
+    }
+    tail
+}
+
+/// The last [`ERROR_TAIL_BYTES`] of a stream.
+#[derive(Default)]
+struct Tail(Vec<u8>);
+
+impl Tail {
+    fn push(&mut self, bytes: &[u8]) {
+        if bytes.len() >= ERROR_TAIL_BYTES {
+            self.0.clear();
+            self.0.extend_from_slice(&bytes[bytes.len() - ERROR_TAIL_BYTES..]);
+            return;
+        }
+        let over = (self.0.len() + bytes.len()).saturating_sub(ERROR_TAIL_BYTES);
+        self.0.drain(..over);
+        self.0.extend_from_slice(bytes);
+    }
+
+    /// At most the last `max` bytes as text: a character cut at the start
+    /// is dropped, invalid UTF-8 replaced, surrounding whitespace trimmed.
+    fn text(&self, max: usize) -> String {
+        let bytes = &self.0[self.0.len().saturating_sub(max)..];
+        // Skip UTF-8 continuation bytes (0b10xx_xxxx) left by the cut.
+        let start = bytes.iter().take(3).take_while(|b| (**b as i8) < -0x40).count();
+        let text = String::from_utf8_lossy(&bytes[start..]);
+        let text = text.trim();
+        // A replacement character takes 3 bytes where the invalid byte took 1.
+        let mut cut = text.len().saturating_sub(max);
+        while !text.is_char_boundary(cut) {
+            cut += 1;
+        }
+        text[cut..].to_owned()
     }
 }
 
@@ -160,6 +214,11 @@ fn hidden(name: &str, secret_env: &[String]) -> bool {
 
 /// `idemgate worker`: runs `command` once per run attempt under a
 /// [`Worker`] on the store `store` names, until `shutdown` completes.
+///
+/// This takes the process over: once the settings are read it removes the
+/// variables the command does not get from the environment, masks the
+/// secrets in the argument list ([`super::scrub`]) and makes the process a
+/// child subreaper ([`reaper::become_subreaper`]).
 pub async fn run(
     store: &StoreOptions,
     config: WorkerConfig,
@@ -182,6 +241,14 @@ pub async fn run(
     let handler = CommandHandler::new(command)
         .ok_or_else(|| WorkerError::Config("give the command to run after `--`".into()))?
         .without_env(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).filter(|k| hidden(k, &secrets)));
+    // Every setting is read: what the command must not see goes from what it
+    // can read of the worker too (/proc/<worker>/environ and cmdline).
+    super::scrub::environment(|name| hidden(name, &secrets));
+    super::scrub::arguments();
+    // Orphans of attempts are re-parented to the worker, which kills them.
+    if let Err(e) = reaper::become_subreaper() {
+        tracing::warn!(error = %e, "cannot become a child subreaper: a process that leaves its attempt's process group and whose parent exits is not killed with the attempt");
+    }
     tracing::info!(
         store = %resolved.describe(),
         command = ?command,
@@ -197,4 +264,24 @@ pub async fn run(
         e => e,
     })?;
     worker.run(handler, shutdown).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn command_stderr_keeps_the_last_bytes_of_an_endless_line() {
+        let mut out = b"first\n".to_vec();
+        out.extend(std::iter::repeat_n(b'x', 3 * READ_BYTES));
+        out.extend("é the end\n".as_bytes());
+        let tail = echo_stderr(&out[..], "run-1".into()).await;
+        assert_eq!(tail.0.len(), ERROR_TAIL_BYTES);
+        let text = tail.text(100);
+        assert!(text.len() <= 100 && text.ends_with("xxé the end") && !text.contains('\n'), "{text}");
+        // A cut inside a character drops the character's remaining bytes.
+        let tail = Tail("é!".as_bytes().to_vec());
+        assert_eq!(tail.text(2), "!");
+        assert_eq!(tail.text(3), "é!");
+    }
 }

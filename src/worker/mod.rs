@@ -11,6 +11,9 @@
 //!
 //! - [`command`]: a handler that runs a child process per run, and
 //!   [`command::run`], the `idemgate worker -- CMD` loop around it.
+//! - [`reaper`]: every process an attempt started dies with the attempt.
+//! - [`scrub`]: the worker's secrets out of `/proc/<worker>/environ` and
+//!   `cmdline`, which its commands can read.
 //!
 //! Delivery is at least once: a handler may see the same `run_id` again
 //! (a worker died after the work but before the acknowledgement, or its
@@ -19,6 +22,8 @@
 
 pub mod command;
 mod queue;
+pub mod reaper;
+pub mod scrub;
 
 use std::collections::HashMap;
 use std::fmt::Display;
@@ -203,6 +208,10 @@ pub struct WorkerConfig {
     /// How long a `done` or `dead` run record stays (its TTL; [`DEFAULT_RUN_RETENTION`]; `None`: forever).
     pub run_retention: Option<Duration>,
 }
+
+/// The longest `last_error` a run record keeps, in bytes: a command's
+/// failure is its exit status and the end of its stderr within this.
+pub const MAX_LAST_ERROR: usize = 4096;
 
 /// The margin the default lease adds to the timeout.
 pub const LEASE_MARGIN: Duration = Duration::from_secs(30);
@@ -749,7 +758,7 @@ async fn process<H: Handler>(shared: &WorkerState, handler: &H, entry: &StreamEn
             }
             Attempt::Failed(failure) => {
                 Counters::bump(&c.failed_attempts);
-                let error = truncate(&failure.error, 2000);
+                let error = truncate(&failure.error, MAX_LAST_ERROR);
                 let wait = config.backoff_after(attempt);
                 // A permanent failure makes this attempt the last one allowed.
                 let max_attempts = if failure.permanent { attempt } else { config.max_attempts };

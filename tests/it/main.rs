@@ -29,6 +29,7 @@ mod deadlines;
 mod deploy;
 mod durability;
 mod embed;
+mod embed_settle;
 mod gate;
 mod hostile;
 mod http;
@@ -46,6 +47,7 @@ mod support;
 mod testing;
 mod verification;
 mod worker;
+mod worker_hostile;
 
 /// The container fixture's suite needs the `testcontainers` feature; a run
 /// without it must not look complete.

@@ -1,0 +1,231 @@
+//! Every process an attempt started dies with the attempt, even one that
+//! left the command's process group (`setsid`, a double fork).
+//!
+//! Killing the command's process group misses a process that called
+//! `setsid`: it has a group (and session) of its own. So, when an attempt
+//! ends (its command exited, it timed out, or it was fenced), [`Attempt`]'s
+//! `Drop`, besides the group:
+//!
+//! 1. kills every descendant of the command that is still alive, found by
+//!    walking the parent links of `/proc/<pid>/stat`;
+//! 2. in a worker that is a child subreaper ([`become_subreaper`], as
+//!    `idemgate worker` is), kills the orphans of the attempt too. A process
+//!    whose parent died is re-parented to the nearest subreaper above it,
+//!    so everything an attempt leaves behind ends up as a child of the
+//!    worker, and nothing escapes to init. Such an orphan belongs to the run
+//!    named by the `IDEMGATE_RUN_ID` of its environment (every process of an
+//!    attempt inherits it); an orphan that names the ending run, or no run
+//!    this worker is running, is killed with its descendants. One that names
+//!    another live attempt is left to that attempt's end;
+//! 3. reaps the orphans that have exited (the worker is their parent now,
+//!    and tokio only waits for the children it spawned).
+//!
+//! It repeats this until a pass finds nothing, so a process forked between
+//! the scan and the kill is found by the next pass.
+//!
+//! What remains: a descendant that clears `IDEMGATE_RUN_ID` and sets another
+//! live run's id lives until that run's attempt ends; the attempts of a
+//! worker that is itself killed with SIGKILL lose their subreaper (the
+//! command dies with the worker through `PR_SET_PDEATHSIG`, an escaped
+//! grandchild does not: run the worker under a service manager that kills
+//! its whole cgroup, as systemd and container runtimes do).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{LazyLock, Mutex};
+
+use crate::sync::lock;
+
+/// Set once this process is a child subreaper: orphans are then its to kill.
+static SUBREAPER: AtomicBool = AtomicBool::new(false);
+
+/// The attempts running in this process: run id → the command's pid. Held
+/// while a command is spawned and while an attempt's processes are killed,
+/// so a sweep never mistakes a command just started for an orphan.
+static LIVE: LazyLock<Mutex<HashMap<String, u32>>> = LazyLock::new(Mutex::default);
+
+/// At most this many kill passes per attempt end (each finds what the
+/// previous one's victims forked meanwhile).
+const PASSES: usize = 8;
+
+/// Makes this process a child subreaper (`PR_SET_CHILD_SUBREAPER`), so the
+/// orphans of attempts are re-parented to it and [`Attempt`] kills them.
+/// Only for a process whose children are all attempts, like `idemgate
+/// worker`: an orphan that names no live run is killed.
+pub fn become_subreaper() -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: prctl(2) with an integer argument; no memory is passed.
+        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        SUBREAPER.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+    #[cfg(not(target_os = "linux"))]
+    Err(std::io::Error::other("child subreapers exist on Linux only"))
+}
+
+/// One running attempt's processes; dropping it kills them all.
+pub struct Attempt {
+    run_id: String,
+    pid: u32,
+}
+
+impl Attempt {
+    /// Spawns `cmd` (which must lead a process group of its own) as the
+    /// command of `run_id`'s attempt.
+    pub fn spawn(run_id: &str, cmd: &mut tokio::process::Command) -> std::io::Result<(Self, tokio::process::Child)> {
+        let mut live = lock(&LIVE);
+        let child = cmd.spawn()?;
+        let pid = child.id().ok_or_else(|| std::io::Error::other("the command exited at once"))?;
+        live.insert(run_id.to_owned(), pid);
+        Ok((Self { run_id: run_id.to_owned(), pid }, child))
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        let mut live = lock(&LIVE);
+        live.remove(&self.run_id);
+        // SAFETY: kill(2) has no memory effects; a negative pid names the group.
+        unsafe {
+            libc::kill(-(self.pid as libc::pid_t), libc::SIGKILL);
+        }
+        let others: HashSet<u32> = live.values().copied().collect();
+        let others_runs: HashSet<&str> = live.keys().map(String::as_str).collect();
+        let me = std::process::id();
+        for _ in 0..PASSES {
+            let table = ProcessTable::scan();
+            let mut victims = Vec::new();
+            // The command itself, while it is still this process's child (not
+            // yet reaped by tokio, so its pid cannot have been reused).
+            if table.parent.get(&self.pid) == Some(&me) {
+                victims.extend(table.descendants(self.pid));
+            }
+            if SUBREAPER.load(Ordering::SeqCst) {
+                for &pid in table.children.get(&me).into_iter().flatten() {
+                    // Tokio reaps the commands it spawned; their pids are theirs.
+                    if pid == self.pid || others.contains(&pid) {
+                        continue;
+                    }
+                    if table.zombies.contains(&pid) {
+                        reap(pid);
+                        continue;
+                    }
+                    let claim = run_of(pid);
+                    if claim.as_deref() == Some(self.run_id.as_str())
+                        || !claim.as_deref().is_some_and(|r| others_runs.contains(r))
+                    {
+                        victims.push(pid);
+                        victims.extend(table.descendants(pid));
+                    }
+                }
+            }
+            victims.retain(|p| !table.zombies.contains(p));
+            if victims.is_empty() {
+                break;
+            }
+            for &pid in &victims {
+                // SAFETY: as above.
+                unsafe {
+                    libc::kill(pid as libc::pid_t, libc::SIGKILL);
+                }
+            }
+            tracing::debug!(run_id = self.run_id, killed = ?victims, "killed what the attempt left running");
+            // Give the victims a moment to exit, so the next pass reaps them.
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+}
+
+/// Reaps child `pid` if it has exited.
+fn reap(pid: u32) {
+    let mut status = 0;
+    // SAFETY: waitpid(2) writes only the status integer we pass.
+    unsafe {
+        libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG);
+    }
+}
+
+/// The `IDEMGATE_RUN_ID` of process `pid`'s environment, if it is readable.
+fn run_of(pid: u32) -> Option<String> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    environ
+        .split(|b| *b == 0)
+        .find_map(|entry| entry.strip_prefix(b"IDEMGATE_RUN_ID="))
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+/// Who is whose parent, from one pass over `/proc`.
+#[derive(Default)]
+struct ProcessTable {
+    parent: HashMap<u32, u32>,
+    children: HashMap<u32, Vec<u32>>,
+    zombies: HashSet<u32>,
+}
+
+impl ProcessTable {
+    fn scan() -> Self {
+        let mut table = Self::default();
+        let Ok(dir) = std::fs::read_dir("/proc") else { return table };
+        for entry in dir.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+            let Some((state, ppid)) = parse_stat(&stat) else { continue };
+            table.parent.insert(pid, ppid);
+            table.children.entry(ppid).or_default().push(pid);
+            if state == 'Z' {
+                table.zombies.insert(pid);
+            }
+        }
+        table
+    }
+
+    /// `pid` and everything below it.
+    fn descendants(&self, pid: u32) -> Vec<u32> {
+        // Parent links from one snapshot form a tree, so each pid is met once.
+        let mut found = vec![pid];
+        let mut next = 0;
+        while let Some(&p) = found.get(next) {
+            found.extend(self.children.get(&p).into_iter().flatten().filter(|c| **c != p));
+            next += 1;
+        }
+        found
+    }
+}
+
+/// The state and the parent pid of a `/proc/<pid>/stat` line. The command
+/// name in parentheses may hold spaces and parentheses, so the fields are
+/// read after its last `)`.
+fn parse_stat(stat: &str) -> Option<(char, u32)> {
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reaper_reads_state_and_parent_after_the_last_parenthesis() {
+        assert_eq!(parse_stat("42 (sh) S 7 42 42 0 -1"), Some(('S', 7)));
+        assert_eq!(parse_stat("42 (a) b) (c) Z 1 0 0"), Some(('Z', 1)));
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn reaper_finds_descendants_at_any_depth() {
+        let mut t = ProcessTable::default();
+        for (pid, ppid) in [(2, 1), (3, 2), (4, 3), (5, 1), (6, 4)] {
+            t.parent.insert(pid, ppid);
+            t.children.entry(ppid).or_default().push(pid);
+        }
+        let mut d = t.descendants(2);
+        d.sort();
+        assert_eq!(d, [2, 3, 4, 6]);
+        assert_eq!(t.descendants(5), [5]);
+    }
+}
