@@ -396,6 +396,7 @@ pub(crate) fn provider_submission<'a>(
     let payload = provider.keep_payload().then(|| std::str::from_utf8(body).ok()).flatten();
     Submission {
         content_digest: delivery.content_digest.as_deref(),
+        key_slots: &delivery.key_slots,
         payload,
         ..Submission::new(&provider.name, &delivery.delivery_id, &delivery.event, digest)
     }

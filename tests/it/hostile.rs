@@ -590,20 +590,49 @@ async fn the_run_id_guard_is_bounded() {
 
 // ---- No secrets or control bytes in output ----
 
+/// No `--help` of any command shows what a variable that can carry a
+/// secret holds: Redis URLs, Sentinel and Cluster node lists, tokens, the
+/// deliver URL. (On main `serve --help` showed the Sentinel list.)
 #[test]
 fn help_hides_secret_env_values() {
-    let out = bin()
-        .args(["serve", "--help"])
-        .env("IDEMGATE_REDIS_URL", "redis://:hunter2pw@db:6379")
-        .env("IDEMGATE_REDIS_CLUSTER_NODES", "redis://:hunter3pw@c1:6379")
-        .env("IDEMGATE_API_TOKEN", "hunter4tok")
-        .output()
-        .unwrap();
-    let help = String::from_utf8_lossy(&out.stdout);
-    assert!(help.contains("IDEMGATE_REDIS_URL") && help.contains("--allow-unauthenticated-api"), "{help}");
-    for secret in ["hunter2pw", "hunter3pw", "hunter4tok"] {
-        assert!(!help.contains(secret), "--help shows {secret}: {help}");
+    let secrets = [
+        ("IDEMGATE_REDIS_URL", "redis://:hunter2pw@db:6379"),
+        ("IDEMGATE_REDIS_CLUSTER_NODES", "redis://:hunter3pw@c1:6379"),
+        ("IDEMGATE_API_TOKEN", "hunter4tok"),
+        ("IDEMGATE_REDIS_SENTINEL_NODES", "redis://:hunter6pw@s1:26379,redis://:hunter6pw@s2:26379"),
+        ("IDEMGATE_REDIS_SENTINEL_MASTER", "hunter7master"),
+        ("IDEMGATE_WORKER_DELIVER", "https://user:hunter8pw@hooks.example/x"),
+        ("IDEMGATE_CONFIG", "/etc/hunter9/idemgate.toml"),
+    ];
+    let commands: &[&[&str]] = &[
+        &["--help"],
+        &["serve", "--help"],
+        &["worker", "--help"],
+        &["healthcheck", "--help"],
+        &["inspect", "--help"],
+        &["inspect", "run", "--help"],
+        &["inspect", "delivery", "--help"],
+        &["inspect", "logical", "--help"],
+        &["stats", "--help"],
+        &["dead", "list", "--help"],
+        &["dead", "retry", "--help"],
+        &["bench", "--help"],
+        &["send", "--help"],
+        &["sign", "--help"],
+    ];
+    for args in commands {
+        let out = bin().args(*args).envs(secrets).output().unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && help.contains("Usage"), "{args:?}: {help}");
+        for (var, value) in secrets {
+            for part in value.split(['@', ',', '/']).filter(|p| p.contains("hunter")) {
+                assert!(!help.contains(part), "{args:?} --help shows {var}'s {part}: {help}");
+            }
+        }
     }
+    let serve = bin().args(["serve", "--help"]).envs(secrets).output().unwrap();
+    let help = String::from_utf8_lossy(&serve.stdout);
+    assert!(help.contains("[env: IDEMGATE_REDIS_SENTINEL_NODES]"), "{help}");
 }
 
 #[test]
