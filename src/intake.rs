@@ -76,11 +76,15 @@ impl BodyBudget {
 
     /// Reads a whole body of at most `max` bytes into one buffer, charging
     /// the budget `cost` times its bytes. A declared `Content-Length` is
-    /// charged before reading, in one piece: requests then wait their turn
-    /// in arrival order (the semaphore is fair) and each one admitted can
-    /// finish. Charging declared bodies as they arrive was measured worse:
-    /// 16 concurrent 24 MiB bodies each took part of the budget, all waited
-    /// for more, and 14 of them got 503. A body without a length (chunked)
+    /// charged in one piece once the body's first bytes arrive: requests
+    /// then wait their turn in arrival order (the semaphore is fair) and
+    /// each one admitted can finish. Charging declared bodies as they
+    /// arrive was measured worse: 16 concurrent 24 MiB bodies each took
+    /// part of the budget, all waited for more, and 14 of them got 503.
+    /// Charging before the first byte let clients that declare 25 MiB and
+    /// send nothing hold the whole budget, so that small signed deliveries
+    /// queued behind them got 503; such a client now holds nothing, and
+    /// the provider deadline or the request timeout ends it. A body without a length (chunked)
     /// is charged as it arrives, in steps that double from 64 KiB, so that
     /// it is not charged `max` for a few bytes. The permit must be held for
     /// as long as the body and whatever is built from it live.
@@ -99,14 +103,16 @@ impl BodyBudget {
         // Body bytes paid for, and the budget units that cost (capped at the
         // whole budget, so that a costly request runs alone, not never).
         let (mut paid, mut charged) = (0usize, 0usize);
-        if let Some(len) = declared {
-            paid = len as usize;
-            charged = paid.saturating_mul(cost).div_ceil(UNIT).clamp(1, self.total);
-            permit = Some(self.reserve_units(charged).await?);
-        }
-        let mut buf: Vec<u8> = Vec::with_capacity(paid);
+        let mut declared_unpaid = declared.filter(|len| *len > 0);
+        let mut buf: Vec<u8> = Vec::new();
         while let Some(frame) = body.frame().await {
             let Ok(data) = frame.map_err(|_| BodyError::Broken)?.into_data() else { continue }; // trailers
+            if let Some(len) = declared_unpaid.take() {
+                paid = len as usize;
+                charged = paid.saturating_mul(cost).div_ceil(UNIT).clamp(1, self.total);
+                permit = Some(self.reserve_units(charged).await?);
+                buf.reserve_exact(paid);
+            }
             let need = buf.len() + data.len();
             if need > max {
                 return Err(BodyError::TooLarge(max));
@@ -139,6 +145,86 @@ impl BodyBudget {
 /// The first step of a body's charge (see [`BodyBudget::read`]).
 const STEP: usize = 64 * 1024;
 
+/// How long a request body that was answered before it was read in full
+/// goes on being read and dropped ([`Lingering`]).
+pub const LINGER: Duration = Duration::from_secs(5);
+
+/// How many bytes of such a body are read and dropped at most.
+pub const LINGER_BYTES: usize = 64 * 1024 * 1024;
+
+/// A request body that, dropped before its end, is read to its end and
+/// dropped in a task of its own (a lingering close), for at most
+/// [`LINGER`] and [`LINGER_BYTES`]. A request refused before its body was
+/// read (413 by its declared length, 401 by its headers, 503 with no room
+/// in the budget, a deadline) is then answered to a client that can read
+/// the answer: closing a socket with unread bytes makes the kernel send a
+/// reset, and a client still sending gets `Broken pipe` or loses the
+/// answer. The bytes drained are not kept, so they cost no budget. A
+/// client that sent `Expect: 100-continue` is waiting for permission to
+/// send and is not drained: hyper answers it without `100 Continue`.
+pub struct Lingering {
+    inner: Option<Body>,
+    ended: bool,
+}
+
+impl Lingering {
+    /// Wraps a request's body; `expects_continue`: the request carried
+    /// `Expect: 100-continue`.
+    pub fn new(body: Body, expects_continue: bool) -> Self {
+        Self { inner: Some(body), ended: expects_continue }
+    }
+}
+
+impl hyper::body::Body for Lingering {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, axum::Error>>> {
+        let Some(inner) = self.inner.as_mut() else { return std::task::Poll::Ready(None) };
+        let polled = std::pin::Pin::new(inner).poll_frame(cx);
+        if matches!(polled, std::task::Poll::Ready(None | Some(Err(_)))) {
+            self.ended = true;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.as_ref().is_none_or(hyper::body::Body::is_end_stream)
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.as_ref().map(hyper::body::Body::size_hint).unwrap_or_default()
+    }
+}
+
+impl Drop for Lingering {
+    fn drop(&mut self) {
+        let Some(body) = self.inner.take().filter(|b| !self.ended && !hyper::body::Body::is_end_stream(b)) else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(drain(body));
+        }
+    }
+}
+
+/// Reads and drops `body` for at most [`LINGER`] and [`LINGER_BYTES`].
+async fn drain(mut body: Body) {
+    let read = async {
+        let mut dropped = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            dropped += frame.data_ref().map_or(0, Bytes::len);
+            if dropped > LINGER_BYTES {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER, read).await;
+}
+
 /// The `/v1/deliveries` body, read for what the gate needs: `provider`,
 /// `delivery_id`, the four event fields the rules look at, and the event's
 /// digest, without a tree of the whole event.
@@ -164,9 +250,7 @@ pub struct DeliveryBody {
 const PARSE_INLINE_MAX: usize = 64 * 1024;
 
 /// Parses a `/v1/deliveries` body ([`DeliveryBody::parse`]). A large body
-/// is parsed on the blocking pool, at most one per CPU at a time: parsing
-/// is CPU work, and ten large bodies parsed at once on two cores would all
-/// take five times as long and time out together. `permit` (the body's
+/// is parsed on the blocking pool ([`on_cpu_pool`]). `permit` (the body's
 /// room in the budget) is released only once the body is gone, even when
 /// the request times out while the parse runs.
 pub async fn parse_delivery(
@@ -177,18 +261,39 @@ pub async fn parse_delivery(
     if bytes.len() <= PARSE_INLINE_MAX {
         return DeliveryBody::parse(&bytes, keep_event);
     }
-    static PARSERS: std::sync::OnceLock<Arc<Semaphore>> = std::sync::OnceLock::new();
-    let parsers = PARSERS
-        .get_or_init(|| Arc::new(Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get()))))
-        .clone();
-    let slot = parsers.acquire_owned().await.map_err(|_| Malformed("the service is stopping".into()))?;
-    tokio::task::spawn_blocking(move || {
+    on_cpu_pool(move || {
         let parsed = DeliveryBody::parse(&bytes, keep_event);
-        drop((bytes, permit, slot));
+        drop((bytes, permit));
         parsed
     })
     .await
-    .map_err(|_| Malformed("the body could not be parsed".into()))?
+    .unwrap_or_else(|| Err(Malformed("the body could not be parsed".into())))
+}
+
+/// Whether work over a body of `len` bytes (parsing, an HMAC per secret)
+/// runs on the blocking pool ([`on_cpu_pool`]) rather than inline.
+pub fn is_heavy(len: usize) -> bool {
+    len > PARSE_INLINE_MAX
+}
+
+/// Runs CPU work over a large body on the blocking pool, at most one job
+/// per CPU at a time: ten large bodies worked on at once on two cores
+/// would all take five times as long and time out together, and on the
+/// async threads they would stall everyone else's answers. `None` when
+/// the job could not run (the service is stopping, or it panicked).
+pub async fn on_cpu_pool<T: Send + 'static>(job: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    static SLOTS: std::sync::OnceLock<Arc<Semaphore>> = std::sync::OnceLock::new();
+    let slots = SLOTS
+        .get_or_init(|| Arc::new(Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get()))))
+        .clone();
+    let slot = slots.acquire_owned().await.ok()?;
+    tokio::task::spawn_blocking(move || {
+        let out = job();
+        drop(slot);
+        out
+    })
+    .await
+    .ok()
 }
 
 /// Why a `/v1/deliveries` body was refused (400, nothing stored).
