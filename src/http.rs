@@ -258,19 +258,28 @@ pub(crate) async fn read_within(
 ) -> Result<(Bytes, tokio::sync::OwnedSemaphorePermit), ApiError> {
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    budget.read(body, declared, max_body, cost).await.map_err(|e| match e {
+    budget.read(body, declared, max_body, cost).await.map_err(|e| body_error(metrics, e))
+}
+
+/// The answer to a body that was not read, or found no room in the budget.
+fn body_error(metrics: &Metrics, e: BodyError) -> ApiError {
+    match e {
         BodyError::TooLarge(max) => ApiError::TooLarge(max),
         BodyError::Busy => {
             metrics.body_budget_refusal();
             ApiError::Unavailable("too many large request bodies in flight; retry later")
         }
         BodyError::Broken => ApiError::BadRequest("the request body could not be read".into()),
-    })
+    }
 }
 
 async fn deliveries(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     authorize(&st, &headers)?;
-    let (bytes, permit) = read_body(&st, &headers, body, 1).await?;
+    let (bytes, mut permit) = read_body(&st, &headers, body, 1).await?;
+    // The digest holds the canonical text and an entry per object key while
+    // it reads the event: that memory is charged too, before it is taken.
+    let overhead = crate::intake::canonical_overhead(&bytes);
+    permit.merge(st.0.budget.reserve(overhead).await.map_err(|e| body_error(&st.0.metrics, e))?);
     let body =
         crate::intake::parse_delivery(bytes, permit, st.0.keep_payload).await.map_err(|e| ApiError::BadRequest(e.0))?;
     if st.0.providers.contains_key(&body.provider) {

@@ -390,46 +390,94 @@ impl<'de> serde::Deserialize<'de> for KeyName {
 /// [`crate::gate::event_digest`] of the JSON text `event`, computed while
 /// reading it: the same canonical form (keys sorted at every level, compact,
 /// numbers and strings as serde_json writes them), so the digest of a
-/// delivery is the same whichever way it was computed. Only one object's
-/// keys at a time are held (to sort them), never a tree of the event.
+/// delivery is the same whichever way it was computed. The text is parsed
+/// once: each value is written in canonical form as it is read, an
+/// object's entries into pieces of their own that are put in key order
+/// when the object ends (large pieces are moved, not copied). So a body
+/// nested 120 levels deep costs what a flat one does; no tree of the
+/// event is built. What it holds is the canonical text (about the event's
+/// size) and one entry per key of the object being read
+/// ([`canonical_overhead`] bounds both, for the budget).
 pub fn raw_event_digest(event: &str) -> serde_json::Result<String> {
-    let mut sink = Sink { hash: Sha256::new(), buf: Vec::with_capacity(SINK_BUFFER) };
+    let mut out = Rope::default();
     let mut de = serde_json::Deserializer::from_str(event);
-    Canonical { out: &mut sink, depth: 0 }.deserialize(&mut de)?;
+    Canonical { out: &mut out, depth: 0 }.deserialize(&mut de)?;
     de.end()?;
-    sink.hash.update(&sink.buf);
-    Ok(hex::encode(&sink.hash.finalize()[..16]))
+    let mut hash = Sha256::new();
+    for chunk in &out.chunks {
+        hash.update(chunk);
+    }
+    Ok(hex::encode(&hash.finalize()[..16]))
 }
 
-/// Bytes gathered before they go into the hash: one hash update per
-/// array element of one or two bytes would cost more than the parsing.
+/// The most memory [`raw_event_digest`] takes for `event` besides the text
+/// itself: the canonical text (no longer than the event) and, per object
+/// key, an entry of at most [`ENTRY_BYTES`] (a key is at least two bytes
+/// of quotes and is followed by a `:`, so the colons bound the keys).
+pub fn canonical_overhead(event: &[u8]) -> usize {
+    let colons = event.iter().filter(|b| **b == b':').count();
+    event.len() + colons * ENTRY_BYTES
+}
+
+/// What one object entry costs while its object is read: the key's
+/// `String` and its piece list (`Vec`), their heap blocks, and the piece's
+/// first bytes.
+const ENTRY_BYTES: usize = 128;
+
+/// Canonical text in pieces: small writes go into the last piece; a
+/// nested value's large pieces are moved into its parent, not copied.
+#[derive(Default)]
+struct Rope {
+    chunks: Vec<Vec<u8>>,
+}
+
+/// A piece at least this large is moved whole from a child to its parent;
+/// smaller ones are copied into the parent's last piece.
+const MOVE_AT: usize = 4 * 1024;
+
+impl Rope {
+    fn push(&mut self, bytes: &[u8]) {
+        match self.chunks.last_mut() {
+            Some(last) if last.len() < SINK_BUFFER => last.extend_from_slice(bytes),
+            _ => self.chunks.push(bytes.to_vec()),
+        }
+    }
+
+    fn append(&mut self, other: Rope) {
+        for chunk in other.chunks {
+            if chunk.len() >= MOVE_AT {
+                self.chunks.push(chunk);
+            } else {
+                self.push(&chunk);
+            }
+        }
+    }
+
+    fn last(&mut self) -> &mut Vec<u8> {
+        if self.chunks.last().is_none_or(|last| last.len() >= SINK_BUFFER) {
+            self.chunks.push(Vec::new());
+        }
+        self.chunks.last_mut().expect("pushed above")
+    }
+}
+
+/// The size a rope's last piece grows to before a new one starts.
 const SINK_BUFFER: usize = 64 * 1024;
 
-struct Sink {
-    hash: Sha256,
-    buf: Vec<u8>,
-}
-
-/// Writes one JSON value in canonical form into a hash.
+/// Writes one JSON value in canonical form into a rope.
 struct Canonical<'h> {
-    out: &'h mut Sink,
+    out: &'h mut Rope,
     depth: usize,
 }
 
 impl Canonical<'_> {
     fn write(&mut self, bytes: &[u8]) {
-        let sink = &mut *self.out;
-        sink.buf.extend_from_slice(bytes);
-        if sink.buf.len() >= SINK_BUFFER {
-            sink.hash.update(&sink.buf);
-            sink.buf.clear();
-        }
+        self.out.push(bytes);
     }
 
     fn write_json<T: serde::Serialize + ?Sized>(&mut self, v: &T) {
         // Serializing a number or a string into a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut self.out.buf, v);
-        self.write(b"");
+        let _ = serde_json::to_writer(self.out.last(), v);
     }
 
     fn nested(&mut self) -> Canonical<'_> {
@@ -458,15 +506,13 @@ impl<'de> Visitor<'de> for Canonical<'_> {
         self.write(if v { b"true" } else { b"false" });
         Ok(())
     }
-    fn visit_i64<E>(mut self, v: i64) -> Result<(), E> {
+    fn visit_i64<E>(self, v: i64) -> Result<(), E> {
         // Integers print as serde_json writes them: plain decimal.
-        let _ = std::io::Write::write_fmt(&mut self.out.buf, format_args!("{v}"));
-        self.write(b"");
+        let _ = std::io::Write::write_fmt(self.out.last(), format_args!("{v}"));
         Ok(())
     }
-    fn visit_u64<E>(mut self, v: u64) -> Result<(), E> {
-        let _ = std::io::Write::write_fmt(&mut self.out.buf, format_args!("{v}"));
-        self.write(b"");
+    fn visit_u64<E>(self, v: u64) -> Result<(), E> {
+        let _ = std::io::Write::write_fmt(self.out.last(), format_args!("{v}"));
         Ok(())
     }
     fn visit_f64<E: de::Error>(mut self, v: f64) -> Result<(), E> {
@@ -497,10 +543,14 @@ impl<'de> Visitor<'de> for Canonical<'_> {
         if self.depth >= MAX_DEPTH {
             return Err(de::Error::custom("the event nests too deep"));
         }
-        // Sorted by key, the last of a repeated key winning: a tree's order.
-        let mut entries: BTreeMap<String, &'de RawValue> = BTreeMap::new();
-        while let Some((k, v)) = map.next_entry::<String, &'de RawValue>()? {
-            entries.insert(k, v);
+        // Each value is written once, into a rope of its own, as it is
+        // read; sorted by key when the object ends, the last of a repeated
+        // key winning: a tree's order.
+        let mut entries: BTreeMap<String, Rope> = BTreeMap::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let mut value = Rope::default();
+            map.next_value_seed(Canonical { out: &mut value, depth: self.depth + 1 })?;
+            entries.insert(key, value);
         }
         self.write(b"{");
         for (i, (k, v)) in entries.into_iter().enumerate() {
@@ -509,8 +559,7 @@ impl<'de> Visitor<'de> for Canonical<'_> {
             }
             self.write_json(&k);
             self.write(b":");
-            let mut de = serde_json::Deserializer::from_str(v.get());
-            self.nested().deserialize(&mut de).map_err(de::Error::custom)?;
+            self.out.append(v);
         }
         self.write(b"}");
         Ok(())

@@ -408,6 +408,93 @@ fn declared_bodies_that_never_come_do_not_starve_signed_ones() {
     let _ = std::fs::remove_file(config);
 }
 
+/// The median of three timed runs of `f`.
+fn median_of_3(mut f: impl FnMut() -> Duration) -> Duration {
+    let mut runs = [f(), f(), f()];
+    runs.sort();
+    runs[1]
+}
+
+/// A `/v1/deliveries` event nested 120 levels deep costs about what a flat
+/// one of the same size does: each byte is parsed once, not once per
+/// enclosing level. (On main the nested body was scanned 120 times.)
+#[test]
+fn a_nested_body_costs_what_a_flat_one_does() {
+    const PAD: usize = 2 * 1024 * 1024;
+    let served = Served::start(&[], &["--request-timeout", "300s"], &log_path("nested"));
+    let pad = "1,".repeat(PAD / 2) + "1";
+    let mut nested = String::new();
+    for _ in 0..120 {
+        nested.push_str(r#"{"b":2,"a":"#);
+    }
+    nested.push_str(&format!("[{pad}]"));
+    nested.push_str(&"}".repeat(120));
+    let flat = format!(r#"{{"b":2,"a":[{pad}],"c":"{}"}}"#, "x".repeat(nested.len() - pad.len() - 16));
+    let body = |id: &str, deep: &str| {
+        format!(
+            r#"{{"provider":"p","delivery_id":"{id}","event":{{"org":"o","repo":"r","action":"a","deep":{deep}}}}}"#
+        )
+    };
+    let mut n = 0;
+    let mut time = |deep: &str| {
+        n += 1;
+        let b = body(&format!("d{n}"), deep);
+        let head = format!(
+            "POST /v1/deliveries HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            b.len()
+        );
+        let started = Instant::now();
+        let status = request_strict(served.port, &head, b.as_bytes(), Duration::from_secs(300));
+        assert!(matches!(status, Ok(200 | 202)), "{status:?}");
+        started.elapsed()
+    };
+    assert!((flat.len() as f64 / nested.len() as f64 - 1.0).abs() < 0.01, "{} vs {}", flat.len(), nested.len());
+    let flat_time = median_of_3(|| time(&flat));
+    let nested_time = median_of_3(|| time(&nested));
+    let ratio = nested_time.as_secs_f64() / flat_time.as_secs_f64();
+    eprintln!("flat {flat_time:?}, nested 120 deep {nested_time:?}: ratio {ratio:.2}");
+    assert!(ratio < 3.0, "nested {nested_time:?} vs flat {flat_time:?}");
+}
+
+/// A `stripe` provider `st` (secret `whsec_s`) in a config file.
+fn stripe_config(tag: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("{}.toml", fresh_ns(tag)));
+    std::fs::write(&path, "[[provider]]\nname = \"st\"\nkind = \"stripe\"\nsecret = \"whsec_s\"\n").unwrap();
+    path
+}
+
+/// An unauthenticated Stripe request with 8 wrong `v1=` entries costs
+/// about what one with a single entry does: each secret's HMAC of the body
+/// is computed once per request, not once per entry. (On main: 8 HMACs.)
+#[test]
+fn eight_signature_entries_cost_what_one_does() {
+    const SIZE: usize = 8 * 1024 * 1024;
+    let config = stripe_config("entries");
+    let served = Served::start(&[], &["--config", config.to_str().unwrap()], &log_path("entries"));
+    let mut body = br#"{"id":"evt_1","pad":""#.to_vec();
+    body.resize(SIZE - 2, b'x');
+    body.extend_from_slice(b"\"}");
+    let time = |entries: usize| {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        let v1: Vec<String> =
+            (0..entries).map(|i| format!("v1={}", format!("{i:x}").repeat(64)[..64].to_owned())).collect();
+        let head = format!(
+            "POST /webhooks/st HTTP/1.1\r\nHost: x\r\nStripe-Signature: t={t},{}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            v1.join(","),
+            body.len()
+        );
+        let started = Instant::now();
+        assert_eq!(request_strict(served.port, &head, &body, Duration::from_secs(60)), Ok(401));
+        started.elapsed()
+    };
+    let one = median_of_3(|| time(1));
+    let eight = median_of_3(|| time(8));
+    let ratio = eight.as_secs_f64() / one.as_secs_f64();
+    eprintln!("1 entry {one:?}, 8 entries {eight:?}: ratio {ratio:.2}");
+    assert!(ratio < 2.0, "8 entries {eight:?} vs 1 entry {one:?}");
+    let _ = std::fs::remove_file(config);
+}
+
 /// A declared body over the limit is refused (413) before it is read.
 #[test]
 fn oversized_content_length_is_refused_before_reading() {
