@@ -65,6 +65,18 @@ impl BodyBudget {
         self.reserve_units(bytes.div_ceil(UNIT).clamp(1, self.total)).await
     }
 
+    /// Adds room for `bytes` more to `permit`, a request's room already
+    /// held: together never more than the whole budget, so that a costly
+    /// request runs alone rather than waits on itself.
+    pub async fn top_up(&self, permit: &mut OwnedSemaphorePermit, bytes: usize) -> Result<(), BodyError> {
+        let held = permit.num_permits();
+        let want = bytes.div_ceil(UNIT).min(self.total.saturating_sub(held));
+        if want > 0 {
+            permit.merge(self.reserve_units(want).await?);
+        }
+        Ok(())
+    }
+
     async fn reserve_units(&self, units: usize) -> Result<OwnedSemaphorePermit, BodyError> {
         let units = u32::try_from(units).map_err(|_| BodyError::Busy)?;
         match tokio::time::timeout(self.wait, self.units.clone().acquire_many_owned(units)).await {

@@ -946,6 +946,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_kind_refuses_missing_signature_headers_before_the_body() {
+        let settings = hmac::Settings {
+            signature_header: Some("x-sig".into()),
+            delivery_id_header: Some("x-id".into()),
+            ..Default::default()
+        };
+        for kind in Kind::ALL {
+            let p = match kind {
+                Kind::Hmac => {
+                    Provider::hmac("p", &["s"], hmac::Scheme::new(&settings).unwrap(), FieldPointers::default())
+                        .unwrap()
+                }
+                Kind::StandardWebhooks => Provider::new("p", kind, &["whsec_c2VjcmV0"], None, None).unwrap(),
+                _ => Provider::new("p", kind, &["s"], None, None).unwrap(),
+            };
+            let e = p.check_headers(&HeaderMap::new(), SystemTime::now()).unwrap_err();
+            assert!(matches!(e, Rejection::Unauthorized(_)), "{kind}: {e:?}");
+        }
+    }
+
+    #[test]
     fn kind_parses_config_names() {
         assert_eq!("github".parse::<Kind>(), Ok(Kind::Github));
         assert_eq!("standard-webhooks".parse::<Kind>(), Ok(Kind::StandardWebhooks));

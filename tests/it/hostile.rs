@@ -931,7 +931,10 @@ async fn worker_stderr_escapes_control_characters() {
 async fn a_slow_chunked_body_holds_room_for_what_it_sent() {
     use tokio::io::AsyncWriteExt;
     const MIB: usize = 1024 * 1024;
-    let budget = idemgate::intake::BodyBudget::new(MIB + MIB / 2, Duration::from_millis(500));
+    // The 1 MiB body below costs about 2 MiB (its digest holds its canonical
+    // text too): with the slow one's first step that fits in 3 MiB; had the
+    // slow one been charged the 1 MiB limit, it would not.
+    let budget = idemgate::intake::BodyBudget::new(3 * MIB, Duration::from_millis(500));
     let state = AppState::new(Gate::new(["o/r"], Backend::Memory.store(&Settings::default()).await), vec![], None)
         .with_max_body(MIB)
         .with_body_budget(budget);
@@ -942,7 +945,7 @@ async fn a_slow_chunked_body_holds_room_for_what_it_sent() {
     let head = "POST /v1/deliveries HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nb\r\n{\"provider\"\r\n";
     slow.write_all(head.as_bytes()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    // A full 1 MiB body next to it: 1 MiB + the slow one's first step fit in 1.5 MiB.
+    // A full 1 MiB body next to it.
     let mut event = json!({"org": "o", "repo": "r", "action": "a", "pad": "x"});
     let body = json!({"provider": "p", "delivery_id": "big", "event": event.clone()}).to_string();
     event["pad"] = json!("x".repeat(MIB - body.len() - 1));
