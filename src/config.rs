@@ -718,8 +718,15 @@ fn providers_from(file: &FileConfig, env: &dyn Fn(&str) -> Option<String>) -> Re
         if !kind.is_timestamped() && kind != Kind::Hmac && p.tolerance.is_some() {
             return Err(err(format!("{at}: `tolerance` applies to kinds that sign a timestamp only")));
         }
-        if kind != Kind::Github && p.identity.is_some() {
-            return Err(err(format!("{at}: `identity` applies to kind \"github\" only")));
+        match (kind, p.identity) {
+            (_, None) | (Kind::Github, Some(IdentityMode::Event | IdentityMode::Number)) => {}
+            (Kind::Shopify, Some(IdentityMode::Event | IdentityMode::Topic)) => {}
+            (Kind::Github | Kind::Shopify, Some(mode)) => {
+                return Err(err(format!("{at}: `identity = {:?}` does not apply to kind \"{kind}\"", mode.as_str())));
+            }
+            (_, Some(_)) => {
+                return Err(err(format!("{at}: `identity` applies to kinds \"github\" and \"shopify\" only")));
+            }
         }
         if let Some(key) = p.hmac_keys_given().filter(|_| kind != Kind::Hmac) {
             return Err(err(format!("{at}: `{key}` applies to kind \"hmac\" only")));
@@ -1152,7 +1159,7 @@ mod tests {
             ),
             (
                 "[[provider]]\nname = \"x\"\nkind = \"standard-webhooks\"\nsecret = \"whsec_c2Vjb25k\"\nidentity = \"number\"",
-                "`identity` applies to kind \"github\" only",
+                "`identity` applies to kinds \"github\" and \"shopify\" only",
             ),
             (
                 "[[provider]]\nname = \"x\"\nkind = \"standard-webhooks\"\nsecrets = [\"whsec_c2Vjb25k\", \"whsec_!\"]",

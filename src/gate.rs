@@ -14,8 +14,8 @@ use crate::store::{Call, HeldRun, Store};
 // The words the gate speaks, re-exported so that `idemgate::gate` is the one
 // import a caller needs.
 pub use crate::vocabulary::{
-    DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, Hold, Identity, Outcome, Response, SUBJECT_DIGEST_SEPARATOR, Settings,
-    Status, Verdict,
+    DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, Hold, Identity, KeySlots, Outcome, Response, SUBJECT_DIGEST_SEPARATOR,
+    Settings, Status, Verdict,
 };
 
 /// The idempotency gate: rules in front of a store.
@@ -135,7 +135,7 @@ impl Gate {
         let call = Call {
             provider: s.provider,
             delivery_id: s.delivery_id,
-            verdict: self.verdict_for(s.provider, s.event, s.content_digest),
+            verdict: self.verdict_named(s.provider, s.event, s.content_digest, s.key_slots),
             event_digest: s.event_digest,
             payload: s.payload,
             now_ms: crate::units::now_ms(),
@@ -154,6 +154,19 @@ impl Gate {
     /// [`Gate::verdict`] for a delivery whose work is named by its content:
     /// with `content_digest`, the identity's subject is `number@digest`.
     pub fn verdict_for(&self, provider: &str, event: &Value, content_digest: Option<&str>) -> Verdict {
+        self.verdict_named(provider, event, content_digest, &KeySlots::default())
+    }
+
+    /// [`Gate::verdict_for`] with the logical key's slots replaced as
+    /// `slots` says (a body signed alone names its work; [`KeySlots`]).
+    /// Validation and the allowlist judge the event itself.
+    pub fn verdict_named(
+        &self,
+        provider: &str,
+        event: &Value,
+        content_digest: Option<&str>,
+        slots: &KeySlots,
+    ) -> Verdict {
         let Some(fields) = validate(event) else {
             return Verdict::BadRequest;
         };
@@ -162,9 +175,10 @@ impl Gate {
         if !allowlist.contains(&repo) {
             return Verdict::Blocked;
         }
+        let identity = Identity::new(provider, repo, fields.action, fields.number);
         Verdict::Work(match content_digest {
-            None => Identity::new(provider, repo, fields.action, fields.number),
-            Some(d) => Identity::with_content(provider, repo, fields.action, fields.number, d),
+            None => identity,
+            Some(d) => identity.named(d, slots),
         })
     }
 }
@@ -212,6 +226,9 @@ impl Claim {
     }
 }
 
+/// The key slots of a delivery whose event names its work.
+static NO_SLOTS: KeySlots = KeySlots { repo: None, action: None, number: None };
+
 /// One delivery as a caller hands it to [`Gate::submit`].
 #[derive(Debug, Clone, Copy)]
 pub struct Submission<'a> {
@@ -229,12 +246,15 @@ pub struct Submission<'a> {
     pub content_digest: Option<&'a str>,
     /// Kept in the run record as `payload` when this delivery creates a run.
     pub payload: Option<&'a str>,
+    /// With `content_digest`: the logical key's slots that a signed body
+    /// names instead of the event ([`KeySlots`]).
+    pub key_slots: &'a KeySlots,
 }
 
 impl<'a> Submission<'a> {
     /// A delivery named by its number, keeping no payload.
     pub fn new(provider: &'a str, delivery_id: &'a str, event: &'a Value, event_digest: &'a str) -> Self {
-        Self { provider, delivery_id, event, event_digest, content_digest: None, payload: None }
+        Self { provider, delivery_id, event, event_digest, content_digest: None, payload: None, key_slots: &NO_SLOTS }
     }
 }
 

@@ -4,6 +4,7 @@
 //! tests can drive it in-process; [`crate::server`] binds and serves it.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Instant, SystemTime};
@@ -195,6 +196,7 @@ pub fn app(state: AppState) -> Router {
 /// the request timeout (503), and request metrics.
 async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
+    let req = lingering(req);
     let matched = req.extensions().get::<MatchedPath>().cloned();
     let route = matched.as_ref().map_or("unmatched", MatchedPath::as_str);
     let declared =
@@ -212,6 +214,16 @@ async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response
     };
     st.0.metrics.request(route, resp.status().as_u16(), started.elapsed());
     resp
+}
+
+/// `req` with a body that, if the request is answered before the body is
+/// read in full, goes on being read and dropped for a bounded time (a
+/// lingering close, [`crate::intake::Lingering`]), so the client reads the
+/// answer (here and in [`crate::layer`]).
+pub(crate) fn lingering(req: Request) -> Request {
+    let expects_continue =
+        req.headers().get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    req.map(|body| Body::new(crate::intake::Lingering::new(body, expects_continue)))
 }
 
 /// The bearer-token check of `/v1/*`, run before the body is read or any
@@ -268,19 +280,28 @@ pub(crate) async fn read_within(
 ) -> Result<(Bytes, tokio::sync::OwnedSemaphorePermit), ApiError> {
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    budget.read(body, declared, max_body, cost).await.map_err(|e| match e {
+    budget.read(body, declared, max_body, cost).await.map_err(|e| body_error(metrics, e))
+}
+
+/// The answer to a body that was not read, or found no room in the budget.
+fn body_error(metrics: &Metrics, e: BodyError) -> ApiError {
+    match e {
         BodyError::TooLarge(max) => ApiError::TooLarge(max),
         BodyError::Busy => {
             metrics.body_budget_refusal();
             ApiError::Unavailable("too many large request bodies in flight; retry later")
         }
         BodyError::Broken => ApiError::BadRequest("the request body could not be read".into()),
-    })
+    }
 }
 
 async fn deliveries(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     authorize(&st, &headers)?;
-    let (bytes, permit) = read_body(&st, &headers, body, 1).await?;
+    let (bytes, mut permit) = read_body(&st, &headers, body, 1).await?;
+    // The digest holds the canonical text and an entry per object key while
+    // it reads the event: that memory is charged too, before it is taken.
+    let overhead = crate::intake::canonical_overhead(&bytes);
+    st.0.budget.top_up(&mut permit, overhead).await.map_err(|e| body_error(&st.0.metrics, e))?;
     let body =
         crate::intake::parse_delivery(bytes, permit, st.0.keep_payload).await.map_err(|e| ApiError::BadRequest(e.0))?;
     if st.0.providers.contains_key(&body.provider) {
@@ -309,18 +330,44 @@ async fn webhook(
     let Ok(Path(name)) = name else { return Err(ApiError::NotFound("no such provider".into())) };
     let provider =
         st.0.providers.get(&name).ok_or_else(|| ApiError::NotFound(format!("no provider named {name:?}")))?;
-    // The whole request, body to store answer, fits the provider's deadline,
-    // so a slow client or a slow Redis gets a 503 that the provider retries,
-    // never a timeout that it counts as a failure. The store call is one
-    // atomic script: cut short, it either never ran or ran whole (then the
-    // retry gets its replay); nothing is half-written.
     let within = provider.answer_within(st.0.request_timeout);
     let at_store = AtomicBool::new(false);
-    match tokio::time::timeout(within, accept_webhook(&st, provider, &headers, body, &at_store)).await {
-        Ok(answer) => answer,
+    let answer = within_deadline(provider, within, &st.0.metrics, &at_store, started, async {
+        let received = match receive(&Intake::of(&st), provider, &headers, body).await {
+            Ok(received) => received,
+            Err(answer) => return Ok(answer),
+        };
+        at_store.store(true, Ordering::Relaxed);
+        let Received { bytes, delivery, digest, .. } = &received;
+        let outcome = gate_call(&st, &provider_submission(provider, delivery, bytes, digest)).await?;
+        Ok(provider_answer(provider, delivery, &outcome, &st.0.metrics, &st.0.refusals))
+    })
+    .await;
+    answer.and_then(|answered| answered)
+}
+
+/// The whole of a provider request before its answer, body to store answer
+/// (and in the embedding layer, body to the handler's call), fits the
+/// provider's deadline: a slow client or a slow Redis gets a 503 that the
+/// provider retries, never a timeout that it counts as a failure. The store
+/// call is one atomic script: cut short, it either never ran or ran whole
+/// (then the retry gets its replay); nothing is half-written. `at_store`
+/// turns true once only the store's answer is awaited. Shared by `serve`
+/// and [`crate::layer`].
+pub(crate) async fn within_deadline<T>(
+    provider: &Provider,
+    within: std::time::Duration,
+    metrics: &Metrics,
+    at_store: &AtomicBool,
+    started: Instant,
+    work: impl Future<Output = T>,
+) -> Result<T, ApiError> {
+    match tokio::time::timeout(within, work).await {
+        Ok(done) => Ok(done),
         Err(_) => {
+            let name = provider.name.as_str();
             let stage = if at_store.load(Ordering::Relaxed) { DeadlineStage::Store } else { DeadlineStage::Body };
-            st.0.metrics.deadline_expiry(&name, stage);
+            metrics.deadline_expiry(name, stage);
             tracing::warn!(
                 provider = %name,
                 deadline = ?provider.deadline(),
@@ -333,41 +380,72 @@ async fn webhook(
     }
 }
 
-/// A provider delivery, read, authenticated and gated; `at_store` turns true
-/// once only the store's answer is awaited.
-async fn accept_webhook(
-    st: &AppState,
+/// Where a provider request's body goes: the limit, the shared budget, and
+/// the counters (from `serve`'s state, or the embedding layer's).
+pub(crate) struct Intake<'a> {
+    pub(crate) budget: &'a BodyBudget,
+    pub(crate) metrics: &'a Metrics,
+    pub(crate) refusals: &'a RefusalLog,
+    pub(crate) max_body: usize,
+}
+
+impl<'a> Intake<'a> {
+    fn of(st: &'a AppState) -> Self {
+        Intake { budget: &st.0.budget, metrics: &st.0.metrics, refusals: &st.0.refusals, max_body: st.0.max_body }
+    }
+}
+
+/// A provider delivery read within the budget and authenticated.
+pub(crate) struct Received {
+    /// The raw body the provider signed.
+    pub(crate) bytes: Bytes,
+    /// The body's room in the budget: held as long as the body is.
+    pub(crate) permit: tokio::sync::OwnedSemaphorePermit,
+    /// The delivery, normalized.
+    pub(crate) delivery: Delivery,
+    /// [`body_digest`] of `bytes`.
+    pub(crate) digest: String,
+}
+
+/// The steps of a provider request before the gate, one code path for
+/// `serve` and [`crate::layer`]: the signature headers' presence and
+/// shape (401 before a byte of the body is read or charged), the body
+/// within the limit and the budget, then authentication and normalization
+/// ([`accept_delivery`]), off the async threads for a large body (an HMAC
+/// of 25 MiB per secret is CPU work). `Err` is the answer that ends the
+/// request.
+pub(crate) async fn receive(
+    intake: &Intake<'_>,
     provider: &Provider,
     headers: &HeaderMap,
     body: Body,
-    at_store: &AtomicBool,
-) -> Result<Response, ApiError> {
-    let (bytes, _permit) = read_body(st, headers, body, 1).await?;
-    let delivery = match accept_delivery(provider, headers, &bytes, &st.0.metrics, &st.0.refusals) {
-        Ok(delivery) => delivery,
-        Err(answer) => return Ok(*answer),
+) -> Result<Received, Response> {
+    if let Err(rejection) = provider.check_headers(headers, SystemTime::now()) {
+        return Err(refusal(provider, rejection, intake.metrics, intake.refusals));
+    }
+    let (bytes, permit) = read_within(intake.budget, intake.metrics, headers, body, intake.max_body, 1)
+        .await
+        .map_err(IntoResponse::into_response)?;
+    let accepted = if crate::intake::is_heavy(bytes.len()) {
+        let (p, h, b) = (provider.clone(), headers.clone(), bytes.clone());
+        crate::intake::on_cpu_pool(move || p.accept(&h, &b, SystemTime::now()))
+            .await
+            .ok_or_else(|| ApiError::Unavailable("the service is stopping").into_response())?
+    } else {
+        provider.accept(headers, &bytes, SystemTime::now())
     };
+    let delivery = accepted.map_err(|rejection| refusal(provider, rejection, intake.metrics, intake.refusals))?;
     let digest = body_digest(&bytes);
-    at_store.store(true, Ordering::Relaxed);
-    let outcome = gate_call(st, &provider_submission(provider, &delivery, &bytes, &digest)).await?;
-    Ok(provider_answer(provider, &delivery, &outcome, &st.0.metrics, &st.0.refusals))
+    Ok(Received { bytes, permit, delivery, digest })
 }
 
-/// Authenticates and normalizes a request to a provider endpoint (here and
-/// in [`crate::layer`]). `Err` is the answer that ends the request before
-/// the gate: 401 or 400 (nothing read from or written to the store), or
-/// the `ignored` acknowledgement.
-pub(crate) fn accept_delivery(
-    provider: &Provider,
-    headers: &HeaderMap,
-    body: &[u8],
-    metrics: &Metrics,
-    refusals: &RefusalLog,
-) -> Result<Delivery, Box<Response>> {
+/// The answer to a provider request refused before the gate: 401 or 400
+/// (nothing read from or written to the store), the `ignored`
+/// acknowledgement, or Slack's handshake; counted and logged.
+pub(crate) fn refusal(provider: &Provider, rejection: Rejection, metrics: &Metrics, refusals: &RefusalLog) -> Response {
     let name = provider.name.as_str();
-    match provider.accept(headers, body, SystemTime::now()) {
-        Ok(delivery) => Ok(delivery),
-        Err(Rejection::Ignored(reason)) => {
+    match rejection {
+        Rejection::Ignored(reason) => {
             metrics.ignored(name);
             let refusal = Refusal { provider: name, delivery_id: None, reason, event: None, replayed: false };
             refusals.record(metrics, &refusal);
@@ -376,26 +454,24 @@ pub(crate) fn accept_delivery(
                 replayed: false,
                 event_mismatch: false,
             };
-            Err(Box::new(gate_response(&outcome, provider.refusal_status())))
+            gate_response(&outcome, provider.refusal_status())
         }
         // A signed handshake (Slack's `url_verification`): echoed, nothing stored.
-        Err(Rejection::Challenge(challenge)) => {
+        Rejection::Challenge(challenge) => {
             tracing::info!(provider = %name, "url verification handshake answered");
-            Err(Box::new(Json(json!({ "challenge": challenge })).into_response()))
+            Json(json!({ "challenge": challenge })).into_response()
         }
-        Err(r) => {
+        r => {
             tracing::info!(provider = %name, reason = r.reason(), "webhook rejected");
-            Err(Box::new(
-                match r {
-                    Rejection::Unauthorized(m) => {
-                        metrics.auth_failure(name);
-                        ApiError::Unauthorized(m)
-                    }
-                    Rejection::BadRequest(m) => ApiError::BadRequest(m),
-                    Rejection::Ignored(_) | Rejection::Challenge(_) => unreachable!("answered above"),
+            match r {
+                Rejection::Unauthorized(m) => {
+                    metrics.auth_failure(name);
+                    ApiError::Unauthorized(m)
                 }
-                .into_response(),
-            ))
+                Rejection::BadRequest(m) => ApiError::BadRequest(m),
+                Rejection::Ignored(_) | Rejection::Challenge(_) => unreachable!("answered above"),
+            }
+            .into_response()
         }
     }
 }
@@ -418,6 +494,7 @@ pub(crate) fn provider_submission<'a>(
     let payload = provider.keep_payload().then(|| std::str::from_utf8(body).ok()).flatten();
     Submission {
         content_digest: delivery.content_digest.as_deref(),
+        key_slots: &delivery.key_slots,
         payload,
         ..Submission::new(&provider.name, &delivery.delivery_id, &delivery.event, digest)
     }

@@ -71,6 +71,18 @@ impl BodyBudget {
         self.reserve_units(bytes.div_ceil(UNIT).clamp(1, self.total)).await
     }
 
+    /// Adds room for `bytes` more to `permit`, a request's room already
+    /// held: together never more than the whole budget, so that a costly
+    /// request runs alone rather than waits on itself.
+    pub async fn top_up(&self, permit: &mut OwnedSemaphorePermit, bytes: usize) -> Result<(), BodyError> {
+        let held = permit.num_permits();
+        let want = bytes.div_ceil(UNIT).min(self.total.saturating_sub(held));
+        if want > 0 {
+            permit.merge(self.reserve_units(want).await?);
+        }
+        Ok(())
+    }
+
     async fn reserve_units(&self, units: usize) -> Result<OwnedSemaphorePermit, BodyError> {
         let units = u32::try_from(units).map_err(|_| BodyError::Busy)?;
         match tokio::time::timeout(self.wait, self.units.clone().acquire_many_owned(units)).await {
@@ -82,11 +94,15 @@ impl BodyBudget {
 
     /// Reads a whole body of at most `max` bytes into one buffer, charging
     /// the budget `cost` times its bytes. A declared `Content-Length` is
-    /// charged before reading, in one piece: requests then wait their turn
-    /// in arrival order (the semaphore is fair) and each one admitted can
-    /// finish. Charging declared bodies as they arrive was measured worse:
-    /// 16 concurrent 24 MiB bodies each took part of the budget, all waited
-    /// for more, and 14 of them got 503. A body without a length (chunked)
+    /// charged in one piece once the body's first bytes arrive: requests
+    /// then wait their turn in arrival order (the semaphore is fair) and
+    /// each one admitted can finish. Charging declared bodies as they
+    /// arrive was measured worse: 16 concurrent 24 MiB bodies each took
+    /// part of the budget, all waited for more, and 14 of them got 503.
+    /// Charging before the first byte let clients that declare 25 MiB and
+    /// send nothing hold the whole budget, so that small signed deliveries
+    /// queued behind them got 503; such a client now holds nothing, and
+    /// the provider deadline or the request timeout ends it. A body without a length (chunked)
     /// is charged as it arrives, in steps that double from 64 KiB, so that
     /// it is not charged `max` for a few bytes. The permit must be held for
     /// as long as the body and whatever is built from it live.
@@ -105,14 +121,16 @@ impl BodyBudget {
         // Body bytes paid for, and the budget units that cost (capped at the
         // whole budget, so that a costly request runs alone, not never).
         let (mut paid, mut charged) = (0usize, 0usize);
-        if let Some(len) = declared {
-            paid = len as usize;
-            charged = paid.saturating_mul(cost).div_ceil(UNIT).clamp(1, self.total);
-            permit = Some(self.reserve_units(charged).await?);
-        }
-        let mut buf: Vec<u8> = Vec::with_capacity(paid);
+        let mut declared_unpaid = declared.filter(|len| *len > 0);
+        let mut buf: Vec<u8> = Vec::new();
         while let Some(frame) = body.frame().await {
             let Ok(data) = frame.map_err(|_| BodyError::Broken)?.into_data() else { continue }; // trailers
+            if let Some(len) = declared_unpaid.take() {
+                paid = len as usize;
+                charged = paid.saturating_mul(cost).div_ceil(UNIT).clamp(1, self.total);
+                permit = Some(self.reserve_units(charged).await?);
+                buf.reserve_exact(paid);
+            }
             let need = buf.len() + data.len();
             if need > max {
                 return Err(BodyError::TooLarge(max));
@@ -145,6 +163,86 @@ impl BodyBudget {
 /// The first step of a body's charge (see [`BodyBudget::read`]).
 const STEP: usize = 64 * 1024;
 
+/// How long a request body that was answered before it was read in full
+/// goes on being read and dropped ([`Lingering`]).
+pub const LINGER: Duration = Duration::from_secs(5);
+
+/// How many bytes of such a body are read and dropped at most.
+pub const LINGER_BYTES: usize = 64 * 1024 * 1024;
+
+/// A request body that, dropped before its end, is read to its end and
+/// dropped in a task of its own (a lingering close), for at most
+/// [`LINGER`] and [`LINGER_BYTES`]. A request refused before its body was
+/// read (413 by its declared length, 401 by its headers, 503 with no room
+/// in the budget, a deadline) is then answered to a client that can read
+/// the answer: closing a socket with unread bytes makes the kernel send a
+/// reset, and a client still sending gets `Broken pipe` or loses the
+/// answer. The bytes drained are not kept, so they cost no budget. A
+/// client that sent `Expect: 100-continue` is waiting for permission to
+/// send and is not drained: hyper answers it without `100 Continue`.
+pub struct Lingering {
+    inner: Option<Body>,
+    ended: bool,
+}
+
+impl Lingering {
+    /// Wraps a request's body; `expects_continue`: the request carried
+    /// `Expect: 100-continue`.
+    pub fn new(body: Body, expects_continue: bool) -> Self {
+        Self { inner: Some(body), ended: expects_continue }
+    }
+}
+
+impl hyper::body::Body for Lingering {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, axum::Error>>> {
+        let Some(inner) = self.inner.as_mut() else { return std::task::Poll::Ready(None) };
+        let polled = std::pin::Pin::new(inner).poll_frame(cx);
+        if matches!(polled, std::task::Poll::Ready(None | Some(Err(_)))) {
+            self.ended = true;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.as_ref().is_none_or(hyper::body::Body::is_end_stream)
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.as_ref().map(hyper::body::Body::size_hint).unwrap_or_default()
+    }
+}
+
+impl Drop for Lingering {
+    fn drop(&mut self) {
+        let Some(body) = self.inner.take().filter(|b| !self.ended && !hyper::body::Body::is_end_stream(b)) else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(drain(body));
+        }
+    }
+}
+
+/// Reads and drops `body` for at most [`LINGER`] and [`LINGER_BYTES`].
+async fn drain(mut body: Body) {
+    let read = async {
+        let mut dropped = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            dropped += frame.data_ref().map_or(0, Bytes::len);
+            if dropped > LINGER_BYTES {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER, read).await;
+}
+
 /// The `/v1/deliveries` body, read for what the gate needs: `provider`,
 /// `delivery_id`, the four event fields the rules look at, and the event's
 /// digest, without a tree of the whole event.
@@ -170,9 +268,7 @@ pub struct DeliveryBody {
 const PARSE_INLINE_MAX: usize = 64 * 1024;
 
 /// Parses a `/v1/deliveries` body ([`DeliveryBody::parse`]). A large body
-/// is parsed on the blocking pool, at most one per CPU at a time: parsing
-/// is CPU work, and ten large bodies parsed at once on two cores would all
-/// take five times as long and time out together. `permit` (the body's
+/// is parsed on the blocking pool ([`on_cpu_pool`]). `permit` (the body's
 /// room in the budget) is released only once the body is gone, even when
 /// the request times out while the parse runs.
 pub async fn parse_delivery(
@@ -183,18 +279,39 @@ pub async fn parse_delivery(
     if bytes.len() <= PARSE_INLINE_MAX {
         return DeliveryBody::parse(&bytes, keep_event);
     }
-    static PARSERS: std::sync::OnceLock<Arc<Semaphore>> = std::sync::OnceLock::new();
-    let parsers = PARSERS
-        .get_or_init(|| Arc::new(Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get()))))
-        .clone();
-    let slot = parsers.acquire_owned().await.map_err(|_| Malformed("the service is stopping".into()))?;
-    tokio::task::spawn_blocking(move || {
+    on_cpu_pool(move || {
         let parsed = DeliveryBody::parse(&bytes, keep_event);
-        drop((bytes, permit, slot));
+        drop((bytes, permit));
         parsed
     })
     .await
-    .map_err(|_| Malformed("the body could not be parsed".into()))?
+    .unwrap_or_else(|| Err(Malformed("the body could not be parsed".into())))
+}
+
+/// Whether work over a body of `len` bytes (parsing, an HMAC per secret)
+/// runs on the blocking pool ([`on_cpu_pool`]) rather than inline.
+pub fn is_heavy(len: usize) -> bool {
+    len > PARSE_INLINE_MAX
+}
+
+/// Runs CPU work over a large body on the blocking pool, at most one job
+/// per CPU at a time: ten large bodies worked on at once on two cores
+/// would all take five times as long and time out together, and on the
+/// async threads they would stall everyone else's answers. `None` when
+/// the job could not run (the service is stopping, or it panicked).
+pub async fn on_cpu_pool<T: Send + 'static>(job: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    static SLOTS: std::sync::OnceLock<Arc<Semaphore>> = std::sync::OnceLock::new();
+    let slots = SLOTS
+        .get_or_init(|| Arc::new(Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get()))))
+        .clone();
+    let slot = slots.acquire_owned().await.ok()?;
+    tokio::task::spawn_blocking(move || {
+        let out = job();
+        drop(slot);
+        out
+    })
+    .await
+    .ok()
 }
 
 /// Why a `/v1/deliveries` body was refused (400, nothing stored).
@@ -291,46 +408,94 @@ impl<'de> serde::Deserialize<'de> for KeyName {
 /// [`crate::gate::event_digest`] of the JSON text `event`, computed while
 /// reading it: the same canonical form (keys sorted at every level, compact,
 /// numbers and strings as serde_json writes them), so the digest of a
-/// delivery is the same whichever way it was computed. Only one object's
-/// keys at a time are held (to sort them), never a tree of the event.
+/// delivery is the same whichever way it was computed. The text is parsed
+/// once: each value is written in canonical form as it is read, an
+/// object's entries into pieces of their own that are put in key order
+/// when the object ends (large pieces are moved, not copied). So a body
+/// nested 120 levels deep costs what a flat one does; no tree of the
+/// event is built. What it holds is the canonical text (about the event's
+/// size) and one entry per key of the object being read
+/// ([`canonical_overhead`] bounds both, for the budget).
 pub fn raw_event_digest(event: &str) -> serde_json::Result<String> {
-    let mut sink = Sink { hash: Sha256::new(), buf: Vec::with_capacity(SINK_BUFFER) };
+    let mut out = Rope::default();
     let mut de = serde_json::Deserializer::from_str(event);
-    Canonical { out: &mut sink, depth: 0 }.deserialize(&mut de)?;
+    Canonical { out: &mut out, depth: 0 }.deserialize(&mut de)?;
     de.end()?;
-    sink.hash.update(&sink.buf);
-    Ok(hex::encode(&sink.hash.finalize()[..16]))
+    let mut hash = Sha256::new();
+    for chunk in &out.chunks {
+        hash.update(chunk);
+    }
+    Ok(hex::encode(&hash.finalize()[..16]))
 }
 
-/// Bytes gathered before they go into the hash: one hash update per
-/// array element of one or two bytes would cost more than the parsing.
+/// The most memory [`raw_event_digest`] takes for `event` besides the text
+/// itself: the canonical text (no longer than the event) and, per object
+/// key, an entry of at most [`ENTRY_BYTES`] (a key is at least two bytes
+/// of quotes and is followed by a `:`, so the colons bound the keys).
+pub fn canonical_overhead(event: &[u8]) -> usize {
+    let colons = event.iter().filter(|b| **b == b':').count();
+    event.len() + colons * ENTRY_BYTES
+}
+
+/// What one object entry costs while its object is read: the key's
+/// `String` and its piece list (`Vec`), their heap blocks, and the piece's
+/// first bytes.
+const ENTRY_BYTES: usize = 128;
+
+/// Canonical text in pieces: small writes go into the last piece; a
+/// nested value's large pieces are moved into its parent, not copied.
+#[derive(Default)]
+struct Rope {
+    chunks: Vec<Vec<u8>>,
+}
+
+/// A piece at least this large is moved whole from a child to its parent;
+/// smaller ones are copied into the parent's last piece.
+const MOVE_AT: usize = 4 * 1024;
+
+impl Rope {
+    fn push(&mut self, bytes: &[u8]) {
+        match self.chunks.last_mut() {
+            Some(last) if last.len() < SINK_BUFFER => last.extend_from_slice(bytes),
+            _ => self.chunks.push(bytes.to_vec()),
+        }
+    }
+
+    fn append(&mut self, other: Rope) {
+        for chunk in other.chunks {
+            if chunk.len() >= MOVE_AT {
+                self.chunks.push(chunk);
+            } else {
+                self.push(&chunk);
+            }
+        }
+    }
+
+    fn last(&mut self) -> &mut Vec<u8> {
+        if self.chunks.last().is_none_or(|last| last.len() >= SINK_BUFFER) {
+            self.chunks.push(Vec::new());
+        }
+        self.chunks.last_mut().expect("pushed above")
+    }
+}
+
+/// The size a rope's last piece grows to before a new one starts.
 const SINK_BUFFER: usize = 64 * 1024;
 
-struct Sink {
-    hash: Sha256,
-    buf: Vec<u8>,
-}
-
-/// Writes one JSON value in canonical form into a hash.
+/// Writes one JSON value in canonical form into a rope.
 struct Canonical<'h> {
-    out: &'h mut Sink,
+    out: &'h mut Rope,
     depth: usize,
 }
 
 impl Canonical<'_> {
     fn write(&mut self, bytes: &[u8]) {
-        let sink = &mut *self.out;
-        sink.buf.extend_from_slice(bytes);
-        if sink.buf.len() >= SINK_BUFFER {
-            sink.hash.update(&sink.buf);
-            sink.buf.clear();
-        }
+        self.out.push(bytes);
     }
 
     fn write_json<T: serde::Serialize + ?Sized>(&mut self, v: &T) {
         // Serializing a number or a string into a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut self.out.buf, v);
-        self.write(b"");
+        let _ = serde_json::to_writer(self.out.last(), v);
     }
 
     fn nested(&mut self) -> Canonical<'_> {
@@ -359,15 +524,13 @@ impl<'de> Visitor<'de> for Canonical<'_> {
         self.write(if v { b"true" } else { b"false" });
         Ok(())
     }
-    fn visit_i64<E>(mut self, v: i64) -> Result<(), E> {
+    fn visit_i64<E>(self, v: i64) -> Result<(), E> {
         // Integers print as serde_json writes them: plain decimal.
-        let _ = std::io::Write::write_fmt(&mut self.out.buf, format_args!("{v}"));
-        self.write(b"");
+        let _ = std::io::Write::write_fmt(self.out.last(), format_args!("{v}"));
         Ok(())
     }
-    fn visit_u64<E>(mut self, v: u64) -> Result<(), E> {
-        let _ = std::io::Write::write_fmt(&mut self.out.buf, format_args!("{v}"));
-        self.write(b"");
+    fn visit_u64<E>(self, v: u64) -> Result<(), E> {
+        let _ = std::io::Write::write_fmt(self.out.last(), format_args!("{v}"));
         Ok(())
     }
     fn visit_f64<E: de::Error>(mut self, v: f64) -> Result<(), E> {
@@ -398,10 +561,14 @@ impl<'de> Visitor<'de> for Canonical<'_> {
         if self.depth >= MAX_DEPTH {
             return Err(de::Error::custom("the event nests too deep"));
         }
-        // Sorted by key, the last of a repeated key winning: a tree's order.
-        let mut entries: BTreeMap<String, &'de RawValue> = BTreeMap::new();
-        while let Some((k, v)) = map.next_entry::<String, &'de RawValue>()? {
-            entries.insert(k, v);
+        // Each value is written once, into a rope of its own, as it is
+        // read; sorted by key when the object ends, the last of a repeated
+        // key winning: a tree's order.
+        let mut entries: BTreeMap<String, Rope> = BTreeMap::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let mut value = Rope::default();
+            map.next_value_seed(Canonical { out: &mut value, depth: self.depth + 1 })?;
+            entries.insert(key, value);
         }
         self.write(b"{");
         for (i, (k, v)) in entries.into_iter().enumerate() {
@@ -410,8 +577,7 @@ impl<'de> Visitor<'de> for Canonical<'_> {
             }
             self.write_json(&k);
             self.write(b":");
-            let mut de = serde_json::Deserializer::from_str(v.get());
-            self.nested().deserialize(&mut de).map_err(de::Error::custom)?;
+            self.out.append(v);
         }
         self.write(b"}");
         Ok(())

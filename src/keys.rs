@@ -63,10 +63,11 @@ impl Keys {
 
     /// `idemgate:{NS}:logical:` enc(provider) `:` enc(org/repo) `:` enc(action) `:` enc(subject);
     /// the subject is the number text, or `number@digest` for a content
-    /// identity (docs/identities.md).
+    /// identity, and a signed body's key holds what the body states
+    /// ([`Identity::key_parts`], docs/identities.md).
     pub fn logical(&self, id: &Identity) -> String {
         let mut k = self.key("logical:");
-        for (i, field) in [&id.provider, &id.repo, &id.action, &id.subject].into_iter().enumerate() {
+        for (i, field) in id.key_parts().into_iter().enumerate() {
             if i > 0 {
                 k.push(':');
             }

@@ -3,9 +3,12 @@
 //! of it.
 //!
 //! For each request the layer, in this order:
-//! 1. reads the body (413 over the limit) and authenticates it with the
-//!    configured [`Provider`]: a bad signature is 401 before any store
-//!    access, exactly as on `POST /webhooks/{name}` of `idemgate serve`;
+//! 1. checks the signature headers' presence and shape (401 before a byte
+//!    of the body is read), reads the body within the limit (413) and the
+//!    budget (503), and authenticates it with the configured [`Provider`]:
+//!    a bad signature is 401 before any store access, all of it within
+//!    the provider's deadline and through the same code as `POST
+//!    /webhooks/{name}` of `idemgate serve` ([`crate::http`]);
 //! 2. gates the delivery through the library [`Gate`];
 //! 3. calls the wrapped handler only for new work (`created`), with the
 //!    [`Run`] as a request extension (and extractor);
@@ -73,6 +76,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -271,24 +275,38 @@ where
     S::Error: Send + 'static,
 {
     let st = &*shared;
-    let (parts, body) = req.into_parts();
+    let (parts, body) = http::lingering(req).into_parts();
+    // The body, its authentication and the gate call fit the provider's
+    // deadline, through the steps `idemgate serve` takes (http::receive,
+    // http::within_deadline). Cut short in the gate call, the script ran
+    // whole or not at all; a run it created stays held until its hold runs
+    // out, and the provider's retries get 503 until then.
+    let (started, at_store) = (std::time::Instant::now(), AtomicBool::new(false));
+    let within = st.provider.answer_within(crate::intake::DEFAULT_REQUEST_TIMEOUT);
+    let hold = Hold { lease: st.handler_timeout + HOLD_MARGIN, retention: st.run_retention };
+    let admitted = http::within_deadline(&st.provider, within, &st.metrics, &at_store, started, async {
+        let intake =
+            http::Intake { budget: &st.budget, metrics: &st.metrics, refusals: &st.refusals, max_body: st.max_body };
+        let received = http::receive(&intake, &st.provider, &parts.headers, body).await?;
+        at_store.store(true, Ordering::Relaxed);
+        let (delivery, bytes) = (&received.delivery, &received.bytes);
+        // Timed from before the store call, so it never ends after the stored hold.
+        let hold_ends = Instant::now() + hold.lease;
+        let admission = st
+            .gate
+            .submit_held(&http::provider_submission(&st.provider, delivery, bytes, &received.digest), hold)
+            .await;
+        Ok::<_, Response>((admission, received, hold_ends))
+    })
+    .await;
     // The permit charges the body to the budget until the answer is sent.
-    let (bytes, _permit) = match http::read_within(&st.budget, &st.metrics, &parts.headers, body, st.max_body, 1).await
-    {
-        Ok(read) => read,
+    let (admission, http::Received { bytes, permit: _permit, delivery, .. }, hold_ends) = match admitted {
+        Ok(Ok(admitted)) => admitted,
+        Ok(Err(answer)) => return Ok(answer),
         Err(e) => return Ok(e.into_response()),
     };
-    let delivery = match http::accept_delivery(&st.provider, &parts.headers, &bytes, &st.metrics, &st.refusals) {
-        Ok(delivery) => delivery,
-        Err(answer) => return Ok(*answer),
-    };
-    let digest = http::body_digest(&bytes);
-    let submission = http::provider_submission(&st.provider, &delivery, &bytes, &digest);
-    let hold = Hold { lease: st.handler_timeout + HOLD_MARGIN, retention: st.run_retention };
-    // Timed from before the store call, so it never ends after the stored hold.
-    let hold_ends = Instant::now() + hold.lease;
     let (name, id) = (st.provider.name.as_str(), delivery.delivery_id.as_str());
-    let (outcome, claim) = match st.gate.submit_held(&submission, hold).await {
+    let (outcome, claim) = match admission {
         Err(e) => return Ok(http::gate_failure(&st.metrics, name, id, e).into_response()),
         Ok(Admission::Answered(outcome)) => {
             http::log_outcome(&st.metrics, name, id, &outcome);

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
 #[command(name = "idemgate", version, about = "An idempotency gate for webhook deliveries")]
@@ -64,7 +64,8 @@ fn init_logging(format: LogFormat, default: &str) {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = cli::hide_env_values(Cli::command()).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // The bench serves thousands of requests a second: per-request logs would measure the terminal.
     let default_level = if matches!(cli.command, Command::Bench(_)) { "warn" } else { "info" };
     init_logging(cli.log_format, default_level);

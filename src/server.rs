@@ -24,6 +24,17 @@ pub enum ServeError {
         /// Why the store could not be reached (a connection or timeout error).
         source: crate::Error,
     },
+    /// The store was opened, but its first commands failed for a reason that
+    /// is not a refused command: TLS, authentication, the connection.
+    #[error("cannot use the store ({store}): {what}: {source}")]
+    Unusable {
+        /// The store description.
+        store: String,
+        /// What failed, in words ([`what_failed`]).
+        what: &'static str,
+        /// The error Redis or the connection gave.
+        source: crate::Error,
+    },
     /// Redis may evict the gate's keys.
     #[error(
         "Redis maxmemory-policy is {0:?}, which can evict the gate's keys: an evicted delivery or logical key silently turns a duplicate into new work. Set `maxmemory-policy noeviction` on the server, or pass --allow-eviction (IDEMGATE_ALLOW_EVICTION=true) to serve anyway"
@@ -52,7 +63,7 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()> + Sen
         .await
         .map_err(|source| ServeError::Store { store: described.clone(), source })?;
     if let Some(opts) = &config.store.redis {
-        check_eviction_policy(opts, config.allow_eviction).await?;
+        check_eviction_policy(opts, config.allow_eviction, &described).await?;
         warn_of_deadlines_under(opts.command_timeout, &config);
     }
     let gate = Gate::new(config.allowed_repos.iter().cloned(), store);
@@ -468,10 +479,16 @@ fn api_closed(config: &ServeConfig) -> bool {
 /// Refuses to serve when Redis's `maxmemory-policy` could evict the gate's
 /// keys. Only `noeviction` is safe: the `volatile-*` policies evict keys
 /// with a TTL, which every delivery record has. When `CONFIG GET` is not
-/// allowed (managed Redis), warns and goes on.
-async fn check_eviction_policy(opts: &RedisOptions, allow: bool) -> Result<(), ServeError> {
+/// allowed (managed Redis: Redis answered it with an error), warns and goes
+/// on. Any other failure (a TLS handshake the server refused, a password
+/// it refused, a connection it dropped) is a start-up error that says what
+/// failed: the service would answer nothing but 503.
+async fn check_eviction_policy(opts: &RedisOptions, allow: bool, store: &str) -> Result<(), ServeError> {
     let policy = match maxmemory_policy(opts).await {
         Ok(p) => p,
+        Err(e) if !is_refused_command(&e) => {
+            return Err(ServeError::Unusable { store: store.to_owned(), what: what_failed(&e, opts), source: e });
+        }
         Err(e) => {
             tracing::warn!(error = %e, "cannot read Redis maxmemory-policy (CONFIG GET not allowed?); make sure it is noeviction");
             return Ok(());
@@ -487,6 +504,51 @@ async fn check_eviction_policy(opts: &RedisOptions, allow: bool) -> Result<(), S
             }
         }
         _ => Ok(()),
+    }
+}
+
+/// Whether Redis answered a command with an error reply that refuses the
+/// command itself (`NOPERM`, an unknown or renamed command), as opposed to
+/// a connection, TLS or authentication failure.
+fn is_refused_command(e: &crate::Error) -> bool {
+    match e {
+        crate::Error::Redis(e) => {
+            e.code().is_some()
+                && e.kind() != redis::ErrorKind::AuthenticationFailed
+                && !matches!(e.code(), Some("WRONGPASS" | "NOAUTH"))
+        }
+        _ => false,
+    }
+}
+
+/// What failed, in words, for a store error at start-up. A TLS server
+/// that requires a client certificate accepts the handshake and then
+/// closes the connection (TLS 1.3 sends its `CertificateRequired` alert
+/// after the handshake), so the client sees a broken pipe or a reset on
+/// its first command: with `rediss://` and no client certificate, that is
+/// named as the likely cause.
+pub fn what_failed(e: &crate::Error, opts: &RedisOptions) -> &'static str {
+    let crate::Error::Redis(redis_error) = e else {
+        return "Redis did not answer in time";
+    };
+    let text = redis_error.to_string().to_ascii_lowercase();
+    let tls = match &opts.target {
+        crate::redis::RedisTarget::Single(url) => crate::redis::connection::is_tls_url(url),
+        crate::redis::RedisTarget::Cluster(urls) | crate::redis::RedisTarget::Sentinel { nodes: urls, .. } => {
+            urls.iter().any(|u| crate::redis::connection::is_tls_url(u))
+        }
+    };
+    let dropped = redis_error.is_io_error() || redis_error.is_connection_dropped();
+    if redis_error.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(redis_error.code(), Some("WRONGPASS" | "NOAUTH"))
+    {
+        "Redis refused the authentication (check the user and the password, or --redis-password-file)"
+    } else if ["certificate", "alert", "tls", "handshake"].iter().any(|w| text.contains(w))
+        || (tls && opts.tls.client.is_none() && dropped)
+    {
+        "the TLS handshake with Redis failed, or Redis closed the connection right after it: does it require a client certificate (--redis-tls-cert, --redis-tls-key)? is --redis-tls-ca its CA?"
+    } else {
+        "Redis could not be reached or dropped the connection"
     }
 }
 

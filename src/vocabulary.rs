@@ -78,7 +78,15 @@ impl Response {
 
 /// The logical-work identity: `(provider, "org/repo", action, subject)`.
 /// The store keys the work on these four; see docs/identities.md.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+///
+/// `repo`, `action` and `number` are what the run reports (its record,
+/// the runs stream, the worker). The logical key is built from
+/// [`Identity::key_repo`], [`Identity::key_action`] and `subject`, which
+/// are the same values except for a delivery whose signature covers only
+/// its body: there the key holds what the signed body states and nothing an
+/// unsigned header names ([`KeySlots`]). Two identities are equal when they
+/// name the same logical key.
+#[derive(Debug, Clone)]
 pub struct Identity {
     /// The provider the delivery came from.
     pub provider: String,
@@ -94,11 +102,46 @@ pub struct Identity {
     /// "event"`) the number text, [`SUBJECT_DIGEST_SEPARATOR`] and a digest
     /// of the event's content.
     pub subject: String,
+    /// The logical key's `org/repo` slot.
+    pub key_repo: String,
+    /// The logical key's action slot.
+    pub key_action: String,
+}
+
+impl PartialEq for Identity {
+    fn eq(&self, other: &Self) -> bool {
+        self.key_parts() == other.key_parts()
+    }
+}
+
+impl Eq for Identity {}
+
+impl std::hash::Hash for Identity {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.key_parts().hash(state);
+    }
 }
 
 /// Between the number text and the content digest in a subject (`7@…`),
 /// as in container image references (`name@sha256:…`).
 pub const SUBJECT_DIGEST_SEPARATOR: char = '@';
+
+/// The slots of a logical key that hold something other than the event's
+/// own value, for the kinds whose signature covers only the body (GitHub,
+/// Shopify; docs/identities.md, "One signed body, one run"). An unsigned
+/// header (a topic, an event name, an event id) can change what a run
+/// reports, but the key leaves it out, so resending a captured body under
+/// fresh headers finds the run the body already has. `None`: the slot
+/// holds the event's value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeySlots {
+    /// The `org/repo` slot (`""` where only a header names the repository).
+    pub repo: Option<String>,
+    /// The action slot: the part of the action that the body states.
+    pub action: Option<String>,
+    /// The number part of the subject (`""` where only a header names it).
+    pub number: Option<String>,
+}
 
 impl Identity {
     /// The identity whose subject is the number text (`/v1/deliveries`,
@@ -109,8 +152,16 @@ impl Identity {
         action: impl Into<String>,
         number: impl Into<String>,
     ) -> Self {
-        let number = number.into();
-        Self { provider: provider.into(), repo: repo.into(), action: action.into(), subject: number.clone(), number }
+        let (repo, action, number) = (repo.into(), action.into(), number.into());
+        Self {
+            provider: provider.into(),
+            key_repo: repo.clone(),
+            key_action: action.clone(),
+            repo,
+            action,
+            subject: number.clone(),
+            number,
+        }
     }
 
     /// The identity whose subject is `number@content_digest`.
@@ -121,9 +172,27 @@ impl Identity {
         number: impl Into<String>,
         content_digest: &str,
     ) -> Self {
-        let number = number.into();
-        let subject = format!("{number}{SUBJECT_DIGEST_SEPARATOR}{content_digest}");
-        Self { provider: provider.into(), repo: repo.into(), action: action.into(), number, subject }
+        Self::named(Self::new(provider, repo, action, number), content_digest, &KeySlots::default())
+    }
+
+    /// `self` named by `content_digest`, with the key's slots replaced as
+    /// `slots` says: subject `<number slot>@<digest>`.
+    pub fn named(mut self, content_digest: &str, slots: &KeySlots) -> Self {
+        if let Some(repo) = &slots.repo {
+            self.key_repo = repo.clone();
+        }
+        if let Some(action) = &slots.action {
+            self.key_action = action.clone();
+        }
+        let number = slots.number.as_deref().unwrap_or(&self.number);
+        self.subject = format!("{number}{SUBJECT_DIGEST_SEPARATOR}{content_digest}");
+        self
+    }
+
+    /// The four fields the logical key encodes: provider, `org/repo` slot,
+    /// action slot, subject.
+    pub fn key_parts(&self) -> [&str; 4] {
+        [&self.provider, &self.key_repo, &self.key_action, &self.subject]
     }
 }
 

@@ -33,6 +33,15 @@ fn with_default(text: &str, default: impl Display) -> String {
     format!("{text} [default: {default}]")
 }
 
+/// `command` with every flag's environment value hidden from `--help`, on
+/// every subcommand: help shows `[env: NAME]`, never what the variable
+/// holds. Redis URLs, Sentinel and Cluster node lists and tokens carry
+/// passwords, and a help text is pasted into tickets and chat; one rule
+/// here covers flags added later too, rather than one attribute per flag.
+pub fn hide_env_values(command: clap::Command) -> clap::Command {
+    command.mut_args(|arg| arg.hide_env_values(true)).mut_subcommands(hide_env_values)
+}
+
 /// A byte count as the help texts show it: bytes, and MiB in parentheses.
 fn bytes_and_mib(bytes: usize) -> String {
     format!("{bytes} ({} MiB)", bytes >> 20)

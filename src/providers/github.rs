@@ -28,7 +28,7 @@
 use axum::http::HeaderMap;
 use serde_json::{Map, Value};
 
-use super::{Delivery, Header, IdentityMode, Provider, Rejection, header, parse_body, required};
+use super::{Delivery, Header, IdentityMode, KeySlots, Provider, Rejection, header, parse_body, required};
 
 /// The signature header.
 pub const SIGNATURE_HEADER: &str = "x-hub-signature-256";
@@ -77,20 +77,26 @@ pub fn digest_without(mut payload: Value, dropped: &[&str]) -> String {
     digest
 }
 
-/// Checks `X-Hub-Signature-256` against the body in constant time, under
-/// each of the provider's secrets.
-fn verify(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<(), Rejection> {
+/// The digest `X-Hub-Signature-256` carries: present once, as text, in
+/// the shape `sha256=<64 hex digits>`, else 401 (before the body is read).
+pub(super) fn signature(headers: &HeaderMap) -> Result<Vec<u8>, Rejection> {
     let value = match header(headers, SIGNATURE_HEADER) {
         Header::Value(v) => v,
         Header::Missing => return Err(unauthorized("missing X-Hub-Signature-256 header")),
         Header::Repeated => return Err(unauthorized("X-Hub-Signature-256 sent more than once")),
         Header::NotText => return Err(unauthorized("X-Hub-Signature-256 is not text")),
     };
-    let digest = value
+    value
         .strip_prefix("sha256=")
         .filter(|hex| hex.len() == 64)
         .and_then(|hex| hex::decode(hex).ok())
-        .ok_or_else(|| unauthorized("X-Hub-Signature-256 is not sha256=<64 hex digits>"))?;
+        .ok_or_else(|| unauthorized("X-Hub-Signature-256 is not sha256=<64 hex digits>"))
+}
+
+/// Checks `X-Hub-Signature-256` against the body in constant time, under
+/// each of the provider's secrets.
+fn verify(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<(), Rejection> {
+    let digest = signature(headers)?;
     if provider.verifies(&signed_content(body), &digest) {
         Ok(())
     } else {
@@ -124,11 +130,17 @@ pub(super) fn accept(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> R
     }
     let event = normalize(event_name, &payload);
     provider.admit(event_name, event["action"].as_str().unwrap_or(event_name))?;
-    let content_digest = match provider.identity() {
-        IdentityMode::Event => Some(content_digest(payload)),
-        IdentityMode::Number => None,
+    // GitHub signs the body alone: the event name (a header) stays out of
+    // the key, which keeps only the action the payload states, so a body
+    // resent under another `X-GitHub-Event` finds its run.
+    let (content_digest, key_slots) = match provider.identity() {
+        IdentityMode::Number => (None, KeySlots::default()),
+        IdentityMode::Event | IdentityMode::Topic => {
+            let stated = payload.get("action").and_then(Value::as_str).unwrap_or_default().to_owned();
+            (Some(content_digest(payload)), KeySlots { action: Some(stated), ..KeySlots::default() })
+        }
     };
-    Ok(Delivery { delivery_id: delivery_id.to_owned(), event, content_digest })
+    Ok(Delivery { delivery_id: delivery_id.to_owned(), event, content_digest, key_slots })
 }
 
 /// The gate's event for a GitHub payload: values copied as they are, keys

@@ -35,7 +35,8 @@ use serde_json::{Map, Value};
 
 use super::github::digest_without;
 use super::{
-    Delivery, Header, IdentityMode, Provider, Rejection, Repeated, header, parse_body, required, single, token_digest,
+    Delivery, Header, IdentityMode, KeySlots, Provider, Rejection, Repeated, header, parse_body, required, single,
+    token_digest,
 };
 
 /// The secret token header.
@@ -49,13 +50,18 @@ fn unauthorized(reason: &str) -> Rejection {
     Rejection::Unauthorized(reason.to_owned())
 }
 
+/// The token `X-Gitlab-Token` carries: present once, else 401.
+pub(super) fn token(headers: &HeaderMap) -> Result<&[u8], Rejection> {
+    match single(headers, TOKEN_HEADER) {
+        Ok(Some(v)) => Ok(v.as_bytes()),
+        Ok(None) => Err(unauthorized("missing X-Gitlab-Token header")),
+        Err(Repeated) => Err(unauthorized("X-Gitlab-Token sent more than once")),
+    }
+}
+
 /// Checks `X-Gitlab-Token` against every secret, by digest.
 fn verify(provider: &Provider, headers: &HeaderMap) -> Result<(), Rejection> {
-    let token = match single(headers, TOKEN_HEADER) {
-        Ok(Some(v)) => v.as_bytes(),
-        Ok(None) => return Err(unauthorized("missing X-Gitlab-Token header")),
-        Err(Repeated) => return Err(unauthorized("X-Gitlab-Token sent more than once")),
-    };
+    let token = token(headers)?;
     if provider.verifies(&[], &token_digest(token)) {
         Ok(())
     } else {
@@ -85,9 +91,9 @@ pub(super) fn accept(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> R
     provider.admit(event_name, event.get("action").and_then(Value::as_str).unwrap_or(event_name))?;
     let content_digest = match provider.identity() {
         IdentityMode::Event => Some(digest_without(payload, &[])),
-        IdentityMode::Number => None,
+        IdentityMode::Number | IdentityMode::Topic => None,
     };
-    Ok(Delivery { delivery_id: delivery_id.to_owned(), event, content_digest })
+    Ok(Delivery { delivery_id: delivery_id.to_owned(), event, content_digest, key_slots: KeySlots::default() })
 }
 
 /// The headers GitLab would send with a delivery: the first secret as the

@@ -366,7 +366,14 @@ fn signed_header<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Result<&'a st
     }
 }
 
-fn verify(provider: &Provider, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<(), Rejection> {
+/// The signature the scheme's header carries and the signed timestamp and
+/// id: present once, well formed, the timestamp within the tolerance, else
+/// 401 (before the body is read).
+pub(super) fn signed_headers<'a>(
+    provider: &Provider,
+    headers: &'a HeaderMap,
+    now: SystemTime,
+) -> Result<(Vec<u8>, &'a str, &'a str), Rejection> {
     let scheme = scheme(provider);
     let name = &scheme.signature_header;
     let value = signed_header(headers, name)?;
@@ -389,6 +396,13 @@ fn verify(provider: &Provider, headers: &HeaderMap, body: &[u8], now: SystemTime
         DeliveryId::Header(h) if scheme.signs_id() => signed_header(headers, h)?,
         _ => "",
     };
+    Ok((candidate, timestamp, id))
+}
+
+fn verify(provider: &Provider, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<(), Rejection> {
+    let scheme = scheme(provider);
+    let name = &scheme.signature_header;
+    let (candidate, timestamp, id) = signed_headers(provider, headers, now)?;
     if provider.verifies(&scheme.signed(body, timestamp, id), &candidate) {
         Ok(())
     } else {
@@ -429,7 +443,7 @@ pub(super) fn accept(
     let event = standard_webhooks::normalize(provider.fields(), &payload);
     let action = event.get("action").and_then(Value::as_str).unwrap_or_default();
     provider.admit(action, action)?;
-    Ok(Delivery { delivery_id, event, content_digest: None })
+    Ok(Delivery { delivery_id, event, content_digest: None, key_slots: super::KeySlots::default() })
 }
 
 /// The headers the provider's sender would send with `body` at `now`,

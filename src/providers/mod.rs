@@ -36,6 +36,7 @@ use sha2::{Digest, Sha256, Sha512};
 use subtle::{Choice, ConstantTimeEq};
 
 use crate::refusals::{Reason, RefusalStatus};
+pub use crate::vocabulary::KeySlots;
 
 pub mod github;
 pub mod gitlab;
@@ -94,11 +95,11 @@ pub const MAX_DEADLINE_MARGIN: Duration = Duration::from_millis(500);
 
 /// The most signature entries of one header that are tried, for the kinds
 /// whose header may list several (`stripe`'s `v1=`, `standard-webhooks`'
-/// `v1,`). Each entry costs one HMAC of the whole body per secret, so an
-/// uncapped list would let a client without the secret buy hundreds of
-/// body-sized HMACs with one request; a header with more is refused (401),
-/// never cut short. Senders list one entry per live secret: one, two while
-/// a secret rolls.
+/// `v1,`). Each secret's HMAC of the body is computed once per request
+/// ([`Provider::verifies_any`]), so an entry costs comparisons, not HMACs;
+/// the cap bounds what a header may ask of the verifier all the same. A
+/// header with more is refused (401), never cut short. Senders list one
+/// entry per live secret: one, two while a secret rolls.
 pub const MAX_SIGNATURES: usize = 8;
 
 /// The authentication and normalization scheme of a provider (`kind` in the
@@ -409,6 +410,9 @@ pub struct Delivery {
     /// The digest that names the work with the number (GitHub's `identity
     /// = "event"`, docs/identities.md); `None`: the number alone names it.
     pub content_digest: Option<String>,
+    /// The logical key's slots that the signed body names instead of the
+    /// event, for the kinds whose signature covers only the body.
+    pub key_slots: KeySlots,
 }
 
 /// How a `github` provider names logical work (`identity` in the config;
@@ -422,6 +426,11 @@ pub enum IdentityMode {
     Event,
     /// One run per repo, action and number, ever: the subject is the number text.
     Number,
+    /// `shopify` only: the signed body names the work as with `event`, and
+    /// the topic (`X-Shopify-Topic`) joins the key, so one body sent under
+    /// two topics is two runs. A topic is not signed: a captured body can
+    /// then start one run per topic the provider accepts.
+    Topic,
 }
 
 impl IdentityMode {
@@ -430,6 +439,7 @@ impl IdentityMode {
         match self {
             IdentityMode::Event => "event",
             IdentityMode::Number => "number",
+            IdentityMode::Topic => "topic",
         }
     }
 }
@@ -713,10 +723,19 @@ impl Provider {
     /// Whether a signature verifies under any secret: every secret is
     /// tried (no early exit), each comparison in constant time.
     fn verifies(&self, signed: &[&[u8]], candidate: &[u8]) -> bool {
-        let found = self
-            .keys
-            .iter()
-            .fold(Choice::from(0), |found, key| found | mac_over(key, signed).as_slice().ct_eq(candidate));
+        self.verifies_any(signed, std::iter::once(candidate))
+    }
+
+    /// Whether any of `candidates` (the entries of one signature header)
+    /// verifies under any secret. Each secret's HMAC of `signed` is
+    /// computed once, however many entries the header lists: the entries
+    /// cost comparisons, not HMACs of the body. Every pair is compared, in
+    /// constant time.
+    fn verifies_any<C: AsRef<[u8]>>(&self, signed: &[&[u8]], candidates: impl IntoIterator<Item = C>) -> bool {
+        let macs: Vec<Vec<u8>> = self.keys.iter().map(|key| mac_over(key, signed)).collect();
+        let found = candidates.into_iter().fold(Choice::from(0), |found, candidate| {
+            macs.iter().fold(found, |found, mac| found | mac.as_slice().ct_eq(candidate.as_ref()))
+        });
         bool::from(found)
     }
 
@@ -756,6 +775,24 @@ impl Provider {
     /// The field pointers (`standard-webhooks` and `hmac`).
     pub fn fields(&self) -> &FieldPointers {
         &self.fields
+    }
+
+    /// Checks what the headers alone can tell before the body is read: the
+    /// signature headers are present, sent once and well formed, and a
+    /// signed timestamp is within the tolerance. `Err` is the 401 that
+    /// [`Provider::accept`] would give, so a request that cannot be
+    /// authenticated is refused without its body being read or charged to
+    /// the body budget. The same functions read the headers for `accept`.
+    pub fn check_headers(&self, headers: &HeaderMap, now: SystemTime) -> Result<(), Rejection> {
+        match self.kind {
+            Kind::Github => github::signature(headers).map(drop),
+            Kind::StandardWebhooks => standard_webhooks::signature_headers(self, headers, now).map(drop),
+            Kind::Gitlab => gitlab::token(headers).map(drop),
+            Kind::Hmac => hmac::signed_headers(self, headers, now).map(drop),
+            Kind::Stripe => stripe::signature(self, headers, now).map(drop),
+            Kind::Slack => slack::signature(self, headers, now).map(drop),
+            Kind::Shopify => shopify::signature(headers).map(drop),
+        }
     }
 
     /// Authenticates the request, then normalizes it. Nothing but the
@@ -907,6 +944,27 @@ fn parse_body(body: &[u8]) -> Result<Value, Rejection> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_kind_refuses_missing_signature_headers_before_the_body() {
+        let settings = hmac::Settings {
+            signature_header: Some("x-sig".into()),
+            delivery_id_header: Some("x-id".into()),
+            ..Default::default()
+        };
+        for kind in Kind::ALL {
+            let p = match kind {
+                Kind::Hmac => {
+                    Provider::hmac("p", &["s"], hmac::Scheme::new(&settings).unwrap(), FieldPointers::default())
+                        .unwrap()
+                }
+                Kind::StandardWebhooks => Provider::new("p", kind, &["whsec_c2VjcmV0"], None, None).unwrap(),
+                _ => Provider::new("p", kind, &["s"], None, None).unwrap(),
+            };
+            let e = p.check_headers(&HeaderMap::new(), SystemTime::now()).unwrap_err();
+            assert!(matches!(e, Rejection::Unauthorized(_)), "{kind}: {e:?}");
+        }
+    }
 
     #[test]
     fn kind_parses_config_names() {

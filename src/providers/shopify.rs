@@ -26,7 +26,10 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value};
 
-use super::{Delivery, FieldOverrides, Header, Provider, Rejection, header, parse_body, required, signature_header};
+use super::{
+    Delivery, FieldOverrides, Header, IdentityMode, KeySlots, Provider, Rejection, header, parse_body, required,
+    signature_header,
+};
 
 /// The signature header.
 pub const SIGNATURE_HEADER: &str = "x-shopify-hmac-sha256";
@@ -70,10 +73,15 @@ fn optional<'a>(headers: &'a HeaderMap, name: &str, display: &str) -> Result<Opt
     }
 }
 
-pub(super) fn accept(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
+/// The digest `X-Shopify-Hmac-Sha256` carries: present once, base64 of 32
+/// bytes, else 401 (before the body is read).
+pub(super) fn signature(headers: &HeaderMap) -> Result<Vec<u8>, Rejection> {
     let value = signature_header(headers, SIGNATURE_HEADER, "X-Shopify-Hmac-Sha256")?;
-    let digest =
-        parse_signature(value).ok_or_else(|| unauthorized("X-Shopify-Hmac-Sha256 is not base64 of 32 bytes"))?;
+    parse_signature(value).ok_or_else(|| unauthorized("X-Shopify-Hmac-Sha256 is not base64 of 32 bytes"))
+}
+
+pub(super) fn accept(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
+    let digest = signature(headers)?;
     if !provider.verifies(&signed_content(body), &digest) {
         return Err(unauthorized("X-Shopify-Hmac-Sha256 does not match the body"));
     }
@@ -90,7 +98,22 @@ pub(super) fn accept(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> R
     let event = normalize(&provider.overrides, &source, &payload);
     let topic = source.topic.unwrap_or_default();
     provider.admit(topic, event.get("action").and_then(Value::as_str).unwrap_or(topic))?;
-    Ok(Delivery { delivery_id: delivery_id.to_owned(), event, content_digest: None })
+    let key_slots = signed_slots(&provider.overrides, provider.identity());
+    let content_digest = Some(super::github::digest_without(payload, &[]));
+    Ok(Delivery { delivery_id: delivery_id.to_owned(), event, content_digest, key_slots })
+}
+
+/// The logical key's slots for a Shopify delivery: the body's digest names
+/// the work, and a field that only a header gives (the shop, the topic, the
+/// event id) is left out of the key; a `fields` override reads the body (or
+/// is a literal) and stays in. `identity = "topic"` keeps the topic in.
+fn signed_slots(overrides: &FieldOverrides, identity: IdentityMode) -> KeySlots {
+    let from_header = |given: &Option<String>| given.is_none().then(String::new);
+    KeySlots {
+        repo: from_header(&overrides.repo),
+        action: from_header(&overrides.action).filter(|_| identity != IdentityMode::Topic),
+        number: from_header(&overrides.number),
+    }
 }
 
 /// The headers the defaults come from.

@@ -57,17 +57,29 @@ fn signed_content<'a>(timestamp: &'a str, body: &'a [u8]) -> [&'a [u8]; 5] {
     [VERSION.as_bytes(), b":", timestamp.as_bytes(), b":", body]
 }
 
+/// The digest of `X-Slack-Signature` and the signed timestamp: both present
+/// once, well formed, the timestamp within the tolerance, else 401 (before
+/// the body is read).
+pub(super) fn signature<'a>(
+    provider: &Provider,
+    headers: &'a HeaderMap,
+    now: SystemTime,
+) -> Result<(Vec<u8>, &'a str), Rejection> {
+    let signature = signature_header(headers, SIGNATURE_HEADER, "X-Slack-Signature")?;
+    let timestamp = signature_header(headers, TIMESTAMP_HEADER, "X-Slack-Request-Timestamp")?;
+    check_timestamp("X-Slack-Request-Timestamp", timestamp, provider.tolerance(), now)?;
+    let digest =
+        parse_signature(signature).ok_or_else(|| unauthorized("X-Slack-Signature is not v0=<64 hex digits>"))?;
+    Ok((digest, timestamp))
+}
+
 pub(super) fn accept(
     provider: &Provider,
     headers: &HeaderMap,
     body: &[u8],
     now: SystemTime,
 ) -> Result<Delivery, Rejection> {
-    let signature = signature_header(headers, SIGNATURE_HEADER, "X-Slack-Signature")?;
-    let timestamp = signature_header(headers, TIMESTAMP_HEADER, "X-Slack-Request-Timestamp")?;
-    check_timestamp("X-Slack-Request-Timestamp", timestamp, provider.tolerance(), now)?;
-    let digest =
-        parse_signature(signature).ok_or_else(|| unauthorized("X-Slack-Signature is not v0=<64 hex digits>"))?;
+    let (digest, timestamp) = signature(provider, headers, now)?;
     if !provider.verifies(&signed_content(timestamp, body), &digest) {
         return Err(unauthorized("X-Slack-Signature does not match the body"));
     }
@@ -86,7 +98,7 @@ pub(super) fn accept(
     let event = normalize(&provider.overrides, &payload);
     let event_type = payload.pointer("/event/type").and_then(Value::as_str).unwrap_or_default();
     provider.admit(event_type, event.get("action").and_then(Value::as_str).unwrap_or(event_type))?;
-    Ok(Delivery { delivery_id, event, content_digest: None })
+    Ok(Delivery { delivery_id, event, content_digest: None, key_slots: super::KeySlots::default() })
 }
 
 /// The gate's event for an Events API body: the defaults of the module

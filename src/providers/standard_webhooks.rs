@@ -72,12 +72,14 @@ fn auth_header<'a>(headers: &'a HeaderMap, suffix: &str) -> Result<&'a str, Reje
     }
 }
 
-pub(super) fn accept(
+/// The id, timestamp and signature headers: each present once, at most
+/// [`MAX_SIGNATURES`] entries, the timestamp within the tolerance, else 401
+/// (before the body is read).
+pub(super) fn signature_headers<'a>(
     provider: &Provider,
-    headers: &HeaderMap,
-    body: &[u8],
+    headers: &'a HeaderMap,
     now: SystemTime,
-) -> Result<Delivery, Rejection> {
+) -> Result<[&'a str; 3], Rejection> {
     let id = auth_header(headers, "id")?;
     let timestamp = auth_header(headers, "timestamp")?;
     let signatures = auth_header(headers, "signature")?;
@@ -85,12 +87,20 @@ pub(super) fn accept(
         return Err(unauthorized("webhook-signature has too many v1 entries"));
     }
     check_timestamp("webhook-timestamp", timestamp, provider.tolerance(), now)?;
+    Ok([id, timestamp, signatures])
+}
+
+pub(super) fn accept(
+    provider: &Provider,
+    headers: &HeaderMap,
+    body: &[u8],
+    now: SystemTime,
+) -> Result<Delivery, Rejection> {
+    let [id, timestamp, signatures] = signature_headers(provider, headers, now)?;
 
     // Every entry is compared under every secret, each in constant time.
     let signed = signed_content(id, timestamp, body);
-    let matched = v1_signatures(signatures)
-        .filter_map(|s| STANDARD.decode(s).ok())
-        .fold(false, |found, candidate| provider.verifies(&signed, &candidate) | found);
+    let matched = provider.verifies_any(&signed, v1_signatures(signatures).filter_map(|s| STANDARD.decode(s).ok()));
     if !matched {
         return Err(unauthorized("no webhook-signature entry matches"));
     }
@@ -106,7 +116,7 @@ pub(super) fn accept(
     // The event name of an `events` list is the action.
     let action = event.get("action").and_then(Value::as_str).unwrap_or_default();
     provider.admit(action, action)?;
-    Ok(Delivery { delivery_id: id.to_owned(), event, content_digest: None })
+    Ok(Delivery { delivery_id: id.to_owned(), event, content_digest: None, key_slots: super::KeySlots::default() })
 }
 
 /// The body of Svix's test event `svix.ping` (the "Send Example" of an
@@ -211,7 +221,15 @@ mod tests {
         assert_eq!(sign(SPEC_SECRET, SPEC_ID, &SPEC_TS.to_string(), SPEC_BODY.as_bytes()), SPEC_SIGNATURE);
         let h = headers("webhook-", Some(SPEC_ID), Some("1614265330"), Some(SPEC_SIGNATURE));
         let d = provider().accept(&h, SPEC_BODY.as_bytes(), at(SPEC_TS + 10)).unwrap();
-        assert_eq!(d, Delivery { delivery_id: SPEC_ID.into(), event: json!({}), content_digest: None });
+        assert_eq!(
+            d,
+            Delivery {
+                delivery_id: SPEC_ID.into(),
+                event: json!({}),
+                content_digest: None,
+                key_slots: Default::default()
+            }
+        );
         let h = headers("svix-", Some(SPEC_ID), Some("1614265330"), Some(SPEC_SIGNATURE));
         assert_eq!(provider().accept(&h, SPEC_BODY.as_bytes(), at(SPEC_TS)).unwrap().delivery_id, SPEC_ID);
     }

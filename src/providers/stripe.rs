@@ -83,23 +83,30 @@ fn signed_content<'a>(timestamp: &'a str, body: &'a [u8]) -> [&'a [u8]; 3] {
     [timestamp.as_bytes(), b".", body]
 }
 
+/// `Stripe-Signature`: present once, well formed, its timestamp within the
+/// tolerance, else 401 (before the body is read).
+pub(super) fn signature<'a>(
+    provider: &Provider,
+    headers: &'a HeaderMap,
+    now: SystemTime,
+) -> Result<SignatureParts<'a>, Rejection> {
+    let value = signature_header(headers, SIGNATURE_HEADER, "Stripe-Signature")?;
+    let parts = parse_header(value).map_err(unauthorized)?;
+    check_timestamp("the Stripe-Signature timestamp", parts.timestamp, provider.tolerance(), now)?;
+    Ok(parts)
+}
+
 pub(super) fn accept(
     provider: &Provider,
     headers: &HeaderMap,
     body: &[u8],
     now: SystemTime,
 ) -> Result<Delivery, Rejection> {
-    let value = signature_header(headers, SIGNATURE_HEADER, "Stripe-Signature")?;
-    let parts = parse_header(value).map_err(unauthorized)?;
-    check_timestamp("the Stripe-Signature timestamp", parts.timestamp, provider.tolerance(), now)?;
+    let parts = signature(provider, headers, now)?;
     // Every entry is compared under every secret, each in constant time.
     let signed = signed_content(parts.timestamp, body);
-    let matched = parts
-        .v1
-        .iter()
-        .filter(|hex| hex.len() == 64)
-        .filter_map(|hex| hex::decode(hex).ok())
-        .fold(false, |found, candidate| provider.verifies(&signed, &candidate) | found);
+    let candidates = parts.v1.iter().filter(|hex| hex.len() == 64).filter_map(|hex| hex::decode(hex).ok());
+    let matched = provider.verifies_any(&signed, candidates);
     if !matched {
         return Err(unauthorized("no Stripe-Signature v1 signature matches"));
     }
@@ -112,7 +119,7 @@ pub(super) fn accept(
     let event = normalize(&provider.overrides, &payload);
     let event_type = payload.get("type").and_then(Value::as_str).unwrap_or_default();
     provider.admit(event_type, event.get("action").and_then(Value::as_str).unwrap_or(event_type))?;
-    Ok(Delivery { delivery_id, event, content_digest: None })
+    Ok(Delivery { delivery_id, event, content_digest: None, key_slots: super::KeySlots::default() })
 }
 
 /// The gate's event for a Stripe event object: the defaults of the module

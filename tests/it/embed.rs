@@ -413,3 +413,42 @@ async fn a_handler_past_its_timeout_is_cancelled_and_released() {
     assert_busy(&r, "second attempt timed out too");
     assert_eq!(h.calls(), [("run-1".into(), "d-1".into()), ("run-2".into(), "d-1".into())]);
 }
+
+/// The layer applies the provider's deadline to the body, as `idemgate
+/// serve` does (one code path): a body that stalls after its first bytes
+/// is answered 503 with `Retry-After` at the deadline, and a request
+/// without signature headers is 401 before its body is awaited. (On main
+/// the layer read bodies with no deadline: the stalled request hung.)
+#[tokio::test]
+async fn a_stalled_body_is_answered_503_at_the_providers_deadline() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (store, _) = store(Backend::Memory).await;
+    let gate = Gate::new(["octo/repo"], store);
+    let p = Provider::github("github", SECRET).with_deadline(Duration::from_secs(1));
+    let url = serve(embedded(GateLayer::new(gate, p), Handler::default())).await;
+    let addr = url.trim_start_matches("http://").split('/').next().unwrap().to_owned();
+    let answer = |head: String| {
+        let addr = addr.clone();
+        async move {
+            let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+            conn.write_all(head.as_bytes()).await.unwrap();
+            let started = std::time::Instant::now();
+            let mut reply = vec![0u8; 4096];
+            let n =
+                tokio::time::timeout(Duration::from_secs(5), conn.read(&mut reply)).await.expect("an answer").unwrap();
+            (String::from_utf8_lossy(&reply[..n]).to_lowercase(), started.elapsed())
+        }
+    };
+    let head = format!(
+        "POST /webhooks/github HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-github-event: push\r\nx-github-delivery: d\r\nx-hub-signature-256: sha256={}\r\ncontent-length: 100\r\n\r\n{{\"ref\":",
+        "0".repeat(64)
+    );
+    let (reply, took) = answer(head).await;
+    assert!(reply.starts_with("http/1.1 503") && reply.contains("retry-after: 1"), "{reply}");
+    // 1 s less a tenth: 900 ms.
+    assert!(took >= Duration::from_millis(850) && took < Duration::from_secs(2), "answered after {took:?}");
+    let unsigned = "POST /webhooks/github HTTP/1.1\r\nhost: x\r\nx-github-event: push\r\nx-github-delivery: d\r\ncontent-length: 100\r\n\r\n";
+    let (reply, took) = answer(unsigned.to_owned()).await;
+    assert!(reply.starts_with("http/1.1 401"), "{reply}");
+    assert!(took < Duration::from_millis(500), "answered after {took:?}");
+}

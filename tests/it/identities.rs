@@ -118,9 +118,12 @@ fn expect(mode: IdentityMode, name: &str, p: &Value) -> Expect {
     let (Some(org), Some(repo)) = (text("/repository/owner/login"), text("/repository/name")) else {
         return Expect::BadRequest;
     };
-    let action = match p.get("action").and_then(Value::as_str) {
-        Some(a) => format!("{name}.{a}"),
-        None => name.to_owned(),
+    // An event identity is named by the signed body alone: of the action
+    // only the payload's `action` is signed, the event name is a header.
+    let action = match (mode, p.get("action").and_then(Value::as_str)) {
+        (IdentityMode::Event, a) => a.unwrap_or_default().to_owned(),
+        (_, Some(a)) => format!("{name}.{a}"),
+        (_, None) => name.to_owned(),
     };
     let number = ["/number", "/pull_request/number", "/issue/number"]
         .iter()
@@ -274,8 +277,11 @@ async fn targeted_corpus_cases(b: Backend) {
     assert_eq!(comments, (created("run-3"), created("run-4")));
     assert_eq!(pair(&app, "sync", "pull_request", &sync_a, &sync_b).await, (created("run-5"), created("run-6")));
     assert_eq!(pair(&app, "label", "issues", &label_a, &label_b).await, (created("run-7"), created("run-8")));
-    // The same body under another event name is other work.
-    assert_eq!(gh(&app, "push-as-create", "create", &push_a).await.body, created("run-9"));
+    // GitHub signs the body only: the same body under another event name
+    // or a fresh delivery id is the run it already has (docs/identities.md).
+    assert_eq!(gh(&app, "push-as-create", "create", &push_a).await.body, duplicate("run-1"));
+    assert_eq!(gh(&app, "label-as-pr", "pull_request", &label_a).await.body, duplicate("run-7"));
+    assert_eq!(gh(&app, "label-fresh-id", "issues", &label_a).await.body, duplicate("run-7"));
 
     // `identity = "number"`: one run per repo, action and number, ever.
     let app = router(b, Provider::github("github", SECRET).with_identity(IdentityMode::Number)).await;
@@ -522,13 +528,13 @@ async fn inspect_finds_an_event_identity_through_its_run() {
     let subject = &run.fields["subject"];
     assert_eq!(subject, "1@d501bdb82011090615c24a76");
     assert_eq!(run.fields["number"], "1");
-    let logical =
-        ops.inspect(&Target::logical("github", "Codertocat/Hello-World", "issues.labeled", subject)).await.unwrap();
+    let logical = ops.inspect(&Target::logical("github", "Codertocat/Hello-World", "labeled", subject)).await.unwrap();
     let Some(Found::Logical(found)) = logical.found else { panic!("{logical:?}") };
     assert_eq!(found.run_id, "run-1");
-    assert!(found.key.ends_with(":14:issues.labeled:26:1@d501bdb82011090615c24a76"), "{}", found.key);
+    // The key holds the action the signed body states (`labeled`), not the event name of the header.
+    assert!(found.key.ends_with(":7:labeled:26:1@d501bdb82011090615c24a76"), "{}", found.key);
     // The number alone names nothing under an event identity.
-    let bare = ops.inspect(&Target::logical("github", "Codertocat/Hello-World", "issues.labeled", "1")).await.unwrap();
+    let bare = ops.inspect(&Target::logical("github", "Codertocat/Hello-World", "labeled", "1")).await.unwrap();
     assert!(bare.found.is_none());
 }
 

@@ -264,6 +264,25 @@ async fn mutual_tls_works_with_a_client_certificate_and_fails_without_one() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `serve` without a client certificate against a Redis that requires one
+/// stops at start with a message saying the TLS handshake failed. (On main
+/// it started, having logged "cannot read maxmemory-policy (CONFIG GET not
+/// allowed?)" for what was the server's `CertificateRequired` alert.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_without_the_required_client_certificate_does_not_start() {
+    let certs = TestCerts::new();
+    let redis = RedisProcess::start_tls(&certs, &["--tls-auth-clients", "yes"]);
+    let url = format!("rediss://127.0.0.1:{}", redis.port);
+    let ca = certs.path("ca.crt");
+    let listen = format!("127.0.0.1:{}", crate::support::free_port());
+    let args = ["serve", "--listen", &listen, "--redis-url", &url, "--redis-tls-ca", &ca, "--redis-timeout", "2s"];
+    let out = run(&args, Duration::from_secs(30));
+    let err = stderr(&out);
+    assert!(!out.status.success(), "serve started without the client certificate: {err}");
+    assert!(err.contains("TLS handshake with Redis failed"), "{err}");
+    assert!(!err.contains("CONFIG GET not allowed"), "{err}");
+}
+
 // ---- ACL users ----
 
 /// The `ACL SETUSER` lines of docs/redis.md, so the test runs what the docs say.

@@ -101,6 +101,7 @@ both_stores!(
     stripe_rotation_and_timestamps,
     slack_handshake_retries_and_events,
     shopify_one_event_through_two_subscriptions_is_one_run,
+    a_captured_shopify_body_is_one_run,
 );
 
 async fn stripe_events_are_their_own_work(b: Backend) {
@@ -247,16 +248,20 @@ async fn shopify_one_event_through_two_subscriptions_is_one_run(b: Backend) {
     // Shopify's retry of one delivery: the same webhook id, replayed.
     let r = send(&app, shopify(SHOPIFY_SECRET, "w-sub-1", "e-1", "orders/create", &order)).await;
     assert_eq!((r.status, &r.body, r.replayed), (StatusCode::ACCEPTED, &created("run-1"), true));
-    // A later event about the same order: new work, whatever secret of the two signs it.
-    let r = send(&app, shopify("rotated", "w-sub-1b", "e-2", "orders/create", &order)).await;
+    // A later event about the same order (a changed body): new work, whatever secret of the two signs it.
+    let mut later = order.clone();
+    later["updated_at"] = json!("2025-07-01T12:05:00-04:00");
+    let r = send(&app, shopify("rotated", "w-sub-1b", "e-2", "orders/create", &later)).await;
     assert_eq!(r.body, created("run-2"));
     // Wrong secret, tampered body: 401; no webhook id: 400.
     assert_eq!(
         send(&app, shopify("wrong", "w-x", "e-3", "orders/create", &order)).await.status,
         StatusCode::UNAUTHORIZED
     );
-    let mut tampered = shopify(SHOPIFY_SECRET, "w-x", "e-3", "orders/create", &order);
-    *tampered.body_mut() = Body::from(order.to_string().replace("10.00", "0.01"));
+    let mut third = order.clone();
+    third["updated_at"] = json!("2025-07-01T12:09:00-04:00");
+    let mut tampered = shopify(SHOPIFY_SECRET, "w-x", "e-3", "orders/create", &third);
+    *tampered.body_mut() = Body::from(third.to_string().replace("10.00", "0.01"));
     assert_eq!(send(&app, tampered).await.status, StatusCode::UNAUTHORIZED);
     let mut no_id = shopify(SHOPIFY_SECRET, "w-x", "e-3", "orders/create", &order);
     no_id.headers_mut().remove("x-shopify-webhook-id");
@@ -267,5 +272,46 @@ async fn shopify_one_event_through_two_subscriptions_is_one_run(b: Backend) {
     twice.headers_mut().append("x-shopify-hmac-sha256", again);
     assert_eq!(send(&app, twice).await.status, StatusCode::UNAUTHORIZED);
     // Nothing above stored anything: e-3 is new work.
-    assert_eq!(send(&app, shopify(SHOPIFY_SECRET, "w-x", "e-3", "orders/create", &order)).await.body, created("run-3"));
+    assert_eq!(send(&app, shopify(SHOPIFY_SECRET, "w-x", "e-3", "orders/create", &third)).await.body, created("run-3"));
+}
+
+/// A signed Shopify body captured from a log and resent under fresh
+/// unsigned headers (webhook id, event id, topic, none at all) is the run
+/// it already has: Shopify signs the body only (docs/identities.md).
+/// `identity = "topic"` keeps topics apart, and only topics.
+async fn a_captured_shopify_body_is_one_run(b: Backend) {
+    let p = Provider::new("shopify", Kind::Shopify, &[SHOPIFY_SECRET], None, None).unwrap();
+    let app = router(b, &["shopify/acme.myshopify.com"], vec![p]).await;
+    let order = json!({"id": 450789469u64, "updated_at": "2025-07-01T12:00:00-04:00", "total_price": "598.94"});
+    let r = send(&app, shopify(SHOPIFY_SECRET, "w-1", "e-1", "orders/create", &order)).await;
+    assert_eq!(r.body, created("run-1"));
+    for (i, (event_id, topic)) in
+        [("e-1", "orders/create"), ("e-forged", "orders/create"), ("e-2", "orders/updated"), ("", "orders/paid")]
+            .into_iter()
+            .enumerate()
+    {
+        let mut replay = shopify(SHOPIFY_SECRET, &format!("w-replay-{i}"), event_id, topic, &order);
+        if event_id.is_empty() {
+            replay.headers_mut().remove("x-shopify-event-id");
+        }
+        let r = send(&app, replay).await;
+        assert_eq!((r.status, &r.body, r.replayed), (StatusCode::OK, &duplicate("run-1"), false), "{event_id} {topic}");
+    }
+    // The legitimate case this merges: Shopify may send orders/create and
+    // orders/updated with one body. The opt-in keeps the topics apart.
+    let p = Provider::new("topics", Kind::Shopify, &[SHOPIFY_SECRET], None, None)
+        .unwrap()
+        .with_identity(idemgate::providers::IdentityMode::Topic);
+    let app = router(b, &["shopify/acme.myshopify.com"], vec![p]).await;
+    let to = |r: Request<Body>| {
+        let (mut parts, body) = r.into_parts();
+        parts.uri = "/webhooks/topics".parse().unwrap();
+        Request::from_parts(parts, body)
+    };
+    let r = send(&app, to(shopify(SHOPIFY_SECRET, "t-1", "e-1", "orders/create", &order))).await;
+    assert_eq!(r.body, created("run-1"));
+    let r = send(&app, to(shopify(SHOPIFY_SECRET, "t-2", "e-2", "orders/updated", &order))).await;
+    assert_eq!(r.body, created("run-2"));
+    let r = send(&app, to(shopify(SHOPIFY_SECRET, "t-3", "e-forged", "orders/updated", &order))).await;
+    assert_eq!(r.body, duplicate("run-2"));
 }
