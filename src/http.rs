@@ -3,177 +3,34 @@
 //! the operators' console ([`console`]) are mounted from their own modules. [`app`] builds the router, so
 //! tests can drive it in-process; [`crate::server`] binds and serves it.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Instant, SystemTime};
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::PathRejection;
 use axum::extract::{MatchedPath, Path, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
-use crate::gate::{Gate, Outcome, Status, Submission};
-use crate::intake::{BodyBudget, BodyError, DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT};
+use crate::gate::{Outcome, Status, Submission};
+use crate::intake::{BodyBudget, BodyError};
 use crate::metrics::{DeadlineStage, Metrics};
 use crate::providers::{Delivery, Provider, Rejection};
 use crate::refusals::{Reason, Refusal, RefusalLog, RefusalStatus};
 
 mod console;
 mod ops_api;
+mod state;
 
-/// `Retry-After` seconds sent with a 503.
-const RETRY_AFTER_SECS: &str = "1";
-
-/// What the handlers share: one `Arc`, so each request clones a pointer.
-#[derive(Clone)]
-pub struct AppState(Arc<ServiceState>);
-
-#[derive(Clone)]
-struct ServiceState {
-    gate: Gate,
-    providers: Arc<HashMap<String, Provider>>,
-    /// SHA-256 of the bearer token, compared in constant time.
-    token_digest: Option<[u8; 32]>,
-    metrics: Arc<Metrics>,
-    refusals: Arc<RefusalLog>,
-    max_body: usize,
-    request_timeout: std::time::Duration,
-    /// `/v1/deliveries` run records keep the `event` as `payload`.
-    keep_payload: bool,
-    budget: BodyBudget,
-    /// `/v1/*` refused (401) to everyone: no token on a public address.
-    api_closed: bool,
-    /// What `/v1/ops/*` reads: the gate's own store.
-    /// What `/v1/ops/*` reads (`None`: a store of the caller's own).
-    ops: Option<crate::ops::Source>,
-    stats_cache: Arc<ops_api::StatsCache>,
-}
-
-impl AppState {
-    /// State for a gate, its provider endpoints and an optional API token.
-    /// A provider's own `allowed_repos` replaces the gate's allowlist for
-    /// its deliveries.
-    pub fn new(gate: Gate, providers: Vec<Provider>, api_token: Option<&str>) -> Self {
-        let gate = with_provider_allowlists(gate, &providers);
-        let ops = crate::ops::Source::of(gate.store().clone());
-        Self(Arc::new(ServiceState {
-            ops,
-            stats_cache: Arc::default(),
-            gate,
-            providers: Arc::new(providers.into_iter().map(|p| (p.name.clone(), p)).collect()),
-            token_digest: api_token.map(|t| Sha256::digest(t.as_bytes()).into()),
-            metrics: Arc::new(Metrics::default()),
-            refusals: Arc::default(),
-            max_body: DEFAULT_MAX_BODY,
-            request_timeout: DEFAULT_REQUEST_TIMEOUT,
-            keep_payload: false,
-            budget: BodyBudget::new(crate::intake::DEFAULT_BODY_BUDGET, crate::intake::BUDGET_WAIT),
-            api_closed: false,
-        }))
-    }
-
-    /// Sets the budget that every request body in flight is charged to.
-    pub fn with_body_budget(mut self, budget: BodyBudget) -> Self {
-        Arc::make_mut(&mut self.0).budget = budget;
-        self
-    }
-
-    /// Closes `/v1/*` (401 for every request) when no token is configured:
-    /// for a listen address other than loopback, unless the operator opts out.
-    pub fn with_api_closed(mut self, closed: bool) -> Self {
-        Arc::make_mut(&mut self.0).api_closed = closed;
-        self
-    }
-
-    /// Run records created through `/v1/deliveries` keep the `event` as
-    /// `payload` (the top-level `keep_payload`).
-    pub fn with_keep_payload(mut self, keep: bool) -> Self {
-        Arc::make_mut(&mut self.0).keep_payload = keep;
-        self
-    }
-
-    /// Sets the body limit (bytes).
-    pub fn with_max_body(mut self, max_body: usize) -> Self {
-        Arc::make_mut(&mut self.0).max_body = max_body;
-        self
-    }
-
-    /// Sets the bound on one request. Provider endpoints answer sooner, by
-    /// their provider's deadline ([`Provider::answer_within`]).
-    pub fn with_request_timeout(mut self, timeout: std::time::Duration) -> Self {
-        Arc::make_mut(&mut self.0).request_timeout = timeout;
-        self
-    }
-
-    /// The metrics this state records into.
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.0.metrics
-    }
-}
-
-/// `gate` with the providers' own `allowed_repos`, each replacing the
-/// gate's allowlist for its provider's deliveries.
-pub(crate) fn with_provider_allowlists<'a>(gate: Gate, providers: impl IntoIterator<Item = &'a Provider>) -> Gate {
-    providers.into_iter().fold(gate, |gate, p| match p.allowed_repos() {
-        Some(repos) => gate.with_provider_allowlist(&p.name, repos.iter().cloned()),
-        None => gate,
-    })
-}
-
-/// Every error the API answers: the status comes from the variant, the
-/// body is `{"error": …}`. Internal details go to the log, not the client.
-#[derive(Debug)]
-pub enum ApiError {
-    /// 400: the request is malformed; nothing was stored.
-    BadRequest(String),
-    /// 401: authentication failed; nothing was read or stored.
-    Unauthorized(String),
-    /// 403: refused for who is asking, not for what was sent; nothing stored.
-    Forbidden(String),
-    /// 404: no such route, provider or record.
-    NotFound(String),
-    /// 409: the request conflicts with the record's state; nothing changed.
-    Conflict(String),
-    /// 405: the endpoint exists, not with this method.
-    MethodNotAllowed,
-    /// 413: the body is over the limit.
-    TooLarge(usize),
-    /// 503: the store failed or timed out; nothing was cached.
-    Unavailable(&'static str),
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let (status, msg) = match self {
-            ApiError::BadRequest(m) => (StatusCode::BAD_REQUEST, m),
-            ApiError::Unauthorized(m) => (StatusCode::UNAUTHORIZED, m),
-            ApiError::Forbidden(m) => (StatusCode::FORBIDDEN, m),
-            ApiError::NotFound(m) => (StatusCode::NOT_FOUND, m),
-            ApiError::Conflict(m) => (StatusCode::CONFLICT, m),
-            ApiError::MethodNotAllowed => {
-                (StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this endpoint".into())
-            }
-            ApiError::TooLarge(max) => {
-                (StatusCode::PAYLOAD_TOO_LARGE, format!("request body is larger than the {max}-byte limit"))
-            }
-            ApiError::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, m.to_owned()),
-        };
-        let mut resp = (status, Json(json!({ "error": msg }))).into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
-        }
-        resp
-    }
-}
+use state::authorize;
+pub(crate) use state::with_provider_allowlists;
+pub use state::{ApiError, AppState};
 
 /// The router of docs/reference.md#http-api.
 pub fn app(state: AppState) -> Router {
@@ -224,32 +81,6 @@ pub(crate) fn lingering(req: Request) -> Request {
     let expects_continue =
         req.headers().get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     req.map(|body| Body::new(crate::intake::Lingering::new(body, expects_continue)))
-}
-
-/// The bearer-token check of `/v1/*`, run before the body is read or any
-/// store is touched.
-fn authorize(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    open_at_all(st)?;
-    if let Some(want) = &st.0.token_digest {
-        let given =
-            headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-        let ok = given.is_some_and(|t| bool::from(Sha256::digest(t.as_bytes()).as_slice().ct_eq(want)));
-        if !ok {
-            return Err(ApiError::Unauthorized("missing or wrong bearer token".into()));
-        }
-    }
-    Ok(())
-}
-
-/// `/v1/*` and `/console` are closed to everyone (401) when no token is
-/// configured on a listen address other than loopback.
-fn open_at_all(st: &AppState) -> Result<(), ApiError> {
-    if st.0.token_digest.is_none() && st.0.api_closed {
-        return Err(ApiError::Unauthorized(
-            "/v1 and /console are closed: the service listens on a public address without an API token (set --api-token, or pass --allow-unauthenticated-api)".into(),
-        ));
-    }
-    Ok(())
 }
 
 /// The window analysis reads its body into a tree, which takes up to about

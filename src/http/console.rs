@@ -2,7 +2,7 @@
 //! Static HTML, CSS and one JavaScript module from `src/console/`, compiled
 //! into the binary; the page reads the ops API with the token the operator
 //! types in, so the page itself holds no data and no secret. Closed like
-//! `/v1` on a public address without a token ([`super::open_at_all`]).
+//! `/v1` on a public address without a token ([`super::state::open_at_all`]).
 
 use std::sync::LazyLock;
 
@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use sha2::{Digest, Sha256};
 
-use super::{ApiError, AppState, open_at_all};
+use super::state::{ApiError, AppState, open_at_all};
 
 /// Only the page's own files: no inline script or style, nothing from
 /// another origin, no framing, no form posting anywhere.

@@ -14,9 +14,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{Value, json};
-use tokio::sync::Mutex;
 
-use super::{ApiError, AppState, authorize};
+use super::state::{ApiError, AppState, authorize};
 use crate::gate::MAX_KEY_FIELD_BYTES;
 use crate::ops::dead::Retried;
 use crate::ops::{RunQuery, Source};
@@ -25,10 +24,6 @@ use crate::units::now_ms;
 /// How long one stats reading is served again: it is a SCAN of the
 /// namespace, so many open consoles cost Redis one scan per this period.
 pub const STATS_MAX_AGE: Duration = Duration::from_secs(5);
-
-/// The last stats reading and when it was taken; one reading at a time.
-#[derive(Default)]
-pub(crate) struct StatsCache(Mutex<Option<(Instant, Value)>>);
 
 /// The `/v1/ops/*` routes, each behind the `/v1` token check.
 pub(super) fn routes(state: &AppState) -> Router<AppState> {
