@@ -1,5 +1,5 @@
 //! A [`Handler`] that runs a command per attempt: the run as JSON on stdin,
-//! `IDEMGATE_RUN_ID` and `IDEMGATE_ATTEMPT` in the environment (without the
+//! `IDEMGATE_RUN_ID`, `IDEMGATE_RUN_KEY` and `IDEMGATE_ATTEMPT` in the environment (without the
 //! variables named by [`CommandHandler::without_env`]), exit status 0 for
 //! done, [`PERMANENT_FAILURE_EXIT`] for "dead-letter now", anything else for
 //! a retry. The child leads a process group of its own; when the attempt
@@ -71,6 +71,7 @@ impl Handler for CommandHandler {
         }
         cmd.args(&self.args)
             .env("IDEMGATE_RUN_ID", &run.fields.run_id)
+            .env("IDEMGATE_RUN_KEY", &run.key)
             .env("IDEMGATE_ATTEMPT", run.attempt.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::inherit())
@@ -147,7 +148,7 @@ impl Handler for CommandHandler {
             (None, None) => status.to_string(),
         };
         let error = if tail.is_empty() { what } else { format!("{what}: {tail}") };
-        Err(Failure { error, permanent: status.code() == Some(PERMANENT_FAILURE_EXIT) })
+        Err(Failure { error, permanent: status.code() == Some(PERMANENT_FAILURE_EXIT), ..Failure::default() })
     }
 }
 
@@ -158,7 +159,17 @@ fn hidden(name: &str, secret_env: &[String]) -> bool {
     name.starts_with("IDEMGATE_") || secret_env.iter().any(|s| s == name)
 }
 
-/// `idemgate worker`: runs `command` once per run attempt under a
+/// The handler `idemgate worker -- COMMAND` runs: the command gets no
+/// idemgate setting and no provider secret (the names of the secrets come
+/// from the config file's `secret_env` keys).
+pub fn for_worker(command: &[String], file: &FileConfig) -> Result<CommandHandler, WorkerError> {
+    let secrets = file.secret_env_names();
+    Ok(CommandHandler::new(command)
+        .ok_or_else(|| WorkerError::Config("give the command to run after `--`".into()))?
+        .without_env(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).filter(|k| hidden(k, &secrets))))
+}
+
+/// A library entry point: runs `command` once per run attempt under a
 /// [`Worker`] on the store `store` names, until `shutdown` completes.
 pub async fn run(
     store: &StoreOptions,
@@ -174,14 +185,8 @@ pub async fn run(
                 .into(),
         ));
     };
-    // The command gets no idemgate setting and no provider secret: the names
-    // of the secrets come from the config file's `secret_env` keys.
-    let secrets = FileConfig::load_opt(store.config.as_deref())
-        .map_err(|e| WorkerError::Config(e.to_string()))?
-        .secret_env_names();
-    let handler = CommandHandler::new(command)
-        .ok_or_else(|| WorkerError::Config("give the command to run after `--`".into()))?
-        .without_env(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).filter(|k| hidden(k, &secrets)));
+    let file = FileConfig::load_opt(store.config.as_deref()).map_err(|e| WorkerError::Config(e.to_string()))?;
+    let handler = for_worker(command, &file)?;
     tracing::info!(
         store = %resolved.describe(),
         command = ?command,
