@@ -26,6 +26,7 @@ mod cluster;
 mod dead;
 mod deadlines;
 mod deploy;
+mod destinations;
 mod durability;
 mod embed;
 mod gate;
