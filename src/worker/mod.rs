@@ -559,6 +559,10 @@ async fn read_loop<H: Handler>(
             }
             None => false,
         };
+        if probing {
+            // The probe may be a run given back earlier: look for one now.
+            next_claim = Instant::now();
+        }
         let mut permits = vec![first];
         // A probe is one run; the others wait for its answer.
         while let (false, Ok(p)) = (probing, slots.clone().try_acquire_owned()) {
@@ -799,10 +803,12 @@ async fn process<H: Handler>(shared: &WorkerState, handler: &H, entry: &StreamEn
             } => match r {
                 Ok(Ok(())) => Attempt::Ok,
                 Ok(Err(e)) => Attempt::Failed(e),
-                Err(_) => Attempt::Failed(Failure::of_destination(format!(
-                    "timed out after {}",
-                    format_duration(config.timeout)
-                ))),
+                Err(_) => Attempt::Failed(Failure {
+                    error: format!("timed out after {}", format_duration(config.timeout)),
+                    // A destination that does not answer in time is down.
+                    destination: handler.breaker().is_some(),
+                    ..Failure::default()
+                }),
             },
             _ = held.lost.notified() => Attempt::Lost,
             _ = held.unrenewed_for(config.fence()) => Attempt::Fenced,

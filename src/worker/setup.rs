@@ -319,7 +319,6 @@ metrics_listen = "127.0.0.1:9464"
     fn bad_worker_settings_name_their_key() {
         for (text, want) in [
             ("[worker]\ngroup = \"g\"\ntimeout = \"soon\"", "[worker] timeout"),
-            ("[worker]\ngroup = \"g\"\nbreaker_cooldown = \"x\"\ndeliver = \"http://h/\"", "[worker] breaker_cooldown"),
             ("run_retention = \"0s\"\n[worker]\ngroup = \"g\"", "run_retention"),
             ("[worker]\ngroup = \"g\"\nmetrics_listen = \"nowhere\"", "--metrics-listen"),
             ("[worker]\ngroup = \"g\"\nconcurrency = 0", "--concurrency"),
@@ -328,6 +327,9 @@ metrics_listen = "127.0.0.1:9464"
             let e = command().resolve(&file(text)).unwrap_err().to_string();
             assert!(e.contains(want), "{text:?}: {e}");
         }
+        let deliver = "[worker]\ngroup = \"g\"\ndeliver = \"http://h/\"\ndeliver_secret_file = \"s\"\nbreaker_cooldown = \"x\"";
+        let e = WorkerOptions::default().resolve(&file(deliver)).unwrap_err().to_string();
+        assert!(e.contains("[worker] breaker_cooldown"), "{e}");
         let e = WorkerOptions { group: Some("g".into()), ..Default::default() }.resolve(&file("")).unwrap_err();
         assert!(e.to_string().contains("--deliver URL") && e.to_string().contains("command"), "{e}");
         let e = WorkerOptions { group: Some("g".into()), deliver: Some("http://h/".into()), ..Default::default() }
