@@ -180,7 +180,13 @@ impl Breaker {
         let mut state = lock(&self.state);
         let was = *state;
         let counted = state.failure(Instant::now(), &self.config);
-        if let (false, State::Open { cooldown, .. }) = (matches!(was, State::Open { .. }), *state) {
+        let now = *state;
+        drop(state);
+        if now != was {
+            // A reader waiting for the probe's answer now waits for the cooldown.
+            self.changed.notify_waiters();
+        }
+        if let (false, State::Open { cooldown, .. }) = (matches!(was, State::Open { .. }), now) {
             tracing::warn!(
                 probe_in = %crate::units::format_duration(cooldown),
                 "the destination keeps failing: breaker open, no attempts start and none are counted until a probe succeeds"
@@ -226,6 +232,8 @@ impl Breaker {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     const CONFIG: BreakerConfig = BreakerConfig { failures: 3, cooldown: Duration::from_secs(5) };
@@ -275,6 +283,25 @@ mod tests {
         s.probe_abandoned();
         assert_eq!(s.admit(now), Admission::Probe);
         assert_eq!(s.gauge(), 2);
+    }
+
+    /// A reader waiting for a probe's answer is woken by a failed probe too,
+    /// and then waits for the (doubled) cooldown.
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_probe_wakes_the_waiting_reader() {
+        let b = Arc::new(Breaker::new(BreakerConfig { failures: 1, cooldown: Duration::from_secs(1) }));
+        assert!(!b.failure());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(b.admit(), Admission::Probe);
+        let waiting = tokio::spawn({
+            let b = b.clone();
+            async move { b.ready().await }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let t0 = Instant::now();
+        assert!(!b.failure(), "the probe failed");
+        tokio::time::timeout(Duration::from_secs(60), waiting).await.expect("the reader was woken").unwrap();
+        assert!(t0.elapsed() >= Duration::from_secs(2), "it waited the doubled cooldown: {:?}", t0.elapsed());
     }
 
     #[tokio::test(start_paused = true)]
