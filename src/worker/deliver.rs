@@ -227,7 +227,8 @@ impl Destination {
     }
 
     fn request(&self, run: &Run) -> Result<hyper::Request<Full<Bytes>>, Failure> {
-        let body = serde_json::to_vec(run).map_err(|e| Failure::permanent(format!("cannot write the run's JSON: {e}")))?;
+        let body =
+            serde_json::to_vec(run).map_err(|e| Failure::permanent(format!("cannot write the run's JSON: {e}")))?;
         let timestamp = SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()).to_string();
         let signature = signature(&self.secrets.current(), &run.key, &timestamp, &body);
         let mut req = hyper::Request::post(self.url.clone())
@@ -299,13 +300,20 @@ pub fn judge(status: StatusCode, headers: &HeaderMap, body: &[u8], now: SystemTi
     if status == StatusCode::GONE {
         return Err(Failure::permanent(format!("{error} (the destination refuses this run for good)")));
     }
-    let failure =
-        if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS { Failure::of_destination(error) } else { Failure::from(error) };
+    let failure = if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+        Failure::of_destination(error)
+    } else {
+        Failure::from(error)
+    };
     let retry_after = (status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE)
         .then(|| headers.get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| parse_retry_after(v, now)))
         .flatten();
     Err(match retry_after {
-        Some(wait) => Failure { error: format!("{}, retry after {}", failure.error, crate::units::format_duration(wait)), ..failure }.not_before(wait),
+        Some(wait) => Failure {
+            error: format!("{}, retry after {}", failure.error, crate::units::format_duration(wait)),
+            ..failure
+        }
+        .not_before(wait),
         None => failure,
     })
 }

@@ -96,7 +96,12 @@ impl WorkerMetrics {
         let _ = writeln!(o, "{n}_bucket{{le=\"+Inf\"}} {count}");
         let _ = writeln!(o, "{n}_sum {}", g(&self.latency_sum_us) as f64 / 1e6);
         let _ = writeln!(o, "{n}_count {count}");
-        let n = family(&mut o, "idemgate_worker_runs_in_hand", "gauge", "Runs this worker holds (running or waiting to retry).");
+        let n = family(
+            &mut o,
+            "idemgate_worker_runs_in_hand",
+            "gauge",
+            "Runs this worker holds (running or waiting to retry).",
+        );
         let _ = writeln!(o, "{n} {}", self.in_hand.load(Ordering::Relaxed).max(0));
         if let Some(breaker) = self.breaker.get() {
             let n = family(

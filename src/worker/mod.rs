@@ -956,7 +956,6 @@ fn jitter_fraction(run_id: &str, attempt: u32) -> f64 {
     (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
-
 fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_owned();

@@ -442,7 +442,8 @@ impl Queue {
 /// back to the time in the runs-stream entry id, which the gate wrote in the
 /// same script.
 pub(crate) fn run_key(keys: &Keys, run_id: &str, created_ms: Option<&str>, entry_id: &str) -> String {
-    let created = created_ms.filter(|c| !c.is_empty()).unwrap_or_else(|| entry_id.split('-').next().unwrap_or(entry_id));
+    let created =
+        created_ms.filter(|c| !c.is_empty()).unwrap_or_else(|| entry_id.split('-').next().unwrap_or(entry_id));
     format!("{}:{run_id}:{created}", keys.namespace())
 }
 

@@ -106,9 +106,7 @@ impl WorkerOptions {
         let deliver = self.deliver.clone().or_else(|| t.deliver.clone());
         let mode = match (deliver, self.command.is_empty()) {
             (Some(_), false) => {
-                return Err(WorkerError::Config(
-                    "give either --deliver URL or a command after `--`, not both".into(),
-                ));
+                return Err(WorkerError::Config("give either --deliver URL or a command after `--`, not both".into()));
             }
             (None, true) => {
                 return Err(WorkerError::Config(
@@ -117,9 +115,12 @@ impl WorkerOptions {
             }
             (None, false) => Mode::Command(self.command.clone()),
             (Some(url), true) => {
-                let secret_file = self.deliver_secret_file.clone().or_else(|| t.deliver_secret_file.clone()).ok_or_else(
-                    || WorkerError::Config("--deliver needs --deliver-secret-file FILE (Standard Webhooks secrets, one a line)".into()),
-                )?;
+                let secret_file =
+                    self.deliver_secret_file.clone().or_else(|| t.deliver_secret_file.clone()).ok_or_else(|| {
+                        WorkerError::Config(
+                            "--deliver needs --deliver-secret-file FILE (Standard Webhooks secrets, one a line)".into(),
+                        )
+                    })?;
                 let failures = self.breaker_failures.or(t.breaker_failures).unwrap_or(DEFAULT_BREAKER_FAILURES);
                 if failures == 0 {
                     return Err(WorkerError::Config("--breaker-failures must be at least 1".into()));
@@ -275,7 +276,10 @@ metrics_listen = "127.0.0.1:9464"
         let s = command().resolve(&file(FILE)).unwrap();
         let c = &s.config;
         assert_eq!((c.group.as_str(), c.concurrency, c.max_attempts), ("from-file", 7, 9));
-        assert_eq!((c.timeout, c.backoff, c.max_backoff), (Duration::from_secs(20), Duration::from_secs(3), Duration::from_secs(60)));
+        assert_eq!(
+            (c.timeout, c.backoff, c.max_backoff),
+            (Duration::from_secs(20), Duration::from_secs(3), Duration::from_secs(60))
+        );
         assert_eq!(c.lease, Duration::from_secs(20) + LEASE_MARGIN, "the default lease follows the file's timeout");
         assert_eq!(c.trim_interval, None);
         assert_eq!(c.run_retention, Some(Duration::from_secs(2 * 86_400)), "the top-level run_retention applies");
@@ -298,12 +302,16 @@ metrics_listen = "127.0.0.1:9464"
         // Without either: the defaults.
         let c = WorkerOptions { group: Some("g".into()), ..command() }.resolve(&file("")).unwrap().config;
         let d = WorkerConfig::new("g");
-        assert_eq!((c.concurrency, c.timeout, c.lease, c.run_retention), (d.concurrency, d.timeout, d.lease, d.run_retention));
+        assert_eq!(
+            (c.concurrency, c.timeout, c.lease, c.run_retention),
+            (d.concurrency, d.timeout, d.lease, d.run_retention)
+        );
     }
 
     #[test]
     fn the_deliver_mode_and_its_breaker_come_from_the_file_too() {
-        let text = format!("{FILE}deliver = \"http://127.0.0.1:1/hooks\"\ndeliver_secret_file = \"/run/secrets/hooks\"\n");
+        let text =
+            format!("{FILE}deliver = \"http://127.0.0.1:1/hooks\"\ndeliver_secret_file = \"/run/secrets/hooks\"\n");
         let s = WorkerOptions::default().resolve(&file(&text)).unwrap();
         let Mode::Deliver(d) = s.mode else { panic!("{:?}", s.mode) };
         assert_eq!(d.url, "http://127.0.0.1:1/hooks");
@@ -327,7 +335,8 @@ metrics_listen = "127.0.0.1:9464"
             let e = command().resolve(&file(text)).unwrap_err().to_string();
             assert!(e.contains(want), "{text:?}: {e}");
         }
-        let deliver = "[worker]\ngroup = \"g\"\ndeliver = \"http://h/\"\ndeliver_secret_file = \"s\"\nbreaker_cooldown = \"x\"";
+        let deliver =
+            "[worker]\ngroup = \"g\"\ndeliver = \"http://h/\"\ndeliver_secret_file = \"s\"\nbreaker_cooldown = \"x\"";
         let e = WorkerOptions::default().resolve(&file(deliver)).unwrap_err().to_string();
         assert!(e.contains("[worker] breaker_cooldown"), "{e}");
         let e = WorkerOptions { group: Some("g".into()), ..Default::default() }.resolve(&file("")).unwrap_err();

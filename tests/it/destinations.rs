@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::proxy::Proxy;
-use crate::support::{fresh_ns, free_port, raw_conn, redis_store_in, redis_url};
+use crate::support::{free_port, fresh_ns, raw_conn, redis_store_in, redis_url};
 use crate::worker::{Workers, gate_runs, record, signal, temp_dir, wait_exit, wait_for};
 
 /// One request the destination received.
@@ -243,7 +243,12 @@ async fn every_run_arrives_once_signed_with_every_secret() {
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     let got = dest.got();
-    assert_eq!(got.len(), runs, "each run exactly once: {:?}", got.iter().map(|r| r.header("webhook-id")).collect::<Vec<_>>());
+    assert_eq!(
+        got.len(),
+        runs,
+        "each run exactly once: {:?}",
+        got.iter().map(|r| r.header("webhook-id")).collect::<Vec<_>>()
+    );
     let mut ids = BTreeMap::new();
     for r in &got {
         let body = r.json();
@@ -291,8 +296,18 @@ async fn each_answer_decides_its_attempt() {
     .await;
     gate_runs(&ns, 5, 1).await;
     let flags = [
-        "--concurrency", "5", "--timeout", "1s", "--backoff", "100ms", "--max-backoff", "200ms",
-        "--max-attempts", "3", "--breaker-failures", "100",
+        "--concurrency",
+        "5",
+        "--timeout",
+        "1s",
+        "--backoff",
+        "100ms",
+        "--max-backoff",
+        "200ms",
+        "--max-attempts",
+        "3",
+        "--breaker-failures",
+        "100",
     ];
     let mut workers = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
     let finals = [(1, "done"), (2, "dead"), (3, "done"), (4, "done"), (5, "dead")];
@@ -339,9 +354,8 @@ async fn an_outage_dead_letters_nothing() {
     let metrics_addr = format!("127.0.0.1:{metrics_port}");
     let runs = 8;
     gate_runs(&ns, runs, 1).await;
-    let flags = [
-        "--max-attempts", "3", "--backoff", "100ms", "--breaker-cooldown", "1s", "--metrics-listen", &metrics_addr,
-    ];
+    let flags =
+        ["--max-attempts", "3", "--backoff", "100ms", "--breaker-cooldown", "1s", "--metrics-listen", &metrics_addr];
     let started = Instant::now();
     let mut workers = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, "a", &url, &flags)]);
     let metrics = || async {
@@ -411,12 +425,7 @@ impl HangingDestination {
     async fn start() -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let d = Self {
-            addr,
-            closed: Arc::default(),
-            first_request: Arc::default(),
-            answered: Arc::default(),
-        };
+        let d = Self { addr, closed: Arc::default(), first_request: Arc::default(), answered: Arc::default() };
         let (closed, first, answered) = (d.closed.clone(), d.first_request.clone(), d.answered.clone());
         tokio::spawn(async move {
             let mut n = 0;
