@@ -602,3 +602,40 @@ async fn the_worker_reads_its_settings_from_the_config_file() {
     signal(&workers.0[0], "-TERM");
     assert!(wait_exit(&mut workers.0[0], Duration::from_secs(15)).await.success());
 }
+
+/// Rotation without a restart: a second line in the secrets file signs the
+/// next request too; removing the first line drops its entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_secrets_file_signs_the_next_request_without_a_restart() {
+    let ns = fresh_ns("dlvrotate");
+    let dir = temp_dir("dlvrotate");
+    let (old, new) = (secret(8), secret(9));
+    secrets_file(&dir, std::slice::from_ref(&old));
+    let dest = Destination::start(|_, _| ok()).await;
+    let gate = Gate::new(["o/r"], redis_store_in(&ns, &Settings::default()).await);
+    let deliver = |n: u64| {
+        let gate = &gate;
+        let ns = ns.clone();
+        async move {
+            let e = json!({"org": "o", "repo": "r", "action": "push", "number": n});
+            gate.handle("github", &format!("d-{n}"), &e).await.unwrap();
+            wait_status(&ns, [(n, "done")], Duration::from_secs(20)).await;
+        }
+    };
+    let mut workers = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, "a", &dest.url(), &[])]);
+    deliver(1).await;
+    // Step 1 of a rotation: the new secret as a second line.
+    secrets_file(&dir, &[old.clone(), new.clone()]);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    deliver(2).await;
+    // Step 3: the old line removed (step 2 is the receivers').
+    secrets_file(&dir, std::slice::from_ref(&new));
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    deliver(3).await;
+    let entries = |n: u64| dest.of_run(n)[0].header("webhook-signature").split(' ').count();
+    assert_eq!((entries(1), entries(2), entries(3)), (1, 2, 1));
+    verify_with_standardwebhooks(&dir, std::slice::from_ref(&old), &[dest.of_run(1)[0].clone(), dest.of_run(2)[0].clone()]);
+    verify_with_standardwebhooks(&dir, std::slice::from_ref(&new), &[dest.of_run(2)[0].clone(), dest.of_run(3)[0].clone()]);
+    signal(&workers.0[0], "-TERM");
+    assert!(wait_exit(&mut workers.0[0], Duration::from_secs(15)).await.success());
+}
