@@ -436,7 +436,7 @@ mod tests {
     fn signature_matches_the_standard_webhooks_vector() {
         let key = STANDARD.decode("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
         let body = br#"{"test": 2432232314}"#;
-        let sig = signature(&[key.clone()], "msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", body);
+        let sig = signature(std::slice::from_ref(&key), "msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", body);
         assert_eq!(sig, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
         // Two secrets: two entries, in the file's order.
         let two = signature(&[vec![7; 32], key], "msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", body);

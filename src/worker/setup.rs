@@ -175,9 +175,9 @@ pub async fn run(
     // Everything that can be refused is checked before connecting.
     let handler = match &setup.mode {
         Mode::Command(argv) => Either::Command(command::for_worker(argv, &file)?),
-        Mode::Deliver(d) => Either::Deliver(
+        Mode::Deliver(d) => Either::Deliver(Box::new(
             Destination::new(d).map_err(|e| WorkerError::Config(e.to_string()))?.with_metrics(metrics.clone()),
-        ),
+        )),
     };
     let listener = match setup.metrics_listen {
         Some(addr) => Some(
@@ -216,7 +216,7 @@ pub async fn run(
 /// The handler a [`Mode`] chose.
 enum Either {
     Command(command::CommandHandler),
-    Deliver(Destination),
+    Deliver(Box<Destination>),
 }
 
 impl Either {

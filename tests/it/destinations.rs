@@ -634,8 +634,16 @@ async fn a_changed_secrets_file_signs_the_next_request_without_a_restart() {
     deliver(3).await;
     let entries = |n: u64| dest.of_run(n)[0].header("webhook-signature").split(' ').count();
     assert_eq!((entries(1), entries(2), entries(3)), (1, 2, 1));
-    verify_with_standardwebhooks(&dir, std::slice::from_ref(&old), &[dest.of_run(1)[0].clone(), dest.of_run(2)[0].clone()]);
-    verify_with_standardwebhooks(&dir, std::slice::from_ref(&new), &[dest.of_run(2)[0].clone(), dest.of_run(3)[0].clone()]);
+    verify_with_standardwebhooks(
+        &dir,
+        std::slice::from_ref(&old),
+        &[dest.of_run(1)[0].clone(), dest.of_run(2)[0].clone()],
+    );
+    verify_with_standardwebhooks(
+        &dir,
+        std::slice::from_ref(&new),
+        &[dest.of_run(2)[0].clone(), dest.of_run(3)[0].clone()],
+    );
     signal(&workers.0[0], "-TERM");
     assert!(wait_exit(&mut workers.0[0], Duration::from_secs(15)).await.success());
 }
