@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::proxy::Proxy;
-use crate::support::{free_port, fresh_ns, raw_conn, redis_store_in, redis_url};
+use crate::support::{TestCerts, free_port, fresh_ns, raw_conn, redis_store_in, redis_url};
 use crate::worker::{Workers, gate_runs, record, signal, temp_dir, wait_exit, wait_for};
 
 /// One request the destination received.
@@ -644,6 +644,110 @@ async fn a_changed_secrets_file_signs_the_next_request_without_a_restart() {
         std::slice::from_ref(&new),
         &[dest.of_run(2)[0].clone(), dest.of_run(3)[0].clone()],
     );
+    signal(&workers.0[0], "-TERM");
+    assert!(wait_exit(&mut workers.0[0], Duration::from_secs(15)).await.success());
+}
+
+/// An `https` destination of the test's own: rustls over a std socket, a
+/// thread per connection, answering 200 to each request and keeping each
+/// request's head (lower-cased).
+fn tls_destination(certs: &TestCerts) -> (u16, Arc<Mutex<Vec<String>>>) {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain = CertificateDer::pem_slice_iter(&std::fs::read(certs.path("server.crt")).unwrap())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_slice(&std::fs::read(certs.path("server.key")).unwrap()).unwrap();
+    let config = Arc::new(
+        rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap(),
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let h = heads.clone();
+    std::thread::spawn(move || {
+        for tcp in listener.incoming().flatten() {
+            let (config, heads) = (config.clone(), h.clone());
+            std::thread::spawn(move || {
+                use std::io::{Read, Write};
+                let mut tls = rustls::StreamOwned::new(rustls::ServerConnection::new(config).unwrap(), tcp);
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                        let len: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .map_or(0, |v| v.trim().parse().unwrap_or(0));
+                        if buf.len() >= end + 4 + len {
+                            buf.drain(..end + 4 + len);
+                            heads.lock().unwrap().push(head);
+                            if tls.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").is_err() {
+                                return;
+                            }
+                            continue;
+                        }
+                    }
+                    match tls.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    (port, heads)
+}
+
+/// `https` through rustls, verified against `--deliver-ca`; a certificate
+/// that does not verify is a failed attempt, never a plain-text fallback.
+/// Userinfo in the URL is sent as basic authentication and never logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_destinations_are_verified_against_the_deliver_ca() {
+    let ns = fresh_ns("dlvtls");
+    let dir = temp_dir("dlvtls");
+    secrets_file(&dir, &[secret(10)]);
+    let certs = TestCerts::new();
+    let (port, heads) = tls_destination(&certs);
+    gate_runs(&ns, 1, 1).await;
+    let url = format!("https://hook-user:Pa55-in-url@127.0.0.1:{port}/hooks");
+    let flags = ["--deliver-ca", &certs.path("ca.crt")];
+    let mut workers = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, "a", &url, &flags)]);
+    wait_status(&ns, [(1, "done")], Duration::from_secs(20)).await;
+    let seen = heads.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let basic = base64::engine::general_purpose::STANDARD.encode("hook-user:Pa55-in-url").to_ascii_lowercase();
+    assert!(seen[0].starts_with("post /hooks http/1.1") && seen[0].contains(&format!("authorization: basic {basic}")));
+    signal(&workers.0[0], "-TERM");
+    assert!(wait_exit(&mut workers.0[0], Duration::from_secs(15)).await.success());
+    let log = std::fs::read_to_string(dir.join("a.log")).unwrap();
+    assert!(log.contains(&format!("https://127.0.0.1:{port}/hooks")), "the URL is logged without its userinfo");
+    assert!(!log.contains("Pa55-in-url") && !log.contains(&basic), "the URL's password reached the log");
+
+    // A CA that signed none of the destination's certificates: every attempt fails on TLS.
+    let ns = fresh_ns("dlvtlsbad");
+    gate_runs(&ns, 1, 1).await;
+    let flags = [
+        "--deliver-ca",
+        &certs.path("other-ca.crt"),
+        "--max-attempts",
+        "2",
+        "--backoff",
+        "100ms",
+        "--breaker-failures",
+        "100",
+    ];
+    let mut workers = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, "b", &url, &flags)]);
+    wait_status(&ns, [(1, "dead")], Duration::from_secs(20)).await;
+    let error = record(&ns, "run-1").await["last_error"].clone();
+    assert!(error.contains("no answer from") && error.to_lowercase().contains("certificate"), "{error}");
+    assert_eq!(heads.lock().unwrap().len(), 1, "no request went through without verification");
     signal(&workers.0[0], "-TERM");
     assert!(wait_exit(&mut workers.0[0], Duration::from_secs(15)).await.success());
 }
