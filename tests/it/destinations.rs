@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
+use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
@@ -30,6 +31,8 @@ use crate::worker::{Workers, gate_runs, record, signal, temp_dir, wait_exit, wai
 #[derive(Debug, Clone)]
 struct Received {
     at: Instant,
+    /// The worker's end of the connection that carried it.
+    peer: SocketAddr,
     path: String,
     headers: HeaderMap,
     body: Bytes,
@@ -88,26 +91,28 @@ impl Destination {
         let got = Arc::new(Mutex::new(Vec::<Received>::new()));
         let script: Arc<Script> = Arc::new(script);
         let g = got.clone();
-        let app = axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap, body: Bytes| {
-            let (got, script) = (g.clone(), script.clone());
-            async move {
-                let r = Received { at: Instant::now(), path: uri.path().to_owned(), headers, body };
-                let answer = {
-                    let mut all = got.lock().unwrap();
-                    let earlier = all.iter().filter(|e| e.header("webhook-id") == r.header("webhook-id")).count();
-                    all.push(r.clone());
-                    script(&r, earlier)
-                };
-                tokio::time::sleep(answer.hang).await;
-                let mut resp: Response = (answer.status, "answer body").into_response();
-                for (k, v) in answer.headers {
-                    resp.headers_mut().insert(k, v.parse().unwrap());
+        let app = axum::Router::new().fallback(
+            move |ConnectInfo(peer): ConnectInfo<SocketAddr>, uri: Uri, headers: HeaderMap, body: Bytes| {
+                let (got, script) = (g.clone(), script.clone());
+                async move {
+                    let r = Received { at: Instant::now(), peer, path: uri.path().to_owned(), headers, body };
+                    let answer = {
+                        let mut all = got.lock().unwrap();
+                        let earlier = all.iter().filter(|e| e.header("webhook-id") == r.header("webhook-id")).count();
+                        all.push(r.clone());
+                        script(&r, earlier)
+                    };
+                    tokio::time::sleep(answer.hang).await;
+                    let mut resp: Response = (answer.status, "answer body").into_response();
+                    for (k, v) in answer.headers {
+                        resp.headers_mut().insert(k, v.parse().unwrap());
+                    }
+                    resp
                 }
-                resp
-            }
-        });
+            },
+        );
         let server = tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
+            axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await.unwrap();
         });
         Self { addr, got, server }
     }
@@ -271,6 +276,9 @@ async fn every_run_arrives_once_signed_with_every_secret() {
         ids.insert(id.to_owned(), run_id.to_owned());
     }
     assert_eq!(ids.len(), runs, "every run has its own webhook-id");
+    // Connections are kept alive and reused: at most one per slot of each worker.
+    let connections: std::collections::BTreeSet<SocketAddr> = got.iter().map(|r| r.peer).collect();
+    assert!(connections.len() <= 8, "{} connections for {runs} requests", connections.len());
     verify_with_standardwebhooks(&dir, &secrets, &got);
     for w in &workers.0 {
         signal(w, "-TERM");
