@@ -302,7 +302,12 @@ async fn each_answer_decides_its_attempt() {
         _ => ok(),
     })
     .await;
-    gate_runs(&ns, 5, 1).await;
+    // One at a time, so that run-N is the run of number N.
+    let gate = Gate::new(["o/r"], redis_store_in(&ns, &Settings::default()).await);
+    for n in 1..=5 {
+        let e = json!({"org": "o", "repo": "r", "action": "push", "number": n});
+        gate.handle("github", &format!("d-{n}"), &e).await.unwrap();
+    }
     let flags = [
         "--concurrency",
         "5",
@@ -567,10 +572,11 @@ async fn the_worker_reads_its_settings_from_the_config_file() {
     let dir = temp_dir("wfile");
     gate_runs(&ns, 2, 1).await;
     let config = dir.join("idemgate.toml");
+    let metrics_addr = format!("127.0.0.1:{}", free_port());
     std::fs::write(
         &config,
         format!(
-            "redis_url = \"{}\"\nnamespace = \"{ns}\"\nrun_retention = \"1h\"\n\n[worker]\ngroup = \"from-file\"\nmax_attempts = 1\nconcurrency = 1\nblock = \"200ms\"\n",
+            "redis_url = \"{}\"\nnamespace = \"{ns}\"\nrun_retention = \"1h\"\n\n[worker]\ngroup = \"from-file\"\nmax_attempts = 1\nconcurrency = 1\nblock = \"200ms\"\nmetrics_listen = \"{metrics_addr}\"\n",
             redis_url()
         ),
     )
@@ -607,6 +613,17 @@ async fn the_worker_reads_its_settings_from_the_config_file() {
     let seen = std::fs::read_to_string(dir.join("keys")).unwrap();
     let created = record(&ns, "run-2").await["created_ms"].clone();
     assert!(seen.lines().any(|k| k == format!("{ns}:run-2:{created}")), "{seen}");
+    // `metrics_listen` from the file: the command mode's metrics, without the destination's.
+    let metrics = reqwest::get(format!("http://{metrics_addr}/metrics")).await.unwrap().text().await.unwrap();
+    for line in [
+        "idemgate_worker_attempts_total{outcome=\"done\"} 1",
+        "idemgate_worker_attempts_total{outcome=\"failed\"} 1",
+        "idemgate_worker_attempt_seconds_count 2",
+        "idemgate_worker_runs_in_hand 0",
+    ] {
+        assert!(metrics.contains(line), "{line} missing:\n{metrics}");
+    }
+    assert!(!metrics.contains("breaker"), "{metrics}");
     signal(&workers.0[0], "-TERM");
     assert!(wait_exit(&mut workers.0[0], Duration::from_secs(15)).await.success());
 }
