@@ -22,8 +22,10 @@
 -- ARGV[8..13]: run id, provider, repo, action, number, delivery id (copied
 --              into the dead stream if the run is out of attempts)
 -- Returns: {0, 0}        the entry is no longer held by this consumer (lost)
---          {1, attempt, payload}  run attempt number `attempt` now (record: running);
---                        payload is the run record's kept payload, or nil
+--          {1, attempt, created_ms, payload}  run attempt number `attempt` now
+--                        (record: running); created_ms is when the gate created
+--                        the run (part of its run key), payload the run
+--                        record's kept payload, or nil
 --          {2, attempts} the last allowed attempt was lost with its worker:
 --                        the run was moved to the dead stream instead
 
@@ -33,7 +35,8 @@ end
 
 if redis.call('HGET', KEYS[2], 'op') == ARGV[6] then
   -- The retried call gets the first call's answer, payload included.
-  return {tonumber(redis.call('HGET', KEYS[2], 'op_result')), attempts_now(), redis.call('HGET', KEYS[2], 'payload')}
+  return {tonumber(redis.call('HGET', KEYS[2], 'op_result')), attempts_now(),
+    redis.call('HGET', KEYS[2], 'created_ms'), redis.call('HGET', KEYS[2], 'payload')}
 end
 local held = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1, ARGV[2])
 if #held == 0 then
@@ -66,4 +69,4 @@ attempts = redis.call('HINCRBY', KEYS[2], 'attempts', 1)
 redis.call('HSET', KEYS[2], 'status', 'running', 'worker', ARGV[2], 'group', ARGV[1],
   'started_ms', ARGV[4], 'updated_ms', ARGV[4], 'op', ARGV[6], 'op_result', 1)
 redis.call('HDEL', KEYS[2], 'next_attempt_ms')
-return {1, attempts, redis.call('HGET', KEYS[2], 'payload')}
+return {1, attempts, redis.call('HGET', KEYS[2], 'created_ms'), redis.call('HGET', KEYS[2], 'payload')}

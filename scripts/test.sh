@@ -60,6 +60,11 @@ if ! $quick && ! command -v st >/dev/null; then
   python3 -m pip install -q --disable-pip-version-check schemathesis==4.32.5
 fi
 
+if ! python3 -c 'import standardwebhooks' 2>/dev/null; then
+  echo "== installing standardwebhooks (PyPI), the reference verifier tests/it/destinations.rs checks deliveries with"
+  python3 -m pip install -q --disable-pip-version-check standardwebhooks==1.1.0
+fi
+
 if [ -z "${IDEMGATE_REDIS_IMAGE:-}" ]; then
   # The upstream image when Docker has it; else one built here from Debian's redis-server.
   if docker image inspect redis:7.2 >/dev/null 2>&1; then

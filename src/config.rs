@@ -133,6 +133,33 @@ pub struct FileConfig {
     redis_sentinel_master: Option<String>,
     #[serde(default)]
     provider: Vec<ProviderConfig>,
+    #[serde(default)]
+    worker: WorkerTable,
+}
+
+/// The file's `[worker]` table: `idemgate worker`'s own settings, under the
+/// flags' names without dashes (docs/reference.md#config-file). Durations
+/// are text here, read by [`file_duration`] so that an error names the key.
+/// `idemgate::worker::setup` layers them under the flags and env vars.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)] // each field is the flag of the same name
+pub struct WorkerTable {
+    pub group: Option<String>,
+    pub concurrency: Option<usize>,
+    pub max_attempts: Option<u32>,
+    pub timeout: Option<String>,
+    pub lease: Option<String>,
+    pub backoff: Option<String>,
+    pub max_backoff: Option<String>,
+    pub trim_interval: Option<String>,
+    pub block: Option<String>,
+    pub deliver: Option<String>,
+    pub deliver_secret_file: Option<PathBuf>,
+    pub deliver_ca: Option<PathBuf>,
+    pub breaker_failures: Option<u32>,
+    pub breaker_cooldown: Option<String>,
+    pub metrics_listen: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -250,6 +277,16 @@ impl FileConfig {
         path.map_or_else(|| Ok(Self::default()), Self::load)
     }
 
+    /// The `[worker]` table (empty when the file has none).
+    pub fn worker(&self) -> &WorkerTable {
+        &self.worker
+    }
+
+    /// The top-level `run_retention`, which `serve` checks and the worker applies.
+    pub fn run_retention(&self) -> Result<Option<Lifetime>, ConfigError> {
+        file_lifetime("run_retention", self.run_retention.as_ref())
+    }
+
     /// The environment variables the providers take their secrets from
     /// (`secret_env`): `idemgate worker` keeps them from its command.
     pub fn secret_env_names(&self) -> Vec<String> {
@@ -286,7 +323,8 @@ fn toml_error(text: &str, e: &toml::de::Error) -> String {
     }
 }
 
-fn file_duration(key: &str, value: Option<&String>) -> Result<Option<Duration>, ConfigError> {
+/// A duration from the file; the message names the key, never the value.
+pub fn file_duration(key: &str, value: Option<&String>) -> Result<Option<Duration>, ConfigError> {
     value
         .map(|v| {
             parse_duration(v).map_err(|_| {

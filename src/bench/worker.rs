@@ -1,5 +1,6 @@
 //! Section 6 of the report, the worker: runs per second with an empty handler, through the
-//! library API and through `idemgate worker -- true` (a process per run),
+//! library API, to an HTTP destination (`--deliver`, an in-process sink) and through
+//! `idemgate worker -- true` (a process per run),
 //! on runs the gate created first.
 
 use std::fmt::Write as _;
@@ -11,6 +12,8 @@ use super::{Bench, BenchError, event, progress};
 use crate::gate::Gate;
 use crate::keys::Keys;
 use crate::redis::Conn;
+use crate::worker::breaker::BreakerConfig;
+use crate::worker::deliver::{DeliverOptions, Destination};
 use crate::worker::{Run, Worker, WorkerConfig};
 
 /// Writes the worker section.
@@ -39,6 +42,13 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
     let _ = stop_tx.send(());
     running.await??;
     writeln!(out, "| library API, empty async handler | 8 | {runs} | {:.0} |", runs as f64 / lib.as_secs_f64())?;
+    progress(&format!("worker --deliver to an in-process HTTP sink, {runs} runs"));
+    let http = deliver_to_sink(bench, &wkeys, &mut conn).await?;
+    writeln!(
+        out,
+        "| HTTP destination (`--deliver`, signed POST to an in-process sink answering 204) | 8 | {runs} | {:.0} |",
+        runs as f64 / http.as_secs_f64()
+    )?;
     progress(&format!("idemgate worker -- true, {runs} runs"));
     let t = Instant::now();
     let mut child = tokio::process::Command::new(&bench.options.idemgate_program)
@@ -67,6 +77,39 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
         runs as f64 / cli.as_secs_f64()
     )?;
     Ok(())
+}
+
+/// The runs of `keys` through a [`Destination`] (a library worker, as
+/// `idemgate worker --deliver` runs it) to an axum sink in this process
+/// that answers 204: the time until the group has finished them all.
+async fn deliver_to_sink(bench: &Bench<'_>, keys: &Keys, conn: &mut Conn) -> Result<Duration, BenchError> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/hooks", listener.local_addr()?);
+    let sink = axum::Router::new().fallback(|| async { axum::http::StatusCode::NO_CONTENT });
+    let server = tokio::spawn(async move { axum::serve(listener, sink).await });
+    let secret_file = std::env::temp_dir().join(format!("idemgate-bench-secret-{}", std::process::id()));
+    std::fs::write(&secret_file, "whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo=\n")?;
+    let destination = Destination::new(&DeliverOptions {
+        url,
+        secret_file: secret_file.clone(),
+        ca: None,
+        breaker: BreakerConfig::default(),
+    })
+    .map_err(|e| BenchError::Failed(e.to_string()))?;
+    let config = WorkerConfig { concurrency: 8, ..WorkerConfig::new("bench-http") };
+    let worker = Worker::connect(&bench.redis, keys.clone(), config).await?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let t = Instant::now();
+    let running = tokio::spawn(worker.run(destination, async move {
+        let _ = stop_rx.await;
+    }));
+    wait_group_done(conn, keys, "bench-http").await?;
+    let took = t.elapsed();
+    let _ = stop_tx.send(());
+    running.await??;
+    server.abort();
+    let _ = std::fs::remove_file(secret_file);
+    Ok(took)
 }
 
 /// Waits until `group` has read every entry of the runs stream and holds none.

@@ -1,13 +1,18 @@
-//! `idemgate worker`: the flags, mapped onto a [`WorkerConfig`].
+//! `idemgate worker`: the flags, mapped onto [`WorkerOptions`]. No flag has
+//! a clap default: a default here would hide the config file's `[worker]`
+//! value (flag > env > file > default, `idemgate::worker::setup`).
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
 use idemgate::config::{DEFAULT_RUN_RETENTION, Lifetime, format_duration, parse_duration, parse_lifetime};
+use idemgate::worker::breaker::{DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES, MAX_COOLDOWN};
+use idemgate::worker::setup::WorkerOptions;
 use idemgate::worker::{
     DEFAULT_BACKOFF, DEFAULT_BLOCK, DEFAULT_CONCURRENCY, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BACKOFF, DEFAULT_TIMEOUT,
-    DEFAULT_TRIM_INTERVAL, LEASE_MARGIN, WorkerConfig,
+    DEFAULT_TRIM_INTERVAL, LEASE_MARGIN,
 };
 
 use super::{StoreArgs, with_default};
@@ -20,20 +25,27 @@ pub struct WorkerArgs {
     pub store: StoreArgs,
     /// Consumer group to join; created at the start of the stream if new. Use one group per
     /// namespace: groups share the run record, attempt count included (docs/worker.md).
+    /// Required here or as `group` in the config file's [worker] table.
     #[arg(long, env = "IDEMGATE_WORKER_GROUP", value_name = "NAME")]
-    pub group: String,
+    pub group: Option<String>,
     /// Consumer name, unique among live workers [default: HOST-PID-NONCE].
     #[arg(long, env = "IDEMGATE_WORKER_CONSUMER", value_name = "NAME")]
     pub consumer: Option<String>,
-    /// Runs handled at once.
-    #[arg(long, env = "IDEMGATE_WORKER_CONCURRENCY", value_name = "N", default_value_t = DEFAULT_CONCURRENCY)]
-    pub concurrency: usize,
-    /// Attempts before a run goes to the dead stream.
-    #[arg(long, env = "IDEMGATE_WORKER_MAX_ATTEMPTS", value_name = "N", default_value_t = DEFAULT_MAX_ATTEMPTS)]
-    pub max_attempts: u32,
-    /// Bound on one attempt; the command and its process group are killed past it.
-    #[arg(long, env = "IDEMGATE_WORKER_TIMEOUT", value_name = "DURATION", value_parser = parse_duration, default_value = format_duration(DEFAULT_TIMEOUT))]
-    pub timeout: Duration,
+    #[arg(long, env = "IDEMGATE_WORKER_CONCURRENCY", value_name = "N", help = with_default("Runs handled at once", DEFAULT_CONCURRENCY))]
+    pub concurrency: Option<usize>,
+    #[arg(long, env = "IDEMGATE_WORKER_MAX_ATTEMPTS", value_name = "N", help = with_default("Attempts before a run goes to the dead stream", DEFAULT_MAX_ATTEMPTS))]
+    pub max_attempts: Option<u32>,
+    #[arg(
+        long,
+        env = "IDEMGATE_WORKER_TIMEOUT",
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        help = with_default(
+            "Bound on one attempt: the command and its process group are killed past it, or the whole HTTP answer must have come",
+            format_duration(DEFAULT_TIMEOUT)
+        )
+    )]
+    pub timeout: Option<Duration>,
     #[arg(
         long,
         env = "IDEMGATE_WORKER_LEASE",
@@ -45,51 +57,70 @@ pub struct WorkerArgs {
         )
     )]
     pub lease: Option<Duration>,
-    /// Wait before the second attempt; doubles for each further attempt.
-    #[arg(long, env = "IDEMGATE_WORKER_BACKOFF", value_name = "DURATION", value_parser = parse_duration, default_value = format_duration(DEFAULT_BACKOFF))]
-    pub backoff: Duration,
-    /// Bound on the wait between attempts.
-    #[arg(long, env = "IDEMGATE_WORKER_MAX_BACKOFF", value_name = "DURATION", value_parser = parse_duration, default_value = format_duration(DEFAULT_MAX_BACKOFF))]
-    pub max_backoff: Duration,
-    /// How often acknowledged entries are trimmed from the runs stream (`0s`: never).
-    #[arg(long, env = "IDEMGATE_WORKER_TRIM_INTERVAL", value_name = "DURATION", value_parser = parse_duration, default_value = format_duration(DEFAULT_TRIM_INTERVAL))]
-    pub trim_interval: Duration,
-    /// How long a `done` or `dead` run record stays in Redis (its TTL), or `never`.
-    #[arg(long, env = "IDEMGATE_RUN_RETENTION", value_name = "DURATION|never", value_parser = parse_lifetime, default_value = format_duration(DEFAULT_RUN_RETENTION))]
-    pub run_retention: Lifetime,
-    /// How long one read waits for new runs (also the longest a stop waits for the reader).
-    #[arg(long, env = "IDEMGATE_WORKER_BLOCK", value_name = "DURATION", value_parser = parse_duration, default_value = format_duration(DEFAULT_BLOCK))]
-    pub block: Duration,
-    /// The command run once per run attempt, after `--`. Exit 0: done; exit 65 (EX_DATAERR): a permanent
-    /// failure, dead-lettered at once; anything else: a failed attempt, retried.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    #[arg(long, env = "IDEMGATE_WORKER_BACKOFF", value_name = "DURATION", value_parser = parse_duration, help = with_default("Wait before the second attempt; doubles for each further attempt", format_duration(DEFAULT_BACKOFF)))]
+    pub backoff: Option<Duration>,
+    #[arg(long, env = "IDEMGATE_WORKER_MAX_BACKOFF", value_name = "DURATION", value_parser = parse_duration, help = with_default("Bound on the wait between attempts", format_duration(DEFAULT_MAX_BACKOFF)))]
+    pub max_backoff: Option<Duration>,
+    #[arg(long, env = "IDEMGATE_WORKER_TRIM_INTERVAL", value_name = "DURATION", value_parser = parse_duration, help = with_default("How often acknowledged entries are trimmed from the runs stream (`0s`: never)", format_duration(DEFAULT_TRIM_INTERVAL)))]
+    pub trim_interval: Option<Duration>,
+    #[arg(long, env = "IDEMGATE_RUN_RETENTION", value_name = "DURATION|never", value_parser = parse_lifetime, help = with_default("How long a `done` or `dead` run record stays in Redis (its TTL), or `never`", format_duration(DEFAULT_RUN_RETENTION)))]
+    pub run_retention: Option<Lifetime>,
+    #[arg(long, env = "IDEMGATE_WORKER_BLOCK", value_name = "DURATION", value_parser = parse_duration, help = with_default("How long one read waits for new runs (also the longest a stop waits for the reader)", format_duration(DEFAULT_BLOCK)))]
+    pub block: Option<Duration>,
+    /// POST each attempt to this http:// or https:// URL, signed the Standard Webhooks way, instead of
+    /// running a command (docs/destinations.md). Userinfo in it is sent as basic auth and never logged.
+    /// (The env value is never shown in --help: it may hold a password.)
+    #[arg(long, env = "IDEMGATE_WORKER_DELIVER", value_name = "URL", hide_env_values = true)]
+    pub deliver: Option<String>,
+    /// File of Standard Webhooks secrets (`whsec_` + base64, at least 24 bytes), one a line, each signing
+    /// every request; read again when it changes or on SIGHUP. Required with --deliver.
+    #[arg(long, env = "IDEMGATE_WORKER_DELIVER_SECRET_FILE", value_name = "FILE")]
+    pub deliver_secret_file: Option<PathBuf>,
+    /// PEM file of the CA that signs the destination's certificate [default: the system roots].
+    #[arg(long, env = "IDEMGATE_WORKER_DELIVER_CA", value_name = "FILE")]
+    pub deliver_ca: Option<PathBuf>,
+    #[arg(long, env = "IDEMGATE_WORKER_BREAKER_FAILURES", value_name = "N", help = with_default("With --deliver: consecutive destination failures (no answer, timeout, 5xx, 429) that open the breaker", DEFAULT_BREAKER_FAILURES))]
+    pub breaker_failures: Option<u32>,
+    #[arg(long, env = "IDEMGATE_WORKER_BREAKER_COOLDOWN", value_name = "DURATION", value_parser = parse_duration, help = with_default("With --deliver: wait of the open breaker before a probe; doubles per failed probe", format!("{}, at most {}", format_duration(DEFAULT_BREAKER_COOLDOWN), format_duration(MAX_COOLDOWN))))]
+    pub breaker_cooldown: Option<Duration>,
+    /// Serve GET /metrics (Prometheus text) on this address, e.g. 127.0.0.1:9464 [default: off].
+    #[arg(long, env = "IDEMGATE_WORKER_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
+    /// The command run once per run attempt, after `--` (or give --deliver). Exit 0: done; exit 65
+    /// (EX_DATAERR): a permanent failure, dead-lettered at once; anything else: a failed attempt, retried.
+    #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
 
 impl WorkerArgs {
-    /// The worker settings these flags ask for.
-    fn config(&self) -> WorkerConfig {
-        let mut c = WorkerConfig::new(self.group.clone());
-        if let Some(name) = &self.consumer {
-            c.consumer = name.clone();
+    /// What these flags (and env vars) ask for; the rest comes from the file.
+    fn options(&self) -> WorkerOptions {
+        WorkerOptions {
+            group: self.group.clone(),
+            consumer: self.consumer.clone(),
+            concurrency: self.concurrency,
+            max_attempts: self.max_attempts,
+            timeout: self.timeout,
+            lease: self.lease,
+            backoff: self.backoff,
+            max_backoff: self.max_backoff,
+            trim_interval: self.trim_interval,
+            block: self.block,
+            run_retention: self.run_retention,
+            deliver: self.deliver.clone(),
+            deliver_secret_file: self.deliver_secret_file.clone(),
+            deliver_ca: self.deliver_ca.clone(),
+            breaker_failures: self.breaker_failures,
+            breaker_cooldown: self.breaker_cooldown,
+            metrics_listen: self.metrics_listen.clone(),
+            command: self.command.clone(),
         }
-        c.concurrency = self.concurrency;
-        c.max_attempts = self.max_attempts;
-        c.timeout = self.timeout;
-        c.lease = self.lease.unwrap_or(self.timeout + LEASE_MARGIN);
-        c.backoff = self.backoff;
-        c.max_backoff = self.max_backoff;
-        c.trim_interval = (!self.trim_interval.is_zero()).then_some(self.trim_interval);
-        c.block = self.block;
-        c.run_retention = self.run_retention.0;
-        c
     }
 }
 
 /// `idemgate worker`: until SIGTERM or ctrl-c.
 pub async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     let shutdown = idemgate::server::shutdown_signal(); // first: a SIGTERM while starting is not fatal
-    let config = args.config();
-    idemgate::worker::command::run(&args.store.into(), config, &args.command, shutdown).await?;
+    idemgate::worker::setup::run(&args.store.clone().into(), &args.options(), shutdown).await?;
     Ok(ExitCode::SUCCESS)
 }

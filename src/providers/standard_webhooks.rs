@@ -128,8 +128,8 @@ fn is_svix_ping(payload: &Value) -> bool {
 }
 
 /// What Standard Webhooks signs: `<id>.<timestamp>.<raw body>` (for the
-/// verifier and for `idemgate send`/`sign` alike).
-fn signed_content<'a>(id: &'a str, timestamp: &'a str, body: &'a [u8]) -> [&'a [u8]; 5] {
+/// verifier, for `idemgate send`/`sign` and for `worker --deliver` alike).
+pub(crate) fn signed_content<'a>(id: &'a str, timestamp: &'a str, body: &'a [u8]) -> [&'a [u8]; 5] {
     [id.as_bytes(), b".", timestamp.as_bytes(), b".", body]
 }
 

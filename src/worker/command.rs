@@ -1,5 +1,5 @@
 //! A [`Handler`] that runs a command per attempt: the run as JSON on stdin,
-//! `IDEMGATE_RUN_ID` and `IDEMGATE_ATTEMPT` in the environment (without the
+//! `IDEMGATE_RUN_ID`, `IDEMGATE_RUN_KEY` and `IDEMGATE_ATTEMPT` in the environment (without the
 //! variables named by [`CommandHandler::without_env`]), exit status 0 for
 //! done, [`PERMANENT_FAILURE_EXIT`] for "dead-letter now", anything else for
 //! a retry. The child leads a process group of its own; when the attempt
@@ -67,6 +67,7 @@ impl Handler for CommandHandler {
         }
         cmd.args(&self.args)
             .env("IDEMGATE_RUN_ID", &run.fields.run_id)
+            .env("IDEMGATE_RUN_KEY", &run.key)
             .env("IDEMGATE_ATTEMPT", run.attempt.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::inherit())
@@ -127,7 +128,7 @@ impl Handler for CommandHandler {
         };
         let tail = tail.text(ERROR_TAIL_BYTES.saturating_sub(what.len() + 2));
         let error = if tail.is_empty() { what } else { format!("{what}: {tail}") };
-        Err(Failure { error, permanent: status.code() == Some(PERMANENT_FAILURE_EXIT) })
+        Err(Failure { error, permanent: status.code() == Some(PERMANENT_FAILURE_EXIT), ..Failure::default() })
     }
 }
 
@@ -212,13 +213,34 @@ fn hidden(name: &str, secret_env: &[String]) -> bool {
     name.starts_with("IDEMGATE_") || secret_env.iter().any(|s| s == name)
 }
 
-/// `idemgate worker`: runs `command` once per run attempt under a
+/// The handler `idemgate worker -- COMMAND` runs: the command gets no
+/// idemgate setting and no provider secret (the names of the secrets come
+/// from the config file's `secret_env` keys).
+pub fn for_worker(command: &[String], file: &FileConfig) -> Result<CommandHandler, WorkerError> {
+    let secrets = file.secret_env_names();
+    Ok(CommandHandler::new(command)
+        .ok_or_else(|| WorkerError::Config("give the command to run after `--`".into()))?
+        .without_env(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).filter(|k| hidden(k, &secrets))))
+}
+
+/// Once every setting is read, keeps what the command must not see out of
+/// what it can read of the worker too (`/proc/<worker>/environ` and
+/// `cmdline`, [`super::scrub`]), and makes the worker a child subreaper, so
+/// that orphans of attempts are re-parented to it and killed with their
+/// attempt ([`reaper`]). Both `idemgate worker -- COMMAND` and [`run`] call it.
+pub fn guard_the_worker(file: &FileConfig) {
+    let secrets = file.secret_env_names();
+    super::scrub::environment(|name| hidden(name, &secrets));
+    super::scrub::arguments();
+    if let Err(e) = reaper::become_subreaper() {
+        tracing::warn!(error = %e, "cannot become a child subreaper: a process that leaves its attempt's process group and whose parent exits is not killed with the attempt");
+    }
+}
+
+/// A library entry point: runs `command` once per run attempt under a
 /// [`Worker`] on the store `store` names, until `shutdown` completes.
 ///
-/// This takes the process over: once the settings are read it removes the
-/// variables the command does not get from the environment, masks the
-/// secrets in the argument list ([`super::scrub`]) and makes the process a
-/// child subreaper ([`reaper::become_subreaper`]).
+/// This takes the process over ([`guard_the_worker`]).
 pub async fn run(
     store: &StoreOptions,
     config: WorkerConfig,
@@ -233,22 +255,9 @@ pub async fn run(
                 .into(),
         ));
     };
-    // The command gets no idemgate setting and no provider secret: the names
-    // of the secrets come from the config file's `secret_env` keys.
-    let secrets = FileConfig::load_opt(store.config.as_deref())
-        .map_err(|e| WorkerError::Config(e.to_string()))?
-        .secret_env_names();
-    let handler = CommandHandler::new(command)
-        .ok_or_else(|| WorkerError::Config("give the command to run after `--`".into()))?
-        .without_env(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).filter(|k| hidden(k, &secrets)));
-    // Every setting is read: what the command must not see goes from what it
-    // can read of the worker too (/proc/<worker>/environ and cmdline).
-    super::scrub::environment(|name| hidden(name, &secrets));
-    super::scrub::arguments();
-    // Orphans of attempts are re-parented to the worker, which kills them.
-    if let Err(e) = reaper::become_subreaper() {
-        tracing::warn!(error = %e, "cannot become a child subreaper: a process that leaves its attempt's process group and whose parent exits is not killed with the attempt");
-    }
+    let file = FileConfig::load_opt(store.config.as_deref()).map_err(|e| WorkerError::Config(e.to_string()))?;
+    let handler = for_worker(command, &file)?;
+    guard_the_worker(&file);
     tracing::info!(
         store = %resolved.describe(),
         command = ?command,

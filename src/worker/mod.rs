@@ -9,21 +9,29 @@
 //! failed by a small Lua script (`lua/worker_*.lua`) that checks the worker
 //! still holds the entry and updates the stream and the run record together.
 //!
-//! - [`command`]: a handler that runs a child process per run, and
-//!   [`command::run`], the `idemgate worker -- CMD` loop around it.
+//! - [`command`]: a handler that runs a child process per run.
 //! - [`reaper`]: every process an attempt started dies with the attempt.
 //! - [`scrub`]: the worker's secrets out of `/proc/<worker>/environ` and
 //!   `cmdline`, which its commands can read.
+//! - [`deliver`]: a handler that POSTs each run to an HTTP destination,
+//!   signed the Standard Webhooks way, with a [`breaker`].
+//! - [`setup`]: the `idemgate worker` command: its settings layered over
+//!   the config file, and the loop around either handler.
 //!
-//! Delivery is at least once: a handler may see the same `run_id` again
-//! (a worker died after the work but before the acknowledgement, or its
-//! lease ran out while it was cut off from Redis), so handlers must be
-//! idempotent on `run_id`.
+//! Delivery is at least once: a handler may see the same run again (a
+//! worker died after the work but before the acknowledgement, or its lease
+//! ran out while it was cut off from Redis), so handlers must be idempotent
+//! on the run's [`Run::key`] (not on `run_id`, which Redis can hand out
+//! again after it lost data).
 
+pub mod breaker;
 pub mod command;
+pub mod deliver;
+pub mod metrics;
 mod queue;
 pub mod reaper;
 pub mod scrub;
+pub mod setup;
 
 use std::collections::HashMap;
 use std::fmt::Display;
@@ -42,6 +50,8 @@ pub use queue::{Trimmed, trim_runs};
 use crate::keys::Keys;
 use crate::redis::RedisOptions;
 use crate::sync::lock;
+use breaker::{Admission, Breaker};
+pub use metrics::WorkerMetrics;
 use queue::{Failed, Queue, Start, StreamEntry};
 
 /// Why a worker could not start or keep going.
@@ -99,6 +109,12 @@ pub struct Run {
     pub fields: RunFields,
     /// This attempt's number: 1 for the first, counted across workers.
     pub attempt: u32,
+    /// The run key, `NS:run-N:CREATED_MS`: the same on every attempt of this
+    /// run, different for every other run, even after Redis lost data and
+    /// handed `run_id` out again. Handlers dedupe on it (`webhook-id`,
+    /// `IDEMGATE_RUN_KEY`). Not part of the JSON.
+    #[serde(skip)]
+    pub key: String,
     /// The event as the provider sent it, when the provider keeps payloads
     /// (`keep_payload`); absent from the JSON otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -106,26 +122,44 @@ pub struct Run {
 }
 
 /// A failed attempt, as a handler reports it. Any `Display` error converts
-/// into a retryable one; [`Failure::permanent`] says retrying cannot help.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// into a retryable one; [`Failure::permanent`] says retrying cannot help,
+/// [`Failure::not_before`] when the next attempt may come, and
+/// [`Failure::of_destination`] that the destination (not the run) failed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Failure {
     /// What went wrong: the run's `last_error`.
     pub error: String,
     /// Retrying cannot succeed (the input itself is wrong), so the run goes
     /// to the dead stream now, whatever attempts are left.
     pub permanent: bool,
+    /// The next attempt comes no sooner than this after the failure (a
+    /// `Retry-After`), even when the backoff is shorter.
+    pub retry_after: Option<Duration>,
+    /// The destination failed (unreachable, timed out, 5xx, 429): it counts
+    /// towards the handler's [`Handler::breaker`].
+    pub destination: bool,
 }
 
 impl Failure {
     /// A failure no retry can fix: the run is dead-lettered after this attempt.
     pub fn permanent(error: impl Display) -> Self {
-        Self { error: error.to_string(), permanent: true }
+        Self { error: error.to_string(), permanent: true, ..Self::default() }
+    }
+
+    /// A failure of the destination rather than of the run (see [`Failure::destination`]).
+    pub fn of_destination(error: impl Display) -> Self {
+        Self { error: error.to_string(), destination: true, ..Self::default() }
+    }
+
+    /// The same failure, with the next attempt no sooner than `wait` from now.
+    pub fn not_before(self, wait: Duration) -> Self {
+        Self { retry_after: Some(wait), ..self }
     }
 }
 
 impl<E: Display> From<E> for Failure {
     fn from(error: E) -> Self {
-        Self { error: error.to_string(), permanent: false }
+        Self { error: error.to_string(), ..Self::default() }
     }
 }
 
@@ -166,6 +200,12 @@ impl Eq for Payload {}
 pub trait Handler: Send + Sync + 'static {
     /// Runs one attempt. Dropping the future cancels it (timeout, lost lease).
     fn call(&self, run: Run) -> impl Future<Output = Result<(), Failure>> + Send;
+
+    /// The breaker that holds attempts back while the handler's destination
+    /// is down ([`breaker`]); `None` (the default): attempts always start.
+    fn breaker(&self) -> Option<&Breaker> {
+        None
+    }
 }
 
 impl<F, Fut, E> Handler for F
@@ -207,6 +247,10 @@ pub struct WorkerConfig {
     pub trim_interval: Option<Duration>,
     /// How long a `done` or `dead` run record stays (its TTL; [`DEFAULT_RUN_RETENTION`]; `None`: forever).
     pub run_retention: Option<Duration>,
+    /// Adds up to a quarter of the backoff at random to each wait, so that
+    /// runs failed together do not all come back together (`--deliver`
+    /// turns it on; default off).
+    pub jitter: bool,
 }
 
 /// The longest `last_error` a run record keeps, in bytes: a command's
@@ -249,6 +293,7 @@ impl WorkerConfig {
             block: DEFAULT_BLOCK,
             trim_interval: Some(DEFAULT_TRIM_INTERVAL),
             run_retention: Some(DEFAULT_RUN_RETENTION),
+            jitter: false,
         }
     }
 
@@ -319,6 +364,9 @@ pub struct Summary {
     pub lost: u64,
     /// Attempts this worker stopped because it could not renew their lease.
     pub fenced: u64,
+    /// Failed attempts that counted for nothing (the handler's breaker was
+    /// open, or the failure opened it); their runs were given back.
+    pub uncounted: u64,
 }
 
 #[derive(Default)]
@@ -329,6 +377,7 @@ struct Counters {
     released: AtomicU64,
     lost: AtomicU64,
     fenced: AtomicU64,
+    uncounted: AtomicU64,
 }
 
 impl Counters {
@@ -345,6 +394,7 @@ impl Counters {
             released: g(&self.released),
             lost: g(&self.lost),
             fenced: g(&self.fenced),
+            uncounted: g(&self.uncounted),
         }
     }
 }
@@ -353,6 +403,7 @@ impl Counters {
 pub struct Worker {
     queue: Arc<Queue>,
     config: Arc<WorkerConfig>,
+    metrics: Option<Arc<WorkerMetrics>>,
 }
 
 /// State shared by the reader, the lease keeper and the run tasks.
@@ -368,6 +419,7 @@ struct WorkerState {
     recover: AtomicBool,
     counters: Counters,
     stopping: watch::Receiver<bool>,
+    metrics: Option<Arc<WorkerMetrics>>,
 }
 
 /// One entry this worker holds.
@@ -408,7 +460,14 @@ impl Worker {
     pub async fn connect(opts: &RedisOptions, keys: Keys, config: WorkerConfig) -> Result<Self, WorkerError> {
         config.validate()?;
         let queue = Queue::connect(opts, keys, &config).await?;
-        Ok(Self { queue: Arc::new(queue), config: Arc::new(config) })
+        Ok(Self { queue: Arc::new(queue), config: Arc::new(config), metrics: None })
+    }
+
+    /// Counts this worker's attempts and runs in hand into `metrics`
+    /// (`idemgate worker --metrics-listen`).
+    pub fn with_metrics(mut self, metrics: Arc<WorkerMetrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// The settings this worker runs with.
@@ -433,6 +492,7 @@ impl Worker {
             recover: AtomicBool::new(true),
             counters: Counters::default(),
             stopping: stop_rx.clone(),
+            metrics: self.metrics.clone(),
         });
         let handler = Arc::new(handler);
         tracing::info!(
@@ -497,8 +557,24 @@ async fn read_loop<H: Handler>(
         if *stop.borrow() {
             break;
         }
+        let probing = match handler.breaker() {
+            // While the breaker is open, new runs stay in the stream.
+            Some(breaker) => {
+                tokio::select! {
+                    _ = breaker.ready() => {}
+                    _ = stop.wait_for(|s| *s) => break,
+                }
+                breaker.probing()
+            }
+            None => false,
+        };
+        if probing {
+            // The probe may be a run given back earlier: look for one now.
+            next_claim = Instant::now();
+        }
         let mut permits = vec![first];
-        while let Ok(p) = slots.clone().try_acquire_owned() {
+        // A probe is one run; the others wait for its answer.
+        while let (false, Ok(p)) = (probing, slots.clone().try_acquire_owned()) {
             permits.push(p);
         }
         let mut entries = Vec::new();
@@ -564,6 +640,7 @@ async fn read_loop<H: Handler>(
             };
             let (shared, handler) = (shared.clone(), handler.clone());
             tasks.spawn(async move {
+                let _in_hand = shared.metrics.as_deref().map(WorkerMetrics::in_hand);
                 process(&shared, &*handler, &entry, &held).await;
                 lock(&shared.held).remove(&entry.id);
                 drop(permit);
@@ -667,10 +744,14 @@ async fn process<H: Handler>(shared: &WorkerState, handler: &H, entry: &StreamEn
     let q = &shared.queue;
     let run_id = entry.run.fields.run_id.as_str();
     let c = &shared.counters;
+    let metrics = shared.metrics.as_deref();
     let mut stop = shared.stopping.clone();
     let patience = config.lease;
     loop {
-        if *stop.borrow() {
+        // While the destination is down, no attempt starts: the run goes
+        // back, uncounted, for whichever worker's breaker lets it through.
+        let admission = handler.breaker().map_or(Admission::Go, Breaker::admit);
+        if *stop.borrow() || admission == Admission::Hold {
             if retry_until_answered(shared, "releasing", run_id, RELEASE_PATIENCE, || q.release(entry, config.lease))
                 .await
                 == Some(true)
@@ -679,25 +760,32 @@ async fn process<H: Handler>(shared: &WorkerState, handler: &H, entry: &StreamEn
             }
             return;
         }
+        let probe = admission == Admission::Probe;
         let op = q.op();
         let sent = Instant::now();
-        let (attempt, payload) = match retry_until_answered(shared, "starting an attempt", run_id, patience, || {
-            q.start(entry, config.max_attempts, &op)
-        })
-        .await
-        {
-            Some(Start::Run(n, payload)) => (n, payload),
-            Some(Start::Dead(n)) => {
-                tracing::warn!(run_id, attempts = n, "the last attempt was lost with its worker; run is dead");
-                Counters::bump(&c.dead);
-                return;
-            }
-            Some(Start::Lost) => {
-                Counters::bump(&c.lost);
-                return;
-            }
-            None => return,
-        };
+        let (attempt, key, payload) =
+            match retry_until_answered(shared, "starting an attempt", run_id, patience, || {
+                q.start(entry, config.max_attempts, &op)
+            })
+            .await
+            {
+                Some(Start::Run { attempt, key, payload }) => (attempt, key, payload),
+                Some(Start::Dead(n)) => {
+                    tracing::warn!(run_id, attempts = n, "the last attempt was lost with its worker; run is dead");
+                    Counters::bump(&c.dead);
+                    abandon_probe(handler, probe);
+                    return;
+                }
+                Some(Start::Lost) => {
+                    Counters::bump(&c.lost);
+                    abandon_probe(handler, probe);
+                    return;
+                }
+                None => {
+                    abandon_probe(handler, probe);
+                    return;
+                }
+            };
         // The start script reset the idle time: the attempt has a whole lease,
         // counted from before the first try (the one that may have run it).
         held.renew(sent);
@@ -709,11 +797,12 @@ async fn process<H: Handler>(shared: &WorkerState, handler: &H, entry: &StreamEn
             }
         }
         let run = match payload.map(Payload::from_json).transpose() {
-            Ok(payload) => Ok(Run { attempt, payload, ..entry.run.clone() }),
+            Ok(payload) => Ok(Run { attempt, key, payload, ..entry.run.clone() }),
             // The stored text never changes: no retry can fix it.
             Err(e) => Err(Failure::permanent(format!("the run's stored payload is not JSON: {e}"))),
         };
-        tracing::debug!(run_id, attempt, "attempt started");
+        tracing::debug!(run_id, attempt, probe, "attempt started");
+        let started = Instant::now();
         let outcome = tokio::select! {
             r = async {
                 match run {
@@ -723,15 +812,24 @@ async fn process<H: Handler>(shared: &WorkerState, handler: &H, entry: &StreamEn
             } => match r {
                 Ok(Ok(())) => Attempt::Ok,
                 Ok(Err(e)) => Attempt::Failed(e),
-                Err(_) => Attempt::Failed(format!("timed out after {}", format_duration(config.timeout)).into()),
+                Err(_) => Attempt::Failed(Failure {
+                    error: format!("timed out after {}", format_duration(config.timeout)),
+                    // A destination that does not answer in time is down.
+                    destination: handler.breaker().is_some(),
+                    ..Failure::default()
+                }),
             },
             _ = held.lost.notified() => Attempt::Lost,
             _ = held.unrenewed_for(config.fence()) => Attempt::Fenced,
         };
+        if let Some(m) = metrics {
+            m.attempt_ended(started.elapsed(), outcome_name(&outcome));
+        }
         match outcome {
             Attempt::Lost => {
                 tracing::warn!(run_id, attempt, "another worker took this run over (lease ran out); attempt abandoned");
                 Counters::bump(&c.lost);
+                abandon_probe(handler, probe);
                 return;
             }
             Attempt::Fenced => {
@@ -740,14 +838,18 @@ async fn process<H: Handler>(shared: &WorkerState, handler: &H, entry: &StreamEn
                     attempt,
                     unrenewed = %format_duration(config.fence()),
                     lease = %format_duration(config.lease),
-                    "could not renew this run's lease; stopped the attempt (a command's process group is killed) \
-                     before another worker can take the run over"
+                    "could not renew this run's lease; stopped the attempt (a command's process group is killed, \
+                     a request's connection closed) before another worker can take the run over"
                 );
                 Counters::bump(&c.fenced);
                 shared.recover.store(true, Ordering::SeqCst);
+                abandon_probe(handler, probe);
                 return;
             }
             Attempt::Ok => {
+                if let Some(b) = handler.breaker() {
+                    b.success();
+                }
                 let op = q.op();
                 match retry_until_answered(shared, "marking done", run_id, patience, || q.done(entry, &op)).await {
                     Some(true) => Counters::bump(&c.done),
@@ -757,9 +859,32 @@ async fn process<H: Handler>(shared: &WorkerState, handler: &H, entry: &StreamEn
                 return;
             }
             Attempt::Failed(failure) => {
-                Counters::bump(&c.failed_attempts);
                 let error = truncate(&failure.error, MAX_LAST_ERROR);
-                let wait = config.backoff_after(attempt);
+                // An answer that is not the destination's fault says it is up.
+                let counted = match handler.breaker() {
+                    Some(b) if failure.destination => b.failure(),
+                    Some(b) => {
+                        b.success();
+                        true
+                    }
+                    None => true,
+                };
+                if !counted {
+                    Counters::bump(&c.uncounted);
+                    tracing::warn!(run_id, attempt, %error, "attempt failed while the destination is down; not counted, run given back");
+                    let op = q.op();
+                    if retry_until_answered(shared, "uncounting an attempt", run_id, patience, || {
+                        q.uncount(entry, &error, config.lease, &op)
+                    })
+                    .await
+                        == Some(false)
+                    {
+                        Counters::bump(&c.lost);
+                    }
+                    return;
+                }
+                Counters::bump(&c.failed_attempts);
+                let wait = retry_wait(config, attempt, &failure, run_id);
                 // A permanent failure makes this attempt the last one allowed.
                 let max_attempts = if failure.permanent { attempt } else { config.max_attempts };
                 let op = q.op();
@@ -793,6 +918,51 @@ async fn process<H: Handler>(shared: &WorkerState, handler: &H, entry: &StreamEn
             }
         }
     }
+}
+
+/// The probe ended without telling whether the destination is up.
+fn abandon_probe<H: Handler>(handler: &H, probe: bool) {
+    if let (true, Some(b)) = (probe, handler.breaker()) {
+        b.probe_abandoned();
+    }
+}
+
+fn outcome_name(outcome: &Attempt) -> &'static str {
+    match outcome {
+        Attempt::Ok => "done",
+        Attempt::Failed(f) if f.permanent => "refused",
+        Attempt::Failed(f) if f.destination => "destination_failed",
+        Attempt::Failed(_) => "failed",
+        Attempt::Lost => "lost",
+        Attempt::Fenced => "fenced",
+    }
+}
+
+/// The wait before the next attempt after failed attempt `attempt`: the
+/// backoff (plus up to a quarter of it at random with `jitter`), and never
+/// less than the handler's `retry_after`, capped at [`MAX_RETRY_AFTER`].
+fn retry_wait(config: &WorkerConfig, attempt: u32, failure: &Failure, run_id: &str) -> Duration {
+    let mut wait = config.backoff_after(attempt);
+    if config.jitter {
+        wait += wait.mul_f64(jitter_fraction(run_id, attempt) / 4.0);
+    }
+    match failure.retry_after {
+        Some(asked) => wait.max(asked.min(MAX_RETRY_AFTER)),
+        None => wait,
+    }
+}
+
+/// The longest a handler's `retry_after` holds a run back: one hour.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// A number in [0, 1) that differs between runs, attempts and moments
+/// (no random-number crate for one jitter).
+fn jitter_fraction(run_id: &str, attempt: u32) -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write(run_id.as_bytes());
+    h.write_u32(attempt);
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 fn truncate(s: &str, max: usize) -> String {
@@ -852,6 +1022,7 @@ mod tests {
                 delivery_id: "d".into(),
             },
             attempt: 2,
+            key: "ns:run-7:1718000000000".into(),
             payload: None,
         };
         let v = serde_json::to_value(&run).unwrap();

@@ -26,6 +26,7 @@ struct Scripts {
     release: Script,
     trim: Script,
     leave: Script,
+    uncount: Script,
 }
 
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -36,6 +37,7 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     release: Script::new(include_str!("../../lua/worker_release.lua")),
     trim: Script::new(include_str!("../../lua/worker_trim.lua")),
     leave: Script::new(include_str!("../../lua/worker_leave.lua")),
+    uncount: Script::new(include_str!("../../lua/worker_uncount.lua")),
 });
 
 /// One entry of the runs stream, as read from the group.
@@ -56,7 +58,7 @@ impl StreamEntry {
         if fields.run_id.is_empty() {
             return None;
         }
-        let run = Run { fields, attempt: 0, payload: None };
+        let run = Run { fields, attempt: 0, key: String::new(), payload: None };
         Some(Self { id, run })
     }
 }
@@ -64,8 +66,15 @@ impl StreamEntry {
 /// What starting an attempt found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Start {
-    /// Run attempt number `n`, with the run's kept payload (JSON text), if any.
-    Run(u32, Option<String>),
+    /// Run attempt number `attempt`.
+    Run {
+        /// The attempt's number, counted across workers.
+        attempt: u32,
+        /// The run's run key ([`run_key`]).
+        key: String,
+        /// The run's kept payload (JSON text), if any.
+        payload: Option<String>,
+    },
     /// Another worker holds the entry now.
     Lost,
     /// The last allowed attempt was lost with its worker: moved to the dead stream.
@@ -341,9 +350,14 @@ impl Queue {
         Self::identity_args(&mut inv, &e.run);
         let reply: Vec<redis::Value> = self.invoke(&inv).await?;
         let int = |i: usize| reply.get(i).and_then(|v| redis::from_redis_value_ref::<i64>(v).ok()).unwrap_or(0);
+        let text = |i: usize| reply.get(i).and_then(|v| redis::from_redis_value_ref::<String>(v).ok());
         let (code, n) = (int(0), int(1));
         Ok(match code {
-            1 => Start::Run(n as u32, reply.get(2).and_then(|v| redis::from_redis_value_ref::<String>(v).ok())),
+            1 => Start::Run {
+                attempt: n as u32,
+                key: run_key(&self.keys, &e.run.fields.run_id, text(2).as_deref(), &e.id),
+                payload: text(3),
+            },
             2 => Start::Dead(n as u32),
             _ => Start::Lost,
         })
@@ -385,6 +399,15 @@ impl Queue {
         Ok(self.invoke::<i64>(&inv).await? == 1)
     }
 
+    /// `lua/worker_uncount.lua`: the attempt counts for nothing (the
+    /// destination was down); the entry is given back for immediate takeover.
+    /// `false`: lost.
+    pub async fn uncount(&self, e: &StreamEntry, error: &str, lease: Duration, op: &Op) -> Result<bool, Error> {
+        let mut inv = self.invocation(&SCRIPTS.uncount, Some(e));
+        inv.arg(now_ms()).arg(error).arg(ms(lease) + 1).arg(&op.0);
+        Ok(self.invoke::<i64>(&inv).await? == 1)
+    }
+
     /// `lua/worker_extend.lua`: reset the idle time of held entries; returns
     /// the ids another worker has taken.
     pub async fn extend(&self, ids: &[String]) -> Result<Vec<String>, Error> {
@@ -409,6 +432,19 @@ impl Queue {
         let mut conn = self.conn.clone();
         self.bounded(trim_inner(&mut conn, &self.keys)).await
     }
+}
+
+/// A run's run key, `NS:run-N:CREATED_MS`: the same on every attempt of the
+/// run, and different for every other run, also in another namespace of the
+/// same Redis and after Redis lost data and handed `run-N` out again (the
+/// new run was created at another time). `created_ms` is the run record's
+/// creation time; a record without one (written by an older gate) falls
+/// back to the time in the runs-stream entry id, which the gate wrote in the
+/// same script.
+pub(crate) fn run_key(keys: &Keys, run_id: &str, created_ms: Option<&str>, entry_id: &str) -> String {
+    let created =
+        created_ms.filter(|c| !c.is_empty()).unwrap_or_else(|| entry_id.split('-').next().unwrap_or(entry_id));
+    format!("{}:{run_id}:{created}", keys.namespace())
 }
 
 /// The entries of an `XREADGROUP` reply (RESP2: `[[key, [[id, fields|nil], …]], …]`),

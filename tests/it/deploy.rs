@@ -227,8 +227,37 @@ async fn every_metric_of_the_dashboard_and_the_rules_is_in_a_real_scrape() {
     })
     .await;
 
+    // The worker's own metrics (`--metrics-listen`), from a `--deliver`
+    // worker, which has them all: the destination's and the breaker's too.
+    let secrets = dir.join("deliver-secrets");
+    std::fs::write(&secrets, format!("whsec_{}\n", "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo=")).unwrap();
+    let metrics_addr = format!("127.0.0.1:{}", free_port());
+    let deliver = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["worker", "--redis-url", redis_url(), "--namespace", &fresh_ns("deploy-w"), "--group", "g"])
+        .args(["--deliver", "http://127.0.0.1:9/hooks", "--metrics-listen", &metrics_addr])
+        .arg("--deliver-secret-file")
+        .arg(&secrets)
+        .env_remove("IDEMGATE_CONFIG")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("deliver.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let _deliver = Workers(vec![deliver]);
+    let worker_scrape = || async {
+        match http.get(format!("http://{metrics_addr}/metrics")).send().await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    };
+    wait_for(Duration::from_secs(20), "the worker's /metrics", || async {
+        worker_scrape().await.contains("idemgate_worker_breaker_state 0")
+    })
+    .await;
+    let worker_text = worker_scrape().await;
+
     let text = scrape().await;
-    let exported = samples(&text);
+    let mut exported = samples(&text);
+    exported.extend(samples(&worker_text));
     let mut named = BTreeSet::new();
     for (_, expr) in rules() {
         named.extend(metric_names(&expr));

@@ -27,6 +27,7 @@ mod console;
 mod dead;
 mod deadlines;
 mod deploy;
+mod destinations;
 mod durability;
 mod embed;
 mod embed_settle;

@@ -769,8 +769,11 @@ async fn worker_command_gets_no_idemgate_setting_and_no_provider_secret() {
     let env = std::fs::read_to_string(dir.join("env")).unwrap();
     let names: Vec<&str> = env.lines().filter_map(|l| l.split_once('=').map(|(k, _)| k)).collect();
     let idemgate: Vec<&str> = names.iter().copied().filter(|n| n.starts_with("IDEMGATE_")).collect();
-    assert_eq!(idemgate.len(), 2, "{idemgate:?}");
-    assert!(idemgate.contains(&"IDEMGATE_RUN_ID") && idemgate.contains(&"IDEMGATE_ATTEMPT"));
+    assert_eq!(idemgate.len(), 3, "{idemgate:?}");
+    for set in ["IDEMGATE_RUN_ID", "IDEMGATE_RUN_KEY", "IDEMGATE_ATTEMPT"] {
+        assert!(idemgate.contains(&set), "{set}: {idemgate:?}");
+    }
+    assert!(env.contains(&format!("IDEMGATE_RUN_KEY={ns}:run-1:")), "{env}");
     assert!(env.contains("IDEMGATE_RUN_ID=run-1\n") && env.contains("IDEMGATE_ATTEMPT=1\n"));
     assert!(!names.contains(&"TEST_GH_SECRET"));
     assert!(!env.contains("must-not-leak"), "{env}");

@@ -1,0 +1,33 @@
+-- idemgate worker: an attempt that failed while the destination was down
+-- (the breaker of `worker --deliver` was open, or this failure opened it)
+-- counts for nothing: the attempt count goes back down, the error is kept,
+-- and the entry is given back (its idle time set past the lease) so any
+-- worker may take it at once (docs/destinations.md, "The breaker").
+--
+-- Idempotent per call (see worker_start.lua): a retry of a call whose reply
+-- was lost returns what the first call returned and writes nothing.
+--
+-- KEYS[1]: runs stream   idemgate:{NS}:runs
+-- KEYS[2]: run record    idemgate:{NS}:run:<run id>
+-- ARGV[1]: consumer group
+-- ARGV[2]: consumer name (this worker)
+-- ARGV[3]: stream entry id
+-- ARGV[4]: now, ms since the Unix epoch
+-- ARGV[5]: the attempt's error
+-- ARGV[6]: idle time to set, ms (the lease or more)
+-- ARGV[7]: operation id (unique per call, the same on its retries)
+-- Returns: 1 uncounted and given back, 0 the entry is no longer held by this
+--          consumer (nothing written)
+
+if redis.call('HGET', KEYS[2], 'op') == ARGV[7] then
+  return tonumber(redis.call('HGET', KEYS[2], 'op_result'))
+end
+local held = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1, ARGV[2])
+if #held == 0 then
+  return 0
+end
+local attempts = tonumber(redis.call('HGET', KEYS[2], 'attempts') or '0') or 0
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[6], 'JUSTID')
+redis.call('HSET', KEYS[2], 'attempts', math.max(attempts - 1, 0), 'status', 'queued', 'last_error', ARGV[5],
+  'worker', ARGV[2], 'updated_ms', ARGV[4], 'op', ARGV[7], 'op_result', 1)
+return 1

@@ -1,0 +1,318 @@
+//! The circuit breaker of `idemgate worker --deliver` (docs/destinations.md):
+//! an outage of the destination is not the runs' fault, so it must not use
+//! up their attempts.
+//!
+//! After `failures` consecutive attempts that failed for reasons of the
+//! destination, the breaker opens: no attempt starts until the cooldown has
+//! passed. Then one attempt, the probe, may go; while it is out every other
+//! run waits. A probe that fails opens the breaker again with the cooldown
+//! doubled (up to [`MAX_COOLDOWN`]); the first success closes it. Attempts
+//! that fail while the breaker is not closed, and the one that opens it,
+//! count no attempt (the worker gives the run back instead).
+//!
+//! [`State`] is the state machine, free of I/O with the time passed in, so
+//! its tests need no clock; [`Breaker`] shares it between the run tasks.
+
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::sync::lock;
+
+/// The default number of consecutive destination failures that opens the breaker.
+pub const DEFAULT_BREAKER_FAILURES: u32 = 5;
+/// The default wait before the first probe.
+pub const DEFAULT_BREAKER_COOLDOWN: Duration = Duration::from_secs(5);
+/// The longest wait between probes, however often they fail.
+pub const MAX_COOLDOWN: Duration = Duration::from_secs(300);
+
+/// Where the breaker stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Attempts go; `failures` destination failures in a row so far.
+    Closed {
+        /// Consecutive destination failures.
+        failures: u32,
+    },
+    /// No attempt starts before `until`; the next wait is `cooldown`.
+    Open {
+        /// When a probe may go.
+        until: Instant,
+        /// The wait that led to `until`.
+        cooldown: Duration,
+    },
+    /// One probe may go (`probing`: it is out).
+    HalfOpen {
+        /// The wait that preceded this probe.
+        cooldown: Duration,
+        /// A probe is out; everyone else waits for its answer.
+        probing: bool,
+    },
+}
+
+/// What a run about to start an attempt may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Start the attempt.
+    Go,
+    /// Start the attempt as the probe: its outcome closes or reopens the breaker.
+    Probe,
+    /// Start nothing: the breaker is open (or a probe is out).
+    Hold,
+}
+
+/// The breaker's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BreakerConfig {
+    /// Consecutive destination failures that open it (at least 1).
+    pub failures: u32,
+    /// The first wait before a probe; doubles after each failed probe, up to [`MAX_COOLDOWN`].
+    pub cooldown: Duration,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        Self { failures: DEFAULT_BREAKER_FAILURES, cooldown: DEFAULT_BREAKER_COOLDOWN }
+    }
+}
+
+impl State {
+    /// Whether an attempt may start at `now`; a `Probe` answer marks the probe out.
+    pub fn admit(&mut self, now: Instant) -> Admission {
+        match *self {
+            State::Closed { .. } => Admission::Go,
+            State::Open { until, cooldown } if now >= until => {
+                *self = State::HalfOpen { cooldown, probing: true };
+                Admission::Probe
+            }
+            State::HalfOpen { cooldown, probing: false } => {
+                *self = State::HalfOpen { cooldown, probing: true };
+                Admission::Probe
+            }
+            State::Open { .. } | State::HalfOpen { probing: true, .. } => Admission::Hold,
+        }
+    }
+
+    /// An attempt succeeded, or the destination answered in a way that says
+    /// it is up (a 4xx other than 429): the breaker closes.
+    pub fn success(&mut self) {
+        *self = State::Closed { failures: 0 };
+    }
+
+    /// An attempt failed for reasons of the destination at `now`. Returns
+    /// whether the failure counts as an attempt: only while the breaker is
+    /// closed and stays closed.
+    pub fn failure(&mut self, now: Instant, config: &BreakerConfig) -> bool {
+        match *self {
+            State::Closed { failures } if failures + 1 < config.failures.max(1) => {
+                *self = State::Closed { failures: failures + 1 };
+                true
+            }
+            State::Closed { .. } => {
+                *self = State::Open { until: now + config.cooldown, cooldown: config.cooldown };
+                false
+            }
+            // A failed probe: wait twice as long.
+            State::HalfOpen { cooldown, probing: true } => {
+                let cooldown = (cooldown * 2).min(MAX_COOLDOWN.max(config.cooldown));
+                *self = State::Open { until: now + cooldown, cooldown };
+                false
+            }
+            // An attempt that started before the breaker opened: it changes nothing.
+            State::Open { .. } | State::HalfOpen { probing: false, .. } => false,
+        }
+    }
+
+    /// The probe ended without an answer about the destination (its lease
+    /// was lost, the worker is stopping): another run may probe.
+    pub fn probe_abandoned(&mut self) {
+        if let State::HalfOpen { cooldown, probing: true } = *self {
+            *self = State::HalfOpen { cooldown, probing: false };
+        }
+    }
+
+    /// The state's name for the metrics and logs: 0 closed, 1 open, 2 half-open.
+    pub fn gauge(&self) -> u8 {
+        match self {
+            State::Closed { .. } => 0,
+            State::Open { .. } => 1,
+            State::HalfOpen { .. } => 2,
+        }
+    }
+}
+
+/// A [`State`] shared by the run tasks and the reader.
+#[derive(Debug)]
+pub struct Breaker {
+    config: BreakerConfig,
+    state: std::sync::Mutex<State>,
+    changed: Notify,
+}
+
+impl Breaker {
+    /// A closed breaker.
+    pub fn new(config: BreakerConfig) -> Self {
+        Self { config, state: std::sync::Mutex::new(State::Closed { failures: 0 }), changed: Notify::new() }
+    }
+
+    /// The current state.
+    pub fn state(&self) -> State {
+        *lock(&self.state)
+    }
+
+    /// [`State::admit`] now.
+    pub fn admit(&self) -> Admission {
+        lock(&self.state).admit(Instant::now())
+    }
+
+    /// [`State::success`]; logs when the breaker closes.
+    pub fn success(&self) {
+        let was = std::mem::replace(&mut *lock(&self.state), State::Closed { failures: 0 });
+        if !matches!(was, State::Closed { .. }) {
+            tracing::info!("the destination answered again: breaker closed, attempts resume");
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// [`State::failure`] now; logs when the breaker opens.
+    pub fn failure(&self) -> bool {
+        let mut state = lock(&self.state);
+        let was = *state;
+        let counted = state.failure(Instant::now(), &self.config);
+        let now = *state;
+        drop(state);
+        if now != was {
+            // A reader waiting for the probe's answer now waits for the cooldown.
+            self.changed.notify_waiters();
+        }
+        if let (false, State::Open { cooldown, .. }) = (matches!(was, State::Open { .. }), now) {
+            tracing::warn!(
+                probe_in = %crate::units::format_duration(cooldown),
+                "the destination keeps failing: breaker open, no attempts start and none are counted until a probe succeeds"
+            );
+        }
+        counted
+    }
+
+    /// [`State::probe_abandoned`].
+    pub fn probe_abandoned(&self) {
+        lock(&self.state).probe_abandoned();
+        self.changed.notify_waiters();
+    }
+
+    /// Completes when an attempt could start: the breaker is closed, its
+    /// cooldown has passed, or a probe may go.
+    pub async fn ready(&self) {
+        loop {
+            let notified = self.changed.notified();
+            let wait_until = match self.state() {
+                State::Closed { .. } | State::HalfOpen { probing: false, .. } => return,
+                State::Open { until, .. } => Some(until),
+                State::HalfOpen { probing: true, .. } => None,
+            };
+            match wait_until {
+                Some(until) if Instant::now() >= until => return,
+                Some(until) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(until) => {}
+                        _ = notified => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    /// Whether only a probe may go now (the reader then takes one run).
+    pub fn probing(&self) -> bool {
+        !matches!(self.state(), State::Closed { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    const CONFIG: BreakerConfig = BreakerConfig { failures: 3, cooldown: Duration::from_secs(5) };
+
+    #[test]
+    fn breaker_opens_after_consecutive_failures_and_counts_none_while_open() {
+        let t0 = Instant::now();
+        let mut s = State::Closed { failures: 0 };
+        assert!(s.failure(t0, &CONFIG) && s.failure(t0, &CONFIG), "the first two count");
+        // A success in between starts the count again.
+        s.success();
+        assert!(s.failure(t0, &CONFIG) && s.failure(t0, &CONFIG));
+        assert!(!s.failure(t0, &CONFIG), "the third opens the breaker and counts nothing");
+        assert_eq!(s, State::Open { until: t0 + CONFIG.cooldown, cooldown: CONFIG.cooldown });
+        assert_eq!(s.admit(t0 + Duration::from_secs(4)), Admission::Hold);
+        // An attempt that was in flight when it opened counts nothing either.
+        assert!(!s.failure(t0 + Duration::from_secs(4), &CONFIG));
+        assert_eq!(s.gauge(), 1);
+    }
+
+    #[test]
+    fn breaker_probes_once_per_cooldown_doubling_to_the_cap() {
+        let mut now = Instant::now();
+        let mut s = State::Open { until: now + CONFIG.cooldown, cooldown: CONFIG.cooldown };
+        let mut waits = Vec::new();
+        for _ in 0..9 {
+            let State::Open { until, .. } = s else { panic!("{s:?}") };
+            waits.push((until - now).as_secs());
+            now = until;
+            assert_eq!(s.admit(now), Admission::Probe);
+            assert_eq!(s.admit(now), Admission::Hold, "one probe at a time");
+            assert!(!s.failure(now, &CONFIG), "a failed probe counts no attempt");
+        }
+        assert_eq!(waits, [5, 10, 20, 40, 80, 160, 300, 300, 300]);
+        now += MAX_COOLDOWN;
+        assert_eq!(s.admit(now), Admission::Probe);
+        s.success();
+        assert_eq!(s, State::Closed { failures: 0 });
+        assert_eq!(s.admit(now), Admission::Go);
+    }
+
+    #[test]
+    fn an_abandoned_probe_lets_another_run_probe() {
+        let now = Instant::now();
+        let mut s = State::HalfOpen { cooldown: CONFIG.cooldown, probing: false };
+        assert_eq!(s.admit(now), Admission::Probe);
+        s.probe_abandoned();
+        assert_eq!(s.admit(now), Admission::Probe);
+        assert_eq!(s.gauge(), 2);
+    }
+
+    /// A reader waiting for a probe's answer is woken by a failed probe too,
+    /// and then waits for the (doubled) cooldown.
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_probe_wakes_the_waiting_reader() {
+        let b = Arc::new(Breaker::new(BreakerConfig { failures: 1, cooldown: Duration::from_secs(1) }));
+        assert!(!b.failure());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(b.admit(), Admission::Probe);
+        let waiting = tokio::spawn({
+            let b = b.clone();
+            async move { b.ready().await }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let t0 = Instant::now();
+        assert!(!b.failure(), "the probe failed");
+        tokio::time::timeout(Duration::from_secs(60), waiting).await.expect("the reader was woken").unwrap();
+        assert!(t0.elapsed() >= Duration::from_secs(2), "it waited the doubled cooldown: {:?}", t0.elapsed());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ready_waits_for_the_cooldown() {
+        let b = Breaker::new(BreakerConfig { failures: 1, cooldown: Duration::from_secs(5) });
+        let t0 = Instant::now();
+        assert!(!b.failure());
+        b.ready().await;
+        assert!(t0.elapsed() >= Duration::from_secs(5), "{:?}", t0.elapsed());
+        assert_eq!(b.admit(), Admission::Probe);
+        b.success();
+        assert_eq!(b.admit(), Admission::Go);
+    }
+}

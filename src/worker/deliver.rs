@@ -1,0 +1,529 @@
+//! A [`Handler`] that delivers each attempt to an HTTP destination
+//! (`idemgate worker --deliver URL`, docs/destinations.md): one `POST` of the
+//! run's JSON, signed the Standard Webhooks way so that any Standard
+//! Webhooks library verifies it, and judged by the answer ([`judge`]).
+//!
+//! - One connection pool for the destination, kept alive (hyper-util's
+//!   client; TLS through rustls, the system roots or `--deliver-ca`).
+//!   Redirects are never followed.
+//! - Dropping an attempt's future (its timeout, a lease that could not be
+//!   renewed) drops the request, and hyper closes its connection.
+//! - The secrets file is read again when it changes (checked every second)
+//!   and on SIGHUP; a file that no longer reads keeps the secrets in use.
+//! - Userinfo in the URL is sent as basic authentication and never logged:
+//!   logs show [`Destination::shown_url`].
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, SystemTime};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use hmac::{Hmac, Mac};
+use http_body_util::{BodyExt, Full};
+use hyper::StatusCode;
+use hyper::body::Bytes;
+use hyper::header::{HeaderMap, HeaderValue};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use sha2::Sha256;
+
+use super::breaker::{Breaker, BreakerConfig};
+use super::metrics::WorkerMetrics;
+use super::{Failure, Handler, Run};
+use crate::providers::standard_webhooks::{SECRET_PREFIX, signed_content};
+use crate::sync::lock;
+use crate::text::escape_control;
+
+/// The shortest secret accepted, decoded: 24 bytes (192 bits), the
+/// Standard Webhooks minimum.
+pub const MIN_SECRET_BYTES: usize = 24;
+
+/// How much of an answer's body `last_error` keeps.
+pub const ERROR_BODY_BYTES: usize = 256;
+
+/// How much of an answer's body is read, at most, so the connection can be
+/// kept (a longer body is dropped, and its connection with it).
+const DRAIN_BYTES: usize = 64 * 1024;
+
+/// Where to deliver and how to sign.
+#[derive(Debug, Clone)]
+pub struct DeliverOptions {
+    /// `http://` or `https://` URL; userinfo becomes basic authentication.
+    pub url: String,
+    /// The Standard Webhooks secrets, one a line (`--deliver-secret-file`).
+    pub secret_file: PathBuf,
+    /// PEM CA bundle that signs the destination's certificate, instead of the system roots.
+    pub ca: Option<PathBuf>,
+    /// When the breaker opens and how long it waits.
+    pub breaker: BreakerConfig,
+}
+
+/// Why a destination could not be set up. Messages name the flag, never a secret.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct DeliverError(String);
+
+/// Reads a secrets file: one `whsec_` + base64 secret a line (blank lines
+/// skipped), each at least [`MIN_SECRET_BYTES`] decoded. The errors name the
+/// flag and the line number, never the content.
+pub fn read_secrets(path: &Path) -> Result<Vec<Vec<u8>>, DeliverError> {
+    let at = format!("--deliver-secret-file {}", path.display());
+    let text = std::fs::read_to_string(path).map_err(|e| DeliverError(format!("{at}: cannot read it: {e}")))?;
+    let mut keys = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let key = line
+            .strip_prefix(SECRET_PREFIX)
+            .and_then(|b64| STANDARD.decode(b64).ok())
+            .filter(|k| k.len() >= MIN_SECRET_BYTES)
+            .ok_or_else(|| {
+                DeliverError(format!(
+                    "{at}: line {} is not a Standard Webhooks secret (`whsec_` and the base64 of at least {MIN_SECRET_BYTES} bytes)",
+                    i + 1
+                ))
+            })?;
+        keys.push(key);
+    }
+    if keys.is_empty() {
+        return Err(DeliverError(format!("{at}: holds no secret (one `whsec_…` secret a line)")));
+    }
+    Ok(keys)
+}
+
+/// `webhook-signature`: one `v1,<base64>` entry per key, space-separated,
+/// each the HMAC-SHA256 of `id.timestamp.body`.
+pub fn signature(keys: &[Vec<u8>], id: &str, timestamp: &str, body: &[u8]) -> String {
+    let parts = signed_content(id, timestamp, body);
+    let entries: Vec<String> = keys
+        .iter()
+        .map(|key| {
+            let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes a key of any length");
+            for part in parts {
+                mac.update(part);
+            }
+            format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes()))
+        })
+        .collect();
+    entries.join(" ")
+}
+
+/// The secrets in use, and how to tell that the file changed.
+struct Secrets {
+    path: PathBuf,
+    keys: Mutex<Arc<Vec<Vec<u8>>>>,
+    stamp: Mutex<Option<(SystemTime, u64)>>,
+}
+
+fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
+    std::fs::metadata(path).ok().and_then(|m| Some((m.modified().ok()?, m.len())))
+}
+
+impl Secrets {
+    fn load(path: &Path) -> Result<Self, DeliverError> {
+        let before = stamp(path);
+        let keys = read_secrets(path)?;
+        Ok(Self { path: path.to_owned(), keys: Mutex::new(Arc::new(keys)), stamp: Mutex::new(before) })
+    }
+
+    fn current(&self) -> Arc<Vec<Vec<u8>>> {
+        lock(&self.keys).clone()
+    }
+
+    /// Reads the file again if `always`, or if it changed since the last read.
+    fn reload(&self, always: bool) {
+        let now = stamp(&self.path);
+        if !always && now == *lock(&self.stamp) {
+            return;
+        }
+        *lock(&self.stamp) = now;
+        match read_secrets(&self.path) {
+            Ok(keys) => {
+                tracing::info!(secrets = keys.len(), file = %self.path.display(), "deliver secrets read again");
+                *lock(&self.keys) = Arc::new(keys);
+            }
+            Err(e) => tracing::error!(error = %e, "keeping the secrets in use"),
+        }
+    }
+
+    /// Reloads every second if the file changed, and on SIGHUP, while the destination lives.
+    fn watch(secrets: Weak<Self>) {
+        tokio::spawn(async move {
+            let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+            loop {
+                let hangup = async {
+                    match hup.as_mut() {
+                        Some(s) => s.recv().await.is_some(),
+                        None => std::future::pending().await,
+                    }
+                };
+                let always = tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => false,
+                    got = hangup => got,
+                };
+                let Some(secrets) = secrets.upgrade() else { return };
+                secrets.reload(always);
+            }
+        });
+    }
+}
+
+/// The HTTP destination of `idemgate worker --deliver`.
+pub struct Destination {
+    url: hyper::Uri,
+    shown_url: String,
+    authorization: Option<HeaderValue>,
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    secrets: Arc<Secrets>,
+    breaker: Arc<Breaker>,
+    metrics: Option<Arc<WorkerMetrics>>,
+    user_agent: HeaderValue,
+}
+
+impl Destination {
+    /// Checks the URL, reads the secrets and the CA, and builds the client.
+    /// Must be called inside a tokio runtime (the secrets watcher is a task).
+    pub fn new(options: &DeliverOptions) -> Result<Self, DeliverError> {
+        let (url, shown_url, authorization) = parse_url(&options.url)?;
+        let secrets = Arc::new(Secrets::load(&options.secret_file)?);
+        Secrets::watch(Arc::downgrade(&secrets));
+        let tls = tls_config(options.ca.as_deref())?;
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(60)).build(https);
+        Ok(Self {
+            url,
+            shown_url,
+            authorization,
+            client,
+            secrets,
+            breaker: Arc::new(Breaker::new(options.breaker)),
+            metrics: None,
+            user_agent: HeaderValue::from_static(concat!("idemgate/", env!("CARGO_PKG_VERSION"))),
+        })
+    }
+
+    /// Counts requests by answer into `metrics`, and shows the breaker there.
+    pub fn with_metrics(mut self, metrics: Arc<WorkerMetrics>) -> Self {
+        metrics.watch_breaker(self.breaker.clone());
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// The URL without its userinfo, for logs.
+    pub fn shown_url(&self) -> &str {
+        &self.shown_url
+    }
+
+    fn request(&self, run: &Run) -> Result<hyper::Request<Full<Bytes>>, Failure> {
+        let body =
+            serde_json::to_vec(run).map_err(|e| Failure::permanent(format!("cannot write the run's JSON: {e}")))?;
+        let timestamp = SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()).to_string();
+        let signature = signature(&self.secrets.current(), &run.key, &timestamp, &body);
+        let mut req = hyper::Request::post(self.url.clone())
+            .header("content-type", "application/json")
+            .header("webhook-id", &run.key)
+            .header("webhook-timestamp", &timestamp)
+            .header("webhook-signature", signature)
+            .header("idempotency-key", &run.key)
+            .header("idemgate-attempt", run.attempt)
+            .header("user-agent", self.user_agent.clone())
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| Failure::permanent(format!("cannot build the request: {e}")))?;
+        if let Some(auth) = &self.authorization {
+            req.headers_mut().insert("authorization", auth.clone());
+        }
+        Ok(req)
+    }
+}
+
+impl Handler for Destination {
+    async fn call(&self, run: Run) -> Result<(), Failure> {
+        let req = self.request(&run)?;
+        let answer = match self.client.request(req).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                if let Some(m) = &self.metrics {
+                    m.request(None);
+                }
+                return Err(Failure::of_destination(format!("no answer from {}: {}", self.shown_url, error_chain(&e))));
+            }
+        };
+        let (head, body) = answer.into_parts();
+        if let Some(m) = &self.metrics {
+            m.request(Some(head.status.as_u16()));
+        }
+        let body = read_prefix(body).await;
+        judge(head.status, &head.headers, &body, SystemTime::now())
+    }
+
+    fn breaker(&self) -> Option<&Breaker> {
+        Some(&self.breaker)
+    }
+}
+
+/// What an answer makes of the attempt:
+/// - 2xx: done;
+/// - 410: refused for good (the run is dead at once);
+/// - 429, or 503 with `Retry-After`: failed, the next attempt no sooner than it says;
+/// - 5xx and 429: a failure of the destination (counts towards the breaker);
+/// - anything else (a redirect, other 4xx): failed, retried with the backoff.
+///
+/// The error names the status and up to [`ERROR_BODY_BYTES`] of the body, escaped.
+pub fn judge(status: StatusCode, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<(), Failure> {
+    if status.is_success() {
+        return Ok(());
+    }
+    let mut error = format!("HTTP {status}");
+    if status.is_redirection() {
+        error += " (redirects are not followed)";
+    }
+    let text = String::from_utf8_lossy(&body[..body.len().min(ERROR_BODY_BYTES)]).into_owned();
+    let text = text.trim();
+    if !text.is_empty() {
+        error = format!("{error}: {}", escape_control(text));
+        if body.len() > ERROR_BODY_BYTES {
+            error.push('…');
+        }
+    }
+    if status == StatusCode::GONE {
+        return Err(Failure::permanent(format!("{error} (the destination refuses this run for good)")));
+    }
+    let failure = if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+        Failure::of_destination(error)
+    } else {
+        Failure::from(error)
+    };
+    let retry_after = (status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE)
+        .then(|| headers.get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| parse_retry_after(v, now)))
+        .flatten();
+    Err(match retry_after {
+        Some(wait) => Failure {
+            error: format!("{}, retry after {}", failure.error, crate::units::format_duration(wait)),
+            ..failure
+        }
+        .not_before(wait),
+        None => failure,
+    })
+}
+
+/// `Retry-After`: delay-seconds, or an HTTP date (a date in the past is no wait).
+pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = time::OffsetDateTime::parse(value, &time::format_description::well_known::Rfc2822).ok()?;
+    let at = SystemTime::from(at);
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// The start of an answer's body: up to [`DRAIN_BYTES`] are read so that
+/// the connection can be reused; a longer body is dropped with it.
+async fn read_prefix(mut body: hyper::body::Incoming) -> Vec<u8> {
+    let mut out = Vec::new();
+    while out.len() <= DRAIN_BYTES {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    out.extend_from_slice(&data[..data.len().min(DRAIN_BYTES + 1 - out.len())]);
+                }
+            }
+            Some(Err(_)) | None => break,
+        }
+    }
+    out
+}
+
+/// An error with its causes (`client error (Connect): tcp connect error: Connection refused`).
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// The URL without userinfo (for the request and the logs), and the
+/// userinfo as a basic `Authorization` header.
+fn parse_url(text: &str) -> Result<(hyper::Uri, String, Option<HeaderValue>), DeliverError> {
+    let bad = |why: &str| DeliverError(format!("--deliver: {why}"));
+    let (scheme, rest) = text.split_once("://").ok_or_else(|| bad("not a URL (use http://HOST/PATH or https://…)"))?;
+    if scheme != "http" && scheme != "https" {
+        return Err(bad("the URL must be http:// or https://"));
+    }
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    let (userinfo, host) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, authority),
+    };
+    if host.is_empty() {
+        return Err(bad("the URL has no host"));
+    }
+    let path = path.split('#').next().unwrap_or_default();
+    let shown = format!("{scheme}://{host}{path}");
+    let uri: hyper::Uri = shown.parse().map_err(|_| bad("not a valid URL"))?;
+    let authorization = userinfo
+        .map(|u| HeaderValue::from_str(&format!("Basic {}", STANDARD.encode(u))))
+        .transpose()
+        .map_err(|_| bad("the URL's userinfo is not valid in a header"))?
+        .map(|mut v| {
+            v.set_sensitive(true);
+            v
+        });
+    Ok((uri, shown, authorization))
+}
+
+/// rustls with ring: the roots of `ca` (PEM), else the system's.
+fn tls_config(ca: Option<&Path>) -> Result<rustls::ClientConfig, DeliverError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    match ca {
+        Some(path) => {
+            let at = format!("--deliver-ca {}", path.display());
+            let pem = std::fs::read(path).map_err(|e| DeliverError(format!("{at}: cannot read it: {e}")))?;
+            let certs = CertificateDer::pem_slice_iter(&pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| DeliverError(format!("{at}: not a PEM certificate file: {e}")))?;
+            let (added, _) = roots.add_parsable_certificates(certs);
+            if added == 0 {
+                return Err(DeliverError(format!("{at}: holds no usable PEM certificate")));
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            roots.add_parsable_certificates(found.certs);
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| DeliverError(format!("TLS set-up: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: u64) -> SystemTime {
+        std::time::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    /// The Standard Webhooks reference vector (standard-webhooks/standard-webhooks,
+    /// libraries' tests): this secret, id, timestamp and body sign to this value.
+    #[test]
+    fn signature_matches_the_standard_webhooks_vector() {
+        let key = STANDARD.decode("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+        let body = br#"{"test": 2432232314}"#;
+        let sig = signature(std::slice::from_ref(&key), "msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", body);
+        assert_eq!(sig, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+        // Two secrets: two entries, in the file's order.
+        let two = signature(&[vec![7; 32], key], "msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", body);
+        let entries: Vec<&str> = two.split(' ').collect();
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[1], sig);
+    }
+
+    #[test]
+    fn secrets_files_are_checked_without_echoing_them() {
+        let dir = std::env::temp_dir().join(format!("idemgate-deliver-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = |name: &str, text: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        let good = format!("whsec_{}\n\nwhsec_{}\n", STANDARD.encode([1u8; 24]), STANDARD.encode([2u8; 32]));
+        assert_eq!(read_secrets(&file("good", &good)).unwrap().len(), 2);
+        for (name, text, want) in [
+            ("short", format!("whsec_{}", STANDARD.encode([1u8; 23])), "line 1 is not"),
+            ("bare", STANDARD.encode([1u8; 32]), "line 1 is not"),
+            ("b64", "whsec_Hunter2!!notbase64".to_owned(), "line 1 is not"),
+            ("second", format!("whsec_{}\nwhsec_Hunter2", STANDARD.encode([1u8; 24])), "line 2 is not"),
+            ("empty", "\n".to_owned(), "holds no secret"),
+        ] {
+            let e = read_secrets(&file(name, &text)).unwrap_err().to_string();
+            assert!(e.contains(want) && e.contains("--deliver-secret-file"), "{name}: {e}");
+            assert!(!e.contains("Hunter2") && !e.contains(&STANDARD.encode([1u8; 23])), "{e}");
+        }
+        let e = read_secrets(&dir.join("missing")).unwrap_err().to_string();
+        assert!(e.contains("cannot read it"), "{e}");
+    }
+
+    #[test]
+    fn answers_decide_the_attempt() {
+        let none = HeaderMap::new();
+        let now = at(1_000_000);
+        assert!(judge(StatusCode::OK, &none, b"", now).is_ok());
+        assert!(judge(StatusCode::NO_CONTENT, &none, b"", now).is_ok());
+        let gone = judge(StatusCode::GONE, &none, b"no such tenant", now).unwrap_err();
+        assert!(gone.permanent && !gone.destination, "{gone:?}");
+        assert!(gone.error.starts_with("HTTP 410 Gone: no such tenant"), "{}", gone.error);
+        let e = judge(StatusCode::INTERNAL_SERVER_ERROR, &none, b"boom\n\x1b[31m", now).unwrap_err();
+        assert!(e.destination && !e.permanent && e.retry_after.is_none(), "{e:?}");
+        assert_eq!(e.error, "HTTP 500 Internal Server Error: boom\\n\\x1b[31m");
+        let long = judge(StatusCode::BAD_GATEWAY, &none, &[b'x'; 1000], now).unwrap_err();
+        assert!(long.error.ends_with('…') && long.error.len() < 300, "{}", long.error);
+        let found = judge(StatusCode::FOUND, &none, b"", now).unwrap_err();
+        assert!(!found.destination && found.error.contains("not followed"), "{found:?}");
+        let not_found = judge(StatusCode::NOT_FOUND, &none, b"", now).unwrap_err();
+        assert!(!not_found.destination && !not_found.permanent);
+
+        let mut ra = HeaderMap::new();
+        ra.insert("retry-after", HeaderValue::from_static("2"));
+        let slow = judge(StatusCode::TOO_MANY_REQUESTS, &ra, b"", now).unwrap_err();
+        assert_eq!(slow.retry_after, Some(Duration::from_secs(2)));
+        assert!(slow.destination);
+        let busy = judge(StatusCode::SERVICE_UNAVAILABLE, &ra, b"", now).unwrap_err();
+        assert_eq!(busy.retry_after, Some(Duration::from_secs(2)));
+        // Only 429 and 503 carry a Retry-After that counts.
+        assert_eq!(judge(StatusCode::INTERNAL_SERVER_ERROR, &ra, b"", now).unwrap_err().retry_after, None);
+        assert_eq!(judge(StatusCode::TOO_MANY_REQUESTS, &none, b"", now).unwrap_err().retry_after, None);
+    }
+
+    #[test]
+    fn retry_after_takes_seconds_and_http_dates() {
+        let now = at(784_111_777); // Sun, 06 Nov 1994 08:49:37 GMT
+        assert_eq!(parse_retry_after("120", now), Some(Duration::from_secs(120)));
+        assert_eq!(parse_retry_after("Sun, 06 Nov 1994 08:50:07 GMT", now), Some(Duration::from_secs(30)));
+        assert_eq!(parse_retry_after("Sun, 06 Nov 1994 08:00:00 GMT", now), Some(Duration::ZERO));
+        assert_eq!(parse_retry_after("soon", now), None);
+        assert_eq!(parse_retry_after("-5", now), None);
+    }
+
+    #[test]
+    fn userinfo_is_sent_as_basic_auth_and_never_shown() {
+        let (uri, shown, auth) = parse_url("https://user:s3cret@example.com:8443/hooks?x=1#frag").unwrap();
+        assert_eq!(shown, "https://example.com:8443/hooks?x=1");
+        assert_eq!(uri.to_string(), shown);
+        let auth = auth.unwrap();
+        assert!(auth.is_sensitive());
+        assert_eq!(auth.to_str().unwrap(), format!("Basic {}", STANDARD.encode("user:s3cret")));
+        assert!(parse_url("http://h/").unwrap().2.is_none());
+        for bad in ["ftp://h/", "h/x", "http:///x", "http://user:s3cret@/x"] {
+            let e = parse_url(bad).unwrap_err().to_string();
+            assert!(e.starts_with("--deliver:") && !e.contains("s3cret"), "{bad}: {e}");
+        }
+    }
+}
