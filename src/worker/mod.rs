@@ -9,6 +9,9 @@
 //! failed by a small Lua script (`lua/worker_*.lua`) that checks the worker
 //! still holds the entry and updates the stream and the run record together.
 //!
+//! - [`run`]: what a handler sees of a run and how it answers ([`Handler`]);
+//!   [`config`]: the worker's settings and errors. Both are the words the
+//!   consumer here and the queue share.
 //! - [`command`]: a handler that runs a child process per run.
 //! - [`reaper`]: every process an attempt started dies with the attempt.
 //! - [`scrub`]: the worker's secrets out of `/proc/<worker>/environ` and
@@ -26,26 +29,32 @@
 
 pub mod breaker;
 pub mod command;
+pub mod config;
 pub mod deliver;
 pub mod metrics;
 mod queue;
 pub mod reaper;
+pub mod run;
 pub mod scrub;
 pub mod setup;
 
 use std::collections::HashMap;
-use std::fmt::Display;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::Serialize;
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::units::format_duration;
+pub use config::{
+    DEFAULT_BACKOFF, DEFAULT_BLOCK, DEFAULT_CONCURRENCY, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BACKOFF,
+    DEFAULT_RUN_RETENTION, DEFAULT_TIMEOUT, DEFAULT_TRIM_INTERVAL, LEASE_MARGIN, WorkerConfig, WorkerError,
+    default_consumer,
+};
 pub use queue::{Trimmed, trim_runs};
+pub use run::{Failure, Handler, Payload, Run, RunFields};
 
 use crate::keys::Keys;
 use crate::redis::RedisOptions;
@@ -54,300 +63,9 @@ use breaker::{Admission, Breaker};
 pub use metrics::WorkerMetrics;
 use queue::{Failed, Queue, Start, StreamEntry};
 
-/// Why a worker could not start or keep going.
-#[derive(Debug, thiserror::Error)]
-pub enum WorkerError {
-    /// Redis failed or did not answer.
-    #[error(transparent)]
-    Store(#[from] crate::Error),
-    /// The reader's connection pool failed.
-    #[error("redis reader pool: {0}")]
-    Pool(String),
-    /// A setting is invalid.
-    #[error("{0}")]
-    Config(String),
-}
-
-/// What names a run wherever it travels: a runs-stream entry (written by
-/// `lua/gate.lua`), a dead-stream entry (`lua/worker_fail.lua`), the JSON a
-/// handler gets. Read from a stream entry in one place, [`RunFields::read`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RunFields {
-    /// `run-N`: the key for idempotent handlers.
-    pub run_id: String,
-    /// The provider of the delivery that created the run.
-    pub provider: String,
-    /// `org/repo`.
-    pub repo: String,
-    /// The event's action (`pull_request.opened`): part of the run's identity.
-    pub action: String,
-    /// The number text (may be empty).
-    pub number: String,
-    /// The delivery that created the run.
-    pub delivery_id: String,
-}
-
-impl RunFields {
-    /// The fields of a stream entry, `field` giving each by name (`""` when absent).
-    pub(crate) fn read(field: impl Fn(&str) -> String) -> Self {
-        RunFields {
-            run_id: field("run_id"),
-            provider: field("provider"),
-            repo: field("repo"),
-            action: field("action"),
-            number: field("number"),
-            delivery_id: field("delivery_id"),
-        }
-    }
-}
-
-/// One run, as handed to a handler (and, as JSON, to a command's stdin).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Run {
-    /// What names the run (flattened into the JSON: `run_id`, `provider`, …).
-    #[serde(flatten)]
-    pub fields: RunFields,
-    /// This attempt's number: 1 for the first, counted across workers.
-    pub attempt: u32,
-    /// The run key, `NS:run-N:CREATED_MS`: the same on every attempt of this
-    /// run, different for every other run, even after Redis lost data and
-    /// handed `run_id` out again. Handlers dedupe on it (`webhook-id`,
-    /// `IDEMGATE_RUN_KEY`). Not part of the JSON.
-    #[serde(skip)]
-    pub key: String,
-    /// The event as the provider sent it, when the provider keeps payloads
-    /// (`keep_payload`); absent from the JSON otherwise.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub payload: Option<Payload>,
-}
-
-/// A failed attempt, as a handler reports it. Any `Display` error converts
-/// into a retryable one; [`Failure::permanent`] says retrying cannot help,
-/// [`Failure::not_before`] when the next attempt may come, and
-/// [`Failure::of_destination`] that the destination (not the run) failed.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Failure {
-    /// What went wrong: the run's `last_error`.
-    pub error: String,
-    /// Retrying cannot succeed (the input itself is wrong), so the run goes
-    /// to the dead stream now, whatever attempts are left.
-    pub permanent: bool,
-    /// The next attempt comes no sooner than this after the failure (a
-    /// `Retry-After`), even when the backoff is shorter.
-    pub retry_after: Option<Duration>,
-    /// The destination failed (unreachable, timed out, 5xx, 429): it counts
-    /// towards the handler's [`Handler::breaker`].
-    pub destination: bool,
-}
-
-impl Failure {
-    /// A failure no retry can fix: the run is dead-lettered after this attempt.
-    pub fn permanent(error: impl Display) -> Self {
-        Self { error: error.to_string(), permanent: true, ..Self::default() }
-    }
-
-    /// A failure of the destination rather than of the run (see [`Failure::destination`]).
-    pub fn of_destination(error: impl Display) -> Self {
-        Self { error: error.to_string(), destination: true, ..Self::default() }
-    }
-
-    /// The same failure, with the next attempt no sooner than `wait` from now.
-    pub fn not_before(self, wait: Duration) -> Self {
-        Self { retry_after: Some(wait), ..self }
-    }
-}
-
-impl<E: Display> From<E> for Failure {
-    fn from(error: E) -> Self {
-        Self { error: error.to_string(), ..Self::default() }
-    }
-}
-
-/// A run's kept payload: the JSON text the provider sent, passed on as is
-/// (as JSON, not as a string) and compared by its text.
-#[derive(Debug, Clone, Serialize)]
-#[serde(transparent)]
-pub struct Payload(Box<serde_json::value::RawValue>);
-
-impl Payload {
-    /// Checks that `text` is JSON and keeps it (surrounding whitespace aside) unchanged.
-    pub fn from_json(text: String) -> Result<Self, serde_json::Error> {
-        serde_json::value::RawValue::from_string(text).map(Payload)
-    }
-
-    /// The JSON text.
-    pub fn json(&self) -> &str {
-        self.0.get()
-    }
-
-    /// The payload as a JSON value (it is kept as the text the provider sent).
-    pub fn to_value(&self) -> serde_json::Result<serde_json::Value> {
-        serde_json::from_str(self.json())
-    }
-}
-
-impl PartialEq for Payload {
-    fn eq(&self, other: &Self) -> bool {
-        self.json() == other.json()
-    }
-}
-
-impl Eq for Payload {}
-
-/// Handles one attempt of a run. `Err` (or running past the timeout) is a
-/// failed attempt, retried unless [`Failure::permanent`]. Any `async`
-/// closure `Fn(Run) -> Result<(), E>` with `E: Display` (or `E = Failure`) is one.
-pub trait Handler: Send + Sync + 'static {
-    /// Runs one attempt. Dropping the future cancels it (timeout, lost lease).
-    fn call(&self, run: Run) -> impl Future<Output = Result<(), Failure>> + Send;
-
-    /// The breaker that holds attempts back while the handler's destination
-    /// is down ([`breaker`]); `None` (the default): attempts always start.
-    fn breaker(&self) -> Option<&Breaker> {
-        None
-    }
-}
-
-impl<F, Fut, E> Handler for F
-where
-    F: Fn(Run) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<(), E>> + Send,
-    E: Into<Failure>,
-{
-    fn call(&self, run: Run) -> impl Future<Output = Result<(), Failure>> + Send {
-        let fut = self(run);
-        async move { fut.await.map_err(Into::into) }
-    }
-}
-
-/// How a worker consumes; [`WorkerConfig::new`] gives the documented defaults.
-#[derive(Debug, Clone)]
-pub struct WorkerConfig {
-    /// The consumer group. Every group gets every run once.
-    pub group: String,
-    /// This worker's consumer name, unique per live worker (default: host-pid-nonce).
-    pub consumer: String,
-    /// Runs handled at once ([`DEFAULT_CONCURRENCY`]).
-    pub concurrency: usize,
-    /// Attempts before a run is dead ([`DEFAULT_MAX_ATTEMPTS`]).
-    pub max_attempts: u32,
-    /// Bound on one attempt ([`DEFAULT_TIMEOUT`]).
-    pub timeout: Duration,
-    /// How long a held run stays with a worker that stopped extending it
-    /// (default: timeout + [`LEASE_MARGIN`]). Live workers extend every third of it.
-    pub lease: Duration,
-    /// Wait before the second attempt; doubles for each further one ([`DEFAULT_BACKOFF`]).
-    pub backoff: Duration,
-    /// Bound on the wait between attempts ([`DEFAULT_MAX_BACKOFF`]).
-    pub max_backoff: Duration,
-    /// How long one `XREADGROUP` waits for new runs ([`DEFAULT_BLOCK`]): the
-    /// longest a stop request waits for the reader.
-    pub block: Duration,
-    /// How often the runs stream is trimmed ([`DEFAULT_TRIM_INTERVAL`]; `None`: never).
-    pub trim_interval: Option<Duration>,
-    /// How long a `done` or `dead` run record stays (its TTL; [`DEFAULT_RUN_RETENTION`]; `None`: forever).
-    pub run_retention: Option<Duration>,
-    /// Adds up to a quarter of the backoff at random to each wait, so that
-    /// runs failed together do not all come back together (`--deliver`
-    /// turns it on; default off).
-    pub jitter: bool,
-}
-
 /// The longest `last_error` a run record keeps, in bytes: a command's
 /// failure is its exit status and the end of its stderr within this.
 pub const MAX_LAST_ERROR: usize = 4096;
-
-/// The margin the default lease adds to the timeout.
-pub const LEASE_MARGIN: Duration = Duration::from_secs(30);
-
-/// The default retention of a finished run record: 30 days.
-pub use crate::vocabulary::DEFAULT_RUN_RETENTION;
-
-/// The default number of runs handled at once.
-pub const DEFAULT_CONCURRENCY: usize = 4;
-/// The default number of attempts before a run is dead.
-pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
-/// The default bound on one attempt.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
-/// The default wait before the second attempt.
-pub const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
-/// The default bound on the wait between attempts.
-pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(60);
-/// The default wait of one read for new runs.
-pub const DEFAULT_BLOCK: Duration = Duration::from_secs(2);
-/// The default interval between trims of the runs stream.
-pub const DEFAULT_TRIM_INTERVAL: Duration = Duration::from_secs(60);
-
-impl WorkerConfig {
-    /// The defaults for group `group`.
-    pub fn new(group: impl Into<String>) -> Self {
-        Self {
-            group: group.into(),
-            consumer: default_consumer(),
-            concurrency: DEFAULT_CONCURRENCY,
-            max_attempts: DEFAULT_MAX_ATTEMPTS,
-            timeout: DEFAULT_TIMEOUT,
-            lease: DEFAULT_TIMEOUT + LEASE_MARGIN,
-            backoff: DEFAULT_BACKOFF,
-            max_backoff: DEFAULT_MAX_BACKOFF,
-            block: DEFAULT_BLOCK,
-            trim_interval: Some(DEFAULT_TRIM_INTERVAL),
-            run_retention: Some(DEFAULT_RUN_RETENTION),
-            jitter: false,
-        }
-    }
-
-    /// How long an attempt may run without a lease renewal before this
-    /// worker stops it: the lease minus a safety margin (a quarter of the
-    /// lease, at most 5s). The worker times each renewal from before it was
-    /// sent, and Redis measures the idle time from when it ran it, so when
-    /// the attempt is stopped no other worker can have taken the run yet.
-    pub fn fence(&self) -> Duration {
-        self.lease - (self.lease / 4).min(Duration::from_secs(5))
-    }
-
-    /// The wait after failed attempt `attempt` (1-based): `backoff * 2^(attempt-1)`, at most `max_backoff`.
-    pub fn backoff_after(&self, attempt: u32) -> Duration {
-        let factor = 1u32.checked_shl(attempt.saturating_sub(1)).unwrap_or(u32::MAX);
-        self.backoff.saturating_mul(factor).min(self.max_backoff)
-    }
-
-    fn validate(&self) -> Result<(), WorkerError> {
-        let bad = |m: &str| Err(WorkerError::Config(m.to_owned()));
-        if self.group.is_empty() || self.group.chars().any(char::is_whitespace) {
-            return bad("--group must be a non-empty name without whitespace");
-        }
-        if self.consumer.is_empty() {
-            return bad("the consumer name must not be empty");
-        }
-        if self.concurrency == 0 {
-            return bad("--concurrency must be at least 1");
-        }
-        if self.max_attempts == 0 {
-            return bad("--max-attempts must be at least 1");
-        }
-        if self.timeout.is_zero() || self.lease < Duration::from_millis(30) || self.block.is_zero() {
-            return bad("--timeout must be more than 0 and --lease at least 30ms");
-        }
-        if self.run_retention.is_some_and(|r| r.is_zero()) {
-            return bad("--run-retention must be more than 0 (or `never`)");
-        }
-        Ok(())
-    }
-}
-
-/// `host-pid-nonce`: unique per process, readable in `XINFO CONSUMERS`.
-pub fn default_consumer() -> String {
-    let host = std::env::var("HOSTNAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "worker".into());
-    let nonce =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos()) % 100_000;
-    format!("{host}-{}-{nonce}", std::process::id())
-}
 
 /// What a worker did before it stopped.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

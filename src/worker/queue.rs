@@ -11,7 +11,8 @@ use redis::Script;
 use redis::cluster_async::ClusterConnection;
 use redis::streams::StreamAutoClaimReply;
 
-use super::{Run, RunFields, WorkerConfig, WorkerError};
+use super::config::{WorkerConfig, WorkerError};
+use super::run::{Run, RunFields};
 use crate::error::Error;
 use crate::keys::Keys;
 use crate::redis::sentinel::SentinelConn;

@@ -1,0 +1,149 @@
+//! How a worker is set up ([`WorkerConfig`] and its defaults) and why it
+//! could not start or keep going ([`WorkerError`]).
+
+use std::time::Duration;
+
+/// Why a worker could not start or keep going.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// Redis failed or did not answer.
+    #[error(transparent)]
+    Store(#[from] crate::Error),
+    /// The reader's connection pool failed.
+    #[error("redis reader pool: {0}")]
+    Pool(String),
+    /// A setting is invalid.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// How a worker consumes; [`WorkerConfig::new`] gives the documented defaults.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// The consumer group. Every group gets every run once.
+    pub group: String,
+    /// This worker's consumer name, unique per live worker (default: host-pid-nonce).
+    pub consumer: String,
+    /// Runs handled at once ([`DEFAULT_CONCURRENCY`]).
+    pub concurrency: usize,
+    /// Attempts before a run is dead ([`DEFAULT_MAX_ATTEMPTS`]).
+    pub max_attempts: u32,
+    /// Bound on one attempt ([`DEFAULT_TIMEOUT`]).
+    pub timeout: Duration,
+    /// How long a held run stays with a worker that stopped extending it
+    /// (default: timeout + [`LEASE_MARGIN`]). Live workers extend every third of it.
+    pub lease: Duration,
+    /// Wait before the second attempt; doubles for each further one ([`DEFAULT_BACKOFF`]).
+    pub backoff: Duration,
+    /// Bound on the wait between attempts ([`DEFAULT_MAX_BACKOFF`]).
+    pub max_backoff: Duration,
+    /// How long one `XREADGROUP` waits for new runs ([`DEFAULT_BLOCK`]): the
+    /// longest a stop request waits for the reader.
+    pub block: Duration,
+    /// How often the runs stream is trimmed ([`DEFAULT_TRIM_INTERVAL`]; `None`: never).
+    pub trim_interval: Option<Duration>,
+    /// How long a `done` or `dead` run record stays (its TTL; [`DEFAULT_RUN_RETENTION`]; `None`: forever).
+    pub run_retention: Option<Duration>,
+    /// Adds up to a quarter of the backoff at random to each wait, so that
+    /// runs failed together do not all come back together (`--deliver`
+    /// turns it on; default off).
+    pub jitter: bool,
+}
+
+/// The margin the default lease adds to the timeout.
+pub const LEASE_MARGIN: Duration = Duration::from_secs(30);
+
+/// The default retention of a finished run record: 30 days.
+pub use crate::vocabulary::DEFAULT_RUN_RETENTION;
+
+/// The default number of runs handled at once.
+pub const DEFAULT_CONCURRENCY: usize = 4;
+
+/// The default number of attempts before a run is dead.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+
+/// The default bound on one attempt.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The default wait before the second attempt.
+pub const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The default bound on the wait between attempts.
+pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// The default wait of one read for new runs.
+pub const DEFAULT_BLOCK: Duration = Duration::from_secs(2);
+
+/// The default interval between trims of the runs stream.
+pub const DEFAULT_TRIM_INTERVAL: Duration = Duration::from_secs(60);
+
+impl WorkerConfig {
+    /// The defaults for group `group`.
+    pub fn new(group: impl Into<String>) -> Self {
+        Self {
+            group: group.into(),
+            consumer: default_consumer(),
+            concurrency: DEFAULT_CONCURRENCY,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            timeout: DEFAULT_TIMEOUT,
+            lease: DEFAULT_TIMEOUT + LEASE_MARGIN,
+            backoff: DEFAULT_BACKOFF,
+            max_backoff: DEFAULT_MAX_BACKOFF,
+            block: DEFAULT_BLOCK,
+            trim_interval: Some(DEFAULT_TRIM_INTERVAL),
+            run_retention: Some(DEFAULT_RUN_RETENTION),
+            jitter: false,
+        }
+    }
+
+    /// How long an attempt may run without a lease renewal before this
+    /// worker stops it: the lease minus a safety margin (a quarter of the
+    /// lease, at most 5s). The worker times each renewal from before it was
+    /// sent, and Redis measures the idle time from when it ran it, so when
+    /// the attempt is stopped no other worker can have taken the run yet.
+    pub fn fence(&self) -> Duration {
+        self.lease - (self.lease / 4).min(Duration::from_secs(5))
+    }
+
+    /// The wait after failed attempt `attempt` (1-based): `backoff * 2^(attempt-1)`, at most `max_backoff`.
+    pub fn backoff_after(&self, attempt: u32) -> Duration {
+        let factor = 1u32.checked_shl(attempt.saturating_sub(1)).unwrap_or(u32::MAX);
+        self.backoff.saturating_mul(factor).min(self.max_backoff)
+    }
+
+    pub(super) fn validate(&self) -> Result<(), WorkerError> {
+        let bad = |m: &str| Err(WorkerError::Config(m.to_owned()));
+        if self.group.is_empty() || self.group.chars().any(char::is_whitespace) {
+            return bad("--group must be a non-empty name without whitespace");
+        }
+        if self.consumer.is_empty() {
+            return bad("the consumer name must not be empty");
+        }
+        if self.concurrency == 0 {
+            return bad("--concurrency must be at least 1");
+        }
+        if self.max_attempts == 0 {
+            return bad("--max-attempts must be at least 1");
+        }
+        if self.timeout.is_zero() || self.lease < Duration::from_millis(30) || self.block.is_zero() {
+            return bad("--timeout must be more than 0 and --lease at least 30ms");
+        }
+        if self.run_retention.is_some_and(|r| r.is_zero()) {
+            return bad("--run-retention must be more than 0 (or `never`)");
+        }
+        Ok(())
+    }
+}
+
+/// `host-pid-nonce`: unique per process, readable in `XINFO CONSUMERS`.
+pub fn default_consumer() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "worker".into());
+    let nonce =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos()) % 100_000;
+    format!("{host}-{}-{nonce}", std::process::id())
+}

@@ -1,0 +1,162 @@
+//! What a handler sees of a run and how it answers: the fields that name a
+//! run wherever it travels ([`RunFields`]), the run itself ([`Run`]), its
+//! kept payload, and a failed attempt ([`Failure`]).
+
+use std::fmt::Display;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::breaker::Breaker;
+
+/// What names a run wherever it travels: a runs-stream entry (written by
+/// `lua/gate.lua`), a dead-stream entry (`lua/worker_fail.lua`), the JSON a
+/// handler gets. Read from a stream entry in one place, [`RunFields::read`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunFields {
+    /// `run-N`: the key for idempotent handlers.
+    pub run_id: String,
+    /// The provider of the delivery that created the run.
+    pub provider: String,
+    /// `org/repo`.
+    pub repo: String,
+    /// The event's action (`pull_request.opened`): part of the run's identity.
+    pub action: String,
+    /// The number text (may be empty).
+    pub number: String,
+    /// The delivery that created the run.
+    pub delivery_id: String,
+}
+
+impl RunFields {
+    /// The fields of a stream entry, `field` giving each by name (`""` when absent).
+    pub(crate) fn read(field: impl Fn(&str) -> String) -> Self {
+        RunFields {
+            run_id: field("run_id"),
+            provider: field("provider"),
+            repo: field("repo"),
+            action: field("action"),
+            number: field("number"),
+            delivery_id: field("delivery_id"),
+        }
+    }
+}
+
+/// One run, as handed to a handler (and, as JSON, to a command's stdin).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Run {
+    /// What names the run (flattened into the JSON: `run_id`, `provider`, …).
+    #[serde(flatten)]
+    pub fields: RunFields,
+    /// This attempt's number: 1 for the first, counted across workers.
+    pub attempt: u32,
+    /// The run key, `NS:run-N:CREATED_MS`: the same on every attempt of this
+    /// run, different for every other run, even after Redis lost data and
+    /// handed `run_id` out again. Handlers dedupe on it (`webhook-id`,
+    /// `IDEMGATE_RUN_KEY`). Not part of the JSON.
+    #[serde(skip)]
+    pub key: String,
+    /// The event as the provider sent it, when the provider keeps payloads
+    /// (`keep_payload`); absent from the JSON otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload: Option<Payload>,
+}
+
+/// A failed attempt, as a handler reports it. Any `Display` error converts
+/// into a retryable one; [`Failure::permanent`] says retrying cannot help,
+/// [`Failure::not_before`] when the next attempt may come, and
+/// [`Failure::of_destination`] that the destination (not the run) failed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Failure {
+    /// What went wrong: the run's `last_error`.
+    pub error: String,
+    /// Retrying cannot succeed (the input itself is wrong), so the run goes
+    /// to the dead stream now, whatever attempts are left.
+    pub permanent: bool,
+    /// The next attempt comes no sooner than this after the failure (a
+    /// `Retry-After`), even when the backoff is shorter.
+    pub retry_after: Option<Duration>,
+    /// The destination failed (unreachable, timed out, 5xx, 429): it counts
+    /// towards the handler's [`Handler::breaker`].
+    pub destination: bool,
+}
+
+impl Failure {
+    /// A failure no retry can fix: the run is dead-lettered after this attempt.
+    pub fn permanent(error: impl Display) -> Self {
+        Self { error: error.to_string(), permanent: true, ..Self::default() }
+    }
+
+    /// A failure of the destination rather than of the run (see [`Failure::destination`]).
+    pub fn of_destination(error: impl Display) -> Self {
+        Self { error: error.to_string(), destination: true, ..Self::default() }
+    }
+
+    /// The same failure, with the next attempt no sooner than `wait` from now.
+    pub fn not_before(self, wait: Duration) -> Self {
+        Self { retry_after: Some(wait), ..self }
+    }
+}
+
+impl<E: Display> From<E> for Failure {
+    fn from(error: E) -> Self {
+        Self { error: error.to_string(), ..Self::default() }
+    }
+}
+
+/// A run's kept payload: the JSON text the provider sent, passed on as is
+/// (as JSON, not as a string) and compared by its text.
+#[derive(Debug, Clone, Serialize)]
+#[serde(transparent)]
+pub struct Payload(Box<serde_json::value::RawValue>);
+
+impl Payload {
+    /// Checks that `text` is JSON and keeps it (surrounding whitespace aside) unchanged.
+    pub fn from_json(text: String) -> Result<Self, serde_json::Error> {
+        serde_json::value::RawValue::from_string(text).map(Payload)
+    }
+
+    /// The JSON text.
+    pub fn json(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The payload as a JSON value (it is kept as the text the provider sent).
+    pub fn to_value(&self) -> serde_json::Result<serde_json::Value> {
+        serde_json::from_str(self.json())
+    }
+}
+
+impl PartialEq for Payload {
+    fn eq(&self, other: &Self) -> bool {
+        self.json() == other.json()
+    }
+}
+
+impl Eq for Payload {}
+
+/// Handles one attempt of a run. `Err` (or running past the timeout) is a
+/// failed attempt, retried unless [`Failure::permanent`]. Any `async`
+/// closure `Fn(Run) -> Result<(), E>` with `E: Display` (or `E = Failure`) is one.
+pub trait Handler: Send + Sync + 'static {
+    /// Runs one attempt. Dropping the future cancels it (timeout, lost lease).
+    fn call(&self, run: Run) -> impl Future<Output = Result<(), Failure>> + Send;
+
+    /// The breaker that holds attempts back while the handler's destination
+    /// is down ([`breaker`]); `None` (the default): attempts always start.
+    fn breaker(&self) -> Option<&Breaker> {
+        None
+    }
+}
+
+impl<F, Fut, E> Handler for F
+where
+    F: Fn(Run) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), E>> + Send,
+    E: Into<Failure>,
+{
+    fn call(&self, run: Run) -> impl Future<Output = Result<(), Failure>> + Send {
+        let fut = self(run);
+        async move { fut.await.map_err(Into::into) }
+    }
+}
