@@ -39,12 +39,19 @@ def module_files():
     return mods
 
 
+TOKENS = re.compile(
+    r"//[^\n]*"  # a line comment
+    r"|/\*.*?\*/"  # a block comment
+    r"|\br(#*)\".*?\"\1"  # a raw string
+    r'|b?"(?:\\.|[^"\\])*"'  # a string
+    r"|'(?:\\.|[^'\\])'",  # a char
+    re.S,
+)
+
+
 def strip(text):
     """Source without comments, strings and test modules."""
-    text = re.sub(r"//[^\n]*", "", text)
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    text = re.sub(r'r#*"(?:.|\n)*?"#*', '""', text)
-    text = re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
+    text = TOKENS.sub(lambda m: '""' if m.group(0)[:1] in "rb\"'" else " ", text)
     m = re.search(r"#\[cfg\(test\)\]\s*(pub\s+)?mod\s+\w+\s*\{", text)
     if m:
         text = text[: m.start()]

@@ -28,7 +28,8 @@
 use axum::http::HeaderMap;
 use serde_json::{Map, Value};
 
-use super::{Delivery, Header, IdentityMode, KeySlots, Provider, Rejection, header, parse_body, required};
+use super::provider::{Delivery, Header, IdentityMode, Provider, Rejection, header, parse_body, required};
+use crate::vocabulary::KeySlots;
 
 /// The signature header.
 pub const SIGNATURE_HEADER: &str = "x-hub-signature-256";

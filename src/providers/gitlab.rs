@@ -34,10 +34,11 @@ use axum::http::HeaderMap;
 use serde_json::{Map, Value};
 
 use super::github::digest_without;
-use super::{
-    Delivery, Header, IdentityMode, KeySlots, Provider, Rejection, Repeated, header, parse_body, required, single,
-    token_digest,
+use super::provider::{
+    Delivery, Header, IdentityMode, Provider, Rejection, Repeated, header, parse_body, required, single,
 };
+use super::signing::token_digest;
+use crate::vocabulary::KeySlots;
 
 /// The secret token header.
 pub const TOKEN_HEADER: &str = "x-gitlab-token";

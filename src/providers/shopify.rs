@@ -26,10 +26,10 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value};
 
-use super::{
-    Delivery, FieldOverrides, Header, IdentityMode, KeySlots, Provider, Rejection, header, parse_body, required,
-    signature_header,
+use super::provider::{
+    Delivery, FieldOverrides, Header, IdentityMode, Provider, Rejection, header, parse_body, required, signature_header,
 };
+use crate::vocabulary::KeySlots;
 
 /// The signature header.
 pub const SIGNATURE_HEADER: &str = "x-shopify-hmac-sha256";

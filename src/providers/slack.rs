@@ -25,9 +25,10 @@ use std::time::SystemTime;
 use axum::http::HeaderMap;
 use serde_json::{Map, Value};
 
-use super::{
+use super::provider::{
     Delivery, FieldOverrides, Provider, Rejection, check_timestamp, parse_body, signature_header, unix_seconds,
 };
+use crate::vocabulary::KeySlots;
 
 /// The signature header.
 pub const SIGNATURE_HEADER: &str = "x-slack-signature";
@@ -98,7 +99,7 @@ pub(super) fn accept(
     let event = normalize(&provider.overrides, &payload);
     let event_type = payload.pointer("/event/type").and_then(Value::as_str).unwrap_or_default();
     provider.admit(event_type, event.get("action").and_then(Value::as_str).unwrap_or(event_type))?;
-    Ok(Delivery { delivery_id, event, content_digest: None, key_slots: super::KeySlots::default() })
+    Ok(Delivery { delivery_id, event, content_digest: None, key_slots: KeySlots::default() })
 }
 
 /// The gate's event for an Events API body: the defaults of the module

@@ -30,10 +30,12 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value};
 
-use super::{
-    Delivery, FieldPointers, Header, MAX_SIGNATURES, Provider, Rejection, check_timestamp, field_value, header,
-    parse_body, unix_seconds,
+use super::provider::{
+    Delivery, FieldPointers, Header, Provider, Rejection, check_timestamp, field_value, header, parse_body,
+    unix_seconds,
 };
+use super::signing::MAX_SIGNATURES;
+use crate::vocabulary::KeySlots;
 
 /// The optional prefix of a secret.
 pub const SECRET_PREFIX: &str = "whsec_";
@@ -116,7 +118,7 @@ pub(super) fn accept(
     // The event name of an `events` list is the action.
     let action = event.get("action").and_then(Value::as_str).unwrap_or_default();
     provider.admit(action, action)?;
-    Ok(Delivery { delivery_id: id.to_owned(), event, content_digest: None, key_slots: super::KeySlots::default() })
+    Ok(Delivery { delivery_id: id.to_owned(), event, content_digest: None, key_slots: KeySlots::default() })
 }
 
 /// The body of Svix's test event `svix.ping` (the "Send Example" of an
