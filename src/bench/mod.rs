@@ -258,6 +258,7 @@ pub async fn run(options: &BenchOptions) -> Result<String, BenchError> {
     connections::measure(&bench, &mut out).await?;
     worker::measure(&bench, &mut out).await?;
     memory::measure(&bench, store, &mut out).await?;
+    memory::measure_daily(&bench, &mut out).await?;
 
     progress("cleaning up the bench namespaces");
     cleanup(&mut bench.conn.clone(), &bench.ns).await?;

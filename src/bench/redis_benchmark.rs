@@ -64,6 +64,71 @@ pub(super) async fn measure(bench: &Bench<'_>, gate: &Gate, out: &mut String) ->
         let (rate, g) = (rb_sum / 2.0, gate_sum / 2.0);
         writeln!(out, "| {} | {rate:.0} | {g:.0} | {:.2} |", mix.name(), g / rate)?;
     }
+    floor(bench, &keys, &sha, requests, out).await
+}
+
+/// The least a gate call for a new delivery can cost Redis: the five
+/// commands any such gate must send (look up the delivery and the identity,
+/// take a run number, write both keys with their TTLs), in one script.
+const FLOOR_LUA: &str = r#"
+local cached = redis.call('GET', KEYS[1])
+local run = redis.call('GET', KEYS[2])
+local n = redis.call('INCR', KEYS[3])
+redis.call('SET', KEYS[2], 'run-' .. n, 'PX', ARGV[1])
+redis.call('SET', KEYS[1], '{"status":"created","code":202,"run_id":"run-' .. n .. '"}', 'PX', ARGV[2])
+return n
+"#;
+
+/// The floor, plus the run's entry on the runs stream with the fields the
+/// key schema names (docs/reference.md): the least a gate that queues costs.
+const FLOOR_XADD_LUA: &str = r#"
+local cached = redis.call('GET', KEYS[1])
+local run = redis.call('GET', KEYS[2])
+local n = redis.call('INCR', KEYS[3])
+redis.call('XADD', KEYS[4], '*', 'run_id', 'run-' .. n, 'provider', ARGV[3], 'repo', ARGV[4],
+  'action', ARGV[5], 'number', ARGV[6], 'delivery_id', ARGV[7])
+redis.call('SET', KEYS[2], 'run-' .. n, 'PX', ARGV[1])
+redis.call('SET', KEYS[1], '{"status":"created","code":202,"run_id":"run-' .. n .. '"}', 'PX', ARGV[2])
+return n
+"#;
+
+/// Writes the floor table: the gate script against [`FLOOR_LUA`] and
+/// [`FLOOR_XADD_LUA`] on fresh keys, interleaved twice, so "gate / floor"
+/// is a ratio taken in one run on one Redis.
+async fn floor(bench: &Bench<'_>, keys: &Keys, sha: &str, requests: u64, out: &mut String) -> Result<(), BenchError> {
+    let mut conn = bench.conn.clone();
+    let floor_sha: String = redis::cmd("SCRIPT").arg("LOAD").arg(FLOOR_LUA).query_async(&mut conn).await?;
+    let floor_xadd_sha: String = redis::cmd("SCRIPT").arg("LOAD").arg(FLOOR_XADD_LUA).query_async(&mut conn).await?;
+    let delivery = keys.delivery("rb", "f__rand_int__");
+    let logical = format!("{}:f__rand_int__", keys.logical_prefix());
+    let gate = bench_call(sha, keys, &delivery, &logical);
+    let (counter, runs) = (keys.run_counter(), keys.runs());
+    let floor_call = |sha: &str| -> Vec<String> {
+        let args = ["EVALSHA", sha, "4", &delivery, &logical, &counter, &runs, "2592000000", "604800000"];
+        let fields = ["rb", "bench/repo", "opened", "7", "d"];
+        args.iter().chain(fields.iter()).map(|s| (*s).to_owned()).collect()
+    };
+    let rows = [
+        ("floor: GET delivery, GET logical, INCR, SET logical PX, SET delivery PX", floor_call(&floor_sha)),
+        ("floor + XADD of the run to the stream", floor_call(&floor_xadd_sha)),
+        ("`lua/gate.lua` as loaded", gate),
+    ];
+    let mut sums = [0.0f64; 3];
+    for _ in 0..2 {
+        for (sum, (name, cmd)) in sums.iter_mut().zip(&rows) {
+            progress(&format!("redis-benchmark, new deliveries, {name}"));
+            *sum += redis_benchmark(&bench.options.redis_url, requests, 1_000_000_000, cmd)?;
+        }
+    }
+    let [floor, floor_xadd, gate] = sums.map(|s| s / 2.0);
+    writeln!(
+        out,
+        "\n### The gate script against the floor (new deliveries, fresh keys, interleaved twice)\n\n| script | calls/s | its time / the floor's |\n|---|---:|---:|"
+    )?;
+    for ((name, _), rate) in rows.iter().zip([floor, floor_xadd, gate]) {
+        writeln!(out, "| {name} | {rate:.0} | {:.2} |", floor / rate)?;
+    }
+    writeln!(out, "\nGate / floor: **{:.2}x** (the time of one call, the floor's = 1).\n", floor / gate)?;
     Ok(())
 }
 

@@ -70,7 +70,7 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
 }
 
 /// Waits until `group` has read every entry of the runs stream and holds none.
-async fn wait_group_done(conn: &mut Conn, keys: &Keys, group: &str) -> Result<(), BenchError> {
+pub(super) async fn wait_group_done(conn: &mut Conn, keys: &Keys, group: &str) -> Result<(), BenchError> {
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
         let last: redis::streams::StreamRangeReply = conn.xrevrange_count(keys.runs(), "+", "-", 1).await?;
