@@ -196,8 +196,11 @@ pub struct DeliveryRecord {
     /// The cached response's run, for `created` and `duplicate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
-    /// Digest of the first event seen under this delivery id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Digest of the first event seen under this delivery id, or its first
+    /// digits. The Redis store writes it as `d` (64 bits, in hex); records
+    /// written before that compact form name it `digest` and keep 128 bits.
+    /// Shown (`idemgate inspect --json`) as `digest`.
+    #[serde(default, alias = "d", skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
     /// When the delivery was first seen, ms since the Unix epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]

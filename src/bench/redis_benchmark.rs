@@ -93,8 +93,9 @@ return n
 "#;
 
 /// Writes the floor table: the gate script against [`FLOOR_LUA`] and
-/// [`FLOOR_XADD_LUA`] on fresh keys, interleaved twice, so "gate / floor"
-/// is a ratio taken in one run on one Redis.
+/// [`FLOOR_XADD_LUA`] on fresh keys, interleaved three times, so "gate /
+/// floor" is a ratio taken in one run on one Redis. Each row keeps its best
+/// round: on a shared machine the other rounds measure the neighbours.
 async fn floor(bench: &Bench<'_>, keys: &Keys, sha: &str, requests: u64, out: &mut String) -> Result<(), BenchError> {
     let mut conn = bench.conn.clone();
     let floor_sha: String = redis::cmd("SCRIPT").arg("LOAD").arg(FLOOR_LUA).query_async(&mut conn).await?;
@@ -113,17 +114,17 @@ async fn floor(bench: &Bench<'_>, keys: &Keys, sha: &str, requests: u64, out: &m
         ("floor + XADD of the run to the stream", floor_call(&floor_xadd_sha)),
         ("`lua/gate.lua` as loaded", gate),
     ];
-    let mut sums = [0.0f64; 3];
-    for _ in 0..2 {
-        for (sum, (name, cmd)) in sums.iter_mut().zip(&rows) {
+    let mut best = [0.0f64; 3];
+    for _ in 0..3 {
+        for (best, (name, cmd)) in best.iter_mut().zip(&rows) {
             progress(&format!("redis-benchmark, new deliveries, {name}"));
-            *sum += redis_benchmark(&bench.options.redis_url, requests, 1_000_000_000, cmd)?;
+            *best = best.max(redis_benchmark(&bench.options.redis_url, requests, 1_000_000_000, cmd)?);
         }
     }
-    let [floor, floor_xadd, gate] = sums.map(|s| s / 2.0);
+    let [floor, floor_xadd, gate] = best;
     writeln!(
         out,
-        "\n### The gate script against the floor (new deliveries, fresh keys, interleaved twice)\n\n| script | calls/s | its time / the floor's |\n|---|---:|---:|"
+        "\n### The gate script against the floor (new deliveries, fresh keys, interleaved three times, best round each)\n\n| script | calls/s | its time / the floor's |\n|---|---:|---:|"
     )?;
     for ((name, _), rate) in rows.iter().zip([floor, floor_xadd, gate]) {
         writeln!(out, "| {name} | {rate:.0} | {:.2} |", floor / rate)?;
@@ -173,6 +174,6 @@ fn bench_call(sha: &str, keys: &Keys, delivery: &str, logical: &str) -> Vec<Stri
     let call = raw_work_call([delivery, logical, &counter, &runs, &run_prefix], "rb", "d", "7");
     let mut line = vec!["EVALSHA".to_owned(), sha.to_owned(), call.keys().len().to_string()];
     line.extend(call.keys().map(str::to_owned));
-    line.extend(call.args().iter().map(ToString::to_string));
+    line.extend(call.args().map(|arg| arg.to_string()));
     line
 }
