@@ -193,7 +193,19 @@ pub(super) async fn measure_daily(bench: &Bench<'_>, out: &mut String) -> Result
     let _ = server.await;
     progress("memory: idemgate worker -- true, every run to done");
     let mut child = tokio::process::Command::new(&bench.options.idemgate_program)
-        .args(["worker", "--redis-url", &bench.options.redis_url, "--namespace", &ns, "--group", "memory", "--concurrency", "8", "--", "true"])
+        .args([
+            "worker",
+            "--redis-url",
+            &bench.options.redis_url,
+            "--namespace",
+            &ns,
+            "--group",
+            "memory",
+            "--concurrency",
+            "8",
+            "--",
+            "true",
+        ])
         .env("RUST_LOG", "warn")
         .kill_on_drop(true)
         .spawn()?;

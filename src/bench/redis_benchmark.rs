@@ -94,8 +94,11 @@ return n
 
 /// Writes the floor table: the gate script against [`FLOOR_LUA`] and
 /// [`FLOOR_XADD_LUA`] on fresh keys, interleaved three times, so "gate /
-/// floor" is a ratio taken in one run on one Redis. Each row keeps its best
-/// round: on a shared machine the other rounds measure the neighbours.
+/// floor" is a ratio taken in one run on one Redis. Two figures per row:
+/// calls/s, and the CPU time Redis's main thread spent per call (`INFO cpu`
+/// before and after), which a busy machine disturbs far less than a rate
+/// (a descheduled Redis spends no CPU). Each keeps its best round: on a
+/// shared machine the other rounds measure the neighbours.
 async fn floor(bench: &Bench<'_>, keys: &Keys, sha: &str, requests: u64, out: &mut String) -> Result<(), BenchError> {
     let mut conn = bench.conn.clone();
     let floor_sha: String = redis::cmd("SCRIPT").arg("LOAD").arg(FLOOR_LUA).query_async(&mut conn).await?;
@@ -114,23 +117,43 @@ async fn floor(bench: &Bench<'_>, keys: &Keys, sha: &str, requests: u64, out: &m
         ("floor + XADD of the run to the stream", floor_call(&floor_xadd_sha)),
         ("`lua/gate.lua` as loaded", gate),
     ];
-    let mut best = [0.0f64; 3];
+    let (mut rates, mut cpus) = ([0.0f64; 3], [f64::INFINITY; 3]);
     for _ in 0..3 {
-        for (best, (name, cmd)) in best.iter_mut().zip(&rows) {
+        for ((rate, cpu), (name, cmd)) in rates.iter_mut().zip(cpus.iter_mut()).zip(&rows) {
             progress(&format!("redis-benchmark, new deliveries, {name}"));
-            *best = best.max(redis_benchmark(&bench.options.redis_url, requests, 1_000_000_000, cmd)?);
+            let before = redis_cpu_seconds(&mut conn).await?;
+            *rate = rate.max(redis_benchmark(&bench.options.redis_url, requests, 1_000_000_000, cmd)?);
+            let spent = redis_cpu_seconds(&mut conn).await? - before;
+            *cpu = cpu.min(spent * 1e6 / requests as f64);
         }
     }
-    let [floor, floor_xadd, gate] = best;
     writeln!(
         out,
-        "\n### The gate script against the floor (new deliveries, fresh keys, interleaved three times, best round each)\n\n| script | calls/s | its time / the floor's |\n|---|---:|---:|"
+        "\n### The gate script against the floor (new deliveries, fresh keys, interleaved three times, best round each)\n\n| script | calls/s | its time / the floor's | Redis CPU per call | its CPU / the floor's |\n|---|---:|---:|---:|---:|"
     )?;
-    for ((name, _), rate) in rows.iter().zip([floor, floor_xadd, gate]) {
-        writeln!(out, "| {name} | {rate:.0} | {:.2} |", floor / rate)?;
+    for (((name, _), rate), cpu) in rows.iter().zip(rates).zip(cpus) {
+        writeln!(out, "| {name} | {rate:.0} | {:.2} | {cpu:.1} µs | {:.2} |", rates[0] / rate, cpu / cpus[0])?;
     }
-    writeln!(out, "\nGate / floor: **{:.2}x** (the time of one call, the floor's = 1).\n", floor / gate)?;
+    writeln!(
+        out,
+        "\nGate / floor: **{:.2}x** in Redis CPU per call ({:.2}x in calls/s).\n",
+        cpus[2] / cpus[0],
+        rates[0] / rates[2]
+    )?;
     Ok(())
+}
+
+/// CPU seconds Redis's main thread has used (`INFO cpu`; the whole process
+/// on a Redis older than 6.2, which does not report the thread apart).
+async fn redis_cpu_seconds(conn: &mut crate::redis::Conn) -> Result<f64, BenchError> {
+    let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
+    let field = |name: &str| {
+        info.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse::<f64>().ok())
+    };
+    match (field("used_cpu_sys_main_thread"), field("used_cpu_user_main_thread")) {
+        (Some(sys), Some(user)) => Ok(sys + user),
+        _ => Ok(field("used_cpu_sys").unwrap_or(0.0) + field("used_cpu_user").unwrap_or(0.0)),
+    }
 }
 
 fn redis_benchmark(url: &str, requests: u64, keyspace: u64, cmd: &[String]) -> Result<f64, BenchError> {

@@ -442,7 +442,10 @@ async fn holds_are_timed_by_redis_not_by_the_replicas_clocks() {
     let redis_now = secs * 1000 + micros / 1000;
     let run_key = Keys::new(&ns).unwrap().run("run-1");
     let held_until: u64 = c.hget(&run_key, "held_until").await.unwrap();
-    assert!((redis_now + 25_000..=redis_now + 30_000).contains(&held_until), "{held_until} against Redis's {redis_now}");
+    assert!(
+        (redis_now + 25_000..=redis_now + 30_000).contains(&held_until),
+        "{held_until} against Redis's {redis_now}"
+    );
     let created_ms: u64 = c.hget(&run_key, "created_ms").await.unwrap();
     assert!(created_ms.abs_diff(redis_now) < 5_000, "created_ms {created_ms} is Redis's time, not the caller's");
 
