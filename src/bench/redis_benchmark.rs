@@ -147,9 +147,8 @@ async fn floor(bench: &Bench<'_>, keys: &Keys, sha: &str, requests: u64, out: &m
 /// on a Redis older than 6.2, which does not report the thread apart).
 async fn redis_cpu_seconds(conn: &mut crate::redis::Conn) -> Result<f64, BenchError> {
     let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
-    let field = |name: &str| {
-        info.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse::<f64>().ok())
-    };
+    let field =
+        |name: &str| info.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse::<f64>().ok());
     match (field("used_cpu_sys_main_thread"), field("used_cpu_user_main_thread")) {
         (Some(sys), Some(user)) => Ok(sys + user),
         _ => Ok(field("used_cpu_sys").unwrap_or(0.0) + field("used_cpu_user").unwrap_or(0.0)),
