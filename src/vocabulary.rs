@@ -233,6 +233,19 @@ mod tests {
         DeliveryRecord { status, code, run_id: run_id.map(Into::into), digest: None, at: None }
     }
 
+    /// Records of earlier versions (128-bit `digest`) live on for their TTL
+    /// beside the compact ones (64-bit `d`): both decode, to the same answer.
+    #[test]
+    fn old_and_compact_delivery_records_both_decode() {
+        let old = r#"{"status":"created","code":202,"run_id":"run-7","digest":"bf2d51d5d3368458788a9d0a485cb24e","at":1796114895289}"#;
+        let compact = r#"{"status":"created","code":202,"run_id":"run-7","d":"bf2d51d5d3368458","at":1796114895289}"#;
+        for (text, digest) in [(old, "bf2d51d5d3368458788a9d0a485cb24e"), (compact, "bf2d51d5d3368458")] {
+            let r: DeliveryRecord = serde_json::from_str(text).unwrap();
+            assert_eq!(r.response().unwrap(), Response::with_run(Status::Created, "run-7"), "{text}");
+            assert_eq!((r.digest.as_deref(), r.at), (Some(digest), Some(1796114895289)), "{text}");
+        }
+    }
+
     #[test]
     fn a_record_replays_only_what_idemgate_writes() {
         for (status, run) in [
