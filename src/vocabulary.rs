@@ -269,8 +269,11 @@ pub struct DeliveryRecord {
     /// The cached response's run, for `created` and `duplicate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
-    /// Digest of the first event seen under this delivery id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Digest of the first event seen under this delivery id, or its first
+    /// digits. The Redis store writes it as `d` (64 bits, in hex); records
+    /// written before that compact form name it `digest` and keep 128 bits.
+    /// Shown (`idemgate inspect --json`) as `digest`.
+    #[serde(default, alias = "d", skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
     /// When the delivery was first seen, ms since the Unix epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -301,6 +304,19 @@ mod tests {
 
     fn record(status: Status, code: u16, run_id: Option<&str>) -> DeliveryRecord {
         DeliveryRecord { status, code, run_id: run_id.map(Into::into), digest: None, at: None }
+    }
+
+    /// Records of earlier versions (128-bit `digest`) live on for their TTL
+    /// beside the compact ones (64-bit `d`): both decode, to the same answer.
+    #[test]
+    fn old_and_compact_delivery_records_both_decode() {
+        let old = r#"{"status":"created","code":202,"run_id":"run-7","digest":"bf2d51d5d3368458788a9d0a485cb24e","at":1796114895289}"#;
+        let compact = r#"{"status":"created","code":202,"run_id":"run-7","d":"bf2d51d5d3368458","at":1796114895289}"#;
+        for (text, digest) in [(old, "bf2d51d5d3368458788a9d0a485cb24e"), (compact, "bf2d51d5d3368458")] {
+            let r: DeliveryRecord = serde_json::from_str(text).unwrap();
+            assert_eq!(r.response().unwrap(), Response::with_run(Status::Created, "run-7"), "{text}");
+            assert_eq!((r.digest.as_deref(), r.at), (Some(digest), Some(1796114895289)), "{text}");
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::{Bench, BenchError};
+use super::{Bench, BenchError, progress};
 use crate::gate::{Gate, Submission};
 use crate::keys::Keys;
 use crate::store::redis::RedisStore;
@@ -74,4 +74,206 @@ pub(super) async fn measure(bench: &Bench<'_>, store: Arc<RedisStore>, out: &mut
 
 fn fmt_opt(b: Option<u64>) -> String {
     b.map_or("?".into(), |b| b.to_string())
+}
+
+/// The pull-request actions of the vendored GitHub corpus, in its order
+/// (tests/fixtures/github-webhook-examples.json, 29 `pull_request`
+/// examples): the realistic mix of action lengths, which sets the logical
+/// keys' length.
+const PULL_REQUEST_ACTIONS: [&str; 29] = [
+    "opened",
+    "assigned",
+    "assigned",
+    "closed",
+    "closed",
+    "converted_to_draft",
+    "converted_to_draft",
+    "converted_to_draft",
+    "labeled",
+    "labeled",
+    "locked",
+    "locked",
+    "opened",
+    "opened",
+    "opened",
+    "ready_for_review",
+    "ready_for_review",
+    "ready_for_review",
+    "reopened",
+    "reopened",
+    "review_request_removed",
+    "review_requested",
+    "synchronize",
+    "unassigned",
+    "unassigned",
+    "unlabeled",
+    "unlabeled",
+    "unlocked",
+    "unlocked",
+];
+
+/// A signed `pull_request` body shaped like GitHub's (the corpus's fields
+/// that the identity reads, and a head and base of realistic size).
+fn pull_request_body(action: &str, number: u64) -> Vec<u8> {
+    let repository = json!({
+        "id": 186853002, "name": "Hello-World", "full_name": "Codertocat/Hello-World", "private": false,
+        "owner": {"login": "Codertocat", "id": 21031067, "type": "User"},
+        "html_url": "https://github.com/Codertocat/Hello-World", "default_branch": "master"
+    });
+    let body = json!({
+        "action": action,
+        "number": number,
+        "pull_request": {
+            "url": format!("https://api.github.com/repos/Codertocat/Hello-World/pulls/{number}"),
+            "id": 279147437 + number, "number": number, "state": "open", "locked": false,
+            "title": "Update the README with new information.", "user": {"login": "Codertocat", "id": 21031067},
+            "body": "This is a pretty simple change that we need to pull into master.",
+            "created_at": "2019-05-15T15:20:33Z", "updated_at": "2019-05-15T15:20:33Z",
+            "head": {"label": "Codertocat:changes", "ref": "changes", "sha": format!("{number:040x}"), "repo": repository},
+            "base": {"label": "Codertocat:master", "ref": "master", "sha": "f95f852bd8fca8fcc58a9a2d6c842781e32a215e", "repo": repository},
+            "commits": 1, "additions": 1, "deletions": 1, "changed_files": 1
+        },
+        "repository": repository,
+        "sender": {"login": "Codertocat", "id": 21031067, "type": "User"}
+    });
+    serde_json::to_vec(&body).expect("a JSON value serializes")
+}
+
+/// One key kind's share of the steady state.
+struct KindFigures {
+    keys: usize,
+    bytes: f64,
+    /// The median remaining lifetime, in days (`None`: no TTL).
+    days: Option<f64>,
+}
+
+impl KindFigures {
+    fn per_daily_delivery(&self, deliveries: usize) -> f64 {
+        self.bytes * self.keys as f64 / deliveries as f64 * self.days.unwrap_or(0.0)
+    }
+}
+
+/// Writes "Redis bytes per daily delivery at the defaults": `deliveries`
+/// signed GitHub `pull_request` deliveries through `/webhooks/github`
+/// (default identity, default lifetimes), every run handled to `done` by
+/// `idemgate worker -- true`; then `MEMORY USAGE` and `PTTL` of every key of
+/// the namespace. A key kind kept T days costs its bytes x T per daily
+/// delivery (each day's deliveries live on beside T - 1 earlier days').
+pub(super) async fn measure_daily(bench: &Bench<'_>, out: &mut String) -> Result<(), BenchError> {
+    use crate::http::AppState;
+    use crate::providers::Provider;
+
+    let deliveries = if bench.options.smoke { 100 } else { 1000 };
+    // A namespace of the default's length (7 bytes), so key names are as long as a default deployment's.
+    let ns = format!("m{:06}", std::process::id() % 1_000_000);
+    let keys = Keys::new(&ns)?;
+    let store = Arc::new(RedisStore::connect(&bench.redis, keys.clone(), &bench.settings).await?);
+    let secret = "bench-daily-secret";
+    let provider = Provider::github("github", secret);
+    let state = AppState::new(Gate::new(["Codertocat/Hello-World"], store), vec![provider.clone()], None);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/webhooks/github", listener.local_addr()?);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(crate::server::run(listener, state, std::time::Duration::from_secs(2), async move {
+        let _ = stop_rx.await;
+    }));
+    progress(&format!("memory: {deliveries} signed GitHub pull_request deliveries through /webhooks/github"));
+    for i in 0..deliveries {
+        let body = pull_request_body(PULL_REQUEST_ACTIONS[i % PULL_REQUEST_ACTIONS.len()], 1000 + i as u64);
+        let outgoing = crate::send::prepare(&provider, body, None, Some("pull_request"), std::time::SystemTime::now())
+            .map_err(|e| BenchError::Failed(e.to_string()))?;
+        let answer = crate::send::send(&url, outgoing, crate::send::DEFAULT_TIMEOUT)
+            .await
+            .map_err(|e| BenchError::Failed(format!("POST {url}: {e}")))?;
+        if answer.status.as_u16() != 202 {
+            return Err(BenchError::Failed(format!("POST {url}: {} {:?}", answer.status, answer.body)));
+        }
+    }
+    let _ = stop_tx.send(());
+    let _ = server.await;
+    progress("memory: idemgate worker -- true, every run to done");
+    let mut child = tokio::process::Command::new(&bench.options.idemgate_program)
+        .args([
+            "worker",
+            "--redis-url",
+            &bench.options.redis_url,
+            "--namespace",
+            &ns,
+            "--group",
+            "memory",
+            "--concurrency",
+            "8",
+            "--",
+            "true",
+        ])
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut conn = bench.conn.clone();
+    let waited = super::worker::wait_group_done(&mut conn, &keys, "memory").await;
+    let _ = child.kill().await;
+    waited?;
+    let figures = kind_figures(&mut conn, &ns).await;
+    cleanup_namespace(&mut conn, &ns).await?;
+    let figures = figures?;
+    writeln!(
+        out,
+        "\n### Redis bytes per daily delivery at the defaults\n\n{deliveries} signed GitHub `pull_request` deliveries through `/webhooks/github` (default identity), every run handled to `done` by `idemgate worker -- true`; then `MEMORY USAGE` (SAMPLES 0) and `PTTL` of every key. A key kind kept T days costs its bytes x T per daily delivery.\n\n| key | keys | bytes each | lifetime | bytes per daily delivery |\n|---|---:|---:|---:|---:|"
+    )?;
+    let mut total = 0.0;
+    for (name, f) in &figures {
+        let per_day = f.per_daily_delivery(deliveries);
+        total += per_day;
+        let days = f.days.map_or("none".to_owned(), |d| format!("{d:.0} d"));
+        writeln!(out, "| {name} | {} | {:.0} | {days} | {per_day:.0} |", f.keys, f.bytes)?;
+    }
+    writeln!(out, "| **total** | | | | **{total:.0}** |\n")?;
+    Ok(())
+}
+
+/// The key kinds a delivery leaves, by the key schema's names.
+const DAILY_KINDS: [(&str, &str); 3] =
+    [("delivery record", ":delivery:"), ("logical key", ":logical:"), ("run record (`done`)", ":run:")];
+
+/// `MEMORY USAGE` and `PTTL` of every key of namespace `ns`, per kind:
+/// mean bytes and median lifetime.
+async fn kind_figures(conn: &mut crate::redis::Conn, ns: &str) -> Result<Vec<(&'static str, KindFigures)>, BenchError> {
+    let prefix = format!("idemgate:{{{ns}}}");
+    let all = scan(conn, &format!("{prefix}:*")).await?;
+    let mut figures = Vec::new();
+    for (name, infix) in DAILY_KINDS {
+        let of_kind: Vec<&String> = all.iter().filter(|k| k[prefix.len()..].starts_with(infix)).collect();
+        let mut pipe = redis::pipe();
+        for key in &of_kind {
+            pipe.cmd("MEMORY").arg("USAGE").arg(key.as_str()).arg("SAMPLES").arg(0).cmd("PTTL").arg(key.as_str());
+        }
+        let values: Vec<i64> = pipe.query_async(conn).await?;
+        let bytes: Vec<i64> = values.iter().step_by(2).copied().collect();
+        let mut ttls: Vec<i64> = values.iter().skip(1).step_by(2).copied().collect();
+        ttls.sort_unstable();
+        let mean = bytes.iter().sum::<i64>() as f64 / bytes.len().max(1) as f64;
+        let days = ttls.get(ttls.len() / 2).filter(|t| **t > 0).map(|t| (*t as f64 / 86_400_000.0).round());
+        figures.push((name, KindFigures { keys: of_kind.len(), bytes: mean, days }));
+    }
+    Ok(figures)
+}
+
+async fn scan(conn: &mut crate::redis::Conn, pattern: &str) -> redis::RedisResult<Vec<String>> {
+    let (mut cursor, mut all) = (0u64, Vec::new());
+    loop {
+        let (next, keys): (u64, Vec<String>) =
+            redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(1000).query_async(conn).await?;
+        all.extend(keys);
+        if next == 0 {
+            return Ok(all);
+        }
+        cursor = next;
+    }
+}
+
+async fn cleanup_namespace(conn: &mut crate::redis::Conn, ns: &str) -> redis::RedisResult<()> {
+    for chunk in scan(conn, &format!("idemgate:{{{ns}}}:*")).await?.chunks(1000) {
+        let _: () = redis::cmd("UNLINK").arg(chunk).query_async(conn).await?;
+    }
+    Ok(())
 }

@@ -258,6 +258,7 @@ pub async fn run(options: &BenchOptions) -> Result<String, BenchError> {
     connections::measure(&bench, &mut out).await?;
     worker::measure(&bench, &mut out).await?;
     memory::measure(&bench, store, &mut out).await?;
+    memory::measure_daily(&bench, &mut out).await?;
 
     progress("cleaning up the bench namespaces");
     cleanup(&mut bench.conn.clone(), &bench.ns).await?;
@@ -306,7 +307,7 @@ pub(super) fn raw_work_call<'a>(
         verdict: GateVerdict::Work,
         delivery_ttl_ms: 604_800_000,
         logical_ttl_ms: 0,
-        event_digest: "0123456789abcdef0123456789abcdef",
+        event_digest: "0123456789abcdef",
         now_ms: 1_764_400_000_000,
         provider,
         delivery_id,
@@ -316,7 +317,7 @@ pub(super) fn raw_work_call<'a>(
         rewrite_on_replay: false,
         subject: "",
         payload: "",
-        hold_until_ms: 0,
+        hold_ms: 0,
         held_run_ttl_ms: 0,
     }
 }

@@ -64,7 +64,95 @@ pub(super) async fn measure(bench: &Bench<'_>, gate: &Gate, out: &mut String) ->
         let (rate, g) = (rb_sum / 2.0, gate_sum / 2.0);
         writeln!(out, "| {} | {rate:.0} | {g:.0} | {:.2} |", mix.name(), g / rate)?;
     }
+    floor(bench, &keys, &sha, requests, out).await
+}
+
+/// The least a gate call for a new delivery can cost Redis: the five
+/// commands any such gate must send (look up the delivery and the identity,
+/// take a run number, write both keys with their TTLs), in one script.
+const FLOOR_LUA: &str = r#"
+local cached = redis.call('GET', KEYS[1])
+local run = redis.call('GET', KEYS[2])
+local n = redis.call('INCR', KEYS[3])
+redis.call('SET', KEYS[2], 'run-' .. n, 'PX', ARGV[1])
+redis.call('SET', KEYS[1], '{"status":"created","code":202,"run_id":"run-' .. n .. '"}', 'PX', ARGV[2])
+return n
+"#;
+
+/// The floor, plus the run's entry on the runs stream with the fields the
+/// key schema names (docs/reference.md): the least a gate that queues costs.
+const FLOOR_XADD_LUA: &str = r#"
+local cached = redis.call('GET', KEYS[1])
+local run = redis.call('GET', KEYS[2])
+local n = redis.call('INCR', KEYS[3])
+redis.call('XADD', KEYS[4], '*', 'run_id', 'run-' .. n, 'provider', ARGV[3], 'repo', ARGV[4],
+  'action', ARGV[5], 'number', ARGV[6], 'delivery_id', ARGV[7])
+redis.call('SET', KEYS[2], 'run-' .. n, 'PX', ARGV[1])
+redis.call('SET', KEYS[1], '{"status":"created","code":202,"run_id":"run-' .. n .. '"}', 'PX', ARGV[2])
+return n
+"#;
+
+/// Writes the floor table: the gate script against [`FLOOR_LUA`] and
+/// [`FLOOR_XADD_LUA`] on fresh keys, interleaved three times, so "gate /
+/// floor" is a ratio taken in one run on one Redis. Two figures per row:
+/// calls/s, and the CPU time Redis's main thread spent per call (`INFO cpu`
+/// before and after), which a busy machine disturbs far less than a rate
+/// (a descheduled Redis spends no CPU). Each keeps its best round: on a
+/// shared machine the other rounds measure the neighbours.
+async fn floor(bench: &Bench<'_>, keys: &Keys, sha: &str, requests: u64, out: &mut String) -> Result<(), BenchError> {
+    let mut conn = bench.conn.clone();
+    let floor_sha: String = redis::cmd("SCRIPT").arg("LOAD").arg(FLOOR_LUA).query_async(&mut conn).await?;
+    let floor_xadd_sha: String = redis::cmd("SCRIPT").arg("LOAD").arg(FLOOR_XADD_LUA).query_async(&mut conn).await?;
+    let delivery = keys.delivery("rb", "f__rand_int__");
+    let logical = format!("{}:f__rand_int__", keys.logical_prefix());
+    let gate = bench_call(sha, keys, &delivery, &logical);
+    let (counter, runs) = (keys.run_counter(), keys.runs());
+    let floor_call = |sha: &str| -> Vec<String> {
+        let args = ["EVALSHA", sha, "4", &delivery, &logical, &counter, &runs, "2592000000", "604800000"];
+        let fields = ["rb", "bench/repo", "opened", "7", "d"];
+        args.iter().chain(fields.iter()).map(|s| (*s).to_owned()).collect()
+    };
+    let rows = [
+        ("floor: GET delivery, GET logical, INCR, SET logical PX, SET delivery PX", floor_call(&floor_sha)),
+        ("floor + XADD of the run to the stream", floor_call(&floor_xadd_sha)),
+        ("`lua/gate.lua` as loaded", gate),
+    ];
+    let (mut rates, mut cpus) = ([0.0f64; 3], [f64::INFINITY; 3]);
+    for _ in 0..3 {
+        for ((rate, cpu), (name, cmd)) in rates.iter_mut().zip(cpus.iter_mut()).zip(&rows) {
+            progress(&format!("redis-benchmark, new deliveries, {name}"));
+            let before = redis_cpu_seconds(&mut conn).await?;
+            *rate = rate.max(redis_benchmark(&bench.options.redis_url, requests, 1_000_000_000, cmd)?);
+            let spent = redis_cpu_seconds(&mut conn).await? - before;
+            *cpu = cpu.min(spent * 1e6 / requests as f64);
+        }
+    }
+    writeln!(
+        out,
+        "\n### The gate script against the floor (new deliveries, fresh keys, interleaved three times, best round each)\n\n| script | calls/s | its time / the floor's | Redis CPU per call | its CPU / the floor's |\n|---|---:|---:|---:|---:|"
+    )?;
+    for (((name, _), rate), cpu) in rows.iter().zip(rates).zip(cpus) {
+        writeln!(out, "| {name} | {rate:.0} | {:.2} | {cpu:.1} µs | {:.2} |", rates[0] / rate, cpu / cpus[0])?;
+    }
+    writeln!(
+        out,
+        "\nGate / floor: **{:.2}x** in Redis CPU per call ({:.2}x in calls/s).\n",
+        cpus[2] / cpus[0],
+        rates[0] / rates[2]
+    )?;
     Ok(())
+}
+
+/// CPU seconds Redis's main thread has used (`INFO cpu`; the whole process
+/// on a Redis older than 6.2, which does not report the thread apart).
+async fn redis_cpu_seconds(conn: &mut crate::redis::Conn) -> Result<f64, BenchError> {
+    let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
+    let field =
+        |name: &str| info.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse::<f64>().ok());
+    match (field("used_cpu_sys_main_thread"), field("used_cpu_user_main_thread")) {
+        (Some(sys), Some(user)) => Ok(sys + user),
+        _ => Ok(field("used_cpu_sys").unwrap_or(0.0) + field("used_cpu_user").unwrap_or(0.0)),
+    }
 }
 
 fn redis_benchmark(url: &str, requests: u64, keyspace: u64, cmd: &[String]) -> Result<f64, BenchError> {
@@ -108,6 +196,6 @@ fn bench_call(sha: &str, keys: &Keys, delivery: &str, logical: &str) -> Vec<Stri
     let call = raw_work_call([delivery, logical, &counter, &runs, &run_prefix], "rb", "d", "7");
     let mut line = vec!["EVALSHA".to_owned(), sha.to_owned(), call.keys().len().to_string()];
     line.extend(call.keys().map(str::to_owned));
-    line.extend(call.args().iter().map(ToString::to_string));
+    line.extend(call.args().map(|arg| arg.to_string()));
     line
 }

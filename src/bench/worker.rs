@@ -113,7 +113,7 @@ async fn deliver_to_sink(bench: &Bench<'_>, keys: &Keys, conn: &mut Conn) -> Res
 }
 
 /// Waits until `group` has read every entry of the runs stream and holds none.
-async fn wait_group_done(conn: &mut Conn, keys: &Keys, group: &str) -> Result<(), BenchError> {
+pub(super) async fn wait_group_done(conn: &mut Conn, keys: &Keys, group: &str) -> Result<(), BenchError> {
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
         let last: redis::streams::StreamRangeReply = conn.xrevrange_count(keys.runs(), "+", "-", 1).await?;

@@ -9,8 +9,10 @@ use std::time::Duration;
 use super::stats::Stats;
 
 /// Bytes one key of each kind takes in Redis 7 (`MEMORY USAGE … SAMPLES 0`,
-/// averaged over 2,000 GitHub-like deliveries: a UUID delivery id, a
-/// `octo-org/octo-repo` repository, a `pull_request.opened` action).
+/// averaged over the 1,000 signed GitHub `pull_request` deliveries of
+/// `idemgate bench`'s "bytes per daily delivery": UUID delivery ids, the
+/// `Codertocat/Hello-World` repository, the corpus's mix of actions, the
+/// default identity, every run `done`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeySizes {
     /// A delivery record (`delivery:` key).
@@ -24,7 +26,7 @@ pub struct KeySizes {
 }
 
 /// The sizes measured for docs/operations.md.
-pub const MEASURED: KeySizes = KeySizes { delivery: 248, logical: 152, run: 401, stream_entry: 127 };
+pub const MEASURED: KeySizes = KeySizes { delivery: 216, logical: 193, run: 392, stream_entry: 127 };
 
 /// How long each kind of key lives; `None`: until deleted by hand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,10 +94,10 @@ mod tests {
     #[test]
     fn steady_state_is_bounded_only_when_everything_expires() {
         let d = Lifetimes::default();
-        // 248 × 7 + 152 × 30 + 401 × 30
-        assert_eq!(bytes_per_daily_delivery(&MEASURED, &d), Some(18_326));
+        // 216 × 7 + 193 × 30 + 392 × 30
+        assert_eq!(bytes_per_daily_delivery(&MEASURED, &d), Some(19_062));
         assert_eq!(bytes_per_daily_delivery(&MEASURED, &Lifetimes { logical: None, ..d }), None);
         assert_eq!(bytes_per_daily_delivery(&MEASURED, &Lifetimes { run: None, ..d }), None);
-        assert_eq!(bytes(18_326 * 10_000), "174.8 MiB");
+        assert_eq!(bytes(19_062 * 10_000), "181.8 MiB");
     }
 }

@@ -10,14 +10,24 @@ use crate::vocabulary::Status;
 /// The gate script as loaded into Redis: `lua/gate.lua` with each answer's
 /// code filled in from [`Status::code`], the one place codes are written.
 pub fn gate_lua() -> &'static str {
-    static SOURCE: LazyLock<String> = LazyLock::new(|| {
-        [Status::Created, Status::Duplicate, Status::BadRequest, Status::Blocked]
-            .into_iter()
-            .fold(include_str!("../../lua/gate.lua").to_owned(), |source, status| {
-                source.replace(&format!("${{{}}}", status.as_str()), &status.code().to_string())
-            })
-    });
+    static SOURCE: LazyLock<String> = LazyLock::new(|| with_codes(include_str!("../../lua/gate.lua")));
     &SOURCE
+}
+
+/// The gate script of a caller that holds the runs it creates (the
+/// embedded layer): `lua/gate_hold.lua`, codes filled in like [`gate_lua`].
+pub fn gate_hold_lua() -> &'static str {
+    static SOURCE: LazyLock<String> = LazyLock::new(|| with_codes(include_str!("../../lua/gate_hold.lua")));
+    &SOURCE
+}
+
+/// `source` with each `${status}` placeholder replaced by that status's code.
+fn with_codes(source: &str) -> String {
+    [Status::Created, Status::Duplicate, Status::BadRequest, Status::Blocked]
+        .into_iter()
+        .fold(source.to_owned(), |source, status| {
+            source.replace(&format!("${{{}}}", status.as_str()), &status.code().to_string())
+        })
 }
 
 /// Ends a held run that succeeded (the embedded layer, docs/embedding.md).
@@ -48,9 +58,10 @@ impl GateVerdict {
     }
 }
 
-/// One call of `lua/gate.lua`, its five KEYS and fifteen ARGV by name:
-/// the one place that knows their order. The store, the bench and anything
-/// else that runs the script build one of these.
+/// One call of `lua/gate.lua` (thirteen ARGV), or with a hold of
+/// `lua/gate_hold.lua` (fifteen): their five KEYS and ARGV by name, the one
+/// place that knows their order. The store, the bench and anything else
+/// that runs the scripts build one of these.
 #[derive(Debug, Clone)]
 pub struct GateCall<'a> {
     /// KEYS[1]: the delivery key.
@@ -90,11 +101,12 @@ pub struct GateCall<'a> {
     pub subject: &'a str,
     /// ARGV[13]: the payload the run record keeps, else `""`.
     pub payload: &'a str,
-    /// ARGV[14]: for a caller that runs the work itself (the embedded layer),
-    /// when its hold on a run it creates ends, ms since the Unix epoch; 0:
-    /// the run is queued for `idemgate worker` instead.
-    pub hold_until_ms: u64,
-    /// ARGV[15]: with a hold, the held run record's TTL, ms (0: none).
+    /// ARGV[14] of `lua/gate_hold.lua`: for a caller that runs the work
+    /// itself (the embedded layer), how long its hold on a run it creates
+    /// lasts, ms, from Redis's clock; 0: no hold, the plain gate script, and
+    /// a created run is queued for `idemgate worker`.
+    pub hold_ms: u64,
+    /// ARGV[15] of `lua/gate_hold.lua`: the held run record's TTL, ms (0: none).
     pub held_run_ttl_ms: u64,
 }
 
@@ -132,9 +144,20 @@ impl GateCall<'_> {
         [self.delivery_key, self.logical_key, self.counter_key, self.runs_key, self.run_prefix]
     }
 
+    /// Whether this call holds the run it creates: it is then a call of
+    /// `lua/gate_hold.lua`, else of `lua/gate.lua`.
+    pub fn holds(&self) -> bool {
+        self.hold_ms > 0
+    }
+
     /// ARGV, in the script's order, borrowed: nothing is copied until the
-    /// command is written (this runs on every gate call).
-    pub fn args(&self) -> [GateArg<'_>; 15] {
+    /// command is written (this runs on every gate call). Thirteen for
+    /// `lua/gate.lua`, fifteen with a hold.
+    pub fn args(&self) -> impl Iterator<Item = GateArg<'_>> {
+        self.all_args().into_iter().take(if self.holds() { 15 } else { 13 })
+    }
+
+    fn all_args(&self) -> [GateArg<'_>; 15] {
         use GateArg::{Number, Text};
         [
             Text(self.verdict.as_arg()),
@@ -150,7 +173,7 @@ impl GateCall<'_> {
             Text(if self.rewrite_on_replay { "1" } else { "0" }),
             Text(self.subject),
             Text(self.payload),
-            Number(self.hold_until_ms),
+            Number(self.hold_ms),
             Number(self.held_run_ttl_ms),
         ]
     }
@@ -158,7 +181,10 @@ impl GateCall<'_> {
     /// `EVALSHA <sha> 5 KEYS… ARGV…`.
     pub fn evalsha(&self, sha: &str) -> Cmd {
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(sha).arg(5).arg(&self.keys()[..]).arg(&self.args()[..]);
+        cmd.arg(sha).arg(5).arg(&self.keys()[..]);
+        for arg in self.args() {
+            cmd.arg(arg);
+        }
         cmd
     }
 }
@@ -168,12 +194,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_loaded_gate_script_has_every_code_filled_in() {
-        let source = gate_lua();
-        assert!(!source.contains("${"), "a placeholder is left in the gate script");
-        for status in [Status::Created, Status::Duplicate, Status::BadRequest, Status::Blocked] {
-            let head = format!(r#"{{"status":"{}","code":{}"#, status.as_str(), status.code());
-            assert!(source.contains(&head), "{status:?}: no {head}");
+    fn the_loaded_gate_scripts_have_every_code_filled_in() {
+        for source in [gate_lua(), gate_hold_lua()] {
+            assert!(!source.contains("${"), "a placeholder is left in a gate script");
+            for status in [Status::Created, Status::Duplicate, Status::BadRequest, Status::Blocked] {
+                let head = format!(r#"{{"status":"{}","code":{}"#, status.as_str(), status.code());
+                assert!(source.contains(&head), "{status:?}: no {head}");
+            }
+        }
+    }
+
+    /// The plain gate script pays nothing for holds: no clock, no decode, no hold field.
+    #[test]
+    fn the_plain_gate_script_knows_nothing_of_holds() {
+        for hold_only in ["TIME", "cjson", "held_until"] {
+            let code: String = gate_lua().lines().filter(|l| !l.trim_start().starts_with("--")).collect();
+            assert!(!code.contains(hold_only), "lua/gate.lua uses {hold_only}");
+            assert!(gate_hold_lua().contains(hold_only), "lua/gate_hold.lua lacks {hold_only}");
         }
     }
 }

@@ -10,7 +10,7 @@ use redis::{Cmd, RedisError, Script, ServerErrorKind, Value};
 use super::{BoxFuture, Call, HeldRun, Store, Stored};
 use crate::error::Error;
 use crate::keys::Keys;
-use crate::redis::scripts::{GateCall, GateVerdict, RUN_FINISH_LUA, RUN_RELEASE_LUA, gate_lua};
+use crate::redis::scripts::{GateCall, GateVerdict, RUN_FINISH_LUA, RUN_RELEASE_LUA, gate_hold_lua, gate_lua};
 use crate::redis::{Conn, RedisOptions, bounded};
 use crate::vocabulary::{DeliveryRecord, Settings, Verdict};
 
@@ -23,6 +23,8 @@ pub struct RedisStore {
     runs_key: String,
     run_prefix: String,
     script: Script,
+    /// The gate script of a caller that holds its runs (`lua/gate_hold.lua`).
+    hold_script: Script,
     finish_script: Script,
     release_script: Script,
     delivery_ttl_ms: u64,
@@ -47,6 +49,7 @@ impl RedisStore {
             conn,
             keys,
             script: Script::new(gate_lua()),
+            hold_script: Script::new(gate_hold_lua()),
             finish_script: Script::new(RUN_FINISH_LUA),
             release_script: Script::new(RUN_RELEASE_LUA),
             delivery_ttl_ms: ms(settings.delivery_ttl),
@@ -79,9 +82,9 @@ impl RedisStore {
         bounded(self.timeout, fut).await
     }
 
-    /// `EVALSHA` of the gate script for `call`, and the delivery key (whose
-    /// slot the script runs in).
-    fn script_cmd(&self, call: &Call<'_>) -> (Cmd, String) {
+    /// `EVALSHA` of the gate script for `call` (of the hold script when it
+    /// holds), the script, and the delivery key (whose slot the script runs in).
+    fn script_cmd(&self, call: &Call<'_>) -> (Cmd, &Script, String) {
         let (verdict, id) = match &call.verdict {
             Verdict::BadRequest => (GateVerdict::BadRequest, None),
             Verdict::Blocked => (GateVerdict::Blocked, None),
@@ -100,7 +103,7 @@ impl RedisStore {
             verdict,
             delivery_ttl_ms: self.delivery_ttl_ms,
             logical_ttl_ms: self.logical_ttl_ms,
-            event_digest: call.event_digest,
+            event_digest: stored_digest(call.event_digest),
             now_ms: call.now_ms,
             provider: call.provider,
             delivery_id: call.delivery_id,
@@ -111,20 +114,20 @@ impl RedisStore {
             // The run record keeps the subject only where it adds to the number.
             subject: id.filter(|i| i.subject != i.number).map_or("", |i| &i.subject),
             payload: call.payload.unwrap_or(""),
-            hold_until_ms: call.hold.map_or(0, |hold| call.now_ms.saturating_add(ms(hold.lease))),
+            hold_ms: call.hold.map_or(0, |hold| ms(hold.lease)),
             held_run_ttl_ms: call.hold.and_then(|hold| hold.retention).map_or(0, ms),
-        }
-        .evalsha(self.script.get_hash());
-        (cmd, delivery)
+        };
+        let script = if cmd.holds() { &self.hold_script } else { &self.script };
+        (cmd.evalsha(script.get_hash()), script, delivery)
     }
 
     /// Runs the script through the client's own routing (MOVED, ASK,
     /// TRYAGAIN, reconnects), loading it again after NOSCRIPT (a restart,
     /// a failover or `SCRIPT FLUSH` empties the script cache).
-    async fn eval(&self, conn: &mut Conn, cmd: &Cmd) -> redis::RedisResult<(i64, String)> {
+    async fn eval(&self, conn: &mut Conn, cmd: &Cmd, script: &Script) -> redis::RedisResult<(i64, String)> {
         match cmd.query_async(conn).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
-                self.script.load_async(conn).await?;
+                script.load_async(conn).await?;
                 cmd.query_async(conn).await
             }
             r => r,
@@ -139,6 +142,7 @@ impl RedisStore {
         &self,
         conn: &mut Conn,
         cmd: &Cmd,
+        script: &Script,
         key: &str,
         (n, wait): (u32, Duration),
     ) -> Result<(i64, String), Error> {
@@ -168,7 +172,7 @@ impl RedisStore {
             };
             match e.kind() {
                 redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    self.script.load_async(conn).await?;
+                    script.load_async(conn).await?;
                 }
                 redis::ErrorKind::Server(ServerErrorKind::Ask) => match e.redirect_node() {
                     Some((host, port)) => {
@@ -180,7 +184,7 @@ impl RedisStore {
                     // Let the cluster client follow MOVED and refresh its slot
                     // map; the script is idempotent, so running it is harmless,
                     // but its answer is the delivery's first one: keep it.
-                    let answer = self.eval(conn, cmd).await?;
+                    let answer = self.eval(conn, cmd, script).await?;
                     decided.get_or_insert(answer);
                     (node, asking) = (slot.clone(), false);
                 }
@@ -197,11 +201,11 @@ impl RedisStore {
     }
 
     async fn run_script(&self, call: &Call<'_>) -> Result<Stored, Error> {
-        let (cmd, key) = self.script_cmd(call);
+        let (cmd, script, key) = self.script_cmd(call);
         let mut conn = self.conn.clone();
         let (replayed, record) = match self.min_replicas_ack {
-            None => self.bounded(self.eval(&mut conn, &cmd)).await?,
-            Some(ack) => tokio::time::timeout(self.timeout, self.eval_and_wait(&mut conn, &cmd, &key, ack))
+            None => self.bounded(self.eval(&mut conn, &cmd, script)).await?,
+            Some(ack) => tokio::time::timeout(self.timeout, self.eval_and_wait(&mut conn, &cmd, script, &key, ack))
                 .await
                 .map_err(|_| Error::Timeout(self.timeout))??,
         };
@@ -231,6 +235,18 @@ impl RedisStore {
         let released: i64 = self.bounded(inv.invoke_async(&mut conn)).await?;
         Ok(released == 1)
     }
+}
+
+/// How many hex digits of the event digest a delivery record keeps (64
+/// bits). The digest only tells a provider's changed retry from an unchanged
+/// one (`idemgate-event-mismatch`); two different events under one delivery
+/// id look the same with odds of 2^-64 per retry, and nothing else reads it
+/// (docs/operations.md#memory).
+pub const STORED_DIGEST_HEX: usize = 16;
+
+/// The part of `digest` a delivery record keeps ([`STORED_DIGEST_HEX`]).
+fn stored_digest(digest: &str) -> &str {
+    digest.get(..STORED_DIGEST_HEX).unwrap_or(digest)
 }
 
 /// A duration as Redis takes a TTL: whole ms, at least 1.

@@ -452,3 +452,49 @@ async fn a_stalled_body_is_answered_503_at_the_providers_deadline() {
     assert!(reply.starts_with("http/1.1 401"), "{reply}");
     assert!(took < Duration::from_millis(500), "answered after {took:?}");
 }
+
+/// Holds are timed by Redis's clock (`TIME` in `lua/gate_hold.lua`), not by
+/// each replica's: a replica whose clock runs an hour ahead still sees the
+/// hold that a replica an hour behind just took, and takes nothing over.
+#[tokio::test]
+async fn holds_are_timed_by_redis_not_by_the_replicas_clocks() {
+    let ns = fresh_ns("embed-clock");
+    let store = redis_store_in(&ns, &Settings::default()).await;
+    let gate = Gate::new(["octo/repo"], store.clone());
+    let event = json!({"org": "octo", "repo": "repo", "action": "opened", "number": 5});
+    let hold = Hold { lease: Duration::from_secs(30), retention: Some(Duration::from_secs(60)) };
+    let (now, hour) = (idemgate::units::now_ms(), 3_600_000);
+    let call = |delivery_id, now_ms| idemgate::store::Call {
+        provider: "github",
+        delivery_id,
+        verdict: gate.verdict("github", &event),
+        event_digest: "digest",
+        payload: None,
+        now_ms,
+        hold: Some(hold),
+    };
+    let first = store.apply(&call("d-1", now - hour)).await.unwrap();
+    assert_eq!(first.response.run_id.as_deref(), Some("run-1"));
+
+    let mut c = raw_conn().await;
+    let (secs, micros): (u64, u64) = ::redis::cmd("TIME").query_async(&mut c).await.unwrap();
+    let redis_now = secs * 1000 + micros / 1000;
+    let run_key = Keys::new(&ns).unwrap().run("run-1");
+    let held_until: u64 = c.hget(&run_key, "held_until").await.unwrap();
+    assert!(
+        (redis_now + 25_000..=redis_now + 30_000).contains(&held_until),
+        "{held_until} against Redis's {redis_now}"
+    );
+    let created_ms: u64 = c.hget(&run_key, "created_ms").await.unwrap();
+    assert!(created_ms.abs_diff(redis_now) < 5_000, "created_ms {created_ms} is Redis's time, not the caller's");
+
+    // The same delivery and another delivery of the identity, from the replica an hour ahead.
+    for delivery_id in ["d-1", "d-2"] {
+        match store.apply(&call(delivery_id, now + hour)).await {
+            Err(idemgate::Error::InFlight { run_id }) => assert_eq!(run_id, "run-1"),
+            other => panic!("{delivery_id}: the hold must still be live, got {other:?}"),
+        }
+    }
+    let status: String = c.hget(&run_key, "status").await.unwrap();
+    assert_eq!(status, "running");
+}

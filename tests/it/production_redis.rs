@@ -320,7 +320,7 @@ fn the_documented_acl_covers_every_command_the_scripts_call() {
         let name = path.file_name().unwrap().to_str().unwrap().to_owned();
         let user = match name.as_str() {
             // A service embedding idemgate::layer connects as the serve user.
-            "gate.lua" | "run_finish.lua" | "run_release.lua" => "idemgate-serve",
+            "gate.lua" | "gate_hold.lua" | "run_finish.lua" | "run_release.lua" => "idemgate-serve",
             "dead_retry.lua" => "idemgate-ops", // `idemgate dead retry`
             _ => "idemgate-worker",
         };

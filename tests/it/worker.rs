@@ -164,6 +164,7 @@ async fn worker_three_workers_run_each_of_150_runs_exactly_once() {
         let r = record(&ns, &format!("run-{n}")).await;
         assert_eq!((r["status"].as_str(), r["attempts"].as_str()), ("done", "1"), "run-{n}: {r:?}");
         assert!(r["worker"].starts_with('w') && r["finished_ms"].parse::<u64>().unwrap() > 0);
+        assert_done_record_keeps_only_its_history(&r);
     }
 
     for w in &workers.0 {
@@ -707,6 +708,8 @@ async fn worker_retries_a_done_whose_reply_was_lost_and_the_run_ends_done_once()
     assert!(log_has(&dir, "w", "marking done failed; retrying"), "the reply was lost and the call retried");
     let r = record(&ns, "run-1").await;
     assert_eq!((r["status"].as_str(), r["attempts"].as_str()), ("done", "1"), "{r:?}");
+    // The retried done call found the shrunken record done by its consumer.
+    assert_done_record_keeps_only_its_history(&r);
     assert_eq!(lines(&dir.join("ran")), ["run-1 1"]);
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -824,4 +827,15 @@ async fn worker_retries_a_last_fail_whose_reply_was_lost_and_the_run_is_dead_onc
         lose_script_reply("wlostfail", "worker_fail.lua", &["--lease", "60s", "--max-attempts", "1"], command).await;
     assert_eq!(record, "dead 1");
     assert!(summary.contains("dead: 1,") && summary.contains("lost: 0,"), "{summary}");
+}
+
+/// A `done` run record keeps its history and none of what only a live run
+/// needs (lua/worker_done.lua; docs/operations.md, memory).
+fn assert_done_record_keeps_only_its_history(r: &std::collections::HashMap<String, String>) {
+    for kept in ["run_id", "provider", "repo", "action", "number", "delivery_id", "created_ms", "status", "attempts"] {
+        assert!(r.contains_key(kept), "the done record lost {kept}: {r:?}");
+    }
+    for gone in ["op", "op_result", "group", "started_ms", "updated_ms", "next_attempt_ms"] {
+        assert!(!r.contains_key(gone), "the done record keeps {gone}: {r:?}");
+    }
 }

@@ -1,0 +1,133 @@
+-- idemgate: one gate call of a caller that runs the work itself (the
+-- embedded layer, docs/embedding.md), atomically. Like lua/gate.lua, but a
+-- run it creates is held by the caller (record: status running,
+-- held_until) instead of queued on the runs stream, and a delivery or
+-- identity whose run is still held is answered "in flight". Holds are timed
+-- by Redis's clock (TIME), never by the callers' clocks, so replicas whose
+-- clocks disagree still agree on whether a hold ran out.
+--
+-- KEYS[1..5]: as lua/gate.lua (delivery key, logical key, run counter, runs
+--             stream, run record prefix)
+-- ARGV[1..13]: as lua/gate.lua, but ARGV[5] (the caller's clock) is not read
+-- ARGV[14]: the hold's length, ms (> 0): a run this call creates is held
+--           until Redis's now plus this
+-- ARGV[15]: the held run record's TTL, ms (0: none): a held run is in no queue
+-- Returns: {1, record} when the delivery was seen before (a replay),
+--          {0, record} when this call decided; record is the delivery record JSON,
+--          {2, run id} when the delivery's run or the identity's run is still
+--                      held by its handler (work in flight); nothing was written.
+--
+-- Every check that can fail comes before the first write: Redis does not
+-- roll a script back on an error part-way. Codes are filled in at load
+-- time, as in lua/gate.lua.
+
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now_text = string.format('%d', now)
+
+-- The end of the hold on a run, or nil when nobody holds it (a missing
+-- field comes back as false, not nil).
+local function hold_of(run_id)
+  local until_ms = redis.call('HGET', KEYS[5] .. run_id, 'held_until')
+  if not until_ms then
+    return nil
+  end
+  return tonumber(until_ms)
+end
+
+local cached = redis.call('GET', KEYS[1])
+if cached then
+  local first = cjson.decode(cached)
+  local stale = false
+  if first.status == 'created' and type(first.run_id) == 'string' then
+    local until_ms = hold_of(first.run_id)
+    if until_ms and until_ms > now then
+      return {2, first.run_id}
+    end
+    -- A hold that ran out: its holder stopped before ending the work. The
+    -- delivery is decided again below (its record is overwritten); the
+    -- identity's logical key still names the run, so the verdict takes it over.
+    stale = until_ms ~= nil
+  end
+  if not stale then
+    if ARGV[11] == '1' then
+      redis.call('SET', KEYS[1], cached, 'KEEPTTL')
+    end
+    return {1, cached}
+  end
+end
+
+-- Checks first: the verdict, a live hold on the identity's run, a free run id.
+local verdict = ARGV[1]
+if verdict ~= 'work' and verdict ~= 'bad_request' and verdict ~= 'blocked' then
+  return redis.error_reply('idemgate: unknown verdict ' .. tostring(verdict))
+end
+local run_id, taken_over, n
+if verdict == 'work' then
+  run_id = redis.call('GET', KEYS[2])
+  if run_id then
+    local until_ms = hold_of(run_id)
+    if until_ms and until_ms > now then
+      return {2, run_id}
+    elseif until_ms then
+      taken_over, run_id = run_id, nil
+    end
+  end
+  if not run_id then
+    -- The reuse guard of lua/gate.lua.
+    n = (tonumber(redis.call('GET', KEYS[3])) or 0) + 1
+    local tries = 1
+    while redis.call('EXISTS', KEYS[5] .. 'run-' .. n) == 1 do
+      if tries == 1000 then
+        return redis.error_reply('idemgate: the run counter is more than 1000 behind the run records; '
+          .. 'set it past the highest run id (SET ' .. KEYS[3] .. ' N)')
+      end
+      tries = tries + 1
+      n = n + 1
+    end
+  end
+end
+
+-- The writes.
+local record
+if taken_over then
+  redis.call('HSET', KEYS[5] .. taken_over, 'status', 'released', 'updated_ms', now_text,
+    'last_error', 'its handler stopped before ending it (the hold ran out); a later delivery took the work over')
+  redis.call('HDEL', KEYS[5] .. taken_over, 'held_until')
+end
+if n then
+  run_id = 'run-' .. n
+  redis.call('SET', KEYS[3], n)
+  local fields = {'run_id', run_id, 'provider', ARGV[6], 'delivery_id', ARGV[7], 'repo', ARGV[8],
+    'action', ARGV[9], 'number', ARGV[10], 'created_ms', now_text, 'status', 'running', 'attempts', 0,
+    'runner', 'embedded', 'held_until', string.format('%d', now + tonumber(ARGV[14]))}
+  if ARGV[12] ~= '' then
+    fields[#fields + 1] = 'subject'
+    fields[#fields + 1] = ARGV[12]
+  end
+  if ARGV[13] ~= '' then
+    fields[#fields + 1] = 'payload'
+    fields[#fields + 1] = ARGV[13]
+  end
+  redis.call('HSET', KEYS[5] .. run_id, unpack(fields))
+  if ARGV[15] ~= '0' then
+    redis.call('PEXPIRE', KEYS[5] .. run_id, ARGV[15])
+  end
+  -- A held run is run by its holder, not by `idemgate worker`: it is not queued.
+  if ARGV[3] ~= '0' then
+    redis.call('SET', KEYS[2], run_id, 'PX', ARGV[3])
+  else
+    redis.call('SET', KEYS[2], run_id)
+  end
+  record = '{"status":"created","code":${created},"run_id":"' .. run_id .. '"'
+elseif run_id then
+  record = '{"status":"duplicate","code":${duplicate},"run_id":"' .. run_id .. '"'
+elseif verdict == 'bad_request' then
+  record = '{"status":"bad_request","code":${bad_request}'
+else
+  record = '{"status":"blocked","code":${blocked}'
+end
+
+record = record .. ',"d":"' .. ARGV[4] .. '","at":' .. now_text .. '}'
+redis.call('SET', KEYS[1], record, 'PX', ARGV[2])
+return {0, record}
