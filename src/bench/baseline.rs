@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use redis::AsyncCommands;
 
-use super::{Bench, BenchError, Mix, drive, event, gate_drive, progress, us};
+use super::harness::{Bench, BenchError, Mix, drive, event, gate_drive, progress, us};
 use crate::gate::Gate;
 use crate::keys::Keys;
 use crate::redis::Conn;

@@ -5,8 +5,8 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use super::raw_work_call;
-use super::{Bench, BenchError, drive, progress};
+use super::harness::raw_work_call;
+use super::harness::{Bench, BenchError, drive, progress};
 use crate::keys::Keys;
 use crate::redis::Conn;
 use crate::redis::scripts::gate_lua;

@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::{Bench, BenchError, Figures, progress, us};
+use super::harness::{Bench, BenchError, Figures, progress, us};
 use crate::gate::Gate;
 use crate::http::AppState;
 

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Bench, BenchError, Figures, Mix, REPLAY_KEYS, event, gate_drive, progress, us};
+use super::harness::{Bench, BenchError, Figures, Mix, REPLAY_KEYS, event, gate_drive, progress, us};
 use crate::gate::Gate;
 use crate::keys::Keys;
 use crate::redis::{PemFile, RedisOptions, Tls};

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::{Bench, BenchError, progress};
+use super::harness::{Bench, BenchError, progress};
 use crate::gate::{Gate, Submission};
 use crate::keys::Keys;
 use crate::store::redis::RedisStore;

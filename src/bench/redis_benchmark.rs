@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 
 use redis::AsyncCommands;
 
-use super::raw_work_call;
-use super::{Bench, BenchError, Mix, REPLAY_KEYS, gate_drive, progress};
+use super::harness::raw_work_call;
+use super::harness::{Bench, BenchError, Mix, REPLAY_KEYS, gate_drive, progress};
 use crate::gate::Gate;
 use crate::keys::Keys;
 use crate::redis::scripts::gate_lua;

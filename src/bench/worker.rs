@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 
-use super::{Bench, BenchError, event, progress};
+use super::harness::{Bench, BenchError, event, progress};
 use crate::gate::Gate;
 use crate::keys::Keys;
 use crate::redis::Conn;
