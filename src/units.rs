@@ -61,6 +61,13 @@ pub fn parse_lifetime(s: &str) -> Result<Lifetime, String> {
     Ok(Lifetime(Some(d)))
 }
 
+/// A duration as Redis takes one (`PX`, `PEXPIRE`, `BLOCK`, a script's
+/// `*_ms` argument): whole ms, saturating, and at least 1, because Redis
+/// reads 0 as "no expiry" or "block forever", never as "at once".
+pub fn redis_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

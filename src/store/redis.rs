@@ -12,6 +12,7 @@ use crate::error::Error;
 use crate::keys::Keys;
 use crate::redis::scripts::{GateCall, GateVerdict, RUN_FINISH_LUA, RUN_RELEASE_LUA, gate_hold_lua, gate_lua};
 use crate::redis::{Conn, RedisOptions, bounded};
+use crate::units::redis_ms;
 use crate::vocabulary::{DeliveryRecord, Settings, Verdict};
 
 /// The Redis-backed store.
@@ -52,8 +53,8 @@ impl RedisStore {
             hold_script: Script::new(gate_hold_lua()),
             finish_script: Script::new(RUN_FINISH_LUA),
             release_script: Script::new(RUN_RELEASE_LUA),
-            delivery_ttl_ms: ms(settings.delivery_ttl),
-            logical_ttl_ms: settings.logical_ttl.map_or(0, ms),
+            delivery_ttl_ms: redis_ms(settings.delivery_ttl),
+            logical_ttl_ms: settings.logical_ttl.map_or(0, redis_ms),
             timeout,
             min_replicas_ack: None,
         }
@@ -114,8 +115,8 @@ impl RedisStore {
             // The run record keeps the subject only where it adds to the number.
             subject: id.filter(|i| i.subject != i.number).map_or("", |i| &i.subject),
             payload: call.payload.unwrap_or(""),
-            hold_ms: call.hold.map_or(0, |hold| ms(hold.lease)),
-            held_run_ttl_ms: call.hold.and_then(|hold| hold.retention).map_or(0, ms),
+            hold_ms: call.hold.map_or(0, |hold| redis_ms(hold.lease)),
+            held_run_ttl_ms: call.hold.and_then(|hold| hold.retention).map_or(0, redis_ms),
         };
         let script = if cmd.holds() { &self.hold_script } else { &self.script };
         (cmd.evalsha(script.get_hash()), script, delivery)
@@ -220,7 +221,7 @@ impl RedisStore {
     async fn finish_run(&self, run: &HeldRun<'_>) -> Result<bool, Error> {
         let mut conn = self.conn.clone();
         let mut inv = self.finish_script.prepare_invoke();
-        inv.key(self.keys.run(run.run_id)).arg(run.now_ms).arg(run.retention.map_or(0, ms));
+        inv.key(self.keys.run(run.run_id)).arg(run.now_ms).arg(run.retention.map_or(0, redis_ms));
         let finished: i64 = self.bounded(inv.invoke_async(&mut conn)).await?;
         Ok(finished == 1)
     }
@@ -231,7 +232,7 @@ impl RedisStore {
         inv.key(self.keys.delivery(run.provider, run.delivery_id))
             .key(self.keys.logical(run.identity))
             .key(self.keys.run(run.run_id));
-        inv.arg(run.run_id).arg(run.now_ms).arg(run.retention.map_or(0, ms));
+        inv.arg(run.run_id).arg(run.now_ms).arg(run.retention.map_or(0, redis_ms));
         let released: i64 = self.bounded(inv.invoke_async(&mut conn)).await?;
         Ok(released == 1)
     }
@@ -247,11 +248,6 @@ pub const STORED_DIGEST_HEX: usize = 16;
 /// The part of `digest` a delivery record keeps ([`STORED_DIGEST_HEX`]).
 fn stored_digest(digest: &str) -> &str {
     digest.get(..STORED_DIGEST_HEX).unwrap_or(digest)
-}
-
-/// A duration as Redis takes a TTL: whole ms, at least 1.
-fn ms(d: Duration) -> u64 {
-    (d.as_millis() as u64).max(1)
 }
 
 impl Store for RedisStore {

@@ -17,7 +17,7 @@ use crate::error::Error;
 use crate::keys::Keys;
 use crate::redis::sentinel::SentinelConn;
 use crate::redis::{Conn, RedisOptions, RedisTarget, connect_bounded};
-use crate::units::now_ms;
+use crate::units::{now_ms, redis_ms};
 
 struct Scripts {
     start: Script,
@@ -124,10 +124,6 @@ pub(crate) struct Queue {
 #[derive(Debug, Clone)]
 pub(crate) struct Op(String);
 
-fn ms(d: Duration) -> u64 {
-    d.as_millis().min(u64::MAX as u128) as u64
-}
-
 impl Queue {
     pub async fn connect(opts: &RedisOptions, keys: Keys, config: &WorkerConfig) -> Result<Self, WorkerError> {
         let block = config.block;
@@ -165,7 +161,7 @@ impl Queue {
             consumer: config.consumer.clone(),
             timeout: t,
             block,
-            retention_ms: config.run_retention.map_or(0, |d| ms(d).max(1)),
+            retention_ms: config.run_retention.map_or(0, redis_ms),
             reader: tokio::sync::Mutex::new(reader),
             op_prefix: format!("{}/{started}/", config.consumer),
             ops: AtomicU64::new(0),
@@ -217,7 +213,7 @@ impl Queue {
         let mut cmd = redis::cmd("XREADGROUP");
         cmd.arg("GROUP").arg(&self.group).arg(&self.consumer).arg("COUNT").arg(count);
         if after.is_none() {
-            cmd.arg("BLOCK").arg(ms(self.block).max(1));
+            cmd.arg("BLOCK").arg(redis_ms(self.block));
         }
         cmd.arg("STREAMS").arg(self.keys.runs()).arg(after.unwrap_or(">"));
         let limit = self.block + self.timeout;
@@ -278,7 +274,7 @@ impl Queue {
                 .arg(self.keys.runs())
                 .arg(&self.group)
                 .arg(&self.consumer)
-                .arg(ms(lease))
+                .arg(redis_ms(lease))
                 .arg(cursor.as_str())
                 .arg("COUNT")
                 .arg(count - out.len())
@@ -383,7 +379,7 @@ impl Queue {
     ) -> Result<Failed, Error> {
         let now = now_ms();
         let mut inv = self.invocation(&SCRIPTS.fail, Some(e));
-        inv.key(self.keys.runs_dead()).arg(now).arg(error).arg(attempt).arg(max_attempts).arg(now + ms(retry_in));
+        inv.key(self.keys.runs_dead()).arg(now).arg(error).arg(attempt).arg(max_attempts).arg(now + redis_ms(retry_in));
         inv.arg(&op.0).arg(self.retention_ms);
         Self::identity_args(&mut inv, &e.run);
         Ok(match self.invoke::<i64>(&inv).await? {
@@ -396,7 +392,7 @@ impl Queue {
     /// `lua/worker_release.lua`: give the entry back for immediate takeover.
     pub async fn release(&self, e: &StreamEntry, lease: Duration) -> Result<bool, Error> {
         let mut inv = self.invocation(&SCRIPTS.release, Some(e));
-        inv.arg(ms(lease) + 1).arg(now_ms());
+        inv.arg(redis_ms(lease) + 1).arg(now_ms());
         Ok(self.invoke::<i64>(&inv).await? == 1)
     }
 
@@ -405,7 +401,7 @@ impl Queue {
     /// `false`: lost.
     pub async fn uncount(&self, e: &StreamEntry, error: &str, lease: Duration, op: &Op) -> Result<bool, Error> {
         let mut inv = self.invocation(&SCRIPTS.uncount, Some(e));
-        inv.arg(now_ms()).arg(error).arg(ms(lease) + 1).arg(&op.0);
+        inv.arg(now_ms()).arg(error).arg(redis_ms(lease) + 1).arg(&op.0);
         Ok(self.invoke::<i64>(&inv).await? == 1)
     }
 
