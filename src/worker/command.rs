@@ -248,30 +248,10 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<Summary, WorkerError> {
     let resolved = StoreConfig::resolve(store).map_err(|e| WorkerError::Config(e.to_string()))?;
-    let Some(opts) = resolved.redis.clone() else {
-        return Err(WorkerError::Config(
-            "idemgate worker needs Redis: give --redis-url, --redis-cluster-nodes or --redis-sentinel-nodes (or IDEMGATE_REDIS_URL). \
-             The memory store lives inside one serve process, so a worker would have nothing to consume."
-                .into(),
-        ));
-    };
     let file = FileConfig::load_opt(store.config.as_deref()).map_err(|e| WorkerError::Config(e.to_string()))?;
     let handler = for_worker(command, &file)?;
     guard_the_worker(&file);
-    tracing::info!(
-        store = %resolved.describe(),
-        command = ?command,
-        timeout = ?config.timeout,
-        lease = ?config.lease,
-        fence = ?config.fence(),
-        run_retention = ?config.run_retention,
-        "connecting"
-    );
-    let worker = Worker::connect(&opts, resolved.keys.clone(), config).await.map_err(|e| match e {
-        // Name the store, with its TLS and password files, when connecting fails.
-        WorkerError::Store(e) => WorkerError::Config(format!("cannot connect to the {}: {e}", resolved.describe())),
-        e => e,
-    })?;
+    let worker = Worker::for_store(&resolved, config, &format_args!("command {command:?}")).await?;
     worker.run(handler, shutdown).await
 }
 

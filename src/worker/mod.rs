@@ -39,6 +39,7 @@ pub mod scrub;
 pub mod setup;
 
 use std::collections::HashMap;
+use std::fmt::Display;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -56,6 +57,7 @@ pub use config::{
 pub use queue::{Trimmed, trim_runs};
 pub use run::{Failure, Handler, Payload, Run, RunFields};
 
+use crate::config::StoreConfig;
 use crate::keys::Keys;
 use crate::redis::RedisOptions;
 use crate::sync::lock;
@@ -179,6 +181,37 @@ impl Worker {
         config.validate()?;
         let queue = Queue::connect(opts, keys, &config).await?;
         Ok(Self { queue: Arc::new(queue), config: Arc::new(config), metrics: None })
+    }
+
+    /// Connects a worker with `config` to the store `resolved` names, which
+    /// must be Redis (a worker would have nothing to consume from another
+    /// process's memory store), and logs what it will run (`handler`). A
+    /// failure to connect names the store, with its TLS and password files.
+    pub async fn for_store(
+        resolved: &StoreConfig,
+        config: WorkerConfig,
+        handler: &dyn Display,
+    ) -> Result<Self, WorkerError> {
+        let Some(opts) = &resolved.redis else {
+            return Err(WorkerError::Config(
+                "idemgate worker needs Redis: give --redis-url, --redis-cluster-nodes or --redis-sentinel-nodes (or IDEMGATE_REDIS_URL). \
+                 The memory store lives inside one serve process, so a worker would have nothing to consume."
+                    .into(),
+            ));
+        };
+        tracing::info!(
+            store = %resolved.describe(),
+            handler = %handler,
+            timeout = ?config.timeout,
+            lease = ?config.lease,
+            fence = ?config.fence(),
+            run_retention = ?config.run_retention,
+            "connecting"
+        );
+        Self::connect(opts, resolved.keys.clone(), config).await.map_err(|e| match e {
+            WorkerError::Store(e) => WorkerError::Config(format!("cannot connect to the {}: {e}", resolved.describe())),
+            e => e,
+        })
     }
 
     /// Counts this worker's attempts and runs in hand into `metrics`

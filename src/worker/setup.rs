@@ -164,13 +164,6 @@ pub async fn run(
     let file = FileConfig::load_opt(store.config.as_deref()).map_err(config_error)?;
     let setup = options.resolve(&file)?;
     let resolved = StoreConfig::resolve(store).map_err(config_error)?;
-    let Some(opts) = resolved.redis.clone() else {
-        return Err(WorkerError::Config(
-            "idemgate worker needs Redis: give --redis-url, --redis-cluster-nodes or --redis-sentinel-nodes (or IDEMGATE_REDIS_URL). \
-             The memory store lives inside one serve process, so a worker would have nothing to consume."
-                .into(),
-        ));
-    };
     let metrics = Arc::new(WorkerMetrics::default());
     // Everything that can be refused is checked before connecting.
     let handler = match &setup.mode {
@@ -192,20 +185,7 @@ pub async fn run(
         None => None,
     };
     let config = setup.config;
-    tracing::info!(
-        store = %resolved.describe(),
-        handler = %handler.describe(),
-        timeout = ?config.timeout,
-        lease = ?config.lease,
-        fence = ?config.fence(),
-        run_retention = ?config.run_retention,
-        "connecting"
-    );
-    let worker = Worker::connect(&opts, resolved.keys.clone(), config).await.map_err(|e| match e {
-        // Name the store, with its TLS and password files, when connecting fails.
-        WorkerError::Store(e) => WorkerError::Config(format!("cannot connect to the {}: {e}", resolved.describe())),
-        e => e,
-    })?;
+    let worker = Worker::for_store(&resolved, config, &handler.describe()).await?;
     let serving = listener.map(|l| {
         tracing::info!(address = %l.local_addr().map_or_else(|_| "?".into(), |a| a.to_string()), "serving GET /metrics");
         tokio::spawn(super::metrics::serve(l, metrics.clone(), std::future::pending()))
