@@ -7,7 +7,8 @@
 //! `Drop`, besides the group:
 //!
 //! 1. kills every descendant of the command that is still alive, found by
-//!    walking the parent links of `/proc/<pid>/stat`;
+//!    walking the worker's own process tree (`/proc/<pid>/task/*/children`,
+//!    each checked against its `/proc/<pid>/stat`);
 //! 2. in a worker that is a child subreaper ([`become_subreaper`], as
 //!    `idemgate worker` is), kills the orphans of the attempt too. A process
 //!    whose parent died is re-parented to the nearest subreaper above it,
@@ -166,7 +167,43 @@ struct ProcessTable {
 }
 
 impl ProcessTable {
+    /// The worker's own process tree: its children and everything below
+    /// them, read through each thread's `/proc/<pid>/task/<tid>/children`
+    /// (a process's children are listed under the thread that forked them),
+    /// so an attempt's end costs the size of the worker's tree, not of every
+    /// process on the machine.
     fn scan() -> Self {
+        let me = std::process::id();
+        // Kernels built without CONFIG_PROC_CHILDREN have no `children` files.
+        if !std::path::Path::new(&format!("/proc/{me}/task/{me}/children")).exists() {
+            return Self::scan_all();
+        }
+        let mut table = Self::default();
+        let mut queue = vec![me];
+        while let Some(parent) = queue.pop() {
+            for child in children_of(parent) {
+                if child == parent || table.parent.contains_key(&child) {
+                    continue;
+                }
+                let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else { continue };
+                let Some((state, ppid)) = parse_stat(&stat) else { continue };
+                if ppid != parent {
+                    continue; // exited and its pid reused since the list was read
+                }
+                table.parent.insert(child, parent);
+                table.children.entry(parent).or_default().push(child);
+                if state == 'Z' {
+                    table.zombies.insert(child);
+                } else {
+                    queue.push(child);
+                }
+            }
+        }
+        table
+    }
+
+    /// Every process of the machine, from one pass over `/proc`.
+    fn scan_all() -> Self {
         let mut table = Self::default();
         let Ok(dir) = std::fs::read_dir("/proc") else { return table };
         for entry in dir.flatten() {
@@ -193,6 +230,17 @@ impl ProcessTable {
         }
         found
     }
+}
+
+/// The children of process `pid`, from the `children` file of each of its threads.
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    let mut found = Vec::new();
+    for task in tasks.flatten() {
+        let Ok(list) = std::fs::read_to_string(task.path().join("children")) else { continue };
+        found.extend(list.split_ascii_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+    }
+    found
 }
 
 /// The state and the parent pid of a `/proc/<pid>/stat` line. The command
