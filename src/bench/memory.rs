@@ -192,23 +192,7 @@ pub(super) async fn measure_daily(bench: &Bench<'_>, out: &mut String) -> Result
     let _ = stop_tx.send(());
     let _ = server.await;
     progress("memory: idemgate worker -- true, every run to done");
-    let mut child = tokio::process::Command::new(&bench.options.idemgate_program)
-        .args([
-            "worker",
-            "--redis-url",
-            &bench.options.redis_url,
-            "--namespace",
-            &ns,
-            "--group",
-            "memory",
-            "--concurrency",
-            "8",
-            "--",
-            "true",
-        ])
-        .env("RUST_LOG", "warn")
-        .kill_on_drop(true)
-        .spawn()?;
+    let mut child = super::worker::spawn_worker_true(bench, &ns, "memory")?;
     let mut conn = bench.conn.clone();
     let waited = super::worker::wait_group_done(&mut conn, &keys, "memory").await;
     let _ = child.kill().await;

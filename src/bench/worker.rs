@@ -51,23 +51,7 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
     )?;
     progress(&format!("idemgate worker -- true, {runs} runs"));
     let t = Instant::now();
-    let mut child = tokio::process::Command::new(&bench.options.idemgate_program)
-        .args([
-            "worker",
-            "--redis-url",
-            &bench.options.redis_url,
-            "--namespace",
-            wkeys.namespace(),
-            "--group",
-            "bench-cli",
-            "--concurrency",
-            "8",
-            "--",
-            "true",
-        ])
-        .env("RUST_LOG", "warn")
-        .kill_on_drop(true)
-        .spawn()?;
+    let mut child = spawn_worker_true(bench, wkeys.namespace(), "bench-cli")?;
     wait_group_done(&mut conn, &wkeys, "bench-cli").await?;
     let cli = t.elapsed();
     let _ = child.kill().await;
@@ -110,6 +94,17 @@ async fn deliver_to_sink(bench: &Bench<'_>, keys: &Keys, conn: &mut Conn) -> Res
     server.abort();
     let _ = std::fs::remove_file(secret_file);
     Ok(took)
+}
+
+/// `idemgate worker -- true` on namespace `ns` in group `group`, 8 at once,
+/// killed when dropped.
+pub(super) fn spawn_worker_true(bench: &Bench<'_>, ns: &str, group: &str) -> std::io::Result<tokio::process::Child> {
+    tokio::process::Command::new(&bench.options.idemgate_program)
+        .args(["worker", "--redis-url", &bench.options.redis_url, "--namespace", ns, "--group", group])
+        .args(["--concurrency", "8", "--", "true"])
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true)
+        .spawn()
 }
 
 /// Waits until `group` has read every entry of the runs stream and holds none.
