@@ -14,7 +14,7 @@ use crate::keys::Keys;
 use crate::redis::Conn;
 use crate::worker::breaker::BreakerConfig;
 use crate::worker::deliver::{DeliverOptions, Destination};
-use crate::worker::{Run, Worker, WorkerConfig};
+use crate::worker::{RunAttempt, Worker, WorkerConfig};
 
 /// Writes the worker section.
 pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), BenchError> {
@@ -34,7 +34,7 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
     let worker = Worker::connect(&bench.redis, wkeys.clone(), config).await?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let t = Instant::now();
-    let running = tokio::spawn(worker.run(|_run: Run| async { Ok::<_, String>(()) }, async move {
+    let running = tokio::spawn(worker.run(|_run: RunAttempt| async { Ok::<_, String>(()) }, async move {
         let _ = stop_rx.await;
     }));
     wait_group_done(&mut conn, &wkeys, "bench-lib").await?;

@@ -14,7 +14,7 @@ use std::process::Stdio;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use super::reaper::{self, Attempt};
-use super::{Failure, Handler, Run, Summary, Worker, WorkerConfig, WorkerError};
+use super::{Failure, Handler, RunAttempt, Summary, Worker, WorkerConfig, WorkerError};
 use crate::config::{FileConfig, StoreConfig, StoreOptions};
 
 /// How much of the child's stderr is kept for the run's `last_error`: its
@@ -59,7 +59,7 @@ impl CommandHandler {
 }
 
 impl Handler for CommandHandler {
-    async fn call(&self, run: Run) -> Result<(), Failure> {
+    async fn call(&self, run: RunAttempt) -> Result<(), Failure> {
         let input = serde_json::to_vec(&run).map_err(|e| e.to_string())?;
         let mut cmd = tokio::process::Command::new(&self.program);
         for name in &self.hidden_env {

@@ -32,7 +32,7 @@ use sha2::Sha256;
 
 use super::breaker::{Breaker, BreakerConfig};
 use super::metrics::WorkerMetrics;
-use super::{Failure, Handler, Run};
+use super::{Failure, Handler, RunAttempt};
 use crate::providers::standard_webhooks::{SECRET_PREFIX, signed_content};
 use crate::sync::lock;
 use crate::text::escape_control;
@@ -226,7 +226,7 @@ impl Destination {
         &self.shown_url
     }
 
-    fn request(&self, run: &Run) -> Result<hyper::Request<Full<Bytes>>, Failure> {
+    fn request(&self, run: &RunAttempt) -> Result<hyper::Request<Full<Bytes>>, Failure> {
         let body =
             serde_json::to_vec(run).map_err(|e| Failure::permanent(format!("cannot write the run's JSON: {e}")))?;
         let timestamp = SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()).to_string();
@@ -249,7 +249,7 @@ impl Destination {
 }
 
 impl Handler for Destination {
-    async fn call(&self, run: Run) -> Result<(), Failure> {
+    async fn call(&self, run: RunAttempt) -> Result<(), Failure> {
         let req = self.request(&run)?;
         let answer = match self.client.request(req).await {
             Ok(answer) => answer,

@@ -12,7 +12,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::streams::StreamAutoClaimReply;
 
 use super::config::{WorkerConfig, WorkerError};
-use super::run::{Run, RunFields};
+use super::run::{RunAttempt, RunFields};
 use crate::error::Error;
 use crate::keys::Keys;
 use crate::redis::sentinel::SentinelConn;
@@ -47,7 +47,7 @@ pub(crate) struct StreamEntry {
     /// The stream entry id (`1718000000000-0`).
     pub id: String,
     /// The run's fields, `attempt` still 0.
-    pub run: Run,
+    pub run: RunAttempt,
 }
 
 impl StreamEntry {
@@ -59,7 +59,7 @@ impl StreamEntry {
         if fields.run_id.is_empty() {
             return None;
         }
-        let run = Run { fields, attempt: 0, key: String::new(), payload: None };
+        let run = RunAttempt { fields, attempt: 0, key: String::new(), payload: None };
         Some(Self { id, run })
     }
 }
@@ -326,7 +326,7 @@ impl Queue {
         inv
     }
 
-    fn identity_args(inv: &mut redis::ScriptInvocation<'_>, r: &Run) {
+    fn identity_args(inv: &mut redis::ScriptInvocation<'_>, r: &RunAttempt) {
         inv.arg(&r.fields.run_id)
             .arg(&r.fields.provider)
             .arg(&r.fields.repo)

@@ -1,5 +1,5 @@
 //! What a handler sees of a run and how it answers: the fields that name a
-//! run wherever it travels ([`RunFields`]), the run itself ([`Run`]), its
+//! run wherever it travels ([`RunFields`]), one attempt at the run, as the handler gets it ([`RunAttempt`]), its
 //! kept payload, and a failed attempt ([`Failure`]).
 
 use std::fmt::Display;
@@ -42,9 +42,11 @@ impl RunFields {
     }
 }
 
-/// One run, as handed to a handler (and, as JSON, to a command's stdin).
+/// One attempt at a run, as handed to a handler (and, as JSON, to a
+/// command's stdin): what names the run, the attempt's number, the run key
+/// and the kept payload.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Run {
+pub struct RunAttempt {
     /// What names the run (flattened into the JSON: `run_id`, `provider`, …).
     #[serde(flatten)]
     pub fields: RunFields,
@@ -137,10 +139,10 @@ impl Eq for Payload {}
 
 /// Handles one attempt of a run. `Err` (or running past the timeout) is a
 /// failed attempt, retried unless [`Failure::permanent`]. Any `async`
-/// closure `Fn(Run) -> Result<(), E>` with `E: Display` (or `E = Failure`) is one.
+/// closure `Fn(RunAttempt) -> Result<(), E>` with `E: Display` (or `E = Failure`) is one.
 pub trait Handler: Send + Sync + 'static {
     /// Runs one attempt. Dropping the future cancels it (timeout, lost lease).
-    fn call(&self, run: Run) -> impl Future<Output = Result<(), Failure>> + Send;
+    fn call(&self, run: RunAttempt) -> impl Future<Output = Result<(), Failure>> + Send;
 
     /// The breaker that holds attempts back while the handler's destination
     /// is down ([`breaker`]); `None` (the default): attempts always start.
@@ -151,12 +153,49 @@ pub trait Handler: Send + Sync + 'static {
 
 impl<F, Fut, E> Handler for F
 where
-    F: Fn(Run) -> Fut + Send + Sync + 'static,
+    F: Fn(RunAttempt) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), E>> + Send,
     E: Into<Failure>,
 {
-    fn call(&self, run: Run) -> impl Future<Output = Result<(), Failure>> + Send {
+    fn call(&self, run: RunAttempt) -> impl Future<Output = Result<(), Failure>> + Send {
         let fut = self(run);
         async move { fut.await.map_err(Into::into) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_run_json_is_the_contract() {
+        let run = RunAttempt {
+            fields: RunFields {
+                run_id: "run-7".into(),
+                provider: "github".into(),
+                repo: "o/r".into(),
+                action: "push".into(),
+                number: "".into(),
+                delivery_id: "d".into(),
+            },
+            attempt: 2,
+            key: "ns:run-7:1718000000000".into(),
+            payload: None,
+        };
+        let v = serde_json::to_value(&run).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys.len(), 7);
+        for k in ["run_id", "provider", "repo", "action", "number", "delivery_id", "attempt"] {
+            assert!(v.get(k).is_some(), "{k}");
+        }
+        assert_eq!(v["attempt"], 2);
+
+        // A kept payload goes in as JSON, its text unchanged.
+        let body = r#"{"zen": "Design for failure.", "n": 1.50, "id": 12345678901234567890123}"#;
+        let run = RunAttempt { payload: Some(Payload::from_json(body.into()).unwrap()), ..run };
+        let text = serde_json::to_string(&run).unwrap();
+        assert!(text.ends_with(&format!(r#","payload":{body}}}"#)), "{text}");
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&text).unwrap()["payload"]["zen"], "Design for failure.");
+        assert!(Payload::from_json("{\"a\":".into()).is_err());
     }
 }

@@ -213,7 +213,7 @@ impl Either {
 }
 
 impl Handler for Either {
-    async fn call(&self, run: super::Run) -> Result<(), super::Failure> {
+    async fn call(&self, run: super::RunAttempt) -> Result<(), super::Failure> {
         match self {
             Either::Command(h) => h.call(run).await,
             Either::Deliver(h) => h.call(run).await,

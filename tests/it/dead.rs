@@ -11,7 +11,7 @@ use idemgate::keys::Keys;
 use idemgate::ops::{Ops, Retried};
 use idemgate::redis::{Conn, RedisOptions};
 use idemgate::store::redis::RedisStore;
-use idemgate::worker::{Run, Worker, WorkerConfig};
+use idemgate::worker::{RunAttempt, Worker, WorkerConfig};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 
@@ -194,7 +194,7 @@ async fn dead_list_and_retry_on_a_cluster() {
     let fixed = Arc::new(AtomicBool::new(false));
     let handler = {
         let fixed = fixed.clone();
-        move |_run: Run| {
+        move |_run: RunAttempt| {
             let ok = fixed.load(Ordering::SeqCst);
             async move { if ok { Ok(()) } else { Err("not fixed yet") } }
         }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use idemgate::gate::{Gate, Settings, Status};
 use idemgate::keys::Keys;
 use idemgate::redis::RedisOptions;
-use idemgate::worker::{Failure, Run, Worker, WorkerConfig, trim_runs};
+use idemgate::worker::{Failure, RunAttempt, Worker, WorkerConfig, trim_runs};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 
@@ -285,7 +285,7 @@ async fn worker_library_permanent_failure_is_not_retried() {
     let calls = Arc::new(Mutex::new(0u32));
     let handler = {
         let calls = calls.clone();
-        move |_run: Run| {
+        move |_run: RunAttempt| {
             *calls.lock().unwrap() += 1;
             async { Err::<(), _>(Failure::permanent("the input is wrong for good")) }
         }
@@ -320,7 +320,7 @@ async fn worker_library_retries_times_out_and_dead_letters() {
     let seen: Arc<Mutex<Vec<(String, u32)>>> = Arc::default();
     let handler = {
         let seen = seen.clone();
-        move |run: Run| {
+        move |run: RunAttempt| {
             seen.lock().unwrap().push((run.fields.run_id.clone(), run.attempt));
             async move {
                 match run.fields.run_id.as_str() {
@@ -384,7 +384,7 @@ async fn worker_run_retention_sets_the_ttl_of_done_and_dead_records_only() {
         run_retention: Some(Duration::from_secs(7200)),
         ..WorkerConfig::new("retain")
     };
-    let handler = |run: Run| async move {
+    let handler = |run: RunAttempt| async move {
         match run.fields.run_id.as_str() {
             "run-1" => Ok(()),
             "run-2" => Err("no".to_owned()),

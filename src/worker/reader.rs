@@ -1,0 +1,212 @@
+//! The reader: takes runs from the stream while there is capacity and the
+//! handler's breaker lets attempts through, and hands each to a run task
+//! ([`process`]). It takes over runs whose lease ran out, and reads this
+//! consumer's own pending list when it may hold runs it is not running.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::attempt::process;
+use super::config::WorkerError;
+use super::metrics::WorkerMetrics;
+use super::queue::StreamEntry;
+use super::run::Handler;
+use super::state::{Held, WorkerState};
+use crate::sync::lock;
+
+/// Reads runs while there is capacity, until asked to stop; returns the run
+/// tasks still going. After a failed read, and at start, it first reads the
+/// entries Redis already delivered to this consumer (`XREADGROUP … 0`): a
+/// read whose reply was lost with its connection left them pending here,
+/// and nobody else would take them before their lease runs out.
+pub(super) async fn read_loop<H: Handler>(
+    shared: Arc<WorkerState>,
+    handler: Arc<H>,
+    stop: watch::Receiver<bool>,
+) -> JoinSet<()> {
+    let mut reader = Reader::new(shared, handler, stop);
+    while let Some(permits) = reader.capacity().await {
+        let sent = Instant::now();
+        match reader.next_entries(permits.len()).await {
+            Ok(entries) => reader.hand_out(entries, permits, sent),
+            Err(e) => {
+                drop(permits);
+                if !reader.pause_after_failed_read(&e).await {
+                    break;
+                }
+            }
+        }
+    }
+    reader.tasks
+}
+
+/// The reader's state between reads.
+struct Reader<H> {
+    shared: Arc<WorkerState>,
+    handler: Arc<H>,
+    stop: watch::Receiver<bool>,
+    /// One permit per run task: `concurrency` of them.
+    slots: Arc<Semaphore>,
+    tasks: JoinSet<()>,
+    /// How often to look for runs whose lease ran out.
+    claim_every: Duration,
+    next_claim: Instant,
+    /// Where the next `XAUTOCLAIM` continues.
+    cursor: String,
+    /// `Some(id)` while reading this consumer's pending list, after `id`.
+    pending_after: Option<String>,
+}
+
+impl<H: Handler> Reader<H> {
+    fn new(shared: Arc<WorkerState>, handler: Arc<H>, stop: watch::Receiver<bool>) -> Self {
+        let config = &shared.config;
+        Self {
+            slots: Arc::new(Semaphore::new(config.concurrency)),
+            claim_every: (config.lease / 2).clamp(Duration::from_millis(50), Duration::from_secs(5)),
+            next_claim: Instant::now(),
+            cursor: "0-0".to_owned(),
+            pending_after: None,
+            tasks: JoinSet::new(),
+            shared,
+            handler,
+            stop,
+        }
+    }
+
+    /// Waits for a free slot and for the breaker to let an attempt through;
+    /// the permits of the runs to read next (a single one while the breaker
+    /// probes), or `None` once asked to stop.
+    async fn capacity(&mut self) -> Option<Vec<OwnedSemaphorePermit>> {
+        while self.tasks.try_join_next().is_some() {}
+        let first = tokio::select! {
+            p = self.slots.clone().acquire_owned() => p.expect("semaphore never closed"),
+            _ = self.stop.wait_for(|s| *s) => return None,
+        };
+        if *self.stop.borrow() {
+            return None;
+        }
+        let probing = self.breaker_lets_through().await?;
+        if probing {
+            // The probe may be a run given back earlier: look for one now.
+            self.next_claim = Instant::now();
+        }
+        let mut permits = vec![first];
+        // A probe is one run; the others wait for its answer.
+        while let (false, Ok(p)) = (probing, self.slots.clone().try_acquire_owned()) {
+            permits.push(p);
+        }
+        Some(permits)
+    }
+
+    /// Waits while the handler's breaker is open (new runs stay in the
+    /// stream meanwhile); whether the next attempt is the breaker's probe,
+    /// or `None` once asked to stop.
+    async fn breaker_lets_through(&mut self) -> Option<bool> {
+        let Some(breaker) = self.handler.breaker() else { return Some(false) };
+        tokio::select! {
+            _ = breaker.ready() => {}
+            _ = self.stop.wait_for(|s| *s) => return None,
+        }
+        Some(breaker.probing())
+    }
+
+    /// Up to `count` entries to run next: runs whose lease ran out (looked
+    /// for every `claim_every`), else this consumer's own pending ones (when
+    /// it may hold some it is not running), else new ones.
+    async fn next_entries(&mut self, count: usize) -> Result<Vec<StreamEntry>, WorkerError> {
+        let claimed = self.claim_expired(count).await;
+        if !claimed.is_empty() {
+            return Ok(claimed);
+        }
+        if self.pending_after.is_none() && self.shared.take_recover() {
+            self.pending_after = Some("0-0".to_owned());
+        }
+        let entries = self.shared.queue.read(count, self.pending_after.as_deref()).await?;
+        if self.pending_after.is_some() {
+            self.pending_after = entries.last().map(|l| l.id.clone());
+            self.note_found_pending(&entries);
+        }
+        Ok(entries)
+    }
+
+    /// Takes over runs of any consumer whose lease ran out, when it is time
+    /// to look; none when it is not, or when the claim failed.
+    async fn claim_expired(&mut self, count: usize) -> Vec<StreamEntry> {
+        if Instant::now() < self.next_claim {
+            return Vec::new();
+        }
+        self.next_claim = Instant::now() + self.claim_every;
+        match self.shared.queue.autoclaim(&mut self.cursor, count, self.shared.config.lease).await {
+            Ok(claimed) => {
+                if !claimed.is_empty() {
+                    tracing::info!(count = claimed.len(), "took over runs whose lease ran out");
+                }
+                claimed
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "XAUTOCLAIM failed");
+                Vec::new()
+            }
+        }
+    }
+
+    /// Logs the entries of this consumer's pending list that no run task has.
+    fn note_found_pending(&self, entries: &[StreamEntry]) {
+        let held = lock(&self.shared.held);
+        let found = entries.iter().filter(|e| !held.contains_key(&e.id)).count();
+        if found > 0 {
+            tracing::info!(count = found, "found runs delivered to this worker but not in hand; running them");
+        }
+    }
+
+    /// After a failed read: the next read starts with this consumer's own
+    /// pending list, half a second from now; `false` when asked to stop meanwhile.
+    async fn pause_after_failed_read(&mut self, e: &WorkerError) -> bool {
+        tracing::warn!(error = %e, "reading the runs stream failed; retrying, own pending runs first");
+        self.shared.must_recover();
+        self.pending_after = None;
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(500)) => true,
+            _ = self.stop.wait_for(|s| *s) => false,
+        }
+    }
+
+    /// Starts a run task for each entry not already in hand, each with one
+    /// of `permits`; `sent` is when the read that returned them was sent
+    /// (the entries' idle time was reset no earlier).
+    fn hand_out(&mut self, entries: Vec<StreamEntry>, mut permits: Vec<OwnedSemaphorePermit>, sent: Instant) {
+        for entry in entries {
+            let Some(held) = self.take_in_hand(&entry.id, sent) else {
+                // Reclaimed from ourselves, or in our pending list, while a task still has it.
+                continue;
+            };
+            let Some(permit) = permits.pop() else {
+                tracing::error!("more entries than requested; the extra one waits for its lease");
+                lock(&self.shared.held).remove(&entry.id);
+                continue;
+            };
+            let (shared, handler) = (self.shared.clone(), self.handler.clone());
+            self.tasks.spawn(async move {
+                let _in_hand = shared.metrics.as_deref().map(WorkerMetrics::in_hand);
+                process(&shared, &*handler, &entry, &held).await;
+                lock(&shared.held).remove(&entry.id);
+                drop(permit);
+            });
+        }
+    }
+
+    /// Records entry `id` as in hand; `None` when a run task already has it.
+    fn take_in_hand(&self, id: &str, sent: Instant) -> Option<Arc<Held>> {
+        let mut all = lock(&self.shared.held);
+        if all.contains_key(id) {
+            return None;
+        }
+        let held = Arc::new(Held::new(sent));
+        all.insert(id.to_owned(), held.clone());
+        Some(held)
+    }
+}

@@ -1,0 +1,146 @@
+//! What one worker's reader, lease keeper and run tasks share: the runs in
+//! hand ([`Held`], each with its lease's last renewal), whether to read this
+//! consumer's own pending list first, and the counters behind [`Summary`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+
+use super::config::WorkerConfig;
+use super::metrics::WorkerMetrics;
+use super::queue::Queue;
+use crate::sync::lock;
+
+/// What a worker did before it stopped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Runs finished successfully.
+    pub done: u64,
+    /// Attempts that failed (error or timeout).
+    pub failed_attempts: u64,
+    /// Runs moved to the dead stream.
+    pub dead: u64,
+    /// Runs given back at shutdown (another worker takes them at once).
+    pub released: u64,
+    /// Runs another worker took over (this worker's lease had run out).
+    pub lost: u64,
+    /// Attempts this worker stopped because it could not renew their lease.
+    pub fenced: u64,
+    /// Failed attempts that counted for nothing (the handler's breaker was
+    /// open, or the failure opened it); their runs were given back.
+    pub uncounted: u64,
+}
+
+#[derive(Default)]
+pub(super) struct Counters {
+    pub done: AtomicU64,
+    pub failed_attempts: AtomicU64,
+    pub dead: AtomicU64,
+    pub released: AtomicU64,
+    pub lost: AtomicU64,
+    pub fenced: AtomicU64,
+    pub uncounted: AtomicU64,
+}
+
+impl Counters {
+    pub fn bump(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn summary(&self) -> Summary {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        Summary {
+            done: g(&self.done),
+            failed_attempts: g(&self.failed_attempts),
+            dead: g(&self.dead),
+            released: g(&self.released),
+            lost: g(&self.lost),
+            fenced: g(&self.fenced),
+            uncounted: g(&self.uncounted),
+        }
+    }
+}
+
+/// State shared by the reader, the lease keeper and the run tasks.
+pub(super) struct WorkerState {
+    pub queue: Arc<Queue>,
+    pub config: Arc<WorkerConfig>,
+    /// Entries this worker holds (being run, or waiting for a retry).
+    pub held: Mutex<HashMap<String, Arc<Held>>>,
+    /// Set when this worker may hold entries it is not running: at start,
+    /// after a failed read (its reply, and the entries Redis delivered with
+    /// it, may be lost), after a run task gave up on Redis. The reader then
+    /// reads its own pending list before new entries.
+    pub recover: AtomicBool,
+    pub counters: Counters,
+    pub stopping: watch::Receiver<bool>,
+    pub metrics: Option<Arc<WorkerMetrics>>,
+}
+
+impl WorkerState {
+    /// A worker's state at start: nothing in hand, and its own pending list
+    /// to read first (a previous life of this consumer may have left runs there).
+    pub fn new(
+        queue: Arc<Queue>,
+        config: Arc<WorkerConfig>,
+        stopping: watch::Receiver<bool>,
+        metrics: Option<Arc<WorkerMetrics>>,
+    ) -> Self {
+        Self {
+            queue,
+            config,
+            held: Mutex::new(HashMap::new()),
+            recover: AtomicBool::new(true),
+            counters: Counters::default(),
+            stopping,
+            metrics,
+        }
+    }
+
+    /// Marks that this worker may hold entries it is not running.
+    pub fn must_recover(&self) {
+        self.recover.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the reader must read this worker's own pending list first
+    /// (and clears the mark: the reader is about to).
+    pub fn take_recover(&self) -> bool {
+        self.recover.swap(false, Ordering::SeqCst)
+    }
+}
+
+/// One entry this worker holds.
+pub(super) struct Held {
+    /// Notified when another worker has taken the entry.
+    pub lost: Notify,
+    /// The latest instant known to precede a reset of the entry's idle time
+    /// in Redis (a renewal, or the start of an attempt).
+    renewed: Mutex<Instant>,
+}
+
+impl Held {
+    pub fn new(renewed: Instant) -> Self {
+        Self { lost: Notify::new(), renewed: Mutex::new(renewed) }
+    }
+
+    /// Records a renewal sent at `sent` (and answered).
+    pub fn renew(&self, sent: Instant) {
+        let mut r = lock(&self.renewed);
+        *r = (*r).max(sent);
+    }
+
+    /// Completes once the lease has gone `limit` without a renewal.
+    pub async fn unrenewed_for(&self, limit: Duration) {
+        loop {
+            let due = *lock(&self.renewed) + limit;
+            if Instant::now() >= due {
+                return;
+            }
+            tokio::time::sleep_until(due).await;
+        }
+    }
+}
