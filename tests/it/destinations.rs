@@ -6,6 +6,7 @@
 //! errors; and the worker's settings read from the config file.
 
 use std::collections::BTreeMap;
+use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -21,7 +22,6 @@ use idemgate::gate::{Gate, Settings};
 use idemgate::keys::Keys;
 use redis::AsyncCommands;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::proxy::Proxy;
 use crate::support::{TestCerts, free_port, fresh_ns, raw_conn, redis_store_in, redis_url};
@@ -404,17 +404,87 @@ async fn an_outage_dead_letters_nothing() {
     assert!(wait_exit(&mut workers.0[0], Duration::from_secs(15)).await.success());
 }
 
-/// A raw destination: the first connection hangs after its request and
-/// records when the worker closes it; later ones are answered 200.
-struct HangingDestination {
-    addr: SocketAddr,
-    closed: Arc<Mutex<Option<Instant>>>,
-    first_request: Arc<Mutex<Option<Instant>>>,
-    answered: Arc<Mutex<Vec<Instant>>>,
+/// A raw HTTP/1.1 destination on threads of its own, plain or over rustls:
+/// it answers 200 to every request and keeps when each came and its head
+/// (lower-cased). With `hang_first`, its first connection is answered
+/// nothing: it records when the request came and when the worker closed
+/// the connection.
+struct RawDestination {
+    port: u16,
+    answered: Arc<Mutex<Vec<(Instant, String)>>>,
+    hung: Arc<Mutex<Hung>>,
 }
 
-async fn read_request(sock: &mut tokio::net::TcpStream) -> bool {
+/// What the hung first connection saw.
+#[derive(Debug, Default, Clone, Copy)]
+struct Hung {
+    request: Option<Instant>,
+    closed: Option<Instant>,
+}
+
+impl RawDestination {
+    fn start(tls: Option<Arc<rustls::ServerConfig>>, hang_first: bool) -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let d = Self { port, answered: Arc::default(), hung: Arc::default() };
+        let (answered, hung) = (d.answered.clone(), d.hung.clone());
+        std::thread::spawn(move || {
+            for (n, tcp) in listener.incoming().flatten().enumerate() {
+                let (tls, answered, hung) = (tls.clone(), answered.clone(), hung.clone());
+                let hang = hang_first && n == 0;
+                std::thread::spawn(move || match tls {
+                    Some(config) => {
+                        let conn = rustls::ServerConnection::new(config).unwrap();
+                        serve_raw(rustls::StreamOwned::new(conn, tcp), hang, &answered, &hung)
+                    }
+                    None => serve_raw(tcp, hang, &answered, &hung),
+                });
+            }
+        });
+        d
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/hooks", self.port)
+    }
+
+    fn heads(&self) -> Vec<String> {
+        self.answered.lock().unwrap().iter().map(|(_, head)| head.clone()).collect()
+    }
+
+    fn first_answered(&self) -> Option<Instant> {
+        self.answered.lock().unwrap().first().map(|(at, _)| *at)
+    }
+
+    fn hung(&self) -> Hung {
+        *self.hung.lock().unwrap()
+    }
+}
+
+/// One connection of a [`RawDestination`].
+fn serve_raw(mut stream: impl Read + Write, hang: bool, answered: &Mutex<Vec<(Instant, String)>>, hung: &Mutex<Hung>) {
     let mut buf = Vec::new();
+    if hang {
+        if next_request(&mut stream, &mut buf).is_some() {
+            hung.lock().unwrap().request = Some(Instant::now());
+        }
+        let mut rest = [0u8; 64];
+        while matches!(stream.read(&mut rest), Ok(k) if k > 0) {}
+        hung.lock().unwrap().closed = Some(Instant::now());
+        return;
+    }
+    while let Some(head) = next_request(&mut stream, &mut buf) {
+        answered.lock().unwrap().push((Instant::now(), head));
+        if stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").is_err() {
+            return;
+        }
+    }
+}
+
+/// Reads the next whole request (head and `content-length` body) from
+/// `stream`, `buf` keeping what came after it; its head, lower-cased, or
+/// `None` once the peer closed.
+fn next_request(stream: &mut impl Read, buf: &mut Vec<u8>) -> Option<String> {
     let mut chunk = [0u8; 4096];
     loop {
         if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -424,46 +494,14 @@ async fn read_request(sock: &mut tokio::net::TcpStream) -> bool {
                 .find_map(|l| l.strip_prefix("content-length:"))
                 .map_or(0, |v| v.trim().parse().unwrap_or(0));
             if buf.len() >= end + 4 + len {
-                return true;
+                buf.drain(..end + 4 + len);
+                return Some(head);
             }
         }
-        match sock.read(&mut chunk).await {
-            Ok(0) | Err(_) => return false,
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => return None,
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
-    }
-}
-
-impl HangingDestination {
-    async fn start() -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let d = Self { addr, closed: Arc::default(), first_request: Arc::default(), answered: Arc::default() };
-        let (closed, first, answered) = (d.closed.clone(), d.first_request.clone(), d.answered.clone());
-        tokio::spawn(async move {
-            let mut n = 0;
-            loop {
-                let (mut sock, _) = listener.accept().await.unwrap();
-                n += 1;
-                let (closed, first, answered) = (closed.clone(), first.clone(), answered.clone());
-                tokio::spawn(async move {
-                    if n == 1 {
-                        if read_request(&mut sock).await {
-                            *first.lock().unwrap() = Some(Instant::now());
-                        }
-                        let mut rest = [0u8; 64];
-                        while matches!(sock.read(&mut rest).await, Ok(k) if k > 0) {}
-                        *closed.lock().unwrap() = Some(Instant::now());
-                        return;
-                    }
-                    while read_request(&mut sock).await {
-                        answered.lock().unwrap().push(Instant::now());
-                        let _ = sock.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await;
-                    }
-                });
-            }
-        });
-        d
     }
 }
 
@@ -472,19 +510,18 @@ async fn a_worker_cut_off_from_redis_closes_its_request_before_another_takes_the
     let ns = fresh_ns("dlvfence");
     let dir = temp_dir("dlvfence");
     secrets_file(&dir, &[secret(5)]);
-    let dest = HangingDestination::start().await;
-    let url = format!("http://{}/hooks", dest.addr);
+    let dest = RawDestination::start(None, true);
+    let url = dest.url();
     gate_runs(&ns, 1, 1).await;
     let proxy = Proxy::start(redis_url().trim_start_matches("redis://"));
     let flags = ["--lease", "3s", "--timeout", "60s", "--breaker-failures", "100"];
     let mut workers = Workers(vec![spawn_deliver(&proxy.redis_url(), &ns, &dir, "a", &url, &flags)]);
-    wait_for(Duration::from_secs(20), "the first request", || async { dest.first_request.lock().unwrap().is_some() })
-        .await;
+    wait_for(Duration::from_secs(20), "the first request", || async { dest.hung().request.is_some() }).await;
     proxy.cut();
     workers.0.push(spawn_deliver(redis_url(), &ns, &dir, "b", &url, &flags));
     wait_status(&ns, [(1, "done")], Duration::from_secs(30)).await;
-    let closed = dest.closed.lock().unwrap().expect("the hung request's connection was closed");
-    let second = dest.answered.lock().unwrap().first().copied().expect("the second worker delivered");
+    let closed = dest.hung().closed.expect("the hung request's connection was closed");
+    let second = dest.first_answered().expect("the second worker delivered");
     assert!(closed < second, "the connection closed {:?} after the second worker's request", closed - second);
     assert_eq!(record(&ns, "run-1").await["worker"], "b");
     proxy.restore();
@@ -673,61 +710,22 @@ async fn a_changed_secrets_file_signs_the_next_request_without_a_restart() {
     assert!(wait_exit(&mut workers.0[0], Duration::from_secs(15)).await.success());
 }
 
-/// An `https` destination of the test's own: rustls over a std socket, a
-/// thread per connection, answering 200 to each request and keeping each
-/// request's head (lower-cased).
-fn tls_destination(certs: &TestCerts) -> (u16, Arc<Mutex<Vec<String>>>) {
+/// The rustls server side of an `https` destination of the test's own.
+fn tls_server_config(certs: &TestCerts) -> Arc<rustls::ServerConfig> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let chain = CertificateDer::pem_slice_iter(&std::fs::read(certs.path("server.crt")).unwrap())
         .collect::<Result<Vec<_>, _>>()
         .unwrap();
     let key = PrivateKeyDer::from_pem_slice(&std::fs::read(certs.path("server.key")).unwrap()).unwrap();
-    let config = Arc::new(
+    Arc::new(
         rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()
             .unwrap()
             .with_no_client_auth()
             .with_single_cert(chain, key)
             .unwrap(),
-    );
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let heads = Arc::new(Mutex::new(Vec::new()));
-    let h = heads.clone();
-    std::thread::spawn(move || {
-        for tcp in listener.incoming().flatten() {
-            let (config, heads) = (config.clone(), h.clone());
-            std::thread::spawn(move || {
-                use std::io::{Read, Write};
-                let mut tls = rustls::StreamOwned::new(rustls::ServerConnection::new(config).unwrap(), tcp);
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-                        let len: usize = head
-                            .lines()
-                            .find_map(|l| l.strip_prefix("content-length:"))
-                            .map_or(0, |v| v.trim().parse().unwrap_or(0));
-                        if buf.len() >= end + 4 + len {
-                            buf.drain(..end + 4 + len);
-                            heads.lock().unwrap().push(head);
-                            if tls.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").is_err() {
-                                return;
-                            }
-                            continue;
-                        }
-                    }
-                    match tls.read(&mut chunk) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-            });
-        }
-    });
-    (port, heads)
+    )
 }
 
 /// `https` through rustls, verified against `--deliver-ca`; a certificate
@@ -739,13 +737,14 @@ async fn https_destinations_are_verified_against_the_deliver_ca() {
     let dir = temp_dir("dlvtls");
     secrets_file(&dir, &[secret(10)]);
     let certs = TestCerts::new();
-    let (port, heads) = tls_destination(&certs);
+    let dest = RawDestination::start(Some(tls_server_config(&certs)), false);
+    let port = dest.port;
     gate_runs(&ns, 1, 1).await;
     let url = format!("https://hook-user:Pa55-in-url@127.0.0.1:{port}/hooks");
     let flags = ["--deliver-ca", &certs.path("ca.crt")];
     let mut workers = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, "a", &url, &flags)]);
     wait_status(&ns, [(1, "done")], Duration::from_secs(20)).await;
-    let seen = heads.lock().unwrap().clone();
+    let seen = dest.heads();
     assert_eq!(seen.len(), 1, "{seen:?}");
     let basic = base64::engine::general_purpose::STANDARD.encode("hook-user:Pa55-in-url").to_ascii_lowercase();
     assert!(seen[0].starts_with("post /hooks http/1.1") && seen[0].contains(&format!("authorization: basic {basic}")));
@@ -772,7 +771,7 @@ async fn https_destinations_are_verified_against_the_deliver_ca() {
     wait_status(&ns, [(1, "dead")], Duration::from_secs(20)).await;
     let error = record(&ns, "run-1").await["last_error"].clone();
     assert!(error.contains("no answer from") && error.to_lowercase().contains("certificate"), "{error}");
-    assert_eq!(heads.lock().unwrap().len(), 1, "no request went through without verification");
+    assert_eq!(dest.heads().len(), 1, "no request went through without verification");
     signal(&workers.0[0], "-TERM");
     assert!(wait_exit(&mut workers.0[0], Duration::from_secs(15)).await.success());
 }
