@@ -59,6 +59,18 @@ struct Load {
 }
 
 impl Load {
+    /// Lets the load run on for 700 ms and, on a loaded machine where the
+    /// gates are still reconnecting after a fault, until it has answered
+    /// past `mark` (at most 20 s more), so that the next step of the test
+    /// starts from a load that is running again.
+    async fn run_past(&self, mark: usize) {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.answers.lock().unwrap().len() <= mark && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     async fn worker(self: Arc<Self>, gates: Arc<Vec<Gate>>, max_identities: u64) {
         let mut turn = 0usize;
         while !self.stop.load(Ordering::Relaxed) {
@@ -268,7 +280,7 @@ async fn failover_and_kill_9_under_load_lose_nothing_acknowledged() {
     assert_eq!(promoted, replica);
     tokio::task::block_in_place(|| cluster.wait_healthy(Duration::from_secs(20)));
     let after_failover = load.answers.lock().unwrap().len();
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    load.run_past(after_failover).await;
 
     // 2. kill -9 of the slot's primary; its replica takes over, and the
     // killed node comes back (empty) as the new primary's replica.
@@ -278,7 +290,7 @@ async fn failover_and_kill_9_under_load_lose_nothing_acknowledged() {
     cluster.node_mut(promoted).restart();
     tokio::task::block_in_place(|| cluster.wait_healthy(Duration::from_secs(30)));
     let after_kill = load.answers.lock().unwrap().len();
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    load.run_past(after_kill).await;
     load.finish(tasks, true).await;
 
     let total = load.answers.lock().unwrap().len();
