@@ -195,7 +195,7 @@ struct ProviderConfig {
     allowed_repos: Option<StringOrList>,
     /// `"ack"` (default): refusals answered 200; `"code"`: status = code.
     refusal_status: Option<RefusalStatus>,
-    // Kind `hmac`: how its sender signs (crate::providers::hmac::Settings).
+    // Kind `hmac`: how its sender signs (crate::providers::hmac::SchemeConfig).
     signature_header: Option<String>,
     algorithm: Option<String>,
     encoding: Option<String>,
@@ -809,7 +809,7 @@ fn hmac_provider(
     tolerance: Option<Duration>,
 ) -> Result<Provider, crate::providers::ProviderError> {
     use crate::providers::{ProviderError, hmac};
-    let settings = hmac::Settings {
+    let settings = hmac::SchemeConfig {
         signature_header: p.signature_header.clone(),
         algorithm: p.algorithm.clone(),
         encoding: p.encoding.clone(),

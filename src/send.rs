@@ -183,13 +183,13 @@ mod tests {
 
     /// An `hmac` provider that signs a timestamp and the delivery id header.
     fn hmac_provider() -> Provider {
-        use crate::providers::hmac::{Scheme, Settings};
-        let scheme = Scheme::new(&Settings {
+        use crate::providers::hmac::{Scheme, SchemeConfig};
+        let scheme = Scheme::new(&SchemeConfig {
             signature_header: Some("X-Signature".into()),
             signed_content: Some("{id}.{timestamp}.{body}".into()),
             timestamp_header: Some("X-Timestamp".into()),
             delivery_id_header: Some("X-Id".into()),
-            ..Settings::default()
+            ..SchemeConfig::default()
         })
         .unwrap();
         Provider::hmac("hm", &["s3cret"], scheme, FieldPointers::default()).unwrap()
@@ -199,11 +199,11 @@ mod tests {
     /// and refuses to be given another.
     #[test]
     fn a_delivery_id_in_the_body_cannot_be_chosen() {
-        use crate::providers::hmac::{Scheme, Settings};
-        let scheme = Scheme::new(&Settings {
+        use crate::providers::hmac::{Scheme, SchemeConfig};
+        let scheme = Scheme::new(&SchemeConfig {
             signature_header: Some("X-Signature".into()),
             delivery_id: Some("/id".into()),
-            ..Settings::default()
+            ..SchemeConfig::default()
         })
         .unwrap();
         let p = Provider::hmac("hp", &["s"], scheme, FieldPointers::default()).unwrap();

@@ -29,7 +29,7 @@ use axum::http::{HeaderMap, HeaderName};
 use serde_json::Value;
 
 use super::hmac_scheme::DeliveryId;
-pub use super::hmac_scheme::{Algorithm, Encoding, Problem, Scheme, Settings};
+pub use super::hmac_scheme::{Algorithm, Encoding, Problem, Scheme, SchemeConfig};
 #[cfg(test)]
 use super::hmac_scheme::{Part, parse_template};
 use super::provider::{Delivery, Header, Provider, Rejection, check_timestamp, header, parse_body, required};
@@ -180,25 +180,25 @@ mod tests {
     }
 
     /// A scheme shaped like GitHub's: `X-Hub-Signature-256: sha256=<hex>` over the body.
-    fn github_like() -> Settings {
-        Settings {
+    fn github_like() -> SchemeConfig {
+        SchemeConfig {
             signature_header: Some("X-Hub-Signature-256".into()),
             signature_prefix: Some("sha256=".into()),
             delivery_id_header: Some("X-GitHub-Delivery".into()),
-            ..Settings::default()
+            ..SchemeConfig::default()
         }
     }
 
     /// A scheme shaped like Slack's: `v0=<hex>` over `v0:<timestamp>:<body>`,
     /// the delivery id read from the body.
-    fn slack_like() -> Settings {
-        Settings {
+    fn slack_like() -> SchemeConfig {
+        SchemeConfig {
             signature_header: Some("X-Slack-Signature".into()),
             signature_prefix: Some("v0=".into()),
             signed_content: Some("v0:{timestamp}:{body}".into()),
             timestamp_header: Some("X-Slack-Request-Timestamp".into()),
             delivery_id: Some("/event_id".into()),
-            ..Settings::default()
+            ..SchemeConfig::default()
         }
     }
 
@@ -211,7 +211,7 @@ mod tests {
         }
     }
 
-    fn provider(settings: &Settings, secrets: &[&str]) -> Provider {
+    fn provider(settings: &SchemeConfig, secrets: &[&str]) -> Provider {
         Provider::hmac("h", secrets, Scheme::new(settings).unwrap(), fields()).unwrap()
     }
 
@@ -279,7 +279,7 @@ mod tests {
         {
             for encoding in [Encoding::Hex, Encoding::Base64] {
                 let settings =
-                    Settings { algorithm: Some(name.into()), encoding: Some(encoding.as_str().into()), ..slack_like() };
+                    SchemeConfig { algorithm: Some(name.into()), encoding: Some(encoding.as_str().into()), ..slack_like() };
                 let p = provider(&settings, &["s3cret"]);
                 assert_eq!(
                     (p.hmac_scheme().unwrap().algorithm(), p.hmac_scheme().unwrap().encoding()),
@@ -353,7 +353,7 @@ mod tests {
 
     #[test]
     fn timestamps_are_signed_and_bounded_both_ways() {
-        let p = provider(&Settings { tolerance: Some(Duration::from_secs(60)), ..slack_like() }, &["s"]);
+        let p = provider(&SchemeConfig { tolerance: Some(Duration::from_secs(60)), ..slack_like() }, &["s"]);
         let body = br#"{"event_id": "Ev9"}"#;
         let signed_at = |ts: u64| {
             let ts = ts.to_string();
@@ -413,13 +413,13 @@ mod tests {
             assert_eq!(got, want.map_err(|m| Rejection::BadRequest(m.into())), "{body}");
         }
         // `{id}` signs the delivery id header: it cannot be swapped, and is required before verifying.
-        let settings = Settings {
+        let settings = SchemeConfig {
             signature_header: Some("X-Signature".into()),
             encoding: Some("base64".into()),
             signed_content: Some("{id}.{timestamp}.{body}".into()),
             timestamp_header: Some("X-Timestamp".into()),
             delivery_id_header: Some("X-Id".into()),
-            ..Settings::default()
+            ..SchemeConfig::default()
         };
         let p = provider(&settings, &["new", "old"]);
         let body = br#"{"event": {"type": "t"}}"#;
@@ -486,28 +486,28 @@ mod tests {
     #[test]
     fn bad_combinations_name_the_key() {
         let base = github_like;
-        let cases: [(Settings, Problem); 14] = [
-            (Settings { signature_header: None, ..base() }, Problem::NoSignatureHeader),
+        let cases: [(SchemeConfig, Problem); 14] = [
+            (SchemeConfig { signature_header: None, ..base() }, Problem::NoSignatureHeader),
             (
-                Settings { signature_header: Some("bad header".into()), ..base() },
+                SchemeConfig { signature_header: Some("bad header".into()), ..base() },
                 Problem::BadHeaderName("signature_header"),
             ),
-            (Settings { algorithm: Some("md5".into()), ..base() }, Problem::UnknownAlgorithm),
-            (Settings { algorithm: Some("SHA256".into()), ..base() }, Problem::UnknownAlgorithm),
-            (Settings { encoding: Some("base32".into()), ..base() }, Problem::UnknownEncoding),
-            (Settings { signed_content: Some("{timestamp}".into()), ..base() }, Problem::BodyNotSigned),
-            (Settings { signed_content: Some("{ts}.{body}".into()), ..base() }, Problem::UnknownPlaceholder),
-            (Settings { signed_content: Some("{timestamp}.{body}".into()), ..base() }, Problem::TimestampWithoutHeader),
-            (Settings { timestamp_header: Some("X-Ts".into()), ..base() }, Problem::TimestampNotSigned),
-            (Settings { tolerance: Some(Duration::from_secs(60)), ..base() }, Problem::ToleranceWithoutTimestamp),
-            (Settings { delivery_id: Some("/id".into()), ..base() }, Problem::TwoDeliveryIds),
-            (Settings { delivery_id_header: None, ..base() }, Problem::NoDeliveryId),
+            (SchemeConfig { algorithm: Some("md5".into()), ..base() }, Problem::UnknownAlgorithm),
+            (SchemeConfig { algorithm: Some("SHA256".into()), ..base() }, Problem::UnknownAlgorithm),
+            (SchemeConfig { encoding: Some("base32".into()), ..base() }, Problem::UnknownEncoding),
+            (SchemeConfig { signed_content: Some("{timestamp}".into()), ..base() }, Problem::BodyNotSigned),
+            (SchemeConfig { signed_content: Some("{ts}.{body}".into()), ..base() }, Problem::UnknownPlaceholder),
+            (SchemeConfig { signed_content: Some("{timestamp}.{body}".into()), ..base() }, Problem::TimestampWithoutHeader),
+            (SchemeConfig { timestamp_header: Some("X-Ts".into()), ..base() }, Problem::TimestampNotSigned),
+            (SchemeConfig { tolerance: Some(Duration::from_secs(60)), ..base() }, Problem::ToleranceWithoutTimestamp),
+            (SchemeConfig { delivery_id: Some("/id".into()), ..base() }, Problem::TwoDeliveryIds),
+            (SchemeConfig { delivery_id_header: None, ..base() }, Problem::NoDeliveryId),
             (
-                Settings { delivery_id_header: None, delivery_id: Some("id".into()), ..base() },
+                SchemeConfig { delivery_id_header: None, delivery_id: Some("id".into()), ..base() },
                 Problem::BadDeliveryIdPointer,
             ),
             (
-                Settings {
+                SchemeConfig {
                     delivery_id_header: None,
                     delivery_id: Some("/id".into()),
                     signed_content: Some("{id}{body}".into()),
@@ -557,7 +557,7 @@ mod tests {
             values in proptest::collection::vec(arb_setting(), 8),
             tolerance in proptest::option::of(0u64..1000),
         ) {
-            let settings = Settings {
+            let settings = SchemeConfig {
                 signature_header: values[0].clone(),
                 algorithm: values[1].clone(),
                 encoding: values[2].clone(),

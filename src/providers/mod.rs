@@ -277,7 +277,7 @@ mod tests {
 
     #[test]
     fn every_kind_refuses_missing_signature_headers_before_the_body() {
-        let settings = hmac::Settings {
+        let settings = hmac::SchemeConfig {
             signature_header: Some("x-sig".into()),
             delivery_id_header: Some("x-id".into()),
             ..Default::default()
@@ -429,13 +429,13 @@ mod tests {
                 Provider::github("gh", "secret"),
                 Provider::standard_webhooks("sw", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", DEFAULT_TOLERANCE, FieldPointers::default()).unwrap(),
                 Provider::new("gl", Kind::Gitlab, &["gl-token!"], None, None).unwrap(),
-                Provider::hmac("h", &["secret"], crate::providers::hmac::Scheme::new(&crate::providers::hmac::Settings {
+                Provider::hmac("h", &["secret"], crate::providers::hmac::Scheme::new(&crate::providers::hmac::SchemeConfig {
                     signature_header: Some("X-Signature".into()),
                     encoding: Some("base64".into()),
                     signed_content: Some("{id}.{timestamp}.{body}".into()),
                     timestamp_header: Some("X-Timestamp".into()),
                     delivery_id_header: Some("X-Id".into()),
-                    ..crate::providers::hmac::Settings::default()
+                    ..crate::providers::hmac::SchemeConfig::default()
                 }).unwrap(), FieldPointers::default()).unwrap(),
                 Provider::new("stripe", Kind::Stripe, &["whsec_secret"], None, None).unwrap(),
                 Provider::new("slack", Kind::Slack, &["secret"], None, None).unwrap(),

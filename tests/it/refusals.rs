@@ -47,13 +47,13 @@ fn providers() -> Vec<Provider> {
 
 /// An `hmac` scheme that signs the delivery id and a timestamp too.
 fn hmac_scheme() -> hmac::Scheme {
-    hmac::Scheme::new(&hmac::Settings {
+    hmac::Scheme::new(&hmac::SchemeConfig {
         signature_header: Some("X-Signature".into()),
         encoding: Some("base64".into()),
         signed_content: Some("{id}.{timestamp}.{body}".into()),
         timestamp_header: Some("X-Timestamp".into()),
         delivery_id_header: Some("X-Id".into()),
-        ..hmac::Settings::default()
+        ..hmac::SchemeConfig::default()
     })
     .unwrap()
 }
