@@ -131,7 +131,7 @@ async fn deliveries(State(st): State<AppState>, headers: HeaderMap, body: Body) 
     let (bytes, mut permit) = read_body(&st, &headers, body, 1).await?;
     // The digest holds the canonical text and an entry per object key while
     // it reads the event: that memory is charged too, before it is taken.
-    let overhead = crate::intake::canonical_overhead(&bytes);
+    let overhead = crate::event_digest::canonical_overhead(&bytes);
     st.0.budget.top_up(&mut permit, overhead).await.map_err(|e| body_error(&st.0.metrics, e))?;
     let body =
         crate::intake::parse_delivery(bytes, permit, st.0.keep_payload).await.map_err(|e| ApiError::BadRequest(e.0))?;

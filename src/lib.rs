@@ -30,6 +30,7 @@
 //!   testcontainers fixture for users' integration tests.
 //! - [`send`]: `idemgate send` and `sign`, signing with the verifiers' own code.
 //! - [`client`]: the one-request HTTP client of `send` and `healthcheck --http`.
+//! - [`event_digest`]: the digest a delivery record keeps of its event, one canonical form for a tree and for raw text.
 //! - [`intake`]: request bodies within a shared memory budget; `/v1` bodies read without a tree.
 //! - [`sync`]: locks that recover from a poisoned mutex, so one panic cannot take every request down.
 //! - [`units`]: the clock in ms since the epoch, and durations printed as the flags read them.
@@ -46,6 +47,7 @@ pub mod bench;
 pub mod client;
 pub mod config;
 pub mod error;
+pub mod event_digest;
 pub mod gate;
 pub mod http;
 pub mod intake;

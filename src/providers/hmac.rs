@@ -278,8 +278,11 @@ mod tests {
             [(Algorithm::Sha1, "sha1"), (Algorithm::Sha256, "sha256"), (Algorithm::Sha512, "sha512")]
         {
             for encoding in [Encoding::Hex, Encoding::Base64] {
-                let settings =
-                    SchemeConfig { algorithm: Some(name.into()), encoding: Some(encoding.as_str().into()), ..slack_like() };
+                let settings = SchemeConfig {
+                    algorithm: Some(name.into()),
+                    encoding: Some(encoding.as_str().into()),
+                    ..slack_like()
+                };
                 let p = provider(&settings, &["s3cret"]);
                 assert_eq!(
                     (p.hmac_scheme().unwrap().algorithm(), p.hmac_scheme().unwrap().encoding()),
@@ -497,7 +500,10 @@ mod tests {
             (SchemeConfig { encoding: Some("base32".into()), ..base() }, Problem::UnknownEncoding),
             (SchemeConfig { signed_content: Some("{timestamp}".into()), ..base() }, Problem::BodyNotSigned),
             (SchemeConfig { signed_content: Some("{ts}.{body}".into()), ..base() }, Problem::UnknownPlaceholder),
-            (SchemeConfig { signed_content: Some("{timestamp}.{body}".into()), ..base() }, Problem::TimestampWithoutHeader),
+            (
+                SchemeConfig { signed_content: Some("{timestamp}.{body}".into()), ..base() },
+                Problem::TimestampWithoutHeader,
+            ),
             (SchemeConfig { timestamp_header: Some("X-Ts".into()), ..base() }, Problem::TimestampNotSigned),
             (SchemeConfig { tolerance: Some(Duration::from_secs(60)), ..base() }, Problem::ToleranceWithoutTimestamp),
             (SchemeConfig { delivery_id: Some("/id".into()), ..base() }, Problem::TwoDeliveryIds),
