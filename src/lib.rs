@@ -21,6 +21,7 @@
 //! - [`jcs`]: RFC 8785 canonical JSON, for payload digests (window analysis, GitHub event identities).
 //! - [`keys`]: the length-prefixed Redis key schema of docs/reference.md#redis-keys.
 //! - [`config`]: the options the binary's flags and env give, layered over the TOML file and the defaults, validated.
+//! - [`config_values`]: values every config table writes alike (lists, durations, `ORG/REPO`), read by config and providers.
 //! - [`metrics`]: Prometheus counters for `/metrics`.
 //! - [`window`]: the stateless dedup-window analysis of docs/window.md.
 //! - [`bench`]: `idemgate bench`, the measurements behind BENCHMARKS.md, one submodule each.
@@ -46,6 +47,7 @@
 pub mod bench;
 pub mod client;
 pub mod config;
+pub mod config_values;
 pub mod error;
 pub mod event_digest;
 pub mod gate;

@@ -23,7 +23,7 @@
 //! - the event name of an `events` list is the action, as for
 //!   `standard-webhooks`.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::http::{HeaderMap, HeaderName};
 use serde_json::Value;
@@ -32,11 +32,107 @@ use super::hmac_scheme::DeliveryId;
 pub use super::hmac_scheme::{Algorithm, Encoding, Problem, Scheme, SchemeConfig};
 #[cfg(test)]
 use super::hmac_scheme::{Part, parse_template};
-use super::provider::{Delivery, Header, Provider, Rejection, check_timestamp, header, parse_body, required};
+use super::fields::FieldPointers;
+use super::outcome::{Delivery, ProviderError, Rejection};
+use super::provider::{Kind, KindTable, Provider, ProviderKind};
+use super::request::{Header, check_timestamp, header, parse_body, required};
+use super::signing::Key;
 use super::standard_webhooks;
 use crate::vocabulary::KeySlots;
 
+/// Kind `hmac` (module docs).
+pub struct Hmac;
+
+impl Kind {
+    /// `hmac`: a configurable HMAC scheme ([`Scheme`]).
+    #[allow(non_upper_case_globals)] // named as the enum variant it replaced
+    pub const Hmac: Kind = Kind(&Hmac);
+}
+
+impl ProviderKind for Hmac {
+    fn name(&self) -> &'static str {
+        "hmac"
+    }
+
+    fn default_deadline(&self) -> Duration {
+        // A generic sender: 5 s is inside every timeout of the other kinds
+        // but Slack's; a provider sets `deadline` to its sender's.
+        Duration::from_secs(5)
+    }
+
+    /// A key needs the scheme's algorithm: [`Provider::hmac`] builds the
+    /// keys, and a provider built without a scheme is refused.
+    fn key(&self, provider: &str, _: &str) -> Result<Key, ProviderError> {
+        Err(ProviderError::Hmac { provider: provider.to_owned(), problem: Problem::NoSignatureHeader })
+    }
+
+    fn check_headers(&self, provider: &Provider, headers: &HeaderMap, now: SystemTime) -> Result<(), Rejection> {
+        signed_headers(provider, headers, now).map(drop)
+    }
+
+    fn accept(&self, provider: &Provider, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
+        accept(provider, headers, body, now)
+    }
+
+    fn sign<'p>(
+        &self,
+        provider: &'p Provider,
+        delivery_id: &str,
+        _: Option<&str>,
+        body: &[u8],
+        now: SystemTime,
+    ) -> Vec<(&'p str, String)> {
+        sign(provider, delivery_id, now, body)
+    }
+
+    fn fresh_delivery_id(&self, random: [u64; 2]) -> String {
+        standard_webhooks::message_id(random)
+    }
+
+    /// The scheme checks its own `tolerance` (it needs a `timestamp_header`).
+    fn reads_tolerance(&self) -> bool {
+        true
+    }
+
+    fn reads_scheme(&self) -> bool {
+        true
+    }
+
+    /// The scheme and `fields` are checked here, naming the key at fault.
+    fn build_from_table(&self, _: Kind, name: &str, secrets: &[String], table: &KindTable<'_>) -> Result<Provider, ProviderError> {
+        let problem = |problem| ProviderError::Hmac { provider: name.to_owned(), problem };
+        let scheme = Scheme::new(&SchemeConfig { tolerance: table.tolerance, ..table.scheme.clone() }).map_err(problem)?;
+        // Like `standard-webhooks`, a key left out of `fields` keeps its
+        // default pointer (`/org`, …); the table itself is required.
+        let fields = table.fields.ok_or_else(|| problem(Problem::NoFields))?;
+        Provider::hmac(name, secrets, scheme, fields.over(FieldPointers::default()))
+    }
+}
+
 impl Provider {
+    /// An `hmac` provider: `scheme` says how its sender signs (built and
+    /// checked by [`Scheme::new`]), `fields` where the event's fields
+    /// are. Secrets are used as given (their UTF-8 bytes are the key).
+    pub fn hmac(
+        name: impl Into<String>,
+        secrets: &[impl AsRef<str>],
+        scheme: Scheme,
+        fields: FieldPointers,
+    ) -> Result<Provider, ProviderError> {
+        let name = name.into();
+        if secrets.is_empty() || secrets.iter().any(|s| s.as_ref().is_empty()) {
+            return Err(ProviderError::EmptySecret(name));
+        }
+        fields.validate(&name)?;
+        let keys = secrets.iter().map(|s| scheme.key(s.as_ref().as_bytes())).collect();
+        Ok(Provider {
+            tolerance: scheme.tolerance(),
+            fields,
+            hmac_scheme: Some(Box::new(scheme)),
+            ..Provider::unkeyed(name, Kind::Hmac, keys)
+        })
+    }
+
     /// The scheme of an `hmac` provider (`None` for other kinds).
     pub fn hmac_scheme(&self) -> Option<&Scheme> {
         self.hmac_scheme.as_deref()
@@ -61,7 +157,7 @@ fn signed_header<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Result<&'a st
 /// The signature the scheme's header carries and the signed timestamp and
 /// id: present once, well formed, the timestamp within the tolerance, else
 /// 401 (before the body is read).
-pub(super) fn signed_headers<'a>(
+fn signed_headers<'a>(
     provider: &Provider,
     headers: &'a HeaderMap,
     now: SystemTime,
@@ -114,7 +210,7 @@ fn id_in_body(payload: &Value, pointer: &str) -> Result<String, Rejection> {
     }
 }
 
-pub(super) fn accept(
+fn accept(
     provider: &Provider,
     headers: &HeaderMap,
     body: &[u8],
@@ -141,7 +237,7 @@ pub(super) fn accept(
 /// The headers the provider's sender would send with `body` at `now`,
 /// signed with the first secret: the signature, the timestamp (when
 /// signed) and the delivery id (when a header carries it).
-pub(super) fn sign<'a>(
+fn sign<'a>(
     provider: &'a Provider,
     delivery_id: &str,
     now: SystemTime,
