@@ -134,6 +134,21 @@ mod tests {
         }
     }
 
+    /// The registry is the one list of kinds: each name once, each kind
+    /// described for operators, each shaping its own fresh delivery ids.
+    #[test]
+    fn the_registry_lists_each_kind_once_and_the_docs_describe_it() {
+        let docs = include_str!("../../docs/providers.md");
+        let names: std::collections::HashSet<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(names.len(), Kind::ALL.len(), "a kind is registered twice: {names:?}");
+        for kind in Kind::ALL {
+            assert!(docs.contains(&format!("\n## {kind}\n")), "docs/providers.md has no `## {kind}` section");
+            assert!(Kind::names().contains(&format!("{:?}", kind.as_str())));
+            assert_ne!(kind.fresh_delivery_id([1, 2]), kind.fresh_delivery_id([3, 4]), "{kind}");
+            assert!(!kind.default_deadline().is_zero(), "{kind}");
+        }
+    }
+
     #[test]
     fn kind_parses_config_names() {
         assert_eq!("github".parse::<Kind>(), Ok(Kind::Github));
