@@ -89,6 +89,11 @@ impl ProviderKind for Hmac {
         standard_webhooks::message_id(random)
     }
 
+    /// The scheme's `delivery_id` pointer, when the body holds the id.
+    fn body_delivery_pointer(&self, provider: &Provider) -> Option<String> {
+        scheme(provider).delivery_id_pointer().map(str::to_owned)
+    }
+
     /// The scheme checks its own `tolerance` (it needs a `timestamp_header`).
     fn reads_tolerance(&self) -> bool {
         true

@@ -50,6 +50,13 @@ pub(super) trait ProviderKind: Sync + 'static {
         None
     }
 
+    /// Where `provider`'s deliveries carry their id in the body, as a JSON
+    /// pointer ([`Provider::body_delivery_id`]). The default: the kind's
+    /// [body key](ProviderKind::body_delivery_id).
+    fn body_delivery_pointer(&self, _provider: &Provider) -> Option<String> {
+        self.body_delivery_id().map(|key| format!("/{key}"))
+    }
+
     /// Whether the sender names the event in a header (`idemgate send
     /// --event`); the other kinds carry the event type in the body.
     fn sends_event_name(&self) -> bool {
@@ -346,11 +353,7 @@ impl Provider {
     /// provider's `delivery_id`; `None` where a header carries it.
     /// `idemgate send` signs such a body as it is (docs/integration-testing.md).
     pub fn body_delivery_id(&self) -> Option<String> {
-        match (self.kind.body_delivery_id(), self.hmac_scheme.as_deref()) {
-            (Some(key), _) => Some(format!("/{key}")),
-            (None, Some(scheme)) => scheme.delivery_id_pointer().map(str::to_owned),
-            (None, None) => None,
-        }
+        self.kind.0.body_delivery_pointer(self)
     }
 
     /// Checks what the headers alone can tell before the body is read: the
