@@ -7,8 +7,8 @@
 //!    of the body is read), reads the body within the limit (413) and the
 //!    budget (503), and authenticates it with the configured [`Provider`]:
 //!    a bad signature is 401 before any store access, all of it within
-//!    the provider's deadline and through the same code as `POST
-//!    /webhooks/{name}` of `idemgate serve` ([`crate::http`]);
+//!    the provider's deadline and through the same webhook pipeline as
+//!    `POST /webhooks/{name}` of `idemgate serve` (`http/webhook.rs`);
 //! 2. gates the delivery through the library [`Gate`];
 //! 3. calls the wrapped handler only for new work (`created`), with the
 //!    [`Run`] as a request extension (and extractor);
