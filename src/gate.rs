@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::error::Error;
 use crate::store::{Call, HeldRun, Store};
@@ -355,27 +354,9 @@ pub fn number_text(number: Option<&Value>) -> Option<String> {
     }
 }
 
-/// The digest a delivery record keeps of its first event: the first 128 bits
-/// of SHA-256 over the event's JSON with sorted keys, in hex. Enough to tell
-/// a changed retry from an unchanged one; it is not a security boundary.
-pub fn event_digest(event: &Value) -> String {
-    /// Feeds serialized JSON straight into the hash, with no buffer between.
-    struct HashWriter(Sha256);
-    impl std::io::Write for HashWriter {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.update(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut w = HashWriter(Sha256::new());
-    // serde_json's map is a BTreeMap, so this serialization has sorted keys;
-    // writing a Value into a writer that never fails cannot fail.
-    let _ = serde_json::to_writer(&mut w, event);
-    hex::encode(&w.0.finalize()[..16])
-}
+/// The digest a delivery record keeps of its first event
+/// ([`crate::event_digest`], the one canonical form of both ways in).
+pub use crate::event_digest::of_value as event_digest;
 
 #[cfg(test)]
 mod tests {

@@ -4,17 +4,15 @@
 //! ([`DeliveryBody`]), because a `serde_json::Value` takes about 16 times the
 //! bytes of a numeric array it holds. The gate needs four fields and a digest.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use http_body_util::BodyExt;
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
-use sha2::{Digest, Sha256};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The default body limit: 25 MiB, GitHub's payload cap.
@@ -318,9 +316,6 @@ pub async fn on_cpu_pool<T: Send + 'static>(job: impl FnOnce() -> T + Send + 'st
 #[derive(Debug, PartialEq, Eq)]
 pub struct Malformed(pub String);
 
-/// How deep an event may nest; serde_json's own limit when it builds a tree.
-const MAX_DEPTH: usize = 128;
-
 impl DeliveryBody {
     /// Parses a body. Key order does not matter; of a key given twice the
     /// last one counts (as when the body is read into a tree); other keys
@@ -353,7 +348,7 @@ impl DeliveryBody {
         } else {
             Value::Null
         };
-        let digest = raw_event_digest(event).map_err(|e| Malformed(format!("body is not JSON: {e}")))?;
+        let digest = crate::event_digest::of_text(event).map_err(|e| Malformed(format!("body is not JSON: {e}")))?;
         let event_text = (keep_event && is_object).then(|| event.to_owned());
         Ok(Self { provider, delivery_id, fields, digest, event_text })
     }
@@ -405,248 +400,10 @@ impl<'de> serde::Deserialize<'de> for KeyName {
     }
 }
 
-/// [`crate::gate::event_digest`] of the JSON text `event`, computed while
-/// reading it: the same canonical form (keys sorted at every level, compact,
-/// numbers and strings as serde_json writes them), so the digest of a
-/// delivery is the same whichever way it was computed. The text is parsed
-/// once: each value is written in canonical form as it is read, an
-/// object's entries into pieces of their own that are put in key order
-/// when the object ends (large pieces are moved, not copied). So a body
-/// nested 120 levels deep costs what a flat one does; no tree of the
-/// event is built. What it holds is the canonical text (about the event's
-/// size) and one entry per key of the object being read
-/// ([`canonical_overhead`] bounds both, for the budget).
-pub fn raw_event_digest(event: &str) -> serde_json::Result<String> {
-    let mut out = Rope::default();
-    let mut de = serde_json::Deserializer::from_str(event);
-    Canonical { out: &mut out, depth: 0 }.deserialize(&mut de)?;
-    de.end()?;
-    let mut hash = Sha256::new();
-    for chunk in &out.chunks {
-        hash.update(chunk);
-    }
-    Ok(hex::encode(&hash.finalize()[..16]))
-}
-
-/// The most memory [`raw_event_digest`] takes for `event` besides the text
-/// itself: the canonical text (no longer than the event) and, per object
-/// key, an entry of at most [`ENTRY_BYTES`] (a key is at least two bytes
-/// of quotes and is followed by a `:`, so the colons bound the keys).
-pub fn canonical_overhead(event: &[u8]) -> usize {
-    let colons = event.iter().filter(|b| **b == b':').count();
-    event.len() + colons * ENTRY_BYTES
-}
-
-/// What one object entry costs while its object is read: the key's
-/// `String` and its piece list (`Vec`), their heap blocks, and the piece's
-/// first bytes.
-const ENTRY_BYTES: usize = 128;
-
-/// Canonical text in pieces: small writes go into the last piece; a
-/// nested value's large pieces are moved into its parent, not copied.
-#[derive(Default)]
-struct Rope {
-    chunks: Vec<Vec<u8>>,
-}
-
-/// A piece at least this large is moved whole from a child to its parent;
-/// smaller ones are copied into the parent's last piece.
-const MOVE_AT: usize = 4 * 1024;
-
-impl Rope {
-    fn push(&mut self, bytes: &[u8]) {
-        match self.chunks.last_mut() {
-            Some(last) if last.len() < SINK_BUFFER => last.extend_from_slice(bytes),
-            _ => self.chunks.push(bytes.to_vec()),
-        }
-    }
-
-    fn append(&mut self, other: Rope) {
-        for chunk in other.chunks {
-            if chunk.len() >= MOVE_AT {
-                self.chunks.push(chunk);
-            } else {
-                self.push(&chunk);
-            }
-        }
-    }
-
-    fn last(&mut self) -> &mut Vec<u8> {
-        if self.chunks.last().is_none_or(|last| last.len() >= SINK_BUFFER) {
-            self.chunks.push(Vec::new());
-        }
-        self.chunks.last_mut().expect("pushed above")
-    }
-}
-
-/// The size a rope's last piece grows to before a new one starts.
-const SINK_BUFFER: usize = 64 * 1024;
-
-/// Writes one JSON value in canonical form into a rope.
-struct Canonical<'h> {
-    out: &'h mut Rope,
-    depth: usize,
-}
-
-impl Canonical<'_> {
-    fn write(&mut self, bytes: &[u8]) {
-        self.out.push(bytes);
-    }
-
-    fn write_json<T: serde::Serialize + ?Sized>(&mut self, v: &T) {
-        // Serializing a number or a string into a Vec cannot fail.
-        let _ = serde_json::to_writer(self.out.last(), v);
-    }
-
-    fn nested(&mut self) -> Canonical<'_> {
-        Canonical { out: self.out, depth: self.depth + 1 }
-    }
-}
-
-impl<'de> DeserializeSeed<'de> for Canonical<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Canonical<'_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
-    fn visit_unit<E>(mut self) -> Result<(), E> {
-        self.write(b"null");
-        Ok(())
-    }
-    fn visit_bool<E>(mut self, v: bool) -> Result<(), E> {
-        self.write(if v { b"true" } else { b"false" });
-        Ok(())
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<(), E> {
-        // Integers print as serde_json writes them: plain decimal.
-        let _ = std::io::Write::write_fmt(self.out.last(), format_args!("{v}"));
-        Ok(())
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<(), E> {
-        let _ = std::io::Write::write_fmt(self.out.last(), format_args!("{v}"));
-        Ok(())
-    }
-    fn visit_f64<E: de::Error>(mut self, v: f64) -> Result<(), E> {
-        // What a tree does with the number: `Value::from` (a non-finite
-        // float, which JSON text cannot hold, would be `null`).
-        self.write_json(&Value::from(v));
-        Ok(())
-    }
-    fn visit_str<E>(mut self, v: &str) -> Result<(), E> {
-        self.write_json(v);
-        Ok(())
-    }
-    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
-        if self.depth >= MAX_DEPTH {
-            return Err(de::Error::custom("the event nests too deep"));
-        }
-        self.write(b"[");
-        let mut first = true;
-        // The separator goes before every element but the first; the seed
-        // writes it once it knows that an element follows.
-        while seq.next_element_seed(Element { inner: &mut self.nested(), comma: !first })?.is_some() {
-            first = false;
-        }
-        self.write(b"]");
-        Ok(())
-    }
-    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
-        if self.depth >= MAX_DEPTH {
-            return Err(de::Error::custom("the event nests too deep"));
-        }
-        // Each value is written once, into a rope of its own, as it is
-        // read; sorted by key when the object ends, the last of a repeated
-        // key winning: a tree's order.
-        let mut entries: BTreeMap<String, Rope> = BTreeMap::new();
-        while let Some(key) = map.next_key::<String>()? {
-            let mut value = Rope::default();
-            map.next_value_seed(Canonical { out: &mut value, depth: self.depth + 1 })?;
-            entries.insert(key, value);
-        }
-        self.write(b"{");
-        for (i, (k, v)) in entries.into_iter().enumerate() {
-            if i > 0 {
-                self.write(b",");
-            }
-            self.write_json(&k);
-            self.write(b":");
-            self.out.append(v);
-        }
-        self.write(b"}");
-        Ok(())
-    }
-}
-
-/// An array element: writes the separator only once an element is there.
-struct Element<'a, 'h> {
-    inner: &'a mut Canonical<'h>,
-    comma: bool,
-}
-
-impl<'de> DeserializeSeed<'de> for Element<'_, '_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        if self.comma {
-            self.inner.write(b",");
-        }
-        Canonical { out: self.inner.out, depth: self.inner.depth }.deserialize(d)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::gate::event_digest;
-
-    fn same_digest(text: &str) {
-        let tree: Value = serde_json::from_str(text).unwrap();
-        assert_eq!(raw_event_digest(text).unwrap(), event_digest(&tree), "{text}");
-    }
-
-    #[test]
-    fn digest_equals_the_tree_digest() {
-        for text in [
-            "null",
-            "{}",
-            "[]",
-            r#"{"b":1,"a":[1,2,{"z":null,"y":true}],"c":"x\"\n\u0001é"}"#,
-            r#"{"a":1,"a":2}"#,
-            r#"[1.5, -0, 0.1, 1e300, -3, 18446744073709551615, -9223372036854775808, 12345678901234567890123]"#,
-            r#"{"org":"o","repo":"r","action":"a","number":7,"deep":[[[[{"k":[{}]}]]]]}"#,
-            "  { \"sp\" : [ 1 , 2 ] }  ",
-            r#""just a string""#,
-        ] {
-            same_digest(text);
-        }
-    }
-
-    #[test]
-    fn digest_of_the_shared_fixtures() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/github-webhook-examples.json");
-        let all: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-        let examples: Vec<&Value> =
-            all.as_array().unwrap().iter().flat_map(|e| e["examples"].as_array().unwrap()).collect();
-        assert_eq!(examples.len(), 329);
-        for ex in examples {
-            same_digest(&serde_json::to_string_pretty(ex).unwrap());
-        }
-        same_digest(&all.to_string());
-    }
-
-    #[test]
-    fn too_deep_is_refused() {
-        let deep = "[".repeat(300) + &"]".repeat(300);
-        assert!(raw_event_digest(&deep).is_err());
-        let deep = "{\"a\":".repeat(300) + "1" + &"}".repeat(300);
-        assert!(raw_event_digest(&deep).is_err());
-    }
 
     #[test]
     fn delivery_body_fields() {
@@ -672,15 +429,6 @@ mod tests {
         ] {
             let e = DeliveryBody::parse(body, false).unwrap_err().0;
             assert!(e.contains(want), "{e} lacks {want}");
-        }
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn digest_equals_the_tree_digest_for_any_json(text in r#"[\[\]{}",:0-9a-c.eE+\- ]{0,60}"#) {
-            if let Ok(tree) = serde_json::from_str::<Value>(&text) {
-                proptest::prop_assert_eq!(raw_event_digest(&text).unwrap(), event_digest(&tree));
-            }
         }
     }
 }

@@ -7,8 +7,8 @@
 //!    of the body is read), reads the body within the limit (413) and the
 //!    budget (503), and authenticates it with the configured [`Provider`]:
 //!    a bad signature is 401 before any store access, all of it within
-//!    the provider's deadline and through the same code as `POST
-//!    /webhooks/{name}` of `idemgate serve` ([`crate::http`]);
+//!    the provider's deadline and through the same webhook pipeline as
+//!    `POST /webhooks/{name}` of `idemgate serve` (`http/webhook.rs`);
 //! 2. gates the delivery through the library [`Gate`];
 //! 3. calls the wrapped handler only for new work (`created`), with the
 //!    [`Run`] as a request extension (and extractor);
@@ -76,7 +76,6 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -90,7 +89,8 @@ use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use crate::gate::{Admission, Claim, Gate, Hold, Identity};
+use crate::gate::{Admission, Claim, Gate, Hold, Identity, Outcome};
+use crate::http::webhook::{GateAnswer, Pipeline, Received};
 use crate::http::{self, ApiError};
 use crate::intake::BodyBudget;
 use crate::metrics::Metrics;
@@ -277,44 +277,36 @@ where
     let st = &*shared;
     let (parts, body) = http::lingering(req).into_parts();
     // The body, its authentication and the gate call fit the provider's
-    // deadline, through the steps `idemgate serve` takes (http::receive,
-    // http::within_deadline). Cut short in the gate call, the script ran
-    // whole or not at all; a run it created stays held until its hold runs
-    // out, and the provider's retries get 503 until then.
-    let (started, at_store) = (std::time::Instant::now(), AtomicBool::new(false));
-    let within = st.provider.answer_within(crate::intake::DEFAULT_REQUEST_TIMEOUT);
+    // deadline, through the pipeline `idemgate serve` takes. Cut short in
+    // the gate call, the script ran whole or not at all; a run it created
+    // stays held until its hold runs out, and the provider's retries get
+    // 503 until then.
+    let pipeline = Pipeline {
+        provider: &st.provider,
+        budget: &st.budget,
+        metrics: &st.metrics,
+        refusals: &st.refusals,
+        max_body: st.max_body,
+        request_timeout: crate::intake::DEFAULT_REQUEST_TIMEOUT,
+    };
     let hold = Hold { lease: st.handler_timeout + HOLD_MARGIN, retention: st.run_retention };
-    let admitted = http::within_deadline(&st.provider, within, &st.metrics, &at_store, started, async {
-        let intake =
-            http::Intake { budget: &st.budget, metrics: &st.metrics, refusals: &st.refusals, max_body: st.max_body };
-        let received = http::receive(&intake, &st.provider, &parts.headers, body).await?;
-        at_store.store(true, Ordering::Relaxed);
-        let (delivery, bytes) = (&received.delivery, &received.bytes);
-        // Timed from before the store call, so it never ends after the stored hold.
-        let hold_ends = Instant::now() + hold.lease;
-        let admission = st
-            .gate
-            .submit_held(&http::provider_submission(&st.provider, delivery, bytes, &received.digest), hold)
-            .await;
-        Ok::<_, Response>((admission, received, hold_ends))
-    })
-    .await;
+    let admitted = pipeline
+        .admit(&parts.headers, body, async |submission| {
+            // Timed from before the store call, so it never ends after the stored hold.
+            let hold_ends = Instant::now() + hold.lease;
+            let admission = st.gate.submit_held(submission, hold).await?;
+            Ok(Held { admission, hold_ends })
+        })
+        .await;
     // The permit charges the body to the budget until the answer is sent.
-    let (admission, http::Received { bytes, permit: _permit, delivery, .. }, hold_ends) = match admitted {
-        Ok(Ok(admitted)) => admitted,
-        Ok(Err(answer)) => return Ok(answer),
-        Err(e) => return Ok(e.into_response()),
+    let (Received { bytes, permit: _permit, delivery, .. }, Held { admission, hold_ends }) = match admitted {
+        Ok(admitted) => admitted,
+        Err(answer) => return Ok(answer),
     };
-    let (name, id) = (st.provider.name.as_str(), delivery.delivery_id.as_str());
-    let (outcome, claim) = match admission {
-        Err(e) => return Ok(http::gate_failure(&st.metrics, name, id, e).into_response()),
-        Ok(Admission::Answered(outcome)) => {
-            http::log_outcome(&st.metrics, name, id, &outcome);
-            return Ok(http::provider_answer(&st.provider, &delivery, &outcome, &st.metrics, &st.refusals));
-        }
-        Ok(Admission::Claimed { outcome, claim }) => (outcome, *claim),
+    let claim = match admission {
+        Admission::Answered(outcome) => return Ok(pipeline.answer(&delivery, &outcome)),
+        Admission::Claimed { claim, .. } => *claim,
     };
-    http::log_outcome(&st.metrics, name, id, &outcome);
     let run = Run {
         run_id: claim.run_id.clone(),
         delivery_id: delivery.delivery_id,
@@ -333,6 +325,21 @@ where
         Err(e) => {
             tracing::error!(error = %e, "the gate layer's settle task failed");
             Ok(handler_failed())
+        }
+    }
+}
+
+/// What the layer's gate call gives: the admission, and when the hold on a
+/// claimed run ends.
+struct Held {
+    admission: Admission,
+    hold_ends: Instant,
+}
+
+impl GateAnswer for Held {
+    fn outcome(&self) -> &Outcome {
+        match &self.admission {
+            Admission::Answered(outcome) | Admission::Claimed { outcome, .. } => outcome,
         }
     }
 }

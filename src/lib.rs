@@ -21,6 +21,7 @@
 //! - [`jcs`]: RFC 8785 canonical JSON, for payload digests (window analysis, GitHub event identities).
 //! - [`keys`]: the length-prefixed Redis key schema of docs/reference.md#redis-keys.
 //! - [`config`]: the options the binary's flags and env give, layered over the TOML file and the defaults, validated.
+//! - [`config_values`]: values every config table writes alike (lists, durations, `ORG/REPO`), read by config and providers.
 //! - [`metrics`]: Prometheus counters for `/metrics`.
 //! - [`window`]: the stateless dedup-window analysis of docs/window.md.
 //! - [`bench`]: `idemgate bench`, the measurements behind BENCHMARKS.md, one submodule each.
@@ -30,6 +31,7 @@
 //!   testcontainers fixture for users' integration tests.
 //! - [`send`]: `idemgate send` and `sign`, signing with the verifiers' own code.
 //! - [`client`]: the one-request HTTP client of `send` and `healthcheck --http`.
+//! - [`event_digest`]: the digest a delivery record keeps of its event, one canonical form for a tree and for raw text.
 //! - [`intake`]: request bodies within a shared memory budget; `/v1` bodies read without a tree.
 //! - [`sync`]: locks that recover from a poisoned mutex, so one panic cannot take every request down.
 //! - [`units`]: the clock in ms since the epoch, and durations printed as the flags read them.
@@ -45,7 +47,9 @@
 pub mod bench;
 pub mod client;
 pub mod config;
+pub mod config_values;
 pub mod error;
+pub mod event_digest;
 pub mod gate;
 pub mod http;
 pub mod intake;

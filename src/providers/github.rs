@@ -25,11 +25,80 @@
 //! event: [`content_digest`] of the payload joins the number in the
 //! identity's subject (docs/identities.md).
 
+use std::time::{Duration, SystemTime};
+
 use axum::http::HeaderMap;
 use serde_json::{Map, Value};
 
-use super::provider::{Delivery, Header, IdentityMode, Provider, Rejection, header, parse_body, required};
+use super::outcome::{Delivery, Rejection};
+use super::provider::{IdentityMode, Kind, Provider, ProviderKind};
+use super::request::{Header, header, parse_body, required};
+use super::signing::{guid, hmac_key};
 use crate::vocabulary::KeySlots;
+
+/// Kind `github` (module docs).
+pub struct Github;
+
+impl Kind {
+    /// `github`: GitHub's `X-Hub-Signature-256` webhooks.
+    #[allow(non_upper_case_globals)] // named as the enum variant it replaced
+    pub const Github: Kind = Kind(&Github);
+}
+
+impl ProviderKind for Github {
+    fn name(&self) -> &'static str {
+        "github"
+    }
+
+    fn default_deadline(&self) -> Duration {
+        // "Respond within 10 seconds" (GitHub's webhook best practices).
+        Duration::from_secs(10)
+    }
+
+    fn sends_event_name(&self) -> bool {
+        true
+    }
+
+    fn check_headers(&self, _: &Provider, headers: &HeaderMap, _: SystemTime) -> Result<(), Rejection> {
+        signature(headers).map(drop)
+    }
+
+    fn accept(&self, provider: &Provider, headers: &HeaderMap, body: &[u8], _: SystemTime) -> Result<Delivery, Rejection> {
+        accept(provider, headers, body)
+    }
+
+    fn sign<'p>(
+        &self,
+        provider: &'p Provider,
+        delivery_id: &str,
+        event: Option<&str>,
+        body: &[u8],
+        _: SystemTime,
+    ) -> Vec<(&'p str, String)> {
+        sign(provider, delivery_id, event.unwrap_or_default(), body)
+    }
+
+    fn fresh_delivery_id(&self, random: [u64; 2]) -> String {
+        guid(random)
+    }
+
+    fn reads_fields(&self) -> bool {
+        false
+    }
+
+    fn identities(&self) -> &'static [IdentityMode] {
+        &[IdentityMode::Event, IdentityMode::Number]
+    }
+}
+
+impl Provider {
+    /// A `github` provider; `secret` is the webhook secret as typed in
+    /// GitHub's settings (its UTF-8 bytes are the HMAC key). An empty secret
+    /// is accepted here; [`Provider::new`] refuses it.
+    pub fn github(name: impl Into<String>, secret: &str) -> Provider {
+        Provider::unkeyed(name.into(), Kind::Github, vec![hmac_key(secret.as_bytes())])
+    }
+}
 
 /// The signature header.
 pub const SIGNATURE_HEADER: &str = "x-hub-signature-256";
@@ -80,7 +149,7 @@ pub fn digest_without(mut payload: Value, dropped: &[&str]) -> String {
 
 /// The digest `X-Hub-Signature-256` carries: present once, as text, in
 /// the shape `sha256=<64 hex digits>`, else 401 (before the body is read).
-pub(super) fn signature(headers: &HeaderMap) -> Result<Vec<u8>, Rejection> {
+fn signature(headers: &HeaderMap) -> Result<Vec<u8>, Rejection> {
     let value = match header(headers, SIGNATURE_HEADER) {
         Header::Value(v) => v,
         Header::Missing => return Err(unauthorized("missing X-Hub-Signature-256 header")),
@@ -113,7 +182,7 @@ fn signed_content(body: &[u8]) -> [&[u8]; 1] {
 
 /// The headers GitHub would send with `body`, signed with the provider's
 /// first secret.
-pub(super) fn sign(provider: &Provider, delivery_id: &str, event: &str, body: &[u8]) -> Vec<(&'static str, String)> {
+fn sign(provider: &Provider, delivery_id: &str, event: &str, body: &[u8]) -> Vec<(&'static str, String)> {
     vec![
         (SIGNATURE_HEADER, format!("sha256={}", hex::encode(provider.signature(&signed_content(body))))),
         (DELIVERY_HEADER, delivery_id.to_owned()),
@@ -121,7 +190,7 @@ pub(super) fn sign(provider: &Provider, delivery_id: &str, event: &str, body: &[
     ]
 }
 
-pub(super) fn accept(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
+fn accept(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
     verify(provider, headers, body)?;
     let delivery_id = required(headers, DELIVERY_HEADER, "X-GitHub-Delivery")?;
     let event_name = required(headers, EVENT_HEADER, "X-GitHub-Event")?;

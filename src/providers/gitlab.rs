@@ -30,15 +30,70 @@
 //! - the event name of an `events` list is the `object_kind` (`push`,
 //!   `merge_request`), or the whole action (`merge_request.merge`).
 
+use std::time::{Duration, SystemTime};
+
 use axum::http::HeaderMap;
 use serde_json::{Map, Value};
 
 use super::github::digest_without;
-use super::provider::{
-    Delivery, Header, IdentityMode, Provider, Rejection, Repeated, header, parse_body, required, single,
-};
-use super::signing::token_digest;
+use super::outcome::{Delivery, ProviderError, Rejection};
+use super::provider::{IdentityMode, Kind, Provider, ProviderKind};
+use super::request::{Header, Repeated, header, parse_body, required, single};
+use super::signing::{Key, guid, token_digest};
 use crate::vocabulary::KeySlots;
+
+/// Kind `gitlab` (module docs).
+pub struct Gitlab;
+
+impl Kind {
+    /// `gitlab`: GitLab's `X-Gitlab-Token` webhooks.
+    #[allow(non_upper_case_globals)] // named as the enum variant it replaced
+    pub const Gitlab: Kind = Kind(&Gitlab);
+}
+
+impl ProviderKind for Gitlab {
+    fn name(&self) -> &'static str {
+        "gitlab"
+    }
+
+    fn default_deadline(&self) -> Duration {
+        // GitLab.com's webhook timeout is 10 s ("Other limits"), and
+        // self-managed instances default to it.
+        Duration::from_secs(10)
+    }
+
+    /// The sender sends the secret itself: kept as a token, compared by digest.
+    fn key(&self, _: &str, secret: &str) -> Result<Key, ProviderError> {
+        Ok(Key::token(secret))
+    }
+
+    fn check_headers(&self, _: &Provider, headers: &HeaderMap, _: SystemTime) -> Result<(), Rejection> {
+        token(headers).map(drop)
+    }
+
+    fn accept(&self, provider: &Provider, headers: &HeaderMap, body: &[u8], _: SystemTime) -> Result<Delivery, Rejection> {
+        accept(provider, headers, body)
+    }
+
+    fn sign<'p>(
+        &self,
+        provider: &'p Provider,
+        delivery_id: &str,
+        _: Option<&str>,
+        _: &[u8],
+        _: SystemTime,
+    ) -> Vec<(&'p str, String)> {
+        sign(provider, delivery_id)
+    }
+
+    fn fresh_delivery_id(&self, random: [u64; 2]) -> String {
+        guid(random)
+    }
+
+    fn reads_fields(&self) -> bool {
+        false
+    }
+}
 
 /// The secret token header.
 pub const TOKEN_HEADER: &str = "x-gitlab-token";
@@ -52,7 +107,7 @@ fn unauthorized(reason: &str) -> Rejection {
 }
 
 /// The token `X-Gitlab-Token` carries: present once, else 401.
-pub(super) fn token(headers: &HeaderMap) -> Result<&[u8], Rejection> {
+fn token(headers: &HeaderMap) -> Result<&[u8], Rejection> {
     match single(headers, TOKEN_HEADER) {
         Ok(Some(v)) => Ok(v.as_bytes()),
         Ok(None) => Err(unauthorized("missing X-Gitlab-Token header")),
@@ -83,7 +138,7 @@ fn delivery_id(headers: &HeaderMap) -> Result<&str, Rejection> {
     }
 }
 
-pub(super) fn accept(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
+fn accept(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
     verify(provider, headers)?;
     let delivery_id = delivery_id(headers)?;
     let payload = parse_body(body)?;
@@ -99,7 +154,7 @@ pub(super) fn accept(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> R
 
 /// The headers GitLab would send with a delivery: the first secret as the
 /// token, and `delivery_id` as the `Idempotency-Key`.
-pub(super) fn sign<'a>(provider: &'a Provider, delivery_id: &str) -> Vec<(&'a str, String)> {
+fn sign<'a>(provider: &'a Provider, delivery_id: &str) -> Vec<(&'a str, String)> {
     let token = provider.token().expect("a gitlab provider's keys are tokens");
     vec![(TOKEN_HEADER, token.to_owned()), (IDEMPOTENCY_HEADER, delivery_id.to_owned())]
 }

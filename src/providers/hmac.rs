@@ -23,20 +23,121 @@
 //! - the event name of an `events` list is the action, as for
 //!   `standard-webhooks`.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::http::{HeaderMap, HeaderName};
 use serde_json::Value;
 
 use super::hmac_scheme::DeliveryId;
-pub use super::hmac_scheme::{Algorithm, Encoding, Problem, Scheme, Settings};
+pub use super::hmac_scheme::{Algorithm, Encoding, Problem, Scheme, SchemeConfig};
 #[cfg(test)]
 use super::hmac_scheme::{Part, parse_template};
-use super::provider::{Delivery, Header, Provider, Rejection, check_timestamp, header, parse_body, required};
+use super::fields::FieldPointers;
+use super::outcome::{Delivery, ProviderError, Rejection};
+use super::provider::{Kind, KindTable, Provider, ProviderKind};
+use super::request::{Header, check_timestamp, header, parse_body, required};
+use super::signing::Key;
 use super::standard_webhooks;
 use crate::vocabulary::KeySlots;
 
+/// Kind `hmac` (module docs).
+pub struct Hmac;
+
+impl Kind {
+    /// `hmac`: a configurable HMAC scheme ([`Scheme`]).
+    #[allow(non_upper_case_globals)] // named as the enum variant it replaced
+    pub const Hmac: Kind = Kind(&Hmac);
+}
+
+impl ProviderKind for Hmac {
+    fn name(&self) -> &'static str {
+        "hmac"
+    }
+
+    fn default_deadline(&self) -> Duration {
+        // A generic sender: 5 s is inside every timeout of the other kinds
+        // but Slack's; a provider sets `deadline` to its sender's.
+        Duration::from_secs(5)
+    }
+
+    /// A key needs the scheme's algorithm: [`Provider::hmac`] builds the
+    /// keys, and a provider built without a scheme is refused.
+    fn key(&self, provider: &str, _: &str) -> Result<Key, ProviderError> {
+        Err(ProviderError::Hmac { provider: provider.to_owned(), problem: Problem::NoSignatureHeader })
+    }
+
+    fn check_headers(&self, provider: &Provider, headers: &HeaderMap, now: SystemTime) -> Result<(), Rejection> {
+        signed_headers(provider, headers, now).map(drop)
+    }
+
+    fn accept(&self, provider: &Provider, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
+        accept(provider, headers, body, now)
+    }
+
+    fn sign<'p>(
+        &self,
+        provider: &'p Provider,
+        delivery_id: &str,
+        _: Option<&str>,
+        body: &[u8],
+        now: SystemTime,
+    ) -> Vec<(&'p str, String)> {
+        sign(provider, delivery_id, now, body)
+    }
+
+    fn fresh_delivery_id(&self, random: [u64; 2]) -> String {
+        standard_webhooks::message_id(random)
+    }
+
+    /// The scheme's `delivery_id` pointer, when the body holds the id.
+    fn body_delivery_pointer(&self, provider: &Provider) -> Option<String> {
+        scheme(provider).delivery_id_pointer().map(str::to_owned)
+    }
+
+    /// The scheme checks its own `tolerance` (it needs a `timestamp_header`).
+    fn reads_tolerance(&self) -> bool {
+        true
+    }
+
+    fn reads_scheme(&self) -> bool {
+        true
+    }
+
+    /// The scheme and `fields` are checked here, naming the key at fault.
+    fn build_from_table(&self, _: Kind, name: &str, secrets: &[String], table: &KindTable<'_>) -> Result<Provider, ProviderError> {
+        let problem = |problem| ProviderError::Hmac { provider: name.to_owned(), problem };
+        let scheme = Scheme::new(&SchemeConfig { tolerance: table.tolerance, ..table.scheme.clone() }).map_err(problem)?;
+        // Like `standard-webhooks`, a key left out of `fields` keeps its
+        // default pointer (`/org`, …); the table itself is required.
+        let fields = table.fields.ok_or_else(|| problem(Problem::NoFields))?;
+        Provider::hmac(name, secrets, scheme, fields.over(FieldPointers::default()))
+    }
+}
+
 impl Provider {
+    /// An `hmac` provider: `scheme` says how its sender signs (built and
+    /// checked by [`Scheme::new`]), `fields` where the event's fields
+    /// are. Secrets are used as given (their UTF-8 bytes are the key).
+    pub fn hmac(
+        name: impl Into<String>,
+        secrets: &[impl AsRef<str>],
+        scheme: Scheme,
+        fields: FieldPointers,
+    ) -> Result<Provider, ProviderError> {
+        let name = name.into();
+        if secrets.is_empty() || secrets.iter().any(|s| s.as_ref().is_empty()) {
+            return Err(ProviderError::EmptySecret(name));
+        }
+        fields.validate(&name)?;
+        let keys = secrets.iter().map(|s| scheme.key(s.as_ref().as_bytes())).collect();
+        Ok(Provider {
+            tolerance: scheme.tolerance(),
+            fields,
+            hmac_scheme: Some(Box::new(scheme)),
+            ..Provider::unkeyed(name, Kind::Hmac, keys)
+        })
+    }
+
     /// The scheme of an `hmac` provider (`None` for other kinds).
     pub fn hmac_scheme(&self) -> Option<&Scheme> {
         self.hmac_scheme.as_deref()
@@ -61,7 +162,7 @@ fn signed_header<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Result<&'a st
 /// The signature the scheme's header carries and the signed timestamp and
 /// id: present once, well formed, the timestamp within the tolerance, else
 /// 401 (before the body is read).
-pub(super) fn signed_headers<'a>(
+fn signed_headers<'a>(
     provider: &Provider,
     headers: &'a HeaderMap,
     now: SystemTime,
@@ -114,7 +215,7 @@ fn id_in_body(payload: &Value, pointer: &str) -> Result<String, Rejection> {
     }
 }
 
-pub(super) fn accept(
+fn accept(
     provider: &Provider,
     headers: &HeaderMap,
     body: &[u8],
@@ -141,7 +242,7 @@ pub(super) fn accept(
 /// The headers the provider's sender would send with `body` at `now`,
 /// signed with the first secret: the signature, the timestamp (when
 /// signed) and the delivery id (when a header carries it).
-pub(super) fn sign<'a>(
+fn sign<'a>(
     provider: &'a Provider,
     delivery_id: &str,
     now: SystemTime,
@@ -180,25 +281,25 @@ mod tests {
     }
 
     /// A scheme shaped like GitHub's: `X-Hub-Signature-256: sha256=<hex>` over the body.
-    fn github_like() -> Settings {
-        Settings {
+    fn github_like() -> SchemeConfig {
+        SchemeConfig {
             signature_header: Some("X-Hub-Signature-256".into()),
             signature_prefix: Some("sha256=".into()),
             delivery_id_header: Some("X-GitHub-Delivery".into()),
-            ..Settings::default()
+            ..SchemeConfig::default()
         }
     }
 
     /// A scheme shaped like Slack's: `v0=<hex>` over `v0:<timestamp>:<body>`,
     /// the delivery id read from the body.
-    fn slack_like() -> Settings {
-        Settings {
+    fn slack_like() -> SchemeConfig {
+        SchemeConfig {
             signature_header: Some("X-Slack-Signature".into()),
             signature_prefix: Some("v0=".into()),
             signed_content: Some("v0:{timestamp}:{body}".into()),
             timestamp_header: Some("X-Slack-Request-Timestamp".into()),
             delivery_id: Some("/event_id".into()),
-            ..Settings::default()
+            ..SchemeConfig::default()
         }
     }
 
@@ -211,7 +312,7 @@ mod tests {
         }
     }
 
-    fn provider(settings: &Settings, secrets: &[&str]) -> Provider {
+    fn provider(settings: &SchemeConfig, secrets: &[&str]) -> Provider {
         Provider::hmac("h", secrets, Scheme::new(settings).unwrap(), fields()).unwrap()
     }
 
@@ -278,8 +379,11 @@ mod tests {
             [(Algorithm::Sha1, "sha1"), (Algorithm::Sha256, "sha256"), (Algorithm::Sha512, "sha512")]
         {
             for encoding in [Encoding::Hex, Encoding::Base64] {
-                let settings =
-                    Settings { algorithm: Some(name.into()), encoding: Some(encoding.as_str().into()), ..slack_like() };
+                let settings = SchemeConfig {
+                    algorithm: Some(name.into()),
+                    encoding: Some(encoding.as_str().into()),
+                    ..slack_like()
+                };
                 let p = provider(&settings, &["s3cret"]);
                 assert_eq!(
                     (p.hmac_scheme().unwrap().algorithm(), p.hmac_scheme().unwrap().encoding()),
@@ -353,7 +457,7 @@ mod tests {
 
     #[test]
     fn timestamps_are_signed_and_bounded_both_ways() {
-        let p = provider(&Settings { tolerance: Some(Duration::from_secs(60)), ..slack_like() }, &["s"]);
+        let p = provider(&SchemeConfig { tolerance: Some(Duration::from_secs(60)), ..slack_like() }, &["s"]);
         let body = br#"{"event_id": "Ev9"}"#;
         let signed_at = |ts: u64| {
             let ts = ts.to_string();
@@ -413,13 +517,13 @@ mod tests {
             assert_eq!(got, want.map_err(|m| Rejection::BadRequest(m.into())), "{body}");
         }
         // `{id}` signs the delivery id header: it cannot be swapped, and is required before verifying.
-        let settings = Settings {
+        let settings = SchemeConfig {
             signature_header: Some("X-Signature".into()),
             encoding: Some("base64".into()),
             signed_content: Some("{id}.{timestamp}.{body}".into()),
             timestamp_header: Some("X-Timestamp".into()),
             delivery_id_header: Some("X-Id".into()),
-            ..Settings::default()
+            ..SchemeConfig::default()
         };
         let p = provider(&settings, &["new", "old"]);
         let body = br#"{"event": {"type": "t"}}"#;
@@ -486,28 +590,31 @@ mod tests {
     #[test]
     fn bad_combinations_name_the_key() {
         let base = github_like;
-        let cases: [(Settings, Problem); 14] = [
-            (Settings { signature_header: None, ..base() }, Problem::NoSignatureHeader),
+        let cases: [(SchemeConfig, Problem); 14] = [
+            (SchemeConfig { signature_header: None, ..base() }, Problem::NoSignatureHeader),
             (
-                Settings { signature_header: Some("bad header".into()), ..base() },
+                SchemeConfig { signature_header: Some("bad header".into()), ..base() },
                 Problem::BadHeaderName("signature_header"),
             ),
-            (Settings { algorithm: Some("md5".into()), ..base() }, Problem::UnknownAlgorithm),
-            (Settings { algorithm: Some("SHA256".into()), ..base() }, Problem::UnknownAlgorithm),
-            (Settings { encoding: Some("base32".into()), ..base() }, Problem::UnknownEncoding),
-            (Settings { signed_content: Some("{timestamp}".into()), ..base() }, Problem::BodyNotSigned),
-            (Settings { signed_content: Some("{ts}.{body}".into()), ..base() }, Problem::UnknownPlaceholder),
-            (Settings { signed_content: Some("{timestamp}.{body}".into()), ..base() }, Problem::TimestampWithoutHeader),
-            (Settings { timestamp_header: Some("X-Ts".into()), ..base() }, Problem::TimestampNotSigned),
-            (Settings { tolerance: Some(Duration::from_secs(60)), ..base() }, Problem::ToleranceWithoutTimestamp),
-            (Settings { delivery_id: Some("/id".into()), ..base() }, Problem::TwoDeliveryIds),
-            (Settings { delivery_id_header: None, ..base() }, Problem::NoDeliveryId),
+            (SchemeConfig { algorithm: Some("md5".into()), ..base() }, Problem::UnknownAlgorithm),
+            (SchemeConfig { algorithm: Some("SHA256".into()), ..base() }, Problem::UnknownAlgorithm),
+            (SchemeConfig { encoding: Some("base32".into()), ..base() }, Problem::UnknownEncoding),
+            (SchemeConfig { signed_content: Some("{timestamp}".into()), ..base() }, Problem::BodyNotSigned),
+            (SchemeConfig { signed_content: Some("{ts}.{body}".into()), ..base() }, Problem::UnknownPlaceholder),
             (
-                Settings { delivery_id_header: None, delivery_id: Some("id".into()), ..base() },
+                SchemeConfig { signed_content: Some("{timestamp}.{body}".into()), ..base() },
+                Problem::TimestampWithoutHeader,
+            ),
+            (SchemeConfig { timestamp_header: Some("X-Ts".into()), ..base() }, Problem::TimestampNotSigned),
+            (SchemeConfig { tolerance: Some(Duration::from_secs(60)), ..base() }, Problem::ToleranceWithoutTimestamp),
+            (SchemeConfig { delivery_id: Some("/id".into()), ..base() }, Problem::TwoDeliveryIds),
+            (SchemeConfig { delivery_id_header: None, ..base() }, Problem::NoDeliveryId),
+            (
+                SchemeConfig { delivery_id_header: None, delivery_id: Some("id".into()), ..base() },
                 Problem::BadDeliveryIdPointer,
             ),
             (
-                Settings {
+                SchemeConfig {
                     delivery_id_header: None,
                     delivery_id: Some("/id".into()),
                     signed_content: Some("{id}{body}".into()),
@@ -557,7 +664,7 @@ mod tests {
             values in proptest::collection::vec(arb_setting(), 8),
             tolerance in proptest::option::of(0u64..1000),
         ) {
-            let settings = Settings {
+            let settings = SchemeConfig {
                 signature_header: values[0].clone(),
                 algorithm: values[1].clone(),
                 encoding: values[2].clone(),

@@ -68,10 +68,11 @@ impl Encoding {
     }
 }
 
-/// The settings of an `hmac` provider as the config file gives them;
-/// [`Scheme::new`] checks them.
+/// An `hmac` provider's scheme as its `[[provider]]` table writes it, not
+/// yet checked ([`Scheme::new`] checks it). Named apart from the gate's
+/// `Settings`, which it has nothing to do with.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Settings {
+pub struct SchemeConfig {
     /// The header that carries the signature (required).
     pub signature_header: Option<String>,
     /// `sha256` (default), `sha1` or `sha512`.
@@ -216,7 +217,7 @@ pub(super) fn parse_template(template: &str) -> Result<Vec<Part>, Problem> {
 impl Scheme {
     /// Checks `settings` and builds the scheme; the first problem found is
     /// the error.
-    pub fn new(settings: &Settings) -> Result<Scheme, Problem> {
+    pub fn new(settings: &SchemeConfig) -> Result<Scheme, Problem> {
         let signature_header =
             header_name("signature_header", settings.signature_header.as_deref().ok_or(Problem::NoSignatureHeader)?)?;
         let algorithm = match settings.algorithm.as_deref().unwrap_or("sha256") {

@@ -2,6 +2,10 @@
 //! `POST /webhooks/{name}`, then normalize it into the gate's
 //! `(delivery_id, event)`. Pure functions of headers, body and clock; no I/O.
 //!
+//! Each kind is one file implementing the `ProviderKind` trait and one line
+//! of the registry below ([`Kind::ALL`]); nothing else names a kind. The
+//! kinds:
+//!
 //! - [`github`]: `X-Hub-Signature-256` over the raw body.
 //! - [`standard_webhooks`]: the Standard Webhooks spec as Svix sends it
 //!   (`webhook-*` or `svix-*` headers, `whsec_` secrets, timestamp tolerance).
@@ -13,7 +17,12 @@
 //! - [`hmac`]: a configurable HMAC scheme for providers without a kind of
 //!   their own (header, algorithm, encoding, signed content, timestamp).
 //!
-//! docs/providers.md describes each kind for operators.
+//! docs/providers.md describes each kind for operators. What the kinds
+//! share, a file each: `provider` (the `ProviderKind` trait, [`Kind`],
+//! [`Provider`]), `fields` (where the event's fields come from), `request`
+//! (reading headers and body), `outcome` (what a kind hands back),
+//! `signing` (keys and MACs) and `table` (a `[[provider]]` table of the
+//! config file, checked and built through the trait).
 //!
 //! Normalization copies values as they are and leaves out keys whose source
 //! is absent: judging the event (non-empty strings, number types) is the
@@ -23,253 +32,83 @@
 //! No reason string built here contains a header value, a signature or a
 //! secret, so a [`Rejection`] may be logged as it is.
 
-use std::time::{Duration, SystemTime};
-
-use axum::http::HeaderMap;
-
-use crate::refusals::RefusalStatus;
+use std::str::FromStr;
 
 pub use crate::vocabulary::KeySlots;
 
-pub mod github;
-
-pub mod gitlab;
-
-pub mod hmac;
-
-pub mod shopify;
-
-pub mod slack;
-
-pub mod standard_webhooks;
-
-pub mod stripe;
+mod fields;
+mod outcome;
+mod provider;
+mod request;
+pub mod table;
 
 mod hmac_scheme;
-mod provider;
 mod signing;
 
-pub use provider::{
-    Delivery, FieldOverrides, FieldPointers, IdentityMode, Kind, LITERAL_PREFIX, MAX_DEADLINE_MARGIN, Provider,
-    ProviderError, Rejection, SignError,
-};
+pub use fields::{FieldOverrides, FieldPointers, LITERAL_PREFIX};
+pub use outcome::{Delivery, ProviderError, Rejection};
+pub use provider::{IdentityMode, Kind, MAX_DEADLINE_MARGIN, Provider, SignError};
 #[cfg(test)]
 pub(crate) use signing::HmacSha256;
 pub use signing::{DEFAULT_TOLERANCE, MAX_SIGNATURES};
-use signing::{Key, hmac_key};
+
+/// The registry of kinds: one line per kind, `module::Constant`, in the
+/// order the docs list them. The line declares the kind's module (its
+/// file) and puts its [`Kind`] constant, which the file defines, into
+/// [`Kind::ALL`].
+macro_rules! registry {
+    ($($module:ident::$kind:ident),+ $(,)?) => {
+        $(pub mod $module;)+
+
+        impl Kind {
+            /// Every kind, in the order the docs list them (the registry).
+            pub const ALL: [Kind; [$(stringify!($kind)),+].len()] = [$(Kind::$kind),+];
+        }
+    };
+}
+
+registry! {
+    github::Github,
+    standard_webhooks::StandardWebhooks,
+    stripe::Stripe,
+    slack::Slack,
+    shopify::Shopify,
+    gitlab::Gitlab,
+    hmac::Hmac,
+}
 
 impl Kind {
-    /// The top-level body key that holds the delivery id, for the kinds
-    /// that carry it in the body (`stripe`: `id`, `slack`: `event_id`);
-    /// `None` where a header carries it. An `hmac` provider may read its
-    /// id from the body too (a `delivery_id` pointer): that is the
-    /// provider's choice, not the kind's ([`Provider::body_delivery_id`]).
-    pub fn body_delivery_id(self) -> Option<&'static str> {
-        match self {
-            Kind::Stripe => Some(stripe::DELIVERY_KEY),
-            Kind::Slack => Some(slack::DELIVERY_KEY),
-            Kind::Github | Kind::StandardWebhooks | Kind::Shopify | Kind::Gitlab | Kind::Hmac => None,
-        }
+    /// The config names of every kind, quoted, for error messages.
+    pub fn names() -> String {
+        Kind::ALL.iter().map(|k| format!("{:?}", k.as_str())).collect::<Vec<_>>().join(", ")
     }
 }
 
-impl Provider {
-    /// A `github` provider; `secret` is the webhook secret as typed in
-    /// GitHub's settings (its UTF-8 bytes are the HMAC key). An empty secret
-    /// is accepted here; [`Provider::new`] refuses it.
-    pub fn github(name: impl Into<String>, secret: &str) -> Provider {
-        Provider::unkeyed(name.into(), Kind::Github, vec![hmac_key(secret.as_bytes())])
-    }
+/// A `kind` that names no kind.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown provider kind {0:?} (expected one of {kinds})", kinds = Kind::names())]
+pub struct UnknownKind(pub String);
 
-    fn unkeyed(name: String, kind: Kind, keys: Vec<Key>) -> Provider {
-        Provider {
-            name,
-            kind,
-            keys,
-            tolerance: DEFAULT_TOLERANCE,
-            fields: FieldPointers::default(),
-            overrides: FieldOverrides::default(),
-            identity: IdentityMode::default(),
-            events: None,
-            keep_payload: false,
-            allowed_repos: None,
-            refusal_status: RefusalStatus::default(),
-            hmac_scheme: None,
-            deadline: kind.default_deadline(),
-        }
-    }
+impl FromStr for Kind {
+    type Err = UnknownKind;
 
-    /// A `standard-webhooks` provider. `secret` is `whsec_<base64>`; like
-    /// Svix's libraries, bare base64 without the prefix is accepted too. The
-    /// key is the decoded bytes. Timestamps further than `tolerance` from
-    /// the clock, either way, are refused.
-    pub fn standard_webhooks(
-        name: impl Into<String>,
-        secret: &str,
-        tolerance: Duration,
-        fields: FieldPointers,
-    ) -> Result<Provider, ProviderError> {
-        Provider::new(name, Kind::StandardWebhooks, &[secret], Some(tolerance), Some(fields))
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| UnknownKind(s.to_owned()))
     }
+}
 
-    /// Builds a provider of any kind from config values: a signature made
-    /// with any of `secrets` is valid (list the new secret and the old one
-    /// while rotating). `tolerance` matters to the kinds that sign a
-    /// timestamp, `fields` to `standard-webhooks` (`None`: the defaults;
-    /// see [`Provider::with_fields`] for every kind). No secrets, or an
-    /// empty one, is refused for every kind. An `hmac` provider needs its
-    /// scheme: [`Provider::hmac`] builds it.
-    pub fn new(
-        name: impl Into<String>,
-        kind: Kind,
-        secrets: &[impl AsRef<str>],
-        tolerance: Option<Duration>,
-        fields: Option<FieldPointers>,
-    ) -> Result<Provider, ProviderError> {
-        let name = name.into();
-        if secrets.is_empty() || secrets.iter().any(|s| s.as_ref().is_empty()) {
-            return Err(ProviderError::EmptySecret(name));
-        }
-        let mut keys = Vec::with_capacity(secrets.len());
-        for secret in secrets {
-            let key = match kind {
-                // The secret string as given is the key, `whsec_` prefix
-                // and all for Stripe (its libraries do the same).
-                Kind::Github | Kind::Stripe | Kind::Slack | Kind::Shopify => secret.as_ref().as_bytes().to_vec(),
-                Kind::StandardWebhooks => standard_webhooks::decode_secret(secret.as_ref())
-                    .ok_or_else(|| ProviderError::BadSecret { provider: name.clone() })?,
-                Kind::Gitlab => secret.as_ref().as_bytes().to_vec(),
-                Kind::Hmac => {
-                    return Err(ProviderError::Hmac { provider: name, problem: hmac::Problem::NoSignatureHeader });
-                }
-            };
-            if key.is_empty() {
-                return Err(ProviderError::EmptySecret(name));
-            }
-            keys.push(if kind == Kind::Gitlab { Key::token(secret.as_ref()) } else { hmac_key(&key) });
-        }
-        let fields = fields.unwrap_or_default();
-        fields.validate(&name)?;
-        Ok(Provider {
-            tolerance: tolerance.unwrap_or(DEFAULT_TOLERANCE),
-            fields,
-            ..Provider::unkeyed(name, kind, keys)
-        })
-    }
-
-    /// An `hmac` provider: `scheme` says how its sender signs (built and
-    /// checked by [`hmac::Scheme::new`]), `fields` where the event's fields
-    /// are. Secrets are used as given (their UTF-8 bytes are the key).
-    pub fn hmac(
-        name: impl Into<String>,
-        secrets: &[impl AsRef<str>],
-        scheme: hmac::Scheme,
-        fields: FieldPointers,
-    ) -> Result<Provider, ProviderError> {
-        let name = name.into();
-        if secrets.is_empty() || secrets.iter().any(|s| s.as_ref().is_empty()) {
-            return Err(ProviderError::EmptySecret(name));
-        }
-        fields.validate(&name)?;
-        let keys = secrets.iter().map(|s| scheme.key(s.as_ref().as_bytes())).collect();
-        Ok(Provider {
-            tolerance: scheme.tolerance(),
-            fields,
-            hmac_scheme: Some(Box::new(scheme)),
-            ..Provider::unkeyed(name, Kind::Hmac, keys)
-        })
-    }
-
-    /// Applies the config file's `fields` table: for `standard-webhooks`
-    /// the keys given replace its pointers; for `stripe`, `slack` and
-    /// `shopify` each key given replaces that field's default
-    /// (docs/providers.md). A value that is neither a pointer nor a
-    /// literal is refused.
-    pub fn with_fields(mut self, overrides: FieldOverrides) -> Result<Self, ProviderError> {
-        overrides.validate(&self.name)?;
-        self.fields = overrides.over(self.fields);
-        self.overrides = overrides;
-        Ok(self)
-    }
-
-    /// Where this provider's deliveries carry their id in the body, as a
-    /// JSON pointer: `/id` for `stripe`, `/event_id` for `slack`, an `hmac`
-    /// provider's `delivery_id`; `None` where a header carries it.
-    /// `idemgate send` signs such a body as it is (docs/integration-testing.md).
-    pub fn body_delivery_id(&self) -> Option<String> {
-        match (self.kind.body_delivery_id(), self.hmac_scheme()) {
-            (Some(key), _) => Some(format!("/{key}")),
-            (None, Some(scheme)) => scheme.delivery_id_pointer().map(str::to_owned),
-            (None, None) => None,
-        }
-    }
-
-    /// Checks what the headers alone can tell before the body is read: the
-    /// signature headers are present, sent once and well formed, and a
-    /// signed timestamp is within the tolerance. `Err` is the 401 that
-    /// [`Provider::accept`] would give, so a request that cannot be
-    /// authenticated is refused without its body being read or charged to
-    /// the body budget. The same functions read the headers for `accept`.
-    pub fn check_headers(&self, headers: &HeaderMap, now: SystemTime) -> Result<(), Rejection> {
-        match self.kind {
-            Kind::Github => github::signature(headers).map(drop),
-            Kind::StandardWebhooks => standard_webhooks::signature_headers(self, headers, now).map(drop),
-            Kind::Gitlab => gitlab::token(headers).map(drop),
-            Kind::Hmac => hmac::signed_headers(self, headers, now).map(drop),
-            Kind::Stripe => stripe::signature(self, headers, now).map(drop),
-            Kind::Slack => slack::signature(self, headers, now).map(drop),
-            Kind::Shopify => shopify::signature(headers).map(drop),
-        }
-    }
-
-    /// Authenticates the request, then normalizes it. Nothing but the
-    /// signature headers is read before the signature is verified. `now` is
-    /// the clock, injected so tests can pin it.
-    pub fn accept(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
-        match self.kind {
-            Kind::Github => github::accept(self, headers, body),
-            Kind::StandardWebhooks => standard_webhooks::accept(self, headers, body, now),
-            Kind::Gitlab => gitlab::accept(self, headers, body),
-            Kind::Hmac => hmac::accept(self, headers, body, now),
-            Kind::Stripe => stripe::accept(self, headers, body, now),
-            Kind::Slack => slack::accept(self, headers, body, now),
-            Kind::Shopify => shopify::accept(self, headers, body),
-        }
-    }
-
-    /// The headers this provider's sender would attach to `body`, signed
-    /// with the provider's first secret by the same code that verifies them (for
-    /// `idemgate send` and `sign`). `event` is the event name of kinds that
-    /// carry it in a header (`github`, `shopify`); timestamped schemes sign
-    /// `now`. Kinds that carry the delivery id in the body (`stripe`,
-    /// `slack`; see [`Kind::body_delivery_id`]) sign the body as it is: put
-    /// the id there first.
-    pub fn sign(
-        &self,
-        delivery_id: &str,
-        event: Option<&str>,
-        body: &[u8],
-        now: SystemTime,
-    ) -> Result<Vec<(&str, String)>, SignError> {
-        match (self.kind, event) {
-            (Kind::Github, Some(event)) => Ok(github::sign(self, delivery_id, event, body)),
-            (Kind::Github, None) => Err(SignError::EventRequired(self.kind)),
-            (Kind::StandardWebhooks, None) => Ok(standard_webhooks::sign(self, delivery_id, now, body)),
-            (Kind::StandardWebhooks, Some(_)) => Err(SignError::EventNotSent(self.kind)),
-            (Kind::Gitlab, None) => Ok(gitlab::sign(self, delivery_id)),
-            (Kind::Hmac, None) => Ok(hmac::sign(self, delivery_id, now, body)),
-            (Kind::Gitlab | Kind::Hmac, Some(_)) => Err(SignError::EventNotSent(self.kind)),
-            (Kind::Stripe, None) => Ok(stripe::sign(self, now, body)),
-            (Kind::Slack, None) => Ok(slack::sign(self, now, body)),
-            (Kind::Stripe | Kind::Slack, Some(_)) => Err(SignError::EventNotSent(self.kind)),
-            (Kind::Shopify, Some(topic)) => Ok(shopify::sign(self, delivery_id, topic, body)),
-            (Kind::Shopify, None) => Err(SignError::EventRequired(self.kind)),
-        }
+impl<'de> serde::Deserialize<'de> for Kind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use axum::http::HeaderMap;
+
     use super::*;
     use crate::refusals::Reason;
     use serde::Deserialize;
@@ -277,22 +116,36 @@ mod tests {
 
     #[test]
     fn every_kind_refuses_missing_signature_headers_before_the_body() {
-        let settings = hmac::Settings {
+        let settings = hmac::SchemeConfig {
             signature_header: Some("x-sig".into()),
             delivery_id_header: Some("x-id".into()),
             ..Default::default()
         };
         for kind in Kind::ALL {
-            let p = match kind {
-                Kind::Hmac => {
-                    Provider::hmac("p", &["s"], hmac::Scheme::new(&settings).unwrap(), FieldPointers::default())
-                        .unwrap()
-                }
-                Kind::StandardWebhooks => Provider::new("p", kind, &["whsec_c2VjcmV0"], None, None).unwrap(),
-                _ => Provider::new("p", kind, &["s"], None, None).unwrap(),
+            let p = if kind == Kind::Hmac {
+                Provider::hmac("p", &["s"], hmac::Scheme::new(&settings).unwrap(), FieldPointers::default()).unwrap()
+            } else if kind == Kind::StandardWebhooks {
+                Provider::new("p", kind, &["whsec_c2VjcmV0"], None, None).unwrap()
+            } else {
+                Provider::new("p", kind, &["s"], None, None).unwrap()
             };
             let e = p.check_headers(&HeaderMap::new(), SystemTime::now()).unwrap_err();
             assert!(matches!(e, Rejection::Unauthorized(_)), "{kind}: {e:?}");
+        }
+    }
+
+    /// The registry is the one list of kinds: each name once, each kind
+    /// described for operators, each shaping its own fresh delivery ids.
+    #[test]
+    fn the_registry_lists_each_kind_once_and_the_docs_describe_it() {
+        let docs = include_str!("../../docs/providers.md");
+        let names: std::collections::HashSet<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(names.len(), Kind::ALL.len(), "a kind is registered twice: {names:?}");
+        for kind in Kind::ALL {
+            assert!(docs.contains(&format!("\n## {kind}\n")), "docs/providers.md has no `## {kind}` section");
+            assert!(Kind::names().contains(&format!("{:?}", kind.as_str())));
+            assert_ne!(kind.fresh_delivery_id([1, 2]), kind.fresh_delivery_id([3, 4]), "{kind}");
+            assert!(!kind.default_deadline().is_zero(), "{kind}");
         }
     }
 
@@ -303,7 +156,7 @@ mod tests {
         assert_eq!("gitlab".parse::<Kind>(), Ok(Kind::Gitlab));
         assert_eq!("hmac".parse::<Kind>(), Ok(Kind::Hmac));
         let err = "svix".parse::<Kind>().unwrap_err();
-        assert_eq!(err, ProviderError::UnknownKind("svix".into()));
+        assert_eq!(err, UnknownKind("svix".into()));
         assert!(err.to_string().contains("\"svix\""));
         for k in Kind::ALL {
             assert_eq!(k.to_string().parse::<Kind>(), Ok(k));
@@ -429,13 +282,13 @@ mod tests {
                 Provider::github("gh", "secret"),
                 Provider::standard_webhooks("sw", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", DEFAULT_TOLERANCE, FieldPointers::default()).unwrap(),
                 Provider::new("gl", Kind::Gitlab, &["gl-token!"], None, None).unwrap(),
-                Provider::hmac("h", &["secret"], crate::providers::hmac::Scheme::new(&crate::providers::hmac::Settings {
+                Provider::hmac("h", &["secret"], crate::providers::hmac::Scheme::new(&crate::providers::hmac::SchemeConfig {
                     signature_header: Some("X-Signature".into()),
                     encoding: Some("base64".into()),
                     signed_content: Some("{id}.{timestamp}.{body}".into()),
                     timestamp_header: Some("X-Timestamp".into()),
                     delivery_id_header: Some("X-Id".into()),
-                    ..crate::providers::hmac::Settings::default()
+                    ..crate::providers::hmac::SchemeConfig::default()
                 }).unwrap(), FieldPointers::default()).unwrap(),
                 Provider::new("stripe", Kind::Stripe, &["whsec_secret"], None, None).unwrap(),
                 Provider::new("slack", Kind::Slack, &["secret"], None, None).unwrap(),

@@ -1,77 +1,160 @@
-//! What every kind shares: a configured [`Provider`] and its settings
-//! (kind, secrets, fields, identity, events), what a kind hands back (a
-//! [`Delivery`] or a [`Rejection`]), and the header and body helpers the
-//! kinds read a request with. The kinds ([`super::github`], …) build on this;
-//! [`super`] dispatches to them.
+//! What every kind shares: the [`ProviderKind`] trait that each kind
+//! implements in its own file, the [`Kind`] handle a configured
+//! [`Provider`] carries, and the provider itself (secrets, fields,
+//! identity, events, deadline), which dispatches to its kind. The registry
+//! of kinds is [`Kind::ALL`] (in [`super`]).
 
 use std::fmt;
-use std::str::FromStr;
+use std::hash::{Hash, Hasher};
 use std::time::{Duration, SystemTime};
 
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::HeaderMap;
 use serde::Deserialize;
-use serde_json::{Map, Value};
 use subtle::{Choice, ConstantTimeEq};
 
 use crate::refusals::{Reason, RefusalStatus};
-pub use crate::vocabulary::KeySlots;
 
-use super::hmac_scheme::{Problem, Scheme};
-use super::signing::{Key, mac_over};
+use super::fields::{FieldOverrides, FieldPointers};
+use super::hmac_scheme::{Scheme, SchemeConfig};
+use super::outcome::{Delivery, ProviderError, Rejection};
+use super::signing::{DEFAULT_TOLERANCE, Key, hmac_key, mac_over};
 
 /// The most an endpoint keeps back from its deadline for the network: the
 /// answer leaves a tenth of the deadline early, at most this much
 /// ([`Provider::answer_within`]).
 pub const MAX_DEADLINE_MARGIN: Duration = Duration::from_millis(500);
 
-/// The authentication and normalization scheme of a provider (`kind` in the
-/// config file).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
-pub enum Kind {
-    /// `github`: GitHub's `X-Hub-Signature-256` webhooks.
-    #[serde(rename = "github")]
-    Github,
-    /// `standard-webhooks`: the Standard Webhooks spec (Svix and others).
-    #[serde(rename = "standard-webhooks")]
-    StandardWebhooks,
-    /// `stripe`: Stripe's `Stripe-Signature` webhooks.
-    #[serde(rename = "stripe")]
-    Stripe,
-    /// `slack`: Slack's Events API (`X-Slack-Signature`).
-    #[serde(rename = "slack")]
-    Slack,
-    /// `shopify`: Shopify's `X-Shopify-Hmac-Sha256` webhooks.
-    #[serde(rename = "shopify")]
-    Shopify,
-    /// `gitlab`: GitLab's `X-Gitlab-Token` webhooks.
-    #[serde(rename = "gitlab")]
-    Gitlab,
-    /// `hmac`: a configurable HMAC scheme ([`Scheme`]).
-    #[serde(rename = "hmac")]
-    Hmac,
-}
+/// Everything one provider kind knows, implemented in the kind's own file
+/// (`github.rs`, …) and listed once in the registry ([`Kind::ALL`]). The
+/// rest of the crate asks a [`Kind`] or a [`Provider`], never a kind by name,
+/// so a new kind is its file and its registry line (docs/architecture.md,
+/// "Adding a provider kind").
+pub(super) trait ProviderKind: Sync + 'static {
+    /// The config name (`kind = "github"`).
+    fn name(&self) -> &'static str;
 
-impl Kind {
-    /// Every kind, in the order the docs list them.
-    pub const ALL: [Kind; 7] =
-        [Kind::Github, Kind::StandardWebhooks, Kind::Stripe, Kind::Slack, Kind::Shopify, Kind::Gitlab, Kind::Hmac];
+    /// How long this kind's sender waits for an answer before it counts the
+    /// delivery as failed (a provider's `deadline` when it sets none). The
+    /// sources are in docs/providers-view.md, "Deadlines".
+    fn default_deadline(&self) -> Duration;
 
-    /// The config name (`github`, `standard-webhooks`, …).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Github => "github",
-            Kind::StandardWebhooks => "standard-webhooks",
-            Kind::Stripe => "stripe",
-            Kind::Slack => "slack",
-            Kind::Shopify => "shopify",
-            Kind::Gitlab => "gitlab",
-            Kind::Hmac => "hmac",
-        }
+    /// Whether every provider of the kind signs a timestamp, refused
+    /// outside `tolerance`.
+    fn signs_timestamp(&self) -> bool {
+        false
     }
 
-    /// The config names of every kind, quoted, for error messages.
-    pub fn names() -> String {
-        Kind::ALL.iter().map(|k| format!("{:?}", k.as_str())).collect::<Vec<_>>().join(", ")
+    /// The top-level body key that holds the delivery id, for kinds that
+    /// carry it in the body; `None` where a header carries it.
+    fn body_delivery_id(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// Where `provider`'s deliveries carry their id in the body, as a JSON
+    /// pointer ([`Provider::body_delivery_id`]). The default: the kind's
+    /// [body key](ProviderKind::body_delivery_id).
+    fn body_delivery_pointer(&self, _provider: &Provider) -> Option<String> {
+        self.body_delivery_id().map(|key| format!("/{key}"))
+    }
+
+    /// Whether the sender names the event in a header (`idemgate send
+    /// --event`); the other kinds carry the event type in the body.
+    fn sends_event_name(&self) -> bool {
+        false
+    }
+
+    /// The key one secret gives (`provider` names the provider in an
+    /// error). The default: the secret's UTF-8 bytes key an HMAC-SHA256.
+    fn key(&self, _provider: &str, secret: &str) -> Result<Key, ProviderError> {
+        Ok(hmac_key(secret.as_bytes()))
+    }
+
+    /// What the headers alone can tell before the body is read
+    /// ([`Provider::check_headers`]).
+    fn check_headers(&self, provider: &Provider, headers: &HeaderMap, now: SystemTime) -> Result<(), Rejection>;
+
+    /// Authenticates the request, then normalizes it ([`Provider::accept`]).
+    fn accept(
+        &self,
+        provider: &Provider,
+        headers: &HeaderMap,
+        body: &[u8],
+        now: SystemTime,
+    ) -> Result<Delivery, Rejection>;
+
+    /// The headers the kind's sender would attach to `body`
+    /// ([`Provider::sign`]); `event` is given exactly when the kind
+    /// [sends an event name](ProviderKind::sends_event_name).
+    fn sign<'p>(
+        &self,
+        provider: &'p Provider,
+        delivery_id: &str,
+        event: Option<&str>,
+        body: &[u8],
+        now: SystemTime,
+    ) -> Vec<(&'p str, String)>;
+
+    /// A delivery id shaped like the kind's sender's own, made from two
+    /// random words (`idemgate send` without `--delivery-id`).
+    fn fresh_delivery_id(&self, random: [u64; 2]) -> String;
+
+    /// Whether the kind reads a `[[provider]]` table's `fields`.
+    fn reads_fields(&self) -> bool {
+        true
+    }
+
+    /// Whether the kind reads a `[[provider]]` table's `tolerance`.
+    fn reads_tolerance(&self) -> bool {
+        self.signs_timestamp()
+    }
+
+    /// The `identity` modes the kind offers (none: the key is not read).
+    fn identities(&self) -> &'static [IdentityMode] {
+        &[]
+    }
+
+    /// Whether the kind reads the `hmac` scheme's keys (`signature_header`, …).
+    fn reads_scheme(&self) -> bool {
+        false
+    }
+
+    /// A provider of this kind from the kind's keys of its table, once the
+    /// table has been checked against the `reads_*` facts above. The
+    /// default: [`Provider::new`], then the `fields` overrides.
+    fn build_from_table(
+        &self,
+        kind: Kind,
+        name: &str,
+        secrets: &[String],
+        table: &KindTable<'_>,
+    ) -> Result<Provider, ProviderError> {
+        Provider::new(name, kind, secrets, table.tolerance, None)
+            .and_then(|provider| provider.with_fields(table.fields.cloned().unwrap_or_default()))
+    }
+}
+
+/// The keys of a `[[provider]]` table that mean something to some kinds
+/// only, as [`ProviderKind::build_from_table`] gets them.
+pub(super) struct KindTable<'a> {
+    /// `tolerance`, read.
+    pub(super) tolerance: Option<Duration>,
+    /// `fields`.
+    pub(super) fields: Option<&'a FieldOverrides>,
+    /// The `hmac` scheme's keys (all `None` for a table of another kind).
+    pub(super) scheme: SchemeConfig,
+}
+
+/// A provider kind (`kind` in the config file): a handle on its
+/// [`ProviderKind`]. Each kind defines its constant in its own file
+/// (`Kind::Github`, …, named as the enum variants they replaced were, so
+/// callers read as before); [`Kind::ALL`] lists them.
+#[derive(Clone, Copy)]
+pub struct Kind(pub(super) &'static dyn ProviderKind);
+
+impl Kind {
+    /// The config name (`github`, `standard-webhooks`, …).
+    pub fn as_str(self) -> &'static str {
+        self.0.name()
     }
 
     /// Whether every provider of the kind signs a timestamp, refused
@@ -79,31 +162,48 @@ impl Kind {
     /// scheme names a `timestamp_header` ([`Scheme`] checks its own
     /// `tolerance`), so the kind is not counted here.
     pub fn is_timestamped(self) -> bool {
-        matches!(self, Kind::StandardWebhooks | Kind::Stripe | Kind::Slack)
+        self.0.signs_timestamp()
     }
 
     /// How long this kind's sender waits for an answer before it counts the
     /// delivery as failed (a provider's `deadline` when it sets none). The
     /// sources are in docs/providers-view.md, "Deadlines".
     pub fn default_deadline(self) -> Duration {
-        match self {
-            // "Respond within 10 seconds" (GitHub's webhook best practices).
-            Kind::Github => Duration::from_secs(10),
-            // "within a reasonable time-frame (15s with Svix)" (Svix, Retries).
-            Kind::StandardWebhooks => Duration::from_secs(15),
-            // Not published; reported 20 to 30 s, so 10 s stays inside it.
-            Kind::Stripe => Duration::from_secs(10),
-            // "respond ... within three seconds" (Slack, Events API).
-            Kind::Slack => Duration::from_secs(3),
-            // 5 s for the whole request (Shopify, HTTPS webhook delivery).
-            Kind::Shopify => Duration::from_secs(5),
-            // GitLab.com's webhook timeout is 10 s ("Other limits"), and
-            // self-managed instances default to it.
-            Kind::Gitlab => Duration::from_secs(10),
-            // A generic sender: 5 s is inside every timeout above but
-            // Slack's; a provider sets `deadline` to its sender's.
-            Kind::Hmac => Duration::from_secs(5),
-        }
+        self.0.default_deadline()
+    }
+
+    /// The top-level body key that holds the delivery id, for the kinds
+    /// that carry it in the body (`stripe`: `id`, `slack`: `event_id`);
+    /// `None` where a header carries it. An `hmac` provider may read its
+    /// id from the body too (a `delivery_id` pointer): that is the
+    /// provider's choice, not the kind's ([`Provider::body_delivery_id`]).
+    pub fn body_delivery_id(self) -> Option<&'static str> {
+        self.0.body_delivery_id()
+    }
+
+    /// A delivery id shaped like the kind's sender's own, from two random words.
+    pub fn fresh_delivery_id(self, random: [u64; 2]) -> String {
+        self.0.fresh_delivery_id(random)
+    }
+}
+
+impl PartialEq for Kind {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Kind {}
+
+impl Hash for Kind {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl fmt::Debug for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Kind({:?})", self.as_str())
     }
 }
 
@@ -111,181 +211,6 @@ impl fmt::Display for Kind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
-}
-
-impl FromStr for Kind {
-    type Err = ProviderError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Kind::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| ProviderError::UnknownKind(s.to_owned()))
-    }
-}
-
-/// Marks a `fields` value as a literal string instead of a JSON pointer:
-/// `org = "=acme"` gives every delivery the org `acme`.
-pub const LITERAL_PREFIX: char = '=';
-
-/// JSON pointers (RFC 6901) to the event fields in a `standard-webhooks`
-/// body (`fields = {...}` in the config; a key left out keeps its default).
-/// A value that starts with `=` is a literal: the rest of it is the field's
-/// value for every delivery.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct FieldPointers {
-    /// Pointer to `org`; default `/org`.
-    pub org: String,
-    /// Pointer to `repo`; default `/repo`.
-    pub repo: String,
-    /// Pointer to `action`; default `/action`.
-    pub action: String,
-    /// Pointer to `number`; default `/number`.
-    pub number: String,
-}
-
-impl Default for FieldPointers {
-    fn default() -> Self {
-        Self { org: "/org".into(), repo: "/repo".into(), action: "/action".into(), number: "/number".into() }
-    }
-}
-
-impl FieldPointers {
-    pub(super) fn iter(&self) -> [(&'static str, &str); 4] {
-        [("org", &self.org), ("repo", &self.repo), ("action", &self.action), ("number", &self.number)]
-    }
-
-    /// Every pointer must be `""` (the whole body), start with `/`, or be a
-    /// literal (`=value`); anything else would silently never match.
-    pub(super) fn validate(&self, provider: &str) -> Result<(), ProviderError> {
-        match self.iter().into_iter().find(|(_, p)| !is_field_spec(p)) {
-            Some((field, _)) => Err(ProviderError::BadPointer { provider: provider.to_owned(), field }),
-            None => Ok(()),
-        }
-    }
-}
-
-/// Whether a `fields` value can match: `""` (the whole body), a JSON
-/// pointer starting with `/`, or a literal (`=value`).
-pub(super) fn is_field_spec(spec: &str) -> bool {
-    spec.is_empty() || spec.starts_with('/') || spec.starts_with(LITERAL_PREFIX)
-}
-
-/// The value a `fields` entry gives for `payload`: a literal's text, or a
-/// copy of the pointer's target (`None` when it has none).
-pub(super) fn field_value(spec: &str, payload: &Value) -> Option<Value> {
-    match spec.strip_prefix(LITERAL_PREFIX) {
-        Some(literal) => Some(Value::String(literal.to_owned())),
-        None => payload.pointer(spec).cloned(),
-    }
-}
-
-/// The `fields = {...}` table of a provider as the config file gives it:
-/// only the keys written. For `standard-webhooks` they replace its default
-/// pointers ([`FieldPointers`]); for `stripe`, `slack` and `shopify`, whose
-/// defaults are not all pointers into the body (docs/providers.md), a key
-/// given replaces that field's default and a key left out keeps it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct FieldOverrides {
-    /// Where `org` comes from, if not the kind's default.
-    pub org: Option<String>,
-    /// Where `repo` comes from, if not the kind's default.
-    pub repo: Option<String>,
-    /// Where `action` comes from, if not the kind's default.
-    pub action: Option<String>,
-    /// Where `number` (the identity's subject) comes from, if not the kind's default.
-    pub number: Option<String>,
-}
-
-impl FieldOverrides {
-    pub(super) fn iter(&self) -> [(&'static str, Option<&str>); 4] {
-        [
-            ("org", self.org.as_deref()),
-            ("repo", self.repo.as_deref()),
-            ("action", self.action.as_deref()),
-            ("number", self.number.as_deref()),
-        ]
-    }
-
-    /// `pointers` with the keys given here replaced.
-    pub fn over(&self, pointers: FieldPointers) -> FieldPointers {
-        let pick = |given: &Option<String>, default: String| given.clone().unwrap_or(default);
-        FieldPointers {
-            org: pick(&self.org, pointers.org),
-            repo: pick(&self.repo, pointers.repo),
-            action: pick(&self.action, pointers.action),
-            number: pick(&self.number, pointers.number),
-        }
-    }
-
-    pub(super) fn validate(&self, provider: &str) -> Result<(), ProviderError> {
-        match self.iter().into_iter().find(|(_, spec)| spec.is_some_and(|s| !is_field_spec(s))) {
-            Some((field, _)) => Err(ProviderError::BadPointer { provider: provider.to_owned(), field }),
-            None => Ok(()),
-        }
-    }
-
-    /// Replaces the kind's defaults in `event` with the keys given, read
-    /// from `payload`; a pointer without a target leaves the key out.
-    pub(super) fn apply(&self, event: &mut Map<String, Value>, payload: &Value) {
-        for (key, spec) in self.iter() {
-            let Some(spec) = spec else { continue };
-            match field_value(spec, payload) {
-                Some(value) => event.insert(key.to_owned(), value),
-                None => event.remove(key),
-            };
-        }
-    }
-}
-
-/// Why a request was refused. The reason is for logs and error bodies: it
-/// never contains a header value, a signature or a secret.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Rejection {
-    /// The request could not be authenticated (401, nothing stored).
-    #[error("unauthorized: {0}")]
-    Unauthorized(String),
-    /// Authenticated but malformed: no delivery id, no event name, or a body
-    /// that is not JSON (400, nothing stored).
-    #[error("bad request: {0}")]
-    BadRequest(String),
-    /// Authenticated, and not an event this endpoint gates: a GitHub
-    /// `ping`, or an event outside the provider's `events` list. Answered
-    /// 200 `{"status": "ignored", "code": 200}`; nothing is stored. The
-    /// reason is [`Reason::Ping`] or [`Reason::EventNotListed`].
-    #[error("ignored: {}", .0.text())]
-    Ignored(Reason),
-    /// Authenticated, and a handshake rather than an event: Slack's signed
-    /// `url_verification`, answered 200 `{"challenge": <this>}` with
-    /// nothing stored. (The challenge is not shown in the message.)
-    #[error("url verification handshake")]
-    Challenge(String),
-}
-
-impl Rejection {
-    /// The reason alone, without the `unauthorized:` prefix.
-    pub fn reason(&self) -> &str {
-        match self {
-            Rejection::Unauthorized(r) | Rejection::BadRequest(r) => r,
-            Rejection::Ignored(r) => r.text(),
-            Rejection::Challenge(_) => "a url verification handshake starts no work",
-        }
-    }
-}
-
-/// An authenticated, normalized delivery, ready for the gate.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Delivery {
-    /// The provider's delivery id (`X-GitHub-Delivery`, `webhook-id`).
-    pub delivery_id: String,
-    /// `{"org", "repo", "action", "number"}`, each key present only when its
-    /// source exists, values copied unchanged.
-    pub event: Value,
-    /// The digest that names the work with the number (GitHub's `identity
-    /// = "event"`, docs/identities.md); `None`: the number alone names it.
-    pub content_digest: Option<String>,
-    /// The logical key's slots that the signed body names instead of the
-    /// event, for the kinds whose signature covers only the body.
-    pub key_slots: KeySlots,
 }
 
 /// How a `github` provider names logical work (`identity` in the config;
@@ -364,6 +289,111 @@ impl fmt::Debug for Provider {
 }
 
 impl Provider {
+    /// A provider with every setting at its kind's default.
+    pub(super) fn unkeyed(name: String, kind: Kind, keys: Vec<Key>) -> Provider {
+        Provider {
+            name,
+            kind,
+            keys,
+            tolerance: DEFAULT_TOLERANCE,
+            fields: FieldPointers::default(),
+            overrides: FieldOverrides::default(),
+            identity: IdentityMode::default(),
+            events: None,
+            keep_payload: false,
+            allowed_repos: None,
+            refusal_status: RefusalStatus::default(),
+            hmac_scheme: None,
+            deadline: kind.default_deadline(),
+        }
+    }
+
+    /// Builds a provider of any kind from config values: a signature made
+    /// with any of `secrets` is valid (list the new secret and the old one
+    /// while rotating). `tolerance` matters to the kinds that sign a
+    /// timestamp, `fields` to `standard-webhooks` (`None`: the defaults;
+    /// see [`Provider::with_fields`] for every kind). No secrets, or an
+    /// empty one, is refused for every kind. An `hmac` provider needs its
+    /// scheme: [`Provider::hmac`] builds it.
+    pub fn new(
+        name: impl Into<String>,
+        kind: Kind,
+        secrets: &[impl AsRef<str>],
+        tolerance: Option<Duration>,
+        fields: Option<FieldPointers>,
+    ) -> Result<Provider, ProviderError> {
+        let name = name.into();
+        if secrets.is_empty() || secrets.iter().any(|s| s.as_ref().is_empty()) {
+            return Err(ProviderError::EmptySecret(name));
+        }
+        let keys = secrets.iter().map(|secret| kind.0.key(&name, secret.as_ref())).collect::<Result<_, _>>()?;
+        let fields = fields.unwrap_or_default();
+        fields.validate(&name)?;
+        Ok(Provider {
+            tolerance: tolerance.unwrap_or(DEFAULT_TOLERANCE),
+            fields,
+            ..Provider::unkeyed(name, kind, keys)
+        })
+    }
+
+    /// Applies the config file's `fields` table: for `standard-webhooks`
+    /// the keys given replace its pointers; for `stripe`, `slack` and
+    /// `shopify` each key given replaces that field's default
+    /// (docs/providers.md). A value that is neither a pointer nor a
+    /// literal is refused.
+    pub fn with_fields(mut self, overrides: FieldOverrides) -> Result<Self, ProviderError> {
+        overrides.validate(&self.name)?;
+        self.fields = overrides.over(self.fields);
+        self.overrides = overrides;
+        Ok(self)
+    }
+
+    /// Where this provider's deliveries carry their id in the body, as a
+    /// JSON pointer: `/id` for `stripe`, `/event_id` for `slack`, an `hmac`
+    /// provider's `delivery_id`; `None` where a header carries it.
+    /// `idemgate send` signs such a body as it is (docs/integration-testing.md).
+    pub fn body_delivery_id(&self) -> Option<String> {
+        self.kind.0.body_delivery_pointer(self)
+    }
+
+    /// Checks what the headers alone can tell before the body is read: the
+    /// signature headers are present, sent once and well formed, and a
+    /// signed timestamp is within the tolerance. `Err` is the 401 that
+    /// [`Provider::accept`] would give, so a request that cannot be
+    /// authenticated is refused without its body being read or charged to
+    /// the body budget. The same functions read the headers for `accept`.
+    pub fn check_headers(&self, headers: &HeaderMap, now: SystemTime) -> Result<(), Rejection> {
+        self.kind.0.check_headers(self, headers, now)
+    }
+
+    /// Authenticates the request, then normalizes it. Nothing but the
+    /// signature headers is read before the signature is verified. `now` is
+    /// the clock, injected so tests can pin it.
+    pub fn accept(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
+        self.kind.0.accept(self, headers, body, now)
+    }
+
+    /// The headers this provider's sender would attach to `body`, signed
+    /// with the provider's first secret by the same code that verifies them (for
+    /// `idemgate send` and `sign`). `event` is the event name of kinds that
+    /// carry it in a header (`github`, `shopify`); timestamped schemes sign
+    /// `now`. Kinds that carry the delivery id in the body (`stripe`,
+    /// `slack`; see [`Kind::body_delivery_id`]) sign the body as it is: put
+    /// the id there first.
+    pub fn sign(
+        &self,
+        delivery_id: &str,
+        event: Option<&str>,
+        body: &[u8],
+        now: SystemTime,
+    ) -> Result<Vec<(&str, String)>, SignError> {
+        match (self.kind.0.sends_event_name(), event) {
+            (true, None) => Err(SignError::EventRequired(self.kind)),
+            (false, Some(_)) => Err(SignError::EventNotSent(self.kind)),
+            _ => Ok(self.kind.0.sign(self, delivery_id, event, body, now)),
+        }
+    }
+
     /// Sets how work is named (`github` only; docs/identities.md).
     pub fn with_identity(mut self, identity: IdentityMode) -> Self {
         self.identity = identity;
@@ -510,134 +540,4 @@ pub enum SignError {
     /// The kind has no event-name header; the event type lives in the body.
     #[error("kind {0} sends no event-name header (the event type is part of the body): leave out --event")]
     EventNotSent(Kind),
-}
-
-/// What a single-valued header looks like.
-pub(super) enum Header<'a> {
-    Missing,
-    /// Sent more than once: ambiguous, never guessed at.
-    Repeated,
-    /// Not visible ASCII.
-    NotText,
-    Value(&'a str),
-}
-
-pub(super) fn header<'a>(headers: &'a HeaderMap, name: &str) -> Header<'a> {
-    match single(headers, name) {
-        Ok(None) => Header::Missing,
-        Err(Repeated) => Header::Repeated,
-        Ok(Some(v)) => v.to_str().map_or(Header::NotText, Header::Value),
-    }
-}
-
-/// A header sent more than once.
-pub(super) struct Repeated;
-
-/// The one value of a header, whatever its bytes (`None`: not sent); a
-/// header sent more than once is ambiguous, never guessed at.
-pub(super) fn single<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a HeaderValue>, Repeated> {
-    let mut values = headers.get_all(name).iter();
-    match (values.next(), values.next()) {
-        (None, _) => Ok(None),
-        (Some(_), Some(_)) => Err(Repeated),
-        (Some(v), None) => Ok(Some(v)),
-    }
-}
-
-/// A required, non-empty header, read after authentication: anything else
-/// is a 400 naming the header (`display`), never its value.
-pub(super) fn required<'a>(headers: &'a HeaderMap, name: &str, display: &str) -> Result<&'a str, Rejection> {
-    match header(headers, name) {
-        Header::Value(v) if !v.is_empty() => Ok(v),
-        Header::Value(_) => Err(Rejection::BadRequest(format!("empty {display} header"))),
-        Header::Missing => Err(Rejection::BadRequest(format!("missing {display} header"))),
-        Header::Repeated => Err(Rejection::BadRequest(format!("{display} sent more than once"))),
-        Header::NotText => Err(Rejection::BadRequest(format!("{display} is not text"))),
-    }
-}
-
-/// A signature header that must be present once, as text: anything else
-/// is a 401 naming the header (`display`), never its value.
-pub(super) fn signature_header<'a>(headers: &'a HeaderMap, name: &str, display: &str) -> Result<&'a str, Rejection> {
-    match header(headers, name) {
-        Header::Value(v) => Ok(v),
-        Header::Missing => Err(Rejection::Unauthorized(format!("missing {display} header"))),
-        Header::Repeated => Err(Rejection::Unauthorized(format!("{display} sent more than once"))),
-        Header::NotText => Err(Rejection::Unauthorized(format!("{display} is not text"))),
-    }
-}
-
-/// Refuses a signed timestamp (`display` names where it came from) that is
-/// not integer seconds (ASCII digits only), or further than `tolerance`
-/// from `now` either way. Exactly `tolerance` away is accepted.
-pub(super) fn check_timestamp(
-    display: &str,
-    timestamp: &str,
-    tolerance: Duration,
-    now: SystemTime,
-) -> Result<(), Rejection> {
-    let unauthorized = |what: &str| Rejection::Unauthorized(format!("{display} {what}"));
-    let seconds: u64 = Some(timestamp)
-        .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
-        .and_then(|t| t.parse().ok())
-        .ok_or_else(|| unauthorized("is not integer seconds"))?;
-    let now_ms = match now.duration_since(std::time::UNIX_EPOCH) {
-        Ok(d) => d.as_millis() as i128,
-        Err(before) => -(before.duration().as_millis() as i128),
-    };
-    let skew = now_ms - i128::from(seconds) * 1000;
-    let tolerance = tolerance.as_millis() as i128;
-    if skew > tolerance {
-        Err(unauthorized("is older than the tolerance"))
-    } else if -skew > tolerance {
-        Err(unauthorized("is further in the future than the tolerance"))
-    } else {
-        Ok(())
-    }
-}
-
-/// The seconds since the epoch that a sender signs at `now`.
-pub(super) fn unix_seconds(now: SystemTime) -> String {
-    now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()).to_string()
-}
-
-/// The body as JSON, checked only after authentication.
-pub(super) fn parse_body(body: &[u8]) -> Result<Value, Rejection> {
-    serde_json::from_slice(body).map_err(|_| Rejection::BadRequest("the body is not JSON".into()))
-}
-
-/// A provider that cannot be built; the message names the provider and the
-/// problem, never the secret.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ProviderError {
-    /// `kind` names no kind.
-    #[error("unknown provider kind {0:?} (expected one of {kinds})", kinds = Kind::names())]
-    UnknownKind(String),
-    /// The secret is empty.
-    #[error("provider {0:?}: the secret is empty")]
-    EmptySecret(String),
-    /// A `standard-webhooks` secret is not `whsec_<base64>`.
-    #[error("provider {provider:?}: the secret is not valid base64 (expected \"whsec_<base64>\")")]
-    BadSecret {
-        /// The provider's name.
-        provider: String,
-    },
-    /// A field pointer is not a JSON pointer.
-    #[error(
-        "provider {provider:?}: fields.{field} is not a JSON pointer (it must be empty or start with '/', or be a literal starting with '=')"
-    )]
-    BadPointer {
-        /// The provider's name.
-        provider: String,
-        /// Which field (`org`, `repo`, `action`, `number`).
-        field: &'static str,
-    },
-    /// An `hmac` provider's settings do not make a scheme.
-    #[error("provider {provider:?}: {problem}")]
-    Hmac {
-        /// The provider's name.
-        provider: String,
-        /// What is wrong, naming the key (never its value).
-        problem: Problem,
-    },
 }

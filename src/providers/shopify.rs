@@ -21,15 +21,70 @@
 //! identity, are not covered and there is no timestamp (as with GitHub), so
 //! a captured delivery can be replayed under other header values.
 
+use std::time::{Duration, SystemTime};
+
 use axum::http::HeaderMap;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value};
 
-use super::provider::{
-    Delivery, FieldOverrides, Header, IdentityMode, Provider, Rejection, header, parse_body, required, signature_header,
-};
+use super::fields::FieldOverrides;
+use super::outcome::{Delivery, Rejection};
+use super::provider::{IdentityMode, Kind, Provider, ProviderKind};
+use super::request::{Header, header, parse_body, required, signature_header};
+use super::signing::guid;
 use crate::vocabulary::KeySlots;
+
+/// Kind `shopify` (module docs).
+pub struct Shopify;
+
+impl Kind {
+    /// `shopify`: Shopify's `X-Shopify-Hmac-Sha256` webhooks.
+    #[allow(non_upper_case_globals)] // named as the enum variant it replaced
+    pub const Shopify: Kind = Kind(&Shopify);
+}
+
+impl ProviderKind for Shopify {
+    fn name(&self) -> &'static str {
+        "shopify"
+    }
+
+    fn default_deadline(&self) -> Duration {
+        // 5 s for the whole request (Shopify, HTTPS webhook delivery).
+        Duration::from_secs(5)
+    }
+
+    fn sends_event_name(&self) -> bool {
+        true
+    }
+
+    fn identities(&self) -> &'static [IdentityMode] {
+        &[IdentityMode::Event, IdentityMode::Topic]
+    }
+
+    fn check_headers(&self, _: &Provider, headers: &HeaderMap, _: SystemTime) -> Result<(), Rejection> {
+        signature(headers).map(drop)
+    }
+
+    fn accept(&self, provider: &Provider, headers: &HeaderMap, body: &[u8], _: SystemTime) -> Result<Delivery, Rejection> {
+        accept(provider, headers, body)
+    }
+
+    fn sign<'p>(
+        &self,
+        provider: &'p Provider,
+        delivery_id: &str,
+        event: Option<&str>,
+        body: &[u8],
+        _: SystemTime,
+    ) -> Vec<(&'p str, String)> {
+        sign(provider, delivery_id, event.unwrap_or_default(), body)
+    }
+
+    fn fresh_delivery_id(&self, random: [u64; 2]) -> String {
+        guid(random)
+    }
+}
 
 /// The signature header.
 pub const SIGNATURE_HEADER: &str = "x-shopify-hmac-sha256";
@@ -75,12 +130,12 @@ fn optional<'a>(headers: &'a HeaderMap, name: &str, display: &str) -> Result<Opt
 
 /// The digest `X-Shopify-Hmac-Sha256` carries: present once, base64 of 32
 /// bytes, else 401 (before the body is read).
-pub(super) fn signature(headers: &HeaderMap) -> Result<Vec<u8>, Rejection> {
+fn signature(headers: &HeaderMap) -> Result<Vec<u8>, Rejection> {
     let value = signature_header(headers, SIGNATURE_HEADER, "X-Shopify-Hmac-Sha256")?;
     parse_signature(value).ok_or_else(|| unauthorized("X-Shopify-Hmac-Sha256 is not base64 of 32 bytes"))
 }
 
-pub(super) fn accept(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
+fn accept(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
     let digest = signature(headers)?;
     if !provider.verifies(&signed_content(body), &digest) {
         return Err(unauthorized("X-Shopify-Hmac-Sha256 does not match the body"));
@@ -149,7 +204,7 @@ pub fn normalize(overrides: &FieldOverrides, headers: &Headers<'_>, payload: &Va
 /// digest of the body, so the same payload sent under two delivery ids is
 /// one event, as when one event reaches two subscriptions; the shop is
 /// [`SIGN_SHOP_DOMAIN`].
-pub(super) fn sign(provider: &Provider, delivery_id: &str, topic: &str, body: &[u8]) -> Vec<(&'static str, String)> {
+fn sign(provider: &Provider, delivery_id: &str, topic: &str, body: &[u8]) -> Vec<(&'static str, String)> {
     use sha2::Digest;
     let event_id = hex::encode(&sha2::Sha256::digest(body)[..12]);
     vec![

@@ -78,6 +78,19 @@ pub(super) fn mac_over(key: &Key, signed: &[&[u8]]) -> Vec<u8> {
     }
 }
 
+/// A fresh delivery id shaped as a random (version 4) GUID, the way
+/// GitHub, GitLab and Shopify write theirs, from two random words.
+pub(super) fn guid([a, b]: [u64; 2]) -> String {
+    format!(
+        "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0x0fff,
+        0x8000 | (b >> 48) & 0x3fff,
+        b & 0xffff_ffff_ffff
+    )
+}
+
 /// An HMAC-SHA256 key.
 pub(super) fn hmac_key(key: &[u8]) -> Key {
     Key::Sha256(HmacSha256::new_from_slice(key).expect("HMAC takes keys of any length"))

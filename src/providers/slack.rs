@@ -20,15 +20,68 @@
 //!   event. `fields` replaces any of them.
 //! - an `events` list matches `event.type` (`app_mention`), or the action.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use axum::http::HeaderMap;
 use serde_json::{Map, Value};
 
-use super::provider::{
-    Delivery, FieldOverrides, Provider, Rejection, check_timestamp, parse_body, signature_header, unix_seconds,
-};
+use super::fields::FieldOverrides;
+use super::outcome::{Delivery, Rejection};
+use super::provider::{Kind, Provider, ProviderKind};
+use super::request::{check_timestamp, parse_body, signature_header, unix_seconds};
 use crate::vocabulary::KeySlots;
+
+/// Kind `slack` (module docs).
+pub struct Slack;
+
+impl Kind {
+    /// `slack`: Slack's Events API (`X-Slack-Signature`).
+    #[allow(non_upper_case_globals)] // named as the enum variant it replaced
+    pub const Slack: Kind = Kind(&Slack);
+}
+
+impl ProviderKind for Slack {
+    fn name(&self) -> &'static str {
+        "slack"
+    }
+
+    fn default_deadline(&self) -> Duration {
+        // "respond ... within three seconds" (Slack, Events API).
+        Duration::from_secs(3)
+    }
+
+    fn signs_timestamp(&self) -> bool {
+        true
+    }
+
+    fn body_delivery_id(&self) -> Option<&'static str> {
+        Some(DELIVERY_KEY)
+    }
+
+    fn check_headers(&self, provider: &Provider, headers: &HeaderMap, now: SystemTime) -> Result<(), Rejection> {
+        signature(provider, headers, now).map(drop)
+    }
+
+    fn accept(&self, provider: &Provider, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
+        accept(provider, headers, body, now)
+    }
+
+    fn sign<'p>(
+        &self,
+        provider: &'p Provider,
+        _: &str,
+        _: Option<&str>,
+        body: &[u8],
+        now: SystemTime,
+    ) -> Vec<(&'p str, String)> {
+        sign(provider, now, body)
+    }
+
+    fn fresh_delivery_id(&self, random: [u64; 2]) -> String {
+        let [a, _] = random;
+        format!("Ev{a:016X}")
+    }
+}
 
 /// The signature header.
 pub const SIGNATURE_HEADER: &str = "x-slack-signature";
@@ -61,7 +114,7 @@ fn signed_content<'a>(timestamp: &'a str, body: &'a [u8]) -> [&'a [u8]; 5] {
 /// The digest of `X-Slack-Signature` and the signed timestamp: both present
 /// once, well formed, the timestamp within the tolerance, else 401 (before
 /// the body is read).
-pub(super) fn signature<'a>(
+fn signature<'a>(
     provider: &Provider,
     headers: &'a HeaderMap,
     now: SystemTime,
@@ -74,7 +127,7 @@ pub(super) fn signature<'a>(
     Ok((digest, timestamp))
 }
 
-pub(super) fn accept(
+fn accept(
     provider: &Provider,
     headers: &HeaderMap,
     body: &[u8],
@@ -119,7 +172,7 @@ pub fn normalize(overrides: &FieldOverrides, payload: &Value) -> Value {
 
 /// The headers Slack would send with `body` at `now`, signed with the
 /// provider's first secret. The delivery id is the body's `event_id`.
-pub(super) fn sign(provider: &Provider, now: SystemTime, body: &[u8]) -> Vec<(&'static str, String)> {
+fn sign(provider: &Provider, now: SystemTime, body: &[u8]) -> Vec<(&'static str, String)> {
     let timestamp = unix_seconds(now);
     let signature = hex::encode(provider.signature(&signed_content(&timestamp, body)));
     vec![(TIMESTAMP_HEADER, timestamp), (SIGNATURE_HEADER, format!("{VERSION}={signature}"))]

@@ -659,14 +659,14 @@ async fn gitlab_tokens_retries_and_events(b: Backend) {
 }
 
 fn slack_like_hmac(name: &str, secrets: &[&str]) -> Provider {
-    use idemgate::providers::hmac::{Scheme, Settings};
-    let scheme = Scheme::new(&Settings {
+    use idemgate::providers::hmac::{Scheme, SchemeConfig};
+    let scheme = Scheme::new(&SchemeConfig {
         signature_header: Some("X-Slack-Signature".into()),
         signature_prefix: Some("v0=".into()),
         signed_content: Some("v0:{timestamp}:{body}".into()),
         timestamp_header: Some("X-Slack-Request-Timestamp".into()),
         delivery_id: Some("/event_id".into()),
-        ..Settings::default()
+        ..SchemeConfig::default()
     })
     .unwrap();
     let fields = FieldPointers {
