@@ -22,7 +22,10 @@
 //!    and tokio only waits for the children it spawned).
 //!
 //! It repeats this until a pass finds nothing, so a process forked between
-//! the scan and the kill is found by the next pass.
+//! the scan and the kill is found by the next pass; and when a pass met a
+//! process dying under it (a zombie, or a child no longer under the parent
+//! it was listed under), once more, since that process's children may have
+//! moved to the worker after the worker's own list was read.
 //!
 //! What remains: a descendant that clears `IDEMGATE_RUN_ID` and sets another
 //! live run's id lives until that run's attempt ends; the attempts of a
@@ -96,6 +99,7 @@ impl Drop for Attempt {
         let others: HashSet<u32> = live.values().copied().collect();
         let others_runs: HashSet<&str> = live.keys().map(String::as_str).collect();
         let me = std::process::id();
+        let mut rescanned = false;
         for _ in 0..PASSES {
             let table = ProcessTable::scan();
             let mut victims = Vec::new();
@@ -125,6 +129,15 @@ impl Drop for Attempt {
             }
             victims.retain(|p| !table.zombies.contains(p));
             if victims.is_empty() {
+                // A process that died while this pass read the tree may have
+                // handed its children to this worker after the worker's own
+                // list was read: they were in neither list. A dead process's
+                // children are re-parented before it shows as a zombie, so
+                // one more read finds them.
+                if table.unsettled && !rescanned {
+                    rescanned = true;
+                    continue;
+                }
                 break;
             }
             for &pid in &victims {
@@ -164,6 +177,9 @@ struct ProcessTable {
     parent: HashMap<u32, u32>,
     children: HashMap<u32, Vec<u32>>,
     zombies: HashSet<u32>,
+    /// The tree changed while it was read: a process was a zombie, or had
+    /// left the parent it was listed under.
+    unsettled: bool,
 }
 
 impl ProcessTable {
@@ -188,12 +204,16 @@ impl ProcessTable {
                 let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else { continue };
                 let Some((state, ppid)) = parse_stat(&stat) else { continue };
                 if ppid != parent {
-                    continue; // exited and its pid reused since the list was read
+                    // Re-parented (its parent died) or exited and its pid
+                    // reused since the list was read.
+                    table.unsettled = true;
+                    continue;
                 }
                 table.parent.insert(child, parent);
                 table.children.entry(parent).or_default().push(child);
                 if state == 'Z' {
                     table.zombies.insert(child);
+                    table.unsettled = true;
                 } else {
                     queue.push(child);
                 }
@@ -214,6 +234,7 @@ impl ProcessTable {
             table.children.entry(ppid).or_default().push(pid);
             if state == 'Z' {
                 table.zombies.insert(pid);
+                table.unsettled = true;
             }
         }
         table
