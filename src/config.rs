@@ -20,7 +20,7 @@ use crate::redis::{DEFAULT_COMMAND_TIMEOUT, PemFile, RedisOptions, RedisTarget, 
 use crate::refusals::RefusalStatus;
 use crate::store::Store;
 use crate::store::memory::MemoryStore;
-use crate::store::redis::RedisStore;
+use crate::store::redis_store::RedisStore;
 
 /// A configuration problem, reported before anything starts.
 #[derive(Debug, thiserror::Error)]

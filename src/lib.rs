@@ -15,7 +15,7 @@
 //! - [`gate`]: the rules of docs/reference.md#semantics (validation, allowlist,
 //!   `number_text`, identity) and [`gate::Gate`], the entry point.
 //! - [`store`]: where the state lives, behind one trait: [`store::memory`]
-//!   (embedded default) and [`store::redis`] (one atomic Lua script).
+//!   (embedded default) and [`store::redis_store`] (one atomic Lua script).
 //! - [`redis`]: every conversation with Redis: connections (standalone, Cluster, Sentinel, TLS),
 //!   command bounds, routing to primaries, and the Lua scripts.
 //! - [`jcs`]: RFC 8785 canonical JSON, for payload digests (window analysis, GitHub event identities).

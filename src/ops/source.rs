@@ -11,14 +11,14 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::client::{Error, Ops};
+use super::client::{Ops, OpsError};
 use super::dead::{DeadRun, Retried};
 use super::inspect::{Found, Target};
 use super::render::{pretty_json, rfc3339_ms};
 use super::runs::{RunPage, RunQuery, RunSummary};
 use crate::store::Store;
 use crate::store::memory::{MemoryRun, MemoryStore};
-use crate::store::redis::RedisStore;
+use crate::store::redis_store::RedisStore;
 use crate::vocabulary::DeliveryRecord;
 
 /// Why the memory store answers `null` where Redis has figures.
@@ -104,8 +104,7 @@ impl Source {
             Err(other) => other,
         };
         let redis = store.downcast::<RedisStore>().ok()?;
-        let (conn, keys, timeout) = redis.parts();
-        Some(Source::Redis(Arc::new(Ops::new(conn.clone(), keys.clone(), timeout))))
+        Some(Source::Redis(Arc::new(Ops::over(redis.redis().clone()))))
     }
 
     /// `redis` or `memory`.
@@ -118,7 +117,7 @@ impl Source {
 
     /// What `idemgate stats --json` prints, with `store`; on the memory
     /// store the counts it has and `null` for what it has not.
-    pub async fn stats(&self) -> Result<Value, Error> {
+    pub async fn stats(&self) -> Result<Value, OpsError> {
         match self {
             Source::Redis(ops) => {
                 let mut v = serde_json::to_value(ops.stats(0, |_| {}).await?).expect("stats serialize");
@@ -142,7 +141,7 @@ impl Source {
     }
 
     /// The newest runs matching `query`.
-    pub async fn runs(&self, query: &RunQuery) -> Result<RunPage, Error> {
+    pub async fn runs(&self, query: &RunQuery) -> Result<RunPage, OpsError> {
         match self {
             Source::Redis(ops) => ops.recent_runs(query).await,
             Source::Memory(m) => {
@@ -162,7 +161,7 @@ impl Source {
     }
 
     /// One run, whole (`None`: no record).
-    pub async fn run(&self, run_id: &str) -> Result<Option<RunDetail>, Error> {
+    pub async fn run(&self, run_id: &str) -> Result<Option<RunDetail>, OpsError> {
         match self {
             Source::Redis(ops) => {
                 let found = ops.inspect(&Target::Run { run_id: run_id.to_owned() }).await?.found;
@@ -185,7 +184,7 @@ impl Source {
     }
 
     /// A delivery record and its run (`None`: no record).
-    pub async fn delivery(&self, provider: &str, delivery_id: &str) -> Result<Option<DeliveryDetail>, Error> {
+    pub async fn delivery(&self, provider: &str, delivery_id: &str) -> Result<Option<DeliveryDetail>, OpsError> {
         let (key, record, ttl_ms) = match self {
             Source::Redis(ops) => {
                 let target = Target::Delivery { provider: provider.to_owned(), delivery_id: delivery_id.to_owned() };
@@ -206,7 +205,7 @@ impl Source {
 
     /// The dead stream, oldest first, and its key (`None` on the memory
     /// store, which has no dead runs: nothing runs its work).
-    pub async fn dead(&self) -> Result<(Option<String>, Vec<DeadRun>), Error> {
+    pub async fn dead(&self) -> Result<(Option<String>, Vec<DeadRun>), OpsError> {
         match self {
             Source::Redis(ops) => Ok((Some(ops.keys().runs_dead()), ops.dead_list().await?)),
             Source::Memory(_) => Ok((None, Vec::new())),
@@ -215,7 +214,7 @@ impl Source {
 
     /// `idemgate dead retry RUN_ID`: the same atomic script. On the memory
     /// store no run is ever dead, so every retry is refused with the run's status.
-    pub async fn retry(&self, run_id: &str) -> Result<Retried, Error> {
+    pub async fn retry(&self, run_id: &str) -> Result<Retried, OpsError> {
         match self {
             Source::Redis(ops) => {
                 let mut results = ops.dead_retry(Some(&[run_id.to_owned()])).await?;

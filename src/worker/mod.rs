@@ -503,7 +503,7 @@ async fn process<H: Handler>(shared: &WorkerState, handler: &H, entry: &StreamEn
         // back, uncounted, for whichever worker's breaker lets it through.
         let admission = handler.breaker().map_or(Admission::Go, Breaker::admit);
         if *stop.borrow() || admission == Admission::Hold {
-            if retry_until_answered(shared, "releasing", run_id, RELEASE_PATIENCE, || q.release(entry, config.lease))
+            if retry_until_answered(shared, "releasing", run_id, RELEASE_PATIENCE, || q.give_back(entry, config.lease))
                 .await
                 == Some(true)
             {

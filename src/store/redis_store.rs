@@ -5,57 +5,52 @@
 use std::time::Duration;
 
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Cmd, RedisError, Script, ServerErrorKind, Value};
+use redis::{Cmd, RedisError, ServerErrorKind, Value};
 
 use super::{BoxFuture, Call, HeldRun, Store, Stored};
 use crate::error::Error;
 use crate::keys::Keys;
-use crate::redis::scripts::{GateCall, GateVerdict, RUN_FINISH_LUA, RUN_RELEASE_LUA, gate_hold_lua, gate_lua};
-use crate::redis::{Conn, RedisOptions, bounded};
+use crate::redis::handle::eval;
+use crate::redis::run_scripts::{RunFinishCall, RunReleaseCall};
+use crate::redis::scripts::{GATE, GATE_HOLD, GateCall, GateVerdict, LuaScript};
+use crate::redis::{Conn, RedisHandle, RedisOptions};
 use crate::units::redis_ms;
 use crate::vocabulary::{DeliveryRecord, Settings, Verdict};
 
 /// The Redis-backed store.
 pub struct RedisStore {
-    conn: Conn,
-    keys: Keys,
+    redis: RedisHandle,
     /// The namespace's fixed keys, built once: run counter, runs stream, run-record prefix.
     counter_key: String,
     runs_key: String,
     run_prefix: String,
-    script: Script,
-    /// The gate script of a caller that holds its runs (`lua/gate_hold.lua`).
-    hold_script: Script,
-    finish_script: Script,
-    release_script: Script,
     delivery_ttl_ms: u64,
     logical_ttl_ms: u64,
-    timeout: Duration,
     min_replicas_ack: Option<(u32, Duration)>,
 }
 
 impl RedisStore {
-    /// The connection, namespace and command bound this store uses, for
-    /// the operator views that read the same namespace ([`crate::ops::Source::of`]).
-    pub fn parts(&self) -> (&Conn, &Keys, std::time::Duration) {
-        (&self.conn, &self.keys, self.timeout)
+    /// The handle this store writes through, for the operator views that
+    /// read the same namespace ([`crate::ops::Source::of`]).
+    pub fn redis(&self) -> &RedisHandle {
+        &self.redis
     }
 
     /// A store over `conn`, under the namespace of `keys`.
     pub fn new(conn: Conn, keys: Keys, settings: &Settings, timeout: Duration) -> Self {
+        Self::over(RedisHandle::new(conn, keys, timeout), settings)
+    }
+
+    /// A store writing through `redis`.
+    pub fn over(redis: RedisHandle, settings: &Settings) -> Self {
+        let keys = redis.keys();
         Self {
             counter_key: keys.run_counter(),
             runs_key: keys.runs(),
             run_prefix: keys.run_prefix(),
-            conn,
-            keys,
-            script: Script::new(gate_lua()),
-            hold_script: Script::new(gate_hold_lua()),
-            finish_script: Script::new(RUN_FINISH_LUA),
-            release_script: Script::new(RUN_RELEASE_LUA),
+            redis,
             delivery_ttl_ms: redis_ms(settings.delivery_ttl),
             logical_ttl_ms: settings.logical_ttl.map_or(0, redis_ms),
-            timeout,
             min_replicas_ack: None,
         }
     }
@@ -70,22 +65,18 @@ impl RedisStore {
 
     /// Connects to Redis and builds the store.
     pub async fn connect(opts: &RedisOptions, keys: Keys, settings: &Settings) -> Result<Self, Error> {
-        let store = Self::new(Conn::connect(opts).await?, keys, settings, opts.command_timeout);
+        let store = Self::over(RedisHandle::connect(opts, keys).await?, settings);
         Ok(store.with_min_replicas_ack(opts.min_replicas_ack))
     }
 
     /// The key schema of this store's namespace.
     pub fn keys(&self) -> &Keys {
-        &self.keys
-    }
-
-    async fn bounded<T>(&self, fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T, Error> {
-        bounded(self.timeout, fut).await
+        self.redis.keys()
     }
 
     /// `EVALSHA` of the gate script for `call` (of the hold script when it
     /// holds), the script, and the delivery key (whose slot the script runs in).
-    fn script_cmd(&self, call: &Call<'_>) -> (Cmd, &Script, String) {
+    fn script_cmd(&self, call: &Call<'_>) -> (Cmd, &'static LuaScript, String) {
         let (verdict, id) = match &call.verdict {
             Verdict::BadRequest => (GateVerdict::BadRequest, None),
             Verdict::Blocked => (GateVerdict::Blocked, None),
@@ -93,8 +84,8 @@ impl RedisStore {
         };
         // Without an identity there is no logical key; any key of the
         // namespace's slot keeps the KEYS list valid on a cluster.
-        let logical = id.map(|id| self.keys.logical(id));
-        let delivery = self.keys.delivery(call.provider, call.delivery_id);
+        let logical = id.map(|id| self.keys().logical(id));
+        let delivery = self.keys().delivery(call.provider, call.delivery_id);
         let cmd = GateCall {
             delivery_key: &delivery,
             logical_key: logical.as_deref().unwrap_or(&self.counter_key),
@@ -118,21 +109,8 @@ impl RedisStore {
             hold_ms: call.hold.map_or(0, |hold| redis_ms(hold.lease)),
             held_run_ttl_ms: call.hold.and_then(|hold| hold.retention).map_or(0, redis_ms),
         };
-        let script = if cmd.holds() { &self.hold_script } else { &self.script };
-        (cmd.evalsha(script.get_hash()), script, delivery)
-    }
-
-    /// Runs the script through the client's own routing (MOVED, ASK,
-    /// TRYAGAIN, reconnects), loading it again after NOSCRIPT (a restart,
-    /// a failover or `SCRIPT FLUSH` empties the script cache).
-    async fn eval(&self, conn: &mut Conn, cmd: &Cmd, script: &Script) -> redis::RedisResult<(i64, String)> {
-        match cmd.query_async(conn).await {
-            Err(e) if e.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
-                script.load_async(conn).await?;
-                cmd.query_async(conn).await
-            }
-            r => r,
-        }
+        let script: &'static LuaScript = if cmd.holds() { &GATE_HOLD } else { &GATE };
+        (cmd.evalsha(script.hash()), script, delivery)
     }
 
     /// Runs the script and `WAIT n` in one batch on one connection to the
@@ -143,7 +121,7 @@ impl RedisStore {
         &self,
         conn: &mut Conn,
         cmd: &Cmd,
-        script: &Script,
+        script: &LuaScript,
         key: &str,
         (n, wait): (u32, Duration),
     ) -> Result<(i64, String), Error> {
@@ -173,7 +151,7 @@ impl RedisStore {
             };
             match e.kind() {
                 redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    script.load_async(conn).await?;
+                    script.load_into(conn).await?;
                 }
                 redis::ErrorKind::Server(ServerErrorKind::Ask) => match e.redirect_node() {
                     Some((host, port)) => {
@@ -185,7 +163,7 @@ impl RedisStore {
                     // Let the cluster client follow MOVED and refresh its slot
                     // map; the script is idempotent, so running it is harmless,
                     // but its answer is the delivery's first one: keep it.
-                    let answer = self.eval(conn, cmd, script).await?;
+                    let answer = eval(conn, cmd, script).await?;
                     decided.get_or_insert(answer);
                     (node, asking) = (slot.clone(), false);
                 }
@@ -203,12 +181,13 @@ impl RedisStore {
 
     async fn run_script(&self, call: &Call<'_>) -> Result<Stored, Error> {
         let (cmd, script, key) = self.script_cmd(call);
-        let mut conn = self.conn.clone();
+        let mut conn = self.redis.conn().clone();
+        let timeout = self.redis.timeout();
         let (replayed, record) = match self.min_replicas_ack {
-            None => self.bounded(self.eval(&mut conn, &cmd, script)).await?,
-            Some(ack) => tokio::time::timeout(self.timeout, self.eval_and_wait(&mut conn, &cmd, script, &key, ack))
+            None => self.redis.bounded(eval(&mut conn, &cmd, script)).await?,
+            Some(ack) => tokio::time::timeout(timeout, self.eval_and_wait(&mut conn, &cmd, script, &key, ack))
                 .await
-                .map_err(|_| Error::Timeout(self.timeout))??,
+                .map_err(|_| Error::Timeout(timeout))??,
         };
         if replayed == 2 {
             return Err(Error::InFlight { run_id: record });
@@ -219,22 +198,26 @@ impl RedisStore {
     }
 
     async fn finish_run(&self, run: &HeldRun<'_>) -> Result<bool, Error> {
-        let mut conn = self.conn.clone();
-        let mut inv = self.finish_script.prepare_invoke();
-        inv.key(self.keys.run(run.run_id)).arg(run.now_ms).arg(run.retention.map_or(0, redis_ms));
-        let finished: i64 = self.bounded(inv.invoke_async(&mut conn)).await?;
-        Ok(finished == 1)
+        let call = RunFinishCall {
+            keys: self.keys(),
+            run_id: run.run_id,
+            now_ms: run.now_ms,
+            retention_ms: run.retention.map_or(0, redis_ms),
+        };
+        self.redis.call(&call).await
     }
 
     async fn release_run(&self, run: &HeldRun<'_>) -> Result<bool, Error> {
-        let mut conn = self.conn.clone();
-        let mut inv = self.release_script.prepare_invoke();
-        inv.key(self.keys.delivery(run.provider, run.delivery_id))
-            .key(self.keys.logical(run.identity))
-            .key(self.keys.run(run.run_id));
-        inv.arg(run.run_id).arg(run.now_ms).arg(run.retention.map_or(0, redis_ms));
-        let released: i64 = self.bounded(inv.invoke_async(&mut conn)).await?;
-        Ok(released == 1)
+        let call = RunReleaseCall {
+            keys: self.keys(),
+            provider: run.provider,
+            delivery_id: run.delivery_id,
+            identity: run.identity,
+            run_id: run.run_id,
+            now_ms: run.now_ms,
+            retention_ms: run.retention.map_or(0, redis_ms),
+        };
+        self.redis.call(&call).await
     }
 }
 
@@ -265,8 +248,7 @@ impl Store for RedisStore {
 
     fn ping(&self) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(async move {
-            let mut conn = self.conn.clone();
-            let _: String = self.bounded(redis::cmd("PING").query_async(&mut conn)).await?;
+            let _: String = self.redis.query(&mut redis::cmd("PING")).await?;
             Ok(())
         })
     }
