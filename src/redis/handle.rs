@@ -7,7 +7,8 @@
 
 use std::time::Duration;
 
-use redis::{Cmd, FromRedisValue, Pipeline, ServerErrorKind};
+use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+use redis::{Cmd, FromRedisValue, Pipeline, RedisError, ServerErrorKind, Value};
 
 use super::conn::{Conn, bounded};
 use super::connection::{RedisOptions, RedisTarget};
@@ -96,6 +97,31 @@ impl RedisHandle {
         self.bounded(conn.on_every_primary(cmd)).await
     }
 
+    /// Runs `cmd`, an `EVALSHA` of `script`, bounded ([`eval`]).
+    pub async fn eval<T: FromRedisValue>(&self, cmd: &Cmd, script: &LuaScript) -> Result<T, Error> {
+        let mut conn = self.conn.clone();
+        self.bounded(eval(&mut conn, cmd, script)).await
+    }
+
+    /// Runs `cmd`, an `EVALSHA` of an idempotent `script` on `key`, and
+    /// `WAIT n` in one batch on one connection to the primary of `key`'s
+    /// slot, so the `WAIT` covers the script's write; fewer than `n`
+    /// replicas within `wait` is [`Error::ReplicasShort`]. Redirects and
+    /// NOSCRIPT inside the batch are followed; the whole is bounded by the
+    /// command timeout.
+    pub async fn eval_and_wait<T: FromRedisValue>(
+        &self,
+        cmd: &Cmd,
+        script: &LuaScript,
+        key: &str,
+        ack: (u32, Duration),
+    ) -> Result<T, Error> {
+        let mut conn = self.conn.clone();
+        tokio::time::timeout(self.timeout, eval_and_wait_on(&mut conn, cmd, script, key, ack))
+            .await
+            .map_err(|_| Error::Timeout(self.timeout))?
+    }
+
     /// Runs one script call, bounded; a script Redis lost is loaded again.
     pub async fn call<C: ScriptCall>(&self, call: &C) -> Result<C::Reply, Error> {
         let mut conn = self.conn.clone();
@@ -133,6 +159,69 @@ pub async fn eval<T: FromRedisValue>(conn: &mut Conn, cmd: &Cmd, script: &LuaScr
         }
         r => r,
     }
+}
+
+/// [`RedisHandle::eval_and_wait`] on `conn`, unbounded (the caller bounds
+/// the whole loop in time).
+async fn eval_and_wait_on<T: FromRedisValue>(
+    conn: &mut Conn,
+    cmd: &Cmd,
+    script: &LuaScript,
+    key: &str,
+    (n, wait): (u32, Duration),
+) -> Result<T, Error> {
+    let slot = SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master));
+    let (mut node, mut asking) = (slot.clone(), false);
+    // The answer of a run that happened outside the batch (after MOVED):
+    // the batch's own run then replays it, and the first answer is the one.
+    let mut decided: Option<T> = None;
+    for attempt in 1..=10u64 {
+        let mut pipe = redis::pipe();
+        if asking {
+            pipe.cmd("ASKING");
+        }
+        pipe.add_command(cmd.clone()).cmd("WAIT").arg(n).arg(wait.as_millis().max(1) as u64);
+        let mut values = conn.pipeline_on(&pipe, node.clone()).await?;
+        let acked = values.pop().unwrap_or(Value::Nil);
+        let e = match values.pop().unwrap_or(Value::Nil) {
+            Value::ServerError(e) => RedisError::from(e),
+            v => {
+                let got: u32 = redis::from_redis_value(acked).map_err(RedisError::from)?;
+                if got < n {
+                    return Err(Error::ReplicasShort { wanted: n, got });
+                }
+                let answer: T = redis::from_redis_value(v).map_err(RedisError::from)?;
+                return Ok(decided.unwrap_or(answer));
+            }
+        };
+        match e.kind() {
+            redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
+                script.load_into(conn).await?;
+            }
+            redis::ErrorKind::Server(ServerErrorKind::Ask) => match e.redirect_node() {
+                Some((host, port)) => {
+                    (node, asking) = (SingleNodeRoutingInfo::ByAddress { host: host.to_owned(), port }, true)
+                }
+                None => return Err(e.into()),
+            },
+            redis::ErrorKind::Server(ServerErrorKind::Moved) => {
+                // Let the cluster client follow MOVED and refresh its slot
+                // map; the script is idempotent, so running it is harmless,
+                // but its answer is the delivery's first one: keep it.
+                let answer = eval(conn, cmd, script).await?;
+                decided.get_or_insert(answer);
+                (node, asking) = (slot.clone(), false);
+            }
+            redis::ErrorKind::Server(
+                ServerErrorKind::TryAgain
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::MasterDown
+                | ServerErrorKind::BusyLoading,
+            ) => tokio::time::sleep(Duration::from_millis(20 * attempt)).await,
+            _ => return Err(e.into()),
+        }
+    }
+    Err(Error::Corrupt("the cluster kept redirecting the gate script".into()))
 }
 
 /// A command or a pipeline, sent the same way.

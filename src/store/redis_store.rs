@@ -4,13 +4,11 @@
 
 use std::time::Duration;
 
-use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Cmd, RedisError, ServerErrorKind, Value};
+use redis::Cmd;
 
 use super::{BoxFuture, Call, HeldRun, Store, Stored};
 use crate::error::Error;
 use crate::keys::Keys;
-use crate::redis::handle::eval;
 use crate::redis::run_scripts::{RunFinishCall, RunReleaseCall};
 use crate::redis::scripts::{GATE, GATE_HOLD, GateCall, GateVerdict, LuaScript};
 use crate::redis::{Conn, RedisHandle, RedisOptions};
@@ -113,81 +111,12 @@ impl RedisStore {
         (cmd.evalsha(script.hash()), script, delivery)
     }
 
-    /// Runs the script and `WAIT n` in one batch on one connection to the
-    /// slot's primary, so the `WAIT` covers the script's write (a replay
-    /// rewrites its record for this). Redirects and NOSCRIPT inside the
-    /// batch are followed here; the caller bounds the whole loop in time.
-    async fn eval_and_wait(
-        &self,
-        conn: &mut Conn,
-        cmd: &Cmd,
-        script: &LuaScript,
-        key: &str,
-        (n, wait): (u32, Duration),
-    ) -> Result<(i64, String), Error> {
-        let slot = SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master));
-        let (mut node, mut asking) = (slot.clone(), false);
-        // The answer of a run that happened outside the batch (after MOVED):
-        // the batch's own run then replays it, and the first answer is the one.
-        let mut decided: Option<(i64, String)> = None;
-        for attempt in 1..=10u64 {
-            let mut pipe = redis::pipe();
-            if asking {
-                pipe.cmd("ASKING");
-            }
-            pipe.add_command(cmd.clone()).cmd("WAIT").arg(n).arg(wait.as_millis().max(1) as u64);
-            let mut values = conn.pipeline_on(&pipe, node.clone()).await?;
-            let acked = values.pop().unwrap_or(Value::Nil);
-            let e = match values.pop().unwrap_or(Value::Nil) {
-                Value::ServerError(e) => RedisError::from(e),
-                v => {
-                    let got: u32 = redis::from_redis_value(acked).map_err(RedisError::from)?;
-                    if got < n {
-                        return Err(Error::ReplicasShort { wanted: n, got });
-                    }
-                    let answer: (i64, String) = redis::from_redis_value(v).map_err(RedisError::from)?;
-                    return Ok(decided.unwrap_or(answer));
-                }
-            };
-            match e.kind() {
-                redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    script.load_into(conn).await?;
-                }
-                redis::ErrorKind::Server(ServerErrorKind::Ask) => match e.redirect_node() {
-                    Some((host, port)) => {
-                        (node, asking) = (SingleNodeRoutingInfo::ByAddress { host: host.to_owned(), port }, true)
-                    }
-                    None => return Err(e.into()),
-                },
-                redis::ErrorKind::Server(ServerErrorKind::Moved) => {
-                    // Let the cluster client follow MOVED and refresh its slot
-                    // map; the script is idempotent, so running it is harmless,
-                    // but its answer is the delivery's first one: keep it.
-                    let answer = eval(conn, cmd, script).await?;
-                    decided.get_or_insert(answer);
-                    (node, asking) = (slot.clone(), false);
-                }
-                redis::ErrorKind::Server(
-                    ServerErrorKind::TryAgain
-                    | ServerErrorKind::ClusterDown
-                    | ServerErrorKind::MasterDown
-                    | ServerErrorKind::BusyLoading,
-                ) => tokio::time::sleep(Duration::from_millis(20 * attempt)).await,
-                _ => return Err(e.into()),
-            }
-        }
-        Err(Error::Corrupt("the cluster kept redirecting the gate script".into()))
-    }
-
     async fn run_script(&self, call: &Call<'_>) -> Result<Stored, Error> {
         let (cmd, script, key) = self.script_cmd(call);
-        let mut conn = self.redis.conn().clone();
-        let timeout = self.redis.timeout();
-        let (replayed, record) = match self.min_replicas_ack {
-            None => self.redis.bounded(eval(&mut conn, &cmd, script)).await?,
-            Some(ack) => tokio::time::timeout(timeout, self.eval_and_wait(&mut conn, &cmd, script, &key, ack))
-                .await
-                .map_err(|_| Error::Timeout(timeout))??,
+        let (replayed, record): (i64, String) = match self.min_replicas_ack {
+            None => self.redis.eval(&cmd, script).await?,
+            // A replay rewrites its record, so that the `WAIT` covers it.
+            Some(ack) => self.redis.eval_and_wait(&cmd, script, &key, ack).await?,
         };
         if replayed == 2 {
             return Err(Error::InFlight { run_id: record });
