@@ -91,9 +91,12 @@ pub struct RunSummary {
     pub created_at: Option<String>,
 }
 
-/// The run-record fields a [`RunSummary`] reads, in the order of an `HMGET`.
-pub const SUMMARY_FIELDS: [&str; 10] =
-    ["run_id", "provider", "repo", "action", "number", "delivery_id", "status", "attempts", "last_error", "created_ms"];
+/// The run-record fields a [`RunSummary`] reads, in the order of an `HMGET`:
+/// [`RunFields::NAMES`], then the run's state.
+pub const SUMMARY_FIELDS: [&str; 10] = {
+    let [run_id, provider, repo, action, number, delivery_id] = RunFields::NAMES;
+    [run_id, provider, repo, action, number, delivery_id, "status", "attempts", "last_error", "created_ms"]
+};
 
 impl RunSummary {
     /// Reads a run record, `field` giving each stored field by name

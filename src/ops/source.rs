@@ -19,7 +19,7 @@ use super::runs::{RunPage, RunQuery, RunSummary};
 use crate::store::Store;
 use crate::store::memory::{MemoryRun, MemoryStore};
 use crate::store::redis_store::RedisStore;
-use crate::vocabulary::DeliveryRecord;
+use crate::vocabulary::{DeliveryRecord, RunFields};
 
 /// Why the memory store answers `null` where Redis has figures.
 pub const MEMORY_STORE_NOTE: &str = "the memory store keeps deliveries, identities and runs in this process only: it has no runs stream, no workers (so no queue, pending or dead runs) and no Redis memory";
@@ -77,17 +77,19 @@ fn payload_parts(raw: Option<&str>) -> (Option<Box<RawValue>>, Option<String>) {
 }
 
 fn memory_run_detail(run_id: &str, r: MemoryRun) -> RunDetail {
-    let mut fields = BTreeMap::from([
-        ("run_id".to_owned(), run_id.to_owned()),
-        ("provider".to_owned(), r.provider),
-        ("repo".to_owned(), r.repo),
-        ("action".to_owned(), r.action),
-        ("number".to_owned(), r.number),
-        ("delivery_id".to_owned(), r.delivery_id),
-        ("created_ms".to_owned(), r.created_ms.to_string()),
-        ("status".to_owned(), r.status.to_owned()),
-        ("attempts".to_owned(), "0".to_owned()),
-    ]);
+    let names = RunFields {
+        run_id: run_id.to_owned(),
+        provider: r.provider,
+        repo: r.repo,
+        action: r.action,
+        number: r.number,
+        delivery_id: r.delivery_id,
+    };
+    let mut fields: BTreeMap<String, String> =
+        RunFields::NAMES.into_iter().zip(names.values()).map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+    fields.insert("created_ms".to_owned(), r.created_ms.to_string());
+    fields.insert("status".to_owned(), r.status.to_owned());
+    fields.insert("attempts".to_owned(), "0".to_owned());
     let summary = RunSummary::read(|k| fields.get(k).cloned());
     let (payload, payload_pretty) = payload_parts(r.payload.as_deref());
     fields.retain(|k, _| k != "payload");
