@@ -1,6 +1,6 @@
 //! [`Conn`]: the one multiplexed connection to a standalone server, a
 //! Cluster or a Sentinel-watched primary, and the bounds on connecting
-//! ([`connect_bounded`]) and on every command ([`bounded`]).
+//! (`connect_bounded`) and on every command ([`bounded`]).
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -60,7 +60,7 @@ fn decode_yes(reply: Value) -> Result<bool, Error> {
     Ok(decode::<i64>(reply)? == 1)
 }
 
-/// The consumer a worker script acts as: ARGV[1] and ARGV[2] of each, and
+/// The consumer a worker script acts as: `ARGV[1]` and `ARGV[2]` of each, and
 /// the namespace whose streams it reads.
 #[derive(Debug, Clone, Copy)]
 pub struct Consumer<'a> {

@@ -120,7 +120,7 @@ impl Queue {
         Op(format!("{}{}", self.op_prefix, self.ops.fetch_add(1, Ordering::Relaxed)))
     }
 
-    /// ARGV[1] and ARGV[2] of every worker script.
+    /// `ARGV[1]` and `ARGV[2]` of every worker script.
     fn as_consumer(&self) -> Consumer<'_> {
         Consumer { keys: self.redis.keys(), group: &self.group, name: &self.consumer }
     }
