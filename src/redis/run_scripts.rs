@@ -34,20 +34,20 @@ script!(RUN_FINISH, "run_finish.lua");
 script!(RUN_RELEASE, "run_release.lua");
 script!(DEAD_RETRY, "dead_retry.lua");
 
-/// Every script of this module, for checks over all of them.
-pub fn all() -> [&'static LuaScript; 11] {
+/// Every script of this module with its file name, for checks over all of them.
+pub fn all() -> [(&'static str, &'static LuaScript); 11] {
     [
-        &WORKER_START,
-        &WORKER_DONE,
-        &WORKER_FAIL,
-        &WORKER_UNCOUNT,
-        &WORKER_GIVE_BACK,
-        &WORKER_EXTEND,
-        &WORKER_LEAVE,
-        &WORKER_TRIM,
-        &RUN_FINISH,
-        &RUN_RELEASE,
-        &DEAD_RETRY,
+        ("worker_start.lua", &WORKER_START),
+        ("worker_done.lua", &WORKER_DONE),
+        ("worker_fail.lua", &WORKER_FAIL),
+        ("worker_uncount.lua", &WORKER_UNCOUNT),
+        ("worker_give_back.lua", &WORKER_GIVE_BACK),
+        ("worker_extend.lua", &WORKER_EXTEND),
+        ("worker_leave.lua", &WORKER_LEAVE),
+        ("worker_trim.lua", &WORKER_TRIM),
+        ("run_finish.lua", &RUN_FINISH),
+        ("run_release.lua", &RUN_RELEASE),
+        ("dead_retry.lua", &DEAD_RETRY),
     ]
 }
 
@@ -547,8 +547,10 @@ mod tests {
 
     #[test]
     fn every_script_is_loaded_with_its_placeholders_filled_in() {
-        for script in all() {
-            assert!(!script.source().contains("${"), "a placeholder is left in:\n{}", script.source());
+        for (name, script) in all() {
+            assert!(!script.source().contains("${"), "a placeholder is left in {name}:\n{}", script.source());
+            let file = std::fs::read_to_string(format!("{}/lua/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+            assert_eq!(script.hash(), LuaScript::load(&file).hash(), "{name} is not the file it names");
         }
         for (script, shared) in [(&WORKER_START, "local function dead_letter("), (&DEAD_RETRY, "local RUN_FIELDS = {")]
         {
@@ -556,6 +558,23 @@ mod tests {
         }
         let names = "{'run_id', 'provider', 'repo', 'action', 'number', 'delivery_id'}";
         assert!(DEAD_RETRY.source().contains(names), "{}", DEAD_RETRY.source());
+    }
+
+    /// Every script in `lua/` has a typed call: the gate's two in
+    /// `scripts.rs` (`GateCall`), every other one here.
+    #[test]
+    fn every_script_has_a_typed_call() {
+        let mut files: Vec<String> = std::fs::read_dir(format!("{}/lua", env!("CARGO_MANIFEST_DIR")))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "lua"))
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        let mut typed: Vec<String> = all().iter().map(|(name, _)| name.to_string()).collect();
+        typed.extend(["gate.lua".to_owned(), "gate_hold.lua".to_owned()]);
+        typed.sort();
+        assert_eq!(files, typed);
     }
 
     /// The holder check and the op-id replay are written once, in `lua/shared/`.
