@@ -10,15 +10,16 @@
 -- Returns: {1, new runs stream entry id, dead entries removed}  moved back
 --          {0, status}  not moved: the record's status ('' when there is no record)
 
+${run_fields}
+
 local status = redis.call('HGET', KEYS[2], 'status')
 if status ~= 'dead' then
   return {0, status or ''}
 end
 
-local f = redis.call('HMGET', KEYS[2], 'run_id', 'provider', 'repo', 'action', 'number', 'delivery_id')
-local id = redis.call('XADD', KEYS[1], '*',
-  'run_id', f[1] or '', 'provider', f[2] or '', 'repo', f[3] or '', 'action', f[4] or '',
-  'number', f[5] or '', 'delivery_id', f[6] or '')
+-- The new entry names the run as the gate's did, from the record's fields.
+local f = redis.call('HMGET', KEYS[2], unpack(RUN_FIELDS))
+local id = redis.call('XADD', KEYS[1], '*', unpack(run_field_pairs(function(i) return f[i] or '' end)))
 -- Queued again: attempts start over, and a queued run has no TTL (run
 -- retention counts from done or dead).
 redis.call('HSET', KEYS[2], 'status', 'queued', 'attempts', 0, 'updated_ms', ARGV[1], 'retried_ms', ARGV[1])

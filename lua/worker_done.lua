@@ -24,12 +24,13 @@
 -- Returns: 1 when acknowledged and marked done,
 --          0 when the entry is no longer held by this consumer (nothing written)
 
+${holds}
+
 local state = redis.call('HMGET', KEYS[2], 'status', 'worker')
 if state[1] == 'done' and state[2] == ARGV[2] then
   return 1
 end
-local held = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1, ARGV[2])
-if #held == 0 then
+if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return 0
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])

@@ -9,11 +9,12 @@
 -- ARGV[3..]: stream entry ids held by this worker
 -- Returns: the ids of ARGV[3..] that this consumer no longer holds (lost)
 
+${holds}
+
 local lost = {}
 for i = 3, #ARGV do
   local id = ARGV[i]
-  local held = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1, ARGV[2])
-  if #held == 0 then
+  if not holds(ARGV[1], ARGV[2], id) then
     lost[#lost + 1] = id
   else
     redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'JUSTID')

@@ -19,29 +19,26 @@
 -- ARGV[8]: when the next attempt may start, ms since the Unix epoch
 -- ARGV[9]: operation id (unique per call, the same on its retries)
 -- ARGV[10]: run retention, ms (0: never expires)
--- ARGV[11..16]: run id, provider, repo, action, number, delivery id (for the dead stream)
+-- ARGV[11..16]: the run's fields, RunFields::NAMES: run id, provider, repo,
+--               action, number, delivery id (for the dead stream)
 -- Returns: 0 the entry is no longer held by this consumer (nothing written)
 --          1 recorded; the run will be retried (record: retrying)
 --          2 the run is dead (record: dead, entry in the dead stream, acknowledged)
 
-if redis.call('HGET', KEYS[2], 'op') == ARGV[9] then
-  return tonumber(redis.call('HGET', KEYS[2], 'op_result'))
+${run_fields}
+${holds}
+${op_replay}
+${dead_letter}
+
+local again, first = replayed(ARGV[9])
+if again then
+  return first
 end
-local held = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1, ARGV[2])
-if #held == 0 then
+if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return 0
 end
 if tonumber(ARGV[6]) >= tonumber(ARGV[7]) then
-  redis.call('XADD', KEYS[3], '*',
-    'run_id', ARGV[11], 'provider', ARGV[12], 'repo', ARGV[13], 'action', ARGV[14],
-    'number', ARGV[15], 'delivery_id', ARGV[16], 'entry_id', ARGV[3], 'group', ARGV[1],
-    'attempts', ARGV[6], 'last_error', ARGV[5], 'worker', ARGV[2], 'failed_ms', ARGV[4])
-  redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
-  redis.call('HSET', KEYS[2], 'status', 'dead', 'last_error', ARGV[5], 'worker', ARGV[2],
-    'updated_ms', ARGV[4], 'finished_ms', ARGV[4], 'op', ARGV[9], 'op_result', 2)
-  if tonumber(ARGV[10]) > 0 then
-    redis.call('PEXPIRE', KEYS[2], ARGV[10])
-  end
+  dead_letter(ARGV[1], ARGV[2], ARGV[3], 11, ARGV[6], ARGV[5], ARGV[4], ARGV[9], ARGV[10])
   return 2
 end
 redis.call('HSET', KEYS[2], 'status', 'retrying', 'last_error', ARGV[5], 'worker', ARGV[2],

@@ -19,8 +19,9 @@
 -- ARGV[5]: max attempts
 -- ARGV[6]: operation id (unique per call, the same on its retries)
 -- ARGV[7]: run retention, ms (a dead record expires after it; 0: never)
--- ARGV[8..13]: run id, provider, repo, action, number, delivery id (copied
---              into the dead stream if the run is out of attempts)
+-- ARGV[8..13]: the run's fields, RunFields::NAMES: run id, provider, repo,
+--              action, number, delivery id (copied into the dead stream
+--              if the run is out of attempts)
 -- Returns: {0, 0}        the entry is no longer held by this consumer (lost)
 --          {1, attempt, created_ms, payload}  run attempt number `attempt` now
 --                        (record: running); created_ms is when the gate created
@@ -29,17 +30,21 @@
 --          {2, attempts} the last allowed attempt was lost with its worker:
 --                        the run was moved to the dead stream instead
 
+${run_fields}
+${holds}
+${op_replay}
+${dead_letter}
+
 local function attempts_now()
   return tonumber(redis.call('HGET', KEYS[2], 'attempts') or '0') or 0
 end
 
-if redis.call('HGET', KEYS[2], 'op') == ARGV[6] then
+local again, first = replayed(ARGV[6])
+if again then
   -- The retried call gets the first call's answer, payload included.
-  return {tonumber(redis.call('HGET', KEYS[2], 'op_result')), attempts_now(),
-    redis.call('HGET', KEYS[2], 'created_ms'), redis.call('HGET', KEYS[2], 'payload')}
+  return {first, attempts_now(), redis.call('HGET', KEYS[2], 'created_ms'), redis.call('HGET', KEYS[2], 'payload')}
 end
-local held = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1, ARGV[2])
-if #held == 0 then
+if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return {0, 0}
 end
 local attempts = attempts_now()
@@ -51,16 +56,7 @@ if attempts >= max then
   if prev and prev ~= '' and redis.call('HGET', KEYS[2], 'status') ~= 'running' then
     err = prev
   end
-  redis.call('XADD', KEYS[3], '*',
-    'run_id', ARGV[8], 'provider', ARGV[9], 'repo', ARGV[10], 'action', ARGV[11],
-    'number', ARGV[12], 'delivery_id', ARGV[13], 'entry_id', ARGV[3], 'group', ARGV[1],
-    'attempts', attempts, 'last_error', err, 'worker', ARGV[2], 'failed_ms', ARGV[4])
-  redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
-  redis.call('HSET', KEYS[2], 'status', 'dead', 'last_error', err, 'worker', ARGV[2],
-    'updated_ms', ARGV[4], 'finished_ms', ARGV[4], 'op', ARGV[6], 'op_result', 2)
-  if tonumber(ARGV[7]) > 0 then
-    redis.call('PEXPIRE', KEYS[2], ARGV[7])
-  end
+  dead_letter(ARGV[1], ARGV[2], ARGV[3], 8, attempts, err, ARGV[4], ARGV[6], ARGV[7])
   return {2, attempts}
 end
 

@@ -19,11 +19,14 @@
 -- Returns: 1 uncounted and given back, 0 the entry is no longer held by this
 --          consumer (nothing written)
 
-if redis.call('HGET', KEYS[2], 'op') == ARGV[7] then
-  return tonumber(redis.call('HGET', KEYS[2], 'op_result'))
+${holds}
+${op_replay}
+
+local again, first = replayed(ARGV[7])
+if again then
+  return first
 end
-local held = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1, ARGV[2])
-if #held == 0 then
+if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return 0
 end
 local attempts = tonumber(redis.call('HGET', KEYS[2], 'attempts') or '0') or 0

@@ -21,7 +21,7 @@ use crate::redis::connection::is_tls_url;
 use crate::redis::{DEFAULT_COMMAND_TIMEOUT, PemFile, RedisOptions, RedisTarget, Secret, Tls};
 use crate::store::Store;
 use crate::store::memory::MemoryStore;
-use crate::store::redis::RedisStore;
+use crate::store::redis_store::RedisStore;
 
 /// A configuration problem, reported before anything starts.
 #[derive(Debug, thiserror::Error)]

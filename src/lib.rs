@@ -15,9 +15,10 @@
 //! - [`gate`]: the rules of docs/reference.md#semantics (validation, allowlist,
 //!   `number_text`, identity) and [`gate::Gate`], the entry point.
 //! - [`store`]: where the state lives, behind one trait: [`store::memory`]
-//!   (embedded default) and [`store::redis`] (one atomic Lua script).
+//!   (embedded default) and [`store::redis_store`] (one atomic Lua script).
 //! - [`redis`]: every conversation with Redis: connections (standalone, Cluster, Sentinel, TLS),
-//!   command bounds, routing to primaries, and the Lua scripts.
+//!   command bounds, routing to primaries, the Lua scripts and their typed calls, and
+//!   [`redis::RedisHandle`], the namespace-scoped handle the store, the worker and `ops` share.
 //! - [`jcs`]: RFC 8785 canonical JSON, for payload digests (window analysis, GitHub event identities).
 //! - [`keys`]: the length-prefixed Redis key schema of docs/reference.md#redis-keys.
 //! - [`config`]: the options the binary's flags and env give, layered over the TOML file and the defaults, validated.

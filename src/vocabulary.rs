@@ -298,6 +298,45 @@ impl DeliveryRecord {
     }
 }
 
+/// What names a run wherever it travels: a runs-stream entry (written by
+/// `lua/gate.lua`, and again by `lua/dead_retry.lua`), a dead-stream entry
+/// (`lua/worker_start.lua`, `lua/worker_fail.lua`), the JSON a handler gets.
+/// [`RunFields::NAMES`] is the one list of their names and order: the Lua
+/// scripts get it filled in at load (`src/redis/scripts.rs`), the worker
+/// passes [`RunFields::values`] in that order, and [`RunFields::read`]
+/// reads an entry by it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunFields {
+    /// `run-N`: the key for idempotent handlers.
+    pub run_id: String,
+    /// The provider of the delivery that created the run.
+    pub provider: String,
+    /// `org/repo`.
+    pub repo: String,
+    /// The event's action (`pull_request.opened`): part of the run's identity.
+    pub action: String,
+    /// The number text (may be empty).
+    pub number: String,
+    /// The delivery that created the run.
+    pub delivery_id: String,
+}
+
+impl RunFields {
+    /// The fields' names in a stream entry, in their order.
+    pub const NAMES: [&'static str; 6] = ["run_id", "provider", "repo", "action", "number", "delivery_id"];
+
+    /// The fields of a stream entry, `field` giving each by name (`""` when absent).
+    pub fn read(field: impl Fn(&str) -> String) -> Self {
+        let [run_id, provider, repo, action, number, delivery_id] = Self::NAMES.map(field);
+        RunFields { run_id, provider, repo, action, number, delivery_id }
+    }
+
+    /// The values, in the order of [`RunFields::NAMES`].
+    pub fn values(&self) -> [&str; 6] {
+        [&self.run_id, &self.provider, &self.repo, &self.action, &self.number, &self.delivery_id]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,7 @@ use crate::gate::{Gate, Settings};
 use crate::keys::Keys;
 use crate::redis::scripts::{GateCall, GateVerdict};
 use crate::redis::{Conn, RedisOptions};
-use crate::store::redis::RedisStore;
+use crate::store::redis_store::RedisStore;
 use serde_json::json;
 use std::future::Future;
 use std::path::PathBuf;

@@ -10,7 +10,7 @@ use super::harness::{Bench, BenchError, Figures, Mix, REPLAY_KEYS, event, gate_d
 use crate::gate::Gate;
 use crate::keys::Keys;
 use crate::redis::{PemFile, RedisOptions, Tls};
-use crate::store::redis::RedisStore;
+use crate::store::redis_store::RedisStore;
 
 /// Writes the library section. Returns the store and the gate it measured
 /// (under the bench namespace, replay keys written), which the later

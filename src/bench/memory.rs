@@ -14,7 +14,7 @@ use serde_json::json;
 use super::harness::{Bench, BenchError, progress};
 use crate::gate::{Gate, Submission};
 use crate::keys::Keys;
-use crate::store::redis::RedisStore;
+use crate::store::redis_store::RedisStore;
 
 /// The median size of the vendored GitHub corpus's payloads, compact JSON (bytes).
 const MEDIAN_GITHUB_PAYLOAD: usize = 7741;

@@ -11,7 +11,7 @@ use redis::AsyncCommands;
 use super::harness::{Bench, BenchError, event, progress};
 use crate::gate::Gate;
 use crate::keys::Keys;
-use crate::redis::Conn;
+use crate::redis::{Conn, DEFAULT_COMMAND_TIMEOUT, RedisHandle};
 use crate::worker::breaker::BreakerConfig;
 use crate::worker::deliver::{DeliverOptions, Destination};
 use crate::worker::{RunAttempt, Worker, WorkerConfig};
@@ -110,16 +110,12 @@ pub(super) fn spawn_worker_true(bench: &Bench<'_>, ns: &str, group: &str) -> std
 /// Waits until `group` has read every entry of the runs stream and holds none.
 pub(super) async fn wait_group_done(conn: &mut Conn, keys: &Keys, group: &str) -> Result<(), BenchError> {
     let deadline = Instant::now() + Duration::from_secs(600);
+    let redis = RedisHandle::new(conn.clone(), keys.clone(), DEFAULT_COMMAND_TIMEOUT);
     loop {
         let last: redis::streams::StreamRangeReply = conn.xrevrange_count(keys.runs(), "+", "-", 1).await?;
         let last_id = last.ids.first().map(|e| e.id.clone()).unwrap_or_default();
-        let groups: Vec<std::collections::HashMap<String, redis::Value>> =
-            redis::cmd("XINFO").arg("GROUPS").arg(keys.runs()).query_async(conn).await.unwrap_or_default();
-        let done = groups.iter().any(|g| {
-            let text =
-                |k: &str| g.get(k).and_then(|v| redis::from_redis_value_ref::<String>(v).ok()).unwrap_or_default();
-            text("name") == group && text("last-delivered-id") == last_id && text("pending") == "0"
-        });
+        let groups = redis.stream_info(&keys.runs()).await.map(|s| s.groups).unwrap_or_default();
+        let done = groups.iter().any(|g| g.name == group && g.last_delivered_id == last_id && g.pending == 0);
         if done {
             return Ok(());
         }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use idemgate::config::StoreConfig;
-use idemgate::ops::{Error, Ops, Target, render};
+use idemgate::ops::{Ops, OpsError, Target, render};
 
 use super::{StoreArgs, print_out};
 
@@ -190,7 +190,7 @@ pub struct KeyOut {
 
 /// `idemgate inspect`: prints the key read, then the record; exit 1 (and
 /// a message on stderr) when there is none.
-pub async fn inspect_command(args: &InspectArgs) -> Result<ExitCode, Error> {
+pub async fn inspect_command(args: &InspectArgs) -> Result<ExitCode, OpsError> {
     let (target, read) = args.what.target();
     let ops = Ops::connect(&StoreConfig::resolve(&read.store.clone().into())?).await?;
     let inspection = ops.inspect(&target).await?;
@@ -209,7 +209,7 @@ pub async fn inspect_command(args: &InspectArgs) -> Result<ExitCode, Error> {
 }
 
 /// `idemgate stats`.
-pub async fn stats_command(args: &StatsArgs) -> Result<ExitCode, Error> {
+pub async fn stats_command(args: &StatsArgs) -> Result<ExitCode, OpsError> {
     let ops = Ops::connect(&StoreConfig::resolve(&args.read.store.clone().into())?).await?;
     let stats = ops
         .stats(args.progress_every, |c| {
@@ -234,7 +234,7 @@ pub async fn stats_command(args: &StatsArgs) -> Result<ExitCode, Error> {
 /// `idemgate dead list` (exit 0, also when the stream is empty) and `idemgate
 /// dead retry` (exit 1 when a named run was refused; with `--all`, runs the
 /// stream names that are no longer dead are reported and skipped, exit 0).
-pub async fn dead_command(args: &DeadArgs) -> Result<ExitCode, Error> {
+pub async fn dead_command(args: &DeadArgs) -> Result<ExitCode, OpsError> {
     match &args.what {
         DeadCommand::List { read } => {
             let ops = Ops::connect(&StoreConfig::resolve(&read.store.clone().into())?).await?;
@@ -264,7 +264,7 @@ pub async fn dead_command(args: &DeadArgs) -> Result<ExitCode, Error> {
 }
 
 /// `idemgate key`.
-pub fn key_command(args: &KeyArgs) -> Result<ExitCode, Error> {
+pub fn key_command(args: &KeyArgs) -> Result<ExitCode, OpsError> {
     let (target, out) = match &args.what {
         KeyCommand::Delivery { provider, delivery_id, out } => {
             (Target::Delivery { provider: provider.clone(), delivery_id: delivery_id.clone() }, out)
@@ -294,7 +294,7 @@ pub struct HealthcheckArgs {
 
 /// `idemgate healthcheck`: one line on stdout when the store (or, with
 /// `--http`, the service) answers; one line on stderr and exit 1 when not.
-pub async fn healthcheck_command(args: &HealthcheckArgs) -> Result<ExitCode, Error> {
+pub async fn healthcheck_command(args: &HealthcheckArgs) -> Result<ExitCode, OpsError> {
     if let Some(url) = &args.http {
         let timeout = args.store.redis_timeout.unwrap_or(idemgate::redis::DEFAULT_COMMAND_TIMEOUT);
         return Ok(match idemgate::ops::http_status(url, timeout).await {

@@ -52,7 +52,7 @@ fn source(st: &AppState) -> Result<&Source, ApiError> {
 }
 
 /// A store failure: counted, logged, answered 503 (details stay in the log).
-fn unavailable(st: &AppState, e: crate::ops::Error) -> ApiError {
+fn unavailable(st: &AppState, e: crate::ops::OpsError) -> ApiError {
     st.0.metrics.store_error();
     tracing::error!(error = %e, "ops API: the store failed; answered 503");
     ApiError::Unavailable("the gate's store is unavailable; retry later")

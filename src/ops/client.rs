@@ -1,21 +1,20 @@
-//! The operator commands' handle on the gate's Redis: one connection under
-//! one namespace, every command bounded by the Redis timeout, and routed to
-//! the primary that owns the namespace's slot where a command needs it.
+//! The operator commands' handle on the gate's Redis: a [`RedisHandle`]
+//! under one namespace (every command bounded by the Redis timeout, routed
+//! to the primary that owns the namespace's slot where a command needs it),
+//! and why a command could not answer ([`OpsError`]).
 
 use std::time::Duration;
 
-use redis::{FromRedisValue, Pipeline};
-
 use crate::config::{ConfigError, StoreConfig};
 use crate::keys::Keys;
-use crate::redis::{Conn, RedisOptions};
+use crate::redis::{Conn, RedisHandle, RedisOptions};
 
 /// Keys asked for per `SCAN` page.
 pub const SCAN_COUNT: usize = 1000;
 
 /// Why an operator command could not answer.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub enum OpsError {
     /// The flags, env or config file are wrong.
     #[error(transparent)]
     Config(#[from] ConfigError),
@@ -39,99 +38,60 @@ pub enum Error {
     },
 }
 
-impl From<redis::RedisError> for Error {
+impl From<redis::RedisError> for OpsError {
     fn from(e: redis::RedisError) -> Self {
-        Error::Store(e.into())
+        OpsError::Store(e.into())
     }
 }
 
 /// A connection to the gate's Redis, under one namespace, for reading.
 pub struct Ops {
-    pub(super) conn: Conn,
-    pub(super) keys: Keys,
-    timeout: Duration,
-    /// `host:port` of a standalone server (memory reports name it).
-    pub(super) server: String,
+    pub(super) redis: RedisHandle,
 }
 
 impl Ops {
     /// Reads through `conn` under the namespace of `keys`; every command is
     /// bounded by `timeout`.
     pub fn new(conn: Conn, keys: Keys, timeout: Duration) -> Self {
-        Self { conn, keys, timeout, server: "redis".into() }
+        Self::over(RedisHandle::new(conn, keys, timeout))
+    }
+
+    /// Reads through `redis` (the handle of a store, for the ops API).
+    pub fn over(redis: RedisHandle) -> Self {
+        Self { redis }
     }
 
     /// Names the standalone server `host:port` after `url` (credentials left out).
-    pub fn named_after(mut self, url: &str) -> Self {
-        if let Ok(info) = redis::IntoConnectionInfo::into_connection_info(url) {
-            self.server = info.addr().to_string();
-        }
-        self
+    pub fn named_after(self, url: &str) -> Self {
+        Self::over(self.redis.named_after(url))
     }
 
-    /// Connects to the configured Redis ([`Error::NoRedis`] without one); a
+    /// Connects to the configured Redis ([`OpsError::NoRedis`] without one); a
     /// failure to connect names the store, with its TLS and password files.
-    pub async fn connect(config: &StoreConfig) -> Result<Self, Error> {
-        let opts: &RedisOptions = config.redis.as_ref().ok_or(Error::NoRedis)?;
+    pub async fn connect(config: &StoreConfig) -> Result<Self, OpsError> {
+        let opts: &RedisOptions = config.redis.as_ref().ok_or(OpsError::NoRedis)?;
         Self::connect_to(opts, config.keys.clone()).await.map_err(|e| match e {
-            Error::Store(source) => Error::Unreachable { store: config.describe(), source },
+            OpsError::Store(source) => OpsError::Unreachable { store: config.describe(), source },
             other => other,
         })
     }
 
     /// Connects to `opts` under the namespace of `keys`.
-    pub async fn connect_to(opts: &RedisOptions, keys: Keys) -> Result<Self, Error> {
-        let ops = Self::new(Conn::connect(opts).await?, keys, opts.command_timeout);
-        Ok(match &opts.target {
-            crate::redis::RedisTarget::Single(url) => ops.named_after(url),
-            _ => ops,
-        })
+    pub async fn connect_to(opts: &RedisOptions, keys: Keys) -> Result<Self, OpsError> {
+        Ok(Self::over(RedisHandle::connect(opts, keys).await?))
     }
 
     /// The key schema of the namespace read.
     pub fn keys(&self) -> &Keys {
-        &self.keys
-    }
-
-    pub(super) async fn bounded<T>(&self, fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T, Error> {
-        Ok(crate::redis::bounded(self.timeout, fut).await?)
-    }
-
-    /// Runs a command or a pipeline (every key in the namespace's slot).
-    pub(super) async fn query<T: FromRedisValue>(&self, q: impl Query) -> Result<T, Error> {
-        let mut conn = self.conn.clone();
-        self.bounded(q.run(&mut conn)).await
+        self.redis.keys()
     }
 
     /// One `SCAN cursor MATCH pattern COUNT 1000`. On a cluster a plain
     /// SCAN would land on any node; the namespace lives in one slot, so the
     /// scan goes to the primary that owns it.
-    pub(super) async fn scan_page(&self, cursor: u64, pattern: &str) -> Result<(u64, Vec<String>), Error> {
-        self.on_namespace_slot(redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(SCAN_COUNT))
-            .await
-    }
-
-    /// Runs `cmd` where the namespace lives: on a cluster, the primary that
-    /// owns its slot; what a plain command reaches on a single server.
-    pub(super) async fn on_namespace_slot<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, Error> {
-        let mut conn = self.conn.clone();
-        self.bounded(conn.on_slot_of(&self.keys.run_counter(), cmd)).await
-    }
-}
-
-/// A command or a pipeline, sent the same way.
-pub(super) trait Query {
-    fn run<T: FromRedisValue>(self, conn: &mut Conn) -> impl Future<Output = redis::RedisResult<T>>;
-}
-
-impl Query for &mut redis::Cmd {
-    async fn run<T: FromRedisValue>(self, conn: &mut Conn) -> redis::RedisResult<T> {
-        self.query_async(conn).await
-    }
-}
-
-impl Query for &mut Pipeline {
-    async fn run<T: FromRedisValue>(self, conn: &mut Conn) -> redis::RedisResult<T> {
-        self.query_async(conn).await
+    pub(super) async fn scan_page(&self, cursor: u64, pattern: &str) -> Result<(u64, Vec<String>), OpsError> {
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(SCAN_COUNT);
+        Ok(self.redis.on_namespace_slot(&cmd).await?)
     }
 }

@@ -3,17 +3,14 @@
 //! and moving dead runs back onto the runs stream (docs/operations.md).
 
 use std::collections::BTreeMap;
-use std::sync::LazyLock;
 
-use redis::Script;
 use redis::streams::StreamRangeReply;
 use serde::Serialize;
 
-use super::client::{Error, Ops};
+use super::client::{Ops, OpsError};
+use crate::redis::run_scripts::{DeadRetried, DeadRetryCall};
 use crate::units::now_ms;
-use crate::worker::RunFields;
-
-static RETRY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/dead_retry.lua")));
+use crate::vocabulary::RunFields;
 
 /// Dead-stream entries read per `XRANGE` call.
 const PAGE: usize = 1000;
@@ -82,13 +79,13 @@ impl Retried {
 
 impl Ops {
     /// Every entry of the dead stream, oldest first (paged `XRANGE`).
-    pub async fn dead_list(&self) -> Result<Vec<DeadRun>, Error> {
-        let key = self.keys.runs_dead();
+    pub async fn dead_list(&self) -> Result<Vec<DeadRun>, OpsError> {
+        let key = self.keys().runs_dead();
         let mut out = Vec::new();
         let mut start = "-".to_owned();
         loop {
             let page: StreamRangeReply =
-                self.query(redis::cmd("XRANGE").arg(&key).arg(&start).arg("+").arg("COUNT").arg(PAGE)).await?;
+                self.redis.query(redis::cmd("XRANGE").arg(&key).arg(&start).arg("+").arg("COUNT").arg(PAGE)).await?;
             let n = page.ids.len();
             if let Some(last) = page.ids.last() {
                 start = format!("({}", last.id);
@@ -104,7 +101,7 @@ impl Ops {
     /// one atomic script per run): attempts reset to 0, record `queued`, its
     /// dead-stream entries removed. A run that is not dead is refused and
     /// left as it is. `None`: every run the dead stream names, oldest first.
-    pub async fn dead_retry(&self, run_ids: Option<&[String]>) -> Result<Vec<Retried>, Error> {
+    pub async fn dead_retry(&self, run_ids: Option<&[String]>) -> Result<Vec<Retried>, OpsError> {
         let dead = self.dead_list().await?;
         let mut entries: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         let mut order: Vec<String> = Vec::new();
@@ -121,30 +118,15 @@ impl Ops {
         };
         let mut out = Vec::with_capacity(wanted.len());
         for run_id in wanted {
-            let mut inv = RETRY.prepare_invoke();
-            inv.key(self.keys.runs()).key(self.keys.run(&run_id)).key(self.keys.runs_dead()).arg(now_ms());
-            for id in entries.get(run_id.as_str()).into_iter().flatten() {
-                inv.arg(*id);
-            }
-            let mut conn = self.conn.clone();
-            let reply: redis::Value = self.bounded(inv.invoke_async(&mut conn)).await?;
-            out.push(parse_retry(run_id, reply)?);
+            let dead_entry_ids = entries.get(run_id.as_str()).map_or(&[][..], Vec::as_slice);
+            let call = DeadRetryCall { keys: self.keys(), run_id: &run_id, now_ms: now_ms(), dead_entry_ids };
+            out.push(match self.redis.call(&call).await? {
+                DeadRetried::Moved { entry_id, dead_entries_removed } => {
+                    Retried::Moved { run_id, entry_id, dead_entries_removed }
+                }
+                DeadRetried::Refused { status } => Retried::Refused { run_id, status },
+            });
         }
         Ok(out)
-    }
-}
-
-fn parse_retry(run_id: String, reply: redis::Value) -> Result<Retried, Error> {
-    let corrupt = || Error::Store(crate::Error::Corrupt(format!("dead_retry.lua answered {reply:?}")));
-    let parts: Vec<redis::Value> = redis::from_redis_value_ref(&reply).map_err(|_| corrupt())?;
-    let text = |i: usize| parts.get(i).and_then(|v| redis::from_redis_value_ref::<String>(v).ok());
-    match parts.first().and_then(|v| redis::from_redis_value_ref::<i64>(v).ok()) {
-        Some(1) => Ok(Retried::Moved {
-            run_id,
-            entry_id: text(1).ok_or_else(corrupt)?,
-            dead_entries_removed: parts.get(2).and_then(|v| redis::from_redis_value_ref(v).ok()).unwrap_or(0),
-        }),
-        Some(0) => Ok(Retried::Refused { run_id, status: text(1).unwrap_or_default() }),
-        _ => Err(corrupt()),
     }
 }

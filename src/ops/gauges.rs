@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::client::{Error, Ops};
+use super::client::{Ops, OpsError};
 use crate::metrics::Metrics;
 
 /// How often `serve` reads the gauges: a few cheap commands, never on a request's path.
@@ -28,40 +28,30 @@ fn id_ms(id: &str) -> Option<u64> {
 
 impl Ops {
     /// Reads the gauges once.
-    pub async fn gauges(&self) -> Result<Gauges, Error> {
+    pub async fn gauges(&self) -> Result<Gauges, OpsError> {
         let nodes = self.memory_all().await?;
-        let (runs_key, dead_key) = (self.keys.runs(), self.keys.runs_dead());
-        let (runs_len, dead_len, runs_type): (u64, u64, String) =
-            self.query(redis::pipe().xlen(&runs_key).xlen(&dead_key).cmd("TYPE").arg(&runs_key)).await?;
+        let (runs_key, dead_key) = (self.keys().runs(), self.keys().runs_dead());
+        let runs = self.redis.stream_info(&runs_key).await?;
+        let dead_len: u64 = self.redis.query(redis::cmd("XLEN").arg(&dead_key)).await?;
         let mut groups = Vec::new();
-        if runs_type == "stream" {
-            let raw: redis::Value = self.query(redis::cmd("XINFO").arg("GROUPS").arg(&runs_key)).await?;
-            let now = crate::units::now_ms();
-            for g in super::stats::parse_groups(raw)? {
-                // The first entry after the group's last delivered one is the oldest waiting.
-                let next: redis::streams::StreamRangeReply = self
-                    .query(
-                        redis::cmd("XRANGE")
-                            .arg(&runs_key)
-                            .arg(format!("({}", g.last_delivered_id))
-                            .arg("+")
-                            .arg("COUNT")
-                            .arg(1),
-                    )
-                    .await?;
-                let waiting_since = next.ids.first().and_then(|e| id_ms(&e.id));
-                groups.push(GroupGauge {
-                    oldest_waiting_seconds: waiting_since.map_or(0.0, |ms| now.saturating_sub(ms) as f64 / 1000.0),
-                    group: g.name,
-                    lag: g.lag,
-                    pending: g.pending,
-                });
-            }
+        let now = crate::units::now_ms();
+        for g in runs.groups {
+            // The first entry after the group's last delivered one is the oldest waiting.
+            let mut first_waiting = redis::cmd("XRANGE");
+            first_waiting.arg(&runs_key).arg(format!("({}", g.last_delivered_id)).arg("+").arg("COUNT").arg(1);
+            let next: redis::streams::StreamRangeReply = self.redis.query(&mut first_waiting).await?;
+            let waiting_since = next.ids.first().and_then(|e| id_ms(&e.id));
+            groups.push(GroupGauge {
+                oldest_waiting_seconds: waiting_since.map_or(0.0, |ms| now.saturating_sub(ms) as f64 / 1000.0),
+                group: g.name,
+                lag: g.lag,
+                pending: g.pending,
+            });
         }
         Ok(Gauges {
-            namespace: self.keys.namespace().to_owned(),
+            namespace: self.keys().namespace().to_owned(),
             nodes,
-            runs_stream_length: runs_len,
+            runs_stream_length: runs.length,
             dead_runs: dead_len,
             groups,
         })

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::client::{Error, Ops};
+use super::client::{Ops, OpsError};
 use crate::vocabulary::DeliveryRecord;
 use crate::vocabulary::Identity;
 
@@ -146,8 +146,8 @@ pub struct Inspection {
 
 impl Ops {
     /// Looks one target up.
-    pub async fn inspect(&self, target: &Target) -> Result<Inspection, Error> {
-        let key = target.key(&self.keys);
+    pub async fn inspect(&self, target: &Target) -> Result<Inspection, OpsError> {
+        let key = target.key(self.keys());
         let found = match target {
             Target::Delivery { .. } => self.delivery_at(&key).await?.map(Found::Delivery),
             Target::Logical(_) => self.logical_at(&key).await?.map(Found::Logical),
@@ -156,8 +156,8 @@ impl Ops {
         Ok(Inspection { kind: target.kind(), key, found })
     }
 
-    async fn delivery_at(&self, key: &str) -> Result<Option<DeliveryView>, Error> {
-        let (raw, pttl): (Option<String>, i64) = self.query(redis::pipe().get(key).pttl(key)).await?;
+    async fn delivery_at(&self, key: &str) -> Result<Option<DeliveryView>, OpsError> {
+        let (raw, pttl): (Option<String>, i64) = self.redis.query(redis::pipe().get(key).pttl(key)).await?;
         let (Some(raw), Some(ttl)) = (raw, Ttl::from_pttl(pttl)) else {
             return Ok(None);
         };
@@ -166,18 +166,19 @@ impl Ops {
         Ok(Some(DeliveryView { key: key.to_owned(), record, ttl }))
     }
 
-    async fn logical_at(&self, key: &str) -> Result<Option<LogicalView>, Error> {
-        let (run_id, pttl): (Option<String>, i64) = self.query(redis::pipe().get(key).pttl(key)).await?;
+    async fn logical_at(&self, key: &str) -> Result<Option<LogicalView>, OpsError> {
+        let (run_id, pttl): (Option<String>, i64) = self.redis.query(redis::pipe().get(key).pttl(key)).await?;
         let (Some(run_id), Some(ttl)) = (run_id, Ttl::from_pttl(pttl)) else {
             return Ok(None);
         };
-        let run_key = self.keys.run(&run_id);
+        let run_key = self.keys().run(&run_id);
         let run = self.run_at(&run_key).await?;
         Ok(Some(LogicalView { key: key.to_owned(), run_id, ttl, run_key, run }))
     }
 
-    async fn run_at(&self, key: &str) -> Result<Option<RunView>, Error> {
-        let (fields, pttl): (BTreeMap<String, String>, i64) = self.query(redis::pipe().hgetall(key).pttl(key)).await?;
+    async fn run_at(&self, key: &str) -> Result<Option<RunView>, OpsError> {
+        let (fields, pttl): (BTreeMap<String, String>, i64) =
+            self.redis.query(redis::pipe().hgetall(key).pttl(key)).await?;
         match Ttl::from_pttl(pttl) {
             Some(ttl) if !fields.is_empty() => Ok(Some(RunView { key: key.to_owned(), fields, ttl })),
             _ => Ok(None),

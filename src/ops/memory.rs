@@ -17,7 +17,7 @@
 
 use serde::Serialize;
 
-use super::client::{Error, Ops};
+use super::client::{Ops, OpsError};
 use crate::redis::Conn;
 
 /// Keys sampled per kind.
@@ -139,30 +139,29 @@ fn rates(probes: &[Probe], count: u64, now: u64) -> Option<(f64, f64)> {
 
 impl Ops {
     /// `INFO memory` of every primary (a cluster) or of the one server.
-    pub async fn memory_all(&self) -> Result<Vec<NodeMemory>, Error> {
-        let mut conn = self.conn.clone();
+    pub async fn memory_all(&self) -> Result<Vec<NodeMemory>, OpsError> {
         let per_primary: Vec<(Option<String>, String)> =
-            self.bounded(conn.on_every_primary(redis::cmd("INFO").arg("memory"))).await?;
+            self.redis.on_every_primary(redis::cmd("INFO").arg("memory")).await?;
         Ok(per_primary
             .into_iter()
-            .map(|(node, info)| parse_info_memory(node.unwrap_or_else(|| self.server.clone()), &info))
+            .map(|(node, info)| parse_info_memory(node.unwrap_or_else(|| self.redis.server().to_owned()), &info))
             .collect())
     }
 
     /// `INFO memory` of the server holding the namespace (on a cluster, the
     /// primary that owns its slot).
-    async fn memory_of_namespace(&self) -> Result<NodeMemory, Error> {
-        let info: String = self.on_namespace_slot(redis::cmd("INFO").arg("memory")).await?;
-        let node = match self.conn {
+    async fn memory_of_namespace(&self) -> Result<NodeMemory, OpsError> {
+        let info: String = self.redis.on_namespace_slot(redis::cmd("INFO").arg("memory")).await?;
+        let node = match self.redis.conn() {
             Conn::Cluster(_) => "the primary owning the namespace's slot".to_owned(),
-            Conn::Single(_) | Conn::Sentinel(_) => self.server.clone(),
+            Conn::Single(_) | Conn::Sentinel(_) => self.redis.server().to_owned(),
         };
         Ok(parse_info_memory(node, &info))
     }
 
     /// Measures the sampled keys: `MEMORY USAGE … SAMPLES 0`, `PTTL`, and the
     /// creation time (`at` of a delivery record, `created_ms` of a run).
-    async fn probe(&self, kind: usize, keys: &[String]) -> Result<Vec<Probe>, Error> {
+    async fn probe(&self, kind: usize, keys: &[String]) -> Result<Vec<Probe>, OpsError> {
         let mut out = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(50) {
             let mut pipe = redis::pipe();
@@ -174,7 +173,7 @@ impl Ops {
                     _ => pipe.cmd("EXISTS").arg(k),
                 };
             }
-            let values: Vec<redis::Value> = self.query(&mut pipe).await?;
+            let values: Vec<redis::Value> = self.redis.query(&mut pipe).await?;
             for triple in values.chunks(3) {
                 // A key that expired since the scan answers nil: skip it.
                 let Ok(bytes) = redis::from_redis_value_ref::<u64>(&triple[0]) else { continue };
@@ -202,10 +201,10 @@ impl Ops {
     /// The memory report of `stats`: `counts` are the kinds' key counts from
     /// the scan, `sampler` its sample. A Redis that refuses `MEMORY` or
     /// `INFO` (a managed service's ACL) gives a report that says so.
-    pub async fn memory_report(&self, counts: [u64; 3], sampler: &Sampler) -> Result<MemoryReport, Error> {
+    pub async fn memory_report(&self, counts: [u64; 3], sampler: &Sampler) -> Result<MemoryReport, OpsError> {
         match self.memory_report_inner(counts, sampler).await {
             // An error reply (not a lost connection): the server refuses the command.
-            Err(Error::Store(crate::Error::Redis(e))) if e.code().is_some() => Ok(MemoryReport {
+            Err(OpsError::Store(crate::Error::Redis(e))) if e.code().is_some() => Ok(MemoryReport {
                 kinds: Vec::new(),
                 run_payload_bytes: 0,
                 total_bytes: 0,
@@ -220,7 +219,7 @@ impl Ops {
         }
     }
 
-    async fn memory_report_inner(&self, counts: [u64; 3], sampler: &Sampler) -> Result<MemoryReport, Error> {
+    async fn memory_report_inner(&self, counts: [u64; 3], sampler: &Sampler) -> Result<MemoryReport, OpsError> {
         let now = crate::units::now_ms();
         let mut probes = Vec::new();
         for (kind, keys) in sampler.kinds.iter().enumerate() {
@@ -254,8 +253,9 @@ impl Ops {
         let run_payload_bytes = mean(&probes[2], |p| p.payload) * counts[2];
 
         let mut streams = 0;
-        for key in [self.keys.runs(), self.keys.runs_dead(), self.keys.run_counter()] {
-            let b: Option<u64> = self.query(redis::cmd("MEMORY").arg("USAGE").arg(&key).arg("SAMPLES").arg(0)).await?;
+        for key in [self.keys().runs(), self.keys().runs_dead(), self.keys().run_counter()] {
+            let b: Option<u64> =
+                self.redis.query(redis::cmd("MEMORY").arg("USAGE").arg(&key).arg("SAMPLES").arg(0)).await?;
             streams += b.unwrap_or(0);
         }
         kinds.push(KindMemory {
@@ -269,7 +269,7 @@ impl Ops {
         let total_bytes = kinds.iter().map(|k| k.bytes).sum();
 
         let server = self.memory_of_namespace().await?;
-        let primaries = match &self.conn {
+        let primaries = match self.redis.conn() {
             Conn::Cluster(_) => self.memory_all().await?,
             Conn::Single(_) | Conn::Sentinel(_) => Vec::new(),
         };

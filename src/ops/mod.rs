@@ -18,7 +18,7 @@ pub mod stats;
 
 use std::time::Duration;
 
-pub use client::{Error, Ops};
+pub use client::{Ops, OpsError};
 pub use dead::{DeadRun, Retried};
 pub use inspect::{DeliveryView, Found, Inspection, LogicalView, RunView, Target, Ttl};
 pub use runs::{RunPage, RunQuery, RunStatus, RunSummary};
@@ -30,7 +30,7 @@ use crate::redis::Conn;
 
 /// Checks that the configured store answers, within the Redis timeout
 /// (connecting included). Returns the store's description.
-pub async fn healthcheck(config: &StoreConfig) -> Result<String, Error> {
+pub async fn healthcheck(config: &StoreConfig) -> Result<String, OpsError> {
     let Some(opts) = &config.redis else {
         return Ok(config.describe());
     };

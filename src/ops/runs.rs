@@ -10,9 +10,9 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
-use super::client::{Error, Ops};
+use super::client::{Ops, OpsError};
 use super::render::rfc3339_ms;
-use crate::worker::RunFields;
+use crate::vocabulary::RunFields;
 
 /// A run's processing state, as the gate and the workers write it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -91,9 +91,12 @@ pub struct RunSummary {
     pub created_at: Option<String>,
 }
 
-/// The run-record fields a [`RunSummary`] reads, in the order of an `HMGET`.
-pub const SUMMARY_FIELDS: [&str; 10] =
-    ["run_id", "provider", "repo", "action", "number", "delivery_id", "status", "attempts", "last_error", "created_ms"];
+/// The run-record fields a [`RunSummary`] reads, in the order of an `HMGET`:
+/// [`RunFields::NAMES`], then the run's state.
+pub const SUMMARY_FIELDS: [&str; 10] = {
+    let [run_id, provider, repo, action, number, delivery_id] = RunFields::NAMES;
+    [run_id, provider, repo, action, number, delivery_id, "status", "attempts", "last_error", "created_ms"]
+};
 
 impl RunSummary {
     /// Reads a run record, `field` giving each stored field by name
@@ -175,10 +178,10 @@ impl RunQuery {
     /// Walks run numbers down from `newest` (the run counter), reading up to
     /// [`BATCH`] at a time with `read_batch` (one summary or `None` per
     /// number, in order), and keeps those that match.
-    pub(crate) async fn walk<F, Fut>(&self, newest: u64, mut read_batch: F) -> Result<RunPage, Error>
+    pub(crate) async fn walk<F, Fut>(&self, newest: u64, mut read_batch: F) -> Result<RunPage, OpsError>
     where
         F: FnMut(Vec<u64>) -> Fut,
-        Fut: Future<Output = Result<Vec<Option<RunSummary>>, Error>>,
+        Fut: Future<Output = Result<Vec<Option<RunSummary>>, OpsError>>,
     {
         let mut next = self.before.map_or(newest, |b| b.saturating_sub(1).min(newest));
         let floor = next.saturating_sub(MAX_EXAMINED);
@@ -213,15 +216,15 @@ pub struct RunPage {
 impl Ops {
     /// The newest runs matching `query` (run records that expired after
     /// their retention are skipped).
-    pub async fn recent_runs(&self, query: &RunQuery) -> Result<RunPage, Error> {
-        let newest: Option<u64> = self.query(redis::cmd("GET").arg(self.keys.run_counter())).await?;
+    pub async fn recent_runs(&self, query: &RunQuery) -> Result<RunPage, OpsError> {
+        let newest: Option<u64> = self.redis.query(redis::cmd("GET").arg(self.keys().run_counter())).await?;
         query
             .walk(newest.unwrap_or(0), |numbers| async move {
                 let mut pipe = redis::pipe();
                 for n in &numbers {
-                    pipe.cmd("HMGET").arg(self.keys.run(&format!("run-{n}"))).arg(&SUMMARY_FIELDS[..]);
+                    pipe.cmd("HMGET").arg(self.keys().run(&format!("run-{n}"))).arg(&SUMMARY_FIELDS[..]);
                 }
-                let rows: Vec<Vec<Option<String>>> = self.query(&mut pipe).await?;
+                let rows: Vec<Vec<Option<String>>> = self.redis.query(&mut pipe).await?;
                 Ok(rows
                     .into_iter()
                     .map(|row| {

@@ -11,15 +11,15 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::client::{Error, Ops};
+use super::client::{Ops, OpsError};
 use super::dead::{DeadRun, Retried};
 use super::inspect::{Found, Target};
 use super::render::{pretty_json, rfc3339_ms};
 use super::runs::{RunPage, RunQuery, RunSummary};
 use crate::store::Store;
 use crate::store::memory::{MemoryRun, MemoryStore};
-use crate::store::redis::RedisStore;
-use crate::vocabulary::DeliveryRecord;
+use crate::store::redis_store::RedisStore;
+use crate::vocabulary::{DeliveryRecord, RunFields};
 
 /// Why the memory store answers `null` where Redis has figures.
 pub const MEMORY_STORE_NOTE: &str = "the memory store keeps deliveries, identities and runs in this process only: it has no runs stream, no workers (so no queue, pending or dead runs) and no Redis memory";
@@ -77,17 +77,19 @@ fn payload_parts(raw: Option<&str>) -> (Option<Box<RawValue>>, Option<String>) {
 }
 
 fn memory_run_detail(run_id: &str, r: MemoryRun) -> RunDetail {
-    let mut fields = BTreeMap::from([
-        ("run_id".to_owned(), run_id.to_owned()),
-        ("provider".to_owned(), r.provider),
-        ("repo".to_owned(), r.repo),
-        ("action".to_owned(), r.action),
-        ("number".to_owned(), r.number),
-        ("delivery_id".to_owned(), r.delivery_id),
-        ("created_ms".to_owned(), r.created_ms.to_string()),
-        ("status".to_owned(), r.status.to_owned()),
-        ("attempts".to_owned(), "0".to_owned()),
-    ]);
+    let names = RunFields {
+        run_id: run_id.to_owned(),
+        provider: r.provider,
+        repo: r.repo,
+        action: r.action,
+        number: r.number,
+        delivery_id: r.delivery_id,
+    };
+    let mut fields: BTreeMap<String, String> =
+        RunFields::NAMES.into_iter().zip(names.values()).map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+    fields.insert("created_ms".to_owned(), r.created_ms.to_string());
+    fields.insert("status".to_owned(), r.status.to_owned());
+    fields.insert("attempts".to_owned(), "0".to_owned());
     let summary = RunSummary::read(|k| fields.get(k).cloned());
     let (payload, payload_pretty) = payload_parts(r.payload.as_deref());
     fields.retain(|k, _| k != "payload");
@@ -104,8 +106,7 @@ impl Source {
             Err(other) => other,
         };
         let redis = store.downcast::<RedisStore>().ok()?;
-        let (conn, keys, timeout) = redis.parts();
-        Some(Source::Redis(Arc::new(Ops::new(conn.clone(), keys.clone(), timeout))))
+        Some(Source::Redis(Arc::new(Ops::over(redis.redis().clone()))))
     }
 
     /// `redis` or `memory`.
@@ -118,7 +119,7 @@ impl Source {
 
     /// What `idemgate stats --json` prints, with `store`; on the memory
     /// store the counts it has and `null` for what it has not.
-    pub async fn stats(&self) -> Result<Value, Error> {
+    pub async fn stats(&self) -> Result<Value, OpsError> {
         match self {
             Source::Redis(ops) => {
                 let mut v = serde_json::to_value(ops.stats(0, |_| {}).await?).expect("stats serialize");
@@ -142,7 +143,7 @@ impl Source {
     }
 
     /// The newest runs matching `query`.
-    pub async fn runs(&self, query: &RunQuery) -> Result<RunPage, Error> {
+    pub async fn runs(&self, query: &RunQuery) -> Result<RunPage, OpsError> {
         match self {
             Source::Redis(ops) => ops.recent_runs(query).await,
             Source::Memory(m) => {
@@ -162,7 +163,7 @@ impl Source {
     }
 
     /// One run, whole (`None`: no record).
-    pub async fn run(&self, run_id: &str) -> Result<Option<RunDetail>, Error> {
+    pub async fn run(&self, run_id: &str) -> Result<Option<RunDetail>, OpsError> {
         match self {
             Source::Redis(ops) => {
                 let found = ops.inspect(&Target::Run { run_id: run_id.to_owned() }).await?.found;
@@ -185,7 +186,7 @@ impl Source {
     }
 
     /// A delivery record and its run (`None`: no record).
-    pub async fn delivery(&self, provider: &str, delivery_id: &str) -> Result<Option<DeliveryDetail>, Error> {
+    pub async fn delivery(&self, provider: &str, delivery_id: &str) -> Result<Option<DeliveryDetail>, OpsError> {
         let (key, record, ttl_ms) = match self {
             Source::Redis(ops) => {
                 let target = Target::Delivery { provider: provider.to_owned(), delivery_id: delivery_id.to_owned() };
@@ -206,7 +207,7 @@ impl Source {
 
     /// The dead stream, oldest first, and its key (`None` on the memory
     /// store, which has no dead runs: nothing runs its work).
-    pub async fn dead(&self) -> Result<(Option<String>, Vec<DeadRun>), Error> {
+    pub async fn dead(&self) -> Result<(Option<String>, Vec<DeadRun>), OpsError> {
         match self {
             Source::Redis(ops) => Ok((Some(ops.keys().runs_dead()), ops.dead_list().await?)),
             Source::Memory(_) => Ok((None, Vec::new())),
@@ -215,7 +216,7 @@ impl Source {
 
     /// `idemgate dead retry RUN_ID`: the same atomic script. On the memory
     /// store no run is ever dead, so every retry is refused with the run's status.
-    pub async fn retry(&self, run_id: &str) -> Result<Retried, Error> {
+    pub async fn retry(&self, run_id: &str) -> Result<Retried, OpsError> {
         match self {
             Source::Redis(ops) => {
                 let mut results = ops.dead_retry(Some(&[run_id.to_owned()])).await?;

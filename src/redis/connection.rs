@@ -1,7 +1,7 @@
-//! How idemgate reaches Redis. Every client is built here (the gate's
-//! multiplexed connection, the worker's pool and reader, Cluster, Sentinel,
-//! the operator commands), so TLS and the password file apply to all of them
-//! the same way. See docs/redis.md, "Connecting to Redis".
+//! How idemgate reaches Redis. Every client's settings are built here (the
+//! shared multiplexed connection of `conn.rs`, the worker's pool and reader
+//! of `reader.rs`, Cluster, Sentinel), so TLS and the password file apply to
+//! all of them the same way. See docs/redis.md, "Connecting to Redis".
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

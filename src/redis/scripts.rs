@@ -1,24 +1,106 @@
-//! The Lua scripts idemgate loads into Redis. Each runs atomically in the
-//! slot of its keys; their headers in `lua/` list their KEYS and ARGV.
+//! The Lua scripts idemgate loads into Redis, and their typed calls. Each
+//! runs atomically in the slot of its keys; their headers in `lua/` list
+//! their KEYS and ARGV, and each script's call type (here for the gate,
+//! [`super::run_scripts`] for the others) is the one place in Rust that
+//! knows their order.
+//!
+//! A script is loaded as its file with every `${name}` filled in
+//! ([`LuaScript::load`]): the answers' codes from [`Status::code`], the run
+//! fields' names from [`RunFields::NAMES`], and the Lua that several scripts
+//! share (`lua/shared/*.lua`), so each of those rules is written once.
 
 use std::sync::LazyLock;
 
-use redis::{Cmd, RedisWrite, ToRedisArgs};
+use redis::{Cmd, RedisWrite, Script, ToRedisArgs, Value};
 
-use crate::vocabulary::Status;
+use crate::error::Error;
+use crate::vocabulary::{RunFields, Status};
+
+/// A Lua script as Redis runs it: its file with every placeholder filled in.
+pub struct LuaScript {
+    source: String,
+    script: Script,
+}
+
+impl LuaScript {
+    /// `template` (a file of `lua/`) with its placeholders filled in: each
+    /// `${snippet}` of [`SHARED_LUA`] first, then `${run_field_names}` and
+    /// each `${status}`.
+    pub fn load(template: &str) -> Self {
+        let source = SHARED_LUA
+            .iter()
+            .fold(template.to_owned(), |source, (name, lua)| source.replace(&format!("${{{name}}}"), lua.trim_end()));
+        let names: Vec<String> = RunFields::NAMES.iter().map(|n| format!("'{n}'")).collect();
+        let source = with_codes(&source.replace("${run_field_names}", &names.join(", ")));
+        Self { script: Script::new(&source), source }
+    }
+
+    /// The Lua text Redis runs.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The script's SHA1, for `EVALSHA`.
+    pub fn hash(&self) -> &str {
+        self.script.get_hash()
+    }
+
+    /// `EVALSHA <sha> <number of keys> KEYS…`; the caller appends ARGV.
+    pub fn evalsha(&self, keys: &[&str]) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.hash()).arg(keys.len()).arg(keys);
+        cmd
+    }
+
+    /// `SCRIPT LOAD`s it on `conn` (after `NOSCRIPT`: a restart, a failover
+    /// or `SCRIPT FLUSH` empties Redis's script cache).
+    pub async fn load_into(&self, conn: &mut super::conn::Conn) -> redis::RedisResult<()> {
+        self.script.load_async(conn).await.map(drop)
+    }
+}
+
+/// The Lua that several scripts share, by placeholder name (`${holds}`).
+pub const SHARED_LUA: [(&str, &str); 4] = [
+    ("run_fields", include_str!("../../lua/shared/run_fields.lua")),
+    ("holds", include_str!("../../lua/shared/holds.lua")),
+    ("op_replay", include_str!("../../lua/shared/op_replay.lua")),
+    ("dead_letter", include_str!("../../lua/shared/dead_letter.lua")),
+];
+
+/// One call of one script, typed: which script, its KEYS and ARGV in the
+/// script's order (written once, in [`ScriptCall::command`]), and what its
+/// answer means. [`super::RedisHandle::call`] runs any of them, bounded,
+/// loading the script again after `NOSCRIPT`.
+pub trait ScriptCall {
+    /// The answer, decoded.
+    type Reply;
+
+    /// The script this calls.
+    fn script(&self) -> &'static LuaScript;
+
+    /// `EVALSHA` of [`ScriptCall::script`] with this call's KEYS and ARGV.
+    fn command(&self) -> Cmd;
+
+    /// Reads the script's answer.
+    fn decode(&self, reply: Value) -> Result<Self::Reply, Error>;
+}
+
+/// `lua/gate.lua`, loaded.
+pub static GATE: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::load(include_str!("../../lua/gate.lua")));
+
+/// `lua/gate_hold.lua`, loaded.
+pub static GATE_HOLD: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::load(include_str!("../../lua/gate_hold.lua")));
 
 /// The gate script as loaded into Redis: `lua/gate.lua` with each answer's
 /// code filled in from [`Status::code`], the one place codes are written.
 pub fn gate_lua() -> &'static str {
-    static SOURCE: LazyLock<String> = LazyLock::new(|| with_codes(include_str!("../../lua/gate.lua")));
-    &SOURCE
+    GATE.source()
 }
 
 /// The gate script of a caller that holds the runs it creates (the
 /// embedded layer): `lua/gate_hold.lua`, codes filled in like [`gate_lua`].
 pub fn gate_hold_lua() -> &'static str {
-    static SOURCE: LazyLock<String> = LazyLock::new(|| with_codes(include_str!("../../lua/gate_hold.lua")));
-    &SOURCE
+    GATE_HOLD.source()
 }
 
 /// `source` with each `${status}` placeholder replaced by that status's code.
@@ -29,12 +111,6 @@ fn with_codes(source: &str) -> String {
             source.replace(&format!("${{{}}}", status.as_str()), &status.code().to_string())
         })
 }
-
-/// Ends a held run that succeeded (the embedded layer, docs/embedding.md).
-pub const RUN_FINISH_LUA: &str = include_str!("../../lua/run_finish.lua");
-
-/// Releases a held run that failed, fenced by its run id.
-pub const RUN_RELEASE_LUA: &str = include_str!("../../lua/run_release.lua");
 
 /// What `lua/gate.lua` does with a delivery it has not seen: the verdict
 /// of the rules, as the script's first argument.

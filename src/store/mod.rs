@@ -1,9 +1,9 @@
 //! Stores behind one trait: [`memory::MemoryStore`] (the embedded default)
-//! and [`redis::RedisStore`] (shared by many workers). A store applies the
+//! and [`redis_store::RedisStore`] (shared by many workers). A store applies the
 //! verdict the rules computed, and must do the whole call atomically.
 
 pub mod memory;
-pub mod redis;
+pub mod redis_store;
 
 use std::future::Future;
 use std::pin::Pin;

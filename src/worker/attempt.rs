@@ -116,7 +116,7 @@ impl<H: Handler> RunTask<'_, H> {
     async fn give_back(&self) {
         let (q, lease) = (&self.shared.queue, self.config().lease);
         let given_back = retry_until_answered(self.shared, "releasing", self.run_id, RELEASE_PATIENCE, || {
-            q.release(self.entry, lease)
+            q.give_back(self.entry, lease)
         })
         .await;
         if given_back == Some(true) {

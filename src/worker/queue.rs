@@ -1,45 +1,26 @@
-//! The Redis side of the worker: the consumer group, the blocking reader on
-//! its own connection, and the small Lua scripts (`lua/worker_*.lua`) that
-//! change a run's stream entry and record together.
+//! The Redis side of the worker: the consumer group, the blocking reader,
+//! and the calls of the small Lua scripts (`lua/worker_*.lua`, typed in
+//! [`crate::redis::run_scripts`]) that change a run's stream entry and
+//! record together.
 
 use std::collections::HashMap;
-use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use redis::Script;
-use redis::cluster_async::ClusterConnection;
 use redis::streams::StreamAutoClaimReply;
 
 use super::config::{WorkerConfig, WorkerError};
 use super::run::{RunAttempt, RunFields};
 use crate::error::Error;
 use crate::keys::Keys;
-use crate::redis::sentinel::SentinelConn;
-use crate::redis::{Conn, RedisOptions, RedisTarget, connect_bounded};
+use crate::redis::reader::{ConnectError, ReadError};
+pub(crate) use crate::redis::run_scripts::Failed;
+pub use crate::redis::run_scripts::Trimmed;
+use crate::redis::run_scripts::{
+    Consumer, DoneCall, ExtendCall, FailCall, GiveBackCall, LeaveCall, StartCall, Started, TrimCall, UncountCall,
+};
+use crate::redis::{BlockingReader, Conn, RedisHandle, RedisOptions};
 use crate::units::{now_ms, redis_ms};
-
-struct Scripts {
-    start: Script,
-    done: Script,
-    fail: Script,
-    extend: Script,
-    release: Script,
-    trim: Script,
-    leave: Script,
-    uncount: Script,
-}
-
-static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    start: Script::new(include_str!("../../lua/worker_start.lua")),
-    done: Script::new(include_str!("../../lua/worker_done.lua")),
-    fail: Script::new(include_str!("../../lua/worker_fail.lua")),
-    extend: Script::new(include_str!("../../lua/worker_extend.lua")),
-    release: Script::new(include_str!("../../lua/worker_release.lua")),
-    trim: Script::new(include_str!("../../lua/worker_trim.lua")),
-    leave: Script::new(include_str!("../../lua/worker_leave.lua")),
-    uncount: Script::new(include_str!("../../lua/worker_uncount.lua")),
-});
 
 /// One entry of the runs stream, as read from the group.
 #[derive(Debug, Clone)]
@@ -82,37 +63,17 @@ pub(crate) enum Start {
     Dead(u32),
 }
 
-/// What recording a failed attempt did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Failed {
-    Lost,
-    Retry,
-    Dead,
-}
-
-/// Connections that may block: blocking `XREADGROUP` never shares the
-/// gate's multiplexed connection, so it cannot delay anyone's command.
-enum Reader {
-    /// A deadpool-redis pool; each read checks out a connection of its own.
-    Pool(deadpool_redis::Pool),
-    /// A cluster client; one dedicated cluster connection, made on first use.
-    Cluster(Box<(redis::cluster::ClusterClient, Option<ClusterConnection>)>),
-    /// A connection of its own to the primary the sentinels name; it
-    /// follows a failover like the gate's.
-    Sentinel(SentinelConn),
-}
-
 /// The Redis operations of one consumer in one group.
 pub(crate) struct Queue {
-    conn: Conn,
-    keys: Keys,
+    redis: RedisHandle,
     group: String,
     consumer: String,
-    timeout: Duration,
     block: Duration,
     /// The TTL of a `done` or `dead` run record, ms (0: never expires).
     retention_ms: u64,
-    reader: tokio::sync::Mutex<Reader>,
+    /// Blocking `XREADGROUP` never shares the handle's multiplexed
+    /// connection, so it cannot delay anyone's command.
+    reader: BlockingReader,
     /// `consumer/start-nanos/`: with `ops`, the operation ids of script calls.
     op_prefix: String,
     ops: AtomicU64,
@@ -126,43 +87,19 @@ pub(crate) struct Op(String);
 
 impl Queue {
     pub async fn connect(opts: &RedisOptions, keys: Keys, config: &WorkerConfig) -> Result<Self, WorkerError> {
-        let block = config.block;
-        let conn = Conn::connect(opts).await?;
-        let t = opts.command_timeout;
-        let reader = match &opts.target {
-            RedisTarget::Single(url) => {
-                // The manager gets the connection settings with the TLS files
-                // and the password file applied, like every other client.
-                let info = opts.client(url).map_err(Error::from)?.get_connection_info().clone();
-                let manager = deadpool_redis::Manager::new(info).map_err(Error::from)?;
-                let pool = deadpool_redis::Pool::builder(manager)
-                    .max_size(2)
-                    .runtime(deadpool_redis::Runtime::Tokio1)
-                    .wait_timeout(Some(t))
-                    .create_timeout(Some(t))
-                    .recycle_timeout(Some(t))
-                    .build()
-                    .map_err(|e| WorkerError::Config(format!("redis pool: {e}")))?;
-                Reader::Pool(pool)
-            }
-            RedisTarget::Cluster(nodes) => {
-                let client = opts.cluster_client(nodes, block + t).map_err(Error::from)?;
-                Reader::Cluster(Box::new((client, None)))
-            }
-            RedisTarget::Sentinel { nodes, master } => {
-                Reader::Sentinel(connect_bounded(t, SentinelConn::connect(opts, nodes, master, block + t)).await?)
-            }
-        };
+        let redis = RedisHandle::connect(opts, keys).await?;
+        let reader = BlockingReader::connect(opts, config.block).await.map_err(|e| match e {
+            ConnectError::Redis(e) => WorkerError::Store(e),
+            ConnectError::Pool(message) => WorkerError::Config(message),
+        })?;
         let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let q = Self {
-            conn,
-            keys,
+            redis,
             group: config.group.clone(),
             consumer: config.consumer.clone(),
-            timeout: t,
-            block,
+            block: config.block,
             retention_ms: config.run_retention.map_or(0, redis_ms),
-            reader: tokio::sync::Mutex::new(reader),
+            reader,
             op_prefix: format!("{}/{started}/", config.consumer),
             ops: AtomicU64::new(0),
         };
@@ -171,7 +108,7 @@ impl Queue {
     }
 
     pub fn keys(&self) -> &Keys {
-        &self.keys
+        self.redis.keys()
     }
 
     pub fn consumer(&self) -> &str {
@@ -183,22 +120,17 @@ impl Queue {
         Op(format!("{}{}", self.op_prefix, self.ops.fetch_add(1, Ordering::Relaxed)))
     }
 
-    async fn bounded<T>(&self, fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T, Error> {
-        crate::redis::bounded(self.timeout, fut).await
+    /// `ARGV[1]` and `ARGV[2]` of every worker script.
+    fn as_consumer(&self) -> Consumer<'_> {
+        Consumer { keys: self.redis.keys(), group: &self.group, name: &self.consumer }
     }
 
     /// Creates the group at id `0` (runs queued before any worker existed
     /// are processed); an existing group is kept as it is.
     pub async fn create_group(&self) -> Result<(), Error> {
-        let mut conn = self.conn.clone();
-        let cmd = redis::cmd("XGROUP")
-            .arg("CREATE")
-            .arg(self.keys.runs())
-            .arg(&self.group)
-            .arg("0")
-            .arg("MKSTREAM")
-            .to_owned();
-        match self.bounded(cmd.query_async::<()>(&mut conn)).await {
+        let mut cmd = redis::cmd("XGROUP");
+        cmd.arg("CREATE").arg(self.keys().runs()).arg(&self.group).arg("0").arg("MKSTREAM");
+        match self.redis.query::<()>(&mut cmd).await {
             Err(Error::Redis(e)) if e.code() == Some("BUSYGROUP") => Ok(()),
             other => other,
         }
@@ -215,46 +147,16 @@ impl Queue {
         if after.is_none() {
             cmd.arg("BLOCK").arg(redis_ms(self.block));
         }
-        cmd.arg("STREAMS").arg(self.keys.runs()).arg(after.unwrap_or(">"));
-        let limit = self.block + self.timeout;
-        let mut reader = self.reader.lock().await;
-        let result = match &mut *reader {
-            Reader::Pool(pool) => {
-                let mut c = pool.get().await.map_err(|e| match e {
-                    deadpool_redis::PoolError::Backend(e) => WorkerError::Store(e.into()),
-                    e => WorkerError::Pool(e.to_string()),
-                })?;
-                // The pool's connections only ever carry these reads.
-                c.set_response_timeout(limit);
-                tokio::time::timeout(limit, cmd.query_async::<redis::Value>(&mut *c)).await
-            }
-            Reader::Cluster(cluster) => {
-                let (client, slot) = &mut **cluster;
-                if slot.is_none() {
-                    let c = tokio::time::timeout(self.timeout * 4, client.get_async_connection())
-                        .await
-                        .map_err(|_| Error::Timeout(self.timeout * 4))?
-                        .map_err(Error::from)?;
-                    *slot = Some(c);
-                }
-                let c = slot.as_mut().expect("connected above");
-                let r = tokio::time::timeout(limit, cmd.query_async::<redis::Value>(c)).await;
-                if !matches!(r, Ok(Ok(_))) {
-                    *slot = None;
-                }
-                r
-            }
-            Reader::Sentinel(c) => tokio::time::timeout(limit, cmd.query_async::<redis::Value>(c)).await,
-        };
-        drop(reader);
-        let reply = match result {
-            Err(_) => return Err(Error::Timeout(limit).into()),
-            Ok(Err(e)) if e.code() == Some("NOGROUP") => {
+        cmd.arg("STREAMS").arg(self.keys().runs()).arg(after.unwrap_or(">"));
+        let reply = match self.reader.query(&cmd, self.block + self.redis.timeout()).await {
+            Err(ReadError::Redis(Error::Redis(e))) if e.code() == Some("NOGROUP") => {
                 // The stream or the group was deleted under us: start again.
                 self.create_group().await?;
                 return Ok(Vec::new());
             }
-            Ok(r) => r.map_err(Error::from)?,
+            Err(ReadError::Redis(e)) => return Err(e.into()),
+            Err(ReadError::Pool(message)) => return Err(WorkerError::Pool(message)),
+            Ok(reply) => reply,
         };
         Ok(self.parse_all(stream_entries(reply)).await)
     }
@@ -267,19 +169,12 @@ impl Queue {
         count: usize,
         lease: Duration,
     ) -> Result<Vec<StreamEntry>, Error> {
-        let mut conn = self.conn.clone();
         let mut out = Vec::new();
         for _ in 0..8 {
-            let cmd = redis::cmd("XAUTOCLAIM")
-                .arg(self.keys.runs())
-                .arg(&self.group)
-                .arg(&self.consumer)
-                .arg(redis_ms(lease))
-                .arg(cursor.as_str())
-                .arg("COUNT")
-                .arg(count - out.len())
-                .to_owned();
-            let reply: StreamAutoClaimReply = match self.bounded(cmd.query_async(&mut conn)).await {
+            let mut cmd = redis::cmd("XAUTOCLAIM");
+            cmd.arg(self.keys().runs()).arg(&self.group).arg(&self.consumer).arg(redis_ms(lease));
+            cmd.arg(cursor.as_str()).arg("COUNT").arg(count - out.len());
+            let reply: StreamAutoClaimReply = match self.redis.query(&mut cmd).await {
                 Err(Error::Redis(e)) if e.code() == Some("NOGROUP") => {
                     self.create_group().await?;
                     return Ok(out);
@@ -304,67 +199,48 @@ impl Queue {
                 Some(e) => out.push(e),
                 None => {
                     tracing::error!(entry = %id, "runs stream entry without a run_id; acknowledging it unrun");
-                    let mut conn = self.conn.clone();
-                    let cmd = redis::cmd("XACK").arg(self.keys.runs()).arg(&self.group).arg(&id).to_owned();
-                    let _ = self.bounded(cmd.query_async::<i64>(&mut conn)).await;
+                    let mut cmd = redis::cmd("XACK");
+                    cmd.arg(self.keys().runs()).arg(&self.group).arg(&id);
+                    let _ = self.redis.query::<i64>(&mut cmd).await;
                 }
             }
         }
         out
     }
 
-    fn invocation<'a>(&self, script: &'a Script, entry: Option<&StreamEntry>) -> redis::ScriptInvocation<'a> {
-        let mut inv = script.prepare_invoke();
-        inv.key(self.keys.runs());
-        if let Some(e) = entry {
-            inv.key(self.keys.run(&e.run.fields.run_id));
-        }
-        inv.arg(&self.group).arg(&self.consumer);
-        if let Some(e) = entry {
-            inv.arg(&e.id);
-        }
-        inv
-    }
-
-    fn identity_args(inv: &mut redis::ScriptInvocation<'_>, r: &RunAttempt) {
-        inv.arg(&r.fields.run_id)
-            .arg(&r.fields.provider)
-            .arg(&r.fields.repo)
-            .arg(&r.fields.action)
-            .arg(&r.fields.number)
-            .arg(&r.fields.delivery_id);
-    }
-
-    async fn invoke<T: redis::FromRedisValue>(&self, inv: &redis::ScriptInvocation<'_>) -> Result<T, Error> {
-        let mut conn = self.conn.clone();
-        self.bounded(inv.invoke_async(&mut conn)).await
-    }
-
     /// `lua/worker_start.lua`: begin the next attempt.
     pub async fn start(&self, e: &StreamEntry, max_attempts: u32, op: &Op) -> Result<Start, Error> {
-        let mut inv = self.invocation(&SCRIPTS.start, Some(e));
-        inv.key(self.keys.runs_dead()).arg(now_ms()).arg(max_attempts).arg(&op.0).arg(self.retention_ms);
-        Self::identity_args(&mut inv, &e.run);
-        let reply: Vec<redis::Value> = self.invoke(&inv).await?;
-        let int = |i: usize| reply.get(i).and_then(|v| redis::from_redis_value_ref::<i64>(v).ok()).unwrap_or(0);
-        let text = |i: usize| reply.get(i).and_then(|v| redis::from_redis_value_ref::<String>(v).ok());
-        let (code, n) = (int(0), int(1));
-        Ok(match code {
-            1 => Start::Run {
-                attempt: n as u32,
-                key: run_key(&self.keys, &e.run.fields.run_id, text(2).as_deref(), &e.id),
-                payload: text(3),
+        let call = StartCall {
+            consumer: self.as_consumer(),
+            entry_id: &e.id,
+            run: &e.run.fields,
+            now_ms: now_ms(),
+            max_attempts,
+            op: &op.0,
+            retention_ms: self.retention_ms,
+        };
+        Ok(match self.redis.call(&call).await? {
+            Started::Run { attempt, created_ms, payload } => Start::Run {
+                attempt,
+                key: run_key(self.keys(), &e.run.fields.run_id, created_ms.as_deref(), &e.id),
+                payload,
             },
-            2 => Start::Dead(n as u32),
-            _ => Start::Lost,
+            Started::Dead(attempts) => Start::Dead(attempts),
+            Started::Lost => Start::Lost,
         })
     }
 
     /// `lua/worker_done.lua`: acknowledge and mark done. `false`: lost.
     pub async fn done(&self, e: &StreamEntry, op: &Op) -> Result<bool, Error> {
-        let mut inv = self.invocation(&SCRIPTS.done, Some(e));
-        inv.arg(now_ms()).arg(&op.0).arg(self.retention_ms);
-        Ok(self.invoke::<i64>(&inv).await? == 1)
+        let call = DoneCall {
+            consumer: self.as_consumer(),
+            entry_id: &e.id,
+            run_id: &e.run.fields.run_id,
+            now_ms: now_ms(),
+            op: &op.0,
+            retention_ms: self.retention_ms,
+        };
+        self.redis.call(&call).await
     }
 
     /// `lua/worker_fail.lua`: record a failed attempt; dead after the last.
@@ -378,31 +254,48 @@ impl Queue {
         op: &Op,
     ) -> Result<Failed, Error> {
         let now = now_ms();
-        let mut inv = self.invocation(&SCRIPTS.fail, Some(e));
-        inv.key(self.keys.runs_dead()).arg(now).arg(error).arg(attempt).arg(max_attempts).arg(now + redis_ms(retry_in));
-        inv.arg(&op.0).arg(self.retention_ms);
-        Self::identity_args(&mut inv, &e.run);
-        Ok(match self.invoke::<i64>(&inv).await? {
-            1 => Failed::Retry,
-            2 => Failed::Dead,
-            _ => Failed::Lost,
-        })
+        let call = FailCall {
+            consumer: self.as_consumer(),
+            entry_id: &e.id,
+            run: &e.run.fields,
+            now_ms: now,
+            error,
+            attempt,
+            max_attempts,
+            next_attempt_ms: now + redis_ms(retry_in),
+            op: &op.0,
+            retention_ms: self.retention_ms,
+        };
+        self.redis.call(&call).await
     }
 
-    /// `lua/worker_release.lua`: give the entry back for immediate takeover.
-    pub async fn release(&self, e: &StreamEntry, lease: Duration) -> Result<bool, Error> {
-        let mut inv = self.invocation(&SCRIPTS.release, Some(e));
-        inv.arg(redis_ms(lease) + 1).arg(now_ms());
-        Ok(self.invoke::<i64>(&inv).await? == 1)
+    /// `lua/worker_give_back.lua`: give the entry back to the group, for
+    /// another worker to take at once (its idle time set past `lease`).
+    pub async fn give_back(&self, e: &StreamEntry, lease: Duration) -> Result<bool, Error> {
+        let call = GiveBackCall {
+            consumer: self.as_consumer(),
+            entry_id: &e.id,
+            run_id: &e.run.fields.run_id,
+            idle_ms: redis_ms(lease) + 1,
+            now_ms: now_ms(),
+        };
+        self.redis.call(&call).await
     }
 
     /// `lua/worker_uncount.lua`: the attempt counts for nothing (the
     /// destination was down); the entry is given back for immediate takeover.
     /// `false`: lost.
     pub async fn uncount(&self, e: &StreamEntry, error: &str, lease: Duration, op: &Op) -> Result<bool, Error> {
-        let mut inv = self.invocation(&SCRIPTS.uncount, Some(e));
-        inv.arg(now_ms()).arg(error).arg(redis_ms(lease) + 1).arg(&op.0);
-        Ok(self.invoke::<i64>(&inv).await? == 1)
+        let call = UncountCall {
+            consumer: self.as_consumer(),
+            entry_id: &e.id,
+            run_id: &e.run.fields.run_id,
+            now_ms: now_ms(),
+            error,
+            idle_ms: redis_ms(lease) + 1,
+            op: &op.0,
+        };
+        self.redis.call(&call).await
     }
 
     /// `lua/worker_extend.lua`: reset the idle time of held entries; returns
@@ -411,23 +304,17 @@ impl Queue {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let mut inv = self.invocation(&SCRIPTS.extend, None);
-        for id in ids {
-            inv.arg(id);
-        }
-        self.invoke(&inv).await
+        self.redis.call(&ExtendCall { consumer: self.as_consumer(), entry_ids: ids }).await
     }
 
     /// `lua/worker_leave.lua`: remove this consumer if it holds nothing.
     pub async fn leave(&self) -> Result<bool, Error> {
-        let inv = self.invocation(&SCRIPTS.leave, None);
-        Ok(self.invoke::<i64>(&inv).await? == 1)
+        self.redis.call(&LeaveCall { consumer: self.as_consumer() }).await
     }
 
     /// `lua/worker_trim.lua` on this queue's stream.
     pub async fn trim(&self) -> Result<Trimmed, Error> {
-        let mut conn = self.conn.clone();
-        self.bounded(trim_inner(&mut conn, &self.keys)).await
+        self.redis.call(&TrimCall { keys: self.keys() }).await
     }
 }
 
@@ -475,24 +362,9 @@ fn stream_entries(reply: redis::Value) -> Vec<(String, Option<HashMap<String, re
     out
 }
 
-/// What a trim removed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Trimmed {
-    /// Entries removed from the runs stream.
-    pub removed: u64,
-    /// The lowest id every group still needs; entries below it were removed
-    /// (`None`: nothing could be trimmed).
-    pub floor: Option<String>,
-}
-
-async fn trim_inner(conn: &mut Conn, keys: &Keys) -> redis::RedisResult<Trimmed> {
-    let (removed, floor): (u64, String) = SCRIPTS.trim.key(keys.runs()).invoke_async(conn).await?;
-    Ok(Trimmed { removed, floor: (!floor.is_empty()).then_some(floor) })
-}
-
 /// Trims the runs stream of namespace `keys` down to the entries some
 /// consumer group still needs (pending, or not yet delivered), in one
 /// atomic script. Workers call this every trim interval; operators may too.
 pub async fn trim_runs(conn: &mut Conn, keys: &Keys) -> Result<Trimmed, Error> {
-    Ok(trim_inner(conn, keys).await?)
+    crate::redis::handle::call_on(conn, &TrimCall { keys }).await
 }

@@ -8,39 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::breaker::Breaker;
-
-/// What names a run wherever it travels: a runs-stream entry (written by
-/// `lua/gate.lua`), a dead-stream entry (`lua/worker_fail.lua`), the JSON a
-/// handler gets. Read from a stream entry in one place, [`RunFields::read`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RunFields {
-    /// `run-N`: the key for idempotent handlers.
-    pub run_id: String,
-    /// The provider of the delivery that created the run.
-    pub provider: String,
-    /// `org/repo`.
-    pub repo: String,
-    /// The event's action (`pull_request.opened`): part of the run's identity.
-    pub action: String,
-    /// The number text (may be empty).
-    pub number: String,
-    /// The delivery that created the run.
-    pub delivery_id: String,
-}
-
-impl RunFields {
-    /// The fields of a stream entry, `field` giving each by name (`""` when absent).
-    pub(crate) fn read(field: impl Fn(&str) -> String) -> Self {
-        RunFields {
-            run_id: field("run_id"),
-            provider: field("provider"),
-            repo: field("repo"),
-            action: field("action"),
-            number: field("number"),
-            delivery_id: field("delivery_id"),
-        }
-    }
-}
+pub use crate::vocabulary::RunFields;
 
 /// One attempt at a run, as handed to a handler (and, as JSON, to a
 /// command's stdin): what names the run, the attempt's number, the run key

@@ -12,7 +12,7 @@ use idemgate::Response;
 use idemgate::gate::{Gate, Settings, Status};
 use idemgate::keys::Keys;
 use idemgate::redis::{Conn, RedisOptions};
-use idemgate::store::redis::RedisStore;
+use idemgate::store::redis_store::RedisStore;
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 

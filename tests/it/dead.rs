@@ -10,7 +10,7 @@ use idemgate::gate::{Gate, Settings};
 use idemgate::keys::Keys;
 use idemgate::ops::{Ops, Retried};
 use idemgate::redis::{Conn, RedisOptions};
-use idemgate::store::redis::RedisStore;
+use idemgate::store::redis_store::RedisStore;
 use idemgate::worker::{RunAttempt, Worker, WorkerConfig};
 use redis::AsyncCommands;
 use serde_json::{Value, json};

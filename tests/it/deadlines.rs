@@ -15,7 +15,7 @@ use idemgate::providers::Provider;
 use idemgate::redis::RedisOptions;
 use idemgate::store::Store;
 use idemgate::store::memory::MemoryStore;
-use idemgate::store::redis::RedisStore;
+use idemgate::store::redis_store::RedisStore;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

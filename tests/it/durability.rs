@@ -9,7 +9,7 @@ use idemgate::gate::{Gate, Settings, Status};
 use idemgate::http::AppState;
 use idemgate::keys::Keys;
 use idemgate::redis::RedisOptions;
-use idemgate::store::redis::RedisStore;
+use idemgate::store::redis_store::RedisStore;
 use idemgate::{Error, Response};
 use serde_json::json;
 

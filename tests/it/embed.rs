@@ -24,7 +24,7 @@ use idemgate::redis::RedisOptions;
 use idemgate::refusals::RefusalStatus;
 use idemgate::store::Store;
 use idemgate::store::memory::MemoryStore;
-use idemgate::store::redis::RedisStore;
+use idemgate::store::redis_store::RedisStore;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 

@@ -17,7 +17,7 @@ use idemgate::keys::Keys;
 use idemgate::layer::{GateLayer, Run};
 use idemgate::providers::Provider;
 use idemgate::redis::RedisOptions;
-use idemgate::store::redis::RedisStore;
+use idemgate::store::redis_store::RedisStore;
 use redis::AsyncCommands;
 use serde_json::json;
 

@@ -15,7 +15,7 @@ use idemgate::http::{AppState, app};
 use idemgate::keys::Keys;
 use idemgate::providers::{FieldPointers, Provider};
 use idemgate::redis::RedisOptions;
-use idemgate::store::redis::RedisStore;
+use idemgate::store::redis_store::RedisStore;
 use serde_json::{Value, json};
 use sha2::Sha256;
 

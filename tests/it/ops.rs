@@ -311,10 +311,13 @@ async fn healthcheck_http_follows_readyz() {
     // A service on a real socket over a Redis this test can stop.
     let mut redis = RedisProcess::start(&[]);
     let opts = RedisOptions { command_timeout: Duration::from_millis(300), ..RedisOptions::single(redis.url()) };
-    let store =
-        idemgate::store::redis::RedisStore::connect(&opts, Keys::new(&fresh_ns("hc")).unwrap(), &Settings::default())
-            .await
-            .unwrap();
+    let store = idemgate::store::redis_store::RedisStore::connect(
+        &opts,
+        Keys::new(&fresh_ns("hc")).unwrap(),
+        &Settings::default(),
+    )
+    .await
+    .unwrap();
     let state = idemgate::http::AppState::new(Gate::new(["o/r"], std::sync::Arc::new(store)), vec![], None);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/readyz", listener.local_addr().unwrap());
@@ -353,7 +356,8 @@ async fn stats_reports_memory_per_kind_and_days_until_full() {
     let ns = fresh_ns("ops-mem");
     let keys = Keys::new(&ns).unwrap();
     let opts = RedisOptions::single(url.clone());
-    let store = idemgate::store::redis::RedisStore::connect(&opts, keys.clone(), &Settings::default()).await.unwrap();
+    let store =
+        idemgate::store::redis_store::RedisStore::connect(&opts, keys.clone(), &Settings::default()).await.unwrap();
     let g = Gate::new(["o/r"], std::sync::Arc::new(store));
     for n in 1..=10 {
         let e = json!({"org": "o", "repo": "r", "action": "push", "number": n});

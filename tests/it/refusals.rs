@@ -18,7 +18,7 @@ use idemgate::providers::{FieldPointers, Kind, Provider, hmac};
 use idemgate::redis::RedisOptions;
 use idemgate::refusals::RefusalStatus;
 use idemgate::store::Store;
-use idemgate::store::redis::RedisStore;
+use idemgate::store::redis_store::RedisStore;
 use serde_json::{Value, json};
 
 use crate::support::{Backend, RedisProcess, fresh_ns, send};

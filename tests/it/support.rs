@@ -13,7 +13,7 @@ use idemgate::keys::Keys;
 use idemgate::redis::{Conn, RedisOptions};
 use idemgate::store::Store;
 use idemgate::store::memory::MemoryStore;
-use idemgate::store::redis::RedisStore;
+use idemgate::store::redis_store::RedisStore;
 use testcontainers::core::{IntoContainerPort, WaitFor};
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{GenericImage, ImageExt};

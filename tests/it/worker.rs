@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use idemgate::gate::{Gate, Settings, Status};
 use idemgate::keys::Keys;
 use idemgate::redis::RedisOptions;
+use idemgate::redis::scripts::LuaScript;
 use idemgate::worker::{Failure, RunAttempt, Worker, WorkerConfig, trim_runs};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
@@ -688,7 +689,7 @@ async fn worker_retries_a_done_whose_reply_was_lost_and_the_run_ends_done_once()
     let ns = fresh_ns("wlostdone");
     let dir = temp_dir("wlostdone");
     let proxy = Proxy::start(redis_addr());
-    let done_sha = redis::Script::new(include_str!("../../lua/worker_done.lua")).get_hash().to_owned();
+    let done_sha = LuaScript::load(include_str!("../../lua/worker_done.lua")).hash().to_owned();
     // The reply to the done script is lost after Redis ran it (a NOSCRIPT
     // answer is not a run of it, and is let through).
     proxy.drop_reply_once(move |req, reply| {
@@ -793,7 +794,8 @@ async fn lose_script_reply(tag: &str, script_file: &str, flags: &[&str], command
     let dir = temp_dir(tag);
     let proxy = Proxy::start(redis_addr());
     let body = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("lua").join(script_file)).unwrap();
-    let sha = redis::Script::new(&body).get_hash().to_owned();
+    // The script as loaded: its shared Lua filled in.
+    let sha = LuaScript::load(&body).hash().to_owned();
     proxy.drop_reply_once(move |req, reply| {
         contains(req, b"EVALSHA") && contains(req, sha.as_bytes()) && !reply.starts_with(b"-NOSCRIPT")
     });

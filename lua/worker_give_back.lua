@@ -9,10 +9,11 @@
 -- ARGV[3]: stream entry id
 -- ARGV[4]: idle time to set, ms (the lease or more)
 -- ARGV[5]: now, ms since the Unix epoch
--- Returns: 1 released, 0 the entry is no longer held by this consumer
+-- Returns: 1 given back, 0 the entry is no longer held by this consumer
 
-local held = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1, ARGV[2])
-if #held == 0 then
+${holds}
+
+if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return 0
 end
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[4], 'JUSTID')

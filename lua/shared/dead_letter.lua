@@ -1,0 +1,21 @@
+-- Shared by worker_start.lua and worker_fail.lua (needs run_fields.lua):
+-- the run is out of attempts. Its entry goes to the dead stream (KEYS[3])
+-- with the fields that name it (ARGV[first_field], ... in RUN_FIELDS order,
+-- as the stream entry named it), its runs-stream (KEYS[1]) entry is
+-- acknowledged, and its record (KEYS[2]) says `dead`, answering `op` with 2,
+-- and expires after `retention_ms` (0: never). Writes only: the caller has
+-- made every check.
+local function dead_letter(group, consumer, entry_id, first_field, attempts, err, now, op, retention_ms)
+  local entry = run_field_pairs(function(i) return ARGV[first_field + i - 1] end)
+  for _, v in ipairs({'entry_id', entry_id, 'group', group, 'attempts', attempts, 'last_error', err,
+      'worker', consumer, 'failed_ms', now}) do
+    entry[#entry + 1] = v
+  end
+  redis.call('XADD', KEYS[3], '*', unpack(entry))
+  redis.call('XACK', KEYS[1], group, entry_id)
+  redis.call('HSET', KEYS[2], 'status', 'dead', 'last_error', err, 'worker', consumer,
+    'updated_ms', now, 'finished_ms', now, 'op', op, 'op_result', 2)
+  if tonumber(retention_ms) > 0 then
+    redis.call('PEXPIRE', KEYS[2], retention_ms)
+  end
+end
