@@ -48,7 +48,7 @@ impl StoreConfig {
         let min_replicas_ack = match s.min_replicas_ack.number::<u32>()? {
             None | Some(Given { value: 0, .. }) => None,
             Some(ack) if target.is_none() => {
-                return Err(ack.fail("--min-replicas-ack needs a Redis store (--redis-url or --redis-cluster-nodes)"));
+                return Err(ack.fail("needs a Redis store (--redis-url or --redis-cluster-nodes)"));
             }
             Some(ack) => {
                 let wait = s.min_replicas_timeout.duration()?;
@@ -140,9 +140,7 @@ fn redis_target(s: &Layer) -> Result<Option<RedisTarget>, ConfigError> {
         (None, None, Some(nodes)) => match master.as_ref().map(|m| m.value.trim()) {
             Some(m) if !m.is_empty() => Some(RedisTarget::Sentinel { nodes: nodes.value, master: m.to_owned() }),
             _ => {
-                return Err(nodes.fail(
-                    "--redis-sentinel-nodes needs --redis-sentinel-master NAME (the name the sentinels monitor)",
-                ));
+                return Err(nodes.fail("needs --redis-sentinel-master NAME (the name the sentinels monitor)"));
             }
         },
         (url, nodes, sentinels) => {
@@ -161,7 +159,7 @@ fn redis_target(s: &Layer) -> Result<Option<RedisTarget>, ConfigError> {
     // replaced the sentinels it went with.
     if let Some(master) = master.filter(|m| top.is_none_or(|top| m.origin.rank() >= top)) {
         if !matches!(target, Some(RedisTarget::Sentinel { .. })) {
-            return Err(master.fail("--redis-sentinel-master needs --redis-sentinel-nodes"));
+            return Err(master.fail("needs --redis-sentinel-nodes"));
         }
     }
     Ok(target)

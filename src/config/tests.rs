@@ -285,7 +285,7 @@ fn sentinel_tls_and_password_file_settings() {
     let flag = Layer::flags([("redis_url", "redis://flag:6379")]).unwrap();
     assert!(matches!(resolve(&flag, &text).unwrap().store.redis.unwrap().target, RedisTarget::Single(_)));
     let e = resolve(&Layer::default(), "redis_url = \"redis://x\"\nredis_sentinel_master = \"m\"").unwrap_err();
-    assert!(e.contains("--redis-sentinel-master needs --redis-sentinel-nodes"), "{e}");
+    assert!(e.contains("config file line 2, `redis_sentinel_master`: needs --redis-sentinel-nodes"), "{e}");
     for (text, want) in [
         ("redis_sentinel_nodes = \"redis://s:26379\"", "needs --redis-sentinel-master"),
         ("redis_url = \"redis://x\"\nredis_sentinel_nodes = \"redis://s:26379\"", "not both"),
@@ -444,4 +444,64 @@ proptest::proptest! {
         let d = if whole_seconds { Duration::from_secs(ms / 1000 + 1) } else { Duration::from_millis(ms) };
         proptest::prop_assert_eq!(parse_duration(&format_duration(d)), Ok(d));
     }
+}
+
+/// A layer of env vars, as the binary fills it from clap's value sources.
+fn env(pairs: &[(&str, &str, &str)]) -> Layer {
+    let mut layer = Layer::default();
+    for (name, var, value) in pairs {
+        assert!(layer.set(name, Given::new(Raw::Text(value.to_string()), Origin::Env(var.to_string()))));
+    }
+    layer
+}
+
+#[test]
+fn each_layer_wins_over_the_ones_below_and_its_errors_name_it() {
+    let text = "delivery_ttl = \"90s\"\nlisten = \"127.0.0.1:1\"\nnamespace = \"file\"\n";
+    let sources = |env: Layer, flags: Layer| Merged::over_file(Sources { env, flags }, file(text));
+    let resolve = |m: &Merged| ServeConfig::resolve_with(m, |_| None).map_err(|e| e.to_string());
+    let c = resolve(&sources(Layer::default(), Layer::default())).unwrap();
+    assert_eq!((c.settings.delivery_ttl, c.store.keys.namespace()), (Duration::from_secs(90), "file"));
+    let e = env(&[("delivery_ttl", "IDEMGATE_DELIVERY_TTL", "2m"), ("namespace", "IDEMGATE_NAMESPACE", "env")]);
+    let c = resolve(&sources(e.clone(), Layer::default())).unwrap();
+    assert_eq!((c.settings.delivery_ttl, c.store.keys.namespace()), (Duration::from_secs(120), "env"));
+    assert_eq!(c.listen.to_string(), "127.0.0.1:1", "the file where env and flags say nothing");
+    let m = sources(e.clone(), Layer::flags([("namespace", "flag")]).unwrap());
+    let c = resolve(&m).unwrap();
+    assert_eq!((c.settings.delivery_ttl, c.store.keys.namespace()), (Duration::from_secs(120), "flag"));
+    assert_eq!(m.given.namespace.unwrap().origin, Origin::Flag("--namespace".into()));
+    // Errors name the layer the winning value came from.
+    let bad = env(&[("delivery_ttl", "IDEMGATE_DELIVERY_TTL", "0s")]);
+    let e = resolve(&sources(bad.clone(), Layer::default())).unwrap_err();
+    assert_eq!(e, "IDEMGATE_DELIVERY_TTL: the delivery TTL must be at least 1s");
+    let e = resolve(&sources(bad, Layer::flags([("delivery_ttl", "500ms")]).unwrap())).unwrap_err();
+    assert_eq!(e, "--delivery-ttl: the delivery TTL must be at least 1s");
+    let e = self::resolve(&Layer::default(), "\n\ndelivery_ttl = \"0s\"").unwrap_err();
+    assert_eq!(e, "config file line 3, `delivery_ttl`: the delivery TTL must be at least 1s");
+}
+
+#[test]
+fn where_redis_is_comes_from_one_layer() {
+    let text = "redis_cluster_nodes = \"redis://c1,redis://c2\"\nredis_sentinel_master = \"m\"\n";
+    let target = |env: Layer, flags: Layer| {
+        let m = Merged::over_file(Sources { env, flags }, file(text));
+        StoreConfig::resolve(&m.given).map(|s| s.redis.unwrap().target).map_err(|e| e.to_string())
+    };
+    let url = env(&[("redis_url", "IDEMGATE_REDIS_URL", "redis://env")]);
+    // The env's URL replaces the file's cluster; the file's master name is dropped with it.
+    assert!(matches!(target(url.clone(), Layer::default()), Ok(RedisTarget::Single(u)) if u == "redis://env"));
+    // The flags' sentinels replace the env's URL, and take the file's master name.
+    let sentinels = Layer::flags([("redis_sentinel_nodes", "redis://s1")]).unwrap();
+    let t = target(url.clone(), sentinels).unwrap();
+    assert!(
+        matches!(&t, RedisTarget::Sentinel { nodes, master } if nodes == &["redis://s1"] && master == "m"),
+        "{t:?}"
+    );
+    // A master name given as high as the URL it does not fit is an error, named by its source.
+    let master = env(&[
+        ("redis_url", "IDEMGATE_REDIS_URL", "redis://env"),
+        ("redis_sentinel_master", "IDEMGATE_REDIS_SENTINEL_MASTER", "m"),
+    ]);
+    let e = target(master, Layer::default()).unwrap_err();
+    assert_eq!(e, "IDEMGATE_REDIS_SENTINEL_MASTER: needs --redis-sentinel-nodes");
 }
