@@ -39,9 +39,4 @@ impl Merged {
         let given = sources.flags.over(sources.env).over(file.layer());
         Self { given, file }
     }
-
-    /// Only the flags' and env's settings, no file (a library caller's own settings).
-    pub fn without_file(given: Layer) -> Self {
-        Self { given, file: FileConfig::default() }
-    }
 }
