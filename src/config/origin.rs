@@ -164,14 +164,14 @@ pub trait Setting {
     /// A list: several values, or one text split at commas; entries are
     /// trimmed and empty ones dropped.
     fn list(&self) -> Option<Given<Vec<String>>> {
-        let trimmed = |v: &mut dyn Iterator<Item = &str>| -> Vec<String> {
-            v.map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
-        };
         self.given().map(|g| {
-            g.map(|raw| match raw {
-                Raw::List(v) => trimmed(&mut v.iter().map(String::as_str)),
-                Raw::Text(s) => trimmed(&mut s.split(',')),
-                Raw::Bool(b) => vec![b.to_string()],
+            g.map(|raw| {
+                let entries: Vec<&str> = match raw {
+                    Raw::List(v) => v.iter().map(String::as_str).collect(),
+                    Raw::Text(s) => s.split(',').collect(),
+                    Raw::Bool(_) => Vec::new(), // no list setting is a switch
+                };
+                entries.into_iter().map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
             })
         })
     }
