@@ -21,7 +21,7 @@
 //!   [`redis::RedisHandle`], the namespace-scoped handle the store, the worker and `ops` share.
 //! - [`jcs`]: RFC 8785 canonical JSON, for payload digests (window analysis, GitHub event identities).
 //! - [`keys`]: the length-prefixed Redis key schema of docs/reference.md#redis-keys.
-//! - [`config`]: the options the binary's flags and env give, layered over the TOML file and the defaults, validated.
+//! - [`config`]: one configuration for every command: the flags', env's and TOML file's layers, merged once, each error naming the bad value's source.
 //! - [`config_values`]: values every config table writes alike (lists, durations, `ORG/REPO`), read by config and providers.
 //! - [`metrics`]: Prometheus counters for `/metrics`.
 //! - [`window`]: the stateless dedup-window analysis of docs/window.md.
@@ -40,9 +40,10 @@
 //! - [`ops`]: what the operator commands (`inspect`, `stats`, `key`, `dead`, `healthcheck`) read, over the Redis key schema.
 //!
 //! The `idemgate` binary (`src/main.rs` and its `src/cli/` modules, not part
-//! of this library) owns the command line: clap flags mapped onto the plain
-//! option structs here ([`config::ServeOptions`], [`config::StoreOptions`],
-//! [`bench::BenchOptions`], [`worker::WorkerConfig`]), printing and exit codes.
+//! of this library) owns the command line: clap flags whose values, with
+//! their source (env var or flag), fill the [`config::Layer`]s that
+//! [`config::Merged`] layers over the file ([`bench::BenchOptions`] for the
+//! bench), printing and exit codes.
 #![warn(missing_docs)]
 
 pub mod bench;

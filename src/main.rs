@@ -64,21 +64,23 @@ fn init_logging(format: LogFormat, default: &str) {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let matches = cli::hide_env_values(Cli::command()).get_matches();
+    let command = cli::hide_env_values(Cli::command());
+    let matches = command.clone().get_matches();
+    let sources = cli::sources(&command, &matches);
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // The bench serves thousands of requests a second: per-request logs would measure the terminal.
     let default_level = if matches!(cli.command, Command::Bench(_)) { "warn" } else { "info" };
     init_logging(cli.log_format, default_level);
     let result = match cli.command {
-        Command::Serve(args) => cli::serve::serve(args).await,
+        Command::Serve(_) => cli::serve::serve(sources).await,
         Command::Window => cli::serve::window(),
         Command::Bench(args) => cli::bench::bench(args).await,
-        Command::Healthcheck(args) => cli::ops::healthcheck_command(&args).await.map_err(Into::into),
-        Command::Inspect(args) => cli::ops::inspect_command(&args).await.map_err(Into::into),
-        Command::Stats(args) => cli::ops::stats_command(&args).await.map_err(Into::into),
-        Command::Worker(args) => cli::worker::worker(args).await,
-        Command::Dead(args) => cli::ops::dead_command(&args).await.map_err(Into::into),
-        Command::Key(args) => cli::ops::key_command(&args).map_err(Into::into),
+        Command::Healthcheck(args) => cli::ops::healthcheck_command(&args, sources).await.map_err(Into::into),
+        Command::Inspect(args) => cli::ops::inspect_command(&args, sources).await.map_err(Into::into),
+        Command::Stats(args) => cli::ops::stats_command(&args, sources).await.map_err(Into::into),
+        Command::Worker(args) => cli::worker::worker(args, sources).await,
+        Command::Dead(args) => cli::ops::dead_command(&args, sources).await.map_err(Into::into),
+        Command::Key(args) => cli::ops::key_command(&args, sources).map_err(Into::into),
         Command::Send(args) => Ok(cli::send::send(args).await),
         Command::Sign(args) => Ok(cli::send::sign(args)),
     };

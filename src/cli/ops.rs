@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use idemgate::config::StoreConfig;
+use idemgate::config::{Merged, Setting, Sources, StoreConfig};
 use idemgate::ops::{Ops, OpsError, Target, render};
 
 use super::{StoreArgs, print_out};
@@ -188,11 +188,16 @@ pub struct KeyOut {
     pub raw: bool,
 }
 
+/// The store the merged settings name (flags > env > the config file).
+fn store(sources: Sources) -> Result<StoreConfig, OpsError> {
+    Ok(StoreConfig::resolve(&Merged::load(sources)?.given)?)
+}
+
 /// `idemgate inspect`: prints the key read, then the record; exit 1 (and
 /// a message on stderr) when there is none.
-pub async fn inspect_command(args: &InspectArgs) -> Result<ExitCode, OpsError> {
+pub async fn inspect_command(args: &InspectArgs, sources: Sources) -> Result<ExitCode, OpsError> {
     let (target, read) = args.what.target();
-    let ops = Ops::connect(&StoreConfig::resolve(&read.store.clone().into())?).await?;
+    let ops = Ops::connect(&store(sources)?).await?;
     let inspection = ops.inspect(&target).await?;
     if inspection.found.is_none() {
         eprintln!(
@@ -209,8 +214,8 @@ pub async fn inspect_command(args: &InspectArgs) -> Result<ExitCode, OpsError> {
 }
 
 /// `idemgate stats`.
-pub async fn stats_command(args: &StatsArgs) -> Result<ExitCode, OpsError> {
-    let ops = Ops::connect(&StoreConfig::resolve(&args.read.store.clone().into())?).await?;
+pub async fn stats_command(args: &StatsArgs, sources: Sources) -> Result<ExitCode, OpsError> {
+    let ops = Ops::connect(&store(sources)?).await?;
     let stats = ops
         .stats(args.progress_every, |c| {
             eprintln!(
@@ -234,10 +239,10 @@ pub async fn stats_command(args: &StatsArgs) -> Result<ExitCode, OpsError> {
 /// `idemgate dead list` (exit 0, also when the stream is empty) and `idemgate
 /// dead retry` (exit 1 when a named run was refused; with `--all`, runs the
 /// stream names that are no longer dead are reported and skipped, exit 0).
-pub async fn dead_command(args: &DeadArgs) -> Result<ExitCode, OpsError> {
+pub async fn dead_command(args: &DeadArgs, sources: Sources) -> Result<ExitCode, OpsError> {
     match &args.what {
         DeadCommand::List { read } => {
-            let ops = Ops::connect(&StoreConfig::resolve(&read.store.clone().into())?).await?;
+            let ops = Ops::connect(&store(sources)?).await?;
             let dead = ops.dead_list().await?;
             let text = if read.json {
                 serde_json::json!({"key": ops.keys().runs_dead(), "runs": dead}).to_string()
@@ -248,7 +253,7 @@ pub async fn dead_command(args: &DeadArgs) -> Result<ExitCode, OpsError> {
             Ok(ExitCode::SUCCESS)
         }
         DeadCommand::Retry { run_ids, all, read } => {
-            let ops = Ops::connect(&StoreConfig::resolve(&read.store.clone().into())?).await?;
+            let ops = Ops::connect(&store(sources)?).await?;
             let results = ops.dead_retry((!*all).then_some(run_ids.as_slice())).await?;
             let moved = results.iter().filter(|r| r.moved()).count();
             let text = if read.json {
@@ -264,7 +269,7 @@ pub async fn dead_command(args: &DeadArgs) -> Result<ExitCode, OpsError> {
 }
 
 /// `idemgate key`.
-pub fn key_command(args: &KeyArgs) -> Result<ExitCode, OpsError> {
+pub fn key_command(args: &KeyArgs, sources: Sources) -> Result<ExitCode, OpsError> {
     let (target, out) = match &args.what {
         KeyCommand::Delivery { provider, delivery_id, out } => {
             (Target::Delivery { provider: provider.clone(), delivery_id: delivery_id.clone() }, out)
@@ -274,7 +279,7 @@ pub fn key_command(args: &KeyArgs) -> Result<ExitCode, OpsError> {
         }
         KeyCommand::Run { run_id, out } => (Target::Run { run_id: run_id.clone() }, out),
     };
-    let key = target.key(&StoreConfig::resolve(&out.store.clone().into())?.keys);
+    let key = target.key(&store(sources)?.keys);
     print_out(&if out.raw { key } else { render::cli_quote(&key) });
     Ok(ExitCode::SUCCESS)
 }
@@ -294,9 +299,11 @@ pub struct HealthcheckArgs {
 
 /// `idemgate healthcheck`: one line on stdout when the store (or, with
 /// `--http`, the service) answers; one line on stderr and exit 1 when not.
-pub async fn healthcheck_command(args: &HealthcheckArgs) -> Result<ExitCode, OpsError> {
+pub async fn healthcheck_command(args: &HealthcheckArgs, sources: Sources) -> Result<ExitCode, OpsError> {
+    let merged = Merged::load(sources)?;
     if let Some(url) = &args.http {
-        let timeout = args.store.redis_timeout.unwrap_or(idemgate::redis::DEFAULT_COMMAND_TIMEOUT);
+        let timeout =
+            merged.given.redis_timeout.duration()?.map_or(idemgate::redis::DEFAULT_COMMAND_TIMEOUT, |t| t.value);
         return Ok(match idemgate::ops::http_status(url, timeout).await {
             Ok(code) if (200..300).contains(&code) => {
                 print_out(&format!("ok: {url} answered {code}"));
@@ -312,7 +319,7 @@ pub async fn healthcheck_command(args: &HealthcheckArgs) -> Result<ExitCode, Ops
             }
         });
     }
-    let config = StoreConfig::resolve(&args.store.clone().into())?;
+    let config = StoreConfig::resolve(&merged.given)?;
     match idemgate::ops::healthcheck(&config).await {
         Ok(desc) => {
             print_out(&format!("ok: {desc}"));

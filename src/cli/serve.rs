@@ -1,21 +1,21 @@
 //! `idemgate serve` and `idemgate window`.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::Args;
 use idemgate::config::DEFAULT_HEADER_TIMEOUT;
 use idemgate::config::{
-    DEFAULT_LISTEN, DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT, DEFAULT_RUN_RETENTION, Lifetime, ServeConfig,
-    ServeOptions, format_duration, parse_duration, parse_lifetime,
+    DEFAULT_LISTEN, DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT, DEFAULT_RUN_RETENTION, Merged, ServeConfig, Sources,
+    format_duration,
 };
 use idemgate::gate::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL};
 use idemgate::intake::DEFAULT_BODY_BUDGET;
 
 use super::{StoreArgs, bytes_and_mib, with_default};
 
-/// Flags of `idemgate serve`.
+/// Flags of `idemgate serve` (text: the library parses them, `super::sources`).
 #[derive(Debug, Clone, Args)]
+#[allow(dead_code)] // read by `super::sources`, from the matches
 pub struct ServeArgs {
     /// Store flags.
     #[command(flatten)]
@@ -29,32 +29,29 @@ pub struct ServeArgs {
         long,
         env = "IDEMGATE_DELIVERY_TTL",
         value_name = "DURATION",
-        value_parser = parse_duration,
         help = with_default("How long a delivery's first answer is replayed", format_duration(DEFAULT_DELIVERY_TTL))
     )]
-    pub delivery_ttl: Option<Duration>,
+    pub delivery_ttl: Option<String>,
     #[arg(
         long,
         env = "IDEMGATE_LOGICAL_TTL",
         value_name = "DURATION|never",
-        value_parser = parse_lifetime,
         help = with_default(
             "How long logical work stays known (a later delivery of it is a `duplicate`), or `never`",
             format_duration(DEFAULT_LOGICAL_TTL)
         )
     )]
-    pub logical_ttl: Option<Lifetime>,
+    pub logical_ttl: Option<String>,
     #[arg(
         long,
         env = "IDEMGATE_RUN_RETENTION",
         value_name = "DURATION|never",
-        value_parser = parse_lifetime,
         help = with_default(
             "How long a `done` or `dead` run record is kept, or `never`; applied by `idemgate worker`",
             format_duration(DEFAULT_RUN_RETENTION)
         )
     )]
-    pub run_retention: Option<Lifetime>,
+    pub run_retention: Option<String>,
     /// When set, /v1/* requires `Authorization: Bearer TOKEN`.
     #[arg(long, env = "IDEMGATE_API_TOKEN", value_name = "TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
@@ -64,26 +61,24 @@ pub struct ServeArgs {
         value_name = "BYTES",
         help = with_default("Request body limit in bytes; larger bodies get 413", bytes_and_mib(DEFAULT_MAX_BODY))
     )]
-    pub max_body: Option<usize>,
+    pub max_body: Option<String>,
     #[arg(
         long,
         env = "IDEMGATE_REQUEST_TIMEOUT",
         value_name = "DURATION",
-        value_parser = parse_duration,
         help = with_default("Bound on one request, store call included", format_duration(DEFAULT_REQUEST_TIMEOUT))
     )]
-    pub request_timeout: Option<Duration>,
+    pub request_timeout: Option<String>,
     #[arg(
         long,
         env = "IDEMGATE_HEADER_TIMEOUT",
         value_name = "DURATION",
-        value_parser = parse_duration,
         help = with_default(
             "A connection whose request head is not complete within this is closed",
             format_duration(DEFAULT_HEADER_TIMEOUT)
         )
     )]
-    pub header_timeout: Option<Duration>,
+    pub header_timeout: Option<String>,
     #[arg(
         long,
         env = "IDEMGATE_BODY_BUDGET",
@@ -93,7 +88,7 @@ pub struct ServeArgs {
             bytes_and_mib(DEFAULT_BODY_BUDGET)
         )
     )]
-    pub body_budget: Option<usize>,
+    pub body_budget: Option<String>,
     /// Serve /v1/* without a token on a listen address other than loopback (else every /v1 request gets 401).
     /// (The env var takes true/false, 1/0, yes/no, on/off.)
     #[arg(long, env = "IDEMGATE_ALLOW_UNAUTHENTICATED_API", action = clap::ArgAction::SetTrue, value_parser = clap::builder::FalseyValueParser::new())]
@@ -104,30 +99,10 @@ pub struct ServeArgs {
     pub allow_eviction: bool,
 }
 
-impl From<ServeArgs> for ServeOptions {
-    fn from(a: ServeArgs) -> Self {
-        Self {
-            store: a.store.into(),
-            listen: a.listen,
-            allowed_repos: a.allowed_repos,
-            delivery_ttl: a.delivery_ttl,
-            logical_ttl: a.logical_ttl,
-            run_retention: a.run_retention,
-            api_token: a.api_token,
-            max_body: a.max_body,
-            request_timeout: a.request_timeout,
-            header_timeout: a.header_timeout,
-            body_budget: a.body_budget,
-            allow_unauthenticated_api: a.allow_unauthenticated_api,
-            allow_eviction: a.allow_eviction,
-        }
-    }
-}
-
 /// `idemgate serve`: until SIGTERM or ctrl-c.
-pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+pub async fn serve(sources: Sources) -> anyhow::Result<ExitCode> {
     let shutdown = idemgate::server::shutdown_signal(); // first: a SIGTERM while starting is not fatal
-    let config = ServeConfig::resolve(&args.into())?;
+    let config = ServeConfig::resolve(&Merged::load(sources)?)?;
     idemgate::server::serve(config, shutdown).await?;
     Ok(ExitCode::SUCCESS)
 }

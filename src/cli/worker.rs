@@ -1,15 +1,12 @@
-//! `idemgate worker`: the flags, mapped onto [`WorkerOptions`]. No flag has
-//! a clap default: a default here would hide the config file's `[worker]`
-//! value (flag > env > file > default, `idemgate::worker::setup`).
+//! `idemgate worker`: the flags. No flag has a clap default: a default here
+//! would hide the config file's `[worker]` value (flag > env > file >
+//! default, `idemgate::config::Merged`, read by `idemgate::worker::setup`).
 
-use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::Args;
-use idemgate::config::{DEFAULT_RUN_RETENTION, Lifetime, format_duration, parse_duration, parse_lifetime};
+use idemgate::config::{DEFAULT_RUN_RETENTION, Merged, Sources, format_duration};
 use idemgate::worker::breaker::{DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES, MAX_COOLDOWN};
-use idemgate::worker::setup::WorkerOptions;
 use idemgate::worker::{
     DEFAULT_BACKOFF, DEFAULT_BLOCK, DEFAULT_CONCURRENCY, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BACKOFF, DEFAULT_TIMEOUT,
     DEFAULT_TRIM_INTERVAL, LEASE_MARGIN,
@@ -17,8 +14,9 @@ use idemgate::worker::{
 
 use super::{StoreArgs, with_default};
 
-/// Flags of `idemgate worker`.
+/// Flags of `idemgate worker` (text: the library parses them, `super::sources`).
 #[derive(Debug, Clone, Args)]
+#[allow(dead_code)] // the settings are read by `super::sources`, from the matches
 pub struct WorkerArgs {
     /// Store flags (a Redis flag is required).
     #[command(flatten)]
@@ -32,41 +30,39 @@ pub struct WorkerArgs {
     #[arg(long, env = "IDEMGATE_WORKER_CONSUMER", value_name = "NAME")]
     pub consumer: Option<String>,
     #[arg(long, env = "IDEMGATE_WORKER_CONCURRENCY", value_name = "N", help = with_default("Runs handled at once", DEFAULT_CONCURRENCY))]
-    pub concurrency: Option<usize>,
+    pub concurrency: Option<String>,
     #[arg(long, env = "IDEMGATE_WORKER_MAX_ATTEMPTS", value_name = "N", help = with_default("Attempts before a run goes to the dead stream", DEFAULT_MAX_ATTEMPTS))]
-    pub max_attempts: Option<u32>,
+    pub max_attempts: Option<String>,
     #[arg(
         long,
         env = "IDEMGATE_WORKER_TIMEOUT",
         value_name = "DURATION",
-        value_parser = parse_duration,
         help = with_default(
             "Bound on one attempt: the command and its process group are killed past it, or the whole HTTP answer must have come",
             format_duration(DEFAULT_TIMEOUT)
         )
     )]
-    pub timeout: Option<Duration>,
+    pub timeout: Option<String>,
     #[arg(
         long,
         env = "IDEMGATE_WORKER_LEASE",
         value_name = "DURATION",
-        value_parser = parse_duration,
         help = with_default(
             "How long a run stays with a worker that stopped renewing it before another worker takes it",
             format!("timeout + {}", format_duration(LEASE_MARGIN))
         )
     )]
-    pub lease: Option<Duration>,
-    #[arg(long, env = "IDEMGATE_WORKER_BACKOFF", value_name = "DURATION", value_parser = parse_duration, help = with_default("Wait before the second attempt; doubles for each further attempt", format_duration(DEFAULT_BACKOFF)))]
-    pub backoff: Option<Duration>,
-    #[arg(long, env = "IDEMGATE_WORKER_MAX_BACKOFF", value_name = "DURATION", value_parser = parse_duration, help = with_default("Bound on the wait between attempts", format_duration(DEFAULT_MAX_BACKOFF)))]
-    pub max_backoff: Option<Duration>,
-    #[arg(long, env = "IDEMGATE_WORKER_TRIM_INTERVAL", value_name = "DURATION", value_parser = parse_duration, help = with_default("How often acknowledged entries are trimmed from the runs stream (`0s`: never)", format_duration(DEFAULT_TRIM_INTERVAL)))]
-    pub trim_interval: Option<Duration>,
-    #[arg(long, env = "IDEMGATE_RUN_RETENTION", value_name = "DURATION|never", value_parser = parse_lifetime, help = with_default("How long a `done` or `dead` run record stays in Redis (its TTL), or `never`", format_duration(DEFAULT_RUN_RETENTION)))]
-    pub run_retention: Option<Lifetime>,
-    #[arg(long, env = "IDEMGATE_WORKER_BLOCK", value_name = "DURATION", value_parser = parse_duration, help = with_default("How long one read waits for new runs (also the longest a stop waits for the reader)", format_duration(DEFAULT_BLOCK)))]
-    pub block: Option<Duration>,
+    pub lease: Option<String>,
+    #[arg(long, env = "IDEMGATE_WORKER_BACKOFF", value_name = "DURATION", help = with_default("Wait before the second attempt; doubles for each further attempt", format_duration(DEFAULT_BACKOFF)))]
+    pub backoff: Option<String>,
+    #[arg(long, env = "IDEMGATE_WORKER_MAX_BACKOFF", value_name = "DURATION", help = with_default("Bound on the wait between attempts", format_duration(DEFAULT_MAX_BACKOFF)))]
+    pub max_backoff: Option<String>,
+    #[arg(long, env = "IDEMGATE_WORKER_TRIM_INTERVAL", value_name = "DURATION", help = with_default("How often acknowledged entries are trimmed from the runs stream (`0s`: never)", format_duration(DEFAULT_TRIM_INTERVAL)))]
+    pub trim_interval: Option<String>,
+    #[arg(long, env = "IDEMGATE_RUN_RETENTION", value_name = "DURATION|never", help = with_default("How long a `done` or `dead` run record stays in Redis (its TTL), or `never`", format_duration(DEFAULT_RUN_RETENTION)))]
+    pub run_retention: Option<String>,
+    #[arg(long, env = "IDEMGATE_WORKER_BLOCK", value_name = "DURATION", help = with_default("How long one read waits for new runs (also the longest a stop waits for the reader)", format_duration(DEFAULT_BLOCK)))]
+    pub block: Option<String>,
     /// POST each attempt to this http:// or https:// URL, signed the Standard Webhooks way, instead of
     /// running a command (docs/destinations.md). Userinfo in it is sent as basic auth and never logged.
     /// (The env value is never shown in --help: it may hold a password.)
@@ -75,14 +71,14 @@ pub struct WorkerArgs {
     /// File of Standard Webhooks secrets (`whsec_` + base64, at least 24 bytes), one a line, each signing
     /// every request; read again when it changes or on SIGHUP. Required with --deliver.
     #[arg(long, env = "IDEMGATE_WORKER_DELIVER_SECRET_FILE", value_name = "FILE")]
-    pub deliver_secret_file: Option<PathBuf>,
+    pub deliver_secret_file: Option<String>,
     /// PEM file of the CA that signs the destination's certificate [default: the system roots].
     #[arg(long, env = "IDEMGATE_WORKER_DELIVER_CA", value_name = "FILE")]
-    pub deliver_ca: Option<PathBuf>,
+    pub deliver_ca: Option<String>,
     #[arg(long, env = "IDEMGATE_WORKER_BREAKER_FAILURES", value_name = "N", help = with_default("With --deliver: consecutive destination failures (no answer, timeout, 5xx, 429) that open the breaker", DEFAULT_BREAKER_FAILURES))]
-    pub breaker_failures: Option<u32>,
-    #[arg(long, env = "IDEMGATE_WORKER_BREAKER_COOLDOWN", value_name = "DURATION", value_parser = parse_duration, help = with_default("With --deliver: wait of the open breaker before a probe; doubles per failed probe", format!("{}, at most {}", format_duration(DEFAULT_BREAKER_COOLDOWN), format_duration(MAX_COOLDOWN))))]
-    pub breaker_cooldown: Option<Duration>,
+    pub breaker_failures: Option<String>,
+    #[arg(long, env = "IDEMGATE_WORKER_BREAKER_COOLDOWN", value_name = "DURATION", help = with_default("With --deliver: wait of the open breaker before a probe; doubles per failed probe", format!("{}, at most {}", format_duration(DEFAULT_BREAKER_COOLDOWN), format_duration(MAX_COOLDOWN))))]
+    pub breaker_cooldown: Option<String>,
     /// Serve GET /metrics (Prometheus text) on this address, e.g. 127.0.0.1:9464 [default: off].
     #[arg(long, env = "IDEMGATE_WORKER_METRICS_LISTEN", value_name = "ADDR")]
     pub metrics_listen: Option<String>,
@@ -92,35 +88,9 @@ pub struct WorkerArgs {
     pub command: Vec<String>,
 }
 
-impl WorkerArgs {
-    /// What these flags (and env vars) ask for; the rest comes from the file.
-    fn options(&self) -> WorkerOptions {
-        WorkerOptions {
-            group: self.group.clone(),
-            consumer: self.consumer.clone(),
-            concurrency: self.concurrency,
-            max_attempts: self.max_attempts,
-            timeout: self.timeout,
-            lease: self.lease,
-            backoff: self.backoff,
-            max_backoff: self.max_backoff,
-            trim_interval: self.trim_interval,
-            block: self.block,
-            run_retention: self.run_retention,
-            deliver: self.deliver.clone(),
-            deliver_secret_file: self.deliver_secret_file.clone(),
-            deliver_ca: self.deliver_ca.clone(),
-            breaker_failures: self.breaker_failures,
-            breaker_cooldown: self.breaker_cooldown,
-            metrics_listen: self.metrics_listen.clone(),
-            command: self.command.clone(),
-        }
-    }
-}
-
 /// `idemgate worker`: until SIGTERM or ctrl-c.
-pub async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
+pub async fn worker(args: WorkerArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let shutdown = idemgate::server::shutdown_signal(); // first: a SIGTERM while starting is not fatal
-    idemgate::worker::setup::run(&args.store.clone().into(), &args.options(), shutdown).await?;
+    idemgate::worker::setup::run(&Merged::load(sources)?, &args.command, shutdown).await?;
     Ok(ExitCode::SUCCESS)
 }

@@ -15,7 +15,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use super::reaper::{self, Attempt};
 use super::{Failure, Handler, RunAttempt, Summary, Worker, WorkerConfig, WorkerError};
-use crate::config::{FileConfig, StoreConfig, StoreOptions};
+use crate::config::{FileConfig, Merged, StoreConfig};
 
 /// How much of the child's stderr is kept for the run's `last_error`: its
 /// last 4 KiB (less the exit status that `last_error` starts with).
@@ -238,19 +238,18 @@ pub fn guard_the_worker(file: &FileConfig) {
 }
 
 /// A library entry point: runs `command` once per run attempt under a
-/// [`Worker`] on the store `store` names, until `shutdown` completes.
+/// [`Worker`] on the store `merged` names, until `shutdown` completes.
 ///
 /// This takes the process over ([`guard_the_worker`]).
 pub async fn run(
-    store: &StoreOptions,
+    merged: &Merged,
     config: WorkerConfig,
     command: &[String],
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<Summary, WorkerError> {
-    let resolved = StoreConfig::resolve(store).map_err(|e| WorkerError::Config(e.to_string()))?;
-    let file = FileConfig::load_opt(store.config.as_deref()).map_err(|e| WorkerError::Config(e.to_string()))?;
-    let handler = for_worker(command, &file)?;
-    guard_the_worker(&file);
+    let resolved = StoreConfig::resolve(&merged.given).map_err(|e| WorkerError::Config(e.to_string()))?;
+    let handler = for_worker(command, &merged.file)?;
+    guard_the_worker(&merged.file);
     let worker = Worker::for_store(&resolved, config, &format_args!("command {command:?}")).await?;
     worker.run(handler, shutdown).await
 }

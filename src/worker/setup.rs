@@ -1,11 +1,11 @@
-//! `idemgate worker`: its settings, layered flag > env > config file >
-//! default (the binary merges each env var into its flag; the file gives the
+//! `idemgate worker`: its settings, read from the merged layers of
+//! `crate::config` (flag > env > config file > default: the file gives the
 //! `[worker]` table and the top-level keys every command shares, such as
-//! `run_retention` and the Redis keys), and the loop around the handler the
-//! settings choose: a command per attempt, or an HTTP destination.
+//! `run_retention` and the Redis keys), each bad value named by its source,
+//! and the loop around the handler the settings choose: a command per
+//! attempt, or an HTTP destination.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,35 +14,7 @@ use super::command;
 use super::deliver::{DeliverOptions, Destination};
 use super::metrics::WorkerMetrics;
 use super::{Handler, LEASE_MARGIN, Summary, Worker, WorkerConfig, WorkerError};
-use crate::config::{ConfigError, FileConfig, Lifetime, StoreConfig, StoreOptions, file_duration};
-
-/// What the command line and the environment gave `idemgate worker`;
-/// `None` leaves a setting to the config file's `[worker]` table (or its
-/// top-level key), then to its default.
-#[derive(Debug, Clone, Default)]
-#[allow(missing_docs)] // each field is the flag of the same name (docs/reference.md)
-pub struct WorkerOptions {
-    pub group: Option<String>,
-    pub consumer: Option<String>,
-    pub concurrency: Option<usize>,
-    pub max_attempts: Option<u32>,
-    pub timeout: Option<Duration>,
-    pub lease: Option<Duration>,
-    pub backoff: Option<Duration>,
-    pub max_backoff: Option<Duration>,
-    /// `0s`: never trim.
-    pub trim_interval: Option<Duration>,
-    pub block: Option<Duration>,
-    pub run_retention: Option<Lifetime>,
-    pub deliver: Option<String>,
-    pub deliver_secret_file: Option<PathBuf>,
-    pub deliver_ca: Option<PathBuf>,
-    pub breaker_failures: Option<u32>,
-    pub breaker_cooldown: Option<Duration>,
-    pub metrics_listen: Option<String>,
-    /// The command after `--` (empty: none).
-    pub command: Vec<String>,
-}
+use crate::config::{ConfigError, Given, Layer, Merged, Setting, StoreConfig};
 
 /// What the worker hands each attempt to.
 #[derive(Debug, Clone)]
@@ -68,108 +40,109 @@ fn config_error(e: ConfigError) -> WorkerError {
     WorkerError::Config(e.to_string())
 }
 
-impl WorkerOptions {
-    /// Layers these options over `file` and the defaults, and checks them.
-    pub fn resolve(&self, file: &FileConfig) -> Result<WorkerSetup, WorkerError> {
-        let t = file.worker();
-        // A flag (or its env var) wins; the file's key is read only without one,
-        // so a flag overrides a malformed key.
-        let duration = |flag: Option<Duration>, key: &str, value: &Option<String>| match flag {
-            Some(d) => Ok(Some(d)),
-            None => file_duration(&format!("[worker] {key}"), value.as_ref()).map_err(config_error),
-        };
-        let group = self.group.clone().or_else(|| t.group.clone()).ok_or_else(|| {
-            WorkerError::Config("give the consumer group: --group NAME (or IDEMGATE_WORKER_GROUP, or `group` in the config file's [worker] table)".into())
-        })?;
-        let mut c = WorkerConfig::new(group);
-        if let Some(name) = &self.consumer {
-            c.consumer = name.clone();
-        }
-        c.concurrency = self.concurrency.or(t.concurrency).unwrap_or(c.concurrency);
-        c.max_attempts = self.max_attempts.or(t.max_attempts).unwrap_or(c.max_attempts);
-        c.timeout = duration(self.timeout, "timeout", &t.timeout)?.unwrap_or(c.timeout);
-        c.lease = duration(self.lease, "lease", &t.lease)?.unwrap_or(c.timeout + LEASE_MARGIN);
-        c.backoff = duration(self.backoff, "backoff", &t.backoff)?.unwrap_or(c.backoff);
-        c.max_backoff = duration(self.max_backoff, "max_backoff", &t.max_backoff)?.unwrap_or(c.max_backoff);
-        if let Some(every) = duration(self.trim_interval, "trim_interval", &t.trim_interval)? {
-            c.trim_interval = (!every.is_zero()).then_some(every);
-        }
-        c.block = duration(self.block, "block", &t.block)?.unwrap_or(c.block);
-        let retention = match self.run_retention {
-            Some(r) => Some(r),
-            None => file.run_retention().map_err(config_error)?,
-        };
-        if let Some(Lifetime(r)) = retention {
-            c.run_retention = r;
-        }
+/// A value that must be more than zero, as a given one or the default.
+fn more_than_zero<T: Copy + Default + PartialEq>(
+    given: Option<Given<T>>,
+    default: T,
+    what: &str,
+) -> Result<T, ConfigError> {
+    match given {
+        Some(g) if g.value == T::default() => Err(g.fail(format!("{what} must be more than 0"))),
+        Some(g) => Ok(g.value),
+        None => Ok(default),
+    }
+}
 
-        let deliver = self.deliver.clone().or_else(|| t.deliver.clone());
-        let mode = match (deliver, self.command.is_empty()) {
-            (Some(_), false) => {
-                return Err(WorkerError::Config("give either --deliver URL or a command after `--`, not both".into()));
+impl WorkerSetup {
+    /// Reads the worker's settings from the merged layers `s`; `command` is
+    /// what follows `--` on the line (empty: none).
+    pub fn resolve(s: &Layer, command: &[String]) -> Result<Self, ConfigError> {
+        let group = s.group.text()?.ok_or_else(|| {
+            ConfigError::new("give the consumer group: --group NAME (or IDEMGATE_WORKER_GROUP, or `group` in the config file's [worker] table)")
+        })?;
+        if group.value.is_empty() || group.value.chars().any(char::is_whitespace) {
+            return Err(group.fail("the group must be a non-empty name without whitespace"));
+        }
+        let mut c = WorkerConfig::new(group.value);
+        if let Some(name) = s.consumer.text()? {
+            if name.value.is_empty() {
+                return Err(name.fail("the consumer name must not be empty"));
+            }
+            c.consumer = name.value;
+        }
+        c.concurrency = more_than_zero(s.concurrency.number()?, c.concurrency, "the concurrency")?;
+        c.max_attempts = more_than_zero(s.max_attempts.number()?, c.max_attempts, "the number of attempts")?;
+        c.timeout = more_than_zero(s.timeout.duration()?, c.timeout, "the timeout")?;
+        c.lease = match s.lease.duration()? {
+            Some(lease) if lease.value < Duration::from_millis(30) => {
+                return Err(lease.fail("the lease must be at least 30ms"));
+            }
+            Some(lease) => lease.value,
+            None => c.timeout + LEASE_MARGIN,
+        };
+        c.backoff = s.backoff.duration()?.map_or(c.backoff, |b| b.value);
+        c.max_backoff = s.max_backoff.duration()?.map_or(c.max_backoff, |b| b.value);
+        if let Some(every) = s.trim_interval.duration()? {
+            c.trim_interval = (!every.value.is_zero()).then_some(every.value);
+        }
+        c.block = more_than_zero(s.block.duration()?, c.block, "the block")?;
+        if let Some(retention) = s.run_retention.lifetime()? {
+            c.run_retention = retention.value.0;
+        }
+        let mode = match (s.deliver.text()?, command.is_empty()) {
+            (Some(deliver), false) => {
+                return Err(deliver.fail("give either --deliver URL or a command after `--`, not both"));
             }
             (None, true) => {
-                return Err(WorkerError::Config(
-                    "give what handles each run: --deliver URL (an HTTP destination) or a command after `--`".into(),
+                return Err(ConfigError::new(
+                    "give what handles each run: --deliver URL (an HTTP destination) or a command after `--`",
                 ));
             }
-            (None, false) => Mode::Command(self.command.clone()),
+            (None, false) => Mode::Command(command.to_vec()),
             (Some(url), true) => {
-                let secret_file =
-                    self.deliver_secret_file.clone().or_else(|| t.deliver_secret_file.clone()).ok_or_else(|| {
-                        WorkerError::Config(
-                            "--deliver needs --deliver-secret-file FILE (Standard Webhooks secrets, one a line)".into(),
-                        )
-                    })?;
-                let failures = self.breaker_failures.or(t.breaker_failures).unwrap_or(DEFAULT_BREAKER_FAILURES);
-                if failures == 0 {
-                    return Err(WorkerError::Config("--breaker-failures must be at least 1".into()));
-                }
-                let cooldown = duration(self.breaker_cooldown, "breaker_cooldown", &t.breaker_cooldown)?
-                    .unwrap_or(DEFAULT_BREAKER_COOLDOWN);
-                if cooldown.is_zero() {
-                    return Err(WorkerError::Config("--breaker-cooldown must be more than 0".into()));
-                }
+                let secret_file = s.deliver_secret_file.path()?.ok_or_else(|| {
+                    url.fail("needs --deliver-secret-file FILE (Standard Webhooks secrets, one a line)")
+                })?;
+                let failures =
+                    more_than_zero(s.breaker_failures.number()?, DEFAULT_BREAKER_FAILURES, "the breaker's failures")?;
+                let cooldown =
+                    more_than_zero(s.breaker_cooldown.duration()?, DEFAULT_BREAKER_COOLDOWN, "the breaker's cooldown")?;
                 // Runs failed together by one outage come back spread out.
                 c.jitter = true;
                 Mode::Deliver(DeliverOptions {
-                    url,
-                    secret_file,
-                    ca: self.deliver_ca.clone().or_else(|| t.deliver_ca.clone()),
+                    url: url.value,
+                    secret_file: secret_file.value,
+                    ca: s.deliver_ca.path()?.map(|ca| ca.value),
                     breaker: BreakerConfig { failures, cooldown },
                 })
             }
         };
-        let metrics_listen = self
-            .metrics_listen
-            .clone()
-            .or_else(|| t.metrics_listen.clone())
-            .map(|a| {
-                a.parse::<SocketAddr>()
-                    .map_err(|_| WorkerError::Config("--metrics-listen: not an address like 127.0.0.1:9464".into()))
-            })
-            .transpose()?;
-        c.validate()?;
+        let metrics_listen = match s.metrics_listen.text()? {
+            Some(addr) => Some(addr.value.parse().map_err(|_| addr.fail("not an address like 127.0.0.1:9464"))?),
+            None => None,
+        };
+        // What no single setting decides (the settings above are checked already).
+        c.validate().map_err(|e| ConfigError::new(e.to_string()))?;
         Ok(WorkerSetup { config: c, mode, metrics_listen })
     }
 }
 
-/// `idemgate worker`: resolves the store and the worker's settings over the
-/// config file, then consumes until `shutdown` completes.
+/// `idemgate worker`: resolves the store and the worker's settings from
+/// the merged layers, then consumes until `shutdown` completes.
 pub async fn run(
-    store: &StoreOptions,
-    options: &WorkerOptions,
+    merged: &Merged,
+    command: &[String],
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<Summary, WorkerError> {
-    let file = FileConfig::load_opt(store.config.as_deref()).map_err(config_error)?;
-    let setup = options.resolve(&file)?;
-    let resolved = StoreConfig::resolve(store).map_err(config_error)?;
+    let setup = WorkerSetup::resolve(&merged.given, command).map_err(config_error)?;
+    let resolved = StoreConfig::resolve(&merged.given).map_err(config_error)?;
+    let file = &merged.file;
     let metrics = Arc::new(WorkerMetrics::default());
     // Everything that can be refused is checked before connecting.
     let handler = match &setup.mode {
         Mode::Command(argv) => {
-            let handler = command::for_worker(argv, &file)?;
-            command::guard_the_worker(&file);
+            let handler = command::for_worker(argv, file)?;
+            command::guard_the_worker(file);
             Either::Command(handler)
         }
         Mode::Deliver(d) => Either::Deliver(Box::new(
@@ -230,110 +203,158 @@ impl Handler for Either {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
+    use crate::config::{FileConfig, Origin, Raw, Sources};
 
     fn file(text: &str) -> FileConfig {
-        toml::from_str(text).unwrap()
+        FileConfig::parse(text).unwrap()
     }
 
-    fn command() -> WorkerOptions {
-        WorkerOptions { command: vec!["true".into()], ..Default::default() }
+    const TRUE: &[&str] = &["true"];
+
+    /// `flags` over the file `text`, resolved with `command` after `--`.
+    fn resolve(flags: &[(&str, &str)], text: &str, command: &[&str]) -> Result<WorkerSetup, String> {
+        let sources = Sources { flags: Layer::flags(flags.iter().copied()).unwrap(), ..Default::default() };
+        let command: Vec<String> = command.iter().map(|s| s.to_string()).collect();
+        WorkerSetup::resolve(&Merged::over_file(sources, file(text)).given, &command).map_err(|e| e.to_string())
     }
 
-    const FILE: &str = r#"
+    /// Every `[worker]` key, each different from its default, and the
+    /// top-level keys the worker reads.
+    const EVERY_KEY: &str = r#"
+redis_url = "redis://file:6379"
+namespace = "from-file"
+redis_timeout = "3s"
 run_retention = "2d"
 [worker]
 group = "from-file"
 concurrency = 7
 max_attempts = 9
 timeout = "20s"
+lease = "90s"
 backoff = "3s"
 max_backoff = "1m"
 trim_interval = "0s"
+block = "500ms"
+deliver = "http://127.0.0.1:1/hooks"
+deliver_secret_file = "/run/secrets/hooks"
+deliver_ca = "/etc/hooks-ca.pem"
 breaker_failures = 2
 breaker_cooldown = "250ms"
 metrics_listen = "127.0.0.1:9464"
 "#;
 
     #[test]
-    fn worker_settings_come_from_the_file_under_flags() {
-        let s = command().resolve(&file(FILE)).unwrap();
+    fn the_worker_reads_every_one_of_its_settings_from_the_file() {
+        let layer = file(EVERY_KEY).layer();
+        for key in Layer::WORKER_KEYS {
+            assert!(layer.get(key).is_some(), "the test's file lacks `[worker] {key}`");
+        }
+        let s = WorkerSetup::resolve(&layer, &[]).unwrap();
         let c = &s.config;
         assert_eq!((c.group.as_str(), c.concurrency, c.max_attempts), ("from-file", 7, 9));
-        assert_eq!(
-            (c.timeout, c.backoff, c.max_backoff),
-            (Duration::from_secs(20), Duration::from_secs(3), Duration::from_secs(60))
-        );
-        assert_eq!(c.lease, Duration::from_secs(20) + LEASE_MARGIN, "the default lease follows the file's timeout");
-        assert_eq!(c.trim_interval, None);
+        assert_eq!((c.timeout, c.lease), (Duration::from_secs(20), Duration::from_secs(90)));
+        assert_eq!((c.backoff, c.max_backoff), (Duration::from_secs(3), Duration::from_secs(60)));
+        assert_eq!((c.trim_interval, c.block), (None, Duration::from_millis(500)));
         assert_eq!(c.run_retention, Some(Duration::from_secs(2 * 86_400)), "the top-level run_retention applies");
         assert_eq!(s.metrics_listen, Some("127.0.0.1:9464".parse().unwrap()));
-        assert!(!c.jitter);
+        let Mode::Deliver(d) = &s.mode else { panic!("{:?}", s.mode) };
+        assert_eq!(d.url, "http://127.0.0.1:1/hooks");
+        assert_eq!(
+            (d.secret_file.as_path(), d.ca.as_deref()),
+            (PathBuf::from("/run/secrets/hooks").as_path(), Some(PathBuf::from("/etc/hooks-ca.pem").as_path()))
+        );
+        assert_eq!(d.breaker, BreakerConfig { failures: 2, cooldown: Duration::from_millis(250) });
+        assert!(c.jitter);
+        // The store the worker consumes from: the top-level Redis keys.
+        let store = StoreConfig::resolve(&layer).unwrap();
+        assert_eq!(store.keys.namespace(), "from-file");
+        let redis = store.redis.unwrap();
+        assert!(matches!(&redis.target, crate::redis::RedisTarget::Single(u) if u == "redis://file:6379"));
+        assert_eq!(redis.command_timeout, Duration::from_secs(3));
+        // Without the lease, it follows the file's timeout.
+        let c = resolve(&[], &EVERY_KEY.replace("lease = \"90s\"\n", ""), &[]).unwrap().config;
+        assert_eq!(c.lease, Duration::from_secs(20) + LEASE_MARGIN);
+    }
 
-        // Flags (and the env vars clap merged into them) win over the file.
-        let flags = WorkerOptions {
-            group: Some("flag".into()),
-            concurrency: Some(1),
-            timeout: Some(Duration::from_secs(5)),
-            run_retention: Some(Lifetime(None)),
-            ..command()
+    #[test]
+    fn flags_win_over_env_and_env_over_the_file() {
+        let env = |pairs: &[(&str, &str)]| {
+            let mut layer = Layer::default();
+            for (name, value) in pairs {
+                let origin = Origin::Env(format!("IDEMGATE_WORKER_{}", name.to_uppercase()));
+                assert!(layer.set(name, Given::new(Raw::Text(value.to_string()), origin)));
+            }
+            layer
         };
-        let c = flags.resolve(&file(FILE)).unwrap().config;
-        assert_eq!((c.group.as_str(), c.concurrency, c.max_attempts), ("flag", 1, 9));
-        assert_eq!(c.timeout, Duration::from_secs(5));
+        let sources = Sources {
+            env: env(&[("group", "from-env"), ("concurrency", "2"), ("timeout", "7s")]),
+            flags: Layer::flags([("group", "from-flag")]).unwrap(),
+        };
+        let merged = Merged::over_file(sources, file(EVERY_KEY));
+        let s = WorkerSetup::resolve(&merged.given, &[]).unwrap();
+        let c = &s.config;
+        assert_eq!((c.group.as_str(), c.concurrency, c.timeout), ("from-flag", 2, Duration::from_secs(7)));
+        assert_eq!(c.max_attempts, 9, "the file where neither gives it");
+        assert_eq!(merged.given.group.as_ref().unwrap().origin, Origin::Flag("--group".into()));
+        // A flag run_retention of `never` wins over the file's.
+        let c = resolve(&[("run_retention", "never")], EVERY_KEY, &[]).unwrap().config;
         assert_eq!(c.run_retention, None);
-
-        // Without either: the defaults.
-        let c = WorkerOptions { group: Some("g".into()), ..command() }.resolve(&file("")).unwrap().config;
+        // Without any of them: the defaults.
+        let c = resolve(&[("group", "g")], "", TRUE).unwrap().config;
         let d = WorkerConfig::new("g");
         assert_eq!(
-            (c.concurrency, c.timeout, c.lease, c.run_retention),
-            (d.concurrency, d.timeout, d.lease, d.run_retention)
+            (c.concurrency, c.timeout, c.lease, c.run_retention, c.trim_interval),
+            (d.concurrency, d.timeout, d.lease, d.run_retention, d.trim_interval)
         );
     }
 
     #[test]
-    fn the_deliver_mode_and_its_breaker_come_from_the_file_too() {
-        let text =
-            format!("{FILE}deliver = \"http://127.0.0.1:1/hooks\"\ndeliver_secret_file = \"/run/secrets/hooks\"\n");
-        let s = WorkerOptions::default().resolve(&file(&text)).unwrap();
-        let Mode::Deliver(d) = s.mode else { panic!("{:?}", s.mode) };
-        assert_eq!(d.url, "http://127.0.0.1:1/hooks");
-        assert_eq!(d.secret_file, PathBuf::from("/run/secrets/hooks"));
-        assert_eq!(d.breaker, BreakerConfig { failures: 2, cooldown: Duration::from_millis(250) });
-        assert!(s.config.jitter);
-        // A command on the line with a deliver URL in the file is refused, as both flags are.
-        let e = command().resolve(&file(&text)).unwrap_err().to_string();
-        assert!(e.contains("not both"), "{e}");
+    fn a_command_on_the_line_with_a_deliver_url_in_the_file_is_refused() {
+        let e = resolve(&[], EVERY_KEY, TRUE).unwrap_err();
+        assert!(e.starts_with("config file line 16, `[worker] deliver`: ") && e.contains("not both"), "{e}");
+        let s = resolve(&[], &EVERY_KEY.replace("deliver = ", "# deliver = "), TRUE).unwrap();
+        assert!(matches!(s.mode, Mode::Command(_)) && !s.config.jitter);
     }
 
     #[test]
-    fn bad_worker_settings_name_their_key() {
+    fn bad_worker_settings_name_their_source() {
         for (text, want) in [
-            ("[worker]\ngroup = \"g\"\ntimeout = \"soon\"", "[worker] timeout"),
-            ("run_retention = \"0s\"\n[worker]\ngroup = \"g\"", "run_retention"),
-            ("[worker]\ngroup = \"g\"\nmetrics_listen = \"nowhere\"", "--metrics-listen"),
-            ("[worker]\ngroup = \"g\"\nconcurrency = 0", "--concurrency"),
+            ("[worker]\ngroup = \"g\"\ntimeout = \"soon\"", "config file line 3, `[worker] timeout`: not a duration"),
+            ("run_retention = \"0s\"\n[worker]\ngroup = \"g\"", "config file line 1, `run_retention`: not a lifetime"),
+            (
+                "[worker]\ngroup = \"g\"\nmetrics_listen = \"nowhere\"",
+                "config file line 3, `[worker] metrics_listen`: not an address",
+            ),
+            (
+                "[worker]\ngroup = \"g\"\nconcurrency = 0",
+                "config file line 3, `[worker] concurrency`: the concurrency must be",
+            ),
+            ("[worker]\ngroup = \"a b\"", "config file line 2, `[worker] group`: the group must be"),
             ("", "--group"),
         ] {
-            let e = command().resolve(&file(text)).unwrap_err().to_string();
+            let e = resolve(&[], text, TRUE).unwrap_err();
             assert!(e.contains(want), "{text:?}: {e}");
+            assert!(!e.contains("soon") && !e.contains("nowhere"), "a value from the file is never shown: {e}");
         }
-        let deliver =
-            "[worker]\ngroup = \"g\"\ndeliver = \"http://h/\"\ndeliver_secret_file = \"s\"\nbreaker_cooldown = \"x\"";
-        let e = WorkerOptions::default().resolve(&file(deliver)).unwrap_err().to_string();
-        assert!(e.contains("[worker] breaker_cooldown"), "{e}");
-        let e = WorkerOptions { group: Some("g".into()), ..Default::default() }.resolve(&file("")).unwrap_err();
-        assert!(e.to_string().contains("--deliver URL") && e.to_string().contains("command"), "{e}");
-        let e = WorkerOptions { group: Some("g".into()), deliver: Some("http://h/".into()), ..Default::default() }
-            .resolve(&file(""))
-            .unwrap_err();
-        assert!(e.to_string().contains("--deliver-secret-file"), "{e}");
-        assert!(toml::from_str::<FileConfig>("[worker]\ngruop = \"g\"").is_err(), "typos in [worker] show");
+        let e = resolve(&[("group", "g"), ("timeout", "soon")], "", TRUE).unwrap_err();
+        assert!(e.starts_with("--timeout: \"soon\" is not a duration"), "{e}");
+        let e = resolve(
+            &[("group", "g"), ("breaker_cooldown", "0s"), ("deliver", "http://h/"), ("deliver_secret_file", "s")],
+            "",
+            &[],
+        )
+        .unwrap_err();
+        assert!(e.starts_with("--breaker-cooldown: the breaker's cooldown must be more than 0"), "{e}");
+        let e = resolve(&[("group", "g")], "", &[]).unwrap_err();
+        assert!(e.contains("--deliver URL") && e.contains("command"), "{e}");
+        let e = resolve(&[("group", "g"), ("deliver", "http://h/")], "", &[]).unwrap_err();
+        assert!(e.starts_with("--deliver: needs --deliver-secret-file"), "{e}");
+        assert!(FileConfig::parse("[worker]\ngruop = \"g\"").is_err(), "typos in [worker] show");
         // A flag overrides a malformed key in the file.
-        let c = WorkerOptions { timeout: Some(Duration::from_secs(1)), ..command() }
-            .resolve(&file("[worker]\ngroup = \"g\"\ntimeout = \"soon\""))
-            .unwrap();
+        let c = resolve(&[("timeout", "1s")], "[worker]\ngroup = \"g\"\ntimeout = \"soon\"", TRUE).unwrap();
         assert_eq!(c.config.timeout, Duration::from_secs(1));
     }
 }

@@ -584,7 +584,7 @@ fn start_up_errors_name_the_flag_and_never_echo_a_secret() {
     let dir = temp_dir("dlvstart");
     let url = "http://127.0.0.1:9/hooks";
     let e = start_error(&dir, &["--deliver", url]);
-    assert!(e.contains("--deliver needs --deliver-secret-file"), "{e}");
+    assert!(e.contains("--deliver: needs --deliver-secret-file"), "{e}");
     let e = start_error(&dir, &["--deliver", url, "--deliver-secret-file", "/nonexistent/secrets"]);
     assert!(e.contains("--deliver-secret-file /nonexistent/secrets: cannot read it"), "{e}");
     std::fs::write(dir.join("bad"), "whsec_Hunter2IsNotBase64!\n").unwrap();

@@ -23,6 +23,7 @@ macro_rules! both_stores {
 
 mod chaos;
 mod cluster;
+mod config;
 mod console;
 mod dead;
 mod deadlines;

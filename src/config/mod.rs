@@ -1,0 +1,43 @@
+//! Configuration, one structure for every command: each setting is named
+//! once ([`layer`]), each source (the TOML file of
+//! docs/reference.md#config-file, the environment, the flags) fills one
+//! [`Layer`] of optional values that know their [`Origin`], and the layers
+//! are merged once, flags > env > file > defaults ([`Merged`]). Each
+//! command then parses the winning values ([`ServeConfig`],
+//! [`StoreConfig`], the worker's `worker::setup`), so that every error
+//! names where the bad value came from: a file line and key, an env var or
+//! a flag ([`ConfigError`]).
+//!
+//! - [`origin`]: `Origin`, `Given`, `Raw`, `ConfigError`, and the parsing of one value.
+//! - [`values`]: the values the file's tables share (lists, allowlists, provider durations).
+//! - [`layer`]: the list of settings, `Layer`, the file's tables.
+//! - [`file`]: reading the file, its TOML errors by line and key.
+//! - [`merge`]: the layers merged over the file, `Merged`.
+//! - [`store`]: the store's settings.
+//! - [`serve`]: `serve`'s settings.
+//! - [`providers`]: the `[[provider]]` tables.
+
+pub mod file;
+pub mod layer;
+pub mod merge;
+pub mod origin;
+pub mod providers;
+pub mod serve;
+pub mod store;
+pub mod values;
+
+pub use layer::{FileTables, Layer, WorkerTable};
+pub use merge::{Merged, Sources};
+pub use origin::{ConfigError, Given, Origin, Raw, Setting};
+pub use providers::{FileConfig, load_providers};
+pub use serve::{DEFAULT_HEADER_TIMEOUT, DEFAULT_LISTEN, ServeConfig};
+pub use store::{DEFAULT_MIN_REPLICAS_TIMEOUT, DEFAULT_NAMESPACE, StoreConfig};
+pub use values::{StringOrList, file_duration};
+
+pub use crate::intake::{DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT};
+pub use crate::redis::connection::redact;
+pub use crate::units::{Lifetime, format_duration, parse_duration, parse_lifetime};
+pub use crate::vocabulary::DEFAULT_RUN_RETENTION;
+
+#[cfg(test)]
+pub(crate) mod tests;

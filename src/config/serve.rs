@@ -1,0 +1,147 @@
+//! `idemgate serve`'s settings: [`ServeConfig`], read from the merged
+//! layers, each bad value named by its source.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::merge::Merged;
+use super::origin::{ConfigError, Given, Setting, err, value_or};
+use super::providers::providers_from;
+use super::store::{DEFAULT_NAMESPACE, StoreConfig};
+use super::values::checked_repos;
+use crate::gate::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, Settings};
+use crate::intake::{DEFAULT_BODY_BUDGET, DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT};
+use crate::keys::Keys;
+use crate::providers::Provider;
+use crate::units::Lifetime;
+use crate::vocabulary::DEFAULT_RUN_RETENTION;
+
+/// The default `--header-timeout`.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The default address `serve` listens on: loopback only.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// Everything `idemgate serve` needs, resolved and validated.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// Where the gate keeps its state: the memory store, or Redis with its options.
+    pub store: StoreConfig,
+    /// `org/repo` values the gate admits.
+    pub allowed_repos: Vec<String>,
+    /// TTLs.
+    pub settings: Settings,
+    /// Bearer token for `/v1/*`.
+    pub api_token: Option<String>,
+    /// Provider endpoints (`/webhooks/{name}`).
+    pub providers: Vec<Provider>,
+    /// Request body limit, bytes.
+    pub max_body: usize,
+    /// Bound on one request.
+    pub request_timeout: Duration,
+    /// Serve under an evicting maxmemory-policy.
+    pub allow_eviction: bool,
+    /// Run records created through `/v1/deliveries` keep the `event` as `payload`.
+    pub keep_payload: bool,
+    /// How long a finished run record is kept (`None`: forever). `serve`
+    /// only validates it; `idemgate worker` applies it.
+    pub run_retention: Option<Duration>,
+    /// Bound on receiving a request head.
+    pub header_timeout: Duration,
+    /// Request-body bytes held at once, all requests together.
+    pub body_budget: usize,
+    /// Serve `/v1/*` without a token on a public address.
+    pub allow_unauthenticated_api: bool,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            listen: DEFAULT_LISTEN.parse().expect("valid address"),
+            store: StoreConfig { redis: None, keys: Keys::new(DEFAULT_NAMESPACE).expect("valid namespace") },
+            allowed_repos: Vec::new(),
+            settings: Settings::default(),
+            api_token: None,
+            providers: Vec::new(),
+            max_body: DEFAULT_MAX_BODY,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            allow_eviction: false,
+            keep_payload: false,
+            run_retention: Some(DEFAULT_RUN_RETENTION),
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            body_budget: DEFAULT_BODY_BUDGET,
+            allow_unauthenticated_api: false,
+        }
+    }
+}
+
+impl ServeConfig {
+    /// Reads the merged settings; `secret_env` variables come from the process's environment.
+    pub fn resolve(merged: &Merged) -> Result<Self, ConfigError> {
+        Self::resolve_with(merged, |name| std::env::var(name).ok())
+    }
+
+    /// [`ServeConfig::resolve`] with an env lookup for `secret_env` (tests pass their own).
+    pub fn resolve_with(merged: &Merged, env: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let d = Self::default();
+        let s = &merged.given;
+        let listen = match s.listen.text()? {
+            Some(l) => l.value.parse().map_err(|_| l.fail(format!("not an address like {DEFAULT_LISTEN}")))?,
+            None => d.listen,
+        };
+        let allowed_repos = match s.allowed_repos.list() {
+            Some(list) => checked_repos(list.value.clone(), "").map_err(|e| list.fail(e.message))?,
+            None => Vec::new(),
+        };
+        let delivery_ttl = s.delivery_ttl.duration()?;
+        if let Some(ttl) = delivery_ttl.as_ref().filter(|t| t.value < Duration::from_secs(1)) {
+            return Err(ttl.fail("the delivery TTL must be at least 1s"));
+        }
+        let lifetime = |g: Option<Given<Lifetime>>, default| g.map_or(Some(default), |g| g.value.0);
+        let logical_ttl = lifetime(s.logical_ttl.lifetime()?, DEFAULT_LOGICAL_TTL);
+        let run_retention = lifetime(s.run_retention.lifetime()?, DEFAULT_RUN_RETENTION);
+        let header_timeout = s.header_timeout.duration()?;
+        if let Some(zero) = header_timeout.as_ref().filter(|t| t.value.is_zero()) {
+            return Err(zero.fail("the header timeout must be more than 0"));
+        }
+        let api_token = s.api_token.text()?;
+        if let Some(empty) = api_token.as_ref().filter(|t| t.value.is_empty()) {
+            return Err(empty.fail("the api token is empty: give a token or leave it unset"));
+        }
+        let providers = providers_from(&merged.file, &env)?;
+        let max_body = s.max_body.number::<usize>()?;
+        if let Some(zero) = max_body.as_ref().filter(|m| m.value == 0) {
+            return Err(zero.fail("the max body must be more than 0 bytes"));
+        }
+        let body_budget = s.body_budget.number::<usize>()?;
+        let (max, budget) = (value_or(&max_body, d.max_body), value_or(&body_budget, d.body_budget));
+        if budget < max {
+            let message = format!(
+                "the body budget ({budget} bytes) must be at least the max body ({max} bytes): one body must fit"
+            );
+            return Err(match body_budget.as_ref().or(max_body.as_ref()) {
+                Some(at) => at.fail(message),
+                None => err(message),
+            });
+        }
+        let switch = |g: Option<Given<bool>>| g.is_some_and(|g| g.value);
+        Ok(Self {
+            listen,
+            store: StoreConfig::resolve(s)?,
+            allowed_repos,
+            settings: Settings { delivery_ttl: value_or(&delivery_ttl, DEFAULT_DELIVERY_TTL), logical_ttl },
+            api_token: api_token.map(|t| t.value),
+            providers,
+            max_body: max,
+            request_timeout: value_or(&s.request_timeout.duration()?, d.request_timeout),
+            allow_eviction: switch(s.allow_eviction.switch()?),
+            keep_payload: switch(s.keep_payload.switch()?),
+            run_retention,
+            header_timeout: value_or(&header_timeout, d.header_timeout),
+            body_budget: budget,
+            allow_unauthenticated_api: switch(s.allow_unauthenticated_api.switch()?),
+        })
+    }
+}
