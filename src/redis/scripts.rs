@@ -139,7 +139,7 @@ impl ToRedisArgs for GateArg<'_> {
         match self {
             GateArg::Text(s) => s.write_redis_args(out),
             GateArg::Number(n) => n.write_redis_args(out),
-            GateArg::RecordTail { .. } => out.write_arg(self.to_string().as_bytes()),
+            GateArg::RecordTail { .. } => out.write_arg_fmt(self),
         }
     }
 }
@@ -265,6 +265,10 @@ mod tests {
         assert_eq!(held.len(), 15);
         assert_eq!(held[3], "00ff");
         assert_eq!(held[10..], ["1", "7@ab", "", "5", "0"]);
+        // What Redis receives is what the script's header describes.
+        for arg in call("", "", false, 0).args() {
+            assert_eq!(arg.to_redis_args(), [arg.to_string().into_bytes()], "{arg:?}");
+        }
     }
 
     /// The plain gate script pays nothing for holds: no clock, no decode, no hold field.
