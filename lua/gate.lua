@@ -13,14 +13,17 @@
 -- ARGV[1]: verdict           "work" | "bad_request" | "blocked"
 -- ARGV[2]: delivery TTL, ms  (> 0)
 -- ARGV[3]: logical TTL, ms   (0: the logical key never expires)
--- ARGV[4]: event digest      (hex; the delivery record keeps it as "d")
--- ARGV[5]: now, ms since the Unix epoch
+-- ARGV[4]: the delivery record's tail after its code and run id, built by the
+--          caller: ,"d":"<event digest>","at":<now, ms>}
+-- ARGV[5]: now, ms since the Unix epoch (the run record's created_ms)
 -- ARGV[6..10]: provider, delivery id, org/repo, action, number text (for the run record and stream)
--- ARGV[11]: "1" when the caller WAITs for replicas next (--min-replicas-ack): a
+-- ARGV[11..13] are optional and left off from the last one that has its
+-- default on (every argument costs Redis on every call, replays included):
+-- ARGV[11]: the subject when it is more than the number text (docs/identities.md), else ""
+-- ARGV[12]: the payload to keep in the run record (keep_payload), else ""
+-- ARGV[13]: "1" when the caller WAITs for replicas next (--min-replicas-ack): a
 --           replay then rewrites its record unchanged (KEEPTTL), so that WAIT,
---           sent on this connection, covers the record; else "0"
--- ARGV[12]: the subject when it is more than the number text (docs/identities.md), else ""
--- ARGV[13]: the payload to keep in the run record (keep_payload), else ""
+--           sent on this connection, covers the record
 -- Returns: {1, record} when the delivery was seen before (a replay),
 --          {0, record} when this call decided; record is the delivery record JSON.
 --
@@ -31,10 +34,15 @@
 -- Status::code (src/vocabulary.rs) when idemgate loads the script, so that
 -- the codes have one source; the script then carries them as literals and
 -- builds no table per call.
+--
+-- The script runs on Redis's one thread for every delivery, so it spends
+-- as little as it can there: one string per number (Redis formats every Lua
+-- number it is handed, and Lua every number it concatenates), no table
+-- unless a payload is kept, one HSET per run.
 
 local cached = redis.call('GET', KEYS[1])
 if cached then
-  if ARGV[11] == '1' then
+  if ARGV[13] == '1' then
     redis.call('SET', KEYS[1], cached, 'KEEPTTL')
   end
   return {1, cached}
@@ -45,43 +53,52 @@ local record
 if verdict == 'work' then
   local run_id = redis.call('GET', KEYS[2])
   if run_id then
-    record = '{"status":"duplicate","code":${duplicate},"run_id":"' .. run_id .. '"'
+    record = '{"status":"duplicate","code":${duplicate},"run_id":"' .. run_id .. '"' .. ARGV[4]
   else
     -- Never hand out a run id whose record exists (a failover may have lost
     -- counter increments): skip past any id already taken. Bounded: a
     -- counter far behind the records is an operator's problem to see, not a
     -- script to spin on (Redis blocks every client while a script runs).
-    local n = (tonumber(redis.call('GET', KEYS[3])) or 0) + 1
-    local tries = 1
-    while redis.call('EXISTS', KEYS[5] .. 'run-' .. n) == 1 do
-      if tries == 1000 then
+    local last = tonumber(redis.call('GET', KEYS[3])) or 0
+    local n = last + 1
+    run_id = 'run-' .. n
+    local run_key = KEYS[5] .. run_id
+    while redis.call('EXISTS', run_key) == 1 do
+      if n - last == 1000 then
         return redis.error_reply('idemgate: the run counter is more than 1000 behind the run records; '
           .. 'set it past the highest run id (SET ' .. KEYS[3] .. ' N)')
       end
-      tries = tries + 1
       n = n + 1
+      run_id = 'run-' .. n
+      run_key = KEYS[5] .. run_id
     end
-    run_id = 'run-' .. n
-    -- The writes: the run record and its stream entry first, the logical
-    -- key that points at them last, so no logical key ever names a run
-    -- nobody queued. One HSET per run.
-    redis.call('SET', KEYS[3], n)
-    if ARGV[12] == '' and ARGV[13] == '' then
-      redis.call('HSET', KEYS[5] .. run_id,
-        'run_id', run_id, 'provider', ARGV[6], 'delivery_id', ARGV[7], 'repo', ARGV[8],
-        'action', ARGV[9], 'number', ARGV[10], 'created_ms', ARGV[5], 'status', 'queued', 'attempts', 0)
+    -- The writes: the counter, the run record and its stream entry first,
+    -- the logical key that points at them last, so no logical key ever
+    -- names a run nobody queued. The id checked free is the counter's next
+    -- one unless the guard skipped: INCR then, which formats no number.
+    if n == last + 1 then
+      redis.call('INCR', KEYS[3])
     else
+      redis.call('SET', KEYS[3], run_id:sub(5))
+    end
+    local subject, payload = ARGV[11] or '', ARGV[12] or ''
+    if payload ~= '' then
       local fields = {'run_id', run_id, 'provider', ARGV[6], 'delivery_id', ARGV[7], 'repo', ARGV[8],
-        'action', ARGV[9], 'number', ARGV[10], 'created_ms', ARGV[5], 'status', 'queued', 'attempts', 0}
-      if ARGV[12] ~= '' then
+        'action', ARGV[9], 'number', ARGV[10], 'created_ms', ARGV[5], 'status', 'queued', 'attempts', '0',
+        'payload', payload}
+      if subject ~= '' then
         fields[#fields + 1] = 'subject'
-        fields[#fields + 1] = ARGV[12]
+        fields[#fields + 1] = subject
       end
-      if ARGV[13] ~= '' then
-        fields[#fields + 1] = 'payload'
-        fields[#fields + 1] = ARGV[13]
-      end
-      redis.call('HSET', KEYS[5] .. run_id, unpack(fields))
+      redis.call('HSET', run_key, unpack(fields))
+    elseif subject ~= '' then
+      redis.call('HSET', run_key,
+        'run_id', run_id, 'provider', ARGV[6], 'delivery_id', ARGV[7], 'repo', ARGV[8], 'action', ARGV[9],
+        'number', ARGV[10], 'created_ms', ARGV[5], 'status', 'queued', 'attempts', '0', 'subject', subject)
+    else
+      redis.call('HSET', run_key,
+        'run_id', run_id, 'provider', ARGV[6], 'delivery_id', ARGV[7], 'repo', ARGV[8], 'action', ARGV[9],
+        'number', ARGV[10], 'created_ms', ARGV[5], 'status', 'queued', 'attempts', '0')
     end
     redis.call('XADD', KEYS[4], '*',
       'run_id', run_id, 'provider', ARGV[6], 'repo', ARGV[8], 'action', ARGV[9],
@@ -91,16 +108,15 @@ if verdict == 'work' then
     else
       redis.call('SET', KEYS[2], run_id)
     end
-    record = '{"status":"created","code":${created},"run_id":"' .. run_id .. '"'
+    record = '{"status":"created","code":${created},"run_id":"' .. run_id .. '"' .. ARGV[4]
   end
 elseif verdict == 'bad_request' then
-  record = '{"status":"bad_request","code":${bad_request}'
+  record = '{"status":"bad_request","code":${bad_request}' .. ARGV[4]
 elseif verdict == 'blocked' then
-  record = '{"status":"blocked","code":${blocked}'
+  record = '{"status":"blocked","code":${blocked}' .. ARGV[4]
 else
   return redis.error_reply('idemgate: unknown verdict ' .. tostring(verdict))
 end
 
-record = record .. ',"d":"' .. ARGV[4] .. '","at":' .. ARGV[5] .. '}'
 redis.call('SET', KEYS[1], record, 'PX', ARGV[2])
 return {0, record}

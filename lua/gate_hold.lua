@@ -8,7 +8,13 @@
 --
 -- KEYS[1..5]: as lua/gate.lua (delivery key, logical key, run counter, runs
 --             stream, run record prefix)
--- ARGV[1..13]: as lua/gate.lua, but ARGV[5] (the caller's clock) is not read
+-- ARGV[1..3]: verdict, delivery TTL, logical TTL, as lua/gate.lua
+-- ARGV[4]: the event digest (hex; the delivery record keeps it as "d")
+-- ARGV[5]: the caller's clock: not read (holds and records go by Redis's)
+-- ARGV[6..10]: provider, delivery id, org/repo, action, number text, as lua/gate.lua
+-- ARGV[11]: "1" when the caller WAITs for replicas next (lua/gate.lua's ARGV[13]), else "0"
+-- ARGV[12]: the subject when it is more than the number text, else ""
+-- ARGV[13]: the payload to keep in the run record (keep_payload), else ""
 -- ARGV[14]: the hold's length, ms (> 0): a run this call creates is held
 --           until Redis's now plus this
 -- ARGV[15]: the held run record's TTL, ms (0: none): a held run is in no queue

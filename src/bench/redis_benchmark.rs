@@ -181,11 +181,13 @@ fn redis_benchmark(url: &str, requests: u64, keyspace: u64, cmd: &[String]) -> R
         .output()
         .map_err(|e| BenchError::Failed(format!("cannot run redis-benchmark: {e}")))?;
     let text = String::from_utf8_lossy(&out.stdout);
-    // CSV: "test","rps",...; the second line holds the figures.
+    // CSV: "test","rps" and six latencies; the second line holds the figures.
+    // Read from the right: the test's name is the command line, commas and
+    // quotes unescaped (the gate's record tail has both).
     let line = text.lines().nth(1).ok_or_else(|| {
         BenchError::Failed(format!("redis-benchmark printed nothing: {}", String::from_utf8_lossy(&out.stderr)))
     })?;
-    let rps = line.split(',').nth(1).map(|s| s.trim_matches('"')).unwrap_or("");
+    let rps = line.rsplit(',').nth(6).map(|s| s.trim_matches('"')).unwrap_or("");
     rps.parse().map_err(|e: std::num::ParseFloatError| BenchError::Failed(e.to_string()))
 }
 

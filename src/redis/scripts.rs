@@ -134,7 +134,7 @@ impl GateVerdict {
     }
 }
 
-/// One call of `lua/gate.lua` (thirteen ARGV), or with a hold of
+/// One call of `lua/gate.lua` (ten to thirteen ARGV), or with a hold of
 /// `lua/gate_hold.lua` (fifteen): their five KEYS and ARGV by name, the one
 /// place that knows their order. The store, the bench and anything else
 /// that runs the scripts build one of these.
@@ -156,7 +156,8 @@ pub struct GateCall<'a> {
     pub delivery_ttl_ms: u64,
     /// ARGV[3]: how long the logical key lives, ms (0: forever).
     pub logical_ttl_ms: u64,
-    /// ARGV[4]: the digest of the delivery's event.
+    /// The digest of the delivery's event: ARGV[4] of `lua/gate_hold.lua`;
+    /// `lua/gate.lua` gets it inside the record's tail ([`GateArg::RecordTail`]).
     pub event_digest: &'a str,
     /// ARGV[5]: now, ms since the Unix epoch.
     pub now_ms: u64,
@@ -170,12 +171,15 @@ pub struct GateCall<'a> {
     pub action: &'a str,
     /// ARGV[10]: the number text.
     pub number: &'a str,
-    /// ARGV[11]: a replay rewrites its record so that a `WAIT` sent next on
-    /// the same connection covers it (`--min-replicas-ack`).
+    /// A replay rewrites its record so that a `WAIT` sent next on the same
+    /// connection covers it (`--min-replicas-ack`): ARGV[13] of
+    /// `lua/gate.lua`, ARGV[11] of `lua/gate_hold.lua`.
     pub rewrite_on_replay: bool,
-    /// ARGV[12]: the subject where it is more than the number text, else `""`.
+    /// The subject where it is more than the number text, else `""`:
+    /// ARGV[11] of `lua/gate.lua`, ARGV[12] of `lua/gate_hold.lua`.
     pub subject: &'a str,
-    /// ARGV[13]: the payload the run record keeps, else `""`.
+    /// The payload the run record keeps, else `""`: ARGV[12] of
+    /// `lua/gate.lua`, ARGV[13] of `lua/gate_hold.lua`.
     pub payload: &'a str,
     /// ARGV[14] of `lua/gate_hold.lua`: for a caller that runs the work
     /// itself (the embedded layer), how long its hold on a run it creates
@@ -186,14 +190,24 @@ pub struct GateCall<'a> {
     pub held_run_ttl_ms: u64,
 }
 
-/// One ARGV value of a [`GateCall`], as Redis receives it: text, or a
-/// number written in decimal.
+/// One ARGV value of a [`GateCall`], as Redis receives it: text, a number
+/// written in decimal, or the delivery record's tail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GateArg<'a> {
     /// A string argument, sent as it is.
     Text(&'a str),
     /// A number, sent in decimal.
     Number(u64),
+    /// What `lua/gate.lua` appends to every delivery record it writes,
+    /// after the code and run id: `,"d":"<digest>","at":<now_ms>}`. Built
+    /// here, where it is cheap, rather than in the script, which runs on
+    /// Redis's one thread.
+    RecordTail {
+        /// The event digest, as the record keeps it (hex).
+        digest: &'a str,
+        /// The decision time, ms since the Unix epoch.
+        now_ms: u64,
+    },
 }
 
 impl ToRedisArgs for GateArg<'_> {
@@ -201,6 +215,7 @@ impl ToRedisArgs for GateArg<'_> {
         match self {
             GateArg::Text(s) => s.write_redis_args(out),
             GateArg::Number(n) => n.write_redis_args(out),
+            GateArg::RecordTail { .. } => out.write_arg_fmt(self),
         }
     }
 }
@@ -210,6 +225,7 @@ impl std::fmt::Display for GateArg<'_> {
         match self {
             GateArg::Text(s) => f.write_str(s),
             GateArg::Number(n) => write!(f, "{n}"),
+            GateArg::RecordTail { digest, now_ms } => write!(f, r#","d":"{digest}","at":{now_ms}}}"#),
         }
     }
 }
@@ -227,31 +243,33 @@ impl GateCall<'_> {
     }
 
     /// ARGV, in the script's order, borrowed: nothing is copied until the
-    /// command is written (this runs on every gate call). Thirteen for
-    /// `lua/gate.lua`, fifteen with a hold.
+    /// command is written (this runs on every gate call). For `lua/gate.lua`
+    /// ten, plus the optional ones up to the last that is not at its
+    /// default; fifteen for `lua/gate_hold.lua`.
     pub fn args(&self) -> impl Iterator<Item = GateArg<'_>> {
-        self.all_args().into_iter().take(if self.holds() { 15 } else { 13 })
-    }
-
-    fn all_args(&self) -> [GateArg<'_>; 15] {
-        use GateArg::{Number, Text};
-        [
-            Text(self.verdict.as_arg()),
-            Number(self.delivery_ttl_ms),
-            Number(self.logical_ttl_ms),
-            Text(self.event_digest),
-            Number(self.now_ms),
-            Text(self.provider),
-            Text(self.delivery_id),
-            Text(self.repo),
-            Text(self.action),
-            Text(self.number),
-            Text(if self.rewrite_on_replay { "1" } else { "0" }),
-            Text(self.subject),
-            Text(self.payload),
-            Number(self.hold_ms),
-            Number(self.held_run_ttl_ms),
-        ]
+        use GateArg::{Number, RecordTail, Text};
+        let rewrite = Text(if self.rewrite_on_replay { "1" } else { "0" });
+        let head = [Text(self.verdict.as_arg()), Number(self.delivery_ttl_ms), Number(self.logical_ttl_ms)];
+        let fields =
+            [Text(self.provider), Text(self.delivery_id), Text(self.repo), Text(self.action), Text(self.number)];
+        let (fourth, optional, count) = if self.holds() {
+            let hold =
+                [rewrite, Text(self.subject), Text(self.payload), Number(self.hold_ms), Number(self.held_run_ttl_ms)];
+            (Text(self.event_digest), hold, 15)
+        } else {
+            let count = if self.rewrite_on_replay {
+                13
+            } else if !self.payload.is_empty() {
+                12
+            } else if !self.subject.is_empty() {
+                11
+            } else {
+                10
+            };
+            let plain = [Text(self.subject), Text(self.payload), rewrite, Text(""), Text("")];
+            (RecordTail { digest: self.event_digest, now_ms: self.now_ms }, plain, count)
+        };
+        head.into_iter().chain([fourth, Number(self.now_ms)]).chain(fields).chain(optional).take(count)
     }
 
     /// `EVALSHA <sha> 5 KEYS… ARGV…`.
@@ -277,6 +295,55 @@ mod tests {
                 let head = format!(r#"{{"status":"{}","code":{}"#, status.as_str(), status.code());
                 assert!(source.contains(&head), "{status:?}: no {head}");
             }
+        }
+    }
+
+    fn call<'a>(subject: &'a str, payload: &'a str, rewrite: bool, hold_ms: u64) -> GateCall<'a> {
+        GateCall {
+            delivery_key: "k1",
+            logical_key: "k2",
+            counter_key: "k3",
+            runs_key: "k4",
+            run_prefix: "k5",
+            verdict: GateVerdict::Work,
+            delivery_ttl_ms: 7,
+            logical_ttl_ms: 0,
+            event_digest: "00ff",
+            now_ms: 1_700_000_000_123,
+            provider: "github",
+            delivery_id: "d-1",
+            repo: "o/r",
+            action: "opened",
+            number: "7",
+            rewrite_on_replay: rewrite,
+            subject,
+            payload,
+            hold_ms,
+            held_run_ttl_ms: 0,
+        }
+    }
+
+    fn argv(call: &GateCall<'_>) -> Vec<String> {
+        call.args().map(|a| a.to_string()).collect()
+    }
+
+    /// The plain script gets the record's tail ready-made and no optional
+    /// argument it would read as its default; the hold script all fifteen.
+    #[test]
+    fn gate_arguments_leave_off_the_trailing_defaults() {
+        let base = ["work", "7", "0", r#","d":"00ff","at":1700000000123}"#, "1700000000123", "github", "d-1", "o/r"];
+        let plain = argv(&call("", "", false, 0));
+        assert_eq!(plain, [&base[..], &["opened", "7"]].concat());
+        assert_eq!(argv(&call("7@ab", "", false, 0))[10..], ["7@ab"]);
+        assert_eq!(argv(&call("", "{}", false, 0))[10..], ["", "{}"]);
+        assert_eq!(argv(&call("", "", true, 0))[10..], ["", "", "1"]);
+        let held = argv(&call("7@ab", "", true, 5));
+        assert_eq!(held.len(), 15);
+        assert_eq!(held[3], "00ff");
+        assert_eq!(held[10..], ["1", "7@ab", "", "5", "0"]);
+        // What Redis receives is what the script's header describes.
+        for arg in call("", "", false, 0).args() {
+            assert_eq!(arg.to_redis_args(), [arg.to_string().into_bytes()], "{arg:?}");
         }
     }
 
