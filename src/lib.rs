@@ -16,9 +16,9 @@
 //!   `number_text`, identity) and [`gate::Gate`], the entry point.
 //! - [`store`]: where the state lives, behind one trait: [`store::memory`]
 //!   (embedded default) and [`store::redis_store`] (one atomic Lua script).
-//! - [`redis`]: every conversation with Redis: connections (standalone, Cluster, Sentinel, TLS),
+//! - [`redis_io`]: every conversation with Redis: connections (standalone, Cluster, Sentinel, TLS),
 //!   command bounds, routing to primaries, the Lua scripts and their typed calls, and
-//!   [`redis::RedisHandle`], the namespace-scoped handle the store, the worker and `ops` share.
+//!   [`redis_io::RedisHandle`], the namespace-scoped handle the store, the worker and `ops` share.
 //! - [`jcs`]: RFC 8785 canonical JSON, for payload digests (window analysis, GitHub event identities).
 //! - [`keys`]: the length-prefixed Redis key schema of docs/reference.md#redis-keys.
 //! - [`config`]: one configuration for every command: the flags', env's and TOML file's layers, merged once, each error naming the bad value's source.
@@ -61,7 +61,7 @@ pub mod layer;
 pub mod metrics;
 pub mod ops;
 pub mod providers;
-pub mod redis;
+pub mod redis_io;
 pub mod refusals;
 pub mod send;
 pub mod server;

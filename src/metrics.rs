@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::gate::{Outcome, Status};
-use crate::redis::info::NodeMemory;
+use crate::redis_io::info::NodeMemory;
 use crate::sync::lock;
 
 /// Latency histogram bucket bounds, seconds.

@@ -11,7 +11,7 @@ use tokio::sync::Semaphore;
 use crate::config::{DEFAULT_HEADER_TIMEOUT, ServeConfig};
 use crate::gate::Gate;
 use crate::http::{AppState, app};
-use crate::redis::{Conn, RedisOptions};
+use crate::redis_io::{Conn, RedisOptions};
 
 /// Why the service could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -533,9 +533,9 @@ pub fn what_failed(e: &crate::Error, opts: &RedisOptions) -> &'static str {
     };
     let text = redis_error.to_string().to_ascii_lowercase();
     let tls = match &opts.target {
-        crate::redis::RedisTarget::Single(url) => crate::redis::connection::is_tls_url(url),
-        crate::redis::RedisTarget::Cluster(urls) | crate::redis::RedisTarget::Sentinel { nodes: urls, .. } => {
-            urls.iter().any(|u| crate::redis::connection::is_tls_url(u))
+        crate::redis_io::RedisTarget::Single(url) => crate::redis_io::connection::is_tls_url(url),
+        crate::redis_io::RedisTarget::Cluster(urls) | crate::redis_io::RedisTarget::Sentinel { nodes: urls, .. } => {
+            urls.iter().any(|u| crate::redis_io::connection::is_tls_url(u))
         }
     };
     let dropped = redis_error.is_io_error() || redis_error.is_connection_dropped();

@@ -302,7 +302,7 @@ impl DeliveryRecord {
 /// `lua/gate.lua`, and again by `lua/dead_retry.lua`), a dead-stream entry
 /// (`lua/worker_start.lua`, `lua/worker_fail.lua`), the JSON a handler gets.
 /// [`RunFields::NAMES`] is the one list of their names and order: the Lua
-/// scripts get it filled in at load (`src/redis/scripts.rs`), the worker
+/// scripts get it filled in at load (`src/redis_io/scripts.rs`), the worker
 /// passes [`RunFields::values`] in that order, and [`RunFields::read`]
 /// reads an entry by it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -9,7 +9,7 @@ use redis::AsyncCommands;
 use super::harness::{Bench, BenchError, Mix, drive, event, gate_drive, progress, us};
 use crate::gate::Gate;
 use crate::keys::Keys;
-use crate::redis::Conn;
+use crate::redis_io::Conn;
 
 /// Writes the baseline section.
 pub(super) async fn measure(bench: &Bench<'_>, gate: &Gate, out: &mut String) -> Result<(), BenchError> {

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use super::harness::raw_work_call;
 use super::harness::{Bench, BenchError, drive, progress};
 use crate::keys::Keys;
-use crate::redis::Conn;
-use crate::redis::scripts::gate_lua;
+use crate::redis_io::Conn;
+use crate::redis_io::scripts::gate_lua;
 
 /// Writes the connection section.
 pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), BenchError> {

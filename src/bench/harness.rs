@@ -5,8 +5,8 @@
 
 use crate::gate::{Gate, Settings};
 use crate::keys::Keys;
-use crate::redis::scripts::{GateCall, GateVerdict};
-use crate::redis::{Conn, RedisOptions};
+use crate::redis_io::scripts::{GateCall, GateVerdict};
+use crate::redis_io::{Conn, RedisOptions};
 use crate::store::redis_store::RedisStore;
 use serde_json::json;
 use std::future::Future;

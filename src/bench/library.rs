@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::harness::{Bench, BenchError, Figures, Mix, REPLAY_KEYS, event, gate_drive, progress, us};
 use crate::gate::Gate;
 use crate::keys::Keys;
-use crate::redis::{PemFile, RedisOptions, Tls};
+use crate::redis_io::{PemFile, RedisOptions, Tls};
 use crate::store::redis_store::RedisStore;
 
 /// Writes the library section. Returns the store and the gate it measured

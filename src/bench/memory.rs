@@ -221,7 +221,10 @@ const DAILY_KINDS: [(&str, &str); 3] =
 
 /// `MEMORY USAGE` and `PTTL` of every key of namespace `ns`, per kind:
 /// mean bytes and median lifetime.
-async fn kind_figures(conn: &mut crate::redis::Conn, ns: &str) -> Result<Vec<(&'static str, KindFigures)>, BenchError> {
+async fn kind_figures(
+    conn: &mut crate::redis_io::Conn,
+    ns: &str,
+) -> Result<Vec<(&'static str, KindFigures)>, BenchError> {
     let prefix = format!("idemgate:{{{ns}}}");
     let all = scan(conn, &format!("{prefix}:*")).await?;
     let mut figures = Vec::new();
@@ -242,7 +245,7 @@ async fn kind_figures(conn: &mut crate::redis::Conn, ns: &str) -> Result<Vec<(&'
     Ok(figures)
 }
 
-async fn scan(conn: &mut crate::redis::Conn, pattern: &str) -> redis::RedisResult<Vec<String>> {
+async fn scan(conn: &mut crate::redis_io::Conn, pattern: &str) -> redis::RedisResult<Vec<String>> {
     let (mut cursor, mut all) = (0u64, Vec::new());
     loop {
         let (next, keys): (u64, Vec<String>) =
@@ -255,7 +258,7 @@ async fn scan(conn: &mut crate::redis::Conn, pattern: &str) -> redis::RedisResul
     }
 }
 
-async fn cleanup_namespace(conn: &mut crate::redis::Conn, ns: &str) -> redis::RedisResult<()> {
+async fn cleanup_namespace(conn: &mut crate::redis_io::Conn, ns: &str) -> redis::RedisResult<()> {
     for chunk in scan(conn, &format!("idemgate:{{{ns}}}:*")).await?.chunks(1000) {
         let _: () = redis::cmd("UNLINK").arg(chunk).query_async(conn).await?;
     }

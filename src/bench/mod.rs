@@ -31,7 +31,7 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use crate::gate::Settings;
-use crate::redis::{Conn, RedisOptions};
+use crate::redis_io::{Conn, RedisOptions};
 
 /// Runs the whole benchmark and returns the Markdown report.
 pub async fn run(options: &BenchOptions) -> Result<String, BenchError> {

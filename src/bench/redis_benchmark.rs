@@ -10,7 +10,7 @@ use super::harness::raw_work_call;
 use super::harness::{Bench, BenchError, Mix, REPLAY_KEYS, gate_drive, progress};
 use crate::gate::Gate;
 use crate::keys::Keys;
-use crate::redis::scripts::gate_lua;
+use crate::redis_io::scripts::gate_lua;
 
 /// Writes the redis-benchmark section.
 pub(super) async fn measure(bench: &Bench<'_>, gate: &Gate, out: &mut String) -> Result<(), BenchError> {
@@ -145,7 +145,7 @@ async fn floor(bench: &Bench<'_>, keys: &Keys, sha: &str, requests: u64, out: &m
 
 /// CPU seconds Redis's main thread has used (`INFO cpu`; the whole process
 /// on a Redis older than 6.2, which does not report the thread apart).
-async fn redis_cpu_seconds(conn: &mut crate::redis::Conn) -> Result<f64, BenchError> {
+async fn redis_cpu_seconds(conn: &mut crate::redis_io::Conn) -> Result<f64, BenchError> {
     let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
     let field =
         |name: &str| info.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse::<f64>().ok());

@@ -11,7 +11,7 @@ use redis::AsyncCommands;
 use super::harness::{Bench, BenchError, event, progress};
 use crate::gate::Gate;
 use crate::keys::Keys;
-use crate::redis::{Conn, DEFAULT_COMMAND_TIMEOUT, RedisHandle};
+use crate::redis_io::{Conn, DEFAULT_COMMAND_TIMEOUT, RedisHandle};
 use crate::worker::breaker::BreakerConfig;
 use crate::worker::deliver::{DeliverOptions, Destination};
 use crate::worker::{RunAttempt, Worker, WorkerConfig};

@@ -20,7 +20,7 @@ use std::io::Write;
 
 use clap::{ArgAction, ArgMatches, Args};
 use idemgate::config::{DEFAULT_MIN_REPLICAS_TIMEOUT, DEFAULT_NAMESPACE, Given, Origin, Raw, Sources, format_duration};
-use idemgate::redis::DEFAULT_COMMAND_TIMEOUT;
+use idemgate::redis_io::DEFAULT_COMMAND_TIMEOUT;
 
 /// A help text that names the default a flag falls back to (flags whose
 /// value may also come from the config file have no clap default: clap's

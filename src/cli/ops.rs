@@ -303,7 +303,7 @@ pub async fn healthcheck_command(args: &HealthcheckArgs, sources: Sources) -> Re
     let merged = Merged::load(sources)?;
     if let Some(url) = &args.http {
         let timeout =
-            merged.given.redis_timeout.duration()?.map_or(idemgate::redis::DEFAULT_COMMAND_TIMEOUT, |t| t.value);
+            merged.given.redis_timeout.duration()?.map_or(idemgate::redis_io::DEFAULT_COMMAND_TIMEOUT, |t| t.value);
         return Ok(match idemgate::ops::http_status(url, timeout).await {
             Ok(code) if (200..300).contains(&code) => {
                 print_out(&format!("ok: {url} answered {code}"));

@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::redis::RedisTarget;
+use crate::redis_io::RedisTarget;
 
 pub(crate) fn file(text: &str) -> FileConfig {
     FileConfig::parse(text).unwrap()

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::config::{ConfigError, StoreConfig};
 use crate::keys::Keys;
-use crate::redis::{Conn, RedisHandle, RedisOptions};
+use crate::redis_io::{Conn, RedisHandle, RedisOptions};
 
 /// Keys asked for per `SCAN` page.
 pub const SCAN_COUNT: usize = 1000;

@@ -8,7 +8,7 @@ use redis::streams::StreamRangeReply;
 use serde::Serialize;
 
 use super::client::{Ops, OpsError};
-use crate::redis::run_scripts::{DeadRetried, DeadRetryCall};
+use crate::redis_io::run_scripts::{DeadRetried, DeadRetryCall};
 use crate::units::now_ms;
 use crate::vocabulary::RunFields;
 

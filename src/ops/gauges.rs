@@ -62,7 +62,7 @@ impl Ops {
 /// caller aborts the task); connects on its own, so a Redis that is down
 /// at start only delays the first figures. A failed read is counted and
 /// logged; the last figures stay exported.
-pub async fn poll(opts: crate::redis::RedisOptions, keys: crate::keys::Keys, metrics: Arc<Metrics>) {
+pub async fn poll(opts: crate::redis_io::RedisOptions, keys: crate::keys::Keys, metrics: Arc<Metrics>) {
     let mut ops = None;
     let mut warned: HashMap<String, Instant> = HashMap::new();
     let mut tick = tokio::time::interval(INTERVAL);

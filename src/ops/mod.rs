@@ -26,7 +26,7 @@ pub use source::{DeliveryDetail, RunDetail, Source};
 pub use stats::{GroupStats, KeyCounts, Stats, StreamStats};
 
 use crate::config::StoreConfig;
-use crate::redis::Conn;
+use crate::redis_io::Conn;
 
 /// Checks that the configured store answers, within the Redis timeout
 /// (connecting included). Returns the store's description.

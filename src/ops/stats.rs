@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use super::client::{Ops, OpsError};
 use super::memory::{MemoryReport, Sampler};
-pub use crate::redis::info::GroupStats;
+pub use crate::redis_io::info::GroupStats;
 
 /// Keys counted so far; also passed to the progress callback.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]

@@ -9,9 +9,9 @@ use redis::Cmd;
 use super::{BoxFuture, Call, HeldRun, Store, Stored};
 use crate::error::Error;
 use crate::keys::Keys;
-use crate::redis::run_scripts::{RunFinishCall, RunReleaseCall};
-use crate::redis::scripts::{GATE, GATE_HOLD, GateCall, GateVerdict, LuaScript};
-use crate::redis::{Conn, RedisHandle, RedisOptions};
+use crate::redis_io::run_scripts::{RunFinishCall, RunReleaseCall};
+use crate::redis_io::scripts::{GATE, GATE_HOLD, GateCall, GateVerdict, LuaScript};
+use crate::redis_io::{Conn, RedisHandle, RedisOptions};
 use crate::units::redis_ms;
 use crate::vocabulary::{DeliveryRecord, Settings, Verdict};
 

@@ -66,7 +66,7 @@ pub use state::Summary;
 
 use crate::config::StoreConfig;
 use crate::keys::Keys;
-use crate::redis::RedisOptions;
+use crate::redis_io::RedisOptions;
 pub use metrics::WorkerMetrics;
 use queue::Queue;
 use state::WorkerState;

@@ -1,6 +1,6 @@
 //! The Redis side of the worker: the consumer group, the blocking reader,
 //! and the calls of the small Lua scripts (`lua/worker_*.lua`, typed in
-//! [`crate::redis::run_scripts`]) that change a run's stream entry and
+//! [`crate::redis_io::run_scripts`]) that change a run's stream entry and
 //! record together.
 
 use std::collections::HashMap;
@@ -13,13 +13,13 @@ use super::config::{WorkerConfig, WorkerError};
 use super::run::{RunAttempt, RunFields};
 use crate::error::Error;
 use crate::keys::Keys;
-use crate::redis::reader::{ConnectError, ReadError};
-pub(crate) use crate::redis::run_scripts::Failed;
-pub use crate::redis::run_scripts::Trimmed;
-use crate::redis::run_scripts::{
+use crate::redis_io::reader::{ConnectError, ReadError};
+pub(crate) use crate::redis_io::run_scripts::Failed;
+pub use crate::redis_io::run_scripts::Trimmed;
+use crate::redis_io::run_scripts::{
     Consumer, DoneCall, ExtendCall, FailCall, GiveBackCall, LeaveCall, StartCall, Started, TrimCall, UncountCall,
 };
-use crate::redis::{BlockingReader, Conn, RedisHandle, RedisOptions};
+use crate::redis_io::{BlockingReader, Conn, RedisHandle, RedisOptions};
 use crate::units::{now_ms, redis_ms};
 
 /// One entry of the runs stream, as read from the group.
@@ -366,5 +366,5 @@ fn stream_entries(reply: redis::Value) -> Vec<(String, Option<HashMap<String, re
 /// consumer group still needs (pending, or not yet delivered), in one
 /// atomic script. Workers call this every trim interval; operators may too.
 pub async fn trim_runs(conn: &mut Conn, keys: &Keys) -> Result<Trimmed, Error> {
-    crate::redis::handle::call_on(conn, &TrimCall { keys }).await
+    crate::redis_io::handle::call_on(conn, &TrimCall { keys }).await
 }

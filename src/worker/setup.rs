@@ -272,7 +272,7 @@ metrics_listen = "127.0.0.1:9464"
         let store = StoreConfig::resolve(&layer).unwrap();
         assert_eq!(store.keys.namespace(), "from-file");
         let redis = store.redis.unwrap();
-        assert!(matches!(&redis.target, crate::redis::RedisTarget::Single(u) if u == "redis://file:6379"));
+        assert!(matches!(&redis.target, crate::redis_io::RedisTarget::Single(u) if u == "redis://file:6379"));
         assert_eq!(redis.command_timeout, Duration::from_secs(3));
         // Without the lease, it follows the file's timeout.
         let c = resolve(&[], &EVERY_KEY.replace("lease = \"90s\"\n", ""), &[]).unwrap().config;

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use idemgate::keys::Keys;
-use idemgate::redis::{Conn, RedisOptions};
+use idemgate::redis_io::{Conn, RedisOptions};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use idemgate::Response;
 use idemgate::gate::{Gate, Settings, Status};
 use idemgate::keys::Keys;
-use idemgate::redis::{Conn, RedisOptions};
+use idemgate::redis_io::{Conn, RedisOptions};
 use idemgate::store::redis_store::RedisStore;
 use redis::AsyncCommands;
 use serde_json::{Value, json};

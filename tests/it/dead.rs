@@ -9,7 +9,7 @@ use std::time::Duration;
 use idemgate::gate::{Gate, Settings};
 use idemgate::keys::Keys;
 use idemgate::ops::{Ops, Retried};
-use idemgate::redis::{Conn, RedisOptions};
+use idemgate::redis_io::{Conn, RedisOptions};
 use idemgate::store::redis_store::RedisStore;
 use idemgate::worker::{RunAttempt, Worker, WorkerConfig};
 use redis::AsyncCommands;

@@ -12,7 +12,7 @@ use idemgate::gate::{Gate, Settings};
 use idemgate::http::AppState;
 use idemgate::keys::Keys;
 use idemgate::providers::Provider;
-use idemgate::redis::RedisOptions;
+use idemgate::redis_io::RedisOptions;
 use idemgate::store::Store;
 use idemgate::store::memory::MemoryStore;
 use idemgate::store::redis_store::RedisStore;

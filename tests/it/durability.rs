@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use idemgate::gate::{Gate, Settings, Status};
 use idemgate::http::AppState;
 use idemgate::keys::Keys;
-use idemgate::redis::RedisOptions;
+use idemgate::redis_io::RedisOptions;
 use idemgate::store::redis_store::RedisStore;
 use idemgate::{Error, Response};
 use serde_json::json;

@@ -20,7 +20,7 @@ use idemgate::http::{AppState, app};
 use idemgate::keys::Keys;
 use idemgate::layer::{GateLayer, Run};
 use idemgate::providers::Provider;
-use idemgate::redis::RedisOptions;
+use idemgate::redis_io::RedisOptions;
 use idemgate::refusals::RefusalStatus;
 use idemgate::store::Store;
 use idemgate::store::memory::MemoryStore;

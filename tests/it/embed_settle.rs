@@ -16,7 +16,7 @@ use idemgate::gate::{Gate, Settings};
 use idemgate::keys::Keys;
 use idemgate::layer::{GateLayer, Run};
 use idemgate::providers::Provider;
-use idemgate::redis::RedisOptions;
+use idemgate::redis_io::RedisOptions;
 use idemgate::store::redis_store::RedisStore;
 use redis::AsyncCommands;
 use serde_json::json;

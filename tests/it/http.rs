@@ -14,7 +14,7 @@ use idemgate::gate::{Gate, Settings};
 use idemgate::http::{AppState, app};
 use idemgate::keys::Keys;
 use idemgate::providers::{FieldPointers, Provider};
-use idemgate::redis::RedisOptions;
+use idemgate::redis_io::RedisOptions;
 use idemgate::store::redis_store::RedisStore;
 use serde_json::{Value, json};
 use sha2::Sha256;

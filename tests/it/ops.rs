@@ -8,7 +8,7 @@ use idemgate::Status;
 use idemgate::gate::{Gate, Settings};
 use idemgate::keys::Keys;
 use idemgate::ops::{Found, Ops, Target, Ttl};
-use idemgate::redis::{Conn, RedisOptions};
+use idemgate::redis_io::{Conn, RedisOptions};
 use serde_json::{Value, json};
 
 use crate::support::{RedisProcess, free_port, fresh_ns, raw_conn, redis_store_in, redis_url};

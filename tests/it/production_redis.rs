@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use idemgate::keys::Keys;
-use idemgate::redis::scripts::LuaScript;
-use idemgate::redis::{Conn, PemFile, RedisOptions, RedisTarget, Tls};
+use idemgate::redis_io::scripts::LuaScript;
+use idemgate::redis_io::{Conn, PemFile, RedisOptions, RedisTarget, Tls};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 

@@ -15,7 +15,7 @@ use idemgate::gate::{Gate, Settings};
 use idemgate::http::{AppState, app};
 use idemgate::keys::Keys;
 use idemgate::providers::{FieldPointers, Kind, Provider, hmac};
-use idemgate::redis::RedisOptions;
+use idemgate::redis_io::RedisOptions;
 use idemgate::refusals::RefusalStatus;
 use idemgate::store::Store;
 use idemgate::store::redis_store::RedisStore;

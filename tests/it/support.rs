@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use idemgate::gate::Settings;
 use idemgate::keys::Keys;
-use idemgate::redis::{Conn, RedisOptions};
+use idemgate::redis_io::{Conn, RedisOptions};
 use idemgate::store::Store;
 use idemgate::store::memory::MemoryStore;
 use idemgate::store::redis_store::RedisStore;

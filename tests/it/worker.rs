@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use idemgate::gate::{Gate, Settings, Status};
 use idemgate::keys::Keys;
-use idemgate::redis::RedisOptions;
-use idemgate::redis::scripts::LuaScript;
+use idemgate::redis_io::RedisOptions;
+use idemgate::redis_io::scripts::LuaScript;
 use idemgate::worker::{Failure, RunAttempt, Worker, WorkerConfig, trim_runs};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
@@ -514,12 +514,12 @@ async fn worker_refuses_to_start_without_redis() {
 }
 
 /// Stream ids of the runs stream, oldest first.
-async fn stream_ids(c: &mut idemgate::redis::Conn, key: &str) -> Vec<String> {
+async fn stream_ids(c: &mut idemgate::redis_io::Conn, key: &str) -> Vec<String> {
     let r: redis::streams::StreamRangeReply = c.xrange_all(key).await.unwrap();
     r.ids.into_iter().map(|e| e.id).collect()
 }
 
-async fn read_group(c: &mut idemgate::redis::Conn, key: &str, group: &str, count: usize) -> Vec<String> {
+async fn read_group(c: &mut idemgate::redis_io::Conn, key: &str, group: &str, count: usize) -> Vec<String> {
     let r: redis::streams::StreamReadReply = redis::cmd("XREADGROUP")
         .arg("GROUP")
         .arg(group)

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use idemgate::gate::{Gate, Settings, Status};
 use idemgate::keys::Keys;
-use idemgate::redis::{Conn, RedisOptions};
+use idemgate::redis_io::{Conn, RedisOptions};
 use idemgate::store::redis_store::RedisStore;
 use redis::AsyncCommands;
 use serde_json::json;
