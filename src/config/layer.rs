@@ -141,6 +141,7 @@ settings! {
         header_timeout: String,
         body_budget: usize,
         allow_unauthenticated_api: bool,
+        allow_eviction: bool,
         redis_tls_ca: PathBuf,
         redis_tls_cert: PathBuf,
         redis_tls_key: PathBuf,
@@ -168,7 +169,6 @@ settings! {
     flags_only {
         config,
         consumer,
-        allow_eviction,
     }
 }
 

@@ -73,13 +73,14 @@ fn lifetimes_take_never() {
 fn limits_from_the_file() {
     let c = resolve(
         &Layer::default(),
-        "header_timeout = \"3s\"\nbody_budget = 100000000\nmax_body = 1000\nallow_unauthenticated_api = true",
+        "header_timeout = \"3s\"\nbody_budget = 100000000\nmax_body = 1000\nallow_unauthenticated_api = true\nallow_eviction = true",
     )
     .unwrap();
     assert_eq!(
-        (c.header_timeout, c.body_budget, c.allow_unauthenticated_api),
-        (Duration::from_secs(3), 100_000_000, true)
+        (c.header_timeout, c.body_budget, c.allow_unauthenticated_api, c.allow_eviction),
+        (Duration::from_secs(3), 100_000_000, true, true)
     );
+    assert!(!resolve(&Layer::default(), "").unwrap().allow_eviction);
     assert!(resolve(&Layer::default(), "body_budget = 10").unwrap_err().contains("body budget"));
     assert!(resolve(&Layer::default(), "header_timeout = \"0s\"").unwrap_err().contains("header timeout"));
 }
