@@ -76,10 +76,9 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()> + Sen
         .with_body_budget(budget)
         .with_api_closed(api_closed);
     // Memory and worker gauges for /metrics, on a connection of their own.
-    let gauges =
-        config.store.redis.clone().map(|opts| {
-            tokio::spawn(crate::ops::gauges::poll(opts, config.store.keys.clone(), state.metrics().clone()))
-        });
+    let gauges = config.store.redis.clone().map(|opts| {
+        tokio::spawn(crate::metrics::gauges::poll(opts, config.store.keys.clone(), state.metrics().clone()))
+    });
     let file_limit = open_file_limit();
     let limits = ConnectionLimits::for_file_limit(config.header_timeout, file_limit);
     let listener = TcpListener::bind(config.listen).await?;

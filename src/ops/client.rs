@@ -46,7 +46,7 @@ impl From<redis::RedisError> for OpsError {
 
 /// A connection to the gate's Redis, under one namespace, for reading.
 pub struct Ops {
-    pub(super) redis: RedisHandle,
+    pub(crate) redis: RedisHandle,
 }
 
 impl Ops {

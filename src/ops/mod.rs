@@ -8,7 +8,6 @@
 pub mod client;
 pub mod dead;
 pub mod footprint;
-pub mod gauges;
 pub mod inspect;
 pub mod memory;
 pub mod render;

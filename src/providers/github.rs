@@ -196,7 +196,7 @@ fn accept(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<Deliv
     let event_name = required(headers, EVENT_HEADER, "X-GitHub-Event")?;
     let payload = parse_body(body)?;
     if event_name == PING_EVENT {
-        return Err(Rejection::Ignored(crate::refusals::Reason::Ping));
+        return Err(Rejection::Ignored(crate::providers::reason::Reason::Ping));
     }
     let event = normalize(event_name, &payload);
     provider.admit(event_name, event["action"].as_str().unwrap_or(event_name))?;
@@ -337,7 +337,7 @@ mod tests {
                 let event = &normalize(name, payload);
                 assert_eq!(event, &expected(name, payload), "{name}: {payload}");
                 match accept(&h, &body) {
-                    Err(Rejection::Ignored(crate::refusals::Reason::Ping)) if name == PING_EVENT => {}
+                    Err(Rejection::Ignored(crate::providers::reason::Reason::Ping)) if name == PING_EVENT => {}
                     Ok(delivery) if name != PING_EVENT => {
                         assert_eq!(delivery.delivery_id, "72d3162e-cc78-11e3-81ab-4c9367dc0958");
                         assert_eq!(&delivery.event, event);

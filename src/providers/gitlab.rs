@@ -371,7 +371,7 @@ mod tests {
         assert!(is_unauthorized(&accept(&p, &headers(Some(b"older-token"), Some("k"), None), &body)));
         let listed = p.clone().with_events(["push", "merge_request.merge"]);
         let h = headers(Some(b"old-token"), Some("k"), None);
-        assert_eq!(accept(&listed, &h, &body), Err(Rejection::Ignored(crate::refusals::Reason::EventNotListed)));
+        assert_eq!(accept(&listed, &h, &body), Err(Rejection::Ignored(crate::providers::reason::Reason::EventNotListed)));
         let mut merged = merge_request();
         merged["object_attributes"]["action"] = json!("merge");
         assert!(accept(&listed, &h, &merged).is_ok(), "the whole action matches");

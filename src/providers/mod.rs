@@ -39,6 +39,7 @@ pub use crate::vocabulary::KeySlots;
 mod fields;
 mod outcome;
 mod provider;
+mod reason;
 mod request;
 pub mod table;
 
@@ -48,6 +49,7 @@ mod signing;
 pub use fields::{FieldOverrides, FieldPointers, LITERAL_PREFIX};
 pub use outcome::{Delivery, ProviderError, Rejection};
 pub use provider::{IdentityMode, Kind, MAX_DEADLINE_MARGIN, Provider, SignError};
+pub use reason::{Reason, RefusalStatus, is_refusal};
 #[cfg(test)]
 pub(crate) use signing::HmacSha256;
 pub use signing::{DEFAULT_TOLERANCE, MAX_SIGNATURES};
@@ -110,7 +112,7 @@ mod tests {
     use axum::http::HeaderMap;
 
     use super::*;
-    use crate::refusals::Reason;
+    use crate::providers::reason::Reason;
     use serde::Deserialize;
     use serde_json::{Map, Value};
 

@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::hmac_scheme::Problem;
-use crate::refusals::Reason;
+use super::reason::Reason;
 use crate::vocabulary::KeySlots;
 
 /// Why a request was refused. The reason is for logs and error bodies: it

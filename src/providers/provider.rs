@@ -12,7 +12,7 @@ use axum::http::HeaderMap;
 use serde::Deserialize;
 use subtle::{Choice, ConstantTimeEq};
 
-use crate::refusals::{Reason, RefusalStatus};
+use super::reason::{Reason, RefusalStatus};
 
 use super::fields::{FieldOverrides, FieldPointers};
 use super::hmac_scheme::{Scheme, SchemeConfig};
@@ -421,7 +421,7 @@ impl Provider {
     }
 
     /// How refusals are answered: 200 (`ack`, the default) or status =
-    /// code (`code`); see [`crate::refusals`].
+    /// code (`code`); see [`super::reason`].
     pub fn with_refusal_status(mut self, refusal_status: RefusalStatus) -> Self {
         self.refusal_status = refusal_status;
         self

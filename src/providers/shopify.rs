@@ -376,7 +376,7 @@ mod tests {
         assert!(accept(&provider().with_events(["orders/create"]), &h, BODY).is_ok());
         assert_eq!(
             accept(&provider().with_events(["orders/paid"]), &h, BODY),
-            Err(Rejection::Ignored(crate::refusals::Reason::EventNotListed))
+            Err(Rejection::Ignored(crate::providers::reason::Reason::EventNotListed))
         );
     }
 

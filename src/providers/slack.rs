@@ -376,7 +376,7 @@ mod tests {
         let body = event_body("Ev1");
         assert!(provider().with_events(["app_mention"]).accept(&signed(&body, TS), body.as_bytes(), at(TS)).is_ok());
         let r = provider().with_events(["message"]).accept(&signed(&body, TS), body.as_bytes(), at(TS));
-        assert_eq!(r, Err(Rejection::Ignored(crate::refusals::Reason::EventNotListed)));
+        assert_eq!(r, Err(Rejection::Ignored(crate::providers::reason::Reason::EventNotListed)));
     }
 
     #[test]

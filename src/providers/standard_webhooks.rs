@@ -189,7 +189,7 @@ fn accept(
     }
     let payload = parse_body(body)?;
     if is_svix_ping(&payload) {
-        return Err(Rejection::Ignored(crate::refusals::Reason::Ping));
+        return Err(Rejection::Ignored(crate::providers::reason::Reason::Ping));
     }
     let event = normalize(provider.fields(), &payload);
     // The event name of an `events` list is the action.
@@ -315,7 +315,7 @@ mod tests {
 
     #[test]
     fn svix_ping_is_ignored_after_authentication() {
-        use crate::refusals::Reason;
+        use crate::providers::reason::Reason;
         // svix-webhooks sends `{"success": true}` for its `svix.ping` example, in any spacing.
         for body in [r#"{"success": true}"#, r#"{"success":true}"#] {
             let r = provider().accept(&signed("msg_ping", SPEC_TS, body), body.as_bytes(), at(SPEC_TS));

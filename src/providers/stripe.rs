@@ -449,7 +449,7 @@ mod tests {
         let p = provider().with_events(["charge.succeeded"]);
         assert_eq!(
             p.accept(&signed(&body, TS), body.as_bytes(), at(TS)),
-            Err(Rejection::Ignored(crate::refusals::Reason::EventNotListed))
+            Err(Rejection::Ignored(crate::providers::reason::Reason::EventNotListed))
         );
     }
 

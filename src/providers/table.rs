@@ -11,8 +11,8 @@ use serde::Deserialize;
 use super::fields::FieldOverrides;
 use super::hmac_scheme::SchemeConfig;
 use super::provider::{IdentityMode, Kind, KindTable, Provider, ProviderKind};
+use super::reason::RefusalStatus;
 use crate::config_values::{StringOrList, checked_repos, duration};
-use crate::refusals::RefusalStatus;
 
 /// One `[[provider]]` table, as the file writes it.
 #[derive(Debug, Deserialize)]

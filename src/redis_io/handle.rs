@@ -180,7 +180,7 @@ async fn eval_and_wait_on<T: FromRedisValue>(
         if asking {
             pipe.cmd("ASKING");
         }
-        pipe.add_command(cmd.clone()).cmd("WAIT").arg(n).arg(wait.as_millis().max(1) as u64);
+        pipe.add_command(cmd.clone()).cmd("WAIT").arg(n).arg(crate::units::redis_ms(wait));
         let mut values = conn.pipeline_on(&pipe, node.clone()).await?;
         let acked = values.pop().unwrap_or(Value::Nil);
         let e = match values.pop().unwrap_or(Value::Nil) {

@@ -215,7 +215,7 @@ impl MemoryStore {
         finished
     }
 
-    /// lua/release.lua's counterpart: each write fenced by the run id.
+    /// lua/run_release.lua's counterpart: each write fenced by the run id.
     fn release_now(&self, run: &HeldRun<'_>) -> bool {
         let now = Instant::now();
         let mut s = lock(&self.state);

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::breaker::{Admission, Breaker};
+use super::breaker::{Breaker, BreakerVerdict};
 use super::config::WorkerConfig;
 use super::queue::{Failed, Start, StreamEntry};
 use super::run::{Failure, Handler, Payload, RunAttempt};
@@ -51,11 +51,11 @@ pub(super) async fn process<H: Handler>(shared: &WorkerState, handler: &H, entry
     loop {
         // While the destination is down, no attempt starts: the run goes
         // back, uncounted, for whichever worker's breaker lets it through.
-        let admission = handler.breaker().map_or(Admission::Go, Breaker::admit);
-        if *stop.borrow() || admission == Admission::Hold {
+        let admission = handler.breaker().map_or(BreakerVerdict::Go, Breaker::admit);
+        if *stop.borrow() || admission == BreakerVerdict::Hold {
             return task.give_back().await;
         }
-        let probe = admission == Admission::Probe;
+        let probe = admission == BreakerVerdict::Probe;
         let Some(started) = task.start().await else { return task.abandon_probe(probe) };
         let attempt = started.attempt;
         let wait = match task.call(started, probe).await {

@@ -53,7 +53,7 @@ pub enum State {
 
 /// What a run about to start an attempt may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admission {
+pub enum BreakerVerdict {
     /// Start the attempt.
     Go,
     /// Start the attempt as the probe: its outcome closes or reopens the breaker.
@@ -79,18 +79,18 @@ impl Default for BreakerConfig {
 
 impl State {
     /// Whether an attempt may start at `now`; a `Probe` answer marks the probe out.
-    pub fn admit(&mut self, now: Instant) -> Admission {
+    pub fn admit(&mut self, now: Instant) -> BreakerVerdict {
         match *self {
-            State::Closed { .. } => Admission::Go,
+            State::Closed { .. } => BreakerVerdict::Go,
             State::Open { until, cooldown } if now >= until => {
                 *self = State::HalfOpen { cooldown, probing: true };
-                Admission::Probe
+                BreakerVerdict::Probe
             }
             State::HalfOpen { cooldown, probing: false } => {
                 *self = State::HalfOpen { cooldown, probing: true };
-                Admission::Probe
+                BreakerVerdict::Probe
             }
-            State::Open { .. } | State::HalfOpen { probing: true, .. } => Admission::Hold,
+            State::Open { .. } | State::HalfOpen { probing: true, .. } => BreakerVerdict::Hold,
         }
     }
 
@@ -162,7 +162,7 @@ impl Breaker {
     }
 
     /// [`State::admit`] now.
-    pub fn admit(&self) -> Admission {
+    pub fn admit(&self) -> BreakerVerdict {
         lock(&self.state).admit(Instant::now())
     }
 
@@ -248,7 +248,7 @@ mod tests {
         assert!(s.failure(t0, &CONFIG) && s.failure(t0, &CONFIG));
         assert!(!s.failure(t0, &CONFIG), "the third opens the breaker and counts nothing");
         assert_eq!(s, State::Open { until: t0 + CONFIG.cooldown, cooldown: CONFIG.cooldown });
-        assert_eq!(s.admit(t0 + Duration::from_secs(4)), Admission::Hold);
+        assert_eq!(s.admit(t0 + Duration::from_secs(4)), BreakerVerdict::Hold);
         // An attempt that was in flight when it opened counts nothing either.
         assert!(!s.failure(t0 + Duration::from_secs(4), &CONFIG));
         assert_eq!(s.gauge(), 1);
@@ -263,25 +263,25 @@ mod tests {
             let State::Open { until, .. } = s else { panic!("{s:?}") };
             waits.push((until - now).as_secs());
             now = until;
-            assert_eq!(s.admit(now), Admission::Probe);
-            assert_eq!(s.admit(now), Admission::Hold, "one probe at a time");
+            assert_eq!(s.admit(now), BreakerVerdict::Probe);
+            assert_eq!(s.admit(now), BreakerVerdict::Hold, "one probe at a time");
             assert!(!s.failure(now, &CONFIG), "a failed probe counts no attempt");
         }
         assert_eq!(waits, [5, 10, 20, 40, 80, 160, 300, 300, 300]);
         now += MAX_COOLDOWN;
-        assert_eq!(s.admit(now), Admission::Probe);
+        assert_eq!(s.admit(now), BreakerVerdict::Probe);
         s.success();
         assert_eq!(s, State::Closed { failures: 0 });
-        assert_eq!(s.admit(now), Admission::Go);
+        assert_eq!(s.admit(now), BreakerVerdict::Go);
     }
 
     #[test]
     fn an_abandoned_probe_lets_another_run_probe() {
         let now = Instant::now();
         let mut s = State::HalfOpen { cooldown: CONFIG.cooldown, probing: false };
-        assert_eq!(s.admit(now), Admission::Probe);
+        assert_eq!(s.admit(now), BreakerVerdict::Probe);
         s.probe_abandoned();
-        assert_eq!(s.admit(now), Admission::Probe);
+        assert_eq!(s.admit(now), BreakerVerdict::Probe);
         assert_eq!(s.gauge(), 2);
     }
 
@@ -292,7 +292,7 @@ mod tests {
         let b = Arc::new(Breaker::new(BreakerConfig { failures: 1, cooldown: Duration::from_secs(1) }));
         assert!(!b.failure());
         tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(b.admit(), Admission::Probe);
+        assert_eq!(b.admit(), BreakerVerdict::Probe);
         let waiting = tokio::spawn({
             let b = b.clone();
             async move { b.ready().await }
@@ -311,8 +311,8 @@ mod tests {
         assert!(!b.failure());
         b.ready().await;
         assert!(t0.elapsed() >= Duration::from_secs(5), "{:?}", t0.elapsed());
-        assert_eq!(b.admit(), Admission::Probe);
+        assert_eq!(b.admit(), BreakerVerdict::Probe);
         b.success();
-        assert_eq!(b.admit(), Admission::Go);
+        assert_eq!(b.admit(), BreakerVerdict::Go);
     }
 }

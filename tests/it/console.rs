@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::http::{HeaderMap, Request, StatusCode};
-use http_body_util::BodyExt;
+use axum::http::{Request, StatusCode};
 use idemgate::gate::{Gate, Settings};
 use idemgate::http::{AppState, app};
 use idemgate::keys::Keys;
@@ -17,24 +16,9 @@ use redis::AsyncCommands;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use crate::support::{Backend, fresh_ns, raw_conn, redis_store_in};
+use crate::support::{Backend, Reply, fresh_ns, raw_conn, redis_store_in, send};
 
 const TOKEN: &str = "ops-test-token";
-
-struct Reply {
-    status: StatusCode,
-    headers: HeaderMap,
-    text: String,
-}
-
-impl Reply {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("{e}: {}", self.text))
-    }
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|v| v.to_str().ok())
-    }
-}
 
 async fn call(app: &Router, method: &str, uri: &str, token: Option<&str>, body: Option<String>) -> Reply {
     let mut req = Request::builder().method(method).uri(uri);
@@ -48,10 +32,7 @@ async fn call(app: &Router, method: &str, uri: &str, token: Option<&str>, body: 
         }
         None => Body::empty(),
     };
-    let resp = app.clone().oneshot(req.body(body).unwrap()).await.unwrap();
-    let (status, headers) = (resp.status(), resp.headers().clone());
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    Reply { status, headers, text: String::from_utf8_lossy(&bytes).into_owned() }
+    send(app, req.body(body).unwrap()).await
 }
 
 async fn get(app: &Router, uri: &str) -> Reply {

@@ -95,7 +95,9 @@ async fn serve(router: Router) -> String {
     format!("http://{addr}/webhooks/github")
 }
 
-/// What a provider sees of an answer.
+/// What a provider sees of an answer, over a real socket: only the headers
+/// idemgate sets, so that the embedded layer's answer and `serve`'s compare
+/// equal as a whole (`support::Reply` keeps every header, `date` included).
 #[derive(Debug, PartialEq, Eq)]
 struct Reply {
     status: u16,

@@ -20,9 +20,8 @@ use idemgate::keys::Keys;
 use idemgate::providers::Provider;
 use idemgate::server::ConnectionLimits;
 use serde_json::{Value, json};
-use tower::ServiceExt;
 
-use crate::support::{Backend, free_port, fresh_ns, raw_conn, redis_store_in};
+use crate::support::{Backend, Reply, free_port, fresh_ns, raw_conn, redis_store_in, send};
 
 fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_idemgate"));
@@ -610,13 +609,6 @@ async fn state(providers: Vec<Provider>) -> AppState {
     AppState::new(Gate::new(["o/r"], Backend::Memory.store(&Settings::default()).await), providers, None)
 }
 
-async fn send(app: &axum::Router, req: Request<Body>) -> (StatusCode, Value) {
-    let r = app.clone().oneshot(req).await.unwrap();
-    let status = r.status();
-    let bytes = http_body_util::BodyExt::collect(r.into_body()).await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
-}
-
 fn v1(body: &Value) -> Request<Body> {
     Request::post("/v1/deliveries")
         .header("content-type", "application/json")
@@ -663,20 +655,22 @@ fn providers() -> Vec<Provider> {
 async fn over_long_ids_get_400_on_every_endpoint() {
     let app = router(state(providers()).await).await;
     let event = json!({"org": "o", "repo": "r", "action": "a"});
-    let (s, b) = send(&app, v1(&json!({"provider": "p", "delivery_id": long(257), "event": event}))).await;
+    let Reply { status: s, body: b, .. } =
+        send(&app, v1(&json!({"provider": "p", "delivery_id": long(257), "event": event}))).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
     assert!(b["error"].as_str().unwrap().contains("delivery_id"), "{b}");
-    let (s, _) = send(&app, v1(&json!({"provider": long(257), "delivery_id": "d", "event": event}))).await;
+    let s = send(&app, v1(&json!({"provider": long(257), "delivery_id": "d", "event": event}))).await.status;
     assert_eq!(s, StatusCode::BAD_REQUEST);
     let gh = r#"{"action":"opened","issue":{"number":1},"repository":{"name":"r","owner":{"login":"o"}}}"#;
-    let (s, b) = send(&app, github(&long(257), gh)).await;
+    let Reply { status: s, body: b, .. } = send(&app, github(&long(257), gh)).await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
-    let (s, _) = send(&app, standard(&long(257), r#"{"org":"o","repo":"r","action":"a"}"#)).await;
+    let s = send(&app, standard(&long(257), r#"{"org":"o","repo":"r","action":"a"}"#)).await.status;
     assert_eq!(s, StatusCode::BAD_REQUEST);
     // Nothing was stored: the same deliveries at 256 bytes create the first runs.
-    let (s, b) = send(&app, github(&long(256), gh)).await;
+    let Reply { status: s, body: b, .. } = send(&app, github(&long(256), gh)).await;
     assert_eq!((s, &b["run_id"]), (StatusCode::ACCEPTED, &json!("run-1")));
-    let (s, b) = send(&app, standard(&long(256), r#"{"org":"o","repo":"r","action":"a"}"#)).await;
+    let Reply { status: s, body: b, .. } =
+        send(&app, standard(&long(256), r#"{"org":"o","repo":"r","action":"a"}"#)).await;
     assert_eq!((s, &b["run_id"]), (StatusCode::ACCEPTED, &json!("run-2")));
 }
 
@@ -686,16 +680,17 @@ async fn v1_refuses_the_names_of_signed_providers() {
     let gh = r#"{"action":"opened","issue":{"number":9},"repository":{"name":"r","owner":{"login":"o"}}}"#;
     for name in ["github", "billing"] {
         let event = json!({"org": "o", "repo": "r", "action": "issues.opened", "number": 9});
-        let (s, b) = send(&app, v1(&json!({"provider": name, "delivery_id": "pre-empt", "event": event}))).await;
+        let Reply { status: s, body: b, .. } =
+            send(&app, v1(&json!({"provider": name, "delivery_id": "pre-empt", "event": event}))).await;
         assert_eq!(s, StatusCode::FORBIDDEN, "{name}");
         assert!(b["error"].as_str().unwrap().contains("/webhooks/"), "{b}");
     }
     // The signed event is not pre-empted: it creates its run.
-    let (s, b) = send(&app, github("pre-empt", gh)).await;
+    let Reply { status: s, body: b, .. } = send(&app, github("pre-empt", gh)).await;
     assert_eq!((s, &b["status"]), (StatusCode::ACCEPTED, &json!("created")));
     // Other names are served as before.
     let event = json!({"org": "o", "repo": "r", "action": "a"});
-    let (s, _) = send(&app, v1(&json!({"provider": "other", "delivery_id": "d", "event": event}))).await;
+    let s = send(&app, v1(&json!({"provider": "other", "delivery_id": "d", "event": event}))).await.status;
     assert_eq!(s, StatusCode::ACCEPTED);
 }
 
@@ -704,23 +699,23 @@ async fn v1_is_closed_without_a_token_on_a_public_address() {
     let event = json!({"org": "o", "repo": "r", "action": "a"});
     let body = json!({"provider": "p", "delivery_id": "d", "event": event});
     let closed = router(state(providers()).await.with_api_closed(true)).await;
-    let (s, b) = send(&closed, v1(&body)).await;
+    let Reply { status: s, body: b, .. } = send(&closed, v1(&body)).await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
     assert!(b["error"].as_str().unwrap().contains("--api-token"), "{b}");
     let window = Request::post("/v1/dedup-window").body(Body::from("{}")).unwrap();
-    assert_eq!(send(&closed, window).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(send(&closed, window).await.status, StatusCode::UNAUTHORIZED);
     // Webhooks authenticate by signature and stay open.
     let gh = r#"{"action":"opened","issue":{"number":1},"repository":{"name":"r","owner":{"login":"o"}}}"#;
-    assert_eq!(send(&closed, github("g1", gh)).await.0, StatusCode::ACCEPTED);
+    assert_eq!(send(&closed, github("g1", gh)).await.status, StatusCode::ACCEPTED);
     // Nothing was stored by the refused call: the same delivery is new once open.
     let open = router(state(providers()).await).await;
-    assert_eq!(send(&open, v1(&body)).await.0, StatusCode::ACCEPTED);
+    assert_eq!(send(&open, v1(&body)).await.status, StatusCode::ACCEPTED);
     // With a token, the token decides.
     let gate = Gate::new(["o/r"], Backend::Memory.store(&Settings::default()).await);
     let tokened = router(AppState::new(gate, vec![], Some("tok")).with_api_closed(true)).await;
     let mut req = v1(&body);
     req.headers_mut().insert("authorization", "Bearer tok".parse().unwrap());
-    assert_eq!(send(&tokened, req).await.0, StatusCode::ACCEPTED);
+    assert_eq!(send(&tokened, req).await.status, StatusCode::ACCEPTED);
 }
 
 #[test]

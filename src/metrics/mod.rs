@@ -13,6 +13,8 @@ use crate::gate::{Outcome, Status};
 use crate::redis_io::info::NodeMemory;
 use crate::sync::lock;
 
+pub mod gauges;
+
 /// Latency histogram bucket bounds, seconds.
 const BUCKETS: [f64; 12] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
 
@@ -41,7 +43,7 @@ pub struct Metrics {
     mismatches: AtomicU64,
     store_errors: AtomicU64,
     auth_failures: Mutex<BTreeMap<String, u64>>,
-    /// The last figures read from Redis by [`crate::ops::gauges::poll`] (`None`: memory store, or none read yet).
+    /// The last figures read from Redis by [`crate::metrics::gauges::poll`] (`None`: memory store, or none read yet).
     redis: Mutex<Option<Gauges>>,
     redis_read_errors: AtomicU64,
     budget_refusals: AtomicU64,

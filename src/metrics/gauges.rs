@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::client::{Ops, OpsError};
-use crate::metrics::Metrics;
+use super::{Gauges, GroupGauge, Metrics};
+use crate::ops::{Ops, OpsError};
 
 /// How often `serve` reads the gauges: a few cheap commands, never on a request's path.
 pub const INTERVAL: Duration = Duration::from_secs(5);
@@ -18,8 +18,6 @@ pub const INTERVAL: Duration = Duration::from_secs(5);
 pub const WARN_RATIO: f64 = 0.9;
 /// While memory stays above [`WARN_RATIO`], the warning repeats this often.
 const WARN_EVERY: Duration = Duration::from_secs(300);
-
-pub use crate::metrics::{Gauges, GroupGauge};
 
 /// The ms part of a stream id (`1718000000000-0`).
 fn id_ms(id: &str) -> Option<u64> {
