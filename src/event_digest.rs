@@ -58,15 +58,9 @@ const MAX_DEPTH: usize = 128;
 /// ([`canonical_overhead`] bounds both, for the budget).
 pub fn of_text(event: &str) -> serde_json::Result<String> {
     let mut de = serde_json::Deserializer::from_str(event);
-    let hex = digest(|out| Canonical { out, depth: 0, max_depth: MAX_DEPTH }.deserialize(&mut de))?;
-    de.end()?;
-    Ok(hex)
-}
-
-/// The hex digest of what `write` writes in canonical form.
-fn digest<E>(write: impl FnOnce(&mut Rope) -> Result<(), E>) -> Result<String, E> {
     let mut out = Rope::default();
-    write(&mut out)?;
+    Canonical { out: &mut out, depth: 0 }.deserialize(&mut de)?;
+    de.end()?;
     let mut hash = Sha256::new();
     for chunk in &out.chunks {
         hash.update(chunk);
@@ -136,9 +130,8 @@ const SINK_BUFFER: usize = 64 * 1024;
 /// Writes one JSON value in canonical form into a rope.
 struct Canonical<'h> {
     out: &'h mut Rope,
+    /// How deep the value being written sits; deeper than [`MAX_DEPTH`] is refused.
     depth: usize,
-    /// Deeper than this is refused (text from a client); `usize::MAX` for a tree.
-    max_depth: usize,
 }
 
 impl Canonical<'_> {
@@ -152,7 +145,7 @@ impl Canonical<'_> {
     }
 
     fn nested(&mut self) -> Canonical<'_> {
-        Canonical { out: self.out, depth: self.depth + 1, max_depth: self.max_depth }
+        Canonical { out: self.out, depth: self.depth + 1 }
     }
 }
 
@@ -197,7 +190,7 @@ impl<'de> Visitor<'de> for Canonical<'_> {
         Ok(())
     }
     fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
-        if self.depth >= self.max_depth {
+        if self.depth >= MAX_DEPTH {
             return Err(de::Error::custom("the event nests too deep"));
         }
         self.write(b"[");
@@ -211,7 +204,7 @@ impl<'de> Visitor<'de> for Canonical<'_> {
         Ok(())
     }
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
-        if self.depth >= self.max_depth {
+        if self.depth >= MAX_DEPTH {
             return Err(de::Error::custom("the event nests too deep"));
         }
         // Each value is written once, into a rope of its own, as it is
@@ -220,7 +213,7 @@ impl<'de> Visitor<'de> for Canonical<'_> {
         let mut entries: BTreeMap<String, Rope> = BTreeMap::new();
         while let Some(key) = map.next_key::<String>()? {
             let mut value = Rope::default();
-            map.next_value_seed(Canonical { out: &mut value, depth: self.depth + 1, max_depth: self.max_depth })?;
+            map.next_value_seed(Canonical { out: &mut value, depth: self.depth + 1 })?;
             entries.insert(key, value);
         }
         self.write(b"{");
@@ -249,7 +242,7 @@ impl<'de> DeserializeSeed<'de> for Element<'_, '_> {
         if self.comma {
             self.inner.write(b",");
         }
-        Canonical { out: self.inner.out, depth: self.inner.depth, max_depth: self.inner.max_depth }.deserialize(d)
+        Canonical { out: self.inner.out, depth: self.inner.depth }.deserialize(d)
     }
 }
 
