@@ -11,7 +11,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::origin::{ConfigError, Given, Origin, Raw};
-use super::values::StringOrList;
+use crate::config_values::StringOrList;
 
 /// The list of settings: top-level file keys, `[worker]` keys, and the
 /// settings only flags and env vars give. Each name is the clap arg id of

@@ -9,7 +9,7 @@
 //! a flag ([`ConfigError`]).
 //!
 //! - [`origin`]: `Origin`, `Given`, `Raw`, `ConfigError`, and the parsing of one value.
-//! - [`values`]: the values the file's tables share (lists, allowlists, provider durations).
+//! - [`crate::config_values`] (beside this folder): the value rules the file's tables share (lists, allowlists, durations).
 //! - [`layer`]: the list of settings, `Layer`, the file's tables.
 //! - [`file`]: reading the file, its TOML errors by line and key.
 //! - [`merge`]: the layers merged over the file, `Merged`.
@@ -24,15 +24,14 @@ pub mod origin;
 pub mod providers;
 pub mod serve;
 pub mod store;
-pub mod values;
 
+pub use crate::config_values::StringOrList;
 pub use layer::{FileTables, Layer, WorkerTable};
 pub use merge::{Merged, Sources};
 pub use origin::{ConfigError, Given, Origin, Raw, Setting};
 pub use providers::{FileConfig, load_providers};
 pub use serve::{DEFAULT_HEADER_TIMEOUT, DEFAULT_LISTEN, ServeConfig};
 pub use store::{DEFAULT_MIN_REPLICAS_TIMEOUT, DEFAULT_NAMESPACE, StoreConfig};
-pub use values::{StringOrList, file_duration};
 
 pub use crate::intake::{DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT};
 pub use crate::redis_io::connection::redact;

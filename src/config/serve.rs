@@ -8,7 +8,7 @@ use super::merge::Merged;
 use super::origin::{ConfigError, Given, Setting, err, value_or};
 use super::providers::providers_from;
 use super::store::{DEFAULT_NAMESPACE, StoreConfig};
-use super::values::checked_repos;
+use crate::config_values::checked_repos;
 use crate::gate::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, Settings};
 use crate::intake::{DEFAULT_BODY_BUDGET, DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT};
 use crate::keys::Keys;
@@ -92,7 +92,7 @@ impl ServeConfig {
             None => d.listen,
         };
         let allowed_repos = match s.allowed_repos.list() {
-            Some(list) => checked_repos(list.value.clone(), "").map_err(|e| list.fail(e.message))?,
+            Some(list) => checked_repos(list.value.clone(), "").map_err(|e| list.fail(e))?,
             None => Vec::new(),
         };
         let delivery_ttl = s.delivery_ttl.duration()?;
