@@ -1,8 +1,10 @@
 //! The digest a delivery record keeps of its event (`d` in the record),
-//! written once for both ways an event arrives: as a tree ([`of_value`],
-//! `Gate::check` and the provider endpoints' callers) and as JSON text
-//! read without building a tree ([`of_text`], the `/v1/deliveries` body).
-//! One canonical form: keys sorted at every level, compact, numbers and
+//! for each way an event arrives: as a tree ([`of_value`], `Gate::check`
+//! and the embedding callers), as JSON text read without building a tree
+//! ([`of_text`], the `/v1/deliveries` body), and as a provider's signed
+//! body, digested as the bytes it is ([`of_body`], `/webhooks/{name}`).
+//! All three keep the first 128 bits of SHA-256, in hex.
+//! The first two share one canonical form: keys sorted at every level, compact, numbers and
 //! strings as serde_json writes them. A tree gets it from serde_json's own
 //! serializer (its maps are sorted); text gets it from [`Canonical`], which
 //! writes the same bytes while it reads (the tests hold the two equal, on
@@ -66,6 +68,13 @@ pub fn of_text(event: &str) -> serde_json::Result<String> {
         hash.update(chunk);
     }
     Ok(hex_prefix(hash))
+}
+
+/// The digest a delivery record keeps of a provider delivery: of the raw
+/// body the provider signed, since a retry carries the same bytes (an
+/// authenticated body is never re-serialized).
+pub fn of_body(body: &[u8]) -> String {
+    hex_prefix(Sha256::new_with_prefix(body))
 }
 
 /// The stored form of a digest: its first 128 bits in hex.
@@ -257,6 +266,12 @@ mod tests {
 
     /// The digests delivery records already in Redis carry: the canonical
     /// form must never change, or a replay would report a changed event.
+    #[test]
+    fn a_body_digest_is_the_first_128_bits_of_its_sha256() {
+        // SHA-256("abc") = ba7816bf8f01cfea414140de5dae2223 b00361a3…
+        assert_eq!(of_body(b"abc"), "ba7816bf8f01cfea414140de5dae2223");
+    }
+
     #[test]
     fn digests_are_the_stored_ones() {
         for (event, stored) in [

@@ -13,10 +13,10 @@ use axum::body::{Body, Bytes};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use sha2::{Digest, Sha256};
 
 use super::answer::{gate_failure, gate_response, log_outcome, read_within};
 use super::state::{ApiError, AppState};
+use crate::event_digest;
 use crate::gate::{Outcome, Status, Submission};
 use crate::intake::BodyBudget;
 use crate::metrics::{DeadlineStage, Metrics};
@@ -54,7 +54,7 @@ pub(crate) struct Received {
     pub(crate) permit: tokio::sync::OwnedSemaphorePermit,
     /// The delivery, normalized.
     pub(crate) delivery: Delivery,
-    /// [`body_digest`] of `bytes`.
+    /// [`event_digest::of_body`] of `bytes`.
     pub(crate) digest: String,
 }
 
@@ -168,7 +168,7 @@ impl<'a> Pipeline<'a> {
             provider.accept(headers, &bytes, SystemTime::now())
         };
         let delivery = accepted.map_err(|rejection| self.refusal(rejection))?;
-        let digest = body_digest(&bytes);
+        let digest = event_digest::of_body(&bytes);
         Ok(Received { bytes, permit, delivery, digest })
     }
 
@@ -211,14 +211,8 @@ impl<'a> Pipeline<'a> {
     }
 }
 
-/// What tells a provider's retry from a changed delivery: a digest of the
-/// raw body the provider signed (a retry carries the same bytes).
-fn body_digest(body: &[u8]) -> String {
-    hex::encode(&Sha256::digest(body)[..16])
-}
-
 /// An authenticated provider delivery as the gate takes it; `digest` is
-/// [`body_digest`] of `body`.
+/// [`event_digest::of_body`] of `body`.
 fn provider_submission<'a>(
     provider: &'a Provider,
     delivery: &'a Delivery,
