@@ -7,11 +7,13 @@
 #   scripts/redis-cluster.sh stop
 #   scripts/redis-cluster.sh nodes   # prints the seed list for --redis-cluster-nodes
 #
-# Env: IDEMGATE_CLUSTER_PORT (first port, default 30001; six consecutive
-# ports, each at most 55535 because the cluster bus is port+10000),
+# Env: IDEMGATE_CLUSTER_PORT (first port, default 20001; six consecutive
+# ports, each at most 55535 because the cluster bus is port+10000; the
+# default keeps both the ports and their bus ports below Linux's ephemeral
+# range, 32768 and up, where an outgoing connection can hold a port),
 # IDEMGATE_CLUSTER_DIR (data dir, default $TMPDIR/idemgate-cluster).
 set -euo pipefail
-first=${IDEMGATE_CLUSTER_PORT:-30001}
+first=${IDEMGATE_CLUSTER_PORT:-20001}
 dir=${IDEMGATE_CLUSTER_DIR:-${TMPDIR:-/tmp}/idemgate-cluster}
 ports=$(seq "$first" $((first + 5)))
 if [ $((first + 5)) -gt 55535 ]; then echo "ports must be at most 55535 (bus port = port + 10000)" >&2; exit 2; fi
@@ -31,6 +33,7 @@ start)
   done
   for p in $ports; do
     for _ in $(seq 100); do up "$p" && break; sleep 0.1; done
+    up "$p" || { echo "node $p did not start; the end of $dir/$p/redis.log:" >&2; tail -n 5 "$dir/$p/redis.log" >&2; exit 1; }
   done
   if ! redis-cli -p "$first" cluster info | grep -q cluster_state:ok; then
     if [ "$(redis-cli -p "$first" cluster info | sed -n 's/^cluster_known_nodes:\([0-9]*\).*/\1/p')" = 1 ]; then

@@ -90,7 +90,7 @@ if ! $quick; then
   trap - EXIT
 
   echo "== smoke: idemgate healthcheck against a six-node loopback Redis Cluster (scripts/redis-cluster.sh)"
-  export IDEMGATE_CLUSTER_PORT=${IDEMGATE_CLUSTER_PORT:-30001}
+  export IDEMGATE_CLUSTER_PORT=${IDEMGATE_CLUSTER_PORT:-20001}
   export IDEMGATE_CLUSTER_DIR=${IDEMGATE_CLUSTER_DIR:-$(mktemp -d)/cluster}
   trap 'scripts/redis-cluster.sh stop >/dev/null 2>&1 || true' EXIT
   scripts/redis-cluster.sh start
