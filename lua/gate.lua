@@ -4,36 +4,44 @@
 -- lua/gate_hold.lua instead, so this script, run for every webhook, pays
 -- nothing for holds.
 --
--- KEYS[1]: delivery key      idemgate:{NS}:delivery:<enc provider>:<enc delivery id>
--- KEYS[2]: logical key       idemgate:{NS}:logical:<enc provider>:<enc org/repo>:<enc action>:<enc subject>
+-- KEYS[1]: delivery_key      idemgate:{NS}:delivery:<enc provider>:<enc delivery id>
+-- KEYS[2]: logical_key       idemgate:{NS}:logical:<enc provider>:<enc org/repo>:<enc action>:<enc subject>
 --                            (any key of the slot when the verdict is not "work")
--- KEYS[3]: run counter       idemgate:{NS}:run-counter
--- KEYS[4]: runs stream       idemgate:{NS}:runs
--- KEYS[5]: run record prefix idemgate:{NS}:run:   (the run id is appended; same hash tag, same slot)
+-- KEYS[3]: counter_key       idemgate:{NS}:run-counter
+-- KEYS[4]: runs_key          idemgate:{NS}:runs
+-- KEYS[5]: run_prefix        idemgate:{NS}:run:   (the run id is appended; same hash tag, same slot)
+-- ARGV[1..13] are the gate scripts' shared prefix: lua/gate_hold.lua reads
+-- the same arguments at the same places (the names are redis_io/scripts.rs's
+-- GateArgs, and a unit test holds this header and that list equal).
 -- ARGV[1]: verdict           "work" | "bad_request" | "blocked"
--- ARGV[2]: delivery TTL, ms  (> 0)
--- ARGV[3]: logical TTL, ms   (0: the logical key never expires)
--- ARGV[4]: the delivery record's tail after its code and run id, built by the
---          caller: ,"d":"<event digest>","at":<now, ms>}
--- ARGV[5]: now, ms since the Unix epoch (the run record's created_ms)
--- ARGV[6..10]: provider, delivery id, org/repo, action, number text (for the run record and stream)
--- ARGV[11..13] are optional and left off from the last one that has its
+-- ARGV[2]: delivery_ttl_ms   the delivery record's TTL (> 0)
+-- ARGV[3]: logical_ttl_ms    the logical key's TTL (0: the logical key never expires)
+-- ARGV[4]: record_tail       the delivery record after its code and run id, written by
+--                            DeliveryRecord::tail (src/vocabulary.rs): ,"d":"<digest>","at":<now>}
+-- ARGV[5]: now_ms            ms since the Unix epoch (the run record's created_ms)
+-- ARGV[6]: provider          for the run's stream entry
+-- ARGV[7]: delivery_id       likewise
+-- ARGV[8]: repo              likewise (org/repo)
+-- ARGV[9]: action            likewise
+-- ARGV[10]: number           likewise (the number text)
+-- ARGV[11..13] are optional here and left off from the last one that has its
 -- default on (every argument costs Redis on every call, replays included):
--- ARGV[11]: the subject when it is more than the number text (docs/identities.md), else ""
--- ARGV[12]: the payload to keep in the run record (keep_payload), else ""
--- ARGV[13]: "1" when the caller WAITs for replicas next (--min-replicas-ack): a
---           replay then rewrites its record unchanged (KEEPTTL), so that WAIT,
---           sent on this connection, covers the record
+-- ARGV[11]: subject          the subject when it is more than the number text (docs/identities.md), else ""
+-- ARGV[12]: payload          the payload to keep in the run record (keep_payload), else ""
+-- ARGV[13]: rewrite_on_replay "1" when the caller WAITs for replicas next (--min-replicas-ack):
+--                            a replay then rewrites its record unchanged (KEEPTTL), so that
+--                            WAIT, sent on this connection, covers the record
 -- Returns: {1, record} when the delivery was seen before (a replay),
 --          {0, record} when this call decided; record is the delivery record JSON.
 --
 -- Every check that can fail comes before the first write: Redis does not
 -- roll a script back on an error part-way.
 --
--- Each answer's code (the dollar-brace placeholders below) is filled in from
--- Status::code (src/vocabulary.rs) when idemgate loads the script, so that
--- the codes have one source; the script then carries them as literals and
--- builds no table per call.
+-- The delivery record's form is DeliveryRecord's (src/vocabulary.rs): its
+-- head for each status (the dollar-brace placeholders below, code included)
+-- is filled in when idemgate loads the script, and its tail comes ready-made
+-- in ARGV[4], so the script only joins them around the run id and builds no
+-- table per call.
 --
 -- The script runs on Redis's one thread for every delivery, so it spends
 -- as little as it can there: one string per number (Redis formats every Lua
@@ -53,7 +61,7 @@ local record
 if verdict == 'work' then
   local run_id = redis.call('GET', KEYS[2])
   if run_id then
-    record = '{"status":"duplicate","code":${duplicate},"run_id":"' .. run_id .. '"' .. ARGV[4]
+    record = ${head_duplicate} .. run_id .. ${run_id_end} .. ARGV[4]
   else
     -- Never hand out a run id whose record exists (a failover may have lost
     -- counter increments): skip past any id already taken. Bounded: a
@@ -108,12 +116,12 @@ if verdict == 'work' then
     else
       redis.call('SET', KEYS[2], run_id)
     end
-    record = '{"status":"created","code":${created},"run_id":"' .. run_id .. '"' .. ARGV[4]
+    record = ${head_created} .. run_id .. ${run_id_end} .. ARGV[4]
   end
 elseif verdict == 'bad_request' then
-  record = '{"status":"bad_request","code":${bad_request}' .. ARGV[4]
+  record = ${head_bad_request} .. ARGV[4]
 elseif verdict == 'blocked' then
-  record = '{"status":"blocked","code":${blocked}' .. ARGV[4]
+  record = ${head_blocked} .. ARGV[4]
 else
   return redis.error_reply('idemgate: unknown verdict ' .. tostring(verdict))
 end

@@ -6,26 +6,39 @@
 -- by Redis's clock (TIME), never by the callers' clocks, so replicas whose
 -- clocks disagree still agree on whether a hold ran out.
 --
--- KEYS[1..5]: as lua/gate.lua (delivery key, logical key, run counter, runs
---             stream, run record prefix)
--- ARGV[1..3]: verdict, delivery TTL, logical TTL, as lua/gate.lua
--- ARGV[4]: the event digest (hex; the delivery record keeps it as "d")
--- ARGV[5]: the caller's clock: not read (holds and records go by Redis's)
--- ARGV[6..10]: provider, delivery id, org/repo, action, number text, as lua/gate.lua
--- ARGV[11]: "1" when the caller WAITs for replicas next (lua/gate.lua's ARGV[13]), else "0"
--- ARGV[12]: the subject when it is more than the number text, else ""
--- ARGV[13]: the payload to keep in the run record (keep_payload), else ""
--- ARGV[14]: the hold's length, ms (> 0): a run this call creates is held
---           until Redis's now plus this
--- ARGV[15]: the held run record's TTL, ms (0: none): a held run is in no queue
+-- KEYS[1]: delivery_key      as lua/gate.lua
+-- KEYS[2]: logical_key       as lua/gate.lua
+-- KEYS[3]: counter_key       as lua/gate.lua
+-- KEYS[4]: runs_key          as lua/gate.lua (not written: a held run is in no queue)
+-- KEYS[5]: run_prefix        as lua/gate.lua
+-- ARGV[1..13] are the gate scripts' shared prefix, as lua/gate.lua reads them
+-- (a unit test holds the two headers and redis_io/scripts.rs's GateArgs equal);
+-- here all fifteen are always sent.
+-- ARGV[1]: verdict           "work" | "bad_request" | "blocked"
+-- ARGV[2]: delivery_ttl_ms   the delivery record's TTL (> 0)
+-- ARGV[3]: logical_ttl_ms    the logical key's TTL (0: never expires)
+-- ARGV[4]: record_tail       the delivery record after its code and run id (DeliveryRecord::tail)
+-- ARGV[5]: now_ms            the caller's clock: not read (holds and run records go by Redis's;
+--                            the delivery record's "at" is in ARGV[4], by the caller's clock)
+-- ARGV[6]: provider          for the run record
+-- ARGV[7]: delivery_id       likewise
+-- ARGV[8]: repo              likewise
+-- ARGV[9]: action            likewise
+-- ARGV[10]: number           likewise
+-- ARGV[11]: subject          the subject when it is more than the number text, else ""
+-- ARGV[12]: payload          the payload to keep in the run record (keep_payload), else ""
+-- ARGV[13]: rewrite_on_replay "1" when the caller WAITs for replicas next, else "0"
+-- ARGV[14]: hold_ms          the hold's length (> 0): a run this call creates is held
+--                            until Redis's now plus this
+-- ARGV[15]: held_run_ttl_ms  the held run record's TTL (0: none): a held run is in no queue
 -- Returns: {1, record} when the delivery was seen before (a replay),
 --          {0, record} when this call decided; record is the delivery record JSON,
 --          {2, run id} when the delivery's run or the identity's run is still
 --                      held by its handler (work in flight); nothing was written.
 --
 -- Every check that can fail comes before the first write: Redis does not
--- roll a script back on an error part-way. Codes are filled in at load
--- time, as in lua/gate.lua.
+-- roll a script back on an error part-way. The delivery record's heads are
+-- filled in at load time and its tail is ARGV[4], as in lua/gate.lua.
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -56,7 +69,7 @@ if cached then
     stale = until_ms ~= nil
   end
   if not stale then
-    if ARGV[11] == '1' then
+    if ARGV[13] == '1' then
       redis.call('SET', KEYS[1], cached, 'KEEPTTL')
     end
     return {1, cached}
@@ -107,13 +120,13 @@ if n then
   local fields = {'run_id', run_id, 'provider', ARGV[6], 'delivery_id', ARGV[7], 'repo', ARGV[8],
     'action', ARGV[9], 'number', ARGV[10], 'created_ms', now_text, 'status', 'running', 'attempts', 0,
     'runner', 'embedded', 'held_until', string.format('%d', now + tonumber(ARGV[14]))}
-  if ARGV[12] ~= '' then
+  if ARGV[11] ~= '' then
     fields[#fields + 1] = 'subject'
-    fields[#fields + 1] = ARGV[12]
+    fields[#fields + 1] = ARGV[11]
   end
-  if ARGV[13] ~= '' then
+  if ARGV[12] ~= '' then
     fields[#fields + 1] = 'payload'
-    fields[#fields + 1] = ARGV[13]
+    fields[#fields + 1] = ARGV[12]
   end
   redis.call('HSET', KEYS[5] .. run_id, unpack(fields))
   if ARGV[15] ~= '0' then
@@ -125,15 +138,14 @@ if n then
   else
     redis.call('SET', KEYS[2], run_id)
   end
-  record = '{"status":"created","code":${created},"run_id":"' .. run_id .. '"'
+  record = ${head_created} .. run_id .. ${run_id_end} .. ARGV[4]
 elseif run_id then
-  record = '{"status":"duplicate","code":${duplicate},"run_id":"' .. run_id .. '"'
+  record = ${head_duplicate} .. run_id .. ${run_id_end} .. ARGV[4]
 elseif verdict == 'bad_request' then
-  record = '{"status":"bad_request","code":${bad_request}'
+  record = ${head_bad_request} .. ARGV[4]
 else
-  record = '{"status":"blocked","code":${blocked}'
+  record = ${head_blocked} .. ARGV[4]
 end
 
-record = record .. ',"d":"' .. ARGV[4] .. '","at":' .. now_text .. '}'
 redis.call('SET', KEYS[1], record, 'PX', ARGV[2])
 return {0, record}

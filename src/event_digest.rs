@@ -3,7 +3,7 @@
 //! and the embedding callers), as JSON text read without building a tree
 //! ([`of_text`], the `/v1/deliveries` body), and as a provider's signed
 //! body, digested as the bytes it is ([`of_body`], `/webhooks/{name}`).
-//! All three keep the first 128 bits of SHA-256, in hex.
+//! All three keep the first 64 bits of SHA-256, in hex ([`STORED_BYTES`]).
 //! The first two share one canonical form: keys sorted at every level, compact, numbers and
 //! strings as serde_json writes them. A tree gets it from serde_json's own
 //! serializer (its maps are sorted); text gets it from [`Canonical`], which
@@ -19,7 +19,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-/// The digest a delivery record keeps of its first event: the first 128 bits
+/// The digest a delivery record keeps of its first event: the first 64 bits
 /// of SHA-256 over the event's canonical JSON, in hex. Enough to tell a
 /// changed retry from an unchanged one; it is not a security boundary.
 pub fn of_value(event: &Value) -> String {
@@ -77,9 +77,23 @@ pub fn of_body(body: &[u8]) -> String {
     hex_prefix(Sha256::new_with_prefix(body))
 }
 
-/// The stored form of a digest: its first 128 bits in hex.
+/// How much of SHA-256 a digest keeps: 64 bits. The digest only tells a
+/// provider's changed retry from an unchanged one (`idemgate-event-mismatch`);
+/// two different events under one delivery id look the same with odds of
+/// 2^-64 per retry, and nothing else reads it (docs/operations.md#memory).
+pub const STORED_BYTES: usize = 8;
+
+/// The stored form of a digest: its first [`STORED_BYTES`] in hex.
 fn hex_prefix(hash: Sha256) -> String {
-    hex::encode(&hash.finalize()[..16])
+    hex::encode(&hash.finalize()[..STORED_BYTES])
+}
+
+/// Whether a record's `stored` digest is of the same event as `digest`.
+/// Records of earlier versions keep 128 bits; a caller's own digest may be
+/// longer or shorter still: the two are compared on the digits both have.
+pub fn same_event(stored: &str, digest: &str) -> bool {
+    let n = stored.len().min(digest.len());
+    stored.get(..n) == digest.get(..n)
 }
 
 /// The most memory [`of_text`] takes for `event` besides the text
@@ -267,27 +281,31 @@ mod tests {
     /// The digests delivery records already in Redis carry: the canonical
     /// form must never change, or a replay would report a changed event.
     #[test]
-    fn a_body_digest_is_the_first_128_bits_of_its_sha256() {
-        // SHA-256("abc") = ba7816bf8f01cfea414140de5dae2223 b00361a3…
-        assert_eq!(of_body(b"abc"), "ba7816bf8f01cfea414140de5dae2223");
+    fn a_body_digest_is_the_first_64_bits_of_its_sha256() {
+        // SHA-256("abc") = ba7816bf8f01cfea 414140de5dae2223…
+        assert_eq!(of_body(b"abc"), "ba7816bf8f01cfea");
     }
 
     #[test]
     fn digests_are_the_stored_ones() {
         for (event, stored) in [
-            (
-                serde_json::json!({"org": "octo", "repo": "repo", "action": "opened", "number": 7}),
-                "314e77443fb0c7f33c4d3bf4ab7d322b",
-            ),
-            (Value::Null, "74234e98afe7498fb5daf1f36ac2d78a"),
-            (
-                serde_json::json!({"b": [1, "x\u{1}é", true, null], "a": {"z": 1, "y": "2"}}),
-                "71deb580d58f3cb9c402ffc15d2c3e9c",
-            ),
+            (serde_json::json!({"org": "octo", "repo": "repo", "action": "opened", "number": 7}), "314e77443fb0c7f3"),
+            (Value::Null, "74234e98afe7498f"),
+            (serde_json::json!({"b": [1, "x\u{1}é", true, null], "a": {"z": 1, "y": "2"}}), "71deb580d58f3cb9"),
         ] {
             assert_eq!(of_value(&event), stored, "{event}");
             assert_eq!(of_text(&event.to_string()).unwrap(), stored, "{event}");
         }
+    }
+
+    /// A record of an earlier version (128 bits) still matches its event.
+    #[test]
+    fn same_event_compares_the_digits_both_keep() {
+        let old = "ba7816bf8f01cfea414140de5dae2223";
+        assert!(same_event(old, &of_body(b"abc")));
+        assert!(same_event(&of_body(b"abc"), &of_body(b"abc")));
+        assert!(!same_event(old, &of_body(b"abd")));
+        assert!(!same_event("ba7816bf8f01cfeb414140de5dae2223", &of_body(b"abc")));
     }
 
     #[test]
@@ -296,7 +314,7 @@ mod tests {
         for _ in 0..300 {
             deep = Value::Array(vec![deep]);
         }
-        assert_eq!(of_value(&deep).len(), 32);
+        assert_eq!(of_value(&deep).len(), 16);
     }
 
     #[test]

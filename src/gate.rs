@@ -141,10 +141,8 @@ impl Gate {
             hold,
         };
         let stored = self.store.apply(&call).await?;
-        // A store may keep only the digest's first digits (the Redis store
-        // keeps 64 bits; records of earlier versions, all of it).
-        let event_mismatch =
-            stored.replayed && stored.first_digest.as_deref().is_some_and(|d| !s.event_digest.starts_with(d));
+        let event_mismatch = stored.replayed
+            && stored.first_digest.as_deref().is_some_and(|d| !crate::event_digest::same_event(d, s.event_digest));
         Ok((Outcome { response: stored.response, replayed: stored.replayed, event_mismatch }, call.verdict))
     }
 

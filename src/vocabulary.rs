@@ -296,6 +296,43 @@ impl DeliveryRecord {
         }
         Ok(Response { status: self.status, code: self.code, run_id: self.run_id.clone() })
     }
+
+    /// The stored form, the one writer of it: a record is
+    /// `head(status)`, then for `created` and `duplicate` the run id and
+    /// [`DeliveryRecord::RUN_ID_END`], then [`RecordTail`]. The gate scripts
+    /// join these pieces around the run id they decide (the heads are filled
+    /// into `lua/gate*.lua` at load, the tail is their ARGV[4]); serde reads
+    /// them back (the digest as `d`, 64 bits: [`crate::event_digest`]).
+    pub fn head(status: Status) -> String {
+        let run = if matches!(status, Status::Created | Status::Duplicate) { r#","run_id":""# } else { "" };
+        format!(r#"{{"status":"{}","code":{}{run}"#, status.as_str(), status.code())
+    }
+
+    /// What follows the run id in a stored record ([`DeliveryRecord::head`]).
+    pub const RUN_ID_END: &'static str = "\"";
+}
+
+/// The end of a stored delivery record, after its code and run id:
+/// `,"d":"<digest>","at":<ms>}` ([`DeliveryRecord::head`]). Written as the
+/// gate call's argument, so Redis's one thread formats no number for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordTail<'a> {
+    /// The event digest as the record keeps it.
+    pub digest: &'a str,
+    /// When the delivery was first seen, ms since the Unix epoch.
+    pub at_ms: u64,
+}
+
+impl std::fmt::Display for RecordTail<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // A digest is hex; one a caller made up is escaped, never spliced in raw.
+        if self.digest.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            write!(f, r#","d":"{}""#, self.digest)?;
+        } else {
+            write!(f, r#","d":{}"#, serde_json::Value::from(self.digest))?;
+        }
+        write!(f, r#","at":{}}}"#, self.at_ms)
+    }
 }
 
 /// What names a run wherever it travels: a runs-stream entry (written by
@@ -355,6 +392,31 @@ mod tests {
             let r: DeliveryRecord = serde_json::from_str(text).unwrap();
             assert_eq!(r.response().unwrap(), Response::with_run(Status::Created, "run-7"), "{text}");
             assert_eq!((r.digest.as_deref(), r.at), (Some(digest), Some(1796114895289)), "{text}");
+        }
+    }
+
+    /// The pieces the gate scripts join are a record serde reads back, for
+    /// every status, with or without a run; a digest with a quote stays JSON.
+    #[test]
+    fn the_written_form_reads_back() {
+        for (status, run) in [
+            (Status::Created, Some("run-12")),
+            (Status::Duplicate, Some("run-3")),
+            (Status::BadRequest, None),
+            (Status::Blocked, None),
+        ] {
+            for digest in ["0123456789abcdef", r#"a"b\c"#] {
+                let tail = RecordTail { digest, at_ms: 1_796_114_895_289 };
+                let run_part = run.map(|r| format!("{r}{}", DeliveryRecord::RUN_ID_END)).unwrap_or_default();
+                let text = format!("{}{run_part}{tail}", DeliveryRecord::head(status));
+                let r: DeliveryRecord = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+                assert_eq!(
+                    r.response().unwrap(),
+                    Response { status, code: status.code(), run_id: run.map(Into::into) }
+                );
+                assert_eq!((r.digest.as_deref(), r.at), (Some(digest), Some(1_796_114_895_289)), "{text}");
+                assert!(text.contains(r#""d":"#), "{text}: the compact name");
+            }
         }
     }
 

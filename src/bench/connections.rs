@@ -73,7 +73,7 @@ fn invoke_raw<'a>(keys: &Keys, delivery: &str, i: u64) -> redis::ScriptInvocatio
     let (counter, runs, run_prefix, number) = (keys.run_counter(), keys.runs(), keys.run_prefix(), i.to_string());
     let call = raw_work_call([&delivery_key, &logical_key, &counter, &runs, &run_prefix], "b", delivery, &number);
     let mut inv = script.prepare_invoke();
-    for key in call.keys() {
+    for (_, key) in call.0.keys() {
         inv.key(key);
     }
     for arg in call.args() {

@@ -5,7 +5,7 @@
 
 use crate::gate::{Gate, Settings};
 use crate::keys::Keys;
-use crate::redis_io::scripts::{GateCall, GateVerdict};
+use crate::redis_io::scripts::{GateArgs, GateCall, GateVerdict};
 use crate::redis_io::{Conn, RedisOptions};
 use crate::store::redis_store::RedisStore;
 use serde_json::json;
@@ -214,7 +214,7 @@ pub(super) fn raw_work_call<'a>(
     delivery_id: &'a str,
     number: &'a str,
 ) -> GateCall<'a> {
-    GateCall {
+    GateCall(GateArgs {
         delivery_key,
         logical_key,
         counter_key,
@@ -230,10 +230,8 @@ pub(super) fn raw_work_call<'a>(
         repo: "bench/repo",
         action: "opened",
         number,
-        rewrite_on_replay: false,
         subject: "",
         payload: "",
-        hold_ms: 0,
-        held_run_ttl_ms: 0,
-    }
+        rewrite_on_replay: false,
+    })
 }

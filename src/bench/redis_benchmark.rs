@@ -196,8 +196,9 @@ fn redis_benchmark(url: &str, requests: u64, keyspace: u64, cmd: &[String]) -> R
 fn bench_call(sha: &str, keys: &Keys, delivery: &str, logical: &str) -> Vec<String> {
     let (counter, runs, run_prefix) = (keys.run_counter(), keys.runs(), keys.run_prefix());
     let call = raw_work_call([delivery, logical, &counter, &runs, &run_prefix], "rb", "d", "7");
-    let mut line = vec!["EVALSHA".to_owned(), sha.to_owned(), call.keys().len().to_string()];
-    line.extend(call.keys().map(str::to_owned));
+    let keys = call.0.keys();
+    let mut line = vec!["EVALSHA".to_owned(), sha.to_owned(), keys.len().to_string()];
+    line.extend(keys.map(|(_, key)| key.to_owned()));
     line.extend(call.args().map(|arg| arg.to_string()));
     line
 }

@@ -561,7 +561,7 @@ mod tests {
     }
 
     /// Every script in `lua/` has a typed call: the gate's two in
-    /// `scripts.rs` (`GateCall`), every other one here.
+    /// `scripts.rs` (`GateCall`, `GateHoldCall`), every other one here.
     #[test]
     fn every_script_has_a_typed_call() {
         let mut files: Vec<String> = std::fs::read_dir(format!("{}/lua", env!("CARGO_MANIFEST_DIR")))

@@ -4,16 +4,16 @@
 
 use std::time::Duration;
 
-use redis::Cmd;
+use redis::Value;
 
 use super::{BoxFuture, Call, HeldRun, Store, Stored};
 use crate::error::Error;
 use crate::keys::Keys;
 use crate::redis_io::run_scripts::{RunFinishCall, RunReleaseCall};
-use crate::redis_io::scripts::{GATE, GATE_HOLD, GateCall, GateVerdict, LuaScript};
+use crate::redis_io::scripts::{GateArgs, GateCall, GateHoldCall, GateReply, GateVerdict, ScriptCall};
 use crate::redis_io::{Conn, RedisHandle, RedisOptions};
 use crate::units::redis_ms;
-use crate::vocabulary::{DeliveryRecord, Settings, Verdict};
+use crate::vocabulary::{Settings, Verdict};
 
 /// The Redis-backed store.
 pub struct RedisStore {
@@ -72,58 +72,72 @@ impl RedisStore {
         self.redis.keys()
     }
 
-    /// `EVALSHA` of the gate script for `call` (of the hold script when it
-    /// holds), the script, and the delivery key (whose slot the script runs in).
-    fn script_cmd(&self, call: &Call<'_>) -> (Cmd, &'static LuaScript, String) {
+    /// The gate scripts' shared arguments for `call`, and the delivery key
+    /// (whose slot the script runs in).
+    fn gate_args<'a>(&'a self, call: &'a Call<'a>, delivery: &'a str, logical: Option<&'a str>) -> GateArgs<'a> {
         let (verdict, id) = match &call.verdict {
             Verdict::BadRequest => (GateVerdict::BadRequest, None),
             Verdict::Blocked => (GateVerdict::Blocked, None),
             Verdict::Work(id) => (GateVerdict::Work, Some(id)),
         };
-        // Without an identity there is no logical key; any key of the
-        // namespace's slot keeps the KEYS list valid on a cluster.
-        let logical = id.map(|id| self.keys().logical(id));
-        let delivery = self.keys().delivery(call.provider, call.delivery_id);
-        let cmd = GateCall {
-            delivery_key: &delivery,
-            logical_key: logical.as_deref().unwrap_or(&self.counter_key),
+        GateArgs {
+            delivery_key: delivery,
+            // Without an identity there is no logical key; any key of the
+            // namespace's slot keeps the KEYS list valid on a cluster.
+            logical_key: logical.unwrap_or(&self.counter_key),
             counter_key: &self.counter_key,
             runs_key: &self.runs_key,
             run_prefix: &self.run_prefix,
             verdict,
             delivery_ttl_ms: self.delivery_ttl_ms,
             logical_ttl_ms: self.logical_ttl_ms,
-            event_digest: stored_digest(call.event_digest),
+            event_digest: call.event_digest,
             now_ms: call.now_ms,
             provider: call.provider,
             delivery_id: call.delivery_id,
             repo: id.map_or("", |i| &i.repo),
             action: id.map_or("", |i| &i.action),
             number: id.map_or("", |i| &i.number),
-            rewrite_on_replay: self.min_replicas_ack.is_some(),
             // The run record keeps the subject only where it adds to the number.
             subject: id.filter(|i| i.subject != i.number).map_or("", |i| &i.subject),
             payload: call.payload.unwrap_or(""),
-            hold_ms: call.hold.map_or(0, |hold| redis_ms(hold.lease)),
-            held_run_ttl_ms: call.hold.and_then(|hold| hold.retention).map_or(0, redis_ms),
-        };
-        let script: &'static LuaScript = if cmd.holds() { &GATE_HOLD } else { &GATE };
-        (cmd.evalsha(script.hash()), script, delivery)
+            rewrite_on_replay: self.min_replicas_ack.is_some(),
+        }
     }
 
     async fn run_script(&self, call: &Call<'_>) -> Result<Stored, Error> {
-        let (cmd, script, key) = self.script_cmd(call);
-        let (replayed, record): (i64, String) = match self.min_replicas_ack {
-            None => self.redis.eval(&cmd, script).await?,
-            // A replay rewrites its record, so that the `WAIT` covers it.
-            Some(ack) => self.redis.eval_and_wait(&cmd, script, &key, ack).await?,
+        let logical = match &call.verdict {
+            Verdict::Work(id) => Some(self.keys().logical(id)),
+            _ => None,
         };
-        if replayed == 2 {
-            return Err(Error::InFlight { run_id: record });
+        let delivery = self.keys().delivery(call.provider, call.delivery_id);
+        let gate = self.gate_args(call, &delivery, logical.as_deref());
+        let reply = match call.hold {
+            None => self.gate(&GateCall(gate), &delivery).await?,
+            Some(hold) => {
+                let held_run_ttl_ms = hold.retention.map_or(0, redis_ms);
+                self.gate(&GateHoldCall { gate, hold_ms: redis_ms(hold.lease), held_run_ttl_ms }, &delivery).await?
+            }
+        };
+        let (record, replayed) = match reply {
+            GateReply::Decided(record) => (record, false),
+            GateReply::Replayed(record) => (record, true),
+            GateReply::InFlight { run_id } => return Err(Error::InFlight { run_id }),
+        };
+        Ok(Stored { response: record.response()?, replayed, first_digest: record.digest })
+    }
+
+    /// Runs one gate script call; with `--min-replicas-ack`, followed by a
+    /// `WAIT` on the delivery key's node (a replay rewrites its record, so
+    /// that the `WAIT` covers it).
+    async fn gate<C: ScriptCall<Reply = GateReply>>(&self, call: &C, delivery: &str) -> Result<GateReply, Error> {
+        match self.min_replicas_ack {
+            None => self.redis.call(call).await,
+            Some(ack) => {
+                let reply: Value = self.redis.eval_and_wait(&call.command(), call.script(), delivery, ack).await?;
+                call.decode(reply)
+            }
         }
-        let record: DeliveryRecord =
-            serde_json::from_str(&record).map_err(|e| Error::Corrupt(format!("delivery record {record:?}: {e}")))?;
-        Ok(Stored { response: record.response()?, replayed: replayed == 1, first_digest: record.digest })
     }
 
     async fn finish_run(&self, run: &HeldRun<'_>) -> Result<bool, Error> {
@@ -148,18 +162,6 @@ impl RedisStore {
         };
         self.redis.call(&call).await
     }
-}
-
-/// How many hex digits of the event digest a delivery record keeps (64
-/// bits). The digest only tells a provider's changed retry from an unchanged
-/// one (`idemgate-event-mismatch`); two different events under one delivery
-/// id look the same with odds of 2^-64 per retry, and nothing else reads it
-/// (docs/operations.md#memory).
-pub const STORED_DIGEST_HEX: usize = 16;
-
-/// The part of `digest` a delivery record keeps ([`STORED_DIGEST_HEX`]).
-fn stored_digest(digest: &str) -> &str {
-    digest.get(..STORED_DIGEST_HEX).unwrap_or(digest)
 }
 
 impl Store for RedisStore {

@@ -192,3 +192,56 @@ async fn racing_connections_create_one_run_per_identity() {
     let len: usize = c.xlen(format!("idemgate:{{{ns}}}:runs")).await.unwrap();
     assert_eq!(len, IDENTITIES);
 }
+
+/// Delivery records written by the previous version (the digest's 128 bits
+/// as `digest`) still replay through both gate scripts, and still tell a
+/// changed event from the same one; new records are the compact form, the
+/// same through both scripts.
+#[tokio::test]
+async fn records_of_the_previous_version_still_replay() {
+    use idemgate::gate::{Admission, Hold, Submission};
+    let ns = fresh_ns("oldrec");
+    let g = Gate::new(["o/r"], redis_store_in(&ns, &Settings::default()).await);
+    let e = json!({"org": "o", "repo": "r", "action": "a", "number": 5});
+    let full = {
+        use sha2::Digest;
+        let canonical = serde_json::to_vec(&e).unwrap();
+        hex::encode(&sha2::Sha256::digest(&canonical)[..16])
+    };
+    assert!(full.starts_with(&idemgate::gate::event_digest(&e)), "the stored digest is SHA-256's first 64 bits");
+    let mut c = raw_conn().await;
+    let p = format!("idemgate:{{{ns}}}:");
+    for d in ["old-1", "old-2"] {
+        let old = format!(r#"{{"status":"created","code":202,"run_id":"run-9","digest":"{full}","at":1764400000000}}"#);
+        let _: () = c.set_ex(format!("{p}delivery:1:p:{}:{d}", d.len()), old, 600).await.unwrap();
+    }
+    let want = Response::with_run(Status::Created, "run-9");
+    let same = g.check("p", "old-1", &e).await.unwrap();
+    assert_eq!((same.response.clone(), same.replayed, same.event_mismatch), (want.clone(), true, false));
+    let changed = g.check("p", "old-1", &json!({"org": "o", "repo": "r", "action": "a", "number": 6})).await.unwrap();
+    assert_eq!((changed.response, changed.replayed, changed.event_mismatch), (want.clone(), true, true));
+    // The hold script reads the old record alike (run-9 has no record: no hold on it).
+    let hold = Hold { lease: Duration::from_secs(30), retention: Some(Duration::from_secs(60)) };
+    let digest = idemgate::gate::event_digest(&e);
+    let Admission::Answered(o) = g.submit_held(&Submission::new("p", "old-2", &e, &digest), hold).await.unwrap() else {
+        panic!("an old record is a replay")
+    };
+    assert_eq!((o.response, o.replayed, o.event_mismatch), (want, true, false));
+
+    // New records, one through each script: the same compact form.
+    g.handle("p", "new-1", &e).await.unwrap();
+    let other = json!({"org": "o", "repo": "r", "action": "b", "number": 5});
+    let digest = idemgate::gate::event_digest(&other);
+    let Admission::Claimed { .. } = g.submit_held(&Submission::new("p", "new-2", &other, &digest), hold).await.unwrap()
+    else {
+        panic!("new work")
+    };
+    for (d, run) in [("new-1", "run-1"), ("new-2", "run-2")] {
+        let text: String = c.get(format!("{p}delivery:1:p:5:{d}")).await.unwrap();
+        let rec: Value = serde_json::from_str(&text).unwrap();
+        let keys: BTreeSet<&str> = rec.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys, BTreeSet::from(["status", "code", "run_id", "d", "at"]), "{d}: {text}");
+        assert_eq!((rec["run_id"].as_str(), rec["d"].as_str().map(str::len)), (Some(run), Some(16)), "{d}: {text}");
+        assert!(text.starts_with(r#"{"status":"created","code":202,"run_id":""#), "{d}: {text}");
+    }
+}
