@@ -196,7 +196,7 @@ impl GateLayer {
         self
     }
 
-    /// How long a held run's record stays in Redis (default 30 days;
+    /// How long a held run's record stays in Redis (default 7 days;
     /// `None`: forever).
     pub fn with_run_retention(mut self, retention: Option<Duration>) -> Self {
         Arc::make_mut(&mut self.0).run_retention = retention;

@@ -237,8 +237,10 @@ pub const DEFAULT_DELIVERY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 pub const DEFAULT_LOGICAL_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// The default `--run-retention`: how long a finished (`done` or `dead`)
-/// run record is kept.
-pub const DEFAULT_RUN_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+/// run record is kept. Seven days, like a delivery record: at 30 the done
+/// records alone cost more Redis per daily delivery than every other key
+/// (docs/operations.md#memory).
+pub const DEFAULT_RUN_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 
 impl Default for Settings {
     fn default() -> Self {

@@ -43,7 +43,7 @@ fn defaults() {
     assert_eq!(c.store.keys.namespace(), "default");
     assert_eq!(c.settings.delivery_ttl, Duration::from_secs(7 * 86400));
     assert_eq!(c.settings.logical_ttl, Some(Duration::from_secs(30 * 86400)));
-    assert_eq!(c.run_retention, Some(Duration::from_secs(30 * 86400)));
+    assert_eq!(c.run_retention, Some(Duration::from_secs(7 * 86400)));
     assert_eq!(c.max_body, 25 * 1024 * 1024);
     assert_eq!(c.header_timeout, Duration::from_secs(10));
     assert_eq!(c.body_budget, 256 * 1024 * 1024);

@@ -1,6 +1,6 @@
 //! What the gate's keys cost Redis in steady state. Every key has a
 //! lifetime by default (delivery records 7 days, logical keys 30 days,
-//! finished run records 30 days, stream entries until the workers trim
+//! finished run records 7 days, stream entries until the workers trim
 //! them), so memory levels off at about the delivery rate times the cost of
 //! one delivery a day, computed here from sizes measured with `MEMORY USAGE`.
 

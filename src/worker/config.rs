@@ -53,7 +53,7 @@ pub struct WorkerConfig {
 /// The margin the default lease adds to the timeout.
 pub const LEASE_MARGIN: Duration = Duration::from_secs(30);
 
-/// The default retention of a finished run record: 30 days.
+/// The default retention of a finished run record: 7 days.
 pub use crate::vocabulary::DEFAULT_RUN_RETENTION;
 
 /// The default number of runs handled at once.

@@ -216,7 +216,7 @@ mod tests {
         assert!(c.validate().is_ok());
         assert_eq!((c.concurrency, c.max_attempts), (4, 5));
         assert_eq!(c.lease, c.timeout + LEASE_MARGIN);
-        assert_eq!(c.run_retention, Some(Duration::from_secs(30 * 86_400)));
+        assert_eq!(c.run_retention, Some(Duration::from_secs(7 * 86_400)));
         // The fence: the lease less a quarter of it, at most 5s.
         assert_eq!(c.fence(), Duration::from_secs(325));
         assert_eq!(WorkerConfig { lease: Duration::from_secs(3), ..c.clone() }.fence(), Duration::from_millis(2250));
