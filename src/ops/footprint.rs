@@ -95,9 +95,9 @@ mod tests {
     fn steady_state_is_bounded_only_when_everything_expires() {
         let d = Lifetimes::default();
         // 216 × 7 + 193 × 30 + 392 × 7
-        assert_eq!(bytes_per_daily_delivery(&MEASURED, &d), Some(8_046));
+        assert_eq!(bytes_per_daily_delivery(&MEASURED, &d), Some(10_046));
         assert_eq!(bytes_per_daily_delivery(&MEASURED, &Lifetimes { logical: None, ..d }), None);
         assert_eq!(bytes_per_daily_delivery(&MEASURED, &Lifetimes { run: None, ..d }), None);
-        assert_eq!(bytes(8_046 * 10_000), "76.7 MiB");
+        assert_eq!(bytes(10_046 * 10_000), "95.8 MiB");
     }
 }
