@@ -80,7 +80,7 @@ if verdict == 'work' then
       run_id = 'run-' .. n
       run_key = KEYS[5] .. run_id
     end
-    -- The writes: the counter, the run record and its stream entry first,
+    -- The writes: the counter, the run's stream entry and record first,
     -- the logical key that points at them last, so no logical key ever
     -- names a run nobody queued. The id checked free is the counter's next
     -- one unless the guard skipped: INCR then, which formats no number.
@@ -89,28 +89,27 @@ if verdict == 'work' then
     else
       redis.call('SET', KEYS[3], run_id:sub(5))
     end
-    local subject, payload = ARGV[11] or '', ARGV[12] or ''
-    if payload ~= '' then
-      local fields = {'run_id', run_id, 'provider', ARGV[6], 'delivery_id', ARGV[7], 'repo', ARGV[8],
-        'action', ARGV[9], 'number', ARGV[10], 'created_ms', ARGV[5], 'status', 'queued', 'attempts', '0',
-        'payload', payload}
-      if subject ~= '' then
-        fields[#fields + 1] = 'subject'
-        fields[#fields + 1] = subject
-      end
-      redis.call('HSET', run_key, unpack(fields))
-    elseif subject ~= '' then
-      redis.call('HSET', run_key,
-        'run_id', run_id, 'provider', ARGV[6], 'delivery_id', ARGV[7], 'repo', ARGV[8], 'action', ARGV[9],
-        'number', ARGV[10], 'created_ms', ARGV[5], 'status', 'queued', 'attempts', '0', 'subject', subject)
-    else
-      redis.call('HSET', run_key,
-        'run_id', run_id, 'provider', ARGV[6], 'delivery_id', ARGV[7], 'repo', ARGV[8], 'action', ARGV[9],
-        'number', ARGV[10], 'created_ms', ARGV[5], 'status', 'queued', 'attempts', '0')
-    end
-    redis.call('XADD', KEYS[4], '*',
+    -- The stream entry names the run (RunFields::NAMES); the record keeps
+    -- only what the entry does not: the entry's id (readers find the
+    -- identity there while the run is queued; the worker's start copies it
+    -- into the record), the creation time, the status, and the subject and
+    -- payload when there are any. No attempts field: none is 0.
+    local entry_id = redis.call('XADD', KEYS[4], '*',
       'run_id', run_id, 'provider', ARGV[6], 'repo', ARGV[8], 'action', ARGV[9],
       'number', ARGV[10], 'delivery_id', ARGV[7])
+    local subject, payload = ARGV[11] or '', ARGV[12] or ''
+    if payload ~= '' and subject ~= '' then
+      redis.call('HSET', run_key, 'entry_id', entry_id, 'created_ms', ARGV[5], 'status', 'queued',
+        'subject', subject, 'payload', payload)
+    elseif payload ~= '' then
+      redis.call('HSET', run_key, 'entry_id', entry_id, 'created_ms', ARGV[5], 'status', 'queued',
+        'payload', payload)
+    elseif subject ~= '' then
+      redis.call('HSET', run_key, 'entry_id', entry_id, 'created_ms', ARGV[5], 'status', 'queued',
+        'subject', subject)
+    else
+      redis.call('HSET', run_key, 'entry_id', entry_id, 'created_ms', ARGV[5], 'status', 'queued')
+    end
     if ARGV[3] ~= '0' then
       redis.call('SET', KEYS[2], run_id, 'PX', ARGV[3])
     else

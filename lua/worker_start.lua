@@ -20,8 +20,9 @@
 -- ARGV[6]: operation id (unique per call, the same on its retries)
 -- ARGV[7]: run retention, ms (a dead record expires after it; 0: never)
 -- ARGV[8..13]: the run's fields, RunFields::NAMES: run id, provider, repo,
---              action, number, delivery id (copied into the dead stream
---              if the run is out of attempts)
+--              action, number, delivery id (copied into the run record
+--              when the attempt starts, into the dead stream if the run is
+--              out of attempts)
 -- Returns: {0, 0}        the entry is no longer held by this consumer (lost)
 --          {1, attempt, created_ms, payload}  run attempt number `attempt` now
 --                        (record: running); created_ms is when the gate created
@@ -64,5 +65,9 @@ redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
 attempts = redis.call('HINCRBY', KEYS[2], 'attempts', 1)
 redis.call('HSET', KEYS[2], 'status', 'running', 'worker', ARGV[2], 'group', ARGV[1],
   'started_ms', ARGV[4], 'updated_ms', ARGV[4], 'op', ARGV[6], 'op_result', 1)
-redis.call('HDEL', KEYS[2], 'next_attempt_ms')
+-- A queued record holds only what its stream entry does not (lua/gate.lua):
+-- the run's fields join it here, so readers still have them once the entry
+-- is trimmed, and the entry's id, which named them, goes.
+redis.call('HSET', KEYS[2], unpack(run_field_pairs(function(i) return ARGV[7 + i] end)))
+redis.call('HDEL', KEYS[2], 'next_attempt_ms', 'entry_id')
 return {1, attempts, redis.call('HGET', KEYS[2], 'created_ms'), redis.call('HGET', KEYS[2], 'payload')}

@@ -3,7 +3,10 @@
 //! to the primary that owns the namespace's slot where a command needs it),
 //! and why a command could not answer ([`OpsError`]).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
+
+use redis::streams::StreamRangeReply;
 
 use crate::config::{ConfigError, StoreConfig};
 use crate::keys::Keys;
@@ -93,5 +96,26 @@ impl Ops {
         let mut cmd = redis::cmd("SCAN");
         cmd.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(SCAN_COUNT);
         Ok(self.redis.on_namespace_slot(&cmd).await?)
+    }
+
+    /// The fields of each runs-stream entry of `ids`, in their order; an
+    /// entry no longer in the stream (trimmed) has none.
+    pub(super) async fn stream_entries(&self, ids: &[&str]) -> Result<Vec<BTreeMap<String, String>>, OpsError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let runs = self.keys().runs();
+        let mut pipe = redis::pipe();
+        for id in ids {
+            pipe.cmd("XRANGE").arg(&runs).arg(id).arg(id);
+        }
+        let replies: Vec<StreamRangeReply> = self.redis.query(&mut pipe).await?;
+        Ok(replies
+            .into_iter()
+            .map(|reply| {
+                let fields = reply.ids.into_iter().next().map(|entry| entry.map).unwrap_or_default();
+                fields.into_iter().filter_map(|(k, v)| Some((k, redis::from_redis_value(v).ok()?))).collect()
+            })
+            .collect())
     }
 }

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::client::{Ops, OpsError};
 use crate::vocabulary::DeliveryRecord;
-use crate::vocabulary::Identity;
+use crate::vocabulary::{Identity, RunFields};
 
 /// What an `inspect` command looks up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,8 +177,16 @@ impl Ops {
     }
 
     async fn run_at(&self, key: &str) -> Result<Option<RunView>, OpsError> {
-        let (fields, pttl): (BTreeMap<String, String>, i64) =
+        let (mut fields, pttl): (BTreeMap<String, String>, i64) =
             self.redis.query(redis::pipe().hgetall(key).pttl(key)).await?;
+        // A queued record holds what its stream entry does not: the run's
+        // fields are the entry's (RunFields::ENTRY_ID).
+        if let (false, Some(id)) = (fields.contains_key("provider"), fields.get(RunFields::ENTRY_ID)) {
+            let id = id.clone();
+            for (name, value) in self.stream_entries(&[&id]).await?.into_iter().next().unwrap_or_default() {
+                fields.entry(name).or_insert(value);
+            }
+        }
         match Ttl::from_pttl(pttl) {
             Some(ttl) if !fields.is_empty() => Ok(Some(RunView { key: key.to_owned(), fields, ttl })),
             _ => Ok(None),

@@ -92,10 +92,23 @@ pub struct RunSummary {
 }
 
 /// The run-record fields a [`RunSummary`] reads, in the order of an `HMGET`:
-/// [`RunFields::NAMES`], then the run's state.
-pub const SUMMARY_FIELDS: [&str; 10] = {
+/// [`RunFields::NAMES`], then the run's state, then [`RunFields::ENTRY_ID`] (where a
+/// queued record's identity is).
+pub const SUMMARY_FIELDS: [&str; 11] = {
     let [run_id, provider, repo, action, number, delivery_id] = RunFields::NAMES;
-    [run_id, provider, repo, action, number, delivery_id, "status", "attempts", "last_error", "created_ms"]
+    [
+        run_id,
+        provider,
+        repo,
+        action,
+        number,
+        delivery_id,
+        "status",
+        "attempts",
+        "last_error",
+        "created_ms",
+        RunFields::ENTRY_ID,
+    ]
 };
 
 impl RunSummary {
@@ -224,10 +237,29 @@ impl Ops {
                 for n in &numbers {
                     pipe.cmd("HMGET").arg(self.keys().run(&format!("run-{n}"))).arg(&SUMMARY_FIELDS[..]);
                 }
-                let rows: Vec<Vec<Option<String>>> = self.redis.query(&mut pipe).await?;
+                let mut rows: Vec<Vec<Option<String>>> = self.redis.query(&mut pipe).await?;
+                // A queued record's identity is its stream entry's.
+                let entry_at = SUMMARY_FIELDS.len() - 1;
+                let queued: Vec<(usize, String)> = rows
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, row)| row[1].is_none())
+                    .filter_map(|(i, row)| Some((i, row[entry_at].clone()?)))
+                    .collect();
+                let ids: Vec<&str> = queued.iter().map(|(_, id)| id.as_str()).collect();
+                for ((i, _), entry) in queued.iter().zip(self.stream_entries(&ids).await?) {
+                    for (slot, name) in rows[*i].iter_mut().zip(RunFields::NAMES) {
+                        if slot.is_none() {
+                            *slot = entry.get(name).cloned();
+                        }
+                    }
+                }
                 Ok(rows
                     .into_iter()
-                    .map(|row| {
+                    .zip(&numbers)
+                    .map(|(mut row, n)| {
+                        // The record's key names its run, whatever the record holds.
+                        row[0].get_or_insert_with(|| format!("run-{n}"));
                         // A record with no status is no record (expired, or never written).
                         row[6].is_some().then(|| {
                             RunSummary::read(|k| {

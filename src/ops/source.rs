@@ -168,7 +168,11 @@ impl Source {
             Source::Redis(ops) => {
                 let found = ops.inspect(&Target::Run { run_id: run_id.to_owned() }).await?.found;
                 let Some(Found::Run(view)) = found else { return Ok(None) };
-                let summary = RunSummary::read(|k| view.fields.get(k).cloned());
+                // The key names the run even where the record does not (a
+                // queued record whose stream entry is gone).
+                let summary = RunSummary::read(|k| {
+                    view.fields.get(k).cloned().or_else(|| (k == "run_id").then(|| run_id.to_owned()))
+                });
                 let (payload, payload_pretty) = payload_parts(view.fields.get("payload").map(String::as_str));
                 let mut fields = view.fields;
                 fields.remove("payload");

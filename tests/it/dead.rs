@@ -147,8 +147,21 @@ async fn dead_retry_moves_a_run_once_and_only_while_dead() {
     let keys = Keys::new(&ns).unwrap();
     gate_runs(&ns, 2, 1).await;
     let mut c = raw_conn().await;
-    // Dead by hand, as the worker's scripts leave them: run-1 with a dead
-    // entry and a retention TTL, run-2 with no entry.
+    // Dead by hand, as the worker's scripts leave them: a run is dead only
+    // after an attempt started, and the start copied the run's fields from
+    // its stream entry into the record (lua/worker_start.lua); run-1 with a
+    // dead entry and a retention TTL, run-2 with no entry.
+    for run in ["run-1", "run-2"] {
+        let entry_id: String = c.hget(keys.run(run), "entry_id").await.unwrap();
+        let entry: redis::streams::StreamRangeReply = c.xrange(keys.runs(), &entry_id, &entry_id).await.unwrap();
+        let fields: Vec<(String, String)> = entry.ids[0]
+            .map
+            .iter()
+            .map(|(k, v)| (k.clone(), redis::from_redis_value_ref::<String>(v).unwrap()))
+            .collect();
+        let _: () = c.hset_multiple(keys.run(run), &fields).await.unwrap();
+        let _: () = c.hdel(keys.run(run), "entry_id").await.unwrap();
+    }
     let _: () = c.hset_multiple(keys.run("run-1"), &[("status", "dead"), ("attempts", "5")]).await.unwrap();
     let _: () = c.pexpire(keys.run("run-1"), 3_600_000).await.unwrap();
     let _: String = c.xadd(keys.runs_dead(), "*", &[("run_id", "run-1"), ("attempts", "5")]).await.unwrap();

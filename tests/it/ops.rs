@@ -99,11 +99,10 @@ async fn inspect_reads_every_kind_through_the_library() {
         ("action", "opened"),
         ("number", "7"),
         ("delivery_id", "d-1"),
-        ("attempts", "0"),
     ] {
         assert_eq!(r.fields[k], v, "{k}");
     }
-    assert!(r.fields.contains_key("created_ms"));
+    assert!(r.fields.contains_key("created_ms") && r.fields.contains_key("entry_id"), "{r:?}");
 
     for missing in [
         Target::Delivery { provider: "github".into(), delivery_id: "nope".into() },
@@ -426,4 +425,78 @@ async fn stats_reports_memory_per_kind_and_days_until_full() {
 
 fn idemgate_now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+/// A queued run's record holds only what its stream entry does not (the
+/// entry's id, creation, status); `inspect run`, `/v1/ops/runs` and
+/// `/v1/ops/runs/{id}` find the identity in the stream. A record of the
+/// previous version (identity in the hash) reads as before, and a queued
+/// record whose entry is gone still shows what it has.
+#[tokio::test]
+async fn a_queued_run_shows_the_identity_its_stream_entry_holds() {
+    use idemgate::ops::{RunQuery, Source};
+    use redis::AsyncCommands;
+    let (ns, ops) = dataset("ops-queued").await;
+    let p = format!("idemgate:{{{ns}}}:");
+    let mut c = raw_conn().await;
+    let raw: std::collections::HashMap<String, String> = c.hgetall(format!("{p}run:run-1")).await.unwrap();
+    let mut names: Vec<&str> = raw.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["created_ms", "entry_id", "status"], "the queued record repeats nothing of the entry");
+
+    // The previous version's record: the identity in the hash, no entry id.
+    let old = [
+        ("run_id", "run-3"),
+        ("provider", "github"),
+        ("delivery_id", "d-old"),
+        ("repo", "octo/old"),
+        ("action", "closed"),
+        ("number", "9"),
+        ("created_ms", "1764400000000"),
+        ("status", "queued"),
+        ("attempts", "0"),
+    ];
+    let _: () = c.hset_multiple(format!("{p}run:run-3"), &old).await.unwrap();
+    // A queued record whose entry was trimmed away.
+    let _: () = c
+        .hset_multiple(
+            format!("{p}run:run-4"),
+            &[("entry_id", "1-1"), ("created_ms", "1764400000001"), ("status", "queued")],
+        )
+        .await
+        .unwrap();
+    let _: () = c.set(format!("{p}run-counter"), 4).await.unwrap();
+
+    let page = ops.recent_runs(&RunQuery::default()).await.unwrap();
+    let row = |id: &str| page.runs.iter().find(|r| r.fields.run_id == id).unwrap_or_else(|| panic!("{id}: {page:?}"));
+    for (id, provider, repo, action, number, delivery) in [
+        ("run-1", "github", "octo/repo", "opened", "7", "d-1"),
+        ("run-2", "github", "octo/repo", "push", "", "d-3"),
+        ("run-3", "github", "octo/old", "closed", "9", "d-old"),
+        ("run-4", "", "", "", "", ""),
+    ] {
+        let r = row(id);
+        let f = &r.fields;
+        assert_eq!(
+            (f.provider.as_str(), f.repo.as_str(), f.action.as_str(), f.number.as_str(), f.delivery_id.as_str()),
+            (provider, repo, action, number, delivery),
+            "{id}"
+        );
+        assert_eq!((r.status.as_str(), r.attempts), ("queued", 0), "{id}");
+    }
+
+    let source = Source::Redis(std::sync::Arc::new(ops));
+    let detail = source.run("run-1").await.unwrap().expect("run-1");
+    assert_eq!((detail.summary.fields.delivery_id.as_str(), detail.summary.fields.number.as_str()), ("d-1", "7"));
+    let gone = source.run("run-4").await.unwrap().expect("run-4");
+    assert_eq!((gone.summary.fields.run_id.as_str(), gone.summary.status.as_str()), ("run-4", "queued"));
+
+    let o = idemgate_in(&ns, &["inspect", "run", "run-1", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    for (k, want) in [("provider", "github"), ("repo", "octo/repo"), ("action", "opened"), ("delivery_id", "d-1")] {
+        assert_eq!(v["fields"][k], want, "{k}: {v}");
+    }
+    let o = idemgate_in(&ns, &["inspect", "run", "run-3", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((v["fields"]["repo"].as_str(), v["fields"]["delivery_id"].as_str()), (Some("octo/old"), Some("d-old")));
 }
