@@ -28,89 +28,98 @@ use std::time::{Duration, SystemTime};
 use axum::http::HeaderMap;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use serde_json::{Map, Value};
+use serde::Deserialize;
+use serde_json::Value;
 
-use super::fields::{FieldPointers, field_value};
+use super::fields::{FieldOverrides, FieldPointers, normalize};
 use super::outcome::{Delivery, ProviderError, Rejection};
-use super::provider::{Kind, Provider, ProviderKind};
-use super::request::{Header, check_timestamp, header, parse_body, unix_seconds};
-use super::signing::{Key, MAX_SIGNATURES, hmac_key};
+use super::provider::{Common, Endpoint, ProviderKind, TextDuration};
+use super::reason::Reason;
+use super::request::{Header, check_timestamp, header, parse_body};
+use super::signing::{DEFAULT_TOLERANCE, MAX_SIGNATURES, hmac_key, message_id, unix_seconds};
 use crate::vocabulary::KeySlots;
 
-/// Kind `standard-webhooks` (module docs).
-pub struct StandardWebhooks;
+/// A `standard-webhooks` provider (module docs).
+#[derive(Clone, Debug)]
+pub struct StandardWebhooks {
+    common: Common,
+    tolerance: Duration,
+    fields: FieldPointers,
+}
 
-impl Kind {
-    /// `standard-webhooks`: the Standard Webhooks spec (Svix and others).
-    #[allow(non_upper_case_globals)] // named as the enum variant it replaced
-    pub const StandardWebhooks: Kind = Kind(&StandardWebhooks);
+/// The `[[provider]]` keys of kind `standard-webhooks` beside the shared ones.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StandardWebhooksSettings {
+    /// How far the signed timestamp may be from the clock (default 5 minutes).
+    tolerance: Option<TextDuration>,
+    /// Where the event's fields are (a key left out keeps `/org`, …).
+    fields: Option<FieldOverrides>,
 }
 
 impl ProviderKind for StandardWebhooks {
-    fn name(&self) -> &'static str {
-        "standard-webhooks"
-    }
+    type Settings = StandardWebhooksSettings;
+    const NAME: &'static str = "standard-webhooks";
+    // "within a reasonable time-frame (15s with Svix)" (Svix, Retries).
+    const DEFAULT_DEADLINE: Duration = Duration::from_secs(15);
+    const SIGNS_TIMESTAMP: bool = true;
 
-    fn default_deadline(&self) -> Duration {
-        // "within a reasonable time-frame (15s with Svix)" (Svix, Retries).
-        Duration::from_secs(15)
-    }
-
-    fn signs_timestamp(&self) -> bool {
-        true
+    fn fresh_delivery_id(random: [u64; 2]) -> String {
+        message_id(random)
     }
 
     /// The decoded `whsec_` secret is the key; not base64, or empty once
     /// decoded, is refused.
-    fn key(&self, provider: &str, secret: &str) -> Result<Key, ProviderError> {
-        let key = decode_secret(secret).ok_or_else(|| ProviderError::BadSecret { provider: provider.to_owned() })?;
-        if key.is_empty() {
-            return Err(ProviderError::EmptySecret(provider.to_owned()));
-        }
-        Ok(hmac_key(&key))
-    }
-
-    fn check_headers(&self, provider: &Provider, headers: &HeaderMap, now: SystemTime) -> Result<(), Rejection> {
-        signature_headers(provider, headers, now).map(drop)
-    }
-
-    fn accept(&self, provider: &Provider, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
-        accept(provider, headers, body, now)
-    }
-
-    fn sign<'p>(
-        &self,
-        provider: &'p Provider,
-        delivery_id: &str,
-        _: Option<&str>,
-        body: &[u8],
-        now: SystemTime,
-    ) -> Vec<(&'p str, String)> {
-        sign(provider, delivery_id, now, body)
-    }
-
-    fn fresh_delivery_id(&self, random: [u64; 2]) -> String {
-        message_id(random)
+    fn build(common: Common, secrets: &[&str], settings: Self::Settings) -> Result<Self, ProviderError> {
+        let keys = secrets
+            .iter()
+            .map(|secret| match decode_secret(secret) {
+                None => Err(ProviderError::BadSecret { provider: common.name().to_owned() }),
+                Some(key) if key.is_empty() => Err(ProviderError::EmptySecret(common.name().to_owned())),
+                Some(key) => Ok(hmac_key(&key)),
+            })
+            .collect::<Result<_, _>>()?;
+        let overrides = settings.fields.unwrap_or_default();
+        overrides.validate(common.name())?;
+        Ok(StandardWebhooks {
+            tolerance: settings.tolerance.map_or(DEFAULT_TOLERANCE, |t| t.0),
+            fields: overrides.over(FieldPointers::default()),
+            common: common.with_keys(keys),
+        })
     }
 }
 
-/// A fresh `msg_…` id, as Svix names its messages.
-pub(super) fn message_id([a, b]: [u64; 2]) -> String {
-    format!("msg_{a:016x}{b:016x}")
-}
+impl Endpoint for StandardWebhooks {
+    fn common(&self) -> &Common {
+        &self.common
+    }
 
-impl Provider {
-    /// A `standard-webhooks` provider. `secret` is `whsec_<base64>`; like
-    /// Svix's libraries, bare base64 without the prefix is accepted too. The
-    /// key is the decoded bytes. Timestamps further than `tolerance` from
-    /// the clock, either way, are refused.
-    pub fn standard_webhooks(
-        name: impl Into<String>,
-        secret: &str,
-        tolerance: Duration,
-        fields: FieldPointers,
-    ) -> Result<Provider, ProviderError> {
-        Provider::new(name, Kind::StandardWebhooks, &[secret], Some(tolerance), Some(fields))
+    fn common_mut(&mut self) -> &mut Common {
+        &mut self.common
+    }
+
+    fn check_headers(&self, headers: &HeaderMap, now: SystemTime) -> Result<(), Rejection> {
+        signature_headers(self.tolerance, headers, now).map(drop)
+    }
+
+    fn accept(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
+        accept(self, headers, body, now)
+    }
+
+    fn sign(&self, delivery_id: &str, _: Option<&str>, body: &[u8], now: SystemTime) -> Vec<(&str, String)> {
+        sign(&self.common, delivery_id, now, body)
+    }
+
+    fn tolerance(&self) -> Option<Duration> {
+        Some(self.tolerance)
+    }
+
+    fn fields(&self) -> Option<&FieldPointers> {
+        Some(&self.fields)
+    }
+
+    fn set_fields(&mut self, overrides: FieldOverrides) {
+        self.fields = overrides.over(std::mem::take(&mut self.fields));
     }
 }
 
@@ -154,32 +163,28 @@ fn auth_header<'a>(headers: &'a HeaderMap, suffix: &str) -> Result<&'a str, Reje
 /// The id, timestamp and signature headers: each present once, at most
 /// [`MAX_SIGNATURES`] entries, the timestamp within the tolerance, else 401
 /// (before the body is read).
-fn signature_headers<'a>(
-    provider: &Provider,
-    headers: &'a HeaderMap,
-    now: SystemTime,
-) -> Result<[&'a str; 3], Rejection> {
+fn signature_headers(tolerance: Duration, headers: &HeaderMap, now: SystemTime) -> Result<[&str; 3], Rejection> {
     let id = auth_header(headers, "id")?;
     let timestamp = auth_header(headers, "timestamp")?;
     let signatures = auth_header(headers, "signature")?;
     if v1_signatures(signatures).count() > MAX_SIGNATURES {
         return Err(unauthorized("webhook-signature has too many v1 entries"));
     }
-    check_timestamp("webhook-timestamp", timestamp, provider.tolerance(), now)?;
+    check_timestamp("webhook-timestamp", timestamp, tolerance, now)?;
     Ok([id, timestamp, signatures])
 }
 
 fn accept(
-    provider: &Provider,
+    provider: &StandardWebhooks,
     headers: &HeaderMap,
     body: &[u8],
     now: SystemTime,
 ) -> Result<Delivery, Rejection> {
-    let [id, timestamp, signatures] = signature_headers(provider, headers, now)?;
+    let [id, timestamp, signatures] = signature_headers(provider.tolerance, headers, now)?;
 
     // Every entry is compared under every secret, each in constant time.
     let signed = signed_content(id, timestamp, body);
-    let matched = provider.verifies_any(&signed, v1_signatures(signatures).filter_map(|s| STANDARD.decode(s).ok()));
+    let matched = provider.common.verifies_any(&signed, v1_signatures(signatures).filter_map(|s| STANDARD.decode(s).ok()));
     if !matched {
         return Err(unauthorized("no webhook-signature entry matches"));
     }
@@ -189,12 +194,12 @@ fn accept(
     }
     let payload = parse_body(body)?;
     if is_svix_ping(&payload) {
-        return Err(Rejection::Ignored(crate::providers::reason::Reason::Ping));
+        return Err(Rejection::Ignored(Reason::Ping));
     }
-    let event = normalize(provider.fields(), &payload);
+    let event = normalize(&provider.fields, &payload);
     // The event name of an `events` list is the action.
     let action = event.get("action").and_then(Value::as_str).unwrap_or_default();
-    provider.admit(action, action)?;
+    provider.common.admit(action, action)?;
     Ok(Delivery { delivery_id: id.to_owned(), event, content_digest: None, key_slots: KeySlots::default() })
 }
 
@@ -214,26 +219,14 @@ pub(crate) fn signed_content<'a>(id: &'a str, timestamp: &'a str, body: &'a [u8]
 
 /// The headers a Standard Webhooks sender would send with `body` at `now`,
 /// signed with the provider's first secret.
-fn sign(provider: &Provider, id: &str, now: SystemTime, body: &[u8]) -> Vec<(&'static str, String)> {
+fn sign(common: &Common, id: &str, now: SystemTime, body: &[u8]) -> Vec<(&'static str, String)> {
     let timestamp = unix_seconds(now);
-    let signature = STANDARD.encode(provider.signature(&signed_content(id, &timestamp, body)));
+    let signature = STANDARD.encode(common.signature(&signed_content(id, &timestamp, body)));
     vec![
         ("webhook-id", id.to_owned()),
         ("webhook-timestamp", timestamp),
         ("webhook-signature", format!("v1,{signature}")),
     ]
-}
-
-/// The gate's event: each field read by its JSON pointer, copied as it is,
-/// left out when the pointer has no target; a literal (`=value`) gives its
-/// value as a string.
-pub fn normalize(fields: &FieldPointers, payload: &Value) -> Value {
-    let event: Map<String, Value> = fields
-        .iter()
-        .into_iter()
-        .filter_map(|(key, spec)| Some((key.to_owned(), field_value(spec, payload)?)))
-        .collect();
-    Value::Object(event)
 }
 
 #[cfg(test)]
@@ -245,8 +238,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::providers::Provider;
     use crate::providers::HmacSha256;
-    use crate::providers::{DEFAULT_TOLERANCE, Provider, ProviderError};
+    use crate::providers::{DEFAULT_TOLERANCE, ProviderError};
     use hmac::Mac;
 
     // The example published with the Standard Webhooks spec and Svix's docs.
