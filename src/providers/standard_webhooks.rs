@@ -626,7 +626,7 @@ mod tests {
     #[test]
     fn the_destinations_headers_verify_under_the_kind() {
         let spec_key = decode_secret(SPEC_SECRET, SecretRule::Signing).unwrap();
-        let sent = signed_headers(&[spec_key.clone()], SPEC_ID, at(SPEC_TS), SPEC_BODY.as_bytes());
+        let sent = signed_headers(std::slice::from_ref(&spec_key), SPEC_ID, at(SPEC_TS), SPEC_BODY.as_bytes());
         let names: Vec<&str> = sent.iter().map(|(n, _)| *n).collect();
         assert_eq!(names, ["webhook-id", "webhook-timestamp", "webhook-signature"]);
         assert_eq!(sent[2].1, SPEC_SIGNATURE);
