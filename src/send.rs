@@ -79,7 +79,7 @@ pub fn prepare(
     now: SystemTime,
 ) -> Result<Outgoing, PrepareError> {
     let delivery_id = match provider.body_delivery_id() {
-        None => delivery_id.unwrap_or_else(|| fresh_delivery_id(provider.kind)),
+        None => delivery_id.unwrap_or_else(|| fresh_delivery_id(provider.kind())),
         // What the service will read; shown to the user, never signed.
         Some(pointer) => {
             let in_body = id_in_body(&body, &pointer);
@@ -248,17 +248,17 @@ mod tests {
             Provider::new("shop", Kind::Shopify, &["s3cret"], None, None).unwrap(),
         ];
         for p in &providers {
-            let event = match p.kind.as_str() {
+            let event = match p.kind().as_str() {
                 "github" => Some("push"),
                 "shopify" => Some("orders/create"),
                 _ => None,
             };
             let out = prepare(p, body.clone(), Some("d-1".into()), event, now).unwrap();
-            let delivery = p.accept(&headers_of(&out), &out.body, now).unwrap_or_else(|e| panic!("{}: {e}", p.name));
+            let delivery = p.accept(&headers_of(&out), &out.body, now).unwrap_or_else(|e| panic!("{}: {e}", p.name()));
             assert_eq!(delivery.delivery_id, "d-1");
             let mut tampered = out.body.clone();
             tampered[0] = b' ';
-            assert!(p.accept(&headers_of(&out), &tampered, now).is_err(), "{}", p.name);
+            assert!(p.accept(&headers_of(&out), &tampered, now).is_err(), "{}", p.name());
         }
     }
 

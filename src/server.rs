@@ -109,7 +109,7 @@ fn warn_of_deadlines_under(redis_timeout: Duration, config: &ServeConfig) {
         let within = p.answer_within(config.request_timeout);
         if redis_timeout >= within {
             tracing::warn!(
-                provider = %p.name,
+                provider = %p.name(),
                 deadline = ?p.deadline(),
                 answer_within = ?within,
                 ?redis_timeout,

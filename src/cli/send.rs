@@ -47,8 +47,8 @@ const NOT_SENT: u8 = 2;
 /// is a message for stderr.
 fn prepare(args: SignArgs) -> Result<idemgate::send::Outgoing, String> {
     let providers = idemgate::config::load_providers(args.config.as_deref()).map_err(|e| e.to_string())?;
-    let provider = providers.iter().find(|p| p.name == args.provider).ok_or_else(|| {
-        let names: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();
+    let provider = providers.iter().find(|p| p.name() == args.provider).ok_or_else(|| {
+        let names: Vec<&str> = providers.iter().map(|p| p.name()).collect();
         match names.is_empty() {
             true => format!("no provider {:?}: the config has no [[provider]] (give --config FILE)", args.provider),
             false => format!("no provider {:?} in the config (it has: {})", args.provider, names.join(", ")),

@@ -25,6 +25,7 @@ impl<P: DeserializeOwned> FileTables<P> {
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
         let mut file: Self = toml::from_str(text).map_err(|e| err(toml_error(text, &e)))?;
         file.line_starts = std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect();
+        file.text = text.to_owned();
         Ok(file)
     }
 

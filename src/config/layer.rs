@@ -103,11 +103,15 @@ macro_rules! settings {
             /// Where each line starts (byte offsets), for the errors.
             #[serde(skip)]
             pub(super) line_starts: Vec<usize>,
+            /// The file's text, to find the line of a provider kind's key
+            /// (read after the file, by the kind).
+            #[serde(skip)]
+            pub(super) text: String,
         }
 
         impl<P> Default for FileTables<P> {
             fn default() -> Self {
-                Self { $($top: None,)* provider: Vec::new(), worker: WorkerTable::default(), line_starts: Vec::new() }
+                Self { $($top: None,)* provider: Vec::new(), worker: WorkerTable::default(), line_starts: Vec::new(), text: String::new() }
             }
         }
 

@@ -6,13 +6,15 @@
 
 use std::path::Path;
 
+use toml::Spanned;
+
 use super::layer::FileTables;
 use super::origin::ConfigError;
 use crate::providers::Provider;
 use crate::providers::table::ProviderTable;
 
 /// The TOML file with its `[[provider]]` tables.
-pub type FileConfig = FileTables<ProviderTable>;
+pub type FileConfig = FileTables<Spanned<ProviderTable>>;
 
 /// The `[[provider]]` endpoints of the config file at `path` (none without
 /// a file), secrets read from the environment: what `idemgate send` and
@@ -23,14 +25,26 @@ pub fn load_providers(path: Option<&Path>) -> Result<Vec<Provider>, ConfigError>
 
 /// Builds and checks every `[[provider]]` of the file; `env` looks up
 /// `secret_env` variables.
-pub(super) fn providers_from(
+pub(crate) fn providers_from(
     file: &FileConfig,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Vec<Provider>, ConfigError> {
-    ProviderTable::build_all(&file.provider, env).map_err(ConfigError::new)
+    ProviderTable::build_all(&file.provider, env, &|table, key| file.line_of_key(table, key)).map_err(ConfigError::new)
 }
 
 impl FileConfig {
+    /// The line of `key` in the table whose header starts at byte `table`:
+    /// the first line after the header that assigns it (`key =`, or
+    /// `key.` for a dotted key), before the next table's header.
+    fn line_of_key(&self, table: usize, key: &str) -> Option<usize> {
+        let first = self.line_starts.partition_point(|&start| start <= table);
+        let lines = self.text.get(table..)?.lines().enumerate().skip(1);
+        lines.take_while(|(_, line)| !line.trim_start().starts_with('[')).find_map(|(i, line)| {
+            let rest = line.trim_start().strip_prefix(key)?.trim_start();
+            (rest.starts_with('=') || rest.starts_with('.')).then_some(first + i)
+        })
+    }
+
     /// The environment variables the providers take their secrets from
     /// (`secret_env`): `idemgate worker` keeps them from its command.
     pub fn secret_env_names(&self) -> Vec<String> {

@@ -62,7 +62,7 @@ impl AppState {
             ops,
             stats_cache: Arc::default(),
             gate,
-            providers: Arc::new(providers.into_iter().map(|p| (p.name.clone(), p)).collect()),
+            providers: Arc::new(providers.into_iter().map(|p| (p.name().to_owned(), p)).collect()),
             token_digest: api_token.map(|t| Sha256::digest(t.as_bytes()).into()),
             metrics: Arc::new(Metrics::default()),
             refusals: Arc::default(),
@@ -117,7 +117,7 @@ impl AppState {
 /// gate's allowlist for its provider's deliveries.
 pub(crate) fn with_provider_allowlists<'a>(gate: Gate, providers: impl IntoIterator<Item = &'a Provider>) -> Gate {
     providers.into_iter().fold(gate, |gate, p| match p.allowed_repos() {
-        Some(repos) => gate.with_provider_allowlist(&p.name, repos.iter().cloned()),
+        Some(repos) => gate.with_provider_allowlist(p.name(), repos.iter().cloned()),
         None => gate,
     })
 }

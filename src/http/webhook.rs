@@ -92,7 +92,7 @@ impl<'a> Pipeline<'a> {
             at_store.store(true, Ordering::Relaxed);
             let answer =
                 gate(&provider_submission(self.provider, &received.delivery, &received.bytes, &received.digest)).await;
-            let (name, id) = (self.provider.name.as_str(), received.delivery.delivery_id.as_str());
+            let (name, id) = (self.provider.name(), received.delivery.delivery_id.as_str());
             let answer = answer.map_err(|e| gate_failure(self.metrics, name, id, e).into_response())?;
             log_outcome(self.metrics, name, id, answer.outcome());
             Ok((received, answer))
@@ -106,7 +106,7 @@ impl<'a> Pipeline<'a> {
     pub(crate) fn answer(&self, delivery: &Delivery, outcome: &Outcome) -> Response {
         if let Some(reason) = Reason::of_gate(outcome.response.status) {
             let refusal = Refusal {
-                provider: &self.provider.name,
+                provider: self.provider.name(),
                 delivery_id: Some(&delivery.delivery_id),
                 reason,
                 event: Some(&delivery.event),
@@ -135,7 +135,7 @@ impl<'a> Pipeline<'a> {
         match tokio::time::timeout(provider.answer_within(self.request_timeout), work).await {
             Ok(done) => Ok(done),
             Err(_) => {
-                let name = provider.name.as_str();
+                let name = provider.name();
                 let stage = if at_store.load(Ordering::Relaxed) { DeadlineStage::Store } else { DeadlineStage::Body };
                 self.metrics.deadline_expiry(name, stage);
                 tracing::warn!(
@@ -177,7 +177,7 @@ impl<'a> Pipeline<'a> {
     /// acknowledgement, or Slack's handshake; counted and logged.
     fn refusal(&self, rejection: Rejection) -> Response {
         let (provider, metrics) = (self.provider, self.metrics);
-        let name = provider.name.as_str();
+        let name = provider.name();
         match rejection {
             Rejection::Ignored(reason) => {
                 metrics.ignored(name);
@@ -225,6 +225,6 @@ fn provider_submission<'a>(
         content_digest: delivery.content_digest.as_deref(),
         key_slots: &delivery.key_slots,
         payload,
-        ..Submission::new(&provider.name, &delivery.delivery_id, &delivery.event, digest)
+        ..Submission::new(provider.name(), &delivery.delivery_id, &delivery.event, digest)
     }
 }

@@ -1,5 +1,7 @@
 //! Where the event's fields come from: the `fields = {...}` table of a
-//! provider, as JSON pointers into the body or literals.
+//! provider, as JSON pointers into the body or literals ([`normalize`]
+//! reads them all), and the digest of a payload that names its work for
+//! the kinds that name work by content ([`digest_without`]).
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -120,4 +122,36 @@ impl FieldOverrides {
             };
         }
     }
+}
+
+/// The gate's event read by pointers alone (`standard-webhooks`, `hmac`):
+/// each field read by its JSON pointer, copied as it is, left out when the
+/// pointer has no target; a literal (`=value`) gives its value as a string.
+pub(super) fn normalize(fields: &FieldPointers, payload: &Value) -> Value {
+    let event: Map<String, Value> = fields
+        .iter()
+        .into_iter()
+        .filter_map(|(key, spec)| Some((key.to_owned(), field_value(spec, payload)?)))
+        .collect();
+    Value::Object(event)
+}
+
+/// Hex digits of the content digest in a subject: 96 bits. Provider,
+/// repository, action and number already scope it, so it only has to tell
+/// apart the events of one such scope (docs/identities.md has the sums).
+pub const CONTENT_DIGEST_HEX: usize = 24;
+
+/// SHA-256 of the RFC 8785 canonical form of `payload` once the top-level
+/// keys `dropped` are removed, the first [`CONTENT_DIGEST_HEX`] hex digits:
+/// the event identity of every kind that names work by its payload
+/// (`github`, `gitlab`, `shopify`; docs/identities.md).
+pub(super) fn digest_without(mut payload: Value, dropped: &[&str]) -> String {
+    if let Value::Object(map) = &mut payload {
+        for key in dropped {
+            map.remove(*key);
+        }
+    }
+    let mut digest = hex::encode(crate::jcs::sha256(&payload));
+    digest.truncate(CONTENT_DIGEST_HEX);
+    digest
 }

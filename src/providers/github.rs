@@ -28,75 +28,86 @@
 use std::time::{Duration, SystemTime};
 
 use axum::http::HeaderMap;
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::outcome::{Delivery, Rejection};
-use super::provider::{IdentityMode, Kind, Provider, ProviderKind};
+use super::fields::digest_without;
+use super::outcome::{Delivery, ProviderError, Rejection};
+use super::provider::{Common, Endpoint, IdentityMode, ProviderKind};
+use super::reason::Reason;
 use super::request::{Header, header, parse_body, required};
 use super::signing::{guid, hmac_key};
 use crate::vocabulary::KeySlots;
 
-/// Kind `github` (module docs).
-pub struct Github;
+/// A `github` provider (module docs): the shared settings and how it names
+/// work.
+#[derive(Clone, Debug)]
+pub struct Github {
+    common: Common,
+    identity: IdentityMode,
+}
 
-impl Kind {
-    /// `github`: GitHub's `X-Hub-Signature-256` webhooks.
-    #[allow(non_upper_case_globals)] // named as the enum variant it replaced
-    pub const Github: Kind = Kind(&Github);
+/// The `[[provider]]` keys of kind `github` beside the shared ones.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GithubSettings {
+    /// `event` (default) or `number` (docs/identities.md).
+    identity: Option<IdentityMode>,
+}
+
+impl Github {
+    /// A provider keyed with `secrets` (their UTF-8 bytes), naming work by event.
+    pub(super) fn keyed(common: Common, secrets: &[&str]) -> Github {
+        let keys = secrets.iter().map(|s| hmac_key(s.as_bytes())).collect();
+        Github { common: common.with_keys(keys), identity: IdentityMode::Event }
+    }
 }
 
 impl ProviderKind for Github {
-    fn name(&self) -> &'static str {
-        "github"
-    }
+    type Settings = GithubSettings;
+    const NAME: &'static str = "github";
+    // "Respond within 10 seconds" (GitHub's webhook best practices).
+    const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
+    const SENDS_EVENT_NAME: bool = true;
 
-    fn default_deadline(&self) -> Duration {
-        // "Respond within 10 seconds" (GitHub's webhook best practices).
-        Duration::from_secs(10)
-    }
-
-    fn sends_event_name(&self) -> bool {
-        true
-    }
-
-    fn check_headers(&self, _: &Provider, headers: &HeaderMap, _: SystemTime) -> Result<(), Rejection> {
-        signature(headers).map(drop)
-    }
-
-    fn accept(&self, provider: &Provider, headers: &HeaderMap, body: &[u8], _: SystemTime) -> Result<Delivery, Rejection> {
-        accept(provider, headers, body)
-    }
-
-    fn sign<'p>(
-        &self,
-        provider: &'p Provider,
-        delivery_id: &str,
-        event: Option<&str>,
-        body: &[u8],
-        _: SystemTime,
-    ) -> Vec<(&'p str, String)> {
-        sign(provider, delivery_id, event.unwrap_or_default(), body)
-    }
-
-    fn fresh_delivery_id(&self, random: [u64; 2]) -> String {
+    fn fresh_delivery_id(random: [u64; 2]) -> String {
         guid(random)
     }
 
-    fn reads_fields(&self) -> bool {
-        false
-    }
-
-    fn identities(&self) -> &'static [IdentityMode] {
-        &[IdentityMode::Event, IdentityMode::Number]
+    fn build(common: Common, secrets: &[&str], settings: GithubSettings) -> Result<Github, ProviderError> {
+        const OFFERED: &[IdentityMode] = &[IdentityMode::Event, IdentityMode::Number];
+        let identity = IdentityMode::offered(settings.identity, OFFERED, Self::NAME, common.name())?;
+        Ok(Github { identity, ..Github::keyed(common, secrets) })
     }
 }
 
-impl Provider {
-    /// A `github` provider; `secret` is the webhook secret as typed in
-    /// GitHub's settings (its UTF-8 bytes are the HMAC key). An empty secret
-    /// is accepted here; [`Provider::new`] refuses it.
-    pub fn github(name: impl Into<String>, secret: &str) -> Provider {
-        Provider::unkeyed(name.into(), Kind::Github, vec![hmac_key(secret.as_bytes())])
+impl Endpoint for Github {
+    fn common(&self) -> &Common {
+        &self.common
+    }
+
+    fn common_mut(&mut self) -> &mut Common {
+        &mut self.common
+    }
+
+    fn check_headers(&self, headers: &HeaderMap, _: SystemTime) -> Result<(), Rejection> {
+        signature(headers).map(drop)
+    }
+
+    fn accept(&self, headers: &HeaderMap, body: &[u8], _: SystemTime) -> Result<Delivery, Rejection> {
+        accept(self, headers, body)
+    }
+
+    fn sign(&self, delivery_id: &str, event: Option<&str>, body: &[u8], _: SystemTime) -> Vec<(&str, String)> {
+        sign(&self.common, delivery_id, event.unwrap_or_default(), body)
+    }
+
+    fn identity(&self) -> Option<IdentityMode> {
+        Some(self.identity)
+    }
+
+    fn set_identity(&mut self, identity: IdentityMode) {
+        self.identity = identity;
     }
 }
 
@@ -119,32 +130,12 @@ pub const PING_EVENT: &str = "ping";
 /// and an app differs only in these.
 pub const RECIPIENT_KEYS: [&str; 5] = ["installation", "organization", "enterprise", "hook", "hook_id"];
 
-/// Hex digits of the content digest in a subject: 96 bits. Provider,
-/// repository, action and number already scope it, so it only has to tell
-/// apart the events of one such scope (docs/identities.md has the sums).
-pub const CONTENT_DIGEST_HEX: usize = 24;
-
 /// The content digest of a GitHub payload: SHA-256 of its RFC 8785
 /// canonical form once the [`RECIPIENT_KEYS`] are removed, the first
-/// [`CONTENT_DIGEST_HEX`] hex digits. The event name is not hashed: the
+/// 24 hex digits (96 bits). The event name is not hashed: the
 /// action next to the digest holds it (`push`, `issues.opened`).
 pub fn content_digest(payload: Value) -> String {
     digest_without(payload, &RECIPIENT_KEYS)
-}
-
-/// SHA-256 of the RFC 8785 canonical form of `payload` once the top-level
-/// keys `dropped` are removed, the first [`CONTENT_DIGEST_HEX`] hex digits:
-/// the event identity of every kind that names work by its payload
-/// (`github`, `gitlab`; docs/identities.md).
-pub fn digest_without(mut payload: Value, dropped: &[&str]) -> String {
-    if let Value::Object(map) = &mut payload {
-        for key in dropped {
-            map.remove(*key);
-        }
-    }
-    let mut digest = hex::encode(crate::jcs::sha256(&payload));
-    digest.truncate(CONTENT_DIGEST_HEX);
-    digest
 }
 
 /// The digest `X-Hub-Signature-256` carries: present once, as text, in
@@ -165,9 +156,9 @@ fn signature(headers: &HeaderMap) -> Result<Vec<u8>, Rejection> {
 
 /// Checks `X-Hub-Signature-256` against the body in constant time, under
 /// each of the provider's secrets.
-fn verify(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<(), Rejection> {
+fn verify(common: &Common, headers: &HeaderMap, body: &[u8]) -> Result<(), Rejection> {
     let digest = signature(headers)?;
-    if provider.verifies(&signed_content(body), &digest) {
+    if common.verifies(&signed_content(body), &digest) {
         Ok(())
     } else {
         Err(unauthorized("X-Hub-Signature-256 does not match the body"))
@@ -182,28 +173,28 @@ fn signed_content(body: &[u8]) -> [&[u8]; 1] {
 
 /// The headers GitHub would send with `body`, signed with the provider's
 /// first secret.
-fn sign(provider: &Provider, delivery_id: &str, event: &str, body: &[u8]) -> Vec<(&'static str, String)> {
+fn sign(common: &Common, delivery_id: &str, event: &str, body: &[u8]) -> Vec<(&'static str, String)> {
     vec![
-        (SIGNATURE_HEADER, format!("sha256={}", hex::encode(provider.signature(&signed_content(body))))),
+        (SIGNATURE_HEADER, format!("sha256={}", hex::encode(common.signature(&signed_content(body))))),
         (DELIVERY_HEADER, delivery_id.to_owned()),
         (EVENT_HEADER, event.to_owned()),
     ]
 }
 
-fn accept(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
-    verify(provider, headers, body)?;
+fn accept(provider: &Github, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
+    verify(&provider.common, headers, body)?;
     let delivery_id = required(headers, DELIVERY_HEADER, "X-GitHub-Delivery")?;
     let event_name = required(headers, EVENT_HEADER, "X-GitHub-Event")?;
     let payload = parse_body(body)?;
     if event_name == PING_EVENT {
-        return Err(Rejection::Ignored(crate::providers::reason::Reason::Ping));
+        return Err(Rejection::Ignored(Reason::Ping));
     }
     let event = normalize(event_name, &payload);
-    provider.admit(event_name, event["action"].as_str().unwrap_or(event_name))?;
+    provider.common.admit(event_name, event["action"].as_str().unwrap_or(event_name))?;
     // GitHub signs the body alone: the event name (a header) stays out of
     // the key, which keeps only the action the payload states, so a body
     // resent under another `X-GitHub-Event` finds its run.
-    let (content_digest, key_slots) = match provider.identity() {
+    let (content_digest, key_slots) = match provider.identity {
         IdentityMode::Number => (None, KeySlots::default()),
         IdentityMode::Event | IdentityMode::Topic => {
             let stated = payload.get("action").and_then(Value::as_str).unwrap_or_default().to_owned();
@@ -499,7 +490,7 @@ mod tests {
     fn content_digest_ignores_recipients_key_order_and_number_spelling() {
         let base = json!({"action": "opened", "number": 7, "pull_request": {"head": {"sha": "abc"}}});
         let d = content_digest(base.clone());
-        assert_eq!(d.len(), CONTENT_DIGEST_HEX);
+        assert_eq!(d.len(), 24);
         assert!(d.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()), "{d}");
         let mut via_app = base.clone();
         for (i, key) in RECIPIENT_KEYS.iter().enumerate() {

@@ -26,72 +26,85 @@
 //!   with the digest of the whole canonical payload, so a retry or a resend
 //!   under a new id is a duplicate and a new push, note or update is new work.
 //!   GitLab payloads carry nothing about the hook they were delivered to, so
-//!   no key is removed before digesting.
+//!   no key is removed before digesting. `identity = "number"` makes the
+//!   number alone the subject, as for GitHub.
 //! - the event name of an `events` list is the `object_kind` (`push`,
 //!   `merge_request`), or the whole action (`merge_request.merge`).
 
 use std::time::{Duration, SystemTime};
 
 use axum::http::HeaderMap;
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::github::digest_without;
+use super::fields::digest_without;
 use super::outcome::{Delivery, ProviderError, Rejection};
-use super::provider::{IdentityMode, Kind, Provider, ProviderKind};
+use super::provider::{Common, Endpoint, IdentityMode, ProviderKind};
 use super::request::{Header, Repeated, header, parse_body, required, single};
 use super::signing::{Key, guid, token_digest};
 use crate::vocabulary::KeySlots;
 
-/// Kind `gitlab` (module docs).
-pub struct Gitlab;
+/// A `gitlab` provider (module docs).
+#[derive(Clone, Debug)]
+pub struct Gitlab {
+    common: Common,
+    identity: IdentityMode,
+}
 
-impl Kind {
-    /// `gitlab`: GitLab's `X-Gitlab-Token` webhooks.
-    #[allow(non_upper_case_globals)] // named as the enum variant it replaced
-    pub const Gitlab: Kind = Kind(&Gitlab);
+/// The `[[provider]]` keys of kind `gitlab` beside the shared ones.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GitlabSettings {
+    /// `event` (default) or `number` (docs/identities.md).
+    identity: Option<IdentityMode>,
 }
 
 impl ProviderKind for Gitlab {
-    fn name(&self) -> &'static str {
-        "gitlab"
-    }
+    type Settings = GitlabSettings;
+    const NAME: &'static str = "gitlab";
+    // GitLab.com's webhook timeout is 10 s ("Other limits"), and
+    // self-managed instances default to it.
+    const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
 
-    fn default_deadline(&self) -> Duration {
-        // GitLab.com's webhook timeout is 10 s ("Other limits"), and
-        // self-managed instances default to it.
-        Duration::from_secs(10)
-    }
-
-    /// The sender sends the secret itself: kept as a token, compared by digest.
-    fn key(&self, _: &str, secret: &str) -> Result<Key, ProviderError> {
-        Ok(Key::token(secret))
-    }
-
-    fn check_headers(&self, _: &Provider, headers: &HeaderMap, _: SystemTime) -> Result<(), Rejection> {
-        token(headers).map(drop)
-    }
-
-    fn accept(&self, provider: &Provider, headers: &HeaderMap, body: &[u8], _: SystemTime) -> Result<Delivery, Rejection> {
-        accept(provider, headers, body)
-    }
-
-    fn sign<'p>(
-        &self,
-        provider: &'p Provider,
-        delivery_id: &str,
-        _: Option<&str>,
-        _: &[u8],
-        _: SystemTime,
-    ) -> Vec<(&'p str, String)> {
-        sign(provider, delivery_id)
-    }
-
-    fn fresh_delivery_id(&self, random: [u64; 2]) -> String {
+    fn fresh_delivery_id(random: [u64; 2]) -> String {
         guid(random)
     }
 
-    fn reads_fields(&self) -> bool {
-        false
+    /// The sender sends the secret itself: kept as a token, compared by digest.
+    fn build(common: Common, secrets: &[&str], settings: GitlabSettings) -> Result<Gitlab, ProviderError> {
+        const OFFERED: &[IdentityMode] = &[IdentityMode::Event, IdentityMode::Number];
+        let identity = IdentityMode::offered(settings.identity, OFFERED, Self::NAME, common.name())?;
+        Ok(Gitlab { common: common.with_keys(secrets.iter().map(|s| Key::token(s)).collect()), identity })
+    }
+}
+
+impl Endpoint for Gitlab {
+    fn common(&self) -> &Common {
+        &self.common
+    }
+
+    fn common_mut(&mut self) -> &mut Common {
+        &mut self.common
+    }
+
+    fn check_headers(&self, headers: &HeaderMap, _: SystemTime) -> Result<(), Rejection> {
+        token(headers).map(drop)
+    }
+
+    fn accept(&self, headers: &HeaderMap, body: &[u8], _: SystemTime) -> Result<Delivery, Rejection> {
+        accept(self, headers, body)
+    }
+
+    fn sign(&self, delivery_id: &str, _: Option<&str>, _: &[u8], _: SystemTime) -> Vec<(&str, String)> {
+        sign(&self.common, delivery_id)
+    }
+
+    fn identity(&self) -> Option<IdentityMode> {
+        Some(self.identity)
+    }
+
+    fn set_identity(&mut self, identity: IdentityMode) {
+        self.identity = identity;
     }
 }
 
@@ -116,9 +129,9 @@ fn token(headers: &HeaderMap) -> Result<&[u8], Rejection> {
 }
 
 /// Checks `X-Gitlab-Token` against every secret, by digest.
-fn verify(provider: &Provider, headers: &HeaderMap) -> Result<(), Rejection> {
+fn verify(common: &Common, headers: &HeaderMap) -> Result<(), Rejection> {
     let token = token(headers)?;
-    if provider.verifies(&[], &token_digest(token)) {
+    if common.verifies(&[], &token_digest(token)) {
         Ok(())
     } else {
         Err(unauthorized("X-Gitlab-Token does not match a secret"))
@@ -138,14 +151,14 @@ fn delivery_id(headers: &HeaderMap) -> Result<&str, Rejection> {
     }
 }
 
-fn accept(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
-    verify(provider, headers)?;
+fn accept(provider: &Gitlab, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
+    verify(&provider.common, headers)?;
     let delivery_id = delivery_id(headers)?;
     let payload = parse_body(body)?;
     let event = normalize(&payload);
     let event_name = payload.get("object_kind").and_then(Value::as_str).unwrap_or_default();
-    provider.admit(event_name, event.get("action").and_then(Value::as_str).unwrap_or(event_name))?;
-    let content_digest = match provider.identity() {
+    provider.common.admit(event_name, event.get("action").and_then(Value::as_str).unwrap_or(event_name))?;
+    let content_digest = match provider.identity {
         IdentityMode::Event => Some(digest_without(payload, &[])),
         IdentityMode::Number | IdentityMode::Topic => None,
     };
@@ -154,8 +167,8 @@ fn accept(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<Deliv
 
 /// The headers GitLab would send with a delivery: the first secret as the
 /// token, and `delivery_id` as the `Idempotency-Key`.
-fn sign<'a>(provider: &'a Provider, delivery_id: &str) -> Vec<(&'a str, String)> {
-    let token = provider.token().expect("a gitlab provider's keys are tokens");
+fn sign<'a>(common: &'a Common, delivery_id: &str) -> Vec<(&'a str, String)> {
+    let token = common.token().expect("a gitlab provider's keys are tokens");
     vec![(TOKEN_HEADER, token.to_owned()), (IDEMPOTENCY_HEADER, delivery_id.to_owned())]
 }
 
@@ -205,6 +218,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::providers::Provider;
     use crate::providers::{Kind, SignError};
 
     const SECRET: &str = "gitlab token \u{2603}";

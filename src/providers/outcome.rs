@@ -4,7 +4,6 @@
 
 use serde_json::Value;
 
-use super::hmac_scheme::Problem;
 use super::reason::Reason;
 use crate::vocabulary::KeySlots;
 
@@ -82,12 +81,15 @@ pub enum ProviderError {
         /// Which field (`org`, `repo`, `action`, `number`).
         field: &'static str,
     },
-    /// An `hmac` provider's settings do not make a scheme.
+    /// A key of the kind's own settings that cannot be read or does not
+    /// apply (`identity = "topic"` for `github`).
     #[error("provider {provider:?}: {problem}")]
-    Hmac {
+    Setting {
         /// The provider's name.
         provider: String,
+        /// The key (empty when no key of the kind's is at fault).
+        key: &'static str,
         /// What is wrong, naming the key (never its value).
-        problem: Problem,
+        problem: String,
     },
 }

@@ -94,11 +94,6 @@ pub(super) fn check_timestamp(
     }
 }
 
-/// The seconds since the epoch that a sender signs at `now`.
-pub(super) fn unix_seconds(now: SystemTime) -> String {
-    now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()).to_string()
-}
-
 /// The body as JSON, checked only after authentication.
 pub(super) fn parse_body(body: &[u8]) -> Result<Value, Rejection> {
     serde_json::from_slice(body).map_err(|_| Rejection::BadRequest("the body is not JSON".into()))

@@ -26,63 +26,89 @@ use std::time::{Duration, SystemTime};
 use axum::http::HeaderMap;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::fields::FieldOverrides;
-use super::outcome::{Delivery, Rejection};
-use super::provider::{IdentityMode, Kind, Provider, ProviderKind};
+use super::fields::{FieldOverrides, digest_without};
+use super::outcome::{Delivery, ProviderError, Rejection};
+use super::provider::{Common, Endpoint, IdentityMode, ProviderKind};
 use super::request::{Header, header, parse_body, required, signature_header};
-use super::signing::guid;
+use super::signing::{guid, hmac_key};
 use crate::vocabulary::KeySlots;
 
-/// Kind `shopify` (module docs).
-pub struct Shopify;
+/// A `shopify` provider (module docs).
+#[derive(Clone, Debug)]
+pub struct Shopify {
+    common: Common,
+    overrides: FieldOverrides,
+    identity: IdentityMode,
+}
 
-impl Kind {
-    /// `shopify`: Shopify's `X-Shopify-Hmac-Sha256` webhooks.
-    #[allow(non_upper_case_globals)] // named as the enum variant it replaced
-    pub const Shopify: Kind = Kind(&Shopify);
+/// The `[[provider]]` keys of kind `shopify` beside the shared ones.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShopifySettings {
+    /// Replaces the defaults of the event's fields, key by key.
+    fields: Option<FieldOverrides>,
+    /// `event` (default) or `topic` (docs/identities.md).
+    identity: Option<IdentityMode>,
 }
 
 impl ProviderKind for Shopify {
-    fn name(&self) -> &'static str {
-        "shopify"
+    type Settings = ShopifySettings;
+    const NAME: &'static str = "shopify";
+    // 5 s for the whole request (Shopify, HTTPS webhook delivery).
+    const DEFAULT_DEADLINE: Duration = Duration::from_secs(5);
+    const SENDS_EVENT_NAME: bool = true;
+
+    fn fresh_delivery_id(random: [u64; 2]) -> String {
+        guid(random)
     }
 
-    fn default_deadline(&self) -> Duration {
-        // 5 s for the whole request (Shopify, HTTPS webhook delivery).
-        Duration::from_secs(5)
+    fn build(common: Common, secrets: &[&str], settings: ShopifySettings) -> Result<Shopify, ProviderError> {
+        const OFFERED: &[IdentityMode] = &[IdentityMode::Event, IdentityMode::Topic];
+        let identity = IdentityMode::offered(settings.identity, OFFERED, Self::NAME, common.name())?;
+        let overrides = settings.fields.unwrap_or_default();
+        overrides.validate(common.name())?;
+        Ok(Shopify {
+            common: common.with_keys(secrets.iter().map(|s| hmac_key(s.as_bytes())).collect()),
+            overrides,
+            identity,
+        })
+    }
+}
+
+impl Endpoint for Shopify {
+    fn common(&self) -> &Common {
+        &self.common
     }
 
-    fn sends_event_name(&self) -> bool {
-        true
+    fn common_mut(&mut self) -> &mut Common {
+        &mut self.common
     }
 
-    fn identities(&self) -> &'static [IdentityMode] {
-        &[IdentityMode::Event, IdentityMode::Topic]
-    }
-
-    fn check_headers(&self, _: &Provider, headers: &HeaderMap, _: SystemTime) -> Result<(), Rejection> {
+    fn check_headers(&self, headers: &HeaderMap, _: SystemTime) -> Result<(), Rejection> {
         signature(headers).map(drop)
     }
 
-    fn accept(&self, provider: &Provider, headers: &HeaderMap, body: &[u8], _: SystemTime) -> Result<Delivery, Rejection> {
-        accept(provider, headers, body)
+    fn accept(&self, headers: &HeaderMap, body: &[u8], _: SystemTime) -> Result<Delivery, Rejection> {
+        accept(self, headers, body)
     }
 
-    fn sign<'p>(
-        &self,
-        provider: &'p Provider,
-        delivery_id: &str,
-        event: Option<&str>,
-        body: &[u8],
-        _: SystemTime,
-    ) -> Vec<(&'p str, String)> {
-        sign(provider, delivery_id, event.unwrap_or_default(), body)
+    fn sign(&self, delivery_id: &str, event: Option<&str>, body: &[u8], _: SystemTime) -> Vec<(&str, String)> {
+        sign(&self.common, delivery_id, event.unwrap_or_default(), body)
     }
 
-    fn fresh_delivery_id(&self, random: [u64; 2]) -> String {
-        guid(random)
+    fn set_fields(&mut self, overrides: FieldOverrides) {
+        self.overrides = overrides;
+    }
+
+    fn identity(&self) -> Option<IdentityMode> {
+        Some(self.identity)
+    }
+
+    fn set_identity(&mut self, identity: IdentityMode) {
+        self.identity = identity;
     }
 }
 
@@ -135,9 +161,9 @@ fn signature(headers: &HeaderMap) -> Result<Vec<u8>, Rejection> {
     parse_signature(value).ok_or_else(|| unauthorized("X-Shopify-Hmac-Sha256 is not base64 of 32 bytes"))
 }
 
-fn accept(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
+fn accept(provider: &Shopify, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
     let digest = signature(headers)?;
-    if !provider.verifies(&signed_content(body), &digest) {
+    if !provider.common.verifies(&signed_content(body), &digest) {
         return Err(unauthorized("X-Shopify-Hmac-Sha256 does not match the body"));
     }
 
@@ -152,9 +178,9 @@ fn accept(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<Deliv
     let payload = parse_body(body)?;
     let event = normalize(&provider.overrides, &source, &payload);
     let topic = source.topic.unwrap_or_default();
-    provider.admit(topic, event.get("action").and_then(Value::as_str).unwrap_or(topic))?;
-    let key_slots = signed_slots(&provider.overrides, provider.identity());
-    let content_digest = Some(super::github::digest_without(payload, &[]));
+    provider.common.admit(topic, event.get("action").and_then(Value::as_str).unwrap_or(topic))?;
+    let key_slots = signed_slots(&provider.overrides, provider.identity);
+    let content_digest = Some(digest_without(payload, &[]));
     Ok(Delivery { delivery_id: delivery_id.to_owned(), event, content_digest, key_slots })
 }
 
@@ -204,11 +230,11 @@ pub fn normalize(overrides: &FieldOverrides, headers: &Headers<'_>, payload: &Va
 /// digest of the body, so the same payload sent under two delivery ids is
 /// one event, as when one event reaches two subscriptions; the shop is
 /// [`SIGN_SHOP_DOMAIN`].
-fn sign(provider: &Provider, delivery_id: &str, topic: &str, body: &[u8]) -> Vec<(&'static str, String)> {
+fn sign(common: &Common, delivery_id: &str, topic: &str, body: &[u8]) -> Vec<(&'static str, String)> {
     use sha2::Digest;
     let event_id = hex::encode(&sha2::Sha256::digest(body)[..12]);
     vec![
-        (SIGNATURE_HEADER, STANDARD.encode(provider.signature(&signed_content(body)))),
+        (SIGNATURE_HEADER, STANDARD.encode(common.signature(&signed_content(body)))),
         (DELIVERY_HEADER, delivery_id.to_owned()),
         (EVENT_ID_HEADER, event_id),
         (TOPIC_HEADER, topic.to_owned()),
@@ -226,6 +252,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::providers::Provider;
     use crate::providers::{HmacSha256, Kind};
 
     const SECRET: &str = "shpss_client_secret";

@@ -1,8 +1,10 @@
 //! How a provider's secrets sign and verify: each secret prepared once for
-//! its scheme ([`Key`]), the MAC over the signed parts, and the limits every
-//! signed kind shares (timestamp tolerance, signature entries per header).
+//! its scheme ([`Key`]), the MAC over the signed parts, the limits every
+//! signed kind shares (timestamp tolerance, signature entries per header),
+//! the timestamp a sender signs ([`unix_seconds`]) and the shapes of fresh
+//! delivery ids ([`guid`], [`message_id`]).
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use ::hmac::{Hmac, Mac};
 use sha1::Sha1;
@@ -89,6 +91,19 @@ pub(super) fn guid([a, b]: [u64; 2]) -> String {
         0x8000 | (b >> 48) & 0x3fff,
         b & 0xffff_ffff_ffff
     )
+}
+
+/// A fresh `msg_…` id, as Svix names its messages (and the id the `hmac`
+/// kind makes up for a sender of its own).
+pub(super) fn message_id([a, b]: [u64; 2]) -> String {
+    format!("msg_{a:016x}{b:016x}")
+}
+
+/// The seconds since the epoch that a sender signs at `now`, in decimal:
+/// the one formatting of a signed timestamp (the kinds' signers and the
+/// worker's Standard Webhooks destination).
+pub fn unix_seconds(now: SystemTime) -> String {
+    now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()).to_string()
 }
 
 /// An HMAC-SHA256 key.

@@ -23,63 +23,85 @@
 use std::time::{Duration, SystemTime};
 
 use axum::http::HeaderMap;
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::fields::FieldOverrides;
-use super::outcome::{Delivery, Rejection};
-use super::provider::{Kind, Provider, ProviderKind};
-use super::request::{check_timestamp, parse_body, signature_header, unix_seconds};
+use super::outcome::{Delivery, ProviderError, Rejection};
+use super::provider::{Common, Endpoint, ProviderKind, TextDuration};
+use super::request::{check_timestamp, parse_body, signature_header};
+use super::signing::{DEFAULT_TOLERANCE, hmac_key, unix_seconds};
 use crate::vocabulary::KeySlots;
 
-/// Kind `slack` (module docs).
-pub struct Slack;
+/// A `slack` provider (module docs).
+#[derive(Clone, Debug)]
+pub struct Slack {
+    common: Common,
+    tolerance: Duration,
+    overrides: FieldOverrides,
+}
 
-impl Kind {
-    /// `slack`: Slack's Events API (`X-Slack-Signature`).
-    #[allow(non_upper_case_globals)] // named as the enum variant it replaced
-    pub const Slack: Kind = Kind(&Slack);
+/// The `[[provider]]` keys of kind `slack` beside the shared ones.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlackSettings {
+    /// How far `X-Slack-Request-Timestamp` may be from the clock (default 5 minutes).
+    tolerance: Option<TextDuration>,
+    /// Replaces the defaults of the event's fields, key by key.
+    fields: Option<FieldOverrides>,
 }
 
 impl ProviderKind for Slack {
-    fn name(&self) -> &'static str {
-        "slack"
-    }
+    type Settings = SlackSettings;
+    const NAME: &'static str = "slack";
+    // "respond ... within three seconds" (Slack, Events API).
+    const DEFAULT_DEADLINE: Duration = Duration::from_secs(3);
+    const SIGNS_TIMESTAMP: bool = true;
+    const BODY_DELIVERY_ID: Option<&'static str> = Some(DELIVERY_KEY);
 
-    fn default_deadline(&self) -> Duration {
-        // "respond ... within three seconds" (Slack, Events API).
-        Duration::from_secs(3)
-    }
-
-    fn signs_timestamp(&self) -> bool {
-        true
-    }
-
-    fn body_delivery_id(&self) -> Option<&'static str> {
-        Some(DELIVERY_KEY)
-    }
-
-    fn check_headers(&self, provider: &Provider, headers: &HeaderMap, now: SystemTime) -> Result<(), Rejection> {
-        signature(provider, headers, now).map(drop)
-    }
-
-    fn accept(&self, provider: &Provider, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
-        accept(provider, headers, body, now)
-    }
-
-    fn sign<'p>(
-        &self,
-        provider: &'p Provider,
-        _: &str,
-        _: Option<&str>,
-        body: &[u8],
-        now: SystemTime,
-    ) -> Vec<(&'p str, String)> {
-        sign(provider, now, body)
-    }
-
-    fn fresh_delivery_id(&self, random: [u64; 2]) -> String {
+    fn fresh_delivery_id(random: [u64; 2]) -> String {
         let [a, _] = random;
         format!("Ev{a:016X}")
+    }
+
+    fn build(common: Common, secrets: &[&str], settings: SlackSettings) -> Result<Slack, ProviderError> {
+        let overrides = settings.fields.unwrap_or_default();
+        overrides.validate(common.name())?;
+        Ok(Slack {
+            common: common.with_keys(secrets.iter().map(|s| hmac_key(s.as_bytes())).collect()),
+            tolerance: settings.tolerance.map_or(DEFAULT_TOLERANCE, |t| t.0),
+            overrides,
+        })
+    }
+}
+
+impl Endpoint for Slack {
+    fn common(&self) -> &Common {
+        &self.common
+    }
+
+    fn common_mut(&mut self) -> &mut Common {
+        &mut self.common
+    }
+
+    fn check_headers(&self, headers: &HeaderMap, now: SystemTime) -> Result<(), Rejection> {
+        signature(self.tolerance, headers, now).map(drop)
+    }
+
+    fn accept(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
+        accept(self, headers, body, now)
+    }
+
+    fn sign(&self, _: &str, _: Option<&str>, body: &[u8], now: SystemTime) -> Vec<(&str, String)> {
+        sign(&self.common, now, body)
+    }
+
+    fn tolerance(&self) -> Option<Duration> {
+        Some(self.tolerance)
+    }
+
+    fn set_fields(&mut self, overrides: FieldOverrides) {
+        self.overrides = overrides;
     }
 }
 
@@ -114,27 +136,18 @@ fn signed_content<'a>(timestamp: &'a str, body: &'a [u8]) -> [&'a [u8]; 5] {
 /// The digest of `X-Slack-Signature` and the signed timestamp: both present
 /// once, well formed, the timestamp within the tolerance, else 401 (before
 /// the body is read).
-fn signature<'a>(
-    provider: &Provider,
-    headers: &'a HeaderMap,
-    now: SystemTime,
-) -> Result<(Vec<u8>, &'a str), Rejection> {
+fn signature(tolerance: Duration, headers: &HeaderMap, now: SystemTime) -> Result<(Vec<u8>, &str), Rejection> {
     let signature = signature_header(headers, SIGNATURE_HEADER, "X-Slack-Signature")?;
     let timestamp = signature_header(headers, TIMESTAMP_HEADER, "X-Slack-Request-Timestamp")?;
-    check_timestamp("X-Slack-Request-Timestamp", timestamp, provider.tolerance(), now)?;
+    check_timestamp("X-Slack-Request-Timestamp", timestamp, tolerance, now)?;
     let digest =
         parse_signature(signature).ok_or_else(|| unauthorized("X-Slack-Signature is not v0=<64 hex digits>"))?;
     Ok((digest, timestamp))
 }
 
-fn accept(
-    provider: &Provider,
-    headers: &HeaderMap,
-    body: &[u8],
-    now: SystemTime,
-) -> Result<Delivery, Rejection> {
-    let (digest, timestamp) = signature(provider, headers, now)?;
-    if !provider.verifies(&signed_content(timestamp, body), &digest) {
+fn accept(provider: &Slack, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
+    let (digest, timestamp) = signature(provider.tolerance, headers, now)?;
+    if !provider.common.verifies(&signed_content(timestamp, body), &digest) {
         return Err(unauthorized("X-Slack-Signature does not match the body"));
     }
 
@@ -151,7 +164,7 @@ fn accept(
     };
     let event = normalize(&provider.overrides, &payload);
     let event_type = payload.pointer("/event/type").and_then(Value::as_str).unwrap_or_default();
-    provider.admit(event_type, event.get("action").and_then(Value::as_str).unwrap_or(event_type))?;
+    provider.common.admit(event_type, event.get("action").and_then(Value::as_str).unwrap_or(event_type))?;
     Ok(Delivery { delivery_id, event, content_digest: None, key_slots: KeySlots::default() })
 }
 
@@ -172,9 +185,9 @@ pub fn normalize(overrides: &FieldOverrides, payload: &Value) -> Value {
 
 /// The headers Slack would send with `body` at `now`, signed with the
 /// provider's first secret. The delivery id is the body's `event_id`.
-fn sign(provider: &Provider, now: SystemTime, body: &[u8]) -> Vec<(&'static str, String)> {
+fn sign(common: &Common, now: SystemTime, body: &[u8]) -> Vec<(&'static str, String)> {
     let timestamp = unix_seconds(now);
-    let signature = hex::encode(provider.signature(&signed_content(&timestamp, body)));
+    let signature = hex::encode(common.signature(&signed_content(&timestamp, body)));
     vec![(TIMESTAMP_HEADER, timestamp), (SIGNATURE_HEADER, format!("{VERSION}={signature}"))]
 }
 
@@ -188,6 +201,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::providers::Provider;
     use crate::providers::{HmacSha256, Kind};
 
     // The worked example of Slack's "Verifying requests from Slack"

@@ -1,4 +1,9 @@
-//! Kind `standard-webhooks`: the Standard Webhooks spec, as Svix sends it.
+//! Kind `standard-webhooks`: the Standard Webhooks spec, as Svix sends it,
+//! and the one Standard Webhooks module: what a secret is
+//! ([`decode_secret`], under a [`SecretRule`]), what is signed
+//! ([`signed_content`]) and the headers a sender sends ([`signed_headers`]:
+//! `idemgate send` and `sign` through the kind, the worker's HTTP
+//! destination directly), verified here for `/webhooks/{name}`.
 //! The signature is the base64 HMAC-SHA256 of `<id>.<timestamp>.<raw body>`
 //! under the decoded `whsec_` secret; `webhook-signature` lists
 //! space-separated `v1,<base64>` entries, any one of which may match.
@@ -19,7 +24,8 @@
 //!   secret. A header with more is refused (401) before any is computed.
 //! - a signed empty `webhook-id` and a signed body that is not JSON are 400.
 //! - the secret may omit the `whsec_` prefix (bare base64), as Svix's
-//!   libraries allow; invalid base64 or an empty key is refused at start.
+//!   libraries allow; invalid base64 or an empty key is refused at start
+//!   ([`SecretRule::Receiving`]).
 //! - a pointer whose target is JSON `null` copies the `null` (the gate then
 //!   judges it); only a missing target leaves the key out.
 
@@ -28,99 +34,150 @@ use std::time::{Duration, SystemTime};
 use axum::http::HeaderMap;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use serde_json::{Map, Value};
+use serde::Deserialize;
+use serde_json::Value;
 
-use super::fields::{FieldPointers, field_value};
+use super::fields::{FieldOverrides, FieldPointers, normalize};
 use super::outcome::{Delivery, ProviderError, Rejection};
-use super::provider::{Kind, Provider, ProviderKind};
-use super::request::{Header, check_timestamp, header, parse_body, unix_seconds};
-use super::signing::{Key, MAX_SIGNATURES, hmac_key};
+use super::provider::{Common, Endpoint, ProviderKind, TextDuration};
+use super::reason::Reason;
+use super::request::{Header, check_timestamp, header, parse_body};
+use super::signing::{DEFAULT_TOLERANCE, MAX_SIGNATURES, hmac_key, mac_over, message_id, unix_seconds};
 use crate::vocabulary::KeySlots;
 
-/// Kind `standard-webhooks` (module docs).
-pub struct StandardWebhooks;
+/// A `standard-webhooks` provider (module docs).
+#[derive(Clone, Debug)]
+pub struct StandardWebhooks {
+    common: Common,
+    tolerance: Duration,
+    fields: FieldPointers,
+}
 
-impl Kind {
-    /// `standard-webhooks`: the Standard Webhooks spec (Svix and others).
-    #[allow(non_upper_case_globals)] // named as the enum variant it replaced
-    pub const StandardWebhooks: Kind = Kind(&StandardWebhooks);
+/// The `[[provider]]` keys of kind `standard-webhooks` beside the shared ones.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StandardWebhooksSettings {
+    /// How far the signed timestamp may be from the clock (default 5 minutes).
+    tolerance: Option<TextDuration>,
+    /// Where the event's fields are (a key left out keeps `/org`, …).
+    fields: Option<FieldOverrides>,
 }
 
 impl ProviderKind for StandardWebhooks {
-    fn name(&self) -> &'static str {
-        "standard-webhooks"
-    }
+    type Settings = StandardWebhooksSettings;
+    const NAME: &'static str = "standard-webhooks";
+    // "within a reasonable time-frame (15s with Svix)" (Svix, Retries).
+    const DEFAULT_DEADLINE: Duration = Duration::from_secs(15);
+    const SIGNS_TIMESTAMP: bool = true;
 
-    fn default_deadline(&self) -> Duration {
-        // "within a reasonable time-frame (15s with Svix)" (Svix, Retries).
-        Duration::from_secs(15)
-    }
-
-    fn signs_timestamp(&self) -> bool {
-        true
+    fn fresh_delivery_id(random: [u64; 2]) -> String {
+        message_id(random)
     }
 
     /// The decoded `whsec_` secret is the key; not base64, or empty once
     /// decoded, is refused.
-    fn key(&self, provider: &str, secret: &str) -> Result<Key, ProviderError> {
-        let key = decode_secret(secret).ok_or_else(|| ProviderError::BadSecret { provider: provider.to_owned() })?;
-        if key.is_empty() {
-            return Err(ProviderError::EmptySecret(provider.to_owned()));
-        }
-        Ok(hmac_key(&key))
-    }
-
-    fn check_headers(&self, provider: &Provider, headers: &HeaderMap, now: SystemTime) -> Result<(), Rejection> {
-        signature_headers(provider, headers, now).map(drop)
-    }
-
-    fn accept(&self, provider: &Provider, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
-        accept(provider, headers, body, now)
-    }
-
-    fn sign<'p>(
-        &self,
-        provider: &'p Provider,
-        delivery_id: &str,
-        _: Option<&str>,
-        body: &[u8],
-        now: SystemTime,
-    ) -> Vec<(&'p str, String)> {
-        sign(provider, delivery_id, now, body)
-    }
-
-    fn fresh_delivery_id(&self, random: [u64; 2]) -> String {
-        message_id(random)
+    fn build(common: Common, secrets: &[&str], settings: Self::Settings) -> Result<Self, ProviderError> {
+        let keys = secrets
+            .iter()
+            .map(|secret| match decode_secret(secret, SecretRule::Receiving) {
+                Ok(key) => Ok(hmac_key(&key)),
+                Err(BadSecret::Empty) => Err(ProviderError::EmptySecret(common.name().to_owned())),
+                Err(_) => Err(ProviderError::BadSecret { provider: common.name().to_owned() }),
+            })
+            .collect::<Result<_, _>>()?;
+        let overrides = settings.fields.unwrap_or_default();
+        overrides.validate(common.name())?;
+        Ok(StandardWebhooks {
+            tolerance: settings.tolerance.map_or(DEFAULT_TOLERANCE, |t| t.0),
+            fields: overrides.over(FieldPointers::default()),
+            common: common.with_keys(keys),
+        })
     }
 }
 
-/// A fresh `msg_…` id, as Svix names its messages.
-pub(super) fn message_id([a, b]: [u64; 2]) -> String {
-    format!("msg_{a:016x}{b:016x}")
-}
+impl Endpoint for StandardWebhooks {
+    fn common(&self) -> &Common {
+        &self.common
+    }
 
-impl Provider {
-    /// A `standard-webhooks` provider. `secret` is `whsec_<base64>`; like
-    /// Svix's libraries, bare base64 without the prefix is accepted too. The
-    /// key is the decoded bytes. Timestamps further than `tolerance` from
-    /// the clock, either way, are refused.
-    pub fn standard_webhooks(
-        name: impl Into<String>,
-        secret: &str,
-        tolerance: Duration,
-        fields: FieldPointers,
-    ) -> Result<Provider, ProviderError> {
-        Provider::new(name, Kind::StandardWebhooks, &[secret], Some(tolerance), Some(fields))
+    fn common_mut(&mut self) -> &mut Common {
+        &mut self.common
+    }
+
+    fn check_headers(&self, headers: &HeaderMap, now: SystemTime) -> Result<(), Rejection> {
+        signature_headers(self.tolerance, headers, now).map(drop)
+    }
+
+    fn accept(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
+        accept(self, headers, body, now)
+    }
+
+    fn sign(&self, delivery_id: &str, _: Option<&str>, body: &[u8], now: SystemTime) -> Vec<(&str, String)> {
+        sign(&self.common, delivery_id, now, body)
+    }
+
+    fn tolerance(&self) -> Option<Duration> {
+        Some(self.tolerance)
+    }
+
+    fn fields(&self) -> Option<&FieldPointers> {
+        Some(&self.fields)
+    }
+
+    fn set_fields(&mut self, overrides: FieldOverrides) {
+        self.fields = overrides.over(std::mem::take(&mut self.fields));
     }
 }
 
 /// The optional prefix of a secret.
 pub const SECRET_PREFIX: &str = "whsec_";
 
-/// The decoded HMAC key of a secret, `None` when it is not base64.
-fn decode_secret(secret: &str) -> Option<Vec<u8>> {
-    let encoded = secret.strip_prefix(SECRET_PREFIX).unwrap_or(secret);
-    STANDARD.decode(encoded).ok()
+/// The shortest secret a sender signs with, decoded: 24 bytes (192 bits),
+/// the Standard Webhooks minimum.
+pub const MIN_SIGNING_SECRET_BYTES: usize = 24;
+
+/// What a valid secret is depends on who chose it, so there are two rules,
+/// named by the side that holds the secret.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretRule {
+    /// A receiver's (`kind = "standard-webhooks"`): the sender chose the
+    /// secret, so it is taken as the sender's libraries take it, with or
+    /// without `whsec_`, any non-empty length. Refusing a short one would
+    /// refuse the sender's webhooks, not make them stronger.
+    Receiving,
+    /// A sender's (`worker --deliver-secret-file`): idemgate signs, so it
+    /// holds itself to the spec: the `whsec_` prefix, which tells a secret
+    /// from any other base64 in the file, and at least
+    /// [`MIN_SIGNING_SECRET_BYTES`] once decoded.
+    Signing,
+}
+
+/// Why a text is not a secret under a [`SecretRule`]; none of them shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadSecret {
+    /// No `whsec_` prefix (signing only).
+    NoPrefix,
+    /// Not standard base64 after the prefix.
+    NotBase64,
+    /// Nothing once decoded.
+    Empty,
+    /// Shorter than [`MIN_SIGNING_SECRET_BYTES`] (signing only).
+    Short,
+}
+
+/// The HMAC key a secret (`whsec_<base64>`) gives under `rule`.
+pub fn decode_secret(secret: &str, rule: SecretRule) -> Result<Vec<u8>, BadSecret> {
+    let encoded = match (secret.strip_prefix(SECRET_PREFIX), rule) {
+        (Some(encoded), _) => encoded,
+        (None, SecretRule::Receiving) => secret,
+        (None, SecretRule::Signing) => return Err(BadSecret::NoPrefix),
+    };
+    let key = STANDARD.decode(encoded).map_err(|_| BadSecret::NotBase64)?;
+    match rule {
+        _ if key.is_empty() => Err(BadSecret::Empty),
+        SecretRule::Signing if key.len() < MIN_SIGNING_SECRET_BYTES => Err(BadSecret::Short),
+        _ => Ok(key),
+    }
 }
 
 /// The base64 signatures of the `v1` entries of a signature header, in
@@ -154,32 +211,28 @@ fn auth_header<'a>(headers: &'a HeaderMap, suffix: &str) -> Result<&'a str, Reje
 /// The id, timestamp and signature headers: each present once, at most
 /// [`MAX_SIGNATURES`] entries, the timestamp within the tolerance, else 401
 /// (before the body is read).
-fn signature_headers<'a>(
-    provider: &Provider,
-    headers: &'a HeaderMap,
-    now: SystemTime,
-) -> Result<[&'a str; 3], Rejection> {
+fn signature_headers(tolerance: Duration, headers: &HeaderMap, now: SystemTime) -> Result<[&str; 3], Rejection> {
     let id = auth_header(headers, "id")?;
     let timestamp = auth_header(headers, "timestamp")?;
     let signatures = auth_header(headers, "signature")?;
     if v1_signatures(signatures).count() > MAX_SIGNATURES {
         return Err(unauthorized("webhook-signature has too many v1 entries"));
     }
-    check_timestamp("webhook-timestamp", timestamp, provider.tolerance(), now)?;
+    check_timestamp("webhook-timestamp", timestamp, tolerance, now)?;
     Ok([id, timestamp, signatures])
 }
 
 fn accept(
-    provider: &Provider,
+    provider: &StandardWebhooks,
     headers: &HeaderMap,
     body: &[u8],
     now: SystemTime,
 ) -> Result<Delivery, Rejection> {
-    let [id, timestamp, signatures] = signature_headers(provider, headers, now)?;
+    let [id, timestamp, signatures] = signature_headers(provider.tolerance, headers, now)?;
 
     // Every entry is compared under every secret, each in constant time.
     let signed = signed_content(id, timestamp, body);
-    let matched = provider.verifies_any(&signed, v1_signatures(signatures).filter_map(|s| STANDARD.decode(s).ok()));
+    let matched = provider.common.verifies_any(&signed, v1_signatures(signatures).filter_map(|s| STANDARD.decode(s).ok()));
     if !matched {
         return Err(unauthorized("no webhook-signature entry matches"));
     }
@@ -189,12 +242,12 @@ fn accept(
     }
     let payload = parse_body(body)?;
     if is_svix_ping(&payload) {
-        return Err(Rejection::Ignored(crate::providers::reason::Reason::Ping));
+        return Err(Rejection::Ignored(Reason::Ping));
     }
-    let event = normalize(provider.fields(), &payload);
+    let event = normalize(&provider.fields, &payload);
     // The event name of an `events` list is the action.
     let action = event.get("action").and_then(Value::as_str).unwrap_or_default();
-    provider.admit(action, action)?;
+    provider.common.admit(action, action)?;
     Ok(Delivery { delivery_id: id.to_owned(), event, content_digest: None, key_slots: KeySlots::default() })
 }
 
@@ -207,33 +260,46 @@ fn is_svix_ping(payload: &Value) -> bool {
 }
 
 /// What Standard Webhooks signs: `<id>.<timestamp>.<raw body>` (for the
-/// verifier, for `idemgate send`/`sign` and for `worker --deliver` alike).
-pub(crate) fn signed_content<'a>(id: &'a str, timestamp: &'a str, body: &'a [u8]) -> [&'a [u8]; 5] {
+/// verifier and every signer alike).
+fn signed_content<'a>(id: &'a str, timestamp: &'a str, body: &'a [u8]) -> [&'a [u8]; 5] {
     [id.as_bytes(), b".", timestamp.as_bytes(), b".", body]
 }
 
-/// The headers a Standard Webhooks sender would send with `body` at `now`,
-/// signed with the provider's first secret.
-fn sign(provider: &Provider, id: &str, now: SystemTime, body: &[u8]) -> Vec<(&'static str, String)> {
-    let timestamp = unix_seconds(now);
-    let signature = STANDARD.encode(provider.signature(&signed_content(id, &timestamp, body)));
-    vec![
-        ("webhook-id", id.to_owned()),
-        ("webhook-timestamp", timestamp),
-        ("webhook-signature", format!("v1,{signature}")),
-    ]
+/// One `webhook-signature` entry for a MAC.
+fn entry(mac: &[u8]) -> String {
+    format!("v1,{}", STANDARD.encode(mac))
 }
 
-/// The gate's event: each field read by its JSON pointer, copied as it is,
-/// left out when the pointer has no target; a literal (`=value`) gives its
-/// value as a string.
-pub fn normalize(fields: &FieldPointers, payload: &Value) -> Value {
-    let event: Map<String, Value> = fields
-        .iter()
-        .into_iter()
-        .filter_map(|(key, spec)| Some((key.to_owned(), field_value(spec, payload)?)))
-        .collect();
-    Value::Object(event)
+/// The headers a Standard Webhooks sender sends, in order: `webhook-id`,
+/// `webhook-timestamp`, `webhook-signature`.
+fn headers(id: &str, timestamp: String, signature: String) -> Vec<(&'static str, String)> {
+    vec![("webhook-id", id.to_owned()), ("webhook-timestamp", timestamp), ("webhook-signature", signature)]
+}
+
+/// `webhook-signature` for `body` under `keys` (decoded secrets): one
+/// `v1,<base64>` entry per key, space-separated, in the keys' order.
+pub fn signature(keys: &[impl AsRef<[u8]>], id: &str, timestamp: &str, body: &[u8]) -> String {
+    let signed = signed_content(id, timestamp, body);
+    let entries: Vec<String> = keys.iter().map(|key| entry(&mac_over(&hmac_key(key.as_ref()), &signed))).collect();
+    entries.join(" ")
+}
+
+/// The headers a Standard Webhooks sender sends with `body` at `now`,
+/// signed with every one of `keys` (the worker's HTTP destination, which
+/// lists each live secret so that a receiver rolling its secret verifies
+/// either).
+pub fn signed_headers(keys: &[impl AsRef<[u8]>], id: &str, now: SystemTime, body: &[u8]) -> Vec<(&'static str, String)> {
+    let timestamp = unix_seconds(now);
+    let signature = signature(keys, id, &timestamp, body);
+    headers(id, timestamp, signature)
+}
+
+/// The headers a provider's sender would send with `body` at `now`,
+/// signed with the provider's first secret (`idemgate send` and `sign`).
+fn sign(common: &Common, id: &str, now: SystemTime, body: &[u8]) -> Vec<(&'static str, String)> {
+    let timestamp = unix_seconds(now);
+    let signature = entry(&common.signature(&signed_content(id, &timestamp, body)));
+    headers(id, timestamp, signature)
 }
 
 #[cfg(test)]
@@ -245,8 +311,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::providers::Provider;
     use crate::providers::HmacSha256;
-    use crate::providers::{DEFAULT_TOLERANCE, Provider, ProviderError};
+    use crate::providers::{DEFAULT_TOLERANCE, ProviderError};
     use hmac::Mac;
 
     // The example published with the Standard Webhooks spec and Svix's docs.
@@ -551,6 +618,43 @@ mod tests {
         // The same bodies unsigned are 401, not 400.
         let h = headers("webhook-", Some("msg_1"), Some(&ts), Some("v1,AAAA"));
         assert!(unauthorized(provider().accept(&h, b"not json", at(SPEC_TS))));
+    }
+
+    /// One module signs for the destination and verifies for the kind: the
+    /// destination's headers (every key listed) verify under a provider
+    /// holding any one of its secrets, and match the spec's vector.
+    #[test]
+    fn the_destinations_headers_verify_under_the_kind() {
+        let spec_key = decode_secret(SPEC_SECRET, SecretRule::Signing).unwrap();
+        let sent = signed_headers(std::slice::from_ref(&spec_key), SPEC_ID, at(SPEC_TS), SPEC_BODY.as_bytes());
+        let names: Vec<&str> = sent.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, ["webhook-id", "webhook-timestamp", "webhook-signature"]);
+        assert_eq!(sent[2].1, SPEC_SIGNATURE);
+        let other = [9u8; 32];
+        let sent = signed_headers(&[other.to_vec(), spec_key], SPEC_ID, at(SPEC_TS), SPEC_BODY.as_bytes());
+        let h: HeaderMap = sent
+            .into_iter()
+            .map(|(n, v)| (axum::http::HeaderName::from_static(n), HeaderValue::from_str(&v).unwrap()))
+            .collect();
+        assert_eq!(provider().accept(&h, SPEC_BODY.as_bytes(), at(SPEC_TS)).unwrap().delivery_id, SPEC_ID);
+    }
+
+    /// The two secret rules: a receiver takes what the sender's libraries
+    /// take, a signer holds itself to the spec.
+    #[test]
+    fn secrets_under_each_rule() {
+        let b64 = |n: usize| STANDARD.encode(vec![1u8; n]);
+        use SecretRule::{Receiving, Signing};
+        for (secret, receiving, signing) in [
+            (format!("whsec_{}", b64(24)), Ok(24), Ok(24)),
+            (format!("whsec_{}", b64(23)), Ok(23), Err(BadSecret::Short)),
+            (b64(32), Ok(32), Err(BadSecret::NoPrefix)),
+            ("whsec_".to_owned(), Err(BadSecret::Empty), Err(BadSecret::Empty)),
+            ("whsec_!!".to_owned(), Err(BadSecret::NotBase64), Err(BadSecret::NotBase64)),
+        ] {
+            assert_eq!(decode_secret(&secret, Receiving).map(|k| k.len()), receiving, "{secret}");
+            assert_eq!(decode_secret(&secret, Signing).map(|k| k.len()), signing, "{secret}");
+        }
     }
 
     #[test]

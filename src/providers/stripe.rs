@@ -26,64 +26,85 @@
 use std::time::{Duration, SystemTime};
 
 use axum::http::HeaderMap;
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::fields::FieldOverrides;
-use super::outcome::{Delivery, Rejection};
-use super::provider::{Kind, Provider, ProviderKind};
-use super::request::{check_timestamp, parse_body, signature_header, unix_seconds};
-use super::signing::MAX_SIGNATURES;
+use super::outcome::{Delivery, ProviderError, Rejection};
+use super::provider::{Common, Endpoint, ProviderKind, TextDuration};
+use super::request::{check_timestamp, parse_body, signature_header};
+use super::signing::{DEFAULT_TOLERANCE, MAX_SIGNATURES, hmac_key, unix_seconds};
 use crate::vocabulary::KeySlots;
 
-/// Kind `stripe` (module docs).
-pub struct Stripe;
+/// A `stripe` provider (module docs).
+#[derive(Clone, Debug)]
+pub struct Stripe {
+    common: Common,
+    tolerance: Duration,
+    overrides: FieldOverrides,
+}
 
-impl Kind {
-    /// `stripe`: Stripe's `Stripe-Signature` webhooks.
-    #[allow(non_upper_case_globals)] // named as the enum variant it replaced
-    pub const Stripe: Kind = Kind(&Stripe);
+/// The `[[provider]]` keys of kind `stripe` beside the shared ones.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StripeSettings {
+    /// How far `t=` may be from the clock (default 5 minutes).
+    tolerance: Option<TextDuration>,
+    /// Replaces the defaults of the event's fields, key by key.
+    fields: Option<FieldOverrides>,
 }
 
 impl ProviderKind for Stripe {
-    fn name(&self) -> &'static str {
-        "stripe"
-    }
+    type Settings = StripeSettings;
+    const NAME: &'static str = "stripe";
+    // Not published; reported 20 to 30 s, so 10 s stays inside it.
+    const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
+    const SIGNS_TIMESTAMP: bool = true;
+    const BODY_DELIVERY_ID: Option<&'static str> = Some(DELIVERY_KEY);
 
-    fn default_deadline(&self) -> Duration {
-        // Not published; reported 20 to 30 s, so 10 s stays inside it.
-        Duration::from_secs(10)
-    }
-
-    fn signs_timestamp(&self) -> bool {
-        true
-    }
-
-    fn body_delivery_id(&self) -> Option<&'static str> {
-        Some(DELIVERY_KEY)
-    }
-
-    fn check_headers(&self, provider: &Provider, headers: &HeaderMap, now: SystemTime) -> Result<(), Rejection> {
-        signature(provider, headers, now).map(drop)
-    }
-
-    fn accept(&self, provider: &Provider, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
-        accept(provider, headers, body, now)
-    }
-
-    fn sign<'p>(
-        &self,
-        provider: &'p Provider,
-        _: &str,
-        _: Option<&str>,
-        body: &[u8],
-        now: SystemTime,
-    ) -> Vec<(&'p str, String)> {
-        sign(provider, now, body)
-    }
-
-    fn fresh_delivery_id(&self, random: [u64; 2]) -> String {
+    fn fresh_delivery_id(random: [u64; 2]) -> String {
         let [a, b] = random;
         format!("evt_{a:016x}{b:016x}")
+    }
+
+    fn build(common: Common, secrets: &[&str], settings: StripeSettings) -> Result<Stripe, ProviderError> {
+        let overrides = settings.fields.unwrap_or_default();
+        overrides.validate(common.name())?;
+        Ok(Stripe {
+            common: common.with_keys(secrets.iter().map(|s| hmac_key(s.as_bytes())).collect()),
+            tolerance: settings.tolerance.map_or(DEFAULT_TOLERANCE, |t| t.0),
+            overrides,
+        })
+    }
+}
+
+impl Endpoint for Stripe {
+    fn common(&self) -> &Common {
+        &self.common
+    }
+
+    fn common_mut(&mut self) -> &mut Common {
+        &mut self.common
+    }
+
+    fn check_headers(&self, headers: &HeaderMap, now: SystemTime) -> Result<(), Rejection> {
+        signature(self.tolerance, headers, now).map(drop)
+    }
+
+    fn accept(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
+        accept(self, headers, body, now)
+    }
+
+    fn sign(&self, _: &str, _: Option<&str>, body: &[u8], now: SystemTime) -> Vec<(&str, String)> {
+        sign(&self.common, now, body)
+    }
+
+    fn tolerance(&self) -> Option<Duration> {
+        Some(self.tolerance)
+    }
+
+    fn set_fields(&mut self, overrides: FieldOverrides) {
+        self.overrides = overrides;
     }
 }
 
@@ -140,27 +161,22 @@ fn signed_content<'a>(timestamp: &'a str, body: &'a [u8]) -> [&'a [u8]; 3] {
 /// `Stripe-Signature`: present once, well formed, its timestamp within the
 /// tolerance, else 401 (before the body is read).
 fn signature<'a>(
-    provider: &Provider,
+    tolerance: Duration,
     headers: &'a HeaderMap,
     now: SystemTime,
 ) -> Result<SignatureParts<'a>, Rejection> {
     let value = signature_header(headers, SIGNATURE_HEADER, "Stripe-Signature")?;
     let parts = parse_header(value).map_err(unauthorized)?;
-    check_timestamp("the Stripe-Signature timestamp", parts.timestamp, provider.tolerance(), now)?;
+    check_timestamp("the Stripe-Signature timestamp", parts.timestamp, tolerance, now)?;
     Ok(parts)
 }
 
-fn accept(
-    provider: &Provider,
-    headers: &HeaderMap,
-    body: &[u8],
-    now: SystemTime,
-) -> Result<Delivery, Rejection> {
-    let parts = signature(provider, headers, now)?;
+fn accept(provider: &Stripe, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
+    let parts = signature(provider.tolerance, headers, now)?;
     // Every entry is compared under every secret, each in constant time.
     let signed = signed_content(parts.timestamp, body);
     let candidates = parts.v1.iter().filter(|hex| hex.len() == 64).filter_map(|hex| hex::decode(hex).ok());
-    let matched = provider.verifies_any(&signed, candidates);
+    let matched = provider.common.verifies_any(&signed, candidates);
     if !matched {
         return Err(unauthorized("no Stripe-Signature v1 signature matches"));
     }
@@ -172,7 +188,7 @@ fn accept(
     };
     let event = normalize(&provider.overrides, &payload);
     let event_type = payload.get("type").and_then(Value::as_str).unwrap_or_default();
-    provider.admit(event_type, event.get("action").and_then(Value::as_str).unwrap_or(event_type))?;
+    provider.common.admit(event_type, event.get("action").and_then(Value::as_str).unwrap_or(event_type))?;
     Ok(Delivery { delivery_id, event, content_digest: None, key_slots: KeySlots::default() })
 }
 
@@ -200,9 +216,9 @@ pub fn normalize(overrides: &FieldOverrides, payload: &Value) -> Value {
 
 /// The header Stripe would send with `body` at `now`, signed with the
 /// provider's first secret. The delivery id is the body's `id`.
-fn sign(provider: &Provider, now: SystemTime, body: &[u8]) -> Vec<(&'static str, String)> {
+fn sign(common: &Common, now: SystemTime, body: &[u8]) -> Vec<(&'static str, String)> {
     let timestamp = unix_seconds(now);
-    let signature = hex::encode(provider.signature(&signed_content(&timestamp, body)));
+    let signature = hex::encode(common.signature(&signed_content(&timestamp, body)));
     vec![(SIGNATURE_HEADER, format!("t={timestamp},v1={signature}"))]
 }
 
@@ -216,6 +232,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::providers::Provider;
     use crate::providers::{HmacSha256, Kind, ProviderError};
 
     const SECRET: &str = "whsec_test_secret_0123456789abcdef";

@@ -1,22 +1,23 @@
 //! A `[[provider]]` table of the config file (docs/reference.md#config-file):
-//! read as written ([`ProviderTable`]), then checked and built into a
-//! [`Provider`] ([`ProviderTable::build_all`]). What a key means to a kind
-//! is the kind's to say ([`ProviderKind`]): which of `fields`, `tolerance`,
-//! `identity` and the `hmac` scheme's keys it reads, and how it builds a
-//! provider from them. The messages name the provider and the key, never a
-//! value, and list the kinds a key applies to from the registry.
+//! read as written ([`ProviderTable`]: the keys every kind reads, and the
+//! rest for the kind), then checked and built into a [`Provider`]
+//! ([`ProviderTable::build_all`]). The kind's own keys are the fields of its
+//! settings struct ([`Kind::keys`]), read by the kind: a key it does not
+//! read is refused with the kinds that do read it, listed from the
+//! registry. The messages name the provider and the key, never a value.
 
 use serde::Deserialize;
+use toml::Spanned;
 
-use super::fields::FieldOverrides;
-use super::hmac_scheme::SchemeConfig;
-use super::provider::{IdentityMode, Kind, KindTable, Provider, ProviderKind};
 use super::reason::RefusalStatus;
+use super::{Kind, Provider, ProviderError};
 use crate::config_values::{StringOrList, checked_repos, duration};
 
-/// One `[[provider]]` table, as the file writes it.
+/// One `[[provider]]` table, as the file writes it: the keys every kind
+/// reads, typed here (their errors come with their line from the TOML
+/// reader), and the kind's own keys, read by the kind once its `kind` is
+/// known.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct ProviderTable {
     name: String,
     kind: String,
@@ -24,33 +25,35 @@ pub struct ProviderTable {
     secrets: Option<Vec<String>>,
     /// One variable name, or several (a list, or comma-separated): each holds one secret.
     secret_env: Option<StringOrList>,
-    tolerance: Option<String>,
-    fields: Option<FieldOverrides>,
-    identity: Option<IdentityMode>,
     events: Option<Vec<String>>,
     keep_payload: Option<bool>,
     allowed_repos: Option<StringOrList>,
     /// `"ack"` (default): refusals answered 200; `"code"`: status = code.
     refusal_status: Option<RefusalStatus>,
-    // Kind `hmac`: how its sender signs (crate::providers::hmac::SchemeConfig).
-    signature_header: Option<String>,
-    algorithm: Option<String>,
-    encoding: Option<String>,
-    signature_prefix: Option<String>,
-    signed_content: Option<String>,
-    timestamp_header: Option<String>,
-    delivery_id_header: Option<String>,
-    delivery_id: Option<String>,
     /// How long the provider waits for an answer (default: its kind's).
     deadline: Option<String>,
+    /// Every other key: the kind's own (`tolerance`, `fields`, `identity`,
+    /// the `hmac` scheme's), or a mistake.
+    #[serde(flatten)]
+    own: toml::Table,
 }
+
+/// Where a key of a table is: `line_of(table, key)` is the line of `key`
+/// in the table whose header starts at byte `table`, when it can be found.
+pub type LineOf<'a> = &'a dyn Fn(usize, &str) -> Option<usize>;
 
 impl ProviderTable {
     /// Checks and builds every table, in order; `env` looks up
-    /// `secret_env` variables. The error is the message for the operator.
-    pub fn build_all(tables: &[ProviderTable], env: &dyn Fn(&str) -> Option<String>) -> Result<Vec<Provider>, String> {
+    /// `secret_env` variables, `line_of` finds a kind's key for the
+    /// messages. The error is the message for the operator.
+    pub fn build_all(
+        tables: &[Spanned<ProviderTable>],
+        env: &dyn Fn(&str) -> Option<String>,
+        line_of: LineOf<'_>,
+    ) -> Result<Vec<Provider>, String> {
         let mut providers: Vec<Provider> = Vec::new();
-        for (i, p) in tables.iter().enumerate() {
+        for (i, table) in tables.iter().enumerate() {
+            let p = table.get_ref();
             if p.name.is_empty() || !p.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
                 return Err(format!(
                     "[[provider]] #{}: name must be non-empty and use only letters, digits, '-', '_' or '.'",
@@ -59,39 +62,52 @@ impl ProviderTable {
             }
             // A valid name is part of the endpoint's URL, not a secret: it may be shown.
             let at = format!("[[provider]] #{} ({:?})", i + 1, p.name);
-            if providers.iter().any(|q| q.name == p.name) {
+            if providers.iter().any(|q| q.name() == p.name) {
                 return Err(format!("{at}: a provider named {:?} is defined twice", p.name));
             }
-            providers.push(p.build(&at, env)?);
+            let line = |key: &str| line_of(table.span().start, key).map_or(String::new(), |n| format!(" line {n},"));
+            providers.push(p.build(&at, env, &line)?);
         }
         Ok(providers)
     }
 
     /// The environment variables the providers take their secrets from
     /// (`secret_env`).
-    pub fn secret_env_names(tables: &[ProviderTable]) -> Vec<String> {
-        tables.iter().filter_map(|p| p.secret_env.clone()).flat_map(StringOrList::into_vec).collect()
+    pub fn secret_env_names(tables: &[Spanned<ProviderTable>]) -> Vec<String> {
+        tables.iter().filter_map(|p| p.get_ref().secret_env.clone()).flat_map(StringOrList::into_vec).collect()
     }
 
-    /// This table's provider; `at` names the table in messages.
-    fn build(&self, at: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Provider, String> {
+    /// This table's provider; `at` names the table in messages, `line`
+    /// says where a kind's key is (` line 7,`, or nothing).
+    fn build(
+        &self,
+        at: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+        line: &dyn Fn(&str) -> String,
+    ) -> Result<Provider, String> {
         let kind: Kind = self.kind.parse().map_err(|_| format!("{at}: unknown kind (use one of {})", Kind::names()))?;
         let secrets = self.secrets(at, env)?;
-        let tolerance = duration(&format!("{at}: tolerance"), self.tolerance.as_ref())?;
-        self.check_kind_keys(kind.0).map_err(|problem| format!("{at}: {problem}"))?;
+        if let Some(key) = self.own.keys().find(|key| !kind.keys().contains(&key.as_str())) {
+            let problem = match kinds_reading(key) {
+                with if with.is_empty() => format!("unknown key `{key}`"),
+                with => format!("`{key}` applies to {with} only"),
+            };
+            return Err(format!("{at}:{} {problem}", line(key)));
+        }
         let deadline = duration(&format!("{at}: deadline"), self.deadline.as_ref())?;
         if deadline.is_some_and(|d| d.is_zero()) {
             return Err(format!("{at}: `deadline` must be more than 0 (leave it out for the kind's default)"));
         }
-        let table = KindTable { tolerance, fields: self.fields.as_ref(), scheme: self.scheme() };
-        let mut provider = kind
-            .0
-            .build_from_table(kind, &self.name, &secrets, &table)
-            .map_err(|e| format!("{at}: {e}"))?
-            .with_identity(self.identity.unwrap_or_default())
+        let mut provider = Provider::with_settings(&self.name, kind, &secrets, self.own.clone())
+            .map_err(|e| match &e {
+                ProviderError::Setting { key, .. } if !key.is_empty() => format!("{at}:{} {e}", line(key)),
+                _ => format!("{at}: {e}"),
+            })?
             .with_keep_payload(self.keep_payload.unwrap_or(false))
-            .with_refusal_status(self.refusal_status.unwrap_or_default())
-            .with_deadline(deadline.unwrap_or(kind.default_deadline()));
+            .with_refusal_status(self.refusal_status.unwrap_or_default());
+        if let Some(deadline) = deadline {
+            provider = provider.with_deadline(deadline);
+        }
         if let Some(events) = &self.events {
             if events.is_empty() || events.iter().any(String::is_empty) {
                 return Err(format!(
@@ -104,66 +120,6 @@ impl ProviderTable {
             provider = provider.with_allowed_repos(checked_repos(repos.clone().into_vec(), &format!("{at}: "))?);
         }
         Ok(provider)
-    }
-
-    /// The keys that mean something to some kinds only, against what
-    /// `kind` reads.
-    fn check_kind_keys(&self, kind: &dyn ProviderKind) -> Result<(), String> {
-        if !kind.reads_fields() && (self.tolerance.is_some() || self.fields.is_some()) {
-            let without = kinds_where(|k| !k.reads_fields());
-            return Err(format!("`tolerance` and `fields` apply to kinds other than {without}"));
-        }
-        if !kind.reads_tolerance() && self.tolerance.is_some() {
-            return Err("`tolerance` applies to kinds that sign a timestamp only".into());
-        }
-        match self.identity {
-            None => {}
-            Some(mode) if kind.identities().contains(&mode) => {}
-            Some(mode) if !kind.identities().is_empty() => {
-                return Err(format!("`identity = {:?}` does not apply to kind \"{}\"", mode.as_str(), kind.name()));
-            }
-            Some(_) => {
-                let with = kinds_where(|k| !k.identities().is_empty());
-                return Err(format!("`identity` applies to kinds {with} only"));
-            }
-        }
-        if let Some(key) = self.scheme_keys_given().filter(|_| !kind.reads_scheme()) {
-            let with = kinds_where(|k| k.reads_scheme());
-            return Err(format!("`{key}` applies to kind {with} only"));
-        }
-        Ok(())
-    }
-
-    /// The `hmac` scheme's keys as given (its `tolerance` is the table's).
-    fn scheme(&self) -> SchemeConfig {
-        SchemeConfig {
-            signature_header: self.signature_header.clone(),
-            algorithm: self.algorithm.clone(),
-            encoding: self.encoding.clone(),
-            signature_prefix: self.signature_prefix.clone(),
-            signed_content: self.signed_content.clone(),
-            timestamp_header: self.timestamp_header.clone(),
-            tolerance: None,
-            delivery_id_header: self.delivery_id_header.clone(),
-            delivery_id: self.delivery_id.clone(),
-        }
-    }
-
-    /// The first of the `hmac` scheme's keys given, by name, for the error
-    /// of a kind that reads none.
-    fn scheme_keys_given(&self) -> Option<&'static str> {
-        [
-            ("signature_header", self.signature_header.is_some()),
-            ("algorithm", self.algorithm.is_some()),
-            ("encoding", self.encoding.is_some()),
-            ("signature_prefix", self.signature_prefix.is_some()),
-            ("signed_content", self.signed_content.is_some()),
-            ("timestamp_header", self.timestamp_header.is_some()),
-            ("delivery_id_header", self.delivery_id_header.is_some()),
-            ("delivery_id", self.delivery_id.is_some()),
-        ]
-        .into_iter()
-        .find_map(|(key, given)| given.then_some(key))
     }
 
     /// The secrets, from exactly one of `secret`, `secrets` and `secret_env`.
@@ -191,13 +147,15 @@ impl ProviderTable {
     }
 }
 
-/// The registry's kinds for which `pick` holds, quoted and joined as a
-/// message lists them: `"github"`, `"github" and "gitlab"`, `"a", "b" and "c"`.
-fn kinds_where(pick: impl Fn(&dyn ProviderKind) -> bool) -> String {
-    let names: Vec<String> = Kind::ALL.iter().filter(|k| pick(k.0)).map(|k| format!("\"{}\"", k.as_str())).collect();
+/// The registry's kinds that read `key`, quoted and joined as a message
+/// lists them: `kind "hmac"`, `kinds "github" and "gitlab"`, `kinds "a",
+/// "b" and "c"`; empty when no kind reads it.
+fn kinds_reading(key: &str) -> String {
+    let names: Vec<String> =
+        Kind::ALL.iter().filter(|k| k.keys().contains(&key)).map(|k| format!("\"{}\"", k.as_str())).collect();
     match names.split_last() {
-        Some((last, [])) => last.clone(),
-        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        Some((last, [])) => format!("kind {last}"),
+        Some((last, rest)) => format!("kinds {} and {last}", rest.join(", ")),
         None => String::new(),
     }
 }

@@ -19,7 +19,6 @@ use std::time::{Duration, SystemTime};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use hmac::{Hmac, Mac};
 use http_body_util::{BodyExt, Full};
 use hyper::StatusCode;
 use hyper::body::Bytes;
@@ -28,18 +27,13 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use sha2::Sha256;
 
 use super::breaker::{Breaker, BreakerConfig};
 use super::metrics::WorkerMetrics;
 use super::{Failure, Handler, RunAttempt};
-use crate::providers::standard_webhooks::{SECRET_PREFIX, signed_content};
+use crate::providers::standard_webhooks::{MIN_SIGNING_SECRET_BYTES, SecretRule, decode_secret, signed_headers};
 use crate::sync::lock;
 use crate::text::escape_control;
-
-/// The shortest secret accepted, decoded: 24 bytes (192 bits), the
-/// Standard Webhooks minimum.
-pub const MIN_SECRET_BYTES: usize = 24;
 
 /// How much of an answer's body `last_error` keeps.
 pub const ERROR_BODY_BYTES: usize = 256;
@@ -67,8 +61,9 @@ pub struct DeliverOptions {
 pub struct DeliverError(String);
 
 /// Reads a secrets file: one `whsec_` + base64 secret a line (blank lines
-/// skipped), each at least [`MIN_SECRET_BYTES`] decoded. The errors name the
-/// flag and the line number, never the content.
+/// skipped), each a signing secret ([`SecretRule::Signing`]: at least
+/// [`MIN_SIGNING_SECRET_BYTES`] decoded). The errors name the flag and the
+/// line number, never the content.
 pub fn read_secrets(path: &Path) -> Result<Vec<Vec<u8>>, DeliverError> {
     let at = format!("--deliver-secret-file {}", path.display());
     let text = std::fs::read_to_string(path).map_err(|e| DeliverError(format!("{at}: cannot read it: {e}")))?;
@@ -78,39 +73,18 @@ pub fn read_secrets(path: &Path) -> Result<Vec<Vec<u8>>, DeliverError> {
         if line.is_empty() {
             continue;
         }
-        let key = line
-            .strip_prefix(SECRET_PREFIX)
-            .and_then(|b64| STANDARD.decode(b64).ok())
-            .filter(|k| k.len() >= MIN_SECRET_BYTES)
-            .ok_or_else(|| {
-                DeliverError(format!(
-                    "{at}: line {} is not a Standard Webhooks secret (`whsec_` and the base64 of at least {MIN_SECRET_BYTES} bytes)",
-                    i + 1
-                ))
-            })?;
+        let key = decode_secret(line, SecretRule::Signing).map_err(|_| {
+            DeliverError(format!(
+                "{at}: line {} is not a Standard Webhooks secret (`whsec_` and the base64 of at least {MIN_SIGNING_SECRET_BYTES} bytes)",
+                i + 1
+            ))
+        })?;
         keys.push(key);
     }
     if keys.is_empty() {
         return Err(DeliverError(format!("{at}: holds no secret (one `whsec_…` secret a line)")));
     }
     Ok(keys)
-}
-
-/// `webhook-signature`: one `v1,<base64>` entry per key, space-separated,
-/// each the HMAC-SHA256 of `id.timestamp.body`.
-pub fn signature(keys: &[Vec<u8>], id: &str, timestamp: &str, body: &[u8]) -> String {
-    let parts = signed_content(id, timestamp, body);
-    let entries: Vec<String> = keys
-        .iter()
-        .map(|key| {
-            let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes a key of any length");
-            for part in parts {
-                mac.update(part);
-            }
-            format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes()))
-        })
-        .collect();
-    entries.join(" ")
 }
 
 /// The secrets in use, and how to tell that the file changed.
@@ -229,13 +203,11 @@ impl Destination {
     fn request(&self, run: &RunAttempt) -> Result<hyper::Request<Full<Bytes>>, Failure> {
         let body =
             serde_json::to_vec(run).map_err(|e| Failure::permanent(format!("cannot write the run's JSON: {e}")))?;
-        let timestamp = SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()).to_string();
-        let signature = signature(&self.secrets.current(), &run.key, &timestamp, &body);
-        let mut req = hyper::Request::post(self.url.clone())
-            .header("content-type", "application/json")
-            .header("webhook-id", &run.key)
-            .header("webhook-timestamp", &timestamp)
-            .header("webhook-signature", signature)
+        let mut req = hyper::Request::post(self.url.clone()).header("content-type", "application/json");
+        for (name, value) in signed_headers(&self.secrets.current(), &run.key, SystemTime::now(), &body) {
+            req = req.header(name, value);
+        }
+        let mut req = req
             .header("idempotency-key", &run.key)
             .header("idemgate-attempt", run.attempt)
             .header("user-agent", self.user_agent.clone())
@@ -425,6 +397,7 @@ fn tls_config(ca: Option<&Path>) -> Result<rustls::ClientConfig, DeliverError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::standard_webhooks::signature;
 
     fn at(secs: u64) -> SystemTime {
         std::time::UNIX_EPOCH + Duration::from_secs(secs)

@@ -51,7 +51,7 @@ async fn deliver(client: &reqwest::Client, base: &str, p: &Provider, id: &str, n
     let body =
         json!({"action": "opened", "issue": {"number": n}, "repository": {"name": "repo", "owner": {"login": "octo"}}});
     let bytes = body.to_string().into_bytes();
-    let mut req = client.post(format!("{base}/webhooks/{}", p.name)).header("content-type", "application/json");
+    let mut req = client.post(format!("{base}/webhooks/{}", p.name())).header("content-type", "application/json");
     for (name, value) in p.sign(id, Some("issues"), &bytes, SystemTime::now()).unwrap() {
         req = req.header(name, value);
     }
@@ -87,7 +87,7 @@ async fn a_hung_redis_is_answered_503_within_each_providers_deadline_and_the_ret
     let client = reqwest::Client::new();
     // Each delivery is its own issue, so each is new work (202).
     for (p, id, n) in [(&short, "warm-s", 1), (&github, "warm-g", 4)] {
-        assert_eq!(deliver(&client, &base, p, id, n).await.status, 202, "{}", p.name);
+        assert_eq!(deliver(&client, &base, p, id, n).await.status, 202, "{}", p.name());
     }
 
     let paused = redis.paused();
@@ -120,13 +120,19 @@ async fn a_hung_redis_is_answered_503_within_each_providers_deadline_and_the_ret
             if a.status != 503 {
                 break a;
             }
-            assert!(Instant::now() < retry_until, "{}: no recovery: {}", p.name, a.body);
+            assert!(Instant::now() < retry_until, "{}: no recovery: {}", p.name(), a.body);
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
-        assert_eq!((first.status, first.body["status"].as_str()), (202, Some("created")), "{}: {}", p.name, first.body);
+        assert_eq!(
+            (first.status, first.body["status"].as_str()),
+            (202, Some("created")),
+            "{}: {}",
+            p.name(),
+            first.body
+        );
         let again = deliver(&client, &base, p, id, n).await;
-        assert_eq!((again.status, again.replayed), (202, true), "{}: {}", p.name, again.body);
-        assert_eq!(again.body["run_id"], first.body["run_id"], "{}", p.name);
+        assert_eq!((again.status, again.replayed), (202, true), "{}: {}", p.name(), again.body);
+        assert_eq!(again.body["run_id"], first.body["run_id"], "{}", p.name());
     }
     // One run per delivery: two warm-ups and two that hit the hang.
     let runs = redis.cli(&["XLEN", &Keys::new(&ns).unwrap().runs()]);

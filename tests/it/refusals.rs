@@ -71,12 +71,12 @@ fn router_over(store: Arc<dyn Store>) -> Router {
 /// a forged signature; `replace` then sets unsigned headers.
 fn signed_with(p: &Provider, id: &str, body: &Value, forged: bool, replace: &[(&str, &str)]) -> Request<Body> {
     let bytes = body.to_string().into_bytes();
-    let event = match p.kind.as_str() {
+    let event = match p.kind().as_str() {
         "github" => Some("issues"),
         "shopify" => Some("orders/create"),
         _ => None,
     };
-    let mut req = Request::post(format!("/webhooks/{}", p.name)).header("content-type", "application/json");
+    let mut req = Request::post(format!("/webhooks/{}", p.name())).header("content-type", "application/json");
     for (name, value) in p.sign(id, event, &bytes, SystemTime::now()).unwrap() {
         let forge = forged
             && (name.ends_with("signature")
@@ -107,14 +107,14 @@ enum Case {
 /// A delivery of `case` to `p` under delivery id `id` (Stripe and Slack
 /// carry it in the body), signed or forged.
 fn delivery(p: &Provider, id: &str, case: Case, n: i64, forged: bool) -> Request<Body> {
-    match p.kind.as_str() {
+    match p.kind().as_str() {
         "github" | "standard-webhooks" | "gitlab" | "hmac" => {
             let repo = match case {
                 Case::Work => Some(("octo", "repo")),
                 Case::Blocked => Some(("evil", "repo")),
                 Case::Unmapped => None,
             };
-            signed(p, id, &payload(p.kind, repo, n), forged)
+            signed(p, id, &payload(p.kind(), repo, n), forged)
         }
         "stripe" => {
             let mut body = json!({"id": id, "type": "invoice.paid", "data": {"object": {"id": format!("in_{n}")}}});
@@ -182,31 +182,31 @@ async fn refusals_are_acknowledged_unless_code_is_asked_for(b: Backend) {
         ];
         for (what, case, refused, body) in cases {
             let want = if code { refused } else { StatusCode::OK };
-            let id = format!("{}-{what}", p.name);
+            let id = format!("{}-{what}", p.name());
             let r = send(&app, delivery(&p, &id, case, 1, false)).await;
-            assert_eq!((r.status, r.text.as_str(), r.replayed), (want, body, false), "{} {what}", p.name);
+            assert_eq!((r.status, r.text.as_str(), r.replayed), (want, body, false), "{} {what}", p.name());
             // The provider's retry of the same delivery: answered the same way, from the cache.
             let r = send(&app, delivery(&p, &id, case, 1, false)).await;
-            assert_eq!((r.status, r.text.as_str(), r.replayed), (want, body, true), "{} {what} replayed", p.name);
+            assert_eq!((r.status, r.text.as_str(), r.replayed), (want, body, true), "{} {what} replayed", p.name());
         }
         // A bad signature is 401 in both modes, and stores nothing.
-        let id = format!("{}-work", p.name);
+        let id = format!("{}-work", p.name());
         let r = send(&app, delivery(&p, &id, Case::Work, 7, true)).await;
-        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}: {}", p.name, r.text);
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}: {}", p.name(), r.text);
         let error: Value = serde_json::from_str(&r.text).unwrap_or_else(|e| panic!("{e}: {}", r.text));
         assert!(error["error"].is_string(), "{}", r.text);
         // New work is still 202 in both modes.
         let r = send(&app, delivery(&p, &id, Case::Work, 7, false)).await;
-        assert_eq!((r.status, r.replayed), (StatusCode::ACCEPTED, false), "{}: {}", p.name, r.text);
+        assert_eq!((r.status, r.replayed), (StatusCode::ACCEPTED, false), "{}: {}", p.name(), r.text);
     }
     // Every refusal is counted, replays included; the 401s and the created runs are not.
     let text = metrics(&app).await;
     for p in providers() {
         for status in ["blocked", "bad_request"] {
-            let line = format!("idemgate_refusals_total{{provider=\"{}\",status=\"{status}\"}} 2", p.name);
+            let line = format!("idemgate_refusals_total{{provider=\"{}\",status=\"{status}\"}} 2", p.name());
             assert!(text.contains(&line), "{line} missing from\n{text}");
         }
-        let line = format!("idemgate_refusals_total{{provider=\"{}\",status=\"ignored\"}} 0", p.name);
+        let line = format!("idemgate_refusals_total{{provider=\"{}\",status=\"ignored\"}} 0", p.name());
         assert!(text.contains(&line), "{line} missing from\n{text}");
     }
 }
@@ -222,8 +222,8 @@ async fn redis_outage_is_503_in_both_modes() {
     for p in providers() {
         // Work and a refusal alike: nothing can be decided or cached without the store.
         for (what, case) in [("work", Case::Work), ("blocked", Case::Blocked)] {
-            let r = send(&app, delivery(&p, &format!("{}-{what}", p.name), case, 1, false)).await;
-            assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{} {what}: {}", p.name, r.text);
+            let r = send(&app, delivery(&p, &format!("{}-{what}", p.name()), case, 1, false)).await;
+            assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{} {what}: {}", p.name(), r.text);
         }
     }
     // Once Redis is back the same deliveries get their real answers.
@@ -231,7 +231,7 @@ async fn redis_outage_is_503_in_both_modes() {
     let p = &providers()[0];
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let r = send(&app, delivery(p, &format!("{}-blocked", p.name), Case::Blocked, 1, false)).await;
+        let r = send(&app, delivery(p, &format!("{}-blocked", p.name()), Case::Blocked, 1, false)).await;
         if r.status != StatusCode::SERVICE_UNAVAILABLE {
             assert_eq!(
                 (r.status, r.text.as_str(), r.replayed),
@@ -315,22 +315,22 @@ async fn each_refusal_is_warned_about_with_its_reason_rate_limited() {
 /// stored, so the same message id later carrying a real event is gated afresh.
 async fn svix_ping_is_ignored_and_stores_nothing(b: Backend) {
     let app = router_over(b.store(&Settings::default()).await);
-    for p in providers().into_iter().filter(|p| p.kind == Kind::StandardWebhooks) {
-        let id = format!("{}-ping", p.name);
+    for p in providers().into_iter().filter(|p| p.kind() == Kind::StandardWebhooks) {
+        let id = format!("{}-ping", p.name());
         for _ in 0..2 {
             let r = send(&app, signed(&p, &id, &json!({"success": true}), false)).await;
             assert_eq!(
                 (r.status, r.text.as_str(), r.replayed),
                 (StatusCode::OK, r#"{"status":"ignored","code":200}"#, false),
                 "{}",
-                p.name
+                p.name()
             );
         }
         // Forged, it is a 401 like anything else.
         let r = send(&app, signed(&p, &id, &json!({"success": true}), true)).await;
-        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}", p.name);
-        let r = send(&app, signed(&p, &id, &payload(p.kind, Some(("octo", "repo")), 5), false)).await;
-        assert_eq!((r.status, r.replayed), (StatusCode::ACCEPTED, false), "{}: {}", p.name, r.text);
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}", p.name());
+        let r = send(&app, signed(&p, &id, &payload(p.kind(), Some(("octo", "repo")), 5), false)).await;
+        assert_eq!((r.status, r.replayed), (StatusCode::ACCEPTED, false), "{}: {}", p.name(), r.text);
     }
     let text = metrics(&app).await;
     for mode in ["ack", "code"] {
