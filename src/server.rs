@@ -74,7 +74,8 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()> + Sen
         .with_request_timeout(config.request_timeout)
         .with_keep_payload(config.keep_payload)
         .with_body_budget(budget)
-        .with_api_closed(api_closed);
+        .with_api_closed(api_closed)
+        .with_allowed_hosts(crate::http::AllowedHosts::new(&config.allowed_hosts));
     // Memory and worker gauges for /metrics, on a connection of their own.
     let gauges = config.store.redis.clone().map(|opts| {
         tokio::spawn(crate::metrics::gauges::poll(opts, config.store.keys.clone(), state.metrics().clone()))

@@ -25,6 +25,7 @@ mod chaos;
 mod cluster;
 mod config;
 mod console;
+mod csrf;
 mod dead;
 mod deadlines;
 mod deploy;
