@@ -61,6 +61,7 @@ pub mod layer;
 pub mod metrics;
 pub mod ops;
 pub mod providers;
+pub mod redact;
 pub mod redis_io;
 pub mod refusals;
 pub mod send;

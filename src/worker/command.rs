@@ -224,8 +224,8 @@ pub fn for_worker(command: &[String], file: &FileConfig) -> Result<CommandHandle
 }
 
 /// Once every setting is read, keeps what the command must not see out of
-/// what it can read of the worker too (`/proc/<worker>/environ` and
-/// `cmdline`, [`super::scrub`]), and makes the worker a child subreaper, so
+/// what it can read of the worker too (`/proc/<worker>/environ`, and
+/// `cmdline` again for a library caller: [`super::scrub`]), and makes the worker a child subreaper, so
 /// that orphans of attempts are re-parented to it and killed with their
 /// attempt ([`reaper`]). Both `idemgate worker -- COMMAND` and [`run`] call it.
 pub fn guard_the_worker(file: &FileConfig) {

@@ -37,6 +37,7 @@ mod gate;
 mod hostile;
 mod http;
 mod identities;
+mod logs;
 mod model;
 mod ops;
 mod production_redis;
@@ -44,6 +45,7 @@ mod provider_kinds;
 mod proxy;
 mod redis_store;
 mod refusals;
+mod secrets;
 mod send;
 mod support;
 #[cfg(feature = "testcontainers")]
