@@ -182,3 +182,62 @@ fn no_start_up_log_or_error_shows_a_mistyped_password() {
 fn toml_string(s: &str) -> String {
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
 }
+
+/// A destination that does not answer: the run's `last_error`, its dead
+/// entry, the ops API and the worker's log name it without its userinfo,
+/// its path after the first segment and its query values.
+#[tokio::test]
+async fn a_deliver_urls_secrets_reach_no_record_and_no_log() {
+    use redis::AsyncCommands;
+    let ns = crate::support::fresh_ns("deliver-redact");
+    let dir = temp_dir("deliver-redact");
+    std::fs::write(dir.join("secrets"), "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n").unwrap();
+    crate::worker::gate_runs(&ns, 1, 1).await;
+    let url = format!("http://hookuser:Hook-S3cret@127.0.0.1:{}/services/T0/B0/Path-S3cret?key=Query-S3cret", free_port());
+    let log = dir.join("w.log");
+    let secret_file = dir.join("secrets");
+    let args = [
+        "worker",
+        "--redis-url",
+        crate::support::redis_url(),
+        "--namespace",
+        &ns,
+        "--group",
+        "g",
+        "--block",
+        "200ms",
+        "--max-attempts",
+        "1",
+        "--deliver",
+        &url,
+        "--deliver-secret-file",
+        secret_file.to_str().unwrap(),
+    ];
+    let worker = crate::worker::Workers(vec![idemgate(&args, &log)]);
+    crate::worker::wait_for(Duration::from_secs(30), "a failed attempt on record", || async {
+        crate::worker::record(&ns, "run-1").await.contains_key("last_error")
+    })
+    .await;
+    let record = crate::worker::record(&ns, "run-1").await;
+    let last_error = &record["last_error"];
+    assert!(last_error.contains("/services/***?key=***"), "{last_error}");
+    let mut c = crate::support::raw_conn().await;
+    let dead: redis::Value = c.xrange_all(idemgate::keys::Keys::new(&ns).unwrap().runs_dead()).await.unwrap();
+    let state = idemgate::http::AppState::new(
+        idemgate::gate::Gate::new(["o/r"], crate::support::redis_store_in(&ns, &Default::default()).await),
+        Vec::new(),
+        None,
+    );
+    let app = idemgate::http::app(state);
+    let req = axum::http::Request::get("/v1/ops/runs/run-1").body(axum::body::Body::empty()).unwrap();
+    let ops = crate::support::send(&app, req).await;
+    assert_eq!(ops.status, 200, "{}", ops.text);
+    drop(worker);
+    let text = std::fs::read_to_string(&log).unwrap();
+    for (what, shown) in [("last_error", last_error.clone()), ("dead", format!("{dead:?}")), ("ops", ops.text), ("log", text)] {
+        for s in ["S3cret", "hookuser"] {
+            assert!(!shown.contains(s), "{what} shows {s}: {shown}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
