@@ -58,6 +58,7 @@ pub mod intake;
 pub mod jcs;
 pub mod keys;
 pub mod layer;
+pub mod listener;
 pub mod metrics;
 pub mod ops;
 pub mod providers;

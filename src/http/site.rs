@@ -17,7 +17,14 @@ use std::net::IpAddr;
 
 use axum::http::{HeaderMap, Method, Uri, header};
 
-use super::state::ApiError;
+/// Why a request was refused: answered 403 and 415 by `/v1`'s check.
+#[derive(Debug)]
+pub(super) enum Refusal {
+    /// Another site's request, or a host not admitted: 403.
+    Foreign(String),
+    /// A state change that is not `application/json`: 415.
+    NotJson(String),
+}
 
 /// The names `--allowed-host` adds to the loopback ones, lowercased.
 #[derive(Debug, Clone, Default)]
@@ -73,12 +80,12 @@ pub(super) fn check(
     uri: &Uri,
     headers: &HeaderMap,
     changes_state: bool,
-) -> Result<(), ApiError> {
+) -> Result<(), Refusal> {
     let own = authority(headers, uri);
     if let Some(own) = own {
         let host = host_of(own);
         if !allowed.admits(&host) {
-            return Err(ApiError::Forbidden(format!(
+            return Err(Refusal::Foreign(format!(
                 "Host {:?} is not a loopback name or address nor an --allowed-host: refused (DNS rebinding)",
                 crate::text::escape_control(&host)
             )));
@@ -94,17 +101,17 @@ pub(super) fn check(
             _ => false,
         };
         if !same {
-            return Err(ApiError::Forbidden("the request comes from another site (Origin): refused".into()));
+            return Err(Refusal::Foreign("the request comes from another site (Origin): refused".into()));
         }
     }
     if let Some(site) = headers.get("sec-fetch-site") {
         // `same-site` too: another port of the same host is another origin.
         if !matches!(site.as_bytes(), b"same-origin" | b"none") {
-            return Err(ApiError::Forbidden("the request comes from another site (Sec-Fetch-Site): refused".into()));
+            return Err(Refusal::Foreign("the request comes from another site (Sec-Fetch-Site): refused".into()));
         }
     }
     if changes_state && !is_json(headers) {
-        return Err(ApiError::UnsupportedMediaType(format!(
+        return Err(Refusal::NotJson(format!(
             "{method} needs Content-Type: application/json (without an API token, no other content type is taken)"
         )));
     }
@@ -139,12 +146,12 @@ mod tests {
     }
 
     fn status(allowed: &[&str], method: Method, pairs: &[(&str, &str)]) -> u16 {
-        use axum::response::IntoResponse;
         let uri: Uri = "/v1/ops/runs".parse().unwrap();
         let changes = changes_state(&method);
         match check(&AllowedHosts::new(allowed), &method, &uri, &headers(pairs), changes) {
             Ok(()) => 200,
-            Err(e) => e.into_response().status().as_u16(),
+            Err(Refusal::Foreign(_)) => 403,
+            Err(Refusal::NotJson(_)) => 415,
         }
     }
 

@@ -201,7 +201,7 @@ pub(super) fn admit(st: &AppState, method: &Method, uri: &Uri, headers: &HeaderM
             }
             Ok(())
         }
-        None => super::site::check(&st.0.allowed_hosts, method, uri, headers, super::site::changes_state(method)),
+        None => site_check(st, method, uri, headers, super::site::changes_state(method)),
     }
 }
 
@@ -213,8 +213,16 @@ pub(super) fn admit_page(st: &AppState, method: &Method, uri: &Uri, headers: &He
     open_at_all(st)?;
     match st.0.token_digest {
         Some(_) => Ok(()),
-        None => super::site::check(&st.0.allowed_hosts, method, uri, headers, false),
+        None => site_check(st, method, uri, headers, false),
     }
+}
+
+fn site_check(st: &AppState, method: &Method, uri: &Uri, headers: &HeaderMap, changes: bool) -> Result<(), ApiError> {
+    use super::site::Refusal;
+    super::site::check(&st.0.allowed_hosts, method, uri, headers, changes).map_err(|r| match r {
+        Refusal::Foreign(m) => ApiError::Forbidden(m),
+        Refusal::NotJson(m) => ApiError::UnsupportedMediaType(m),
+    })
 }
 
 /// `/v1/*` and `/console` are closed to everyone (401) when no token is

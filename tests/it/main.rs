@@ -53,6 +53,7 @@ mod testing;
 mod verification;
 mod worker;
 mod worker_hostile;
+mod worker_limits;
 
 /// The container fixture's suite needs the `testcontainers` feature; a run
 /// without it must not look complete.

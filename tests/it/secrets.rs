@@ -193,7 +193,8 @@ async fn a_deliver_urls_secrets_reach_no_record_and_no_log() {
     let dir = temp_dir("deliver-redact");
     std::fs::write(dir.join("secrets"), "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n").unwrap();
     crate::worker::gate_runs(&ns, 1, 1).await;
-    let url = format!("http://hookuser:Hook-S3cret@127.0.0.1:{}/services/T0/B0/Path-S3cret?key=Query-S3cret", free_port());
+    let url =
+        format!("http://hookuser:Hook-S3cret@127.0.0.1:{}/services/T0/B0/Path-S3cret?key=Query-S3cret", free_port());
     let log = dir.join("w.log");
     let secret_file = dir.join("secrets");
     let args = [
@@ -234,7 +235,9 @@ async fn a_deliver_urls_secrets_reach_no_record_and_no_log() {
     assert_eq!(ops.status, 200, "{}", ops.text);
     drop(worker);
     let text = std::fs::read_to_string(&log).unwrap();
-    for (what, shown) in [("last_error", last_error.clone()), ("dead", format!("{dead:?}")), ("ops", ops.text), ("log", text)] {
+    for (what, shown) in
+        [("last_error", last_error.clone()), ("dead", format!("{dead:?}")), ("ops", ops.text), ("log", text)]
+    {
         for s in ["S3cret", "hookuser"] {
             assert!(!shown.contains(s), "{what} shows {s}: {shown}");
         }
