@@ -232,8 +232,15 @@ pub fn guard_the_worker(file: &FileConfig) {
     let secrets = file.secret_env_names();
     super::scrub::environment(|name| hidden(name, &secrets));
     super::scrub::arguments();
-    if let Err(e) = reaper::become_subreaper() {
-        tracing::warn!(error = %e, "cannot become a child subreaper: a process that leaves its attempt's process group and whose parent exits is not killed with the attempt");
+    match reaper::become_subreaper() {
+        Ok(()) => {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(reaper::reap_orphans());
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot become a child subreaper: a process that leaves its attempt's process group and whose parent exits is not killed with the attempt");
+        }
     }
 }
 
