@@ -8,7 +8,7 @@ use std::time::Instant;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::PathRejection;
 use axum::extract::{MatchedPath, Path, Request, State};
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -21,30 +21,59 @@ use crate::refusals::RefusalStatus;
 mod answer;
 mod console;
 mod ops_api;
+mod site;
 mod state;
 pub(crate) mod webhook;
 
 use answer::{body_error, gate_failure, gate_response, log_outcome, read_within};
-use state::authorize;
 pub(crate) use state::with_provider_allowlists;
-pub use state::{ApiError, AppState};
+pub use state::{AllowedHosts, ApiError, AppState};
+use state::{admit, admit_page};
 use webhook::Pipeline;
 
 /// The router of docs/reference.md#http-api.
 pub fn app(state: AppState) -> Router {
     Router::new()
-        .route("/v1/deliveries", post(deliveries))
-        .route("/v1/dedup-window", post(dedup_window))
+        .merge(v1(&state))
+        .merge(console::routes().route_layer(middleware::from_fn_with_state(state.clone(), console_guard)))
         .route("/webhooks/{name}", post(webhook))
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
-        .merge(ops_api::routes(&state).merge(console::routes()))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)
+}
+
+/// Every `/v1/*` route, in one router behind one check, so that no route
+/// can forget it.
+fn v1(state: &AppState) -> Router<AppState> {
+    Router::new()
+        .route("/v1/deliveries", post(deliveries))
+        .route("/v1/dedup-window", post(dedup_window))
+        .merge(ops_api::routes())
+        .route_layer(middleware::from_fn_with_state(state.clone(), v1_guard))
+}
+
+/// `/v1`'s check ([`state::admit`]) first, before any body is read or any
+/// store is touched; no `/v1` answer is kept by a cache on the way.
+async fn v1_guard(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    if let Err(e) = admit(&st, req.method(), req.uri(), req.headers()) {
+        return e.into_response();
+    }
+    let mut resp = next.run(req).await;
+    resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// `/console`'s check ([`state::admit_page`]).
+async fn console_guard(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    match admit_page(&st, req.method(), req.uri(), req.headers()) {
+        Ok(()) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
 }
 
 /// Outermost layer: body limit by `Content-Length` (413 before reading),
@@ -98,7 +127,6 @@ async fn read_body(
 }
 
 async fn deliveries(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
-    authorize(&st, &headers)?;
     let (bytes, mut permit) = read_body(&st, &headers, body, 1).await?;
     // The digest holds the canonical text and an entry per object key while
     // it reads the event: that memory is charged too, before it is taken.
@@ -147,7 +175,6 @@ async fn gate_call(st: &AppState, submission: &Submission<'_>) -> Result<Outcome
 }
 
 async fn dedup_window(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
-    authorize(&st, &headers)?;
     let (bytes, _permit) = read_body(&st, &headers, body, WINDOW_BODY_COST).await?;
     let out = crate::window::analyze_slice(&bytes).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     Ok(Json(out).into_response())

@@ -53,24 +53,17 @@ enum Command {
     Sign(cli::send::SignArgs),
 }
 
-fn init_logging(format: LogFormat, default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-    }
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
     let command = cli::hide_env_values(Cli::command());
     let matches = command.clone().get_matches();
     let sources = cli::sources(&command, &matches);
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // Every flag is parsed (clap owns copies): no secret stays in `ps`.
+    idemgate::worker::scrub::arguments();
     // The bench serves thousands of requests a second: per-request logs would measure the terminal.
     let default_level = if matches!(cli.command, Command::Bench(_)) { "warn" } else { "info" };
-    init_logging(cli.log_format, default_level);
+    cli::logging::init(cli.log_format, default_level);
     let result = match cli.command {
         Command::Serve(_) => cli::serve::serve(sources).await,
         Command::Window => cli::serve::window(),

@@ -45,7 +45,7 @@ pub async fn run(options: &BenchOptions) -> Result<String, BenchError> {
     writeln!(
         out,
         "# idemgate bench\n\nRedis {version} at {}, {} per measurement, namespace `{ns}`.\n",
-        crate::config::redact(&options.redis_url),
+        crate::redact::redis_url(&options.redis_url),
         crate::units::format_duration(dur)
     )?;
     let bench = Bench { options, redis, ns, dur, settings: Settings::default(), conn, round: AtomicU64::new(0) };

@@ -10,6 +10,7 @@
 //! - [`send`]: `send` and `sign`.
 
 pub mod bench;
+pub mod logging;
 pub mod ops;
 pub mod send;
 pub mod serve;

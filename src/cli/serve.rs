@@ -93,6 +93,10 @@ pub struct ServeArgs {
     /// (The env var takes true/false, 1/0, yes/no, on/off.)
     #[arg(long, env = "IDEMGATE_ALLOW_UNAUTHENTICATED_API", action = clap::ArgAction::SetTrue, value_parser = clap::builder::FalseyValueParser::new())]
     pub allow_unauthenticated_api: bool,
+    /// A host name /v1 and /console answer without a token besides loopback ones (a proxy's name); repeat for more.
+    /// Other Host headers get 403 (DNS rebinding).
+    #[arg(long = "allowed-host", env = "IDEMGATE_ALLOWED_HOSTS", value_name = "HOST", value_delimiter = ',')]
+    pub allowed_hosts: Option<Vec<String>>,
     /// Serve even when Redis's maxmemory-policy could evict the gate's keys.
     /// (The env var takes true/false, 1/0, yes/no, on/off.)
     #[arg(long, env = "IDEMGATE_ALLOW_EVICTION", action = clap::ArgAction::SetTrue, value_parser = clap::builder::FalseyValueParser::new())]

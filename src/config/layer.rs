@@ -145,6 +145,7 @@ settings! {
         header_timeout: String,
         body_budget: usize,
         allow_unauthenticated_api: bool,
+        allowed_hosts: StringOrList,
         allow_eviction: bool,
         redis_tls_ca: PathBuf,
         redis_tls_cert: PathBuf,

@@ -34,7 +34,6 @@ pub use serve::{DEFAULT_HEADER_TIMEOUT, DEFAULT_LISTEN, ServeConfig};
 pub use store::{DEFAULT_MIN_REPLICAS_TIMEOUT, DEFAULT_NAMESPACE, StoreConfig};
 
 pub use crate::intake::{DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT};
-pub use crate::redis_io::connection::redact;
 pub use crate::units::{Lifetime, format_duration, parse_duration, parse_lifetime};
 pub use crate::vocabulary::DEFAULT_RUN_RETENTION;
 

@@ -54,6 +54,8 @@ pub struct ServeConfig {
     pub body_budget: usize,
     /// Serve `/v1/*` without a token on a public address.
     pub allow_unauthenticated_api: bool,
+    /// Host names `/v1` and `/console` answer without a token, besides loopback ones.
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for ServeConfig {
@@ -73,6 +75,7 @@ impl Default for ServeConfig {
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             body_budget: DEFAULT_BODY_BUDGET,
             allow_unauthenticated_api: false,
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -126,6 +129,21 @@ impl ServeConfig {
                 None => err(message),
             });
         }
+        let allowed_hosts = match s.allowed_hosts.list() {
+            Some(list) => {
+                let bad = list.value.iter().find(|h| {
+                    h.is_empty() || h.contains(|c: char| c.is_whitespace() || c.is_control() || "/@?#,".contains(c))
+                });
+                if let Some(bad) = bad {
+                    return Err(list.fail(format!(
+                        "{:?} is not a host name or address (give the name alone, without scheme, port or path)",
+                        crate::text::escape_control(bad)
+                    )));
+                }
+                list.value.clone()
+            }
+            None => Vec::new(),
+        };
         let switch = |g: Option<Given<bool>>| g.is_some_and(|g| g.value);
         Ok(Self {
             listen,
@@ -142,6 +160,7 @@ impl ServeConfig {
             header_timeout: value_or(&header_timeout, d.header_timeout),
             body_budget: budget,
             allow_unauthenticated_api: switch(s.allow_unauthenticated_api.switch()?),
+            allowed_hosts,
         })
     }
 }

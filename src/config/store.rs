@@ -10,7 +10,8 @@ use super::layer::Layer;
 use super::origin::{ConfigError, Given, Origin, Raw, Setting, err, value_or};
 use crate::gate::Settings;
 use crate::keys::Keys;
-use crate::redis_io::connection::{is_tls_url, redact};
+use crate::redact::{redis_list, redis_url};
+use crate::redis_io::connection::is_tls_url;
 use crate::redis_io::{DEFAULT_COMMAND_TIMEOUT, PemFile, RedisOptions, RedisTarget, Secret, Tls};
 use crate::store::Store;
 use crate::store::memory::MemoryStore;
@@ -91,13 +92,13 @@ impl StoreConfig {
         let Some(opts) = &self.redis else {
             return "memory store (one process, nothing shared, nothing kept across restarts)".into();
         };
-        let list = |urls: &[String]| urls.iter().map(|n| redact(n)).collect::<Vec<_>>().join(",");
         let (mut s, urls) = match &opts.target {
-            RedisTarget::Single(url) => (format!("redis store at {}", redact(url)), std::slice::from_ref(url)),
-            RedisTarget::Cluster(nodes) => (format!("redis cluster store via {}", list(nodes)), nodes.as_slice()),
-            RedisTarget::Sentinel { nodes, master } => {
-                (format!("redis store, primary {master:?} found through sentinels {}", list(nodes)), nodes.as_slice())
-            }
+            RedisTarget::Single(url) => (format!("redis store at {}", redis_url(url)), std::slice::from_ref(url)),
+            RedisTarget::Cluster(nodes) => (format!("redis cluster store via {}", redis_list(nodes)), nodes.as_slice()),
+            RedisTarget::Sentinel { nodes, master } => (
+                format!("redis store, primary {master:?} found through sentinels {}", redis_list(nodes)),
+                nodes.as_slice(),
+            ),
         };
         s += &format!(", namespace {}", self.keys.namespace());
         if urls.iter().any(|u| is_tls_url(u)) {
@@ -193,7 +194,7 @@ fn redis_access(s: &Layer, target: &RedisTarget) -> Result<(Tls, Option<Secret>)
         if let Some(plain) = urls.iter().find(|u| !is_tls_url(u)) {
             return Err(err(format!(
                 "--redis-tls-ca/--redis-tls-cert are set but {} is not a rediss:// URL; idemgate never falls back to plain text: use rediss://",
-                redact(plain)
+                redis_url(plain)
             )));
         }
     }

@@ -342,8 +342,9 @@ fn defaults_are_shown_in_the_units_the_help_has_always_used() {
 
 #[test]
 fn passwords_are_redacted() {
-    assert_eq!(redact("redis://:pw@host:6379/0"), "redis://***@host:6379/0");
-    assert_eq!(redact("redis://host:6379"), "redis://host:6379");
+    use crate::redact::redis_url;
+    assert_eq!(redis_url("redis://:pw@host:6379/0"), "redis://***@host:6379/0");
+    assert_eq!(redis_url("redis://host:6379"), "redis://host:6379");
 }
 
 /// Top-level string keys whose values the property below varies.

@@ -39,7 +39,13 @@ async function api(path, method = "GET") {
   const headers = { Accept: "application/json" };
   const token = sessionStorage.getItem(TOKEN_KEY);
   if (token) headers.Authorization = "Bearer " + token;
-  const resp = await fetch(path, { method, headers, credentials: "omit", cache: "no-store" });
+  const init = { method, headers, credentials: "omit", cache: "no-store" };
+  // Without a token the API takes a state change only as JSON (415 else), which no other site can send.
+  if (method !== "GET") {
+    headers["Content-Type"] = "application/json";
+    init.body = "{}";
+  }
+  const resp = await fetch(path, init);
   let body = null;
   try {
     body = await resp.json();

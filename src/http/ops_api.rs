@@ -1,21 +1,20 @@
 //! The ops API under `/v1/ops/` (docs/reference.md#ops-api): the JSON the
 //! console shows and scripts read. Each handler asks [`crate::ops::Source`]
 //! (the data of `inspect`, `stats` and `dead`, or the memory store's) and
-//! answers it as JSON; authentication is `/v1`'s ([`super::authorize`]).
+//! answers it as JSON; authentication is `/v1`'s ([`super::state::admit`]).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, RawQuery, Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::{self, Next};
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{Value, json};
 
-use super::state::{ApiError, AppState, authorize};
+use super::state::{ApiError, AppState};
 use crate::gate::MAX_KEY_FIELD_BYTES;
 use crate::ops::dead::Retried;
 use crate::ops::{RunQuery, Source};
@@ -25,8 +24,9 @@ use crate::units::now_ms;
 /// namespace, so many open consoles cost Redis one scan per this period.
 pub const STATS_MAX_AGE: Duration = Duration::from_secs(5);
 
-/// The `/v1/ops/*` routes, each behind the `/v1` token check.
-pub(super) fn routes(state: &AppState) -> Router<AppState> {
+/// The `/v1/ops/*` routes; [`super::app`] mounts them in the one `/v1`
+/// router, behind its check ([`super::state::admit`]).
+pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/ops/stats", get(stats))
         .route("/v1/ops/runs", get(runs))
@@ -34,17 +34,6 @@ pub(super) fn routes(state: &AppState) -> Router<AppState> {
         .route("/v1/ops/deliveries/{provider}/{delivery_id}", get(delivery))
         .route("/v1/ops/dead", get(dead))
         .route("/v1/ops/dead/{run_id}/retry", post(retry))
-        .route_layer(middleware::from_fn_with_state(state.clone(), guard))
-}
-
-/// Token first, before any store is read; no answer is kept by a cache on the way.
-async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    if let Err(e) = authorize(&st, req.headers()) {
-        return e.into_response();
-    }
-    let mut resp = next.run(req).await;
-    resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    resp
 }
 
 fn source(st: &AppState) -> Result<&Source, ApiError> {

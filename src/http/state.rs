@@ -7,13 +7,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Json;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::sync::Mutex;
 
+pub use super::site::AllowedHosts;
 use crate::gate::Gate;
 use crate::intake::{BodyBudget, DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT};
 use crate::metrics::Metrics;
@@ -49,6 +50,8 @@ pub(super) struct ServiceState {
     /// What `/v1/ops/*` reads (`None`: a store of the caller's own).
     pub(super) ops: Option<crate::ops::Source>,
     pub(super) stats_cache: Arc<StatsCache>,
+    /// Host names `/v1` and `/console` answer besides the loopback ones, without a token.
+    pub(super) allowed_hosts: AllowedHosts,
 }
 
 impl AppState {
@@ -71,6 +74,7 @@ impl AppState {
             keep_payload: false,
             budget: BodyBudget::new(crate::intake::DEFAULT_BODY_BUDGET, crate::intake::BUDGET_WAIT),
             api_closed: false,
+            allowed_hosts: AllowedHosts::default(),
         }))
     }
 
@@ -84,6 +88,14 @@ impl AppState {
     /// for a listen address other than loopback, unless the operator opts out.
     pub fn with_api_closed(mut self, closed: bool) -> Self {
         Arc::make_mut(&mut self.0).api_closed = closed;
+        self
+    }
+
+    /// Host names (`--allowed-host`) that `/v1/*` and `/console` answer
+    /// without a token, besides the loopback names and addresses: the names
+    /// a proxy in front of the gate forwards.
+    pub fn with_allowed_hosts(mut self, hosts: AllowedHosts) -> Self {
+        Arc::make_mut(&mut self.0).allowed_hosts = hosts;
         self
     }
 
@@ -140,6 +152,8 @@ pub enum ApiError {
     MethodNotAllowed,
     /// 413: the body is over the limit.
     TooLarge(usize),
+    /// 415: without a token, a state change that is not `application/json`.
+    UnsupportedMediaType(String),
     /// 503: the store failed or timed out; nothing was cached.
     Unavailable(&'static str),
 }
@@ -158,6 +172,7 @@ impl IntoResponse for ApiError {
             ApiError::TooLarge(max) => {
                 (StatusCode::PAYLOAD_TOO_LARGE, format!("request body is larger than the {max}-byte limit"))
             }
+            ApiError::UnsupportedMediaType(m) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, m),
             ApiError::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, m.to_owned()),
         };
         let mut resp = (status, Json(json!({ "error": msg }))).into_response();
@@ -168,19 +183,46 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// The bearer-token check of `/v1/*`, run before the body is read or any
-/// store is touched.
-pub(super) fn authorize(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+/// The one check of every `/v1/*` request, before its body is read or any
+/// store is touched: closed on a public address without a token (401); the
+/// bearer token when one is configured (401); without one, the site checks
+/// of [`super::site`] (403, 415).
+pub(super) fn admit(st: &AppState, method: &Method, uri: &Uri, headers: &HeaderMap) -> Result<(), ApiError> {
     open_at_all(st)?;
-    if let Some(want) = &st.0.token_digest {
-        let given =
-            headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-        let ok = given.is_some_and(|t| bool::from(Sha256::digest(t.as_bytes()).as_slice().ct_eq(want)));
-        if !ok {
-            return Err(ApiError::Unauthorized("missing or wrong bearer token".into()));
+    match &st.0.token_digest {
+        Some(want) => {
+            let given = headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "));
+            let ok = given.is_some_and(|t| bool::from(Sha256::digest(t.as_bytes()).as_slice().ct_eq(want)));
+            if !ok {
+                return Err(ApiError::Unauthorized("missing or wrong bearer token".into()));
+            }
+            Ok(())
         }
+        None => site_check(st, method, uri, headers, super::site::changes_state(method)),
     }
-    Ok(())
+}
+
+/// The check of `/console`'s files: closed like `/v1` on a public address
+/// without a token; without a token, only the operator's own tab on an
+/// admitted host loads them ([`super::site`]). With a token the page holds
+/// nothing to protect: it asks for the token.
+pub(super) fn admit_page(st: &AppState, method: &Method, uri: &Uri, headers: &HeaderMap) -> Result<(), ApiError> {
+    open_at_all(st)?;
+    match st.0.token_digest {
+        Some(_) => Ok(()),
+        None => site_check(st, method, uri, headers, false),
+    }
+}
+
+fn site_check(st: &AppState, method: &Method, uri: &Uri, headers: &HeaderMap, changes: bool) -> Result<(), ApiError> {
+    use super::site::Refusal;
+    super::site::check(&st.0.allowed_hosts, method, uri, headers, changes).map_err(|r| match r {
+        Refusal::Foreign(m) => ApiError::Forbidden(m),
+        Refusal::NotJson(m) => ApiError::UnsupportedMediaType(m),
+    })
 }
 
 /// `/v1/*` and `/console` are closed to everyone (401) when no token is

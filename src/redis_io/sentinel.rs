@@ -75,7 +75,7 @@ impl SentinelConn {
                 // password file's) and has no databases.
                 let info = url.as_str().into_connection_info()?;
                 let info = info.clone().set_redis_settings(without_lib_name(&info).set_db(0));
-                Ok((super::connection::redact(url), opts.client_for(info)?))
+                Ok((crate::redact::redis_url(url), opts.client_for(info)?))
             })
             .collect::<RedisResult<Vec<_>>>()?;
         let t = opts.command_timeout;

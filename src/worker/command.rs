@@ -224,16 +224,23 @@ pub fn for_worker(command: &[String], file: &FileConfig) -> Result<CommandHandle
 }
 
 /// Once every setting is read, keeps what the command must not see out of
-/// what it can read of the worker too (`/proc/<worker>/environ` and
-/// `cmdline`, [`super::scrub`]), and makes the worker a child subreaper, so
+/// what it can read of the worker too (`/proc/<worker>/environ`, and
+/// `cmdline` again for a library caller: [`super::scrub`]), and makes the worker a child subreaper, so
 /// that orphans of attempts are re-parented to it and killed with their
 /// attempt ([`reaper`]). Both `idemgate worker -- COMMAND` and [`run`] call it.
 pub fn guard_the_worker(file: &FileConfig) {
     let secrets = file.secret_env_names();
     super::scrub::environment(|name| hidden(name, &secrets));
     super::scrub::arguments();
-    if let Err(e) = reaper::become_subreaper() {
-        tracing::warn!(error = %e, "cannot become a child subreaper: a process that leaves its attempt's process group and whose parent exits is not killed with the attempt");
+    match reaper::become_subreaper() {
+        Ok(()) => {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(reaper::reap_orphans());
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot become a child subreaper: a process that leaves its attempt's process group and whose parent exits is not killed with the attempt");
+        }
     }
 }
 

@@ -164,6 +164,7 @@ impl Destination {
     /// Must be called inside a tokio runtime (the secrets watcher is a task).
     pub fn new(options: &DeliverOptions) -> Result<Self, DeliverError> {
         let (url, shown_url, authorization) = parse_url(&options.url)?;
+        let shown_url = crate::redact::deliver_url(&shown_url);
         let secrets = Arc::new(Secrets::load(&options.secret_file)?);
         Secrets::watch(Arc::downgrade(&secrets));
         let tls = tls_config(options.ca.as_deref())?;

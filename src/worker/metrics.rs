@@ -130,7 +130,10 @@ fn family(out: &mut String, name: &'static str, kind: &str, help: &str) -> &'sta
     name
 }
 
-/// Serves `GET /metrics` from `metrics` on `listener` until `shutdown` completes.
+/// Serves `GET /metrics` from `metrics` on `listener` until `shutdown`
+/// completes, within `serve`'s connection cap and header and idle timeouts
+/// ([`crate::listener`]), so idle sockets cannot take the descriptors that
+/// runs need.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Arc<WorkerMetrics>,
@@ -144,7 +147,8 @@ pub async fn serve(
             async move { ([("content-type", "text/plain; version=0.0.4")], metrics.render()) }
         }),
     );
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+    let limits = crate::listener::ConnectionLimits::default();
+    crate::listener::serve(listener, app, None, limits, Duration::from_secs(1), shutdown).await
 }
 
 #[cfg(test)]

@@ -21,8 +21,13 @@
 //! 3. reaps the orphans that have exited (the worker is their parent now,
 //!    and tokio only waits for the children it spawned).
 //!
-//! It repeats this until a pass finds nothing, so a process forked between
-//! the scan and the kill is found by the next pass; and when a pass met a
+//! Between attempts, [`reap_orphans`] goes on: on every `SIGCHLD` and every
+//! second it reaps exited orphans and kills live ones that name no live
+//! run, so no zombie piles up under an idle worker.
+//!
+//! It repeats this until a pass finds nothing (for up to 2 s), so a process
+//! forked between the scan and the kill is found by the next pass, and a
+//! fast fork chain is chased to its end; and when a pass met a
 //! process dying under it (a zombie, or a child no longer under the parent
 //! it was listed under), once more, since that process's children may have
 //! moved to the worker after the worker's own list was read.
@@ -48,9 +53,14 @@ static SUBREAPER: AtomicBool = AtomicBool::new(false);
 /// so a sweep never mistakes a command just started for an orphan.
 static LIVE: LazyLock<Mutex<HashMap<String, u32>>> = LazyLock::new(Mutex::default);
 
-/// At most this many kill passes per attempt end (each finds what the
-/// previous one's victims forked meanwhile).
-const PASSES: usize = 8;
+/// How long an attempt's end goes on sweeping while it still finds
+/// processes to kill: a fork chain is chased until none is left, and only a
+/// process that does not die even of SIGKILL (stuck in the kernel) outlasts
+/// this, to be killed by the orphan sweeps ([`reap_orphans`]).
+const SWEEP_FOR: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How often [`reap_orphans`] sweeps without a `SIGCHLD` to wake it.
+const ORPHAN_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Makes this process a child subreaper (`PR_SET_CHILD_SUBREAPER`), so the
 /// orphans of attempts are re-parented to it and [`Attempt`] kills them.
@@ -100,7 +110,8 @@ impl Drop for Attempt {
         let others_runs: HashSet<&str> = live.keys().map(String::as_str).collect();
         let me = std::process::id();
         let mut rescanned = false;
-        for _ in 0..PASSES {
+        let until = std::time::Instant::now() + SWEEP_FOR;
+        while std::time::Instant::now() < until {
             let table = ProcessTable::scan();
             let mut victims = Vec::new();
             // The command itself, while it is still this process's child (not
@@ -146,11 +157,77 @@ impl Drop for Attempt {
                     libc::kill(pid as libc::pid_t, libc::SIGKILL);
                 }
             }
-            tracing::debug!(run_id = self.run_id, killed = ?victims, "killed what the attempt left running");
-            // Give the victims a moment to exit, so the next pass reaps them.
-            std::thread::sleep(std::time::Duration::from_millis(5));
+            tracing::debug!(run_id = self.run_id, killed = victims.len(), "killed what the attempt left running");
+            // SAFETY: as above; the group again, for what its members forked meanwhile.
+            unsafe {
+                libc::kill(-(self.pid as libc::pid_t), libc::SIGKILL);
+            }
+            // A moment for the victims to exit, short enough to outrun a fork chain.
+            std::thread::sleep(std::time::Duration::from_micros(200));
         }
     }
+}
+
+/// Reaps, for as long as the process runs, every child that is not a
+/// command tokio spawned and waits for: the orphans of attempts that the
+/// worker, a child subreaper, inherits. Woken by each `SIGCHLD` and every
+/// [`ORPHAN_SWEEP_EVERY`], it reaps those that exited (so zombies never pile
+/// up under an idle worker) and kills those naming no live run (what
+/// escaped an attempt's end sweeps). Each is waited for by its pid, never
+/// `waitpid(-1)`, so tokio's own children are left to tokio.
+pub async fn reap_orphans() {
+    if !SUBREAPER.load(Ordering::SeqCst) {
+        return;
+    }
+    let mut sigchld = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGCHLD: orphans are reaped every second only");
+            None
+        }
+    };
+    loop {
+        match &mut sigchld {
+            Some(s) => {
+                let _ = tokio::time::timeout(ORPHAN_SWEEP_EVERY, s.recv()).await;
+            }
+            None => tokio::time::sleep(ORPHAN_SWEEP_EVERY).await,
+        }
+        // Off the runtime's threads: it reads /proc.
+        let _ = tokio::task::spawn_blocking(sweep_orphans).await;
+    }
+}
+
+/// One sweep of [`reap_orphans`]; `(reaped, killed)`.
+fn sweep_orphans() -> (usize, usize) {
+    let live = lock(&LIVE);
+    let commands: HashSet<u32> = live.values().copied().collect();
+    let me = std::process::id();
+    let (mut reaped, mut killed) = (0, 0);
+    for pid in children_of(me) {
+        if commands.contains(&pid) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let Some((state, ppid)) = parse_stat(&stat) else { continue };
+        if ppid != me {
+            continue;
+        }
+        if state == 'Z' {
+            reap(pid);
+            reaped += 1;
+        } else if !run_of(pid).is_some_and(|r| live.contains_key(&r)) {
+            // SAFETY: kill(2) of this process's own child, not yet reaped (so its pid is its own).
+            unsafe {
+                libc::kill(pid as libc::pid_t, libc::SIGKILL);
+            }
+            killed += 1;
+        }
+    }
+    if killed > 0 {
+        tracing::debug!(killed, "killed orphans that name no live run");
+    }
+    (reaped, killed)
 }
 
 /// Reaps child `pid` if it has exited.

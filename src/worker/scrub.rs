@@ -1,4 +1,4 @@
-//! The worker's secrets out of what its commands can read of it.
+//! The process's secrets out of what `ps` and the worker's commands can read of it.
 //!
 //! A command runs as the worker's user, so it can read
 //! `/proc/<worker>/environ` and `/proc/<worker>/cmdline`. The kernel shows
@@ -8,15 +8,21 @@
 //! the command's own environment is therefore not enough: once the worker
 //! has read its settings, [`environment`] removes the variables the command
 //! does not get and overwrites their values in that area with NUL bytes,
-//! and [`arguments`] overwrites every secret in the argument list (the
-//! user and password of each `scheme://user:password@host` URL, node lists
-//! included, and the value of `--api-token`) with `*`.
+//! and [`arguments`] overwrites every secret in the argument list with `*`:
+//! the value of `--api-token`, and what [`crate::redact`] hides of each URL
+//! (userinfo, query values, a `--deliver` URL's path after its first
+//! segment; a URL flag's value that is not a URL, whole), node lists
+//! included. Every command calls [`arguments`] once its flags are parsed,
+//! so `ps` shows no secret of any of them; the worker also calls
+//! [`environment`].
 //!
 //! What remains: a process of the same user that may trace the worker
 //! (`ptrace`, `/proc/<worker>/mem`) can read its whole memory, which holds
 //! the Redis password while the worker runs. With Yama's `ptrace_scope` 1 a
 //! command may not (it is not the worker's ancestor); with 0 it may. Run
 //! commands as another user where that matters.
+
+use crate::redact::{self, Kind};
 
 /// Flags whose whole value is a secret.
 const SECRET_FLAGS: &[&str] = &["--api-token"];
@@ -61,43 +67,65 @@ fn scrub_environment(block: &mut [u8], hidden: &impl Fn(&str) -> bool) {
     }
 }
 
+/// Flags whose value is one URL or a list of them, and which part of a
+/// destination URL may be shown.
+const URL_FLAGS: &[(&str, Kind)] = &[
+    ("--redis-url", Kind::Redis),
+    ("--redis-cluster-nodes", Kind::Redis),
+    ("--redis-sentinel-nodes", Kind::Redis),
+    ("--deliver", Kind::Deliver),
+];
+
 /// Overwrites with `*` the secrets of a NUL-separated argument list, up to
-/// its first `--` argument.
+/// its first `--` argument: the whole value of a [`SECRET_FLAGS`] flag, the
+/// parts [`crate::redact`] hides of a URL flag's value, and of any other
+/// argument that holds a `scheme://` URL (read as a Redis URL; a value that
+/// is not a URL is masked whole).
 fn scrub_arguments(block: &mut [u8]) {
-    let mut secret_next = false;
+    enum Next {
+        Plain,
+        Secret,
+        Url(Kind),
+    }
+    let mut next = Next::Plain;
     for arg in block.split_mut(|b| *b == 0) {
         if arg == b"--" {
             break;
         }
-        if std::mem::take(&mut secret_next) {
-            arg.fill(b'*');
-            continue;
+        match std::mem::replace(&mut next, Next::Plain) {
+            Next::Secret => {
+                arg.fill(b'*');
+                continue;
+            }
+            Next::Url(kind) => {
+                redact::mask(arg, kind);
+                continue;
+            }
+            Next::Plain => {}
         }
-        if let Some(flag) = SECRET_FLAGS.iter().find(|f| arg.starts_with(f.as_bytes())) {
-            match arg.get(flag.len()) {
-                None => secret_next = true,
-                Some(b'=') => arg[flag.len() + 1..].fill(b'*'),
-                Some(_) => {}
+        let flag_value = |flag: &str, arg: &[u8]| match arg.strip_prefix(flag.as_bytes()) {
+            Some([]) => Some(None),
+            Some([b'=', ..]) => Some(Some(flag.len() + 1)),
+            _ => None,
+        };
+        if let Some(found) = SECRET_FLAGS.iter().find_map(|f| flag_value(f, arg)) {
+            match found {
+                None => next = Next::Secret,
+                Some(at) => arg[at..].fill(b'*'),
             }
             continue;
         }
-        mask_url_credentials(arg);
-    }
-}
-
-/// Overwrites with `*` the `user:password` of every `scheme://user:password@`
-/// in `text` (a URL, or a comma-separated list of them).
-fn mask_url_credentials(text: &mut [u8]) {
-    let mut from = 0;
-    while let Some(found) = memchr::memmem::find(&text[from..], b"://") {
-        let start = from + found + 3;
-        let authority_len =
-            text[start..].iter().position(|b| matches!(b, b'/' | b',' | b'?' | b'#')).unwrap_or(text.len() - start);
-        let authority = &mut text[start..start + authority_len];
-        if let Some(at) = authority.iter().rposition(|b| *b == b'@') {
-            authority[..at].fill(b'*');
+        if let Some((found, kind)) = URL_FLAGS.iter().find_map(|(f, k)| flag_value(f, arg).map(|v| (v, *k))) {
+            match found {
+                None => next = Next::Url(kind),
+                Some(at) => redact::mask(&mut arg[at..], kind),
+            }
+            continue;
         }
-        from = start + authority_len;
+        if memchr::memmem::find(arg, b"://").is_some() {
+            let at = if arg.starts_with(b"--") { arg.iter().position(|b| *b == b'=').map_or(0, |i| i + 1) } else { 0 };
+            redact::mask(&mut arg[at..], Kind::Redis);
+        }
     }
 }
 
@@ -153,18 +181,31 @@ mod tests {
             "--api-token=tok-e",
             "--group",
             "g",
+            "--redis-url=redis://:pw,f@h",
+            "--redis-url",
+            "redis+unix:///run/r.sock?pass=pw-g",
+            "--deliver",
+            "https://u:pw-h@hooks.example/services/T/B/pw-i?key=pw-j",
+            "--redis-url",
+            "redis:/:pw-k@h",
+            "--other=rediss://:pw-l@h",
             "--",
             "deploy",
             "redis://:own@h",
         ]);
         scrub_arguments(&mut args);
         let text = String::from_utf8(args).unwrap();
-        for secret in ["pw-a", "pw-b", "pw-c", "tok-d", "tok-e", "u:"] {
+        for secret in [
+            "pw-a", "pw-b", "pw-c", "tok-d", "tok-e", "u:", "pw,f", ",f@", "pw-g", "pw-h", "pw-i", "pw-j", "pw-k",
+            "pw-l",
+        ] {
             assert!(!text.contains(secret), "{secret} in {text:?}");
         }
         assert!(text.contains("\0redis://*****@h:6379/0\0"), "{text:?}");
         assert!(text.contains("redis://s2:26379,rediss://*****@s3\0"), "{text:?}");
         assert!(text.contains("\0--api-token\0*****\0--api-token=*****\0--group\0g\0"), "{text:?}");
+        assert!(text.contains("\0redis+unix:///run/r.sock?pass=****\0"), "{text:?}");
+        assert!(text.contains("\0https://******@hooks.example/services/********?key=****\0"), "{text:?}");
         // The command's own arguments are its own.
         assert!(text.ends_with("\0--\0deploy\0redis://:own@h\0"), "{text:?}");
     }

@@ -73,7 +73,7 @@ async fn router(backend: Backend) -> (Router, Option<String>) {
 
 /// Marks `run_id` dead as `lua/worker_fail.lua` leaves it: record `dead`
 /// with its last error, and a dead-stream entry naming it.
-async fn kill_run(ns: &str, run_id: &str) {
+pub(crate) async fn kill_run(ns: &str, run_id: &str) {
     let keys = Keys::new(ns).unwrap();
     let mut c = raw_conn().await;
     let _: () = c
@@ -373,7 +373,7 @@ async fn the_console_is_served_with_its_security_headers() {
 /// Chromium session; both end on drop. The WebDriver protocol is plain
 /// JSON over HTTP, so the test speaks it with reqwest (already a
 /// dev-dependency) instead of pulling in a WebDriver client crate.
-struct Browser {
+pub(crate) struct Browser {
     driver: std::process::Child,
     base: String,
     session: String,
@@ -382,6 +382,11 @@ struct Browser {
 
 impl Browser {
     async fn start() -> Self {
+        Self::start_with(&[]).await
+    }
+
+    /// A session whose Chromium also takes `args` (e.g. `--host-resolver-rules`).
+    pub(crate) async fn start_with(args: &[&str]) -> Self {
         let port = crate::support::free_port();
         use std::os::unix::process::CommandExt;
         // A process group of its own, so that the Chromium it starts dies
@@ -407,13 +412,22 @@ impl Browser {
             assert!(std::time::Instant::now() < deadline, "chromedriver did not start");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        // --no-sandbox: the tests may run as root (containers, CI).
+        let mut chrome_args = vec![
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--window-size=1280,1400",
+            "--hide-scrollbars",
+            "--force-device-scale-factor=1",
+        ];
+        chrome_args.extend_from_slice(args);
         let caps = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
             "goog:chromeOptions": {
                 "binary": "/usr/bin/chromium",
-                // --no-sandbox: the tests may run as root (containers, CI).
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                         "--window-size=1280,1400", "--hide-scrollbars", "--force-device-scale-factor=1"]
+                "args": chrome_args
             },
             "unhandledPromptBehavior": "ignore"
         }}});
@@ -422,7 +436,7 @@ impl Browser {
         Self { driver, base, session, http }
     }
 
-    async fn cmd(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+    pub(crate) async fn cmd(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
         let url = format!("{}/session/{}{path}", self.base, self.session);
         let mut req = self.http.request(method, url);
         if let Some(b) = body {
@@ -435,16 +449,16 @@ impl Browser {
         resp["value"].clone()
     }
 
-    async fn post(&self, path: &str, body: Value) -> Value {
+    pub(crate) async fn post(&self, path: &str, body: Value) -> Value {
         self.cmd(reqwest::Method::POST, path, Some(body)).await
     }
 
-    async fn goto(&self, url: &str) {
+    pub(crate) async fn goto(&self, url: &str) {
         self.post("/url", json!({"url": url})).await;
     }
 
     /// The elements matching a CSS selector now.
-    async fn all(&self, css: &str) -> Vec<String> {
+    pub(crate) async fn all(&self, css: &str) -> Vec<String> {
         let v = self.post("/elements", json!({"using": "css selector", "value": css})).await;
         // Each element is an object with one member: the W3C element key and the element's id.
         let id = |e: &Value| e.as_object().and_then(|o| o.values().next()).and_then(Value::as_str).map(str::to_owned);
@@ -452,7 +466,7 @@ impl Browser {
     }
 
     /// Waits (bounded) for an element matching `css` and returns it.
-    async fn find(&self, css: &str) -> String {
+    pub(crate) async fn find(&self, css: &str) -> String {
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(e) = self.all(css).await.into_iter().next() {
@@ -463,22 +477,22 @@ impl Browser {
         }
     }
 
-    async fn click(&self, css: &str) {
+    pub(crate) async fn click(&self, css: &str) {
         let e = self.find(css).await;
         self.post(&format!("/element/{e}/click"), json!({})).await;
     }
 
-    async fn type_into(&self, css: &str, text: &str) {
+    pub(crate) async fn type_into(&self, css: &str, text: &str) {
         let e = self.find(css).await;
         self.post(&format!("/element/{e}/value"), json!({"text": text})).await;
     }
 
-    async fn text(&self, css: &str) -> String {
+    pub(crate) async fn text(&self, css: &str) -> String {
         let e = self.find(css).await;
         self.cmd(reqwest::Method::GET, &format!("/element/{e}/text"), None).await.as_str().unwrap().to_owned()
     }
 
-    async fn body_text(&self) -> String {
+    pub(crate) async fn body_text(&self) -> String {
         match self.all("body").await.first() {
             Some(e) => self.cmd(reqwest::Method::GET, &format!("/element/{e}/text"), None).await.to_string(),
             None => String::new(),
@@ -486,12 +500,12 @@ impl Browser {
     }
 
     /// Runs `script` in the page and returns its value.
-    async fn eval(&self, script: &str) -> Value {
+    pub(crate) async fn eval(&self, script: &str) -> Value {
         self.post("/execute/sync", json!({"script": script, "args": []})).await
     }
 
     /// Waits (bounded) until `script` returns true.
-    async fn until(&self, what: &str, script: &str) {
+    pub(crate) async fn until(&self, what: &str, script: &str) {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while self.eval(script).await != Value::Bool(true) {
             assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}: {}", self.body_text().await);

@@ -128,7 +128,7 @@ fn slowloris_at_the_file_limit() {
     for _ in 0..1100 {
         // Past the connection limit, connections wait in the listen queue: connect succeeds.
         let mut s = TcpStream::connect(("127.0.0.1", served.port)).unwrap();
-        s.write_all(b"POST /v1/deliveries HTTP/1.1\r\nHost: x\r\n").unwrap();
+        s.write_all(b"POST /v1/deliveries HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n").unwrap();
         slow.push(s);
     }
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -263,7 +263,7 @@ fn sixteen_maximum_bodies_stay_under_a_gibibyte() {
                 let at = b.windows(2).position(|w| w == b"ID").unwrap();
                 b[at..at + 2].copy_from_slice(id.as_bytes());
                 let head = format!(
-                    "POST /v1/deliveries HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    "POST /v1/deliveries HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                     b.len()
                 );
                 request(port, &head, &b, Duration::from_secs(90))
@@ -313,7 +313,9 @@ fn refused_bodies_are_answered_to_clients_that_can_read_them() {
     let served = Served::start(&[], &["--request-timeout", "60s", "--body-budget", &budget], &log);
     // Declares 24 MiB and sends its first bytes only: charged in full, it holds the budget.
     let mut holder = TcpStream::connect(("127.0.0.1", served.port)).unwrap();
-    let head = format!("POST /v1/deliveries HTTP/1.1\r\nHost: x\r\nContent-Length: {SIZE}\r\n\r\n{{\"provider\"");
+    let head = format!(
+        "POST /v1/deliveries HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {SIZE}\r\n\r\n{{\"provider\""
+    );
     holder.write_all(head.as_bytes()).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let mut body = br#"{"provider":"p","delivery_id":"ID","event":{"org":"o","repo":"r","action":"a","pad":""#.to_vec();
@@ -328,7 +330,7 @@ fn refused_bodies_are_answered_to_clients_that_can_read_them() {
                 let at = b.windows(2).position(|w| w == b"ID").unwrap();
                 b[at..at + 2].copy_from_slice(format!("{i:02}").as_bytes());
                 let head = format!(
-                    "POST /v1/deliveries HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    "POST /v1/deliveries HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                     b.len()
                 );
                 request_strict(port, &head, &b, Duration::from_secs(90))
@@ -341,7 +343,10 @@ fn refused_bodies_are_answered_to_clients_that_can_read_them() {
     drop(holder);
     // Over the limit: 413 from the declared length, and the client still sends all of it.
     let over = vec![b'x'; 26 * 1024 * 1024];
-    let head = format!("POST /v1/deliveries HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n", over.len());
+    let head = format!(
+        "POST /v1/deliveries HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        over.len()
+    );
     assert_eq!(request_strict(served.port, &head, &over, Duration::from_secs(30)), Ok(413));
 }
 
@@ -439,7 +444,7 @@ fn a_nested_body_costs_what_a_flat_one_does() {
         n += 1;
         let b = body(&format!("d{n}"), deep);
         let head = format!(
-            "POST /v1/deliveries HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            "POST /v1/deliveries HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
             b.len()
         );
         let started = Instant::now();
@@ -498,7 +503,7 @@ fn eight_signature_entries_cost_what_one_does() {
 #[test]
 fn oversized_content_length_is_refused_before_reading() {
     let served = Served::start(&[], &["--max-body", "1000"], &log_path("413"));
-    let head = "POST /v1/deliveries HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n";
+    let head = "POST /v1/deliveries HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n";
     // Nothing of the body is sent: the answer comes from the header alone.
     assert_eq!(request(served.port, head, b"", Duration::from_secs(5)), Some(413));
 }
@@ -518,7 +523,7 @@ async fn a_full_budget_answers_503_with_retry_after() {
     // The first request declares 900 bytes and sends 10: it holds 900 of the budget.
     let mut holder = tokio::net::TcpStream::connect(addr).await.unwrap();
     holder
-        .write_all(b"POST /v1/deliveries HTTP/1.1\r\nHost: x\r\nContent-Length: 900\r\n\r\n{\"provider\"")
+        .write_all(b"POST /v1/deliveries HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 900\r\n\r\n{\"provider\"")
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -937,7 +942,7 @@ async fn a_slow_chunked_body_holds_room_for_what_it_sent() {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(idemgate::server::run(listener, state, Duration::from_secs(1), std::future::pending()));
     let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let head = "POST /v1/deliveries HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nb\r\n{\"provider\"\r\n";
+    let head = "POST /v1/deliveries HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nb\r\n{\"provider\"\r\n";
     slow.write_all(head.as_bytes()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     // A full 1 MiB body next to it.

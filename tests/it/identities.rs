@@ -425,6 +425,7 @@ async fn keep_payload_in_the_run_record_redis() {
     assert_eq!(r.body, created("run-2"));
     let v1_event = json!({"org": "o", "repo": "r", "action": "a", "number": 1});
     let req = Request::post("/v1/deliveries")
+        .header("content-type", "application/json")
         .body(Body::from(json!({"provider": "p", "delivery_id": "v1", "event": v1_event}).to_string()))
         .unwrap();
     assert_eq!(send(&app, req).await.body, created("run-3"));
@@ -452,6 +453,7 @@ async fn keep_payload_in_the_memory_store() {
     assert_eq!(send(&app, github("plain", SECRET, "k2", "push", body.as_bytes())).await.body, created("run-2"));
     let event = json!({"org": "o", "repo": "r", "action": "a", "number": 1});
     let req = Request::post("/v1/deliveries")
+        .header("content-type", "application/json")
         .body(Body::from(json!({"provider": "p", "delivery_id": "v1", "event": event}).to_string()))
         .unwrap();
     assert_eq!(send(&app, req).await.body, created("run-3"));

@@ -25,6 +25,7 @@ mod chaos;
 mod cluster;
 mod config;
 mod console;
+mod csrf;
 mod dead;
 mod deadlines;
 mod deploy;
@@ -36,6 +37,7 @@ mod gate;
 mod hostile;
 mod http;
 mod identities;
+mod logs;
 mod model;
 mod ops;
 mod production_redis;
@@ -43,6 +45,7 @@ mod provider_kinds;
 mod proxy;
 mod redis_store;
 mod refusals;
+mod secrets;
 mod send;
 mod support;
 #[cfg(feature = "testcontainers")]
@@ -50,6 +53,7 @@ mod testing;
 mod verification;
 mod worker;
 mod worker_hostile;
+mod worker_limits;
 
 /// The container fixture's suite needs the `testcontainers` feature; a run
 /// without it must not look complete.

@@ -1,0 +1,44 @@
+//! The log subscriber every command starts with: `text` for people, `json`
+//! for pipelines (docs/operations.md, "Logs").
+//!
+//! - Text logs escape what came from outside (a command's stderr, bodies,
+//!   headers, ids) in every field and the message: control characters,
+//!   newlines, line separators and bidi controls
+//!   ([`idemgate::text::escape_control`]), so no value forges a line or
+//!   drives the terminal. JSON logs escape control characters by JSON's rules.
+//! - ANSI colour only when stderr is a terminal and `NO_COLOR` is unset,
+//!   so a log written to a file or a pipe has no escape byte.
+
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+
+use tracing_subscriber::field::MakeExt;
+use tracing_subscriber::fmt::format::Writer;
+
+use crate::LogFormat;
+
+/// Whether the text log may colour: stderr is a terminal and `NO_COLOR` is unset.
+fn colour() -> bool {
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+}
+
+/// Starts the subscriber for `format`; `default` is the filter without `RUST_LOG`.
+pub fn init(format: LogFormat, default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour());
+    match format {
+        LogFormat::Text => builder.fmt_fields(escaped_fields()).init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+/// Fields as `name=value`, the message bare, each value escaped.
+fn escaped_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + Send + Sync + 'static {
+    tracing_subscriber::fmt::format::debug_fn(|w: &mut Writer<'_>, field, value| {
+        let mut text = String::new();
+        let _ = write!(text, "{value:?}");
+        let text = idemgate::text::escape_control(&text);
+        if field.name() == "message" { write!(w, "{text}") } else { write!(w, "{}={text}", field.name()) }
+    })
+    .delimited(" ")
+}
