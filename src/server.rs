@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use crate::config::{DEFAULT_HEADER_TIMEOUT, ServeConfig};
+use crate::allowlist::ALLOWLIST_LINE;
 use crate::gate::Gate;
 use crate::http::{AppState, app};
 use crate::redis_io::{Conn, RedisOptions};
@@ -45,6 +46,30 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
+/// Without an allowlist every valid delivery is answered `blocked` (and a
+/// provider sees success), so the start says so, with the line to add:
+/// once for the top level when no provider has a list of its own, else
+/// once per provider left with none.
+fn warn_of_missing_allowlists(config: &ServeConfig) {
+    if !config.allowed_repos.is_empty() {
+        return;
+    }
+    let unlisted: Vec<&str> =
+        config.providers.iter().filter(|p| p.allowed_repos().is_none()).map(|p| p.name.as_str()).collect();
+    if config.providers.is_empty() || unlisted.len() == config.providers.len() {
+        tracing::warn!(
+            "no allowed repos configured: every valid delivery will be answered `blocked`. Add this line at the top of the config file: {ALLOWLIST_LINE} (or pass --allowed-repo YOUR-ORG/*, or set IDEMGATE_ALLOWED_REPOS)"
+        );
+    } else {
+        for name in unlisted {
+            tracing::warn!(
+                provider = name,
+                "provider `{name}` has no allowed_repos and there are none at the top level: its valid deliveries will be answered `blocked`. Add this line to its [[provider]] table: {ALLOWLIST_LINE}"
+            );
+        }
+    }
+}
+
 /// Opens the store, checks it, binds `config.listen` and serves until
 /// `shutdown` resolves; then drains requests in flight (bounded).
 ///
@@ -54,9 +79,7 @@ pub enum ServeError {
 pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
     let described = config.store.describe();
     tracing::info!(version = env!("CARGO_PKG_VERSION"), listen = %config.listen, "idemgate serve starting: {described}");
-    if config.allowed_repos.is_empty() {
-        tracing::warn!("no allowed repos configured (--allowed-repo): every valid delivery will be answered `blocked`");
-    }
+    warn_of_missing_allowlists(&config);
     let store = config
         .store
         .open(&config.settings)

@@ -4,6 +4,7 @@
 //! identity, events, deadline), which dispatches to its kind. The registry
 //! of kinds is [`Kind::ALL`] (in [`super`]).
 
+use std::borrow::Cow;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::time::{Duration, SystemTime};
@@ -81,6 +82,12 @@ pub(super) trait ProviderKind: Sync + 'static {
         body: &[u8],
         now: SystemTime,
     ) -> Result<Delivery, Rejection>;
+
+    /// The event's JSON text in an authenticated `body`
+    /// ([`Provider::payload_json`]). The default: the body itself.
+    fn payload_json<'b>(&self, _headers: &HeaderMap, body: &'b [u8]) -> Result<Cow<'b, [u8]>, Rejection> {
+        Ok(Cow::Borrowed(body))
+    }
 
     /// The headers the kind's sender would attach to `body`
     /// ([`Provider::sign`]); `event` is given exactly when the kind
@@ -371,6 +378,14 @@ impl Provider {
     /// the clock, injected so tests can pin it.
     pub fn accept(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
         self.kind.0.accept(self, headers, body, now)
+    }
+
+    /// The event's JSON text in a `body` that [`Provider::accept`]
+    /// authenticated: the body itself, except where the kind's sender
+    /// wraps it (GitHub's form content type carries it as the `payload`
+    /// field). The run record keeps this text as `payload`.
+    pub fn payload_json<'b>(&self, headers: &HeaderMap, body: &'b [u8]) -> Result<Cow<'b, [u8]>, Rejection> {
+        self.kind.0.payload_json(headers, body)
     }
 
     /// The headers this provider's sender would attach to `body`, signed
