@@ -39,6 +39,7 @@ mod identities;
 mod model;
 mod ops;
 mod production_redis;
+mod receivers;
 mod provider_kinds;
 mod proxy;
 mod redis_store;
