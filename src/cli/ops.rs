@@ -45,20 +45,25 @@ pub enum InspectCommand {
         #[command(flatten)]
         read: ReadArgs,
     },
-    /// A logical identity's run id, and that run's record.
+    /// A logical identity's run id, and that run's record. Give the
+    /// identity as `inspect run` shows it: `inspect logical github octo/app
+    /// pull_request.opened 7@3f0c…` (the key's own slots, `opened` for a
+    /// GitHub event, are found too).
     Logical {
         /// Provider name.
         provider: String,
         /// `ORG/REPO`.
         repo: String,
-        /// The event's action (e.g. `pull_request.opened`).
+        /// The run record's `action` (e.g. `pull_request.opened`), or the
+        /// logical key's action slot (`opened`: what the payload states).
         action: String,
-        /// The subject: the number text as the gate computes it (omit it
-        /// for events without a number: missing, null, 0 and "" all mean
-        /// "no number"; the string "0" is the number text `0`). For a GitHub
-        /// provider with `identity = "event"` (the default) it is the
-        /// number text, `@` and the content digest, e.g. `7@3f0c…`: `inspect
-        /// run` prints it as `subject` (docs/identities.md).
+        /// The run record's `subject` when it has one, else its `number`.
+        /// For a GitHub or GitLab provider with `identity = "event"` (the
+        /// default) that is the number text, `@` and the content digest,
+        /// e.g. `7@3f0c…` (docs/identities.md). Otherwise the number text as
+        /// the gate computes it; omit it for events without a number
+        /// (missing, null, 0 and "" all mean "no number"; the string "0" is
+        /// the number text `0`).
         number: Option<String>,
         /// Store and output flags.
         #[command(flatten)]
@@ -205,6 +210,14 @@ pub async fn inspect_command(args: &InspectArgs, sources: Sources) -> Result<Exi
             inspection.kind,
             render::cli_quote(&inspection.key)
         );
+        if let Target::Logical(id) = &target
+            && !id.subject.contains(idemgate::gate::SUBJECT_DIGEST_SEPARATOR)
+        {
+            eprintln!(
+                "idemgate: a GitHub or GitLab provider with identity = \"event\" (the default) names its work NUMBER@DIGEST: \
+                 give the `subject` that `idemgate inspect run RUN_ID` prints (the run id is in `inspect delivery`'s answer)"
+            );
+        }
         return Ok(ExitCode::FAILURE);
     }
     let text =
