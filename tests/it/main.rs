@@ -42,6 +42,7 @@ mod production_redis;
 mod receivers;
 mod provider_kinds;
 mod proxy;
+mod quickstart;
 mod redis_store;
 mod refusals;
 mod send;

@@ -5,7 +5,7 @@ Standard Webhooks way, does the work once per run key, answers 204.
     PORT=8000 IDEMGATE_DELIVER_SECRET=whsec_... python3 app.py
 
 The dedupe lives in a SQLite file (RECEIVER_DB, default handled.sqlite3
-beside this file), so a restart keeps it: a run delivered again after a
+in the current directory), so a restart keeps it: a run delivered again after a
 restart is still a `duplicate`.
 """
 
@@ -18,7 +18,7 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 PORT = int(os.environ.get("PORT", "8000"))
 WEBHOOK = Webhook(os.environ["IDEMGATE_DELIVER_SECRET"])  # one whsec_... value
-DB_PATH = os.environ.get("RECEIVER_DB", os.path.join(os.path.dirname(os.path.abspath(__file__)), "handled.sqlite3"))
+DB_PATH = os.environ.get("RECEIVER_DB", "handled.sqlite3")
 
 db = sqlite3.connect(DB_PATH)
 db.execute("CREATE TABLE IF NOT EXISTS handled (run_key TEXT PRIMARY KEY, at INTEGER NOT NULL)")
