@@ -35,11 +35,7 @@ impl Gate {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        Self {
-            allowlist: Arc::new(Allowlist::new(allowed_repos)),
-            provider_allowlists: Arc::default(),
-            store,
-        }
+        Self { allowlist: Arc::new(Allowlist::new(allowed_repos)), provider_allowlists: Arc::default(), store }
     }
 
     /// Gives `provider` an allowlist of its own, which replaces the gate's
@@ -49,8 +45,7 @@ impl Gate {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        Arc::make_mut(&mut self.provider_allowlists)
-            .insert(provider.to_owned(), Allowlist::new(allowed_repos));
+        Arc::make_mut(&mut self.provider_allowlists).insert(provider.to_owned(), Allowlist::new(allowed_repos));
         self
     }
 

@@ -8,8 +8,8 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use crate::config::{DEFAULT_HEADER_TIMEOUT, ServeConfig};
 use crate::allowlist::ALLOWLIST_LINE;
+use crate::config::{DEFAULT_HEADER_TIMEOUT, ServeConfig};
 use crate::gate::Gate;
 use crate::http::{AppState, app};
 use crate::redis_io::{Conn, RedisOptions};

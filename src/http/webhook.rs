@@ -186,7 +186,8 @@ impl<'a> Pipeline<'a> {
     /// set up for, the operator hears it now, not after the first real
     /// event was answered `blocked`.
     fn warn_if_hook_blocked(&self, headers: &HeaderMap, body: &[u8]) {
-        let Some(payload) = self.provider.payload_json(headers, body).ok().and_then(|p| serde_json::from_slice(&p).ok())
+        let Some(payload) =
+            self.provider.payload_json(headers, body).ok().and_then(|p| serde_json::from_slice(&p).ok())
         else {
             return;
         };

@@ -150,13 +150,10 @@ fn logical_text(l: &LogicalView) -> String {
 
 fn run_text(run: &RunView) -> String {
     let mut out = format!("key: {}\n", cli_quote(&run.key));
-    let logical = run.logical_key.as_deref().map_or_else(|| "none names this run (expired, or released)".into(), cli_quote);
+    let logical =
+        run.logical_key.as_deref().map_or_else(|| "none names this run (expired, or released)".into(), cli_quote);
     let run_key = run.run_key.clone().unwrap_or_else(|| "unknown (a record without created_ms)".into());
-    lines(
-        &mut out,
-        "",
-        &[("logical key".into(), logical), ("run key (webhook-id, IDEMGATE_RUN_KEY)".into(), run_key)],
-    );
+    lines(&mut out, "", &[("logical key".into(), logical), ("run key (webhook-id, IDEMGATE_RUN_KEY)".into(), run_key)]);
     lines(&mut out, "", &run_rows(run));
     out
 }

@@ -50,9 +50,10 @@ fn recipes() -> Vec<(String, usize, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_redis_cli_recipe_runs() {
     let redis = RedisProcess::start(&[]);
-    let store = RedisStore::connect(&RedisOptions::single(&redis.url()), Keys::new("default").unwrap(), &Settings::default())
-        .await
-        .unwrap();
+    let store =
+        RedisStore::connect(&RedisOptions::single(redis.url()), Keys::new("default").unwrap(), &Settings::default())
+            .await
+            .unwrap();
     let gate = Gate::new(["octo/repo"], Arc::new(store));
     for n in 1..=6 {
         let e = json!({"org": "octo", "repo": "repo", "action": "push", "number": n});

@@ -73,7 +73,11 @@ async fn form_and_json_are_one_run(b: Backend) {
     assert_eq!(status_of(&r), ("duplicate".into(), Some("run-1".into())), "{}", r.text);
     // The other way round, with another event: the form first, then JSON.
     let closed = fixture("pull_request", 3).to_string();
-    let r = send(&app, github("d-form-2", "pull_request", "application/x-www-form-urlencoded; charset=utf-8", form_body(&closed))).await;
+    let r = send(
+        &app,
+        github("d-form-2", "pull_request", "application/x-www-form-urlencoded; charset=utf-8", form_body(&closed)),
+    )
+    .await;
     assert_eq!(status_of(&r), ("created".into(), Some("run-2".into())), "{}", r.text);
     let r = send(&app, github("d-json-2", "pull_request", JSON, closed.clone().into_bytes())).await;
     assert_eq!(status_of(&r), ("duplicate".into(), Some("run-2".into())), "{}", r.text);

@@ -73,7 +73,11 @@ impl Lang {
     pub(crate) fn command(self, dir: &Path) -> Command {
         match self {
             Lang::Python => {
-                require("python3", &["-c", "import standardwebhooks"], "python3 -m pip install standardwebhooks==1.1.0");
+                require(
+                    "python3",
+                    &["-c", "import standardwebhooks"],
+                    "python3 -m pip install standardwebhooks==1.1.0",
+                );
                 let mut c = Command::new("python3");
                 c.arg(examples().join("python/app.py")).env("RECEIVER_DB", dir.join("handled.sqlite3"));
                 c
@@ -293,7 +297,7 @@ async fn receiver_end_to_end(lang: Lang) {
     let dir = temp_dir("recv");
     let (old, new) = (secret(1), secret(2));
     std::fs::write(dir.join("secrets"), format!("{old}\n")).unwrap();
-    let store = RedisStore::connect(&RedisOptions::single(&redis.url()), Keys::new(&ns).unwrap(), &Settings::default())
+    let store = RedisStore::connect(&RedisOptions::single(redis.url()), Keys::new(&ns).unwrap(), &Settings::default())
         .await
         .unwrap();
     let gate = Gate::new(["octo/*"], Arc::new(store));
@@ -373,7 +377,11 @@ async fn receiver_end_to_end(lang: Lang) {
 
     if let Lang::Python = lang {
         // Python's dedupe is a SQLite file: the restart kept it.
-        assert_eq!(post(&client, &receiver.url(), &first.headers, first.body.clone()).await, 401, "signed by the old secret");
+        assert_eq!(
+            post(&client, &receiver.url(), &first.headers, first.body.clone()).await,
+            401,
+            "signed by the old secret"
+        );
         let again = sign(&new, &keys[0], now_s(), &first.body);
         let h = hook_headers(&keys[0], now_s(), &again);
         assert_eq!(post(&client, &receiver.url(), &h, first.body.clone()).await, 204);
