@@ -63,6 +63,31 @@ impl Allowlist {
     }
 }
 
+/// What `serve` warns of at start when deliveries would all be `blocked`
+/// (a provider sees success, and nothing runs), each with the line to add:
+/// the top level when it has no entry and no provider has a list of its
+/// own, else each provider left with none. `providers`: each provider's
+/// name and whether it has its own list.
+pub fn missing_allowlists(top_level: &[String], providers: &[(&str, bool)]) -> Vec<String> {
+    if !top_level.is_empty() {
+        return Vec::new();
+    }
+    let unlisted: Vec<&str> = providers.iter().filter(|(_, listed)| !listed).map(|(name, _)| *name).collect();
+    if unlisted.len() == providers.len() {
+        return vec![format!(
+            "no allowed repos configured: every valid delivery will be answered `blocked`. Add this line at the top of the config file: {ALLOWLIST_LINE} (or pass --allowed-repo YOUR-ORG/*, or set IDEMGATE_ALLOWED_REPOS)"
+        )];
+    }
+    unlisted
+        .into_iter()
+        .map(|name| {
+            format!(
+                "provider `{name}` has no allowed_repos and there are none at the top level: its valid deliveries will be answered `blocked`. Add this line to its [[provider]] table: {ALLOWLIST_LINE}"
+            )
+        })
+        .collect()
+}
+
 /// Checks one entry: `ORG/REPO` (both parts non-empty, no `*`) or `ORG/*`
 /// (ORG non-empty, no `*`); `Err` says what is wrong, never the entry.
 pub fn check_entry(entry: &str) -> Result<(), &'static str> {
@@ -105,6 +130,17 @@ mod tests {
         assert!(list.admits("acme/platform", "api"));
         assert!(!list.admits("acme", "platform"));
         assert!(!list.admits("acme/platform/sub", "api"));
+    }
+
+    #[test]
+    fn missing_allowlists_name_the_line_to_add() {
+        let top = missing_allowlists(&[], &[("gh", false)]);
+        assert!(top.len() == 1 && top[0].contains("top of the config file") && top[0].contains(ALLOWLIST_LINE));
+        assert_eq!(missing_allowlists(&[], &[]).len(), 1);
+        let mixed = missing_allowlists(&[], &[("gh", true), ("bare", false)]);
+        assert!(mixed.len() == 1 && mixed[0].contains("provider `bare`"), "{mixed:?}");
+        assert!(missing_allowlists(&[], &[("gh", true)]).is_empty());
+        assert!(missing_allowlists(&["octo/*".into()], &[("gh", false)]).is_empty());
     }
 
     #[test]

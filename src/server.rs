@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use crate::allowlist::ALLOWLIST_LINE;
+use crate::allowlist::missing_allowlists;
 use crate::config::{DEFAULT_HEADER_TIMEOUT, ServeConfig};
 use crate::gate::Gate;
 use crate::http::{AppState, app};
@@ -46,30 +46,6 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
-/// Without an allowlist every valid delivery is answered `blocked` (and a
-/// provider sees success), so the start says so, with the line to add:
-/// once for the top level when no provider has a list of its own, else
-/// once per provider left with none.
-fn warn_of_missing_allowlists(config: &ServeConfig) {
-    if !config.allowed_repos.is_empty() {
-        return;
-    }
-    let unlisted: Vec<&str> =
-        config.providers.iter().filter(|p| p.allowed_repos().is_none()).map(|p| p.name.as_str()).collect();
-    if config.providers.is_empty() || unlisted.len() == config.providers.len() {
-        tracing::warn!(
-            "no allowed repos configured: every valid delivery will be answered `blocked`. Add this line at the top of the config file: {ALLOWLIST_LINE} (or pass --allowed-repo YOUR-ORG/*, or set IDEMGATE_ALLOWED_REPOS)"
-        );
-    } else {
-        for name in unlisted {
-            tracing::warn!(
-                provider = name,
-                "provider `{name}` has no allowed_repos and there are none at the top level: its valid deliveries will be answered `blocked`. Add this line to its [[provider]] table: {ALLOWLIST_LINE}"
-            );
-        }
-    }
-}
-
 /// Opens the store, checks it, binds `config.listen` and serves until
 /// `shutdown` resolves; then drains requests in flight (bounded).
 ///
@@ -79,7 +55,11 @@ fn warn_of_missing_allowlists(config: &ServeConfig) {
 pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
     let described = config.store.describe();
     tracing::info!(version = env!("CARGO_PKG_VERSION"), listen = %config.listen, "idemgate serve starting: {described}");
-    warn_of_missing_allowlists(&config);
+    let listed: Vec<(&str, bool)> =
+        config.providers.iter().map(|p| (p.name.as_str(), p.allowed_repos().is_some())).collect();
+    for warning in missing_allowlists(&config.allowed_repos, &listed) {
+        tracing::warn!("{warning}");
+    }
     let store = config
         .store
         .open(&config.settings)
