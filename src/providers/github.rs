@@ -335,6 +335,22 @@ mod tests {
     }
 
     #[test]
+    fn a_form_body_is_the_same_delivery_as_its_json() {
+        let groups: Vec<Value> = serde_json::from_str(FIXTURES).unwrap();
+        let payload = groups.iter().find(|g| g["name"] == "pull_request").unwrap()["examples"][0].to_string();
+        let form = form_urlencoded::Serializer::new(String::new()).append_pair("payload", &payload).finish();
+        let mut h = signed(form.as_bytes(), "pull_request");
+        h.insert("content-type", HeaderValue::from_static("application/x-www-form-urlencoded"));
+        let from_form = accept(&h, form.as_bytes()).unwrap();
+        let from_json = accept(&signed(payload.as_bytes(), "pull_request"), payload.as_bytes()).unwrap();
+        assert_eq!(from_form, from_json);
+        assert_eq!(payload_json(&h, form.as_bytes()).unwrap().as_ref(), payload.as_bytes());
+        // Without the form content type the same bytes are not JSON.
+        let plain = signed(form.as_bytes(), "pull_request");
+        assert_eq!(accept(&plain, form.as_bytes()), Err(Rejection::BadRequest("the body is not JSON".into())));
+    }
+
+    #[test]
     fn github_docs_test_vector() {
         let sig = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
         assert_eq!(sign("It's a Secret to Everybody", b"Hello, World!"), sig);

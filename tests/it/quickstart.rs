@@ -128,6 +128,14 @@ async fn the_quickstart_runs_as_written() {
     let handled = outputs.lines().find_map(|l| l.strip_prefix("handled ")).unwrap().to_owned();
     assert!(printed.contains(&format!("run key (webhook-id, IDEMGATE_RUN_KEY): {handled}")), "{printed}");
     assert!(printed.contains("logical key:") && !printed.contains("none names this run"), "{printed}");
+    // The sample ping from a repository outside the allowlist was warned of.
+    let warned = running.iter().any(|b| {
+        let err = std::fs::read_to_string(b.out.with_extension("err")).unwrap_or_default();
+        err.lines().any(|l| {
+            l.contains("WARN") && l.contains("will be answered `blocked`") && l.contains("Octocoders/Hello-World")
+        })
+    });
+    assert!(warned, "serve did not warn of the ping's blocked repository");
     // Stopped the other way round: the receiver, the worker, serve, then Redis.
     while let Some(b) = running.pop() {
         drop(b);
