@@ -33,8 +33,8 @@ const tolerance = 5 * time.Minute
 func verified(key []byte, h http.Header, body []byte) bool {
 	id, timestamp, signatures := h.Get("webhook-id"), h.Get("webhook-timestamp"), h.Get("webhook-signature")
 	seconds, err := strconv.ParseInt(timestamp, 10, 64)
-	if id == "" || signatures == "" || err != nil || strings.HasPrefix(timestamp, "+") {
-		return false
+	if id == "" || signatures == "" || err != nil || strings.Trim(timestamp, "0123456789") != "" {
+		return false // integer seconds: digits only
 	}
 	if math.Abs(time.Since(time.Unix(seconds, 0)).Seconds()) > tolerance.Seconds() {
 		return false
