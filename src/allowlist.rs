@@ -13,8 +13,8 @@
 
 use std::collections::HashSet;
 
-/// The line that admits every repository of an org, as the start-up and
-/// `ping` warnings offer it.
+/// The line that admits every repository of an org, as the start-up
+/// warning offers it.
 pub const ALLOWLIST_LINE: &str = r#"allowed_repos = ["YOUR-ORG/*"]"#;
 
 /// What ends an entry that admits every repository of its org.

@@ -157,13 +157,17 @@ pub enum KeyCommand {
         #[command(flatten)]
         out: KeyOut,
     },
-    /// `idemgate:{NS}:logical:…` of an identity.
+    /// `idemgate:{NS}:logical:…` of an identity, from the key's own slots (no
+    /// Redis is read: for a run of a GitHub event identity, `inspect run`
+    /// prints its logical key instead).
     Logical {
         /// Provider name.
         provider: String,
         /// `ORG/REPO`.
         repo: String,
-        /// The event's action.
+        /// The key's action slot: the action itself for `/v1` and `identity
+        /// = "number"`; for GitHub's event identity what the payload states
+        /// (`opened` of `pull_request.opened`, or '' for `push`).
         action: String,
         /// The subject: the number text as the gate computes it (omit it
         /// for no number), or a run record's `subject` (`7@3f0c…`).

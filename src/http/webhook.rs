@@ -22,6 +22,7 @@ use crate::intake::BodyBudget;
 use crate::metrics::{DeadlineStage, Metrics};
 use crate::providers::{Delivery, Provider, Rejection};
 use crate::refusals::{Reason, Refusal, RefusalLog};
+use crate::text::escape_control;
 
 /// One provider endpoint and where its requests' bodies and counts go
 /// (from `serve`'s state, or the embedding layer's).
@@ -192,17 +193,18 @@ impl<'a> Pipeline<'a> {
             return;
         };
         let allowlist = self.gate.allowlist_of(&self.provider.name);
-        let blocked = match crate::providers::github::ping_target(&payload) {
-            Some((org, Some(repo))) if !allowlist.admits(org, repo) => format!("{org}/{repo}"),
-            Some((org, None)) if !allowlist.admits_some_of(org) => format!("{org}/*"),
+        let (blocked, add) = match crate::providers::github::ping_target(&payload) {
+            Some((org, Some(repo))) if !allowlist.admits(org, repo) => {
+                (format!("{org}/{repo}"), format!("\"{org}/{repo}\" (or \"{org}/*\")"))
+            }
+            Some((org, None)) if !allowlist.admits_some_of(org) => (format!("{org}/*"), format!("\"{org}/*\"")),
             _ => return,
         };
+        let (blocked, add) = (escape_control(&blocked), escape_control(&add));
         tracing::warn!(
             provider = %self.provider.name,
-            repo = %crate::text::escape_control(&blocked),
-            "this hook's deliveries will be answered `blocked`: the allowlist does not admit {}; add it to allowed_repos (e.g. {})",
-            crate::text::escape_control(&blocked),
-            crate::allowlist::ALLOWLIST_LINE
+            repo = %blocked,
+            "this hook's deliveries will be answered `blocked`: the allowlist does not admit {blocked}; add {add} to allowed_repos"
         );
     }
 
