@@ -50,6 +50,11 @@ impl Allowlist {
         self.orgs.contains(org) || self.exact.contains(&format!("{org}/{repo}"))
     }
 
+    /// [`Allowlist::admits`] for a caller that holds `"<org>/<repo>"` already.
+    pub fn admits_joined(&self, org: &str, org_repo: &str) -> bool {
+        self.orgs.contains(org) || self.exact.contains(org_repo)
+    }
+
     /// Whether some entry could admit a repository of `org` (an org-wide
     /// hook's `ping` names the org alone).
     pub fn admits_some_of(&self, org: &str) -> bool {
@@ -117,7 +122,8 @@ mod tests {
         assert!(!list.admits("octopus", "x"));
         assert!(!list.admits("Octo", "x"));
         assert!(!list.admits("oct", "o/x"));
-        assert!(list.admits("acme", "web"));
+        assert!(list.admits("acme", "web") && list.admits_joined("acme", "acme/web"));
+        assert!(list.admits_joined("octo", "octo/x") && !list.admits_joined("octopus", "octopus/x"));
         assert!(!list.admits("acme", "Web"));
         assert!(!list.admits("acme", "api"));
         assert!(list.admits_some_of("octo") && list.admits_some_of("acme"));

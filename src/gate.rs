@@ -173,10 +173,10 @@ impl Gate {
         let Some(fields) = validate(event) else {
             return Verdict::BadRequest;
         };
-        if !self.allowlist_of(provider).admits(fields.org, fields.repo) {
+        let repo = format!("{}/{}", fields.org, fields.repo);
+        if !self.allowlist_of(provider).admits_joined(fields.org, &repo) {
             return Verdict::Blocked;
         }
-        let repo = format!("{}/{}", fields.org, fields.repo);
         let identity = Identity::new(provider, repo, fields.action, fields.number);
         Verdict::Work(match content_digest {
             None => identity,
