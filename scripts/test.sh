@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command. Sets up what the tests need on a fresh Debian
 # machine (redis-server, redis-cli and openssl, libsqlite3-dev for the
-# verification example, chromium and chromium-driver for the console's
+# verification example, nodejs and golang-go for the example receivers, chromium and chromium-driver for the console's
 # browser test; a local Redis image where Docker cannot pull), then
 # runs, in order:
 #   0. scripts/check-standalone.sh: no tracked file refers to material
@@ -38,6 +38,9 @@ command -v redis-cli >/dev/null || need+=(redis-tools)
 command -v openssl >/dev/null || need+=(openssl)
 # examples/verification.rs links the system SQLite (docs/exactly-once.md).
 dpkg -s libsqlite3-dev >/dev/null 2>&1 || need+=(libsqlite3-dev)
+# The example receivers (tests/it/receivers.rs, tests/it/quickstart.rs) run under Node and build with Go.
+command -v node >/dev/null || need+=(nodejs)
+command -v go >/dev/null || need+=(golang-go)
 command -v promtool >/dev/null || need+=(prometheus) # Debian ships promtool in the prometheus package
 # The console's browser test (tests/it/console.rs) drives headless Chromium through WebDriver.
 command -v chromium >/dev/null || need+=(chromium)
@@ -61,7 +64,7 @@ if ! $quick && ! command -v st >/dev/null; then
 fi
 
 if ! python3 -c 'import standardwebhooks' 2>/dev/null; then
-  echo "== installing standardwebhooks (PyPI), the reference verifier tests/it/destinations.rs checks deliveries with"
+  echo "== installing standardwebhooks (PyPI): the reference verifier tests/it/destinations.rs checks deliveries with, and examples/receivers/python/app.py's"
   python3 -m pip install -q --disable-pip-version-check standardwebhooks==1.1.0
 fi
 

@@ -1,6 +1,6 @@
 //! Values the config file writes alike in every table: a list given as one
 //! comma-separated string or as an array ([`StringOrList`]), a duration
-//! named by its key ([`duration`]), and `ORG/REPO` allowlist entries
+//! named by its key ([`duration`]), and `ORG/REPO` / `ORG/*` allowlist entries
 //! ([`checked_repos`]). The top level ([`crate::config`]) and the
 //! `[[provider]]` tables ([`crate::providers::ProviderTable`]) both read
 //! them, so each rule and its message is written once, here. Messages name
@@ -47,14 +47,12 @@ pub fn duration(key: &str, value: Option<&String>) -> Result<Option<Duration>, S
 
 /// Trims allowlist entries (spaces around the commas of
 /// IDEMGATE_ALLOWED_REPOS are not part of a name), drops empty ones, and
-/// checks that each is ORG/REPO; `at` prefixes the message.
+/// checks that each is `ORG/REPO` or `ORG/*` ([`crate::allowlist`]); `at`
+/// prefixes the message.
 pub fn checked_repos(entries: Vec<String>, at: &str) -> Result<Vec<String>, String> {
     let repos: Vec<String> = entries.into_iter().map(|r| r.trim().to_owned()).filter(|r| !r.is_empty()).collect();
     for (i, repo) in repos.iter().enumerate() {
-        match repo.split_once('/') {
-            Some((o, r)) if !o.is_empty() && !r.is_empty() => {}
-            _ => return Err(format!("{at}allowed repo #{} is not ORG/REPO", i + 1)),
-        }
+        crate::allowlist::check_entry(repo).map_err(|why| format!("{at}allowed repo #{} {why}", i + 1))?;
     }
     Ok(repos)
 }

@@ -2,12 +2,13 @@
 //! validation, the repo allowlist, `number_text` and the identity tuple.
 //! A store only applies the verdict these rules compute, atomically.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::allowlist::Allowlist;
 use crate::error::Error;
 use crate::store::{Call, HeldRun, Store};
 // The words the gate speaks, re-exported so that `idemgate::gate` is the one
@@ -20,25 +21,21 @@ pub use crate::vocabulary::{
 /// The idempotency gate: rules in front of a store.
 #[derive(Clone)]
 pub struct Gate {
-    allowlist: Arc<HashSet<String>>,
+    allowlist: Arc<Allowlist>,
     /// Providers with an allowlist of their own, which replaces `allowlist` for them.
-    provider_allowlists: Arc<HashMap<String, HashSet<String>>>,
+    provider_allowlists: Arc<HashMap<String, Allowlist>>,
     store: Arc<dyn Store>,
 }
 
 impl Gate {
-    /// A gate that admits `allowed_repos` (`org/repo`, compared exactly) and
-    /// keeps its state in `store`. The allowlist is copied here.
+    /// A gate that admits `allowed_repos` (`org/repo` compared exactly, or
+    /// `org/*`: [`crate::allowlist`]) and keeps its state in `store`. The allowlist is copied here.
     pub fn new<I, S>(allowed_repos: I, store: Arc<dyn Store>) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        Self {
-            allowlist: Arc::new(allowed_repos.into_iter().map(Into::into).collect()),
-            provider_allowlists: Arc::default(),
-            store,
-        }
+        Self { allowlist: Arc::new(Allowlist::new(allowed_repos)), provider_allowlists: Arc::default(), store }
     }
 
     /// Gives `provider` an allowlist of its own, which replaces the gate's
@@ -48,9 +45,13 @@ impl Gate {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        Arc::make_mut(&mut self.provider_allowlists)
-            .insert(provider.to_owned(), allowed_repos.into_iter().map(Into::into).collect());
+        Arc::make_mut(&mut self.provider_allowlists).insert(provider.to_owned(), Allowlist::new(allowed_repos));
         self
+    }
+
+    /// The allowlist that judges `provider`'s deliveries: its own, else the gate's.
+    pub fn allowlist_of(&self, provider: &str) -> &Allowlist {
+        self.provider_allowlists.get(provider).unwrap_or(&self.allowlist)
     }
 
     /// The store behind the gate.
@@ -171,8 +172,7 @@ impl Gate {
             return Verdict::BadRequest;
         };
         let repo = format!("{}/{}", fields.org, fields.repo);
-        let allowlist = self.provider_allowlists.get(provider).unwrap_or(&self.allowlist);
-        if !allowlist.contains(&repo) {
+        if !self.allowlist_of(provider).admits_joined(fields.org, &repo) {
             return Verdict::Blocked;
         }
         let identity = Identity::new(provider, repo, fields.action, fields.number);

@@ -112,6 +112,15 @@ impl Keys {
         self.run_prefix() + run_id
     }
 
+    /// A run's **run key**, `NS:run-N:CREATED_MS` (not a Redis key: the
+    /// `webhook-id` and `IDEMGATE_RUN_KEY` a handler dedupes on), from its
+    /// record's `created_ms`. It is the same on every attempt of the run and
+    /// differs for every other run, also in another namespace of the same
+    /// Redis and after Redis lost data and handed `run-N` out again.
+    pub fn run_key(&self, run_id: &str, created_ms: &str) -> String {
+        format!("{}:{run_id}:{created_ms}", self.namespace)
+    }
+
     /// A `SCAN MATCH` pattern for every key of one kind (`delivery`, `logical`, `run`).
     pub fn scan_pattern(&self, kind: &str) -> String {
         // The namespace cannot contain glob characters that matter except these.

@@ -283,6 +283,7 @@ where
     // 503 until then.
     let pipeline = Pipeline {
         provider: &st.provider,
+        gate: &st.gate,
         budget: &st.budget,
         metrics: &st.metrics,
         refusals: &st.refusals,

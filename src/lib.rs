@@ -46,6 +46,7 @@
 //! bench), printing and exit codes.
 #![warn(missing_docs)]
 
+pub mod allowlist;
 pub mod bench;
 pub mod client;
 pub mod config;

@@ -8,7 +8,8 @@
 //! (`bad_request`, `blocked`, `ignored`) does not get better by retrying,
 //! so by default it is acknowledged with HTTP 200, the body keeping the
 //! gate's `code`. The operator sees refusals in `idemgate_refusals_total`
-//! and in one rate-limited warning per provider and reason.
+//! and in one rate-limited warning per provider and reason; a `blocked`
+//! delivery is warned of every time, with its repository.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -56,15 +57,25 @@ struct Window {
 impl RefusalLog {
     /// Counts `r` in `idemgate_refusals_total` and logs it: a `warn` line
     /// at most once per provider and reason per [`WARN_EVERY`], naming how
-    /// many were left out since the last one (a ping is `info`, unlimited
-    /// like other request logs).
+    /// many were left out since the last one (a `blocked` one every time,
+    /// naming the repository; a ping is `info`, unlimited like other
+    /// request logs).
     pub fn record(&self, metrics: &Metrics, r: &Refusal<'_>) {
         metrics.refusal(r.provider, r.reason.status());
         if r.reason == Reason::Ping {
             tracing::info!(provider = r.provider, reason = r.reason.text(), "webhook ignored");
             return;
         }
-        let Some(suppressed) = self.admit(r.provider, r.reason, Instant::now()) else { return };
+        // A blocked delivery is logged every time, with its repository: it
+        // is work the operator meant to run (a missing allowlist entry),
+        // while the provider sees success and never retries it.
+        let suppressed = match r.reason {
+            Reason::NotAllowlisted => 0,
+            reason => match self.admit(r.provider, reason, Instant::now()) {
+                Some(suppressed) => suppressed,
+                None => return,
+            },
+        };
         let event = r.event.unwrap_or(&Value::Null);
         let repo = match (event.get("org").and_then(Value::as_str), event.get("repo").and_then(Value::as_str)) {
             (Some(org), Some(repo)) if r.reason == Reason::NotAllowlisted => Some(format!("{org}/{repo}")),

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
+use crate::allowlist::missing_allowlists;
 use crate::config::ServeConfig;
 use crate::gate::Gate;
 use crate::http::{AppState, app};
@@ -52,8 +53,10 @@ pub enum ServeError {
 pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
     let described = config.store.describe();
     tracing::info!(version = env!("CARGO_PKG_VERSION"), listen = %config.listen, "idemgate serve starting: {described}");
-    if config.allowed_repos.is_empty() {
-        tracing::warn!("no allowed repos configured (--allowed-repo): every valid delivery will be answered `blocked`");
+    let listed: Vec<(&str, bool)> =
+        config.providers.iter().map(|p| (p.name(), p.allowed_repos().is_some())).collect();
+    for warning in missing_allowlists(&config.allowed_repos, &listed) {
+        tracing::warn!("{warning}");
     }
     let store = config
         .store

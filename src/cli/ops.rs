@@ -45,20 +45,25 @@ pub enum InspectCommand {
         #[command(flatten)]
         read: ReadArgs,
     },
-    /// A logical identity's run id, and that run's record.
+    /// A logical identity's run id, and that run's record. Give the
+    /// identity as `inspect run` shows it: `inspect logical github octo/app
+    /// pull_request.opened 7@3f0c…` (the key's own slots, `opened` for a
+    /// GitHub event, are found too).
     Logical {
         /// Provider name.
         provider: String,
         /// `ORG/REPO`.
         repo: String,
-        /// The event's action (e.g. `pull_request.opened`).
+        /// The run record's `action` (e.g. `pull_request.opened`), or the
+        /// logical key's action slot (`opened`: what the payload states).
         action: String,
-        /// The subject: the number text as the gate computes it (omit it
-        /// for events without a number: missing, null, 0 and "" all mean
-        /// "no number"; the string "0" is the number text `0`). For a GitHub
-        /// provider with `identity = "event"` (the default) it is the
-        /// number text, `@` and the content digest, e.g. `7@3f0c…`: `inspect
-        /// run` prints it as `subject` (docs/identities.md).
+        /// The run record's `subject` when it has one, else its `number`.
+        /// For a GitHub or GitLab provider with `identity = "event"` (the
+        /// default) that is the number text, `@` and the content digest,
+        /// e.g. `7@3f0c…` (docs/identities.md). Otherwise the number text as
+        /// the gate computes it; omit it for events without a number
+        /// (missing, null, 0 and "" all mean "no number"; the string "0" is
+        /// the number text `0`).
         number: Option<String>,
         /// Store and output flags.
         #[command(flatten)]
@@ -152,13 +157,17 @@ pub enum KeyCommand {
         #[command(flatten)]
         out: KeyOut,
     },
-    /// `idemgate:{NS}:logical:…` of an identity.
+    /// `idemgate:{NS}:logical:…` of an identity, from the key's own slots (no
+    /// Redis is read: for a run of a GitHub event identity, `inspect run`
+    /// prints its logical key instead).
     Logical {
         /// Provider name.
         provider: String,
         /// `ORG/REPO`.
         repo: String,
-        /// The event's action.
+        /// The key's action slot: the action itself for `/v1` and `identity
+        /// = "number"`; for GitHub's event identity what the payload states
+        /// (`opened` of `pull_request.opened`, or '' for `push`).
         action: String,
         /// The subject: the number text as the gate computes it (omit it
         /// for no number), or a run record's `subject` (`7@3f0c…`).
@@ -205,6 +214,14 @@ pub async fn inspect_command(args: &InspectArgs, sources: Sources) -> Result<Exi
             inspection.kind,
             render::cli_quote(&inspection.key)
         );
+        if let Target::Logical(id) = &target
+            && !id.subject.contains(idemgate::gate::SUBJECT_DIGEST_SEPARATOR)
+        {
+            eprintln!(
+                "idemgate: a GitHub or GitLab provider with identity = \"event\" (the default) names its work NUMBER@DIGEST: \
+                 give the `subject` that `idemgate inspect run RUN_ID` prints (the run id is in `inspect delivery`'s answer)"
+            );
+        }
         return Ok(ExitCode::FAILURE);
     }
     let text =

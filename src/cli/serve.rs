@@ -22,7 +22,7 @@ pub struct ServeArgs {
     pub store: StoreArgs,
     #[arg(long, env = "IDEMGATE_LISTEN", value_name = "ADDR", help = with_default("Address to listen on", DEFAULT_LISTEN))]
     pub listen: Option<String>,
-    /// A repository the gate admits (ORG/REPO); repeat for more. Others are `blocked`.
+    /// A repository the gate admits (ORG/REPO), or every repository of an org (ORG/*: the org compared exactly, case-sensitively); repeat for more. Others are `blocked`.
     #[arg(long = "allowed-repo", env = "IDEMGATE_ALLOWED_REPOS", value_name = "ORG/REPO", value_delimiter = ',')]
     pub allowed_repos: Option<Vec<String>>,
     #[arg(

@@ -17,16 +17,19 @@ use serde_json::json;
 use super::answer::{gate_failure, gate_response, log_outcome, read_within};
 use super::state::{ApiError, AppState};
 use crate::event_digest;
-use crate::gate::{Outcome, Status, Submission};
+use crate::gate::{Gate, Outcome, Status, Submission};
 use crate::intake::BodyBudget;
 use crate::metrics::{DeadlineStage, Metrics};
 use crate::providers::{Delivery, Provider, Rejection};
 use crate::refusals::{Reason, Refusal, RefusalLog};
+use crate::text::escape_control;
 
 /// One provider endpoint and where its requests' bodies and counts go
 /// (from `serve`'s state, or the embedding layer's).
 pub(crate) struct Pipeline<'a> {
     pub(crate) provider: &'a Provider,
+    /// The gate, whose allowlist a hook's `ping` is checked against.
+    pub(crate) gate: &'a Gate,
     pub(crate) budget: &'a BodyBudget,
     pub(crate) metrics: &'a Metrics,
     pub(crate) refusals: &'a RefusalLog,
@@ -63,6 +66,7 @@ impl<'a> Pipeline<'a> {
     pub(super) fn serving(st: &'a AppState, provider: &'a Provider) -> Self {
         Pipeline {
             provider,
+            gate: &st.0.gate,
             budget: &st.0.budget,
             metrics: &st.0.metrics,
             refusals: &st.0.refusals,
@@ -90,8 +94,11 @@ impl<'a> Pipeline<'a> {
         let admitted = self.within_deadline(&at_store, started, async {
             let received = self.receive(headers, body).await?;
             at_store.store(true, Ordering::Relaxed);
-            let answer =
-                gate(&provider_submission(self.provider, &received.delivery, &received.bytes, &received.digest)).await;
+            // The run keeps the event's JSON text: for a form body, its `payload` field.
+            let kept = self.provider.keep_payload().then(|| self.provider.payload_json(headers, &received.bytes).ok());
+            let payload = kept.flatten();
+            let payload = payload.as_deref().and_then(|p| std::str::from_utf8(p).ok());
+            let answer = gate(&provider_submission(self.provider, &received.delivery, payload, &received.digest)).await;
             let (name, id) = (self.provider.name(), received.delivery.delivery_id.as_str());
             let answer = answer.map_err(|e| gate_failure(self.metrics, name, id, e).into_response())?;
             log_outcome(self.metrics, name, id, answer.outcome());
@@ -167,9 +174,38 @@ impl<'a> Pipeline<'a> {
         } else {
             provider.accept(headers, &bytes, SystemTime::now())
         };
+        if accepted == Err(Rejection::Ignored(Reason::Ping)) {
+            self.warn_if_hook_blocked(headers, &bytes);
+        }
         let delivery = accepted.map_err(|rejection| self.refusal(rejection))?;
         let digest = event_digest::of_body(&bytes);
         Ok(Received { bytes, permit, delivery, digest })
+    }
+
+    /// A GitHub hook's first delivery is its `ping`: when the allowlist
+    /// would block the repository (or every repository of the org) it was
+    /// set up for, the operator hears it now, not after the first real
+    /// event was answered `blocked`.
+    fn warn_if_hook_blocked(&self, headers: &HeaderMap, body: &[u8]) {
+        let Some(payload) =
+            self.provider.payload_json(headers, body).ok().and_then(|p| serde_json::from_slice(&p).ok())
+        else {
+            return;
+        };
+        let allowlist = self.gate.allowlist_of(self.provider.name());
+        let (blocked, add) = match crate::providers::github::ping_target(&payload) {
+            Some((org, Some(repo))) if !allowlist.admits(org, repo) => {
+                (format!("{org}/{repo}"), format!("\"{org}/{repo}\" (or \"{org}/*\")"))
+            }
+            Some((org, None)) if !allowlist.admits_some_of(org) => (format!("{org}/*"), format!("\"{org}/*\"")),
+            _ => return,
+        };
+        let (blocked, add) = (escape_control(&blocked), escape_control(&add));
+        tracing::warn!(
+            provider = %self.provider.name(),
+            repo = %blocked,
+            "this hook's deliveries will be answered `blocked`: the allowlist does not admit {blocked}; add {add} to allowed_repos"
+        );
     }
 
     /// The answer to a provider request refused before the gate: 401 or 400
@@ -212,15 +248,14 @@ impl<'a> Pipeline<'a> {
 }
 
 /// An authenticated provider delivery as the gate takes it; `digest` is
-/// [`event_digest::of_body`] of `body`.
+/// [`event_digest::of_body`] of the raw body, `payload` the event's JSON
+/// text when the provider keeps it ([`Provider::payload_json`]).
 fn provider_submission<'a>(
     provider: &'a Provider,
     delivery: &'a Delivery,
-    body: &'a [u8],
+    payload: Option<&'a str>,
     digest: &'a str,
 ) -> Submission<'a> {
-    // The body parsed as JSON, so it is UTF-8.
-    let payload = provider.keep_payload().then(|| std::str::from_utf8(body).ok()).flatten();
     Submission {
         content_digest: delivery.content_digest.as_deref(),
         key_slots: &delivery.key_slots,

@@ -105,6 +105,12 @@ pub struct RunView {
     pub fields: BTreeMap<String, String>,
     /// Time left (run records normally never expire).
     pub ttl: Ttl,
+    /// The logical key that names this run, as found in Redis; `None` when
+    /// none does (it expired with the logical TTL, or the run was released).
+    pub logical_key: Option<String>,
+    /// The run key handlers dedupe on ([`crate::keys::Keys::run_key`]);
+    /// `None` for a record without `created_ms` (written by an old gate).
+    pub run_key: Option<String>,
 }
 
 /// A logical key as found, with the record of the run it names.
@@ -147,7 +153,10 @@ pub struct Inspection {
 impl Ops {
     /// Looks one target up.
     pub async fn inspect(&self, target: &Target) -> Result<Inspection, OpsError> {
-        let key = target.key(self.keys());
+        let key = match target {
+            Target::Logical(id) => self.logical_key_for(id).await?,
+            _ => target.key(self.keys()),
+        };
         let found = match target {
             Target::Delivery { .. } => self.delivery_at(&key).await?.map(Found::Delivery),
             Target::Logical(_) => self.logical_at(&key).await?.map(Found::Logical),
@@ -164,6 +173,21 @@ impl Ops {
         let record: DeliveryRecord = serde_json::from_str(&raw)
             .map_err(|e| crate::Error::Corrupt(format!("delivery record at {key}: {e}: {raw:?}")))?;
         Ok(Some(DeliveryView { key: key.to_owned(), record, ttl }))
+    }
+
+    /// The logical key of an identity given the way `inspect run` shows
+    /// it (`pull_request.opened`): the first of its [`identity_forms`]
+    /// that is in Redis, else the form as given.
+    async fn logical_key_for(&self, id: &Identity) -> Result<String, OpsError> {
+        let forms = identity_forms(&id.provider, &id.key_repo, &id.key_action, &id.subject);
+        let candidates: Vec<String> = forms.iter().map(|f| self.keys().logical(f)).collect();
+        let mut pipe = redis::pipe();
+        for key in &candidates {
+            pipe.exists(key);
+        }
+        let found: Vec<bool> = self.redis.query(&mut pipe).await?;
+        let given = self.keys().logical(id);
+        Ok(candidates.into_iter().zip(found).find(|(_, there)| *there).map_or(given, |(k, _)| k))
     }
 
     async fn logical_at(&self, key: &str) -> Result<Option<LogicalView>, OpsError> {
@@ -187,9 +211,53 @@ impl Ops {
                 fields.entry(name).or_insert(value);
             }
         }
-        match Ttl::from_pttl(pttl) {
-            Some(ttl) if !fields.is_empty() => Ok(Some(RunView { key: key.to_owned(), fields, ttl })),
-            _ => Ok(None),
+        let Some(ttl) = Ttl::from_pttl(pttl).filter(|_| !fields.is_empty()) else {
+            return Ok(None);
+        };
+        let run_key = fields.get("created_ms").filter(|c| !c.is_empty()).zip(fields.get("run_id"));
+        let run_key = run_key.map(|(created, run_id)| self.keys().run_key(run_id, created));
+        let logical_key = self.logical_key_of(&fields).await?;
+        Ok(Some(RunView { key: key.to_owned(), fields, ttl, logical_key, run_key }))
+    }
+
+    /// The logical key that names the run of `fields`. The record keeps
+    /// the identity as the handler reads it (`repo`, `action` such as
+    /// `pull_request.opened`, `subject`); for a kind whose signature covers
+    /// the body alone the key's repo and action slots hold only what the
+    /// body states (the `opened` of `pull_request.opened`, or nothing;
+    /// docs/identities.md), so each such form is looked up, and the one
+    /// whose value is this run is it.
+    async fn logical_key_of(&self, fields: &BTreeMap<String, String>) -> Result<Option<String>, OpsError> {
+        let field = |name: &str| fields.get(name).map_or("", String::as_str);
+        let (run_id, subject) = (field("run_id"), fields.get("subject").map_or(field("number"), String::as_str));
+        let candidates: Vec<String> = identity_forms(field("provider"), field("repo"), field("action"), subject)
+            .iter()
+            .map(|id| self.keys().logical(id))
+            .collect();
+        let mut pipe = redis::pipe();
+        for key in &candidates {
+            pipe.get(key);
+        }
+        let found: Vec<Option<String>> = self.redis.query(&mut pipe).await?;
+        Ok(candidates.into_iter().zip(found).find(|(_, v)| v.as_deref() == Some(run_id)).map(|(k, _)| k))
+    }
+}
+
+/// The identities whose logical key may name work shown as `(provider,
+/// repo, action, subject)`: as shown first, then with the action slot
+/// holding only what a signed body states (the part after the first `.`,
+/// or nothing) and the repo slot empty (a repository named by a header
+/// alone). Each is distinct; the first is the form as given.
+pub fn identity_forms(provider: &str, repo: &str, action: &str, subject: &str) -> Vec<Identity> {
+    let stated = action.split_once('.').map_or("", |(_, a)| a);
+    let mut forms: Vec<Identity> = Vec::new();
+    for r in [repo, ""] {
+        for a in [action, stated, ""] {
+            let id = Identity::new(provider, r, a, subject);
+            if !forms.contains(&id) {
+                forms.push(id);
+            }
         }
     }
+    forms
 }

@@ -150,6 +150,10 @@ fn logical_text(l: &LogicalView) -> String {
 
 fn run_text(run: &RunView) -> String {
     let mut out = format!("key: {}\n", cli_quote(&run.key));
+    let logical =
+        run.logical_key.as_deref().map_or_else(|| "none names this run (expired, or released)".into(), cli_quote);
+    let run_key = run.run_key.clone().unwrap_or_else(|| "unknown (a record without created_ms)".into());
+    lines(&mut out, "", &[("logical key".into(), logical), ("run key (webhook-id, IDEMGATE_RUN_KEY)".into(), run_key)]);
     lines(&mut out, "", &run_rows(run));
     out
 }
@@ -172,7 +176,14 @@ fn ttl_json(ttl: Ttl) -> Value {
 fn run_json(run: &RunView) -> Value {
     let fields: Map<String, Value> = run.fields.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
     let created = run.fields.get("created_ms").and_then(|v| v.parse().ok()).and_then(rfc3339_ms);
-    json!({"key": run.key, "fields": fields, "created_at": created, "ttl_ms": ttl_json(run.ttl)})
+    json!({
+        "key": run.key,
+        "fields": fields,
+        "created_at": created,
+        "ttl_ms": ttl_json(run.ttl),
+        "logical_key": run.logical_key,
+        "run_key": run.run_key,
+    })
 }
 
 /// The JSON of an inspection: `{"kind", "key", "found", …record}`.

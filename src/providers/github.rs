@@ -8,13 +8,16 @@
 //!   the request is refused.
 //! - a header sent twice is refused (401 for the signature, 400 for the
 //!   delivery id and the event name) rather than picking one.
-//! - only JSON bodies (content type `application/json` in GitHub's
-//!   settings) are supported; a form-encoded or other non-JSON body is 400.
-//!   A JSON body that is not an object normalizes to `{"action": <event>}`.
+//! - both of GitHub's content types work: `application/json`, and
+//!   `application/x-www-form-urlencoded` (the default in a hook's
+//!   settings), whose `payload` field is the event ([`payload_json`]). The
+//!   signature is checked over the raw body either way; the event is the
+//!   same, so both forms of one event are one run. Any other body that is
+//!   not JSON is 400. A JSON body that is not an object normalizes to
+//!   `{"action": <event>}`.
 //!
 //! - a `ping` (sent when a hook is created) is answered `ignored` once it
-//!   is authenticated and its body parses, so a hook set to form encoding
-//!   shows its 400 on GitHub's first delivery.
+//!   is authenticated and its body parses.
 //!
 //! Note that GitHub signs the body only: `X-GitHub-Delivery` and
 //! `X-GitHub-Event` are not covered, and there is no timestamp, so a
@@ -25,6 +28,7 @@
 //! event: [`content_digest`] of the payload joins the number in the
 //! identity's subject (docs/identities.md).
 
+use std::borrow::Cow;
 use std::time::{Duration, SystemTime};
 
 use axum::http::HeaderMap;
@@ -96,6 +100,10 @@ impl Endpoint for Github {
 
     fn accept(&self, headers: &HeaderMap, body: &[u8], _: SystemTime) -> Result<Delivery, Rejection> {
         accept(self, headers, body)
+    }
+
+    fn payload_json<'b>(&self, headers: &HeaderMap, body: &'b [u8]) -> Result<Cow<'b, [u8]>, Rejection> {
+        payload_json(headers, body)
     }
 
     fn sign(&self, delivery_id: &str, event: Option<&str>, body: &[u8], _: SystemTime) -> Vec<(&str, String)> {
@@ -181,11 +189,39 @@ fn sign(common: &Common, delivery_id: &str, event: &str, body: &[u8]) -> Vec<(&'
     ]
 }
 
+/// The content type GitHub's form encoding sends (a hook's default).
+pub const FORM_CONTENT_TYPE: &str = "application/x-www-form-urlencoded";
+
+/// The form field that carries the event's JSON.
+pub const FORM_PAYLOAD_FIELD: &str = "payload";
+
+/// The event's JSON text in an authenticated GitHub body: the body itself,
+/// or for [`FORM_CONTENT_TYPE`] its [`FORM_PAYLOAD_FIELD`] field, decoded
+/// (present once, else 400). Read after the signature over the raw body is
+/// checked, so the form's encoding never takes part in the event's
+/// identity: the JSON and form forms of one event are one run.
+pub fn payload_json<'b>(headers: &HeaderMap, body: &'b [u8]) -> Result<Cow<'b, [u8]>, Rejection> {
+    let is_form = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case(FORM_CONTENT_TYPE));
+    if !is_form {
+        return Ok(Cow::Borrowed(body));
+    }
+    let mut fields = form_urlencoded::parse(body).filter(|(name, _)| name == FORM_PAYLOAD_FIELD);
+    match (fields.next(), fields.next()) {
+        (Some((_, payload)), None) => Ok(Cow::Owned(payload.into_owned().into_bytes())),
+        (None, _) => Err(Rejection::BadRequest("a form body without a `payload` field".into())),
+        (Some(_), Some(_)) => Err(Rejection::BadRequest("the form's `payload` field sent more than once".into())),
+    }
+}
+
 fn accept(provider: &Github, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
     verify(&provider.common, headers, body)?;
     let delivery_id = required(headers, DELIVERY_HEADER, "X-GitHub-Delivery")?;
     let event_name = required(headers, EVENT_HEADER, "X-GitHub-Event")?;
-    let payload = parse_body(body)?;
+    let payload = parse_body(&payload_json(headers, body)?)?;
     if event_name == PING_EVENT {
         return Err(Rejection::Ignored(Reason::Ping));
     }
@@ -202,6 +238,18 @@ fn accept(provider: &Github, headers: &HeaderMap, body: &[u8]) -> Result<Deliver
         }
     };
     Ok(Delivery { delivery_id: delivery_id.to_owned(), event, content_digest, key_slots })
+}
+
+/// What a `ping` payload says the hook delivers for: the repository of a
+/// repository hook (`org`, `Some(repo)`), or the org of an organization
+/// hook (`org`, `None`); `None` when it names neither (an app's hook).
+pub fn ping_target(payload: &Value) -> Option<(&str, Option<&str>)> {
+    let repository = payload.get("repository");
+    let owner = repository.and_then(|r| r.pointer("/owner/login")).and_then(Value::as_str);
+    match owner {
+        Some(org) => Some((org, repository.and_then(|r| r.get("name")).and_then(Value::as_str))),
+        None => payload.pointer("/organization/login").and_then(Value::as_str).map(|org| (org, None)),
+    }
 }
 
 /// The gate's event for a GitHub payload: values copied as they are, keys
@@ -275,6 +323,22 @@ mod tests {
 
     fn is_unauthorized(r: Result<Delivery, Rejection>) -> bool {
         matches!(r, Err(Rejection::Unauthorized(_)))
+    }
+
+    #[test]
+    fn a_form_body_is_the_same_delivery_as_its_json() {
+        let groups: Vec<Value> = serde_json::from_str(FIXTURES).unwrap();
+        let payload = groups.iter().find(|g| g["name"] == "pull_request").unwrap()["examples"][0].to_string();
+        let form = form_urlencoded::Serializer::new(String::new()).append_pair("payload", &payload).finish();
+        let mut h = signed(form.as_bytes(), "pull_request");
+        h.insert("content-type", HeaderValue::from_static("application/x-www-form-urlencoded"));
+        let from_form = accept(&h, form.as_bytes()).unwrap();
+        let from_json = accept(&signed(payload.as_bytes(), "pull_request"), payload.as_bytes()).unwrap();
+        assert_eq!(from_form, from_json);
+        assert_eq!(payload_json(&h, form.as_bytes()).unwrap().as_ref(), payload.as_bytes());
+        // Without the form content type the same bytes are not JSON.
+        let plain = signed(form.as_bytes(), "pull_request");
+        assert_eq!(accept(&plain, form.as_bytes()), Err(Rejection::BadRequest("the body is not JSON".into())));
     }
 
     #[test]

@@ -377,6 +377,13 @@ impl Provider {
         self.endpoint().accept(headers, body, now)
     }
 
+    /// The event's JSON text in an authenticated `body`: the body itself,
+    /// or for a GitHub form body its `payload` field (what the run keeps
+    /// and the `ping` check reads).
+    pub fn payload_json<'b>(&self, headers: &HeaderMap, body: &'b [u8]) -> Result<std::borrow::Cow<'b, [u8]>, Rejection> {
+        self.endpoint().payload_json(headers, body)
+    }
+
     /// The headers this provider's sender would attach to `body`, signed
     /// with the provider's first secret by the same code that verifies them (for
     /// `idemgate send` and `sign`). `event` is the event name of kinds that

@@ -259,7 +259,7 @@ impl Write for Captured {
 }
 
 #[tokio::test]
-async fn each_refusal_is_warned_about_with_its_reason_rate_limited() {
+async fn each_refusal_is_warned_about_with_its_reason_rate_limited_but_blocked_ones_always() {
     let captured = Captured::default();
     let writer = captured.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -291,7 +291,11 @@ async fn each_refusal_is_warned_about_with_its_reason_rate_limited() {
 
     let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
     let warnings: Vec<&str> = logs.lines().filter(|l| l.contains("WARN") && l.contains("webhook refused")).collect();
-    assert_eq!(warnings.len(), 3, "one per reason within 10 s:\n{logs}");
+    // One per reason within 10 s, except `blocked`: every one, with its repository.
+    assert_eq!(warnings.len(), 5, "one per reason within 10 s, every blocked one:\n{logs}");
+    let blocked_ids: Vec<bool> =
+        (0..3).map(|i| warnings.iter().any(|l| l.contains(&format!("delivery_id=\"b{i}\"")))).collect();
+    assert_eq!(blocked_ids, [true; 3], "{logs}");
     let find = |reason: &str| {
         *warnings.iter().find(|l| l.contains(reason)).unwrap_or_else(|| panic!("no warning names {reason:?}:\n{logs}"))
     };

@@ -1,0 +1,3 @@
+module idemgate.example/receiver
+
+go 1.19
