@@ -300,7 +300,7 @@ impl Provider {
             overrides: FieldOverrides::default(),
             identity: IdentityMode::default(),
             events: None,
-            keep_payload: false,
+            keep_payload: true,
             allowed_repos: None,
             refusal_status: RefusalStatus::default(),
             hmac_scheme: None,

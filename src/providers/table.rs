@@ -89,7 +89,7 @@ impl ProviderTable {
             .build_from_table(kind, &self.name, &secrets, &table)
             .map_err(|e| format!("{at}: {e}"))?
             .with_identity(self.identity.unwrap_or_default())
-            .with_keep_payload(self.keep_payload.unwrap_or(false))
+            .with_keep_payload(self.keep_payload.unwrap_or(true))
             .with_refusal_status(self.refusal_status.unwrap_or_default())
             .with_deadline(deadline.unwrap_or(kind.default_deadline()));
         if let Some(events) = &self.events {
