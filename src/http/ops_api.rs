@@ -169,7 +169,8 @@ async fn send_again(
     let run_id = path(p)?;
     segment("run_id", &run_id)?;
     let result = source(&st)?.retry(&run_id, done_too).await.map_err(|e| unavailable(&st, e))?;
-    let (moved, wanted) = if done_too { ("run redelivered", "done or dead") } else { ("dead run queued again", "dead") };
+    let (moved, wanted) =
+        if done_too { ("run redelivered", "done or dead") } else { ("dead run queued again", "dead") };
     match &result {
         Retried::Moved { .. } => {
             tracing::info!(run_id = %crate::text::escape_control(&run_id), "ops API: {moved}");

@@ -79,7 +79,11 @@ pub(super) async fn process<H: Handler>(shared: &WorkerState, handler: &H, entry
         Attempt::Ok(success) => task.finish(attempt, &success, &ran).await,
         Attempt::Failed(failure) => task.record_failure(attempt, tries, failure, &ran).await,
         Attempt::Lost => {
-            tracing::warn!(run_id = task.run_id, attempt, "another worker took this run over (lease ran out); attempt abandoned");
+            tracing::warn!(
+                run_id = task.run_id,
+                attempt,
+                "another worker took this run over (lease ran out); attempt abandoned"
+            );
             Counters::bump(&task.counters().lost);
             task.abandon_probe(probe);
         }
@@ -282,7 +286,9 @@ impl<H: Handler> RunTask<'_, H> {
         let q = &self.shared.queue;
         let op = q.op();
         let Some(recorded) = self
-            .until_answered("recording a failed attempt", || q.fail(self.entry, &error, attempt, last, wait, &op, &history))
+            .until_answered("recording a failed attempt", || {
+                q.fail(self.entry, &error, attempt, last, wait, &op, &history)
+            })
             .await
         else {
             return;

@@ -315,7 +315,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn ready_waits_for_the_cooldown() {
-        let b = Breaker::new(BreakerConfig { failures: 1, cooldown: Duration::from_secs(5), ..BreakerConfig::default() });
+        let b =
+            Breaker::new(BreakerConfig { failures: 1, cooldown: Duration::from_secs(5), ..BreakerConfig::default() });
         let t0 = Instant::now();
         assert!(!b.failure());
         b.ready().await;

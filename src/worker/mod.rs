@@ -40,6 +40,7 @@ pub mod breaker;
 pub mod command;
 pub mod config;
 pub mod deliver;
+mod history;
 mod leases;
 pub mod metrics;
 mod queue;
@@ -50,7 +51,6 @@ pub mod scrub;
 pub mod setup;
 mod state;
 mod wake;
-mod history;
 
 use std::fmt::Display;
 use std::sync::Arc;

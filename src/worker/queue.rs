@@ -217,7 +217,8 @@ impl Queue {
     async fn parse_all(&self, ids: Vec<(String, Option<HashMap<String, redis::Value>>)>) -> Vec<StreamEntry> {
         let mut out = Vec::with_capacity(ids.len());
         for (id, map) in ids {
-            let parsed = map.ok_or(Unrunnable::Broken).and_then(|map| StreamEntry::parse(id.clone(), &map, &self.group));
+            let parsed =
+                map.ok_or(Unrunnable::Broken).and_then(|map| StreamEntry::parse(id.clone(), &map, &self.group));
             match parsed {
                 Ok(e) => {
                     out.push(e);

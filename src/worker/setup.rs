@@ -378,7 +378,10 @@ metrics_listen = "127.0.0.1:9464"
         assert_eq!((&c.retry_schedule, c.max_attempts, c.keep_done_payloads), (&d.retry_schedule, 8, false));
         // A flag schedule, as a comma list; one shorthand flag alone keeps the shorthand's defaults.
         let c = resolve(&[("group", "g"), ("retry_schedule", "1s, 2m")], "", TRUE).unwrap().config;
-        assert_eq!((c.retry_schedule, c.max_attempts), (Some(vec![Duration::from_secs(1), Duration::from_secs(120)]), 3));
+        assert_eq!(
+            (c.retry_schedule, c.max_attempts),
+            (Some(vec![Duration::from_secs(1), Duration::from_secs(120)]), 3)
+        );
         let c = resolve(&[("group", "g"), ("backoff", "2s")], "", TRUE).unwrap().config;
         assert_eq!((c.retry_schedule, c.max_attempts, c.backoff), (None, 5, Duration::from_secs(2)));
         let e = resolve(&[("group", "g"), ("retry_schedule", "1s"), ("max_attempts", "3")], "", TRUE).unwrap_err();

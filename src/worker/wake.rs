@@ -31,9 +31,9 @@ pub(super) async fn wake_parked(shared: &WorkerState) {
                 if woken.moved >= BATCH as u64 {
                     Duration::ZERO
                 } else {
-                    woken.next_due_ms.map_or(LOOK_EVERY, |due| {
-                        Duration::from_millis(due.saturating_sub(now_ms())).min(LOOK_EVERY)
-                    })
+                    woken
+                        .next_due_ms
+                        .map_or(LOOK_EVERY, |due| Duration::from_millis(due.saturating_sub(now_ms())).min(LOOK_EVERY))
                 }
             }
             Err(e) => {

@@ -36,6 +36,7 @@ mod gate;
 mod hostile;
 mod http;
 mod identities;
+mod long_haul;
 mod model;
 mod ops;
 mod production_redis;
