@@ -431,6 +431,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_wait_is_the_schedules_within_the_jitter_or_what_the_handler_asks() {
+        let c = WorkerConfig::new("g");
+        for tries in 1..=9 {
+            let want = c.wait_after(tries).as_secs_f64();
+            for run in ["run-1", "run-2", "run-3"] {
+                let got = retry_wait(&c, tries, &Failure::default(), run).as_secs_f64();
+                assert!((want * 0.9..=want * 1.1).contains(&got), "try {tries}: {got} s for {want} s");
+            }
+        }
+        let no_jitter = WorkerConfig { jitter: false, ..c.clone() };
+        assert_eq!(retry_wait(&no_jitter, 2, &Failure::default(), "r"), Duration::from_secs(300));
+        // Retry-After sets the due time instead, shorter or longer, capped at 24 h.
+        let asked = |s: u64| Failure::default().not_before(Duration::from_secs(s));
+        assert_eq!(retry_wait(&c, 1, &asked(3600), "r"), Duration::from_secs(3600));
+        assert_eq!(retry_wait(&c, 7, &asked(1), "r"), Duration::from_secs(1));
+        assert_eq!(retry_wait(&c, 1, &asked(7 * 86_400), "r"), MAX_RETRY_AFTER);
+        // The exponential shorthand.
+        let exp = WorkerConfig { retry_schedule: None, jitter: false, ..c };
+        assert_eq!(retry_wait(&exp, 3, &Failure::default(), "r"), Duration::from_secs(4));
+    }
+
+    #[test]
     fn worker_errors_are_truncated_on_char_boundaries() {
         assert_eq!(truncate("héllo", 2), "h…");
         assert_eq!(truncate("abc", 5), "abc");

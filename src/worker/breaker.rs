@@ -284,6 +284,27 @@ mod tests {
         assert_eq!(s.admit(now), BreakerVerdict::Go);
     }
 
+    /// The defaults: a first probe after 1 s, then every 2 s however long
+    /// the outage, so a destination that returns is probed within 2 s.
+    #[test]
+    fn the_default_probe_interval_is_capped_at_two_seconds() {
+        let config = BreakerConfig::default();
+        let mut now = Instant::now();
+        let mut s = State::Closed { failures: 0 };
+        for _ in 0..config.failures {
+            s.failure(now, &config);
+        }
+        let mut waits = Vec::new();
+        for _ in 0..6 {
+            let State::Open { until, .. } = s else { panic!("{s:?}") };
+            waits.push((until - now).as_millis());
+            now = until;
+            assert_eq!(s.admit(now), BreakerVerdict::Probe);
+            assert!(!s.failure(now, &config));
+        }
+        assert_eq!(waits, [1000, 2000, 2000, 2000, 2000, 2000]);
+    }
+
     #[test]
     fn an_abandoned_probe_lets_another_run_probe() {
         let now = Instant::now();
