@@ -151,12 +151,10 @@ impl ScriptCall for StartCall<'_> {
         let int = |i: usize| reply.get(i).and_then(|v| redis::from_redis_value_ref::<i64>(v).ok()).unwrap_or(0);
         let text = |i: usize| reply.get(i).and_then(|v| redis::from_redis_value_ref::<String>(v).ok());
         Ok(match (int(0), int(1)) {
-            (1, n) => Started::Run {
-                attempt: n as u32,
-                created_ms: text(2),
-                payload: text(3),
-                tries: int(4).clamp(1, i64::from(u32::MAX)) as u32,
-            },
+            (1, n) => {
+                let tries = int(4).clamp(1, i64::from(u32::MAX)) as u32;
+                Started::Run { attempt: n as u32, created_ms: text(2), payload: text(3), tries }
+            }
             (2, n) => Started::Dead(n as u32),
             _ => Started::Lost,
         })
