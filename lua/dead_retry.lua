@@ -1,34 +1,46 @@
--- idemgate dead retry: put one dead run back on the runs stream, in one
--- step, so a crash never leaves a run both dead and queued, or neither.
--- Only a run whose record says `dead` moves; anything else changes nothing.
+-- idemgate dead retry and runs redeliver: put one finished run back on the
+-- runs stream, in one step, so a crash never leaves a run both finished and
+-- queued, or neither. `dead retry` moves only a run whose record says
+-- `dead`; `runs redeliver` also a `done` one. Anything else (queued,
+-- running, parked, no record) changes nothing.
+--
+-- The run keeps its record, so its run key (webhook-id) stays the same, and
+-- its attempt numbers only go up: `attempt_base` becomes `attempts`, so the
+-- next attempt is the highest so far + 1 and its budget starts anew
+-- (lua/worker_start.lua). The new entry is for every group, as the gate's was.
 --
 -- KEYS[1]: runs stream   idemgate:{NS}:runs
 -- KEYS[2]: run record    idemgate:{NS}:run:<run id>
 -- KEYS[3]: dead stream   idemgate:{NS}:runs:dead
 -- ARGV[1]: now, ms since the Unix epoch
--- ARGV[2..]: the run's entry ids in the dead stream (may be none)
+-- ARGV[2]: 1 when a `done` run may move too (redeliver), 0 for `dead` only
+-- ARGV[3..]: the run's entry ids in the dead stream (may be none)
 -- Returns: {1, new runs stream entry id, dead entries removed}  moved back
 --          {0, status}  not moved: the record's status ('' when there is no record)
 
 ${run_fields}
 
 local status = redis.call('HGET', KEYS[2], 'status')
-if status ~= 'dead' then
+if not (status == 'dead' or (status == 'done' and ARGV[2] == '1')) then
   return {0, status or ''}
 end
 
 -- The new entry names the run as the gate's did, from the record's fields.
 local f = redis.call('HMGET', KEYS[2], unpack(RUN_FIELDS))
 local id = redis.call('XADD', KEYS[1], '*', unpack(run_field_pairs(function(i) return f[i] or '' end)))
--- Queued again: attempts start over, and a queued run has no TTL (run
--- retention counts from done or dead).
-redis.call('HSET', KEYS[2], 'status', 'queued', 'attempts', 0, 'updated_ms', ARGV[1], 'retried_ms', ARGV[1])
-redis.call('HINCRBY', KEYS[2], 'dead_retries', 1)
-redis.call('HDEL', KEYS[2], 'next_attempt_ms', 'finished_ms', 'started_ms', 'worker')
+-- Queued again: a queued run has no TTL (run retention counts from done or dead).
+local attempts = redis.call('HGET', KEYS[2], 'attempts') or '0'
+redis.call('HSET', KEYS[2], 'status', 'queued', 'attempt_base', attempts, 'updated_ms', ARGV[1], 'retried_ms', ARGV[1])
+if status == 'dead' then
+  redis.call('HINCRBY', KEYS[2], 'dead_retries', 1)
+else
+  redis.call('HINCRBY', KEYS[2], 'redeliveries', 1)
+end
+redis.call('HDEL', KEYS[2], 'next_attempt_ms', 'parked_group', 'finished_ms', 'started_ms', 'worker', 'op', 'op_result')
 redis.call('PERSIST', KEYS[2])
 
 local removed = 0
-if #ARGV > 1 then
-  removed = redis.call('XDEL', KEYS[3], unpack(ARGV, 2))
+if #ARGV > 2 then
+  removed = redis.call('XDEL', KEYS[3], unpack(ARGV, 3))
 end
 return {1, id, removed}

@@ -24,37 +24,56 @@
 --              when the attempt starts, into the dead stream if the run is
 --              out of attempts)
 -- Returns: {0, 0}        the entry is no longer held by this consumer (lost)
---          {1, attempt, created_ms, payload}  run attempt number `attempt` now
---                        (record: running); created_ms is when the gate created
---                        the run (part of its run key), payload the run
---                        record's kept payload, or nil
+--          {1, attempt, created_ms, payload, tries}  run attempt number
+--                        `attempt` now (record: running); created_ms is when the
+--                        gate created the run (part of its run key), payload the
+--                        run record's kept payload, or nil, tries this attempt's
+--                        place in the run's budget (1 for the first attempt
+--                        after a dead retry or redelivery)
 --          {2, attempts} the last allowed attempt was lost with its worker:
 --                        the run was moved to the dead stream instead
+--
+-- Attempt numbers only go up: `attempts` is the highest number so far, and
+-- `attempt_base` the number the budget counts from (a dead retry or a
+-- redelivery sets it to `attempts`; an attempt that counted for nothing
+-- raises it by one, lua/worker_uncount.lua). A record still `running` here
+-- means the previous attempt never reported back: its history entry says
+-- `fenced`.
 
 ${run_fields}
 ${holds}
 ${op_replay}
 ${dead_letter}
+${history}
 
 local function attempts_now()
   return tonumber(redis.call('HGET', KEYS[2], 'attempts') or '0') or 0
 end
 
+local function base_now()
+  return tonumber(redis.call('HGET', KEYS[2], 'attempt_base') or '0') or 0
+end
+
 local again, first = replayed(ARGV[6])
 if again then
   -- The retried call gets the first call's answer, payload included.
-  return {first, attempts_now(), redis.call('HGET', KEYS[2], 'created_ms'), redis.call('HGET', KEYS[2], 'payload')}
+  local n = attempts_now()
+  return {first, n, redis.call('HGET', KEYS[2], 'created_ms'), redis.call('HGET', KEYS[2], 'payload'), n - base_now()}
 end
 if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return {0, 0}
 end
 local attempts = attempts_now()
 local max = tonumber(ARGV[5])
+local unfinished = attempts > 0 and redis.call('HGET', KEYS[2], 'status') == 'running'
+if unfinished then
+  append_history(unfinished_entry(attempts, ARGV[4]))
+end
 
-if attempts >= max then
+if attempts - base_now() >= max then
   local err = 'attempt ' .. attempts .. ' did not finish: its worker stopped and the lease ran out'
   local prev = redis.call('HGET', KEYS[2], 'last_error')
-  if prev and prev ~= '' and redis.call('HGET', KEYS[2], 'status') ~= 'running' then
+  if prev and prev ~= '' and not unfinished then
     err = prev
   end
   dead_letter(ARGV[1], ARGV[2], ARGV[3], 8, attempts, err, ARGV[4], ARGV[6], ARGV[7])
@@ -69,5 +88,5 @@ redis.call('HSET', KEYS[2], 'status', 'running', 'worker', ARGV[2], 'group', ARG
 -- the run's fields join it here, so readers still have them once the entry
 -- is trimmed, and the entry's id, which named them, goes.
 redis.call('HSET', KEYS[2], unpack(run_field_pairs(function(i) return ARGV[7 + i] end)))
-redis.call('HDEL', KEYS[2], 'next_attempt_ms', 'entry_id')
-return {1, attempts, redis.call('HGET', KEYS[2], 'created_ms'), redis.call('HGET', KEYS[2], 'payload')}
+redis.call('HDEL', KEYS[2], 'next_attempt_ms', 'parked_group', 'entry_id')
+return {1, attempts, redis.call('HGET', KEYS[2], 'created_ms'), redis.call('HGET', KEYS[2], 'payload'), attempts - base_now()}

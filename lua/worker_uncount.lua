@@ -1,7 +1,8 @@
 -- idemgate worker: an attempt that failed while the destination was down
 -- (the breaker of `worker --deliver` was open, or this failure opened it)
--- counts for nothing: the attempt count goes back down, the error is kept,
--- and the entry is given back (its idle time set past the lease) so any
+-- counts for nothing: the attempt budget's base goes up by one (the number
+-- stays: attempt numbers only go up, lua/worker_start.lua), the error is
+-- kept with the attempt's history entry (`released`), and the entry is given back (its idle time set past the lease) so any
 -- worker may take it at once (docs/destinations.md, "The breaker").
 --
 -- Idempotent per call (see worker_start.lua): a retry of a call whose reply
@@ -16,11 +17,13 @@
 -- ARGV[5]: the attempt's error
 -- ARGV[6]: idle time to set, ms (the lease or more)
 -- ARGV[7]: operation id (unique per call, the same on its retries)
+-- ARGV[8]: the attempt's history entry (JSON object)
 -- Returns: 1 uncounted and given back, 0 the entry is no longer held by this
 --          consumer (nothing written)
 
 ${holds}
 ${op_replay}
+${history}
 
 local again, first = replayed(ARGV[7])
 if again then
@@ -29,8 +32,9 @@ end
 if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return 0
 end
-local attempts = tonumber(redis.call('HGET', KEYS[2], 'attempts') or '0') or 0
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[6], 'JUSTID')
-redis.call('HSET', KEYS[2], 'attempts', math.max(attempts - 1, 0), 'status', 'queued', 'last_error', ARGV[5],
+redis.call('HINCRBY', KEYS[2], 'attempt_base', 1)
+append_history(ARGV[8])
+redis.call('HSET', KEYS[2], 'status', 'queued', 'last_error', ARGV[5],
   'worker', ARGV[2], 'updated_ms', ARGV[4], 'op', ARGV[7], 'op_result', 1)
 return 1

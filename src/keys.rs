@@ -101,6 +101,15 @@ impl Keys {
         self.key("runs:dead")
     }
 
+    /// `idemgate:{NS}:retry:` enc(group), a sorted set: the run ids of
+    /// `group` parked until their next attempt, scored by its due time (ms
+    /// since the Unix epoch).
+    pub fn retry(&self, group: &str) -> String {
+        let mut key = self.key("retry:");
+        push_enc(&mut key, group);
+        key
+    }
+
     /// `idemgate:{NS}:run:` — the run records' common prefix (the script
     /// appends the run id it creates; the hash tag keeps it in the slot).
     pub fn run_prefix(&self) -> String {
@@ -160,6 +169,7 @@ mod tests {
         assert_eq!(keys.run_counter(), "idemgate:{default}:run-counter");
         assert_eq!(keys.runs(), "idemgate:{default}:runs");
         assert_eq!(keys.runs_dead(), "idemgate:{default}:runs:dead");
+        assert_eq!(keys.retry("deliver"), "idemgate:{default}:retry:7:deliver");
     }
 
     #[test]

@@ -216,8 +216,12 @@ pub(super) async fn measure_daily(bench: &Bench<'_>, out: &mut String) -> Result
 }
 
 /// The key kinds a delivery leaves, by the key schema's names.
-const DAILY_KINDS: [(&str, &str); 3] =
-    [("delivery record", ":delivery:"), ("logical key", ":logical:"), ("run record (`done`)", ":run:")];
+/// A done run record keeps its `history` and, by default, drops the payload its provider kept.
+const DAILY_KINDS: [(&str, &str); 3] = [
+    ("delivery record", ":delivery:"),
+    ("logical key", ":logical:"),
+    ("run record (`done`: with its `history`, without the payload)", ":run:"),
+];
 
 /// `MEMORY USAGE` and `PTTL` of every key of namespace `ns`, per kind:
 /// mean bytes and median lifetime.

@@ -1,11 +1,13 @@
 //! Section 6 of the report, the worker: runs per second with an empty handler, through the
-//! library API, to an HTTP destination (`--deliver`, an in-process sink) and through
-//! `idemgate worker -- true` (a process per run),
-//! on runs the gate created first.
+//! library API, to an HTTP destination (`--deliver`, an in-process sink; also with a quarter
+//! of the runs parked on hour-long waits) and through `idemgate worker -- true` (a process
+//! per run), on runs the gate created first.
 
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use redis::AsyncCommands;
 
 use super::harness::{Bench, BenchError, event, progress};
@@ -43,11 +45,19 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
     running.await??;
     writeln!(out, "| library API, empty async handler | 8 | {runs} | {:.0} |", runs as f64 / lib.as_secs_f64())?;
     progress(&format!("worker --deliver to an in-process HTTP sink, {runs} runs"));
-    let http = deliver_to_sink(bench, &wkeys, &mut conn).await?;
+    let sink = axum::Router::new().fallback(|| async { StatusCode::NO_CONTENT });
+    let http = deliver_to_sink(bench, &wkeys, &mut conn, sink, BreakerConfig::default(), "bench-http").await?;
     writeln!(
         out,
         "| HTTP destination (`--deliver`, signed POST to an in-process sink answering 204) | 8 | {runs} | {:.0} |",
         runs as f64 / http.as_secs_f64()
+    )?;
+    progress(&format!("worker --deliver, a quarter of {runs} runs answered 429 Retry-After: 3600"));
+    let (delivered, took) = deliver_with_parked(bench, runs, &mut conn).await?;
+    writeln!(
+        out,
+        "| runs/s delivered while 25% of runs are parked on long waits (the same sink; every 4th run answered `429 Retry-After: 3600`, parked for an hour; breaker threshold raised so only parking is measured) | 8 | {delivered} of {runs} | {:.0} |",
+        delivered as f64 / took.as_secs_f64()
     )?;
     progress(&format!("idemgate worker -- true, {runs} runs"));
     let t = Instant::now();
@@ -63,31 +73,56 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
     Ok(())
 }
 
-/// The runs of `keys` through a [`Destination`] (a library worker, as
-/// `idemgate worker --deliver` runs it) to an axum sink in this process
-/// that answers 204: the time until the group has finished them all.
-async fn deliver_to_sink(bench: &Bench<'_>, keys: &Keys, conn: &mut Conn) -> Result<Duration, BenchError> {
+/// `runs` new runs, every fourth answered `429 Retry-After: 3600` by the
+/// sink (so it parks for an hour), the rest 204: how many were delivered,
+/// and the time until the group had attempted them all.
+async fn deliver_with_parked(bench: &Bench<'_>, runs: u64, conn: &mut Conn) -> Result<(u64, Duration), BenchError> {
+    let keys = bench.keys("worker-parked")?;
+    let gate = Gate::new(["bench/repo"], bench.store(keys.clone()).await?);
+    for i in 0..runs {
+        gate.handle("bench", &format!("p{i}"), &event(i)).await?;
+    }
+    let parked = |n: u64| n % 4 == 0;
+    let sink = axum::Router::new().fallback(move |body: axum::body::Bytes| async move {
+        let run: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        let n = run["number"].as_str().and_then(|n| n.parse().ok()).unwrap_or(0);
+        if parked(n) {
+            (StatusCode::TOO_MANY_REQUESTS, [("retry-after", "3600")]).into_response()
+        } else {
+            StatusCode::NO_CONTENT.into_response()
+        }
+    });
+    let breaker = BreakerConfig { failures: u32::MAX, ..BreakerConfig::default() };
+    let took = deliver_to_sink(bench, &keys, conn, sink, breaker, "bench-parked").await?;
+    Ok(((0..runs).filter(|n| !parked(*n)).count() as u64, took))
+}
+
+/// The runs of `keys` through a [`Destination`] (a library worker of
+/// `group`, as `idemgate worker --deliver` runs it) to `sink`, an axum
+/// router in this process: the time until the group has attempted them all.
+async fn deliver_to_sink(
+    bench: &Bench<'_>,
+    keys: &Keys,
+    conn: &mut Conn,
+    sink: axum::Router,
+    breaker: BreakerConfig,
+    group: &str,
+) -> Result<Duration, BenchError> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}/hooks", listener.local_addr()?);
-    let sink = axum::Router::new().fallback(|| async { axum::http::StatusCode::NO_CONTENT });
     let server = tokio::spawn(async move { axum::serve(listener, sink).await });
     let secret_file = std::env::temp_dir().join(format!("idemgate-bench-secret-{}", std::process::id()));
     std::fs::write(&secret_file, "whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo=\n")?;
-    let destination = Destination::new(&DeliverOptions {
-        url,
-        secret_file: secret_file.clone(),
-        ca: None,
-        breaker: BreakerConfig::default(),
-    })
-    .map_err(|e| BenchError::Failed(e.to_string()))?;
-    let config = WorkerConfig { concurrency: 8, ..WorkerConfig::new("bench-http") };
+    let destination = Destination::new(&DeliverOptions { url, secret_file: secret_file.clone(), ca: None, breaker })
+        .map_err(|e| BenchError::Failed(e.to_string()))?;
+    let config = WorkerConfig { concurrency: 8, ..WorkerConfig::new(group) };
     let worker = Worker::connect(&bench.redis, keys.clone(), config).await?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let t = Instant::now();
     let running = tokio::spawn(worker.run(destination, async move {
         let _ = stop_rx.await;
     }));
-    wait_group_done(conn, keys, "bench-http").await?;
+    wait_group_done(conn, keys, group).await?;
     let took = t.elapsed();
     let _ = stop_tx.send(());
     running.await??;

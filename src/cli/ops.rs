@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use idemgate::config::{Merged, Setting, Sources, StoreConfig};
+use idemgate::ops::dead::Retried;
 use idemgate::ops::{Ops, OpsError, Target, render};
 
 use super::{StoreArgs, print_out};
@@ -121,8 +122,9 @@ pub enum DeadCommand {
         #[command(flatten)]
         read: ReadArgs,
     },
-    /// Put dead runs back on the runs stream: attempts reset to 0, record `queued`, dead-stream
-    /// entries removed; atomically per run. A run that is not dead is refused and left as it is.
+    /// Put dead runs back on the runs stream: a new attempt budget (attempt numbers go on), record
+    /// `queued`, dead-stream entries removed; atomically per run. A run that is not dead is refused
+    /// and left as it is.
     #[command(group = clap::ArgGroup::new("which").required(true).args(["run_ids", "all"]))]
     Retry {
         /// The runs to retry, e.g. `run-7`.
@@ -130,6 +132,34 @@ pub enum DeadCommand {
         /// Every run the dead stream names.
         #[arg(long)]
         all: bool,
+        /// Store and output flags.
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+}
+
+/// `idemgate runs …`: act on run records.
+#[derive(Debug, Clone, Args)]
+pub struct RunsArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub what: RunsCommand,
+}
+
+/// The `runs` subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum RunsCommand {
+    /// Put done or dead runs back on the runs stream, atomically per run, with the same run key
+    /// (webhook-id): a receiver that dedupes on it drops the redelivery. The next attempt is the
+    /// run's highest so far + 1, with a new attempt budget. A queued, running or parked run is
+    /// refused and left as it is.
+    #[command(group = clap::ArgGroup::new("which").required(true).args(["run_ids", "all_dead"]))]
+    Redeliver {
+        /// The runs to redeliver, e.g. `run-7`.
+        run_ids: Vec<String>,
+        /// Every run the dead stream names.
+        #[arg(long)]
+        all_dead: bool,
         /// Store and output flags.
         #[command(flatten)]
         read: ReadArgs,
@@ -272,17 +302,35 @@ pub async fn dead_command(args: &DeadArgs, sources: Sources) -> Result<ExitCode,
         DeadCommand::Retry { run_ids, all, read } => {
             let ops = Ops::connect(&store(sources)?).await?;
             let results = ops.dead_retry((!*all).then_some(run_ids.as_slice())).await?;
-            let moved = results.iter().filter(|r| r.moved()).count();
-            let text = if read.json {
-                serde_json::json!({"moved": moved, "runs": results}).to_string()
-            } else {
-                render::retried_text(&results, *all)
-            };
-            print_out(&text);
-            let refused = results.len() - moved;
-            Ok(if refused > 0 && !*all { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+            Ok(report_moved(&results, *all, false, read.json))
         }
     }
+}
+
+/// `idemgate runs redeliver` (exit 1 when a named run was refused; with
+/// `--all-dead`, runs the dead stream names that are no longer dead are
+/// reported and skipped, exit 0).
+pub async fn runs_command(args: &RunsArgs, sources: Sources) -> Result<ExitCode, OpsError> {
+    match &args.what {
+        RunsCommand::Redeliver { run_ids, all_dead, read } => {
+            let ops = Ops::connect(&store(sources)?).await?;
+            let results = ops.redeliver((!*all_dead).then_some(run_ids.as_slice())).await?;
+            Ok(report_moved(&results, *all_dead, true, read.json))
+        }
+    }
+}
+
+/// Prints what `dead retry` or `runs redeliver` did; exit 1 when a named run was refused.
+fn report_moved(results: &[Retried], all: bool, redeliver: bool, json: bool) -> ExitCode {
+    let moved = results.iter().filter(|r| r.moved()).count();
+    let text = if json {
+        serde_json::json!({"moved": moved, "runs": results}).to_string()
+    } else {
+        render::retried_text(results, all, redeliver)
+    };
+    print_out(&text);
+    let refused = results.len() - moved;
+    if refused > 0 && !all { ExitCode::FAILURE } else { ExitCode::SUCCESS }
 }
 
 /// `idemgate key`.

@@ -6,10 +6,10 @@ use std::process::ExitCode;
 
 use clap::Args;
 use idemgate::config::{DEFAULT_RUN_RETENTION, Merged, Sources, format_duration};
-use idemgate::worker::breaker::{DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES, MAX_COOLDOWN};
+use idemgate::worker::breaker::{DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_MAX_COOLDOWN};
 use idemgate::worker::{
-    DEFAULT_BACKOFF, DEFAULT_BLOCK, DEFAULT_CONCURRENCY, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BACKOFF, DEFAULT_TIMEOUT,
-    DEFAULT_TRIM_INTERVAL, LEASE_MARGIN,
+    DEFAULT_BACKOFF, DEFAULT_BLOCK, DEFAULT_CONCURRENCY, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BACKOFF,
+    DEFAULT_RETRY_SCHEDULE, DEFAULT_TIMEOUT, DEFAULT_TRIM_INTERVAL, LEASE_MARGIN,
 };
 
 use super::{StoreArgs, with_default};
@@ -31,7 +31,17 @@ pub struct WorkerArgs {
     pub consumer: Option<String>,
     #[arg(long, env = "IDEMGATE_WORKER_CONCURRENCY", value_name = "N", help = with_default("Runs handled at once", DEFAULT_CONCURRENCY))]
     pub concurrency: Option<String>,
-    #[arg(long, env = "IDEMGATE_WORKER_MAX_ATTEMPTS", value_name = "N", help = with_default("Attempts before a run goes to the dead stream", DEFAULT_MAX_ATTEMPTS))]
+    #[arg(
+        long,
+        env = "IDEMGATE_WORKER_RETRY_SCHEDULE",
+        value_name = "LIST",
+        help = with_default(
+            "Waits before attempts 2, 3, … (attempts = 1 + its length), each moved by ±10 % at random; a run waits parked in Redis, holding no slot. Not with --max-attempts, --backoff, --max-backoff",
+            DEFAULT_RETRY_SCHEDULE.iter().map(|d| format_duration(*d)).collect::<Vec<_>>().join(",")
+        )
+    )]
+    pub retry_schedule: Option<String>,
+    #[arg(long, env = "IDEMGATE_WORKER_MAX_ATTEMPTS", value_name = "N", help = with_default("Exponential shorthand instead of --retry-schedule: attempts before a run goes to the dead stream", DEFAULT_MAX_ATTEMPTS))]
     pub max_attempts: Option<String>,
     #[arg(
         long,
@@ -53,9 +63,9 @@ pub struct WorkerArgs {
         )
     )]
     pub lease: Option<String>,
-    #[arg(long, env = "IDEMGATE_WORKER_BACKOFF", value_name = "DURATION", help = with_default("Wait before the second attempt; doubles for each further attempt", format_duration(DEFAULT_BACKOFF)))]
+    #[arg(long, env = "IDEMGATE_WORKER_BACKOFF", value_name = "DURATION", help = with_default("Exponential shorthand: wait before the second attempt; doubles for each further attempt", format_duration(DEFAULT_BACKOFF)))]
     pub backoff: Option<String>,
-    #[arg(long, env = "IDEMGATE_WORKER_MAX_BACKOFF", value_name = "DURATION", help = with_default("Bound on the wait between attempts", format_duration(DEFAULT_MAX_BACKOFF)))]
+    #[arg(long, env = "IDEMGATE_WORKER_MAX_BACKOFF", value_name = "DURATION", help = with_default("Exponential shorthand: bound on the wait between attempts", format_duration(DEFAULT_MAX_BACKOFF)))]
     pub max_backoff: Option<String>,
     #[arg(long, env = "IDEMGATE_WORKER_TRIM_INTERVAL", value_name = "DURATION", help = with_default("How often acknowledged entries are trimmed from the runs stream (`0s`: never)", format_duration(DEFAULT_TRIM_INTERVAL)))]
     pub trim_interval: Option<String>,
@@ -75,10 +85,16 @@ pub struct WorkerArgs {
     /// PEM file of the CA that signs the destination's certificate [default: the system roots].
     #[arg(long, env = "IDEMGATE_WORKER_DELIVER_CA", value_name = "FILE")]
     pub deliver_ca: Option<String>,
-    #[arg(long, env = "IDEMGATE_WORKER_BREAKER_FAILURES", value_name = "N", help = with_default("With --deliver: consecutive destination failures (no answer, timeout, 5xx, 429) that open the breaker", DEFAULT_BREAKER_FAILURES))]
+    #[arg(long, env = "IDEMGATE_WORKER_BREAKER_FAILURES", value_name = "N", help = with_default("With --deliver: consecutive destination failures (no answer, timeout, 5xx, 429, 401, 403, 404, 405, 407, 408, 421) that open the breaker", DEFAULT_BREAKER_FAILURES))]
     pub breaker_failures: Option<String>,
-    #[arg(long, env = "IDEMGATE_WORKER_BREAKER_COOLDOWN", value_name = "DURATION", help = with_default("With --deliver: wait of the open breaker before a probe; doubles per failed probe", format!("{}, at most {}", format_duration(DEFAULT_BREAKER_COOLDOWN), format_duration(MAX_COOLDOWN))))]
+    #[arg(long, env = "IDEMGATE_WORKER_BREAKER_COOLDOWN", value_name = "DURATION", help = with_default("With --deliver: wait of the open breaker before its first probe; doubles per failed probe, up to --breaker-max-cooldown", format_duration(DEFAULT_BREAKER_COOLDOWN)))]
     pub breaker_cooldown: Option<String>,
+    #[arg(long, env = "IDEMGATE_WORKER_BREAKER_MAX_COOLDOWN", value_name = "DURATION", help = with_default("With --deliver: the longest wait between probes, so a destination that returns gets its first delivery within it", format_duration(DEFAULT_BREAKER_MAX_COOLDOWN)))]
+    pub breaker_max_cooldown: Option<String>,
+    /// Keep the payload in a `done` run record (by default the script that marks a run done
+    /// removes it; queued, running, parked and dead runs keep it). (The env var takes true/false.)
+    #[arg(long, env = "IDEMGATE_WORKER_KEEP_DONE_PAYLOADS", action = clap::ArgAction::SetTrue, value_parser = clap::builder::FalseyValueParser::new())]
+    pub keep_done_payloads: bool,
     /// Serve GET /metrics (Prometheus text) on this address, e.g. 127.0.0.1:9464 [default: off].
     #[arg(long, env = "IDEMGATE_WORKER_METRICS_LISTEN", value_name = "ADDR")]
     pub metrics_listen: Option<String>,

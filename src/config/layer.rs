@@ -160,6 +160,7 @@ settings! {
         max_attempts: u32,
         timeout: String,
         lease: String,
+        retry_schedule: StringOrList,
         backoff: String,
         max_backoff: String,
         trim_interval: String,
@@ -169,6 +170,8 @@ settings! {
         deliver_ca: PathBuf,
         breaker_failures: u32,
         breaker_cooldown: String,
+        breaker_max_cooldown: String,
+        keep_done_payloads: bool,
         metrics_listen: String,
     }
     flags_only {

@@ -43,7 +43,7 @@ pub struct ServeConfig {
     pub request_timeout: Duration,
     /// Serve under an evicting maxmemory-policy.
     pub allow_eviction: bool,
-    /// Run records created through `/v1/deliveries` keep the `event` as `payload`.
+    /// Run records created through `/v1/deliveries` keep the `event` as `payload` (default on).
     pub keep_payload: bool,
     /// How long a finished run record is kept (`None`: forever). `serve`
     /// only validates it; `idemgate worker` applies it.
@@ -70,7 +70,7 @@ impl Default for ServeConfig {
             max_body: DEFAULT_MAX_BODY,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             allow_eviction: false,
-            keep_payload: false,
+            keep_payload: true,
             run_retention: Some(DEFAULT_RUN_RETENTION),
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             body_budget: DEFAULT_BODY_BUDGET,
@@ -155,7 +155,7 @@ impl ServeConfig {
             max_body: max,
             request_timeout: value_or(&s.request_timeout.duration()?, d.request_timeout),
             allow_eviction: switch(s.allow_eviction.switch()?),
-            keep_payload: switch(s.keep_payload.switch()?),
+            keep_payload: s.keep_payload.switch()?.is_none_or(|k| k.value),
             run_retention,
             header_timeout: value_or(&header_timeout, d.header_timeout),
             body_budget: budget,

@@ -34,6 +34,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/ops/deliveries/{provider}/{delivery_id}", get(delivery))
         .route("/v1/ops/dead", get(dead))
         .route("/v1/ops/dead/{run_id}/retry", post(retry))
+        .route("/v1/ops/runs/{run_id}/redeliver", post(redeliver))
 }
 
 fn source(st: &AppState) -> Result<&Source, ApiError> {
@@ -139,17 +140,34 @@ async fn dead(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
 /// `idemgate dead retry RUN_ID`: 200 when the run moved, 404 without a
 /// record, 409 when the run is not dead (nothing changed either way).
 async fn retry(State(st): State<AppState>, p: Result<Path<String>, PathRejection>) -> Result<Response, ApiError> {
+    send_again(st, p, false).await
+}
+
+/// `idemgate runs redeliver RUN_ID`: 200 when the done or dead run is back
+/// on the runs stream (same run key), 404 without a record, 409 when it is
+/// queued, running or parked (nothing changed either way).
+async fn redeliver(State(st): State<AppState>, p: Result<Path<String>, PathRejection>) -> Result<Response, ApiError> {
+    send_again(st, p, true).await
+}
+
+async fn send_again(
+    st: AppState,
+    p: Result<Path<String>, PathRejection>,
+    done_too: bool,
+) -> Result<Response, ApiError> {
     let run_id = path(p)?;
     segment("run_id", &run_id)?;
-    let result = source(&st)?.retry(&run_id).await.map_err(|e| unavailable(&st, e))?;
+    let result = source(&st)?.retry(&run_id, done_too).await.map_err(|e| unavailable(&st, e))?;
+    let (moved, wanted) =
+        if done_too { ("run redelivered", "done or dead") } else { ("dead run queued again", "dead") };
     match &result {
         Retried::Moved { .. } => {
-            tracing::info!(run_id = %crate::text::escape_control(&run_id), "ops API: dead run queued again");
+            tracing::info!(run_id = %crate::text::escape_control(&run_id), "ops API: {moved}");
             Ok((StatusCode::OK, Json(result)).into_response())
         }
         Retried::Refused { status, .. } if status.is_empty() => Err(no_run(&run_id)),
         Retried::Refused { status, .. } => Err(ApiError::Conflict(format!(
-            "{} is {}, not dead; nothing changed",
+            "{} is {}, not {wanted}; nothing changed",
             crate::text::escape_control(&run_id),
             crate::text::escape_control(status)
         ))),

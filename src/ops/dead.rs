@@ -1,6 +1,7 @@
-//! `idemgate dead list` and `idemgate dead retry`: the dead stream
-//! (`idemgate:{NS}:runs:dead`, runs that failed their last allowed attempt),
-//! and moving dead runs back onto the runs stream (docs/operations.md).
+//! `idemgate dead list`, `idemgate dead retry` and `idemgate runs
+//! redeliver`: the dead stream (`idemgate:{NS}:runs:dead`, runs that failed
+//! their last allowed attempt), and moving dead runs (or, to redeliver,
+//! done ones) back onto the runs stream (docs/operations.md).
 
 use std::collections::BTreeMap;
 
@@ -48,11 +49,12 @@ impl DeadRun {
     }
 }
 
-/// What `dead retry` did with one run.
+/// What `dead retry` or `runs redeliver` did with one run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum Retried {
-    /// Back on the runs stream, record `queued`, attempts 0.
+    /// Back on the runs stream, record `queued`, its attempt budget anew
+    /// (its attempt numbers go on from the highest so far).
     Moved {
         /// The run id.
         run_id: String,
@@ -61,7 +63,8 @@ pub enum Retried {
         /// Dead-stream entries removed.
         dead_entries_removed: u64,
     },
-    /// Refused: the run is not dead; nothing changed.
+    /// Refused: the run is not dead (for `runs redeliver`: not dead or
+    /// done); nothing changed.
     Refused {
         /// The run id.
         run_id: String,
@@ -98,10 +101,22 @@ impl Ops {
     }
 
     /// Moves each of `run_ids` back onto the runs stream (`lua/dead_retry.lua`,
-    /// one atomic script per run): attempts reset to 0, record `queued`, its
-    /// dead-stream entries removed. A run that is not dead is refused and
+    /// one atomic script per run): its attempt budget anew, record `queued`,
+    /// its dead-stream entries removed. A run that is not dead is refused and
     /// left as it is. `None`: every run the dead stream names, oldest first.
     pub async fn dead_retry(&self, run_ids: Option<&[String]>) -> Result<Vec<Retried>, OpsError> {
+        self.send_again(run_ids, false).await
+    }
+
+    /// `runs redeliver`: as [`Ops::dead_retry`], but a `done` run moves too
+    /// (with the same run key, so a receiver deduping on it drops the
+    /// redelivery). A queued, running or parked run is refused. `None`:
+    /// every run the dead stream names.
+    pub async fn redeliver(&self, run_ids: Option<&[String]>) -> Result<Vec<Retried>, OpsError> {
+        self.send_again(run_ids, true).await
+    }
+
+    async fn send_again(&self, run_ids: Option<&[String]>, done_too: bool) -> Result<Vec<Retried>, OpsError> {
         let dead = self.dead_list().await?;
         let mut entries: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         let mut order: Vec<String> = Vec::new();
@@ -119,7 +134,7 @@ impl Ops {
         let mut out = Vec::with_capacity(wanted.len());
         for run_id in wanted {
             let dead_entry_ids = entries.get(run_id.as_str()).map_or(&[][..], Vec::as_slice);
-            let call = DeadRetryCall { keys: self.keys(), run_id: &run_id, now_ms: now_ms(), dead_entry_ids };
+            let call = DeadRetryCall { keys: self.keys(), run_id: &run_id, now_ms: now_ms(), dead_entry_ids, done_too };
             out.push(match self.redis.call(&call).await? {
                 DeadRetried::Moved { entry_id, dead_entries_removed } => {
                     Retried::Moved { run_id, entry_id, dead_entries_removed }

@@ -89,7 +89,7 @@ fn lines(out: &mut String, indent: &str, rows: &[(String, String)]) {
 }
 
 fn run_rows(run: &RunView) -> Vec<(String, String)> {
-    let mut names: Vec<&String> = run.fields.keys().collect();
+    let mut names: Vec<&String> = run.fields.keys().filter(|k| *k != "history").collect();
     names.sort_by_key(|k| (RUN_ORDER.iter().position(|o| o == k).unwrap_or(RUN_ORDER.len()), (*k).clone()));
     let mut rows: Vec<(String, String)> = names
         .into_iter()
@@ -155,7 +155,49 @@ fn run_text(run: &RunView) -> String {
     let run_key = run.run_key.clone().unwrap_or_else(|| "unknown (a record without created_ms)".into());
     lines(&mut out, "", &[("logical key".into(), logical), ("run key (webhook-id, IDEMGATE_RUN_KEY)".into(), run_key)]);
     lines(&mut out, "", &run_rows(run));
+    history_table(&mut out, run.fields.get("history").map(String::as_str));
     out
+}
+
+/// A record's `history` as JSON: its array, or `[]` when there is none (a
+/// text that is not a JSON array, which the worker never writes, is `[]` too).
+pub fn history_of(raw: Option<&str>) -> Value {
+    raw.and_then(|h| serde_json::from_str::<Value>(h).ok()).filter(Value::is_array).unwrap_or_else(|| json!([]))
+}
+
+/// The run's `history` as a table, one attempt a line, oldest first
+/// (`--json` has the entries whole).
+fn history_table(out: &mut String, raw: Option<&str>) {
+    let entries = history_of(raw);
+    let entries = entries.as_array().map_or(&[][..], Vec::as_slice);
+    if entries.is_empty() {
+        return;
+    }
+    let cell = |e: &Value, k: &str| match &e[k] {
+        Value::Null => "-".to_owned(),
+        Value::String(s) => one_line(s),
+        v => v.to_string(),
+    };
+    let mut rows = vec![["attempt", "started", "took", "status", "outcome", "worker", "error"].map(str::to_owned)];
+    for e in entries {
+        let started = e["started_ms"].as_u64().and_then(rfc3339_ms).unwrap_or_else(|| cell(e, "started_ms"));
+        let took = e["duration_ms"].as_u64().map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms"));
+        rows.push([
+            cell(e, "attempt"),
+            started,
+            took,
+            cell(e, "status"),
+            cell(e, "outcome"),
+            cell(e, "worker"),
+            cell(e, "error"),
+        ]);
+    }
+    let widths: Vec<usize> = (0..7).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+    let _ = writeln!(out, "history ({} newest attempts, oldest first):", entries.len());
+    for r in &rows {
+        let line: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        let _ = writeln!(out, "  {}", line.join("  ").trim_end());
+    }
 }
 
 /// The text of an inspection: the key, then the record (empty when none).
@@ -176,9 +218,11 @@ fn ttl_json(ttl: Ttl) -> Value {
 fn run_json(run: &RunView) -> Value {
     let fields: Map<String, Value> = run.fields.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
     let created = run.fields.get("created_ms").and_then(|v| v.parse().ok()).and_then(rfc3339_ms);
+    let history = history_of(run.fields.get("history").map(String::as_str));
     json!({
         "key": run.key,
         "fields": fields,
+        "history": history,
         "created_at": created,
         "ttl_ms": ttl_json(run.ttl),
         "logical_key": run.logical_key,
@@ -412,8 +456,10 @@ pub fn dead_text(key: &str, dead: &[DeadRun]) -> String {
     out.trim_end().to_owned()
 }
 
-/// The text of `idemgate dead retry`: a line per run, then the count moved.
-pub fn retried_text(results: &[Retried], all: bool) -> String {
+/// The text of `idemgate dead retry` (`redeliver`: `idemgate runs
+/// redeliver`): a line per run, then the count moved.
+pub fn retried_text(results: &[Retried], all: bool, redeliver: bool) -> String {
+    let wanted = if redeliver { "done or dead" } else { "dead" };
     let mut out = String::new();
     for r in results {
         let _ = match r {
@@ -429,7 +475,7 @@ pub fn retried_text(results: &[Retried], all: bool) -> String {
             ),
             Retried::Refused { run_id, status } => writeln!(
                 out,
-                "{}: refused: the run is {}, not dead; nothing changed",
+                "{}: refused: the run is {}, not {wanted}; nothing changed",
                 one_line(run_id),
                 one_line(status)
             ),

@@ -23,8 +23,12 @@ pub enum RunStatus {
     Queued,
     /// A worker (or the embedding layer) is running it.
     Running,
-    /// An attempt failed; the next one waits for its backoff.
+    /// An attempt failed; the next one waits for its backoff (workers
+    /// before the parking set; a record written by one lives on).
     Retrying,
+    /// An attempt failed; the run waits in the group's parking set for its
+    /// next attempt, holding no worker.
+    Parked,
     /// Finished successfully.
     Done,
     /// Failed its last allowed attempt; on the dead stream.
@@ -35,10 +39,11 @@ pub enum RunStatus {
 
 impl RunStatus {
     /// Every status, in the order a run goes through them.
-    pub const ALL: [RunStatus; 6] = [
+    pub const ALL: [RunStatus; 7] = [
         RunStatus::Queued,
         RunStatus::Running,
         RunStatus::Retrying,
+        RunStatus::Parked,
         RunStatus::Done,
         RunStatus::Dead,
         RunStatus::Released,
@@ -50,6 +55,7 @@ impl RunStatus {
             RunStatus::Queued => "queued",
             RunStatus::Running => "running",
             RunStatus::Retrying => "retrying",
+            RunStatus::Parked => "parked",
             RunStatus::Done => "done",
             RunStatus::Dead => "dead",
             RunStatus::Released => "released",

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::client::{Ops, OpsError};
 use super::dead::{DeadRun, Retried};
 use super::inspect::{Found, Target};
-use super::render::{pretty_json, rfc3339_ms};
+use super::render::{history_of, pretty_json, rfc3339_ms};
 use super::runs::{RunPage, RunQuery, RunSummary};
 use crate::store::Store;
 use crate::store::memory::{MemoryRun, MemoryStore};
@@ -41,8 +41,11 @@ pub struct RunDetail {
     /// Identity, status, attempts, last error, creation time.
     #[serde(flatten)]
     pub summary: RunSummary,
-    /// Every field of the record but the payload, as stored.
+    /// Every field of the record but the payload and the history, as stored.
     pub fields: BTreeMap<String, String>,
+    /// The newest attempts, oldest first (`[]`: none yet), as the record's
+    /// `history` holds them (docs/worker.md).
+    pub history: Value,
     /// The kept payload, exactly as the provider sent it (`None`: not kept).
     pub payload: Option<Box<RawValue>>,
     /// The same, indented for reading.
@@ -93,7 +96,7 @@ fn memory_run_detail(run_id: &str, r: MemoryRun) -> RunDetail {
     let summary = RunSummary::read(|k| fields.get(k).cloned());
     let (payload, payload_pretty) = payload_parts(r.payload.as_deref());
     fields.retain(|k, _| k != "payload");
-    RunDetail { key: None, summary, fields, payload, payload_pretty, ttl_ms: None }
+    RunDetail { key: None, summary, fields, history: json!([]), payload, payload_pretty, ttl_ms: None }
 }
 
 impl Source {
@@ -176,10 +179,12 @@ impl Source {
                 let (payload, payload_pretty) = payload_parts(view.fields.get("payload").map(String::as_str));
                 let mut fields = view.fields;
                 fields.remove("payload");
+                let history = history_of(fields.remove("history").as_deref());
                 Ok(Some(RunDetail {
                     key: Some(view.key),
                     summary,
                     fields,
+                    history,
                     payload,
                     payload_pretty,
                     ttl_ms: view.ttl.millis(),
@@ -218,12 +223,15 @@ impl Source {
         }
     }
 
-    /// `idemgate dead retry RUN_ID`: the same atomic script. On the memory
-    /// store no run is ever dead, so every retry is refused with the run's status.
-    pub async fn retry(&self, run_id: &str) -> Result<Retried, OpsError> {
+    /// `idemgate dead retry RUN_ID` (or, with `done_too`, `idemgate runs
+    /// redeliver RUN_ID`): the same atomic script. On the memory store no
+    /// worker runs anything, so every request is refused with the run's status.
+    pub async fn retry(&self, run_id: &str, done_too: bool) -> Result<Retried, OpsError> {
         match self {
             Source::Redis(ops) => {
-                let mut results = ops.dead_retry(Some(&[run_id.to_owned()])).await?;
+                let ids = [run_id.to_owned()];
+                let mut results =
+                    if done_too { ops.redeliver(Some(&ids)).await? } else { ops.dead_retry(Some(&ids)).await? };
                 Ok(results.pop().expect("one result per run asked for"))
             }
             Source::Memory(m) => Ok(Retried::Refused {

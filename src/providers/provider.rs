@@ -169,7 +169,7 @@ impl Common {
             name,
             keys: Vec::new(),
             events: None,
-            keep_payload: false,
+            keep_payload: true,
             allowed_repos: None,
             refusal_status: RefusalStatus::default(),
             deadline: None,

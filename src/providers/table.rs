@@ -103,7 +103,7 @@ impl ProviderTable {
                 ProviderError::Setting { key, .. } if !key.is_empty() => format!("{at}:{} {e}", line(key)),
                 _ => format!("{at}: {e}"),
             })?
-            .with_keep_payload(self.keep_payload.unwrap_or(false))
+            .with_keep_payload(self.keep_payload.unwrap_or(true))
             .with_refusal_status(self.refusal_status.unwrap_or_default());
         if let Some(deadline) = deadline {
             provider = provider.with_deadline(deadline);

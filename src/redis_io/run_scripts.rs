@@ -1,6 +1,6 @@
 //! Typed calls of the scripts that change a run after the gate created it:
 //! the worker's (`lua/worker_*.lua`), the embedded layer's
-//! (`lua/run_*.lua`) and `idemgate dead retry`'s (`lua/dead_retry.lua`).
+//! (`lua/run_*.lua`) and `idemgate dead retry` / `runs redeliver`'s (`lua/dead_retry.lua`).
 //! Each call type builds its script's KEYS from the namespace's [`Keys`]
 //! and its ARGV in the order of the script's header, and reads its answer;
 //! [`super::RedisHandle::call`] runs it.
@@ -30,12 +30,13 @@ script!(WORKER_GIVE_BACK, "worker_give_back.lua");
 script!(WORKER_EXTEND, "worker_extend.lua");
 script!(WORKER_LEAVE, "worker_leave.lua");
 script!(WORKER_TRIM, "worker_trim.lua");
+script!(WORKER_WAKE, "worker_wake.lua");
 script!(RUN_FINISH, "run_finish.lua");
 script!(RUN_RELEASE, "run_release.lua");
 script!(DEAD_RETRY, "dead_retry.lua");
 
 /// Every script of this module with its file name, for checks over all of them.
-pub fn all() -> [(&'static str, &'static LuaScript); 11] {
+pub fn all() -> [(&'static str, &'static LuaScript); 12] {
     [
         ("worker_start.lua", &WORKER_START),
         ("worker_done.lua", &WORKER_DONE),
@@ -45,6 +46,7 @@ pub fn all() -> [(&'static str, &'static LuaScript); 11] {
         ("worker_extend.lua", &WORKER_EXTEND),
         ("worker_leave.lua", &WORKER_LEAVE),
         ("worker_trim.lua", &WORKER_TRIM),
+        ("worker_wake.lua", &WORKER_WAKE),
         ("run_finish.lua", &RUN_FINISH),
         ("run_release.lua", &RUN_RELEASE),
         ("dead_retry.lua", &DEAD_RETRY),
@@ -121,6 +123,9 @@ pub enum Started {
         created_ms: Option<String>,
         /// The run's kept payload (JSON text), if any.
         payload: Option<String>,
+        /// This attempt's place in the run's attempt budget (1: the first
+        /// since the run was created, retried from dead, or redelivered).
+        tries: u32,
     },
     /// Another consumer holds the entry now.
     Lost,
@@ -146,7 +151,10 @@ impl ScriptCall for StartCall<'_> {
         let int = |i: usize| reply.get(i).and_then(|v| redis::from_redis_value_ref::<i64>(v).ok()).unwrap_or(0);
         let text = |i: usize| reply.get(i).and_then(|v| redis::from_redis_value_ref::<String>(v).ok());
         Ok(match (int(0), int(1)) {
-            (1, n) => Started::Run { attempt: n as u32, created_ms: text(2), payload: text(3) },
+            (1, n) => {
+                let tries = int(4).clamp(1, i64::from(u32::MAX)) as u32;
+                Started::Run { attempt: n as u32, created_ms: text(2), payload: text(3), tries }
+            }
             (2, n) => Started::Dead(n as u32),
             _ => Started::Lost,
         })
@@ -169,6 +177,10 @@ pub struct DoneCall<'a> {
     pub op: &'a str,
     /// The done record's TTL, ms (0: never expires).
     pub retention_ms: u64,
+    /// The attempt's history entry (a JSON object).
+    pub history: &'a str,
+    /// Whether the done record keeps the payload (`--keep-done-payloads`).
+    pub keep_payload: bool,
 }
 
 impl ScriptCall for DoneCall<'_> {
@@ -180,7 +192,7 @@ impl ScriptCall for DoneCall<'_> {
 
     fn command(&self) -> Cmd {
         let mut cmd = self.consumer.on_entry(self.script(), self.run_id, false, self.entry_id);
-        cmd.arg(self.now_ms).arg(self.op).arg(self.retention_ms);
+        cmd.arg(self.now_ms).arg(self.op).arg(self.retention_ms).arg(self.history).arg(u8::from(self.keep_payload));
         cmd
     }
 
@@ -204,14 +216,16 @@ pub struct FailCall<'a> {
     pub error: &'a str,
     /// The attempt number that failed.
     pub attempt: u32,
-    /// Attempts allowed.
-    pub max_attempts: u32,
-    /// When the next attempt may start, ms since the Unix epoch.
+    /// It was the last attempt allowed: the run is dead.
+    pub last: bool,
+    /// When the next attempt is due, ms since the Unix epoch (the run is parked until then).
     pub next_attempt_ms: u64,
     /// The call's operation id.
     pub op: &'a str,
     /// A dead record's TTL, ms (0: never expires).
     pub retention_ms: u64,
+    /// The attempt's history entry (a JSON object).
+    pub history: &'a str,
 }
 
 /// What recording a failed attempt did.
@@ -219,7 +233,7 @@ pub struct FailCall<'a> {
 pub enum Failed {
     /// The entry is no longer held by this consumer: nothing written.
     Lost,
-    /// The run waits for its next attempt.
+    /// The run is parked until its next attempt is due.
     Retry,
     /// The run is in the dead stream.
     Dead,
@@ -233,9 +247,13 @@ impl ScriptCall for FailCall<'_> {
     }
 
     fn command(&self) -> Cmd {
-        let mut cmd = self.consumer.on_entry(self.script(), &self.run.run_id, true, self.entry_id);
-        cmd.arg(self.now_ms).arg(self.error).arg(self.attempt).arg(self.max_attempts).arg(self.next_attempt_ms);
-        cmd.arg(self.op).arg(self.retention_ms).arg(&self.run.values()[..]);
+        let keys = self.consumer.keys;
+        let (runs, record, dead) = (keys.runs(), keys.run(&self.run.run_id), keys.runs_dead());
+        let parking = keys.retry(self.consumer.group);
+        let mut cmd = self.script().evalsha(&[&runs, &record, &dead, &parking]);
+        cmd.arg(self.consumer.group).arg(self.consumer.name).arg(self.entry_id);
+        cmd.arg(self.now_ms).arg(self.error).arg(self.attempt).arg(u8::from(self.last)).arg(self.next_attempt_ms);
+        cmd.arg(self.op).arg(self.retention_ms).arg(self.history).arg(&self.run.values()[..]);
         cmd
     }
 
@@ -267,6 +285,8 @@ pub struct UncountCall<'a> {
     pub idle_ms: u64,
     /// The call's operation id.
     pub op: &'a str,
+    /// The attempt's history entry (a JSON object).
+    pub history: &'a str,
 }
 
 impl ScriptCall for UncountCall<'_> {
@@ -278,7 +298,7 @@ impl ScriptCall for UncountCall<'_> {
 
     fn command(&self) -> Cmd {
         let mut cmd = self.consumer.on_entry(self.script(), self.run_id, false, self.entry_id);
-        cmd.arg(self.now_ms).arg(self.error).arg(self.idle_ms).arg(self.op);
+        cmd.arg(self.now_ms).arg(self.error).arg(self.idle_ms).arg(self.op).arg(self.history);
         cmd
     }
 
@@ -409,6 +429,49 @@ impl ScriptCall for TrimCall<'_> {
     }
 }
 
+/// `lua/worker_wake.lua`: the group's parked runs that are due go back on
+/// the runs stream, for the group.
+#[derive(Debug, Clone)]
+pub struct WakeCall<'a> {
+    /// The group's consumer (its group names the parking set).
+    pub consumer: Consumer<'a>,
+    /// Now, ms since the Unix epoch.
+    pub now_ms: u64,
+    /// The most runs moved in one call.
+    pub limit: usize,
+}
+
+/// What waking the parked runs did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Woken {
+    /// Runs put back on the stream.
+    pub moved: u64,
+    /// The earliest due time still parked, ms since the Unix epoch.
+    pub next_due_ms: Option<u64>,
+}
+
+impl ScriptCall for WakeCall<'_> {
+    type Reply = Woken;
+
+    fn script(&self) -> &'static LuaScript {
+        &WORKER_WAKE
+    }
+
+    fn command(&self) -> Cmd {
+        let keys = self.consumer.keys;
+        let mut cmd = self.script().evalsha(&[&keys.runs(), &keys.retry(self.consumer.group)]);
+        cmd.arg(self.consumer.group).arg(self.now_ms).arg(self.limit).arg(keys.run_prefix());
+        cmd
+    }
+
+    fn decode(&self, reply: Value) -> Result<Woken, Error> {
+        let (moved, next): (u64, String) = decode(reply)?;
+        // Redis writes a score as a double: "1718000000000" or "1.718e+12".
+        let next_due_ms = next.parse::<f64>().ok().map(|ms| ms.max(0.0) as u64);
+        Ok(Woken { moved, next_due_ms })
+    }
+}
+
 /// `lua/run_finish.lua`: the holder of a run (the embedded layer) succeeded.
 /// Answers `false` when the run was no longer held.
 #[derive(Debug, Clone)]
@@ -482,7 +545,8 @@ impl ScriptCall for RunReleaseCall<'_> {
     }
 }
 
-/// `lua/dead_retry.lua`: put one dead run back on the runs stream.
+/// `lua/dead_retry.lua`: put one dead run (or, with `done_too`, a done one)
+/// back on the runs stream.
 #[derive(Debug, Clone)]
 pub struct DeadRetryCall<'a> {
     /// The namespace's keys.
@@ -493,6 +557,8 @@ pub struct DeadRetryCall<'a> {
     pub now_ms: u64,
     /// The run's entries in the dead stream, removed when it moves (may be none).
     pub dead_entry_ids: &'a [&'a str],
+    /// A `done` run moves too (`runs redeliver`); else only a `dead` one.
+    pub done_too: bool,
 }
 
 /// What `lua/dead_retry.lua` answered.
@@ -505,7 +571,7 @@ pub enum DeadRetried {
         /// Dead-stream entries removed.
         dead_entries_removed: u64,
     },
-    /// Not moved: the run is not dead.
+    /// Not moved: the run is not finished (or, for `dead retry`, not dead).
     Refused {
         /// The record's status (`""`: there is no record).
         status: String,
@@ -522,7 +588,7 @@ impl ScriptCall for DeadRetryCall<'_> {
     fn command(&self) -> Cmd {
         let (runs, record, dead) = (self.keys.runs(), self.keys.run(self.run_id), self.keys.runs_dead());
         let mut cmd = self.script().evalsha(&[&runs, &record, &dead]);
-        cmd.arg(self.now_ms).arg(self.dead_entry_ids);
+        cmd.arg(self.now_ms).arg(u8::from(self.done_too)).arg(self.dead_entry_ids);
         cmd
     }
 

@@ -60,11 +60,12 @@ impl LuaScript {
 }
 
 /// The Lua that several scripts share, by placeholder name (`${holds}`).
-pub const SHARED_LUA: [(&str, &str); 4] = [
+pub const SHARED_LUA: [(&str, &str); 5] = [
     ("run_fields", include_str!("../../lua/shared/run_fields.lua")),
     ("holds", include_str!("../../lua/shared/holds.lua")),
     ("op_replay", include_str!("../../lua/shared/op_replay.lua")),
     ("dead_letter", include_str!("../../lua/shared/dead_letter.lua")),
+    ("history", include_str!("../../lua/shared/history.lua")),
 ];
 
 /// One call of one script, typed: which script, its KEYS and ARGV in the

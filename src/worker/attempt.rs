@@ -1,27 +1,30 @@
-//! A run task: one run in hand through its attempts here, until it is done,
-//! dead, lost to another worker, or given back. Each attempt is started by
-//! a script (which resets the lease), run within the timeout and fenced by
-//! the lease, then finished or failed by a script; every script call is
-//! retried with one operation id until Redis answers.
+//! A run task: one attempt of a run in hand, from start to done, parked,
+//! dead, lost or given back. The attempt is started by a script (which
+//! resets the lease), run within the timeout and fenced by the lease, then
+//! finished or failed by a script; every script call is retried with one
+//! operation id until Redis answers. A failed attempt parks the run in
+//! Redis until its next attempt is due (`lua/worker_fail.lua`): the task
+//! ends and its slot is free at once; `super::wake` puts the run back on
+//! the stream when it is due, for any worker of the group.
 
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::breaker::{Breaker, BreakerVerdict};
-use super::config::WorkerConfig;
+use super::config::{JITTER, WorkerConfig};
+use super::history::{Entry, Outcome, short_error};
 use super::queue::{Failed, Start, StreamEntry};
-use super::run::{Failure, Handler, Payload, RunAttempt};
+use super::run::{Failure, Handler, Payload, RunAttempt, Success};
 use super::state::{Counters, Held, WorkerState};
-use crate::units::format_duration;
+use crate::units::{format_duration, now_ms};
 
 /// The longest `last_error` a run record keeps, in bytes: a command's
 /// failure is its exit status and the end of its stderr within this.
 pub const MAX_LAST_ERROR: usize = 4096;
 
-/// The longest a handler's `retry_after` holds a run back: one hour.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+/// The longest a handler's `retry_after` holds a run back: 24 hours.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
 
 /// How long a worker retries giving a run back at shutdown: the run is taken
 /// over after its lease anyway.
@@ -29,7 +32,7 @@ const RELEASE_PATIENCE: Duration = Duration::from_secs(5);
 
 /// How one attempt ended.
 enum Attempt {
-    Ok,
+    Ok(Success),
     Failed(Failure),
     /// Another worker took the run over.
     Lost,
@@ -40,46 +43,53 @@ enum Attempt {
 /// An attempt the start script let begin.
 struct Started {
     attempt: u32,
+    /// Its place in the run's attempt budget (1-based).
+    tries: u32,
     /// What the handler gets, or why there is nothing it could do.
     run: Result<RunAttempt, Failure>,
 }
 
-/// Runs one entry through its attempts until done, dead, lost or released.
+/// When an attempt started and how long it ran, for its history entry.
+struct Ran {
+    started_ms: u64,
+    duration: Duration,
+}
+
+impl Ran {
+    fn duration_ms(&self) -> u64 {
+        u64::try_from(self.duration.as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// Runs one attempt of `entry`: done, parked for the next attempt, dead,
+/// lost, or given back (at shutdown, or while the breaker holds attempts back).
 pub(super) async fn process<H: Handler>(shared: &WorkerState, handler: &H, entry: &StreamEntry, held: &Held) {
     let task = RunTask { shared, handler, entry, held, run_id: entry.run.fields.run_id.as_str() };
-    let mut stop = shared.stopping.clone();
-    loop {
-        // While the destination is down, no attempt starts: the run goes
-        // back, uncounted, for whichever worker's breaker lets it through.
-        let admission = handler.breaker().map_or(BreakerVerdict::Go, Breaker::admit);
-        if *stop.borrow() || admission == BreakerVerdict::Hold {
-            return task.give_back().await;
+    // While the destination is down, no attempt starts: the run goes
+    // back, uncounted, for whichever worker's breaker lets it through.
+    let admission = handler.breaker().map_or(BreakerVerdict::Go, Breaker::admit);
+    if *shared.stopping.borrow() || admission == BreakerVerdict::Hold {
+        return task.give_back().await;
+    }
+    let probe = admission == BreakerVerdict::Probe;
+    let Some(started) = task.start().await else { return task.abandon_probe(probe) };
+    let (attempt, tries) = (started.attempt, started.tries);
+    let (outcome, ran) = task.call(started, probe).await;
+    match outcome {
+        Attempt::Ok(success) => task.finish(attempt, &success, &ran).await,
+        Attempt::Failed(failure) => task.record_failure(attempt, tries, failure, &ran).await,
+        Attempt::Lost => {
+            tracing::warn!(
+                run_id = task.run_id,
+                attempt,
+                "another worker took this run over (lease ran out); attempt abandoned"
+            );
+            Counters::bump(&task.counters().lost);
+            task.abandon_probe(probe);
         }
-        let probe = admission == BreakerVerdict::Probe;
-        let Some(started) = task.start().await else { return task.abandon_probe(probe) };
-        let attempt = started.attempt;
-        let wait = match task.call(started, probe).await {
-            Attempt::Ok => return task.finish().await,
-            Attempt::Failed(failure) => match task.record_failure(attempt, failure).await {
-                Some(wait) => wait,
-                None => return,
-            },
-            Attempt::Lost => {
-                tracing::warn!(
-                    run_id = task.run_id,
-                    attempt,
-                    "another worker took this run over (lease ran out); attempt abandoned"
-                );
-                Counters::bump(&task.counters().lost);
-                return task.abandon_probe(probe);
-            }
-            Attempt::Fenced => {
-                task.fenced(attempt);
-                return task.abandon_probe(probe);
-            }
-        };
-        if !task.wait_for_retry(wait, &mut stop).await {
-            return;
+        Attempt::Fenced => {
+            task.fenced(attempt);
+            task.abandon_probe(probe);
         }
     }
 }
@@ -131,9 +141,9 @@ impl<H: Handler> RunTask<'_, H> {
         let max_attempts = self.config().max_attempts;
         let op = q.op();
         let sent = Instant::now();
-        let (attempt, key, payload) =
+        let (attempt, tries, key, payload) =
             match self.until_answered("starting an attempt", || q.start(self.entry, max_attempts, &op)).await? {
-                Start::Run { attempt, key, payload } => (attempt, key, payload),
+                Start::Run { attempt, tries, key, payload } => (attempt, tries, key, payload),
                 Start::Dead(n) => {
                     tracing::warn!(
                         run_id = self.run_id,
@@ -154,7 +164,7 @@ impl<H: Handler> RunTask<'_, H> {
             // The stored text never changes: no retry can fix it.
             Err(e) => Err(Failure::permanent(format!("the run's stored payload is not JSON: {e}"))),
         };
-        Some(Started { attempt, run })
+        Some(Started { attempt, tries, run })
     }
 
     /// The start script, first sent at `sent`, reset the idle time: the
@@ -175,19 +185,20 @@ impl<H: Handler> RunTask<'_, H> {
     /// Runs the handler on a started attempt, within the timeout, and stops
     /// it early when another worker takes the run or the lease goes
     /// unrenewed past the fence.
-    async fn call(&self, started: Started, probe: bool) -> Attempt {
+    async fn call(&self, started: Started, probe: bool) -> (Attempt, Ran) {
         let config = self.config();
         tracing::debug!(run_id = self.run_id, attempt = started.attempt, probe, "attempt started");
-        let began = Instant::now();
+        let (began, started_ms) = (Instant::now(), now_ms());
         let outcome = tokio::select! {
             outcome = self.call_within_timeout(started.run) => outcome,
             _ = self.held.lost.notified() => Attempt::Lost,
             _ = self.held.unrenewed_for(config.fence()) => Attempt::Fenced,
         };
+        let ran = Ran { started_ms, duration: began.elapsed() };
         if let Some(m) = self.shared.metrics.as_deref() {
-            m.attempt_ended(began.elapsed(), outcome_name(&outcome));
+            m.attempt_ended(ran.duration, outcome_name(&outcome));
         }
-        outcome
+        (outcome, ran)
     }
 
     async fn call_within_timeout(&self, run: Result<RunAttempt, Failure>) -> Attempt {
@@ -197,7 +208,7 @@ impl<H: Handler> RunTask<'_, H> {
             Err(e) => Ok(Err(e)),
         };
         match answer {
-            Ok(Ok(())) => Attempt::Ok,
+            Ok(Ok(success)) => Attempt::Ok(success),
             Ok(Err(e)) => Attempt::Failed(e),
             Err(_) => Attempt::Failed(Failure {
                 error: format!("timed out after {}", format_duration(timeout)),
@@ -223,56 +234,76 @@ impl<H: Handler> RunTask<'_, H> {
         self.shared.must_recover();
     }
 
-    /// Marks the run done.
-    async fn finish(&self) {
+    /// The history entry of attempt `attempt`.
+    fn entry(&self, attempt: u32, ran: &Ran, status: Option<u16>, outcome: Outcome, error: Option<&str>) -> String {
+        let worker = self.shared.queue.consumer();
+        let (started_ms, duration_ms) = (ran.started_ms, ran.duration_ms());
+        let error = error.map(short_error);
+        Entry { attempt, worker, started_ms, duration_ms, status, outcome, error }.to_json()
+    }
+
+    /// Marks the run done, and logs the attempt's one line.
+    async fn finish(&self, attempt: u32, success: &Success, ran: &Ran) {
         if let Some(b) = self.handler.breaker() {
             b.success();
         }
+        let summary = if success.summary.is_empty() { "handled" } else { success.summary.as_str() };
+        tracing::info!(
+            run_id = self.run_id,
+            attempt,
+            status = success.status,
+            duration_ms = ran.duration_ms(),
+            "delivered {} attempt {attempt}: {summary} in {} ms",
+            self.run_id,
+            ran.duration_ms()
+        );
+        let history = self.entry(attempt, ran, success.status, Outcome::Done, None);
         let q = &self.shared.queue;
         let op = q.op();
-        match self.until_answered("marking done", || q.done(self.entry, &op)).await {
+        match self.until_answered("marking done", || q.done(self.entry, &op, &history)).await {
             Some(true) => Counters::bump(&self.counters().done),
             Some(false) => Counters::bump(&self.counters().lost),
             None => {}
         }
     }
 
-    /// Records failed attempt `attempt`: given back uncounted while the
-    /// destination is down, else counted, and retried or moved to the dead
-    /// stream. The wait before the retry, or `None` when this task is done
-    /// with the run.
-    async fn record_failure(&self, attempt: u32, failure: Failure) -> Option<Duration> {
+    /// Records failed attempt `attempt` (the `tries`-th of the run's budget):
+    /// given back uncounted while the destination is down, else counted, and
+    /// parked until the next attempt is due or moved to the dead stream.
+    async fn record_failure(&self, attempt: u32, tries: u32, failure: Failure, ran: &Ran) {
         let error = truncate(&failure.error, MAX_LAST_ERROR);
         if !self.breaker_counts(&failure) {
-            self.uncount(attempt, &error).await;
-            return None;
+            let history = self.entry(attempt, ran, failure.status, Outcome::Released, Some(&error));
+            return self.uncount(attempt, &error, &history).await;
         }
         Counters::bump(&self.counters().failed_attempts);
         let config = self.config();
-        let wait = retry_wait(config, attempt, &failure, self.run_id);
+        let wait = retry_wait(config, tries, &failure, self.run_id);
         // A permanent failure makes this attempt the last one allowed.
-        let max_attempts = if failure.permanent { attempt } else { config.max_attempts };
+        let last = failure.permanent || tries >= config.max_attempts;
+        let outcome = if last { Outcome::Dead } else { Outcome::Failed };
+        let history = self.entry(attempt, ran, failure.status, outcome, Some(&error));
         let q = &self.shared.queue;
         let op = q.op();
-        let recorded = self
+        let Some(recorded) = self
             .until_answered("recording a failed attempt", || {
-                q.fail(self.entry, &error, attempt, max_attempts, wait, &op)
+                q.fail(self.entry, &error, attempt, last, wait, &op, &history)
             })
-            .await?;
+            .await
+        else {
+            return;
+        };
         match recorded {
             Failed::Retry => {
-                tracing::warn!(run_id = self.run_id, attempt, %error, retry_in = ?wait, "attempt failed");
-                Some(wait)
+                tracing::warn!(run_id = self.run_id, attempt, %error, retry_in = %format_duration(wait), "attempt failed; run parked until its next attempt is due");
+                Counters::bump(&self.counters().parked);
+                self.shared.parked.notify_one();
             }
             Failed::Dead => {
                 tracing::error!(run_id = self.run_id, attempt, %error, permanent = failure.permanent, "attempt failed; no attempts left, run moved to the dead stream");
                 Counters::bump(&self.counters().dead);
-                None
             }
-            Failed::Lost => {
-                Counters::bump(&self.counters().lost);
-                None
-            }
+            Failed::Lost => Counters::bump(&self.counters().lost),
         }
     }
 
@@ -292,28 +323,15 @@ impl<H: Handler> RunTask<'_, H> {
     }
 
     /// Gives the run back without counting the attempt.
-    async fn uncount(&self, attempt: u32, error: &str) {
+    async fn uncount(&self, attempt: u32, error: &str, history: &str) {
         Counters::bump(&self.counters().uncounted);
         tracing::warn!(run_id = self.run_id, attempt, %error, "attempt failed while the destination is down; not counted, run given back");
         let (q, lease) = (&self.shared.queue, self.config().lease);
         let op = q.op();
-        if self.until_answered("uncounting an attempt", || q.uncount(self.entry, error, lease, &op)).await
+        if self.until_answered("uncounting an attempt", || q.uncount(self.entry, error, lease, &op, history)).await
             == Some(false)
         {
             Counters::bump(&self.counters().lost);
-        }
-    }
-
-    /// Waits `wait` before the next attempt (less when asked to stop: the
-    /// loop then gives the run back); `false` when another worker took the run meanwhile.
-    async fn wait_for_retry(&self, wait: Duration, stop: &mut watch::Receiver<bool>) -> bool {
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => true,
-            _ = stop.wait_for(|s| *s) => true,
-            _ = self.held.lost.notified() => {
-                Counters::bump(&self.counters().lost);
-                false
-            }
         }
     }
 
@@ -363,7 +381,7 @@ where
 
 fn outcome_name(outcome: &Attempt) -> &'static str {
     match outcome {
-        Attempt::Ok => "done",
+        Attempt::Ok(_) => "done",
         Attempt::Failed(f) if f.permanent => "refused",
         Attempt::Failed(f) if f.destination => "destination_failed",
         Attempt::Failed(_) => "failed",
@@ -372,18 +390,19 @@ fn outcome_name(outcome: &Attempt) -> &'static str {
     }
 }
 
-/// The wait before the next attempt after failed attempt `attempt`: the
-/// backoff (plus up to a quarter of it at random with `jitter`), and never
-/// less than the handler's `retry_after`, capped at [`MAX_RETRY_AFTER`].
-fn retry_wait(config: &WorkerConfig, attempt: u32, failure: &Failure, run_id: &str) -> Duration {
-    let mut wait = config.backoff_after(attempt);
-    if config.jitter {
-        wait += wait.mul_f64(jitter_fraction(run_id, attempt) / 4.0);
+/// The wait before the next attempt after the `tries`-th of the run's
+/// budget failed: the schedule's wait moved by up to ±[`JITTER`] at random
+/// (with `jitter`), or, when the handler asks for one (`Retry-After`),
+/// exactly that wait instead, capped at [`MAX_RETRY_AFTER`].
+fn retry_wait(config: &WorkerConfig, tries: u32, failure: &Failure, run_id: &str) -> Duration {
+    if let Some(asked) = failure.retry_after {
+        return asked.min(MAX_RETRY_AFTER);
     }
-    match failure.retry_after {
-        Some(asked) => wait.max(asked.min(MAX_RETRY_AFTER)),
-        None => wait,
+    let wait = config.wait_after(tries);
+    if !config.jitter {
+        return wait;
     }
+    wait.mul_f64(1.0 + JITTER * (2.0 * jitter_fraction(run_id, tries) - 1.0))
 }
 
 /// A number in [0, 1) that differs between runs, attempts and moments
@@ -410,6 +429,28 @@ fn truncate(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_wait_is_the_schedules_within_the_jitter_or_what_the_handler_asks() {
+        let c = WorkerConfig::new("g");
+        for tries in 1..=9 {
+            let want = c.wait_after(tries).as_secs_f64();
+            for run in ["run-1", "run-2", "run-3"] {
+                let got = retry_wait(&c, tries, &Failure::default(), run).as_secs_f64();
+                assert!((want * 0.9..=want * 1.1).contains(&got), "try {tries}: {got} s for {want} s");
+            }
+        }
+        let no_jitter = WorkerConfig { jitter: false, ..c.clone() };
+        assert_eq!(retry_wait(&no_jitter, 2, &Failure::default(), "r"), Duration::from_secs(300));
+        // Retry-After sets the due time instead, shorter or longer, capped at 24 h.
+        let asked = |s: u64| Failure::default().not_before(Duration::from_secs(s));
+        assert_eq!(retry_wait(&c, 1, &asked(3600), "r"), Duration::from_secs(3600));
+        assert_eq!(retry_wait(&c, 7, &asked(1), "r"), Duration::from_secs(1));
+        assert_eq!(retry_wait(&c, 1, &asked(7 * 86_400), "r"), MAX_RETRY_AFTER);
+        // The exponential shorthand.
+        let exp = WorkerConfig { retry_schedule: None, jitter: false, ..c };
+        assert_eq!(retry_wait(&exp, 3, &Failure::default(), "r"), Duration::from_secs(4));
+    }
 
     #[test]
     fn worker_errors_are_truncated_on_char_boundaries() {

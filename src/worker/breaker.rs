@@ -6,7 +6,9 @@
 //! destination, the breaker opens: no attempt starts until the cooldown has
 //! passed. Then one attempt, the probe, may go; while it is out every other
 //! run waits. A probe that fails opens the breaker again with the cooldown
-//! doubled (up to [`MAX_COOLDOWN`]); the first success closes it. Attempts
+//! doubled (up to [`BreakerConfig::max_cooldown`], [`DEFAULT_BREAKER_MAX_COOLDOWN`]
+//! by default: a destination that comes back gets its first delivery
+//! within it); the first success closes it. Attempts
 //! that fail while the breaker is not closed, and the one that opens it,
 //! count no attempt (the worker gives the run back instead).
 //!
@@ -23,9 +25,9 @@ use crate::sync::lock;
 /// The default number of consecutive destination failures that opens the breaker.
 pub const DEFAULT_BREAKER_FAILURES: u32 = 5;
 /// The default wait before the first probe.
-pub const DEFAULT_BREAKER_COOLDOWN: Duration = Duration::from_secs(5);
-/// The longest wait between probes, however often they fail.
-pub const MAX_COOLDOWN: Duration = Duration::from_secs(300);
+pub const DEFAULT_BREAKER_COOLDOWN: Duration = Duration::from_secs(1);
+/// The default longest wait between probes, however often they fail.
+pub const DEFAULT_BREAKER_MAX_COOLDOWN: Duration = Duration::from_secs(2);
 
 /// Where the breaker stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,13 +69,19 @@ pub enum BreakerVerdict {
 pub struct BreakerConfig {
     /// Consecutive destination failures that open it (at least 1).
     pub failures: u32,
-    /// The first wait before a probe; doubles after each failed probe, up to [`MAX_COOLDOWN`].
+    /// The first wait before a probe; doubles after each failed probe, up to `max_cooldown`.
     pub cooldown: Duration,
+    /// The longest wait between probes (at least `cooldown`).
+    pub max_cooldown: Duration,
 }
 
 impl Default for BreakerConfig {
     fn default() -> Self {
-        Self { failures: DEFAULT_BREAKER_FAILURES, cooldown: DEFAULT_BREAKER_COOLDOWN }
+        Self {
+            failures: DEFAULT_BREAKER_FAILURES,
+            cooldown: DEFAULT_BREAKER_COOLDOWN,
+            max_cooldown: DEFAULT_BREAKER_MAX_COOLDOWN,
+        }
     }
 }
 
@@ -115,7 +123,7 @@ impl State {
             }
             // A failed probe: wait twice as long.
             State::HalfOpen { cooldown, probing: true } => {
-                let cooldown = (cooldown * 2).min(MAX_COOLDOWN.max(config.cooldown));
+                let cooldown = (cooldown * 2).min(config.max_cooldown.max(config.cooldown));
                 *self = State::Open { until: now + cooldown, cooldown };
                 false
             }
@@ -236,7 +244,8 @@ mod tests {
 
     use super::*;
 
-    const CONFIG: BreakerConfig = BreakerConfig { failures: 3, cooldown: Duration::from_secs(5) };
+    const CONFIG: BreakerConfig =
+        BreakerConfig { failures: 3, cooldown: Duration::from_secs(5), max_cooldown: Duration::from_secs(300) };
 
     #[test]
     fn breaker_opens_after_consecutive_failures_and_counts_none_while_open() {
@@ -268,11 +277,32 @@ mod tests {
             assert!(!s.failure(now, &CONFIG), "a failed probe counts no attempt");
         }
         assert_eq!(waits, [5, 10, 20, 40, 80, 160, 300, 300, 300]);
-        now += MAX_COOLDOWN;
+        now += CONFIG.max_cooldown;
         assert_eq!(s.admit(now), BreakerVerdict::Probe);
         s.success();
         assert_eq!(s, State::Closed { failures: 0 });
         assert_eq!(s.admit(now), BreakerVerdict::Go);
+    }
+
+    /// The defaults: a first probe after 1 s, then every 2 s however long
+    /// the outage, so a destination that returns is probed within 2 s.
+    #[test]
+    fn the_default_probe_interval_is_capped_at_two_seconds() {
+        let config = BreakerConfig::default();
+        let mut now = Instant::now();
+        let mut s = State::Closed { failures: 0 };
+        for _ in 0..config.failures {
+            s.failure(now, &config);
+        }
+        let mut waits = Vec::new();
+        for _ in 0..6 {
+            let State::Open { until, .. } = s else { panic!("{s:?}") };
+            waits.push((until - now).as_millis());
+            now = until;
+            assert_eq!(s.admit(now), BreakerVerdict::Probe);
+            assert!(!s.failure(now, &config));
+        }
+        assert_eq!(waits, [1000, 2000, 2000, 2000, 2000, 2000]);
     }
 
     #[test]
@@ -289,7 +319,7 @@ mod tests {
     /// and then waits for the (doubled) cooldown.
     #[tokio::test(start_paused = true)]
     async fn a_failed_probe_wakes_the_waiting_reader() {
-        let b = Arc::new(Breaker::new(BreakerConfig { failures: 1, cooldown: Duration::from_secs(1) }));
+        let b = Arc::new(Breaker::new(BreakerConfig { failures: 1, ..BreakerConfig::default() }));
         assert!(!b.failure());
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(b.admit(), BreakerVerdict::Probe);
@@ -306,7 +336,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn ready_waits_for_the_cooldown() {
-        let b = Breaker::new(BreakerConfig { failures: 1, cooldown: Duration::from_secs(5) });
+        let b =
+            Breaker::new(BreakerConfig { failures: 1, cooldown: Duration::from_secs(5), ..BreakerConfig::default() });
         let t0 = Instant::now();
         assert!(!b.failure());
         b.ready().await;

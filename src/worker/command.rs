@@ -14,7 +14,7 @@ use std::process::Stdio;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use super::reaper::{self, Attempt};
-use super::{Failure, Handler, RunAttempt, Summary, Worker, WorkerConfig, WorkerError};
+use super::{Failure, Handler, RunAttempt, Success, Summary, Worker, WorkerConfig, WorkerError};
 use crate::config::{FileConfig, Merged, StoreConfig};
 
 /// How much of the child's stderr is kept for the run's `last_error`: its
@@ -59,7 +59,7 @@ impl CommandHandler {
 }
 
 impl Handler for CommandHandler {
-    async fn call(&self, run: RunAttempt) -> Result<(), Failure> {
+    async fn call(&self, run: RunAttempt) -> Result<Success, Failure> {
         let input = serde_json::to_vec(&run).map_err(|e| e.to_string())?;
         let mut cmd = tokio::process::Command::new(&self.program);
         for name in &self.hidden_env {
@@ -116,7 +116,7 @@ impl Handler for CommandHandler {
             None => Tail::default(),
         };
         if status.success() {
-            return Ok(());
+            return Ok(Success::with_status(0, "exit status 0"));
         }
         let what = match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status)) {
             (Some(PERMANENT_FAILURE_EXIT), _) => {
@@ -128,7 +128,13 @@ impl Handler for CommandHandler {
         };
         let tail = tail.text(ERROR_TAIL_BYTES.saturating_sub(what.len() + 2));
         let error = if tail.is_empty() { what } else { format!("{what}: {tail}") };
-        Err(Failure { error, permanent: status.code() == Some(PERMANENT_FAILURE_EXIT), ..Failure::default() })
+        Err(Failure {
+            error,
+            permanent: status.code() == Some(PERMANENT_FAILURE_EXIT),
+            // The history entry's status: the exit status (none when killed by a signal).
+            status: status.code().and_then(|c| u16::try_from(c).ok()),
+            ..Failure::default()
+        })
     }
 }
 

@@ -26,14 +26,20 @@ pub struct WorkerConfig {
     pub consumer: String,
     /// Runs handled at once ([`DEFAULT_CONCURRENCY`]).
     pub concurrency: usize,
-    /// Attempts before a run is dead ([`DEFAULT_MAX_ATTEMPTS`]).
+    /// Attempts before a run is dead: 1 + the schedule's length with the
+    /// default [`DEFAULT_RETRY_SCHEDULE`], [`DEFAULT_MAX_ATTEMPTS`] for the
+    /// exponential shorthand.
     pub max_attempts: u32,
     /// Bound on one attempt ([`DEFAULT_TIMEOUT`]).
     pub timeout: Duration,
     /// How long a held run stays with a worker that stopped extending it
     /// (default: timeout + [`LEASE_MARGIN`]). Live workers extend every third of it.
     pub lease: Duration,
-    /// Wait before the second attempt; doubles for each further one ([`DEFAULT_BACKOFF`]).
+    /// The waits before attempts 2, 3, … ([`DEFAULT_RETRY_SCHEDULE`]); past
+    /// its end the last wait repeats. `None`: the exponential shorthand,
+    /// [`WorkerConfig::backoff`] doubling up to [`WorkerConfig::max_backoff`].
+    pub retry_schedule: Option<Vec<Duration>>,
+    /// With no schedule: the wait before the second attempt; doubles for each further one ([`DEFAULT_BACKOFF`]).
     pub backoff: Duration,
     /// Bound on the wait between attempts ([`DEFAULT_MAX_BACKOFF`]).
     pub max_backoff: Duration,
@@ -44,11 +50,26 @@ pub struct WorkerConfig {
     pub trim_interval: Option<Duration>,
     /// How long a `done` or `dead` run record stays (its TTL; [`DEFAULT_RUN_RETENTION`]; `None`: forever).
     pub run_retention: Option<Duration>,
-    /// Adds up to a quarter of the backoff at random to each wait, so that
-    /// runs failed together do not all come back together (`--deliver`
-    /// turns it on; default off).
+    /// Moves each wait by up to ±10 % at random ([`JITTER`]), so that runs
+    /// failed together do not all come back together (default on).
     pub jitter: bool,
+    /// A `done` run record keeps its payload (`--keep-done-payloads`; default off).
+    pub keep_done_payloads: bool,
 }
+
+/// How far each wait between attempts is moved at random: ±10 %.
+pub const JITTER: f64 = 0.10;
+
+/// The default waits before attempts 2 to 8: 8 attempts over about 27.6 h.
+pub const DEFAULT_RETRY_SCHEDULE: [Duration; 7] = [
+    Duration::from_secs(5),
+    Duration::from_secs(5 * 60),
+    Duration::from_secs(30 * 60),
+    Duration::from_secs(2 * 3600),
+    Duration::from_secs(5 * 3600),
+    Duration::from_secs(10 * 3600),
+    Duration::from_secs(10 * 3600),
+];
 
 /// The margin the default lease adds to the timeout.
 pub const LEASE_MARGIN: Duration = Duration::from_secs(30);
@@ -59,16 +80,17 @@ pub use crate::vocabulary::DEFAULT_RUN_RETENTION;
 /// The default number of runs handled at once.
 pub const DEFAULT_CONCURRENCY: usize = 4;
 
-/// The default number of attempts before a run is dead.
+/// The exponential shorthand's default number of attempts before a run is
+/// dead (`--backoff` or `--max-backoff` without `--max-attempts`).
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 
 /// The default bound on one attempt.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// The default wait before the second attempt.
+/// The exponential shorthand's default wait before the second attempt.
 pub const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
 
-/// The default bound on the wait between attempts.
+/// The exponential shorthand's default bound on the wait between attempts.
 pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// The default wait of one read for new runs.
@@ -84,15 +106,17 @@ impl WorkerConfig {
             group: group.into(),
             consumer: default_consumer(),
             concurrency: DEFAULT_CONCURRENCY,
-            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            max_attempts: DEFAULT_RETRY_SCHEDULE.len() as u32 + 1,
             timeout: DEFAULT_TIMEOUT,
             lease: DEFAULT_TIMEOUT + LEASE_MARGIN,
+            retry_schedule: Some(DEFAULT_RETRY_SCHEDULE.to_vec()),
             backoff: DEFAULT_BACKOFF,
             max_backoff: DEFAULT_MAX_BACKOFF,
             block: DEFAULT_BLOCK,
             trim_interval: Some(DEFAULT_TRIM_INTERVAL),
             run_retention: Some(DEFAULT_RUN_RETENTION),
-            jitter: false,
+            jitter: true,
+            keep_done_payloads: false,
         }
     }
 
@@ -103,6 +127,19 @@ impl WorkerConfig {
     /// the attempt is stopped no other worker can have taken the run yet.
     pub fn fence(&self) -> Duration {
         self.lease - (self.lease / 4).min(Duration::from_secs(5))
+    }
+
+    /// The wait after the `tries`-th attempt of the run's budget failed
+    /// (1-based), before jitter: the schedule's entry, its last one past its
+    /// end, or the exponential shorthand's [`WorkerConfig::backoff_after`].
+    pub fn wait_after(&self, tries: u32) -> Duration {
+        match &self.retry_schedule {
+            Some(waits) => {
+                let i = (tries.max(1) as usize - 1).min(waits.len().saturating_sub(1));
+                waits.get(i).copied().unwrap_or(Duration::ZERO)
+            }
+            None => self.backoff_after(tries),
+        }
     }
 
     /// The wait after failed attempt `attempt` (1-based): `backoff * 2^(attempt-1)`, at most `max_backoff`.
@@ -124,6 +161,9 @@ impl WorkerConfig {
         }
         if self.max_attempts == 0 {
             return bad("--max-attempts must be at least 1");
+        }
+        if self.retry_schedule.as_ref().is_some_and(|w| w.is_empty() && self.max_attempts > 1) {
+            return bad("--retry-schedule must list at least one wait when more than one attempt is allowed");
         }
         if self.timeout.is_zero() || self.lease < Duration::from_millis(30) || self.block.is_zero() {
             return bad("--timeout must be more than 0 and --lease at least 30ms");

@@ -30,7 +30,7 @@ use hyper_util::rt::TokioExecutor;
 
 use super::breaker::{Breaker, BreakerConfig};
 use super::metrics::WorkerMetrics;
-use super::{Failure, Handler, RunAttempt};
+use super::{Failure, Handler, RunAttempt, Success};
 use crate::providers::standard_webhooks::{MIN_SIGNING_SECRET_BYTES, SecretRule, decode_secret, signed_headers};
 use crate::sync::lock;
 use crate::text::escape_control;
@@ -222,7 +222,7 @@ impl Destination {
 }
 
 impl Handler for Destination {
-    async fn call(&self, run: RunAttempt) -> Result<(), Failure> {
+    async fn call(&self, run: RunAttempt) -> Result<Success, Failure> {
         let req = self.request(&run)?;
         let answer = match self.client.request(req).await {
             Ok(answer) => answer,
@@ -250,13 +250,14 @@ impl Handler for Destination {
 /// - 2xx: done;
 /// - 410: refused for good (the run is dead at once);
 /// - 429, or 503 with `Retry-After`: failed, the next attempt no sooner than it says;
-/// - 5xx and 429: a failure of the destination (counts towards the breaker);
-/// - anything else (a redirect, other 4xx): failed, retried with the backoff.
+/// - 5xx, 429 and [`DESTINATION_FAULTS`]: a failure of the destination
+///   (counts towards the breaker, not against the run while it is open);
+/// - anything else (a redirect, other 4xx): the run's own failure, retried on the schedule.
 ///
 /// The error names the status and up to [`ERROR_BODY_BYTES`] of the body, escaped.
-pub fn judge(status: StatusCode, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<(), Failure> {
+pub fn judge(status: StatusCode, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Success, Failure> {
     if status.is_success() {
-        return Ok(());
+        return Ok(Success::with_status(status.as_u16(), format!("HTTP {}", status.as_u16())));
     }
     let mut error = format!("HTTP {status}");
     if status.is_redirection() {
@@ -273,11 +274,8 @@ pub fn judge(status: StatusCode, headers: &HeaderMap, body: &[u8], now: SystemTi
     if status == StatusCode::GONE {
         return Err(Failure::permanent(format!("{error} (the destination refuses this run for good)")));
     }
-    let failure = if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
-        Failure::of_destination(error)
-    } else {
-        Failure::from(error)
-    };
+    let mut failure = if destination_fault(status) { Failure::of_destination(error) } else { Failure::from(error) };
+    failure.status = Some(status.as_u16());
     let retry_after = (status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE)
         .then(|| headers.get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| parse_retry_after(v, now)))
         .flatten();
@@ -289,6 +287,17 @@ pub fn judge(status: StatusCode, headers: &HeaderMap, body: &[u8], now: SystemTi
         .not_before(wait),
         None => failure,
     })
+}
+
+/// The 4xx answers that say the URL, the secret or the service is wrong,
+/// not the run: 401, 403, 404, 405, 407, 408 and 421. They count toward the
+/// breaker like 5xx, 429, timeouts and connection errors, so a
+/// misconfiguration dead-letters nothing.
+pub const DESTINATION_FAULTS: [u16; 7] = [401, 403, 404, 405, 407, 408, 421];
+
+/// Whether an answer that is not a success says the destination (not the run) failed.
+fn destination_fault(status: StatusCode) -> bool {
+    status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS || DESTINATION_FAULTS.contains(&status.as_u16())
 }
 
 /// `Retry-After`: delay-seconds, or an HTTP date (a date in the past is no wait).
@@ -461,8 +470,17 @@ mod tests {
         assert!(long.error.ends_with('…') && long.error.len() < 300, "{}", long.error);
         let found = judge(StatusCode::FOUND, &none, b"", now).unwrap_err();
         assert!(!found.destination && found.error.contains("not followed"), "{found:?}");
-        let not_found = judge(StatusCode::NOT_FOUND, &none, b"", now).unwrap_err();
-        assert!(!not_found.destination && !not_found.permanent);
+        // A misconfigured URL, secret or service is the destination's fault;
+        // other 4xx are the run's own.
+        for code in DESTINATION_FAULTS {
+            let e = judge(StatusCode::from_u16(code).unwrap(), &none, b"", now).unwrap_err();
+            assert!(e.destination && !e.permanent && e.status == Some(code), "{code}: {e:?}");
+        }
+        for code in [400, 409, 413, 415, 422] {
+            let e = judge(StatusCode::from_u16(code).unwrap(), &none, b"", now).unwrap_err();
+            assert!(!e.destination && !e.permanent && e.status == Some(code), "{code}: {e:?}");
+        }
+        assert_eq!(judge(StatusCode::NO_CONTENT, &none, b"", now).unwrap(), Success::with_status(204, "HTTP 204"));
 
         let mut ra = HeaderMap::new();
         ra.insert("retry-after", HeaderValue::from_static("2"));

@@ -16,7 +16,9 @@
 //!   in hand, the counters), `reader` (the read loop: capacity, the breaker,
 //!   take-overs, the own pending list), `leases` (renewal and trimming),
 //!   `attempt` (one run task: start, fence, finish or fail, each retried
-//!   with one operation id), `queue` (the Redis calls). [`Worker::run`]
+//!   with one operation id; a failed one parks its run), `wake` (parked
+//!   runs back on the stream when due), `history` (each attempt's entry
+//!   in the run record), `queue` (the Redis calls). [`Worker::run`]
 //!   ties them together and drains at shutdown.
 //! - [`command`]: a handler that runs a child process per run.
 //! - [`reaper`]: every process an attempt started dies with the attempt.
@@ -38,6 +40,7 @@ pub mod breaker;
 pub mod command;
 pub mod config;
 pub mod deliver;
+mod history;
 mod leases;
 pub mod metrics;
 mod queue;
@@ -47,6 +50,7 @@ pub mod run;
 pub mod scrub;
 pub mod setup;
 mod state;
+mod wake;
 
 use std::fmt::Display;
 use std::sync::Arc;
@@ -57,11 +61,12 @@ use tokio::task::JoinSet;
 pub use attempt::{MAX_LAST_ERROR, MAX_RETRY_AFTER};
 pub use config::{
     DEFAULT_BACKOFF, DEFAULT_BLOCK, DEFAULT_CONCURRENCY, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BACKOFF,
-    DEFAULT_RUN_RETENTION, DEFAULT_TIMEOUT, DEFAULT_TRIM_INTERVAL, LEASE_MARGIN, WorkerConfig, WorkerError,
-    default_consumer,
+    DEFAULT_RETRY_SCHEDULE, DEFAULT_RUN_RETENTION, DEFAULT_TIMEOUT, DEFAULT_TRIM_INTERVAL, JITTER, LEASE_MARGIN,
+    WorkerConfig, WorkerError, default_consumer,
 };
+pub use history::{HISTORY_ERROR_BYTES, HISTORY_LEN};
 pub use queue::{Trimmed, trim_runs};
-pub use run::{Failure, Handler, Payload, RunAttempt, RunFields};
+pub use run::{Failure, Handler, Payload, RunAttempt, RunFields, Success};
 pub use state::Summary;
 
 use crate::config::StoreConfig;
@@ -131,8 +136,9 @@ impl Worker {
     }
 
     /// Consumes runs until `shutdown` completes, then stops taking runs,
-    /// finishes the attempts in progress (each bounded by the timeout),
-    /// gives back the runs waiting for a retry, and returns. A Redis outage
+    /// finishes the attempts in progress (each bounded by the timeout; one
+    /// that fails parks its run, as always), and returns. Parked runs wait
+    /// in Redis, for any worker of the group. A Redis outage
     /// while running is logged and retried, never fatal.
     pub async fn run<H: Handler>(
         self,
@@ -150,12 +156,17 @@ impl Worker {
             "worker started"
         );
         let keeper = tokio::spawn(leases::keep_leases(shared.clone()));
+        let waker = tokio::spawn({
+            let shared = shared.clone();
+            async move { wake::wake_parked(&shared).await }
+        });
         let reader = reader::read_loop(shared.clone(), Arc::new(handler), stop_rx);
         let mut tasks = read_until(reader, shutdown, &stop_tx).await;
         // The drain: the run tasks finish their attempts, or give their runs
         // back, while the keeper still renews their leases.
         while tasks.join_next().await.is_some() {}
         keeper.abort();
+        waker.abort();
         self.leave().await;
         let summary = shared.counters.summary();
         tracing::info!(?summary, "worker stopped");
@@ -176,8 +187,8 @@ impl Worker {
 }
 
 /// Runs the reader until it ends or `shutdown` completes; then tells every
-/// part to stop (the reader takes no new runs, the run tasks give back what
-/// waits for a retry) and returns the run tasks still going.
+/// part to stop (the reader takes no new runs, the waker wakes none) and
+/// returns the run tasks still going.
 async fn read_until(
     reader: impl Future<Output = JoinSet<()>>,
     shutdown: impl Future<Output = ()>,
@@ -214,9 +225,14 @@ mod tests {
     fn worker_defaults_are_valid() {
         let c = WorkerConfig::new("g");
         assert!(c.validate().is_ok());
-        assert_eq!((c.concurrency, c.max_attempts), (4, 5));
+        assert_eq!((c.concurrency, c.max_attempts), (4, 8));
+        assert_eq!(c.retry_schedule.as_deref(), Some(&DEFAULT_RETRY_SCHEDULE[..]));
+        let span: Duration = DEFAULT_RETRY_SCHEDULE.iter().sum();
+        assert_eq!(span.as_secs(), 99_305, "about 27.6 h, as docs/worker.md says");
+        let waits: Vec<u64> = (1..=9).map(|t| c.wait_after(t).as_secs()).collect();
+        assert_eq!(waits, [5, 300, 1800, 7200, 18_000, 36_000, 36_000, 36_000, 36_000]);
         assert_eq!(c.lease, c.timeout + LEASE_MARGIN);
-        assert_eq!(c.run_retention, Some(Duration::from_secs(7 * 86_400)));
+        assert_eq!(c.run_retention, Some(crate::vocabulary::DEFAULT_RUN_RETENTION));
         // The fence: the lease less a quarter of it, at most 5s.
         assert_eq!(c.fence(), Duration::from_secs(325));
         assert_eq!(WorkerConfig { lease: Duration::from_secs(3), ..c.clone() }.fence(), Duration::from_millis(2250));

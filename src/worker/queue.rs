@@ -18,6 +18,7 @@ pub(crate) use crate::redis_io::run_scripts::Failed;
 pub use crate::redis_io::run_scripts::Trimmed;
 use crate::redis_io::run_scripts::{
     Consumer, DoneCall, ExtendCall, FailCall, GiveBackCall, LeaveCall, StartCall, Started, TrimCall, UncountCall,
+    WakeCall, Woken,
 };
 use crate::redis_io::{BlockingReader, Conn, RedisHandle, RedisOptions};
 use crate::units::{now_ms, redis_ms};
@@ -31,17 +32,32 @@ pub(crate) struct StreamEntry {
     pub run: RunAttempt,
 }
 
+/// The stream entry field that addresses an entry to one group: a parked
+/// run put back when due (`lua/worker_wake.lua`). Other groups skip it.
+const FOR_GROUP: &str = "for_group";
+
+/// Why an entry read from the stream is not run.
+enum Unrunnable {
+    /// It lacks a `run_id`, or was deleted while pending.
+    Broken,
+    /// It is another group's parked run, due again.
+    OtherGroup,
+}
+
 impl StreamEntry {
-    /// `None` when the entry lacks a `run_id` (it cannot be run).
-    fn parse(id: String, map: &HashMap<String, redis::Value>) -> Option<Self> {
+    /// The entry, if this group runs it.
+    fn parse(id: String, map: &HashMap<String, redis::Value>, group: &str) -> Result<Self, Unrunnable> {
         let field =
             |k: &str| map.get(k).and_then(|v| redis::from_redis_value_ref::<String>(v).ok()).unwrap_or_default();
+        if map.contains_key(FOR_GROUP) && field(FOR_GROUP) != group {
+            return Err(Unrunnable::OtherGroup);
+        }
         let fields = RunFields::read(field);
         if fields.run_id.is_empty() {
-            return None;
+            return Err(Unrunnable::Broken);
         }
         let run = RunAttempt { fields, attempt: 0, key: String::new(), payload: None };
-        Some(Self { id, run })
+        Ok(Self { id, run })
     }
 }
 
@@ -56,6 +72,8 @@ pub(crate) enum Start {
         key: String,
         /// The run's kept payload (JSON text), if any.
         payload: Option<String>,
+        /// This attempt's place in the run's attempt budget (1-based).
+        tries: u32,
     },
     /// Another worker holds the entry now.
     Lost,
@@ -71,6 +89,8 @@ pub(crate) struct Queue {
     block: Duration,
     /// The TTL of a `done` or `dead` run record, ms (0: never expires).
     retention_ms: u64,
+    /// A done record keeps its payload (`--keep-done-payloads`).
+    keep_done_payloads: bool,
     /// Blocking `XREADGROUP` never shares the handle's multiplexed
     /// connection, so it cannot delay anyone's command.
     reader: BlockingReader,
@@ -99,6 +119,7 @@ impl Queue {
             consumer: config.consumer.clone(),
             block: config.block,
             retention_ms: config.run_retention.map_or(0, redis_ms),
+            keep_done_payloads: config.keep_done_payloads,
             reader,
             op_prefix: format!("{}/{started}/", config.consumer),
             ops: AtomicU64::new(0),
@@ -191,19 +212,26 @@ impl Queue {
     }
 
     /// Entries that cannot be run (no `run_id`, or deleted from the stream
-    /// while pending: no fields) are acknowledged and logged.
+    /// while pending: no fields) are acknowledged and logged; another
+    /// group's parked runs, due again, are acknowledged.
     async fn parse_all(&self, ids: Vec<(String, Option<HashMap<String, redis::Value>>)>) -> Vec<StreamEntry> {
         let mut out = Vec::with_capacity(ids.len());
         for (id, map) in ids {
-            match map.and_then(|map| StreamEntry::parse(id.clone(), &map)) {
-                Some(e) => out.push(e),
-                None => {
-                    tracing::error!(entry = %id, "runs stream entry without a run_id; acknowledging it unrun");
-                    let mut cmd = redis::cmd("XACK");
-                    cmd.arg(self.keys().runs()).arg(&self.group).arg(&id);
-                    let _ = self.redis.query::<i64>(&mut cmd).await;
+            let parsed =
+                map.ok_or(Unrunnable::Broken).and_then(|map| StreamEntry::parse(id.clone(), &map, &self.group));
+            match parsed {
+                Ok(e) => {
+                    out.push(e);
+                    continue;
                 }
+                Err(Unrunnable::Broken) => {
+                    tracing::error!(entry = %id, "runs stream entry without a run_id; acknowledging it unrun")
+                }
+                Err(Unrunnable::OtherGroup) => {}
             }
+            let mut cmd = redis::cmd("XACK");
+            cmd.arg(self.keys().runs()).arg(&self.group).arg(&id);
+            let _ = self.redis.query::<i64>(&mut cmd).await;
         }
         out
     }
@@ -220,8 +248,9 @@ impl Queue {
             retention_ms: self.retention_ms,
         };
         Ok(match self.redis.call(&call).await? {
-            Started::Run { attempt, created_ms, payload } => Start::Run {
+            Started::Run { attempt, created_ms, payload, tries } => Start::Run {
                 attempt,
+                tries,
                 key: run_key(self.keys(), &e.run.fields.run_id, created_ms.as_deref(), &e.id),
                 payload,
             },
@@ -230,8 +259,9 @@ impl Queue {
         })
     }
 
-    /// `lua/worker_done.lua`: acknowledge and mark done. `false`: lost.
-    pub async fn done(&self, e: &StreamEntry, op: &Op) -> Result<bool, Error> {
+    /// `lua/worker_done.lua`: acknowledge and mark done, with the attempt's
+    /// `history` entry. `false`: lost.
+    pub async fn done(&self, e: &StreamEntry, op: &Op, history: &str) -> Result<bool, Error> {
         let call = DoneCall {
             consumer: self.as_consumer(),
             entry_id: &e.id,
@@ -239,19 +269,24 @@ impl Queue {
             now_ms: now_ms(),
             op: &op.0,
             retention_ms: self.retention_ms,
+            history,
+            keep_payload: self.keep_done_payloads,
         };
         self.redis.call(&call).await
     }
 
-    /// `lua/worker_fail.lua`: record a failed attempt; dead after the last.
+    /// `lua/worker_fail.lua`: record a failed attempt with its `history`
+    /// entry, and park the run for `retry_in`; dead when it was the `last`.
+    #[allow(clippy::too_many_arguments)] // one per ARGV of the script
     pub async fn fail(
         &self,
         e: &StreamEntry,
         error: &str,
         attempt: u32,
-        max_attempts: u32,
+        last: bool,
         retry_in: Duration,
         op: &Op,
+        history: &str,
     ) -> Result<Failed, Error> {
         let now = now_ms();
         let call = FailCall {
@@ -261,10 +296,11 @@ impl Queue {
             now_ms: now,
             error,
             attempt,
-            max_attempts,
+            last,
             next_attempt_ms: now + redis_ms(retry_in),
             op: &op.0,
             retention_ms: self.retention_ms,
+            history,
         };
         self.redis.call(&call).await
     }
@@ -285,7 +321,14 @@ impl Queue {
     /// `lua/worker_uncount.lua`: the attempt counts for nothing (the
     /// destination was down); the entry is given back for immediate takeover.
     /// `false`: lost.
-    pub async fn uncount(&self, e: &StreamEntry, error: &str, lease: Duration, op: &Op) -> Result<bool, Error> {
+    pub async fn uncount(
+        &self,
+        e: &StreamEntry,
+        error: &str,
+        lease: Duration,
+        op: &Op,
+        history: &str,
+    ) -> Result<bool, Error> {
         let call = UncountCall {
             consumer: self.as_consumer(),
             entry_id: &e.id,
@@ -294,6 +337,7 @@ impl Queue {
             error,
             idle_ms: redis_ms(lease) + 1,
             op: &op.0,
+            history,
         };
         self.redis.call(&call).await
     }
@@ -305,6 +349,12 @@ impl Queue {
             return Ok(Vec::new());
         }
         self.redis.call(&ExtendCall { consumer: self.as_consumer(), entry_ids: ids }).await
+    }
+
+    /// `lua/worker_wake.lua`: up to `limit` of the group's parked runs that
+    /// are due go back on the stream.
+    pub async fn wake(&self, limit: usize) -> Result<Woken, Error> {
+        self.redis.call(&WakeCall { consumer: self.as_consumer(), now_ms: now_ms(), limit }).await
     }
 
     /// `lua/worker_leave.lua`: remove this consumer if it holds nothing.

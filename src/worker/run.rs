@@ -1,6 +1,6 @@
 //! What a handler sees of a run and how it answers: the fields that name a
 //! run wherever it travels ([`RunFields`]), one attempt at the run, as the handler gets it ([`RunAttempt`]), its
-//! kept payload, and a failed attempt ([`Failure`]).
+//! kept payload, a successful attempt ([`Success`]) and a failed one ([`Failure`]).
 
 use std::fmt::Display;
 use std::time::Duration;
@@ -46,9 +46,31 @@ pub struct Failure {
     /// The next attempt comes no sooner than this after the failure (a
     /// `Retry-After`), even when the backoff is shorter.
     pub retry_after: Option<Duration>,
-    /// The destination failed (unreachable, timed out, 5xx, 429): it counts
-    /// towards the handler's [`Handler::breaker`].
+    /// The destination failed (unreachable, timed out, 5xx, 429, or a
+    /// status that says it is misconfigured: 401, 403, 404, 405, 407, 408,
+    /// 421): it counts towards the handler's [`Handler::breaker`].
     pub destination: bool,
+    /// The answer's HTTP status, or the command's exit status, when there
+    /// was one (the attempt's `history` entry keeps it).
+    pub status: Option<u16>,
+}
+
+/// A successful attempt, as a handler reports it: what the run's `history`
+/// entry and the worker's log line say of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Success {
+    /// The answer's HTTP status, or the command's exit status (0).
+    pub status: Option<u16>,
+    /// The answer in a few words for the log (`HTTP 204`, `exit status 0`);
+    /// empty: `handled`.
+    pub summary: String,
+}
+
+impl Success {
+    /// A success with `status` (HTTP or exit), summarised as `summary`.
+    pub fn with_status(status: u16, summary: impl Into<String>) -> Self {
+        Self { status: Some(status), summary: summary.into() }
+    }
 }
 
 impl Failure {
@@ -107,10 +129,11 @@ impl Eq for Payload {}
 
 /// Handles one attempt of a run. `Err` (or running past the timeout) is a
 /// failed attempt, retried unless [`Failure::permanent`]. Any `async`
-/// closure `Fn(RunAttempt) -> Result<(), E>` with `E: Display` (or `E = Failure`) is one.
+/// closure `Fn(RunAttempt) -> Result<(), E>` with `E: Display` (or `E = Failure`) is one
+/// (its success says nothing more than `handled`).
 pub trait Handler: Send + Sync + 'static {
     /// Runs one attempt. Dropping the future cancels it (timeout, lost lease).
-    fn call(&self, run: RunAttempt) -> impl Future<Output = Result<(), Failure>> + Send;
+    fn call(&self, run: RunAttempt) -> impl Future<Output = Result<Success, Failure>> + Send;
 
     /// The breaker that holds attempts back while the handler's destination
     /// is down ([`breaker`]); `None` (the default): attempts always start.
@@ -125,9 +148,9 @@ where
     Fut: Future<Output = Result<(), E>> + Send,
     E: Into<Failure>,
 {
-    fn call(&self, run: RunAttempt) -> impl Future<Output = Result<(), Failure>> + Send {
+    fn call(&self, run: RunAttempt) -> impl Future<Output = Result<Success, Failure>> + Send {
         let fut = self(run);
-        async move { fut.await.map_err(Into::into) }
+        async move { fut.await.map(|()| Success::default()).map_err(Into::into) }
     }
 }
 

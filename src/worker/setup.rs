@@ -9,11 +9,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::breaker::{BreakerConfig, DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES};
+use super::breaker::{BreakerConfig, DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_MAX_COOLDOWN};
 use super::command;
 use super::deliver::{DeliverOptions, Destination};
 use super::metrics::WorkerMetrics;
-use super::{Handler, LEASE_MARGIN, Summary, Worker, WorkerConfig, WorkerError};
+use super::{DEFAULT_MAX_ATTEMPTS, Handler, LEASE_MARGIN, Summary, Worker, WorkerConfig, WorkerError};
 use crate::config::{ConfigError, Given, Layer, Merged, Setting, StoreConfig};
 
 /// What the worker hands each attempt to.
@@ -71,7 +71,7 @@ impl WorkerSetup {
             c.consumer = name.value;
         }
         c.concurrency = more_than_zero(s.concurrency.number()?, c.concurrency, "the concurrency")?;
-        c.max_attempts = more_than_zero(s.max_attempts.number()?, c.max_attempts, "the number of attempts")?;
+        retry_policy(s, &mut c)?;
         c.timeout = more_than_zero(s.timeout.duration()?, c.timeout, "the timeout")?;
         c.lease = match s.lease.duration()? {
             Some(lease) if lease.value < Duration::from_millis(30) => {
@@ -80,8 +80,6 @@ impl WorkerSetup {
             Some(lease) => lease.value,
             None => c.timeout + LEASE_MARGIN,
         };
-        c.backoff = s.backoff.duration()?.map_or(c.backoff, |b| b.value);
-        c.max_backoff = s.max_backoff.duration()?.map_or(c.max_backoff, |b| b.value);
         if let Some(every) = s.trim_interval.duration()? {
             c.trim_interval = (!every.value.is_zero()).then_some(every.value);
         }
@@ -107,16 +105,22 @@ impl WorkerSetup {
                     more_than_zero(s.breaker_failures.number()?, DEFAULT_BREAKER_FAILURES, "the breaker's failures")?;
                 let cooldown =
                     more_than_zero(s.breaker_cooldown.duration()?, DEFAULT_BREAKER_COOLDOWN, "the breaker's cooldown")?;
-                // Runs failed together by one outage come back spread out.
-                c.jitter = true;
+                let max_cooldown = match s.breaker_max_cooldown.duration()? {
+                    Some(max) if max.value < cooldown => {
+                        return Err(max.fail("the breaker's longest cooldown must be at least --breaker-cooldown"));
+                    }
+                    Some(max) => max.value,
+                    None => DEFAULT_BREAKER_MAX_COOLDOWN.max(cooldown),
+                };
                 Mode::Deliver(DeliverOptions {
                     url: url.value,
                     secret_file: secret_file.value,
                     ca: s.deliver_ca.path()?.map(|ca| ca.value),
-                    breaker: BreakerConfig { failures, cooldown },
+                    breaker: BreakerConfig { failures, cooldown, max_cooldown },
                 })
             }
         };
+        c.keep_done_payloads = s.keep_done_payloads.switch()?.is_some_and(|k| k.value);
         let metrics_listen = match s.metrics_listen.text()? {
             Some(addr) => Some(addr.value.parse().map_err(|_| addr.fail("not an address like 127.0.0.1:9464"))?),
             None => None,
@@ -125,6 +129,38 @@ impl WorkerSetup {
         c.validate().map_err(|e| ConfigError::new(e.to_string()))?;
         Ok(WorkerSetup { config: c, mode, metrics_listen })
     }
+}
+
+/// The retry policy: `--retry-schedule` (the default's waits when nothing
+/// is given), or the exponential shorthand `--max-attempts`, `--backoff`,
+/// `--max-backoff`; both forms at once are refused, naming both.
+fn retry_policy(s: &Layer, c: &mut WorkerConfig) -> Result<(), ConfigError> {
+    let shorthand = [&s.max_attempts, &s.backoff, &s.max_backoff].into_iter().flatten().next();
+    if let Some(list) = s.retry_schedule.list() {
+        if let Some(other) = shorthand {
+            return Err(list.fail(format!(
+                "give either a retry schedule or the exponential shorthand (--max-attempts, --backoff, --max-backoff), not both: {} gives the shorthand too",
+                other.origin
+            )));
+        }
+        let mut waits = Vec::with_capacity(list.value.len());
+        for entry in &list.value {
+            let wait = crate::units::parse_duration(entry).map_err(|e| {
+                if list.origin.is_file() { list.fail("not a list of durations (5s,5m,30m)") } else { list.fail(e) }
+            })?;
+            waits.push(wait);
+        }
+        c.max_attempts = u32::try_from(waits.len() + 1).map_err(|_| list.fail("too many waits"))?;
+        c.retry_schedule = Some(waits);
+        return Ok(());
+    }
+    if shorthand.is_some() {
+        c.retry_schedule = None;
+        c.max_attempts = more_than_zero(s.max_attempts.number()?, DEFAULT_MAX_ATTEMPTS, "the number of attempts")?;
+        c.backoff = s.backoff.duration()?.map_or(c.backoff, |b| b.value);
+        c.max_backoff = s.max_backoff.duration()?.map_or(c.max_backoff, |b| b.value);
+    }
+    Ok(())
 }
 
 /// `idemgate worker`: resolves the store and the worker's settings from
@@ -186,7 +222,7 @@ impl Either {
 }
 
 impl Handler for Either {
-    async fn call(&self, run: super::RunAttempt) -> Result<(), super::Failure> {
+    async fn call(&self, run: super::RunAttempt) -> Result<super::Success, super::Failure> {
         match self {
             Either::Command(h) => h.call(run).await,
             Either::Deliver(h) => h.call(run).await,
@@ -243,20 +279,35 @@ deliver_secret_file = "/run/secrets/hooks"
 deliver_ca = "/etc/hooks-ca.pem"
 breaker_failures = 2
 breaker_cooldown = "250ms"
+breaker_max_cooldown = "750ms"
+keep_done_payloads = true
 metrics_listen = "127.0.0.1:9464"
 "#;
 
+    /// `retry_schedule`, the one `[worker]` key [`EVERY_KEY`] lacks: it
+    /// gives the exponential shorthand, and both forms are refused.
+    const SCHEDULE: &str = "retry_schedule = [\"200ms\", \"400ms\", \"800ms\"]\n";
+
     #[test]
     fn the_worker_reads_every_one_of_its_settings_from_the_file() {
-        let layer = file(EVERY_KEY).layer();
+        let all = file(&format!("{EVERY_KEY}{SCHEDULE}")).layer();
         for key in Layer::WORKER_KEYS {
-            assert!(layer.get(key).is_some(), "the test's file lacks `[worker] {key}`");
+            assert!(all.get(key).is_some(), "the test's file lacks `[worker] {key}`");
         }
+        let e = WorkerSetup::resolve(&all, &[]).unwrap_err().to_string();
+        assert!(
+            e.starts_with("config file line 24, `[worker] retry_schedule`: give either a retry schedule or the exponential shorthand")
+                && e.contains("config file line 9, `[worker] max_attempts` gives the shorthand too"),
+            "{e}"
+        );
+        let layer = file(EVERY_KEY).layer();
         let s = WorkerSetup::resolve(&layer, &[]).unwrap();
         let c = &s.config;
         assert_eq!((c.group.as_str(), c.concurrency, c.max_attempts), ("from-file", 7, 9));
         assert_eq!((c.timeout, c.lease), (Duration::from_secs(20), Duration::from_secs(90)));
         assert_eq!((c.backoff, c.max_backoff), (Duration::from_secs(3), Duration::from_secs(60)));
+        assert_eq!(c.retry_schedule, None, "the exponential shorthand");
+        assert!(c.keep_done_payloads);
         assert_eq!((c.trim_interval, c.block), (None, Duration::from_millis(500)));
         assert_eq!(c.run_retention, Some(Duration::from_secs(2 * 86_400)), "the top-level run_retention applies");
         assert_eq!(s.metrics_listen, Some("127.0.0.1:9464".parse().unwrap()));
@@ -266,7 +317,14 @@ metrics_listen = "127.0.0.1:9464"
             (d.secret_file.as_path(), d.ca.as_deref()),
             (PathBuf::from("/run/secrets/hooks").as_path(), Some(PathBuf::from("/etc/hooks-ca.pem").as_path()))
         );
-        assert_eq!(d.breaker, BreakerConfig { failures: 2, cooldown: Duration::from_millis(250) });
+        assert_eq!(
+            d.breaker,
+            BreakerConfig {
+                failures: 2,
+                cooldown: Duration::from_millis(250),
+                max_cooldown: Duration::from_millis(750)
+            }
+        );
         assert!(c.jitter);
         // The store the worker consumes from: the top-level Redis keys.
         let store = StoreConfig::resolve(&layer).unwrap();
@@ -277,6 +335,14 @@ metrics_listen = "127.0.0.1:9464"
         // Without the lease, it follows the file's timeout.
         let c = resolve(&[], &EVERY_KEY.replace("lease = \"90s\"\n", ""), &[]).unwrap().config;
         assert_eq!(c.lease, Duration::from_secs(20) + LEASE_MARGIN);
+        // The schedule alone: attempts = 1 + its length.
+        let mut text = format!("{EVERY_KEY}{SCHEDULE}");
+        for line in ["max_attempts = 9\n", "backoff = \"3s\"\n", "max_backoff = \"1m\"\n"] {
+            text = text.replace(line, "");
+        }
+        let c = resolve(&[], &text, &[]).unwrap().config;
+        let ms = Duration::from_millis;
+        assert_eq!((c.retry_schedule, c.max_attempts), (Some(vec![ms(200), ms(400), ms(800)]), 4));
     }
 
     #[test]
@@ -309,6 +375,19 @@ metrics_listen = "127.0.0.1:9464"
             (c.concurrency, c.timeout, c.lease, c.run_retention, c.trim_interval),
             (d.concurrency, d.timeout, d.lease, d.run_retention, d.trim_interval)
         );
+        assert_eq!((&c.retry_schedule, c.max_attempts, c.keep_done_payloads), (&d.retry_schedule, 8, false));
+        // A flag schedule, as a comma list; one shorthand flag alone keeps the shorthand's defaults.
+        let c = resolve(&[("group", "g"), ("retry_schedule", "1s, 2m")], "", TRUE).unwrap().config;
+        assert_eq!(
+            (c.retry_schedule, c.max_attempts),
+            (Some(vec![Duration::from_secs(1), Duration::from_secs(120)]), 3)
+        );
+        let c = resolve(&[("group", "g"), ("backoff", "2s")], "", TRUE).unwrap().config;
+        assert_eq!((c.retry_schedule, c.max_attempts, c.backoff), (None, 5, Duration::from_secs(2)));
+        let e = resolve(&[("group", "g"), ("retry_schedule", "1s"), ("max_attempts", "3")], "", TRUE).unwrap_err();
+        assert!(e.starts_with("--retry-schedule: give either") && e.contains("--max-attempts gives"), "{e}");
+        let e = resolve(&[("group", "g"), ("retry_schedule", "1s,soon")], "", TRUE).unwrap_err();
+        assert!(e.starts_with("--retry-schedule: ") && e.contains("soon"), "{e}");
     }
 
     #[test]
@@ -316,7 +395,7 @@ metrics_listen = "127.0.0.1:9464"
         let e = resolve(&[], EVERY_KEY, TRUE).unwrap_err();
         assert!(e.starts_with("config file line 16, `[worker] deliver`: ") && e.contains("not both"), "{e}");
         let s = resolve(&[], &EVERY_KEY.replace("deliver = ", "# deliver = "), TRUE).unwrap();
-        assert!(matches!(s.mode, Mode::Command(_)) && !s.config.jitter);
+        assert!(matches!(s.mode, Mode::Command(_)) && s.config.jitter, "both modes jitter");
     }
 
     #[test]

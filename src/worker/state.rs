@@ -33,6 +33,10 @@ pub struct Summary {
     /// Failed attempts that counted for nothing (the handler's breaker was
     /// open, or the failure opened it); their runs were given back.
     pub uncounted: u64,
+    /// Runs parked after a failed attempt, until their next attempt is due.
+    pub parked: u64,
+    /// Parked runs this worker put back on the stream when they were due.
+    pub woken: u64,
 }
 
 #[derive(Default)]
@@ -44,6 +48,8 @@ pub(super) struct Counters {
     pub lost: AtomicU64,
     pub fenced: AtomicU64,
     pub uncounted: AtomicU64,
+    pub parked: AtomicU64,
+    pub woken: AtomicU64,
 }
 
 impl Counters {
@@ -61,6 +67,8 @@ impl Counters {
             lost: g(&self.lost),
             fenced: g(&self.fenced),
             uncounted: g(&self.uncounted),
+            parked: g(&self.parked),
+            woken: g(&self.woken),
         }
     }
 }
@@ -69,7 +77,7 @@ impl Counters {
 pub(super) struct WorkerState {
     pub queue: Arc<Queue>,
     pub config: Arc<WorkerConfig>,
-    /// Entries this worker holds (being run, or waiting for a retry).
+    /// Entries this worker holds (being run).
     pub held: Mutex<HashMap<String, Arc<Held>>>,
     /// Set when this worker may hold entries it is not running: at start,
     /// after a failed read (its reply, and the entries Redis delivered with
@@ -79,6 +87,9 @@ pub(super) struct WorkerState {
     pub counters: Counters,
     pub stopping: watch::Receiver<bool>,
     pub metrics: Option<Arc<WorkerMetrics>>,
+    /// Notified when this worker parked a run: the waker looks at the
+    /// parking set again (the new run may be due before what it waits for).
+    pub parked: Notify,
 }
 
 impl WorkerState {
@@ -98,6 +109,7 @@ impl WorkerState {
             counters: Counters::default(),
             stopping,
             metrics,
+            parked: Notify::new(),
         }
     }
 

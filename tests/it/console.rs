@@ -599,7 +599,9 @@ async fn the_console_in_headless_chromium() {
     // A real worker: runs 2 and 3 fail (one attempt allowed) until the fix is deployed.
     let script = r#"cat > /dev/null
         case "$IDEMGATE_RUN_ID" in run-2|run-3) [ -e "$D/fixed" ] || { echo 'handler bug: <b>boom</b>' >&2; exit 3; } ;; esac"#;
-    let _workers = Workers(vec![spawn_worker(&ns, &dir, "w1", &["--max-attempts", "1"], script)]);
+    // The page shows run-1's payload once it is done: the done record keeps it only so.
+    let flags = ["--max-attempts", "1", "--keep-done-payloads"];
+    let _workers = Workers(vec![spawn_worker(&ns, &dir, "w1", &flags, script)]);
     let status = |n: u64| {
         let ns = ns.clone();
         async move { record(&ns, &format!("run-{n}")).await.get("status").cloned().unwrap_or_default() }

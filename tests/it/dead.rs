@@ -114,7 +114,12 @@ async fn dead_runs_are_listed_refused_when_not_dead_and_retried_to_done() {
     assert!(stdout(&out).contains("(1 dead entries removed)\nmoved 1 run back"), "{out:?}");
     wait_for(Duration::from_secs(20), "run-1 done", || async { status(&ns, "run-1").await == "done" }).await;
     let r1 = record(&ns, "run-1").await;
-    assert_eq!((r1["attempts"].as_str(), r1["dead_retries"].as_str()), ("1", "1"), "attempts start over: {r1:?}");
+    // Attempt numbers only go up (1, 2, then 3), and the budget starts anew.
+    assert_eq!((r1["attempts"].as_str(), r1["dead_retries"].as_str()), ("3", "1"), "attempts go on: {r1:?}");
+    let history: Vec<Value> = serde_json::from_str(&r1["history"]).unwrap();
+    let outcomes: Vec<(u64, &str)> =
+        history.iter().map(|e| (e["attempt"].as_u64().unwrap(), e["outcome"].as_str().unwrap())).collect();
+    assert_eq!(outcomes, [(1, "failed"), (2, "dead"), (3, "done")], "{history:?}");
     let out = idemgate_in(&ns, &["dead", "retry", "--all", "--json"]);
     assert!(out.status.success(), "{out:?}");
     let moved: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -177,7 +182,8 @@ async fn dead_retry_moves_a_run_once_and_only_while_dead() {
     assert_eq!(xlen(&mut c, &keys.runs()).await, runs_before + 2);
     assert_eq!(xlen(&mut c, &keys.runs_dead()).await, 0);
     let r1 = record(&ns, "run-1").await;
-    assert_eq!((r1["status"].as_str(), r1["attempts"].as_str()), ("queued", "0"));
+    // The attempts go on from 5, with a new budget.
+    assert_eq!((r1["status"].as_str(), r1["attempts"].as_str(), r1["attempt_base"].as_str()), ("queued", "5", "5"));
     let ttl: i64 = c.pttl(keys.run("run-1")).await.unwrap();
     assert_eq!(ttl, -1, "a queued run has no TTL");
     // The new stream entry carries the run's identity, as the gate wrote it.

@@ -414,7 +414,10 @@ async fn literal_fields(b: Backend) {
 async fn keep_payload_in_the_run_record_redis() {
     let ns = fresh_ns("keep");
     let store = redis_store_in(&ns, &Settings::default()).await;
-    let providers = vec![Provider::github("github", SECRET).with_keep_payload(true), Provider::github("plain", SECRET)];
+    let providers = vec![
+        Provider::github("github", SECRET).with_keep_payload(true),
+        Provider::github("plain", SECRET).with_keep_payload(false),
+    ];
     let allowed = corpus_repos().into_iter().chain(["o/r".to_owned()]);
     let app = app(AppState::new(Gate::new(allowed, store), providers, None).with_keep_payload(true));
     // The body exactly as GitHub might send it: spacing and key order kept.
@@ -445,7 +448,10 @@ async fn keep_payload_in_the_run_record_redis() {
 #[tokio::test]
 async fn keep_payload_in_the_memory_store() {
     let store = std::sync::Arc::new(MemoryStore::new(&Settings::default()));
-    let providers = vec![Provider::github("github", SECRET).with_keep_payload(true), Provider::github("plain", SECRET)];
+    let providers = vec![
+        Provider::github("github", SECRET).with_keep_payload(true),
+        Provider::github("plain", SECRET).with_keep_payload(false),
+    ];
     let allowed = corpus_repos().into_iter().chain(["o/r".to_owned()]);
     let app = app(AppState::new(Gate::new(allowed, store.clone()), providers, None).with_keep_payload(true));
     let body = example("push", 0).to_string();
@@ -468,7 +474,10 @@ async fn keep_payload_in_the_memory_store() {
 async fn worker_stdin_carries_the_kept_payload() {
     let ns = fresh_ns("wpayload");
     let store = redis_store_in(&ns, &Settings::default()).await;
-    let providers = vec![Provider::github("github", SECRET).with_keep_payload(true), Provider::github("plain", SECRET)];
+    let providers = vec![
+        Provider::github("github", SECRET).with_keep_payload(true),
+        Provider::github("plain", SECRET).with_keep_payload(false),
+    ];
     let app = app(AppState::new(Gate::new(corpus_repos(), store), providers, None));
     let body = format!("{{\"note\": \"spacing kept\",  \"n\": 1.50, {}", &example("push", 0).to_string()[1..]);
     assert_eq!(send(&app, github("github", SECRET, "w1", "push", body.as_bytes())).await.body, created("run-1"));

@@ -40,6 +40,7 @@ mod hostile;
 mod http;
 mod identities;
 mod logs;
+mod long_haul;
 mod model;
 mod ops;
 mod production_redis;

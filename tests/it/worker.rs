@@ -339,6 +339,8 @@ async fn worker_library_retries_times_out_and_dead_letters() {
         max_attempts: 3,
         timeout: Duration::from_millis(300),
         lease: Duration::from_secs(2),
+        // The exponential shorthand, with short waits.
+        retry_schedule: None,
         backoff: Duration::from_millis(50),
         block: Duration::from_millis(100),
         run_retention: None,

@@ -41,7 +41,7 @@ fn provider_keys_for_identities_events_rotation_and_payloads() {
         _ => None,
     };
     let text = r#"
-        keep_payload = true
+        keep_payload = false
         allowed_repos = ["a/b"]
 
         [[provider]]
@@ -51,7 +51,7 @@ fn provider_keys_for_identities_events_rotation_and_payloads() {
         identity = "number"
         refusal_status = "code"
         events = ["push", "pull_request.opened"]
-        keep_payload = true
+        keep_payload = false
         allowed_repos = ["octo/one", " octo/two "]
 
         [[provider]]
@@ -66,13 +66,13 @@ fn provider_keys_for_identities_events_rotation_and_payloads() {
         fields = { org = "=acme", repo = "=billing", action = "/type" }
     "#;
     let c = ServeConfig::resolve_with(&merged(&Layer::default(), text), env).unwrap();
-    assert!(c.keep_payload);
+    assert!(!c.keep_payload);
     let [gh, plain, billing] = &c.providers[..] else { panic!("{:?}", c.providers) };
-    assert_eq!((gh.identity(), gh.keep_payload()), (Some(IdentityMode::Number), true));
+    assert_eq!((gh.identity(), gh.keep_payload()), (Some(IdentityMode::Number), false));
     assert_eq!(gh.allowed_repos(), Some(&["octo/one".to_owned(), "octo/two".to_owned()][..]));
     assert_eq!(
         (plain.identity(), plain.keep_payload(), plain.allowed_repos()),
-        (Some(IdentityMode::Event), false, None)
+        (Some(IdentityMode::Event), true, None)
     );
     assert_eq!((gh.refusal_status(), plain.refusal_status()), (RefusalStatus::Code, RefusalStatus::Ack));
     assert_eq!(billing.fields().unwrap().org, "=acme");
@@ -83,7 +83,8 @@ fn provider_keys_for_identities_events_rotation_and_payloads() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("\"GH_OLD\" is not set"), "{e}");
-    assert!(!ServeConfig::resolve_with(&merged(&Layer::default(), ""), env).unwrap().keep_payload);
+    // Payloads are kept by default, at the top level and per provider.
+    assert!(ServeConfig::resolve_with(&merged(&Layer::default(), ""), env).unwrap().keep_payload);
 }
 
 #[test]

@@ -1,0 +1,42 @@
+-- idemgate worker: the parked runs of a group whose next attempt is due go
+-- back on the runs stream, addressed to that group (field `for_group`: the
+-- other groups' workers acknowledge such an entry unrun), for whichever of
+-- its workers reads them first. Each run moves in this one step (out of the
+-- parking set, onto the stream, record `queued`), so a crash never loses a
+-- parked run or queues it twice. A call whose reply was lost needs no
+-- operation id: what it moved is on the stream, and a retry finds only
+-- what is due since. No attempt is counted here (lua/worker_start.lua
+-- counts it), so a retry never counts one twice either.
+--
+-- A run id in the set whose record is not `parked` by this group (redelivered,
+-- expired, or parked again by another group sharing the record) is dropped.
+--
+-- KEYS[1]: runs stream   idemgate:{NS}:runs
+-- KEYS[2]: parking set   idemgate:{NS}:retry:<enc group>
+-- ARGV[1]: consumer group
+-- ARGV[2]: now, ms since the Unix epoch
+-- ARGV[3]: the most runs to move in this call
+-- ARGV[4]: the run records' prefix, idemgate:{NS}:run: (same slot: the hash tag)
+-- Returns: {runs moved, the earliest due time left in ms ('' when none)}
+
+${run_fields}
+
+local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
+local moved = 0
+for _, run_id in ipairs(due) do
+  redis.call('ZREM', KEYS[2], run_id)
+  local record = ARGV[4] .. run_id
+  local state = redis.call('HMGET', record, 'status', 'parked_group')
+  if state[1] == 'parked' and state[2] == ARGV[1] then
+    local f = redis.call('HMGET', record, unpack(RUN_FIELDS))
+    local entry = run_field_pairs(function(i) return f[i] or '' end)
+    entry[#entry + 1] = 'for_group'
+    entry[#entry + 1] = ARGV[1]
+    redis.call('XADD', KEYS[1], '*', unpack(entry))
+    redis.call('HSET', record, 'status', 'queued', 'updated_ms', ARGV[2])
+    redis.call('HDEL', record, 'parked_group')
+    moved = moved + 1
+  end
+end
+local next_due = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+return {moved, next_due[2] or ''}
