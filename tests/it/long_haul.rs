@@ -128,12 +128,14 @@ async fn four_hour_long_waits_never_delay_the_other_runs() {
 }
 
 /// Checks that the gaps between `times` are the schedule's waits, within
-/// the ±10 % jitter (and a little for the way back onto the stream).
+/// the ±10 % jitter: never sooner, and later only by the way back onto the
+/// stream (a few ms; up to a second on a loaded test machine, where
+/// starting an attempt's process can wait that long for a CPU).
 fn assert_gaps(times: &[Instant], waits_ms: &[u64]) {
     assert_eq!(times.len(), waits_ms.len() + 1, "one attempt more than the schedule's waits");
     for (pair, want) in times.windows(2).zip(waits_ms) {
         let gap = (pair[1] - pair[0]).as_millis() as u64;
-        let (low, high) = (want * 9 / 10, want * 11 / 10 + 300);
+        let (low, high) = (want * 9 / 10, want * 11 / 10 + 1000);
         assert!((low..=high).contains(&gap), "a gap of {gap} ms for a wait of {want} ms");
     }
 }
