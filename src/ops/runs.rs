@@ -85,7 +85,7 @@ pub struct RunSummary {
     /// What names the run (flattened: `run_id`, `provider`, `repo`, …).
     #[serde(flatten)]
     pub fields: RunFields,
-    /// The record's `status` (`queued`, `running`, `retrying`, `done`, `dead`, `released`).
+    /// The record's `status` (`queued`, `running`, `retrying`, `parked`, `done`, `dead`, `released`).
     pub status: String,
     /// Attempts made so far.
     pub attempts: u64,

@@ -114,6 +114,8 @@ impl Worker {
             timeout = ?config.timeout,
             lease = ?config.lease,
             fence = ?config.fence(),
+            max_attempts = config.max_attempts,
+            retry_schedule = ?config.retry_schedule,
             run_retention = ?config.run_retention,
             "connecting"
         );

@@ -128,12 +128,14 @@ async fn four_hour_long_waits_never_delay_the_other_runs() {
 }
 
 /// Checks that the gaps between `times` are the schedule's waits, within
-/// the ±10 % jitter (and a little for the way back onto the stream).
+/// the ±10 % jitter: never sooner, and later only by the way back onto the
+/// stream (a few ms; up to a second on a loaded test machine, where
+/// starting an attempt's process can wait that long for a CPU).
 fn assert_gaps(times: &[Instant], waits_ms: &[u64]) {
     assert_eq!(times.len(), waits_ms.len() + 1, "one attempt more than the schedule's waits");
     for (pair, want) in times.windows(2).zip(waits_ms) {
         let gap = (pair[1] - pair[0]).as_millis() as u64;
-        let (low, high) = (want * 9 / 10, want * 11 / 10 + 300);
+        let (low, high) = (want * 9 / 10, want * 11 / 10 + 1000);
         assert!((low..=high).contains(&gap), "a gap of {gap} ms for a wait of {want} ms");
     }
 }
@@ -421,5 +423,38 @@ async fn a_done_run_is_redelivered_with_its_run_key_and_the_next_attempt() {
         text.lines().any(|l| l.trim_start().starts_with("3 ") && l.contains(" 200 ") && l.contains(" done ")),
         "{text}"
     );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// An attempt that never reports back (its worker was killed) gets its
+/// `history` entry from the next attempt's start: `fenced`, with the
+/// worker that ran it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_lost_with_its_worker_is_on_record_as_fenced() {
+    let ns = fresh_ns("lhfenced");
+    let dir = temp_dir("lhfenced");
+    create(&gate(&ns).await, [1]).await;
+    let script = r#"cat >/dev/null; [ -e "$D/again" ] && exit 0; touch "$D/again"; sleep 30"#;
+    let flags = ["--lease", "1s", "--timeout", "20s"];
+    let mut first = spawn_worker(&ns, &dir, "a", &flags, script);
+    wait_for(Duration::from_secs(10), "the first attempt running", || async {
+        dir.join("again").exists() && record(&ns, "run-1").await.get("status").map(String::as_str) == Some("running")
+    })
+    .await;
+    signal(&first, "-KILL");
+    let _ = wait_exit(&mut first, Duration::from_secs(5)).await;
+    let mut workers = Workers(vec![spawn_worker(&ns, &dir, "b", &flags, script)]);
+    wait_for(Duration::from_secs(15), "run-1 done by the second worker", || async {
+        record(&ns, "run-1").await.get("status").map(String::as_str) == Some("done")
+    })
+    .await;
+    let h = history(&ns, "run-1").await;
+    assert_eq!(outcomes(&h), [(1, "fenced".to_owned()), (2, "done".to_owned())], "{h:?}");
+    assert_eq!(
+        (h[0]["worker"].as_str(), h[0]["status"].as_u64(), h[1]["worker"].as_str()),
+        (Some("a"), None, Some("b"))
+    );
+    assert!(h[0]["error"].as_str().unwrap().contains("did not finish"), "{h:?}");
+    stop(&mut workers).await;
     let _ = std::fs::remove_dir_all(dir);
 }
