@@ -161,6 +161,43 @@ pub(super) fn us(d: Duration) -> String {
     format!("{:.0} µs", d.as_secs_f64() * 1e6)
 }
 
+/// How many times the worker and HTTP rows are measured: a row is its
+/// median, with the spread of the repetitions beside it.
+pub(super) const REPEATS: usize = 3;
+
+/// A spread wider than this share of the median says the machine was too
+/// busy for the row to be compared with another (old binary against new).
+pub(super) const TOO_WIDE: f64 = 0.20;
+
+/// Repeated readings of one row: the median and the spread.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Spread {
+    pub(super) median: f64,
+    pub(super) min: f64,
+    pub(super) max: f64,
+}
+
+impl Spread {
+    /// Of `samples` (at least one).
+    pub(super) fn of(samples: &[f64]) -> Self {
+        let mut sorted = samples.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let median = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
+        Spread { median, min: sorted.first().copied().unwrap_or(0.0), max: sorted.last().copied().unwrap_or(0.0) }
+    }
+
+    /// (max − min) / median.
+    pub(super) fn width(&self) -> f64 {
+        if self.median > 0.0 { (self.max - self.min) / self.median } else { 0.0 }
+    }
+
+    /// The spread's cell: `min–max (±w %)`, and a warning when it is too wide to compare.
+    pub(super) fn cell(&self) -> String {
+        let text = format!("{:.0}–{:.0} ({:.0} %)", self.min, self.max, self.width() * 100.0);
+        if self.width() > TOO_WIDE { format!("{text} **too wide to compare**") } else { text }
+    }
+}
+
 /// The three key mixes of the report.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Mix {
@@ -234,4 +271,17 @@ pub(super) fn raw_work_call<'a>(
         payload: "",
         rewrite_on_replay: false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spread_says_when_it_is_too_wide() {
+        let s = Spread::of(&[110.0, 100.0, 105.0]);
+        assert_eq!((s.median, s.min, s.max), (105.0, 100.0, 110.0));
+        assert!(!s.cell().contains("too wide"), "{}", s.cell());
+        assert!(Spread::of(&[100.0, 150.0, 120.0]).cell().contains("too wide to compare"));
+    }
 }

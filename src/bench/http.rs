@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::harness::{Bench, BenchError, Figures, progress, us};
+use super::harness::{Bench, BenchError, Figures, REPEATS, Spread, progress, us};
 use crate::gate::Gate;
 use crate::http::AppState;
 
@@ -16,7 +16,7 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
     let (dur, cpus) = (bench.dur, bench.options.load_cpus.as_deref());
     writeln!(
         out,
-        "## HTTP service (wrk, loopback, same process and settings)\n\n| endpoint | connections | req/s | p50 | p99 |\n|---|---:|---:|---:|---:|"
+        "## HTTP service (wrk, loopback, same process and settings)\n\nEach row is measured {REPEATS} times, alternating the endpoints; req/s is the median, its spread beside it (p50 and p99 of the median run).\n\n| endpoint | connections | req/s | spread (min–max) | p50 | p99 |\n|---|---:|---:|---:|---:|---:|"
     )?;
     let http_store = bench.store(bench.keys("http")?).await?;
     let state = AppState::new(Gate::new(["bench/repo"], http_store), vec![], None);
@@ -30,12 +30,17 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
     std::fs::write(&script, WRK_POST)?;
     let mut ratio_rows = Vec::new();
     for conns in [1, 64] {
-        progress(&format!("wrk GET /healthz, {conns} connections"));
-        let health = wrk(&format!("http://{addr}/healthz"), conns, dur, None, cpus)?;
-        progress(&format!("wrk POST /v1/deliveries, {conns} connections"));
-        let post = wrk(&format!("http://{addr}/v1/deliveries"), conns, dur, Some(&script), cpus)?;
-        for (name, f) in [("GET /healthz", health), ("POST /v1/deliveries", post)] {
-            writeln!(out, "| {name} | {conns} | {:.0} | {} | {} |", f.rate, us(f.p50), us(f.p99))?;
+        let (mut healths, mut posts) = (Vec::new(), Vec::new());
+        for round in 1..=REPEATS {
+            progress(&format!("wrk GET /healthz, {conns} connections, round {round}"));
+            healths.push(wrk(&format!("http://{addr}/healthz"), conns, dur, None, cpus)?);
+            progress(&format!("wrk POST /v1/deliveries, {conns} connections, round {round}"));
+            posts.push(wrk(&format!("http://{addr}/v1/deliveries"), conns, dur, Some(&script), cpus)?);
+        }
+        let (health, post) = (median_run(&healths), median_run(&posts));
+        for (name, f, runs) in [("GET /healthz", health, &healths), ("POST /v1/deliveries", post, &posts)] {
+            let spread = Spread::of(&runs.iter().map(|f| f.rate).collect::<Vec<_>>());
+            writeln!(out, "| {name} | {conns} | {:.0} | {} | {} | {} |", f.rate, spread.cell(), us(f.p50), us(f.p99))?;
         }
         ratio_rows.push((conns, post.rate / health.rate, post.p99));
     }
@@ -47,6 +52,13 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
     }
     writeln!(out)?;
     Ok(())
+}
+
+/// The run whose rate is the median of `runs`.
+fn median_run(runs: &[Figures]) -> Figures {
+    let mut sorted = runs.to_vec();
+    sorted.sort_by(|a, b| a.rate.total_cmp(&b.rate));
+    sorted[sorted.len() / 2]
 }
 
 const WRK_POST: &str = r#"

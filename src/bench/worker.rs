@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use redis::AsyncCommands;
 
-use super::harness::{Bench, BenchError, event, progress};
+use super::harness::{Bench, BenchError, REPEATS, Spread, event, progress};
 use crate::gate::Gate;
 use crate::keys::Keys;
 use crate::redis_io::{Conn, DEFAULT_COMMAND_TIMEOUT, RedisHandle};
@@ -18,66 +18,74 @@ use crate::worker::breaker::BreakerConfig;
 use crate::worker::deliver::{DeliverOptions, Destination};
 use crate::worker::{RunAttempt, Worker, WorkerConfig};
 
-/// Writes the worker section.
+/// The row of runs delivered while a quarter of them are parked.
+const PARKED_ROW: &str = "runs/s delivered while 25% of runs are parked on long waits (the same sink; every 4th run answered `429 Retry-After: 3600`, parked for an hour; breaker threshold raised so only parking is measured)";
+
+/// Writes the worker section: each consumer [`REPEATS`] times, on fresh
+/// runs each round, the median with its spread.
 pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), BenchError> {
     let mut conn = bench.conn.clone();
     writeln!(
         out,
-        "## Worker: runs/s with an empty handler (runs created by the gate first)\n\n| consumer | concurrency | runs | runs/s |\n|---|---:|---:|---:|"
+        "## Worker: runs/s with an empty handler (runs created by the gate first)\n\nEach consumer runs {REPEATS} times, on fresh runs each round; runs/s is the median, its spread beside it.\n\n| consumer | concurrency | runs | runs/s | spread (min–max) |\n|---|---:|---:|---:|---:|"
     )?;
     let runs = if bench.options.smoke { 200 } else { 2000 };
-    let wkeys = bench.keys("worker")?;
-    let wgate = Gate::new(["bench/repo"], bench.store(wkeys.clone()).await?);
-    for i in 0..runs {
-        wgate.handle("bench", &format!("w{i}"), &event(i)).await?;
+    let (mut lib, mut http, mut parked, mut cli) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for round in 1..=REPEATS {
+        let wkeys = bench.keys(&format!("worker{round}"))?;
+        let wgate = Gate::new(["bench/repo"], bench.store(wkeys.clone()).await?);
+        for i in 0..runs {
+            wgate.handle("bench", &format!("w{i}"), &event(i)).await?;
+        }
+        progress(&format!("worker library API, empty async handler, {runs} runs, round {round}"));
+        let config = WorkerConfig { concurrency: 8, ..WorkerConfig::new("bench-lib") };
+        let worker = Worker::connect(&bench.redis, wkeys.clone(), config).await?;
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let t = Instant::now();
+        let running = tokio::spawn(worker.run(|_run: RunAttempt| async { Ok::<_, String>(()) }, async move {
+            let _ = stop_rx.await;
+        }));
+        wait_group_done(&mut conn, &wkeys, "bench-lib").await?;
+        lib.push(runs as f64 / t.elapsed().as_secs_f64());
+        let _ = stop_tx.send(());
+        running.await??;
+        progress(&format!("worker --deliver to an in-process HTTP sink, {runs} runs, round {round}"));
+        let sink = axum::Router::new().fallback(|| async { StatusCode::NO_CONTENT });
+        let took = deliver_to_sink(bench, &wkeys, &mut conn, sink, BreakerConfig::default(), "bench-http").await?;
+        http.push(runs as f64 / took.as_secs_f64());
+        progress(&format!("worker --deliver, a quarter of {runs} runs answered 429 Retry-After: 3600, round {round}"));
+        let (delivered, took) = deliver_with_parked(bench, round, runs, &mut conn).await?;
+        parked.push(delivered as f64 / took.as_secs_f64());
+        progress(&format!("idemgate worker -- true, {runs} runs, round {round}"));
+        let t = Instant::now();
+        let mut child = spawn_worker_true(bench, wkeys.namespace(), "bench-cli")?;
+        wait_group_done(&mut conn, &wkeys, "bench-cli").await?;
+        cli.push(runs as f64 / t.elapsed().as_secs_f64());
+        let _ = child.kill().await;
     }
-    progress(&format!("worker library API, empty async handler, {runs} runs"));
-    let config = WorkerConfig { concurrency: 8, ..WorkerConfig::new("bench-lib") };
-    let worker = Worker::connect(&bench.redis, wkeys.clone(), config).await?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let t = Instant::now();
-    let running = tokio::spawn(worker.run(|_run: RunAttempt| async { Ok::<_, String>(()) }, async move {
-        let _ = stop_rx.await;
-    }));
-    wait_group_done(&mut conn, &wkeys, "bench-lib").await?;
-    let lib = t.elapsed();
-    let _ = stop_tx.send(());
-    running.await??;
-    writeln!(out, "| library API, empty async handler | 8 | {runs} | {:.0} |", runs as f64 / lib.as_secs_f64())?;
-    progress(&format!("worker --deliver to an in-process HTTP sink, {runs} runs"));
-    let sink = axum::Router::new().fallback(|| async { StatusCode::NO_CONTENT });
-    let http = deliver_to_sink(bench, &wkeys, &mut conn, sink, BreakerConfig::default(), "bench-http").await?;
-    writeln!(
-        out,
-        "| HTTP destination (`--deliver`, signed POST to an in-process sink answering 204) | 8 | {runs} | {:.0} |",
-        runs as f64 / http.as_secs_f64()
-    )?;
-    progress(&format!("worker --deliver, a quarter of {runs} runs answered 429 Retry-After: 3600"));
-    let (delivered, took) = deliver_with_parked(bench, runs, &mut conn).await?;
-    writeln!(
-        out,
-        "| runs/s delivered while 25% of runs are parked on long waits (the same sink; every 4th run answered `429 Retry-After: 3600`, parked for an hour; breaker threshold raised so only parking is measured) | 8 | {delivered} of {runs} | {:.0} |",
-        delivered as f64 / took.as_secs_f64()
-    )?;
-    progress(&format!("idemgate worker -- true, {runs} runs"));
-    let t = Instant::now();
-    let mut child = spawn_worker_true(bench, wkeys.namespace(), "bench-cli")?;
-    wait_group_done(&mut conn, &wkeys, "bench-cli").await?;
-    let cli = t.elapsed();
-    let _ = child.kill().await;
-    writeln!(
-        out,
-        "| `idemgate worker -- true` (a process per run; worker start-up included) | 8 | {runs} | {:.0} |\n",
-        runs as f64 / cli.as_secs_f64()
-    )?;
+    for (name, rates) in [
+        ("library API, empty async handler", &lib),
+        ("HTTP destination (`--deliver`, signed POST to an in-process sink answering 204)", &http),
+        (PARKED_ROW, &parked),
+        ("`idemgate worker -- true` (a process per run; worker start-up included)", &cli),
+    ] {
+        let spread = Spread::of(rates);
+        writeln!(out, "| {name} | 8 | {runs} | {:.0} | {} |", spread.median, spread.cell())?;
+    }
+    writeln!(out)?;
     Ok(())
 }
 
 /// `runs` new runs, every fourth answered `429 Retry-After: 3600` by the
 /// sink (so it parks for an hour), the rest 204: how many were delivered,
 /// and the time until the group had attempted them all.
-async fn deliver_with_parked(bench: &Bench<'_>, runs: u64, conn: &mut Conn) -> Result<(u64, Duration), BenchError> {
-    let keys = bench.keys("worker-parked")?;
+async fn deliver_with_parked(
+    bench: &Bench<'_>,
+    round: usize,
+    runs: u64,
+    conn: &mut Conn,
+) -> Result<(u64, Duration), BenchError> {
+    let keys = bench.keys(&format!("worker-parked{round}"))?;
     let gate = Gate::new(["bench/repo"], bench.store(keys.clone()).await?);
     for i in 0..runs {
         gate.handle("bench", &format!("p{i}"), &event(i)).await?;
