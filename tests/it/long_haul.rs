@@ -386,7 +386,8 @@ async fn a_done_run_is_redelivered_with_its_run_key_and_the_next_attempt() {
     wait_status(&ns, [(1, "done")], Duration::from_secs(15)).await;
     // The ops API does the same.
     let api = app(AppState::new(gate, Vec::new(), None));
-    let post = |uri: String| Request::post(uri).body(Body::empty()).unwrap();
+    // A state change without a token is JSON (the CSRF rule, docs/security.md).
+    let post = |uri: String| Request::post(uri).header("content-type", "application/json").body(Body::empty()).unwrap();
     let r = send(&api, post("/v1/ops/runs/run-1/redeliver".into())).await;
     assert_eq!((r.status, r.body["result"].as_str()), (StatusCode::OK, Some("moved")), "{:?}", r.body);
     wait_for(Duration::from_secs(15), "the second redelivery", || async { dest.of_run(1).len() == 3 }).await;
