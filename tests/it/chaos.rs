@@ -238,7 +238,7 @@ async fn chaos_soak_loses_nothing_and_duplicates_nothing() {
         }
     }
     for (run, n) in &identity_of_run {
-        let number: Option<String> = conn.hget(format!("idemgate:{{{ns}}}:run:{run}"), "number").await.unwrap();
+        let number: Option<String> = crate::support::run_number(&mut conn, &ns, run).await;
         if number != Some(n.to_string()) {
             eprintln!("{run}: record names {number:?}, answers name {n}");
             duplicates += 1;

@@ -159,7 +159,7 @@ impl Load {
         }
         for (i, runs) in &runs_of {
             let run = runs.iter().next().unwrap();
-            let number: Option<String> = c.hget(format!("idemgate:{{{ns}}}:run:{run}"), "number").await.unwrap();
+            let number: Option<String> = crate::support::run_number(&mut c, &ns, run).await;
             assert_eq!(number, Some(i.to_string()), "{run} belongs to identity {i}");
         }
         runs_of.len()
@@ -220,7 +220,7 @@ async fn run_ids_skip_records_that_already_exist_on_a_cluster() {
     // What a failover that lost increments looks like: the counter is behind.
     let _: () = c.set(format!("idemgate:{{{ns}}}:run-counter"), 1).await.unwrap();
     assert_eq!(g.handle("p", "4", &event(4)).await.unwrap(), Response::with_run(Status::Created, "run-4"));
-    let number: String = c.hget(format!("idemgate:{{{ns}}}:run:run-2"), "number").await.unwrap();
+    let number = crate::support::run_number(&mut c, &ns, "run-2").await.unwrap();
     assert_eq!(number, "2", "run-2 still belongs to its identity");
 }
 

@@ -3,7 +3,8 @@
 //! namespace `default`, run-7 created by delivery `d-1` of `/v1`'s
 //! `octo/repo pull_request.opened 7`, the worker group `deploy` (a real
 //! `idemgate worker` that fails runs 1 to 7, so the dead stream has entries,
-//! and holds run-8, so the group has a pending entry).
+//! and holds run-8, so the group has a pending entry; a second worker
+//! parks run-9 for an hour).
 //! Only `-p PORT` is added, so the test never meets a server it did not start.
 
 use std::path::Path;
@@ -90,7 +91,27 @@ async fn every_redis_cli_recipe_runs() {
             let _ = self.0.wait();
         }
     }
-    let _worker = Stop(worker);
+    let mut first = Stop(worker);
+    // A second worker of the group parks run-9 for an hour (the parking
+    // recipe's answer); the first is killed so that it cannot take run-9,
+    // and its run-8 stays pending under its name.
+    let _ = first.0.kill();
+    let _ = first.0.wait();
+    let e = json!({"org": "octo", "repo": "repo", "action": "push", "number": 9});
+    let parker = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["worker", "--redis-url", &redis.url(), "--group", "deploy", "--block", "200ms"])
+        .args(["--retry-schedule", "1h", "--", "sh", "-c", "exit 3"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("parker.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let _parker = Stop(parker);
+    assert_eq!(gate.handle("github", "d-9", &e).await.unwrap().run_id.as_deref(), Some("run-9"));
+    wait_for(Duration::from_secs(30), "run-9 parked", || async {
+        redis_cli(redis.port, &["ZCARD", "idemgate:{default}:retry:6:deploy"]) == "1"
+    })
+    .await;
 
     let recipes = recipes();
     assert!(recipes.len() >= 20, "{recipes:?}");

@@ -545,9 +545,8 @@ async fn sentinel_failover_under_load_loses_no_acknowledged_delivery() {
     }
     let opts = RedisOptions::new(RedisTarget::Sentinel { nodes: vec![surl.clone()], master: MASTER.into() });
     let mut conn = Conn::connect(&opts).await.unwrap();
-    let keys = Keys::new(&ns).unwrap();
     for (run, n) in &identity_of_run {
-        let number: Option<String> = conn.hget(keys.run(run), "number").await.unwrap();
+        let number: Option<String> = crate::support::run_number(&mut conn, &ns, run).await;
         assert_eq!(number, Some(n.to_string()), "{run}'s record");
     }
     // New deliveries succeed, with run ids never used before.

@@ -632,3 +632,21 @@ pub async fn send(app: &axum::Router, req: axum::http::Request<axum::body::Body>
     let body = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
     Reply { status, headers, replayed, text, body }
 }
+
+/// A run's `number` as its record names it: the record's own field (a
+/// started, done or dead run, or one written by an earlier version), else
+/// the runs-stream entry the queued record points at (`entry_id`: a queued
+/// record holds only what its entry does not; docs/operations.md).
+pub async fn run_number(conn: &mut Conn, ns: &str, run: &str) -> Option<String> {
+    use redis::AsyncCommands;
+    let key = format!("idemgate:{{{ns}}}:run:{run}");
+    let (number, entry): (Option<String>, Option<String>) =
+        redis::pipe().hget(&key, "number").hget(&key, "entry_id").query_async(conn).await.unwrap();
+    if number.is_some() {
+        return number;
+    }
+    let entry = entry?;
+    let found: redis::streams::StreamRangeReply =
+        conn.xrange(format!("idemgate:{{{ns}}}:runs"), &entry, &entry).await.unwrap();
+    found.ids.first().and_then(|e| e.get::<String>("number"))
+}
