@@ -10,6 +10,7 @@ pub mod dead;
 pub mod footprint;
 pub mod inspect;
 pub mod memory;
+pub mod reading;
 pub mod render;
 pub mod runs;
 pub mod source;

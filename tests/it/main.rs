@@ -38,6 +38,7 @@ mod http;
 mod identities;
 mod model;
 mod ops;
+mod ops_bounds;
 mod production_redis;
 mod provider_kinds;
 mod proxy;
