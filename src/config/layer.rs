@@ -165,6 +165,7 @@ settings! {
         breaker_failures: u32,
         breaker_cooldown: String,
         metrics_listen: String,
+        heartbeat_interval: String,
     }
     flags_only {
         config,

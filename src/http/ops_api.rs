@@ -88,6 +88,7 @@ pub(super) fn routes(state: &AppState) -> Router<AppState> {
         .route("/v1/ops/runs/{run_id}", get(run))
         .route("/v1/ops/runs/{run_id}/payload", get(payload))
         .route("/v1/ops/deliveries/{provider}/{delivery_id}", get(delivery))
+        .route("/v1/ops/workers", get(workers))
         .route("/v1/ops/dead", get(dead))
         .route("/v1/ops/dead/{run_id}/retry", post(retry))
         .route_layer(middleware::from_fn_with_state(state.clone(), guard))
@@ -162,7 +163,7 @@ fn params(q: Option<String>) -> Result<HashMap<String, String>, ApiError> {
 async fn runs(State(st): State<AppState>, RawQuery(q): RawQuery) -> Result<Json<Value>, ApiError> {
     let q = params(q)?;
     let param = |k: &str| q.get(k).map(String::as_str);
-    let query = RunQuery::parse(param("status"), param("before"), param("limit")).map_err(ApiError::BadRequest)?;
+    let query = RunQuery::parse(|k| param(k).map(str::to_owned)).map_err(ApiError::BadRequest)?;
     let page = source(&st)?.runs(&query).await.map_err(|e| unavailable(&st, e))?;
     Ok(Json(json!({"store": source(&st)?.kind(), "runs": page.runs, "next_before": page.next_before})))
 }
@@ -210,7 +211,13 @@ async fn delivery(
     Ok(json_sized(&WithStore { store: source(&st)?.kind(), inner: detail }, size.min(1 << 20) + 4096))
 }
 
-/// `GET /v1/ops/run/{id}/payload`: the kept payload whole, as the provider
+/// `GET /v1/ops/workers`: each worker from its heartbeat and its group, and each group's queue.
+async fn workers(State(st): State<AppState>) -> Result<Response, ApiError> {
+    let w = source(&st)?.workers().await.map_err(|e| unavailable(&st, e))?;
+    Ok(json_sized(&WithStore { store: source(&st)?.kind(), inner: w }, 4096))
+}
+
+/// `GET /v1/ops/runs/{id}/payload`: the kept payload whole, as the provider
 /// sent it, read from the store one slice at a time so that serving it
 /// holds one slice (`MAX_PAYLOAD_TEXT`) in memory, not the payload.
 async fn payload(State(st): State<AppState>, p: Result<Path<String>, PathRejection>) -> Result<Response, ApiError> {

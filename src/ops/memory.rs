@@ -153,10 +153,27 @@ impl Ops {
     async fn memory_of_namespace(&self) -> Result<NodeMemory, OpsError> {
         let info: String = self.redis.on_namespace_slot(redis::cmd("INFO").arg("memory")).await?;
         let node = match self.redis.conn() {
-            Conn::Cluster(_) => "the primary owning the namespace's slot".to_owned(),
+            Conn::Cluster(_) => self.namespace_node().await?,
             Conn::Single(_) | Conn::Sentinel(_) => self.redis.server().to_owned(),
         };
         Ok(parse_info_memory(node, &info))
+    }
+
+    /// `host:port` of the cluster primary owning the namespace's slot: the
+    /// primary whose `run_id` the slot's node reports.
+    async fn namespace_node(&self) -> Result<String, OpsError> {
+        let run_id = |info: &str| {
+            info.lines().find_map(|l| l.strip_prefix("run_id:")).map(|v| v.trim().to_owned()).unwrap_or_default()
+        };
+        let own: String = self.redis.on_namespace_slot(redis::cmd("INFO").arg("server")).await?;
+        let every: Vec<(Option<String>, String)> =
+            self.redis.on_every_primary(redis::cmd("INFO").arg("server")).await?;
+        let want = run_id(&own);
+        Ok(every
+            .into_iter()
+            .find(|(_, info)| run_id(info) == want)
+            .and_then(|(node, _)| node)
+            .unwrap_or_else(|| "the primary owning the namespace's slot".to_owned()))
     }
 
     /// Measures the sampled keys: `MEMORY USAGE … SAMPLES 0`, `PTTL`, and the

@@ -15,6 +15,7 @@ pub mod render;
 pub mod runs;
 pub mod source;
 pub mod stats;
+pub mod workers;
 
 use std::time::Duration;
 

@@ -15,7 +15,7 @@ use super::client::{Ops, OpsError};
 use super::dead::{DeadPage, Retried};
 use super::inspect::{Found, Target};
 use super::render::rfc3339_ms;
-use super::runs::{RunPage, RunQuery, RunSummary};
+use super::runs::{RunPage, RunQuery, RunSummary, run_named_by};
 use crate::redis_io::run_scripts::RunReadCall;
 use crate::store::Store;
 use crate::store::memory::{MemoryRun, MemoryStore};
@@ -42,6 +42,9 @@ pub struct RunDetail {
     /// Identity, status, attempts, last error, creation time.
     #[serde(flatten)]
     pub summary: RunSummary,
+    /// The run key a destination gets as `webhook-id` (and a command as
+    /// `IDEMGATE_RUN_KEY`): `NS:run-N:CREATED_MS`; `None` on the memory store.
+    pub run_key: Option<String>,
     /// Every field of the record but the payload, as stored.
     pub fields: BTreeMap<String, String>,
     /// The kept payload, exactly as the provider sent it, when it is at most
@@ -119,9 +122,11 @@ fn detail(
     ttl_ms: Option<u64>,
 ) -> RunDetail {
     fields.remove("payload");
+    let summary = RunSummary::read(|k| fields.get(k).cloned());
     RunDetail {
+        run_key: None,
         key,
-        summary: RunSummary::read(|k| fields.get(k).cloned()),
+        summary,
         fields,
         payload: p.payload,
         payload_bytes: p.bytes,
@@ -198,8 +203,68 @@ impl Source {
         }
     }
 
-    /// The newest runs matching `query`.
+    /// The newest runs matching `query`. With `q`: the run it names (a run
+    /// id, or a run key of this namespace with the run's creation time), or
+    /// else the run of that delivery (looked up directly with `provider`,
+    /// else by walking the runs for the delivery id that created them).
     pub async fn runs(&self, query: &RunQuery) -> Result<RunPage, OpsError> {
+        let Some(q) = &query.q else { return self.walk_runs(query).await };
+        let one = |run: Option<RunSummary>| RunPage {
+            runs: run.into_iter().filter(|r| query.admits(r)).collect(),
+            next_before: None,
+        };
+        if let Some((run_id, created)) = run_named_by(q) {
+            let namespace_ok = match (self, created) {
+                (_, None) => true,
+                (Source::Redis(ops), Some(_)) => q.rsplitn(3, ':').nth(2) == Some(ops.keys().namespace()),
+                (Source::Memory(_), Some(_)) => false,
+            };
+            let run = self
+                .summary(&run_id)
+                .await?
+                .filter(|r| namespace_ok && created.is_none_or(|c| r.created_ms == Some(c)));
+            if run.is_some() || created.is_some() {
+                return Ok(one(run));
+            }
+        }
+        if let Some(provider) = &query.filter.provider {
+            if let Some(d) = self.delivery_record(provider, q).await? {
+                let run = match &d.run_id {
+                    Some(id) => self.summary(id).await?,
+                    None => None,
+                };
+                return Ok(one(run));
+            }
+        }
+        let mut by_delivery = query.clone();
+        by_delivery.filter.delivery_id = Some(q.clone());
+        self.walk_runs(&by_delivery).await
+    }
+
+    /// One run's summary (`None`: no record).
+    async fn summary(&self, run_id: &str) -> Result<Option<RunSummary>, OpsError> {
+        let Some(n) = super::runs::run_number(run_id) else { return Ok(None) };
+        match self {
+            Source::Redis(ops) => Ok(ops.summaries(vec![n]).await?.pop().flatten()),
+            Source::Memory(m) => Ok(m.run(run_id).map(|r| memory_run_detail(run_id, r).summary)),
+        }
+    }
+
+    /// A delivery record alone (`None`: none).
+    async fn delivery_record(&self, provider: &str, delivery_id: &str) -> Result<Option<DeliveryRecord>, OpsError> {
+        match self {
+            Source::Redis(ops) => {
+                let target = Target::Delivery { provider: provider.to_owned(), delivery_id: delivery_id.to_owned() };
+                Ok(match ops.inspect(&target).await?.found {
+                    Some(Found::Delivery(d)) => Some(d.record),
+                    _ => None,
+                })
+            }
+            Source::Memory(m) => Ok(m.delivery(provider, delivery_id).map(|(r, _)| r)),
+        }
+    }
+
+    async fn walk_runs(&self, query: &RunQuery) -> Result<RunPage, OpsError> {
         match self {
             Source::Redis(ops) => ops.recent_runs(query).await,
             Source::Memory(m) => {
@@ -218,6 +283,20 @@ impl Source {
         }
     }
 
+    /// Every worker, from its heartbeat and its group (none on the memory
+    /// store: no worker reads it).
+    pub async fn workers(&self) -> Result<super::workers::Workers, OpsError> {
+        match self {
+            Source::Redis(ops) => ops.workers().await,
+            Source::Memory(_) => Ok(super::workers::Workers {
+                workers: Vec::new(),
+                groups: Vec::new(),
+                read_at_ms: crate::units::now_ms(),
+                cut: false,
+            }),
+        }
+    }
+
     /// One run, whole (`None`: no record).
     pub async fn run(&self, run_id: &str) -> Result<Option<RunDetail>, OpsError> {
         match self {
@@ -232,7 +311,10 @@ impl Source {
                     Some(len) => PayloadParts::of(len, read.slice),
                     None => PayloadParts::none(),
                 };
-                Ok(Some(detail(Some(ops.keys().run(run_id)), read.fields, parts, u64::try_from(read.pttl).ok())))
+                let mut d = detail(Some(ops.keys().run(run_id)), read.fields, parts, u64::try_from(read.pttl).ok());
+                // As the worker makes it (worker/queue.rs `run_key`).
+                d.run_key = d.summary.created_ms.map(|c| format!("{}:{run_id}:{c}", ops.keys().namespace()));
+                Ok(Some(d))
             }
             Source::Memory(m) => Ok(m.run(run_id).map(|r| memory_run_detail(run_id, r))),
         }

@@ -38,6 +38,7 @@ pub mod breaker;
 pub mod command;
 pub mod config;
 pub mod deliver;
+pub mod heartbeat;
 mod leases;
 pub mod metrics;
 mod queue;
@@ -76,6 +77,7 @@ pub struct Worker {
     queue: Arc<Queue>,
     config: Arc<WorkerConfig>,
     metrics: Option<Arc<WorkerMetrics>>,
+    heartbeat: heartbeat::Heartbeat,
 }
 
 impl Worker {
@@ -84,7 +86,7 @@ impl Worker {
     pub async fn connect(opts: &RedisOptions, keys: Keys, config: WorkerConfig) -> Result<Self, WorkerError> {
         config.validate()?;
         let queue = Queue::connect(opts, keys, &config).await?;
-        Ok(Self { queue: Arc::new(queue), config: Arc::new(config), metrics: None })
+        Ok(Self { queue: Arc::new(queue), config: Arc::new(config), metrics: None, heartbeat: Default::default() })
     }
 
     /// Connects a worker with `config` to the store `resolved` names, which
@@ -125,6 +127,12 @@ impl Worker {
         self
     }
 
+    /// What this worker's heartbeat says about it, and how often ([`heartbeat`]).
+    pub fn with_heartbeat(mut self, hb: heartbeat::Heartbeat) -> Self {
+        self.heartbeat = hb;
+        self
+    }
+
     /// The settings this worker runs with.
     pub fn config(&self) -> &WorkerConfig {
         &self.config
@@ -150,12 +158,19 @@ impl Worker {
             "worker started"
         );
         let keeper = tokio::spawn(leases::keep_leases(shared.clone()));
-        let reader = reader::read_loop(shared.clone(), Arc::new(handler), stop_rx);
+        let handler = Arc::new(handler);
+        let beat = tokio::spawn(heartbeat::beat(shared.clone(), self.heartbeat.clone(), {
+            let h = handler.clone();
+            move || heartbeat::breaker_of(&*h)
+        }));
+        let reader = reader::read_loop(shared.clone(), handler, stop_rx);
         let mut tasks = read_until(reader, shutdown, &stop_tx).await;
         // The drain: the run tasks finish their attempts, or give their runs
         // back, while the keeper still renews their leases.
         while tasks.join_next().await.is_some() {}
         keeper.abort();
+        beat.abort();
+        heartbeat::forget(&shared).await;
         self.leave().await;
         let summary = shared.counters.summary();
         tracing::info!(?summary, "worker stopped");

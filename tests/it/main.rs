@@ -39,6 +39,7 @@ mod identities;
 mod model;
 mod ops;
 mod ops_bounds;
+mod ops_search;
 mod production_redis;
 mod provider_kinds;
 mod proxy;
