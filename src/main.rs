@@ -46,7 +46,7 @@ enum Command {
     /// Dead runs: list them, or put them back on the runs stream.
     Dead(cli::ops::DeadArgs),
     /// Consume created runs and run COMMAND once per run (needs Redis).
-    Worker(cli::worker::WorkerArgs),
+    Worker(Box<cli::worker::WorkerArgs>),
     /// Sign a payload as provider NAME's kind does and POST it to URL; exit 0 on 2xx, 1 otherwise, 2 when not sent.
     Send(cli::send::SendArgs),
     /// Print the headers `send` would send (one `Name: value` per line), for curl.
@@ -78,7 +78,7 @@ async fn main() -> ExitCode {
         Command::Healthcheck(args) => cli::ops::healthcheck_command(&args, sources).await.map_err(Into::into),
         Command::Inspect(args) => cli::ops::inspect_command(&args, sources).await.map_err(Into::into),
         Command::Stats(args) => cli::ops::stats_command(&args, sources).await.map_err(Into::into),
-        Command::Worker(args) => cli::worker::worker(args, sources).await,
+        Command::Worker(args) => cli::worker::worker(*args, sources).await,
         Command::Dead(args) => cli::ops::dead_command(&args, sources).await.map_err(Into::into),
         Command::Key(args) => cli::ops::key_command(&args, sources).map_err(Into::into),
         Command::Send(args) => Ok(cli::send::send(args).await),
