@@ -242,7 +242,7 @@ async fn every_endpoint_needs_the_token_and_a_public_address_closes_the_console(
 
     let gate = Gate::new(["o/r"], Backend::Memory.store(&Settings::default()).await);
     let closed = app_closed(gate, true);
-    for (method, uri) in OPS_ENDPOINTS.iter().copied().chain([("GET", "/console"), ("GET", "/console/console.js")]) {
+    for (method, uri) in OPS_ENDPOINTS.iter().copied().chain([("GET", "/console"), ("GET", "/console/main.js")]) {
         let r = call(&closed, method, uri, None, None).await;
         assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{method} {uri}: {}", r.text);
         assert!(r.json()["error"].as_str().unwrap().contains("--allow-unauthenticated-api"));
@@ -341,11 +341,22 @@ async fn each_endpoint_on_the_memory_store() {
 #[tokio::test]
 async fn the_console_is_served_with_its_security_headers() {
     let (app, _) = router(Backend::Memory).await;
-    for (uri, ctype) in [
-        ("/console", "text/html; charset=utf-8"),
-        ("/console/console.js", "text/javascript; charset=utf-8"),
-        ("/console/console.css", "text/css; charset=utf-8"),
-    ] {
+    // Every file of src/console/ is served, with its type.
+    let mut files: Vec<(String, &str)> = vec![("/console".into(), "text/html; charset=utf-8")];
+    for entry in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/src/console")).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        let ctype = match name.rsplit('.').next().unwrap() {
+            "js" => "text/javascript; charset=utf-8",
+            "css" => "text/css; charset=utf-8",
+            "svg" => "image/svg+xml",
+            "html" => continue,
+            other => panic!("a console file of an unknown kind: {other}"),
+        };
+        files.push((format!("/console/{name}"), ctype));
+    }
+    files.push(("/favicon.ico".into(), "image/svg+xml"));
+    for (uri, ctype) in &files {
+        let (uri, ctype) = (uri.as_str(), *ctype);
         let r = call(&app, "GET", uri, None, None).await;
         assert_eq!((r.status, r.header("content-type")), (StatusCode::OK, Some(ctype)), "{uri}");
         let csp = r.header("content-security-policy").unwrap();
@@ -360,15 +371,30 @@ async fn the_console_is_served_with_its_security_headers() {
     }
     let page = call(&app, "GET", "/console", None, None).await.text;
     for tag in page.split("<script").skip(1) {
-        assert!(tag.trim_start().starts_with("type=\"module\" src=\"/console/"), "only the page's own script: {tag}");
+        assert!(
+            tag.trim_start().starts_with("type=\"module\" src=\"/console/main.js"),
+            "only the page's own script: {tag}"
+        );
     }
     assert!(!page.contains(" style=") && !page.contains("<style"), "no inline style");
     assert!(!page.contains("http://") && !page.contains("https://"), "nothing from another origin");
-    let script = call(&app, "GET", "/console/console.js", None, None).await.text;
-    for unsafe_sink in
-        ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "document.cookie", "localStorage"]
-    {
-        assert!(!script.contains(unsafe_sink), "{unsafe_sink} in console.js");
+    assert_eq!(call(&app, "GET", "/console/nope.js", None, None).await.status, StatusCode::NOT_FOUND);
+    for (uri, _) in files.iter().filter(|(u, _)| u.ends_with(".js")) {
+        let script = call(&app, "GET", uri, None, None).await.text;
+        for unsafe_sink in [
+            "innerHTML",
+            "outerHTML",
+            "insertAdjacentHTML",
+            "document.write",
+            "eval(",
+            "document.cookie",
+            "localStorage",
+        ] {
+            assert!(!script.contains(unsafe_sink), "{unsafe_sink} in {uri}");
+        }
+        for import in script.split("from \"").skip(1) {
+            assert!(import.starts_with("/console/"), "{uri} imports only the console's own modules: {import:.40}");
+        }
     }
 }
 
