@@ -404,7 +404,7 @@ async fn the_console_is_served_with_its_security_headers() {
 /// Chromium session; both end on drop. The WebDriver protocol is plain
 /// JSON over HTTP, so the test speaks it with reqwest (already a
 /// dev-dependency) instead of pulling in a WebDriver client crate.
-struct Browser {
+pub(crate) struct Browser {
     driver: std::process::Child,
     base: String,
     session: String,
@@ -412,7 +412,7 @@ struct Browser {
 }
 
 impl Browser {
-    async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let port = crate::support::free_port();
         use std::os::unix::process::CommandExt;
         // A process group of its own, so that the Chromium it starts dies
@@ -453,7 +453,7 @@ impl Browser {
         Self { driver, base, session, http }
     }
 
-    async fn cmd(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+    pub(crate) async fn cmd(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
         let url = format!("{}/session/{}{path}", self.base, self.session);
         let mut req = self.http.request(method, url);
         if let Some(b) = body {
@@ -466,16 +466,16 @@ impl Browser {
         resp["value"].clone()
     }
 
-    async fn post(&self, path: &str, body: Value) -> Value {
+    pub(crate) async fn post(&self, path: &str, body: Value) -> Value {
         self.cmd(reqwest::Method::POST, path, Some(body)).await
     }
 
-    async fn goto(&self, url: &str) {
+    pub(crate) async fn goto(&self, url: &str) {
         self.post("/url", json!({"url": url})).await;
     }
 
     /// The elements matching a CSS selector now.
-    async fn all(&self, css: &str) -> Vec<String> {
+    pub(crate) async fn all(&self, css: &str) -> Vec<String> {
         let v = self.post("/elements", json!({"using": "css selector", "value": css})).await;
         // Each element is an object with one member: the W3C element key and the element's id.
         let id = |e: &Value| e.as_object().and_then(|o| o.values().next()).and_then(Value::as_str).map(str::to_owned);
@@ -483,7 +483,7 @@ impl Browser {
     }
 
     /// Waits (bounded) for an element matching `css` and returns it.
-    async fn find(&self, css: &str) -> String {
+    pub(crate) async fn find(&self, css: &str) -> String {
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(e) = self.all(css).await.into_iter().next() {
@@ -494,22 +494,22 @@ impl Browser {
         }
     }
 
-    async fn click(&self, css: &str) {
+    pub(crate) async fn click(&self, css: &str) {
         let e = self.find(css).await;
         self.post(&format!("/element/{e}/click"), json!({})).await;
     }
 
-    async fn type_into(&self, css: &str, text: &str) {
+    pub(crate) async fn type_into(&self, css: &str, text: &str) {
         let e = self.find(css).await;
         self.post(&format!("/element/{e}/value"), json!({"text": text})).await;
     }
 
-    async fn text(&self, css: &str) -> String {
+    pub(crate) async fn text(&self, css: &str) -> String {
         let e = self.find(css).await;
         self.cmd(reqwest::Method::GET, &format!("/element/{e}/text"), None).await.as_str().unwrap().to_owned()
     }
 
-    async fn body_text(&self) -> String {
+    pub(crate) async fn body_text(&self) -> String {
         match self.all("body").await.first() {
             Some(e) => self.cmd(reqwest::Method::GET, &format!("/element/{e}/text"), None).await.to_string(),
             None => String::new(),
@@ -517,12 +517,12 @@ impl Browser {
     }
 
     /// Runs `script` in the page and returns its value.
-    async fn eval(&self, script: &str) -> Value {
+    pub(crate) async fn eval(&self, script: &str) -> Value {
         self.post("/execute/sync", json!({"script": script, "args": []})).await
     }
 
     /// Waits (bounded) until `script` returns true.
-    async fn until(&self, what: &str, script: &str) {
+    pub(crate) async fn until(&self, what: &str, script: &str) {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while self.eval(script).await != Value::Bool(true) {
             assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}: {}", self.body_text().await);
@@ -530,7 +530,7 @@ impl Browser {
         }
     }
 
-    async fn screenshot(&self) -> Vec<u8> {
+    pub(crate) async fn screenshot(&self) -> Vec<u8> {
         use base64::Engine;
         let b64 = self.cmd(reqwest::Method::GET, "/screenshot", None).await;
         base64::engine::general_purpose::STANDARD.decode(b64.as_str().unwrap()).unwrap()
@@ -599,12 +599,36 @@ impl Drop for Served {
     }
 }
 
+/// Writes `png` to the test target directory, and to docs/console-NAME.png
+/// with IDEMGATE_UPDATE_SCREENSHOT=1.
+pub(crate) fn keep_screenshot(name: &str, png: &[u8]) {
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    std::fs::write(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("console-{name}.png")), png).unwrap();
+    if std::env::var_os("IDEMGATE_UPDATE_SCREENSHOT").is_some() {
+        std::fs::write(format!("{}/docs/console-{name}.png", env!("CARGO_MANIFEST_DIR")), png).unwrap();
+    }
+}
+
+/// POSTs run `n`'s event as delivery `d-n` to `served`.
+async fn post_delivery(http: &reqwest::Client, served: &Served, token: &str, n: u64) {
+    let body = format!(r#"{{"provider":"github","delivery_id":"d-{n}","event":{}}}"#, event_text(n));
+    let r = http
+        .post(format!("{}/v1/deliveries", served.url))
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202, "{:?}", r.text().await);
+}
+
 /// The whole console story in headless Chromium: the page loads, asks for
-/// the token, shows the runs a real worker ran and the one it could not,
-/// opens a run whose payload holds `<script>` and `<b>` and shows them as
-/// text, and `Retry` sends the dead run back, out of the dead list, to be
-/// run to `done`. The screenshot (overview and dead list) goes to the test
-/// target directory, and to docs/console.png with IDEMGATE_UPDATE_SCREENSHOT=1.
+/// the token, shows health and the gate's counts with rates from its first
+/// reading, lists the runs a real worker ran, opens a run whose payload
+/// holds `<script>` and `<b>` and shows them as text (every digit of a
+/// number past 2^64 kept), and `Retry` sends a dead run back with the count
+/// updated at once; `Retry all` asks first. A screenshot of each view.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_in_headless_chromium() {
     use crate::worker::{Workers, record, spawn_worker, temp_dir, wait_for};
@@ -614,21 +638,13 @@ async fn the_console_in_headless_chromium() {
     let served = Served::start(&ns, &dir, &token);
     let http = reqwest::Client::new();
     for n in 1..=3u64 {
-        let body = format!(r#"{{"provider":"github","delivery_id":"d-{n}","event":{}}}"#, event_text(n));
-        let r = http
-            .post(format!("{}/v1/deliveries", served.url))
-            .bearer_auth(&token)
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 202, "{:?}", r.text().await);
+        post_delivery(&http, &served, &token, n).await;
     }
     // A real worker: runs 2 and 3 fail (one attempt allowed) until the fix is deployed.
     let script = r#"cat > /dev/null
         case "$IDEMGATE_RUN_ID" in run-2|run-3) [ -e "$D/fixed" ] || { echo 'handler bug: <b>boom</b>' >&2; exit 3; } ;; esac"#;
-    let _workers = Workers(vec![spawn_worker(&ns, &dir, "w1", &["--max-attempts", "1"], script)]);
+    let _workers =
+        Workers(vec![spawn_worker(&ns, &dir, "w1", &["--max-attempts", "1", "--heartbeat-interval", "1s"], script)]);
     let status = |n: u64| {
         let ns = ns.clone();
         async move { record(&ns, &format!("run-{n}")).await.get("status").cloned().unwrap_or_default() }
@@ -644,85 +660,97 @@ async fn the_console_in_headless_chromium() {
     b.until("the 401 notice", "return document.getElementById('notice').textContent.includes('401')").await;
     b.type_into("#token", &token).await;
     b.click("#token-form button[type=submit]").await;
-    b.find("#runs-table tbody tr[data-run-id='run-3']").await;
-    b.find("#dead-table tbody tr[data-run-id='run-2']").await;
-    assert!(b.text("#dead-table tbody tr[data-run-id='run-2']").await.contains("handler bug: <b>boom</b>"));
-    assert_eq!(b.eval("return document.querySelectorAll('#dead-table b').length").await, 0);
-    let row = b.text("#runs-table tbody tr[data-run-id='run-3']").await;
-    assert!(row.contains("github o/r push #3") && row.contains("dead"), "{row}");
-    // The token is in sessionStorage only: not in the URL, not in a cookie, not in the field.
-    let where_token = b.eval("return [location.href, document.cookie, document.getElementById('token').value, sessionStorage.getItem('idemgate.token')]").await;
-    assert_eq!(where_token, json!([format!("{}/console", served.url), "", "", token]));
-    // The overview refreshes on its own: deliveries after its first reading
-    // show as rates from the counters in a later one.
+    // Health first: the worker up, the two dead runs; the gate's counts with their rates at once.
     b.until(
-        "the first reading",
-        "return document.querySelector('[data-tile=run-counter] .value').textContent === 'run-3'",
+        "the worker up",
+        "return !!document.querySelector(\"#workers-table tr[data-worker='w1'][data-state='up']\")",
     )
     .await;
-    for n in 4..=8u64 {
-        let body = format!(r#"{{"provider":"github","delivery_id":"d-{n}","event":{}}}"#, event_text(n));
-        let r = http.post(format!("{}/v1/deliveries", served.url)).bearer_auth(&token).body(body).send().await.unwrap();
-        assert_eq!(r.status(), 202);
-    }
-    wait_for(Duration::from_secs(30), "runs 4 to 8 done", || async {
-        for n in 4..=8 {
-            if status(n).await != "done" {
-                return false;
-            }
-        }
-        true
-    })
-    .await;
-    // The run list changes when asked (so a page being read does not move).
-    b.click("#runs-form button[type=submit]").await;
-    b.find("#runs-table tbody tr[data-run-id='run-8']").await;
-    let rising = r"return ['run-rate', 'delivery-rate'].every(t => {
-        const v = document.querySelector(`[data-tile=${t}] .value`).textContent;
-        return /^[0-9.]+\/s$/.test(v) && parseFloat(v) > 0;
-    })";
-    b.until("the overview's rates to rise", rising).await;
     assert_eq!(b.text("[data-tile=dead] .value").await, "2");
-    let png = b.screenshot().await;
-    assert!(png.starts_with(b"\x89PNG"), "a PNG");
-    std::fs::write(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console.png"), &png).unwrap();
-    if std::env::var_os("IDEMGATE_UPDATE_SCREENSHOT").is_some() {
-        std::fs::write(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/console.png"), &png).unwrap();
-    }
+    assert_eq!(b.text("[data-tile=workers-up] .value").await, "1");
+    assert_eq!(b.text("[data-tile=created] .value").await, "3");
+    let rate = b.text("[data-tile=created] .rate").await;
+    assert!(
+        rate.ends_with("/s") && rate.parse::<f64>().is_err() && !rate.contains('…'),
+        "a rate from the first reading: {rate}"
+    );
+    assert!(rate.trim_end_matches("/s").parse::<f64>().unwrap() > 0.0, "{rate}");
+    let body = b.body_text().await;
+    assert!(!body.contains("runs stream entries") && !body.contains('…'), "plain words, no placeholder: {body}");
+    // The icon is served (no 404 in the browser's log).
+    let icon = b.eval("return fetch('/favicon.ico').then(r => r.status)").await;
+    assert_eq!(icon, 200);
+    keep_screenshot("overview", &b.screenshot().await);
 
-    // A run's detail: the payload pretty-printed, its markup as text.
-    b.click("#runs-table button.open-run[data-run-id='run-1']").await;
+    // The runs, newest first, refreshing on their own.
+    b.goto(&format!("{}/console#/runs", served.url)).await;
+    b.find("#runs-table tbody tr[data-run-id='run-3']").await;
+    let row = b.text("#runs-table tbody tr[data-run-id='run-3']").await;
+    assert!(row.contains("github o/r push #3") && row.contains("dead"), "{row}");
+    let created = b.eval("const t = document.querySelector(\"#runs-table tr[data-run-id='run-3'] .time\"); return [t.textContent, t.title]").await;
+    assert!(created[0].as_str().unwrap().contains("ago") || created[0] == "just now", "{created}");
+    assert!(created[1].as_str().unwrap().ends_with('Z'), "the absolute time on hover: {created}");
+    // The token is in sessionStorage only: not in the URL, not in a cookie, not in the field.
+    let where_token = b.eval("return [location.href.includes(sessionStorage.getItem('idemgate.token')), document.cookie, document.getElementById('token').value, sessionStorage.getItem('idemgate.token')]").await;
+    assert_eq!(where_token, json!([false, "", "", token]));
+    post_delivery(&http, &served, &token, 4).await;
+    b.until(
+        "the list to show run-4 by itself",
+        "return !!document.querySelector(\"#runs-table tr[data-run-id='run-4']\")",
+    )
+    .await;
+    wait_for(Duration::from_secs(30), "run-4 done", || async { status(4).await == "done" }).await;
+    keep_screenshot("runs", &b.screenshot().await);
+
+    // A run's page: its own URL, at the top; the payload indented, its markup as text.
+    b.click("#runs-table a.open-run[data-run-id='run-1']").await;
     b.until("run-1's payload", "return document.getElementById('payload').textContent.includes('pwned')").await;
+    assert_eq!(b.eval("return [location.hash, window.scrollY]").await, json!(["#/runs/run-1", 0]));
     let payload = b.eval("return document.getElementById('payload').textContent").await;
     let payload = payload.as_str().unwrap();
     assert!(payload.contains(r#""title": "<script>window.pwned = 1</script> and <b>bold</b>""#), "{payload}");
-    assert!(payload.contains(r#""big": 18446744073709551617"#), "{payload}");
+    assert!(payload.contains(r#""big": 18446744073709551617"#), "every digit: {payload}");
     let injected = b.eval("return [document.querySelectorAll('#payload *').length, typeof window.pwned]").await;
     assert_eq!(injected, json!([0, "undefined"]), "the payload's markup is text, its script never ran");
-    assert!(b.text("#payload").await.contains("<b>bold</b>"), "shown as typed, not bold");
+    let key = b.text("#run-key").await;
+    assert!(key.starts_with(&format!("{ns}:run-1:")), "the run key: {key}");
+    assert_eq!(b.eval("return document.getElementById('raw').open").await, false, "the raw record is folded away");
+    assert!(
+        b.eval("return document.getElementById('redeliver').hidden").await == false,
+        "a done run can be redelivered"
+    );
+    // Its delivery, one click away.
+    b.click("#delivery-link").await;
+    b.until("the delivery", "return document.getElementById('delivery-fields').textContent.includes('created (202)')")
+        .await;
 
-    // A delivery lookup finds run-2 and its last error.
-    b.type_into("#delivery-provider", "github").await;
-    b.type_into("#delivery-id", "d-2").await;
-    b.click("#delivery-form button[type=submit]").await;
-    b.until("the delivery", "return document.getElementById('delivery-fields').textContent.includes('dead')").await;
-    assert!(b.text("#delivery-fields").await.contains("created (202)"));
-
-    // The fix is deployed; Retry sends run-2 back, out of the dead list, to be done.
+    // The dead runs: Retry sends run-2 back, and the count drops at once.
     std::fs::write(dir.join("fixed"), "").unwrap();
+    b.goto(&format!("{}/console#/dead", served.url)).await;
+    b.find("#dead-table tbody tr[data-run-id='run-2']").await;
+    assert!(b.text("#dead-table tbody tr[data-run-id='run-2']").await.contains("handler bug: <b>boom</b>"));
+    assert_eq!(b.eval("return document.querySelectorAll('#dead-table b').length").await, 0);
+    assert_eq!(b.text("#dead-count").await, "2");
+    keep_screenshot("dead", &b.screenshot().await);
     b.click("#dead-table button.retry[data-run-id='run-2']").await;
     b.until("run-2 to leave the dead list", "return !document.querySelector(\"#dead-table tr[data-run-id='run-2']\")")
         .await;
-    b.find("#dead-table tbody tr[data-run-id='run-3']").await;
-    wait_for(Duration::from_secs(30), "run-2 done", || async { status(2).await == "done" }).await;
+    assert_eq!(b.text("#dead-count").await, "1", "the count is fresh at once");
     b.until("the notice", "return document.getElementById('notice').textContent.includes('1 run queued again')").await;
+    wait_for(Duration::from_secs(30), "run-2 done", || async { status(2).await == "done" }).await;
     // Retry all asks first; accepted, it empties the dead list.
     b.click("#retry-all").await;
     let question = b.cmd(reqwest::Method::GET, "/alert/text", None).await;
-    assert_eq!(question, "Queue 1 dead run again?");
+    assert_eq!(question, "Queue all 1 dead run again?");
     b.post("/alert/accept", json!({})).await;
     b.until("an empty dead list", "return document.querySelectorAll('#dead-table tbody tr').length === 0").await;
+    assert_eq!(b.text("#dead-count").await, "0");
     wait_for(Duration::from_secs(30), "run-3 done", || async { status(3).await == "done" }).await;
+    // A run redriven to done no longer shows its old error as current.
+    b.goto(&format!("{}/console#/runs", served.url)).await;
+    b.find("#runs-table tbody tr[data-run-id='run-3']").await;
+    let cls = b.eval("const c = document.querySelector(\"#runs-table tr[data-run-id='run-3'] td:nth-child(6)\"); return [c.className, c.textContent]").await;
+    assert_eq!(cls[0], "earlier-error", "{cls}");
     let _ = b.cmd(reqwest::Method::DELETE, "", None).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
