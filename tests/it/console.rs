@@ -558,11 +558,20 @@ impl Served {
         Self::start_on(crate::support::redis_url(), ns, dir, token)
     }
 
+    /// `serve` with this config file's text.
+    pub(crate) fn start_with_config(ns: &str, dir: &std::path::Path, token: &str, config: &str) -> Self {
+        Self::start_full(crate::support::redis_url(), ns, dir, token, config)
+    }
+
     /// `serve` on the Redis at `redis_url`.
     pub(crate) fn start_on(redis_url: &str, ns: &str, dir: &std::path::Path, token: &str) -> Self {
+        Self::start_full(redis_url, ns, dir, token, "keep_payload = true\nallowed_repos = [\"o/r\"]\n")
+    }
+
+    fn start_full(redis_url: &str, ns: &str, dir: &std::path::Path, token: &str, config_text: &str) -> Self {
         let port = crate::support::free_port();
         let config = dir.join("idemgate.toml");
-        std::fs::write(&config, "keep_payload = true\nallowed_repos = [\"o/r\"]\n").unwrap();
+        std::fs::write(&config, config_text).unwrap();
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"));
         for (var, _) in std::env::vars().filter(|(k, _)| k.starts_with("IDEMGATE_")) {
             cmd.env_remove(var);

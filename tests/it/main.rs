@@ -25,6 +25,7 @@ mod chaos;
 mod cluster;
 mod config;
 mod console;
+mod console_views;
 mod dead;
 mod deadlines;
 mod deploy;
