@@ -18,7 +18,7 @@ use crate::metrics::Metrics;
 use crate::providers::Provider;
 use crate::refusals::RefusalLog;
 
-pub(crate) use super::ops_api::StatsCache;
+pub(crate) use super::ops_stats::StatsCache;
 
 /// `Retry-After` seconds sent with a 503.
 pub(super) const RETRY_AFTER_SECS: &str = "1";

@@ -142,7 +142,7 @@ pub(super) async fn forget(shared: &WorkerState) {
 }
 
 /// [`breaker_word`] of a handler's breaker.
-pub(super) fn breaker_of<H: super::Handler>(h: &H) -> &'static str {
+pub(super) fn breaker_of<H: super::run::Handler>(h: &H) -> &'static str {
     breaker_word(h.breaker())
 }
 
