@@ -66,6 +66,8 @@ export async function loadRuns(params, older = false) {
   $("runs-empty").textContent = page.runs.length ? "" : filtered ? "No run matches." : "No run yet.";
   $("runs-note").textContent = cursor ? "older runs: this page does not refresh" : "newest first; refreshes on its own";
   $("runs-table").dataset.count = String(page.runs.length);
+  // What the rows answer, for a reader (or a test) that waits for this query's rows.
+  $("runs-table").dataset.query = p.toString();
 }
 
 export function resetPaging() {

@@ -119,7 +119,8 @@ pub(super) async fn beat(shared: Arc<WorkerState>, hb: Heartbeat, breaker: impl 
             ("beat_ms", now),
         ];
         let mut pipe = redis::pipe();
-        pipe.hset_multiple(&key, &fields).ignore().pexpire(&key, ttl_ms as i64).ignore();
+        // HSET with pairs, not HMSET: the documented ACL of the worker allows HSET.
+        pipe.cmd("HSET").arg(&key).arg(&fields[..]).ignore().pexpire(&key, ttl_ms as i64).ignore();
         let write = queue.handle().query::<()>(&mut pipe).await;
         match write {
             Ok(()) => failing = false,

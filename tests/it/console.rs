@@ -204,7 +204,9 @@ async fn runs_are_paged_newest_first_and_filtered_by_status() {
     assert_eq!(run_ids(&get(&app, "/v1/ops/runs?status=dead&before=run-4").await.json()), ["run-1"]);
     assert_eq!(run_ids(&get(&app, "/v1/ops/runs?status=queued&limit=1").await.json()), ["run-5"]);
     assert!(run_ids(&get(&app, "/v1/ops/runs?status=done").await.json()).is_empty());
-    for bad in ["status=zombie", "before=7", "limit=0", "limit=201", "limit=x", "limit=1&limit=2"] {
+    for bad in
+        ["status=zombie", "before=7", "limit=0", "limit=1001", "limit=x", "limit=1&limit=2", "repo=", "since=soon"]
+    {
         let r = get(&app, &format!("/v1/ops/runs?{bad}")).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {}", r.text);
         assert!(r.json()["error"].is_string(), "{bad}");

@@ -189,6 +189,46 @@ async fn any_run_is_found_in_one_box_and_filtered_on_a_cluster() {
     let node = s["memory"]["server"]["node"].as_str().unwrap_or_default().to_owned();
     let ports: Vec<String> = shared_cluster_urls().iter().map(|u| u.rsplit(':').next().unwrap().to_owned()).collect();
     assert!(ports.iter().any(|p| node.ends_with(&format!(":{p}"))), "host:port of a node, not {node:?}: {s}");
+
+    // A run's history reads back whole, and the workers view joins heartbeats on the cluster too.
+    let body = r#"{"provider":"p","delivery_id":"h-1","event":{"org":"o","repo":"a","action":"push","number":1}}"#;
+    assert_eq!(call(&app, "POST", "/v1/deliveries", Some(body.into())).await.status, StatusCode::ACCEPTED);
+    let history = r#"[{"attempt":1,"worker":"w","started_ms":1,"duration_ms":2,"status":500,"outcome":"failed","error":"HTTP 500"}]"#;
+    let mut c = idemgate::redis_io::Conn::connect(&opts).await.unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(Keys::new(&ns).unwrap().run("run-1"))
+        .arg("history")
+        .arg(history)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let run = get(&app, "/v1/ops/runs/run-1").await;
+    assert_eq!(run["fields"]["history"], history);
+    assert!(run["run_key"].as_str().unwrap().starts_with(&format!("{ns}:run-1:")));
+    let dir = temp_dir("workers-cl");
+    let nodes = shared_cluster_urls().join(",");
+    let log = std::fs::File::create(dir.join("w.log")).unwrap();
+    let mut worker = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["worker", "--redis-cluster-nodes", &nodes, "--namespace", &ns, "--group", "g", "--consumer", "cw"])
+        .args(["--block", "200ms", "--heartbeat-interval", "300ms", "--", "true"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    wait_for(Duration::from_secs(20), "the cluster worker up", || async {
+        worker_named(&get(&app, "/v1/ops/workers").await, "cw").is_some_and(|x| x["state"] == "up")
+    })
+    .await;
+    let w = get(&app, "/v1/ops/workers").await;
+    assert_eq!(worker_named(&w, "cw").unwrap()["heartbeat"]["mode"], "command", "{w}");
+    worker.kill().unwrap();
+    worker.wait().unwrap();
+    wait_for(Duration::from_secs(5), "the cluster worker gone", || async {
+        worker_named(&get(&app, "/v1/ops/workers").await, "cw").is_some_and(|x| x["state"] == "gone")
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A destination whose answer the test switches: 500 (down) or 204.
