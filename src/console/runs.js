@@ -63,7 +63,8 @@ export async function loadRuns(params, older = false) {
   $("runs-older").disabled = !next;
   $("runs-newest").disabled = !cursor;
   const filtered = [...p.keys()].some((k) => !["limit", "before"].includes(k));
-  $("runs-empty").textContent = page.runs.length ? "" : filtered ? "No run matches." : "No run yet.";
+  // A request looks at 2,000 runs at most: an empty page with a cursor has only not found it yet.
+  $("runs-empty").textContent = page.runs.length ? "" : next ? "No match among the runs looked at; Older looks further back." : filtered ? "No run matches." : "No run yet.";
   $("runs-note").textContent = cursor ? "older runs: this page does not refresh" : "newest first; refreshes on its own";
   $("runs-table").dataset.count = String(page.runs.length);
   // What the rows answer, for a reader (or a test) that waits for this query's rows.

@@ -341,3 +341,41 @@ async fn a_runs_page_shows_its_attempt_timeline() {
     let _ = b.cmd(reqwest::Method::DELETE, "", None).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The run key a run's page shows is the `webhook-id` the destination
+/// received from a real `--deliver` worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_run_key_shown_is_the_webhook_id_the_receiver_got() {
+    let ns = fresh_ns("runkey-ui");
+    let dir = temp_dir("runkey-ui");
+    let token = "runkey-token";
+    let served = serve(&ns, &dir, token);
+    let got = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let g = got.clone();
+    let app = Router::new().fallback(move |headers: axum::http::HeaderMap| {
+        let g = g.clone();
+        async move {
+            let id = headers.get("webhook-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+            g.lock().unwrap().push(id);
+            StatusCode::NO_CONTENT
+        }
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let _workers = Workers(vec![spawn_deliver(&ns, &dir, "w1", &format!("http://{addr}/hooks"))]);
+    let http = reqwest::Client::new();
+    post(&http, &served, token, "github", "k-1", "o/r", 1).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.lock().unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "the destination got nothing");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let webhook_id = got.lock().unwrap()[0].clone();
+    let b = Browser::start().await;
+    open(&b, &served, token, "#/runs/run-1").await;
+    b.until("the run key", "return (document.getElementById('run-key') || {}).textContent?.includes(':run-1:')").await;
+    assert_eq!(b.text("#run-key").await, webhook_id);
+    let _ = b.cmd(reqwest::Method::DELETE, "", None).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

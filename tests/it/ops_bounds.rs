@@ -28,7 +28,7 @@ async fn get(http: &reqwest::Client, url: &str) -> (u16, String) {
 async fn write_dead_runs(redis: &RedisProcess, ns: &str, n: u64, error: &str) {
     let keys = Keys::new(ns).unwrap();
     let mut c = redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
-    for chunk in (1..=n).collect::<Vec<_>>().chunks(500) {
+    for chunk in (1..=n).collect::<Vec<_>>().chunks(100) {
         let mut pipe = redis::pipe();
         for i in chunk {
             let run_id = format!("run-{i}");
