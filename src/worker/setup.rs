@@ -262,6 +262,7 @@ deliver_ca = "/etc/hooks-ca.pem"
 breaker_failures = 2
 breaker_cooldown = "250ms"
 metrics_listen = "127.0.0.1:9464"
+heartbeat_interval = "2s"
 "#;
 
     #[test]
@@ -278,6 +279,7 @@ metrics_listen = "127.0.0.1:9464"
         assert_eq!((c.trim_interval, c.block), (None, Duration::from_millis(500)));
         assert_eq!(c.run_retention, Some(Duration::from_secs(2 * 86_400)), "the top-level run_retention applies");
         assert_eq!(s.metrics_listen, Some("127.0.0.1:9464".parse().unwrap()));
+        assert_eq!(s.heartbeat_interval, Duration::from_secs(2));
         let Mode::Deliver(d) = &s.mode else { panic!("{:?}", s.mode) };
         assert_eq!(d.url, "http://127.0.0.1:1/hooks");
         assert_eq!(
