@@ -243,7 +243,7 @@ async fn retry_all_takes_linear_time() {
         let _ = std::fs::remove_dir_all(&dir);
     }
     let ratio = times[1] / times[0];
-    assert!(ratio < 25.0, "10x the runs took {ratio:.1}x the time (linear is about 10, quadratic 100)");
+    assert!(ratio < 30.0, "10x the runs took {ratio:.1}x the time (linear is about 10, quadratic 100)");
 }
 
 /// `stats` on three million keys: the first answer comes within the
