@@ -14,8 +14,11 @@
 -- KEYS[3]: dead stream   idemgate:{NS}:runs:dead
 -- ARGV[1]: now, ms since the Unix epoch
 -- ARGV[2]: 1 when a `done` run may move too (redeliver), 0 for `dead` only
--- ARGV[3..]: the run's entry ids in the dead stream (may be none)
--- Returns: {1, new runs stream entry id, dead entries removed}  moved back
+-- ARGV[3..]: more of the run's entry ids in the dead stream (may be none):
+--            the one the record names as `dead_entry` is removed anyway
+-- Returns: {1, new runs stream entry id, dead entries removed, 1 when the
+--           record named its entry, else 0 (a run that died before
+--           `dead_entry` was written; 1 for a done run, which has none)}  moved back
 --          {0, status}  not moved: the record's status ('' when there is no record)
 
 ${run_fields}
@@ -36,11 +39,16 @@ if status == 'dead' then
 else
   redis.call('HINCRBY', KEYS[2], 'redeliveries', 1)
 end
-redis.call('HDEL', KEYS[2], 'next_attempt_ms', 'parked_group', 'finished_ms', 'started_ms', 'worker', 'op', 'op_result')
+local own = redis.call('HGET', KEYS[2], 'dead_entry')
+redis.call('HDEL', KEYS[2], 'next_attempt_ms', 'parked_group', 'finished_ms', 'started_ms', 'worker', 'op', 'op_result',
+  'dead_entry')
 redis.call('PERSIST', KEYS[2])
 
+local ids = {}
+for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
+if own then ids[#ids + 1] = own end
 local removed = 0
-if #ARGV > 2 then
-  removed = redis.call('XDEL', KEYS[3], unpack(ARGV, 3))
+if #ids > 0 then
+  removed = redis.call('XDEL', KEYS[3], unpack(ids))
 end
-return {1, id, removed}
+return {1, id, removed, (own or status == 'done') and 1 or 0}

@@ -21,6 +21,7 @@ use crate::refusals::RefusalStatus;
 mod answer;
 mod console;
 mod ops_api;
+mod ops_stats;
 mod site;
 mod state;
 pub(crate) mod webhook;

@@ -130,6 +130,17 @@ impl Keys {
         format!("{}:{run_id}:{created_ms}", self.namespace)
     }
 
+    /// `idemgate:{NS}:worker:` — the worker heartbeats' common prefix.
+    pub fn worker_prefix(&self) -> String {
+        self.key("worker:")
+    }
+
+    /// `idemgate:{NS}:worker:` enc(group) `:` enc(consumer): one live
+    /// worker's heartbeat hash (docs/operations.md, "Worker heartbeats").
+    pub fn worker(&self, group: &str, consumer: &str) -> String {
+        format!("{}{}:{}", self.worker_prefix(), enc(group), enc(consumer))
+    }
+
     /// A `SCAN MATCH` pattern for every key of one kind (`delivery`, `logical`, `run`).
     pub fn scan_pattern(&self, kind: &str) -> String {
         // The namespace cannot contain glob characters that matter except these.

@@ -2,7 +2,8 @@
 -- the run is out of attempts. Its entry goes to the dead stream (KEYS[3])
 -- with the fields that name it (ARGV[first_field], ... in RUN_FIELDS order,
 -- as the stream entry named it), its runs-stream (KEYS[1]) entry is
--- acknowledged, and its record (KEYS[2]) says `dead`, answering `op` with 2,
+-- acknowledged, and its record (KEYS[2]) says `dead` (and which entry is its
+-- dead-stream one, `dead_entry`), answering `op` with 2,
 -- and expires after `retention_ms` (0: never). Writes only: the caller has
 -- made every check.
 local function dead_letter(group, consumer, entry_id, first_field, attempts, err, now, op, retention_ms)
@@ -11,10 +12,11 @@ local function dead_letter(group, consumer, entry_id, first_field, attempts, err
       'worker', consumer, 'failed_ms', now}) do
     entry[#entry + 1] = v
   end
-  redis.call('XADD', KEYS[3], '*', unpack(entry))
+  local dead_entry = redis.call('XADD', KEYS[3], '*', unpack(entry))
   redis.call('XACK', KEYS[1], group, entry_id)
+  -- `dead_entry` names the dead-stream entry, so a retry removes it without reading the stream.
   redis.call('HSET', KEYS[2], 'status', 'dead', 'last_error', err, 'worker', consumer,
-    'updated_ms', now, 'finished_ms', now, 'op', op, 'op_result', 2)
+    'updated_ms', now, 'finished_ms', now, 'op', op, 'op_result', 2, 'dead_entry', dead_entry)
   if tonumber(retention_ms) > 0 then
     redis.call('PEXPIRE', KEYS[2], retention_ms)
   end

@@ -98,6 +98,8 @@ pub struct WorkerArgs {
     /// Serve GET /metrics (Prometheus text) on this address, e.g. 127.0.0.1:9464 [default: off].
     #[arg(long, env = "IDEMGATE_WORKER_METRICS_LISTEN", value_name = "ADDR")]
     pub metrics_listen: Option<String>,
+    #[arg(long, env = "IDEMGATE_WORKER_HEARTBEAT_INTERVAL", value_name = "DURATION", help = with_default("How often the worker writes its heartbeat (the console's workers view); it lives three intervals", format_duration(idemgate::worker::heartbeat::DEFAULT_HEARTBEAT_INTERVAL)))]
+    pub heartbeat_interval: Option<String>,
     /// The command run once per run attempt, after `--` (or give --deliver). Exit 0: done; exit 65
     /// (EX_DATAERR): a permanent failure, dead-lettered at once; anything else: a failed attempt, retried.
     #[arg(last = true, value_name = "COMMAND")]

@@ -173,6 +173,7 @@ settings! {
         breaker_max_cooldown: String,
         keep_done_payloads: bool,
         metrics_listen: String,
+        heartbeat_interval: String,
     }
     flags_only {
         config,

@@ -1,5 +1,5 @@
 //! `GET /console`: the operators' page (docs/operations.md, "The console").
-//! Static HTML, CSS and one JavaScript module from `src/console/`, compiled
+//! Static HTML, CSS, an icon and JavaScript modules from `src/console/`, compiled
 //! into the binary; the page reads the ops API with the token the operator
 //! types in, so the page itself holds no data and no secret. Closed like
 //! `/v1` on a public address without a token ([`super::state::open_at_all`]).
@@ -7,7 +7,7 @@
 use std::sync::LazyLock;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -40,26 +40,44 @@ macro_rules! asset {
 }
 
 static PAGE: Asset = asset!("index.html", "text/html; charset=utf-8");
-static SCRIPT: Asset = asset!("console.js", "text/javascript; charset=utf-8");
-static STYLE: Asset = asset!("console.css", "text/css; charset=utf-8");
+
+/// Every file under `/console/`: the style sheet, the icon and the script
+/// modules (`main.js` imports the others by these paths).
+static FILES: [(&str, Asset); 9] = [
+    ("console.css", asset!("console.css", "text/css; charset=utf-8")),
+    ("favicon.svg", asset!("favicon.svg", "image/svg+xml")),
+    ("main.js", asset!("main.js", "text/javascript; charset=utf-8")),
+    ("api.js", asset!("api.js", "text/javascript; charset=utf-8")),
+    ("util.js", asset!("util.js", "text/javascript; charset=utf-8")),
+    ("overview.js", asset!("overview.js", "text/javascript; charset=utf-8")),
+    ("runs.js", asset!("runs.js", "text/javascript; charset=utf-8")),
+    ("run.js", asset!("run.js", "text/javascript; charset=utf-8")),
+    ("dead.js", asset!("dead.js", "text/javascript; charset=utf-8")),
+];
 
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/console", get(page))
-        .route("/console/console.js", get(script))
-        .route("/console/console.css", get(style))
+        .route("/console/{file}", get(file))
+        // Browsers ask for it whatever the page says: the same icon, not a 404.
+        .route("/favicon.ico", get(favicon))
 }
 
 async fn page(st: State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
     serve(st, headers, &PAGE).await
 }
 
-async fn script(st: State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
-    serve(st, headers, &SCRIPT).await
+async fn file(st: State<AppState>, Path(name): Path<String>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let asset = FILES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, a)| a)
+        .ok_or_else(|| ApiError::NotFound(format!("no console file {:?}", crate::text::escape_control(&name))))?;
+    serve(st, headers, asset).await
 }
 
-async fn style(st: State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
-    serve(st, headers, &STYLE).await
+async fn favicon(st: State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    serve(st, headers, &FILES[1].1).await
 }
 
 async fn serve(State(st): State<AppState>, headers: HeaderMap, asset: &'static Asset) -> Result<Response, ApiError> {

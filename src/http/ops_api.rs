@@ -4,11 +4,10 @@
 //! answers it as JSON; authentication is `/v1`'s ([`super::state::admit`]).
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -16,13 +15,10 @@ use serde_json::{Value, json};
 
 use super::state::{ApiError, AppState};
 use crate::gate::MAX_KEY_FIELD_BYTES;
-use crate::ops::dead::Retried;
+use crate::ops::dead::{DEFAULT_DEAD_LIMIT, MAX_DEAD_LIMIT, Retried, entry_id};
+use crate::ops::reading::NoReading;
 use crate::ops::{RunQuery, Source};
 use crate::units::now_ms;
-
-/// How long one stats reading is served again: it is a SCAN of the
-/// namespace, so many open consoles cost Redis one scan per this period.
-pub const STATS_MAX_AGE: Duration = Duration::from_secs(5);
 
 /// The `/v1/ops/*` routes; [`super::app`] mounts them in the one `/v1`
 /// router, behind its check ([`super::state::admit`]).
@@ -31,7 +27,9 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/ops/stats", get(stats))
         .route("/v1/ops/runs", get(runs))
         .route("/v1/ops/runs/{run_id}", get(run))
+        .route("/v1/ops/runs/{run_id}/payload", get(payload))
         .route("/v1/ops/deliveries/{provider}/{delivery_id}", get(delivery))
+        .route("/v1/ops/workers", get(workers))
         .route("/v1/ops/dead", get(dead))
         .route("/v1/ops/dead/{run_id}/retry", post(retry))
         .route("/v1/ops/runs/{run_id}/redeliver", post(redeliver))
@@ -60,24 +58,29 @@ fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
     p.map(|Path(v)| v).map_err(|e| ApiError::BadRequest(format!("bad path: {}", e.body_text())))
 }
 
+/// The last background reading of the store (never a scan in the
+/// request), with this process's gate counters read now.
 async fn stats(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
-    let mut cached = st.0.stats_cache.0.lock().await;
-    let fresh = cached.as_ref().filter(|(at, _)| at.elapsed() < STATS_MAX_AGE).map(|(_, v)| v.clone());
-    let v = match fresh {
-        Some(v) => v,
-        None => {
-            let mut v = source(&st)?.stats().await.map_err(|e| unavailable(&st, e))?;
-            v["read_at_ms"] = json!(now_ms());
-            // This process's own counters, read with the rest, so rates between two readings agree.
-            v["service"] = json!({ "deliveries": st.0.metrics.outcome_totals() });
-            *cached = Some((Instant::now(), v.clone()));
-            v
+    source(&st)?;
+    let cache = &st.0.stats_cache;
+    let keeper = cache.keeper.as_ref().expect("a source has a keeper");
+    // Only the first request waits for the first reading, within its own bound.
+    let mut v = keeper.latest(st.0.request_timeout / 2).await.map_err(|e| match e {
+        NoReading::NotYet => {
+            ApiError::Unavailable("the first stats reading is still being taken; retry in a few seconds")
         }
-    };
+        NoReading::Failed(_) => {
+            st.0.metrics.store_error();
+            ApiError::Unavailable("the gate's store is unavailable; retry later")
+        }
+    })?;
+    v["service"] = cache.service(&st.0.metrics);
+    v["served_at_ms"] = json!(now_ms());
     Ok(Json(v))
 }
 
-async fn runs(State(st): State<AppState>, RawQuery(q): RawQuery) -> Result<Json<Value>, ApiError> {
+/// A query string's parameters, each given at most once.
+fn params(q: Option<String>) -> Result<HashMap<String, String>, ApiError> {
     let mut params: HashMap<String, String> = HashMap::new();
     for (k, v) in form_urlencoded::parse(q.unwrap_or_default().as_bytes()).into_owned() {
         if params.contains_key(&k) {
@@ -85,9 +88,13 @@ async fn runs(State(st): State<AppState>, RawQuery(q): RawQuery) -> Result<Json<
         }
         params.insert(k, v);
     }
-    let q = params;
+    Ok(params)
+}
+
+async fn runs(State(st): State<AppState>, RawQuery(q): RawQuery) -> Result<Json<Value>, ApiError> {
+    let q = params(q)?;
     let param = |k: &str| q.get(k).map(String::as_str);
-    let query = RunQuery::parse(param("status"), param("before"), param("limit")).map_err(ApiError::BadRequest)?;
+    let query = RunQuery::parse(|k| param(k).map(str::to_owned)).map_err(ApiError::BadRequest)?;
     let page = source(&st)?.runs(&query).await.map_err(|e| unavailable(&st, e))?;
     Ok(Json(json!({"store": source(&st)?.kind(), "runs": page.runs, "next_before": page.next_before})))
 }
@@ -99,19 +106,27 @@ fn no_run(run_id: &str) -> ApiError {
     ))
 }
 
-async fn run(State(st): State<AppState>, p: Result<Path<String>, PathRejection>) -> Result<Json<Value>, ApiError> {
+async fn run(State(st): State<AppState>, p: Result<Path<String>, PathRejection>) -> Result<Response, ApiError> {
     let run_id = path(p)?;
     segment("run_id", &run_id)?;
     let detail = source(&st)?.run(&run_id).await.map_err(|e| unavailable(&st, e))?.ok_or_else(|| no_run(&run_id))?;
-    let mut v = serde_json::to_value(detail).expect("a run serializes");
-    v["store"] = json!(source(&st)?.kind());
-    Ok(Json(v))
+    let size = detail.payload_bytes.unwrap_or(0).min(crate::ops::source::MAX_PAYLOAD_TEXT as u64) as usize;
+    // Written straight from the record: a JSON tree would round the payload's long numbers.
+    Ok(json_sized(&WithStore { store: source(&st)?.kind(), inner: detail }, size + 4096))
+}
+
+/// An answer with the store it was read from.
+#[derive(serde::Serialize)]
+struct WithStore<T> {
+    store: &'static str,
+    #[serde(flatten)]
+    inner: T,
 }
 
 async fn delivery(
     State(st): State<AppState>,
     p: Result<Path<(String, String)>, PathRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let (provider, delivery_id) = path(p)?;
     segment("provider", &provider)?;
     segment("delivery_id", &delivery_id)?;
@@ -123,18 +138,103 @@ async fn delivery(
             crate::text::escape_control(&delivery_id)
         ))
     })?;
-    let mut v = serde_json::to_value(detail).expect("a delivery serializes");
-    v["store"] = json!(source(&st)?.kind());
-    Ok(Json(v))
+    let size = detail.run.as_ref().and_then(|r| r.payload_bytes).unwrap_or(0) as usize;
+    Ok(json_sized(&WithStore { store: source(&st)?.kind(), inner: detail }, size.min(1 << 20) + 4096))
 }
 
-async fn dead(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
-    let (key, runs) = source(&st)?.dead().await.map_err(|e| unavailable(&st, e))?;
-    let mut v = json!({"store": source(&st)?.kind(), "key": key, "runs": runs});
-    if let Source::Memory(_) = source(&st)? {
-        v["note"] = json!(crate::ops::source::MEMORY_STORE_NOTE);
-    }
-    Ok(Json(v))
+/// `GET /v1/ops/workers`: each worker from its heartbeat and its group, and each group's queue.
+async fn workers(State(st): State<AppState>) -> Result<Response, ApiError> {
+    let w = source(&st)?.workers().await.map_err(|e| unavailable(&st, e))?;
+    Ok(json_sized(&WithStore { store: source(&st)?.kind(), inner: w }, 4096))
+}
+
+/// `GET /v1/ops/runs/{id}/payload`: the kept payload whole, as the provider
+/// sent it, read from the store one slice at a time so that serving it
+/// holds one slice (`MAX_PAYLOAD_TEXT`) in memory, not the payload.
+async fn payload(State(st): State<AppState>, p: Result<Path<String>, PathRejection>) -> Result<Response, ApiError> {
+    let run_id = path(p)?;
+    segment("run_id", &run_id)?;
+    let src = source(&st)?.clone();
+    let len = src.payload_len(&run_id).await.map_err(|e| unavailable(&st, e))?.ok_or_else(|| {
+        ApiError::NotFound(format!(
+            "no payload for {:?} (no such run, or its provider keeps no payloads, or it was removed when the run was done)",
+            crate::text::escape_control(&run_id)
+        ))
+    })?;
+    let (mut tx, body) = http_body_util::channel::Channel::<axum::body::Bytes, std::convert::Infallible>::new(1);
+    tokio::spawn(async move {
+        let mut from = 0u64;
+        while from < len {
+            match src.payload_slice(&run_id, from).await {
+                Ok(slice) if !slice.is_empty() => {
+                    from += slice.len() as u64;
+                    if tx.send_data(slice.into()).await.is_err() {
+                        return; // the client went away
+                    }
+                }
+                // Gone or failing midway: the body ends short of its
+                // Content-Length, so the client sees a broken answer, not a short payload.
+                Ok(_) => return,
+                Err(e) => {
+                    tracing::error!(error = %e, "ops API: a payload slice could not be read; the answer is cut");
+                    return;
+                }
+            }
+        }
+    });
+    let mut resp = Response::new(axum::body::Body::new(body));
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    Ok(resp)
+}
+
+/// `GET /v1/ops/dead?before=&limit=`: one page of the dead stream, newest
+/// first, with its length read with it.
+async fn dead(State(st): State<AppState>, RawQuery(q): RawQuery) -> Result<Response, ApiError> {
+    let q = params(q)?;
+    let before = q
+        .get("before")
+        .map(|b| {
+            entry_id(b).ok_or_else(|| {
+                ApiError::BadRequest(format!(
+                    "before must be a dead-stream entry id such as 1700000000000-0 (the next_before of a page), not {:?}",
+                    crate::text::escape_control(b)
+                ))
+            })
+        })
+        .transpose()?;
+    let limit = match q.get("limit") {
+        None => DEFAULT_DEAD_LIMIT,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_DEAD_LIMIT).contains(n))
+            .ok_or_else(|| ApiError::BadRequest(format!("limit must be an integer from 1 to {MAX_DEAD_LIMIT}")))?,
+    };
+    let (key, page) = source(&st)?.dead(before, limit).await.map_err(|e| unavailable(&st, e))?;
+    let note = matches!(source(&st)?, Source::Memory(_)).then_some(crate::ops::source::MEMORY_STORE_NOTE);
+    let answer = DeadAnswer { store: source(&st)?.kind(), key, page, note };
+    Ok(json_sized(&answer, answer.page.bytes()))
+}
+
+/// The dead page's answer, serialized straight from the page (no JSON tree in between).
+#[derive(serde::Serialize)]
+struct DeadAnswer {
+    store: &'static str,
+    key: Option<String>,
+    #[serde(flatten)]
+    page: crate::ops::dead::DeadPage,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<&'static str>,
+}
+
+/// `value` as a JSON answer, its buffer sized once from `estimate` bytes:
+/// a large answer grown by doubling would pass through several copies.
+fn json_sized(value: &impl serde::Serialize, estimate: usize) -> Response {
+    let mut body = Vec::with_capacity(estimate + estimate / 8 + 1024);
+    serde_json::to_writer(&mut body, value).expect("an answer serializes");
+    ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
 }
 
 /// `idemgate dead retry RUN_ID`: 200 when the run moved, 404 without a

@@ -4,15 +4,13 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::Json;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde_json::json;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
-use tokio::sync::Mutex;
 
 pub use super::site::AllowedHosts;
 use crate::gate::Gate;
@@ -21,9 +19,7 @@ use crate::metrics::Metrics;
 use crate::providers::Provider;
 use crate::refusals::RefusalLog;
 
-/// The last `/v1/ops/stats` reading and when it was taken; one reading at a time.
-#[derive(Default)]
-pub(crate) struct StatsCache(pub(super) Mutex<Option<(Instant, Value)>>);
+pub(crate) use super::ops_stats::StatsCache;
 
 /// `Retry-After` seconds sent with a 503.
 pub(super) const RETRY_AFTER_SECS: &str = "1";
@@ -62,8 +58,8 @@ impl AppState {
         let gate = with_provider_allowlists(gate, &providers);
         let ops = crate::ops::Source::of(gate.store().clone());
         Self(Arc::new(ServiceState {
+            stats_cache: Arc::new(StatsCache::new(ops.clone())),
             ops,
-            stats_cache: Arc::default(),
             gate,
             providers: Arc::new(providers.into_iter().map(|p| (p.name().to_owned(), p)).collect()),
             token_digest: api_token.map(|t| Sha256::digest(t.as_bytes()).into()),

@@ -115,6 +115,11 @@ impl Metrics {
         totals
     }
 
+    /// Answers served from the delivery cache since this process started.
+    pub fn replays_total(&self) -> u64 {
+        self.replays.load(Ordering::Relaxed)
+    }
+
     /// Counts one gate answer. Provider names come from clients on
     /// `/v1/deliveries`, so past [`MAX_PROVIDERS`] distinct names the rest
     /// are counted together as `provider="_other"`.

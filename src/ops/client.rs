@@ -98,6 +98,21 @@ impl Ops {
         Ok(self.redis.on_namespace_slot(&cmd).await?)
     }
 
+    /// A queued record holds what its runs-stream entry does not: the run's
+    /// fields are the entry's (`RunFields::ENTRY_ID`), filled in here for a
+    /// record without them (one written by an earlier version, or a run
+    /// already started, has them itself).
+    pub(super) async fn fill_from_stream_entry(&self, fields: &mut BTreeMap<String, String>) -> Result<(), OpsError> {
+        if let (false, Some(id)) = (fields.contains_key("provider"), fields.get(crate::vocabulary::RunFields::ENTRY_ID))
+        {
+            let id = id.clone();
+            for (name, value) in self.stream_entries(&[&id]).await?.into_iter().next().unwrap_or_default() {
+                fields.entry(name).or_insert(value);
+            }
+        }
+        Ok(())
+    }
+
     /// The fields of each runs-stream entry of `ids`, in their order; an
     /// entry no longer in the stream (trimmed) has none.
     pub(super) async fn stream_entries(&self, ids: &[&str]) -> Result<Vec<BTreeMap<String, String>>, OpsError> {

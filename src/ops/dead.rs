@@ -80,7 +80,81 @@ impl Retried {
     }
 }
 
+/// Largest dead page served.
+pub const MAX_DEAD_LIMIT: usize = 1000;
+/// Dead page size when none is asked for.
+pub const DEFAULT_DEAD_LIMIT: usize = 100;
+/// Text a dead page carries at most (errors and identities), so that an
+/// answer stays near this size however long the errors are; a page that
+/// reaches it ends early, with a cursor.
+pub const DEAD_PAGE_BYTES: usize = 256 << 10;
+/// Dead-stream entries read per `XREVRANGE` while filling a page: a page
+/// that reaches [`DEAD_PAGE_BYTES`] holds at most this many more in memory.
+const DEAD_CHUNK: usize = 50;
+
+impl DeadPage {
+    /// The text the page carries, roughly (to size its answer).
+    pub fn bytes(&self) -> usize {
+        self.runs.iter().map(DeadRun::size).sum()
+    }
+}
+
+/// One page of the dead stream, newest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeadPage {
+    /// The entries, newest first.
+    pub runs: Vec<DeadRun>,
+    /// Pass as `before` for the next (older) page; `None`: no older entries.
+    pub next_before: Option<String>,
+    /// The dead stream's length (`XLEN`) when this page was read.
+    pub total: u64,
+}
+
+/// A dead-stream entry id `ms-seq`, checked (it goes into an `XREVRANGE`).
+pub fn entry_id(text: &str) -> Option<&str> {
+    let (ms, seq) = text.split_once('-')?;
+    let digits = |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(ms) && digits(seq)).then_some(text)
+}
+
+impl DeadRun {
+    /// The text this entry adds to an answer, roughly.
+    fn size(&self) -> usize {
+        self.last_error.len() + self.fields.values().iter().map(|v| v.len()).sum::<usize>() + self.group.len() + 64
+    }
+}
+
 impl Ops {
+    /// One page of the dead stream, newest first: at most `limit` entries
+    /// older than the entry `before`, and at most [`DEAD_PAGE_BYTES`] of text.
+    pub async fn dead_page(&self, before: Option<&str>, limit: usize) -> Result<DeadPage, OpsError> {
+        let key = self.keys().runs_dead();
+        let mut end = before.map_or_else(|| "+".to_owned(), |b| format!("({b}"));
+        let mut runs = Vec::new();
+        let mut bytes = 0;
+        let mut more = true;
+        while runs.len() < limit && bytes < DEAD_PAGE_BYTES && more {
+            let want = DEAD_CHUNK.min(limit - runs.len());
+            let chunk: StreamRangeReply =
+                self.redis.query(redis::cmd("XREVRANGE").arg(&key).arg(&end).arg("-").arg("COUNT").arg(want)).await?;
+            more = chunk.ids.len() == want;
+            for entry in chunk.ids {
+                if bytes >= DEAD_PAGE_BYTES {
+                    more = true; // the rest of this chunk is the next page's
+                    break;
+                }
+                let run = DeadRun::parse(entry);
+                bytes += run.size();
+                end = format!("({}", run.entry_id);
+                runs.push(run);
+            }
+        }
+        let total: u64 = self.redis.query(redis::cmd("XLEN").arg(&key)).await?;
+        // A short chunk reached the stream's start; a full one may have more behind it.
+        let next_before = (more && !runs.is_empty()).then(|| runs.last().expect("not empty").entry_id.clone());
+        Ok(DeadPage { runs, next_before, total })
+    }
+
     /// Every entry of the dead stream, oldest first (paged `XRANGE`).
     pub async fn dead_list(&self) -> Result<Vec<DeadRun>, OpsError> {
         let key = self.keys().runs_dead();
@@ -100,6 +174,47 @@ impl Ops {
         }
     }
 
+    /// Moves one dead run (or, with `done_too`, a done one) back onto the
+    /// runs stream (`lua/dead_retry.lua`).
+    /// The record names its dead-stream entry, so this reads nothing else:
+    /// `Retry all` over N runs costs N of these. `extra_entries`: more
+    /// entries of the run to remove, when the caller already knows them.
+    async fn retry_one(
+        &self,
+        run_id: String,
+        extra_entries: &[&str],
+        done_too: bool,
+    ) -> Result<(Retried, bool), OpsError> {
+        let call = DeadRetryCall {
+            keys: self.keys(),
+            run_id: &run_id,
+            now_ms: now_ms(),
+            dead_entry_ids: extra_entries,
+            done_too,
+        };
+        Ok(match self.redis.call(&call).await? {
+            DeadRetried::Moved { entry_id, dead_entries_removed, named_entry } => {
+                (Retried::Moved { run_id, entry_id, dead_entries_removed }, named_entry)
+            }
+            DeadRetried::Refused { status } => (Retried::Refused { run_id, status }, true),
+        })
+    }
+
+    /// Removes the dead-stream entries naming `run_id`, for a run that died
+    /// before its record named its entry: one pass over the stream.
+    async fn forget_unnamed_entries(&self, run_id: &str, moved: &mut Retried) -> Result<(), OpsError> {
+        let ids: Vec<String> =
+            self.dead_list().await?.into_iter().filter(|d| d.fields.run_id == run_id).map(|d| d.entry_id).collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let removed: u64 = self.redis.query(redis::cmd("XDEL").arg(self.keys().runs_dead()).arg(&ids)).await?;
+        if let Retried::Moved { dead_entries_removed, .. } = moved {
+            *dead_entries_removed += removed;
+        }
+        Ok(())
+    }
+
     /// Moves each of `run_ids` back onto the runs stream (`lua/dead_retry.lua`,
     /// one atomic script per run): its attempt budget anew, record `queued`,
     /// its dead-stream entries removed. A run that is not dead is refused and
@@ -117,30 +232,34 @@ impl Ops {
     }
 
     async fn send_again(&self, run_ids: Option<&[String]>, done_too: bool) -> Result<Vec<Retried>, OpsError> {
+        let Some(run_ids) = run_ids else { return self.send_all_dead_again(done_too).await };
+        let mut out = Vec::with_capacity(run_ids.len());
+        for run_id in run_ids {
+            let (mut result, named) = self.retry_one(run_id.clone(), &[], done_too).await?;
+            if !named {
+                self.forget_unnamed_entries(run_id, &mut result).await?;
+            }
+            out.push(result);
+        }
+        Ok(out)
+    }
+
+    /// Every run the dead stream names, oldest first: one pass over the
+    /// stream, then one script per run.
+    async fn send_all_dead_again(&self, done_too: bool) -> Result<Vec<Retried>, OpsError> {
         let dead = self.dead_list().await?;
         let mut entries: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        let mut order: Vec<String> = Vec::new();
+        let mut order: Vec<&str> = Vec::new();
         for d in &dead {
             let ids = entries.entry(d.fields.run_id.as_str()).or_default();
             if ids.is_empty() {
-                order.push(d.fields.run_id.clone());
+                order.push(d.fields.run_id.as_str());
             }
             ids.push(d.entry_id.as_str());
         }
-        let wanted = match run_ids {
-            Some(ids) => ids.to_vec(),
-            None => order,
-        };
-        let mut out = Vec::with_capacity(wanted.len());
-        for run_id in wanted {
-            let dead_entry_ids = entries.get(run_id.as_str()).map_or(&[][..], Vec::as_slice);
-            let call = DeadRetryCall { keys: self.keys(), run_id: &run_id, now_ms: now_ms(), dead_entry_ids, done_too };
-            out.push(match self.redis.call(&call).await? {
-                DeadRetried::Moved { entry_id, dead_entries_removed } => {
-                    Retried::Moved { run_id, entry_id, dead_entries_removed }
-                }
-                DeadRetried::Refused { status } => Retried::Refused { run_id, status },
-            });
+        let mut out = Vec::with_capacity(order.len());
+        for run_id in order {
+            out.push(self.retry_one(run_id.to_owned(), &entries[run_id], done_too).await?.0);
         }
         Ok(out)
     }

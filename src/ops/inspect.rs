@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::client::{Ops, OpsError};
 use crate::vocabulary::DeliveryRecord;
-use crate::vocabulary::{Identity, RunFields};
+use crate::vocabulary::Identity;
 
 /// What an `inspect` command looks up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -203,14 +203,7 @@ impl Ops {
     async fn run_at(&self, key: &str) -> Result<Option<RunView>, OpsError> {
         let (mut fields, pttl): (BTreeMap<String, String>, i64) =
             self.redis.query(redis::pipe().hgetall(key).pttl(key)).await?;
-        // A queued record holds what its stream entry does not: the run's
-        // fields are the entry's (RunFields::ENTRY_ID).
-        if let (false, Some(id)) = (fields.contains_key("provider"), fields.get(RunFields::ENTRY_ID)) {
-            let id = id.clone();
-            for (name, value) in self.stream_entries(&[&id]).await?.into_iter().next().unwrap_or_default() {
-                fields.entry(name).or_insert(value);
-            }
-        }
+        self.fill_from_stream_entry(&mut fields).await?;
         let Some(ttl) = Ttl::from_pttl(pttl).filter(|_| !fields.is_empty()) else {
             return Ok(None);
         };

@@ -153,10 +153,27 @@ impl Ops {
     async fn memory_of_namespace(&self) -> Result<NodeMemory, OpsError> {
         let info: String = self.redis.on_namespace_slot(redis::cmd("INFO").arg("memory")).await?;
         let node = match self.redis.conn() {
-            Conn::Cluster(_) => "the primary owning the namespace's slot".to_owned(),
+            Conn::Cluster(_) => self.namespace_node().await?,
             Conn::Single(_) | Conn::Sentinel(_) => self.redis.server().to_owned(),
         };
         Ok(parse_info_memory(node, &info))
+    }
+
+    /// `host:port` of the cluster primary owning the namespace's slot: the
+    /// primary whose `run_id` the slot's node reports.
+    async fn namespace_node(&self) -> Result<String, OpsError> {
+        let run_id = |info: &str| {
+            info.lines().find_map(|l| l.strip_prefix("run_id:")).map(|v| v.trim().to_owned()).unwrap_or_default()
+        };
+        let own: String = self.redis.on_namespace_slot(redis::cmd("INFO").arg("server")).await?;
+        let every: Vec<(Option<String>, String)> =
+            self.redis.on_every_primary(redis::cmd("INFO").arg("server")).await?;
+        let want = run_id(&own);
+        Ok(every
+            .into_iter()
+            .find(|(_, info)| run_id(info) == want)
+            .and_then(|(node, _)| node)
+            .unwrap_or_else(|| "the primary owning the namespace's slot".to_owned()))
     }
 
     /// Measures the sampled keys: `MEMORY USAGE … SAMPLES 0`, `PTTL`, and the
@@ -167,14 +184,15 @@ impl Ops {
             let mut pipe = redis::pipe();
             for k in chunk {
                 pipe.cmd("MEMORY").arg("USAGE").arg(k).arg("SAMPLES").arg(0).cmd("PTTL").arg(k);
+                // The payload's length, not the payload: a sampled run may hold megabytes.
                 match KINDS[kind] {
-                    "delivery" => pipe.cmd("GET").arg(k),
-                    "run" => pipe.cmd("HMGET").arg(k).arg("created_ms").arg("payload"),
-                    _ => pipe.cmd("EXISTS").arg(k),
+                    "delivery" => pipe.cmd("GET").arg(k).cmd("EXISTS").arg(k),
+                    "run" => pipe.cmd("HGET").arg(k).arg("created_ms").cmd("HSTRLEN").arg(k).arg("payload"),
+                    _ => pipe.cmd("EXISTS").arg(k).cmd("EXISTS").arg(k),
                 };
             }
             let values: Vec<redis::Value> = self.redis.query(&mut pipe).await?;
-            for triple in values.chunks(3) {
+            for triple in values.chunks(4) {
                 // A key that expired since the scan answers nil: skip it.
                 let Ok(bytes) = redis::from_redis_value_ref::<u64>(&triple[0]) else { continue };
                 let pttl = redis::from_redis_value_ref::<i64>(&triple[1]).unwrap_or(-2);
@@ -185,10 +203,11 @@ impl Ops {
                         (at, 0)
                     }
                     "run" => {
-                        let f = redis::from_redis_value_ref::<Vec<Option<Vec<u8>>>>(&triple[2]).unwrap_or_default();
-                        let created =
-                            f.first().cloned().flatten().and_then(|v| String::from_utf8(v).ok()?.parse().ok());
-                        (created, f.get(1).cloned().flatten().map_or(0, |p| p.len() as u64))
+                        let created = redis::from_redis_value_ref::<Option<String>>(&triple[2])
+                            .ok()
+                            .flatten()
+                            .and_then(|v| v.parse().ok());
+                        (created, redis::from_redis_value_ref::<u64>(&triple[3]).unwrap_or(0))
                     }
                     _ => (None, 0),
                 };

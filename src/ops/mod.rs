@@ -10,10 +10,12 @@ pub mod dead;
 pub mod footprint;
 pub mod inspect;
 pub mod memory;
+pub mod reading;
 pub mod render;
 pub mod runs;
 pub mod source;
 pub mod stats;
+pub mod workers;
 
 use std::time::Duration;
 

@@ -118,6 +118,11 @@ pub const SUMMARY_FIELDS: [&str; 11] = {
 };
 
 impl RunSummary {
+    /// The text this summary adds to an answer, roughly.
+    fn size(&self) -> usize {
+        self.last_error.len() + self.fields.values().iter().map(|v| v.len()).sum::<usize>() + 96
+    }
+
     /// Reads a run record, `field` giving each stored field by name
     /// (`None` when absent). The one place that knows the record's fields.
     pub fn read(field: impl Fn(&str) -> Option<String>) -> Self {
@@ -135,7 +140,10 @@ impl RunSummary {
 }
 
 /// Largest page `runs` serves.
-pub const MAX_LIMIT: usize = 200;
+pub const MAX_LIMIT: usize = 1000;
+/// Text a page of runs carries at most (errors and identities): a page
+/// that reaches it ends early, with a cursor.
+pub const PAGE_BYTES: usize = 256 << 10;
 /// Page size when none is asked for.
 pub const DEFAULT_LIMIT: usize = 50;
 /// Run ids read per request at most, matching or not: a filter that
@@ -153,11 +161,77 @@ pub struct RunQuery {
     pub before: Option<u64>,
     /// At most this many runs (1..=[`MAX_LIMIT`]).
     pub limit: usize,
+    /// Only runs whose fields match these, exactly.
+    pub filter: RunFilter,
+    /// `q`: a run id, a run key or a delivery id, matched exactly.
+    pub q: Option<String>,
+}
+
+/// Exact matches on a run's identity and a window on its creation time.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunFilter {
+    /// The provider.
+    pub provider: Option<String>,
+    /// `org/repo`.
+    pub repo: Option<String>,
+    /// The action.
+    pub action: Option<String>,
+    /// Created at or after this time, ms since the Unix epoch.
+    pub since: Option<u64>,
+    /// Created before this time, ms since the Unix epoch.
+    pub until: Option<u64>,
+    /// The delivery that created the run.
+    pub delivery_id: Option<String>,
+}
+
+impl RunFilter {
+    fn matches(&self, r: &RunSummary) -> bool {
+        let eq = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
+        eq(&self.provider, &r.fields.provider)
+            && eq(&self.repo, &r.fields.repo)
+            && eq(&self.action, &r.fields.action)
+            && eq(&self.delivery_id, &r.fields.delivery_id)
+            && self.since.is_none_or(|s| r.created_ms.is_some_and(|c| c >= s))
+            && self.until.is_none_or(|u| r.created_ms.is_some_and(|c| c < u))
+    }
+
+    /// Whether every run older than `r` is too old for the window (run
+    /// numbers are handed out in creation order).
+    fn past_the_window(&self, r: &RunSummary) -> bool {
+        self.since.is_some_and(|s| r.created_ms.is_some_and(|c| c < s))
+    }
+}
+
+/// A time as ms since the Unix epoch, or RFC 3339 (`2026-12-01T19:00:00Z`).
+pub fn parse_time(name: &str, text: &str) -> Result<u64, String> {
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text.parse().map_err(|_| format!("{name} is too large"));
+    }
+    let t = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).map_err(|_| {
+        format!(
+            "{name} must be ms since the Unix epoch or an RFC 3339 time such as 2026-12-01T19:00:00Z, not {:?}",
+            crate::text::escape_control(text)
+        )
+    })?;
+    u64::try_from(t.unix_timestamp_nanos() / 1_000_000).map_err(|_| format!("{name} is before 1970"))
+}
+
+/// The run id named by `q` when it is a run id (`run-7`) or a run key
+/// (`NS:run-7:CREATED_MS`, what a destination gets as `webhook-id`), with
+/// the creation time a run key requires.
+pub fn run_named_by(q: &str) -> Option<(String, Option<u64>)> {
+    if run_number(q).is_some() {
+        return Some((q.to_owned(), None));
+    }
+    let mut parts = q.rsplitn(3, ':');
+    let (created, run_id, ns) = (parts.next()?, parts.next()?, parts.next()?);
+    (!ns.is_empty() && run_number(run_id).is_some()).then_some(())?;
+    Some((run_id.to_owned(), Some(created.parse().ok()?)))
 }
 
 impl Default for RunQuery {
     fn default() -> Self {
-        Self { status: None, before: None, limit: DEFAULT_LIMIT }
+        Self { status: None, before: None, limit: DEFAULT_LIMIT, filter: RunFilter::default(), q: None }
     }
 }
 
@@ -172,18 +246,19 @@ pub fn run_number(run_id: &str) -> Option<u64> {
 
 impl RunQuery {
     /// The query from its text parameters (`status`, `before` as a run id,
-    /// `limit`), each checked with a message that names it. A parameter
-    /// given empty is invalid like any other wrong value: leave it out instead.
-    pub fn parse(status: Option<&str>, before: Option<&str>, limit: Option<&str>) -> Result<Self, String> {
-        let status = status.map(str::parse).transpose()?;
-        let before = before
+    /// `limit`, `provider`, `repo`, `action`, `since`, `until`, `q`), each
+    /// checked with a message that names it. A parameter given empty is
+    /// invalid like any other wrong value: leave it out instead.
+    pub fn parse(param: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+        let status = param("status").map(|s| s.parse()).transpose()?;
+        let before = param("before")
             .map(|b| {
-                run_number(b).ok_or_else(|| {
-                    format!("before must be a run id such as run-42, not {:?}", crate::text::escape_control(b))
+                run_number(&b).ok_or_else(|| {
+                    format!("before must be a run id such as run-42, not {:?}", crate::text::escape_control(&b))
                 })
             })
             .transpose()?;
-        let limit = match limit {
+        let limit = match param("limit") {
             None => DEFAULT_LIMIT,
             Some(l) => l
                 .parse::<usize>()
@@ -191,7 +266,25 @@ impl RunQuery {
                 .filter(|n| (1..=MAX_LIMIT).contains(n))
                 .ok_or_else(|| format!("limit must be an integer from 1 to {MAX_LIMIT}"))?,
         };
-        Ok(Self { status, before, limit })
+        let text = |name: &str| -> Result<Option<String>, String> {
+            match param(name) {
+                Some(v) if v.is_empty() => Err(format!("{name} is empty: leave it out instead")),
+                Some(v) if v.len() > crate::gate::MAX_KEY_FIELD_BYTES => {
+                    Err(format!("{name} is longer than {} bytes", crate::gate::MAX_KEY_FIELD_BYTES))
+                }
+                v => Ok(v),
+            }
+        };
+        let time = |name: &str| param(name).map(|t| parse_time(name, &t)).transpose();
+        let filter = RunFilter {
+            provider: text("provider")?,
+            repo: text("repo")?,
+            action: text("action")?,
+            since: time("since")?,
+            until: time("until")?,
+            delivery_id: None,
+        };
+        Ok(Self { status, before, limit, filter, q: text("q")? })
     }
 
     /// Walks run numbers down from `newest` (the run counter), reading up to
@@ -205,15 +298,21 @@ impl RunQuery {
         let mut next = self.before.map_or(newest, |b| b.saturating_sub(1).min(newest));
         let floor = next.saturating_sub(MAX_EXAMINED);
         let mut runs = Vec::new();
-        while next > floor && runs.len() < self.limit {
+        let mut bytes = 0;
+        'walk: while next > floor && runs.len() < self.limit && bytes < PAGE_BYTES {
             let numbers: Vec<u64> = (next.saturating_sub(BATCH).max(floor) + 1..=next).rev().collect();
             let found = read_batch(numbers.clone()).await?;
             for (n, run) in numbers.into_iter().zip(found) {
                 next = n - 1;
                 let Some(run) = run else { continue };
-                if self.status.is_none_or(|s| run.status == s.as_str()) {
+                if self.filter.past_the_window(&run) {
+                    next = 0; // every older run is older still
+                    break 'walk;
+                }
+                if self.status.is_none_or(|s| run.status == s.as_str()) && self.filter.matches(&run) {
+                    bytes += run.size();
                     runs.push(run);
-                    if runs.len() == self.limit {
+                    if runs.len() == self.limit || bytes >= PAGE_BYTES {
                         break;
                     }
                 }
@@ -237,45 +336,51 @@ impl Ops {
     /// their retention are skipped).
     pub async fn recent_runs(&self, query: &RunQuery) -> Result<RunPage, OpsError> {
         let newest: Option<u64> = self.redis.query(redis::cmd("GET").arg(self.keys().run_counter())).await?;
-        query
-            .walk(newest.unwrap_or(0), |numbers| async move {
-                let mut pipe = redis::pipe();
-                for n in &numbers {
-                    pipe.cmd("HMGET").arg(self.keys().run(&format!("run-{n}"))).arg(&SUMMARY_FIELDS[..]);
+        query.walk(newest.unwrap_or(0), |numbers| self.summaries(numbers)).await
+    }
+
+    /// The summaries of runs `run-N` for each N (`None`: no record).
+    pub async fn summaries(&self, numbers: Vec<u64>) -> Result<Vec<Option<RunSummary>>, OpsError> {
+        let mut pipe = redis::pipe();
+        for n in &numbers {
+            pipe.cmd("HMGET").arg(self.keys().run(&format!("run-{n}"))).arg(&SUMMARY_FIELDS[..]);
+        }
+        let mut rows: Vec<Vec<Option<String>>> = self.redis.query(&mut pipe).await?;
+        // A queued record's identity is its stream entry's.
+        let entry_at = SUMMARY_FIELDS.len() - 1;
+        let queued: Vec<(usize, String)> = rows
+            .iter()
+            .enumerate()
+            .filter(|(_, row)| row[1].is_none())
+            .filter_map(|(i, row)| Some((i, row[entry_at].clone()?)))
+            .collect();
+        let ids: Vec<&str> = queued.iter().map(|(_, id)| id.as_str()).collect();
+        for ((i, _), entry) in queued.iter().zip(self.stream_entries(&ids).await?) {
+            for (slot, name) in rows[*i].iter_mut().zip(RunFields::NAMES) {
+                if slot.is_none() {
+                    *slot = entry.get(name).cloned();
                 }
-                let mut rows: Vec<Vec<Option<String>>> = self.redis.query(&mut pipe).await?;
-                // A queued record's identity is its stream entry's.
-                let entry_at = SUMMARY_FIELDS.len() - 1;
-                let queued: Vec<(usize, String)> = rows
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, row)| row[1].is_none())
-                    .filter_map(|(i, row)| Some((i, row[entry_at].clone()?)))
-                    .collect();
-                let ids: Vec<&str> = queued.iter().map(|(_, id)| id.as_str()).collect();
-                for ((i, _), entry) in queued.iter().zip(self.stream_entries(&ids).await?) {
-                    for (slot, name) in rows[*i].iter_mut().zip(RunFields::NAMES) {
-                        if slot.is_none() {
-                            *slot = entry.get(name).cloned();
-                        }
-                    }
-                }
-                Ok(rows
-                    .into_iter()
-                    .zip(&numbers)
-                    .map(|(mut row, n)| {
-                        // The record's key names its run, whatever the record holds.
-                        row[0].get_or_insert_with(|| format!("run-{n}"));
-                        // A record with no status is no record (expired, or never written).
-                        row[6].is_some().then(|| {
-                            RunSummary::read(|k| {
-                                SUMMARY_FIELDS.iter().position(|f| *f == k).and_then(|i| row[i].clone())
-                            })
-                        })
-                    })
-                    .collect())
+            }
+        }
+        Ok(rows
+            .into_iter()
+            .zip(&numbers)
+            .map(|(mut row, n)| {
+                // The record's key names its run, whatever the record holds.
+                row[0].get_or_insert_with(|| format!("run-{n}"));
+                // A record with no status is no record (expired, or never written).
+                row[6].is_some().then(|| {
+                    RunSummary::read(|k| SUMMARY_FIELDS.iter().position(|f| *f == k).and_then(|i| row[i].clone()))
+                })
             })
-            .await
+            .collect())
+    }
+}
+
+impl RunQuery {
+    /// Whether `run`, found by `q`, also passes the other filters.
+    pub fn admits(&self, run: &RunSummary) -> bool {
+        self.status.is_none_or(|s| run.status == s.as_str()) && self.filter.matches(run)
     }
 }
 
@@ -283,19 +388,39 @@ impl Ops {
 mod tests {
     use super::*;
 
+    fn parse(pairs: &[(&str, &str)]) -> Result<RunQuery, String> {
+        RunQuery::parse(|k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| (*v).to_owned()))
+    }
+
     #[test]
     fn queries_are_checked() {
-        assert_eq!(RunQuery::parse(None, None, None).unwrap(), RunQuery::default());
-        let q = RunQuery::parse(Some("dead"), Some("run-42"), Some("10")).unwrap();
-        assert_eq!(q, RunQuery { status: Some(RunStatus::Dead), before: Some(42), limit: 10 });
-        assert!(RunQuery::parse(Some("zombie"), None, None).unwrap_err().contains("queued, running"));
-        assert!(RunQuery::parse(Some(""), None, None).is_err());
-        assert!(RunQuery::parse(None, None, Some("")).unwrap_err().contains("limit"));
+        assert_eq!(parse(&[]).unwrap(), RunQuery::default());
+        let q = parse(&[("status", "dead"), ("before", "run-42"), ("limit", "10")]).unwrap();
+        assert_eq!(q, RunQuery { status: Some(RunStatus::Dead), before: Some(42), limit: 10, ..RunQuery::default() });
+        assert!(parse(&[("status", "zombie")]).unwrap_err().contains("queued, running"));
+        assert!(parse(&[("status", "")]).is_err());
+        assert!(parse(&[("limit", "")]).unwrap_err().contains("limit"));
         for bad in ["", "42", "run-", "run-x", "run--1", "run-99999999999999999999999"] {
-            assert!(RunQuery::parse(None, Some(bad), None).unwrap_err().contains("before"), "{bad}");
+            assert!(parse(&[("before", bad)]).unwrap_err().contains("before"), "{bad}");
         }
-        for bad in ["0", "201", "-1", "ten"] {
-            assert!(RunQuery::parse(None, None, Some(bad)).unwrap_err().contains("limit"), "{bad}");
+        for bad in ["0", "1001", "-1", "ten"] {
+            assert!(parse(&[("limit", bad)]).unwrap_err().contains("limit"), "{bad}");
+        }
+        let q = parse(&[("since", "1700000000000"), ("until", "2026-12-01T19:00:00.5Z"), ("repo", "o/r")]).unwrap();
+        assert_eq!((q.filter.since, q.filter.until), (Some(1_700_000_000_000), Some(1_796_151_600_500)));
+        assert_eq!(q.filter.repo.as_deref(), Some("o/r"));
+        for bad in [("since", "yesterday"), ("until", "-5"), ("repo", ""), ("q", "")] {
+            assert!(parse(&[bad]).unwrap_err().contains(bad.0), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_run_is_named_by_its_id_or_its_run_key() {
+        assert_eq!(run_named_by("run-7"), Some(("run-7".into(), None)));
+        assert_eq!(run_named_by("default:run-7:1700000000000"), Some(("run-7".into(), Some(1_700_000_000_000))));
+        assert_eq!(run_named_by("a:b:run-7:17"), Some(("run-7".into(), Some(17))), "a namespace may hold a colon");
+        for other in ["d-1", "run-x", ":run-7:17", "ns:run-7:x", "ns:run-7", "7"] {
+            assert_eq!(run_named_by(other), None, "{other}");
         }
     }
 

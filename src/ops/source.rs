@@ -12,10 +12,11 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::client::{Ops, OpsError};
-use super::dead::{DeadRun, Retried};
+use super::dead::{DeadPage, Retried};
 use super::inspect::{Found, Target};
-use super::render::{history_of, pretty_json, rfc3339_ms};
-use super::runs::{RunPage, RunQuery, RunSummary};
+use super::render::{history_of, rfc3339_ms};
+use super::runs::{RunPage, RunQuery, RunSummary, run_named_by};
+use crate::redis_io::run_scripts::RunReadCall;
 use crate::store::Store;
 use crate::store::memory::{MemoryRun, MemoryStore};
 use crate::store::redis_store::RedisStore;
@@ -41,17 +42,65 @@ pub struct RunDetail {
     /// Identity, status, attempts, last error, creation time.
     #[serde(flatten)]
     pub summary: RunSummary,
+    /// The run key a destination gets as `webhook-id` (and a command as
+    /// `IDEMGATE_RUN_KEY`): `NS:run-N:CREATED_MS`; `None` on the memory store.
+    pub run_key: Option<String>,
     /// Every field of the record but the payload and the history, as stored.
     pub fields: BTreeMap<String, String>,
     /// The newest attempts, oldest first (`[]`: none yet), as the record's
     /// `history` holds them (docs/worker.md).
     pub history: Value,
-    /// The kept payload, exactly as the provider sent it (`None`: not kept).
+    /// The kept payload, exactly as the provider sent it, when it is at most
+    /// [`MAX_PAYLOAD_TEXT`] bytes (`None`: not kept, or cut).
     pub payload: Option<Box<RawValue>>,
-    /// The same, indented for reading.
-    pub payload_pretty: Option<String>,
+    /// The kept payload's size in bytes (`None`: not kept).
+    pub payload_bytes: Option<u64>,
+    /// The payload is larger than [`MAX_PAYLOAD_TEXT`]: `payload_head` holds
+    /// its first bytes as text, and `GET /v1/ops/runs/{id}/payload` the whole.
+    pub payload_cut: bool,
+    /// The first bytes of a cut payload (at most [`MAX_PAYLOAD_TEXT`], cut
+    /// at a character boundary); `None` when the payload is whole.
+    pub payload_head: Option<String>,
     /// Time the record has left (`None`: it never expires).
     pub ttl_ms: Option<u64>,
+}
+
+/// Payload text one ops answer carries at most; a larger payload is cut
+/// there, and served whole by `GET /v1/ops/runs/{id}/payload`.
+pub const MAX_PAYLOAD_TEXT: usize = 1 << 20;
+
+/// A payload's parts in a [`RunDetail`], from its size and its first
+/// [`MAX_PAYLOAD_TEXT`] bytes (or all of it).
+struct PayloadParts {
+    payload: Option<Box<RawValue>>,
+    bytes: Option<u64>,
+    cut: bool,
+    head: Option<String>,
+}
+
+impl PayloadParts {
+    fn none() -> Self {
+        Self { payload: None, bytes: None, cut: false, head: None }
+    }
+
+    fn of(len: u64, head: Vec<u8>) -> Self {
+        if len as usize <= MAX_PAYLOAD_TEXT && head.len() as u64 == len {
+            let text = String::from_utf8(head).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+            // A payload that is not JSON (it always is: the gate parsed it) is kept as a JSON string.
+            let value = RawValue::from_string(text.clone())
+                .unwrap_or_else(|_| RawValue::from_string(Value::from(text).to_string()).expect("a JSON string"));
+            return Self { payload: Some(value), bytes: Some(len), cut: false, head: None };
+        }
+        let mut head = head;
+        head.truncate(MAX_PAYLOAD_TEXT);
+        let valid = match std::str::from_utf8(&head) {
+            Ok(_) => head.len(),
+            Err(e) => e.valid_up_to(),
+        };
+        head.truncate(valid);
+        let head = String::from_utf8(head).expect("cut at a character boundary");
+        Self { payload: None, bytes: Some(len), cut: true, head: Some(head) }
+    }
 }
 
 /// A delivery record and the run it names.
@@ -69,14 +118,27 @@ pub struct DeliveryDetail {
     pub run: Option<RunDetail>,
 }
 
-/// A kept payload as JSON, verbatim; a payload that is not JSON (it always
-/// is: the gate parsed it) is kept as a JSON string.
-fn payload_parts(raw: Option<&str>) -> (Option<Box<RawValue>>, Option<String>) {
-    let Some(raw) = raw else { return (None, None) };
-    let value = RawValue::from_string(raw.to_owned())
-        .unwrap_or_else(|_| RawValue::from_string(Value::from(raw).to_string()).expect("a JSON string"));
-    let pretty = pretty_json(value.get());
-    (Some(value), Some(pretty))
+fn detail(
+    key: Option<String>,
+    mut fields: BTreeMap<String, String>,
+    p: PayloadParts,
+    ttl_ms: Option<u64>,
+) -> RunDetail {
+    fields.remove("payload");
+    let history = history_of(fields.remove("history").as_deref());
+    let summary = RunSummary::read(|k| fields.get(k).cloned());
+    RunDetail {
+        run_key: None,
+        key,
+        summary,
+        fields,
+        history,
+        payload: p.payload,
+        payload_bytes: p.bytes,
+        payload_cut: p.cut,
+        payload_head: p.head,
+        ttl_ms,
+    }
 }
 
 fn memory_run_detail(run_id: &str, r: MemoryRun) -> RunDetail {
@@ -93,10 +155,11 @@ fn memory_run_detail(run_id: &str, r: MemoryRun) -> RunDetail {
     fields.insert("created_ms".to_owned(), r.created_ms.to_string());
     fields.insert("status".to_owned(), r.status.to_owned());
     fields.insert("attempts".to_owned(), "0".to_owned());
-    let summary = RunSummary::read(|k| fields.get(k).cloned());
-    let (payload, payload_pretty) = payload_parts(r.payload.as_deref());
-    fields.retain(|k, _| k != "payload");
-    RunDetail { key: None, summary, fields, history: json!([]), payload, payload_pretty, ttl_ms: None }
+    let parts = match r.payload.as_deref() {
+        Some(p) => PayloadParts::of(p.len() as u64, p.as_bytes()[..p.len().min(MAX_PAYLOAD_TEXT)].to_vec()),
+        None => PayloadParts::none(),
+    };
+    detail(None, fields, parts, None)
 }
 
 impl Source {
@@ -145,8 +208,68 @@ impl Source {
         }
     }
 
-    /// The newest runs matching `query`.
+    /// The newest runs matching `query`. With `q`: the run it names (a run
+    /// id, or a run key of this namespace with the run's creation time), or
+    /// else the run of that delivery (looked up directly with `provider`,
+    /// else by walking the runs for the delivery id that created them).
     pub async fn runs(&self, query: &RunQuery) -> Result<RunPage, OpsError> {
+        let Some(q) = &query.q else { return self.walk_runs(query).await };
+        let one = |run: Option<RunSummary>| RunPage {
+            runs: run.into_iter().filter(|r| query.admits(r)).collect(),
+            next_before: None,
+        };
+        if let Some((run_id, created)) = run_named_by(q) {
+            let namespace_ok = match (self, created) {
+                (_, None) => true,
+                (Source::Redis(ops), Some(_)) => q.rsplitn(3, ':').nth(2) == Some(ops.keys().namespace()),
+                (Source::Memory(_), Some(_)) => false,
+            };
+            let run = self
+                .summary(&run_id)
+                .await?
+                .filter(|r| namespace_ok && created.is_none_or(|c| r.created_ms == Some(c)));
+            if run.is_some() || created.is_some() {
+                return Ok(one(run));
+            }
+        }
+        if let Some(provider) = &query.filter.provider {
+            if let Some(d) = self.delivery_record(provider, q).await? {
+                let run = match &d.run_id {
+                    Some(id) => self.summary(id).await?,
+                    None => None,
+                };
+                return Ok(one(run));
+            }
+        }
+        let mut by_delivery = query.clone();
+        by_delivery.filter.delivery_id = Some(q.clone());
+        self.walk_runs(&by_delivery).await
+    }
+
+    /// One run's summary (`None`: no record).
+    async fn summary(&self, run_id: &str) -> Result<Option<RunSummary>, OpsError> {
+        let Some(n) = super::runs::run_number(run_id) else { return Ok(None) };
+        match self {
+            Source::Redis(ops) => Ok(ops.summaries(vec![n]).await?.pop().flatten()),
+            Source::Memory(m) => Ok(m.run(run_id).map(|r| memory_run_detail(run_id, r).summary)),
+        }
+    }
+
+    /// A delivery record alone (`None`: none).
+    async fn delivery_record(&self, provider: &str, delivery_id: &str) -> Result<Option<DeliveryRecord>, OpsError> {
+        match self {
+            Source::Redis(ops) => {
+                let target = Target::Delivery { provider: provider.to_owned(), delivery_id: delivery_id.to_owned() };
+                Ok(match ops.inspect(&target).await?.found {
+                    Some(Found::Delivery(d)) => Some(d.record),
+                    _ => None,
+                })
+            }
+            Source::Memory(m) => Ok(m.delivery(provider, delivery_id).map(|(r, _)| r)),
+        }
+    }
+
+    async fn walk_runs(&self, query: &RunQuery) -> Result<RunPage, OpsError> {
         match self {
             Source::Redis(ops) => ops.recent_runs(query).await,
             Source::Memory(m) => {
@@ -165,30 +288,41 @@ impl Source {
         }
     }
 
+    /// Every worker, from its heartbeat and its group (none on the memory
+    /// store: no worker reads it).
+    pub async fn workers(&self) -> Result<super::workers::Workers, OpsError> {
+        match self {
+            Source::Redis(ops) => ops.workers().await,
+            Source::Memory(_) => Ok(super::workers::Workers {
+                workers: Vec::new(),
+                groups: Vec::new(),
+                read_at_ms: crate::units::now_ms(),
+                cut: false,
+            }),
+        }
+    }
+
     /// One run, whole (`None`: no record).
     pub async fn run(&self, run_id: &str) -> Result<Option<RunDetail>, OpsError> {
         match self {
             Source::Redis(ops) => {
-                let found = ops.inspect(&Target::Run { run_id: run_id.to_owned() }).await?.found;
-                let Some(Found::Run(view)) = found else { return Ok(None) };
-                // The key names the run even where the record does not (a
-                // queued record whose stream entry is gone).
-                let summary = RunSummary::read(|k| {
-                    view.fields.get(k).cloned().or_else(|| (k == "run_id").then(|| run_id.to_owned()))
-                });
-                let (payload, payload_pretty) = payload_parts(view.fields.get("payload").map(String::as_str));
-                let mut fields = view.fields;
-                fields.remove("payload");
-                let history = history_of(fields.remove("history").as_deref());
-                Ok(Some(RunDetail {
-                    key: Some(view.key),
-                    summary,
-                    fields,
-                    history,
-                    payload,
-                    payload_pretty,
-                    ttl_ms: view.ttl.millis(),
-                }))
+                let call =
+                    RunReadCall { keys: ops.keys(), run_id, slice: (0, MAX_PAYLOAD_TEXT as u64), with_fields: true };
+                let mut read = ops.redis.call(&call).await?;
+                if read.fields.is_empty() || read.pttl == -2 {
+                    return Ok(None);
+                }
+                // A queued record holds what its stream entry does not
+                // (RunFields::ENTRY_ID), and its key names the run.
+                ops.fill_from_stream_entry(&mut read.fields).await?;
+                read.fields.entry("run_id".to_owned()).or_insert_with(|| run_id.to_owned());
+                let parts = match read.payload_len {
+                    Some(len) => PayloadParts::of(len, read.slice),
+                    None => PayloadParts::none(),
+                };
+                let mut d = detail(Some(ops.keys().run(run_id)), read.fields, parts, u64::try_from(read.pttl).ok());
+                d.run_key = d.summary.created_ms.map(|c| ops.keys().run_key(run_id, &c.to_string()));
+                Ok(Some(d))
             }
             Source::Memory(m) => Ok(m.run(run_id).map(|r| memory_run_detail(run_id, r))),
         }
@@ -214,12 +348,45 @@ impl Source {
         Ok(Some(DeliveryDetail { key, first_seen: record.at.and_then(rfc3339_ms), record, ttl_ms, run }))
     }
 
-    /// The dead stream, oldest first, and its key (`None` on the memory
-    /// store, which has no dead runs: nothing runs its work).
-    pub async fn dead(&self) -> Result<(Option<String>, Vec<DeadRun>), OpsError> {
+    /// One page of the dead stream, newest first, and its key (`None` on
+    /// the memory store, which has no dead runs: nothing runs its work).
+    pub async fn dead(&self, before: Option<&str>, limit: usize) -> Result<(Option<String>, DeadPage), OpsError> {
         match self {
-            Source::Redis(ops) => Ok((Some(ops.keys().runs_dead()), ops.dead_list().await?)),
-            Source::Memory(_) => Ok((None, Vec::new())),
+            Source::Redis(ops) => Ok((Some(ops.keys().runs_dead()), ops.dead_page(before, limit).await?)),
+            Source::Memory(_) => Ok((None, DeadPage { runs: Vec::new(), next_before: None, total: 0 })),
+        }
+    }
+
+    /// The kept payload's size (`None`: no record, or no payload), then its
+    /// bytes in slices of [`MAX_PAYLOAD_TEXT`], each read on its own, so that
+    /// serving a large payload holds one slice at a time.
+    pub async fn payload_len(&self, run_id: &str) -> Result<Option<u64>, OpsError> {
+        match self {
+            Source::Redis(ops) => {
+                let call = RunReadCall { keys: ops.keys(), run_id, slice: (0, 0), with_fields: false };
+                Ok(ops.redis.call(&call).await?.payload_len)
+            }
+            Source::Memory(m) => Ok(m.run(run_id).and_then(|r| r.payload).map(|p| p.len() as u64)),
+        }
+    }
+
+    /// Bytes `from..from + MAX_PAYLOAD_TEXT` of the kept payload (empty past its end).
+    pub async fn payload_slice(&self, run_id: &str, from: u64) -> Result<Vec<u8>, OpsError> {
+        let len = MAX_PAYLOAD_TEXT as u64;
+        match self {
+            Source::Redis(ops) => {
+                let call = RunReadCall { keys: ops.keys(), run_id, slice: (from, len), with_fields: false };
+                Ok(ops.redis.call(&call).await?.slice)
+            }
+            Source::Memory(m) => Ok(m
+                .run(run_id)
+                .and_then(|r| r.payload)
+                .map(|p| {
+                    let b = p.as_bytes();
+                    let start = (from as usize).min(b.len());
+                    b[start..(start + len as usize).min(b.len())].to_vec()
+                })
+                .unwrap_or_default()),
         }
     }
 

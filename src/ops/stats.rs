@@ -52,6 +52,23 @@ pub struct Stats {
     pub dead: StreamStats,
     /// Bytes per kind of key, Redis's used and max memory, growth.
     pub memory: MemoryReport,
+    /// How much of the keyspace the key counts come from.
+    pub scan: ScanCoverage,
+}
+
+/// How complete a reading's key counts are: a scan cut short by its
+/// deadline counts a sample of the keyspace (SCAN walks the hash table in
+/// an order unrelated to the keys, so its first part is a fair sample) and
+/// scales the counts up by the share it covered.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScanCoverage {
+    /// The scan went through the whole keyspace: the counts are exact.
+    pub complete: bool,
+    /// Share of the keyspace scanned, 0 to 1 (1 when complete); estimated
+    /// from the keys Redis examined against `DBSIZE`.
+    pub coverage: f64,
+    /// Time the scan took, ms.
+    pub duration_ms: u64,
 }
 
 pub use super::client::SCAN_COUNT;
@@ -64,7 +81,21 @@ impl Ops {
     /// One SCAN pass with `MATCH idemgate:{NS}:*:*` counts all three kinds
     /// (a pass per kind would walk the whole keyspace three times). On a
     /// cluster the scan goes to the primary that owns the namespace's slot.
-    pub async fn stats(&self, progress_every: u64, mut progress: impl FnMut(&KeyCounts)) -> Result<Stats, OpsError> {
+    pub async fn stats(&self, progress_every: u64, progress: impl FnMut(&KeyCounts)) -> Result<Stats, OpsError> {
+        self.stats_within(None, progress_every, progress).await
+    }
+
+    /// [`Ops::stats`], with the scan cut short at `budget` (`None`: never):
+    /// the counts are then a sample scaled up ([`ScanCoverage`]).
+    pub async fn stats_within(
+        &self,
+        budget: Option<std::time::Duration>,
+        progress_every: u64,
+        mut progress: impl FnMut(&KeyCounts),
+    ) -> Result<Stats, OpsError> {
+        let started = std::time::Instant::now();
+        let mut pages = 0u64;
+        let mut complete = true;
         let pattern = self.keys().scan_pattern("*");
         let (delivery, logical, run) =
             (self.keys().delivery_prefix(), self.keys().logical_prefix() + ":", self.keys().run_prefix());
@@ -90,11 +121,28 @@ impl Ops {
                 progress(&counts);
                 next_report = counts.total() + progress_every;
             }
+            pages += 1;
             if next == 0 {
+                break;
+            }
+            if budget.is_some_and(|b| started.elapsed() >= b) {
+                complete = false;
                 break;
             }
             cursor = next;
         }
+        let coverage = if complete {
+            1.0
+        } else {
+            let dbsize: u64 = self.redis.on_namespace_slot(&redis::cmd("DBSIZE")).await?;
+            ((pages * SCAN_COUNT as u64) as f64 / dbsize.max(1) as f64).clamp(0.001, 1.0)
+        };
+        if !complete {
+            let scale = |n: u64| (n as f64 / coverage).round() as u64;
+            counts =
+                KeyCounts { delivery: scale(counts.delivery), logical: scale(counts.logical), run: scale(counts.run) };
+        }
+        let scan = ScanCoverage { complete, coverage, duration_ms: started.elapsed().as_millis() as u64 };
 
         let (runs_key, dead_key, counter_key) =
             (self.keys().runs(), self.keys().runs_dead(), self.keys().run_counter());
@@ -109,6 +157,7 @@ impl Ops {
             run_counter: counter.unwrap_or(0),
             runs: StreamStats { key: runs_key, length: runs.length, groups: runs.groups },
             dead: StreamStats { key: dead_key, length: dead_len, groups: Vec::new() },
+            scan,
         })
     }
 }

@@ -34,9 +34,10 @@ script!(WORKER_WAKE, "worker_wake.lua");
 script!(RUN_FINISH, "run_finish.lua");
 script!(RUN_RELEASE, "run_release.lua");
 script!(DEAD_RETRY, "dead_retry.lua");
+script!(RUN_READ, "run_read.lua");
 
 /// Every script of this module with its file name, for checks over all of them.
-pub fn all() -> [(&'static str, &'static LuaScript); 12] {
+pub fn all() -> [(&'static str, &'static LuaScript); 13] {
     [
         ("worker_start.lua", &WORKER_START),
         ("worker_done.lua", &WORKER_DONE),
@@ -50,6 +51,7 @@ pub fn all() -> [(&'static str, &'static LuaScript); 12] {
         ("run_finish.lua", &RUN_FINISH),
         ("run_release.lua", &RUN_RELEASE),
         ("dead_retry.lua", &DEAD_RETRY),
+        ("run_read.lua", &RUN_READ),
     ]
 }
 
@@ -555,7 +557,8 @@ pub struct DeadRetryCall<'a> {
     pub run_id: &'a str,
     /// Now, ms since the Unix epoch.
     pub now_ms: u64,
-    /// The run's entries in the dead stream, removed when it moves (may be none).
+    /// More of the run's entries in the dead stream, removed when it moves
+    /// (may be none: the one the record names is removed anyway).
     pub dead_entry_ids: &'a [&'a str],
     /// A `done` run moves too (`runs redeliver`); else only a `dead` one.
     pub done_too: bool,
@@ -570,6 +573,9 @@ pub enum DeadRetried {
         entry_id: String,
         /// Dead-stream entries removed.
         dead_entries_removed: u64,
+        /// The record named its dead-stream entry (`dead_entry`), which is
+        /// removed; `false` for a run that died before records named it.
+        named_entry: bool,
     },
     /// Not moved: the run is not finished (or, for `dead retry`, not dead).
     Refused {
@@ -600,10 +606,58 @@ impl ScriptCall for DeadRetryCall<'_> {
             Some(1) => Ok(DeadRetried::Moved {
                 entry_id: text(1).ok_or_else(corrupt)?,
                 dead_entries_removed: parts.get(2).and_then(|v| redis::from_redis_value_ref(v).ok()).unwrap_or(0),
+                named_entry: parts.get(3).and_then(|v| redis::from_redis_value_ref::<i64>(v).ok()) == Some(1),
             }),
             Some(0) => Ok(DeadRetried::Refused { status: text(1).unwrap_or_default() }),
             _ => Err(corrupt()),
         }
+    }
+}
+
+/// `lua/run_read.lua`: a run record read bounded (the ops API's).
+pub struct RunReadCall<'a> {
+    /// The namespace's keys.
+    pub keys: &'a Keys,
+    /// The run.
+    pub run_id: &'a str,
+    /// The payload slice's first byte and length.
+    pub slice: (u64, u64),
+    /// Read the other fields too.
+    pub with_fields: bool,
+}
+
+/// What `lua/run_read.lua` answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunRead {
+    /// Every field but `payload` (empty when not asked for, or no record).
+    pub fields: std::collections::BTreeMap<String, String>,
+    /// The payload's length in bytes (`None`: no payload).
+    pub payload_len: Option<u64>,
+    /// The slice of the payload asked for.
+    pub slice: Vec<u8>,
+    /// `PTTL` of the record (-2: no record, -1: no expiry).
+    pub pttl: i64,
+}
+
+impl ScriptCall for RunReadCall<'_> {
+    type Reply = RunRead;
+
+    fn script(&self) -> &'static LuaScript {
+        &RUN_READ
+    }
+
+    fn command(&self) -> Cmd {
+        let record = self.keys.run(self.run_id);
+        let mut cmd = self.script().evalsha(&[&record]);
+        cmd.arg(self.slice.0).arg(self.slice.1).arg(if self.with_fields { "1" } else { "0" });
+        cmd
+    }
+
+    fn decode(&self, reply: Value) -> Result<RunRead, Error> {
+        let corrupt = || Error::Corrupt("run_read.lua answered something else than its header says".into());
+        let (fields, len, slice, pttl): (Vec<(String, String)>, i64, Vec<u8>, i64) =
+            redis::from_redis_value(reply).map_err(|_| corrupt())?;
+        Ok(RunRead { fields: fields.into_iter().collect(), payload_len: u64::try_from(len).ok(), slice, pttl })
     }
 }
 

@@ -40,6 +40,7 @@ pub mod breaker;
 pub mod command;
 pub mod config;
 pub mod deliver;
+pub mod heartbeat;
 mod history;
 mod leases;
 pub mod metrics;
@@ -81,6 +82,7 @@ pub struct Worker {
     queue: Arc<Queue>,
     config: Arc<WorkerConfig>,
     metrics: Option<Arc<WorkerMetrics>>,
+    heartbeat: heartbeat::Heartbeat,
 }
 
 impl Worker {
@@ -89,7 +91,7 @@ impl Worker {
     pub async fn connect(opts: &RedisOptions, keys: Keys, config: WorkerConfig) -> Result<Self, WorkerError> {
         config.validate()?;
         let queue = Queue::connect(opts, keys, &config).await?;
-        Ok(Self { queue: Arc::new(queue), config: Arc::new(config), metrics: None })
+        Ok(Self { queue: Arc::new(queue), config: Arc::new(config), metrics: None, heartbeat: Default::default() })
     }
 
     /// Connects a worker with `config` to the store `resolved` names, which
@@ -132,6 +134,12 @@ impl Worker {
         self
     }
 
+    /// What this worker's heartbeat says about it, and how often ([`heartbeat`]).
+    pub fn with_heartbeat(mut self, hb: heartbeat::Heartbeat) -> Self {
+        self.heartbeat = hb;
+        self
+    }
+
     /// The settings this worker runs with.
     pub fn config(&self) -> &WorkerConfig {
         &self.config
@@ -162,13 +170,20 @@ impl Worker {
             let shared = shared.clone();
             async move { wake::wake_parked(&shared).await }
         });
-        let reader = reader::read_loop(shared.clone(), Arc::new(handler), stop_rx);
+        let handler = Arc::new(handler);
+        let beat = tokio::spawn(heartbeat::beat(shared.clone(), self.heartbeat.clone(), {
+            let h = handler.clone();
+            move || heartbeat::breaker_of(&*h)
+        }));
+        let reader = reader::read_loop(shared.clone(), handler, stop_rx);
         let mut tasks = read_until(reader, shutdown, &stop_tx).await;
         // The drain: the run tasks finish their attempts, or give their runs
         // back, while the keeper still renews their leases.
         while tasks.join_next().await.is_some() {}
         keeper.abort();
         waker.abort();
+        beat.abort();
+        heartbeat::forget(&shared).await;
         self.leave().await;
         let summary = shared.counters.summary();
         tracing::info!(?summary, "worker stopped");

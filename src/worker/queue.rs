@@ -136,6 +136,16 @@ impl Queue {
         &self.consumer
     }
 
+    /// The group this queue reads for.
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    /// The handle the queue's scripts run on (the heartbeat writes through it).
+    pub fn handle(&self) -> &RedisHandle {
+        &self.redis
+    }
+
     /// A new operation id, for one script call and its retries.
     pub fn op(&self) -> Op {
         Op(format!("{}{}", self.op_prefix, self.ops.fetch_add(1, Ordering::Relaxed)))

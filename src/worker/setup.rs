@@ -34,6 +34,8 @@ pub struct WorkerSetup {
     pub mode: Mode,
     /// Where to serve `GET /metrics`, if anywhere.
     pub metrics_listen: Option<SocketAddr>,
+    /// Time between two heartbeats.
+    pub heartbeat_interval: Duration,
 }
 
 fn config_error(e: ConfigError) -> WorkerError {
@@ -125,9 +127,14 @@ impl WorkerSetup {
             Some(addr) => Some(addr.value.parse().map_err(|_| addr.fail("not an address like 127.0.0.1:9464"))?),
             None => None,
         };
+        let heartbeat_interval = more_than_zero(
+            s.heartbeat_interval.duration()?,
+            crate::worker::heartbeat::DEFAULT_HEARTBEAT_INTERVAL,
+            "the heartbeat interval",
+        )?;
         // What no single setting decides (the settings above are checked already).
         c.validate().map_err(|e| ConfigError::new(e.to_string()))?;
-        Ok(WorkerSetup { config: c, mode, metrics_listen })
+        Ok(WorkerSetup { config: c, mode, metrics_listen, heartbeat_interval })
     }
 }
 
@@ -194,7 +201,18 @@ pub async fn run(
         None => None,
     };
     let config = setup.config;
-    let worker = Worker::for_store(&resolved, config, &handler.describe()).await?;
+    let heartbeat = crate::worker::heartbeat::Heartbeat {
+        interval: setup.heartbeat_interval,
+        mode: match &setup.mode {
+            Mode::Command(_) => "command".into(),
+            Mode::Deliver(_) => "deliver".into(),
+        },
+        destination: match &setup.mode {
+            Mode::Command(_) => String::new(),
+            Mode::Deliver(d) => crate::worker::heartbeat::redact_destination(&d.url),
+        },
+    };
+    let worker = Worker::for_store(&resolved, config, &handler.describe()).await?.with_heartbeat(heartbeat);
     let serving = listener.map(|l| {
         tracing::info!(address = %l.local_addr().map_or_else(|_| "?".into(), |a| a.to_string()), "serving GET /metrics");
         tokio::spawn(super::metrics::serve(l, metrics.clone(), std::future::pending()))
@@ -282,6 +300,7 @@ breaker_cooldown = "250ms"
 breaker_max_cooldown = "750ms"
 keep_done_payloads = true
 metrics_listen = "127.0.0.1:9464"
+heartbeat_interval = "2s"
 "#;
 
     /// `retry_schedule`, the one `[worker]` key [`EVERY_KEY`] lacks: it
@@ -311,6 +330,7 @@ metrics_listen = "127.0.0.1:9464"
         assert_eq!((c.trim_interval, c.block), (None, Duration::from_millis(500)));
         assert_eq!(c.run_retention, Some(Duration::from_secs(2 * 86_400)), "the top-level run_retention applies");
         assert_eq!(s.metrics_listen, Some("127.0.0.1:9464".parse().unwrap()));
+        assert_eq!(s.heartbeat_interval, Duration::from_secs(2));
         let Mode::Deliver(d) = &s.mode else { panic!("{:?}", s.mode) };
         assert_eq!(d.url, "http://127.0.0.1:1/hooks");
         assert_eq!(

@@ -132,6 +132,7 @@ async fn each_endpoint_on_redis() {
 
     let run = get(&app, "/v1/ops/runs/run-1").await;
     assert_eq!(run.status, StatusCode::OK, "{}", run.text);
+    assert!(run.text.contains("18446744073709551617"), "the number past 2^64 keeps its digits");
     let run = run.json();
     assert_eq!(
         (run["status"].as_str(), run["key"].as_str()),
@@ -139,10 +140,14 @@ async fn each_endpoint_on_redis() {
     );
     assert_eq!(run["payload"], event(1), "the payload as sent");
     assert!(!run["fields"].as_object().unwrap().contains_key("payload"));
-    // The number past 2^64 keeps its digits in both forms.
-    assert!(run.to_string().contains("18446744073709551617"));
-    let pretty = run["payload_pretty"].as_str().unwrap();
-    assert!(pretty.contains("\n  \"big\": 18446744073709551617"), "{pretty}");
+    assert_eq!(
+        (run["payload_bytes"].as_u64(), run["payload_cut"].as_bool()),
+        (Some(event_text(1).len() as u64), Some(false))
+    );
+    // The whole payload, byte for byte, at its own URL.
+    let whole = get(&app, "/v1/ops/runs/run-1/payload").await;
+    assert_eq!((whole.status, whole.header("content-type")), (StatusCode::OK, Some("application/json")));
+    assert_eq!(whole.text, event_text(1));
 
     let d = get(&app, "/v1/ops/deliveries/github/d-1-again").await.json();
     assert_eq!((d["record"]["status"].as_str(), d["record"]["run_id"].as_str()), (Some("duplicate"), Some("run-1")));
@@ -199,7 +204,9 @@ async fn runs_are_paged_newest_first_and_filtered_by_status() {
     assert_eq!(run_ids(&get(&app, "/v1/ops/runs?status=dead&before=run-4").await.json()), ["run-1"]);
     assert_eq!(run_ids(&get(&app, "/v1/ops/runs?status=queued&limit=1").await.json()), ["run-5"]);
     assert!(run_ids(&get(&app, "/v1/ops/runs?status=done").await.json()).is_empty());
-    for bad in ["status=zombie", "before=7", "limit=0", "limit=201", "limit=x", "limit=1&limit=2"] {
+    for bad in
+        ["status=zombie", "before=7", "limit=0", "limit=1001", "limit=x", "limit=1&limit=2", "repo=", "since=soon"]
+    {
         let r = get(&app, &format!("/v1/ops/runs?{bad}")).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {}", r.text);
         assert!(r.json()["error"].is_string(), "{bad}");
@@ -237,7 +244,7 @@ async fn every_endpoint_needs_the_token_and_a_public_address_closes_the_console(
 
     let gate = Gate::new(["o/r"], Backend::Memory.store(&Settings::default()).await);
     let closed = app_closed(gate, true);
-    for (method, uri) in OPS_ENDPOINTS.iter().copied().chain([("GET", "/console"), ("GET", "/console/console.js")]) {
+    for (method, uri) in OPS_ENDPOINTS.iter().copied().chain([("GET", "/console"), ("GET", "/console/main.js")]) {
         let r = call(&closed, method, uri, None, None).await;
         assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{method} {uri}: {}", r.text);
         assert!(r.json()["error"].as_str().unwrap().contains("--allow-unauthenticated-api"));
@@ -336,11 +343,22 @@ async fn each_endpoint_on_the_memory_store() {
 #[tokio::test]
 async fn the_console_is_served_with_its_security_headers() {
     let (app, _) = router(Backend::Memory).await;
-    for (uri, ctype) in [
-        ("/console", "text/html; charset=utf-8"),
-        ("/console/console.js", "text/javascript; charset=utf-8"),
-        ("/console/console.css", "text/css; charset=utf-8"),
-    ] {
+    // Every file of src/console/ is served, with its type.
+    let mut files: Vec<(String, &str)> = vec![("/console".into(), "text/html; charset=utf-8")];
+    for entry in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/src/console")).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        let ctype = match name.rsplit('.').next().unwrap() {
+            "js" => "text/javascript; charset=utf-8",
+            "css" => "text/css; charset=utf-8",
+            "svg" => "image/svg+xml",
+            "html" => continue,
+            other => panic!("a console file of an unknown kind: {other}"),
+        };
+        files.push((format!("/console/{name}"), ctype));
+    }
+    files.push(("/favicon.ico".into(), "image/svg+xml"));
+    for (uri, ctype) in &files {
+        let (uri, ctype) = (uri.as_str(), *ctype);
         let r = call(&app, "GET", uri, None, None).await;
         assert_eq!((r.status, r.header("content-type")), (StatusCode::OK, Some(ctype)), "{uri}");
         let csp = r.header("content-security-policy").unwrap();
@@ -355,15 +373,30 @@ async fn the_console_is_served_with_its_security_headers() {
     }
     let page = call(&app, "GET", "/console", None, None).await.text;
     for tag in page.split("<script").skip(1) {
-        assert!(tag.trim_start().starts_with("type=\"module\" src=\"/console/"), "only the page's own script: {tag}");
+        assert!(
+            tag.trim_start().starts_with("type=\"module\" src=\"/console/main.js"),
+            "only the page's own script: {tag}"
+        );
     }
     assert!(!page.contains(" style=") && !page.contains("<style"), "no inline style");
     assert!(!page.contains("http://") && !page.contains("https://"), "nothing from another origin");
-    let script = call(&app, "GET", "/console/console.js", None, None).await.text;
-    for unsafe_sink in
-        ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "document.cookie", "localStorage"]
-    {
-        assert!(!script.contains(unsafe_sink), "{unsafe_sink} in console.js");
+    assert_eq!(call(&app, "GET", "/console/nope.js", None, None).await.status, StatusCode::NOT_FOUND);
+    for (uri, _) in files.iter().filter(|(u, _)| u.ends_with(".js")) {
+        let script = call(&app, "GET", uri, None, None).await.text;
+        for unsafe_sink in [
+            "innerHTML",
+            "outerHTML",
+            "insertAdjacentHTML",
+            "document.write",
+            "eval(",
+            "document.cookie",
+            "localStorage",
+        ] {
+            assert!(!script.contains(unsafe_sink), "{unsafe_sink} in {uri}");
+        }
+        for import in script.split("from \"").skip(1) {
+            assert!(import.starts_with("/console/"), "{uri} imports only the console's own modules: {import:.40}");
+        }
     }
 }
 
@@ -381,7 +414,7 @@ pub(crate) struct Browser {
 }
 
 impl Browser {
-    async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         Self::start_with(&[]).await
     }
 
@@ -513,7 +546,7 @@ impl Browser {
         }
     }
 
-    async fn screenshot(&self) -> Vec<u8> {
+    pub(crate) async fn screenshot(&self) -> Vec<u8> {
         use base64::Engine;
         let b64 = self.cmd(reqwest::Method::GET, "/screenshot", None).await;
         base64::engine::general_purpose::STANDARD.decode(b64.as_str().unwrap()).unwrap()
@@ -531,16 +564,30 @@ impl Drop for Browser {
 
 /// `idemgate serve` (the real binary) on a free loopback port, with a
 /// token, payloads kept and this Redis namespace; killed on drop.
-struct Served {
-    child: std::process::Child,
-    url: String,
+pub(crate) struct Served {
+    pub(crate) child: std::process::Child,
+    pub(crate) url: String,
 }
 
 impl Served {
-    fn start(ns: &str, dir: &std::path::Path, token: &str) -> Self {
+    pub(crate) fn start(ns: &str, dir: &std::path::Path, token: &str) -> Self {
+        Self::start_on(crate::support::redis_url(), ns, dir, token)
+    }
+
+    /// `serve` with this config file's text.
+    pub(crate) fn start_with_config(ns: &str, dir: &std::path::Path, token: &str, config: &str) -> Self {
+        Self::start_full(crate::support::redis_url(), ns, dir, token, config)
+    }
+
+    /// `serve` on the Redis at `redis_url`.
+    pub(crate) fn start_on(redis_url: &str, ns: &str, dir: &std::path::Path, token: &str) -> Self {
+        Self::start_full(redis_url, ns, dir, token, "keep_payload = true\nallowed_repos = [\"o/r\"]\n")
+    }
+
+    fn start_full(redis_url: &str, ns: &str, dir: &std::path::Path, token: &str, config_text: &str) -> Self {
         let port = crate::support::free_port();
         let config = dir.join("idemgate.toml");
-        std::fs::write(&config, "keep_payload = true\nallowed_repos = [\"o/r\"]\n").unwrap();
+        std::fs::write(&config, config_text).unwrap();
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"));
         for (var, _) in std::env::vars().filter(|(k, _)| k.starts_with("IDEMGATE_")) {
             cmd.env_remove(var);
@@ -548,7 +595,7 @@ impl Served {
         let child = cmd
             .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
             .arg(&config)
-            .args(["--redis-url", crate::support::redis_url(), "--namespace", ns])
+            .args(["--redis-url", redis_url, "--namespace", ns])
             .env("IDEMGATE_API_TOKEN", token)
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
@@ -561,6 +608,13 @@ impl Served {
         }
         Self { child, url: format!("http://127.0.0.1:{port}") }
     }
+
+    /// The process's peak resident memory (`VmHWM`), bytes.
+    pub(crate) fn peak_rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+    }
 }
 
 impl Drop for Served {
@@ -570,12 +624,36 @@ impl Drop for Served {
     }
 }
 
+/// Writes `png` to the test target directory, and to docs/console-NAME.png
+/// with IDEMGATE_UPDATE_SCREENSHOT=1.
+pub(crate) fn keep_screenshot(name: &str, png: &[u8]) {
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    std::fs::write(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("console-{name}.png")), png).unwrap();
+    if std::env::var_os("IDEMGATE_UPDATE_SCREENSHOT").is_some() {
+        std::fs::write(format!("{}/docs/console-{name}.png", env!("CARGO_MANIFEST_DIR")), png).unwrap();
+    }
+}
+
+/// POSTs run `n`'s event as delivery `d-n` to `served`.
+async fn post_delivery(http: &reqwest::Client, served: &Served, token: &str, n: u64) {
+    let body = format!(r#"{{"provider":"github","delivery_id":"d-{n}","event":{}}}"#, event_text(n));
+    let r = http
+        .post(format!("{}/v1/deliveries", served.url))
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202, "{:?}", r.text().await);
+}
+
 /// The whole console story in headless Chromium: the page loads, asks for
-/// the token, shows the runs a real worker ran and the one it could not,
-/// opens a run whose payload holds `<script>` and `<b>` and shows them as
-/// text, and `Retry` sends the dead run back, out of the dead list, to be
-/// run to `done`. The screenshot (overview and dead list) goes to the test
-/// target directory, and to docs/console.png with IDEMGATE_UPDATE_SCREENSHOT=1.
+/// the token, shows health and the gate's counts with rates from its first
+/// reading, lists the runs a real worker ran, opens a run whose payload
+/// holds `<script>` and `<b>` and shows them as text (every digit of a
+/// number past 2^64 kept), and `Retry` sends a dead run back with the count
+/// updated at once; `Retry all` asks first. A screenshot of each view.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_in_headless_chromium() {
     use crate::worker::{Workers, record, spawn_worker, temp_dir, wait_for};
@@ -585,22 +663,13 @@ async fn the_console_in_headless_chromium() {
     let served = Served::start(&ns, &dir, &token);
     let http = reqwest::Client::new();
     for n in 1..=3u64 {
-        let body = format!(r#"{{"provider":"github","delivery_id":"d-{n}","event":{}}}"#, event_text(n));
-        let r = http
-            .post(format!("{}/v1/deliveries", served.url))
-            .bearer_auth(&token)
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 202, "{:?}", r.text().await);
+        post_delivery(&http, &served, &token, n).await;
     }
     // A real worker: runs 2 and 3 fail (one attempt allowed) until the fix is deployed.
     let script = r#"cat > /dev/null
         case "$IDEMGATE_RUN_ID" in run-2|run-3) [ -e "$D/fixed" ] || { echo 'handler bug: <b>boom</b>' >&2; exit 3; } ;; esac"#;
     // The page shows run-1's payload once it is done: the done record keeps it only so.
-    let flags = ["--max-attempts", "1", "--keep-done-payloads"];
+    let flags = ["--max-attempts", "1", "--keep-done-payloads", "--heartbeat-interval", "1s"];
     let _workers = Workers(vec![spawn_worker(&ns, &dir, "w1", &flags, script)]);
     let status = |n: u64| {
         let ns = ns.clone();
@@ -617,85 +686,97 @@ async fn the_console_in_headless_chromium() {
     b.until("the 401 notice", "return document.getElementById('notice').textContent.includes('401')").await;
     b.type_into("#token", &token).await;
     b.click("#token-form button[type=submit]").await;
-    b.find("#runs-table tbody tr[data-run-id='run-3']").await;
-    b.find("#dead-table tbody tr[data-run-id='run-2']").await;
-    assert!(b.text("#dead-table tbody tr[data-run-id='run-2']").await.contains("handler bug: <b>boom</b>"));
-    assert_eq!(b.eval("return document.querySelectorAll('#dead-table b').length").await, 0);
-    let row = b.text("#runs-table tbody tr[data-run-id='run-3']").await;
-    assert!(row.contains("github o/r push #3") && row.contains("dead"), "{row}");
-    // The token is in sessionStorage only: not in the URL, not in a cookie, not in the field.
-    let where_token = b.eval("return [location.href, document.cookie, document.getElementById('token').value, sessionStorage.getItem('idemgate.token')]").await;
-    assert_eq!(where_token, json!([format!("{}/console", served.url), "", "", token]));
-    // The overview refreshes on its own: deliveries after its first reading
-    // show as rates from the counters in a later one.
+    // Health first: the worker up, the two dead runs; the gate's counts with their rates at once.
     b.until(
-        "the first reading",
-        "return document.querySelector('[data-tile=run-counter] .value').textContent === 'run-3'",
+        "the worker up",
+        "return !!document.querySelector(\"#workers-table tr[data-worker='w1'][data-state='up']\")",
     )
     .await;
-    for n in 4..=8u64 {
-        let body = format!(r#"{{"provider":"github","delivery_id":"d-{n}","event":{}}}"#, event_text(n));
-        let r = http.post(format!("{}/v1/deliveries", served.url)).bearer_auth(&token).body(body).send().await.unwrap();
-        assert_eq!(r.status(), 202);
-    }
-    wait_for(Duration::from_secs(30), "runs 4 to 8 done", || async {
-        for n in 4..=8 {
-            if status(n).await != "done" {
-                return false;
-            }
-        }
-        true
-    })
-    .await;
-    // The run list changes when asked (so a page being read does not move).
-    b.click("#runs-form button[type=submit]").await;
-    b.find("#runs-table tbody tr[data-run-id='run-8']").await;
-    let rising = r"return ['run-rate', 'delivery-rate'].every(t => {
-        const v = document.querySelector(`[data-tile=${t}] .value`).textContent;
-        return /^[0-9.]+\/s$/.test(v) && parseFloat(v) > 0;
-    })";
-    b.until("the overview's rates to rise", rising).await;
     assert_eq!(b.text("[data-tile=dead] .value").await, "2");
-    let png = b.screenshot().await;
-    assert!(png.starts_with(b"\x89PNG"), "a PNG");
-    std::fs::write(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console.png"), &png).unwrap();
-    if std::env::var_os("IDEMGATE_UPDATE_SCREENSHOT").is_some() {
-        std::fs::write(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/console.png"), &png).unwrap();
-    }
+    assert_eq!(b.text("[data-tile=workers-up] .value").await, "1");
+    assert_eq!(b.text("[data-tile=created] .value").await, "3");
+    let rate = b.text("[data-tile=created] .rate").await;
+    assert!(
+        rate.ends_with("/s") && rate.parse::<f64>().is_err() && !rate.contains('…'),
+        "a rate from the first reading: {rate}"
+    );
+    assert!(rate.trim_end_matches("/s").parse::<f64>().unwrap() > 0.0, "{rate}");
+    let body = b.body_text().await;
+    assert!(!body.contains("runs stream entries") && !body.contains('…'), "plain words, no placeholder: {body}");
+    // The icon is served (no 404 in the browser's log).
+    let icon = b.eval("return fetch('/favicon.ico').then(r => r.status)").await;
+    assert_eq!(icon, 200);
+    keep_screenshot("overview", &b.screenshot().await);
 
-    // A run's detail: the payload pretty-printed, its markup as text.
-    b.click("#runs-table button.open-run[data-run-id='run-1']").await;
+    // The runs, newest first, refreshing on their own.
+    b.goto(&format!("{}/console#/runs", served.url)).await;
+    b.find("#runs-table tbody tr[data-run-id='run-3']").await;
+    let row = b.text("#runs-table tbody tr[data-run-id='run-3']").await;
+    assert!(row.contains("github o/r push #3") && row.contains("dead"), "{row}");
+    let created = b.eval("const t = document.querySelector(\"#runs-table tr[data-run-id='run-3'] .time\"); return [t.textContent, t.title]").await;
+    assert!(created[0].as_str().unwrap().contains("ago") || created[0] == "just now", "{created}");
+    assert!(created[1].as_str().unwrap().ends_with('Z'), "the absolute time on hover: {created}");
+    // The token is in sessionStorage only: not in the URL, not in a cookie, not in the field.
+    let where_token = b.eval("return [location.href.includes(sessionStorage.getItem('idemgate.token')), document.cookie, document.getElementById('token').value, sessionStorage.getItem('idemgate.token')]").await;
+    assert_eq!(where_token, json!([false, "", "", token]));
+    post_delivery(&http, &served, &token, 4).await;
+    b.until(
+        "the list to show run-4 by itself",
+        "return !!document.querySelector(\"#runs-table tr[data-run-id='run-4']\")",
+    )
+    .await;
+    wait_for(Duration::from_secs(30), "run-4 done", || async { status(4).await == "done" }).await;
+    keep_screenshot("runs", &b.screenshot().await);
+
+    // A run's page: its own URL, at the top; the payload indented, its markup as text.
+    b.click("#runs-table a.open-run[data-run-id='run-1']").await;
     b.until("run-1's payload", "return document.getElementById('payload').textContent.includes('pwned')").await;
+    assert_eq!(b.eval("return [location.hash, window.scrollY]").await, json!(["#/runs/run-1", 0]));
     let payload = b.eval("return document.getElementById('payload').textContent").await;
     let payload = payload.as_str().unwrap();
     assert!(payload.contains(r#""title": "<script>window.pwned = 1</script> and <b>bold</b>""#), "{payload}");
-    assert!(payload.contains(r#""big": 18446744073709551617"#), "{payload}");
+    assert!(payload.contains(r#""big": 18446744073709551617"#), "every digit: {payload}");
     let injected = b.eval("return [document.querySelectorAll('#payload *').length, typeof window.pwned]").await;
     assert_eq!(injected, json!([0, "undefined"]), "the payload's markup is text, its script never ran");
-    assert!(b.text("#payload").await.contains("<b>bold</b>"), "shown as typed, not bold");
+    let key = b.text("#run-key").await;
+    assert!(key.starts_with(&format!("{ns}:run-1:")), "the run key: {key}");
+    assert_eq!(b.eval("return document.getElementById('raw').open").await, false, "the raw record is folded away");
+    assert!(
+        b.eval("return document.getElementById('redeliver').hidden").await == false,
+        "a done run can be redelivered"
+    );
+    // Its delivery, one click away.
+    b.click("#delivery-link").await;
+    b.until("the delivery", "return document.getElementById('delivery-fields').textContent.includes('created (202)')")
+        .await;
 
-    // A delivery lookup finds run-2 and its last error.
-    b.type_into("#delivery-provider", "github").await;
-    b.type_into("#delivery-id", "d-2").await;
-    b.click("#delivery-form button[type=submit]").await;
-    b.until("the delivery", "return document.getElementById('delivery-fields').textContent.includes('dead')").await;
-    assert!(b.text("#delivery-fields").await.contains("created (202)"));
-
-    // The fix is deployed; Retry sends run-2 back, out of the dead list, to be done.
+    // The dead runs: Retry sends run-2 back, and the count drops at once.
     std::fs::write(dir.join("fixed"), "").unwrap();
+    b.goto(&format!("{}/console#/dead", served.url)).await;
+    b.find("#dead-table tbody tr[data-run-id='run-2']").await;
+    assert!(b.text("#dead-table tbody tr[data-run-id='run-2']").await.contains("handler bug: <b>boom</b>"));
+    assert_eq!(b.eval("return document.querySelectorAll('#dead-table b').length").await, 0);
+    assert_eq!(b.text("#dead-count").await, "2");
+    keep_screenshot("dead", &b.screenshot().await);
     b.click("#dead-table button.retry[data-run-id='run-2']").await;
     b.until("run-2 to leave the dead list", "return !document.querySelector(\"#dead-table tr[data-run-id='run-2']\")")
         .await;
-    b.find("#dead-table tbody tr[data-run-id='run-3']").await;
-    wait_for(Duration::from_secs(30), "run-2 done", || async { status(2).await == "done" }).await;
+    assert_eq!(b.text("#dead-count").await, "1", "the count is fresh at once");
     b.until("the notice", "return document.getElementById('notice').textContent.includes('1 run queued again')").await;
+    wait_for(Duration::from_secs(30), "run-2 done", || async { status(2).await == "done" }).await;
     // Retry all asks first; accepted, it empties the dead list.
     b.click("#retry-all").await;
     let question = b.cmd(reqwest::Method::GET, "/alert/text", None).await;
-    assert_eq!(question, "Queue 1 dead run again?");
+    assert_eq!(question, "Queue all 1 dead run again?");
     b.post("/alert/accept", json!({})).await;
     b.until("an empty dead list", "return document.querySelectorAll('#dead-table tbody tr').length === 0").await;
+    assert_eq!(b.text("#dead-count").await, "0");
     wait_for(Duration::from_secs(30), "run-3 done", || async { status(3).await == "done" }).await;
+    // A run redriven to done no longer shows its old error as current.
+    b.goto(&format!("{}/console#/runs", served.url)).await;
+    b.find("#runs-table tbody tr[data-run-id='run-3']").await;
+    let cls = b.eval("const c = document.querySelector(\"#runs-table tr[data-run-id='run-3'] td:nth-child(6)\"); return [c.className, c.textContent]").await;
+    assert_eq!(cls[0], "earlier-error", "{cls}");
     let _ = b.cmd(reqwest::Method::DELETE, "", None).await;
     let _ = std::fs::remove_dir_all(&dir);
 }

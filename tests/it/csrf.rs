@@ -65,7 +65,7 @@ async fn without_a_token_host_origin_and_content_type_are_checked() {
     for (n, host) in (1..).zip(["127.0.0.1:8080", "localhost:8080", "[::1]:8080", "GATE.example"]) {
         let r = send(&open, req("POST", "/v1/deliveries", &[("host", host), json_ct], &delivery_n(host, n))).await;
         assert_eq!(r.status, StatusCode::ACCEPTED, "{host}: {}", r.text);
-        for page in ["/console", "/console/console.js", "/v1/ops/runs"] {
+        for page in ["/console", "/console/main.js", "/v1/ops/runs"] {
             assert_eq!(
                 send(&open, req("GET", page, &[("host", host)], "")).await.status,
                 StatusCode::OK,
@@ -75,7 +75,7 @@ async fn without_a_token_host_origin_and_content_type_are_checked() {
     }
     let own = [("host", "127.0.0.1:8080"), ("origin", "http://127.0.0.1:8080"), ("sec-fetch-site", "same-origin")];
     assert_eq!(send(&open, req("GET", "/v1/ops/runs", &own, "")).await.status, StatusCode::OK);
-    for page in ["/console", "/console/console.js", "/v1/ops/runs/run-1", "/v1/ops/stats"] {
+    for page in ["/console", "/console/main.js", "/v1/ops/runs/run-1", "/v1/ops/stats"] {
         let r = send(&open, req("GET", page, &[("host", "rebind.example:8080")], "")).await;
         assert_eq!(r.status, StatusCode::FORBIDDEN, "{page}");
         assert!(!r.text.contains("o/r"), "{page}: no record in a refusal: {}", r.text);

@@ -654,7 +654,8 @@ async fn openapi_document_and_router_agree() {
                 .replace("{name}", "github")
                 .replace("{run_id}", "run-1")
                 .replace("{provider}", "github")
-                .replace("{delivery_id}", "d-1");
+                .replace("{delivery_id}", "d-1")
+                .replace("{file}", "main.js");
             let req = Request::builder().method(method.to_uppercase().as_str()).uri(&uri).body(Body::empty()).unwrap();
             let reply = send(&app, req).await;
             assert_ne!(reply.status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");

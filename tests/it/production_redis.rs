@@ -326,6 +326,7 @@ fn the_documented_acl_covers_every_command_the_scripts_call() {
             // A service embedding idemgate::layer connects as the serve user.
             "gate.lua" | "gate_hold.lua" | "run_finish.lua" | "run_release.lua" => "idemgate-serve",
             "dead_retry.lua" => "idemgate-ops", // `idemgate dead retry`
+            "run_read.lua" => "idemgate-ops",   // the ops API's bounded run read
             _ => "idemgate-worker",
         };
         let rules: BTreeSet<&str> = lines[user].split_whitespace().collect();

@@ -1,0 +1,37 @@
+-- The ops API reads a run record, bounded: every field but the payload,
+-- the payload's length, and one slice of the payload, so that an answer
+-- never carries a whole multi-megabyte payload (GET /v1/ops/runs/{id}
+-- carries its first slice; .../payload streams it slice by slice).
+--
+-- KEYS[1]: run record   idemgate:{NS}:run:<run id>
+-- ARGV[1]: the slice's first byte, from 0
+-- ARGV[2]: the slice's length in bytes
+-- ARGV[3]: '1': the fields too, '0': only the payload's length and slice
+-- Returns: {fields ({} without ARGV[3] = '1'; field, value, ...),
+--           payload length (-1: no payload), slice ('' without payload),
+--           PTTL}
+
+local fields = {}
+if ARGV[3] == '1' then
+  -- HKEYS, then HMGET without the payload: the payload is copied once, below, at most.
+  local names = {}
+  for _, k in ipairs(redis.call('HKEYS', KEYS[1])) do
+    if k ~= 'payload' then names[#names + 1] = k end
+  end
+  if #names > 0 then
+    local values = redis.call('HMGET', KEYS[1], unpack(names))
+    for i, k in ipairs(names) do
+      fields[#fields + 1] = k
+      fields[#fields + 1] = values[i]
+    end
+  end
+end
+local len = redis.call('HSTRLEN', KEYS[1], 'payload')
+local slice = ''
+if len > 0 then
+  local first = tonumber(ARGV[1])
+  slice = string.sub(redis.call('HGET', KEYS[1], 'payload'), first + 1, first + tonumber(ARGV[2]))
+elseif redis.call('HEXISTS', KEYS[1], 'payload') == 0 then
+  len = -1
+end
+return {fields, len, slice, redis.call('PTTL', KEYS[1])}

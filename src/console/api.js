@@ -1,0 +1,46 @@
+// The ops API (/v1/ops/*) with the session's token.
+import { notice } from "/console/util.js";
+
+export const TOKEN_KEY = "idemgate.token";
+
+export class HttpError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+function headers(extra = {}) {
+  const h = { Accept: "application/json", ...extra };
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) h.Authorization = "Bearer " + token;
+  return h;
+}
+
+/** The raw answer, or an HttpError with the API's reason. */
+export async function fetchOk(path, method = "GET") {
+  // A POST says it is JSON, as the API requires of every request that changes state.
+  const extra = method === "GET" ? {} : { "Content-Type": "application/json" };
+  const resp = await fetch(path, { method, headers: headers(extra), credentials: "omit", cache: "no-store", body: method === "GET" ? undefined : "{}" });
+  if (!resp.ok) {
+    let why = resp.statusText;
+    try {
+      const body = await resp.json();
+      if (body && typeof body.error === "string") why = body.error;
+    } catch {
+      // not JSON: keep the status text
+    }
+    if (resp.status === 401) notice("The API refused the token (401): " + why);
+    throw new HttpError(resp.status, why);
+  }
+  return resp;
+}
+
+/** The answer's JSON. */
+export async function api(path, method = "GET") {
+  return (await fetchOk(path, method)).json();
+}
+
+export function report(e) {
+  if (!(e instanceof HttpError && e.status === 401)) notice(e.message);
+}

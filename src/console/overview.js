@@ -1,0 +1,78 @@
+// The overview: health first (workers, breakers, the oldest queued run,
+// dead runs), then the gate's answers and their rates, then memory.
+import { api } from "/console/api.js";
+import { $, bytes, duration, el, relTime, tile, timeEl } from "/console/util.js";
+
+const num = (v) => (v === "" || v === undefined || v === null ? null : Number(v));
+
+function workerRow(w) {
+  const hb = w.heartbeat || {};
+  const gone = w.state === "gone";
+  const cell = (text, cls = "") => el("td", { text, cls });
+  const time = (ms) => el("td", {}, ms ? timeEl(ms) : document.createTextNode("never"));
+  return el(
+    "tr",
+    { attrs: { "data-worker": w.consumer, "data-state": w.state, "data-breaker": hb.breaker || "" } },
+    cell(gone ? "gone" : "up", gone ? "state-gone" : "state-up"),
+    cell(w.group),
+    cell(w.consumer),
+    cell(hb.mode || ""),
+    cell(hb.destination || ""),
+    cell(gone ? "" : hb.breaker === "none" ? "n/a" : (hb.breaker || "").replace("_", "-"), "breaker-" + (hb.breaker || "")),
+    cell(gone ? (w.pending ?? "") : (hb.in_hand ?? "")),
+    time(num(hb.last_success_ms)),
+    time(num(hb.last_failure_ms)),
+    cell(typeof w.idle_ms === "number" ? duration(w.idle_ms) : ""),
+    cell(hb.version || ""),
+  );
+}
+
+export async function refreshOverview() {
+  const [s, w, d] = await Promise.all([api("/v1/ops/stats"), api("/v1/ops/workers"), api("/v1/ops/dead?limit=1")]);
+  $("store-kind").textContent = s.store === "memory" ? "(memory store)" : `(Redis, namespace ${s.namespace})`;
+
+  const workers = w.workers || [];
+  const up = workers.filter((x) => x.state === "up");
+  const gone = workers.filter((x) => x.state === "gone");
+  const open = up.filter((x) => x.heartbeat && (x.heartbeat.breaker === "open" || x.heartbeat.breaker === "half_open"));
+  const oldest = (w.groups || []).map((g) => g.oldest_queued_ms).filter((ms) => typeof ms === "number");
+  const oldestMs = oldest.length ? Math.min(...oldest) : null;
+  const waiting = (w.groups || []).reduce((a, g) => a + (g.lag || 0), 0);
+  $("health").replaceChildren(
+    tile("workers up", String(up.length), "workers-up", up.length ? "good" : "bad"),
+    tile("workers gone", String(gone.length), "workers-gone", gone.length ? "bad" : ""),
+    tile("breakers open", String(open.length), "breakers-open", open.length ? "bad" : ""),
+    tile("oldest waiting run", oldestMs ? relTime(oldestMs).replace(" ago", "") : "none waiting", "oldest-queued", oldestMs && Date.now() - oldestMs > 60000 ? "bad" : ""),
+    tile("runs waiting for a worker", String(waiting), "waiting"),
+    tile("dead runs", String(d.total ?? 0), "dead", d.total ? "bad" : ""),
+  );
+  $("workers-table").tBodies[0].replaceChildren(...workers.map(workerRow));
+  $("workers-empty").textContent = workers.length ? "" : s.store === "memory" ? "The memory store has no workers." : "No worker has joined this namespace.";
+
+  const svc = s.service || {};
+  const a = svc.answers || {};
+  const r = svc.rates_per_s || {};
+  const over = typeof svc.rate_window_ms === "number" ? ` over ${duration(svc.rate_window_ms)}` : "";
+  const rate = (k) => `${(r[k] ?? 0).toFixed(2)}/s`;
+  $("gate").replaceChildren(
+    ...["created", "duplicate", "replayed", "refused"].map((k) => {
+      const t = tile(k, String(a[k] ?? 0), k);
+      t.append(el("div", { cls: "rate", text: rate(k), attrs: { title: "per second" + over, "data-rate": k } }));
+      return t;
+    }),
+    tile("last run", s.run_counter ? "run-" + s.run_counter : "none", "run-counter"),
+  );
+
+  const mem = s.memory && s.memory.server;
+  const days = s.memory ? s.memory.days_until_full : null;
+  $("memory").replaceChildren(
+    tile("Redis memory", mem ? bytes(mem.used_memory) + (mem.maxmemory ? " of " + bytes(mem.maxmemory) : "") : "n/a", "memory"),
+    tile("the gate's keys", s.memory ? bytes(s.memory.total_bytes) : "n/a", "gate-bytes"),
+    tile("days until full", typeof days === "number" ? days.toFixed(1) : "n/a", "days-until-full"),
+  );
+  const reading = s.reading || {};
+  const cover = reading.complete === false ? ` · key counts from a ${Math.round((reading.coverage || 0) * 100)} % sample` : "";
+  const age = typeof reading.age_ms === "number" ? `read ${duration(reading.age_ms)} ago` : "";
+  const note = s.note || (s.memory && s.memory.growth_note) || "";
+  $("overview-note").textContent = [age + cover, note].filter(Boolean).join(" · ");
+}

@@ -1,0 +1,133 @@
+// A run's page (#/runs/run-7): identity, run key, its delivery, the
+// attempt timeline, the payload, Redeliver, and the raw record folded away.
+// A delivery's page (#/deliveries/PROVIDER/ID): the answer it replays and its run.
+import { HttpError, api, fetchOk } from "/console/api.js";
+import { $, absTime, duration, el, fields, link, notice, prettyJson, timeEl } from "/console/util.js";
+
+let shown = null; // the run on the page, for Redeliver
+
+function historyOf(r) {
+  const raw = r.fields && r.fields.history;
+  if (!raw) return [];
+  try {
+    const h = JSON.parse(raw);
+    return Array.isArray(h) ? h : [];
+  } catch {
+    return [];
+  }
+}
+
+function historyRow(a) {
+  return el(
+    "tr",
+    { attrs: { "data-attempt": a.attempt } },
+    el("td", { text: a.attempt }),
+    el("td", { cls: "nowrap" }, timeEl(a.started_ms)),
+    el("td", { text: a.worker || "" }),
+    el("td", { text: a.status === null || a.status === undefined ? "no answer" : a.status, cls: "http-status" }),
+    el("td", { text: duration(a.duration_ms) }),
+    el("td", { text: a.outcome || "", cls: "outcome-" + (a.outcome || "") }),
+    el("td", { text: a.error || "", cls: a.outcome === "done" ? "" : "error" }),
+  );
+}
+
+async function showPayload(r) {
+  const pre = $("payload");
+  $("payload-whole").hidden = true;
+  $("payload-link").hidden = true;
+  if (typeof r.payload_bytes !== "number") {
+    $("payload-note").textContent = "";
+    pre.textContent = r.status === "done" ? "(no payload: removed when the run was done)" : "(no payload kept: the provider's keep_payload is off)";
+    return;
+  }
+  if (r.payload_cut) {
+    $("payload-note").textContent = `(${r.payload_bytes} bytes: the first ${r.payload_head.length} characters shown)`;
+    pre.textContent = prettyJson(r.payload_head) + "\n… cut here";
+    $("payload-whole").hidden = false;
+    return;
+  }
+  $("payload-note").textContent = `(${r.payload_bytes} bytes)`;
+  // Fetched as text and indented here, so every number keeps its digits.
+  const text = await (await fetchOk(`/v1/ops/runs/${encodeURIComponent(r.run_id)}/payload`)).text();
+  if (shown && shown.run_id === r.run_id) pre.textContent = prettyJson(text);
+}
+
+export async function showRun(runId, { scroll = true } = {}) {
+  const r = await api(`/v1/ops/runs/${encodeURIComponent(runId)}`);
+  shown = r;
+  $("run-title").textContent = r.run_id;
+  const st = $("run-status");
+  st.textContent = r.status;
+  st.className = "badge status-" + r.status;
+  const delivery = r.provider && r.delivery_id ? link(`#/deliveries/${encodeURIComponent(r.provider)}/${encodeURIComponent(r.delivery_id)}`, r.delivery_id, { id: "delivery-link" }) : document.createTextNode("");
+  const pairs = [
+    ["provider", r.provider],
+    ["repository", r.repo],
+    ["action", r.action],
+    ["number", r.number || "none"],
+    ["delivery", delivery],
+    ["run key", el("code", { text: r.run_key || "(none on the memory store)", attrs: { id: "run-key", title: "what the destination gets as webhook-id, and dedupes on" } })],
+    ["created", timeEl(r.created_ms)],
+    ["attempts", String(r.attempts)],
+  ];
+  if (r.last_error && r.status !== "done") pairs.push(["last error", el("span", { cls: "error", text: r.last_error })]);
+  if (r.last_error && r.status === "done") pairs.push(["earlier error", el("span", { cls: "earlier-error", text: r.last_error })]);
+  fields($("run-identity"), pairs);
+  const history = historyOf(r);
+  $("history-table").tBodies[0].replaceChildren(...history.map(historyRow));
+  $("history-empty").textContent = history.length ? "" : "No attempt recorded yet.";
+  $("redeliver").hidden = !(r.status === "done" || r.status === "dead");
+  const raw = Object.entries(r.fields).map(([k, v]) => [k, k.endsWith("_ms") && /^\d+$/.test(v) ? `${v} (${absTime(Number(v))})` : v]);
+  if (r.key) raw.unshift(["Redis key", r.key]);
+  raw.push(["ttl left", r.ttl_ms === null ? "none" : duration(r.ttl_ms)]);
+  fields($("run-fields"), raw);
+  await showPayload(r);
+  if (scroll) window.scrollTo(0, 0);
+}
+
+export async function redeliver() {
+  if (!shown) return;
+  const id = shown.run_id;
+  if (!confirm(`Deliver ${id} again, with the same run key? A receiver that dedupes on the run key drops it.`)) return;
+  try {
+    await api(`/v1/ops/runs/${encodeURIComponent(id)}/redeliver`, "POST");
+    notice(`${id} queued again`, true);
+  } catch (e) {
+    notice(e instanceof HttpError && (e.status === 404 || e.status === 405) && !e.message.includes("run") ? "This gate cannot redeliver runs (its version has no redeliver endpoint)." : `Redeliver ${id}: ${e.message}`);
+  }
+  await showRun(id, { scroll: false });
+}
+
+export async function downloadPayload() {
+  if (!shown) return;
+  const resp = await fetchOk(`/v1/ops/runs/${encodeURIComponent(shown.run_id)}/payload`);
+  const url = URL.createObjectURL(await resp.blob());
+  const a = $("payload-link");
+  a.href = url;
+  a.download = `${shown.run_id}-payload.json`;
+  a.textContent = "save " + a.download;
+  a.hidden = false;
+  a.click();
+}
+
+export async function showDelivery(provider, id) {
+  $("delivery-title").textContent = `${provider} ${id}`;
+  const dl = $("delivery-fields");
+  try {
+    const d = await api(`/v1/ops/deliveries/${encodeURIComponent(provider)}/${encodeURIComponent(id)}`);
+    const rec = d.record;
+    const pairs = [
+      ["answer", `${rec.status} (${rec.code})`],
+      ["run", rec.run_id ? link(`#/runs/${encodeURIComponent(rec.run_id)}`, rec.run_id, { class: "open-run" }) : "-"],
+      ["run status", d.run ? d.run.status : "-"],
+      ["first seen", d.first_seen || "unknown"],
+      ["expires in", d.ttl_ms === null ? "never" : duration(d.ttl_ms)],
+      ["event digest", rec.digest || "unknown"],
+    ];
+    if (d.key) pairs.push(["Redis key", d.key]);
+    fields(dl, pairs);
+  } catch (e) {
+    fields(dl, [["not found", e.message]]);
+  }
+  window.scrollTo(0, 0);
+}
