@@ -7,6 +7,8 @@ import { $, absTime, duration, el, fields, link, notice, prettyJson, timeEl } fr
 let shown = null; // the run on the page, for Redeliver
 
 function historyOf(r) {
+  // The API answers the record's `history` as an array; an older gate kept it among the fields as text.
+  if (Array.isArray(r.history)) return r.history;
   const raw = r.fields && r.fields.history;
   if (!raw) return [];
   try {

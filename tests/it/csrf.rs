@@ -225,8 +225,9 @@ async fn another_site_in_chromium_cannot_retry_or_deliver_and_the_console_still_
         if n > 1 {
             kill_run(&ns, "run-2").await;
         }
-        b.goto(&format!("{base}/console")).await;
+        b.goto(&format!("{base}/console#/runs")).await;
         b.find("#runs-table tbody tr[data-run-id='run-1']").await;
+        b.goto(&format!("{base}/console#/dead")).await;
         b.click("#dead-table button.retry[data-run-id='run-2']").await;
         b.until(
             "run-2 to leave the dead list",
