@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command. Sets up what the tests need on a fresh Debian
 # machine (redis-server, redis-cli and openssl, libsqlite3-dev for the
-# verification example, nodejs and golang-go for the example receivers, chromium and chromium-driver for the console's
+# verification example, nodejs and golang-go for the example receivers,
+# curl and jq for the docs' commands, chromium and chromium-driver for the console's
 # browser test; a local Redis image where Docker cannot pull), then
 # runs, in order:
 #   0. scripts/check-standalone.sh: no tracked file refers to material
@@ -41,6 +42,10 @@ dpkg -s libsqlite3-dev >/dev/null 2>&1 || need+=(libsqlite3-dev)
 # The example receivers (tests/it/receivers.rs, tests/it/quickstart.rs) run under Node and build with Go.
 command -v node >/dev/null || need+=(nodejs)
 command -v go >/dev/null || need+=(golang-go)
+# docs/quickstart.md's commands (tests/it/quickstart.rs) use curl; the redis-cli recipes of the docs
+# (tests/it/docs_recipes.rs) pipe into jq.
+command -v curl >/dev/null || need+=(curl)
+command -v jq >/dev/null || need+=(jq)
 command -v promtool >/dev/null || need+=(prometheus) # Debian ships promtool in the prometheus package
 # The console's browser test (tests/it/console.rs) drives headless Chromium through WebDriver.
 command -v chromium >/dev/null || need+=(chromium)

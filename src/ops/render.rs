@@ -152,9 +152,13 @@ fn run_text(run: &RunView) -> String {
     let mut out = format!("key: {}\n", cli_quote(&run.key));
     let logical =
         run.logical_key.as_deref().map_or_else(|| "none names this run (expired, or released)".into(), cli_quote);
-    let run_key = run.run_key.clone().unwrap_or_else(|| "unknown (a record without created_ms)".into());
-    lines(&mut out, "", &[("logical key".into(), logical), ("run key (webhook-id, IDEMGATE_RUN_KEY)".into(), run_key)]);
-    lines(&mut out, "", &run_rows(run));
+    let run_key = run.run_key.as_ref().map_or_else(
+        || "unknown (a record without created_ms)".into(),
+        |k| format!("{k} (webhook-id, IDEMGATE_RUN_KEY)"),
+    );
+    let mut rows = vec![("logical key".into(), logical), ("run key".into(), run_key)];
+    rows.extend(run_rows(run));
+    lines(&mut out, "", &rows);
     history_table(&mut out, run.fields.get("history").map(String::as_str));
     out
 }
