@@ -342,7 +342,9 @@ async fn with_history(conn: &mut crate::redis_io::Conn, ns: &str) -> Result<Stri
     }
     if added > 0 {
         let _: () = pipe.query_async(conn).await?;
-        Ok(format!("The worker wrote no `history`: the bench gave each of the {added} done records a one-attempt `history` (as the contract spells an entry) before measuring."))
+        Ok(format!(
+            "The worker wrote no `history`: the bench gave each of the {added} done records a one-attempt `history` (as the contract spells an entry) before measuring."
+        ))
     } else {
         Ok("Every done record has the worker's own `history`.".to_owned())
     }
