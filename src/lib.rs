@@ -63,6 +63,7 @@ pub mod ops;
 pub mod providers;
 pub mod redis_io;
 pub mod refusals;
+pub mod retry;
 pub mod send;
 pub mod server;
 pub mod store;
