@@ -60,6 +60,7 @@ pub mod keys;
 pub mod layer;
 pub mod metrics;
 pub mod ops;
+pub mod prometheus;
 pub mod providers;
 pub mod redis_io;
 pub mod refusals;
