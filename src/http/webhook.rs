@@ -21,7 +21,8 @@ use crate::gate::{Outcome, Status, Submission};
 use crate::intake::BodyBudget;
 use crate::metrics::{DeadlineStage, Metrics};
 use crate::providers::{Delivery, Provider, Rejection};
-use crate::refusals::{Reason, Refusal, RefusalLog};
+use crate::providers::Reason;
+use crate::refusals::{Refusal, RefusalLog};
 
 /// One provider endpoint and where its requests' bodies and counts go
 /// (from `serve`'s state, or the embedding layer's).

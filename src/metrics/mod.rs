@@ -80,7 +80,7 @@ impl DeadlineStage {
 
 const DEADLINE_STAGES: [DeadlineStage; 2] = [DeadlineStage::Body, DeadlineStage::Store];
 
-/// The refusals a provider endpoint counts (crate::refusals::is_refusal).
+/// The refusals a provider endpoint counts (crate::providers::is_refusal).
 const REFUSALS: [Status; 3] = [Status::BadRequest, Status::Blocked, Status::Ignored];
 
 /// `map[key]`, inserting a default the first time `key` shows.

@@ -21,7 +21,7 @@ use idemgate::keys::Keys;
 use idemgate::layer::{GateLayer, Run};
 use idemgate::providers::Provider;
 use idemgate::redis_io::RedisOptions;
-use idemgate::refusals::RefusalStatus;
+use idemgate::providers::RefusalStatus;
 use idemgate::store::Store;
 use idemgate::store::memory::MemoryStore;
 use idemgate::store::redis_store::RedisStore;

@@ -16,7 +16,7 @@ use idemgate::http::{AppState, app};
 use idemgate::keys::Keys;
 use idemgate::providers::{FieldPointers, Kind, Provider, hmac};
 use idemgate::redis_io::RedisOptions;
-use idemgate::refusals::RefusalStatus;
+use idemgate::providers::RefusalStatus;
 use idemgate::store::Store;
 use idemgate::store::redis_store::RedisStore;
 use serde_json::{Value, json};
