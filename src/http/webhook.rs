@@ -20,8 +20,8 @@ use crate::event_digest;
 use crate::gate::{Outcome, Status, Submission};
 use crate::intake::BodyBudget;
 use crate::metrics::{DeadlineStage, Metrics};
-use crate::providers::{Delivery, Provider, Rejection};
 use crate::providers::Reason;
+use crate::providers::{Delivery, Provider, Rejection};
 use crate::refusals::{Refusal, RefusalLog};
 
 /// One provider endpoint and where its requests' bodies and counts go
