@@ -45,19 +45,51 @@ pub struct Answer {
     pub body: Bytes,
 }
 
-/// `host:port` and the path of an `http://` URL.
-fn split_url(url: &str) -> Result<(String, String), ClientError> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| ClientError::BadUrl(format!("{url:?} is not an http:// URL (https is not supported here)")))?;
-    let (authority, path) = rest.split_once('/').map_or((rest, "/".to_owned()), |(a, p)| (a, format!("/{p}")));
-    if authority.is_empty() {
-        return Err(ClientError::BadUrl(format!("{url:?} has no host")));
+/// Why a text is not an `http://` or `https://` URL with a host (the
+/// messages name no part of it: a URL may carry a password).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BadUrl {
+    /// Not a URL at all.
+    #[error("not a URL (use http://HOST/PATH or https://…)")]
+    NotAUrl,
+    /// Another scheme.
+    #[error("the URL must be http:// or https://")]
+    Scheme,
+    /// No host (`http:///x`, `http://user@/x`).
+    #[error("the URL has no host")]
+    NoHost,
+}
+
+/// An `http://` or `https://` URL with a host, parsed by the `url` crate
+/// (WHATWG): for `send`, `healthcheck --http` and the worker's HTTP
+/// destination. `http:///x` is refused though the standard reads it as
+/// `http://x/`: a missing host is a typo to report, not to repair.
+pub fn http_url(text: &str) -> Result<url::Url, BadUrl> {
+    if text.split_once("://").is_some_and(|(_, rest)| rest.starts_with('/')) {
+        return Err(BadUrl::NoHost);
     }
-    let authority = if authority.contains(':') && !authority.ends_with(']') {
-        authority.to_owned()
-    } else {
-        format!("{authority}:80")
+    let url = url::Url::parse(text).map_err(|e| match e {
+        url::ParseError::EmptyHost => BadUrl::NoHost,
+        _ => BadUrl::NotAUrl,
+    })?;
+    match url.scheme() {
+        "http" | "https" if url.host_str().is_some_and(|h| !h.is_empty()) => Ok(url),
+        "http" | "https" => Err(BadUrl::NoHost),
+        _ => Err(BadUrl::Scheme),
+    }
+}
+
+/// `host:port` and the path of an `http://` URL.
+fn split_url(text: &str) -> Result<(String, String), ClientError> {
+    let url = http_url(text).map_err(|e| ClientError::BadUrl(format!("{text:?}: {e}")))?;
+    if url.scheme() != "http" {
+        return Err(ClientError::BadUrl(format!("{text:?} is not an http:// URL (https is not supported here)")));
+    }
+    let host = url.host_str().unwrap_or_default();
+    let authority = format!("{host}:{}", url.port_or_known_default().unwrap_or(80));
+    let path = match url.query() {
+        Some(query) => format!("{}?{query}", url.path()),
+        None => url.path().to_owned(),
     };
     Ok((authority, path))
 }

@@ -43,4 +43,12 @@ pub enum Error {
     /// A stored record could not be read back.
     #[error("malformed record in the store: {0}")]
     Corrupt(String),
+    /// Redis (or a script) answered what idemgate never asks it for: a
+    /// Lua/Rust mismatch or a server that is not Redis, not bad data.
+    #[error("unexpected reply from Redis: {0}")]
+    UnexpectedReply(String),
+    /// A cluster kept moving a key's slot while a call was redirected
+    /// (`MOVED`/`ASK` more times than a resharding takes).
+    #[error("the cluster kept redirecting {0}")]
+    RedirectLoop(&'static str),
 }

@@ -6,7 +6,9 @@
 //! All three keep the first 64 bits of SHA-256, in hex ([`STORED_BYTES`]).
 //! The first two share one canonical form: keys sorted at every level, compact, numbers and
 //! strings as serde_json writes them. A tree gets it from serde_json's own
-//! serializer (its maps are sorted); text gets it from [`Canonical`], which
+//! serializer, its objects' keys put in order by [`Sorted`] (whatever order
+//! the tree's maps keep: `serde_json/preserve_order` keeps insertion
+//! order); text gets it from [`Canonical`], which
 //! writes the same bytes while it reads (the tests hold the two equal, on
 //! pinned digests, the shared fixtures and arbitrary JSON). Replays
 //! compare against digests already stored in Redis, so the canonical form
@@ -24,11 +26,11 @@ use sha2::{Digest, Sha256};
 /// changed retry from an unchanged one; it is not a security boundary.
 pub fn of_value(event: &Value) -> String {
     // A tree's canonical form is serde_json's own compact serialization of
-    // it: its maps are BTreeMaps, so keys come sorted at every level, and
-    // numbers and strings are written as `Canonical` writes them (the tests
-    // hold the two equal). Streamed into the hash with no buffer, since
-    // every gate call digests its event, replays included: the visitor
-    // below, which sorts into a rope, cost replays a sixth of their rate.
+    // it, keys sorted by `Sorted` at every level, and numbers and strings
+    // written as `Canonical` writes them (the tests hold the two equal).
+    // Streamed into the hash with no buffer, since every gate call digests
+    // its event, replays included: the visitor below, which sorts into a
+    // rope, cost replays a sixth of their rate.
     struct HashWriter(Sha256);
     impl std::io::Write for HashWriter {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -41,8 +43,48 @@ pub fn of_value(event: &Value) -> String {
     }
     let mut hash = HashWriter(Sha256::new());
     // Writing a Value into a writer that never fails cannot fail.
-    let _ = serde_json::to_writer(&mut hash, event);
+    let _ = serde_json::to_writer(&mut hash, &Sorted(event));
     hex_prefix(hash.0)
+}
+
+/// A tree serialized with each object's keys in byte order, as the digest
+/// has always had them: serde_json's `Map` is sorted by default, but an
+/// application that embeds idemgate may turn on `serde_json/preserve_order`
+/// anywhere in its dependency graph, and the stored digests must not
+/// change with it. An object whose keys already come in order (always,
+/// without that feature) is written as it is, with no allocation.
+struct Sorted<'a>(&'a Value);
+
+impl serde::Serialize for Sorted<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        match self.0 {
+            Value::Object(map) => {
+                let mut out = s.serialize_map(Some(map.len()))?;
+                let in_order = map.keys().zip(map.keys().skip(1)).all(|(a, b)| a <= b);
+                if in_order {
+                    for (key, value) in map {
+                        out.serialize_entry(key, &Sorted(value))?;
+                    }
+                } else {
+                    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                    entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                    for (key, value) in entries {
+                        out.serialize_entry(key, &Sorted(value))?;
+                    }
+                }
+                out.end()
+            }
+            Value::Array(items) => {
+                let mut out = s.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    out.serialize_element(&Sorted(item))?;
+                }
+                out.end()
+            }
+            leaf => leaf.serialize(s),
+        }
+    }
 }
 
 /// How deep an event may nest; serde_json's own limit when it builds a tree.
@@ -306,6 +348,24 @@ mod tests {
         assert!(same_event(&of_body(b"abc"), &of_body(b"abc")));
         assert!(!same_event(old, &of_body(b"abd")));
         assert!(!same_event("ba7816bf8f01cfeb414140de5dae2223", &of_body(b"abc")));
+    }
+
+    /// The digest keeps its keys in byte order whatever order the tree's
+    /// maps keep. Without `serde_json/preserve_order` every `Map` is
+    /// sorted; run `cargo test --features serde_json/preserve_order --lib
+    /// event_digest` to hold it with maps in insertion order (it failed
+    /// there before `Sorted`).
+    #[test]
+    fn the_digest_does_not_depend_on_the_maps_order() {
+        let written = r#"{"repo":"r","org":"o","number":{"z":1,"a":[{"y":2,"b":3}]},"action":"a"}"#;
+        let sorted = r#"{"action":"a","number":{"a":[{"b":3,"y":2}],"z":1},"org":"o","repo":"r"}"#;
+        let tree: Value = serde_json::from_str(written).unwrap();
+        let digest = of_value(&tree);
+        assert_eq!(digest, of_value(&serde_json::from_str(sorted).unwrap()));
+        assert_eq!(digest, of_text(written).unwrap());
+        assert_eq!(digest, of_text(sorted).unwrap());
+        // SHA-256 of the sorted text itself: the canonical form is that text.
+        assert_eq!(digest, hex_prefix(Sha256::new_with_prefix(sorted.as_bytes())));
     }
 
     #[test]

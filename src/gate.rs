@@ -68,24 +68,13 @@ impl Gate {
     /// Like [`Gate::handle`], and also says whether the answer was a replay
     /// and whether the replayed delivery's event differs from the first one.
     pub async fn check(&self, provider: &str, delivery_id: &str, event: &Value) -> Result<Outcome, Error> {
-        self.check_with_digest(provider, delivery_id, event, &event_digest(event)).await
+        self.submit(&Submission::new(provider, delivery_id, event, &event_digest(event))).await
     }
 
-    /// Like [`Gate::check`], with the digest that identifies "the same
-    /// event" on a replay given by the caller (a webhook endpoint digests
-    /// the raw body the provider signed, not the normalized event).
-    pub async fn check_with_digest(
-        &self,
-        provider: &str,
-        delivery_id: &str,
-        event: &Value,
-        digest: &str,
-    ) -> Result<Outcome, Error> {
-        self.submit(&Submission::new(provider, delivery_id, event, digest)).await
-    }
-
-    /// The general form of [`Gate::check`]: a delivery with its content
-    /// digest (the identity's subject) and the payload to keep, if any.
+    /// The general form of [`Gate::check`]: a delivery with the digest that
+    /// tells "the same event" on a replay (a webhook endpoint digests the
+    /// raw body the provider signed), its content digest (the identity's
+    /// subject) and the payload to keep, if any.
     pub async fn submit(&self, s: &Submission<'_>) -> Result<Outcome, Error> {
         Ok(self.call(s, None).await?.0)
     }
@@ -149,18 +138,14 @@ impl Gate {
 
     /// Validation, then policy: the verdict for a delivery not seen before.
     pub fn verdict(&self, provider: &str, event: &Value) -> Verdict {
-        self.verdict_for(provider, event, None)
+        self.verdict_named(provider, event, None, &KeySlots::default())
     }
 
-    /// [`Gate::verdict`] for a delivery whose work is named by its content:
-    /// with `content_digest`, the identity's subject is `number@digest`.
-    pub fn verdict_for(&self, provider: &str, event: &Value, content_digest: Option<&str>) -> Verdict {
-        self.verdict_named(provider, event, content_digest, &KeySlots::default())
-    }
-
-    /// [`Gate::verdict_for`] with the logical key's slots replaced as
-    /// `slots` says (a body signed alone names its work; [`KeySlots`]).
-    /// Validation and the allowlist judge the event itself.
+    /// [`Gate::verdict`] for a delivery whose work is named by its content
+    /// (with `content_digest`, the identity's subject is `number@digest`),
+    /// the logical key's slots replaced as `slots` says (a body signed
+    /// alone names its work; [`KeySlots`]). Validation and the allowlist
+    /// judge the event itself.
     pub fn verdict_named(
         &self,
         provider: &str,

@@ -16,7 +16,7 @@ use axum::{Json, Router};
 use serde_json::{Value, json};
 
 use crate::gate::{Outcome, Submission};
-use crate::refusals::RefusalStatus;
+use crate::providers::RefusalStatus;
 
 mod answer;
 mod console;

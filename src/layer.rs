@@ -424,47 +424,39 @@ async fn settle<E>(
 /// happened and the provider gets the handler's 2xx.
 async fn finish(gate: &Gate, claim: &Claim, until: Instant) {
     let (provider, delivery_id, run_id) = (claim.provider.as_str(), claim.delivery_id.as_str(), claim.run_id.as_str());
-    let mut wait = Duration::from_millis(50);
     let mut retried = false;
-    loop {
-        match gate.finish(claim).await {
-            Ok(true) => return,
-            // A retry finds the run no longer held when the try before it ran
-            // but its reply was lost: then the run is done.
-            Ok(false) if retried => {
-                tracing::warn!(
-                    provider,
-                    delivery_id,
-                    run_id,
-                    "marking the run done: done already, or its hold ran out"
-                );
-                return;
-            }
-            Ok(false) => {
-                tracing::warn!(
-                    provider,
-                    delivery_id,
-                    run_id,
-                    "the handler succeeded after its hold ran out: another delivery may have run the work again"
-                );
-                return;
-            }
-            Err(e) if Instant::now() + wait >= until => {
-                tracing::error!(
-                    provider,
-                    delivery_id,
-                    run_id,
-                    error = %e,
-                    "could not mark the run done; once its hold runs out, a redelivery would run the work again"
-                );
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(provider, delivery_id, run_id, error = %e, "marking the run done failed; retrying");
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(1));
-                retried = true;
-            }
+    let done = crate::retry::until_answered(
+        until,
+        || gate.finish(claim),
+        |e, _| {
+            tracing::warn!(provider, delivery_id, run_id, error = %e, "marking the run done failed; retrying");
+            retried = true;
+        },
+    )
+    .await;
+    match done {
+        Ok(true) => {}
+        // A retry finds the run no longer held when the try before it ran
+        // but its reply was lost: then the run is done.
+        Ok(false) if retried => {
+            tracing::warn!(provider, delivery_id, run_id, "marking the run done: done already, or its hold ran out");
+        }
+        Ok(false) => {
+            tracing::warn!(
+                provider,
+                delivery_id,
+                run_id,
+                "the handler succeeded after its hold ran out: another delivery may have run the work again"
+            );
+        }
+        Err(e) => {
+            tracing::error!(
+                provider,
+                delivery_id,
+                run_id,
+                error = %e,
+                "could not mark the run done; once its hold runs out, a redelivery would run the work again"
+            );
         }
     }
 }

@@ -16,9 +16,12 @@
 //!   `number_text`, identity) and [`gate::Gate`], the entry point.
 //! - [`store`]: where the state lives, behind one trait: [`store::memory`]
 //!   (embedded default) and [`store::redis_store`] (one atomic Lua script).
-//! - [`redis_io`]: every conversation with Redis: connections (standalone, Cluster, Sentinel, TLS),
+//! - [`redis_io`]: every connection to Redis (standalone, Cluster, Sentinel, TLS), its
 //!   command bounds, routing to primaries, the Lua scripts and their typed calls, and
 //!   [`redis_io::RedisHandle`], the namespace-scoped handle the store, the worker and `ops` share.
+//!   Plain commands are written where they are used, sent through a `RedisHandle` or a
+//!   `redis_io::Conn`: the store's reads, the worker's stream reads, the operator
+//!   commands' scans, the `/metrics` gauges, `serve`'s eviction check, and the bench.
 //! - [`jcs`]: RFC 8785 canonical JSON, for payload digests (window analysis, GitHub event identities).
 //! - [`keys`]: the length-prefixed Redis key schema of docs/reference.md#redis-keys.
 //! - [`config`]: one configuration for every command: the flags', env's and TOML file's layers, merged once, each error naming the bad value's source.
@@ -62,10 +65,12 @@ pub mod layer;
 pub mod listener;
 pub mod metrics;
 pub mod ops;
+pub mod prometheus;
 pub mod providers;
 pub mod redact;
 pub mod redis_io;
 pub mod refusals;
+pub mod retry;
 pub mod send;
 pub mod server;
 pub mod store;

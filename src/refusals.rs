@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-pub use crate::providers::{Reason, RefusalStatus, is_refusal};
+use crate::providers::Reason;
 
 use crate::metrics::Metrics;
 use crate::sync::lock;

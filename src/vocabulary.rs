@@ -1,8 +1,10 @@
 //! The gate's vocabulary, shared by the rules ([`crate::gate`]), the stores
 //! ([`crate::store`]) and the key schema ([`crate::keys`]): the answers, the
 //! identity that names logical work, the verdict the rules hand a store, and
-//! the delivery record a store keeps. It depends on nothing else in the crate,
-//! so every other module can depend on it without a cycle.
+//! the delivery record a store keeps. Of the crate it uses only
+//! [`crate::error`] (the store's `Error`, in the `Store` trait's signatures),
+//! which uses nothing of it, so every other module can depend on it without
+//! a cycle.
 
 use std::time::Duration;
 
@@ -10,7 +12,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 
-/// The four answers of the gate.
+/// The five answers of the gate: four it decides (`created`, `duplicate`,
+/// `bad_request`, `blocked`) and `ignored`, which a provider endpoint gives
+/// before the gate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {

@@ -10,7 +10,7 @@ use super::state::ApiError;
 use crate::gate::Outcome;
 use crate::intake::{BodyBudget, BodyError};
 use crate::metrics::Metrics;
-use crate::refusals::RefusalStatus;
+use crate::providers::RefusalStatus;
 
 /// Reads a whole request body within `max_body` and `budget`, charged
 /// `cost` times its size (every endpoint, and the embedding layer): 413

@@ -20,8 +20,9 @@ use crate::event_digest;
 use crate::gate::{Gate, Outcome, Status, Submission};
 use crate::intake::BodyBudget;
 use crate::metrics::{DeadlineStage, Metrics};
+use crate::providers::Reason;
 use crate::providers::{Delivery, Provider, Rejection};
-use crate::refusals::{Reason, Refusal, RefusalLog};
+use crate::refusals::{Refusal, RefusalLog};
 use crate::text::escape_control;
 
 /// One provider endpoint and where its requests' bodies and counts go

@@ -1,5 +1,8 @@
-//! Prometheus metrics, rendered in the text exposition format. A handful of
-//! counters and one histogram do not need a metrics framework.
+//! The service's Prometheus metrics (`GET /metrics`): about twenty
+//! families (HTTP requests and their latency, gate outcomes, refusals,
+//! replays, store errors, body budget, deadlines, connections, and the Redis
+//! gauges that `gauges.rs` polls), written in the text format by
+//! `crate::prometheus`, which says why no metrics framework.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -10,6 +13,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::gate::{Outcome, Status};
+use crate::prometheus::{escape, family, histogram};
 use crate::redis_io::info::NodeMemory;
 use crate::sync::lock;
 
@@ -76,7 +80,7 @@ impl DeadlineStage {
 
 const DEADLINE_STAGES: [DeadlineStage; 2] = [DeadlineStage::Body, DeadlineStage::Store];
 
-/// The refusals a provider endpoint counts (crate::refusals::is_refusal).
+/// The refusals a provider endpoint counts (crate::providers::is_refusal).
 const REFUSALS: [Status; 3] = [Status::BadRequest, Status::Blocked, Status::Ignored];
 
 /// `map[key]`, inserting a default the first time `key` shows.
@@ -214,11 +218,7 @@ impl Metrics {
         let n = family(o, "idemgate_http_request_duration_seconds", "histogram", "HTTP request latency by route.");
         for (route, r) in routes.iter() {
             let route = escape(route);
-            for (bound, count) in BUCKETS.iter().zip(r.buckets) {
-                let _ = writeln!(o, "{n}_bucket{{route=\"{route}\",le=\"{bound}\"}} {count}");
-            }
-            let _ = writeln!(o, "{n}_bucket{{route=\"{route}\",le=\"+Inf\"}} {}", r.count);
-            let _ = writeln!(o, "{n}_sum{{route=\"{route}\"}} {}\n{n}_count{{route=\"{route}\"}} {}", r.sum, r.count);
+            histogram(o, n, &format!("route=\"{route}\""), &BUCKETS, &r.buckets, r.sum, r.count);
         }
         drop(routes);
         let n = family(
@@ -357,15 +357,6 @@ impl Metrics {
 }
 
 const REDIS_READ_ERRORS_HELP: &str = "Failed reads of the Redis memory and worker gauges.";
-
-fn family(out: &mut String, name: &'static str, kind: &str, help: &str) -> &'static str {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-    name
-}
-
-fn escape(label: &str) -> String {
-    label.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
 
 /// One consumer group of the runs stream, as `/metrics` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -49,7 +49,6 @@ mod request;
 mod signing;
 pub mod table;
 
-pub use crate::vocabulary::KeySlots;
 pub use fields::{FieldOverrides, FieldPointers, LITERAL_PREFIX};
 pub use outcome::{Delivery, ProviderError, Rejection};
 pub use provider::{IdentityMode, MAX_DEADLINE_MARGIN};

@@ -221,7 +221,7 @@ async fn eval_and_wait_on<T: FromRedisValue>(
             _ => return Err(e.into()),
         }
     }
-    Err(Error::Corrupt("the cluster kept redirecting the gate script".into()))
+    Err(Error::RedirectLoop("the gate script"))
 }
 
 /// A command or a pipeline, sent the same way.

@@ -67,9 +67,9 @@ pub struct GroupStats {
 /// Parses `XINFO GROUPS` (an array of maps in RESP3, of flat key/value
 /// arrays in RESP2). Fields a server does not report stay `None`.
 pub fn parse_groups(raw: Value) -> Result<Vec<GroupStats>, Error> {
-    let corrupt = |what: &str| Error::Corrupt(format!("XINFO GROUPS: {what}"));
+    let unexpected = |what: &str| Error::UnexpectedReply(format!("XINFO GROUPS: {what}"));
     let Value::Array(groups) = raw else {
-        return Err(corrupt("not an array"));
+        return Err(unexpected("not an array"));
     };
     groups
         .into_iter()
@@ -80,7 +80,7 @@ pub fn parse_groups(raw: Value) -> Result<Vec<GroupStats>, Error> {
                     let mut it = flat.into_iter();
                     std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect()
                 }
-                _ => return Err(corrupt("a group is not a map")),
+                _ => return Err(unexpected("a group is not a map")),
             };
             let mut m: HashMap<String, Value> = HashMap::new();
             for (k, v) in pairs {
@@ -91,7 +91,7 @@ pub fn parse_groups(raw: Value) -> Result<Vec<GroupStats>, Error> {
             let text = |k: &str| m.get(k).and_then(|v| redis::from_redis_value_ref::<String>(v).ok());
             let num = |k: &str| m.get(k).and_then(|v| redis::from_redis_value_ref::<u64>(v).ok());
             Ok(GroupStats {
-                name: text("name").ok_or_else(|| corrupt("a group without a name"))?,
+                name: text("name").ok_or_else(|| unexpected("a group without a name"))?,
                 consumers: num("consumers").unwrap_or(0),
                 pending: num("pending").unwrap_or(0),
                 last_delivered_id: text("last-delivered-id").unwrap_or_default(),

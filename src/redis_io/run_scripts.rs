@@ -599,17 +599,17 @@ impl ScriptCall for DeadRetryCall<'_> {
     }
 
     fn decode(&self, reply: Value) -> Result<DeadRetried, Error> {
-        let corrupt = || Error::Corrupt(format!("dead_retry.lua answered {reply:?}"));
-        let parts: Vec<Value> = redis::from_redis_value_ref(&reply).map_err(|_| corrupt())?;
+        let unexpected = || Error::UnexpectedReply(format!("dead_retry.lua answered {reply:?}"));
+        let parts: Vec<Value> = redis::from_redis_value_ref(&reply).map_err(|_| unexpected())?;
         let text = |i: usize| parts.get(i).and_then(|v| redis::from_redis_value_ref::<String>(v).ok());
         match parts.first().and_then(|v| redis::from_redis_value_ref::<i64>(v).ok()) {
             Some(1) => Ok(DeadRetried::Moved {
-                entry_id: text(1).ok_or_else(corrupt)?,
+                entry_id: text(1).ok_or_else(unexpected)?,
                 dead_entries_removed: parts.get(2).and_then(|v| redis::from_redis_value_ref(v).ok()).unwrap_or(0),
                 named_entry: parts.get(3).and_then(|v| redis::from_redis_value_ref::<i64>(v).ok()) == Some(1),
             }),
             Some(0) => Ok(DeadRetried::Refused { status: text(1).unwrap_or_default() }),
-            _ => Err(corrupt()),
+            _ => Err(unexpected()),
         }
     }
 }

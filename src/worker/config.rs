@@ -9,9 +9,6 @@ pub enum WorkerError {
     /// Redis failed or did not answer.
     #[error(transparent)]
     Store(#[from] crate::Error),
-    /// The reader's connection pool failed.
-    #[error("redis reader pool: {0}")]
-    Pool(String),
     /// A setting is invalid.
     #[error("{0}")]
     Config(String),

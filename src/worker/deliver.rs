@@ -300,14 +300,14 @@ fn destination_fault(status: StatusCode) -> bool {
     status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS || DESTINATION_FAULTS.contains(&status.as_u16())
 }
 
-/// `Retry-After`: delay-seconds, or an HTTP date (a date in the past is no wait).
+/// `Retry-After`: delay-seconds, or an HTTP date in any of the three forms
+/// HTTP allows (`httpdate`; a date in the past is no wait).
 pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
     if let Ok(secs) = value.parse::<u64>() {
         return Some(Duration::from_secs(secs));
     }
-    let at = time::OffsetDateTime::parse(value, &time::format_description::well_known::Rfc2822).ok()?;
-    let at = SystemTime::from(at);
+    let at = httpdate::parse_http_date(value).ok()?;
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
@@ -342,30 +342,28 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
-/// The URL without userinfo (for the request and the logs), and the
-/// userinfo as a basic `Authorization` header.
+/// The URL without userinfo and fragment (for the request and the logs),
+/// and the userinfo as a basic `Authorization` header: the user and the
+/// password percent-decoded (a password with `@`, `:` or `%` is written
+/// `%40`, `%3A`, `%25` in a URL), joined by `:` when there is a password.
 fn parse_url(text: &str) -> Result<(hyper::Uri, String, Option<HeaderValue>), DeliverError> {
-    let bad = |why: &str| DeliverError(format!("--deliver: {why}"));
-    let (scheme, rest) = text.split_once("://").ok_or_else(|| bad("not a URL (use http://HOST/PATH or https://…)"))?;
-    if scheme != "http" && scheme != "https" {
-        return Err(bad("the URL must be http:// or https://"));
-    }
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    let (userinfo, host) = match authority.rsplit_once('@') {
-        Some((u, h)) => (Some(u), h),
-        None => (None, authority),
+    let bad = |why: &dyn std::fmt::Display| DeliverError(format!("--deliver: {why}"));
+    let mut url = crate::client::http_url(text).map_err(|e| bad(&e))?;
+    let decoded = |part: &str| percent_encoding::percent_decode_str(part).collect::<Vec<u8>>();
+    let userinfo = match (url.username(), url.password()) {
+        ("", None) => None,
+        (user, None) => Some(decoded(user)),
+        (user, Some(password)) => Some([decoded(user), b":".to_vec(), decoded(password)].concat()),
     };
-    if host.is_empty() {
-        return Err(bad("the URL has no host"));
-    }
-    let path = path.split('#').next().unwrap_or_default();
-    let shown = format!("{scheme}://{host}{path}");
-    let uri: hyper::Uri = shown.parse().map_err(|_| bad("not a valid URL"))?;
+    // Clearing the userinfo of an http(s) URL with a host cannot fail.
+    let _ = (url.set_username(""), url.set_password(None));
+    url.set_fragment(None);
+    let shown = url.to_string();
+    let uri: hyper::Uri = shown.parse().map_err(|_| bad(&"not a valid URL"))?;
     let authorization = userinfo
         .map(|u| HeaderValue::from_str(&format!("Basic {}", STANDARD.encode(u))))
         .transpose()
-        .map_err(|_| bad("the URL's userinfo is not valid in a header"))?
+        .map_err(|_| bad(&"the URL's userinfo is not valid in a header"))?
         .map(|mut v| {
             v.set_sensitive(true);
             v
@@ -513,6 +511,10 @@ mod tests {
         assert!(auth.is_sensitive());
         assert_eq!(auth.to_str().unwrap(), format!("Basic {}", STANDARD.encode("user:s3cret")));
         assert!(parse_url("http://h/").unwrap().2.is_none());
+        // A password with `@`, `:` and `%`, percent-encoded in the URL, is sent decoded.
+        let (_, shown, auth) = parse_url("http://u%C3%A9:p%40ss%3Aw%25rd@h:8080/x").unwrap();
+        assert_eq!(shown, "http://h:8080/x");
+        assert_eq!(auth.unwrap().to_str().unwrap(), format!("Basic {}", STANDARD.encode("u\u{e9}:p@ss:w%rd")));
         for bad in ["ftp://h/", "h/x", "http:///x", "http://user:s3cret@/x"] {
             let e = parse_url(bad).unwrap_err().to_string();
             assert!(e.starts_with("--deliver:") && !e.contains("s3cret"), "{bad}: {e}");

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::breaker::Breaker;
+use crate::prometheus::{family, histogram};
 
 /// Attempt latency histogram bounds, seconds (an HTTP answer to a run's command).
 const BUCKETS: [f64; 12] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
@@ -89,13 +90,9 @@ impl WorkerMetrics {
             let _ = writeln!(o, "{n}{{outcome=\"{outcome}\"}} {}", g(c));
         }
         let n = family(&mut o, "idemgate_worker_attempt_seconds", "histogram", "How long attempts took.");
-        for (bound, c) in BUCKETS.iter().zip(&self.buckets) {
-            let _ = writeln!(o, "{n}_bucket{{le=\"{bound}\"}} {}", g(c));
-        }
-        let count = g(&self.latency_count);
-        let _ = writeln!(o, "{n}_bucket{{le=\"+Inf\"}} {count}");
-        let _ = writeln!(o, "{n}_sum {}", g(&self.latency_sum_us) as f64 / 1e6);
-        let _ = writeln!(o, "{n}_count {count}");
+        let buckets: Vec<u64> = self.buckets.iter().map(g).collect();
+        let sum = g(&self.latency_sum_us) as f64 / 1e6;
+        histogram(&mut o, n, "", &BUCKETS, &buckets, sum, g(&self.latency_count));
         let n = family(
             &mut o,
             "idemgate_worker_runs_in_hand",
@@ -123,11 +120,6 @@ impl WorkerMetrics {
         }
         o
     }
-}
-
-fn family(out: &mut String, name: &'static str, kind: &str, help: &str) -> &'static str {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-    name
 }
 
 /// Serves `GET /metrics` from `metrics` on `listener` until `shutdown`

@@ -13,7 +13,6 @@ use super::config::{WorkerConfig, WorkerError};
 use super::run::{RunAttempt, RunFields};
 use crate::error::Error;
 use crate::keys::Keys;
-use crate::redis_io::reader::{ConnectError, ReadError};
 pub(crate) use crate::redis_io::run_scripts::Failed;
 pub use crate::redis_io::run_scripts::Trimmed;
 use crate::redis_io::run_scripts::{
@@ -108,10 +107,7 @@ pub(crate) struct Op(String);
 impl Queue {
     pub async fn connect(opts: &RedisOptions, keys: Keys, config: &WorkerConfig) -> Result<Self, WorkerError> {
         let redis = RedisHandle::connect(opts, keys).await?;
-        let reader = BlockingReader::connect(opts, config.block).await.map_err(|e| match e {
-            ConnectError::Redis(e) => WorkerError::Store(e),
-            ConnectError::Pool(message) => WorkerError::Config(message),
-        })?;
+        let reader = BlockingReader::connect(opts, config.block).await.map_err(WorkerError::Store)?;
         let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let q = Self {
             redis,
@@ -180,13 +176,12 @@ impl Queue {
         }
         cmd.arg("STREAMS").arg(self.keys().runs()).arg(after.unwrap_or(">"));
         let reply = match self.reader.query(&cmd, self.block + self.redis.timeout()).await {
-            Err(ReadError::Redis(Error::Redis(e))) if e.code() == Some("NOGROUP") => {
+            Err(Error::Redis(e)) if e.code() == Some("NOGROUP") => {
                 // The stream or the group was deleted under us: start again.
                 self.create_group().await?;
                 return Ok(Vec::new());
             }
-            Err(ReadError::Redis(e)) => return Err(e.into()),
-            Err(ReadError::Pool(message)) => return Err(WorkerError::Pool(message)),
+            Err(e) => return Err(e.into()),
             Ok(reply) => reply,
         };
         Ok(self.parse_all(stream_entries(reply)).await)

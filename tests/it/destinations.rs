@@ -734,6 +734,30 @@ fn tls_server_config(certs: &TestCerts) -> Arc<rustls::ServerConfig> {
     )
 }
 
+/// A password with `@`, `:` and `%` is given percent-encoded in the URL
+/// (`%40`, `%3A`, `%25`) and reaches the destination decoded, as the
+/// basic authentication the operator meant; the log shows neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_with_at_colon_and_percent_reaches_the_destination_as_basic_auth() {
+    let ns = fresh_ns("dlvauth");
+    let dir = temp_dir("dlvauth");
+    secrets_file(&dir, &[secret(11)]);
+    let dest = Destination::start(|_, _| ok()).await;
+    gate_runs(&ns, 1, 1).await;
+    let url = format!("http://hook-user:p%40ss%3Aw%25rd@{}/hooks", dest.addr);
+    let mut workers = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, "a", &url, &[])]);
+    wait_status(&ns, [(1, "done")], Duration::from_secs(20)).await;
+    let got = dest.got();
+    assert_eq!(got.len(), 1);
+    let basic = base64::engine::general_purpose::STANDARD.encode("hook-user:p@ss:w%rd");
+    assert_eq!(got[0].header("authorization"), format!("Basic {basic}"));
+    signal(&workers.0[0], "-TERM");
+    assert!(wait_exit(&mut workers.0[0], Duration::from_secs(15)).await.success());
+    let log = std::fs::read_to_string(dir.join("a.log")).unwrap();
+    assert!(log.contains(&format!("http://{}/hooks", dest.addr)), "the URL is logged without its userinfo");
+    assert!(!log.contains("p%40ss") && !log.contains("p@ss") && !log.contains(&basic), "the password reached the log");
+}
+
 /// `https` through rustls, verified against `--deliver-ca`; a certificate
 /// that does not verify is a failed attempt, never a plain-text fallback.
 /// Userinfo in the URL is sent as basic authentication and never logged.
