@@ -82,6 +82,10 @@ pub struct WorkerArgs {
     /// Serve GET /metrics (Prometheus text) on this address, e.g. 127.0.0.1:9464 [default: off].
     #[arg(long, env = "IDEMGATE_WORKER_METRICS_LISTEN", value_name = "ADDR")]
     pub metrics_listen: Option<String>,
+    /// Run the command as this user (name or uid), with its primary group and no other; the worker must be
+    /// root to switch [default: the worker's own user].
+    #[arg(long, env = "IDEMGATE_WORKER_COMMAND_USER", value_name = "USER")]
+    pub command_user: Option<String>,
     /// The command run once per run attempt, after `--` (or give --deliver). Exit 0: done; exit 65
     /// (EX_DATAERR): a permanent failure, dead-lettered at once; anything else: a failed attempt, retried.
     #[arg(last = true, value_name = "COMMAND")]

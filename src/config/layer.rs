@@ -166,6 +166,7 @@ settings! {
         breaker_failures: u32,
         breaker_cooldown: String,
         metrics_listen: String,
+        command_user: String,
     }
     flags_only {
         config,

@@ -34,6 +34,10 @@ pub struct WorkerSetup {
     pub mode: Mode,
     /// Where to serve `GET /metrics`, if anywhere.
     pub metrics_listen: Option<SocketAddr>,
+    /// With a command: the user it runs as (`--command-user`).
+    pub command_user: Option<command::CommandUser>,
+    /// Where `--deliver` was given, for an error about its URL.
+    deliver_given: Option<Given<String>>,
 }
 
 fn config_error(e: ConfigError) -> WorkerError {
@@ -89,7 +93,8 @@ impl WorkerSetup {
         if let Some(retention) = s.run_retention.lifetime()? {
             c.run_retention = retention.value.0;
         }
-        let mode = match (s.deliver.text()?, command.is_empty()) {
+        let deliver_given = s.deliver.text()?;
+        let mode = match (deliver_given.clone(), command.is_empty()) {
             (Some(deliver), false) => {
                 return Err(deliver.fail("give either --deliver URL or a command after `--`, not both"));
             }
@@ -121,9 +126,27 @@ impl WorkerSetup {
             Some(addr) => Some(addr.value.parse().map_err(|_| addr.fail("not an address like 127.0.0.1:9464"))?),
             None => None,
         };
+        let command_user = match s.command_user.text()? {
+            Some(user) if matches!(mode, Mode::Deliver(_)) => {
+                return Err(
+                    user.fail("runs a command as another user: it goes with a command after `--`, not --deliver")
+                );
+            }
+            Some(user) => Some(command::CommandUser::lookup(&user.value).map_err(|e| user.fail(e))?),
+            None => None,
+        };
         // What no single setting decides (the settings above are checked already).
         c.validate().map_err(|e| ConfigError::new(e.to_string()))?;
-        Ok(WorkerSetup { config: c, mode, metrics_listen })
+        Ok(WorkerSetup { config: c, mode, metrics_listen, command_user, deliver_given })
+    }
+}
+
+/// A `--deliver` error named by where the URL was given: its flag, its
+/// variable, or its config file line.
+fn deliver_error(setup: &WorkerSetup, message: String) -> WorkerError {
+    match (message.strip_prefix("--deliver: "), &setup.deliver_given) {
+        (Some(why), Some(given)) => config_error(given.fail(why)),
+        _ => WorkerError::Config(message),
     }
 }
 
@@ -141,12 +164,12 @@ pub async fn run(
     // Everything that can be refused is checked before connecting.
     let handler = match &setup.mode {
         Mode::Command(argv) => {
-            let handler = command::for_worker(argv, file)?;
+            let handler = command::for_worker(argv, file)?.run_as(setup.command_user.clone());
             command::guard_the_worker(file);
             Either::Command(handler)
         }
         Mode::Deliver(d) => Either::Deliver(Box::new(
-            Destination::new(d).map_err(|e| WorkerError::Config(e.to_string()))?.with_metrics(metrics.clone()),
+            Destination::new(d).map_err(|e| deliver_error(&setup, e.to_string()))?.with_metrics(metrics.clone()),
         )),
     };
     let listener = match setup.metrics_listen {

@@ -144,3 +144,118 @@ async fn a_fast_fork_chain_dies_with_its_attempt_and_leaves_no_zombie() {
     let _ = workers.0[0].kill();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Ensures a user `name` for commands exists (created with useradd as root).
+fn command_user(name: &str) {
+    // SAFETY: geteuid(2) has no arguments and no failure.
+    let root = unsafe { libc::geteuid() } == 0;
+    assert!(
+        root,
+        "THIS TEST NEEDS ROOT: it runs the worker as root with --command-user {name} (useradd, setuid); it did not run"
+    );
+    if !Command::new("id").arg("-u").arg(name).stdout(Stdio::null()).status().unwrap().success() {
+        let made = Command::new("useradd").args(["--system", "--no-create-home", "--shell", "/bin/sh", name]).status();
+        assert!(made.is_ok_and(|s| s.success()), "useradd {name}");
+    }
+}
+
+/// As root with `--command-user`: the command runs as that user and cannot
+/// open the config file, the password file, `/proc/$PPID/mem`, environ or
+/// fd, and holds no descriptor but 0, 1 and 2.
+#[tokio::test]
+async fn a_command_of_another_user_cannot_reach_what_the_worker_holds() {
+    use std::os::unix::fs::PermissionsExt;
+    const USER: &str = "idemgate-cmd";
+    command_user(USER);
+    let ns = fresh_ns("command-user");
+    let dir = temp_dir("command-user");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let redis = crate::secrets::redis_with_alice(&dir);
+    let config = dir.join("idemgate.toml");
+    std::fs::write(&config, "api_token = \"Config-S3cret\"\n[worker]\nmax_attempts = 1\n").unwrap();
+    let pw = dir.join("redis-password");
+    std::fs::write(&pw, format!("{}\n", crate::secrets::PASSWORD)).unwrap();
+    for f in [&config, &pw] {
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    // Python, not sh: dash keeps descriptors of its own (10, for redirections).
+    let script = r#"
+import os, pwd, sys
+sys.stdin.read()
+open_fds = []
+for fd in range(3, 1024):
+    try:
+        os.fstat(fd)
+        open_fds.append(fd)
+    except OSError:
+        pass
+def attempt(name, path, mode="r"):
+    try:
+        with open(path, "rb"):
+            return name + ":open"
+    except OSError:
+        return name + ":denied"
+def listing(name, path):
+    try:
+        os.listdir(path)
+        return name + ":open"
+    except OSError:
+        return name + ":denied"
+ppid = os.getppid()
+lines = [attempt("config", os.environ["CFG"]), attempt("password", os.environ["PW"]),
+         attempt("mem", "/proc/%d/mem" % ppid), attempt("environ", "/proc/%d/environ" % ppid),
+         listing("fd", "/proc/%d/fd" % ppid), "uid:" + pwd.getpwuid(os.getuid()).pw_name,
+         "fds:" + " ".join(map(str, open_fds))]
+with open(os.path.join(os.environ["D"], "result"), "w") as f:
+    f.write("\n".join(lines) + "\n")
+"#;
+    let url = format!("redis://alice@127.0.0.1:{}", redis.port);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_idemgate"));
+    for (var, _) in std::env::vars().filter(|(k, _)| k.starts_with("IDEMGATE_")) {
+        cmd.env_remove(var);
+    }
+    let child = cmd
+        .args(["worker", "--config"])
+        .arg(&config)
+        .args(["--redis-url", &url, "--redis-password-file"])
+        .arg(&pw)
+        .args(["--namespace", &ns, "--group", "g", "--block", "200ms", "--command-user", USER])
+        .args(["--", "python3", "-c", script])
+        .env("D", &dir)
+        .env("CFG", &config)
+        .env("PW", &pw)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("w.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let _w = Workers(vec![child]);
+    let opts = idemgate::redis_io::RedisOptions::single(format!(
+        "redis://alice:{}@127.0.0.1:{}",
+        crate::secrets::PASSWORD,
+        redis.port
+    ));
+    let keys = idemgate::keys::Keys::new(&ns).unwrap();
+    let store =
+        idemgate::store::redis_store::RedisStore::connect(&opts, keys.clone(), &Default::default()).await.unwrap();
+    let gate = idemgate::gate::Gate::new(["o/r"], std::sync::Arc::new(store));
+    let event = serde_json::json!({"org": "o", "repo": "r", "action": "push", "number": 1});
+    gate.handle("github", "d-1", &event).await.unwrap();
+    let result = dir.join("result");
+    wait_for(Duration::from_secs(30), "the command's report", || async { result.exists() }).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let report = std::fs::read_to_string(&result).unwrap();
+    let log = std::fs::read_to_string(dir.join("w.log")).unwrap();
+    for line in [
+        "config:denied",
+        "password:denied",
+        "mem:denied",
+        "environ:denied",
+        "fd:denied",
+        &format!("uid:{USER}"),
+        "fds:",
+    ] {
+        assert!(report.lines().any(|l| l == line), "{line:?} in {report}\n{log}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
