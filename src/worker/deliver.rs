@@ -72,6 +72,7 @@ pub struct DeliverError(String);
 pub fn read_secrets(path: &Path) -> Result<Vec<Vec<u8>>, DeliverError> {
     let at = format!("--deliver-secret-file {}", path.display());
     let text = std::fs::read_to_string(path).map_err(|e| DeliverError(format!("{at}: cannot read it: {e}")))?;
+    crate::file_mode::warn_if_others_can_read(path, "the deliver secrets file");
     let mut keys = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -264,6 +265,11 @@ impl Handler for Destination {
         let (head, body) = answer.into_parts();
         if let Some(m) = &self.metrics {
             m.request(Some(head.status.as_u16()));
+        }
+        // A 2xx head decides: the destination took the run, whether or not
+        // its body ever completes (it is dropped unread, with its connection).
+        if head.status.is_success() {
+            return Ok(());
         }
         let body = read_prefix(body).await;
         judge(head.status, &head.headers, &body, SystemTime::now())

@@ -259,3 +259,111 @@ with open(os.path.join(os.environ["D"], "result"), "w") as f:
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A destination whose 200 head comes at once and whose body never
+/// completes: the head decides, the run is `done` within its first attempt
+/// (before the attempt's timeout), not retried as a timeout.
+#[tokio::test]
+async fn a_2xx_head_decides_done_though_its_body_never_completes() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ns = fresh_ns("head-decides");
+    let dir = temp_dir("head-decides");
+    std::fs::write(dir.join("secrets"), "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n").unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(async move {
+        let mut held = Vec::new();
+        loop {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0; 64 * 1024];
+            let _ = s.read(&mut buf).await;
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\npartial").await;
+            held.push(s); // never finished, never closed
+        }
+    });
+    let url = format!("http://127.0.0.1:{port}/hook");
+    let secrets = dir.join("secrets");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_idemgate"));
+    for (var, _) in std::env::vars().filter(|(k, _)| k.starts_with("IDEMGATE_")) {
+        cmd.env_remove(var);
+    }
+    cmd.args(["worker", "--redis-url", redis_url(), "--namespace", &ns, "--group", "g", "--block", "200ms"])
+        .args(["--timeout", "5s", "--deliver", &url, "--deliver-secret-file"])
+        .arg(&secrets)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("w.log")).unwrap());
+    let _w = Workers(vec![cmd.spawn().unwrap()]);
+    gate_runs(&ns, 1, 1).await;
+    let started = std::time::Instant::now();
+    wait_for(Duration::from_secs(20), "run-1 done", || async {
+        record(&ns, "run-1").await.get("status").map(String::as_str) == Some("done")
+    })
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(5), "done before the attempt's timeout: {:?}", started.elapsed());
+    assert_eq!(record(&ns, "run-1").await["attempts"], "1");
+    server.abort();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A config file, a password file and a secrets file that other users can
+/// read get a warning at start; a 0600 file none.
+#[test]
+fn files_other_users_can_read_get_a_warning() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir("file-modes");
+    let config = dir.join("idemgate.toml");
+    std::fs::write(&config, "[worker]\ngroup = \"g\"\n").unwrap();
+    let pw = dir.join("pw");
+    std::fs::write(&pw, "secret\n").unwrap();
+    let run = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+            .args(["worker", "--config"])
+            .arg(&config)
+            .args(["--redis-url", "redis://127.0.0.1:1", "--redis-password-file"])
+            .arg(&pw)
+            .args(["--", "true"])
+            .env_remove("IDEMGATE_CONFIG")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    for f in [&config, &pw] {
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let loose = run();
+    for what in ["the config file can be read by other users", "the redis password file can be read by other users"] {
+        assert!(loose.contains(what), "{what}: {loose}");
+    }
+    for f in [&config, &pw] {
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let tight = run();
+    assert!(!tight.contains("can be read by other users"), "{tight}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A bad `[worker] deliver` in the config file is reported with its line, not as a flag.
+#[test]
+fn a_bad_deliver_url_in_the_file_is_named_by_its_line() {
+    let dir = temp_dir("deliver-line");
+    let config = dir.join("idemgate.toml");
+    std::fs::write(&dir.join("secrets"), "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n").unwrap();
+    let text =
+        format!("[worker]\ngroup = \"g\"\ndeliver = \"ftp://h/x\"\ndeliver_secret_file = {:?}\n", dir.join("secrets"));
+    std::fs::write(&config, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["worker", "--config"])
+        .arg(&config)
+        .args(["--redis-url", "redis://127.0.0.1:1"])
+        .env_remove("IDEMGATE_WORKER_DELIVER")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("config file line 3, `[worker] deliver`: the URL must be http:// or https://"), "{err}");
+    assert!(!err.contains("--deliver:"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
