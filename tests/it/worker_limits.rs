@@ -349,7 +349,7 @@ fn files_other_users_can_read_get_a_warning() {
 fn a_bad_deliver_url_in_the_file_is_named_by_its_line() {
     let dir = temp_dir("deliver-line");
     let config = dir.join("idemgate.toml");
-    std::fs::write(&dir.join("secrets"), "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n").unwrap();
+    std::fs::write(dir.join("secrets"), "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n").unwrap();
     let text =
         format!("[worker]\ngroup = \"g\"\ndeliver = \"ftp://h/x\"\ndeliver_secret_file = {:?}\n", dir.join("secrets"));
     std::fs::write(&config, text).unwrap();
