@@ -270,10 +270,22 @@ metrics_listen = "127.0.0.1:9464"
 "#;
 
     #[test]
+    fn command_user_names_a_user_of_the_host_and_goes_with_a_command() {
+        let s = resolve(&[], "[worker]\ngroup = \"g\"\ncommand_user = \"root\"", TRUE).unwrap();
+        assert!(s.command_user.map(|u| format!("{u:?}")).unwrap_or_default().contains("uid: 0"));
+        let e = resolve(&[], "[worker]\ngroup = \"g\"\ncommand_user = \"no-such-user-x\"", TRUE).unwrap_err();
+        assert_eq!(e, "config file line 3, `[worker] command_user`: no user \"no-such-user-x\" on this host");
+        let flags = [("deliver", "http://h/"), ("deliver_secret_file", "/s"), ("command_user", "root")];
+        let e = resolve(&flags, "[worker]\ngroup = \"g\"", &[]).unwrap_err();
+        assert!(e.starts_with("--command-user: runs a command as another user"), "{e}");
+    }
+
+    #[test]
     fn the_worker_reads_every_one_of_its_settings_from_the_file() {
         let layer = file(EVERY_KEY).layer();
         for key in Layer::WORKER_KEYS {
-            assert!(layer.get(key).is_some(), "the test's file lacks `[worker] {key}`");
+            // `command_user` goes with a command, not with `deliver`: its own test below.
+            assert!(*key == "command_user" || layer.get(key).is_some(), "the test's file lacks `[worker] {key}`");
         }
         let s = WorkerSetup::resolve(&layer, &[]).unwrap();
         let c = &s.config;
