@@ -84,17 +84,117 @@ pub fn become_subreaper() -> std::io::Result<()> {
 pub struct Attempt {
     run_id: String,
     pid: u32,
+    /// The attempt's own cgroup, where the worker may create one.
+    cgroup: Option<Cgroup>,
 }
 
 impl Attempt {
     /// Spawns `cmd` (which must lead a process group of its own) as the
-    /// command of `run_id`'s attempt.
+    /// command of `run_id`'s attempt, in a cgroup of its own where the
+    /// worker may create one ([`Cgroup`]).
     pub fn spawn(run_id: &str, cmd: &mut tokio::process::Command) -> std::io::Result<(Self, tokio::process::Child)> {
+        let cgroup = Cgroup::create();
+        if let Some(cg) = &cgroup {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&cg.procs);
+            // SAFETY: write(2) of a static byte between fork and exec. A move
+            // that fails is found after the spawn, and the attempt goes on
+            // without the cgroup.
+            unsafe {
+                cmd.pre_exec(move || {
+                    libc::write(fd, b"0".as_ptr().cast(), 1);
+                    Ok(())
+                });
+            }
+        }
         let mut live = lock(&LIVE);
         let child = cmd.spawn()?;
         let pid = child.id().ok_or_else(|| std::io::Error::other("the command exited at once"))?;
         live.insert(run_id.to_owned(), pid);
-        Ok((Self { run_id: run_id.to_owned(), pid }, child))
+        let cgroup = cgroup.filter(|cg| cg.holds(pid));
+        match &cgroup {
+            Some(cg) => tracing::debug!(run_id, cgroup = %cg.dir.display(), "the attempt runs in a cgroup of its own"),
+            None => tracing::debug!(run_id, "the attempt runs without a cgroup: its end sweeps the process tree"),
+        }
+        Ok((Self { run_id: run_id.to_owned(), pid, cgroup }, child))
+    }
+}
+
+/// A cgroup v2 of one attempt, created under the worker's own: every
+/// process the attempt starts is in it, whatever it does to its group or
+/// session, and `cgroup.kill` (Linux 5.14) kills them all at once, a fork
+/// chain included. Where the worker may not create one (no cgroup2 mount,
+/// no write access, an older kernel), attempts go without, and the sweeps
+/// of [`Attempt`]'s end are the only means.
+struct Cgroup {
+    dir: std::path::PathBuf,
+    /// `cgroup.procs`, open for the child to move itself in before its exec.
+    procs: std::fs::File,
+}
+
+/// Where the attempts' cgroups go: the worker's own cgroup v2 directory.
+static CGROUP_BASE: LazyLock<Option<std::path::PathBuf>> = LazyLock::new(cgroup_base);
+
+fn cgroup_base() -> Option<std::path::PathBuf> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let own = own.lines().find_map(|l| l.strip_prefix("0::"))?.to_owned();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    // `id parent dev root mountpoint opts … - fstype source superopts`
+    let (root, mount) = mounts.lines().find_map(|l| {
+        let (fields, rest) = l.split_once(" - ")?;
+        if rest.split_whitespace().next()? != "cgroup2" {
+            return None;
+        }
+        let mut f = fields.split_whitespace().skip(3);
+        Some((f.next()?.to_owned(), f.next()?.to_owned()))
+    })?;
+    let relative = own.strip_prefix(root.trim_end_matches('/')).unwrap_or(&own).trim_start_matches('/').to_owned();
+    let base = std::path::Path::new(&mount).join(relative);
+    base.join("cgroup.procs").exists().then_some(base)
+}
+
+impl Cgroup {
+    fn create() -> Option<Self> {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let base = CGROUP_BASE.as_ref()?;
+        let dir = base.join(format!("idemgate-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+        std::fs::create_dir(&dir).ok()?;
+        let procs = std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs"));
+        match procs {
+            Ok(procs) if dir.join("cgroup.kill").exists() => Some(Self { dir, procs }),
+            _ => {
+                let _ = std::fs::remove_dir(&dir);
+                None
+            }
+        }
+    }
+
+    /// Whether process `pid` is in this cgroup.
+    fn holds(&self, pid: u32) -> bool {
+        let name = self.dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .is_ok_and(|c| c.lines().any(|l| l.starts_with("0::") && l.ends_with(&format!("/{name}"))))
+    }
+
+    /// Kills every process in the cgroup and waits (up to 1 s) until it is
+    /// empty; then removes it.
+    fn kill_all(&self) {
+        let _ = std::fs::write(self.dir.join("cgroup.kill"), "1");
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        while std::time::Instant::now() < until {
+            let events = std::fs::read_to_string(self.dir.join("cgroup.events")).unwrap_or_default();
+            if events.lines().any(|l| l == "populated 0") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        if std::fs::remove_dir(&self.dir).is_err() {
+            tracing::debug!(cgroup = %self.dir.display(), "cannot remove the attempt's cgroup yet");
+        }
     }
 }
 
@@ -105,6 +205,9 @@ impl Drop for Attempt {
         // SAFETY: kill(2) has no memory effects; a negative pid names the group.
         unsafe {
             libc::kill(-(self.pid as libc::pid_t), libc::SIGKILL);
+        }
+        if let Some(cg) = &self.cgroup {
+            cg.kill_all();
         }
         let others: HashSet<u32> = live.values().copied().collect();
         let others_runs: HashSet<&str> = live.keys().map(String::as_str).collect();

@@ -141,6 +141,13 @@ async fn a_fast_fork_chain_dies_with_its_attempt_and_leaves_no_zombie() {
     assert_eq!(zombie_children(worker_pid), 0, "zombies under the idle worker");
     // And nothing of the chain came back meanwhile.
     assert!(tagged(&tag).is_empty());
+    // Where this host gives the worker a cgroup v2, the attempt ran in one of its own.
+    let cgroup2 = std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains(" - cgroup2 ");
+    let log = std::fs::read_to_string(dir.join("w.log")).unwrap();
+    eprintln!("cgroup2 mounted: {cgroup2}");
+    if cgroup2 {
+        assert!(log.contains("the attempt runs in a cgroup of its own"), "{log}");
+    }
     let _ = workers.0[0].kill();
     let _ = std::fs::remove_dir_all(&dir);
 }
