@@ -166,14 +166,12 @@ fn command_user(name: &str) {
     }
 }
 
-/// As root with `--command-user`: the command runs as that user and cannot
-/// open the config file, the password file, `/proc/$PPID/mem`, environ or
-/// fd, and holds no descriptor but 0, 1 and 2.
-#[tokio::test]
-async fn a_command_of_another_user_cannot_reach_what_the_worker_holds() {
+/// What a command reaches of its worker, reported line by line: the
+/// worker runs as root (`worker_user` `None`) or as that user, with
+/// `--command-user` or without; its config and password files are 0600,
+/// owned by the worker's user.
+async fn what_a_command_reaches(worker_user: Option<&str>, command_user_flag: Option<&str>) -> String {
     use std::os::unix::fs::PermissionsExt;
-    const USER: &str = "idemgate-cmd";
-    command_user(USER);
     let ns = fresh_ns("command-user");
     let dir = temp_dir("command-user");
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
@@ -182,8 +180,18 @@ async fn a_command_of_another_user_cannot_reach_what_the_worker_holds() {
     std::fs::write(&config, "api_token = \"Config-S3cret\"\n[worker]\nmax_attempts = 1\n").unwrap();
     let pw = dir.join("redis-password");
     std::fs::write(&pw, format!("{}\n", crate::secrets::PASSWORD)).unwrap();
+    let ids = worker_user.map(|u| {
+        let id = |flag: &str| {
+            let out = Command::new("id").args([flag, u]).output().unwrap();
+            String::from_utf8_lossy(&out.stdout).trim().parse::<u32>().unwrap()
+        };
+        (id("-u"), id("-g"))
+    });
     for f in [&config, &pw] {
         std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        if let Some((uid, gid)) = ids {
+            std::os::unix::fs::chown(f, Some(uid), Some(gid)).unwrap();
+        }
     }
     // Python, not sh: dash keeps descriptors of its own (10, for redirections).
     let script = r#"
@@ -226,17 +234,19 @@ with open(os.path.join(os.environ["D"], "result"), "w") as f:
         .arg(&config)
         .args(["--redis-url", &url, "--redis-password-file"])
         .arg(&pw)
-        .args(["--namespace", &ns, "--group", "g", "--block", "200ms", "--command-user", USER])
+        .args(["--namespace", &ns, "--group", "g", "--block", "200ms"])
+        .args(command_user_flag.map(|u| ["--command-user", u]).into_iter().flatten())
         .args(["--", "python3", "-c", script])
         .env("D", &dir)
         .env("CFG", &config)
         .env("PW", &pw)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("w.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let _w = Workers(vec![child]);
+        .stderr(std::fs::File::create(dir.join("w.log")).unwrap());
+    if let Some((uid, gid)) = ids {
+        child.uid(uid).gid(gid);
+    }
+    let _w = Workers(vec![child.spawn().unwrap()]);
     let opts = idemgate::redis_io::RedisOptions::single(format!(
         "redis://alice:{}@127.0.0.1:{}",
         crate::secrets::PASSWORD,
@@ -253,18 +263,51 @@ with open(os.path.join(os.environ["D"], "result"), "w") as f:
     tokio::time::sleep(Duration::from_millis(200)).await;
     let report = std::fs::read_to_string(&result).unwrap();
     let log = std::fs::read_to_string(dir.join("w.log")).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    format!("{report}\n--- worker log:\n{log}")
+}
+
+const COMMAND_USER: &str = "idemgate-cmd";
+
+/// As root with `--command-user`: the command runs as that user and cannot
+/// open the config file, the password file, `/proc/$PPID/mem`, environ or
+/// fd, and holds no descriptor but 0, 1 and 2.
+#[tokio::test]
+async fn a_command_of_another_user_cannot_reach_what_the_worker_holds() {
+    command_user(COMMAND_USER);
+    let report = what_a_command_reaches(None, Some(COMMAND_USER)).await;
     for line in [
         "config:denied",
         "password:denied",
         "mem:denied",
         "environ:denied",
         "fd:denied",
-        &format!("uid:{USER}"),
+        &format!("uid:{COMMAND_USER}"),
         "fds:",
     ] {
-        assert!(report.lines().any(|l| l == line), "{line:?} in {report}\n{log}");
+        assert!(report.lines().any(|l| l == line), "{line:?} in {report}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The documented residue (docs/security.md): a command of the worker's own
+/// (non-root) user opens the files that user can read, the config file and
+/// the password file; the non-dumpable worker's memory, environment and
+/// descriptors stay closed to it, and it holds no descriptor but 0, 1 and 2.
+#[tokio::test]
+async fn a_command_of_the_workers_own_user_reaches_only_the_documented_residue() {
+    command_user(COMMAND_USER);
+    let report = what_a_command_reaches(Some(COMMAND_USER), None).await;
+    for line in [
+        "config:open",
+        "password:open",
+        "mem:denied",
+        "environ:denied",
+        "fd:denied",
+        &format!("uid:{COMMAND_USER}"),
+        "fds:",
+    ] {
+        assert!(report.lines().any(|l| l == line), "{line:?} in {report}");
+    }
 }
 
 /// A destination whose 200 head comes at once and whose body never
