@@ -315,6 +315,7 @@ pub fn guard_the_worker(file: &FileConfig) {
     if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong, 0, 0, 0) } != 0 {
         tracing::warn!(error = %std::io::Error::last_os_error(), "cannot mark the worker non-dumpable");
     }
+    reaper::remove_stale_cgroups();
     match reaper::become_subreaper() {
         Ok(()) => {
             if let Ok(rt) = tokio::runtime::Handle::try_current() {

@@ -190,6 +190,34 @@ impl Cgroup {
     }
 }
 
+/// Kills and removes the attempt cgroups that a worker no longer running
+/// left (one killed with SIGKILL never ends its attempts): what they still
+/// hold dies now, at this worker's start.
+pub fn remove_stale_cgroups() {
+    let Some(base) = CGROUP_BASE.as_ref() else { return };
+    let Ok(dir) = std::fs::read_dir(base) else { return };
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("idemgate-")).and_then(|r| r.split('-').next())
+        else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<u32>() else { continue };
+        if pid == std::process::id() || std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let stale = Cgroup {
+            dir: entry.path(),
+            procs: match std::fs::File::open("/dev/null") {
+                Ok(f) => f,
+                Err(_) => return,
+            },
+        };
+        stale.kill_all();
+        tracing::debug!(cgroup = %stale.dir.display(), "removing the cgroup of a worker no longer running");
+    }
+}
+
 impl Drop for Cgroup {
     fn drop(&mut self) {
         if std::fs::remove_dir(&self.dir).is_err() {

@@ -417,3 +417,54 @@ fn a_bad_deliver_url_in_the_file_is_named_by_its_line() {
     assert!(!err.contains("--deliver:"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// This process's cgroup v2 directory (a worker it spawns starts there), if cgroup2 is mounted.
+fn own_cgroup_dir() -> Option<std::path::PathBuf> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let own = own.lines().find_map(|l| l.strip_prefix("0::"))?.to_owned();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let (root, mount) = mounts.lines().find_map(|l| {
+        let (fields, rest) = l.split_once(" - ")?;
+        (rest.split_whitespace().next()? == "cgroup2").then_some(())?;
+        let mut f = fields.split_whitespace().skip(3);
+        Some((f.next()?.to_owned(), f.next()?.to_owned()))
+    })?;
+    let relative = own.strip_prefix(root.trim_end_matches('/')).unwrap_or(&own).trim_start_matches('/').to_owned();
+    Some(std::path::Path::new(&mount).join(relative))
+}
+
+/// A worker killed with SIGKILL mid-attempt leaves its attempt's cgroup;
+/// the next worker to start kills what it holds and removes it.
+#[tokio::test]
+async fn a_killed_workers_attempt_cgroup_is_removed_by_the_next_worker() {
+    let Some(base) = own_cgroup_dir().filter(|b| b.join("cgroup.procs").exists()) else {
+        panic!("THIS TEST NEEDS A CGROUP V2 MOUNT: none found in /proc/self/mountinfo; it did not run");
+    };
+    let ns = fresh_ns("stale-cgroup");
+    let dir = temp_dir("stale-cgroup");
+    let mut first = worker(&ns, &dir, &[], "cat > /dev/null; touch \"$D/started\"; sleep 30", None);
+    gate_runs(&ns, 1, 1).await;
+    wait_for(Duration::from_secs(30), "the attempt started", || async { dir.join("started").exists() }).await;
+    let prefix = format!("idemgate-{}-", first.id());
+    let left = || {
+        std::fs::read_dir(&base)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .count()
+    };
+    if left() == 0 {
+        // The host gives the worker no cgroup (no write access): nothing to leave.
+        let log = std::fs::read_to_string(dir.join("w.log")).unwrap();
+        assert!(log.contains("runs without a cgroup"), "{log}");
+        let _ = first.kill();
+        let _ = first.wait();
+        return;
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert_eq!(left(), 1, "the killed worker's attempt cgroup is left");
+    let _second = Workers(vec![worker(&fresh_ns("stale-cgroup-2"), &dir, &[], "true", None)]);
+    wait_for(Duration::from_secs(20), "the stale cgroup removed", || async { left() == 0 }).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
