@@ -44,6 +44,9 @@ pub const MIN_SECRET_BYTES: usize = 24;
 /// How much of an answer's body `last_error` keeps.
 pub const ERROR_BODY_BYTES: usize = 256;
 
+/// How long an answer's body is read, at most, after its head.
+const BODY_WAIT: Duration = Duration::from_secs(5);
+
 /// How much of an answer's body is read, at most, so the connection can be
 /// kept (a longer body is dropped, and its connection with it).
 const DRAIN_BYTES: usize = 64 * 1024;
@@ -267,11 +270,16 @@ impl Handler for Destination {
             m.request(Some(head.status.as_u16()));
         }
         // A 2xx head decides: the destination took the run, whether or not
-        // its body ever completes (it is dropped unread, with its connection).
+        // its body ever completes. The body is drained apart (bounded), so
+        // that its connection can go back to the pool.
         if head.status.is_success() {
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(BODY_WAIT, read_prefix(body)).await;
+            });
             return Ok(());
         }
-        let body = read_prefix(body).await;
+        // A failure's body is read for its last_error, bounded in bytes and time.
+        let body = tokio::time::timeout(BODY_WAIT, read_prefix(body)).await.unwrap_or_default();
         judge(head.status, &head.headers, &body, SystemTime::now())
     }
 
