@@ -167,6 +167,7 @@ settings! {
         breaker_cooldown: String,
         metrics_listen: String,
         command_user: String,
+        max_processes: u32,
     }
     flags_only {
         config,

@@ -113,6 +113,9 @@ impl Attempt {
         let cgroup = cgroup.filter(|cg| cg.holds(pid));
         match &cgroup {
             Some(cg) => tracing::debug!(run_id, cgroup = %cg.dir.display(), "the attempt runs in a cgroup of its own"),
+            None if MAX_PROCESSES.load(Ordering::SeqCst) > 0 => {
+                tracing::warn!(run_id, "the attempt runs without a cgroup, so without the process limit")
+            }
             None => tracing::debug!(run_id, "the attempt runs without a cgroup: its end sweeps the process tree"),
         }
         Ok((Self { run_id: run_id.to_owned(), pid, cgroup }, child))
@@ -129,6 +132,34 @@ struct Cgroup {
     dir: std::path::PathBuf,
     /// `cgroup.procs`, open for the child to move itself in before its exec.
     procs: std::fs::File,
+}
+
+/// `pids.max` of every attempt's cgroup (0: no limit; `--max-processes`).
+static MAX_PROCESSES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Limits every attempt to `n` processes (its cgroup's `pids.max`), or says
+/// why this host cannot: it takes a cgroup v2 the worker may create
+/// attempts' cgroups in, with the pids controller enabled for them.
+pub fn limit_processes(n: u32) -> Result<(), String> {
+    let Some(base) = CGROUP_BASE.as_ref() else {
+        return Err("needs a cgroup v2 the worker may create cgroups in, and none is mounted or found".into());
+    };
+    let enabled = |b: &std::path::Path| {
+        std::fs::read_to_string(b.join("cgroup.subtree_control"))
+            .is_ok_and(|c| c.split_whitespace().any(|x| x == "pids"))
+    };
+    if !enabled(base) {
+        // Possible only where the worker's cgroup holds no process of its own (the root one does not count).
+        let _ = std::fs::write(base.join("cgroup.subtree_control"), "+pids");
+    }
+    if !enabled(base) {
+        return Err(format!(
+            "needs the pids controller enabled for the cgroups under {} (cgroup.subtree_control +pids), and it is not: run the worker in a cgroup delegated to it with pids, or leave the limit out",
+            base.display()
+        ));
+    }
+    MAX_PROCESSES.store(n, Ordering::SeqCst);
+    Ok(())
 }
 
 /// Where the attempts' cgroups go: the worker's own cgroup v2 directory.
@@ -159,6 +190,10 @@ impl Cgroup {
         let dir = base.join(format!("idemgate-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
         std::fs::create_dir(&dir).ok()?;
         let procs = std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs"));
+        let max = MAX_PROCESSES.load(Ordering::SeqCst);
+        if max > 0 && std::fs::write(dir.join("pids.max"), max.to_string()).is_err() {
+            tracing::warn!(cgroup = %dir.display(), "cannot set the attempt's pids.max: it runs without the process limit");
+        }
         match procs {
             Ok(procs) if dir.join("cgroup.kill").exists() => Some(Self { dir, procs }),
             _ => {

@@ -38,6 +38,8 @@ pub struct WorkerSetup {
     pub command_user: Option<command::CommandUser>,
     /// Where `--deliver` was given, for an error about its URL.
     deliver_given: Option<Given<String>>,
+    /// With a command: at most this many processes per attempt (`--max-processes`).
+    max_processes: Option<Given<u32>>,
 }
 
 fn config_error(e: ConfigError) -> WorkerError {
@@ -135,9 +137,16 @@ impl WorkerSetup {
             Some(user) => Some(command::CommandUser::lookup(&user.value).map_err(|e| user.fail(e))?),
             None => None,
         };
+        let max_processes = match s.max_processes.number::<u32>()? {
+            Some(n) if n.value == 0 => return Err(n.fail("the process limit must be more than 0")),
+            Some(n) if matches!(mode, Mode::Deliver(_)) => {
+                return Err(n.fail("limits a command's processes: it goes with a command after `--`, not --deliver"));
+            }
+            n => n,
+        };
         // What no single setting decides (the settings above are checked already).
         c.validate().map_err(|e| ConfigError::new(e.to_string()))?;
-        Ok(WorkerSetup { config: c, mode, metrics_listen, command_user, deliver_given })
+        Ok(WorkerSetup { config: c, mode, metrics_listen, command_user, deliver_given, max_processes })
     }
 }
 
@@ -166,6 +175,9 @@ pub async fn run(
         Mode::Command(argv) => {
             let handler = command::for_worker(argv, file)?.run_as(setup.command_user.clone());
             command::guard_the_worker(file);
+            if let Some(n) = &setup.max_processes {
+                super::reaper::limit_processes(n.value).map_err(|e| config_error(n.fail(e)))?;
+            }
             Either::Command(handler)
         }
         Mode::Deliver(d) => Either::Deliver(Box::new(
@@ -284,8 +296,9 @@ metrics_listen = "127.0.0.1:9464"
     fn the_worker_reads_every_one_of_its_settings_from_the_file() {
         let layer = file(EVERY_KEY).layer();
         for key in Layer::WORKER_KEYS {
-            // `command_user` goes with a command, not with `deliver`: its own test below.
-            assert!(*key == "command_user" || layer.get(key).is_some(), "the test's file lacks `[worker] {key}`");
+            // `command_user` and `max_processes` go with a command, not with `deliver`: tested apart.
+            let with_a_command = ["command_user", "max_processes"].contains(key);
+            assert!(with_a_command || layer.get(key).is_some(), "the test's file lacks `[worker] {key}`");
         }
         let s = WorkerSetup::resolve(&layer, &[]).unwrap();
         let c = &s.config;

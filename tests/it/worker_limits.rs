@@ -468,3 +468,35 @@ async fn a_killed_workers_attempt_cgroup_is_removed_by_the_next_worker() {
     wait_for(Duration::from_secs(20), "the stale cgroup removed", || async { left() == 0 }).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--max-processes N`: where the host gives the attempts' cgroups the pids
+/// controller, a command that forks 20 sleeps at a limit of 5 is refused
+/// forks; where it does not, the worker refuses to start and says why
+/// (never a limit silently not applied).
+#[tokio::test]
+async fn max_processes_is_applied_or_refused_at_start() {
+    let ns = fresh_ns("max-processes");
+    let dir = temp_dir("max-processes");
+    let script =
+        "cat > /dev/null; n=0; for i in $(seq 20); do sleep 2 & n=$((n+1)); done; wait; echo \"$n\" > \"$D/forked\"";
+    let mut w = worker(&ns, &dir, &["--max-processes", "5", "--max-attempts", "1"], script, None);
+    let pids_available = own_cgroup_dir()
+        .and_then(|b| std::fs::read_to_string(b.join("cgroup.controllers")).ok())
+        .is_some_and(|c| c.split_whitespace().any(|x| x == "pids"));
+    if !pids_available {
+        let status = crate::worker::wait_exit(&mut w, Duration::from_secs(20)).await;
+        let log = std::fs::read_to_string(dir.join("w.log")).unwrap();
+        assert!(!status.success(), "{log}");
+        assert!(log.contains("--max-processes: needs"), "says why: {log}");
+        eprintln!("this host has no pids controller in cgroup v2: the refusal was checked, not the limit");
+        return;
+    }
+    let _w = Workers(vec![w]);
+    gate_runs(&ns, 1, 1).await;
+    wait_for(Duration::from_secs(30), "run-1 ended", || async {
+        record(&ns, "run-1").await.get("status").is_some_and(|s| s == "done" || s == "dead")
+    })
+    .await;
+    let log = std::fs::read_to_string(dir.join("w.log")).unwrap();
+    assert!(log.contains("fork") || log.contains("Resource temporarily unavailable"), "forks refused: {log}");
+}
