@@ -56,6 +56,7 @@ pub mod config;
 pub mod config_values;
 pub mod error;
 pub mod event_digest;
+pub mod file_mode;
 pub mod gate;
 pub mod http;
 pub mod intake;

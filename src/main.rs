@@ -28,6 +28,7 @@ enum LogFormat {
 }
 
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process; boxing buys nothing
 enum Command {
     /// Run the HTTP service.
     Serve(cli::serve::ServeArgs),

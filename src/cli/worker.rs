@@ -100,6 +100,14 @@ pub struct WorkerArgs {
     pub metrics_listen: Option<String>,
     #[arg(long, env = "IDEMGATE_WORKER_HEARTBEAT_INTERVAL", value_name = "DURATION", help = with_default("How often the worker writes its heartbeat (the console's workers view); it lives three intervals", format_duration(idemgate::worker::heartbeat::DEFAULT_HEARTBEAT_INTERVAL)))]
     pub heartbeat_interval: Option<String>,
+    /// Run the command as this user (name or uid), with its primary group and no other; the worker must be
+    /// root to switch [default: the worker's own user].
+    #[arg(long, env = "IDEMGATE_WORKER_COMMAND_USER", value_name = "USER")]
+    pub command_user: Option<String>,
+    /// At most N processes per attempt (the attempt's cgroup `pids.max`); needs a cgroup v2 with the pids
+    /// controller the worker may use, else the worker refuses to start [default: no limit].
+    #[arg(long, env = "IDEMGATE_WORKER_MAX_PROCESSES", value_name = "N")]
+    pub max_processes: Option<String>,
     /// The command run once per run attempt, after `--` (or give --deliver). Exit 0: done; exit 65
     /// (EX_DATAERR): a permanent failure, dead-lettered at once; anything else: a failed attempt, retried.
     #[arg(last = true, value_name = "COMMAND")]

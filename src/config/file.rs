@@ -13,6 +13,7 @@ impl<P: DeserializeOwned> FileTables<P> {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| err(format!("config file {}: cannot read it: {e}", path.display())))?;
+        crate::file_mode::warn_if_others_can_read(path, "the config file");
         Self::parse(&text).map_err(|e| err(format!("config file {}: {e}", path.display())))
     }
 

@@ -174,6 +174,8 @@ settings! {
         keep_done_payloads: bool,
         metrics_listen: String,
         heartbeat_interval: String,
+        command_user: String,
+        max_processes: u32,
     }
     flags_only {
         config,

@@ -85,6 +85,19 @@ fn limits_from_the_file() {
     assert!(resolve(&Layer::default(), "header_timeout = \"0s\"").unwrap_err().contains("header timeout"));
 }
 
+#[test]
+fn allowed_hosts_from_the_file_the_env_and_the_flags() {
+    let c = resolve(&Layer::default(), "allowed_hosts = [\"gate.example\", \"10.0.0.5\"]").unwrap();
+    assert_eq!(c.allowed_hosts, ["gate.example", "10.0.0.5"]);
+    let args = Layer::flags([("allowed_hosts", "a.example,b.example")]).unwrap();
+    assert_eq!(resolve(&args, "allowed_hosts = \"gate.example\"").unwrap().allowed_hosts, ["a.example", "b.example"]);
+    assert!(resolve(&Layer::default(), "").unwrap().allowed_hosts.is_empty());
+    for bad in ["http://gate.example", "gate.example/x", "a b"] {
+        let e = resolve(&Layer::default(), &format!("allowed_hosts = [{bad:?}]")).unwrap_err();
+        assert!(e.contains("`allowed_hosts`") && e.contains("not a host name or address"), "{bad}: {e}");
+    }
+}
+
 /// A secret typed into the wrong place must not be echoed by the error.
 #[test]
 fn errors_never_echo_a_value_from_the_file() {

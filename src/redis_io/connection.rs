@@ -109,6 +109,7 @@ impl Secret {
     pub fn from_file(path: &Path) -> Result<Self, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("redis password file {}: cannot read it: {e}", path.display()))?;
+        crate::file_mode::warn_if_others_can_read(path, "the redis password file");
         let text = text.strip_suffix('\n').map_or(text.as_str(), |t| t.strip_suffix('\r').unwrap_or(t));
         if text.is_empty() {
             return Err(format!("redis password file {} is empty", path.display()));

@@ -40,6 +40,47 @@ pub struct CommandHandler {
     args: Vec<String>,
     /// Variables of the worker's environment the command does not get.
     hidden_env: Vec<String>,
+    /// The user the command runs as (`None`: the worker's).
+    user: Option<CommandUser>,
+}
+
+/// A user a command runs as (`--command-user`): its uid, its primary group
+/// (and no supplementary group), its name and home for the environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandUser {
+    name: String,
+    uid: u32,
+    gid: u32,
+    home: String,
+}
+
+impl CommandUser {
+    /// The user named `name` (or numbered, `1001`) in the password database.
+    pub fn lookup(name: &str) -> Result<Self, String> {
+        let c_name = std::ffi::CString::new(name).map_err(|_| format!("{name:?} is not a user name"))?;
+        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut buf = vec![0 as libc::c_char; 16 * 1024];
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: getpwnam_r/getpwuid_r write into `pwd` and `buf`, both ours and sized as passed.
+        let rc = unsafe { libc::getpwnam_r(c_name.as_ptr(), &mut pwd, buf.as_mut_ptr(), buf.len(), &mut found) };
+        if (rc != 0 || found.is_null())
+            && let Ok(uid) = name.parse::<u32>()
+        {
+            // SAFETY: as above.
+            unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut found) };
+        }
+        if found.is_null() {
+            return Err(format!("no user {:?} on this host", crate::text::escape_control(name)));
+        }
+        // SAFETY: on success the strings point into `buf`, NUL-terminated.
+        let text = |p: *const libc::c_char| unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned();
+        let user = Self { name: text(pwd.pw_name), uid: pwd.pw_uid, gid: pwd.pw_gid, home: text(pwd.pw_dir) };
+        // SAFETY: geteuid(2) has no arguments and no failure.
+        if unsafe { libc::geteuid() } != 0 && user.uid != unsafe { libc::geteuid() } {
+            return Err(format!("runs the command as {:?}, which takes a worker running as root", user.name));
+        }
+        Ok(user)
+    }
 }
 
 impl CommandHandler {
@@ -47,7 +88,13 @@ impl CommandHandler {
     /// `None` when `argv` is empty.
     pub fn new(argv: &[String]) -> Option<Self> {
         let (program, args) = argv.split_first()?;
-        Some(Self { program: program.clone(), args: args.to_vec(), hidden_env: Vec::new() })
+        Some(Self { program: program.clone(), args: args.to_vec(), hidden_env: Vec::new(), user: None })
+    }
+
+    /// Runs the command as `user` (`None`: as the worker's own user).
+    pub fn run_as(mut self, user: Option<CommandUser>) -> Self {
+        self.user = user;
+        self
     }
 
     /// Keeps the variables `names` out of the command's environment
@@ -74,6 +121,10 @@ impl Handler for CommandHandler {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
+        if let Some(user) = &self.user {
+            // As root, std drops every supplementary group before setuid.
+            cmd.uid(user.uid).gid(user.gid).env("HOME", &user.home).env("USER", &user.name).env("LOGNAME", &user.name);
+        }
         #[cfg(target_os = "linux")]
         {
             let parent = std::process::id() as libc::pid_t;
@@ -86,6 +137,7 @@ impl Handler for CommandHandler {
                     if libc::getppid() != parent {
                         return Err(std::io::Error::other("the worker exited"));
                     }
+                    close_other_descriptors();
                     Ok(())
                 });
             }
@@ -135,6 +187,29 @@ impl Handler for CommandHandler {
             status: status.code().and_then(|c| u16::try_from(c).ok()),
             ..Failure::default()
         })
+    }
+}
+
+/// Marks every descriptor above stderr close-on-exec, so the command gets
+/// stdin, stdout and stderr only, whatever the worker inherited or opened
+/// (its Redis connections, its listener, a file its own parent leaked).
+/// Close-on-exec rather than closed: std's pipe that reports a failed exec
+/// must stay open until the exec. Runs between fork and exec, so it only
+/// makes system calls.
+#[cfg(target_os = "linux")]
+fn close_other_descriptors() {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: close_range(2) and fcntl(2) on descriptor numbers; no memory is passed.
+    unsafe {
+        if libc::syscall(libc::SYS_close_range, 3 as libc::c_uint, libc::c_uint::MAX, CLOSE_RANGE_CLOEXEC) == 0 {
+            return;
+        }
+        // Kernels before 5.11: each descriptor up to the open-file limit.
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        let top = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 { lim.rlim_cur.min(1 << 20) } else { 1024 };
+        for fd in 3..top as libc::c_int {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
     }
 }
 
@@ -238,6 +313,15 @@ pub fn guard_the_worker(file: &FileConfig) {
     let secrets = file.secret_env_names();
     super::scrub::environment(|name| hidden(name, &secrets));
     super::scrub::arguments();
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl(2) with integer arguments. Non-dumpable: a process of the
+    // same user may not ptrace the worker, nor open its /proc/<pid>/mem,
+    // environ or fd (they become root's), so no command reads its memory,
+    // takes its Redis socket (pidfd_getfd) or reopens its files.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong, 0, 0, 0) } != 0 {
+        tracing::warn!(error = %std::io::Error::last_os_error(), "cannot mark the worker non-dumpable");
+    }
+    reaper::remove_stale_cgroups();
     match reaper::become_subreaper() {
         Ok(()) => {
             if let Ok(rt) = tokio::runtime::Handle::try_current() {

@@ -38,6 +38,9 @@ use crate::text::escape_control;
 /// How much of an answer's body `last_error` keeps.
 pub const ERROR_BODY_BYTES: usize = 256;
 
+/// How long an answer's body is read, at most, after its head.
+const BODY_WAIT: Duration = Duration::from_secs(5);
+
 /// How much of an answer's body is read, at most, so the connection can be
 /// kept (a longer body is dropped, and its connection with it).
 const DRAIN_BYTES: usize = 64 * 1024;
@@ -67,6 +70,7 @@ pub struct DeliverError(String);
 pub fn read_secrets(path: &Path) -> Result<Vec<Vec<u8>>, DeliverError> {
     let at = format!("--deliver-secret-file {}", path.display());
     let text = std::fs::read_to_string(path).map_err(|e| DeliverError(format!("{at}: cannot read it: {e}")))?;
+    crate::file_mode::warn_if_others_can_read(path, "the deliver secrets file");
     let mut keys = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -237,7 +241,17 @@ impl Handler for Destination {
         if let Some(m) = &self.metrics {
             m.request(Some(head.status.as_u16()));
         }
-        let body = read_prefix(body).await;
+        // A 2xx head decides: the destination took the run, whether or not
+        // its body ever completes. The body is drained apart (bounded), so
+        // that its connection can go back to the pool.
+        if head.status.is_success() {
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(BODY_WAIT, read_prefix(body)).await;
+            });
+            return judge(head.status, &head.headers, &[], SystemTime::now());
+        }
+        // A failure's body is read for its last_error, bounded in bytes and time.
+        let body = tokio::time::timeout(BODY_WAIT, read_prefix(body)).await.unwrap_or_default();
         judge(head.status, &head.headers, &body, SystemTime::now())
     }
 

@@ -84,17 +84,180 @@ pub fn become_subreaper() -> std::io::Result<()> {
 pub struct Attempt {
     run_id: String,
     pid: u32,
+    /// The attempt's own cgroup, where the worker may create one.
+    cgroup: Option<Cgroup>,
 }
 
 impl Attempt {
     /// Spawns `cmd` (which must lead a process group of its own) as the
-    /// command of `run_id`'s attempt.
+    /// command of `run_id`'s attempt, in a cgroup of its own where the
+    /// worker may create one ([`Cgroup`]).
     pub fn spawn(run_id: &str, cmd: &mut tokio::process::Command) -> std::io::Result<(Self, tokio::process::Child)> {
+        let cgroup = Cgroup::create();
+        if let Some(cg) = &cgroup {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&cg.procs);
+            // SAFETY: write(2) of a static byte between fork and exec. A move
+            // that fails is found after the spawn, and the attempt goes on
+            // without the cgroup.
+            unsafe {
+                cmd.pre_exec(move || {
+                    libc::write(fd, b"0".as_ptr().cast(), 1);
+                    Ok(())
+                });
+            }
+        }
         let mut live = lock(&LIVE);
         let child = cmd.spawn()?;
         let pid = child.id().ok_or_else(|| std::io::Error::other("the command exited at once"))?;
         live.insert(run_id.to_owned(), pid);
-        Ok((Self { run_id: run_id.to_owned(), pid }, child))
+        let cgroup = cgroup.filter(|cg| cg.holds(pid));
+        match &cgroup {
+            Some(cg) => tracing::debug!(run_id, cgroup = %cg.dir.display(), "the attempt runs in a cgroup of its own"),
+            None if MAX_PROCESSES.load(Ordering::SeqCst) > 0 => {
+                tracing::warn!(run_id, "the attempt runs without a cgroup, so without the process limit")
+            }
+            None => tracing::debug!(run_id, "the attempt runs without a cgroup: its end sweeps the process tree"),
+        }
+        Ok((Self { run_id: run_id.to_owned(), pid, cgroup }, child))
+    }
+}
+
+/// A cgroup v2 of one attempt, created under the worker's own: every
+/// process the attempt starts is in it, whatever it does to its group or
+/// session, and `cgroup.kill` (Linux 5.14) kills them all at once, a fork
+/// chain included. Where the worker may not create one (no cgroup2 mount,
+/// no write access, an older kernel), attempts go without, and the sweeps
+/// of [`Attempt`]'s end are the only means.
+struct Cgroup {
+    dir: std::path::PathBuf,
+    /// `cgroup.procs`, open for the child to move itself in before its exec.
+    procs: std::fs::File,
+}
+
+/// `pids.max` of every attempt's cgroup (0: no limit; `--max-processes`).
+static MAX_PROCESSES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Limits every attempt to `n` processes (its cgroup's `pids.max`), or says
+/// why this host cannot: it takes a cgroup v2 the worker may create
+/// attempts' cgroups in, with the pids controller enabled for them.
+pub fn limit_processes(n: u32) -> Result<(), String> {
+    let Some(base) = CGROUP_BASE.as_ref() else {
+        return Err("needs a cgroup v2 the worker may create cgroups in, and none is mounted or found".into());
+    };
+    let enabled = |b: &std::path::Path| {
+        std::fs::read_to_string(b.join("cgroup.subtree_control"))
+            .is_ok_and(|c| c.split_whitespace().any(|x| x == "pids"))
+    };
+    if !enabled(base) {
+        // Possible only where the worker's cgroup holds no process of its own (the root one does not count).
+        let _ = std::fs::write(base.join("cgroup.subtree_control"), "+pids");
+    }
+    if !enabled(base) {
+        return Err(format!(
+            "needs the pids controller enabled for the cgroups under {} (cgroup.subtree_control +pids), and it is not: run the worker in a cgroup delegated to it with pids, or leave the limit out",
+            base.display()
+        ));
+    }
+    MAX_PROCESSES.store(n, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Where the attempts' cgroups go: the worker's own cgroup v2 directory.
+static CGROUP_BASE: LazyLock<Option<std::path::PathBuf>> = LazyLock::new(cgroup_base);
+
+fn cgroup_base() -> Option<std::path::PathBuf> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let own = own.lines().find_map(|l| l.strip_prefix("0::"))?.to_owned();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    // `id parent dev root mountpoint opts … - fstype source superopts`
+    let (root, mount) = mounts.lines().find_map(|l| {
+        let (fields, rest) = l.split_once(" - ")?;
+        if rest.split_whitespace().next()? != "cgroup2" {
+            return None;
+        }
+        let mut f = fields.split_whitespace().skip(3);
+        Some((f.next()?.to_owned(), f.next()?.to_owned()))
+    })?;
+    let relative = own.strip_prefix(root.trim_end_matches('/')).unwrap_or(&own).trim_start_matches('/').to_owned();
+    let base = std::path::Path::new(&mount).join(relative);
+    base.join("cgroup.procs").exists().then_some(base)
+}
+
+impl Cgroup {
+    fn create() -> Option<Self> {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let base = CGROUP_BASE.as_ref()?;
+        let dir = base.join(format!("idemgate-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+        std::fs::create_dir(&dir).ok()?;
+        let procs = std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs"));
+        let max = MAX_PROCESSES.load(Ordering::SeqCst);
+        if max > 0 && std::fs::write(dir.join("pids.max"), max.to_string()).is_err() {
+            tracing::warn!(cgroup = %dir.display(), "cannot set the attempt's pids.max: it runs without the process limit");
+        }
+        match procs {
+            Ok(procs) if dir.join("cgroup.kill").exists() => Some(Self { dir, procs }),
+            _ => {
+                let _ = std::fs::remove_dir(&dir);
+                None
+            }
+        }
+    }
+
+    /// Whether process `pid` is in this cgroup.
+    fn holds(&self, pid: u32) -> bool {
+        let name = self.dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .is_ok_and(|c| c.lines().any(|l| l.starts_with("0::") && l.ends_with(&format!("/{name}"))))
+    }
+
+    /// Kills every process in the cgroup and waits (up to 1 s) until it is
+    /// empty; then removes it.
+    fn kill_all(&self) {
+        let _ = std::fs::write(self.dir.join("cgroup.kill"), "1");
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        while std::time::Instant::now() < until {
+            let events = std::fs::read_to_string(self.dir.join("cgroup.events")).unwrap_or_default();
+            if events.lines().any(|l| l == "populated 0") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
+
+/// Kills and removes the attempt cgroups that a worker no longer running
+/// left (one killed with SIGKILL never ends its attempts): what they still
+/// hold dies now, at this worker's start.
+pub fn remove_stale_cgroups() {
+    let Some(base) = CGROUP_BASE.as_ref() else { return };
+    let Ok(dir) = std::fs::read_dir(base) else { return };
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("idemgate-")).and_then(|r| r.split('-').next())
+        else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<u32>() else { continue };
+        if pid == std::process::id() || std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let stale = Cgroup {
+            dir: entry.path(),
+            procs: match std::fs::File::open("/dev/null") {
+                Ok(f) => f,
+                Err(_) => return,
+            },
+        };
+        stale.kill_all();
+        tracing::debug!(cgroup = %stale.dir.display(), "removing the cgroup of a worker no longer running");
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        if std::fs::remove_dir(&self.dir).is_err() {
+            tracing::debug!(cgroup = %self.dir.display(), "cannot remove the attempt's cgroup yet");
+        }
     }
 }
 
@@ -105,6 +268,9 @@ impl Drop for Attempt {
         // SAFETY: kill(2) has no memory effects; a negative pid names the group.
         unsafe {
             libc::kill(-(self.pid as libc::pid_t), libc::SIGKILL);
+        }
+        if let Some(cg) = &self.cgroup {
+            cg.kill_all();
         }
         let others: HashSet<u32> = live.values().copied().collect();
         let others_runs: HashSet<&str> = live.keys().map(String::as_str).collect();

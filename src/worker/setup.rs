@@ -36,6 +36,12 @@ pub struct WorkerSetup {
     pub metrics_listen: Option<SocketAddr>,
     /// Time between two heartbeats.
     pub heartbeat_interval: Duration,
+    /// With a command: the user it runs as (`--command-user`).
+    pub command_user: Option<command::CommandUser>,
+    /// Where `--deliver` was given, for an error about its URL.
+    deliver_given: Option<Given<String>>,
+    /// With a command: at most this many processes per attempt (`--max-processes`).
+    max_processes: Option<Given<u32>>,
 }
 
 fn config_error(e: ConfigError) -> WorkerError {
@@ -89,7 +95,8 @@ impl WorkerSetup {
         if let Some(retention) = s.run_retention.lifetime()? {
             c.run_retention = retention.value.0;
         }
-        let mode = match (s.deliver.text()?, command.is_empty()) {
+        let deliver_given = s.deliver.text()?;
+        let mode = match (deliver_given.clone(), command.is_empty()) {
             (Some(deliver), false) => {
                 return Err(deliver.fail("give either --deliver URL or a command after `--`, not both"));
             }
@@ -132,9 +139,42 @@ impl WorkerSetup {
             crate::worker::heartbeat::DEFAULT_HEARTBEAT_INTERVAL,
             "the heartbeat interval",
         )?;
+        let command_user = match s.command_user.text()? {
+            Some(user) if matches!(mode, Mode::Deliver(_)) => {
+                return Err(
+                    user.fail("runs a command as another user: it goes with a command after `--`, not --deliver")
+                );
+            }
+            Some(user) => Some(command::CommandUser::lookup(&user.value).map_err(|e| user.fail(e))?),
+            None => None,
+        };
+        let max_processes = match s.max_processes.number::<u32>()? {
+            Some(n) if n.value == 0 => return Err(n.fail("the process limit must be more than 0")),
+            Some(n) if matches!(mode, Mode::Deliver(_)) => {
+                return Err(n.fail("limits a command's processes: it goes with a command after `--`, not --deliver"));
+            }
+            n => n,
+        };
         // What no single setting decides (the settings above are checked already).
         c.validate().map_err(|e| ConfigError::new(e.to_string()))?;
-        Ok(WorkerSetup { config: c, mode, metrics_listen, heartbeat_interval })
+        Ok(WorkerSetup {
+            config: c,
+            mode,
+            metrics_listen,
+            heartbeat_interval,
+            command_user,
+            deliver_given,
+            max_processes,
+        })
+    }
+}
+
+/// A `--deliver` error named by where the URL was given: its flag, its
+/// variable, or its config file line.
+fn deliver_error(setup: &WorkerSetup, message: String) -> WorkerError {
+    match (message.strip_prefix("--deliver: "), &setup.deliver_given) {
+        (Some(why), Some(given)) => config_error(given.fail(why)),
+        _ => WorkerError::Config(message),
     }
 }
 
@@ -184,12 +224,15 @@ pub async fn run(
     // Everything that can be refused is checked before connecting.
     let handler = match &setup.mode {
         Mode::Command(argv) => {
-            let handler = command::for_worker(argv, file)?;
+            let handler = command::for_worker(argv, file)?.run_as(setup.command_user.clone());
             command::guard_the_worker(file);
+            if let Some(n) = &setup.max_processes {
+                super::reaper::limit_processes(n.value).map_err(|e| config_error(n.fail(e)))?;
+            }
             Either::Command(handler)
         }
         Mode::Deliver(d) => Either::Deliver(Box::new(
-            Destination::new(d).map_err(|e| WorkerError::Config(e.to_string()))?.with_metrics(metrics.clone()),
+            Destination::new(d).map_err(|e| deliver_error(&setup, e.to_string()))?.with_metrics(metrics.clone()),
         )),
     };
     let listener = match setup.metrics_listen {
@@ -308,10 +351,23 @@ heartbeat_interval = "2s"
     const SCHEDULE: &str = "retry_schedule = [\"200ms\", \"400ms\", \"800ms\"]\n";
 
     #[test]
+    fn command_user_names_a_user_of_the_host_and_goes_with_a_command() {
+        let s = resolve(&[], "[worker]\ngroup = \"g\"\ncommand_user = \"root\"", TRUE).unwrap();
+        assert!(s.command_user.map(|u| format!("{u:?}")).unwrap_or_default().contains("uid: 0"));
+        let e = resolve(&[], "[worker]\ngroup = \"g\"\ncommand_user = \"no-such-user-x\"", TRUE).unwrap_err();
+        assert_eq!(e, "config file line 3, `[worker] command_user`: no user \"no-such-user-x\" on this host");
+        let flags = [("deliver", "http://h/"), ("deliver_secret_file", "/s"), ("command_user", "root")];
+        let e = resolve(&flags, "[worker]\ngroup = \"g\"", &[]).unwrap_err();
+        assert!(e.starts_with("--command-user: runs a command as another user"), "{e}");
+    }
+
+    #[test]
     fn the_worker_reads_every_one_of_its_settings_from_the_file() {
         let all = file(&format!("{EVERY_KEY}{SCHEDULE}")).layer();
         for key in Layer::WORKER_KEYS {
-            assert!(all.get(key).is_some(), "the test's file lacks `[worker] {key}`");
+            // `command_user` and `max_processes` go with a command, not with `deliver`: tested apart.
+            let with_a_command = ["command_user", "max_processes"].contains(key);
+            assert!(with_a_command || all.get(key).is_some(), "the test's file lacks `[worker] {key}`");
         }
         let e = WorkerSetup::resolve(&all, &[]).unwrap_err().to_string();
         assert!(

@@ -205,7 +205,7 @@ async fn another_site_in_chromium_cannot_retry_or_deliver_and_the_console_still_
     assert_eq!(r.send().await.unwrap().status(), 415);
 
     let (evil_port, evil) = attacker_page(gate.clone()).await;
-    let b = Browser::start_with(&[&format!("--host-resolver-rules=MAP gate.test 127.0.0.1")]).await;
+    let b = Browser::start_with(&["--host-resolver-rules=MAP gate.test 127.0.0.1"]).await;
     b.goto(&format!("http://localhost:{evil_port}/")).await;
     b.until("the page's requests to settle", "return document.title === 'sent'").await;
     let refused = answered(&http, &gate, "/v1/ops/dead/{run_id}/retry", 403).await;
@@ -238,7 +238,7 @@ async fn another_site_in_chromium_cannot_retry_or_deliver_and_the_console_still_
     }
     // The same page on a name the gate does not answer is refused whole.
     let b_host = format!("http://rebind.test:{}/console", served.port);
-    let rebound = Browser::start_with(&[&format!("--host-resolver-rules=MAP rebind.test 127.0.0.1")]).await;
+    let rebound = Browser::start_with(&["--host-resolver-rules=MAP rebind.test 127.0.0.1"]).await;
     rebound.goto(&b_host).await;
     let text: Value = rebound.eval("return document.body.innerText").await;
     assert!(text.as_str().unwrap().contains("not a loopback name"), "{text}");

@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 use crate::support::{RedisProcess, free_port};
 use crate::worker::temp_dir;
 
-const PASSWORD: &str = "Pw,comma-S3cret";
+pub(crate) const PASSWORD: &str = "Pw,comma-S3cret";
 
 /// A Redis of its own whose user `alice` has [`PASSWORD`], on TCP and on a unix socket in `dir`.
-fn redis_with_alice(dir: &std::path::Path) -> RedisProcess {
+pub(crate) fn redis_with_alice(dir: &std::path::Path) -> RedisProcess {
     let sock = dir.join("r.sock");
     let pass = format!(">{PASSWORD}");
     RedisProcess::start(&["--unixsocket", sock.to_str().unwrap(), "--user", "alice", "on", &pass, "~*", "&*", "+@all"])
