@@ -159,7 +159,7 @@ impl Load {
         }
         for (i, runs) in &runs_of {
             let run = runs.iter().next().unwrap();
-            let number: Option<String> = crate::support::run_number(&mut c, &ns, run).await;
+            let number: Option<String> = crate::support::run_number(&mut c, ns, run).await;
             assert_eq!(number, Some(i.to_string()), "{run} belongs to identity {i}");
         }
         runs_of.len()
