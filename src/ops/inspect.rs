@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::client::{Ops, OpsError};
 use crate::vocabulary::DeliveryRecord;
-use crate::vocabulary::{Identity, RunFields};
+use crate::vocabulary::{DoneRecord, Identity, RunFields};
 
 /// What an `inspect` command looks up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -214,6 +214,8 @@ impl Ops {
         let Some(ttl) = Ttl::from_pttl(pttl).filter(|_| !fields.is_empty()) else {
             return Ok(None);
         };
+        // A done record is stored compact; readers get the full names.
+        DoneRecord::expand(key.strip_prefix(&self.keys().run("")).unwrap_or_default(), &mut fields);
         let run_key = fields.get("created_ms").filter(|c| !c.is_empty()).zip(fields.get("run_id"));
         let run_key = run_key.map(|(created, run_id)| self.keys().run_key(run_id, created));
         let logical_key = self.logical_key_of(&fields).await?;
