@@ -35,6 +35,7 @@
 -- Returns: 1 when acknowledged and marked done,
 --          0 when the entry is no longer held by this consumer (nothing written)
 
+${run_fields}
 ${holds}
 ${history}
 
@@ -53,10 +54,17 @@ else
   redis.call('HSET', KEYS[2], 'finished_ms', ARGV[4])
   redis.call('HDEL', KEYS[2], 'started_ms')
 end
-redis.call('HDEL', KEYS[2], 'run_id', 'op', 'op_result', 'group', 'updated_ms', 'next_attempt_ms',
+-- RUN_FIELDS[1] is `run_id`: the key names the run.
+redis.call('HDEL', KEYS[2], RUN_FIELDS[1], 'op', 'op_result', 'group', 'updated_ms', 'next_attempt_ms',
   'parked_group', 'attempt_base')
 if ARGV[8] ~= '1' then
   redis.call('HDEL', KEYS[2], 'payload')
+  -- Written again whole: a hash that once held a long value (the payload,
+  -- a `history`) stays a hashtable after HDEL, and only a new hash whose
+  -- every value is short is a listpack again.
+  local all = redis.call('HGETALL', KEYS[2])
+  redis.call('DEL', KEYS[2])
+  redis.call('HSET', KEYS[2], unpack(all))
 end
 if tonumber(ARGV[6]) > 0 then
   redis.call('PEXPIRE', KEYS[2], ARGV[6])

@@ -550,6 +550,16 @@ mod tests {
         assert_eq!((history.as_array().unwrap().len(), &history[0]["status"]), (1, &serde_json::Value::Null));
     }
 
+    /// The scripts that fold and unfold the final attempt use the names read here.
+    #[test]
+    fn the_scripts_fold_into_the_fields_read_here() {
+        let lua = include_str!("../lua/shared/history.lua");
+        for name in [DoneRecord::ATTEMPT_STATUS, "duration_ms", "started_ms", "worker"] {
+            assert!(lua.contains(&format!("'{name}'")), "lua/shared/history.lua lacks {name}");
+        }
+        assert_eq!(RunFields::NAMES[0], "run_id", "lua/worker_done.lua drops RUN_FIELDS[1] as the run id");
+    }
+
     /// Records of earlier versions read as they are (a `run_id` of their own kept).
     #[test]
     fn an_old_done_record_reads_as_stored() {
