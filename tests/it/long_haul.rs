@@ -6,7 +6,7 @@
 //! record; a finished run is redelivered with the same run key and the next
 //! attempt number. Real Redis, the real binary, real HTTP receivers.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -29,7 +29,7 @@ use crate::destinations::{
 };
 use crate::ops::{idemgate_in, stdout};
 use crate::support::{fresh_ns, raw_conn, redis_store_in, redis_url, send};
-use crate::worker::{Workers, record, signal, spawn_worker, temp_dir, wait_exit, wait_for};
+use crate::worker::{Workers, record, shown_record, signal, spawn_worker, temp_dir, wait_exit, wait_for};
 
 /// A gate over `ns` that creates run-N for number N when called in order.
 async fn gate(ns: &str) -> Gate {
@@ -44,16 +44,9 @@ async fn create(gate: &Gate, numbers: impl IntoIterator<Item = u64>) {
     }
 }
 
-/// The run record as readers show it (a done record is stored compact).
-async fn shown(ns: &str, run: &str) -> BTreeMap<String, String> {
-    let mut r: BTreeMap<String, String> = record(ns, run).await.into_iter().collect();
-    DoneRecord::expand(run, &mut r);
-    r
-}
-
 /// The run record's `history`, parsed, as readers show it.
 async fn history(ns: &str, run: &str) -> Vec<Value> {
-    let r = shown(ns, run).await;
+    let r = shown_record(ns, run).await;
     serde_json::from_str(r.get("history").map_or("[]", String::as_str)).unwrap()
 }
 
@@ -560,7 +553,7 @@ async fn done_records_of_earlier_versions_read_and_redeliver() {
     assert_eq!((h2[0]["worker"].as_str(), h2[1]["worker"].as_str()), (Some("old-w"), Some("a")));
     // Done again, now compact; run_id still from the key.
     assert!(!record(&ns, "run-2").await.contains_key("run_id"));
-    assert_eq!(shown(&ns, "run-2").await["run_id"], "run-2");
+    assert_eq!(shown_record(&ns, "run-2").await["run_id"], "run-2");
     stop(&mut workers).await;
     let _ = std::fs::remove_dir_all(dir);
 }
