@@ -544,7 +544,14 @@ mod tests {
             serde_json::json!({"attempt":2,"worker":"w1","started_ms":1000,"duration_ms":12,"status":204,"outcome":"done","error":null})
         );
         // No status (a command that gave none): `null`, and no earlier attempts.
-        let mut f = fields(&[("status", "done"), ("attempts", "1"), ("worker", "w1"), ("started_ms", "5"), ("duration_ms", "0"), ("attempt_status", "")]);
+        let mut f = fields(&[
+            ("status", "done"),
+            ("attempts", "1"),
+            ("worker", "w1"),
+            ("started_ms", "5"),
+            ("duration_ms", "0"),
+            ("attempt_status", ""),
+        ]);
         DoneRecord::expand("run-8", &mut f);
         let history: serde_json::Value = serde_json::from_str(&f["history"]).unwrap();
         assert_eq!((history.as_array().unwrap().len(), &history[0]["status"]), (1, &serde_json::Value::Null));

@@ -359,7 +359,8 @@ async fn the_payload_arrives_byte_exact_and_leaves_the_done_record() {
     want.sort_unstable();
     assert_eq!(stored, want, "{done:?}");
     let key = Keys::new(&dropped).unwrap().run("run-1");
-    let encoding: String = redis::cmd("OBJECT").arg("ENCODING").arg(&key).query_async(&mut raw_conn().await).await.unwrap();
+    let encoding: String =
+        redis::cmd("OBJECT").arg("ENCODING").arg(&key).query_async(&mut raw_conn().await).await.unwrap();
     assert_eq!(encoding, "listpack");
     let mut kept_done = record(&kept, "run-1").await;
     assert_eq!(kept_done.remove("payload").as_deref(), Some(body.as_str()), "--keep-done-payloads");
@@ -368,13 +369,21 @@ async fn the_payload_arrives_byte_exact_and_leaves_the_done_record() {
     let api = app(AppState::new(gate(&dropped).await, Vec::new(), None));
     let r = send(&api, Request::get("/v1/ops/runs/run-1").body(Body::empty()).unwrap()).await;
     let f = &r.body["fields"];
-    assert_eq!((f["run_id"].as_str(), f["worker"].as_str(), f["status"].as_str()), (Some("run-1"), Some("a"), Some("done")), "{:?}", r.body);
+    assert_eq!(
+        (f["run_id"].as_str(), f["worker"].as_str(), f["status"].as_str()),
+        (Some("run-1"), Some("a"), Some("done")),
+        "{:?}",
+        r.body
+    );
     let (started, finished) = (f["started_ms"].as_str().unwrap(), f["finished_ms"].as_str().unwrap());
     assert!(started.parse::<u64>().unwrap() <= finished.parse::<u64>().unwrap(), "{f:?}");
     assert!(f.get("attempt_status").is_none() && f.get("duration_ms").is_none(), "{f:?}");
     let h = r.body["history"].as_array().unwrap();
     assert_eq!(h.len(), 1, "{:?}", r.body);
-    assert_eq!((h[0]["attempt"].as_u64(), h[0]["worker"].as_str(), h[0]["status"].as_u64()), (Some(1), Some("a"), Some(200)));
+    assert_eq!(
+        (h[0]["attempt"].as_u64(), h[0]["worker"].as_str(), h[0]["status"].as_u64()),
+        (Some(1), Some("a"), Some(200))
+    );
     assert_eq!((h[0]["outcome"].as_str(), &h[0]["error"]), (Some("done"), &Value::Null));
     assert_eq!(h[0]["started_ms"].as_str().map(str::to_owned).unwrap_or(h[0]["started_ms"].to_string()), started);
     let out = idemgate_in(&dropped, &["inspect", "run", "run-1", "--json"]);
@@ -414,7 +423,8 @@ async fn a_done_run_is_redelivered_with_its_run_key_and_the_next_attempt() {
     wait_status(&ns, [(1, "done")], Duration::from_secs(15)).await;
     // The ops API does the same.
     let api = app(AppState::new(gate, Vec::new(), None));
-    let post = |uri: String| Request::post(uri).header("content-type", "application/json").body(Body::from("{}")).unwrap();
+    let post =
+        |uri: String| Request::post(uri).header("content-type", "application/json").body(Body::from("{}")).unwrap();
     let r = send(&api, post("/v1/ops/runs/run-1/redeliver".into())).await;
     assert_eq!((r.status, r.body["result"].as_str()), (StatusCode::OK, Some("moved")), "{:?}", r.body);
     wait_for(Duration::from_secs(15), "the second redelivery", || async { dest.of_run(1).len() == 3 }).await;
@@ -528,7 +538,12 @@ async fn done_records_of_earlier_versions_read_and_redeliver() {
     for (run, entries) in [("run-1", 0), ("run-2", 1)] {
         let r = send(&api, Request::get(format!("/v1/ops/runs/{run}")).body(Body::empty()).unwrap()).await;
         let f = &r.body["fields"];
-        assert_eq!((f["run_id"].as_str(), f["worker"].as_str(), f["finished_ms"].as_str()), (Some(run), Some("old-w"), Some("1764400000061")), "{:?}", r.body);
+        assert_eq!(
+            (f["run_id"].as_str(), f["worker"].as_str(), f["finished_ms"].as_str()),
+            (Some(run), Some("old-w"), Some("1764400000061")),
+            "{:?}",
+            r.body
+        );
         assert_eq!(r.body["history"].as_array().map(Vec::len), Some(entries), "{:?}", r.body);
         let out = idemgate_in(&ns, &["inspect", "run", run]);
         assert!(out.status.success() && stdout(&out).contains("old-w"), "{out:?}");
@@ -543,7 +558,8 @@ async fn done_records_of_earlier_versions_read_and_redeliver() {
     wait_for(Duration::from_secs(15), "the redeliveries", || async { dest.got().len() == 2 }).await;
     wait_status(&ns, [(1, "done"), (2, "done")], Duration::from_secs(15)).await;
     for run in ["run-1", "run-2"] {
-        let got: Vec<String> = dest.of_run(run[4..].parse().unwrap()).iter().map(|r| r.header("idemgate-attempt").to_owned()).collect();
+        let got: Vec<String> =
+            dest.of_run(run[4..].parse().unwrap()).iter().map(|r| r.header("idemgate-attempt").to_owned()).collect();
         assert_eq!(got, ["2"], "{run}");
     }
     let h1 = history(&ns, "run-1").await;
