@@ -53,7 +53,8 @@ pub enum ServeError {
 pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
     let described = config.store.describe();
     tracing::info!(version = env!("CARGO_PKG_VERSION"), listen = %config.listen, "idemgate serve starting: {described}");
-    let listed: Vec<(&str, bool)> = config.providers.iter().map(|p| (p.name(), p.allowed_repos().is_some())).collect();
+    let listed: Vec<(&str, bool)> =
+        config.providers.iter().map(|p| (p.name(), p.allowed_repos().is_some())).collect();
     for warning in missing_allowlists(&config.allowed_repos, &listed) {
         tracing::warn!("{warning}");
     }

@@ -380,11 +380,7 @@ impl Provider {
     /// The event's JSON text in an authenticated `body`: the body itself,
     /// or for a GitHub form body its `payload` field (what the run keeps
     /// and the `ping` check reads).
-    pub fn payload_json<'b>(
-        &self,
-        headers: &HeaderMap,
-        body: &'b [u8],
-    ) -> Result<std::borrow::Cow<'b, [u8]>, Rejection> {
+    pub fn payload_json<'b>(&self, headers: &HeaderMap, body: &'b [u8]) -> Result<std::borrow::Cow<'b, [u8]>, Rejection> {
         self.endpoint().payload_json(headers, body)
     }
 
