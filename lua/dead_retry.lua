@@ -22,6 +22,7 @@
 --          {0, status}  not moved: the record's status ('' when there is no record)
 
 ${run_fields}
+${history}
 
 local status = redis.call('HGET', KEYS[2], 'status')
 if not (status == 'dead' or (status == 'done' and ARGV[2] == '1')) then
@@ -29,10 +30,16 @@ if not (status == 'dead' or (status == 'done' and ARGV[2] == '1')) then
 end
 
 -- The new entry names the run as the gate's did, from the record's fields.
+-- A done record keeps no `run_id`: its key names the run.
 local f = redis.call('HMGET', KEYS[2], unpack(RUN_FIELDS))
+if not f[1] then
+  f[1] = string.match(KEYS[2], ':run:([^:]+)$')
+end
 local id = redis.call('XADD', KEYS[1], '*', unpack(run_field_pairs(function(i) return f[i] or '' end)))
 -- Queued again: a queued run has no TTL (run retention counts from done or dead).
 local attempts = redis.call('HGET', KEYS[2], 'attempts') or '0'
+-- The done attempt joins `history` again, before the next attempt's entry.
+unfold_done_attempt()
 redis.call('HSET', KEYS[2], 'status', 'queued', 'attempt_base', attempts, 'updated_ms', ARGV[1], 'retried_ms', ARGV[1])
 if status == 'dead' then
   redis.call('HINCRBY', KEYS[2], 'dead_retries', 1)

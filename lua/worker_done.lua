@@ -5,11 +5,15 @@
 --
 -- The done record keeps what operators read (identity, delivery, times,
 -- status, attempts, history) and drops what only a live run needs
--- (docs/operations.md#memory): the last call's `op` / `op_result`, the
--- attempt's `group`, `started_ms`, `updated_ms` (= `finished_ms`), the
--- parking fields (`next_attempt_ms`, `parked_group`), the attempt budget's
--- `attempt_base`, and the `payload` unless ARGV[8] keeps it
--- (`--keep-done-payloads`).
+-- (docs/operations.md#5-when-memory-runs-short): the last call's `op` / `op_result`, the
+-- attempt's `group`, `updated_ms`, the parking fields (`next_attempt_ms`,
+-- `parked_group`), the attempt budget's `attempt_base`, and the `payload`
+-- unless ARGV[8] keeps it (`--keep-done-payloads`). It is compact, so a
+-- one-attempt run stays a listpack hash: no `run_id` (its key names it),
+-- and the final attempt folded into `worker`, `started_ms`, `duration_ms`
+-- and `attempt_status` instead of a `history` entry (see
+-- lua/shared/history.lua); `finished_ms` is started_ms + duration_ms.
+-- Readers show the full record (src/vocabulary.rs, DoneRecord).
 --
 -- Idempotent per call (see worker_start.lua): a retry of a call whose reply
 -- was lost finds the run done by this consumer and returns 1 again, so a
@@ -31,6 +35,7 @@
 -- Returns: 1 when acknowledged and marked done,
 --          0 when the entry is no longer held by this consumer (nothing written)
 
+${run_fields}
 ${holds}
 ${history}
 
@@ -42,12 +47,24 @@ if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return 0
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
-append_history(ARGV[7])
-redis.call('HSET', KEYS[2], 'status', 'done', 'worker', ARGV[2], 'finished_ms', ARGV[4])
-redis.call('HDEL', KEYS[2], 'op', 'op_result', 'group', 'started_ms', 'updated_ms', 'next_attempt_ms',
+redis.call('HSET', KEYS[2], 'status', 'done', 'worker', ARGV[2])
+if fold_done_attempt(ARGV[7], ARGV[2], redis.call('HGET', KEYS[2], 'attempts')) then
+  redis.call('HDEL', KEYS[2], 'finished_ms')
+else
+  redis.call('HSET', KEYS[2], 'finished_ms', ARGV[4])
+  redis.call('HDEL', KEYS[2], 'started_ms')
+end
+-- RUN_FIELDS[1] is `run_id`: the key names the run.
+redis.call('HDEL', KEYS[2], RUN_FIELDS[1], 'op', 'op_result', 'group', 'updated_ms', 'next_attempt_ms',
   'parked_group', 'attempt_base')
 if ARGV[8] ~= '1' then
   redis.call('HDEL', KEYS[2], 'payload')
+  -- Written again whole: a hash that once held a long value (the payload,
+  -- a `history`) stays a hashtable after HDEL, and only a new hash whose
+  -- every value is short is a listpack again.
+  local all = redis.call('HGETALL', KEYS[2])
+  redis.call('DEL', KEYS[2])
+  redis.call('HSET', KEYS[2], unpack(all))
 end
 if tonumber(ARGV[6]) > 0 then
   redis.call('PEXPIRE', KEYS[2], ARGV[6])

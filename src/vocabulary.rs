@@ -388,6 +388,72 @@ impl RunFields {
     }
 }
 
+/// A `done` run record, as `lua/worker_done.lua` stores it and as every
+/// reader shows it (`inspect run`, `/v1/ops/runs/{id}`, the console). The
+/// stored form is compact so that a one-attempt run stays a listpack hash
+/// (every value at most 64 bytes): `history` is a JSON value longer than
+/// that, and one such value turns the whole hash into a hashtable of about
+/// 2.5 times the bytes. So the record keeps no `run_id` (its key names the
+/// run), and the final attempt not as a `history` entry but in plain fields:
+/// `worker`, `started_ms`, `duration_ms` and [`DoneRecord::ATTEMPT_STATUS`];
+/// `history` keeps only the earlier attempts (none: no field).
+/// [`DoneRecord::expand`] is the one mapping back to the full names.
+/// Records of earlier versions (`worker`, `finished_ms`, a whole `history`
+/// or none, a `run_id`) have no [`DoneRecord::ATTEMPT_STATUS`] and read as
+/// they are.
+pub struct DoneRecord;
+
+impl DoneRecord {
+    /// The folded final attempt's `status` (the HTTP status or the
+    /// command's exit status; `""` for none). Its presence marks a folded attempt.
+    pub const ATTEMPT_STATUS: &'static str = "attempt_status";
+
+    /// The fields of a one-attempt run's done record, without a kept payload.
+    pub const ONE_ATTEMPT_FIELDS: [&'static str; 12] = [
+        "provider",
+        "repo",
+        "action",
+        "number",
+        "delivery_id",
+        "created_ms",
+        "status",
+        "attempts",
+        "worker",
+        "started_ms",
+        "duration_ms",
+        Self::ATTEMPT_STATUS,
+    ];
+
+    /// The record of run `run_id`, `fields` as stored, rewritten as readers
+    /// show it: `run_id` from the key, the folded attempt back at the end of
+    /// `history`, and `finished_ms` (its start + its duration). An empty
+    /// `fields` (no record) stays empty.
+    pub fn expand(run_id: &str, fields: &mut std::collections::BTreeMap<String, String>) {
+        if fields.is_empty() {
+            return;
+        }
+        fields.entry("run_id".to_owned()).or_insert_with(|| run_id.to_owned());
+        let Some(status) = fields.remove(Self::ATTEMPT_STATUS) else { return };
+        let number = |k: &str| fields.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let (started_ms, duration_ms) = (number("started_ms"), number("duration_ms"));
+        let entry = serde_json::json!({
+            "attempt": number("attempts"),
+            "worker": fields.get("worker").map_or("", String::as_str),
+            "started_ms": started_ms,
+            "duration_ms": duration_ms,
+            "status": status.parse::<u64>().ok(),
+            "outcome": "done",
+            "error": null,
+        });
+        let mut history: Vec<serde_json::Value> =
+            fields.get("history").and_then(|h| serde_json::from_str(h).ok()).unwrap_or_default();
+        history.push(entry);
+        fields.insert("history".to_owned(), serde_json::Value::from(history).to_string());
+        fields.remove("duration_ms");
+        fields.insert("finished_ms".to_owned(), (started_ms + duration_ms).to_string());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -451,5 +517,69 @@ mod tests {
         }
         // `ignored` is answered before the gate and never stored.
         assert!(matches!(record(Status::Ignored, 200, None).response(), Err(Error::Corrupt(_))));
+    }
+
+    fn fields(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    /// The compact done record reads with its full names: `run_id` from the
+    /// key, the folded attempt last in `history`, `finished_ms`.
+    #[test]
+    fn a_compact_done_record_expands_to_the_full_names() {
+        let earlier = r#"[{"attempt":1,"worker":"w0","started_ms":100,"duration_ms":5,"status":500,"outcome":"failed","error":"boom"}]"#;
+        let mut f = fields(&[
+            ("status", "done"),
+            ("attempts", "2"),
+            ("worker", "w1"),
+            ("started_ms", "1000"),
+            ("duration_ms", "12"),
+            ("attempt_status", "204"),
+            ("history", earlier),
+        ]);
+        DoneRecord::expand("run-7", &mut f);
+        assert_eq!(f["run_id"], "run-7");
+        assert_eq!(f["finished_ms"], "1012");
+        assert!(!f.contains_key("attempt_status") && !f.contains_key("duration_ms"), "{f:?}");
+        let history: serde_json::Value = serde_json::from_str(&f["history"]).unwrap();
+        assert_eq!(history[0]["error"], "boom");
+        assert_eq!(
+            history[1],
+            serde_json::json!({"attempt":2,"worker":"w1","started_ms":1000,"duration_ms":12,"status":204,"outcome":"done","error":null})
+        );
+        // No status (a command that gave none): `null`, and no earlier attempts.
+        let mut f = fields(&[
+            ("status", "done"),
+            ("attempts", "1"),
+            ("worker", "w1"),
+            ("started_ms", "5"),
+            ("duration_ms", "0"),
+            ("attempt_status", ""),
+        ]);
+        DoneRecord::expand("run-8", &mut f);
+        let history: serde_json::Value = serde_json::from_str(&f["history"]).unwrap();
+        assert_eq!((history.as_array().unwrap().len(), &history[0]["status"]), (1, &serde_json::Value::Null));
+    }
+
+    /// The scripts that fold and unfold the final attempt use the names read here.
+    #[test]
+    fn the_scripts_fold_into_the_fields_read_here() {
+        let lua = include_str!("../lua/shared/history.lua");
+        for name in [DoneRecord::ATTEMPT_STATUS, "duration_ms", "started_ms", "worker"] {
+            assert!(lua.contains(&format!("'{name}'")), "lua/shared/history.lua lacks {name}");
+        }
+        assert_eq!(RunFields::NAMES[0], "run_id", "lua/worker_done.lua drops RUN_FIELDS[1] as the run id");
+    }
+
+    /// Records of earlier versions read as they are (a `run_id` of their own kept).
+    #[test]
+    fn an_old_done_record_reads_as_stored() {
+        let old = fields(&[("run_id", "run-3"), ("status", "done"), ("worker", "w1"), ("finished_ms", "99")]);
+        let mut f = old.clone();
+        DoneRecord::expand("run-3", &mut f);
+        assert_eq!(f, old);
+        let mut none = std::collections::BTreeMap::new();
+        DoneRecord::expand("run-4", &mut none);
+        assert!(none.is_empty());
     }
 }

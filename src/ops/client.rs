@@ -11,6 +11,7 @@ use redis::streams::StreamRangeReply;
 use crate::config::{ConfigError, StoreConfig};
 use crate::keys::Keys;
 use crate::redis_io::{Conn, RedisHandle, RedisOptions};
+use crate::vocabulary::{DoneRecord, RunFields};
 
 /// Keys asked for per `SCAN` page.
 pub const SCAN_COUNT: usize = 1000;
@@ -98,18 +99,20 @@ impl Ops {
         Ok(self.redis.on_namespace_slot(&cmd).await?)
     }
 
-    /// A queued record holds what its runs-stream entry does not: the run's
-    /// fields are the entry's (`RunFields::ENTRY_ID`), filled in here for a
-    /// record without them (one written by an earlier version, or a run
-    /// already started, has them itself).
-    pub(super) async fn fill_from_stream_entry(&self, fields: &mut BTreeMap<String, String>) -> Result<(), OpsError> {
-        if let (false, Some(id)) = (fields.contains_key("provider"), fields.get(crate::vocabulary::RunFields::ENTRY_ID))
-        {
+    /// Run `run_id`'s record `fields` (as stored, not empty) as every
+    /// reader shows it (`inspect run`, `/v1/ops/runs/{id}`, the console):
+    /// a queued record holds what its runs-stream entry does not, so the
+    /// run's fields are filled in from that entry (`RunFields::ENTRY_ID`);
+    /// a done record is stored compact, so the full names come back
+    /// ([`DoneRecord::expand`]). Records of earlier versions read as stored.
+    pub(super) async fn as_shown(&self, run_id: &str, fields: &mut BTreeMap<String, String>) -> Result<(), OpsError> {
+        if let (false, Some(id)) = (fields.contains_key("provider"), fields.get(RunFields::ENTRY_ID)) {
             let id = id.clone();
             for (name, value) in self.stream_entries(&[&id]).await?.into_iter().next().unwrap_or_default() {
                 fields.entry(name).or_insert(value);
             }
         }
+        DoneRecord::expand(run_id, fields);
         Ok(())
     }
 

@@ -203,10 +203,10 @@ impl Ops {
     async fn run_at(&self, key: &str) -> Result<Option<RunView>, OpsError> {
         let (mut fields, pttl): (BTreeMap<String, String>, i64) =
             self.redis.query(redis::pipe().hgetall(key).pttl(key)).await?;
-        self.fill_from_stream_entry(&mut fields).await?;
         let Some(ttl) = Ttl::from_pttl(pttl).filter(|_| !fields.is_empty()) else {
             return Ok(None);
         };
+        self.as_shown(key.strip_prefix(&self.keys().run("")).unwrap_or_default(), &mut fields).await?;
         let run_key = fields.get("created_ms").filter(|c| !c.is_empty()).zip(fields.get("run_id"));
         let run_key = run_key.map(|(created, run_id)| self.keys().run_key(run_id, created));
         let logical_key = self.logical_key_of(&fields).await?;

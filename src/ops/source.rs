@@ -312,10 +312,9 @@ impl Source {
                 if read.fields.is_empty() || read.pttl == -2 {
                     return Ok(None);
                 }
-                // A queued record holds what its stream entry does not
-                // (RunFields::ENTRY_ID), and its key names the run.
-                ops.fill_from_stream_entry(&mut read.fields).await?;
-                read.fields.entry("run_id".to_owned()).or_insert_with(|| run_id.to_owned());
+                // As inspect shows it: a queued run's fields from its
+                // stream entry, a compact done record's full names.
+                ops.as_shown(run_id, &mut read.fields).await?;
                 let parts = match read.payload_len {
                     Some(len) => PayloadParts::of(len, read.slice),
                     None => PayloadParts::none(),

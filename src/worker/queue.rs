@@ -383,7 +383,7 @@ impl Queue {
 pub(crate) fn run_key(keys: &Keys, run_id: &str, created_ms: Option<&str>, entry_id: &str) -> String {
     let created =
         created_ms.filter(|c| !c.is_empty()).unwrap_or_else(|| entry_id.split('-').next().unwrap_or(entry_id));
-    format!("{}:{run_id}:{created}", keys.namespace())
+    keys.run_key(run_id, created)
 }
 
 /// The entries of an `XREADGROUP` reply (RESP2: `[[key, [[id, fields|nil], …]], …]`),

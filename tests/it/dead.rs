@@ -113,7 +113,7 @@ async fn dead_runs_are_listed_refused_when_not_dead_and_retried_to_done() {
     assert!(stdout(&out).contains("run-1: queued again as runs stream entry"), "{out:?}");
     assert!(stdout(&out).contains("(1 dead entries removed)\nmoved 1 run back"), "{out:?}");
     wait_for(Duration::from_secs(20), "run-1 done", || async { status(&ns, "run-1").await == "done" }).await;
-    let r1 = record(&ns, "run-1").await;
+    let r1 = crate::worker::shown_record(&ns, "run-1").await;
     // Attempt numbers only go up (1, 2, then 3), and the budget starts anew.
     assert_eq!((r1["attempts"].as_str(), r1["dead_retries"].as_str()), ("3", "1"), "attempts go on: {r1:?}");
     let history: Vec<Value> = serde_json::from_str(&r1["history"]).unwrap();

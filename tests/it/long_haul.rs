@@ -19,6 +19,7 @@ use idemgate::gate::{Gate, Settings};
 use idemgate::http::{AppState, app};
 use idemgate::keys::Keys;
 use idemgate::providers::Provider;
+use idemgate::vocabulary::DoneRecord;
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 use sha2::Sha256;
@@ -28,7 +29,7 @@ use crate::destinations::{
 };
 use crate::ops::{idemgate_in, stdout};
 use crate::support::{fresh_ns, raw_conn, redis_store_in, redis_url, send};
-use crate::worker::{Workers, record, signal, spawn_worker, temp_dir, wait_exit, wait_for};
+use crate::worker::{Workers, record, shown_record, signal, spawn_worker, temp_dir, wait_exit, wait_for};
 
 /// A gate over `ns` that creates run-N for number N when called in order.
 async fn gate(ns: &str) -> Gate {
@@ -43,9 +44,9 @@ async fn create(gate: &Gate, numbers: impl IntoIterator<Item = u64>) {
     }
 }
 
-/// The run record's `history`, parsed.
+/// The run record's `history`, parsed, as readers show it.
 async fn history(ns: &str, run: &str) -> Vec<Value> {
-    let r = record(ns, run).await;
+    let r = shown_record(ns, run).await;
     serde_json::from_str(r.get("history").map_or("[]", String::as_str)).unwrap()
 }
 
@@ -348,18 +349,54 @@ async fn the_payload_arrives_byte_exact_and_leaves_the_done_record() {
             serde_json::from_str::<Value>(&body).unwrap()["pull_request"]["head"]["sha"]
         );
     }
+    // The done record is compact: exactly these fields (no payload, no
+    // `run_id`, the one attempt folded), a listpack hash.
     let done = record(&dropped, "run-1").await;
-    assert!(!done.contains_key("payload"), "{done:?}");
-    for gone in
-        ["op", "op_result", "group", "started_ms", "updated_ms", "next_attempt_ms", "parked_group", "attempt_base"]
-    {
-        assert!(!done.contains_key(gone), "a done record keeps {gone}: {done:?}");
+    // `subject`: the identity's, a content identity's (GitHub's default `identity = "event"`).
+    let mut stored: Vec<&str> = done.keys().map(String::as_str).filter(|k| *k != "subject").collect();
+    stored.sort_unstable();
+    let mut want = DoneRecord::ONE_ATTEMPT_FIELDS.to_vec();
+    want.sort_unstable();
+    assert_eq!(stored, want, "{done:?}");
+    let key = Keys::new(&dropped).unwrap().run("run-1");
+    let encoding: String =
+        redis::cmd("OBJECT").arg("ENCODING").arg(&key).query_async(&mut raw_conn().await).await.unwrap();
+    assert_eq!(encoding, "listpack");
+    let mut kept_done = record(&kept, "run-1").await;
+    assert_eq!(kept_done.remove("payload").as_deref(), Some(body.as_str()), "--keep-done-payloads");
+    assert_eq!(kept_done.len(), want.len() + 1, "{kept_done:?}");
+    // Readers show it with the full names: the ops API, `inspect run --json` and its text.
+    let api = app(AppState::new(gate(&dropped).await, Vec::new(), None));
+    let r = send(&api, Request::get("/v1/ops/runs/run-1").body(Body::empty()).unwrap()).await;
+    let f = &r.body["fields"];
+    assert_eq!(
+        (f["run_id"].as_str(), f["worker"].as_str(), f["status"].as_str()),
+        (Some("run-1"), Some("a"), Some("done")),
+        "{:?}",
+        r.body
+    );
+    let (started, finished) = (f["started_ms"].as_str().unwrap(), f["finished_ms"].as_str().unwrap());
+    assert!(started.parse::<u64>().unwrap() <= finished.parse::<u64>().unwrap(), "{f:?}");
+    assert!(f.get("attempt_status").is_none() && f.get("duration_ms").is_none(), "{f:?}");
+    let h = r.body["history"].as_array().unwrap();
+    assert_eq!(h.len(), 1, "{:?}", r.body);
+    assert_eq!(
+        (h[0]["attempt"].as_u64(), h[0]["worker"].as_str(), h[0]["status"].as_u64()),
+        (Some(1), Some("a"), Some(200))
+    );
+    assert_eq!((h[0]["outcome"].as_str(), &h[0]["error"]), (Some("done"), &Value::Null));
+    assert_eq!(h[0]["started_ms"].as_str().map(str::to_owned).unwrap_or(h[0]["started_ms"].to_string()), started);
+    let out = idemgate_in(&dropped, &["inspect", "run", "run-1", "--json"]);
+    let j: Value = serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    let text = j.to_string();
+    for name in ["run_id", "finished_ms", "worker"] {
+        assert!(text.contains(&format!("\"{name}\"")), "inspect --json lacks {name}: {text}");
     }
-    for kept_field in ["run_id", "delivery_id", "created_ms", "finished_ms", "status", "attempts", "history", "worker"]
-    {
-        assert!(done.contains_key(kept_field), "a done record lost {kept_field}: {done:?}");
-    }
-    assert_eq!(record(&kept, "run-1").await["payload"], body, "--keep-done-payloads");
+    assert!(!text.contains("attempt_status"), "{text}");
+    let out = idemgate_in(&dropped, &["inspect", "run", "run-1"]);
+    let text = stdout(&out);
+    assert!(text.contains("finished_ms") && text.contains("run_id"), "{text}");
+    assert!(text.contains("history (1 newest attempts, oldest first):"), "{text}");
     assert!(log_of(&dir, "a").contains("delivered run-1 attempt 1: HTTP 200 in "), "{}", log_of(&dir, "a"));
     stop(&mut workers).await;
     let _ = std::fs::remove_dir_all(dir);
@@ -386,8 +423,8 @@ async fn a_done_run_is_redelivered_with_its_run_key_and_the_next_attempt() {
     wait_status(&ns, [(1, "done")], Duration::from_secs(15)).await;
     // The ops API does the same.
     let api = app(AppState::new(gate, Vec::new(), None));
-    // A state change without a token is JSON (the CSRF rule, docs/security.md).
-    let post = |uri: String| Request::post(uri).header("content-type", "application/json").body(Body::empty()).unwrap();
+    let post =
+        |uri: String| Request::post(uri).header("content-type", "application/json").body(Body::from("{}")).unwrap();
     let r = send(&api, post("/v1/ops/runs/run-1/redeliver".into())).await;
     assert_eq!((r.status, r.body["result"].as_str()), (StatusCode::OK, Some("moved")), "{:?}", r.body);
     wait_for(Duration::from_secs(15), "the second redelivery", || async { dest.of_run(1).len() == 3 }).await;
@@ -456,6 +493,110 @@ async fn an_attempt_lost_with_its_worker_is_on_record_as_fenced() {
         (Some("a"), None, Some("b"))
     );
     assert!(h[0]["error"].as_str().unwrap().contains("did not finish"), "{h:?}");
+    stop(&mut workers).await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Done records of earlier versions (main's: `run_id`, `worker`,
+/// `finished_ms`, no `history`; this round's first: a whole `history`) still
+/// read in `inspect` and the ops API, and are redelivered: the next attempt
+/// joins the history they had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn done_records_of_earlier_versions_read_and_redeliver() {
+    let ns = fresh_ns("lholddone");
+    let dir = temp_dir("lholddone");
+    secrets_file(&dir, &[secret(17)]);
+    let g = gate(&ns).await;
+    create(&g, [1, 2]).await;
+    let keys = Keys::new(&ns).unwrap();
+    let mut c = raw_conn().await;
+    // Done by hand, as the earlier scripts left them, their stream entries gone.
+    let _: () = c.del(keys.runs()).await.unwrap();
+    let entry = r#"{"attempt":1,"worker":"old-w","started_ms":1764400000049,"duration_ms":12,"status":204,"outcome":"done","error":null}"#;
+    for (run, history) in [("run-1", None), ("run-2", Some(format!("[{entry}]")))] {
+        let n = &run[4..];
+        let mut fields = vec![
+            ("run_id", run.to_owned()),
+            ("provider", "github".to_owned()),
+            ("repo", "o/r".to_owned()),
+            ("action", "push".to_owned()),
+            ("number", n.to_owned()),
+            ("delivery_id", format!("d-{n}")),
+            ("status", "done".to_owned()),
+            ("attempts", "1".to_owned()),
+            ("worker", "old-w".to_owned()),
+            ("finished_ms", "1764400000061".to_owned()),
+        ];
+        if let Some(h) = history {
+            fields.push(("history", h));
+        }
+        let key = keys.run(run);
+        let _: () = c.hdel(&key, &["entry_id", "payload"]).await.unwrap();
+        let _: () = c.hset_multiple(&key, &fields).await.unwrap();
+    }
+    let api = app(AppState::new(g, Vec::new(), None));
+    for (run, entries) in [("run-1", 0), ("run-2", 1)] {
+        let r = send(&api, Request::get(format!("/v1/ops/runs/{run}")).body(Body::empty()).unwrap()).await;
+        let f = &r.body["fields"];
+        assert_eq!(
+            (f["run_id"].as_str(), f["worker"].as_str(), f["finished_ms"].as_str()),
+            (Some(run), Some("old-w"), Some("1764400000061")),
+            "{:?}",
+            r.body
+        );
+        assert_eq!(r.body["history"].as_array().map(Vec::len), Some(entries), "{:?}", r.body);
+        let out = idemgate_in(&ns, &["inspect", "run", run]);
+        assert!(out.status.success() && stdout(&out).contains("old-w"), "{out:?}");
+    }
+    // Redelivered by a worker of today: attempt 2, after the history they had.
+    let dest = Destination::start(|_, _| ok()).await;
+    for run in ["run-1", "run-2"] {
+        let out = idemgate_in(&ns, &["runs", "redeliver", run]);
+        assert!(out.status.success(), "{out:?}");
+    }
+    let mut workers = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, "a", &dest.url(), &[])]);
+    wait_for(Duration::from_secs(15), "the redeliveries", || async { dest.got().len() == 2 }).await;
+    wait_status(&ns, [(1, "done"), (2, "done")], Duration::from_secs(15)).await;
+    for run in ["run-1", "run-2"] {
+        let got: Vec<String> =
+            dest.of_run(run[4..].parse().unwrap()).iter().map(|r| r.header("idemgate-attempt").to_owned()).collect();
+        assert_eq!(got, ["2"], "{run}");
+    }
+    let h1 = history(&ns, "run-1").await;
+    assert_eq!(outcomes(&h1), [(2, "done".to_owned())], "{h1:?}");
+    let h2 = history(&ns, "run-2").await;
+    assert_eq!(outcomes(&h2), [(1, "done".to_owned()), (2, "done".to_owned())], "{h2:?}");
+    assert_eq!((h2[0]["worker"].as_str(), h2[1]["worker"].as_str()), (Some("old-w"), Some("a")));
+    // Done again, now compact; run_id still from the key.
+    assert!(!record(&ns, "run-2").await.contains_key("run_id"));
+    assert_eq!(shown_record(&ns, "run-2").await["run_id"], "run-2");
+    stop(&mut workers).await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A compact done record redelivered twice keeps every attempt in order:
+/// the folded attempt goes back into `history` before the next one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compact_done_record_unfolds_on_redelivery() {
+    let ns = fresh_ns("lhunfold");
+    let dir = temp_dir("lhunfold");
+    secrets_file(&dir, &[secret(18)]);
+    let dest = Destination::start(|_, _| ok()).await;
+    create(&gate(&ns).await, [1]).await;
+    let mut workers = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, "a", &dest.url(), &[])]);
+    wait_status(&ns, [(1, "done")], Duration::from_secs(15)).await;
+    stop(&mut workers).await;
+    let out = idemgate_in(&ns, &["runs", "redeliver", "run-1"]);
+    assert!(out.status.success(), "{out:?}");
+    let queued = record(&ns, "run-1").await;
+    assert!(!queued.contains_key("attempt_status") && !queued.contains_key("duration_ms"), "{queued:?}");
+    assert_eq!(history(&ns, "run-1").await.len(), 1, "the done attempt, unfolded: {queued:?}");
+    let mut workers = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, "b", &dest.url(), &[])]);
+    wait_for(Duration::from_secs(15), "the redelivery", || async { dest.of_run(1).len() == 2 }).await;
+    wait_status(&ns, [(1, "done")], Duration::from_secs(15)).await;
+    let h = history(&ns, "run-1").await;
+    assert_eq!(outcomes(&h), [(1, "done".to_owned()), (2, "done".to_owned())], "{h:?}");
+    assert!(record(&ns, "run-1").await.contains_key("history"), "the earlier attempt stays in `history`");
     stop(&mut workers).await;
     let _ = std::fs::remove_dir_all(dir);
 }
