@@ -2,7 +2,7 @@
 // attempt timeline, the payload, Redeliver, and the raw record folded away.
 // A delivery's page (#/deliveries/PROVIDER/ID): the answer it replays and its run.
 import { HttpError, api, fetchOk } from "/console/api.js";
-import { $, absTime, duration, el, fields, link, notice, prettyJson, timeEl } from "/console/util.js";
+import { $, absTime, duration, el, fields, link, notice, prettyJson, timeEl, visible } from "/console/util.js";
 
 let shown = null; // the run on the page, for Redeliver
 
@@ -44,14 +44,14 @@ async function showPayload(r) {
   }
   if (r.payload_cut) {
     $("payload-note").textContent = `(${r.payload_bytes} bytes: the first ${r.payload_head.length} characters shown)`;
-    pre.textContent = prettyJson(r.payload_head) + "\n… cut here";
+    pre.textContent = visible(prettyJson(r.payload_head)) + "\n… cut here";
     $("payload-whole").hidden = false;
     return;
   }
   $("payload-note").textContent = `(${r.payload_bytes} bytes)`;
   // Fetched as text and indented here, so every number keeps its digits.
   const text = await (await fetchOk(`/v1/ops/runs/${encodeURIComponent(r.run_id)}/payload`)).text();
-  if (shown && shown.run_id === r.run_id) pre.textContent = prettyJson(text);
+  if (shown && shown.run_id === r.run_id) pre.textContent = visible(prettyJson(text));
 }
 
 export async function showRun(runId, { scroll = true } = {}) {

@@ -8,10 +8,18 @@
 
 export const $ = (id) => document.getElementById(id);
 
+// Line separators and bidi controls make text read as something else (a
+// reversed file name, a forged line): shown as `\u{202e}`, the form the CLI
+// and the logs print (src/text.rs).
+const INVISIBLE = /[\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+
+/** `text` with line separators and bidi controls made visible. */
+export const visible = (text) => String(text).replace(INVISIBLE, (c) => `\\u{${c.codePointAt(0).toString(16).padStart(4, "0")}}`);
+
 /** An element with text content and attributes; children appended in order. */
 export function el(tag, { text, cls, attrs } = {}, ...children) {
   const e = document.createElement(tag);
-  if (text !== undefined && text !== null) e.textContent = String(text);
+  if (text !== undefined && text !== null) e.textContent = visible(text);
   if (cls) e.className = cls;
   for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
   for (const c of children) e.append(c);

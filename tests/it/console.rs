@@ -40,10 +40,12 @@ async fn get(app: &Router, uri: &str) -> Reply {
 }
 
 /// The event of run `n` (number `n` in o/r) as sent: markup in a string,
-/// and an integer past 2^64 that only its text holds exactly.
+/// an integer past 2^64 that only its text holds exactly, and a bidi
+/// control (U+202E) that must never reach the page raw.
 pub(crate) fn event_text(n: u64) -> String {
     format!(
-        r#"{{"org":"o","repo":"r","action":"push","number":{n},"title":"<script>window.pwned = 1</script> and <b>bold</b>","big":18446744073709551617}}"#
+        r#"{{"org":"o","repo":"r","action":"push","number":{n},"title":"<script>window.pwned = 1</script> and <b>bold</b>","big":18446744073709551617,"file":"{file}"}}"#,
+        file = "txt\u{202e}gnp.exe"
     )
 }
 
@@ -736,6 +738,7 @@ async fn the_console_in_headless_chromium() {
     let payload = payload.as_str().unwrap();
     assert!(payload.contains(r#""title": "<script>window.pwned = 1</script> and <b>bold</b>""#), "{payload}");
     assert!(payload.contains(r#""big": 18446744073709551617"#), "every digit: {payload}");
+    assert!(payload.contains("202e") && !payload.contains('\u{202e}'), "the bidi control shown, not obeyed: {payload}");
     let injected = b.eval("return [document.querySelectorAll('#payload *').length, typeof window.pwned]").await;
     assert_eq!(injected, json!([0, "undefined"]), "the payload's markup is text, its script never ran");
     let key = b.text("#run-key").await;
