@@ -197,7 +197,8 @@ fn history_table(out: &mut String, raw: Option<&str>) {
         ]);
     }
     let widths: Vec<usize> = (0..7).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
-    let _ = writeln!(out, "history ({} newest attempts, oldest first):", entries.len());
+    let n = entries.len();
+    let _ = writeln!(out, "history ({n} newest attempt{}, oldest first):", if n == 1 { "" } else { "s" });
     for r in &rows {
         let line: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
         let _ = writeln!(out, "  {}", line.join("  ").trim_end());
