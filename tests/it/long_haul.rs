@@ -396,7 +396,7 @@ async fn the_payload_arrives_byte_exact_and_leaves_the_done_record() {
     let out = idemgate_in(&dropped, &["inspect", "run", "run-1"]);
     let text = stdout(&out);
     assert!(text.contains("finished_ms") && text.contains("run_id"), "{text}");
-    assert!(text.contains("history (1 newest attempts, oldest first):"), "{text}");
+    assert!(text.contains("history (1 newest attempt, oldest first):"), "{text}");
     assert!(log_of(&dir, "a").contains("delivered run-1 attempt 1: HTTP 200 in "), "{}", log_of(&dir, "a"));
     stop(&mut workers).await;
     let _ = std::fs::remove_dir_all(dir);
