@@ -124,6 +124,11 @@ impl DeadRun {
     }
 }
 
+/// Whether `id` is a stream's least entry id, `0-0` (`00-00` alike).
+fn is_stream_start(id: &str) -> bool {
+    id.split_once('-').is_some_and(|(ms, seq)| ms.parse::<u64>() == Ok(0) && seq.parse::<u64>() == Ok(0))
+}
+
 impl Ops {
     /// One page of the dead stream, newest first: at most `limit` entries
     /// older than the entry `before`, and at most [`DEAD_PAGE_BYTES`] of text.
@@ -132,7 +137,8 @@ impl Ops {
         let mut end = before.map_or_else(|| "+".to_owned(), |b| format!("({b}"));
         let mut runs = Vec::new();
         let mut bytes = 0;
-        let mut more = true;
+        // Nothing is older than `0-0`, and Redis refuses `(0-0` as a range end.
+        let mut more = !before.is_some_and(is_stream_start);
         while runs.len() < limit && bytes < DEAD_PAGE_BYTES && more {
             let want = DEAD_CHUNK.min(limit - runs.len());
             let chunk: StreamRangeReply =
