@@ -124,9 +124,18 @@ impl DeadRun {
     }
 }
 
-/// Whether `id` is a stream's least entry id, `0-0` (`00-00` alike).
-fn is_stream_start(id: &str) -> bool {
-    id.split_once('-').is_some_and(|(ms, seq)| ms.parse::<u64>() == Ok(0) && seq.parse::<u64>() == Ok(0))
+/// Where `XREVRANGE` starts for the entries older than `before`, as Redis
+/// takes it: `+` (every entry) with no `before`, or one past every real id
+/// (a part over 64 bits, which the API's pattern admits); `None` when no
+/// entry can be older (`0-0`, which Redis refuses as `(0-0`).
+fn range_end(before: Option<&str>) -> Option<String> {
+    let Some((ms, seq)) = before.and_then(|b| b.split_once('-')) else { return Some("+".to_owned()) };
+    match (ms.parse::<u64>(), seq.parse::<u64>()) {
+        (Ok(0), Ok(0)) => None,
+        (Ok(ms), Ok(seq)) => Some(format!("({ms}-{seq}")),
+        (Ok(ms), Err(_)) => Some(format!("{ms}-{}", u64::MAX)),
+        (Err(_), _) => Some("+".to_owned()),
+    }
 }
 
 impl Ops {
@@ -134,11 +143,10 @@ impl Ops {
     /// older than the entry `before`, and at most [`DEAD_PAGE_BYTES`] of text.
     pub async fn dead_page(&self, before: Option<&str>, limit: usize) -> Result<DeadPage, OpsError> {
         let key = self.keys().runs_dead();
-        let mut end = before.map_or_else(|| "+".to_owned(), |b| format!("({b}"));
+        let mut end = range_end(before).unwrap_or_default();
         let mut runs = Vec::new();
         let mut bytes = 0;
-        // Nothing is older than `0-0`, and Redis refuses `(0-0` as a range end.
-        let mut more = !before.is_some_and(is_stream_start);
+        let mut more = !end.is_empty();
         while runs.len() < limit && bytes < DEAD_PAGE_BYTES && more {
             let want = DEAD_CHUNK.min(limit - runs.len());
             let chunk: StreamRangeReply =
@@ -268,5 +276,21 @@ impl Ops {
             out.push(self.retry_one(run_id.to_owned(), &entries[run_id], done_too).await?.0);
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::range_end;
+
+    #[test]
+    fn every_id_the_api_admits_is_a_range_end_redis_takes() {
+        assert_eq!(range_end(None).as_deref(), Some("+"));
+        assert_eq!(range_end(Some("0-0")), None);
+        assert_eq!(range_end(Some("00-00")), None);
+        assert_eq!(range_end(Some("0-1")).as_deref(), Some("(0-1"));
+        assert_eq!(range_end(Some("0017-02")).as_deref(), Some("(17-2"));
+        assert_eq!(range_end(Some("5-99999999999999999999")).as_deref(), Some("5-18446744073709551615"));
+        assert_eq!(range_end(Some("50313181735610194574-74693808")).as_deref(), Some("+"));
     }
 }
