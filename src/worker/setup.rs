@@ -371,7 +371,7 @@ heartbeat_interval = "2s"
         }
         let e = WorkerSetup::resolve(&all, &[]).unwrap_err().to_string();
         assert!(
-            e.starts_with("config file line 24, `[worker] retry_schedule`: give either a retry schedule or the exponential shorthand")
+            e.starts_with("config file line 25, `[worker] retry_schedule`: give either a retry schedule or the exponential shorthand")
                 && e.contains("config file line 9, `[worker] max_attempts` gives the shorthand too"),
             "{e}"
         );
