@@ -14,7 +14,7 @@ use redis::AsyncCommands;
 use serde_json::json;
 
 use crate::console::{Browser, Served, keep_screenshot};
-use crate::support::{fresh_ns, raw_conn};
+use crate::support::{Pace, fresh_ns, raw_conn, spawn_deliver};
 use crate::worker::{Workers, temp_dir};
 
 async fn post(http: &reqwest::Client, served: &Served, token: &str, provider: &str, id: &str, repo: &str, n: u64) {
@@ -37,27 +37,14 @@ fn serve(ns: &str, dir: &std::path::Path, token: &str) -> Served {
     Served::start(ns, dir, token)
 }
 
+/// A console refresh sees the heartbeat within a second; breakers open after two failures.
+const CONSOLE_PACE: Pace = Pace { heartbeat: "1s", breaker_cooldown: "500ms", backoff: "300ms" };
+
 async fn open(b: &Browser, served: &Served, token: &str, hash: &str) {
     b.goto(&format!("{}/console", served.url)).await;
     b.type_into("#token", token).await;
     b.click("#token-form button[type=submit]").await;
     b.goto(&format!("{}/console{hash}", served.url)).await;
-}
-
-fn spawn_deliver(ns: &str, dir: &std::path::Path, name: &str, url: &str) -> std::process::Child {
-    std::fs::write(dir.join("secrets"), "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n").unwrap();
-    let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
-    std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
-        .args(["worker", "--redis-url", crate::support::redis_url(), "--namespace", ns, "--group", "g"])
-        .args(["--consumer", name, "--block", "200ms", "--deliver", url, "--deliver-secret-file"])
-        .arg(dir.join("secrets"))
-        .args(["--heartbeat-interval", "1s", "--breaker-failures", "2", "--breaker-cooldown", "500ms"])
-        .args(["--max-attempts", "50", "--backoff", "300ms", "--max-backoff", "300ms"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
 }
 
 /// Two `--deliver` workers; the destination answers 503 until a breaker
@@ -80,7 +67,10 @@ async fn an_outage_shows_breakers_open_then_closed_and_a_killed_worker_gone() {
     });
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     let url = format!("http://{addr}/hooks/secret-path");
-    let mut workers = Workers(vec![spawn_deliver(&ns, &dir, "w1", &url), spawn_deliver(&ns, &dir, "w2", &url)]);
+    let mut workers = Workers(vec![
+        spawn_deliver(&ns, &dir, "w1", &url, CONSOLE_PACE),
+        spawn_deliver(&ns, &dir, "w2", &url, CONSOLE_PACE),
+    ]);
     let b = Browser::start().await;
     open(&b, &served, token, "#/").await;
     b.until("two workers up", "return document.querySelectorAll(\"#workers-table tr[data-state='up']\").length === 2")
@@ -363,7 +353,7 @@ async fn the_run_key_shown_is_the_webhook_id_the_receiver_got() {
         }
     });
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let _workers = Workers(vec![spawn_deliver(&ns, &dir, "w1", &format!("http://{addr}/hooks"))]);
+    let _workers = Workers(vec![spawn_deliver(&ns, &dir, "w1", &format!("http://{addr}/hooks"), CONSOLE_PACE)]);
     let http = reqwest::Client::new();
     post(&http, &served, token, "github", "k-1", "o/r", 1).await;
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -20,7 +20,7 @@ use idemgate::redis_io::RedisOptions;
 use idemgate::store::redis_store::RedisStore;
 use serde_json::Value;
 
-use crate::support::{Reply, fresh_ns, send, shared_cluster_urls};
+use crate::support::{Pace, Reply, fresh_ns, send, shared_cluster_urls, spawn_deliver};
 use crate::worker::{Workers, record, temp_dir, wait_for};
 
 const TOKEN: &str = "search-token";
@@ -45,6 +45,9 @@ fn ids(page: &Value) -> Vec<String> {
 }
 
 /// A router over `opts` in `ns`, payloads kept, the three repos allowed.
+/// The API is read directly: heartbeats and retries as fast as is safe.
+const API_PACE: Pace = Pace { heartbeat: "300ms", breaker_cooldown: "300ms", backoff: "200ms" };
+
 async fn router(opts: &RedisOptions, ns: &str) -> Router {
     let store = RedisStore::connect(opts, Keys::new(ns).unwrap(), &Settings::default()).await.unwrap();
     let gate = Gate::new(REPOS, Arc::new(store));
@@ -257,22 +260,6 @@ async fn destination(status: Arc<AtomicU16>) -> SocketAddr {
     addr
 }
 
-fn spawn_deliver(ns: &str, dir: &std::path::Path, name: &str, url: &str) -> std::process::Child {
-    std::fs::write(dir.join("secrets"), "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n").unwrap();
-    let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
-    std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
-        .args(["worker", "--redis-url", crate::support::redis_url(), "--namespace", ns, "--group", "g"])
-        .args(["--consumer", name, "--block", "200ms", "--deliver", url, "--deliver-secret-file"])
-        .arg(dir.join("secrets"))
-        .args(["--heartbeat-interval", "300ms", "--breaker-failures", "2", "--breaker-cooldown", "300ms"])
-        .args(["--max-attempts", "50", "--backoff", "200ms", "--max-backoff", "200ms"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
-}
-
 fn worker_named<'a>(w: &'a Value, name: &str) -> Option<&'a Value> {
     w["workers"].as_array().unwrap().iter().find(|x| x["consumer"] == name)
 }
@@ -290,7 +277,8 @@ async fn workers_show_their_breakers_and_a_killed_worker_shows_as_gone() {
     let status = Arc::new(AtomicU16::new(500));
     let addr = destination(status.clone()).await;
     let url = format!("http://user:pw@{addr}/hooks/T123/SECRET?key=k");
-    let mut workers = Workers(vec![spawn_deliver(&ns, &dir, "w1", &url), spawn_deliver(&ns, &dir, "w2", &url)]);
+    let mut workers =
+        Workers(vec![spawn_deliver(&ns, &dir, "w1", &url, API_PACE), spawn_deliver(&ns, &dir, "w2", &url, API_PACE)]);
     wait_for(Duration::from_secs(20), "two workers up", || async {
         let w = get(&app, "/v1/ops/workers").await;
         ["w1", "w2"].iter().all(|n| worker_named(&w, n).is_some_and(|x| x["state"] == "up"))

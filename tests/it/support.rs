@@ -650,3 +650,37 @@ pub async fn run_number(conn: &mut Conn, ns: &str, run: &str) -> Option<String> 
         conn.xrange(format!("idemgate:{{{ns}}}:runs"), &entry, &entry).await.unwrap();
     found.ids.first().and_then(|e| e.get::<String>("number"))
 }
+
+/// How fast a test's `--deliver` worker beats and retries.
+pub struct Pace {
+    pub heartbeat: &'static str,
+    pub breaker_cooldown: &'static str,
+    pub backoff: &'static str,
+}
+
+/// A `--deliver` worker `name` of group `g` in `ns`, posting to `url` signed
+/// with a fixed secret written into `dir`; its breaker opens after two
+/// failures, and it retries a run up to 50 times at `pace`. Logs to
+/// `dir/NAME.log`.
+pub fn spawn_deliver(ns: &str, dir: &std::path::Path, name: &str, url: &str, pace: Pace) -> Child {
+    std::fs::write(dir.join("secrets"), "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n").unwrap();
+    let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["worker", "--redis-url", redis_url(), "--namespace", ns, "--group", "g"])
+        .args(["--consumer", name, "--block", "200ms", "--deliver", url, "--deliver-secret-file"])
+        .arg(dir.join("secrets"))
+        .args([
+            "--heartbeat-interval",
+            pace.heartbeat,
+            "--breaker-failures",
+            "2",
+            "--breaker-cooldown",
+            pace.breaker_cooldown,
+        ])
+        .args(["--max-attempts", "50", "--backoff", pace.backoff, "--max-backoff", pace.backoff])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
