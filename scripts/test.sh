@@ -14,12 +14,13 @@
 #      docs/openapi.json, on the memory store and on Redis),
 #   3c. `promtool check rules` and `promtool test rules` on deploy/prometheus/
 #      (also with --quick),
-#   4. `cargo test --features testcontainers`: unit, integration and doc
-#      tests, the container fixture included (needs the idemgate image);
-#      they run promtool too, and fail when it is missing.
+#   4. `cargo test --features test-full`: unit and doc tests and every
+#      tier of the integration tests (docs/testing.md), the container
+#      fixture included (needs the idemgate image); they run promtool,
+#      Chromium, Python, Go and Node too, and fail when one is missing.
 #
 #   scripts/test.sh                 everything
-#   scripts/test.sh --quick [ARGS]  only `cargo test [ARGS]` (after the set-up)
+#   scripts/test.sh --quick [ARGS]  only step 4, `cargo test --features test-full [ARGS]` (after the set-up)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,15 +40,15 @@ command -v redis-cli >/dev/null || need+=(redis-tools)
 command -v openssl >/dev/null || need+=(openssl)
 # examples/verification.rs links the system SQLite (docs/exactly-once.md).
 dpkg -s libsqlite3-dev >/dev/null 2>&1 || need+=(libsqlite3-dev)
-# The example receivers (tests/it/receivers.rs, tests/it/quickstart.rs) run under Node and build with Go.
+# The example receivers (tests/it/full/receivers.rs, tests/it/full/quickstart.rs) run under Node and build with Go.
 command -v node >/dev/null || need+=(nodejs)
 command -v go >/dev/null || need+=(golang-go)
-# docs/quickstart.md's commands (tests/it/quickstart.rs) use curl; the redis-cli recipes of the docs
-# (tests/it/docs_recipes.rs) pipe into jq.
+# docs/quickstart.md's commands (tests/it/full/quickstart.rs) use curl; the redis-cli recipes of the docs
+# (tests/it/full/docs_recipes.rs) pipe into jq.
 command -v curl >/dev/null || need+=(curl)
 command -v jq >/dev/null || need+=(jq)
 command -v promtool >/dev/null || need+=(prometheus) # Debian ships promtool in the prometheus package
-# The console's browser test (tests/it/console.rs) drives headless Chromium through WebDriver.
+# The console's browser test (tests/it/full/console.rs) drives headless Chromium through WebDriver.
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
 $quick || command -v wrk >/dev/null || need+=(wrk)
@@ -69,7 +70,7 @@ if ! $quick && ! command -v st >/dev/null; then
 fi
 
 if ! python3 -c 'import standardwebhooks' 2>/dev/null; then
-  echo "== installing standardwebhooks (PyPI): the reference verifier tests/it/destinations.rs checks deliveries with, and examples/receivers/python/app.py's"
+  echo "== installing standardwebhooks (PyPI): the reference verifier tests/it/full/destinations.rs checks deliveries with, and examples/receivers/python/app.py's"
   python3 -m pip install -q --disable-pip-version-check standardwebhooks==1.1.0
 fi
 
@@ -117,10 +118,10 @@ echo "== promtool: the alerting rules, and a unit-test file per alert"
 (cd deploy/prometheus && promtool check rules idemgate-alerts.yml && promtool test rules tests/*.test.yml)
 
 if [ -z "${IDEMGATE_IMAGE:-}" ]; then
-  # The image that tests/it/testing.rs starts through idemgate::testing.
+  # The image that tests/it/full/testing.rs starts through idemgate::testing.
   export IDEMGATE_IMAGE=idemgate/idemgate:local
   scripts/idemgate-image.sh "$IDEMGATE_IMAGE"
 fi
 
-echo "== cargo test (Redis image: $IDEMGATE_REDIS_IMAGE, idemgate image: $IDEMGATE_IMAGE)"
-cargo test --locked --features testcontainers "$@"
+echo "== cargo test, every tier (Redis image: $IDEMGATE_REDIS_IMAGE, idemgate image: $IDEMGATE_IMAGE)"
+cargo test --locked --features test-full "$@"

@@ -370,7 +370,7 @@ mod tests {
     use super::*;
 
     /// The bench's compact row has the fields of a one-attempt done record
-    /// as the worker writes it (tests/it/worker.rs holds the worker to the same list).
+    /// as the worker writes it (tests/it/redis/worker.rs holds the worker to the same list).
     #[test]
     fn the_compact_row_has_the_done_records_fields() {
         let mut names: Vec<&str> = done_record(DoneLayout::Compact).into_iter().map(|(name, _)| name).collect();

@@ -1,7 +1,13 @@
-//! Integration tests: one binary, so it links once and shares one Redis.
+//! Integration tests, in three tiers by what they need (docs/testing.md):
+//! `base/` nothing but the built binary, `redis/` a `redis-server` on PATH
+//! (feature `test-redis`), `full/` Docker, Chromium, promtool, Python, Go
+//! and Node as well (feature `test-full`). A tier is selected when the
+//! binary is compiled, so a test outside it is not run, and not counted.
+//! One binary, so it links once and shares one Redis.
 
 /// Runs each named behaviour `async fn NAME(backend)` of the enclosing
-/// module against the memory store and the Redis store. With
+/// module against the memory store and, in the redis tier and above, the
+/// Redis store. With
 /// `multi_thread:` first, each runs on a four-thread runtime, so tasks that
 /// race really run at the same time.
 macro_rules! both_stores {
@@ -15,60 +21,16 @@ macro_rules! both_stores {
         mod memory {
             $( #[$test] async fn $name() { super::$name(crate::support::Backend::Memory).await } )*
         }
+        #[cfg(feature = "test-redis")]
         mod redis {
             $( #[$test] async fn $name() { super::$name(crate::support::Backend::Redis).await } )*
         }
     };
 }
 
-mod chaos;
-mod cluster;
-mod config;
-mod console;
-mod console_views;
-mod csrf;
-mod dead;
-mod deadlines;
-mod deploy;
-mod destinations;
-mod docs_recipes;
-mod durability;
-mod embed;
-mod embed_settle;
-mod first_hour;
-mod gate;
-mod hostile;
-mod http;
-mod identities;
-mod logs;
-mod long_haul;
-mod model;
-mod ops;
-mod ops_bounds;
-mod ops_search;
-mod production_redis;
-mod provider_kinds;
-mod proxy;
-mod quickstart;
-mod receivers;
-mod redis_store;
-mod refusals;
-mod secrets;
-mod send;
+mod base;
+#[cfg(feature = "test-full")]
+mod full;
+#[cfg(feature = "test-redis")]
+mod redis;
 mod support;
-#[cfg(feature = "testcontainers")]
-mod testing;
-mod verification;
-mod worker;
-mod worker_hostile;
-mod worker_limits;
-
-/// The container fixture's suite needs the `testcontainers` feature; a run
-/// without it must not look complete.
-#[cfg(not(feature = "testcontainers"))]
-#[test]
-fn testcontainers_feature_is_on() {
-    panic!(
-        "run the tests with `--features testcontainers` (scripts/test.sh does), else tests/it/testing.rs is left out"
-    );
-}

@@ -1,0 +1,371 @@
+//! The console's second-round views in headless Chromium, against the real
+//! binary, a real Redis and real workers: an outage (a breaker shown open,
+//! then closed; a killed worker shown gone), the one search box over 300
+//! runs, 1,500 dead runs paged, and a run's attempt timeline.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::http::StatusCode;
+use idemgate::keys::Keys;
+use redis::AsyncCommands;
+use serde_json::json;
+
+use crate::full::console::{Browser, keep_screenshot};
+use crate::redis::worker::Workers;
+use crate::support::{Pace, Served, fresh_ns, raw_conn, spawn_deliver, temp_dir};
+
+async fn post(http: &reqwest::Client, served: &Served, token: &str, provider: &str, id: &str, repo: &str, n: u64) {
+    let (org, name) = repo.split_once('/').unwrap();
+    let body = format!(
+        r#"{{"provider":"{provider}","delivery_id":"{id}","event":{{"org":"{org}","repo":"{name}","action":"push","number":{n}}}}}"#
+    );
+    let r = http
+        .post(format!("{}/v1/deliveries", served.url))
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202, "{:?}", r.text().await);
+}
+
+fn serve(ns: &str, dir: &std::path::Path, token: &str) -> Served {
+    Served::start(ns, dir, token)
+}
+
+/// A console refresh sees the heartbeat within a second; breakers open after two failures.
+const CONSOLE_PACE: Pace = Pace { heartbeat: "1s", breaker_cooldown: "500ms", backoff: "300ms" };
+
+async fn open(b: &Browser, served: &Served, token: &str, hash: &str) {
+    b.goto(&format!("{}/console", served.url)).await;
+    b.type_into("#token", token).await;
+    b.click("#token-form button[type=submit]").await;
+    b.goto(&format!("{}/console{hash}", served.url)).await;
+}
+
+/// Two `--deliver` workers; the destination answers 503 until a breaker
+/// opens: the overview shows it open within one refresh (5 s). Back up: it
+/// shows closed. A worker killed shows as gone within three heartbeat
+/// intervals (1 s here) and one refresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_shows_breakers_open_then_closed_and_a_killed_worker_gone() {
+    let ns = fresh_ns("outage");
+    let dir = temp_dir("outage");
+    let token = "outage-token";
+    let served = serve(&ns, &dir, token);
+    let status = Arc::new(AtomicU16::new(503));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let s = status.clone();
+    let app = Router::new().fallback(move || {
+        let s = s.clone();
+        async move { StatusCode::from_u16(s.load(Ordering::SeqCst)).unwrap() }
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let url = format!("http://{addr}/hooks/secret-path");
+    let mut workers = Workers(vec![
+        spawn_deliver(&ns, &dir, "w1", &url, CONSOLE_PACE),
+        spawn_deliver(&ns, &dir, "w2", &url, CONSOLE_PACE),
+    ]);
+    let b = Browser::start().await;
+    open(&b, &served, token, "#/").await;
+    b.until("two workers up", "return document.querySelectorAll(\"#workers-table tr[data-state='up']\").length === 2")
+        .await;
+    assert!(b.text("#workers-table").await.contains(&format!("http://{addr}/hooks")), "the destination, redacted");
+    assert!(!b.text("#workers-table").await.contains("secret-path"));
+    let http = reqwest::Client::new();
+    for n in 1..=6 {
+        post(&http, &served, token, "github", &format!("o-{n}"), "o/r", n).await;
+    }
+    // The API sees the breaker open; the page shows it within one refresh.
+    let opened = Instant::now();
+    b.until("a breaker open", "return !!document.querySelector(\"#workers-table tr[data-breaker='open'], #workers-table tr[data-breaker='half_open']\")").await;
+    assert!(opened.elapsed() < Duration::from_secs(20));
+    assert_ne!(b.text("[data-tile=breakers-open] .value").await, "0");
+    keep_screenshot("outage", &b.screenshot().await);
+    status.store(204, Ordering::SeqCst);
+    b.until(
+        "both breakers closed",
+        "return document.querySelectorAll(\"#workers-table tr[data-breaker='closed']\").length === 2",
+    )
+    .await;
+    assert_eq!(b.text("[data-tile=breakers-open] .value").await, "0");
+    let mut w2 = workers.0.remove(1);
+    w2.kill().unwrap();
+    w2.wait().unwrap();
+    let killed = Instant::now();
+    b.until("w2 gone", "return !!document.querySelector(\"#workers-table tr[data-worker='w2'][data-state='gone']\")")
+        .await;
+    let took = killed.elapsed();
+    assert!(
+        took < Duration::from_secs(3) + Duration::from_secs(6),
+        "three 1 s intervals and one 5 s refresh: {took:?}"
+    );
+    assert_eq!(b.text("[data-tile=workers-gone] .value").await, "1");
+    drop(workers);
+    let _ = b.cmd(reqwest::Method::DELETE, "", None).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// 300 runs over two providers and three repos: one box finds a run by its
+/// delivery id, its run key and its run id; the repo filter and a time
+/// window give the right counts over the pages; the list shows a new run
+/// by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_search_box_finds_any_run_and_the_filters_count_right() {
+    let ns = fresh_ns("search-ui");
+    let dir = temp_dir("search-ui");
+    let token = "search-token";
+    let config = "keep_payload = true\nallowed_repos = [\"o/a\", \"o/b\", \"o/c\"]\n";
+    let served = Served::start_with_config(&ns, &dir, token, config);
+    let http = reqwest::Client::new();
+    const REPOS: [&str; 3] = ["o/a", "o/b", "o/c"];
+    for n in 1..=300u64 {
+        let provider = if n % 2 == 1 { "alpha" } else { "beta" };
+        post(&http, &served, token, provider, &format!("d-{n}"), REPOS[(n % 3) as usize], n).await;
+    }
+    let b = Browser::start().await;
+    open(&b, &served, token, "#/runs").await;
+    b.find("#runs-table tbody tr[data-run-id='run-300']").await;
+    let search = |q: &str| {
+        format!(
+            "document.getElementById('search').value = {q:?}; document.querySelector('#runs-form button[type=submit]').click(); return true"
+        )
+    };
+    let only = |id: &str| {
+        format!(
+            "const rows = document.querySelectorAll('#runs-table tbody tr'); return rows.length === 1 && rows[0].dataset.runId === '{id}'"
+        )
+    };
+    b.eval(&search("d-123")).await;
+    b.until("run-123 by its delivery id", &only("run-123")).await;
+    assert!(b.eval("return location.hash").await.as_str().unwrap().contains("q=d-123"), "the search is a link");
+    b.eval(&search("run-77")).await;
+    b.until("run-77 by its run id", &only("run-77")).await;
+    let created: u64 = {
+        let mut c = raw_conn().await;
+        let v: String = c.hget(Keys::new(&ns).unwrap().run("run-42"), "created_ms").await.unwrap();
+        v.parse().unwrap()
+    };
+    b.eval(&search(&format!("{ns}:run-42:{created}"))).await;
+    b.until("run-42 by its run key", &only("run-42")).await;
+
+    // The repo filter, counted over the pages.
+    b.goto(&format!("{}/console#/runs?repo=o%2Fb", served.url)).await;
+    b.until(
+        "the first o/b page",
+        "return (document.getElementById('runs-table').dataset.query || '').includes('repo=o%2Fb')",
+    )
+    .await;
+    let mut total = 0u64;
+    loop {
+        let n = b.eval("return document.querySelectorAll('#runs-table tbody tr').length").await.as_u64().unwrap();
+        let rows = b.eval("return [...document.querySelectorAll('#runs-table tbody tr td:nth-child(2)')].every(td => td.textContent.includes(' o/b '))").await;
+        assert_eq!(rows, true);
+        total += n;
+        if b.eval("return document.getElementById('runs-older').disabled").await == true {
+            break;
+        }
+        let first = b.eval("return document.querySelector('#runs-table tbody tr').dataset.runId").await;
+        b.click("#runs-older").await;
+        b.until(
+            "the next page",
+            &format!(
+                "const r = document.querySelector('#runs-table tbody tr'); return !r || r.dataset.runId !== {first}"
+            ),
+        )
+        .await;
+    }
+    assert_eq!(total, 100);
+    // A time window: runs 101 to 200 by their creation times.
+    let c = raw_conn().await;
+    let at = |n: u64| {
+        let key = Keys::new(&ns).unwrap().run(&format!("run-{n}"));
+        let mut c = c.clone();
+        async move { c.hget::<_, _, String>(key, "created_ms").await.unwrap().parse::<u64>().unwrap() }
+    };
+    let (since, until) = (at(101).await, at(201).await);
+    let mut expected = 0;
+    for n in 1..=300 {
+        let t = at(n).await;
+        if t >= since && t < until {
+            expected += 1;
+        }
+    }
+    b.goto(&format!("{}/console#/runs?since={since}&until={until}", served.url)).await;
+    b.until(
+        "the window's runs",
+        &format!("const q = document.getElementById('runs-table').dataset.query || ''; return q.includes('since={since}') && !q.includes('before=')"),
+    )
+    .await;
+    let mut total = b.eval("return document.querySelectorAll('#runs-table tbody tr').length").await.as_u64().unwrap();
+    while b.eval("return document.getElementById('runs-older').disabled").await == false {
+        let first = b.eval("return document.querySelector('#runs-table tbody tr').dataset.runId").await;
+        b.click("#runs-older").await;
+        b.until(
+            "the next page",
+            &format!(
+                "const r = document.querySelector('#runs-table tbody tr'); return !r || r.dataset.runId !== {first}"
+            ),
+        )
+        .await;
+        total += b.eval("return document.querySelectorAll('#runs-table tbody tr').length").await.as_u64().unwrap();
+    }
+    assert_eq!(total, expected);
+    // The newest page refreshes by itself when a run arrives.
+    b.goto(&format!("{}/console#/runs", served.url)).await;
+    b.find("#runs-table tbody tr[data-run-id='run-300']").await;
+    post(&http, &served, token, "alpha", "d-301", "o/a", 301).await;
+    b.until(
+        "run-301 shown without a click",
+        "return !!document.querySelector(\"#runs-table tr[data-run-id='run-301']\")",
+    )
+    .await;
+    let _ = b.cmd(reqwest::Method::DELETE, "", None).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// 1,500 dead runs: the first page shows fast, pages on, and `Retry`
+/// updates the count at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifteen_hundred_dead_runs_page_and_retry_updates_the_count() {
+    let ns = fresh_ns("dead-ui");
+    let dir = temp_dir("dead-ui");
+    let token = "dead-token";
+    let keys = Keys::new(&ns).unwrap();
+    let mut c = raw_conn().await;
+    for chunk in (1..=1500u64).collect::<Vec<_>>().chunks(500) {
+        let mut pipe = redis::pipe();
+        for n in chunk {
+            let run_id = format!("run-{n}");
+            let entry = format!("1700000000000-{n}");
+            pipe.cmd("XADD").arg(keys.runs_dead()).arg(&entry).arg(&[
+                ("run_id", run_id.as_str()),
+                ("provider", "github"),
+                ("repo", "o/r"),
+                ("action", "push"),
+                ("number", &n.to_string()),
+                ("attempts", "8"),
+                ("last_error", "HTTP 500 from http://dest.example/hooks"),
+                ("failed_ms", "1700000000000"),
+            ]);
+            pipe.cmd("HSET").arg(keys.run(&run_id)).arg(&[
+                ("run_id", run_id.as_str()),
+                ("provider", "github"),
+                ("repo", "o/r"),
+                ("action", "push"),
+                ("status", "dead"),
+                ("dead_entry", &entry),
+            ]);
+        }
+        let _: () = pipe.query_async(&mut c).await.unwrap();
+    }
+    let served = serve(&ns, &dir, token);
+    let b = Browser::start().await;
+    open(&b, &served, token, "#/").await;
+    b.find("[data-tile=dead]").await;
+    let started = Instant::now();
+    b.goto(&format!("{}/console#/dead", served.url)).await;
+    b.find("#dead-table tbody tr[data-run-id='run-1500']").await;
+    let first_page = started.elapsed();
+    assert!(first_page < Duration::from_secs(3), "the first page shows fast: {first_page:?}");
+    assert_eq!(b.eval("return document.querySelectorAll('#dead-table tbody tr').length").await, 100);
+    assert_eq!(b.text("#dead-count").await, "1500");
+    let nowrap = b.eval("const th = document.querySelector('#dead-table th:nth-child(3)'); const t = document.querySelector('#dead-table td:nth-child(5) .time'); return [getComputedStyle(th).whiteSpace, getComputedStyle(t).whiteSpace]").await;
+    assert_eq!(nowrap, json!(["nowrap", "nowrap"]), "the header and the times do not wrap");
+    b.click("#dead-older").await;
+    b.find("#dead-table tbody tr[data-run-id='run-1400']").await;
+    assert!(b.all("#dead-table tbody tr[data-run-id='run-1500']").await.is_empty());
+    b.click("#dead-table button.retry[data-run-id='run-1350']").await;
+    b.until("the count after one retry", "return document.getElementById('dead-count').textContent === '1499'").await;
+    let _ = b.cmd(reqwest::Method::DELETE, "", None).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A run's page tells its story: three attempts (500, 500, 204) in that
+/// order with their status codes, from the record's `history`. The record
+/// is written here as the worker's attempt history leaves it (the shape of
+/// docs/worker.md: attempt, worker, started_ms, duration_ms, status,
+/// outcome, error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_page_shows_its_attempt_timeline() {
+    let ns = fresh_ns("history-ui");
+    let dir = temp_dir("history-ui");
+    let token = "history-token";
+    let served = serve(&ns, &dir, token);
+    let http = reqwest::Client::new();
+    post(&http, &served, token, "github", "h-1", "o/r", 1).await;
+    let t0 = 1_796_000_000_000u64;
+    let history = json!([
+        {"attempt": 1, "worker": "w1", "started_ms": t0, "duration_ms": 120, "status": 500, "outcome": "failed", "error": "HTTP 500 from http://dest/hooks"},
+        {"attempt": 2, "worker": "w2", "started_ms": t0 + 5_000, "duration_ms": 95, "status": 500, "outcome": "failed", "error": "HTTP 500 from http://dest/hooks"},
+        {"attempt": 3, "worker": "w1", "started_ms": t0 + 305_000, "duration_ms": 40, "status": 204, "outcome": "done", "error": ""},
+    ]);
+    let mut c = raw_conn().await;
+    let key = Keys::new(&ns).unwrap().run("run-1");
+    let _: () = c
+        .hset_multiple(
+            &key,
+            &[
+                ("history", history.to_string().as_str()),
+                ("status", "done"),
+                ("attempts", "3"),
+                ("last_error", "HTTP 500 from http://dest/hooks"),
+            ],
+        )
+        .await
+        .unwrap();
+    let b = Browser::start().await;
+    open(&b, &served, token, "#/runs/run-1").await;
+    b.until("three attempts", "return document.querySelectorAll('#history-table tbody tr').length === 3").await;
+    let rows = b.eval("return [...document.querySelectorAll('#history-table tbody tr')].map(r => [r.dataset.attempt, r.querySelector('.http-status').textContent, r.children[2].textContent])").await;
+    assert_eq!(rows, json!([["1", "500", "w1"], ["2", "500", "w2"], ["3", "204", "w1"]]));
+    assert_eq!(b.eval("return window.scrollY").await, 0, "the page opens at the top");
+    assert!(b.text("#run-identity").await.contains("earlier error"), "a done run's old error is not its state");
+    assert!(!b.eval("return document.getElementById('redeliver').hidden").await.as_bool().unwrap());
+    keep_screenshot("run", &b.screenshot().await);
+    let _ = b.cmd(reqwest::Method::DELETE, "", None).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The run key a run's page shows is the `webhook-id` the destination
+/// received from a real `--deliver` worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_run_key_shown_is_the_webhook_id_the_receiver_got() {
+    let ns = fresh_ns("runkey-ui");
+    let dir = temp_dir("runkey-ui");
+    let token = "runkey-token";
+    let served = serve(&ns, &dir, token);
+    let got = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let g = got.clone();
+    let app = Router::new().fallback(move |headers: axum::http::HeaderMap| {
+        let g = g.clone();
+        async move {
+            let id = headers.get("webhook-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+            g.lock().unwrap().push(id);
+            StatusCode::NO_CONTENT
+        }
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let _workers = Workers(vec![spawn_deliver(&ns, &dir, "w1", &format!("http://{addr}/hooks"), CONSOLE_PACE)]);
+    let http = reqwest::Client::new();
+    post(&http, &served, token, "github", "k-1", "o/r", 1).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.lock().unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "the destination got nothing");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let webhook_id = got.lock().unwrap()[0].clone();
+    let b = Browser::start().await;
+    open(&b, &served, token, "#/runs/run-1").await;
+    b.until("the run key", "return (document.getElementById('run-key') || {}).textContent?.includes(':run-1:')").await;
+    assert_eq!(b.text("#run-key").await, webhook_id);
+    let _ = b.cmd(reqwest::Method::DELETE, "", None).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

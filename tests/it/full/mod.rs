@@ -1,0 +1,19 @@
+//! Tests that need more than Redis: Docker and the idemgate image
+//! (`testing`), headless Chromium and chromedriver (`console`,
+//! `console_views`, `csrf`), promtool (`deploy`), Python with the
+//! `standardwebhooks` package (`destinations`, `receivers`,
+//! `worker_limits`), Go and Node (`receivers`, `quickstart`), curl and jq
+//! (`quickstart`, `docs_recipes`). `long_haul` needs only Redis, but builds
+//! on the destination of `destinations`.
+
+pub(crate) mod console;
+pub(crate) mod console_views;
+pub(crate) mod csrf;
+pub(crate) mod deploy;
+pub(crate) mod destinations;
+pub(crate) mod docs_recipes;
+pub(crate) mod long_haul;
+pub(crate) mod quickstart;
+pub(crate) mod receivers;
+pub(crate) mod testing;
+pub(crate) mod worker_limits;

@@ -1,0 +1,130 @@
+//! Hostile input and a long life on a real Redis: lifetimes of the keys,
+//! a script error part way, the bounded run-id guard, and no control byte
+//! from a stored field in `inspect` or the worker's stderr.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use ::redis::AsyncCommands;
+use idemgate::gate::{Gate, Settings, Status};
+use idemgate::keys::Keys;
+use serde_json::json;
+
+use crate::base::hostile::{bin, log_path};
+use crate::support::{fresh_ns, raw_conn, redis_store_in};
+
+#[tokio::test]
+async fn logical_keys_expire_after_30_days_by_default() {
+    let ns = fresh_ns("ttl");
+    let gate = Gate::new(["o/r"], redis_store_in(&ns, &Settings::default()).await);
+    let r = gate.handle("p", "d", &json!({"org": "o", "repo": "r", "action": "a", "number": 1})).await.unwrap();
+    assert_eq!(r.status, Status::Created);
+    let mut c = raw_conn().await;
+    let keys: Vec<String> = c.keys(format!("idemgate:{{{ns}}}:logical:*")).await.unwrap();
+    let pttl: i64 = c.pttl(&keys[0]).await.unwrap();
+    let month = 30 * 24 * 3600 * 1000;
+    assert!(pttl > month - 60_000 && pttl <= month, "PTTL {pttl}");
+}
+
+/// Redis does not roll a script back: when a write fails part-way (here
+/// the runs stream key holds a string, so XADD fails), no logical key may
+/// point at a run nobody queued, and nothing is cached.
+#[tokio::test]
+async fn a_script_error_part_way_leaves_no_logical_key() {
+    let ns = fresh_ns("partway");
+    let keys = Keys::new(&ns).unwrap();
+    let gate = Gate::new(["o/r"], redis_store_in(&ns, &Settings::default()).await);
+    let mut c = raw_conn().await;
+    let _: () = c.set(keys.runs(), "not a stream").await.unwrap();
+    let e = json!({"org": "o", "repo": "r", "action": "a", "number": 1});
+    assert!(gate.handle("p", "d", &e).await.is_err());
+    let logical: Vec<String> = c.keys(format!("idemgate:{{{ns}}}:logical:*")).await.unwrap();
+    let delivery: Vec<String> = c.keys(format!("idemgate:{{{ns}}}:delivery:*")).await.unwrap();
+    assert!(logical.is_empty() && delivery.is_empty(), "{logical:?} {delivery:?}");
+    // Once the stream is back, the same delivery creates its run and queues it.
+    let _: () = c.del(keys.runs()).await.unwrap();
+    let r = gate.handle("p", "d", &e).await.unwrap();
+    assert_eq!(r.status, Status::Created);
+    let queued: u64 = c.xlen(keys.runs()).await.unwrap();
+    assert_eq!(queued, 1);
+}
+
+/// The run-id guard skips run ids whose record exists, but not without
+/// limit: a counter far behind errors out (a 503, nothing cached).
+#[tokio::test]
+async fn the_run_id_guard_is_bounded() {
+    let ns = fresh_ns("guard");
+    let keys = Keys::new(&ns).unwrap();
+    let gate = Gate::new(["o/r"], redis_store_in(&ns, &Settings::default()).await);
+    let mut c = raw_conn().await;
+    let mut pipe = ::redis::pipe();
+    for n in 1..=1500 {
+        pipe.hset(keys.run(&format!("run-{n}")), "status", "done").ignore();
+    }
+    let _: () = pipe.query_async(&mut c).await.unwrap();
+    let e = json!({"org": "o", "repo": "r", "action": "a"});
+    let err = gate.handle("p", "d", &e).await.unwrap_err();
+    assert!(err.to_string().contains("run counter"), "{err}");
+    let delivery: Vec<String> = c.keys(format!("idemgate:{{{ns}}}:delivery:*")).await.unwrap();
+    assert!(delivery.is_empty());
+    // A counter less far behind is skipped past, as before.
+    let _: () = c.set(keys.run_counter(), 1000).await.unwrap();
+    let r = gate.handle("p", "d", &e).await.unwrap();
+    assert_eq!(r.run_id.as_deref(), Some("run-1501"));
+}
+
+/// A run record whose fields carry control characters prints them escaped
+/// in `inspect`'s text, so a delivery id cannot drive the terminal.
+#[tokio::test]
+async fn inspect_text_escapes_control_characters() {
+    let ns = fresh_ns("inspect-ctl");
+    let gate = Gate::new(["o/r"], redis_store_in(&ns, &Settings::default()).await);
+    let id = "d\n\x1b[2Jfake: line\r";
+    let r = gate.handle("p", id, &json!({"org": "o", "repo": "r", "action": "a\x1b]0;t\x07"})).await.unwrap();
+    let out = bin()
+        .args(["inspect", "run", r.run_id.as_deref().unwrap(), "--redis-url", crate::support::redis_url()])
+        .args(["--namespace", &ns])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text:?}");
+    assert!(text.contains("d\\n\\x1b[2Jfake: line\\r"), "{text}");
+    assert!(text.contains("a\\x1b]0;t\\x07"), "{text}");
+}
+
+/// A worker echoes its command's stderr with control characters escaped:
+/// the command (fed a client's delivery id) cannot forge the worker's log
+/// lines or drive a terminal that tails it.
+#[tokio::test]
+async fn worker_stderr_escapes_control_characters() {
+    let ns = fresh_ns("stderr-ctl");
+    let gate = Gate::new(["o/r"], redis_store_in(&ns, &Settings::default()).await);
+    let r = gate.handle("p", "d", &json!({"org": "o", "repo": "r", "action": "a"})).await.unwrap();
+    let run_key = Keys::new(&ns).unwrap().run(r.run_id.as_deref().unwrap());
+    let log = log_path("stderr-ctl");
+    let mut worker = bin()
+        .args(["worker", "--redis-url", crate::support::redis_url(), "--namespace", &ns, "--group", "g"])
+        .args(["--block", "200ms", "--", "sh", "-c", r"printf 'fake\033[31m red\r\tINFO forged\n' >&2"])
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut c = raw_conn().await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let status: Option<String> = c.hget(&run_key, "status").await.unwrap();
+        if status.as_deref() == Some("done") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the run was not done: {status:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = worker.kill();
+    let _ = worker.wait();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let line = text.lines().find(|l| l.starts_with("[run-1]")).unwrap_or_else(|| panic!("no echoed line: {text}"));
+    assert_eq!(line, r"[run-1] fake\x1b[31m red\r\tINFO forged", "{text}");
+    assert!(!text.contains('\x1b') && !text.contains('\r'), "{text:?}");
+}

@@ -1,0 +1,134 @@
+//! Test fixtures every tier uses: fresh namespaces (so tests run in
+//! parallel on one server), the memory or Redis store of a behaviour test,
+//! a router called in process, signatures, temp dirs, and (`servers`) the
+//! Redis servers. Every tier compiles them all, since a behaviour test is
+//! written once for both stores; only the redis tier and above start a
+//! server, so there the helpers unused below it are no dead code.
+
+use std::future::Future;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use idemgate::gate::Settings;
+use idemgate::store::Store;
+use idemgate::store::memory::MemoryStore;
+
+#[cfg_attr(not(feature = "test-redis"), allow(dead_code))]
+pub mod proxy;
+#[cfg_attr(not(feature = "test-redis"), allow(dead_code))]
+mod servers;
+pub mod signing;
+
+pub use servers::*;
+
+/// A namespace no other test uses.
+pub fn fresh_ns(tag: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("t-{tag}-{}-{}-{nanos}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Which store a behaviour test runs against.
+#[derive(Clone, Copy, Debug)]
+pub enum Backend {
+    Memory,
+    /// Built only by the redis tier and above (`both_stores!`).
+    #[cfg_attr(not(feature = "test-redis"), allow(dead_code))]
+    Redis,
+}
+
+impl Backend {
+    /// A new, empty store of this kind.
+    pub async fn store(self, settings: &Settings) -> Arc<dyn Store> {
+        match self {
+            Backend::Memory => Arc::new(MemoryStore::new(settings)),
+            Backend::Redis => redis_store_in(&fresh_ns("b"), settings).await,
+        }
+    }
+}
+
+/// A free loopback port (bound, then released).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A temp dir of the test's own.
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(fresh_ns(tag));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Polls `cond` every 50 ms until it holds; panics with `what` after `limit`.
+#[cfg_attr(not(feature = "test-redis"), allow(dead_code))] // what the base tier waits for is in process
+pub async fn wait_for<F, Fut>(limit: Duration, what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    while !cond().await {
+        assert!(Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// An answer of a router called in process, or of a server over a socket:
+/// its status, headers and text, and the text parsed as JSON (`Null` when
+/// it is not JSON, e.g. `/metrics`).
+#[derive(Debug)]
+pub struct Reply {
+    pub status: axum::http::StatusCode,
+    pub headers: axum::http::HeaderMap,
+    /// The answer carried `Idempotent-Replayed`.
+    pub replayed: bool,
+    pub text: String,
+    pub body: serde_json::Value,
+}
+
+impl Reply {
+    /// The body as JSON; panics (showing the text) when it is not JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("{e}: {}", self.text))
+    }
+
+    /// A header's value, when present.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|v| v.to_str().unwrap())
+    }
+
+    /// Reads a whole answer received over a socket.
+    pub async fn read(resp: reqwest::Response) -> Self {
+        let (status, headers) = (resp.status(), resp.headers().clone());
+        Self::of(status, headers, resp.text().await.unwrap())
+    }
+
+    fn of(status: axum::http::StatusCode, headers: axum::http::HeaderMap, text: String) -> Self {
+        let replayed = headers.get("idempotent-replayed").is_some();
+        let body = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+        Reply { status, headers, replayed, text, body }
+    }
+
+    /// The status, the headers idemgate sets and the text: what two
+    /// servers that answer alike agree on (a `date`, say, they need not).
+    pub fn as_sent_by_idemgate(&self) -> (u16, Vec<(&'static str, Option<&str>)>, &str) {
+        let headers = ["content-type", "idempotent-replayed", "idemgate-event-mismatch", "retry-after"]
+            .into_iter()
+            .map(|name| (name, self.header(name)))
+            .collect();
+        (self.status.as_u16(), headers, &self.text)
+    }
+}
+
+/// Sends `req` to `app` in process (no socket) and reads the whole answer.
+pub async fn send(app: &axum::Router, req: axum::http::Request<axum::body::Body>) -> Reply {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let resp = app.clone().oneshot(req).await.unwrap();
+    let (status, headers) = (resp.status(), resp.headers().clone());
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    Reply::of(status, headers, String::from_utf8(bytes.to_vec()).unwrap())
+}
