@@ -1,9 +1,10 @@
 //! Test fixtures every tier uses: fresh namespaces (so tests run in
-//! parallel on one server), the memory or Redis store of a behaviour test,
-//! a router called in process, signatures, temp dirs, and (`servers`) the
-//! Redis servers. Every tier compiles them all, since a behaviour test is
-//! written once for both stores; only the redis tier and above start a
-//! server, so there the helpers unused below it are no dead code.
+//! parallel on one server), the store of a behaviour test, a router called
+//! in process and the `Reply` it gives (or a server gives over a socket),
+//! the providers' signatures (`signing`), temp dirs, and the Redis servers
+//! (`servers`, `proxy`). Every tier compiles the Redis helpers, since a
+//! `both_stores!` behaviour names both stores; only the redis tier and
+//! above call them, so below it they may go unused.
 
 use std::future::Future;
 use std::net::TcpListener;

@@ -546,6 +546,7 @@ pub async fn run_number(conn: &mut Conn, ns: &str, run: &str) -> Option<String> 
 }
 
 /// How fast a test's `--deliver` worker beats and retries.
+#[cfg_attr(not(feature = "test-full"), allow(dead_code))] // for the console's tests
 pub struct Pace {
     pub heartbeat: &'static str,
     pub breaker_cooldown: &'static str,
@@ -556,6 +557,7 @@ pub struct Pace {
 /// with a fixed secret written into `dir`; its breaker opens after two
 /// failures, and it retries a run up to 50 times at `pace`. Logs to
 /// `dir/NAME.log`.
+#[cfg_attr(not(feature = "test-full"), allow(dead_code))] // for the console's tests
 pub fn spawn_deliver(ns: &str, dir: &std::path::Path, name: &str, url: &str, pace: Pace) -> Child {
     std::fs::write(dir.join("secrets"), "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n").unwrap();
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
