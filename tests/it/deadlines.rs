@@ -5,7 +5,6 @@
 //! replay of a script that ran after all), never lost and never doubled.
 //! Real Redis processes (paused with SIGSTOP), real sockets.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use idemgate::gate::{Gate, Settings};
@@ -13,7 +12,7 @@ use idemgate::http::AppState;
 use idemgate::keys::Keys;
 use idemgate::providers::Provider;
 use idemgate::redis_io::RedisOptions;
-use idemgate::store::Store;
+use idemgate::store::OpenedStore;
 use idemgate::store::memory::MemoryStore;
 use idemgate::store::redis_store::RedisStore;
 use serde_json::{Value, json};
@@ -25,7 +24,7 @@ const GH_SECRET: &str = "gh-secret";
 
 /// Serves `providers` over `store` on a loopback port with the default
 /// request timeout (10 s); the server stops when the sender drops.
-async fn serve(store: Arc<dyn Store>, providers: Vec<Provider>) -> (String, tokio::sync::oneshot::Sender<()>) {
+async fn serve(store: OpenedStore, providers: Vec<Provider>) -> (String, tokio::sync::oneshot::Sender<()>) {
     let state = AppState::new(Gate::new(["octo/repo"], store), providers, None);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
@@ -83,7 +82,7 @@ async fn a_hung_redis_is_answered_503_within_each_providers_deadline_and_the_ret
     let short = Provider::github("slack-like", GH_SECRET).with_deadline(Duration::from_secs(3));
     let github = Provider::github("github", GH_SECRET);
     assert_eq!(github.deadline(), Duration::from_secs(10));
-    let (base, _stop) = serve(Arc::new(store), vec![short.clone(), github.clone()]).await;
+    let (base, _stop) = serve(store.into(), vec![short.clone(), github.clone()]).await;
     let client = reqwest::Client::new();
     // Each delivery is its own issue, so each is new work (202).
     for (p, id, n) in [(&short, "warm-s", 1), (&github, "warm-g", 4)] {
@@ -151,7 +150,7 @@ async fn a_hung_redis_is_answered_503_within_each_providers_deadline_and_the_ret
 #[tokio::test]
 async fn a_stalled_body_is_answered_503_at_the_deadline() {
     let provider = Provider::github("slow", GH_SECRET).with_deadline(Duration::from_secs(1));
-    let (base, _stop) = serve(Arc::new(MemoryStore::new(&Settings::default())), vec![provider]).await;
+    let (base, _stop) = serve(MemoryStore::new(&Settings::default()).into(), vec![provider]).await;
     let addr = base.trim_start_matches("http://");
     let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
     // The head (signature headers well formed, so that the body is

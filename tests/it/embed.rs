@@ -22,9 +22,9 @@ use idemgate::layer::{GateLayer, Run};
 use idemgate::providers::Provider;
 use idemgate::providers::RefusalStatus;
 use idemgate::redis_io::RedisOptions;
-use idemgate::store::Store;
 use idemgate::store::memory::MemoryStore;
 use idemgate::store::redis_store::RedisStore;
+use idemgate::store::{OpenedStore, Store};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
@@ -37,12 +37,12 @@ fn provider(refusals: RefusalStatus) -> Provider {
 }
 
 /// A store of kind `b`, and the keys of its namespace when it is Redis.
-async fn store(b: Backend) -> (Arc<dyn Store>, Option<Keys>) {
+async fn store(b: Backend) -> (OpenedStore, Option<Keys>) {
     match b {
-        Backend::Memory => (Arc::new(MemoryStore::new(&Settings::default())), None),
+        Backend::Memory => (MemoryStore::new(&Settings::default()).into(), None),
         Backend::Redis => {
             let ns = fresh_ns("embed");
-            (redis_store_in(&ns, &Settings::default()).await, Some(Keys::new(&ns).unwrap()))
+            (redis_store_in(&ns, &Settings::default()).await.into(), Some(Keys::new(&ns).unwrap()))
         }
     }
 }

@@ -17,7 +17,7 @@ use idemgate::keys::Keys;
 use idemgate::providers::RefusalStatus;
 use idemgate::providers::{FieldPointers, Kind, Provider, hmac};
 use idemgate::redis_io::RedisOptions;
-use idemgate::store::Store;
+use idemgate::store::OpenedStore;
 use idemgate::store::redis_store::RedisStore;
 use serde_json::{Value, json};
 
@@ -62,7 +62,7 @@ fn hmac_scheme() -> hmac::Scheme {
 /// defaults of docs/providers.md.
 const ALLOWED: [&str; 4] = ["octo/repo", "stripe/live", "T1/A1", "shopify/example.myshopify.com"];
 
-fn router_over(store: Arc<dyn Store>) -> Router {
+fn router_over(store: OpenedStore) -> Router {
     app(AppState::new(Gate::new(ALLOWED, store), providers(), None))
 }
 
@@ -217,7 +217,7 @@ async fn redis_outage_is_503_in_both_modes() {
     let opts = RedisOptions { command_timeout: Duration::from_millis(500), ..RedisOptions::single(redis.url()) };
     let ns = fresh_ns("refusal-outage");
     let store = RedisStore::connect(&opts, Keys::new(&ns).unwrap(), &Settings::default()).await.unwrap();
-    let app = router_over(Arc::new(store));
+    let app = router_over(store.into());
     redis.stop();
     for p in providers() {
         // Work and a refusal alike: nothing can be decided or cached without the store.

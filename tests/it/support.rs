@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use idemgate::gate::Settings;
 use idemgate::keys::Keys;
 use idemgate::redis_io::{Conn, RedisOptions};
-use idemgate::store::Store;
+use idemgate::store::OpenedStore;
 use idemgate::store::memory::MemoryStore;
 use idemgate::store::redis_store::RedisStore;
 use testcontainers::core::{IntoContainerPort, WaitFor};
@@ -103,10 +103,10 @@ pub enum Backend {
 
 impl Backend {
     /// A new, empty store of this kind.
-    pub async fn store(self, settings: &Settings) -> Arc<dyn Store> {
+    pub async fn store(self, settings: &Settings) -> OpenedStore {
         match self {
-            Backend::Memory => Arc::new(MemoryStore::new(settings)),
-            Backend::Redis => redis_store_in(&fresh_ns("b"), settings).await,
+            Backend::Memory => MemoryStore::new(settings).into(),
+            Backend::Redis => redis_store_in(&fresh_ns("b"), settings).await.into(),
         }
     }
 }
