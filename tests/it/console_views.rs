@@ -316,8 +316,7 @@ async fn a_runs_page_shows_a_workers_attempts_and_redeliver_adds_one() {
     post(&http, &served, token, "github", "h-1", "o/r", 1).await;
     wait_status(&ns, [(1, "done")], Duration::from_secs(20)).await;
     let got = dest.of_run(1);
-    let seen: Vec<(&str, &str)> =
-        got.iter().map(|r| (r.header("idemgate-attempt"), r.header("webhook-id"))).collect();
+    let seen: Vec<(&str, &str)> = got.iter().map(|r| (r.header("idemgate-attempt"), r.header("webhook-id"))).collect();
     let webhook_id = got[0].header("webhook-id");
     assert_eq!(seen, [("1", webhook_id), ("2", webhook_id), ("3", webhook_id)]);
 
@@ -325,12 +324,19 @@ async fn a_runs_page_shows_a_workers_attempts_and_redeliver_adds_one() {
     open(&b, &served, token, "#/runs/run-1").await;
     let rows_script = "return [...document.querySelectorAll('#history-table tbody tr')].map(r => [r.dataset.attempt, r.querySelector('.http-status').textContent, r.children[2].textContent, r.children[5].textContent])";
     b.until("three attempts", "return document.querySelectorAll('#history-table tbody tr').length === 3").await;
-    let mut want = vec![json!(["1", "500", "w1", "failed"]), json!(["2", "500", "w1", "failed"]), json!(["3", "204", "w1", "done"])];
+    let mut want = vec![
+        json!(["1", "500", "w1", "failed"]),
+        json!(["2", "500", "w1", "failed"]),
+        json!(["3", "204", "w1", "done"]),
+    ];
     assert_eq!(b.eval(rows_script).await, json!(want));
     assert_eq!(b.eval("return window.scrollY").await, 0, "the page opens at the top");
     assert_eq!(b.text("#run-key").await, webhook_id, "the run key is what the receiver dedupes on");
     let identity = b.text("#run-identity").await;
-    assert!(identity.contains("earlier error") && identity.contains("HTTP 500"), "a done run's old error is not its state: {identity}");
+    assert!(
+        identity.contains("earlier error") && identity.contains("HTTP 500"),
+        "a done run's old error is not its state: {identity}"
+    );
     assert!(!b.eval("return document.getElementById('redeliver').hidden").await.as_bool().unwrap());
     keep_screenshot("run", &b.screenshot().await);
 

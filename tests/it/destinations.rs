@@ -411,8 +411,10 @@ async fn an_outage_dead_letters_nothing() {
     // No outage: a backlog of RUNS, made before the worker starts, drains.
     create_runs(&ns, 1..=RUNS).await;
     let mut workers = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, "a", &url, &flags)]);
-    wait_for(Duration::from_secs(60), "the first backlog delivered", || async { phase(1..=RUNS).len() >= RUNS as usize })
-        .await;
+    wait_for(Duration::from_secs(60), "the first backlog delivered", || async {
+        phase(1..=RUNS).len() >= RUNS as usize
+    })
+    .await;
     let before = rate(&phase(1..=RUNS));
 
     // The outage: RUNS more runs meet it, until the breaker holds them.

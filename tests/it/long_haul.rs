@@ -207,8 +207,7 @@ async fn a_short_schedule_gives_exactly_its_attempts_then_dead() {
     let dir = temp_dir("lhsched");
     secrets_file(&dir, &[secret(12)]);
     // Run-1 fails every attempt; the control runs succeed at once.
-    let dest =
-        Destination::start(|r, _| if r.number() == 1 { status(StatusCode::BAD_REQUEST) } else { ok() }).await;
+    let dest = Destination::start(|r, _| if r.number() == 1 { status(StatusCode::BAD_REQUEST) } else { ok() }).await;
     create(&gate(&ns).await, [1]).await;
     let schedule = ["--retry-schedule", "200ms,400ms,800ms"];
     let mut workers = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, "a", &dest.url(), &schedule)]);
@@ -216,7 +215,8 @@ async fn a_short_schedule_gives_exactly_its_attempts_then_dead() {
     wait_status(&ns, [(1, "dead")], Duration::from_secs(15)).await;
     let made = controls.stop().await;
     wait_status(&ns, made.iter().map(|(n, _)| (*n, "done")), Duration::from_secs(15)).await;
-    let delays: Vec<Duration> = made.iter().map(|(n, at)| dest.of_run(*n)[0].at.saturating_duration_since(*at)).collect();
+    let delays: Vec<Duration> =
+        made.iter().map(|(n, at)| dest.of_run(*n)[0].at.saturating_duration_since(*at)).collect();
     let got = dest.of_run(1);
     assert_gaps(&got.iter().map(|r| r.at).collect::<Vec<_>>(), &[200, 400, 800], lateness_allowed(&delays));
     let attempts: Vec<&str> = got.iter().map(|r| r.header("idemgate-attempt")).collect();
@@ -250,8 +250,11 @@ async fn a_short_schedule_gives_exactly_its_attempts_then_dead() {
     wait_status(&ns, made.iter().map(|(n, _)| (*n, "done")), Duration::from_secs(15)).await;
     let (anchor, anchor_ns) = (Instant::now(), std::time::UNIX_EPOCH.elapsed().unwrap().as_nanos() as u64);
     let instant = |t_ns: u64| anchor - Duration::from_nanos(anchor_ns.saturating_sub(t_ns));
-    let times: Vec<Instant> =
-        std::fs::read_to_string(dir.join("times")).unwrap().lines().map(|l| instant(l.trim().parse().unwrap())).collect();
+    let times: Vec<Instant> = std::fs::read_to_string(dir.join("times"))
+        .unwrap()
+        .lines()
+        .map(|l| instant(l.trim().parse().unwrap()))
+        .collect();
     let started: HashMap<u64, Instant> = std::fs::read_to_string(dir.join("controls"))
         .unwrap()
         .lines()

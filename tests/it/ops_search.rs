@@ -276,7 +276,9 @@ async fn a_done_run_is_redelivered_on_a_cluster() {
         .unwrap();
     let workers = Workers(vec![worker]);
     let delivery = |n: u64| {
-        format!(r#"{{"provider":"p","delivery_id":"r-{n}","event":{{"org":"o","repo":"a","action":"push","number":{n}}}}}"#)
+        format!(
+            r#"{{"provider":"p","delivery_id":"r-{n}","event":{{"org":"o","repo":"a","action":"push","number":{n}}}}}"#
+        )
     };
     assert_eq!(call(&app, "POST", "/v1/deliveries", Some(delivery(1))).await.status, StatusCode::ACCEPTED);
     let run_is = |status: &'static str, attempts: u64| {
