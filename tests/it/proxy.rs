@@ -85,6 +85,11 @@ impl Proxy {
         Self { addr, state }
     }
 
+    /// The proxy's own address, for a client to connect to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
     /// `redis://127.0.0.1:PORT`: the proxy as a Redis URL.
     pub fn redis_url(&self) -> String {
         format!("redis://{}", self.addr)
