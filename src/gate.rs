@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::allowlist::Allowlist;
 use crate::error::Error;
-use crate::store::{Call, HeldRun, Store};
+use crate::store::{Call, HeldRun, OpenedStore};
 // The words the gate speaks, re-exported so that `idemgate::gate` is the one
 // import a caller needs.
 pub use crate::vocabulary::{
@@ -24,17 +24,18 @@ pub struct Gate {
     allowlist: Arc<Allowlist>,
     /// Providers with an allowlist of their own, which replaces `allowlist` for them.
     provider_allowlists: Arc<HashMap<String, Allowlist>>,
-    store: Arc<dyn Store>,
+    store: OpenedStore,
 }
 
 impl Gate {
     /// A gate that admits `allowed_repos` (`org/repo` compared exactly, or
     /// `org/*`: [`crate::allowlist`]) and keeps its state in `store`. The allowlist is copied here.
-    pub fn new<I, S>(allowed_repos: I, store: Arc<dyn Store>) -> Self
+    pub fn new<I, S>(allowed_repos: I, store: impl Into<OpenedStore>) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
+        let store = store.into();
         Self { allowlist: Arc::new(Allowlist::new(allowed_repos)), provider_allowlists: Arc::default(), store }
     }
 
@@ -55,7 +56,7 @@ impl Gate {
     }
 
     /// The store behind the gate.
-    pub fn store(&self) -> &Arc<dyn Store> {
+    pub fn store(&self) -> &OpenedStore {
         &self.store
     }
 

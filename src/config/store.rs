@@ -3,7 +3,6 @@
 //! each bad value named by its source.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::layer::Layer;
@@ -13,7 +12,7 @@ use crate::keys::Keys;
 use crate::redact::{redis_list, redis_url};
 use crate::redis_io::connection::is_tls_url;
 use crate::redis_io::{DEFAULT_COMMAND_TIMEOUT, PemFile, RedisOptions, RedisTarget, Secret, Tls};
-use crate::store::Store;
+use crate::store::OpenedStore;
 use crate::store::memory::MemoryStore;
 use crate::store::redis_store::RedisStore;
 
@@ -111,10 +110,10 @@ impl StoreConfig {
     }
 
     /// Opens the store.
-    pub async fn open(&self, settings: &Settings) -> Result<Arc<dyn Store>, crate::Error> {
+    pub async fn open(&self, settings: &Settings) -> Result<OpenedStore, crate::Error> {
         Ok(match &self.redis {
-            None => Arc::new(MemoryStore::new(settings)),
-            Some(opts) => Arc::new(RedisStore::connect(opts, self.keys.clone(), settings).await?),
+            None => MemoryStore::new(settings).into(),
+            Some(opts) => RedisStore::connect(opts, self.keys.clone(), settings).await?.into(),
         })
     }
 }

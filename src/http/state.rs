@@ -56,7 +56,7 @@ impl AppState {
     /// its deliveries.
     pub fn new(gate: Gate, providers: Vec<Provider>, api_token: Option<&str>) -> Self {
         let gate = with_provider_allowlists(gate, &providers);
-        let ops = crate::ops::Source::of(gate.store().clone());
+        let ops = crate::ops::Source::of(gate.store());
         Self(Arc::new(ServiceState {
             stats_cache: Arc::new(StatsCache::new(ops.clone())),
             ops,

@@ -122,8 +122,9 @@ pub struct LogicalView {
     pub run_id: String,
     /// Time left (`Persistent` unless a logical TTL is configured).
     pub ttl: Ttl,
-    /// The key of the run record.
-    pub run_key: String,
+    /// The Redis key of the run record (not the run key handlers dedupe on,
+    /// which is [`RunView::run_key`]).
+    pub run_record_key: String,
     /// The run record; `None` when the run hash is missing.
     pub run: Option<RunView>,
 }
@@ -195,9 +196,9 @@ impl Ops {
         let (Some(run_id), Some(ttl)) = (run_id, Ttl::from_pttl(pttl)) else {
             return Ok(None);
         };
-        let run_key = self.keys().run(&run_id);
-        let run = self.run_at(&run_key).await?;
-        Ok(Some(LogicalView { key: key.to_owned(), run_id, ttl, run_key, run }))
+        let run_record_key = self.keys().run(&run_id);
+        let run = self.run_at(&run_record_key).await?;
+        Ok(Some(LogicalView { key: key.to_owned(), run_id, ttl, run_record_key, run }))
     }
 
     async fn run_at(&self, key: &str) -> Result<Option<RunView>, OpsError> {

@@ -24,7 +24,7 @@ pub use dead::{DeadRun, Retried};
 pub use inspect::{DeliveryView, Found, Inspection, LogicalView, RunView, Target, Ttl};
 pub use runs::{RunPage, RunQuery, RunStatus, RunSummary};
 pub use source::{DeliveryDetail, RunDetail, Source};
-pub use stats::{GroupStats, KeyCounts, Stats, StreamStats};
+pub use stats::{KeyCounts, Stats, StreamStats};
 
 use crate::config::StoreConfig;
 use crate::redis_io::Conn;

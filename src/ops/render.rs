@@ -142,7 +142,7 @@ fn logical_text(l: &LogicalView) -> String {
             lines(&mut out, "  ", &run_rows(run));
         }
         None => {
-            let _ = writeln!(out, "run record: {} is missing", cli_quote(&l.run_key));
+            let _ = writeln!(out, "run record: {} is missing", cli_quote(&l.run_record_key));
         }
     }
     out
@@ -249,7 +249,7 @@ pub fn inspection_json(i: &Inspection) -> Value {
         Some(Found::Logical(l)) => json!({
             "run_id": l.run_id,
             "ttl_ms": ttl_json(l.ttl),
-            "run_key": l.run_key,
+            "run_record_key": l.run_record_key,
             "run": l.run.as_ref().map(run_json),
         }),
         Some(Found::Run(r)) => {

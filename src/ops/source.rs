@@ -17,9 +17,8 @@ use super::inspect::{Found, Target};
 use super::render::{history_of, rfc3339_ms};
 use super::runs::{RunPage, RunQuery, RunSummary, run_named_by};
 use crate::redis_io::run_scripts::RunReadCall;
-use crate::store::Store;
+use crate::store::OpenedStore;
 use crate::store::memory::{MemoryRun, MemoryStore};
-use crate::store::redis_store::RedisStore;
 use crate::vocabulary::{DeliveryRecord, RunFields};
 
 /// Why the memory store answers `null` where Redis has figures.
@@ -166,13 +165,12 @@ impl Source {
     /// The views of `store`: the memory store's own records, or the Redis
     /// namespace a [`RedisStore`] writes to; `None` for a store of the
     /// caller's own, which idemgate cannot read.
-    pub fn of(store: Arc<dyn Store>) -> Option<Self> {
-        let store = match store.into_any().downcast::<MemoryStore>() {
-            Ok(memory) => return Some(Source::Memory(memory)),
-            Err(other) => other,
-        };
-        let redis = store.downcast::<RedisStore>().ok()?;
-        Some(Source::Redis(Arc::new(Ops::over(redis.redis().clone()))))
+    pub fn of(store: &OpenedStore) -> Option<Self> {
+        match store {
+            OpenedStore::Memory(memory) => Some(Source::Memory(memory.clone())),
+            OpenedStore::Redis(redis) => Some(Source::Redis(Arc::new(Ops::over(redis.redis().clone())))),
+            OpenedStore::Own(_) => None,
+        }
     }
 
     /// `redis` or `memory`.

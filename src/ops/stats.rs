@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use super::client::{Ops, OpsError};
 use super::memory::{MemoryReport, Sampler};
-pub use crate::redis_io::info::GroupStats;
+use crate::redis_io::info::GroupStats;
 
 /// Keys counted so far; also passed to the progress callback.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -71,7 +71,7 @@ pub struct ScanCoverage {
     pub duration_ms: u64,
 }
 
-pub use super::client::SCAN_COUNT;
+use super::client::SCAN_COUNT;
 
 impl Ops {
     /// Counts the namespace's keys and reads its streams. `progress` is

@@ -3,7 +3,7 @@
 //! primary ([`Conn`]), TLS and the password file ([`connection`]), the bound
 //! on every command ([`bounded`]), routing a command to every primary or to
 //! the primary that owns a key's slot, the Lua scripts and their typed calls
-//! ([`scripts`], [`run_scripts`]), and the namespace-scoped handle that puts
+//! ([`scripts`], [`run_scripts`], [`worker_scripts`]), and the namespace-scoped handle that puts
 //! these together ([`RedisHandle`]) with the worker's blocking reader
 //! ([`BlockingReader`]). The store, the worker, the operator commands and
 //! the bench build on it and never match on the deployment themselves. See
@@ -17,6 +17,7 @@ pub mod reader;
 pub mod run_scripts;
 pub mod scripts;
 pub mod sentinel;
+pub mod worker_scripts;
 
 pub use conn::{Conn, bounded};
 pub use connection::{DEFAULT_COMMAND_TIMEOUT, PemFile, RedisOptions, RedisTarget, Secret, Tls};

@@ -304,8 +304,4 @@ impl Store for MemoryStore {
     fn kind(&self) -> &'static str {
         "memory"
     }
-
-    fn into_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
-        self
-    }
 }

@@ -187,8 +187,4 @@ impl Store for RedisStore {
     fn kind(&self) -> &'static str {
         "redis"
     }
-
-    fn into_any(self: std::sync::Arc<Self>) -> std::sync::Arc<dyn std::any::Any + Send + Sync> {
-        self
-    }
 }

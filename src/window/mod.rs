@@ -28,7 +28,6 @@
 mod decide;
 mod request;
 
-pub use crate::jcs::{canonicalize, digest};
 pub use request::{MAX_HISTORY, MAX_WINDOW_SECONDS, WindowError};
 
 use serde_json::{Value, json};

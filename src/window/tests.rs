@@ -3,6 +3,7 @@
 //! matters.
 
 use super::*;
+use crate::jcs::digest;
 use proptest::prelude::*;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;

@@ -343,38 +343,34 @@ impl<H: Handler> RunTask<'_, H> {
     }
 }
 
-/// Retries a script call until Redis answers, for up to `patience`; `None`
-/// when Redis stays unavailable that long (the entry then stays pending: this
-/// worker reads it again from its pending list, or another worker takes it
-/// over after its lease). Each call passes the same operation id on every
-/// try, so a try that ran but whose reply was lost makes the next try a
-/// no-op that returns the same result (`lua/worker_start.lua`).
+/// Retries a script call until Redis answers, for up to `patience`, with
+/// the one retry policy of [`crate::retry`]; `None` when Redis stays
+/// unavailable that long (the entry then stays pending: this worker reads it
+/// again from its pending list, or another worker takes it over after its
+/// lease). Each call passes the same operation id on every try, so a try
+/// that ran but whose reply was lost makes the next try a no-op that returns
+/// the same result (`lua/worker_start.lua`).
 async fn retry_until_answered<T, F, Fut>(
     shared: &WorkerState,
     what: &str,
     run_id: &str,
     patience: Duration,
-    mut f: F,
+    f: F,
 ) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, crate::Error>>,
 {
-    let give_up = Instant::now() + patience;
-    let mut wait = Duration::from_millis(50);
-    loop {
-        match f().await {
-            Ok(v) => return Some(v),
-            Err(e) if Instant::now() + wait >= give_up => {
-                tracing::error!(run_id, error = %e, "{what} failed for {}; the run stays pending", format_duration(patience));
-                shared.must_recover();
-                return None;
-            }
-            Err(e) => {
-                tracing::warn!(run_id, error = %e, "{what} failed; retrying");
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(1));
-            }
+    let answered = crate::retry::until_answered(Instant::now() + patience, f, |e: &crate::Error, _| {
+        tracing::warn!(run_id, error = %e, "{what} failed; retrying");
+    })
+    .await;
+    match answered {
+        Ok(v) => Some(v),
+        Err(e) => {
+            tracing::error!(run_id, error = %e, "{what} failed for {}; the run stays pending", format_duration(patience));
+            shared.must_recover();
+            None
         }
     }
 }

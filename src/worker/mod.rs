@@ -59,6 +59,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+pub use crate::vocabulary::RunFields;
 pub use attempt::{MAX_LAST_ERROR, MAX_RETRY_AFTER};
 pub use config::{
     DEFAULT_BACKOFF, DEFAULT_BLOCK, DEFAULT_CONCURRENCY, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BACKOFF,
@@ -67,7 +68,7 @@ pub use config::{
 };
 pub use history::{HISTORY_ERROR_BYTES, HISTORY_LEN};
 pub use queue::{Trimmed, trim_runs};
-pub use run::{Failure, Handler, Payload, RunAttempt, RunFields, Success};
+pub use run::{Failure, Handler, Payload, RunAttempt, Success};
 pub use state::Summary;
 
 use crate::config::StoreConfig;

@@ -1,6 +1,6 @@
 //! The Redis side of the worker: the consumer group, the blocking reader,
 //! and the calls of the small Lua scripts (`lua/worker_*.lua`, typed in
-//! [`crate::redis_io::run_scripts`]) that change a run's stream entry and
+//! [`crate::redis_io::worker_scripts`]) that change a run's stream entry and
 //! record together.
 
 use std::collections::HashMap;
@@ -10,17 +10,18 @@ use std::time::Duration;
 use redis::streams::StreamAutoClaimReply;
 
 use super::config::{WorkerConfig, WorkerError};
-use super::run::{RunAttempt, RunFields};
+use super::run::RunAttempt;
 use crate::error::Error;
 use crate::keys::Keys;
-pub(crate) use crate::redis_io::run_scripts::Failed;
-pub use crate::redis_io::run_scripts::Trimmed;
-use crate::redis_io::run_scripts::{
+pub(crate) use crate::redis_io::worker_scripts::Failed;
+pub use crate::redis_io::worker_scripts::Trimmed;
+use crate::redis_io::worker_scripts::{
     Consumer, DoneCall, ExtendCall, FailCall, GiveBackCall, LeaveCall, StartCall, Started, TrimCall, UncountCall,
     WakeCall, Woken,
 };
 use crate::redis_io::{BlockingReader, Conn, RedisHandle, RedisOptions};
 use crate::units::{now_ms, redis_ms};
+use crate::vocabulary::RunFields;
 
 /// One entry of the runs stream, as read from the group.
 #[derive(Debug, Clone)]

@@ -59,6 +59,8 @@ struct Reader<H> {
     cursor: String,
     /// `Some(id)` while reading this consumer's pending list, after `id`.
     pending_after: Option<String>,
+    /// The breaker was probing when the reader last asked it.
+    probing: bool,
 }
 
 impl<H: Handler> Reader<H> {
@@ -70,6 +72,7 @@ impl<H: Handler> Reader<H> {
             next_claim: Instant::now(),
             cursor: "0-0".to_owned(),
             pending_after: None,
+            probing: false,
             tasks: JoinSet::new(),
             shared,
             handler,
@@ -93,7 +96,14 @@ impl<H: Handler> Reader<H> {
         if probing {
             // The probe may be a run given back earlier: look for one now.
             self.next_claim = Instant::now();
+        } else if self.probing {
+            // The probe closed the breaker: every run given back while it
+            // was open is due now, not at the next look (up to 5 s away),
+            // and the probe's look may have left its cursor past some.
+            self.next_claim = Instant::now();
+            self.cursor = "0-0".to_owned();
         }
+        self.probing = probing;
         let mut permits = vec![first];
         // A probe is one run; the others wait for its answer.
         while let (false, Ok(p)) = (probing, self.slots.clone().try_acquire_owned()) {
@@ -144,6 +154,10 @@ impl<H: Handler> Reader<H> {
             Ok(claimed) => {
                 if !claimed.is_empty() {
                     tracing::info!(count = claimed.len(), "took over runs whose lease ran out");
+                }
+                if claimed.len() >= count {
+                    // A full look may have left more behind: look again at the next read.
+                    self.next_claim = Instant::now();
                 }
                 claimed
             }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::breaker::Breaker;
-pub use crate::vocabulary::RunFields;
+use crate::vocabulary::RunFields;
 
 /// One attempt at a run, as handed to a handler (and, as JSON, to a
 /// command's stdin): what names the run, the attempt's number, the run key

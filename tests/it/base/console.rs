@@ -7,7 +7,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use idemgate::gate::{Gate, Settings};
 use idemgate::http::{AppState, app};
-use serde_json::Value;
+use serde_json::{Value, json};
 use tower::ServiceExt;
 
 use crate::support::{Backend, Reply, fresh_ns, redis_store_in, send};
@@ -56,11 +56,11 @@ pub(crate) async fn deliver(app: &Router, delivery_id: &str, n: u64) -> Value {
 
 /// A router over `backend` (payloads kept, token required) and, on Redis, its namespace.
 pub(crate) async fn router(backend: Backend) -> (Router, Option<String>) {
-    let (store, ns): (std::sync::Arc<dyn idemgate::store::Store>, _) = match backend {
+    let (store, ns): (idemgate::store::OpenedStore, _) = match backend {
         Backend::Memory => (backend.store(&Settings::default()).await, None),
         Backend::Redis => {
             let ns = fresh_ns("ops-api");
-            (redis_store_in(&ns, &Settings::default()).await, Some(ns))
+            (redis_store_in(&ns, &Settings::default()).await.into(), Some(ns))
         }
     };
     let state = AppState::new(Gate::new(["o/r"], store), Vec::new(), Some(TOKEN)).with_keep_payload(true);
@@ -106,6 +106,35 @@ async fn each_endpoint_on_the_memory_store() {
     assert_eq!(call(&app, "POST", "/v1/ops/dead/run-9/retry", Some(TOKEN), None).await.status, StatusCode::NOT_FOUND);
     let long = "x".repeat(257);
     assert_eq!(get(&app, &format!("/v1/ops/runs/{long}")).await.status, StatusCode::BAD_REQUEST);
+}
+
+/// The ops views read the stores idemgate knows, found through the store as
+/// it was given to the gate (`OpenedStore`), with no downcast: the same
+/// memory store behind `dyn Store` is the caller's own, and the views say
+/// they cannot read it, while the gate still runs on it.
+#[tokio::test]
+async fn a_store_of_the_callers_own_runs_the_gate_but_has_no_ops_views() {
+    use idemgate::store::Store;
+    use idemgate::store::memory::MemoryStore;
+    let own: std::sync::Arc<dyn Store> = std::sync::Arc::new(MemoryStore::new(&Settings::default()));
+    let gate = Gate::new(["o/r"], own);
+    let event = json!({"org": "o", "repo": "r", "action": "opened", "number": 1});
+    assert_eq!(gate.handle("github", "d-1", &event).await.unwrap().run_id.as_deref(), Some("run-1"));
+    let app = app_closed(gate, false);
+    let r = call(&app, "GET", "/v1/ops/runs/run-1", None, None).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
+    assert!(r.json()["error"].as_str().unwrap().contains("no operator views"), "{}", r.text);
+
+    let known = Gate::new(["o/r"], MemoryStore::new(&Settings::default()));
+    known.handle("github", "d-1", &event).await.unwrap();
+    let r = call(&app_closed(known, false), "GET", "/v1/ops/runs/run-1", None, None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json()["run_id"], "run-1", "{}", r.text);
+}
+
+/// The router of `gate` without a token, `/v1` closed or open as on a public address.
+pub(crate) fn app_closed(gate: Gate, closed: bool) -> Router {
+    app(AppState::new(gate, Vec::new(), None).with_api_closed(closed))
 }
 
 /// The page, its script and its style: their content types, a strong ETag

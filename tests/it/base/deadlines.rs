@@ -5,13 +5,12 @@
 //! replay of a script that ran after all), never lost and never doubled.
 //! Real Redis processes (paused with SIGSTOP), real sockets.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idemgate::gate::{Gate, Settings};
 use idemgate::http::AppState;
 use idemgate::providers::Provider;
-use idemgate::store::Store;
+use idemgate::store::OpenedStore;
 use idemgate::store::memory::MemoryStore;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -19,10 +18,7 @@ pub(crate) const GH_SECRET: &str = "gh-secret";
 
 /// Serves `providers` over `store` on a loopback port with the default
 /// request timeout (10 s); the server stops when the sender drops.
-pub(crate) async fn serve(
-    store: Arc<dyn Store>,
-    providers: Vec<Provider>,
-) -> (String, tokio::sync::oneshot::Sender<()>) {
+pub(crate) async fn serve(store: OpenedStore, providers: Vec<Provider>) -> (String, tokio::sync::oneshot::Sender<()>) {
     let state = AppState::new(Gate::new(["octo/repo"], store), providers, None);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
@@ -40,7 +36,7 @@ pub(crate) async fn metrics(client: &reqwest::Client, base: &str) -> String {
 #[tokio::test]
 async fn a_stalled_body_is_answered_503_at_the_deadline() {
     let provider = Provider::github("slow", GH_SECRET).with_deadline(Duration::from_secs(1));
-    let (base, _stop) = serve(Arc::new(MemoryStore::new(&Settings::default())), vec![provider]).await;
+    let (base, _stop) = serve(MemoryStore::new(&Settings::default()).into(), vec![provider]).await;
     let addr = base.trim_start_matches("http://");
     let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
     // The head (signature headers well formed, so that the body is

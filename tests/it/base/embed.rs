@@ -21,7 +21,7 @@ use idemgate::keys::Keys;
 use idemgate::layer::{GateLayer, Run};
 use idemgate::providers::Provider;
 use idemgate::providers::RefusalStatus;
-use idemgate::store::Store;
+use idemgate::store::OpenedStore;
 use idemgate::store::memory::MemoryStore;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
@@ -35,12 +35,12 @@ pub(crate) fn provider(refusals: RefusalStatus) -> Provider {
 }
 
 /// A store of kind `b`, and the keys of its namespace when it is Redis.
-pub(crate) async fn store(b: Backend) -> (Arc<dyn Store>, Option<Keys>) {
+pub(crate) async fn store(b: Backend) -> (OpenedStore, Option<Keys>) {
     match b {
-        Backend::Memory => (Arc::new(MemoryStore::new(&Settings::default())), None),
+        Backend::Memory => (MemoryStore::new(&Settings::default()).into(), None),
         Backend::Redis => {
             let ns = fresh_ns("embed");
-            (redis_store_in(&ns, &Settings::default()).await, Some(Keys::new(&ns).unwrap()))
+            (redis_store_in(&ns, &Settings::default()).await.into(), Some(Keys::new(&ns).unwrap()))
         }
     }
 }
@@ -187,6 +187,19 @@ async fn failed_handler_is_run_again_on_the_retry(b: Backend) {
     let (run2, ttl2) = run_record(&keys, "run-2").await;
     assert_eq!((run2["status"].as_str(), run2["delivery_id"].as_str()), ("done", "d-1"), "{run2:?}");
     assert!(!run2.contains_key("held_until") && ttl2 > 0, "{run2:?} ttl {ttl2}");
+    // The done record is compact (its key names the run), and the ops view shows it whole.
+    assert!(!run2.contains_key("run_id") && !run2.contains_key("updated_ms"), "{run2:?}");
+    assert!(run2.contains_key("finished_ms"), "{run2:?}");
+    let ops = idemgate::ops::Ops::over(idemgate::redis_io::RedisHandle::new(
+        raw_conn().await,
+        keys.clone(),
+        std::time::Duration::from_secs(2),
+    ));
+    let target = idemgate::ops::Target::Run { run_id: "run-2".into() };
+    let Some(idemgate::ops::Found::Run(shown)) = ops.inspect(&target).await.unwrap().found else {
+        panic!("run-2 not found")
+    };
+    assert_eq!(shown.fields.get("run_id").map(String::as_str), Some("run-2"), "{shown:?}");
     // The handler ran the work: nothing was queued for `idemgate worker`.
     let queued: u64 = raw_conn().await.xlen(keys.runs()).await.unwrap();
     assert_eq!(queued, 0);

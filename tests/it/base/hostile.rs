@@ -556,7 +556,7 @@ async fn field_sizes(b: Backend) {
     let ns = fresh_ns("sizes");
     let store = match b {
         Backend::Memory => b.store(&Settings::default()).await,
-        Backend::Redis => redis_store_in(&ns, &Settings::default()).await,
+        Backend::Redis => redis_store_in(&ns, &Settings::default()).await.into(),
     };
     let gate = Gate::new(["o/r", format!("{}/r", long(1024)).as_str()], store);
     let ok = json!({"org": "o", "repo": "r", "action": "a", "number": 1});

@@ -15,7 +15,7 @@ use idemgate::gate::{Gate, Settings};
 use idemgate::http::{AppState, app};
 use idemgate::providers::RefusalStatus;
 use idemgate::providers::{FieldPointers, Kind, Provider, hmac};
-use idemgate::store::Store;
+use idemgate::store::OpenedStore;
 use serde_json::{Value, json};
 
 use crate::support::{Backend, send};
@@ -59,7 +59,7 @@ fn hmac_scheme() -> hmac::Scheme {
 /// defaults of docs/providers.md.
 const ALLOWED: [&str; 4] = ["octo/repo", "stripe/live", "T1/A1", "shopify/example.myshopify.com"];
 
-pub(crate) fn router_over(store: Arc<dyn Store>) -> Router {
+pub(crate) fn router_over(store: OpenedStore) -> Router {
     app(AppState::new(Gate::new(ALLOWED, store), providers(), None))
 }
 

@@ -322,9 +322,13 @@ async fn the_console_in_headless_chromium() {
     wait_for(Duration::from_secs(30), "run-3 done", || async { status(3).await == "done" }).await;
     // A run redriven to done no longer shows its old error as current.
     b.goto(&format!("{}/console#/runs", served.url)).await;
-    b.find("#runs-table tbody tr[data-run-id='run-3']").await;
-    let cls = b.eval("const c = document.querySelector(\"#runs-table tr[data-run-id='run-3'] td:nth-child(6)\"); return [c.className, c.textContent]").await;
-    assert_eq!(cls[0], "earlier-error", "{cls}");
+    // Waited for, not read once: the hash change renders the runs view
+    // anew, and a table left from an earlier visit may show until it has.
+    b.until(
+        "run-3's old error shown as an earlier one",
+        "const c = document.querySelector(\"#runs-table tr[data-run-id='run-3'] td:nth-child(6)\"); return !!c && c.className === 'earlier-error' && c.textContent.startsWith('earlier: ')",
+    )
+    .await;
     let _ = b.cmd(reqwest::Method::DELETE, "", None).await;
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,7 +1,8 @@
 //! The console's second-round views in headless Chromium, against the real
 //! binary, a real Redis and real workers: an outage (a breaker shown open,
 //! then closed; a killed worker shown gone), the one search box over 300
-//! runs, 1,500 dead runs paged, and a run's attempt timeline.
+//! runs, 1,500 dead runs paged, and a run's attempt timeline from a real
+//! worker's record, with `Redeliver` adding to it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, Ordering};
@@ -14,8 +15,11 @@ use redis::AsyncCommands;
 use serde_json::json;
 
 use crate::full::console::{Browser, keep_screenshot};
-use crate::redis::worker::Workers;
-use crate::support::{Pace, Served, fresh_ns, raw_conn, spawn_deliver, temp_dir};
+use crate::full::destinations::{
+    Destination, secret, secrets_file, spawn_deliver as deliver_worker, status, wait_status,
+};
+use crate::redis::worker::{Workers, record};
+use crate::support::{Pace, Served, fresh_ns, raw_conn, redis_url, spawn_deliver, temp_dir, wait_for};
 
 async fn post(http: &reqwest::Client, served: &Served, token: &str, provider: &str, id: &str, repo: &str, n: u64) {
     let (org, name) = repo.split_once('/').unwrap();
@@ -286,86 +290,86 @@ async fn fifteen_hundred_dead_runs_page_and_retry_updates_the_count() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A run's page tells its story: three attempts (500, 500, 204) in that
-/// order with their status codes, from the record's `history`. The record
-/// is written here as the worker's attempt history leaves it (the shape of
-/// docs/worker.md: attempt, worker, started_ms, duration_ms, status,
-/// outcome, error).
+/// A run's page tells its story from the record a real `--deliver` worker
+/// leaves: the receiver answers 500, 500, then 204, and the timeline shows
+/// those three attempts in order with their status codes and outcomes; the
+/// run key shown is the `webhook-id` the receiver got. `Redeliver` asks
+/// first (dismissed, nothing is sent); accepted, the receiver gets the run
+/// again (same run key, attempt 4) and the timeline grows by that attempt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_runs_page_shows_its_attempt_timeline() {
+async fn a_runs_page_shows_a_workers_attempts_and_redeliver_adds_one() {
     let ns = fresh_ns("history-ui");
     let dir = temp_dir("history-ui");
     let token = "history-token";
     let served = serve(&ns, &dir, token);
+    secrets_file(&dir, &[secret(21)]);
+    let dest = Destination::start(|_, earlier| match earlier {
+        0 | 1 => status(StatusCode::INTERNAL_SERVER_ERROR),
+        _ => status(StatusCode::NO_CONTENT),
+    })
+    .await;
+    // Short waits, and a breaker that stays closed through two 500s, so
+    // that each 500 is a counted attempt (`failed`), not one the breaker
+    // gives back (`released`). The done record keeps the payload for the
+    // page (and its screenshot) only with --keep-done-payloads.
+    let flags = ["--retry-schedule", "200ms,200ms,200ms", "--breaker-failures", "10", "--keep-done-payloads"];
+    let _workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "w1", &dest.url(), &flags)]);
     let http = reqwest::Client::new();
     post(&http, &served, token, "github", "h-1", "o/r", 1).await;
-    let t0 = 1_796_000_000_000u64;
-    let history = json!([
-        {"attempt": 1, "worker": "w1", "started_ms": t0, "duration_ms": 120, "status": 500, "outcome": "failed", "error": "HTTP 500 from http://dest/hooks"},
-        {"attempt": 2, "worker": "w2", "started_ms": t0 + 5_000, "duration_ms": 95, "status": 500, "outcome": "failed", "error": "HTTP 500 from http://dest/hooks"},
-        {"attempt": 3, "worker": "w1", "started_ms": t0 + 305_000, "duration_ms": 40, "status": 204, "outcome": "done", "error": ""},
-    ]);
-    let mut c = raw_conn().await;
-    let key = Keys::new(&ns).unwrap().run("run-1");
-    let _: () = c
-        .hset_multiple(
-            &key,
-            &[
-                ("history", history.to_string().as_str()),
-                ("status", "done"),
-                ("attempts", "3"),
-                ("last_error", "HTTP 500 from http://dest/hooks"),
-            ],
-        )
-        .await
-        .unwrap();
+    wait_status(&ns, [(1, "done")], Duration::from_secs(20)).await;
+    let got = dest.of_run(1);
+    let seen: Vec<(&str, &str)> = got.iter().map(|r| (r.header("idemgate-attempt"), r.header("webhook-id"))).collect();
+    let webhook_id = got[0].header("webhook-id");
+    assert_eq!(seen, [("1", webhook_id), ("2", webhook_id), ("3", webhook_id)]);
+
     let b = Browser::start().await;
     open(&b, &served, token, "#/runs/run-1").await;
+    let rows_script = "return [...document.querySelectorAll('#history-table tbody tr')].map(r => [r.dataset.attempt, r.querySelector('.http-status').textContent, r.children[2].textContent, r.children[5].textContent])";
     b.until("three attempts", "return document.querySelectorAll('#history-table tbody tr').length === 3").await;
-    let rows = b.eval("return [...document.querySelectorAll('#history-table tbody tr')].map(r => [r.dataset.attempt, r.querySelector('.http-status').textContent, r.children[2].textContent])").await;
-    assert_eq!(rows, json!([["1", "500", "w1"], ["2", "500", "w2"], ["3", "204", "w1"]]));
+    let mut want = vec![
+        json!(["1", "500", "w1", "failed"]),
+        json!(["2", "500", "w1", "failed"]),
+        json!(["3", "204", "w1", "done"]),
+    ];
+    assert_eq!(b.eval(rows_script).await, json!(want));
     assert_eq!(b.eval("return window.scrollY").await, 0, "the page opens at the top");
-    assert!(b.text("#run-identity").await.contains("earlier error"), "a done run's old error is not its state");
+    assert_eq!(b.text("#run-key").await, webhook_id, "the run key is what the receiver dedupes on");
+    let identity = b.text("#run-identity").await;
+    assert!(
+        identity.contains("earlier error") && identity.contains("HTTP 500"),
+        "a done run's old error is not its state: {identity}"
+    );
     assert!(!b.eval("return document.getElementById('redeliver').hidden").await.as_bool().unwrap());
     keep_screenshot("run", &b.screenshot().await);
-    let _ = b.cmd(reqwest::Method::DELETE, "", None).await;
-    let _ = std::fs::remove_dir_all(&dir);
-}
 
-/// The run key a run's page shows is the `webhook-id` the destination
-/// received from a real `--deliver` worker.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_run_key_shown_is_the_webhook_id_the_receiver_got() {
-    let ns = fresh_ns("runkey-ui");
-    let dir = temp_dir("runkey-ui");
-    let token = "runkey-token";
-    let served = serve(&ns, &dir, token);
-    let got = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let g = got.clone();
-    let app = Router::new().fallback(move |headers: axum::http::HeaderMap| {
-        let g = g.clone();
-        async move {
-            let id = headers.get("webhook-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
-            g.lock().unwrap().push(id);
-            StatusCode::NO_CONTENT
-        }
-    });
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let _workers = Workers(vec![spawn_deliver(&ns, &dir, "w1", &format!("http://{addr}/hooks"), CONSOLE_PACE)]);
-    let http = reqwest::Client::new();
-    post(&http, &served, token, "github", "k-1", "o/r", 1).await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while got.lock().unwrap().is_empty() {
-        assert!(Instant::now() < deadline, "the destination got nothing");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let webhook_id = got.lock().unwrap()[0].clone();
-    let b = Browser::start().await;
-    open(&b, &served, token, "#/runs/run-1").await;
-    b.until("the run key", "return (document.getElementById('run-key') || {}).textContent?.includes(':run-1:')").await;
-    assert_eq!(b.text("#run-key").await, webhook_id);
+    // Redeliver asks first; dismissed, nothing is sent.
+    let question = "Deliver run-1 again, with the same run key? A receiver that dedupes on the run key drops it.";
+    b.click("#redeliver").await;
+    assert_eq!(b.cmd(reqwest::Method::GET, "/alert/text", None).await, question);
+    b.post("/alert/dismiss", json!({})).await;
+    // Long enough for the worker (reading every 200 ms) to have sent a redelivery.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(dest.of_run(1).len(), 3, "a dismissed Redeliver sent the run");
+    assert_eq!(record(&ns, "run-1").await.get("redeliveries"), None);
+    // Accepted: the receiver gets the run again, and the timeline grows.
+    b.click("#redeliver").await;
+    assert_eq!(b.cmd(reqwest::Method::GET, "/alert/text", None).await, question);
+    b.post("/alert/accept", json!({})).await;
+    b.until("the notice", "return document.getElementById('notice').textContent.includes('run-1 queued again')").await;
+    wait_for(Duration::from_secs(20), "the redelivery", || async { dest.of_run(1).len() == 4 }).await;
+    let all = dest.of_run(1);
+    assert_eq!((all[3].header("idemgate-attempt"), all[3].header("webhook-id")), ("4", webhook_id));
+    wait_for(Duration::from_secs(20), "run-1 done again", || async {
+        let r = record(&ns, "run-1").await;
+        r.get("status").map(String::as_str) == Some("done") && r.get("attempts").map(String::as_str) == Some("4")
+    })
+    .await;
+    // The run's page does not refresh by itself: reload it, as an operator would.
+    b.post("/refresh", json!({})).await;
+    b.until("four attempts", "return document.querySelectorAll('#history-table tbody tr').length === 4").await;
+    want.push(json!(["4", "204", "w1", "done"]));
+    assert_eq!(b.eval(rows_script).await, json!(want));
+    assert_eq!(b.text("#run-status").await, "done");
     let _ = b.cmd(reqwest::Method::DELETE, "", None).await;
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -3,7 +3,8 @@
 //! action and a time window), and the workers view from heartbeats and
 //! `XINFO CONSUMERS` (a breaker opening and closing, a killed worker
 //! gone). The search and the dead pages run on a standalone Redis and on
-//! the project's Redis Cluster.
+//! the project's Redis Cluster; so do a run's history, the workers view and
+//! redeliver.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use idemgate::redis_io::RedisOptions;
 use idemgate::store::redis_store::RedisStore;
 use serde_json::Value;
 
+use crate::full::destinations::{Destination, ok, secret, secrets_file};
 use crate::redis::worker::{Workers, record};
 use crate::support::{Pace, Reply, fresh_ns, send, shared_cluster_urls, spawn_deliver, temp_dir, wait_for};
 
@@ -192,12 +194,14 @@ async fn any_run_is_found_in_one_box_and_filtered_on_redis() {
     search_on(RedisOptions::single(crate::support::redis_url()), "search").await;
 }
 
+/// The project's shared test cluster, with room for a slow node under load.
+fn cluster_opts() -> RedisOptions {
+    RedisOptions { command_timeout: Duration::from_secs(5), ..RedisOptions::cluster(shared_cluster_urls().to_vec()) }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn any_run_is_found_in_one_box_and_filtered_on_a_cluster() {
-    let opts = RedisOptions {
-        command_timeout: Duration::from_secs(5),
-        ..RedisOptions::cluster(shared_cluster_urls().to_vec())
-    };
+    let opts = cluster_opts();
     search_on(opts.clone(), "search-cl").await;
     // The memory figures name the node that holds the namespace.
     let ns = fresh_ns("stats-cl");
@@ -245,6 +249,72 @@ async fn any_run_is_found_in_one_box_and_filtered_on_a_cluster() {
         worker_named(&get(&app, "/v1/ops/workers").await, "cw").is_some_and(|x| x["state"] == "gone")
     })
     .await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `POST /v1/ops/runs/{id}/redeliver` on the cluster: a `--deliver` worker
+/// on the cluster delivers run-1; redelivered, the done run reaches the
+/// receiver again (the same run key, attempt 2), and its record and
+/// `history` show both attempts. A queued run is refused (409), unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_done_run_is_redelivered_on_a_cluster() {
+    let ns = fresh_ns("redeliver-cl");
+    let dir = temp_dir("redeliver-cl");
+    let app = router(&cluster_opts(), &ns).await;
+    secrets_file(&dir, &[secret(22)]);
+    let dest = Destination::start(|_, _| ok()).await;
+    let log = std::fs::File::create(dir.join("w.log")).unwrap();
+    let worker = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["worker", "--redis-cluster-nodes", &shared_cluster_urls().join(","), "--namespace", &ns])
+        .args(["--group", "g", "--consumer", "cw", "--block", "200ms", "--deliver", &dest.url()])
+        .arg("--deliver-secret-file")
+        .arg(dir.join("secrets"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let workers = Workers(vec![worker]);
+    let delivery = |n: u64| {
+        format!(
+            r#"{{"provider":"p","delivery_id":"r-{n}","event":{{"org":"o","repo":"a","action":"push","number":{n}}}}}"#
+        )
+    };
+    assert_eq!(call(&app, "POST", "/v1/deliveries", Some(delivery(1))).await.status, StatusCode::ACCEPTED);
+    let run_is = |status: &'static str, attempts: u64| {
+        let app = app.clone();
+        async move {
+            let run = get(&app, "/v1/ops/runs/run-1").await;
+            run["status"] == status && run["attempts"].as_u64() == Some(attempts)
+        }
+    };
+    wait_for(Duration::from_secs(20), "run-1 delivered", || run_is("done", 1)).await;
+    let r = call(&app, "POST", "/v1/ops/runs/run-1/redeliver", Some("{}".into())).await;
+    assert_eq!((r.status, r.json()["result"].as_str()), (StatusCode::OK, Some("moved")), "{}", r.text);
+    wait_for(Duration::from_secs(20), "run-1 delivered again", || run_is("done", 2)).await;
+    let got = dest.got();
+    let seen: Vec<(&str, &str)> = got.iter().map(|r| (r.header("idemgate-attempt"), r.header("webhook-id"))).collect();
+    let webhook_id = got[0].header("webhook-id");
+    assert_eq!(seen, [("1", webhook_id), ("2", webhook_id)], "the receiver got it again, with the same run key");
+    let run = get(&app, "/v1/ops/runs/run-1").await;
+    assert_eq!(run["run_key"], webhook_id);
+    assert_eq!(run["fields"]["redeliveries"], "1", "{run}");
+    let history: Vec<(u64, &str, u64)> = run["history"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no history: {run}"))
+        .iter()
+        .map(|e| (e["attempt"].as_u64().unwrap(), e["outcome"].as_str().unwrap(), e["status"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(history, [(1, "done", 200), (2, "done", 200)], "{run}");
+    drop(workers); // killed
+
+    // No worker now: run-2 stays queued, and redelivering it is refused.
+    assert_eq!(call(&app, "POST", "/v1/deliveries", Some(delivery(2))).await.status, StatusCode::ACCEPTED);
+    let before = get(&app, "/v1/ops/runs/run-2").await;
+    let r = call(&app, "POST", "/v1/ops/runs/run-2/redeliver", Some("{}".into())).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
+    assert_eq!(get(&app, "/v1/ops/runs/run-2").await["fields"], before["fields"], "nothing changed");
+    assert_eq!(dest.got().len(), 2);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

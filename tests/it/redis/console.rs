@@ -1,15 +1,14 @@
 //! The ops API (`/v1/ops/*`) against a real Redis: each endpoint, paging,
 //! the token, the retry's atomicity.
 
-use axum::Router;
 use axum::http::StatusCode;
 use idemgate::gate::{Gate, Settings};
-use idemgate::http::{AppState, app};
+
 use idemgate::keys::Keys;
 use redis::AsyncCommands;
 use serde_json::Value;
 
-use crate::base::console::{TOKEN, call, deliver, event, event_text, get, router, run_ids};
+use crate::base::console::{TOKEN, app_closed, call, deliver, event, event_text, get, router, run_ids};
 use crate::support::{Backend, raw_conn};
 
 /// Marks `run_id` dead as `lua/worker_fail.lua` leaves it: record `dead`
@@ -190,10 +189,6 @@ async fn every_endpoint_needs_the_token_and_a_public_address_closes_the_console(
     let open = app_closed(gate, false);
     assert_eq!(call(&open, "GET", "/v1/ops/stats", None, None).await.status, StatusCode::OK);
     assert_eq!(call(&open, "GET", "/console", None, None).await.status, StatusCode::OK);
-}
-
-fn app_closed(gate: Gate, closed: bool) -> Router {
-    app(AppState::new(gate, Vec::new(), None).with_api_closed(closed))
 }
 
 /// Two operators press `Retry` on one dead run at once: the run goes back

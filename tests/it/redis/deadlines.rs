@@ -2,7 +2,6 @@
 //! Redis hangs (paused with SIGSTOP): each provider is answered 503 within
 //! its deadline, and its retry lands, never lost and never doubled.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use idemgate::gate::Settings;
@@ -58,7 +57,7 @@ async fn a_hung_redis_is_answered_503_within_each_providers_deadline_and_the_ret
     let short = Provider::github("slack-like", GH_SECRET).with_deadline(Duration::from_secs(3));
     let github = Provider::github("github", GH_SECRET);
     assert_eq!(github.deadline(), Duration::from_secs(10));
-    let (base, _stop) = serve(Arc::new(store), vec![short.clone(), github.clone()]).await;
+    let (base, _stop) = serve(store.into(), vec![short.clone(), github.clone()]).await;
     let client = reqwest::Client::new();
     // Each delivery is its own issue, so each is new work (202).
     for (p, id, n) in [(&short, "warm-s", 1), (&github, "warm-g", 4)] {

@@ -139,6 +139,9 @@ async fn inspect_through_the_binary() {
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!((v["run_id"].as_str(), v["ttl_ms"].is_null()), (Some("run-2"), true), "{v}");
     assert_eq!(v["run"]["fields"]["delivery_id"], "d-3");
+    // The run record's Redis key and the run key handlers dedupe on have two names.
+    assert_eq!(v["run_record_key"], format!("{p}run:run-2"), "{v}");
+    assert!(v.get("run_key").is_none() && v["run"]["run_key"].as_str().unwrap().contains(":run-2:"), "{v}");
 
     let o = idemgate_in(&ns, &["inspect", "run", "run-2", "--json"]);
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();

@@ -1,7 +1,6 @@
 //! What providers see (docs/providers-view.md) while Redis is down: a 503
 //! in both refusal modes, then the real answers once it is back.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::StatusCode;
@@ -19,7 +18,7 @@ async fn redis_outage_is_503_in_both_modes() {
     let opts = RedisOptions { command_timeout: Duration::from_millis(500), ..RedisOptions::single(redis.url()) };
     let ns = fresh_ns("refusal-outage");
     let store = RedisStore::connect(&opts, Keys::new(&ns).unwrap(), &Settings::default()).await.unwrap();
-    let app = router_over(Arc::new(store));
+    let app = router_over(store.into());
     redis.stop();
     for p in providers() {
         // Work and a refusal alike: nothing can be decided or cached without the store.

@@ -9,12 +9,11 @@
 use std::future::Future;
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use idemgate::gate::Settings;
-use idemgate::store::Store;
+use idemgate::store::OpenedStore;
 use idemgate::store::memory::MemoryStore;
 
 #[cfg_attr(not(feature = "test-redis"), allow(dead_code))]
@@ -43,10 +42,10 @@ pub enum Backend {
 
 impl Backend {
     /// A new, empty store of this kind.
-    pub async fn store(self, settings: &Settings) -> Arc<dyn Store> {
+    pub async fn store(self, settings: &Settings) -> OpenedStore {
         match self {
-            Backend::Memory => Arc::new(MemoryStore::new(settings)),
-            Backend::Redis => redis_store_in(&fresh_ns("b"), settings).await,
+            Backend::Memory => MemoryStore::new(settings).into(),
+            Backend::Redis => redis_store_in(&fresh_ns("b"), settings).await.into(),
         }
     }
 }

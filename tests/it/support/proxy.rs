@@ -85,6 +85,12 @@ impl Proxy {
         Self { addr, state }
     }
 
+    /// The proxy's own address, for a client to connect to.
+    #[cfg_attr(not(feature = "test-full"), allow(dead_code))] // for the destination tests
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
     /// `redis://127.0.0.1:PORT`: the proxy as a Redis URL.
     pub fn redis_url(&self) -> String {
         format!("redis://{}", self.addr)

@@ -1,0 +1,528 @@
+//! Typed calls of the worker's scripts (`lua/worker_*.lua`, loaded in
+//! [`super::run_scripts`]): each builds its script's KEYS from the
+//! namespace's [`Keys`] and its ARGV in the order of the script's header,
+//! and reads its answer; [`super::RedisHandle::call`] runs it.
+
+use redis::{Cmd, Value};
+
+use super::run_scripts::{
+    WORKER_DONE, WORKER_EXTEND, WORKER_FAIL, WORKER_GIVE_BACK, WORKER_LEAVE, WORKER_START, WORKER_TRIM, WORKER_UNCOUNT,
+    WORKER_WAKE, decode, decode_yes,
+};
+use super::scripts::{LuaScript, ScriptCall};
+use crate::error::Error;
+use crate::keys::Keys;
+use crate::vocabulary::RunFields;
+
+/// The consumer a worker script acts as: `ARGV[1]` and `ARGV[2]` of each, and
+/// the namespace whose streams it reads.
+#[derive(Debug, Clone, Copy)]
+pub struct Consumer<'a> {
+    /// The namespace's keys.
+    pub keys: &'a Keys,
+    /// The consumer group.
+    pub group: &'a str,
+    /// This worker's consumer name.
+    pub name: &'a str,
+}
+
+impl Consumer<'_> {
+    /// `EVALSHA` of `script` on the runs stream and `run_id`'s record (and
+    /// the dead stream with `dead`), with ARGV group, consumer, `entry_id`.
+    fn on_entry(&self, script: &LuaScript, run_id: &str, dead: bool, entry_id: &str) -> Cmd {
+        let (runs, record, runs_dead) = (self.keys.runs(), self.keys.run(run_id), self.keys.runs_dead());
+        let keys = [runs.as_str(), record.as_str(), runs_dead.as_str()];
+        let mut cmd = script.evalsha(&keys[..if dead { 3 } else { 2 }]);
+        cmd.arg(self.group).arg(self.name).arg(entry_id);
+        cmd
+    }
+
+    /// `EVALSHA` of `script` on the runs stream, with ARGV group, consumer.
+    fn on_stream(&self, script: &LuaScript) -> Cmd {
+        let mut cmd = script.evalsha(&[&self.keys.runs()]);
+        cmd.arg(self.group).arg(self.name);
+        cmd
+    }
+}
+
+/// `lua/worker_start.lua`: begin the next attempt of a held entry.
+#[derive(Debug, Clone)]
+pub struct StartCall<'a> {
+    /// Who starts it.
+    pub consumer: Consumer<'a>,
+    /// The runs-stream entry.
+    pub entry_id: &'a str,
+    /// What names the run (copied into the dead stream if it is out of attempts).
+    pub run: &'a RunFields,
+    /// Now, ms since the Unix epoch.
+    pub now_ms: u64,
+    /// Attempts allowed.
+    pub max_attempts: u32,
+    /// The call's operation id (the same on its retries).
+    pub op: &'a str,
+    /// A dead record's TTL, ms (0: never expires).
+    pub retention_ms: u64,
+}
+
+/// What `lua/worker_start.lua` answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Started {
+    /// Run attempt number `attempt`.
+    Run {
+        /// The attempt's number, counted across workers.
+        attempt: u32,
+        /// When the gate created the run, as its record says (older records lack it).
+        created_ms: Option<String>,
+        /// The run's kept payload (JSON text), if any.
+        payload: Option<String>,
+        /// This attempt's place in the run's attempt budget (1: the first
+        /// since the run was created, retried from dead, or redelivered).
+        tries: u32,
+    },
+    /// Another consumer holds the entry now.
+    Lost,
+    /// The last allowed attempt was lost with its worker: moved to the dead stream.
+    Dead(u32),
+}
+
+impl ScriptCall for StartCall<'_> {
+    type Reply = Started;
+
+    fn script(&self) -> &'static LuaScript {
+        &WORKER_START
+    }
+
+    fn command(&self) -> Cmd {
+        let mut cmd = self.consumer.on_entry(self.script(), &self.run.run_id, true, self.entry_id);
+        cmd.arg(self.now_ms).arg(self.max_attempts).arg(self.op).arg(self.retention_ms).arg(&self.run.values()[..]);
+        cmd
+    }
+
+    /// A reply other than the header's three forms is an error, not `Lost`:
+    /// a script and its Rust call out of step must be seen, not read as
+    /// "another consumer took the entry".
+    fn decode(&self, reply: Value) -> Result<Started, Error> {
+        let unexpected = || Error::UnexpectedReply(format!("worker_start.lua answered {reply:?}"));
+        let parts: Vec<Value> = redis::from_redis_value_ref(&reply).map_err(|_| unexpected())?;
+        let int = |i: usize| parts.get(i).and_then(|v| redis::from_redis_value_ref::<i64>(v).ok());
+        let count = |i: usize| int(i).and_then(|n| u32::try_from(n).ok()).ok_or_else(unexpected);
+        let text = |i: usize| parts.get(i).and_then(|v| redis::from_redis_value_ref::<String>(v).ok());
+        match int(0) {
+            Some(0) => Ok(Started::Lost),
+            // Records from before `tries` was answered count from their first attempt.
+            Some(1) => Ok(Started::Run {
+                attempt: count(1)?,
+                created_ms: text(2),
+                payload: text(3),
+                tries: int(4).map_or(1, |n| n.clamp(1, i64::from(u32::MAX)) as u32),
+            }),
+            Some(2) => Ok(Started::Dead(count(1)?)),
+            _ => Err(unexpected()),
+        }
+    }
+}
+
+/// `lua/worker_done.lua`: acknowledge the entry and mark the run done.
+/// Answers `false` when the entry is no longer held by this consumer.
+#[derive(Debug, Clone)]
+pub struct DoneCall<'a> {
+    /// Who finished it.
+    pub consumer: Consumer<'a>,
+    /// The runs-stream entry.
+    pub entry_id: &'a str,
+    /// The run.
+    pub run_id: &'a str,
+    /// Now, ms since the Unix epoch.
+    pub now_ms: u64,
+    /// The call's operation id.
+    pub op: &'a str,
+    /// The done record's TTL, ms (0: never expires).
+    pub retention_ms: u64,
+    /// The attempt's history entry (a JSON object).
+    pub history: &'a str,
+    /// Whether the done record keeps the payload (`--keep-done-payloads`).
+    pub keep_payload: bool,
+}
+
+impl ScriptCall for DoneCall<'_> {
+    type Reply = bool;
+
+    fn script(&self) -> &'static LuaScript {
+        &WORKER_DONE
+    }
+
+    fn command(&self) -> Cmd {
+        let mut cmd = self.consumer.on_entry(self.script(), self.run_id, false, self.entry_id);
+        cmd.arg(self.now_ms).arg(self.op).arg(self.retention_ms).arg(self.history).arg(u8::from(self.keep_payload));
+        cmd
+    }
+
+    fn decode(&self, reply: Value) -> Result<bool, Error> {
+        decode_yes(reply)
+    }
+}
+
+/// `lua/worker_fail.lua`: record a failed attempt; dead after the last.
+#[derive(Debug, Clone)]
+pub struct FailCall<'a> {
+    /// Who ran the attempt.
+    pub consumer: Consumer<'a>,
+    /// The runs-stream entry.
+    pub entry_id: &'a str,
+    /// What names the run (copied into the dead stream).
+    pub run: &'a RunFields,
+    /// Now, ms since the Unix epoch.
+    pub now_ms: u64,
+    /// The attempt's error.
+    pub error: &'a str,
+    /// The attempt number that failed.
+    pub attempt: u32,
+    /// It was the last attempt allowed: the run is dead.
+    pub last: bool,
+    /// When the next attempt is due, ms since the Unix epoch (the run is parked until then).
+    pub next_attempt_ms: u64,
+    /// The call's operation id.
+    pub op: &'a str,
+    /// A dead record's TTL, ms (0: never expires).
+    pub retention_ms: u64,
+    /// The attempt's history entry (a JSON object).
+    pub history: &'a str,
+}
+
+/// What recording a failed attempt did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failed {
+    /// The entry is no longer held by this consumer: nothing written.
+    Lost,
+    /// The run is parked until its next attempt is due.
+    Retry,
+    /// The run is in the dead stream.
+    Dead,
+}
+
+impl ScriptCall for FailCall<'_> {
+    type Reply = Failed;
+
+    fn script(&self) -> &'static LuaScript {
+        &WORKER_FAIL
+    }
+
+    fn command(&self) -> Cmd {
+        let keys = self.consumer.keys;
+        let (runs, record, dead) = (keys.runs(), keys.run(&self.run.run_id), keys.runs_dead());
+        let parking = keys.retry(self.consumer.group);
+        let mut cmd = self.script().evalsha(&[&runs, &record, &dead, &parking]);
+        cmd.arg(self.consumer.group).arg(self.consumer.name).arg(self.entry_id);
+        cmd.arg(self.now_ms).arg(self.error).arg(self.attempt).arg(u8::from(self.last)).arg(self.next_attempt_ms);
+        cmd.arg(self.op).arg(self.retention_ms).arg(self.history).arg(&self.run.values()[..]);
+        cmd
+    }
+
+    /// Only the header's `0`, `1` and `2`: anything else is an error, not `Lost`.
+    fn decode(&self, reply: Value) -> Result<Failed, Error> {
+        match redis::from_redis_value_ref::<i64>(&reply) {
+            Ok(0) => Ok(Failed::Lost),
+            Ok(1) => Ok(Failed::Retry),
+            Ok(2) => Ok(Failed::Dead),
+            _ => Err(Error::UnexpectedReply(format!("worker_fail.lua answered {reply:?}"))),
+        }
+    }
+}
+
+/// `lua/worker_uncount.lua`: the attempt counts for nothing (its
+/// destination was down) and the entry is given back for immediate
+/// takeover. Answers `false` when the entry is no longer held.
+#[derive(Debug, Clone)]
+pub struct UncountCall<'a> {
+    /// Who ran the attempt.
+    pub consumer: Consumer<'a>,
+    /// The runs-stream entry.
+    pub entry_id: &'a str,
+    /// The run.
+    pub run_id: &'a str,
+    /// Now, ms since the Unix epoch.
+    pub now_ms: u64,
+    /// The attempt's error.
+    pub error: &'a str,
+    /// The idle time to give the entry, ms (past the lease).
+    pub idle_ms: u64,
+    /// The call's operation id.
+    pub op: &'a str,
+    /// The attempt's history entry (a JSON object).
+    pub history: &'a str,
+}
+
+impl ScriptCall for UncountCall<'_> {
+    type Reply = bool;
+
+    fn script(&self) -> &'static LuaScript {
+        &WORKER_UNCOUNT
+    }
+
+    fn command(&self) -> Cmd {
+        let mut cmd = self.consumer.on_entry(self.script(), self.run_id, false, self.entry_id);
+        cmd.arg(self.now_ms).arg(self.error).arg(self.idle_ms).arg(self.op).arg(self.history);
+        cmd
+    }
+
+    fn decode(&self, reply: Value) -> Result<bool, Error> {
+        decode_yes(reply)
+    }
+}
+
+/// `lua/worker_give_back.lua`: give a held entry back to the group for
+/// another worker to take at once (graceful shutdown). Answers `false`
+/// when the entry is no longer held.
+#[derive(Debug, Clone)]
+pub struct GiveBackCall<'a> {
+    /// Who holds it.
+    pub consumer: Consumer<'a>,
+    /// The runs-stream entry.
+    pub entry_id: &'a str,
+    /// The run.
+    pub run_id: &'a str,
+    /// The idle time to give the entry, ms (past the lease).
+    pub idle_ms: u64,
+    /// Now, ms since the Unix epoch.
+    pub now_ms: u64,
+}
+
+impl ScriptCall for GiveBackCall<'_> {
+    type Reply = bool;
+
+    fn script(&self) -> &'static LuaScript {
+        &WORKER_GIVE_BACK
+    }
+
+    fn command(&self) -> Cmd {
+        let mut cmd = self.consumer.on_entry(self.script(), self.run_id, false, self.entry_id);
+        cmd.arg(self.idle_ms).arg(self.now_ms);
+        cmd
+    }
+
+    fn decode(&self, reply: Value) -> Result<bool, Error> {
+        decode_yes(reply)
+    }
+}
+
+/// `lua/worker_extend.lua`: reset the idle time of held entries. Answers
+/// the ids another consumer has taken.
+#[derive(Debug, Clone)]
+pub struct ExtendCall<'a> {
+    /// Who holds them.
+    pub consumer: Consumer<'a>,
+    /// The runs-stream entries.
+    pub entry_ids: &'a [String],
+}
+
+impl ScriptCall for ExtendCall<'_> {
+    type Reply = Vec<String>;
+
+    fn script(&self) -> &'static LuaScript {
+        &WORKER_EXTEND
+    }
+
+    fn command(&self) -> Cmd {
+        let mut cmd = self.consumer.on_stream(self.script());
+        cmd.arg(self.entry_ids);
+        cmd
+    }
+
+    fn decode(&self, reply: Value) -> Result<Vec<String>, Error> {
+        decode(reply)
+    }
+}
+
+/// `lua/worker_leave.lua`: remove the consumer from its group if it holds
+/// nothing. Answers `false` when it still holds entries (kept).
+#[derive(Debug, Clone)]
+pub struct LeaveCall<'a> {
+    /// The consumer leaving.
+    pub consumer: Consumer<'a>,
+}
+
+impl ScriptCall for LeaveCall<'_> {
+    type Reply = bool;
+
+    fn script(&self) -> &'static LuaScript {
+        &WORKER_LEAVE
+    }
+
+    fn command(&self) -> Cmd {
+        self.consumer.on_stream(self.script())
+    }
+
+    fn decode(&self, reply: Value) -> Result<bool, Error> {
+        decode_yes(reply)
+    }
+}
+
+/// `lua/worker_trim.lua`: trim the runs stream down to what some consumer
+/// group still needs.
+#[derive(Debug, Clone)]
+pub struct TrimCall<'a> {
+    /// The namespace whose runs stream is trimmed.
+    pub keys: &'a Keys,
+}
+
+/// What a trim removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trimmed {
+    /// Entries removed from the runs stream.
+    pub removed: u64,
+    /// The lowest id every group still needs; entries below it were removed
+    /// (`None`: nothing could be trimmed).
+    pub floor: Option<String>,
+}
+
+impl ScriptCall for TrimCall<'_> {
+    type Reply = Trimmed;
+
+    fn script(&self) -> &'static LuaScript {
+        &WORKER_TRIM
+    }
+
+    fn command(&self) -> Cmd {
+        self.script().evalsha(&[&self.keys.runs()])
+    }
+
+    fn decode(&self, reply: Value) -> Result<Trimmed, Error> {
+        let (removed, floor): (u64, String) = decode(reply)?;
+        Ok(Trimmed { removed, floor: (!floor.is_empty()).then_some(floor) })
+    }
+}
+
+/// `lua/worker_wake.lua`: the group's parked runs that are due go back on
+/// the runs stream, for the group.
+#[derive(Debug, Clone)]
+pub struct WakeCall<'a> {
+    /// The group's consumer (its group names the parking set).
+    pub consumer: Consumer<'a>,
+    /// Now, ms since the Unix epoch.
+    pub now_ms: u64,
+    /// The most runs moved in one call.
+    pub limit: usize,
+}
+
+/// What waking the parked runs did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Woken {
+    /// Runs put back on the stream.
+    pub moved: u64,
+    /// The earliest due time still parked, ms since the Unix epoch.
+    pub next_due_ms: Option<u64>,
+}
+
+impl ScriptCall for WakeCall<'_> {
+    type Reply = Woken;
+
+    fn script(&self) -> &'static LuaScript {
+        &WORKER_WAKE
+    }
+
+    fn command(&self) -> Cmd {
+        let keys = self.consumer.keys;
+        let mut cmd = self.script().evalsha(&[&keys.runs(), &keys.retry(self.consumer.group)]);
+        cmd.arg(self.consumer.group).arg(self.now_ms).arg(self.limit).arg(keys.run_prefix());
+        cmd
+    }
+
+    fn decode(&self, reply: Value) -> Result<Woken, Error> {
+        let (moved, next): (u64, String) = decode(reply)?;
+        // Redis writes a score as a double: "1718000000000" or "1.718e+12".
+        let next_due_ms = next.parse::<f64>().ok().map(|ms| ms.max(0.0) as u64);
+        Ok(Woken { moved, next_due_ms })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_send_keys_and_args_in_the_scripts_order() {
+        let keys = Keys::new("t").unwrap();
+        let run = RunFields::read(|name| format!("<{name}>"));
+        let consumer = Consumer { keys: &keys, group: "g", name: "c" };
+        let call =
+            StartCall { consumer, entry_id: "1-0", run: &run, now_ms: 5, max_attempts: 3, op: "op-1", retention_ms: 9 };
+        let args: Vec<String> = call
+            .command()
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                _ => "<cursor>".into(),
+            })
+            .collect();
+        let want = [
+            "EVALSHA",
+            WORKER_START.hash(),
+            "3",
+            "idemgate:{t}:runs",
+            "idemgate:{t}:run:<run_id>",
+            "idemgate:{t}:runs:dead",
+            "g",
+            "c",
+            "1-0",
+            "5",
+            "3",
+            "op-1",
+            "9",
+            "<run_id>",
+            "<provider>",
+            "<repo>",
+            "<action>",
+            "<number>",
+            "<delivery_id>",
+        ];
+        assert_eq!(args, want);
+    }
+
+    fn fail_call<'a>(keys: &'a Keys, run: &'a RunFields) -> FailCall<'a> {
+        FailCall {
+            consumer: Consumer { keys, group: "g", name: "c" },
+            entry_id: "1-0",
+            run,
+            now_ms: 5,
+            error: "e",
+            attempt: 1,
+            last: false,
+            next_attempt_ms: 0,
+            op: "op-1",
+            retention_ms: 9,
+            history: "{}",
+        }
+    }
+
+    /// A reply the script's header does not name is an error, never a lost
+    /// entry: a Lua/Rust mismatch must not hide as "another consumer took it".
+    #[test]
+    fn an_unexpected_reply_is_an_error_not_a_lost_entry() {
+        let keys = Keys::new("t").unwrap();
+        let run = RunFields::read(|name| format!("<{name}>"));
+        let consumer = Consumer { keys: &keys, group: "g", name: "c" };
+        let start =
+            StartCall { consumer, entry_id: "1-0", run: &run, now_ms: 5, max_attempts: 3, op: "op-1", retention_ms: 9 };
+        let int = Value::Int;
+        let list = |v: Vec<Value>| Value::Array(v);
+        assert_eq!(start.decode(list(vec![int(0), int(0)])).unwrap(), Started::Lost);
+        assert_eq!(start.decode(list(vec![int(2), int(5)])).unwrap(), Started::Dead(5));
+        let run_reply = list(vec![int(1), int(3), Value::BulkString(b"17".to_vec()), Value::Nil, int(2)]);
+        assert_eq!(
+            start.decode(run_reply).unwrap(),
+            Started::Run { attempt: 3, created_ms: Some("17".into()), payload: None, tries: 2 }
+        );
+        for odd in [list(vec![int(7), int(1)]), list(vec![int(1)]), list(vec![]), int(1), Value::Nil] {
+            let err = start.decode(odd.clone()).unwrap_err();
+            assert!(matches!(err, Error::UnexpectedReply(_)), "{odd:?} gave {err:?}");
+        }
+        let fail = fail_call(&keys, &run);
+        assert_eq!(fail.decode(int(0)).unwrap(), Failed::Lost);
+        assert_eq!(fail.decode(int(1)).unwrap(), Failed::Retry);
+        assert_eq!(fail.decode(int(2)).unwrap(), Failed::Dead);
+        for odd in [int(3), int(-1), Value::Nil, list(vec![int(1)])] {
+            let err = fail.decode(odd.clone()).unwrap_err();
+            assert!(matches!(err, Error::UnexpectedReply(_)), "{odd:?} gave {err:?}");
+        }
+    }
+}
