@@ -1,6 +1,7 @@
 //! Tests that need `redis-server` and `redis-cli` on PATH (and `openssl`,
-//! for the TLS tests' certificates): the shared server of
-//! `support::redis_url`, and servers, clusters and sentinels of their own.
+//! for the TLS tests' certificates, and a cgroup v2 mount for
+//! `worker_limits`): the shared server of `support::redis_url`, and
+//! servers, clusters and sentinels of their own.
 
 pub(crate) mod chaos;
 pub(crate) mod cluster;
