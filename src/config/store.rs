@@ -12,8 +12,8 @@ use crate::keys::Keys;
 use crate::redact::{redis_list, redis_url};
 use crate::redis_io::connection::is_tls_url;
 use crate::redis_io::{DEFAULT_COMMAND_TIMEOUT, PemFile, RedisOptions, RedisTarget, Secret, Tls};
-use crate::store::OpenedStore;
 use crate::store::memory::MemoryStore;
+use crate::store::opened::OpenedStore;
 use crate::store::redis_store::RedisStore;
 
 /// The default bound on `WAIT` for --min-replicas-ack.

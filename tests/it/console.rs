@@ -62,7 +62,7 @@ async fn deliver(app: &Router, delivery_id: &str, n: u64) -> Value {
 
 /// A router over `backend` (payloads kept, token required) and, on Redis, its namespace.
 async fn router(backend: Backend) -> (Router, Option<String>) {
-    let (store, ns): (idemgate::store::OpenedStore, _) = match backend {
+    let (store, ns): (idemgate::store::opened::OpenedStore, _) = match backend {
         Backend::Memory => (backend.store(&Settings::default()).await, None),
         Backend::Redis => {
             let ns = fresh_ns("ops-api");

@@ -22,9 +22,10 @@ use idemgate::layer::{GateLayer, Run};
 use idemgate::providers::Provider;
 use idemgate::providers::RefusalStatus;
 use idemgate::redis_io::RedisOptions;
+use idemgate::store::Store;
 use idemgate::store::memory::MemoryStore;
+use idemgate::store::opened::OpenedStore;
 use idemgate::store::redis_store::RedisStore;
-use idemgate::store::{OpenedStore, Store};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 

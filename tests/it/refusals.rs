@@ -17,7 +17,7 @@ use idemgate::keys::Keys;
 use idemgate::providers::RefusalStatus;
 use idemgate::providers::{FieldPointers, Kind, Provider, hmac};
 use idemgate::redis_io::RedisOptions;
-use idemgate::store::OpenedStore;
+use idemgate::store::opened::OpenedStore;
 use idemgate::store::redis_store::RedisStore;
 use serde_json::{Value, json};
 
