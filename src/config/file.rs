@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde::de::DeserializeOwned;
 
-use super::layer::{FileTables, Layer};
+use super::settings::{FileTables, Layer};
 use super::origin::{ConfigError, err};
 
 impl<P: DeserializeOwned> FileTables<P> {

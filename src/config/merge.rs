@@ -1,6 +1,6 @@
 //! The layers merged once: flags over env over the file ([`Merged`]).
 
-use super::layer::Layer;
+use super::settings::Layer;
 use super::origin::{ConfigError, Setting};
 use super::providers::FileConfig;
 
