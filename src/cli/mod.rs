@@ -58,8 +58,7 @@ fn arg(flag: &Flag, help: &str) -> Arg {
         Some(default) => format!("{help} [default: {}]", default()),
         None => help.to_owned(),
     };
-    let long = flag.long.map_or_else(|| flag.name.replace('_', "-"), str::to_owned);
-    let arg = Arg::new(flag.name).long(long).env(flag.env).help(help);
+    let arg = Arg::new(flag.name).long(flag.long_name()).env(flag.env).help(help);
     match flag.form {
         Form::Value => arg.value_name(flag.value_name).action(ArgAction::Set),
         Form::List => arg.value_name(flag.value_name).action(ArgAction::Append).value_delimiter(','),

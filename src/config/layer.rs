@@ -37,6 +37,11 @@ pub struct Flag {
 }
 
 impl Flag {
+    /// The long flag, without its dashes.
+    pub fn long_name(&self) -> String {
+        self.long.map_or_else(|| self.name.replace('_', "-"), str::to_owned)
+    }
+
     /// What every entry of the list starts from.
     pub(super) const BASE: Flag = Flag {
         name: "",
@@ -244,4 +249,3 @@ impl IntoRaw for StringOrList {
         Raw::List(self.into_vec())
     }
 }
-

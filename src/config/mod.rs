@@ -1,5 +1,5 @@
 //! Configuration, one structure for every command: each setting is named
-//! once ([`layer`]), each source (the TOML file of
+//! once ([`settings`], with its flag), each source (the TOML file of
 //! docs/reference.md#config-file, the environment, the flags) fills one
 //! [`Layer`] of optional values that know their [`Origin`], and the layers
 //! are merged once, flags > env > file > defaults ([`Merged`]). Each

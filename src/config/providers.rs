@@ -6,8 +6,8 @@
 
 use toml::Spanned;
 
-use super::settings::FileTables;
 use super::origin::ConfigError;
+use super::settings::FileTables;
 use crate::providers::Provider;
 use crate::providers::table::ProviderTable;
 

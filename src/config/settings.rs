@@ -361,13 +361,14 @@ settings! {
 
 impl Layer {
     /// A layer of flags as a library caller (or a test) gives them:
-    /// `(name, value)` pairs, each as if from flag `--name` (the name with
-    /// dashes); a list is one comma-separated value, a switch `true` or
-    /// `false`. An unknown name is an error.
+    /// `(name, value)` pairs, each as if from the setting's flag (`--name`
+    /// with dashes, or its own long name); a list is one comma-separated
+    /// value, a switch `true` or `false`. An unknown name is an error.
     pub fn flags<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Layer, ConfigError> {
         let mut layer = Layer::default();
         for (name, value) in pairs {
-            let origin = Origin::Flag(format!("--{}", name.replace('_', "-")));
+            let long = FLAGS.iter().find(|f| f.name == name).map_or_else(|| name.replace('_', "-"), Flag::long_name);
+            let origin = Origin::Flag(format!("--{long}"));
             if !layer.set(name, Given::new(Raw::Text(value.to_owned()), origin)) {
                 return Err(ConfigError::new(format!("there is no setting {name:?}")));
             }

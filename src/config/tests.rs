@@ -547,7 +547,10 @@ fn a_toml_integer_reaches_its_setting_typed() {
     assert_eq!(resolve(&Layer::default(), "max_body = 1048576\nbody_budget = 2097152").unwrap().max_body, 1_048_576);
     // A number its setting cannot hold: the key and line, not the value.
     let huge = Some(Given::new(Raw::Number(u64::MAX), Origin::File { key: "max_processes", table: None, line: 4 }));
-    assert_eq!(huge.number::<u32>().unwrap_err().to_string(), "config file line 4, `max_processes`: too large a number");
+    assert_eq!(
+        huge.number::<u32>().unwrap_err().to_string(),
+        "config file line 4, `max_processes`: too large a number"
+    );
     // A number where one text is wanted (no setting reads one so, but the error is clear).
     assert_eq!(layer.max_body.text().unwrap_err().to_string(), "config file line 1, `max_body`: expected one value");
     // A flag's number is text, parsed once, named by its flag.

@@ -19,6 +19,8 @@ pub mod scripts;
 pub mod sentinel;
 
 pub use conn::{Conn, bounded};
-pub use connection::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_MIN_REPLICAS_TIMEOUT, PemFile, RedisOptions, RedisTarget, Secret, Tls};
+pub use connection::{
+    DEFAULT_COMMAND_TIMEOUT, DEFAULT_MIN_REPLICAS_TIMEOUT, PemFile, RedisOptions, RedisTarget, Secret, Tls,
+};
 pub use handle::RedisHandle;
 pub use reader::BlockingReader;

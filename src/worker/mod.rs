@@ -62,8 +62,8 @@ use tokio::task::JoinSet;
 pub use attempt::{MAX_LAST_ERROR, MAX_RETRY_AFTER};
 pub use config::{
     DEFAULT_BACKOFF, DEFAULT_BLOCK, DEFAULT_CONCURRENCY, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BACKOFF,
-    DEFAULT_RETRY_SCHEDULE, DEFAULT_TIMEOUT, DEFAULT_TRIM_INTERVAL, JITTER, LEASE_MARGIN,
-    InvalidSetting, WorkerConfig, WorkerError, default_consumer,
+    DEFAULT_RETRY_SCHEDULE, DEFAULT_TIMEOUT, DEFAULT_TRIM_INTERVAL, InvalidSetting, JITTER, LEASE_MARGIN, WorkerConfig,
+    WorkerError, default_consumer,
 };
 pub use history::{HISTORY_ERROR_BYTES, HISTORY_LEN};
 pub use queue::{Trimmed, trim_runs};

@@ -407,5 +407,5 @@ fn the_config_flag_wins_over_the_env_var() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout(&out).contains("X-Hub-Signature-256: sha256="), "{}", stdout(&out));
+    assert!(stdout(&out).contains("x-hub-signature-256: sha256="), "{}", stdout(&out));
 }
