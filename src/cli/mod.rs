@@ -108,3 +108,37 @@ pub fn print_out(text: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{text}");
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+    use idemgate::config::{FLAGS, Origin, Raw};
+
+    /// Every setting's flag is an argument of each command that takes it,
+    /// and what the line gives reaches the flags' layer under the
+    /// setting's name, a list as a list and a switch as a switch.
+    #[test]
+    fn the_flags_made_from_the_list_fill_the_layers() {
+        let command = crate::Cli::command();
+        for flag in FLAGS {
+            let on_some = ["serve", "worker", "stats", "send", "bench"].iter().any(|name| {
+                let sub = command.find_subcommand(name).unwrap();
+                sub.get_arguments().any(|a| a.get_id() == flag.name && a.get_env().is_some_and(|e| e == flag.env))
+            });
+            assert!(on_some, "{}", flag.name);
+        }
+        let line = ["idemgate", "serve", "--allowed-repo", "a/b", "--allowed-repo", "c/d", "--max-body", "5"];
+        let matches = command.clone().try_get_matches_from(line.iter().chain(&["--allow-eviction"])).unwrap();
+        let flags = super::sources(&command, &matches).flags;
+        let repos = flags.allowed_repos.unwrap();
+        assert_eq!(
+            (repos.value, repos.origin),
+            (Raw::List(vec!["a/b".into(), "c/d".into()]), Origin::Flag("--allowed-repo".into()))
+        );
+        assert_eq!(flags.max_body.unwrap().value, Raw::Text("5".into()));
+        assert_eq!(flags.allow_eviction.unwrap().value, Raw::Bool(true));
+        assert!(flags.listen.is_none(), "not given");
+        // A flag a command does not take is refused by clap, not dropped.
+        assert!(command.try_get_matches_from(["idemgate", "send", "u", "--provider", "p", "--listen", "x"]).is_err());
+    }
+}
