@@ -10,7 +10,8 @@ use serde_json::Value;
 
 use crate::allowlist::Allowlist;
 use crate::error::Error;
-use crate::store::{Call, HeldRun, OpenedStore};
+use crate::store::opened::OpenedStore;
+use crate::store::{Call, HeldRun};
 // The words the gate speaks, re-exported so that `idemgate::gate` is the one
 // import a caller needs.
 pub use crate::vocabulary::{

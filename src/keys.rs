@@ -20,6 +20,9 @@ fn push_enc(out: &mut String, s: &str) {
     let _ = write!(out, "{}:{}", s.len(), s);
 }
 
+/// The namespace the gate's keys live under when none is given.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
 /// Why a namespace was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("namespace {0:?} is invalid: it must be non-empty and contain no '{{', '}}' or whitespace")]

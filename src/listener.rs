@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use crate::config::DEFAULT_HEADER_TIMEOUT;
+use crate::intake::DEFAULT_HEADER_TIMEOUT;
 
 /// Serves `router` on `listener` within `limits` until `shutdown`
 /// resolves, then stops accepting and lets requests in flight finish for

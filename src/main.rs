@@ -70,7 +70,7 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(_) => cli::serve::serve(sources).await,
         Command::Window => cli::serve::window(),
-        Command::Bench(args) => cli::bench::bench(args).await,
+        Command::Bench(args) => cli::bench::bench(args, sources).await,
         Command::Healthcheck(args) => cli::ops::healthcheck_command(&args, sources).await.map_err(Into::into),
         Command::Inspect(args) => cli::ops::inspect_command(&args, sources).await.map_err(Into::into),
         Command::Stats(args) => cli::ops::stats_command(&args, sources).await.map_err(Into::into),
@@ -78,8 +78,8 @@ async fn main() -> ExitCode {
         Command::Dead(args) => cli::ops::dead_command(&args, sources).await.map_err(Into::into),
         Command::Runs(args) => cli::ops::runs_command(&args, sources).await.map_err(Into::into),
         Command::Key(args) => cli::ops::key_command(&args, sources).map_err(Into::into),
-        Command::Send(args) => Ok(cli::send::send(args).await),
-        Command::Sign(args) => Ok(cli::send::sign(args)),
+        Command::Send(args) => Ok(cli::send::send(args, sources).await),
+        Command::Sign(args) => Ok(cli::send::sign(args, sources)),
     };
     match result {
         Ok(code) => code,

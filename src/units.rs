@@ -12,6 +12,11 @@ pub fn now_ms() -> u64 {
 
 /// A duration as [`parse_duration`] reads it back, in one unit: the largest
 /// of `d`, `h` and `m` whose count is whole and more than 1 (`5m`, `7d`, but
+/// A byte count as the help texts show it: bytes, and MiB in parentheses.
+pub fn bytes_and_mib(bytes: usize) -> String {
+    format!("{bytes} ({} MiB)", bytes >> 20)
+}
+
 /// `60s`), else seconds, else milliseconds. For help texts that show defaults.
 pub fn format_duration(d: Duration) -> String {
     let secs = d.as_secs();

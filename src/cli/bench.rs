@@ -3,17 +3,19 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::bail;
 use clap::Args;
 use idemgate::bench::{BenchOptions, DEFAULT_DURATION};
-use idemgate::config::{format_duration, parse_duration};
+use idemgate::config::{Command, Merged, Setting, Sources};
+use idemgate::units::{format_duration, parse_duration};
 
-/// Flags of `idemgate bench`.
+use super::{OWN_FLAGS, setting_flags};
+
+/// Flags of `idemgate bench`: its Redis and the config file are settings
+/// (`super::setting_flags`), the rest are the bench's own.
 #[derive(Debug, Clone, Args)]
+#[command(next_display_order = OWN_FLAGS, args = setting_flags(Command::Bench))]
 pub struct BenchArgs {
-    /// The Redis to measure against (a server of your own: the bench writes
-    /// under namespace `bench-<pid>` and deletes nothing else).
-    #[arg(long, env = "IDEMGATE_REDIS_URL", value_name = "URL", hide_env_values = true)]
-    pub redis_url: String,
     /// How long each measurement runs.
     #[arg(long, default_value = format_duration(DEFAULT_DURATION), value_parser = parse_duration)]
     pub duration: Duration,
@@ -39,9 +41,9 @@ pub struct BenchArgs {
 }
 
 /// `idemgate bench`: runs every measurement and prints the Markdown report.
-pub async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
+pub async fn bench(args: BenchArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let options = BenchOptions {
-        redis_url: args.redis_url,
+        redis_url: redis_url(sources)?,
         duration: args.duration,
         smoke: args.smoke,
         skip_http: args.skip_http,
@@ -55,4 +57,19 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let report = idemgate::bench::run(&options).await?;
     println!("{report}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The Redis to measure against, from the flag or the env var. The config
+/// file's `redis_url` is refused: it names the gate's own Redis, and the
+/// bench is meant for a server of its own.
+fn redis_url(sources: Sources) -> anyhow::Result<String> {
+    let merged = Merged::load(sources)?;
+    match merged.given.redis_url.text()? {
+        Some(url) if url.origin.is_file() => bail!(
+            "{}: the bench does not measure the config file's Redis (that is the gate's own, and the bench writes to the Redis it measures): give a server of your own with --redis-url or IDEMGATE_REDIS_URL",
+            url.origin
+        ),
+        Some(url) => Ok(url.value),
+        None => bail!("give the Redis to measure against: --redis-url URL (or IDEMGATE_REDIS_URL)"),
+    }
 }

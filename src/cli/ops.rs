@@ -5,21 +5,20 @@
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use idemgate::config::{Merged, Setting, Sources, StoreConfig};
+use idemgate::config::{Command, Merged, Setting, Sources, StoreConfig};
 use idemgate::ops::dead::Retried;
 use idemgate::ops::{Ops, OpsError, Target, render};
 
-use super::{StoreArgs, print_out};
+use super::{OWN_FLAGS, print_out, setting_flags};
 
 /// How often `stats` reports its scan progress by default (keys found).
 const DEFAULT_PROGRESS_EVERY: u64 = 100_000;
 
-/// Flags every reading command shares: the store, and the output format.
+/// Flags every reading command shares: the store's (the same as `serve`),
+/// and the output format.
 #[derive(Debug, Clone, Args)]
+#[command(next_display_order = OWN_FLAGS, args = setting_flags(Command::Ops))]
 pub struct ReadArgs {
-    /// Store flags (the same as `serve`).
-    #[command(flatten)]
-    pub store: StoreArgs,
     /// Print JSON (one object) instead of text.
     #[arg(long)]
     pub json: bool,
@@ -216,12 +215,10 @@ pub enum KeyCommand {
     },
 }
 
-/// Flags of `idemgate key`.
+/// Flags of `idemgate key`: the store's (only the namespace is used), and the output.
 #[derive(Debug, Clone, Args)]
+#[command(next_display_order = OWN_FLAGS, args = setting_flags(Command::Ops))]
 pub struct KeyOut {
-    /// Namespace and config flags (only the namespace is used).
-    #[command(flatten)]
-    pub store: StoreArgs,
     /// Print the key as is, never quoted for redis-cli.
     #[arg(long)]
     pub raw: bool,
@@ -349,12 +346,11 @@ pub fn key_command(args: &KeyArgs, sources: Sources) -> Result<ExitCode, OpsErro
     Ok(ExitCode::SUCCESS)
 }
 
-/// Flags of `idemgate healthcheck`.
+/// Flags of `idemgate healthcheck`: the store's (without --http, the
+/// check is that this store answers), and --http.
 #[derive(Debug, Clone, Args)]
+#[command(next_display_order = OWN_FLAGS, args = setting_flags(Command::Ops))]
 pub struct HealthcheckArgs {
-    /// Store flags: without --http, the check is that this store answers.
-    #[command(flatten)]
-    pub store: StoreArgs,
     /// Check a running service instead: GET this URL (e.g.
     /// http://127.0.0.1:8080/readyz, which answers 200 only while the
     /// service's store answers) and expect a 2xx within --redis-timeout.

@@ -5,18 +5,23 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use idemgate::config::{format_duration, parse_duration};
+use idemgate::config::{Command, Merged, Sources};
 use idemgate::send::DEFAULT_TIMEOUT;
+use idemgate::units::{format_duration, parse_duration};
 
-/// What to sign: flags shared by `send` and `sign` (docs/integration-testing.md).
+use super::{OWN_FLAGS, setting_flags};
+
+/// What to sign: flags shared by `send` and `sign`
+/// (docs/integration-testing.md). The config file is a setting
+/// (`super::setting_flags`): `--config` over `IDEMGATE_CONFIG`, as for
+/// every command.
 #[derive(Args)]
+#[command(next_display_order = OWN_FLAGS, args = setting_flags(Command::Send))]
 pub struct SignArgs {
     /// The `[[provider]]` name in the config file whose kind and secret sign the payload.
-    #[arg(long, value_name = "NAME")]
+    // Shown before --config (the settings' flags start at 1, after --log-format's 0).
+    #[arg(long, value_name = "NAME", display_order = 0)]
     provider: String,
-    /// TOML config file with the provider (docs/reference.md#config-file).
-    #[arg(long, env = "IDEMGATE_CONFIG", value_name = "FILE")]
-    config: Option<std::path::PathBuf>,
     /// Event name, for kinds that send it in a header (github: X-GitHub-Event, e.g. push; shopify: X-Shopify-Topic).
     #[arg(long, value_name = "NAME")]
     event: Option<String>,
@@ -36,6 +41,7 @@ pub struct SendArgs {
     #[command(flatten)]
     sign: SignArgs,
     /// Give up (exit 2) when no complete answer came within this long.
+    // Not a setting: no env var or file key gives it, so its clap default hides nothing.
     #[arg(long, value_name = "DURATION", default_value = format_duration(DEFAULT_TIMEOUT), value_parser = parse_duration)]
     timeout: std::time::Duration,
 }
@@ -45,8 +51,8 @@ const NOT_SENT: u8 = 2;
 
 /// Reads the payload and signs it as the named provider would; the error
 /// is a message for stderr.
-fn prepare(args: SignArgs) -> Result<idemgate::send::Outgoing, String> {
-    let providers = idemgate::config::load_providers(args.config.as_deref()).map_err(|e| e.to_string())?;
+fn prepare(args: SignArgs, sources: Sources) -> Result<idemgate::send::Outgoing, String> {
+    let providers = Merged::load(sources).and_then(|m| m.file.providers()).map_err(|e| e.to_string())?;
     let provider = providers.iter().find(|p| p.name() == args.provider).ok_or_else(|| {
         let names: Vec<&str> = providers.iter().map(|p| p.name()).collect();
         match names.is_empty() {
@@ -71,8 +77,8 @@ fn read_stdin() -> Result<Vec<u8>, String> {
 }
 
 /// `idemgate sign`: prints the headers `send` would send.
-pub fn sign(args: SignArgs) -> ExitCode {
-    match prepare(args) {
+pub fn sign(args: SignArgs, sources: Sources) -> ExitCode {
+    match prepare(args, sources) {
         Ok(outgoing) => {
             print!("{}", idemgate::send::header_lines(&outgoing));
             ExitCode::SUCCESS
@@ -85,8 +91,8 @@ pub fn sign(args: SignArgs) -> ExitCode {
 }
 
 /// `idemgate send`: signs, posts, prints the answer.
-pub async fn send(args: SendArgs) -> ExitCode {
-    let outgoing = match prepare(args.sign) {
+pub async fn send(args: SendArgs, sources: Sources) -> ExitCode {
+    let outgoing = match prepare(args.sign, sources) {
         Ok(outgoing) => outgoing,
         Err(e) => {
             eprintln!("idemgate send: {e}");

@@ -5,8 +5,8 @@ use std::path::Path;
 
 use serde::de::DeserializeOwned;
 
-use super::layer::{FileTables, Layer};
 use super::origin::{ConfigError, err};
+use super::settings::{FileTables, Layer};
 
 impl<P: DeserializeOwned> FileTables<P> {
     /// Reads and parses a config file.

@@ -1,36 +1,122 @@
-//! Every setting, once: its name (the flag without dashes, the file's key)
-//! and, for the file, the TOML type it takes. From that one list come the
-//! [`Layer`] (one source's settings, each an optional [`Given`] raw value)
-//! and the file's tables ([`FileTables`], [`WorkerTable`]). The layers are
-//! merged once, field by field ([`Layer::over`]); the commands then parse
-//! the winning values with their origin at hand.
+//! What the one list of settings ([`super::settings`]) is made into: the
+//! `settings!` macro, which generates from it the `Layer` (one source's
+//! settings, each an optional `Given` raw value), the file's tables
+//! (`FileTables`, `WorkerTable`) and `FLAGS`; [`Flag`], how a setting's
+//! flag shows; and how a file value becomes a [`Raw`] ([`IntoRaw`]).
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
-use toml::Spanned;
-
-use super::origin::{ConfigError, Given, Origin, Raw};
+use super::origin::Raw;
 use crate::config_values::StringOrList;
 
-/// The list of settings: top-level file keys, `[worker]` keys, and the
-/// settings only flags and env vars give. Each name is the clap arg id of
-/// its flag, so the binary fills a [`Layer`] by id.
+/// How a setting's flag shows on the command line; the binary makes a
+/// `clap::Arg` of each (its id is [`Flag::name`], its long flag the name
+/// with dashes unless [`Flag::long`] says otherwise).
+#[derive(Debug, Clone, Copy)]
+pub struct Flag {
+    /// The setting's name: the clap id, the file's key.
+    pub name: &'static str,
+    /// The long flag without its dashes, where it is not the name with dashes.
+    pub long: Option<&'static str>,
+    /// The environment variable that gives the setting.
+    pub env: &'static str,
+    /// The placeholder of the value in `--help`.
+    pub value_name: &'static str,
+    /// The help text.
+    pub help: &'static str,
+    /// The default `--help` shows after the text (`[default: …]`); defaults
+    /// that are not one value are written into the text.
+    pub default: Option<fn() -> String>,
+    /// What the flag takes.
+    pub form: Form,
+    /// The commands that take the flag.
+    pub on: &'static [Command],
+    /// The help a command shows instead of [`Flag::help`], where the
+    /// setting means more to it (`worker`'s `--run-retention`).
+    pub help_on: &'static [(Command, &'static str)],
+}
+
+impl Flag {
+    /// The long flag, without its dashes.
+    pub fn long_name(&self) -> String {
+        self.long.map_or_else(|| self.name.replace('_', "-"), str::to_owned)
+    }
+
+    /// What every entry of the list starts from.
+    pub(super) const BASE: Flag = Flag {
+        name: "",
+        long: None,
+        env: "",
+        value_name: "",
+        help: "",
+        default: None,
+        form: Form::Value,
+        on: STORE,
+        help_on: &[],
+    };
+}
+
+/// What a flag takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    /// One value.
+    Value,
+    /// Several values: the flag repeated, or commas.
+    List,
+    /// An on/off switch (no value on the command line; the env var takes true/false).
+    Switch,
+}
+
+/// The commands that take settings, as [`Flag::on`] names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    /// `serve`.
+    Serve,
+    /// `worker`.
+    Worker,
+    /// The operator commands: `healthcheck`, `inspect`, `stats`, `key`, `dead`, `runs`.
+    Ops,
+    /// `send` and `sign`: only the file, for its providers.
+    Send,
+    /// `bench`: only its Redis (never the file's, which `bench` refuses) and the file.
+    Bench,
+}
+
+/// The commands that reach the store: they take its settings.
+pub const STORE: &[Command] = &[Command::Serve, Command::Worker, Command::Ops];
+
+/// The list of settings, each `name: TOML type [table] { flag }`: the
+/// table is `top` or `worker` for a key of the file (`none`: no key), the
+/// flag is absent for a key with no flag. The order is the order `--help`
+/// shows the flags in. A tt-muncher sorts the entries into the file's two
+/// tables, then the rest is generated from the whole list.
 macro_rules! settings {
-    (
-        top { $($top:ident: $top_ty:ty,)* }
-        worker { $($w:ident: $w_ty:ty,)* }
-        flags_only { $($f:ident,)* }
-    ) => {
+    (@split [$($all:tt)*] [$($top:tt)*] [$($w:tt)*]) => {
+        settings!(@emit [$($all)*] [$($top)*] [$($w)*]);
+    };
+    (@split [$($all:tt)*] [$($top:tt)*] [$($w:tt)*]
+        $name:ident: $ty:ty [top] $({ $($flag:tt)* })?, $($rest:tt)*) => {
+        settings!(@split [$($all)* ($name $({ $($flag)* })?)] [$($top)* $name: $ty,] [$($w)*] $($rest)*);
+    };
+    (@split [$($all:tt)*] [$($top:tt)*] [$($w:tt)*]
+        $name:ident: $ty:ty [worker] $({ $($flag:tt)* })?, $($rest:tt)*) => {
+        settings!(@split [$($all)* ($name $({ $($flag)* })?)] [$($top)*] [$($w)* $name: $ty,] $($rest)*);
+    };
+    (@split [$($all:tt)*] [$($top:tt)*] [$($w:tt)*]
+        $name:ident [none] $({ $($flag:tt)* })?, $($rest:tt)*) => {
+        settings!(@split [$($all)* ($name $({ $($flag)* })?)] [$($top)*] [$($w)*] $($rest)*);
+    };
+    (@emit [$(($name:ident $({ $($flag:tt)* })?))*] [$($top:ident: $top_ty:ty,)*] [$($w:ident: $w_ty:ty,)*]) => {
         /// One source's settings (the file, the environment or the flags),
         /// or all of them merged; `None`: this source does not set it.
         #[derive(Debug, Clone, Default, PartialEq, Eq)]
         #[allow(missing_docs)] // each field is the setting of the same name (docs/reference.md)
         pub struct Layer {
-            $(pub $top: Option<Given<Raw>>,)*
-            $(pub $w: Option<Given<Raw>>,)*
-            $(pub $f: Option<Given<Raw>>,)*
+            $(pub $name: Option<Given<Raw>>,)*
         }
+
+        /// Every flag of a setting, in the order `--help` shows them.
+        pub const FLAGS: &[Flag] = &[$($(Flag { name: stringify!($name), $($flag)* ..Flag::BASE },)?)*];
 
         impl Layer {
             /// The keys of the file's `[worker]` table.
@@ -39,28 +125,20 @@ macro_rules! settings {
             /// The setting named `name`, if this layer gives it (`None` too for no such setting).
             pub fn get(&self, name: &str) -> Option<&Given<Raw>> {
                 match name {
-                    $(stringify!($top) => self.$top.as_ref(),)*
-                    $(stringify!($w) => self.$w.as_ref(),)*
-                    $(stringify!($f) => self.$f.as_ref(),)*
+                    $(stringify!($name) => self.$name.as_ref(),)*
                     _ => None,
                 }
             }
 
             /// Every setting's value from `self`, else from `lower`.
             pub fn over(self, lower: Layer) -> Layer {
-                Layer {
-                    $($top: self.$top.or(lower.$top),)*
-                    $($w: self.$w.or(lower.$w),)*
-                    $($f: self.$f.or(lower.$f),)*
-                }
+                Layer { $($name: self.$name.or(lower.$name),)* }
             }
 
             /// Sets the setting named `name`; `false` when there is none of that name.
             pub fn set(&mut self, name: &str, value: Given<Raw>) -> bool {
                 let slot = match name {
-                    $(stringify!($top) => &mut self.$top,)*
-                    $(stringify!($w) => &mut self.$w,)*
-                    $(stringify!($f) => &mut self.$f,)*
+                    $(stringify!($name) => &mut self.$name,)*
                     _ => return false,
                 };
                 *slot = Some(value);
@@ -123,68 +201,15 @@ macro_rules! settings {
             $($w: Option<Spanned<$w_ty>>,)*
         }
     };
+    ($($entries:tt)*) => {
+        settings!(@split [] [] [] $($entries)*);
+    };
 }
 
-settings! {
-    top {
-        listen: String,
-        redis_url: String,
-        redis_cluster_nodes: StringOrList,
-        namespace: String,
-        allowed_repos: StringOrList,
-        delivery_ttl: String,
-        logical_ttl: String,
-        run_retention: String,
-        api_token: String,
-        redis_timeout: String,
-        min_replicas_ack: u32,
-        min_replicas_timeout: String,
-        max_body: usize,
-        request_timeout: String,
-        keep_payload: bool,
-        header_timeout: String,
-        body_budget: usize,
-        allow_unauthenticated_api: bool,
-        allowed_hosts: StringOrList,
-        allow_eviction: bool,
-        redis_tls_ca: PathBuf,
-        redis_tls_cert: PathBuf,
-        redis_tls_key: PathBuf,
-        redis_password_file: PathBuf,
-        redis_sentinel_nodes: StringOrList,
-        redis_sentinel_master: String,
-    }
-    worker {
-        group: String,
-        concurrency: usize,
-        max_attempts: u32,
-        timeout: String,
-        lease: String,
-        retry_schedule: StringOrList,
-        backoff: String,
-        max_backoff: String,
-        trim_interval: String,
-        block: String,
-        deliver: String,
-        deliver_secret_file: PathBuf,
-        deliver_ca: PathBuf,
-        breaker_failures: u32,
-        breaker_cooldown: String,
-        breaker_max_cooldown: String,
-        keep_done_payloads: bool,
-        metrics_listen: String,
-        heartbeat_interval: String,
-        command_user: String,
-        max_processes: u32,
-    }
-    flags_only {
-        config,
-        consumer,
-    }
-}
+pub(super) use settings;
 
-/// A file value as a layer holds it.
-trait IntoRaw {
+/// A file value as a layer holds it: TOML's own type, never turned back into text.
+pub(super) trait IntoRaw {
     fn into_raw(self) -> Raw;
 }
 
@@ -203,13 +228,13 @@ impl IntoRaw for PathBuf {
 
 impl IntoRaw for u32 {
     fn into_raw(self) -> Raw {
-        Raw::Text(self.to_string())
+        Raw::Number(self.into())
     }
 }
 
 impl IntoRaw for usize {
     fn into_raw(self) -> Raw {
-        Raw::Text(self.to_string())
+        Raw::Number(self as u64)
     }
 }
 
@@ -222,22 +247,5 @@ impl IntoRaw for bool {
 impl IntoRaw for StringOrList {
     fn into_raw(self) -> Raw {
         Raw::List(self.into_vec())
-    }
-}
-
-impl Layer {
-    /// A layer of flags as a library caller (or a test) gives them:
-    /// `(name, value)` pairs, each as if from flag `--name` (the name with
-    /// dashes); a list is one comma-separated value, a switch `true` or
-    /// `false`. An unknown name is an error.
-    pub fn flags<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Layer, ConfigError> {
-        let mut layer = Layer::default();
-        for (name, value) in pairs {
-            let origin = Origin::Flag(format!("--{}", name.replace('_', "-")));
-            if !layer.set(name, Given::new(Raw::Text(value.to_owned()), origin)) {
-                return Err(ConfigError::new(format!("there is no setting {name:?}")));
-            }
-        }
-        Ok(layer)
     }
 }

@@ -1,8 +1,8 @@
 //! The layers merged once: flags over env over the file ([`Merged`]).
 
-use super::layer::Layer;
 use super::origin::{ConfigError, Setting};
 use super::providers::FileConfig;
+use super::settings::Layer;
 
 /// What the command line gave: the environment's layer and the flags'
 /// (the binary tells them apart by clap's value source).

@@ -1,5 +1,5 @@
 //! Configuration, one structure for every command: each setting is named
-//! once ([`layer`]), each source (the TOML file of
+//! once ([`settings`], with its flag), each source (the TOML file of
 //! docs/reference.md#config-file, the environment, the flags) fills one
 //! [`Layer`] of optional values that know their [`Origin`], and the layers
 //! are merged once, flags > env > file > defaults ([`Merged`]). Each
@@ -10,7 +10,8 @@
 //!
 //! - [`origin`]: `Origin`, `Given`, `Raw`, `ConfigError`, and the parsing of one value.
 //! - [`crate::config_values`] (beside this folder): the value rules the file's tables share (lists, allowlists, durations).
-//! - [`layer`]: the list of settings, `Layer`, the file's tables.
+//! - [`settings`]: the list of settings, and what it generates: `Layer`, the file's tables, the flags.
+//! - [`layer`]: the macro that generates them, and how a flag shows (`Flag`).
 //! - [`file`]: reading the file, its TOML errors by line and key.
 //! - [`merge`]: the layers merged over the file, `Merged`.
 //! - [`store`]: the store's settings.
@@ -23,19 +24,16 @@ pub mod merge;
 pub mod origin;
 pub mod providers;
 pub mod serve;
+pub mod settings;
 pub mod store;
 
-pub use crate::config_values::StringOrList;
-pub use layer::{FileTables, Layer, WorkerTable};
+pub use layer::{Command, Flag, Form, STORE};
 pub use merge::{Merged, Sources};
 pub use origin::{ConfigError, Given, Origin, Raw, Setting};
-pub use providers::{FileConfig, load_providers};
-pub use serve::{DEFAULT_HEADER_TIMEOUT, DEFAULT_LISTEN, ServeConfig};
-pub use store::{DEFAULT_MIN_REPLICAS_TIMEOUT, DEFAULT_NAMESPACE, StoreConfig};
-
-pub use crate::intake::{DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT};
-pub use crate::units::{Lifetime, format_duration, parse_duration, parse_lifetime};
-pub use crate::vocabulary::DEFAULT_RUN_RETENTION;
+pub use providers::FileConfig;
+pub use serve::ServeConfig;
+pub use settings::{FLAGS, FileTables, Layer, WorkerTable};
+pub use store::StoreConfig;
 
 #[cfg(test)]
 pub(crate) mod tests;

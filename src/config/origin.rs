@@ -88,7 +88,7 @@ impl<T> Given<T> {
 
 /// A setting as a layer gives it, not yet parsed: flags and env vars give
 /// text (a list where the flag repeats or takes commas), the file gives
-/// what its TOML holds (numbers as their text).
+/// what its TOML holds, typed (a number stays a number).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Raw {
     /// One value.
@@ -97,6 +97,8 @@ pub enum Raw {
     List(Vec<String>),
     /// An on/off switch.
     Bool(bool),
+    /// A whole number (from the file; negative ones the file refuses).
+    Number(u64),
 }
 
 /// A configuration problem, reported before anything starts: the source of
@@ -151,7 +153,7 @@ pub trait Setting {
         self.given()
             .map(|g| match &g.value {
                 Raw::Text(s) => Ok(g.map(|_| s.clone())),
-                Raw::List(_) | Raw::Bool(_) => Err(g.fail("expected one value")),
+                Raw::List(_) | Raw::Bool(_) | Raw::Number(_) => Err(g.fail("expected one value")),
             })
             .transpose()
     }
@@ -169,7 +171,7 @@ pub trait Setting {
                 let entries: Vec<&str> = match raw {
                     Raw::List(v) => v.iter().map(String::as_str).collect(),
                     Raw::Text(s) => s.split(',').collect(),
-                    Raw::Bool(_) => Vec::new(), // no list setting is a switch
+                    Raw::Bool(_) | Raw::Number(_) => Vec::new(), // no list setting is a switch or a number
                 };
                 entries.into_iter().map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
             })
@@ -212,8 +214,13 @@ pub trait Setting {
         self.parsed(parse_lifetime, A_LIFETIME)
     }
 
-    /// A whole number.
-    fn number<T: FromStr>(&self) -> Result<Option<Given<T>>, ConfigError> {
+    /// A whole number: the file's as TOML typed it, a flag's or env var's
+    /// parsed from its text.
+    fn number<T: FromStr + TryFrom<u64>>(&self) -> Result<Option<Given<T>>, ConfigError> {
+        if let Some(g @ Given { value: Raw::Number(n), .. }) = self.given() {
+            let n = T::try_from(*n).map_err(|_| g.fail("too large a number"))?;
+            return Ok(Some(Given::new(n, g.origin.clone())));
+        }
         self.parsed(|s| s.trim().parse().map_err(|_| format!("{s:?} is not a whole number")), "not a whole number")
     }
 }

@@ -4,24 +4,15 @@
 //! ([`ProviderTable`], each kind checking the keys it reads); this module
 //! puts them under the file.
 
-use std::path::Path;
-
 use toml::Spanned;
 
-use super::layer::FileTables;
 use super::origin::ConfigError;
+use super::settings::FileTables;
 use crate::providers::Provider;
 use crate::providers::table::ProviderTable;
 
 /// The TOML file with its `[[provider]]` tables.
 pub type FileConfig = FileTables<Spanned<ProviderTable>>;
-
-/// The `[[provider]]` endpoints of the config file at `path` (none without
-/// a file), secrets read from the environment: what `idemgate send` and
-/// `sign` sign with, checked as `serve` checks them.
-pub fn load_providers(path: Option<&Path>) -> Result<Vec<Provider>, ConfigError> {
-    providers_from(&FileConfig::load_opt(path)?, &|name: &str| std::env::var(name).ok())
-}
 
 /// Builds and checks every `[[provider]]` of the file; `env` looks up
 /// `secret_env` variables.
@@ -33,6 +24,13 @@ pub(crate) fn providers_from(
 }
 
 impl FileConfig {
+    /// The file's `[[provider]]` endpoints, secrets read from the
+    /// environment: what `idemgate send` and `sign` sign with, checked as
+    /// `serve` checks them.
+    pub fn providers(&self) -> Result<Vec<Provider>, ConfigError> {
+        providers_from(self, &|name: &str| std::env::var(name).ok())
+    }
+
     /// The line of `key` in the table whose header starts at byte `table`:
     /// the first line after the header that assigns it (`key =`, or
     /// `key.` for a dotted key), before the next table's header.

@@ -7,20 +7,16 @@ use std::time::Duration;
 use super::merge::Merged;
 use super::origin::{ConfigError, Given, Setting, err, value_or};
 use super::providers::providers_from;
-use super::store::{DEFAULT_NAMESPACE, StoreConfig};
+use super::store::StoreConfig;
 use crate::config_values::checked_repos;
 use crate::gate::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, Settings};
-use crate::intake::{DEFAULT_BODY_BUDGET, DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT};
-use crate::keys::Keys;
+use crate::intake::{
+    DEFAULT_BODY_BUDGET, DEFAULT_HEADER_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT,
+};
+use crate::keys::{DEFAULT_NAMESPACE, Keys};
 use crate::providers::Provider;
 use crate::units::Lifetime;
 use crate::vocabulary::DEFAULT_RUN_RETENTION;
-
-/// The default `--header-timeout`.
-pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The default address `serve` listens on: loopback only.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
 /// Everything `idemgate serve` needs, resolved and validated.
 #[derive(Debug, Clone)]

@@ -3,24 +3,19 @@
 //! each bad value named by its source.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use super::layer::Layer;
 use super::origin::{ConfigError, Given, Origin, Raw, Setting, err, value_or};
+use super::settings::Layer;
 use crate::gate::Settings;
-use crate::keys::Keys;
+use crate::keys::{DEFAULT_NAMESPACE, Keys};
 use crate::redact::{redis_list, redis_url};
 use crate::redis_io::connection::is_tls_url;
-use crate::redis_io::{DEFAULT_COMMAND_TIMEOUT, PemFile, RedisOptions, RedisTarget, Secret, Tls};
-use crate::store::OpenedStore;
+use crate::redis_io::{
+    DEFAULT_COMMAND_TIMEOUT, DEFAULT_MIN_REPLICAS_TIMEOUT, PemFile, RedisOptions, RedisTarget, Secret, Tls,
+};
 use crate::store::memory::MemoryStore;
+use crate::store::opened::OpenedStore;
 use crate::store::redis_store::RedisStore;
-
-/// The default bound on `WAIT` for --min-replicas-ack.
-pub const DEFAULT_MIN_REPLICAS_TIMEOUT: Duration = Duration::from_millis(500);
-
-/// The namespace the gate's keys live under when none is given.
-pub const DEFAULT_NAMESPACE: &str = "default";
 
 /// Where the gate's state lives, resolved.
 #[derive(Debug, Clone)]

@@ -2,6 +2,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::redis_io::RedisTarget;
+use crate::units::{Lifetime, format_duration, parse_duration, parse_lifetime};
 
 pub(crate) fn file(text: &str) -> FileConfig {
     FileConfig::parse(text).unwrap()
@@ -532,4 +533,43 @@ fn where_redis_is_comes_from_one_layer() {
     ]);
     let e = target(master, Layer::default()).unwrap_err();
     assert_eq!(e, "IDEMGATE_REDIS_SENTINEL_MASTER: needs --redis-sentinel-nodes");
+}
+
+/// A TOML integer reaches its setting as a number, never as text parsed
+/// again; a bad number still names its source.
+#[test]
+fn a_toml_integer_reaches_its_setting_typed() {
+    let layer = file("max_body = 1048576\nbody_budget = 2097152\n[worker]\nconcurrency = 7").layer();
+    assert_eq!(layer.max_body.as_ref().map(|g| &g.value), Some(&Raw::Number(1_048_576)));
+    assert_eq!(layer.concurrency.as_ref().map(|g| &g.value), Some(&Raw::Number(7)));
+    let max_body = layer.max_body.number::<usize>().unwrap().unwrap();
+    assert_eq!(max_body, Given::new(1_048_576, Origin::File { key: "max_body", table: None, line: 1 }));
+    assert_eq!(resolve(&Layer::default(), "max_body = 1048576\nbody_budget = 2097152").unwrap().max_body, 1_048_576);
+    // A number its setting cannot hold: the key and line, not the value.
+    let huge = Some(Given::new(Raw::Number(u64::MAX), Origin::File { key: "max_processes", table: None, line: 4 }));
+    assert_eq!(
+        huge.number::<u32>().unwrap_err().to_string(),
+        "config file line 4, `max_processes`: too large a number"
+    );
+    // A number where one text is wanted (no setting reads one so, but the error is clear).
+    assert_eq!(layer.max_body.text().unwrap_err().to_string(), "config file line 1, `max_body`: expected one value");
+    // A flag's number is text, parsed once, named by its flag.
+    let e = Layer::flags([("max_body", "ten")]).unwrap().max_body.number::<usize>().unwrap_err();
+    assert_eq!(e.to_string(), "--max-body: \"ten\" is not a whole number");
+    // The file refuses a number of the wrong TOML type by line and key.
+    assert!(FileConfig::parse("max_body = \"1MiB\"").unwrap_err().to_string().starts_with("line 1, key `max_body`"));
+}
+
+/// The list gives every setting with a flag one env var and one long flag,
+/// each its own (two settings sharing either would shadow each other).
+#[test]
+fn each_flag_has_its_own_env_var_and_long_name() {
+    let mut seen = std::collections::HashSet::new();
+    for flag in FLAGS {
+        assert!(flag.env.starts_with("IDEMGATE_") && seen.insert(flag.env), "{}", flag.name);
+        assert!(seen.insert(flag.long.unwrap_or(flag.name)), "{}", flag.name);
+        assert!(!flag.on.is_empty() && !flag.help.is_empty(), "{}", flag.name);
+        assert!(Layer::default().get(flag.name).is_none() && Layer::flags([(flag.name, "x")]).is_ok(), "{}", flag.name);
+    }
+    assert!(FLAGS.iter().all(|f| f.name != "keep_payload"), "a file key with no flag");
 }

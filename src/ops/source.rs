@@ -17,8 +17,8 @@ use super::inspect::{Found, Target};
 use super::render::{history_of, rfc3339_ms};
 use super::runs::{RunPage, RunQuery, RunSummary, run_named_by};
 use crate::redis_io::run_scripts::RunReadCall;
-use crate::store::OpenedStore;
 use crate::store::memory::{MemoryRun, MemoryStore};
+use crate::store::opened::OpenedStore;
 use crate::vocabulary::{DeliveryRecord, RunFields};
 
 /// Why the memory store answers `null` where Redis has figures.

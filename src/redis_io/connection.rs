@@ -14,6 +14,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 /// (and a 503) instead of a hung request.
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The default bound on `WAIT` for --min-replicas-ack.
+pub const DEFAULT_MIN_REPLICAS_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// Where Redis is, how to reach it, and how long to wait for it.
 #[derive(Debug, Clone)]
 pub struct RedisOptions {

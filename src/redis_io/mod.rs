@@ -20,6 +20,8 @@ pub mod sentinel;
 pub mod worker_scripts;
 
 pub use conn::{Conn, bounded};
-pub use connection::{DEFAULT_COMMAND_TIMEOUT, PemFile, RedisOptions, RedisTarget, Secret, Tls};
+pub use connection::{
+    DEFAULT_COMMAND_TIMEOUT, DEFAULT_MIN_REPLICAS_TIMEOUT, PemFile, RedisOptions, RedisTarget, Secret, Tls,
+};
 pub use handle::RedisHandle;
 pub use reader::BlockingReader;

@@ -3,11 +3,11 @@
 //! verdict the rules computed, and must do the whole call atomically.
 
 pub mod memory;
+pub mod opened;
 pub mod redis_store;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 
 use crate::error::Error;
 use crate::vocabulary::{Hold, Identity, Response, Verdict};
@@ -96,64 +96,4 @@ pub trait Store: Send + Sync + 'static {
 
     /// A short name for logs: `memory` or `redis`.
     fn kind(&self) -> &'static str;
-}
-
-/// A store as the gate was given it: one of idemgate's own, whose records
-/// the ops API and the console can read ([`crate::ops::Source::of`]), or
-/// one of the embedding application's, which they cannot. Knowing which at
-/// the place the store is made (`StoreConfig::open`, `Gate::new`) is what
-/// lets the views above the store find their way back to it without a
-/// downcast.
-#[derive(Clone)]
-pub enum OpenedStore {
-    /// The in-memory store.
-    Memory(Arc<memory::MemoryStore>),
-    /// A Redis namespace.
-    Redis(Arc<redis_store::RedisStore>),
-    /// A store of the caller's own.
-    Own(Arc<dyn Store>),
-}
-
-impl std::ops::Deref for OpenedStore {
-    type Target = dyn Store;
-
-    fn deref(&self) -> &(dyn Store + 'static) {
-        match self {
-            OpenedStore::Memory(s) => s.as_ref(),
-            OpenedStore::Redis(s) => s.as_ref(),
-            OpenedStore::Own(s) => s.as_ref(),
-        }
-    }
-}
-
-impl From<memory::MemoryStore> for OpenedStore {
-    fn from(store: memory::MemoryStore) -> Self {
-        OpenedStore::Memory(Arc::new(store))
-    }
-}
-
-impl From<Arc<memory::MemoryStore>> for OpenedStore {
-    fn from(store: Arc<memory::MemoryStore>) -> Self {
-        OpenedStore::Memory(store)
-    }
-}
-
-impl From<redis_store::RedisStore> for OpenedStore {
-    fn from(store: redis_store::RedisStore) -> Self {
-        OpenedStore::Redis(Arc::new(store))
-    }
-}
-
-impl From<Arc<redis_store::RedisStore>> for OpenedStore {
-    fn from(store: Arc<redis_store::RedisStore>) -> Self {
-        OpenedStore::Redis(store)
-    }
-}
-
-/// A store behind `dyn Store` is the caller's own, even when it is one of
-/// idemgate's: pass the concrete store for the ops views to read it.
-impl From<Arc<dyn Store>> for OpenedStore {
-    fn from(store: Arc<dyn Store>) -> Self {
-        OpenedStore::Own(store)
-    }
 }

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::vocabulary::DEFAULT_RUN_RETENTION;
+
 /// Why a worker could not start or keep going.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
@@ -70,9 +72,6 @@ pub const DEFAULT_RETRY_SCHEDULE: [Duration; 7] = [
 
 /// The margin the default lease adds to the timeout.
 pub const LEASE_MARGIN: Duration = Duration::from_secs(30);
-
-/// The default retention of a finished run record: 7 days.
-pub use crate::vocabulary::DEFAULT_RUN_RETENTION;
 
 /// The default number of runs handled at once.
 pub const DEFAULT_CONCURRENCY: usize = 4;
@@ -145,31 +144,39 @@ impl WorkerConfig {
         self.backoff.saturating_mul(factor).min(self.max_backoff)
     }
 
-    pub(super) fn validate(&self) -> Result<(), WorkerError> {
-        let bad = |m: &str| Err(WorkerError::Config(m.to_owned()));
-        if self.group.is_empty() || self.group.chars().any(char::is_whitespace) {
-            return bad("--group must be a non-empty name without whitespace");
-        }
-        if self.consumer.is_empty() {
-            return bad("the consumer name must not be empty");
-        }
-        if self.concurrency == 0 {
-            return bad("--concurrency must be at least 1");
-        }
-        if self.max_attempts == 0 {
-            return bad("--max-attempts must be at least 1");
-        }
-        if self.retry_schedule.as_ref().is_some_and(|w| w.is_empty() && self.max_attempts > 1) {
-            return bad("--retry-schedule must list at least one wait when more than one attempt is allowed");
-        }
-        if self.timeout.is_zero() || self.lease < Duration::from_millis(30) || self.block.is_zero() {
-            return bad("--timeout must be more than 0 and --lease at least 30ms");
-        }
-        if self.run_retention.is_some_and(|r| r.is_zero()) {
-            return bad("--run-retention must be more than 0 (or `never`)");
-        }
-        Ok(())
+    /// Checks what makes a worker unable to work; the one place these
+    /// settings are checked, for `idemgate worker` (which names where the
+    /// bad value came from) and for a library caller alike.
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        let check = |ok: bool, setting, message| if ok { Ok(()) } else { Err(InvalidSetting { setting, message }) };
+        let group_ok = !self.group.is_empty() && !self.group.chars().any(char::is_whitespace);
+        check(group_ok, "group", "the group must be a non-empty name without whitespace")?;
+        check(!self.consumer.is_empty(), "consumer", "the consumer name must not be empty")?;
+        check(self.concurrency > 0, "concurrency", "the concurrency must be more than 0")?;
+        check(self.max_attempts > 0, "max_attempts", "the number of attempts must be more than 0")?;
+        let schedule_ok = self.retry_schedule.as_ref().is_none_or(|w| !w.is_empty() || self.max_attempts == 1);
+        check(
+            schedule_ok,
+            "retry_schedule",
+            "the retry schedule must list at least one wait when more than one attempt is allowed",
+        )?;
+        check(!self.timeout.is_zero(), "timeout", "the timeout must be more than 0")?;
+        check(self.lease >= Duration::from_millis(30), "lease", "the lease must be at least 30ms")?;
+        check(!self.block.is_zero(), "block", "the block must be more than 0")?;
+        let retention_ok = self.run_retention.is_none_or(|r| !r.is_zero());
+        check(retention_ok, "run_retention", "the run retention must be more than 0 (or `never`)")
     }
+}
+
+/// A [`WorkerConfig`] value a worker cannot work with: the setting (its
+/// name, the flag without dashes and the file's key) and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct InvalidSetting {
+    /// The setting's name, e.g. `concurrency`.
+    pub setting: &'static str,
+    /// What is wrong with its value.
+    pub message: &'static str,
 }
 
 /// `host-pid-nonce`: unique per process, readable in `XINFO CONSUMERS`.

@@ -63,8 +63,8 @@ pub use crate::vocabulary::RunFields;
 pub use attempt::{MAX_LAST_ERROR, MAX_RETRY_AFTER};
 pub use config::{
     DEFAULT_BACKOFF, DEFAULT_BLOCK, DEFAULT_CONCURRENCY, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BACKOFF,
-    DEFAULT_RETRY_SCHEDULE, DEFAULT_RUN_RETENTION, DEFAULT_TIMEOUT, DEFAULT_TRIM_INTERVAL, JITTER, LEASE_MARGIN,
-    WorkerConfig, WorkerError, default_consumer,
+    DEFAULT_RETRY_SCHEDULE, DEFAULT_TIMEOUT, DEFAULT_TRIM_INTERVAL, InvalidSetting, JITTER, LEASE_MARGIN, WorkerConfig,
+    WorkerError, default_consumer,
 };
 pub use history::{HISTORY_ERROR_BYTES, HISTORY_LEN};
 pub use queue::{Trimmed, trim_runs};
@@ -90,7 +90,7 @@ impl Worker {
     /// Connects to Redis (a multiplexed connection for the scripts, a pool
     /// for blocking reads) and joins the group, creating it at id `0`.
     pub async fn connect(opts: &RedisOptions, keys: Keys, config: WorkerConfig) -> Result<Self, WorkerError> {
-        config.validate()?;
+        config.validate().map_err(|e| WorkerError::Config(e.to_string()))?;
         let queue = Queue::connect(opts, keys, &config).await?;
         Ok(Self { queue: Arc::new(queue), config: Arc::new(config), metrics: None, heartbeat: Default::default() })
     }
@@ -254,14 +254,21 @@ mod tests {
         // The fence: the lease less a quarter of it, at most 5s.
         assert_eq!(c.fence(), Duration::from_secs(325));
         assert_eq!(WorkerConfig { lease: Duration::from_secs(3), ..c.clone() }.fence(), Duration::from_millis(2250));
-        for bad in [
-            WorkerConfig { concurrency: 0, ..c.clone() },
-            WorkerConfig { max_attempts: 0, ..c.clone() },
-            WorkerConfig { group: "a b".into(), ..c.clone() },
-            WorkerConfig { timeout: Duration::ZERO, ..c.clone() },
-            WorkerConfig { run_retention: Some(Duration::ZERO), ..c.clone() },
+        // Each bad value is refused naming its setting, with one message.
+        for (bad, setting) in [
+            (WorkerConfig { concurrency: 0, ..c.clone() }, "concurrency"),
+            (WorkerConfig { max_attempts: 0, ..c.clone() }, "max_attempts"),
+            (WorkerConfig { retry_schedule: Some(Vec::new()), ..c.clone() }, "retry_schedule"),
+            (WorkerConfig { group: "a b".into(), ..c.clone() }, "group"),
+            (WorkerConfig { consumer: String::new(), ..c.clone() }, "consumer"),
+            (WorkerConfig { timeout: Duration::ZERO, ..c.clone() }, "timeout"),
+            (WorkerConfig { lease: Duration::from_millis(29), ..c.clone() }, "lease"),
+            (WorkerConfig { block: Duration::ZERO, ..c.clone() }, "block"),
+            (WorkerConfig { run_retention: Some(Duration::ZERO), ..c.clone() }, "run_retention"),
         ] {
-            assert!(bad.validate().is_err(), "{bad:?}");
+            assert_eq!(bad.validate().map_err(|e| e.setting), Err(setting), "{bad:?}");
         }
+        let one = WorkerConfig { retry_schedule: Some(Vec::new()), max_attempts: 1, ..c.clone() };
+        assert!(one.validate().is_ok(), "one attempt needs no wait");
     }
 }

@@ -68,33 +68,27 @@ impl WorkerSetup {
         let group = s.group.text()?.ok_or_else(|| {
             ConfigError::new("give the consumer group: --group NAME (or IDEMGATE_WORKER_GROUP, or `group` in the config file's [worker] table)")
         })?;
-        if group.value.is_empty() || group.value.chars().any(char::is_whitespace) {
-            return Err(group.fail("the group must be a non-empty name without whitespace"));
-        }
+        // The values of `WorkerConfig` are read here and checked once, by
+        // `WorkerConfig::validate` below, which names the setting at fault.
         let mut c = WorkerConfig::new(group.value);
         if let Some(name) = s.consumer.text()? {
-            if name.value.is_empty() {
-                return Err(name.fail("the consumer name must not be empty"));
-            }
             c.consumer = name.value;
         }
-        c.concurrency = more_than_zero(s.concurrency.number()?, c.concurrency, "the concurrency")?;
+        c.concurrency = s.concurrency.number()?.map_or(c.concurrency, |n| n.value);
         retry_policy(s, &mut c)?;
-        c.timeout = more_than_zero(s.timeout.duration()?, c.timeout, "the timeout")?;
-        c.lease = match s.lease.duration()? {
-            Some(lease) if lease.value < Duration::from_millis(30) => {
-                return Err(lease.fail("the lease must be at least 30ms"));
-            }
-            Some(lease) => lease.value,
-            None => c.timeout + LEASE_MARGIN,
-        };
+        c.timeout = s.timeout.duration()?.map_or(c.timeout, |t| t.value);
+        c.lease = s.lease.duration()?.map_or(c.timeout + LEASE_MARGIN, |l| l.value);
         if let Some(every) = s.trim_interval.duration()? {
             c.trim_interval = (!every.value.is_zero()).then_some(every.value);
         }
-        c.block = more_than_zero(s.block.duration()?, c.block, "the block")?;
+        c.block = s.block.duration()?.map_or(c.block, |b| b.value);
         if let Some(retention) = s.run_retention.lifetime()? {
             c.run_retention = retention.value.0;
         }
+        c.validate().map_err(|e| match s.get(e.setting) {
+            Some(given) => given.fail(e.message),
+            None => ConfigError::new(e.message),
+        })?;
         let deliver_given = s.deliver.text()?;
         let mode = match (deliver_given.clone(), command.is_empty()) {
             (Some(deliver), false) => {
@@ -155,8 +149,6 @@ impl WorkerSetup {
             }
             n => n,
         };
-        // What no single setting decides (the settings above are checked already).
-        c.validate().map_err(|e| ConfigError::new(e.to_string()))?;
         Ok(WorkerSetup {
             config: c,
             mode,
@@ -203,7 +195,7 @@ fn retry_policy(s: &Layer, c: &mut WorkerConfig) -> Result<(), ConfigError> {
     }
     if shorthand.is_some() {
         c.retry_schedule = None;
-        c.max_attempts = more_than_zero(s.max_attempts.number()?, DEFAULT_MAX_ATTEMPTS, "the number of attempts")?;
+        c.max_attempts = s.max_attempts.number()?.map_or(DEFAULT_MAX_ATTEMPTS, |n| n.value);
         c.backoff = s.backoff.duration()?.map_or(c.backoff, |b| b.value);
         c.max_backoff = s.max_backoff.duration()?.map_or(c.max_backoff, |b| b.value);
     }
@@ -472,6 +464,33 @@ heartbeat_interval = "2s"
         assert!(e.starts_with("config file line 16, `[worker] deliver`: ") && e.contains("not both"), "{e}");
         let s = resolve(&[], &EVERY_KEY.replace("deliver = ", "# deliver = "), TRUE).unwrap();
         assert!(matches!(s.mode, Mode::Command(_)) && s.config.jitter, "both modes jitter");
+    }
+
+    /// Each invalid worker setting has one message, the same from a flag,
+    /// from the file and for a library caller (`WorkerConfig::validate`).
+    #[test]
+    fn each_invalid_worker_setting_has_one_message() {
+        for (name, flag, key, message) in [
+            ("group", "a b", "\"a b\"", "the group must be a non-empty name without whitespace"),
+            ("consumer", "", "", "the consumer name must not be empty"),
+            ("concurrency", "0", "0", "the concurrency must be more than 0"),
+            ("max_attempts", "0", "0", "the number of attempts must be more than 0"),
+            ("timeout", "0s", "\"0s\"", "the timeout must be more than 0"),
+            ("lease", "29ms", "\"29ms\"", "the lease must be at least 30ms"),
+            ("block", "0s", "\"0s\"", "the block must be more than 0"),
+        ] {
+            let e = resolve(&[("group", "g"), (name, flag)], "", TRUE).unwrap_err();
+            assert_eq!(e, format!("--{}: {message}", name.replace('_', "-")));
+            if name != "consumer" {
+                let text = format!("[worker]\ngroup = \"g\"\n{name} = {key}");
+                let text = if name == "group" { format!("[worker]\ngroup = {key}") } else { text };
+                let line = if name == "group" { 2 } else { 3 };
+                let e = resolve(&[], &text, TRUE).unwrap_err();
+                assert_eq!(e, format!("config file line {line}, `[worker] {name}`: {message}"));
+            }
+        }
+        let library = WorkerConfig { concurrency: 0, ..WorkerConfig::new("g") }.validate().unwrap_err();
+        assert_eq!(library.to_string(), "the concurrency must be more than 0");
     }
 
     #[test]

@@ -125,3 +125,26 @@ fn config_errors_name_the_flag_the_value_came_from() {
     let e = start_error(&["inspect", "run", "run-1", "--redis-url", "redis://x", "--redis-sentinel-master", "m"], &[]);
     assert!(e.contains("--redis-sentinel-master: needs --redis-sentinel-nodes"), "{e}");
 }
+
+/// `bench` reads the same layers, and refuses the file's Redis, saying why
+/// (the bench writes to the Redis it measures); without one it asks for one.
+#[test]
+fn bench_refuses_the_config_files_redis() {
+    let d = dir("bench");
+    let file = write(&d, "redis.toml", "namespace = \"n\"\nredis_url = \"redis://127.0.0.1:1\"\n");
+    for (args, env) in [(vec!["--config", file.as_str()], vec![]), (vec![], vec![("IDEMGATE_CONFIG", file.as_str())])] {
+        let e = start_error(&[&["bench", "--smoke"], &args[..]].concat(), &env);
+        assert!(
+            e.contains("config file line 2, `redis_url`: the bench does not measure the config file's Redis"),
+            "{e}"
+        );
+        assert!(e.contains("--redis-url or IDEMGATE_REDIS_URL") && !e.contains("127.0.0.1:1"), "{e}");
+    }
+    let e = start_error(&["bench", "--smoke"], &[]);
+    assert!(e.contains("give the Redis to measure against: --redis-url URL (or IDEMGATE_REDIS_URL)"), "{e}");
+    // A malformed file is named as for every command.
+    let bad = write(&d, "bad.toml", "redis_url = 5\n");
+    let e = start_error(&["bench", "--smoke", "--config", &bad], &[]);
+    assert!(e.contains("line 1, key `redis_url`: invalid value"), "{e}");
+    let _ = std::fs::remove_dir_all(d);
+}

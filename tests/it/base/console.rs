@@ -56,7 +56,7 @@ pub(crate) async fn deliver(app: &Router, delivery_id: &str, n: u64) -> Value {
 
 /// A router over `backend` (payloads kept, token required) and, on Redis, its namespace.
 pub(crate) async fn router(backend: Backend) -> (Router, Option<String>) {
-    let (store, ns): (idemgate::store::OpenedStore, _) = match backend {
+    let (store, ns): (idemgate::store::opened::OpenedStore, _) = match backend {
         Backend::Memory => (backend.store(&Settings::default()).await, None),
         Backend::Redis => {
             let ns = fresh_ns("ops-api");

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use idemgate::gate::{Gate, Settings};
 use idemgate::http::AppState;
 use idemgate::providers::Provider;
-use idemgate::store::OpenedStore;
 use idemgate::store::memory::MemoryStore;
+use idemgate::store::opened::OpenedStore;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub(crate) const GH_SECRET: &str = "gh-secret";

@@ -21,8 +21,8 @@ use idemgate::keys::Keys;
 use idemgate::layer::{GateLayer, Run};
 use idemgate::providers::Provider;
 use idemgate::providers::RefusalStatus;
-use idemgate::store::OpenedStore;
 use idemgate::store::memory::MemoryStore;
+use idemgate::store::opened::OpenedStore;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 

@@ -15,7 +15,7 @@ use idemgate::gate::{Gate, Settings};
 use idemgate::http::{AppState, app};
 use idemgate::providers::RefusalStatus;
 use idemgate::providers::{FieldPointers, Kind, Provider, hmac};
-use idemgate::store::OpenedStore;
+use idemgate::store::opened::OpenedStore;
 use serde_json::{Value, json};
 
 use crate::support::{Backend, send};

@@ -370,3 +370,42 @@ fn a_delivery_id_in_the_body_is_the_payloads_own() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("leave out --delivery-id"));
 }
+
+/// The config file is a setting like every other: `--config` wins over
+/// `IDEMGATE_CONFIG`, which gives it when no flag does.
+#[test]
+fn the_config_flag_wins_over_the_env_var() {
+    let server = serve();
+    let (right, wrong) = (server.dir.join("config.toml"), server.dir.join("wrong.toml"));
+    // The env var names the file with the wrong secrets, the flag the right one: 2xx.
+    let out = idemgate()
+        .args(["send", &format!("{}/webhooks/gh", server.base), "--provider", "gh", "--event", "push"])
+        .arg("--config")
+        .arg(&right)
+        .arg("--file")
+        .arg(server.dir.join("gh.json"))
+        .env("IDEMGATE_CONFIG", &wrong)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(stdout(&out).starts_with("HTTP 2"), "{}", stdout(&out));
+    // The env var alone: its file's secrets sign, so the gate refuses them.
+    let out = idemgate()
+        .args(["send", &format!("{}/webhooks/gh", server.base), "--provider", "gh", "--event", "push"])
+        .arg("--file")
+        .arg(server.dir.join("gh.json"))
+        .env("IDEMGATE_CONFIG", &wrong)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout(&out).starts_with("HTTP 401"), "{}", stdout(&out));
+    // `sign` reads the same layers: the env var's file has the provider.
+    let out = idemgate()
+        .args(["sign", "--provider", "gh", "--event", "push", "--delivery-id", "d-1"])
+        .env("IDEMGATE_CONFIG", &right)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout(&out).contains("x-hub-signature-256: sha256="), "{}", stdout(&out));
+}

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use idemgate::gate::Settings;
-use idemgate::store::OpenedStore;
 use idemgate::store::memory::MemoryStore;
+use idemgate::store::opened::OpenedStore;
 
 #[cfg_attr(not(feature = "test-redis"), allow(dead_code))]
 pub mod proxy;
