@@ -1,6 +1,6 @@
 //! How idemgate reaches Redis. Every client's settings are built here (the
-//! shared multiplexed connection of `conn.rs`, the worker's pool and reader
-//! of `reader.rs`, Cluster, Sentinel), so TLS and the password file apply to
+//! shared multiplexed connection of `conn.rs`, the worker's reader of
+//! `reader.rs`, Cluster, Sentinel), so TLS and the password file apply to
 //! all of them the same way. See docs/redis.md, "Connecting to Redis".
 
 use std::path::{Path, PathBuf};

@@ -1,6 +1,7 @@
 //! What Redis says of itself and of a stream, read into plain figures: the
 //! one parser of `INFO memory` and the one of `XINFO GROUPS`
-//! ([`super::RedisHandle::stream_info`]), used by `stats`, `/metrics` and the bench.
+//! ([`super::RedisHandle::stream_info`]), used by `stats`, `/metrics`,
+//! `/v1/ops/workers` and the bench.
 
 use std::collections::HashMap;
 

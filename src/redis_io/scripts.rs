@@ -1,8 +1,8 @@
 //! The Lua scripts idemgate loads into Redis, and their typed calls. Each
 //! runs atomically in the slot of its keys; their headers in `lua/` list
 //! their KEYS and ARGV, and each script's call type (here for the gate,
-//! [`super::run_scripts`] for the others) is the one place in Rust that
-//! knows their order.
+//! [`super::worker_scripts`] for the worker's, [`super::run_scripts`] for
+//! the others) is the one place in Rust that knows their order.
 //!
 //! A script is loaded as its file with every `${name}` filled in
 //! ([`LuaScript::load`]): the delivery record's heads from [`DeliveryRecord::head`], the run
