@@ -457,12 +457,15 @@ async fn an_outage_dead_letters_nothing() {
         "no outage {before:.0} runs/s; after the outage {after:.0} runs/s (first delivery {first:?}, all {:?} after the return)",
         back.elapsed()
     );
-    // At least half the no-outage rate. Measured on 2 cores beside other
-    // builds: 498 to 969 runs/s without an outage, 659 to 1,245 after it
-    // (ratios 0.69 to 1.42: the phases are a minute apart, and the load
-    // moves in between). When the runs given back while the breaker was
-    // open waited for the next takeover look, it was 39 against 607 (0.06).
-    assert!(after >= before / 2.0, "the backlog drained at {after:.0} runs/s, {before:.0} runs/s without an outage");
+    // At least a quarter of the no-outage rate. Measured on 2 cores: beside
+    // other builds 498 to 969 runs/s without an outage and 659 to 1,245
+    // after it (ratios 0.69 to 1.42: the phases are a minute apart, and the
+    // load moves in between); on a quiet machine 1,436 against 704 (0.49:
+    // the runs given back are taken over in batches, fresh ones read in
+    // one, and each phase lasts well under a second). When the runs given
+    // back while the breaker was open waited for the next takeover look, it
+    // was 39 against 607 (0.06): the bound sits between.
+    assert!(after >= before / 4.0, "the backlog drained at {after:.0} runs/s, {before:.0} runs/s without an outage");
     wait_status(&ns, (1..=2 * RUNS).map(|n| (n, "done")), Duration::from_secs(30)).await;
     assert_eq!(dead_count(&ns).await, 0);
     let mut ids: Vec<String> = dest.got().iter().map(|r| r.header("webhook-id").to_owned()).collect();
