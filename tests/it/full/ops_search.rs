@@ -341,6 +341,15 @@ fn worker_named<'a>(w: &'a Value, name: &str) -> Option<&'a Value> {
 /// its version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_show_their_breakers_and_a_killed_worker_shows_as_gone() {
+    async fn post_push(app: &Router, n: u64) {
+        let body = format!(
+            r#"{{"provider":"p","delivery_id":"w-{n}","event":{{"org":"o","repo":"a","action":"push","number":{n}}}}}"#
+        );
+        assert_eq!(call(app, "POST", "/v1/deliveries", Some(body)).await.status, StatusCode::ACCEPTED);
+    }
+    fn some_heartbeat_has(w: &Value, field: &str) -> bool {
+        w["workers"].as_array().unwrap().iter().any(|x| x["heartbeat"][field].as_str().is_some_and(|s| !s.is_empty()))
+    }
     let ns = fresh_ns("workers");
     let dir = temp_dir("workers");
     let app = router(&RedisOptions::single(crate::support::redis_url()), &ns).await;
@@ -370,10 +379,7 @@ async fn workers_show_their_breakers_and_a_killed_worker_shows_as_gone() {
     assert!(ttl > 0 && ttl <= 900, "three intervals of 300ms: {ttl}");
 
     for n in 1..=6u64 {
-        let body = format!(
-            r#"{{"provider":"p","delivery_id":"w-{n}","event":{{"org":"o","repo":"a","action":"push","number":{n}}}}}"#
-        );
-        assert_eq!(call(&app, "POST", "/v1/deliveries", Some(body)).await.status, StatusCode::ACCEPTED);
+        post_push(&app, n).await;
     }
     wait_for(Duration::from_secs(20), "a breaker open", || async {
         let w = get(&app, "/v1/ops/workers").await;
@@ -381,14 +387,7 @@ async fn workers_show_their_breakers_and_a_killed_worker_shows_as_gone() {
     })
     .await;
     let w = get(&app, "/v1/ops/workers").await;
-    assert!(
-        w["workers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|x| x["heartbeat"]["last_failure_ms"].as_str().is_some_and(|s| !s.is_empty())),
-        "{w}"
-    );
+    assert!(some_heartbeat_has(&w, "last_failure_ms"), "{w}");
     status.store(204, Ordering::SeqCst);
     wait_for(Duration::from_secs(30), "every run done", || async {
         let mut done = true;
@@ -408,21 +407,11 @@ async fn workers_show_their_breakers_and_a_killed_worker_shows_as_gone() {
             break;
         }
         assert!(std::time::Instant::now() < both_closed, "both breakers closed: {w}");
-        let body = format!(
-            r#"{{"provider":"p","delivery_id":"w-{n}","event":{{"org":"o","repo":"a","action":"push","number":{n}}}}}"#
-        );
-        assert_eq!(call(&app, "POST", "/v1/deliveries", Some(body)).await.status, StatusCode::ACCEPTED);
+        post_push(&app, n).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let w = get(&app, "/v1/ops/workers").await;
-    assert!(
-        w["workers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|x| x["heartbeat"]["last_success_ms"].as_str().is_some_and(|s| !s.is_empty())),
-        "{w}"
-    );
+    assert!(some_heartbeat_has(&w, "last_success_ms"), "{w}");
 
     let mut w2 = workers.0.remove(1);
     w2.kill().unwrap();
