@@ -184,15 +184,7 @@ pub(crate) fn keep_screenshot(name: &str, png: &[u8]) {
 /// POSTs run `n`'s event as delivery `d-n` to `served`.
 async fn post_delivery(http: &reqwest::Client, served: &Served, token: &str, n: u64) {
     let body = format!(r#"{{"provider":"github","delivery_id":"d-{n}","event":{}}}"#, event_text(n));
-    let r = http
-        .post(format!("{}/v1/deliveries", served.url))
-        .bearer_auth(token)
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202, "{:?}", r.text().await);
+    served.post_delivery(http, token, body).await;
 }
 
 /// The whole console story in headless Chromium: the page loads, asks for

@@ -26,15 +26,7 @@ async fn post(http: &reqwest::Client, served: &Served, token: &str, provider: &s
     let body = format!(
         r#"{{"provider":"{provider}","delivery_id":"{id}","event":{{"org":"{org}","repo":"{name}","action":"push","number":{n}}}}}"#
     );
-    let r = http
-        .post(format!("{}/v1/deliveries", served.url))
-        .bearer_auth(token)
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202, "{:?}", r.text().await);
+    served.post_delivery(http, token, body).await;
 }
 
 fn serve(ns: &str, dir: &std::path::Path, token: &str) -> Served {

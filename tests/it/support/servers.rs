@@ -589,6 +589,20 @@ pub struct Served {
 }
 
 impl Served {
+    /// POSTs `body` (a `/v1/deliveries` request) with `token`; a new run (202) is asserted.
+    #[cfg_attr(not(feature = "test-full"), allow(dead_code))] // for the browser tests
+    pub async fn post_delivery(&self, http: &reqwest::Client, token: &str, body: String) {
+        let r = http
+            .post(format!("{}/v1/deliveries", self.url))
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 202, "{:?}", r.text().await);
+    }
+
     #[cfg_attr(not(feature = "test-full"), allow(dead_code))] // for the browser tests
     pub fn start(ns: &str, dir: &std::path::Path, token: &str) -> Self {
         Self::start_on(redis_url(), ns, dir, token)
