@@ -3,8 +3,6 @@
 //! cross-site page, DNS rebinding, and the console still working from
 //! 127.0.0.1, localhost and an `--allowed-host` name.
 
-use std::time::Duration;
-
 use serde_json::Value;
 
 use crate::base::console::event_text;
@@ -99,27 +97,8 @@ struct Open {
 
 impl Open {
     fn start(ns: &str, dir: &std::path::Path, extra: &[&str]) -> Self {
-        let port = crate::support::free_port();
-        let config = dir.join("idemgate.toml");
-        std::fs::write(&config, "keep_payload = true\nallowed_repos = [\"o/r\"]\n").unwrap();
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"));
-        for (var, _) in std::env::vars().filter(|(k, _)| k.starts_with("IDEMGATE_")) {
-            cmd.env_remove(var);
-        }
-        let child = cmd
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
-            .arg(&config)
-            .args(["--redis-url", redis_url(), "--namespace", ns])
-            .args(extra)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
-            .spawn()
-            .unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(std::time::Instant::now() < deadline, "serve did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let config = "keep_payload = true\nallowed_repos = [\"o/r\"]\n";
+        let (child, port) = crate::support::Served::spawn(redis_url(), ns, dir, None, config, extra);
         Self { child, port }
     }
 }

@@ -620,6 +620,21 @@ impl Served {
     }
 
     fn start_full(redis_url: &str, ns: &str, dir: &std::path::Path, token: &str, config_text: &str) -> Self {
+        let (child, port) = Self::spawn(redis_url, ns, dir, Some(token), config_text, &[]);
+        Self { child, url: format!("http://127.0.0.1:{port}") }
+    }
+
+    /// Starts `serve` on a free loopback port with `config_text` as its
+    /// file, no `IDEMGATE_*` variable of the test's, `token` (if any) and
+    /// `extra` flags, stderr in `dir/serve.log`; returns once it listens.
+    pub fn spawn(
+        redis_url: &str,
+        ns: &str,
+        dir: &std::path::Path,
+        token: Option<&str>,
+        config_text: &str,
+        extra: &[&str],
+    ) -> (Child, u16) {
         let port = free_port();
         let config = dir.join("idemgate.toml");
         std::fs::write(&config, config_text).unwrap();
@@ -627,11 +642,14 @@ impl Served {
         for (var, _) in std::env::vars().filter(|(k, _)| k.starts_with("IDEMGATE_")) {
             cmd.env_remove(var);
         }
+        if let Some(token) = token {
+            cmd.env("IDEMGATE_API_TOKEN", token);
+        }
         let child = cmd
             .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
             .arg(&config)
             .args(["--redis-url", redis_url, "--namespace", ns])
-            .env("IDEMGATE_API_TOKEN", token)
+            .args(extra)
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
             .spawn()
@@ -641,7 +659,7 @@ impl Served {
             assert!(std::time::Instant::now() < deadline, "serve did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Self { child, url: format!("http://127.0.0.1:{port}") }
+        (child, port)
     }
 
     /// The process's peak resident memory (`VmHWM`), bytes.
