@@ -20,10 +20,11 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
-use idemgate::gate::{Gate, Settings};
+use idemgate::gate::Gate;
 use idemgate::layer::{GateLayer, Run};
 use idemgate::providers::Provider;
 use idemgate::store::memory::MemoryStore;
+use idemgate::vocabulary::Settings;
 
 /// Deliveries whose first attempt already failed.
 #[derive(Clone, Default)]

@@ -12,12 +12,7 @@ use crate::allowlist::Allowlist;
 use crate::error::Error;
 use crate::store::opened::OpenedStore;
 use crate::store::{Call, HeldRun};
-// The words the gate speaks, re-exported so that `idemgate::gate` is the one
-// import a caller needs.
-pub use crate::vocabulary::{
-    DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, Hold, Identity, KeySlots, Outcome, Response, SUBJECT_DIGEST_SEPARATOR,
-    Settings, Status, Verdict,
-};
+use crate::vocabulary::{Hold, Identity, KeySlots, Outcome, Response, Status, Verdict};
 
 /// The idempotency gate: rules in front of a store.
 #[derive(Clone)]
@@ -70,7 +65,7 @@ impl Gate {
     /// Like [`Gate::handle`], and also says whether the answer was a replay
     /// and whether the replayed delivery's event differs from the first one.
     pub async fn check(&self, provider: &str, delivery_id: &str, event: &Value) -> Result<Outcome, Error> {
-        self.submit(&Submission::new(provider, delivery_id, event, &event_digest(event))).await
+        self.submit(&Submission::new(provider, delivery_id, event, &crate::event_digest::of_value(event))).await
     }
 
     /// The general form of [`Gate::check`]: a delivery with the digest that
@@ -126,7 +121,7 @@ impl Gate {
         let call = Call {
             provider: s.provider,
             delivery_id: s.delivery_id,
-            verdict: self.verdict_named(s.provider, s.event, s.content_digest, s.key_slots),
+            verdict: self.verdict(s.provider, s.event, s.content_digest, s.key_slots),
             event_digest: s.event_digest,
             payload: s.payload,
             now_ms: crate::units::now_ms(),
@@ -139,22 +134,11 @@ impl Gate {
     }
 
     /// Validation, then policy: the verdict for a delivery not seen before.
-    pub fn verdict(&self, provider: &str, event: &Value) -> Verdict {
-        self.verdict_named(provider, event, None, &KeySlots::default())
-    }
-
-    /// [`Gate::verdict`] for a delivery whose work is named by its content
-    /// (with `content_digest`, the identity's subject is `number@digest`),
-    /// the logical key's slots replaced as `slots` says (a body signed
-    /// alone names its work; [`KeySlots`]). Validation and the allowlist
-    /// judge the event itself.
-    pub fn verdict_named(
-        &self,
-        provider: &str,
-        event: &Value,
-        content_digest: Option<&str>,
-        slots: &KeySlots,
-    ) -> Verdict {
+    /// With `content_digest` its work is named by its content (the
+    /// identity's subject is `number@digest`), the logical key's slots
+    /// replaced as `slots` says (a body signed alone names its work;
+    /// [`KeySlots`]). Validation and the allowlist judge the event itself.
+    fn verdict(&self, provider: &str, event: &Value, content_digest: Option<&str>, slots: &KeySlots) -> Verdict {
         let Some(fields) = validate(event) else {
             return Verdict::BadRequest;
         };
@@ -226,7 +210,7 @@ pub struct Submission<'a> {
     /// The normalized event (`org`, `repo`, `action`, `number`).
     pub event: &'a Value,
     /// What the delivery record keeps to tell a changed retry from the
-    /// first delivery (see [`event_digest`]).
+    /// first delivery (see [`crate::event_digest::of_value`]).
     pub event_digest: &'a str,
     /// A digest of the event's content: when set, the work is named by
     /// `number@digest` instead of the number alone (docs/identities.md).
@@ -339,10 +323,6 @@ pub fn number_text(number: Option<&Value>) -> Option<String> {
     }
 }
 
-/// The digest a delivery record keeps of its first event
-/// ([`crate::event_digest`], the one canonical form of both ways in).
-pub use crate::event_digest::of_value as event_digest;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,8 +408,9 @@ mod tests {
     fn digest_ignores_key_order() {
         let a: Value = serde_json::from_str(r#"{"a":1,"b":2}"#).unwrap();
         let b: Value = serde_json::from_str(r#"{"b":2,"a":1}"#).unwrap();
-        assert_eq!(event_digest(&a), event_digest(&b));
-        assert_ne!(event_digest(&a), event_digest(&json!({"a": 1, "b": 3})));
+        use crate::event_digest::of_value;
+        assert_eq!(of_value(&a), of_value(&b));
+        assert_ne!(of_value(&a), of_value(&json!({"a": 1, "b": 3})));
     }
 
     proptest::proptest! {

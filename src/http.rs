@@ -15,8 +15,9 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{Value, json};
 
-use crate::gate::{Outcome, Submission};
+use crate::gate::Submission;
 use crate::providers::RefusalStatus;
+use crate::vocabulary::Outcome;
 
 mod answer;
 mod console;
@@ -27,8 +28,9 @@ mod state;
 pub(crate) mod webhook;
 
 use answer::{body_error, gate_failure, gate_response, log_outcome, read_within};
+pub use site::AllowedHosts;
 pub(crate) use state::with_provider_allowlists;
-pub use state::{AllowedHosts, ApiError, AppState};
+pub use state::{ApiError, AppState};
 use state::{admit, admit_page};
 use webhook::Pipeline;
 

@@ -263,7 +263,7 @@ pub struct DeliveryBody {
     /// `number` (those present), or `null` when the event is not an object:
     /// what [`crate::gate::validate`] reads.
     pub fields: Value,
-    /// [`crate::gate::event_digest`] of the whole event (`null` when absent).
+    /// [`crate::event_digest::of_value`] of the whole event (`null` when absent).
     pub digest: String,
     /// The event object's text as sent, when the caller asked to keep it
     /// (top-level `keep_payload`) and the event is an object.
@@ -412,7 +412,7 @@ impl<'de> serde::Deserialize<'de> for KeyName {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gate::event_digest;
+    use crate::event_digest::of_value as event_digest;
 
     #[test]
     fn delivery_body_fields() {

@@ -89,13 +89,14 @@ use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use crate::gate::{Admission, Claim, Gate, Hold, Identity, Outcome};
+use crate::gate::{Admission, Claim, Gate};
 use crate::http::webhook::{GateAnswer, Pipeline, Received};
 use crate::http::{self, ApiError};
 use crate::intake::BodyBudget;
 use crate::metrics::Metrics;
 use crate::providers::Provider;
 use crate::refusals::RefusalLog;
+use crate::vocabulary::{Hold, Identity, Outcome};
 
 /// How long the handler may run by default before its run is released and
 /// the request answered 503. Providers give up on a request sooner (GitHub
@@ -142,7 +143,8 @@ impl<S: Send + Sync> FromRequestParts<S> for Run {
 ///
 /// ```
 /// use axum::{Router, http::StatusCode, routing::post};
-/// use idemgate::gate::{Gate, Settings};
+/// use idemgate::gate::Gate;
+/// use idemgate::vocabulary::Settings;
 /// use idemgate::layer::{GateLayer, Run};
 /// use idemgate::providers::Provider;
 /// use idemgate::store::memory::MemoryStore;

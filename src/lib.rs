@@ -85,7 +85,8 @@ pub mod window;
 pub mod worker;
 
 pub use error::Error;
-pub use gate::{Gate, Outcome, Response, Settings, Status};
+pub use gate::Gate;
+pub use vocabulary::{Outcome, Response, Settings, Status};
 
 /// The README's examples, compiled as doctests so they stay true.
 #[doc = include_str!("../README.md")]

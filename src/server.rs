@@ -9,7 +9,7 @@ use crate::allowlist::missing_allowlists;
 use crate::config::ServeConfig;
 use crate::gate::Gate;
 use crate::http::{AppState, app};
-pub use crate::listener::{ConnectionLimits, IDLE_TIMEOUT, open_file_limit};
+use crate::listener::{ConnectionLimits, open_file_limit};
 use crate::redis_io::{Conn, RedisOptions};
 
 /// Why the service could not start or stopped with an error.
@@ -228,9 +228,9 @@ pub fn what_failed(e: &crate::Error, opts: &RedisOptions) -> &'static str {
     };
     let text = redis_error.to_string().to_ascii_lowercase();
     let tls = match &opts.target {
-        crate::redis_io::RedisTarget::Single(url) => crate::redis_io::connection::is_tls_url(url),
+        crate::redis_io::RedisTarget::Single(url) => crate::redis_io::is_tls_url(url),
         crate::redis_io::RedisTarget::Cluster(urls) | crate::redis_io::RedisTarget::Sentinel { nodes: urls, .. } => {
-            urls.iter().any(|u| crate::redis_io::connection::is_tls_url(u))
+            urls.iter().any(|u| crate::redis_io::is_tls_url(u))
         }
     };
     let dropped = redis_error.is_io_error() || redis_error.is_connection_dropped();

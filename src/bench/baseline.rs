@@ -102,7 +102,7 @@ async fn race(hand: &HandRolled, gate: &Gate) -> Result<(u64, u64), BenchError> 
             hand_created += u64::from(t.await??);
         }
         for t in gs {
-            gate_created += u64::from(t.await??.status == crate::gate::Status::Created);
+            gate_created += u64::from(t.await??.status == crate::vocabulary::Status::Created);
         }
     }
     Ok((hand_created - IDS, gate_created - IDS))

@@ -3,11 +3,12 @@
 //! while and counts them ([`drive`]), the key mixes, and the raw gate-script
 //! call the raw measurements send.
 
-use crate::gate::{Gate, Settings};
+use crate::gate::Gate;
 use crate::keys::Keys;
 use crate::redis_io::scripts::{GateArgs, GateCall, GateVerdict};
 use crate::redis_io::{Conn, RedisOptions};
 use crate::store::redis_store::RedisStore;
+use crate::vocabulary::Settings;
 use serde_json::json;
 use std::future::Future;
 use std::path::PathBuf;

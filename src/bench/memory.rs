@@ -25,7 +25,7 @@ pub(super) async fn measure(bench: &Bench<'_>, store: Arc<RedisStore>, out: &mut
     let real_gate = Gate::new(["octo-org/hello-world"], store);
     let real_event = json!({"org": "octo-org", "repo": "hello-world", "action": "pull_request.opened", "number": 1347});
     let content = crate::providers::github::content_digest(json!({"action": "opened", "number": 1347}));
-    let digest = crate::gate::event_digest(&real_event);
+    let digest = crate::event_digest::of_value(&real_event);
     let memory = |key: String| {
         let mut conn = bench.conn.clone();
         // SAMPLES 0: every field of a hash, or a kept payload would be averaged away.
@@ -38,7 +38,7 @@ pub(super) async fn measure(bench: &Bench<'_>, store: Arc<RedisStore>, out: &mut
     let outcome = real_gate.submit(&submission).await?;
     let run_id = outcome.response.run_id.unwrap_or_default();
     let delivery_bytes = memory(k.delivery("github", "72d3162e-cc78-11e3-81ab-4c9367dc0958")).await?;
-    let logical_key = k.logical(&crate::gate::Identity::with_content(
+    let logical_key = k.logical(&crate::vocabulary::Identity::with_content(
         "github",
         "octo-org/hello-world",
         "pull_request.opened",

@@ -30,8 +30,8 @@ use std::fmt::Write as _;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use crate::gate::Settings;
 use crate::redis_io::{Conn, RedisOptions};
+use crate::vocabulary::Settings;
 
 /// Runs the whole benchmark and returns the Markdown report.
 pub async fn run(options: &BenchOptions) -> Result<String, BenchError> {

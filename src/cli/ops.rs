@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use idemgate::config::{Command, Merged, Setting, Sources, StoreConfig};
-use idemgate::ops::dead::Retried;
+use idemgate::ops::Retried;
 use idemgate::ops::{Ops, OpsError, Target, render};
 
 use super::{OWN_FLAGS, print_out, setting_flags};
@@ -242,7 +242,7 @@ pub async fn inspect_command(args: &InspectArgs, sources: Sources) -> Result<Exi
             render::cli_quote(&inspection.key)
         );
         if let Target::Logical(id) = &target
-            && !id.subject.contains(idemgate::gate::SUBJECT_DIGEST_SEPARATOR)
+            && !id.subject.contains(idemgate::vocabulary::SUBJECT_DIGEST_SEPARATOR)
         {
             eprintln!(
                 "idemgate: a GitHub or GitLab provider with identity = \"event\" (the default) names its work NUMBER@DIGEST: \

@@ -1,5 +1,5 @@
 //! Configuration, one structure for every command: each setting is named
-//! once ([`settings`], with its flag), each source (the TOML file of
+//! once (`settings.rs`, with its flag), each source (the TOML file of
 //! docs/reference.md#config-file, the environment, the flags) fills one
 //! [`Layer`] of optional values that know their [`Origin`], and the layers
 //! are merged once, flags > env > file > defaults ([`Merged`]). Each
@@ -8,29 +8,31 @@
 //! names where the bad value came from: a file line and key, an env var or
 //! a flag ([`ConfigError`]).
 //!
-//! - [`origin`]: `Origin`, `Given`, `Raw`, `ConfigError`, and the parsing of one value.
+//! - `origin.rs`: `Origin`, `Given`, `Raw`, `ConfigError`, and the parsing of one value.
 //! - [`crate::config_values`] (beside this folder): the value rules the file's tables share (lists, allowlists, durations).
-//! - [`settings`]: the list of settings, and what it generates: `Layer`, the file's tables, the flags.
-//! - [`layer`]: the macro that generates them, and how a flag shows (`Flag`).
+//! - `settings.rs`: the list of settings, and what it generates: `Layer`, the file's tables, the flags.
+//! - `layer.rs`: the macro that generates them, and how a flag shows (`Flag`).
 //! - [`file`]: reading the file, its TOML errors by line and key.
-//! - [`merge`]: the layers merged over the file, `Merged`.
-//! - [`store`]: the store's settings.
-//! - [`serve`]: `serve`'s settings.
-//! - [`providers`]: the `[[provider]]` tables.
+//! - `merge.rs`: the layers merged over the file, `Merged`.
+//! - `store.rs`: the store's settings.
+//! - `serve.rs`: `serve`'s settings.
+//! - `providers.rs`: the `[[provider]]` tables.
 
 pub mod file;
-pub mod layer;
-pub mod merge;
-pub mod origin;
-pub mod providers;
-pub mod serve;
-pub mod settings;
-pub mod store;
+mod layer;
+mod merge;
+mod origin;
+mod providers;
+mod serve;
+mod settings;
+mod store;
 
 pub use layer::{Command, Flag, Form, STORE};
 pub use merge::{Merged, Sources};
 pub use origin::{ConfigError, Given, Origin, Raw, Setting};
 pub use providers::FileConfig;
+#[cfg(test)]
+pub(crate) use providers::providers_from;
 pub use serve::ServeConfig;
 pub use settings::{FLAGS, FileTables, Layer, WorkerTable};
 pub use store::StoreConfig;

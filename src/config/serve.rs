@@ -9,7 +9,6 @@ use super::origin::{ConfigError, Given, Setting, err, value_or};
 use super::providers::providers_from;
 use super::store::StoreConfig;
 use crate::config_values::checked_repos;
-use crate::gate::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, Settings};
 use crate::intake::{
     DEFAULT_BODY_BUDGET, DEFAULT_HEADER_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT,
 };
@@ -17,6 +16,7 @@ use crate::keys::{DEFAULT_NAMESPACE, Keys};
 use crate::providers::Provider;
 use crate::units::Lifetime;
 use crate::vocabulary::DEFAULT_RUN_RETENTION;
+use crate::vocabulary::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, Settings};
 
 /// Everything `idemgate serve` needs, resolved and validated.
 #[derive(Debug, Clone)]

@@ -20,7 +20,6 @@ use toml::Spanned;
 use super::layer::{Command, Flag, Form, IntoRaw, settings};
 use super::origin::{ConfigError, Given, Origin, Raw};
 use crate::config_values::StringOrList;
-use crate::gate::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL};
 use crate::intake::{
     DEFAULT_BODY_BUDGET, DEFAULT_HEADER_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT,
 };
@@ -28,12 +27,13 @@ use crate::keys::DEFAULT_NAMESPACE;
 use crate::redis_io::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_MIN_REPLICAS_TIMEOUT};
 use crate::units::{bytes_and_mib, format_duration};
 use crate::vocabulary::DEFAULT_RUN_RETENTION;
+use crate::vocabulary::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL};
 use crate::worker::breaker::{DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_MAX_COOLDOWN};
-use crate::worker::config::{
+use crate::worker::heartbeat::DEFAULT_HEARTBEAT_INTERVAL;
+use crate::worker::{
     DEFAULT_BACKOFF, DEFAULT_BLOCK, DEFAULT_CONCURRENCY, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BACKOFF,
     DEFAULT_RETRY_SCHEDULE, DEFAULT_TIMEOUT, DEFAULT_TRIM_INTERVAL, LEASE_MARGIN,
 };
-use crate::worker::heartbeat::DEFAULT_HEARTBEAT_INTERVAL;
 
 settings! {
     // The store's: every command that reaches it (`STORE`).

@@ -6,16 +6,16 @@ use std::path::PathBuf;
 
 use super::origin::{ConfigError, Given, Origin, Raw, Setting, err, value_or};
 use super::settings::Layer;
-use crate::gate::Settings;
 use crate::keys::{DEFAULT_NAMESPACE, Keys};
 use crate::redact::{redis_list, redis_url};
-use crate::redis_io::connection::is_tls_url;
+use crate::redis_io::is_tls_url;
 use crate::redis_io::{
     DEFAULT_COMMAND_TIMEOUT, DEFAULT_MIN_REPLICAS_TIMEOUT, PemFile, RedisOptions, RedisTarget, Secret, Tls,
 };
 use crate::store::memory::MemoryStore;
 use crate::store::opened::OpenedStore;
 use crate::store::redis_store::RedisStore;
+use crate::vocabulary::Settings;
 
 /// Where the gate's state lives, resolved.
 #[derive(Debug, Clone)]

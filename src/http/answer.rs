@@ -7,10 +7,10 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 
 use super::state::ApiError;
-use crate::gate::Outcome;
 use crate::intake::{BodyBudget, BodyError};
 use crate::metrics::Metrics;
 use crate::providers::RefusalStatus;
+use crate::vocabulary::Outcome;
 
 /// Reads a whole request body within `max_body` and `budget`, charged
 /// `cost` times its size (every endpoint, and the embedding layer): 413

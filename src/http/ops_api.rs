@@ -15,8 +15,8 @@ use serde_json::{Value, json};
 
 use super::state::{ApiError, AppState};
 use crate::gate::MAX_KEY_FIELD_BYTES;
-use crate::ops::dead::{DEFAULT_DEAD_LIMIT, MAX_DEAD_LIMIT, Retried, entry_id};
 use crate::ops::reading::NoReading;
+use crate::ops::{DEFAULT_DEAD_LIMIT, MAX_DEAD_LIMIT, Retried, entry_id};
 use crate::ops::{RunQuery, Source};
 use crate::units::now_ms;
 
@@ -110,7 +110,7 @@ async fn run(State(st): State<AppState>, p: Result<Path<String>, PathRejection>)
     let run_id = path(p)?;
     segment("run_id", &run_id)?;
     let detail = source(&st)?.run(&run_id).await.map_err(|e| unavailable(&st, e))?.ok_or_else(|| no_run(&run_id))?;
-    let size = detail.payload_bytes.unwrap_or(0).min(crate::ops::source::MAX_PAYLOAD_TEXT as u64) as usize;
+    let size = detail.payload_bytes.unwrap_or(0).min(crate::ops::MAX_PAYLOAD_TEXT as u64) as usize;
     // Written straight from the record: a JSON tree would round the payload's long numbers.
     Ok(json_sized(&WithStore { store: source(&st)?.kind(), inner: detail }, size + 4096))
 }
@@ -213,7 +213,7 @@ async fn dead(State(st): State<AppState>, RawQuery(q): RawQuery) -> Result<Respo
             .ok_or_else(|| ApiError::BadRequest(format!("limit must be an integer from 1 to {MAX_DEAD_LIMIT}")))?,
     };
     let (key, page) = source(&st)?.dead(before, limit).await.map_err(|e| unavailable(&st, e))?;
-    let note = matches!(source(&st)?, Source::Memory(_)).then_some(crate::ops::source::MEMORY_STORE_NOTE);
+    let note = matches!(source(&st)?, Source::Memory(_)).then_some(crate::ops::MEMORY_STORE_NOTE);
     let answer = DeadAnswer { store: source(&st)?.kind(), key, page, note };
     Ok(json_sized(&answer, answer.page.bytes()))
 }
@@ -224,7 +224,7 @@ struct DeadAnswer {
     store: &'static str,
     key: Option<String>,
     #[serde(flatten)]
-    page: crate::ops::dead::DeadPage,
+    page: crate::ops::DeadPage,
     #[serde(skip_serializing_if = "Option::is_none")]
     note: Option<&'static str>,
 }

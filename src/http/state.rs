@@ -12,14 +12,14 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-pub use super::site::AllowedHosts;
+use super::site::AllowedHosts;
 use crate::gate::Gate;
 use crate::intake::{BodyBudget, DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT};
 use crate::metrics::Metrics;
 use crate::providers::Provider;
 use crate::refusals::RefusalLog;
 
-pub(crate) use super::ops_stats::StatsCache;
+use super::ops_stats::StatsCache;
 
 /// `Retry-After` seconds sent with a 503.
 pub(super) const RETRY_AFTER_SECS: &str = "1";

@@ -17,13 +17,14 @@ use serde_json::json;
 use super::answer::{gate_failure, gate_response, log_outcome, read_within};
 use super::state::{ApiError, AppState};
 use crate::event_digest;
-use crate::gate::{Gate, Outcome, Status, Submission};
+use crate::gate::{Gate, Submission};
 use crate::intake::BodyBudget;
 use crate::metrics::{DeadlineStage, Metrics};
 use crate::providers::Reason;
 use crate::providers::{Delivery, Provider, Rejection};
 use crate::refusals::{Refusal, RefusalLog};
 use crate::text::escape_control;
+use crate::vocabulary::{Outcome, Status};
 
 /// One provider endpoint and where its requests' bodies and counts go
 /// (from `serve`'s state, or the embedding layer's).
@@ -221,7 +222,7 @@ impl<'a> Pipeline<'a> {
                 let refusal = Refusal { provider: name, delivery_id: None, reason, event: None, replayed: false };
                 self.refusals.record(metrics, &refusal);
                 let outcome = Outcome {
-                    response: crate::gate::Response::plain(Status::Ignored),
+                    response: crate::vocabulary::Response::plain(Status::Ignored),
                     replayed: false,
                     event_mismatch: false,
                 };

@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::gate::{Outcome, Status};
 use crate::prometheus::{escape, family, histogram};
 use crate::redis_io::info::NodeMemory;
 use crate::sync::lock;
+use crate::vocabulary::{Outcome, Status};
 
 pub mod gauges;
 
@@ -389,7 +389,7 @@ pub struct Gauges {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gate::Response;
+    use crate::vocabulary::Response;
 
     #[test]
     fn client_chosen_provider_names_cannot_grow_the_metrics_without_bound() {

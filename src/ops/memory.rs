@@ -26,7 +26,7 @@ const DAY_MS: u64 = 86_400_000;
 /// Below this much history, growth per day is not extrapolated.
 const MIN_HISTORY_MS: u64 = 3_600_000;
 
-pub use crate::redis_io::info::{NodeMemory, parse_info_memory};
+use crate::redis_io::info::{NodeMemory, parse_info_memory};
 
 /// A uniform sample of each kind's keys, kept while scanning.
 pub struct Sampler {

@@ -1,29 +1,29 @@
 //! Operator commands (docs/reference.md#commands): `inspect`, `stats`, `key`, `dead` and
-//! `healthcheck`. The lookups return data ([`inspect`], [`stats`]); the
+//! `healthcheck`. The lookups return data (`inspect.rs`, `stats.rs`); the
 //! [`render`] module turns it into text for people or JSON for scripts. The
 //! binary parses the flags, calls these and prints what they return; the
 //! ops API (`/v1/ops/*`) serves the same data as JSON through [`Source`],
 //! which also reads the memory store.
 
-pub mod client;
-pub mod dead;
+mod client;
+mod dead;
 pub mod footprint;
-pub mod inspect;
+mod inspect;
 pub mod memory;
 pub mod reading;
 pub mod render;
-pub mod runs;
-pub mod source;
-pub mod stats;
+mod runs;
+mod source;
+mod stats;
 pub mod workers;
 
 use std::time::Duration;
 
 pub use client::{Ops, OpsError};
-pub use dead::{DeadRun, Retried};
+pub use dead::{DEFAULT_DEAD_LIMIT, DeadPage, DeadRun, MAX_DEAD_LIMIT, Retried, entry_id};
 pub use inspect::{DeliveryView, Found, Inspection, LogicalView, RunView, Target, Ttl};
 pub use runs::{RunPage, RunQuery, RunStatus, RunSummary};
-pub use source::{DeliveryDetail, RunDetail, Source};
+pub use source::{DeliveryDetail, MAX_PAYLOAD_TEXT, MEMORY_STORE_NOTE, RunDetail, Source};
 pub use stats::{KeyCounts, Stats, StreamStats};
 
 use crate::config::StoreConfig;

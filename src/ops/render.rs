@@ -9,8 +9,9 @@ use time::format_description::well_known::Rfc3339;
 
 use super::dead::{DeadRun, Retried};
 use super::inspect::{DeliveryView, Found, Inspection, LogicalView, RunView, Ttl};
-use super::memory::{MemoryReport, NodeMemory};
+use super::memory::MemoryReport;
 use super::stats::Stats;
+use crate::redis_io::info::NodeMemory;
 
 /// Milliseconds since the Unix epoch as RFC 3339 (UTC, millisecond precision).
 pub fn rfc3339_ms(ms: u64) -> Option<String> {

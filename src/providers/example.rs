@@ -105,7 +105,7 @@ mod tests {
     /// The kind's own key, read from a config file's `[[provider]]` table.
     fn from_file(table: &str) -> Result<Vec<Provider>, String> {
         let file = FileConfig::parse(&format!("[[provider]]\nname = \"ex\"\n{table}")).map_err(|e| e.to_string())?;
-        crate::config::providers::providers_from(&file, &|_: &str| None).map_err(|e| e.to_string())
+        crate::config::providers_from(&file, &|_: &str| None).map_err(|e| e.to_string())
     }
 
     #[test]

@@ -599,7 +599,7 @@ mod tests {
         ] {
             assert_eq!(content_digest(example(name, i)), want, "{name} #{i}");
         }
-        let key = crate::keys::Keys::new("default").unwrap().logical(&crate::gate::Identity::with_content(
+        let key = crate::keys::Keys::new("default").unwrap().logical(&crate::vocabulary::Identity::with_content(
             "github",
             "Codertocat/Hello-World",
             "push",

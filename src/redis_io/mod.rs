@@ -1,6 +1,6 @@
 //! Everything idemgate says to Redis goes through this module: the
 //! connection to a standalone server, a Cluster or a Sentinel-watched
-//! primary ([`Conn`]), TLS and the password file ([`connection`]), the bound
+//! primary ([`Conn`]), TLS and the password file (`connection.rs`), the bound
 //! on every command ([`bounded`]), routing a command to every primary or to
 //! the primary that owns a key's slot, the Lua scripts and their typed calls
 //! ([`scripts`], [`run_scripts`], [`worker_scripts`]), and the namespace-scoped handle that puts
@@ -9,11 +9,11 @@
 //! the bench build on it and never match on the deployment themselves. See
 //! docs/redis.md.
 
-pub mod conn;
-pub mod connection;
-pub mod handle;
+mod conn;
+mod connection;
+mod handle;
 pub mod info;
-pub mod reader;
+mod reader;
 pub mod run_scripts;
 pub mod scripts;
 pub mod sentinel;
@@ -21,7 +21,7 @@ pub mod worker_scripts;
 
 pub use conn::{Conn, bounded};
 pub use connection::{
-    DEFAULT_COMMAND_TIMEOUT, DEFAULT_MIN_REPLICAS_TIMEOUT, PemFile, RedisOptions, RedisTarget, Secret, Tls,
+    DEFAULT_COMMAND_TIMEOUT, DEFAULT_MIN_REPLICAS_TIMEOUT, PemFile, RedisOptions, RedisTarget, Secret, Tls, is_tls_url,
 };
-pub use handle::RedisHandle;
+pub use handle::{RedisHandle, call_on};
 pub use reader::BlockingReader;

@@ -24,7 +24,7 @@ pub struct Call<'a> {
     pub delivery_id: &'a str,
     /// What the rules decided, applied only when the delivery is new.
     pub verdict: Verdict,
-    /// The digest of this delivery's event (see [`crate::gate::event_digest`]).
+    /// The digest of this delivery's event (see [`crate::event_digest::of_value`]).
     pub event_digest: &'a str,
     /// Kept in the run record as `payload` when the call creates a run.
     pub payload: Option<&'a str>,

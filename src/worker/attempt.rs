@@ -14,9 +14,10 @@ use tokio::time::Instant;
 use super::breaker::{Breaker, BreakerVerdict};
 use super::config::{JITTER, WorkerConfig};
 use super::history::{Entry, Outcome, short_error};
-use super::queue::{Failed, Start, StreamEntry};
+use super::queue::{Start, StreamEntry};
 use super::run::{Failure, Handler, Payload, RunAttempt, Success};
 use super::state::{Counters, Held, WorkerState};
+use crate::redis_io::worker_scripts::Failed;
 use crate::units::{format_duration, now_ms};
 
 /// The longest `last_error` a run record keeps, in bytes: a command's

@@ -9,8 +9,8 @@
 //! failed by a small Lua script (`lua/worker_*.lua`) that checks the worker
 //! still holds the entry and updates the stream and the run record together.
 //!
-//! - [`run`]: what a handler sees of a run and how it answers ([`Handler`]);
-//!   [`config`]: the worker's settings and errors. Both are the words the
+//! - `run.rs`: what a handler sees of a run and how it answers ([`Handler`]);
+//!   `config.rs`: the worker's settings and errors. Both are the words the
 //!   consumer here and the queue share.
 //! - The consumer itself, in steps: `state` (what its parts share: the runs
 //!   in hand, the counters), `reader` (the read loop: capacity, the breaker,
@@ -38,16 +38,16 @@
 mod attempt;
 pub mod breaker;
 pub mod command;
-pub mod config;
+mod config;
 pub mod deliver;
 pub mod heartbeat;
 mod history;
 mod leases;
-pub mod metrics;
+mod metrics;
 mod queue;
 mod reader;
 pub mod reaper;
-pub mod run;
+mod run;
 pub mod scrub;
 pub mod setup;
 mod state;
@@ -59,7 +59,6 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-pub use crate::vocabulary::RunFields;
 pub use attempt::{MAX_LAST_ERROR, MAX_RETRY_AFTER};
 pub use config::{
     DEFAULT_BACKOFF, DEFAULT_BLOCK, DEFAULT_CONCURRENCY, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BACKOFF,
@@ -67,7 +66,7 @@ pub use config::{
     WorkerError, default_consumer,
 };
 pub use history::{HISTORY_ERROR_BYTES, HISTORY_LEN};
-pub use queue::{Trimmed, trim_runs};
+pub use queue::trim_runs;
 pub use run::{Failure, Handler, Payload, RunAttempt, Success};
 pub use state::Summary;
 

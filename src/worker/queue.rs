@@ -13,11 +13,9 @@ use super::config::{WorkerConfig, WorkerError};
 use super::run::RunAttempt;
 use crate::error::Error;
 use crate::keys::Keys;
-pub(crate) use crate::redis_io::worker_scripts::Failed;
-pub use crate::redis_io::worker_scripts::Trimmed;
 use crate::redis_io::worker_scripts::{
-    Consumer, DoneCall, ExtendCall, FailCall, GiveBackCall, LeaveCall, StartCall, Started, TrimCall, UncountCall,
-    WakeCall, Woken,
+    Consumer, DoneCall, ExtendCall, FailCall, Failed, GiveBackCall, LeaveCall, StartCall, Started, TrimCall, Trimmed,
+    UncountCall, WakeCall, Woken,
 };
 use crate::redis_io::{BlockingReader, Conn, RedisHandle, RedisOptions};
 use crate::units::{now_ms, redis_ms};
@@ -422,5 +420,5 @@ fn stream_entries(reply: redis::Value) -> Vec<(String, Option<HashMap<String, re
 /// consumer group still needs (pending, or not yet delivered), in one
 /// atomic script. Workers call this every trim interval; operators may too.
 pub async fn trim_runs(conn: &mut Conn, keys: &Keys) -> Result<Trimmed, Error> {
-    crate::redis_io::handle::call_on(conn, &TrimCall { keys }).await
+    crate::redis_io::call_on(conn, &TrimCall { keys }).await
 }

@@ -5,8 +5,9 @@
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use idemgate::gate::{Gate, Settings};
+use idemgate::gate::Gate;
 use idemgate::http::{AppState, app};
+use idemgate::vocabulary::Settings;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 

@@ -7,8 +7,9 @@
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use idemgate::gate::{Gate, Settings};
+use idemgate::gate::Gate;
 use idemgate::http::{AllowedHosts, AppState, app};
+use idemgate::vocabulary::Settings;
 use serde_json::json;
 
 use crate::base::console::event_text;

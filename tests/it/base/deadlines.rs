@@ -7,11 +7,12 @@
 
 use std::time::{Duration, Instant};
 
-use idemgate::gate::{Gate, Settings};
+use idemgate::gate::Gate;
 use idemgate::http::AppState;
 use idemgate::providers::Provider;
 use idemgate::store::memory::MemoryStore;
 use idemgate::store::opened::OpenedStore;
+use idemgate::vocabulary::Settings;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub(crate) const GH_SECRET: &str = "gh-secret";

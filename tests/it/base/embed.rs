@@ -15,7 +15,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
-use idemgate::gate::{Admission, Gate, Hold, Settings, Submission};
+use idemgate::gate::{Admission, Gate, Submission};
 use idemgate::http::{AppState, app};
 use idemgate::keys::Keys;
 use idemgate::layer::{GateLayer, Run};
@@ -23,6 +23,7 @@ use idemgate::providers::Provider;
 use idemgate::providers::RefusalStatus;
 use idemgate::store::memory::MemoryStore;
 use idemgate::store::opened::OpenedStore;
+use idemgate::vocabulary::{Hold, Settings};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 

@@ -13,10 +13,11 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::Request;
-use idemgate::gate::{Gate, Settings, Status};
+use idemgate::gate::Gate;
 use idemgate::http::{AppState, app};
 use idemgate::providers::Provider;
 use idemgate::store::memory::MemoryStore;
+use idemgate::vocabulary::{Settings, Status};
 use serde_json::{Value, json};
 
 use crate::support::signing::github_signature;

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use idemgate::Response;
-use idemgate::gate::{Gate, Settings, Status};
+use idemgate::gate::Gate;
+use idemgate::vocabulary::{Settings, Status};
 use serde_json::{Value, json};
 
 use crate::support::Backend;
@@ -283,7 +284,8 @@ mod racing {
     use std::collections::{BTreeSet, HashMap};
     use std::sync::Arc;
 
-    use idemgate::gate::{Gate, Settings, Status};
+    use idemgate::gate::Gate;
+    use idemgate::vocabulary::{Settings, Status};
     use serde_json::json;
     use tokio::sync::Barrier;
 

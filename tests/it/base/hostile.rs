@@ -14,11 +14,12 @@ use ::redis::AsyncCommands;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use idemgate::Error;
-use idemgate::gate::{Gate, Settings, Status};
+use idemgate::gate::Gate;
 use idemgate::http::AppState;
 use idemgate::keys::Keys;
+use idemgate::listener::ConnectionLimits;
 use idemgate::providers::Provider;
-use idemgate::server::ConnectionLimits;
+use idemgate::vocabulary::{Settings, Status};
 use serde_json::{Value, json};
 
 use crate::support::signing::{github_signature, standard_webhooks_signature};
@@ -122,7 +123,7 @@ fn request(port: u16, head: &str, body: &[u8], timeout: Duration) -> Option<u16>
 #[test]
 fn slowloris_at_the_file_limit() {
     // This test process holds 1,100 sockets itself.
-    idemgate::server::open_file_limit();
+    idemgate::listener::open_file_limit();
     let log = log_path("slowloris");
     let served = Served::start(&["prlimit", "--nofile=1024"], &["--header-timeout", "3s"], &log);
     let mut slow = Vec::new();

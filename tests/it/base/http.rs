@@ -7,9 +7,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use idemgate::gate::{Gate, Settings};
+use idemgate::gate::Gate;
 use idemgate::http::{AppState, app};
 use idemgate::providers::{FieldPointers, Provider};
+use idemgate::vocabulary::Settings;
 use serde_json::{Value, json};
 
 use crate::support::signing::{github_signature, standard_webhooks_signature};

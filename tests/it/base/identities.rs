@@ -10,11 +10,12 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use base64::Engine;
 use http_body_util::BodyExt;
-use idemgate::gate::{Gate, Settings, number_text};
+use idemgate::gate::{Gate, number_text};
 use idemgate::http::{AppState, app};
 use idemgate::providers::github::RECIPIENT_KEYS;
 use idemgate::providers::{FieldPointers, IdentityMode, Kind, Provider};
 use idemgate::store::memory::MemoryStore;
+use idemgate::vocabulary::Settings;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 

@@ -10,9 +10,10 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use base64::Engine;
-use idemgate::gate::{Gate, Settings};
+use idemgate::gate::Gate;
 use idemgate::http::{AppState, app};
 use idemgate::providers::{FieldOverrides, Kind, Provider};
+use idemgate::vocabulary::Settings;
 use serde_json::{Value, json};
 
 use crate::support::signing::hmac_sha256;

@@ -11,11 +11,12 @@ use std::time::SystemTime;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use idemgate::gate::{Gate, Settings};
+use idemgate::gate::Gate;
 use idemgate::http::{AppState, app};
 use idemgate::providers::RefusalStatus;
 use idemgate::providers::{FieldPointers, Kind, Provider, hmac};
 use idemgate::store::opened::OpenedStore;
+use idemgate::vocabulary::Settings;
 use serde_json::{Value, json};
 
 use crate::support::{Backend, send};

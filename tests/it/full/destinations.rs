@@ -18,8 +18,9 @@ use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
-use idemgate::gate::{Gate, Settings};
+use idemgate::gate::Gate;
 use idemgate::keys::Keys;
+use idemgate::vocabulary::Settings;
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 
@@ -367,7 +368,7 @@ async fn create_runs(ns: &str, numbers: std::ops::RangeInclusive<u64>) {
         });
     }
     while let Some(s) = tasks.join_next().await {
-        assert_eq!(s.unwrap(), idemgate::gate::Status::Created);
+        assert_eq!(s.unwrap(), idemgate::vocabulary::Status::Created);
     }
 }
 

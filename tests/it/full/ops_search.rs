@@ -14,11 +14,12 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use idemgate::gate::{Gate, Settings};
+use idemgate::gate::Gate;
 use idemgate::http::{AppState, app};
 use idemgate::keys::Keys;
 use idemgate::redis_io::RedisOptions;
 use idemgate::store::redis_store::RedisStore;
+use idemgate::vocabulary::Settings;
 use serde_json::Value;
 
 use crate::full::destinations::{Destination, ok, secret, secrets_file};

@@ -19,10 +19,11 @@ use std::time::{Duration, SystemTime};
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode};
 use base64::Engine;
-use idemgate::gate::{Gate, Settings};
+use idemgate::gate::Gate;
 use idemgate::keys::Keys;
 use idemgate::redis_io::RedisOptions;
 use idemgate::store::redis_store::RedisStore;
+use idemgate::vocabulary::Settings;
 use redis::AsyncCommands;
 use serde_json::json;
 

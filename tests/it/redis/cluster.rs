@@ -9,10 +9,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use idemgate::Response;
-use idemgate::gate::{Gate, Settings, Status};
+use idemgate::gate::Gate;
 use idemgate::keys::Keys;
 use idemgate::redis_io::{Conn, RedisOptions};
 use idemgate::store::redis_store::RedisStore;
+use idemgate::vocabulary::{Settings, Status};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 

@@ -2,7 +2,8 @@
 //! the token, the retry's atomicity.
 
 use axum::http::StatusCode;
-use idemgate::gate::{Gate, Settings};
+use idemgate::gate::Gate;
+use idemgate::vocabulary::Settings;
 
 use idemgate::keys::Keys;
 use redis::AsyncCommands;

@@ -6,11 +6,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use idemgate::gate::{Gate, Settings};
+use idemgate::gate::Gate;
 use idemgate::keys::Keys;
 use idemgate::ops::{Ops, Retried};
 use idemgate::redis_io::{Conn, RedisOptions};
 use idemgate::store::redis_store::RedisStore;
+use idemgate::vocabulary::Settings;
 use idemgate::worker::{RunAttempt, Worker, WorkerConfig};
 use redis::AsyncCommands;
 use serde_json::{Value, json};

@@ -4,11 +4,11 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use idemgate::gate::Settings;
 use idemgate::keys::Keys;
 use idemgate::providers::Provider;
 use idemgate::redis_io::RedisOptions;
 use idemgate::store::redis_store::RedisStore;
+use idemgate::vocabulary::Settings;
 use serde_json::{Value, json};
 
 use crate::base::deadlines::{GH_SECRET, metrics, serve};

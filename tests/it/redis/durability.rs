@@ -5,11 +5,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idemgate::gate::{Gate, Settings, Status};
+use idemgate::gate::Gate;
 use idemgate::http::AppState;
 use idemgate::keys::Keys;
 use idemgate::redis_io::RedisOptions;
 use idemgate::store::redis_store::RedisStore;
+use idemgate::vocabulary::{Settings, Status};
 use idemgate::{Error, Response};
 use serde_json::json;
 

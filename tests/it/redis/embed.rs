@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::AsyncCommands;
-use idemgate::gate::{Gate, Hold, Settings};
+use idemgate::gate::Gate;
 use idemgate::keys::Keys;
 use idemgate::layer::GateLayer;
 use idemgate::providers::Provider;
@@ -13,7 +13,7 @@ use idemgate::providers::RefusalStatus;
 use idemgate::redis_io::RedisOptions;
 use idemgate::store::Store;
 use idemgate::store::redis_store::RedisStore;
-use serde_json::json;
+use idemgate::vocabulary::{Hold, Identity, Settings, Verdict};
 
 use crate::base::embed::{Handler, SECRET, assert_busy, deliver, embedded, issue, provider, serve, store};
 use crate::support::{Backend, RedisProcess, fresh_ns, raw_conn, redis_store_in};
@@ -110,14 +110,12 @@ async fn a_stalled_body_is_answered_503_at_the_providers_deadline() {
 async fn holds_are_timed_by_redis_not_by_the_replicas_clocks() {
     let ns = fresh_ns("embed-clock");
     let store = redis_store_in(&ns, &Settings::default()).await;
-    let gate = Gate::new(["octo/repo"], store.clone());
-    let event = json!({"org": "octo", "repo": "repo", "action": "opened", "number": 5});
     let hold = Hold { lease: Duration::from_secs(30), retention: Some(Duration::from_secs(60)) };
     let (now, hour) = (idemgate::units::now_ms(), 3_600_000);
     let call = |delivery_id, now_ms| idemgate::store::Call {
         provider: "github",
         delivery_id,
-        verdict: gate.verdict("github", &event),
+        verdict: Verdict::Work(Identity::new("github", "octo/repo", "opened", "5")),
         event_digest: "digest",
         payload: None,
         now_ms,

@@ -12,12 +12,13 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
-use idemgate::gate::{Gate, Settings};
+use idemgate::gate::Gate;
 use idemgate::keys::Keys;
 use idemgate::layer::{GateLayer, Run};
 use idemgate::providers::Provider;
 use idemgate::redis_io::RedisOptions;
 use idemgate::store::redis_store::RedisStore;
+use idemgate::vocabulary::Settings;
 use redis::AsyncCommands;
 use serde_json::json;
 

@@ -1,9 +1,10 @@
 //! The first hour of a GitHub hook, on a real Redis: from a run to its
 //! keys with `inspect`.
 
-use idemgate::gate::{Gate, Settings};
+use idemgate::gate::Gate;
 use idemgate::http::{AppState, app};
 use idemgate::providers::Provider;
+use idemgate::vocabulary::Settings;
 use serde_json::Value;
 
 use crate::base::first_hour::{JSON, SECRET, fixture, github, status_of};

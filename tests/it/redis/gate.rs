@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use idemgate::gate::{Gate, Settings};
+use idemgate::gate::Gate;
+use idemgate::vocabulary::Settings;
 use serde_json::json;
 
 use crate::base::gate::{created, duplicate, ev};

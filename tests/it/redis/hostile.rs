@@ -6,8 +6,9 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use ::redis::AsyncCommands;
-use idemgate::gate::{Gate, Settings, Status};
+use idemgate::gate::Gate;
 use idemgate::keys::Keys;
+use idemgate::vocabulary::{Settings, Status};
 use serde_json::json;
 
 use crate::base::hostile::{bin, log_path};

@@ -5,11 +5,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idemgate::gate::{Gate, Settings};
+use idemgate::gate::Gate;
 use idemgate::http::AppState;
 use idemgate::keys::Keys;
 use idemgate::redis_io::RedisOptions;
 use idemgate::store::redis_store::RedisStore;
+use idemgate::vocabulary::Settings;
 use serde_json::{Value, json};
 
 use crate::base::http::{bin, event, start_error, start_error_env};

@@ -8,10 +8,11 @@ use std::time::Duration;
 use ::redis::AsyncCommands;
 use axum::body::Body;
 use axum::http::Request;
-use idemgate::gate::{Gate, Settings};
+use idemgate::gate::Gate;
 use idemgate::http::{AppState, app};
 use idemgate::keys::Keys;
 use idemgate::providers::Provider;
+use idemgate::vocabulary::Settings;
 use serde_json::{Value, json};
 
 use crate::base::identities::{SECRET, corpus_repos, created, example, gh, github};

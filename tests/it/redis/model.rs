@@ -3,8 +3,9 @@
 
 use std::collections::HashMap;
 
-use idemgate::gate::{Gate, Settings};
+use idemgate::gate::Gate;
 use idemgate::store::memory::MemoryStore;
+use idemgate::vocabulary::Settings;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 

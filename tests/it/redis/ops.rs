@@ -5,10 +5,11 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use idemgate::Status;
-use idemgate::gate::{Gate, Settings};
+use idemgate::gate::Gate;
 use idemgate::keys::Keys;
 use idemgate::ops::{Found, Ops, Target, Ttl};
 use idemgate::redis_io::{Conn, RedisOptions};
+use idemgate::vocabulary::Settings;
 use serde_json::{Value, json};
 
 use crate::base::ops::{idemgate, stdout};
@@ -58,7 +59,7 @@ async fn inspect_reads_every_kind_through_the_library() {
     assert_eq!(
         d.record.digest.as_deref(),
         Some(
-            &idemgate::gate::event_digest(&json!({"org": "octo", "repo": "repo", "action": "opened", "number": 7}))
+            &idemgate::event_digest::of_value(&json!({"org": "octo", "repo": "repo", "action": "opened", "number": 7}))
                 [..16]
         )
     );

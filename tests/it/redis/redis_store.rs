@@ -6,8 +6,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use idemgate::Response;
-use idemgate::gate::{Gate, Identity, Settings, Status};
+use idemgate::gate::Gate;
 use idemgate::keys::Keys;
+use idemgate::vocabulary::{Identity, Settings, Status};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 
@@ -35,7 +36,7 @@ async fn key_schema_is_exactly_the_contract() {
     let rec: Value = serde_json::from_str(&c.get::<_, String>(&delivery).await.unwrap()).unwrap();
     assert_eq!((&rec["status"], &rec["code"], &rec["run_id"]), (&json!("created"), &json!(202), &json!("run-1")));
     // The compact record keeps the digest's first 64 bits, as `d`.
-    assert_eq!(rec["d"].as_str().unwrap(), &idemgate::gate::event_digest(&e)[..16]);
+    assert_eq!(rec["d"].as_str().unwrap(), &idemgate::event_digest::of_value(&e)[..16]);
     assert_eq!(rec.as_object().unwrap().len(), 5, "{rec}");
     assert!(rec["at"].as_u64().unwrap() > 1_700_000_000_000);
     let ttl: i64 = c.pttl(&delivery).await.unwrap();
@@ -197,7 +198,8 @@ async fn racing_connections_create_one_run_per_identity() {
 /// same through both scripts.
 #[tokio::test]
 async fn records_of_the_previous_version_still_replay() {
-    use idemgate::gate::{Admission, Hold, Submission};
+    use idemgate::gate::{Admission, Submission};
+    use idemgate::vocabulary::Hold;
     let ns = fresh_ns("oldrec");
     let g = Gate::new(["o/r"], redis_store_in(&ns, &Settings::default()).await);
     let e = json!({"org": "o", "repo": "r", "action": "a", "number": 5});
@@ -206,7 +208,7 @@ async fn records_of_the_previous_version_still_replay() {
         let canonical = serde_json::to_vec(&e).unwrap();
         hex::encode(&sha2::Sha256::digest(&canonical)[..16])
     };
-    assert!(full.starts_with(&idemgate::gate::event_digest(&e)), "the stored digest is SHA-256's first 64 bits");
+    assert!(full.starts_with(&idemgate::event_digest::of_value(&e)), "the stored digest is SHA-256's first 64 bits");
     let mut c = raw_conn().await;
     let p = format!("idemgate:{{{ns}}}:");
     for d in ["old-1", "old-2"] {
@@ -220,7 +222,7 @@ async fn records_of_the_previous_version_still_replay() {
     assert_eq!((changed.response, changed.replayed, changed.event_mismatch), (want.clone(), true, true));
     // The hold script reads the old record alike (run-9 has no record: no hold on it).
     let hold = Hold { lease: Duration::from_secs(30), retention: Some(Duration::from_secs(60)) };
-    let digest = idemgate::gate::event_digest(&e);
+    let digest = idemgate::event_digest::of_value(&e);
     let Admission::Answered(o) = g.submit_held(&Submission::new("p", "old-2", &e, &digest), hold).await.unwrap() else {
         panic!("an old record is a replay")
     };
@@ -229,7 +231,7 @@ async fn records_of_the_previous_version_still_replay() {
     // New records, one through each script: the same compact form.
     g.handle("p", "new-1", &e).await.unwrap();
     let other = json!({"org": "o", "repo": "r", "action": "b", "number": 5});
-    let digest = idemgate::gate::event_digest(&other);
+    let digest = idemgate::event_digest::of_value(&other);
     let Admission::Claimed { .. } = g.submit_held(&Submission::new("p", "new-2", &other, &digest), hold).await.unwrap()
     else {
         panic!("new work")

@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use idemgate::gate::Settings;
 use idemgate::keys::Keys;
 use idemgate::redis_io::RedisOptions;
 use idemgate::store::redis_store::RedisStore;
+use idemgate::vocabulary::Settings;
 
 use crate::base::refusals::{Case, delivery, providers, router_over};
 use crate::support::{RedisProcess, fresh_ns, send};

@@ -8,10 +8,11 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use idemgate::gate::{Gate, Settings, Status};
+use idemgate::gate::Gate;
 use idemgate::keys::Keys;
 use idemgate::redis_io::RedisOptions;
 use idemgate::redis_io::scripts::LuaScript;
+use idemgate::vocabulary::{Settings, Status};
 use idemgate::worker::{Failure, RunAttempt, Worker, WorkerConfig, trim_runs};
 use redis::AsyncCommands;
 use serde_json::{Value, json};

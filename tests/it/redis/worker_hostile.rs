@@ -8,10 +8,11 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idemgate::gate::{Gate, Settings, Status};
+use idemgate::gate::Gate;
 use idemgate::keys::Keys;
 use idemgate::redis_io::{Conn, RedisOptions};
 use idemgate::store::redis_store::RedisStore;
+use idemgate::vocabulary::{Settings, Status};
 use redis::AsyncCommands;
 use serde_json::json;
 

@@ -12,9 +12,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use idemgate::gate::Settings;
 use idemgate::store::memory::MemoryStore;
 use idemgate::store::opened::OpenedStore;
+use idemgate::vocabulary::Settings;
 
 #[cfg_attr(not(feature = "test-redis"), allow(dead_code))]
 pub mod proxy;

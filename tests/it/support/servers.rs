@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use idemgate::gate::Settings;
 use idemgate::keys::Keys;
 use idemgate::redis_io::{Conn, RedisOptions};
 use idemgate::store::redis_store::RedisStore;
+use idemgate::vocabulary::Settings;
 
 use super::{free_port, fresh_ns};
 
