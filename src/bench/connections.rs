@@ -5,8 +5,7 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use super::harness::raw_work_call;
-use super::harness::{Bench, BenchError, drive, progress};
+use super::harness::{Bench, BenchError, drive, progress, raw_work_call};
 use crate::keys::Keys;
 use crate::redis_io::Conn;
 use crate::redis_io::scripts::gate_lua;

@@ -6,8 +6,7 @@ use std::fmt::Write as _;
 
 use redis::AsyncCommands;
 
-use super::harness::raw_work_call;
-use super::harness::{Bench, BenchError, Mix, REPLAY_KEYS, gate_drive, progress};
+use super::harness::{Bench, BenchError, Mix, REPLAY_KEYS, gate_drive, progress, raw_work_call};
 use crate::gate::Gate;
 use crate::keys::Keys;
 use crate::redis_io::scripts::gate_lua;

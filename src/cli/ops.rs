@@ -6,8 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use idemgate::config::{Command, Merged, Setting, Sources, StoreConfig};
-use idemgate::ops::Retried;
-use idemgate::ops::{Ops, OpsError, Target, render};
+use idemgate::ops::{Ops, OpsError, Retried, Target, render};
 
 use super::{OWN_FLAGS, print_out, setting_flags};
 

@@ -15,8 +15,7 @@ use crate::intake::{
 use crate::keys::{DEFAULT_NAMESPACE, Keys};
 use crate::providers::Provider;
 use crate::units::Lifetime;
-use crate::vocabulary::DEFAULT_RUN_RETENTION;
-use crate::vocabulary::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, Settings};
+use crate::vocabulary::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, DEFAULT_RUN_RETENTION, Settings};
 
 /// Everything `idemgate serve` needs, resolved and validated.
 #[derive(Debug, Clone)]

@@ -26,8 +26,7 @@ use crate::intake::{
 use crate::keys::DEFAULT_NAMESPACE;
 use crate::redis_io::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_MIN_REPLICAS_TIMEOUT};
 use crate::units::{bytes_and_mib, format_duration};
-use crate::vocabulary::DEFAULT_RUN_RETENTION;
-use crate::vocabulary::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL};
+use crate::vocabulary::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, DEFAULT_RUN_RETENTION};
 use crate::worker::breaker::{DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_MAX_COOLDOWN};
 use crate::worker::heartbeat::DEFAULT_HEARTBEAT_INTERVAL;
 use crate::worker::{

@@ -16,8 +16,7 @@ use serde_json::{Value, json};
 use super::state::{ApiError, AppState};
 use crate::gate::MAX_KEY_FIELD_BYTES;
 use crate::ops::reading::NoReading;
-use crate::ops::{DEFAULT_DEAD_LIMIT, MAX_DEAD_LIMIT, Retried, entry_id};
-use crate::ops::{RunQuery, Source};
+use crate::ops::{DEFAULT_DEAD_LIMIT, MAX_DEAD_LIMIT, Retried, RunQuery, Source, entry_id};
 use crate::units::now_ms;
 
 /// The `/v1/ops/*` routes; [`super::app`] mounts them in the one `/v1`

@@ -7,8 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::client::{Ops, OpsError};
-use crate::vocabulary::DeliveryRecord;
-use crate::vocabulary::Identity;
+use crate::vocabulary::{DeliveryRecord, Identity};
 
 /// What an `inspect` command looks up.
 #[derive(Debug, Clone, PartialEq, Eq)]

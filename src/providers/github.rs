@@ -290,8 +290,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::providers::HmacSha256;
-    use crate::providers::Provider;
+    use crate::providers::{HmacSha256, Provider};
     use hmac::Mac;
 
     const SECRET: &str = "fixture secret \u{2603}";

@@ -218,8 +218,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::providers::Provider;
-    use crate::providers::{Kind, SignError};
+    use crate::providers::{Provider, Kind, SignError};
 
     const SECRET: &str = "gitlab token \u{2603}";
 

@@ -607,8 +607,7 @@ mod tests {
     use std::time::{Duration, UNIX_EPOCH};
 
     use super::*;
-    use crate::providers::Provider;
-    use crate::providers::{FieldPointers, Kind, ProviderError, SignError};
+    use crate::providers::{Provider, FieldPointers, Kind, ProviderError, SignError};
 
     fn at(seconds: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(seconds)

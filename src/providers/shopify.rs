@@ -252,8 +252,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::providers::Provider;
-    use crate::providers::{HmacSha256, Kind};
+    use crate::providers::{Provider, HmacSha256, Kind};
 
     const SECRET: &str = "shpss_client_secret";
 

@@ -201,8 +201,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::providers::Provider;
-    use crate::providers::{HmacSha256, Kind};
+    use crate::providers::{Provider, HmacSha256, Kind};
 
     // The worked example of Slack's "Verifying requests from Slack"
     // (a slash command, so its body is form-encoded, not JSON).

@@ -311,9 +311,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::providers::Provider;
-    use crate::providers::HmacSha256;
-    use crate::providers::{DEFAULT_TOLERANCE, ProviderError};
+    use crate::providers::{Provider, HmacSha256, DEFAULT_TOLERANCE, ProviderError};
     use hmac::Mac;
 
     // The example published with the Standard Webhooks spec and Svix's docs.

@@ -232,8 +232,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::providers::Provider;
-    use crate::providers::{HmacSha256, Kind, ProviderError};
+    use crate::providers::{Provider, HmacSha256, Kind, ProviderError};
 
     const SECRET: &str = "whsec_test_secret_0123456789abcdef";
     const TS: u64 = 1_700_000_000;

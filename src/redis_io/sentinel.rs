@@ -14,8 +14,7 @@ use redis::{
 };
 use redis::{RedisError, RedisFuture, RedisResult, ServerErrorKind, Value};
 
-use super::connection::RedisOptions;
-use super::connection::without_lib_name;
+use super::connection::{RedisOptions, without_lib_name};
 
 /// After a failed discovery, calls fail at once for this long instead of
 /// each asking the sentinels again (a failover takes seconds; hammering the

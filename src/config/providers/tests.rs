@@ -4,8 +4,7 @@ use std::time::Duration;
 
 use crate::config::tests::{file, merged, resolve};
 use crate::config::{FileConfig, Layer, ServeConfig};
-use crate::providers::RefusalStatus;
-use crate::providers::{IdentityMode, Kind, Provider};
+use crate::providers::{IdentityMode, Kind, Provider, RefusalStatus};
 
 use super::providers_from;
 use crate::config::file::toml_error;

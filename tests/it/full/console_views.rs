@@ -15,10 +15,8 @@ use redis::AsyncCommands;
 use serde_json::json;
 
 use crate::full::console::{Browser, keep_screenshot};
-use crate::full::destinations::{
-    Destination, secret, secrets_file, spawn_deliver as deliver_worker, status, wait_status,
-};
 use crate::redis::worker::{Workers, record};
+use crate::support::destination::{Destination, deliver_worker, secret, secrets_file, status, wait_status};
 use crate::support::{Pace, Served, fresh_ns, raw_conn, redis_url, spawn_deliver, temp_dir, wait_for};
 
 async fn post(http: &reqwest::Client, served: &Served, token: &str, provider: &str, id: &str, repo: &str, n: u64) {

@@ -8,15 +8,12 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::extract::ConnectInfo;
-use axum::http::{HeaderMap, StatusCode, Uri};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
 use base64::Engine;
 use idemgate::gate::Gate;
 use idemgate::keys::Keys;
@@ -25,170 +22,11 @@ use redis::AsyncCommands;
 use serde_json::{Value, json};
 
 use crate::redis::worker::{Workers, gate_runs, record, signal, wait_exit};
+use crate::support::destination::{
+    Answer, Destination, Received, dead_count, deliver_worker, ok, secret, secrets_file, status, wait_status,
+};
 use crate::support::proxy::Proxy;
 use crate::support::{TestCerts, free_port, fresh_ns, raw_conn, redis_store_in, redis_url, temp_dir, wait_for};
-
-/// One request the destination received.
-#[derive(Debug, Clone)]
-pub(crate) struct Received {
-    pub(crate) at: Instant,
-    /// The worker's end of the connection that carried it.
-    peer: SocketAddr,
-    path: String,
-    headers: HeaderMap,
-    pub(crate) body: Bytes,
-}
-
-impl Received {
-    pub(crate) fn header(&self, name: &str) -> &str {
-        self.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
-    }
-
-    pub(crate) fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap()
-    }
-
-    /// The run's `number`, as the gate's `o/r push N` runs carry it.
-    pub(crate) fn number(&self) -> u64 {
-        self.json()["number"].as_str().and_then(|n| n.parse().ok()).unwrap_or(0)
-    }
-}
-
-/// What the destination answers: a status, headers, and how long it hangs first.
-pub(crate) struct Answer {
-    pub(crate) status: StatusCode,
-    pub(crate) headers: Vec<(&'static str, String)>,
-    pub(crate) hang: Duration,
-}
-
-pub(crate) fn ok() -> Answer {
-    status(StatusCode::OK)
-}
-
-pub(crate) fn status(status: StatusCode) -> Answer {
-    Answer { status, headers: Vec::new(), hang: Duration::ZERO }
-}
-
-type Script = dyn Fn(&Received, usize) -> Answer + Send + Sync;
-
-/// A destination: an axum server recording every request, answering each
-/// with `script(request, earlier arrivals of the same webhook-id)`.
-pub(crate) struct Destination {
-    addr: SocketAddr,
-    got: Arc<Mutex<Vec<Received>>>,
-    server: tokio::task::JoinHandle<()>,
-}
-
-impl Destination {
-    pub(crate) async fn start(script: impl Fn(&Received, usize) -> Answer + Send + Sync + 'static) -> Self {
-        Self::start_on(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(), script)
-    }
-
-    pub(crate) fn start_on(
-        listener: tokio::net::TcpListener,
-        script: impl Fn(&Received, usize) -> Answer + Send + Sync + 'static,
-    ) -> Self {
-        let addr = listener.local_addr().unwrap();
-        let got = Arc::new(Mutex::new(Vec::<Received>::new()));
-        let script: Arc<Script> = Arc::new(script);
-        let g = got.clone();
-        let app = axum::Router::new().fallback(
-            move |ConnectInfo(peer): ConnectInfo<SocketAddr>, uri: Uri, headers: HeaderMap, body: Bytes| {
-                let (got, script) = (g.clone(), script.clone());
-                async move {
-                    let r = Received { at: Instant::now(), peer, path: uri.path().to_owned(), headers, body };
-                    let answer = {
-                        let mut all = got.lock().unwrap();
-                        let earlier = all.iter().filter(|e| e.header("webhook-id") == r.header("webhook-id")).count();
-                        all.push(r.clone());
-                        script(&r, earlier)
-                    };
-                    tokio::time::sleep(answer.hang).await;
-                    let mut resp: Response = (answer.status, "answer body").into_response();
-                    for (k, v) in answer.headers {
-                        resp.headers_mut().insert(k, v.parse().unwrap());
-                    }
-                    resp
-                }
-            },
-        );
-        let server = tokio::spawn(async move {
-            axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await.unwrap();
-        });
-        Self { addr, got, server }
-    }
-
-    pub(crate) fn url(&self) -> String {
-        format!("http://{}/hooks", self.addr)
-    }
-
-    pub(crate) fn got(&self) -> Vec<Received> {
-        self.got.lock().unwrap().clone()
-    }
-
-    /// The requests of run `n` (its `number`), in order.
-    pub(crate) fn of_run(&self, n: u64) -> Vec<Received> {
-        self.got().into_iter().filter(|r| r.number() == n).collect()
-    }
-}
-
-impl Drop for Destination {
-    fn drop(&mut self) {
-        self.server.abort();
-    }
-}
-
-/// A fresh `whsec_` secret.
-pub(crate) fn secret(seed: u8) -> String {
-    let bytes: Vec<u8> = (0..32u8).map(|i| i.wrapping_mul(31).wrapping_add(seed)).collect();
-    format!("whsec_{}", base64::engine::general_purpose::STANDARD.encode(bytes))
-}
-
-pub(crate) fn secrets_file(dir: &Path, secrets: &[String]) -> PathBuf {
-    let path = dir.join("secrets");
-    std::fs::write(&path, secrets.join("\n") + "\n").unwrap();
-    path
-}
-
-/// `idemgate worker --deliver URL` in `ns`, group `g`; logs to `dir/<name>.log`.
-pub(crate) fn spawn_deliver(redis: &str, ns: &str, dir: &Path, name: &str, url: &str, flags: &[&str]) -> Child {
-    let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_idemgate"))
-        .args(["worker", "--redis-url", redis, "--namespace", ns, "--group", "g", "--consumer", name])
-        .args(["--block", "200ms", "--deliver", url, "--deliver-secret-file"])
-        .arg(dir.join("secrets"))
-        .args(flags)
-        .env("RUST_LOG", "idemgate=debug")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
-}
-
-pub(crate) async fn status_of(ns: &str, n: u64) -> String {
-    record(ns, &format!("run-{n}")).await.get("status").cloned().unwrap_or_default()
-}
-
-pub(crate) async fn wait_status(ns: &str, runs: impl IntoIterator<Item = (u64, &str)> + Clone, limit: Duration) {
-    wait_for(limit, "the runs' final states", || {
-        let runs = runs.clone();
-        async move {
-            for (n, want) in runs {
-                if status_of(ns, n).await != want {
-                    return false;
-                }
-            }
-            true
-        }
-    })
-    .await;
-}
-
-pub(crate) async fn dead_count(ns: &str) -> usize {
-    let mut c = raw_conn().await;
-    c.xlen::<_, usize>(Keys::new(ns).unwrap().runs_dead()).await.unwrap()
-}
 
 /// Verifies each request with the reference Python library, once per secret.
 fn verify_with_standardwebhooks(dir: &Path, secrets: &[String], got: &[Received]) {
@@ -236,8 +74,8 @@ async fn every_run_arrives_once_signed_with_every_secret() {
     // Three deliveries of each piece of work: duplicates never reach the destination.
     gate_runs(&ns, runs, 3).await;
     let mut workers = Workers(vec![
-        spawn_deliver(redis_url(), &ns, &dir, "a", &dest.url(), &["--concurrency", "4"]),
-        spawn_deliver(redis_url(), &ns, &dir, "b", &dest.url(), &["--concurrency", "4"]),
+        deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &["--concurrency", "4"]),
+        deliver_worker(redis_url(), &ns, &dir, "b", &dest.url(), &["--concurrency", "4"]),
     ]);
     wait_status(&ns, (1..=runs as u64).map(|n| (n, "done")), Duration::from_secs(60)).await;
     // Replays of deliveries already seen create nothing new.
@@ -323,7 +161,7 @@ async fn each_answer_decides_its_attempt() {
         "--breaker-failures",
         "100",
     ];
-    let mut workers = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
     let finals = [(1, "done"), (2, "dead"), (3, "done"), (4, "done"), (5, "dead")];
     wait_status(&ns, finals, Duration::from_secs(40)).await;
 
@@ -411,7 +249,7 @@ async fn an_outage_dead_letters_nothing() {
 
     // No outage: a backlog of RUNS, made before the worker starts, drains.
     create_runs(&ns, 1..=RUNS).await;
-    let mut workers = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, "a", &url, &flags)]);
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &url, &flags)]);
     wait_for(Duration::from_secs(60), "the first backlog delivered", || async {
         phase(1..=RUNS).len() >= RUNS as usize
     })
@@ -590,10 +428,10 @@ async fn a_worker_cut_off_from_redis_closes_its_request_before_another_takes_the
     gate_runs(&ns, 1, 1).await;
     let proxy = Proxy::start(redis_url().trim_start_matches("redis://"));
     let flags = ["--lease", "3s", "--timeout", "60s", "--breaker-failures", "100"];
-    let mut workers = Workers(vec![spawn_deliver(&proxy.redis_url(), &ns, &dir, "a", &url, &flags)]);
+    let mut workers = Workers(vec![deliver_worker(&proxy.redis_url(), &ns, &dir, "a", &url, &flags)]);
     wait_for(Duration::from_secs(20), "the first request", || async { dest.hung().request.is_some() }).await;
     proxy.cut();
-    workers.0.push(spawn_deliver(redis_url(), &ns, &dir, "b", &url, &flags));
+    workers.0.push(deliver_worker(redis_url(), &ns, &dir, "b", &url, &flags));
     wait_status(&ns, [(1, "done")], Duration::from_secs(30)).await;
     let closed = dest.hung().closed.expect("the hung request's connection was closed");
     let second = dest.first_answered().expect("the second worker delivered");
@@ -620,7 +458,7 @@ async fn a_run_id_handed_out_again_after_data_loss_gets_a_new_webhook_id() {
             let gate = Gate::new(["o/r"], redis_store_in(&ns, &Settings::default()).await);
             let e = json!({"org": "o", "repo": "r", "action": "push", "number": 1});
             gate.handle("github", delivery, &e).await.unwrap();
-            let mut w = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, delivery, &url, &[])]);
+            let mut w = Workers(vec![deliver_worker(redis_url(), &ns, &dir, delivery, &url, &[])]);
             wait_status(&ns, [(1, "done")], Duration::from_secs(20)).await;
             signal(&w.0[0], "-TERM");
             assert!(wait_exit(&mut w.0[0], Duration::from_secs(15)).await.success());
@@ -759,7 +597,7 @@ async fn a_changed_secrets_file_signs_the_next_request_without_a_restart() {
             wait_status(&ns, [(n, "done")], Duration::from_secs(20)).await;
         }
     };
-    let mut workers = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, "a", &dest.url(), &[])]);
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &[])]);
     deliver(1).await;
     // Step 1 of a rotation: the new secret as a second line.
     secrets_file(&dir, &[old.clone(), new.clone()]);
@@ -814,7 +652,7 @@ async fn a_password_with_at_colon_and_percent_reaches_the_destination_as_basic_a
     let dest = Destination::start(|_, _| ok()).await;
     gate_runs(&ns, 1, 1).await;
     let url = format!("http://hook-user:p%40ss%3Aw%25rd@{}/hooks", dest.addr);
-    let mut workers = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, "a", &url, &[])]);
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &url, &[])]);
     wait_status(&ns, [(1, "done")], Duration::from_secs(20)).await;
     let got = dest.got();
     assert_eq!(got.len(), 1);
@@ -841,7 +679,7 @@ async fn https_destinations_are_verified_against_the_deliver_ca() {
     gate_runs(&ns, 1, 1).await;
     let url = format!("https://hook-user:Pa55-in-url@127.0.0.1:{port}/hooks");
     let flags = ["--deliver-ca", &certs.path("ca.crt")];
-    let mut workers = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, "a", &url, &flags)]);
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &url, &flags)]);
     wait_status(&ns, [(1, "done")], Duration::from_secs(20)).await;
     let seen = dest.heads();
     assert_eq!(seen.len(), 1, "{seen:?}");
@@ -866,7 +704,7 @@ async fn https_destinations_are_verified_against_the_deliver_ca() {
         "--breaker-failures",
         "100",
     ];
-    let mut workers = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, "b", &url, &flags)]);
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "b", &url, &flags)]);
     wait_status(&ns, [(1, "dead")], Duration::from_secs(20)).await;
     let error = record(&ns, "run-1").await["last_error"].clone();
     assert!(error.contains("no answer from") && error.to_lowercase().contains("certificate"), "{error}");

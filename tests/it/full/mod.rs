@@ -3,8 +3,7 @@
 //! `console_views`, `csrf`), promtool (`deploy`), Python with the
 //! `standardwebhooks` package (`destinations`, `receivers`,
 //! `worker_limits`), Go and Node (`receivers`, `quickstart`), curl and jq
-//! (`quickstart`, `docs_recipes`). `long_haul` and `ops_search` need only
-//! Redis, but build on the test destination of `destinations`.
+//! (`quickstart`, `docs_recipes`).
 
 pub(crate) mod console;
 pub(crate) mod console_views;
@@ -12,8 +11,6 @@ pub(crate) mod csrf;
 pub(crate) mod deploy;
 pub(crate) mod destinations;
 pub(crate) mod docs_recipes;
-pub(crate) mod long_haul;
-pub(crate) mod ops_search;
 pub(crate) mod quickstart;
 pub(crate) mod receivers;
 pub(crate) mod testing;

@@ -2,7 +2,8 @@
 //! parallel on one server), the store of a behaviour test, a router called
 //! in process and the `Reply` it gives (or a server gives over a socket),
 //! the providers' signatures (`signing`), temp dirs, and the Redis servers
-//! (`servers`, `proxy`). Every tier compiles the Redis helpers, since a
+//! (`servers`, `proxy`), and the HTTP destination of `--deliver` workers
+//! (`destination`). Every tier compiles the Redis helpers, since a
 //! `both_stores!` behaviour names both stores; only the redis tier and
 //! above call them, so below it they may go unused.
 
@@ -16,6 +17,8 @@ use idemgate::store::memory::MemoryStore;
 use idemgate::store::opened::OpenedStore;
 use idemgate::vocabulary::Settings;
 
+#[cfg_attr(not(feature = "test-redis"), allow(dead_code))]
+pub mod destination;
 #[cfg_attr(not(feature = "test-redis"), allow(dead_code))]
 pub mod proxy;
 #[cfg_attr(not(feature = "test-redis"), allow(dead_code))]

@@ -560,25 +560,15 @@ pub struct Pace {
 #[cfg_attr(not(feature = "test-full"), allow(dead_code))] // for the console's tests
 pub fn spawn_deliver(ns: &str, dir: &std::path::Path, name: &str, url: &str, pace: Pace) -> Child {
     std::fs::write(dir.join("secrets"), "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n").unwrap();
-    let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_idemgate"))
-        .args(["worker", "--redis-url", redis_url(), "--namespace", ns, "--group", "g"])
-        .args(["--consumer", name, "--block", "200ms", "--deliver", url, "--deliver-secret-file"])
-        .arg(dir.join("secrets"))
-        .args([
-            "--heartbeat-interval",
-            pace.heartbeat,
-            "--breaker-failures",
-            "2",
-            "--breaker-cooldown",
-            pace.breaker_cooldown,
-        ])
-        .args(["--max-attempts", "50", "--backoff", pace.backoff, "--max-backoff", pace.backoff])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
+    let paced = [
+        ["--heartbeat-interval", pace.heartbeat],
+        ["--breaker-failures", "2"],
+        ["--breaker-cooldown", pace.breaker_cooldown],
+        ["--max-attempts", "50"],
+        ["--backoff", pace.backoff],
+        ["--max-backoff", pace.backoff],
+    ];
+    super::destination::deliver_worker(redis_url(), ns, dir, name, url, paced.as_flattened())
 }
 
 /// `idemgate serve` (the real binary) on a free loopback port, with a

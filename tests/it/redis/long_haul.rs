@@ -19,18 +19,17 @@ use idemgate::gate::Gate;
 use idemgate::http::{AppState, app};
 use idemgate::keys::Keys;
 use idemgate::providers::Provider;
-use idemgate::vocabulary::DoneRecord;
-use idemgate::vocabulary::Settings;
+use idemgate::vocabulary::{DoneRecord, Settings};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 use sha2::Sha256;
 
 use crate::base::ops::stdout;
-use crate::full::destinations::{
-    Answer, Destination, dead_count, ok, secret, secrets_file, spawn_deliver, status, status_of, wait_status,
-};
 use crate::redis::ops::idemgate_in;
 use crate::redis::worker::{Workers, record, shown_record, signal, spawn_worker, wait_exit};
+use crate::support::destination::{
+    Answer, Destination, dead_count, deliver_worker, ok, secret, secrets_file, status, status_of, wait_status,
+};
 use crate::support::{fresh_ns, raw_conn, redis_store_in, redis_url, send, temp_dir, wait_for};
 
 /// A gate over `ns` that creates run-N for number N when called in order.
@@ -94,7 +93,7 @@ async fn four_hour_long_waits_never_delay_the_other_runs() {
     .await;
     let gate = gate(&ns).await;
     create(&gate, 1..=4).await;
-    let mut workers = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, "a", &dest.url(), &["--concurrency", "4"])]);
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &["--concurrency", "4"])]);
     wait_status(&ns, (1..=4).map(|n| (n, "parked")), Duration::from_secs(15)).await;
 
     let sent = Instant::now();
@@ -115,7 +114,7 @@ async fn four_hour_long_waits_never_delay_the_other_runs() {
         assert_eq!(record(&ns, &run).await["next_attempt_ms"], due.to_string());
     }
     // A second worker of the group: nothing is due, so nothing goes early.
-    workers.0.push(spawn_deliver(redis_url(), &ns, &dir, "b", &dest.url(), &[]));
+    workers.0.push(deliver_worker(redis_url(), &ns, &dir, "b", &dest.url(), &[]));
     tokio::time::sleep(Duration::from_secs(2)).await;
     for n in 1..=4 {
         assert_eq!(dest.of_run(n).len(), 1, "run-{n} was attempted again before it was due");
@@ -212,7 +211,7 @@ async fn a_short_schedule_gives_exactly_its_attempts_then_dead() {
     let dest = Destination::start(|r, _| if r.number() == 1 { status(StatusCode::BAD_REQUEST) } else { ok() }).await;
     create(&gate(&ns).await, [1]).await;
     let schedule = ["--retry-schedule", "200ms,400ms,800ms"];
-    let mut workers = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, "a", &dest.url(), &schedule)]);
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &schedule)]);
     let controls = Controls::start(&ns, 2).await;
     wait_status(&ns, [(1, "dead")], Duration::from_secs(15)).await;
     let made = controls.stop().await;
@@ -305,7 +304,7 @@ async fn a_misconfigured_destination_dead_letters_nothing() {
     create(&gate(&ns).await, 1..=runs).await;
     let flags =
         ["--retry-schedule", "100ms,100ms,100ms", "--breaker-cooldown", "100ms", "--breaker-max-cooldown", "300ms"];
-    let mut workers = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
     // With 4 attempts 100 ms apart, a 401 counted as the run's failure would
     // have killed every run well within this.
     tokio::time::sleep(Duration::from_secs(4)).await;
@@ -345,11 +344,11 @@ async fn a_crash_loses_no_parked_run_and_keeps_its_due_time() {
     .await;
     let runs = 4u64;
     create(&gate(&ns).await, 1..=runs).await;
-    let mut first = spawn_deliver(redis_url(), &ns, &dir, "a", &dest.url(), &["--breaker-failures", "100"]);
+    let mut first = deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &["--breaker-failures", "100"]);
     wait_status(&ns, (1..=runs).map(|n| (n, "parked")), Duration::from_secs(10)).await;
     signal(&first, "-KILL");
     let _ = wait_exit(&mut first, Duration::from_secs(5)).await;
-    let mut workers = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, "b", &dest.url(), &[])]);
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "b", &dest.url(), &[])]);
     wait_status(&ns, (1..=runs).map(|n| (n, "done")), Duration::from_secs(15)).await;
     for n in 1..=runs {
         let got = dest.of_run(n);
@@ -412,8 +411,8 @@ async fn the_payload_arrives_byte_exact_and_leaves_the_done_record() {
     assert_eq!(github_delivery(&kept, "p-2").await, body);
     assert_eq!(record(&dropped, "run-1").await["payload"], body, "kept while queued");
     let mut workers = Workers(vec![
-        spawn_deliver(redis_url(), &dropped, &dir, "a", &dest.url(), &[]),
-        spawn_deliver(redis_url(), &kept, &dir, "b", &dest.url(), &["--keep-done-payloads"]),
+        deliver_worker(redis_url(), &dropped, &dir, "a", &dest.url(), &[]),
+        deliver_worker(redis_url(), &kept, &dir, "b", &dest.url(), &["--keep-done-payloads"]),
     ]);
     for ns in [&dropped, &kept] {
         wait_status(ns, [(1, "done")], Duration::from_secs(15)).await;
@@ -492,7 +491,7 @@ async fn a_done_run_is_redelivered_with_its_run_key_and_the_next_attempt() {
     let dest = Destination::start(|_, _| ok()).await;
     let gate = gate(&ns).await;
     create(&gate, [1]).await;
-    let mut workers = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, "a", &dest.url(), &[])]);
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &[])]);
     wait_status(&ns, [(1, "done")], Duration::from_secs(15)).await;
 
     let out = idemgate_in(&ns, &["runs", "redeliver", "run-1"]);
@@ -633,7 +632,7 @@ async fn done_records_of_earlier_versions_read_and_redeliver() {
         let out = idemgate_in(&ns, &["runs", "redeliver", run]);
         assert!(out.status.success(), "{out:?}");
     }
-    let mut workers = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, "a", &dest.url(), &[])]);
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &[])]);
     wait_for(Duration::from_secs(15), "the redeliveries", || async { dest.got().len() == 2 }).await;
     wait_status(&ns, [(1, "done"), (2, "done")], Duration::from_secs(15)).await;
     for run in ["run-1", "run-2"] {
@@ -662,7 +661,7 @@ async fn a_compact_done_record_unfolds_on_redelivery() {
     secrets_file(&dir, &[secret(18)]);
     let dest = Destination::start(|_, _| ok()).await;
     create(&gate(&ns).await, [1]).await;
-    let mut workers = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, "a", &dest.url(), &[])]);
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &[])]);
     wait_status(&ns, [(1, "done")], Duration::from_secs(15)).await;
     stop(&mut workers).await;
     let out = idemgate_in(&ns, &["runs", "redeliver", "run-1"]);
@@ -670,7 +669,7 @@ async fn a_compact_done_record_unfolds_on_redelivery() {
     let queued = record(&ns, "run-1").await;
     assert!(!queued.contains_key("attempt_status") && !queued.contains_key("duration_ms"), "{queued:?}");
     assert_eq!(history(&ns, "run-1").await.len(), 1, "the done attempt, unfolded: {queued:?}");
-    let mut workers = Workers(vec![spawn_deliver(redis_url(), &ns, &dir, "b", &dest.url(), &[])]);
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "b", &dest.url(), &[])]);
     wait_for(Duration::from_secs(15), "the redelivery", || async { dest.of_run(1).len() == 2 }).await;
     wait_status(&ns, [(1, "done")], Duration::from_secs(15)).await;
     let h = history(&ns, "run-1").await;

@@ -22,8 +22,8 @@ use idemgate::store::redis_store::RedisStore;
 use idemgate::vocabulary::Settings;
 use serde_json::Value;
 
-use crate::full::destinations::{Destination, ok, secret, secrets_file};
 use crate::redis::worker::{Workers, record};
+use crate::support::destination::{Destination, ok, secret, secrets_file};
 use crate::support::{Pace, Reply, fresh_ns, send, shared_cluster_urls, spawn_deliver, temp_dir, wait_for};
 
 const TOKEN: &str = "search-token";

@@ -1,0 +1,193 @@
+//! The test destination of the `--deliver` tests: an HTTP server that
+//! records each request and answers from a script, the `whsec_` secrets
+//! the worker signs with, a `--deliver` worker, and the run states the
+//! tests wait for.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::ConnectInfo;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use idemgate::keys::Keys;
+use redis::AsyncCommands;
+use serde_json::Value;
+
+use super::{raw_conn, wait_for};
+
+/// One request the destination received.
+#[derive(Debug, Clone)]
+pub(crate) struct Received {
+    pub(crate) at: Instant,
+    /// The worker's end of the connection that carried it.
+    #[cfg_attr(not(feature = "test-full"), allow(dead_code))] // read by full::destinations
+    pub(crate) peer: SocketAddr,
+    #[cfg_attr(not(feature = "test-full"), allow(dead_code))] // read by full::destinations
+    pub(crate) path: String,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Bytes,
+}
+
+impl Received {
+    pub(crate) fn header(&self, name: &str) -> &str {
+        self.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
+    }
+
+    pub(crate) fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap()
+    }
+
+    /// The run's `number`, as the gate's `o/r push N` runs carry it.
+    pub(crate) fn number(&self) -> u64 {
+        self.json()["number"].as_str().and_then(|n| n.parse().ok()).unwrap_or(0)
+    }
+}
+
+/// What the destination answers: a status, headers, and how long it hangs first.
+pub(crate) struct Answer {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: Vec<(&'static str, String)>,
+    pub(crate) hang: Duration,
+}
+
+/// `200 OK` at once.
+pub(crate) fn ok() -> Answer {
+    status(StatusCode::OK)
+}
+
+/// `status` at once, with no headers.
+pub(crate) fn status(status: StatusCode) -> Answer {
+    Answer { status, headers: Vec::new(), hang: Duration::ZERO }
+}
+
+type Script = dyn Fn(&Received, usize) -> Answer + Send + Sync;
+
+/// A destination: an axum server recording every request, answering each
+/// with `script(request, earlier arrivals of the same webhook-id)`.
+pub(crate) struct Destination {
+    pub(crate) addr: SocketAddr,
+    got: Arc<Mutex<Vec<Received>>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Destination {
+    pub(crate) async fn start(script: impl Fn(&Received, usize) -> Answer + Send + Sync + 'static) -> Self {
+        Self::start_on(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(), script)
+    }
+
+    pub(crate) fn start_on(
+        listener: tokio::net::TcpListener,
+        script: impl Fn(&Received, usize) -> Answer + Send + Sync + 'static,
+    ) -> Self {
+        let addr = listener.local_addr().unwrap();
+        let got = Arc::new(Mutex::new(Vec::<Received>::new()));
+        let script: Arc<Script> = Arc::new(script);
+        let g = got.clone();
+        let app = axum::Router::new().fallback(
+            move |ConnectInfo(peer): ConnectInfo<SocketAddr>, uri: Uri, headers: HeaderMap, body: Bytes| {
+                let (got, script) = (g.clone(), script.clone());
+                async move {
+                    let r = Received { at: Instant::now(), peer, path: uri.path().to_owned(), headers, body };
+                    let answer = {
+                        let mut all = got.lock().unwrap();
+                        let earlier = all.iter().filter(|e| e.header("webhook-id") == r.header("webhook-id")).count();
+                        all.push(r.clone());
+                        script(&r, earlier)
+                    };
+                    tokio::time::sleep(answer.hang).await;
+                    let mut resp: Response = (answer.status, "answer body").into_response();
+                    for (k, v) in answer.headers {
+                        resp.headers_mut().insert(k, v.parse().unwrap());
+                    }
+                    resp
+                }
+            },
+        );
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await.unwrap();
+        });
+        Self { addr, got, server }
+    }
+
+    pub(crate) fn url(&self) -> String {
+        format!("http://{}/hooks", self.addr)
+    }
+
+    pub(crate) fn got(&self) -> Vec<Received> {
+        self.got.lock().unwrap().clone()
+    }
+
+    /// The requests of run `n` (its `number`), in order.
+    pub(crate) fn of_run(&self, n: u64) -> Vec<Received> {
+        self.got().into_iter().filter(|r| r.number() == n).collect()
+    }
+}
+
+impl Drop for Destination {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+/// A fresh `whsec_` secret.
+pub(crate) fn secret(seed: u8) -> String {
+    let bytes: Vec<u8> = (0..32u8).map(|i| i.wrapping_mul(31).wrapping_add(seed)).collect();
+    format!("whsec_{}", base64::engine::general_purpose::STANDARD.encode(bytes))
+}
+
+/// `dir/secrets`, one secret a line, as `--deliver-secret-file` reads it.
+pub(crate) fn secrets_file(dir: &Path, secrets: &[String]) -> PathBuf {
+    let path = dir.join("secrets");
+    std::fs::write(&path, secrets.join("\n") + "\n").unwrap();
+    path
+}
+
+/// `idemgate worker --deliver URL` in `ns`, group `g`; logs to `dir/<name>.log`.
+pub(crate) fn deliver_worker(redis: &str, ns: &str, dir: &Path, name: &str, url: &str, flags: &[&str]) -> Child {
+    let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["worker", "--redis-url", redis, "--namespace", ns, "--group", "g", "--consumer", name])
+        .args(["--block", "200ms", "--deliver", url, "--deliver-secret-file"])
+        .arg(dir.join("secrets"))
+        .args(flags)
+        .env("RUST_LOG", "idemgate=debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+/// Run `n`'s status in `ns` (empty before it exists).
+pub(crate) async fn status_of(ns: &str, n: u64) -> String {
+    let mut c = raw_conn().await;
+    let status: Option<String> = c.hget(Keys::new(ns).unwrap().run(&format!("run-{n}")), "status").await.unwrap();
+    status.unwrap_or_default()
+}
+
+/// Waits until each run `(n, status)` has its status.
+pub(crate) async fn wait_status(ns: &str, runs: impl IntoIterator<Item = (u64, &str)> + Clone, limit: Duration) {
+    wait_for(limit, "the runs' final states", || {
+        let runs = runs.clone();
+        async move {
+            for (n, want) in runs {
+                if status_of(ns, n).await != want {
+                    return false;
+                }
+            }
+            true
+        }
+    })
+    .await;
+}
+
+/// How many runs sit in the dead stream of `ns`.
+pub(crate) async fn dead_count(ns: &str) -> usize {
+    let mut c = raw_conn().await;
+    c.xlen::<_, usize>(Keys::new(ns).unwrap().runs_dead()).await.unwrap()
+}
