@@ -55,7 +55,7 @@ pub enum BenchError {
     Store(#[from] crate::Error),
     /// The worker failed to start or to run.
     #[error(transparent)]
-    Worker(#[from] crate::worker::WorkerError),
+    Worker(#[from] crate::worker::config::WorkerError),
     /// A file, a socket or a child process failed.
     #[error(transparent)]
     Io(#[from] std::io::Error),

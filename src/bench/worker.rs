@@ -15,8 +15,9 @@ use crate::gate::Gate;
 use crate::keys::Keys;
 use crate::redis_io::{Conn, DEFAULT_COMMAND_TIMEOUT, RedisHandle};
 use crate::worker::breaker::BreakerConfig;
+use crate::worker::config::WorkerConfig;
 use crate::worker::deliver::{DeliverOptions, Destination};
-use crate::worker::{RunAttempt, Worker, WorkerConfig};
+use crate::worker::{RunAttempt, Worker};
 
 /// The row of runs delivered while a quarter of them are parked.
 const PARKED_ROW: &str = "runs/s delivered while 25% of runs are parked on long waits (the same sink; every 4th run answered `429 Retry-After: 3600`, parked for an hour; breaker threshold raised so only parking is measured)";

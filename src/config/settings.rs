@@ -28,11 +28,11 @@ use crate::redis_io::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_MIN_REPLICAS_TIMEOUT};
 use crate::units::{bytes_and_mib, format_duration};
 use crate::vocabulary::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, DEFAULT_RUN_RETENTION};
 use crate::worker::breaker::{DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_MAX_COOLDOWN};
-use crate::worker::heartbeat::DEFAULT_HEARTBEAT_INTERVAL;
-use crate::worker::{
+use crate::worker::config::{
     DEFAULT_BACKOFF, DEFAULT_BLOCK, DEFAULT_CONCURRENCY, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BACKOFF,
     DEFAULT_RETRY_SCHEDULE, DEFAULT_TIMEOUT, DEFAULT_TRIM_INTERVAL, LEASE_MARGIN,
 };
+use crate::worker::heartbeat::DEFAULT_HEARTBEAT_INTERVAL;
 
 settings! {
     // The store's: every command that reaches it (`STORE`).

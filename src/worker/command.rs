@@ -13,8 +13,9 @@ use std::process::Stdio;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
+use super::config::{WorkerConfig, WorkerError};
 use super::reaper::{self, Attempt};
-use super::{Failure, Handler, RunAttempt, Success, Summary, Worker, WorkerConfig, WorkerError};
+use super::{Failure, Handler, RunAttempt, Success, Summary, Worker};
 use crate::config::{FileConfig, Merged, StoreConfig};
 
 /// How much of the child's stderr is kept for the run's `last_error`: its

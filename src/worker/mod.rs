@@ -10,7 +10,7 @@
 //! still holds the entry and updates the stream and the run record together.
 //!
 //! - `run.rs`: what a handler sees of a run and how it answers ([`Handler`]);
-//!   `config.rs`: the worker's settings and errors. Both are the words the
+//!   [`config`]: the worker's settings and errors. Both are the words the
 //!   consumer here and the queue share.
 //! - The consumer itself, in steps: `state` (what its parts share: the runs
 //!   in hand, the counters), `reader` (the read loop: capacity, the breaker,
@@ -38,7 +38,7 @@
 mod attempt;
 pub mod breaker;
 pub mod command;
-mod config;
+pub mod config;
 pub mod deliver;
 pub mod heartbeat;
 mod history;
@@ -60,15 +60,12 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 pub use attempt::{MAX_LAST_ERROR, MAX_RETRY_AFTER};
-pub use config::{
-    DEFAULT_BACKOFF, DEFAULT_BLOCK, DEFAULT_CONCURRENCY, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BACKOFF,
-    DEFAULT_RETRY_SCHEDULE, DEFAULT_TIMEOUT, DEFAULT_TRIM_INTERVAL, InvalidSetting, JITTER, LEASE_MARGIN, WorkerConfig,
-    WorkerError, default_consumer,
-};
 pub use history::{HISTORY_ERROR_BYTES, HISTORY_LEN};
 pub use queue::trim_runs;
 pub use run::{Failure, Handler, Payload, RunAttempt, Success};
 pub use state::Summary;
+
+use config::{WorkerConfig, WorkerError};
 
 use crate::config::StoreConfig;
 use crate::keys::Keys;
@@ -227,6 +224,7 @@ async fn read_until(
 mod tests {
     use std::time::Duration;
 
+    use super::config::{DEFAULT_RETRY_SCHEDULE, LEASE_MARGIN};
     use super::*;
 
     #[test]

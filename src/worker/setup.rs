@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use super::breaker::{BreakerConfig, DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_MAX_COOLDOWN};
 use super::command;
+use super::config::{DEFAULT_MAX_ATTEMPTS, LEASE_MARGIN, WorkerConfig, WorkerError};
 use super::deliver::{DeliverOptions, Destination};
 use super::metrics::WorkerMetrics;
-use super::{DEFAULT_MAX_ATTEMPTS, Handler, LEASE_MARGIN, Summary, Worker, WorkerConfig, WorkerError};
+use super::{Handler, Summary, Worker};
 use crate::config::{ConfigError, Given, Layer, Merged, Setting, StoreConfig};
 
 /// What the worker hands each attempt to.

@@ -12,7 +12,8 @@ use idemgate::ops::{Ops, Retried};
 use idemgate::redis_io::{Conn, RedisOptions};
 use idemgate::store::redis_store::RedisStore;
 use idemgate::vocabulary::Settings;
-use idemgate::worker::{RunAttempt, Worker, WorkerConfig};
+use idemgate::worker::config::WorkerConfig;
+use idemgate::worker::{RunAttempt, Worker};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 

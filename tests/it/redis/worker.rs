@@ -13,7 +13,8 @@ use idemgate::keys::Keys;
 use idemgate::redis_io::RedisOptions;
 use idemgate::redis_io::scripts::LuaScript;
 use idemgate::vocabulary::{Settings, Status};
-use idemgate::worker::{Failure, RunAttempt, Worker, WorkerConfig, trim_runs};
+use idemgate::worker::config::WorkerConfig;
+use idemgate::worker::{Failure, RunAttempt, Worker, trim_runs};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 
