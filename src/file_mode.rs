@@ -1,5 +1,5 @@
-//! A warning at start for a file that holds a secret (the config file, a
-//! password file, a secrets file) and that other users can read: its group
+//! A warning at start for a file that holds a secret (a config file with a
+//! secret in it, a password file, a secrets file) and that other users can read: its group
 //! or everyone has the read bit. The file is still used; the warning names
 //! it and the fix.
 

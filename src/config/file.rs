@@ -13,8 +13,11 @@ impl<P: DeserializeOwned> FileTables<P> {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| err(format!("config file {}: cannot read it: {e}", path.display())))?;
-        crate::file_mode::warn_if_others_can_read(path, "the config file");
-        Self::parse(&text).map_err(|e| err(format!("config file {}: {e}", path.display())))
+        let file = Self::parse(&text).map_err(|e| err(format!("config file {}: {e}", path.display())))?;
+        if holds_secret(&text) {
+            crate::file_mode::warn_if_others_can_read(path, "the config file");
+        }
+        Ok(file)
     }
 
     /// [`FileTables::load`], or the empty config without a file.
@@ -60,5 +63,58 @@ pub(super) fn toml_error(text: &str, e: &toml::de::Error) -> String {
         (Some(n), Some(k)) => format!("line {n}, key `{k}`: {what}"),
         (Some(n), None) => format!("line {n}: {what}"),
         (None, _) => what,
+    }
+}
+
+/// Keys whose value is a secret itself: a provider's `secret` and
+/// `secrets`, the `/v1` token.
+const SECRET_KEYS: [&str; 3] = ["secret", "secrets", "api_token"];
+
+/// Whether the file holds a secret itself, so that who may read it
+/// matters: a [`SECRET_KEYS`] value, or a URL with a part that printing
+/// hides (userinfo, a query value, a destination's path past its first
+/// segment: [`crate::redact`]). A file that names its secrets' files or
+/// variables (`secret_env`, `redis_password_file`) holds none.
+fn holds_secret(text: &str) -> bool {
+    fn secret_value(v: &toml::Value) -> bool {
+        match v {
+            toml::Value::String(s) => {
+                s.contains("://") && crate::redact::printed(s, crate::redact::Kind::Deliver) != s.trim()
+            }
+            toml::Value::Array(items) => items.iter().any(secret_value),
+            toml::Value::Table(t) => secret_table(t),
+            _ => false,
+        }
+    }
+    fn secret_table(t: &toml::Table) -> bool {
+        t.iter().any(|(k, v)| SECRET_KEYS.contains(&k.as_str()) || secret_value(v))
+    }
+    toml::from_str::<toml::Table>(text).is_ok_and(|t| secret_table(&t))
+}
+
+#[cfg(test)]
+mod secret_tests {
+    use super::holds_secret;
+
+    #[test]
+    fn only_a_file_that_holds_a_secret_itself_holds_one() {
+        for text in [
+            "[[provider]]\nname = \"gh\"\nkind = \"github\"\nsecret = \"s\"\n",
+            "[[provider]]\nname = \"gh\"\nkind = \"github\"\nsecrets = [\"a\", \"b\"]\n",
+            "api_token = \"t\"\n",
+            "redis_url = \"redis://:pw@127.0.0.1:6379\"\n",
+            "redis_cluster_nodes = [\"redis://127.0.0.1:1\", \"redis://u:pw@127.0.0.1:2\"]\n",
+            "[worker]\ndeliver = \"https://hooks.example.com/services/T1/B2/TOKEN\"\n",
+        ] {
+            assert!(holds_secret(text), "{text}");
+        }
+        for text in [
+            "[worker]\ngroup = \"g\"\n",
+            "redis_url = \"redis://127.0.0.1:6379/0\"\nredis_password_file = \"/run/pw\"\n",
+            "[[provider]]\nname = \"gh\"\nkind = \"github\"\nsecret_env = \"GH_SECRET\"\n",
+            "[worker]\ndeliver = \"https://hooks.example.com/in\"\n",
+        ] {
+            assert!(!holds_secret(text), "{text}");
+        }
     }
 }

@@ -198,14 +198,16 @@ async fn a_2xx_head_decides_done_though_its_body_never_completes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A config file, a password file and a secrets file that other users can
-/// read get a warning at start; a 0600 file none.
+/// A config file that holds a secret, and a password file, that other
+/// users can read get a warning at start; a 0600 file none, and neither
+/// does a config file with no secret in it.
 #[test]
 fn files_other_users_can_read_get_a_warning() {
     use std::os::unix::fs::PermissionsExt;
     let dir = temp_dir("file-modes");
     let config = dir.join("idemgate.toml");
-    std::fs::write(&config, "[worker]\ngroup = \"g\"\n").unwrap();
+    // The flag wins over the file's URL, but the file still holds its password.
+    std::fs::write(&config, "redis_url = \"redis://:pw@127.0.0.1:1\"\n[worker]\ngroup = \"g\"\n").unwrap();
     let pw = dir.join("pw");
     std::fs::write(&pw, "secret\n").unwrap();
     let run = || {
@@ -233,6 +235,10 @@ fn files_other_users_can_read_get_a_warning() {
     }
     let tight = run();
     assert!(!tight.contains("can be read by other users"), "{tight}");
+    std::fs::write(&config, "[worker]\ngroup = \"g\"\n").unwrap();
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let no_secret = run();
+    assert!(!no_secret.contains("the config file can be read"), "{no_secret}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
