@@ -121,7 +121,14 @@ async fn deliver_to_sink(
     let url = format!("http://{}/hooks", listener.local_addr()?);
     let server = tokio::spawn(async move { axum::serve(listener, sink).await });
     let secret_file = std::env::temp_dir().join(format!("idemgate-bench-secret-{}", std::process::id()));
-    std::fs::write(&secret_file, "whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo=\n")?;
+    // Owner-only, as the worker asks of a secrets file (else it warns on each of the bench's workers).
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f =
+            std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&secret_file)?;
+        f.write_all(b"whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo=\n")?;
+    }
     let destination = Destination::new(&DeliverOptions { url, secret_file: secret_file.clone(), ca: None, breaker })
         .map_err(|e| BenchError::Failed(e.to_string()))?;
     let config = WorkerConfig { concurrency: 8, ..WorkerConfig::new(group) };
