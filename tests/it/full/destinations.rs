@@ -119,12 +119,7 @@ async fn every_run_arrives_once_signed_with_every_secret() {
     let connections: std::collections::BTreeSet<SocketAddr> = got.iter().map(|r| r.peer).collect();
     assert!(connections.len() <= 8, "{} connections for {runs} requests", connections.len());
     verify_with_standardwebhooks(&dir, &secrets, &got);
-    for w in &workers.0 {
-        signal(w, "-TERM");
-    }
-    for w in &mut workers.0 {
-        assert!(wait_exit(w, Duration::from_secs(15)).await.success());
-    }
+    workers.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -65,15 +65,6 @@ fn log_of(dir: &Path, name: &str) -> String {
     std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default()
 }
 
-async fn stop(workers: &mut Workers) {
-    for w in &workers.0 {
-        signal(w, "-TERM");
-    }
-    for w in &mut workers.0 {
-        assert!(wait_exit(w, Duration::from_secs(15)).await.success());
-    }
-}
-
 /// With `--concurrency 4`, four runs answered `429 Retry-After: 3600`
 /// hold no slot: 20 runs created after them are delivered at once. The four
 /// stay parked with their due time an hour after their attempt, and a
@@ -121,7 +112,7 @@ async fn four_hour_long_waits_never_delay_the_other_runs() {
         assert_eq!(status_of(&ns, n).await, "parked");
     }
     assert_eq!(dead_count(&ns).await, 0);
-    stop(&mut workers).await;
+    workers.stop().await;
     // The drain parks nothing new and loses nothing: the four are still parked.
     for n in 1..=4 {
         assert!(parked_due_ms(&ns, &format!("run-{n}")).await.is_some());
@@ -234,7 +225,7 @@ async fn a_short_schedule_gives_exactly_its_attempts_then_dead() {
     }
     assert_eq!(record(&ns, "run-1").await["attempts"], "4");
     assert_eq!(dead_count(&ns).await, 1);
-    stop(&mut workers).await;
+    workers.stop().await;
 
     // The command mode: exit status 3 with a line on stderr, every attempt;
     // each process notes when it started (its clock and the test's are the
@@ -275,7 +266,7 @@ async fn a_short_schedule_gives_exactly_its_attempts_then_dead() {
     let done = history(&ns, "run-2").await;
     assert_eq!((done.len(), done[0]["status"].as_u64(), done[0]["outcome"].as_str()), (1, Some(0), Some("done")));
     assert!(log_of(&dir, "c").contains("delivered run-2 attempt 1: exit status 0 in "), "{}", log_of(&dir, "c"));
-    stop(&mut workers).await;
+    workers.stop().await;
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -326,7 +317,7 @@ async fn a_misconfigured_destination_dead_letters_nothing() {
         assert!(h.iter().all(|e| e["outcome"] != "dead"), "{h:?}");
     }
     assert!(counted <= 4, "{counted} counted attempts");
-    stop(&mut workers).await;
+    workers.stop().await;
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -363,7 +354,7 @@ async fn a_crash_loses_no_parked_run_and_keeps_its_due_time() {
     let mut c = raw_conn().await;
     let left: usize = c.zcard(Keys::new(&ns).unwrap().retry("g")).await.unwrap();
     assert_eq!(left, 0, "the parking set is empty once every run is done");
-    stop(&mut workers).await;
+    workers.stop().await;
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -476,7 +467,7 @@ async fn the_payload_arrives_byte_exact_and_leaves_the_done_record() {
     assert!(text.contains("finished_ms") && text.contains("run_id"), "{text}");
     assert!(text.contains("history (1 newest attempt, oldest first):"), "{text}");
     assert!(log_of(&dir, "a").contains("delivered run-1 attempt 1: HTTP 200 in "), "{}", log_of(&dir, "a"));
-    stop(&mut workers).await;
+    workers.stop().await;
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -515,7 +506,7 @@ async fn a_done_run_is_redelivered_with_its_run_key_and_the_next_attempt() {
     assert_eq!((r1["attempts"].as_str(), r1["redeliveries"].as_str()), ("3", "2"), "{r1:?}");
     let want: Vec<(u64, String)> = [(1, "done"), (2, "done"), (3, "done")].map(|(a, o)| (a, o.to_owned())).into();
     assert_eq!(outcomes(&history(&ns, "run-1").await), want);
-    stop(&mut workers).await;
+    workers.stop().await;
 
     // No worker: run-2 stays queued, and is refused.
     create(&Gate::new(["o/r"], redis_store_in(&ns, &Settings::default()).await), [2]).await;
@@ -571,7 +562,7 @@ async fn an_attempt_lost_with_its_worker_is_on_record_as_fenced() {
         (Some("a"), None, Some("b"))
     );
     assert!(h[0]["error"].as_str().unwrap().contains("did not finish"), "{h:?}");
-    stop(&mut workers).await;
+    workers.stop().await;
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -648,7 +639,7 @@ async fn done_records_of_earlier_versions_read_and_redeliver() {
     // Done again, now compact; run_id still from the key.
     assert!(!record(&ns, "run-2").await.contains_key("run_id"));
     assert_eq!(shown_record(&ns, "run-2").await["run_id"], "run-2");
-    stop(&mut workers).await;
+    workers.stop().await;
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -663,7 +654,7 @@ async fn a_compact_done_record_unfolds_on_redelivery() {
     create(&gate(&ns).await, [1]).await;
     let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &[])]);
     wait_status(&ns, [(1, "done")], Duration::from_secs(15)).await;
-    stop(&mut workers).await;
+    workers.stop().await;
     let out = idemgate_in(&ns, &["runs", "redeliver", "run-1"]);
     assert!(out.status.success(), "{out:?}");
     let queued = record(&ns, "run-1").await;
@@ -675,6 +666,6 @@ async fn a_compact_done_record_unfolds_on_redelivery() {
     let h = history(&ns, "run-1").await;
     assert_eq!(outcomes(&h), [(1, "done".to_owned()), (2, "done".to_owned())], "{h:?}");
     assert!(record(&ns, "run-1").await.contains_key("history"), "the earlier attempt stays in `history`");
-    stop(&mut workers).await;
+    workers.stop().await;
     let _ = std::fs::remove_dir_all(dir);
 }

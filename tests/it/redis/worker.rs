@@ -119,6 +119,18 @@ pub(crate) async fn wait_exit(child: &mut Child, limit: Duration) -> ExitStatus 
 /// Kills worker processes a failed test leaves behind.
 pub(crate) struct Workers(pub(crate) Vec<Child>);
 
+impl Workers {
+    /// SIGTERM to each, then each must exit 0 (a clean drain) within 15 s.
+    pub(crate) async fn stop(&mut self) {
+        for w in &self.0 {
+            signal(w, "-TERM");
+        }
+        for w in &mut self.0 {
+            assert!(wait_exit(w, Duration::from_secs(15)).await.success());
+        }
+    }
+}
+
 impl Drop for Workers {
     fn drop(&mut self) {
         for c in &mut self.0 {
@@ -159,12 +171,7 @@ async fn worker_three_workers_run_each_of_150_runs_exactly_once() {
         assert!(r["worker"].starts_with('w') && r["finished_ms"].parse::<u64>().unwrap() > 0);
     }
 
-    for w in &workers.0 {
-        signal(w, "-TERM");
-    }
-    for w in &mut workers.0 {
-        assert!(wait_exit(w, Duration::from_secs(10)).await.success());
-    }
+    workers.stop().await;
     // A clean stop leaves the group without those consumers, and nothing pending.
     let mut c = raw_conn().await;
     let keys = Keys::new(&ns).unwrap();
@@ -447,12 +454,7 @@ async fn worker_slow_run_on_a_live_worker_is_not_stolen() {
     wait_for(Duration::from_secs(15), "run-1 done", || all_done(&ns, 1)).await;
     assert_eq!(lines(&ran), ["start a", "end a"]);
     assert_eq!(record(&ns, "run-1").await["attempts"], "1");
-    for w in &workers.0 {
-        signal(w, "-TERM");
-    }
-    for w in &mut workers.0 {
-        assert!(wait_exit(w, Duration::from_secs(10)).await.success());
-    }
+    workers.stop().await;
     let _ = std::fs::remove_dir_all(dir);
 }
 
