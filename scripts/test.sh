@@ -7,6 +7,9 @@
 # runs, in order:
 #   0. scripts/check-standalone.sh: no tracked file refers to material
 #      outside the repository,
+#   0b. the event digest's unit tests with `serde_json/preserve_order` on
+#      (maps in insertion order, as an embedding application may build
+#      idemgate), in a build dir of its own that is removed after it,
 #   1. a smoke run of `idemgate bench` against a Redis of its own,
 #   2. `idemgate healthcheck` against a loopback Redis Cluster,
 #   3. the docker-compose stack test (tests/compose.sh),
@@ -85,6 +88,11 @@ if [ -z "${IDEMGATE_REDIS_IMAGE:-}" ]; then
 fi
 
 if ! $quick; then
+  echo "== the event digest with serde_json/preserve_order (a build of its own, removed after)"
+  po_target=$(mktemp -d)
+  CARGO_TARGET_DIR="$po_target" cargo test --locked --no-default-features --features serde_json/preserve_order --lib event_digest
+  rm -rf "$po_target"
+
   echo "== bench smoke (a few seconds; figures are meaningless at this length)"
   cargo build --release --locked --bin idemgate
   port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

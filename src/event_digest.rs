@@ -352,8 +352,9 @@ mod tests {
 
     /// The digest keeps its keys in byte order whatever order the tree's
     /// maps keep. Without `serde_json/preserve_order` every `Map` is
-    /// sorted; run `cargo test --features serde_json/preserve_order --lib
-    /// event_digest` to hold it with maps in insertion order (it failed
+    /// sorted; `cargo test --no-default-features --features
+    /// serde_json/preserve_order --lib event_digest` (a step of
+    /// scripts/test.sh) holds it with maps in insertion order (it failed
     /// there before `Sorted`).
     #[test]
     fn the_digest_does_not_depend_on_the_maps_order() {
