@@ -11,7 +11,7 @@ use idemgate::units::{format_duration, parse_duration};
 
 use super::{OWN_FLAGS, setting_flags};
 
-/// Flags of `idemgate bench`: its Redis and the config file are settings
+/// Flags of `idemgate bench`: its Redis, its TLS CA and the config file are settings
 /// (`super::setting_flags`), the rest are the bench's own.
 #[derive(Debug, Clone, Args)]
 #[command(next_display_order = OWN_FLAGS, args = setting_flags(Command::Bench))]
@@ -35,22 +35,20 @@ pub struct BenchArgs {
     /// The same Redis's TLS port (`rediss://…`): adds the library gate over TLS against plain TCP, alternated in one run.
     #[arg(long, value_name = "URL")]
     pub tls_url: Option<String>,
-    /// PEM CA file that verifies --tls-url [default: the system roots].
-    #[arg(long, value_name = "FILE")]
-    pub redis_tls_ca: Option<std::path::PathBuf>,
 }
 
 /// `idemgate bench`: runs every measurement and prints the Markdown report.
 pub async fn bench(args: BenchArgs, sources: Sources) -> anyhow::Result<ExitCode> {
+    let merged = Merged::load(sources)?;
     let options = BenchOptions {
-        redis_url: redis_url(sources)?,
+        redis_url: redis_url(&merged)?,
         duration: args.duration,
         smoke: args.smoke,
         skip_http: args.skip_http,
         skip_redis_benchmark: args.skip_redis_benchmark,
         load_cpus: args.load_cpus,
         tls_url: args.tls_url,
-        redis_tls_ca: args.redis_tls_ca,
+        redis_tls_ca: tls_ca(&merged)?,
         // The worker section starts `idemgate worker`: this very binary.
         idemgate_program: std::env::current_exe()?,
     };
@@ -62,8 +60,7 @@ pub async fn bench(args: BenchArgs, sources: Sources) -> anyhow::Result<ExitCode
 /// The Redis to measure against, from the flag or the env var. The config
 /// file's `redis_url` is refused: it names the gate's own Redis, and the
 /// bench is meant for a server of its own.
-fn redis_url(sources: Sources) -> anyhow::Result<String> {
-    let merged = Merged::load(sources)?;
+fn redis_url(merged: &Merged) -> anyhow::Result<String> {
     match merged.given.redis_url.text()? {
         Some(url) if url.origin.is_file() => bail!(
             "{}: the bench does not measure the config file's Redis (that is the gate's own, and the bench writes to the Redis it measures): give a server of your own with --redis-url or IDEMGATE_REDIS_URL",
@@ -71,5 +68,17 @@ fn redis_url(sources: Sources) -> anyhow::Result<String> {
         ),
         Some(url) => Ok(url.value),
         None => bail!("give the Redis to measure against: --redis-url URL (or IDEMGATE_REDIS_URL)"),
+    }
+}
+
+/// The CA that verifies `--tls-url`, from the flag or the env var. The
+/// config file's is refused as its URL is: it is the gate's own Redis's.
+fn tls_ca(merged: &Merged) -> anyhow::Result<Option<std::path::PathBuf>> {
+    match merged.given.redis_tls_ca.path()? {
+        Some(ca) if ca.origin.is_file() => bail!(
+            "{}: the bench does not take the config file's Redis settings (they are the gate's own): give the CA of --tls-url with --redis-tls-ca or IDEMGATE_REDIS_TLS_CA",
+            ca.origin
+        ),
+        ca => Ok(ca.map(|ca| ca.value)),
     }
 }

@@ -80,8 +80,7 @@ pub fn sources(command: &clap::Command, matches: &ArgMatches) -> Sources {
     let mut sources = Sources::default();
     for arg in command.get_arguments() {
         let id = arg.get_id().as_str();
-        // A setting's flag has its id and its env var (`bench --redis-tls-ca` is bench's own).
-        let setting = FLAGS.iter().find(|f| f.name == id && arg.get_env().is_some_and(|e| e == f.env));
+        let setting = FLAGS.iter().find(|f| f.name == id);
         let Some(flag) = setting else { continue };
         let (layer, origin) = match matches.value_source(id) {
             Some(clap::parser::ValueSource::CommandLine) => {

@@ -84,6 +84,8 @@ settings! {
     },
     redis_tls_ca: PathBuf [top] {
         env: "IDEMGATE_REDIS_TLS_CA",
+        on: &[Command::Serve, Command::Worker, Command::Ops, Command::Bench],
+        help_on: &[(Command::Bench, "PEM file of the CA that verifies --tls-url [default: the system roots]")],
         value_name: "FILE",
         help: "PEM file of the CA that signs Redis's certificate, for rediss:// URLs [default: the system roots]",
     },

@@ -146,5 +146,16 @@ fn bench_refuses_the_config_files_redis() {
     let bad = write(&d, "bad.toml", "redis_url = 5\n");
     let e = start_error(&["bench", "--smoke", "--config", &bad], &[]);
     assert!(e.contains("line 1, key `redis_url`: invalid value"), "{e}");
+    // The TLS CA is the setting every command takes, and the file's is refused as its URL is.
+    let ca = write(&d, "ca.toml", "redis_tls_ca = \"/etc/gate-ca.pem\"\n");
+    let e = start_error(&["bench", "--smoke", "--redis-url", "redis://127.0.0.1:1", "--config", &ca], &[]);
+    assert!(
+        e.contains("config file line 1, `redis_tls_ca`: the bench does not take the config file's Redis settings"),
+        "{e}"
+    );
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate")).args(["bench", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("--redis-tls-ca <FILE>") && help.contains("the CA that verifies --tls-url"), "{help}");
+    assert!(help.contains("IDEMGATE_REDIS_TLS_CA"), "{help}");
     let _ = std::fs::remove_dir_all(d);
 }
