@@ -5,8 +5,9 @@
     scripts/import-graph.py --edges    also print every arrow: file -> file it imports from
 
 An arrow A -> B means A names something of B through `crate::`, `super::` or
-a child module's path (`use queue::Queue` in worker/mod.rs). Declaring a child
-(`mod queue;`) and re-exporting it are not arrows of their own. Test modules
+a child module's path (`use queue::Queue` in worker/mod.rs), re-exports
+included (`pub use client::Ops` in ops/mod.rs is an arrow to ops/client.rs).
+Declaring a child (`mod queue;`) is not an arrow of its own. Test modules
 (`#[cfg(test)] mod tests { ... }` to the end of the file, and files under a
 `tests` module) are left out: tests may use anything.
 """
@@ -148,8 +149,8 @@ def graph():
             targets.add(resolve_aliased(m.group(1), mod, mods, aliases))
         targets.discard(None)
         targets.discard(mod)
-        # A parent that only declares or re-exports its children does not depend on them
-        # for the graph's purpose; but `use child::X` inside the parent does (read above).
+        # Declaring a child (`mod child;`) is no arrow; `use child::X` and `pub use child::X`
+        # in the parent are (read above).
         edges[mod] = targets
     return mods, edges
 

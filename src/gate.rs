@@ -47,7 +47,7 @@ impl Gate {
     }
 
     /// The allowlist that judges `provider`'s deliveries: its own, else the gate's.
-    pub fn allowlist_of(&self, provider: &str) -> &Allowlist {
+    pub(crate) fn allowlist_of(&self, provider: &str) -> &Allowlist {
         self.provider_allowlists.get(provider).unwrap_or(&self.allowlist)
     }
 

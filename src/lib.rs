@@ -20,8 +20,9 @@
 //!   command bounds, routing to primaries, the Lua scripts and their typed calls, and
 //!   [`redis_io::RedisHandle`], the namespace-scoped handle the store, the worker and `ops` share.
 //!   Plain commands are written where they are used, sent through a `RedisHandle` or a
-//!   `redis_io::Conn`: the store's reads, the worker's stream reads, the operator
-//!   commands' scans, the `/metrics` gauges, `serve`'s eviction check, and the bench.
+//!   `redis_io::Conn`: the store's `PING`, the worker's stream reads and heartbeat, the
+//!   operator commands' reads and their dead-stream writes, the `/metrics` gauges,
+//!   `serve`'s eviction check, and the bench.
 //! - [`jcs`]: RFC 8785 canonical JSON, for payload digests (window analysis, GitHub event identities).
 //! - [`keys`]: the length-prefixed Redis key schema of docs/reference.md#redis-keys.
 //! - [`config`]: one configuration for every command: the flags', env's and TOML file's layers, merged once, each error naming the bad value's source.

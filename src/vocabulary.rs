@@ -1,7 +1,11 @@
-//! The gate's vocabulary, shared by the rules ([`crate::gate`]), the stores
-//! ([`crate::store`]) and the key schema ([`crate::keys`]): the answers, the
-//! identity that names logical work, the verdict the rules hand a store, and
-//! the delivery record a store keeps. Of the crate it uses only
+//! The gate's vocabulary, the words the rules ([`crate::gate`]), the stores
+//! ([`crate::store`]), the Redis scripts' calls, the worker, the operator
+//! commands, the providers, the config and the embedding layer share: the
+//! answers ([`Status`], [`Response`], [`Outcome`]), the identity that names
+//! logical work and its key's slots, the verdict the rules hand a store,
+//! the lifetimes ([`Settings`] and their defaults, [`Hold`]), the delivery
+//! record a store keeps, and what names a run ([`RunFields`], and a done
+//! run's compact record, [`DoneRecord`]). Of the crate it uses only
 //! [`crate::error`] (the store's `Error`, in the `Store` trait's signatures),
 //! which uses nothing of it, so every other module can depend on it without
 //! a cycle.
