@@ -175,6 +175,10 @@ async fn eval_and_wait_on<T: FromRedisValue>(
     // The answer of a run that happened outside the batch (after MOVED):
     // the batch's own run then replays it, and the first answer is the one.
     let mut decided: Option<T> = None;
+    // A walk of redirects, bounded by count, not `crate::retry`'s policy: a
+    // MOVED or ASK is followed at once, and only a node that is failing
+    // over or loading gets a short wait (20 ms more each time). A caller
+    // that must get an answer retries the whole call on top (retry.rs).
     for attempt in 1..=10u64 {
         let mut pipe = redis::pipe();
         if asking {
