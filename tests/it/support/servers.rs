@@ -485,9 +485,10 @@ impl SentinelProcess {
         std::fs::write(
             &conf,
             format!(
-                "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {master} 127.0.0.1 {primary_port} 1\n\
+                "port {port}\nbind 127.0.0.1\ndir {}\nlogfile {}\nsentinel monitor {master} 127.0.0.1 {primary_port} 1\n\
                  sentinel down-after-milliseconds {master} {}\nsentinel failover-timeout {master} 5000\n",
                 dir.display(),
+                dir.join("sentinel.log").display(),
                 down_after.as_millis()
             ),
         )
@@ -510,6 +511,14 @@ impl SentinelProcess {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The last `lines` lines of the sentinel's own log (`+tilt`,
+    /// `+convert-to-slave`, …): what a failing test shows of its view.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let log = std::fs::read_to_string(self.dir.join("sentinel.log")).unwrap_or_default();
+        let all: Vec<&str> = log.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
     }
 
     /// The port of the primary this sentinel names for `master`.
