@@ -81,9 +81,11 @@ pub fn http_url(text: &str) -> Result<url::Url, BadUrl> {
 
 /// `host:port` and the path of an `http://` URL.
 fn split_url(text: &str) -> Result<(String, String), ClientError> {
-    let url = http_url(text).map_err(|e| ClientError::BadUrl(format!("{text:?}: {e}")))?;
+    // The URL is named as it may be printed: its password never reaches a message.
+    let shown = || crate::redact::deliver_url(text);
+    let url = http_url(text).map_err(|e| ClientError::BadUrl(format!("{:?}: {e}", shown())))?;
     if url.scheme() != "http" {
-        return Err(ClientError::BadUrl(format!("{text:?} is not an http:// URL (https is not supported here)")));
+        return Err(ClientError::BadUrl(format!("{:?} is not an http:// URL (https is not supported here)", shown())));
     }
     let host = url.host_str().unwrap_or_default();
     let authority = format!("{host}:{}", url.port_or_known_default().unwrap_or(80));
@@ -135,5 +137,14 @@ mod tests {
         assert_eq!(split("http://[::1]:9/x?y=1").unwrap(), ("[::1]:9".into(), "/x?y=1".into()));
         assert!(split("https://gate/").unwrap_err().contains("https is not supported"));
         assert!(split("http:///x").unwrap_err().contains("no host"));
+    }
+
+    #[test]
+    fn a_refused_url_is_named_without_its_password() {
+        for url in ["https://user:hunter2@gate/", "ftp://user:hunter2@gate/", "http://user:hunter2@/x"] {
+            let message = split_url(url).unwrap_err().to_string();
+            assert!(!message.contains("hunter2"), "{message}");
+            assert!(message.contains("gate") || message.contains("no host"), "{message}");
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! The HTTP API of docs/reference.md#http-api: the normalized gate, provider webhook
 //! endpoints, health, readiness and metrics; the ops API ([`ops_api`]) and
-//! the operators' console ([`console`]) are mounted from their own modules. [`app`] builds the router, so
+//! the operators' console ([`console`]) are mounted from their own modules; request bodies are read within one memory budget ([`body`]). [`app`] builds the router, so
 //! tests can drive it in-process; [`crate::server`] binds and serves it.
 
 use std::time::Instant;
@@ -20,6 +20,7 @@ use crate::providers::RefusalStatus;
 use crate::vocabulary::Outcome;
 
 mod answer;
+pub mod body;
 mod console;
 mod ops_api;
 mod ops_stats;
@@ -105,12 +106,12 @@ async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response
 
 /// `req` with a body that, if the request is answered before the body is
 /// read in full, goes on being read and dropped for a bounded time (a
-/// lingering close, [`crate::intake::Lingering`]), so the client reads the
+/// lingering close, [`crate::http::body::Lingering`]), so the client reads the
 /// answer (here and in [`crate::layer`]).
 pub(crate) fn lingering(req: Request) -> Request {
     let expects_continue =
         req.headers().get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-    req.map(|body| Body::new(crate::intake::Lingering::new(body, expects_continue)))
+    req.map(|body| Body::new(crate::http::body::Lingering::new(body, expects_continue)))
 }
 
 /// The window analysis reads its body into a tree, which takes up to about
@@ -135,8 +136,9 @@ async fn deliveries(State(st): State<AppState>, headers: HeaderMap, body: Body) 
     // it reads the event: that memory is charged too, before it is taken.
     let overhead = crate::event_digest::canonical_overhead(&bytes);
     st.0.budget.top_up(&mut permit, overhead).await.map_err(|e| body_error(&st.0.metrics, e))?;
-    let body =
-        crate::intake::parse_delivery(bytes, permit, st.0.keep_payload).await.map_err(|e| ApiError::BadRequest(e.0))?;
+    let body = crate::http::body::parse_delivery(bytes, permit, st.0.keep_payload)
+        .await
+        .map_err(|e| ApiError::BadRequest(e.0))?;
     if st.0.providers.contains_key(&body.provider) {
         return Err(ApiError::Forbidden(format!(
             "provider {:?} is a configured webhook provider: its deliveries are accepted on /webhooks/{} with a valid signature only",

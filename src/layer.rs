@@ -90,9 +90,9 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use crate::gate::{Admission, Claim, Gate};
+use crate::http::body::BodyBudget;
 use crate::http::webhook::{GateAnswer, Pipeline, Received};
 use crate::http::{self, ApiError};
-use crate::intake::BodyBudget;
 use crate::metrics::Metrics;
 use crate::providers::Provider;
 use crate::refusals::RefusalLog;
@@ -183,8 +183,8 @@ impl GateLayer {
             provider,
             handler_timeout: DEFAULT_HANDLER_TIMEOUT,
             run_retention: Some(crate::vocabulary::DEFAULT_RUN_RETENTION),
-            max_body: crate::intake::DEFAULT_MAX_BODY,
-            budget: BodyBudget::new(crate::intake::DEFAULT_BODY_BUDGET, crate::intake::BUDGET_WAIT),
+            max_body: crate::http::body::DEFAULT_MAX_BODY,
+            budget: BodyBudget::new(crate::http::body::DEFAULT_BODY_BUDGET, crate::http::body::BUDGET_WAIT),
             metrics: Arc::default(),
             refusals: Arc::default(),
         }))
@@ -290,7 +290,7 @@ where
         metrics: &st.metrics,
         refusals: &st.refusals,
         max_body: st.max_body,
-        request_timeout: crate::intake::DEFAULT_REQUEST_TIMEOUT,
+        request_timeout: crate::http::body::DEFAULT_REQUEST_TIMEOUT,
     };
     let hold = Hold { lease: st.handler_timeout + HOLD_MARGIN, retention: st.run_retention };
     let admitted = pipeline

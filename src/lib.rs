@@ -5,7 +5,7 @@
 //! durably. The modules, in the order a request meets them:
 //!
 //! - [`server`]: start, eviction-policy check, graceful shutdown.
-//! - [`http`]: the HTTP API (docs/reference.md#http-api) as an axum router.
+//! - [`http`]: the HTTP API (docs/reference.md#http-api) as an axum router, and request bodies within one shared memory budget ([`http::body`]).
 //! - [`layer`]: the gate inside your own axum service, as a tower layer
 //!   around a webhook handler (docs/embedding.md).
 //! - [`providers`]: webhook authentication and normalization (GitHub, Standard Webhooks, Stripe, Slack, Shopify,
@@ -37,7 +37,6 @@
 //! - [`send`]: `idemgate send` and `sign`, signing with the verifiers' own code.
 //! - [`client`]: the one-request HTTP client of `send` and `healthcheck --http`.
 //! - [`event_digest`]: the digest a delivery record keeps of its event, one canonical form for a tree and for raw text.
-//! - [`intake`]: request bodies within a shared memory budget; `/v1` bodies read without a tree.
 //! - [`sync`]: locks that recover from a poisoned mutex, so one panic cannot take every request down.
 //! - [`units`]: the clock in ms since the epoch, and durations printed as the flags read them.
 //! - [`text`]: control characters escaped before they reach a log or a terminal.
@@ -60,7 +59,6 @@ pub mod event_digest;
 pub mod file_mode;
 pub mod gate;
 pub mod http;
-pub mod intake;
 pub mod jcs;
 pub mod keys;
 pub mod layer;

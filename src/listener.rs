@@ -10,7 +10,12 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use crate::intake::DEFAULT_HEADER_TIMEOUT;
+/// The default address `serve` listens on: loopback only.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// The default `--header-timeout`: a connection whose request head is not
+/// complete within it is closed.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves `router` on `listener` within `limits` until `shutdown`
 /// resolves, then stops accepting and lets requests in flight finish for

@@ -10,7 +10,8 @@ use crate::config::ServeConfig;
 use crate::gate::Gate;
 use crate::http::{AppState, app};
 use crate::listener::{ConnectionLimits, open_file_limit};
-use crate::redis_io::{Conn, RedisOptions};
+use crate::redis_io::RedisOptions;
+use crate::redis_io::diagnose::{is_refused_command, maxmemory_policy, what_failed};
 
 /// Why the service could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -29,7 +30,7 @@ pub enum ServeError {
     Unusable {
         /// The store description.
         store: String,
-        /// What failed, in words ([`what_failed`]).
+        /// What failed, in words ([`what_failed`](crate::redis_io::diagnose::what_failed)).
         what: &'static str,
         /// The error Redis or the connection gave.
         source: crate::Error,
@@ -68,7 +69,7 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()> + Sen
     }
     let gate = Gate::new(config.allowed_repos.iter().cloned(), store);
     let api_closed = api_closed(&config);
-    let budget = crate::intake::BodyBudget::new(config.body_budget, crate::intake::BUDGET_WAIT);
+    let budget = crate::http::body::BodyBudget::new(config.body_budget, crate::http::body::BUDGET_WAIT);
     let state = AppState::new(gate, config.providers.clone(), config.api_token.as_deref())
         .with_max_body(config.max_body)
         .with_request_timeout(config.request_timeout)
@@ -200,67 +201,6 @@ async fn check_eviction_policy(opts: &RedisOptions, allow: bool, store: &str) ->
         }
         _ => Ok(()),
     }
-}
-
-/// Whether Redis answered a command with an error reply that refuses the
-/// command itself (`NOPERM`, an unknown or renamed command), as opposed to
-/// a connection, TLS or authentication failure.
-fn is_refused_command(e: &crate::Error) -> bool {
-    match e {
-        crate::Error::Redis(e) => {
-            e.code().is_some()
-                && e.kind() != redis::ErrorKind::AuthenticationFailed
-                && !matches!(e.code(), Some("WRONGPASS" | "NOAUTH"))
-        }
-        _ => false,
-    }
-}
-
-/// What failed, in words, for a store error at start-up. A TLS server
-/// that requires a client certificate accepts the handshake and then
-/// closes the connection (TLS 1.3 sends its `CertificateRequired` alert
-/// after the handshake), so the client sees a broken pipe or a reset on
-/// its first command: with `rediss://` and no client certificate, that is
-/// named as the likely cause.
-pub fn what_failed(e: &crate::Error, opts: &RedisOptions) -> &'static str {
-    let crate::Error::Redis(redis_error) = e else {
-        return "Redis did not answer in time";
-    };
-    let text = redis_error.to_string().to_ascii_lowercase();
-    let tls = match &opts.target {
-        crate::redis_io::RedisTarget::Single(url) => crate::redis_io::is_tls_url(url),
-        crate::redis_io::RedisTarget::Cluster(urls) | crate::redis_io::RedisTarget::Sentinel { nodes: urls, .. } => {
-            urls.iter().any(|u| crate::redis_io::is_tls_url(u))
-        }
-    };
-    let dropped = redis_error.is_io_error() || redis_error.is_connection_dropped();
-    if redis_error.kind() == redis::ErrorKind::AuthenticationFailed
-        || matches!(redis_error.code(), Some("WRONGPASS" | "NOAUTH"))
-    {
-        "Redis refused the authentication (check the user and the password, or --redis-password-file)"
-    } else if ["certificate", "alert", "tls", "handshake"].iter().any(|w| text.contains(w))
-        || (tls && opts.tls.client.is_none() && dropped)
-    {
-        "the TLS handshake with Redis failed, or Redis closed the connection right after it: does it require a client certificate (--redis-tls-cert, --redis-tls-key)? is --redis-tls-ca its CA?"
-    } else {
-        "Redis could not be reached or dropped the connection"
-    }
-}
-
-/// Reads `maxmemory-policy` with `CONFIG GET`. On a cluster every primary
-/// is asked, and the first policy other than `noeviction` is returned with
-/// the node it was found on.
-pub async fn maxmemory_policy(opts: &RedisOptions) -> Result<Option<String>, crate::Error> {
-    let mut conn = Conn::connect(opts).await?;
-    let per_primary: Vec<(Option<String>, Vec<String>)> =
-        conn.on_every_primary(redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy")).await?;
-    let mut policies: Vec<(String, Option<String>)> =
-        per_primary.into_iter().filter_map(|(node, pairs)| Some((pairs.get(1)?.clone(), node))).collect();
-    policies.sort();
-    Ok(match policies.iter().find(|(p, _)| p != "noeviction").or(policies.first()) {
-        Some((p, Some(node))) if p != "noeviction" => Some(format!("{p} (on {node})")),
-        found => found.map(|(p, _)| p.clone()),
-    })
 }
 
 /// Resolves on SIGTERM or ctrl-c (SIGINT). The handlers are installed when

@@ -9,10 +9,9 @@ use super::origin::{ConfigError, Given, Setting, err, value_or};
 use super::providers::providers_from;
 use super::store::StoreConfig;
 use crate::config_values::checked_repos;
-use crate::intake::{
-    DEFAULT_BODY_BUDGET, DEFAULT_HEADER_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT,
-};
+use crate::http::body::{DEFAULT_BODY_BUDGET, DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT};
 use crate::keys::{DEFAULT_NAMESPACE, Keys};
+use crate::listener::{DEFAULT_HEADER_TIMEOUT, DEFAULT_LISTEN};
 use crate::providers::Provider;
 use crate::units::Lifetime;
 use crate::vocabulary::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, DEFAULT_RUN_RETENTION, Settings};

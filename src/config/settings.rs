@@ -20,10 +20,9 @@ use toml::Spanned;
 use super::layer::{Command, Flag, Form, IntoRaw, settings};
 use super::origin::{ConfigError, Given, Origin, Raw};
 use crate::config_values::StringOrList;
-use crate::intake::{
-    DEFAULT_BODY_BUDGET, DEFAULT_HEADER_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT,
-};
+use crate::http::body::{DEFAULT_BODY_BUDGET, DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT};
 use crate::keys::DEFAULT_NAMESPACE;
+use crate::listener::{DEFAULT_HEADER_TIMEOUT, DEFAULT_LISTEN};
 use crate::redis_io::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_MIN_REPLICAS_TIMEOUT};
 use crate::units::{bytes_and_mib, format_duration};
 use crate::vocabulary::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, DEFAULT_RUN_RETENTION};

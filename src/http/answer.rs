@@ -7,7 +7,7 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 
 use super::state::ApiError;
-use crate::intake::{BodyBudget, BodyError};
+use crate::http::body::{BodyBudget, BodyError};
 use crate::metrics::Metrics;
 use crate::providers::RefusalStatus;
 use crate::vocabulary::Outcome;

@@ -14,7 +14,7 @@ use subtle::ConstantTimeEq;
 
 use super::site::AllowedHosts;
 use crate::gate::Gate;
-use crate::intake::{BodyBudget, DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT};
+use crate::http::body::{BodyBudget, DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT};
 use crate::metrics::Metrics;
 use crate::providers::Provider;
 use crate::refusals::RefusalLog;
@@ -68,7 +68,7 @@ impl AppState {
             max_body: DEFAULT_MAX_BODY,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             keep_payload: false,
-            budget: BodyBudget::new(crate::intake::DEFAULT_BODY_BUDGET, crate::intake::BUDGET_WAIT),
+            budget: BodyBudget::new(crate::http::body::DEFAULT_BODY_BUDGET, crate::http::body::BUDGET_WAIT),
             api_closed: false,
             allowed_hosts: AllowedHosts::default(),
         }))

@@ -18,7 +18,7 @@ use super::answer::{gate_failure, gate_response, log_outcome, read_within};
 use super::state::{ApiError, AppState};
 use crate::event_digest;
 use crate::gate::{Gate, Submission};
-use crate::intake::BodyBudget;
+use crate::http::body::BodyBudget;
 use crate::metrics::{DeadlineStage, Metrics};
 use crate::providers::{Delivery, Provider, Reason, Rejection};
 use crate::refusals::{Refusal, RefusalLog};
@@ -167,9 +167,9 @@ impl<'a> Pipeline<'a> {
         let (bytes, permit) = read_within(self.budget, self.metrics, headers, body, self.max_body, 1)
             .await
             .map_err(IntoResponse::into_response)?;
-        let accepted = if crate::intake::is_heavy(bytes.len()) {
+        let accepted = if crate::http::body::is_heavy(bytes.len()) {
             let (p, h, b) = (provider.clone(), headers.clone(), bytes.clone());
-            crate::intake::on_cpu_pool(move || p.accept(&h, &b, SystemTime::now()))
+            crate::http::body::on_cpu_pool(move || p.accept(&h, &b, SystemTime::now()))
                 .await
                 .ok_or_else(|| ApiError::Unavailable("the service is stopping").into_response())?
         } else {

@@ -18,7 +18,6 @@
 use serde::Serialize;
 
 use super::client::{Ops, OpsError};
-use crate::redis_io::Conn;
 
 /// Keys sampled per kind.
 pub const SAMPLE_SIZE: usize = 100;
@@ -152,10 +151,8 @@ impl Ops {
     /// primary that owns its slot).
     async fn memory_of_namespace(&self) -> Result<NodeMemory, OpsError> {
         let info: String = self.redis.on_namespace_slot(redis::cmd("INFO").arg("memory")).await?;
-        let node = match self.redis.conn() {
-            Conn::Cluster(_) => self.namespace_node().await?,
-            Conn::Single(_) | Conn::Sentinel(_) => self.redis.server().to_owned(),
-        };
+        let node =
+            if self.redis.conn().is_cluster() { self.namespace_node().await? } else { self.redis.server().to_owned() };
         Ok(parse_info_memory(node, &info))
     }
 
@@ -288,10 +285,7 @@ impl Ops {
         let total_bytes = kinds.iter().map(|k| k.bytes).sum();
 
         let server = self.memory_of_namespace().await?;
-        let primaries = match self.redis.conn() {
-            Conn::Cluster(_) => self.memory_all().await?,
-            Conn::Single(_) | Conn::Sentinel(_) => Vec::new(),
-        };
+        let primaries = if self.redis.conn().is_cluster() { self.memory_all().await? } else { Vec::new() };
         let measured: Vec<i64> = kinds.iter().filter_map(|k| k.growth_bytes_per_day).collect();
         let growth = (!measured.is_empty()).then(|| measured.iter().sum::<i64>());
         let (days_until_full, growth_note) = match growth {

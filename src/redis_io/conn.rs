@@ -43,6 +43,12 @@ pub(super) async fn connect_bounded<T>(
 }
 
 impl Conn {
+    /// Whether this is a Cluster: the one fact about the deployment that a
+    /// report may show (one server's figures, or each primary's).
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Conn::Cluster(_))
+    }
+
     /// Connects, bounded by `opts.command_timeout`.
     pub async fn connect(opts: &RedisOptions) -> Result<Self, Error> {
         let t = opts.command_timeout;

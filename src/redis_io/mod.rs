@@ -5,12 +5,15 @@
 //! the primary that owns a key's slot, the Lua scripts and their typed calls
 //! ([`scripts`], [`run_scripts`], [`worker_scripts`]), and the namespace-scoped handle that puts
 //! these together ([`RedisHandle`]) with the worker's blocking reader
-//! ([`BlockingReader`]). The store, the worker, the operator commands and
-//! the bench build on it and never match on the deployment themselves. See
-//! docs/redis.md.
+//! ([`BlockingReader`]), and what a failed call means in words
+//! ([`diagnose`]). The store, the worker, the operator commands and the
+//! bench build on it and never match on the deployment to talk to Redis;
+//! where a report differs on a Cluster (`ops memory` lists every primary),
+//! it asks [`Conn::is_cluster`]. See docs/redis.md.
 
 mod conn;
 mod connection;
+pub mod diagnose;
 mod handle;
 pub mod info;
 mod reader;

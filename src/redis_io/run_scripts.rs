@@ -63,9 +63,14 @@ pub(super) fn decode<T: redis::FromRedisValue>(reply: Value) -> Result<T, Error>
     Ok(redis::from_redis_value(reply).map_err(RedisError::from)?)
 }
 
-/// A script's `1` (did it) or anything else (did not).
+/// A script's `1` (did it) or `0` (did not); any other answer is a
+/// Lua/Rust mismatch, not a "did not".
 pub(super) fn decode_yes(reply: Value) -> Result<bool, Error> {
-    Ok(decode::<i64>(reply)? == 1)
+    match decode::<i64>(reply)? {
+        1 => Ok(true),
+        0 => Ok(false),
+        other => Err(Error::UnexpectedReply(format!("a script answered {other} where 0 or 1 was due"))),
+    }
 }
 
 /// `lua/run_finish.lua`: the holder of a run (the embedded layer) succeeded.
@@ -248,7 +253,7 @@ impl ScriptCall for RunReadCall<'_> {
     }
 
     fn decode(&self, reply: Value) -> Result<RunRead, Error> {
-        let corrupt = || Error::Corrupt("run_read.lua answered something else than its header says".into());
+        let corrupt = || Error::UnexpectedReply("run_read.lua answered something else than its header says".into());
         let (fields, len, slice, pttl): (Vec<(String, String)>, i64, Vec<u8>, i64) =
             redis::from_redis_value(reply).map_err(|_| corrupt())?;
         Ok(RunRead { fields: fields.into_iter().collect(), payload_len: u64::try_from(len).ok(), slice, pttl })
@@ -258,6 +263,14 @@ impl ScriptCall for RunReadCall<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_yes_or_no_is_one_or_zero_and_nothing_else() {
+        assert!(decode_yes(Value::Int(1)).unwrap());
+        assert!(!decode_yes(Value::Int(0)).unwrap());
+        assert!(matches!(decode_yes(Value::Int(2)), Err(Error::UnexpectedReply(_))));
+        assert!(decode_yes(Value::Nil).is_err());
+    }
 
     #[test]
     fn every_script_is_loaded_with_its_placeholders_filled_in() {

@@ -297,7 +297,7 @@ impl GateReply {
             0 => Ok(GateReply::Decided(record()?)),
             1 => Ok(GateReply::Replayed(record()?)),
             2 => Ok(GateReply::InFlight { run_id: text }),
-            other => Err(Error::Corrupt(format!("gate script answered {other}"))),
+            other => Err(Error::UnexpectedReply(format!("gate script answered {other}"))),
         }
     }
 }
@@ -510,6 +510,6 @@ mod tests {
         assert!(matches!(GateReply::decode(reply(1, rec)), Ok(GateReply::Replayed(_))));
         assert_eq!(GateReply::decode(reply(2, "run-4")).unwrap(), GateReply::InFlight { run_id: "run-4".into() });
         assert!(matches!(GateReply::decode(reply(0, "{")), Err(Error::Corrupt(_))));
-        assert!(matches!(GateReply::decode(reply(3, rec)), Err(Error::Corrupt(_))));
+        assert!(matches!(GateReply::decode(reply(3, rec)), Err(Error::UnexpectedReply(_))));
     }
 }

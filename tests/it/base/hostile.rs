@@ -512,7 +512,7 @@ fn oversized_content_length_is_refused_before_reading() {
 #[tokio::test]
 async fn a_full_budget_answers_503_with_retry_after() {
     use tokio::io::AsyncWriteExt;
-    let budget = idemgate::intake::BodyBudget::new(1000, Duration::from_millis(300));
+    let budget = idemgate::http::body::BodyBudget::new(1000, Duration::from_millis(300));
     let state = AppState::new(Gate::new(["o/r"], Backend::Memory.store(&Settings::default()).await), vec![], None)
         .with_max_body(1000)
         .with_body_budget(budget);
@@ -809,7 +809,7 @@ async fn a_slow_chunked_body_holds_room_for_what_it_sent() {
     // The 1 MiB body below costs about 2 MiB (its digest holds its canonical
     // text too): with the slow one's first step that fits in 3 MiB; had the
     // slow one been charged the 1 MiB limit, it would not.
-    let budget = idemgate::intake::BodyBudget::new(3 * MIB, Duration::from_millis(500));
+    let budget = idemgate::http::body::BodyBudget::new(3 * MIB, Duration::from_millis(500));
     let state = AppState::new(Gate::new(["o/r"], Backend::Memory.store(&Settings::default()).await), vec![], None)
         .with_max_body(MIB)
         .with_body_budget(budget);

@@ -3,8 +3,9 @@
 //! `/v1/deliveries` body is read without building a tree of the whole event
 //! ([`DeliveryBody`]), because a `serde_json::Value` takes about 16 times the
 //! bytes of a numeric array it holds. The gate needs four fields and a digest.
-//! The defaults of `serve`'s HTTP settings (address, header and request
-//! bounds, body limit and budget) live here too.
+//! The defaults of `serve`'s body limit, body budget and request bound
+//! live here too; the address and the header timeout are the listener's
+//! (`listener.rs`).
 
 use std::fmt;
 use std::sync::Arc;
@@ -16,13 +17,6 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-
-/// The default address `serve` listens on: loopback only.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
-
-/// The default `--header-timeout`: a connection whose request head is not
-/// complete within it is closed.
-pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The default body limit: 25 MiB, GitHub's payload cap.
 pub const DEFAULT_MAX_BODY: usize = 25 * 1024 * 1024;
