@@ -37,11 +37,7 @@ impl StringOrList {
 /// A duration from the file; the message names the key, never the value.
 pub fn duration(key: &str, value: Option<&String>) -> Result<Option<Duration>, String> {
     value
-        .map(|v| {
-            parse_duration(v).map_err(|_| {
-                format!("config key `{key}`: not a duration (use a whole number and a unit: 90s, 5m, 72h, 4d)")
-            })
-        })
+        .map(|v| parse_duration(v).map_err(|_| format!("config key `{key}`: {}", crate::units::NOT_A_DURATION)))
         .transpose()
 }
 

@@ -30,12 +30,17 @@ pub fn format_duration(d: Duration) -> String {
     }
 }
 
+/// What a value that is not a duration is told, wherever it was given
+/// (a flag, an environment variable, a config key). Where the value may be a
+/// secret in the wrong key, the message names the key and not the value.
+pub const NOT_A_DURATION: &str = "not a duration (use a whole number and a unit: 90s, 5m, 72h, 4d)";
+
 /// Parses `90s`, `5m`, `72h`, `4d`, `500ms` (a whole number and a unit).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration (use e.g. 90s, 5m, 72h, 4d)"))?;
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is {NOT_A_DURATION}"))?;
     let secs = |mult: u64| n.checked_mul(mult).map(Duration::from_secs);
     let d = match unit {
         "ms" => Some(Duration::from_millis(n)),

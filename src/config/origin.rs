@@ -134,8 +134,6 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// What is expected of a duration; shown instead of a value from the file.
-const A_DURATION: &str = "not a duration (use a whole number and a unit: 90s, 5m, 72h, 4d)";
 /// What is expected of a lifetime; shown instead of a value from the file.
 const A_LIFETIME: &str = "not a lifetime (use `never`, or at least 1s: 90s, 5m, 72h, 30d)";
 
@@ -206,7 +204,7 @@ pub trait Setting {
 
     /// A duration (`90s`, `72h`).
     fn duration(&self) -> Result<Option<Given<Duration>>, ConfigError> {
-        self.parsed(parse_duration, A_DURATION)
+        self.parsed(parse_duration, crate::units::NOT_A_DURATION)
     }
 
     /// A duration or `never`.

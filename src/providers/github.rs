@@ -126,9 +126,6 @@ pub const DELIVERY_HEADER: &str = "x-github-delivery";
 /// The event name header.
 pub const EVENT_HEADER: &str = "x-github-event";
 
-fn unauthorized(reason: &str) -> Rejection {
-    Rejection::Unauthorized(reason.to_owned())
-}
 
 /// The event GitHub sends when a hook is created; never gated.
 pub const PING_EVENT: &str = "ping";
@@ -151,15 +148,15 @@ pub fn content_digest(payload: Value) -> String {
 fn signature(headers: &HeaderMap) -> Result<Vec<u8>, Rejection> {
     let value = match header(headers, SIGNATURE_HEADER) {
         Header::Value(v) => v,
-        Header::Missing => return Err(unauthorized("missing X-Hub-Signature-256 header")),
-        Header::Repeated => return Err(unauthorized("X-Hub-Signature-256 sent more than once")),
-        Header::NotText => return Err(unauthorized("X-Hub-Signature-256 is not text")),
+        Header::Missing => return Err(Rejection::unauthorized("missing X-Hub-Signature-256 header")),
+        Header::Repeated => return Err(Rejection::unauthorized("X-Hub-Signature-256 sent more than once")),
+        Header::NotText => return Err(Rejection::unauthorized("X-Hub-Signature-256 is not text")),
     };
     value
         .strip_prefix("sha256=")
         .filter(|hex| hex.len() == 64)
         .and_then(|hex| hex::decode(hex).ok())
-        .ok_or_else(|| unauthorized("X-Hub-Signature-256 is not sha256=<64 hex digits>"))
+        .ok_or_else(|| Rejection::unauthorized("X-Hub-Signature-256 is not sha256=<64 hex digits>"))
 }
 
 /// Checks `X-Hub-Signature-256` against the body in constant time, under
@@ -169,7 +166,7 @@ fn verify(common: &Common, headers: &HeaderMap, body: &[u8]) -> Result<(), Rejec
     if common.verifies(&signed_content(body), &digest) {
         Ok(())
     } else {
-        Err(unauthorized("X-Hub-Signature-256 does not match the body"))
+        Err(Rejection::unauthorized("X-Hub-Signature-256 does not match the body"))
     }
 }
 
@@ -290,6 +287,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::providers::test_support::{is_unauthorized};
     use crate::providers::{HmacSha256, Provider};
     use hmac::Mac;
 
@@ -320,9 +318,6 @@ mod tests {
         Provider::github("github", SECRET).accept(h, body, SystemTime::UNIX_EPOCH)
     }
 
-    fn is_unauthorized(r: Result<Delivery, Rejection>) -> bool {
-        matches!(r, Err(Rejection::Unauthorized(_)))
-    }
 
     #[test]
     fn a_form_body_is_the_same_delivery_as_its_json() {
@@ -422,7 +417,7 @@ mod tests {
                 // Tampering with any fixture breaks its signature.
                 let mut tampered = body.clone();
                 tampered.push(b' ');
-                assert!(is_unauthorized(accept(&h, &tampered)), "{name}");
+                assert!(is_unauthorized(&accept(&h, &tampered)), "{name}");
             }
         }
         assert_eq!(total, 329);
@@ -492,25 +487,25 @@ mod tests {
         ];
         for sig in &bad {
             let r = accept(&headers(Some(sig), Some("d"), Some("ping")), body);
-            assert!(is_unauthorized(r.clone()), "{sig}: {r:?}");
+            assert!(is_unauthorized(&r.clone()), "{sig}: {r:?}");
             // The reason never echoes the header.
             if let Err(e) = r {
                 assert!(sig.len() < 8 || !e.reason().contains(sig.as_str()), "{e}");
             }
         }
-        assert!(is_unauthorized(accept(&headers(None, Some("d"), Some("ping")), body)));
+        assert!(is_unauthorized(&accept(&headers(None, Some("d"), Some("ping")), body)));
         // The legacy SHA-1 header alone is not enough.
         let mut h = headers(None, Some("d"), Some("ping"));
         h.insert("x-hub-signature", HeaderValue::from_static("sha1=0000000000000000000000000000000000000000"));
-        assert!(is_unauthorized(accept(&h, body)));
+        assert!(is_unauthorized(&accept(&h, body)));
         // A repeated signature header is ambiguous.
         let mut h = headers(Some(&good), Some("d"), Some("ping"));
         h.append(SIGNATURE_HEADER, HeaderValue::from_str(&good).unwrap());
-        assert!(is_unauthorized(accept(&h, body)));
+        assert!(is_unauthorized(&accept(&h, body)));
         // Not visible ASCII.
         let mut h = headers(None, Some("d"), Some("ping"));
         h.insert(SIGNATURE_HEADER, HeaderValue::from_bytes(b"sha256=\xff").unwrap());
-        assert!(is_unauthorized(accept(&h, body)));
+        assert!(is_unauthorized(&accept(&h, body)));
     }
 
     #[test]
@@ -525,8 +520,8 @@ mod tests {
     #[test]
     fn signature_is_checked_before_anything_else() {
         // Missing delivery id, missing event and a non-JSON body: still 401.
-        assert!(is_unauthorized(accept(&headers(Some("sha256=00"), None, None), b"not json")));
-        assert!(is_unauthorized(accept(&headers(None, None, None), b"")));
+        assert!(is_unauthorized(&accept(&headers(Some("sha256=00"), None, None), b"not json")));
+        assert!(is_unauthorized(&accept(&headers(None, None, None), b"")));
     }
 
     #[test]
@@ -622,7 +617,7 @@ mod tests {
             Some(content_digest(json!({"action": "opened", "number": 3})).as_str())
         );
         assert_eq!(p.accept(&h("old", "issues"), body, SystemTime::UNIX_EPOCH), Ok(d));
-        assert!(is_unauthorized(p.accept(&h("older", "issues"), body, SystemTime::UNIX_EPOCH)));
+        assert!(is_unauthorized(&p.accept(&h("older", "issues"), body, SystemTime::UNIX_EPOCH)));
         let numbered = p.clone().with_identity(IdentityMode::Number);
         assert_eq!(numbered.accept(&h("new", "issues"), body, SystemTime::UNIX_EPOCH).unwrap().content_digest, None);
         let listed = p.with_events(["pull_request", "issues.closed"]);
@@ -637,7 +632,7 @@ mod tests {
         let h = headers(Some(&sign("new", closed)), Some("d"), Some("issues"));
         assert!(listed.accept(&h, closed, SystemTime::UNIX_EPOCH).is_ok(), "the whole action matches");
         // Authentication first: a bad signature on an ignored event is 401.
-        assert!(is_unauthorized(listed.accept(
+        assert!(is_unauthorized(&listed.accept(
             &headers(Some("sha256=00"), Some("d"), Some("ping")),
             body,
             SystemTime::UNIX_EPOCH

@@ -115,16 +115,13 @@ pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 /// The delivery id header of older GitLab versions.
 pub const EVENT_UUID_HEADER: &str = "x-gitlab-event-uuid";
 
-fn unauthorized(reason: &str) -> Rejection {
-    Rejection::Unauthorized(reason.to_owned())
-}
 
 /// The token `X-Gitlab-Token` carries: present once, else 401.
 fn token(headers: &HeaderMap) -> Result<&[u8], Rejection> {
     match single(headers, TOKEN_HEADER) {
         Ok(Some(v)) => Ok(v.as_bytes()),
-        Ok(None) => Err(unauthorized("missing X-Gitlab-Token header")),
-        Err(Repeated) => Err(unauthorized("X-Gitlab-Token sent more than once")),
+        Ok(None) => Err(Rejection::unauthorized("missing X-Gitlab-Token header")),
+        Err(Repeated) => Err(Rejection::unauthorized("X-Gitlab-Token sent more than once")),
     }
 }
 
@@ -134,7 +131,7 @@ fn verify(common: &Common, headers: &HeaderMap) -> Result<(), Rejection> {
     if common.verifies(&[], &token_digest(token)) {
         Ok(())
     } else {
-        Err(unauthorized("X-Gitlab-Token does not match a secret"))
+        Err(Rejection::unauthorized("X-Gitlab-Token does not match a secret"))
     }
 }
 
@@ -218,6 +215,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::providers::test_support::{is_unauthorized};
     use crate::providers::{Provider, Kind, SignError};
 
     const SECRET: &str = "gitlab token \u{2603}";
@@ -243,9 +241,6 @@ mod tests {
         p.accept(h, body.to_string().as_bytes(), SystemTime::UNIX_EPOCH)
     }
 
-    fn is_unauthorized(r: &Result<Delivery, Rejection>) -> bool {
-        matches!(r, Err(Rejection::Unauthorized(_)))
-    }
 
     /// The merge request payload of GitLab's webhook events page, trimmed.
     fn merge_request() -> Value {

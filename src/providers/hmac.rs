@@ -38,7 +38,7 @@ use sha2::{Sha256, Sha512};
 use super::fields::{FieldOverrides, FieldPointers, normalize};
 use super::outcome::{Delivery, ProviderError, Rejection};
 use super::provider::{Common, Endpoint, ProviderKind, TextDuration};
-use super::request::{Header, check_timestamp, header, parse_body, required};
+use super::request::{check_timestamp, parse_body, required, signature_header};
 use super::signing::{DEFAULT_TOLERANCE, Key, message_id, unix_seconds};
 use crate::vocabulary::KeySlots;
 
@@ -495,12 +495,7 @@ impl Scheme {
 /// A header the signature depends on: absent, repeated or not text, the
 /// request cannot be authenticated.
 fn signed_header<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Result<&'a str, Rejection> {
-    match header(headers, name.as_str()) {
-        Header::Value(v) => Ok(v),
-        Header::Missing => Err(Rejection::Unauthorized(format!("missing {name} header"))),
-        Header::Repeated => Err(Rejection::Unauthorized(format!("{name} sent more than once"))),
-        Header::NotText => Err(Rejection::Unauthorized(format!("{name} is not text"))),
-    }
+    signature_header(headers, name.as_str(), name.as_str())
 }
 
 /// The signature the scheme's header carries and the signed timestamp and

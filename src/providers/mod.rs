@@ -48,6 +48,8 @@ mod reason;
 mod request;
 mod signing;
 pub mod table;
+#[cfg(test)]
+mod test_support;
 
 pub use fields::{FieldOverrides, FieldPointers, LITERAL_PREFIX};
 pub use outcome::{Delivery, ProviderError, Rejection};

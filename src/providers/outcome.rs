@@ -32,6 +32,11 @@ pub enum Rejection {
 }
 
 impl Rejection {
+    /// A refusal as unauthorized, for `reason`.
+    pub fn unauthorized(reason: impl Into<String>) -> Self {
+        Rejection::Unauthorized(reason.into())
+    }
+
     /// The reason alone, without the `unauthorized:` prefix.
     pub fn reason(&self) -> &str {
         match self {

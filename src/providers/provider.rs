@@ -294,7 +294,7 @@ impl<'de> Deserialize<'de> for TextDuration {
         let text = String::deserialize(d)?;
         crate::units::parse_duration(&text)
             .map(TextDuration)
-            .map_err(|_| serde::de::Error::custom("not a duration (use a whole number and a unit: 90s, 5m, 72h, 4d)"))
+            .map_err(|_| serde::de::Error::custom(crate::units::NOT_A_DURATION))
     }
 }
 

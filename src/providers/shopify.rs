@@ -128,9 +128,6 @@ pub const DEFAULT_ORG: &str = "shopify";
 /// sender cannot know the real one (edit the `sign` output to change it).
 pub const SIGN_SHOP_DOMAIN: &str = "example.myshopify.com";
 
-fn unauthorized(reason: &str) -> Rejection {
-    Rejection::Unauthorized(reason.to_owned())
-}
 
 /// The 32 bytes of a base64 signature, `None` for anything else.
 pub fn parse_signature(value: &str) -> Option<Vec<u8>> {
@@ -158,13 +155,13 @@ fn optional<'a>(headers: &'a HeaderMap, name: &str, display: &str) -> Result<Opt
 /// bytes, else 401 (before the body is read).
 fn signature(headers: &HeaderMap) -> Result<Vec<u8>, Rejection> {
     let value = signature_header(headers, SIGNATURE_HEADER, "X-Shopify-Hmac-Sha256")?;
-    parse_signature(value).ok_or_else(|| unauthorized("X-Shopify-Hmac-Sha256 is not base64 of 32 bytes"))
+    parse_signature(value).ok_or_else(|| Rejection::unauthorized("X-Shopify-Hmac-Sha256 is not base64 of 32 bytes"))
 }
 
 fn accept(provider: &Shopify, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
     let digest = signature(headers)?;
     if !provider.common.verifies(&signed_content(body), &digest) {
-        return Err(unauthorized("X-Shopify-Hmac-Sha256 does not match the body"));
+        return Err(Rejection::unauthorized("X-Shopify-Hmac-Sha256 does not match the body"));
     }
 
     let delivery_id = required(headers, DELIVERY_HEADER, "X-Shopify-Webhook-Id")?;

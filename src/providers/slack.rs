@@ -118,9 +118,6 @@ pub const URL_VERIFICATION: &str = "url_verification";
 /// The version prefix of the signature and of the signed content.
 const VERSION: &str = "v0";
 
-fn unauthorized(reason: &str) -> Rejection {
-    Rejection::Unauthorized(reason.to_owned())
-}
 
 /// The 32 bytes of a `v0=<64 hex digits>` signature, `None` for anything else.
 pub fn parse_signature(value: &str) -> Option<Vec<u8>> {
@@ -141,14 +138,14 @@ fn signature(tolerance: Duration, headers: &HeaderMap, now: SystemTime) -> Resul
     let timestamp = signature_header(headers, TIMESTAMP_HEADER, "X-Slack-Request-Timestamp")?;
     check_timestamp("X-Slack-Request-Timestamp", timestamp, tolerance, now)?;
     let digest =
-        parse_signature(signature).ok_or_else(|| unauthorized("X-Slack-Signature is not v0=<64 hex digits>"))?;
+        parse_signature(signature).ok_or_else(|| Rejection::unauthorized("X-Slack-Signature is not v0=<64 hex digits>"))?;
     Ok((digest, timestamp))
 }
 
 fn accept(provider: &Slack, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
     let (digest, timestamp) = signature(provider.tolerance, headers, now)?;
     if !provider.common.verifies(&signed_content(timestamp, body), &digest) {
-        return Err(unauthorized("X-Slack-Signature does not match the body"));
+        return Err(Rejection::unauthorized("X-Slack-Signature does not match the body"));
     }
 
     let payload = parse_body(body)?;
@@ -193,7 +190,7 @@ fn sign(common: &Common, now: SystemTime, body: &[u8]) -> Vec<(&'static str, Str
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, UNIX_EPOCH};
+    use std::time::Duration;
 
     use axum::http::HeaderValue;
     use hmac::Mac;
@@ -201,6 +198,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::providers::test_support::{at, is_unauthorized};
     use crate::providers::{Provider, HmacSha256, Kind};
 
     // The worked example of Slack's "Verifying requests from Slack"
@@ -213,9 +211,6 @@ mod tests {
     const SECRET: &str = "slack-signing-secret";
     const TS: u64 = 1_700_000_000;
 
-    fn at(seconds: u64) -> SystemTime {
-        UNIX_EPOCH + Duration::from_secs(seconds)
-    }
 
     fn provider() -> Provider {
         Provider::new("slack", Kind::Slack, &[SECRET], None, None).unwrap()
@@ -252,9 +247,6 @@ mod tests {
         .to_string()
     }
 
-    fn is_unauthorized(r: &Result<Delivery, Rejection>) -> bool {
-        matches!(r, Err(Rejection::Unauthorized(_)))
-    }
 
     #[test]
     fn reproduces_the_published_example() {

@@ -190,9 +190,6 @@ pub fn v1_signatures(header: &str) -> impl Iterator<Item = &str> {
         .map(|(_, signature)| signature)
 }
 
-fn unauthorized(reason: &str) -> Rejection {
-    Rejection::Unauthorized(reason.to_owned())
-}
 
 /// `webhook-<x>`, else `svix-<x>`.
 fn auth_header<'a>(headers: &'a HeaderMap, suffix: &str) -> Result<&'a str, Rejection> {
@@ -216,7 +213,7 @@ fn signature_headers(tolerance: Duration, headers: &HeaderMap, now: SystemTime) 
     let timestamp = auth_header(headers, "timestamp")?;
     let signatures = auth_header(headers, "signature")?;
     if v1_signatures(signatures).count() > MAX_SIGNATURES {
-        return Err(unauthorized("webhook-signature has too many v1 entries"));
+        return Err(Rejection::unauthorized("webhook-signature has too many v1 entries"));
     }
     check_timestamp("webhook-timestamp", timestamp, tolerance, now)?;
     Ok([id, timestamp, signatures])
@@ -234,7 +231,7 @@ fn accept(
     let signed = signed_content(id, timestamp, body);
     let matched = provider.common.verifies_any(&signed, v1_signatures(signatures).filter_map(|s| STANDARD.decode(s).ok()));
     if !matched {
-        return Err(unauthorized("no webhook-signature entry matches"));
+        return Err(Rejection::unauthorized("no webhook-signature entry matches"));
     }
 
     if id.is_empty() {
@@ -311,6 +308,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::providers::test_support::{at, is_unauthorized};
     use crate::providers::{Provider, HmacSha256, DEFAULT_TOLERANCE, ProviderError};
     use hmac::Mac;
 
@@ -321,9 +319,6 @@ mod tests {
     const SPEC_BODY: &str = r#"{"test": 2432232314}"#;
     const SPEC_SIGNATURE: &str = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
 
-    fn at(seconds: u64) -> SystemTime {
-        UNIX_EPOCH + Duration::from_secs(seconds)
-    }
 
     fn provider() -> Provider {
         Provider::standard_webhooks("billing", SPEC_SECRET, DEFAULT_TOLERANCE, FieldPointers::default()).unwrap()
@@ -356,9 +351,6 @@ mod tests {
         headers("webhook-", Some(id), Some(&ts), Some(&sign(SPEC_SECRET, id, &ts, body.as_bytes())))
     }
 
-    fn unauthorized(r: Result<Delivery, Rejection>) -> bool {
-        matches!(r, Err(Rejection::Unauthorized(_)))
-    }
 
     #[test]
     fn reproduces_the_published_example() {
@@ -393,7 +385,7 @@ mod tests {
         // Unsigned, it is refused like anything else.
         let body = r#"{"success": true}"#;
         let forged = headers("webhook-", Some("m"), Some(&SPEC_TS.to_string()), Some("v1,AAAA"));
-        assert!(unauthorized(provider().accept(&forged, body.as_bytes(), at(SPEC_TS))));
+        assert!(is_unauthorized(&provider().accept(&forged, body.as_bytes(), at(SPEC_TS))));
         // Anything more or different is an ordinary delivery.
         for body in [r#"{"success": true, "number": 1}"#, r#"{"success": false}"#, r#"{"success": "true"}"#, "true"] {
             let r = provider().accept(&signed("msg_x", SPEC_TS, body), body.as_bytes(), at(SPEC_TS));
@@ -459,7 +451,7 @@ mod tests {
             ",".into(),
         ] {
             let h = headers("webhook-", Some("msg_1"), Some(&ts), Some(&list));
-            assert!(unauthorized(provider().accept(&h, b"{}", at(SPEC_TS))), "{list}");
+            assert!(is_unauthorized(&provider().accept(&h, b"{}", at(SPEC_TS))), "{list}");
         }
     }
 
@@ -507,16 +499,16 @@ mod tests {
         let now = at(SPEC_TS);
         let h = headers("webhook-", Some("msg_A"), Some(&ts), Some(&good));
         assert!(p.accept(&h, body, now).is_ok());
-        assert!(unauthorized(p.accept(&h, br#"{"org": "acmf"}"#, now)), "tampered body");
+        assert!(is_unauthorized(&p.accept(&h, br#"{"org": "acmf"}"#, now)), "tampered body");
         let wrong = sign("whsec_dGhlIHdyb25nIHNlY3JldA==", "msg_A", &ts, body);
         let h = headers("webhook-", Some("msg_A"), Some(&ts), Some(&wrong));
-        assert!(unauthorized(p.accept(&h, body, now)), "wrong secret");
+        assert!(is_unauthorized(&p.accept(&h, body, now)), "wrong secret");
         let h = headers("webhook-", Some("msg_B"), Some(&ts), Some(&good));
-        assert!(unauthorized(p.accept(&h, body, now)), "id swapped under a valid signature");
+        assert!(is_unauthorized(&p.accept(&h, body, now)), "id swapped under a valid signature");
         let h = headers("webhook-", Some("msg_A"), Some(&(SPEC_TS + 1).to_string()), Some(&good));
-        assert!(unauthorized(p.accept(&h, body, now)), "timestamp swapped under a valid signature");
+        assert!(is_unauthorized(&p.accept(&h, body, now)), "timestamp swapped under a valid signature");
         let h = headers("webhook-", Some("msg_A"), Some(&format!("0{ts}")), Some(&good));
-        assert!(unauthorized(p.accept(&h, body, now)), "timestamp re-spelled");
+        assert!(is_unauthorized(&p.accept(&h, body, now)), "timestamp re-spelled");
     }
 
     #[test]
@@ -575,10 +567,10 @@ mod tests {
             let err = provider().accept(&h, b"{}", at(SPEC_TS)).unwrap_err();
             assert_eq!(err, Rejection::Unauthorized(format!("missing webhook-{name} (or svix-{name}) header")));
         }
-        assert!(unauthorized(provider().accept(&HeaderMap::new(), b"", at(SPEC_TS))));
+        assert!(is_unauthorized(&provider().accept(&HeaderMap::new(), b"", at(SPEC_TS))));
         // Other prefixes do not count.
         let h = headers("x-webhook-", Some("msg_1"), Some(&ts), Some(&sig));
-        assert!(unauthorized(provider().accept(&h, b"{}", at(SPEC_TS))));
+        assert!(is_unauthorized(&provider().accept(&h, b"{}", at(SPEC_TS))));
     }
 
     #[test]
@@ -597,7 +589,7 @@ mod tests {
         // A repeated header is ambiguous.
         let mut h = headers("webhook-", Some("msg_1"), Some(&ts), Some(&sig));
         h.append("webhook-id", HeaderValue::from_static("msg_2"));
-        assert!(unauthorized(provider().accept(&h, b"{}", at(SPEC_TS))));
+        assert!(is_unauthorized(&provider().accept(&h, b"{}", at(SPEC_TS))));
     }
 
     #[test]
@@ -615,7 +607,7 @@ mod tests {
         }
         // The same bodies unsigned are 401, not 400.
         let h = headers("webhook-", Some("msg_1"), Some(&ts), Some("v1,AAAA"));
-        assert!(unauthorized(provider().accept(&h, b"not json", at(SPEC_TS))));
+        assert!(is_unauthorized(&provider().accept(&h, b"not json", at(SPEC_TS))));
     }
 
     /// One module signs for the destination and verifies for the kind: the

@@ -115,9 +115,6 @@ pub const DELIVERY_KEY: &str = "id";
 /// `org` of an event that names no connected `account`.
 pub const DEFAULT_ORG: &str = "stripe";
 
-fn unauthorized(reason: &str) -> Rejection {
-    Rejection::Unauthorized(reason.to_owned())
-}
 
 /// The parts of a `Stripe-Signature` value that matter: its timestamp and
 /// its `v1` signatures (as sent, not yet decoded).
@@ -166,7 +163,7 @@ fn signature<'a>(
     now: SystemTime,
 ) -> Result<SignatureParts<'a>, Rejection> {
     let value = signature_header(headers, SIGNATURE_HEADER, "Stripe-Signature")?;
-    let parts = parse_header(value).map_err(unauthorized)?;
+    let parts = parse_header(value).map_err(Rejection::unauthorized)?;
     check_timestamp("the Stripe-Signature timestamp", parts.timestamp, tolerance, now)?;
     Ok(parts)
 }
@@ -178,7 +175,7 @@ fn accept(provider: &Stripe, headers: &HeaderMap, body: &[u8], now: SystemTime) 
     let candidates = parts.v1.iter().filter(|hex| hex.len() == 64).filter_map(|hex| hex::decode(hex).ok());
     let matched = provider.common.verifies_any(&signed, candidates);
     if !matched {
-        return Err(unauthorized("no Stripe-Signature v1 signature matches"));
+        return Err(Rejection::unauthorized("no Stripe-Signature v1 signature matches"));
     }
 
     let payload = parse_body(body)?;
@@ -224,7 +221,7 @@ fn sign(common: &Common, now: SystemTime, body: &[u8]) -> Vec<(&'static str, Str
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, UNIX_EPOCH};
+    use std::time::Duration;
 
     use axum::http::HeaderValue;
     use hmac::Mac;
@@ -232,14 +229,12 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::providers::test_support::{at, is_unauthorized};
     use crate::providers::{Provider, HmacSha256, Kind, ProviderError};
 
     const SECRET: &str = "whsec_test_secret_0123456789abcdef";
     const TS: u64 = 1_700_000_000;
 
-    fn at(seconds: u64) -> SystemTime {
-        UNIX_EPOCH + Duration::from_secs(seconds)
-    }
 
     fn provider() -> Provider {
         Provider::new("billing", Kind::Stripe, &[SECRET], None, None).unwrap()
@@ -271,9 +266,6 @@ mod tests {
         .to_string()
     }
 
-    fn is_unauthorized(r: &Result<Delivery, Rejection>) -> bool {
-        matches!(r, Err(Rejection::Unauthorized(_)))
-    }
 
     #[test]
     fn valid_event_normalizes_to_the_defaults() {

@@ -7,14 +7,12 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::json;
 use sha1::Sha1;
 use sha2::{Sha256, Sha512};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use super::*;
+use crate::providers::test_support::{at, is_unauthorized};
 use crate::providers::{Provider, FieldPointers, Kind, ProviderError, SignError};
 
-fn at(seconds: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_secs(seconds)
-}
 
 /// A scheme shaped like GitHub's: `X-Hub-Signature-256: sha256=<hex>` over the body.
 fn github_like() -> SchemeConfig {
@@ -78,9 +76,6 @@ fn cat(parts: &[&[u8]]) -> Vec<u8> {
     parts.concat()
 }
 
-fn unauthorized(r: &Result<Delivery, Rejection>) -> bool {
-    matches!(r, Err(Rejection::Unauthorized(_)))
-}
 
 #[test]
 fn reproduces_githubs_published_example() {
@@ -89,7 +84,7 @@ fn reproduces_githubs_published_example() {
     let h = headers(&[("x-hub-signature-256", sig), ("x-github-delivery", "d1")]);
     // Authenticated, then refused because the body is not JSON.
     assert_eq!(p.accept(&h, b"Hello, World!", at(0)), Err(Rejection::BadRequest("the body is not JSON".into())));
-    assert!(unauthorized(&p.accept(&h, b"Hello, World?", at(0))));
+    assert!(is_unauthorized(&p.accept(&h, b"Hello, World?", at(0))));
 }
 
 #[test]
@@ -102,10 +97,10 @@ fn reproduces_slacks_published_example() {
     ]);
     let r = p.accept(&h, BODY.as_bytes(), at(1531420618 + 60));
     assert_eq!(r, Err(Rejection::BadRequest("the body is not JSON".into())), "verified, then not JSON");
-    assert!(unauthorized(&p.accept(&h, BODY.as_bytes(), at(1531420618 + 301))), "stale");
+    assert!(is_unauthorized(&p.accept(&h, BODY.as_bytes(), at(1531420618 + 301))), "stale");
     let mut tampered = BODY.to_owned();
     tampered.push('&');
-    assert!(unauthorized(&p.accept(&h, tampered.as_bytes(), at(1531420618))));
+    assert!(is_unauthorized(&p.accept(&h, tampered.as_bytes(), at(1531420618))));
 }
 
 #[test]
@@ -143,7 +138,7 @@ fn every_algorithm_and_encoding_round_trips() {
             let other = if algorithm == Algorithm::Sha1 { Algorithm::Sha256 } else { Algorithm::Sha1 };
             let forged = encoding.encode(&mac(other, "s3cret", &cat(&[b"v0:", ts.as_bytes(), b":", &body[..]])));
             let h = headers(&[("x-slack-signature", &format!("v0={forged}")), ("x-slack-request-timestamp", ts)]);
-            assert!(unauthorized(&p.accept(&h, body, at(1800000000))), "{name}");
+            assert!(is_unauthorized(&p.accept(&h, body, at(1800000000))), "{name}");
         }
     }
 }
@@ -164,7 +159,7 @@ fn signature_failures_are_unauthorized_and_never_echoed() {
     ];
     for sig in &bad {
         let r = p.accept(&headers(&[("x-hub-signature-256", sig), ("x-github-delivery", "d")]), body, at(0));
-        assert!(unauthorized(&r), "{sig}: {r:?}");
+        assert!(is_unauthorized(&r), "{sig}: {r:?}");
         let reason = r.unwrap_err().reason().to_owned();
         assert!(sig.len() < 8 || !reason.contains(sig.as_str()), "{reason}");
     }
@@ -172,7 +167,7 @@ fn signature_failures_are_unauthorized_and_never_echoed() {
     assert!(p.accept(&headers(&[("x-hub-signature-256", &ok), ("x-github-delivery", "d")]), body, at(0)).is_ok());
     let ok = format!("sha256={good}");
     // Missing and repeated signature headers.
-    assert!(unauthorized(&p.accept(&headers(&[("x-github-delivery", "d")]), body, at(0))));
+    assert!(is_unauthorized(&p.accept(&headers(&[("x-github-delivery", "d")]), body, at(0))));
     let twice = headers(&[("x-hub-signature-256", &ok), ("x-hub-signature-256", &ok), ("x-github-delivery", "d")]);
     assert_eq!(
         p.accept(&twice, body, at(0)),
@@ -189,7 +184,7 @@ fn signature_failures_are_unauthorized_and_never_echoed() {
         Err(Rejection::BadRequest("x-github-delivery sent more than once".into()))
     );
     // Nothing but the signature is looked at first.
-    assert!(unauthorized(&p.accept(&headers(&[("x-hub-signature-256", "sha256=00")]), b"not json", at(0))));
+    assert!(is_unauthorized(&p.accept(&headers(&[("x-hub-signature-256", "sha256=00")]), b"not json", at(0))));
 }
 
 #[test]
@@ -219,7 +214,7 @@ fn timestamps_are_signed_and_bounded_both_ways() {
     // A fresh timestamp swapped onto an old signature does not verify.
     let mut h = signed_at(now - 30);
     h.insert("x-slack-request-timestamp", HeaderValue::from_str(&now.to_string()).unwrap());
-    assert!(unauthorized(&p.accept(&h, body, at(now))));
+    assert!(is_unauthorized(&p.accept(&h, body, at(now))));
     let mut h = signed_at(now);
     h.remove("x-slack-request-timestamp");
     assert_eq!(
@@ -228,7 +223,7 @@ fn timestamps_are_signed_and_bounded_both_ways() {
     );
     let mut h = signed_at(now);
     h.append("x-slack-request-timestamp", HeaderValue::from_static("1"));
-    assert!(unauthorized(&p.accept(&h, body, at(now))));
+    assert!(is_unauthorized(&p.accept(&h, body, at(now))));
 }
 
 #[test]
@@ -272,7 +267,7 @@ fn delivery_ids_from_the_body_and_a_signed_id_header() {
         .collect();
     assert_eq!(p.accept(&h, body, at(now)).unwrap().delivery_id, "msg-1");
     h.insert("x-id", HeaderValue::from_static("msg-2"));
-    assert!(unauthorized(&p.accept(&h, body, at(now))));
+    assert!(is_unauthorized(&p.accept(&h, body, at(now))));
     h.remove("x-id");
     assert_eq!(p.accept(&h, body, at(now)), Err(Rejection::Unauthorized("missing x-id header".into())));
     // Rotation: the old secret still verifies, a third does not.
