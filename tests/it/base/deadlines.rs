@@ -21,13 +21,8 @@ pub(crate) const GH_SECRET: &str = "gh-secret";
 /// request timeout (10 s); the server stops when the sender drops.
 pub(crate) async fn serve(store: OpenedStore, providers: Vec<Provider>) -> (String, tokio::sync::oneshot::Sender<()>) {
     let state = AppState::new(Gate::new(["octo/repo"], store), providers, None);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    tokio::spawn(idemgate::server::run(listener, state, Duration::from_secs(5), async move {
-        let _ = rx.await;
-    }));
-    (base, tx)
+    let (addr, tx) = crate::support::serve_state(state).await;
+    (format!("http://{addr}"), tx)
 }
 
 pub(crate) async fn metrics(client: &reqwest::Client, base: &str) -> String {

@@ -516,9 +516,7 @@ async fn a_full_budget_answers_503_with_retry_after() {
     let state = AppState::new(Gate::new(["o/r"], Backend::Memory.store(&Settings::default()).await), vec![], None)
         .with_max_body(1000)
         .with_body_budget(budget);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(idemgate::server::run(listener, state, Duration::from_secs(1), std::future::pending()));
+    let (addr, _stop) = crate::support::serve_state(state).await;
     // The first request declares 900 bytes and sends 10: it holds 900 of the budget.
     let mut holder = tokio::net::TcpStream::connect(addr).await.unwrap();
     holder
@@ -813,9 +811,7 @@ async fn a_slow_chunked_body_holds_room_for_what_it_sent() {
     let state = AppState::new(Gate::new(["o/r"], Backend::Memory.store(&Settings::default()).await), vec![], None)
         .with_max_body(MIB)
         .with_body_budget(budget);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(idemgate::server::run(listener, state, Duration::from_secs(1), std::future::pending()));
+    let (addr, _stop) = crate::support::serve_state(state).await;
     let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
     let head = "POST /v1/deliveries HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nb\r\n{\"provider\"\r\n";
     slow.write_all(head.as_bytes()).await.unwrap();

@@ -9,23 +9,15 @@ use idemgate::providers::Provider;
 use idemgate::redis_io::RedisOptions;
 use idemgate::store::redis_store::RedisStore;
 use idemgate::vocabulary::Settings;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::base::deadlines::{GH_SECRET, metrics, serve};
-use crate::support::{RedisProcess, fresh_ns};
-
-/// What the client saw, and how long it waited.
-struct Answer {
-    status: u16,
-    retry_after: Option<String>,
-    replayed: bool,
-    body: Value,
-    took: Duration,
-}
+use crate::support::{RedisProcess, Reply, fresh_ns};
 
 /// One GitHub `issues` delivery of issue `n` in octo/repo to provider `p`,
 /// signed as GitHub signs it; the same `id` and `n` give the same bytes.
-async fn deliver(client: &reqwest::Client, base: &str, p: &Provider, id: &str, n: i64) -> Answer {
+/// Answers what the client saw, and how long it waited.
+async fn deliver(client: &reqwest::Client, base: &str, p: &Provider, id: &str, n: i64) -> (Reply, Duration) {
     let body =
         json!({"action": "opened", "issue": {"number": n}, "repository": {"name": "repo", "owner": {"login": "octo"}}});
     let bytes = body.to_string().into_bytes();
@@ -36,12 +28,7 @@ async fn deliver(client: &reqwest::Client, base: &str, p: &Provider, id: &str, n
     let started = Instant::now();
     let r = req.body(bytes).send().await.unwrap();
     let took = started.elapsed();
-    let status = r.status().as_u16();
-    let retry_after = r.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
-    let replayed = r.headers().get("idempotent-replayed").is_some();
-    let text = r.text().await.unwrap();
-    let body = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
-    Answer { status, retry_after, replayed, body, took }
+    (Reply::read(r).await, took)
 }
 
 #[tokio::test]
@@ -61,26 +48,26 @@ async fn a_hung_redis_is_answered_503_within_each_providers_deadline_and_the_ret
     let client = reqwest::Client::new();
     // Each delivery is its own issue, so each is new work (202).
     for (p, id, n) in [(&short, "warm-s", 1), (&github, "warm-g", 4)] {
-        assert_eq!(deliver(&client, &base, p, id, n).await.status, 202, "{}", p.name());
+        assert_eq!(deliver(&client, &base, p, id, n).await.0.status, 202, "{}", p.name());
     }
 
     let paused = redis.paused();
-    let (cut_by_deadline, cut_by_redis) =
+    let ((cut_by_deadline, deadline_took), (cut_by_redis, redis_took)) =
         tokio::join!(deliver(&client, &base, &short, "s1", 2), deliver(&client, &base, &github, "g1", 3));
     drop(paused);
 
     for (what, a) in [("slack-like", &cut_by_deadline), ("github", &cut_by_redis)] {
         assert_eq!(a.status, 503, "{what}: {}", a.body);
-        assert_eq!(a.retry_after.as_deref(), Some("1"), "{what}");
+        assert_eq!(a.header("retry-after"), Some("1"), "{what}");
         assert!(a.body["error"].is_string(), "{what}: {}", a.body);
     }
     // 3 s less a tenth for the network: answered at 2.7 s, not before.
-    let took = cut_by_deadline.took;
+    let took = deadline_took;
     assert!(took < Duration::from_secs(3), "the slack-like provider waited {took:?}");
     assert!(took >= Duration::from_millis(2_600), "given up early, after {took:?}");
     assert!(cut_by_deadline.body["error"].as_str().unwrap().contains("deadline"), "{}", cut_by_deadline.body);
     // The Redis timeout comes first for GitHub's 10 s: answered then, not earlier, well within 10 s.
-    let took = cut_by_redis.took;
+    let took = redis_took;
     assert!(took >= redis_timeout - Duration::from_millis(100), "given up before the Redis timeout, after {took:?}");
     assert!(took < Duration::from_millis(9_500), "github waited {took:?}");
 
@@ -90,7 +77,7 @@ async fn a_hung_redis_is_answered_503_within_each_providers_deadline_and_the_ret
     for (p, id, n) in [(&short, "s1", 2), (&github, "g1", 3)] {
         let retry_until = Instant::now() + Duration::from_secs(15);
         let first = loop {
-            let a = deliver(&client, &base, p, id, n).await;
+            let (a, _) = deliver(&client, &base, p, id, n).await;
             if a.status != 503 {
                 break a;
             }
@@ -98,14 +85,14 @@ async fn a_hung_redis_is_answered_503_within_each_providers_deadline_and_the_ret
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
         assert_eq!(
-            (first.status, first.body["status"].as_str()),
+            (first.status.as_u16(), first.body["status"].as_str()),
             (202, Some("created")),
             "{}: {}",
             p.name(),
             first.body
         );
-        let again = deliver(&client, &base, p, id, n).await;
-        assert_eq!((again.status, again.replayed), (202, true), "{}: {}", p.name(), again.body);
+        let (again, _) = deliver(&client, &base, p, id, n).await;
+        assert_eq!((again.status.as_u16(), again.replayed), (202, true), "{}: {}", p.name(), again.body);
         assert_eq!(again.body["run_id"], first.body["run_id"], "{}", p.name());
     }
     // One run per delivery: two warm-ups and two that hit the hang.

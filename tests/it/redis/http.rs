@@ -22,13 +22,8 @@ async fn serve_on_socket(url: &str, ns: &str) -> (String, tokio::sync::oneshot::
     let store = Arc::new(RedisStore::connect(&opts, Keys::new(ns).unwrap(), &Settings::default()).await.unwrap());
     let state =
         AppState::new(Gate::new(["octo/repo"], store), vec![], None).with_request_timeout(Duration::from_secs(3));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    tokio::spawn(idemgate::server::run(listener, state, Duration::from_secs(5), async move {
-        let _ = rx.await;
-    }));
-    (base, tx)
+    let (addr, tx) = crate::support::serve_state(state).await;
+    (format!("http://{addr}"), tx)
 }
 
 async fn post_delivery(client: &reqwest::Client, base: &str, id: &str, n: i64) -> reqwest::Response {

@@ -294,12 +294,8 @@ async fn healthcheck_http_follows_readyz() {
     .await
     .unwrap();
     let state = idemgate::http::AppState::new(Gate::new(["o/r"], std::sync::Arc::new(store)), vec![], None);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/readyz", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(idemgate::server::run(listener, state, Duration::from_secs(1), async move {
-        let _ = stopped.await;
-    }));
+    let (addr, stop) = crate::support::serve_state(state).await;
+    let url = format!("http://{addr}/readyz");
     let check = |url: String| {
         tokio::task::spawn_blocking(move || idemgate(&["healthcheck", "--http", &url, "--redis-timeout", "2s"]))
     };

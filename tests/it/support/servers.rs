@@ -675,3 +675,16 @@ impl Drop for Served {
         let _ = self.child.wait();
     }
 }
+
+/// Serves `state` (the real listener and router) on a loopback port,
+/// answering its address; the service drains and stops when the sender
+/// is dropped or sent to.
+pub async fn serve_state(state: idemgate::http::AppState) -> (std::net::SocketAddr, tokio::sync::oneshot::Sender<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(idemgate::server::run(listener, state, Duration::from_secs(1), async move {
+        let _ = rx.await;
+    }));
+    (addr, tx)
+}
