@@ -35,12 +35,8 @@ async fn a_stalled_body_is_answered_503_at_the_deadline() {
     let (base, _stop) = serve(MemoryStore::new(&Settings::default()).into(), vec![provider]).await;
     let addr = base.trim_start_matches("http://");
     let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
-    // The head (signature headers well formed, so that the body is
-    // awaited) and the first bytes of a 100-byte body, then nothing.
-    let head = format!(
-        "POST /webhooks/slow HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-github-event: push\r\nx-github-delivery: d\r\nx-hub-signature-256: sha256={}\r\ncontent-length: 100\r\n\r\n",
-        "0".repeat(64)
-    );
+    // The head and the first bytes of its 100-byte body, then nothing.
+    let head = crate::support::signing::stalling_github_head("/webhooks/slow", "push", "d");
     conn.write_all(format!("{head}{{\"action\":").as_bytes()).await.unwrap();
     let started = Instant::now();
     let mut reply = vec![0u8; 4096];

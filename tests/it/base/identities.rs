@@ -19,7 +19,7 @@ use idemgate::vocabulary::Settings;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use crate::support::signing::{github_signature, hmac_sha256, standard_webhooks_signature};
+use crate::support::signing::{github_signature, standard_webhooks_signature};
 use crate::support::{Backend, Reply, send};
 
 const CORPUS: &str = include_str!("../../fixtures/github-webhook-examples.json");
@@ -562,9 +562,8 @@ fn slack_like_hmac(name: &str, secrets: &[&str]) -> Provider {
 
 /// An `hmac` delivery signed independently of idemgate's signer.
 fn hmac_request(secret: &str, ts: u64, body: &str) -> Request<Body> {
-    let mac = hmac_sha256(secret.as_bytes(), format!("v0:{ts}:{body}").as_bytes());
     Request::post("/webhooks/slackish")
-        .header("x-slack-signature", format!("v0={}", hex::encode(mac)))
+        .header("x-slack-signature", crate::support::signing::slack_signature(secret, ts, body))
         .header("x-slack-request-timestamp", ts.to_string())
         .body(Body::from(body.to_owned()))
         .unwrap()

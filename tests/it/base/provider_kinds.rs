@@ -55,7 +55,7 @@ fn slack(secret: &str, at: SystemTime, body: &Value, retry: Option<u32>) -> Requ
     let ts = unix(at);
     let mut req = Request::post("/webhooks/slack")
         .header("x-slack-request-timestamp", ts.to_string())
-        .header("x-slack-signature", format!("v0={}", hex::encode(hmac(secret, &format!("v0:{ts}:{body}")))))
+        .header("x-slack-signature", crate::support::signing::slack_signature(secret, ts, &body))
         .header("content-type", "application/json");
     if let Some(n) = retry {
         req = req.header("x-slack-retry-num", n.to_string()).header("x-slack-retry-reason", "http_timeout");

@@ -202,11 +202,7 @@ async fn every_metric_of_the_dashboard_and_the_rules_is_in_a_real_scrape() {
     assert_eq!(r.json::<Value>().await.unwrap()["status"], "blocked");
     // A body that stalls past the `slow` provider's deadline: 503.
     let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", serve.1)).await.unwrap();
-    // Well-formed signature headers, so the body is awaited (without them it is 401 at once).
-    let head = format!(
-        "POST /webhooks/slow HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-github-event: issues\r\nx-github-delivery: g-3\r\nx-hub-signature-256: sha256={}\r\ncontent-length: 100\r\n\r\n",
-        "0".repeat(64)
-    );
+    let head = crate::support::signing::stalling_github_head("/webhooks/slow", "issues", "g-3");
     conn.write_all(format!("{head}{{\"action\":").as_bytes()).await.unwrap();
     let mut reply = vec![0u8; 4096];
     let n = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut reply)).await.expect("an answer").unwrap();

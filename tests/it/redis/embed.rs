@@ -88,10 +88,7 @@ async fn a_stalled_body_is_answered_503_at_the_providers_deadline() {
             (String::from_utf8_lossy(&reply[..n]).to_lowercase(), started.elapsed())
         }
     };
-    let head = format!(
-        "POST /webhooks/github HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-github-event: push\r\nx-github-delivery: d\r\nx-hub-signature-256: sha256={}\r\ncontent-length: 100\r\n\r\n{{\"ref\":",
-        "0".repeat(64)
-    );
+    let head = crate::support::signing::stalling_github_head("/webhooks/github", "push", "d") + "{\"ref\":";
     let (reply, took) = answer(head).await;
     assert!(reply.starts_with("http/1.1 503") && reply.contains("retry-after: 1"), "{reply}");
     // 1 s less a tenth: 900 ms.

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use hmac::{Hmac, Mac};
 use idemgate::gate::Gate;
 use idemgate::http::{AppState, app};
 use idemgate::keys::Keys;
@@ -22,7 +21,6 @@ use idemgate::providers::Provider;
 use idemgate::vocabulary::{DoneRecord, Settings};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
-use sha2::Sha256;
 
 use crate::base::ops::stdout;
 use crate::redis::ops::idemgate_in;
@@ -375,10 +373,8 @@ async fn github_delivery(ns: &str, delivery: &str) -> String {
     let gate = Gate::new([repo], redis_store_in(ns, &Settings::default()).await);
     // The provider as a config file without `keep_payload` gives it: kept.
     let app = app(AppState::new(gate, vec![Provider::github("github", GITHUB_SECRET)], None));
-    let mut mac = Hmac::<Sha256>::new_from_slice(GITHUB_SECRET.as_bytes()).unwrap();
-    mac.update(body.as_bytes());
     let req = Request::post("/webhooks/github")
-        .header("x-hub-signature-256", format!("sha256={}", hex::encode(mac.finalize().into_bytes())))
+        .header("x-hub-signature-256", crate::support::signing::github_signature(GITHUB_SECRET, body.as_bytes()))
         .header("x-github-delivery", delivery)
         .header("x-github-event", "pull_request")
         .header("content-type", "application/json")

@@ -32,3 +32,20 @@ pub fn standard_webhooks_signature(secret: &str, id: &str, timestamp: u64, body:
     let message = [format!("{id}.{timestamp}.").as_bytes(), body].concat();
     STANDARD.encode(hmac_sha256(&standard_webhooks_key(secret), &message))
 }
+
+/// Slack's `X-Slack-Signature` (and a Slack-like `hmac` scheme's): `v0=`
+/// and the hex HMAC-SHA256 of `v0:<timestamp>:<body>` under `secret`.
+pub fn slack_signature(secret: &str, timestamp: u64, body: &str) -> String {
+    format!("v0={}", hex::encode(hmac_sha256(secret.as_bytes(), format!("v0:{timestamp}:{body}").as_bytes())))
+}
+
+/// The head of a GitHub-style delivery to `path` whose body will stall:
+/// its signature header is well formed (so the body is awaited, where a
+/// missing one is 401 at once) but signs nothing, and it declares a
+/// 100-byte body. The caller sends the first bytes of it, then nothing.
+pub fn stalling_github_head(path: &str, event: &str, delivery: &str) -> String {
+    format!(
+        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-github-event: {event}\r\nx-github-delivery: {delivery}\r\nx-hub-signature-256: sha256={}\r\ncontent-length: 100\r\n\r\n",
+        "0".repeat(64)
+    )
+}
