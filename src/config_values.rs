@@ -2,7 +2,7 @@
 //! comma-separated string or as an array ([`StringOrList`]), a duration
 //! named by its key ([`duration`]), and `ORG/REPO` / `ORG/*` allowlist entries
 //! ([`checked_repos`]). The top level ([`crate::config`]) and the
-//! `[[provider]]` tables ([`crate::providers::ProviderTable`]) both read
+//! `[[provider]]` tables ([`crate::providers::table::ProviderTable`]) both read
 //! them, so each rule and its message is written once, here. Messages name
 //! the key, never the value: a secret typed into the wrong key must not
 //! reach a log.

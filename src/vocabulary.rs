@@ -102,7 +102,7 @@ pub struct Identity {
     pub repo: String,
     /// The event's action.
     pub action: String,
-    /// The number text (see [`number_text`]; `""` when there is no number), as the
+    /// The number text (see [`number_text`](crate::gate::number_text); `""` when there is no number), as the
     /// run record and the worker report it.
     pub number: String,
     /// What names the work within `(provider, repo, action)`: the number
@@ -311,7 +311,7 @@ impl DeliveryRecord {
     /// `head(status)`, then for `created` and `duplicate` the run id and
     /// [`DeliveryRecord::RUN_ID_END`], then [`RecordTail`]. The gate scripts
     /// join these pieces around the run id they decide (the heads are filled
-    /// into `lua/gate*.lua` at load, the tail is their ARGV[4]); serde reads
+    /// into `lua/gate*.lua` at load, the tail is their `ARGV[4]`); serde reads
     /// them back (the digest as `d`, 64 bits: [`crate::event_digest`]).
     pub fn head(status: Status) -> String {
         let run = if matches!(status, Status::Created | Status::Duplicate) { r#","run_id":""# } else { "" };

@@ -163,7 +163,7 @@ fn memory_run_detail(run_id: &str, r: MemoryRun) -> RunDetail {
 
 impl Source {
     /// The views of `store`: the memory store's own records, or the Redis
-    /// namespace a [`RedisStore`] writes to; `None` for a store of the
+    /// namespace a [`RedisStore`](crate::store::redis_store::RedisStore) writes to; `None` for a store of the
     /// caller's own, which idemgate cannot read.
     pub fn of(store: &OpenedStore) -> Option<Self> {
         match store {

@@ -5,7 +5,12 @@
 //! Each kind is one file, whose struct holds a provider's state (one
 //! `Common` and the kind's own settings) and implements the `ProviderKind`
 //! trait, and one line of the registry below, which makes it a [`Kind`]
-//! and a [`Provider`] variant; nothing else names a kind. The kinds:
+//! and a [`Provider`] variant; nothing else is needed to add a kind. Code
+//! outside `providers/` names a kind only to use what that kind alone has:
+//! the destination signs with [`standard_webhooks`] (it is the spec the
+//! worker's deliveries follow), the webhook pipeline reads a GitHub `ping`'s
+//! hook target ([`github::ping_target`]), `send` builds its `--as` kinds, and
+//! the bench measures GitHub's digest. The kinds:
 //!
 //! - [`github`]: `X-Hub-Signature-256` over the raw body.
 //! - [`standard_webhooks`]: the Standard Webhooks spec as Svix sends it

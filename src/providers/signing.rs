@@ -55,7 +55,7 @@ pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(5 * 60);
 /// The most signature entries of one header that are tried, for the kinds
 /// whose header may list several (`stripe`'s `v1=`, `standard-webhooks`'
 /// `v1,`). Each secret's HMAC of the body is computed once per request
-/// ([`Provider::verifies_any`]), so an entry costs comparisons, not HMACs;
+/// (`Common::verifies_any`), so an entry costs comparisons, not HMACs;
 /// the cap bounds what a header may ask of the verifier all the same. A
 /// header with more is refused (401), never cut short. Senders list one
 /// entry per live secret: one, two while a secret rolls.

@@ -148,42 +148,42 @@ impl GateVerdict {
 /// scripts' headers); [`GateCall`] and [`GateHoldCall`] run them.
 #[derive(Debug, Clone)]
 pub struct GateArgs<'a> {
-    /// KEYS[1]: the delivery key.
+    /// `KEYS[1]`: the delivery key.
     pub delivery_key: &'a str,
-    /// KEYS[2]: the logical key; without an identity any key of the slot.
+    /// `KEYS[2]`: the logical key; without an identity any key of the slot.
     pub logical_key: &'a str,
-    /// KEYS[3]: the run counter.
+    /// `KEYS[3]`: the run counter.
     pub counter_key: &'a str,
-    /// KEYS[4]: the runs stream.
+    /// `KEYS[4]`: the runs stream.
     pub runs_key: &'a str,
-    /// KEYS[5]: the run records' prefix.
+    /// `KEYS[5]`: the run records' prefix.
     pub run_prefix: &'a str,
-    /// ARGV[1].
+    /// `ARGV[1]`.
     pub verdict: GateVerdict,
-    /// ARGV[2]: how long the delivery record lives, ms (> 0).
+    /// `ARGV[2]`: how long the delivery record lives, ms (> 0).
     pub delivery_ttl_ms: u64,
-    /// ARGV[3]: how long the logical key lives, ms (0: forever).
+    /// `ARGV[3]`: how long the logical key lives, ms (0: forever).
     pub logical_ttl_ms: u64,
     /// The digest of the delivery's event as the record keeps it: with
-    /// `now_ms`, ARGV[4], the record's tail ([`RecordTail`]).
+    /// `now_ms`, `ARGV[4]`, the record's tail ([`RecordTail`]).
     pub event_digest: &'a str,
-    /// ARGV[5]: now, ms since the Unix epoch (the record's `at` too).
+    /// `ARGV[5]`: now, ms since the Unix epoch (the record's `at` too).
     pub now_ms: u64,
-    /// ARGV[6]: the provider, for the run record and the stream.
+    /// `ARGV[6]`: the provider, for the run record and the stream.
     pub provider: &'a str,
-    /// ARGV[7]: the delivery id, likewise.
+    /// `ARGV[7]`: the delivery id, likewise.
     pub delivery_id: &'a str,
-    /// ARGV[8]: `org/repo` (`""` without an identity).
+    /// `ARGV[8]`: `org/repo` (`""` without an identity).
     pub repo: &'a str,
-    /// ARGV[9]: the action (`""` without an identity).
+    /// `ARGV[9]`: the action (`""` without an identity).
     pub action: &'a str,
-    /// ARGV[10]: the number text.
+    /// `ARGV[10]`: the number text.
     pub number: &'a str,
-    /// ARGV[11]: the subject where it is more than the number text, else `""`.
+    /// `ARGV[11]`: the subject where it is more than the number text, else `""`.
     pub subject: &'a str,
-    /// ARGV[12]: the payload the run record keeps, else `""`.
+    /// `ARGV[12]`: the payload the run record keeps, else `""`.
     pub payload: &'a str,
-    /// ARGV[13]: a replay rewrites its record so that a `WAIT` sent next on
+    /// `ARGV[13]`: a replay rewrites its record so that a `WAIT` sent next on
     /// the same connection covers it (`--min-replicas-ack`).
     pub rewrite_on_replay: bool,
 }
@@ -347,10 +347,10 @@ impl ScriptCall for GateCall<'_> {
 pub struct GateHoldCall<'a> {
     /// ARGV[1..13] and the KEYS.
     pub gate: GateArgs<'a>,
-    /// ARGV[14]: how long the hold on a run this call creates lasts, ms
+    /// `ARGV[14]`: how long the hold on a run this call creates lasts, ms
     /// (> 0), from Redis's clock.
     pub hold_ms: u64,
-    /// ARGV[15]: the held run record's TTL, ms (0: none).
+    /// `ARGV[15]`: the held run record's TTL, ms (0: none).
     pub held_run_ttl_ms: u64,
 }
 

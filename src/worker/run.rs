@@ -136,7 +136,7 @@ pub trait Handler: Send + Sync + 'static {
     fn call(&self, run: RunAttempt) -> impl Future<Output = Result<Success, Failure>> + Send;
 
     /// The breaker that holds attempts back while the handler's destination
-    /// is down ([`breaker`]); `None` (the default): attempts always start.
+    /// is down ([`Breaker`]); `None` (the default): attempts always start.
     fn breaker(&self) -> Option<&Breaker> {
         None
     }
