@@ -5,6 +5,8 @@
 //! durably. The modules, in the order a request meets them:
 //!
 //! - [`server`]: start, eviction-policy check, graceful shutdown.
+//! - [`listener`]: one listener setup for `serve` and the worker's `--metrics-listen`
+//!   (connection cap, header and idle timeouts, drain).
 //! - [`http`]: the HTTP API (docs/reference.md#http-api) as an axum router, and request bodies within one shared memory budget ([`http::body`]).
 //! - [`layer`]: the gate inside your own axum service, as a tower layer
 //!   around a webhook handler (docs/embedding.md).
@@ -22,7 +24,7 @@
 //!   Plain commands are written where they are used, sent through a `RedisHandle` or a
 //!   `redis_io::Conn`: the store's `PING`, the worker's stream reads and heartbeat, the
 //!   operator commands' reads and their dead-stream writes, the `/metrics` gauges,
-//!   `serve`'s eviction check, and the bench.
+//!   and the bench; `serve`'s eviction check is [`redis_io::diagnose`]'s.
 //! - [`jcs`]: RFC 8785 canonical JSON, for payload digests (window analysis, GitHub event identities).
 //! - [`keys`]: the length-prefixed Redis key schema of docs/reference.md#redis-keys.
 //! - [`config`]: one configuration for every command: the flags', env's and TOML file's layers, merged once, each error naming the bad value's source.
@@ -40,6 +42,11 @@
 //! - [`sync`]: locks that recover from a poisoned mutex, so one panic cannot take every request down.
 //! - [`units`]: the clock in ms since the epoch, and durations printed as the flags read them.
 //! - [`text`]: control characters escaped before they reach a log or a terminal.
+//! - [`allowlist`]: the `ORG/REPO` and `ORG/*` allowlist a provider or the gate admits by.
+//! - [`redact`]: the secret parts of URLs hidden where they are printed, and masked in the process's arguments.
+//! - [`file_mode`]: the warning for a secrets or config file that other users can read.
+//! - [`retry`]: the one retry policy (50 ms to 1 s, up to a deadline) for calls that may be repeated.
+//! - [`prometheus`]: the Prometheus text format both `/metrics` exporters write.
 //! - [`ops`]: what the operator commands (`inspect`, `stats`, `key`, `dead`, `healthcheck`) read, over the Redis key schema.
 //!
 //! The `idemgate` binary (`src/main.rs` and its `src/cli/` modules, not part

@@ -272,8 +272,8 @@ pub(super) async fn measure_daily(bench: &Bench<'_>, out: &mut String) -> Result
     let waited = super::worker::wait_group_done(&mut conn, &keys, "memory").await;
     let _ = child.kill().await;
     waited?;
-    let written = encodings(&mut conn, &ns).await?;
-    let figures = kind_figures(&mut conn, &ns).await;
+    let written = encodings(&mut conn, &keys).await?;
+    let figures = kind_figures(&mut conn, &keys).await;
     cleanup_namespace(&mut conn, &ns).await?;
     let figures = figures?;
     writeln!(
@@ -296,25 +296,24 @@ pub(super) async fn measure_daily(bench: &Bench<'_>, out: &mut String) -> Result
 /// Redis bytes per daily delivery at the defaults that the report holds the total to.
 const DAILY_TARGET: f64 = 9_000.0;
 
-/// The key kinds a delivery leaves, by the key schema's names.
-/// A done run record keeps its `history` and, by default, drops the payload its provider kept.
+/// The key kinds a delivery leaves, by the key schema's names (the kinds
+/// of [`Keys::scan_pattern`]). A done run record keeps its `history` and,
+/// by default, drops the payload its provider kept.
 const DAILY_KINDS: [(&str, &str); 3] = [
-    ("delivery record", ":delivery:"),
-    ("logical key", ":logical:"),
-    ("run record (`done`: with its `history`, without the payload)", ":run:"),
+    ("delivery record", "delivery"),
+    ("logical key", "logical"),
+    ("run record (`done`: with its `history`, without the payload)", "run"),
 ];
 
-/// `MEMORY USAGE` and `PTTL` of every key of namespace `ns`, per kind:
+/// `MEMORY USAGE` and `PTTL` of every key of the namespace, per kind:
 /// mean bytes and median lifetime.
 async fn kind_figures(
     conn: &mut crate::redis_io::Conn,
-    ns: &str,
+    keys: &Keys,
 ) -> Result<Vec<(&'static str, KindFigures)>, BenchError> {
-    let prefix = format!("idemgate:{{{ns}}}");
-    let all = scan(conn, &format!("{prefix}:*")).await?;
     let mut figures = Vec::new();
-    for (name, infix) in DAILY_KINDS {
-        let of_kind: Vec<&String> = all.iter().filter(|k| k[prefix.len()..].starts_with(infix)).collect();
+    for (name, kind) in DAILY_KINDS {
+        let of_kind = scan(conn, &keys.scan_pattern(kind)).await?;
         let mut pipe = redis::pipe();
         for key in &of_kind {
             pipe.cmd("MEMORY").arg("USAGE").arg(key.as_str()).arg("SAMPLES").arg(0).cmd("PTTL").arg(key.as_str());
@@ -330,9 +329,9 @@ async fn kind_figures(
     Ok(figures)
 }
 
-/// How the run records of `ns` are encoded (`OBJECT ENCODING`), for the report.
-async fn encodings(conn: &mut crate::redis_io::Conn, ns: &str) -> Result<String, BenchError> {
-    let runs = scan(conn, &format!("idemgate:{{{ns}}}:run:*")).await?;
+/// How the namespace's run records are encoded (`OBJECT ENCODING`), for the report.
+async fn encodings(conn: &mut crate::redis_io::Conn, keys: &Keys) -> Result<String, BenchError> {
+    let runs = scan(conn, &keys.scan_pattern("run")).await?;
     let mut pipe = redis::pipe();
     for key in &runs {
         pipe.cmd("OBJECT").arg("ENCODING").arg(key);

@@ -9,8 +9,8 @@
 //! outside `providers/` names a kind only to use what that kind alone has:
 //! the destination signs with [`standard_webhooks`] (it is the spec the
 //! worker's deliveries follow), the webhook pipeline reads a GitHub `ping`'s
-//! hook target ([`github::ping_target`]), `send` builds its `--as` kinds, and
-//! the bench measures GitHub's digest. The kinds:
+//! hook target ([`github::ping_target`]), and the bench measures GitHub's
+//! digest. The kinds:
 //!
 //! - [`github`]: `X-Hub-Signature-256` over the raw body.
 //! - [`standard_webhooks`]: the Standard Webhooks spec as Svix sends it
