@@ -393,7 +393,10 @@ async fn sentinel_failover_under_load_loses_no_acknowledged_delivery() {
     const MASTER: &str = "idemgate-test";
     let mut primary = RedisProcess::start(&[]);
     let replica = RedisProcess::start(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
-    let sentinel = SentinelProcess::start(MASTER, primary.port, Duration::from_millis(1000));
+    // Down after 3 s, not 1: on a loaded machine (CI) a primary promoted a
+    // moment ago can miss its pings for a second, and Sentinel then failed
+    // over again, to the old primary that had just come back empty.
+    let sentinel = SentinelProcess::start(MASTER, primary.port, Duration::from_millis(3000));
     let deadline = Instant::now() + Duration::from_secs(30);
     // Sentinel learns the replica from the primary's INFO: wait for it, or
     // there is nothing to fail over to.
@@ -455,7 +458,10 @@ async fn sentinel_failover_under_load_loses_no_acknowledged_delivery() {
     // REPLICAOF, and a busy machine can put it in TILT mode (its timer ran
     // late), where it does nothing for 30 s: so the wait has a deadline of
     // its own, long enough for one TILT.
-    tokio::task::block_in_place(|| primary.restart());
+    // It comes back with replica-priority 0, as an instance without its data
+    // must: Sentinel never promotes it, so a second failover cannot wipe the
+    // new primary by making it replicate an empty one.
+    tokio::task::block_in_place(|| primary.restart_with(&["--replica-priority", "0"]));
     let deadline = Instant::now() + Duration::from_secs(90);
     while !primary.cli(&["info", "replication"]).contains("master_link_status:up") {
         assert!(

@@ -85,6 +85,13 @@ impl RedisProcess {
         panic!("redis-server on port {} did not start", self.port);
     }
 
+    /// Restarts the server with `extra` arguments added to its own (kept
+    /// for later restarts too).
+    pub fn restart_with(&mut self, extra: &[&str]) {
+        self.args.extend(extra.iter().map(|a| a.to_string()));
+        self.restart();
+    }
+
     /// Kills the server (SIGKILL) and waits for it.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
