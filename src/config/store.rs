@@ -86,16 +86,15 @@ impl StoreConfig {
         let Some(opts) = &self.redis else {
             return "memory store (one process, nothing shared, nothing kept across restarts)".into();
         };
-        let (mut s, urls) = match &opts.target {
-            RedisTarget::Single(url) => (format!("redis store at {}", redis_url(url)), std::slice::from_ref(url)),
-            RedisTarget::Cluster(nodes) => (format!("redis cluster store via {}", redis_list(nodes)), nodes.as_slice()),
-            RedisTarget::Sentinel { nodes, master } => (
-                format!("redis store, primary {master:?} found through sentinels {}", redis_list(nodes)),
-                nodes.as_slice(),
-            ),
+        let mut s = match &opts.target {
+            RedisTarget::Single(url) => format!("redis store at {}", redis_url(url)),
+            RedisTarget::Cluster(nodes) => format!("redis cluster store via {}", redis_list(nodes)),
+            RedisTarget::Sentinel { nodes, master } => {
+                format!("redis store, primary {master:?} found through sentinels {}", redis_list(nodes))
+            }
         };
         s += &format!(", namespace {}", self.keys.namespace());
-        if urls.iter().any(|u| is_tls_url(u)) {
+        if opts.target.urls().iter().any(|u| is_tls_url(u)) {
             s += &format!(", {}", opts.tls.describe());
         }
         if let Some(password) = &opts.password {
@@ -180,12 +179,8 @@ fn redis_access(s: &Layer, target: &RedisTarget) -> Result<(Tls, Option<Secret>)
         }
     };
     let tls = Tls { ca, client };
-    let urls = match target {
-        RedisTarget::Single(url) => std::slice::from_ref(url),
-        RedisTarget::Cluster(nodes) | RedisTarget::Sentinel { nodes, .. } => nodes.as_slice(),
-    };
     if tls.is_configured() {
-        if let Some(plain) = urls.iter().find(|u| !is_tls_url(u)) {
+        if let Some(plain) = target.urls().iter().find(|u| !is_tls_url(u)) {
             return Err(err(format!(
                 "--redis-tls-ca/--redis-tls-cert are set but {} is not a rediss:// URL; idemgate never falls back to plain text: use rediss://",
                 redis_url(plain)

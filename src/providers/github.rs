@@ -287,7 +287,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::providers::test_support::{is_unauthorized};
+    use crate::providers::test_support::is_unauthorized;
     use crate::providers::{HmacSha256, Provider};
     use hmac::Mac;
 
@@ -487,7 +487,7 @@ mod tests {
         ];
         for sig in &bad {
             let r = accept(&headers(Some(sig), Some("d"), Some("ping")), body);
-            assert!(is_unauthorized(&r.clone()), "{sig}: {r:?}");
+            assert!(is_unauthorized(&r), "{sig}: {r:?}");
             // The reason never echoes the header.
             if let Err(e) = r {
                 assert!(sig.len() < 8 || !e.reason().contains(sig.as_str()), "{e}");

@@ -215,7 +215,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::providers::test_support::{is_unauthorized};
+    use crate::providers::test_support::is_unauthorized;
     use crate::providers::{Provider, Kind, SignError};
 
     const SECRET: &str = "gitlab token \u{2603}";

@@ -49,6 +49,17 @@ pub enum RedisTarget {
     },
 }
 
+impl RedisTarget {
+    /// The URLs the target is given by: the one server's, the cluster's
+    /// seeds, or the sentinels'.
+    pub fn urls(&self) -> &[String] {
+        match self {
+            RedisTarget::Single(url) => std::slice::from_ref(url),
+            RedisTarget::Cluster(nodes) | RedisTarget::Sentinel { nodes, .. } => nodes,
+        }
+    }
+}
+
 impl RedisOptions {
     /// A standalone server with the default timeout.
     pub fn single(url: impl Into<String>) -> Self {

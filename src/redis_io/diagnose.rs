@@ -3,7 +3,7 @@
 //! connection, TLS or authentication failure, and the eviction policy the
 //! gate's keys depend on. `serve` checks these at start-up (server.rs).
 
-use super::{Conn, RedisOptions, RedisTarget, is_tls_url};
+use super::{Conn, RedisOptions, is_tls_url};
 use crate::Error;
 
 /// Whether Redis answered a command with an error reply that refuses the
@@ -11,13 +11,15 @@ use crate::Error;
 /// a connection, TLS or authentication failure.
 pub fn is_refused_command(e: &Error) -> bool {
     match e {
-        Error::Redis(e) => {
-            e.code().is_some()
-                && e.kind() != redis::ErrorKind::AuthenticationFailed
-                && !matches!(e.code(), Some("WRONGPASS" | "NOAUTH"))
-        }
+        Error::Redis(e) => e.code().is_some() && !is_refused_authentication(e),
         _ => false,
     }
+}
+
+/// Whether Redis refused the user or the password (redis-rs's own kind,
+/// or the `WRONGPASS`/`NOAUTH` reply of a server it does not classify).
+fn is_refused_authentication(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::AuthenticationFailed || matches!(e.code(), Some("WRONGPASS" | "NOAUTH"))
 }
 
 /// What failed, in words, for a store error at start-up. A TLS server
@@ -31,14 +33,9 @@ pub fn what_failed(e: &Error, opts: &RedisOptions) -> &'static str {
         return "Redis did not answer in time";
     };
     let text = redis_error.to_string().to_ascii_lowercase();
-    let tls = match &opts.target {
-        RedisTarget::Single(url) => is_tls_url(url),
-        RedisTarget::Cluster(urls) | RedisTarget::Sentinel { nodes: urls, .. } => urls.iter().any(|u| is_tls_url(u)),
-    };
+    let tls = opts.target.urls().iter().any(|u| is_tls_url(u));
     let dropped = redis_error.is_io_error() || redis_error.is_connection_dropped();
-    if redis_error.kind() == redis::ErrorKind::AuthenticationFailed
-        || matches!(redis_error.code(), Some("WRONGPASS" | "NOAUTH"))
-    {
+    if is_refused_authentication(redis_error) {
         "Redis refused the authentication (check the user and the password, or --redis-password-file)"
     } else if ["certificate", "alert", "tls", "handshake"].iter().any(|w| text.contains(w))
         || (tls && opts.tls.client.is_none() && dropped)
