@@ -65,6 +65,39 @@ impl Drop for Background {
     }
 }
 
+/// `text` with each of the page's ports that stands as a number of its own
+/// (no digit either side) swapped for ours, in one pass: a free port that
+/// happens to contain `8000` is never swapped again.
+fn with_our_ports(text: &str, ports: &[(&str, u16)]) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        let after_digit = out.ends_with(|p: char| p.is_ascii_digit());
+        let whole =
+            |page: &str| rest.strip_prefix(page).is_some_and(|after| !after.starts_with(|n: char| n.is_ascii_digit()));
+        match ports.iter().find(|(page, _)| !after_digit && whole(page)) {
+            Some((page, ours)) => {
+                out.push_str(&ours.to_string());
+                rest = &rest[page.len()..];
+            }
+            None => {
+                out.push(c);
+                rest = &rest[c.len_utf8()..];
+            }
+        }
+    }
+    out
+}
+
+/// Everything the background processes printed, for a failure's message.
+fn printed_by(running: &[Background]) -> String {
+    running
+        .iter()
+        .map(|b| format!("--- {}\nstdout:\n{}\nstderr:\n{}", b.out.display(), b.output(), b.errors()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 fn bash(dir: &Path, text: &str, path: &str) -> Command {
     let mut c = Command::new("bash");
     c.args(["-euo", "pipefail", "-c", text]).current_dir(dir).env("PATH", path).env("NO_COLOR", "1");
@@ -84,7 +117,7 @@ async fn the_quickstart_runs_as_written() {
     let mut running: Vec<Background> = Vec::new();
     let mut printed = String::new();
     for (i, block) in blocks.iter().enumerate() {
-        let text = ports.iter().fold(block.text.clone(), |t, (page, ours)| t.replace(page, &ours.to_string()));
+        let text = with_our_ports(&block.text, &ports);
         if block.background {
             use std::os::unix::process::CommandExt;
             let out = dir.join(format!("block-{i}.out"));
@@ -109,10 +142,10 @@ async fn the_quickstart_runs_as_written() {
             }
             assert!(
                 Instant::now() < deadline,
-                "block {i} failed:\n{text}\nstdout: {}\nstderr: {}\nthe background processes' stderr:\n{}",
+                "block {i} failed:\n{text}\nstdout: {}\nstderr: {}\nthe background processes:\n{}",
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr),
-                running.iter().map(Background::errors).collect::<Vec<_>>().join("\n---\n")
+                printed_by(&running)
             );
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
@@ -122,8 +155,8 @@ async fn the_quickstart_runs_as_written() {
     while !receiver_printed("handled default:run-1:") {
         assert!(
             Instant::now() < deadline,
-            "the receiver never printed `handled`: {:?}",
-            running.iter().map(Background::output).collect::<Vec<_>>()
+            "the receiver never printed `handled`; the background processes:\n{}",
+            printed_by(&running)
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -132,15 +165,26 @@ async fn the_quickstart_runs_as_written() {
     let handled = outputs.lines().find_map(|l| l.strip_prefix("handled ")).unwrap().to_owned();
     assert!(printed.lines().any(|l| l.starts_with("run key:") && l.contains(&handled)), "{printed}");
     assert!(printed.contains("logical key:") && !printed.contains("none names this run"), "{printed}");
+    // The receiver was up, and refused the unsigned request, before the worker started.
+    assert!(printed.lines().any(|l| l == "401"), "{printed}");
     // The sample ping from a repository outside the allowlist was warned of.
     let warned = running.iter().any(|b| {
         b.errors().lines().any(|l| {
             l.contains("WARN") && l.contains("will be answered `blocked`") && l.contains("Octocoders/Hello-World")
         })
     });
-    assert!(warned, "serve did not warn of the ping's blocked repository");
+    assert!(warned, "serve did not warn of the ping's blocked repository:\n{}", printed_by(&running));
     // Stopped the other way round: the receiver, the worker, serve, then Redis.
     while let Some(b) = running.pop() {
         drop(b);
     }
+}
+
+#[test]
+fn ports_are_swapped_once_and_only_as_whole_numbers() {
+    let ports = [("6379", 48000), ("8080", 38080), ("8000", 51234)];
+    assert_eq!(
+        with_our_ports("--port 6379 --listen 127.0.0.1:8080 http://127.0.0.1:8000/ 18000 80801", &ports),
+        "--port 48000 --listen 127.0.0.1:38080 http://127.0.0.1:51234/ 18000 80801"
+    );
 }
