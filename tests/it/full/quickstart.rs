@@ -138,6 +138,10 @@ async fn the_quickstart_runs_as_written() {
             let out = bash(&dir, &text, &path).stdin(Stdio::null()).output().unwrap();
             if out.status.success() {
                 printed.push_str(&String::from_utf8_lossy(&out.stdout));
+                // `curl /readyz` prints no newline: each block's output starts a line.
+                if !printed.is_empty() && !printed.ends_with('\n') {
+                    printed.push('\n');
+                }
                 break;
             }
             assert!(
