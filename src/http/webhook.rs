@@ -20,7 +20,7 @@ use crate::event_digest;
 use crate::gate::{Gate, Submission};
 use crate::http::body::BodyBudget;
 use crate::metrics::{DeadlineStage, Metrics};
-use crate::providers::{Delivery, Provider, Reason, Rejection};
+use crate::providers::{Delivery, HookTarget, Provider, Reason, Rejection};
 use crate::refusals::{Refusal, RefusalLog};
 use crate::text::escape_control;
 use crate::vocabulary::{Outcome, Status};
@@ -95,10 +95,13 @@ impl<'a> Pipeline<'a> {
         let admitted = self.within_deadline(&at_store, started, async {
             let received = self.receive(headers, body).await?;
             at_store.store(true, Ordering::Relaxed);
-            // The run keeps the event's JSON text: for a form body, its `payload` field.
-            let kept = self.provider.keep_payload().then(|| self.provider.payload_json(headers, &received.bytes).ok());
-            let payload = kept.flatten();
-            let payload = payload.as_deref().and_then(|p| std::str::from_utf8(p).ok());
+            // The run keeps the event's JSON text: for a form body, its
+            // `payload` field as the kind decoded it.
+            let payload = match &received.delivery.event_text {
+                Some(text) => Some(text.as_str()),
+                None => std::str::from_utf8(&received.bytes).ok(),
+            };
+            let payload = payload.filter(|_| self.provider.keep_payload());
             let answer = gate(&provider_submission(self.provider, &received.delivery, payload, &received.digest)).await;
             let (name, id) = (self.provider.name(), received.delivery.delivery_id.as_str());
             let answer = answer.map_err(|e| gate_failure(self.metrics, name, id, e).into_response())?;
@@ -175,8 +178,8 @@ impl<'a> Pipeline<'a> {
         } else {
             provider.accept(headers, &bytes, SystemTime::now())
         };
-        if accepted == Err(Rejection::Ignored(Reason::Ping)) {
-            self.warn_if_hook_blocked(headers, &bytes);
+        if let Err(Rejection::Ping(Some(hook))) = &accepted {
+            self.warn_if_hook_blocked(hook);
         }
         let delivery = accepted.map_err(|rejection| self.refusal(rejection))?;
         let digest = event_digest::of_body(&bytes);
@@ -187,18 +190,15 @@ impl<'a> Pipeline<'a> {
     /// would block the repository (or every repository of the org) it was
     /// set up for, the operator hears it now, not after the first real
     /// event was answered `blocked`.
-    fn warn_if_hook_blocked(&self, headers: &HeaderMap, body: &[u8]) {
-        let Some(payload) =
-            self.provider.payload_json(headers, body).ok().and_then(|p| serde_json::from_slice(&p).ok())
-        else {
-            return;
-        };
+    fn warn_if_hook_blocked(&self, hook: &HookTarget) {
         let allowlist = self.gate.allowlist_of(self.provider.name());
-        let (blocked, add) = match crate::providers::github::ping_target(&payload) {
-            Some((org, Some(repo))) if !allowlist.admits(org, repo) => {
+        let (blocked, add) = match hook {
+            HookTarget { org, repo: Some(repo) } if !allowlist.admits(org, repo) => {
                 (format!("{org}/{repo}"), format!("\"{org}/{repo}\" (or \"{org}/*\")"))
             }
-            Some((org, None)) if !allowlist.admits_some_of(org) => (format!("{org}/*"), format!("\"{org}/*\"")),
+            HookTarget { org, repo: None } if !allowlist.admits_some_of(org) => {
+                (format!("{org}/*"), format!("\"{org}/*\""))
+            }
             _ => return,
         };
         let (blocked, add) = (escape_control(&blocked), escape_control(&add));
@@ -215,6 +215,10 @@ impl<'a> Pipeline<'a> {
     fn refusal(&self, rejection: Rejection) -> Response {
         let (provider, metrics) = (self.provider, self.metrics);
         let name = provider.name();
+        let rejection = match rejection {
+            Rejection::Ping(_) => Rejection::Ignored(Reason::Ping),
+            other => other,
+        };
         match rejection {
             Rejection::Ignored(reason) => {
                 metrics.ignored(name);
@@ -240,7 +244,9 @@ impl<'a> Pipeline<'a> {
                         ApiError::Unauthorized(m)
                     }
                     Rejection::BadRequest(m) => ApiError::BadRequest(m),
-                    Rejection::Ignored(_) | Rejection::Challenge(_) => unreachable!("answered above"),
+                    Rejection::Ignored(_) | Rejection::Ping(_) | Rejection::Challenge(_) => {
+                        unreachable!("answered above")
+                    }
                 }
                 .into_response()
             }
@@ -250,7 +256,7 @@ impl<'a> Pipeline<'a> {
 
 /// An authenticated provider delivery as the gate takes it; `digest` is
 /// [`event_digest::of_body`] of the raw body, `payload` the event's JSON
-/// text when the provider keeps it ([`Provider::payload_json`]).
+/// text when the provider keeps it ([`Delivery::event_text`], else the body).
 fn provider_submission<'a>(
     provider: &'a Provider,
     delivery: &'a Delivery,

@@ -83,7 +83,7 @@ impl Endpoint for Example {
         let event = normalize(&FieldPointers::default(), &parse_body(body)?);
         let action = event.get("action").and_then(Value::as_str).unwrap_or_default();
         self.common.admit(action, action)?;
-        Ok(Delivery { delivery_id, event, content_digest: None, key_slots: KeySlots::default() })
+        Ok(Delivery { delivery_id, event, content_digest: None, key_slots: KeySlots::default(), event_text: None })
     }
 
     fn sign(&self, delivery_id: &str, _: Option<&str>, _: &[u8], _: SystemTime) -> Vec<(&str, String)> {

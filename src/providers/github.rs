@@ -10,7 +10,10 @@
 //!   delivery id and the event name) rather than picking one.
 //! - both of GitHub's content types work: `application/json`, and
 //!   `application/x-www-form-urlencoded` (the default in a hook's
-//!   settings), whose `payload` field is the event ([`payload_json`]). The
+//!   settings), whose `payload` field is the event. The signed bytes
+//!   decide which a body is, never the unsigned `Content-Type`
+//!   ([`SignedBody`]): a form is exactly `payload=` and the percent-encoded
+//!   JSON; a form with another field is the cached `bad_request`. The
 //!   signature is checked over the raw body either way; the event is the
 //!   same, so both forms of one event are one run. Any other body that is
 //!   not JSON is 400. A JSON body that is not an object normalizes to
@@ -28,7 +31,6 @@
 //! event: [`content_digest`] of the payload joins the number in the
 //! identity's subject (docs/identities.md).
 
-use std::borrow::Cow;
 use std::time::{Duration, SystemTime};
 
 use axum::http::HeaderMap;
@@ -36,9 +38,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::fields::digest_without;
-use super::outcome::{Delivery, ProviderError, Rejection};
+use super::outcome::{Delivery, HookTarget, ProviderError, Rejection};
 use super::provider::{Common, Endpoint, IdentityMode, ProviderKind};
-use super::reason::Reason;
 use super::request::{Header, header, parse_body, required};
 use super::signing::{guid, hmac_key};
 use crate::vocabulary::KeySlots;
@@ -100,10 +101,6 @@ impl Endpoint for Github {
 
     fn accept(&self, headers: &HeaderMap, body: &[u8], _: SystemTime) -> Result<Delivery, Rejection> {
         accept(self, headers, body)
-    }
-
-    fn payload_json<'b>(&self, headers: &HeaderMap, body: &'b [u8]) -> Result<Cow<'b, [u8]>, Rejection> {
-        payload_json(headers, body)
     }
 
     fn sign(&self, delivery_id: &str, event: Option<&str>, body: &[u8], _: SystemTime) -> Vec<(&str, String)> {
@@ -186,41 +183,63 @@ fn sign(common: &Common, delivery_id: &str, event: &str, body: &[u8]) -> Vec<(&'
     ]
 }
 
-/// The content type GitHub's form encoding sends (a hook's default).
-pub const FORM_CONTENT_TYPE: &str = "application/x-www-form-urlencoded";
+/// What a GitHub form body starts with: its one field, `payload`, whose
+/// value is the event's JSON, percent-encoded.
+pub const FORM_PREFIX: &[u8] = b"payload=";
 
-/// The form field that carries the event's JSON.
-pub const FORM_PAYLOAD_FIELD: &str = "payload";
+/// What the signed bytes of a GitHub body say the event's JSON is. The
+/// bytes decide, never the unsigned `Content-Type`: otherwise a JSON body
+/// that quotes `&payload=…` inside a string (a comment, a branch name: text
+/// an outsider writes) would be a second event under the same signature.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SignedBody<'b> {
+    /// Any body that is not a form: the JSON text itself.
+    Json(&'b [u8]),
+    /// Exactly `payload=` and the percent-encoded JSON: the decoded JSON.
+    Form(String),
+    /// A form with another field, or a second `payload`: it names no one
+    /// event, so the delivery is answered the cached `bad_request`.
+    AmbiguousForm,
+    /// A form whose value is not UTF-8 once decoded: not JSON (400).
+    NotText,
+}
 
-/// The event's JSON text in an authenticated GitHub body: the body itself,
-/// or for [`FORM_CONTENT_TYPE`] its [`FORM_PAYLOAD_FIELD`] field, decoded
-/// (present once, else 400). Read after the signature over the raw body is
-/// checked, so the form's encoding never takes part in the event's
-/// identity: the JSON and form forms of one event are one run.
-pub fn payload_json<'b>(headers: &HeaderMap, body: &'b [u8]) -> Result<Cow<'b, [u8]>, Rejection> {
-    let is_form = headers
-        .get(axum::http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|media| media.trim().eq_ignore_ascii_case(FORM_CONTENT_TYPE));
-    if !is_form {
-        return Ok(Cow::Borrowed(body));
-    }
-    let mut fields = form_urlencoded::parse(body).filter(|(name, _)| name == FORM_PAYLOAD_FIELD);
-    match (fields.next(), fields.next()) {
-        (Some((_, payload)), None) => Ok(Cow::Owned(payload.into_owned().into_bytes())),
-        (None, _) => Err(Rejection::BadRequest("a form body without a `payload` field".into())),
-        (Some(_), Some(_)) => Err(Rejection::BadRequest("the form's `payload` field sent more than once".into())),
+impl SignedBody<'_> {
+    /// Reads `body` as [`SignedBody`] says, decoding a form once.
+    pub fn read(body: &[u8]) -> SignedBody<'_> {
+        let Some(encoded) = body.strip_prefix(FORM_PREFIX) else {
+            return SignedBody::Json(body);
+        };
+        // `&` is the one field separator of application/x-www-form-urlencoded:
+        // the value's own `&` arrives as `%26`.
+        if encoded.contains(&b'&') {
+            return SignedBody::AmbiguousForm;
+        }
+        let spaced: Vec<u8> = encoded.iter().map(|&b| if b == b'+' { b' ' } else { b }).collect();
+        let decoded: Vec<u8> = percent_encoding::percent_decode(&spaced).collect();
+        String::from_utf8(decoded).map_or(SignedBody::NotText, SignedBody::Form)
     }
 }
 
 fn accept(provider: &Github, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
     verify(&provider.common, headers, body)?;
-    let delivery_id = required(headers, DELIVERY_HEADER, "X-GitHub-Delivery")?;
+    let delivery_id = required(headers, DELIVERY_HEADER, "X-GitHub-Delivery")?.to_owned();
     let event_name = required(headers, EVENT_HEADER, "X-GitHub-Event")?;
-    let payload = parse_body(&payload_json(headers, body)?)?;
+    let event_text = match SignedBody::read(body) {
+        SignedBody::Json(_) => None,
+        SignedBody::Form(text) => Some(text),
+        SignedBody::NotText => return Err(Rejection::BadRequest("the form's `payload` field is not UTF-8".into())),
+        // An event with none of the gate's fields: the gate caches its
+        // `bad_request` under the delivery id, as for any body whose
+        // fields cannot be read.
+        SignedBody::AmbiguousForm => {
+            let event = normalize(event_name, &Value::Null);
+            return Ok(Delivery { delivery_id, event, content_digest: None, key_slots: KeySlots::default(), event_text: None });
+        }
+    };
+    let payload = parse_body(event_text.as_deref().map_or(body, str::as_bytes))?;
     if event_name == PING_EVENT {
-        return Err(Rejection::Ignored(Reason::Ping));
+        return Err(Rejection::Ping(ping_target(&payload)));
     }
     let event = normalize(event_name, &payload);
     provider.common.admit(event_name, event["action"].as_str().unwrap_or(event_name))?;
@@ -234,18 +253,18 @@ fn accept(provider: &Github, headers: &HeaderMap, body: &[u8]) -> Result<Deliver
             (Some(content_digest(payload)), KeySlots { action: Some(stated), ..KeySlots::default() })
         }
     };
-    Ok(Delivery { delivery_id: delivery_id.to_owned(), event, content_digest, key_slots })
+    Ok(Delivery { delivery_id, event, content_digest, key_slots, event_text })
 }
 
 /// What a `ping` payload says the hook delivers for: the repository of a
-/// repository hook (`org`, `Some(repo)`), or the org of an organization
-/// hook (`org`, `None`); `None` when it names neither (an app's hook).
-pub fn ping_target(payload: &Value) -> Option<(&str, Option<&str>)> {
+/// repository hook, or the org of an organization hook; `None` when it
+/// names neither (an app's hook).
+fn ping_target(payload: &Value) -> Option<HookTarget> {
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
     let repository = payload.get("repository");
-    let owner = repository.and_then(|r| r.pointer("/owner/login")).and_then(Value::as_str);
-    match owner {
-        Some(org) => Some((org, repository.and_then(|r| r.get("name")).and_then(Value::as_str))),
-        None => payload.pointer("/organization/login").and_then(Value::as_str).map(|org| (org, None)),
+    match text(repository.and_then(|r| r.pointer("/owner/login"))) {
+        Some(org) => Some(HookTarget { org, repo: text(repository.and_then(|r| r.get("name"))) }),
+        None => text(payload.pointer("/organization/login")).map(|org| HookTarget { org, repo: None }),
     }
 }
 
@@ -319,20 +338,79 @@ mod tests {
     }
 
 
+    fn form_of(payload: &str) -> String {
+        form_urlencoded::Serializer::new(String::new()).append_pair("payload", payload).finish()
+    }
+
     #[test]
     fn a_form_body_is_the_same_delivery_as_its_json() {
         let groups: Vec<Value> = serde_json::from_str(FIXTURES).unwrap();
         let payload = groups.iter().find(|g| g["name"] == "pull_request").unwrap()["examples"][0].to_string();
-        let form = form_urlencoded::Serializer::new(String::new()).append_pair("payload", &payload).finish();
-        let mut h = signed(form.as_bytes(), "pull_request");
-        h.insert("content-type", HeaderValue::from_static("application/x-www-form-urlencoded"));
-        let from_form = accept(&h, form.as_bytes()).unwrap();
+        let form = form_of(&payload);
         let from_json = accept(&signed(payload.as_bytes(), "pull_request"), payload.as_bytes()).unwrap();
-        assert_eq!(from_form, from_json);
-        assert_eq!(payload_json(&h, form.as_bytes()).unwrap().as_ref(), payload.as_bytes());
-        // Without the form content type the same bytes are not JSON.
-        let plain = signed(form.as_bytes(), "pull_request");
-        assert_eq!(accept(&plain, form.as_bytes()), Err(Rejection::BadRequest("the body is not JSON".into())));
+        assert_eq!(from_json.event_text, None, "a JSON body is kept as it is");
+        // The bytes decide: with or without the form content type, it is one event.
+        for content_type in [Some("application/x-www-form-urlencoded"), Some("application/json"), None] {
+            let mut h = signed(form.as_bytes(), "pull_request");
+            if let Some(ct) = content_type {
+                h.insert("content-type", HeaderValue::from_static(ct));
+            }
+            let from_form = accept(&h, form.as_bytes()).unwrap();
+            assert_eq!(from_form.event_text.as_deref(), Some(payload.as_str()), "decoded once, by the kind");
+            assert_eq!(Delivery { event_text: None, ..from_form }, from_json);
+        }
+    }
+
+    #[test]
+    fn a_json_body_quoting_a_form_is_json_whatever_the_header_says() {
+        // The review's N1: a comment that holds `&payload=<encoded JSON>&`
+        // made a second event when resent with the form content type.
+        let forged = r#"{"action":"deploy","repository":{"name":"prod","owner":{"login":"acme"}}}"#;
+        let body = format!(
+            r#"{{"action":"created","comment":{{"body":"&{}&"}},"issue":{{"number":1}},"repository":{{"name":"r","owner":{{"login":"octo"}}}}}}"#,
+            form_of(forged)
+        );
+        let as_json = accept(&signed(body.as_bytes(), "issue_comment"), body.as_bytes()).unwrap();
+        let mut h = signed(body.as_bytes(), "issue_comment");
+        h.insert("content-type", HeaderValue::from_static("application/x-www-form-urlencoded"));
+        assert_eq!(accept(&h, body.as_bytes()).unwrap(), as_json);
+        assert_eq!(as_json.event["repo"], "r");
+    }
+
+    #[test]
+    fn a_form_with_another_field_names_no_event() {
+        let payload = r#"{"action":"opened","number":1,"repository":{"name":"r","owner":{"login":"o"}}}"#;
+        for body in [
+            format!("{}&x=1", form_of(payload)),
+            format!("{}&{}", form_of(payload), form_of(payload)),
+            format!("x=1&{}", form_of(payload)),
+        ] {
+            let d = accept(&signed(body.as_bytes(), "pull_request"), body.as_bytes());
+            match SignedBody::read(body.as_bytes()) {
+                SignedBody::AmbiguousForm => {
+                    // The gate's validation refuses it: the cached bad_request.
+                    let d = d.unwrap();
+                    assert!(d.event.get("org").is_none() && d.event.get("repo").is_none(), "{body}: {d:?}");
+                    assert_eq!(d.event_text, None);
+                }
+                // Not starting with `payload=`: JSON, and not valid JSON.
+                SignedBody::Json(_) => assert_eq!(d, Err(Rejection::BadRequest("the body is not JSON".into()))),
+                other => panic!("{body}: {other:?}"),
+            }
+        }
+        assert_eq!(SignedBody::read(b"payload=%FF"), SignedBody::NotText);
+        assert_eq!(SignedBody::read(b"payload=a+b%26c"), SignedBody::Form("a b&c".into()));
+    }
+
+    #[test]
+    fn a_ping_names_its_hook() {
+        let body = br#"{"zen":"z","hook_id":1,"repository":{"name":"r","owner":{"login":"o"}}}"#;
+        let target = HookTarget { org: "o".into(), repo: Some("r".into()) };
+        assert_eq!(accept(&signed(body, "ping"), body), Err(Rejection::Ping(Some(target))));
+        let org_hook = br#"{"zen":"z","organization":{"login":"o"}}"#;
+        let target = HookTarget { org: "o".into(), repo: None };
+        assert_eq!(accept(&signed(org_hook, "ping"), org_hook), Err(Rejection::Ping(Some(target))));
+        assert_eq!(accept(&signed(b"{}", "ping"), b"{}"), Err(Rejection::Ping(None)));
     }
 
     #[test]
@@ -386,7 +464,7 @@ mod tests {
                 let event = &normalize(name, payload);
                 assert_eq!(event, &expected(name, payload), "{name}: {payload}");
                 match accept(&h, &body) {
-                    Err(Rejection::Ignored(crate::providers::reason::Reason::Ping)) if name == PING_EVENT => {}
+                    Err(Rejection::Ping(_)) if name == PING_EVENT => {}
                     Ok(delivery) if name != PING_EVENT => {
                         assert_eq!(delivery.delivery_id, "72d3162e-cc78-11e3-81ab-4c9367dc0958");
                         assert_eq!(&delivery.event, event);
@@ -625,7 +703,7 @@ mod tests {
             let r = listed.accept(&h("old", event), body, SystemTime::UNIX_EPOCH);
             assert_eq!(r.is_ok(), admitted, "{event}: {r:?}");
             if !admitted {
-                assert!(matches!(r, Err(Rejection::Ignored(_))), "{event}: {r:?}");
+                assert!(matches!(r, Err(Rejection::Ignored(_) | Rejection::Ping(_))), "{event}: {r:?}");
             }
         }
         let closed = br#"{"action": "closed", "number": 3}"#;
@@ -641,7 +719,8 @@ mod tests {
 
     #[test]
     fn signed_non_json_bodies_are_bad_requests() {
-        for body in [&b""[..], b"payload=%7B%7D", b"{\"a\": 1", b"\xff\xfe"] {
+        // `payload=%7B` is a form (the bytes say so) whose JSON is cut short.
+        for body in [&b""[..], b"payload=%7B", b"{\"a\": 1", b"\xff\xfe"] {
             let r = accept(&signed(body, "push"), body);
             assert_eq!(r, Err(Rejection::BadRequest("the body is not JSON".into())));
         }

@@ -159,7 +159,7 @@ fn accept(provider: &Gitlab, headers: &HeaderMap, body: &[u8]) -> Result<Deliver
         IdentityMode::Event => Some(digest_without(payload, &[])),
         IdentityMode::Number | IdentityMode::Topic => None,
     };
-    Ok(Delivery { delivery_id: delivery_id.to_owned(), event, content_digest, key_slots: KeySlots::default() })
+    Ok(Delivery { delivery_id: delivery_id.to_owned(), event, content_digest, key_slots: KeySlots::default(), event_text: None })
 }
 
 /// The headers GitLab would send with a delivery: the first secret as the

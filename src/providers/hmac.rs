@@ -569,7 +569,7 @@ fn accept(provider: &Hmac, headers: &HeaderMap, body: &[u8], now: SystemTime) ->
     let event = normalize(&provider.fields, &payload);
     let action = event.get("action").and_then(Value::as_str).unwrap_or_default();
     provider.common.admit(action, action)?;
-    Ok(Delivery { delivery_id, event, content_digest: None, key_slots: KeySlots::default() })
+    Ok(Delivery { delivery_id, event, content_digest: None, key_slots: KeySlots::default(), event_text: None })
 }
 
 /// The headers the provider's sender would send with `body` at `now`,

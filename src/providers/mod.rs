@@ -8,9 +8,7 @@
 //! and a [`Provider`] variant; nothing else is needed to add a kind. Code
 //! outside `providers/` names a kind only to use what that kind alone has:
 //! the destination signs with [`standard_webhooks`] (it is the spec the
-//! worker's deliveries follow), the webhook pipeline reads a GitHub `ping`'s
-//! hook target ([`github::ping_target`]), and the bench measures GitHub's
-//! digest. The kinds:
+//! worker's deliveries follow), and the bench measures GitHub's digest. The kinds:
 //!
 //! - [`github`]: `X-Hub-Signature-256` over the raw body.
 //! - [`standard_webhooks`]: the Standard Webhooks spec as Svix sends it
@@ -57,7 +55,7 @@ pub mod table;
 mod test_support;
 
 pub use fields::{FieldOverrides, FieldPointers, LITERAL_PREFIX};
-pub use outcome::{Delivery, ProviderError, Rejection};
+pub use outcome::{Delivery, HookTarget, ProviderError, Rejection};
 pub use provider::{IdentityMode, MAX_DEADLINE_MARGIN};
 pub use reason::{Reason, RefusalStatus, is_refusal};
 #[cfg(test)]
@@ -381,17 +379,6 @@ impl Provider {
     /// the clock, injected so tests can pin it.
     pub fn accept(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
         self.endpoint().accept(headers, body, now)
-    }
-
-    /// The event's JSON text in an authenticated `body`: the body itself,
-    /// or for a GitHub form body its `payload` field (what the run keeps
-    /// and the `ping` check reads).
-    pub fn payload_json<'b>(
-        &self,
-        headers: &HeaderMap,
-        body: &'b [u8],
-    ) -> Result<std::borrow::Cow<'b, [u8]>, Rejection> {
-        self.endpoint().payload_json(headers, body)
     }
 
     /// The headers this provider's sender would attach to `body`, signed
@@ -776,6 +763,6 @@ mod tests {
     fn rejection_reason_has_no_prefix() {
         assert_eq!(Rejection::BadRequest("y".into()).reason(), "y");
         assert_eq!(Rejection::Unauthorized("x".into()).reason(), "x");
-        assert_eq!(Rejection::Ignored(Reason::Ping).reason(), Reason::Ping.text());
+        assert_eq!(Rejection::Ping(None).reason(), Reason::Ping.text());
     }
 }

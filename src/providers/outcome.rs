@@ -18,12 +18,17 @@ pub enum Rejection {
     /// that is not JSON (400, nothing stored).
     #[error("bad request: {0}")]
     BadRequest(String),
-    /// Authenticated, and not an event this endpoint gates: a GitHub
-    /// `ping`, or an event outside the provider's `events` list. Answered
-    /// 200 `{"status": "ignored", "code": 200}`; nothing is stored. The
-    /// reason is [`Reason::Ping`] or [`Reason::EventNotListed`].
+    /// Authenticated, and an event outside the provider's `events` list.
+    /// Answered 200 `{"status": "ignored", "code": 200}`; nothing is
+    /// stored. The reason is [`Reason::EventNotListed`].
     #[error("ignored: {}", .0.text())]
     Ignored(Reason),
+    /// Authenticated, and a ping (GitHub's `ping`, Svix's `svix.ping`):
+    /// answered like [`Rejection::Ignored`] with [`Reason::Ping`]. A GitHub
+    /// ping names the hook's target, read from the payload the kind already
+    /// parsed, so the pipeline can warn when the allowlist would block it.
+    #[error("ignored: {}", Reason::Ping.text())]
+    Ping(Option<HookTarget>),
     /// Authenticated, and a handshake rather than an event: Slack's signed
     /// `url_verification`, answered 200 `{"challenge": <this>}` with
     /// nothing stored. (The challenge is not shown in the message.)
@@ -42,9 +47,20 @@ impl Rejection {
         match self {
             Rejection::Unauthorized(r) | Rejection::BadRequest(r) => r,
             Rejection::Ignored(r) => r.text(),
+            Rejection::Ping(_) => Reason::Ping.text(),
             Rejection::Challenge(_) => "a url verification handshake starts no work",
         }
     }
+}
+
+/// What a GitHub `ping` says its hook delivers for: a repository (`repo`
+/// given) or every repository of an organization (`repo` is `None`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookTarget {
+    /// The repository's owner, or the organization.
+    pub org: String,
+    /// The repository, for a repository hook.
+    pub repo: Option<String>,
 }
 
 /// An authenticated, normalized delivery, ready for the gate.
@@ -61,6 +77,10 @@ pub struct Delivery {
     /// The logical key's slots that the signed body names instead of the
     /// event, for the kinds whose signature covers only the body.
     pub key_slots: KeySlots,
+    /// The event's JSON text when it is not the body itself: a GitHub form
+    /// body's decoded `payload` field, decoded once by the kind. `None`:
+    /// the body is the event's JSON text. What a run keeps as its payload.
+    pub event_text: Option<String>,
 }
 
 /// A provider that cannot be built; the message names the provider and the

@@ -7,7 +7,6 @@
 //! builds `Kind` and `Provider` from the kinds' files; nothing here names a
 //! kind.
 
-use std::borrow::Cow;
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
@@ -85,12 +84,6 @@ pub(super) trait Endpoint: Send + Sync {
 
     /// Authenticates the request, then normalizes it (`Provider::accept`).
     fn accept(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection>;
-
-    /// The event's JSON text in an authenticated `body`
-    /// (`Provider::payload_json`). The default: the body itself.
-    fn payload_json<'b>(&self, _headers: &HeaderMap, body: &'b [u8]) -> Result<Cow<'b, [u8]>, Rejection> {
-        Ok(Cow::Borrowed(body))
-    }
 
     /// The headers the kind's sender would attach to `body`
     /// (`Provider::sign`); `event` is given exactly when the kind sends an

@@ -178,7 +178,7 @@ fn accept(provider: &Shopify, headers: &HeaderMap, body: &[u8]) -> Result<Delive
     provider.common.admit(topic, event.get("action").and_then(Value::as_str).unwrap_or(topic))?;
     let key_slots = signed_slots(&provider.overrides, provider.identity);
     let content_digest = Some(digest_without(payload, &[]));
-    Ok(Delivery { delivery_id: delivery_id.to_owned(), event, content_digest, key_slots })
+    Ok(Delivery { delivery_id: delivery_id.to_owned(), event, content_digest, key_slots, event_text: None })
 }
 
 /// The logical key's slots for a Shopify delivery: the body's digest names

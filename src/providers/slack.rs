@@ -162,7 +162,7 @@ fn accept(provider: &Slack, headers: &HeaderMap, body: &[u8], now: SystemTime) -
     let event = normalize(&provider.overrides, &payload);
     let event_type = payload.pointer("/event/type").and_then(Value::as_str).unwrap_or_default();
     provider.common.admit(event_type, event.get("action").and_then(Value::as_str).unwrap_or(event_type))?;
-    Ok(Delivery { delivery_id, event, content_digest: None, key_slots: KeySlots::default() })
+    Ok(Delivery { delivery_id, event, content_digest: None, key_slots: KeySlots::default(), event_text: None })
 }
 
 /// The gate's event for an Events API body: the defaults of the module

@@ -40,7 +40,6 @@ use serde_json::Value;
 use super::fields::{FieldOverrides, FieldPointers, normalize};
 use super::outcome::{Delivery, ProviderError, Rejection};
 use super::provider::{Common, Endpoint, ProviderKind, TextDuration};
-use super::reason::Reason;
 use super::request::{Header, check_timestamp, header, parse_body};
 use super::signing::{DEFAULT_TOLERANCE, MAX_SIGNATURES, hmac_key, mac_over, message_id, unix_seconds};
 use crate::vocabulary::KeySlots;
@@ -239,13 +238,13 @@ fn accept(
     }
     let payload = parse_body(body)?;
     if is_svix_ping(&payload) {
-        return Err(Rejection::Ignored(Reason::Ping));
+        return Err(Rejection::Ping(None));
     }
     let event = normalize(&provider.fields, &payload);
     // The event name of an `events` list is the action.
     let action = event.get("action").and_then(Value::as_str).unwrap_or_default();
     provider.common.admit(action, action)?;
-    Ok(Delivery { delivery_id: id.to_owned(), event, content_digest: None, key_slots: KeySlots::default() })
+    Ok(Delivery { delivery_id: id.to_owned(), event, content_digest: None, key_slots: KeySlots::default(), event_text: None })
 }
 
 /// The body of Svix's test event `svix.ping` (the "Send Example" of an
@@ -363,7 +362,8 @@ mod tests {
                 delivery_id: SPEC_ID.into(),
                 event: json!({}),
                 content_digest: None,
-                key_slots: Default::default()
+                key_slots: Default::default(),
+                event_text: None,
             }
         );
         let h = headers("svix-", Some(SPEC_ID), Some("1614265330"), Some(SPEC_SIGNATURE));
@@ -372,15 +372,14 @@ mod tests {
 
     #[test]
     fn svix_ping_is_ignored_after_authentication() {
-        use crate::providers::reason::Reason;
         // svix-webhooks sends `{"success": true}` for its `svix.ping` example, in any spacing.
         for body in [r#"{"success": true}"#, r#"{"success":true}"#] {
             let r = provider().accept(&signed("msg_ping", SPEC_TS, body), body.as_bytes(), at(SPEC_TS));
-            assert_eq!(r, Err(Rejection::Ignored(Reason::Ping)), "{body}");
+            assert_eq!(r, Err(Rejection::Ping(None)), "{body}");
             // Even with an `events` list that would not admit it: it is a handshake, not an event.
             let listed = provider().with_events(["invoice.paid"]);
             let r = listed.accept(&signed("msg_ping", SPEC_TS, body), body.as_bytes(), at(SPEC_TS));
-            assert_eq!(r, Err(Rejection::Ignored(Reason::Ping)), "{body}");
+            assert_eq!(r, Err(Rejection::Ping(None)), "{body}");
         }
         // Unsigned, it is refused like anything else.
         let body = r#"{"success": true}"#;

@@ -87,17 +87,45 @@ async fn form_and_json_are_one_run(b: Backend) {
     let tampered = form_body(&opened.replace("\"opened\"", "\"closed\""));
     *req.body_mut() = Body::from(tampered);
     assert_eq!(send(&app, req).await.status, 401);
-    // A form without exactly one `payload` field: 400, nothing stored.
+    // A body that does not start with `payload=` is JSON, whatever the
+    // header says: not JSON here, so 400 with nothing stored.
     let r = send(&app, github("d-nopayload", "pull_request", FORM, b"other=1".to_vec())).await;
     assert_eq!(r.status, 400, "{}", r.text);
-    let twice = [form_body(&opened), b"&".to_vec(), form_body(&opened)].concat();
-    let r = send(&app, github("d-twice", "pull_request", FORM, twice)).await;
-    assert_eq!(r.status, 400, "{}", r.text);
-    // The form's payload is JSON or nothing: a form body sent as JSON is 400.
+    assert!(r.body.get("status").is_none(), "not a gate answer: {}", r.text);
+    // A form with a second field names no one event: the cached bad_request,
+    // replayed to a retry of its delivery.
+    let twice = [form_body(&opened), b"&".to_vec(), form_body(&closed)].concat();
+    for replay in [false, true] {
+        let r = send(&app, github("d-twice", "pull_request", FORM, twice.clone())).await;
+        assert_eq!((status_of(&r).0.as_str(), r.replayed), ("bad_request", replay), "{}", r.text);
+    }
+    // The signed bytes decide, not the header: a form sent as JSON is the same form.
     let r = send(&app, github("d-mislabelled", "pull_request", JSON, form_body(&opened))).await;
-    assert_eq!(r.status, 400, "{}", r.text);
+    assert_eq!(status_of(&r), ("duplicate".into(), Some("run-1".into())), "{}", r.text);
 }
 
+/// The review's N1, in its three requests: a signed JSON delivery whose
+/// comment quotes `&payload=<another event, form-encoded>&`, then the same
+/// bytes and signature under new delivery ids with the form content type and
+/// without any. One signature never makes two runs.
+async fn one_signed_body_is_one_event(b: Backend) {
+    let store = b.store(&Settings::default()).await;
+    let provider = Provider::github("github", SECRET).with_keep_payload(true);
+    let app = app(AppState::new(Gate::new(["Codertocat/*", "acme/*"], store), vec![provider], None));
+    let forged = json!({"action": "deploy", "repository": {"name": "prod", "owner": {"login": "acme"}}}).to_string();
+    let mut comment = fixture("issue_comment", 0);
+    comment["comment"]["body"] = Value::String(format!("&{}&", String::from_utf8(form_body(&forged)).unwrap()));
+    let body = comment.to_string().into_bytes();
+    let mut runs = std::collections::BTreeSet::new();
+    for (delivery, content_type) in [("d-n1-json", JSON), ("d-n1-form", FORM), ("d-n1-none", "text/plain")] {
+        let r = send(&app, github(delivery, "issue_comment", content_type, body.clone())).await;
+        match status_of(&r) {
+            (status, Some(run)) if status == "created" || status == "duplicate" => runs.insert(run),
+            _ => panic!("{delivery}: {}", r.text),
+        };
+    }
+    assert_eq!(runs.len(), 1, "one signed body, one run: {runs:?}");
+}
 async fn org_wildcard_in_the_gate(b: Backend) {
     let store = b.store(&Settings::default()).await;
     let gate = Gate::new(["octo/*", "acme/web"], store).with_provider_allowlist("gl", ["acme/platform/*"]);
@@ -121,7 +149,7 @@ async fn org_wildcard_in_the_gate(b: Backend) {
     }
 }
 
-both_stores!(form_and_json_are_one_run, org_wildcard_in_the_gate);
+both_stores!(form_and_json_are_one_run, one_signed_body_is_one_event, org_wildcard_in_the_gate);
 
 /// A form delivery's run keeps the event's JSON, not the form text.
 #[tokio::test]
