@@ -389,17 +389,19 @@ fn outcome_name(outcome: &Attempt) -> &'static str {
 
 /// The wait before the next attempt after the `tries`-th of the run's
 /// budget failed: the schedule's wait moved by up to ±[`JITTER`] at random
-/// (with `jitter`), or, when the handler asks for one (`Retry-After`),
-/// exactly that wait instead, capped at [`MAX_RETRY_AFTER`].
+/// (with `jitter`), or the handler's `Retry-After` (capped at
+/// [`MAX_RETRY_AFTER`]) when that is later. A `Retry-After` lengthens a wait
+/// and never shortens it: a `0` or a past date that replaced the schedule
+/// would let a run burn its attempts in milliseconds while other runs'
+/// successes keep the breaker closed.
 fn retry_wait(config: &WorkerConfig, tries: u32, failure: &Failure, run_id: &str) -> Duration {
-    if let Some(asked) = failure.retry_after {
-        return asked.min(MAX_RETRY_AFTER);
-    }
     let wait = config.wait_after(tries);
-    if !config.jitter {
-        return wait;
+    let scheduled =
+        if config.jitter { wait.mul_f64(1.0 + JITTER * (2.0 * jitter_fraction(run_id, tries) - 1.0)) } else { wait };
+    match failure.retry_after {
+        Some(asked) => scheduled.max(asked.min(MAX_RETRY_AFTER)),
+        None => scheduled,
     }
-    wait.mul_f64(1.0 + JITTER * (2.0 * jitter_fraction(run_id, tries) - 1.0))
 }
 
 /// A number in [0, 1) that differs between runs, attempts and moments
@@ -439,11 +441,12 @@ mod tests {
         }
         let no_jitter = WorkerConfig { jitter: false, ..c.clone() };
         assert_eq!(retry_wait(&no_jitter, 2, &Failure::default(), "r"), Duration::from_secs(300));
-        // Retry-After sets the due time instead, shorter or longer, capped at 24 h.
+        // Retry-After lengthens the wait, capped at 24 h, and never shortens it.
         let asked = |s: u64| Failure::default().not_before(Duration::from_secs(s));
-        assert_eq!(retry_wait(&c, 1, &asked(3600), "r"), Duration::from_secs(3600));
-        assert_eq!(retry_wait(&c, 7, &asked(1), "r"), Duration::from_secs(1));
-        assert_eq!(retry_wait(&c, 1, &asked(7 * 86_400), "r"), MAX_RETRY_AFTER);
+        assert_eq!(retry_wait(&no_jitter, 1, &asked(3600), "r"), Duration::from_secs(3600));
+        assert_eq!(retry_wait(&no_jitter, 7, &asked(1), "r"), no_jitter.wait_after(7));
+        assert_eq!(retry_wait(&no_jitter, 1, &asked(0), "r"), Duration::from_secs(5));
+        assert_eq!(retry_wait(&no_jitter, 1, &asked(7 * 86_400), "r"), MAX_RETRY_AFTER);
         // The exponential shorthand.
         let exp = WorkerConfig { retry_schedule: None, jitter: false, ..c };
         assert_eq!(retry_wait(&exp, 3, &Failure::default(), "r"), Duration::from_secs(4));

@@ -263,7 +263,8 @@ impl Handler for Destination {
 /// What an answer makes of the attempt:
 /// - 2xx: done;
 /// - 410: refused for good (the run is dead at once);
-/// - 429, or 503 with `Retry-After`: failed, the next attempt no sooner than it says;
+/// - 429, or 503 with `Retry-After`: failed, the next attempt no sooner than it says
+///   (nor sooner than the schedule's step);
 /// - 5xx, 429 and [`DESTINATION_FAULTS`]: a failure of the destination
 ///   (counts towards the breaker, not against the run while it is open);
 /// - anything else (a redirect, other 4xx): the run's own failure, retried on the schedule.

@@ -44,7 +44,8 @@ pub struct Failure {
     /// to the dead stream now, whatever attempts are left.
     pub permanent: bool,
     /// The next attempt comes no sooner than this after the failure (a
-    /// `Retry-After`), even when the backoff is shorter.
+    /// `Retry-After`), even when the backoff is shorter; a longer backoff
+    /// still holds (a `Retry-After` never shortens the schedule).
     pub retry_after: Option<Duration>,
     /// The destination failed (unreachable, timed out, 5xx, 429, or a
     /// status that says it is misconfigured: 401, 403, 404, 405, 407, 408,

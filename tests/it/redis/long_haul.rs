@@ -665,3 +665,35 @@ async fn a_compact_done_record_unfolds_on_redelivery() {
     workers.stop().await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A `Retry-After` lengthens a wait and never shortens it (the fourth
+/// review): run-1 is answered `429 Retry-After: 0` and run-2 `503` with a
+/// date in the past, every time, under `--retry-schedule 2s,2s,2s` and a
+/// breaker that never opens. Their attempts still come the schedule's 2 s
+/// apart (less its 10 % jitter), and both end dead after 4 attempts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_of_zero_or_the_past_cannot_burn_attempts() {
+    let ns = fresh_ns("lhra0");
+    let dir = temp_dir("lhra0");
+    secrets_file(&dir, &[secret(14)]);
+    let dest = Destination::start(|r, _| match r.number() {
+        1 => Answer { headers: vec![("retry-after", "0".into())], ..status(StatusCode::TOO_MANY_REQUESTS) },
+        _ => Answer {
+            headers: vec![("retry-after", "Sun, 06 Nov 1994 08:49:37 GMT".into())],
+            ..status(StatusCode::SERVICE_UNAVAILABLE)
+        },
+    })
+    .await;
+    create(&gate(&ns).await, [1, 2]).await;
+    let flags = ["--retry-schedule", "2s,2s,2s", "--breaker-failures", "100"];
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
+    wait_status(&ns, [(1, "dead"), (2, "dead")], Duration::from_secs(30)).await;
+    for n in [1, 2] {
+        let got = dest.of_run(n);
+        assert_eq!(got.len(), 4, "run-{n}: one attempt per step of the schedule");
+        let gaps: Vec<Duration> = got.windows(2).map(|p| p[1].at - p[0].at).collect();
+        assert!(gaps.iter().all(|g| *g >= Duration::from_millis(1_790)), "run-{n}: attempts {gaps:?} apart");
+    }
+    workers.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
