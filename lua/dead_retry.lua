@@ -9,12 +9,12 @@
 -- next attempt is the highest so far + 1 and its budget starts anew
 -- (lua/worker_start.lua). The new entry is for every group, as the gate's was.
 --
--- KEYS[1]: runs stream   idemgate:{NS}:runs
--- KEYS[2]: run record    idemgate:{NS}:run:<run id>
--- KEYS[3]: dead stream   idemgate:{NS}:runs:dead
--- ARGV[1]: now, ms since the Unix epoch
--- ARGV[2]: 1 when a `done` run may move too (redeliver), 0 for `dead` only
--- ARGV[3..]: more of the run's entry ids in the dead stream (may be none):
+-- KEYS[1]: runs_key                 idemgate:{NS}:runs
+-- KEYS[2]: run_key                  idemgate:{NS}:run:<run id>
+-- KEYS[3]: dead_key                 idemgate:{NS}:runs:dead
+-- ARGV[1]: now_ms                   now, ms since the Unix epoch
+-- ARGV[2]: done_too                 1 when a `done` run may move too (redeliver), 0 for `dead` only
+-- ARGV[3..]: dead_entry_ids         more of the run's entry ids in the dead stream (may be none):
 --            the one the record names as `dead_entry` is removed anyway
 -- Returns: {1, new runs stream entry id, dead entries removed, 1 when the
 --           record named its entry, else 0 (a run that died before

@@ -6,9 +6,9 @@
 -- key names the run) and no `updated_ms` (`finished_ms` says when); readers
 -- show the full record (src/vocabulary.rs, DoneRecord).
 --
--- KEYS[1]: run record   idemgate:{NS}:run:<run id>
--- ARGV[1]: now, ms since the Unix epoch
--- ARGV[2]: run retention, ms (the record's TTL from now; 0: never expires)
+-- KEYS[1]: run_key                  idemgate:{NS}:run:<run id>
+-- ARGV[1]: now_ms                   now, ms since the Unix epoch
+-- ARGV[2]: retention_ms             run retention, ms (the record's TTL from now; 0: never expires)
 -- Returns: 1 when the run was held and is now done, 0 when it was not held
 
 ${run_fields}

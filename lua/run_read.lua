@@ -3,10 +3,10 @@
 -- never carries a whole multi-megabyte payload (GET /v1/ops/runs/{id}
 -- carries its first slice; .../payload streams it slice by slice).
 --
--- KEYS[1]: run record   idemgate:{NS}:run:<run id>
--- ARGV[1]: the slice's first byte, from 0
--- ARGV[2]: the slice's length in bytes
--- ARGV[3]: '1': the fields too, '0': only the payload's length and slice
+-- KEYS[1]: run_key                  idemgate:{NS}:run:<run id>
+-- ARGV[1]: slice_start              the slice's first byte, from 0
+-- ARGV[2]: slice_len                the slice's length in bytes
+-- ARGV[3]: with_fields              '1': the fields too, '0': only the payload's length and slice
 -- Returns: {fields ({} without ARGV[3] = '1'; field, value, ...),
 --           payload length (-1: no payload), slice ('' without payload),
 --           PTTL}

@@ -5,12 +5,12 @@
 -- (run ids are never reused, so the run id fences every write against a
 -- delivery that took the work over), and the run record says `released`.
 --
--- KEYS[1]: delivery key  idemgate:{NS}:delivery:<enc provider>:<enc delivery id>
--- KEYS[2]: logical key   idemgate:{NS}:logical:<enc provider>:<enc org/repo>:<enc action>:<enc subject>
--- KEYS[3]: run record    idemgate:{NS}:run:<run id>
--- ARGV[1]: run id
--- ARGV[2]: now, ms since the Unix epoch
--- ARGV[3]: run retention, ms (the record's TTL from now; 0: never expires)
+-- KEYS[1]: delivery_key             idemgate:{NS}:delivery:<enc provider>:<enc delivery id>
+-- KEYS[2]: logical_key              idemgate:{NS}:logical:<enc provider>:<enc org/repo>:<enc action>:<enc subject>
+-- KEYS[3]: run_key                  idemgate:{NS}:run:<run id>
+-- ARGV[1]: run_id                   run id
+-- ARGV[2]: now_ms                   now, ms since the Unix epoch
+-- ARGV[3]: retention_ms             run retention, ms (the record's TTL from now; 0: never expires)
 -- Returns: 1 when the delivery record or the logical key named the run and
 --          was removed, 0 when neither did any more
 

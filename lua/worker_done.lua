@@ -22,16 +22,16 @@
 -- again only by a redelivery, which a new attempt must start first, so
 -- "done by me" is "done by this call or one of its retries".)
 --
--- KEYS[1]: runs stream   idemgate:{NS}:runs
--- KEYS[2]: run record    idemgate:{NS}:run:<run id>
--- ARGV[1]: consumer group
--- ARGV[2]: consumer name (this worker)
--- ARGV[3]: stream entry id
--- ARGV[4]: now, ms since the Unix epoch
--- ARGV[5]: operation id (unique per call; a done record keeps none, see above)
--- ARGV[6]: run retention, ms (0: never expires)
--- ARGV[7]: the attempt's history entry (JSON object)
--- ARGV[8]: 1 to keep the payload in the done record, 0 to drop it
+-- KEYS[1]: runs_key                 idemgate:{NS}:runs
+-- KEYS[2]: run_key                  idemgate:{NS}:run:<run id>
+-- ARGV[1]: group                    consumer group
+-- ARGV[2]: consumer                 consumer name (this worker)
+-- ARGV[3]: entry_id                 stream entry id
+-- ARGV[4]: now_ms                   now, ms since the Unix epoch
+-- ARGV[5]: op                       operation id (unique per call; a done record keeps none, see above)
+-- ARGV[6]: retention_ms             run retention, ms (0: never expires)
+-- ARGV[7]: history                  the attempt's history entry (JSON object)
+-- ARGV[8]: keep_payload             1 to keep the payload in the done record, 0 to drop it
 -- Returns: 1 when acknowledged and marked done,
 --          0 when the entry is no longer held by this consumer (nothing written)
 

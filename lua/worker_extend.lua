@@ -3,10 +3,10 @@
 -- delivery count is not incremented). An entry another worker has taken
 -- over is left alone and reported back.
 --
--- KEYS[1]: runs stream   idemgate:{NS}:runs
--- ARGV[1]: consumer group
--- ARGV[2]: consumer name (this worker)
--- ARGV[3..]: stream entry ids held by this worker
+-- KEYS[1]: runs_key                 idemgate:{NS}:runs
+-- ARGV[1]: group                    consumer group
+-- ARGV[2]: consumer                 consumer name (this worker)
+-- ARGV[3..]: entry_ids              stream entry ids held by this worker
 -- Returns: the ids of ARGV[3..] that this consumer no longer holds (lost)
 
 ${holds}

@@ -12,22 +12,22 @@
 -- was lost returns what the first call returned and writes nothing, so a
 -- lost reply never parks a run twice or counts an attempt twice.
 --
--- KEYS[1]: runs stream   idemgate:{NS}:runs
--- KEYS[2]: run record    idemgate:{NS}:run:<run id>
--- KEYS[3]: dead stream   idemgate:{NS}:runs:dead
--- KEYS[4]: parking set   idemgate:{NS}:retry:<enc group>
--- ARGV[1]: consumer group
--- ARGV[2]: consumer name (this worker)
--- ARGV[3]: stream entry id
--- ARGV[4]: now, ms since the Unix epoch
--- ARGV[5]: the attempt's error
--- ARGV[6]: the attempt number that failed
--- ARGV[7]: 1 when it was the last attempt allowed (the run is dead), else 0
--- ARGV[8]: when the next attempt is due, ms since the Unix epoch
--- ARGV[9]: operation id (unique per call, the same on its retries)
--- ARGV[10]: run retention, ms (0: never expires)
--- ARGV[11]: the attempt's history entry (JSON object)
--- ARGV[12..17]: the run's fields, RunFields::NAMES: run id, provider, repo,
+-- KEYS[1]: runs_key                 idemgate:{NS}:runs
+-- KEYS[2]: run_key                  idemgate:{NS}:run:<run id>
+-- KEYS[3]: dead_key                 idemgate:{NS}:runs:dead
+-- KEYS[4]: parking_key              idemgate:{NS}:retry:<enc group>
+-- ARGV[1]: group                    consumer group
+-- ARGV[2]: consumer                 consumer name (this worker)
+-- ARGV[3]: entry_id                 stream entry id
+-- ARGV[4]: now_ms                   now, ms since the Unix epoch
+-- ARGV[5]: error                    the attempt's error
+-- ARGV[6]: attempt                  the attempt number that failed
+-- ARGV[7]: last                     1 when it was the last attempt allowed (the run is dead), else 0
+-- ARGV[8]: next_attempt_ms          when the next attempt is due, ms since the Unix epoch
+-- ARGV[9]: op                       operation id (unique per call, the same on its retries)
+-- ARGV[10]: retention_ms            run retention, ms (0: never expires)
+-- ARGV[11]: history                 the attempt's history entry (JSON object)
+-- ARGV[12..17]: run_fields          the run's fields, RunFields::NAMES: run id, provider, repo,
 --               action, number, delivery id (for the dead stream)
 -- Returns: 0 the entry is no longer held by this consumer (nothing written)
 --          1 parked until ARGV[8] (record: parked)

@@ -2,13 +2,13 @@
 -- worker's XAUTOCLAIM takes it at once instead of after a whole lease: its
 -- idle time is set past the lease. The run record is left as it is.
 --
--- KEYS[1]: runs stream   idemgate:{NS}:runs
--- KEYS[2]: run record    idemgate:{NS}:run:<run id>
--- ARGV[1]: consumer group
--- ARGV[2]: consumer name (this worker)
--- ARGV[3]: stream entry id
--- ARGV[4]: idle time to set, ms (the lease or more)
--- ARGV[5]: now, ms since the Unix epoch
+-- KEYS[1]: runs_key                 idemgate:{NS}:runs
+-- KEYS[2]: run_key                  idemgate:{NS}:run:<run id>
+-- ARGV[1]: group                    consumer group
+-- ARGV[2]: consumer                 consumer name (this worker)
+-- ARGV[3]: entry_id                 stream entry id
+-- ARGV[4]: idle_ms                  idle time to set, ms (the lease or more)
+-- ARGV[5]: now_ms                   now, ms since the Unix epoch
 -- Returns: 1 given back, 0 the entry is no longer held by this consumer
 
 ${holds}

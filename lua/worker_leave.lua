@@ -2,9 +2,9 @@
 -- group, but only when it holds no entry (XGROUP DELCONSUMER would drop
 -- them from the pending list, and they would never be retried).
 --
--- KEYS[1]: runs stream   idemgate:{NS}:runs
--- ARGV[1]: consumer group
--- ARGV[2]: consumer name (this worker)
+-- KEYS[1]: runs_key                 idemgate:{NS}:runs
+-- ARGV[1]: group                    consumer group
+-- ARGV[2]: consumer                 consumer name (this worker)
 -- Returns: 1 the consumer was removed, 0 it still holds entries (kept)
 
 local held = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])

@@ -9,17 +9,17 @@
 -- call that finds its id already recorded (`op` in the run record) writes
 -- nothing and returns what the first one returned.
 --
--- KEYS[1]: runs stream   idemgate:{NS}:runs
--- KEYS[2]: run record    idemgate:{NS}:run:<run id>
--- KEYS[3]: dead stream   idemgate:{NS}:runs:dead
--- ARGV[1]: consumer group
--- ARGV[2]: consumer name (this worker)
--- ARGV[3]: stream entry id
--- ARGV[4]: now, ms since the Unix epoch
--- ARGV[5]: max attempts
--- ARGV[6]: operation id (unique per call, the same on its retries)
--- ARGV[7]: run retention, ms (a dead record expires after it; 0: never)
--- ARGV[8..13]: the run's fields, RunFields::NAMES: run id, provider, repo,
+-- KEYS[1]: runs_key                 idemgate:{NS}:runs
+-- KEYS[2]: run_key                  idemgate:{NS}:run:<run id>
+-- KEYS[3]: dead_key                 idemgate:{NS}:runs:dead
+-- ARGV[1]: group                    consumer group
+-- ARGV[2]: consumer                 consumer name (this worker)
+-- ARGV[3]: entry_id                 stream entry id
+-- ARGV[4]: now_ms                   now, ms since the Unix epoch
+-- ARGV[5]: max_attempts             max attempts
+-- ARGV[6]: op                       operation id (unique per call, the same on its retries)
+-- ARGV[7]: retention_ms             run retention, ms (a dead record expires after it; 0: never)
+-- ARGV[8..13]: run_fields           the run's fields, RunFields::NAMES: run id, provider, repo,
 --              action, number, delivery id (copied into the run record
 --              when the attempt starts, into the dead stream if the run is
 --              out of attempts)

@@ -5,7 +5,7 @@
 -- (XTRIM MINID, which keeps ids >= the floor). With no group at all nothing
 -- is trimmed: a group created later starts from the beginning.
 --
--- KEYS[1]: runs stream   idemgate:{NS}:runs
+-- KEYS[1]: runs_key                 idemgate:{NS}:runs
 -- Returns: {entries removed, floor id ("" when nothing could be trimmed)}
 
 if redis.call('EXISTS', KEYS[1]) == 0 then

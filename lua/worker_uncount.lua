@@ -8,16 +8,16 @@
 -- Idempotent per call (see worker_start.lua): a retry of a call whose reply
 -- was lost returns what the first call returned and writes nothing.
 --
--- KEYS[1]: runs stream   idemgate:{NS}:runs
--- KEYS[2]: run record    idemgate:{NS}:run:<run id>
--- ARGV[1]: consumer group
--- ARGV[2]: consumer name (this worker)
--- ARGV[3]: stream entry id
--- ARGV[4]: now, ms since the Unix epoch
--- ARGV[5]: the attempt's error
--- ARGV[6]: idle time to set, ms (the lease or more)
--- ARGV[7]: operation id (unique per call, the same on its retries)
--- ARGV[8]: the attempt's history entry (JSON object)
+-- KEYS[1]: runs_key                 idemgate:{NS}:runs
+-- KEYS[2]: run_key                  idemgate:{NS}:run:<run id>
+-- ARGV[1]: group                    consumer group
+-- ARGV[2]: consumer                 consumer name (this worker)
+-- ARGV[3]: entry_id                 stream entry id
+-- ARGV[4]: now_ms                   now, ms since the Unix epoch
+-- ARGV[5]: error                    the attempt's error
+-- ARGV[6]: idle_ms                  idle time to set, ms (the lease or more)
+-- ARGV[7]: op                       operation id (unique per call, the same on its retries)
+-- ARGV[8]: history                  the attempt's history entry (JSON object)
 -- Returns: 1 uncounted and given back, 0 the entry is no longer held by this
 --          consumer (nothing written)
 

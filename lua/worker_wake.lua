@@ -11,12 +11,12 @@
 -- A run id in the set whose record is not `parked` by this group (redelivered,
 -- expired, or parked again by another group sharing the record) is dropped.
 --
--- KEYS[1]: runs stream   idemgate:{NS}:runs
--- KEYS[2]: parking set   idemgate:{NS}:retry:<enc group>
--- ARGV[1]: consumer group
--- ARGV[2]: now, ms since the Unix epoch
--- ARGV[3]: the most runs to move in this call
--- ARGV[4]: the run records' prefix, idemgate:{NS}:run: (same slot: the hash tag)
+-- KEYS[1]: runs_key                 idemgate:{NS}:runs
+-- KEYS[2]: parking_key              idemgate:{NS}:retry:<enc group>
+-- ARGV[1]: group                    consumer group
+-- ARGV[2]: now_ms                   now, ms since the Unix epoch
+-- ARGV[3]: limit                    the most runs to move in this call
+-- ARGV[4]: run_prefix               the run records' prefix, idemgate:{NS}:run: (same slot: the hash tag)
 -- Returns: {runs moved, the earliest due time left in ms ('' when none)}
 
 ${run_fields}

@@ -10,9 +10,9 @@
 
 use std::sync::LazyLock;
 
-use redis::{Cmd, RedisError, Value};
+use redis::{RedisError, Value};
 
-use super::scripts::{LuaScript, ScriptCall};
+use super::scripts::{Layout, LuaScript, ScriptCall};
 use crate::error::Error;
 use crate::keys::Keys;
 use crate::vocabulary::Identity;
@@ -94,10 +94,11 @@ impl ScriptCall for RunFinishCall<'_> {
         &RUN_FINISH
     }
 
-    fn command(&self) -> Cmd {
-        let mut cmd = self.script().evalsha(&[&self.keys.run(self.run_id)]);
-        cmd.arg(self.now_ms).arg(self.retention_ms);
-        cmd
+    fn layout(&self) -> Layout {
+        Layout::default()
+            .key("run_key", self.keys.run(self.run_id))
+            .arg("now_ms", self.now_ms)
+            .arg("retention_ms", self.retention_ms)
     }
 
     fn decode(&self, reply: Value) -> Result<bool, Error> {
@@ -133,12 +134,14 @@ impl ScriptCall for RunReleaseCall<'_> {
         &RUN_RELEASE
     }
 
-    fn command(&self) -> Cmd {
-        let delivery = self.keys.delivery(self.provider, self.delivery_id);
-        let (logical, record) = (self.keys.logical(self.identity), self.keys.run(self.run_id));
-        let mut cmd = self.script().evalsha(&[&delivery, &logical, &record]);
-        cmd.arg(self.run_id).arg(self.now_ms).arg(self.retention_ms);
-        cmd
+    fn layout(&self) -> Layout {
+        Layout::default()
+            .key("delivery_key", self.keys.delivery(self.provider, self.delivery_id))
+            .key("logical_key", self.keys.logical(self.identity))
+            .key("run_key", self.keys.run(self.run_id))
+            .arg("run_id", self.run_id)
+            .arg("now_ms", self.now_ms)
+            .arg("retention_ms", self.retention_ms)
     }
 
     fn decode(&self, reply: Value) -> Result<bool, Error> {
@@ -190,11 +193,14 @@ impl ScriptCall for DeadRetryCall<'_> {
         &DEAD_RETRY
     }
 
-    fn command(&self) -> Cmd {
-        let (runs, record, dead) = (self.keys.runs(), self.keys.run(self.run_id), self.keys.runs_dead());
-        let mut cmd = self.script().evalsha(&[&runs, &record, &dead]);
-        cmd.arg(self.now_ms).arg(u8::from(self.done_too)).arg(self.dead_entry_ids);
-        cmd
+    fn layout(&self) -> Layout {
+        Layout::default()
+            .key("runs_key", self.keys.runs())
+            .key("run_key", self.keys.run(self.run_id))
+            .key("dead_key", self.keys.runs_dead())
+            .arg("now_ms", self.now_ms)
+            .arg("done_too", u8::from(self.done_too))
+            .arg("dead_entry_ids", self.dead_entry_ids)
     }
 
     fn decode(&self, reply: Value) -> Result<DeadRetried, Error> {
@@ -245,11 +251,12 @@ impl ScriptCall for RunReadCall<'_> {
         &RUN_READ
     }
 
-    fn command(&self) -> Cmd {
-        let record = self.keys.run(self.run_id);
-        let mut cmd = self.script().evalsha(&[&record]);
-        cmd.arg(self.slice.0).arg(self.slice.1).arg(if self.with_fields { "1" } else { "0" });
-        cmd
+    fn layout(&self) -> Layout {
+        Layout::default()
+            .key("run_key", self.keys.run(self.run_id))
+            .arg("slice_start", self.slice.0)
+            .arg("slice_len", self.slice.1)
+            .arg("with_fields", if self.with_fields { "1" } else { "0" })
     }
 
     fn decode(&self, reply: Value) -> Result<RunRead, Error> {

@@ -68,10 +68,11 @@ pub const SHARED_LUA: [(&str, &str); 5] = [
     ("history", include_str!("../../lua/shared/history.lua")),
 ];
 
-/// One call of one script, typed: which script, its KEYS and ARGV in the
-/// script's order (written once, in [`ScriptCall::command`]), and what its
-/// answer means. [`super::RedisHandle::call`] runs any of them, bounded,
-/// loading the script again after `NOSCRIPT`.
+/// One call of one script, typed: which script, its KEYS and ARGV under
+/// the names and in the order of the script's header ([`ScriptCall::layout`],
+/// written once per call type and checked against every header by one
+/// test), and what its answer means. [`super::RedisHandle::call`] runs any
+/// of them, bounded, loading the script again after `NOSCRIPT`.
 pub trait ScriptCall {
     /// The answer, decoded.
     type Reply;
@@ -79,11 +80,64 @@ pub trait ScriptCall {
     /// The script this calls.
     fn script(&self) -> &'static LuaScript;
 
-    /// `EVALSHA` of [`ScriptCall::script`] with this call's KEYS and ARGV.
-    fn command(&self) -> Cmd;
+    /// This call's KEYS and ARGV, named as the script's header names them.
+    fn layout(&self) -> Layout;
+
+    /// `EVALSHA` of [`ScriptCall::script`] with this call's KEYS and ARGV:
+    /// the [`ScriptCall::layout`]'s. (The gate's calls write theirs without
+    /// the copies, since every delivery pays for it; a test holds the two
+    /// equal.)
+    fn command(&self) -> Cmd {
+        self.layout().command(self.script())
+    }
 
     /// Reads the script's answer.
     fn decode(&self, reply: Value) -> Result<Self::Reply, Error>;
+}
+
+/// A script call's KEYS and ARGV, each under the name the script's header
+/// gives it (`-- KEYS[1]: runs_key …`, `-- ARGV[3..]: entry_ids …`), in the
+/// header's order. One ARGV name may stand for several values (a range in
+/// the header).
+#[derive(Debug, Default)]
+pub struct Layout {
+    keys: Vec<(&'static str, String)>,
+    argv: Vec<(&'static str, Vec<Vec<u8>>)>,
+}
+
+impl Layout {
+    /// The next key, as the header names it.
+    pub fn key(mut self, name: &'static str, key: String) -> Self {
+        self.keys.push((name, key));
+        self
+    }
+
+    /// The next argument (or arguments: a slice is one per element), as the
+    /// header names it.
+    pub fn arg(mut self, name: &'static str, value: impl ToRedisArgs) -> Self {
+        self.argv.push((name, value.to_redis_args()));
+        self
+    }
+
+    /// `EVALSHA` of `script` with these KEYS and ARGV.
+    pub fn command(&self, script: &LuaScript) -> Cmd {
+        let keys: Vec<&str> = self.keys.iter().map(|(_, key)| key.as_str()).collect();
+        let mut cmd = script.evalsha(&keys);
+        for value in self.argv.iter().flat_map(|(_, values)| values) {
+            cmd.arg(value.as_slice());
+        }
+        cmd
+    }
+
+    /// The KEYS' names, in order.
+    pub fn key_names(&self) -> Vec<&'static str> {
+        self.keys.iter().map(|(name, _)| *name).collect()
+    }
+
+    /// The ARGV's names, in order, each with how many values it stands for.
+    pub fn arg_names(&self) -> Vec<(&'static str, usize)> {
+        self.argv.iter().map(|(name, values)| (*name, values.len())).collect()
+    }
 }
 
 /// `lua/gate.lua`, loaded.
@@ -260,6 +314,12 @@ impl GateArgs<'_> {
         ]
     }
 
+    /// The KEYS and `argv`, named, for [`ScriptCall::layout`].
+    fn layout<'b>(&self, argv: impl IntoIterator<Item = (&'static str, GateArg<'b>)>) -> Layout {
+        let layout = self.keys().into_iter().fold(Layout::default(), |l, (name, key)| l.key(name, key.to_owned()));
+        argv.into_iter().fold(layout, |l, (name, arg)| l.arg(name, arg))
+    }
+
     /// `EVALSHA` of `script` with the KEYS and `argv`.
     fn evalsha<'b>(&self, script: &LuaScript, argv: impl Iterator<Item = GateArg<'b>>) -> Cmd {
         let keys = self.keys().map(|(_, key)| key);
@@ -332,6 +392,10 @@ impl ScriptCall for GateCall<'_> {
         &GATE
     }
 
+    fn layout(&self) -> Layout {
+        self.0.layout(self.0.argv())
+    }
+
     fn command(&self) -> Cmd {
         self.0.evalsha(self.script(), self.args())
     }
@@ -368,6 +432,10 @@ impl ScriptCall for GateHoldCall<'_> {
 
     fn script(&self) -> &'static LuaScript {
         &GATE_HOLD
+    }
+
+    fn layout(&self) -> Layout {
+        self.gate.layout(self.argv())
     }
 
     fn command(&self) -> Cmd {
@@ -441,45 +509,179 @@ mod tests {
         }
     }
 
-    /// `-- KEYS[i]: name` / `-- ARGV[i]: name` lines of a script's header, in order.
-    fn header(source: &str, list: &str) -> Vec<(usize, String)> {
+    /// Where a header line's name sits: `[i]`, `[i..j]` or `[i..]`.
+    #[derive(Debug, PartialEq)]
+    enum Span {
+        One(usize),
+        Through(usize, usize),
+        Open(usize),
+    }
+
+    /// `-- KEYS[i]: name …` / `-- ARGV[i..j]: name …` lines of a script's header, in order.
+    fn header(source: &str, list: &str) -> Vec<(Span, String)> {
         let prefix = format!("-- {list}[");
         source
             .lines()
             .take_while(|l| l.starts_with("--"))
             .filter_map(|l| {
                 let (index, rest) = l.strip_prefix(&prefix)?.split_once("]:")?;
-                Some((index.parse().ok()?, rest.split_whitespace().next()?.to_owned()))
+                let span = match index.split_once("..") {
+                    None => Span::One(index.parse().ok()?),
+                    Some((first, "")) => Span::Open(first.parse().ok()?),
+                    Some((first, last)) => Span::Through(first.parse().ok()?, last.parse().ok()?),
+                };
+                Some((span, rest.split_whitespace().next()?.to_owned()))
             })
             .collect()
     }
 
-    fn numbered(names: impl IntoIterator<Item = &'static str>) -> Vec<(usize, String)> {
-        names.into_iter().enumerate().map(|(i, n)| (i + 1, n.to_owned())).collect()
+    /// Each name of `layout` at the place the header `source` gives it: the
+    /// KEYS one by one, each ARGV name at the index after the values before
+    /// it, spanning as many as it stands for.
+    fn check_layout(file: &str, source: &str, layout: &Layout) {
+        let keys: Vec<(Span, String)> =
+            layout.key_names().into_iter().enumerate().map(|(i, n)| (Span::One(i + 1), n.to_owned())).collect();
+        assert_eq!(header(source, "KEYS"), keys, "{file}: KEYS");
+        let (want, mut next) = (header(source, "ARGV"), 1);
+        let sent = layout.arg_names();
+        let names = |v: &[(Span, String)]| v.iter().map(|(_, n)| n.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&want), sent.iter().map(|(n, _)| n.to_string()).collect::<Vec<_>>(), "{file}: ARGV");
+        for ((span, name), (_, count)) in want.iter().zip(&sent) {
+            let fits = match *span {
+                Span::One(i) => i == next && *count == 1,
+                Span::Through(first, last) => first == next && last + 1 == next + count,
+                Span::Open(first) => first == next,
+            };
+            assert!(fits, "{file}: ARGV {name} is sent at {next} as {count} values; the header says {span:?}");
+            next += count;
+        }
     }
 
-    /// One misplaced argument would corrupt records with no type error: each
-    /// gate script's header names its KEYS and ARGV in the order Rust sends them.
+    /// One misplaced argument would corrupt records with no type error: one
+    /// call of every script, and each script's header names its KEYS and
+    /// ARGV in the order and at the places the call sends them.
     #[test]
-    fn the_gate_scripts_headers_match_the_rust_layout() {
-        let a = args("", "", false);
-        let keys = numbered(a.keys().map(|(name, _)| name));
-        let shared = numbered(a.argv().map(|(name, _)| name));
-        let hold = GateHoldCall { gate: a.clone(), hold_ms: 1, held_run_ttl_ms: 0 };
-        let held = numbered(hold.argv().map(|(name, _)| name).collect::<Vec<_>>());
-        for (file, template, argv) in [
-            ("lua/gate.lua", include_str!("../../lua/gate.lua"), &shared),
-            ("lua/gate_hold.lua", include_str!("../../lua/gate_hold.lua"), &held),
-        ] {
-            assert_eq!(&header(template, "KEYS"), &keys, "{file}: KEYS");
-            assert_eq!(&header(template, "ARGV"), argv, "{file}: ARGV");
+    fn every_scripts_header_matches_its_calls_layout() {
+        use super::super::run_scripts::{self, DeadRetryCall, RunFinishCall, RunReadCall, RunReleaseCall};
+        use super::super::worker_scripts::*;
+        use crate::keys::Keys;
+        use crate::vocabulary::Identity;
+
+        let keys = Keys::new("t").unwrap();
+        let run = RunFields::read(|name| format!("<{name}>"));
+        let consumer = Consumer { keys: &keys, group: "g", name: "c" };
+        let entries = ["1-0".to_owned(), "2-0".to_owned()];
+        let identity = Identity::new("github", "o/r", "opened", "7");
+        let (entry_id, op, history) = ("1-0", "op-1", "{}");
+        let gate = GateCall(args("s", "{}", true));
+        let hold = GateHoldCall { gate: args("s", "{}", true), hold_ms: 1, held_run_ttl_ms: 0 };
+        let calls: Vec<(&LuaScript, Layout, Cmd)> = vec![
+            (gate.script(), gate.layout(), gate.command()),
+            (hold.script(), hold.layout(), hold.command()),
+            {
+                let c = StartCall { consumer, entry_id, run: &run, now_ms: 5, max_attempts: 3, op, retention_ms: 9 };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let run_id = "run-1";
+                let c = DoneCall {
+                    consumer,
+                    entry_id,
+                    run_id,
+                    now_ms: 5,
+                    op,
+                    retention_ms: 9,
+                    history,
+                    keep_payload: true,
+                };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let (error, attempt, last, next_attempt_ms, retention_ms) = ("e", 1, false, 7, 9);
+                let c = FailCall {
+                    consumer,
+                    entry_id,
+                    run: &run,
+                    now_ms: 5,
+                    error,
+                    attempt,
+                    last,
+                    next_attempt_ms,
+                    op,
+                    retention_ms,
+                    history,
+                };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let c =
+                    UncountCall { consumer, entry_id, run_id: "run-1", now_ms: 5, error: "e", idle_ms: 3, op, history };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let c = GiveBackCall { consumer, entry_id, run_id: "run-1", idle_ms: 3, now_ms: 5 };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let c = ExtendCall { consumer, entry_ids: &entries };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let c = LeaveCall { consumer };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let c = TrimCall { keys: &keys };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let c = WakeCall { consumer, now_ms: 5, limit: 10 };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let c = RunFinishCall { keys: &keys, run_id: "run-1", now_ms: 5, retention_ms: 9 };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let (provider, delivery_id, run_id) = ("github", "d-1", "run-1");
+                let c = RunReleaseCall {
+                    keys: &keys,
+                    provider,
+                    delivery_id,
+                    identity: &identity,
+                    run_id,
+                    now_ms: 5,
+                    retention_ms: 9,
+                };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let c =
+                    DeadRetryCall { keys: &keys, run_id: "run-1", now_ms: 5, dead_entry_ids: &["3-0"], done_too: true };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let c = RunReadCall { keys: &keys, run_id: "run-1", slice: (0, 10), with_fields: true };
+                (c.script(), c.layout(), c.command())
+            },
+        ];
+        let mut covered = Vec::new();
+        let files = run_scripts::all().into_iter().chain([("gate.lua", &*GATE), ("gate_hold.lua", &*GATE_HOLD)]);
+        let files: Vec<(&str, &LuaScript)> = files.collect();
+        for (script, layout, command) in &calls {
+            let (file, _) = files.iter().find(|(_, s)| s.hash() == script.hash()).expect("a script of lua/");
+            check_layout(file, script.source(), layout);
+            // What Redis receives is the layout (the gate's calls write their
+            // own command, leaving off trailing defaults: a prefix of it).
+            let sent: Vec<_> = command.args_iter().map(|a| format!("{a:?}")).collect();
+            let laid: Vec<_> = layout.command(script).args_iter().map(|a| format!("{a:?}")).collect();
+            assert!(laid.starts_with(&sent) && sent.len() >= 3 + layout.key_names().len(), "{file}: {sent:?}");
+            covered.push(*file);
         }
-        assert_eq!(held[..13], shared[..], "the shared prefix");
-        assert!(
-            shared[..GATE_REQUIRED_ARGV]
-                .iter()
-                .all(|(_, n)| !["subject", "payload", "rewrite_on_replay"].contains(&n.as_str()))
-        );
+        covered.sort();
+        let mut all: Vec<&str> = files.iter().map(|(name, _)| *name).collect();
+        all.sort();
+        assert_eq!(covered, all, "one call of every script");
     }
 
     /// The check above reads the headers: it would notice a swapped pair.
@@ -490,6 +692,24 @@ mod tests {
             .replace("-- ARGV[12]: payload", "-- ARGV[12]: subject");
         let names: Vec<String> = header(&swapped, "ARGV").into_iter().map(|(_, n)| n).collect();
         assert_eq!(names[10..12], ["payload", "subject"]);
+        let a = args("", "", false);
+        let result = std::panic::catch_unwind(|| check_layout("gate.lua", &swapped, &GateCall(a.clone()).layout()));
+        assert!(result.is_err(), "a swapped pair passed the check");
+        let ranged = "-- ARGV[1]: group x\n-- ARGV[2..4]: run_fields x\n-- ARGV[5..]: rest x\n";
+        let want = [(Span::One(1), "group"), (Span::Through(2, 4), "run_fields"), (Span::Open(5), "rest")];
+        assert_eq!(header(ranged, "ARGV"), want.map(|(s, n)| (s, n.to_owned())));
+    }
+
+    /// The gate scripts share their first 13 ARGV, and the plain one
+    /// requires only the first 10 (the rest it reads as `""`).
+    #[test]
+    fn the_gate_scripts_share_their_prefix() {
+        let a = args("", "", false);
+        let shared: Vec<&str> = a.argv().map(|(name, _)| name).into();
+        let hold = GateHoldCall { gate: a.clone(), hold_ms: 1, held_run_ttl_ms: 0 };
+        let held: Vec<&str> = hold.argv().map(|(name, _)| name).collect();
+        assert_eq!(held[..13], shared[..], "the shared prefix");
+        assert!(shared[..GATE_REQUIRED_ARGV].iter().all(|n| !["subject", "payload", "rewrite_on_replay"].contains(n)));
     }
 
     /// The plain gate script pays nothing for holds: no clock, no decode, no hold field.

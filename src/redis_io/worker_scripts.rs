@@ -3,13 +3,13 @@
 //! namespace's [`Keys`] and its ARGV in the order of the script's header,
 //! and reads its answer; [`super::RedisHandle::call`] runs it.
 
-use redis::{Cmd, Value};
+use redis::Value;
 
 use super::run_scripts::{
     WORKER_DONE, WORKER_EXTEND, WORKER_FAIL, WORKER_GIVE_BACK, WORKER_LEAVE, WORKER_START, WORKER_TRIM, WORKER_UNCOUNT,
     WORKER_WAKE, decode, decode_yes,
 };
-use super::scripts::{LuaScript, ScriptCall};
+use super::scripts::{Layout, LuaScript, ScriptCall};
 use crate::error::Error;
 use crate::keys::Keys;
 use crate::vocabulary::RunFields;
@@ -27,21 +27,18 @@ pub struct Consumer<'a> {
 }
 
 impl Consumer<'_> {
-    /// `EVALSHA` of `script` on the runs stream and `run_id`'s record (and
-    /// the dead stream with `dead`), with ARGV group, consumer, `entry_id`.
-    fn on_entry(&self, script: &LuaScript, run_id: &str, dead: bool, entry_id: &str) -> Cmd {
-        let (runs, record, runs_dead) = (self.keys.runs(), self.keys.run(run_id), self.keys.runs_dead());
-        let keys = [runs.as_str(), record.as_str(), runs_dead.as_str()];
-        let mut cmd = script.evalsha(&keys[..if dead { 3 } else { 2 }]);
-        cmd.arg(self.group).arg(self.name).arg(entry_id);
-        cmd
+    /// The KEYS runs stream and `run_id`'s record (and the dead stream with
+    /// `dead`), and the ARGV group, consumer, `entry_id`: how most worker
+    /// scripts' headers start.
+    fn on_entry(&self, run_id: &str, dead: bool, entry_id: &str) -> Layout {
+        let layout = Layout::default().key("runs_key", self.keys.runs()).key("run_key", self.keys.run(run_id));
+        let layout = if dead { layout.key("dead_key", self.keys.runs_dead()) } else { layout };
+        layout.arg("group", self.group).arg("consumer", self.name).arg("entry_id", entry_id)
     }
 
-    /// `EVALSHA` of `script` on the runs stream, with ARGV group, consumer.
-    fn on_stream(&self, script: &LuaScript) -> Cmd {
-        let mut cmd = script.evalsha(&[&self.keys.runs()]);
-        cmd.arg(self.group).arg(self.name);
-        cmd
+    /// The KEYS runs stream, and the ARGV group, consumer.
+    fn on_stream(&self) -> Layout {
+        Layout::default().key("runs_key", self.keys.runs()).arg("group", self.group).arg("consumer", self.name)
     }
 }
 
@@ -92,10 +89,14 @@ impl ScriptCall for StartCall<'_> {
         &WORKER_START
     }
 
-    fn command(&self) -> Cmd {
-        let mut cmd = self.consumer.on_entry(self.script(), &self.run.run_id, true, self.entry_id);
-        cmd.arg(self.now_ms).arg(self.max_attempts).arg(self.op).arg(self.retention_ms).arg(&self.run.values()[..]);
-        cmd
+    fn layout(&self) -> Layout {
+        self.consumer
+            .on_entry(&self.run.run_id, true, self.entry_id)
+            .arg("now_ms", self.now_ms)
+            .arg("max_attempts", self.max_attempts)
+            .arg("op", self.op)
+            .arg("retention_ms", self.retention_ms)
+            .arg("run_fields", &self.run.values()[..])
     }
 
     /// A reply other than the header's three forms is an error, not `Lost`:
@@ -151,10 +152,14 @@ impl ScriptCall for DoneCall<'_> {
         &WORKER_DONE
     }
 
-    fn command(&self) -> Cmd {
-        let mut cmd = self.consumer.on_entry(self.script(), self.run_id, false, self.entry_id);
-        cmd.arg(self.now_ms).arg(self.op).arg(self.retention_ms).arg(self.history).arg(u8::from(self.keep_payload));
-        cmd
+    fn layout(&self) -> Layout {
+        self.consumer
+            .on_entry(self.run_id, false, self.entry_id)
+            .arg("now_ms", self.now_ms)
+            .arg("op", self.op)
+            .arg("retention_ms", self.retention_ms)
+            .arg("history", self.history)
+            .arg("keep_payload", u8::from(self.keep_payload))
     }
 
     fn decode(&self, reply: Value) -> Result<bool, Error> {
@@ -207,15 +212,26 @@ impl ScriptCall for FailCall<'_> {
         &WORKER_FAIL
     }
 
-    fn command(&self) -> Cmd {
-        let keys = self.consumer.keys;
-        let (runs, record, dead) = (keys.runs(), keys.run(&self.run.run_id), keys.runs_dead());
-        let parking = keys.retry(self.consumer.group);
-        let mut cmd = self.script().evalsha(&[&runs, &record, &dead, &parking]);
-        cmd.arg(self.consumer.group).arg(self.consumer.name).arg(self.entry_id);
-        cmd.arg(self.now_ms).arg(self.error).arg(self.attempt).arg(u8::from(self.last)).arg(self.next_attempt_ms);
-        cmd.arg(self.op).arg(self.retention_ms).arg(self.history).arg(&self.run.values()[..]);
-        cmd
+    fn layout(&self) -> Layout {
+        let consumer = self.consumer;
+        let keys = consumer.keys;
+        Layout::default()
+            .key("runs_key", keys.runs())
+            .key("run_key", keys.run(&self.run.run_id))
+            .key("dead_key", keys.runs_dead())
+            .key("parking_key", keys.retry(consumer.group))
+            .arg("group", consumer.group)
+            .arg("consumer", consumer.name)
+            .arg("entry_id", self.entry_id)
+            .arg("now_ms", self.now_ms)
+            .arg("error", self.error)
+            .arg("attempt", self.attempt)
+            .arg("last", u8::from(self.last))
+            .arg("next_attempt_ms", self.next_attempt_ms)
+            .arg("op", self.op)
+            .arg("retention_ms", self.retention_ms)
+            .arg("history", self.history)
+            .arg("run_fields", &self.run.values()[..])
     }
 
     /// Only the header's `0`, `1` and `2`: anything else is an error, not `Lost`.
@@ -259,10 +275,14 @@ impl ScriptCall for UncountCall<'_> {
         &WORKER_UNCOUNT
     }
 
-    fn command(&self) -> Cmd {
-        let mut cmd = self.consumer.on_entry(self.script(), self.run_id, false, self.entry_id);
-        cmd.arg(self.now_ms).arg(self.error).arg(self.idle_ms).arg(self.op).arg(self.history);
-        cmd
+    fn layout(&self) -> Layout {
+        self.consumer
+            .on_entry(self.run_id, false, self.entry_id)
+            .arg("now_ms", self.now_ms)
+            .arg("error", self.error)
+            .arg("idle_ms", self.idle_ms)
+            .arg("op", self.op)
+            .arg("history", self.history)
     }
 
     fn decode(&self, reply: Value) -> Result<bool, Error> {
@@ -294,10 +314,11 @@ impl ScriptCall for GiveBackCall<'_> {
         &WORKER_GIVE_BACK
     }
 
-    fn command(&self) -> Cmd {
-        let mut cmd = self.consumer.on_entry(self.script(), self.run_id, false, self.entry_id);
-        cmd.arg(self.idle_ms).arg(self.now_ms);
-        cmd
+    fn layout(&self) -> Layout {
+        self.consumer
+            .on_entry(self.run_id, false, self.entry_id)
+            .arg("idle_ms", self.idle_ms)
+            .arg("now_ms", self.now_ms)
     }
 
     fn decode(&self, reply: Value) -> Result<bool, Error> {
@@ -322,10 +343,8 @@ impl ScriptCall for ExtendCall<'_> {
         &WORKER_EXTEND
     }
 
-    fn command(&self) -> Cmd {
-        let mut cmd = self.consumer.on_stream(self.script());
-        cmd.arg(self.entry_ids);
-        cmd
+    fn layout(&self) -> Layout {
+        self.consumer.on_stream().arg("entry_ids", self.entry_ids)
     }
 
     fn decode(&self, reply: Value) -> Result<Vec<String>, Error> {
@@ -348,8 +367,8 @@ impl ScriptCall for LeaveCall<'_> {
         &WORKER_LEAVE
     }
 
-    fn command(&self) -> Cmd {
-        self.consumer.on_stream(self.script())
+    fn layout(&self) -> Layout {
+        self.consumer.on_stream()
     }
 
     fn decode(&self, reply: Value) -> Result<bool, Error> {
@@ -382,8 +401,8 @@ impl ScriptCall for TrimCall<'_> {
         &WORKER_TRIM
     }
 
-    fn command(&self) -> Cmd {
-        self.script().evalsha(&[&self.keys.runs()])
+    fn layout(&self) -> Layout {
+        Layout::default().key("runs_key", self.keys.runs())
     }
 
     fn decode(&self, reply: Value) -> Result<Trimmed, Error> {
@@ -420,11 +439,15 @@ impl ScriptCall for WakeCall<'_> {
         &WORKER_WAKE
     }
 
-    fn command(&self) -> Cmd {
+    fn layout(&self) -> Layout {
         let keys = self.consumer.keys;
-        let mut cmd = self.script().evalsha(&[&keys.runs(), &keys.retry(self.consumer.group)]);
-        cmd.arg(self.consumer.group).arg(self.now_ms).arg(self.limit).arg(keys.run_prefix());
-        cmd
+        Layout::default()
+            .key("runs_key", keys.runs())
+            .key("parking_key", keys.retry(self.consumer.group))
+            .arg("group", self.consumer.group)
+            .arg("now_ms", self.now_ms)
+            .arg("limit", self.limit)
+            .arg("run_prefix", keys.run_prefix())
     }
 
     fn decode(&self, reply: Value) -> Result<Woken, Error> {
