@@ -25,7 +25,7 @@ ${run_fields}
 ${history}
 
 local status = redis.call('HGET', KEYS[2], 'status')
-if not (status == 'dead' or (status == 'done' and ARGV[2] == '1')) then
+if not (status == ${status_dead} or (status == ${status_done} and ARGV[2] == '1')) then
   return {0, status or ''}
 end
 
@@ -40,8 +40,8 @@ local id = redis.call('XADD', KEYS[1], '*', unpack(run_field_pairs(function(i) r
 local attempts = redis.call('HGET', KEYS[2], 'attempts') or '0'
 -- The done attempt joins `history` again, before the next attempt's entry.
 unfold_done_attempt()
-redis.call('HSET', KEYS[2], 'status', 'queued', 'attempt_base', attempts, 'updated_ms', ARGV[1], 'retried_ms', ARGV[1])
-if status == 'dead' then
+redis.call('HSET', KEYS[2], 'status', ${status_queued}, 'attempt_base', attempts, 'updated_ms', ARGV[1], 'retried_ms', ARGV[1])
+if status == ${status_dead} then
   redis.call('HINCRBY', KEYS[2], 'dead_retries', 1)
 else
   redis.call('HINCRBY', KEYS[2], 'redeliveries', 1)
@@ -58,4 +58,4 @@ local removed = 0
 if #ids > 0 then
   removed = redis.call('XDEL', KEYS[3], unpack(ids))
 end
-return {1, id, removed, (own or status == 'done') and 1 or 0}
+return {1, id, removed, (own or status == ${status_done}) and 1 or 0}

@@ -99,16 +99,16 @@ if verdict == 'work' then
       'number', ARGV[10], 'delivery_id', ARGV[7])
     local subject, payload = ARGV[11] or '', ARGV[12] or ''
     if payload ~= '' and subject ~= '' then
-      redis.call('HSET', run_key, 'entry_id', entry_id, 'created_ms', ARGV[5], 'status', 'queued',
+      redis.call('HSET', run_key, 'entry_id', entry_id, 'created_ms', ARGV[5], 'status', ${status_queued},
         'subject', subject, 'payload', payload)
     elseif payload ~= '' then
-      redis.call('HSET', run_key, 'entry_id', entry_id, 'created_ms', ARGV[5], 'status', 'queued',
+      redis.call('HSET', run_key, 'entry_id', entry_id, 'created_ms', ARGV[5], 'status', ${status_queued},
         'payload', payload)
     elseif subject ~= '' then
-      redis.call('HSET', run_key, 'entry_id', entry_id, 'created_ms', ARGV[5], 'status', 'queued',
+      redis.call('HSET', run_key, 'entry_id', entry_id, 'created_ms', ARGV[5], 'status', ${status_queued},
         'subject', subject)
     else
-      redis.call('HSET', run_key, 'entry_id', entry_id, 'created_ms', ARGV[5], 'status', 'queued')
+      redis.call('HSET', run_key, 'entry_id', entry_id, 'created_ms', ARGV[5], 'status', ${status_queued})
     end
     if ARGV[3] ~= '0' then
       redis.call('SET', KEYS[2], run_id, 'PX', ARGV[3])

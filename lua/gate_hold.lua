@@ -110,7 +110,7 @@ end
 -- The writes.
 local record
 if taken_over then
-  redis.call('HSET', KEYS[5] .. taken_over, 'status', 'released', 'updated_ms', now_text,
+  redis.call('HSET', KEYS[5] .. taken_over, 'status', ${status_released}, 'updated_ms', now_text,
     'last_error', 'its handler stopped before ending it (the hold ran out); a later delivery took the work over')
   redis.call('HDEL', KEYS[5] .. taken_over, 'held_until')
 end
@@ -118,7 +118,7 @@ if n then
   run_id = 'run-' .. n
   redis.call('SET', KEYS[3], n)
   local fields = {'run_id', run_id, 'provider', ARGV[6], 'delivery_id', ARGV[7], 'repo', ARGV[8],
-    'action', ARGV[9], 'number', ARGV[10], 'created_ms', now_text, 'status', 'running', 'attempts', 0,
+    'action', ARGV[9], 'number', ARGV[10], 'created_ms', now_text, 'status', ${status_running}, 'attempts', 0,
     'runner', 'embedded', 'held_until', string.format('%d', now + tonumber(ARGV[14]))}
   if ARGV[11] ~= '' then
     fields[#fields + 1] = 'subject'

@@ -40,14 +40,14 @@ ${holds}
 ${history}
 
 local state = redis.call('HMGET', KEYS[2], 'status', 'worker')
-if state[1] == 'done' and state[2] == ARGV[2] then
+if state[1] == ${status_done} and state[2] == ARGV[2] then
   return 1
 end
 if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return 0
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
-redis.call('HSET', KEYS[2], 'status', 'done', 'worker', ARGV[2])
+redis.call('HSET', KEYS[2], 'status', ${status_done}, 'worker', ARGV[2])
 if fold_done_attempt(ARGV[7], ARGV[2], redis.call('HGET', KEYS[2], 'attempts')) then
   redis.call('HDEL', KEYS[2], 'finished_ms')
 else

@@ -53,6 +53,6 @@ if ARGV[7] == '1' then
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 redis.call('ZADD', KEYS[4], ARGV[8], ARGV[12])
-redis.call('HSET', KEYS[2], 'status', 'parked', 'last_error', ARGV[5], 'worker', ARGV[2],
+redis.call('HSET', KEYS[2], 'status', ${status_parked}, 'last_error', ARGV[5], 'worker', ARGV[2],
   'updated_ms', ARGV[4], 'next_attempt_ms', ARGV[8], 'parked_group', ARGV[1], 'op', ARGV[9], 'op_result', 1)
 return 1

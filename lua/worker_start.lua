@@ -65,7 +65,7 @@ if not holds(ARGV[1], ARGV[2], ARGV[3]) then
 end
 local attempts = attempts_now()
 local max = tonumber(ARGV[5])
-local unfinished = attempts > 0 and redis.call('HGET', KEYS[2], 'status') == 'running'
+local unfinished = attempts > 0 and redis.call('HGET', KEYS[2], 'status') == ${status_running}
 if unfinished then
   append_history(unfinished_entry(attempts, ARGV[4]))
 end
@@ -82,7 +82,7 @@ end
 
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
 attempts = redis.call('HINCRBY', KEYS[2], 'attempts', 1)
-redis.call('HSET', KEYS[2], 'status', 'running', 'worker', ARGV[2], 'group', ARGV[1],
+redis.call('HSET', KEYS[2], 'status', ${status_running}, 'worker', ARGV[2], 'group', ARGV[1],
   'started_ms', ARGV[4], 'updated_ms', ARGV[4], 'op', ARGV[6], 'op_result', 1)
 -- A queued record holds only what its stream entry does not (lua/gate.lua):
 -- the run's fields join it here, so readers still have them once the entry

@@ -35,6 +35,6 @@ end
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[6], 'JUSTID')
 redis.call('HINCRBY', KEYS[2], 'attempt_base', 1)
 append_history(ARGV[8])
-redis.call('HSET', KEYS[2], 'status', 'queued', 'last_error', ARGV[5],
+redis.call('HSET', KEYS[2], 'status', ${status_queued}, 'last_error', ARGV[5],
   'worker', ARGV[2], 'updated_ms', ARGV[4], 'op', ARGV[7], 'op_result', 1)
 return 1

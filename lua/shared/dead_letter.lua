@@ -15,7 +15,7 @@ local function dead_letter(group, consumer, entry_id, first_field, attempts, err
   local dead_entry = redis.call('XADD', KEYS[3], '*', unpack(entry))
   redis.call('XACK', KEYS[1], group, entry_id)
   -- `dead_entry` names the dead-stream entry, so a retry removes it without reading the stream.
-  redis.call('HSET', KEYS[2], 'status', 'dead', 'last_error', err, 'worker', consumer,
+  redis.call('HSET', KEYS[2], 'status', ${status_dead}, 'last_error', err, 'worker', consumer,
     'updated_ms', now, 'finished_ms', now, 'op', op, 'op_result', 2, 'dead_entry', dead_entry)
   if tonumber(retention_ms) > 0 then
     redis.call('PEXPIRE', KEYS[2], retention_ms)

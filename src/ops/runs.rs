@@ -5,79 +5,11 @@
 //! A run record is read into a [`RunSummary`] in one place
 //! ([`RunSummary::read`]), whichever store holds it.
 
-use std::fmt;
-use std::str::FromStr;
-
 use serde::Serialize;
 
 use super::client::{Ops, OpsError};
 use super::render::rfc3339_ms;
-use crate::vocabulary::RunFields;
-
-/// A run's processing state, as the gate and the workers write it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunStatus {
-    /// Waiting on the runs stream for a worker (or, on the memory store,
-    /// created with no worker to take it).
-    Queued,
-    /// A worker (or the embedding layer) is running it.
-    Running,
-    /// An attempt failed; the next one waits for its backoff (workers
-    /// before the parking set; a record written by one lives on).
-    Retrying,
-    /// An attempt failed; the run waits in the group's parking set for its
-    /// next attempt, holding no worker.
-    Parked,
-    /// Finished successfully.
-    Done,
-    /// Failed its last allowed attempt; on the dead stream.
-    Dead,
-    /// Its embedded holder failed: the provider's retry creates new work.
-    Released,
-}
-
-impl RunStatus {
-    /// Every status, in the order a run goes through them.
-    pub const ALL: [RunStatus; 7] = [
-        RunStatus::Queued,
-        RunStatus::Running,
-        RunStatus::Retrying,
-        RunStatus::Parked,
-        RunStatus::Done,
-        RunStatus::Dead,
-        RunStatus::Released,
-    ];
-
-    /// The word stored in the run record's `status`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Queued => "queued",
-            RunStatus::Running => "running",
-            RunStatus::Retrying => "retrying",
-            RunStatus::Parked => "parked",
-            RunStatus::Done => "done",
-            RunStatus::Dead => "dead",
-            RunStatus::Released => "released",
-        }
-    }
-}
-
-impl fmt::Display for RunStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for RunStatus {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        RunStatus::ALL.into_iter().find(|st| st.as_str() == s).ok_or_else(|| {
-            let all: Vec<&str> = RunStatus::ALL.iter().map(|s| s.as_str()).collect();
-            format!("unknown run status {:?}: one of {}", crate::text::escape_control(s), all.join(", "))
-        })
-    }
-}
+use crate::vocabulary::{RunFields, RunStatus};
 
 /// A run as lists show it: identity, state, last error, creation time.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -152,7 +152,7 @@ fn memory_run_detail(run_id: &str, r: MemoryRun) -> RunDetail {
     let mut fields: BTreeMap<String, String> =
         RunFields::NAMES.into_iter().zip(names.values()).map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
     fields.insert("created_ms".to_owned(), r.created_ms.to_string());
-    fields.insert("status".to_owned(), r.status.to_owned());
+    fields.insert("status".to_owned(), r.status.to_string());
     fields.insert("attempts".to_owned(), "0".to_owned());
     let parts = match r.payload.as_deref() {
         Some(p) => PayloadParts::of(p.len() as u64, p.as_bytes()[..p.len().min(MAX_PAYLOAD_TEXT)].to_vec()),
@@ -400,7 +400,7 @@ impl Source {
             }
             Source::Memory(m) => Ok(Retried::Refused {
                 run_id: run_id.to_owned(),
-                status: m.run(run_id).map_or(String::new(), |r| r.status.to_owned()),
+                status: m.run(run_id).map_or(String::new(), |r| r.status.to_string()),
             }),
         }
     }

@@ -311,6 +311,30 @@ mod tests {
         assert_eq!(files, typed);
     }
 
+    /// The run statuses are [`RunStatus`]'s words: no script spells one (the
+    /// history's `outcome` words are another vocabulary, `worker::history`'s).
+    #[test]
+    fn no_script_spells_a_run_status() {
+        use crate::vocabulary::RunStatus;
+        let lua = format!("{}/lua", env!("CARGO_MANIFEST_DIR"));
+        let files = std::fs::read_dir(&lua).unwrap().chain(std::fs::read_dir(format!("{lua}/shared")).unwrap());
+        for path in files.map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "lua")) {
+            if path.ends_with("history.lua") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for line in text.lines().filter(|l| !l.trim_start().starts_with("--")) {
+                let code = line.split(" --").next().unwrap_or_default();
+                for status in RunStatus::ALL {
+                    for quoted in [format!("'{status}'"), format!("\"{status}\"")] {
+                        assert!(!code.contains(&quoted), "{} spells {quoted}: {line}", path.display());
+                    }
+                }
+            }
+        }
+        assert!(WORKER_DONE.source().contains("'status', 'done'"), "the placeholder is filled in");
+    }
+
     /// The holder check and the op-id replay are written once, in `lua/shared/`.
     #[test]
     fn the_shared_rules_are_written_once() {

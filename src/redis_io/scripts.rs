@@ -14,7 +14,7 @@ use std::sync::LazyLock;
 use redis::{Cmd, RedisWrite, Script, ToRedisArgs, Value};
 
 use crate::error::Error;
-use crate::vocabulary::{DeliveryRecord, RecordTail, RunFields, Status};
+use crate::vocabulary::{DeliveryRecord, RecordTail, RunFields, RunStatus, Status};
 
 /// A Lua script as Redis runs it: its file with every placeholder filled in.
 pub struct LuaScript {
@@ -24,14 +24,20 @@ pub struct LuaScript {
 
 impl LuaScript {
     /// `template` (a file of `lua/`) with its placeholders filled in: each
-    /// `${snippet}` of [`SHARED_LUA`] first, then `${run_field_names}` and
+    /// `${snippet}` of [`SHARED_LUA`] first, then `${run_field_names}`, each
+    /// run status (`${status_queued}`, …: [`RunStatus`]'s one spelling) and
     /// the delivery record's pieces (`${head_created}`, …, `${run_id_end}`).
     pub fn load(template: &str) -> Self {
         let source = SHARED_LUA
             .iter()
             .fold(template.to_owned(), |source, (name, lua)| source.replace(&format!("${{{name}}}"), lua.trim_end()));
         let names: Vec<String> = RunFields::NAMES.iter().map(|n| format!("'{n}'")).collect();
-        let source = with_record_heads(&source.replace("${run_field_names}", &names.join(", ")));
+        let source = source.replace("${run_field_names}", &names.join(", "));
+        // Each status word as a Lua string literal: no lookup at run time.
+        let source = RunStatus::ALL
+            .iter()
+            .fold(source, |source, status| source.replace(&format!("${{status_{status}}}"), &format!("'{status}'")));
+        let source = with_record_heads(&source);
         Self { script: Script::new(&source), source }
     }
 

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::{BoxFuture, Call, HeldRun, Store, Stored};
 use crate::error::Error;
 use crate::sync::lock;
-use crate::vocabulary::{DeliveryRecord, Identity, Response, Settings, Status, Verdict};
+use crate::vocabulary::{DeliveryRecord, Identity, Response, RunStatus, Settings, Status, Verdict};
 
 /// A map whose entries expire after one fixed TTL. Because every entry gets
 /// the same TTL, insertion order is expiry order and a queue finds the
@@ -102,7 +102,7 @@ pub struct MemoryRun {
     pub created_ms: u64,
     /// `queued` (no worker reads the memory store), `running` while the
     /// embedding layer holds it, then `done` or `released`.
-    pub status: &'static str,
+    pub status: RunStatus,
     /// The kept payload (`keep_payload`).
     pub payload: Option<Arc<str>>,
 }
@@ -181,7 +181,7 @@ impl MemoryStore {
                             created_ms: call.now_ms,
                             // Nothing consumes the memory store's runs but the
                             // embedding layer, which holds (runs) its own.
-                            status: if call.hold.is_some() { "running" } else { "queued" },
+                            status: if call.hold.is_some() { RunStatus::Running } else { RunStatus::Queued },
                             payload: call.payload.map(Arc::from),
                         };
                         s.runs.insert(run.clone(), record, now);
@@ -210,7 +210,7 @@ impl MemoryStore {
         s.holds.purge(Instant::now());
         let finished = s.holds.remove(&run.run_id.to_owned()).is_some();
         if let Some(r) = s.runs.get_mut(&run.run_id.to_owned()).filter(|_| finished) {
-            r.status = "done";
+            r.status = RunStatus::Done;
         }
         finished
     }
@@ -236,7 +236,7 @@ impl MemoryStore {
         }
         let was_held = s.holds.remove(&run.run_id.to_owned()).is_some();
         if let Some(r) = s.runs.get_mut(&run.run_id.to_owned()).filter(|_| was_held) {
-            r.status = "released";
+            r.status = RunStatus::Released;
             r.payload = None;
         }
         released
