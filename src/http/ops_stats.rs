@@ -41,7 +41,7 @@ impl StatsCache {
         now.insert("replayed", m.replays_total());
         now.insert("refused", refused);
         let at = Instant::now();
-        let mut samples = self.samples.lock().expect("not poisoned");
+        let mut samples = crate::sync::lock(&self.samples);
         while samples.front().is_some_and(|(t, _)| at.duration_since(*t) > RATE_WINDOW) {
             samples.pop_front();
         }

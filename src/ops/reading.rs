@@ -84,7 +84,7 @@ impl StatsKeeper {
     }
 
     fn ask(self: &Arc<Self>) {
-        let mut st = self.state.lock().expect("not poisoned");
+        let mut st = crate::sync::lock(&self.state);
         st.asked = Instant::now();
         if !st.running {
             st.running = true;
@@ -103,7 +103,7 @@ impl StatsKeeper {
                 Err(_) => r.error = Some(format!("the reading took longer than {READING_DEADLINE:?}")),
             });
             tokio::time::sleep(REFRESH).await;
-            let mut st = self.state.lock().expect("not poisoned");
+            let mut st = crate::sync::lock(&self.state);
             if st.asked.elapsed() > IDLE {
                 st.running = false;
                 return;
