@@ -29,6 +29,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use super::breaker::{Breaker, BreakerConfig};
+use super::config::WorkerError;
 use super::metrics::WorkerMetrics;
 use super::{Failure, Handler, RunAttempt, Success};
 use crate::providers::standard_webhooks::{MIN_SIGNING_SECRET_BYTES, SecretRule, decode_secret, signed_headers};
@@ -58,18 +59,13 @@ pub struct DeliverOptions {
     pub breaker: BreakerConfig,
 }
 
-/// Why a destination could not be set up. Messages name the flag, never a secret.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct DeliverError(String);
-
 /// Reads a secrets file: one `whsec_` + base64 secret a line (blank lines
 /// skipped), each a signing secret ([`SecretRule::Signing`]: at least
 /// [`MIN_SIGNING_SECRET_BYTES`] decoded). The errors name the flag and the
 /// line number, never the content.
-pub fn read_secrets(path: &Path) -> Result<Vec<Vec<u8>>, DeliverError> {
+pub fn read_secrets(path: &Path) -> Result<Vec<Vec<u8>>, WorkerError> {
     let at = format!("--deliver-secret-file {}", path.display());
-    let text = std::fs::read_to_string(path).map_err(|e| DeliverError(format!("{at}: cannot read it: {e}")))?;
+    let text = std::fs::read_to_string(path).map_err(|e| WorkerError::Config(format!("{at}: cannot read it: {e}")))?;
     crate::file_mode::warn_if_others_can_read(path, "the deliver secrets file");
     let mut keys = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -78,7 +74,7 @@ pub fn read_secrets(path: &Path) -> Result<Vec<Vec<u8>>, DeliverError> {
             continue;
         }
         let key = decode_secret(line, SecretRule::Signing).map_err(|_| {
-            DeliverError(format!(
+            WorkerError::Config(format!(
                 "{at}: line {} is not a Standard Webhooks secret (`whsec_` and the base64 of at least {MIN_SIGNING_SECRET_BYTES} bytes)",
                 i + 1
             ))
@@ -86,7 +82,7 @@ pub fn read_secrets(path: &Path) -> Result<Vec<Vec<u8>>, DeliverError> {
         keys.push(key);
     }
     if keys.is_empty() {
-        return Err(DeliverError(format!("{at}: holds no secret (one `whsec_…` secret a line)")));
+        return Err(WorkerError::Config(format!("{at}: holds no secret (one `whsec_…` secret a line)")));
     }
     Ok(keys)
 }
@@ -103,7 +99,7 @@ fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
 }
 
 impl Secrets {
-    fn load(path: &Path) -> Result<Self, DeliverError> {
+    fn load(path: &Path) -> Result<Self, WorkerError> {
         let before = stamp(path);
         let keys = read_secrets(path)?;
         Ok(Self { path: path.to_owned(), keys: Mutex::new(Arc::new(keys)), stamp: Mutex::new(before) })
@@ -166,7 +162,7 @@ pub struct Destination {
 impl Destination {
     /// Checks the URL, reads the secrets and the CA, and builds the client.
     /// Must be called inside a tokio runtime (the secrets watcher is a task).
-    pub fn new(options: &DeliverOptions) -> Result<Self, DeliverError> {
+    pub fn new(options: &DeliverOptions) -> Result<Self, WorkerError> {
         let (url, shown_url, authorization) = parse_url(&options.url)?;
         let shown_url = crate::redact::deliver_url(&shown_url);
         let secrets = Arc::new(Secrets::load(&options.secret_file)?);
@@ -361,8 +357,8 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 /// and the userinfo as a basic `Authorization` header: the user and the
 /// password percent-decoded (a password with `@`, `:` or `%` is written
 /// `%40`, `%3A`, `%25` in a URL), joined by `:` when there is a password.
-fn parse_url(text: &str) -> Result<(hyper::Uri, String, Option<HeaderValue>), DeliverError> {
-    let bad = |why: &dyn std::fmt::Display| DeliverError(format!("--deliver: {why}"));
+fn parse_url(text: &str) -> Result<(hyper::Uri, String, Option<HeaderValue>), WorkerError> {
+    let bad = |why: &dyn std::fmt::Display| WorkerError::Config(format!("--deliver: {why}"));
     let mut url = crate::client::http_url(text).map_err(|e| bad(&e))?;
     let decoded = |part: &str| percent_encoding::percent_decode_str(part).collect::<Vec<u8>>();
     let userinfo = match (url.username(), url.password()) {
@@ -387,20 +383,20 @@ fn parse_url(text: &str) -> Result<(hyper::Uri, String, Option<HeaderValue>), De
 }
 
 /// rustls with ring: the roots of `ca` (PEM), else the system's.
-fn tls_config(ca: Option<&Path>) -> Result<rustls::ClientConfig, DeliverError> {
+fn tls_config(ca: Option<&Path>) -> Result<rustls::ClientConfig, WorkerError> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     match ca {
         Some(path) => {
             let at = format!("--deliver-ca {}", path.display());
-            let pem = std::fs::read(path).map_err(|e| DeliverError(format!("{at}: cannot read it: {e}")))?;
+            let pem = std::fs::read(path).map_err(|e| WorkerError::Config(format!("{at}: cannot read it: {e}")))?;
             let certs = CertificateDer::pem_slice_iter(&pem)
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| DeliverError(format!("{at}: not a PEM certificate file: {e}")))?;
+                .map_err(|e| WorkerError::Config(format!("{at}: not a PEM certificate file: {e}")))?;
             let (added, _) = roots.add_parsable_certificates(certs);
             if added == 0 {
-                return Err(DeliverError(format!("{at}: holds no usable PEM certificate")));
+                return Err(WorkerError::Config(format!("{at}: holds no usable PEM certificate")));
             }
         }
         None => {
@@ -411,7 +407,7 @@ fn tls_config(ca: Option<&Path>) -> Result<rustls::ClientConfig, DeliverError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| DeliverError(format!("TLS set-up: {e}")))?
+        .map_err(|e| WorkerError::Config(format!("TLS set-up: {e}")))?
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(config)

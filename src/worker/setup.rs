@@ -222,9 +222,9 @@ pub async fn run(
             if let Some(n) = &setup.max_processes {
                 super::reaper::limit_processes(n.value).map_err(|e| config_error(n.fail(e)))?;
             }
-            Either::Command(handler)
+            ModeHandler::Command(handler)
         }
-        Mode::Deliver(d) => Either::Deliver(Box::new(
+        Mode::Deliver(d) => ModeHandler::Deliver(Box::new(
             Destination::new(d).map_err(|e| deliver_error(&setup, e.to_string()))?.with_metrics(metrics.clone()),
         )),
     };
@@ -261,32 +261,32 @@ pub async fn run(
 }
 
 /// The handler a [`Mode`] chose.
-enum Either {
+enum ModeHandler {
     Command(command::CommandHandler),
     Deliver(Box<Destination>),
 }
 
-impl Either {
+impl ModeHandler {
     fn describe(&self) -> String {
         match self {
-            Either::Command(c) => format!("command {c:?}"),
-            Either::Deliver(d) => format!("POST {}", d.shown_url()),
+            ModeHandler::Command(c) => format!("command {c:?}"),
+            ModeHandler::Deliver(d) => format!("POST {}", d.shown_url()),
         }
     }
 }
 
-impl Handler for Either {
+impl Handler for ModeHandler {
     async fn call(&self, run: super::RunAttempt) -> Result<super::Success, super::Failure> {
         match self {
-            Either::Command(h) => h.call(run).await,
-            Either::Deliver(h) => h.call(run).await,
+            ModeHandler::Command(h) => h.call(run).await,
+            ModeHandler::Deliver(h) => h.call(run).await,
         }
     }
 
     fn breaker(&self) -> Option<&super::breaker::Breaker> {
         match self {
-            Either::Command(h) => h.breaker(),
-            Either::Deliver(h) => h.breaker(),
+            ModeHandler::Command(h) => h.breaker(),
+            ModeHandler::Deliver(h) => h.breaker(),
         }
     }
 }

@@ -333,7 +333,9 @@ async fn a_crash_loses_no_parked_run_and_keeps_its_due_time() {
     .await;
     let runs = 4u64;
     create(&gate(&ns).await, 1..=runs).await;
-    let mut first = deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &["--breaker-failures", "100"]);
+    // A schedule step shorter than the Retry-After: the later of the two (3 s) holds.
+    let flags = ["--breaker-failures", "100", "--retry-schedule", "1s"];
+    let mut first = deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags);
     wait_status(&ns, (1..=runs).map(|n| (n, "parked")), Duration::from_secs(10)).await;
     signal(&first, "-KILL");
     let _ = wait_exit(&mut first, Duration::from_secs(5)).await;
