@@ -11,8 +11,9 @@ use std::fmt::Write;
 /// Whether `c` is written as an escape: a control character (C0, DEL and
 /// C1, so also `\n`, `\r`, `\t` and ESC), a line or paragraph separator
 /// (U+2028, U+2029), or a bidi control (U+061C, U+200E, U+200F,
-/// U+202A–U+202E, U+2066–U+2069).
-fn needs_escape(c: char) -> bool {
+/// U+202A–U+202E, U+2066–U+2069). Output with a syntax of its own (a key
+/// quoted for redis-cli) escapes exactly these, in that syntax.
+pub fn needs_escape(c: char) -> bool {
     c.is_control()
         || matches!(c, '\u{2028}' | '\u{2029}' | '\u{061c}' | '\u{200e}' | '\u{200f}')
         || ('\u{202a}'..='\u{202e}').contains(&c)
