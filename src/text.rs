@@ -54,11 +54,15 @@ pub fn escape_control(s: &str) -> Cow<'_, str> {
 pub fn json_text<T: serde::Serialize + ?Sized>(value: &T) -> String {
     struct Escaping;
     impl serde_json::ser::Formatter for Escaping {
-        fn write_string_fragment<W: ?Sized + std::io::Write>(&mut self, w: &mut W, fragment: &str) -> std::io::Result<()> {
+        fn write_string_fragment<W: ?Sized + std::io::Write>(
+            &mut self,
+            w: &mut W,
+            fragment: &str,
+        ) -> std::io::Result<()> {
             let mut rest = fragment;
             while let Some(at) = rest.find(needs_escape) {
                 let c = rest[at..].chars().next().expect("a character where find stopped");
-                w.write_all(rest[..at].as_bytes())?;
+                w.write_all(&rest.as_bytes()[..at])?;
                 // Every such character is in the Basic Multilingual Plane: one escape.
                 write!(w, "\\u{:04x}", u32::from(c))?;
                 rest = &rest[at + c.len_utf8()..];

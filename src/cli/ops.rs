@@ -271,11 +271,7 @@ pub async fn stats_command(args: &StatsArgs, sources: Sources) -> Result<ExitCod
             )
         })
         .await?;
-    let text = if args.read.json {
-        json_text(&stats)
-    } else {
-        render::stats_text(&stats)
-    };
+    let text = if args.read.json { json_text(&stats) } else { render::stats_text(&stats) };
     print_out(&text);
     Ok(ExitCode::SUCCESS)
 }
