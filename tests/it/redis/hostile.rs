@@ -184,7 +184,8 @@ async fn no_inspect_output_holds_a_raw_bidi_control_or_line_separator() {
         ("history", &history.to_string()),
     ];
     let _: () = c.hset_multiple(keys.run(&run_id), &run_fields).await.unwrap();
-    let dead_fields = [&run_fields[..6], &[("group", worker.as_str()), ("attempts", "1"), ("last_error", &error)]].concat();
+    let dead_fields =
+        [&run_fields[..6], &[("group", worker.as_str()), ("attempts", "1"), ("last_error", &error)]].concat();
     let _: String = c.xadd(keys.runs_dead(), "*", &dead_fields).await.unwrap();
 
     let store = ["--redis-url", crate::support::redis_url(), "--namespace", &ns];
@@ -204,7 +205,10 @@ async fn no_inspect_output_holds_a_raw_bidi_control_or_line_separator() {
             }
             // JSON's escape; the text's, or in a key redis-cli's bytes.
             let shown: &[&str] = if json { &[r"\u202e"] } else { &[r"\u{202e}", r"\xe2\x80\xae"] };
-            assert!(shown.iter().any(|s| stdout.contains(s)), "{command:?} --json={json} shows the outside text: {stdout}");
+            assert!(
+                shown.iter().any(|s| stdout.contains(s)),
+                "{command:?} --json={json} shows the outside text: {stdout}"
+            );
         }
     }
 

@@ -38,7 +38,8 @@ pub fn fresh_ns(tag: &str) -> String {
 /// raw: the override that reverses a file name (U+202E), the isolates
 /// (U+2066–U+2069), and the line and paragraph separators.
 #[cfg_attr(not(feature = "test-redis"), allow(dead_code))] // for the hostile-text tests of the redis and full tiers
-pub const READS_AS_OTHER_TEXT: [char; 7] = ['\u{202e}', '\u{2066}', '\u{2067}', '\u{2068}', '\u{2069}', '\u{2028}', '\u{2029}'];
+pub const READS_AS_OTHER_TEXT: [char; 7] =
+    ['\u{202e}', '\u{2066}', '\u{2067}', '\u{2068}', '\u{2069}', '\u{2028}', '\u{2029}'];
 
 /// `tag` followed by every character of [`READS_AS_OTHER_TEXT`]: shown raw,
 /// `octo/r` + U+202E + `txt.exe` reads `octo/rexe.txt`.
