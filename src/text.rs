@@ -11,8 +11,9 @@ use std::fmt::Write;
 /// Whether `c` is written as an escape: a control character (C0, DEL and
 /// C1, so also `\n`, `\r`, `\t` and ESC), a line or paragraph separator
 /// (U+2028, U+2029), or a bidi control (U+061C, U+200E, U+200F,
-/// U+202A–U+202E, U+2066–U+2069).
-fn needs_escape(c: char) -> bool {
+/// U+202A–U+202E, U+2066–U+2069). Output with a syntax of its own (a key
+/// quoted for redis-cli) escapes exactly these, in that syntax.
+pub fn needs_escape(c: char) -> bool {
     c.is_control()
         || matches!(c, '\u{2028}' | '\u{2029}' | '\u{061c}' | '\u{200e}' | '\u{200f}')
         || ('\u{202a}'..='\u{202e}').contains(&c)
@@ -46,6 +47,34 @@ pub fn escape_control(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// `value` as compact JSON in which every character of [`needs_escape`]
+/// that JSON itself leaves raw (DEL, C1, line separators, bidi controls) is
+/// written `\uXXXX`: the same JSON value, and nothing in it a terminal that
+/// shows it obeys.
+pub fn json_text<T: serde::Serialize + ?Sized>(value: &T) -> String {
+    struct Escaping;
+    impl serde_json::ser::Formatter for Escaping {
+        fn write_string_fragment<W: ?Sized + std::io::Write>(
+            &mut self,
+            w: &mut W,
+            fragment: &str,
+        ) -> std::io::Result<()> {
+            let mut rest = fragment;
+            while let Some(at) = rest.find(needs_escape) {
+                let c = rest[at..].chars().next().expect("a character where find stopped");
+                w.write_all(&rest.as_bytes()[..at])?;
+                // Every such character is in the Basic Multilingual Plane: one escape.
+                write!(w, "\\u{:04x}", u32::from(c))?;
+                rest = &rest[at + c.len_utf8()..];
+            }
+            w.write_all(rest.as_bytes())
+        }
+    }
+    let mut out = Vec::new();
+    value.serialize(&mut serde_json::Serializer::with_formatter(&mut out, Escaping)).expect("the value serializes");
+    String::from_utf8(out).expect("JSON text is UTF-8")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,10 +90,24 @@ mod tests {
         assert_eq!(escape_control("a\u{2028}b\u{202e}c\u{2066}"), "a\\u{2028}b\\u{202e}c\\u{2066}");
     }
 
+    #[test]
+    fn json_text_escapes_what_json_leaves_raw() {
+        let v = serde_json::json!({"k\u{202e}": ["x\u{202e}y\u{2028}\u{7f}\u{9b}\n\"é", 7]});
+        assert_eq!(json_text(&v), r#"{"k\u202e":["x\u202ey\u2028\u007f\u009b\n\"é",7]}"#);
+    }
+
     proptest::proptest! {
         #[test]
         fn escaped_text_has_no_control_characters(s in ".*") {
             proptest::prop_assert!(!escape_control(&s).chars().any(needs_escape));
+        }
+
+        #[test]
+        fn json_text_is_the_same_value_with_nothing_to_escape(s in ".*") {
+            let text = json_text(&serde_json::json!({"s": s}));
+            proptest::prop_assert!(!text.chars().any(needs_escape));
+            let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+            proptest::prop_assert_eq!(back["s"].as_str(), Some(s.as_str()));
         }
     }
 }

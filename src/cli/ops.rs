@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use idemgate::config::{Command, Merged, Setting, Sources, StoreConfig};
 use idemgate::ops::{Ops, OpsError, Retried, Target, render};
+use idemgate::text::json_text;
 
 use super::{OWN_FLAGS, print_out, setting_flags};
 
@@ -251,7 +252,7 @@ pub async fn inspect_command(args: &InspectArgs, sources: Sources) -> Result<Exi
         return Ok(ExitCode::FAILURE);
     }
     let text =
-        if read.json { render::inspection_json(&inspection).to_string() } else { render::inspection_text(&inspection) };
+        if read.json { json_text(&render::inspection_json(&inspection)) } else { render::inspection_text(&inspection) };
     print_out(&text);
     Ok(ExitCode::SUCCESS)
 }
@@ -270,11 +271,7 @@ pub async fn stats_command(args: &StatsArgs, sources: Sources) -> Result<ExitCod
             )
         })
         .await?;
-    let text = if args.read.json {
-        serde_json::to_string(&stats).expect("stats serialize")
-    } else {
-        render::stats_text(&stats)
-    };
+    let text = if args.read.json { json_text(&stats) } else { render::stats_text(&stats) };
     print_out(&text);
     Ok(ExitCode::SUCCESS)
 }
@@ -288,7 +285,7 @@ pub async fn dead_command(args: &DeadArgs, sources: Sources) -> Result<ExitCode,
             let ops = Ops::connect(&store(sources)?).await?;
             let dead = ops.dead_list().await?;
             let text = if read.json {
-                serde_json::json!({"key": ops.keys().runs_dead(), "runs": dead}).to_string()
+                json_text(&serde_json::json!({"key": ops.keys().runs_dead(), "runs": dead}))
             } else {
                 render::dead_text(&ops.keys().runs_dead(), &dead)
             };
@@ -320,7 +317,7 @@ pub async fn runs_command(args: &RunsArgs, sources: Sources) -> Result<ExitCode,
 fn report_moved(results: &[Retried], all: bool, redeliver: bool, json: bool) -> ExitCode {
     let moved = results.iter().filter(|r| r.moved()).count();
     let text = if json {
-        serde_json::json!({"moved": moved, "runs": results}).to_string()
+        json_text(&serde_json::json!({"moved": moved, "runs": results}))
     } else {
         render::retried_text(results, all, redeliver)
     };

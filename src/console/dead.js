@@ -2,7 +2,7 @@
 // with each page (the stream's length read with it), so it is fresh after
 // every retry.
 import { api } from "/console/api.js";
-import { $, el, identity, link, notice, timeEl } from "/console/util.js";
+import { $, el, identity, link, notice, setText, timeEl } from "/console/util.js";
 
 let cursor = null;
 let next = null;
@@ -33,7 +33,7 @@ export async function loadDead(older = false) {
   $("dead-newest").disabled = !cursor;
   $("dead-count").textContent = String(d.total);
   $("dead-count").dataset.total = String(d.total);
-  $("dead-empty").textContent = d.runs.length ? "" : d.note || "No dead runs.";
+  setText($("dead-empty"), d.runs.length ? "" : d.note || "No dead runs.");
   $("retry-all").disabled = d.total === 0;
   return d;
 }

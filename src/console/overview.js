@@ -1,7 +1,7 @@
 // The overview: health first (workers, breakers, the oldest queued run,
 // dead runs), then the gate's answers and their rates, then memory.
 import { api } from "/console/api.js";
-import { $, bytes, duration, el, relTime, tile, timeEl } from "/console/util.js";
+import { $, bytes, duration, el, relTime, setText, tile, timeEl } from "/console/util.js";
 
 const num = (v) => (v === "" || v === undefined || v === null ? null : Number(v));
 
@@ -29,7 +29,7 @@ function workerRow(w) {
 
 export async function refreshOverview() {
   const [s, w, d] = await Promise.all([api("/v1/ops/stats"), api("/v1/ops/workers"), api("/v1/ops/dead?limit=1")]);
-  $("store-kind").textContent = s.store === "memory" ? "(memory store)" : `(Redis, namespace ${s.namespace})`;
+  setText($("store-kind"), s.store === "memory" ? "(memory store)" : `(Redis, namespace ${s.namespace})`);
 
   const workers = w.workers || [];
   const up = workers.filter((x) => x.state === "up");
@@ -74,5 +74,5 @@ export async function refreshOverview() {
   const cover = reading.complete === false ? ` · key counts from a ${Math.round((reading.coverage || 0) * 100)} % sample` : "";
   const age = typeof reading.age_ms === "number" ? `read ${duration(reading.age_ms)} ago` : "";
   const note = s.note || (s.memory && s.memory.growth_note) || "";
-  $("overview-note").textContent = [age + cover, note].filter(Boolean).join(" · ");
+  setText($("overview-note"), [age + cover, note].filter(Boolean).join(" · "));
 }

@@ -2,7 +2,7 @@
 // attempt timeline, the payload, Redeliver, and the raw record folded away.
 // A delivery's page (#/deliveries/PROVIDER/ID): the answer it replays and its run.
 import { HttpError, api, fetchOk } from "/console/api.js";
-import { $, absTime, duration, el, fields, link, notice, prettyJson, timeEl, visible } from "/console/util.js";
+import { $, absTime, duration, el, fields, link, notice, prettyJson, setText, timeEl, visible } from "/console/util.js";
 
 let shown = null; // the run on the page, for Redeliver
 
@@ -57,9 +57,9 @@ async function showPayload(r) {
 export async function showRun(runId, { scroll = true } = {}) {
   const r = await api(`/v1/ops/runs/${encodeURIComponent(runId)}`);
   shown = r;
-  $("run-title").textContent = r.run_id;
+  setText($("run-title"), r.run_id);
   const st = $("run-status");
-  st.textContent = r.status;
+  setText(st, r.status);
   st.className = "badge status-" + r.status;
   const delivery = r.provider && r.delivery_id ? link(`#/deliveries/${encodeURIComponent(r.provider)}/${encodeURIComponent(r.delivery_id)}`, r.delivery_id, { id: "delivery-link" }) : document.createTextNode("");
   const pairs = [
@@ -90,7 +90,7 @@ export async function showRun(runId, { scroll = true } = {}) {
 export async function redeliver() {
   if (!shown) return;
   const id = shown.run_id;
-  if (!confirm(`Deliver ${id} again, with the same run key? A receiver that dedupes on the run key drops it.`)) return;
+  if (!confirm(visible(`Deliver ${id} again, with the same run key? A receiver that dedupes on the run key drops it.`))) return;
   try {
     await api(`/v1/ops/runs/${encodeURIComponent(id)}/redeliver`, "POST");
     notice(`${id} queued again`, true);
@@ -106,14 +106,14 @@ export async function downloadPayload() {
   const url = URL.createObjectURL(await resp.blob());
   const a = $("payload-link");
   a.href = url;
-  a.download = `${shown.run_id}-payload.json`;
-  a.textContent = "save " + a.download;
+  a.download = visible(`${shown.run_id}-payload.json`);
+  setText(a, "save " + a.download);
   a.hidden = false;
   a.click();
 }
 
 export async function showDelivery(provider, id) {
-  $("delivery-title").textContent = `${provider} ${id}`;
+  setText($("delivery-title"), `${provider} ${id}`);
   const dl = $("delivery-fields");
   try {
     const d = await api(`/v1/ops/deliveries/${encodeURIComponent(provider)}/${encodeURIComponent(id)}`);

@@ -1,7 +1,7 @@
 // The runs list: one search box, filters, auto-refresh, paging. The
 // filters live in the URL (#/runs?repo=o/r&q=d-1), so a search is a link.
 import { api } from "/console/api.js";
-import { $, el, errorCell, identity, link, timeEl } from "/console/util.js";
+import { $, el, errorCell, identity, link, timeEl, unvisible, visible } from "/console/util.js";
 
 const FILTERS = [
   ["q", "search"],
@@ -23,15 +23,15 @@ export function runsHref(params) {
   return "#/runs" + (q ? "?" + q : "");
 }
 
-/** Shows the filters of `params` in the form. */
+/** Shows the filters of `params` in the form (a link's text made visible, as everywhere). */
 export function showFilters(params) {
-  for (const [k, id] of FILTERS) $(id).value = params.get(k) || "";
+  for (const [k, id] of FILTERS) $(id).value = visible(params.get(k) || "");
 }
 
 export function formParams() {
   const out = {};
   for (const [k, id] of FILTERS) {
-    const v = $(id).value.trim();
+    const v = unvisible($(id).value.trim());
     if (v) out[k] = v;
   }
   return out;

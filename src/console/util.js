@@ -3,6 +3,9 @@
 // Rules every module keeps (docs/security.md, "The console"):
 // - every value from the API is inserted with textContent or as an
 //   attribute value: the page never parses data as HTML;
+// - every such value, and every part of the URL shown, goes through
+//   `visible` (el, fields, setText and notice apply it), so no text from
+//   outside reads as something else;
 // - the token lives in sessionStorage and travels only in the
 //   Authorization header: never in a URL, never in a cookie.
 
@@ -10,25 +13,44 @@ export const $ = (id) => document.getElementById(id);
 
 // Line separators and bidi controls make text read as something else (a
 // reversed file name, a forged line): shown as `\u{202e}`, the form the CLI
-// and the logs print (src/text.rs).
+// and the logs print, for the same characters (src/text.rs, needs_escape;
+// its control characters are left to the browser, which never obeys them).
 const INVISIBLE = /[\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+const SHOWN = /\\u\{([0-9a-f]{1,4})\}/g;
 
 /** `text` with line separators and bidi controls made visible. */
-export const visible = (text) => String(text).replace(INVISIBLE, (c) => `\\u{${c.codePointAt(0).toString(16).padStart(4, "0")}}`);
+export const visible = (text) => String(text).replace(INVISIBLE, (c) => `\\u{${c.codePointAt(0).toString(16)}}`);
+
+/**
+ * What an operator types or a link gives, with each character that
+ * `visible` shows as `\u{…}` back as itself: a delivery id copied from the
+ * page finds its run.
+ */
+export const unvisible = (text) =>
+  String(text).replace(SHOWN, (shown, hex) => {
+    const c = String.fromCodePoint(parseInt(hex, 16));
+    return visible(c) === shown ? c : shown;
+  });
 
 /** An element with text content and attributes; children appended in order. */
 export function el(tag, { text, cls, attrs } = {}, ...children) {
   const e = document.createElement(tag);
   if (text !== undefined && text !== null) e.textContent = visible(text);
   if (cls) e.className = cls;
-  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
+  // An attribute may be shown (a title on hover): escaped like the text.
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, visible(v));
   for (const c of children) e.append(c);
   return e;
 }
 
+/** Sets `node`'s text, made visible. */
+export function setText(node, text) {
+  node.textContent = visible(text ?? "");
+}
+
 export function notice(text, ok = false) {
   const n = $("notice");
-  n.textContent = text || "";
+  setText(n, text);
   n.className = ok ? "ok" : "";
 }
 
@@ -145,7 +167,7 @@ export function prettyJson(raw) {
 
 /** Key/value rows of a <dl>; a value may be a Node. */
 export function fields(dl, pairs) {
-  dl.replaceChildren(...pairs.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", {}, v instanceof Node ? v : document.createTextNode(v ?? ""))]));
+  dl.replaceChildren(...pairs.flatMap(([k, v]) => [el("dt", { text: k }), v instanceof Node ? el("dd", {}, v) : el("dd", { text: v ?? "" })]));
 }
 
 /** A link within the console. */

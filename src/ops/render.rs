@@ -12,6 +12,7 @@ use super::inspect::{DeliveryView, Found, Inspection, LogicalView, RunView, Ttl}
 use super::memory::MemoryReport;
 use super::stats::Stats;
 use crate::redis_io::info::NodeMemory;
+use crate::text::needs_escape;
 
 /// Milliseconds since the Unix epoch as RFC 3339 (UTC, millisecond precision).
 pub fn rfc3339_ms(ms: u64) -> Option<String> {
@@ -39,6 +40,10 @@ fn ttl_text(ttl: Ttl) -> String {
 
 /// A key as redis-cli reads it: as is when it is plain, else in double
 /// quotes with `\"`, `\\` and `\xHH` escapes (redis-cli's own syntax).
+/// The characters written as `\xHH` bytes are those the logs and the rest
+/// of the text escape ([`needs_escape`]), so a key that holds a client's
+/// delivery id or repo can neither break the line nor, through a bidi
+/// control or a line separator, read as another key.
 pub fn cli_quote(key: &str) -> String {
     let plain = !key.is_empty() && key.bytes().all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b'\'' | b'\\'));
     if plain {
@@ -49,14 +54,13 @@ pub fn cli_quote(key: &str) -> String {
         match ch {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
-            c if c.is_ascii_graphic() || c == ' ' => out.push(c),
-            c if !c.is_ascii() && !c.is_control() => out.push(c),
-            c => {
+            c if needs_escape(c) => {
                 let mut buf = [0u8; 4];
                 for b in c.encode_utf8(&mut buf).bytes() {
                     let _ = write!(out, "\\x{b:02x}");
                 }
             }
+            c => out.push(c),
         }
     }
     out.push('"');
@@ -181,7 +185,8 @@ fn history_table(out: &mut String, raw: Option<&str>) {
     let cell = |e: &Value, k: &str| match &e[k] {
         Value::Null => "-".to_owned(),
         Value::String(s) => one_line(s),
-        v => v.to_string(),
+        // JSON text keeps a bidi control or a line separator inside a string as it is.
+        v => one_line(&v.to_string()),
     };
     let mut rows = vec![["attempt", "started", "took", "status", "outcome", "worker", "error"].map(str::to_owned)];
     for e in entries {
@@ -324,7 +329,7 @@ pub fn pretty_json(raw: &str) -> String {
 
 /// The text of `idemgate stats`.
 pub fn stats_text(s: &Stats) -> String {
-    let mut out = format!("namespace: {}\n", s.namespace);
+    let mut out = format!("namespace: {}\n", one_line(&s.namespace));
     lines(
         &mut out,
         "",
@@ -333,7 +338,7 @@ pub fn stats_text(s: &Stats) -> String {
             ("logical keys".into(), s.keys.logical.to_string()),
             ("run records".into(), s.keys.run.to_string()),
             ("run counter".into(), s.run_counter.to_string()),
-            ("runs stream".into(), format!("{} entries ({})", s.runs.length, s.runs.key)),
+            ("runs stream".into(), format!("{} entries ({})", s.runs.length, cli_quote(&s.runs.key))),
         ],
     );
     if s.runs.groups.is_empty() {
@@ -344,7 +349,7 @@ pub fn stats_text(s: &Stats) -> String {
         let _ = writeln!(
             out,
             "group {}: pending {}, consumers {}, lag {}, entries read {}, last delivered {}",
-            g.name,
+            one_line(&g.name),
             g.pending,
             g.consumers,
             opt(g.lag),
@@ -352,7 +357,7 @@ pub fn stats_text(s: &Stats) -> String {
             g.last_delivered_id
         );
     }
-    let _ = writeln!(out, "dead stream: {} entries ({})", s.dead.length, s.dead.key);
+    let _ = writeln!(out, "dead stream: {} entries ({})", s.dead.length, cli_quote(&s.dead.key));
     memory_text(&mut out, &s.memory);
     let _ = writeln!(out, "{}", super::footprint::stats_line(s));
     out.trim_end().to_owned()
@@ -531,6 +536,15 @@ mod tests {
         assert_eq!(cli_quote("a\"b\\c"), "\"a\\\"b\\\\c\"");
         assert_eq!(cli_quote("x\ny"), "\"x\\x0ay\"");
         assert_eq!(cli_quote("é"), "\"é\"");
+        assert_eq!(cli_quote("octo/r\u{202e}txt.exe"), "\"octo/r\\xe2\\x80\\xaetxt.exe\"");
+        assert_eq!(cli_quote("a\u{2028}b\u{2066}\u{9b}"), "\"a\\xe2\\x80\\xa8b\\xe2\\x81\\xa6\\xc2\\x9b\"");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_quoted_key_holds_nothing_the_text_escapes(key in ".*") {
+            proptest::prop_assert!(!cli_quote(&key).chars().any(needs_escape));
+        }
     }
 
     #[test]

@@ -371,3 +371,154 @@ async fn a_runs_page_shows_a_workers_attempts_and_redeliver_adds_one() {
     let _ = b.cmd(reqwest::Method::DELETE, "", None).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every text, title, attribute and field value on the page that holds a
+/// bidi control or a line separator raw, named by where it is.
+const RAW_OUTSIDE_TEXT: &str = r#"
+const raw = /[\u202e\u2066-\u2069\u2028\u2029]/;
+const found = [];
+const look = (where, text) => { if (raw.test(text)) found.push(where + ": " + text); };
+look("document.title", document.title);
+look("body.innerText", document.body.innerText);
+look("body.textContent", document.body.textContent);
+for (const e of document.querySelectorAll("*")) {
+  for (const a of e.attributes) look(`${e.tagName}#${e.id}[${a.name}]`, a.value);
+  if (typeof e.value === "string") look(`${e.tagName}#${e.id}.value`, e.value);
+}
+return found;"#;
+
+/// Every view of the console over outside text that reads as other text
+/// when shown raw (bidi controls, line separators): a run created through
+/// `/v1/deliveries` whose provider, org, repo, action, number, delivery id
+/// and payload hold them, run to dead by a real worker whose name holds
+/// them; and a dead run as another writer (an older gate, a hand in
+/// redis-cli) may leave it, with its last error and attempt history raw.
+/// The overview, the runs list (also filtered by a link), both runs' pages
+/// with the raw record open, the delivery page (and one not found) and the
+/// dead runs: no text, title, attribute or field value holds one raw, and
+/// each view shows the outside text in the CLI's escaped form. A filter
+/// pasted in that form finds the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_view_shows_a_raw_bidi_control_or_line_separator() {
+    use crate::redis::worker::spawn_worker;
+    use crate::support::hostile;
+    use idemgate::text::escape_control;
+
+    let ns = fresh_ns("bidi-ui");
+    let dir = temp_dir("bidi-ui");
+    let token = "bidi-token";
+    let (org, name) = (hostile("octo"), hostile("r"));
+    let repo = format!("{org}/{name}");
+    let (provider, delivery_id, action) = (hostile("p"), hostile("d"), hostile("push"));
+    let config = format!("keep_payload = true\nallowed_repos = [{}]\n", serde_json::to_string(&repo).unwrap());
+    let served = Served::start_with_config(&ns, &dir, token, &config);
+    let event = json!({"org": org, "repo": name, "action": action, "number": hostile("7"), "file": hostile("payload")});
+    let body = json!({"provider": provider, "delivery_id": delivery_id, "event": event});
+    served.post_delivery(&reqwest::Client::new(), token, body.to_string()).await;
+    let worker = hostile("w");
+    let flags = ["--max-attempts", "1", "--heartbeat-interval", "1s"];
+    let _workers =
+        Workers(vec![spawn_worker(&ns, &dir, &worker, &flags, r#"cat > /dev/null; echo "boom $W" >&2; exit 3"#)]);
+    wait_for(Duration::from_secs(30), "run-1 dead", || async {
+        record(&ns, "run-1").await.get("status").map(String::as_str) == Some("dead")
+    })
+    .await;
+    let keys = Keys::new(&ns).unwrap();
+    let error = hostile("HTTP 500 from");
+    let history = json!([{"attempt": 1, "worker": hostile("old-w"), "started_ms": 1_700_000_000_000u64,
+        "duration_ms": 5, "status": 500, "outcome": "dead", "error": error}]);
+    let (number, old_delivery) = (hostile("9"), hostile("d-old"));
+    let identity = [
+        ("run_id", "run-900"),
+        ("provider", provider.as_str()),
+        ("repo", &repo),
+        ("action", &action),
+        ("number", &number),
+        ("delivery_id", &old_delivery),
+    ];
+    let old = [("status", "dead"), ("attempts", "1"), ("last_error", &error), ("created_ms", "1700000000000")];
+    let mut c = raw_conn().await;
+    let history_text = history.to_string();
+    let record_fields = [&identity[..], &old, &[("history", history_text.as_str())]].concat();
+    let _: () = c.hset_multiple(keys.run("run-900"), &record_fields).await.unwrap();
+    let entry =
+        [&identity[..], &[("group", "g"), ("attempts", "1"), ("last_error", &error), ("failed_ms", "1700000000000")]]
+            .concat();
+    let _: String = c.xadd(keys.runs_dead(), "*", &entry).await.unwrap();
+
+    let b = Browser::start().await;
+    let js = |s: &str| serde_json::to_string(s).unwrap();
+    let view = |what: &'static str| {
+        let b = &b;
+        async move {
+            let raw = b.eval(RAW_OUTSIDE_TEXT).await;
+            assert_eq!(raw, json!([]), "{what} shows outside text raw");
+            let text = b.eval("return document.body.innerText").await;
+            assert!(text.as_str().unwrap().contains(r"\u{202e}"), "{what} shows the outside text, escaped: {text}");
+        }
+    };
+    open(&b, &served, token, "#/").await;
+    b.until("the worker and both dead runs", "return document.querySelectorAll('#workers-table tbody tr').length === 1 && document.querySelector('[data-tile=dead] .value').textContent === '2'").await;
+    assert!(b.text("#workers-table").await.contains(&*escape_control(&worker)));
+    view("the overview").await;
+
+    b.goto(&format!("{}/console#/runs", served.url)).await;
+    b.find("#runs-table tbody tr[data-run-id='run-1']").await;
+    assert!(b.text("#runs-table tbody tr[data-run-id='run-1']").await.contains(&*escape_control(&repo)));
+    view("the runs").await;
+
+    // A link that filters on the outside text: the fields show it escaped, as the CLI prints it.
+    b.eval(&format!(
+        "location.hash = '#/runs?' + new URLSearchParams({{repo: {}, provider: {}}}); return true",
+        js(&repo),
+        js(&provider)
+    ))
+    .await;
+    b.until("the filtered runs", "return (document.getElementById('runs-table').dataset.query || '').includes('repo=') && !!document.querySelector(\"#runs-table tr[data-run-id='run-1']\")").await;
+    assert_eq!(b.eval("return document.getElementById('f-repo').value").await, json!(escape_control(&repo)));
+    view("the runs filtered by a link").await;
+    // Pasted in that form, a search finds the run.
+    b.goto(&format!("{}/console#/runs", served.url)).await;
+    b.find("#runs-table tbody tr[data-run-id='run-1']").await;
+    b.eval(&format!("document.getElementById('search').value = {}; document.getElementById('f-repo').value = {}; document.querySelector('#runs-form button[type=submit]').click(); return true", js(&escape_control(&delivery_id)), js(&escape_control(&repo)))).await;
+    b.until("run-1 found by its pasted delivery id", "const rows = document.querySelectorAll('#runs-table tbody tr'); return (document.getElementById('runs-table').dataset.query || '').includes('q=') && rows.length === 1 && rows[0].dataset.runId === 'run-1'").await;
+    view("the runs searched").await;
+
+    for run in ["run-1", "run-900"] {
+        b.goto(&format!("{}/console#/runs/{run}", served.url)).await;
+        b.until("the run's attempts", "return document.querySelectorAll('#history-table tbody tr').length === 1").await;
+        b.until("the run's payload", "return document.getElementById('payload').textContent !== ''").await;
+        b.eval("document.getElementById('raw').open = true; return true").await;
+        assert!(b.text("#run-identity").await.contains(&*escape_control(&repo)));
+        view(if run == "run-1" { "run-1's page" } else { "run-900's page" }).await;
+    }
+    b.eval(&format!(
+        "location.hash = '#/deliveries/' + encodeURIComponent({}) + '/' + encodeURIComponent({}); return true",
+        js(&provider),
+        js(&delivery_id)
+    ))
+    .await;
+    b.until("the delivery", "return document.getElementById('delivery-fields').textContent.includes('created (202)')")
+        .await;
+    assert_eq!(b.text("#delivery-title").await, escape_control(&format!("{provider} {delivery_id}")));
+    view("the delivery").await;
+    b.eval(&format!(
+        "location.hash = '#/deliveries/' + encodeURIComponent({}) + '/' + encodeURIComponent({}); return true",
+        js(&provider),
+        js(&hostile("missing"))
+    ))
+    .await;
+    b.until(
+        "the delivery not found",
+        "return document.getElementById('delivery-fields').textContent.includes('not found')",
+    )
+    .await;
+    view("a delivery not found").await;
+
+    b.goto(&format!("{}/console#/dead", served.url)).await;
+    b.find("#dead-table tbody tr[data-run-id='run-900']").await;
+    b.find("#dead-table tbody tr[data-run-id='run-1']").await;
+    view("the dead runs").await;
+    let _ = b.cmd(reqwest::Method::DELETE, "", None).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -129,3 +129,108 @@ async fn worker_stderr_escapes_control_characters() {
     assert_eq!(line, r"[run-1] fake\x1b[31m red\r\tINFO forged", "{text}");
     assert!(!text.contains('\x1b') && !text.contains('\r'), "{text:?}");
 }
+
+/// Every `inspect` (each subcommand `inspect --help` lists), and `dead
+/// list`, in text and `--json`, of a run whose every outside field holds
+/// bidi controls and line separators: provider, repo, action, number,
+/// delivery id and payload through the gate, and an error and a history
+/// as a record of another writer (an older gate, a hand in redis-cli) may
+/// hold them, raw. No line holds one raw; each shows it escaped, and the
+/// key line, pasted into redis-cli, names the key that was read.
+#[tokio::test]
+async fn no_inspect_output_holds_a_raw_bidi_control_or_line_separator() {
+    use crate::support::{hostile, raw_hostile};
+    use idemgate::gate::Submission;
+
+    let listed = String::from_utf8(bin().args(["inspect", "--help"]).output().unwrap().stdout).unwrap();
+    let listed: Vec<&str> = listed
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert_eq!(listed, ["delivery", "logical", "run"], "a new inspect subcommand needs its case below");
+
+    let ns = fresh_ns("inspect-bidi");
+    let keys = Keys::new(&ns).unwrap();
+    let (org, name) = (hostile("octo"), hostile("r"));
+    let repo = format!("{org}/{name}");
+    let (provider, delivery_id, action, number) = (hostile("p"), hostile("d"), hostile("push"), hostile("7"));
+    let event = json!({"org": org, "repo": name, "action": action, "number": number, "file": hostile("payload")});
+    let payload = event.to_string();
+    let gate = Gate::new([repo.as_str()], redis_store_in(&ns, &Settings::default()).await);
+    let digest = idemgate::event_digest::of_value(&event);
+    let mut submission = Submission::new(&provider, &delivery_id, &event, &digest);
+    submission.payload = Some(&payload);
+    let r = gate.submit(&submission).await.unwrap().response;
+    assert_eq!(r.status, Status::Created);
+    let run_id = r.run_id.unwrap();
+    let (error, worker) = (hostile("HTTP 500"), hostile("w"));
+    let history = json!([{"attempt": 1, "worker": worker, "started_ms": 1_700_000_000_000u64, "duration_ms": 5,
+        "status": 500, "outcome": "dead", "error": error, "detail": [hostile("nested")]}]);
+    let mut c = raw_conn().await;
+    let run_fields = [
+        ("run_id", run_id.as_str()),
+        ("provider", &provider),
+        ("repo", &repo),
+        ("action", &action),
+        ("number", &number),
+        ("delivery_id", &delivery_id),
+        ("status", "dead"),
+        ("attempts", "1"),
+        ("last_error", &error),
+        ("history", &history.to_string()),
+    ];
+    let _: () = c.hset_multiple(keys.run(&run_id), &run_fields).await.unwrap();
+    let dead_fields =
+        [&run_fields[..6], &[("group", worker.as_str()), ("attempts", "1"), ("last_error", &error)]].concat();
+    let _: String = c.xadd(keys.runs_dead(), "*", &dead_fields).await.unwrap();
+
+    let store = ["--redis-url", crate::support::redis_url(), "--namespace", &ns];
+    let commands: [&[&str]; 4] = [
+        &["inspect", "delivery", &provider, &delivery_id],
+        &["inspect", "logical", &provider, &repo, &action, &number],
+        &["inspect", "run", &run_id],
+        &["dead", "list"],
+    ];
+    for command in commands {
+        for json in [false, true] {
+            let out = bin().args(command).args(store).args(json.then_some("--json")).output().unwrap();
+            let (stdout, stderr) = (String::from_utf8(out.stdout).unwrap(), String::from_utf8_lossy(&out.stderr));
+            assert!(out.status.success(), "{command:?}: {stderr}");
+            for line in stdout.lines().chain(stderr.lines()) {
+                assert_eq!(raw_hostile(line), [] as [char; 0], "{command:?} --json={json} prints them raw: {line:?}");
+            }
+            // JSON's escape; the text's, or in a key redis-cli's bytes.
+            let shown: &[&str] = if json { &[r"\u202e"] } else { &[r"\u{202e}", r"\xe2\x80\xae"] };
+            assert!(
+                shown.iter().any(|s| stdout.contains(s)),
+                "{command:?} --json={json} shows the outside text: {stdout}"
+            );
+        }
+    }
+
+    // The key line: escaped in redis-cli's own syntax, so pasted it reads that key.
+    let text = bin().args(["inspect", "delivery", &provider, &delivery_id]).args(store).output().unwrap().stdout;
+    let text = String::from_utf8(text).unwrap();
+    let key_line = text.lines().next().unwrap().strip_prefix("key: ").unwrap();
+    assert!(key_line.contains(r"\xe2\x80\xae"), "{key_line}");
+    let mut cli = std::process::Command::new("redis-cli")
+        .args(["-u", crate::support::redis_url()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    writeln!(cli.stdin.take().unwrap(), "EXISTS {key_line}").unwrap();
+    let exists = cli.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&exists.stdout).trim(), "1", "redis-cli reads the key line as the key");
+
+    // A record that is not there: its key, on stderr, escaped too.
+    let out = bin().args(["inspect", "delivery", &provider, &hostile("missing")]).args(store).output().unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(!out.status.success() && stderr.contains("no delivery record at"), "{stderr}");
+    assert_eq!(raw_hostile(&stderr), [] as [char; 0], "{stderr:?}");
+}

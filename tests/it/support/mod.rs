@@ -34,6 +34,26 @@ pub fn fresh_ns(tag: &str) -> String {
     format!("t-{tag}-{}-{}-{nanos}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
 }
 
+/// The characters that make outside text read as other text when shown
+/// raw: the override that reverses a file name (U+202E), the isolates
+/// (U+2066–U+2069), and the line and paragraph separators.
+#[cfg_attr(not(feature = "test-redis"), allow(dead_code))] // for the hostile-text tests of the redis and full tiers
+pub const READS_AS_OTHER_TEXT: [char; 7] =
+    ['\u{202e}', '\u{2066}', '\u{2067}', '\u{2068}', '\u{2069}', '\u{2028}', '\u{2029}'];
+
+/// `tag` followed by every character of [`READS_AS_OTHER_TEXT`]: shown raw,
+/// `octo/r` + U+202E + `txt.exe` reads `octo/rexe.txt`.
+#[cfg_attr(not(feature = "test-redis"), allow(dead_code))]
+pub fn hostile(tag: &str) -> String {
+    format!("{tag}\u{202e}txt.exe\u{2066}i\u{2067}r\u{2068}f\u{2069}\u{2028}l\u{2029}p")
+}
+
+/// The characters of [`READS_AS_OTHER_TEXT`] that `text` holds raw.
+#[cfg_attr(not(feature = "test-redis"), allow(dead_code))]
+pub fn raw_hostile(text: &str) -> Vec<char> {
+    text.chars().filter(|c| READS_AS_OTHER_TEXT.contains(c)).collect()
+}
+
 /// Which store a behaviour test runs against.
 #[derive(Clone, Copy, Debug)]
 pub enum Backend {
