@@ -30,8 +30,9 @@
 -- ARGV[4]: now_ms                   now, ms since the Unix epoch
 -- ARGV[5]: op                       operation id (unique per call; a done record keeps none, see above)
 -- ARGV[6]: retention_ms             run retention, ms (0: never expires)
--- ARGV[7]: history                  the attempt's history entry (JSON object)
--- ARGV[8]: keep_payload             1 to keep the payload in the done record, 0 to drop it
+-- ARGV[7..11]: attempt_entry            the attempt's parts for its history entry (lua/shared/history.lua):
+--               attempt, started_ms, duration_ms, status ('' none), error ('' none)
+-- ARGV[12]: keep_payload            1 to keep the payload in the done record, 0 to drop it
 -- Returns: 1 when acknowledged and marked done,
 --          0 when the entry is no longer held by this consumer (nothing written)
 
@@ -48,7 +49,7 @@ if not holds(ARGV[1], ARGV[2], ARGV[3]) then
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 redis.call('HSET', KEYS[2], 'status', ${status_done}, 'worker', ARGV[2])
-if fold_done_attempt(ARGV[7], ARGV[2], redis.call('HGET', KEYS[2], 'attempts')) then
+if fold_done_attempt(7, ARGV[2], redis.call('HGET', KEYS[2], 'attempts')) then
   redis.call('HDEL', KEYS[2], 'finished_ms')
 else
   redis.call('HSET', KEYS[2], 'finished_ms', ARGV[4])
@@ -57,7 +58,7 @@ end
 -- RUN_FIELDS[1] is `run_id`: the key names the run.
 redis.call('HDEL', KEYS[2], RUN_FIELDS[1], 'op', 'op_result', 'group', 'updated_ms', 'next_attempt_ms',
   'parked_group', 'attempt_base')
-if ARGV[8] ~= '1' then
+if ARGV[12] ~= '1' then
   redis.call('HDEL', KEYS[2], 'payload')
   -- Written again whole: a hash that once held a long value (the payload,
   -- a `history`) stays a hashtable after HDEL, and only a new hash whose

@@ -26,8 +26,9 @@
 -- ARGV[8]: next_attempt_ms          when the next attempt is due, ms since the Unix epoch
 -- ARGV[9]: op                       operation id (unique per call, the same on its retries)
 -- ARGV[10]: retention_ms            run retention, ms (0: never expires)
--- ARGV[11]: history                 the attempt's history entry (JSON object)
--- ARGV[12..17]: run_fields          the run's fields, RunFields::NAMES: run id, provider, repo,
+-- ARGV[11..15]: attempt_entry            the attempt's parts for its history entry (lua/shared/history.lua):
+--               attempt, started_ms, duration_ms, status ('' none), error ('' none)
+-- ARGV[16..21]: run_fields          the run's fields, RunFields::NAMES: run id, provider, repo,
 --               action, number, delivery id (for the dead stream)
 -- Returns: 0 the entry is no longer held by this consumer (nothing written)
 --          1 parked until ARGV[8] (record: parked)
@@ -46,13 +47,15 @@ end
 if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return 0
 end
-append_history(ARGV[11])
+local outcome = ${outcome_failed}
+if ARGV[7] == '1' then outcome = ${outcome_dead} end
+append_history(entry_from_argv(11, ARGV[2], outcome))
 if ARGV[7] == '1' then
-  dead_letter(ARGV[1], ARGV[2], ARGV[3], 12, ARGV[6], ARGV[5], ARGV[4], ARGV[9], ARGV[10])
+  dead_letter(ARGV[1], ARGV[2], ARGV[3], 16, ARGV[6], ARGV[5], ARGV[4], ARGV[9], ARGV[10])
   return 2
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
-redis.call('ZADD', KEYS[4], ARGV[8], ARGV[12])
+redis.call('ZADD', KEYS[4], ARGV[8], ARGV[16])
 redis.call('HSET', KEYS[2], 'status', ${status_parked}, 'last_error', ARGV[5], 'worker', ARGV[2],
   'updated_ms', ARGV[4], 'next_attempt_ms', ARGV[8], 'parked_group', ARGV[1], 'op', ARGV[9], 'op_result', 1)
 return 1

@@ -17,7 +17,8 @@
 -- ARGV[5]: error                    the attempt's error
 -- ARGV[6]: idle_ms                  idle time to set, ms (the lease or more)
 -- ARGV[7]: op                       operation id (unique per call, the same on its retries)
--- ARGV[8]: history                  the attempt's history entry (JSON object)
+-- ARGV[8..12]: attempt_entry            the attempt's parts for its history entry (lua/shared/history.lua):
+--               attempt, started_ms, duration_ms, status ('' none), error ('' none)
 -- Returns: 1 uncounted and given back, 0 the entry is no longer held by this
 --          consumer (nothing written)
 
@@ -34,7 +35,7 @@ if not holds(ARGV[1], ARGV[2], ARGV[3]) then
 end
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[6], 'JUSTID')
 redis.call('HINCRBY', KEYS[2], 'attempt_base', 1)
-append_history(ARGV[8])
+append_history(entry_from_argv(8, ARGV[2], ${outcome_released}))
 redis.call('HSET', KEYS[2], 'status', ${status_queued}, 'last_error', ARGV[5],
   'worker', ARGV[2], 'updated_ms', ARGV[4], 'op', ARGV[7], 'op_result', 1)
 return 1

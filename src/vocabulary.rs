@@ -440,21 +440,116 @@ impl DoneRecord {
         let Some(status) = fields.remove(Self::ATTEMPT_STATUS) else { return };
         let number = |k: &str| fields.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         let (started_ms, duration_ms) = (number("started_ms"), number("duration_ms"));
-        let entry = serde_json::json!({
-            "attempt": number("attempts"),
-            "worker": fields.get("worker").map_or("", String::as_str),
-            "started_ms": started_ms,
-            "duration_ms": duration_ms,
-            "status": status.parse::<u64>().ok(),
-            "outcome": "done",
-            "error": null,
-        });
+        let entry = AttemptEntry {
+            attempt: number("attempts"),
+            worker: fields.get("worker").cloned().unwrap_or_default(),
+            started_ms,
+            duration_ms,
+            status: status.parse::<i64>().ok(),
+            outcome: AttemptOutcome::Done,
+            error: None,
+        };
+        let entry = serde_json::to_value(entry).expect("an entry always serializes");
         let mut history: Vec<serde_json::Value> =
             fields.get("history").and_then(|h| serde_json::from_str(h).ok()).unwrap_or_default();
         history.push(entry);
         fields.insert("history".to_owned(), serde_json::Value::from(history).to_string());
         fields.remove("duration_ms");
         fields.insert("finished_ms".to_owned(), (started_ms + duration_ms).to_string());
+    }
+}
+
+/// How an attempt ended, as its `history` entry says. The scripts get the
+/// words as `${outcome_…}` placeholders filled at load, like [`RunStatus`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptOutcome {
+    /// It succeeded: the run is done.
+    Done,
+    /// It failed and counted; the run waits for its next attempt.
+    Failed,
+    /// It failed and was the last one allowed: the run is dead.
+    Dead,
+    /// It failed while the destination was down: counted for nothing, the run given back.
+    Released,
+    /// It never reported back: its worker stopped it for want of a lease
+    /// renewal, or died (written by the next start).
+    Fenced,
+}
+
+impl AttemptOutcome {
+    /// Every outcome.
+    pub const ALL: [AttemptOutcome; 5] = [
+        AttemptOutcome::Done,
+        AttemptOutcome::Failed,
+        AttemptOutcome::Dead,
+        AttemptOutcome::Released,
+        AttemptOutcome::Fenced,
+    ];
+
+    /// The word an entry's `outcome` holds.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Done => "done",
+            AttemptOutcome::Failed => "failed",
+            AttemptOutcome::Dead => "dead",
+            AttemptOutcome::Released => "released",
+            AttemptOutcome::Fenced => "fenced",
+        }
+    }
+}
+
+/// One entry of the run record's `history` (docs/worker.md), as readers
+/// take it. The scripts write every entry (`lua/shared/history.lua`,
+/// `history_entry`), in this order and with these names; Rust builds one
+/// only to show a done record's folded attempt ([`DoneRecord::expand`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttemptEntry {
+    /// The attempt's number.
+    pub attempt: u64,
+    /// The worker (consumer name) that ran it.
+    pub worker: String,
+    /// When it started, ms since the Unix epoch.
+    pub started_ms: u64,
+    /// How long it ran, ms.
+    pub duration_ms: u64,
+    /// The HTTP status, or the command's exit status; `null` when there was none.
+    pub status: Option<i64>,
+    /// How it ended.
+    pub outcome: AttemptOutcome,
+    /// What went wrong (escaped, at most 256 bytes); `null` on success.
+    pub error: Option<String>,
+}
+
+/// What the worker knows of one attempt, for its history entry: the
+/// `attempt_entry` range of `lua/worker_done.lua`, `lua/worker_fail.lua`
+/// and `lua/worker_uncount.lua`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptParts {
+    /// The attempt's number.
+    pub attempt: u32,
+    /// When it started, ms since the Unix epoch.
+    pub started_ms: u64,
+    /// How long it ran, ms.
+    pub duration_ms: u64,
+    /// The HTTP status, or the command's exit status; `None` when there was none.
+    pub status: Option<u16>,
+    /// What went wrong, escaped and cut to at most 256 bytes (the worker's
+    /// `short_error`); `None` on success.
+    pub error: Option<String>,
+}
+
+impl AttemptParts {
+    /// The five ARGV the scripts read (`''` for a missing status or error).
+    pub fn args(&self) -> [String; 5] {
+        [
+            self.attempt.to_string(),
+            self.started_ms.to_string(),
+            self.duration_ms.to_string(),
+            self.status.map(|s| s.to_string()).unwrap_or_default(),
+            self.error.clone().unwrap_or_default(),
+        ]
     }
 }
 

@@ -1,9 +1,11 @@
 -- Shared by the worker scripts and dead_retry.lua: the run record's (KEYS[2])
 -- `history`, a JSON array of the run's newest 10 attempts, oldest first.
--- `entry` is one attempt's JSON object as the worker wrote it (serde never
--- writes a raw newline, so ",\n" only ever separates entries: the array is
--- kept as text, never decoded and written again, and each entry keeps its
--- bytes).
+-- Every entry is written here, by history_entry, and nowhere else: the
+-- worker hands an attempt's parts (ARGV, see entry_from_argv) and Rust only
+-- reads entries (src/vocabulary.rs, AttemptEntry). An entry never holds a
+-- raw newline (cjson escapes one), so ",\n" only ever separates entries: the
+-- array is kept as text, never decoded and written again, and each entry
+-- keeps its bytes.
 --
 -- A done record keeps its final attempt folded into plain fields instead
 -- (fold_done_attempt): `history` is a JSON value longer than 64 bytes, which
@@ -12,6 +14,25 @@
 -- unfold it (src/vocabulary.rs, DoneRecord), and so does a redelivery
 -- (unfold_done_attempt) before the run's next attempt is appended.
 local HISTORY_MAX = 10
+
+-- One attempt's entry: {"attempt", "worker", "started_ms", "duration_ms",
+-- "status", "outcome", "error"} in that order. `attempt`, `started_ms`,
+-- `duration_ms` and `status` are decimal text ('' status: null); `err` is
+-- the error as the worker escaped and cut it ('': null).
+local function history_entry(attempt, worker, started_ms, duration_ms, status, outcome, err)
+  if status == '' then status = 'null' end
+  if err == '' then err = 'null' else err = cjson.encode(err) end
+  return '{"attempt":' .. attempt .. ',"worker":' .. cjson.encode(worker) .. ',"started_ms":' .. started_ms ..
+    ',"duration_ms":' .. duration_ms .. ',"status":' .. status .. ',"outcome":"' .. outcome .. '","error":' .. err .. '}'
+end
+
+-- The entry of the attempt whose parts the worker sent as ARGV[first] ..
+-- ARGV[first + 4]: attempt, started_ms, duration_ms, status, error (the
+-- `attempt_entry` range of each script's header).
+local function entry_from_argv(first, worker, outcome)
+  return history_entry(ARGV[first], worker, ARGV[first + 1], ARGV[first + 2], ARGV[first + 3], outcome,
+    ARGV[first + 4])
+end
 
 local function history_list()
   local raw = redis.call('HGET', KEYS[2], 'history')
@@ -48,34 +69,25 @@ local function append_history(entry)
   write_history(list, HISTORY_MAX)
 end
 
--- The done attempt `entry` (JSON text) of consumer `worker`, as the done
--- record keeps it: `worker`, `started_ms`, `duration_ms` and
--- `attempt_status` (the entry's `status`, '' for null) beside the earlier
--- attempts' `history`. An entry that these fields could not give back byte
--- for byte in meaning (not `done`, an error, another attempt number or
--- worker, a key more) is appended whole instead. Returns whether it folded.
-local function fold_done_attempt(entry, worker, attempts)
-  local ok, e = pcall(cjson.decode, entry)
-  local known = {attempt = true, worker = true, started_ms = true, duration_ms = true, status = true,
-    outcome = true, error = true}
-  local foldable = ok and type(e) == 'table' and e.outcome == 'done' and e.error == cjson.null
-    and e.worker == worker and tonumber(e.attempt) == tonumber(attempts)
-    and type(e.started_ms) == 'number' and type(e.duration_ms) == 'number'
-    and (e.status == cjson.null or type(e.status) == 'number')
-  if foldable then
-    for k in pairs(e) do
-      if not known[k] then foldable = false end
-    end
-  end
-  if not foldable then
-    append_history(entry)
+-- The done attempt at ARGV[first..] (entry_from_argv) of consumer `worker`,
+-- as the done record keeps it: `worker`, `started_ms`, `duration_ms` and
+-- `attempt_status` (its status, '' for none) beside the earlier attempts'
+-- `history`. An attempt that these fields could not give back whole (one
+-- with an error, or not the record's latest) is appended as an entry
+-- instead. Returns whether it folded.
+local function fold_done_attempt(first, worker, attempts)
+  if ARGV[first + 4] ~= '' or tonumber(ARGV[first]) ~= tonumber(attempts) then
+    append_history(entry_from_argv(first, worker, ${outcome_done}))
     return false
   end
-  write_history(history_list(), HISTORY_MAX - 1)
-  local status = ''
-  if e.status ~= cjson.null then status = string.format('%d', e.status) end
-  redis.call('HSET', KEYS[2], 'worker', worker, 'started_ms', string.format('%d', e.started_ms),
-    'duration_ms', string.format('%d', e.duration_ms), 'attempt_status', status)
+  -- The folded attempt counts as the newest of HISTORY_MAX: the record
+  -- keeps one entry fewer (nothing to write while there are fewer).
+  local list = history_list()
+  if #list > HISTORY_MAX - 1 then
+    write_history(list, HISTORY_MAX - 1)
+  end
+  redis.call('HSET', KEYS[2], 'worker', worker, 'started_ms', ARGV[first + 1],
+    'duration_ms', ARGV[first + 2], 'attempt_status', ARGV[first + 3])
   return true
 end
 
@@ -86,11 +98,7 @@ local function unfold_done_attempt()
   if not r[1] then
     return
   end
-  local status = 'null'
-  if r[1] ~= '' then status = r[1] end
-  append_history('{"attempt":' .. (r[2] or '0') .. ',"worker":' .. cjson.encode(r[3] or '') ..
-    ',"started_ms":' .. (r[4] or '0') .. ',"duration_ms":' .. (r[5] or '0') ..
-    ',"status":' .. status .. ',"outcome":"done","error":null}')
+  append_history(history_entry(r[2] or '0', r[3] or '', r[4] or '0', r[5] or '0', r[1], ${outcome_done}, ''))
   redis.call('HDEL', KEYS[2], 'attempt_status', 'duration_ms')
 end
 
@@ -99,8 +107,7 @@ end
 local function unfinished_entry(attempt, now)
   local r = redis.call('HMGET', KEYS[2], 'worker', 'started_ms')
   local started = tonumber(r[2]) or tonumber(now)
-  return '{"attempt":' .. attempt .. ',"worker":' .. cjson.encode(r[1] or '') ..
-    ',"started_ms":' .. string.format('%d', started) ..
-    ',"duration_ms":' .. string.format('%d', math.max(tonumber(now) - started, 0)) ..
-    ',"status":null,"outcome":"fenced","error":"the attempt did not finish: its worker stopped or lost the lease"}'
+  return history_entry(attempt, r[1] or '', string.format('%d', started),
+    string.format('%d', math.max(tonumber(now) - started, 0)), '', ${outcome_fenced},
+    'the attempt did not finish: its worker stopped or lost the lease')
 end

@@ -14,7 +14,7 @@ use std::sync::LazyLock;
 use redis::{Cmd, RedisWrite, Script, ToRedisArgs, Value};
 
 use crate::error::Error;
-use crate::vocabulary::{DeliveryRecord, RecordTail, RunFields, RunStatus, Status};
+use crate::vocabulary::{AttemptOutcome, DeliveryRecord, RecordTail, RunFields, RunStatus, Status};
 
 /// A Lua script as Redis runs it: its file with every placeholder filled in.
 pub struct LuaScript {
@@ -25,7 +25,8 @@ pub struct LuaScript {
 impl LuaScript {
     /// `template` (a file of `lua/`) with its placeholders filled in: each
     /// `${snippet}` of [`SHARED_LUA`] first, then `${run_field_names}`, each
-    /// run status (`${status_queued}`, …: [`RunStatus`]'s one spelling) and
+    /// run status (`${status_queued}`, …: [`RunStatus`]'s one spelling), each
+    /// attempt outcome (`${outcome_done}`, …: [`AttemptOutcome`]'s) and
     /// the delivery record's pieces (`${head_created}`, …, `${run_id_end}`).
     pub fn load(template: &str) -> Self {
         let source = SHARED_LUA
@@ -37,6 +38,10 @@ impl LuaScript {
         let source = RunStatus::ALL
             .iter()
             .fold(source, |source, status| source.replace(&format!("${{status_{status}}}"), &format!("'{status}'")));
+        let source = AttemptOutcome::ALL.iter().fold(source, |source, outcome| {
+            let word = outcome.as_str();
+            source.replace(&format!("${{outcome_{word}}}"), &format!("'{word}'"))
+        });
         let source = with_record_heads(&source);
         Self { script: Script::new(&source), source }
     }
@@ -578,7 +583,14 @@ mod tests {
         let consumer = Consumer { keys: &keys, group: "g", name: "c" };
         let entries = ["1-0".to_owned(), "2-0".to_owned()];
         let identity = Identity::new("github", "o/r", "opened", "7");
-        let (entry_id, op, history) = ("1-0", "op-1", "{}");
+        let (entry_id, op) = ("1-0", "op-1");
+        let entry = &crate::vocabulary::AttemptParts {
+            attempt: 1,
+            started_ms: 4,
+            duration_ms: 1,
+            status: Some(500),
+            error: Some("e".into()),
+        };
         let gate = GateCall(args("s", "{}", true));
         let hold = GateHoldCall { gate: args("s", "{}", true), hold_ms: 1, held_run_ttl_ms: 0 };
         let calls: Vec<(&LuaScript, Layout, Cmd)> = vec![
@@ -590,16 +602,8 @@ mod tests {
             },
             {
                 let run_id = "run-1";
-                let c = DoneCall {
-                    consumer,
-                    entry_id,
-                    run_id,
-                    now_ms: 5,
-                    op,
-                    retention_ms: 9,
-                    history,
-                    keep_payload: true,
-                };
+                let c =
+                    DoneCall { consumer, entry_id, run_id, now_ms: 5, op, retention_ms: 9, entry, keep_payload: true };
                 (c.script(), c.layout(), c.command())
             },
             {
@@ -615,13 +619,13 @@ mod tests {
                     next_attempt_ms,
                     op,
                     retention_ms,
-                    history,
+                    entry,
                 };
                 (c.script(), c.layout(), c.command())
             },
             {
                 let c =
-                    UncountCall { consumer, entry_id, run_id: "run-1", now_ms: 5, error: "e", idle_ms: 3, op, history };
+                    UncountCall { consumer, entry_id, run_id: "run-1", now_ms: 5, error: "e", idle_ms: 3, op, entry };
                 (c.script(), c.layout(), c.command())
             },
             {

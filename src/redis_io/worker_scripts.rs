@@ -12,7 +12,7 @@ use super::run_scripts::{
 use super::scripts::{Layout, LuaScript, ScriptCall};
 use crate::error::Error;
 use crate::keys::Keys;
-use crate::vocabulary::RunFields;
+use crate::vocabulary::{AttemptParts, RunFields};
 
 /// The consumer a worker script acts as: `ARGV[1]` and `ARGV[2]` of each, and
 /// the namespace whose streams it reads.
@@ -139,8 +139,8 @@ pub struct DoneCall<'a> {
     pub op: &'a str,
     /// The done record's TTL, ms (0: never expires).
     pub retention_ms: u64,
-    /// The attempt's history entry (a JSON object).
-    pub history: &'a str,
+    /// The attempt's parts for its history entry.
+    pub entry: &'a AttemptParts,
     /// Whether the done record keeps the payload (`--keep-done-payloads`).
     pub keep_payload: bool,
 }
@@ -158,7 +158,7 @@ impl ScriptCall for DoneCall<'_> {
             .arg("now_ms", self.now_ms)
             .arg("op", self.op)
             .arg("retention_ms", self.retention_ms)
-            .arg("history", self.history)
+            .arg("attempt_entry", &self.entry.args()[..])
             .arg("keep_payload", u8::from(self.keep_payload))
     }
 
@@ -190,8 +190,8 @@ pub struct FailCall<'a> {
     pub op: &'a str,
     /// A dead record's TTL, ms (0: never expires).
     pub retention_ms: u64,
-    /// The attempt's history entry (a JSON object).
-    pub history: &'a str,
+    /// The attempt's parts for its history entry.
+    pub entry: &'a AttemptParts,
 }
 
 /// What recording a failed attempt did.
@@ -230,7 +230,7 @@ impl ScriptCall for FailCall<'_> {
             .arg("next_attempt_ms", self.next_attempt_ms)
             .arg("op", self.op)
             .arg("retention_ms", self.retention_ms)
-            .arg("history", self.history)
+            .arg("attempt_entry", &self.entry.args()[..])
             .arg("run_fields", &self.run.values()[..])
     }
 
@@ -264,8 +264,8 @@ pub struct UncountCall<'a> {
     pub idle_ms: u64,
     /// The call's operation id.
     pub op: &'a str,
-    /// The attempt's history entry (a JSON object).
-    pub history: &'a str,
+    /// The attempt's parts for its history entry.
+    pub entry: &'a AttemptParts,
 }
 
 impl ScriptCall for UncountCall<'_> {
@@ -282,7 +282,7 @@ impl ScriptCall for UncountCall<'_> {
             .arg("error", self.error)
             .arg("idle_ms", self.idle_ms)
             .arg("op", self.op)
-            .arg("history", self.history)
+            .arg("attempt_entry", &self.entry.args()[..])
     }
 
     fn decode(&self, reply: Value) -> Result<bool, Error> {
@@ -501,6 +501,8 @@ mod tests {
         assert_eq!(args, want);
     }
 
+    const ENTRY: AttemptParts = AttemptParts { attempt: 1, started_ms: 4, duration_ms: 1, status: None, error: None };
+
     fn fail_call<'a>(keys: &'a Keys, run: &'a RunFields) -> FailCall<'a> {
         FailCall {
             consumer: Consumer { keys, group: "g", name: "c" },
@@ -513,7 +515,7 @@ mod tests {
             next_attempt_ms: 0,
             op: "op-1",
             retention_ms: 9,
-            history: "{}",
+            entry: &ENTRY,
         }
     }
 

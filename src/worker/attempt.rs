@@ -13,12 +13,13 @@ use tokio::time::Instant;
 
 use super::breaker::{Breaker, BreakerVerdict};
 use super::config::{JITTER, WorkerConfig};
-use super::history::{Entry, Outcome, short_error};
+use super::history::short_error;
 use super::queue::{Start, StreamEntry};
 use super::run::{Failure, Handler, Payload, RunAttempt, Success};
 use super::state::{Counters, Held, WorkerState};
 use crate::redis_io::worker_scripts::Failed;
 use crate::units::{format_duration, now_ms};
+use crate::vocabulary::AttemptParts;
 
 /// The longest `last_error` a run record keeps, in bytes: a command's
 /// failure is its exit status and the end of its stderr within this.
@@ -235,12 +236,11 @@ impl<H: Handler> RunTask<'_, H> {
         self.shared.must_recover();
     }
 
-    /// The history entry of attempt `attempt`.
-    fn entry(&self, attempt: u32, ran: &Ran, status: Option<u16>, outcome: Outcome, error: Option<&str>) -> String {
-        let worker = self.shared.queue.consumer();
+    /// Attempt `attempt`'s parts for its history entry (the script that
+    /// records it adds the worker and the outcome).
+    fn entry(&self, attempt: u32, ran: &Ran, status: Option<u16>, error: Option<&str>) -> AttemptParts {
         let (started_ms, duration_ms) = (ran.started_ms, ran.duration_ms());
-        let error = error.map(short_error);
-        Entry { attempt, worker, started_ms, duration_ms, status, outcome, error }.to_json()
+        AttemptParts { attempt, started_ms, duration_ms, status, error: error.map(short_error) }
     }
 
     /// Marks the run done, and logs the attempt's one line.
@@ -258,10 +258,10 @@ impl<H: Handler> RunTask<'_, H> {
             self.run_id,
             ran.duration_ms()
         );
-        let history = self.entry(attempt, ran, success.status, Outcome::Done, None);
+        let entry = self.entry(attempt, ran, success.status, None);
         let q = &self.shared.queue;
         let op = q.op();
-        match self.until_answered("marking done", || q.done(self.entry, &op, &history)).await {
+        match self.until_answered("marking done", || q.done(self.entry, &op, &entry)).await {
             Some(true) => Counters::bump(&self.counters().done),
             Some(false) => Counters::bump(&self.counters().lost),
             None => {}
@@ -274,21 +274,20 @@ impl<H: Handler> RunTask<'_, H> {
     async fn record_failure(&self, attempt: u32, tries: u32, failure: Failure, ran: &Ran) {
         let error = truncate(&failure.error, MAX_LAST_ERROR);
         if !self.breaker_counts(&failure) {
-            let history = self.entry(attempt, ran, failure.status, Outcome::Released, Some(&error));
-            return self.uncount(attempt, &error, &history).await;
+            let entry = self.entry(attempt, ran, failure.status, Some(&error));
+            return self.uncount(attempt, &error, &entry).await;
         }
         Counters::bump(&self.counters().failed_attempts);
         let config = self.config();
         let wait = retry_wait(config, tries, &failure, self.run_id);
         // A permanent failure makes this attempt the last one allowed.
         let last = failure.permanent || tries >= config.max_attempts;
-        let outcome = if last { Outcome::Dead } else { Outcome::Failed };
-        let history = self.entry(attempt, ran, failure.status, outcome, Some(&error));
+        let entry = self.entry(attempt, ran, failure.status, Some(&error));
         let q = &self.shared.queue;
         let op = q.op();
         let Some(recorded) = self
             .until_answered("recording a failed attempt", || {
-                q.fail(self.entry, &error, attempt, last, wait, &op, &history)
+                q.fail(self.entry, &error, attempt, last, wait, &op, &entry)
             })
             .await
         else {
@@ -324,12 +323,12 @@ impl<H: Handler> RunTask<'_, H> {
     }
 
     /// Gives the run back without counting the attempt.
-    async fn uncount(&self, attempt: u32, error: &str, history: &str) {
+    async fn uncount(&self, attempt: u32, error: &str, entry: &AttemptParts) {
         Counters::bump(&self.counters().uncounted);
         tracing::warn!(run_id = self.run_id, attempt, %error, "attempt failed while the destination is down; not counted, run given back");
         let (q, lease) = (&self.shared.queue, self.config().lease);
         let op = q.op();
-        if self.until_answered("uncounting an attempt", || q.uncount(self.entry, error, lease, &op, history)).await
+        if self.until_answered("uncounting an attempt", || q.uncount(self.entry, error, lease, &op, entry)).await
             == Some(false)
         {
             Counters::bump(&self.counters().lost);

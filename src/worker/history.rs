@@ -1,9 +1,11 @@
-//! One attempt's entry in the run record's `history` (docs/worker.md): the
+//! One attempt's parts for the run record's `history` (docs/worker.md): the
 //! newest [`HISTORY_LEN`] attempts, oldest first, each
-//! `{"attempt", "worker", "started_ms", "duration_ms", "status", "outcome", "error"}`.
-//! The worker writes each entry; the scripts append it (`lua/shared/history.lua`).
-
-use serde::Serialize;
+//! `{"attempt", "worker", "started_ms", "duration_ms", "status", "outcome", "error"}`
+//! ([`crate::vocabulary::AttemptEntry`]). The scripts write every entry
+//! (`lua/shared/history.lua`, `history_entry`): the worker hands them the
+//! parts only it knows ([`crate::vocabulary::AttemptParts`], its error cut
+//! by [`short_error`]), and the script that records the attempt adds the
+//! worker's name and the outcome it decides.
 
 use crate::text::escape_control;
 
@@ -12,49 +14,6 @@ pub const HISTORY_LEN: usize = 10;
 
 /// The longest `error` of a history entry, in bytes (escaped first).
 pub const HISTORY_ERROR_BYTES: usize = 256;
-
-/// How an attempt ended, as its history entry says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// It succeeded: the run is done.
-    Done,
-    /// It failed and counted; the run waits for its next attempt.
-    Failed,
-    /// It failed and was the last one allowed: the run is dead.
-    Dead,
-    /// It failed while the destination was down: counted for nothing, the run given back.
-    Released,
-    // `fenced`, an attempt that never reported back (its worker stopped it
-    // for want of a lease renewal, or died), is written by the next start
-    // (`lua/shared/history.lua`): the worker that ran it could not.
-}
-
-/// One attempt, as the run record's `history` keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Entry<'a> {
-    /// The attempt's number.
-    pub attempt: u32,
-    /// The worker (consumer name) that ran it.
-    pub worker: &'a str,
-    /// When it started, ms since the Unix epoch.
-    pub started_ms: u64,
-    /// How long it ran, ms.
-    pub duration_ms: u64,
-    /// The HTTP status, or the command's exit status; `null` when there was none.
-    pub status: Option<u16>,
-    /// How it ended.
-    pub outcome: Outcome,
-    /// What went wrong (escaped, at most [`HISTORY_ERROR_BYTES`]); `null` on success.
-    pub error: Option<String>,
-}
-
-impl Entry<'_> {
-    /// The entry as the JSON object the scripts append.
-    pub fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("a history entry always serializes")
-    }
-}
 
 /// `error` escaped and cut to at most [`HISTORY_ERROR_BYTES`] (on a character boundary, `…` marking the cut).
 pub fn short_error(error: &str) -> String {
@@ -72,27 +31,20 @@ pub fn short_error(error: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vocabulary::AttemptParts;
 
     #[test]
-    fn a_history_entry_has_the_documented_shape() {
-        let e = Entry {
+    fn the_parts_are_five_texts_in_the_scripts_order() {
+        let parts = AttemptParts {
             attempt: 3,
-            worker: "w1",
             started_ms: 1_764_615_000_123,
             duration_ms: 4,
             status: Some(503),
-            outcome: Outcome::Failed,
             error: Some(short_error("HTTP 503\nbusy")),
         };
-        let v: serde_json::Value = serde_json::from_str(&e.to_json()).unwrap();
-        assert_eq!(
-            v,
-            serde_json::json!({"attempt": 3, "worker": "w1", "started_ms": 1_764_615_000_123u64, "duration_ms": 4,
-                "status": 503, "outcome": "failed", "error": "HTTP 503\\nbusy"})
-        );
-        assert!(!e.to_json().contains('\n'), "entries never hold a raw newline: the scripts split on it");
-        let done = Entry { status: None, outcome: Outcome::Done, error: None, ..e };
-        assert!(done.to_json().contains(r#""status":null,"outcome":"done","error":null"#), "{}", done.to_json());
+        assert_eq!(parts.args(), ["3", "1764615000123", "4", "503", "HTTP 503\\nbusy"]);
+        let done = AttemptParts { status: None, error: None, ..parts };
+        assert_eq!(done.args()[3..], ["", ""]);
     }
 
     #[test]
@@ -107,6 +59,5 @@ mod tests {
     fn the_scripts_keep_as_many_entries_as_rust_says() {
         let lua = include_str!("../../lua/shared/history.lua");
         assert!(lua.contains(&format!("local HISTORY_MAX = {HISTORY_LEN}\n")), "{lua}");
-        assert!(lua.contains(r#""status":null,"outcome":"fenced""#), "{lua}");
     }
 }

@@ -19,7 +19,7 @@ use crate::redis_io::worker_scripts::{
 };
 use crate::redis_io::{BlockingReader, Conn, RedisHandle, RedisOptions};
 use crate::units::{now_ms, redis_ms};
-use crate::vocabulary::RunFields;
+use crate::vocabulary::{AttemptParts, RunFields};
 
 /// One entry of the runs stream, as read from the group.
 #[derive(Debug, Clone)]
@@ -264,8 +264,8 @@ impl Queue {
     }
 
     /// `lua/worker_done.lua`: acknowledge and mark done, with the attempt's
-    /// `history` entry. `false`: lost.
-    pub async fn done(&self, e: &StreamEntry, op: &Op, history: &str) -> Result<bool, Error> {
+    /// parts for its `history` entry. `false`: lost.
+    pub async fn done(&self, e: &StreamEntry, op: &Op, entry: &AttemptParts) -> Result<bool, Error> {
         let call = DoneCall {
             consumer: self.as_consumer(),
             entry_id: &e.id,
@@ -273,14 +273,14 @@ impl Queue {
             now_ms: now_ms(),
             op: &op.0,
             retention_ms: self.retention_ms,
-            history,
+            entry,
             keep_payload: self.keep_done_payloads,
         };
         self.redis.call(&call).await
     }
 
-    /// `lua/worker_fail.lua`: record a failed attempt with its `history`
-    /// entry, and park the run for `retry_in`; dead when it was the `last`.
+    /// `lua/worker_fail.lua`: record a failed attempt with its parts for its
+    /// `history` entry, and park the run for `retry_in`; dead when it was the `last`.
     #[allow(clippy::too_many_arguments)] // one per ARGV of the script
     pub async fn fail(
         &self,
@@ -290,7 +290,7 @@ impl Queue {
         last: bool,
         retry_in: Duration,
         op: &Op,
-        history: &str,
+        entry: &AttemptParts,
     ) -> Result<Failed, Error> {
         let now = now_ms();
         let call = FailCall {
@@ -304,7 +304,7 @@ impl Queue {
             next_attempt_ms: now + redis_ms(retry_in),
             op: &op.0,
             retention_ms: self.retention_ms,
-            history,
+            entry,
         };
         self.redis.call(&call).await
     }
@@ -331,7 +331,7 @@ impl Queue {
         error: &str,
         lease: Duration,
         op: &Op,
-        history: &str,
+        entry: &AttemptParts,
     ) -> Result<bool, Error> {
         let call = UncountCall {
             consumer: self.as_consumer(),
@@ -341,7 +341,7 @@ impl Queue {
             error,
             idle_ms: redis_ms(lease) + 1,
             op: &op.0,
-            history,
+            entry,
         };
         self.redis.call(&call).await
     }

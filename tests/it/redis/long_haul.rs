@@ -18,7 +18,7 @@ use idemgate::gate::Gate;
 use idemgate::http::{AppState, app};
 use idemgate::keys::Keys;
 use idemgate::providers::Provider;
-use idemgate::vocabulary::{DoneRecord, Settings};
+use idemgate::vocabulary::{AttemptEntry, DoneRecord, Settings};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 
@@ -43,10 +43,16 @@ async fn create(gate: &Gate, numbers: impl IntoIterator<Item = u64>) {
     }
 }
 
-/// The run record's `history`, parsed, as readers show it.
+/// The run record's `history`, parsed, as readers show it. Every entry the
+/// scripts wrote reads as the readers' type, with no field more or less.
 async fn history(ns: &str, run: &str) -> Vec<Value> {
     let r = shown_record(ns, run).await;
-    serde_json::from_str(r.get("history").map_or("[]", String::as_str)).unwrap()
+    let entries: Vec<Value> = serde_json::from_str(r.get("history").map_or("[]", String::as_str)).unwrap();
+    for e in &entries {
+        let typed: AttemptEntry = serde_json::from_value(e.clone()).unwrap_or_else(|err| panic!("{e}: {err}"));
+        assert_eq!(serde_json::to_value(&typed).unwrap(), *e, "the written entry is the readers' shape");
+    }
+    entries
 }
 
 fn outcomes(h: &[Value]) -> Vec<(u64, String)> {
