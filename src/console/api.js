@@ -17,11 +17,24 @@ function headers(extra = {}) {
   return h;
 }
 
+// A read the server has not answered by then is given up: the service bounds
+// each request itself, so only a dead connection gets here, and an automatic
+// refresh waits for the last one before it starts another (main.js).
+const READ_TIMEOUT_MS = 30000;
+
 /** The raw answer, or an HttpError with the API's reason. */
 export async function fetchOk(path, method = "GET") {
   // A POST says it is JSON, as the API requires of every request that changes state.
-  const extra = method === "GET" ? {} : { "Content-Type": "application/json" };
-  const resp = await fetch(path, { method, headers: headers(extra), credentials: "omit", cache: "no-store", body: method === "GET" ? undefined : "{}" });
+  const read = method === "GET";
+  const extra = read ? {} : { "Content-Type": "application/json" };
+  const resp = await fetch(path, {
+    method,
+    headers: headers(extra),
+    credentials: "omit",
+    cache: "no-store",
+    body: read ? undefined : "{}",
+    signal: read ? AbortSignal.timeout(READ_TIMEOUT_MS) : undefined,
+  });
   if (!resp.ok) {
     let why = resp.statusText;
     try {

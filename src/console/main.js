@@ -54,8 +54,14 @@ async function render({ scroll = true } = {}) {
   }
 }
 
-/** What refreshes on its own: the overview, the newest runs, the dead runs' first page. */
+let refreshing = false;
+
+/** What refreshes on its own: the overview, the newest runs, the dead runs' first page.
+ * A refresh still waiting for its answers when the next is due makes that one skip:
+ * a slow store would otherwise get a new batch of requests every tick, on top of the ones it is still answering. */
 async function refresh() {
+  if (refreshing) return;
+  refreshing = true;
   try {
     if (current.view === "overview") await refreshOverview();
     else if (current.view === "runs" && onNewestPage()) await loadRuns(current.params);
@@ -67,6 +73,8 @@ async function refresh() {
     }
   } catch (e) {
     report(e);
+  } finally {
+    refreshing = false;
   }
 }
 

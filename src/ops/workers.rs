@@ -1,21 +1,33 @@
-//! `GET /v1/ops/workers`: every worker, from its heartbeat
-//! (`idemgate:{NS}:worker:…`, written by [`crate::worker::heartbeat`]) and
-//! `XINFO CONSUMERS` of every group of the runs stream. A consumer the
-//! group knows whose heartbeat expired is `gone`: it stopped without
-//! leaving (killed, or its host died), and its runs in hand are taken over
-//! once their lease runs out. Each group also says how old its oldest
-//! queued run is (the first entry not yet delivered to it).
+//! `GET /v1/ops/workers`: every worker the groups of the runs stream list
+//! (`XINFO GROUPS`, then `XINFO CONSUMERS` of each group), each with its
+//! heartbeat (`idemgate:{NS}:worker:…`, written by
+//! [`crate::worker::heartbeat`]) read by its name. A consumer whose
+//! heartbeat key is missing is `gone`: it stopped without leaving (killed,
+//! or its host died), and its runs in hand are taken over once their lease
+//! runs out. Each group also says how old its oldest queued run is (the
+//! first entry not yet delivered to it).
+//!
+//! Heartbeats are found through the groups, never by scanning: a scan walks
+//! the whole keyspace, seconds of Redis on millions of unrelated keys, where
+//! this costs a few commands per group and one `HGETALL` per consumer. It
+//! misses no live worker because a worker registers its consumer when it
+//! joins its group, before its first heartbeat (`worker/queue.rs`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use redis::Value;
+use redis::streams::StreamRangeReply;
 use serde::Serialize;
 
 use super::client::{Ops, OpsError};
+use crate::redis_io::info::{ConsumerStats, parse_consumers};
 use crate::units::now_ms;
 
-/// Workers listed at most (heartbeats and consumers together).
+/// Workers listed at most; past it, the most recently seen consumers are kept.
 pub const MAX_WORKERS: usize = 1000;
+
+/// Heartbeats read per pipeline.
+const HEARTBEATS_PER_PIPELINE: usize = 100;
 
 /// One worker as the console shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -24,14 +36,14 @@ pub struct WorkerView {
     pub group: String,
     /// The consumer name.
     pub consumer: String,
-    /// `up` (its heartbeat is alive) or `gone` (the group knows it, its heartbeat expired).
+    /// `up` (its heartbeat is alive) or `gone` (the group lists it, its heartbeat expired or was never written).
     pub state: &'static str,
     /// The heartbeat's fields (mode, destination, breaker, in_hand, last_success_ms, …); empty when gone.
     pub heartbeat: BTreeMap<String, String>,
     /// Entries the group has delivered to this consumer and not yet acknowledged (`XINFO CONSUMERS`).
-    pub pending: Option<u64>,
-    /// ms since the consumer last read or claimed (`idle`).
-    pub idle_ms: Option<u64>,
+    pub pending: u64,
+    /// ms since the consumer last tried to read or claim (`idle`).
+    pub idle_ms: u64,
     /// ms since its last successful read (`inactive`, Redis 7.2+).
     pub inactive_ms: Option<i64>,
 }
@@ -59,21 +71,8 @@ pub struct Workers {
     pub groups: Vec<GroupQueue>,
     /// When this was read, ms since the Unix epoch.
     pub read_at_ms: u64,
-    /// More heartbeats or consumers than [`MAX_WORKERS`]: the list is cut.
+    /// The groups list more consumers than [`MAX_WORKERS`]: the list is cut.
     pub cut: bool,
-}
-
-/// The pairs of an `XINFO` map (RESP3) or flat key/value array (RESP2).
-fn map_of(v: Value) -> HashMap<String, Value> {
-    let pairs: Vec<(Value, Value)> = match v {
-        Value::Map(pairs) => pairs,
-        Value::Array(flat) => {
-            let mut it = flat.into_iter();
-            std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect()
-        }
-        _ => Vec::new(),
-    };
-    pairs.into_iter().filter_map(|(k, v)| Some((redis::from_redis_value::<String>(k).ok()?, v))).collect()
 }
 
 impl Ops {
@@ -81,83 +80,54 @@ impl Ops {
     pub async fn workers(&self) -> Result<Workers, OpsError> {
         let runs = self.keys().runs();
         let info = self.redis.stream_info(&runs).await?;
-        let mut consumers: BTreeMap<(String, String), WorkerView> = BTreeMap::new();
-        let mut groups = Vec::new();
-        let mut cut = false;
+        if info.groups.is_empty() {
+            return Ok(Workers { workers: Vec::new(), groups: Vec::new(), read_at_ms: now_ms(), cut: false });
+        }
+        // Per group, its consumers and the first entry after what it was handed: its oldest queued run.
+        let mut pipe = redis::pipe();
         for g in &info.groups {
-            let raw: Value = self.redis.query(redis::cmd("XINFO").arg("CONSUMERS").arg(&runs).arg(&g.name)).await?;
-            let Value::Array(list) = raw else { continue };
-            for c in list {
-                let m = map_of(c);
-                let Some(name) = m.get("name").and_then(|v| redis::from_redis_value_ref::<String>(v).ok()) else {
-                    continue;
-                };
-                if consumers.len() >= MAX_WORKERS {
-                    cut = true;
-                    break;
-                }
-                let num = |k: &str| m.get(k).and_then(|v| redis::from_redis_value_ref::<i64>(v).ok());
-                consumers.insert(
-                    (g.name.clone(), name.clone()),
-                    WorkerView {
-                        group: g.name.clone(),
-                        consumer: name,
-                        state: "gone",
-                        heartbeat: BTreeMap::new(),
-                        pending: num("pending").map(|n| n.max(0) as u64),
-                        idle_ms: num("idle").map(|n| n.max(0) as u64),
-                        inactive_ms: num("inactive"),
-                    },
-                );
-            }
-            // The first entry after what the group was handed: its oldest queued run.
             let after =
                 if g.last_delivered_id.is_empty() { "-".to_owned() } else { format!("({}", g.last_delivered_id) };
-            let next: redis::streams::StreamRangeReply =
-                self.redis.query(redis::cmd("XRANGE").arg(&runs).arg(after).arg("+").arg("COUNT").arg(1)).await?;
+            pipe.cmd("XINFO").arg("CONSUMERS").arg(&runs).arg(&g.name);
+            pipe.cmd("XRANGE").arg(&runs).arg(after).arg("+").arg("COUNT").arg(1);
+        }
+        let mut replies = self.redis.query::<Vec<Value>>(&mut pipe).await?.into_iter();
+        let mut consumers: Vec<(String, ConsumerStats)> = Vec::new();
+        let mut groups = Vec::with_capacity(info.groups.len());
+        for g in &info.groups {
+            let (Some(listed), Some(next)) = (replies.next(), replies.next()) else {
+                return Err(crate::Error::UnexpectedReply("XINFO CONSUMERS and XRANGE: a reply short".into()).into());
+            };
+            consumers.extend(parse_consumers(listed)?.into_iter().map(|c| (g.name.clone(), c)));
+            let next: StreamRangeReply = redis::from_redis_value(next).map_err(redis::RedisError::from)?;
             let oldest_queued_ms = next.ids.first().and_then(|e| e.id.split('-').next()?.parse().ok());
             groups.push(GroupQueue { group: g.name.clone(), lag: g.lag, pending: g.pending, oldest_queued_ms });
         }
-
-        let pattern = self.keys().scan_pattern("worker");
-        let mut keys = Vec::new();
-        let mut cursor = 0u64;
-        loop {
-            let (next, page) = self.scan_page(cursor, &pattern).await?;
-            keys.extend(page);
-            if keys.len() >= MAX_WORKERS {
-                keys.truncate(MAX_WORKERS);
-                cut = true;
-                break;
-            }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
+        let cut = consumers.len() > MAX_WORKERS;
+        if cut {
+            // A live worker reads at least every block time, so the least idle are the live ones.
+            consumers.sort_by_key(|(_, c)| c.idle_ms);
+            consumers.truncate(MAX_WORKERS);
         }
-        for chunk in keys.chunks(100) {
+        consumers.sort_by(|(ga, a), (gb, b)| (ga, &a.name).cmp(&(gb, &b.name)));
+
+        let mut workers = Vec::with_capacity(consumers.len());
+        for chunk in consumers.chunks(HEARTBEATS_PER_PIPELINE) {
             let mut pipe = redis::pipe();
-            for k in chunk {
-                pipe.hgetall(k);
+            for (group, c) in chunk {
+                pipe.hgetall(self.keys().worker(group, &c.name));
             }
             let beats: Vec<BTreeMap<String, String>> = self.redis.query(&mut pipe).await?;
-            for hb in beats.into_iter().filter(|hb| !hb.is_empty()) {
-                let (Some(group), Some(consumer)) = (hb.get("group").cloned(), hb.get("consumer").cloned()) else {
-                    continue;
-                };
-                let view = consumers.entry((group.clone(), consumer.clone())).or_insert_with(|| WorkerView {
-                    group,
-                    consumer,
-                    state: "up",
-                    heartbeat: BTreeMap::new(),
-                    pending: None,
-                    idle_ms: None,
-                    inactive_ms: None,
-                });
-                view.state = "up";
-                view.heartbeat = hb;
-            }
+            workers.extend(chunk.iter().zip(beats).map(|((group, c), heartbeat)| WorkerView {
+                group: group.clone(),
+                consumer: c.name.clone(),
+                state: if heartbeat.is_empty() { "gone" } else { "up" },
+                heartbeat,
+                pending: c.pending,
+                idle_ms: c.idle_ms,
+                inactive_ms: c.inactive_ms,
+            }));
         }
-        Ok(Workers { workers: consumers.into_values().collect(), groups, read_at_ms: now_ms(), cut })
+        Ok(Workers { workers, groups, read_at_ms: now_ms(), cut })
     }
 }

@@ -1,7 +1,9 @@
 //! What Redis says of itself and of a stream, read into plain figures: the
-//! one parser of `INFO memory` and the one of `XINFO GROUPS`
-//! ([`super::RedisHandle::stream_info`]), used by `stats`, `/metrics`,
-//! `/v1/ops/workers` and the bench.
+//! one parser of `INFO memory`, and the one of `XINFO`'s replies
+//! ([`xinfo_fields`]) behind `XINFO GROUPS`
+//! ([`super::RedisHandle::stream_info`], used by `stats`, `/metrics`,
+//! `/v1/ops/workers` and the bench) and `XINFO CONSUMERS`
+//! (`/v1/ops/workers`).
 
 use std::collections::HashMap;
 
@@ -65,42 +67,87 @@ pub struct GroupStats {
     pub lag: Option<u64>,
 }
 
-/// Parses `XINFO GROUPS` (an array of maps in RESP3, of flat key/value
-/// arrays in RESP2). Fields a server does not report stay `None`.
-pub fn parse_groups(raw: Value) -> Result<Vec<GroupStats>, Error> {
-    let unexpected = |what: &str| Error::UnexpectedReply(format!("XINFO GROUPS: {what}"));
-    let Value::Array(groups) = raw else {
+/// The fields of one entry of an `XINFO` reply, by name: a map in RESP3, a
+/// flat key/value array in RESP2 (`None` for anything else). Every
+/// `XINFO` reply is read through here, so both protocols read alike.
+fn xinfo_fields(entry: Value) -> Option<HashMap<String, Value>> {
+    let pairs: Vec<(Value, Value)> = match entry {
+        Value::Map(pairs) => pairs,
+        Value::Array(flat) => {
+            let mut it = flat.into_iter();
+            std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect()
+        }
+        _ => return None,
+    };
+    Some(pairs.into_iter().filter_map(|(k, v)| Some((redis::from_redis_value::<String>(k).ok()?, v))).collect())
+}
+
+/// Each entry of an `XINFO` list reply (`GROUPS`, `CONSUMERS`), read by
+/// `entry` from its fields; `what` names the subcommand in errors.
+fn parse_xinfo_list<T>(
+    what: &str,
+    raw: Value,
+    entry: impl Fn(&HashMap<String, Value>) -> Option<T>,
+) -> Result<Vec<T>, Error> {
+    let unexpected = |why: &str| Error::UnexpectedReply(format!("XINFO {what}: {why}"));
+    let Value::Array(entries) = raw else {
         return Err(unexpected("not an array"));
     };
-    groups
+    entries
         .into_iter()
-        .map(|g| {
-            let pairs: Vec<(Value, Value)> = match g {
-                Value::Map(pairs) => pairs,
-                Value::Array(flat) => {
-                    let mut it = flat.into_iter();
-                    std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect()
-                }
-                _ => return Err(unexpected("a group is not a map")),
-            };
-            let mut m: HashMap<String, Value> = HashMap::new();
-            for (k, v) in pairs {
-                if let Ok(k) = redis::from_redis_value::<String>(k) {
-                    m.insert(k, v);
-                }
-            }
-            let text = |k: &str| m.get(k).and_then(|v| redis::from_redis_value_ref::<String>(v).ok());
-            let num = |k: &str| m.get(k).and_then(|v| redis::from_redis_value_ref::<u64>(v).ok());
-            Ok(GroupStats {
-                name: text("name").ok_or_else(|| unexpected("a group without a name"))?,
-                consumers: num("consumers").unwrap_or(0),
-                pending: num("pending").unwrap_or(0),
-                last_delivered_id: text("last-delivered-id").unwrap_or_default(),
-                entries_read: num("entries-read"),
-                lag: num("lag"),
-            })
+        .map(|e| {
+            let fields = xinfo_fields(e).ok_or_else(|| unexpected("an entry is not a map"))?;
+            entry(&fields).ok_or_else(|| unexpected("an entry without a name"))
         })
         .collect()
+}
+
+fn text(fields: &HashMap<String, Value>, name: &str) -> Option<String> {
+    fields.get(name).and_then(|v| redis::from_redis_value_ref::<String>(v).ok())
+}
+
+fn number<T: redis::FromRedisValue>(fields: &HashMap<String, Value>, name: &str) -> Option<T> {
+    fields.get(name).and_then(|v| redis::from_redis_value_ref::<T>(v).ok())
+}
+
+/// Parses `XINFO GROUPS`. Fields a server does not report stay `None`.
+pub fn parse_groups(raw: Value) -> Result<Vec<GroupStats>, Error> {
+    parse_xinfo_list("GROUPS", raw, |g| {
+        Some(GroupStats {
+            name: text(g, "name")?,
+            consumers: number(g, "consumers").unwrap_or(0),
+            pending: number(g, "pending").unwrap_or(0),
+            last_delivered_id: text(g, "last-delivered-id").unwrap_or_default(),
+            entries_read: number(g, "entries-read"),
+            lag: number(g, "lag"),
+        })
+    })
+}
+
+/// One consumer of a group (`XINFO CONSUMERS`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerStats {
+    /// The consumer name (the worker's `--consumer`).
+    pub name: String,
+    /// Entries delivered to it and not yet acknowledged.
+    pub pending: u64,
+    /// ms since it last tried to read or claim (`idle`).
+    pub idle_ms: u64,
+    /// ms since its last successful read or claim (`inactive`, Redis 7.2+;
+    /// `-1` when it never had one).
+    pub inactive_ms: Option<i64>,
+}
+
+/// Parses `XINFO CONSUMERS`; `inactive` is `None` before Redis 7.2.
+pub fn parse_consumers(raw: Value) -> Result<Vec<ConsumerStats>, Error> {
+    parse_xinfo_list("CONSUMERS", raw, |c| {
+        Some(ConsumerStats {
+            name: text(c, "name")?,
+            pending: number(c, "pending").unwrap_or(0),
+            idle_ms: number(c, "idle").unwrap_or(0),
+            inactive_ms: number(c, "inactive"),
+        })
+    })
 }
 
 #[cfg(test)]
@@ -132,5 +179,29 @@ mod tests {
         let resp3 = Value::Array(vec![Value::Map(vec![(bulk("name"), bulk("g")), (bulk("pending"), Value::Int(4))])]);
         let g = &parse_groups(resp3).unwrap()[0];
         assert_eq!((g.name.as_str(), g.pending, g.consumers, g.entries_read), ("g", 4, 0, None));
+    }
+
+    #[test]
+    fn xinfo_consumers_resp2_and_resp3() {
+        let resp2 = Value::Array(vec![Value::Array(vec![
+            bulk("name"),
+            bulk("w1"),
+            bulk("pending"),
+            Value::Int(2),
+            bulk("idle"),
+            Value::Int(150),
+        ])]);
+        let c = &parse_consumers(resp2).unwrap()[0];
+        assert_eq!((c.name.as_str(), c.pending, c.idle_ms, c.inactive_ms), ("w1", 2, 150, None));
+        let resp3 = Value::Array(vec![Value::Map(vec![
+            (bulk("name"), bulk("w2")),
+            (bulk("pending"), Value::Int(0)),
+            (bulk("idle"), Value::Int(7)),
+            (bulk("inactive"), Value::Int(-1)),
+        ])]);
+        let c = &parse_consumers(resp3).unwrap()[0];
+        assert_eq!((c.name.as_str(), c.pending, c.idle_ms, c.inactive_ms), ("w2", 0, 7, Some(-1)));
+        assert!(parse_consumers(Value::Array(vec![Value::Map(vec![(bulk("pending"), Value::Int(1))])])).is_err());
+        assert!(parse_consumers(Value::Nil).is_err());
     }
 }

@@ -2,9 +2,10 @@
 //! `idemgate:{NS}:worker:` enc(group) `:` enc(consumer) says who this
 //! worker is and how it fares (mode, redacted destination, breaker state,
 //! runs in hand, last success and failure, version), with a TTL of three
-//! intervals. `GET /v1/ops/workers` joins these with `XINFO CONSUMERS`: a
-//! consumer whose heartbeat expired shows as gone (docs/operations.md,
-//! "Worker heartbeats"). A clean stop deletes the key.
+//! intervals. `GET /v1/ops/workers` reads it by name for each consumer
+//! that `XINFO CONSUMERS` lists (the worker registers its consumer before
+//! the first beat): a consumer whose heartbeat expired shows as gone
+//! (docs/operations.md, "Worker heartbeats"). A clean stop deletes the key.
 //!
 //! The task reads what the worker keeps anyway (the counters, the held
 //! runs, the breaker), so the worker's run logic does not know about it.

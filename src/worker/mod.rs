@@ -84,7 +84,8 @@ pub struct Worker {
 
 impl Worker {
     /// Connects to Redis (a multiplexed connection for the scripts, a pool
-    /// for blocking reads) and joins the group, creating it at id `0`.
+    /// for blocking reads) and joins the group, creating it at id `0`: the
+    /// group lists this consumer from now on.
     pub async fn connect(opts: &RedisOptions, keys: Keys, config: WorkerConfig) -> Result<Self, WorkerError> {
         config.validate().map_err(|e| WorkerError::Config(e.to_string()))?;
         let queue = Queue::connect(opts, keys, &config).await?;

@@ -119,7 +119,7 @@ impl Queue {
             op_prefix: format!("{}/{started}/", config.consumer),
             ops: AtomicU64::new(0),
         };
-        q.create_group().await?;
+        q.join_group().await?;
         Ok(q)
     }
 
@@ -152,14 +152,20 @@ impl Queue {
     }
 
     /// Creates the group at id `0` (runs queued before any worker existed
-    /// are processed); an existing group is kept as it is.
-    pub async fn create_group(&self) -> Result<(), Error> {
-        let mut cmd = redis::cmd("XGROUP");
-        cmd.arg("CREATE").arg(self.keys().runs()).arg(&self.group).arg("0").arg("MKSTREAM");
-        match self.redis.query::<()>(&mut cmd).await {
-            Err(Error::Redis(e)) if e.code() == Some("BUSYGROUP") => Ok(()),
-            other => other,
+    /// are processed; an existing group is kept as it is) and registers this
+    /// consumer in it. The workers view finds heartbeats through the
+    /// consumers the groups list (`ops/workers.rs`), so the consumer is
+    /// there before the first heartbeat, not only after the first read.
+    pub async fn join_group(&self) -> Result<(), Error> {
+        let mut create = redis::cmd("XGROUP");
+        create.arg("CREATE").arg(self.keys().runs()).arg(&self.group).arg("0").arg("MKSTREAM");
+        match self.redis.query::<()>(&mut create).await {
+            Err(Error::Redis(e)) if e.code() == Some("BUSYGROUP") => {}
+            other => other?,
         }
+        let mut register = redis::cmd("XGROUP");
+        register.arg("CREATECONSUMER").arg(self.keys().runs()).arg(&self.group).arg(&self.consumer);
+        self.redis.query::<i64>(&mut register).await.map(drop)
     }
 
     /// Entries for this consumer: with `after` `None`, new entries
@@ -177,7 +183,7 @@ impl Queue {
         let reply = match self.reader.query(&cmd, self.block + self.redis.timeout()).await {
             Err(Error::Redis(e)) if e.code() == Some("NOGROUP") => {
                 // The stream or the group was deleted under us: start again.
-                self.create_group().await?;
+                self.join_group().await?;
                 return Ok(Vec::new());
             }
             Err(e) => return Err(e.into()),
@@ -201,7 +207,7 @@ impl Queue {
             cmd.arg(cursor.as_str()).arg("COUNT").arg(count - out.len());
             let reply: StreamAutoClaimReply = match self.redis.query(&mut cmd).await {
                 Err(Error::Redis(e)) if e.code() == Some("NOGROUP") => {
-                    self.create_group().await?;
+                    self.join_group().await?;
                     return Ok(out);
                 }
                 r => r?,

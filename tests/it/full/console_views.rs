@@ -519,6 +519,46 @@ async fn no_view_shows_a_raw_bidi_control_or_line_separator() {
     b.find("#dead-table tbody tr[data-run-id='run-900']").await;
     b.find("#dead-table tbody tr[data-run-id='run-1']").await;
     view("the dead runs").await;
+
+/// The overview asks for its data every 5 s. While Redis hangs, the
+/// answers wait out the Redis timeout (12 s here), and the page sends no
+/// new batch on top of the one in flight: at most one workers request
+/// starts during a 13 s hang, where a refresh on every tick would start two
+/// or three. Redis back, the refreshes go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overview_skips_a_refresh_while_the_last_one_is_in_flight() {
+    const HANG: Duration = Duration::from_secs(13);
+    let redis = crate::support::RedisProcess::start(&[]);
+    let ns = fresh_ns("in-flight");
+    let dir = temp_dir("in-flight");
+    let token = "in-flight-token";
+    let slow = ["--redis-timeout", "12s", "--request-timeout", "12s"];
+    let (child, port) = Served::spawn(&redis.url(), &ns, &dir, Some(token), "", &slow);
+    let served = Served { child, url: format!("http://127.0.0.1:{port}") };
+    let b = Browser::start().await;
+    open(&b, &served, token, "#/").await;
+    b.until("the overview", "return !!document.querySelector('[data-tile=workers-up]')").await;
+    // Resource timing lists each request the page made once it ended, with when it started.
+    let asked_after = |ms: f64| {
+        format!(
+            "return performance.getEntriesByType('resource').filter((e) => e.name.includes('/v1/ops/workers') && e.startTime >= {ms}).map((e) => e.startTime)"
+        )
+    };
+    let now = || async { b.eval("return performance.now()").await.as_f64().unwrap() };
+    let hung = redis.paused();
+    let (from, started) = (now().await, Instant::now());
+    tokio::time::sleep(HANG).await;
+    let until = now().await;
+    drop(hung);
+    let hung_for = started.elapsed();
+    let resumed = format!("return {}.length > 0", asked_after(until).trim_start_matches("return "));
+    b.until("a refresh after Redis came back", &resumed).await;
+    let during: Vec<f64> = serde_json::from_value::<Vec<f64>>(b.eval(&asked_after(from)).await)
+        .unwrap()
+        .into_iter()
+        .filter(|&t| t < until)
+        .collect();
+    assert!(during.len() <= 1, "workers requests started during the {hung_for:?} hang, at ms {during:?}");
     let _ = b.cmd(reqwest::Method::DELETE, "", None).await;
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,7 +1,8 @@
 //! Every ops answer is bounded, measured on the real binary: dead pages
 //! of 20,000 runs with 4 KB errors, a 12 MB payload, `Retry all` in linear
-//! time, and `stats` on a keyspace of millions of keys. Each test has a
-//! `redis-server` of its own, so its bulk never reaches the shared one.
+//! time, and `stats` and the workers view on a keyspace of millions of
+//! keys. Each test has a `redis-server` of its own, so its bulk never
+//! reaches the shared one.
 
 use std::time::{Duration, Instant};
 
@@ -281,5 +282,110 @@ async fn stats_answer_within_budget_on_three_million_keys() {
     assert!(asked.elapsed() < Duration::from_secs(1), "later answers are the kept reading: {:?}", asked.elapsed());
     let s: Value = serde_json::from_str(&body).unwrap();
     assert!(s["reading"]["age_ms"].is_u64(), "{}", s["reading"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `SCAN` calls Redis has counted since it started (`INFO commandstats`).
+fn scan_calls(redis: &RedisProcess) -> u64 {
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    let line = stats.lines().find_map(|l| l.strip_prefix("cmdstat_scan:calls="));
+    line.map_or(0, |l| l.split(',').next().unwrap().parse().unwrap())
+}
+
+/// The `SCAN … COUNT 1000` pages of one pass over the keyspace with
+/// `pattern` (what `stats` asks per page; MATCH filters a page's keys, not
+/// how far the cursor moves).
+async fn pages_of_one_scan_pass(redis: &RedisProcess, pattern: &str) -> u64 {
+    let mut c = redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let (mut cursor, mut pages) = (0u64, 0u64);
+    loop {
+        let (next, _): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(idemgate::ops::SCAN_COUNT)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        pages += 1;
+        if next == 0 {
+            return pages;
+        }
+        cursor = next;
+    }
+}
+
+/// The workers view on three million unrelated keys, with one live worker
+/// of the namespace: heartbeats are found through the groups, so three
+/// calls in a row each answer within a 2 s request timeout, Redis counts no
+/// `SCAN` for them, and the worker is listed `up`. `idemgate stats` on the
+/// same keyspace makes its one pass for the key counts and no other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_answer_within_budget_on_three_million_keys() {
+    const KEYS: u64 = 3_000_000;
+    const BUDGET: Duration = Duration::from_secs(2);
+    let redis = RedisProcess::start(&["--enable-debug-command", "yes"]);
+    let started = Instant::now();
+    assert_eq!(redis.cli(&["DEBUG", "POPULATE", &KEYS.to_string(), "unrelated", "8"]), "OK");
+    eprintln!("DEBUG POPULATE {KEYS}: {:?}", started.elapsed());
+    let ns = crate::support::fresh_ns("big-workers");
+    let dir = temp_dir("big-workers");
+    let keys = Keys::new(&ns).unwrap();
+    let log = std::fs::File::create(dir.join("worker.log")).unwrap();
+    let worker = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["worker", "--redis-url", &redis.url(), "--namespace", &ns, "--group", "g", "--consumer", "live"])
+        .args(["--block", "200ms", "--heartbeat-interval", "2s", "--", "true"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let worker = crate::redis::worker::Workers(vec![worker]);
+    let heartbeat = keys.worker("g", "live");
+    crate::support::wait_for(Duration::from_secs(20), "the worker's first heartbeat", || async {
+        redis.cli(&["EXISTS", &heartbeat]) == "1"
+    })
+    .await;
+    let request_timeout = format!("{}s", BUDGET.as_secs());
+    let (child, port) =
+        Served::spawn(&redis.url(), &ns, &dir, Some(TOKEN), "", &["--request-timeout", &request_timeout]);
+    let served = Served { child, url: format!("http://127.0.0.1:{port}") };
+    let http = client();
+
+    let scans_before = scan_calls(&redis);
+    for call in 1..=3 {
+        let asked = Instant::now();
+        let (status, body) = get(&http, &format!("{}/v1/ops/workers", served.url)).await;
+        let took = asked.elapsed();
+        eprintln!("/v1/ops/workers on {KEYS} keys, call {call}: {took:?}");
+        assert_eq!(status, 200, "call {call} within the {BUDGET:?} request timeout: {body}");
+        assert!(took < BUDGET, "call {call} took {took:?}");
+        let w: Value = serde_json::from_str(&body).unwrap();
+        let listed: Vec<(&str, &str)> = w["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| (x["consumer"].as_str().unwrap(), x["state"].as_str().unwrap()))
+            .collect();
+        assert_eq!(listed, [("live", "up")], "call {call}: {body}");
+    }
+    assert_eq!(scan_calls(&redis), scans_before, "the workers view made no SCAN");
+
+    // stats counts the gate's keys in one SCAN pass, and finds no worker by another.
+    let pattern = keys.scan_pattern("*");
+    let one_pass = pages_of_one_scan_pass(&redis, &pattern).await;
+    let scans_before = scan_calls(&redis);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["stats", "--json", "--redis-url", &redis.url(), "--namespace", &ns])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let made = scan_calls(&redis) - scans_before;
+    eprintln!("idemgate stats on {KEYS} keys: {made} SCAN calls; one pass is {one_pass}");
+    assert!(made <= one_pass, "stats made {made} SCAN calls, more than one pass ({one_pass})");
+    let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(stats["runs"]["groups"][0]["consumers"], 1, "{stats}");
+    drop((served, worker));
     let _ = std::fs::remove_dir_all(&dir);
 }

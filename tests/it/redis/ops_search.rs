@@ -1,8 +1,8 @@
 //! The console's second round through its API: find any run in one step
 //! (`q`: a delivery id, a run id or a run key; filters by provider, repo,
 //! action and a time window), and the workers view from heartbeats and
-//! `XINFO CONSUMERS` (a breaker opening and closing, a killed worker
-//! gone). The search and the dead pages run on a standalone Redis and on
+//! `XINFO CONSUMERS` (a worker listed from its start, a breaker opening and
+//! closing, a killed worker gone). The search and the dead pages run on a standalone Redis and on
 //! the project's Redis Cluster; so do a run's history, the workers view and
 //! redeliver.
 
@@ -429,4 +429,41 @@ async fn workers_show_their_breakers_and_a_killed_worker_shows_as_gone() {
     assert!(w["groups"][0]["group"] == "g", "{w}");
     drop(workers);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The workers view finds heartbeats only through the consumers the groups
+/// list, so a worker must be listed from the moment it joins its group,
+/// before its first read or heartbeat. Until a heartbeat exists it shows as
+/// gone, never up; beating, it is up; stopped cleanly, it has left the
+/// group and is not listed at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_is_listed_from_its_start_and_up_only_while_it_beats() {
+    use idemgate::worker::heartbeat::Heartbeat;
+    use idemgate::worker::{Failure, RunAttempt, Worker, config::WorkerConfig};
+    let ns = fresh_ns("joined");
+    let opts = RedisOptions::single(crate::support::redis_url());
+    let app = router(&opts, &ns).await;
+    let config = WorkerConfig { consumer: "fresh".into(), ..WorkerConfig::new("g") };
+    let worker = Worker::connect(&opts, Keys::new(&ns).unwrap(), config)
+        .await
+        .unwrap()
+        .with_heartbeat(Heartbeat { interval: Duration::from_millis(300), ..Heartbeat::default() });
+    let w = get(&app, "/v1/ops/workers").await;
+    let fresh = worker_named(&w, "fresh").unwrap_or_else(|| panic!("listed once it joined: {w}"));
+    assert_eq!((&fresh["state"], &fresh["heartbeat"]), (&"gone".into(), &serde_json::json!({})), "{w}");
+
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(worker.run(|_: RunAttempt| async { Ok::<(), Failure>(()) }, async move {
+        let _ = stop_rx.await;
+    }));
+    wait_for(Duration::from_secs(10), "the worker up", || async {
+        worker_named(&get(&app, "/v1/ops/workers").await, "fresh").is_some_and(|x| x["state"] == "up")
+    })
+    .await;
+    let w = get(&app, "/v1/ops/workers").await;
+    assert_eq!(worker_named(&w, "fresh").unwrap()["heartbeat"]["mode"], "library", "{w}");
+    stop_tx.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap().unwrap();
+    let w = get(&app, "/v1/ops/workers").await;
+    assert!(worker_named(&w, "fresh").is_none(), "a clean stop leaves the group: {w}");
 }
