@@ -89,7 +89,7 @@ pub struct Attempt {
 }
 
 impl Attempt {
-    /// Spawns `cmd` (which must lead a process group of its own) as the
+    /// Spawns `cmd` (which must lead a process group of its own: a session) as the
     /// command of `run_id`'s attempt, in a cgroup of its own where the
     /// worker may create one ([`Cgroup`]).
     pub fn spawn(run_id: &str, cmd: &mut tokio::process::Command) -> std::io::Result<(Self, tokio::process::Child)> {
