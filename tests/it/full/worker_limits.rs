@@ -370,21 +370,30 @@ impl Reachable {
             .unwrap_or_else(|e| panic!("cannot copy the idemgate binary to {}: {e}", binary.display()));
         std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
         let runs = |program: &Path, args: &[&str]| {
-            Command::new(program)
-                .args(args)
-                .uid(user.uid)
-                .gid(user.gid)
-                .current_dir(&dir)
-                .stdin(Stdio::null())
-                .output()
-                .map_err(|e| e.to_string())
-                .and_then(|out| {
-                    if out.status.success() {
-                        Ok(())
-                    } else {
-                        Err(format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim()))
+            let mut tries = 0;
+            let out = loop {
+                let out = Command::new(program)
+                    .args(args)
+                    .uid(user.uid)
+                    .gid(user.gid)
+                    .current_dir(&dir)
+                    .stdin(Stdio::null())
+                    .output();
+                // A child another test forked while the copy was open for
+                // writing holds it open until its own exec.
+                match out {
+                    Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
+                        tries += 1;
+                        std::thread::sleep(Duration::from_millis(100));
                     }
-                })
+                    out => break out.map_err(|e| e.to_string())?,
+                }
+            };
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim()))
+            }
         };
         if let Err(e) = runs(&binary, &["--version"]) {
             panic!(
