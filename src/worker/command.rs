@@ -12,11 +12,12 @@
 //! pipes, and so is stdout when the worker's own is a terminal.
 
 use std::process::Stdio;
+use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use super::config::{WorkerConfig, WorkerError};
-use super::reaper::{self, Attempt};
+use super::reaper::{Attempt, Containment};
 use super::{Failure, Handler, RunAttempt, Success, Summary, Worker};
 use crate::config::{FileConfig, Merged, StoreConfig};
 
@@ -45,6 +46,8 @@ pub struct CommandHandler {
     hidden_env: Vec<String>,
     /// The user the command runs as (`None`: the worker's).
     user: Option<CommandUser>,
+    /// What kills every process of an attempt at its end.
+    containment: Arc<Containment>,
 }
 
 /// A user a command runs as (`--command-user`): its uid, its primary group
@@ -91,7 +94,21 @@ impl CommandHandler {
     /// `None` when `argv` is empty.
     pub fn new(argv: &[String]) -> Option<Self> {
         let (program, args) = argv.split_first()?;
-        Some(Self { program: program.clone(), args: args.to_vec(), hidden_env: Vec::new(), user: None })
+        Some(Self {
+            program: program.clone(),
+            args: args.to_vec(),
+            hidden_env: Vec::new(),
+            user: None,
+            containment: Arc::new(Containment::new()),
+        })
+    }
+
+    /// Contains the attempts by `containment` (by default, one of this
+    /// handler's own that leaves orphans alone; `idemgate worker` passes the
+    /// one [`guard_the_worker`] returned).
+    pub fn contained_by(mut self, containment: Arc<Containment>) -> Self {
+        self.containment = containment;
+        self
     }
 
     /// Runs the command as `user` (`None`: as the worker's own user).
@@ -165,7 +182,7 @@ impl Handler for CommandHandler {
         }
         // Dropping `attempt` (here, or with this future at a timeout or a
         // fence) kills everything the attempt started.
-        let (attempt, mut child) = Attempt::spawn(&run.fields.run_id, &mut cmd)
+        let (attempt, mut child) = Attempt::spawn(&self.containment, &run.fields.run_id, &mut cmd)
             .map_err(|e| format!("cannot start {:?}: {e}", self.program))?;
 
         if let Some(mut stdin) = child.stdin.take() {
@@ -344,10 +361,13 @@ pub fn for_worker(command: &[String], file: &FileConfig) -> Result<CommandHandle
 
 /// Once every setting is read, keeps what the command must not see out of
 /// what it can read of the worker too (`/proc/<worker>/environ`, and
-/// `cmdline` again for a library caller: [`super::scrub`]), and makes the worker a child subreaper, so
-/// that orphans of attempts are re-parented to it and killed with their
-/// attempt ([`reaper`]). Both `idemgate worker -- COMMAND` and [`run`] call it.
-pub fn guard_the_worker(file: &FileConfig) {
+/// `cmdline` again for a library caller: [`super::scrub`]), and makes the
+/// worker a child subreaper whose `containment` takes the orphans of
+/// attempts, which are re-parented to it and killed with their attempt
+/// ([`super::reaper`]); the handler must be [`CommandHandler::contained_by`]
+/// the containment returned. Both `idemgate worker -- COMMAND` and [`run`]
+/// call it. Refused where another worker of this process took its orphans.
+pub fn guard_the_worker(file: &FileConfig, mut containment: Containment) -> Result<Arc<Containment>, WorkerError> {
     let secrets = file.secret_env_names();
     super::scrub::environment(|name| hidden(name, &secrets));
     super::scrub::arguments();
@@ -359,17 +379,21 @@ pub fn guard_the_worker(file: &FileConfig) {
     if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong, 0, 0, 0) } != 0 {
         tracing::warn!(error = %std::io::Error::last_os_error(), "cannot mark the worker non-dumpable");
     }
-    reaper::remove_stale_cgroups();
-    match reaper::become_subreaper() {
-        Ok(()) => {
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(reaper::reap_orphans());
-            }
+    containment.remove_stale_cgroups();
+    match containment.reap_orphans_of_this_process() {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(WorkerError::Config(format!("cannot run a command worker here: {e}")));
         }
         Err(e) => {
             tracing::warn!(error = %e, "cannot become a child subreaper: a process that leaves its attempt's process group and whose parent exits is not killed with the attempt");
         }
     }
+    let containment = Arc::new(containment);
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(containment.clone().reap_orphans());
+    }
+    Ok(containment)
 }
 
 /// A library entry point: runs `command` once per run attempt under a
@@ -384,7 +408,7 @@ pub async fn run(
 ) -> Result<Summary, WorkerError> {
     let resolved = StoreConfig::resolve(&merged.given).map_err(|e| WorkerError::Config(e.to_string()))?;
     let handler = for_worker(command, &merged.file)?;
-    guard_the_worker(&merged.file);
+    let handler = handler.contained_by(guard_the_worker(&merged.file, Containment::new())?);
     let worker = Worker::for_store(&resolved, config, &format_args!("command {command:?}")).await?;
     worker.run(handler, shutdown).await
 }
