@@ -364,11 +364,13 @@ impl Reachable {
         use std::os::unix::fs::PermissionsExt;
         let dir = Path::new("/tmp").join(fresh_ns(tag));
         std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
-        let binary = dir.join("idemgate");
-        std::fs::copy(env!("CARGO_BIN_EXE_idemgate"), &binary)
+        // Removes the directory if a check below fails.
+        let mut place = Reachable { binary: dir.join("idemgate"), dir, python: PathBuf::new() };
+        let (dir, binary) = (&place.dir, &place.binary);
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        std::fs::copy(env!("CARGO_BIN_EXE_idemgate"), binary)
             .unwrap_or_else(|e| panic!("cannot copy the idemgate binary to {}: {e}", binary.display()));
-        std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(binary, std::fs::Permissions::from_mode(0o755)).unwrap();
         let runs = |program: &Path, args: &[&str]| {
             let mut tries = 0;
             let out = loop {
@@ -376,7 +378,7 @@ impl Reachable {
                     .args(args)
                     .uid(user.uid)
                     .gid(user.gid)
-                    .current_dir(&dir)
+                    .current_dir(dir)
                     .stdin(Stdio::null())
                     .output();
                 // A child another test forked while the copy was open for
@@ -395,7 +397,7 @@ impl Reachable {
                 Err(format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim()))
             }
         };
-        if let Err(e) = runs(&binary, &["--version"]) {
+        if let Err(e) = runs(binary, &["--version"]) {
             panic!(
                 "user {} cannot run the copy of idemgate in {} ({e}): it needs /tmp traversable and mounted with exec",
                 user.name,
@@ -417,7 +419,8 @@ impl Reachable {
                     .join(", ")
             );
         };
-        Reachable { dir, binary, python }
+        place.python = python;
+        place
     }
 
     /// The copy of idemgate, started in this directory, without the
