@@ -2,19 +2,22 @@
 //! `IDEMGATE_RUN_ID`, `IDEMGATE_RUN_KEY` and `IDEMGATE_ATTEMPT` in the environment (without the
 //! variables named by [`CommandHandler::without_env`]), exit status 0 for
 //! done, [`PERMANENT_FAILURE_EXIT`] for "dead-letter now", anything else for
-//! a retry. The child leads a process group of its own; when the attempt
-//! ends (timeout, lost lease, or the child exits) that whole group is
-//! killed, and so is every other process the attempt started, `setsid` or
-//! not ([`super::reaper`]). On Linux the child also dies with the worker
+//! a retry. The child leads a session of its own (`setsid`), so it has no
+//! controlling terminal, and its process group's id is its pid; when the
+//! attempt ends (timeout, lost lease, or the child exits) that whole group
+//! is killed, and so is every other process the attempt started, `setsid`
+//! or not ([`super::reaper`]). On Linux the child also dies with the worker
 //! (`PR_SET_PDEATHSIG`). Its stderr is read in bounded pieces, so no line
-//! is ever held whole.
+//! is ever held whole. It is never handed a terminal: stdin and stderr are
+//! pipes, and so is stdout when the worker's own is a terminal.
 
 use std::process::Stdio;
+use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use super::config::{WorkerConfig, WorkerError};
-use super::reaper::{self, Attempt};
+use super::reaper::{Attempt, Containment};
 use super::{Failure, Handler, RunAttempt, Success, Summary, Worker};
 use crate::config::{FileConfig, Merged, StoreConfig};
 
@@ -43,6 +46,8 @@ pub struct CommandHandler {
     hidden_env: Vec<String>,
     /// The user the command runs as (`None`: the worker's).
     user: Option<CommandUser>,
+    /// What kills every process of an attempt at its end.
+    containment: Arc<Containment>,
 }
 
 /// A user a command runs as (`--command-user`): its uid, its primary group
@@ -89,7 +94,21 @@ impl CommandHandler {
     /// `None` when `argv` is empty.
     pub fn new(argv: &[String]) -> Option<Self> {
         let (program, args) = argv.split_first()?;
-        Some(Self { program: program.clone(), args: args.to_vec(), hidden_env: Vec::new(), user: None })
+        Some(Self {
+            program: program.clone(),
+            args: args.to_vec(),
+            hidden_env: Vec::new(),
+            user: None,
+            containment: Arc::new(Containment::new()),
+        })
+    }
+
+    /// Contains the attempts by `containment` (by default, one of this
+    /// handler's own that leaves orphans alone; `idemgate worker` passes the
+    /// one [`guard_the_worker`] returned).
+    pub fn contained_by(mut self, containment: Arc<Containment>) -> Self {
+        self.containment = containment;
+        self
     }
 
     /// Runs the command as `user` (`None`: as the worker's own user).
@@ -113,15 +132,33 @@ impl Handler for CommandHandler {
         for name in &self.hidden_env {
             cmd.env_remove(name);
         }
+        // A descriptor of a terminal lets a process without a controlling
+        // terminal still read what the operator types and change the
+        // terminal's modes, so the command gets a pipe where the worker's
+        // stdout is a terminal, and the worker echoes its lines, escaped.
+        let stdout_is_terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
         cmd.args(&self.args)
             .env("IDEMGATE_RUN_ID", &run.fields.run_id)
             .env("IDEMGATE_RUN_KEY", &run.key)
             .env("IDEMGATE_ATTEMPT", run.attempt.to_string())
             .stdin(Stdio::piped())
-            .stdout(Stdio::inherit())
+            .stdout(if stdout_is_terminal { Stdio::piped() } else { Stdio::inherit() })
             .stderr(Stdio::piped())
-            .process_group(0)
             .kill_on_drop(true);
+        // SAFETY: setsid(2) only, between fork and exec. A session of its own
+        // (rather than only a process group) leaves the command without the
+        // worker's controlling terminal, so it cannot type into the
+        // operator's shell (TIOCSTI) nor take the terminal over. The
+        // session's process group id is the command's pid, as a group of
+        // its own would have, and the attempt's end kills that group.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         if let Some(user) = &self.user {
             // As root, std drops every supplementary group before setuid.
             cmd.uid(user.uid).gid(user.gid).env("HOME", &user.home).env("USER", &user.name).env("LOGNAME", &user.name);
@@ -145,7 +182,7 @@ impl Handler for CommandHandler {
         }
         // Dropping `attempt` (here, or with this future at a timeout or a
         // fence) kills everything the attempt started.
-        let (attempt, mut child) = Attempt::spawn(&run.fields.run_id, &mut cmd)
+        let (attempt, mut child) = Attempt::spawn(&self.containment, &run.fields.run_id, &mut cmd)
             .map_err(|e| format!("cannot start {:?}: {e}", self.program))?;
 
         if let Some(mut stdin) = child.stdin.take() {
@@ -155,19 +192,23 @@ impl Handler for CommandHandler {
                 let _ = stdin.shutdown().await;
             });
         }
-        let stderr = child.stderr.take().map(|err| tokio::spawn(echo_stderr(err, run.fields.run_id.clone())));
+        let stderr = child.stderr.take().map(|err| tokio::spawn(echo(err, run.fields.run_id.clone(), EchoTo::Stderr)));
+        let stdout = child.stdout.take().map(|out| tokio::spawn(echo(out, run.fields.run_id.clone(), EchoTo::Stdout)));
 
         let status = child.wait().await.map_err(|e| format!("waiting for {:?}: {e}", self.program))?;
-        // The attempt is over: what it left running goes too (and closes stderr).
+        // The attempt is over: what it left running goes too (and closes its pipes).
         drop(attempt);
-        let tail = match stderr {
-            Some(task) => tokio::time::timeout(std::time::Duration::from_secs(1), task)
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or_default(),
-            None => Tail::default(),
+        let finished = |task: Option<tokio::task::JoinHandle<Tail>>| async move {
+            match task {
+                Some(task) => tokio::time::timeout(std::time::Duration::from_secs(1), task)
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .unwrap_or_default(),
+                None => Tail::default(),
+            }
         };
+        let (tail, _) = tokio::join!(finished(stderr), finished(stdout));
         if status.success() {
             return Ok(Success::with_status(0, "exit status 0"));
         }
@@ -214,11 +255,19 @@ fn close_other_descriptors() {
     }
 }
 
-/// Echoes the child's stderr line by line to the worker's stderr, prefixed
-/// with the run id (at most [`ECHOED_LINE_BYTES`] of a line), until end of
-/// file, and returns its last [`ERROR_TAIL_BYTES`]. Reads in pieces of
-/// [`READ_BYTES`]: the memory it takes does not depend on the output.
-async fn echo_stderr(mut err: impl AsyncRead + Unpin, run_id: String) -> Tail {
+/// Which of the worker's streams [`echo`] writes to.
+#[derive(Debug, Clone, Copy)]
+enum EchoTo {
+    Stdout,
+    Stderr,
+}
+
+/// Echoes one of the child's streams line by line to the worker's `to`,
+/// prefixed with the run id (at most [`ECHOED_LINE_BYTES`] of a line, its
+/// control characters escaped), until end of file, and returns its last
+/// [`ERROR_TAIL_BYTES`]. Reads in pieces of [`READ_BYTES`]: the memory it
+/// takes does not depend on the output.
+async fn echo(mut from: impl AsyncRead + Unpin, run_id: String, to: EchoTo) -> Tail {
     let mut tail = Tail::default();
     let mut line = Vec::new();
     let mut unechoed = 0usize;
@@ -226,13 +275,18 @@ async fn echo_stderr(mut err: impl AsyncRead + Unpin, run_id: String) -> Tail {
     let echo = |line: &mut Vec<u8>, unechoed: &mut usize| {
         let text = String::from_utf8_lossy(line);
         let text = crate::text::escape_control(text.trim_end());
-        match std::mem::take(unechoed) {
-            0 => eprintln!("[{run_id}] {text}"),
-            more => eprintln!("[{run_id}] {text}… ({more} more bytes of this line not shown)"),
-        }
+        let shown = match std::mem::take(unechoed) {
+            0 => format!("[{run_id}] {text}\n"),
+            more => format!("[{run_id}] {text}… ({more} more bytes of this line not shown)\n"),
+        };
+        // A closed stream loses the echo, never the attempt.
+        let _ = match to {
+            EchoTo::Stdout => std::io::Write::write_all(&mut std::io::stdout().lock(), shown.as_bytes()),
+            EchoTo::Stderr => std::io::Write::write_all(&mut std::io::stderr().lock(), shown.as_bytes()),
+        };
         line.clear();
     };
-    while let Ok(n @ 1..) = err.read(&mut buf).await {
+    while let Ok(n @ 1..) = from.read(&mut buf).await {
         let mut rest = &buf[..n];
         tail.push(rest);
         while !rest.is_empty() {
@@ -307,10 +361,13 @@ pub fn for_worker(command: &[String], file: &FileConfig) -> Result<CommandHandle
 
 /// Once every setting is read, keeps what the command must not see out of
 /// what it can read of the worker too (`/proc/<worker>/environ`, and
-/// `cmdline` again for a library caller: [`super::scrub`]), and makes the worker a child subreaper, so
-/// that orphans of attempts are re-parented to it and killed with their
-/// attempt ([`reaper`]). Both `idemgate worker -- COMMAND` and [`run`] call it.
-pub fn guard_the_worker(file: &FileConfig) {
+/// `cmdline` again for a library caller: [`super::scrub`]), and makes the
+/// worker a child subreaper whose `containment` takes the orphans of
+/// attempts, which are re-parented to it and killed with their attempt
+/// ([`super::reaper`]); the handler must be [`CommandHandler::contained_by`]
+/// the containment returned. Both `idemgate worker -- COMMAND` and [`run`]
+/// call it. Refused where another worker of this process took its orphans.
+pub fn guard_the_worker(file: &FileConfig, mut containment: Containment) -> Result<Arc<Containment>, WorkerError> {
     let secrets = file.secret_env_names();
     super::scrub::environment(|name| hidden(name, &secrets));
     super::scrub::arguments();
@@ -322,17 +379,21 @@ pub fn guard_the_worker(file: &FileConfig) {
     if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong, 0, 0, 0) } != 0 {
         tracing::warn!(error = %std::io::Error::last_os_error(), "cannot mark the worker non-dumpable");
     }
-    reaper::remove_stale_cgroups();
-    match reaper::become_subreaper() {
-        Ok(()) => {
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(reaper::reap_orphans());
-            }
+    containment.remove_stale_cgroups();
+    match containment.reap_orphans_of_this_process() {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(WorkerError::Config(format!("cannot run a command worker here: {e}")));
         }
         Err(e) => {
             tracing::warn!(error = %e, "cannot become a child subreaper: a process that leaves its attempt's process group and whose parent exits is not killed with the attempt");
         }
     }
+    let containment = Arc::new(containment);
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(containment.clone().reap_orphans());
+    }
+    Ok(containment)
 }
 
 /// A library entry point: runs `command` once per run attempt under a
@@ -347,7 +408,7 @@ pub async fn run(
 ) -> Result<Summary, WorkerError> {
     let resolved = StoreConfig::resolve(&merged.given).map_err(|e| WorkerError::Config(e.to_string()))?;
     let handler = for_worker(command, &merged.file)?;
-    guard_the_worker(&merged.file);
+    let handler = handler.contained_by(guard_the_worker(&merged.file, Containment::new())?);
     let worker = Worker::for_store(&resolved, config, &format_args!("command {command:?}")).await?;
     worker.run(handler, shutdown).await
 }
@@ -361,7 +422,7 @@ mod tests {
         let mut out = b"first\n".to_vec();
         out.extend(std::iter::repeat_n(b'x', 3 * READ_BYTES));
         out.extend("é the end\n".as_bytes());
-        let tail = echo_stderr(&out[..], "run-1".into()).await;
+        let tail = echo(&out[..], "run-1".into(), EchoTo::Stderr).await;
         assert_eq!(tail.0.len(), ERROR_TAIL_BYTES);
         let text = tail.text(100);
         assert!(text.len() <= 100 && text.ends_with("xxé the end") && !text.contains('\n'), "{text}");

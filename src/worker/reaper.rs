@@ -9,8 +9,9 @@
 //! 1. kills every descendant of the command that is still alive, found by
 //!    walking the worker's own process tree (`/proc/<pid>/task/*/children`,
 //!    each checked against its `/proc/<pid>/stat`);
-//! 2. in a worker that is a child subreaper ([`become_subreaper`], as
-//!    `idemgate worker` is), kills the orphans of the attempt too. A process
+//! 2. in a worker that is a child subreaper
+//!    ([`Containment::reap_orphans_of_this_process`], as `idemgate worker`
+//!    is), kills the orphans of the attempt too. A process
 //!    whose parent died is re-parented to the nearest subreaper above it,
 //!    so everything an attempt leaves behind ends up as a child of the
 //!    worker, and nothing escapes to init. Such an orphan belongs to the run
@@ -21,9 +22,13 @@
 //! 3. reaps the orphans that have exited (the worker is their parent now,
 //!    and tokio only waits for the children it spawned).
 //!
-//! Between attempts, [`reap_orphans`] goes on: on every `SIGCHLD` and every
-//! second it reaps exited orphans and kills live ones that name no live
-//! run, so no zombie piles up under an idle worker.
+//! Between attempts, [`Containment::reap_orphans`] goes on: on every
+//! `SIGCHLD` and every second it reaps exited orphans and kills live ones
+//! that name no live run, so no zombie piles up under an idle worker.
+//!
+//! What this needs to know (the attempts running, the cgroups' place and
+//! limit, whether orphans are the worker's to kill) is a [`Containment`]
+//! the worker owns and shares with its handler and its orphan reaper.
 //!
 //! It repeats this until a pass finds nothing (for up to 2 s), so a process
 //! forked between the scan and the kill is found by the next pass, and a
@@ -40,44 +45,106 @@
 //! its whole cgroup, as systemd and container runtimes do).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{LazyLock, Mutex};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::sync::lock;
 
-/// Set once this process is a child subreaper: orphans are then its to kill.
-static SUBREAPER: AtomicBool = AtomicBool::new(false);
-
-/// The attempts running in this process: run id → the command's pid. Held
-/// while a command is spawned and while an attempt's processes are killed,
-/// so a sweep never mistakes a command just started for an orphan.
-static LIVE: LazyLock<Mutex<HashMap<String, u32>>> = LazyLock::new(Mutex::default);
+/// Whether a [`Containment`] of this process has taken its orphans. The
+/// one static of containment, because what it guards is the process's: the
+/// kernel re-parents every orphan below a child subreaper to the process,
+/// whichever attempt it came from, so one containment must know every
+/// command the process runs. A second one's sweeps would kill the first's
+/// commands as processes of no run it knows.
+#[cfg(target_os = "linux")]
+static ORPHANS_TAKEN: AtomicBool = AtomicBool::new(false);
 
 /// How long an attempt's end goes on sweeping while it still finds
 /// processes to kill: a fork chain is chased until none is left, and only a
 /// process that does not die even of SIGKILL (stuck in the kernel) outlasts
-/// this, to be killed by the orphan sweeps ([`reap_orphans`]).
+/// this, to be killed by the orphan sweeps ([`Containment::reap_orphans`]).
 const SWEEP_FOR: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// How often [`reap_orphans`] sweeps without a `SIGCHLD` to wake it.
+/// How often [`Containment::reap_orphans`] sweeps without a `SIGCHLD` to wake it.
 const ORPHAN_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Makes this process a child subreaper (`PR_SET_CHILD_SUBREAPER`), so the
-/// orphans of attempts are re-parented to it and [`Attempt`] kills them.
-/// Only for a process whose children are all attempts, like `idemgate
-/// worker`: an orphan that names no live run is killed.
-pub fn become_subreaper() -> std::io::Result<()> {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: prctl(2) with an integer argument; no memory is passed.
-        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        SUBREAPER.store(true, Ordering::SeqCst);
-        Ok(())
+/// What contains a worker's attempts: the attempts running, where their
+/// cgroups go and their process limit, and whether the worker is a child
+/// subreaper whose orphans are its to kill. The worker owns it; its
+/// command handler and its orphan reaper share it.
+pub struct Containment {
+    /// The attempts running: run id → the command's pid. Held while a
+    /// command is spawned and while an attempt's processes are killed, so
+    /// a sweep never mistakes a command just started for an orphan.
+    live: Mutex<HashMap<String, u32>>,
+    /// Set once this process is a child subreaper and the orphans are
+    /// this containment's to kill ([`Containment::reap_orphans_of_this_process`]).
+    reaps_orphans: bool,
+    /// Where the attempts' cgroups go, if the worker may create them.
+    cgroups: Option<Cgroups>,
+}
+
+/// The attempts' cgroups: under the worker's own cgroup v2 directory.
+struct Cgroups {
+    base: PathBuf,
+    /// `pids.max` of every attempt's cgroup (0: no limit; `--max-processes`).
+    max_processes: u32,
+    /// The number in the next attempt cgroup's name.
+    next: AtomicU64,
+}
+
+impl std::fmt::Debug for Containment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Containment")
+            .field("cgroups", &self.cgroups.as_ref().map(|c| &c.base))
+            .field("max_processes", &self.cgroups.as_ref().map(|c| c.max_processes))
+            .field("reaps_orphans", &self.reaps_orphans)
+            .finish()
     }
-    #[cfg(not(target_os = "linux"))]
-    Err(std::io::Error::other("child subreapers exist on Linux only"))
+}
+
+impl Default for Containment {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Containment {
+    /// Attempts in cgroups under the worker's own where it may create them,
+    /// with no process limit, and orphans left alone.
+    pub fn new() -> Self {
+        let cgroups = cgroup_base().map(|base| Cgroups { base, max_processes: 0, next: AtomicU64::new(0) });
+        Self { live: Mutex::default(), reaps_orphans: false, cgroups }
+    }
+
+    /// Makes this process a child subreaper (`PR_SET_CHILD_SUBREAPER`), so the
+    /// orphans of attempts are re-parented to it and [`Attempt`] kills them.
+    /// Only for a process whose children are all this containment's
+    /// attempts, like `idemgate worker`: an orphan that names no live run is
+    /// killed. Fails with [`std::io::ErrorKind::AlreadyExists`] where another
+    /// containment of this process took the orphans already.
+    pub fn reap_orphans_of_this_process(&mut self) -> std::io::Result<()> {
+        #[cfg(target_os = "linux")]
+        {
+            if ORPHANS_TAKEN.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    "another worker of this process reaps its orphans already",
+                ));
+            }
+            // SAFETY: prctl(2) with an integer argument; no memory is passed.
+            if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) } != 0 {
+                let e = std::io::Error::last_os_error();
+                ORPHANS_TAKEN.store(false, Ordering::SeqCst);
+                return Err(e);
+            }
+            self.reaps_orphans = true;
+            Ok(())
+        }
+        #[cfg(not(target_os = "linux"))]
+        Err(std::io::Error::other("child subreapers exist on Linux only"))
+    }
 }
 
 /// One running attempt's processes; dropping it kills them all.
@@ -86,14 +153,19 @@ pub struct Attempt {
     pid: u32,
     /// The attempt's own cgroup, where the worker may create one.
     cgroup: Option<Cgroup>,
+    containment: Arc<Containment>,
 }
 
 impl Attempt {
-    /// Spawns `cmd` (which must lead a process group of its own) as the
+    /// Spawns `cmd` (which must lead a process group of its own: a session) as the
     /// command of `run_id`'s attempt, in a cgroup of its own where the
     /// worker may create one ([`Cgroup`]).
-    pub fn spawn(run_id: &str, cmd: &mut tokio::process::Command) -> std::io::Result<(Self, tokio::process::Child)> {
-        let cgroup = Cgroup::create();
+    pub fn spawn(
+        containment: &Arc<Containment>,
+        run_id: &str,
+        cmd: &mut tokio::process::Command,
+    ) -> std::io::Result<(Self, tokio::process::Child)> {
+        let cgroup = containment.cgroups.as_ref().and_then(Cgroup::create);
         if let Some(cg) = &cgroup {
             let fd = std::os::fd::AsRawFd::as_raw_fd(&cg.procs);
             // SAFETY: write(2) of a static byte between fork and exec. A move
@@ -106,19 +178,19 @@ impl Attempt {
                 });
             }
         }
-        let mut live = lock(&LIVE);
+        let mut live = lock(&containment.live);
         let child = cmd.spawn()?;
         let pid = child.id().ok_or_else(|| std::io::Error::other("the command exited at once"))?;
         live.insert(run_id.to_owned(), pid);
         let cgroup = cgroup.filter(|cg| cg.holds(pid));
         match &cgroup {
             Some(cg) => tracing::debug!(run_id, cgroup = %cg.dir.display(), "the attempt runs in a cgroup of its own"),
-            None if MAX_PROCESSES.load(Ordering::SeqCst) > 0 => {
+            None if containment.cgroups.as_ref().is_some_and(|c| c.max_processes > 0) => {
                 tracing::warn!(run_id, "the attempt runs without a cgroup, so without the process limit")
             }
             None => tracing::debug!(run_id, "the attempt runs without a cgroup: its end sweeps the process tree"),
         }
-        Ok((Self { run_id: run_id.to_owned(), pid, cgroup }, child))
+        Ok((Self { run_id: run_id.to_owned(), pid, cgroup, containment: containment.clone() }, child))
     }
 }
 
@@ -129,43 +201,41 @@ impl Attempt {
 /// no write access, an older kernel), attempts go without, and the sweeps
 /// of [`Attempt`]'s end are the only means.
 struct Cgroup {
-    dir: std::path::PathBuf,
+    dir: PathBuf,
     /// `cgroup.procs`, open for the child to move itself in before its exec.
     procs: std::fs::File,
 }
 
-/// `pids.max` of every attempt's cgroup (0: no limit; `--max-processes`).
-static MAX_PROCESSES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-
-/// Limits every attempt to `n` processes (its cgroup's `pids.max`), or says
-/// why this host cannot: it takes a cgroup v2 the worker may create
-/// attempts' cgroups in, with the pids controller enabled for them.
-pub fn limit_processes(n: u32) -> Result<(), String> {
-    let Some(base) = CGROUP_BASE.as_ref() else {
-        return Err("needs a cgroup v2 the worker may create cgroups in, and none is mounted or found".into());
-    };
-    let enabled = |b: &std::path::Path| {
-        std::fs::read_to_string(b.join("cgroup.subtree_control"))
-            .is_ok_and(|c| c.split_whitespace().any(|x| x == "pids"))
-    };
-    if !enabled(base) {
-        // Possible only where the worker's cgroup holds no process of its own (the root one does not count).
-        let _ = std::fs::write(base.join("cgroup.subtree_control"), "+pids");
+impl Containment {
+    /// Limits every attempt to `n` processes (its cgroup's `pids.max`), or says
+    /// why this host cannot: it takes a cgroup v2 the worker may create
+    /// attempts' cgroups in, with the pids controller enabled for them.
+    pub fn limit_processes(&mut self, n: u32) -> Result<(), String> {
+        let Some(cgroups) = self.cgroups.as_mut() else {
+            return Err("needs a cgroup v2 the worker may create cgroups in, and none is mounted or found".into());
+        };
+        let base = &cgroups.base;
+        let enabled = |b: &Path| {
+            std::fs::read_to_string(b.join("cgroup.subtree_control"))
+                .is_ok_and(|c| c.split_whitespace().any(|x| x == "pids"))
+        };
+        if !enabled(base) {
+            // Possible only where the worker's cgroup holds no process of its own (the root one does not count).
+            let _ = std::fs::write(base.join("cgroup.subtree_control"), "+pids");
+        }
+        if !enabled(base) {
+            return Err(format!(
+                "needs the pids controller enabled for the cgroups under {} (cgroup.subtree_control +pids), and it is not: run the worker in a cgroup delegated to it with pids, or leave the limit out",
+                base.display()
+            ));
+        }
+        cgroups.max_processes = n;
+        Ok(())
     }
-    if !enabled(base) {
-        return Err(format!(
-            "needs the pids controller enabled for the cgroups under {} (cgroup.subtree_control +pids), and it is not: run the worker in a cgroup delegated to it with pids, or leave the limit out",
-            base.display()
-        ));
-    }
-    MAX_PROCESSES.store(n, Ordering::SeqCst);
-    Ok(())
 }
 
 /// Where the attempts' cgroups go: the worker's own cgroup v2 directory.
-static CGROUP_BASE: LazyLock<Option<std::path::PathBuf>> = LazyLock::new(cgroup_base);
-
-fn cgroup_base() -> Option<std::path::PathBuf> {
+fn cgroup_base() -> Option<PathBuf> {
     let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     let own = own.lines().find_map(|l| l.strip_prefix("0::"))?.to_owned();
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
@@ -179,18 +249,30 @@ fn cgroup_base() -> Option<std::path::PathBuf> {
         Some((f.next()?.to_owned(), f.next()?.to_owned()))
     })?;
     let relative = own.strip_prefix(root.trim_end_matches('/')).unwrap_or(&own).trim_start_matches('/').to_owned();
-    let base = std::path::Path::new(&mount).join(relative);
+    let base = Path::new(&mount).join(relative);
     base.join("cgroup.procs").exists().then_some(base)
 }
 
 impl Cgroup {
-    fn create() -> Option<Self> {
-        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let base = CGROUP_BASE.as_ref()?;
-        let dir = base.join(format!("idemgate-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
-        std::fs::create_dir(&dir).ok()?;
+    fn create(cgroups: &Cgroups) -> Option<Self> {
+        // Another containment of this process (a library's second handler)
+        // counts from 0 too: a name it took is skipped.
+        let mut created = None;
+        for _ in 0..64 {
+            let n = cgroups.next.fetch_add(1, Ordering::Relaxed);
+            let dir = cgroups.base.join(format!("idemgate-{}-{n}", std::process::id()));
+            match std::fs::create_dir(&dir) {
+                Ok(()) => {
+                    created = Some(dir);
+                    break;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(_) => return None,
+            }
+        }
+        let dir = created?;
         let procs = std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs"));
-        let max = MAX_PROCESSES.load(Ordering::SeqCst);
+        let max = cgroups.max_processes;
         if max > 0 && std::fs::write(dir.join("pids.max"), max.to_string()).is_err() {
             tracing::warn!(cgroup = %dir.display(), "cannot set the attempt's pids.max: it runs without the process limit");
         }
@@ -225,31 +307,33 @@ impl Cgroup {
     }
 }
 
-/// Kills and removes the attempt cgroups that a worker no longer running
-/// left (one killed with SIGKILL never ends its attempts): what they still
-/// hold dies now, at this worker's start.
-pub fn remove_stale_cgroups() {
-    let Some(base) = CGROUP_BASE.as_ref() else { return };
-    let Ok(dir) = std::fs::read_dir(base) else { return };
-    for entry in dir.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("idemgate-")).and_then(|r| r.split('-').next())
-        else {
-            continue;
-        };
-        let Ok(pid) = pid.parse::<u32>() else { continue };
-        if pid == std::process::id() || std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
+impl Containment {
+    /// Kills and removes the attempt cgroups that a worker no longer running
+    /// left (one killed with SIGKILL never ends its attempts): what they still
+    /// hold dies now, at this worker's start.
+    pub fn remove_stale_cgroups(&self) {
+        let Some(cgroups) = &self.cgroups else { return };
+        let Ok(dir) = std::fs::read_dir(&cgroups.base) else { return };
+        for entry in dir.flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("idemgate-")).and_then(|r| r.split('-').next())
+            else {
+                continue;
+            };
+            let Ok(pid) = pid.parse::<u32>() else { continue };
+            if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+                continue;
+            }
+            let stale = Cgroup {
+                dir: entry.path(),
+                procs: match std::fs::File::open("/dev/null") {
+                    Ok(f) => f,
+                    Err(_) => return,
+                },
+            };
+            stale.kill_all();
+            tracing::debug!(cgroup = %stale.dir.display(), "removing the cgroup of a worker no longer running");
         }
-        let stale = Cgroup {
-            dir: entry.path(),
-            procs: match std::fs::File::open("/dev/null") {
-                Ok(f) => f,
-                Err(_) => return,
-            },
-        };
-        stale.kill_all();
-        tracing::debug!(cgroup = %stale.dir.display(), "removing the cgroup of a worker no longer running");
     }
 }
 
@@ -263,7 +347,7 @@ impl Drop for Cgroup {
 
 impl Drop for Attempt {
     fn drop(&mut self) {
-        let mut live = lock(&LIVE);
+        let mut live = lock(&self.containment.live);
         live.remove(&self.run_id);
         // SAFETY: kill(2) has no memory effects; a negative pid names the group.
         unsafe {
@@ -285,7 +369,7 @@ impl Drop for Attempt {
             if table.parent.get(&self.pid) == Some(&me) {
                 victims.extend(table.descendants(self.pid));
             }
-            if SUBREAPER.load(Ordering::SeqCst) {
+            if self.containment.reaps_orphans {
                 for &pid in table.children.get(&me).into_iter().flatten() {
                     // Tokio reaps the commands it spawned; their pids are theirs.
                     if pid == self.pid || others.contains(&pid) {
@@ -334,66 +418,69 @@ impl Drop for Attempt {
     }
 }
 
-/// Reaps, for as long as the process runs, every child that is not a
-/// command tokio spawned and waits for: the orphans of attempts that the
-/// worker, a child subreaper, inherits. Woken by each `SIGCHLD` and every
-/// [`ORPHAN_SWEEP_EVERY`], it reaps those that exited (so zombies never pile
-/// up under an idle worker) and kills those naming no live run (what
-/// escaped an attempt's end sweeps). Each is waited for by its pid, never
-/// `waitpid(-1)`, so tokio's own children are left to tokio.
-pub async fn reap_orphans() {
-    if !SUBREAPER.load(Ordering::SeqCst) {
-        return;
-    }
-    let mut sigchld = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot watch SIGCHLD: orphans are reaped every second only");
-            None
+impl Containment {
+    /// Reaps, for as long as the process runs, every child that is not a
+    /// command tokio spawned and waits for: the orphans of attempts that the
+    /// worker, a child subreaper, inherits. Woken by each `SIGCHLD` and every
+    /// [`ORPHAN_SWEEP_EVERY`], it reaps those that exited (so zombies never pile
+    /// up under an idle worker) and kills those naming no live run (what
+    /// escaped an attempt's end sweeps). Each is waited for by its pid, never
+    /// `waitpid(-1)`, so tokio's own children are left to tokio.
+    pub async fn reap_orphans(self: Arc<Self>) {
+        if !self.reaps_orphans {
+            return;
         }
-    };
-    loop {
-        match &mut sigchld {
-            Some(s) => {
-                let _ = tokio::time::timeout(ORPHAN_SWEEP_EVERY, s.recv()).await;
+        let mut sigchld = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch SIGCHLD: orphans are reaped every second only");
+                None
             }
-            None => tokio::time::sleep(ORPHAN_SWEEP_EVERY).await,
+        };
+        loop {
+            match &mut sigchld {
+                Some(s) => {
+                    let _ = tokio::time::timeout(ORPHAN_SWEEP_EVERY, s.recv()).await;
+                }
+                None => tokio::time::sleep(ORPHAN_SWEEP_EVERY).await,
+            }
+            // Off the runtime's threads: it reads /proc.
+            let me = self.clone();
+            let _ = tokio::task::spawn_blocking(move || me.sweep_orphans()).await;
         }
-        // Off the runtime's threads: it reads /proc.
-        let _ = tokio::task::spawn_blocking(sweep_orphans).await;
     }
-}
 
-/// One sweep of [`reap_orphans`]; `(reaped, killed)`.
-fn sweep_orphans() -> (usize, usize) {
-    let live = lock(&LIVE);
-    let commands: HashSet<u32> = live.values().copied().collect();
-    let me = std::process::id();
-    let (mut reaped, mut killed) = (0, 0);
-    for pid in children_of(me) {
-        if commands.contains(&pid) {
-            continue;
-        }
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        let Some((state, ppid)) = parse_stat(&stat) else { continue };
-        if ppid != me {
-            continue;
-        }
-        if state == 'Z' {
-            reap(pid);
-            reaped += 1;
-        } else if !run_of(pid).is_some_and(|r| live.contains_key(&r)) {
-            // SAFETY: kill(2) of this process's own child, not yet reaped (so its pid is its own).
-            unsafe {
-                libc::kill(pid as libc::pid_t, libc::SIGKILL);
+    /// One sweep of [`Containment::reap_orphans`]; `(reaped, killed)`.
+    fn sweep_orphans(&self) -> (usize, usize) {
+        let live = lock(&self.live);
+        let commands: HashSet<u32> = live.values().copied().collect();
+        let me = std::process::id();
+        let (mut reaped, mut killed) = (0, 0);
+        for pid in children_of(me) {
+            if commands.contains(&pid) {
+                continue;
             }
-            killed += 1;
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+            let Some((state, ppid)) = parse_stat(&stat) else { continue };
+            if ppid != me {
+                continue;
+            }
+            if state == 'Z' {
+                reap(pid);
+                reaped += 1;
+            } else if !run_of(pid).is_some_and(|r| live.contains_key(&r)) {
+                // SAFETY: kill(2) of this process's own child, not yet reaped (so its pid is its own).
+                unsafe {
+                    libc::kill(pid as libc::pid_t, libc::SIGKILL);
+                }
+                killed += 1;
+            }
         }
+        if killed > 0 {
+            tracing::debug!(killed, "killed orphans that name no live run");
+        }
+        (reaped, killed)
     }
-    if killed > 0 {
-        tracing::debug!(killed, "killed orphans that name no live run");
-    }
-    (reaped, killed)
 }
 
 /// Reaps child `pid` if it has exited.
@@ -434,7 +521,7 @@ impl ProcessTable {
     fn scan() -> Self {
         let me = std::process::id();
         // Kernels built without CONFIG_PROC_CHILDREN have no `children` files.
-        if !std::path::Path::new(&format!("/proc/{me}/task/{me}/children")).exists() {
+        if !Path::new(&format!("/proc/{me}/task/{me}/children")).exists() {
             return Self::scan_all();
         }
         let mut table = Self::default();
@@ -526,6 +613,37 @@ mod tests {
         assert_eq!(parse_stat("42 (sh) S 7 42 42 0 -1"), Some(('S', 7)));
         assert_eq!(parse_stat("42 (a) b) (c) Z 1 0 0"), Some(('Z', 1)));
         assert_eq!(parse_stat("garbage"), None);
+    }
+
+    /// Only one containment of a process takes its orphans: a second one's
+    /// sweeps would kill the first's commands.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn reaper_a_second_containment_cannot_take_the_orphans_of_the_process() {
+        // In a process of its own: the one that takes the orphans is a
+        // child subreaper for good.
+        const IN_CHILD: &str = "REAPER_TEST_IN_A_PROCESS_OF_ITS_OWN";
+        const NAME: &str = "worker::reaper::tests::reaper_a_second_containment_cannot_take_the_orphans_of_the_process";
+        if std::env::var_os(IN_CHILD).is_none() {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", NAME, "--test-threads", "1"])
+                .env(IN_CHILD, "1")
+                .output()
+                .unwrap();
+            let shown = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            assert!(out.status.success() && shown.contains("1 passed"), "{shown}");
+            return;
+        }
+        let mut first = Containment::new();
+        first.reap_orphans_of_this_process().unwrap();
+        let mut second = Containment::new();
+        let refused = second.reap_orphans_of_this_process().unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::AlreadyExists, "{refused}");
+        assert!(first.reaps_orphans && !second.reaps_orphans);
+        let mut subreaper: libc::c_int = 0;
+        // SAFETY: prctl(2) writes one int to the address passed.
+        assert_eq!(unsafe { libc::prctl(libc::PR_GET_CHILD_SUBREAPER, &mut subreaper as *mut libc::c_int) }, 0);
+        assert_eq!(subreaper, 1);
     }
 
     #[test]

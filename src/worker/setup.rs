@@ -218,11 +218,11 @@ pub async fn run(
     let handler = match &setup.mode {
         Mode::Command(argv) => {
             let handler = command::for_worker(argv, file)?.run_as(setup.command_user.clone());
-            command::guard_the_worker(file);
+            let mut containment = super::reaper::Containment::new();
             if let Some(n) = &setup.max_processes {
-                super::reaper::limit_processes(n.value).map_err(|e| config_error(n.fail(e)))?;
+                containment.limit_processes(n.value).map_err(|e| config_error(n.fail(e)))?;
             }
-            ModeHandler::Command(handler)
+            ModeHandler::Command(handler.contained_by(command::guard_the_worker(file, containment)?))
         }
         Mode::Deliver(d) => ModeHandler::Deliver(Box::new(
             Destination::new(d).map_err(|e| deliver_error(&setup, e.to_string()))?.with_metrics(metrics.clone()),

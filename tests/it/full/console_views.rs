@@ -519,6 +519,9 @@ async fn no_view_shows_a_raw_bidi_control_or_line_separator() {
     b.find("#dead-table tbody tr[data-run-id='run-900']").await;
     b.find("#dead-table tbody tr[data-run-id='run-1']").await;
     view("the dead runs").await;
+    let _ = b.cmd(reqwest::Method::DELETE, "", None).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
 
 /// The overview asks for its data every 5 s. While Redis hangs, the
 /// answers wait out the Redis timeout (12 s here), and the page sends no
