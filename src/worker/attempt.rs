@@ -14,10 +14,10 @@ use tokio::time::Instant;
 use super::breaker::{Breaker, BreakerVerdict};
 use super::config::{JITTER, WorkerConfig};
 use super::history::short_error;
-use super::queue::{Start, StreamEntry};
+use super::queue::StreamEntry;
 use super::run::{Failure, Handler, Payload, RunAttempt, Success};
 use super::state::{Counters, Held, WorkerState};
-use crate::redis_io::worker_scripts::Failed;
+use crate::redis_io::worker_scripts::{Failed, Started};
 use crate::units::{format_duration, now_ms};
 use crate::vocabulary::AttemptParts;
 
@@ -42,8 +42,8 @@ enum Attempt {
     Fenced,
 }
 
-/// An attempt the start script let begin.
-struct Started {
+/// An attempt the start script let begin, as the task runs it.
+struct Begun {
     attempt: u32,
     /// Its place in the run's attempt budget (1-based).
     tries: u32,
@@ -138,15 +138,15 @@ impl<H: Handler> RunTask<'_, H> {
 
     /// Starts the next attempt; `None` when there is none to run (the run is
     /// dead, another worker has it, or Redis stayed away).
-    async fn start(&self) -> Option<Started> {
+    async fn start(&self) -> Option<Begun> {
         let q = &self.shared.queue;
         let max_attempts = self.config().max_attempts;
         let op = q.op();
         let sent = Instant::now();
-        let (attempt, tries, key, payload) =
+        let (attempt, tries, created_ms, payload) =
             match self.until_answered("starting an attempt", || q.start(self.entry, max_attempts, &op)).await? {
-                Start::Run { attempt, tries, key, payload } => (attempt, tries, key, payload),
-                Start::Dead(n) => {
+                Started::Run { attempt, tries, created_ms, payload } => (attempt, tries, created_ms, payload),
+                Started::Dead(n) => {
                     tracing::warn!(
                         run_id = self.run_id,
                         attempts = n,
@@ -155,18 +155,19 @@ impl<H: Handler> RunTask<'_, H> {
                     Counters::bump(&self.counters().dead);
                     return None;
                 }
-                Start::Lost => {
+                Started::Lost => {
                     Counters::bump(&self.counters().lost);
                     return None;
                 }
             };
         self.renewed_by_start(sent).await;
+        let key = q.run_key_of(self.entry, created_ms.as_deref());
         let run = match payload.map(Payload::from_json).transpose() {
             Ok(payload) => Ok(RunAttempt { attempt, key, payload, ..self.entry.run.clone() }),
             // The stored text never changes: no retry can fix it.
             Err(e) => Err(Failure::permanent(format!("the run's stored payload is not JSON: {e}"))),
         };
-        Some(Started { attempt, tries, run })
+        Some(Begun { attempt, tries, run })
     }
 
     /// The start script, first sent at `sent`, reset the idle time: the
@@ -187,7 +188,7 @@ impl<H: Handler> RunTask<'_, H> {
     /// Runs the handler on a started attempt, within the timeout, and stops
     /// it early when another worker takes the run or the lease goes
     /// unrenewed past the fence.
-    async fn call(&self, started: Started, probe: bool) -> (Attempt, Ran) {
+    async fn call(&self, started: Begun, probe: bool) -> (Attempt, Ran) {
         let config = self.config();
         tracing::debug!(run_id = self.run_id, attempt = started.attempt, probe, "attempt started");
         let (began, started_ms) = (Instant::now(), now_ms());

@@ -59,26 +59,6 @@ impl StreamEntry {
     }
 }
 
-/// What starting an attempt found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Start {
-    /// Run attempt number `attempt`.
-    Run {
-        /// The attempt's number, counted across workers.
-        attempt: u32,
-        /// The run's run key ([`run_key`]).
-        key: String,
-        /// The run's kept payload (JSON text), if any.
-        payload: Option<String>,
-        /// This attempt's place in the run's attempt budget (1-based).
-        tries: u32,
-    },
-    /// Another worker holds the entry now.
-    Lost,
-    /// The last allowed attempt was lost with its worker: moved to the dead stream.
-    Dead(u32),
-}
-
 /// The Redis operations of one consumer in one group.
 pub(crate) struct Queue {
     redis: RedisHandle,
@@ -247,7 +227,7 @@ impl Queue {
     }
 
     /// `lua/worker_start.lua`: begin the next attempt.
-    pub async fn start(&self, e: &StreamEntry, max_attempts: u32, op: &Op) -> Result<Start, Error> {
+    pub async fn start(&self, e: &StreamEntry, max_attempts: u32, op: &Op) -> Result<Started, Error> {
         let call = StartCall {
             consumer: self.as_consumer(),
             entry_id: &e.id,
@@ -257,16 +237,12 @@ impl Queue {
             op: &op.0,
             retention_ms: self.retention_ms,
         };
-        Ok(match self.redis.call(&call).await? {
-            Started::Run { attempt, created_ms, payload, tries } => Start::Run {
-                attempt,
-                tries,
-                key: run_key(self.keys(), &e.run.fields.run_id, created_ms.as_deref(), &e.id),
-                payload,
-            },
-            Started::Dead(attempts) => Start::Dead(attempts),
-            Started::Lost => Start::Lost,
-        })
+        self.redis.call(&call).await
+    }
+
+    /// The run key of `e`, whose record says it was created at `created_ms` ([`run_key`]).
+    pub fn run_key_of(&self, e: &StreamEntry, created_ms: Option<&str>) -> String {
+        run_key(self.keys(), &e.run.fields.run_id, created_ms, &e.id)
     }
 
     /// `lua/worker_done.lua`: acknowledge and mark done, with the attempt's
