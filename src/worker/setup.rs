@@ -184,10 +184,8 @@ fn retry_policy(s: &Layer, c: &mut WorkerConfig) -> Result<(), ConfigError> {
             )));
         }
         let mut waits = Vec::with_capacity(list.value.len());
-        for entry in &list.value {
-            let wait = crate::units::parse_duration(entry).map_err(|e| {
-                if list.origin.is_file() { list.fail("not a list of durations (5s,5m,30m)") } else { list.fail(e) }
-            })?;
+        for (i, entry) in list.value.iter().enumerate() {
+            let wait = crate::units::parse_duration(entry).map_err(|e| list.fail(format!("wait #{}: {e}", i + 1)))?;
             waits.push(wait);
         }
         c.max_attempts = u32::try_from(waits.len() + 1).map_err(|_| list.fail("too many waits"))?;
@@ -245,7 +243,7 @@ pub async fn run(
         },
         destination: match &setup.mode {
             Mode::Command(_) => String::new(),
-            Mode::Deliver(d) => crate::worker::heartbeat::redact_destination(&d.url),
+            Mode::Deliver(d) => crate::redact::deliver_url(&d.url),
         },
     };
     let worker = Worker::for_store(&resolved, config, &handler.describe()).await?.with_heartbeat(heartbeat);
