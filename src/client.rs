@@ -81,11 +81,10 @@ pub fn http_url(text: &str) -> Result<url::Url, BadUrl> {
 
 /// `host:port` and the path of an `http://` URL.
 fn split_url(text: &str) -> Result<(String, String), ClientError> {
-    // The URL is named as it may be printed: its password never reaches a message.
-    let shown = || crate::redact::deliver_url(text);
-    let url = http_url(text).map_err(|e| ClientError::BadUrl(format!("{:?}: {e}", shown())))?;
+    // No message names the URL: the caller does, redacted ([`crate::redact`]).
+    let url = http_url(text).map_err(|e| ClientError::BadUrl(e.to_string()))?;
     if url.scheme() != "http" {
-        return Err(ClientError::BadUrl(format!("{:?} is not an http:// URL (https is not supported here)", shown())));
+        return Err(ClientError::BadUrl("not an http:// URL (https is not supported here)".to_owned()));
     }
     let host = url.host_str().unwrap_or_default();
     let authority = format!("{host}:{}", url.port_or_known_default().unwrap_or(80));
