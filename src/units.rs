@@ -61,13 +61,17 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lifetime(pub Option<Duration>);
 
+/// What a value that is neither a duration nor `never` is told; like
+/// [`NOT_A_DURATION`], it names no part of the value.
+pub const NOT_A_LIFETIME: &str = "not a lifetime (use `never`, or at least 1s: 90s, 5m, 72h, 30d)";
+
 /// Parses a duration like [`parse_duration`], or `never`. Zero is refused:
 /// a record that expires at once would turn every retry into new work.
 pub fn parse_lifetime(s: &str) -> Result<Lifetime, String> {
     if s.trim() == "never" {
         return Ok(Lifetime(None));
     }
-    let d = parse_duration(s).map_err(|e| format!("{e}, or never"))?;
+    let d = parse_duration(s).map_err(|_| NOT_A_LIFETIME.to_owned())?;
     if d < Duration::from_secs(1) {
         return Err("a lifetime must be at least 1s (or never)".into());
     }
