@@ -173,7 +173,10 @@ fn each_bad_input_names_the_problem() {
         ("delivery_ttl = \"soon\"", "delivery_ttl"),
         ("[[provider]]\nname = \"x\"\nkind = \"gitea\"\nsecret = \"s\"", "unknown kind"),
         ("[[provider]]\nname = \"x\"\nkind = \"github\"", "missing secret"),
-        ("[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret_env = \"NOPE\"", "`secret_env` entry #1 names a variable that is not set"),
+        (
+            "[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret_env = \"NOPE\"",
+            "`secret_env` entry #1 names a variable that is not set",
+        ),
         ("[[provider]]\nname = \"x\"\nkind = \"standard-webhooks\"\nsecret = \"whsec_!!!\"", "\"x\""),
         ("[[provider]]\nname = \"a b\"\nkind = \"github\"\nsecret = \"s\"", "name must"),
         (
@@ -314,7 +317,10 @@ fn sentinel_tls_and_password_file_settings() {
     for (text, want) in [
         ("redis_sentinel_nodes = \"redis://s:26379\"", "needs --redis-sentinel-master"),
         ("redis_url = \"redis://x\"\nredis_sentinel_nodes = \"redis://s:26379\"", "not both"),
-        ("redis_url = \"redis://x\"\nredis_tls_ca = \"/nonexistent/ca.pem\"", "`redis_tls_ca`: redis TLS CA file: cannot read it"),
+        (
+            "redis_url = \"redis://x\"\nredis_tls_ca = \"/nonexistent/ca.pem\"",
+            "`redis_tls_ca`: redis TLS CA file: cannot read it",
+        ),
         (
             "redis_url = \"redis://x\"\nredis_password_file = \"/nonexistent/pw\"",
             "`redis_password_file`: redis password file: cannot read it",

@@ -121,8 +121,7 @@ impl Secret {
     /// The file's content without its final newline (`\n` or `\r\n`), so
     /// `echo pw > file` and editors that end files with a newline work.
     pub fn from_file(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("redis password file: cannot read it: {e}"))?;
+        let text = std::fs::read_to_string(path).map_err(|e| format!("redis password file: cannot read it: {e}"))?;
         crate::file_mode::warn_if_others_can_read(path, "the redis password file");
         let text = text.strip_suffix('\n').map_or(text.as_str(), |t| t.strip_suffix('\r').unwrap_or(t));
         if text.is_empty() {
@@ -175,8 +174,7 @@ impl PemFile {
     /// One PEM private key (PKCS#8, PKCS#1 or SEC1).
     pub fn private_key(path: &Path, what: &str) -> Result<Self, String> {
         let pem = Self::read(path, what)?;
-        PrivateKeyDer::from_pem_slice(&pem)
-            .map_err(|e| format!("{what}: holds no PEM private key: {e}"))?;
+        PrivateKeyDer::from_pem_slice(&pem).map_err(|e| format!("{what}: holds no PEM private key: {e}"))?;
         Ok(Self { path: path.to_owned(), pem })
     }
 
