@@ -287,22 +287,25 @@ fn no_command_flag_echoes_a_value_it_refused() {
     let payload = fixtures.path("payload.json");
     let value = VALUES[0];
     let control = "MARKER4\ninjected";
-    let lines: Vec<(Vec<String>, Vec<(String, String)>)> = vec![
-        (send(&["--provider", value, "--event", "push", "--file", &payload]), vec![]),
-        (send(&["--provider", "gh", "--event", "push", "--file", value]), vec![]),
-        (send(&["--provider", "gh", "--event", "push", "--file", &payload, "--timeout", value]), vec![]),
-        (send(&["--provider", "gh", "--event", control, "--file", &payload]), vec![]),
-        (send(&["--provider", "gh", "--event", "push", "--file", &payload, "--delivery-id", control]), vec![]),
-        (["bench", "--duration", value].map(String::from).into(), vec![]),
-        (["stats", "--progress-every", value].map(String::from).into(), vec![]),
-        (["serve", "--log-format", value].map(String::from).into(), vec![]),
-        (["serve".to_owned()].into(), vec![("IDEMGATE_LOG_FORMAT".to_owned(), value.to_owned())]),
-        (["serve", "--listen", "127.0.0.1:1", value].map(String::from).into(), vec![]),
-        (["serve", &format!("--no-such-flag={value}")].map(String::from).into(), vec![]),
-        (["healthcheck", "--http", value].map(String::from).into(), vec![]),
+    let line = |args: &[&str]| -> Vec<String> { args.iter().map(|s| s.to_string()).collect() };
+    let case = |args: Vec<String>, env: &[(&str, &str)]| {
+        let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Case { what: format!("{args:?} {env:?}"), args, env }
+    };
+    let cases = vec![
+        case(send(&["--provider", value, "--event", "push", "--file", &payload]), &[]),
+        case(send(&["--provider", "gh", "--event", "push", "--file", value]), &[]),
+        case(send(&["--provider", "gh", "--event", "push", "--file", &payload, "--timeout", value]), &[]),
+        case(send(&["--provider", "gh", "--event", control, "--file", &payload]), &[]),
+        case(send(&["--provider", "gh", "--event", "push", "--file", &payload, "--delivery-id", control]), &[]),
+        case(line(&["bench", "--duration", value]), &[]),
+        case(line(&["stats", "--progress-every", value]), &[]),
+        case(line(&["serve", "--log-format", value]), &[]),
+        case(line(&["serve"]), &[("IDEMGATE_LOG_FORMAT", value)]),
+        case(line(&["serve", "--listen", "127.0.0.1:1", value]), &[]),
+        case(line(&["serve", &format!("--no-such-flag={value}")]), &[]),
+        case(line(&["healthcheck", "--http", value]), &[]),
     ];
-    let cases: Vec<Case> =
-        lines.into_iter().map(|(args, env)| Case { what: format!("{args:?} {env:?}"), args, env }).collect();
     let total = cases.len();
     let (echoes, accepted) = echoed(cases);
     assert!(echoes.is_empty(), "{} of {total} runs echo a value:\n\n{}", echoes.len(), echoes.join("\n\n"));
