@@ -107,7 +107,7 @@ pub enum Raw {
 pub struct ConfigError {
     /// Where the bad value came from.
     pub origin: Option<Origin>,
-    /// What is wrong, never the value of a secret or of anything from the file.
+    /// What is wrong, never the value (whatever its source: a secret may be typed into any setting).
     pub message: String,
 }
 
