@@ -59,9 +59,9 @@ enum Command {
 #[tokio::main]
 async fn main() -> ExitCode {
     let command = cli::hide_env_values(Cli::command());
-    let matches = command.clone().get_matches();
+    let matches = command.clone().try_get_matches().unwrap_or_else(|e| cli::refuse(e));
     let sources = cli::sources(&command, &matches);
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| cli::refuse(e));
     // Every flag is parsed (clap owns copies): no secret stays in `ps`.
     idemgate::worker::scrub::arguments();
     // The bench serves thousands of requests a second: per-request logs would measure the terminal.

@@ -1,7 +1,7 @@
 //! Every URL idemgate prints, redacted by one rule (docs/security.md,
-//! "Secrets"): in logs, errors, `last_error`, the dead stream, the ops API
-//! and the console, and in the process's own argument list ([`mask`], for
-//! `ps`).
+//! "Secrets"): in logs, errors, `last_error`, the dead stream, the ops API,
+//! the console, a worker's heartbeat and `send`'s and `healthcheck`'s
+//! messages, and in the process's own argument list ([`mask`], for `ps`).
 //!
 //! - The userinfo (`user:password@`) and every query value are hidden.
 //! - A fragment is hidden.
@@ -210,6 +210,8 @@ mod tests {
             ("http://h/a/", "http://h/a/"),
             ("http://h", "http://h"),
             ("http://h/a/b#f", "http://h/a/***#***"),
+            ("http://h:9/a/b/", "http://h:9/a/***"),
+            ("notaurl:secret", NOT_A_URL),
         ] {
             assert_eq!(deliver_url(url), shown, "{url}");
         }

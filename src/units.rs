@@ -31,16 +31,19 @@ pub fn format_duration(d: Duration) -> String {
 }
 
 /// What a value that is not a duration is told, wherever it was given
-/// (a flag, an environment variable, a config key). Where the value may be a
-/// secret in the wrong key, the message names the key and not the value.
+/// (a flag, an environment variable, a config key). Like every message
+/// of [`parse_duration`], it names no part of the value: a secret typed
+/// into the wrong setting must not reach a log (the caller names the
+/// setting).
 pub const NOT_A_DURATION: &str = "not a duration (use a whole number and a unit: 90s, 5m, 72h, 4d)";
 
-/// Parses `90s`, `5m`, `72h`, `4d`, `500ms` (a whole number and a unit).
+/// Parses `90s`, `5m`, `72h`, `4d`, `500ms` (a whole number and a unit);
+/// the error names no part of the value.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is {NOT_A_DURATION}"))?;
+    let n: u64 = num.parse().map_err(|_| NOT_A_DURATION.to_owned())?;
     let secs = |mult: u64| n.checked_mul(mult).map(Duration::from_secs);
     let d = match unit {
         "ms" => Some(Duration::from_millis(n)),
@@ -48,9 +51,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "m" => secs(60),
         "h" => secs(3600),
         "d" => secs(86_400),
-        _ => return Err(format!("{s:?} has no unit: use ms, s, m, h or d (e.g. 90s, 72h, 4d)")),
+        _ => return Err("no unit: use ms, s, m, h or d (e.g. 90s, 72h, 4d)".to_owned()),
     };
-    d.ok_or_else(|| format!("{s:?} is too long"))
+    d.ok_or_else(|| "too long a duration".to_owned())
 }
 
 /// How long something is kept: a duration, or `never` (`None`: kept until
@@ -58,13 +61,17 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lifetime(pub Option<Duration>);
 
+/// What a value that is neither a duration nor `never` is told; like
+/// [`NOT_A_DURATION`], it names no part of the value.
+pub const NOT_A_LIFETIME: &str = "not a lifetime (use `never`, or at least 1s: 90s, 5m, 72h, 30d)";
+
 /// Parses a duration like [`parse_duration`], or `never`. Zero is refused:
 /// a record that expires at once would turn every retry into new work.
 pub fn parse_lifetime(s: &str) -> Result<Lifetime, String> {
     if s.trim() == "never" {
         return Ok(Lifetime(None));
     }
-    let d = parse_duration(s).map_err(|e| format!("{e}, or never"))?;
+    let d = parse_duration(s).map_err(|_| NOT_A_LIFETIME.to_owned())?;
     if d < Duration::from_secs(1) {
         return Err("a lifetime must be at least 1s (or never)".into());
     }

@@ -102,6 +102,68 @@ pub fn sources(command: &clap::Command, matches: &ArgMatches) -> Sources {
     sources
 }
 
+/// Exits on a command line clap refused, as clap would (its exit code,
+/// the usage, the valid values, a similar flag), but naming only flags:
+/// clap's own message quotes what the line or an env var gave ("invalid
+/// value 'X' for '--log-format'"), and no error echoes a value it refused
+/// (docs/security.md, "Secrets and output"). Help and the version are
+/// clap's own.
+pub fn refuse(error: clap::Error) -> ! {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if matches!(
+        error.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        error.exit();
+    }
+    let texts = |kind| match error.get(kind) {
+        Some(ContextValue::String(one)) => vec![one.clone()],
+        Some(ContextValue::Strings(many)) => many.clone(),
+        _ => Vec::new(),
+    };
+    let mut message = format!("error: {}", error.kind());
+    let named = texts(ContextKind::InvalidArg);
+    // A missing argument is named by its definition (`<URL>`); any other by what the line typed.
+    let flags: Vec<String> = match error.kind() {
+        ErrorKind::MissingRequiredArgument => named,
+        _ => named.iter().filter_map(|arg| flag_of(arg)).collect(),
+    };
+    if !flags.is_empty() {
+        message += &format!(": {}", flags.join(", "));
+    }
+    // A value parser's reason names no value (`idemgate::units::parse_duration`, the number parsers).
+    if let (ErrorKind::ValueValidation, Some(reason)) = (error.kind(), std::error::Error::source(&error)) {
+        message += &format!(": {reason}");
+    }
+    // The valid values and a similar flag come from the definitions, not from the line.
+    let valid = texts(ContextKind::ValidValue);
+    if !valid.is_empty() {
+        message += &format!(" [possible values: {}]", valid.join(", "));
+    }
+    if let Some(similar) = texts(ContextKind::SuggestedArg).iter().find_map(|arg| flag_of(arg)) {
+        message += &format!("\n\n  tip: a similar argument exists: '{similar}'");
+    }
+    if let Some(similar) = texts(ContextKind::SuggestedSubcommand).first() {
+        message += &format!("\n\n  tip: a similar subcommand exists: '{similar}'");
+    }
+    if let Some(ContextValue::StyledStr(usage)) = error.get(ContextKind::Usage) {
+        message += &format!("\n\n{usage}");
+    }
+    eprintln!("{message}\n\nFor more information, try '--help'.");
+    std::process::exit(error.exit_code())
+}
+
+/// The long flag an argument of clap's message names (`--log-format` of
+/// `--log-format <LOG_FORMAT>` or of a typed `--listen=X`), or `None` when
+/// it names none: a stray value on the line (`-5`, `s3cret`) is shown by
+/// no message.
+fn flag_of(arg: &str) -> Option<String> {
+    let end = arg.find(|c: char| !(c.is_ascii_alphanumeric() || c == '-')).unwrap_or(arg.len());
+    let flag = &arg[..end];
+    let name = flag.strip_prefix("--")?;
+    name.starts_with(|c: char| c.is_ascii_alphabetic()).then(|| flag.to_owned())
+}
+
 /// Prints a text and a newline; a closed stdout (`| head`) is not an error.
 pub fn print_out(text: &str) {
     let mut out = std::io::stdout().lock();

@@ -358,10 +358,11 @@ pub struct HealthcheckArgs {
 /// `--http`, the service) answers; one line on stderr and exit 1 when not.
 pub async fn healthcheck_command(args: &HealthcheckArgs, sources: Sources) -> Result<ExitCode, OpsError> {
     let merged = Merged::load(sources)?;
-    if let Some(url) = &args.http {
+    if let Some(given) = &args.http {
         let timeout =
             merged.given.redis_timeout.duration()?.map_or(idemgate::redis_io::DEFAULT_COMMAND_TIMEOUT, |t| t.value);
-        return Ok(match idemgate::ops::http_status(url, timeout).await {
+        let url = idemgate::redact::deliver_url(given);
+        return Ok(match idemgate::ops::http_status(given, timeout).await {
             Ok(code) if (200..300).contains(&code) => {
                 print_out(&format!("ok: {url} answered {code}"));
                 ExitCode::SUCCESS

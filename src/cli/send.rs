@@ -53,17 +53,19 @@ const NOT_SENT: u8 = 2;
 /// is a message for stderr.
 fn prepare(args: SignArgs, sources: Sources) -> Result<idemgate::send::Outgoing, String> {
     let providers = Merged::load(sources).and_then(|m| m.file.providers()).map_err(|e| e.to_string())?;
+    // The messages name the flag, never what it was given (docs/security.md,
+    // "Secrets and output"); the config's provider names are no secret.
     let provider = providers.iter().find(|p| p.name() == args.provider).ok_or_else(|| {
         let names: Vec<&str> = providers.iter().map(|p| p.name()).collect();
         match names.is_empty() {
-            true => format!("no provider {:?}: the config has no [[provider]] (give --config FILE)", args.provider),
-            false => format!("no provider {:?} in the config (it has: {})", args.provider, names.join(", ")),
+            true => "--provider: the config has no [[provider]] (give --config FILE)".to_owned(),
+            false => format!("--provider: no provider of that name in the config (it has: {})", names.join(", ")),
         }
     })?;
     let body = match args.file.as_deref() {
         None => read_stdin(),
         Some(path) if path.as_os_str() == "-" => read_stdin(),
-        Some(path) => std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display())),
+        Some(path) => std::fs::read(path).map_err(|e| format!("--file: cannot read it: {e}")),
     }?;
     idemgate::send::prepare(provider, body, args.delivery_id, args.event.as_deref(), std::time::SystemTime::now())
         .map_err(|e| e.to_string())
@@ -106,7 +108,8 @@ pub async fn send(args: SendArgs, sources: Sources) -> ExitCode {
             if answer.status.is_success() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
         }
         Err(e) => {
-            eprintln!("idemgate send: {}: {e}", args.url);
+            // Redacted as a destination is: a webhook URL may carry a token in its path too.
+            eprintln!("idemgate send: {}: {e}", idemgate::redact::deliver_url(&args.url));
             ExitCode::from(NOT_SENT)
         }
     }

@@ -9,20 +9,16 @@ use super::origin::{ConfigError, err};
 use super::settings::{FileTables, Layer};
 
 impl<P: DeserializeOwned> FileTables<P> {
-    /// Reads and parses a config file.
+    /// Reads and parses a config file. The errors name no path: the
+    /// caller names the flag or variable that gave it (no error echoes a
+    /// value it refused).
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| err(format!("config file {}: cannot read it: {e}", path.display())))?;
-        let file = Self::parse(&text).map_err(|e| err(format!("config file {}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read the config file: {e}")))?;
+        let file = Self::parse(&text).map_err(|e| err(format!("the config file, {e}")))?;
         if holds_secret(&text) {
             crate::file_mode::warn_if_others_can_read(path, "the config file");
         }
         Ok(file)
-    }
-
-    /// [`FileTables::load`], or the empty config without a file.
-    pub fn load_opt(path: Option<&Path>) -> Result<Self, ConfigError> {
-        path.map_or_else(|| Ok(Self::default()), Self::load)
     }
 
     /// Parses the text of a config file.

@@ -119,6 +119,10 @@ macro_rules! settings {
         pub const FLAGS: &[Flag] = &[$($(Flag { name: stringify!($name), $($flag)* ..Flag::BASE },)?)*];
 
         impl Layer {
+            /// The keys of the file's top level (besides its `[[provider]]`
+            /// and `[worker]` tables), in the list's order.
+            pub const TOP_KEYS: &'static [&'static str] = &[$(stringify!($top)),*];
+
             /// The keys of the file's `[worker]` table.
             pub const WORKER_KEYS: &'static [&'static str] = &[$(stringify!($w)),*];
 

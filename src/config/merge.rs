@@ -30,7 +30,10 @@ impl Merged {
     /// `IDEMGATE_CONFIG`) and layers `sources` over it.
     pub fn load(sources: Sources) -> Result<Self, ConfigError> {
         let config = sources.flags.config.clone().or_else(|| sources.env.config.clone());
-        let file = FileConfig::load_opt(config.path()?.map(|p| p.value).as_deref())?;
+        let file = match config.path()? {
+            Some(path) => FileConfig::load(&path.value).map_err(|e| path.fail(e.message))?,
+            None => FileConfig::default(),
+        };
         Ok(Self::over_file(sources, file))
     }
 

@@ -107,7 +107,7 @@ pub enum Raw {
 pub struct ConfigError {
     /// Where the bad value came from.
     pub origin: Option<Origin>,
-    /// What is wrong, never the value of a secret or of anything from the file.
+    /// What is wrong, never the value (whatever its source: a secret may be typed into any setting).
     pub message: String,
 }
 
@@ -134,14 +134,9 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// What is expected of a lifetime; shown instead of a value from the file.
-const A_LIFETIME: &str = "not a lifetime (use `never`, or at least 1s: 90s, 5m, 72h, 30d)";
-
 /// Parsing the winning value of one setting, its source at hand: each
 /// method gives `None` when no layer set it, and an error that names the
-/// source when the value is wrong. A value from the file is never shown; a
-/// flag's or env var's is, as the parsers word it (none of those parsed
-/// here is a secret).
+/// source when the value is wrong, never the value.
 pub trait Setting {
     /// The raw value, if any layer gave one.
     fn given(&self) -> Option<&Given<Raw>>;
@@ -187,29 +182,26 @@ pub trait Setting {
             .transpose()
     }
 
-    /// A value read by `parse`; `expected` is the message for a bad value
-    /// from the file, which is never shown.
-    fn parsed<T>(
-        &self,
-        parse: impl Fn(&str) -> Result<T, String>,
-        expected: &str,
-    ) -> Result<Option<Given<T>>, ConfigError> {
+    /// A value read by `parse`, whose message is shown after the value's
+    /// source. No parser's message holds the value, whatever the source
+    /// (docs/security.md, "Secrets and output"): a secret typed into the
+    /// wrong flag, variable or key must not reach a log.
+    fn parsed<T>(&self, parse: impl Fn(&str) -> Result<T, String>) -> Result<Option<Given<T>>, ConfigError> {
         let Some(text) = self.text()? else { return Ok(None) };
         match parse(&text.value) {
             Ok(value) => Ok(Some(Given::new(value, text.origin))),
-            Err(_) if text.origin.is_file() => Err(text.fail(expected)),
-            Err(shown) => Err(text.fail(shown)),
+            Err(why) => Err(text.fail(why)),
         }
     }
 
     /// A duration (`90s`, `72h`).
     fn duration(&self) -> Result<Option<Given<Duration>>, ConfigError> {
-        self.parsed(parse_duration, crate::units::NOT_A_DURATION)
+        self.parsed(parse_duration)
     }
 
     /// A duration or `never`.
     fn lifetime(&self) -> Result<Option<Given<Lifetime>>, ConfigError> {
-        self.parsed(parse_lifetime, A_LIFETIME)
+        self.parsed(parse_lifetime)
     }
 
     /// A whole number: the file's as TOML typed it, a flag's or env var's
@@ -219,7 +211,7 @@ pub trait Setting {
             let n = T::try_from(*n).map_err(|_| g.fail("too large a number"))?;
             return Ok(Some(Given::new(n, g.origin.clone())));
         }
-        self.parsed(|s| s.trim().parse().map_err(|_| format!("{s:?} is not a whole number")), "not a whole number")
+        self.parsed(|s| s.trim().parse().map_err(|_| "not a whole number".to_owned()))
     }
 }
 

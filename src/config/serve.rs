@@ -125,13 +125,13 @@ impl ServeConfig {
         }
         let allowed_hosts = match s.allowed_hosts.list() {
             Some(list) => {
-                let bad = list.value.iter().find(|h| {
+                let bad = list.value.iter().position(|h| {
                     h.is_empty() || h.contains(|c: char| c.is_whitespace() || c.is_control() || "/@?#,".contains(c))
                 });
                 if let Some(bad) = bad {
                     return Err(list.fail(format!(
-                        "{:?} is not a host name or address (give the name alone, without scheme, port or path)",
-                        crate::text::escape_control(bad)
+                        "allowed host #{} is not a host name or address (give the name alone, without scheme, userinfo, port or path)",
+                        bad + 1
                     )));
                 }
                 list.value.clone()

@@ -28,7 +28,7 @@ fn durations() {
     for bad in ["soon", "", "10", "1.5h", "-1s", "3w", "99999999999999999999d"] {
         assert!(parse_duration(bad).is_err(), "{bad}");
     }
-    assert!(parse_duration("soon").unwrap_err().contains("\"soon\""));
+    assert!(!parse_duration("soon").unwrap_err().contains("soon"), "names no part of the value");
     assert_eq!(parse_lifetime("30d"), Ok(Lifetime(Some(Duration::from_secs(30 * 86_400)))));
     assert_eq!(parse_lifetime("never"), Ok(Lifetime(None)));
     for bad in ["0s", "0d", "forever", ""] {
@@ -173,7 +173,10 @@ fn each_bad_input_names_the_problem() {
         ("delivery_ttl = \"soon\"", "delivery_ttl"),
         ("[[provider]]\nname = \"x\"\nkind = \"gitea\"\nsecret = \"s\"", "unknown kind"),
         ("[[provider]]\nname = \"x\"\nkind = \"github\"", "missing secret"),
-        ("[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret_env = \"NOPE\"", "\"NOPE\" is not set"),
+        (
+            "[[provider]]\nname = \"x\"\nkind = \"github\"\nsecret_env = \"NOPE\"",
+            "`secret_env` entry #1 names a variable that is not set",
+        ),
         ("[[provider]]\nname = \"x\"\nkind = \"standard-webhooks\"\nsecret = \"whsec_!!!\"", "\"x\""),
         ("[[provider]]\nname = \"a b\"\nkind = \"github\"\nsecret = \"s\"", "name must"),
         (
@@ -235,9 +238,9 @@ fn unknown_and_mistyped_keys_are_errors() {
     let path = dir.join("bad.toml");
     std::fs::write(&path, "lisen = 1").unwrap();
     let e = FileConfig::load(&path).unwrap_err().to_string();
-    assert!(e.contains("bad.toml") && e.contains("lisen"), "{e}");
+    assert!(e.starts_with("the config file, line 1, key `lisen`: unknown field `lisen`"), "{e}");
     let e = FileConfig::load(&dir.join("missing.toml")).unwrap_err().to_string();
-    assert!(e.contains("missing.toml") && e.contains("cannot read"), "{e}");
+    assert!(e.starts_with("cannot read the config file: ") && !e.contains("missing.toml"), "{e}");
 }
 
 #[test]
@@ -314,8 +317,14 @@ fn sentinel_tls_and_password_file_settings() {
     for (text, want) in [
         ("redis_sentinel_nodes = \"redis://s:26379\"", "needs --redis-sentinel-master"),
         ("redis_url = \"redis://x\"\nredis_sentinel_nodes = \"redis://s:26379\"", "not both"),
-        ("redis_url = \"redis://x\"\nredis_tls_ca = \"/nonexistent/ca.pem\"", "/nonexistent/ca.pem"),
-        ("redis_url = \"redis://x\"\nredis_password_file = \"/nonexistent/pw\"", "/nonexistent/pw"),
+        (
+            "redis_url = \"redis://x\"\nredis_tls_ca = \"/nonexistent/ca.pem\"",
+            "`redis_tls_ca`: redis TLS CA file: cannot read it",
+        ),
+        (
+            "redis_url = \"redis://x\"\nredis_password_file = \"/nonexistent/pw\"",
+            "`redis_password_file`: redis password file: cannot read it",
+        ),
         (
             "redis_url = \"rediss://x\"\nredis_tls_cert = \"/nonexistent/c.pem\"",
             "both --redis-tls-cert and --redis-tls-key",
@@ -555,7 +564,7 @@ fn a_toml_integer_reaches_its_setting_typed() {
     assert_eq!(layer.max_body.text().unwrap_err().to_string(), "config file line 1, `max_body`: expected one value");
     // A flag's number is text, parsed once, named by its flag.
     let e = Layer::flags([("max_body", "ten")]).unwrap().max_body.number::<usize>().unwrap_err();
-    assert_eq!(e.to_string(), "--max-body: \"ten\" is not a whole number");
+    assert_eq!(e.to_string(), "--max-body: not a whole number");
     // The file refuses a number of the wrong TOML type by line and key.
     assert!(FileConfig::parse("max_body = \"1MiB\"").unwrap_err().to_string().starts_with("line 1, key `max_body`"));
 }

@@ -133,11 +133,14 @@ impl ProviderTable {
                 if vars.is_empty() {
                     return Err(format!("{at}: `secret_env` names no variable"));
                 }
+                // The entry's number, not its text: a secret typed here
+                // instead of its variable's name must not reach a log.
                 vars.iter()
-                    .map(|var| {
-                        env(var)
-                            .filter(|s| !s.is_empty())
-                            .ok_or_else(|| format!("{at}: secret_env {var:?} is not set or empty"))
+                    .enumerate()
+                    .map(|(i, var)| {
+                        env(var).filter(|s| !s.is_empty()).ok_or_else(|| {
+                            format!("{at}: `secret_env` entry #{} names a variable that is not set or empty", i + 1)
+                        })
                     })
                     .collect()
             }

@@ -121,12 +121,11 @@ impl Secret {
     /// The file's content without its final newline (`\n` or `\r\n`), so
     /// `echo pw > file` and editors that end files with a newline work.
     pub fn from_file(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("redis password file {}: cannot read it: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path).map_err(|e| format!("redis password file: cannot read it: {e}"))?;
         crate::file_mode::warn_if_others_can_read(path, "the redis password file");
         let text = text.strip_suffix('\n').map_or(text.as_str(), |t| t.strip_suffix('\r').unwrap_or(t));
         if text.is_empty() {
-            return Err(format!("redis password file {} is empty", path.display()));
+            return Err("redis password file: it is empty".to_owned());
         }
         Ok(Self { path: path.to_owned(), value: text.to_owned() })
     }
@@ -157,7 +156,7 @@ impl std::fmt::Debug for PemFile {
 
 impl PemFile {
     fn read(path: &Path, what: &str) -> Result<Vec<u8>, String> {
-        std::fs::read(path).map_err(|e| format!("{what} {}: cannot read it: {e}", path.display()))
+        std::fs::read(path).map_err(|e| format!("{what}: cannot read it: {e}"))
     }
 
     /// One or more PEM certificates (a CA bundle, or a certificate chain).
@@ -165,9 +164,9 @@ impl PemFile {
         let pem = Self::read(path, what)?;
         let certs = CertificateDer::pem_slice_iter(&pem)
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("{what} {}: not a PEM certificate file: {e}", path.display()))?;
+            .map_err(|e| format!("{what}: not a PEM certificate file: {e}"))?;
         if certs.is_empty() {
-            return Err(format!("{what} {}: holds no PEM certificate", path.display()));
+            return Err(format!("{what}: holds no PEM certificate"));
         }
         Ok(Self { path: path.to_owned(), pem })
     }
@@ -175,8 +174,7 @@ impl PemFile {
     /// One PEM private key (PKCS#8, PKCS#1 or SEC1).
     pub fn private_key(path: &Path, what: &str) -> Result<Self, String> {
         let pem = Self::read(path, what)?;
-        PrivateKeyDer::from_pem_slice(&pem)
-            .map_err(|e| format!("{what} {}: holds no PEM private key: {e}", path.display()))?;
+        PrivateKeyDer::from_pem_slice(&pem).map_err(|e| format!("{what}: holds no PEM private key: {e}"))?;
         Ok(Self { path: path.to_owned(), pem })
     }
 

@@ -63,7 +63,9 @@ pub struct CommandUser {
 impl CommandUser {
     /// The user named `name` (or numbered, `1001`) in the password database.
     pub fn lookup(name: &str) -> Result<Self, String> {
-        let c_name = std::ffi::CString::new(name).map_err(|_| format!("{name:?} is not a user name"))?;
+        // The messages name no user: the caller names the setting, and the
+        // value may be something else typed into it.
+        let c_name = std::ffi::CString::new(name).map_err(|_| "not a user name".to_owned())?;
         let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
         let mut buf = vec![0 as libc::c_char; 16 * 1024];
         let mut found: *mut libc::passwd = std::ptr::null_mut();
@@ -76,14 +78,14 @@ impl CommandUser {
             unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut found) };
         }
         if found.is_null() {
-            return Err(format!("no user {:?} on this host", crate::text::escape_control(name)));
+            return Err("no such user on this host".to_owned());
         }
         // SAFETY: on success the strings point into `buf`, NUL-terminated.
         let text = |p: *const libc::c_char| unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned();
         let user = Self { name: text(pwd.pw_name), uid: pwd.pw_uid, gid: pwd.pw_gid, home: text(pwd.pw_dir) };
         // SAFETY: geteuid(2) has no arguments and no failure.
         if unsafe { libc::geteuid() } != 0 && user.uid != unsafe { libc::geteuid() } {
-            return Err(format!("runs the command as {:?}, which takes a worker running as root", user.name));
+            return Err("runs the command as another user, which takes a worker running as root".to_owned());
         }
         Ok(user)
     }

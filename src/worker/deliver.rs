@@ -64,7 +64,8 @@ pub struct DeliverOptions {
 /// [`MIN_SIGNING_SECRET_BYTES`] decoded). The errors name the flag and the
 /// line number, never the content.
 pub fn read_secrets(path: &Path) -> Result<Vec<Vec<u8>>, WorkerError> {
-    let at = format!("--deliver-secret-file {}", path.display());
+    // The flag alone: no error echoes a value it refused.
+    let at = "--deliver-secret-file";
     let text = std::fs::read_to_string(path).map_err(|e| WorkerError::Config(format!("{at}: cannot read it: {e}")))?;
     crate::file_mode::warn_if_others_can_read(path, "the deliver secrets file");
     let mut keys = Vec::new();
@@ -389,7 +390,7 @@ fn tls_config(ca: Option<&Path>) -> Result<rustls::ClientConfig, WorkerError> {
     let mut roots = rustls::RootCertStore::empty();
     match ca {
         Some(path) => {
-            let at = format!("--deliver-ca {}", path.display());
+            let at = "--deliver-ca";
             let pem = std::fs::read(path).map_err(|e| WorkerError::Config(format!("{at}: cannot read it: {e}")))?;
             let certs = CertificateDer::pem_slice_iter(&pem)
                 .collect::<Result<Vec<_>, _>>()

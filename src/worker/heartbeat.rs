@@ -30,7 +30,8 @@ pub struct Heartbeat {
     pub interval: Duration,
     /// `command`, `deliver` or `library` (a worker embedded in a program).
     pub mode: String,
-    /// Where runs go, redacted ([`redact_destination`]); `""` for none.
+    /// Where runs go, as every printed destination URL shows it
+    /// ([`crate::redact::deliver_url`]); `""` for none.
     pub destination: String,
 }
 
@@ -38,29 +39,6 @@ impl Default for Heartbeat {
     fn default() -> Self {
         Self { interval: DEFAULT_HEARTBEAT_INTERVAL, mode: "library".into(), destination: String::new() }
     }
-}
-
-/// A destination URL as a heartbeat shows it: the scheme, the host and
-/// port, and the first path segment; userinfo, the rest of the path and
-/// the query are hidden (`…`), since services such as Slack put tokens in
-/// paths. A URL that does not parse shows as `(unparsable URL)`.
-pub fn redact_destination(url: &str) -> String {
-    let Ok(uri) = url.parse::<axum::http::Uri>() else { return "(unparsable URL)".into() };
-    let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
-        return "(unparsable URL)".into();
-    };
-    let host = authority.as_str().rsplit('@').next().unwrap_or_default();
-    let userinfo = if authority.as_str().contains('@') { "…@" } else { "" };
-    let path = uri.path().trim_start_matches('/');
-    let (first, rest) = path.split_once('/').map_or((path, false), |(f, r)| (f, !r.is_empty()));
-    let mut out = format!("{scheme}://{userinfo}{host}/{first}");
-    if rest {
-        out.push_str("/…");
-    }
-    if uri.query().is_some() {
-        out.push_str("?…");
-    }
-    out
 }
 
 /// The breaker's state as a heartbeat writes it: `closed`, `open`, `half_open`, or `none`.
@@ -146,23 +124,4 @@ pub(super) async fn forget(shared: &WorkerState) {
 /// [`breaker_word`] of a handler's breaker.
 pub(super) fn breaker_of<H: super::run::Handler>(h: &H) -> &'static str {
     breaker_word(h.breaker())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn destinations_are_redacted() {
-        for (url, shown) in [
-            ("https://hooks.slack.com/services/T1/B2/SECRET?key=x", "https://hooks.slack.com/services/…?…"),
-            ("http://user:pw@127.0.0.1:8080/hook", "http://…@127.0.0.1:8080/hook"),
-            ("http://h/", "http://h/"),
-            ("http://h:9/a/b/", "http://h:9/a/…"),
-            ("notaurl:secret", "(unparsable URL)"),
-            ("secret", "(unparsable URL)"),
-        ] {
-            assert_eq!(redact_destination(url), shown, "{url}");
-        }
-    }
 }

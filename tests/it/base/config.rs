@@ -96,16 +96,16 @@ fn config_errors_name_the_file_line_and_key_never_the_value() {
 #[test]
 fn config_errors_name_the_env_var_the_value_came_from() {
     let e = start_error(&["serve"], &[("IDEMGATE_DELIVERY_TTL", "soon")]);
-    assert!(e.contains("IDEMGATE_DELIVERY_TTL: \"soon\" is not a duration"), "{e}");
+    assert!(e.contains("IDEMGATE_DELIVERY_TTL: not a duration") && !e.contains("soon"), "{e}");
     assert!(!e.contains("--delivery-ttl"), "the flag was not given: {e}");
     let e = start_error(&["serve"], &[("IDEMGATE_MAX_BODY", "lots")]);
-    assert!(e.contains("IDEMGATE_MAX_BODY: \"lots\" is not a whole number"), "{e}");
+    assert!(e.contains("IDEMGATE_MAX_BODY: not a whole number") && !e.contains("lots"), "{e}");
     let e = start_error(
         &["worker", "--redis-url", "redis://127.0.0.1:1", "--", "true"],
         &[("IDEMGATE_WORKER_GROUP", "g"), ("IDEMGATE_WORKER_CONCURRENCY", "0")],
     );
     assert!(e.contains("IDEMGATE_WORKER_CONCURRENCY: the concurrency must be more than 0"), "{e}");
-    // A secret's value is never shown, whatever its source.
+    // No value is shown, whatever its source.
     let e = start_error(&["serve"], &[("IDEMGATE_API_TOKEN", "")]);
     assert!(e.contains("IDEMGATE_API_TOKEN: the api token is empty"), "{e}");
 }
@@ -113,7 +113,7 @@ fn config_errors_name_the_env_var_the_value_came_from() {
 #[test]
 fn config_errors_name_the_flag_the_value_came_from() {
     let e = start_error(&["serve", "--delivery-ttl", "soon"], &[("IDEMGATE_DELIVERY_TTL", "90s")]);
-    assert!(e.contains("--delivery-ttl: \"soon\" is not a duration"), "{e}");
+    assert!(e.contains("--delivery-ttl: not a duration") && !e.contains("soon"), "{e}");
     assert!(!e.contains("IDEMGATE_DELIVERY_TTL"), "the flag won over the env var: {e}");
     let e = start_error(&["serve", "--listen", "nowhere"], &[]);
     assert!(e.contains("--listen: not an address"), "{e}");

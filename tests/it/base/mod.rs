@@ -16,4 +16,5 @@ pub(crate) mod ops;
 pub(crate) mod production_redis;
 pub(crate) mod provider_kinds;
 pub(crate) mod refusals;
+pub(crate) mod refused_values;
 pub(crate) mod send;

@@ -312,7 +312,7 @@ fn an_unreachable_url_or_a_bad_provider_exits_2() {
 
     let out = run(&server, "send", "nope", "config.toml", None);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no provider \"nope\""));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--provider: no provider of that name"));
 
     // GitHub carries the event name in a header: without --event, nothing is sent.
     let out = idemgate()

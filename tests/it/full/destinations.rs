@@ -494,7 +494,7 @@ fn start_up_errors_name_the_flag_and_never_echo_a_secret() {
     let e = start_error(&dir, &["--deliver", url]);
     assert!(e.contains("--deliver: needs --deliver-secret-file"), "{e}");
     let e = start_error(&dir, &["--deliver", url, "--deliver-secret-file", "/nonexistent/secrets"]);
-    assert!(e.contains("--deliver-secret-file /nonexistent/secrets: cannot read it"), "{e}");
+    assert!(e.contains("--deliver-secret-file: cannot read it") && !e.contains("/nonexistent"), "{e}");
     std::fs::write(dir.join("bad"), "whsec_Hunter2IsNotBase64!\n").unwrap();
     let e = start_error(&dir, &["--deliver", url, "--deliver-secret-file", "bad"]);
     assert!(e.contains("line 1 is not a Standard Webhooks secret"), "{e}");
