@@ -5,6 +5,8 @@
 //! A run record is read into a [`RunSummary`] in one place
 //! ([`RunSummary::read`]), whichever store holds it.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use super::client::{Ops, OpsError};
@@ -277,33 +279,36 @@ impl Ops {
         for n in &numbers {
             pipe.cmd("HMGET").arg(self.keys().run(&format!("run-{n}"))).arg(&SUMMARY_FIELDS[..]);
         }
-        let mut rows: Vec<Vec<Option<String>>> = self.redis.query(&mut pipe).await?;
+        let rows: Vec<Vec<Option<String>>> = self.redis.query(&mut pipe).await?;
+        // Each row by field name: nothing below reads a field by its place.
+        let mut records: Vec<BTreeMap<&str, String>> = rows
+            .into_iter()
+            .map(|row| SUMMARY_FIELDS.into_iter().zip(row).filter_map(|(k, v)| Some((k, v?))).collect())
+            .collect();
         // A queued record's identity is its stream entry's.
-        let entry_at = SUMMARY_FIELDS.len() - 1;
-        let queued: Vec<(usize, String)> = rows
+        let [run_id, provider, ..] = RunFields::NAMES;
+        let queued: Vec<(usize, String)> = records
             .iter()
             .enumerate()
-            .filter(|(_, row)| row[1].is_none())
-            .filter_map(|(i, row)| Some((i, row[entry_at].clone()?)))
+            .filter(|(_, record)| !record.contains_key(provider))
+            .filter_map(|(i, record)| Some((i, record.get(RunFields::ENTRY_ID)?.clone())))
             .collect();
         let ids: Vec<&str> = queued.iter().map(|(_, id)| id.as_str()).collect();
         for ((i, _), entry) in queued.iter().zip(self.stream_entries(&ids).await?) {
-            for (slot, name) in rows[*i].iter_mut().zip(RunFields::NAMES) {
-                if slot.is_none() {
-                    *slot = entry.get(name).cloned();
+            for name in RunFields::NAMES {
+                if let Some(value) = entry.get(name) {
+                    records[*i].entry(name).or_insert_with(|| value.clone());
                 }
             }
         }
-        Ok(rows
+        Ok(records
             .into_iter()
             .zip(&numbers)
-            .map(|(mut row, n)| {
+            .map(|(mut record, n)| {
                 // The record's key names its run, whatever the record holds.
-                row[0].get_or_insert_with(|| format!("run-{n}"));
+                record.entry(run_id).or_insert_with(|| format!("run-{n}"));
                 // A record with no status is no record (expired, or never written).
-                row[6].is_some().then(|| {
-                    RunSummary::read(|k| SUMMARY_FIELDS.iter().position(|f| *f == k).and_then(|i| row[i].clone()))
-                })
+                record.contains_key("status").then(|| RunSummary::read(|k| record.get(k).cloned()))
             })
             .collect())
     }
