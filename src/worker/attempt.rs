@@ -66,17 +66,19 @@ impl Ran {
 /// Runs one attempt of `entry`: done, parked for the next attempt, dead,
 /// lost, or given back (at shutdown, or while the breaker holds attempts back).
 pub(super) async fn process<H: Handler>(shared: &WorkerState, handler: &H, entry: &StreamEntry, held: &Held) {
-    let task = RunTask { shared, handler, entry, held, run_id: entry.run.fields.run_id.as_str() };
+    let run_id = entry.run.fields.run_id.as_str();
     // While the destination is down, no attempt starts: the run goes
     // back, uncounted, for whichever worker's breaker lets it through.
-    let admission = handler.breaker().map_or(BreakerVerdict::Go, Breaker::admit);
-    if *shared.stopping.borrow() || admission == BreakerVerdict::Hold {
+    let admission = Admission::ask(handler.breaker());
+    let task = RunTask { shared, handler, entry, held, run_id, admission: admission.unwrap_or_default() };
+    if admission.is_none() || *shared.stopping.borrow() {
+        // A probe admitted as the worker stops goes back to the breaker.
+        task.admission.abandoned();
         return task.give_back().await;
     }
-    let probe = admission == BreakerVerdict::Probe;
-    let Some(started) = task.start().await else { return task.abandon_probe(probe) };
+    let Some(started) = task.start().await else { return task.admission.abandoned() };
     let (attempt, tries) = (started.attempt, started.tries);
-    let (outcome, ran) = task.call(started, probe).await;
+    let (outcome, ran) = task.call(started).await;
     match outcome {
         Attempt::Ok(success) => task.finish(attempt, &success, &ran).await,
         Attempt::Failed(failure) => task.record_failure(attempt, tries, failure, &ran).await,
@@ -87,17 +89,74 @@ pub(super) async fn process<H: Handler>(shared: &WorkerState, handler: &H, entry
                 "another worker took this run over (lease ran out); attempt abandoned"
             );
             Counters::bump(&task.counters().lost);
-            task.abandon_probe(probe);
+            task.admission.abandoned();
         }
         Attempt::Fenced => {
             task.fenced(attempt);
-            task.abandon_probe(probe);
+            task.admission.abandoned();
+        }
+    }
+}
+
+/// The handler's breaker's say over one attempt: asked once, before it
+/// starts, and told once how it ended (a success, a failure that counts or
+/// not, or an end that says nothing, which frees a probe).
+#[derive(Debug, Clone, Copy, Default)]
+struct Admission<'a> {
+    /// `None`: the handler has no breaker (a command).
+    breaker: Option<&'a Breaker>,
+    /// This attempt is the breaker's probe.
+    probe: bool,
+}
+
+impl<'a> Admission<'a> {
+    /// Asks `breaker`; `None` while it holds attempts back.
+    fn ask(breaker: Option<&'a Breaker>) -> Option<Self> {
+        match breaker.map_or(BreakerVerdict::Go, Breaker::admit) {
+            BreakerVerdict::Hold => None,
+            verdict => Some(Self { breaker, probe: verdict == BreakerVerdict::Probe }),
+        }
+    }
+
+    /// Whether a destination stands behind the handler, so that a timeout
+    /// is the destination's failure.
+    fn guards_a_destination(self) -> bool {
+        self.breaker.is_some()
+    }
+
+    /// The attempt succeeded: the destination is up.
+    fn succeeded(self) {
+        if let Some(b) = self.breaker {
+            b.success();
+        }
+    }
+
+    /// Tells the breaker about a failure; whether the attempt counts (it
+    /// does not while the destination is down, or when this failure opened
+    /// the breaker).
+    fn counts(self, failure: &Failure) -> bool {
+        match self.breaker {
+            Some(b) if failure.destination => b.failure(),
+            // An answer that is not the destination's fault says it is up.
+            Some(b) => {
+                b.success();
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// The attempt ended without telling whether the destination is up.
+    fn abandoned(self) {
+        if let (true, Some(b)) = (self.probe, self.breaker) {
+            b.probe_abandoned();
         }
     }
 }
 
 /// One run task's view: the run in hand and what it runs with.
 struct RunTask<'a, H> {
+    admission: Admission<'a>,
     shared: &'a WorkerState,
     handler: &'a H,
     entry: &'a StreamEntry,
@@ -188,8 +247,9 @@ impl<H: Handler> RunTask<'_, H> {
     /// Runs the handler on a started attempt, within the timeout, and stops
     /// it early when another worker takes the run or the lease goes
     /// unrenewed past the fence.
-    async fn call(&self, started: Begun, probe: bool) -> (Attempt, Ran) {
+    async fn call(&self, started: Begun) -> (Attempt, Ran) {
         let config = self.config();
+        let probe = self.admission.probe;
         tracing::debug!(run_id = self.run_id, attempt = started.attempt, probe, "attempt started");
         let (began, started_ms) = (Instant::now(), now_ms());
         let outcome = tokio::select! {
@@ -216,7 +276,7 @@ impl<H: Handler> RunTask<'_, H> {
             Err(_) => Attempt::Failed(Failure {
                 error: format!("timed out after {}", format_duration(timeout)),
                 // A destination that does not answer in time is down.
-                destination: self.handler.breaker().is_some(),
+                destination: self.admission.guards_a_destination(),
                 ..Failure::default()
             }),
         }
@@ -246,9 +306,7 @@ impl<H: Handler> RunTask<'_, H> {
 
     /// Marks the run done, and logs the attempt's one line.
     async fn finish(&self, attempt: u32, success: &Success, ran: &Ran) {
-        if let Some(b) = self.handler.breaker() {
-            b.success();
-        }
+        self.admission.succeeded();
         let summary = if success.summary.is_empty() { "handled" } else { success.summary.as_str() };
         tracing::info!(
             run_id = self.run_id,
@@ -274,7 +332,7 @@ impl<H: Handler> RunTask<'_, H> {
     /// parked until the next attempt is due or moved to the dead stream.
     async fn record_failure(&self, attempt: u32, tries: u32, failure: Failure, ran: &Ran) {
         let error = truncate(&failure.error, MAX_LAST_ERROR);
-        if !self.breaker_counts(&failure) {
+        if !self.admission.counts(&failure) {
             let entry = self.entry(attempt, ran, failure.status, Some(&error));
             return self.uncount(attempt, &error, &entry).await;
         }
@@ -308,21 +366,6 @@ impl<H: Handler> RunTask<'_, H> {
         }
     }
 
-    /// Tells the handler's breaker about a failure; whether the attempt
-    /// counts (it does not while the destination is down, or when this
-    /// failure opened the breaker).
-    fn breaker_counts(&self, failure: &Failure) -> bool {
-        match self.handler.breaker() {
-            Some(b) if failure.destination => b.failure(),
-            // An answer that is not the destination's fault says it is up.
-            Some(b) => {
-                b.success();
-                true
-            }
-            None => true,
-        }
-    }
-
     /// Gives the run back without counting the attempt.
     async fn uncount(&self, attempt: u32, error: &str, entry: &AttemptParts) {
         Counters::bump(&self.counters().uncounted);
@@ -333,13 +376,6 @@ impl<H: Handler> RunTask<'_, H> {
             == Some(false)
         {
             Counters::bump(&self.counters().lost);
-        }
-    }
-
-    /// The probe ended without telling whether the destination is up.
-    fn abandon_probe(&self, probe: bool) {
-        if let (true, Some(b)) = (probe, self.handler.breaker()) {
-            b.probe_abandoned();
         }
     }
 }
