@@ -17,6 +17,11 @@ use std::collections::HashSet;
 /// warning offers it.
 pub const ALLOWLIST_LINE: &str = r#"allowed_repos = ["YOUR-ORG/*"]"#;
 
+/// The org that [`ALLOWLIST_LINE`] and the docs' examples write for the
+/// operator's own: an entry of it that was copied and never replaced
+/// admits nothing real ([`placeholder_entries`]).
+pub const PLACEHOLDER_ORG: &str = "YOUR-ORG";
+
 /// What ends an entry that admits every repository of its org.
 pub const EVERY_REPO: &str = "/*";
 
@@ -93,6 +98,28 @@ pub fn missing_allowlists(top_level: &[String], providers: &[(&str, bool)]) -> V
         .collect()
 }
 
+/// What `serve` warns of at start for each entry of the top level's list
+/// and of each provider's own (`providers`: name and list) whose org is
+/// still [`PLACEHOLDER_ORG`]: once per entry and list, naming both. The
+/// placeholder is the docs' text, never the operator's, so it may be shown.
+pub fn placeholder_entries(top_level: &[String], providers: &[(&str, Option<&[String]>)]) -> Vec<String> {
+    let lists = std::iter::once(("allowed_repos".to_owned(), top_level)).chain(
+        providers.iter().filter_map(|(name, list)| Some((format!("provider `{name}`'s allowed_repos"), (*list)?))),
+    );
+    let mut warnings = Vec::new();
+    for (list_name, list) in lists {
+        let mut seen = HashSet::new();
+        for entry in list.iter().filter(|e| e.split_once('/').is_some_and(|(org, _)| org == PLACEHOLDER_ORG)) {
+            if seen.insert(entry) {
+                warnings.push(format!(
+                    "{list_name} still holds the placeholder \"{entry}\", which admits no real repository: replace {PLACEHOLDER_ORG} with your organization or user (the login in your repositories' URLs, compared exactly and case-sensitively), then restart serve"
+                ));
+            }
+        }
+    }
+    warnings
+}
+
 /// Checks one entry: `ORG/REPO` (both parts non-empty, no `*`) or `ORG/*`
 /// (ORG non-empty, no `*`); `Err` says what is wrong, never the entry.
 pub fn check_entry(entry: &str) -> Result<(), &'static str> {
@@ -147,6 +174,20 @@ mod tests {
         assert!(mixed.len() == 1 && mixed[0].contains("provider `bare`"), "{mixed:?}");
         assert!(missing_allowlists(&[], &[("gh", true)]).is_empty());
         assert!(missing_allowlists(&["octo/*".into()], &[("gh", false)]).is_empty());
+    }
+
+    #[test]
+    fn a_placeholder_entry_is_named_once_per_list() {
+        assert!(ALLOWLIST_LINE.contains(&format!("\"{PLACEHOLDER_ORG}/*\"")), "the line offered is the one warned of");
+        let top: Vec<String> =
+            ["YOUR-ORG/*", "octo/*", "YOUR-ORG/*", "YOUR-ORG/api", "YOUR-ORGS/x"].map(String::from).into();
+        let own: Vec<String> = vec!["YOUR-ORG/*".into()];
+        let w = placeholder_entries(&top, &[("gh", Some(&own)), ("plain", None)]);
+        assert_eq!(w.len(), 3, "{w:?}");
+        assert!(w[0].starts_with("allowed_repos still holds the placeholder \"YOUR-ORG/*\""), "{w:?}");
+        assert!(w[1].contains("\"YOUR-ORG/api\""), "{w:?}");
+        assert!(w[2].starts_with("provider `gh`'s allowed_repos still holds the placeholder \"YOUR-ORG/*\""), "{w:?}");
+        assert!(placeholder_entries(&["octo/*".into()], &[]).is_empty());
     }
 
     #[test]

@@ -45,6 +45,25 @@ pub enum PrepareError {
         /// leading `/` (`id`, `event_id`, `data/id`).
         field: String,
     },
+    /// A form-encoded body was asked of a kind whose sender posts JSON only.
+    #[error("--form sends GitHub's form content type: it takes a provider of kind github, not {kind}")]
+    FormNotOfKind {
+        /// The provider's kind.
+        kind: &'static str,
+    },
+}
+
+/// How `send` puts the payload on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Encoding {
+    /// The payload as given, `Content-Type: application/json`.
+    #[default]
+    Json,
+    /// GitHub's form content type (kind `github` only): `payload=` and the
+    /// percent-encoded payload, `Content-Type:
+    /// application/x-www-form-urlencoded`, signed over those bytes, as a
+    /// hook set to that content type sends it.
+    Form,
 }
 
 /// A delivery id no earlier call produced, shaped like the provider's own
@@ -78,6 +97,26 @@ pub fn prepare(
     event: Option<&str>,
     now: SystemTime,
 ) -> Result<Outgoing, PrepareError> {
+    prepare_encoded(provider, body, delivery_id, event, Encoding::Json, now)
+}
+
+/// [`prepare`], with the payload put on the wire as `encoding` says; the
+/// signature covers the bytes sent.
+pub fn prepare_encoded(
+    provider: &Provider,
+    body: Vec<u8>,
+    delivery_id: Option<String>,
+    event: Option<&str>,
+    encoding: Encoding,
+    now: SystemTime,
+) -> Result<Outgoing, PrepareError> {
+    let (body, content_type) = match encoding {
+        Encoding::Json => (body, "application/json"),
+        Encoding::Form if provider.kind() == Kind::Github => {
+            (crate::providers::github::form_body(&body), "application/x-www-form-urlencoded")
+        }
+        Encoding::Form => return Err(PrepareError::FormNotOfKind { kind: provider.kind().as_str() }),
+    };
     let delivery_id = match provider.body_delivery_id() {
         None => delivery_id.unwrap_or_else(|| fresh_delivery_id(provider.kind())),
         // What the service will read; shown to the user, never signed.
@@ -95,7 +134,7 @@ pub fn prepare(
         let value = HeaderValue::from_bytes(value.as_bytes()).map_err(|_| not_a_header())?;
         headers.push((HeaderName::from_bytes(name.as_bytes()).map_err(|_| not_a_header())?, value));
     }
-    headers.push((axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/json")));
+    headers.push((axum::http::header::CONTENT_TYPE, HeaderValue::from_static(content_type)));
     Ok(Outgoing { delivery_id, headers, body })
 }
 
@@ -260,6 +299,34 @@ mod tests {
             tampered[0] = b' ';
             assert!(p.accept(&headers_of(&out), &tampered, now).is_err(), "{}", p.name());
         }
+    }
+
+    /// `--form`: GitHub's form content type, signed over the form's bytes,
+    /// read by the service as the same event as the JSON; other kinds refuse it.
+    #[test]
+    fn a_github_form_is_signed_as_sent_and_reads_as_the_json() {
+        let now = SystemTime::now();
+        let gh = Provider::github("gh", "s3cret");
+        let body =
+            br#"{"action":"opened","number":7,"title":"a+b & c=d %","repository":{"name":"r","owner":{"login":"o"}}}"#;
+        let json = prepare(&gh, body.to_vec(), Some("d-1".into()), Some("pull_request"), now).unwrap();
+        let form =
+            prepare_encoded(&gh, body.to_vec(), Some("d-2".into()), Some("pull_request"), Encoding::Form, now).unwrap();
+        assert!(form.body.starts_with(b"payload=%7B%22action%22") && !form.body[8..].contains(&b'&'));
+        let content_type = |o: &Outgoing| o.headers.iter().find(|(n, _)| n == "content-type").unwrap().1.clone();
+        assert_eq!(content_type(&form), "application/x-www-form-urlencoded");
+        assert_eq!(content_type(&json), "application/json");
+        let (a, b) = (
+            gh.accept(&headers_of(&json), &json.body, now).unwrap(),
+            gh.accept(&headers_of(&form), &form.body, now).unwrap(),
+        );
+        assert_eq!((a.event, a.content_digest), (b.event, b.content_digest), "one event, one identity");
+        let sw = Provider::new("gl", Kind::Gitlab, &["gl-token"], None, None).unwrap();
+        let err = prepare_encoded(&sw, body.to_vec(), None, None, Encoding::Form, now).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--form sends GitHub's form content type: it takes a provider of kind github, not gitlab"
+        );
     }
 
     #[test]

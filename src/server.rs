@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
-use crate::allowlist::missing_allowlists;
+use crate::allowlist::{missing_allowlists, placeholder_entries};
 use crate::config::ServeConfig;
 use crate::gate::Gate;
 use crate::http::{AppState, app};
@@ -56,6 +56,11 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()> + Sen
     tracing::info!(version = env!("CARGO_PKG_VERSION"), listen = %config.listen, "idemgate serve starting: {described}");
     let listed: Vec<(&str, bool)> = config.providers.iter().map(|p| (p.name(), p.allowed_repos().is_some())).collect();
     for warning in missing_allowlists(&config.allowed_repos, &listed) {
+        tracing::warn!("{warning}");
+    }
+    let own_lists: Vec<(&str, Option<&[String]>)> =
+        config.providers.iter().map(|p| (p.name(), p.allowed_repos())).collect();
+    for warning in placeholder_entries(&config.allowed_repos, &own_lists) {
         tracing::warn!("{warning}");
     }
     let store = config

@@ -186,20 +186,25 @@ pub enum KeyCommand {
         #[command(flatten)]
         out: KeyOut,
     },
-    /// `idemgate:{NS}:logical:…` of an identity, from the key's own slots (no
-    /// Redis is read: for a run of a GitHub event identity, `inspect run`
-    /// prints its logical key instead).
+    /// `idemgate:{NS}:logical:…` of an identity, as the gate writes it for
+    /// the provider's kind (no Redis is read). The kind is the config's
+    /// `[[provider]]` of that name (--config); a name the config does not
+    /// have is a `/v1/deliveries` provider. Where the key holds a digest of
+    /// the payload and no subject with it is given (GitHub's and GitLab's
+    /// `identity = "event"`, Shopify), it refuses (exit 1) and says how to
+    /// find the key: `idemgate inspect run RUN_ID` prints it.
     Logical {
         /// Provider name.
         provider: String,
         /// `ORG/REPO`.
         repo: String,
-        /// The key's action slot: the action itself for `/v1` and `identity
-        /// = "number"`; for GitHub's event identity what the payload states
-        /// (`opened` of `pull_request.opened`, or '' for `push`).
+        /// The action as the run reports it (`pull_request.opened`, `push`):
+        /// for GitHub's event identity the key keeps what the payload
+        /// states (`opened`, or '' for `push`).
         action: String,
         /// The subject: the number text as the gate computes it (omit it
-        /// for no number), or a run record's `subject` (`7@3f0c…`).
+        /// for no number), or a run record's `subject` (`7@3f0c…`), which
+        /// GitHub's and GitLab's event identity and Shopify need.
         number: Option<String>,
         /// Namespace and output flags.
         #[command(flatten)]
@@ -328,16 +333,25 @@ fn report_moved(results: &[Retried], all: bool, redeliver: bool, json: bool) -> 
 
 /// `idemgate key`.
 pub fn key_command(args: &KeyArgs, sources: Sources) -> Result<ExitCode, OpsError> {
+    let merged = Merged::load(sources)?;
     let (target, out) = match &args.what {
         KeyCommand::Delivery { provider, delivery_id, out } => {
             (Target::Delivery { provider: provider.clone(), delivery_id: delivery_id.clone() }, out)
         }
         KeyCommand::Logical { provider, repo, action, number, out } => {
-            (Target::logical(provider, repo, action, number.as_deref().unwrap_or("")), out)
+            let configured = merged.file.provider_naming(provider)?;
+            let subject = number.as_deref().unwrap_or("");
+            match Target::logical_written(configured, provider, repo, action, subject) {
+                Ok(target) => (target, out),
+                Err(why) => {
+                    eprintln!("idemgate key logical: {}", idemgate::text::escape_control(&why));
+                    return Ok(ExitCode::FAILURE);
+                }
+            }
         }
         KeyCommand::Run { run_id, out } => (Target::Run { run_id: run_id.clone() }, out),
     };
-    let key = target.key(&store(sources)?.keys);
+    let key = target.key(&StoreConfig::resolve(&merged.given)?.keys);
     print_out(&if out.raw { key } else { render::cli_quote(&key) });
     Ok(ExitCode::SUCCESS)
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use idemgate::config::{Command, Merged, Sources};
-use idemgate::send::DEFAULT_TIMEOUT;
+use idemgate::send::{DEFAULT_TIMEOUT, Encoding};
 use idemgate::units::{format_duration, parse_duration};
 
 use super::{OWN_FLAGS, setting_flags};
@@ -40,6 +40,9 @@ pub struct SendArgs {
     url: String,
     #[command(flatten)]
     sign: SignArgs,
+    /// Send a github provider's payload form-encoded, as a hook with content type application/x-www-form-urlencoded does: `payload=` and the percent-encoded JSON, signed over those bytes (kind github only).
+    #[arg(long)]
+    form: bool,
     /// Give up (exit 2) when no complete answer came within this long.
     // Not a setting: no env var or file key gives it, so its clap default hides nothing.
     #[arg(long, value_name = "DURATION", default_value = format_duration(DEFAULT_TIMEOUT), value_parser = parse_duration)]
@@ -51,7 +54,7 @@ const NOT_SENT: u8 = 2;
 
 /// Reads the payload and signs it as the named provider would; the error
 /// is a message for stderr.
-fn prepare(args: SignArgs, sources: Sources) -> Result<idemgate::send::Outgoing, String> {
+fn prepare(args: SignArgs, sources: Sources, encoding: Encoding) -> Result<idemgate::send::Outgoing, String> {
     let providers = Merged::load(sources).and_then(|m| m.file.providers()).map_err(|e| e.to_string())?;
     // The messages name the flag, never what it was given (docs/security.md,
     // "Secrets and output"); the config's provider names are no secret.
@@ -67,7 +70,8 @@ fn prepare(args: SignArgs, sources: Sources) -> Result<idemgate::send::Outgoing,
         Some(path) if path.as_os_str() == "-" => read_stdin(),
         Some(path) => std::fs::read(path).map_err(|e| format!("--file: cannot read it: {e}")),
     }?;
-    idemgate::send::prepare(provider, body, args.delivery_id, args.event.as_deref(), std::time::SystemTime::now())
+    let now = std::time::SystemTime::now();
+    idemgate::send::prepare_encoded(provider, body, args.delivery_id, args.event.as_deref(), encoding, now)
         .map_err(|e| e.to_string())
 }
 
@@ -80,7 +84,7 @@ fn read_stdin() -> Result<Vec<u8>, String> {
 
 /// `idemgate sign`: prints the headers `send` would send.
 pub fn sign(args: SignArgs, sources: Sources) -> ExitCode {
-    match prepare(args, sources) {
+    match prepare(args, sources, Encoding::Json) {
         Ok(outgoing) => {
             print!("{}", idemgate::send::header_lines(&outgoing));
             ExitCode::SUCCESS
@@ -94,7 +98,8 @@ pub fn sign(args: SignArgs, sources: Sources) -> ExitCode {
 
 /// `idemgate send`: signs, posts, prints the answer.
 pub async fn send(args: SendArgs, sources: Sources) -> ExitCode {
-    let outgoing = match prepare(args.sign, sources) {
+    let encoding = if args.form { Encoding::Form } else { Encoding::Json };
+    let outgoing = match prepare(args.sign, sources, encoding) {
         Ok(outgoing) => outgoing,
         Err(e) => {
             eprintln!("idemgate send: {e}");

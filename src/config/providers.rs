@@ -8,8 +8,8 @@ use toml::Spanned;
 
 use super::origin::ConfigError;
 use super::settings::FileTables;
-use crate::providers::Provider;
 use crate::providers::table::ProviderTable;
+use crate::providers::{IdentityMode, Kind, Provider};
 
 /// The TOML file with its `[[provider]]` tables.
 pub type FileConfig = FileTables<Spanned<ProviderTable>>;
@@ -41,6 +41,12 @@ impl FileConfig {
             let rest = line.trim_start().strip_prefix(key)?.trim_start();
             (rest.starts_with('=') || rest.starts_with('.')).then_some(first + i)
         })
+    }
+
+    /// The kind and `identity` of the provider named `name`, read without
+    /// its secrets ([`ProviderTable::naming`]); `None`: the file has no such provider.
+    pub fn provider_naming(&self, name: &str) -> Result<Option<(Kind, Option<IdentityMode>)>, ConfigError> {
+        ProviderTable::naming(&self.provider, name).map_err(ConfigError::new)
     }
 
     /// The environment variables the providers take their secrets from

@@ -37,13 +37,25 @@ export function formParams() {
   return out;
 }
 
+/**
+ * The mark of a run a search found through a delivery answered `duplicate`
+ * (the API's `found_by`): that delivery is a duplicate of this run, which
+ * the run's own delivery id (the one that created it) does not show.
+ */
+function duplicateMark(r) {
+  const by = r.found_by;
+  if (!by || by.status !== "duplicate") return [];
+  const title = `delivery ${by.delivery_id} (${by.provider}) was answered duplicate: it is a duplicate of ${r.run_id}`;
+  return [el("br"), el("span", { text: `${by.delivery_id}: duplicate of`, cls: "muted duplicate-of", attrs: { title } })];
+}
+
 export function runRow(r) {
   return el(
     "tr",
     { attrs: { "data-run-id": r.run_id } },
     el("td", {}, link(`#/runs/${encodeURIComponent(r.run_id)}`, r.run_id, { class: "open-run", "data-run-id": r.run_id })),
     el("td", { text: identity(r) }),
-    el("td", { text: r.delivery_id, cls: "mono" }),
+    el("td", { text: r.delivery_id, cls: "mono" }, ...duplicateMark(r)),
     el("td", { text: r.status, cls: "status-" + r.status }),
     el("td", { text: r.attempts }),
     errorCell(r),

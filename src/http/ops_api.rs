@@ -94,7 +94,9 @@ async fn runs(State(st): State<AppState>, RawQuery(q): RawQuery) -> Result<Json<
     let q = params(q)?;
     let param = |k: &str| q.get(k).map(String::as_str);
     let query = RunQuery::parse(|k| param(k).map(str::to_owned)).map_err(ApiError::BadRequest)?;
-    let page = source(&st)?.runs(&query).await.map_err(|e| unavailable(&st, e))?;
+    // A delivery id alone is looked up under every configured provider.
+    let providers: Vec<String> = st.0.providers.keys().cloned().collect();
+    let page = source(&st)?.runs(&query, &providers).await.map_err(|e| unavailable(&st, e))?;
     Ok(Json(json!({"store": source(&st)?.kind(), "runs": page.runs, "next_before": page.next_before})))
 }
 

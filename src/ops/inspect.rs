@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::client::{Ops, OpsError};
-use crate::vocabulary::{DeliveryRecord, Identity};
+use crate::providers::{IdentityMode, Kind};
+use crate::vocabulary::{DeliveryRecord, Identity, SUBJECT_DIGEST_SEPARATOR};
 
 /// What an `inspect` command looks up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +36,56 @@ impl Target {
     /// docs/identities.md).
     pub fn logical(provider: &str, repo: &str, action: &str, subject: &str) -> Self {
         Target::Logical(Identity::new(provider, repo, action, subject))
+    }
+
+    /// The logical key the gate writes for a delivery of `provider`, the
+    /// identity given as the run reports it (`pull_request.opened`, and the
+    /// record's `subject`), built without Redis (`idemgate key logical`).
+    /// `configured` is the kind and `identity` of the config's provider of
+    /// that name ([`crate::config::FileConfig::provider_naming`]); without
+    /// one the name is a `/v1/deliveries` provider, whose key holds the
+    /// fields as given. Where the key holds a digest of the body, or slots that the
+    /// provider's settings decide, and what is given cannot say which, the
+    /// error says where to read the key instead.
+    pub fn logical_written(
+        configured: Option<(Kind, Option<IdentityMode>)>,
+        provider: &str,
+        repo: &str,
+        action: &str,
+        subject: &str,
+    ) -> Result<Self, String> {
+        let Some((kind, identity)) = configured else { return Ok(Self::logical(provider, repo, action, subject)) };
+        let read_it = || {
+            format!(
+                "`idemgate inspect run RUN_ID` prints the run's logical key (the run id is in \
+                 `idemgate inspect delivery {provider} DELIVERY_ID`'s answer)"
+            )
+        };
+        let content = match (kind, identity) {
+            (Kind::Shopify, _) => {
+                return Err(format!(
+                    "provider {provider} (kind shopify) keys its work on a digest of the body, in slots its `fields` \
+                     settings decide: {}",
+                    read_it()
+                ));
+            }
+            (Kind::Github | Kind::Gitlab, Some(IdentityMode::Event)) => true,
+            _ => false,
+        };
+        if content && !subject.contains(SUBJECT_DIGEST_SEPARATOR) {
+            return Err(format!(
+                "provider {provider} (kind {kind}, identity = \"event\") names each event NUMBER@DIGEST, the number \
+                 and a digest of the payload, not the number alone: {}; or give that run's `subject` (e.g. 7@3f0c…) \
+                 as the subject here",
+                read_it()
+            ));
+        }
+        let mut id = Identity::new(provider, repo, action, subject);
+        if content && kind == Kind::Github {
+            // GitHub signs the body alone: the key's action slot holds what the payload states.
+            id.key_action = stated_action(action).to_owned();
+        }
+        Ok(Target::Logical(id))
     }
 
     /// The kind of record, as the commands name it.
@@ -236,13 +287,21 @@ impl Ops {
     }
 }
 
+/// What a body signed alone states of the action a run reports (`EVENT`
+/// or `EVENT.ACTION`, the event name coming from an unsigned header): the
+/// part after the first `.` (`opened` of `pull_request.opened`), or
+/// nothing (`push`).
+pub fn stated_action(action: &str) -> &str {
+    action.split_once('.').map_or("", |(_, a)| a)
+}
+
 /// The identities whose logical key may name work shown as `(provider,
 /// repo, action, subject)`: as shown first, then with the action slot
 /// holding only what a signed body states (the part after the first `.`,
 /// or nothing) and the repo slot empty (a repository named by a header
 /// alone). Each is distinct; the first is the form as given.
 pub fn identity_forms(provider: &str, repo: &str, action: &str, subject: &str) -> Vec<Identity> {
-    let stated = action.split_once('.').map_or("", |(_, a)| a);
+    let stated = stated_action(action);
     let mut forms: Vec<Identity> = Vec::new();
     for r in [repo, ""] {
         for a in [action, stated, ""] {

@@ -29,6 +29,23 @@ pub struct RunSummary {
     pub created_ms: Option<u64>,
     /// The same as RFC 3339 (UTC).
     pub created_at: Option<String>,
+    /// Only in a search (`q`) answered by a delivery record: the delivery
+    /// that led to this run, and the gate's answer to it. `duplicate`: the
+    /// delivery is a duplicate of this run (the console marks the row
+    /// "duplicate of"), which the run's own `delivery_id` does not name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub found_by: Option<FoundBy>,
+}
+
+/// The delivery a search found a run through.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FoundBy {
+    /// The provider it was found under.
+    pub provider: String,
+    /// Its delivery id (the search's `q`).
+    pub delivery_id: String,
+    /// The gate's answer to it: `created` (it created the run) or `duplicate`.
+    pub status: crate::vocabulary::Status,
 }
 
 /// The run-record fields a [`RunSummary`] reads, in the order of an `HMGET`:
@@ -69,6 +86,7 @@ impl RunSummary {
             last_error: text("last_error"),
             created_ms,
             created_at: created_ms.and_then(rfc3339_ms),
+            found_by: None,
         }
     }
 }

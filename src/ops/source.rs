@@ -15,7 +15,7 @@ use super::client::{Ops, OpsError};
 use super::dead::{DeadPage, Retried};
 use super::inspect::{Found, Target};
 use super::render::{history_of, rfc3339_ms};
-use super::runs::{RunPage, RunQuery, RunSummary, run_named_by};
+use super::runs::{FoundBy, RunPage, RunQuery, RunSummary, run_named_by};
 use crate::redis_io::run_scripts::RunReadCall;
 use crate::store::memory::{MemoryRun, MemoryStore};
 use crate::store::opened::OpenedStore;
@@ -208,14 +208,18 @@ impl Source {
 
     /// The newest runs matching `query`. With `q`: the run it names (a run
     /// id, or a run key of this namespace with the run's creation time), or
-    /// else the run of that delivery (looked up directly with `provider`,
-    /// else by walking the runs for the delivery id that created them).
-    pub async fn runs(&self, query: &RunQuery) -> Result<RunPage, OpsError> {
+    /// else the run each delivery record of that id points to, looked up
+    /// under `provider`, or without it under every one of `providers` (the
+    /// configured ones), so a delivery answered `duplicate` leads to its run
+    /// ([`RunSummary::found_by`]); else the runs walked for the delivery id
+    /// that created them (a `/v1` provider that is not configured).
+    pub async fn runs(&self, query: &RunQuery, providers: &[String]) -> Result<RunPage, OpsError> {
         let Some(q) = &query.q else { return self.walk_runs(query).await };
-        let one = |run: Option<RunSummary>| RunPage {
-            runs: run.into_iter().filter(|r| query.admits(r)).collect(),
+        let page = |runs: Vec<RunSummary>| RunPage {
+            runs: runs.into_iter().filter(|r| query.admits(r)).collect(),
             next_before: None,
         };
+        let one = |run: Option<RunSummary>| page(run.into_iter().collect());
         if let Some((run_id, created)) = run_named_by(q) {
             let namespace_ok = match (self, created) {
                 (_, None) => true,
@@ -230,14 +234,27 @@ impl Source {
                 return Ok(one(run));
             }
         }
-        if let Some(provider) = &query.filter.provider {
-            if let Some(d) = self.delivery_record(provider, q).await? {
-                let run = match &d.run_id {
-                    Some(id) => self.summary(id).await?,
-                    None => None,
-                };
-                return Ok(one(run));
+        let mut looked_up: Vec<&str> = match &query.filter.provider {
+            Some(provider) => vec![provider],
+            None => providers.iter().map(String::as_str).collect(),
+        };
+        looked_up.sort_unstable();
+        let (mut records, mut found) = (0, Vec::<RunSummary>::new());
+        for provider in looked_up {
+            let Some(d) = self.delivery_record(provider, q).await? else { continue };
+            records += 1;
+            let Some(run_id) = &d.run_id else { continue };
+            if found.iter().any(|r| &r.fields.run_id == run_id) {
+                continue;
             }
+            if let Some(mut run) = self.summary(run_id).await? {
+                run.found_by =
+                    Some(FoundBy { provider: provider.to_owned(), delivery_id: q.clone(), status: d.status });
+                found.push(run);
+            }
+        }
+        if records > 0 {
+            return Ok(page(found));
         }
         let mut by_delivery = query.clone();
         by_delivery.filter.delivery_id = Some(q.clone());

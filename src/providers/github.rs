@@ -187,6 +187,15 @@ fn sign(common: &Common, delivery_id: &str, event: &str, body: &[u8]) -> Vec<(&'
 /// value is the event's JSON, percent-encoded.
 pub const FORM_PREFIX: &[u8] = b"payload=";
 
+/// `json` as GitHub's form content type sends it: [`FORM_PREFIX`] and the
+/// percent-encoded JSON (`application/x-www-form-urlencoded`, a space as
+/// `+`), the one form [`SignedBody::read`] reads as an event.
+pub fn form_body(json: &[u8]) -> Vec<u8> {
+    let mut body = FORM_PREFIX.to_vec();
+    body.extend(form_urlencoded::byte_serialize(json).flat_map(str::bytes));
+    body
+}
+
 /// What the signed bytes of a GitHub body say the event's JSON is. The
 /// bytes decide, never the unsigned `Content-Type`: otherwise a JSON body
 /// that quotes `&payload=…` inside a string (a comment, a branch name: text

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::reason::RefusalStatus;
-use super::{Kind, Provider, ProviderError};
+use super::{IdentityMode, Kind, Provider, ProviderError};
 use crate::config_values::{StringOrList, checked_repos, duration};
 
 /// One `[[provider]]` table, as the file writes it: the keys every kind
@@ -69,6 +69,27 @@ impl ProviderTable {
             providers.push(p.build(&at, env, &line)?);
         }
         Ok(providers)
+    }
+
+    /// The kind of the table named `name`, and its `identity` for the kinds
+    /// that take one (the kind's default when it is left out): what names
+    /// its work, read without building the provider, so without its
+    /// secrets (`idemgate key logical`). `None`: no table of that name.
+    pub fn naming(
+        tables: &[Spanned<ProviderTable>],
+        name: &str,
+    ) -> Result<Option<(Kind, Option<IdentityMode>)>, String> {
+        let Some(p) = tables.iter().map(Spanned::get_ref).find(|p| p.name == name) else { return Ok(None) };
+        let at = format!("[[provider]] {:?}", p.name);
+        let kind: Kind = p.kind.parse().map_err(|_| format!("{at}: unknown kind (use one of {})", Kind::names()))?;
+        if !kind.keys().contains(&"identity") {
+            return Ok(Some((kind, None)));
+        }
+        let identity = match p.own.get("identity") {
+            None => IdentityMode::default(),
+            Some(v) => v.clone().try_into().map_err(|_| format!("{at}: `identity` is not one of this kind's"))?,
+        };
+        Ok(Some((kind, Some(identity))))
     }
 
     /// The environment variables the providers take their secrets from

@@ -275,6 +275,10 @@ pub fn judge(status: StatusCode, headers: &HeaderMap, body: &[u8], now: SystemTi
     if status.is_redirection() {
         error += " (redirects are not followed)";
     }
+    // Before the body, so that the history's cut (256 bytes) never drops it.
+    if let Some(hint) = refusal_hint(status) {
+        error = format!("{error} ({hint})");
+    }
     let text = String::from_utf8_lossy(&body[..body.len().min(ERROR_BODY_BYTES)]).into_owned();
     let text = text.trim();
     if !text.is_empty() {
@@ -299,6 +303,15 @@ pub fn judge(status: StatusCode, headers: &HeaderMap, body: &[u8], now: SystemTi
         .not_before(wait),
         None => failure,
     })
+}
+
+/// What to check when the destination refuses the worker itself: a 401 or
+/// 403 most often means that the receiver verifies with another secret
+/// than the worker signs with.
+fn refusal_hint(status: StatusCode) -> Option<&'static str> {
+    (status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN).then_some(
+        "the destination refused the worker: check that --deliver-secret-file holds the secret the receiver verifies with",
+    )
 }
 
 /// The 4xx answers that say the URL, the secret or the service is wrong,
@@ -485,6 +498,16 @@ mod tests {
         for code in DESTINATION_FAULTS {
             let e = judge(StatusCode::from_u16(code).unwrap(), &none, b"", now).unwrap_err();
             assert!(e.destination && !e.permanent && e.status == Some(code), "{code}: {e:?}");
+        }
+        // A refusal of the worker names the secret's flag, before the body (the history keeps 256 bytes).
+        for code in [401, 403] {
+            let e = judge(StatusCode::from_u16(code).unwrap(), &none, &[b'x'; 1000], now).unwrap_err();
+            let hint = e.error.find("--deliver-secret-file").unwrap_or(usize::MAX);
+            assert!(hint < e.error.find("xxx").unwrap() && hint < 256, "{code}: {}", e.error);
+        }
+        for code in [404, 407, 500] {
+            let e = judge(StatusCode::from_u16(code).unwrap(), &none, b"", now).unwrap_err();
+            assert!(!e.error.contains("--deliver-secret-file"), "{code}: {}", e.error);
         }
         for code in [400, 409, 413, 415, 422] {
             let e = judge(StatusCode::from_u16(code).unwrap(), &none, b"", now).unwrap_err();

@@ -63,8 +63,9 @@ func doTheWork(run map[string]any) error {
 func main() {
 	secret := os.Getenv("IDEMGATE_DELIVER_SECRET") // one whsec_... value
 	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
-	if !strings.HasPrefix(secret, "whsec_") || err != nil {
-		log.Fatal("IDEMGATE_DELIVER_SECRET must be a whsec_... secret")
+	// whsec_ and base64, or the receiver stops here (the message never shows the value).
+	if !strings.HasPrefix(secret, "whsec_") || err != nil || len(key) == 0 {
+		log.Fatal("IDEMGATE_DELIVER_SECRET must be a whsec_... secret (whsec_ and base64)")
 	}
 	port := os.Getenv("PORT")
 	if port == "" {

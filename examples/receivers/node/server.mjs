@@ -11,8 +11,12 @@ import { createHmac, timingSafeEqual } from "node:crypto";
 
 const PORT = Number(process.env.PORT ?? 8000);
 const SECRET = process.env.IDEMGATE_DELIVER_SECRET; // one whsec_... value
-if (!SECRET?.startsWith("whsec_")) throw new Error("IDEMGATE_DELIVER_SECRET must be a whsec_... secret");
-const KEY = Buffer.from(SECRET.slice("whsec_".length), "base64");
+// whsec_ and base64, or the receiver stops here (the message never shows the value).
+const ENCODED = SECRET?.startsWith("whsec_") ? SECRET.slice("whsec_".length) : "";
+if (!/^[A-Za-z0-9+/]+={0,2}$/.test(ENCODED) || ENCODED.length % 4 !== 0) {
+  throw new Error("IDEMGATE_DELIVER_SECRET must be a whsec_... secret (whsec_ and base64)");
+}
+const KEY = Buffer.from(ENCODED, "base64");
 const TOLERANCE_SECONDS = 5 * 60;
 
 const handled = new Set(); // run keys whose work is done

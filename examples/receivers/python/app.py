@@ -9,6 +9,8 @@ in the current directory), so a restart keeps it: a run delivered again after a
 restart is still a `duplicate`.
 """
 
+import base64
+import binascii
 import os
 import sqlite3
 import sys
@@ -17,7 +19,23 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 PORT = int(os.environ.get("PORT", "8000"))
-WEBHOOK = Webhook(os.environ["IDEMGATE_DELIVER_SECRET"])  # one whsec_... value
+
+
+def deliver_secret():
+    """The one whsec_... value (whsec_ and base64) in IDEMGATE_DELIVER_SECRET.
+    Anything else stops the receiver at start, as the Node and Go ones do,
+    rather than answering 401 to every delivery; the message never shows the value."""
+    secret = os.environ.get("IDEMGATE_DELIVER_SECRET", "")
+    encoded = secret[len("whsec_"):]
+    try:
+        if not secret.startswith("whsec_") or not base64.b64decode(encoded, validate=True):
+            raise ValueError("not whsec_ and base64")
+    except (binascii.Error, ValueError):
+        sys.exit("IDEMGATE_DELIVER_SECRET must be a whsec_... secret (whsec_ and base64)")
+    return secret
+
+
+WEBHOOK = Webhook(deliver_secret())
 DB_PATH = os.environ.get("RECEIVER_DB", "handled.sqlite3")
 
 db = sqlite3.connect(DB_PATH)

@@ -335,3 +335,31 @@ async fn no_allowlist_start_names_the_line_to_add() {
     serve.wait_log(&["WARN", "provider `bare` has no allowed_repos", r#"allowed_repos = ["YOUR-ORG/*"]"#], 1).await;
     assert!(!serve.log().contains("provider `listed`"), "{}", serve.log());
 }
+
+/// The quickstart's allowlist still holding its placeholder (`YOUR-ORG/*`)
+/// is warned of at start, once per entry, naming it; a real org is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_placeholder_allowlist_entry_is_warned_of_at_start() {
+    let dir = temp_dir("placeholder");
+    let config = dir.join("idemgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "allowed_repos = [\"YOUR-ORG/*\", \"Codertocat/*\", \"YOUR-ORG/*\"]\n\
+             [[provider]]\nname = \"gh\"\nkind = \"github\"\nsecret = \"{SECRET}\"\nallowed_repos = [\"YOUR-ORG/api\"]\n"
+        ),
+    )
+    .unwrap();
+    let serve = Serve::start(&dir, "placeholder", &["--config", config.to_str().unwrap()], &[]).await;
+    serve.wait_log(&["WARN", "allowed_repos still holds the placeholder \"YOUR-ORG/*\"", "replace YOUR-ORG"], 1).await;
+    serve.wait_log(&["WARN", "provider `gh`'s allowed_repos still holds the placeholder \"YOUR-ORG/api\""], 1).await;
+    let placeholder_lines = serve.log().lines().filter(|l| l.contains("still holds the placeholder")).count();
+    assert_eq!(placeholder_lines, 2, "once per entry and list:\n{}", serve.log());
+    // The placeholder admits nothing real; the rest of the list works.
+    assert_eq!(serve.v1("v-1", "Codertocat", "x").await, "created");
+    drop(serve);
+
+    let serve = Serve::start(&dir, "real", &["--allowed-repo", "octo/*"], &[]).await;
+    assert_eq!(serve.v1("v-1", "octo", "x").await, "created");
+    assert!(!serve.log().contains("still holds the placeholder"), "{}", serve.log());
+}

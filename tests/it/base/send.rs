@@ -409,3 +409,47 @@ fn the_config_flag_wins_over_the_env_var() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout(&out).contains("x-hub-signature-256: sha256="), "{}", stdout(&out));
 }
+
+/// `send --form` posts GitHub's form content type (`payload=` and the
+/// percent-encoded JSON, signed over those bytes): the gate reads the same
+/// event, so a form and a plain send of one payload are one run. A kind
+/// other than github refuses `--form` before anything is sent.
+#[test]
+fn a_form_send_and_a_json_send_of_one_event_are_one_run() {
+    let server = serve();
+    let send = |form: bool, delivery_id: &str| {
+        let mut c = idemgate();
+        c.args(["send", &format!("{}/webhooks/gh", server.base), "--provider", "gh", "--config"])
+            .arg(server.dir.join("config.toml"))
+            .arg("--file")
+            .arg(server.dir.join("gh.json"))
+            .args(["--event", "pull_request", "--delivery-id", delivery_id]);
+        if form {
+            c.arg("--form");
+        }
+        c.output().unwrap()
+    };
+    let first = send(true, "form-1");
+    assert_eq!(first.status.code(), Some(0), "{}", String::from_utf8_lossy(&first.stderr));
+    let (status, body) = answer(&first);
+    assert_eq!((status.as_str(), body["status"].as_str()), ("HTTP 202 Accepted", Some("created")), "{body}");
+    let plain = send(false, "json-1");
+    let (status, again) = answer(&plain);
+    assert_eq!((status.as_str(), again["status"].as_str()), ("HTTP 200 OK", Some("duplicate")), "{again}");
+    assert_eq!(again["run_id"], body["run_id"], "the form and the JSON are one run");
+    // The form is a delivery of its own: sent again, it replays its answer.
+    let replay = send(true, "form-1");
+    assert!(stdout(&replay).contains("idempotent-replayed: true"), "{}", stdout(&replay));
+    assert_eq!(answer(&replay).1, body);
+
+    let mut c = idemgate();
+    c.args(["send", &format!("{}/webhooks/sw", server.base), "--provider", "sw", "--form", "--config"])
+        .arg(server.dir.join("config.toml"))
+        .arg("--file")
+        .arg(server.dir.join("sw.json"));
+    let refused = c.output().unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("--form") && err.contains("kind github") && err.contains("standard-webhooks"), "{err}");
+    assert_eq!(stdout(&refused), "", "nothing was sent");
+}

@@ -565,3 +565,51 @@ async fn the_overview_skips_a_refresh_while_the_last_one_is_in_flight() {
     let _ = b.cmd(reqwest::Method::DELETE, "", None).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The search box given the id of a delivery the gate answered `duplicate`
+/// (no provider chosen) shows the run it points to, marked "duplicate of"
+/// with that delivery; the run's own delivery id stays the one that created it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_delivery_searched_shows_its_run_marked_duplicate_of() {
+    use crate::support::signing::github_signature;
+    let ns = fresh_ns("search-dup-ui");
+    let dir = temp_dir("search-dup-ui");
+    let token = "search-token";
+    let config = "allowed_repos = [\"o/r\"]\n\n[[provider]]\nname = \"github\"\nkind = \"github\"\nsecret = \"s-gh\"\n";
+    let served = Served::start_with_config(&ns, &dir, token, config);
+    let http = reqwest::Client::new();
+    for delivery in ["d-first", "d-again"] {
+        let body = r#"{"action":"opened","number":3,"repository":{"name":"r","owner":{"login":"o"}}}"#;
+        let r = http
+            .post(format!("{}/webhooks/github", served.url))
+            .header("x-github-delivery", delivery)
+            .header("x-github-event", "pull_request")
+            .header("x-hub-signature-256", github_signature("s-gh", body.as_bytes()))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{delivery}: {}", r.status());
+    }
+    let b = Browser::start().await;
+    open(&b, &served, token, "#/runs?q=d-again").await;
+    b.until(
+        "run-1 found by its duplicate delivery",
+        "const rows = document.querySelectorAll('#runs-table tbody tr'); return rows.length === 1 && rows[0].dataset.runId === 'run-1' && !!rows[0].querySelector('.duplicate-of')",
+    )
+    .await;
+    let mark = b.eval("return document.querySelector('#runs-table tbody tr .duplicate-of').textContent").await;
+    assert_eq!(mark, "d-again: duplicate of");
+    let cell =
+        b.eval("return document.querySelector('#runs-table tbody tr td:nth-child(3)').firstChild.textContent").await;
+    assert_eq!(cell, "d-first", "the run's own delivery");
+    // The delivery that created the run is found too, with no mark.
+    open(&b, &served, token, "#/runs?q=d-first").await;
+    b.until(
+        "run-1 found by its own delivery",
+        "const rows = document.querySelectorAll('#runs-table tbody tr'); return (document.getElementById('runs-table').dataset.query || '').includes('q=d-first') && rows.length === 1 && !rows[0].querySelector('.duplicate-of')",
+    )
+    .await;
+    drop(served);
+    let _ = std::fs::remove_dir_all(dir);
+}

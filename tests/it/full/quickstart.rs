@@ -2,7 +2,8 @@
 //! (fenced blocks marked `sh quickstart`, and `sh quickstart-background`
 //! for the processes that keep running), are run in order by bash in a
 //! directory of their own, against the built binary and a real
-//! `redis-server`, until the receiver prints `handled`. The page's ports
+//! `redis-server`, until the receiver prints `handled` for the sample and
+//! for its copy with another pull request number. The page's ports
 //! (Redis 6379, serve 8080, the receiver 8000) are swapped for free ones,
 //! so the test never meets a server it did not start; nothing else of the
 //! text is changed.
@@ -156,7 +157,7 @@ async fn the_quickstart_runs_as_written() {
     }
     let receiver_printed = |line: &str| running.iter().any(|b| b.output().lines().any(|l| l.starts_with(line)));
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !receiver_printed("handled default:run-1:") {
+    while !receiver_printed("handled default:run-1:") || !receiver_printed("handled default:run-2:") {
         assert!(
             Instant::now() < deadline,
             "the receiver never printed `handled`; the background processes:\n{}",
@@ -169,6 +170,11 @@ async fn the_quickstart_runs_as_written() {
     let handled = outputs.lines().find_map(|l| l.strip_prefix("handled ")).unwrap().to_owned();
     assert!(printed.lines().any(|l| l.starts_with("run key:") && l.contains(&handled)), "{printed}");
     assert!(printed.contains("logical key:") && !printed.contains("none names this run"), "{printed}");
+    // `send --form` sent the sample form-encoded: the same event, so run-1's duplicate;
+    // the copy with another pull request number was new work.
+    let lines: Vec<&str> = printed.lines().collect();
+    assert!(lines.contains(&r#"{"status":"duplicate","code":200,"run_id":"run-1"}"#), "{printed}");
+    assert!(lines.contains(&r#"{"status":"created","code":202,"run_id":"run-2"}"#), "{printed}");
     // The receiver was up, and refused the unsigned request, before the worker started.
     assert!(printed.lines().any(|l| l == "401"), "{printed}");
     // The sample ping from a repository outside the allowlist was warned of.
@@ -178,6 +184,11 @@ async fn the_quickstart_runs_as_written() {
         })
     });
     assert!(warned, "serve did not warn of the ping's blocked repository:\n{}", printed_by(&running));
+    // The config's placeholder entry was warned of at start, as the page says.
+    let placeholder = running.iter().any(|b| {
+        b.errors().lines().any(|l| l.contains("WARN") && l.contains(r#"still holds the placeholder "YOUR-ORG/*""#))
+    });
+    assert!(placeholder, "serve did not warn of YOUR-ORG/*:\n{}", printed_by(&running));
     // Stopped the other way round: the receiver, the worker, serve, then Redis.
     while let Some(b) = running.pop() {
         drop(b);

@@ -398,3 +398,55 @@ async fn node_receiver() {
 async fn go_receiver() {
     receiver_end_to_end(Lang::Go).await;
 }
+
+/// A secret that is not `whsec_` and base64 stops the receiver at start,
+/// naming the variable and never the value, instead of a receiver that
+/// answers 401 to every delivery.
+fn refuses_a_malformed_secret_at_start(lang: Lang) {
+    let dir = temp_dir("recv-secret");
+    for bad in ["hunter2-no-prefix", "whsec_hunter2!!", "whsec_", ""] {
+        let port = free_port();
+        let mut child = lang
+            .command(&dir)
+            .env("PORT", port.to_string())
+            .env("IDEMGATE_DELIVER_SECRET", bad)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("{lang:?} started with IDEMGATE_DELIVER_SECRET={bad:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!status.success(), "{lang:?}, {bad:?}: {status}");
+        assert!(err.contains("IDEMGATE_DELIVER_SECRET must be a whsec_... secret"), "{lang:?}, {bad:?}: {err}");
+        assert!(!err.contains("hunter2"), "{lang:?} printed the refused value: {err}");
+        assert!(out.stdout.is_empty(), "{lang:?}, {bad:?}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn python_receiver_refuses_a_malformed_secret() {
+    refuses_a_malformed_secret_at_start(Lang::Python);
+}
+
+#[test]
+fn node_receiver_refuses_a_malformed_secret() {
+    refuses_a_malformed_secret_at_start(Lang::Node);
+}
+
+#[test]
+fn go_receiver_refuses_a_malformed_secret() {
+    refuses_a_malformed_secret_at_start(Lang::Go);
+}

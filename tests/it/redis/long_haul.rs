@@ -325,6 +325,56 @@ async fn a_misconfigured_destination_dead_letters_nothing() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A 401 or 403 says the receiver refused the worker itself, most often
+/// for another secret: the run's `last_error` and the worker's log name
+/// `--deliver-secret-file`. A 404 (a wrong URL) gets no such hint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_signature_names_the_secret_file() {
+    let ns = fresh_ns("lhhint");
+    let dir = temp_dir("lhhint");
+    secrets_file(&dir, &[secret(21)]);
+    let dest = Destination::start(|r, _| match r.number() {
+        1 => status(StatusCode::UNAUTHORIZED),
+        2 => status(StatusCode::FORBIDDEN),
+        _ => status(StatusCode::NOT_FOUND),
+    })
+    .await;
+    create(&gate(&ns).await, 1..=3).await;
+    let mut workers =
+        Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &["--retry-schedule", "1h"])]);
+    let last_error = |n: u64| {
+        let ns = ns.clone();
+        async move { record(&ns, &format!("run-{n}")).await.get("last_error").cloned().unwrap_or_default() }
+    };
+    wait_for(Duration::from_secs(15), "every run's first failure", || async {
+        for n in 1..=3 {
+            if last_error(n).await.is_empty() {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    const HINT: &str = "check that --deliver-secret-file holds the secret the receiver verifies with";
+    for (n, code) in [(1, "HTTP 401 Unauthorized"), (2, "HTTP 403 Forbidden")] {
+        let e = last_error(n).await;
+        assert!(e.starts_with(code) && e.contains(HINT), "run-{n}: {e}");
+        let h = history(&ns, &format!("run-{n}")).await;
+        assert!(h[0]["error"].as_str().unwrap().contains(HINT), "run-{n}: {h:?}");
+    }
+    let e = last_error(3).await;
+    assert!(e.starts_with("HTTP 404 Not Found") && !e.contains("--deliver-secret-file"), "{e}");
+    let log = log_of(&dir, "a");
+    for run in ["run-1", "run-2"] {
+        assert!(
+            log.lines().any(|l| l.contains("attempt failed") && l.contains(run) && l.contains(HINT)),
+            "{run}: {log}"
+        );
+    }
+    workers.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// SIGKILL while runs are parked, then a new worker: every parked run is
 /// attempted when due, none earlier and none lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

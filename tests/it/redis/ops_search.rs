@@ -467,3 +467,86 @@ async fn a_worker_is_listed_from_its_start_and_up_only_while_it_beats() {
     let w = get(&app, "/v1/ops/workers").await;
     assert!(worker_named(&w, "fresh").is_none(), "a clean stop leaves the group: {w}");
 }
+
+/// A delivery id with no provider is looked up under every configured
+/// provider: a delivery the gate answered `duplicate` leads to the run it
+/// points to, marked with the delivery (`found_by`, status `duplicate`).
+/// The real binary on a real Redis, searched through HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_delivery_is_found_without_its_provider() {
+    use crate::support::Served;
+    use crate::support::signing::github_signature;
+    let ns = fresh_ns("search-dup");
+    let dir = temp_dir("search-dup");
+    let config = r#"
+allowed_repos = ["o/r"]
+
+[[provider]]
+name = "github"
+kind = "github"
+secret = "secret-one"
+
+[[provider]]
+name = "gh-org"
+kind = "github"
+secret = "secret-two"
+"#;
+    let served = Served::start_with_config(&ns, &dir, TOKEN, config);
+    let http = reqwest::Client::new();
+    let deliver = |provider: &'static str, secret: &'static str, delivery: &'static str, number: u64| {
+        let (http, url) = (http.clone(), served.url.clone());
+        async move {
+            let body = format!(
+                r#"{{"action":"opened","number":{number},"repository":{{"name":"r","owner":{{"login":"o"}}}}}}"#
+            );
+            let r = http
+                .post(format!("{url}/webhooks/{provider}"))
+                .header("x-github-delivery", delivery)
+                .header("x-github-event", "pull_request")
+                .header("x-hub-signature-256", github_signature(secret, body.as_bytes()))
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            r.json::<Value>().await.unwrap()
+        }
+    };
+    assert_eq!(deliver("github", "secret-one", "first", 1).await["run_id"], "run-1");
+    let created = deliver("gh-org", "secret-two", "d-created", 2).await;
+    assert_eq!((created["status"].as_str(), created["run_id"].as_str()), (Some("created"), Some("run-2")));
+    let dup = deliver("gh-org", "secret-two", "d-again", 2).await;
+    assert_eq!((dup["status"].as_str(), dup["run_id"].as_str()), (Some("duplicate"), Some("run-2")));
+
+    let search = |query: &'static str| {
+        let (http, url) = (http.clone(), served.url.clone());
+        async move {
+            let r = http.get(format!("{url}/v1/ops/runs?{query}")).bearer_auth(TOKEN).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            r.json::<Value>().await.unwrap()
+        }
+    };
+    let page = search("q=d-again").await;
+    assert_eq!(ids(&page), ["run-2"], "{page}");
+    let run = &page["runs"][0];
+    assert_eq!(run["delivery_id"], "d-created", "the run's own delivery: {run}");
+    assert_eq!(
+        run["found_by"],
+        serde_json::json!({"provider": "gh-org", "delivery_id": "d-again", "status": "duplicate"})
+    );
+    // The delivery that created the run is found the same way, as `created`.
+    let page = search("q=d-created").await;
+    assert_eq!(
+        (ids(&page), page["runs"][0]["found_by"]["status"].as_str()),
+        (vec!["run-2".to_owned()], Some("created"))
+    );
+    // With a provider, only that provider's record is read.
+    assert!(ids(&search("q=d-again&provider=github").await).is_empty());
+    assert_eq!(ids(&search("q=d-again&provider=gh-org").await), ["run-2"]);
+    // A run id is still a run id, and carries no mark.
+    let page = search("q=run-2").await;
+    assert_eq!(ids(&page), ["run-2"]);
+    assert!(page["runs"][0].get("found_by").is_none(), "{page}");
+    drop(served);
+    let _ = std::fs::remove_dir_all(dir);
+}
