@@ -15,7 +15,7 @@ use super::breaker::{Breaker, BreakerVerdict};
 use super::config::{JITTER, WorkerConfig};
 use super::history::short_error;
 use super::queue::StreamEntry;
-use super::run::{Failure, Handler, Payload, RunAttempt, Success};
+use super::run::{Failure, FailureKind, Handler, Payload, RunAttempt, Success};
 use super::state::{Counters, Held, WorkerState};
 use crate::redis_io::worker_scripts::{Failed, Started};
 use crate::units::{format_duration, now_ms};
@@ -136,7 +136,7 @@ impl<'a> Admission<'a> {
     /// the breaker).
     fn counts(self, failure: &Failure) -> bool {
         match self.breaker {
-            Some(b) if failure.destination => b.failure(),
+            Some(b) if failure.is_destination() => b.failure(),
             // An answer that is not the destination's fault says it is up.
             Some(b) => {
                 b.success();
@@ -276,7 +276,7 @@ impl<H: Handler> RunTask<'_, H> {
             Err(_) => Attempt::Failed(Failure {
                 error: format!("timed out after {}", format_duration(timeout)),
                 // A destination that does not answer in time is down.
-                destination: self.admission.guards_a_destination(),
+                kind: if self.admission.guards_a_destination() { FailureKind::Destination } else { FailureKind::Run },
                 ..Failure::default()
             }),
         }
@@ -340,7 +340,7 @@ impl<H: Handler> RunTask<'_, H> {
         let config = self.config();
         let wait = retry_wait(config, tries, &failure, self.run_id);
         // A permanent failure makes this attempt the last one allowed.
-        let last = failure.permanent || tries >= config.max_attempts;
+        let last = failure.is_permanent() || tries >= config.max_attempts;
         let entry = self.entry(attempt, ran, failure.status, Some(&error));
         let q = &self.shared.queue;
         let op = q.op();
@@ -359,7 +359,7 @@ impl<H: Handler> RunTask<'_, H> {
                 self.shared.parked.notify_one();
             }
             Failed::Dead => {
-                tracing::error!(run_id = self.run_id, attempt, %error, permanent = failure.permanent, "attempt failed; no attempts left, run moved to the dead stream");
+                tracing::error!(run_id = self.run_id, attempt, %error, permanent = failure.is_permanent(), "attempt failed; no attempts left, run moved to the dead stream");
                 Counters::bump(&self.counters().dead);
             }
             Failed::Lost => Counters::bump(&self.counters().lost),
@@ -415,8 +415,8 @@ where
 fn outcome_name(outcome: &Attempt) -> &'static str {
     match outcome {
         Attempt::Ok(_) => "done",
-        Attempt::Failed(f) if f.permanent => "refused",
-        Attempt::Failed(f) if f.destination => "destination_failed",
+        Attempt::Failed(f) if f.is_permanent() => "refused",
+        Attempt::Failed(f) if f.is_destination() => "destination_failed",
         Attempt::Failed(_) => "failed",
         Attempt::Lost => "lost",
         Attempt::Fenced => "fenced",

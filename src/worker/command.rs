@@ -18,7 +18,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use super::config::{WorkerConfig, WorkerError};
 use super::reaper::{Attempt, Containment};
-use super::{Failure, Handler, RunAttempt, Success, Summary, Worker};
+use super::{Failure, FailureKind, Handler, RunAttempt, Success, Summary, Worker};
 use crate::config::{FileConfig, Merged, StoreConfig};
 
 /// How much of the child's stderr is kept for the run's `last_error`: its
@@ -226,7 +226,7 @@ impl Handler for CommandHandler {
         let error = if tail.is_empty() { what } else { format!("{what}: {tail}") };
         Err(Failure {
             error,
-            permanent: status.code() == Some(PERMANENT_FAILURE_EXIT),
+            kind: if status.code() == Some(PERMANENT_FAILURE_EXIT) { FailureKind::Permanent } else { FailureKind::Run },
             // The history entry's status: the exit status (none when killed by a signal).
             status: status.code().and_then(|c| u16::try_from(c).ok()),
             ..Failure::default()

@@ -430,6 +430,7 @@ fn tls_config(ca: Option<&Path>) -> Result<rustls::ClientConfig, WorkerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::worker::FailureKind;
     use crate::providers::standard_webhooks::signature;
 
     fn at(secs: u64) -> SystemTime {
@@ -484,20 +485,20 @@ mod tests {
         assert!(judge(StatusCode::OK, &none, b"", now).is_ok());
         assert!(judge(StatusCode::NO_CONTENT, &none, b"", now).is_ok());
         let gone = judge(StatusCode::GONE, &none, b"no such tenant", now).unwrap_err();
-        assert!(gone.permanent && !gone.destination, "{gone:?}");
+        assert!(gone.is_permanent(), "{gone:?}");
         assert!(gone.error.starts_with("HTTP 410 Gone: no such tenant"), "{}", gone.error);
         let e = judge(StatusCode::INTERNAL_SERVER_ERROR, &none, b"boom\n\x1b[31m", now).unwrap_err();
-        assert!(e.destination && !e.permanent && e.retry_after.is_none(), "{e:?}");
+        assert!(e.is_destination() && e.retry_after.is_none(), "{e:?}");
         assert_eq!(e.error, "HTTP 500 Internal Server Error: boom\\n\\x1b[31m");
         let long = judge(StatusCode::BAD_GATEWAY, &none, &[b'x'; 1000], now).unwrap_err();
         assert!(long.error.ends_with('…') && long.error.len() < 300, "{}", long.error);
         let found = judge(StatusCode::FOUND, &none, b"", now).unwrap_err();
-        assert!(!found.destination && found.error.contains("not followed"), "{found:?}");
+        assert!(found.kind == FailureKind::Run && found.error.contains("not followed"), "{found:?}");
         // A misconfigured URL, secret or service is the destination's fault;
         // other 4xx are the run's own.
         for code in DESTINATION_FAULTS {
             let e = judge(StatusCode::from_u16(code).unwrap(), &none, b"", now).unwrap_err();
-            assert!(e.destination && !e.permanent && e.status == Some(code), "{code}: {e:?}");
+            assert!(e.is_destination() && e.status == Some(code), "{code}: {e:?}");
         }
         // A refusal of the worker names the secret's flag, before the body (the history keeps 256 bytes).
         for code in [401, 403] {
@@ -511,7 +512,7 @@ mod tests {
         }
         for code in [400, 409, 413, 415, 422] {
             let e = judge(StatusCode::from_u16(code).unwrap(), &none, b"", now).unwrap_err();
-            assert!(!e.destination && !e.permanent && e.status == Some(code), "{code}: {e:?}");
+            assert!(!e.is_destination() && e.status == Some(code), "{code}: {e:?}");
         }
         assert_eq!(judge(StatusCode::NO_CONTENT, &none, b"", now).unwrap(), Success::with_status(204, "HTTP 204"));
 
@@ -519,7 +520,7 @@ mod tests {
         ra.insert("retry-after", HeaderValue::from_static("2"));
         let slow = judge(StatusCode::TOO_MANY_REQUESTS, &ra, b"", now).unwrap_err();
         assert_eq!(slow.retry_after, Some(Duration::from_secs(2)));
-        assert!(slow.destination);
+        assert!(slow.is_destination());
         let busy = judge(StatusCode::SERVICE_UNAVAILABLE, &ra, b"", now).unwrap_err();
         assert_eq!(busy.retry_after, Some(Duration::from_secs(2)));
         // Only 429 and 503 carry a Retry-After that counts.

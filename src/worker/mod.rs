@@ -62,7 +62,7 @@ use tokio::task::JoinSet;
 pub use attempt::{MAX_LAST_ERROR, MAX_RETRY_AFTER};
 pub use history::{HISTORY_ERROR_BYTES, HISTORY_LEN};
 pub use queue::trim_runs;
-pub use run::{Failure, Handler, Payload, RunAttempt, Success};
+pub use run::{Failure, FailureKind, Handler, Payload, RunAttempt, Success};
 pub use state::Summary;
 
 use config::{WorkerConfig, WorkerError};

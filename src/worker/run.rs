@@ -32,6 +32,21 @@ pub struct RunAttempt {
     pub payload: Option<Payload>,
 }
 
+/// Whose failure an attempt's was: what decides the run's next step.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The run's own: retried on the schedule (any `Display` error).
+    #[default]
+    Run,
+    /// The run's own, and retrying cannot succeed (the input itself is
+    /// wrong): the run goes to the dead stream now, whatever attempts are left.
+    Permanent,
+    /// The destination's (unreachable, timed out, 5xx, 429, or a status
+    /// that says it is misconfigured: 401, 403, 404, 405, 407, 408, 421): it
+    /// counts towards the handler's [`Handler::breaker`].
+    Destination,
+}
+
 /// A failed attempt, as a handler reports it. Any `Display` error converts
 /// into a retryable one; [`Failure::permanent`] says retrying cannot help,
 /// [`Failure::not_before`] when the next attempt may come, and
@@ -40,17 +55,12 @@ pub struct RunAttempt {
 pub struct Failure {
     /// What went wrong: the run's `last_error`.
     pub error: String,
-    /// Retrying cannot succeed (the input itself is wrong), so the run goes
-    /// to the dead stream now, whatever attempts are left.
-    pub permanent: bool,
+    /// Whose failure it is ([`FailureKind`]).
+    pub kind: FailureKind,
     /// The next attempt comes no sooner than this after the failure (a
     /// `Retry-After`), even when the backoff is shorter; a longer backoff
     /// still holds (a `Retry-After` never shortens the schedule).
     pub retry_after: Option<Duration>,
-    /// The destination failed (unreachable, timed out, 5xx, 429, or a
-    /// status that says it is misconfigured: 401, 403, 404, 405, 407, 408,
-    /// 421): it counts towards the handler's [`Handler::breaker`].
-    pub destination: bool,
     /// The answer's HTTP status, or the command's exit status, when there
     /// was one (the attempt's `history` entry keeps it).
     pub status: Option<u16>,
@@ -77,12 +87,22 @@ impl Success {
 impl Failure {
     /// A failure no retry can fix: the run is dead-lettered after this attempt.
     pub fn permanent(error: impl Display) -> Self {
-        Self { error: error.to_string(), permanent: true, ..Self::default() }
+        Self { error: error.to_string(), kind: FailureKind::Permanent, ..Self::default() }
     }
 
-    /// A failure of the destination rather than of the run (see [`Failure::destination`]).
+    /// A failure of the destination rather than of the run ([`FailureKind::Destination`]).
     pub fn of_destination(error: impl Display) -> Self {
-        Self { error: error.to_string(), destination: true, ..Self::default() }
+        Self { error: error.to_string(), kind: FailureKind::Destination, ..Self::default() }
+    }
+
+    /// Retrying cannot succeed: the run is dead after this attempt.
+    pub fn is_permanent(&self) -> bool {
+        self.kind == FailureKind::Permanent
+    }
+
+    /// The destination failed, not the run.
+    pub fn is_destination(&self) -> bool {
+        self.kind == FailureKind::Destination
     }
 
     /// The same failure, with the next attempt no sooner than `wait` from now.
