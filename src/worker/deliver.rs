@@ -23,10 +23,6 @@ use http_body_util::{BodyExt, Full};
 use hyper::StatusCode;
 use hyper::body::Bytes;
 use hyper::header::{HeaderMap, HeaderValue};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 
 use super::breaker::{Breaker, BreakerConfig};
 use super::config::WorkerError;
@@ -153,7 +149,7 @@ pub struct Destination {
     url: hyper::Uri,
     shown_url: String,
     authorization: Option<HeaderValue>,
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    client: crate::client::HttpClient,
     secrets: Arc<Secrets>,
     breaker: Arc<Breaker>,
     metrics: Option<Arc<WorkerMetrics>>,
@@ -168,16 +164,8 @@ impl Destination {
         let shown_url = crate::redact::deliver_url(&shown_url);
         let secrets = Arc::new(Secrets::load(&options.secret_file)?);
         Secrets::watch(Arc::downgrade(&secrets));
-        let tls = tls_config(options.ca.as_deref())?;
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_nodelay(true);
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(60)).build(https);
+        let tls = crate::client::tls_config(options.ca.as_deref(), "--deliver-ca").map_err(WorkerError::Config)?;
+        let client = crate::client::http_client(tls);
         Ok(Self {
             url,
             shown_url,
@@ -231,7 +219,11 @@ impl Handler for Destination {
                 if let Some(m) = &self.metrics {
                     m.request(None);
                 }
-                return Err(Failure::of_destination(format!("no answer from {}: {}", self.shown_url, error_chain(&e))));
+                return Err(Failure::of_destination(format!(
+                    "no answer from {}: {}",
+                    self.shown_url,
+                    crate::client::error_chain(&e)
+                )));
             }
         };
         let (head, body) = answer.into_parts();
@@ -353,20 +345,6 @@ async fn read_prefix(mut body: hyper::body::Incoming) -> Vec<u8> {
     out
 }
 
-/// An error with its causes (`client error (Connect): tcp connect error: Connection refused`).
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let more = cause.to_string();
-        if !text.contains(&more) {
-            text = format!("{text}: {more}");
-        }
-        source = cause.source();
-    }
-    text
-}
-
 /// The URL without userinfo and fragment (for the request and the logs),
 /// and the userinfo as a basic `Authorization` header: the user and the
 /// password percent-decoded (a password with `@`, `:` or `%` is written
@@ -397,41 +375,12 @@ fn parse_url(text: &str) -> Result<(hyper::Uri, String, Option<HeaderValue>), Wo
 }
 
 /// rustls with ring: the roots of `ca` (PEM), else the system's.
-fn tls_config(ca: Option<&Path>) -> Result<rustls::ClientConfig, WorkerError> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    match ca {
-        Some(path) => {
-            let at = "--deliver-ca";
-            let pem = std::fs::read(path).map_err(|e| WorkerError::Config(format!("{at}: cannot read it: {e}")))?;
-            let certs = CertificateDer::pem_slice_iter(&pem)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| WorkerError::Config(format!("{at}: not a PEM certificate file: {e}")))?;
-            let (added, _) = roots.add_parsable_certificates(certs);
-            if added == 0 {
-                return Err(WorkerError::Config(format!("{at}: holds no usable PEM certificate")));
-            }
-        }
-        None => {
-            let found = rustls_native_certs::load_native_certs();
-            roots.add_parsable_certificates(found.certs);
-        }
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| WorkerError::Config(format!("TLS set-up: {e}")))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(config)
-}
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::worker::FailureKind;
     use crate::providers::standard_webhooks::signature;
+    use crate::worker::FailureKind;
 
     fn at(secs: u64) -> SystemTime {
         std::time::UNIX_EPOCH + Duration::from_secs(secs)
