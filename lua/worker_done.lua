@@ -8,7 +8,7 @@
 -- (docs/operations.md#5-when-memory-runs-short): the last call's `op` / `op_result`, the
 -- attempt's `group`, `updated_ms`, the parking fields (`next_attempt_ms`,
 -- `parked_group`), the attempt budget's `attempt_base`, and the `payload`
--- unless ARGV[8] keeps it (`--keep-done-payloads`). It is compact, so a
+-- unless ARGV[12] keeps it (`--keep-done-payloads`). It is compact, so a
 -- one-attempt run stays a listpack hash: no `run_id` (its key names it),
 -- and the final attempt folded into `worker`, `started_ms`, `duration_ms`
 -- and `attempt_status` instead of a `history` entry (see

@@ -69,7 +69,8 @@ pub fn tls_config(ca: Option<&Path>, at: &str) -> Result<rustls::ClientConfig, S
 /// reached the server, so `send` exits 2.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// The URL is not `http://host:port/path`.
+    /// The URL is not an `http://` or `https://` URL with a host (or the
+    /// request could not be built, or TLS not set up).
     #[error("{0}")]
     BadUrl(String),
     /// No connection could be made.

@@ -5,10 +5,12 @@
 //! logical work and its key's slots, the verdict the rules hand a store,
 //! the lifetimes ([`Settings`] and their defaults, [`Hold`]), the delivery
 //! record a store keeps, and what names a run ([`RunFields`], and a done
-//! run's compact record, [`DoneRecord`]). Of the crate it uses only
-//! [`crate::error`] (the store's `Error`, in the `Store` trait's signatures),
-//! which uses nothing of it, so every other module can depend on it without
-//! a cycle.
+//! run's compact record, [`DoneRecord`]), a run's status ([`RunStatus`]) and
+//! its history's entries ([`AttemptEntry`], [`AttemptParts`],
+//! [`AttemptOutcome`]). Of the crate it uses only [`crate::error`] (the
+//! store's `Error`, in the `Store` trait's signatures) and [`crate::text`]
+//! (an unknown status escaped in its message), which use nothing of it, so
+//! every other module can depend on it without a cycle.
 
 use std::time::Duration;
 
@@ -499,8 +501,9 @@ impl AttemptOutcome {
     }
 }
 
-/// One entry of the run record's `history` (docs/worker.md), as readers
-/// take it. The scripts write every entry (`lua/shared/history.lua`,
+/// One entry of the run record's `history` (docs/worker.md): its shape (the
+/// readers pass `history` on as JSON; a test reads every entry as this).
+/// The scripts write every entry (`lua/shared/history.lua`,
 /// `history_entry`), in this order and with these names; Rust builds one
 /// only to show a done record's folded attempt ([`DoneRecord::expand`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

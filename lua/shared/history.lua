@@ -92,7 +92,8 @@ local function fold_done_attempt(first, worker, attempts)
 end
 
 -- A folded done attempt (fold_done_attempt) back into `history`, for a run
--- that runs again; its fields go.
+-- that runs again; its `attempt_status` and `duration_ms` go (the caller
+-- drops `worker` and `started_ms`).
 local function unfold_done_attempt()
   local r = redis.call('HMGET', KEYS[2], 'attempt_status', 'attempts', 'worker', 'started_ms', 'duration_ms')
   if not r[1] then

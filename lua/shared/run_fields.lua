@@ -1,5 +1,5 @@
 -- Shared by the worker and dead-stream scripts (filled in at load, see
--- src/redis/scripts.rs): the fields that name a run in a stream entry, in
+-- src/redis_io/scripts.rs): the fields that name a run in a stream entry, in
 -- their order. The list is Rust's (RunFields::NAMES), written once there.
 local RUN_FIELDS = {${run_field_names}}
 

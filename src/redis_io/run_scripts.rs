@@ -176,7 +176,8 @@ pub enum DeadRetried {
         /// Dead-stream entries removed.
         dead_entries_removed: u64,
         /// The record named its dead-stream entry (`dead_entry`), which is
-        /// removed; `false` for a run that died before records named it.
+        /// removed; `false` for a run that died before records named it
+        /// (`true` for a done run, which has none to name).
         named_entry: bool,
     },
     /// Not moved: the run is not finished (or, for `dead retry`, not dead).
@@ -312,7 +313,7 @@ mod tests {
     }
 
     /// The run statuses are [`RunStatus`]'s words: no script spells one (the
-    /// history's `outcome` words are another vocabulary, `worker::history`'s).
+    /// history's `outcome` words are another vocabulary, `AttemptOutcome`'s).
     #[test]
     fn no_script_spells_a_run_status() {
         use crate::vocabulary::RunStatus;

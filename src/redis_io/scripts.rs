@@ -6,8 +6,10 @@
 //!
 //! A script is loaded as its file with every `${name}` filled in
 //! ([`LuaScript::load`]): the delivery record's heads from [`DeliveryRecord::head`], the run
-//! fields' names from [`RunFields::NAMES`], and the Lua that several scripts
-//! share (`lua/shared/*.lua`), so each of those rules is written once.
+//! fields' names from [`RunFields::NAMES`], the run statuses and attempt
+//! outcomes from [`RunStatus`] and [`AttemptOutcome`], and the Lua that
+//! several scripts share (`lua/shared/*.lua`), so each of those rules is
+//! written once.
 
 use std::sync::LazyLock;
 

@@ -14,8 +14,9 @@ use crate::error::Error;
 use crate::keys::Keys;
 use crate::vocabulary::{AttemptParts, RunFields};
 
-/// The consumer a worker script acts as: `ARGV[1]` and `ARGV[2]` of each, and
-/// the namespace whose streams it reads.
+/// The consumer a worker script acts as: `ARGV[1]` (group) and `ARGV[2]`
+/// (consumer) of the scripts that act on held entries (`lua/worker_wake.lua`
+/// takes the group alone), and the namespace whose streams it reads.
 #[derive(Debug, Clone, Copy)]
 pub struct Consumer<'a> {
     /// The namespace's keys.
@@ -49,7 +50,8 @@ pub struct StartCall<'a> {
     pub consumer: Consumer<'a>,
     /// The runs-stream entry.
     pub entry_id: &'a str,
-    /// What names the run (copied into the dead stream if it is out of attempts).
+    /// What names the run (copied into the run record as the attempt
+    /// starts, into the dead stream if it is out of attempts).
     pub run: &'a RunFields,
     /// Now, ms since the Unix epoch.
     pub now_ms: u64,

@@ -345,8 +345,8 @@ impl Tail {
 }
 
 /// Whether the command must not see variable `name`: idemgate's own settings
-/// (`IDEMGATE_*`; the worker sets `IDEMGATE_RUN_ID` and `IDEMGATE_ATTEMPT`
-/// per run) and the providers' secrets.
+/// (`IDEMGATE_*`; the worker sets `IDEMGATE_RUN_ID`, `IDEMGATE_RUN_KEY` and
+/// `IDEMGATE_ATTEMPT` per attempt) and the providers' secrets.
 fn hidden(name: &str, secret_env: &[String]) -> bool {
     name.starts_with("IDEMGATE_") || secret_env.iter().any(|s| s == name)
 }

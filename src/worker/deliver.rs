@@ -374,8 +374,6 @@ fn parse_url(text: &str) -> Result<(hyper::Uri, String, Option<HeaderValue>), Wo
     Ok((uri, shown, authorization))
 }
 
-/// rustls with ring: the roots of `ca` (PEM), else the system's.
-
 #[cfg(test)]
 mod tests {
     use super::*;

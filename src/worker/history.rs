@@ -1,5 +1,6 @@
-//! One attempt's parts for the run record's `history` (docs/worker.md): the
-//! newest [`HISTORY_LEN`] attempts, oldest first, each
+//! The bounds of the run record's `history` (docs/worker.md), and an
+//! attempt's error as its entry keeps it: the newest [`HISTORY_LEN`]
+//! attempts, oldest first, each
 //! `{"attempt", "worker", "started_ms", "duration_ms", "status", "outcome", "error"}`
 //! ([`crate::vocabulary::AttemptEntry`]). The scripts write every entry
 //! (`lua/shared/history.lua`, `history_entry`): the worker hands them the

@@ -17,8 +17,8 @@
 //!   take-overs, the own pending list), `leases` (renewal and trimming),
 //!   `attempt` (one run task: start, fence, finish or fail, each retried
 //!   with one operation id; a failed one parks its run), `wake` (parked
-//!   runs back on the stream when due), `history` (each attempt's entry
-//!   in the run record), `queue` (the Redis calls). [`Worker::run`]
+//!   runs back on the stream when due), `history` (the history's bounds and
+//!   an attempt's error as its entry keeps it), `queue` (the Redis calls). [`Worker::run`]
 //!   ties them together and drains at shutdown.
 //! - [`command`]: a handler that runs a child process per run.
 //! - [`reaper`]: every process an attempt started dies with the attempt.

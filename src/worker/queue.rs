@@ -126,7 +126,8 @@ impl Queue {
         Op(format!("{}{}", self.op_prefix, self.ops.fetch_add(1, Ordering::Relaxed)))
     }
 
-    /// `ARGV[1]` and `ARGV[2]` of every worker script.
+    /// Who the worker scripts act as: `ARGV[1]` (group) and `ARGV[2]`
+    /// (consumer) of those that act on held entries.
     fn as_consumer(&self) -> Consumer<'_> {
         Consumer { keys: self.redis.keys(), group: &self.group, name: &self.consumer }
     }

@@ -4,7 +4,7 @@
 //! Killing the command's process group misses a process that called
 //! `setsid`: it has a group (and session) of its own. So, when an attempt
 //! ends (its command exited, it timed out, or it was fenced), [`Attempt`]'s
-//! `Drop`, besides the group:
+//! `Drop`, besides the group (and the attempt's cgroup, where it has one):
 //!
 //! 1. kills every descendant of the command that is still alive, found by
 //!    walking the worker's own process tree (`/proc/<pid>/task/*/children`,

@@ -58,8 +58,9 @@ pub struct Failure {
     /// Whose failure it is ([`FailureKind`]).
     pub kind: FailureKind,
     /// The next attempt comes no sooner than this after the failure (a
-    /// `Retry-After`), even when the backoff is shorter; a longer backoff
-    /// still holds (a `Retry-After` never shortens the schedule).
+    /// `Retry-After`, capped at 24 hours: `MAX_RETRY_AFTER`), even when the
+    /// backoff is shorter; a longer backoff still holds (a `Retry-After`
+    /// never shortens the schedule).
     pub retry_after: Option<Duration>,
     /// The answer's HTTP status, or the command's exit status, when there
     /// was one (the attempt's `history` entry keeps it).
