@@ -70,9 +70,12 @@ pub fn tls_config(ca: Option<&Path>, at: &str) -> Result<rustls::ClientConfig, S
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The URL is not an `http://` or `https://` URL with a host (or the
-    /// request could not be built, or TLS not set up).
+    /// request could not be built from it).
     #[error("{0}")]
     BadUrl(String),
+    /// TLS could not be set up (the system's roots, the crypto provider).
+    #[error("{0}")]
+    Tls(String),
     /// No connection could be made.
     #[error("cannot connect to {authority}: {why}")]
     Connect {
@@ -169,7 +172,7 @@ pub async fn request(
     timeout: Duration,
 ) -> Result<Answer, ClientError> {
     let (uri, authority) = checked_uri(url)?;
-    let client = http_client(tls_config(None, "TLS").map_err(ClientError::BadUrl)?);
+    let client = http_client(tls_config(None, "TLS").map_err(ClientError::Tls)?);
     let exchange = async {
         let mut req = Request::builder().method(method).uri(uri);
         for (name, value) in headers {
