@@ -136,7 +136,7 @@ impl<'a> Admission<'a> {
     /// the breaker).
     fn counts(self, failure: &Failure) -> bool {
         match self.breaker {
-            Some(b) if failure.is_destination() => b.failure(),
+            Some(b) if failure.is_destination() => b.failure(failure.retry_after.map(|d| d.min(MAX_RETRY_AFTER))),
             // An answer that is not the destination's fault says it is up.
             Some(b) => {
                 b.success();

@@ -108,27 +108,41 @@ impl State {
         *self = State::Closed { failures: 0 };
     }
 
-    /// An attempt failed for reasons of the destination at `now`. Returns
-    /// whether the failure counts as an attempt: only while the breaker is
-    /// closed and stays closed.
-    pub fn failure(&mut self, now: Instant, config: &BreakerConfig) -> bool {
+    /// An attempt failed for reasons of the destination at `now`, the
+    /// destination asking for `retry_after` (its `Retry-After`, capped by
+    /// the caller). Returns whether the failure counts as an attempt: only
+    /// while the breaker is closed and stays closed. An open breaker probes
+    /// no sooner than the latest `Retry-After` it was given: a service that
+    /// asked for 30 s gets no probe every 2 s.
+    pub fn failure(&mut self, now: Instant, config: &BreakerConfig, retry_after: Option<Duration>) -> bool {
+        let asked = now + retry_after.unwrap_or_default();
         match *self {
             State::Closed { failures } if failures + 1 < config.failures.max(1) => {
                 *self = State::Closed { failures: failures + 1 };
                 true
             }
             State::Closed { .. } => {
-                *self = State::Open { until: now + config.cooldown, cooldown: config.cooldown };
+                *self = State::Open { until: (now + config.cooldown).max(asked), cooldown: config.cooldown };
                 false
             }
             // A failed probe: wait twice as long.
             State::HalfOpen { cooldown, probing: true } => {
                 let cooldown = (cooldown * 2).min(config.max_cooldown.max(config.cooldown));
-                *self = State::Open { until: now + cooldown, cooldown };
+                *self = State::Open { until: (now + cooldown).max(asked), cooldown };
                 false
             }
-            // An attempt that started before the breaker opened: it changes nothing.
-            State::Open { .. } | State::HalfOpen { probing: false, .. } => false,
+            // An attempt that started before the breaker opened counts
+            // nothing, but its Retry-After holds the next probe back.
+            State::Open { until, cooldown } => {
+                *self = State::Open { until: until.max(asked), cooldown };
+                false
+            }
+            State::HalfOpen { cooldown, probing: false } => {
+                if asked > now {
+                    *self = State::Open { until: asked, cooldown };
+                }
+                false
+            }
         }
     }
 
@@ -184,10 +198,10 @@ impl Breaker {
     }
 
     /// [`State::failure`] now; logs when the breaker opens.
-    pub fn failure(&self) -> bool {
+    pub fn failure(&self, retry_after: Option<Duration>) -> bool {
         let mut state = lock(&self.state);
         let was = *state;
-        let counted = state.failure(Instant::now(), &self.config);
+        let counted = state.failure(Instant::now(), &self.config, retry_after);
         let now = *state;
         drop(state);
         if now != was {
@@ -251,15 +265,15 @@ mod tests {
     fn breaker_opens_after_consecutive_failures_and_counts_none_while_open() {
         let t0 = Instant::now();
         let mut s = State::Closed { failures: 0 };
-        assert!(s.failure(t0, &CONFIG) && s.failure(t0, &CONFIG), "the first two count");
+        assert!(s.failure(t0, &CONFIG, None) && s.failure(t0, &CONFIG, None), "the first two count");
         // A success in between starts the count again.
         s.success();
-        assert!(s.failure(t0, &CONFIG) && s.failure(t0, &CONFIG));
-        assert!(!s.failure(t0, &CONFIG), "the third opens the breaker and counts nothing");
+        assert!(s.failure(t0, &CONFIG, None) && s.failure(t0, &CONFIG, None));
+        assert!(!s.failure(t0, &CONFIG, None), "the third opens the breaker and counts nothing");
         assert_eq!(s, State::Open { until: t0 + CONFIG.cooldown, cooldown: CONFIG.cooldown });
         assert_eq!(s.admit(t0 + Duration::from_secs(4)), BreakerVerdict::Hold);
         // An attempt that was in flight when it opened counts nothing either.
-        assert!(!s.failure(t0 + Duration::from_secs(4), &CONFIG));
+        assert!(!s.failure(t0 + Duration::from_secs(4), &CONFIG, None));
         assert_eq!(s.gauge(), 1);
     }
 
@@ -274,7 +288,7 @@ mod tests {
             now = until;
             assert_eq!(s.admit(now), BreakerVerdict::Probe);
             assert_eq!(s.admit(now), BreakerVerdict::Hold, "one probe at a time");
-            assert!(!s.failure(now, &CONFIG), "a failed probe counts no attempt");
+            assert!(!s.failure(now, &CONFIG, None), "a failed probe counts no attempt");
         }
         assert_eq!(waits, [5, 10, 20, 40, 80, 160, 300, 300, 300]);
         now += CONFIG.max_cooldown;
@@ -292,7 +306,7 @@ mod tests {
         let mut now = Instant::now();
         let mut s = State::Closed { failures: 0 };
         for _ in 0..config.failures {
-            s.failure(now, &config);
+            s.failure(now, &config, None);
         }
         let mut waits = Vec::new();
         for _ in 0..6 {
@@ -300,9 +314,36 @@ mod tests {
             waits.push((until - now).as_millis());
             now = until;
             assert_eq!(s.admit(now), BreakerVerdict::Probe);
-            assert!(!s.failure(now, &config));
+            assert!(!s.failure(now, &config, None));
         }
         assert_eq!(waits, [1000, 2000, 2000, 2000, 2000, 2000]);
+    }
+
+    /// A destination that asks for 30 s is probed no sooner: the wait is
+    /// the later of the cooldown and the latest `Retry-After`, from the
+    /// failure that opens the breaker, a failed probe, or an attempt that
+    /// started before it opened.
+    #[test]
+    fn an_open_breaker_probes_no_sooner_than_the_latest_retry_after() {
+        let config = BreakerConfig::default();
+        let (t0, thirty) = (Instant::now(), Some(Duration::from_secs(30)));
+        let mut s = State::Closed { failures: config.failures - 1 };
+        assert!(!s.failure(t0, &config, thirty));
+        assert_eq!(s, State::Open { until: t0 + Duration::from_secs(30), cooldown: config.cooldown });
+        assert_eq!(s.admit(t0 + Duration::from_secs(29)), BreakerVerdict::Hold);
+        // A late answer of an attempt started before the breaker opened.
+        assert!(!s.failure(t0 + Duration::from_secs(1), &config, Some(Duration::from_secs(40))));
+        assert_eq!(s.admit(t0 + Duration::from_secs(40)), BreakerVerdict::Hold);
+        let t1 = t0 + Duration::from_secs(41);
+        assert_eq!(s.admit(t1), BreakerVerdict::Probe);
+        assert!(!s.failure(t1, &config, thirty), "the probe failed, asking again");
+        let State::Open { until, .. } = s else { panic!("{s:?}") };
+        assert_eq!(until - t1, Duration::from_secs(30));
+        // A shorter Retry-After (or none) never brings a probe forward of the cooldown.
+        assert_eq!(s.admit(until), BreakerVerdict::Probe);
+        assert!(!s.failure(until, &config, Some(Duration::ZERO)));
+        let State::Open { until: next, .. } = s else { panic!("{s:?}") };
+        assert_eq!(next - until, config.max_cooldown);
     }
 
     #[test]
@@ -320,7 +361,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_failed_probe_wakes_the_waiting_reader() {
         let b = Arc::new(Breaker::new(BreakerConfig { failures: 1, ..BreakerConfig::default() }));
-        assert!(!b.failure());
+        assert!(!b.failure(None));
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(b.admit(), BreakerVerdict::Probe);
         let waiting = tokio::spawn({
@@ -329,7 +370,7 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_millis(10)).await;
         let t0 = Instant::now();
-        assert!(!b.failure(), "the probe failed");
+        assert!(!b.failure(None), "the probe failed");
         tokio::time::timeout(Duration::from_secs(60), waiting).await.expect("the reader was woken").unwrap();
         assert!(t0.elapsed() >= Duration::from_secs(2), "it waited the doubled cooldown: {:?}", t0.elapsed());
     }
@@ -339,7 +380,7 @@ mod tests {
         let b =
             Breaker::new(BreakerConfig { failures: 1, cooldown: Duration::from_secs(5), ..BreakerConfig::default() });
         let t0 = Instant::now();
-        assert!(!b.failure());
+        assert!(!b.failure(None));
         b.ready().await;
         assert!(t0.elapsed() >= Duration::from_secs(5), "{:?}", t0.elapsed());
         assert_eq!(b.admit(), BreakerVerdict::Probe);

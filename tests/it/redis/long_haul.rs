@@ -755,3 +755,37 @@ async fn a_retry_after_of_zero_or_the_past_cannot_burn_attempts() {
     workers.stop().await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// An open breaker probes no sooner than the destination's latest
+/// `Retry-After`: every answer is `503` or `429` with `Retry-After: 3` for
+/// the first four requests (the first opens the breaker at once), then
+/// `204`. Each request comes at least 3 s after the last such answer, not
+/// every cooldown (1 s, then 2 s), and the run is delivered, the refused
+/// attempts given back uncounted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_breaker_waits_out_the_destinations_retry_after() {
+    let ns = fresh_ns("lhbrra");
+    let dir = temp_dir("lhbrra");
+    secrets_file(&dir, &[secret(15)]);
+    let dest = Destination::start(|_, earlier| match earlier {
+        0 | 1 => Answer { headers: vec![("retry-after", "3".into())], ..status(StatusCode::SERVICE_UNAVAILABLE) },
+        2 | 3 => Answer { headers: vec![("retry-after", "3".into())], ..status(StatusCode::TOO_MANY_REQUESTS) },
+        _ => ok(),
+    })
+    .await;
+    create(&gate(&ns).await, [1]).await;
+    let flags = ["--breaker-failures", "1"];
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
+    wait_status(&ns, [(1, "done")], Duration::from_secs(30)).await;
+    let got = dest.of_run(1);
+    assert_eq!(got.len(), 5, "four answers asking for 3 s, then the delivery");
+    let gaps: Vec<Duration> = got.windows(2).map(|p| p[1].at - p[0].at).collect();
+    assert!(gaps.iter().all(|g| *g >= Duration::from_millis(2_950)), "requests {gaps:?} apart");
+    // The refused ones counted against no budget: given back, not parked.
+    let h = history(&ns, "run-1").await;
+    let outcomes: Vec<String> = outcomes(&h).into_iter().map(|(_, o)| o).collect();
+    assert_eq!(outcomes, ["released", "released", "released", "released", "done"], "{h:?}");
+    assert_eq!(dead_count(&ns).await, 0);
+    workers.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
