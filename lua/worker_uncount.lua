@@ -35,7 +35,7 @@ if not holds(ARGV[1], ARGV[2], ARGV[3]) then
 end
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[6], 'JUSTID')
 redis.call('HINCRBY', KEYS[2], 'attempt_base', 1)
-append_history(entry_from_argv(8, ARGV[2], ${outcome_released}))
+append_released(8, ARGV[2])
 redis.call('HSET', KEYS[2], 'status', ${status_queued}, 'last_error', ARGV[5],
   'worker', ARGV[2], 'updated_ms', ARGV[4], 'op', ARGV[7], 'op_result', 1)
 return 1

@@ -450,6 +450,9 @@ impl DoneRecord {
             status: status.parse::<i64>().ok(),
             outcome: AttemptOutcome::Done,
             error: None,
+            count: None,
+            last_attempt: None,
+            last_started_ms: None,
         };
         let entry = serde_json::to_value(entry).expect("an entry always serializes");
         let mut history: Vec<serde_json::Value> =
@@ -523,6 +526,16 @@ pub struct AttemptEntry {
     pub outcome: AttemptOutcome,
     /// What went wrong (escaped, at most 256 bytes); `null` on success.
     pub error: Option<String>,
+    /// For `released` attempts alike (the destination down, the same status
+    /// and error) folded into this entry: how many, this one included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+    /// The last of the folded attempts' number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempt: Option<u64>,
+    /// When the last of the folded attempts started, ms since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_started_ms: Option<u64>,
 }
 
 /// What the worker knows of one attempt, for its history entry: the

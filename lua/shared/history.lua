@@ -53,19 +53,59 @@ local function history_list()
   return list
 end
 
--- Writes the newest `keep` entries of `list` (none: no `history` field).
+-- Writes `list`'s first entry and its newest `keep` - 1 (all of it when
+-- it holds no more than `keep`; none: no `history` field). The first stays:
+-- it is where the run's trouble began, however many attempts follow.
 local function write_history(list, keep)
-  local first = math.max(1, #list - keep + 1)
-  if first > #list then
+  if #list == 0 or keep < 1 then
     redis.call('HDEL', KEYS[2], 'history')
-  else
-    redis.call('HSET', KEYS[2], 'history', '[' .. table.concat(list, ',\n', first) .. ']')
+    return
   end
+  local kept = list
+  if #list > keep then
+    kept = {list[1]}
+    for i = #list - keep + 2, #list do
+      kept[#kept + 1] = list[i]
+    end
+  end
+  redis.call('HSET', KEYS[2], 'history', '[' .. table.concat(kept, ',\n') .. ']')
 end
 
 local function append_history(entry)
   local list = history_list()
   list[#list + 1] = entry
+  write_history(list, HISTORY_MAX)
+end
+
+-- The decimal text of a JSON number as cjson decoded it ('' for null).
+local function number_text(v)
+  if type(v) == 'number' then return string.format('%d', v) end
+  return ''
+end
+
+-- A `released` attempt (the destination was down) at ARGV[first..], of
+-- consumer `worker`. While the breaker is open every probe fails alike, and
+-- twenty of them would push the story out of `history`: one alike to the
+-- entry before it (also `released`, the same status and error) folds into
+-- that entry as a `count`, with the `last_attempt` and its
+-- `last_started_ms`. The run's first entry is never folded into.
+local function append_released(first, worker)
+  local list = history_list()
+  local ok, e = false, nil
+  if #list >= 2 then
+    ok, e = pcall(cjson.decode, list[#list])
+  end
+  local status, err = ARGV[first + 3], ARGV[first + 4]
+  local alike = ok and type(e) == 'table' and e.outcome == ${outcome_released}
+    and number_text(e.status) == status and ((e.error == cjson.null and err == '') or e.error == err)
+  if not alike then
+    append_history(entry_from_argv(first, worker, ${outcome_released}))
+    return
+  end
+  local base = history_entry(number_text(e.attempt), e.worker or '', number_text(e.started_ms),
+    number_text(e.duration_ms), status, ${outcome_released}, err)
+  list[#list] = string.sub(base, 1, -2) .. ',"count":' .. ((tonumber(e.count) or 1) + 1) ..
+    ',"last_attempt":' .. ARGV[first] .. ',"last_started_ms":' .. ARGV[first + 1] .. '}'
   write_history(list, HISTORY_MAX)
 end
 

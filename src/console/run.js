@@ -20,15 +20,17 @@ function historyOf(r) {
 }
 
 function historyRow(a) {
+  // Alike refused probes folded into one entry: their numbers and count.
+  const folded = typeof a.count === "number" && a.last_attempt !== undefined;
   return el(
     "tr",
     { attrs: { "data-attempt": a.attempt } },
-    el("td", { text: a.attempt }),
+    el("td", { text: folded ? `${a.attempt}–${a.last_attempt}` : a.attempt }),
     el("td", { cls: "nowrap" }, timeEl(a.started_ms)),
     el("td", { text: a.worker || "" }),
     el("td", { text: a.status === null || a.status === undefined ? "no answer" : a.status, cls: "http-status" }),
     el("td", { text: duration(a.duration_ms) }),
-    el("td", { text: a.outcome || "", cls: "outcome-" + (a.outcome || "") }),
+    el("td", { text: (a.outcome || "") + (folded ? ` ×${a.count}` : ""), cls: "outcome-" + (a.outcome || "") }),
     el("td", { text: a.error || "", cls: a.outcome === "done" ? "" : "error" }),
   );
 }

@@ -192,15 +192,12 @@ fn history_table(out: &mut String, raw: Option<&str>) {
     for e in entries {
         let started = e["started_ms"].as_u64().and_then(rfc3339_ms).unwrap_or_else(|| cell(e, "started_ms"));
         let took = e["duration_ms"].as_u64().map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms"));
-        rows.push([
-            cell(e, "attempt"),
-            started,
-            took,
-            cell(e, "status"),
-            cell(e, "outcome"),
-            cell(e, "worker"),
-            cell(e, "error"),
-        ]);
+        // Alike refused probes folded into one entry: their numbers and count.
+        let (attempt, outcome) = match (e["count"].as_u64(), e["last_attempt"].as_u64()) {
+            (Some(n), Some(last)) => (format!("{}–{last}", cell(e, "attempt")), format!("{} ×{n}", cell(e, "outcome"))),
+            _ => (cell(e, "attempt"), cell(e, "outcome")),
+        };
+        rows.push([attempt, started, took, cell(e, "status"), outcome, cell(e, "worker"), cell(e, "error")]);
     }
     let widths: Vec<usize> = (0..7).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
     let n = entries.len();

@@ -782,10 +782,71 @@ async fn an_open_breaker_waits_out_the_destinations_retry_after() {
     let gaps: Vec<Duration> = got.windows(2).map(|p| p[1].at - p[0].at).collect();
     assert!(gaps.iter().all(|g| *g >= Duration::from_millis(2_950)), "requests {gaps:?} apart");
     // The refused ones counted against no budget: given back, not parked.
+    // The two 429s alike fold into one entry.
     let h = history(&ns, "run-1").await;
     let outcomes: Vec<String> = outcomes(&h).into_iter().map(|(_, o)| o).collect();
-    assert_eq!(outcomes, ["released", "released", "released", "released", "done"], "{h:?}");
+    assert_eq!(outcomes, ["released", "released", "released", "done"], "{h:?}");
+    assert_eq!(
+        (h[2]["status"].as_u64(), h[2]["count"].as_u64(), h[2]["last_attempt"].as_u64()),
+        (Some(429), Some(2), Some(4))
+    );
     assert_eq!(dead_count(&ns).await, 0);
+    workers.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Twenty failed probes do not bury the story: the run's first failure
+/// keeps its own entry, the alike probes after it fold into one entry with
+/// their count, last attempt and last start, and `inspect run` shows them
+/// as one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_probes_fold_into_one_entry_behind_the_first_failure() {
+    let ns = fresh_ns("lhfold");
+    let dir = temp_dir("lhfold");
+    secrets_file(&dir, &[secret(16)]);
+    let dest =
+        Destination::start(|_, earlier| if earlier < 22 { status(StatusCode::SERVICE_UNAVAILABLE) } else { ok() })
+            .await;
+    create(&gate(&ns).await, [1]).await;
+    let flags = ["--breaker-failures", "1", "--breaker-cooldown", "50ms", "--breaker-max-cooldown", "50ms"];
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
+    wait_status(&ns, [(1, "done")], Duration::from_secs(30)).await;
+    assert_eq!(dest.of_run(1).len(), 23);
+    let h = history(&ns, "run-1").await;
+    let want: Vec<(u64, String)> =
+        [(1, "released"), (2, "released"), (23, "done")].map(|(a, o)| (a, o.to_owned())).into();
+    assert_eq!(outcomes(&h), want, "{h:?}");
+    assert!(h[0].get("count").is_none(), "the first failure stands alone: {}", h[0]);
+    assert_eq!((h[1]["count"].as_u64(), h[1]["last_attempt"].as_u64()), (Some(21), Some(22)), "{}", h[1]);
+    assert!(h[1]["last_started_ms"].as_u64() > h[1]["started_ms"].as_u64(), "{}", h[1]);
+    let text = stdout(&idemgate_in(&ns, &["inspect", "run", "run-1"]));
+    assert!(text.contains("2–22") && text.contains("released ×21"), "{text}");
+    workers.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A long story keeps its beginning: fourteen refused attempts that do not
+/// fold (their statuses alternate), then a delivery. `history` holds the
+/// first attempt and the newest ones, ten entries in all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_keeps_the_first_attempt_beside_the_newest() {
+    let ns = fresh_ns("lhfirst");
+    let dir = temp_dir("lhfirst");
+    secrets_file(&dir, &[secret(17)]);
+    let dest = Destination::start(|_, earlier| match earlier {
+        n if n < 14 && n % 2 == 0 => status(StatusCode::BAD_GATEWAY),
+        n if n < 14 => status(StatusCode::SERVICE_UNAVAILABLE),
+        _ => ok(),
+    })
+    .await;
+    create(&gate(&ns).await, [1]).await;
+    let flags = ["--breaker-failures", "1", "--breaker-cooldown", "50ms", "--breaker-max-cooldown", "50ms"];
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
+    wait_status(&ns, [(1, "done")], Duration::from_secs(30)).await;
+    let h = history(&ns, "run-1").await;
+    let attempts: Vec<u64> = outcomes(&h).into_iter().map(|(a, _)| a).collect();
+    assert_eq!(attempts, [1, 7, 8, 9, 10, 11, 12, 13, 14, 15], "{h:?}");
+    assert_eq!(h[0]["status"], 502, "the first failure: {}", h[0]);
     workers.stop().await;
     let _ = std::fs::remove_dir_all(dir);
 }
