@@ -97,11 +97,12 @@ impl<'a> Pipeline<'a> {
             at_store.store(true, Ordering::Relaxed);
             // The run keeps the event's JSON text: for a form body, its
             // `payload` field as the kind decoded it.
+            // Checked for UTF-8 only when kept: a body may be megabytes.
             let payload = match &received.delivery.event_text {
+                _ if !self.provider.keep_payload() => None,
                 Some(text) => Some(text.as_str()),
                 None => std::str::from_utf8(&received.bytes).ok(),
             };
-            let payload = payload.filter(|_| self.provider.keep_payload());
             let answer = gate(&provider_submission(self.provider, &received.delivery, payload, &received.digest)).await;
             let (name, id) = (self.provider.name(), received.delivery.delivery_id.as_str());
             let answer = answer.map_err(|e| gate_failure(self.metrics, name, id, e).into_response())?;

@@ -224,6 +224,9 @@ impl SignedBody<'_> {
         if encoded.contains(&b'&') {
             return SignedBody::AmbiguousForm;
         }
+        // Decoded here rather than by `form_urlencoded::parse`, which would
+        // turn bytes that are not UTF-8 into U+FFFD: such a body is refused,
+        // never read as another text than the one signed.
         let spaced: Vec<u8> = encoded.iter().map(|&b| if b == b'+' { b' ' } else { b }).collect();
         let decoded: Vec<u8> = percent_encoding::percent_decode(&spaced).collect();
         String::from_utf8(decoded).map_or(SignedBody::NotText, SignedBody::Form)
