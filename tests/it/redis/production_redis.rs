@@ -454,7 +454,13 @@ async fn sentinel_failover_under_load_loses_no_acknowledged_delivery() {
         }));
     }
 
+    // Load before the kill: two seconds of it, and on a busy machine until
+    // the first delivery is acknowledged (at most 20 s).
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let patience = Instant::now() + Duration::from_secs(20);
+    while ledger.lock().unwrap().is_empty() && Instant::now() < patience {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let before_kill = ledger.lock().unwrap().len();
     primary.stop(); // SIGKILL
     let killed = Instant::now();
@@ -485,13 +491,24 @@ async fn sentinel_failover_under_load_loses_no_acknowledged_delivery() {
     }
     let rejoined = killed.elapsed();
     let at_rejoin = ledger.lock().unwrap().len();
+    // Load after: two seconds of it, and until one more delivery is
+    // acknowledged (at most 20 s).
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let patience = Instant::now() + Duration::from_secs(20);
+    while ledger.lock().unwrap().len() <= at_rejoin && Instant::now() < patience {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     stop.store(true, Ordering::Relaxed);
     for c in clients {
         c.await.unwrap();
     }
     let ledger = ledger.lock().unwrap().clone();
-    assert!(ledger.len() > at_rejoin && at_rejoin > before_kill && before_kill > 0, "load before, during and after");
+    assert!(
+        ledger.len() > at_rejoin && at_rejoin > before_kill && before_kill > 0,
+        "load before, during and after: {before_kill} acknowledged before the kill, {at_rejoin} at the rejoin ({:?} after the kill), {} at the end",
+        rejoined,
+        ledger.len()
+    );
 
     // Every acknowledged delivery replays its first answer.
     let client = reqwest::Client::new();
