@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use redis::streams::StreamRangeReply;
 
-use crate::config::{ConfigError, StoreConfig};
 use crate::keys::Keys;
 use crate::redis_io::{Conn, RedisHandle, RedisOptions};
+use crate::store::config::StoreConfig;
 use crate::vocabulary::{DoneRecord, RunFields};
 
 /// Keys asked for per `SCAN` page.
@@ -19,9 +19,10 @@ pub const SCAN_COUNT: usize = 1000;
 /// Why an operator command could not answer.
 #[derive(Debug, thiserror::Error)]
 pub enum OpsError {
-    /// The flags, env or config file are wrong.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
+    /// The flags, env or config file are wrong: the message names the
+    /// bad value's source (the config's error turns into this).
+    #[error("{0}")]
+    Config(String),
     /// No Redis is configured: the memory store lives inside one `serve`
     /// process, so there is nothing another process could read.
     #[error(
