@@ -11,7 +11,7 @@ use redis::streams::StreamRangeReply;
 use crate::keys::Keys;
 use crate::redis_io::{Conn, RedisHandle, RedisOptions};
 use crate::store::config::StoreConfig;
-use crate::vocabulary::{DoneRecord, RunFields};
+use crate::vocabulary::RunRecord;
 
 /// Keys asked for per `SCAN` page.
 pub const SCAN_COUNT: usize = 1000;
@@ -100,21 +100,19 @@ impl Ops {
         Ok(self.redis.on_namespace_slot(&cmd).await?)
     }
 
-    /// Run `run_id`'s record `fields` (as stored, not empty) as every
-    /// reader shows it (`inspect run`, `/v1/ops/runs/{id}`, the console):
-    /// a queued record holds what its runs-stream entry does not, so the
-    /// run's fields are filled in from that entry (`RunFields::ENTRY_ID`);
-    /// a done record is stored compact, so the full names come back
-    /// ([`DoneRecord::expand`]). Records of earlier versions read as stored.
-    pub(super) async fn as_shown(&self, run_id: &str, fields: &mut BTreeMap<String, String>) -> Result<(), OpsError> {
-        if let (false, Some(id)) = (fields.contains_key("provider"), fields.get(RunFields::ENTRY_ID)) {
-            let id = id.clone();
-            for (name, value) in self.stream_entries(&[&id]).await?.into_iter().next().unwrap_or_default() {
-                fields.entry(name).or_insert(value);
-            }
-        }
-        DoneRecord::expand(run_id, fields);
-        Ok(())
+    /// Run `run_id`'s record, `stored` as the hash holds it, read as every
+    /// reader shows it ([`RunRecord::read`]): a queued record's identity
+    /// is read from its runs-stream entry first. `None`: no record.
+    pub(super) async fn run_record(
+        &self,
+        run_id: &str,
+        stored: BTreeMap<String, String>,
+    ) -> Result<Option<RunRecord>, OpsError> {
+        let entry = match RunRecord::entry_to_read(&stored) {
+            Some(id) => self.stream_entries(&[id]).await?.pop(),
+            None => None,
+        };
+        Ok(RunRecord::read(run_id, stored, entry)?)
     }
 
     /// The fields of each runs-stream entry of `ids`, in their order; an
