@@ -470,6 +470,7 @@ impl DoneRecord {
             count: None,
             last_attempt: None,
             last_started_ms: None,
+            more: BTreeMap::new(),
         };
         fields.remove("duration_ms");
         fields.insert("finished_ms".to_owned(), (started_ms + duration_ms).to_string());
@@ -523,7 +524,6 @@ impl AttemptOutcome {
 /// `history_entry`), in this order and with these names; Rust builds one
 /// only to show a done record's folded attempt (`DoneRecord::unfold`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct AttemptEntry {
     /// The attempt's number.
     pub attempt: u64,
@@ -549,6 +549,11 @@ pub struct AttemptEntry {
     /// When the last of the folded attempts started, ms since the Unix epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_started_ms: Option<u64>,
+    /// Fields this version does not know (a newer worker's, during a
+    /// rolling upgrade): kept and answered as they are, never dropped. The
+    /// scripts of this version write none (a test checks every entry).
+    #[serde(flatten, skip_serializing_if = "BTreeMap::is_empty")]
+    pub more: BTreeMap<String, serde_json::Value>,
 }
 
 /// What the worker knows of one attempt, for its history entry: the
@@ -1056,6 +1061,20 @@ mod tests {
             assert_eq!(read("run-2", embedded, None).fields.run_id, "run-2");
         }
 
+        /// An entry of a newer version, with a field this one does not
+        /// know, reads, and the field is kept for the answer.
+        #[test]
+        fn a_newer_versions_entry_field_is_kept() {
+            let newer = r#"[{"attempt":1,"worker":"w","started_ms":1,"duration_ms":2,"status":null,"outcome":"failed","error":"x","destination":"ci"}]"#;
+            let r = read("run-7", &[("status", "parked"), ("history", newer)], None);
+            let entry = &r.progress.history[0];
+            assert_eq!(entry.more.get("destination"), Some(&serde_json::json!("ci")));
+            assert_eq!(
+                serde_json::to_value(&r.progress.history).unwrap(),
+                serde_json::from_str::<serde_json::Value>(newer).unwrap()
+            );
+        }
+
         /// The memory store's runs, read by the same reader.
         #[test]
         fn memory_store() {
@@ -1084,6 +1103,7 @@ mod tests {
                 (&[("status", "zombie")][..], "unknown run status"),
                 (&[("status", "parked"), ("history", "not json")][..], "history"),
                 (&[("status", "parked"), ("history", r#"[{"attempt":1}]"#)][..], "history"),
+                (&[("status", "parked"), ("history", r#"{"attempt":1}"#)][..], "history"),
             ] {
                 let e = RunRecord::read("run-1", fields(bad), None).unwrap_err().to_string();
                 assert!(e.contains("run-1") && e.contains(says), "{bad:?}: {e}");
