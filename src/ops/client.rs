@@ -10,7 +10,7 @@ use redis::streams::StreamRangeReply;
 
 use crate::keys::Keys;
 use crate::redis_io::{Conn, RedisHandle, RedisOptions};
-use crate::store::config::StoreConfig;
+use crate::store::config::{StoreConfig, Unreachable};
 use crate::vocabulary::RunRecord;
 
 /// Keys asked for per `SCAN` page.
@@ -32,15 +32,9 @@ pub enum OpsError {
     /// Redis failed, timed out, or holds a malformed record.
     #[error(transparent)]
     Store(#[from] crate::Error),
-    /// Connecting failed: the message names the store, with its TLS and
-    /// password files (a certificate that does not verify names the CA).
-    #[error("cannot connect to the {store}: {source}")]
-    Unreachable {
-        /// The store description.
-        store: String,
-        /// Why the store could not be reached (a connection or timeout error).
-        source: crate::Error,
-    },
+    /// Connecting failed.
+    #[error(transparent)]
+    Unreachable(#[from] Unreachable),
 }
 
 impl From<redis::RedisError> for OpsError {
@@ -76,7 +70,7 @@ impl Ops {
     pub async fn connect(config: &StoreConfig) -> Result<Self, OpsError> {
         let opts: &RedisOptions = config.redis.as_ref().ok_or(OpsError::NoRedis)?;
         Self::connect_to(opts, config.keys.clone()).await.map_err(|e| match e {
-            OpsError::Store(source) => OpsError::Unreachable { store: config.describe(), source },
+            OpsError::Store(source) => config.unreachable(source).into(),
             other => other,
         })
     }

@@ -12,6 +12,18 @@ use super::memory::MemoryStore;
 use super::opened::OpenedStore;
 use super::redis_store::RedisStore;
 
+/// The configured store could not be reached: `serve`'s start, the worker's
+/// and every operator command's say so alike, naming the store with its TLS
+/// and password files (a certificate that does not verify names the CA).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot connect to the {store}: {source}")]
+pub struct Unreachable {
+    /// The store, as [`StoreConfig::describe`] gives it.
+    pub store: String,
+    /// Why it could not be reached (a connection or timeout error).
+    pub source: crate::Error,
+}
+
 /// Where the gate's state lives, resolved.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -46,10 +58,18 @@ impl StoreConfig {
     }
 
     /// Opens the store.
-    pub async fn open(&self, settings: &Settings) -> Result<OpenedStore, crate::Error> {
+    pub async fn open(&self, settings: &Settings) -> Result<OpenedStore, Unreachable> {
         Ok(match &self.redis {
             None => MemoryStore::new(settings).into(),
-            Some(opts) => RedisStore::connect(opts, self.keys.clone(), settings).await?.into(),
+            Some(opts) => RedisStore::connect(opts, self.keys.clone(), settings)
+                .await
+                .map_err(|source| self.unreachable(source))?
+                .into(),
         })
+    }
+
+    /// This store could not be reached, for `source`.
+    pub fn unreachable(&self, source: crate::Error) -> Unreachable {
+        Unreachable { store: self.describe(), source }
     }
 }

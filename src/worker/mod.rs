@@ -121,7 +121,7 @@ impl Worker {
             "connecting"
         );
         Self::connect(opts, resolved.keys.clone(), config).await.map_err(|e| match e {
-            WorkerError::Store(e) => WorkerError::Config(format!("cannot connect to the {}: {e}", resolved.describe())),
+            WorkerError::Store(e) => resolved.unreachable(e).into(),
             e => e,
         })
     }
