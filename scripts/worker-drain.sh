@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# How fast `idemgate worker --deliver` drains a queue, and what each delivered
+# run costs Redis: scripts/worker-drain.sh BINARY CONCURRENCY RUNS [LABEL]
+#
+# On a redis-server of its own (fresh for each call, so one measurement
+# cannot slow the next), BINARY's `serve` queues RUNS runs through
+# POST /v1/deliveries (so each version writes its own record shapes); then,
+# after CONFIG RESETSTAT, BINARY's worker delivers them at CONCURRENCY to a
+# sink on loopback that answers 204. Prints one line: runs/s from the
+# sink's first to its RUNS-th request, and Redis's CPU per delivered run:
+# the server's own (INFO cpu, user + system, everything the worker made it
+# do: scripts, reads, heartbeats, networking), and the scripts' alone
+# (INFO commandstats' usec of EVALSHA and EVAL; the commands a script calls
+# are counted there too, so commandstats are not summed over every command). Needs redis-server,
+# redis-cli, curl and python3 on PATH. Used for BENCHMARKS.md (issue 43).
+set -euo pipefail
+BIN=$1 C=$2 N=$3 LABEL=${4:-$(basename "$1")}
+D=$(mktemp -d)
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+RP=$(free_port) SP=$(free_port) KP=$(free_port)
+cleanup() {
+  for p in ${WPID:-} ${KPID:-} ${SPID:-}; do kill "$p" 2>/dev/null || true; done
+  redis-cli -p "$RP" shutdown nosave >/dev/null 2>&1 || true
+  rm -rf "$D"
+}
+trap cleanup EXIT
+redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --logfile "$D/redis.log"
+until redis-cli -p "$RP" ping >/dev/null 2>&1; do sleep 0.05; done
+R="redis://127.0.0.1:$RP"
+
+"$BIN" serve --redis-url "$R" --namespace drain --listen "127.0.0.1:$SP" --allowed-repo o/r >"$D/serve.log" 2>&1 &
+SPID=$!
+until curl -s -o /dev/null "127.0.0.1:$SP/healthz"; do sleep 0.05; done
+python3 - "$SP" "$N" <<'PY'
+import http.client, json, sys, threading
+port, n = int(sys.argv[1]), int(sys.argv[2])
+def post(k):
+    c = http.client.HTTPConnection("127.0.0.1", port)
+    for i in range(k, n, 8):
+        event = {"org": "o", "repo": "r", "action": "push", "number": i}
+        c.request("POST", "/v1/deliveries", json.dumps({"provider": "drain", "delivery_id": f"d-{i}", "event": event}),
+                  {"content-type": "application/json"})
+        r = c.getresponse(); r.read()
+        assert r.status == 202, (r.status, i)
+threads = [threading.Thread(target=post, args=(k,)) for k in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+PY
+kill "$SPID"; wait "$SPID" 2>/dev/null || true
+
+echo "whsec_$(head -c 24 /dev/urandom | base64)" >"$D/secret"
+python3 - "$KP" "$D/sink.out" "$N" <<'PY' &
+import asyncio, sys, time
+port, out, want = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+state = {"n": 0, "first": None}
+class Sink(asyncio.Protocol):
+    def connection_made(self, t):
+        self.t, self.buf = t, b""
+    def data_received(self, data):
+        self.buf += data
+        while (end := self.buf.find(b"\r\n\r\n")) >= 0:
+            length = 0
+            for line in self.buf[:end].decode("latin-1").lower().split("\r\n"):
+                if line.startswith("content-length:"):
+                    length = int(line.split(":", 1)[1])
+            if len(self.buf) < end + 4 + length:
+                return
+            self.buf = self.buf[end + 4 + length:]
+            now = time.monotonic_ns()
+            state["first"] = state["first"] or now
+            state["n"] += 1
+            self.t.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+            if state["n"] == want:
+                with open(out, "w") as f:
+                    f.write(f"{state['first']} {now} {state['n']}\n")
+async def main():
+    server = await asyncio.get_running_loop().create_server(Sink, "127.0.0.1", port)
+    await server.serve_forever()
+asyncio.run(main())
+PY
+KPID=$!
+until python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$KP),1)" 2>/dev/null; do sleep 0.05; done
+redis-cli -p "$RP" config resetstat >/dev/null
+cpu_before=$(redis-cli -p "$RP" info cpu | tr -d '\r')
+"$BIN" worker --redis-url "$R" --namespace drain --group g --concurrency "$C" \
+  --deliver "http://127.0.0.1:$KP/hook" --deliver-secret-file "$D/secret" >"$D/worker.log" 2>&1 &
+WPID=$!
+for _ in $(seq 1 3000); do [ -s "$D/sink.out" ] && break; sleep 0.1; done
+[ -s "$D/sink.out" ] || { echo "the sink did not get $N requests; worker log:" >&2; tail -20 "$D/worker.log" >&2; exit 1; }
+sleep 0.5 # the last acknowledgements
+kill "$WPID"; wait "$WPID" 2>/dev/null || true
+read -r first last count <"$D/sink.out"
+cpu_after=$(redis-cli -p "$RP" info cpu | tr -d '\r')
+stats=$(redis-cli -p "$RP" info commandstats | tr -d '\r')
+python3 - "$LABEL" "$C" "$first" "$last" "$count" "$cpu_before" "$cpu_after" "$stats" <<'PY'
+import re, sys
+label, c, first, last, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+def cpu(info):
+    return sum(float(v) for v in re.findall(r"^used_cpu_(?:user|sys):([\d.]+)$", info, re.M))
+server_us = (cpu(sys.argv[7]) - cpu(sys.argv[6])) * 1e6
+stats = sys.argv[8]
+script_us = sum(int(u) for u in re.findall(r"^cmdstat_(?:evalsha|eval):calls=\d+,usec=(\d+),", stats, re.M))
+scripts = sum(int(n) for n in re.findall(r"^cmdstat_(?:evalsha|eval):calls=(\d+),", stats, re.M))
+print(f"{label}\tconcurrency {c}\t{count} runs\t{count / ((last - first) / 1e9):.0f} runs/s\t"
+      f"Redis CPU {server_us / count:.1f} us/run\tscripts {script_us / count:.1f} us/run\t{scripts / count:.2f} script calls/run")
+PY
