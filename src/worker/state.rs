@@ -118,6 +118,15 @@ impl WorkerState {
         self.recover.store(true, Ordering::SeqCst);
     }
 
+    /// The destination answered and `released` parked runs are due now:
+    /// the waker puts them on the stream at once, for every worker of the group.
+    pub fn released_parked(&self, released: u64) {
+        if released > 0 {
+            tracing::info!(runs = released, "the destination answered: the runs parked for it are due now");
+            self.parked.notify_one();
+        }
+    }
+
     /// Whether the reader must read this worker's own pending list first
     /// (and clears the mark: the reader is about to).
     pub fn take_recover(&self) -> bool {
