@@ -107,11 +107,14 @@ async fn probe_once<H: Handler>(shared: &WorkerState, handler: &H, every: Durati
         }
         Ok(Err(failure)) => failed(admission, failure),
         // A destination that does not answer in time is down.
-        Err(_) => failed(admission, Failure {
-            error: format!("timed out after {}", format_duration(timeout)),
-            kind: FailureKind::Destination,
-            ..Failure::default()
-        }),
+        Err(_) => failed(
+            admission,
+            Failure {
+                error: format!("timed out after {}", format_duration(timeout)),
+                kind: FailureKind::Destination,
+                ..Failure::default()
+            },
+        ),
     };
     let entry =
         AttemptParts { attempt: attempts, started_ms, duration_ms, status, error: error.as_deref().map(short_error) };

@@ -117,6 +117,10 @@ impl<H: Handler> Reader<H> {
     /// or `None` once asked to stop.
     async fn breaker_lets_through(&mut self) -> Option<bool> {
         let Some(breaker) = self.handler.breaker() else { return Some(false) };
+        // Seen open before the wait: when another probe than the reader's
+        // (the prober's, `super::probe`) closes it meanwhile, the runs given
+        // back are still taken at once.
+        self.probing |= breaker.probing();
         tokio::select! {
             _ = breaker.ready() => {}
             _ = self.stop.wait_for(|s| *s) => return None,

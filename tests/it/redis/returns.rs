@@ -125,7 +125,8 @@ async fn a_60s_outage_at_a_run_every_5s_releases_every_run_within_3s_of_the_retu
     for &n in &made {
         let run = format!("run-{n}");
         let h = history(&ns, &run).await;
-        let failed_at = h.first().and_then(|e| e["started_ms"].as_u64()).unwrap_or(0);
+        // None: never attempted (the breaker held it in the stream).
+        let failed_at = h.first().and_then(|e| e["started_ms"].as_u64());
         let due = due_ms(&ns, &run).await;
         if due.is_some_and(|d| d > epoch_ms() + 60_000) {
             long_steps += 1;
@@ -136,23 +137,30 @@ async fn a_60s_outage_at_a_run_every_5s_releases_every_run_within_3s_of_the_retu
     let (back, back_ms) = (Instant::now(), epoch_ms());
     wait_status(&ns, made.iter().map(|n| (*n, "done")), Duration::from_secs(20)).await;
 
-    eprintln!("run  failed at  parked until  arrived at   (s from the cut; the return at {:.1})", secs_from(cut_ms, back_ms));
+    eprintln!(
+        "run  created  failed at  parked until  arrived at  (s from the cut; the return at {:.1})",
+        secs_from(cut_ms, back_ms)
+    );
     let mut latest = Duration::ZERO;
     for (n, failed_at, due, attempts) in &before {
         let got = dest.of_run(*n);
         let arrived = got.first().expect("delivered").at;
         let late = arrived.saturating_duration_since(back);
         latest = latest.max(late);
-        let until = due.map_or("-".to_owned(), |d| format!("{:.1}", secs_from(cut_ms, d)));
+        let at = |ms: &Option<u64>| ms.map_or("-".to_owned(), |ms| format!("{:.1}", secs_from(cut_ms, ms)));
+        let created = at(&record(&ns, &format!("run-{n}")).await.get("created_ms").and_then(|c| c.parse().ok()));
         eprintln!(
-            "{n:>3}  {:>9.1}  {until:>12}  {:>10.1}   attempts {attempts}",
-            secs_from(cut_ms, *failed_at),
+            "{n:>3}  {created:>7}  {:>9}  {:>12}  {:>10.1}  attempts {attempts}",
+            at(failed_at),
+            at(due),
             secs_from(cut_ms, back_ms) + late.as_secs_f64()
         );
         assert!(got.iter().all(|r| r.at >= back), "run-{n} arrived before the return");
         assert!(late < Duration::from_secs(3), "run-{n} arrived {late:?} after the return");
     }
-    eprintln!("{long_steps} runs were parked a minute or more past the return; the last run arrived {latest:?} after it");
+    eprintln!(
+        "{long_steps} runs were parked a minute or more past the return; the last run arrived {latest:?} after it"
+    );
     assert_verified(&dest.got(), &key);
     assert_eq!(dead_count(&ns).await, 0, "nothing is dead");
 
