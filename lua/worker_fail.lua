@@ -9,7 +9,8 @@
 -- history entry. A run parked after a failure of the destination's kind
 -- also joins the group's set of runs waiting for the destination, scored by
 -- its not_before_ms: the destination's return releases it (lua/shared/release.lua).
--- A run parked for its own failure leaves that set and keeps its schedule.
+-- A run parked for its own failure leaves that set and keeps its schedule,
+-- and so does one released less than an hour ago (lua/shared/release.lua).
 --
 -- Idempotent per call (see worker_start.lua): a retry of a call whose reply
 -- was lost returns what the first call returned and writes nothing, so a
@@ -45,6 +46,7 @@ ${holds}
 ${op_replay}
 ${dead_letter}
 ${history}
+${release}
 
 local again, first = replayed(ARGV[9])
 if again then
@@ -62,7 +64,7 @@ if ARGV[7] == '1' then
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 redis.call('ZADD', KEYS[4], ARGV[8], ARGV[16])
-if ARGV[22] ~= '' then
+if ARGV[22] ~= '' and waits_for_destination(KEYS[2], ARGV[4]) then
   redis.call('ZADD', KEYS[5], ARGV[22], ARGV[16])
 else
   redis.call('ZREM', KEYS[5], ARGV[16])

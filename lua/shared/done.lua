@@ -7,7 +7,7 @@
 -- status, attempts, history) and drops what only a live run needs
 -- (docs/operations.md#5-when-memory-runs-short): the last call's `op` / `op_result`, the
 -- attempt's `group`, `updated_ms`, the parking fields (`next_attempt_ms`,
--- `parked_group`), the attempt budget's `attempt_base`, and the `payload`
+-- `parked_group`, `released_ms`), the attempt budget's `attempt_base`, and the `payload`
 -- unless `keep_payload` is '1' (`--keep-done-payloads`). It is compact, so a
 -- one-attempt run stays a listpack hash: no `run_id` (its key names it),
 -- and the final attempt folded into `worker`, `started_ms`, `duration_ms`
@@ -25,7 +25,7 @@ local function mark_done(first, worker, now, retention_ms, keep_payload)
   end
   -- RUN_FIELDS[1] is `run_id`: the key names the run.
   redis.call('HDEL', KEYS[2], RUN_FIELDS[1], 'op', 'op_result', 'group', 'updated_ms', 'next_attempt_ms',
-    'parked_group', 'attempt_base')
+    'parked_group', 'attempt_base', 'released_ms')
   if keep_payload ~= '1' then
     redis.call('HDEL', KEYS[2], 'payload')
     -- Written again whole: a hash that once held a long value (the payload,

@@ -289,3 +289,147 @@ async fn the_group_probes_once_per_interval_counting_no_attempt() {
         let _ = std::fs::remove_dir_all(dir);
     }
 }
+
+/// The outage bench: a 20 s outage at 100 runs/s, two workers with the
+/// defaults. Every run parked during the outage (those that failed before
+/// the breakers opened, and woken runs that failed again) reaches the
+/// receiver within 3 s of its return; the table of them (failed at, parked
+/// until, arrived at) and the whole backlog's drain are printed.
+/// `IDEMGATE_OUTAGE_BENCH_BIN` runs another build of the binary (an older
+/// one, to compare).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_20s_outage_at_100_runs_a_second_every_parked_run_arrives_within_3s() {
+    const OUTAGE: Duration = Duration::from_secs(20);
+    const RATE: u64 = 100;
+    let ns = fresh_ns("rtnbench");
+    let dir = temp_dir("rtnbench");
+    let key = secret(43);
+    secrets_file(&dir, std::slice::from_ref(&key));
+    let dest = Destination::start(|_, _| ok()).await;
+    let proxy = Proxy::start(&dest.addr.to_string());
+    let url = format!("http://{}/hooks", proxy.addr());
+    let bin = std::env::var("IDEMGATE_OUTAGE_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_idemgate").to_owned());
+    let spawn = |name: &str| {
+        let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+        std::process::Command::new(&bin)
+            .args(["worker", "--redis-url", redis_url(), "--namespace", &ns, "--group", "g", "--consumer", name])
+            .args(["--block", "200ms", "--deliver", &url, "--deliver-secret-file"])
+            .arg(dir.join("secrets"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap()
+    };
+    let mut workers = Workers(vec![spawn("a"), spawn("b")]);
+    let gate = gate(&ns).await;
+    proxy.cut();
+    let (cut, cut_ms) = (Instant::now(), epoch_ms());
+    // Every run seen parked during the outage, with its latest due time.
+    let seen: Arc<std::sync::Mutex<std::collections::BTreeMap<String, f64>>> = Arc::default();
+    let sampler = tokio::spawn({
+        let (seen, parking) = (seen.clone(), Keys::new(&ns).unwrap().retry("g"));
+        async move {
+            let mut c = raw_conn().await;
+            loop {
+                let parked: Vec<(String, f64)> = c.zrange_withscores(&parking, 0, -1).await.unwrap();
+                seen.lock().unwrap().extend(parked);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    });
+    let mut made = 0u64;
+    while cut.elapsed() < OUTAGE {
+        made += 1;
+        create(&gate, [made]).await;
+        let next = Duration::from_millis(made * 1000 / RATE);
+        tokio::time::sleep(next.saturating_sub(cut.elapsed())).await;
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    sampler.abort();
+    let parked_at_return = {
+        let mut c = raw_conn().await;
+        c.zcard::<_, usize>(Keys::new(&ns).unwrap().retry("g")).await.unwrap()
+    };
+    proxy.restore();
+    let (back, back_ms) = (Instant::now(), epoch_ms());
+    wait_status(&ns, (1..=made).map(|n| (n, "done")), Duration::from_secs(60)).await;
+    let arrived = |n: u64| dest.of_run(n).first().map(|r| r.at).expect("delivered");
+    let last_all = (1..=made).map(|n| arrived(n).saturating_duration_since(back)).max().unwrap();
+
+    let seen = seen.lock().unwrap().clone();
+    eprintln!(
+        "{made} runs made in the {OUTAGE:?} outage; {} parked during it, {parked_at_return} at the return \
+         (s from the cut; the return at {:.1}):",
+        seen.len(),
+        secs_from(cut_ms, back_ms)
+    );
+    eprintln!("run       failed at  parked until  arrived at");
+    let mut last_parked = Duration::ZERO;
+    for (run, due) in &seen {
+        let n: u64 = run.trim_start_matches("run-").parse().unwrap();
+        let failed_at = history(&ns, run).await.first().and_then(|e| e["started_ms"].as_u64()).unwrap_or(cut_ms);
+        let late = arrived(n).saturating_duration_since(back);
+        last_parked = last_parked.max(late);
+        eprintln!(
+            "{run:<9} {:>9.1}  {:>12.1}  {:>10.1}",
+            secs_from(cut_ms, failed_at),
+            secs_from(cut_ms, *due as u64),
+            secs_from(cut_ms, back_ms) + late.as_secs_f64()
+        );
+    }
+    eprintln!("the last parked run arrived {last_parked:?} after the return; the last of all {last_all:?}");
+    assert!(!seen.is_empty(), "runs failed before the breakers opened: some were parked");
+    assert!(last_parked < Duration::from_secs(3), "the last parked run arrived {last_parked:?} after the return");
+    assert_eq!(dead_count(&ns).await, 0);
+    assert_verified(&dest.got(), &key);
+    workers.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A run the destination fails every time (a payload that makes it answer
+/// 500) while it answers the other runs is released once by their
+/// success, then keeps its schedule: no success of another run releases it
+/// again within the hour, so it does not burn its attempts in seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_the_destination_fails_alone_is_released_once_then_keeps_its_schedule() {
+    let ns = fresh_ns("rtnpoison");
+    let dir = temp_dir("rtnpoison");
+    secrets_file(&dir, &[secret(44)]);
+    let dest =
+        Destination::start(|r, _| if r.number() == 1 { status(StatusCode::INTERNAL_SERVER_ERROR) } else { ok() }).await;
+    let flags = ["--retry-schedule", "3s,1h"];
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
+    let gate = gate(&ns).await;
+    create(&gate, [1]).await;
+    wait_status(&ns, [(1, "parked")], Duration::from_secs(10)).await;
+    let waiting = Keys::new(&ns).unwrap().destination_parked("g");
+    let mut c = raw_conn().await;
+    assert!(
+        c.zscore::<_, _, Option<f64>>(&waiting, "run-1").await.unwrap().is_some(),
+        "a 500 waits for the destination"
+    );
+    // Run-2's success releases run-1 before its 3 s step.
+    create(&gate, [2]).await;
+    wait_for(Duration::from_secs(10), "run-1's second attempt", || async {
+        record(&ns, "run-1").await.get("attempts").map(String::as_str) == Some("2")
+            && status_of(&ns, 1).await == "parked"
+    })
+    .await;
+    let got = dest.of_run(1);
+    let gap = got[1].at - got[0].at;
+    assert!(
+        gap < Duration::from_millis(2500),
+        "released by run-2's success: the second attempt came {gap:?} after the first"
+    );
+    // Failing again so soon, it keeps its schedule: the 1 h step, out of the set.
+    assert!(due_ms(&ns, "run-1").await.unwrap() > epoch_ms() + 3_000_000, "on the 1 h step");
+    assert!(c.zscore::<_, _, Option<f64>>(&waiting, "run-1").await.unwrap().is_none());
+    create(&gate, [3]).await;
+    wait_status(&ns, [(2, "done"), (3, "done")], Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(record(&ns, "run-1").await["attempts"], "2", "run-3's success released it no more");
+    assert_eq!(dest.of_run(1).len(), 2, "and no probe went with it");
+    workers.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
