@@ -198,6 +198,7 @@ impl<H: Handler> RunTask<'_, H> {
         })
         .await;
         if given_back == Some(true) {
+            self.held.mark_given_back();
             Counters::bump(&self.counters().released);
         }
     }
@@ -385,10 +386,10 @@ impl<H: Handler> RunTask<'_, H> {
         tracing::warn!(run_id = self.run_id, attempt, %error, "attempt failed while the destination is down; not counted, run given back");
         let (q, lease) = (&self.shared.queue, self.config().lease);
         let op = q.op();
-        if self.until_answered("uncounting an attempt", || q.uncount(self.entry, error, lease, &op, entry)).await
-            == Some(false)
-        {
-            Counters::bump(&self.counters().lost);
+        match self.until_answered("uncounting an attempt", || q.uncount(self.entry, error, lease, &op, entry)).await {
+            Some(true) => self.held.mark_given_back(),
+            Some(false) => Counters::bump(&self.counters().lost),
+            None => {}
         }
     }
 }
