@@ -113,6 +113,28 @@ impl Keys {
         key
     }
 
+    /// `idemgate:{NS}:destination-parked:` enc(group), a sorted set: the
+    /// run ids of `group` parked after a failure of the destination's kind
+    /// (a subset of [`Keys::retry`]), each scored by the earliest time a
+    /// probe or a release may send it (its `Retry-After`, else when it
+    /// failed). A return of the destination makes every one of them due at
+    /// once; a run parked for its own failure is never in it.
+    pub fn destination_parked(&self, group: &str) -> String {
+        let mut key = self.key("destination-parked:");
+        push_enc(&mut key, group);
+        key
+    }
+
+    /// `idemgate:{NS}:destination-probe:` enc(group), a string with a TTL
+    /// of one probe interval: while it exists, no worker of `group` sends
+    /// another probe (one probe per interval for the group, however many
+    /// workers it has).
+    pub fn destination_probe(&self, group: &str) -> String {
+        let mut key = self.key("destination-probe:");
+        push_enc(&mut key, group);
+        key
+    }
+
     /// `idemgate:{NS}:run:` — the run records' common prefix (the script
     /// appends the run id it creates; the hash tag keeps it in the slot).
     pub fn run_prefix(&self) -> String {
@@ -184,6 +206,8 @@ mod tests {
         assert_eq!(keys.runs(), "idemgate:{default}:runs");
         assert_eq!(keys.runs_dead(), "idemgate:{default}:runs:dead");
         assert_eq!(keys.retry("deliver"), "idemgate:{default}:retry:7:deliver");
+        assert_eq!(keys.destination_parked("deliver"), "idemgate:{default}:destination-parked:7:deliver");
+        assert_eq!(keys.destination_probe("deliver"), "idemgate:{default}:destination-probe:7:deliver");
     }
 
     #[test]

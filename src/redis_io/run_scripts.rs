@@ -34,13 +34,15 @@ script!(WORKER_EXTEND, "worker_extend.lua");
 script!(WORKER_LEAVE, "worker_leave.lua");
 script!(WORKER_TRIM, "worker_trim.lua");
 script!(WORKER_WAKE, "worker_wake.lua");
+script!(WORKER_PROBE_TAKE, "worker_probe_take.lua");
+script!(WORKER_PROBE_END, "worker_probe_end.lua");
 script!(RUN_FINISH, "run_finish.lua");
 script!(RUN_RELEASE, "run_release.lua");
 script!(DEAD_RETRY, "dead_retry.lua");
 script!(RUN_READ, "run_read.lua");
 
 /// Every script of this module with its file name, for checks over all of them.
-pub fn all() -> [(&'static str, &'static LuaScript); 13] {
+pub fn all() -> [(&'static str, &'static LuaScript); 15] {
     [
         ("worker_start.lua", &WORKER_START),
         ("worker_done.lua", &WORKER_DONE),
@@ -51,6 +53,8 @@ pub fn all() -> [(&'static str, &'static LuaScript); 13] {
         ("worker_leave.lua", &WORKER_LEAVE),
         ("worker_trim.lua", &WORKER_TRIM),
         ("worker_wake.lua", &WORKER_WAKE),
+        ("worker_probe_take.lua", &WORKER_PROBE_TAKE),
+        ("worker_probe_end.lua", &WORKER_PROBE_END),
         ("run_finish.lua", &RUN_FINISH),
         ("run_release.lua", &RUN_RELEASE),
         ("dead_retry.lua", &DEAD_RETRY),

@@ -73,12 +73,14 @@ impl LuaScript {
 }
 
 /// The Lua that several scripts share, by placeholder name (`${holds}`).
-pub const SHARED_LUA: [(&str, &str); 5] = [
+pub const SHARED_LUA: [(&str, &str); 7] = [
     ("run_fields", include_str!("../../lua/shared/run_fields.lua")),
     ("holds", include_str!("../../lua/shared/holds.lua")),
     ("op_replay", include_str!("../../lua/shared/op_replay.lua")),
     ("dead_letter", include_str!("../../lua/shared/dead_letter.lua")),
     ("history", include_str!("../../lua/shared/history.lua")),
+    ("done", include_str!("../../lua/shared/done.lua")),
+    ("release", include_str!("../../lua/shared/release.lua")),
 ];
 
 /// One call of one script, typed: which script, its KEYS and ARGV under
@@ -622,6 +624,7 @@ mod tests {
                     op,
                     retention_ms,
                     entry,
+                    not_before_ms: Some(6),
                 };
                 (c.script(), c.layout(), c.command())
             },
@@ -648,6 +651,23 @@ mod tests {
             },
             {
                 let c = WakeCall { consumer, now_ms: 5, limit: 10 };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let c = ProbeTakeCall { consumer, now_ms: 5, every_ms: 2000 };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let c = ProbeEndCall {
+                    consumer,
+                    run_id: "run-1",
+                    outcome: ProbeOutcome::Down,
+                    hold_ms: 0,
+                    now_ms: 5,
+                    retention_ms: 9,
+                    keep_payload: false,
+                    entry,
+                };
                 (c.script(), c.layout(), c.command())
             },
             {

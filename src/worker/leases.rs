@@ -28,7 +28,10 @@ pub(super) async fn keep_leases(shared: Arc<WorkerState>) {
 /// renewal was sent (its fence counts from there); a run another worker took
 /// is told so.
 async fn renew_held(shared: &WorkerState) {
-    let ids: Vec<String> = lock(&shared.held).keys().cloned().collect();
+    // A run given back is not renewed: that would hide it from the other
+    // workers for a whole lease.
+    let ids: Vec<String> =
+        lock(&shared.held).iter().filter(|(_, h)| !h.is_given_back()).map(|(id, _)| id.clone()).collect();
     let sent = Instant::now();
     match shared.queue.extend(&ids).await {
         Ok(lost) => {

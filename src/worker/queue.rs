@@ -14,8 +14,8 @@ use super::run::RunAttempt;
 use crate::error::Error;
 use crate::keys::Keys;
 use crate::redis_io::worker_scripts::{
-    Consumer, DoneCall, ExtendCall, FailCall, Failed, GiveBackCall, LeaveCall, StartCall, Started, TrimCall, Trimmed,
-    UncountCall, WakeCall, Woken,
+    Consumer, DoneCall, ExtendCall, FailCall, Failed, GiveBackCall, LeaveCall, ProbeEndCall, ProbeOutcome,
+    ProbeTakeCall, ProbeTaken, StartCall, Started, TrimCall, Trimmed, UncountCall, WakeCall, Woken,
 };
 use crate::redis_io::{BlockingReader, Conn, RedisHandle, RedisOptions};
 use crate::units::{now_ms, redis_ms};
@@ -247,8 +247,10 @@ impl Queue {
     }
 
     /// `lua/worker_done.lua`: acknowledge and mark done, with the attempt's
-    /// parts for its `history` entry. `false`: lost.
-    pub async fn done(&self, e: &StreamEntry, op: &Op, entry: &AttemptParts) -> Result<bool, Error> {
+    /// parts for its `history` entry; the group's runs parked for the
+    /// destination are due at once. `None`: lost; else how many parked runs
+    /// it made due sooner.
+    pub async fn done(&self, e: &StreamEntry, op: &Op, entry: &AttemptParts) -> Result<Option<u64>, Error> {
         let call = DoneCall {
             consumer: self.as_consumer(),
             entry_id: &e.id,
@@ -263,7 +265,10 @@ impl Queue {
     }
 
     /// `lua/worker_fail.lua`: record a failed attempt with its parts for its
-    /// `history` entry, and park the run for `retry_in`; dead when it was the `last`.
+    /// `history` entry, and park the run for `retry_in`; dead when it was the
+    /// `last`. `waits_for_destination`: the failure was the destination's,
+    /// so its return releases the run, no sooner than this after now (its
+    /// `Retry-After`, or zero).
     #[allow(clippy::too_many_arguments)] // one per ARGV of the script
     pub async fn fail(
         &self,
@@ -272,6 +277,7 @@ impl Queue {
         attempt: u32,
         last: bool,
         retry_in: Duration,
+        waits_for_destination: Option<Duration>,
         op: &Op,
         entry: &AttemptParts,
     ) -> Result<Failed, Error> {
@@ -287,6 +293,37 @@ impl Queue {
             next_attempt_ms: now + redis_ms(retry_in),
             op: &op.0,
             retention_ms: self.retention_ms,
+            entry,
+            not_before_ms: waits_for_destination.map(|d| now + redis_ms(d)),
+        };
+        self.redis.call(&call).await
+    }
+
+    /// `lua/worker_probe_take.lua`: the group's next probe of its
+    /// destination (at most one per `every` for the group), if one is due.
+    pub async fn probe_take(&self, every: Duration) -> Result<ProbeTaken, Error> {
+        let call = ProbeTakeCall { consumer: self.as_consumer(), now_ms: now_ms(), every_ms: redis_ms(every) };
+        self.redis.call(&call).await
+    }
+
+    /// `lua/worker_probe_end.lua`: how the probe with `run_id` went (its
+    /// parts for the run's `history`); `hold`: no probe sooner (a
+    /// `Retry-After`). Returns how many parked runs it made due sooner.
+    pub async fn probe_end(
+        &self,
+        run_id: &str,
+        outcome: ProbeOutcome,
+        hold: Duration,
+        entry: &AttemptParts,
+    ) -> Result<u64, Error> {
+        let call = ProbeEndCall {
+            consumer: self.as_consumer(),
+            run_id,
+            outcome,
+            hold_ms: u64::try_from(hold.as_millis()).unwrap_or(u64::MAX),
+            now_ms: now_ms(),
+            retention_ms: self.retention_ms,
+            keep_payload: self.keep_done_payloads,
             entry,
         };
         self.redis.call(&call).await

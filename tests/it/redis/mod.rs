@@ -25,6 +25,7 @@ pub(crate) mod ops_search;
 pub(crate) mod production_redis;
 pub(crate) mod redis_store;
 pub(crate) mod refusals;
+pub(crate) mod returns;
 pub(crate) mod secrets;
 pub(crate) mod verification;
 pub(crate) mod worker;

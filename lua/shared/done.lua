@@ -1,0 +1,41 @@
+-- Shared by worker_done.lua and worker_probe_end.lua: marks the run record
+-- (KEYS[2]) done by consumer `worker`, with the attempt whose parts are
+-- ARGV[first..] (lua/shared/history.lua, entry_from_argv). The script
+-- includes run_fields.lua and history.lua before it.
+--
+-- The done record keeps what operators read (identity, delivery, times,
+-- status, attempts, history) and drops what only a live run needs
+-- (docs/operations.md#5-when-memory-runs-short): the last call's `op` / `op_result`, the
+-- attempt's `group`, `updated_ms`, the parking fields (`next_attempt_ms`,
+-- `parked_group`, `released_ms`), the attempt budget's `attempt_base`, and the `payload`
+-- unless `keep_payload` is '1' (`--keep-done-payloads`). It is compact, so a
+-- one-attempt run stays a listpack hash: no `run_id` (its key names it),
+-- and the final attempt folded into `worker`, `started_ms`, `duration_ms`
+-- and `attempt_status` instead of a `history` entry (see
+-- lua/shared/history.lua); `finished_ms` is started_ms + duration_ms.
+-- Readers show the full record (src/vocabulary.rs, DoneRecord). The record
+-- then expires after `retention_ms` (0: never).
+local function mark_done(first, worker, now, retention_ms, keep_payload)
+  redis.call('HSET', KEYS[2], 'status', ${status_done}, 'worker', worker)
+  if fold_done_attempt(first, worker, redis.call('HGET', KEYS[2], 'attempts')) then
+    redis.call('HDEL', KEYS[2], 'finished_ms')
+  else
+    redis.call('HSET', KEYS[2], 'finished_ms', now)
+    redis.call('HDEL', KEYS[2], 'started_ms')
+  end
+  -- RUN_FIELDS[1] is `run_id`: the key names the run.
+  redis.call('HDEL', KEYS[2], RUN_FIELDS[1], 'op', 'op_result', 'group', 'updated_ms', 'next_attempt_ms',
+    'parked_group', 'attempt_base', 'released_ms')
+  if keep_payload ~= '1' then
+    redis.call('HDEL', KEYS[2], 'payload')
+    -- Written again whole: a hash that once held a long value (the payload,
+    -- a `history`) stays a hashtable after HDEL, and only a new hash whose
+    -- every value is short is a listpack again.
+    local all = redis.call('HGETALL', KEYS[2])
+    redis.call('DEL', KEYS[2])
+    redis.call('HSET', KEYS[2], unpack(all))
+  end
+  if tonumber(retention_ms) > 0 then
+    redis.call('PEXPIRE', KEYS[2], retention_ms)
+  end
+end
