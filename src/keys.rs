@@ -108,9 +108,15 @@ impl Keys {
     /// `group` parked until their next attempt, scored by its due time (ms
     /// since the Unix epoch).
     pub fn retry(&self, group: &str) -> String {
-        let mut key = self.key("retry:");
+        let mut key = self.retry_prefix();
         push_enc(&mut key, group);
         key
+    }
+
+    /// `idemgate:{NS}:retry:`, the parking sets' common prefix (a script
+    /// that reads a run's group from its record appends enc(group)).
+    pub fn retry_prefix(&self) -> String {
+        self.key("retry:")
     }
 
     /// `idemgate:{NS}:run:` — the run records' common prefix (the script

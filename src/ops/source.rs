@@ -49,6 +49,8 @@ pub struct RunDetail {
     /// The newest attempts, oldest first (`[]`: none yet), as the record's
     /// `history` holds them (docs/worker.md).
     pub history: Value,
+    /// A parked run's next attempt: when, and why it waits (`None`: not parked).
+    pub next_attempt: Option<super::parked::NextAttempt>,
     /// The kept payload, exactly as the provider sent it, when it is at most
     /// [`MAX_PAYLOAD_TEXT`] bytes (`None`: not kept, or cut).
     pub payload: Option<Box<RawValue>>,
@@ -126,11 +128,13 @@ fn detail(
     fields.remove("payload");
     let history = history_of(fields.remove("history").as_deref());
     let summary = RunSummary::read(|k| fields.get(k).cloned());
+    let next_attempt = super::parked::next_attempt(&fields, &history);
     RunDetail {
         run_key: None,
         key,
         summary,
         fields,
+        next_attempt,
         history,
         payload: p.payload,
         payload_bytes: p.bytes,

@@ -39,8 +39,8 @@ script!(RUN_RELEASE, "run_release.lua");
 script!(DEAD_RETRY, "dead_retry.lua");
 script!(RUN_READ, "run_read.lua");
 
-/// Every script of this module with its file name, for checks over all of them.
-pub fn all() -> [(&'static str, &'static LuaScript); 13] {
+/// Every script of this module (and of [`super::parked_scripts`]) with its file name, for checks over all of them.
+pub fn all() -> [(&'static str, &'static LuaScript); 15] {
     [
         ("worker_start.lua", &WORKER_START),
         ("worker_done.lua", &WORKER_DONE),
@@ -55,6 +55,8 @@ pub fn all() -> [(&'static str, &'static LuaScript); 13] {
         ("run_release.lua", &RUN_RELEASE),
         ("dead_retry.lua", &DEAD_RETRY),
         ("run_read.lua", &RUN_READ),
+        ("run_retry_now.lua", &super::parked_scripts::RUN_RETRY_NOW),
+        ("parked_retry_now.lua", &super::parked_scripts::PARKED_RETRY_NOW),
     ]
 }
 

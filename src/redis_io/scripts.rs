@@ -676,6 +676,14 @@ mod tests {
                 let c = RunReadCall { keys: &keys, run_id: "run-1", slice: (0, 10), with_fields: true };
                 (c.script(), c.layout(), c.command())
             },
+            {
+                let c = super::super::parked_scripts::RetryNowCall { keys: &keys, run_id: "run-1", now_ms: 5 };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let c = super::super::parked_scripts::ParkedRetryNowCall { keys: &keys, group: "g", now_ms: 5, limit: 9 };
+                (c.script(), c.layout(), c.command())
+            },
         ];
         let mut covered = Vec::new();
         let files = run_scripts::all().into_iter().chain([("gate.lua", &*GATE), ("gate_hold.lua", &*GATE_HOLD)]);
