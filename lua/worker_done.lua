@@ -7,8 +7,15 @@
 -- status, attempts, history) and drops what only a live run needs
 -- (docs/operations.md#5-when-memory-runs-short): the last call's `op` / `op_result`, the
 -- attempt's `group`, `updated_ms`, the parking fields (`next_attempt_ms`,
--- `parked_group`), the attempt budget's `attempt_base`, and the `payload`
--- unless ARGV[12] keeps it (`--keep-done-payloads`). It is compact, so a
+-- `parked_group`, `retry_now_ms`), the attempt budget's `attempt_base`, and the `payload`
+-- unless ARGV[12] keeps it (`--keep-done-payloads`): for ever (-1), or for
+-- that many ms (`payload_until_ms`, past which readers and a redelivery
+-- take it as gone). A run that never had a payload (its provider's
+-- `keep_payload` is off) is marked `payload_kept` 0 instead, so that a
+-- redelivery tells "none was kept" (it sends none, as the first delivery
+-- did) from "it was removed" (refused unless asked to go without it,
+-- lua/dead_retry.lua); the usual record, whose payload went, stays
+-- without the mark and as compact as it was. It is compact, so a
 -- one-attempt run stays a listpack hash: no `run_id` (its key names it),
 -- and the final attempt folded into `worker`, `started_ms`, `duration_ms`
 -- and `attempt_status` instead of a `history` entry (see
@@ -32,7 +39,8 @@
 -- ARGV[6]: retention_ms             run retention, ms (0: never expires)
 -- ARGV[7..11]: attempt_entry            the attempt's parts for its history entry (lua/shared/history.lua):
 --               attempt, started_ms, duration_ms, status ('' none), error ('' none)
--- ARGV[12]: keep_payload            1 to keep the payload in the done record, 0 to drop it
+-- ARGV[12]: keep_payload_ms         how long the done record keeps the payload: 0 not at all,
+--                                   -1 as long as the record, else ms
 -- Returns: 1 when acknowledged and marked done,
 --          0 when the entry is no longer held by this consumer (nothing written)
 
@@ -57,8 +65,17 @@ else
 end
 -- RUN_FIELDS[1] is `run_id`: the key names the run.
 redis.call('HDEL', KEYS[2], RUN_FIELDS[1], 'op', 'op_result', 'group', 'updated_ms', 'next_attempt_ms',
-  'parked_group', 'attempt_base')
-if ARGV[12] ~= '1' then
+  'parked_group', 'attempt_base', 'retry_now_ms')
+local keep_ms = tonumber(ARGV[12])
+local had_payload = redis.call('HEXISTS', KEYS[2], 'payload') == 1
+redis.call('HDEL', KEYS[2], 'payload_until_ms')
+if not had_payload and not redis.call('HGET', KEYS[2], 'redeliveries') then
+  -- No payload from the start (a run redelivered without its payload had one, and is not marked).
+  redis.call('HSET', KEYS[2], 'payload_kept', '0')
+end
+if keep_ms > 0 and had_payload then
+  redis.call('HSET', KEYS[2], 'payload_until_ms', string.format('%.0f', tonumber(ARGV[4]) + keep_ms))
+elseif keep_ms == 0 then
   redis.call('HDEL', KEYS[2], 'payload')
   -- Written again whole: a hash that once held a long value (the payload,
   -- a `history`) stays a hashtable after HDEL, and only a new hash whose

@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde_json::Value as Json;
 
 use super::client::{Ops, OpsError};
+use super::source::Source;
 use crate::keys::Keys;
 use crate::redis_io::parked_scripts::{ParkedRetryNowCall, RetryNowCall, RetryNowReply};
 use crate::units::now_ms;
@@ -95,7 +96,8 @@ pub fn parked_text(out: &mut String, groups: &[ParkedGroup], now: u64) {
             continue;
         }
         let oldest = g.oldest_queued_ms.map_or_else(String::new, |ms| {
-            let sampled = if g.oldest_sampled { format!(" among the {OLDEST_SAMPLE} due soonest") } else { String::new() };
+            let sampled =
+                if g.oldest_sampled { format!(" among the {OLDEST_SAMPLE} due soonest") } else { String::new() };
             format!(", oldest queued {}{sampled}", from_now(ms, now))
         });
         let next = g.next_due_ms.map_or_else(String::new, |ms| {
@@ -104,6 +106,43 @@ pub fn parked_text(out: &mut String, groups: &[ParkedGroup], now: u64) {
         });
         let _ = writeln!(out, "group {group}: parked {}{oldest}{next}", g.parked);
     }
+}
+
+/// The text of `idemgate runs retry-now RUN_ID…`: a line per run, then the count made due.
+pub fn retried_now_text(results: &[RetriedNow]) -> String {
+    use std::fmt::Write;
+    let one_line = super::render::one_line;
+    let mut out = String::new();
+    for r in results {
+        let _ = match r {
+            RetriedNow::Due { run_id, group, was_due_ms } => {
+                let was = was_due_ms.and_then(super::render::rfc3339_ms).map_or_else(
+                    || "it was missing from its parking set, and is back".to_owned(),
+                    |at| format!("it was due {at}"),
+                );
+                writeln!(out, "{}: due now for group {} ({was})", one_line(run_id), one_line(group))
+            }
+            RetriedNow::Refused { run_id, status } if status.is_empty() => writeln!(
+                out,
+                "{}: refused: no run record (never created, or expired after its run retention); nothing changed",
+                one_line(run_id)
+            ),
+            RetriedNow::Refused { run_id, status } => writeln!(
+                out,
+                "{}: refused: the run is {}, not parked; nothing changed{}",
+                one_line(run_id),
+                one_line(status),
+                not_parked_hint(status)
+            ),
+        };
+    }
+    let due = results.iter().filter(|r| r.due()).count();
+    let _ = write!(
+        out,
+        "made {due} run{} due now (their group's workers take them within a second)",
+        if due == 1 { "" } else { "s" }
+    );
+    out
 }
 
 /// The line of `inspect run` for a parked run's next attempt.
@@ -115,6 +154,16 @@ pub fn next_attempt_text(next: &NextAttempt, now: u64) -> String {
         String::new()
     };
     format!("{at} ({}): {} [{}]{overdue}", from_now(next.due_ms, now), next.why, next.reason)
+}
+
+/// What to do instead, after "the run is STATUS, not parked".
+pub fn not_parked_hint(status: &str) -> &'static str {
+    match status {
+        "queued" | "running" => " (it is on its way already)",
+        "done" => " (runs redeliver sends a done run again)",
+        "dead" => " (dead retry, or runs redeliver, sends a dead run again)",
+        _ => "",
+    }
 }
 
 /// What `runs retry-now` did with one run.
@@ -188,11 +237,8 @@ impl Ops {
         let times: Vec<(Option<u64>, Option<u64>)> = self.redis.query(&mut pipe).await?;
         let mut times = times.into_iter();
         for (g, group_ids) in groups.iter_mut().zip(ids) {
-            g.oldest_queued_ms = times
-                .by_ref()
-                .take(group_ids.len())
-                .filter_map(|(created, retried)| created.max(retried))
-                .min();
+            g.oldest_queued_ms =
+                times.by_ref().take(group_ids.len()).filter_map(|(created, retried)| created.max(retried)).min();
         }
         Ok(())
     }
@@ -205,7 +251,9 @@ impl Ops {
         for run_id in run_ids {
             let call = RetryNowCall { keys: self.keys(), run_id, now_ms: now_ms() };
             out.push(match self.redis.call(&call).await? {
-                RetryNowReply::Due { group, was_due_ms } => RetriedNow::Due { run_id: run_id.clone(), group, was_due_ms },
+                RetryNowReply::Due { group, was_due_ms } => {
+                    RetriedNow::Due { run_id: run_id.clone(), group, was_due_ms }
+                }
                 RetryNowReply::NotParked { status } => RetriedNow::Refused { run_id: run_id.clone(), status },
             });
         }
@@ -226,6 +274,23 @@ impl Ops {
             if step.looked_at < RETRY_NOW_BATCH as u64 {
                 return Ok(made_due);
             }
+        }
+    }
+}
+
+impl Source {
+    /// `POST /v1/ops/runs/{id}/retry-now`: [`Ops::retry_now`] for one run. On
+    /// the memory store nothing parks (no worker runs anything), so every
+    /// request is refused with the run's status.
+    pub async fn retry_now(&self, run_id: &str) -> Result<RetriedNow, OpsError> {
+        match self {
+            Source::Redis(ops) => {
+                Ok(ops.retry_now(&[run_id.to_owned()]).await?.pop().expect("one result per run asked for"))
+            }
+            Source::Memory(m) => Ok(RetriedNow::Refused {
+                run_id: run_id.to_owned(),
+                status: m.run(run_id).map_or(String::new(), |r| r.status.to_string()),
+            }),
         }
     }
 }
@@ -260,7 +325,11 @@ pub fn next_attempt(fields: &BTreeMap<String, String>, history: &Json) -> Option
     let answer = status.map_or_else(|| "no answer".to_owned(), |s| format!("HTTP {s}"));
     let error = fields.get("last_error").map(String::as_str).unwrap_or_default();
     let (reason, why) = if fields.get("retry_now_ms").is_some_and(|t| t.parse() == Ok(due_ms)) {
-        ("retry_now", "an operator made it due at once (runs retry-now); a worker of its group takes it within a second".to_owned())
+        (
+            "retry_now",
+            "an operator made it due at once (runs retry-now); a worker of its group takes it within a second"
+                .to_owned(),
+        )
     } else if matches!(status, Some(429 | 503)) && error.contains("retry after ") {
         (
             "retry_after",
@@ -285,7 +354,12 @@ mod tests {
     #[test]
     fn a_parked_run_says_when_and_why() {
         let history = json!([{"attempt": 2, "status": 500, "outcome": "failed", "error": "HTTP 500"}]);
-        let parked = record(&[("status", "parked"), ("next_attempt_ms", "9000"), ("parked_group", "g"), ("last_error", "HTTP 500")]);
+        let parked = record(&[
+            ("status", "parked"),
+            ("next_attempt_ms", "9000"),
+            ("parked_group", "g"),
+            ("last_error", "HTTP 500"),
+        ]);
         let next = next_attempt(&parked, &history).unwrap();
         assert_eq!((next.due_ms, next.group.as_str(), next.reason), (9000, "g", "schedule"));
         assert!(next.why.contains("attempt 2 failed (HTTP 500)"), "{}", next.why);

@@ -471,6 +471,8 @@ pub fn dead_text(key: &str, dead: &[DeadRun]) -> String {
     out.trim_end().to_owned()
 }
 
+pub use super::parked::retried_now_text;
+
 /// The text of `idemgate dead retry` (`redeliver`: `idemgate runs
 /// redeliver`): a line per run, then the count moved.
 pub fn retried_text(results: &[Retried], all: bool, redeliver: bool) -> String {
@@ -488,11 +490,24 @@ pub fn retried_text(results: &[Retried], all: bool, redeliver: bool) -> String {
                 "{}: refused: no run record (never created, or expired after its run retention); nothing changed",
                 one_line(run_id)
             ),
+            Retried::PayloadGone { run_id, .. } => {
+                writeln!(
+                    out,
+                    "{}: refused: {}; nothing changed",
+                    one_line(run_id),
+                    r.payload_gone_text().unwrap_or_default()
+                )
+            }
             Retried::Refused { run_id, status } => writeln!(
                 out,
-                "{}: refused: the run is {}, not {wanted}; nothing changed",
+                "{}: refused: the run is {}, not {wanted}; nothing changed{}",
                 one_line(run_id),
-                one_line(status)
+                one_line(status),
+                if status == crate::vocabulary::RunStatus::Parked.as_str() {
+                    " (runs retry-now makes a parked run due at once)"
+                } else {
+                    ""
+                }
             ),
         };
     }

@@ -411,12 +411,17 @@ impl Source {
     /// `idemgate dead retry RUN_ID` (or, with `done_too`, `idemgate runs
     /// redeliver RUN_ID`): the same atomic script. On the memory store no
     /// worker runs anything, so every request is refused with the run's status.
-    pub async fn retry(&self, run_id: &str, done_too: bool) -> Result<Retried, OpsError> {
+    /// `without_payload`: a done run whose payload is gone is redelivered
+    /// without it (else refused, [`Retried::PayloadGone`]).
+    pub async fn retry(&self, run_id: &str, done_too: bool, without_payload: bool) -> Result<Retried, OpsError> {
         match self {
             Source::Redis(ops) => {
                 let ids = [run_id.to_owned()];
-                let mut results =
-                    if done_too { ops.redeliver(Some(&ids)).await? } else { ops.dead_retry(Some(&ids)).await? };
+                let mut results = if done_too {
+                    ops.redeliver(Some(&ids), without_payload).await?
+                } else {
+                    ops.dead_retry(Some(&ids)).await?
+                };
                 Ok(results.pop().expect("one result per run asked for"))
             }
             Source::Memory(m) => Ok(Retried::Refused {

@@ -605,7 +605,7 @@ mod tests {
             {
                 let run_id = "run-1";
                 let c =
-                    DoneCall { consumer, entry_id, run_id, now_ms: 5, op, retention_ms: 9, entry, keep_payload: true };
+                    DoneCall { consumer, entry_id, run_id, now_ms: 5, op, retention_ms: 9, entry, keep_payload_ms: -1 };
                 (c.script(), c.layout(), c.command())
             },
             {
@@ -668,8 +668,14 @@ mod tests {
                 (c.script(), c.layout(), c.command())
             },
             {
-                let c =
-                    DeadRetryCall { keys: &keys, run_id: "run-1", now_ms: 5, dead_entry_ids: &["3-0"], done_too: true };
+                let c = DeadRetryCall {
+                    keys: &keys,
+                    run_id: "run-1",
+                    now_ms: 5,
+                    dead_entry_ids: &["3-0"],
+                    done_too: true,
+                    without_payload: false,
+                };
                 (c.script(), c.layout(), c.command())
             },
             {
@@ -681,7 +687,8 @@ mod tests {
                 (c.script(), c.layout(), c.command())
             },
             {
-                let c = super::super::parked_scripts::ParkedRetryNowCall { keys: &keys, group: "g", now_ms: 5, limit: 9 };
+                let c =
+                    super::super::parked_scripts::ParkedRetryNowCall { keys: &keys, group: "g", now_ms: 5, limit: 9 };
                 (c.script(), c.layout(), c.command())
             },
         ];

@@ -143,8 +143,9 @@ pub struct DoneCall<'a> {
     pub retention_ms: u64,
     /// The attempt's parts for its history entry.
     pub entry: &'a AttemptParts,
-    /// Whether the done record keeps the payload (`--keep-done-payloads`).
-    pub keep_payload: bool,
+    /// How long the done record keeps the payload (`--keep-done-payloads`):
+    /// 0 not at all, -1 as long as the record, else ms.
+    pub keep_payload_ms: i64,
 }
 
 impl ScriptCall for DoneCall<'_> {
@@ -161,7 +162,7 @@ impl ScriptCall for DoneCall<'_> {
             .arg("op", self.op)
             .arg("retention_ms", self.retention_ms)
             .arg("attempt_entry", &self.entry.args()[..])
-            .arg("keep_payload", u8::from(self.keep_payload))
+            .arg("keep_payload_ms", self.keep_payload_ms)
     }
 
     fn decode(&self, reply: Value) -> Result<bool, Error> {
