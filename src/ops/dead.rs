@@ -107,6 +107,19 @@ impl Retried {
     }
 }
 
+/// Why `runs redeliver` refuses a run whose record is `fields` for its
+/// payload (`None`: it would not): the rule of `lua/dead_retry.lua`, for
+/// readers (the console disables its Redeliver button with it).
+/// `has_payload`: the record holds one, not past its `payload_until_ms`.
+pub fn payload_gone(fields: &BTreeMap<String, String>, has_payload: bool) -> Option<String> {
+    let done = fields.get("status").map(String::as_str) == Some(crate::vocabulary::RunStatus::Done.as_str());
+    if !done || has_payload || fields.get("payload_kept").map(String::as_str) == Some("0") {
+        return None;
+    }
+    let kept_until_ms = fields.get("payload_until_ms").and_then(|t| t.parse().ok());
+    Retried::PayloadGone { run_id: String::new(), kept_until_ms }.payload_gone_text()
+}
+
 /// Largest dead page served.
 pub const MAX_DEAD_LIMIT: usize = 1000;
 /// Dead page size when none is asked for.

@@ -82,8 +82,19 @@ pub(crate) fn parked_from(group: &str, size: Value, soonest: Value) -> Result<(P
 
 /// "in 4m" or "4m ago", from `now` to `at` (ms since the Unix epoch).
 fn from_now(at: u64, now: u64) -> String {
-    let d = |ms: u64| crate::units::format_duration(std::time::Duration::from_millis(ms));
-    if at >= now { format!("in {}", d(at - now)) } else { format!("{} ago", d(now - at)) }
+    if at >= now { format!("in {}", roughly(at - now)) } else { format!("{} ago", roughly(now - at)) }
+}
+
+/// A span in its two largest units: `850ms`, `12s`, `4m 5s`, `1h 2m`, `3d 4h`.
+fn roughly(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0 => format!("{ms}ms"),
+        1..60 => format!("{s}s"),
+        60..3600 => format!("{}m {}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h {}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d {}h", s / 86_400, s % 86_400 / 3600),
+    }
 }
 
 /// The lines of `idemgate stats` for the parked runs: one per group.
@@ -379,5 +390,12 @@ mod tests {
         assert_eq!(next_attempt(&later, &json!([])).unwrap().reason, "schedule");
 
         assert_eq!(next_attempt(&record(&[("status", "done"), ("next_attempt_ms", "9")]), &json!([])), None);
+    }
+
+    #[test]
+    fn spans_read_in_two_units() {
+        let got = [850, 12_000, 245_000, 3_720_000, 273_600_000].map(roughly);
+        assert_eq!(got, ["850ms", "12s", "4m 5s", "1h 2m", "3d 4h"]);
+        assert_eq!((from_now(5_000, 2_000), from_now(2_000, 5_000)), ("in 3s".to_owned(), "3s ago".to_owned()));
     }
 }

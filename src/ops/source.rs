@@ -51,6 +51,9 @@ pub struct RunDetail {
     pub history: Value,
     /// A parked run's next attempt: when, and why it waits (`None`: not parked).
     pub next_attempt: Option<super::parked::NextAttempt>,
+    /// Why `runs redeliver` refuses this done run unless asked to go
+    /// without its payload: the payload is gone (`None`: it would not).
+    pub payload_gone: Option<String>,
     /// The kept payload, exactly as the provider sent it, when it is at most
     /// [`MAX_PAYLOAD_TEXT`] bytes (`None`: not kept, or cut).
     pub payload: Option<Box<RawValue>>,
@@ -135,6 +138,7 @@ fn detail(
         summary,
         fields,
         next_attempt,
+        payload_gone: None,
         history,
         payload: p.payload,
         payload_bytes: p.bytes,
@@ -338,7 +342,9 @@ impl Source {
                     Some(len) => PayloadParts::of(len, read.slice),
                     None => PayloadParts::none(),
                 };
+                let gone = super::dead::payload_gone(&read.fields, read.payload_len.is_some());
                 let mut d = detail(Some(ops.keys().run(run_id)), read.fields, parts, u64::try_from(read.pttl).ok());
+                d.payload_gone = gone;
                 d.run_key = d.summary.created_ms.map(|c| ops.keys().run_key(run_id, &c.to_string()));
                 Ok(Some(d))
             }
