@@ -16,14 +16,14 @@ use crate::support::destination::{Destination, deliver_worker, ok, secret, secre
 use crate::support::{Served, fresh_ns, redis_url, temp_dir, wait_for};
 
 /// `serve` on loopback without a token (the console's default), keeping payloads.
-fn open_gate(ns: &str, dir: &std::path::Path) -> Served {
+pub(crate) fn open_gate(ns: &str, dir: &std::path::Path) -> Served {
     let config = "keep_payload = true\nallowed_repos = [\"o/r\"]\n";
     let (child, port) = Served::spawn(redis_url(), ns, dir, None, config, &[]);
     Served { child, url: format!("http://127.0.0.1:{port}") }
 }
 
 /// Run `n` (its event `o/r push n`, delivery `d-n`) created through the gate.
-async fn deliver(http: &reqwest::Client, gate: &Served, n: u64) {
+pub(crate) async fn deliver(http: &reqwest::Client, gate: &Served, n: u64) {
     let body = format!(r#"{{"provider":"github","delivery_id":"d-{n}","event":{}}}"#, event_text(n));
     let r = http
         .post(format!("{}/v1/deliveries", gate.url))
