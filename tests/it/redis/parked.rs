@@ -69,8 +69,9 @@ async fn parked_runs_are_counted_explained_and_sent_now() {
     let gate = open_gate(&ns, &dir);
     let http = reqwest::Client::new();
     // Each run's first arrival is refused for the run's own sake (422): it keeps its schedule.
-    let dest = Destination::start(|_, earlier| if earlier == 0 { status(StatusCode::UNPROCESSABLE_ENTITY) } else { ok() })
-        .await;
+    let dest =
+        Destination::start(|_, earlier| if earlier == 0 { status(StatusCode::UNPROCESSABLE_ENTITY) } else { ok() })
+            .await;
     for n in 1..=4 {
         deliver(&http, &gate, n).await;
     }
@@ -126,8 +127,7 @@ async fn parked_runs_are_counted_explained_and_sent_now() {
     .await;
     let metrics = http.get(format!("{}/metrics", gate.url)).send().await.unwrap().text().await.unwrap();
     let oldest_line = format!("idemgate_runs_parked_oldest_seconds{{namespace=\"{ns}\",group=\"g\"}} ");
-    let oldest: f64 =
-        metrics.lines().find_map(|l| l.strip_prefix(oldest_line.as_str())).unwrap().parse().unwrap();
+    let oldest: f64 = metrics.lines().find_map(|l| l.strip_prefix(oldest_line.as_str())).unwrap().parse().unwrap();
     assert!(oldest > 0.0 && oldest < 120.0, "{metrics}");
 
     // Why run-1 waits, and until when.
@@ -218,7 +218,9 @@ async fn a_redelivery_carries_its_payload_or_says_why_not() {
         deliver_worker(redis_url(), &brief, &dir, "b", &dest.url(), &["--keep-done-payloads", "1s"]),
     ]);
     wait_for(Duration::from_secs(20), "the three runs done", || async {
-        status_of(&kept, 1).await == "done" && status_of(&dropped, 1).await == "done" && status_of(&brief, 1).await == "done"
+        status_of(&kept, 1).await == "done"
+            && status_of(&dropped, 1).await == "done"
+            && status_of(&brief, 1).await == "done"
     })
     .await;
     let first = |n: u64| dest.of_run(n)[0].json()["payload"].clone();
@@ -274,4 +276,83 @@ async fn a_redelivery_carries_its_payload_or_says_why_not() {
     assert!(stdout(&out).contains("--keep-done-payloads kept it until "), "{}", stdout(&out));
     assert_eq!(dest.of_run(3).len(), 1);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `n` runs parked for group `g` in `ns`, due in an hour and after, as
+/// lua/worker_fail.lua leaves them (record `parked`, run id in the set).
+async fn write_parked_runs(ns: &str, n: u64) {
+    let keys = idemgate::keys::Keys::new(ns).unwrap();
+    let due = idemgate::units::now_ms() + 3_600_000;
+    let mut c = crate::support::raw_conn().await;
+    // The group's workers joined the runs stream: `stats` reads the groups it lists.
+    let () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(keys.runs())
+        .arg("g")
+        .arg("$")
+        .arg("MKSTREAM")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    for chunk in (1..=n).collect::<Vec<_>>().chunks(1000) {
+        let mut pipe = redis::pipe();
+        for i in chunk {
+            let run = format!("run-{i}");
+            pipe.hset_multiple(
+                keys.run(&run),
+                &[
+                    ("status", "parked".to_owned()),
+                    ("parked_group", "g".to_owned()),
+                    ("created_ms", (due - 3_600_000 - i).to_string()),
+                    ("next_attempt_ms", (due + i).to_string()),
+                ],
+            )
+            .ignore();
+            pipe.zadd(keys.retry("g"), &run, due + i).ignore();
+        }
+        let () = pipe.query_async(&mut c).await.unwrap();
+    }
+}
+
+/// `runs retry-now --all-parked --group g` goes through the parking set a
+/// batch per script call: 20,000 parked runs take about ten times as long
+/// as 2,000 (a scan with a round trip per run, or a quadratic walk, would
+/// not), every one of them is due now and its record says so. `stats`
+/// counts the 20,000 and seeks the oldest among the 1,000 due soonest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_now_all_parked_takes_linear_time() {
+    let mut times = Vec::new();
+    for runs in [2_000u64, 20_000] {
+        let ns = fresh_ns("retrynowall");
+        write_parked_runs(&ns, runs).await;
+        if runs == 20_000 {
+            let stats: Value = serde_json::from_str(&stdout(&idemgate_in(&ns, &["stats", "--json"]))).unwrap();
+            let p = &stats["parked"][0];
+            assert_eq!((p["parked"].as_u64(), p["oldest_sampled"].as_bool()), (Some(runs), Some(true)), "{p}");
+        }
+        let started = std::time::Instant::now();
+        let out = idemgate_in(&ns, &["runs", "retry-now", "--all-parked", "--group", "g", "--json"]);
+        let took = started.elapsed();
+        assert!(out.status.success(), "{out:?}");
+        let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_eq!(v["made_due"].as_u64(), Some(runs), "{v}");
+        let keys = idemgate::keys::Keys::new(&ns).unwrap();
+        let mut c = crate::support::raw_conn().await;
+        let now = idemgate::units::now_ms() as f64;
+        let later: u64 = redis::cmd("ZCOUNT")
+            .arg(keys.retry("g"))
+            .arg(format!("({now}"))
+            .arg("+inf")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(later, 0, "every parked run is due now");
+        let r: std::collections::HashMap<String, String> =
+            redis::cmd("HGETALL").arg(keys.run(&format!("run-{runs}"))).query_async(&mut c).await.unwrap();
+        assert_eq!(r.get("next_attempt_ms"), r.get("retry_now_ms"), "{r:?}");
+        eprintln!("runs retry-now --all-parked of {runs} parked runs: {took:?}");
+        times.push(took.as_secs_f64());
+    }
+    let ratio = times[1] / times[0];
+    assert!(ratio < 30.0, "10x the runs took {ratio:.1}x the time (linear is about 10, quadratic 100)");
 }
