@@ -10,7 +10,8 @@
 -- `parked_group`, `retry_now_ms`), the attempt budget's `attempt_base`, and the `payload`
 -- unless ARGV[12] keeps it (`--keep-done-payloads`): for ever (-1), or for
 -- that many ms (`payload_until_ms`, past which readers and a redelivery
--- take it as gone). A run that never had a payload (its provider's
+-- take it as gone, and lua/payload_expire.lua removes it: the run id goes
+-- into KEYS[3] scored by that time). A run that never had a payload (its provider's
 -- `keep_payload` is off) is marked `payload_kept` 0 instead, so that a
 -- redelivery tells "none was kept" (it sends none, as the first delivery
 -- did) from "it was removed" (refused unless asked to go without it,
@@ -31,6 +32,7 @@
 --
 -- KEYS[1]: runs_key                 idemgate:{NS}:runs
 -- KEYS[2]: run_key                  idemgate:{NS}:run:<run id>
+-- KEYS[3]: kept_payloads_key        idemgate:{NS}:kept-payloads
 -- ARGV[1]: group                    consumer group
 -- ARGV[2]: consumer                 consumer name (this worker)
 -- ARGV[3]: entry_id                 stream entry id
@@ -74,7 +76,9 @@ if not had_payload and not redis.call('HGET', KEYS[2], 'redeliveries') then
   redis.call('HSET', KEYS[2], 'payload_kept', '0')
 end
 if keep_ms > 0 and had_payload then
-  redis.call('HSET', KEYS[2], 'payload_until_ms', string.format('%.0f', tonumber(ARGV[4]) + keep_ms))
+  local until_ms = string.format('%.0f', tonumber(ARGV[4]) + keep_ms)
+  redis.call('HSET', KEYS[2], 'payload_until_ms', until_ms)
+  redis.call('ZADD', KEYS[3], until_ms, string.match(KEYS[2], ':run:([^:]+)$'))
 elseif keep_ms == 0 then
   redis.call('HDEL', KEYS[2], 'payload')
   -- Written again whole: a hash that once held a long value (the payload,

@@ -119,6 +119,13 @@ impl Keys {
         self.key("retry:")
     }
 
+    /// `idemgate:{NS}:kept-payloads`, a sorted set: the run ids of done runs
+    /// whose payload `--keep-done-payloads DURATION` keeps, scored by the
+    /// time it goes (ms since the Unix epoch; `lua/payload_expire.lua`).
+    pub fn kept_payloads(&self) -> String {
+        self.key("kept-payloads")
+    }
+
     /// `idemgate:{NS}:run:` — the run records' common prefix (the script
     /// appends the run id it creates; the hash tag keeps it in the slot).
     pub fn run_prefix(&self) -> String {
@@ -190,6 +197,7 @@ mod tests {
         assert_eq!(keys.runs(), "idemgate:{default}:runs");
         assert_eq!(keys.runs_dead(), "idemgate:{default}:runs:dead");
         assert_eq!(keys.retry("deliver"), "idemgate:{default}:retry:7:deliver");
+        assert_eq!(keys.kept_payloads(), "idemgate:{default}:kept-payloads");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The calls that make parked runs due at once (`idemgate runs retry-now`,
 //! `POST /v1/ops/runs/{id}/retry-now`): `lua/run_retry_now.lua` for one
 //! run, `lua/parked_retry_now.lua` for a group's parking set, a batch at a
-//! time.
+//! time; and the worker's removal of done payloads kept past their time
+//! (`lua/payload_expire.lua`, `--keep-done-payloads DURATION`).
 
 use std::sync::LazyLock;
 
@@ -18,6 +19,52 @@ pub static RUN_RETRY_NOW: LazyLock<LuaScript> =
 /// `lua/parked_retry_now.lua`, loaded.
 pub static PARKED_RETRY_NOW: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::load(include_str!("../../lua/parked_retry_now.lua")));
+
+/// `lua/payload_expire.lua`, loaded.
+pub static PAYLOAD_EXPIRE: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::load(include_str!("../../lua/payload_expire.lua")));
+
+/// `lua/payload_expire.lua`: up to `limit` done payloads kept past their
+/// time leave their records.
+#[derive(Debug, Clone)]
+pub struct PayloadExpireCall<'a> {
+    /// The namespace's keys.
+    pub keys: &'a Keys,
+    /// Now, ms since the Unix epoch.
+    pub now_ms: u64,
+    /// The most ids looked at in this call.
+    pub limit: usize,
+}
+
+/// What one [`PayloadExpireCall`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PayloadsExpired {
+    /// Payloads removed.
+    pub removed: u64,
+    /// Ids looked at (fewer than the limit: none is left past its time).
+    pub looked_at: u64,
+}
+
+impl ScriptCall for PayloadExpireCall<'_> {
+    type Reply = PayloadsExpired;
+
+    fn script(&self) -> &'static LuaScript {
+        &PAYLOAD_EXPIRE
+    }
+
+    fn layout(&self) -> Layout {
+        Layout::default()
+            .key("kept_payloads_key", self.keys.kept_payloads())
+            .arg("now_ms", self.now_ms)
+            .arg("limit", self.limit)
+            .arg("run_prefix", self.keys.run_prefix())
+    }
+
+    fn decode(&self, reply: Value) -> Result<PayloadsExpired, Error> {
+        let (removed, looked_at): (u64, u64) = decode(reply)?;
+        Ok(PayloadsExpired { removed, looked_at })
+    }
+}
 
 /// `lua/run_retry_now.lua`: one parked run due now.
 #[derive(Debug, Clone)]

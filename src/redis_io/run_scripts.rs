@@ -40,7 +40,7 @@ script!(DEAD_RETRY, "dead_retry.lua");
 script!(RUN_READ, "run_read.lua");
 
 /// Every script of this module (and of [`super::parked_scripts`]) with its file name, for checks over all of them.
-pub fn all() -> [(&'static str, &'static LuaScript); 15] {
+pub fn all() -> [(&'static str, &'static LuaScript); 16] {
     [
         ("worker_start.lua", &WORKER_START),
         ("worker_done.lua", &WORKER_DONE),
@@ -57,6 +57,7 @@ pub fn all() -> [(&'static str, &'static LuaScript); 15] {
         ("run_read.lua", &RUN_READ),
         ("run_retry_now.lua", &super::parked_scripts::RUN_RETRY_NOW),
         ("parked_retry_now.lua", &super::parked_scripts::PARKED_RETRY_NOW),
+        ("payload_expire.lua", &super::parked_scripts::PAYLOAD_EXPIRE),
     ]
 }
 

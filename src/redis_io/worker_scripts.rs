@@ -163,6 +163,7 @@ impl ScriptCall for DoneCall<'_> {
             .arg("retention_ms", self.retention_ms)
             .arg("attempt_entry", &self.entry.args()[..])
             .arg("keep_payload_ms", self.keep_payload_ms)
+            .key("kept_payloads_key", self.consumer.keys.kept_payloads())
     }
 
     fn decode(&self, reply: Value) -> Result<bool, Error> {

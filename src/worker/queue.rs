@@ -358,6 +358,26 @@ impl Queue {
     pub async fn trim(&self) -> Result<Trimmed, Error> {
         self.redis.call(&TrimCall { keys: self.keys() }).await
     }
+
+    /// Removes the done payloads `--keep-done-payloads DURATION` kept past
+    /// their time, a batch per script call until none is left; returns how
+    /// many went.
+    pub async fn expire_payloads(&self) -> Result<u64, Error> {
+        const BATCH: usize = 200;
+        let mut removed = 0;
+        loop {
+            let call = crate::redis_io::parked_scripts::PayloadExpireCall {
+                keys: self.keys(),
+                now_ms: crate::units::now_ms(),
+                limit: BATCH,
+            };
+            let step = self.redis.call(&call).await?;
+            removed += step.removed;
+            if step.looked_at < BATCH as u64 {
+                return Ok(removed);
+            }
+        }
+    }
 }
 
 /// A run's run key, `NS:run-N:CREATED_MS`: the same on every attempt of the

@@ -215,7 +215,16 @@ async fn a_redelivery_carries_its_payload_or_says_why_not() {
     let _workers = Workers(vec![
         deliver_worker(redis_url(), &kept, &dir, "k", &dest.url(), &["--keep-done-payloads", "1h"]),
         deliver_worker(redis_url(), &dropped, &dir, "d", &dest.url(), &[]),
-        deliver_worker(redis_url(), &brief, &dir, "b", &dest.url(), &["--keep-done-payloads", "1s"]),
+        deliver_worker(
+            redis_url(),
+            &brief,
+            &dir,
+            "b",
+            &dest.url(),
+            // The trim pass, which removes payloads past their time, runs on
+            // the lease keeper's tick: a third of the lease.
+            &["--keep-done-payloads", "1s", "--trim-interval", "500ms", "--timeout", "1s", "--lease", "1500ms"],
+        ),
     ]);
     wait_for(Duration::from_secs(20), "the three runs done", || async {
         status_of(&kept, 1).await == "done"
@@ -266,7 +275,8 @@ async fn a_redelivery_carries_its_payload_or_says_why_not() {
     wait_for(Duration::from_secs(10), "run-2's third arrival", || async { dest.of_run(2).len() == 3 }).await;
     assert!(dest.of_run(2)[2].json().get("payload").is_none());
 
-    // Kept for a second: once it ran out, gone for readers and for a redelivery.
+    // Kept for a second: once it ran out, gone for readers and for a
+    // redelivery, and the worker's trim pass removes it from the record.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let (_, shown) = get(&http, format!("{}/v1/ops/runs/run-1", gates[2].url)).await;
     assert!(shown["payload_bytes"].is_null(), "{shown}");
@@ -275,6 +285,26 @@ async fn a_redelivery_carries_its_payload_or_says_why_not() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(stdout(&out).contains("--keep-done-payloads kept it until "), "{}", stdout(&out));
     assert_eq!(dest.of_run(3).len(), 1);
+    wait_for(Duration::from_secs(5), "the payload removed from the record", || async {
+        !record(&brief, "run-1").await.contains_key("payload")
+    })
+    .await;
+    let r = record(&brief, "run-1").await;
+    assert!(r.contains_key("payload_until_ms") && r["status"] == "done", "{r:?}");
+    let mut c = crate::support::raw_conn().await;
+    let kept: u64 = redis::cmd("ZCARD")
+        .arg(idemgate::keys::Keys::new(&brief).unwrap().kept_payloads())
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(kept, 0, "the run left the set of kept payloads");
+    let encoding: String = redis::cmd("OBJECT")
+        .arg("ENCODING")
+        .arg(idemgate::keys::Keys::new(&brief).unwrap().run("run-1"))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(encoding, "listpack", "compact again");
     let _ = std::fs::remove_dir_all(dir);
 }
 
