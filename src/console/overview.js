@@ -57,6 +57,9 @@ export async function refreshOverview() {
   const groups = w.groups || [];
   const oldest = groups.flatMap((g) => [g.oldest_queued_ms, g.oldest_parked_queued_ms]).filter((ms) => typeof ms === "number");
   const oldestMs = oldest.length ? Math.min(...oldest) : null;
+  // Red when a run waits a minute for a worker; a parked run waits for its due time by design.
+  const queued = groups.map((g) => g.oldest_queued_ms).filter((ms) => typeof ms === "number");
+  const behind = queued.length && Date.now() - Math.min(...queued) > 60000;
   const sum = (k) => groups.reduce((a, g) => a + (g[k] || 0), 0);
   const waiting = sum("waiting");
   const parked = sum("parked");
@@ -66,7 +69,7 @@ export async function refreshOverview() {
     tile("workers up", String(up.length), "workers-up", up.length ? "good" : "bad"),
     tile("workers gone", String(gone.length), "workers-gone", gone.length ? "bad" : ""),
     tile("breakers open", String(open.length), "breakers-open", open.length ? "bad" : ""),
-    tile("oldest waiting run", oldestMs ? relTime(oldestMs).replace(" ago", "") : "none waiting", "oldest-queued", oldestMs && Date.now() - oldestMs > 60000 ? "bad" : ""),
+    tile("oldest waiting run", oldestMs ? relTime(oldestMs).replace(" ago", "") : "none waiting", "oldest-queued", behind ? "bad" : ""),
     tile("runs waiting", String(waiting), "waiting"),
     tile("parked for a retry", String(parked), "parked"),
     tile("next retry due", nextDue ? relTime(nextDue) : "none parked", "next-due"),
