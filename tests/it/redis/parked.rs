@@ -386,3 +386,49 @@ async fn retry_now_all_parked_takes_linear_time() {
     let ratio = times[1] / times[0];
     assert!(ratio < 30.0, "10x the runs took {ratio:.1}x the time (linear is about 10, quadratic 100)");
 }
+
+/// Runs given back are waiting runs: a destination that refuses every
+/// connection opens the breaker at its first failure (`--breaker-failures
+/// 1`, no probe for an hour), and the worker gives back every run it reads,
+/// counting no attempt. `/v1/ops/workers` then counts the three runs as
+/// given back and waiting, none of them parked or undelivered, in one
+/// reading that adds up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_given_back_by_an_open_breaker_are_waiting() {
+    let ns = fresh_ns("givenback");
+    let dir = temp_dir("givenback");
+    secrets_file(&dir, &[secret(44)]);
+    let gate = open_gate(&ns, &dir);
+    let http = reqwest::Client::new();
+    let closed = format!("http://127.0.0.1:{}/hooks", crate::support::free_port());
+    let flags = [
+        "--breaker-failures",
+        "1",
+        "--breaker-cooldown",
+        "1h",
+        "--breaker-max-cooldown",
+        "1h",
+        "--heartbeat-interval",
+        "200ms",
+    ];
+    let _workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &closed, &flags)]);
+    for n in 1..=3 {
+        deliver(&http, &gate, n).await;
+    }
+    let reading = || async {
+        let (_, w) = get(&http, format!("{}/v1/ops/workers", gate.url)).await;
+        w["groups"][0].clone()
+    };
+    wait_for(Duration::from_secs(20), "three runs given back", || async {
+        let g = reading().await;
+        g["given_back"] == 3 && g["waiting"] == 3
+    })
+    .await;
+    let g = reading().await;
+    assert_eq!((g["lag"].as_u64(), g["parked"].as_u64(), g["pending"].as_u64()), (Some(0), Some(0), Some(3)), "{g}");
+    for n in 1..=3 {
+        let r = record(&ns, &format!("run-{n}")).await;
+        assert_eq!(r.get("status").map(String::as_str), Some("queued"), "given back, not parked: {r:?}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
