@@ -200,7 +200,9 @@ pub trait Setting {
     }
 
     /// `true`, `false` or a duration (a setting that was a switch): `None`
-    /// for `false` or a zero duration, `Lifetime(None)` for `true`.
+    /// for `false` or a zero duration, `Lifetime(None)` for `true`. The
+    /// switch's env var took clap's spellings (`1`, `yes`, `on`, … and `0`,
+    /// `no`, `off`, …, empty): they keep their meaning.
     fn switch_or_duration(&self) -> Result<Option<Given<Option<Lifetime>>>, ConfigError> {
         let Some(g) = self.given() else { return Ok(None) };
         let text = match &g.value {
@@ -208,9 +210,9 @@ pub trait Setting {
             Raw::Text(t) => t.trim(),
             Raw::List(_) | Raw::Number(_) => return Err(g.fail("expected true, false or a duration")),
         };
-        let value = match text {
-            "true" => Some(Lifetime(None)),
-            "false" => None,
+        let value = match text.to_ascii_lowercase().as_str() {
+            "true" | "t" | "yes" | "y" | "on" | "1" => Some(Lifetime(None)),
+            "false" | "f" | "no" | "n" | "off" | "0" | "" => None,
             t => match parse_duration(t) {
                 Ok(d) if d.is_zero() => None,
                 Ok(d) => Some(Lifetime(Some(d))),

@@ -456,6 +456,13 @@ heartbeat_interval = "2s"
             (kept("true"), kept("false"), kept("0s")),
             (Ok(Some(crate::units::Lifetime(None))), Ok(None), Ok(None))
         );
+        // The switch's env var took clap's spellings; they mean what they meant.
+        for on in ["1", "yes", "on", "TRUE"] {
+            assert_eq!(kept(on), Ok(Some(crate::units::Lifetime(None))), "{on}");
+        }
+        for off in ["0", "no", "off", ""] {
+            assert_eq!(kept(off), Ok(None), "{off:?}");
+        }
         let e = kept("soon").unwrap_err();
         assert!(
             e.contains("--keep-done-payloads")
