@@ -341,7 +341,7 @@ pub fn next_attempt(fields: &BTreeMap<String, String>, history: &Json) -> Option
             "an operator made it due at once (runs retry-now); a worker of its group takes it within a second"
                 .to_owned(),
         )
-    } else if matches!(status, Some(429 | 503)) && error.contains("retry after ") {
+    } else if matches!(status, Some(429 | 503)) && error.contains(crate::worker::deliver::RETRY_AFTER_NOTE) {
         (
             "retry_after",
             format!("attempt{attempt} was answered {answer} with Retry-After, longer than the retry schedule's wait"),
