@@ -432,3 +432,35 @@ async fn runs_given_back_by_an_open_breaker_are_waiting() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A run parked on the destination's `Retry-After` says so: answered `429`
+/// with `Retry-After: 3600` under a one-second schedule, its next attempt is
+/// due in about an hour, for that reason, on `inspect run` and the API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_parked_on_retry_after_says_so() {
+    let ns = fresh_ns("parkedra");
+    let dir = temp_dir("parkedra");
+    secrets_file(&dir, &[secret(45)]);
+    let gate = open_gate(&ns, &dir);
+    let http = reqwest::Client::new();
+    let dest = Destination::start(|_, _| crate::support::destination::Answer {
+        status: StatusCode::TOO_MANY_REQUESTS,
+        headers: vec![("retry-after", "3600".to_owned())],
+        hang: Duration::ZERO,
+    })
+    .await;
+    deliver(&http, &gate, 1).await;
+    let flags = ["--retry-schedule", "1s,1s", "--breaker-failures", "100"];
+    let _workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
+    wait_for(Duration::from_secs(20), "run-1 parked", || async { status_of(&ns, 1).await == "parked" }).await;
+    let (_, r) = get(&http, format!("{}/v1/ops/runs/run-1", gate.url)).await;
+    let next = &r["next_attempt"];
+    assert_eq!(next["reason"].as_str(), Some("retry_after"), "{r}");
+    let in_ms = next["due_ms"].as_u64().unwrap() - idemgate::units::now_ms();
+    assert!(in_ms > 3_500_000 && in_ms <= 3_600_000, "{next}");
+    assert!(next["why"].as_str().unwrap().contains("answered HTTP 429 with Retry-After"), "{next}");
+    let text = stdout(&idemgate_in(&ns, &["inspect", "run", "run-1"]));
+    assert!(text.lines().any(|l| l.starts_with("next attempt:") && l.ends_with("[retry_after]")), "{text}");
+    assert_eq!(dest.got().len(), 1, "no attempt before its time");
+    let _ = std::fs::remove_dir_all(dir);
+}
