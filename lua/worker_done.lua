@@ -19,6 +19,7 @@
 -- KEYS[2]: run_key                  idemgate:{NS}:run:<run id>
 -- KEYS[3]: parking_key              idemgate:{NS}:retry:<enc group>
 -- KEYS[4]: destination_key          idemgate:{NS}:destination-parked:<enc group>
+-- KEYS[5]: kept_payloads_key        idemgate:{NS}:kept-payloads
 -- ARGV[1]: group                    consumer group
 -- ARGV[2]: consumer                 consumer name (this worker)
 -- ARGV[3]: entry_id                 stream entry id
@@ -27,7 +28,8 @@
 -- ARGV[6]: retention_ms             run retention, ms (0: never expires)
 -- ARGV[7..11]: attempt_entry            the attempt's parts for its history entry (lua/shared/history.lua):
 --               attempt, started_ms, duration_ms, status ('' none), error ('' none)
--- ARGV[12]: keep_payload            1 to keep the payload in the done record, 0 to drop it
+-- ARGV[12]: keep_payload_ms         how long the done record keeps the payload: 0 not at all,
+--                                   -1 as long as the record, else ms
 -- ARGV[13]: run_prefix              the run records' prefix, idemgate:{NS}:run: (same slot: the hash tag)
 -- Returns: {1, released} when acknowledged and marked done, `released` the
 --          parked runs this made due sooner,
@@ -47,7 +49,7 @@ if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return 0
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
-mark_done(7, ARGV[2], ARGV[4], ARGV[6], ARGV[12])
+mark_done(7, ARGV[2], ARGV[4], ARGV[6], ARGV[12], KEYS[5])
 local released = 0
 if redis.call('EXISTS', KEYS[4]) == 1 then
   released = release_destination_parked(KEYS[3], KEYS[4], ARGV[1], ARGV[4], ARGV[13])

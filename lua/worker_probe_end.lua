@@ -17,6 +17,7 @@
 -- KEYS[2]: run_key                  idemgate:{NS}:run:<run id>
 -- KEYS[3]: destination_key          idemgate:{NS}:destination-parked:<enc group>
 -- KEYS[4]: probe_key                idemgate:{NS}:destination-probe:<enc group>
+-- KEYS[5]: kept_payloads_key        idemgate:{NS}:kept-payloads
 -- ARGV[1]: group                    consumer group
 -- ARGV[2]: consumer                 consumer name (this worker)
 -- ARGV[3]: run_id                   the run the probe was sent with
@@ -24,7 +25,8 @@
 -- ARGV[5]: hold_ms                  with `down`: no probe for this long (the Retry-After; 0: the interval)
 -- ARGV[6]: now_ms                   now, ms since the Unix epoch
 -- ARGV[7]: retention_ms             run retention, ms (0: never expires)
--- ARGV[8]: keep_payload             1 to keep the payload in the done record, 0 to drop it
+-- ARGV[8]: keep_payload_ms          how long the done record keeps the payload: 0 not at all,
+--                                   -1 as long as the record, else ms
 -- ARGV[9]: run_prefix               the run records' prefix, idemgate:{NS}:run: (same slot: the hash tag)
 -- ARGV[10..14]: attempt_entry       the probe's parts for its history entry (lua/shared/history.lua):
 --               attempt, started_ms, duration_ms, status ('' none), error ('' none)
@@ -50,7 +52,7 @@ end
 if parked and ARGV[4] == 'delivered' then
   redis.call('ZREM', KEYS[1], ARGV[3])
   redis.call('ZREM', KEYS[3], ARGV[3])
-  mark_done(10, ARGV[2], ARGV[6], ARGV[7], ARGV[8])
+  mark_done(10, ARGV[2], ARGV[6], ARGV[7], ARGV[8], KEYS[5])
 elseif parked then
   append_released(10, ARGV[2])
 end

@@ -108,7 +108,7 @@ impl Keys {
     /// `group` parked until their next attempt, scored by its due time (ms
     /// since the Unix epoch).
     pub fn retry(&self, group: &str) -> String {
-        let mut key = self.key("retry:");
+        let mut key = self.retry_prefix();
         push_enc(&mut key, group);
         key
     }
@@ -133,6 +133,19 @@ impl Keys {
         let mut key = self.key("destination-probe:");
         push_enc(&mut key, group);
         key
+    }
+
+    /// `idemgate:{NS}:retry:`, the parking sets' common prefix (a script
+    /// that reads a run's group from its record appends enc(group)).
+    pub fn retry_prefix(&self) -> String {
+        self.key("retry:")
+    }
+
+    /// `idemgate:{NS}:kept-payloads`, a sorted set: the run ids of done runs
+    /// whose payload `--keep-done-payloads DURATION` keeps, scored by the
+    /// time it goes (ms since the Unix epoch; `lua/payload_expire.lua`).
+    pub fn kept_payloads(&self) -> String {
+        self.key("kept-payloads")
     }
 
     /// `idemgate:{NS}:run:` — the run records' common prefix (the script
@@ -208,6 +221,7 @@ mod tests {
         assert_eq!(keys.retry("deliver"), "idemgate:{default}:retry:7:deliver");
         assert_eq!(keys.destination_parked("deliver"), "idemgate:{default}:destination-parked:7:deliver");
         assert_eq!(keys.destination_probe("deliver"), "idemgate:{default}:destination-probe:7:deliver");
+        assert_eq!(keys.kept_payloads(), "idemgate:{default}:kept-payloads");
     }
 
     #[test]

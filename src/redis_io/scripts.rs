@@ -607,7 +607,7 @@ mod tests {
             {
                 let run_id = "run-1";
                 let c =
-                    DoneCall { consumer, entry_id, run_id, now_ms: 5, op, retention_ms: 9, entry, keep_payload: true };
+                    DoneCall { consumer, entry_id, run_id, now_ms: 5, op, retention_ms: 9, entry, keep_payload_ms: -1 };
                 (c.script(), c.layout(), c.command())
             },
             {
@@ -688,12 +688,31 @@ mod tests {
                 (c.script(), c.layout(), c.command())
             },
             {
-                let c =
-                    DeadRetryCall { keys: &keys, run_id: "run-1", now_ms: 5, dead_entry_ids: &["3-0"], done_too: true };
+                let c = DeadRetryCall {
+                    keys: &keys,
+                    run_id: "run-1",
+                    now_ms: 5,
+                    dead_entry_ids: &["3-0"],
+                    done_too: true,
+                    without_payload: false,
+                };
                 (c.script(), c.layout(), c.command())
             },
             {
                 let c = RunReadCall { keys: &keys, run_id: "run-1", slice: (0, 10), with_fields: true };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let c = super::super::parked_scripts::RetryNowCall { keys: &keys, run_id: "run-1", now_ms: 5 };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let c =
+                    super::super::parked_scripts::ParkedRetryNowCall { keys: &keys, group: "g", now_ms: 5, limit: 9 };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let c = super::super::parked_scripts::PayloadExpireCall { keys: &keys, now_ms: 5, limit: 9 };
                 (c.script(), c.layout(), c.command())
             },
         ];

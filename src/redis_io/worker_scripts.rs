@@ -145,8 +145,9 @@ pub struct DoneCall<'a> {
     pub retention_ms: u64,
     /// The attempt's parts for its history entry.
     pub entry: &'a AttemptParts,
-    /// Whether the done record keeps the payload (`--keep-done-payloads`).
-    pub keep_payload: bool,
+    /// How long the done record keeps the payload (`--keep-done-payloads`):
+    /// 0 not at all, -1 as long as the record, else ms.
+    pub keep_payload_ms: i64,
 }
 
 impl ScriptCall for DoneCall<'_> {
@@ -166,8 +167,9 @@ impl ScriptCall for DoneCall<'_> {
             .arg("op", self.op)
             .arg("retention_ms", self.retention_ms)
             .arg("attempt_entry", &self.entry.args()[..])
-            .arg("keep_payload", u8::from(self.keep_payload))
+            .arg("keep_payload_ms", self.keep_payload_ms)
             .arg("run_prefix", keys.run_prefix())
+            .key("kept_payloads_key", keys.kept_payloads())
     }
 
     /// `0` or `{1, released}`: anything else is an error, not a lost entry.
@@ -524,6 +526,7 @@ impl ScriptCall for ProbeTakeCall<'_> {
             .key("parking_key", keys.retry(group))
             .key("destination_key", keys.destination_parked(group))
             .key("probe_key", keys.destination_probe(group))
+            .key("kept_payloads_key", keys.kept_payloads())
             .arg("group", group)
             .arg("consumer", self.consumer.name)
             .arg("now_ms", self.now_ms)
@@ -600,8 +603,9 @@ pub struct ProbeEndCall<'a> {
     pub now_ms: u64,
     /// A done record's TTL, ms (0: never expires).
     pub retention_ms: u64,
-    /// Whether the done record keeps the payload (`--keep-done-payloads`).
-    pub keep_payload: bool,
+    /// How long the done record keeps the payload (`--keep-done-payloads`):
+    /// 0 not at all, -1 as long as the record, else ms.
+    pub keep_payload_ms: i64,
     /// The probe's parts for its history entry.
     pub entry: &'a AttemptParts,
 }
@@ -620,6 +624,7 @@ impl ScriptCall for ProbeEndCall<'_> {
             .key("run_key", keys.run(self.run_id))
             .key("destination_key", keys.destination_parked(group))
             .key("probe_key", keys.destination_probe(group))
+            .key("kept_payloads_key", keys.kept_payloads())
             .arg("group", group)
             .arg("consumer", self.consumer.name)
             .arg("run_id", self.run_id)
@@ -627,7 +632,7 @@ impl ScriptCall for ProbeEndCall<'_> {
             .arg("hold_ms", self.hold_ms)
             .arg("now_ms", self.now_ms)
             .arg("retention_ms", self.retention_ms)
-            .arg("keep_payload", u8::from(self.keep_payload))
+            .arg("keep_payload_ms", self.keep_payload_ms)
             .arg("run_prefix", keys.run_prefix())
             .arg("attempt_entry", &self.entry.args()[..])
     }

@@ -67,8 +67,9 @@ pub(crate) struct Queue {
     block: Duration,
     /// The TTL of a `done` or `dead` run record, ms (0: never expires).
     retention_ms: u64,
-    /// A done record keeps its payload (`--keep-done-payloads`).
-    keep_done_payloads: bool,
+    /// How long a done record keeps its payload (`--keep-done-payloads`), as
+    /// `lua/worker_done.lua` takes it: 0 not at all, -1 as long as the record, else ms.
+    keep_payload_ms: i64,
     /// Blocking `XREADGROUP` never shares the handle's multiplexed
     /// connection, so it cannot delay anyone's command.
     reader: BlockingReader,
@@ -94,7 +95,11 @@ impl Queue {
             consumer: config.consumer.clone(),
             block: config.block,
             retention_ms: config.run_retention.map_or(0, redis_ms),
-            keep_done_payloads: config.keep_done_payloads,
+            keep_payload_ms: match config.keep_done_payloads {
+                None => 0,
+                Some(crate::units::Lifetime(None)) => -1,
+                Some(crate::units::Lifetime(Some(d))) => i64::try_from(redis_ms(d)).unwrap_or(i64::MAX).max(1),
+            },
             reader,
             op_prefix: format!("{}/{started}/", config.consumer),
             ops: AtomicU64::new(0),
@@ -259,7 +264,7 @@ impl Queue {
             op: &op.0,
             retention_ms: self.retention_ms,
             entry,
-            keep_payload: self.keep_done_payloads,
+            keep_payload_ms: self.keep_payload_ms,
         };
         self.redis.call(&call).await
     }
@@ -323,7 +328,7 @@ impl Queue {
             hold_ms: u64::try_from(hold.as_millis()).unwrap_or(u64::MAX),
             now_ms: now_ms(),
             retention_ms: self.retention_ms,
-            keep_payload: self.keep_done_payloads,
+            keep_payload_ms: self.keep_payload_ms,
             entry,
         };
         self.redis.call(&call).await
@@ -389,6 +394,26 @@ impl Queue {
     /// `lua/worker_trim.lua` on this queue's stream.
     pub async fn trim(&self) -> Result<Trimmed, Error> {
         self.redis.call(&TrimCall { keys: self.keys() }).await
+    }
+
+    /// Removes the done payloads `--keep-done-payloads DURATION` kept past
+    /// their time, a batch per script call until none is left; returns how
+    /// many went.
+    pub async fn expire_payloads(&self) -> Result<u64, Error> {
+        const BATCH: usize = 200;
+        let mut removed = 0;
+        loop {
+            let call = crate::redis_io::parked_scripts::PayloadExpireCall {
+                keys: self.keys(),
+                now_ms: crate::units::now_ms(),
+                limit: BATCH,
+            };
+            let step = self.redis.call(&call).await?;
+            removed += step.removed;
+            if step.looked_at < BATCH as u64 {
+                return Ok(removed);
+            }
+        }
     }
 }
 
