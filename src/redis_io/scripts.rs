@@ -665,7 +665,7 @@ mod tests {
                     hold_ms: 0,
                     now_ms: 5,
                     retention_ms: 9,
-                    keep_payload: false,
+                    keep_payload_ms: 0,
                     entry,
                 };
                 (c.script(), c.layout(), c.command())

@@ -526,7 +526,6 @@ impl ScriptCall for ProbeTakeCall<'_> {
             .key("parking_key", keys.retry(group))
             .key("destination_key", keys.destination_parked(group))
             .key("probe_key", keys.destination_probe(group))
-            .key("kept_payloads_key", keys.kept_payloads())
             .arg("group", group)
             .arg("consumer", self.consumer.name)
             .arg("now_ms", self.now_ms)
