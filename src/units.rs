@@ -4,6 +4,14 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// Milliseconds since the Unix epoch as RFC 3339 (UTC, millisecond precision).
+pub fn rfc3339_ms(ms: u64) -> Option<String> {
+    use time::OffsetDateTime;
+    use time::format_description::well_known::Rfc3339;
+    let t = OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).ok()?;
+    t.format(&Rfc3339).ok()
+}
+
 /// Now, in ms since the Unix epoch (the unit of every `*_ms` field and of
 /// the delivery record's `at`). A clock before 1970 reads as 0.
 pub fn now_ms() -> u64 {

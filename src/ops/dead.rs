@@ -94,7 +94,7 @@ impl Retried {
     /// (`None`: it was not), with what to do about it.
     pub fn payload_gone_text(&self) -> Option<String> {
         let Retried::PayloadGone { kept_until_ms, .. } = self else { return None };
-        let when = match kept_until_ms.and_then(super::render::rfc3339_ms) {
+        let when = match kept_until_ms.and_then(crate::units::rfc3339_ms) {
             Some(at) => format!("--keep-done-payloads kept it until {at}"),
             None => {
                 "it was removed when the run was done (start the workers with --keep-done-payloads DURATION to keep it)"

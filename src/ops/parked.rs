@@ -4,13 +4,13 @@
 //! `stats`, `/v1/ops/stats`, `/v1/ops/workers` and the metrics), why one
 //! parked run waits ([`NextAttempt`], on `inspect run`, `/v1/ops/runs/{id}`
 //! and the run's page), and `runs retry-now` ([`Ops::retry_now`],
-//! [`Ops::retry_now_group`]).
+//! [`Ops::retry_now_group`]). Their text is `render`'s, and the ops API's
+//! `retry-now` is `Source`'s, so this file uses neither.
 
 use redis::Value;
 use serde::Serialize;
 
 use super::client::{Ops, OpsError};
-use super::source::Source;
 use crate::keys::Keys;
 use crate::redis_io::parked_scripts::{ParkedRetryNowCall, RetryNowCall, RetryNowReply};
 use crate::units::now_ms;
@@ -75,93 +75,6 @@ pub(crate) fn parked_from(group: &str, size: Value, soonest: Value) -> Result<(P
         oldest_sampled: parked > OLDEST_SAMPLE as u64,
     };
     Ok((g, ids))
-}
-
-/// "in 4m" or "4m ago", from `now` to `at` (ms since the Unix epoch).
-fn from_now(at: u64, now: u64) -> String {
-    if at >= now { format!("in {}", roughly(at - now)) } else { format!("{} ago", roughly(now - at)) }
-}
-
-/// A span in its two largest units: `850ms`, `12s`, `4m 5s`, `1h 2m`, `3d 4h`.
-fn roughly(ms: u64) -> String {
-    let s = ms / 1000;
-    match s {
-        0 => format!("{ms}ms"),
-        1..60 => format!("{s}s"),
-        60..3600 => format!("{}m {}s", s / 60, s % 60),
-        3600..86_400 => format!("{}h {}m", s / 3600, s % 3600 / 60),
-        _ => format!("{}d {}h", s / 86_400, s % 86_400 / 3600),
-    }
-}
-
-/// The lines of `idemgate stats` for the parked runs: one per group.
-pub fn parked_text(out: &mut String, groups: &[ParkedGroup], now: u64) {
-    use std::fmt::Write;
-    for g in groups {
-        let group = super::render::one_line(&g.group);
-        if g.parked == 0 {
-            let _ = writeln!(out, "group {group}: parked 0");
-            continue;
-        }
-        let oldest = g.oldest_queued_ms.map_or_else(String::new, |ms| {
-            let sampled =
-                if g.oldest_sampled { format!(" among the {OLDEST_SAMPLE} due soonest") } else { String::new() };
-            format!(", oldest queued {}{sampled}", from_now(ms, now))
-        });
-        let next = g.next_due_ms.map_or_else(String::new, |ms| {
-            let at = super::render::rfc3339_ms(ms).unwrap_or_default();
-            format!(", next due {} ({at})", from_now(ms, now))
-        });
-        let _ = writeln!(out, "group {group}: parked {}{oldest}{next}", g.parked);
-    }
-}
-
-/// The text of `idemgate runs retry-now RUN_ID…`: a line per run, then the count made due.
-pub fn retried_now_text(results: &[RetriedNow]) -> String {
-    use std::fmt::Write;
-    let one_line = super::render::one_line;
-    let mut out = String::new();
-    for r in results {
-        let _ = match r {
-            RetriedNow::Due { run_id, group, was_due_ms } => {
-                let was = was_due_ms.and_then(super::render::rfc3339_ms).map_or_else(
-                    || "it was missing from its parking set, and is back".to_owned(),
-                    |at| format!("it was due {at}"),
-                );
-                writeln!(out, "{}: due now for group {} ({was})", one_line(run_id), one_line(group))
-            }
-            RetriedNow::Refused { run_id, status } if status.is_empty() => writeln!(
-                out,
-                "{}: refused: no run record (never created, or expired after its run retention); nothing changed",
-                one_line(run_id)
-            ),
-            RetriedNow::Refused { run_id, status } => writeln!(
-                out,
-                "{}: refused: the run is {}, not parked; nothing changed{}",
-                one_line(run_id),
-                one_line(status),
-                not_parked_hint(status)
-            ),
-        };
-    }
-    let due = results.iter().filter(|r| r.due()).count();
-    let _ = write!(
-        out,
-        "made {due} run{} due now (their group's workers take them within a second)",
-        if due == 1 { "" } else { "s" }
-    );
-    out
-}
-
-/// The line of `inspect run` for a parked run's next attempt.
-pub fn next_attempt_text(next: &NextAttempt, now: u64) -> String {
-    let at = super::render::rfc3339_ms(next.due_ms).unwrap_or_default();
-    let overdue = if next.due_ms + 2000 < now {
-        format!("; overdue: is a worker of group {} running?", super::render::one_line(&next.group))
-    } else {
-        String::new()
-    };
-    format!("{at} ({}): {} [{}]{overdue}", from_now(next.due_ms, now), next.why, next.reason)
 }
 
 /// What to do instead, after "the run is STATUS, not parked".
@@ -286,23 +199,6 @@ impl Ops {
     }
 }
 
-impl Source {
-    /// `POST /v1/ops/runs/{id}/retry-now`: [`Ops::retry_now`] for one run. On
-    /// the memory store nothing parks (no worker runs anything), so every
-    /// request is refused with the run's status.
-    pub async fn retry_now(&self, run_id: &str) -> Result<RetriedNow, OpsError> {
-        match self {
-            Source::Redis(ops) => {
-                Ok(ops.retry_now(&[run_id.to_owned()]).await?.pop().expect("one result per run asked for"))
-            }
-            Source::Memory(m) => Ok(RetriedNow::Refused {
-                run_id: run_id.to_owned(),
-                status: m.run(run_id).map_or(String::new(), |r| r.status.to_string()),
-            }),
-        }
-    }
-}
-
 /// When a parked run's next attempt is due and why it waits, from what its
 /// record knows.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -398,12 +294,5 @@ mod tests {
         assert_eq!(next_attempt(&later).unwrap().reason, "schedule");
 
         assert_eq!(next_attempt(&record(&[("status", "done"), ("next_attempt_ms", "9")], &[])), None);
-    }
-
-    #[test]
-    fn spans_read_in_two_units() {
-        let got = [850, 12_000, 245_000, 3_720_000, 273_600_000].map(roughly);
-        assert_eq!(got, ["850ms", "12s", "4m 5s", "1h 2m", "3d 4h"]);
-        assert_eq!((from_now(5_000, 2_000), from_now(2_000, 5_000)), ("in 3s".to_owned(), "3s ago".to_owned()));
     }
 }

@@ -4,22 +4,17 @@
 use std::fmt::Write;
 
 use serde_json::{Map, Value, json};
-use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
 use super::dead::{DeadRun, Retried};
 use super::inspect::{DeliveryView, Found, Inspection, LogicalView, RunView, Ttl};
 use super::memory::MemoryReport;
+use super::parked::{NextAttempt, OLDEST_SAMPLE, ParkedGroup, RetriedNow};
 use super::stats::Stats;
 use crate::redis_io::info::NodeMemory;
 use crate::text::needs_escape;
 use crate::vocabulary::AttemptEntry;
 
-/// Milliseconds since the Unix epoch as RFC 3339 (UTC, millisecond precision).
-pub fn rfc3339_ms(ms: u64) -> Option<String> {
-    let t = OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).ok()?;
-    t.format(&Rfc3339).ok()
-}
+pub use crate::units::rfc3339_ms;
 
 /// A duration in ms as `6d 23h 59m 58s` (seconds and larger), or `850ms`.
 pub fn human_ms(ms: u64) -> String {
@@ -165,7 +160,7 @@ fn run_text(run: &RunView) -> String {
     );
     let mut rows = vec![("logical key".into(), logical), ("run key".into(), run_key)];
     if let Some(next) = super::parked::next_attempt(&run.record) {
-        rows.push(("next attempt".into(), super::parked::next_attempt_text(&next, crate::units::now_ms())));
+        rows.push(("next attempt".into(), next_attempt_text(&next, crate::units::now_ms())));
     }
     rows.extend(run_rows(run));
     lines(&mut out, "", &rows);
@@ -348,7 +343,7 @@ pub fn stats_text(s: &Stats) -> String {
             g.last_delivered_id
         );
     }
-    super::parked::parked_text(&mut out, &s.parked, crate::units::now_ms());
+    parked_text(&mut out, &s.parked, crate::units::now_ms());
     let _ = writeln!(out, "dead stream: {} entries ({})", s.dead.length, cli_quote(&s.dead.key));
     memory_text(&mut out, &s.memory);
     let _ = writeln!(out, "{}", super::footprint::stats_line(s));
@@ -459,8 +454,6 @@ pub fn dead_text(key: &str, dead: &[DeadRun]) -> String {
     out.trim_end().to_owned()
 }
 
-pub use super::parked::retried_now_text;
-
 /// The text of `idemgate dead retry` (`redeliver`: `idemgate runs
 /// redeliver`): a line per run, then the count moved.
 pub fn retried_text(results: &[Retried], all: bool, redeliver: bool) -> String {
@@ -507,9 +500,104 @@ pub fn retried_text(results: &[Retried], all: bool, redeliver: bool) -> String {
     out
 }
 
+// The parked runs' text: `stats`, `inspect run` and `runs retry-now`.
+
+/// "in 4m" or "4m ago", from `now` to `at` (ms since the Unix epoch).
+fn from_now(at: u64, now: u64) -> String {
+    if at >= now { format!("in {}", roughly(at - now)) } else { format!("{} ago", roughly(now - at)) }
+}
+
+/// A span in its two largest units: `850ms`, `12s`, `4m 5s`, `1h 2m`, `3d 4h`.
+fn roughly(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0 => format!("{ms}ms"),
+        1..60 => format!("{s}s"),
+        60..3600 => format!("{}m {}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h {}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d {}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+/// The lines of `idemgate stats` for the parked runs: one per group.
+pub fn parked_text(out: &mut String, groups: &[ParkedGroup], now: u64) {
+    use std::fmt::Write;
+    for g in groups {
+        let group = one_line(&g.group);
+        if g.parked == 0 {
+            let _ = writeln!(out, "group {group}: parked 0");
+            continue;
+        }
+        let oldest = g.oldest_queued_ms.map_or_else(String::new, |ms| {
+            let sampled =
+                if g.oldest_sampled { format!(" among the {OLDEST_SAMPLE} due soonest") } else { String::new() };
+            format!(", oldest queued {}{sampled}", from_now(ms, now))
+        });
+        let next = g.next_due_ms.map_or_else(String::new, |ms| {
+            let at = rfc3339_ms(ms).unwrap_or_default();
+            format!(", next due {} ({at})", from_now(ms, now))
+        });
+        let _ = writeln!(out, "group {group}: parked {}{oldest}{next}", g.parked);
+    }
+}
+
+/// The text of `idemgate runs retry-now RUN_ID…`: a line per run, then the count made due.
+pub fn retried_now_text(results: &[RetriedNow]) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    for r in results {
+        let _ = match r {
+            RetriedNow::Due { run_id, group, was_due_ms } => {
+                let was = was_due_ms.and_then(rfc3339_ms).map_or_else(
+                    || "it was missing from its parking set, and is back".to_owned(),
+                    |at| format!("it was due {at}"),
+                );
+                writeln!(out, "{}: due now for group {} ({was})", one_line(run_id), one_line(group))
+            }
+            RetriedNow::Refused { run_id, status } if status.is_empty() => writeln!(
+                out,
+                "{}: refused: no run record (never created, or expired after its run retention); nothing changed",
+                one_line(run_id)
+            ),
+            RetriedNow::Refused { run_id, status } => writeln!(
+                out,
+                "{}: refused: the run is {}, not parked; nothing changed{}",
+                one_line(run_id),
+                one_line(status),
+                super::parked::not_parked_hint(status)
+            ),
+        };
+    }
+    let due = results.iter().filter(|r| r.due()).count();
+    let _ = write!(
+        out,
+        "made {due} run{} due now (their group's workers take them within a second)",
+        if due == 1 { "" } else { "s" }
+    );
+    out
+}
+
+/// The line of `inspect run` for a parked run's next attempt.
+pub fn next_attempt_text(next: &NextAttempt, now: u64) -> String {
+    let at = rfc3339_ms(next.due_ms).unwrap_or_default();
+    let overdue = if next.due_ms + 2000 < now {
+        format!("; overdue: is a worker of group {} running?", one_line(&next.group))
+    } else {
+        String::new()
+    };
+    format!("{at} ({}): {} [{}]{overdue}", from_now(next.due_ms, now), next.why, next.reason)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spans_read_in_two_units() {
+        let got = [850, 12_000, 245_000, 3_720_000, 273_600_000].map(roughly);
+        assert_eq!(got, ["850ms", "12s", "4m 5s", "1h 2m", "3d 4h"]);
+        assert_eq!((from_now(5_000, 2_000), from_now(2_000, 5_000)), ("in 3s".to_owned(), "3s ago".to_owned()));
+    }
 
     #[test]
     fn json_is_indented_with_its_exact_text() {

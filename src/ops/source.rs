@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use super::client::{Ops, OpsError};
 use super::dead::{DeadPage, Retried};
 use super::inspect::{Found, Target};
+use super::parked::RetriedNow;
 use super::render::rfc3339_ms;
 use super::runs::{FoundBy, RunPage, RunQuery, RunSummary, run_named_by};
 use crate::redis_io::run_scripts::RunReadCall;
@@ -415,6 +416,23 @@ impl Source {
                 Ok(results.pop().expect("one result per run asked for"))
             }
             Source::Memory(m) => Ok(Retried::Refused {
+                run_id: run_id.to_owned(),
+                status: m.run(run_id).map_or(String::new(), |r| r.status.to_string()),
+            }),
+        }
+    }
+}
+
+impl Source {
+    /// `POST /v1/ops/runs/{id}/retry-now`: [`Ops::retry_now`] for one run. On
+    /// the memory store nothing parks (no worker runs anything), so every
+    /// request is refused with the run's status.
+    pub async fn retry_now(&self, run_id: &str) -> Result<RetriedNow, OpsError> {
+        match self {
+            Source::Redis(ops) => {
+                Ok(ops.retry_now(&[run_id.to_owned()]).await?.pop().expect("one result per run asked for"))
+            }
+            Source::Memory(m) => Ok(RetriedNow::Refused {
                 run_id: run_id.to_owned(),
                 status: m.run(run_id).map_or(String::new(), |r| r.status.to_string()),
             }),

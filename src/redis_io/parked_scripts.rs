@@ -8,8 +8,7 @@ use std::sync::LazyLock;
 
 use redis::Value;
 
-use super::run_scripts::decode;
-use super::scripts::{Layout, LuaScript, ScriptCall};
+use super::scripts::{Layout, LuaScript, ScriptCall, decode};
 use crate::error::Error;
 use crate::keys::Keys;
 

@@ -10,8 +10,9 @@
 
 use std::sync::LazyLock;
 
-use redis::{RedisError, Value};
+use redis::Value;
 
+pub(super) use super::scripts::decode;
 use super::scripts::{Layout, LuaScript, ScriptCall};
 use crate::error::Error;
 use crate::keys::Keys;
@@ -63,11 +64,6 @@ pub fn all() -> [(&'static str, &'static LuaScript); 18] {
         ("parked_retry_now.lua", &super::parked_scripts::PARKED_RETRY_NOW),
         ("payload_expire.lua", &super::parked_scripts::PAYLOAD_EXPIRE),
     ]
-}
-
-/// A script's reply as `T`; a reply of another shape is a Redis error.
-pub(super) fn decode<T: redis::FromRedisValue>(reply: Value) -> Result<T, Error> {
-    Ok(redis::from_redis_value(reply).map_err(RedisError::from)?)
 }
 
 /// A script's `1` (did it) or `0` (did not); any other answer is a

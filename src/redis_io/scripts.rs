@@ -18,6 +18,11 @@ use redis::{Cmd, RedisWrite, Script, ToRedisArgs, Value};
 use crate::error::Error;
 use crate::vocabulary::{AttemptOutcome, DeliveryRecord, RecordTail, RunFields, RunStatus, Status};
 
+/// A script's reply as `T`; a reply of another shape is a Redis error.
+pub(super) fn decode<T: redis::FromRedisValue>(reply: Value) -> Result<T, Error> {
+    Ok(redis::from_redis_value(reply).map_err(redis::RedisError::from)?)
+}
+
 /// A Lua script as Redis runs it: its file with every placeholder filled in.
 pub struct LuaScript {
     source: String,
