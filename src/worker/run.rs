@@ -162,6 +162,12 @@ pub trait Handler: Send + Sync + 'static {
     fn breaker(&self) -> Option<&Breaker> {
         None
     }
+
+    /// The `whpk_` public keys the handler signs `v1a` signatures with now
+    /// (the heartbeat shows them, and so `/v1/ops/destinations`); none by default.
+    fn public_keys(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 impl<F, Fut, E> Handler for F
