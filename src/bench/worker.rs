@@ -61,12 +61,15 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
         running.await??;
         progress(&format!("worker --deliver to an in-process HTTP sink, {runs} runs, round {round}"));
         let sink = axum::Router::new().fallback(|| async { StatusCode::NO_CONTENT });
-        let took = deliver_to_sink(bench, &wkeys, &mut conn, sink, BreakerConfig::default(), "bench-http", V1_SECRET, 8)
-            .await?;
+        let took =
+            deliver_to_sink(bench, &wkeys, &mut conn, sink, BreakerConfig::default(), "bench-http", V1_SECRET, 8)
+                .await?;
         http.push(runs as f64 / took.as_secs_f64());
         // v1 and v1a side by side in each round, on runs of their own.
         for (key, rates, name) in [(V1_SECRET, &mut signed_v1, "v1"), (V1A_KEY, &mut signed_v1a, "v1a")] {
-            progress(&format!("worker --deliver signing {name}, concurrency {SIGNING_CONCURRENCY}, {runs} runs, round {round}"));
+            progress(&format!(
+                "worker --deliver signing {name}, concurrency {SIGNING_CONCURRENCY}, {runs} runs, round {round}"
+            ));
             let keys = bench.keys(&format!("worker-{name}-{round}"))?;
             let gate = Gate::new(["bench/repo"], bench.store(keys.clone()).await?);
             for i in 0..runs {
@@ -74,9 +77,17 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
             }
             let sink = axum::Router::new().fallback(|| async { StatusCode::NO_CONTENT });
             let group = format!("bench-{name}");
-            let took =
-                deliver_to_sink(bench, &keys, &mut conn, sink, BreakerConfig::default(), &group, key, SIGNING_CONCURRENCY)
-                    .await?;
+            let took = deliver_to_sink(
+                bench,
+                &keys,
+                &mut conn,
+                sink,
+                BreakerConfig::default(),
+                &group,
+                key,
+                SIGNING_CONCURRENCY,
+            )
+            .await?;
             rates.push(runs as f64 / took.as_secs_f64());
         }
         progress(&format!("worker --deliver, a quarter of {runs} runs answered 429 Retry-After: 3600, round {round}"));

@@ -109,7 +109,7 @@ impl ProviderKind for StandardWebhooks {
                 Some(key) => {
                     let key = key.map_err(bad_key)?;
                     public_keys.push(key.verifying_key());
-                    SenderKey(Scheme::V1a(Box::new(key)))
+                    SenderKey(Scheme::V1a(key))
                 }
                 None => match decode_secret(secret, SecretRule::Receiving) {
                     Ok(key) => {
@@ -220,7 +220,7 @@ enum Scheme {
     /// A `whsec_` secret: a `v1` entry, HMAC-SHA256.
     V1(Key),
     /// A `whsk_` key: a `v1a` entry, ed25519.
-    V1a(Box<ed25519_dalek::SigningKey>),
+    V1a(ed25519_dalek::SigningKey),
 }
 
 impl SenderKey {
@@ -255,7 +255,7 @@ impl std::fmt::Debug for SenderKey {
 /// `whsec_` secret under [`SecretRule::Signing`].
 pub fn sender_key(line: &str) -> Result<SenderKey, BadSecret> {
     match v1a::signing_key(line) {
-        Some(key) => key.map(|k| SenderKey(Scheme::V1a(Box::new(k)))).map_err(BadSecret::Key),
+        Some(key) => key.map(|k| SenderKey(Scheme::V1a(k))).map_err(BadSecret::Key),
         None => decode_secret(line, SecretRule::Signing).map(|key| SenderKey(Scheme::V1(hmac_key(&key)))),
     }
 }
