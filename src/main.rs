@@ -71,7 +71,20 @@ async fn main() -> ExitCode {
     // (worker::attempt) would be hundreds of lines of nothing wrong.
     let default_level =
         if matches!(cli.command, Command::Bench(_)) { "warn,idemgate::worker::attempt=error" } else { "info" };
-    cli::logging::init(cli.log_format, default_level);
+    // Traces only for the long-running commands, and only when the OTEL_* variables ask.
+    let service = match cli.command {
+        Command::Serve(_) => Some("idemgate-serve"),
+        Command::Worker(_) => Some("idemgate-worker"),
+        _ => None,
+    };
+    let traces = match service.map(cli::telemetry::Traces::from_env).transpose() {
+        Ok(traces) => traces.flatten(),
+        Err(e) => {
+            eprintln!("idemgate: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    cli::logging::init(cli.log_format, default_level, traces.as_ref().map(cli::telemetry::Traces::tracer));
     let result = match cli.command {
         Command::Serve(_) => cli::serve::serve(sources).await,
         Command::Window => cli::serve::window(),
@@ -87,6 +100,9 @@ async fn main() -> ExitCode {
         Command::Send(args) => Ok(cli::send::send(args, sources).await),
         Command::Sign(args) => Ok(cli::send::sign(args, sources)),
     };
+    if let Some(traces) = traces {
+        traces.shutdown();
+    }
     match result {
         Ok(code) => code,
         Err(e) => {

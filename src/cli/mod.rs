@@ -17,6 +17,7 @@ pub mod logging;
 pub mod ops;
 pub mod send;
 pub mod serve;
+pub mod telemetry;
 pub mod worker;
 
 use std::io::Write;

@@ -1,0 +1,158 @@
+//! OpenTelemetry spans of the service (docs/operations.md, "Traces"): a
+//! server span per request, its parent the request's W3C `traceparent`
+//! (and `tracestate`) when it has one, and a `gate` span under it for each
+//! gate call. They are `tracing` spans that `tracing-opentelemetry` turns
+//! into OpenTelemetry ones; the binary installs the SDK and its exporter
+//! only when an OTLP endpoint is set, and then calls [`enable`].
+//!
+//! Until [`enable`] is called nothing here costs anything: no span is
+//! made, no header read. An application that embeds the gate (and has its
+//! own `tracing-opentelemetry` layer) calls [`enable`] to get the `gate`
+//! span inside its own trace.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::http::HeaderMap;
+use tracing::Span;
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Makes the spans of this module from now on (a tracer is installed).
+pub fn enable() {
+    ENABLED.store(true, Ordering::Relaxed);
+}
+
+/// Whether the spans are made.
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// The span of one HTTP request (HTTP semantic conventions: named
+/// `METHOD ROUTE`, kind server), child of the request's `traceparent`.
+/// `route` is the matched route template (`/webhooks/{name}`), never the
+/// path with its values.
+pub fn server_span(method: &str, route: Option<&str>, headers: &HeaderMap) -> Span {
+    let name = match route {
+        Some(route) => format!("{method} {route}"),
+        None => method.to_owned(),
+    };
+    let span = tracing::info_span!(
+        target: "idemgate::otel",
+        "request",
+        otel.name = %name,
+        otel.kind = "server",
+        http.request.method = %method,
+        http.route = route,
+        http.response.status_code = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    #[cfg(feature = "otel")]
+    if let Some(parent) = remote_parent(headers) {
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        let _ = span.set_parent(parent);
+    }
+    #[cfg(not(feature = "otel"))]
+    let _ = headers;
+    span
+}
+
+/// Records the answer's status on a server span (5xx marks it an error).
+pub fn record_status(span: &Span, status: u16) {
+    span.record("http.response.status_code", status);
+    if status >= 500 {
+        span.record("otel.status_code", "ERROR");
+    }
+}
+
+/// The span of one gate call: provider and delivery id; the outcome and
+/// the run id are recorded by [`record_outcome`].
+pub fn gate_span(provider: &str, delivery_id: &str) -> Span {
+    tracing::info_span!(
+        target: "idemgate::otel",
+        "gate",
+        idemgate.provider = %provider,
+        idemgate.delivery_id = %delivery_id,
+        idemgate.outcome = tracing::field::Empty,
+        idemgate.run_id = tracing::field::Empty,
+    )
+}
+
+/// Records the gate's answer on its span.
+pub fn record_outcome(span: &Span, outcome: &str, run_id: Option<&str>) {
+    span.record("idemgate.outcome", outcome);
+    if let Some(run_id) = run_id {
+        span.record("idemgate.run_id", run_id);
+    }
+}
+
+/// The remote span context of a `traceparent` header (W3C Trace Context,
+/// version `00`: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`),
+/// with its `tracestate`; `None` when absent or malformed (the request
+/// then starts a trace of its own). `baggage` is never read.
+#[cfg(feature = "otel")]
+fn remote_parent(headers: &HeaderMap) -> Option<opentelemetry::Context> {
+    use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
+    let mut values = headers.get_all("traceparent").iter();
+    let (Some(value), None) = (values.next(), values.next()) else { return None };
+    let text = value.to_str().ok()?;
+    let parts: Vec<&str> = text.split('-').collect();
+    let [version, trace, span, flags] = parts[..] else { return None };
+    let lower_hex =
+        |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if version != "00" || !lower_hex(trace, 32) || !lower_hex(span, 16) || !lower_hex(flags, 2) {
+        return None;
+    }
+    let trace_id = TraceId::from_hex(trace).ok().filter(|t| *t != TraceId::INVALID)?;
+    let span_id = SpanId::from_hex(span).ok().filter(|s| *s != SpanId::INVALID)?;
+    let flags = TraceFlags::new(u8::from_str_radix(flags, 16).ok()? & TraceFlags::SAMPLED.to_u8());
+    let state = headers
+        .get("tracestate")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<TraceState>().ok())
+        .unwrap_or_default();
+    let context = SpanContext::new(trace_id, span_id, flags, true, state);
+    Some(opentelemetry::Context::new().with_remote_span_context(context))
+}
+
+#[cfg(all(test, feature = "otel"))]
+mod tests {
+    use axum::http::HeaderValue;
+    use opentelemetry::trace::TraceContextExt;
+
+    use super::*;
+
+    fn parent_of(values: &[&str]) -> Option<String> {
+        let mut h = HeaderMap::new();
+        for v in values {
+            h.append("traceparent", HeaderValue::from_str(v).unwrap());
+        }
+        h.insert("tracestate", HeaderValue::from_static("vendor=1"));
+        remote_parent(&h).map(|cx| {
+            let sc = cx.span().span_context().clone();
+            format!("{}-{}-{}-{}", sc.trace_id(), sc.span_id(), sc.is_sampled(), sc.trace_state().header())
+        })
+    }
+
+    #[test]
+    fn traceparent_is_read_strictly() {
+        let good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        assert_eq!(
+            parent_of(&[good]).as_deref(),
+            Some("4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-true-vendor=1")
+        );
+        let unsampled = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+        assert!(parent_of(&[unsampled]).unwrap().contains("-false-"));
+        for bad in [
+            "",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+        ] {
+            assert_eq!(parent_of(&[bad]), None, "{bad}");
+        }
+        assert_eq!(parent_of(&[good, good]), None, "sent twice: ambiguous");
+    }
+}
