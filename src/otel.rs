@@ -85,6 +85,65 @@ pub fn record_outcome(span: &Span, outcome: &str, run_id: Option<&str>) {
     }
 }
 
+/// The span of one attempt of a run (kind client): the destination as
+/// logs show it (redacted) or `command`, the run, the attempt number; the
+/// status and the outcome are recorded by [`record_attempt`].
+pub fn attempt_span(destination: &str, run_id: &str, attempt: u32) -> Span {
+    tracing::info_span!(
+        target: "idemgate::otel",
+        "attempt",
+        otel.name = %format!("attempt {attempt}"),
+        otel.kind = "client",
+        idemgate.destination = %destination,
+        idemgate.run_id = %run_id,
+        idemgate.attempt = attempt,
+        http.response.status_code = tracing::field::Empty,
+        idemgate.outcome = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    )
+}
+
+/// Records an attempt's answer on its span: the HTTP status when there was
+/// one, and `done` or `failed` (an error).
+pub fn record_attempt(span: &Span, status: Option<u16>, done: bool) {
+    if let Some(status) = status {
+        span.record("http.response.status_code", status);
+    }
+    span.record("idemgate.outcome", if done { "done" } else { "failed" });
+    if !done {
+        span.record("otel.status_code", "ERROR");
+    }
+}
+
+/// The W3C `traceparent` of `span` (`00-<trace id>-<span id>-<flags>`) and
+/// its `tracestate` (`None` when empty), for the request or the command it
+/// starts; `None` when traces are off or the span is not exported. Never
+/// `baggage`.
+pub fn trace_headers(span: &Span) -> Option<(String, Option<String>)> {
+    #[cfg(feature = "otel")]
+    {
+        use opentelemetry::trace::TraceContextExt;
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        if !enabled() {
+            return None;
+        }
+        let context = span.context();
+        let span_ref = context.span();
+        let sc = span_ref.span_context();
+        if !sc.is_valid() {
+            return None;
+        }
+        let parent = format!("00-{}-{}-{:02x}", sc.trace_id(), sc.span_id(), sc.trace_flags().to_u8());
+        let state = sc.trace_state().header();
+        Some((parent, (!state.is_empty()).then_some(state)))
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = span;
+        None
+    }
+}
+
 /// The remote span context of a `traceparent` header (W3C Trace Context,
 /// version `00`: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`),
 /// with its `tracestate`; `None` when absent or malformed (the request

@@ -222,7 +222,44 @@ impl Destination {
 
 impl Handler for Destination {
     async fn call(&self, run: RunAttempt) -> Result<Success, Failure> {
-        let req = self.request(&run)?;
+        if !crate::otel::enabled() {
+            return self.deliver(run, None).await;
+        }
+        // One span per attempt; the request carries its traceparent.
+        use tracing::Instrument;
+        let span = crate::otel::attempt_span(&self.shown_url, &run.fields.run_id, run.attempt);
+        let context = crate::otel::trace_headers(&span);
+        let result = self.deliver(run, context).instrument(span.clone()).await;
+        let status = match &result {
+            Ok(done) => done.status,
+            Err(failure) => failure.status,
+        };
+        crate::otel::record_attempt(&span, status, result.is_ok());
+        result
+    }
+
+    fn breaker(&self) -> Option<&Breaker> {
+        Some(&self.breaker)
+    }
+
+    fn public_keys(&self) -> Vec<String> {
+        Destination::public_keys(self)
+    }
+}
+
+impl Destination {
+    /// One attempt's request and the judgement of its answer; `trace` is
+    /// the `traceparent` (and `tracestate`) of the attempt's span.
+    async fn deliver(&self, run: RunAttempt, trace: Option<(String, Option<String>)>) -> Result<Success, Failure> {
+        let mut req = self.request(&run)?;
+        if let Some((parent, state)) = trace {
+            let headers = req.headers_mut();
+            headers.extend(
+                HeaderValue::from_str(&parent).ok().map(|v| (hyper::header::HeaderName::from_static("traceparent"), v)),
+            );
+            let state = state.and_then(|s| HeaderValue::from_str(&s).ok());
+            headers.extend(state.map(|v| (hyper::header::HeaderName::from_static("tracestate"), v)));
+        }
         let answer = match self.client.request(req).await {
             Ok(answer) => answer,
             Err(e) => {
@@ -252,14 +289,6 @@ impl Handler for Destination {
         // A failure's body is read for its last_error, bounded in bytes and time.
         let body = tokio::time::timeout(BODY_WAIT, read_prefix(body)).await.unwrap_or_default();
         judge(head.status, &head.headers, &body, SystemTime::now())
-    }
-
-    fn breaker(&self) -> Option<&Breaker> {
-        Some(&self.breaker)
-    }
-
-    fn public_keys(&self) -> Vec<String> {
-        Destination::public_keys(self)
     }
 }
 

@@ -28,15 +28,15 @@ const CALLER_SPAN: &str = "00f067aa0ba902b7";
 
 /// What the receiver got: each export request, decoded.
 #[derive(Clone, Default)]
-struct Received(Arc<Mutex<Vec<ExportTraceServiceRequest>>>);
+pub(crate) struct Received(Arc<Mutex<Vec<ExportTraceServiceRequest>>>);
 
 impl Received {
-    fn requests(&self) -> usize {
+    pub(crate) fn requests(&self) -> usize {
         self.0.lock().unwrap().len()
     }
 
     /// Every span, with its resource's `service.name`.
-    fn spans(&self) -> Vec<(String, Span)> {
+    pub(crate) fn spans(&self) -> Vec<(String, Span)> {
         let mut out = Vec::new();
         for request in self.0.lock().unwrap().iter() {
             for rs in &request.resource_spans {
@@ -65,12 +65,12 @@ fn attribute_text(value: Option<&opentelemetry_proto::tonic::common::v1::AnyValu
     }
 }
 
-fn attribute(span: &Span, key: &str) -> String {
+pub(crate) fn attribute(span: &Span, key: &str) -> String {
     span.attributes.iter().find(|kv| kv.key == key).map(|kv| attribute_text(kv.value.as_ref())).unwrap_or_default()
 }
 
 /// An OTLP/HTTP receiver on `addr`: `POST /v1/traces` with a protobuf body.
-async fn receiver_on(addr: SocketAddr) -> (Received, tokio::task::JoinHandle<()>) {
+pub(crate) async fn receiver_on(addr: SocketAddr) -> (Received, tokio::task::JoinHandle<()>) {
     let got = Received::default();
     let sink = got.clone();
     let app = axum::Router::new().route(

@@ -26,6 +26,7 @@ pub(crate) mod production_redis;
 pub(crate) mod redis_store;
 pub(crate) mod refusals;
 pub(crate) mod secrets;
+pub(crate) mod traces;
 pub(crate) mod verification;
 pub(crate) mod worker;
 pub(crate) mod worker_hostile;
