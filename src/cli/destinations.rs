@@ -48,7 +48,11 @@ pub fn destinations_command(args: &DestinationsArgs, sources: Sources) -> anyhow
         Some(file) => file.clone(),
         None => configured_secret_file(name, Merged::load(sources)?)?,
     };
-    let keys = idemgate::worker::deliver::read_secrets(&file)?;
+    // Its errors name the worker's flag; name the one given here.
+    let keys = idemgate::worker::deliver::read_secrets(&file).map_err(|e| match secret_file {
+        Some(_) => anyhow::anyhow!("{}", e.to_string().replacen("--deliver-secret-file", "--secret-file", 1)),
+        None => e.into(),
+    })?;
     let public: Vec<String> = keys.iter().filter_map(SenderKey::public_key).collect();
     if read.json {
         let v1_secrets = keys.len() - public.len();
