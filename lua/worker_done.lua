@@ -57,7 +57,7 @@ else
 end
 -- RUN_FIELDS[1] is `run_id`: the key names the run.
 redis.call('HDEL', KEYS[2], RUN_FIELDS[1], 'op', 'op_result', 'group', 'updated_ms', 'next_attempt_ms',
-  'parked_group', 'attempt_base')
+  'parked_group', 'attempt_base', 'trace')
 if ARGV[12] ~= '1' then
   redis.call('HDEL', KEYS[2], 'payload')
   -- Written again whole: a hash that once held a long value (the payload,

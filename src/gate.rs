@@ -121,7 +121,8 @@ impl Gate {
         }
         use tracing::Instrument;
         let span = crate::otel::gate_span(s.provider, s.delivery_id);
-        let result = self.call_untraced(s, hold).instrument(span.clone()).await;
+        let trace = crate::otel::trace_headers(&span).map(|(parent, _)| parent);
+        let result = self.call_traced(s, hold, trace.as_deref()).instrument(span.clone()).await;
         match &result {
             Ok((outcome, _)) => {
                 let word = if outcome.replayed { "replayed" } else { outcome.response.status.as_str() };
@@ -133,6 +134,16 @@ impl Gate {
     }
 
     async fn call_untraced(&self, s: &Submission<'_>, hold: Option<Hold>) -> Result<(Outcome, Verdict), Error> {
+        self.call_traced(s, hold, None).await
+    }
+
+    /// One gate call; `trace` is the `traceparent` a created run keeps.
+    async fn call_traced(
+        &self,
+        s: &Submission<'_>,
+        hold: Option<Hold>,
+        trace: Option<&str>,
+    ) -> Result<(Outcome, Verdict), Error> {
         check_key_field("provider", s.provider)?;
         check_key_field("delivery_id", s.delivery_id)?;
         let call = Call {
@@ -143,6 +154,7 @@ impl Gate {
             payload: s.payload,
             now_ms: crate::units::now_ms(),
             hold,
+            trace,
         };
         let stored = self.store.apply(&call).await?;
         let event_mismatch = stored.replayed

@@ -87,9 +87,12 @@ pub fn record_outcome(span: &Span, outcome: &str, run_id: Option<&str>) {
 
 /// The span of one attempt of a run (kind client): the destination as
 /// logs show it (redacted) or `command`, the run, the attempt number; the
-/// status and the outcome are recorded by [`record_attempt`].
-pub fn attempt_span(destination: &str, run_id: &str, attempt: u32) -> Span {
-    tracing::info_span!(
+/// status and the outcome are recorded by [`record_attempt`]. Its parent
+/// is `parent`, the `traceparent` of the gate span that created the run
+/// (the run record's `trace`), so that one trace holds the provider's
+/// request, the gate and every attempt; without one it starts a trace.
+pub fn attempt_span(destination: &str, run_id: &str, attempt: u32, parent: Option<&str>) -> Span {
+    let span = tracing::info_span!(
         target: "idemgate::otel",
         "attempt",
         otel.name = %format!("attempt {attempt}"),
@@ -100,7 +103,15 @@ pub fn attempt_span(destination: &str, run_id: &str, attempt: u32) -> Span {
         http.response.status_code = tracing::field::Empty,
         idemgate.outcome = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
-    )
+    );
+    #[cfg(feature = "otel")]
+    if let Some(parent) = parent.and_then(parse_traceparent) {
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        let _ = span.set_parent(parent);
+    }
+    #[cfg(not(feature = "otel"))]
+    let _ = parent;
+    span
 }
 
 /// Records an attempt's answer on its span: the HTTP status when there was
@@ -150,10 +161,31 @@ pub fn trace_headers(span: &Span) -> Option<(String, Option<String>)> {
 /// then starts a trace of its own). `baggage` is never read.
 #[cfg(feature = "otel")]
 fn remote_parent(headers: &HeaderMap) -> Option<opentelemetry::Context> {
-    use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
+    use opentelemetry::trace::{TraceContextExt, TraceState};
     let mut values = headers.get_all("traceparent").iter();
     let (Some(value), None) = (values.next(), values.next()) else { return None };
-    let text = value.to_str().ok()?;
+    let state = headers
+        .get("tracestate")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<TraceState>().ok())
+        .unwrap_or_default();
+    let context = span_context(value.to_str().ok()?, state)?;
+    Some(opentelemetry::Context::new().with_remote_span_context(context))
+}
+
+/// The context of a stored `traceparent` (a run record's `trace`).
+#[cfg(feature = "otel")]
+fn parse_traceparent(text: &str) -> Option<opentelemetry::Context> {
+    use opentelemetry::trace::TraceContextExt;
+    let context = span_context(text, Default::default())?;
+    Some(opentelemetry::Context::new().with_remote_span_context(context))
+}
+
+/// A `traceparent` value read strictly (version `00`, lowercase hex, ids
+/// not all zero).
+#[cfg(feature = "otel")]
+fn span_context(text: &str, state: opentelemetry::trace::TraceState) -> Option<opentelemetry::trace::SpanContext> {
+    use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId};
     let parts: Vec<&str> = text.split('-').collect();
     let [version, trace, span, flags] = parts[..] else { return None };
     let lower_hex =
@@ -164,13 +196,7 @@ fn remote_parent(headers: &HeaderMap) -> Option<opentelemetry::Context> {
     let trace_id = TraceId::from_hex(trace).ok().filter(|t| *t != TraceId::INVALID)?;
     let span_id = SpanId::from_hex(span).ok().filter(|s| *s != SpanId::INVALID)?;
     let flags = TraceFlags::new(u8::from_str_radix(flags, 16).ok()? & TraceFlags::SAMPLED.to_u8());
-    let state = headers
-        .get("tracestate")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<TraceState>().ok())
-        .unwrap_or_default();
-    let context = SpanContext::new(trace_id, span_id, flags, true, state);
-    Some(opentelemetry::Context::new().with_remote_span_context(context))
+    Some(SpanContext::new(trace_id, span_id, flags, true, state))
 }
 
 #[cfg(all(test, feature = "otel"))]

@@ -23,8 +23,8 @@ use crate::support::signing::github_signature;
 use crate::support::{free_port, temp_dir, wait_for};
 
 const SECRET: &str = "otel-test-secret";
-const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
-const CALLER_SPAN: &str = "00f067aa0ba902b7";
+pub(crate) const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+pub(crate) const CALLER_SPAN: &str = "00f067aa0ba902b7";
 
 /// What the receiver got: each export request, decoded.
 #[derive(Clone, Default)]
@@ -89,7 +89,7 @@ pub(crate) async fn receiver_on(addr: SocketAddr) -> (Received, tokio::task::Joi
     (got, tokio::spawn(async move { axum::serve(listener, app).await.unwrap() }))
 }
 
-struct Served {
+pub(crate) struct Served {
     child: Child,
     base: String,
 }
@@ -102,7 +102,7 @@ impl Drop for Served {
 }
 
 /// `idemgate serve` on the memory store with a GitHub provider, under `env`.
-fn serve(dir: &Path, env: &[(&str, String)]) -> Served {
+pub(crate) fn serve(dir: &Path, env: &[(&str, String)]) -> Served {
     let config = dir.join("config.toml");
     std::fs::write(
         &config,
@@ -139,7 +139,7 @@ fn log(dir: &Path) -> String {
 }
 
 /// POSTs a signed GitHub `push` for `number`, with `extra` headers; the status.
-async fn deliver(served: &Served, number: u64, extra: &[(&str, &str)]) -> u16 {
+pub(crate) async fn deliver(served: &Served, number: u64, extra: &[(&str, &str)]) -> u16 {
     let body = format!(
         r#"{{"ref":"refs/heads/main","number":{number},"repository":{{"name":"app","owner":{{"login":"octo"}}}}}}"#
     );
@@ -155,7 +155,7 @@ async fn deliver(served: &Served, number: u64, extra: &[(&str, &str)]) -> u16 {
     req.body(body).send().await.unwrap().status().as_u16()
 }
 
-fn traced_env(endpoint: &str) -> Vec<(&'static str, String)> {
+pub(crate) fn traced_env(endpoint: &str) -> Vec<(&'static str, String)> {
     vec![
         ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.to_owned()),
         ("OTEL_SERVICE_NAME", "gate-under-test".to_owned()),

@@ -113,3 +113,65 @@ async fn a_command_gets_its_attempts_traceparent() {
     );
     workers.stop().await;
 }
+
+/// The trace: a signed GitHub delivery with an incoming
+/// `traceparent` creates a run that is answered 500, then 204. One trace
+/// holds the caller's span, the server span, the gate span and both
+/// attempt spans (children of the gate span, through the run record's
+/// `trace`); each request names its attempt span; the done record has no
+/// `trace` left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_trace_from_the_providers_request_to_every_attempt() {
+    use crate::base::otel::{CALLER_SPAN, TRACE_ID, deliver, serve, traced_env};
+    let ns = fresh_ns("traces-run");
+    let dir = temp_dir("traces-run");
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let (got, _receiver) = receiver_on(addr).await;
+    let mut env = traced_env(&format!("http://{addr}"));
+    env.extend([("IDEMGATE_REDIS_URL", redis_url().to_owned()), ("IDEMGATE_NAMESPACE", ns.clone())]);
+    let served = serve(&dir, &env);
+    secrets_file(&dir, &[secret(1)]);
+    let dest =
+        Destination::start(|_, earlier| if earlier == 0 { status(StatusCode::INTERNAL_SERVER_ERROR) } else { ok() })
+            .await;
+    let traceparent = format!("00-{TRACE_ID}-{CALLER_SPAN}-01");
+    assert_eq!(deliver(&served, 1, &[("traceparent", &traceparent)]).await, 202);
+    let secrets = dir.join("secrets");
+    let flags = ["--deliver", &dest.url(), "--deliver-secret-file", secrets.to_str().unwrap()];
+    let mut workers = Workers(vec![traced_worker(&ns, &dir, &format!("http://{addr}"), &flags)]);
+    wait_status(&ns, [(1, "done")], Duration::from_secs(30)).await;
+    wait_for(Duration::from_secs(10), "four spans of the trace", || async {
+        got.spans().iter().filter(|(_, s)| hex::encode(&s.trace_id) == TRACE_ID).count() >= 4
+    })
+    .await;
+    let spans = got.spans();
+    let in_trace: Vec<_> = spans.iter().filter(|(_, s)| hex::encode(&s.trace_id) == TRACE_ID).collect();
+    let named = |name: &str| {
+        in_trace.iter().find(|(_, s)| s.name == name).map(|(_, s)| s).unwrap_or_else(|| panic!("no {name}"))
+    };
+    let server = named("POST /webhooks/{name}");
+    assert_eq!(hex::encode(&server.parent_span_id), CALLER_SPAN);
+    let gate = named("gate");
+    assert_eq!(gate.parent_span_id, server.span_id);
+    assert_eq!(
+        (attribute(gate, "idemgate.outcome"), attribute(gate, "idemgate.run_id")),
+        ("created".into(), "run-1".into())
+    );
+    let requests = dest.of_run(1);
+    assert_eq!(requests.len(), 2);
+    for (n, request) in requests.iter().enumerate() {
+        let (trace_id, span_id) = ids(request.header("traceparent"));
+        assert_eq!(trace_id, TRACE_ID, "the destination's request is in the provider's trace");
+        let attempt = named(&format!("attempt {}", n + 1));
+        assert_eq!(hex::encode(&attempt.span_id), span_id, "its traceparent names its attempt span");
+        assert_eq!(attempt.parent_span_id, gate.span_id, "the attempt is the gate's child");
+    }
+    let (a, b) = (named("attempt 1"), named("attempt 2"));
+    assert_eq!(
+        (attribute(a, "http.response.status_code"), attribute(b, "http.response.status_code")),
+        ("500".into(), "200".into())
+    );
+    let record = crate::redis::worker::record(&ns, "run-1").await;
+    assert!(!record.contains_key("trace"), "dropped when done: {record:?}");
+    workers.stop().await;
+}
