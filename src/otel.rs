@@ -10,12 +10,13 @@
 //! own `tracing-opentelemetry` layer) calls [`enable`] to get the `gate`
 //! span inside its own trace.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use axum::http::HeaderMap;
 use tracing::Span;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
+static DROPPED: AtomicU64 = AtomicU64::new(0);
 
 /// Makes the spans of this module from now on (a tracer is installed).
 pub fn enable() {
@@ -25,6 +26,25 @@ pub fn enable() {
 /// Whether the spans are made.
 pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
+}
+
+/// Counts `spans` the exporter dropped (a batch the collector did not take).
+pub fn count_dropped(spans: u64) {
+    DROPPED.fetch_add(spans, Ordering::Relaxed);
+}
+
+/// The `/metrics` family of the dropped spans (serve's and the worker's),
+/// when traces are on; nothing otherwise.
+pub fn render_dropped(out: &mut String) {
+    if enabled() {
+        let n = crate::prometheus::family(
+            out,
+            "idemgate_trace_spans_dropped_total",
+            "counter",
+            "Spans the trace exporter dropped: batches the collector did not take (down, refusing, too slow).",
+        );
+        let _ = std::fmt::Write::write_fmt(out, format_args!("{n} {}\n", DROPPED.load(Ordering::Relaxed)));
+    }
 }
 
 /// The span of one HTTP request (HTTP semantic conventions: named

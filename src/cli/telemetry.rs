@@ -11,15 +11,15 @@
 //!   (default 2,048) and exports from its own thread: a request or an
 //!   attempt never waits for the collector. A full queue drops new spans; an
 //!   export the collector does not take drops its batch, which is counted
-//!   ([`Traces::dropped`]) and logged once per outage.
+//!   (`idemgate_trace_spans_dropped_total`, [`idemgate::otel::count_dropped`])
+//!   and logged once per outage.
 //! - Requests go through the hyper client already in the tree (rustls, the
 //!   system roots), run on the process's tokio runtime, each bounded by the
 //!   exporter's timeout.
 
 use std::fmt;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full, Limited};
@@ -38,7 +38,6 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The traces of this process, while it runs.
 pub struct Traces {
     provider: SdkTracerProvider,
-    dropped: Arc<AtomicU64>,
 }
 
 /// Whether the variables ask for traces: an endpoint is set and the SDK is not disabled.
@@ -68,8 +67,7 @@ impl Traces {
             .with_http_client(client)
             .build()
             .map_err(|e| anyhow::anyhow!("OTEL_EXPORTER_OTLP_ENDPOINT: cannot build the trace exporter: {e}"))?;
-        let dropped = Arc::new(AtomicU64::new(0));
-        let exporter = Counted { inner: exporter, dropped: dropped.clone(), failing: AtomicBool::new(false) };
+        let exporter = Counted { inner: exporter, failing: AtomicBool::new(false) };
         let mut resource = opentelemetry_sdk::Resource::builder();
         if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
             resource = resource.with_service_name(service.to_owned());
@@ -79,19 +77,13 @@ impl Traces {
             .with_resource(resource.build())
             .build();
         idemgate::otel::enable();
-        Ok(Some(Traces { provider, dropped }))
+        Ok(Some(Traces { provider }))
     }
 
     /// The tracer the `tracing` bridge exports through.
     pub fn tracer(&self) -> SdkTracer {
         use opentelemetry::trace::TracerProvider;
         self.provider.tracer("idemgate")
-    }
-
-    /// Spans the collector did not take, so far.
-    #[allow(dead_code)] // read by the metrics once they show it (docs/operations.md, "Traces")
-    pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
     }
 
     /// Exports what is queued (bounded by the exporter's timeout) and stops.
@@ -106,7 +98,6 @@ impl Traces {
 #[derive(Debug)]
 struct Counted {
     inner: opentelemetry_otlp::SpanExporter,
-    dropped: Arc<AtomicU64>,
     failing: AtomicBool,
 }
 
@@ -117,7 +108,7 @@ impl SpanExporter for Counted {
         match &result {
             Ok(()) => self.failing.store(false, Ordering::Relaxed),
             Err(e) => {
-                self.dropped.fetch_add(spans, Ordering::Relaxed);
+                idemgate::otel::count_dropped(spans);
                 if !self.failing.swap(true, Ordering::Relaxed) {
                     tracing::warn!(error = %e, spans, "traces: the collector did not take a batch; its spans are dropped (until it answers again, this is not logged again)");
                 }

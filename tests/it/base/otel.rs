@@ -229,6 +229,9 @@ async fn disabled_or_without_an_endpoint_nothing_is_sent() {
     }
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!((got.requests(), default_got.requests()), (0, 0));
+    // Nothing is built, so nothing is counted either.
+    let metrics = reqwest::get(format!("{}/metrics", disabled.base)).await.unwrap().text().await.unwrap();
+    assert!(!metrics.contains("idemgate_trace_spans_dropped_total"), "{metrics}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -249,6 +252,15 @@ async fn a_collector_that_is_down_costs_the_requests_nothing() {
     })
     .await;
     assert_eq!(log(&dir).matches("the collector did not take a batch").count(), 1, "logged once per outage");
+    // Counted in /metrics.
+    let metrics = reqwest::get(format!("{}/metrics", served.base)).await.unwrap().text().await.unwrap();
+    let dropped: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("idemgate_trace_spans_dropped_total "))
+        .unwrap_or_else(|| panic!("no dropped-span count in {metrics}"))
+        .parse()
+        .unwrap();
+    assert!(dropped > 0, "{dropped}");
     assert_eq!(deliver(&served, 1, &[]).await, 202, "still serving (a replay)");
     let _ = std::fs::remove_dir_all(dir);
 }
