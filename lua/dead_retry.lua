@@ -9,17 +9,26 @@
 -- next attempt is the highest so far + 1 and its budget starts anew
 -- (lua/worker_start.lua). The new entry is for every group, as the gate's was.
 --
+-- A redelivery sends what the first delivery sent: a done run whose payload
+-- is gone (removed when it was done, or kept by --keep-done-payloads and
+-- past its `payload_until_ms`) is refused, unless ARGV[3] asks for the
+-- record alone. A run that never had a payload (`payload_kept` 0,
+-- lua/worker_done.lua) goes as it went the first time.
+--
 -- KEYS[1]: runs_key                 idemgate:{NS}:runs
 -- KEYS[2]: run_key                  idemgate:{NS}:run:<run id>
 -- KEYS[3]: dead_key                 idemgate:{NS}:runs:dead
 -- ARGV[1]: now_ms                   now, ms since the Unix epoch
 -- ARGV[2]: done_too                 1 when a `done` run may move too (redeliver), 0 for `dead` only
--- ARGV[3..]: dead_entry_ids         more of the run's entry ids in the dead stream (may be none):
+-- ARGV[3]: without_payload          1 to redeliver a done run whose payload is gone without it, else 0
+-- ARGV[4..]: dead_entry_ids         more of the run's entry ids in the dead stream (may be none):
 --            the one the record names as `dead_entry` is removed anyway
 -- Returns: {1, new runs stream entry id, dead entries removed, 1 when the
 --           record named its entry, else 0 (a run that died before
 --           `dead_entry` was written; 1 for a done run, which has none)}  moved back
 --          {0, status}  not moved: the record's status ('' when there is no record)
+--          {2, kept until ms ('' when it was removed at done)}  not moved: a done
+--           run whose payload is gone, and ARGV[3] is not 1
 
 ${run_fields}
 ${history}
@@ -27,6 +36,17 @@ ${history}
 local status = redis.call('HGET', KEYS[2], 'status')
 if not (status == ${status_dead} or (status == ${status_done} and ARGV[2] == '1')) then
   return {0, status or ''}
+end
+local until_ms = redis.call('HGET', KEYS[2], 'payload_until_ms')
+local expired = until_ms and tonumber(until_ms) < tonumber(ARGV[1])
+if status == ${status_done} and ARGV[3] ~= '1' then
+  local gone = expired or redis.call('HEXISTS', KEYS[2], 'payload') == 0
+  if gone and redis.call('HGET', KEYS[2], 'payload_kept') ~= '0' then
+    return {2, until_ms or ''}
+  end
+end
+if expired then
+  redis.call('HDEL', KEYS[2], 'payload')
 end
 
 -- The new entry names the run as the gate's did, from the record's fields.
@@ -48,11 +68,11 @@ else
 end
 local own = redis.call('HGET', KEYS[2], 'dead_entry')
 redis.call('HDEL', KEYS[2], 'next_attempt_ms', 'parked_group', 'finished_ms', 'started_ms', 'worker', 'op', 'op_result',
-  'dead_entry')
+  'dead_entry', 'payload_until_ms')
 redis.call('PERSIST', KEYS[2])
 
 local ids = {}
-for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
+for i = 4, #ARGV do ids[#ids + 1] = ARGV[i] end
 if own then ids[#ids + 1] = own end
 local removed = 0
 if #ids > 0 then

@@ -7,6 +7,8 @@
 -- ARGV[1]: slice_start              the slice's first byte, from 0
 -- ARGV[2]: slice_len                the slice's length in bytes
 -- ARGV[3]: with_fields              '1': the fields too, '0': only the payload's length and slice
+-- ARGV[4]: now_ms                   now, ms since the Unix epoch: a done run's payload kept past its
+--                                   `payload_until_ms` (--keep-done-payloads) reads as gone
 -- Returns: {fields ({} without ARGV[3] = '1'; field, value, ...),
 --           payload length (-1: no payload), slice ('' without payload),
 --           PTTL}
@@ -28,7 +30,10 @@ if ARGV[3] == '1' then
 end
 local len = redis.call('HSTRLEN', KEYS[1], 'payload')
 local slice = ''
-if len > 0 then
+local until_ms = tonumber(redis.call('HGET', KEYS[1], 'payload_until_ms'))
+if until_ms and until_ms < tonumber(ARGV[4]) then
+  len = -1
+elseif len > 0 then
   local first = tonumber(ARGV[1])
   slice = string.sub(redis.call('HGET', KEYS[1], 'payload'), first + 1, first + tonumber(ARGV[2]))
 elseif redis.call('HEXISTS', KEYS[1], 'payload') == 0 then

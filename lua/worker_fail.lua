@@ -6,7 +6,11 @@
 -- group when it is due. After the last attempt the run moves to the dead
 -- stream and its entry is acknowledged, and the dead record then expires
 -- after the run retention. Either way in one step, with the attempt's
--- history entry.
+-- history entry. A run parked after a failure of the destination's kind
+-- also joins the group's set of runs waiting for the destination, scored by
+-- its not_before_ms: the destination's return releases it (lua/shared/release.lua).
+-- A run parked for its own failure leaves that set and keeps its schedule,
+-- and so does one released less than an hour ago (lua/shared/release.lua).
 --
 -- Idempotent per call (see worker_start.lua): a retry of a call whose reply
 -- was lost returns what the first call returned and writes nothing, so a
@@ -16,6 +20,7 @@
 -- KEYS[2]: run_key                  idemgate:{NS}:run:<run id>
 -- KEYS[3]: dead_key                 idemgate:{NS}:runs:dead
 -- KEYS[4]: parking_key              idemgate:{NS}:retry:<enc group>
+-- KEYS[5]: destination_key          idemgate:{NS}:destination-parked:<enc group>
 -- ARGV[1]: group                    consumer group
 -- ARGV[2]: consumer                 consumer name (this worker)
 -- ARGV[3]: entry_id                 stream entry id
@@ -30,6 +35,8 @@
 --               attempt, started_ms, duration_ms, status ('' none), error ('' none)
 -- ARGV[16..21]: run_fields          the run's fields, RunFields::NAMES: run id, provider, repo,
 --               action, number, delivery id (for the dead stream)
+-- ARGV[22]: not_before_ms           for a failure of the destination's kind, the earliest a probe or a
+--                                   release may send the run (its Retry-After, else now); '' for the run's own
 -- Returns: 0 the entry is no longer held by this consumer (nothing written)
 --          1 parked until ARGV[8] (record: parked)
 --          2 the run is dead (record: dead, entry in the dead stream, acknowledged)
@@ -39,6 +46,7 @@ ${holds}
 ${op_replay}
 ${dead_letter}
 ${history}
+${release}
 
 local again, first = replayed(ARGV[9])
 if again then
@@ -56,6 +64,11 @@ if ARGV[7] == '1' then
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 redis.call('ZADD', KEYS[4], ARGV[8], ARGV[16])
+if ARGV[22] ~= '' and waits_for_destination(KEYS[2], ARGV[4]) then
+  redis.call('ZADD', KEYS[5], ARGV[22], ARGV[16])
+else
+  redis.call('ZREM', KEYS[5], ARGV[16])
+end
 redis.call('HSET', KEYS[2], 'status', ${status_parked}, 'last_error', ARGV[5], 'worker', ARGV[2],
   'updated_ms', ARGV[4], 'next_attempt_ms', ARGV[8], 'parked_group', ARGV[1], 'op', ARGV[9], 'op_result', 1)
 return 1

@@ -3,7 +3,8 @@
 -- other groups' workers acknowledge such an entry unrun), for whichever of
 -- its workers reads them first. Each run moves in this one step (out of the
 -- parking set, onto the stream, record `queued`), so a crash never loses a
--- parked run or queues it twice. A call whose reply was lost needs no
+-- parked run or queues it twice. A run woken leaves the set of runs parked
+-- for the destination too (lua/shared/release.lua). A call whose reply was lost needs no
 -- operation id: what it moved is on the stream, and a retry finds only
 -- what is due since. No attempt is counted here (lua/worker_start.lua
 -- counts it), so a retry never counts one twice either.
@@ -13,6 +14,7 @@
 --
 -- KEYS[1]: runs_key                 idemgate:{NS}:runs
 -- KEYS[2]: parking_key              idemgate:{NS}:retry:<enc group>
+-- KEYS[3]: destination_key          idemgate:{NS}:destination-parked:<enc group>
 -- ARGV[1]: group                    consumer group
 -- ARGV[2]: now_ms                   now, ms since the Unix epoch
 -- ARGV[3]: limit                    the most runs to move in this call
@@ -25,6 +27,7 @@ local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[2], 'LIMIT', 0, to
 local moved = 0
 for _, run_id in ipairs(due) do
   redis.call('ZREM', KEYS[2], run_id)
+  redis.call('ZREM', KEYS[3], run_id)
   local record = ARGV[4] .. run_id
   local state = redis.call('HMGET', record, 'status', 'parked_group')
   if state[1] == ${status_parked} and state[2] == ARGV[1] then

@@ -34,6 +34,17 @@ impl StringOrList {
     }
 }
 
+/// `true`, `false` or a text: a setting that was a switch and now takes a
+/// value, whose file key keeps taking the switch's spelling.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum SwitchOrText {
+    /// `true` / `false`.
+    Switch(bool),
+    /// `"1h"`.
+    Text(String),
+}
+
 /// A duration from the file; the message names the key, never the value.
 pub fn duration(key: &str, value: Option<&String>) -> Result<Option<Duration>, String> {
     value

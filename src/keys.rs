@@ -108,9 +108,44 @@ impl Keys {
     /// `group` parked until their next attempt, scored by its due time (ms
     /// since the Unix epoch).
     pub fn retry(&self, group: &str) -> String {
-        let mut key = self.key("retry:");
+        let mut key = self.retry_prefix();
         push_enc(&mut key, group);
         key
+    }
+
+    /// `idemgate:{NS}:destination-parked:` enc(group), a sorted set: the
+    /// run ids of `group` parked after a failure of the destination's kind
+    /// (a subset of [`Keys::retry`]), each scored by the earliest time a
+    /// probe or a release may send it (its `Retry-After`, else when it
+    /// failed). A return of the destination makes every one of them due at
+    /// once; a run parked for its own failure is never in it.
+    pub fn destination_parked(&self, group: &str) -> String {
+        let mut key = self.key("destination-parked:");
+        push_enc(&mut key, group);
+        key
+    }
+
+    /// `idemgate:{NS}:destination-probe:` enc(group), a string with a TTL
+    /// of one probe interval: while it exists, no worker of `group` sends
+    /// another probe (one probe per interval for the group, however many
+    /// workers it has).
+    pub fn destination_probe(&self, group: &str) -> String {
+        let mut key = self.key("destination-probe:");
+        push_enc(&mut key, group);
+        key
+    }
+
+    /// `idemgate:{NS}:retry:`, the parking sets' common prefix (a script
+    /// that reads a run's group from its record appends enc(group)).
+    pub fn retry_prefix(&self) -> String {
+        self.key("retry:")
+    }
+
+    /// `idemgate:{NS}:kept-payloads`, a sorted set: the run ids of done runs
+    /// whose payload `--keep-done-payloads DURATION` keeps, scored by the
+    /// time it goes (ms since the Unix epoch; `lua/payload_expire.lua`).
+    pub fn kept_payloads(&self) -> String {
+        self.key("kept-payloads")
     }
 
     /// `idemgate:{NS}:run:` — the run records' common prefix (the script
@@ -184,6 +219,9 @@ mod tests {
         assert_eq!(keys.runs(), "idemgate:{default}:runs");
         assert_eq!(keys.runs_dead(), "idemgate:{default}:runs:dead");
         assert_eq!(keys.retry("deliver"), "idemgate:{default}:retry:7:deliver");
+        assert_eq!(keys.destination_parked("deliver"), "idemgate:{default}:destination-parked:7:deliver");
+        assert_eq!(keys.destination_probe("deliver"), "idemgate:{default}:destination-probe:7:deliver");
+        assert_eq!(keys.kept_payloads(), "idemgate:{default}:kept-payloads");
     }
 
     #[test]

@@ -66,6 +66,9 @@ fn arg(flag: &Flag, help: &str) -> Arg {
         Form::Value => arg.value_name(flag.value_name).action(ArgAction::Set),
         Form::List => arg.value_name(flag.value_name).action(ArgAction::Append).value_delimiter(','),
         Form::Switch => arg.action(ArgAction::SetTrue).value_parser(clap::builder::FalseyValueParser::new()),
+        Form::ValueOrSwitch => {
+            arg.value_name(flag.value_name).action(ArgAction::Set).num_args(0..=1).default_missing_value("true")
+        }
     }
 }
 
@@ -98,7 +101,7 @@ pub fn sources(command: &clap::Command, matches: &ArgMatches) -> Sources {
         let raw = match flag.form {
             Form::Switch => Raw::Bool(matches.get_flag(id)),
             Form::List => Raw::List(texts()),
-            Form::Value => Raw::Text(texts().pop().unwrap_or_default()),
+            Form::Value | Form::ValueOrSwitch => Raw::Text(texts().pop().unwrap_or_default()),
         };
         layer.set(id, Given::new(raw, origin));
     }

@@ -152,6 +152,10 @@ pub enum RunsCommand {
     /// (webhook-id): a receiver that dedupes on it drops the redelivery. The next attempt is the
     /// run's highest so far + 1, with a new attempt budget. A queued, running or parked run is
     /// refused and left as it is.
+    ///
+    /// A done run whose payload is gone (removed at `done`, or kept by `--keep-done-payloads` and
+    /// past its time) is refused, since the destination would get the record without it, unless
+    /// `--without-payload`.
     #[command(group = clap::ArgGroup::new("which").required(true).args(["run_ids", "all_dead"]))]
     Redeliver {
         /// The runs to redeliver, e.g. `run-7`.
@@ -159,6 +163,26 @@ pub enum RunsCommand {
         /// Every run the dead stream names.
         #[arg(long)]
         all_dead: bool,
+        /// Redeliver a done run whose payload is gone without it: the record alone.
+        #[arg(long)]
+        without_payload: bool,
+        /// Store and output flags.
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// Make parked runs due at once: their group's workers take them within a second. The attempt
+    /// budget is kept (no attempt is counted for it; the next attempt counts as the schedule's
+    /// would). A run that is not parked is refused and left as it is.
+    #[command(group = clap::ArgGroup::new("which").required(true).args(["run_ids", "all_parked"]))]
+    RetryNow {
+        /// The parked runs, e.g. `run-7`.
+        run_ids: Vec<String>,
+        /// Every run parked for the group `--group` names, in batches (time linear in their number).
+        #[arg(long, requires = "parked_group")]
+        all_parked: bool,
+        /// The consumer group (the workers' `--group`) whose parked runs `--all-parked` sends.
+        #[arg(long = "group", value_name = "NAME", requires = "all_parked")]
+        parked_group: Option<String>,
         /// Store and output flags.
         #[command(flatten)]
         read: ReadArgs,
@@ -307,13 +331,41 @@ pub async fn dead_command(args: &DeadArgs, sources: Sources) -> Result<ExitCode,
 
 /// `idemgate runs redeliver` (exit 1 when a named run was refused; with
 /// `--all-dead`, runs the dead stream names that are no longer dead are
-/// reported and skipped, exit 0).
+/// reported and skipped, exit 0) and `idemgate runs retry-now` (exit 1 when
+/// a named run was not parked).
 pub async fn runs_command(args: &RunsArgs, sources: Sources) -> Result<ExitCode, OpsError> {
     match &args.what {
-        RunsCommand::Redeliver { run_ids, all_dead, read } => {
+        RunsCommand::Redeliver { run_ids, all_dead, without_payload, read } => {
             let ops = Ops::connect(&store(sources)?).await?;
-            let results = ops.redeliver((!*all_dead).then_some(run_ids.as_slice())).await?;
+            let results = ops.redeliver((!*all_dead).then_some(run_ids.as_slice()), *without_payload).await?;
             Ok(report_moved(&results, *all_dead, true, read.json))
+        }
+        RunsCommand::RetryNow { parked_group: Some(group), read, .. } => {
+            let ops = Ops::connect(&store(sources)?).await?;
+            let made_due = ops.retry_now_group(group).await?;
+            let text = if read.json {
+                json_text(&serde_json::json!({"group": group, "made_due": made_due}))
+            } else {
+                format!(
+                    "made {made_due} parked run{} of group {} due now (its workers take them within a second)",
+                    if made_due == 1 { "" } else { "s" },
+                    render::one_line(group)
+                )
+            };
+            print_out(&text);
+            Ok(ExitCode::SUCCESS)
+        }
+        RunsCommand::RetryNow { run_ids, read, .. } => {
+            let ops = Ops::connect(&store(sources)?).await?;
+            let results = ops.retry_now(run_ids).await?;
+            let due = results.iter().filter(|r| r.due()).count();
+            let text = if read.json {
+                json_text(&serde_json::json!({"made_due": due, "runs": results}))
+            } else {
+                render::retried_now_text(&results)
+            };
+            print_out(&text);
+            Ok(if due < results.len() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
         }
     }
 }

@@ -65,6 +65,9 @@ pub enum Form {
     List,
     /// An on/off switch (no value on the command line; the env var takes true/false).
     Switch,
+    /// A value, or the flag alone for `true` (a setting that was a
+    /// [`Form::Switch`]: its old spelling keeps working).
+    ValueOrSwitch,
 }
 
 /// The commands that take settings, as [`Flag::on`] names them.
@@ -245,6 +248,15 @@ impl IntoRaw for usize {
 impl IntoRaw for bool {
     fn into_raw(self) -> Raw {
         Raw::Bool(self)
+    }
+}
+
+impl IntoRaw for crate::config_values::SwitchOrText {
+    fn into_raw(self) -> Raw {
+        match self {
+            crate::config_values::SwitchOrText::Switch(b) => Raw::Bool(b),
+            crate::config_values::SwitchOrText::Text(t) => Raw::Text(t),
+        }
     }
 }
 

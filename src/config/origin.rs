@@ -199,6 +199,29 @@ pub trait Setting {
         self.parsed(parse_duration)
     }
 
+    /// `true`, `false` or a duration (a setting that was a switch): `None`
+    /// for `false` or a zero duration, `Lifetime(None)` for `true`. The
+    /// switch's env var took clap's spellings (`1`, `yes`, `on`, … and `0`,
+    /// `no`, `off`, …, empty): they keep their meaning.
+    fn switch_or_duration(&self) -> Result<Option<Given<Option<Lifetime>>>, ConfigError> {
+        let Some(g) = self.given() else { return Ok(None) };
+        let text = match &g.value {
+            Raw::Bool(b) => return Ok(Some(g.map(|_| b.then_some(Lifetime(None))))),
+            Raw::Text(t) => t.trim(),
+            Raw::List(_) | Raw::Number(_) => return Err(g.fail("expected true, false or a duration")),
+        };
+        let value = match text.to_ascii_lowercase().as_str() {
+            "true" | "t" | "yes" | "y" | "on" | "1" => Some(Lifetime(None)),
+            "false" | "f" | "no" | "n" | "off" | "0" | "" => None,
+            t => match parse_duration(t) {
+                Ok(d) if d.is_zero() => None,
+                Ok(d) => Some(Lifetime(Some(d))),
+                Err(_) => return Err(g.fail("expected true, false or a duration (90s, 1h, 7d)")),
+            },
+        };
+        Ok(Some(g.map(|_| value)))
+    }
+
     /// A duration or `never`.
     fn lifetime(&self) -> Result<Option<Given<Lifetime>>, ConfigError> {
         self.parsed(parse_lifetime)

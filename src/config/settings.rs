@@ -19,7 +19,7 @@ use toml::Spanned;
 
 use super::layer::{Command, Flag, Form, IntoRaw, settings};
 use super::origin::{ConfigError, Given, Origin, Raw};
-use crate::config_values::StringOrList;
+use crate::config_values::{StringOrList, SwitchOrText};
 use crate::http::body::{DEFAULT_BODY_BUDGET, DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT};
 use crate::keys::DEFAULT_NAMESPACE;
 use crate::listener::{DEFAULT_HEADER_TIMEOUT, DEFAULT_LISTEN};
@@ -324,11 +324,12 @@ settings! {
         help: "With --deliver: the longest wait between probes, so a destination that returns gets its first delivery within it",
         default: Some(|| format_duration(DEFAULT_BREAKER_MAX_COOLDOWN)),
     },
-    keep_done_payloads: bool [worker] {
+    keep_done_payloads: SwitchOrText [worker] {
         env: "IDEMGATE_WORKER_KEEP_DONE_PAYLOADS",
-        form: Form::Switch,
+        value_name: "DURATION",
+        form: Form::ValueOrSwitch,
         on: &[Command::Worker],
-        help: "Keep the payload in a `done` run record (by default the script that marks a run done removes it; queued, running, parked and dead runs keep it). (The env var takes true/false.)",
+        help: "Keep the payload in a `done` run record this long after `done`, so that `runs redeliver` sends it again (by default the script that marks a run done removes it; queued, running, parked and dead runs keep it). The flag alone, or `true`, keeps it as long as the record (the old yes/no spelling).",
     },
     metrics_listen: String [worker] {
         env: "IDEMGATE_WORKER_METRICS_LISTEN",

@@ -1,5 +1,8 @@
-// The overview: health first (workers, breakers, the oldest queued run,
-// dead runs), then the gate's answers and their rates, then memory.
+// The overview: health first (workers, breakers, the runs waiting and the
+// oldest of them, dead runs), then each group's waiting runs, then the
+// gate's answers and their rates, then memory. The waiting counts all come
+// from one reading of /v1/ops/workers (one round of Redis reads), so they
+// agree: not yet delivered + given back + parked.
 import { api } from "/console/api.js";
 import { $, bytes, duration, el, relTime, setText, tile, timeEl } from "/console/util.js";
 
@@ -27,6 +30,22 @@ function workerRow(w) {
   );
 }
 
+function queueRow(g) {
+  const cell = (text) => el("td", { text: String(text) });
+  const time = (ms) => el("td", {}, typeof ms === "number" ? timeEl(ms) : document.createTextNode("none"));
+  return el(
+    "tr",
+    { attrs: { "data-group": g.group } },
+    cell(g.group),
+    el("td", { text: String(g.waiting ?? ""), attrs: { "data-count": "waiting" } }),
+    el("td", { text: g.lag === null || g.lag === undefined ? "n/a" : String(g.lag), attrs: { "data-count": "lag" } }),
+    el("td", { text: String(g.given_back ?? 0), attrs: { "data-count": "given_back" } }),
+    el("td", { text: String(g.parked ?? 0), attrs: { "data-count": "parked" } }),
+    time(g.next_due_ms),
+    time(g.oldest_parked_queued_ms),
+  );
+}
+
 export async function refreshOverview() {
   const [s, w, d] = await Promise.all([api("/v1/ops/stats"), api("/v1/ops/workers"), api("/v1/ops/dead?limit=1")]);
   setText($("store-kind"), s.store === "memory" ? "(memory store)" : `(Redis, namespace ${s.namespace})`);
@@ -35,17 +54,29 @@ export async function refreshOverview() {
   const up = workers.filter((x) => x.state === "up");
   const gone = workers.filter((x) => x.state === "gone");
   const open = up.filter((x) => x.heartbeat && (x.heartbeat.breaker === "open" || x.heartbeat.breaker === "half_open"));
-  const oldest = (w.groups || []).map((g) => g.oldest_queued_ms).filter((ms) => typeof ms === "number");
+  const groups = w.groups || [];
+  const oldest = groups.flatMap((g) => [g.oldest_queued_ms, g.oldest_parked_queued_ms]).filter((ms) => typeof ms === "number");
   const oldestMs = oldest.length ? Math.min(...oldest) : null;
-  const waiting = (w.groups || []).reduce((a, g) => a + (g.lag || 0), 0);
+  // Red when a run waits a minute for a worker; a parked run waits for its due time by design.
+  const queued = groups.map((g) => g.oldest_queued_ms).filter((ms) => typeof ms === "number");
+  const behind = queued.length && Date.now() - Math.min(...queued) > 60000;
+  const sum = (k) => groups.reduce((a, g) => a + (g[k] || 0), 0);
+  const waiting = sum("waiting");
+  const parked = sum("parked");
+  const due = groups.map((g) => g.next_due_ms).filter((ms) => typeof ms === "number");
+  const nextDue = due.length ? Math.min(...due) : null;
   $("health").replaceChildren(
     tile("workers up", String(up.length), "workers-up", up.length ? "good" : "bad"),
     tile("workers gone", String(gone.length), "workers-gone", gone.length ? "bad" : ""),
     tile("breakers open", String(open.length), "breakers-open", open.length ? "bad" : ""),
-    tile("oldest waiting run", oldestMs ? relTime(oldestMs).replace(" ago", "") : "none waiting", "oldest-queued", oldestMs && Date.now() - oldestMs > 60000 ? "bad" : ""),
-    tile("runs waiting for a worker", String(waiting), "waiting"),
+    tile("oldest waiting run", oldestMs ? relTime(oldestMs).replace(" ago", "") : "none waiting", "oldest-queued", behind ? "bad" : ""),
+    tile("runs waiting", String(waiting), "waiting"),
+    tile("parked for a retry", String(parked), "parked"),
+    tile("next retry due", nextDue ? relTime(nextDue) : "none parked", "next-due"),
     tile("dead runs", String(d.total ?? 0), "dead", d.total ? "bad" : ""),
   );
+  $("health").querySelector('[data-tile="waiting"]').title = `not yet delivered ${sum("lag")} · given back ${sum("given_back")} · parked ${parked}`;
+  $("queues-table").tBodies[0].replaceChildren(...groups.map(queueRow));
   $("workers-table").tBodies[0].replaceChildren(...workers.map(workerRow));
   $("workers-empty").textContent = workers.length ? "" : s.store === "memory" ? "The memory store has no workers." : "No worker has joined this namespace.";
 

@@ -1,5 +1,7 @@
-// A run's page (#/runs/run-7): identity, run key, its delivery, the
-// attempt timeline, the payload, Redeliver, and the raw record folded away.
+// A run's page (#/runs/run-7): identity, run key, its delivery, when a
+// parked run's next attempt is due and why, the attempt timeline, the
+// payload, Redeliver (disabled, with the reason, when the payload it would
+// send is gone), Retry now (a parked run), and the raw record folded away.
 // A delivery's page (#/deliveries/PROVIDER/ID): the answer it replays and its run.
 import { HttpError, api, fetchOk } from "/console/api.js";
 import { $, absTime, duration, el, fields, link, notice, prettyJson, setText, timeEl, visible } from "/console/util.js";
@@ -41,7 +43,7 @@ async function showPayload(r) {
   $("payload-link").hidden = true;
   if (typeof r.payload_bytes !== "number") {
     $("payload-note").textContent = "";
-    pre.textContent = r.status === "done" ? "(no payload: removed when the run was done)" : "(no payload kept: the provider's keep_payload is off)";
+    pre.textContent = r.payload_gone ? "(no payload: removed when the run was done, or kept by --keep-done-payloads and past its time)" : "(no payload kept: the provider's keep_payload is off)";
     return;
   }
   if (r.payload_cut) {
@@ -74,6 +76,12 @@ export async function showRun(runId, { scroll = true } = {}) {
     ["created", timeEl(r.created_ms)],
     ["attempts", String(r.attempts)],
   ];
+  const next = r.next_attempt;
+  if (next) {
+    const when = el("span", { attrs: { id: "next-attempt", "data-reason": next.reason, "data-due-ms": String(next.due_ms) } }, timeEl(next.due_ms));
+    when.append(document.createTextNode(` (${absTime(next.due_ms)}, group ${next.group}): ${next.why}`));
+    pairs.push(["next attempt", when]);
+  }
   if (r.last_error && r.status !== "done") pairs.push(["last error", el("span", { cls: "error", text: r.last_error })]);
   if (r.last_error && r.status === "done") pairs.push(["earlier error", el("span", { cls: "earlier-error", text: r.last_error })]);
   fields($("run-identity"), pairs);
@@ -81,6 +89,11 @@ export async function showRun(runId, { scroll = true } = {}) {
   $("history-table").tBodies[0].replaceChildren(...history.map(historyRow));
   $("history-empty").textContent = history.length ? "" : "No attempt recorded yet.";
   $("redeliver").hidden = !(r.status === "done" || r.status === "dead");
+  // The reason beside a disabled button: a redelivery would reach the destination without the payload.
+  $("redeliver").disabled = Boolean(r.payload_gone);
+  $("redeliver-why").hidden = !r.payload_gone;
+  setText($("redeliver-why"), r.payload_gone ? "Redeliver is off: " + r.payload_gone : "");
+  $("retry-now").hidden = r.status !== "parked";
   const raw = Object.entries(r.fields).map(([k, v]) => [k, k.endsWith("_ms") && /^\d+$/.test(v) ? `${v} (${absTime(Number(v))})` : v]);
   if (r.key) raw.unshift(["Redis key", r.key]);
   raw.push(["ttl left", r.ttl_ms === null ? "none" : duration(r.ttl_ms)]);
@@ -98,6 +111,18 @@ export async function redeliver() {
     notice(`${id} queued again`, true);
   } catch (e) {
     notice(e instanceof HttpError && (e.status === 404 || e.status === 405) && !e.message.includes("run") ? "This gate cannot redeliver runs (its version has no redeliver endpoint)." : `Redeliver ${id}: ${e.message}`);
+  }
+  await showRun(id, { scroll: false });
+}
+
+export async function retryNow() {
+  if (!shown) return;
+  const id = shown.run_id;
+  try {
+    await api(`/v1/ops/runs/${encodeURIComponent(id)}/retry-now`, "POST");
+    notice(`${id} is due now: a worker of its group takes it within a second`, true);
+  } catch (e) {
+    notice(`Retry now ${id}: ${e.message}`);
   }
   await showRun(id, { scroll: false });
 }

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use super::state::{ApiError, AppState};
 use crate::gate::MAX_KEY_FIELD_BYTES;
 use crate::ops::reading::NoReading;
-use crate::ops::{DEFAULT_DEAD_LIMIT, MAX_DEAD_LIMIT, Retried, RunQuery, Source, entry_id};
+use crate::ops::{DEFAULT_DEAD_LIMIT, MAX_DEAD_LIMIT, Retried, RetriedNow, RunQuery, Source, entry_id};
 use crate::units::now_ms;
 
 /// The `/v1/ops/*` routes; [`super::app`] mounts them in the one `/v1`
@@ -33,6 +33,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/ops/dead", get(dead))
         .route("/v1/ops/dead/{run_id}/retry", post(retry))
         .route("/v1/ops/runs/{run_id}/redeliver", post(redeliver))
+        .route("/v1/ops/runs/{run_id}/retry-now", post(retry_now))
 }
 
 fn source(st: &AppState) -> Result<&Source, ApiError> {
@@ -249,24 +250,72 @@ fn json_sized(value: &impl serde::Serialize, estimate: usize) -> Response {
 /// `idemgate dead retry RUN_ID`: 200 when the run moved, 404 without a
 /// record, 409 when the run is not dead (nothing changed either way).
 async fn retry(State(st): State<AppState>, p: Result<Path<String>, PathRejection>) -> Result<Response, ApiError> {
-    send_again(st, p, false).await
+    send_again(st, p, false, false).await
+}
+
+/// The body `POST /v1/ops/runs/{id}/redeliver` takes (none, or `{}`, is
+/// the default).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RedeliverBody {
+    /// Redeliver a done run whose payload is gone without it.
+    #[serde(default)]
+    without_payload: bool,
 }
 
 /// `idemgate runs redeliver RUN_ID`: 200 when the done or dead run is back
 /// on the runs stream (same run key), 404 without a record, 409 when it is
-/// queued, running or parked (nothing changed either way).
-async fn redeliver(State(st): State<AppState>, p: Result<Path<String>, PathRejection>) -> Result<Response, ApiError> {
-    send_again(st, p, true).await
+/// queued, running or parked, or done with its payload gone and the body
+/// does not say `{"without_payload": true}` (nothing changed either way).
+async fn redeliver(
+    State(st): State<AppState>,
+    p: Result<Path<String>, PathRejection>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let asked: RedeliverBody = if body.iter().all(u8::is_ascii_whitespace) {
+        RedeliverBody::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| {
+            ApiError::BadRequest(format!(
+                "the body must be a JSON object such as {{\"without_payload\": true}}, or empty: {}",
+                crate::text::escape_control(&e.to_string())
+            ))
+        })?
+    };
+    send_again(st, p, true, asked.without_payload).await
+}
+
+/// `idemgate runs retry-now RUN_ID`: 200 when the parked run is due now
+/// (its group's workers take it within a second, its attempt budget kept),
+/// 404 without a record, 409 when it is not parked (nothing changed).
+async fn retry_now(State(st): State<AppState>, p: Result<Path<String>, PathRejection>) -> Result<Response, ApiError> {
+    let run_id = path(p)?;
+    segment("run_id", &run_id)?;
+    let result = source(&st)?.retry_now(&run_id).await.map_err(|e| unavailable(&st, e))?;
+    match &result {
+        RetriedNow::Due { group, .. } => {
+            tracing::info!(run_id = %crate::text::escape_control(&run_id), group = %crate::text::escape_control(group), "ops API: parked run made due now");
+            Ok((StatusCode::OK, Json(result)).into_response())
+        }
+        RetriedNow::Refused { status, .. } if status.is_empty() => Err(no_run(&run_id)),
+        RetriedNow::Refused { status, .. } => Err(ApiError::Conflict(format!(
+            "{} is {}, not parked; nothing changed{}",
+            crate::text::escape_control(&run_id),
+            crate::text::escape_control(status),
+            crate::ops::not_parked_hint(status)
+        ))),
+    }
 }
 
 async fn send_again(
     st: AppState,
     p: Result<Path<String>, PathRejection>,
     done_too: bool,
+    without_payload: bool,
 ) -> Result<Response, ApiError> {
     let run_id = path(p)?;
     segment("run_id", &run_id)?;
-    let result = source(&st)?.retry(&run_id, done_too).await.map_err(|e| unavailable(&st, e))?;
+    let result = source(&st)?.retry(&run_id, done_too, without_payload).await.map_err(|e| unavailable(&st, e))?;
     let (moved, wanted) =
         if done_too { ("run redelivered", "done or dead") } else { ("dead run queued again", "dead") };
     match &result {
@@ -275,6 +324,11 @@ async fn send_again(
             Ok((StatusCode::OK, Json(result)).into_response())
         }
         Retried::Refused { status, .. } if status.is_empty() => Err(no_run(&run_id)),
+        Retried::PayloadGone { .. } => Err(ApiError::Conflict(format!(
+            "{} was not redelivered: {}; nothing changed",
+            crate::text::escape_control(&run_id),
+            result.payload_gone_text().unwrap_or_default()
+        ))),
         Retried::Refused { status, .. } => Err(ApiError::Conflict(format!(
             "{} is {}, not {wanted}; nothing changed",
             crate::text::escape_control(&run_id),

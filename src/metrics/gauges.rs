@@ -1,7 +1,7 @@
 //! What `serve` reads from Redis for `/metrics`, off the request path: the
 //! memory of every primary, and the worker side of the namespace (each
-//! consumer group's lag, pending runs and oldest waiting run; the dead
-//! stream). Workers need no metrics listener of their own: everything a
+//! consumer group's lag, pending runs and oldest waiting run, its parked
+//! runs and the oldest one's age; the dead stream). Workers need no metrics listener of their own: everything a
 //! dashboard needs about them is in Redis, and every `serve` replica
 //! already has a connection (docs/operations.md, "Metrics").
 
@@ -32,8 +32,10 @@ impl Ops {
         let runs = self.redis.stream_info(&runs_key).await?;
         let dead_len: u64 = self.redis.query(redis::cmd("XLEN").arg(&dead_key)).await?;
         let mut groups = Vec::new();
+        let names: Vec<String> = runs.groups.iter().map(|g| g.name.clone()).collect();
+        let parked = self.parked(&names).await?;
         let now = crate::units::now_ms();
-        for g in runs.groups {
+        for (g, p) in runs.groups.into_iter().zip(parked) {
             // The first entry after the group's last delivered one is the oldest waiting.
             let mut first_waiting = redis::cmd("XRANGE");
             first_waiting.arg(&runs_key).arg(format!("({}", g.last_delivered_id)).arg("+").arg("COUNT").arg(1);
@@ -41,6 +43,8 @@ impl Ops {
             let waiting_since = next.ids.first().and_then(|e| id_ms(&e.id));
             groups.push(GroupGauge {
                 oldest_waiting_seconds: waiting_since.map_or(0.0, |ms| now.saturating_sub(ms) as f64 / 1000.0),
+                parked: p.parked,
+                oldest_parked_seconds: p.oldest_seconds(now),
                 group: g.name,
                 lag: g.lag,
                 pending: g.pending,

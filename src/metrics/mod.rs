@@ -354,6 +354,25 @@ impl Metrics {
             let _ =
                 writeln!(o, "{n}{{namespace=\"{ns}\",group=\"{}\"}} {}", escape(&gr.group), gr.oldest_waiting_seconds);
         }
+        let n = family(
+            o,
+            "idemgate_runs_parked",
+            "gauge",
+            "Runs parked for the group: a failed attempt, waiting for the next one (runs retry-now sends them at once).",
+        );
+        for gr in &g.groups {
+            let _ = writeln!(o, "{n}{{namespace=\"{ns}\",group=\"{}\"}} {}", escape(&gr.group), gr.parked);
+        }
+        let n = family(
+            o,
+            "idemgate_runs_parked_oldest_seconds",
+            "gauge",
+            "How long the group's oldest parked run has waited since it was queued (created, or sent again), seconds (0: none parked).",
+        );
+        for gr in &g.groups {
+            let _ =
+                writeln!(o, "{n}{{namespace=\"{ns}\",group=\"{}\"}} {}", escape(&gr.group), gr.oldest_parked_seconds);
+        }
     }
 }
 
@@ -370,6 +389,10 @@ pub struct GroupGauge {
     pub pending: u64,
     /// Age of the oldest entry not yet delivered to the group, seconds (0: none waiting).
     pub oldest_waiting_seconds: f64,
+    /// Runs in the group's parking set, waiting for their next attempt.
+    pub parked: u64,
+    /// How long the oldest parked run has waited since it was queued, seconds (0: none parked).
+    pub oldest_parked_seconds: f64,
 }
 
 /// Everything one read gives.

@@ -71,6 +71,17 @@ pub enum Retried {
         /// The record's status (`""`: there is no record: never created, or expired).
         status: String,
     },
+    /// Refused (`runs redeliver`): the run is done and its payload is gone,
+    /// so a redelivery would reach the destination without it; nothing
+    /// changed. `--without-payload` (`{"without_payload": true}`) sends the
+    /// record alone.
+    PayloadGone {
+        /// The run id.
+        run_id: String,
+        /// Until when `--keep-done-payloads` kept it, ms since the Unix
+        /// epoch (`None`: removed when the run was done).
+        kept_until_ms: Option<u64>,
+    },
 }
 
 impl Retried {
@@ -78,6 +89,35 @@ impl Retried {
     pub fn moved(&self) -> bool {
         matches!(self, Retried::Moved { .. })
     }
+
+    /// Why a done run's redelivery was refused for its payload, in words
+    /// (`None`: it was not), with what to do about it.
+    pub fn payload_gone_text(&self) -> Option<String> {
+        let Retried::PayloadGone { kept_until_ms, .. } = self else { return None };
+        let when = match kept_until_ms.and_then(super::render::rfc3339_ms) {
+            Some(at) => format!("--keep-done-payloads kept it until {at}"),
+            None => {
+                "it was removed when the run was done (start the workers with --keep-done-payloads DURATION to keep it)"
+                    .to_owned()
+            }
+        };
+        Some(format!(
+            "its payload is gone: {when}; a redelivery would reach the destination without it. Redeliver with --without-payload (API: {{\"without_payload\": true}}) to send the record alone"
+        ))
+    }
+}
+
+/// Why `runs redeliver` refuses a run whose record is `fields` for its
+/// payload (`None`: it would not): the rule of `lua/dead_retry.lua`, for
+/// readers (the console disables its Redeliver button with it).
+/// `has_payload`: the record holds one, not past its `payload_until_ms`.
+pub fn payload_gone(fields: &BTreeMap<String, String>, has_payload: bool) -> Option<String> {
+    let done = fields.get("status").map(String::as_str) == Some(crate::vocabulary::RunStatus::Done.as_str());
+    if !done || has_payload || fields.get("payload_kept").map(String::as_str) == Some("0") {
+        return None;
+    }
+    let kept_until_ms = fields.get("payload_until_ms").and_then(|t| t.parse().ok());
+    Retried::PayloadGone { run_id: String::new(), kept_until_ms }.payload_gone_text()
 }
 
 /// Largest dead page served.
@@ -198,6 +238,7 @@ impl Ops {
         run_id: String,
         extra_entries: &[&str],
         done_too: bool,
+        without_payload: bool,
     ) -> Result<(Retried, bool), OpsError> {
         let call = DeadRetryCall {
             keys: self.keys(),
@@ -205,12 +246,14 @@ impl Ops {
             now_ms: now_ms(),
             dead_entry_ids: extra_entries,
             done_too,
+            without_payload,
         };
         Ok(match self.redis.call(&call).await? {
             DeadRetried::Moved { entry_id, dead_entries_removed, named_entry } => {
                 (Retried::Moved { run_id, entry_id, dead_entries_removed }, named_entry)
             }
             DeadRetried::Refused { status } => (Retried::Refused { run_id, status }, true),
+            DeadRetried::PayloadGone { kept_until_ms } => (Retried::PayloadGone { run_id, kept_until_ms }, true),
         })
     }
 
@@ -234,22 +277,28 @@ impl Ops {
     /// its dead-stream entries removed. A run that is not dead is refused and
     /// left as it is. `None`: every run the dead stream names, oldest first.
     pub async fn dead_retry(&self, run_ids: Option<&[String]>) -> Result<Vec<Retried>, OpsError> {
-        self.send_again(run_ids, false).await
+        self.send_again(run_ids, false, false).await
     }
 
     /// `runs redeliver`: as [`Ops::dead_retry`], but a `done` run moves too
     /// (with the same run key, so a receiver deduping on it drops the
-    /// redelivery). A queued, running or parked run is refused. `None`:
+    /// redelivery). A queued, running or parked run is refused, and so is a
+    /// done run whose payload is gone unless `without_payload`. `None`:
     /// every run the dead stream names.
-    pub async fn redeliver(&self, run_ids: Option<&[String]>) -> Result<Vec<Retried>, OpsError> {
-        self.send_again(run_ids, true).await
+    pub async fn redeliver(&self, run_ids: Option<&[String]>, without_payload: bool) -> Result<Vec<Retried>, OpsError> {
+        self.send_again(run_ids, true, without_payload).await
     }
 
-    async fn send_again(&self, run_ids: Option<&[String]>, done_too: bool) -> Result<Vec<Retried>, OpsError> {
+    async fn send_again(
+        &self,
+        run_ids: Option<&[String]>,
+        done_too: bool,
+        without_payload: bool,
+    ) -> Result<Vec<Retried>, OpsError> {
         let Some(run_ids) = run_ids else { return self.send_all_dead_again(done_too).await };
         let mut out = Vec::with_capacity(run_ids.len());
         for run_id in run_ids {
-            let (mut result, named) = self.retry_one(run_id.clone(), &[], done_too).await?;
+            let (mut result, named) = self.retry_one(run_id.clone(), &[], done_too, without_payload).await?;
             if !named {
                 self.forget_unnamed_entries(run_id, &mut result).await?;
             }
@@ -273,7 +322,8 @@ impl Ops {
         }
         let mut out = Vec::with_capacity(order.len());
         for run_id in order {
-            out.push(self.retry_one(run_id.to_owned(), &entries[run_id], done_too).await?.0);
+            // Dead runs keep their payload: there is none to go without.
+            out.push(self.retry_one(run_id.to_owned(), &entries[run_id], done_too, false).await?.0);
         }
         Ok(out)
     }

@@ -100,7 +100,18 @@ mod tests {
     }
 
     fn group(name: &str) -> GroupQueue {
-        GroupQueue { group: name.into(), lag: Some(0), pending: 0, oldest_queued_ms: None }
+        GroupQueue {
+            group: name.into(),
+            lag: Some(0),
+            pending: 0,
+            oldest_queued_ms: None,
+            given_back: 0,
+            parked: 0,
+            next_due_ms: None,
+            oldest_parked_queued_ms: None,
+            oldest_parked_sampled: false,
+            waiting: 0,
+        }
     }
 
     #[test]

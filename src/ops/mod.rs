@@ -1,4 +1,4 @@
-//! Operator commands (docs/reference.md#commands): `inspect`, `stats`, `key`, `dead` and
+//! Operator commands (docs/reference.md#commands): `inspect`, `stats`, `key`, `dead`, `runs` and
 //! `healthcheck`. The lookups return data (`inspect.rs`, `stats.rs`); the
 //! [`render`] module turns it into text for people or JSON for scripts. The
 //! binary parses the flags, calls these and prints what they return; the
@@ -11,6 +11,7 @@ pub mod destinations;
 pub mod footprint;
 mod inspect;
 pub mod memory;
+mod parked;
 pub mod reading;
 pub mod render;
 mod runs;
@@ -23,6 +24,7 @@ use std::time::Duration;
 pub use client::{Ops, OpsError, SCAN_COUNT};
 pub use dead::{DEFAULT_DEAD_LIMIT, DeadPage, DeadRun, MAX_DEAD_LIMIT, Retried, entry_id};
 pub use inspect::{DeliveryView, Found, Inspection, LogicalView, RunView, Target, Ttl};
+pub use parked::{NextAttempt, OLDEST_SAMPLE, ParkedGroup, RetriedNow, next_attempt, not_parked_hint};
 pub use runs::{FoundBy, RunPage, RunQuery, RunSummary};
 pub use source::{DeliveryDetail, MAX_PAYLOAD_TEXT, MEMORY_STORE_NOTE, RunDetail, Source};
 pub use stats::{KeyCounts, Stats, StreamStats};

@@ -162,6 +162,10 @@ fn run_text(run: &RunView) -> String {
         |k| format!("{k} (webhook-id, IDEMGATE_RUN_KEY)"),
     );
     let mut rows = vec![("logical key".into(), logical), ("run key".into(), run_key)];
+    let history = history_of(run.fields.get("history").map(String::as_str));
+    if let Some(next) = super::parked::next_attempt(&run.fields, &history) {
+        rows.push(("next attempt".into(), super::parked::next_attempt_text(&next, crate::units::now_ms())));
+    }
     rows.extend(run_rows(run));
     lines(&mut out, "", &rows);
     history_table(&mut out, run.fields.get("history").map(String::as_str));
@@ -227,9 +231,11 @@ fn run_json(run: &RunView) -> Value {
     let fields: Map<String, Value> = run.fields.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
     let created = run.fields.get("created_ms").and_then(|v| v.parse().ok()).and_then(rfc3339_ms);
     let history = history_of(run.fields.get("history").map(String::as_str));
+    let next_attempt = super::parked::next_attempt(&run.fields, &history);
     json!({
         "key": run.key,
         "fields": fields,
+        "next_attempt": next_attempt,
         "history": history,
         "created_at": created,
         "ttl_ms": ttl_json(run.ttl),
@@ -354,6 +360,7 @@ pub fn stats_text(s: &Stats) -> String {
             g.last_delivered_id
         );
     }
+    super::parked::parked_text(&mut out, &s.parked, crate::units::now_ms());
     let _ = writeln!(out, "dead stream: {} entries ({})", s.dead.length, cli_quote(&s.dead.key));
     memory_text(&mut out, &s.memory);
     let _ = writeln!(out, "{}", super::footprint::stats_line(s));
@@ -464,6 +471,8 @@ pub fn dead_text(key: &str, dead: &[DeadRun]) -> String {
     out.trim_end().to_owned()
 }
 
+pub use super::parked::retried_now_text;
+
 /// The text of `idemgate dead retry` (`redeliver`: `idemgate runs
 /// redeliver`): a line per run, then the count moved.
 pub fn retried_text(results: &[Retried], all: bool, redeliver: bool) -> String {
@@ -481,11 +490,24 @@ pub fn retried_text(results: &[Retried], all: bool, redeliver: bool) -> String {
                 "{}: refused: no run record (never created, or expired after its run retention); nothing changed",
                 one_line(run_id)
             ),
+            Retried::PayloadGone { run_id, .. } => {
+                writeln!(
+                    out,
+                    "{}: refused: {}; nothing changed",
+                    one_line(run_id),
+                    r.payload_gone_text().unwrap_or_default()
+                )
+            }
             Retried::Refused { run_id, status } => writeln!(
                 out,
-                "{}: refused: the run is {}, not {wanted}; nothing changed",
+                "{}: refused: the run is {}, not {wanted}; nothing changed{}",
                 one_line(run_id),
-                one_line(status)
+                one_line(status),
+                if status == crate::vocabulary::RunStatus::Parked.as_str() {
+                    " (runs retry-now makes a parked run due at once)"
+                } else {
+                    ""
+                }
             ),
         };
     }

@@ -49,6 +49,11 @@ pub struct RunDetail {
     /// The newest attempts, oldest first (`[]`: none yet), as the record's
     /// `history` holds them (docs/worker.md).
     pub history: Value,
+    /// A parked run's next attempt: when, and why it waits (`None`: not parked).
+    pub next_attempt: Option<super::parked::NextAttempt>,
+    /// Why `runs redeliver` refuses this done run unless asked to go
+    /// without its payload: the payload is gone (`None`: it would not).
+    pub payload_gone: Option<String>,
     /// The kept payload, exactly as the provider sent it, when it is at most
     /// [`MAX_PAYLOAD_TEXT`] bytes (`None`: not kept, or cut).
     pub payload: Option<Box<RawValue>>,
@@ -126,11 +131,14 @@ fn detail(
     fields.remove("payload");
     let history = history_of(fields.remove("history").as_deref());
     let summary = RunSummary::read(|k| fields.get(k).cloned());
+    let next_attempt = super::parked::next_attempt(&fields, &history);
     RunDetail {
         run_key: None,
         key,
         summary,
         fields,
+        next_attempt,
+        payload_gone: None,
         history,
         payload: p.payload,
         payload_bytes: p.bytes,
@@ -340,7 +348,9 @@ impl Source {
                     Some(len) => PayloadParts::of(len, read.slice),
                     None => PayloadParts::none(),
                 };
+                let gone = super::dead::payload_gone(&read.fields, read.payload_len.is_some());
                 let mut d = detail(Some(ops.keys().run(run_id)), read.fields, parts, u64::try_from(read.pttl).ok());
+                d.payload_gone = gone;
                 d.run_key = d.summary.created_ms.map(|c| ops.keys().run_key(run_id, &c.to_string()));
                 Ok(Some(d))
             }
@@ -413,12 +423,17 @@ impl Source {
     /// `idemgate dead retry RUN_ID` (or, with `done_too`, `idemgate runs
     /// redeliver RUN_ID`): the same atomic script. On the memory store no
     /// worker runs anything, so every request is refused with the run's status.
-    pub async fn retry(&self, run_id: &str, done_too: bool) -> Result<Retried, OpsError> {
+    /// `without_payload`: a done run whose payload is gone is redelivered
+    /// without it (else refused, [`Retried::PayloadGone`]).
+    pub async fn retry(&self, run_id: &str, done_too: bool, without_payload: bool) -> Result<Retried, OpsError> {
         match self {
             Source::Redis(ops) => {
                 let ids = [run_id.to_owned()];
-                let mut results =
-                    if done_too { ops.redeliver(Some(&ids)).await? } else { ops.dead_retry(Some(&ids)).await? };
+                let mut results = if done_too {
+                    ops.redeliver(Some(&ids), without_payload).await?
+                } else {
+                    ops.dead_retry(Some(&ids)).await?
+                };
                 Ok(results.pop().expect("one result per run asked for"))
             }
             Source::Memory(m) => Ok(Retried::Refused {

@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use super::client::{Ops, OpsError};
 use super::memory::{MemoryReport, Sampler};
+use super::parked::ParkedGroup;
 use crate::redis_io::info::GroupStats;
 
 /// Keys counted so far; also passed to the progress callback.
@@ -50,6 +51,9 @@ pub struct Stats {
     pub runs: StreamStats,
     /// The dead stream (runs that failed their last attempt).
     pub dead: StreamStats,
+    /// Each group's parked runs (waiting for their next attempt), read
+    /// with the streams.
+    pub parked: Vec<ParkedGroup>,
     /// Bytes per kind of key, Redis's used and max memory, growth.
     pub memory: MemoryReport,
     /// How much of the keyspace the key counts come from.
@@ -149,6 +153,8 @@ impl Ops {
         let (counter, dead_len): (Option<u64>, u64) =
             self.redis.query(redis::pipe().get(&counter_key).xlen(&dead_key)).await?;
         let runs = self.redis.stream_info(&runs_key).await?;
+        let groups: Vec<String> = runs.groups.iter().map(|g| g.name.clone()).collect();
+        let parked = self.parked(&groups).await?;
         let memory = self.memory_report([counts.delivery, counts.logical, counts.run], &sampler).await?;
         Ok(Stats {
             namespace: self.keys().namespace().to_owned(),
@@ -157,6 +163,7 @@ impl Ops {
             run_counter: counter.unwrap_or(0),
             runs: StreamStats { key: runs_key, length: runs.length, groups: runs.groups },
             dead: StreamStats { key: dead_key, length: dead_len, groups: Vec::new() },
+            parked,
             scan,
         })
     }

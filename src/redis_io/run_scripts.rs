@@ -34,13 +34,15 @@ script!(WORKER_EXTEND, "worker_extend.lua");
 script!(WORKER_LEAVE, "worker_leave.lua");
 script!(WORKER_TRIM, "worker_trim.lua");
 script!(WORKER_WAKE, "worker_wake.lua");
+script!(WORKER_PROBE_TAKE, "worker_probe_take.lua");
+script!(WORKER_PROBE_END, "worker_probe_end.lua");
 script!(RUN_FINISH, "run_finish.lua");
 script!(RUN_RELEASE, "run_release.lua");
 script!(DEAD_RETRY, "dead_retry.lua");
 script!(RUN_READ, "run_read.lua");
 
-/// Every script of this module with its file name, for checks over all of them.
-pub fn all() -> [(&'static str, &'static LuaScript); 13] {
+/// Every script of this module (and of [`super::parked_scripts`]) with its file name, for checks over all of them.
+pub fn all() -> [(&'static str, &'static LuaScript); 18] {
     [
         ("worker_start.lua", &WORKER_START),
         ("worker_done.lua", &WORKER_DONE),
@@ -51,10 +53,15 @@ pub fn all() -> [(&'static str, &'static LuaScript); 13] {
         ("worker_leave.lua", &WORKER_LEAVE),
         ("worker_trim.lua", &WORKER_TRIM),
         ("worker_wake.lua", &WORKER_WAKE),
+        ("worker_probe_take.lua", &WORKER_PROBE_TAKE),
+        ("worker_probe_end.lua", &WORKER_PROBE_END),
         ("run_finish.lua", &RUN_FINISH),
         ("run_release.lua", &RUN_RELEASE),
         ("dead_retry.lua", &DEAD_RETRY),
         ("run_read.lua", &RUN_READ),
+        ("run_retry_now.lua", &super::parked_scripts::RUN_RETRY_NOW),
+        ("parked_retry_now.lua", &super::parked_scripts::PARKED_RETRY_NOW),
+        ("payload_expire.lua", &super::parked_scripts::PAYLOAD_EXPIRE),
     ]
 }
 
@@ -164,6 +171,8 @@ pub struct DeadRetryCall<'a> {
     pub dead_entry_ids: &'a [&'a str],
     /// A `done` run moves too (`runs redeliver`); else only a `dead` one.
     pub done_too: bool,
+    /// A done run whose payload is gone moves without it (else it is refused).
+    pub without_payload: bool,
 }
 
 /// What `lua/dead_retry.lua` answered.
@@ -185,6 +194,13 @@ pub enum DeadRetried {
         /// The record's status (`""`: there is no record).
         status: String,
     },
+    /// Not moved: a done run whose payload is gone, and the call did not
+    /// ask to send the record alone.
+    PayloadGone {
+        /// Until when `--keep-done-payloads` kept it, ms since the Unix
+        /// epoch (`None`: it was removed when the run was done).
+        kept_until_ms: Option<u64>,
+    },
 }
 
 impl ScriptCall for DeadRetryCall<'_> {
@@ -201,6 +217,7 @@ impl ScriptCall for DeadRetryCall<'_> {
             .key("dead_key", self.keys.runs_dead())
             .arg("now_ms", self.now_ms)
             .arg("done_too", u8::from(self.done_too))
+            .arg("without_payload", u8::from(self.without_payload))
             .arg("dead_entry_ids", self.dead_entry_ids)
     }
 
@@ -215,6 +232,7 @@ impl ScriptCall for DeadRetryCall<'_> {
                 named_entry: parts.get(3).and_then(|v| redis::from_redis_value_ref::<i64>(v).ok()) == Some(1),
             }),
             Some(0) => Ok(DeadRetried::Refused { status: text(1).unwrap_or_default() }),
+            Some(2) => Ok(DeadRetried::PayloadGone { kept_until_ms: text(1).and_then(|t| t.parse().ok()) }),
             _ => Err(unexpected()),
         }
     }
@@ -258,6 +276,7 @@ impl ScriptCall for RunReadCall<'_> {
             .arg("slice_start", self.slice.0)
             .arg("slice_len", self.slice.1)
             .arg("with_fields", if self.with_fields { "1" } else { "0" })
+            .arg("now_ms", crate::units::now_ms())
     }
 
     fn decode(&self, reply: Value) -> Result<RunRead, Error> {

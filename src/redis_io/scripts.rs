@@ -73,12 +73,14 @@ impl LuaScript {
 }
 
 /// The Lua that several scripts share, by placeholder name (`${holds}`).
-pub const SHARED_LUA: [(&str, &str); 5] = [
+pub const SHARED_LUA: [(&str, &str); 7] = [
     ("run_fields", include_str!("../../lua/shared/run_fields.lua")),
     ("holds", include_str!("../../lua/shared/holds.lua")),
     ("op_replay", include_str!("../../lua/shared/op_replay.lua")),
     ("dead_letter", include_str!("../../lua/shared/dead_letter.lua")),
     ("history", include_str!("../../lua/shared/history.lua")),
+    ("done", include_str!("../../lua/shared/done.lua")),
+    ("release", include_str!("../../lua/shared/release.lua")),
 ];
 
 /// One call of one script, typed: which script, its KEYS and ARGV under
@@ -627,7 +629,7 @@ mod tests {
             {
                 let run_id = "run-1";
                 let c =
-                    DoneCall { consumer, entry_id, run_id, now_ms: 5, op, retention_ms: 9, entry, keep_payload: true };
+                    DoneCall { consumer, entry_id, run_id, now_ms: 5, op, retention_ms: 9, entry, keep_payload_ms: -1 };
                 (c.script(), c.layout(), c.command())
             },
             {
@@ -644,6 +646,7 @@ mod tests {
                     op,
                     retention_ms,
                     entry,
+                    not_before_ms: Some(6),
                 };
                 (c.script(), c.layout(), c.command())
             },
@@ -673,6 +676,23 @@ mod tests {
                 (c.script(), c.layout(), c.command())
             },
             {
+                let c = ProbeTakeCall { consumer, now_ms: 5, every_ms: 2000 };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let c = ProbeEndCall {
+                    consumer,
+                    run_id: "run-1",
+                    outcome: ProbeOutcome::Down,
+                    hold_ms: 0,
+                    now_ms: 5,
+                    retention_ms: 9,
+                    keep_payload_ms: 0,
+                    entry,
+                };
+                (c.script(), c.layout(), c.command())
+            },
+            {
                 let c = RunFinishCall { keys: &keys, run_id: "run-1", now_ms: 5, retention_ms: 9 };
                 (c.script(), c.layout(), c.command())
             },
@@ -690,12 +710,31 @@ mod tests {
                 (c.script(), c.layout(), c.command())
             },
             {
-                let c =
-                    DeadRetryCall { keys: &keys, run_id: "run-1", now_ms: 5, dead_entry_ids: &["3-0"], done_too: true };
+                let c = DeadRetryCall {
+                    keys: &keys,
+                    run_id: "run-1",
+                    now_ms: 5,
+                    dead_entry_ids: &["3-0"],
+                    done_too: true,
+                    without_payload: false,
+                };
                 (c.script(), c.layout(), c.command())
             },
             {
                 let c = RunReadCall { keys: &keys, run_id: "run-1", slice: (0, 10), with_fields: true };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let c = super::super::parked_scripts::RetryNowCall { keys: &keys, run_id: "run-1", now_ms: 5 };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let c =
+                    super::super::parked_scripts::ParkedRetryNowCall { keys: &keys, group: "g", now_ms: 5, limit: 9 };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let c = super::super::parked_scripts::PayloadExpireCall { keys: &keys, now_ms: 5, limit: 9 };
                 (c.script(), c.layout(), c.command())
             },
         ];

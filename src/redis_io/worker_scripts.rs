@@ -6,8 +6,8 @@
 use redis::Value;
 
 use super::run_scripts::{
-    WORKER_DONE, WORKER_EXTEND, WORKER_FAIL, WORKER_GIVE_BACK, WORKER_LEAVE, WORKER_START, WORKER_TRIM, WORKER_UNCOUNT,
-    WORKER_WAKE, decode, decode_yes,
+    WORKER_DONE, WORKER_EXTEND, WORKER_FAIL, WORKER_GIVE_BACK, WORKER_LEAVE, WORKER_PROBE_END, WORKER_PROBE_TAKE,
+    WORKER_START, WORKER_TRIM, WORKER_UNCOUNT, WORKER_WAKE, decode, decode_yes,
 };
 use super::scripts::{Layout, LuaScript, ScriptCall};
 use crate::error::Error;
@@ -128,8 +128,10 @@ impl ScriptCall for StartCall<'_> {
     }
 }
 
-/// `lua/worker_done.lua`: acknowledge the entry and mark the run done.
-/// Answers `false` when the entry is no longer held by this consumer.
+/// `lua/worker_done.lua`: acknowledge the entry and mark the run done,
+/// and make the group's runs parked for the destination due at once.
+/// Answers `None` when the entry is no longer held by this consumer, else
+/// how many parked runs it made due sooner.
 #[derive(Debug, Clone)]
 pub struct DoneCall<'a> {
     /// Who finished it.
@@ -146,29 +148,42 @@ pub struct DoneCall<'a> {
     pub retention_ms: u64,
     /// The attempt's parts for its history entry.
     pub entry: &'a AttemptParts,
-    /// Whether the done record keeps the payload (`--keep-done-payloads`).
-    pub keep_payload: bool,
+    /// How long the done record keeps the payload (`--keep-done-payloads`):
+    /// 0 not at all, -1 as long as the record, else ms.
+    pub keep_payload_ms: i64,
 }
 
 impl ScriptCall for DoneCall<'_> {
-    type Reply = bool;
+    type Reply = Option<u64>;
 
     fn script(&self) -> &'static LuaScript {
         &WORKER_DONE
     }
 
     fn layout(&self) -> Layout {
+        let keys = self.consumer.keys;
         self.consumer
             .on_entry(self.run_id, false, self.entry_id)
+            .key("parking_key", keys.retry(self.consumer.group))
+            .key("destination_key", keys.destination_parked(self.consumer.group))
             .arg("now_ms", self.now_ms)
             .arg("op", self.op)
             .arg("retention_ms", self.retention_ms)
             .arg("attempt_entry", &self.entry.args()[..])
-            .arg("keep_payload", u8::from(self.keep_payload))
+            .arg("keep_payload_ms", self.keep_payload_ms)
+            .arg("run_prefix", keys.run_prefix())
+            .key("kept_payloads_key", keys.kept_payloads())
     }
 
-    fn decode(&self, reply: Value) -> Result<bool, Error> {
-        decode_yes(reply)
+    /// `0` or `{1, released}`: anything else is an error, not a lost entry.
+    fn decode(&self, reply: Value) -> Result<Option<u64>, Error> {
+        if redis::from_redis_value_ref::<i64>(&reply).is_ok_and(|n| n == 0) {
+            return Ok(None);
+        }
+        match redis::from_redis_value_ref::<(i64, u64)>(&reply) {
+            Ok((1, released)) => Ok(Some(released)),
+            _ => Err(Error::UnexpectedReply(format!("worker_done.lua answered {reply:?}"))),
+        }
     }
 }
 
@@ -197,6 +212,10 @@ pub struct FailCall<'a> {
     pub retention_ms: u64,
     /// The attempt's parts for its history entry.
     pub entry: &'a AttemptParts,
+    /// For a failure of the destination's kind, the earliest time (ms since
+    /// the Unix epoch) a probe or the destination's return may send the run
+    /// (its `Retry-After`, else now); `None` for the run's own failure.
+    pub not_before_ms: Option<u64>,
 }
 
 /// What recording a failed attempt did.
@@ -225,6 +244,7 @@ impl ScriptCall for FailCall<'_> {
             .key("run_key", keys.run(&self.run.run_id))
             .key("dead_key", keys.runs_dead())
             .key("parking_key", keys.retry(consumer.group))
+            .key("destination_key", keys.destination_parked(consumer.group))
             .arg("group", consumer.group)
             .arg("consumer", consumer.name)
             .arg("entry_id", self.entry_id)
@@ -237,6 +257,7 @@ impl ScriptCall for FailCall<'_> {
             .arg("retention_ms", self.retention_ms)
             .arg("attempt_entry", &self.entry.args()[..])
             .arg("run_fields", &self.run.values()[..])
+            .arg("not_before_ms", self.not_before_ms.map_or_else(String::new, |ms| ms.to_string()))
     }
 
     /// Only the header's `0`, `1` and `2`: anything else is an error, not `Lost`.
@@ -449,6 +470,7 @@ impl ScriptCall for WakeCall<'_> {
         Layout::default()
             .key("runs_key", keys.runs())
             .key("parking_key", keys.retry(self.consumer.group))
+            .key("destination_key", keys.destination_parked(self.consumer.group))
             .arg("group", self.consumer.group)
             .arg("now_ms", self.now_ms)
             .arg("limit", self.limit)
@@ -460,6 +482,165 @@ impl ScriptCall for WakeCall<'_> {
         // Redis writes a score as a double: "1718000000000" or "1.718e+12".
         let next_due_ms = next.parse::<f64>().ok().map(|ms| ms.max(0.0) as u64);
         Ok(Woken { moved, next_due_ms })
+    }
+}
+
+/// `lua/worker_probe_take.lua`: the group's next probe of its destination,
+/// if one is due: the earliest run parked for the destination.
+#[derive(Debug, Clone)]
+pub struct ProbeTakeCall<'a> {
+    /// The worker that would send it.
+    pub consumer: Consumer<'a>,
+    /// Now, ms since the Unix epoch.
+    pub now_ms: u64,
+    /// The probe interval, ms: one probe per interval for the group.
+    pub every_ms: u64,
+}
+
+/// What [`ProbeTakeCall`] answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeTaken {
+    /// No probe now; look again after this long (`None`: no run waits for
+    /// the destination).
+    Wait(Option<u64>),
+    /// Probe with this parked run.
+    Run {
+        /// What names it.
+        run: RunFields,
+        /// Its attempts so far: the probe goes as the latest, counting none.
+        attempts: u32,
+        /// When the gate created it ('' unknown).
+        created_ms: String,
+        /// Its kept payload (JSON text), if any.
+        payload: Option<String>,
+    },
+}
+
+impl ScriptCall for ProbeTakeCall<'_> {
+    type Reply = ProbeTaken;
+
+    fn script(&self) -> &'static LuaScript {
+        &WORKER_PROBE_TAKE
+    }
+
+    fn layout(&self) -> Layout {
+        let (keys, group) = (self.consumer.keys, self.consumer.group);
+        Layout::default()
+            .key("parking_key", keys.retry(group))
+            .key("destination_key", keys.destination_parked(group))
+            .key("probe_key", keys.destination_probe(group))
+            .arg("group", group)
+            .arg("consumer", self.consumer.name)
+            .arg("now_ms", self.now_ms)
+            .arg("every_ms", self.every_ms)
+            .arg("run_prefix", keys.run_prefix())
+    }
+
+    fn decode(&self, reply: Value) -> Result<ProbeTaken, Error> {
+        let unexpected = || Error::UnexpectedReply(format!("worker_probe_take.lua answered {reply:?}"));
+        let parts: Vec<Value> = redis::from_redis_value_ref(&reply).map_err(|_| unexpected())?;
+        let text = |i: usize| parts.get(i).and_then(|v| redis::from_redis_value_ref::<String>(v).ok());
+        let int = |i: usize| parts.get(i).and_then(|v| redis::from_redis_value_ref::<i64>(v).ok());
+        match int(0) {
+            Some(0) => Ok(ProbeTaken::Wait(text(1).and_then(|t| t.parse().ok()))),
+            Some(1) => {
+                let names = RunFields::NAMES;
+                let first = 4;
+                if parts.len() < first + names.len() {
+                    return Err(unexpected());
+                }
+                let run = RunFields::read(|name| {
+                    let i = names.iter().position(|n| *n == name).unwrap_or(usize::MAX);
+                    text(first + i).unwrap_or_default()
+                });
+                Ok(ProbeTaken::Run {
+                    run,
+                    attempts: text(2).and_then(|t| t.parse().ok()).ok_or_else(unexpected)?,
+                    created_ms: text(3).unwrap_or_default(),
+                    payload: text(first + names.len()),
+                })
+            }
+            _ => Err(unexpected()),
+        }
+    }
+}
+
+/// How a probe went, for `lua/worker_probe_end.lua`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeOutcome {
+    /// The destination took the run: done.
+    Done,
+    /// The destination answered, refusing the run for a reason of its own.
+    Up,
+    /// The destination failed again.
+    Down,
+}
+
+impl ProbeOutcome {
+    /// The script's word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Done => "delivered",
+            Self::Up => "answered",
+            Self::Down => "down",
+        }
+    }
+}
+
+/// `lua/worker_probe_end.lua`: records how a probe went; when the
+/// destination answered, every run parked for it is due at once. Answers
+/// how many parked runs it made due sooner.
+#[derive(Debug, Clone)]
+pub struct ProbeEndCall<'a> {
+    /// The worker that sent it.
+    pub consumer: Consumer<'a>,
+    /// The run it was sent with.
+    pub run_id: &'a str,
+    /// How it went.
+    pub outcome: ProbeOutcome,
+    /// With [`ProbeOutcome::Down`]: no probe for this long, ms (the
+    /// destination's `Retry-After`; 0: the interval).
+    pub hold_ms: u64,
+    /// Now, ms since the Unix epoch.
+    pub now_ms: u64,
+    /// A done record's TTL, ms (0: never expires).
+    pub retention_ms: u64,
+    /// How long the done record keeps the payload (`--keep-done-payloads`):
+    /// 0 not at all, -1 as long as the record, else ms.
+    pub keep_payload_ms: i64,
+    /// The probe's parts for its history entry.
+    pub entry: &'a AttemptParts,
+}
+
+impl ScriptCall for ProbeEndCall<'_> {
+    type Reply = u64;
+
+    fn script(&self) -> &'static LuaScript {
+        &WORKER_PROBE_END
+    }
+
+    fn layout(&self) -> Layout {
+        let (keys, group) = (self.consumer.keys, self.consumer.group);
+        Layout::default()
+            .key("parking_key", keys.retry(group))
+            .key("run_key", keys.run(self.run_id))
+            .key("destination_key", keys.destination_parked(group))
+            .key("probe_key", keys.destination_probe(group))
+            .key("kept_payloads_key", keys.kept_payloads())
+            .arg("group", group)
+            .arg("consumer", self.consumer.name)
+            .arg("run_id", self.run_id)
+            .arg("outcome", self.outcome.as_str())
+            .arg("hold_ms", self.hold_ms)
+            .arg("now_ms", self.now_ms)
+            .arg("retention_ms", self.retention_ms)
+            .arg("keep_payload_ms", self.keep_payload_ms)
+            .arg("run_prefix", keys.run_prefix())
+            .arg("attempt_entry", &self.entry.args()[..])
+    }
+
+    fn decode(&self, reply: Value) -> Result<u64, Error> {
+        decode(reply)
     }
 }
 
@@ -521,6 +702,7 @@ mod tests {
             op: "op-1",
             retention_ms: 9,
             entry: &ENTRY,
+            not_before_ms: None,
         }
     }
 

@@ -61,6 +61,13 @@ impl Ran {
     fn duration_ms(&self) -> u64 {
         u64::try_from(self.duration.as_millis()).unwrap_or(u64::MAX)
     }
+
+    /// Attempt `attempt`'s parts for its history entry (the script that
+    /// records it adds the worker and the outcome).
+    fn entry(&self, attempt: u32, status: Option<u16>, error: Option<&str>) -> AttemptParts {
+        let (started_ms, duration_ms) = (self.started_ms, self.duration_ms());
+        AttemptParts { attempt, started_ms, duration_ms, status, error: error.map(short_error) }
+    }
 }
 
 /// Runs one attempt of `entry`: done, parked for the next attempt, dead,
@@ -102,7 +109,7 @@ pub(super) async fn process<H: Handler>(shared: &WorkerState, handler: &H, entry
 /// starts, and told once how it ended (a success, a failure that counts or
 /// not, or an end that says nothing, which frees a probe).
 #[derive(Debug, Clone, Copy, Default)]
-struct Admission<'a> {
+pub(super) struct Admission<'a> {
     /// `None`: the handler has no breaker (a command).
     breaker: Option<&'a Breaker>,
     /// This attempt is the breaker's probe.
@@ -111,7 +118,7 @@ struct Admission<'a> {
 
 impl<'a> Admission<'a> {
     /// Asks `breaker`; `None` while it holds attempts back.
-    fn ask(breaker: Option<&'a Breaker>) -> Option<Self> {
+    pub(super) fn ask(breaker: Option<&'a Breaker>) -> Option<Self> {
         match breaker.map_or(BreakerVerdict::Go, Breaker::admit) {
             BreakerVerdict::Hold => None,
             verdict => Some(Self { breaker, probe: verdict == BreakerVerdict::Probe }),
@@ -125,7 +132,7 @@ impl<'a> Admission<'a> {
     }
 
     /// The attempt succeeded: the destination is up.
-    fn succeeded(self) {
+    pub(super) fn succeeded(self) {
         if let Some(b) = self.breaker {
             b.success();
         }
@@ -134,7 +141,7 @@ impl<'a> Admission<'a> {
     /// Tells the breaker about a failure; whether the attempt counts (it
     /// does not while the destination is down, or when this failure opened
     /// the breaker).
-    fn counts(self, failure: &Failure) -> bool {
+    pub(super) fn counts(self, failure: &Failure) -> bool {
         match self.breaker {
             Some(b) if failure.is_destination() => b.failure(failure.retry_after.map(|d| d.min(MAX_RETRY_AFTER))),
             // An answer that is not the destination's fault says it is up.
@@ -147,7 +154,7 @@ impl<'a> Admission<'a> {
     }
 
     /// The attempt ended without telling whether the destination is up.
-    fn abandoned(self) {
+    pub(super) fn abandoned(self) {
         if let (true, Some(b)) = (self.probe, self.breaker) {
             b.probe_abandoned();
         }
@@ -191,6 +198,7 @@ impl<H: Handler> RunTask<'_, H> {
         })
         .await;
         if given_back == Some(true) {
+            self.held.mark_given_back();
             Counters::bump(&self.counters().released);
         }
     }
@@ -302,8 +310,7 @@ impl<H: Handler> RunTask<'_, H> {
     /// Attempt `attempt`'s parts for its history entry (the script that
     /// records it adds the worker and the outcome).
     fn entry(&self, attempt: u32, ran: &Ran, status: Option<u16>, error: Option<&str>) -> AttemptParts {
-        let (started_ms, duration_ms) = (ran.started_ms, ran.duration_ms());
-        AttemptParts { attempt, started_ms, duration_ms, status, error: error.map(short_error) }
+        ran.entry(attempt, status, error)
     }
 
     /// Marks the run done, and logs the attempt's one line.
@@ -323,8 +330,11 @@ impl<H: Handler> RunTask<'_, H> {
         let q = &self.shared.queue;
         let op = q.op();
         match self.until_answered("marking done", || q.done(self.entry, &op, &entry)).await {
-            Some(true) => Counters::bump(&self.counters().done),
-            Some(false) => Counters::bump(&self.counters().lost),
+            Some(Some(released)) => {
+                Counters::bump(&self.counters().done);
+                self.shared.released_parked(released);
+            }
+            Some(None) => Counters::bump(&self.counters().lost),
             None => {}
         }
     }
@@ -341,6 +351,10 @@ impl<H: Handler> RunTask<'_, H> {
         Counters::bump(&self.counters().failed_attempts);
         let config = self.config();
         let wait = retry_wait(config, tries, &failure, self.run_id);
+        // The destination's return releases a run parked for its failure,
+        // no sooner than its Retry-After.
+        let waits_for_destination =
+            failure.is_destination().then(|| failure.retry_after.unwrap_or_default().min(MAX_RETRY_AFTER));
         // A permanent failure makes this attempt the last one allowed.
         let last = failure.is_permanent() || tries >= config.max_attempts;
         let entry = self.entry(attempt, ran, failure.status, Some(&error));
@@ -348,7 +362,7 @@ impl<H: Handler> RunTask<'_, H> {
         let op = q.op();
         let Some(recorded) = self
             .until_answered("recording a failed attempt", || {
-                q.fail(self.entry, &error, attempt, last, wait, &op, &entry)
+                q.fail(self.entry, &error, attempt, last, wait, waits_for_destination, &op, &entry)
             })
             .await
         else {
@@ -374,10 +388,10 @@ impl<H: Handler> RunTask<'_, H> {
         tracing::warn!(run_id = self.run_id, attempt, %error, "attempt failed while the destination is down; not counted, run given back");
         let (q, lease) = (&self.shared.queue, self.config().lease);
         let op = q.op();
-        if self.until_answered("uncounting an attempt", || q.uncount(self.entry, error, lease, &op, entry)).await
-            == Some(false)
-        {
-            Counters::bump(&self.counters().lost);
+        match self.until_answered("uncounting an attempt", || q.uncount(self.entry, error, lease, &op, entry)).await {
+            Some(true) => self.held.mark_given_back(),
+            Some(false) => Counters::bump(&self.counters().lost),
+            None => {}
         }
     }
 }

@@ -178,6 +178,11 @@ impl Breaker {
         Self { config, state: std::sync::Mutex::new(State::Closed { failures: 0 }), changed: Notify::new() }
     }
 
+    /// Its settings.
+    pub fn config(&self) -> &BreakerConfig {
+        &self.config
+    }
+
     /// The current state.
     pub fn state(&self) -> State {
         *lock(&self.state)

@@ -52,8 +52,9 @@ pub struct WorkerConfig {
     /// Moves each wait by up to ±10 % at random ([`JITTER`]), so that runs
     /// failed together do not all come back together (default on).
     pub jitter: bool,
-    /// A `done` run record keeps its payload (`--keep-done-payloads`; default off).
-    pub keep_done_payloads: bool,
+    /// How long a `done` run record keeps its payload (`--keep-done-payloads`;
+    /// `None`, the default: not at all; `Lifetime(None)`: as long as the record).
+    pub keep_done_payloads: Option<crate::units::Lifetime>,
 }
 
 /// How far each wait between attempts is moved at random: ±10 %.
@@ -112,7 +113,7 @@ impl WorkerConfig {
             trim_interval: Some(DEFAULT_TRIM_INTERVAL),
             run_retention: Some(DEFAULT_RUN_RETENTION),
             jitter: true,
-            keep_done_payloads: false,
+            keep_done_payloads: None,
         }
     }
 

@@ -332,7 +332,7 @@ pub fn judge(status: StatusCode, headers: &HeaderMap, body: &[u8], now: SystemTi
         .flatten();
     Err(match retry_after {
         Some(wait) => Failure {
-            error: format!("{}, retry after {}", failure.error, crate::units::format_duration(wait)),
+            error: format!("{}{RETRY_AFTER_NOTE}{}", failure.error, crate::units::format_duration(wait)),
             ..failure
         }
         .not_before(wait),
@@ -359,6 +359,11 @@ pub const DESTINATION_FAULTS: [u16; 7] = [401, 403, 404, 405, 407, 408, 421];
 fn destination_fault(status: StatusCode) -> bool {
     status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS || DESTINATION_FAULTS.contains(&status.as_u16())
 }
+
+/// What a failure's error says after the answer when the destination
+/// asked for a wait (`HTTP 429 Too Many Requests, retry after 30s`); a
+/// parked run's page reads its reason from it ([`crate::ops::next_attempt`]).
+pub const RETRY_AFTER_NOTE: &str = ", retry after ";
 
 /// `Retry-After`: delay-seconds, or an HTTP date in any of the three forms
 /// HTTP allows (`httpdate`; a date in the past is no wait).

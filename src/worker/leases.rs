@@ -28,7 +28,10 @@ pub(super) async fn keep_leases(shared: Arc<WorkerState>) {
 /// renewal was sent (its fence counts from there); a run another worker took
 /// is told so.
 async fn renew_held(shared: &WorkerState) {
-    let ids: Vec<String> = lock(&shared.held).keys().cloned().collect();
+    // A run given back is not renewed: that would hide it from the other
+    // workers for a whole lease.
+    let ids: Vec<String> =
+        lock(&shared.held).iter().filter(|(_, h)| !h.is_given_back()).map(|(id, _)| id.clone()).collect();
     let sent = Instant::now();
     match shared.queue.extend(&ids).await {
         Ok(lost) => {
@@ -47,7 +50,8 @@ async fn renew_held(shared: &WorkerState) {
     }
 }
 
-/// Trims the runs stream once `next_trim` has passed, and sets the next one.
+/// Trims the runs stream once `next_trim` has passed, and sets the next one;
+/// the same pass removes the done payloads kept past their time.
 async fn trim_when_due(shared: &WorkerState, next_trim: &mut Option<Instant>) {
     let (Some(at), Some(interval)) = (*next_trim, shared.config.trim_interval) else { return };
     if Instant::now() < at {
@@ -60,5 +64,10 @@ async fn trim_when_due(shared: &WorkerState, next_trim: &mut Option<Instant>) {
         }
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "trimming the runs stream failed"),
+    }
+    match shared.queue.expire_payloads().await {
+        Ok(n) if n > 0 => tracing::debug!(removed = n, "removed done payloads kept past their time"),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "removing done payloads kept past their time failed"),
     }
 }

@@ -17,7 +17,9 @@
 //!   take-overs, the own pending list), `leases` (renewal and trimming),
 //!   `attempt` (one run task: start, fence, finish or fail, each retried
 //!   with one operation id; a failed one parks its run), `wake` (parked
-//!   runs back on the stream when due), `history` (the history's bounds and
+//!   runs back on the stream when due), `probe` (while runs wait parked
+//!   for the destination, one probe per interval; its return makes them
+//!   due at once), `history` (the history's bounds and
 //!   an attempt's error as its entry keeps it), `queue` (the Redis calls). [`Worker::run`]
 //!   ties them together and drains at shutdown.
 //! - [`command`]: a handler that runs a child process per run.
@@ -44,6 +46,7 @@ pub mod heartbeat;
 mod history;
 mod leases;
 mod metrics;
+mod probe;
 mod queue;
 mod reader;
 pub mod reaper;
@@ -169,6 +172,7 @@ impl Worker {
             async move { wake::wake_parked(&shared).await }
         });
         let handler = Arc::new(handler);
+        let prober = tokio::spawn(probe::probe_parked(shared.clone(), handler.clone()));
         let beat = tokio::spawn(heartbeat::beat(shared.clone(), self.heartbeat.clone(), handler.clone()));
         let reader = reader::read_loop(shared.clone(), handler, stop_rx);
         let mut tasks = read_until(reader, shutdown, &stop_tx).await;
@@ -177,6 +181,7 @@ impl Worker {
         while tasks.join_next().await.is_some() {}
         keeper.abort();
         waker.abort();
+        prober.abort();
         beat.abort();
         heartbeat::forget(&shared).await;
         self.leave().await;

@@ -14,8 +14,8 @@ use super::run::RunAttempt;
 use crate::error::Error;
 use crate::keys::Keys;
 use crate::redis_io::worker_scripts::{
-    Consumer, DoneCall, ExtendCall, FailCall, Failed, GiveBackCall, LeaveCall, StartCall, Started, TrimCall, Trimmed,
-    UncountCall, WakeCall, Woken,
+    Consumer, DoneCall, ExtendCall, FailCall, Failed, GiveBackCall, LeaveCall, ProbeEndCall, ProbeOutcome,
+    ProbeTakeCall, ProbeTaken, StartCall, Started, TrimCall, Trimmed, UncountCall, WakeCall, Woken,
 };
 use crate::redis_io::{BlockingReader, Conn, RedisHandle, RedisOptions};
 use crate::units::{now_ms, redis_ms};
@@ -67,8 +67,9 @@ pub(crate) struct Queue {
     block: Duration,
     /// The TTL of a `done` or `dead` run record, ms (0: never expires).
     retention_ms: u64,
-    /// A done record keeps its payload (`--keep-done-payloads`).
-    keep_done_payloads: bool,
+    /// How long a done record keeps its payload (`--keep-done-payloads`), as
+    /// `lua/worker_done.lua` takes it: 0 not at all, -1 as long as the record, else ms.
+    keep_payload_ms: i64,
     /// Blocking `XREADGROUP` never shares the handle's multiplexed
     /// connection, so it cannot delay anyone's command.
     reader: BlockingReader,
@@ -94,7 +95,11 @@ impl Queue {
             consumer: config.consumer.clone(),
             block: config.block,
             retention_ms: config.run_retention.map_or(0, redis_ms),
-            keep_done_payloads: config.keep_done_payloads,
+            keep_payload_ms: match config.keep_done_payloads {
+                None => 0,
+                Some(crate::units::Lifetime(None)) => -1,
+                Some(crate::units::Lifetime(Some(d))) => i64::try_from(redis_ms(d)).unwrap_or(i64::MAX).max(1),
+            },
             reader,
             op_prefix: format!("{}/{started}/", config.consumer),
             ops: AtomicU64::new(0),
@@ -247,8 +252,10 @@ impl Queue {
     }
 
     /// `lua/worker_done.lua`: acknowledge and mark done, with the attempt's
-    /// parts for its `history` entry. `false`: lost.
-    pub async fn done(&self, e: &StreamEntry, op: &Op, entry: &AttemptParts) -> Result<bool, Error> {
+    /// parts for its `history` entry; the group's runs parked for the
+    /// destination are due at once. `None`: lost; else how many parked runs
+    /// it made due sooner.
+    pub async fn done(&self, e: &StreamEntry, op: &Op, entry: &AttemptParts) -> Result<Option<u64>, Error> {
         let call = DoneCall {
             consumer: self.as_consumer(),
             entry_id: &e.id,
@@ -257,13 +264,16 @@ impl Queue {
             op: &op.0,
             retention_ms: self.retention_ms,
             entry,
-            keep_payload: self.keep_done_payloads,
+            keep_payload_ms: self.keep_payload_ms,
         };
         self.redis.call(&call).await
     }
 
     /// `lua/worker_fail.lua`: record a failed attempt with its parts for its
-    /// `history` entry, and park the run for `retry_in`; dead when it was the `last`.
+    /// `history` entry, and park the run for `retry_in`; dead when it was the
+    /// `last`. `waits_for_destination`: the failure was the destination's,
+    /// so its return releases the run, no sooner than this after now (its
+    /// `Retry-After`, or zero).
     #[allow(clippy::too_many_arguments)] // one per ARGV of the script
     pub async fn fail(
         &self,
@@ -272,6 +282,7 @@ impl Queue {
         attempt: u32,
         last: bool,
         retry_in: Duration,
+        waits_for_destination: Option<Duration>,
         op: &Op,
         entry: &AttemptParts,
     ) -> Result<Failed, Error> {
@@ -287,6 +298,37 @@ impl Queue {
             next_attempt_ms: now + redis_ms(retry_in),
             op: &op.0,
             retention_ms: self.retention_ms,
+            entry,
+            not_before_ms: waits_for_destination.map(|d| now + redis_ms(d)),
+        };
+        self.redis.call(&call).await
+    }
+
+    /// `lua/worker_probe_take.lua`: the group's next probe of its
+    /// destination (at most one per `every` for the group), if one is due.
+    pub async fn probe_take(&self, every: Duration) -> Result<ProbeTaken, Error> {
+        let call = ProbeTakeCall { consumer: self.as_consumer(), now_ms: now_ms(), every_ms: redis_ms(every) };
+        self.redis.call(&call).await
+    }
+
+    /// `lua/worker_probe_end.lua`: how the probe with `run_id` went (its
+    /// parts for the run's `history`); `hold`: no probe sooner (a
+    /// `Retry-After`). Returns how many parked runs it made due sooner.
+    pub async fn probe_end(
+        &self,
+        run_id: &str,
+        outcome: ProbeOutcome,
+        hold: Duration,
+        entry: &AttemptParts,
+    ) -> Result<u64, Error> {
+        let call = ProbeEndCall {
+            consumer: self.as_consumer(),
+            run_id,
+            outcome,
+            hold_ms: u64::try_from(hold.as_millis()).unwrap_or(u64::MAX),
+            now_ms: now_ms(),
+            retention_ms: self.retention_ms,
+            keep_payload_ms: self.keep_payload_ms,
             entry,
         };
         self.redis.call(&call).await
@@ -352,6 +394,26 @@ impl Queue {
     /// `lua/worker_trim.lua` on this queue's stream.
     pub async fn trim(&self) -> Result<Trimmed, Error> {
         self.redis.call(&TrimCall { keys: self.keys() }).await
+    }
+
+    /// Removes the done payloads `--keep-done-payloads DURATION` kept past
+    /// their time, a batch per script call until none is left; returns how
+    /// many went.
+    pub async fn expire_payloads(&self) -> Result<u64, Error> {
+        const BATCH: usize = 200;
+        let mut removed = 0;
+        loop {
+            let call = crate::redis_io::parked_scripts::PayloadExpireCall {
+                keys: self.keys(),
+                now_ms: crate::units::now_ms(),
+                limit: BATCH,
+            };
+            let step = self.redis.call(&call).await?;
+            removed += step.removed;
+            if step.looked_at < BATCH as u64 {
+                return Ok(removed);
+            }
+        }
     }
 }
 

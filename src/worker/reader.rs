@@ -117,6 +117,10 @@ impl<H: Handler> Reader<H> {
     /// or `None` once asked to stop.
     async fn breaker_lets_through(&mut self) -> Option<bool> {
         let Some(breaker) = self.handler.breaker() else { return Some(false) };
+        // Seen open before the wait: when another probe than the reader's
+        // (the prober's, `super::probe`) closes it meanwhile, the runs given
+        // back are still taken at once.
+        self.probing |= breaker.probing();
         tokio::select! {
             _ = breaker.ready() => {}
             _ = self.stop.wait_for(|s| *s) => return None,
@@ -200,27 +204,39 @@ impl<H: Handler> Reader<H> {
             };
             let Some(permit) = permits.pop() else {
                 tracing::error!("more entries than requested; the extra one waits for its lease");
-                lock(&self.shared.held).remove(&entry.id);
+                forget(&self.shared, &entry.id, &held);
                 continue;
             };
             let (shared, handler) = (self.shared.clone(), self.handler.clone());
             self.tasks.spawn(async move {
                 let _in_hand = shared.metrics.as_deref().map(WorkerMetrics::in_hand);
                 process(&shared, &*handler, &entry, &held).await;
-                lock(&shared.held).remove(&entry.id);
+                forget(&shared, &entry.id, &held);
                 drop(permit);
             });
         }
     }
 
     /// Records entry `id` as in hand; `None` when a run task already has it.
+    /// One that gave it back and is ending does not: the entry was taken
+    /// again (by this worker) and must run, or it would sit claimed by
+    /// nobody's task for a whole lease.
     fn take_in_hand(&self, id: &str, sent: Instant) -> Option<Arc<Held>> {
         let mut all = lock(&self.shared.held);
-        if all.contains_key(id) {
+        if all.get(id).is_some_and(|h| !h.is_given_back()) {
             return None;
         }
         let held = Arc::new(Held::new(sent));
         all.insert(id.to_owned(), held.clone());
         Some(held)
+    }
+}
+
+/// The run task of entry `id` (`held`) ended: the entry is no longer in
+/// hand, unless a new task took it since.
+fn forget(shared: &WorkerState, id: &str, held: &Arc<Held>) {
+    let mut all = lock(&shared.held);
+    if all.get(id).is_some_and(|h| Arc::ptr_eq(h, held)) {
+        all.remove(id);
     }
 }

@@ -124,7 +124,7 @@ impl WorkerSetup {
                 })
             }
         };
-        c.keep_done_payloads = s.keep_done_payloads.switch()?.is_some_and(|k| k.value);
+        c.keep_done_payloads = s.keep_done_payloads.switch_or_duration()?.and_then(|k| k.value);
         let metrics_listen = match s.metrics_listen.text()? {
             Some(addr) => Some(addr.value.parse().map_err(|_| addr.fail("not an address like 127.0.0.1:9464"))?),
             None => None,
@@ -380,7 +380,11 @@ heartbeat_interval = "2s"
         assert_eq!((c.timeout, c.lease), (Duration::from_secs(20), Duration::from_secs(90)));
         assert_eq!((c.backoff, c.max_backoff), (Duration::from_secs(3), Duration::from_secs(60)));
         assert_eq!(c.retry_schedule, None, "the exponential shorthand");
-        assert!(c.keep_done_payloads);
+        assert_eq!(
+            c.keep_done_payloads,
+            Some(crate::units::Lifetime(None)),
+            "the old yes/no spelling: as long as the record"
+        );
         assert_eq!((c.trim_interval, c.block), (None, Duration::from_millis(500)));
         assert_eq!(c.run_retention, Some(Duration::from_secs(2 * 86_400)), "the top-level run_retention applies");
         assert_eq!(s.metrics_listen, Some("127.0.0.1:9464".parse().unwrap()));
@@ -449,7 +453,32 @@ heartbeat_interval = "2s"
             (c.concurrency, c.timeout, c.lease, c.run_retention, c.trim_interval),
             (d.concurrency, d.timeout, d.lease, d.run_retention, d.trim_interval)
         );
-        assert_eq!((&c.retry_schedule, c.max_attempts, c.keep_done_payloads), (&d.retry_schedule, 8, false));
+        assert_eq!((&c.retry_schedule, c.max_attempts, c.keep_done_payloads), (&d.retry_schedule, 8, None));
+        // --keep-done-payloads takes a duration, and still `true` / `false` (it was a switch).
+        let kept = |v: &str| {
+            resolve(&[("group", "g"), ("keep_done_payloads", v)], "", TRUE).map(|s| s.config.keep_done_payloads)
+        };
+        assert_eq!(kept("1h"), Ok(Some(crate::units::Lifetime(Some(Duration::from_secs(3600))))));
+        assert_eq!(
+            (kept("true"), kept("false"), kept("0s")),
+            (Ok(Some(crate::units::Lifetime(None))), Ok(None), Ok(None))
+        );
+        // The switch's env var took clap's spellings; they mean what they meant.
+        for on in ["1", "yes", "on", "TRUE"] {
+            assert_eq!(kept(on), Ok(Some(crate::units::Lifetime(None))), "{on}");
+        }
+        for off in ["0", "no", "off", ""] {
+            assert_eq!(kept(off), Ok(None), "{off:?}");
+        }
+        let e = kept("soon").unwrap_err();
+        assert!(
+            e.contains("--keep-done-payloads")
+                && e.contains("expected true, false or a duration")
+                && !e.contains("soon"),
+            "{e}"
+        );
+        let c = resolve(&[("group", "g")], "[worker]\nkeep_done_payloads = \"30m\"\n", TRUE).unwrap().config;
+        assert_eq!(c.keep_done_payloads, Some(crate::units::Lifetime(Some(Duration::from_secs(1800)))));
         // A flag schedule, as a comma list; one shorthand flag alone keeps the shorthand's defaults.
         let c = resolve(&[("group", "g"), ("retry_schedule", "1s, 2m")], "", TRUE).unwrap().config;
         assert_eq!(

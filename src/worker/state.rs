@@ -118,6 +118,15 @@ impl WorkerState {
         self.recover.store(true, Ordering::SeqCst);
     }
 
+    /// The destination answered and `released` parked runs are due now:
+    /// the waker puts them on the stream at once, for every worker of the group.
+    pub fn released_parked(&self, released: u64) {
+        if released > 0 {
+            tracing::info!(runs = released, "the destination answered: the runs parked for it are due now");
+            self.parked.notify_one();
+        }
+    }
+
     /// Whether the reader must read this worker's own pending list first
     /// (and clears the mark: the reader is about to).
     pub fn take_recover(&self) -> bool {
@@ -132,11 +141,25 @@ pub(super) struct Held {
     /// The latest instant known to precede a reset of the entry's idle time
     /// in Redis (a renewal, or the start of an attempt).
     renewed: Mutex<Instant>,
+    /// The run task gave the entry back (its idle time set past the lease,
+    /// for any worker to take) and is ending: the lease keeper must not
+    /// renew it, and the reader may take it again at once.
+    given_back: AtomicBool,
 }
 
 impl Held {
     pub fn new(renewed: Instant) -> Self {
-        Self { lost: Notify::new(), renewed: Mutex::new(renewed) }
+        Self { lost: Notify::new(), renewed: Mutex::new(renewed), given_back: AtomicBool::new(false) }
+    }
+
+    /// The run task gave the entry back.
+    pub fn mark_given_back(&self) {
+        self.given_back.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the run task gave the entry back.
+    pub fn is_given_back(&self) -> bool {
+        self.given_back.load(Ordering::SeqCst)
     }
 
     /// Records a renewal sent at `sent` (and answered).

@@ -21,6 +21,8 @@ fn the_documented_acl_covers_every_command_the_scripts_call() {
             "gate.lua" | "gate_hold.lua" | "run_finish.lua" | "run_release.lua" => "idemgate-serve",
             "dead_retry.lua" => "idemgate-ops", // `idemgate dead retry`
             "run_read.lua" => "idemgate-ops",   // the ops API's bounded run read
+            // `idemgate runs retry-now`, and the ops API's.
+            "run_retry_now.lua" | "parked_retry_now.lua" => "idemgate-ops",
             _ => "idemgate-worker",
         };
         let rules: BTreeSet<&str> = lines[user].split_whitespace().collect();

@@ -1,11 +1,12 @@
 //! Tests that need more than Redis: Docker and the idemgate image
 //! (`testing`), headless Chromium and chromedriver (`console`,
-//! `console_views`, `csrf`), promtool (`deploy`), Python with the
+//! `console_views`, `console_parked`, `csrf`), promtool (`deploy`), Python with the
 //! `standardwebhooks` package (`destinations`, `receivers`,
 //! `worker_limits`) and `cryptography` (`v1a`, `receivers`), Go and Node (`receivers`, `quickstart`), curl and jq
 //! (`quickstart`, `docs_recipes`).
 
 pub(crate) mod console;
+pub(crate) mod console_parked;
 pub(crate) mod console_views;
 pub(crate) mod csrf;
 pub(crate) mod deploy;

@@ -623,7 +623,8 @@ async fn an_attempt_lost_with_its_worker_is_on_record_as_fenced() {
 /// Done records of earlier versions (main's: `run_id`, `worker`,
 /// `finished_ms`, no `history`; this round's first: a whole `history`) still
 /// read in `inspect` and the ops API, and are redelivered: the next attempt
-/// joins the history they had.
+/// joins the history they had. Their payload is gone (removed when they were
+/// done), so a redelivery asks for `--without-payload` first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn done_records_of_earlier_versions_read_and_redeliver() {
     let ns = fresh_ns("lholddone");
@@ -675,6 +676,9 @@ async fn done_records_of_earlier_versions_read_and_redeliver() {
     let dest = Destination::start(|_, _| ok()).await;
     for run in ["run-1", "run-2"] {
         let out = idemgate_in(&ns, &["runs", "redeliver", run]);
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        assert!(stdout(&out).contains("its payload is gone"), "{out:?}");
+        let out = idemgate_in(&ns, &["runs", "redeliver", "--without-payload", run]);
         assert!(out.status.success(), "{out:?}");
     }
     let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &[])]);

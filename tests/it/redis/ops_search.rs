@@ -254,7 +254,8 @@ async fn any_run_is_found_in_one_box_and_filtered_on_a_cluster() {
 }
 
 /// `POST /v1/ops/runs/{id}/redeliver` on the cluster: a `--deliver` worker
-/// on the cluster delivers run-1; redelivered, the done run reaches the
+/// on the cluster (keeping done payloads, so a redelivery carries it)
+/// delivers run-1; redelivered, the done run reaches the
 /// receiver again (the same run key, attempt 2), and its record and
 /// `history` show both attempts. A queued run is refused (409), unchanged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -268,7 +269,7 @@ async fn a_done_run_is_redelivered_on_a_cluster() {
     let worker = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
         .args(["worker", "--redis-cluster-nodes", &shared_cluster_urls().join(","), "--namespace", &ns])
         .args(["--group", "g", "--consumer", "cw", "--block", "200ms", "--deliver", &dest.url()])
-        .arg("--deliver-secret-file")
+        .args(["--keep-done-payloads", "1h", "--deliver-secret-file"])
         .arg(dir.join("secrets"))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())

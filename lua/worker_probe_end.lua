@@ -1,0 +1,59 @@
+-- idemgate worker --deliver: how the group's probe (lua/worker_probe_take.lua)
+-- went, for the run it was sent with; no attempt is counted either way.
+-- - `delivered`: the destination took the run: the run is done (if it is still
+--   parked by this group: another attempt may have started meanwhile), and
+--   every run parked for the destination is due at once
+--   (lua/shared/release.lua).
+-- - `answered`: the destination answered, refusing this run for a reason of its
+--   own (a 4xx of the run's kind): it is up, so every run parked for it is
+--   due at once, this one too (its own attempt then counts the refusal);
+--   the probe's answer joins the run's `history` as `released`.
+-- - `down`: the destination failed again: the probe joins the run's
+--   `history` as `released` (alike probes fold into one entry with a
+--   count), and the next probe waits for the interval, or for the
+--   destination's Retry-After (ARGV[5]) when that is later.
+--
+-- KEYS[1]: parking_key              idemgate:{NS}:retry:<enc group>
+-- KEYS[2]: run_key                  idemgate:{NS}:run:<run id>
+-- KEYS[3]: destination_key          idemgate:{NS}:destination-parked:<enc group>
+-- KEYS[4]: probe_key                idemgate:{NS}:destination-probe:<enc group>
+-- KEYS[5]: kept_payloads_key        idemgate:{NS}:kept-payloads
+-- ARGV[1]: group                    consumer group
+-- ARGV[2]: consumer                 consumer name (this worker)
+-- ARGV[3]: run_id                   the run the probe was sent with
+-- ARGV[4]: outcome                  delivered, answered or down
+-- ARGV[5]: hold_ms                  with `down`: no probe for this long (the Retry-After; 0: the interval)
+-- ARGV[6]: now_ms                   now, ms since the Unix epoch
+-- ARGV[7]: retention_ms             run retention, ms (0: never expires)
+-- ARGV[8]: keep_payload_ms          how long the done record keeps the payload: 0 not at all,
+--                                   -1 as long as the record, else ms
+-- ARGV[9]: run_prefix               the run records' prefix, idemgate:{NS}:run: (same slot: the hash tag)
+-- ARGV[10..14]: attempt_entry       the probe's parts for its history entry (lua/shared/history.lua):
+--               attempt, started_ms, duration_ms, status ('' none), error ('' none)
+-- Returns: the parked runs made due sooner
+
+${run_fields}
+${history}
+${done}
+${release}
+
+local state = redis.call('HMGET', KEYS[2], 'status', 'parked_group')
+local parked = state[1] == ${status_parked} and state[2] == ARGV[1]
+if ARGV[4] == 'down' then
+  if parked then
+    append_released(10, ARGV[2])
+  end
+  local hold = tonumber(ARGV[5])
+  if hold > 0 and hold > redis.call('PTTL', KEYS[4]) then
+    redis.call('SET', KEYS[4], ARGV[2], 'PX', ARGV[5])
+  end
+  return 0
+end
+if parked and ARGV[4] == 'delivered' then
+  redis.call('ZREM', KEYS[1], ARGV[3])
+  redis.call('ZREM', KEYS[3], ARGV[3])
+  mark_done(10, ARGV[2], ARGV[6], ARGV[7], ARGV[8], KEYS[5])
+elseif parked then
+  append_released(10, ARGV[2])
+end
+return release_destination_parked(KEYS[1], KEYS[3], ARGV[1], ARGV[6], ARGV[9])

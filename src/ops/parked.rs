@@ -1,0 +1,401 @@
+//! Parked runs in plain sight, and sent now: each group's parking set
+//! (`idemgate:{NS}:retry:` enc(group), scored by due time) counted with its
+//! next due time and the age of its oldest run ([`ParkedGroup`], read by
+//! `stats`, `/v1/ops/stats`, `/v1/ops/workers` and the metrics), why one
+//! parked run waits ([`NextAttempt`], on `inspect run`, `/v1/ops/runs/{id}`
+//! and the run's page), and `runs retry-now` ([`Ops::retry_now`],
+//! [`Ops::retry_now_group`]).
+
+use std::collections::BTreeMap;
+
+use redis::Value;
+use serde::Serialize;
+use serde_json::Value as Json;
+
+use super::client::{Ops, OpsError};
+use super::source::Source;
+use crate::keys::Keys;
+use crate::redis_io::parked_scripts::{ParkedRetryNowCall, RetryNowCall, RetryNowReply};
+use crate::units::now_ms;
+use crate::vocabulary::RunStatus;
+
+/// Parked runs whose records are read for the oldest one's age, per group:
+/// the ones due soonest. Past it the age is that of the oldest among them
+/// ([`ParkedGroup::oldest_sampled`]), so a reading stays a few commands
+/// however many runs an outage parked.
+pub const OLDEST_SAMPLE: usize = 1000;
+
+/// Runs one `retry-now --all-parked` script call looks at.
+const RETRY_NOW_BATCH: usize = 500;
+
+/// One consumer group's parked runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ParkedGroup {
+    /// The group (the worker's `--group`).
+    pub group: String,
+    /// Runs in its parking set.
+    pub parked: u64,
+    /// The earliest due time among them, ms since the Unix epoch (`None`: none parked).
+    pub next_due_ms: Option<u64>,
+    /// When the oldest of them was queued (created, or sent again by `dead
+    /// retry` / `runs redeliver`), ms since the Unix epoch: its age is how
+    /// long it has waited to be delivered (`None`: none parked).
+    pub oldest_queued_ms: Option<u64>,
+    /// More runs are parked than [`OLDEST_SAMPLE`]: the oldest is sought
+    /// among the ones due soonest.
+    pub oldest_sampled: bool,
+}
+
+impl ParkedGroup {
+    /// The oldest parked run's age at `now`, seconds (0: none parked).
+    pub fn oldest_seconds(&self, now: u64) -> f64 {
+        self.oldest_queued_ms.map_or(0.0, |ms| now.saturating_sub(ms) as f64 / 1000.0)
+    }
+}
+
+/// Adds to `pipe` the two reads of `group`'s parking set that
+/// [`parked_from`] reads back: its size, and its soonest-due runs with their
+/// due times.
+pub(crate) fn queue_parked_reads(pipe: &mut redis::Pipeline, keys: &Keys, group: &str) {
+    let key = keys.retry(group);
+    pipe.zcard(&key);
+    pipe.cmd("ZRANGE").arg(&key).arg(0).arg(OLDEST_SAMPLE - 1).arg("WITHSCORES");
+}
+
+/// A group's figures from the two replies of [`queue_parked_reads`], and the
+/// run ids read (for [`Ops::fill_oldest`]).
+pub(crate) fn parked_from(group: &str, size: Value, soonest: Value) -> Result<(ParkedGroup, Vec<String>), OpsError> {
+    let parked: u64 = redis::from_redis_value(size).map_err(redis::RedisError::from)?;
+    let soonest: Vec<(String, String)> = redis::from_redis_value(soonest).map_err(redis::RedisError::from)?;
+    // Redis writes a score as a double: "1718000000000" or "1.718e+12".
+    let next_due_ms = soonest.first().and_then(|(_, s)| s.parse::<f64>().ok()).map(|ms| ms.max(0.0) as u64);
+    let ids = soonest.into_iter().map(|(id, _)| id).collect();
+    let g = ParkedGroup {
+        group: group.to_owned(),
+        parked,
+        next_due_ms,
+        oldest_queued_ms: None,
+        oldest_sampled: parked > OLDEST_SAMPLE as u64,
+    };
+    Ok((g, ids))
+}
+
+/// "in 4m" or "4m ago", from `now` to `at` (ms since the Unix epoch).
+fn from_now(at: u64, now: u64) -> String {
+    if at >= now { format!("in {}", roughly(at - now)) } else { format!("{} ago", roughly(now - at)) }
+}
+
+/// A span in its two largest units: `850ms`, `12s`, `4m 5s`, `1h 2m`, `3d 4h`.
+fn roughly(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0 => format!("{ms}ms"),
+        1..60 => format!("{s}s"),
+        60..3600 => format!("{}m {}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h {}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d {}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+/// The lines of `idemgate stats` for the parked runs: one per group.
+pub fn parked_text(out: &mut String, groups: &[ParkedGroup], now: u64) {
+    use std::fmt::Write;
+    for g in groups {
+        let group = super::render::one_line(&g.group);
+        if g.parked == 0 {
+            let _ = writeln!(out, "group {group}: parked 0");
+            continue;
+        }
+        let oldest = g.oldest_queued_ms.map_or_else(String::new, |ms| {
+            let sampled =
+                if g.oldest_sampled { format!(" among the {OLDEST_SAMPLE} due soonest") } else { String::new() };
+            format!(", oldest queued {}{sampled}", from_now(ms, now))
+        });
+        let next = g.next_due_ms.map_or_else(String::new, |ms| {
+            let at = super::render::rfc3339_ms(ms).unwrap_or_default();
+            format!(", next due {} ({at})", from_now(ms, now))
+        });
+        let _ = writeln!(out, "group {group}: parked {}{oldest}{next}", g.parked);
+    }
+}
+
+/// The text of `idemgate runs retry-now RUN_ID…`: a line per run, then the count made due.
+pub fn retried_now_text(results: &[RetriedNow]) -> String {
+    use std::fmt::Write;
+    let one_line = super::render::one_line;
+    let mut out = String::new();
+    for r in results {
+        let _ = match r {
+            RetriedNow::Due { run_id, group, was_due_ms } => {
+                let was = was_due_ms.and_then(super::render::rfc3339_ms).map_or_else(
+                    || "it was missing from its parking set, and is back".to_owned(),
+                    |at| format!("it was due {at}"),
+                );
+                writeln!(out, "{}: due now for group {} ({was})", one_line(run_id), one_line(group))
+            }
+            RetriedNow::Refused { run_id, status } if status.is_empty() => writeln!(
+                out,
+                "{}: refused: no run record (never created, or expired after its run retention); nothing changed",
+                one_line(run_id)
+            ),
+            RetriedNow::Refused { run_id, status } => writeln!(
+                out,
+                "{}: refused: the run is {}, not parked; nothing changed{}",
+                one_line(run_id),
+                one_line(status),
+                not_parked_hint(status)
+            ),
+        };
+    }
+    let due = results.iter().filter(|r| r.due()).count();
+    let _ = write!(
+        out,
+        "made {due} run{} due now (their group's workers take them within a second)",
+        if due == 1 { "" } else { "s" }
+    );
+    out
+}
+
+/// The line of `inspect run` for a parked run's next attempt.
+pub fn next_attempt_text(next: &NextAttempt, now: u64) -> String {
+    let at = super::render::rfc3339_ms(next.due_ms).unwrap_or_default();
+    let overdue = if next.due_ms + 2000 < now {
+        format!("; overdue: is a worker of group {} running?", super::render::one_line(&next.group))
+    } else {
+        String::new()
+    };
+    format!("{at} ({}): {} [{}]{overdue}", from_now(next.due_ms, now), next.why, next.reason)
+}
+
+/// What to do instead, after "the run is STATUS, not parked".
+pub fn not_parked_hint(status: &str) -> &'static str {
+    match status {
+        "queued" | "running" => " (it is on its way already)",
+        "done" => " (runs redeliver sends a done run again)",
+        "dead" => " (dead retry, or runs redeliver, sends a dead run again)",
+        _ => "",
+    }
+}
+
+/// What `runs retry-now` did with one run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum RetriedNow {
+    /// Due now: its group's workers put it on the runs stream within a
+    /// second, and its next attempt counts as the schedule's would.
+    Due {
+        /// The run id.
+        run_id: String,
+        /// The group it is parked for.
+        group: String,
+        /// When it was due before (`None`: its parking set had lost it).
+        was_due_ms: Option<u64>,
+    },
+    /// Refused: the run is not parked; nothing changed.
+    Refused {
+        /// The run id.
+        run_id: String,
+        /// The record's status (`""`: there is no record: never created, or expired).
+        status: String,
+    },
+}
+
+impl RetriedNow {
+    /// Whether the run was made due.
+    pub fn due(&self) -> bool {
+        matches!(self, RetriedNow::Due { .. })
+    }
+}
+
+impl Ops {
+    /// Each of `groups`' parked runs: one pipelined round for the counts
+    /// and due times, one for the records of the soonest-due runs (the
+    /// oldest one's age).
+    pub async fn parked(&self, groups: &[String]) -> Result<Vec<ParkedGroup>, OpsError> {
+        if groups.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for g in groups {
+            queue_parked_reads(&mut pipe, self.keys(), g);
+        }
+        let mut replies = self.redis.query::<Vec<Value>>(&mut pipe).await?.into_iter();
+        let mut out = Vec::with_capacity(groups.len());
+        let mut ids = Vec::with_capacity(groups.len());
+        for g in groups {
+            let (Some(size), Some(soonest)) = (replies.next(), replies.next()) else {
+                return Err(crate::Error::UnexpectedReply("ZCARD and ZRANGE: a reply short".into()).into());
+            };
+            let (group, read) = parked_from(g, size, soonest)?;
+            out.push(group);
+            ids.push(read);
+        }
+        self.fill_oldest(&mut out, &ids).await?;
+        Ok(out)
+    }
+
+    /// Sets each group's [`ParkedGroup::oldest_queued_ms`] from the records
+    /// of `ids` (per group, as [`parked_from`] read them), in one pipeline.
+    pub(crate) async fn fill_oldest(&self, groups: &mut [ParkedGroup], ids: &[Vec<String>]) -> Result<(), OpsError> {
+        let total: usize = ids.iter().map(Vec::len).sum();
+        if total == 0 {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for id in ids.iter().flatten() {
+            pipe.cmd("HMGET").arg(self.keys().run(id)).arg("created_ms").arg("retried_ms");
+        }
+        let times: Vec<(Option<u64>, Option<u64>)> = self.redis.query(&mut pipe).await?;
+        let mut times = times.into_iter();
+        for (g, group_ids) in groups.iter_mut().zip(ids) {
+            g.oldest_queued_ms =
+                times.by_ref().take(group_ids.len()).filter_map(|(created, retried)| created.max(retried)).min();
+        }
+        Ok(())
+    }
+
+    /// `runs retry-now RUN_ID…`: each parked run due at once
+    /// (`lua/run_retry_now.lua`, one atomic script per run), its attempt
+    /// budget kept. A run that is not parked is refused and left as it is.
+    pub async fn retry_now(&self, run_ids: &[String]) -> Result<Vec<RetriedNow>, OpsError> {
+        let mut out = Vec::with_capacity(run_ids.len());
+        for run_id in run_ids {
+            let call = RetryNowCall { keys: self.keys(), run_id, now_ms: now_ms() };
+            out.push(match self.redis.call(&call).await? {
+                RetryNowReply::Due { group, was_due_ms } => {
+                    RetriedNow::Due { run_id: run_id.clone(), group, was_due_ms }
+                }
+                RetryNowReply::NotParked { status } => RetriedNow::Refused { run_id: run_id.clone(), status },
+            });
+        }
+        Ok(out)
+    }
+
+    /// `runs retry-now --all-parked --group NAME`: every run parked for
+    /// `group` due at once, in batches of a few hundred per script call
+    /// (`lua/parked_retry_now.lua`): time linear in the parked runs, and
+    /// Redis never held long. Returns the runs made due.
+    pub async fn retry_now_group(&self, group: &str) -> Result<u64, OpsError> {
+        let now = now_ms();
+        let mut made_due = 0;
+        loop {
+            let call = ParkedRetryNowCall { keys: self.keys(), group, now_ms: now, limit: RETRY_NOW_BATCH };
+            let step = self.redis.call(&call).await?;
+            made_due += step.runs;
+            if step.looked_at < RETRY_NOW_BATCH as u64 {
+                return Ok(made_due);
+            }
+        }
+    }
+}
+
+impl Source {
+    /// `POST /v1/ops/runs/{id}/retry-now`: [`Ops::retry_now`] for one run. On
+    /// the memory store nothing parks (no worker runs anything), so every
+    /// request is refused with the run's status.
+    pub async fn retry_now(&self, run_id: &str) -> Result<RetriedNow, OpsError> {
+        match self {
+            Source::Redis(ops) => {
+                Ok(ops.retry_now(&[run_id.to_owned()]).await?.pop().expect("one result per run asked for"))
+            }
+            Source::Memory(m) => Ok(RetriedNow::Refused {
+                run_id: run_id.to_owned(),
+                status: m.run(run_id).map_or(String::new(), |r| r.status.to_string()),
+            }),
+        }
+    }
+}
+
+/// When a parked run's next attempt is due and why it waits, from what its
+/// record knows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NextAttempt {
+    /// The due time, ms since the Unix epoch.
+    pub due_ms: u64,
+    /// The group whose workers take it when due.
+    pub group: String,
+    /// `retry_now` (an operator made it due), `retry_after` (the
+    /// destination's `Retry-After`, when longer than the schedule's wait) or
+    /// `schedule` (the retry schedule's wait after a failed attempt).
+    pub reason: &'static str,
+    /// The reason in words, with the attempt and the failure it follows.
+    pub why: String,
+}
+
+/// The [`NextAttempt`] of a run whose record is `fields` and whose attempts
+/// are `history` (`None`: the run is not parked).
+pub fn next_attempt(fields: &BTreeMap<String, String>, history: &Json) -> Option<NextAttempt> {
+    if fields.get("status").map(String::as_str) != Some(RunStatus::Parked.as_str()) {
+        return None;
+    }
+    let due_ms: u64 = fields.get("next_attempt_ms")?.parse().ok()?;
+    let group = fields.get("parked_group").cloned().unwrap_or_default();
+    let failed = history.as_array().and_then(|h| h.iter().rev().find(|a| a["outcome"] == "failed"));
+    let attempt = failed.and_then(|a| a["attempt"].as_u64()).map_or_else(String::new, |n| format!(" {n}"));
+    let status = failed.and_then(|a| a["status"].as_u64());
+    let answer = status.map_or_else(|| "no answer".to_owned(), |s| format!("HTTP {s}"));
+    let error = fields.get("last_error").map(String::as_str).unwrap_or_default();
+    let (reason, why) = if fields.get("retry_now_ms").is_some_and(|t| t.parse() == Ok(due_ms)) {
+        (
+            "retry_now",
+            "an operator made it due at once (runs retry-now); a worker of its group takes it within a second"
+                .to_owned(),
+        )
+    } else if matches!(status, Some(429 | 503)) && error.contains(crate::worker::deliver::RETRY_AFTER_NOTE) {
+        (
+            "retry_after",
+            format!("attempt{attempt} was answered {answer} with Retry-After, longer than the retry schedule's wait"),
+        )
+    } else {
+        ("schedule", format!("the retry schedule's wait after attempt{attempt} failed ({answer})"))
+    };
+    Some(NextAttempt { due_ms, group, reason, why })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn record(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn a_parked_run_says_when_and_why() {
+        let history = json!([{"attempt": 2, "status": 500, "outcome": "failed", "error": "HTTP 500"}]);
+        let parked = record(&[
+            ("status", "parked"),
+            ("next_attempt_ms", "9000"),
+            ("parked_group", "g"),
+            ("last_error", "HTTP 500"),
+        ]);
+        let next = next_attempt(&parked, &history).unwrap();
+        assert_eq!((next.due_ms, next.group.as_str(), next.reason), (9000, "g", "schedule"));
+        assert!(next.why.contains("attempt 2 failed (HTTP 500)"), "{}", next.why);
+
+        let busy = json!([{"attempt": 1, "status": 429, "outcome": "failed"}]);
+        let asked = record(&[
+            ("status", "parked"),
+            ("next_attempt_ms", "9000"),
+            ("last_error", "HTTP 429 Too Many Requests, retry after 30s"),
+        ]);
+        assert_eq!(next_attempt(&asked, &busy).unwrap().reason, "retry_after");
+
+        let sent = record(&[("status", "parked"), ("next_attempt_ms", "7"), ("retry_now_ms", "7")]);
+        assert_eq!(next_attempt(&sent, &json!([])).unwrap().reason, "retry_now");
+        // An earlier retry-now says nothing of a later parking.
+        let later = record(&[("status", "parked"), ("next_attempt_ms", "9"), ("retry_now_ms", "7")]);
+        assert_eq!(next_attempt(&later, &json!([])).unwrap().reason, "schedule");
+
+        assert_eq!(next_attempt(&record(&[("status", "done"), ("next_attempt_ms", "9")]), &json!([])), None);
+    }
+
+    #[test]
+    fn spans_read_in_two_units() {
+        let got = [850, 12_000, 245_000, 3_720_000, 273_600_000].map(roughly);
+        assert_eq!(got, ["850ms", "12s", "4m 5s", "1h 2m", "3d 4h"]);
+        assert_eq!((from_now(5_000, 2_000), from_now(2_000, 5_000)), ("in 3s".to_owned(), "3s ago".to_owned()));
+    }
+}

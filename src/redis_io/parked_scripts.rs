@@ -1,0 +1,171 @@
+//! The calls that make parked runs due at once (`idemgate runs retry-now`,
+//! `POST /v1/ops/runs/{id}/retry-now`): `lua/run_retry_now.lua` for one
+//! run, `lua/parked_retry_now.lua` for a group's parking set, a batch at a
+//! time; and the worker's removal of done payloads kept past their time
+//! (`lua/payload_expire.lua`, `--keep-done-payloads DURATION`).
+
+use std::sync::LazyLock;
+
+use redis::Value;
+
+use super::run_scripts::decode;
+use super::scripts::{Layout, LuaScript, ScriptCall};
+use crate::error::Error;
+use crate::keys::Keys;
+
+/// `lua/run_retry_now.lua`, loaded.
+pub static RUN_RETRY_NOW: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::load(include_str!("../../lua/run_retry_now.lua")));
+/// `lua/parked_retry_now.lua`, loaded.
+pub static PARKED_RETRY_NOW: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::load(include_str!("../../lua/parked_retry_now.lua")));
+
+/// `lua/payload_expire.lua`, loaded.
+pub static PAYLOAD_EXPIRE: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::load(include_str!("../../lua/payload_expire.lua")));
+
+/// `lua/payload_expire.lua`: up to `limit` done payloads kept past their
+/// time leave their records.
+#[derive(Debug, Clone)]
+pub struct PayloadExpireCall<'a> {
+    /// The namespace's keys.
+    pub keys: &'a Keys,
+    /// Now, ms since the Unix epoch.
+    pub now_ms: u64,
+    /// The most ids looked at in this call.
+    pub limit: usize,
+}
+
+/// What one [`PayloadExpireCall`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PayloadsExpired {
+    /// Payloads removed.
+    pub removed: u64,
+    /// Ids looked at (fewer than the limit: none is left past its time).
+    pub looked_at: u64,
+}
+
+impl ScriptCall for PayloadExpireCall<'_> {
+    type Reply = PayloadsExpired;
+
+    fn script(&self) -> &'static LuaScript {
+        &PAYLOAD_EXPIRE
+    }
+
+    fn layout(&self) -> Layout {
+        Layout::default()
+            .key("kept_payloads_key", self.keys.kept_payloads())
+            .arg("now_ms", self.now_ms)
+            .arg("limit", self.limit)
+            .arg("run_prefix", self.keys.run_prefix())
+    }
+
+    fn decode(&self, reply: Value) -> Result<PayloadsExpired, Error> {
+        let (removed, looked_at): (u64, u64) = decode(reply)?;
+        Ok(PayloadsExpired { removed, looked_at })
+    }
+}
+
+/// `lua/run_retry_now.lua`: one parked run due now.
+#[derive(Debug, Clone)]
+pub struct RetryNowCall<'a> {
+    /// The namespace's keys.
+    pub keys: &'a Keys,
+    /// The run.
+    pub run_id: &'a str,
+    /// Now, ms since the Unix epoch.
+    pub now_ms: u64,
+}
+
+/// What `lua/run_retry_now.lua` answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RetryNowReply {
+    /// Due now.
+    Due {
+        /// The group whose parking set holds it.
+        group: String,
+        /// The due time it had (`None`: its set had lost it, and has it again).
+        was_due_ms: Option<u64>,
+    },
+    /// Not parked; nothing changed.
+    NotParked {
+        /// The record's status (`""`: there is no record).
+        status: String,
+    },
+}
+
+impl ScriptCall for RetryNowCall<'_> {
+    type Reply = RetryNowReply;
+
+    fn script(&self) -> &'static LuaScript {
+        &RUN_RETRY_NOW
+    }
+
+    fn layout(&self) -> Layout {
+        Layout::default()
+            .key("run_key", self.keys.run(self.run_id))
+            .arg("run_id", self.run_id)
+            .arg("now_ms", self.now_ms)
+            .arg("parking_prefix", self.keys.retry_prefix())
+    }
+
+    fn decode(&self, reply: Value) -> Result<RetryNowReply, Error> {
+        let unexpected = || Error::UnexpectedReply(format!("run_retry_now.lua answered {reply:?}"));
+        let parts: Vec<Value> = redis::from_redis_value_ref(&reply).map_err(|_| unexpected())?;
+        let text = |i: usize| parts.get(i).and_then(|v| redis::from_redis_value_ref::<String>(v).ok());
+        match parts.first().and_then(|v| redis::from_redis_value_ref::<i64>(v).ok()) {
+            Some(1) => Ok(RetryNowReply::Due {
+                group: text(1).ok_or_else(unexpected)?,
+                // Redis writes a score as a double: "1718000000000" or "1.718e+12".
+                was_due_ms: text(2).and_then(|s| s.parse::<f64>().ok()).map(|ms| ms.max(0.0) as u64),
+            }),
+            Some(0) => Ok(RetryNowReply::NotParked { status: text(1).unwrap_or_default() }),
+            _ => Err(unexpected()),
+        }
+    }
+}
+
+/// `lua/parked_retry_now.lua`: up to `limit` of a group's parked runs due
+/// later than `now_ms` become due at `now_ms`.
+#[derive(Debug, Clone)]
+pub struct ParkedRetryNowCall<'a> {
+    /// The namespace's keys.
+    pub keys: &'a Keys,
+    /// The consumer group whose parking set is read.
+    pub group: &'a str,
+    /// The due time given, the same on every call of one pass.
+    pub now_ms: u64,
+    /// The most runs looked at in this call.
+    pub limit: usize,
+}
+
+/// What one [`ParkedRetryNowCall`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MadeDue {
+    /// Runs made due whose records are parked by the group.
+    pub runs: u64,
+    /// Ids looked at (fewer than the limit: the pass is over).
+    pub looked_at: u64,
+}
+
+impl ScriptCall for ParkedRetryNowCall<'_> {
+    type Reply = MadeDue;
+
+    fn script(&self) -> &'static LuaScript {
+        &PARKED_RETRY_NOW
+    }
+
+    fn layout(&self) -> Layout {
+        Layout::default()
+            .key("parking_key", self.keys.retry(self.group))
+            .arg("group", self.group)
+            .arg("now_ms", self.now_ms)
+            .arg("limit", self.limit)
+            .arg("run_prefix", self.keys.run_prefix())
+    }
+
+    fn decode(&self, reply: Value) -> Result<MadeDue, Error> {
+        let (runs, looked_at): (u64, u64) = decode(reply)?;
+        Ok(MadeDue { runs, looked_at })
+    }
+}

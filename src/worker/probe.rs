@@ -1,0 +1,150 @@
+//! The prober of `worker --deliver`: a run parked after a failure of the
+//! destination's kind (unreachable, timed out, 5xx, 429, a misconfiguration
+//! status) waits for the destination, not for its schedule. While the group
+//! has such runs, its workers probe the destination every
+//! `--breaker-max-cooldown` (one probe per interval for the whole group)
+//! with the earliest of them, counting no attempt, whether or not the
+//! breaker opened: on thin traffic it never does. The first answer makes
+//! every such run due at once (`lua/worker_probe_take.lua`,
+//! `lua/worker_probe_end.lua`); a success of any attempt does the same
+//! (`lua/worker_done.lua`). A run parked for its own failure keeps its
+//! schedule.
+//!
+//! The probe goes through the handler's breaker like an attempt: while the
+//! breaker is open it is the breaker's probe, so the destination gets no
+//! more than one probe per cooldown from a worker, and none sooner than its
+//! latest `Retry-After`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::attempt::{Admission, MAX_RETRY_AFTER};
+use super::history::short_error;
+use super::queue::run_key;
+use super::run::{Failure, FailureKind, Handler, Payload, RunAttempt};
+use super::state::WorkerState;
+use crate::redis_io::worker_scripts::{ProbeOutcome, ProbeTaken};
+use crate::units::{format_duration, now_ms};
+use crate::vocabulary::AttemptParts;
+
+/// The shortest pause between two looks, so that a clock step or a slot that
+/// just ran out never makes the prober spin.
+const MIN_PAUSE: Duration = Duration::from_millis(20);
+
+/// What the prober does next.
+enum Next {
+    /// Looks again after this long.
+    After(Duration),
+    /// Waits for the breaker to let an attempt (this probe) through.
+    BreakerReady,
+}
+
+/// Probes the destination while runs wait parked for it, until the worker
+/// stops. A handler without a breaker (a command) has no destination.
+pub(super) async fn probe_parked<H: Handler>(shared: Arc<WorkerState>, handler: Arc<H>) {
+    let Some(breaker) = handler.breaker() else { return };
+    let every = breaker.config().max_cooldown;
+    let mut stop = shared.stopping.clone();
+    loop {
+        let next = probe_once(&shared, &*handler, every).await;
+        tokio::select! {
+            _ = async {
+                match next {
+                    Next::After(wait) => tokio::time::sleep(wait.max(MIN_PAUSE)).await,
+                    Next::BreakerReady => breaker.ready().await,
+                }
+            } => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// Sends the group's probe if one is due, and records how it went.
+async fn probe_once<H: Handler>(shared: &WorkerState, handler: &H, every: Duration) -> Next {
+    let Some(admission) = Admission::ask(handler.breaker()) else { return Next::BreakerReady };
+    let taken = match shared.queue.probe_take(every).await {
+        Ok(taken) => taken,
+        Err(e) => {
+            admission.abandoned();
+            tracing::warn!(error = %e, "looking for runs parked for the destination failed; looking again soon");
+            return Next::After(every);
+        }
+    };
+    let (run, attempts, created_ms, payload) = match taken {
+        ProbeTaken::Wait(ms) => {
+            admission.abandoned();
+            return Next::After(ms.map_or(every, Duration::from_millis).min(every));
+        }
+        ProbeTaken::Run { run, attempts, created_ms, payload } => (run, attempts, created_ms, payload),
+    };
+    let Ok(payload) = payload.map(Payload::from_json).transpose() else {
+        // Its own attempt dead-letters it (lua/worker_start.lua keeps the text).
+        admission.abandoned();
+        return Next::After(every);
+    };
+    let run_id = run.run_id.clone();
+    let key = run_key(shared.queue.keys(), &run_id, Some(&created_ms), "");
+    // The run's latest attempt number: a probe counts none.
+    // A probe is no attempt of the run: its span, when traced, starts a trace of its own.
+    let attempt = RunAttempt { fields: run, attempt: attempts, key, payload, trace: None };
+    let timeout = shared.config.timeout;
+    let (began, started_ms) = (Instant::now(), now_ms());
+    let answer = tokio::time::timeout(timeout, handler.call(attempt)).await;
+    let duration_ms = u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let (outcome, status, error, hold) = match answer {
+        Ok(Ok(success)) => {
+            admission.succeeded();
+            let summary = if success.summary.is_empty() { "handled" } else { success.summary.as_str() };
+            tracing::info!(
+                run_id,
+                attempt = attempts,
+                status = success.status,
+                duration_ms,
+                "delivered {run_id} by a probe (it counts no attempt; attempt {attempts}): {summary} in {duration_ms} ms"
+            );
+            (ProbeOutcome::Done, success.status, None, Duration::ZERO)
+        }
+        Ok(Err(failure)) => failed(admission, failure),
+        // A destination that does not answer in time is down.
+        Err(_) => failed(
+            admission,
+            Failure {
+                error: format!("timed out after {}", format_duration(timeout)),
+                kind: FailureKind::Destination,
+                ..Failure::default()
+            },
+        ),
+    };
+    let entry =
+        AttemptParts { attempt: attempts, started_ms, duration_ms, status, error: error.as_deref().map(short_error) };
+    let q = &shared.queue;
+    let recorded = crate::retry::until_answered(
+        Instant::now() + every,
+        || q.probe_end(&run_id, outcome, hold, &entry),
+        |e: &crate::Error, _| tracing::warn!(run_id, error = %e, "recording a probe failed; retrying"),
+    )
+    .await;
+    match recorded {
+        Ok(released) => shared.released_parked(released),
+        Err(e) => tracing::warn!(run_id, error = %e, "could not record a probe; the next one tells again"),
+    }
+    Next::After(every)
+}
+
+/// Tells the breaker about a failed probe; the outcome for the record, the
+/// answer's status, the error, and how long no probe may follow (the
+/// destination's `Retry-After`).
+fn failed(admission: Admission<'_>, failure: Failure) -> (ProbeOutcome, Option<u16>, Option<String>, Duration) {
+    // Whether it counts does not matter: a probe counts no attempt.
+    let _ = admission.counts(&failure);
+    if failure.is_destination() {
+        tracing::debug!(error = %failure.error, "probe: the destination is still down");
+        let hold = failure.retry_after.unwrap_or_default().min(MAX_RETRY_AFTER);
+        (ProbeOutcome::Down, failure.status, Some(failure.error), hold)
+    } else {
+        tracing::info!(error = %failure.error, "probe: the destination answered (refusing the run for a reason of its own)");
+        (ProbeOutcome::Up, failure.status, Some(failure.error), Duration::ZERO)
+    }
+}

@@ -1,0 +1,90 @@
+//! Parked runs in the console, in headless Chromium against the real
+//! binary, a real Redis and a real `worker --deliver`: the overview counts
+//! the waiting runs (not yet delivered, given back, parked) per group from
+//! one reading, a parked run's page says when its next attempt is due and
+//! why and sends it with Retry now, and a done run whose payload is gone
+//! shows the reason beside a disabled Redeliver.
+
+use std::time::Duration;
+
+use axum::http::StatusCode;
+
+use crate::full::console::{Browser, keep_screenshot};
+use crate::redis::parked::{deliver, open_gate};
+use crate::redis::worker::Workers;
+use crate::support::destination::{Destination, deliver_worker, ok, secret, secrets_file, status, status_of};
+use crate::support::{fresh_ns, redis_url, temp_dir, wait_for};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_run_is_counted_explained_and_sent_now_in_the_console() {
+    let ns = fresh_ns("consoleparked");
+    let dir = temp_dir("consoleparked");
+    secrets_file(&dir, &[secret(43)]);
+    let gate = open_gate(&ns, &dir);
+    let http = reqwest::Client::new();
+    // Run 1 is refused once for its own sake (422) and parked for an hour; run 2 is done at once.
+    let dest = Destination::start(|r, earlier| {
+        if r.number() == 1 && earlier == 0 { status(StatusCode::UNPROCESSABLE_ENTITY) } else { ok() }
+    })
+    .await;
+    for n in 1..=2 {
+        deliver(&http, &gate, n).await;
+    }
+    let flags = ["--retry-schedule", "1h", "--heartbeat-interval", "1s"];
+    let _workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "w1", &dest.url(), &flags)]);
+    wait_for(Duration::from_secs(20), "run-1 parked, run-2 done", || async {
+        status_of(&ns, 1).await == "parked" && status_of(&ns, 2).await == "done"
+    })
+    .await;
+
+    let b = Browser::start().await;
+    b.goto(&format!("{}/console", gate.url)).await;
+    // The overview: one run waiting, and it is the parked one, due in about an hour.
+    b.until(
+        "the parked run counted",
+        "const t = document.querySelector('[data-tile=parked] .value'); return !!t && t.textContent === '1'",
+    )
+    .await;
+    assert_eq!(b.text("[data-tile=waiting] .value").await, "1");
+    let due = b.text("[data-tile=next-due] .value").await;
+    assert!(due.starts_with("in ") && (due.contains("min") || due.contains(" h")), "{due}");
+    let oldest = b.text("[data-tile=oldest-queued] .value").await;
+    assert_ne!(oldest, "none waiting", "the parked run is a waiting run");
+    let row = "#queues-table tr[data-group='g']";
+    assert_eq!(b.text(&format!("{row} td[data-count='parked']")).await, "1");
+    assert_eq!(b.text(&format!("{row} td[data-count='waiting']")).await, "1");
+    assert_eq!(b.text(&format!("{row} td[data-count='given_back']")).await, "0");
+    keep_screenshot("overview-parked", &b.screenshot().await);
+
+    // Run-1's page: when and why it waits; Retry now sends it as attempt 2.
+    b.goto(&format!("{}/console#/runs/run-1", gate.url)).await;
+    b.until("the next attempt", "return !!document.getElementById('next-attempt')").await;
+    let next = b.text("#next-attempt").await;
+    assert!(next.contains("attempt 1 failed (HTTP 422)") && next.contains("group g"), "{next}");
+    assert_eq!(b.eval("return document.getElementById('next-attempt').dataset.reason").await, "schedule");
+    assert_eq!(b.eval("return document.getElementById('retry-now').hidden").await, false);
+    assert_eq!(b.eval("return document.getElementById('redeliver').hidden").await, true);
+    b.click("#retry-now").await;
+    b.until("the notice", "return document.getElementById('notice').textContent.includes('run-1 is due now')").await;
+    wait_for(Duration::from_secs(10), "run-1's second attempt", || async { dest.of_run(1).len() == 2 }).await;
+    assert_eq!(dest.of_run(1)[1].header("idemgate-attempt"), "2");
+    wait_for(Duration::from_secs(10), "run-1 done", || async { status_of(&ns, 1).await == "done" }).await;
+    b.goto(&format!("{}/console#/", gate.url)).await;
+    b.until(
+        "nothing parked any more",
+        "const t = document.querySelector('[data-tile=parked] .value'); return !!t && t.textContent === '0'",
+    )
+    .await;
+
+    // Run-2 is done and its payload was removed: Redeliver is off, and says why.
+    b.goto(&format!("{}/console#/runs/run-2", gate.url)).await;
+    b.until("run-2's page", "return document.getElementById('run-title').textContent === 'run-2'").await;
+    b.until("Redeliver shown", "return document.getElementById('redeliver').hidden === false").await;
+    assert_eq!(b.eval("return document.getElementById('redeliver').disabled").await, true);
+    let why = b.text("#redeliver-why").await;
+    assert!(why.contains("its payload is gone") && why.contains("--keep-done-payloads"), "{why}");
+    assert_eq!(b.eval("return document.getElementById('retry-now').hidden").await, true);
+    keep_screenshot("run-payload-gone", &b.screenshot().await);
+    let _ = b.cmd(reqwest::Method::DELETE, "", None).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,435 @@
+//! A destination's return releases every run that waited for it
+//! (docs/destinations.md, "When the destination returns"): a run parked
+//! after a failure of the destination's kind waits no longer than the
+//! destination stays down plus about 2 s, on busy and on thin traffic; a run
+//! parked for its own failure keeps its schedule; while runs wait, the
+//! group probes the destination once per `--breaker-max-cooldown`, however
+//! many workers it has, and a probe counts no attempt. Real Redis, real
+//! `idemgate worker --deliver` processes, a receiver that verifies every
+//! request's Standard Webhooks signature.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::http::StatusCode;
+use idemgate::gate::Gate;
+use idemgate::keys::Keys;
+use idemgate::vocabulary::Settings;
+use redis::AsyncCommands;
+use serde_json::{Value, json};
+
+use crate::redis::worker::{Workers, record, shown_record};
+use crate::support::destination::{
+    Destination, Received, dead_count, deliver_worker, ok, secret, secrets_file, status, status_of, wait_status,
+};
+use crate::support::proxy::Proxy;
+use crate::support::signing::standard_webhooks_signature;
+use crate::support::{fresh_ns, raw_conn, redis_store_in, redis_url, temp_dir, wait_for};
+
+/// Creates run-N for each number N, one at a time, in order.
+async fn create(gate: &Gate, numbers: impl IntoIterator<Item = u64>) {
+    for n in numbers {
+        let e = json!({"org": "o", "repo": "r", "action": "push", "number": n});
+        let r = gate.handle("github", &format!("d-{n}"), &e).await.unwrap();
+        assert_eq!(r.run_id.as_deref(), Some(format!("run-{n}").as_str()), "created one at a time");
+    }
+}
+
+async fn gate(ns: &str) -> Gate {
+    Gate::new(["o/r"], redis_store_in(ns, &Settings::default()).await)
+}
+
+/// Every request carries a Standard Webhooks signature under `secret`:
+/// the receiver verifies each as a real one would.
+fn assert_verified(got: &[Received], secret: &str) {
+    for r in got {
+        let (id, ts) = (r.header("webhook-id"), r.header("webhook-timestamp").parse::<u64>().unwrap());
+        let want = format!("v1,{}", standard_webhooks_signature(secret, id, ts, &r.body));
+        assert!(r.header("webhook-signature").split(' ').any(|s| s == want), "a request that does not verify: {r:?}");
+    }
+}
+
+/// The run's due time in the group's parking set, ms since the Unix epoch.
+async fn due_ms(ns: &str, run: &str) -> Option<u64> {
+    let mut c = raw_conn().await;
+    let score: Option<f64> = c.zscore(Keys::new(ns).unwrap().retry("g"), run).await.unwrap();
+    score.map(|s| s as u64)
+}
+
+fn epoch_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+/// `ms` since the Unix epoch as an offset in seconds from `origin_ms`.
+fn secs_from(origin_ms: u64, ms: u64) -> f64 {
+    (ms as f64 - origin_ms as f64) / 1000.0
+}
+
+/// The `history` entries of a run, as readers show them.
+async fn history(ns: &str, run: &str) -> Vec<Value> {
+    let r = shown_record(ns, run).await;
+    serde_json::from_str(r.get("history").map_or("[]", String::as_str)).unwrap()
+}
+
+/// The issue's outage, as a new user met it: the receiver unreachable for
+/// 60 s (its connections cut and refused), a run every 5 s, the default
+/// schedule (5 s, then 5 min) and breaker, two workers. Every run that
+/// met the outage reaches the receiver within 3 s of its return, whichever
+/// step of the schedule it was parked on; a run that failed with 422 before
+/// the outage keeps its 5 min step (still parked, due when it was, after
+/// the return); nothing is dead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_60s_outage_at_a_run_every_5s_releases_every_run_within_3s_of_the_return() {
+    const OUTAGE: Duration = Duration::from_secs(60);
+    const EVERY: Duration = Duration::from_secs(5);
+    let ns = fresh_ns("rtn60");
+    let dir = temp_dir("rtn60");
+    let key = secret(40);
+    secrets_file(&dir, std::slice::from_ref(&key));
+    // Run-1 is refused for its own reason: 422, every time.
+    let dest =
+        Destination::start(|r, _| if r.number() == 1 { status(StatusCode::UNPROCESSABLE_ENTITY) } else { ok() }).await;
+    let proxy = Proxy::start(&dest.addr.to_string());
+    let url = format!("http://{}/hooks", proxy.addr());
+    let mut workers =
+        Workers(["a", "b"].iter().map(|name| deliver_worker(redis_url(), &ns, &dir, name, &url, &[])).collect());
+    let gate = gate(&ns).await;
+
+    // Run-1's second failure parks it on the 5 min step.
+    create(&gate, [1]).await;
+    wait_for(Duration::from_secs(20), "run-1's second failure", || async {
+        record(&ns, "run-1").await.get("attempts").map(String::as_str) == Some("2")
+            && status_of(&ns, 1).await == "parked"
+    })
+    .await;
+    let run1_due = due_ms(&ns, "run-1").await.expect("run-1 is parked");
+    assert!(run1_due > epoch_ms() + 250_000, "run-1 is on the 5 min step: due in {} ms", run1_due - epoch_ms());
+
+    proxy.cut();
+    let (cut, cut_ms) = (Instant::now(), epoch_ms());
+    let mut made = Vec::new();
+    let mut n = 2;
+    while cut.elapsed() + EVERY <= OUTAGE + Duration::from_millis(500) {
+        create(&gate, [n]).await;
+        made.push(n);
+        n += 1;
+        tokio::time::sleep(EVERY.saturating_sub(cut.elapsed() - EVERY * (made.len() as u32 - 1))).await;
+    }
+    tokio::time::sleep(OUTAGE.saturating_sub(cut.elapsed())).await;
+    assert_eq!(dest.got().iter().filter(|r| r.number() != 1).count(), 0, "a delivery went through the cut proxy");
+    // What the outage did to each run: when it first failed, when its
+    // schedule had it due (ms since the epoch), its attempts.
+    let mut before = Vec::new();
+    let mut long_steps = 0;
+    for &n in &made {
+        let run = format!("run-{n}");
+        let h = history(&ns, &run).await;
+        // None: never attempted (the breaker held it in the stream).
+        let failed_at = h.first().and_then(|e| e["started_ms"].as_u64());
+        let due = due_ms(&ns, &run).await;
+        if due.is_some_and(|d| d > epoch_ms() + 60_000) {
+            long_steps += 1;
+        }
+        before.push((n, failed_at, due, record(&ns, &run).await.get("attempts").cloned().unwrap_or_default()));
+    }
+    proxy.restore();
+    let (back, back_ms) = (Instant::now(), epoch_ms());
+    wait_status(&ns, made.iter().map(|n| (*n, "done")), Duration::from_secs(20)).await;
+
+    eprintln!(
+        "run  created  failed at  parked until  arrived at  (s from the cut; the return at {:.1})",
+        secs_from(cut_ms, back_ms)
+    );
+    let mut latest = Duration::ZERO;
+    for (n, failed_at, due, attempts) in &before {
+        let got = dest.of_run(*n);
+        let arrived = got.first().expect("delivered").at;
+        let late = arrived.saturating_duration_since(back);
+        latest = latest.max(late);
+        let at = |ms: &Option<u64>| ms.map_or("-".to_owned(), |ms| format!("{:.1}", secs_from(cut_ms, ms)));
+        let created = at(&record(&ns, &format!("run-{n}")).await.get("created_ms").and_then(|c| c.parse().ok()));
+        eprintln!(
+            "{n:>3}  {created:>7}  {:>9}  {:>12}  {:>10.1}  attempts {attempts}",
+            at(failed_at),
+            at(due),
+            secs_from(cut_ms, back_ms) + late.as_secs_f64()
+        );
+        assert!(got.iter().all(|r| r.at >= back), "run-{n} arrived before the return");
+        assert!(late < Duration::from_secs(3), "run-{n} arrived {late:?} after the return");
+    }
+    eprintln!(
+        "{long_steps} runs were parked a minute or more past the return; the last run arrived {latest:?} after it"
+    );
+    assert_verified(&dest.got(), &key);
+    assert_eq!(dead_count(&ns).await, 0, "nothing is dead");
+
+    // Run-1 keeps its schedule: parked, due when it was, no new attempt.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(status_of(&ns, 1).await, "parked");
+    assert_eq!(due_ms(&ns, "run-1").await, Some(run1_due), "run-1's 5 min step is unchanged");
+    assert_eq!(record(&ns, "run-1").await["attempts"], "2");
+    assert_eq!(dest.of_run(1).len(), 2, "run-1 got no probe and no early attempt");
+    workers.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Thin traffic: one run in flight meets a 12 s outage. Its two counted
+/// failures (the 5 s step, then the 5 min one) never open the breaker on
+/// their own, yet the run arrives within 3 s of the return.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_12s_outage_with_one_run_in_flight_ends_within_3s_of_the_return() {
+    let ns = fresh_ns("rtn12");
+    let dir = temp_dir("rtn12");
+    let key = secret(41);
+    secrets_file(&dir, std::slice::from_ref(&key));
+    let dest = Destination::start(|_, _| ok()).await;
+    let proxy = Proxy::start(&dest.addr.to_string());
+    let url = format!("http://{}/hooks", proxy.addr());
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &url, &[])]);
+    proxy.cut();
+    let cut = Instant::now();
+    create(&gate(&ns).await, [1]).await;
+    wait_for(Duration::from_secs(10), "run-1's second failure", || async {
+        record(&ns, "run-1").await.get("attempts").map(String::as_str) == Some("2")
+    })
+    .await;
+    let due = due_ms(&ns, "run-1").await.expect("parked");
+    assert!(due > epoch_ms() + 250_000, "on the 5 min step");
+    tokio::time::sleep(Duration::from_secs(12).saturating_sub(cut.elapsed())).await;
+    proxy.restore();
+    let back = Instant::now();
+    wait_status(&ns, [(1, "done")], Duration::from_secs(10)).await;
+    let got = dest.of_run(1);
+    let late = got[0].at - back;
+    eprintln!("one run, a 12 s outage: arrived {late:?} after the return");
+    assert!(late < Duration::from_secs(3), "arrived {late:?} after the return");
+    assert_eq!(got.len(), 1, "delivered once");
+    assert_verified(&got, &key);
+    // The probe that delivered it counted no attempt.
+    assert_eq!(got[0].header("idemgate-attempt"), "2");
+    assert_eq!(record(&ns, "run-1").await["attempts"], "2");
+    workers.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// While runs wait for a destination that answers 503, the group (two
+/// workers) probes it exactly once per `--breaker-max-cooldown` (1 s
+/// here), with the earliest of them, whether the breaker stays closed
+/// (`--breaker-failures 100`) or the failed probes open it (`4`: the
+/// three runs' own failures cannot); a probe raises neither the
+/// run's `attempts` nor `Idemgate-Attempt`, and the probes fold into one
+/// `history` entry behind the first failure. The first answer releases
+/// every waiting run at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_group_probes_once_per_interval_counting_no_attempt() {
+    for breaker_failures in ["100", "4"] {
+        let ns = fresh_ns(&format!("rtnprobe{breaker_failures}"));
+        let dir = temp_dir(&format!("rtnprobe{breaker_failures}"));
+        let key = secret(42);
+        secrets_file(&dir, std::slice::from_ref(&key));
+        let down = Arc::new(AtomicBool::new(true));
+        let dest = Destination::start({
+            let down = down.clone();
+            move |_, _| if down.load(Ordering::SeqCst) { status(StatusCode::SERVICE_UNAVAILABLE) } else { ok() }
+        })
+        .await;
+        let flags = [
+            "--retry-schedule",
+            "5m",
+            "--breaker-failures",
+            breaker_failures,
+            "--breaker-cooldown",
+            "500ms",
+            "--breaker-max-cooldown",
+            "1s",
+        ];
+        let mut workers = Workers(
+            ["a", "b"].iter().map(|name| deliver_worker(redis_url(), &ns, &dir, name, &dest.url(), &flags)).collect(),
+        );
+        create(&gate(&ns).await, 1..=3).await;
+        wait_status(&ns, (1..=3).map(|n| (n, "parked")), Duration::from_secs(10)).await;
+        // The runs' first failures are their attempts; every later request is a probe.
+        let firsts = dest.got().len();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let probes: Vec<Received> = dest.got().into_iter().skip(firsts).collect();
+        let gaps: Vec<u128> = probes.windows(2).map(|w| (w[1].at - w[0].at).as_millis()).collect();
+        eprintln!("breaker failures {breaker_failures}: {} probes in 10 s, gaps {gaps:?} ms", probes.len());
+        assert!((8..=11).contains(&probes.len()), "{} probes in 10 s at one per 1 s", probes.len());
+        assert!(gaps.iter().all(|g| (950..1900).contains(g)), "one probe per interval for the group: {gaps:?}");
+        assert!(probes.iter().all(|r| r.header("idemgate-attempt") == "1"), "a probe raises no attempt number");
+        for n in 1..=3 {
+            assert_eq!(record(&ns, &format!("run-{n}")).await["attempts"], "1", "run-{n}: a probe counts no attempt");
+        }
+        // The earliest run is the probe, as long as it waits.
+        let earliest = probes[0].header("webhook-id").to_owned();
+        assert!(probes.iter().all(|r| r.header("webhook-id") == earliest), "probes go with the earliest run");
+        let h = history(&ns, &format!("run-{}", probes[0].number())).await;
+        assert_eq!(h.len(), 2, "the first failure, then the probes folded: {h:?}");
+        assert_eq!((h[0]["outcome"].as_str(), h[1]["outcome"].as_str()), (Some("failed"), Some("released")));
+        assert!(h[1]["count"].as_u64().unwrap() >= 7, "{h:?}");
+
+        down.store(false, Ordering::SeqCst);
+        let back = Instant::now();
+        wait_status(&ns, (1..=3).map(|n| (n, "done")), Duration::from_secs(10)).await;
+        for n in 1..=3 {
+            let got = dest.of_run(n);
+            let delivered: Vec<&Received> = got.iter().filter(|r| r.at >= back).collect();
+            assert_eq!(delivered.len(), 1, "run-{n} delivered once after the return");
+            let late = delivered[0].at - back;
+            assert!(late < Duration::from_secs(3), "run-{n} arrived {late:?} after the return");
+        }
+        assert_verified(&dest.got(), &key);
+        let mut c = raw_conn().await;
+        let keys = Keys::new(&ns).unwrap();
+        let (parked, waiting): (usize, usize) =
+            (c.zcard(keys.retry("g")).await.unwrap(), c.exists(keys.destination_parked("g")).await.unwrap());
+        assert_eq!((parked, waiting), (0, 0), "nothing is left parked, and the set of runs waiting is gone");
+        workers.stop().await;
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// The outage bench: a 20 s outage at 100 runs/s, two workers with the
+/// defaults. Every run parked during the outage (those that failed before
+/// the breakers opened, and woken runs that failed again) reaches the
+/// receiver within 3 s of its return; the table of them (failed at, parked
+/// until, arrived at) and the whole backlog's drain are printed.
+/// `IDEMGATE_OUTAGE_BENCH_BIN` runs another build of the binary (an older
+/// one, to compare).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_20s_outage_at_100_runs_a_second_every_parked_run_arrives_within_3s() {
+    const OUTAGE: Duration = Duration::from_secs(20);
+    const RATE: u64 = 100;
+    let ns = fresh_ns("rtnbench");
+    let dir = temp_dir("rtnbench");
+    let key = secret(43);
+    secrets_file(&dir, std::slice::from_ref(&key));
+    let dest = Destination::start(|_, _| ok()).await;
+    let proxy = Proxy::start(&dest.addr.to_string());
+    let url = format!("http://{}/hooks", proxy.addr());
+    let bin = std::env::var("IDEMGATE_OUTAGE_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_idemgate").to_owned());
+    let spawn = |name: &str| {
+        let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+        std::process::Command::new(&bin)
+            .args(["worker", "--redis-url", redis_url(), "--namespace", &ns, "--group", "g", "--consumer", name])
+            .args(["--block", "200ms", "--deliver", &url, "--deliver-secret-file"])
+            .arg(dir.join("secrets"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap()
+    };
+    let mut workers = Workers(vec![spawn("a"), spawn("b")]);
+    let gate = gate(&ns).await;
+    proxy.cut();
+    let (cut, cut_ms) = (Instant::now(), epoch_ms());
+    // Every run seen parked during the outage, with its latest due time.
+    let seen: Arc<std::sync::Mutex<std::collections::BTreeMap<String, f64>>> = Arc::default();
+    let sampler = tokio::spawn({
+        let (seen, parking) = (seen.clone(), Keys::new(&ns).unwrap().retry("g"));
+        async move {
+            let mut c = raw_conn().await;
+            loop {
+                let parked: Vec<(String, f64)> = c.zrange_withscores(&parking, 0, -1).await.unwrap();
+                seen.lock().unwrap().extend(parked);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    });
+    let mut made = 0u64;
+    while cut.elapsed() < OUTAGE {
+        made += 1;
+        create(&gate, [made]).await;
+        let next = Duration::from_millis(made * 1000 / RATE);
+        tokio::time::sleep(next.saturating_sub(cut.elapsed())).await;
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    sampler.abort();
+    let parked_at_return = {
+        let mut c = raw_conn().await;
+        c.zcard::<_, usize>(Keys::new(&ns).unwrap().retry("g")).await.unwrap()
+    };
+    proxy.restore();
+    let (back, back_ms) = (Instant::now(), epoch_ms());
+    wait_status(&ns, (1..=made).map(|n| (n, "done")), Duration::from_secs(60)).await;
+    let arrived = |n: u64| dest.of_run(n).first().map(|r| r.at).expect("delivered");
+    let last_all = (1..=made).map(|n| arrived(n).saturating_duration_since(back)).max().unwrap();
+
+    let seen = seen.lock().unwrap().clone();
+    eprintln!(
+        "{made} runs made in the {OUTAGE:?} outage; {} parked during it, {parked_at_return} at the return \
+         (s from the cut; the return at {:.1}):",
+        seen.len(),
+        secs_from(cut_ms, back_ms)
+    );
+    eprintln!("run       failed at  parked until  arrived at");
+    let mut last_parked = Duration::ZERO;
+    for (run, due) in &seen {
+        let n: u64 = run.trim_start_matches("run-").parse().unwrap();
+        let failed_at = history(&ns, run).await.first().and_then(|e| e["started_ms"].as_u64()).unwrap_or(cut_ms);
+        let late = arrived(n).saturating_duration_since(back);
+        last_parked = last_parked.max(late);
+        eprintln!(
+            "{run:<9} {:>9.1}  {:>12.1}  {:>10.1}",
+            secs_from(cut_ms, failed_at),
+            secs_from(cut_ms, *due as u64),
+            secs_from(cut_ms, back_ms) + late.as_secs_f64()
+        );
+    }
+    eprintln!("the last parked run arrived {last_parked:?} after the return; the last of all {last_all:?}");
+    assert!(!seen.is_empty(), "runs failed before the breakers opened: some were parked");
+    assert!(last_parked < Duration::from_secs(3), "the last parked run arrived {last_parked:?} after the return");
+    assert_eq!(dead_count(&ns).await, 0);
+    assert_verified(&dest.got(), &key);
+    workers.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A run the destination fails every time (a payload that makes it answer
+/// 500) while it answers the other runs is released once by their
+/// success, then keeps its schedule: no success of another run releases it
+/// again within the hour, so it does not burn its attempts in seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_the_destination_fails_alone_is_released_once_then_keeps_its_schedule() {
+    let ns = fresh_ns("rtnpoison");
+    let dir = temp_dir("rtnpoison");
+    secrets_file(&dir, &[secret(44)]);
+    let dest =
+        Destination::start(|r, _| if r.number() == 1 { status(StatusCode::INTERNAL_SERVER_ERROR) } else { ok() }).await;
+    let flags = ["--retry-schedule", "3s,1h"];
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
+    let gate = gate(&ns).await;
+    create(&gate, [1]).await;
+    wait_status(&ns, [(1, "parked")], Duration::from_secs(10)).await;
+    let waiting = Keys::new(&ns).unwrap().destination_parked("g");
+    let mut c = raw_conn().await;
+    assert!(
+        c.zscore::<_, _, Option<f64>>(&waiting, "run-1").await.unwrap().is_some(),
+        "a 500 waits for the destination"
+    );
+    // Run-2's success releases run-1 before its 3 s step.
+    create(&gate, [2]).await;
+    wait_for(Duration::from_secs(10), "run-1's second attempt", || async {
+        record(&ns, "run-1").await.get("attempts").map(String::as_str) == Some("2")
+            && status_of(&ns, 1).await == "parked"
+    })
+    .await;
+    let got = dest.of_run(1);
+    let gap = got[1].at - got[0].at;
+    assert!(
+        gap < Duration::from_millis(2500),
+        "released by run-2's success: the second attempt came {gap:?} after the first"
+    );
+    // Failing again so soon, it keeps its schedule: the 1 h step, out of the set.
+    assert!(due_ms(&ns, "run-1").await.unwrap() > epoch_ms() + 3_000_000, "on the 1 h step");
+    assert!(c.zscore::<_, _, Option<f64>>(&waiting, "run-1").await.unwrap().is_none());
+    create(&gate, [3]).await;
+    wait_status(&ns, [(2, "done"), (3, "done")], Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(record(&ns, "run-1").await["attempts"], "2", "run-3's success released it no more");
+    assert_eq!(dest.of_run(1).len(), 2, "and no probe went with it");
+    workers.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
