@@ -173,6 +173,7 @@ impl ScriptCall for DoneCall<'_> {
             .arg("keep_payload_ms", self.keep_payload_ms)
             .arg("run_prefix", keys.run_prefix())
             .key("kept_payloads_key", keys.kept_payloads())
+            .key("probe_key", keys.destination_probe(self.consumer.group))
     }
 
     /// `0` or `{1, released}`: anything else is an error, not a lost entry.
