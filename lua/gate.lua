@@ -24,13 +24,16 @@
 -- ARGV[8]: repo              likewise (org/repo)
 -- ARGV[9]: action            likewise
 -- ARGV[10]: number           likewise (the number text)
--- ARGV[11..13] are optional here and left off from the last one that has its
+-- ARGV[11..14] are optional here and left off from the last one that has its
 -- default on (every argument costs Redis on every call, replays included):
 -- ARGV[11]: subject          the subject when it is more than the number text (docs/identities.md), else ""
 -- ARGV[12]: payload          the payload to keep in the run record (keep_payload), else ""
 -- ARGV[13]: rewrite_on_replay "1" when the caller WAITs for replicas next (--min-replicas-ack):
 --                            a replay then rewrites its record unchanged (KEEPTTL), so that
 --                            WAIT, sent on this connection, covers the record
+-- ARGV[14]: trace            this script's alone, past the shared prefix: the W3C traceparent of
+--                            the gate's span (55 bytes) when traces are on, else "": kept as the
+--                            run record's `trace`, the parent of the worker's attempt spans
 -- Returns: {1, record} when the delivery was seen before (a replay),
 --          {0, record} when this call decided; record is the delivery record JSON.
 --
@@ -109,6 +112,11 @@ if verdict == 'work' then
         'subject', subject)
     else
       redis.call('HSET', run_key, 'entry_id', entry_id, 'created_ms', ARGV[5], 'status', ${status_queued})
+    end
+    -- Only when traces are on (docs/operations.md, "Traces"); a done record drops it.
+    local trace = ARGV[14] or ''
+    if trace ~= '' then
+      redis.call('HSET', run_key, 'trace', trace)
     end
     if ARGV[3] ~= '0' then
       redis.call('SET', KEYS[2], run_id, 'PX', ARGV[3])

@@ -20,6 +20,7 @@
 -- KEYS[3]: parking_key              idemgate:{NS}:retry:<enc group>
 -- KEYS[4]: destination_key          idemgate:{NS}:destination-parked:<enc group>
 -- KEYS[5]: kept_payloads_key        idemgate:{NS}:kept-payloads
+-- KEYS[6]: probe_key                idemgate:{NS}:destination-probe:<enc group>
 -- ARGV[1]: group                    consumer group
 -- ARGV[2]: consumer                 consumer name (this worker)
 -- ARGV[3]: entry_id                 stream entry id
@@ -52,6 +53,7 @@ redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 mark_done(7, ARGV[2], ARGV[4], ARGV[6], ARGV[12], KEYS[5])
 local released = 0
 if redis.call('EXISTS', KEYS[4]) == 1 then
-  released = release_destination_parked(KEYS[3], KEYS[4], ARGV[1], ARGV[4], ARGV[13])
+  released = release_destination_parked(KEYS[3], KEYS[4], ARGV[1], ARGV[4], ARGV[13],
+    redis.call('GET', KEYS[6]) or '')
 end
 return {1, released}

@@ -45,7 +45,8 @@ if ARGV[4] == 'down' then
   end
   local hold = tonumber(ARGV[5])
   if hold > 0 and hold > redis.call('PTTL', KEYS[4]) then
-    redis.call('SET', KEYS[4], ARGV[2], 'PX', ARGV[5])
+    -- No run is out with a probe while the hold lasts (lua/shared/release.lua).
+    redis.call('SET', KEYS[4], '', 'PX', ARGV[5])
   end
   return 0
 end
@@ -56,4 +57,4 @@ if parked and ARGV[4] == 'delivered' then
 elseif parked then
   append_released(10, ARGV[2])
 end
-return release_destination_parked(KEYS[1], KEYS[3], ARGV[1], ARGV[6], ARGV[9])
+return release_destination_parked(KEYS[1], KEYS[3], ARGV[1], ARGV[6], ARGV[9], '')

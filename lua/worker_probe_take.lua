@@ -49,7 +49,9 @@ for _ = 1, 100 do
   elseif due <= now + every then
     return {0, string.format('%d', every)}
   else
-    redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[4])
+    -- The probe key names the run out with the probe, which a release
+    -- leaves alone (lua/shared/release.lua).
+    redis.call('SET', KEYS[3], run_id, 'PX', ARGV[4])
     local reply = {1, run_id, state[3] or '0', state[4] or ''}
     local fields = redis.call('HMGET', record, unpack(RUN_FIELDS))
     for i = 1, #RUN_FIELDS do

@@ -24,12 +24,13 @@
 --              when the attempt starts, into the dead stream if the run is
 --              out of attempts)
 -- Returns: {0, 0}        the entry is no longer held by this consumer (lost)
---          {1, attempt, created_ms, payload, tries}  run attempt number
+--          {1, attempt, created_ms, payload, tries, trace}  run attempt number
 --                        `attempt` now (record: running); created_ms is when the
 --                        gate created the run (part of its run key), payload the
 --                        run record's kept payload, or nil, tries this attempt's
 --                        place in the run's budget (1 for the first attempt
---                        after a dead retry or redelivery)
+--                        after a dead retry or redelivery), trace the gate span's
+--                        traceparent the record keeps (lua/gate.lua), or nil
 --          {2, attempts} the last allowed attempt was lost with its worker:
 --                        the run was moved to the dead stream instead
 --
@@ -58,7 +59,8 @@ local again, first = replayed(ARGV[6])
 if again then
   -- The retried call gets the first call's answer, payload included.
   local n = attempts_now()
-  return {first, n, redis.call('HGET', KEYS[2], 'created_ms'), redis.call('HGET', KEYS[2], 'payload'), n - base_now()}
+  return {first, n, redis.call('HGET', KEYS[2], 'created_ms'), redis.call('HGET', KEYS[2], 'payload'), n - base_now(),
+    redis.call('HGET', KEYS[2], 'trace')}
 end
 if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return {0, 0}
@@ -89,4 +91,5 @@ redis.call('HSET', KEYS[2], 'status', ${status_running}, 'worker', ARGV[2], 'gro
 -- is trimmed, and the entry's id, which named them, goes.
 redis.call('HSET', KEYS[2], unpack(run_field_pairs(function(i) return ARGV[7 + i] end)))
 redis.call('HDEL', KEYS[2], 'next_attempt_ms', 'parked_group', 'entry_id')
-return {1, attempts, redis.call('HGET', KEYS[2], 'created_ms'), redis.call('HGET', KEYS[2], 'payload'), attempts - base_now()}
+return {1, attempts, redis.call('HGET', KEYS[2], 'created_ms'), redis.call('HGET', KEYS[2], 'payload'),
+  attempts - base_now(), redis.call('HGET', KEYS[2], 'trace')}

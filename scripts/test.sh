@@ -45,6 +45,9 @@ command -v openssl >/dev/null || need+=(openssl)
 dpkg -s libsqlite3-dev >/dev/null 2>&1 || need+=(libsqlite3-dev)
 # The example receivers (tests/it/full/receivers.rs, tests/it/full/quickstart.rs) run under Node and build with Go.
 command -v node >/dev/null || need+=(nodejs)
+# The v1a (ed25519) tests verify with an implementation of their own, Python's cryptography
+# (tests/it/full/v1a.rs), and so does examples/receivers/python/app.py.
+python3 -c 'import cryptography.hazmat.primitives.asymmetric.ed25519' 2>/dev/null || need+=(python3-cryptography)
 command -v go >/dev/null || need+=(golang-go)
 # docs/quickstart.md's commands (tests/it/full/quickstart.rs) use curl; the redis-cli recipes of the docs
 # (tests/it/full/docs_recipes.rs) pipe into jq.

@@ -116,6 +116,34 @@ impl Gate {
     }
 
     async fn call(&self, s: &Submission<'_>, hold: Option<Hold>) -> Result<(Outcome, Verdict), Error> {
+        if !crate::otel::enabled() {
+            return self.call_untraced(s, hold).await;
+        }
+        use tracing::Instrument;
+        let span = crate::otel::gate_span(s.provider, s.delivery_id);
+        let trace = crate::otel::trace_headers(&span).map(|(parent, _)| parent);
+        let result = self.call_traced(s, hold, trace.as_deref()).instrument(span.clone()).await;
+        match &result {
+            Ok((outcome, _)) => {
+                let word = if outcome.replayed { "replayed" } else { outcome.response.status.as_str() };
+                crate::otel::record_outcome(&span, word, outcome.response.run_id.as_deref());
+            }
+            Err(_) => crate::otel::record_outcome(&span, "store_error", None),
+        }
+        result
+    }
+
+    async fn call_untraced(&self, s: &Submission<'_>, hold: Option<Hold>) -> Result<(Outcome, Verdict), Error> {
+        self.call_traced(s, hold, None).await
+    }
+
+    /// One gate call; `trace` is the `traceparent` a created run keeps.
+    async fn call_traced(
+        &self,
+        s: &Submission<'_>,
+        hold: Option<Hold>,
+        trace: Option<&str>,
+    ) -> Result<(Outcome, Verdict), Error> {
         check_key_field("provider", s.provider)?;
         check_key_field("delivery_id", s.delivery_id)?;
         let call = Call {
@@ -126,6 +154,7 @@ impl Gate {
             payload: s.payload,
             now_ms: crate::units::now_ms(),
             hold,
+            trace,
         };
         let stored = self.store.apply(&call).await?;
         let event_mismatch = stored.replayed

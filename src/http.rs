@@ -48,7 +48,22 @@ pub fn app(state: AppState) -> Router {
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(middleware::from_fn_with_state(state.clone(), guard))
+        .layer(middleware::from_fn(trace_request))
         .with_state(state)
+}
+
+/// A server span around the request when traces are on ([`crate::otel`]),
+/// its parent the request's `traceparent`; nothing otherwise.
+async fn trace_request(req: Request, next: Next) -> Response {
+    if !crate::otel::enabled() {
+        return next.run(req).await;
+    }
+    use tracing::Instrument;
+    let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned());
+    let span = crate::otel::server_span(req.method().as_str(), route.as_deref(), req.headers());
+    let resp = next.run(req).instrument(span.clone()).await;
+    crate::otel::record_status(&span, resp.status().as_u16());
+    resp
 }
 
 /// Every `/v1/*` route, in one router behind one check, so that no route

@@ -30,6 +30,7 @@
 //! - [`config`]: one configuration for every command: the flags', env's and TOML file's layers, merged once, each error naming the bad value's source.
 //! - [`config_values`]: values every config table writes alike (lists, durations, `ORG/REPO`), read by config and providers.
 //! - [`metrics`]: Prometheus counters for `/metrics`.
+//! - [`otel`]: the OpenTelemetry spans of a request and of the gate, made only once traces are on.
 //! - [`window`]: the stateless dedup-window analysis of docs/window.md.
 //! - [`bench`]: `idemgate bench`, the measurements behind BENCHMARKS.md, one submodule each.
 //! - [`error`]: store failures (never turned into a gate answer).
@@ -73,6 +74,7 @@ pub mod layer;
 pub mod listener;
 pub mod metrics;
 pub mod ops;
+pub mod otel;
 pub mod prometheus;
 pub mod providers;
 pub mod redact;

@@ -48,6 +48,8 @@ enum Command {
     Dead(cli::ops::DeadArgs),
     /// Runs: redeliver done or dead ones.
     Runs(cli::ops::RunsArgs),
+    /// Destinations: the public keys (`whpk_`) one signs `v1a` with.
+    Destinations(cli::destinations::DestinationsArgs),
     /// Consume created runs and run COMMAND once per run (needs Redis).
     Worker(Box<cli::worker::WorkerArgs>),
     /// Sign a payload as provider NAME's kind does and POST it to URL; exit 0 on 2xx, 1 otherwise, 2 when not sent.
@@ -69,7 +71,20 @@ async fn main() -> ExitCode {
     // (worker::attempt) would be hundreds of lines of nothing wrong.
     let default_level =
         if matches!(cli.command, Command::Bench(_)) { "warn,idemgate::worker::attempt=error" } else { "info" };
-    cli::logging::init(cli.log_format, default_level);
+    // Traces only for the long-running commands, and only when the OTEL_* variables ask.
+    let service = match cli.command {
+        Command::Serve(_) => Some("idemgate-serve"),
+        Command::Worker(_) => Some("idemgate-worker"),
+        _ => None,
+    };
+    let traces = match service.map(cli::telemetry::Traces::from_env).transpose() {
+        Ok(traces) => traces.flatten(),
+        Err(e) => {
+            eprintln!("idemgate: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    cli::logging::init(cli.log_format, default_level, traces.as_ref().map(cli::telemetry::Traces::tracer));
     let result = match cli.command {
         Command::Serve(_) => cli::serve::serve(sources).await,
         Command::Window => cli::serve::window(),
@@ -80,10 +95,14 @@ async fn main() -> ExitCode {
         Command::Worker(args) => cli::worker::worker(*args, sources).await,
         Command::Dead(args) => cli::ops::dead_command(&args, sources).await.map_err(Into::into),
         Command::Runs(args) => cli::ops::runs_command(&args, sources).await.map_err(Into::into),
+        Command::Destinations(args) => cli::destinations::destinations_command(&args, sources),
         Command::Key(args) => cli::ops::key_command(&args, sources).map_err(Into::into),
         Command::Send(args) => Ok(cli::send::send(args, sources).await),
         Command::Sign(args) => Ok(cli::send::sign(args, sources)),
     };
+    if let Some(traces) = traces {
+        traces.shutdown();
+    }
     match result {
         Ok(code) => code,
         Err(e) => {

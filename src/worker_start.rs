@@ -129,4 +129,11 @@ impl Handler for ModeHandler {
             ModeHandler::Deliver(h) => h.breaker(),
         }
     }
+
+    fn public_keys(&self) -> Vec<String> {
+        match self {
+            ModeHandler::Command(h) => h.public_keys(),
+            ModeHandler::Deliver(h) => h.public_keys(),
+        }
+    }
 }

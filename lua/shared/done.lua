@@ -33,7 +33,7 @@ local function mark_done(first, worker, now, retention_ms, keep_payload_ms, kept
   end
   -- RUN_FIELDS[1] is `run_id`: the key names the run.
   redis.call('HDEL', KEYS[2], RUN_FIELDS[1], 'op', 'op_result', 'group', 'updated_ms', 'next_attempt_ms',
-    'parked_group', 'attempt_base', 'retry_now_ms', 'released_ms')
+    'parked_group', 'attempt_base', 'retry_now_ms', 'released_ms', 'trace')
   local keep_ms = tonumber(keep_payload_ms)
   local had_payload = redis.call('HEXISTS', KEYS[2], 'payload') == 1
   redis.call('HDEL', KEYS[2], 'payload_until_ms')

@@ -5,8 +5,12 @@
 -- now, or at that time when it is later. The waker (lua/worker_wake.lua)
 -- then puts them on the runs stream, for every worker of the group. A run
 -- parked for its own failure is not in the set and keeps its due time. One
--- pass over those runs, and the set is gone after it. Returns how many were
--- made due sooner.
+-- pass over those runs, and the set is gone after it, but for the run a
+-- probe is out with (`probing`, the probe key's value; '' none): a probe
+-- in flight ends in lua/worker_probe_end.lua, and making its run due here
+-- too would send it twice (the probe and a second attempt). If the probe's
+-- worker dies, the run waits in the set for the next probe. Returns how
+-- many were made due sooner.
 --
 -- A released run's record keeps `released_ms`. A run that fails again for
 -- the destination within RELEASE_MEMORY_MS of its release, while the
@@ -24,16 +28,19 @@ local function waits_for_destination(record, now)
   return not released or tonumber(now) - released >= RELEASE_MEMORY_MS
 end
 
-local function release_destination_parked(parking_key, destination_key, group, now, run_prefix)
+local function release_destination_parked(parking_key, destination_key, group, now, run_prefix, probing)
   local waiting = redis.call('ZRANGE', destination_key, 0, -1, 'WITHSCORES')
   local released = 0
+  local probed_score = nil
   for i = 1, #waiting, 2 do
     local run_id = waiting[i]
-    local due = math.max(tonumber(now), tonumber(waiting[i + 1]))
     local scheduled = tonumber(redis.call('ZSCORE', parking_key, run_id))
     local record = run_prefix .. run_id
     local state = redis.call('HMGET', record, 'status', 'parked_group')
-    if scheduled and scheduled > due and state[1] == ${status_parked} and state[2] == group then
+    local due = math.max(tonumber(now), tonumber(waiting[i + 1]))
+    if run_id == probing then
+      probed_score = waiting[i + 1]
+    elseif scheduled and scheduled > due and state[1] == ${status_parked} and state[2] == group then
       -- Integers as decimal text: Lua's own conversion would write 1.7e+12.
       local due_text = string.format('%d', due)
       redis.call('ZADD', parking_key, due_text, run_id)
@@ -42,5 +49,8 @@ local function release_destination_parked(parking_key, destination_key, group, n
     end
   end
   redis.call('DEL', destination_key)
+  if probed_score then
+    redis.call('ZADD', destination_key, probed_score, probing)
+  end
   return released
 end

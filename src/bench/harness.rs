@@ -271,6 +271,7 @@ pub(super) fn raw_work_call<'a>(
         subject: "",
         payload: "",
         rewrite_on_replay: false,
+        trace: "",
     })
 }
 

@@ -1,7 +1,8 @@
 //! Section 6 of the report, the worker: runs per second with an empty handler, through the
 //! library API, to an HTTP destination (`--deliver`, an in-process sink; also with a quarter
-//! of the runs parked on hour-long waits) and through `idemgate worker -- true` (a process
-//! per run), on runs the gate created first.
+//! of the runs parked on hour-long waits; and at concurrency 32 signed `v1` (HMAC) beside `v1a`
+//! (ed25519)) and through `idemgate worker -- true` (a process per run), on runs the gate created
+//! first.
 
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -22,6 +23,13 @@ use crate::worker::{RunAttempt, Worker};
 /// The row of runs delivered while a quarter of them are parked.
 const PARKED_ROW: &str = "runs/s delivered while 25% of runs are parked on long waits (the same sink; every 4th run answered `429 Retry-After: 3600`, parked for an hour; breaker threshold raised so only parking is measured)";
 
+/// The `v1` secret the bench's destinations sign with.
+const V1_SECRET: &str = "whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo=";
+/// The `v1a` key of the signing rows: `whsk_` and a 32-byte ed25519 seed.
+const V1A_KEY: &str = "whsk_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+/// The concurrency of the signing rows.
+const SIGNING_CONCURRENCY: usize = 32;
+
 /// Writes the worker section: each consumer [`REPEATS`] times, on fresh
 /// runs each round, the median with its spread.
 pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), BenchError> {
@@ -32,6 +40,7 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
     )?;
     let runs = if bench.options.smoke { 200 } else { 2000 };
     let (mut lib, mut http, mut parked, mut cli) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut signed_v1, mut signed_v1a) = (Vec::new(), Vec::new());
     for round in 1..=REPEATS {
         let wkeys = bench.keys(&format!("worker{round}"))?;
         let wgate = Gate::new(["bench/repo"], bench.store(wkeys.clone()).await?);
@@ -52,8 +61,35 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
         running.await??;
         progress(&format!("worker --deliver to an in-process HTTP sink, {runs} runs, round {round}"));
         let sink = axum::Router::new().fallback(|| async { StatusCode::NO_CONTENT });
-        let took = deliver_to_sink(bench, &wkeys, &mut conn, sink, BreakerConfig::default(), "bench-http").await?;
+        let took =
+            deliver_to_sink(bench, &wkeys, &mut conn, sink, BreakerConfig::default(), "bench-http", V1_SECRET, 8)
+                .await?;
         http.push(runs as f64 / took.as_secs_f64());
+        // v1 and v1a side by side in each round, on runs of their own.
+        for (key, rates, name) in [(V1_SECRET, &mut signed_v1, "v1"), (V1A_KEY, &mut signed_v1a, "v1a")] {
+            progress(&format!(
+                "worker --deliver signing {name}, concurrency {SIGNING_CONCURRENCY}, {runs} runs, round {round}"
+            ));
+            let keys = bench.keys(&format!("worker-{name}-{round}"))?;
+            let gate = Gate::new(["bench/repo"], bench.store(keys.clone()).await?);
+            for i in 0..runs {
+                gate.handle("bench", &format!("s{i}"), &event(i)).await?;
+            }
+            let sink = axum::Router::new().fallback(|| async { StatusCode::NO_CONTENT });
+            let group = format!("bench-{name}");
+            let took = deliver_to_sink(
+                bench,
+                &keys,
+                &mut conn,
+                sink,
+                BreakerConfig::default(),
+                &group,
+                key,
+                SIGNING_CONCURRENCY,
+            )
+            .await?;
+            rates.push(runs as f64 / took.as_secs_f64());
+        }
         progress(&format!("worker --deliver, a quarter of {runs} runs answered 429 Retry-After: 3600, round {round}"));
         let (delivered, took) = deliver_with_parked(bench, round, runs, &mut conn).await?;
         parked.push(delivered as f64 / took.as_secs_f64());
@@ -64,14 +100,16 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
         cli.push(runs as f64 / t.elapsed().as_secs_f64());
         let _ = child.kill().await;
     }
-    for (name, rates) in [
-        ("library API, empty async handler", &lib),
-        ("HTTP destination (`--deliver`, signed POST to an in-process sink answering 204)", &http),
-        (PARKED_ROW, &parked),
-        ("`idemgate worker -- true` (a process per run; worker start-up included)", &cli),
+    for (name, concurrency, rates) in [
+        ("library API, empty async handler", 8, &lib),
+        ("HTTP destination (`--deliver`, signed POST to an in-process sink answering 204)", 8, &http),
+        (PARKED_ROW, 8, &parked),
+        ("HTTP destination signing `v1` (a `whsec_` secret: HMAC-SHA256)", SIGNING_CONCURRENCY, &signed_v1),
+        ("HTTP destination signing `v1a` (a `whsk_` key: ed25519)", SIGNING_CONCURRENCY, &signed_v1a),
+        ("`idemgate worker -- true` (a process per run; worker start-up included)", 8, &cli),
     ] {
         let spread = Spread::of(rates);
-        writeln!(out, "| {name} | 8 | {runs} | {:.0} | {} |", spread.median, spread.cell())?;
+        writeln!(out, "| {name} | {concurrency} | {runs} | {:.0} | {} |", spread.median, spread.cell())?;
     }
     writeln!(out)?;
     Ok(())
@@ -102,13 +140,15 @@ async fn deliver_with_parked(
         }
     });
     let breaker = BreakerConfig { failures: u32::MAX, ..BreakerConfig::default() };
-    let took = deliver_to_sink(bench, &keys, conn, sink, breaker, "bench-parked").await?;
+    let took = deliver_to_sink(bench, &keys, conn, sink, breaker, "bench-parked", V1_SECRET, 8).await?;
     Ok(((0..runs).filter(|n| !parked(*n)).count() as u64, took))
 }
 
 /// The runs of `keys` through a [`Destination`] (a library worker of
-/// `group`, as `idemgate worker --deliver` runs it) to `sink`, an axum
-/// router in this process: the time until the group has attempted them all.
+/// `group`, `concurrency` at once, as `idemgate worker --deliver` runs it,
+/// signing with `key`, a secrets file's line) to `sink`, an axum router in
+/// this process: the time until the group has attempted them all.
+#[allow(clippy::too_many_arguments)] // one call per row, each naming what it varies
 async fn deliver_to_sink(
     bench: &Bench<'_>,
     keys: &Keys,
@@ -116,6 +156,8 @@ async fn deliver_to_sink(
     sink: axum::Router,
     breaker: BreakerConfig,
     group: &str,
+    key: &str,
+    concurrency: usize,
 ) -> Result<Duration, BenchError> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}/hooks", listener.local_addr()?);
@@ -127,11 +169,11 @@ async fn deliver_to_sink(
         use std::os::unix::fs::OpenOptionsExt;
         let mut f =
             std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&secret_file)?;
-        f.write_all(b"whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo=\n")?;
+        writeln!(f, "{key}")?;
     }
     let destination = Destination::new(&DeliverOptions { url, secret_file: secret_file.clone(), ca: None, breaker })
         .map_err(|e| BenchError::Failed(e.to_string()))?;
-    let config = WorkerConfig { concurrency: 8, ..WorkerConfig::new(group) };
+    let config = WorkerConfig { concurrency, ..WorkerConfig::new(group) };
     let worker = Worker::connect(&bench.redis, keys.clone(), config).await?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let t = Instant::now();

@@ -22,14 +22,24 @@ fn colour() -> bool {
     std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()
 }
 
-/// Starts the subscriber for `format`; `default` is the filter without `RUST_LOG`.
-pub fn init(format: LogFormat, default: &str) {
+/// Starts the subscriber for `format`; `default` is the filter without
+/// `RUST_LOG`. With `tracer`, the spans of `idemgate::otel` are exported
+/// through it too, whatever `RUST_LOG` filters out of the log.
+pub fn init(format: LogFormat, default: &str, tracer: Option<opentelemetry_sdk::trace::SdkTracer>) {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour());
-    match format {
-        LogFormat::Text => builder.fmt_fields(escaped_fields()).init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-    }
+    let log = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(colour());
+    let log = match format {
+        LogFormat::Text => log.fmt_fields(escaped_fields()).boxed(),
+        LogFormat::Json => log.json().flatten_event(true).boxed(),
+    };
+    let traces = tracer.map(|tracer| {
+        let spans = tracing_subscriber::filter::Targets::new().with_target("idemgate::otel", tracing::Level::INFO);
+        tracing_opentelemetry::layer().with_tracer(tracer).with_filter(spans)
+    });
+    tracing_subscriber::registry().with(log.with_filter(filter)).with(traces).init();
 }
 
 /// Fields as `name=value`, the message bare, each value escaped.

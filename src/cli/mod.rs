@@ -6,15 +6,18 @@
 //!   the layers they give.
 //! - [`serve`]: `serve` and `window`.
 //! - [`ops`]: `healthcheck`, `inspect`, `stats`, `key` and `dead`.
+//! - [`destinations`]: `destinations keys`.
 //! - [`worker`]: the `worker` command.
 //! - [`bench`]: the `bench` command.
 //! - [`send`]: `send` and `sign`.
 
 pub mod bench;
+pub mod destinations;
 pub mod logging;
 pub mod ops;
 pub mod send;
 pub mod serve;
+pub mod telemetry;
 pub mod worker;
 
 use std::io::Write;

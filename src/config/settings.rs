@@ -295,7 +295,7 @@ settings! {
         env: "IDEMGATE_WORKER_DELIVER_SECRET_FILE",
         value_name: "FILE",
         on: &[Command::Worker],
-        help: "File of Standard Webhooks secrets (`whsec_` + base64, at least 24 bytes), one a line, each signing every request; read again when it changes or on SIGHUP. Required with --deliver",
+        help: "File of Standard Webhooks keys, one a line, each signing every request: `whsec_` + base64 (at least 24 bytes) signs `v1`, `whsk_` + base64 of an ed25519 seed signs `v1a`; read again when it changes or on SIGHUP. Required with --deliver",
     },
     deliver_ca: PathBuf [worker] {
         env: "IDEMGATE_WORKER_DELIVER_CA",

@@ -29,6 +29,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/ops/runs/{run_id}/payload", get(payload))
         .route("/v1/ops/deliveries/{provider}/{delivery_id}", get(delivery))
         .route("/v1/ops/workers", get(workers))
+        .route("/v1/ops/destinations", get(destinations))
         .route("/v1/ops/dead", get(dead))
         .route("/v1/ops/dead/{run_id}/retry", post(retry))
         .route("/v1/ops/runs/{run_id}/redeliver", post(redeliver))
@@ -148,6 +149,13 @@ async fn delivery(
 async fn workers(State(st): State<AppState>) -> Result<Response, ApiError> {
     let w = source(&st)?.workers().await.map_err(|e| unavailable(&st, e))?;
     Ok(json_sized(&WithStore { store: source(&st)?.kind(), inner: w }, 4096))
+}
+
+/// `GET /v1/ops/destinations`: each destination (consumer group), and the
+/// `whpk_` public keys its live workers sign `v1a` with.
+async fn destinations(State(st): State<AppState>) -> Result<Response, ApiError> {
+    let d = source(&st)?.destinations().await.map_err(|e| unavailable(&st, e))?;
+    Ok(json_sized(&WithStore { store: source(&st)?.kind(), inner: d }, 4096))
 }
 
 /// `GET /v1/ops/runs/{id}/payload`: the kept payload whole, as the provider

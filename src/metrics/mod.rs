@@ -295,6 +295,7 @@ impl Metrics {
                 let _ = writeln!(o, "{n}{{provider=\"{}\",status=\"{}\"}} {v}", escape(provider), status.as_str());
             }
         }
+        crate::otel::render_dropped(o);
         out
     }
 

@@ -7,6 +7,7 @@
 
 mod client;
 mod dead;
+pub mod destinations;
 pub mod footprint;
 mod inspect;
 pub mod memory;

@@ -308,6 +308,12 @@ impl Source {
         }
     }
 
+    /// Every destination (consumer group) with the public keys its live
+    /// workers sign `v1a` with ([`super::destinations`]; none on the memory store).
+    pub async fn destinations(&self) -> Result<super::destinations::Destinations, OpsError> {
+        Ok(super::destinations::Destinations::of(&self.workers().await?))
+    }
+
     /// One run, whole (`None`: no record).
     pub async fn run(&self, run_id: &str) -> Result<Option<RunDetail>, OpsError> {
         match self {

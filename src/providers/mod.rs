@@ -398,6 +398,7 @@ impl Provider {
         match (self.kind().facts().sends_event_name, event) {
             (true, None) => Err(SignError::EventRequired(self.kind())),
             (false, Some(_)) => Err(SignError::EventNotSent(self.kind())),
+            _ if !self.endpoint().can_sign() => Err(SignError::PublicKeysOnly),
             _ => Ok(self.endpoint().sign(delivery_id, event, body, now)),
         }
     }
@@ -513,6 +514,12 @@ pub enum SignError {
     /// The kind has no event-name header; the event type lives in the body.
     #[error("kind {0} sends no event-name header (the event type is part of the body): leave out --event")]
     EventNotSent(Kind),
+    /// A `standard-webhooks` provider whose secrets are all `whpk_` public
+    /// keys: they verify, they cannot sign.
+    #[error(
+        "the provider's secrets are whpk_ public keys only, which verify and cannot sign: give it the whsk_ key (or a whsec_ secret) to sign with"
+    )]
+    PublicKeysOnly,
 }
 
 #[cfg(test)]

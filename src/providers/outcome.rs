@@ -96,6 +96,14 @@ pub enum ProviderError {
         /// The provider's name.
         provider: String,
     },
+    /// A `standard-webhooks` `whpk_` or `whsk_` key that is not an ed25519 key.
+    #[error("provider {provider:?}: {problem}")]
+    BadKey {
+        /// The provider's name.
+        provider: String,
+        /// What is wrong with it, naming no part of it.
+        problem: String,
+    },
     /// A field pointer is not a JSON pointer.
     #[error(
         "provider {provider:?}: fields.{field} is not a JSON pointer (it must be empty or start with '/', or be a literal starting with '=')"

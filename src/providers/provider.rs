@@ -90,6 +90,12 @@ pub(super) trait Endpoint: Send + Sync {
     /// event name.
     fn sign(&self, delivery_id: &str, event: Option<&str>, body: &[u8], now: SystemTime) -> Vec<(&str, String)>;
 
+    /// Whether [`Endpoint::sign`] has a key to sign with: not so for a
+    /// `standard-webhooks` provider holding `whpk_` public keys only.
+    fn can_sign(&self) -> bool {
+        true
+    }
+
     /// Where this provider's deliveries carry their id in the body, when
     /// the provider decides it rather than the kind (`hmac`'s
     /// `delivery_id`); the kind's `BODY_DELIVERY_ID` otherwise.

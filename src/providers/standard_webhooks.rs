@@ -5,8 +5,10 @@
 //! `idemgate send` and `sign` through the kind, the worker's HTTP
 //! destination directly), verified here for `/webhooks/{name}`.
 //! The signature is the base64 HMAC-SHA256 of `<id>.<timestamp>.<raw body>`
-//! under the decoded `whsec_` secret; `webhook-signature` lists
-//! space-separated `v1,<base64>` entries, any one of which may match.
+//! under the decoded `whsec_` secret (`v1`), or the ed25519 signature of the
+//! same content under a `whsk_` signing key, verified with its `whpk_`
+//! public key (`v1a`, [`v1a`]); `webhook-signature` lists space-separated
+//! `v1,<base64>` and `v1a,<base64>` entries, any one of which may match.
 //!
 //! Choices where the contract is silent:
 //! - each header is read as `webhook-<x>`, else `svix-<x>`, one by one (as
@@ -17,17 +19,30 @@
 //!   only, and is signed exactly as sent.
 //! - a timestamp exactly `tolerance` away is accepted; one millisecond more,
 //!   stale or in the future, is refused.
-//! - entries with another version than `v1` (`v1a,…`) or whose signature is
-//!   not valid base64 are skipped, not fatal.
-//! - at most [`MAX_SIGNATURES`] `v1` entries are tried, as for `stripe`: each
-//!   costs one HMAC of the body per secret, and Svix lists one per live
-//!   secret. A header with more is refused (401) before any is computed.
+//! - entries of other versions than `v1` and `v1a`, or whose signature is
+//!   not valid base64, are skipped, not fatal. A `v1` entry is compared
+//!   with the `whsec_` secrets' HMACs only, a `v1a` entry verified with the
+//!   public keys only (`whpk_`, and those of `whsk_` keys): an entry is
+//!   never judged by the other scheme's key.
+//! - at most [`MAX_SIGNATURES`] entries of each version are tried, as for
+//!   `stripe`: Svix lists one per live secret. A header with more is
+//!   refused (401) before any is computed. A `v1` entry costs comparisons
+//!   (each secret's HMAC is computed once), a `v1a` entry one ed25519
+//!   verification per public key.
 //! - a signed empty `webhook-id` and a signed body that is not JSON are 400.
 //! - the secret may omit the `whsec_` prefix (bare base64), as Svix's
 //!   libraries allow; invalid base64 or an empty key is refused at start
-//!   ([`SecretRule::Receiving`]).
+//!   ([`SecretRule::Receiving`]). `whpk_` and `whsk_` keys need their
+//!   prefix (it is what tells them from a secret) and must be valid keys.
+//!   A `whsk_` key in `secrets` verifies with its public key and lets
+//!   `idemgate send` sign `v1a`; a receiver needs only the `whpk_` key.
+//! - `idemgate send` and `sign` sign with the first secret that can sign
+//!   (`whsec_`: `v1`, `whsk_`: `v1a`); a provider holding public keys only
+//!   cannot sign ([`super::SignError::PublicKeysOnly`]).
 //! - a pointer whose target is JSON `null` copies the `null` (the gate then
 //!   judges it); only a missing target leaves the key out.
+
+pub mod v1a;
 
 use std::time::{Duration, SystemTime};
 
@@ -41,7 +56,7 @@ use super::fields::{FieldOverrides, FieldPointers, normalize};
 use super::outcome::{Delivery, ProviderError, Rejection};
 use super::provider::{Common, Endpoint, ProviderKind, TextDuration};
 use super::request::{Header, check_timestamp, header, parse_body};
-use super::signing::{DEFAULT_TOLERANCE, MAX_SIGNATURES, hmac_key, mac_over, message_id, unix_seconds};
+use super::signing::{DEFAULT_TOLERANCE, Key, MAX_SIGNATURES, hmac_key, mac_over, message_id, unix_seconds};
 use crate::vocabulary::KeySlots;
 
 /// A `standard-webhooks` provider (module docs).
@@ -50,6 +65,10 @@ pub struct StandardWebhooks {
     common: Common,
     tolerance: Duration,
     fields: FieldPointers,
+    /// The `v1a` verifiers: each `whpk_` key, and each `whsk_` key's public key, in order.
+    public_keys: Vec<ed25519_dalek::VerifyingKey>,
+    /// What `idemgate send` signs with: the first secret that can sign.
+    sender: Option<SenderKey>,
 }
 
 /// The `[[provider]]` keys of kind `standard-webhooks` beside the shared ones.
@@ -73,23 +92,45 @@ impl ProviderKind for StandardWebhooks {
         message_id(random)
     }
 
-    /// The decoded `whsec_` secret is the key; not base64, or empty once
-    /// decoded, is refused.
+    /// A `whpk_` secret is a `v1a` public key, a `whsk_` one a signing key
+    /// (verifying with its public key); any other is a `v1` secret, whose
+    /// decoded bytes are the HMAC key. Not base64, empty once decoded, or
+    /// not a key of its prefix's kind is refused.
     fn build(common: Common, secrets: &[&str], settings: Self::Settings) -> Result<Self, ProviderError> {
-        let keys = secrets
-            .iter()
-            .map(|secret| match decode_secret(secret, SecretRule::Receiving) {
-                Ok(key) => Ok(hmac_key(&key)),
-                Err(BadSecret::Empty) => Err(ProviderError::EmptySecret(common.name().to_owned())),
-                Err(_) => Err(ProviderError::BadSecret { provider: common.name().to_owned() }),
-            })
-            .collect::<Result<_, _>>()?;
+        let (mut hmac_keys, mut public_keys, mut sender) = (Vec::new(), Vec::new(), None);
+        let name = || common.name().to_owned();
+        for secret in secrets {
+            let bad_key = |problem: v1a::BadKey| ProviderError::BadKey { provider: name(), problem: key_problem(problem) };
+            if let Some(key) = v1a::public_key(secret) {
+                public_keys.push(key.map_err(bad_key)?);
+                continue;
+            }
+            let key = match v1a::signing_key(secret) {
+                Some(key) => {
+                    let key = key.map_err(bad_key)?;
+                    public_keys.push(key.verifying_key());
+                    SenderKey(Scheme::V1a(key))
+                }
+                None => match decode_secret(secret, SecretRule::Receiving) {
+                    Ok(key) => {
+                        let key = hmac_key(&key);
+                        hmac_keys.push(key.clone());
+                        SenderKey(Scheme::V1(key))
+                    }
+                    Err(BadSecret::Empty) => return Err(ProviderError::EmptySecret(name())),
+                    Err(_) => return Err(ProviderError::BadSecret { provider: name() }),
+                },
+            };
+            sender.get_or_insert(key);
+        }
         let overrides = settings.fields.unwrap_or_default();
         overrides.validate(common.name())?;
         Ok(StandardWebhooks {
             tolerance: settings.tolerance.map_or(DEFAULT_TOLERANCE, |t| t.0),
             fields: overrides.over(FieldPointers::default()),
-            common: common.with_keys(keys),
+            common: common.with_keys(hmac_keys),
+            public_keys,
+            sender,
         })
     }
 }
@@ -112,7 +153,13 @@ impl Endpoint for StandardWebhooks {
     }
 
     fn sign(&self, delivery_id: &str, _: Option<&str>, body: &[u8], now: SystemTime) -> Vec<(&str, String)> {
-        sign(&self.common, delivery_id, now, body)
+        // `Provider::sign` asks `can_sign` first.
+        let Some(key) = &self.sender else { return Vec::new() };
+        signed_headers(std::slice::from_ref(key), delivery_id, now, body)
+    }
+
+    fn can_sign(&self) -> bool {
+        self.sender.is_some()
     }
 
     fn tolerance(&self) -> Option<Duration> {
@@ -151,6 +198,68 @@ pub enum SecretRule {
     Signing,
 }
 
+/// What a refused `whpk_` or `whsk_` key is told by (no part of the key).
+fn key_problem(problem: v1a::BadKey) -> String {
+    let why = match problem {
+        v1a::BadKey::NotBase64 => "is not valid base64",
+        v1a::BadKey::Length => "is not 32 bytes (a whpk_ public key, a whsk_ seed) or 64 (a whsk_ seed and its public key)",
+        v1a::BadKey::NotAPoint => "is no ed25519 public key",
+        v1a::BadKey::Mismatch => "holds a public key that is not its seed's",
+    };
+    format!("an ed25519 key (whpk_ or whsk_) {why}")
+}
+
+/// A key a sender signs with: a line of a destination's secrets file
+/// ([`sender_key`]), or the secret of a provider that `idemgate send` signs as.
+#[derive(Clone)]
+pub struct SenderKey(Scheme);
+
+/// The two schemes a [`SenderKey`] signs with.
+#[derive(Clone)]
+enum Scheme {
+    /// A `whsec_` secret: a `v1` entry, HMAC-SHA256.
+    V1(Key),
+    /// A `whsk_` key: a `v1a` entry, ed25519.
+    V1a(ed25519_dalek::SigningKey),
+}
+
+impl SenderKey {
+    /// The `whpk_` public key a receiver verifies this key's signatures
+    /// with; `None` for a `whsec_` secret, which the receiver holds itself.
+    pub fn public_key(&self) -> Option<String> {
+        match &self.0 {
+            Scheme::V1(_) => None,
+            Scheme::V1a(key) => Some(v1a::public_key_text(&key.verifying_key())),
+        }
+    }
+
+    /// This key's `webhook-signature` entry for the signed content.
+    fn entry(&self, signed: &[&[u8]]) -> String {
+        match &self.0 {
+            Scheme::V1(key) => entry(&mac_over(key, signed)),
+            Scheme::V1a(key) => format!("v1a,{}", v1a::sign(key, signed)),
+        }
+    }
+}
+
+impl std::fmt::Debug for SenderKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.public_key() {
+            None => f.write_str("SenderKey(v1, <redacted>)"),
+            Some(public) => write!(f, "SenderKey(v1a, {public})"),
+        }
+    }
+}
+
+/// One line of a sender's secrets file: a `whsk_` signing key, else a
+/// `whsec_` secret under [`SecretRule::Signing`].
+pub fn sender_key(line: &str) -> Result<SenderKey, BadSecret> {
+    match v1a::signing_key(line) {
+        Some(key) => key.map(|k| SenderKey(Scheme::V1a(k))).map_err(BadSecret::Key),
+        None => decode_secret(line, SecretRule::Signing).map(|key| SenderKey(Scheme::V1(hmac_key(&key)))),
+    }
+}
+
 /// Why a text is not a secret under a [`SecretRule`]; none of them shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BadSecret {
@@ -162,6 +271,8 @@ pub enum BadSecret {
     Empty,
     /// Shorter than [`MIN_SIGNING_SECRET_BYTES`] (signing only).
     Short,
+    /// A `whsk_` key that is not one ([`sender_key`]).
+    Key(v1a::BadKey),
 }
 
 /// The HMAC key a secret (`whsec_<base64>`) gives under `rule`.
@@ -182,10 +293,15 @@ pub fn decode_secret(secret: &str, rule: SecretRule) -> Result<Vec<u8>, BadSecre
 /// The base64 signatures of the `v1` entries of a signature header, in
 /// order; entries of other versions and empty entries are skipped.
 pub fn v1_signatures(header: &str) -> impl Iterator<Item = &str> {
+    signatures_of("v1", header)
+}
+
+/// The base64 signatures of the entries of `version` (`v1`, `v1a`), in order.
+fn signatures_of<'a>(version: &'a str, header: &'a str) -> impl Iterator<Item = &'a str> {
     header
         .split(' ')
         .filter_map(|entry| entry.split_once(','))
-        .filter(|(version, _)| *version == "v1")
+        .filter(move |(v, _)| *v == version)
         .map(|(_, signature)| signature)
 }
 
@@ -211,8 +327,10 @@ fn signature_headers(tolerance: Duration, headers: &HeaderMap, now: SystemTime) 
     let id = auth_header(headers, "id")?;
     let timestamp = auth_header(headers, "timestamp")?;
     let signatures = auth_header(headers, "signature")?;
-    if v1_signatures(signatures).count() > MAX_SIGNATURES {
-        return Err(Rejection::unauthorized("webhook-signature has too many v1 entries"));
+    for version in ["v1", "v1a"] {
+        if signatures_of(version, signatures).count() > MAX_SIGNATURES {
+            return Err(Rejection::Unauthorized(format!("webhook-signature has too many {version} entries")));
+        }
     }
     check_timestamp("webhook-timestamp", timestamp, tolerance, now)?;
     Ok([id, timestamp, signatures])
@@ -226,9 +344,14 @@ fn accept(
 ) -> Result<Delivery, Rejection> {
     let [id, timestamp, signatures] = signature_headers(provider.tolerance, headers, now)?;
 
-    // Every entry is compared under every secret, each in constant time.
+    // Every v1 entry is compared under every secret, each in constant time;
+    // every v1a entry is verified under every public key.
     let signed = signed_content(id, timestamp, body);
-    let matched = provider.common.verifies_any(&signed, v1_signatures(signatures).filter_map(|s| STANDARD.decode(s).ok()));
+    let matched = provider.common.verifies_any(&signed, v1_signatures(signatures).filter_map(|s| STANDARD.decode(s).ok()))
+        || (!provider.public_keys.is_empty() && {
+            let content = signed.concat();
+            signatures_of("v1a", signatures).any(|s| v1a::verifies_any(&provider.public_keys, &content, s))
+        });
     if !matched {
         return Err(Rejection::unauthorized("no webhook-signature entry matches"));
     }
@@ -272,29 +395,22 @@ fn headers(id: &str, timestamp: String, signature: String) -> Vec<(&'static str,
     vec![("webhook-id", id.to_owned()), ("webhook-timestamp", timestamp), ("webhook-signature", signature)]
 }
 
-/// `webhook-signature` for `body` under `keys` (decoded secrets): one
-/// `v1,<base64>` entry per key, space-separated, in the keys' order.
-pub fn signature(keys: &[impl AsRef<[u8]>], id: &str, timestamp: &str, body: &[u8]) -> String {
+/// `webhook-signature` for `body` under `keys`: one entry per key
+/// (`v1,<base64>` for a `whsec_` secret, `v1a,<base64>` for a `whsk_`
+/// key), space-separated, in the keys' order.
+pub fn signature(keys: &[SenderKey], id: &str, timestamp: &str, body: &[u8]) -> String {
     let signed = signed_content(id, timestamp, body);
-    let entries: Vec<String> = keys.iter().map(|key| entry(&mac_over(&hmac_key(key.as_ref()), &signed))).collect();
+    let entries: Vec<String> = keys.iter().map(|key| key.entry(&signed)).collect();
     entries.join(" ")
 }
 
 /// The headers a Standard Webhooks sender sends with `body` at `now`,
 /// signed with every one of `keys` (the worker's HTTP destination, which
-/// lists each live secret so that a receiver rolling its secret verifies
-/// either).
-pub fn signed_headers(keys: &[impl AsRef<[u8]>], id: &str, now: SystemTime, body: &[u8]) -> Vec<(&'static str, String)> {
+/// lists each live key so that a receiver rolling its secret, or moving
+/// from `v1` to `v1a`, verifies either).
+pub fn signed_headers(keys: &[SenderKey], id: &str, now: SystemTime, body: &[u8]) -> Vec<(&'static str, String)> {
     let timestamp = unix_seconds(now);
     let signature = signature(keys, id, &timestamp, body);
-    headers(id, timestamp, signature)
-}
-
-/// The headers a provider's sender would send with `body` at `now`,
-/// signed with the provider's first secret (`idemgate send` and `sign`).
-fn sign(common: &Common, id: &str, now: SystemTime, body: &[u8]) -> Vec<(&'static str, String)> {
-    let timestamp = unix_seconds(now);
-    let signature = entry(&common.signature(&signed_content(id, &timestamp, body)));
     headers(id, timestamp, signature)
 }
 
@@ -614,13 +730,13 @@ mod tests {
     /// holding any one of its secrets, and match the spec's vector.
     #[test]
     fn the_destinations_headers_verify_under_the_kind() {
-        let spec_key = decode_secret(SPEC_SECRET, SecretRule::Signing).unwrap();
+        let spec_key = sender_key(SPEC_SECRET).unwrap();
         let sent = signed_headers(std::slice::from_ref(&spec_key), SPEC_ID, at(SPEC_TS), SPEC_BODY.as_bytes());
         let names: Vec<&str> = sent.iter().map(|(n, _)| *n).collect();
         assert_eq!(names, ["webhook-id", "webhook-timestamp", "webhook-signature"]);
         assert_eq!(sent[2].1, SPEC_SIGNATURE);
-        let other = [9u8; 32];
-        let sent = signed_headers(&[other.to_vec(), spec_key], SPEC_ID, at(SPEC_TS), SPEC_BODY.as_bytes());
+        let other = sender_key(&format!("whsec_{}", STANDARD.encode([9u8; 32]))).unwrap();
+        let sent = signed_headers(&[other, spec_key], SPEC_ID, at(SPEC_TS), SPEC_BODY.as_bytes());
         let h: HeaderMap = sent
             .into_iter()
             .map(|(n, v)| (axum::http::HeaderName::from_static(n), HeaderValue::from_str(&v).unwrap()))
@@ -685,6 +801,134 @@ mod tests {
         }
     }
 
+    /// A `whsk_` key from a seed byte, and its `whpk_` public key.
+    fn ed25519_pair(seed: u8) -> (String, String) {
+        let key = ed25519_dalek::SigningKey::from_bytes(&[seed; 32]);
+        (format!("whsk_{}", STANDARD.encode([seed; 32])), v1a::public_key_text(&key.verifying_key()))
+    }
+
+    /// `v1a,<base64>` of `id.ts.body` under the seed's key.
+    fn sign_v1a(seed: u8, id: &str, ts: &str, body: &[u8]) -> String {
+        use ed25519_dalek::Signer;
+        let key = ed25519_dalek::SigningKey::from_bytes(&[seed; 32]);
+        let content = [id.as_bytes(), b".", ts.as_bytes(), b".", body].concat();
+        format!("v1a,{}", STANDARD.encode(key.sign(&content).to_bytes()))
+    }
+
+    fn with_secrets(secrets: &[&str]) -> Provider {
+        Provider::new("billing", crate::providers::Kind::StandardWebhooks, secrets, None, None).unwrap()
+    }
+
+    #[test]
+    fn v1a_entries_verify_under_public_keys() {
+        let (_, public) = ed25519_pair(5);
+        let (_, other_public) = ed25519_pair(6);
+        let ts = SPEC_TS.to_string();
+        let body = br#"{"org":"acme"}"#;
+        let good = sign_v1a(5, "msg_1", &ts, body);
+        let accept = |p: &Provider, sig: &str, body: &[u8]| {
+            p.accept(&headers("webhook-", Some("msg_1"), Some(&ts), Some(sig)), body, at(SPEC_TS))
+        };
+        let p = with_secrets(&[&other_public, &public]);
+        assert_eq!(accept(&p, &good, body).unwrap().delivery_id, "msg_1");
+        // Mixed during a switch: either kind of entry may be the one that matches.
+        let v1 = sign(SPEC_SECRET, "msg_1", &ts, body);
+        let both = with_secrets(&[SPEC_SECRET, &public]);
+        for list in [format!("{v1} {good}"), format!("{good} {v1}"), v1.clone(), good.clone()] {
+            assert!(accept(&both, &list, body).is_ok(), "{list}");
+        }
+        let forged_v1 = sign("whsec_c2VjcmV0", "msg_1", &ts, body);
+        let forged_v1a = sign_v1a(9, "msg_1", &ts, body);
+        assert!(accept(&both, &format!("{forged_v1} {good}"), body).is_ok());
+        assert!(accept(&both, &format!("{v1} {forged_v1a}"), body).is_ok());
+        assert!(is_unauthorized(&accept(&both, &format!("{forged_v1} {forged_v1a}"), body)));
+        // Wrong key, tampered body, id or timestamp.
+        assert!(is_unauthorized(&accept(&with_secrets(&[&other_public]), &good, body)), "wrong key");
+        assert!(is_unauthorized(&accept(&p, &good, br#"{"org":"acmf"}"#)), "tampered body");
+        let h = headers("webhook-", Some("msg_2"), Some(&ts), Some(&good));
+        assert!(is_unauthorized(&p.accept(&h, body, at(SPEC_TS))), "another id");
+        let h = headers("webhook-", Some("msg_1"), Some(&format!("0{ts}")), Some(&good));
+        assert!(is_unauthorized(&p.accept(&h, body, at(SPEC_TS))), "timestamp re-spelled");
+    }
+
+    /// An entry is judged by its own scheme's keys only.
+    #[test]
+    fn an_entry_is_never_judged_by_the_other_schemes_key() {
+        let (_, public) = ed25519_pair(5);
+        let ts = SPEC_TS.to_string();
+        let body = b"{}";
+        let v1 = sign(SPEC_SECRET, "msg_1", &ts, body);
+        let v1_b64 = v1.strip_prefix("v1,").unwrap();
+        let v1a = sign_v1a(5, "msg_1", &ts, body);
+        let v1a_b64 = v1a.strip_prefix("v1a,").unwrap();
+        let accept = |p: &Provider, sig: &str| {
+            p.accept(&headers("webhook-", Some("msg_1"), Some(&ts), Some(sig)), body, at(SPEC_TS))
+        };
+        let both = with_secrets(&[SPEC_SECRET, &public]);
+        // A v1 HMAC labelled v1a, and a v1a signature labelled v1.
+        assert!(is_unauthorized(&accept(&both, &format!("v1a,{v1_b64}"))));
+        assert!(is_unauthorized(&accept(&both, &format!("v1,{v1a_b64}"))));
+        // A v1a entry where only a v1 secret is configured, and the reverse.
+        assert!(is_unauthorized(&accept(&provider(), &v1a)));
+        assert!(is_unauthorized(&accept(&with_secrets(&[&public]), &v1)));
+    }
+
+    #[test]
+    fn more_v1a_entries_than_the_cap_are_refused() {
+        let (_, public) = ed25519_pair(5);
+        let ts = SPEC_TS.to_string();
+        let good = sign_v1a(5, "msg_1", &ts, b"{}");
+        let wrong = sign_v1a(6, "msg_1", &ts, b"{}");
+        let p = with_secrets(&[&public]);
+        let accept = |list: &str| p.accept(&headers("webhook-", Some("msg_1"), Some(&ts), Some(list)), b"{}", at(SPEC_TS));
+        assert!(accept(&format!("{}{good}", format!("{wrong} ").repeat(MAX_SIGNATURES - 1))).is_ok());
+        assert_eq!(
+            accept(&format!("{}{good}", format!("{wrong} ").repeat(MAX_SIGNATURES))),
+            Err(Rejection::Unauthorized("webhook-signature has too many v1a entries".into()))
+        );
+    }
+
+    /// `send` signs with the first secret that can: a whsk_ key signs v1a,
+    /// which the receiving side's whpk_ key verifies; public keys alone cannot sign.
+    #[test]
+    fn send_signs_v1a_with_a_signing_key() {
+        let (secret, public) = ed25519_pair(7);
+        let sender = with_secrets(&[&public, &secret, SPEC_SECRET]);
+        let sent = sender.sign("msg_9", None, b"{}", at(SPEC_TS)).unwrap();
+        assert!(sent[2].1.starts_with("v1a,") && !sent[2].1.contains(' '), "{sent:?}");
+        let h: HeaderMap = sent
+            .into_iter()
+            .map(|(n, v)| (axum::http::HeaderName::from_bytes(n.as_bytes()).unwrap(), HeaderValue::from_str(&v).unwrap()))
+            .collect();
+        let receiver = with_secrets(&[&public]);
+        assert_eq!(receiver.accept(&h, b"{}", at(SPEC_TS)).unwrap().delivery_id, "msg_9");
+        let err = receiver.sign("msg_9", None, b"{}", at(SPEC_TS)).unwrap_err();
+        assert_eq!(err, crate::providers::SignError::PublicKeysOnly);
+        // A whsec_ first signs v1, as before.
+        let v1_provider = with_secrets(&[SPEC_SECRET, &secret]);
+        let v1_first = v1_provider.sign(SPEC_ID, None, SPEC_BODY.as_bytes(), at(SPEC_TS)).unwrap();
+        assert_eq!(v1_first[2].1, SPEC_SIGNATURE);
+    }
+
+    #[test]
+    fn bad_ed25519_keys_stop_the_provider_without_showing_them() {
+        let mut not_a_point = [0u8; 32];
+        not_a_point[0] = 2;
+        for bad in [
+            format!("whpk_{}", STANDARD.encode([1u8; 31])),
+            format!("whpk_{}", STANDARD.encode(not_a_point)),
+            "whpk_Hunter2!!".to_owned(),
+            format!("whsk_{}", STANDARD.encode([1u8; 40])),
+            "whsk_".to_owned(),
+        ] {
+            let err = Provider::new("billing", crate::providers::Kind::StandardWebhooks, &[&bad], None, None).unwrap_err();
+            let msg = err.to_string();
+            assert!(matches!(err, ProviderError::BadKey { .. }), "{bad}: {err:?}");
+            assert!(msg.contains("billing") && msg.contains("ed25519") && !msg.contains("Hunter2"), "{msg}");
+            assert!(!msg.contains(&bad[5..]) || bad.len() == 5, "{msg}");
+        }
+    }
+
     #[test]
     fn v1_signature_parsing() {
         let got: Vec<_> = v1_signatures("v1,a v1a,b  v2,c v1,d,e x v1, v1").collect();
@@ -706,6 +950,31 @@ mod tests {
             let header = entries.iter().map(|(v, sig)| format!("{v},{sig}")).collect::<Vec<_>>().join(" ");
             let want: Vec<&str> = entries.iter().filter(|(v, _)| v == "v1").map(|(_, sig)| sig.as_str()).collect();
             prop_assert_eq!(v1_signatures(&header).collect::<Vec<_>>(), want);
+        }
+
+        /// Any change to a v1a-signed request (one byte of the body, the
+        /// id, the timestamp or the signature flipped) is refused.
+        #[test]
+        fn any_mutation_of_a_v1a_request_is_refused(
+            body in proptest::collection::vec(any::<u8>(), 1..200),
+            part in 0usize..4,
+            at_index in any::<proptest::sample::Index>(),
+            bit in 0u8..8,
+        ) {
+            let (_, public) = ed25519_pair(5);
+            let p = with_secrets(&[&public]);
+            let ts = SPEC_TS.to_string();
+            let sig = sign_v1a(5, "msg_1", &ts, &body);
+            let (mut id, mut stamp, mut sig_bytes, mut body) =
+                ("msg_1".to_owned().into_bytes(), ts.clone().into_bytes(), STANDARD.decode(&sig[4..]).unwrap(), body);
+            let target = match part { 0 => &mut body, 1 => &mut id, 2 => &mut stamp, _ => &mut sig_bytes };
+            let i = at_index.index(target.len());
+            target[i] ^= 1 << bit;
+            let text = |b: &[u8]| String::from_utf8(b.to_vec()).ok().filter(|t| HeaderValue::from_str(t).is_ok());
+            let (Some(id), Some(stamp)) = (text(&id), text(&stamp)) else { return Ok(()) };
+            let h = headers("webhook-", Some(&id), Some(&stamp), Some(&format!("v1a,{}", STANDARD.encode(&sig_bytes))));
+            let refused = p.accept(&h, &body, at(SPEC_TS));
+            prop_assert!(matches!(refused, Err(Rejection::Unauthorized(_))), "{:?}", refused);
         }
 
         #[test]

@@ -260,6 +260,9 @@ pub struct GateArgs<'a> {
     /// `ARGV[13]`: a replay rewrites its record so that a `WAIT` sent next on
     /// the same connection covers it (`--min-replicas-ack`).
     pub rewrite_on_replay: bool,
+    /// `ARGV[14]` of `lua/gate.lua` only: the gate span's `traceparent`,
+    /// kept as the run record's `trace`, else `""` (traces off).
+    pub trace: &'a str,
 }
 
 /// One ARGV value of a gate call, as Redis receives it: text, a number
@@ -392,7 +395,9 @@ impl GateCall<'_> {
     /// at its default (every argument costs Redis on every call).
     pub fn args(&self) -> impl Iterator<Item = GateArg<'_>> {
         let a = &self.0;
-        let count = if a.rewrite_on_replay {
+        let count = if !a.trace.is_empty() {
+            14
+        } else if a.rewrite_on_replay {
             13
         } else if !a.payload.is_empty() {
             12
@@ -401,7 +406,12 @@ impl GateCall<'_> {
         } else {
             GATE_REQUIRED_ARGV
         };
-        a.argv().into_iter().take(count).map(|(_, arg)| arg)
+        self.named().take(count).map(|(_, arg)| arg)
+    }
+
+    /// The shared prefix and this script's own `trace`, named.
+    fn named(&self) -> impl Iterator<Item = (&'static str, GateArg<'_>)> {
+        self.0.argv().into_iter().chain([("trace", GateArg::Text(self.0.trace))])
     }
 }
 
@@ -413,7 +423,7 @@ impl ScriptCall for GateCall<'_> {
     }
 
     fn layout(&self) -> Layout {
-        self.0.layout(self.0.argv())
+        self.0.layout(self.named())
     }
 
     fn command(&self) -> Cmd {
@@ -502,11 +512,23 @@ mod tests {
             subject,
             payload,
             rewrite_on_replay: rewrite,
+            trace: "",
         }
     }
 
     fn plain(subject: &str, payload: &str, rewrite: bool) -> Vec<String> {
         GateCall(args(subject, payload, rewrite)).args().map(|a| a.to_string()).collect()
+    }
+
+    /// A run's trace context goes last, and only when traces are on: every
+    /// other call sends what it sent before.
+    #[test]
+    fn a_trace_is_sent_last_and_only_when_there_is_one() {
+        let traced = GateCall(GateArgs { trace: "00-ab-cd-01", ..args("", "", false) });
+        let sent: Vec<String> = traced.args().map(|a| a.to_string()).collect();
+        assert_eq!((sent.len(), sent[13].as_str(), sent[12].as_str(), sent[11].as_str()), (14, "00-ab-cd-01", "0", ""));
+        assert_eq!(plain("", "", false).len(), 10);
+        assert_eq!(plain("s", "{}", true).len(), 13);
     }
 
     /// The plain script gets no optional argument it would read as its

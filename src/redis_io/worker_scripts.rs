@@ -77,6 +77,8 @@ pub enum Started {
         /// This attempt's place in the run's attempt budget (1: the first
         /// since the run was created, retried from dead, or redelivered).
         tries: u32,
+        /// The gate span's `traceparent` the record keeps (traces on), if any.
+        trace: Option<String>,
     },
     /// Another consumer holds the entry now.
     Lost,
@@ -118,6 +120,7 @@ impl ScriptCall for StartCall<'_> {
                 created_ms: text(2),
                 payload: text(3),
                 tries: int(4).map_or(1, |n| n.clamp(1, i64::from(u32::MAX)) as u32),
+                trace: text(5),
             }),
             Some(2) => Ok(Started::Dead(count(1)?)),
             _ => Err(unexpected()),
@@ -170,6 +173,7 @@ impl ScriptCall for DoneCall<'_> {
             .arg("keep_payload_ms", self.keep_payload_ms)
             .arg("run_prefix", keys.run_prefix())
             .key("kept_payloads_key", keys.kept_payloads())
+            .key("probe_key", keys.destination_probe(self.consumer.group))
     }
 
     /// `0` or `{1, released}`: anything else is an error, not a lost entry.
@@ -719,8 +723,11 @@ mod tests {
         let run_reply = list(vec![int(1), int(3), Value::BulkString(b"17".to_vec()), Value::Nil, int(2)]);
         assert_eq!(
             start.decode(run_reply).unwrap(),
-            Started::Run { attempt: 3, created_ms: Some("17".into()), payload: None, tries: 2 }
+            Started::Run { attempt: 3, created_ms: Some("17".into()), payload: None, tries: 2, trace: None }
         );
+        let traced =
+            list(vec![int(1), int(1), Value::Nil, Value::Nil, int(1), Value::BulkString(b"00-ab-cd-01".to_vec())]);
+        assert!(matches!(start.decode(traced).unwrap(), Started::Run { trace: Some(t), .. } if t == "00-ab-cd-01"));
         for odd in [list(vec![int(7), int(1)]), list(vec![int(1)]), list(vec![]), int(1), Value::Nil] {
             let err = start.decode(odd.clone()).unwrap_err();
             assert!(matches!(err, Error::UnexpectedReply(_)), "{odd:?} gave {err:?}");

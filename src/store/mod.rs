@@ -36,6 +36,9 @@ pub struct Call<'a> {
     /// queued for workers, and a delivery or identity whose run is still
     /// held is answered [`Error::InFlight`] (see [`Store::apply`]).
     pub hold: Option<Hold>,
+    /// The gate span's W3C `traceparent` when traces are on: a created
+    /// run keeps it (`trace`), so that its attempts join the trace.
+    pub trace: Option<&'a str>,
 }
 
 /// A run created under a [`Hold`], as its holder ends it

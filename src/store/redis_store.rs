@@ -102,6 +102,7 @@ impl RedisStore {
             subject: id.filter(|i| i.subject != i.number).map_or("", |i| &i.subject),
             payload: call.payload.unwrap_or(""),
             rewrite_on_replay: self.min_replicas_ack.is_some(),
+            trace: call.trace.unwrap_or(""),
         }
     }
 

@@ -210,27 +210,29 @@ impl<H: Handler> RunTask<'_, H> {
         let max_attempts = self.config().max_attempts;
         let op = q.op();
         let sent = Instant::now();
-        let (attempt, tries, created_ms, payload) =
-            match self.until_answered("starting an attempt", || q.start(self.entry, max_attempts, &op)).await? {
-                Started::Run { attempt, tries, created_ms, payload } => (attempt, tries, created_ms, payload),
-                Started::Dead(n) => {
-                    tracing::warn!(
-                        run_id = self.run_id,
-                        attempts = n,
-                        "the last attempt was lost with its worker; run is dead"
-                    );
-                    Counters::bump(&self.counters().dead);
-                    return None;
-                }
-                Started::Lost => {
-                    Counters::bump(&self.counters().lost);
-                    return None;
-                }
-            };
+        let (attempt, tries, created_ms, payload, trace) = match self
+            .until_answered("starting an attempt", || q.start(self.entry, max_attempts, &op))
+            .await?
+        {
+            Started::Run { attempt, tries, created_ms, payload, trace } => (attempt, tries, created_ms, payload, trace),
+            Started::Dead(n) => {
+                tracing::warn!(
+                    run_id = self.run_id,
+                    attempts = n,
+                    "the last attempt was lost with its worker; run is dead"
+                );
+                Counters::bump(&self.counters().dead);
+                return None;
+            }
+            Started::Lost => {
+                Counters::bump(&self.counters().lost);
+                return None;
+            }
+        };
         self.renewed_by_start(sent).await;
         let key = q.run_key_of(self.entry, created_ms.as_deref());
         let run = match payload.map(Payload::from_json).transpose() {
-            Ok(payload) => Ok(RunAttempt { attempt, key, payload, ..self.entry.run.clone() }),
+            Ok(payload) => Ok(RunAttempt { attempt, key, payload, trace, ..self.entry.run.clone() }),
             // The stored text never changes: no retry can fix it.
             Err(e) => Err(Failure::permanent(format!("the run's stored payload is not JSON: {e}"))),
         };

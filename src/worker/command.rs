@@ -128,6 +128,23 @@ impl CommandHandler {
 
 impl Handler for CommandHandler {
     async fn call(&self, run: RunAttempt) -> Result<Success, Failure> {
+        if !crate::otel::enabled() {
+            return self.attempt(run, None).await;
+        }
+        // One span per attempt; the command gets its TRACEPARENT (and TRACESTATE).
+        use tracing::Instrument;
+        let span = crate::otel::attempt_span("command", &run.fields.run_id, run.attempt, run.trace.as_deref());
+        let trace = crate::otel::trace_headers(&span);
+        let result = self.attempt(run, trace).instrument(span.clone()).await;
+        crate::otel::record_attempt(&span, None, result.is_ok());
+        result
+    }
+}
+
+impl CommandHandler {
+    /// One attempt: the command run with the run on its stdin; `trace` is
+    /// the `traceparent` (and `tracestate`) of the attempt's span.
+    async fn attempt(&self, run: RunAttempt, trace: Option<(String, Option<String>)>) -> Result<Success, Failure> {
         let input = serde_json::to_vec(&run).map_err(|e| e.to_string())?;
         let mut cmd = tokio::process::Command::new(&self.program);
         for name in &self.hidden_env {
@@ -142,6 +159,8 @@ impl Handler for CommandHandler {
             .env("IDEMGATE_RUN_ID", &run.fields.run_id)
             .env("IDEMGATE_RUN_KEY", &run.key)
             .env("IDEMGATE_ATTEMPT", run.attempt.to_string())
+            .envs(trace.iter().map(|(parent, _)| ("TRACEPARENT", parent.as_str())))
+            .envs(trace.iter().filter_map(|(_, state)| Some(("TRACESTATE", state.as_deref()?))))
             .stdin(Stdio::piped())
             .stdout(if stdout_is_terminal { Stdio::piped() } else { Stdio::inherit() })
             .stderr(Stdio::piped())
@@ -347,7 +366,9 @@ impl Tail {
 /// (`IDEMGATE_*`; the worker sets `IDEMGATE_RUN_ID`, `IDEMGATE_RUN_KEY` and
 /// `IDEMGATE_ATTEMPT` per attempt) and the providers' secrets.
 fn hidden(name: &str, secret_env: &[String]) -> bool {
-    name.starts_with("IDEMGATE_") || secret_env.iter().any(|s| s == name)
+    // The OTLP exporter's headers carry the collector's credentials.
+    let otlp_headers = name.starts_with("OTEL_EXPORTER_OTLP_") && name.ends_with("HEADERS");
+    name.starts_with("IDEMGATE_") || otlp_headers || secret_env.iter().any(|s| s == name)
 }
 
 /// The handler `idemgate worker -- COMMAND` runs: the command gets no
@@ -399,6 +420,19 @@ pub fn guard_the_worker(secret_env: &[String], mut containment: Containment) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_collectors_credentials_never_reach_a_command() {
+        let secrets = ["GH_SECRET".to_owned()];
+        for name in
+            ["OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "IDEMGATE_API_TOKEN", "GH_SECRET"]
+        {
+            assert!(hidden(name, &secrets), "{name}");
+        }
+        for name in ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "TRACEPARENT", "PATH"] {
+            assert!(!hidden(name, &secrets), "{name}");
+        }
+    }
 
     #[tokio::test]
     async fn command_stderr_keeps_the_last_bytes_of_an_endless_line() {

@@ -1,7 +1,8 @@
 //! A [`Handler`] that delivers each attempt to an HTTP destination
 //! (`idemgate worker --deliver URL`, docs/destinations.md): one `POST` of the
 //! run's JSON, signed the Standard Webhooks way so that any Standard
-//! Webhooks library verifies it, and judged by the answer ([`judge`]).
+//! Webhooks library verifies it (`v1` with each `whsec_` secret, `v1a` with
+//! each `whsk_` key of the secrets file), and judged by the answer ([`judge`]).
 //!
 //! - One connection pool for the destination, kept alive (hyper-util's
 //!   client; TLS through rustls, the system roots or `--deliver-ca`).
@@ -28,7 +29,7 @@ use super::breaker::{Breaker, BreakerConfig};
 use super::config::WorkerError;
 use super::metrics::WorkerMetrics;
 use super::{Failure, Handler, RunAttempt, Success};
-use crate::providers::standard_webhooks::{MIN_SIGNING_SECRET_BYTES, SecretRule, decode_secret, signed_headers};
+use crate::providers::standard_webhooks::{MIN_SIGNING_SECRET_BYTES, SenderKey, sender_key, signed_headers};
 use crate::sync::lock;
 use crate::text::escape_control;
 
@@ -47,7 +48,7 @@ const DRAIN_BYTES: usize = 64 * 1024;
 pub struct DeliverOptions {
     /// `http://` or `https://` URL; userinfo becomes basic authentication.
     pub url: String,
-    /// The Standard Webhooks secrets, one a line (`--deliver-secret-file`).
+    /// The Standard Webhooks secrets and keys, one a line (`--deliver-secret-file`).
     pub secret_file: PathBuf,
     /// PEM CA bundle that signs the destination's certificate, instead of the system roots.
     pub ca: Option<PathBuf>,
@@ -55,11 +56,12 @@ pub struct DeliverOptions {
     pub breaker: BreakerConfig,
 }
 
-/// Reads a secrets file: one `whsec_` + base64 secret a line (blank lines
-/// skipped), each a signing secret ([`SecretRule::Signing`]: at least
-/// [`MIN_SIGNING_SECRET_BYTES`] decoded). The errors name the flag and the
-/// line number, never the content.
-pub fn read_secrets(path: &Path) -> Result<Vec<Vec<u8>>, WorkerError> {
+/// Reads a secrets file: one key a line (blank lines skipped), each a
+/// `whsec_` + base64 secret of at least [`MIN_SIGNING_SECRET_BYTES`]
+/// decoded (`v1`), or a `whsk_` ed25519 signing key (`v1a`); see
+/// [`sender_key`]. The errors name the flag and the line number, never the
+/// content.
+pub fn read_secrets(path: &Path) -> Result<Vec<SenderKey>, WorkerError> {
     // The flag alone: no error echoes a value it refused.
     let at = "--deliver-secret-file";
     let text = std::fs::read_to_string(path).map_err(|e| WorkerError::Config(format!("{at}: cannot read it: {e}")))?;
@@ -70,16 +72,18 @@ pub fn read_secrets(path: &Path) -> Result<Vec<Vec<u8>>, WorkerError> {
         if line.is_empty() {
             continue;
         }
-        let key = decode_secret(line, SecretRule::Signing).map_err(|_| {
+        let key = sender_key(line).map_err(|_| {
             WorkerError::Config(format!(
-                "{at}: line {} is not a Standard Webhooks secret (`whsec_` and the base64 of at least {MIN_SIGNING_SECRET_BYTES} bytes)",
+                "{at}: line {} is not a Standard Webhooks secret (`whsec_` and the base64 of at least {MIN_SIGNING_SECRET_BYTES} bytes) nor signing key (`whsk_` and the base64 of a 32-byte ed25519 seed, or of 64 bytes: seed and public key)",
                 i + 1
             ))
         })?;
         keys.push(key);
     }
     if keys.is_empty() {
-        return Err(WorkerError::Config(format!("{at}: holds no secret (one `whsec_…` secret a line)")));
+        return Err(WorkerError::Config(format!(
+            "{at}: holds no secret (one `whsec_…` secret or `whsk_…` key a line)"
+        )));
     }
     Ok(keys)
 }
@@ -87,7 +91,7 @@ pub fn read_secrets(path: &Path) -> Result<Vec<Vec<u8>>, WorkerError> {
 /// The secrets in use, and how to tell that the file changed.
 struct Secrets {
     path: PathBuf,
-    keys: Mutex<Arc<Vec<Vec<u8>>>>,
+    keys: Mutex<Arc<Vec<SenderKey>>>,
     stamp: Mutex<Option<(SystemTime, u64)>>,
 }
 
@@ -102,7 +106,7 @@ impl Secrets {
         Ok(Self { path: path.to_owned(), keys: Mutex::new(Arc::new(keys)), stamp: Mutex::new(before) })
     }
 
-    fn current(&self) -> Arc<Vec<Vec<u8>>> {
+    fn current(&self) -> Arc<Vec<SenderKey>> {
         lock(&self.keys).clone()
     }
 
@@ -190,6 +194,12 @@ impl Destination {
         &self.shown_url
     }
 
+    /// The `whpk_` public keys of the `whsk_` keys it signs with now, in
+    /// the file's order (what a receiver of `v1a` signatures is given).
+    pub fn public_keys(&self) -> Vec<String> {
+        self.secrets.current().iter().filter_map(SenderKey::public_key).collect()
+    }
+
     fn request(&self, run: &RunAttempt) -> Result<hyper::Request<Full<Bytes>>, Failure> {
         let body =
             serde_json::to_vec(run).map_err(|e| Failure::permanent(format!("cannot write the run's JSON: {e}")))?;
@@ -212,7 +222,44 @@ impl Destination {
 
 impl Handler for Destination {
     async fn call(&self, run: RunAttempt) -> Result<Success, Failure> {
-        let req = self.request(&run)?;
+        if !crate::otel::enabled() {
+            return self.deliver(run, None).await;
+        }
+        // One span per attempt; the request carries its traceparent.
+        use tracing::Instrument;
+        let span = crate::otel::attempt_span(&self.shown_url, &run.fields.run_id, run.attempt, run.trace.as_deref());
+        let context = crate::otel::trace_headers(&span);
+        let result = self.deliver(run, context).instrument(span.clone()).await;
+        let status = match &result {
+            Ok(done) => done.status,
+            Err(failure) => failure.status,
+        };
+        crate::otel::record_attempt(&span, status, result.is_ok());
+        result
+    }
+
+    fn breaker(&self) -> Option<&Breaker> {
+        Some(&self.breaker)
+    }
+
+    fn public_keys(&self) -> Vec<String> {
+        Destination::public_keys(self)
+    }
+}
+
+impl Destination {
+    /// One attempt's request and the judgement of its answer; `trace` is
+    /// the `traceparent` (and `tracestate`) of the attempt's span.
+    async fn deliver(&self, run: RunAttempt, trace: Option<(String, Option<String>)>) -> Result<Success, Failure> {
+        let mut req = self.request(&run)?;
+        if let Some((parent, state)) = trace {
+            let headers = req.headers_mut();
+            headers.extend(
+                HeaderValue::from_str(&parent).ok().map(|v| (hyper::header::HeaderName::from_static("traceparent"), v)),
+            );
+            let state = state.and_then(|s| HeaderValue::from_str(&s).ok());
+            headers.extend(state.map(|v| (hyper::header::HeaderName::from_static("tracestate"), v)));
+        }
         let answer = match self.client.request(req).await {
             Ok(answer) => answer,
             Err(e) => {
@@ -242,10 +289,6 @@ impl Handler for Destination {
         // A failure's body is read for its last_error, bounded in bytes and time.
         let body = tokio::time::timeout(BODY_WAIT, read_prefix(body)).await.unwrap_or_default();
         judge(head.status, &head.headers, &body, SystemTime::now())
-    }
-
-    fn breaker(&self) -> Option<&Breaker> {
-        Some(&self.breaker)
     }
 }
 
@@ -383,6 +426,10 @@ fn parse_url(text: &str) -> Result<(hyper::Uri, String, Option<HeaderValue>), Wo
 mod tests {
     use super::*;
     use crate::providers::standard_webhooks::signature;
+
+    fn whsec(bytes: &[u8]) -> SenderKey {
+        sender_key(&format!("whsec_{}", STANDARD.encode(bytes))).unwrap()
+    }
     use crate::worker::FailureKind;
 
     fn at(secs: u64) -> SystemTime {
@@ -393,12 +440,12 @@ mod tests {
     /// libraries' tests): this secret, id, timestamp and body sign to this value.
     #[test]
     fn signature_matches_the_standard_webhooks_vector() {
-        let key = STANDARD.decode("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+        let key = whsec(&STANDARD.decode("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap());
         let body = br#"{"test": 2432232314}"#;
         let sig = signature(std::slice::from_ref(&key), "msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", body);
         assert_eq!(sig, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
         // Two secrets: two entries, in the file's order.
-        let two = signature(&[vec![7; 32], key], "msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", body);
+        let two = signature(&[whsec(&[7; 32]), key], "msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", body);
         let entries: Vec<&str> = two.split(' ').collect();
         assert_eq!(entries.len(), 2);
         assert_eq!(entries[1], sig);
@@ -415,11 +462,20 @@ mod tests {
         };
         let good = format!("whsec_{}\n\nwhsec_{}\n", STANDARD.encode([1u8; 24]), STANDARD.encode([2u8; 32]));
         assert_eq!(read_secrets(&file("good", &good)).unwrap().len(), 2);
+        // A whsk_ key beside a secret (a switch from v1 to v1a): its public key is shown, in order.
+        let mixed = format!("whsec_{}\nwhsk_{}\n", STANDARD.encode([1u8; 24]), STANDARD.encode([3u8; 32]));
+        let keys = read_secrets(&file("mixed", &mixed)).unwrap();
+        let public: Vec<Option<String>> = keys.iter().map(SenderKey::public_key).collect();
+        let want = ed25519_dalek::SigningKey::from_bytes(&[3u8; 32]).verifying_key();
+        assert_eq!(public, [None, Some(format!("whpk_{}", STANDARD.encode(want.as_bytes())))]);
         for (name, text, want) in [
             ("short", format!("whsec_{}", STANDARD.encode([1u8; 23])), "line 1 is not"),
             ("bare", STANDARD.encode([1u8; 32]), "line 1 is not"),
             ("b64", "whsec_Hunter2!!notbase64".to_owned(), "line 1 is not"),
             ("second", format!("whsec_{}\nwhsec_Hunter2", STANDARD.encode([1u8; 24])), "line 2 is not"),
+            ("whsk short", format!("whsk_{}", STANDARD.encode([1u8; 23])), "line 1 is not"),
+            ("whsk bad", "whsk_Hunter2!!".to_owned(), "line 1 is not"),
+            ("whpk", format!("whpk_{}", STANDARD.encode([1u8; 23])), "line 1 is not"),
             ("empty", "\n".to_owned(), "holds no secret"),
         ] {
             let e = read_secrets(&file(name, &text)).unwrap_err().to_string();

@@ -1,7 +1,8 @@
 //! The worker's heartbeat: every interval, one hash at
 //! `idemgate:{NS}:worker:` enc(group) `:` enc(consumer) says who this
 //! worker is and how it fares (mode, redacted destination, breaker state,
-//! runs in hand, last success and failure, version), with a TTL of three
+//! runs in hand, last success and failure, version, and the `whpk_` public
+//! keys a destination signs `v1a` with), with a TTL of three
 //! intervals. `GET /v1/ops/workers` reads it by name for each consumer
 //! that `XINFO CONSUMERS` lists (the worker registers its consumer before
 //! the first beat): a consumer whose heartbeat expired shows as gone
@@ -51,10 +52,10 @@ fn breaker_word(b: Option<&Breaker>) -> &'static str {
     }
 }
 
-/// Writes the heartbeat every interval until aborted; `breaker` reads the
-/// handler's breaker. A failed write is logged once per outage and retried
-/// at the next beat: the heartbeat never stops the worker.
-pub(super) async fn beat(shared: Arc<WorkerState>, hb: Heartbeat, breaker: impl Fn() -> &'static str) {
+/// Writes the heartbeat every interval until aborted; `handler` tells its
+/// breaker and public keys. A failed write is logged once per outage and
+/// retried at the next beat: the heartbeat never stops the worker.
+pub(super) async fn beat<H: super::run::Handler>(shared: Arc<WorkerState>, hb: Heartbeat, handler: Arc<H>) {
     let queue = &shared.queue;
     let key = queue.keys().worker(queue.group(), queue.consumer());
     let ttl_ms = (hb.interval * HEARTBEAT_LIVES).as_millis() as u64;
@@ -81,12 +82,12 @@ pub(super) async fn beat(shared: Arc<WorkerState>, hb: Heartbeat, breaker: impl 
         }
         (done, failed) = (now_done, now_failed);
         let in_hand = crate::sync::lock(&shared.held).len().to_string();
-        let fields: [(&str, String); 14] = [
+        let fields: [(&str, String); 15] = [
             ("group", queue.group().to_owned()),
             ("consumer", queue.consumer().to_owned()),
             ("mode", hb.mode.clone()),
             ("destination", hb.destination.clone()),
-            ("breaker", breaker().to_owned()),
+            ("breaker", breaker_word(handler.breaker()).to_owned()),
             ("in_hand", in_hand),
             ("done", done.to_string()),
             ("failed", failed.to_string()),
@@ -96,6 +97,8 @@ pub(super) async fn beat(shared: Arc<WorkerState>, hb: Heartbeat, breaker: impl 
             ("interval_ms", hb.interval.as_millis().to_string()),
             ("started_ms", started_ms.clone()),
             ("beat_ms", now),
+            // Space-separated `whpk_…` keys (base64 has no space); "" for none.
+            ("public_keys", handler.public_keys().join(" ")),
         ];
         let mut pipe = redis::pipe();
         // HSET with pairs, not HMSET: the documented ACL of the worker allows HSET.
@@ -119,9 +122,4 @@ pub(super) async fn forget(shared: &WorkerState) {
     if let Err(e) = queue.handle().query::<()>(redis::cmd("DEL").arg(&key)).await {
         tracing::debug!(error = %e, "could not delete the worker's heartbeat; it expires on its own");
     }
-}
-
-/// [`breaker_word`] of a handler's breaker.
-pub(super) fn breaker_of<H: super::run::Handler>(h: &H) -> &'static str {
-    breaker_word(h.breaker())
 }

@@ -118,6 +118,7 @@ impl WorkerMetrics {
             );
             let _ = writeln!(o, "{n} {}", breaker.state().gauge());
         }
+        crate::otel::render_dropped(&mut o);
         o
     }
 }

@@ -174,10 +174,7 @@ impl Worker {
         });
         let handler = Arc::new(handler);
         let prober = tokio::spawn(probe::probe_parked(shared.clone(), handler.clone()));
-        let beat = tokio::spawn(heartbeat::beat(shared.clone(), self.heartbeat.clone(), {
-            let h = handler.clone();
-            move || heartbeat::breaker_of(&*h)
-        }));
+        let beat = tokio::spawn(heartbeat::beat(shared.clone(), self.heartbeat.clone(), handler.clone()));
         let reader = reader::read_loop(shared.clone(), handler, stop_rx);
         let mut tasks = read_until(reader, shutdown, &stop_tx).await;
         // The drain: the run tasks finish their attempts, or give their runs

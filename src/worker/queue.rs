@@ -54,7 +54,7 @@ impl StreamEntry {
         if fields.run_id.is_empty() {
             return Err(Unrunnable::Broken);
         }
-        let run = RunAttempt { fields, attempt: 0, key: String::new(), payload: None };
+        let run = RunAttempt { fields, attempt: 0, key: String::new(), payload: None, trace: None };
         Ok(Self { id, run })
     }
 }

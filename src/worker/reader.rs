@@ -3,7 +3,8 @@
 //! ([`process`]). It takes over runs whose lease ran out, and reads this
 //! consumer's own pending list when it may hold runs it is not running.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
@@ -32,7 +33,7 @@ pub(super) async fn read_loop<H: Handler>(
     while let Some(permits) = reader.capacity().await {
         let sent = Instant::now();
         match reader.next_entries(permits.len()).await {
-            Ok(entries) => reader.hand_out(entries, permits, sent),
+            Ok((entries, taken_over)) => reader.hand_out(entries, taken_over, permits, sent),
             Err(e) => {
                 drop(permits);
                 if !reader.pause_after_failed_read(&e).await {
@@ -130,11 +131,12 @@ impl<H: Handler> Reader<H> {
 
     /// Up to `count` entries to run next: runs whose lease ran out (looked
     /// for every `claim_every`), else this consumer's own pending ones (when
-    /// it may hold some it is not running), else new ones.
-    async fn next_entries(&mut self, count: usize) -> Result<Vec<StreamEntry>, WorkerError> {
+    /// it may hold some it is not running), else new ones; and whether they
+    /// were taken over (idle past the lease).
+    async fn next_entries(&mut self, count: usize) -> Result<(Vec<StreamEntry>, bool), WorkerError> {
         let claimed = self.claim_expired(count).await;
         if !claimed.is_empty() {
-            return Ok(claimed);
+            return Ok((claimed, true));
         }
         if self.pending_after.is_none() && self.shared.take_recover() {
             self.pending_after = Some("0-0".to_owned());
@@ -144,7 +146,7 @@ impl<H: Handler> Reader<H> {
             self.pending_after = entries.last().map(|l| l.id.clone());
             self.note_found_pending(&entries);
         }
-        Ok(entries)
+        Ok((entries, false))
     }
 
     /// Takes over runs of any consumer whose lease ran out, when it is time
@@ -193,13 +195,20 @@ impl<H: Handler> Reader<H> {
         }
     }
 
-    /// Starts a run task for each entry not already in hand, each with one
-    /// of `permits`; `sent` is when the read that returned them was sent
-    /// (the entries' idle time was reset no earlier).
-    fn hand_out(&mut self, entries: Vec<StreamEntry>, mut permits: Vec<OwnedSemaphorePermit>, sent: Instant) {
+    /// Starts a run task for each entry not already in hand (see
+    /// [`take_in_hand`]), each with one of `permits`; `taken_over`: the
+    /// entries were idle past the lease; `sent` is when the read that
+    /// returned them was sent (the entries' idle time was reset no earlier).
+    fn hand_out(
+        &mut self,
+        entries: Vec<StreamEntry>,
+        taken_over: bool,
+        mut permits: Vec<OwnedSemaphorePermit>,
+        sent: Instant,
+    ) {
         for entry in entries {
-            let Some(held) = self.take_in_hand(&entry.id, sent) else {
-                // Reclaimed from ourselves, or in our pending list, while a task still has it.
+            let Some((held, previous)) = take_in_hand(&self.shared.held, &entry.id, taken_over, sent) else {
+                // In our pending list while a task still has it.
                 continue;
             };
             let Some(permit) = permits.pop() else {
@@ -209,27 +218,44 @@ impl<H: Handler> Reader<H> {
             };
             let (shared, handler) = (self.shared.clone(), self.handler.clone());
             self.tasks.spawn(async move {
+                if let Some(previous) = previous {
+                    previous.ended().await;
+                }
                 let _in_hand = shared.metrics.as_deref().map(WorkerMetrics::in_hand);
                 process(&shared, &*handler, &entry, &held).await;
+                held.mark_ended();
                 forget(&shared, &entry.id, &held);
                 drop(permit);
             });
         }
     }
+}
 
-    /// Records entry `id` as in hand; `None` when a run task already has it.
-    /// One that gave it back and is ending does not: the entry was taken
-    /// again (by this worker) and must run, or it would sit claimed by
-    /// nobody's task for a whole lease.
-    fn take_in_hand(&self, id: &str, sent: Instant) -> Option<Arc<Held>> {
-        let mut all = lock(&self.shared.held);
-        if all.get(id).is_some_and(|h| !h.is_given_back()) {
-            return None;
-        }
-        let held = Arc::new(Held::new(sent));
-        all.insert(id.to_owned(), held.clone());
-        Some(held)
+/// Records entry `id` as in hand: its new holder, and the run task that
+/// still holds it, if any (the new task starts once that one has ended);
+/// `None` when a run task has it and keeps it (a look at this consumer's
+/// own pending list found it).
+///
+/// An entry taken again by this worker while a task holds it must run, or
+/// it would sit claimed by nobody's task for a whole lease: one the task
+/// gave back, and one taken over (`taken_over`), since an entry of a live
+/// task is idle past the lease only once the task gave it back (the give
+/// back reaches Redis before its answer reaches the task) or went past its
+/// fence. Either way that task is ending.
+fn take_in_hand(
+    held: &Mutex<HashMap<String, Arc<Held>>>,
+    id: &str,
+    taken_over: bool,
+    sent: Instant,
+) -> Option<(Arc<Held>, Option<Arc<Held>>)> {
+    let mut all = lock(held);
+    let previous = all.get(id).cloned();
+    if previous.as_ref().is_some_and(|h| !taken_over && !h.is_given_back()) {
+        return None;
     }
+    let new = Arc::new(Held::new(sent));
+    all.insert(id.to_owned(), new.clone());
+    Some((new, previous))
 }
 
 /// The run task of entry `id` (`held`) ended: the entry is no longer in
@@ -238,5 +264,35 @@ fn forget(shared: &WorkerState, id: &str, held: &Arc<Held>) {
     let mut all = lock(&shared.held);
     if all.get(id).is_some_and(|h| Arc::ptr_eq(h, held)) {
         all.remove(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The give back reaches Redis before its answer reaches the run task:
+    /// the reader may take the entry over while the task still holds it,
+    /// not yet marked as given back. It must run then, after that task.
+    #[tokio::test]
+    async fn an_entry_taken_over_from_a_task_still_holding_it_runs_once_that_task_ends() {
+        let held = Mutex::new(HashMap::new());
+        let now = Instant::now();
+        let (first, none) = take_in_hand(&held, "1-0", false, now).unwrap();
+        assert!(none.is_none());
+        assert!(take_in_hand(&held, "1-0", false, now).is_none(), "a pending look leaves it to its task");
+        let (second, previous) = take_in_hand(&held, "1-0", true, now).expect("taken over: it must run");
+        let previous = previous.expect("after the task that still holds it");
+        assert!(Arc::ptr_eq(&previous, &first));
+        assert!(Arc::ptr_eq(&lock(&held)["1-0"], &second));
+        let waiting = tokio::spawn(async move { previous.ended().await });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished(), "the new task waits while the old one runs");
+        first.mark_ended();
+        tokio::time::timeout(Duration::from_secs(5), waiting).await.unwrap().unwrap();
+        // A task that gave its entry back yields it to a look at the pending list too.
+        second.mark_given_back();
+        let (_, previous) = take_in_hand(&held, "1-0", false, now).unwrap();
+        assert!(previous.is_some_and(|p| Arc::ptr_eq(&p, &second)));
     }
 }

@@ -30,6 +30,11 @@ pub struct RunAttempt {
     /// (`keep_payload`); absent from the JSON otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub payload: Option<Payload>,
+    /// The `traceparent` of the gate span that created the run, when traces
+    /// were on (the run record's `trace`): its attempt spans' parent. Not
+    /// part of the JSON.
+    #[serde(skip)]
+    pub trace: Option<String>,
 }
 
 /// Whose failure an attempt's was: what decides the run's next step.
@@ -162,6 +167,12 @@ pub trait Handler: Send + Sync + 'static {
     fn breaker(&self) -> Option<&Breaker> {
         None
     }
+
+    /// The `whpk_` public keys the handler signs `v1a` signatures with now
+    /// (the heartbeat shows them, and so `/v1/ops/destinations`); none by default.
+    fn public_keys(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 impl<F, Fut, E> Handler for F
@@ -194,6 +205,7 @@ mod tests {
             attempt: 2,
             key: "ns:run-7:1718000000000".into(),
             payload: None,
+            trace: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
         };
         let v = serde_json::to_value(&run).unwrap();
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();

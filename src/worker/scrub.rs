@@ -26,8 +26,15 @@ use crate::redact::{self, Kind};
 
 /// Flags whose whole value is masked: a secret, or the path of a file that
 /// holds one (kept out of a same-user command's sight: docs/security.md).
-const SECRET_FLAGS: &[&str] =
-    &["--api-token", "--config", "--redis-password-file", "--deliver-secret-file", "--redis-tls-key"];
+const SECRET_FLAGS: &[&str] = &[
+    "--api-token",
+    "--config",
+    "--redis-password-file",
+    "--deliver-secret-file",
+    "--redis-tls-key",
+    // `destinations keys`: the same file as --deliver-secret-file.
+    "--secret-file",
+];
 
 /// Removes every variable `hidden` names from this process's environment
 /// and overwrites its value where `/proc/self/environ` reads it.

@@ -145,11 +145,39 @@ pub(super) struct Held {
     /// for any worker to take) and is ending: the lease keeper must not
     /// renew it, and the reader may take it again at once.
     given_back: AtomicBool,
+    /// The run task has ended: a task that took the entry again while
+    /// this one held it may start.
+    ended: AtomicBool,
+    end: Notify,
 }
 
 impl Held {
     pub fn new(renewed: Instant) -> Self {
-        Self { lost: Notify::new(), renewed: Mutex::new(renewed), given_back: AtomicBool::new(false) }
+        Self {
+            lost: Notify::new(),
+            renewed: Mutex::new(renewed),
+            given_back: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
+            end: Notify::new(),
+        }
+    }
+
+    /// The run task has ended.
+    pub fn mark_ended(&self) {
+        self.ended.store(true, Ordering::SeqCst);
+        self.end.notify_waiters();
+    }
+
+    /// Completes once the run task has ended.
+    pub async fn ended(&self) {
+        loop {
+            // Made before the look: a notification in between still wakes it.
+            let notified = self.end.notified();
+            if self.ended.load(Ordering::SeqCst) {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// The run task gave the entry back.

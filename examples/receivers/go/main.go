@@ -3,12 +3,19 @@
 // per run key, answers 204.
 //
 //	PORT=8000 IDEMGATE_DELIVER_SECRET=whsec_... go run .
+//	PORT=8000 IDEMGATE_DELIVER_PUBLIC_KEY=whpk_... go run .
+//
+// With IDEMGATE_DELIVER_SECRET (a whsec_ secret) it verifies `v1` entries
+// (HMAC-SHA256); with IDEMGATE_DELIVER_PUBLIC_KEY (the whpk_ key `idemgate
+// destinations keys` prints) it verifies `v1a` entries (ed25519, with
+// crypto/ed25519). Give either, or both while the destination switches.
 //
 // The dedupe is in memory: a restart forgets it. Keep the run keys in your
 // database, in the transaction that does the work, to survive one.
 package main
 
 import (
+	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -27,10 +34,19 @@ import (
 
 const tolerance = 5 * time.Minute
 
-// verified reports whether one of the space-separated `v1,<base64>` entries
-// of webhook-signature is the HMAC-SHA256 of `id.timestamp.body` (the raw
-// bytes, as signed) and the timestamp is within 5 minutes of now.
-func verified(key []byte, h http.Header, body []byte) bool {
+// keys holds what verifies: the whsec_ secret's bytes (`v1`) and the whpk_
+// public key (`v1a`), either of which may be absent.
+type keys struct {
+	secret    []byte
+	publicKey ed25519.PublicKey
+}
+
+// verified reports whether the timestamp is within 5 minutes of now and one
+// of the space-separated entries of webhook-signature verifies
+// `id.timestamp.body` (the raw bytes, as signed) with its own scheme's key:
+// `v1,<base64>` the HMAC-SHA256 under the secret, `v1a,<base64>` an ed25519
+// signature under the public key.
+func verified(k keys, h http.Header, body []byte) bool {
 	id, timestamp, signatures := h.Get("webhook-id"), h.Get("webhook-timestamp"), h.Get("webhook-signature")
 	seconds, err := strconv.ParseInt(timestamp, 10, 64)
 	if id == "" || signatures == "" || err != nil || strings.Trim(timestamp, "0123456789") != "" {
@@ -39,14 +55,20 @@ func verified(key []byte, h http.Header, body []byte) bool {
 	if math.Abs(time.Since(time.Unix(seconds, 0)).Seconds()) > tolerance.Seconds() {
 		return false
 	}
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(id + "." + timestamp + "."))
-	mac.Write(body)
+	signed := append([]byte(id+"."+timestamp+"."), body...)
+	mac := hmac.New(sha256.New, k.secret)
+	mac.Write(signed)
 	expected := mac.Sum(nil)
 	for _, entry := range strings.Split(signatures, " ") {
 		version, signature, _ := strings.Cut(entry, ",")
 		given, err := base64.StdEncoding.DecodeString(signature)
-		if version == "v1" && err == nil && hmac.Equal(given, expected) {
+		if err != nil {
+			continue
+		}
+		if version == "v1" && k.secret != nil && hmac.Equal(given, expected) {
+			return true
+		}
+		if version == "v1a" && k.publicKey != nil && ed25519.Verify(k.publicKey, signed, given) {
 			return true
 		}
 	}
@@ -61,11 +83,22 @@ func doTheWork(run map[string]any) error {
 }
 
 func main() {
-	secret := os.Getenv("IDEMGATE_DELIVER_SECRET") // one whsec_... value
-	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
-	// whsec_ and base64, or the receiver stops here (the message never shows the value).
-	if !strings.HasPrefix(secret, "whsec_") || err != nil || len(key) == 0 {
-		log.Fatal("IDEMGATE_DELIVER_SECRET must be a whsec_... secret (whsec_ and base64)")
+	var k keys
+	// whpk_ and the base64 of 32 bytes, or the receiver stops here (the message never shows the value).
+	if public := os.Getenv("IDEMGATE_DELIVER_PUBLIC_KEY"); public != "" {
+		raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(public, "whpk_"))
+		if !strings.HasPrefix(public, "whpk_") || err != nil || len(raw) != ed25519.PublicKeySize {
+			log.Fatal("IDEMGATE_DELIVER_PUBLIC_KEY must be a whpk_... public key (whpk_ and the base64 of 32 bytes)")
+		}
+		k.publicKey = ed25519.PublicKey(raw)
+	}
+	// One whsec_... value: whsec_ and base64, or the receiver stops here; needed unless a public key is given.
+	if secret := os.Getenv("IDEMGATE_DELIVER_SECRET"); secret != "" || k.publicKey == nil {
+		key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+		if !strings.HasPrefix(secret, "whsec_") || err != nil || len(key) == 0 {
+			log.Fatal("IDEMGATE_DELIVER_SECRET must be a whsec_... secret (whsec_ and base64)")
+		}
+		k.secret = key
 	}
 	port := os.Getenv("PORT")
 	if port == "" {
@@ -76,7 +109,7 @@ func main() {
 
 	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(io.LimitReader(r.Body, 32<<20))
-		if err != nil || r.Method != http.MethodPost || !verified(key, r.Header, body) {
+		if err != nil || r.Method != http.MethodPost || !verified(k, r.Header, body) {
 			w.WriteHeader(http.StatusUnauthorized)
 			return
 		}

@@ -1,8 +1,16 @@
 """A receiver for `idemgate worker --deliver`: verifies each request the
 Standard Webhooks way, does the work once per run key, answers 204.
 
-    python3 -m pip install standardwebhooks==1.1.0
+    python3 -m pip install standardwebhooks==1.1.0 cryptography
     PORT=8000 IDEMGATE_DELIVER_SECRET=whsec_... python3 app.py
+    PORT=8000 IDEMGATE_DELIVER_PUBLIC_KEY=whpk_... python3 app.py
+
+With IDEMGATE_DELIVER_SECRET (a whsec_ secret) it verifies `v1` entries
+(HMAC-SHA256, through the standardwebhooks library); with
+IDEMGATE_DELIVER_PUBLIC_KEY (the whpk_ key `idemgate destinations keys`
+prints) it verifies `v1a` entries (ed25519, through `cryptography`, since
+the library does not verify v1a yet). Give either, or both while the
+destination switches from one to the other.
 
 The dedupe lives in a SQLite file (RECEIVER_DB, default handled.sqlite3
 in the current directory), so a restart keeps it: a run delivered again after a
@@ -11,14 +19,19 @@ restart is still a `duplicate`.
 
 import base64
 import binascii
+import json
 import os
 import sqlite3
 import sys
+import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 PORT = int(os.environ.get("PORT", "8000"))
+TOLERANCE_SECONDS = 5 * 60
 
 
 def deliver_secret():
@@ -35,7 +48,52 @@ def deliver_secret():
     return secret
 
 
-WEBHOOK = Webhook(deliver_secret())
+def deliver_public_key():
+    """The whpk_... value (whpk_ and the base64 of 32 bytes) in
+    IDEMGATE_DELIVER_PUBLIC_KEY, as an ed25519 public key; anything else
+    stops the receiver at start, naming the variable, never the value."""
+    text = os.environ["IDEMGATE_DELIVER_PUBLIC_KEY"]
+    try:
+        if not text.startswith("whpk_"):
+            raise ValueError("not whpk_")
+        return Ed25519PublicKey.from_public_bytes(base64.b64decode(text[len("whpk_"):], validate=True))
+    except (binascii.Error, ValueError):
+        sys.exit("IDEMGATE_DELIVER_PUBLIC_KEY must be a whpk_... public key (whpk_ and the base64 of 32 bytes)")
+
+
+PUBLIC_KEY = deliver_public_key() if os.environ.get("IDEMGATE_DELIVER_PUBLIC_KEY") else None
+# The secret is needed unless a public key is given.
+WEBHOOK = Webhook(deliver_secret()) if os.environ.get("IDEMGATE_DELIVER_SECRET") or not PUBLIC_KEY else None
+
+
+def v1a_verified(headers, body):
+    """True when one of the space-separated `v1a,<base64>` entries is an
+    ed25519 signature of `id.timestamp.body` (the raw bytes, as signed)
+    under PUBLIC_KEY, and the timestamp is within 5 minutes of now."""
+    msg_id, timestamp = headers.get("webhook-id", ""), headers.get("webhook-timestamp", "")
+    if not msg_id or not timestamp.isdigit() or abs(time.time() - int(timestamp)) > TOLERANCE_SECONDS:
+        return False
+    signed = f"{msg_id}.{timestamp}.".encode() + body
+    for entry in headers.get("webhook-signature", "").split(" "):
+        version, _, signature = entry.partition(",")
+        if version != "v1a":
+            continue
+        try:
+            PUBLIC_KEY.verify(base64.b64decode(signature, validate=True), signed)
+            return True
+        except (binascii.Error, ValueError, InvalidSignature):
+            continue
+    return False
+
+
+def verify(headers, body):
+    """The run, when a `v1a` entry verifies under the public key or a `v1`
+    entry under the secret (each only with its own key); else ValueError."""
+    if PUBLIC_KEY and v1a_verified(headers, body):
+        return json.loads(body)
+    if WEBHOOK:
+        return WEBHOOK.verify(body, headers)
+    raise ValueError("no entry verifies")
 DB_PATH = os.environ.get("RECEIVER_DB", "handled.sqlite3")
 
 db = sqlite3.connect(DB_PATH)
@@ -55,7 +113,7 @@ class Receiver(BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         try:
             # The raw body, as signed; 5 minutes of timestamp tolerance.
-            run = WEBHOOK.verify(body, dict(self.headers.items()))
+            run = verify({k.lower(): v for k, v in self.headers.items()}, body)
         except (WebhookVerificationError, ValueError):
             return self.answer(401)
         run_key = self.headers["webhook-id"]  # the run key: the same on every attempt of one run

@@ -13,6 +13,7 @@ pub(crate) mod hostile;
 pub(crate) mod http;
 pub(crate) mod identities;
 pub(crate) mod ops;
+pub(crate) mod otel;
 pub(crate) mod production_redis;
 pub(crate) mod provider_kinds;
 pub(crate) mod refusals;

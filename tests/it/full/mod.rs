@@ -2,7 +2,7 @@
 //! (`testing`), headless Chromium and chromedriver (`console`,
 //! `console_views`, `console_parked`, `csrf`), promtool (`deploy`), Python with the
 //! `standardwebhooks` package (`destinations`, `receivers`,
-//! `worker_limits`), Go and Node (`receivers`, `quickstart`), curl and jq
+//! `worker_limits`) and `cryptography` (`v1a`, `receivers`), Go and Node (`receivers`, `quickstart`), curl and jq
 //! (`quickstart`, `docs_recipes`).
 
 pub(crate) mod console;
@@ -15,4 +15,5 @@ pub(crate) mod docs_recipes;
 pub(crate) mod quickstart;
 pub(crate) mod receivers;
 pub(crate) mod testing;
+pub(crate) mod v1a;
 pub(crate) mod worker_limits;

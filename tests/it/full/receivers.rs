@@ -7,7 +7,10 @@
 //! verified. Between the worker and the receiver sits a forwarder of the
 //! test's own that records each request and the receiver's answer, so that
 //! a real delivery can be sent again exactly as the worker sent it (what
-//! the worker does when a 204 is lost).
+//! the worker does when a 204 is lost). A receiver given only the `whpk_`
+//! public key (`IDEMGATE_DELIVER_PUBLIC_KEY`) verifies the worker's `v1a`
+//! signatures, during a switch from `v1` and after it, and refuses forged,
+//! tampered and cross-scheme entries.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -116,11 +119,16 @@ pub(crate) struct Receiver {
 
 impl Receiver {
     pub(crate) async fn start(lang: Lang, dir: &Path, secret: &str) -> Self {
+        Self::start_with(lang, dir, &[("IDEMGATE_DELIVER_SECRET", secret)]).await
+    }
+
+    /// A receiver with these variables (its secret, its public key).
+    pub(crate) async fn start_with(lang: Lang, dir: &Path, env: &[(&str, &str)]) -> Self {
         let port = free_port();
         let mut child = lang
             .command(dir)
             .env("PORT", port.to_string())
-            .env("IDEMGATE_DELIVER_SECRET", secret)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(dir.join(format!("receiver-{lang:?}.err"))).unwrap())
@@ -449,4 +457,145 @@ fn node_receiver_refuses_a_malformed_secret() {
 #[test]
 fn go_receiver_refuses_a_malformed_secret() {
     refuses_a_malformed_secret_at_start(Lang::Go);
+}
+
+/// A `whsk_` signing key from a seed (32 bytes: an ed25519 seed).
+fn signing_key(seed: u8) -> String {
+    let bytes: Vec<u8> = (0..32u8).map(|i| i.wrapping_mul(13).wrapping_add(seed)).collect();
+    format!("whsk_{}", base64::engine::general_purpose::STANDARD.encode(bytes))
+}
+
+/// The entry `key` (a line of a secrets file) signs `id.timestamp.body` with.
+fn entry_of(key: &str, id: &str, timestamp: u64, body: &[u8]) -> String {
+    use idemgate::providers::standard_webhooks::{sender_key, signature};
+    signature(&[sender_key(key).unwrap()], id, &timestamp.to_string(), body)
+}
+
+/// The worker signs with a `whsec_` secret and a `whsk_` key (a switch),
+/// then with the `whsk_` key alone; the receiver holds only the public key
+/// that `idemgate destinations keys` prints, and verifies every run.
+async fn receiver_v1a_end_to_end(lang: Lang) {
+    let redis = RedisProcess::start(&[]);
+    let ns = fresh_ns("recv1a");
+    let dir = temp_dir("recv1a");
+    let (whsec, whsk) = (secret(3), signing_key(4));
+    std::fs::write(dir.join("secrets"), format!("{whsec}\n{whsk}\n")).unwrap();
+    let keys = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["destinations", "keys", "deploy", "--secret-file"])
+        .arg(dir.join("secrets"))
+        .output()
+        .unwrap();
+    assert!(keys.status.success(), "{}", String::from_utf8_lossy(&keys.stderr));
+    let whpk = String::from_utf8(keys.stdout).unwrap().trim().to_owned();
+    assert!(whpk.starts_with("whpk_") && !whpk.contains('\n'), "one key: {whpk}");
+    let store = RedisStore::connect(&RedisOptions::single(redis.url()), Keys::new(&ns).unwrap(), &Settings::default())
+        .await
+        .unwrap();
+    let gate = Gate::new(["octo/*"], Arc::new(store));
+    let deliver = |n: u64| {
+        let gate = gate.clone();
+        async move {
+            let e = json!({"org": "octo", "repo": "app", "action": "pull_request.opened", "number": n});
+            gate.handle("github", &format!("d-{n}"), &e).await.unwrap();
+        }
+    };
+    let receiver = Receiver::start_with(lang, &dir, &[("IDEMGATE_DELIVER_PUBLIC_KEY", &whpk)]).await;
+    let forwarder = Forwarder::start(receiver.url()).await;
+    let _worker = Killed(spawn_deliver(&redis.url(), &ns, &dir, &forwarder.url()));
+    for n in 1..=3 {
+        deliver(n).await;
+    }
+    wait_done(&redis, &ns, 1..=3).await;
+    // The switch's last step: the whsec_ line removed.
+    std::fs::write(dir.join("secrets"), format!("{whsk}\n")).unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    deliver(4).await;
+    wait_done(&redis, &ns, 4..=4).await;
+    let got = forwarder.got();
+    assert_eq!(got.len(), 4, "{got:?}");
+    assert!(got.iter().all(|f| f.status == 204), "every run verified by the public key: {got:?}");
+    let versions = |f: &Forwarded| -> Vec<String> {
+        f.header("webhook-signature").split(' ').map(|e| e.split(',').next().unwrap().to_owned()).collect()
+    };
+    for f in &got[..3] {
+        assert_eq!(versions(f), ["v1", "v1a"], "both, in the file's order");
+    }
+    assert_eq!(versions(&got[3]), ["v1a"]);
+    for f in &got {
+        receiver.wait_line(&format!("handled {}", f.header("webhook-id"))).await;
+    }
+
+    let client = reqwest::Client::new();
+    let body = Bytes::from_static(br#"{"run_id":"run-99","provider":"github"}"#);
+    let post_signed = |id: &'static str, at: u64, signature: String, body: Bytes| {
+        let (client, url) = (client.clone(), receiver.url());
+        async move { post(&client, &url, &hook_headers(id, at, &signature), body).await }
+    };
+    let good = entry_of(&whsk, "t:run-99:1", now_s(), &body);
+    assert_eq!(post_signed("t:run-99:1", now_s(), good.clone(), body.clone()).await, 204);
+    receiver.wait_line("handled t:run-99:1").await;
+    // Another key, a changed body, the v1 secret this receiver does not hold,
+    // the secret's HMAC labelled v1a, the v1a signature labelled v1, stale.
+    let forged = entry_of(&signing_key(5), "t:run-100:1", now_s(), &body);
+    assert_eq!(post_signed("t:run-100:1", now_s(), forged, body.clone()).await, 401, "another key");
+    let tampered = Bytes::from_static(br#"{"run_id":"run-99","provider":"gitlab"}"#);
+    assert_eq!(post_signed("t:run-99:1", now_s(), good.clone(), tampered).await, 401, "tampered");
+    let v1 = entry_of(&whsec, "t:run-101:1", now_s(), &body);
+    assert_eq!(post_signed("t:run-101:1", now_s(), v1.clone(), body.clone()).await, 401, "v1 only");
+    let relabelled = v1.replacen("v1,", "v1a,", 1);
+    assert_eq!(post_signed("t:run-101:1", now_s(), relabelled, body.clone()).await, 401, "an HMAC as v1a");
+    let as_v1 = entry_of(&whsk, "t:run-102:1", now_s(), &body).replacen("v1a,", "v1,", 1);
+    assert_eq!(post_signed("t:run-102:1", now_s(), as_v1, body.clone()).await, 401, "a v1a signature as v1");
+    let stale_at = now_s() - 360;
+    let stale = entry_of(&whsk, "t:run-103:1", stale_at, &body);
+    assert_eq!(post_signed("t:run-103:1", stale_at, stale, body.clone()).await, 401, "stale");
+    let lines = receiver.lines();
+    assert!(
+        !lines.iter().any(|l| ["run-100", "run-101", "run-102", "run-103"].iter().any(|r| l.contains(r))),
+        "{lines:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_receiver_verifies_v1a() {
+    receiver_v1a_end_to_end(Lang::Python).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_receiver_verifies_v1a() {
+    receiver_v1a_end_to_end(Lang::Node).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_receiver_verifies_v1a() {
+    receiver_v1a_end_to_end(Lang::Go).await;
+}
+
+/// A public key that is not `whpk_` and the base64 of 32 bytes stops the
+/// receiver at start, naming the variable and never the value.
+fn refuses_a_malformed_public_key_at_start(lang: Lang) {
+    let dir = temp_dir("recv-pk");
+    let short =
+        format!("whpk_{}", base64::engine::general_purpose::STANDARD.encode(b"hunter2-is-31-bytes-long-really"));
+    for bad in ["hunter2-no-prefix", "whpk_hunter2!!", &short] {
+        let out = lang
+            .command(&dir)
+            .env("PORT", free_port().to_string())
+            .env("IDEMGATE_DELIVER_PUBLIC_KEY", bad)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{lang:?}, {bad:?}");
+        assert!(err.contains("IDEMGATE_DELIVER_PUBLIC_KEY must be a whpk_... public key"), "{lang:?}, {bad:?}: {err}");
+        assert!(!err.contains("hunter2"), "{lang:?} printed the refused value: {err}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn receivers_refuse_a_malformed_public_key() {
+    for lang in [Lang::Python, Lang::Node, Lang::Go] {
+        refuses_a_malformed_public_key_at_start(lang);
+    }
 }

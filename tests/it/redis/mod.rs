@@ -28,6 +28,7 @@ pub(crate) mod redis_store;
 pub(crate) mod refusals;
 pub(crate) mod returns;
 pub(crate) mod secrets;
+pub(crate) mod traces;
 pub(crate) mod verification;
 pub(crate) mod worker;
 pub(crate) mod worker_hostile;

@@ -1,0 +1,263 @@
+//! OpenTelemetry spans of the service (docs/operations.md, "Traces"): a
+//! server span per request, its parent the request's W3C `traceparent`
+//! (and `tracestate`) when it has one, and a `gate` span under it for each
+//! gate call. They are `tracing` spans that `tracing-opentelemetry` turns
+//! into OpenTelemetry ones; the binary installs the SDK and its exporter
+//! only when an OTLP endpoint is set, and then calls [`enable`].
+//!
+//! Until [`enable`] is called nothing here costs anything: no span is
+//! made, no header read. An application that embeds the gate (and has its
+//! own `tracing-opentelemetry` layer) calls [`enable`] to get the `gate`
+//! span inside its own trace.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use axum::http::HeaderMap;
+use tracing::Span;
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Makes the spans of this module from now on (a tracer is installed).
+pub fn enable() {
+    ENABLED.store(true, Ordering::Relaxed);
+}
+
+/// Whether the spans are made.
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// Counts `spans` the exporter dropped (a batch the collector did not take).
+pub fn count_dropped(spans: u64) {
+    DROPPED.fetch_add(spans, Ordering::Relaxed);
+}
+
+/// The `/metrics` family of the dropped spans (serve's and the worker's),
+/// when traces are on; nothing otherwise.
+pub fn render_dropped(out: &mut String) {
+    if enabled() {
+        let n = crate::prometheus::family(
+            out,
+            "idemgate_trace_spans_dropped_total",
+            "counter",
+            "Spans the trace exporter dropped: batches the collector did not take (down, refusing, too slow).",
+        );
+        let _ = std::fmt::Write::write_fmt(out, format_args!("{n} {}\n", DROPPED.load(Ordering::Relaxed)));
+    }
+}
+
+/// The span of one HTTP request (HTTP semantic conventions: named
+/// `METHOD ROUTE`, kind server), child of the request's `traceparent`.
+/// `route` is the matched route template (`/webhooks/{name}`), never the
+/// path with its values.
+pub fn server_span(method: &str, route: Option<&str>, headers: &HeaderMap) -> Span {
+    let name = match route {
+        Some(route) => format!("{method} {route}"),
+        None => method.to_owned(),
+    };
+    let span = tracing::info_span!(
+        target: "idemgate::otel",
+        "request",
+        otel.name = %name,
+        otel.kind = "server",
+        http.request.method = %method,
+        http.route = route,
+        http.response.status_code = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    #[cfg(feature = "otel")]
+    if let Some(parent) = remote_parent(headers) {
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        let _ = span.set_parent(parent);
+    }
+    #[cfg(not(feature = "otel"))]
+    let _ = headers;
+    span
+}
+
+/// Records the answer's status on a server span (5xx marks it an error).
+pub fn record_status(span: &Span, status: u16) {
+    span.record("http.response.status_code", status);
+    if status >= 500 {
+        span.record("otel.status_code", "ERROR");
+    }
+}
+
+/// The span of one gate call: provider and delivery id; the outcome and
+/// the run id are recorded by [`record_outcome`].
+pub fn gate_span(provider: &str, delivery_id: &str) -> Span {
+    tracing::info_span!(
+        target: "idemgate::otel",
+        "gate",
+        idemgate.provider = %provider,
+        idemgate.delivery_id = %delivery_id,
+        idemgate.outcome = tracing::field::Empty,
+        idemgate.run_id = tracing::field::Empty,
+    )
+}
+
+/// Records the gate's answer on its span.
+pub fn record_outcome(span: &Span, outcome: &str, run_id: Option<&str>) {
+    span.record("idemgate.outcome", outcome);
+    if let Some(run_id) = run_id {
+        span.record("idemgate.run_id", run_id);
+    }
+}
+
+/// The span of one attempt of a run (kind client): the destination as
+/// logs show it (redacted) or `command`, the run, the attempt number; the
+/// status and the outcome are recorded by [`record_attempt`]. Its parent
+/// is `parent`, the `traceparent` of the gate span that created the run
+/// (the run record's `trace`), so that one trace holds the provider's
+/// request, the gate and every attempt; without one it starts a trace.
+pub fn attempt_span(destination: &str, run_id: &str, attempt: u32, parent: Option<&str>) -> Span {
+    let span = tracing::info_span!(
+        target: "idemgate::otel",
+        "attempt",
+        otel.name = %format!("attempt {attempt}"),
+        otel.kind = "client",
+        idemgate.destination = %destination,
+        idemgate.run_id = %run_id,
+        idemgate.attempt = attempt,
+        http.response.status_code = tracing::field::Empty,
+        idemgate.outcome = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    #[cfg(feature = "otel")]
+    if let Some(parent) = parent.and_then(parse_traceparent) {
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        let _ = span.set_parent(parent);
+    }
+    #[cfg(not(feature = "otel"))]
+    let _ = parent;
+    span
+}
+
+/// Records an attempt's answer on its span: the HTTP status when there was
+/// one, and `done` or `failed` (an error).
+pub fn record_attempt(span: &Span, status: Option<u16>, done: bool) {
+    if let Some(status) = status {
+        span.record("http.response.status_code", status);
+    }
+    span.record("idemgate.outcome", if done { "done" } else { "failed" });
+    if !done {
+        span.record("otel.status_code", "ERROR");
+    }
+}
+
+/// The W3C `traceparent` of `span` (`00-<trace id>-<span id>-<flags>`) and
+/// its `tracestate` (`None` when empty), for the request or the command it
+/// starts; `None` when traces are off or the span is not exported. Never
+/// `baggage`.
+pub fn trace_headers(span: &Span) -> Option<(String, Option<String>)> {
+    #[cfg(feature = "otel")]
+    {
+        use opentelemetry::trace::TraceContextExt;
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        if !enabled() {
+            return None;
+        }
+        let context = span.context();
+        let span_ref = context.span();
+        let sc = span_ref.span_context();
+        if !sc.is_valid() {
+            return None;
+        }
+        let parent = format!("00-{}-{}-{:02x}", sc.trace_id(), sc.span_id(), sc.trace_flags().to_u8());
+        let state = sc.trace_state().header();
+        Some((parent, (!state.is_empty()).then_some(state)))
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = span;
+        None
+    }
+}
+
+/// The remote span context of a `traceparent` header (W3C Trace Context,
+/// version `00`: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`),
+/// with its `tracestate`; `None` when absent or malformed (the request
+/// then starts a trace of its own). `baggage` is never read.
+#[cfg(feature = "otel")]
+fn remote_parent(headers: &HeaderMap) -> Option<opentelemetry::Context> {
+    use opentelemetry::trace::{TraceContextExt, TraceState};
+    let mut values = headers.get_all("traceparent").iter();
+    let (Some(value), None) = (values.next(), values.next()) else { return None };
+    let state = headers
+        .get("tracestate")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<TraceState>().ok())
+        .unwrap_or_default();
+    let context = span_context(value.to_str().ok()?, state)?;
+    Some(opentelemetry::Context::new().with_remote_span_context(context))
+}
+
+/// The context of a stored `traceparent` (a run record's `trace`).
+#[cfg(feature = "otel")]
+fn parse_traceparent(text: &str) -> Option<opentelemetry::Context> {
+    use opentelemetry::trace::TraceContextExt;
+    let context = span_context(text, Default::default())?;
+    Some(opentelemetry::Context::new().with_remote_span_context(context))
+}
+
+/// A `traceparent` value read strictly (version `00`, lowercase hex, ids
+/// not all zero).
+#[cfg(feature = "otel")]
+fn span_context(text: &str, state: opentelemetry::trace::TraceState) -> Option<opentelemetry::trace::SpanContext> {
+    use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId};
+    let parts: Vec<&str> = text.split('-').collect();
+    let [version, trace, span, flags] = parts[..] else { return None };
+    let lower_hex =
+        |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if version != "00" || !lower_hex(trace, 32) || !lower_hex(span, 16) || !lower_hex(flags, 2) {
+        return None;
+    }
+    let trace_id = TraceId::from_hex(trace).ok().filter(|t| *t != TraceId::INVALID)?;
+    let span_id = SpanId::from_hex(span).ok().filter(|s| *s != SpanId::INVALID)?;
+    let flags = TraceFlags::new(u8::from_str_radix(flags, 16).ok()? & TraceFlags::SAMPLED.to_u8());
+    Some(SpanContext::new(trace_id, span_id, flags, true, state))
+}
+
+#[cfg(all(test, feature = "otel"))]
+mod tests {
+    use axum::http::HeaderValue;
+    use opentelemetry::trace::TraceContextExt;
+
+    use super::*;
+
+    fn parent_of(values: &[&str]) -> Option<String> {
+        let mut h = HeaderMap::new();
+        for v in values {
+            h.append("traceparent", HeaderValue::from_str(v).unwrap());
+        }
+        h.insert("tracestate", HeaderValue::from_static("vendor=1"));
+        remote_parent(&h).map(|cx| {
+            let sc = cx.span().span_context().clone();
+            format!("{}-{}-{}-{}", sc.trace_id(), sc.span_id(), sc.is_sampled(), sc.trace_state().header())
+        })
+    }
+
+    #[test]
+    fn traceparent_is_read_strictly() {
+        let good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        assert_eq!(
+            parent_of(&[good]).as_deref(),
+            Some("4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-true-vendor=1")
+        );
+        let unsampled = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+        assert!(parent_of(&[unsampled]).unwrap().contains("-false-"));
+        for bad in [
+            "",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+        ] {
+            assert_eq!(parent_of(&[bad]), None, "{bad}");
+        }
+        assert_eq!(parent_of(&[good, good]), None, "sent twice: ambiguous");
+    }
+}

@@ -1,0 +1,266 @@
+//! OpenTelemetry traces of `idemgate serve`, received by an OTLP/HTTP
+//! receiver of the test's own that decodes the protobuf with the
+//! `opentelemetry-proto` definitions: a signed GitHub delivery with an
+//! incoming `traceparent` is one trace with the caller's span as the
+//! server span's parent and a `gate` span under it (provider, delivery id,
+//! outcome, run id); `OTEL_SDK_DISABLED=true` and no endpoint send
+//! nothing; a collector that is down costs the requests nothing.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::http::StatusCode;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message;
+
+use crate::support::signing::github_signature;
+use crate::support::{free_port, temp_dir, wait_for};
+
+const SECRET: &str = "otel-test-secret";
+pub(crate) const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+pub(crate) const CALLER_SPAN: &str = "00f067aa0ba902b7";
+
+/// What the receiver got: each export request, decoded.
+#[derive(Clone, Default)]
+pub(crate) struct Received(Arc<Mutex<Vec<ExportTraceServiceRequest>>>);
+
+impl Received {
+    pub(crate) fn requests(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+
+    /// Every span, with its resource's `service.name`.
+    pub(crate) fn spans(&self) -> Vec<(String, Span)> {
+        let mut out = Vec::new();
+        for request in self.0.lock().unwrap().iter() {
+            for rs in &request.resource_spans {
+                let service = rs
+                    .resource
+                    .as_ref()
+                    .and_then(|r| r.attributes.iter().find(|kv| kv.key == "service.name"))
+                    .map(|kv| attribute_text(kv.value.as_ref()))
+                    .unwrap_or_default();
+                for ss in &rs.scope_spans {
+                    out.extend(ss.spans.iter().map(|s| (service.clone(), s.clone())));
+                }
+            }
+        }
+        out
+    }
+}
+
+fn attribute_text(value: Option<&opentelemetry_proto::tonic::common::v1::AnyValue>) -> String {
+    match value.and_then(|v| v.value.as_ref()) {
+        Some(AnyValue::StringValue(s)) => s.clone(),
+        Some(AnyValue::IntValue(i)) => i.to_string(),
+        Some(AnyValue::BoolValue(b)) => b.to_string(),
+        Some(AnyValue::DoubleValue(d)) => d.to_string(),
+        _ => String::new(),
+    }
+}
+
+pub(crate) fn attribute(span: &Span, key: &str) -> String {
+    span.attributes.iter().find(|kv| kv.key == key).map(|kv| attribute_text(kv.value.as_ref())).unwrap_or_default()
+}
+
+/// An OTLP/HTTP receiver on `addr`: `POST /v1/traces` with a protobuf body.
+pub(crate) async fn receiver_on(addr: SocketAddr) -> (Received, tokio::task::JoinHandle<()>) {
+    let got = Received::default();
+    let sink = got.clone();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |headers: axum::http::HeaderMap, body: Bytes| {
+            let sink = sink.clone();
+            async move {
+                assert_eq!(headers.get("content-type").unwrap(), "application/x-protobuf");
+                let request = ExportTraceServiceRequest::decode(body).expect("an OTLP protobuf export request");
+                sink.0.lock().unwrap().push(request);
+                (StatusCode::OK, [("content-type", "application/x-protobuf")], Vec::<u8>::new())
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    (got, tokio::spawn(async move { axum::serve(listener, app).await.unwrap() }))
+}
+
+pub(crate) struct Served {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `idemgate serve` on the memory store with a GitHub provider, under `env`.
+pub(crate) fn serve(dir: &Path, env: &[(&str, String)]) -> Served {
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "allowed_repos = [\"octo/app\"]\n[[provider]]\nname = \"github\"\nkind = \"github\"\nsecret = {SECRET:?}\n"
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_idemgate"));
+    for (name, _) in std::env::vars() {
+        if name.starts_with("OTEL_") || name.starts_with("IDEMGATE_") {
+            c.env_remove(name);
+        }
+    }
+    let child = c
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
+        .arg(&config)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "idemgate serve did not start: {}", log(dir));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Served { child, base: format!("http://127.0.0.1:{port}") }
+}
+
+fn log(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
+}
+
+/// POSTs a signed GitHub `push` for `number`, with `extra` headers; the status.
+pub(crate) async fn deliver(served: &Served, number: u64, extra: &[(&str, &str)]) -> u16 {
+    let body = format!(
+        r#"{{"ref":"refs/heads/main","number":{number},"repository":{{"name":"app","owner":{{"login":"octo"}}}}}}"#
+    );
+    let mut req = reqwest::Client::new()
+        .post(format!("{}/webhooks/github", served.base))
+        .header("content-type", "application/json")
+        .header("x-github-event", "push")
+        .header("x-github-delivery", format!("d-{number}"))
+        .header("x-hub-signature-256", github_signature(SECRET, body.as_bytes()));
+    for (name, value) in extra {
+        req = req.header(*name, *value);
+    }
+    req.body(body).send().await.unwrap().status().as_u16()
+}
+
+pub(crate) fn traced_env(endpoint: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.to_owned()),
+        ("OTEL_SERVICE_NAME", "gate-under-test".to_owned()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100".to_owned()),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_joins_its_callers_trace_with_a_gate_span() {
+    let dir = temp_dir("otel");
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let (got, _receiver) = receiver_on(addr).await;
+    let served = serve(&dir, &traced_env(&format!("http://{addr}")));
+    let traceparent = format!("00-{TRACE_ID}-{CALLER_SPAN}-01");
+    let extra = [("traceparent", traceparent.as_str()), ("tracestate", "vendor=7"), ("baggage", "user=alice")];
+    assert_eq!(deliver(&served, 1, &extra).await, 202);
+    // A request without a traceparent starts a trace of its own.
+    assert_eq!(deliver(&served, 2, &[]).await, 202);
+    wait_for(Duration::from_secs(10), "four spans exported", || async { got.spans().len() >= 4 }).await;
+    let spans = got.spans();
+    assert!(spans.iter().all(|(service, _)| service == "gate-under-test"), "OTEL_SERVICE_NAME");
+    let hex = hex::encode;
+    let in_trace: Vec<&Span> = spans.iter().map(|(_, s)| s).filter(|s| hex(&s.trace_id) == TRACE_ID).collect();
+    let names: Vec<&str> = in_trace.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(in_trace.len(), 2, "the server span and the gate span: {names:?}");
+    let server = in_trace.iter().find(|s| s.name == "POST /webhooks/{name}").expect("the server span");
+    assert_eq!(hex(&server.parent_span_id), CALLER_SPAN, "the caller's span is the parent");
+    assert_eq!(server.kind, opentelemetry_proto::tonic::trace::v1::span::SpanKind::Server as i32);
+    assert_eq!(attribute(server, "http.request.method"), "POST");
+    assert_eq!(attribute(server, "http.route"), "/webhooks/{name}");
+    assert_eq!(attribute(server, "http.response.status_code"), "202");
+    assert_eq!(server.trace_state, "vendor=7");
+    let gate = in_trace.iter().find(|s| s.name == "gate").expect("the gate span");
+    assert_eq!(gate.parent_span_id, server.span_id, "the gate span is the server span's child");
+    assert_eq!(attribute(gate, "idemgate.provider"), "github");
+    assert_eq!(attribute(gate, "idemgate.delivery_id"), "d-1");
+    assert_eq!(attribute(gate, "idemgate.outcome"), "created");
+    assert_eq!(attribute(gate, "idemgate.run_id"), "run-1");
+    assert!(
+        gate.start_time_unix_nano >= server.start_time_unix_nano
+            && gate.end_time_unix_nano <= server.end_time_unix_nano
+    );
+    // Baggage is never read into a span.
+    assert!(
+        spans.iter().all(|(_, s)| s.attributes.iter().all(|kv| !attribute_text(kv.value.as_ref()).contains("alice")))
+    );
+    let own: Vec<&Span> = spans.iter().map(|(_, s)| s).filter(|s| hex(&s.trace_id) != TRACE_ID).collect();
+    let own_server = own.iter().find(|s| s.name == "POST /webhooks/{name}").expect("the second request's server span");
+    assert!(own_server.parent_span_id.is_empty(), "a root span");
+    assert!(own.iter().any(|s| s.name == "gate" && s.parent_span_id == own_server.span_id));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disabled_or_without_an_endpoint_nothing_is_sent() {
+    let dir = temp_dir("otel-off");
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let (got, _receiver) = receiver_on(addr).await;
+    let mut env = traced_env(&format!("http://{addr}"));
+    env.push(("OTEL_SDK_DISABLED", "true".to_owned()));
+    let disabled = serve(&dir, &env);
+    // No endpoint: the spec's default one (localhost:4318) gets nothing either.
+    let default = "127.0.0.1:4318".parse().unwrap();
+    let (default_got, _default_receiver) = receiver_on(default).await;
+    let env = vec![("OTEL_SERVICE_NAME", "x".to_owned()), ("OTEL_BSP_SCHEDULE_DELAY", "100".to_owned())];
+    let no_endpoint = serve(&temp_dir("otel-none"), &env);
+    for n in 1..=5 {
+        let traceparent = format!("00-{TRACE_ID}-{CALLER_SPAN}-01");
+        assert_eq!(deliver(&disabled, n, &[("traceparent", &traceparent)]).await, 202);
+        assert_eq!(deliver(&no_endpoint, n, &[("traceparent", &traceparent)]).await, 202);
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!((got.requests(), default_got.requests()), (0, 0));
+    // Nothing is built, so nothing is counted either.
+    let metrics = reqwest::get(format!("{}/metrics", disabled.base)).await.unwrap().text().await.unwrap();
+    assert!(!metrics.contains("idemgate_trace_spans_dropped_total"), "{metrics}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_is_down_costs_the_requests_nothing() {
+    let dir = temp_dir("otel-down");
+    // Nothing listens there.
+    let served = serve(&dir, &traced_env(&format!("http://127.0.0.1:{}", free_port())));
+    let started = Instant::now();
+    for n in 1..=200 {
+        let t = Instant::now();
+        assert_eq!(deliver(&served, n, &[]).await, 202);
+        assert!(t.elapsed() < Duration::from_secs(1), "request {n} took {:?}", t.elapsed());
+    }
+    assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
+    wait_for(Duration::from_secs(10), "the dropped batch logged", || async {
+        log(&dir).contains("the collector did not take a batch")
+    })
+    .await;
+    assert_eq!(log(&dir).matches("the collector did not take a batch").count(), 1, "logged once per outage");
+    // Counted in /metrics.
+    let metrics = reqwest::get(format!("{}/metrics", served.base)).await.unwrap().text().await.unwrap();
+    let dropped: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("idemgate_trace_spans_dropped_total "))
+        .unwrap_or_else(|| panic!("no dropped-span count in {metrics}"))
+        .parse()
+        .unwrap();
+    assert!(dropped > 0, "{dropped}");
+    assert_eq!(deliver(&served, 1, &[]).await, 202, "still serving (a replay)");
+    let _ = std::fs::remove_dir_all(dir);
+}

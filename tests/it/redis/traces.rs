@@ -1,0 +1,177 @@
+//! The worker's OpenTelemetry spans, received by the OTLP/HTTP receiver of
+//! `base::otel`: one span per attempt (a run answered 500, then 204: two
+//! spans, with the status and the outcome), the destination's request
+//! carrying that span's `traceparent` and never `baggage`, and a command
+//! getting `TRACEPARENT`.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use axum::http::StatusCode;
+
+use crate::base::otel::{attribute, receiver_on};
+use crate::redis::worker::{Workers, gate_runs};
+use crate::support::destination::{Destination, ok, secret, secrets_file, status, wait_status};
+use crate::support::{free_port, fresh_ns, redis_url, temp_dir, wait_for};
+
+/// `idemgate worker` of group `g` in `ns`, exporting its traces to `endpoint`, with `handler`'s flags.
+fn traced_worker(ns: &str, dir: &Path, endpoint: &str, handler: &[&str]) -> Child {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_idemgate"));
+    for (name, _) in std::env::vars() {
+        if name.starts_with("OTEL_") || name.starts_with("IDEMGATE_") || name == "TRACEPARENT" {
+            c.env_remove(name);
+        }
+    }
+    c.args(["worker", "--redis-url", redis_url(), "--namespace", ns, "--group", "g"])
+        .args(["--block", "200ms", "--backoff", "200ms", "--max-backoff", "200ms", "--max-attempts", "5"])
+        .args(handler)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+        .env("OTEL_SERVICE_NAME", "worker-under-test")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("worker.log")).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+/// The trace and span ids of a `traceparent`.
+fn ids(traceparent: &str) -> (String, String) {
+    let parts: Vec<&str> = traceparent.split('-').collect();
+    assert_eq!((parts.len(), parts[0], parts[3]), (4, "00", "01"), "{traceparent}");
+    (parts[1].to_owned(), parts[2].to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_attempt_is_a_span_and_the_destination_gets_its_traceparent() {
+    let ns = fresh_ns("traces");
+    let dir = temp_dir("traces");
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let (got, _receiver) = receiver_on(addr).await;
+    secrets_file(&dir, &[secret(1)]);
+    let dest =
+        Destination::start(|_, earlier| if earlier == 0 { status(StatusCode::INTERNAL_SERVER_ERROR) } else { ok() })
+            .await;
+    gate_runs(&ns, 1, 1).await;
+    let secrets = dir.join("secrets");
+    let flags = ["--deliver", &dest.url(), "--deliver-secret-file", secrets.to_str().unwrap()];
+    let mut workers = Workers(vec![traced_worker(&ns, &dir, &format!("http://{addr}"), &flags)]);
+    wait_status(&ns, [(1, "done")], Duration::from_secs(30)).await;
+    let requests = dest.of_run(1);
+    assert_eq!(requests.len(), 2, "500, then 204");
+    wait_for(Duration::from_secs(10), "two attempt spans", || async {
+        got.spans().iter().filter(|(_, s)| s.name.starts_with("attempt ")).count() >= 2
+    })
+    .await;
+    let spans = got.spans();
+    for (n, (request, (want_status, want_outcome))) in
+        requests.iter().zip([("500", "failed"), ("200", "done")]).enumerate()
+    {
+        assert!(request.headers.get("baggage").is_none(), "never baggage");
+        let (trace_id, span_id) = ids(request.header("traceparent"));
+        let (service, span) = spans.iter().find(|(_, s)| hex::encode(&s.span_id) == span_id).unwrap_or_else(|| {
+            panic!("no span {span_id} among {:?}", spans.iter().map(|(_, s)| &s.name).collect::<Vec<_>>())
+        });
+        assert_eq!(service, "worker-under-test");
+        assert_eq!(hex::encode(&span.trace_id), trace_id);
+        assert_eq!(span.name, format!("attempt {}", n + 1));
+        assert_eq!(span.kind, opentelemetry_proto::tonic::trace::v1::span::SpanKind::Client as i32);
+        assert_eq!(attribute(span, "idemgate.run_id"), "run-1");
+        assert_eq!(attribute(span, "idemgate.attempt"), (n + 1).to_string());
+        assert_eq!(attribute(span, "http.response.status_code"), want_status);
+        assert_eq!(attribute(span, "idemgate.outcome"), want_outcome);
+        assert_eq!(attribute(span, "idemgate.destination"), dest.url());
+    }
+    workers.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_gets_its_attempts_traceparent() {
+    let ns = fresh_ns("traces-cmd");
+    let dir = temp_dir("traces-cmd");
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let (got, _receiver) = receiver_on(addr).await;
+    gate_runs(&ns, 1, 1).await;
+    let out = dir.join("traceparent");
+    let script = format!("printf '%s\\n' \"$TRACEPARENT\" >> {}", out.display());
+    let mut workers = Workers(vec![traced_worker(&ns, &dir, &format!("http://{addr}"), &["--", "sh", "-c", &script])]);
+    wait_status(&ns, [(1, "done")], Duration::from_secs(30)).await;
+    let line = std::fs::read_to_string(&out).unwrap();
+    let (trace_id, span_id) = ids(line.trim());
+    wait_for(Duration::from_secs(10), "the attempt's span", || async {
+        got.spans().iter().any(|(_, s)| hex::encode(&s.span_id) == span_id)
+    })
+    .await;
+    let spans = got.spans();
+    let (_, span) = spans.iter().find(|(_, s)| hex::encode(&s.span_id) == span_id).unwrap();
+    assert_eq!((hex::encode(&span.trace_id), span.name.as_str()), (trace_id, "attempt 1"));
+    assert_eq!(
+        (attribute(span, "idemgate.destination"), attribute(span, "idemgate.outcome")),
+        ("command".into(), "done".into())
+    );
+    workers.stop().await;
+}
+
+/// The trace: a signed GitHub delivery with an incoming
+/// `traceparent` creates a run that is answered 500, then 204. One trace
+/// holds the caller's span, the server span, the gate span and both
+/// attempt spans (children of the gate span, through the run record's
+/// `trace`); each request names its attempt span; the done record has no
+/// `trace` left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_trace_from_the_providers_request_to_every_attempt() {
+    use crate::base::otel::{CALLER_SPAN, TRACE_ID, deliver, serve, traced_env};
+    let ns = fresh_ns("traces-run");
+    let dir = temp_dir("traces-run");
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let (got, _receiver) = receiver_on(addr).await;
+    let mut env = traced_env(&format!("http://{addr}"));
+    env.extend([("IDEMGATE_REDIS_URL", redis_url().to_owned()), ("IDEMGATE_NAMESPACE", ns.clone())]);
+    let served = serve(&dir, &env);
+    secrets_file(&dir, &[secret(1)]);
+    let dest =
+        Destination::start(|_, earlier| if earlier == 0 { status(StatusCode::INTERNAL_SERVER_ERROR) } else { ok() })
+            .await;
+    let traceparent = format!("00-{TRACE_ID}-{CALLER_SPAN}-01");
+    assert_eq!(deliver(&served, 1, &[("traceparent", &traceparent)]).await, 202);
+    let secrets = dir.join("secrets");
+    let flags = ["--deliver", &dest.url(), "--deliver-secret-file", secrets.to_str().unwrap()];
+    let mut workers = Workers(vec![traced_worker(&ns, &dir, &format!("http://{addr}"), &flags)]);
+    wait_status(&ns, [(1, "done")], Duration::from_secs(30)).await;
+    wait_for(Duration::from_secs(10), "four spans of the trace", || async {
+        got.spans().iter().filter(|(_, s)| hex::encode(&s.trace_id) == TRACE_ID).count() >= 4
+    })
+    .await;
+    let spans = got.spans();
+    let in_trace: Vec<_> = spans.iter().filter(|(_, s)| hex::encode(&s.trace_id) == TRACE_ID).collect();
+    let named = |name: &str| {
+        in_trace.iter().find(|(_, s)| s.name == name).map(|(_, s)| s).unwrap_or_else(|| panic!("no {name}"))
+    };
+    let server = named("POST /webhooks/{name}");
+    assert_eq!(hex::encode(&server.parent_span_id), CALLER_SPAN);
+    let gate = named("gate");
+    assert_eq!(gate.parent_span_id, server.span_id);
+    assert_eq!(
+        (attribute(gate, "idemgate.outcome"), attribute(gate, "idemgate.run_id")),
+        ("created".into(), "run-1".into())
+    );
+    let requests = dest.of_run(1);
+    assert_eq!(requests.len(), 2);
+    for (n, request) in requests.iter().enumerate() {
+        let (trace_id, span_id) = ids(request.header("traceparent"));
+        assert_eq!(trace_id, TRACE_ID, "the destination's request is in the provider's trace");
+        let attempt = named(&format!("attempt {}", n + 1));
+        assert_eq!(hex::encode(&attempt.span_id), span_id, "its traceparent names its attempt span");
+        assert_eq!(attempt.parent_span_id, gate.span_id, "the attempt is the gate's child");
+    }
+    let (a, b) = (named("attempt 1"), named("attempt 2"));
+    assert_eq!(
+        (attribute(a, "http.response.status_code"), attribute(b, "http.response.status_code")),
+        ("500".into(), "200".into())
+    );
+    let record = crate::redis::worker::record(&ns, "run-1").await;
+    assert!(!record.contains_key("trace"), "dropped when done: {record:?}");
+    workers.stop().await;
+}
