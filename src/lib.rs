@@ -34,6 +34,7 @@
 //! - [`bench`]: `idemgate bench`, the measurements behind BENCHMARKS.md, one submodule each.
 //! - [`error`]: store failures (never turned into a gate answer).
 //! - [`worker`]: the durable run queue's consumer (`idemgate worker`): leases, retries, dead stream.
+//! - [`worker_start`]: `idemgate worker` started from the merged configuration, and run until shutdown.
 //! - `testing` (feature `testcontainers`): the idemgate image as a
 //!   testcontainers fixture for users' integration tests.
 //! - [`send`]: `idemgate send` and `sign`, signing with the verifiers' own code.
@@ -89,6 +90,7 @@ pub mod units;
 pub mod vocabulary;
 pub mod window;
 pub mod worker;
+pub mod worker_start;
 
 pub use error::Error;
 pub use gate::Gate;

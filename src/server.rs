@@ -12,18 +12,14 @@ use crate::http::{AppState, app};
 use crate::listener::{ConnectionLimits, open_file_limit};
 use crate::redis_io::RedisOptions;
 use crate::redis_io::diagnose::{is_refused_command, maxmemory_policy, what_failed};
+use crate::store::config::Unreachable;
 
 /// Why the service could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     /// The store could not be opened (Redis unreachable, bad URL).
-    #[error("cannot open the store ({store}): {source}")]
-    Store {
-        /// The store description.
-        store: String,
-        /// Why the store could not be reached (a connection or timeout error).
-        source: crate::Error,
-    },
+    #[error(transparent)]
+    Store(#[from] Unreachable),
     /// The store was opened, but its first commands failed for a reason that
     /// is not a refused command: TLS, authentication, the connection.
     #[error("cannot use the store ({store}): {what}: {source}")]
@@ -63,11 +59,7 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()> + Sen
     for warning in placeholder_entries(&config.allowed_repos, &own_lists) {
         tracing::warn!("{warning}");
     }
-    let store = config
-        .store
-        .open(&config.settings)
-        .await
-        .map_err(|source| ServeError::Store { store: described.clone(), source })?;
+    let store = config.store.open(&config.settings).await?;
     if let Some(opts) = &config.store.redis {
         check_eviction_policy(opts, config.allow_eviction, &described).await?;
         warn_of_deadlines_under(opts.command_timeout, &config);

@@ -4,14 +4,16 @@
 //! answers ([`Status`], [`Response`], [`Outcome`]), the identity that names
 //! logical work and its key's slots, the verdict the rules hand a store,
 //! the lifetimes ([`Settings`] and their defaults, [`Hold`]), the delivery
-//! record a store keeps, and what names a run ([`RunFields`], and a done
-//! run's compact record, [`DoneRecord`]), a run's status ([`RunStatus`]) and
-//! its history's entries ([`AttemptEntry`], [`AttemptParts`],
-//! [`AttemptOutcome`]). Of the crate it uses only [`crate::error`] (the
+//! record a store keeps, and the run record: what names a run
+//! ([`RunFields`]), the record read from any of its stored shapes
+//! ([`RunRecord`], [`RunProgress`]; a done run's compact form,
+//! [`DoneRecord`]), a run's status ([`RunStatus`]) and its history's entries
+//! ([`AttemptEntry`], [`AttemptParts`], [`AttemptOutcome`]). Of the crate it uses only [`crate::error`] (the
 //! store's `Error`, in the `Store` trait's signatures) and [`crate::text`]
 //! (an unknown status escaped in its message), which use nothing of it, so
 //! every other module can depend on it without a cycle.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -403,7 +405,8 @@ impl RunFields {
 /// run), and the final attempt not as a `history` entry but in plain fields:
 /// `worker`, `started_ms`, `duration_ms` and [`DoneRecord::ATTEMPT_STATUS`];
 /// `history` keeps only the earlier attempts (none: no field).
-/// [`DoneRecord::expand`] is the one mapping back to the full names.
+/// `DoneRecord::unfold` is the one mapping back to the full names
+/// ([`RunRecord::read`] reads through it, [`DoneRecord::expand`] gives the map).
 /// Records of earlier versions (`worker`, `finished_ms`, a whole `history`
 /// or none, a `run_id`) have no [`DoneRecord::ATTEMPT_STATUS`] and read as
 /// they are.
@@ -433,13 +436,27 @@ impl DoneRecord {
     /// The record of run `run_id`, `fields` as stored, rewritten as readers
     /// show it: `run_id` from the key, the folded attempt back at the end of
     /// `history`, and `finished_ms` (its start + its duration). An empty
-    /// `fields` (no record) stays empty.
-    pub fn expand(run_id: &str, fields: &mut std::collections::BTreeMap<String, String>) {
+    /// `fields` (no record) stays empty. (For a reader that wants the map;
+    /// [`RunRecord::read`] reads the same fields typed.)
+    pub fn expand(run_id: &str, fields: &mut BTreeMap<String, String>) {
+        let Some(entry) = Self::unfold(run_id, fields) else { return };
+        let mut history: Vec<serde_json::Value> =
+            fields.get("history").and_then(|h| serde_json::from_str(h).ok()).unwrap_or_default();
+        history.push(serde_json::to_value(entry).expect("an entry always serializes"));
+        fields.insert("history".to_owned(), serde_json::Value::from(history).to_string());
+    }
+
+    /// The one mapping back from the compact form: `run_id` from the key
+    /// (into any non-empty record), and, where the final attempt was folded
+    /// into plain fields, that attempt as its history entry, with
+    /// `finished_ms` (its start + its duration) in place of `duration_ms` and
+    /// [`DoneRecord::ATTEMPT_STATUS`].
+    fn unfold(run_id: &str, fields: &mut BTreeMap<String, String>) -> Option<AttemptEntry> {
         if fields.is_empty() {
-            return;
+            return None;
         }
         fields.entry("run_id".to_owned()).or_insert_with(|| run_id.to_owned());
-        let Some(status) = fields.remove(Self::ATTEMPT_STATUS) else { return };
+        let status = fields.remove(Self::ATTEMPT_STATUS)?;
         let number = |k: &str| fields.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         let (started_ms, duration_ms) = (number("started_ms"), number("duration_ms"));
         let entry = AttemptEntry {
@@ -453,14 +470,11 @@ impl DoneRecord {
             count: None,
             last_attempt: None,
             last_started_ms: None,
+            more: BTreeMap::new(),
         };
-        let entry = serde_json::to_value(entry).expect("an entry always serializes");
-        let mut history: Vec<serde_json::Value> =
-            fields.get("history").and_then(|h| serde_json::from_str(h).ok()).unwrap_or_default();
-        history.push(entry);
-        fields.insert("history".to_owned(), serde_json::Value::from(history).to_string());
         fields.remove("duration_ms");
         fields.insert("finished_ms".to_owned(), (started_ms + duration_ms).to_string());
+        Some(entry)
     }
 }
 
@@ -504,13 +518,12 @@ impl AttemptOutcome {
     }
 }
 
-/// One entry of the run record's `history` (docs/worker.md): its shape (the
-/// readers pass `history` on as JSON; a test reads every entry as this).
+/// One entry of the run record's `history` (docs/worker.md), as every
+/// reader reads it ([`RunRecord::read`]) and the ops API answers it.
 /// The scripts write every entry (`lua/shared/history.lua`,
 /// `history_entry`), in this order and with these names; Rust builds one
-/// only to show a done record's folded attempt ([`DoneRecord::expand`]).
+/// only to show a done record's folded attempt (`DoneRecord::unfold`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct AttemptEntry {
     /// The attempt's number.
     pub attempt: u64,
@@ -536,6 +549,11 @@ pub struct AttemptEntry {
     /// When the last of the folded attempts started, ms since the Unix epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_started_ms: Option<u64>,
+    /// Fields this version does not know (a newer worker's, during a
+    /// rolling upgrade): kept and answered as they are, never dropped. The
+    /// scripts of this version write none (a test checks every entry).
+    #[serde(flatten, skip_serializing_if = "BTreeMap::is_empty")]
+    pub more: BTreeMap<String, serde_json::Value>,
 }
 
 /// What the worker knows of one attempt, for its history entry: the
@@ -634,6 +652,118 @@ impl std::str::FromStr for RunStatus {
             let all: Vec<&str> = RunStatus::ALL.iter().map(|s| s.as_str()).collect();
             format!("unknown run status {:?}: one of {}", crate::text::escape_control(s), all.join(", "))
         })
+    }
+}
+
+/// A run record as every reader shows it (`inspect run`, the ops API's
+/// `/v1/ops/runs`, the console), read by [`RunRecord::read`], the one
+/// reader, from whichever shape a store keeps it in:
+///
+/// - **queued** (`lua/gate.lua`): `entry_id`, `created_ms`, `status` (and a
+///   kept `payload`); its identity is its runs-stream entry's
+///   ([`RunFields::ENTRY_ID`]), which the caller reads and hands in;
+/// - **running, parked, retrying, dead** (`lua/worker_start.lua` and the
+///   scripts after it): every field under its full name, `history` a JSON
+///   array of [`AttemptEntry`];
+/// - **done** (`lua/worker_done.lua`): compact, no `run_id`, the final
+///   attempt folded into plain fields ([`DoneRecord`]);
+/// - **the memory store's** (`MemoryRun::stored`): the identity, `created_ms`
+///   and `status` under the same names;
+/// - **earlier versions'**: the identity in the record itself, a done record
+///   with `finished_ms` and a whole `history` or none, entries without the
+///   folding fields, a record without `created_ms`.
+///
+/// The state of the run's delivery ([`RunProgress`]) is apart from what
+/// names it, so that a record per destination can hold one progress per
+/// destination beside the run's own; a field no reader types yet (the
+/// worker's, the parking's, a newer version's) is kept in
+/// [`RunRecord::stored`] under its stored name, never dropped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunRecord {
+    /// What names the run.
+    pub fields: RunFields,
+    /// When the gate created it, ms since the Unix epoch (`None`: a record
+    /// of an early version without it).
+    pub created_ms: Option<u64>,
+    /// Where its delivery stands.
+    pub progress: RunProgress,
+    /// Every field as readers list it, under its stored name: the compact
+    /// form expanded, a queued record's identity filled in, `run_id` from
+    /// the key. Everything but `history`, which is [`RunProgress::history`].
+    pub stored: BTreeMap<String, String>,
+}
+
+/// Where a run's delivery stands: its status, attempts, last error and
+/// history. One per run today; a record per destination keeps one per
+/// destination.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunProgress {
+    /// The record's `status`.
+    pub status: RunStatus,
+    /// Attempts made so far (`0`: none, or a queued record that has no field yet).
+    pub attempts: u64,
+    /// The last failed attempt's error (`""`: none).
+    pub last_error: String,
+    /// The newest attempts, oldest first (`[]`: none yet).
+    pub history: Vec<AttemptEntry>,
+}
+
+impl RunRecord {
+    /// The runs-stream entry a queued record's identity is in: `Some` for
+    /// a record that names its entry instead of holding its identity.
+    pub fn entry_to_read(stored: &BTreeMap<String, String>) -> Option<&str> {
+        let [_, provider, ..] = RunFields::NAMES;
+        if stored.contains_key(provider) { None } else { stored.get(RunFields::ENTRY_ID).map(String::as_str) }
+    }
+
+    /// Reads run `run_id`'s record from `stored`, its fields as the store
+    /// holds them (any shape of [`RunRecord`]); `entry` is the runs-stream
+    /// entry that [`RunRecord::entry_to_read`] names, where there is one
+    /// still (a queued record whose entry is gone reads with an empty
+    /// identity). `None`: no record (no field). A record without a status,
+    /// with one no version writes, or with a `history` that is not a list
+    /// of entries is [`Error::Corrupt`], naming the run and the field.
+    pub fn read(
+        run_id: &str,
+        mut stored: BTreeMap<String, String>,
+        entry: Option<BTreeMap<String, String>>,
+    ) -> Result<Option<Self>, Error> {
+        if stored.is_empty() {
+            return Ok(None);
+        }
+        if Self::entry_to_read(&stored).is_some() {
+            for (name, value) in entry.into_iter().flatten() {
+                stored.entry(name).or_insert(value);
+            }
+        }
+        let folded = DoneRecord::unfold(run_id, &mut stored);
+        let corrupt =
+            |what: String| Error::Corrupt(format!("run record {}: {what}", crate::text::escape_control(run_id)));
+        let status = match stored.get("status") {
+            None => return Err(corrupt("no status".into())),
+            Some(s) => s.parse::<RunStatus>().map_err(corrupt)?,
+        };
+        let mut history: Vec<AttemptEntry> = match stored.remove("history") {
+            None => Vec::new(),
+            Some(h) if h.is_empty() => Vec::new(),
+            Some(h) => {
+                serde_json::from_str(&h).map_err(|e| corrupt(format!("its history is no list of attempts: {e}")))?
+            }
+        };
+        history.extend(folded);
+        let text = |k: &str| stored.get(k).cloned().unwrap_or_default();
+        let number = |k: &str| stored.get(k).and_then(|v| v.parse::<u64>().ok());
+        Ok(Some(RunRecord {
+            fields: RunFields::read(text),
+            created_ms: number("created_ms"),
+            progress: RunProgress {
+                status,
+                attempts: number("attempts").unwrap_or(0),
+                last_error: text("last_error"),
+                history,
+            },
+            stored,
+        }))
     }
 }
 
@@ -764,5 +894,220 @@ mod tests {
         let mut none = std::collections::BTreeMap::new();
         DoneRecord::expand("run-4", &mut none);
         assert!(none.is_empty());
+    }
+
+    /// Run records in every shape a store keeps or once kept, each as the
+    /// scripts (or the memory store) wrote it at its version, and what the
+    /// one reader makes of it.
+    mod run_record_shapes {
+        use super::*;
+
+        const FAILED: &str = r#"{"attempt":1,"worker":"w0","started_ms":1700000000100,"duration_ms":30,"status":503,"outcome":"failed","error":"HTTP 503"}"#;
+        /// Twenty-one alike refused probes folded into one entry (this round).
+        const RELEASED: &str = r#"{"attempt":2,"worker":"w0","started_ms":1700000001000,"duration_ms":1,"status":null,"outcome":"released","error":"the breaker is open","count":21,"last_attempt":22,"last_started_ms":1700000099000}"#;
+
+        fn read(run_id: &str, stored: &[(&str, &str)], entry: Option<&[(&str, &str)]>) -> RunRecord {
+            RunRecord::read(run_id, fields(stored), entry.map(fields)).unwrap().unwrap()
+        }
+
+        fn identity(r: &RunRecord) -> [&str; 6] {
+            r.fields.values()
+        }
+
+        const NAMES: [&str; 6] = ["run-7", "github", "octo/repo", "pull_request.opened", "7", "d-1"];
+        const ENTRY: &[(&str, &str)] = &[
+            ("run_id", "run-7"),
+            ("provider", "github"),
+            ("repo", "octo/repo"),
+            ("action", "pull_request.opened"),
+            ("number", "7"),
+            ("delivery_id", "d-1"),
+        ];
+
+        /// lua/gate.lua now: the identity is the stream entry's.
+        #[test]
+        fn queued_naming_its_entry() {
+            let stored = &[("entry_id", "1700000000000-0"), ("created_ms", "1700000000000"), ("status", "queued")];
+            assert_eq!(RunRecord::entry_to_read(&fields(stored)), Some("1700000000000-0"));
+            let r = read("run-7", stored, Some(ENTRY));
+            assert_eq!(identity(&r), NAMES);
+            assert_eq!(
+                (r.progress.status, r.progress.attempts, r.created_ms),
+                (RunStatus::Queued, 0, Some(1_700_000_000_000))
+            );
+            assert!(r.progress.history.is_empty());
+            // Its entry trimmed away: the run still reads, named by its key alone.
+            let r = read("run-7", stored, None);
+            assert_eq!(identity(&r), ["run-7", "", "", "", "", ""]);
+        }
+
+        /// lua/gate.lua before the entry held the identity, and a worker's
+        /// redelivery (lua/dead_retry.lua): the identity in the record.
+        #[test]
+        fn queued_holding_its_identity() {
+            let mut stored = ENTRY.to_vec();
+            stored.extend([
+                ("created_ms", "1700000000000"),
+                ("status", "queued"),
+                ("attempt_base", "3"),
+                ("retried_ms", "1700000500000"),
+            ]);
+            assert_eq!(RunRecord::entry_to_read(&fields(&stored)), None);
+            let r = read("run-7", &stored, None);
+            assert_eq!(identity(&r), NAMES);
+            assert_eq!(r.stored["attempt_base"], "3", "a field no reader types is kept");
+        }
+
+        /// lua/worker_start.lua, and lua/worker_fail.lua's parked run with
+        /// its history (entries of before this round, without the folding
+        /// fields, and of this round with them).
+        #[test]
+        fn running_and_parked() {
+            let mut running = ENTRY.to_vec();
+            running.extend([
+                ("created_ms", "1700000000000"),
+                ("status", "running"),
+                ("attempts", "1"),
+                ("worker", "w0"),
+                ("group", "g"),
+                ("started_ms", "1700000000100"),
+                ("updated_ms", "1700000000100"),
+                ("op", "op-1"),
+                ("op_result", "1"),
+            ]);
+            let r = read("run-7", &running, None);
+            assert_eq!((r.progress.status, r.progress.attempts, identity(&r)), (RunStatus::Running, 1, NAMES));
+            let history = format!("[{FAILED},\n{RELEASED}]");
+            let mut parked = ENTRY.to_vec();
+            parked.extend([
+                ("created_ms", "1700000000000"),
+                ("status", "parked"),
+                ("attempts", "22"),
+                ("last_error", "the breaker is open"),
+                ("next_attempt_ms", "1700000200000"),
+                ("parked_group", "g"),
+                ("history", history.as_str()),
+            ]);
+            let r = read("run-7", &parked, None);
+            assert_eq!((r.progress.status, r.progress.last_error.as_str()), (RunStatus::Parked, "the breaker is open"));
+            let [first, probes] = &r.progress.history[..] else { panic!("{r:?}") };
+            assert_eq!((first.status, first.outcome, first.count), (Some(503), AttemptOutcome::Failed, None));
+            assert_eq!((probes.count, probes.last_attempt, probes.status), (Some(21), Some(22), None));
+            assert_eq!(r.stored["next_attempt_ms"], "1700000200000");
+            assert!(!r.stored.contains_key("history"), "the history is typed, not passed on as text");
+            // A worker before the parking set.
+            let retrying: Vec<_> =
+                running.iter().map(|&(k, v)| if k == "status" { (k, "retrying") } else { (k, v) }).collect();
+            assert_eq!(read("run-7", &retrying, None).progress.status, RunStatus::Retrying);
+        }
+
+        /// lua/worker_done.lua now: compact, the final attempt folded.
+        #[test]
+        fn done_compact() {
+            let earlier = format!("[{FAILED}]");
+            let mut stored = ENTRY[1..].to_vec();
+            stored.extend([
+                ("created_ms", "1700000000000"),
+                ("status", "done"),
+                ("attempts", "2"),
+                ("worker", "w1"),
+                ("started_ms", "1700000300000"),
+                ("duration_ms", "12"),
+                ("attempt_status", "204"),
+                ("history", earlier.as_str()),
+            ]);
+            let r = read("run-7", &stored, None);
+            assert_eq!(identity(&r), NAMES, "run_id from the key");
+            let outcomes: Vec<_> = r.progress.history.iter().map(|e| (e.attempt, e.outcome, e.status)).collect();
+            assert_eq!(outcomes, [(1, AttemptOutcome::Failed, Some(503)), (2, AttemptOutcome::Done, Some(204))]);
+            assert_eq!(r.stored["finished_ms"], "1700000300012");
+            assert!(!r.stored.contains_key("attempt_status") && !r.stored.contains_key("duration_ms"), "{r:?}");
+            // One attempt: no history field at all.
+            let one: Vec<_> = stored.iter().copied().filter(|(k, _)| *k != "history").collect();
+            assert_eq!(read("run-7", &one, None).progress.history.len(), 1);
+        }
+
+        /// Done records of earlier versions: a `run_id`, `finished_ms` and a
+        /// whole history, or (before histories) none; the embedded layer's
+        /// (lua/run_finish.lua), which drops `run_id`; a record without `created_ms`.
+        #[test]
+        fn done_before_this_round_and_embedded() {
+            let mut whole = ENTRY.to_vec();
+            whole.extend([
+                ("created_ms", "1700000000000"),
+                ("status", "done"),
+                ("attempts", "1"),
+                ("worker", "w1"),
+                ("finished_ms", "1700000000050"),
+                ("history", r#"[{"attempt":1,"worker":"w1","started_ms":1700000000010,"duration_ms":40,"status":200,"outcome":"done","error":null}]"#),
+            ]);
+            let r = read("run-7", &whole, None);
+            assert_eq!(
+                (identity(&r), r.progress.history.len(), r.stored["finished_ms"].as_str()),
+                (NAMES, 1, "1700000000050")
+            );
+            let before_histories: Vec<_> =
+                whole.iter().copied().filter(|(k, _)| !["history", "created_ms"].contains(k)).collect();
+            let r = read("run-7", &before_histories, None);
+            assert_eq!((r.progress.history.len(), r.created_ms, r.progress.status), (0, None, RunStatus::Done));
+            let embedded = &[
+                ("provider", "github"),
+                ("created_ms", "5"),
+                ("status", "done"),
+                ("attempts", "0"),
+                ("runner", "embedded"),
+                ("finished_ms", "9"),
+            ];
+            assert_eq!(read("run-2", embedded, None).fields.run_id, "run-2");
+        }
+
+        /// An entry of a newer version, with a field this one does not
+        /// know, reads, and the field is kept for the answer.
+        #[test]
+        fn a_newer_versions_entry_field_is_kept() {
+            let newer = r#"[{"attempt":1,"worker":"w","started_ms":1,"duration_ms":2,"status":null,"outcome":"failed","error":"x","destination":"ci"}]"#;
+            let r = read("run-7", &[("status", "parked"), ("history", newer)], None);
+            let entry = &r.progress.history[0];
+            assert_eq!(entry.more.get("destination"), Some(&serde_json::json!("ci")));
+            assert_eq!(
+                serde_json::to_value(&r.progress.history).unwrap(),
+                serde_json::from_str::<serde_json::Value>(newer).unwrap()
+            );
+        }
+
+        /// The memory store's runs, read by the same reader.
+        #[test]
+        fn memory_store() {
+            let stored = &[
+                ("run_id", "run-1"),
+                ("provider", "github"),
+                ("repo", "o/r"),
+                ("action", "push"),
+                ("number", ""),
+                ("delivery_id", "d"),
+                ("created_ms", "1"),
+                ("status", "released"),
+                ("attempts", "0"),
+            ];
+            let r = read("run-1", stored, None);
+            assert_eq!((r.progress.status, r.fields.number.as_str()), (RunStatus::Released, ""));
+        }
+
+        /// No field is no record; a record no version writes is an error
+        /// that names the run, never a run shown wrong.
+        #[test]
+        fn what_is_no_record_and_what_is_corrupt() {
+            assert_eq!(RunRecord::read("run-1", BTreeMap::new(), None).unwrap(), None);
+            for (bad, says) in [
+                (&[("created_ms", "1")][..], "no status"),
+                (&[("status", "zombie")][..], "unknown run status"),
+                (&[("status", "parked"), ("history", "not json")][..], "history"),
+                (&[("status", "parked"), ("history", r#"[{"attempt":1}]"#)][..], "history"),
+                (&[("status", "parked"), ("history", r#"{"attempt":1}"#)][..], "history"),
+            ] {
+                let e = RunRecord::read("run-1", fields(bad), None).unwrap_err().to_string();
+                assert!(e.contains("run-1") && e.contains(says), "{bad:?}: {e}");
+            }
+        }
     }
 }

@@ -24,6 +24,6 @@ pub struct WorkerArgs {
 /// `idemgate worker`: until SIGTERM or ctrl-c.
 pub async fn worker(args: WorkerArgs, sources: Sources) -> anyhow::Result<ExitCode> {
     let shutdown = idemgate::server::shutdown_signal(); // first: a SIGTERM while starting is not fatal
-    idemgate::worker::setup::run(&Merged::load(sources)?, &args.command, shutdown).await?;
+    idemgate::worker_start::run(&Merged::load(sources)?, &args.command, shutdown).await?;
     Ok(ExitCode::SUCCESS)
 }

@@ -4,7 +4,7 @@
 //! [`Layer`] of optional values that know their [`Origin`], and the layers
 //! are merged once, flags > env > file > defaults ([`Merged`]). Each
 //! command then parses the winning values ([`ServeConfig`],
-//! [`StoreConfig`], the worker's `worker::setup`), so that every error
+//! [`StoreConfig`], the worker's [`worker::WorkerSetup`]), so that every error
 //! names where the bad value came from: a file line and key, an env var or
 //! a flag ([`ConfigError`]).
 //!
@@ -16,6 +16,7 @@
 //! - `merge.rs`: the layers merged over the file, `Merged`.
 //! - `store.rs`: the store's settings.
 //! - `serve.rs`: `serve`'s settings.
+//! - [`worker`]: the worker's settings.
 //! - `providers.rs`: the `[[provider]]` tables.
 
 pub mod file;
@@ -26,7 +27,10 @@ mod providers;
 mod serve;
 mod settings;
 mod store;
+pub mod worker;
 
+/// Re-exported where every command reads its settings; it lives with the stores.
+pub use crate::store::config::StoreConfig;
 pub use layer::{Command, Flag, Form, STORE};
 pub use merge::{Merged, Sources};
 pub use origin::{ConfigError, Given, Origin, Raw, Setting};
@@ -35,7 +39,6 @@ pub use providers::FileConfig;
 pub(crate) use providers::providers_from;
 pub use serve::ServeConfig;
 pub use settings::{FLAGS, FileTables, Layer, WorkerTable};
-pub use store::StoreConfig;
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -134,6 +134,20 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+// The commands below config know a bad setting only as its message, which
+// already names the source: so they need not import config to report it.
+impl From<ConfigError> for crate::ops::OpsError {
+    fn from(e: ConfigError) -> Self {
+        crate::ops::OpsError::Config(e.to_string())
+    }
+}
+
+impl From<ConfigError> for crate::worker::config::WorkerError {
+    fn from(e: ConfigError) -> Self {
+        crate::worker::config::WorkerError::Config(e.to_string())
+    }
+}
+
 /// Parsing the winning value of one setting, its source at hand: each
 /// method gives `None` when no layer set it, and an error that names the
 /// source when the value is wrong, never the value.

@@ -7,12 +7,12 @@ use std::time::Duration;
 use super::merge::Merged;
 use super::origin::{ConfigError, Given, Setting, err, value_or};
 use super::providers::providers_from;
-use super::store::StoreConfig;
 use crate::config_values::checked_repos;
 use crate::http::body::{DEFAULT_BODY_BUDGET, DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT};
 use crate::keys::{DEFAULT_NAMESPACE, Keys};
 use crate::listener::{DEFAULT_HEADER_TIMEOUT, DEFAULT_LISTEN};
 use crate::providers::Provider;
+use crate::store::config::StoreConfig;
 use crate::units::Lifetime;
 use crate::vocabulary::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, DEFAULT_RUN_RETENTION, Settings};
 

@@ -1,30 +1,18 @@
-//! Where the gate's state lives: [`StoreConfig`] from the merged layers
-//! (the Redis target, TLS, the password file, the namespace, the bounds),
-//! each bad value named by its source.
+//! Where the gate's state lives: [`StoreConfig`] read from the merged
+//! layers (the Redis target, TLS, the password file, the namespace, the
+//! bounds), each bad value named by its source.
 
 use std::path::PathBuf;
 
 use super::origin::{ConfigError, Given, Origin, Raw, Setting, err, value_or};
 use super::settings::Layer;
 use crate::keys::{DEFAULT_NAMESPACE, Keys};
-use crate::redact::{redis_list, redis_url};
+use crate::redact::redis_url;
 use crate::redis_io::is_tls_url;
 use crate::redis_io::{
     DEFAULT_COMMAND_TIMEOUT, DEFAULT_MIN_REPLICAS_TIMEOUT, PemFile, RedisOptions, RedisTarget, Secret, Tls,
 };
-use crate::store::memory::MemoryStore;
-use crate::store::opened::OpenedStore;
-use crate::store::redis_store::RedisStore;
-use crate::vocabulary::Settings;
-
-/// Where the gate's state lives, resolved.
-#[derive(Debug, Clone)]
-pub struct StoreConfig {
-    /// Redis, or `None` for the in-memory store.
-    pub redis: Option<RedisOptions>,
-    /// The key namespace.
-    pub keys: Keys,
-}
+use crate::store::config::StoreConfig;
 
 impl StoreConfig {
     /// Reads the store's settings from the merged layers.
@@ -78,37 +66,6 @@ impl StoreConfig {
             },
         };
         Ok(Self { redis, keys })
-    }
-
-    /// A human description for the first log line and start-up errors: no
-    /// credentials, but the TLS and password files (so an error names them).
-    pub fn describe(&self) -> String {
-        let Some(opts) = &self.redis else {
-            return "memory store (one process, nothing shared, nothing kept across restarts)".into();
-        };
-        let mut s = match &opts.target {
-            RedisTarget::Single(url) => format!("redis store at {}", redis_url(url)),
-            RedisTarget::Cluster(nodes) => format!("redis cluster store via {}", redis_list(nodes)),
-            RedisTarget::Sentinel { nodes, master } => {
-                format!("redis store, primary {master:?} found through sentinels {}", redis_list(nodes))
-            }
-        };
-        s += &format!(", namespace {}", self.keys.namespace());
-        if opts.target.urls().iter().any(|u| is_tls_url(u)) {
-            s += &format!(", {}", opts.tls.describe());
-        }
-        if let Some(password) = &opts.password {
-            s += &format!(", password from {}", password.path().display());
-        }
-        s
-    }
-
-    /// Opens the store.
-    pub async fn open(&self, settings: &Settings) -> Result<OpenedStore, crate::Error> {
-        Ok(match &self.redis {
-            None => MemoryStore::new(settings).into(),
-            Some(opts) => RedisStore::connect(opts, self.keys.clone(), settings).await?.into(),
-        })
     }
 }
 

@@ -6,19 +6,6 @@ import { $, absTime, duration, el, fields, link, notice, prettyJson, setText, ti
 
 let shown = null; // the run on the page, for Redeliver
 
-function historyOf(r) {
-  // The API answers the record's `history` as an array; an older gate kept it among the fields as text.
-  if (Array.isArray(r.history)) return r.history;
-  const raw = r.fields && r.fields.history;
-  if (!raw) return [];
-  try {
-    const h = JSON.parse(raw);
-    return Array.isArray(h) ? h : [];
-  } catch {
-    return [];
-  }
-}
-
 function historyRow(a) {
   // Alike refused probes folded into one entry: their numbers and count.
   const folded = typeof a.count === "number" && a.last_attempt !== undefined;
@@ -77,7 +64,7 @@ export async function showRun(runId, { scroll = true } = {}) {
   if (r.last_error && r.status !== "done") pairs.push(["last error", el("span", { cls: "error", text: r.last_error })]);
   if (r.last_error && r.status === "done") pairs.push(["earlier error", el("span", { cls: "earlier-error", text: r.last_error })]);
   fields($("run-identity"), pairs);
-  const history = historyOf(r);
+  const history = r.history;
   $("history-table").tBodies[0].replaceChildren(...history.map(historyRow));
   $("history-empty").textContent = history.length ? "" : "No attempt recorded yet.";
   $("redeliver").hidden = !(r.status === "done" || r.status === "dead");

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use redis::streams::StreamRangeReply;
 
-use crate::config::{ConfigError, StoreConfig};
 use crate::keys::Keys;
 use crate::redis_io::{Conn, RedisHandle, RedisOptions};
-use crate::vocabulary::{DoneRecord, RunFields};
+use crate::store::config::{StoreConfig, Unreachable};
+use crate::vocabulary::RunRecord;
 
 /// Keys asked for per `SCAN` page.
 pub const SCAN_COUNT: usize = 1000;
@@ -19,9 +19,10 @@ pub const SCAN_COUNT: usize = 1000;
 /// Why an operator command could not answer.
 #[derive(Debug, thiserror::Error)]
 pub enum OpsError {
-    /// The flags, env or config file are wrong.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
+    /// The flags, env or config file are wrong: the message names the
+    /// bad value's source (the config's error turns into this).
+    #[error("{0}")]
+    Config(String),
     /// No Redis is configured: the memory store lives inside one `serve`
     /// process, so there is nothing another process could read.
     #[error(
@@ -31,15 +32,9 @@ pub enum OpsError {
     /// Redis failed, timed out, or holds a malformed record.
     #[error(transparent)]
     Store(#[from] crate::Error),
-    /// Connecting failed: the message names the store, with its TLS and
-    /// password files (a certificate that does not verify names the CA).
-    #[error("cannot connect to the {store}: {source}")]
-    Unreachable {
-        /// The store description.
-        store: String,
-        /// Why the store could not be reached (a connection or timeout error).
-        source: crate::Error,
-    },
+    /// Connecting failed.
+    #[error(transparent)]
+    Unreachable(#[from] Unreachable),
 }
 
 impl From<redis::RedisError> for OpsError {
@@ -75,7 +70,7 @@ impl Ops {
     pub async fn connect(config: &StoreConfig) -> Result<Self, OpsError> {
         let opts: &RedisOptions = config.redis.as_ref().ok_or(OpsError::NoRedis)?;
         Self::connect_to(opts, config.keys.clone()).await.map_err(|e| match e {
-            OpsError::Store(source) => OpsError::Unreachable { store: config.describe(), source },
+            OpsError::Store(source) => config.unreachable(source).into(),
             other => other,
         })
     }
@@ -99,21 +94,19 @@ impl Ops {
         Ok(self.redis.on_namespace_slot(&cmd).await?)
     }
 
-    /// Run `run_id`'s record `fields` (as stored, not empty) as every
-    /// reader shows it (`inspect run`, `/v1/ops/runs/{id}`, the console):
-    /// a queued record holds what its runs-stream entry does not, so the
-    /// run's fields are filled in from that entry (`RunFields::ENTRY_ID`);
-    /// a done record is stored compact, so the full names come back
-    /// ([`DoneRecord::expand`]). Records of earlier versions read as stored.
-    pub(super) async fn as_shown(&self, run_id: &str, fields: &mut BTreeMap<String, String>) -> Result<(), OpsError> {
-        if let (false, Some(id)) = (fields.contains_key("provider"), fields.get(RunFields::ENTRY_ID)) {
-            let id = id.clone();
-            for (name, value) in self.stream_entries(&[&id]).await?.into_iter().next().unwrap_or_default() {
-                fields.entry(name).or_insert(value);
-            }
-        }
-        DoneRecord::expand(run_id, fields);
-        Ok(())
+    /// Run `run_id`'s record, `stored` as the hash holds it, read as every
+    /// reader shows it ([`RunRecord::read`]): a queued record's identity
+    /// is read from its runs-stream entry first. `None`: no record.
+    pub(super) async fn run_record(
+        &self,
+        run_id: &str,
+        stored: BTreeMap<String, String>,
+    ) -> Result<Option<RunRecord>, OpsError> {
+        let entry = match RunRecord::entry_to_read(&stored) {
+            Some(id) => self.stream_entries(&[id]).await?.pop(),
+            None => None,
+        };
+        Ok(RunRecord::read(run_id, stored, entry)?)
     }
 
     /// The fields of each runs-stream entry of `ids`, in their order; an

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::client::{Ops, OpsError};
 use crate::providers::{IdentityMode, Kind};
-use crate::vocabulary::{DeliveryRecord, Identity, SUBJECT_DIGEST_SEPARATOR};
+use crate::vocabulary::{DeliveryRecord, Identity, RunRecord, SUBJECT_DIGEST_SEPARATOR};
 
 /// What an `inspect` command looks up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,8 +151,8 @@ pub struct DeliveryView {
 pub struct RunView {
     /// The key read.
     pub key: String,
-    /// Every hash field.
-    pub fields: BTreeMap<String, String>,
+    /// The record, read from whichever shape it is stored in.
+    pub record: RunRecord,
     /// Time left (run records normally never expire).
     pub ttl: Ttl,
     /// The logical key that names this run, as found in Redis; `None` when
@@ -252,38 +252,38 @@ impl Ops {
     }
 
     async fn run_at(&self, key: &str) -> Result<Option<RunView>, OpsError> {
-        let (mut fields, pttl): (BTreeMap<String, String>, i64) =
+        let (stored, pttl): (BTreeMap<String, String>, i64) =
             self.redis.query(redis::pipe().hgetall(key).pttl(key)).await?;
-        let Some(ttl) = Ttl::from_pttl(pttl).filter(|_| !fields.is_empty()) else {
+        let Some(ttl) = Ttl::from_pttl(pttl) else {
             return Ok(None);
         };
-        self.as_shown(key.strip_prefix(&self.keys().run("")).unwrap_or_default(), &mut fields).await?;
-        let run_key = fields.get("created_ms").filter(|c| !c.is_empty()).zip(fields.get("run_id"));
-        let run_key = run_key.map(|(created, run_id)| self.keys().run_key(run_id, created));
-        let logical_key = self.logical_key_of(&fields).await?;
-        Ok(Some(RunView { key: key.to_owned(), fields, ttl, logical_key, run_key }))
+        let run_id = key.strip_prefix(&self.keys().run("")).unwrap_or_default();
+        let Some(record) = self.run_record(run_id, stored).await? else {
+            return Ok(None);
+        };
+        let run_key = record.created_ms.map(|created| self.keys().run_key(&record.fields.run_id, &created.to_string()));
+        let logical_key = self.logical_key_of(&record).await?;
+        Ok(Some(RunView { key: key.to_owned(), record, ttl, logical_key, run_key }))
     }
 
-    /// The logical key that names the run of `fields`. The record keeps
+    /// The logical key that names the run of `record`. The record keeps
     /// the identity as the handler reads it (`repo`, `action` such as
     /// `pull_request.opened`, `subject`); for a kind whose signature covers
     /// the body alone the key's repo and action slots hold only what the
     /// body states (the `opened` of `pull_request.opened`, or nothing;
     /// docs/identities.md), so each such form is looked up, and the one
     /// whose value is this run is it.
-    async fn logical_key_of(&self, fields: &BTreeMap<String, String>) -> Result<Option<String>, OpsError> {
-        let field = |name: &str| fields.get(name).map_or("", String::as_str);
-        let (run_id, subject) = (field("run_id"), fields.get("subject").map_or(field("number"), String::as_str));
-        let candidates: Vec<String> = identity_forms(field("provider"), field("repo"), field("action"), subject)
-            .iter()
-            .map(|id| self.keys().logical(id))
-            .collect();
+    async fn logical_key_of(&self, record: &RunRecord) -> Result<Option<String>, OpsError> {
+        let f = &record.fields;
+        let (run_id, subject) = (&f.run_id, record.stored.get("subject").unwrap_or(&f.number));
+        let candidates: Vec<String> =
+            identity_forms(&f.provider, &f.repo, &f.action, subject).iter().map(|id| self.keys().logical(id)).collect();
         let mut pipe = redis::pipe();
         for key in &candidates {
             pipe.get(key);
         }
         let found: Vec<Option<String>> = self.redis.query(&mut pipe).await?;
-        Ok(candidates.into_iter().zip(found).find(|(_, v)| v.as_deref() == Some(run_id)).map(|(k, _)| k))
+        Ok(candidates.into_iter().zip(found).find(|(_, v)| v.as_ref() == Some(run_id)).map(|(k, _)| k))
     }
 }
 

@@ -26,8 +26,8 @@ pub use runs::{FoundBy, RunPage, RunQuery, RunSummary};
 pub use source::{DeliveryDetail, MAX_PAYLOAD_TEXT, MEMORY_STORE_NOTE, RunDetail, Source};
 pub use stats::{KeyCounts, Stats, StreamStats};
 
-use crate::config::StoreConfig;
 use crate::redis_io::Conn;
+use crate::store::config::StoreConfig;
 
 /// Checks that the configured store answers, within the Redis timeout
 /// (connecting included). Returns the store's description.

@@ -13,6 +13,7 @@ use super::memory::MemoryReport;
 use super::stats::Stats;
 use crate::redis_io::info::NodeMemory;
 use crate::text::needs_escape;
+use crate::vocabulary::AttemptEntry;
 
 /// Milliseconds since the Unix epoch as RFC 3339 (UTC, millisecond precision).
 pub fn rfc3339_ms(ms: u64) -> Option<String> {
@@ -94,12 +95,13 @@ fn lines(out: &mut String, indent: &str, rows: &[(String, String)]) {
 }
 
 fn run_rows(run: &RunView) -> Vec<(String, String)> {
-    let mut names: Vec<&String> = run.fields.keys().filter(|k| *k != "history").collect();
+    let stored = &run.record.stored;
+    let mut names: Vec<&String> = stored.keys().collect();
     names.sort_by_key(|k| (RUN_ORDER.iter().position(|o| o == k).unwrap_or(RUN_ORDER.len()), (*k).clone()));
     let mut rows: Vec<(String, String)> = names
         .into_iter()
         .map(|k| {
-            let v = &run.fields[k];
+            let v = &stored[k];
             // Times in ms get their RFC 3339 form next to the raw value.
             let shown = match (k.ends_with("_ms"), v.parse::<u64>().ok().and_then(rfc3339_ms)) {
                 (true, Some(t)) => format!("{v} ({t})"),
@@ -164,40 +166,28 @@ fn run_text(run: &RunView) -> String {
     let mut rows = vec![("logical key".into(), logical), ("run key".into(), run_key)];
     rows.extend(run_rows(run));
     lines(&mut out, "", &rows);
-    history_table(&mut out, run.fields.get("history").map(String::as_str));
+    history_table(&mut out, &run.record.progress.history);
     out
-}
-
-/// A record's `history` as JSON: its array, or `[]` when there is none (a
-/// text that is not a JSON array, which the worker never writes, is `[]` too).
-pub fn history_of(raw: Option<&str>) -> Value {
-    raw.and_then(|h| serde_json::from_str::<Value>(h).ok()).filter(Value::is_array).unwrap_or_else(|| json!([]))
 }
 
 /// The run's `history` as a table, one attempt a line, oldest first
 /// (`--json` has the entries whole).
-fn history_table(out: &mut String, raw: Option<&str>) {
-    let entries = history_of(raw);
-    let entries = entries.as_array().map_or(&[][..], Vec::as_slice);
+fn history_table(out: &mut String, entries: &[AttemptEntry]) {
     if entries.is_empty() {
         return;
     }
-    let cell = |e: &Value, k: &str| match &e[k] {
-        Value::Null => "-".to_owned(),
-        Value::String(s) => one_line(s),
-        // JSON text keeps a bidi control or a line separator inside a string as it is.
-        v => one_line(&v.to_string()),
-    };
+    let or_dash = |v: Option<String>| v.map_or_else(|| "-".to_owned(), |v| one_line(&v));
     let mut rows = vec![["attempt", "started", "took", "status", "outcome", "worker", "error"].map(str::to_owned)];
     for e in entries {
-        let started = e["started_ms"].as_u64().and_then(rfc3339_ms).unwrap_or_else(|| cell(e, "started_ms"));
-        let took = e["duration_ms"].as_u64().map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms"));
+        let started = rfc3339_ms(e.started_ms).unwrap_or_else(|| e.started_ms.to_string());
+        let took = format!("{} ms", e.duration_ms);
         // Alike refused probes folded into one entry: their numbers and count.
-        let (attempt, outcome) = match (e["count"].as_u64(), e["last_attempt"].as_u64()) {
-            (Some(n), Some(last)) => (format!("{}–{last}", cell(e, "attempt")), format!("{} ×{n}", cell(e, "outcome"))),
-            _ => (cell(e, "attempt"), cell(e, "outcome")),
+        let (attempt, outcome) = match (e.count, e.last_attempt) {
+            (Some(n), Some(last)) => (format!("{}–{last}", e.attempt), format!("{} ×{n}", e.outcome.as_str())),
+            _ => (e.attempt.to_string(), e.outcome.as_str().to_owned()),
         };
-        rows.push([attempt, started, took, cell(e, "status"), outcome, cell(e, "worker"), cell(e, "error")]);
+        let status = or_dash(e.status.map(|s| s.to_string()));
+        rows.push([attempt, started, took, status, outcome, one_line(&e.worker), or_dash(e.error.clone())]);
     }
     let widths: Vec<usize> = (0..7).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
     let n = entries.len();
@@ -224,13 +214,13 @@ fn ttl_json(ttl: Ttl) -> Value {
 }
 
 fn run_json(run: &RunView) -> Value {
-    let fields: Map<String, Value> = run.fields.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
-    let created = run.fields.get("created_ms").and_then(|v| v.parse().ok()).and_then(rfc3339_ms);
-    let history = history_of(run.fields.get("history").map(String::as_str));
+    let record = &run.record;
+    let fields: Map<String, Value> = record.stored.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
+    let created = record.created_ms.and_then(rfc3339_ms);
     json!({
         "key": run.key,
         "fields": fields,
-        "history": history,
+        "history": record.progress.history,
         "created_at": created,
         "ttl_ms": ttl_json(run.ttl),
         "logical_key": run.logical_key,

@@ -2,8 +2,9 @@
 //! `GET /v1/ops/runs` show. Run ids are `run-N`, handed out in order by the
 //! run counter, so the newest runs are found by counting down from the
 //! counter: no SCAN, and a page costs one pipelined read per batch of ids.
-//! A run record is read into a [`RunSummary`] in one place
-//! ([`RunSummary::read`]), whichever store holds it.
+//! A run record is read in one place ([`RunRecord::read`]), whichever
+//! store holds it in whichever shape; a [`RunSummary`] is what a list
+//! shows of it.
 
 use std::collections::BTreeMap;
 
@@ -11,7 +12,7 @@ use serde::Serialize;
 
 use super::client::{Ops, OpsError};
 use super::render::rfc3339_ms;
-use crate::vocabulary::{RunFields, RunStatus};
+use crate::vocabulary::{RunFields, RunRecord, RunStatus};
 
 /// A run as lists show it: identity, state, last error, creation time.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -20,7 +21,7 @@ pub struct RunSummary {
     #[serde(flatten)]
     pub fields: RunFields,
     /// The record's `status` (`queued`, `running`, `retrying`, `parked`, `done`, `dead`, `released`).
-    pub status: String,
+    pub status: RunStatus,
     /// Attempts made so far.
     pub attempts: u64,
     /// The last failed attempt's error (`""`: none).
@@ -74,18 +75,15 @@ impl RunSummary {
         self.last_error.len() + self.fields.values().iter().map(|v| v.len()).sum::<usize>() + 96
     }
 
-    /// Reads a run record, `field` giving each stored field by name
-    /// (`None` when absent). The one place that knows the record's fields.
-    pub fn read(field: impl Fn(&str) -> Option<String>) -> Self {
-        let text = |k: &str| field(k).unwrap_or_default();
-        let created_ms = field("created_ms").and_then(|v| v.parse().ok());
+    /// What a list shows of `record`.
+    pub fn of(record: &RunRecord) -> Self {
         RunSummary {
-            fields: RunFields::read(text),
-            status: text("status"),
-            attempts: text("attempts").parse().unwrap_or(0),
-            last_error: text("last_error"),
-            created_ms,
-            created_at: created_ms.and_then(rfc3339_ms),
+            fields: record.fields.clone(),
+            status: record.progress.status,
+            attempts: record.progress.attempts,
+            last_error: record.progress.last_error.clone(),
+            created_ms: record.created_ms,
+            created_at: record.created_ms.and_then(rfc3339_ms),
             found_by: None,
         }
     }
@@ -261,7 +259,7 @@ impl RunQuery {
                     next = 0; // every older run is older still
                     break 'walk;
                 }
-                if self.status.is_none_or(|s| run.status == s.as_str()) && self.filter.matches(&run) {
+                if self.status.is_none_or(|s| run.status == s) && self.filter.matches(&run) {
                     bytes += run.size();
                     runs.push(run);
                     if runs.len() == self.limit || bytes >= PAGE_BYTES {
@@ -299,43 +297,27 @@ impl Ops {
         }
         let rows: Vec<Vec<Option<String>>> = self.redis.query(&mut pipe).await?;
         // Each row by field name: nothing below reads a field by its place.
-        let mut records: Vec<BTreeMap<&str, String>> = rows
+        let records: Vec<BTreeMap<String, String>> = rows
             .into_iter()
-            .map(|row| SUMMARY_FIELDS.into_iter().zip(row).filter_map(|(k, v)| Some((k, v?))).collect())
+            .map(|row| SUMMARY_FIELDS.into_iter().zip(row).filter_map(|(k, v)| Some((k.to_owned(), v?))).collect())
             .collect();
-        // A queued record's identity is its stream entry's.
-        let [run_id, provider, ..] = RunFields::NAMES;
-        let queued: Vec<(usize, String)> = records
-            .iter()
-            .enumerate()
-            .filter(|(_, record)| !record.contains_key(provider))
-            .filter_map(|(i, record)| Some((i, record.get(RunFields::ENTRY_ID)?.clone())))
-            .collect();
-        let ids: Vec<&str> = queued.iter().map(|(_, id)| id.as_str()).collect();
-        for ((i, _), entry) in queued.iter().zip(self.stream_entries(&ids).await?) {
-            for name in RunFields::NAMES {
-                if let Some(value) = entry.get(name) {
-                    records[*i].entry(name).or_insert_with(|| value.clone());
-                }
-            }
+        // A queued record's identity is its stream entry's: one read for the batch.
+        let ids: Vec<&str> = records.iter().filter_map(RunRecord::entry_to_read).collect();
+        let mut entries = self.stream_entries(&ids).await?.into_iter();
+        let mut summaries = Vec::with_capacity(records.len());
+        for (record, n) in records.into_iter().zip(&numbers) {
+            let entry = RunRecord::entry_to_read(&record).and_then(|_| entries.next());
+            let record = RunRecord::read(&format!("run-{n}"), record, entry)?;
+            summaries.push(record.as_ref().map(RunSummary::of));
         }
-        Ok(records
-            .into_iter()
-            .zip(&numbers)
-            .map(|(mut record, n)| {
-                // The record's key names its run, whatever the record holds.
-                record.entry(run_id).or_insert_with(|| format!("run-{n}"));
-                // A record with no status is no record (expired, or never written).
-                record.contains_key("status").then(|| RunSummary::read(|k| record.get(k).cloned()))
-            })
-            .collect())
+        Ok(summaries)
     }
 }
 
 impl RunQuery {
     /// Whether `run`, found by `q`, also passes the other filters.
     pub fn admits(&self, run: &RunSummary) -> bool {
-        self.status.is_none_or(|s| run.status == s.as_str()) && self.filter.matches(run)
+        self.status.is_none_or(|s| run.status == s) && self.filter.matches(run)
     }
 }
 
@@ -380,12 +362,8 @@ mod tests {
     }
 
     fn run(n: u64, status: &str) -> RunSummary {
-        let id = format!("run-{n}");
-        RunSummary::read(|k| match k {
-            "run_id" => Some(id.clone()),
-            "status" => Some(status.to_owned()),
-            _ => None,
-        })
+        let stored = BTreeMap::from([("status".to_owned(), status.to_owned())]);
+        RunSummary::of(&RunRecord::read(&format!("run-{n}"), stored, None).unwrap().unwrap())
     }
 
     /// Runs 1..=n; the even ones `done`, the odd ones `dead`; run 3 expired.

@@ -14,12 +14,12 @@ use serde_json::{Value, json};
 use super::client::{Ops, OpsError};
 use super::dead::{DeadPage, Retried};
 use super::inspect::{Found, Target};
-use super::render::{history_of, rfc3339_ms};
+use super::render::rfc3339_ms;
 use super::runs::{FoundBy, RunPage, RunQuery, RunSummary, run_named_by};
 use crate::redis_io::run_scripts::RunReadCall;
 use crate::store::memory::{MemoryRun, MemoryStore};
 use crate::store::opened::OpenedStore;
-use crate::vocabulary::{DeliveryRecord, RunFields};
+use crate::vocabulary::{AttemptEntry, DeliveryRecord, RunRecord};
 
 /// Why the memory store answers `null` where Redis has figures.
 pub const MEMORY_STORE_NOTE: &str = "the memory store keeps deliveries, identities and runs in this process only: it has no runs stream, no workers (so no queue, pending or dead runs) and no Redis memory";
@@ -48,7 +48,7 @@ pub struct RunDetail {
     pub fields: BTreeMap<String, String>,
     /// The newest attempts, oldest first (`[]`: none yet), as the record's
     /// `history` holds them (docs/worker.md).
-    pub history: Value,
+    pub history: Vec<AttemptEntry>,
     /// The kept payload, exactly as the provider sent it, when it is at most
     /// [`MAX_PAYLOAD_TEXT`] bytes (`None`: not kept, or cut).
     pub payload: Option<Box<RawValue>>,
@@ -117,21 +117,16 @@ pub struct DeliveryDetail {
     pub run: Option<RunDetail>,
 }
 
-fn detail(
-    key: Option<String>,
-    mut fields: BTreeMap<String, String>,
-    p: PayloadParts,
-    ttl_ms: Option<u64>,
-) -> RunDetail {
-    fields.remove("payload");
-    let history = history_of(fields.remove("history").as_deref());
-    let summary = RunSummary::read(|k| fields.get(k).cloned());
+fn detail(key: Option<String>, record: RunRecord, p: PayloadParts, ttl_ms: Option<u64>) -> RunDetail {
+    let summary = RunSummary::of(&record);
+    let RunRecord { mut stored, progress, .. } = record;
+    stored.remove("payload");
     RunDetail {
         run_key: None,
         key,
         summary,
-        fields,
-        history,
+        fields: stored,
+        history: progress.history,
         payload: p.payload,
         payload_bytes: p.bytes,
         payload_cut: p.cut,
@@ -140,25 +135,18 @@ fn detail(
     }
 }
 
-fn memory_run_detail(run_id: &str, r: MemoryRun) -> RunDetail {
-    let names = RunFields {
-        run_id: run_id.to_owned(),
-        provider: r.provider,
-        repo: r.repo,
-        action: r.action,
-        number: r.number,
-        delivery_id: r.delivery_id,
-    };
-    let mut fields: BTreeMap<String, String> =
-        RunFields::NAMES.into_iter().zip(names.values()).map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
-    fields.insert("created_ms".to_owned(), r.created_ms.to_string());
-    fields.insert("status".to_owned(), r.status.to_string());
-    fields.insert("attempts".to_owned(), "0".to_owned());
+fn memory_run_detail(run_id: &str, r: MemoryRun) -> Result<Option<RunDetail>, OpsError> {
     let parts = match r.payload.as_deref() {
         Some(p) => PayloadParts::of(p.len() as u64, p.as_bytes()[..p.len().min(MAX_PAYLOAD_TEXT)].to_vec()),
         None => PayloadParts::none(),
     };
-    detail(None, fields, parts, None)
+    let record = RunRecord::read(run_id, r.stored(run_id), None)?;
+    Ok(record.map(|record| detail(None, record, parts, None)))
+}
+
+fn memory_summary(m: &MemoryStore, run_id: &str) -> Result<Option<RunSummary>, OpsError> {
+    let Some(r) = m.run(run_id) else { return Ok(None) };
+    Ok(RunRecord::read(run_id, r.stored(run_id), None)?.as_ref().map(RunSummary::of))
 }
 
 impl Source {
@@ -266,7 +254,7 @@ impl Source {
         let Some(n) = super::runs::run_number(run_id) else { return Ok(None) };
         match self {
             Source::Redis(ops) => Ok(ops.summaries(vec![n]).await?.pop().flatten()),
-            Source::Memory(m) => Ok(m.run(run_id).map(|r| memory_run_detail(run_id, r).summary)),
+            Source::Memory(m) => memory_summary(m, run_id),
         }
     }
 
@@ -290,13 +278,7 @@ impl Source {
             Source::Memory(m) => {
                 query
                     .walk(m.last_run(), |numbers| async move {
-                        Ok(numbers
-                            .into_iter()
-                            .map(|n| {
-                                let id = format!("run-{n}");
-                                m.run(&id).map(|r| memory_run_detail(&id, r).summary)
-                            })
-                            .collect())
+                        numbers.into_iter().map(|n| memory_summary(m, &format!("run-{n}"))).collect()
                     })
                     .await
             }
@@ -323,22 +305,23 @@ impl Source {
             Source::Redis(ops) => {
                 let call =
                     RunReadCall { keys: ops.keys(), run_id, slice: (0, MAX_PAYLOAD_TEXT as u64), with_fields: true };
-                let mut read = ops.redis.call(&call).await?;
-                if read.fields.is_empty() || read.pttl == -2 {
+                let read = ops.redis.call(&call).await?;
+                if read.pttl == -2 {
                     return Ok(None);
                 }
-                // As inspect shows it: a queued run's fields from its
-                // stream entry, a compact done record's full names.
-                ops.as_shown(run_id, &mut read.fields).await?;
+                let Some(record) = ops.run_record(run_id, read.fields).await? else { return Ok(None) };
                 let parts = match read.payload_len {
                     Some(len) => PayloadParts::of(len, read.slice),
                     None => PayloadParts::none(),
                 };
-                let mut d = detail(Some(ops.keys().run(run_id)), read.fields, parts, u64::try_from(read.pttl).ok());
+                let mut d = detail(Some(ops.keys().run(run_id)), record, parts, u64::try_from(read.pttl).ok());
                 d.run_key = d.summary.created_ms.map(|c| ops.keys().run_key(run_id, &c.to_string()));
                 Ok(Some(d))
             }
-            Source::Memory(m) => Ok(m.run(run_id).map(|r| memory_run_detail(run_id, r))),
+            Source::Memory(m) => match m.run(run_id) {
+                Some(r) => memory_run_detail(run_id, r),
+                None => Ok(None),
+            },
         }
     }
 

@@ -2,7 +2,7 @@
 //! answers as Redis for the same calls; nothing survives a restart and
 //! nothing is shared with other processes.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::{BoxFuture, Call, HeldRun, Store, Stored};
 use crate::error::Error;
 use crate::sync::lock;
-use crate::vocabulary::{DeliveryRecord, Identity, Response, RunStatus, Settings, Status, Verdict};
+use crate::vocabulary::{DeliveryRecord, Identity, Response, RunFields, RunStatus, Settings, Status, Verdict};
 
 /// A map whose entries expire after one fixed TTL. Because every entry gets
 /// the same TTL, insertion order is expiry order and a queue finds the
@@ -105,6 +105,28 @@ pub struct MemoryRun {
     pub status: RunStatus,
     /// The kept payload (`keep_payload`).
     pub payload: Option<Arc<str>>,
+}
+
+impl MemoryRun {
+    /// Run `run_id`'s fields as a Redis run record of the same run holds
+    /// them, under the same names, for the one reader of every shape
+    /// ([`crate::vocabulary::RunRecord::read`]); the payload is read on its own.
+    pub fn stored(&self, run_id: &str) -> BTreeMap<String, String> {
+        let names = RunFields {
+            run_id: run_id.to_owned(),
+            provider: self.provider.clone(),
+            repo: self.repo.clone(),
+            action: self.action.clone(),
+            number: self.number.clone(),
+            delivery_id: self.delivery_id.clone(),
+        };
+        let mut stored: BTreeMap<String, String> =
+            RunFields::NAMES.into_iter().zip(names.values()).map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+        stored.insert("created_ms".to_owned(), self.created_ms.to_string());
+        stored.insert("status".to_owned(), self.status.to_string());
+        stored.insert("attempts".to_owned(), "0".to_owned());
+        stored
+    }
 }
 
 /// The in-memory store. Safe for concurrent callers: one lock makes each

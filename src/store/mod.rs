@@ -2,6 +2,7 @@
 //! and [`redis_store::RedisStore`] (shared by many workers). A store applies the
 //! verdict the rules computed, and must do the whole call atomically.
 
+pub mod config;
 pub mod memory;
 pub mod opened;
 pub mod redis_store;

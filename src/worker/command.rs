@@ -16,10 +16,9 @@ use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
-use super::config::{WorkerConfig, WorkerError};
+use super::config::WorkerError;
 use super::reaper::{Attempt, Containment};
-use super::{Failure, FailureKind, Handler, RunAttempt, Success, Summary, Worker};
-use crate::config::{FileConfig, Merged, StoreConfig};
+use super::{Failure, FailureKind, Handler, RunAttempt, Success};
 
 /// How much of the child's stderr is kept for the run's `last_error`: its
 /// last 4 KiB (less the exit status that `last_error` starts with).
@@ -352,13 +351,12 @@ fn hidden(name: &str, secret_env: &[String]) -> bool {
 }
 
 /// The handler `idemgate worker -- COMMAND` runs: the command gets no
-/// idemgate setting and no provider secret (the names of the secrets come
-/// from the config file's `secret_env` keys).
-pub fn for_worker(command: &[String], file: &FileConfig) -> Result<CommandHandler, WorkerError> {
-    let secrets = file.secret_env_names();
+/// idemgate setting and no provider secret (`secret_env`: the names of the
+/// variables that hold them, the config file's `secret_env` keys).
+pub fn for_worker(command: &[String], secret_env: &[String]) -> Result<CommandHandler, WorkerError> {
     Ok(CommandHandler::new(command)
         .ok_or_else(|| WorkerError::Config("give the command to run after `--`".into()))?
-        .without_env(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).filter(|k| hidden(k, &secrets))))
+        .without_env(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).filter(|k| hidden(k, secret_env))))
 }
 
 /// Once every setting is read, keeps what the command must not see out of
@@ -367,11 +365,11 @@ pub fn for_worker(command: &[String], file: &FileConfig) -> Result<CommandHandle
 /// worker a child subreaper whose `containment` takes the orphans of
 /// attempts, which are re-parented to it and killed with their attempt
 /// ([`super::reaper`]); the handler must be [`CommandHandler::contained_by`]
-/// the containment returned. Both `idemgate worker -- COMMAND` and [`run`]
-/// call it. Refused where another worker of this process took its orphans.
-pub fn guard_the_worker(file: &FileConfig, mut containment: Containment) -> Result<Arc<Containment>, WorkerError> {
-    let secrets = file.secret_env_names();
-    super::scrub::environment(|name| hidden(name, &secrets));
+/// the containment returned; `secret_env` as for [`for_worker`]. Both
+/// `idemgate worker -- COMMAND` and `crate::worker_start::run_command` call
+/// it. Refused where another worker of this process took its orphans.
+pub fn guard_the_worker(secret_env: &[String], mut containment: Containment) -> Result<Arc<Containment>, WorkerError> {
+    super::scrub::environment(|name| hidden(name, secret_env));
     super::scrub::arguments();
     #[cfg(target_os = "linux")]
     // SAFETY: prctl(2) with integer arguments. Non-dumpable: a process of the
@@ -396,23 +394,6 @@ pub fn guard_the_worker(file: &FileConfig, mut containment: Containment) -> Resu
         rt.spawn(containment.clone().reap_orphans());
     }
     Ok(containment)
-}
-
-/// A library entry point: runs `command` once per run attempt under a
-/// [`Worker`] on the store `merged` names, until `shutdown` completes.
-///
-/// This takes the process over ([`guard_the_worker`]).
-pub async fn run(
-    merged: &Merged,
-    config: WorkerConfig,
-    command: &[String],
-    shutdown: impl Future<Output = ()> + Send,
-) -> Result<Summary, WorkerError> {
-    let resolved = StoreConfig::resolve(&merged.given).map_err(|e| WorkerError::Config(e.to_string()))?;
-    let handler = for_worker(command, &merged.file)?;
-    let handler = handler.contained_by(guard_the_worker(&merged.file, Containment::new())?);
-    let worker = Worker::for_store(&resolved, config, &format_args!("command {command:?}")).await?;
-    worker.run(handler, shutdown).await
 }
 
 #[cfg(test)]

@@ -14,6 +14,9 @@ pub enum WorkerError {
     /// A setting is invalid.
     #[error("{0}")]
     Config(String),
+    /// The store could not be reached at the start.
+    #[error(transparent)]
+    Unreachable(#[from] crate::store::config::Unreachable),
 }
 
 /// How a worker consumes; [`WorkerConfig::new`] gives the documented defaults.

@@ -28,8 +28,10 @@
 //!   `cmdline`, which its commands can read.
 //! - [`deliver`]: a handler that POSTs each run to an HTTP destination,
 //!   signed the Standard Webhooks way, with a [`breaker`].
-//! - [`setup`]: the `idemgate worker` command: its settings layered over
-//!   the config file, and the loop around either handler.
+//!
+//! The `idemgate worker` command, its settings read from the config's
+//! layers and the loop around either handler, is `crate::worker_start`,
+//! above this folder: nothing here reads the configuration.
 //!
 //! Delivery is at least once: a handler may see the same run again (a
 //! worker died after the work but before the acknowledgement, or its lease
@@ -52,7 +54,6 @@ mod reader;
 pub mod reaper;
 mod run;
 pub mod scrub;
-pub mod setup;
 mod state;
 mod wake;
 
@@ -70,10 +71,10 @@ pub use state::Summary;
 
 use config::{WorkerConfig, WorkerError};
 
-use crate::config::StoreConfig;
 use crate::keys::Keys;
 use crate::redis_io::RedisOptions;
-pub use metrics::WorkerMetrics;
+use crate::store::config::StoreConfig;
+pub use metrics::{WorkerMetrics, serve as serve_metrics};
 use queue::Queue;
 use state::WorkerState;
 
@@ -123,7 +124,7 @@ impl Worker {
             "connecting"
         );
         Self::connect(opts, resolved.keys.clone(), config).await.map_err(|e| match e {
-            WorkerError::Store(e) => WorkerError::Config(format!("cannot connect to the {}: {e}", resolved.describe())),
+            WorkerError::Store(e) => resolved.unreachable(e).into(),
             e => e,
         })
     }

@@ -199,7 +199,7 @@ async fn failed_handler_is_run_again_on_the_retry(b: Backend) {
     let Some(idemgate::ops::Found::Run(shown)) = ops.inspect(&target).await.unwrap().found else {
         panic!("run-2 not found")
     };
-    assert_eq!(shown.fields.get("run_id").map(String::as_str), Some("run-2"), "{shown:?}");
+    assert_eq!(shown.record.fields.run_id, "run-2", "{shown:?}");
     // The handler ran the work: nothing was queued for `idemgate worker`.
     let queued: u64 = raw_conn().await.xlen(keys.runs()).await.unwrap();
     assert_eq!(queued, 0);

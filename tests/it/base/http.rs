@@ -387,7 +387,7 @@ fn config_errors_name_the_problem() {
     assert!(e.contains("logical_ttl") && !e.contains("forever"), "the value is not echoed: {e}");
     let port = free_port().to_string();
     let e = start_error(&["serve", "--redis-url", &format!("redis://127.0.0.1:{port}"), "--redis-timeout", "300ms"]);
-    assert!(e.contains("cannot open the store"), "{e}");
+    assert!(e.contains("cannot connect to the redis store at redis://127.0.0.1:"), "{e}");
 }
 
 // ---- Window analysis (docs/window.md) over HTTP and the CLI ----

@@ -123,9 +123,9 @@ async fn inspect_finds_an_event_identity_through_its_run() {
     let ops = Ops::new(raw_conn().await, Keys::new(&ns).unwrap(), Duration::from_secs(2));
     let run = ops.inspect(&Target::Run { run_id: "run-1".into() }).await.unwrap();
     let Some(Found::Run(run)) = run.found else { panic!("{run:?}") };
-    let subject = &run.fields["subject"];
+    let subject = &run.record.stored["subject"];
     assert_eq!(subject, "1@d501bdb82011090615c24a76");
-    assert_eq!(run.fields["number"], "1");
+    assert_eq!(run.record.fields.number, "1");
     let logical = ops.inspect(&Target::logical("github", "Codertocat/Hello-World", "labeled", subject)).await.unwrap();
     let Some(Found::Logical(found)) = logical.found else { panic!("{logical:?}") };
     assert_eq!(found.run_id, "run-1");

@@ -50,6 +50,7 @@ async fn history(ns: &str, run: &str) -> Vec<Value> {
     let entries: Vec<Value> = serde_json::from_str(r.get("history").map_or("[]", String::as_str)).unwrap();
     for e in &entries {
         let typed: AttemptEntry = serde_json::from_value(e.clone()).unwrap_or_else(|err| panic!("{e}: {err}"));
+        assert!(typed.more.is_empty(), "{e}: a field the readers do not know");
         assert_eq!(serde_json::to_value(&typed).unwrap(), *e, "the written entry is the readers' shape");
     }
     entries

@@ -71,8 +71,8 @@ async fn inspect_reads_every_kind_through_the_library() {
     let Some(Found::Logical(l)) = i.found else { panic!("{i:?}") };
     assert_eq!((l.run_id.as_str(), l.ttl), ("run-1", Ttl::Persistent));
     let run = l.run.expect("the run record");
-    assert_eq!(run.fields["delivery_id"], "d-1");
-    assert_eq!(run.fields["status"], "queued");
+    assert_eq!(run.record.fields.delivery_id, "d-1");
+    assert_eq!(run.record.progress.status, idemgate::vocabulary::RunStatus::Queued);
 
     // number 0 is "no number": the identity's number text is "".
     let i = ops.inspect(&Target::logical("github", "octo/repo", "push", "")).await.unwrap();
@@ -89,9 +89,9 @@ async fn inspect_reads_every_kind_through_the_library() {
         ("number", "7"),
         ("delivery_id", "d-1"),
     ] {
-        assert_eq!(r.fields[k], v, "{k}");
+        assert_eq!(r.record.stored[k], v, "{k}");
     }
-    assert!(r.fields.contains_key("created_ms") && r.fields.contains_key("entry_id"), "{r:?}");
+    assert!(r.record.stored.contains_key("created_ms") && r.record.stored.contains_key("entry_id"), "{r:?}");
 
     for missing in [
         Target::Delivery { provider: "github".into(), delivery_id: "nope".into() },

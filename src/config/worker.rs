@@ -1,21 +1,20 @@
-//! `idemgate worker`: its settings, read from the merged layers of
-//! `crate::config` (flag > env > config file > default: the file gives the
+//! `idemgate worker`'s settings ([`WorkerSetup`]), read from the merged
+//! layers (flag > env > config file > default: the file gives the
 //! `[worker]` table and the top-level keys every command shares, such as
-//! `run_retention` and the Redis keys), each bad value named by its source,
-//! and the loop around the handler the settings choose: a command per
-//! attempt, or an HTTP destination.
+//! `run_retention` and the Redis keys), each bad value named by its source.
+//! `crate::worker_start` runs the worker they describe.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
-use super::breaker::{BreakerConfig, DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_MAX_COOLDOWN};
-use super::command;
-use super::config::{DEFAULT_MAX_ATTEMPTS, LEASE_MARGIN, WorkerConfig, WorkerError};
-use super::deliver::{DeliverOptions, Destination};
-use super::metrics::WorkerMetrics;
-use super::{Handler, Summary, Worker};
-use crate::config::{ConfigError, Given, Layer, Merged, Setting, StoreConfig};
+use super::origin::{ConfigError, Given, Setting};
+use super::settings::Layer;
+use crate::worker::breaker::{
+    BreakerConfig, DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_MAX_COOLDOWN,
+};
+use crate::worker::command;
+use crate::worker::config::{DEFAULT_MAX_ATTEMPTS, LEASE_MARGIN, WorkerConfig};
+use crate::worker::deliver::DeliverOptions;
 
 /// What the worker hands each attempt to.
 #[derive(Debug, Clone)]
@@ -40,13 +39,9 @@ pub struct WorkerSetup {
     /// With a command: the user it runs as (`--command-user`).
     pub command_user: Option<command::CommandUser>,
     /// Where `--deliver` was given, for an error about its URL.
-    deliver_given: Option<Given<String>>,
+    pub deliver_given: Option<Given<String>>,
     /// With a command: at most this many processes per attempt (`--max-processes`).
-    max_processes: Option<Given<u32>>,
-}
-
-fn config_error(e: ConfigError) -> WorkerError {
-    WorkerError::Config(e.to_string())
+    pub max_processes: Option<Given<u32>>,
 }
 
 /// A value that must be more than zero, as a given one or the default.
@@ -162,15 +157,6 @@ impl WorkerSetup {
     }
 }
 
-/// A `--deliver` error named by where the URL was given: its flag, its
-/// variable, or its config file line.
-fn deliver_error(setup: &WorkerSetup, message: String) -> WorkerError {
-    match (message.strip_prefix("--deliver: "), &setup.deliver_given) {
-        (Some(why), Some(given)) => config_error(given.fail(why)),
-        _ => WorkerError::Config(message),
-    }
-}
-
 /// The retry policy: `--retry-schedule` (the default's waits when nothing
 /// is given), or the exponential shorthand `--max-attempts`, `--backoff`,
 /// `--max-backoff`; both forms at once are refused, naming both.
@@ -201,100 +187,12 @@ fn retry_policy(s: &Layer, c: &mut WorkerConfig) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// `idemgate worker`: resolves the store and the worker's settings from
-/// the merged layers, then consumes until `shutdown` completes.
-pub async fn run(
-    merged: &Merged,
-    command: &[String],
-    shutdown: impl Future<Output = ()> + Send,
-) -> Result<Summary, WorkerError> {
-    let setup = WorkerSetup::resolve(&merged.given, command).map_err(config_error)?;
-    let resolved = StoreConfig::resolve(&merged.given).map_err(config_error)?;
-    let file = &merged.file;
-    let metrics = Arc::new(WorkerMetrics::default());
-    // Everything that can be refused is checked before connecting.
-    let handler = match &setup.mode {
-        Mode::Command(argv) => {
-            let handler = command::for_worker(argv, file)?.run_as(setup.command_user.clone());
-            let mut containment = super::reaper::Containment::new();
-            if let Some(n) = &setup.max_processes {
-                containment.limit_processes(n.value).map_err(|e| config_error(n.fail(e)))?;
-            }
-            ModeHandler::Command(handler.contained_by(command::guard_the_worker(file, containment)?))
-        }
-        Mode::Deliver(d) => ModeHandler::Deliver(Box::new(
-            Destination::new(d).map_err(|e| deliver_error(&setup, e.to_string()))?.with_metrics(metrics.clone()),
-        )),
-    };
-    let listener = match setup.metrics_listen {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|e| WorkerError::Config(format!("--metrics-listen {addr}: cannot listen: {e}")))?,
-        ),
-        None => None,
-    };
-    let config = setup.config;
-    let heartbeat = crate::worker::heartbeat::Heartbeat {
-        interval: setup.heartbeat_interval,
-        mode: match &setup.mode {
-            Mode::Command(_) => "command".into(),
-            Mode::Deliver(_) => "deliver".into(),
-        },
-        destination: match &setup.mode {
-            Mode::Command(_) => String::new(),
-            Mode::Deliver(d) => crate::redact::deliver_url(&d.url),
-        },
-    };
-    let worker = Worker::for_store(&resolved, config, &handler.describe()).await?.with_heartbeat(heartbeat);
-    let serving = listener.map(|l| {
-        tracing::info!(address = %l.local_addr().map_or_else(|_| "?".into(), |a| a.to_string()), "serving GET /metrics");
-        tokio::spawn(super::metrics::serve(l, metrics.clone(), std::future::pending()))
-    });
-    let summary = worker.with_metrics(metrics).run(handler, shutdown).await;
-    if let Some(task) = serving {
-        task.abort();
-    }
-    summary
-}
-
-/// The handler a [`Mode`] chose.
-enum ModeHandler {
-    Command(command::CommandHandler),
-    Deliver(Box<Destination>),
-}
-
-impl ModeHandler {
-    fn describe(&self) -> String {
-        match self {
-            ModeHandler::Command(c) => format!("command {c:?}"),
-            ModeHandler::Deliver(d) => format!("POST {}", d.shown_url()),
-        }
-    }
-}
-
-impl Handler for ModeHandler {
-    async fn call(&self, run: super::RunAttempt) -> Result<super::Success, super::Failure> {
-        match self {
-            ModeHandler::Command(h) => h.call(run).await,
-            ModeHandler::Deliver(h) => h.call(run).await,
-        }
-    }
-
-    fn breaker(&self) -> Option<&super::breaker::Breaker> {
-        match self {
-            ModeHandler::Command(h) => h.breaker(),
-            ModeHandler::Deliver(h) => h.breaker(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::config::{FileConfig, Origin, Raw, Sources};
+    use crate::config::{FileConfig, Merged, Origin, Raw, Sources, StoreConfig};
 
     fn file(text: &str) -> FileConfig {
         FileConfig::parse(text).unwrap()
