@@ -57,6 +57,9 @@ pub struct WorkerConfig {
     pub jitter: bool,
     /// A `done` run record keeps its payload (`--keep-done-payloads`; default off).
     pub keep_done_payloads: bool,
+    /// The destination's filter: runs it refuses are acknowledged unrun
+    /// (`None`: every run, as a group with no filter).
+    pub filter: Option<std::sync::Arc<crate::destination_filter::RunFilter>>,
 }
 
 /// How far each wait between attempts is moved at random: ±10 %.
@@ -116,6 +119,7 @@ impl WorkerConfig {
             run_retention: Some(DEFAULT_RUN_RETENTION),
             jitter: true,
             keep_done_payloads: false,
+            filter: None,
         }
     }
 
