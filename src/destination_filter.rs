@@ -89,7 +89,7 @@ impl RunFilter {
     /// Whether the run's own fields pass (everything but the payload).
     pub fn admits_fields(&self, run: &RunFields) -> bool {
         let org = run.repo.rsplit_once('/').map_or("", |(org, _)| org);
-        self.providers.as_ref().is_none_or(|p| p.iter().any(|p| *p == run.provider))
+        self.providers.as_ref().is_none_or(|p| p.contains(&run.provider))
             && self.repos.as_ref().is_none_or(|r| r.admits_joined(org, &run.repo))
             && self.actions.as_ref().is_none_or(|a| a.iter().any(|g| g.matches(&run.action)))
     }

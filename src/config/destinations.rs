@@ -303,7 +303,9 @@ pub fn destination_layer(
     above_file: &Layer,
     file: &FileConfig,
 ) -> Result<(Destination, Layer), ConfigError> {
-    for clash in [&above_file.group, &above_file.deliver, &above_file.deliver_secret_file].into_iter().flatten() {
+    if let Some(clash) =
+        [&above_file.group, &above_file.deliver, &above_file.deliver_secret_file].into_iter().flatten().next()
+    {
         return Err(clash.fail(format!("the destination's table gives this: drop it, or drop {}", given.origin)));
     }
     let destination = file.destination(given)?;
@@ -481,6 +483,9 @@ keep_done_payloads = false
         let f = file("[destinations.ci]\ncommand = [\"x\"]\ntimeout = \"hunter2\"\n");
         let (_, layer) = destination_layer(&flag("ci"), &Layer::default(), &f).unwrap();
         let e = WorkerSetup::resolve(&layer, &["x".into()]).unwrap_err().to_string();
-        assert_eq!(e, "config file line 3, `[destinations.ci] timeout`: not a duration (e.g. 30s, 5m, 72h)");
+        assert!(
+            e.starts_with("config file line 3, `[destinations.ci] timeout`: not a duration") && !e.contains("hunter2"),
+            "{e}"
+        );
     }
 }
