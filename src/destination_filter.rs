@@ -94,6 +94,18 @@ impl RunFilter {
             && self.actions.as_ref().is_none_or(|a| a.iter().any(|g| g.matches(&run.action)))
     }
 
+    /// Whether the run's kept payload, as the record holds it (JSON text),
+    /// passes: what the worker decides on. Text that is not JSON is as no
+    /// payload. The payload is parsed whole, once: most of the cost
+    /// (docs/destinations.md#what-a-payload-filter-costs).
+    pub fn admits_payload_text(&self, text: Option<&str>) -> bool {
+        if self.payload.is_none() {
+            return true;
+        }
+        let payload: Option<Value> = text.and_then(|t| serde_json::from_str(t).ok());
+        self.admits_payload(payload.as_ref())
+    }
+
     /// Whether the run's payload passes; `None`: the run kept none, which a
     /// payload filter refuses (it cannot tell whether it would admit it).
     pub fn admits_payload(&self, payload: Option<&Value>) -> bool {

@@ -31,14 +31,13 @@ pub(super) async fn refused(shared: &WorkerState, entry: &StreamEntry) -> Option
                 return None;
             }
         };
-        let payload = text.and_then(|t| serde_json::from_str(&t).ok());
-        if payload.is_none() && !NO_PAYLOAD_SAID.swap(true, Ordering::Relaxed) {
+        if text.is_none() && !NO_PAYLOAD_SAID.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 run_id = %entry.run.fields.run_id,
                 "a run without a kept payload: the destination's payload filter refuses it (does its provider set keep_payload = false?)"
             );
         }
-        admitted = filter.admits_payload(payload.as_ref());
+        admitted = filter.admits_payload_text(text.as_deref());
     }
     if admitted {
         return Some(false);
