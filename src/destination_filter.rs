@@ -96,13 +96,12 @@ impl RunFilter {
 
     /// Whether the run's kept payload, as the record holds it (JSON text),
     /// passes: what the worker decides on. Text that is not JSON is as no
-    /// payload. The payload is parsed whole, once: most of the cost
-    /// (docs/destinations.md#what-a-payload-filter-costs).
+    /// payload. The text is read once, keeping only the paths the filter
+    /// names ([`Wanted`]): reading it is most of the cost
+    /// (docs/destinations.md#where-a-filter-runs-and-what-it-costs).
     pub fn admits_payload_text(&self, text: Option<&str>) -> bool {
-        if self.payload.is_none() {
-            return true;
-        }
-        let payload: Option<Value> = text.and_then(|t| serde_json::from_str(t).ok());
+        let Some(filter) = &self.payload else { return true };
+        let payload = text.and_then(|t| filter.read(t));
         self.admits_payload(payload.as_ref())
     }
 
@@ -166,7 +165,7 @@ impl Glob {
 /// operators: `$eq $neq $in $nin $exist $gt $gte $lt $lte`, and at any
 /// level `$and`, `$or` (lists of filters) and `$not` (a filter).
 #[derive(Debug, Clone, PartialEq)]
-pub struct PayloadFilter(Node);
+pub struct PayloadFilter(Node, Wanted);
 
 #[derive(Debug, Clone, PartialEq)]
 enum Node {
@@ -205,12 +204,113 @@ enum Bound {
 impl PayloadFilter {
     /// Compiles the filter at `path` (`filter.payload`).
     fn compile(value: &Value, path: &str) -> Result<Self, FilterError> {
-        Ok(PayloadFilter(compile_table(value, path, &[])?))
+        let node = compile_table(value, path, &[])?;
+        let mut wanted = Wanted::default();
+        node.paths(&mut |path| wanted.insert(path));
+        Ok(PayloadFilter(node, wanted))
     }
 
     /// Whether `payload` passes.
     pub fn admits(&self, payload: &Value) -> bool {
         self.0.admits(payload)
+    }
+
+    /// The parts of the JSON `text` the filter reads; `None`: not JSON.
+    fn read(&self, text: &str) -> Option<Value> {
+        use serde::de::DeserializeSeed;
+        let mut de = serde_json::Deserializer::from_str(text);
+        let value = (&self.1).deserialize(&mut de).ok()?;
+        de.end().ok()?;
+        Some(value)
+    }
+}
+
+/// The paths a payload filter reads, as a tree: reading a payload keeps
+/// these and skips the rest without building it (a 1 MiB payload is
+/// mostly what no filter asks about).
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Wanted {
+    /// The whole value here is read (a path ends here).
+    whole: bool,
+    /// The keys (or array indexes, as text) read below.
+    below: std::collections::BTreeMap<String, Wanted>,
+}
+
+impl Wanted {
+    fn insert(&mut self, path: &[String]) {
+        match path.split_first() {
+            None => self.whole = true,
+            Some((first, rest)) => self.below.entry(first.clone()).or_default().insert(rest),
+        }
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for &Wanted {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        if self.whole {
+            return serde::Deserialize::deserialize(d);
+        }
+        d.deserialize_any(self)
+    }
+}
+
+/// Between the paths: objects and arrays keep what is read below them;
+/// a scalar here has nothing below it, so it stands as `null`, which no
+/// path looks into either.
+impl<'de> serde::de::Visitor<'de> for &Wanted {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("JSON")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match self.below.get(key.as_ref()) {
+                Some(wanted) => {
+                    out.insert(key.into_owned(), map.next_value_seed(wanted)?);
+                }
+                None => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Value::Object(out))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        loop {
+            let next = match self.below.get(&out.len().to_string()) {
+                Some(wanted) => seq.next_element_seed(wanted)?,
+                None => seq.next_element::<serde::de::IgnoredAny>()?.map(|_| Value::Null),
+            };
+            let Some(item) = next else { break };
+            out.push(item);
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
     }
 }
 
@@ -308,6 +408,15 @@ fn compile_condition(value: &Value, path: &str, at: Vec<String>) -> Result<Node,
 }
 
 impl Node {
+    /// Calls `f` with every path the node reads.
+    fn paths(&self, f: &mut impl FnMut(&[String])) {
+        match self {
+            Node::All(nodes) | Node::Any(nodes) => nodes.iter().for_each(|n| n.paths(f)),
+            Node::Not(node) => node.paths(f),
+            Node::At(path, _) => f(path),
+        }
+    }
+
     fn admits(&self, payload: &Value) -> bool {
         match self {
             Node::All(nodes) => nodes.iter().all(|n| n.admits(payload)),
@@ -456,10 +565,13 @@ mod tests {
             (json!({"pull_request": {"$not": {"merged": true}}}), false),
             (json!({"action": "closed", "sender.site_admin": true}), false),
         ];
+        let text = payload.to_string();
         for (filter, want) in cases {
             let f = payload_filter(filter.clone());
             assert_eq!(f.admits_payload(Some(&payload)), want, "{filter}");
+            assert_eq!(f.admits_payload_text(Some(&text)), want, "read sparsely: {filter}");
             assert!(!f.admits_payload(None), "a payload filter refuses a run without a payload: {filter}");
+            assert!(!f.admits_payload_text(Some("{\"action\": ")), "text that is not JSON is no payload: {filter}");
         }
     }
 
