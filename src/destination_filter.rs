@@ -97,7 +97,7 @@ impl RunFilter {
     /// Whether the run's kept payload, as the record holds it (JSON text),
     /// passes: what the worker decides on. Text that is not JSON is as no
     /// payload. The text is read once, keeping only the paths the filter
-    /// names ([`Wanted`]): reading it is most of the cost
+    /// names (`Wanted`): reading it is most of the cost
     /// (docs/destinations.md#where-a-filter-runs-and-what-it-costs).
     pub fn admits_payload_text(&self, text: Option<&str>) -> bool {
         let Some(filter) = &self.payload else { return true };
