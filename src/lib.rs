@@ -29,6 +29,7 @@
 //! - [`keys`]: the length-prefixed Redis key schema of docs/reference.md#redis-keys.
 //! - [`config`]: one configuration for every command: the flags', env's and TOML file's layers, merged once, each error naming the bad value's source.
 //! - [`config_values`]: values every config table writes alike (lists, durations, `ORG/REPO`), read by config and providers.
+//! - [`destination_filter`]: a destination's filter (providers, repos, actions, a JSON filter on the payload), compiled once when the worker starts.
 //! - [`metrics`]: Prometheus counters for `/metrics`.
 //! - [`otel`]: the OpenTelemetry spans of a request and of the gate, made only once traces are on.
 //! - [`window`]: the stateless dedup-window analysis of docs/window.md.
@@ -63,6 +64,7 @@ pub mod bench;
 pub mod client;
 pub mod config;
 pub mod config_values;
+pub mod destination_filter;
 pub mod error;
 pub mod event_digest;
 pub mod file_mode;

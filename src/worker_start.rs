@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use crate::config::worker::{Mode, WorkerSetup};
-use crate::config::{Merged, StoreConfig};
+use crate::config::{Given, Merged, Setting, StoreConfig, destination_layer};
 use crate::worker::breaker::Breaker;
 use crate::worker::command::{CommandHandler, for_worker, guard_the_worker};
 use crate::worker::config::{WorkerConfig, WorkerError};
@@ -32,10 +32,15 @@ pub async fn run(
     command: &[String],
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<Summary, WorkerError> {
-    let setup = WorkerSetup::resolve(&merged.given, command)?;
+    let setup = match merged.given.destination.text()? {
+        Some(name) => for_destination(merged, &name, command)?,
+        None => WorkerSetup::resolve(&merged.given, command)?,
+    };
     let resolved = StoreConfig::resolve(&merged.given)?;
     let secret_env = merged.file.secret_env_names();
     let metrics = Arc::new(WorkerMetrics::default());
+    // A group is a destination, with or without a filter.
+    metrics.for_destination(&setup.config.group);
     // Everything that can be refused is checked before connecting.
     let handler = match &setup.mode {
         Mode::Command(argv) => {
@@ -79,6 +84,31 @@ pub async fn run(
         task.abort();
     }
     summary
+}
+
+/// The settings of `--destination NAME` (`name`): the file's
+/// `[destinations.NAME]` table over its `[worker]` table, under the flags
+/// and env; its filter compiled once, here. Its command comes from the
+/// table or after `--`, not both.
+fn for_destination(merged: &Merged, name: &Given<String>, command: &[String]) -> Result<WorkerSetup, WorkerError> {
+    let (destination, layer) = destination_layer(name, &merged.above_file, &merged.file)?;
+    let command = match (&destination.command, command.is_empty()) {
+        (Some(table), false) => {
+            return Err(table.fail("the destination's table gives its command: drop the one after `--`").into());
+        }
+        (Some(table), true) => table.value.clone(),
+        (None, _) => command.to_vec(),
+    };
+    let mut setup = WorkerSetup::resolve(&layer, &command)?;
+    if destination.pace.is_some() {
+        tracing::warn!(destination = %destination.name, "rate and burst are read and checked, but not yet enforced: this destination is not paced");
+    }
+    if destination.filter.reads_payload() && merged.given.keep_payload.switch().ok().flatten().is_some_and(|k| !k.value)
+    {
+        tracing::warn!(destination = %destination.name, "the filter reads the payload, but keep_payload = false keeps none: it refuses every run");
+    }
+    setup.config.filter = Some(Arc::new(destination.filter));
+    Ok(setup)
 }
 
 /// A library entry point: runs `command` once per run attempt under a

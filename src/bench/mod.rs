@@ -12,10 +12,12 @@
 //! 4. [`baseline`]: a hand-rolled multi-round-trip gate, and a race it loses.
 //! 5. [`connections`]: a pool against multiplexed connections.
 //! 6. [`worker`]: runs per second through the worker.
-//! 7. [`memory`]: bytes per record.
+//! 7. [`filter`]: what a destination's payload filter costs the worker per run.
+//! 8. [`memory`]: bytes per record.
 
 mod baseline;
 mod connections;
+mod filter;
 mod harness;
 mod http;
 mod library;
@@ -63,6 +65,7 @@ pub async fn run(options: &BenchOptions) -> Result<String, BenchError> {
     baseline::measure(&bench, &gate, &mut out).await?;
     connections::measure(&bench, &mut out).await?;
     worker::measure(&bench, &mut out).await?;
+    filter::measure(&bench, &mut out).await?;
     memory::measure(&bench, store, &mut out).await?;
     memory::measure_daily(&bench, &mut out).await?;
 

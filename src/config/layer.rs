@@ -185,6 +185,9 @@ macro_rules! settings {
             pub(super) provider: Vec<P>,
             #[serde(default)]
             worker: WorkerTable,
+            /// The `[destinations.NAME]` tables, read by `super::destinations`.
+            #[serde(default)]
+            pub(super) destinations: toml::Table,
             /// Where each line starts (byte offsets), for the errors.
             #[serde(skip)]
             pub(super) line_starts: Vec<usize>,
@@ -196,7 +199,7 @@ macro_rules! settings {
 
         impl<P> Default for FileTables<P> {
             fn default() -> Self {
-                Self { $($top: None,)* provider: Vec::new(), worker: WorkerTable::default(), line_starts: Vec::new(), text: String::new() }
+                Self { $($top: None,)* provider: Vec::new(), worker: WorkerTable::default(), destinations: toml::Table::new(), line_starts: Vec::new(), text: String::new() }
             }
         }
 

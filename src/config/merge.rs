@@ -23,6 +23,9 @@ pub struct Merged {
     pub given: Layer,
     /// The config file (empty without one).
     pub file: FileConfig,
+    /// The flags over the environment, without the file: a destination's
+    /// table goes between them and the file (`--destination`).
+    pub above_file: Layer,
 }
 
 impl Merged {
@@ -39,7 +42,8 @@ impl Merged {
 
     /// `sources` layered over a file already read.
     pub fn over_file(sources: Sources, file: FileConfig) -> Self {
-        let given = sources.flags.over(sources.env).over(file.layer());
-        Self { given, file }
+        let above_file = sources.flags.over(sources.env);
+        let given = above_file.clone().over(file.layer());
+        Self { given, file, above_file }
     }
 }

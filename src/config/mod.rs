@@ -18,7 +18,9 @@
 //! - `serve.rs`: `serve`'s settings.
 //! - [`worker`]: the worker's settings.
 //! - `providers.rs`: the `[[provider]]` tables.
+//! - `destinations.rs`: the `[destinations.NAME]` tables, each a consumer group with its filter.
 
+mod destinations;
 pub mod file;
 mod layer;
 mod merge;
@@ -31,6 +33,7 @@ pub mod worker;
 
 /// Re-exported where every command reads its settings; it lives with the stores.
 pub use crate::store::config::StoreConfig;
+pub use destinations::{Destination, Pace, destination_layer};
 pub use layer::{Command, Flag, Form, STORE};
 pub use merge::{Merged, Sources};
 pub use origin::{ConfigError, Given, Origin, Raw, Setting};

@@ -34,7 +34,7 @@ impl FileConfig {
     /// The line of `key` in the table whose header starts at byte `table`:
     /// the first line after the header that assigns it (`key =`, or
     /// `key.` for a dotted key), before the next table's header.
-    fn line_of_key(&self, table: usize, key: &str) -> Option<usize> {
+    pub(super) fn line_of_key(&self, table: usize, key: &str) -> Option<usize> {
         let first = self.line_starts.partition_point(|&start| start <= table);
         let lines = self.text.get(table..)?.lines().enumerate().skip(1);
         lines.take_while(|(_, line)| !line.trim_start().starts_with('[')).find_map(|(i, line)| {

@@ -151,6 +151,12 @@ settings! {
         on: &[Command::Worker],
         help: "Consumer group to join; created at the start of the stream if new. Use one group per namespace: groups share the run record, attempt count included (docs/worker.md). Required here or as `group` in the config file's [worker] table",
     },
+    destination [none] {
+        env: "IDEMGATE_WORKER_DESTINATION",
+        value_name: "NAME",
+        on: &[Command::Worker],
+        help: "Run the destination the config file declares as [destinations.NAME]: its group, url or command, secret file, filter and settings (docs/destinations.md#several-destinations). Not with --group, --deliver or --deliver-secret-file",
+    },
     consumer [none] {
         env: "IDEMGATE_WORKER_CONSUMER",
         value_name: "NAME",

@@ -74,6 +74,11 @@ impl Ran {
 /// lost, or given back (at shutdown, or while the breaker holds attempts back).
 pub(super) async fn process<H: Handler>(shared: &WorkerState, handler: &H, entry: &StreamEntry, held: &Held) {
     let run_id = entry.run.fields.run_id.as_str();
+    // The filter decides first: a refused run costs no attempt (`None`:
+    // Redis did not answer, and the run waits for its lease).
+    if super::filtered::refused(shared, entry).await != Some(false) {
+        return;
+    }
     // While the destination is down, no attempt starts: the run goes
     // back, uncounted, for whichever worker's breaker lets it through.
     let admission = Admission::ask(handler.breaker());

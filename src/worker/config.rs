@@ -58,6 +58,9 @@ pub struct WorkerConfig {
     /// How long a `done` run record keeps its payload (`--keep-done-payloads`;
     /// `None`, the default: not at all; `Lifetime(None)`: as long as the record).
     pub keep_done_payloads: Option<crate::units::Lifetime>,
+    /// The destination's filter: runs it refuses are acknowledged unrun
+    /// (`None`: every run, as a group with no filter).
+    pub filter: Option<std::sync::Arc<crate::destination_filter::RunFilter>>,
 }
 
 /// How far each wait between attempts is moved at random: ±10 %.
@@ -117,6 +120,7 @@ impl WorkerConfig {
             run_retention: Some(DEFAULT_RUN_RETENTION),
             jitter: true,
             keep_done_payloads: None,
+            filter: None,
         }
     }
 

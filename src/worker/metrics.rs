@@ -31,6 +31,9 @@ pub struct WorkerMetrics {
     in_hand: AtomicI64,
     requests: [AtomicU64; CLASSES.len()],
     breaker: std::sync::OnceLock<Arc<Breaker>>,
+    filtered: AtomicU64,
+    /// The destination (the group) the worker runs, for `idemgate_runs_filtered_total`.
+    destination: std::sync::OnceLock<String>,
 }
 
 /// Counts a run in hand until dropped.
@@ -76,6 +79,16 @@ impl WorkerMetrics {
         self.requests[class].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The destination's filter refused a run.
+    pub fn filtered(&self) {
+        self.filtered.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Names the destination (the group) the worker runs: its filtered runs show.
+    pub fn for_destination(&self, name: &str) {
+        let _ = self.destination.set(name.to_owned());
+    }
+
     /// Shows this breaker's state (the first one given).
     pub fn watch_breaker(&self, breaker: Arc<Breaker>) {
         let _ = self.breaker.set(breaker);
@@ -100,6 +113,16 @@ impl WorkerMetrics {
             "Runs this worker holds (running or waiting to retry).",
         );
         let _ = writeln!(o, "{n} {}", self.in_hand.load(Ordering::Relaxed).max(0));
+        if let Some(destination) = self.destination.get() {
+            let n = family(
+                &mut o,
+                "idemgate_runs_filtered_total",
+                "counter",
+                "Runs the destination's filter refused: acknowledged unrun, no attempt.",
+            );
+            let _ =
+                writeln!(o, "{n}{{destination=\"{}\"}} {}", crate::prometheus::escape(destination), g(&self.filtered));
+        }
         if let Some(breaker) = self.breaker.get() {
             let n = family(
                 &mut o,
@@ -162,6 +185,10 @@ mod tests {
         assert!(text.contains("idemgate_worker_attempt_seconds_bucket{le=\"+Inf\"} 2"), "{text}");
         assert!(text.contains("idemgate_worker_runs_in_hand 1"), "{text}");
         assert!(!text.contains("breaker"), "command mode shows no breaker: {text}");
+        assert!(!text.contains("filtered"), "a worker not told its destination shows no filter: {text}");
+        m.for_destination("ci");
+        m.filtered();
+        assert!(m.render().contains("idemgate_runs_filtered_total{destination=\"ci\"} 1"));
         drop(guard);
         m.watch_breaker(Arc::new(Breaker::new(BreakerConfig::default())));
         m.request(Some(503));

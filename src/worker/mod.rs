@@ -22,6 +22,7 @@
 //!   due at once), `history` (the history's bounds and
 //!   an attempt's error as its entry keeps it), `queue` (the Redis calls). [`Worker::run`]
 //!   ties them together and drains at shutdown.
+//! - `filtered`: a destination's filter, deciding each run before any attempt.
 //! - [`command`]: a handler that runs a child process per run.
 //! - [`reaper`]: every process an attempt started dies with the attempt.
 //! - [`scrub`]: the worker's secrets out of `/proc/<worker>/environ` and
@@ -44,6 +45,7 @@ pub mod breaker;
 pub mod command;
 pub mod config;
 pub mod deliver;
+mod filtered;
 pub mod heartbeat;
 mod history;
 mod leases;

@@ -28,6 +28,9 @@ pub(crate) struct StreamEntry {
     pub id: String,
     /// The run's fields, `attempt` still 0.
     pub run: RunAttempt,
+    /// The entry is addressed to this group (a parked run put back when
+    /// due): the group took the run once, so its filter admitted it.
+    pub addressed: bool,
 }
 
 /// The stream entry field that addresses an entry to one group: a parked
@@ -47,7 +50,8 @@ impl StreamEntry {
     fn parse(id: String, map: &HashMap<String, redis::Value>, group: &str) -> Result<Self, Unrunnable> {
         let field =
             |k: &str| map.get(k).and_then(|v| redis::from_redis_value_ref::<String>(v).ok()).unwrap_or_default();
-        if map.contains_key(FOR_GROUP) && field(FOR_GROUP) != group {
+        let addressed = map.contains_key(FOR_GROUP);
+        if addressed && field(FOR_GROUP) != group {
             return Err(Unrunnable::OtherGroup);
         }
         let fields = RunFields::read(field);
@@ -55,7 +59,7 @@ impl StreamEntry {
             return Err(Unrunnable::Broken);
         }
         let run = RunAttempt { fields, attempt: 0, key: String::new(), payload: None, trace: None };
-        Ok(Self { id, run })
+        Ok(Self { id, run, addressed })
     }
 }
 
@@ -230,6 +234,23 @@ impl Queue {
             let _ = self.redis.query::<i64>(&mut cmd).await;
         }
         out
+    }
+
+    /// The run's kept payload, read without writing anything (a
+    /// destination's payload filter decides on it before any attempt).
+    pub async fn payload_of(&self, e: &StreamEntry) -> Result<Option<String>, Error> {
+        let mut cmd = redis::cmd("HGET");
+        // The run record's field for the kept payload (`lua/gate.lua` writes it).
+        cmd.arg(self.keys().run(&e.run.fields.run_id)).arg("payload");
+        self.redis.query(&mut cmd).await
+    }
+
+    /// Acknowledges an entry this group's filter refuses: no attempt, no
+    /// write to the run record.
+    pub async fn skip(&self, e: &StreamEntry) -> Result<(), Error> {
+        let mut cmd = redis::cmd("XACK");
+        cmd.arg(self.keys().runs()).arg(&self.group).arg(&e.id);
+        self.redis.query::<i64>(&mut cmd).await.map(drop)
     }
 
     /// `lua/worker_start.lua`: begin the next attempt.

@@ -8,6 +8,7 @@ pub(crate) mod cluster;
 pub(crate) mod console;
 pub(crate) mod dead;
 pub(crate) mod deadlines;
+pub(crate) mod destinations;
 pub(crate) mod durability;
 pub(crate) mod embed;
 pub(crate) mod embed_settle;

@@ -1,0 +1,286 @@
+//! Several destinations from one config file (`[destinations.NAME]`), each
+//! run by real `idemgate worker --destination NAME` processes against a
+//! real Redis and a receiver of its own: each receiver gets exactly the
+//! runs its filter admits, once each; a refused run costs no request and
+//! no write to its run record; and a bad table stops the worker at start,
+//! naming the destination and the key, never the value.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use idemgate::gate::{Gate, Submission};
+use idemgate::keys::Keys;
+use idemgate::vocabulary::{Settings, Status};
+use serde_json::json;
+
+use crate::redis::worker::{Workers, record};
+use crate::support::destination::{Destination, Received, ok, secret, secrets_file};
+use crate::support::{free_port, fresh_ns, raw_conn, redis_store_in, redis_url, temp_dir, wait_for};
+
+/// The runs: (repo, action, payload). Numbered from 1 in this order.
+fn runs() -> Vec<(&'static str, &'static str, serde_json::Value)> {
+    vec![
+        ("acme/api", "push", json!({"ref": "refs/heads/main", "sender": {"type": "User"}})),
+        ("acme/api", "pull_request.opened", json!({"pull_request": {"merged": false}, "sender": {"type": "User"}})),
+        ("acme/web", "pull_request.closed", json!({"pull_request": {"merged": true}, "sender": {"type": "User"}})),
+        ("other/x", "push", json!({"ref": "refs/heads/dev", "sender": {"type": "Bot"}})),
+        ("acme/api", "issues.opened", json!({"sender": {"type": "Bot"}})),
+        ("other/x", "pull_request.closed", json!({"pull_request": {"merged": true}, "sender": {"type": "Bot"}})),
+    ]
+}
+
+/// Creates the runs of [`runs`] through the gate, each keeping its payload.
+async fn create_runs(ns: &str) {
+    let gate = Gate::new(["acme/*", "other/x"], redis_store_in(ns, &Settings::default()).await);
+    for (i, (repo, action, payload)) in runs().into_iter().enumerate() {
+        let (org, name) = repo.split_once('/').unwrap();
+        let event = json!({"org": org, "repo": name, "action": action, "number": i + 1});
+        let text = payload.to_string();
+        let digest = idemgate::event_digest::of_value(&event);
+        let delivery = format!("d-{}", i + 1);
+        let s = Submission { payload: Some(&text), ..Submission::new("github", &delivery, &event, &digest) };
+        let outcome = gate.submit(&s).await.unwrap();
+        assert_eq!(outcome.response.status, Status::Created);
+    }
+}
+
+/// The config file of the three destinations, each with its receiver's URL.
+fn config(ns: &str, dir: &Path, ci: &str, notify: &str, audit: &str, metrics: &str) -> std::path::PathBuf {
+    let secrets = secrets_file(dir, &[secret(3)]);
+    let text = format!(
+        r#"redis_url = "{redis}"
+namespace = "{ns}"
+
+[worker]
+block = "200ms"
+concurrency = 2
+
+# A CI service: pull requests and pushes of the acme org's repositories.
+[destinations.ci]
+url = "{ci}"
+secret_file = "{secrets}"
+filter = {{ repos = ["acme/*"], actions = ["pull_request.*", "push"] }}
+
+# A notifier: people's merged pull requests and pushes to main, never a bot's.
+[destinations.notify]
+url = "{notify}"
+secret_file = "{secrets}"
+rate = "10/s"
+metrics_listen = "{metrics}"
+
+[destinations.notify.filter.payload]
+"sender.type" = {{ "$neq" = "Bot" }}
+"$or" = [{{ "pull_request.merged" = true }}, {{ ref = "refs/heads/main" }}]
+
+# An audit log: pushes, closes and issues from GitHub.
+[destinations.audit]
+url = "{audit}"
+secret_file = "{secrets}"
+concurrency = 1
+filter = {{ providers = ["github"], actions = ["push", "*.closed", "issues.*"] }}
+"#,
+        redis = redis_url(),
+        secrets = secrets.display(),
+    );
+    let path = dir.join("idemgate.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn destination_worker(config: &Path, dir: &Path, name: &str) -> Child {
+    let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["worker", "--config"])
+        .arg(config)
+        .args(["--destination", name, "--consumer", name])
+        .env("RUST_LOG", "idemgate=debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+/// The run numbers a receiver got, each request once.
+fn numbers(got: &[Received]) -> Vec<u64> {
+    let mut n: Vec<u64> = got.iter().map(Received::number).collect();
+    n.sort();
+    n
+}
+
+/// Waits until group `group` of `ns` has read every entry and holds none.
+async fn group_caught_up(ns: &str, group: &str) {
+    let runs = Keys::new(ns).unwrap().runs();
+    wait_for(Duration::from_secs(20), "the group to read and acknowledge every entry", || {
+        let runs = runs.clone();
+        async move {
+            let mut c = raw_conn().await;
+            let groups: Vec<HashMap<String, redis::Value>> =
+                redis::cmd("XINFO").arg("GROUPS").arg(&runs).query_async(&mut c).await.unwrap();
+            groups.iter().any(|g| {
+                let field = |k: &str| redis::from_redis_value_ref::<i64>(&g[k]).ok();
+                redis::from_redis_value_ref::<String>(&g["name"]).is_ok_and(|n| n == group)
+                    && field("pending") == Some(0)
+                    && field("lag") == Some(0)
+            })
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_destination_gets_exactly_the_runs_its_filter_admits() {
+    let ns = fresh_ns("several");
+    let dir = temp_dir("several");
+    let (ci, notify, audit) = (
+        Destination::start(|_, _| ok()).await,
+        Destination::start(|_, _| ok()).await,
+        Destination::start(|_, _| ok()).await,
+    );
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let config = config(&ns, &dir, &ci.url(), &notify.url(), &audit.url(), &metrics);
+    create_runs(&ns).await;
+    let before: Vec<HashMap<String, String>> = records((1..=6).map(|n| format!("run-{n}")).collect(), &ns).await;
+
+    // The notifier alone first: what it refuses stays as the gate wrote it.
+    let mut workers = Workers(vec![destination_worker(&config, &dir, "notify")]);
+    wait_for(Duration::from_secs(20), "the notifier's two runs", || async { notify.got().len() >= 2 }).await;
+    group_caught_up(&ns, "notify").await;
+    assert_eq!(numbers(&notify.got()), [1, 3], "people's merged pull requests and pushes to main");
+    for n in [2, 4, 5, 6] {
+        assert_eq!(
+            record(&ns, &format!("run-{n}")).await,
+            before[n - 1],
+            "run-{n}: a refused run's record is untouched"
+        );
+    }
+    let text = reqwest::get(format!("http://{metrics}/metrics")).await.unwrap().text().await.unwrap();
+    assert!(text.contains("idemgate_runs_filtered_total{destination=\"notify\"} 4"), "{text}");
+    assert!(
+        text.contains("idemgate_worker_destination_requests_total{class=\"2xx\"} 2"),
+        "no request for a refused run: {text}"
+    );
+
+    // Then the two others, two workers for the CI service.
+    workers.0.push(destination_worker(&config, &dir, "ci"));
+    workers.0.push(destination_worker(&config, &dir, "audit"));
+    workers.0.push({
+        let log = std::fs::File::create(dir.join("ci-2.log")).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_idemgate"))
+            .args(["worker", "--config"])
+            .arg(&config)
+            .args(["--destination", "ci", "--consumer", "ci-2"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap()
+    });
+    group_caught_up(&ns, "ci").await;
+    group_caught_up(&ns, "audit").await;
+    wait_for(Duration::from_secs(20), "every admitted run delivered", || async {
+        ci.got().len() >= 3 && audit.got().len() >= 5
+    })
+    .await;
+    // A moment for a stray or repeated request to show.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(numbers(&ci.got()), [1, 2, 3], "the acme org's pull requests and pushes");
+    assert_eq!(numbers(&audit.got()), [1, 3, 4, 5, 6], "pushes, closes and issues");
+    assert_eq!(numbers(&notify.got()), [1, 3], "each run once");
+    // Each destination's request carries the run's payload, though another
+    // destination finished the run first (several destinations keep it).
+    let first = ci.got().into_iter().find(|r| r.number() == 1).unwrap();
+    assert_eq!(first.json()["payload"]["ref"], "refs/heads/main", "{}", String::from_utf8_lossy(&first.body));
+    let ids: BTreeSet<String> = audit.got().iter().map(|r| r.header("webhook-id").to_owned()).collect();
+    assert_eq!(ids.len(), 5, "one request per run");
+    workers.stop().await;
+}
+
+/// The records of `run_ids`, in order; each exists.
+async fn records(run_ids: Vec<String>, ns: &str) -> Vec<HashMap<String, String>> {
+    let mut out = Vec::with_capacity(run_ids.len());
+    for id in run_ids {
+        let r = record(ns, &id).await;
+        assert!(!r.is_empty(), "{id} exists");
+        out.push(r);
+    }
+    out
+}
+
+/// Runs `idemgate worker --config FILE --destination NAME`, which must
+/// fail at start; its output.
+fn start_error(dir: &Path, text: &str, name: &str) -> String {
+    let path = dir.join("bad.toml");
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["worker", "--redis-url", redis_url(), "--config"])
+        .arg(&path)
+        .args(["--destination", name])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{text} started");
+    String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout)
+}
+
+#[test]
+fn a_bad_destination_stops_the_worker_naming_the_destination_and_the_key() {
+    let dir = temp_dir("severalbad");
+    let good = secrets_file(&dir, &[secret(4)]);
+    let ok_table = format!("[destinations.ok]\nurl = \"http://127.0.0.1:9/\"\nsecret_file = \"{}\"\n", good.display());
+    for (text, name, want) in [
+        (
+            format!(
+                "{ok_table}[destinations.ci]\nurl = \"http://127.0.0.1:9/\"\nsecret_file = \"{}\"\nconcurency = \"hunter2\"\n",
+                good.display()
+            ),
+            "ok",
+            "config file line 4, `[destinations.ci]`: unknown key `concurency`",
+        ),
+        (
+            "[destinations.ci]\nurl = \"http://127.0.0.1:9/\"\nsecret_file = \"/nonexistent/hunter2\"\n".to_owned(),
+            "ci",
+            "config file line 3, `[destinations.ci] secret_file`: cannot read it",
+        ),
+        (
+            format!(
+                "[destinations.ci]\nurl = \"http://127.0.0.1:9/\"\nsecret_file = \"{}\"\n[destinations.ci.filter.payload]\n\"sender.type\" = {{ \"$in\" = \"hunter2\" }}\n",
+                good.display()
+            ),
+            "ci",
+            "`[destinations.ci] filter`: `filter.payload.sender.type.$in`: expected a list",
+        ),
+        (
+            format!(
+                "[destinations.ci]\nurl = \"http://127.0.0.1:9/\"\nsecret_file = \"{}\"\nfilter = {{ repos = [\"hunter2\"] }}\n",
+                good.display()
+            ),
+            "ci",
+            "config file line 4, `[destinations.ci] filter`: `filter.repos[0]`: is not ORG/REPO or ORG/*",
+        ),
+        (ok_table.clone(), "nope", "--destination: no such destination in the config file (it declares: ok)"),
+    ] {
+        let e = start_error(&dir, &text, name);
+        assert!(e.contains(want), "{text}\n{e}");
+        assert!(!e.contains("hunter2"), "a value was echoed: {e}");
+    }
+    // --group beside --destination: refused, both named.
+    let path = dir.join("ok.toml");
+    std::fs::write(&path, &ok_table).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["worker", "--redis-url", redis_url(), "--config"])
+        .arg(&path)
+        .args(["--destination", "ok", "--group", "g"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && e.contains("--group: the destination's table gives this")
+            && e.contains("--destination"),
+        "{e}"
+    );
+}
