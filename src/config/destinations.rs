@@ -373,7 +373,9 @@ keep_done_payloads = false
         assert_eq!((s.config.max_attempts, s.config.concurrency), (3, 2));
         let (audit, layer) = destination_layer(&flag("audit"), &Layer::default(), &f).unwrap();
         assert_eq!(audit.pace, None);
-        assert!(WorkerSetup::resolve(&layer, &audit.command.unwrap().value).unwrap().config.keep_done_payloads.is_none());
+        assert!(
+            WorkerSetup::resolve(&layer, &audit.command.unwrap().value).unwrap().config.keep_done_payloads.is_none()
+        );
         // A flag still wins over the table.
         let flags = Layer::flags([("concurrency", "5")]).unwrap();
         let (_, layer) = destination_layer(&flag("ci"), &flags, &f).unwrap();
