@@ -324,54 +324,64 @@ impl Metrics {
             let n = family(o, name, "gauge", help);
             let _ = writeln!(o, "{n}{{namespace=\"{ns}\"}} {v}");
         }
-        let n = family(
+        let groups = &g.groups;
+        group_family(
             o,
+            &ns,
+            groups,
             "idemgate_worker_group_lag",
-            "gauge",
             "Runs not yet delivered to the consumer group (Redis 7 or newer).",
+            |gr| gr.lag,
         );
-        for gr in &g.groups {
-            if let Some(lag) = gr.lag {
-                let _ = writeln!(o, "{n}{{namespace=\"{ns}\",group=\"{}\"}} {lag}", escape(&gr.group));
-            }
-        }
-        let n = family(
+        group_family(
             o,
+            &ns,
+            groups,
             "idemgate_worker_group_pending",
-            "gauge",
             "Runs delivered to the group and not finished: running, or waiting for a retry.",
+            |gr| Some(gr.pending),
         );
-        for gr in &g.groups {
-            let _ = writeln!(o, "{n}{{namespace=\"{ns}\",group=\"{}\"}} {}", escape(&gr.group), gr.pending);
-        }
-        let n = family(
+        group_family(
             o,
+            &ns,
+            groups,
             "idemgate_worker_group_oldest_waiting_seconds",
-            "gauge",
             "Age of the oldest run not yet delivered to the group (0: none waiting).",
+            |gr| Some(gr.oldest_waiting_seconds),
         );
-        for gr in &g.groups {
-            let _ =
-                writeln!(o, "{n}{{namespace=\"{ns}\",group=\"{}\"}} {}", escape(&gr.group), gr.oldest_waiting_seconds);
-        }
-        let n = family(
+        group_family(
             o,
+            &ns,
+            groups,
             "idemgate_runs_parked",
-            "gauge",
             "Runs parked for the group: a failed attempt, waiting for the next one (runs retry-now sends them at once).",
+            |gr| Some(gr.parked),
         );
-        for gr in &g.groups {
-            let _ = writeln!(o, "{n}{{namespace=\"{ns}\",group=\"{}\"}} {}", escape(&gr.group), gr.parked);
-        }
-        let n = family(
+        group_family(
             o,
+            &ns,
+            groups,
             "idemgate_runs_parked_oldest_seconds",
-            "gauge",
             "How long the group's oldest parked run has waited since it was queued (created, or sent again), seconds (0: none parked).",
+            |gr| Some(gr.oldest_parked_seconds),
         );
-        for gr in &g.groups {
-            let _ =
-                writeln!(o, "{n}{{namespace=\"{ns}\",group=\"{}\"}} {}", escape(&gr.group), gr.oldest_parked_seconds);
+    }
+}
+
+/// One gauge family with a sample per consumer group (`value` `None`: no
+/// sample for that group, as a lag Redis cannot tell).
+fn group_family<V: std::fmt::Display>(
+    o: &mut String,
+    ns: &str,
+    groups: &[GroupGauge],
+    name: &'static str,
+    help: &str,
+    value: impl Fn(&GroupGauge) -> Option<V>,
+) {
+    let n = family(o, name, "gauge", help);
+    for gr in groups {
+        if let Some(v) = value(gr) {
+            let _ = writeln!(o, "{n}{{namespace=\"{ns}\",group=\"{}\"}} {v}", escape(&gr.group));
         }
     }
 }
