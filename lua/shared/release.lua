@@ -34,18 +34,20 @@ local function release_destination_parked(parking_key, destination_key, group, n
   local probed_score = nil
   for i = 1, #waiting, 2 do
     local run_id = waiting[i]
-    local scheduled = tonumber(redis.call('ZSCORE', parking_key, run_id))
-    local record = run_prefix .. run_id
-    local state = redis.call('HMGET', record, 'status', 'parked_group')
-    local due = math.max(tonumber(now), tonumber(waiting[i + 1]))
     if run_id == probing then
       probed_score = waiting[i + 1]
-    elseif scheduled and scheduled > due and state[1] == ${status_parked} and state[2] == group then
-      -- Integers as decimal text: Lua's own conversion would write 1.7e+12.
-      local due_text = string.format('%d', due)
-      redis.call('ZADD', parking_key, due_text, run_id)
-      redis.call('HSET', record, 'next_attempt_ms', due_text, 'released_ms', now)
-      released = released + 1
+    else
+      local scheduled = tonumber(redis.call('ZSCORE', parking_key, run_id))
+      local record = run_prefix .. run_id
+      local state = redis.call('HMGET', record, 'status', 'parked_group')
+      local due = math.max(tonumber(now), tonumber(waiting[i + 1]))
+      if scheduled and scheduled > due and state[1] == ${status_parked} and state[2] == group then
+        -- Integers as decimal text: Lua's own conversion would write 1.7e+12.
+        local due_text = string.format('%d', due)
+        redis.call('ZADD', parking_key, due_text, run_id)
+        redis.call('HSET', record, 'next_attempt_ms', due_text, 'released_ms', now)
+        released = released + 1
+      end
     end
   end
   redis.call('DEL', destination_key)
