@@ -135,6 +135,17 @@ impl Keys {
         key
     }
 
+    /// `idemgate:{NS}:destination:` enc(name), a hash with no TTL: the
+    /// destination's state all its workers share
+    /// (`lua/destination_take.lua`): `paused` and `paused_ms` while an
+    /// operator paused it, `hold_until_ms` while a 429's `Retry-After`
+    /// holds it back, and its pace's token bucket (`tokens`, `refill_ms`).
+    pub fn destination(&self, name: &str) -> String {
+        let mut key = self.key("destination:");
+        push_enc(&mut key, name);
+        key
+    }
+
     /// `idemgate:{NS}:retry:`, the parking sets' common prefix (a script
     /// that reads a run's group from its record appends enc(group)).
     pub fn retry_prefix(&self) -> String {
@@ -221,6 +232,7 @@ mod tests {
         assert_eq!(keys.retry("deliver"), "idemgate:{default}:retry:7:deliver");
         assert_eq!(keys.destination_parked("deliver"), "idemgate:{default}:destination-parked:7:deliver");
         assert_eq!(keys.destination_probe("deliver"), "idemgate:{default}:destination-probe:7:deliver");
+        assert_eq!(keys.destination("ci"), "idemgate:{default}:destination:2:ci");
         assert_eq!(keys.kept_payloads(), "idemgate:{default}:kept-payloads");
     }
 

@@ -48,7 +48,7 @@ enum Command {
     Dead(cli::ops::DeadArgs),
     /// Runs: redeliver done or dead ones.
     Runs(cli::ops::RunsArgs),
-    /// Destinations: the public keys (`whpk_`) one signs `v1a` with.
+    /// Destinations: the public keys (`whpk_`) one signs `v1a` with; pause and resume one.
     Destinations(cli::destinations::DestinationsArgs),
     /// Consume created runs and run COMMAND once per run (needs Redis).
     Worker(Box<cli::worker::WorkerArgs>),
@@ -95,7 +95,7 @@ async fn main() -> ExitCode {
         Command::Worker(args) => cli::worker::worker(*args, sources).await,
         Command::Dead(args) => cli::ops::dead_command(&args, sources).await.map_err(Into::into),
         Command::Runs(args) => cli::ops::runs_command(&args, sources).await.map_err(Into::into),
-        Command::Destinations(args) => cli::destinations::destinations_command(&args, sources),
+        Command::Destinations(args) => cli::destinations::destinations_command(&args, sources).await,
         Command::Key(args) => cli::ops::key_command(&args, sources).map_err(Into::into),
         Command::Send(args) => Ok(cli::send::send(args, sources).await),
         Command::Sign(args) => Ok(cli::send::sign(args, sources)),

@@ -100,14 +100,12 @@ fn for_destination(merged: &Merged, name: &Given<String>, command: &[String]) ->
         (None, _) => command.to_vec(),
     };
     let mut setup = WorkerSetup::resolve(&layer, &command)?;
-    if destination.pace.is_some() {
-        tracing::warn!(destination = %destination.name, "rate and burst are read and checked, but not yet enforced: this destination is not paced");
-    }
     if destination.filter.reads_payload() && merged.given.keep_payload.switch().ok().flatten().is_some_and(|k| !k.value)
     {
         tracing::warn!(destination = %destination.name, "the filter reads the payload, but keep_payload = false keeps none: it refuses every run");
     }
     setup.config.filter = Some(Arc::new(destination.filter));
+    setup.config.pace = destination.pace;
     Ok(setup)
 }
 

@@ -3,12 +3,18 @@
 //! from its secrets file, for its receivers (docs/destinations.md,
 //! "Signing"). Nothing secret is printed: a `whsk_` line shows as its
 //! public key, a `whsec_` line not at all.
+//!
+//! `idemgate destinations pause NAME` and `resume NAME`: every worker of the
+//! destination stops (or starts again) taking new attempts within a second
+//! (docs/destinations.md, "Pace, pause and the 429 hold").
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use idemgate::config::{Merged, Setting, Sources};
+use idemgate::config::{Merged, Setting, Sources, StoreConfig};
+use idemgate::ops::Ops;
+use idemgate::ops::destinations::PauseError;
 use idemgate::providers::standard_webhooks::SenderKey;
 use serde_json::json;
 
@@ -39,11 +45,33 @@ pub enum DestinationsCommand {
         #[command(flatten)]
         read: ReadArgs,
     },
+    /// Pause destination NAME: within a second every worker of it starts no new attempt (those in
+    /// flight finish), wakes no parked run and dead-letters nothing; new runs wait in Redis.
+    Pause {
+        /// The destination: the consumer group of its workers.
+        name: String,
+        /// Store and output flags.
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// Resume destination NAME (and end a hold a 429's Retry-After put on it): its workers take
+    /// the waiting runs again within a second, in order.
+    Resume {
+        /// The destination: the consumer group of its workers.
+        name: String,
+        /// Store and output flags.
+        #[command(flatten)]
+        read: ReadArgs,
+    },
 }
 
 /// `idemgate destinations`.
-pub fn destinations_command(args: &DestinationsArgs, sources: Sources) -> anyhow::Result<ExitCode> {
-    let DestinationsCommand::Keys { name, secret_file, read } = &args.what;
+pub async fn destinations_command(args: &DestinationsArgs, sources: Sources) -> anyhow::Result<ExitCode> {
+    let (name, secret_file, read) = match &args.what {
+        DestinationsCommand::Keys { name, secret_file, read } => (name, secret_file, read),
+        DestinationsCommand::Pause { name, read } => return pause_command(name, true, read, sources).await,
+        DestinationsCommand::Resume { name, read } => return pause_command(name, false, read, sources).await,
+    };
     let file = match secret_file {
         Some(file) => file.clone(),
         None => configured_secret_file(name, Merged::load(sources)?)?,
@@ -69,6 +97,36 @@ pub fn destinations_command(args: &DestinationsArgs, sources: Sources) -> anyhow
             idemgate::text::escape_control(name)
         );
         return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `idemgate destinations pause|resume NAME`: exit 1 when no consumer
+/// group has that name (nothing is written then).
+async fn pause_command(name: &str, paused: bool, read: &ReadArgs, sources: Sources) -> anyhow::Result<ExitCode> {
+    let store = StoreConfig::resolve(&Merged::load(sources)?.given)?;
+    let ops = Ops::connect(&store).await?;
+    let done = match ops.pause(name, paused).await {
+        Ok(done) => done,
+        Err(PauseError::Unknown(_)) => {
+            eprintln!(
+                "idemgate destinations: no destination {}: no consumer group of that name reads the runs stream (start one of its workers first); nothing changed",
+                idemgate::text::escape_control(name)
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+        Err(PauseError::Ops(e)) => return Err(e.into()),
+    };
+    if read.json {
+        print_out(&serde_json::to_string(&done)?);
+    } else {
+        let shown = idemgate::text::escape_control(name);
+        print_out(&match (paused, done.was_paused) {
+            (true, false) => format!("paused {shown}: its workers start no new attempt within a second"),
+            (true, true) => format!("{shown} was already paused"),
+            (false, true) => format!("resumed {shown}: its workers take its waiting runs within a second"),
+            (false, false) => format!("{shown} was not paused (any Retry-After hold on it is ended)"),
+        });
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -29,19 +29,7 @@ const OWN_KEYS: [&str; 6] = ["url", "command", "secret_file", "filter", "rate", 
 const RENAMED: [(&str, &str); 3] =
     [("group", "the table's name"), ("deliver", "url"), ("deliver_secret_file", "secret_file")];
 
-/// How many attempts a destination may start, all its workers together:
-/// `count` per `per`, plus a `burst`. Read and checked; not yet enforced
-/// (docs/destinations.md says so).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Pace {
-    /// Attempts per [`Pace::per`].
-    pub count: u32,
-    /// One second or one minute.
-    pub per: Duration,
-    /// Attempts beyond the rate a quiet destination may start at once
-    /// (default: the rate of one second, at least 1).
-    pub burst: u32,
-}
+pub use crate::worker::pace::Pace;
 
 /// One `[destinations.NAME]` table, checked.
 #[derive(Debug, Clone)]

@@ -30,6 +30,8 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/ops/deliveries/{provider}/{delivery_id}", get(delivery))
         .route("/v1/ops/workers", get(workers))
         .route("/v1/ops/destinations", get(destinations))
+        .route("/v1/ops/destinations/{name}/pause", post(pause))
+        .route("/v1/ops/destinations/{name}/resume", post(resume))
         .route("/v1/ops/dead", get(dead))
         .route("/v1/ops/dead/{run_id}/retry", post(retry))
         .route("/v1/ops/runs/{run_id}/redeliver", post(redeliver))
@@ -156,6 +158,43 @@ async fn workers(State(st): State<AppState>) -> Result<Response, ApiError> {
 async fn destinations(State(st): State<AppState>) -> Result<Response, ApiError> {
     let d = source(&st)?.destinations().await.map_err(|e| unavailable(&st, e))?;
     Ok(json_sized(&WithStore { store: source(&st)?.kind(), inner: d }, 4096))
+}
+
+/// `idemgate destinations pause NAME`: 200 with the destination's state
+/// (paused now, and whether it was before), 404 when no consumer group has
+/// that name. Every worker of it starts no new attempt within a second.
+async fn pause(State(st): State<AppState>, p: Result<Path<String>, PathRejection>) -> Result<Response, ApiError> {
+    set_paused(st, p, true).await
+}
+
+/// `idemgate destinations resume NAME`: as [`pause`], the other way; it
+/// also ends a hold a `Retry-After` put on the destination.
+async fn resume(State(st): State<AppState>, p: Result<Path<String>, PathRejection>) -> Result<Response, ApiError> {
+    set_paused(st, p, false).await
+}
+
+async fn set_paused(
+    st: AppState,
+    p: Result<Path<String>, PathRejection>,
+    paused: bool,
+) -> Result<Response, ApiError> {
+    use crate::ops::destinations::PauseError;
+    let name = path(p)?;
+    segment("name", &name)?;
+    let answer = source(&st)?.pause(&name, paused).await.ok_or_else(|| {
+        ApiError::NotFound("the memory store has no destinations: workers need Redis".into())
+    })?;
+    match answer {
+        Ok(done) => {
+            let what = if paused { "paused" } else { "resumed" };
+            tracing::info!(destination = %crate::text::escape_control(&name), "ops API: destination {what}");
+            Ok((StatusCode::OK, Json(done)).into_response())
+        }
+        Err(e @ PauseError::Unknown(_)) => {
+            Err(ApiError::NotFound(crate::text::escape_control(&e.to_string()).into_owned()))
+        }
+        Err(PauseError::Ops(e)) => Err(unavailable(&st, e)),
+    }
 }
 
 /// `GET /v1/ops/runs/{id}/payload`: the kept payload whole, as the provider

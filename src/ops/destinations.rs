@@ -8,9 +8,17 @@
 //! ([`crate::worker::heartbeat`]), read again from its file when the file
 //! changes. So a destination with no live worker shows no keys; `idemgate
 //! destinations keys NAME` reads the file itself.
+//!
+//! Each destination's state key (`idemgate:{NS}:destination:` enc(name))
+//! says whether it is paused and held back; its workers' heartbeats say its
+//! pace. `idemgate destinations pause|resume NAME` and `POST
+//! /v1/ops/destinations/{name}/pause|resume` write the key ([`Ops::pause`]);
+//! every worker of it acts on it within a second (docs/destinations.md,
+//! "Pace, pause and the 429 hold").
 
 use serde::Serialize;
 
+use super::client::{Ops, OpsError};
 use super::workers::Workers;
 
 /// One destination.
@@ -30,6 +38,16 @@ pub struct DestinationView {
     pub public_keys: Vec<String>,
     /// Its workers whose heartbeat is alive.
     pub workers_up: usize,
+    /// Paused by an operator: its workers start no attempt until resumed.
+    pub paused: bool,
+    /// When it was paused, ms since the Unix epoch.
+    pub paused_ms: Option<u64>,
+    /// Until when a 429's `Retry-After` holds it back, ms since the Unix
+    /// epoch (`None`: no hold, or one that ran out).
+    pub hold_until_ms: Option<u64>,
+    /// Its pace as its live workers run it (`20/s, burst 20`; each once;
+    /// empty: none, or no live worker).
+    pub pace: Vec<String>,
 }
 
 /// What `/v1/ops/destinations` answers.
@@ -62,6 +80,10 @@ impl Destinations {
                 urls: Vec::new(),
                 public_keys: Vec::new(),
                 workers_up: 0,
+                paused: false,
+                paused_ms: None,
+                hold_until_ms: None,
+                pace: Vec::new(),
             })
             .collect();
         for w in workers.workers.iter().filter(|w| w.state == "up") {
@@ -70,12 +92,78 @@ impl Destinations {
             let field = |name: &str| w.heartbeat.get(name).map_or("", String::as_str);
             push_once(&mut d.modes, field("mode"));
             push_once(&mut d.urls, field("destination"));
+            push_once(&mut d.pace, field("pace"));
             for key in field("public_keys").split(' ') {
                 push_once(&mut d.public_keys, key);
             }
         }
         destinations.sort_by(|a, b| a.name.cmp(&b.name));
         Destinations { destinations, read_at_ms: workers.read_at_ms, cut: workers.cut }
+    }
+}
+
+/// What a pause or a resume did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PauseAnswer {
+    /// The destination.
+    pub destination: String,
+    /// Whether it is paused now.
+    pub paused: bool,
+    /// Whether it was paused before.
+    pub was_paused: bool,
+}
+
+/// Why a pause or a resume was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum PauseError {
+    /// No consumer group of that name reads the runs stream.
+    #[error("no destination {0:?}: no consumer group of that name reads the runs stream (start one of its workers first)")]
+    Unknown(String),
+    /// The store failed.
+    #[error(transparent)]
+    Ops(#[from] OpsError),
+}
+
+impl Destinations {
+    /// Adds what each destination's state key says (paused, held back).
+    pub(crate) async fn with_state(mut self, ops: &Ops) -> Result<Self, OpsError> {
+        if self.destinations.is_empty() {
+            return Ok(self);
+        }
+        let mut pipe = redis::pipe();
+        for d in &self.destinations {
+            pipe.cmd("HMGET").arg(ops.keys().destination(&d.name)).arg(&["paused", "paused_ms", "hold_until_ms"][..]);
+        }
+        let states: Vec<(Option<String>, Option<String>, Option<String>)> = ops.redis.query(&mut pipe).await?;
+        for (d, (paused, paused_ms, hold)) in self.destinations.iter_mut().zip(states) {
+            d.paused = paused.is_some();
+            d.paused_ms = paused_ms.and_then(|t| t.parse().ok());
+            d.hold_until_ms = hold.and_then(|t| t.parse().ok()).filter(|t| *t > self.read_at_ms);
+        }
+        Ok(self)
+    }
+}
+
+impl Ops {
+    /// Pauses (`paused`) or resumes destination `name` for every worker of
+    /// it. A resume also ends a hold a `Retry-After` put on it. A name no
+    /// consumer group has is refused: a typo would pause nothing.
+    pub async fn pause(&self, name: &str, paused: bool) -> Result<PauseAnswer, PauseError> {
+        let groups = self.workers().await?.groups;
+        if !groups.iter().any(|g| g.group == name) {
+            return Err(PauseError::Unknown(name.to_owned()));
+        }
+        let key = self.keys().destination(name);
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGET").arg(&key).arg("paused");
+        if paused {
+            let now = crate::units::now_ms();
+            pipe.cmd("HSET").arg(&key).arg("paused").arg(1).arg("paused_ms").arg(now).ignore();
+        } else {
+            pipe.cmd("HDEL").arg(&key).arg(&["paused", "paused_ms", "hold_until_ms"][..]).ignore();
+        }
+        let (was,): (Option<String>,) = self.redis.query(&mut pipe).await.map_err(OpsError::from)?;
+        Ok(PauseAnswer { destination: name.to_owned(), paused, was_paused: was.is_some() })
     }
 }
 

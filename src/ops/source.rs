@@ -311,7 +311,23 @@ impl Source {
     /// Every destination (consumer group) with the public keys its live
     /// workers sign `v1a` with ([`super::destinations`]; none on the memory store).
     pub async fn destinations(&self) -> Result<super::destinations::Destinations, OpsError> {
-        Ok(super::destinations::Destinations::of(&self.workers().await?))
+        let all = super::destinations::Destinations::of(&self.workers().await?);
+        match self {
+            Source::Redis(ops) => all.with_state(ops).await,
+            Source::Memory(_) => Ok(all),
+        }
+    }
+
+    /// Pauses or resumes a destination (`None` on the memory store: it has none).
+    pub async fn pause(
+        &self,
+        name: &str,
+        paused: bool,
+    ) -> Option<Result<super::destinations::PauseAnswer, super::destinations::PauseError>> {
+        match self {
+            Source::Redis(ops) => Some(ops.pause(name, paused).await),
+            Source::Memory(_) => None,
+        }
     }
 
     /// One run, whole (`None`: no record).

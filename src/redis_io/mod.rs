@@ -3,7 +3,7 @@
 //! primary ([`Conn`]), TLS and the password file (`connection.rs`), the bound
 //! on every command ([`bounded`]), routing a command to every primary or to
 //! the primary that owns a key's slot, the Lua scripts and their typed calls
-//! ([`scripts`], [`run_scripts`], [`worker_scripts`], [`parked_scripts`]), and the namespace-scoped handle that puts
+//! ([`scripts`], [`run_scripts`], [`worker_scripts`], [`parked_scripts`], [`destination_scripts`]), and the namespace-scoped handle that puts
 //! these together ([`RedisHandle`]) with the worker's blocking reader
 //! ([`BlockingReader`]), and what a failed call means in words
 //! ([`diagnose`]). The store, the worker, the operator commands and the
@@ -13,6 +13,7 @@
 
 mod conn;
 mod connection;
+pub mod destination_scripts;
 pub mod diagnose;
 mod handle;
 pub mod info;

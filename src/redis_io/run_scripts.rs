@@ -42,8 +42,9 @@ script!(RUN_RELEASE, "run_release.lua");
 script!(DEAD_RETRY, "dead_retry.lua");
 script!(RUN_READ, "run_read.lua");
 
-/// Every script of this module (and of [`super::parked_scripts`]) with its file name, for checks over all of them.
-pub fn all() -> [(&'static str, &'static LuaScript); 18] {
+/// Every script of this module (and of [`super::parked_scripts`] and
+/// [`super::destination_scripts`]) with its file name, for checks over all of them.
+pub fn all() -> [(&'static str, &'static LuaScript); 20] {
     [
         ("worker_start.lua", &WORKER_START),
         ("worker_done.lua", &WORKER_DONE),
@@ -63,6 +64,8 @@ pub fn all() -> [(&'static str, &'static LuaScript); 18] {
         ("run_retry_now.lua", &super::parked_scripts::RUN_RETRY_NOW),
         ("parked_retry_now.lua", &super::parked_scripts::PARKED_RETRY_NOW),
         ("payload_expire.lua", &super::parked_scripts::PAYLOAD_EXPIRE),
+        ("destination_take.lua", &super::destination_scripts::DESTINATION_TAKE),
+        ("destination_hold.lua", &super::destination_scripts::DESTINATION_HOLD),
     ]
 }
 

@@ -742,6 +742,15 @@ mod tests {
                 let c = super::super::parked_scripts::PayloadExpireCall { keys: &keys, now_ms: 5, limit: 9 };
                 (c.script(), c.layout(), c.command())
             },
+            {
+                use super::super::destination_scripts::TakeCall;
+                let c = TakeCall { keys: &keys, destination: "d", give: 1, want: 2, count: 3, per_ms: 1000, burst: 4 };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let c = super::super::destination_scripts::HoldCall { keys: &keys, destination: "d", hold_ms: 5 };
+                (c.script(), c.layout(), c.command())
+            },
         ];
         let mut covered = Vec::new();
         let files = run_scripts::all().into_iter().chain([("gate.lua", &*GATE), ("gate_hold.lua", &*GATE_HOLD)]);

@@ -77,13 +77,16 @@ pub(super) async fn process<H: Handler>(shared: &WorkerState, handler: &H, entry
     // The filter decides first: a refused run costs no attempt (`None`:
     // Redis did not answer, and the run waits for its lease).
     if super::filtered::refused(shared, entry).await != Some(false) {
-        return;
+        // No attempt: its pace token goes back.
+        return shared.gate.give_back(1);
     }
-    // While the destination is down, no attempt starts: the run goes
-    // back, uncounted, for whichever worker's breaker lets it through.
-    let admission = Admission::ask(handler.breaker());
+    // While the destination is paused or held back (seen since the read),
+    // or down, no attempt starts: the run goes back, uncounted, for
+    // whichever worker may start it first.
+    let admission = if shared.gate.holds() { None } else { Admission::ask(handler.breaker()) };
     let task = RunTask { shared, handler, entry, held, run_id, admission: admission.unwrap_or_default() };
     if admission.is_none() || *shared.stopping.borrow() {
+        shared.gate.give_back(1);
         // A probe admitted as the worker stops goes back to the breaker.
         task.admission.abandoned();
         return task.give_back().await;
@@ -91,6 +94,11 @@ pub(super) async fn process<H: Handler>(shared: &WorkerState, handler: &H, entry
     let Some(started) = task.start().await else { return task.admission.abandoned() };
     let (attempt, tries) = (started.attempt, started.tries);
     let (outcome, ran) = task.call(started).await;
+    if let Attempt::Failed(failure) = &outcome
+        && let Some(hold) = destination_hold(failure, task.admission)
+    {
+        shared.gate.hold(&shared.queue, hold).await;
+    }
     match outcome {
         Attempt::Ok(success) => task.finish(attempt, &success, &ran).await,
         Attempt::Failed(failure) => task.record_failure(attempt, tries, failure, &ran).await,
@@ -108,6 +116,14 @@ pub(super) async fn process<H: Handler>(shared: &WorkerState, handler: &H, entry
             task.admission.abandoned();
         }
     }
+}
+
+/// How long a failure holds the whole destination back: a 429, or a 503,
+/// with `Retry-After` from a destination (capped at [`MAX_RETRY_AFTER`]).
+/// The destination asked every sender to slow down, not only this run's.
+pub(super) fn destination_hold(failure: &Failure, admission: Admission<'_>) -> Option<Duration> {
+    let slow_down = matches!(failure.status, Some(429 | 503)) && admission.guards_a_destination();
+    failure.retry_after.filter(|d| slow_down && !d.is_zero()).map(|d| d.min(MAX_RETRY_AFTER))
 }
 
 /// The handler's breaker's say over one attempt: asked once, before it

@@ -61,6 +61,9 @@ pub struct WorkerConfig {
     /// The destination's filter: runs it refuses are acknowledged unrun
     /// (`None`: every run, as a group with no filter).
     pub filter: Option<std::sync::Arc<crate::destination_filter::RunFilter>>,
+    /// The destination's pace (`rate`, `burst`), shared by all its workers
+    /// (`None`: no pace, and no round trip per run for one).
+    pub pace: Option<super::pace::Pace>,
 }
 
 /// How far each wait between attempts is moved at random: ±10 %.
@@ -121,6 +124,7 @@ impl WorkerConfig {
             jitter: true,
             keep_done_payloads: None,
             filter: None,
+            pace: None,
         }
     }
 

@@ -1,8 +1,8 @@
 //! The worker's heartbeat: every interval, one hash at
 //! `idemgate:{NS}:worker:` enc(group) `:` enc(consumer) says who this
 //! worker is and how it fares (mode, redacted destination, breaker state,
-//! runs in hand, last success and failure, version, and the `whpk_` public
-//! keys a destination signs `v1a` with), with a TTL of three
+//! runs in hand, last success and failure, version, the `whpk_` public
+//! keys a destination signs `v1a` with, and its pace), with a TTL of three
 //! intervals. `GET /v1/ops/workers` reads it by name for each consumer
 //! that `XINFO CONSUMERS` lists (the worker registers its consumer before
 //! the first beat): a consumer whose heartbeat expired shows as gone
@@ -82,7 +82,7 @@ pub(super) async fn beat<H: super::run::Handler>(shared: Arc<WorkerState>, hb: H
         }
         (done, failed) = (now_done, now_failed);
         let in_hand = crate::sync::lock(&shared.held).len().to_string();
-        let fields: [(&str, String); 15] = [
+        let fields: [(&str, String); 16] = [
             ("group", queue.group().to_owned()),
             ("consumer", queue.consumer().to_owned()),
             ("mode", hb.mode.clone()),
@@ -99,6 +99,8 @@ pub(super) async fn beat<H: super::run::Handler>(shared: Arc<WorkerState>, hb: H
             ("beat_ms", now),
             // Space-separated `whpk_…` keys (base64 has no space); "" for none.
             ("public_keys", handler.public_keys().join(" ")),
+            // The destination's pace as this worker runs it (`20/s, burst 20`); "" for none.
+            ("pace", shared.config.pace.map(|p| p.describe()).unwrap_or_default()),
         ];
         let mut pipe = redis::pipe();
         // HSET with pairs, not HMSET: the documented ACL of the worker allows HSET.

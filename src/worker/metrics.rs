@@ -32,6 +32,10 @@ pub struct WorkerMetrics {
     requests: [AtomicU64; CLASSES.len()],
     breaker: std::sync::OnceLock<Arc<Breaker>>,
     filtered: AtomicU64,
+    /// 1 while the destination was paused when last seen.
+    paused: AtomicU64,
+    /// Slots that waited for a pace token.
+    paced: AtomicU64,
     /// The destination (the group) the worker runs, for `idemgate_runs_filtered_total`.
     destination: std::sync::OnceLock<String>,
 }
@@ -84,6 +88,16 @@ impl WorkerMetrics {
         self.filtered.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Whether the destination is paused, as this worker last saw it.
+    pub fn paused(&self, paused: bool) {
+        self.paused.store(u64::from(paused), Ordering::Relaxed);
+    }
+
+    /// `slots` free slots waited for a pace token.
+    pub fn paced(&self, slots: u64) {
+        self.paced.fetch_add(slots, Ordering::Relaxed);
+    }
+
     /// Names the destination (the group) the worker runs: its filtered runs show.
     pub fn for_destination(&self, name: &str) {
         let _ = self.destination.set(name.to_owned());
@@ -120,8 +134,22 @@ impl WorkerMetrics {
                 "counter",
                 "Runs the destination's filter refused: acknowledged unrun, no attempt.",
             );
-            let _ =
-                writeln!(o, "{n}{{destination=\"{}\"}} {}", crate::prometheus::escape(destination), g(&self.filtered));
+            let label = crate::prometheus::escape(destination);
+            let _ = writeln!(o, "{n}{{destination=\"{label}\"}} {}", g(&self.filtered));
+            let n = family(
+                &mut o,
+                "idemgate_destination_paused",
+                "gauge",
+                "1 while the destination is paused (idemgate destinations pause), as this worker last saw it.",
+            );
+            let _ = writeln!(o, "{n}{{destination=\"{label}\"}} {}", g(&self.paused));
+            let n = family(
+                &mut o,
+                "idemgate_runs_paced_total",
+                "counter",
+                "Free slots of this worker that waited for the destination's pace (rate) before reading a run: runs held back in the stream.",
+            );
+            let _ = writeln!(o, "{n}{{destination=\"{label}\"}} {}", g(&self.paced));
         }
         if let Some(breaker) = self.breaker.get() {
             let n = family(
@@ -189,6 +217,11 @@ mod tests {
         m.for_destination("ci");
         m.filtered();
         assert!(m.render().contains("idemgate_runs_filtered_total{destination=\"ci\"} 1"));
+        m.paused(true);
+        m.paced(3);
+        let text = m.render();
+        assert!(text.contains("idemgate_destination_paused{destination=\"ci\"} 1"), "{text}");
+        assert!(text.contains("idemgate_runs_paced_total{destination=\"ci\"} 3"), "{text}");
         drop(guard);
         m.watch_breaker(Arc::new(Breaker::new(BreakerConfig::default())));
         m.request(Some(503));

@@ -23,6 +23,8 @@
 //!   an attempt's error as its entry keeps it), `queue` (the Redis calls). [`Worker::run`]
 //!   ties them together and drains at shutdown.
 //! - `filtered`: a destination's filter, deciding each run before any attempt.
+//! - [`pace`]: the destination's gate its workers share: its pace (a token
+//!   bucket in Redis), its pause, and the hold a 429's `Retry-After` puts on it.
 //! - [`command`]: a handler that runs a child process per run.
 //! - [`reaper`]: every process an attempt started dies with the attempt.
 //! - [`scrub`]: the worker's secrets out of `/proc/<worker>/environ` and
@@ -50,6 +52,7 @@ pub mod heartbeat;
 mod history;
 mod leases;
 mod metrics;
+pub mod pace;
 mod probe;
 mod queue;
 mod reader;
@@ -177,6 +180,10 @@ impl Worker {
         let handler = Arc::new(handler);
         let prober = tokio::spawn(probe::probe_parked(shared.clone(), handler.clone()));
         let beat = tokio::spawn(heartbeat::beat(shared.clone(), self.heartbeat.clone(), handler.clone()));
+        let watcher = tokio::spawn({
+            let (shared, stop) = (shared.clone(), stop_rx.clone());
+            async move { pace::watch_state(&shared.gate, &shared.queue, stop).await }
+        });
         let reader = reader::read_loop(shared.clone(), handler, stop_rx);
         let mut tasks = read_until(reader, shutdown, &stop_tx).await;
         // The drain: the run tasks finish their attempts, or give their runs
@@ -186,6 +193,7 @@ impl Worker {
         waker.abort();
         prober.abort();
         beat.abort();
+        watcher.abort();
         heartbeat::forget(&shared).await;
         self.leave().await;
         let summary = shared.counters.summary();

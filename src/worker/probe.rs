@@ -63,10 +63,19 @@ pub(super) async fn probe_parked<H: Handler>(shared: Arc<WorkerState>, handler: 
 
 /// Sends the group's probe if one is due, and records how it went.
 async fn probe_once<H: Handler>(shared: &WorkerState, handler: &H, every: Duration) -> Next {
-    let Some(admission) = Admission::ask(handler.breaker()) else { return Next::BreakerReady };
+    // A probe is a request too: none while the destination is paused or
+    // held back, and with a pace, none without a token.
+    if let Err(wait) = shared.gate.take_one(&shared.queue).await {
+        return Next::After(wait);
+    }
+    let Some(admission) = Admission::ask(handler.breaker()) else {
+        shared.gate.give_back(1);
+        return Next::BreakerReady;
+    };
     let taken = match shared.queue.probe_take(every).await {
         Ok(taken) => taken,
         Err(e) => {
+            shared.gate.give_back(1);
             admission.abandoned();
             tracing::warn!(error = %e, "looking for runs parked for the destination failed; looking again soon");
             return Next::After(every);
@@ -74,6 +83,7 @@ async fn probe_once<H: Handler>(shared: &WorkerState, handler: &H, every: Durati
     };
     let (run, attempts, created_ms, payload) = match taken {
         ProbeTaken::Wait(ms) => {
+            shared.gate.give_back(1);
             admission.abandoned();
             return Next::After(ms.map_or(every, Duration::from_millis).min(every));
         }
@@ -106,7 +116,12 @@ async fn probe_once<H: Handler>(shared: &WorkerState, handler: &H, every: Durati
             );
             (ProbeOutcome::Done, success.status, None, Duration::ZERO)
         }
-        Ok(Err(failure)) => failed(admission, failure),
+        Ok(Err(failure)) => {
+            if let Some(hold) = super::attempt::destination_hold(&failure, admission) {
+                shared.gate.hold(&shared.queue, hold).await;
+            }
+            failed(admission, failure)
+        }
         // A destination that does not answer in time is down.
         Err(_) => failed(
             admission,

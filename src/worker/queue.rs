@@ -162,11 +162,12 @@ impl Queue {
     /// (`XREADGROUP … >`), waiting up to the block time for one; with
     /// `Some(id)`, the entries it already holds (its pending list) after
     /// `id`, without waiting. The second is how a worker finds the entries a
-    /// read delivered whose reply was lost with its connection.
-    pub async fn read(&self, count: usize, after: Option<&str>) -> Result<Vec<StreamEntry>, WorkerError> {
+    /// read delivered whose reply was lost with its connection. `block`
+    /// `false`: new entries without waiting (a paced destination's read).
+    pub async fn read(&self, count: usize, after: Option<&str>, block: bool) -> Result<Vec<StreamEntry>, WorkerError> {
         let mut cmd = redis::cmd("XREADGROUP");
         cmd.arg("GROUP").arg(&self.group).arg(&self.consumer).arg("COUNT").arg(count);
-        if after.is_none() {
+        if after.is_none() && block {
             cmd.arg("BLOCK").arg(redis_ms(self.block));
         }
         cmd.arg("STREAMS").arg(self.keys().runs()).arg(after.unwrap_or(">"));
@@ -180,6 +181,30 @@ impl Queue {
             Ok(reply) => reply,
         };
         Ok(self.parse_all(stream_entries(reply)).await)
+    }
+
+    /// Waits, reading nothing for the group, until the runs stream has an
+    /// entry past the group's last delivered one, or `wait` passed (a paced
+    /// reader's idle wait: it holds no token meanwhile). The group's
+    /// position is read first, so an entry added between the last read and
+    /// this wait ends it at once.
+    pub async fn wait_for_news(&self, wait: Duration) -> Result<(), Error> {
+        let mut info = redis::cmd("XINFO");
+        info.arg("GROUPS").arg(self.keys().runs());
+        let groups: redis::streams::StreamInfoGroupsReply = match self.redis.query(&mut info).await {
+            Err(Error::Redis(e)) if e.code() == Some("ERR") => {
+                // No stream yet: the next read re-creates the group.
+                return Ok(());
+            }
+            r => r?,
+        };
+        let Some(last) = groups.groups.into_iter().find(|g| g.name == self.group).map(|g| g.last_delivered_id) else {
+            return Ok(());
+        };
+        let mut cmd = redis::cmd("XREAD");
+        cmd.arg("COUNT").arg(1).arg("BLOCK").arg(redis_ms(wait).max(1));
+        cmd.arg("STREAMS").arg(self.keys().runs()).arg(last);
+        self.reader.query(&cmd, wait + self.redis.timeout()).await.map(drop)
     }
 
     /// Takes over entries whose lease ran out (idle longer than `lease`)

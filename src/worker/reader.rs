@@ -30,11 +30,26 @@ pub(super) async fn read_loop<H: Handler>(
     stop: watch::Receiver<bool>,
 ) -> JoinSet<()> {
     let mut reader = Reader::new(shared, handler, stop);
-    while let Some(permits) = reader.capacity().await {
+    while let Some(mut permits) = reader.capacity().await {
+        // The destination's gate: paused or held back, nothing is read;
+        // with a pace, a slot reads a run only with a token.
+        let Some(granted) = reader.shared.gate.take(&reader.shared.queue, permits.len(), &mut reader.stop).await
+        else {
+            break;
+        };
+        permits.truncate(granted.max(1));
         let sent = Instant::now();
         match reader.next_entries(permits.len()).await {
-            Ok((entries, taken_over)) => reader.hand_out(entries, taken_over, permits, sent),
+            Ok((entries, taken_over)) => {
+                let unused = permits.len().saturating_sub(entries.len());
+                reader.shared.gate.give_back(unused as u64);
+                if entries.is_empty() && reader.shared.gate.paced() && !reader.wait_for_news().await {
+                    break;
+                }
+                reader.hand_out(entries, taken_over, permits, sent)
+            }
             Err(e) => {
+                reader.shared.gate.give_back(permits.len() as u64);
                 drop(permits);
                 if !reader.pause_after_failed_read(&e).await {
                     break;
@@ -141,12 +156,41 @@ impl<H: Handler> Reader<H> {
         if self.pending_after.is_none() && self.shared.take_recover() {
             self.pending_after = Some("0-0".to_owned());
         }
-        let entries = self.shared.queue.read(count, self.pending_after.as_deref()).await?;
+        // With a pace, a read does not block: see `wait_for_news`.
+        let block = !self.shared.gate.paced();
+        let entries = self.shared.queue.read(count, self.pending_after.as_deref(), block).await?;
         if self.pending_after.is_some() {
             self.pending_after = entries.last().map(|l| l.id.clone());
             self.note_found_pending(&entries);
         }
         Ok((entries, false))
+    }
+
+    /// With a pace, reads do not block (a blocked read would hold its
+    /// tokens while it waits, and spend them all at once later): after one
+    /// that found nothing, this waits, holding no token, until the stream
+    /// has an entry the group has not read, a take-over is due, or the
+    /// block time passed; `false` when asked to stop meanwhile.
+    async fn wait_for_news(&mut self) -> bool {
+        if self.pending_after.is_some() {
+            // The own pending list was being read: new entries come next, at once.
+            return true;
+        }
+        // The owed tokens go back before the wait, not after it.
+        self.shared.gate.look(&self.shared.queue).await;
+        let until_claim = self.next_claim.saturating_duration_since(Instant::now());
+        let wait = self.shared.config.block.min(until_claim);
+        if wait.is_zero() {
+            return true;
+        }
+        let waited = tokio::select! {
+            r = self.shared.queue.wait_for_news(wait) => r,
+            _ = self.stop.wait_for(|s| *s) => return false,
+        };
+        match waited {
+            Ok(()) => true,
+            Err(e) => self.pause_after_failed_read(&e.into()).await,
+        }
     }
 
     /// Takes over runs of any consumer whose lease ran out, when it is time

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use super::config::WorkerConfig;
 use super::metrics::WorkerMetrics;
+use super::pace::Gate;
 use super::queue::Queue;
 use crate::sync::lock;
 
@@ -90,6 +91,8 @@ pub(super) struct WorkerState {
     /// Notified when this worker parked a run: the waker looks at the
     /// parking set again (the new run may be due before what it waits for).
     pub parked: Notify,
+    /// The destination's pace, pause and hold, shared with its other workers.
+    pub gate: Gate,
 }
 
 impl WorkerState {
@@ -101,15 +104,17 @@ impl WorkerState {
         stopping: watch::Receiver<bool>,
         metrics: Option<Arc<WorkerMetrics>>,
     ) -> Self {
+        let gate = Gate::new(&config.group, config.pace, metrics.clone());
         Self {
             queue,
-            config,
             held: Mutex::new(HashMap::new()),
             recover: AtomicBool::new(true),
             counters: Counters::default(),
             stopping,
             metrics,
             parked: Notify::new(),
+            gate,
+            config,
         }
     }
 

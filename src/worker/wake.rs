@@ -22,6 +22,14 @@ const BATCH: usize = 500;
 pub(super) async fn wake_parked(shared: &WorkerState) {
     let mut stop = shared.stopping.clone();
     loop {
+        // A paused or held-back destination's due runs stay parked: nothing
+        // would start them, and a paused destination dead-letters nothing.
+        if shared.gate.holds() {
+            tokio::select! {
+                _ = tokio::time::sleep(super::pace::LOOK_EVERY) => continue,
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
         let wait = match shared.queue.wake(BATCH).await {
             Ok(woken) => {
                 if woken.moved > 0 {
