@@ -33,10 +33,18 @@ pub(super) async fn read_loop<H: Handler>(
     while let Some(mut permits) = reader.capacity().await {
         // The destination's gate: paused or held back, nothing is read;
         // with a pace, a slot reads a run only with a token.
+        let was_closed = reader.shared.gate.holds();
         let Some(granted) = reader.shared.gate.take(&reader.shared.queue, permits.len(), &mut reader.stop).await
         else {
             break;
         };
+        if was_closed {
+            // Runs read as the pause or the hold began went back (idle past
+            // the lease): they are due now, before new ones, not at the
+            // next look for take-overs (up to 5 s away).
+            reader.next_claim = Instant::now();
+            reader.cursor = "0-0".to_owned();
+        }
         permits.truncate(granted.max(1));
         let sent = Instant::now();
         match reader.next_entries(permits.len()).await {

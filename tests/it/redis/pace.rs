@@ -1,0 +1,257 @@
+//! A destination's pace, pause and 429 hold (docs/destinations.md, "Pace,
+//! pause and the 429 hold"), with real `idemgate worker --destination NAME`
+//! processes, a real Redis and receivers on loopback that record when each
+//! request came: the pace holds across two workers in every sliding second
+//! and drops nothing; a pause stops every worker within a second, dead-
+//! letters nothing, and a resume starts them again within a second; a 429
+//! with `Retry-After` holds back the other worker's runs too.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use idemgate::gate::Gate;
+use idemgate::vocabulary::Settings;
+use serde_json::json;
+
+use crate::redis::worker::{Workers, gate_runs};
+use crate::support::destination::{
+    Answer, Destination, Received, dead_count, ok, secret, secrets_file, status, wait_status,
+};
+use crate::support::{fresh_ns, redis_store_in, redis_url, temp_dir, wait_for};
+
+/// A config file with `[worker]` defaults for a test and the given
+/// `[destinations.NAME]` tables (`(name, url, extra lines)`).
+fn config(ns: &str, dir: &Path, tables: &[(&str, &str, &str)]) -> PathBuf {
+    let secrets = secrets_file(dir, &[secret(5)]);
+    let mut text = format!(
+        "redis_url = \"{}\"\nnamespace = \"{ns}\"\n\n[worker]\nblock = \"200ms\"\nconcurrency = 8\n",
+        redis_url()
+    );
+    for (name, url, extra) in tables {
+        text += &format!(
+            "\n[destinations.{name}]\nurl = \"{url}\"\nsecret_file = \"{}\"\n{extra}\n",
+            secrets.display()
+        );
+    }
+    let path = dir.join("idemgate.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// `idemgate worker --config FILE --destination NAME --consumer CONSUMER`,
+/// logging to `dir/CONSUMER.log`.
+fn worker(config: &Path, dir: &Path, name: &str, consumer: &str) -> Child {
+    let log = std::fs::File::create(dir.join(format!("{consumer}.log"))).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["worker", "--config"])
+        .arg(config)
+        .args(["--destination", name, "--consumer", consumer])
+        .env("RUST_LOG", "idemgate=debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+/// `idemgate destinations pause|resume NAME`, which must succeed.
+fn destinations(config: &Path, what: &str, name: &str) -> String {
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_idemgate")).args(["destinations", what, name, "--config"]).arg(config).output();
+    let out = out.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "destinations {what} {name}: {text}");
+    text
+}
+
+/// The most requests of `got` within any one second (a window starting at
+/// each request).
+fn busiest_second(got: &[Received]) -> usize {
+    let mut at: Vec<Instant> = got.iter().map(|r| r.at).collect();
+    at.sort();
+    (0..at.len()).map(|i| at[i..].iter().take_while(|t| t.duration_since(at[i]) < Duration::from_secs(1)).count()).max().unwrap_or(0)
+}
+
+/// Every run number `got` holds, each exactly once, is `1..=runs`.
+fn each_once(got: &[Received], runs: u64) {
+    let mut numbers: Vec<u64> = got.iter().map(Received::number).collect();
+    numbers.sort();
+    assert_eq!(numbers, (1..=runs).collect::<Vec<_>>(), "each run once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paced_destination_starts_at_most_rate_plus_burst_in_any_second_across_two_workers() {
+    let ns = fresh_ns("pace");
+    let dir = temp_dir("pace");
+    let dest = Destination::start(|_, _| ok()).await;
+    let config = config(&ns, &dir, &[("paced", &dest.url(), "rate = \"20/s\"")]);
+    let runs = 200;
+    // The backlog is there before any worker starts: the bucket is all that holds them back.
+    gate_runs(&ns, runs, 1).await;
+    let started = Instant::now();
+    let mut workers = Workers(vec![worker(&config, &dir, "paced", "a"), worker(&config, &dir, "paced", "b")]);
+    wait_status(&ns, (1..=runs as u64).map(|n| (n, "done")), Duration::from_secs(40)).await;
+    let took = started.elapsed();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    workers.stop().await;
+    let got = dest.got();
+    each_once(&got, runs as u64);
+    // rate + burst (the default burst: the rate of one second).
+    let busiest = busiest_second(&got);
+    eprintln!("{runs} runs in {took:?}; the busiest second held {busiest} requests");
+    assert!(busiest <= 40, "{busiest} requests within one second; the pace allows 40");
+    assert!(busiest >= 30, "the burst and the rate are used, not wasted: {busiest}");
+    // 200 runs, 20 at once, then 20 a second: about 9 s, whatever the workers could do.
+    assert!(took >= Duration::from_secs(8), "200 runs in {took:?}: not paced");
+    // Both workers took part.
+    let logs: Vec<String> =
+        ["a", "b"].iter().map(|c| std::fs::read_to_string(dir.join(format!("{c}.log"))).unwrap()).collect();
+    for (c, log) in ["a", "b"].iter().zip(&logs) {
+        assert!(log.contains("delivered run-"), "worker {c} delivered nothing:\n{log}");
+    }
+}
+
+/// Creates runs numbered from `from` on, one every `every`, until aborted.
+fn keep_creating(ns: &str, from: u64, every: Duration) -> tokio::task::JoinHandle<()> {
+    let ns = ns.to_owned();
+    tokio::spawn(async move {
+        let gate = Arc::new(Gate::new(["o/r"], redis_store_in(&ns, &Settings::default()).await));
+        for n in from.. {
+            let e = json!({"org": "o", "repo": "r", "action": "push", "number": n});
+            gate.handle("github", &format!("d-{n}-0"), &e).await.unwrap();
+            tokio::time::sleep(every).await;
+        }
+    })
+}
+
+/// How many runs the gate created in `ns`.
+async fn created(ns: &str) -> u64 {
+    use redis::AsyncCommands;
+    let mut c = crate::support::raw_conn().await;
+    let n: Option<u64> = c.get(idemgate::keys::Keys::new(ns).unwrap().run_counter()).await.unwrap();
+    n.unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_stops_every_worker_within_a_second_and_a_resume_starts_them_again() {
+    let ns = fresh_ns("pause");
+    let dir = temp_dir("pause");
+    // One destination with no pace (its workers poll the state key), one
+    // with a pace (its take answers "paused"); each with two workers.
+    let (plain, paced) = (Destination::start(|_, _| ok()).await, Destination::start(|_, _| ok()).await);
+    let config =
+        config(&ns, &dir, &[("plain", &plain.url(), ""), ("paced", &paced.url(), "rate = \"200/s\"\nburst = 50")]);
+    let mut workers = Workers(vec![
+        worker(&config, &dir, "plain", "plain-a"),
+        worker(&config, &dir, "plain", "plain-b"),
+        worker(&config, &dir, "paced", "paced-a"),
+        worker(&config, &dir, "paced", "paced-b"),
+    ]);
+    let creating = keep_creating(&ns, 1, Duration::from_millis(20));
+    wait_for(Duration::from_secs(20), "both destinations delivering", || async {
+        plain.got().len() >= 20 && paced.got().len() >= 20
+    })
+    .await;
+
+    for name in ["plain", "paced"] {
+        assert!(destinations(&config, "pause", name).contains("paused"));
+    }
+    let paused_at = Instant::now();
+    // Within a second every worker knows; what was in flight has finished.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let (plain_then, paced_then) = (plain.got().len(), paced.got().len());
+    let created_then = created(&ns).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(created(&ns).await >= created_then + 50, "runs kept coming while paused");
+    for (name, dest, then) in [("plain", &plain, plain_then), ("paced", &paced, paced_then)] {
+        let late: Vec<Duration> =
+            dest.got()[then..].iter().map(|r| r.at.saturating_duration_since(paused_at)).collect();
+        assert!(late.is_empty(), "{name}: requests {late:?} after the pause returned");
+    }
+    assert_eq!(dead_count(&ns).await, 0, "a paused destination dead-letters nothing");
+
+    for name in ["plain", "paced"] {
+        assert!(destinations(&config, "resume", name).contains("resumed"));
+    }
+    let resumed_at = Instant::now();
+    wait_for(Duration::from_secs(5), "deliveries again after the resume", || async {
+        plain.got().len() > plain_then && paced.got().len() > paced_then
+    })
+    .await;
+    for (name, dest, then) in [("plain", &plain, plain_then), ("paced", &paced, paced_then)] {
+        let first = dest.got()[then].at.saturating_duration_since(resumed_at);
+        assert!(first < Duration::from_secs(1), "{name}: the first request {first:?} after the resume");
+    }
+    creating.abort();
+    let last = created(&ns).await;
+    // Each destination's receiver, not the runs' status (the two share it).
+    wait_for(Duration::from_secs(30), "every run at both destinations", || async {
+        [&plain, &paced].iter().all(|d| {
+            let numbers: std::collections::BTreeSet<u64> = d.got().iter().map(Received::number).collect();
+            numbers.len() as u64 >= last
+        })
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    workers.stop().await;
+    // Nothing was dropped or doubled by the pause: each destination got every run once.
+    each_once(&plain.got(), last);
+    each_once(&paced.got(), last);
+    assert_eq!(dead_count(&ns).await, 0);
+    // A name no group has is refused, and nothing is written.
+    let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["destinations", "pause", "nope", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no destination nope"), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_with_retry_after_holds_back_every_worker_of_the_destination() {
+    let ns = fresh_ns("hold429");
+    let dir = temp_dir("hold429");
+    let first_429 = Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let seen = first_429.clone();
+    // The 30th request is answered 429 Retry-After: 3; every other one 200.
+    let dest = Destination::start(move |r, _| {
+        let mut first = seen.lock().unwrap();
+        if first.is_none() && r.number() == 30 {
+            *first = Some(r.at);
+            return Answer { headers: vec![("retry-after", "3".to_owned())], ..status(StatusCode::TOO_MANY_REQUESTS) };
+        }
+        ok()
+    })
+    .await;
+    let config = config(&ns, &dir, &[("held", &dest.url(), "concurrency = 2")]);
+    let mut workers = Workers(vec![worker(&config, &dir, "held", "a"), worker(&config, &dir, "held", "b")]);
+    let creating = keep_creating(&ns, 1, Duration::from_millis(25));
+    wait_for(Duration::from_secs(20), "the 429", || async { first_429.lock().unwrap().is_some() }).await;
+    let at = first_429.lock().unwrap().unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let got = dest.got();
+    // The worker that got the 429 stops at once, the other within its look
+    // (half a second): from then until the hold ends, no request at all.
+    let during: Vec<(Duration, u64)> = got
+        .iter()
+        .map(|r| (r.at.saturating_duration_since(at), r.number()))
+        .filter(|(d, _)| *d > Duration::from_millis(800) && *d < Duration::from_millis(2800))
+        .collect();
+    assert!(during.is_empty(), "requests during the hold: {during:?}");
+    let after = got.iter().filter(|r| r.at > at + Duration::from_millis(2900)).count();
+    assert!(after > 0, "requests again once the hold ended");
+    // Both workers were delivering: the hold held the other one too.
+    for c in ["a", "b"] {
+        let log = std::fs::read_to_string(dir.join(format!("{c}.log"))).unwrap();
+        assert!(log.contains("delivered run-"), "worker {c} delivered nothing:\n{log}");
+    }
+    creating.abort();
+    let last = created(&ns).await;
+    wait_status(&ns, (1..=last).map(|n| (n, "done")), Duration::from_secs(40)).await;
+    workers.stop().await;
+    assert_eq!(dead_count(&ns).await, 0);
+}
