@@ -173,17 +173,14 @@ async fn resume(State(st): State<AppState>, p: Result<Path<String>, PathRejectio
     set_paused(st, p, false).await
 }
 
-async fn set_paused(
-    st: AppState,
-    p: Result<Path<String>, PathRejection>,
-    paused: bool,
-) -> Result<Response, ApiError> {
+async fn set_paused(st: AppState, p: Result<Path<String>, PathRejection>, paused: bool) -> Result<Response, ApiError> {
     use crate::ops::destinations::PauseError;
     let name = path(p)?;
     segment("name", &name)?;
-    let answer = source(&st)?.pause(&name, paused).await.ok_or_else(|| {
-        ApiError::NotFound("the memory store has no destinations: workers need Redis".into())
-    })?;
+    let answer = source(&st)?
+        .pause(&name, paused)
+        .await
+        .ok_or_else(|| ApiError::NotFound("the memory store has no destinations: workers need Redis".into()))?;
     match answer {
         Ok(done) => {
             let what = if paused { "paused" } else { "resumed" };

@@ -117,7 +117,9 @@ pub struct PauseAnswer {
 #[derive(Debug, thiserror::Error)]
 pub enum PauseError {
     /// No consumer group of that name reads the runs stream.
-    #[error("no destination {0:?}: no consumer group of that name reads the runs stream (start one of its workers first)")]
+    #[error(
+        "no destination {0:?}: no consumer group of that name reads the runs stream (start one of its workers first)"
+    )]
     Unknown(String),
     /// The store failed.
     #[error(transparent)]

@@ -103,9 +103,7 @@ impl ScriptCall for HoldCall<'_> {
     }
 
     fn layout(&self) -> Layout {
-        Layout::default()
-            .key("destination_key", self.keys.destination(self.destination))
-            .arg("hold_ms", self.hold_ms)
+        Layout::default().key("destination_key", self.keys.destination(self.destination)).arg("hold_ms", self.hold_ms)
     }
 
     fn decode(&self, reply: Value) -> Result<u64, Error> {

@@ -34,8 +34,7 @@ pub(super) async fn read_loop<H: Handler>(
         // The destination's gate: paused or held back, nothing is read;
         // with a pace, a slot reads a run only with a token.
         let was_closed = reader.shared.gate.holds();
-        let Some(granted) = reader.shared.gate.take(&reader.shared.queue, permits.len(), &mut reader.stop).await
-        else {
+        let Some(granted) = reader.shared.gate.take(&reader.shared.queue, permits.len(), &mut reader.stop).await else {
             break;
         };
         if was_closed {

@@ -31,10 +31,8 @@ fn config(ns: &str, dir: &Path, tables: &[(&str, &str, &str)]) -> PathBuf {
         redis_url()
     );
     for (name, url, extra) in tables {
-        text += &format!(
-            "\n[destinations.{name}]\nurl = \"{url}\"\nsecret_file = \"{}\"\n{extra}\n",
-            secrets.display()
-        );
+        text +=
+            &format!("\n[destinations.{name}]\nurl = \"{url}\"\nsecret_file = \"{}\"\n{extra}\n", secrets.display());
     }
     let path = dir.join("idemgate.toml");
     std::fs::write(&path, text).unwrap();
@@ -59,8 +57,10 @@ fn worker(config: &Path, dir: &Path, name: &str, consumer: &str) -> Child {
 
 /// `idemgate destinations pause|resume NAME`, which must succeed.
 fn destinations(config: &Path, what: &str, name: &str) -> String {
-    let out =
-        Command::new(env!("CARGO_BIN_EXE_idemgate")).args(["destinations", what, name, "--config"]).arg(config).output();
+    let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["destinations", what, name, "--config"])
+        .arg(config)
+        .output();
     let out = out.unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "destinations {what} {name}: {text}");
@@ -72,7 +72,10 @@ fn destinations(config: &Path, what: &str, name: &str) -> String {
 fn busiest_second(got: &[Received]) -> usize {
     let mut at: Vec<Instant> = got.iter().map(|r| r.at).collect();
     at.sort();
-    (0..at.len()).map(|i| at[i..].iter().take_while(|t| t.duration_since(at[i]) < Duration::from_secs(1)).count()).max().unwrap_or(0)
+    (0..at.len())
+        .map(|i| at[i..].iter().take_while(|t| t.duration_since(at[i]) < Duration::from_secs(1)).count())
+        .max()
+        .unwrap_or(0)
 }
 
 /// Every run number `got` holds, each exactly once, is `1..=runs`.
@@ -254,4 +257,83 @@ async fn a_429_with_retry_after_holds_back_every_worker_of_the_destination() {
     wait_status(&ns, (1..=last).map(|n| (n, "done")), Duration::from_secs(40)).await;
     workers.stop().await;
     assert_eq!(dead_count(&ns).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ops_api_pauses_and_resumes_a_destination_behind_the_csrf_rules() {
+    let ns = fresh_ns("pauseapi");
+    let (dir, serve_dir) = (temp_dir("pauseapi"), temp_dir("pauseapi-serve"));
+    let dest = Destination::start(|_, _| ok()).await;
+    let config = config(&ns, &dir, &[("ci", &dest.url(), "rate = \"50/s\"\nheartbeat_interval = \"200ms\"")]);
+    let mut workers = Workers(vec![worker(&config, &dir, "ci", "ci-a")]);
+    // No token, on loopback: the site checks of every state-changing call apply.
+    let (child, port) =
+        crate::support::Served::spawn(redis_url(), &ns, &serve_dir, None, "allowed_repos = [\"o/r\"]\n", &[]);
+    let _serve = Killed(child);
+    let gate = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    let post = |path: &str, headers: &[(&str, &str)]| {
+        let mut r = http.post(format!("{gate}{path}")).header("content-type", "application/json");
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        r.send()
+    };
+    let list = || async {
+        let v: serde_json::Value =
+            http.get(format!("{gate}/v1/ops/destinations")).send().await.unwrap().json().await.unwrap();
+        v["destinations"].as_array().unwrap().iter().find(|d| d["name"] == "ci").cloned().unwrap_or_default()
+    };
+    wait_for(Duration::from_secs(10), "the worker's heartbeat with its pace", || async {
+        list().await["pace"] == json!(["50/s, burst 50"])
+    })
+    .await;
+    assert_eq!(list().await["paused"], false);
+
+    // Another site, through the operator's browser: refused, nothing paused.
+    for foreign in [[("origin", "http://attacker.example")], [("sec-fetch-site", "cross-site")]] {
+        let r = post("/v1/ops/destinations/ci/pause", &foreign).await.unwrap();
+        assert_eq!(r.status(), 403, "{foreign:?}");
+    }
+    let r = http.post(format!("{gate}/v1/ops/destinations/ci/pause")).header("content-type", "text/plain").send();
+    assert_eq!(r.await.unwrap().status(), 415);
+    assert_eq!(list().await["paused"], false, "no refused call paused it");
+
+    let r = post("/v1/ops/destinations/ci/pause", &[("origin", &gate), ("sec-fetch-site", "same-origin")]).await;
+    let r = r.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.json::<serde_json::Value>().await.unwrap(),
+        json!({"destination": "ci", "paused": true, "was_paused": false})
+    );
+    let shown = list().await;
+    assert_eq!(shown["paused"], true, "{shown}");
+    assert!(shown["paused_ms"].as_u64().is_some(), "{shown}");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    gate_runs(&ns, 5, 1).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(dest.got().is_empty(), "nothing reaches a paused destination");
+
+    let r = post("/v1/ops/destinations/ci/resume", &[]).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let resumed = Instant::now();
+    wait_for(Duration::from_secs(5), "the runs after the resume", || async { dest.got().len() >= 5 }).await;
+    assert!(resumed.elapsed() < Duration::from_millis(1500), "{:?} after the resume", resumed.elapsed());
+    assert_eq!(list().await["paused"], false);
+    each_once(&dest.got(), 5);
+
+    let r = post("/v1/ops/destinations/nope/pause", &[]).await.unwrap();
+    assert_eq!(r.status(), 404);
+    assert!(r.text().await.unwrap().contains("no destination"));
+    workers.stop().await;
+}
+
+/// A child process killed when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
