@@ -3,8 +3,8 @@
 // gate's answers and their rates, then memory. The waiting counts all come
 // from one reading of /v1/ops/workers (one round of Redis reads), so they
 // agree: not yet delivered + given back + parked.
-import { api } from "/console/api.js";
-import { $, bytes, duration, el, relTime, setText, tile, timeEl } from "/console/util.js";
+import { api, report } from "/console/api.js";
+import { $, bytes, duration, el, notice, relTime, setText, tile, timeEl } from "/console/util.js";
 
 const num = (v) => (v === "" || v === undefined || v === null ? null : Number(v));
 
@@ -46,11 +46,45 @@ function queueRow(g) {
   );
 }
 
+// A destination's row: paused (by an operator), held (a 429's Retry-After)
+// or active, its pace, and the button that pauses or resumes every worker of it.
+function destinationRow(d) {
+  const held = typeof d.hold_until_ms === "number" && d.hold_until_ms > Date.now();
+  const state = d.paused ? "paused" : held ? "held back" : "active";
+  const action = d.paused ? "resume" : "pause";
+  const button = el("button", { text: d.paused ? "Resume" : "Pause", attrs: { type: "button", "data-action": action } });
+  button.addEventListener("click", () => setPaused(d.name, action).catch(report));
+  const stateCell = el("td", { text: state, cls: "destination-" + state.replace(" ", "-"), attrs: { "data-state": state } });
+  if (d.paused && typeof d.paused_ms === "number") stateCell.append(" ", timeEl(d.paused_ms));
+  if (held) stateCell.title = "until " + new Date(d.hold_until_ms).toISOString();
+  return el(
+    "tr",
+    { attrs: { "data-destination": d.name, "data-paused": String(!!d.paused) } },
+    el("td", { text: d.name }),
+    stateCell,
+    el("td", { text: (d.pace || []).join("; ") || "none" }),
+    el("td", { text: String(d.workers_up ?? 0) }),
+    el("td", {}, button),
+  );
+}
+
+async function setPaused(name, action) {
+  await api(`/v1/ops/destinations/${encodeURIComponent(name)}/${action}`, "POST");
+  notice(action === "pause" ? `Paused ${name}: its workers start no new attempt within a second.` : `Resumed ${name}.`, true);
+  await refreshOverview();
+}
+
 export async function refreshOverview() {
-  const [s, w, d] = await Promise.all([api("/v1/ops/stats"), api("/v1/ops/workers"), api("/v1/ops/dead?limit=1")]);
+  const [s, w, d, dest] = await Promise.all([
+    api("/v1/ops/stats"),
+    api("/v1/ops/workers"),
+    api("/v1/ops/dead?limit=1"),
+    api("/v1/ops/destinations"),
+  ]);
   setText($("store-kind"), s.store === "memory" ? "(memory store)" : `(Redis, namespace ${s.namespace})`);
 
   const workers = w.workers || [];
+  const destinations = dest.destinations || [];
   const up = workers.filter((x) => x.state === "up");
   const gone = workers.filter((x) => x.state === "gone");
   const open = up.filter((x) => x.heartbeat && (x.heartbeat.breaker === "open" || x.heartbeat.breaker === "half_open"));
@@ -74,10 +108,12 @@ export async function refreshOverview() {
     tile("parked for a retry", String(parked), "parked"),
     tile("next retry due", nextDue ? relTime(nextDue) : "none parked", "next-due"),
     tile("dead runs", String(d.total ?? 0), "dead", d.total ? "bad" : ""),
+    tile("destinations paused", String(destinations.filter((x) => x.paused).length), "destinations-paused", destinations.some((x) => x.paused) ? "bad" : ""),
   );
   $("health").querySelector('[data-tile="waiting"]').title = `not yet delivered ${sum("lag")} · given back ${sum("given_back")} · parked ${parked}`;
   $("queues-table").tBodies[0].replaceChildren(...groups.map(queueRow));
   $("workers-table").tBodies[0].replaceChildren(...workers.map(workerRow));
+  $("destinations-table").tBodies[0].replaceChildren(...destinations.map(destinationRow));
   $("workers-empty").textContent = workers.length ? "" : s.store === "memory" ? "The memory store has no workers." : "No worker has joined this namespace.";
 
   const svc = s.service || {};

@@ -7,6 +7,7 @@
 
 pub(crate) mod console;
 pub(crate) mod console_parked;
+pub(crate) mod console_paused;
 pub(crate) mod console_views;
 pub(crate) mod csrf;
 pub(crate) mod deploy;
