@@ -1,8 +1,9 @@
 -- idemgate worker: one destination's gate, shared by all its workers
 -- (docs/destinations.md, "Pace, pause and the 429 hold"). The state key is a
 -- hash: `paused` (and `paused_ms`) while an operator paused the destination,
--- `hold_until_ms` while a 429's Retry-After holds it back, and the pace's
--- token bucket (`tokens`, `refill_ms`). A worker calls this before it reads
+-- `hold_until_ms` while a 429's Retry-After holds it back, `breaker` while a
+-- worker's breaker is open (the workers share it: one worker's probe success
+-- closes it for all), and the pace's token bucket (`tokens`, `refill_ms`). A worker calls this before it reads
 -- new runs or takes runs over, asking for one token per free slot: a run it
 -- cannot take stays in the stream, in order, holding nothing. It gives back
 -- the tokens it did not use (fewer runs came than it asked for, or its
@@ -20,17 +21,18 @@
 -- ARGV[3]: count             the pace's attempts per ARGV[4] (0: no pace)
 -- ARGV[4]: per_ms            the pace's period, ms (1000 or 60000)
 -- ARGV[5]: burst             the bucket's size
--- Returns: {granted, wait_ms, state}
+-- Returns: {granted, wait_ms, state, breaker_open}
 --          state 0: open; granted tokens (fewer than want: the next one
 --                   comes in wait_ms)
 --          state 1: paused (granted 0)
 --          state 2: held back by a Retry-After for wait_ms more (granted 0)
+--          breaker_open 1 while a worker of the destination has its breaker open
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local give, want = tonumber(ARGV[1]), tonumber(ARGV[2])
 local count, per, burst = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local h = redis.call('HMGET', KEYS[1], 'paused', 'hold_until_ms', 'tokens', 'refill_ms')
+local h = redis.call('HMGET', KEYS[1], 'paused', 'hold_until_ms', 'tokens', 'refill_ms', 'breaker')
 
 local tokens = 0
 if count > 0 then
@@ -61,4 +63,8 @@ if count > 0 then
   -- As text: a Lua number handed to Redis would lose its fraction.
   redis.call('HSET', KEYS[1], 'tokens', string.format('%.4f', tokens), 'refill_ms', now)
 end
-return {granted, wait, state}
+local breaker_open = 0
+if h[5] then
+  breaker_open = 1
+end
+return {granted, wait, state, breaker_open}

@@ -46,11 +46,11 @@ function queueRow(g) {
   );
 }
 
-// A destination's row: paused (by an operator), held (a 429's Retry-After)
-// or active, its pace, and the button that pauses or resumes every worker of it.
+// A destination's row: paused (by an operator), held (a 429's Retry-After),
+// its shared breaker open, or active, its pace, and the button that pauses or resumes every worker of it.
 function destinationRow(d) {
   const held = typeof d.hold_until_ms === "number" && d.hold_until_ms > Date.now();
-  const state = d.paused ? "paused" : held ? "held back" : "active";
+  const state = d.paused ? "paused" : held ? "held back" : d.breaker_open ? "breaker open" : "active";
   const action = d.paused ? "resume" : "pause";
   const button = el("button", { text: d.paused ? "Resume" : "Pause", attrs: { type: "button", "data-action": action } });
   button.addEventListener("click", () => setPaused(d.name, action).catch(report));

@@ -45,6 +45,9 @@ pub struct DestinationView {
     /// Until when a 429's `Retry-After` holds it back, ms since the Unix
     /// epoch (`None`: no hold, or one that ran out).
     pub hold_until_ms: Option<u64>,
+    /// A worker of it has its breaker open (the breaker its `--deliver`
+    /// workers share): none starts attempts but probes until one succeeds.
+    pub breaker_open: bool,
     /// Its pace as its live workers run it (`20/s, burst 20`; each once;
     /// empty: none, or no live worker).
     pub pace: Vec<String>,
@@ -83,6 +86,7 @@ impl Destinations {
                 paused: false,
                 paused_ms: None,
                 hold_until_ms: None,
+                breaker_open: false,
                 pace: Vec::new(),
             })
             .collect();
@@ -134,10 +138,13 @@ impl Destinations {
         }
         let mut pipe = redis::pipe();
         for d in &self.destinations {
-            pipe.cmd("HMGET").arg(ops.keys().destination(&d.name)).arg(&["paused", "paused_ms", "hold_until_ms"][..]);
+            let fields = ["paused", "paused_ms", "hold_until_ms", "breaker"];
+            pipe.cmd("HMGET").arg(ops.keys().destination(&d.name)).arg(&fields[..]);
         }
-        let states: Vec<(Option<String>, Option<String>, Option<String>)> = ops.redis.query(&mut pipe).await?;
-        for (d, (paused, paused_ms, hold)) in self.destinations.iter_mut().zip(states) {
+        type Fields = (Option<String>, Option<String>, Option<String>, Option<String>);
+        let states: Vec<Fields> = ops.redis.query(&mut pipe).await?;
+        for (d, (paused, paused_ms, hold, breaker)) in self.destinations.iter_mut().zip(states) {
+            d.breaker_open = breaker.is_some();
             d.paused = paused.is_some();
             d.paused_ms = paused_ms.and_then(|t| t.parse().ok());
             d.hold_until_ms = hold.and_then(|t| t.parse().ok()).filter(|t| *t > self.read_at_ms);

@@ -1,6 +1,6 @@
 //! The calls of a destination's shared gate (`lua/destination_take.lua`,
-//! `lua/destination_hold.lua`): its pace's token bucket, its pause and the
-//! hold a 429's `Retry-After` puts on it, all in its state key
+//! `lua/destination_hold.lua`): its pace's token bucket, its pause, the
+//! hold a 429's `Retry-After` puts on it and its shared breaker, all in its state key
 //! ([`Keys::destination`]). The worker makes them (`crate::worker`'s
 //! `pace` step); `idemgate destinations pause|resume` writes the same key.
 
@@ -55,8 +55,18 @@ pub enum Taken {
     Held(u64),
 }
 
+/// What [`TakeCall`] answered: the gate, and whether a worker of the
+/// destination has its breaker open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Took {
+    /// Open, paused or held back.
+    pub taken: Taken,
+    /// The destination's shared breaker is open.
+    pub breaker_open: bool,
+}
+
 impl ScriptCall for TakeCall<'_> {
-    type Reply = Taken;
+    type Reply = Took;
 
     fn script(&self) -> &'static LuaScript {
         &DESTINATION_TAKE
@@ -72,14 +82,15 @@ impl ScriptCall for TakeCall<'_> {
             .arg("burst", self.burst)
     }
 
-    fn decode(&self, reply: Value) -> Result<Taken, Error> {
-        let (granted, wait_ms, state): (u64, u64, u8) = decode(reply)?;
-        match state {
-            0 => Ok(Taken::Open { granted, wait_ms }),
-            1 => Ok(Taken::Paused),
-            2 => Ok(Taken::Held(wait_ms)),
-            other => Err(Error::UnexpectedReply(format!("destination_take.lua answered state {other}"))),
-        }
+    fn decode(&self, reply: Value) -> Result<Took, Error> {
+        let (granted, wait_ms, state, breaker): (u64, u64, u8, u8) = decode(reply)?;
+        let taken = match state {
+            0 => Taken::Open { granted, wait_ms },
+            1 => Taken::Paused,
+            2 => Taken::Held(wait_ms),
+            other => return Err(Error::UnexpectedReply(format!("destination_take.lua answered state {other}"))),
+        };
+        Ok(Took { taken, breaker_open: breaker == 1 })
     }
 }
 

@@ -222,6 +222,27 @@ impl Breaker {
         counted
     }
 
+    /// Another worker of the destination opened its breaker (the state key
+    /// says so): this one opens too, its first probe a cooldown from now.
+    /// Whether it changed anything.
+    pub fn open_shared(&self) -> bool {
+        let mut state = lock(&self.state);
+        if !matches!(*state, State::Closed { .. }) {
+            return false;
+        }
+        let cooldown = self.config.cooldown;
+        *state = State::Open { until: Instant::now() + cooldown, cooldown };
+        drop(state);
+        tracing::warn!("another worker of the destination opened its breaker: breaker open here too");
+        self.changed.notify_waiters();
+        true
+    }
+
+    /// Whether the breaker is closed.
+    pub fn is_closed(&self) -> bool {
+        matches!(self.state(), State::Closed { .. })
+    }
+
     /// [`State::probe_abandoned`].
     pub fn probe_abandoned(&self) {
         lock(&self.state).probe_abandoned();

@@ -16,6 +16,11 @@
 //! - **hold**: a 429 (or a 503) with `Retry-After` holds every worker of the
 //!   destination back that long (`lua/destination_hold.lua`), not only the
 //!   run that got it.
+//! - **breaker** (`--deliver`): a worker whose breaker opens or closes
+//!   writes it into the key at its next look (`breaker`), and the others
+//!   follow at theirs: one worker's failures open it for every worker of the
+//!   destination, and one probe's success closes it for all, also for a
+//!   worker that has no run to probe with.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,6 +29,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::breaker::Breaker;
 use super::metrics::WorkerMetrics;
 use super::queue::Queue;
 use crate::redis_io::destination_scripts::{HoldCall, TakeCall, Taken};
@@ -96,11 +102,28 @@ pub(super) struct Gate {
     owed: AtomicU64,
     /// Where `idemgate_destination_paused` and `idemgate_runs_paced_total` go.
     metrics: Option<Arc<WorkerMetrics>>,
+    /// The state key's `breaker` said open at the last call.
+    shared_breaker_open: std::sync::atomic::AtomicBool,
+}
+
+/// What the poller knew of the breakers at its last look: this worker's
+/// (closed or not) and the destination's (open or not).
+#[derive(Debug, Clone, Copy)]
+struct BreakerSync {
+    local_closed: bool,
+    shared_open: bool,
 }
 
 impl Gate {
     pub fn new(name: &str, pace: Option<Pace>, metrics: Option<Arc<WorkerMetrics>>) -> Self {
-        Self { name: name.to_owned(), pace, seen: watch::Sender::new(Seen::Open), owed: AtomicU64::new(0), metrics }
+        Self {
+            name: name.to_owned(),
+            pace,
+            seen: watch::Sender::new(Seen::Open),
+            owed: AtomicU64::new(0),
+            metrics,
+            shared_breaker_open: std::sync::atomic::AtomicBool::new(false),
+        }
     }
 
     /// `slots` free slots waited for a token.
@@ -138,14 +161,24 @@ impl Gate {
 
     /// One call of `lua/destination_take.lua`, giving back what is owed.
     async fn call(&self, queue: &Queue, want: u64) -> Result<Taken, crate::Error> {
+        let took = self.call_shared(queue, want).await?;
+        self.shared_breaker_open.store(took.breaker_open, Ordering::Relaxed);
+        Ok(took.taken)
+    }
+
+    async fn call_shared(
+        &self,
+        queue: &Queue,
+        want: u64,
+    ) -> Result<crate::redis_io::destination_scripts::Took, crate::Error> {
         let give = self.owed.swap(0, Ordering::Relaxed);
         let (count, per_ms, burst) =
             self.pace.map_or((0, 1000, 0), |p| (u64::from(p.count), p.per.as_millis() as u64, u64::from(p.burst)));
         let call = TakeCall { keys: queue.keys(), destination: &self.name, give, want, count, per_ms, burst };
         match queue.handle().call(&call).await {
-            Ok(taken) => {
-                self.saw(taken);
-                Ok(taken)
+            Ok(took) => {
+                self.saw(took.taken);
+                Ok(took)
             }
             Err(e) => {
                 // Not given back this time: the next call does.
@@ -250,12 +283,62 @@ impl Gate {
     }
 }
 
+impl Gate {
+    /// Shares this worker's breaker with the destination's other workers,
+    /// after a look: a change of this worker's breaker since the last look
+    /// is written to the state key; else a change of the key's is followed
+    /// here (opened by another worker's failures, closed by another
+    /// worker's probe).
+    async fn sync_breaker(&self, queue: &Queue, breaker: &Breaker, last: &mut BreakerSync) {
+        let local_closed = breaker.is_closed();
+        let shared_open = self.shared_breaker_open.load(Ordering::Relaxed);
+        if local_closed != last.local_closed {
+            let key = queue.keys().destination(&self.name);
+            let mut cmd = if local_closed {
+                let mut c = redis::cmd("HDEL");
+                c.arg(&key).arg(&["breaker", "breaker_ms"][..]);
+                c
+            } else {
+                let mut c = redis::cmd("HSET");
+                c.arg(&key).arg("breaker").arg("open").arg("breaker_ms").arg(crate::units::now_ms());
+                c
+            };
+            match queue.handle().query::<i64>(&mut cmd).await {
+                Ok(_) => *last = BreakerSync { local_closed, shared_open: !local_closed },
+                Err(e) => {
+                    tracing::warn!(destination = %self.name, error = %e, "could not share the breaker's state; trying at the next look")
+                }
+            }
+            return;
+        }
+        if shared_open != last.shared_open {
+            if shared_open {
+                breaker.open_shared();
+            } else if !local_closed {
+                tracing::info!(destination = %self.name, "another worker's probe closed the destination's breaker");
+                breaker.success();
+            }
+            *last = BreakerSync { local_closed: breaker.is_closed(), shared_open };
+        }
+    }
+}
+
 /// Looks at the destination's state every [`LOOK_EVERY`] until the worker
 /// stops: a pause or a hold set by anyone reaches this worker within a
-/// second, without a round trip per run.
-pub(super) async fn watch_state(gate: &Gate, queue: &Queue, mut stop: watch::Receiver<bool>) {
+/// second, without a round trip per run; and shares `breaker` (a
+/// `--deliver` worker's) with the destination's other workers.
+pub(super) async fn watch_state(
+    gate: &Gate,
+    queue: &Queue,
+    breaker: Option<&Breaker>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut last = BreakerSync { local_closed: true, shared_open: false };
     loop {
         gate.look(queue).await;
+        if let Some(b) = breaker {
+            gate.sync_breaker(queue, b, &mut last).await;
+        }
         tokio::select! {
             _ = tokio::time::sleep(LOOK_EVERY) => {}
             _ = stop.wait_for(|s| *s) => return,

@@ -337,3 +337,76 @@ impl Drop for Killed {
         let _ = self.0.wait();
     }
 }
+
+/// The breaker field of destination `name`'s state key in `ns`.
+async fn shared_breaker(ns: &str, name: &str) -> Option<String> {
+    use redis::AsyncCommands;
+    let mut c = crate::support::raw_conn().await;
+    c.hget(idemgate::keys::Keys::new(ns).unwrap().destination(name), "breaker").await.unwrap()
+}
+
+/// The breaker a worker's heartbeat shows.
+async fn heartbeat_breaker(ns: &str, group: &str, consumer: &str) -> String {
+    use redis::AsyncCommands;
+    let mut c = crate::support::raw_conn().await;
+    let b: Option<String> =
+        c.hget(idemgate::keys::Keys::new(ns).unwrap().worker(group, consumer), "breaker").await.unwrap();
+    b.unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destinations_breaker_is_shared_by_its_workers_through_redis() {
+    let ns = fresh_ns("sharedbreaker");
+    let dir = temp_dir("sharedbreaker");
+    let down = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let d = down.clone();
+    let dest = Destination::start(move |_, _| {
+        if d.load(std::sync::atomic::Ordering::SeqCst) { status(StatusCode::SERVICE_UNAVAILABLE) } else { ok() }
+    })
+    .await;
+    let extra = "breaker_failures = 1\nbreaker_cooldown = \"1s\"\nbreaker_max_cooldown = \"1s\"\nheartbeat_interval = \"200ms\"";
+    let config = config(&ns, &dir, &[("shared", &dest.url(), extra)]);
+    let mut workers = Workers(vec![worker(&config, &dir, "shared", "a")]);
+    let shows = |want: &'static str| {
+        let ns = ns.clone();
+        move || {
+            let ns = ns.clone();
+            async move { heartbeat_breaker(&ns, "shared", "a").await == want }
+        }
+    };
+    wait_for(Duration::from_secs(10), "the worker's heartbeat", shows("closed")).await;
+
+    // Its own breaker opens on the destination's failure: the key says so for the others.
+    gate_runs(&ns, 1, 1).await;
+    wait_for(Duration::from_secs(10), "the open breaker shared", || async {
+        shared_breaker(&ns, "shared").await.as_deref() == Some("open")
+    })
+    .await;
+    // The destination returns: its probe closes the breaker, for everyone.
+    down.store(false, std::sync::atomic::Ordering::SeqCst);
+    wait_for(Duration::from_secs(10), "the closed breaker shared", || async {
+        shared_breaker(&ns, "shared").await.is_none()
+    })
+    .await;
+    wait_for(Duration::from_secs(10), "run-1 delivered", || async { !dest.of_run(1).is_empty() }).await;
+
+    // Another worker's breaker opens (written as it writes it): this one, with
+    // no run in hand, opens too, within its look.
+    let key = idemgate::keys::Keys::new(&ns).unwrap().destination("shared");
+    let mut c = crate::support::raw_conn().await;
+    let opened = Instant::now();
+    let _: () = redis::cmd("HSET").arg(&key).arg("breaker").arg("open").query_async(&mut c).await.unwrap();
+    wait_for(Duration::from_secs(3), "this worker's breaker open", shows("open")).await;
+    assert!(opened.elapsed() < Duration::from_millis(1500), "{:?}", opened.elapsed());
+    // That worker's probe succeeded: this one closes though it has no run to probe with.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Open, or half-open once its cooldown passed: with no run to probe with, not closed.
+    let alone = heartbeat_breaker(&ns, "shared", "a").await;
+    assert!(alone == "open" || alone == "half_open", "no run of its own closed it: {alone}");
+    let closed = Instant::now();
+    let _: () = redis::cmd("HDEL").arg(&key).arg("breaker").query_async(&mut c).await.unwrap();
+    wait_for(Duration::from_secs(3), "this worker's breaker closed", shows("closed")).await;
+    assert!(closed.elapsed() < Duration::from_millis(1500), "{:?}", closed.elapsed());
+    workers.stop().await;
+    assert_eq!(dead_count(&ns).await, 0);
+}
