@@ -139,7 +139,8 @@ impl Keys {
     /// destination's state all its workers share
     /// (`lua/destination_take.lua`): `paused` and `paused_ms` while an
     /// operator paused it, `hold_until_ms` while a 429's `Retry-After`
-    /// holds it back, and its pace's token bucket (`tokens`, `refill_ms`).
+    /// holds it back, `breaker` while a worker's breaker is open (its
+    /// workers share it), and its pace's token bucket (`tokens`, `refill_ms`).
     pub fn destination(&self, name: &str) -> String {
         let mut key = self.key("destination:");
         push_enc(&mut key, name);
