@@ -410,3 +410,74 @@ async fn a_destinations_breaker_is_shared_by_its_workers_through_redis() {
     workers.stop().await;
     assert_eq!(dead_count(&ns).await, 0);
 }
+
+/// The library's worker on a Redis Cluster: the pace holds, and a pause
+/// written by `Ops::pause` stops it and a resume starts it again (the state
+/// key, the runs stream and the group share the namespace's slot).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pace_and_pause_work_on_a_cluster() {
+    use idemgate::keys::Keys;
+    use idemgate::redis_io::RedisOptions;
+    use idemgate::store::redis_store::RedisStore;
+    use idemgate::worker::config::WorkerConfig;
+    use idemgate::worker::pace::Pace;
+    use idemgate::worker::{RunAttempt, Worker};
+
+    let urls = crate::support::shared_cluster_urls();
+    let ns = fresh_ns("pacecl");
+    let keys = Keys::new(&ns).unwrap();
+    let opts = RedisOptions { command_timeout: Duration::from_secs(2), ..RedisOptions::cluster(urls.to_vec()) };
+    let store = RedisStore::connect(&opts, keys.clone(), &Settings::default()).await.unwrap();
+    let gate = Gate::new(["o/r"], Arc::new(store));
+    let create = |from: u64, to: u64| {
+        let gate = &gate;
+        async move {
+            for n in from..=to {
+                let e = json!({"org": "o", "repo": "r", "action": "push", "number": n});
+                gate.handle("github", &format!("d-{n}"), &e).await.unwrap();
+            }
+        }
+    };
+    create(1, 30).await;
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<Instant>::new()));
+    let handler = {
+        let seen = seen.clone();
+        move |_run: RunAttempt| {
+            seen.lock().unwrap().push(Instant::now());
+            async move { Ok::<(), &'static str>(()) }
+        }
+    };
+    let pace = Pace { count: 10, per: Duration::from_secs(1), burst: 5 };
+    let config =
+        WorkerConfig { block: Duration::from_millis(100), concurrency: 8, pace: Some(pace), ..WorkerConfig::new("cg") };
+    let worker = Worker::connect(&opts, keys.clone(), config).await.unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(worker.run(handler, async move {
+        let _ = stop_rx.await;
+    }));
+    let started = Instant::now();
+    let count = || seen.lock().unwrap().len();
+    wait_for(Duration::from_secs(15), "30 runs", || async { count() >= 30 }).await;
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(2000), "30 runs at 10/s after a burst of 5 in {took:?}");
+    let at = seen.lock().unwrap().clone();
+    let busiest = (0..at.len())
+        .map(|i| at[i..].iter().take_while(|t| t.duration_since(at[i]) < Duration::from_secs(1)).count())
+        .max()
+        .unwrap();
+    assert!(busiest <= 15, "{busiest} attempts within one second; the pace allows 15");
+
+    let ops = idemgate::ops::Ops::connect_to(&opts, keys.clone()).await.unwrap();
+    assert!(ops.pause("cg", true).await.unwrap().paused);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    create(31, 35).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(count(), 30, "nothing starts while paused");
+    let resumed = Instant::now();
+    assert!(!ops.pause("cg", false).await.unwrap().paused);
+    wait_for(Duration::from_secs(5), "the runs after the resume", || async { count() >= 35 }).await;
+    assert!(resumed.elapsed() < Duration::from_secs(2), "{:?}", resumed.elapsed());
+    let _ = stop_tx.send(());
+    let summary = running.await.unwrap().unwrap();
+    assert_eq!((summary.done, summary.dead), (35, 0));
+}
