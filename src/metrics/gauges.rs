@@ -1,7 +1,7 @@
 //! What `serve` reads from Redis for `/metrics`, off the request path: the
 //! memory of every primary, and the worker side of the namespace (each
 //! consumer group's lag, pending runs and oldest waiting run, its parked
-//! runs and the oldest one's age; the dead stream). Workers need no metrics listener of their own: everything a
+//! runs and the oldest one's age, whether it is paused; the dead stream). Workers need no metrics listener of their own: everything a
 //! dashboard needs about them is in Redis, and every `serve` replica
 //! already has a connection (docs/operations.md, "Metrics").
 
@@ -34,8 +34,9 @@ impl Ops {
         let mut groups = Vec::new();
         let names: Vec<String> = runs.groups.iter().map(|g| g.name.clone()).collect();
         let parked = self.parked(&names).await?;
+        let paused = self.paused(&names).await?;
         let now = crate::units::now_ms();
-        for (g, p) in runs.groups.into_iter().zip(parked) {
+        for ((g, p), paused) in runs.groups.into_iter().zip(parked).zip(paused) {
             // The first entry after the group's last delivered one is the oldest waiting.
             let mut first_waiting = redis::cmd("XRANGE");
             first_waiting.arg(&runs_key).arg(format!("({}", g.last_delivered_id)).arg("+").arg("COUNT").arg(1);
@@ -45,6 +46,7 @@ impl Ops {
                 oldest_waiting_seconds: waiting_since.map_or(0.0, |ms| now.saturating_sub(ms) as f64 / 1000.0),
                 parked: p.parked,
                 oldest_parked_seconds: p.oldest_seconds(now),
+                paused: u8::from(paused),
                 group: g.name,
                 lag: g.lag,
                 pending: g.pending,
@@ -57,6 +59,22 @@ impl Ops {
             dead_runs: dead_len,
             groups,
         })
+    }
+}
+
+impl Ops {
+    /// Whether each of `groups` (a destination) is paused: one `HGET` of
+    /// each one's state key, in one pipeline.
+    async fn paused(&self, groups: &[String]) -> Result<Vec<bool>, OpsError> {
+        if groups.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for g in groups {
+            pipe.cmd("HGET").arg(self.keys().destination(g)).arg("paused");
+        }
+        let got: Vec<Option<String>> = self.redis.query(&mut pipe).await?;
+        Ok(got.into_iter().map(|p| p.is_some()).collect())
     }
 }
 

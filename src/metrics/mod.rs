@@ -365,6 +365,14 @@ impl Metrics {
             "How long the group's oldest parked run has waited since it was queued (created, or sent again), seconds (0: none parked).",
             |gr| Some(gr.oldest_parked_seconds),
         );
+        group_family(
+            o,
+            &ns,
+            groups,
+            "idemgate_worker_group_paused",
+            "1 while the group (a destination) is paused by idemgate destinations pause: its workers start no attempt.",
+            |gr| Some(gr.paused),
+        );
     }
 }
 
@@ -403,6 +411,8 @@ pub struct GroupGauge {
     pub parked: u64,
     /// How long the oldest parked run has waited since it was queued, seconds (0: none parked).
     pub oldest_parked_seconds: f64,
+    /// 1 while the destination is paused (`idemgate destinations pause`).
+    pub paused: u8,
 }
 
 /// Everything one read gives.

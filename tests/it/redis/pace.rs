@@ -306,10 +306,18 @@ async fn the_ops_api_pauses_and_resumes_a_destination_behind_the_csrf_rules() {
         r.json::<serde_json::Value>().await.unwrap(),
         json!({"destination": "ci", "paused": true, "was_paused": false})
     );
+    let paused_at = Instant::now();
     let shown = list().await;
     assert_eq!(shown["paused"], true, "{shown}");
     assert!(shown["paused_ms"].as_u64().is_some(), "{shown}");
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // serve's own gauge, read from Redis every 5 s.
+    let want = format!("idemgate_worker_group_paused{{namespace=\"{ns}\",group=\"ci\"}} 1");
+    wait_for(Duration::from_secs(12), "the paused gauge", || async {
+        http.get(format!("{gate}/metrics")).send().await.unwrap().text().await.unwrap().contains(&want)
+    })
+    .await;
+    // Every worker knows within a second.
+    tokio::time::sleep(Duration::from_secs(1).saturating_sub(paused_at.elapsed())).await;
     gate_runs(&ns, 5, 1).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(dest.got().is_empty(), "nothing reaches a paused destination");
