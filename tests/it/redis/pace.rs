@@ -67,13 +67,18 @@ fn destinations(config: &Path, what: &str, name: &str) -> String {
     text
 }
 
-/// The most requests of `got` within any one second (a window starting at
-/// each request).
+/// The most requests of `got` within any 900 ms (a window starting at each
+/// request). The pace bounds the attempts Redis lets start in any second;
+/// the receiver sees them a little later, each by its own delay (a read,
+/// a task start, a connection), so a second's worth of starts can arrive
+/// within less than a second. A 900 ms window at the receiver covers starts
+/// within at most a second as long as those delays differ by less than
+/// 50 ms, and with no pace at all 200 runs arrive in well under one.
 fn busiest_second(got: &[Received]) -> usize {
     let mut at: Vec<Instant> = got.iter().map(|r| r.at).collect();
     at.sort();
     (0..at.len())
-        .map(|i| at[i..].iter().take_while(|t| t.duration_since(at[i]) < Duration::from_secs(1)).count())
+        .map(|i| at[i..].iter().take_while(|t| t.duration_since(at[i]) < Duration::from_millis(900)).count())
         .max()
         .unwrap_or(0)
 }
