@@ -39,6 +39,7 @@
 ${run_fields}
 ${holds}
 ${history}
+${order}
 ${done}
 ${release}
 
@@ -51,6 +52,7 @@ if not holds(ARGV[1], ARGV[2], ARGV[3]) then
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 mark_done(7, ARGV[2], ARGV[4], ARGV[6], ARGV[12], KEYS[5])
+order_finished(ARGV[1], false, ARGV[6])
 local released = 0
 if redis.call('EXISTS', KEYS[4]) == 1 then
   released = release_destination_parked(KEYS[3], KEYS[4], ARGV[1], ARGV[4], ARGV[13],

@@ -37,13 +37,14 @@ script!(WORKER_TRIM, "worker_trim.lua");
 script!(WORKER_WAKE, "worker_wake.lua");
 script!(WORKER_PROBE_TAKE, "worker_probe_take.lua");
 script!(WORKER_PROBE_END, "worker_probe_end.lua");
+script!(WORKER_SKIP, "worker_skip.lua");
 script!(RUN_FINISH, "run_finish.lua");
 script!(RUN_RELEASE, "run_release.lua");
 script!(DEAD_RETRY, "dead_retry.lua");
 script!(RUN_READ, "run_read.lua");
 
 /// Every script of this module (and of [`super::parked_scripts`]) with its file name, for checks over all of them.
-pub fn all() -> [(&'static str, &'static LuaScript); 18] {
+pub fn all() -> [(&'static str, &'static LuaScript); 19] {
     [
         ("worker_start.lua", &WORKER_START),
         ("worker_done.lua", &WORKER_DONE),
@@ -56,6 +57,7 @@ pub fn all() -> [(&'static str, &'static LuaScript); 18] {
         ("worker_wake.lua", &WORKER_WAKE),
         ("worker_probe_take.lua", &WORKER_PROBE_TAKE),
         ("worker_probe_end.lua", &WORKER_PROBE_END),
+        ("worker_skip.lua", &WORKER_SKIP),
         ("run_finish.lua", &RUN_FINISH),
         ("run_release.lua", &RUN_RELEASE),
         ("dead_retry.lua", &DEAD_RETRY),

@@ -78,8 +78,9 @@ impl LuaScript {
 }
 
 /// The Lua that several scripts share, by placeholder name (`${holds}`).
-pub const SHARED_LUA: [(&str, &str); 7] = [
+pub const SHARED_LUA: [(&str, &str); 8] = [
     ("run_fields", include_str!("../../lua/shared/run_fields.lua")),
+    ("order", include_str!("../../lua/shared/order.lua")),
     ("holds", include_str!("../../lua/shared/holds.lua")),
     ("op_replay", include_str!("../../lua/shared/op_replay.lua")),
     ("dead_letter", include_str!("../../lua/shared/dead_letter.lua")),
@@ -658,7 +659,12 @@ mod tests {
             (gate.script(), gate.layout(), gate.command()),
             (hold.script(), hold.layout(), hold.command()),
             {
-                let c = StartCall { consumer, entry_id, run: &run, now_ms: 5, max_attempts: 3, op, retention_ms: 9 };
+                let order_key = Some("1:p:3:o/r");
+                let c = StartCall { consumer, entry_id, run: &run, now_ms: 5, max_attempts: 3, op, retention_ms: 9, order_key };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let c = SkipCall { consumer, entry_id, run: &run, order_key: "1:p:3:o/r", retention_ms: 9 };
                 (c.script(), c.layout(), c.command())
             },
             {

@@ -11,7 +11,11 @@ use idemgate::vocabulary::Settings;
 use redis::AsyncCommands;
 use serde_json::json;
 
-use crate::support::{fresh_ns, raw_conn, redis_store_in};
+use axum::http::StatusCode;
+
+use crate::redis::worker::Workers;
+use crate::support::destination::{Answer, Destination, Received, deliver_worker, ok, secret, secrets_file, status, wait_status};
+use crate::support::{fresh_ns, raw_conn, redis_store_in, redis_url, temp_dir};
 
 /// The `order_key` of run `run_id`'s record and of its stream entry.
 async fn order_fields(ns: &str, run_id: &str) -> (HashMap<String, String>, HashMap<String, String>) {
@@ -67,4 +71,118 @@ async fn an_ordered_providers_runs_keep_their_order_key_in_record_and_entry() {
     let mut c = raw_conn().await;
     let len: usize = c.xlen(format!("idemgate:{{{ns}}}:runs")).await.unwrap();
     assert_eq!(len, 5);
+}
+
+/// How long the receiver takes to answer run `n`: 0–20 ms, the same on every attempt.
+fn hang_of(n: u64) -> Duration {
+    Duration::from_millis(n * 7 % 21)
+}
+
+/// The run number of a request (`run-N` in its JSON).
+fn run_number(r: &Received) -> u64 {
+    r.json()["run_id"].as_str().unwrap().trim_start_matches("run-").parse().unwrap()
+}
+
+/// 20 pull requests × 8 runs, created interleaved, run by two real
+/// `--deliver` workers at concurrency 8 against a receiver that takes
+/// 0–20 ms, with every 20th run's first attempt answered 500 (parked, its
+/// key waiting behind it). Per key: no two requests overlap, first attempts
+/// come in creation order, and `Idemgate-Order-Previous` names the run
+/// before; every run arrives and succeeds once; and the keys run in
+/// parallel (at least 8 requests in flight at some moment).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keys_runs_go_one_at_a_time_in_creation_order_and_keys_run_in_parallel() {
+    let (keys, per_key) = (20u64, 8u64);
+    let ns = fresh_ns("order-stress");
+    let dir = temp_dir("order-stress");
+    secrets_file(&dir, &[secret(48)]);
+    let gate = Gate::new(["acme/widgets"], redis_store_in(&ns, &Settings::default()).await)
+        .with_provider_ordering("github", Ordering { by: OrderBy::Subject, ..Default::default() });
+    for j in 0..per_key {
+        for k in 1..=keys {
+            let event = json!({"org": "acme", "repo": "widgets", "action": format!("synchronize-{j}"), "number": k});
+            let r = gate.handle("github", &format!("d-{k}-{j}"), &event).await.unwrap();
+            assert_eq!(r.run_id.as_deref(), Some(format!("run-{}", j * keys + k).as_str()));
+        }
+    }
+    let dest = Destination::start(|r, earlier| {
+        let n = run_number(r);
+        let hang = hang_of(n);
+        if n % 20 == 7 && earlier == 0 {
+            Answer { hang, ..status(StatusCode::INTERNAL_SERVER_ERROR) }
+        } else {
+            Answer { hang, ..ok() }
+        }
+    })
+    .await;
+    let flags = ["--concurrency", "8", "--retry-schedule", "200ms,200ms,200ms", "--breaker-failures", "1000"];
+    let mut workers = Workers(vec![
+        deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags),
+        deliver_worker(redis_url(), &ns, &dir, "b", &dest.url(), &flags),
+    ]);
+    let total = keys * per_key;
+    wait_status(&ns, (1..=total).map(|n| (n, "done")), Duration::from_secs(90)).await;
+    workers.stop().await;
+
+    let got = dest.got();
+    let mut by_key: HashMap<String, Vec<&Received>> = HashMap::new();
+    for r in &got {
+        assert!(
+            !r.header("idemgate-order-key").is_empty(),
+            "run-{} attempt {}: an ordered run's request names its key",
+            run_number(r),
+            r.header("idemgate-attempt")
+        );
+        by_key.entry(r.header("idemgate-order-key").to_owned()).or_default().push(r);
+    }
+    assert_eq!(by_key.len(), keys as usize);
+    let mut longest_gap = Duration::ZERO;
+    for (key, mut requests) in by_key {
+        requests.sort_by_key(|r| r.at);
+        for pair in requests.windows(2) {
+            let (before, after) = (pair[0], pair[1]);
+            // The next request of a key is sent only once the one before it was answered.
+            assert!(
+                after.at >= before.at + hang_of(run_number(before)),
+                "{key}: run-{} began while run-{} was in flight",
+                run_number(after),
+                run_number(before)
+            );
+            longest_gap = longest_gap.max(after.at - before.at);
+        }
+        // First attempts in creation order, each run once successfully.
+        let mut firsts: Vec<u64> = Vec::new();
+        for r in &requests {
+            if firsts.last() != Some(&run_number(r)) && !firsts.contains(&run_number(r)) {
+                firsts.push(run_number(r));
+            }
+        }
+        let mut sorted = firsts.clone();
+        sorted.sort_unstable();
+        assert_eq!(firsts, sorted, "{key}: first attempts out of creation order");
+        assert_eq!(firsts.len(), per_key as usize, "{key}: every run arrived");
+        // The chain: each run's request names the run key of the run before it.
+        let mut previous: Option<String> = None;
+        for n in &firsts {
+            let last = requests.iter().rev().find(|r| run_number(r) == *n).unwrap();
+            let named = last.header("idemgate-order-previous");
+            assert_eq!(named, previous.as_deref().unwrap_or(""), "{key}: run-{n}'s previous");
+            previous = Some(last.header("webhook-id").to_owned());
+        }
+    }
+    // Keys ran side by side: the most requests in flight at one moment.
+    let mut edges: Vec<(std::time::Instant, i32)> = Vec::new();
+    for r in &got {
+        edges.push((r.at, 1));
+        edges.push((r.at + hang_of(run_number(r)).max(Duration::from_millis(1)), -1));
+    }
+    edges.sort();
+    let (mut now, mut most) = (0, 0);
+    for (_, step) in edges {
+        now += step;
+        most = most.max(now);
+    }
+    assert!(most >= 8, "at most {most} requests in flight at once");
+    assert_eq!(got.iter().filter(|r| run_number(r) % 20 == 7).count(), 2 * (total / 20) as usize);
+    println!("order stress: {keys} keys × {per_key} runs, {} requests, most in flight {most}, longest gap between a key's requests {longest_gap:?}", got.len());
 }
