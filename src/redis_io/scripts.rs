@@ -669,8 +669,18 @@ mod tests {
             },
             {
                 let run_id = "run-1";
-                let c =
-                    DoneCall { consumer, entry_id, run_id, now_ms: 5, op, retention_ms: 9, entry, keep_payload_ms: -1 };
+                let order_key = Some("1:p:3:o/r");
+                let c = DoneCall {
+                    consumer,
+                    entry_id,
+                    run_id,
+                    now_ms: 5,
+                    op,
+                    retention_ms: 9,
+                    entry,
+                    keep_payload_ms: -1,
+                    order_key,
+                };
                 (c.script(), c.layout(), c.command())
             },
             {

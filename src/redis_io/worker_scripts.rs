@@ -165,6 +165,8 @@ pub struct DoneCall<'a> {
     /// How long the done record keeps the payload (`--keep-done-payloads`):
     /// 0 not at all, -1 as long as the record, else ms.
     pub keep_payload_ms: i64,
+    /// An ordered run's key (left off otherwise).
+    pub order_key: Option<&'a str>,
 }
 
 impl ScriptCall for DoneCall<'_> {
@@ -176,7 +178,8 @@ impl ScriptCall for DoneCall<'_> {
 
     fn layout(&self) -> Layout {
         let keys = self.consumer.keys;
-        self.consumer
+        let layout = self
+            .consumer
             .on_entry(self.run_id, false, self.entry_id)
             .key("parking_key", keys.retry(self.consumer.group))
             .key("destination_key", keys.destination_parked(self.consumer.group))
@@ -187,7 +190,11 @@ impl ScriptCall for DoneCall<'_> {
             .arg("keep_payload_ms", self.keep_payload_ms)
             .arg("run_prefix", keys.run_prefix())
             .key("kept_payloads_key", keys.kept_payloads())
-            .key("probe_key", keys.destination_probe(self.consumer.group))
+            .key("probe_key", keys.destination_probe(self.consumer.group));
+        match self.order_key {
+            Some(key) => layout.arg("order_key", key),
+            None => layout,
+        }
     }
 
     /// `0` or `{1, released}`: anything else is an error, not a lost entry.

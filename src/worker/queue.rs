@@ -310,6 +310,7 @@ impl Queue {
             retention_ms: self.retention_ms,
             entry,
             keep_payload_ms: self.keep_payload_ms,
+            order_key: e.order_key.as_deref(),
         };
         self.redis.call(&call).await
     }
