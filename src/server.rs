@@ -64,11 +64,6 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()> + Sen
         check_eviction_policy(opts, config.allow_eviction, &described).await?;
         warn_of_deadlines_under(opts.command_timeout, &config);
     }
-    if config.ordering.is_ordered() || config.providers.iter().any(|p| p.ordering().is_ordered()) {
-        tracing::warn!(
-            "order_by is set: each run's order key is recorded (order_key in its record and stream entry), but this version's workers do not yet hold a key's runs to one at a time (docs/worker.md)"
-        );
-    }
     let gate = Gate::new(config.allowed_repos.iter().cloned(), store).with_ordering(config.ordering);
     let api_closed = api_closed(&config);
     let budget = crate::http::body::BodyBudget::new(config.body_budget, crate::http::body::BUDGET_WAIT);

@@ -660,7 +660,16 @@ mod tests {
             (hold.script(), hold.layout(), hold.command()),
             {
                 let order_key = Some("1:p:3:o/r");
-                let c = StartCall { consumer, entry_id, run: &run, now_ms: 5, max_attempts: 3, op, retention_ms: 9, order_key };
+                let c = StartCall {
+                    consumer,
+                    entry_id,
+                    run: &run,
+                    now_ms: 5,
+                    max_attempts: 3,
+                    op,
+                    retention_ms: 9,
+                    order_key,
+                };
                 (c.script(), c.layout(), c.command())
             },
             {

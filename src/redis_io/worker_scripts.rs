@@ -710,17 +710,16 @@ mod tests {
         let keys = Keys::new("t").unwrap();
         let run = RunFields::read(|name| format!("<{name}>"));
         let consumer = Consumer { keys: &keys, group: "g", name: "c" };
-        let call =
-            StartCall {
-                consumer,
-                entry_id: "1-0",
-                run: &run,
-                now_ms: 5,
-                max_attempts: 3,
-                op: "op-1",
-                retention_ms: 9,
-                order_key: None,
-            };
+        let call = StartCall {
+            consumer,
+            entry_id: "1-0",
+            run: &run,
+            now_ms: 5,
+            max_attempts: 3,
+            op: "op-1",
+            retention_ms: 9,
+            order_key: None,
+        };
         let args: Vec<String> = call
             .command()
             .args_iter()
@@ -779,17 +778,16 @@ mod tests {
         let keys = Keys::new("t").unwrap();
         let run = RunFields::read(|name| format!("<{name}>"));
         let consumer = Consumer { keys: &keys, group: "g", name: "c" };
-        let start =
-            StartCall {
-                consumer,
-                entry_id: "1-0",
-                run: &run,
-                now_ms: 5,
-                max_attempts: 3,
-                op: "op-1",
-                retention_ms: 9,
-                order_key: None,
-            };
+        let start = StartCall {
+            consumer,
+            entry_id: "1-0",
+            run: &run,
+            now_ms: 5,
+            max_attempts: 3,
+            op: "op-1",
+            retention_ms: 9,
+            order_key: None,
+        };
         let int = Value::Int;
         let list = |v: Vec<Value>| Value::Array(v);
         assert_eq!(start.decode(list(vec![int(0), int(0)])).unwrap(), Started::Lost);
@@ -797,7 +795,14 @@ mod tests {
         let run_reply = list(vec![int(1), int(3), Value::BulkString(b"17".to_vec()), Value::Nil, int(2)]);
         assert_eq!(
             start.decode(run_reply).unwrap(),
-            Started::Run { attempt: 3, created_ms: Some("17".into()), payload: None, tries: 2, trace: None, previous: None }
+            Started::Run {
+                attempt: 3,
+                created_ms: Some("17".into()),
+                payload: None,
+                tries: 2,
+                trace: None,
+                previous: None
+            }
         );
         let traced =
             list(vec![int(1), int(1), Value::Nil, Value::Nil, int(1), Value::BulkString(b"00-ab-cd-01".to_vec())]);

@@ -215,32 +215,30 @@ impl<H: Handler> RunTask<'_, H> {
         let max_attempts = self.config().max_attempts;
         let op = q.op();
         let sent = Instant::now();
-        let (attempt, tries, created_ms, payload, trace, previous) = match self
-            .until_answered("starting an attempt", || q.start(self.entry, max_attempts, &op))
-            .await?
-        {
-            Started::Run { attempt, tries, created_ms, payload, trace, previous } => {
-                (attempt, tries, created_ms, payload, trace, previous)
-            }
-            Started::Waits => {
-                // Its key is busy: the run before it hands it on when it finishes.
-                tracing::debug!(run_id = self.run_id, "the run waits for its order key's line");
-                return None;
-            }
-            Started::Dead(n) => {
-                tracing::warn!(
-                    run_id = self.run_id,
-                    attempts = n,
-                    "the last attempt was lost with its worker; run is dead"
-                );
-                Counters::bump(&self.counters().dead);
-                return None;
-            }
-            Started::Lost => {
-                Counters::bump(&self.counters().lost);
-                return None;
-            }
-        };
+        let (attempt, tries, created_ms, payload, trace, previous) =
+            match self.until_answered("starting an attempt", || q.start(self.entry, max_attempts, &op)).await? {
+                Started::Run { attempt, tries, created_ms, payload, trace, previous } => {
+                    (attempt, tries, created_ms, payload, trace, previous)
+                }
+                Started::Waits => {
+                    // Its key is busy: the run before it hands it on when it finishes.
+                    tracing::debug!(run_id = self.run_id, "the run waits for its order key's line");
+                    return None;
+                }
+                Started::Dead(n) => {
+                    tracing::warn!(
+                        run_id = self.run_id,
+                        attempts = n,
+                        "the last attempt was lost with its worker; run is dead"
+                    );
+                    Counters::bump(&self.counters().dead);
+                    return None;
+                }
+                Started::Lost => {
+                    Counters::bump(&self.counters().lost);
+                    return None;
+                }
+            };
         self.renewed_by_start(sent).await;
         let key = q.run_key_of(self.entry, created_ms.as_deref());
         let order = self.entry.order_key.clone().map(|key| Chain {

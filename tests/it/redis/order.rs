@@ -13,9 +13,11 @@ use serde_json::json;
 
 use axum::http::StatusCode;
 
-use crate::redis::worker::Workers;
-use crate::support::destination::{Answer, Destination, Received, deliver_worker, ok, secret, secrets_file, status, wait_status};
-use crate::support::{fresh_ns, raw_conn, redis_store_in, redis_url, temp_dir};
+use crate::redis::worker::{Workers, signal, wait_exit};
+use crate::support::destination::{
+    Answer, Destination, Received, deliver_worker, ok, secret, secrets_file, status, wait_status,
+};
+use crate::support::{fresh_ns, raw_conn, redis_store_in, redis_url, temp_dir, wait_for};
 
 /// The `order_key` of run `run_id`'s record and of its stream entry.
 async fn order_fields(ns: &str, run_id: &str) -> (HashMap<String, String>, HashMap<String, String>) {
@@ -83,20 +85,12 @@ fn run_number(r: &Received) -> u64 {
     r.json()["run_id"].as_str().unwrap().trim_start_matches("run-").parse().unwrap()
 }
 
-/// 20 pull requests × 8 runs, created interleaved, run by two real
-/// `--deliver` workers at concurrency 8 against a receiver that takes
-/// 0–20 ms, with every 20th run's first attempt answered 500 (parked, its
-/// key waiting behind it). Per key: no two requests overlap, first attempts
-/// come in creation order, and `Idemgate-Order-Previous` names the run
-/// before; every run arrives and succeeds once; and the keys run in
-/// parallel (at least 8 requests in flight at some moment).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_keys_runs_go_one_at_a_time_in_creation_order_and_keys_run_in_parallel() {
-    let (keys, per_key) = (20u64, 8u64);
-    let ns = fresh_ns("order-stress");
-    let dir = temp_dir("order-stress");
-    secrets_file(&dir, &[secret(48)]);
-    let gate = Gate::new(["acme/widgets"], redis_store_in(&ns, &Settings::default()).await)
+/// Creates `keys` pull requests × `per_key` runs, interleaved (run
+/// `j * keys + k` is pull request `k`'s `j`-th), ordered by subject; a
+/// receiver that takes 0–20 ms and answers every 20th run's first attempt
+/// 500 (parked: its key waits behind it).
+async fn ordered_runs(ns: &str, keys: u64, per_key: u64) -> Destination {
+    let gate = Gate::new(["acme/widgets"], redis_store_in(ns, &Settings::default()).await)
         .with_provider_ordering("github", Ordering { by: OrderBy::Subject, ..Default::default() });
     for j in 0..per_key {
         for k in 1..=keys {
@@ -105,7 +99,7 @@ async fn a_keys_runs_go_one_at_a_time_in_creation_order_and_keys_run_in_parallel
             assert_eq!(r.run_id.as_deref(), Some(format!("run-{}", j * keys + k).as_str()));
         }
     }
-    let dest = Destination::start(|r, earlier| {
+    Destination::start(|r, earlier| {
         let n = run_number(r);
         let hang = hang_of(n);
         if n % 20 == 7 && earlier == 0 {
@@ -114,19 +108,17 @@ async fn a_keys_runs_go_one_at_a_time_in_creation_order_and_keys_run_in_parallel
             Answer { hang, ..ok() }
         }
     })
-    .await;
-    let flags = ["--concurrency", "8", "--retry-schedule", "200ms,200ms,200ms", "--breaker-failures", "1000"];
-    let mut workers = Workers(vec![
-        deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags),
-        deliver_worker(redis_url(), &ns, &dir, "b", &dest.url(), &flags),
-    ]);
-    let total = keys * per_key;
-    wait_status(&ns, (1..=total).map(|n| (n, "done")), Duration::from_secs(90)).await;
-    workers.stop().await;
+    .await
+}
 
-    let got = dest.got();
+/// Checks what the receiver got: per key, no two requests overlap, first
+/// attempts come in creation order, every run arrived, and
+/// `Idemgate-Order-Previous` names the run before; the keys ran side by
+/// side (the most requests in flight at one moment, returned). Prints the
+/// figures the note asks for.
+fn check_order(got: &[Received], keys: u64, per_key: u64, label: &str) -> i32 {
     let mut by_key: HashMap<String, Vec<&Received>> = HashMap::new();
-    for r in &got {
+    for r in got {
         assert!(
             !r.header("idemgate-order-key").is_empty(),
             "run-{} attempt {}: an ordered run's request names its key",
@@ -150,10 +142,10 @@ async fn a_keys_runs_go_one_at_a_time_in_creation_order_and_keys_run_in_parallel
             );
             longest_gap = longest_gap.max(after.at - before.at);
         }
-        // First attempts in creation order, each run once successfully.
+        // First attempts in creation order.
         let mut firsts: Vec<u64> = Vec::new();
         for r in &requests {
-            if firsts.last() != Some(&run_number(r)) && !firsts.contains(&run_number(r)) {
+            if !firsts.contains(&run_number(r)) {
                 firsts.push(run_number(r));
             }
         }
@@ -165,14 +157,16 @@ async fn a_keys_runs_go_one_at_a_time_in_creation_order_and_keys_run_in_parallel
         let mut previous: Option<String> = None;
         for n in &firsts {
             let last = requests.iter().rev().find(|r| run_number(r) == *n).unwrap();
-            let named = last.header("idemgate-order-previous");
-            assert_eq!(named, previous.as_deref().unwrap_or(""), "{key}: run-{n}'s previous");
+            assert_eq!(
+                last.header("idemgate-order-previous"),
+                previous.as_deref().unwrap_or(""),
+                "{key}: run-{n}'s previous"
+            );
             previous = Some(last.header("webhook-id").to_owned());
         }
     }
-    // Keys ran side by side: the most requests in flight at one moment.
     let mut edges: Vec<(std::time::Instant, i32)> = Vec::new();
-    for r in &got {
+    for r in got {
         edges.push((r.at, 1));
         edges.push((r.at + hang_of(run_number(r)).max(Duration::from_millis(1)), -1));
     }
@@ -182,7 +176,60 @@ async fn a_keys_runs_go_one_at_a_time_in_creation_order_and_keys_run_in_parallel
         now += step;
         most = most.max(now);
     }
+    println!(
+        "order {label}: {keys} keys × {per_key} runs, {} requests, violations 0, most in flight {most}, longest gap between a key's requests {longest_gap:?}",
+        got.len()
+    );
+    most
+}
+
+/// 20 pull requests × 8 runs run by two real `--deliver` workers at
+/// concurrency 8, every 20th run failing once: per key one at a time, in
+/// creation order, chained; keys in parallel (at least 8 requests in
+/// flight at some moment).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keys_runs_go_one_at_a_time_in_creation_order_and_keys_run_in_parallel() {
+    let (keys, per_key) = (20u64, 8u64);
+    let ns = fresh_ns("order-stress");
+    let dir = temp_dir("order-stress");
+    secrets_file(&dir, &[secret(48)]);
+    let dest = ordered_runs(&ns, keys, per_key).await;
+    let flags = ["--concurrency", "8", "--retry-schedule", "200ms,200ms,200ms", "--breaker-failures", "1000"];
+    let mut workers = Workers(vec![
+        deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags),
+        deliver_worker(redis_url(), &ns, &dir, "b", &dest.url(), &flags),
+    ]);
+    let total = keys * per_key;
+    wait_status(&ns, (1..=total).map(|n| (n, "done")), Duration::from_secs(90)).await;
+    workers.stop().await;
+    let got = dest.got();
+    let most = check_order(&got, keys, per_key, "stress");
     assert!(most >= 8, "at most {most} requests in flight at once");
-    assert_eq!(got.iter().filter(|r| run_number(r) % 20 == 7).count(), 2 * (total / 20) as usize);
-    println!("order stress: {keys} keys × {per_key} runs, {} requests, most in flight {most}, longest gap between a key's requests {longest_gap:?}", got.len());
+    // Each failing run: its 500, then its success; every other run once.
+    assert_eq!(got.len() as u64, total + total / 20);
+}
+
+/// The same with a worker SIGKILLed part-way and another started: the runs
+/// it held are taken over after their lease, and the order holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_order_holds_when_a_worker_is_killed_and_replaced() {
+    let (keys, per_key) = (10u64, 8u64);
+    let ns = fresh_ns("order-kill");
+    let dir = temp_dir("order-kill");
+    secrets_file(&dir, &[secret(49)]);
+    let dest = ordered_runs(&ns, keys, per_key).await;
+    let flags =
+        ["--concurrency", "8", "--lease", "2s", "--retry-schedule", "200ms,200ms,200ms", "--breaker-failures", "1000"];
+    let mut workers = Workers(vec![
+        deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags),
+        deliver_worker(redis_url(), &ns, &dir, "b", &dest.url(), &flags),
+    ]);
+    wait_for(Duration::from_secs(30), "a third of the runs delivered", || async { dest.got().len() >= 25 }).await;
+    signal(&workers.0[0], "-KILL");
+    assert!(!wait_exit(&mut workers.0[0], Duration::from_secs(5)).await.success());
+    workers.0[0] = deliver_worker(redis_url(), &ns, &dir, "c", &dest.url(), &flags);
+    let total = keys * per_key;
+    wait_status(&ns, (1..=total).map(|n| (n, "done")), Duration::from_secs(90)).await;
+    workers.stop().await;
+    check_order(&dest.got(), keys, per_key, "kill");
 }
