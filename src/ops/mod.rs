@@ -21,6 +21,7 @@ pub mod workers;
 
 use std::time::Duration;
 
+pub use crate::redis_io::parked_scripts::Skipped;
 pub use client::{Ops, OpsError, SCAN_COUNT};
 pub use dead::{DEFAULT_DEAD_LIMIT, DeadPage, DeadRun, MAX_DEAD_LIMIT, Retried, entry_id};
 pub use inspect::{DeliveryView, Found, Inspection, LogicalView, RunView, Target, Ttl};

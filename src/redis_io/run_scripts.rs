@@ -44,7 +44,7 @@ script!(DEAD_RETRY, "dead_retry.lua");
 script!(RUN_READ, "run_read.lua");
 
 /// Every script of this module (and of [`super::parked_scripts`]) with its file name, for checks over all of them.
-pub fn all() -> [(&'static str, &'static LuaScript); 19] {
+pub fn all() -> [(&'static str, &'static LuaScript); 20] {
     [
         ("worker_start.lua", &WORKER_START),
         ("worker_done.lua", &WORKER_DONE),
@@ -65,6 +65,7 @@ pub fn all() -> [(&'static str, &'static LuaScript); 19] {
         ("run_retry_now.lua", &super::parked_scripts::RUN_RETRY_NOW),
         ("parked_retry_now.lua", &super::parked_scripts::PARKED_RETRY_NOW),
         ("payload_expire.lua", &super::parked_scripts::PAYLOAD_EXPIRE),
+        ("run_skip.lua", &super::parked_scripts::RUN_SKIP),
     ]
 }
 

@@ -797,6 +797,15 @@ mod tests {
                 let c = super::super::parked_scripts::PayloadExpireCall { keys: &keys, now_ms: 5, limit: 9 };
                 (c.script(), c.layout(), c.command())
             },
+            {
+                let c = super::super::parked_scripts::SkipDeadCall {
+                    keys: &keys,
+                    run_id: "run-1",
+                    group: Some("g"),
+                    now_ms: 5,
+                };
+                (c.script(), c.layout(), c.command())
+            },
         ];
         let mut covered = Vec::new();
         let files = run_scripts::all().into_iter().chain([("gate.lua", &*GATE), ("gate_hold.lua", &*GATE_HOLD)]);

@@ -233,3 +233,76 @@ async fn the_order_holds_when_a_worker_is_killed_and_replaced() {
     workers.stop().await;
     check_order(&dest.got(), keys, per_key, "kill");
 }
+
+/// One pull request's four runs whose first is answered 422 for good
+/// (`--max-attempts 1`: dead at once), with `order_on_dead` as given; the
+/// receiver and a running worker.
+async fn dead_head(tag: &str, on_dead: OrderOnDead) -> (String, Destination, Workers) {
+    let ns = fresh_ns(tag);
+    let dir = temp_dir(tag);
+    secrets_file(&dir, &[secret(50)]);
+    let gate = Gate::new(["acme/widgets"], redis_store_in(&ns, &Settings::default()).await)
+        .with_provider_ordering("github", Ordering { by: OrderBy::Subject, on_dead });
+    for j in 0..4 {
+        let event = json!({"org": "acme", "repo": "widgets", "action": format!("synchronize-{j}"), "number": 5});
+        gate.handle("github", &format!("d-{j}"), &event).await.unwrap();
+    }
+    let dest =
+        Destination::start(|r, _| if run_number(r) == 1 { status(StatusCode::UNPROCESSABLE_ENTITY) } else { ok() })
+            .await;
+    let flags = ["--concurrency", "4", "--max-attempts", "1"];
+    let workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
+    (ns, dest, workers)
+}
+
+/// The run numbers the receiver got, in arrival order, and each request's previous.
+fn arrivals(dest: &Destination) -> Vec<(u64, String, String)> {
+    let mut got = dest.got();
+    got.sort_by_key(|r| r.at);
+    got.iter()
+        .map(|r| (run_number(r), r.header("webhook-id").to_owned(), r.header("idemgate-order-previous").to_owned()))
+        .collect()
+}
+
+/// `order_on_dead = "block"`: the key's later runs wait behind the dead
+/// run; `idemgate runs skip` releases them, in order, the first naming the
+/// skipped run as its previous. A run that is not dead is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_head_blocks_its_key_until_runs_skip() {
+    let (ns, dest, mut workers) = dead_head("order-block", OrderOnDead::Block).await;
+    wait_status(&ns, [(1, "dead")], Duration::from_secs(20)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(arrivals(&dest).iter().map(|a| a.0).collect::<Vec<_>>(), [1], "the line waits behind the dead run");
+    assert_eq!(crate::support::destination::status_of(&ns, 2).await, "queued");
+    let skip = |run: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
+            .args(["runs", "skip", run, "--redis-url", redis_url(), "--namespace", &ns])
+            .output()
+            .unwrap()
+    };
+    let refused = skip("run-2");
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stdout).contains("run-2 is queued, not dead"), "{refused:?}");
+    let done = skip("run-1");
+    assert!(done.status.success(), "{done:?}");
+    assert!(String::from_utf8_lossy(&done.stdout).contains("run-1 skipped"), "{done:?}");
+    wait_status(&ns, (2..=4).map(|n| (n, "done")), Duration::from_secs(20)).await;
+    workers.stop().await;
+    let got = arrivals(&dest);
+    assert_eq!(got.iter().map(|a| a.0).collect::<Vec<_>>(), [1, 2, 3, 4]);
+    assert_eq!(got[1].2, got[0].1, "run-2's previous is the skipped run-1");
+    assert_eq!(got[2].2, got[1].1);
+    assert_eq!(crate::support::destination::status_of(&ns, 1).await, "dead", "a skipped run stays dead");
+}
+
+/// `order_on_dead = "skip"`: the line moves on as the run dies, the next
+/// run naming the dead one as its previous.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_skip_a_dead_head_lets_the_next_run_go_at_once() {
+    let (ns, dest, mut workers) = dead_head("order-skip", OrderOnDead::Skip).await;
+    wait_status(&ns, [(1, "dead"), (2, "done"), (3, "done"), (4, "done")], Duration::from_secs(20)).await;
+    workers.stop().await;
+    let got = arrivals(&dest);
+    assert_eq!(got.iter().map(|a| a.0).collect::<Vec<_>>(), [1, 2, 3, 4]);
+    assert_eq!(got[1].2, got[0].1, "run-2's previous is the dead run-1");
+}
