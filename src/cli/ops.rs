@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use idemgate::config::{Command, Merged, Setting, Sources, StoreConfig};
 use idemgate::ops::{Ops, OpsError, Retried, Skipped, Target, render};
+use idemgate::order::OrderBy;
 use idemgate::text::json_text;
 
 use super::{OWN_FLAGS, print_out, setting_flags};
@@ -69,6 +70,21 @@ pub enum InspectCommand {
         #[command(flatten)]
         read: ReadArgs,
     },
+    /// An order key's line per destination (`order_by`): the run that may be attempted now, the
+    /// runs waiting behind it in creation order, and the run finished last. Give the key's parts:
+    /// `inspect order github acme/widgets 42` (with `order_by = "subject"`; leave the subject out
+    /// for `"repo"`, and give `""` for runs without a number).
+    Order {
+        /// Provider name.
+        provider: String,
+        /// `ORG/REPO`.
+        repo: String,
+        /// The number text, for `order_by = "subject"`.
+        subject: Option<String>,
+        /// Store and output flags.
+        #[command(flatten)]
+        read: ReadArgs,
+    },
     /// A run record: identity, creating delivery, processing state (every field).
     Run {
         /// The run id, e.g. `run-7`.
@@ -90,6 +106,16 @@ impl InspectCommand {
                 (Target::logical(provider, repo, action, number.as_deref().unwrap_or("")), read)
             }
             InspectCommand::Run { run_id, read } => (Target::Run { run_id: run_id.clone() }, read),
+            InspectCommand::Order { provider, repo, subject, read } => {
+                let by = if subject.is_some() { OrderBy::Subject } else { OrderBy::Repo };
+                let id = idemgate::vocabulary::Identity::new(
+                    provider.as_str(),
+                    repo.as_str(),
+                    "",
+                    subject.as_deref().unwrap_or(""),
+                );
+                (Target::Order { key: by.key(&id).expect("an ordered key") }, read)
+            }
         }
     }
 }

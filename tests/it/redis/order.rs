@@ -280,6 +280,21 @@ async fn a_dead_head_blocks_its_key_until_runs_skip() {
             .output()
             .unwrap()
     };
+    let inspect = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
+            .args(["inspect", "order", "github", "acme/widgets", "5", "--redis-url", redis_url(), "--namespace", &ns])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    wait_for(Duration::from_secs(10), "the later runs in the line", || async {
+        inspect().contains("waiting   run-2 run-3 run-4")
+    })
+    .await;
+    let text = inspect();
+    assert!(text.contains("destination g\n  head      run-1\n"), "{text}");
+    assert!(text.contains("ttl       none"), "{text}");
     let refused = skip("run-2");
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stdout).contains("run-2 is queued, not dead"), "{refused:?}");
@@ -293,6 +308,10 @@ async fn a_dead_head_blocks_its_key_until_runs_skip() {
     assert_eq!(got[1].2, got[0].1, "run-2's previous is the skipped run-1");
     assert_eq!(got[2].2, got[1].1);
     assert_eq!(crate::support::destination::status_of(&ns, 1).await, "dead", "a skipped run stays dead");
+    let text = inspect();
+    assert!(text.contains("head      none (idle)") && text.contains("waiting   none"), "{text}");
+    assert!(text.contains("previous  run-4:") && text.contains("ttl       "), "{text}");
+    assert!(!text.contains("ttl       none"), "an idle key expires: {text}");
 }
 
 /// `order_on_dead = "skip"`: the line moves on as the run dies, the next
