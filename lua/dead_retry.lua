@@ -51,11 +51,14 @@ end
 
 -- The new entry names the run as the gate's did, from the record's fields.
 -- A done record keeps no `run_id`: its key names the run.
-local f = redis.call('HMGET', KEYS[2], unpack(RUN_FIELDS))
+-- An ordered run's entry keeps its key: the run goes to the back of its key's line.
+local f = redis.call('HMGET', KEYS[2], unpack(RUN_FIELDS_AND_ORDER_KEY))
 if not f[1] then
   f[1] = string.match(KEYS[2], ':run:([^:]+)$')
 end
-local id = redis.call('XADD', KEYS[1], '*', unpack(run_field_pairs(function(i) return f[i] or '' end)))
+local entry = run_field_pairs(function(i) return f[i] or '' end)
+add_order_key(entry, f[#RUN_FIELDS_AND_ORDER_KEY])
+local id = redis.call('XADD', KEYS[1], '*', unpack(entry))
 -- Queued again: a queued run has no TTL (run retention counts from done or dead).
 local attempts = redis.call('HGET', KEYS[2], 'attempts') or '0'
 -- The done attempt joins `history` again, before the next attempt's entry.

@@ -24,7 +24,7 @@
 -- ARGV[8]: repo              likewise (org/repo)
 -- ARGV[9]: action            likewise
 -- ARGV[10]: number           likewise (the number text)
--- ARGV[11..14] are optional here and left off from the last one that has its
+-- ARGV[11..16] are optional here and left off from the last one that has its
 -- default on (every argument costs Redis on every call, replays included):
 -- ARGV[11]: subject          the subject when it is more than the number text (docs/identities.md), else ""
 -- ARGV[12]: payload          the payload to keep in the run record (keep_payload), else ""
@@ -34,6 +34,11 @@
 -- ARGV[14]: trace            this script's alone, past the shared prefix: the W3C traceparent of
 --                            the gate's span (55 bytes) when traces are on, else "": kept as the
 --                            run record's `trace`, the parent of the worker's attempt spans
+-- ARGV[15]: order_key        this script's alone: the created run's order key (src/order.rs) when
+--                            its provider orders its runs (`order_by`), else "": the stream entry
+--                            and the run record keep it as `order_key`, written here or never
+-- ARGV[16]: order_skip_dead  this script's alone: "1" for `order_on_dead = "skip"` (the record
+--                            keeps `order_on_dead`), else "0" (`block`, the default)
 -- Returns: {1, record} when the delivery was seen before (a replay),
 --          {0, record} when this call decided; record is the delivery record JSON.
 --
@@ -97,9 +102,19 @@ if verdict == 'work' then
     -- identity there while the run is queued; the worker's start copies it
     -- into the record), the creation time, the status, and the subject and
     -- payload when there are any. No attempts field: none is 0.
-    local entry_id = redis.call('XADD', KEYS[4], '*',
-      'run_id', run_id, 'provider', ARGV[6], 'repo', ARGV[8], 'action', ARGV[9],
-      'number', ARGV[10], 'delivery_id', ARGV[7])
+    -- An ordered run's entry names its key too: a worker decides from the
+    -- entry alone whether the run waits for the one before it.
+    local order_key = ARGV[15] or ''
+    local entry_id
+    if order_key == '' then
+      entry_id = redis.call('XADD', KEYS[4], '*',
+        'run_id', run_id, 'provider', ARGV[6], 'repo', ARGV[8], 'action', ARGV[9],
+        'number', ARGV[10], 'delivery_id', ARGV[7])
+    else
+      entry_id = redis.call('XADD', KEYS[4], '*',
+        'run_id', run_id, 'provider', ARGV[6], 'repo', ARGV[8], 'action', ARGV[9],
+        'number', ARGV[10], 'delivery_id', ARGV[7], 'order_key', order_key)
+    end
     local subject, payload = ARGV[11] or '', ARGV[12] or ''
     if payload ~= '' and subject ~= '' then
       redis.call('HSET', run_key, 'entry_id', entry_id, 'created_ms', ARGV[5], 'status', ${status_queued},
@@ -117,6 +132,14 @@ if verdict == 'work' then
     local trace = ARGV[14] or ''
     if trace ~= '' then
       redis.call('HSET', run_key, 'trace', trace)
+    end
+    -- Only for an ordered run (docs/worker.md, "One at a time, in order, per key").
+    if order_key ~= '' then
+      if ARGV[16] == '1' then
+        redis.call('HSET', run_key, 'order_key', order_key, 'order_on_dead', 'skip')
+      else
+        redis.call('HSET', run_key, 'order_key', order_key)
+      end
     end
     if ARGV[3] ~= '0' then
       redis.call('SET', KEYS[2], run_id, 'PX', ARGV[3])

@@ -32,6 +32,8 @@
 -- ARGV[12]: keep_payload_ms         how long the done record keeps the payload: 0 not at all,
 --                                   -1 as long as the record, else ms
 -- ARGV[13]: run_prefix              the run records' prefix, idemgate:{NS}:run: (same slot: the hash tag)
+-- ARGV[14]: order_key               an ordered run's key: its line is handed on (lua/shared/order.lua);
+--                                   left off for an unordered run, which pays nothing for ordering
 -- Returns: {1, released} when acknowledged and marked done, `released` the
 --          parked runs this made due sooner,
 --          0 when the entry is no longer held by this consumer (nothing written)
@@ -39,6 +41,7 @@
 ${run_fields}
 ${holds}
 ${history}
+${order}
 ${done}
 ${release}
 
@@ -51,6 +54,9 @@ if not holds(ARGV[1], ARGV[2], ARGV[3]) then
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 mark_done(7, ARGV[2], ARGV[4], ARGV[6], ARGV[12], KEYS[5])
+if ARGV[14] then
+  order_finished(ARGV[1], false, ARGV[6])
+end
 local released = 0
 if redis.call('EXISTS', KEYS[4]) == 1 then
   released = release_destination_parked(KEYS[3], KEYS[4], ARGV[1], ARGV[4], ARGV[13],

@@ -44,6 +44,7 @@
 ${run_fields}
 ${holds}
 ${op_replay}
+${order}
 ${dead_letter}
 ${history}
 ${release}

@@ -23,6 +23,8 @@
 --              action, number, delivery id (copied into the run record
 --              when the attempt starts, into the dead stream if the run is
 --              out of attempts)
+-- ARGV[14]: order_key               the entry's order key (lua/shared/order.lua); left off for an
+--                                   unordered run, which pays nothing for ordering
 -- Returns: {0, 0}        the entry is no longer held by this consumer (lost)
 --          {1, attempt, created_ms, payload, tries, trace}  run attempt number
 --                        `attempt` now (record: running); created_ms is when the
@@ -33,6 +35,10 @@
 --                        traceparent the record keeps (lua/gate.lua), or nil
 --          {2, attempts} the last allowed attempt was lost with its worker:
 --                        the run was moved to the dead stream instead
+--          {3}           an ordered run whose key is busy: it waits in its key's
+--                        line, its entry acknowledged (the run that finishes before
+--                        it hands it on); the {1, ...} form then ends with
+--          previous      the chain's previous run, `run-N:created_ms`, or '' (ordered runs)
 --
 -- Attempt numbers only go up: `attempts` is the highest number so far, and
 -- `attempt_base` the number the budget counts from (a dead retry or a
@@ -44,6 +50,7 @@
 ${run_fields}
 ${holds}
 ${op_replay}
+${order}
 ${dead_letter}
 ${history}
 
@@ -55,15 +62,36 @@ local function base_now()
   return tonumber(redis.call('HGET', KEYS[2], 'attempt_base') or '0') or 0
 end
 
+local order_key = ARGV[14] or ''
+
+-- The chain's previous run of this run's key, for this group ('' unordered).
+local function previous_now()
+  if order_key == '' then
+    return ''
+  end
+  return redis.call('HGET', order_key_of(order_key), 'p:' .. ARGV[1]) or ''
+end
+
 local again, first = replayed(ARGV[6])
 if again then
   -- The retried call gets the first call's answer, payload included.
   local n = attempts_now()
   return {first, n, redis.call('HGET', KEYS[2], 'created_ms'), redis.call('HGET', KEYS[2], 'payload'), n - base_now(),
-    redis.call('HGET', KEYS[2], 'trace')}
+    redis.call('HGET', KEYS[2], 'trace'), previous_now()}
 end
 if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return {0, 0}
+end
+-- An ordered run starts only at the head of its key's line, the runs read
+-- before it having entered first (docs/worker.md, "One at a time, in
+-- order, per key"); else it waits in the line holding no entry.
+if order_key ~= '' then
+  order_catch_up(ARGV[1], ARGV[3])
+  if order_enter(order_key, ARGV[1], ARGV[8]) == 'line' then
+    order_wait(KEYS[2], ARGV[1], ARGV[3], run_field_pairs(function(i) return ARGV[7 + i] end))
+    redis.call('HSET', KEYS[2], 'op', ARGV[6], 'op_result', 3)
+    return {3}
+  end
 end
 local attempts = attempts_now()
 local max = tonumber(ARGV[5])
@@ -90,6 +118,6 @@ redis.call('HSET', KEYS[2], 'status', ${status_running}, 'worker', ARGV[2], 'gro
 -- the run's fields join it here, so readers still have them once the entry
 -- is trimmed, and the entry's id, which named them, goes.
 redis.call('HSET', KEYS[2], unpack(run_field_pairs(function(i) return ARGV[7 + i] end)))
-redis.call('HDEL', KEYS[2], 'next_attempt_ms', 'parked_group', 'entry_id')
+redis.call('HDEL', KEYS[2], 'next_attempt_ms', 'parked_group', 'entry_id', 'order_wait')
 return {1, attempts, redis.call('HGET', KEYS[2], 'created_ms'), redis.call('HGET', KEYS[2], 'payload'),
-  attempts - base_now(), redis.call('HGET', KEYS[2], 'trace')}
+  attempts - base_now(), redis.call('HGET', KEYS[2], 'trace'), previous_now()}

@@ -31,10 +31,13 @@ for _, run_id in ipairs(due) do
   local record = ARGV[4] .. run_id
   local state = redis.call('HMGET', record, 'status', 'parked_group')
   if state[1] == ${status_parked} and state[2] == ARGV[1] then
-    local f = redis.call('HMGET', record, unpack(RUN_FIELDS))
+    -- The run's fields, then its order key: an ordered run keeps its key on
+    -- every entry (docs/worker.md, "One at a time, in order, per key").
+    local f = redis.call('HMGET', record, unpack(RUN_FIELDS_AND_ORDER_KEY))
     local entry = run_field_pairs(function(i) return f[i] or '' end)
     entry[#entry + 1] = 'for_group'
     entry[#entry + 1] = ARGV[1]
+    add_order_key(entry, f[#RUN_FIELDS_AND_ORDER_KEY])
     redis.call('XADD', KEYS[1], '*', unpack(entry))
     redis.call('HSET', record, 'status', ${status_queued}, 'updated_ms', ARGV[2])
     redis.call('HDEL', record, 'parked_group')

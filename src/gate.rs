@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::allowlist::Allowlist;
 use crate::error::Error;
+use crate::order::Ordering;
 use crate::store::opened::OpenedStore;
 use crate::store::{Call, HeldRun};
 use crate::vocabulary::{Hold, Identity, KeySlots, Outcome, Response, Status, Verdict};
@@ -20,6 +21,10 @@ pub struct Gate {
     allowlist: Arc<Allowlist>,
     /// Providers with an allowlist of their own, which replaces `allowlist` for them.
     provider_allowlists: Arc<HashMap<String, Allowlist>>,
+    /// The order the runs of `/v1/deliveries` keep (top-level `order_by`).
+    ordering: Ordering,
+    /// Providers with an order of their own (their table's `order_by`).
+    provider_orderings: Arc<HashMap<String, Ordering>>,
     store: OpenedStore,
 }
 
@@ -32,7 +37,31 @@ impl Gate {
         S: Into<String>,
     {
         let store = store.into();
-        Self { allowlist: Arc::new(Allowlist::new(allowed_repos)), provider_allowlists: Arc::default(), store }
+        Self {
+            allowlist: Arc::new(Allowlist::new(allowed_repos)),
+            provider_allowlists: Arc::default(),
+            ordering: Ordering::default(),
+            provider_orderings: Arc::default(),
+            store,
+        }
+    }
+
+    /// The order of the runs of providers with no order of their own
+    /// (`/v1/deliveries`: the top-level `order_by`, `order_on_dead`).
+    pub fn with_ordering(mut self, ordering: Ordering) -> Self {
+        self.ordering = ordering;
+        self
+    }
+
+    /// Gives `provider` an order of its own (its table's `order_by`).
+    pub fn with_provider_ordering(mut self, provider: &str, ordering: Ordering) -> Self {
+        Arc::make_mut(&mut self.provider_orderings).insert(provider.to_owned(), ordering);
+        self
+    }
+
+    /// The order `provider`'s runs keep: its own, else the gate's.
+    fn ordering_of(&self, provider: &str) -> Ordering {
+        self.provider_orderings.get(provider).copied().unwrap_or(self.ordering)
     }
 
     /// Gives `provider` an allowlist of its own, which replaces the gate's
@@ -146,15 +175,23 @@ impl Gate {
     ) -> Result<(Outcome, Verdict), Error> {
         check_key_field("provider", s.provider)?;
         check_key_field("delivery_id", s.delivery_id)?;
+        let verdict = self.verdict(s.provider, s.event, s.content_digest, s.key_slots);
+        // The key is decided here, once, when the run may be created; the
+        // store writes it with the run or not at all.
+        let order = match &verdict {
+            Verdict::Work(identity) => self.ordering_of(s.provider).of(identity),
+            _ => None,
+        };
         let call = Call {
             provider: s.provider,
             delivery_id: s.delivery_id,
-            verdict: self.verdict(s.provider, s.event, s.content_digest, s.key_slots),
+            verdict,
             event_digest: s.event_digest,
             payload: s.payload,
             now_ms: crate::units::now_ms(),
             hold,
             trace,
+            order: order.as_ref(),
         };
         let stored = self.store.apply(&call).await?;
         let event_mismatch = stored.replayed

@@ -30,7 +30,7 @@ pub(crate) mod webhook;
 
 use answer::{body_error, gate_failure, gate_response, log_outcome, read_within};
 pub use site::AllowedHosts;
-pub(crate) use state::with_provider_allowlists;
+pub(crate) use state::with_provider_rules;
 pub use state::{ApiError, AppState};
 use state::{admit, admit_page};
 use webhook::Pipeline;

@@ -180,6 +180,12 @@ impl Keys {
         format!("{}:{run_id}:{created_ms}", self.namespace)
     }
 
+    /// `idemgate:{NS}:order:` + an order key ([`crate::order::OrderBy::key`]):
+    /// the state of one key's line (docs/worker.md, "One at a time, in order, per key").
+    pub fn order(&self, order_key: &str) -> String {
+        self.key("order:") + order_key
+    }
+
     /// `idemgate:{NS}:worker:` — the worker heartbeats' common prefix.
     pub fn worker_prefix(&self) -> String {
         self.key("worker:")

@@ -177,9 +177,11 @@ struct Shared {
 impl GateLayer {
     /// Gates `provider`'s deliveries through `gate`. The provider's own
     /// `allowed_repos`, if any, replaces the gate's allowlist for them.
+    /// Its `order_by` does not apply here (docs/embedding.md): the layer's
+    /// runs are held and run by the request that created them, not queued.
     pub fn new(gate: Gate, provider: Provider) -> Self {
         Self(Arc::new(Shared {
-            gate: http::with_provider_allowlists(gate, [&provider]),
+            gate: http::with_provider_rules(gate, [&provider]),
             provider,
             handler_timeout: DEFAULT_HANDLER_TIMEOUT,
             run_retention: Some(crate::vocabulary::DEFAULT_RUN_RETENTION),

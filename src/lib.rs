@@ -76,6 +76,7 @@ pub mod layer;
 pub mod listener;
 pub mod metrics;
 pub mod ops;
+pub mod order;
 pub mod otel;
 pub mod prometheus;
 pub mod providers;

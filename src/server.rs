@@ -64,7 +64,7 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()> + Sen
         check_eviction_policy(opts, config.allow_eviction, &described).await?;
         warn_of_deadlines_under(opts.command_timeout, &config);
     }
-    let gate = Gate::new(config.allowed_repos.iter().cloned(), store);
+    let gate = Gate::new(config.allowed_repos.iter().cloned(), store).with_ordering(config.ordering);
     let api_closed = api_closed(&config);
     let budget = crate::http::body::BodyBudget::new(config.body_budget, crate::http::body::BUDGET_WAIT);
     let state = AppState::new(gate, config.providers.clone(), config.api_token.as_deref())

@@ -1,11 +1,12 @@
--- Shared by worker_start.lua and worker_fail.lua (needs run_fields.lua):
+-- Shared by worker_start.lua and worker_fail.lua (needs run_fields.lua and order.lua):
 -- the run is out of attempts. Its entry goes to the dead stream (KEYS[3])
 -- with the fields that name it (ARGV[first_field], ... in RUN_FIELDS order,
 -- as the stream entry named it), its runs-stream (KEYS[1]) entry is
 -- acknowledged, and its record (KEYS[2]) says `dead` (and which entry is its
 -- dead-stream one, `dead_entry`), answering `op` with 2,
--- and expires after `retention_ms` (0: never). Writes only: the caller has
--- made every check.
+-- and expires after `retention_ms` (0: never). An ordered run's line moves
+-- on under `order_on_dead = "skip"` (lua/shared/order.lua). Writes only:
+-- the caller has made every check.
 local function dead_letter(group, consumer, entry_id, first_field, attempts, err, now, op, retention_ms)
   local entry = run_field_pairs(function(i) return ARGV[first_field + i - 1] end)
   for _, v in ipairs({'entry_id', entry_id, 'group', group, 'attempts', attempts, 'last_error', err,
@@ -20,4 +21,5 @@ local function dead_letter(group, consumer, entry_id, first_field, attempts, err
   if tonumber(retention_ms) > 0 then
     redis.call('PEXPIRE', KEYS[2], retention_ms)
   end
+  order_finished(group, true, retention_ms)
 end

@@ -272,6 +272,8 @@ pub(super) fn raw_work_call<'a>(
         payload: "",
         rewrite_on_replay: false,
         trace: "",
+        order_key: "",
+        order_skip_dead: false,
     })
 }
 

@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use idemgate::config::{Command, Merged, Setting, Sources, StoreConfig};
-use idemgate::ops::{Ops, OpsError, Retried, Target, render};
+use idemgate::ops::{Ops, OpsError, Retried, Skipped, Target, render};
+use idemgate::order::OrderBy;
 use idemgate::text::json_text;
 
 use super::{OWN_FLAGS, print_out, setting_flags};
@@ -69,6 +70,21 @@ pub enum InspectCommand {
         #[command(flatten)]
         read: ReadArgs,
     },
+    /// An order key's line per destination (`order_by`): the run that may be attempted now, the
+    /// runs waiting behind it in creation order, and the run finished last. Give the key's parts:
+    /// `inspect order github acme/widgets 42` (with `order_by = "subject"`; leave the subject out
+    /// for `"repo"`, and give `""` for runs without a number).
+    Order {
+        /// Provider name.
+        provider: String,
+        /// `ORG/REPO`.
+        repo: String,
+        /// The number text, for `order_by = "subject"`.
+        subject: Option<String>,
+        /// Store and output flags.
+        #[command(flatten)]
+        read: ReadArgs,
+    },
     /// A run record: identity, creating delivery, processing state (every field).
     Run {
         /// The run id, e.g. `run-7`.
@@ -90,6 +106,16 @@ impl InspectCommand {
                 (Target::logical(provider, repo, action, number.as_deref().unwrap_or("")), read)
             }
             InspectCommand::Run { run_id, read } => (Target::Run { run_id: run_id.clone() }, read),
+            InspectCommand::Order { provider, repo, subject, read } => {
+                let by = if subject.is_some() { OrderBy::Subject } else { OrderBy::Repo };
+                let id = idemgate::vocabulary::Identity::new(
+                    provider.as_str(),
+                    repo.as_str(),
+                    "",
+                    subject.as_deref().unwrap_or(""),
+                );
+                (Target::Order { key: by.key(&id).expect("an ordered key") }, read)
+            }
         }
     }
 }
@@ -183,6 +209,20 @@ pub enum RunsCommand {
         /// The consumer group (the workers' `--group`) whose parked runs `--all-parked` sends.
         #[arg(long = "group", value_name = "NAME", requires = "all_parked")]
         parked_group: Option<String>,
+        /// Store and output flags.
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// Let the line of a dead run's order key move on without retrying it (`order_on_dead =
+    /// "block"` holds a key's later runs behind a dead one). The next run of the key goes at once;
+    /// the skipped run stays dead (`dead retry` can still send it, to the back of the line) and is
+    /// still the `Idemgate-Order-Previous` of the next, so the receiver sees the gap.
+    Skip {
+        /// The dead run, e.g. `run-7`.
+        run_id: String,
+        /// Only this destination's line (consumer group) [default: every line the run heads].
+        #[arg(long = "group", value_name = "NAME")]
+        group: Option<String>,
         /// Store and output flags.
         #[command(flatten)]
         read: ReadArgs,
@@ -354,6 +394,25 @@ pub async fn runs_command(args: &RunsArgs, sources: Sources) -> Result<ExitCode,
             };
             print_out(&text);
             Ok(ExitCode::SUCCESS)
+        }
+        RunsCommand::Skip { run_id, group, read } => {
+            let ops = Ops::connect(&store(sources)?).await?;
+            let result = ops.skip_dead(run_id, group.as_deref()).await?;
+            let shown = render::one_line(run_id);
+            let (text, ok) = match &result {
+                Skipped::Skipped { groups } => {
+                    let groups: Vec<_> = groups.iter().map(|g| render::one_line(g)).collect();
+                    (format!("{shown} skipped: the next run of its order key goes now ({})", groups.join(", ")), true)
+                }
+                Skipped::NoRun => (format!("{shown}: no such run"), false),
+                Skipped::NotOrdered => (format!("{shown} has no order key: no line waits for it"), false),
+                Skipped::NotDead { status } => {
+                    (format!("{shown} is {}, not dead; nothing changed", render::one_line(status)), false)
+                }
+                Skipped::NotHead => (format!("{shown} heads no line of that destination; nothing changed"), false),
+            };
+            print_out(&if read.json { json_text(&result) } else { text });
+            Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
         RunsCommand::RetryNow { run_ids, read, .. } => {
             let ops = Ops::connect(&store(sources)?).await?;

@@ -11,6 +11,7 @@ use crate::config_values::checked_repos;
 use crate::http::body::{DEFAULT_BODY_BUDGET, DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT};
 use crate::keys::{DEFAULT_NAMESPACE, Keys};
 use crate::listener::{DEFAULT_HEADER_TIMEOUT, DEFAULT_LISTEN};
+use crate::order::{OrderBy, OrderOnDead, Ordering};
 use crate::providers::Provider;
 use crate::store::config::StoreConfig;
 use crate::units::Lifetime;
@@ -39,6 +40,9 @@ pub struct ServeConfig {
     pub allow_eviction: bool,
     /// Run records created through `/v1/deliveries` keep the `event` as `payload` (default on).
     pub keep_payload: bool,
+    /// The order of `/v1/deliveries`' runs (top-level `order_by`,
+    /// `order_on_dead`); a provider's table sets its own.
+    pub ordering: Ordering,
     /// How long a finished run record is kept (`None`: forever). `serve`
     /// only validates it; `idemgate worker` applies it.
     pub run_retention: Option<Duration>,
@@ -65,6 +69,7 @@ impl Default for ServeConfig {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             allow_eviction: false,
             keep_payload: true,
+            ordering: Ordering::default(),
             run_retention: Some(DEFAULT_RUN_RETENTION),
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             body_budget: DEFAULT_BODY_BUDGET,
@@ -139,9 +144,17 @@ impl ServeConfig {
             None => Vec::new(),
         };
         let switch = |g: Option<Given<bool>>| g.is_some_and(|g| g.value);
+        let ordering = Ordering {
+            by: s.order_by.parsed(str::parse)?.map_or_else(OrderBy::default, |g| g.value),
+            on_dead: s.order_on_dead.parsed(str::parse)?.map_or_else(OrderOnDead::default, |g| g.value),
+        };
+        let store = StoreConfig::resolve(s)?;
+        if store.redis.is_none() {
+            refuse_order_on_memory(ordering, &providers)?;
+        }
         Ok(Self {
             listen,
-            store: StoreConfig::resolve(s)?,
+            store,
             allowed_repos,
             settings: Settings { delivery_ttl: value_or(&delivery_ttl, DEFAULT_DELIVERY_TTL), logical_ttl },
             api_token: api_token.map(|t| t.value),
@@ -150,11 +163,26 @@ impl ServeConfig {
             request_timeout: value_or(&s.request_timeout.duration()?, d.request_timeout),
             allow_eviction: switch(s.allow_eviction.switch()?),
             keep_payload: s.keep_payload.switch()?.is_none_or(|k| k.value),
+            ordering,
             run_retention,
             header_timeout: value_or(&header_timeout, d.header_timeout),
             body_budget: budget,
             allow_unauthenticated_api: switch(s.allow_unauthenticated_api.switch()?),
             allowed_hosts,
         })
+    }
+}
+
+/// The memory store keeps no queue, so it has no line to keep runs in
+/// order: an `order_by` other than `"none"` is refused at start, naming
+/// where it was set, rather than quietly ignored.
+fn refuse_order_on_memory(top: Ordering, providers: &[Provider]) -> Result<(), ConfigError> {
+    let why = "needs Redis: the in-memory store keeps no queue to order (set redis_url, or order_by = \"none\")";
+    if top.is_ordered() {
+        return Err(err(format!("order_by = \"{}\" {why}", top.by.as_str())));
+    }
+    match providers.iter().find(|p| p.ordering().is_ordered()) {
+        Some(p) => Err(err(format!("[[provider]] {:?}: order_by = \"{}\" {why}", p.name(), p.ordering().by.as_str()))),
+        None => Ok(()),
     }
 }

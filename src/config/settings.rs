@@ -364,6 +364,10 @@ settings! {
     },
     // A key of the file with no flag: `serve` keeps a `/v1/deliveries` event as the run's payload.
     keep_payload: bool [top],
+    // Keys of the file with no flag: the order of `/v1/deliveries`' runs (a
+    // provider's table sets its own; src/order.rs).
+    order_by: String [top],
+    order_on_dead: String [top],
 }
 
 impl Layer {

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use super::state::{ApiError, AppState};
 use crate::gate::MAX_KEY_FIELD_BYTES;
 use crate::ops::reading::NoReading;
-use crate::ops::{DEFAULT_DEAD_LIMIT, MAX_DEAD_LIMIT, Retried, RetriedNow, RunQuery, Source, entry_id};
+use crate::ops::{DEFAULT_DEAD_LIMIT, MAX_DEAD_LIMIT, Retried, RetriedNow, RunQuery, Skipped, Source, entry_id};
 use crate::units::now_ms;
 
 /// The `/v1/ops/*` routes; [`super::app`] mounts them in the one `/v1`
@@ -36,6 +36,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/ops/dead/{run_id}/retry", post(retry))
         .route("/v1/ops/runs/{run_id}/redeliver", post(redeliver))
         .route("/v1/ops/runs/{run_id}/retry-now", post(retry_now))
+        .route("/v1/ops/runs/{run_id}/skip", post(skip))
 }
 
 fn source(st: &AppState) -> Result<&Source, ApiError> {
@@ -340,6 +341,29 @@ async fn retry_now(State(st): State<AppState>, p: Result<Path<String>, PathRejec
             crate::text::escape_control(status),
             crate::ops::not_parked_hint(status)
         ))),
+    }
+}
+
+/// `idemgate runs skip RUN_ID`: 200 when the dead run's order key line
+/// moved on (the destinations named), 404 without a record, 409 when the
+/// run is not ordered, not dead, or heads no line (nothing changed).
+async fn skip(State(st): State<AppState>, p: Result<Path<String>, PathRejection>) -> Result<Response, ApiError> {
+    let run_id = path(p)?;
+    segment("run_id", &run_id)?;
+    let result = source(&st)?.skip_dead(&run_id).await.map_err(|e| unavailable(&st, e))?;
+    let shown = crate::text::escape_control(&run_id);
+    match &result {
+        Skipped::Skipped { groups } => {
+            tracing::info!(run_id = %shown, groups = ?groups, "ops API: dead run skipped in its order key's line");
+            Ok((StatusCode::OK, Json(result)).into_response())
+        }
+        Skipped::NoRun => Err(no_run(&run_id)),
+        Skipped::NotOrdered => Err(ApiError::Conflict(format!("{shown} has no order key: no line waits for it"))),
+        Skipped::NotDead { status } => Err(ApiError::Conflict(format!(
+            "{shown} is {}, not dead; nothing changed",
+            crate::text::escape_control(status)
+        ))),
+        Skipped::NotHead => Err(ApiError::Conflict(format!("{shown} heads no line; nothing changed"))),
     }
 }
 

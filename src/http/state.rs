@@ -53,9 +53,9 @@ pub(super) struct ServiceState {
 impl AppState {
     /// State for a gate, its provider endpoints and an optional API token.
     /// A provider's own `allowed_repos` replaces the gate's allowlist for
-    /// its deliveries.
+    /// its deliveries, and its `order_by` the gate's order.
     pub fn new(gate: Gate, providers: Vec<Provider>, api_token: Option<&str>) -> Self {
-        let gate = with_provider_allowlists(gate, &providers);
+        let gate = with_provider_rules(gate, &providers);
         let ops = crate::ops::Source::of(gate.store());
         Self(Arc::new(ServiceState {
             stats_cache: Arc::new(StatsCache::new(ops.clone())),
@@ -121,12 +121,16 @@ impl AppState {
     }
 }
 
-/// `gate` with the providers' own `allowed_repos`, each replacing the
-/// gate's allowlist for its provider's deliveries.
-pub(crate) fn with_provider_allowlists<'a>(gate: Gate, providers: impl IntoIterator<Item = &'a Provider>) -> Gate {
-    providers.into_iter().fold(gate, |gate, p| match p.allowed_repos() {
-        Some(repos) => gate.with_provider_allowlist(p.name(), repos.iter().cloned()),
-        None => gate,
+/// `gate` with the providers' own rules: their `allowed_repos`, each
+/// replacing the gate's allowlist for its provider's deliveries, and their
+/// order (`order_by`), which replaces the top-level one.
+pub(crate) fn with_provider_rules<'a>(gate: Gate, providers: impl IntoIterator<Item = &'a Provider>) -> Gate {
+    providers.into_iter().fold(gate, |gate, p| {
+        let gate = gate.with_provider_ordering(p.name(), p.ordering());
+        match p.allowed_repos() {
+            Some(repos) => gate.with_provider_allowlist(p.name(), repos.iter().cloned()),
+            None => gate,
+        }
     })
 }
 

@@ -27,6 +27,11 @@ pub enum Target {
         /// The run id, e.g. `run-7`.
         run_id: String,
     },
+    /// An order key's line, per destination.
+    Order {
+        /// The order key (`enc(provider):enc(org/repo)[:enc(subject)]`).
+        key: String,
+    },
 }
 
 impl Target {
@@ -94,6 +99,7 @@ impl Target {
             Target::Delivery { .. } => "delivery",
             Target::Logical(_) => "logical",
             Target::Run { .. } => "run",
+            Target::Order { .. } => "order",
         }
     }
 
@@ -103,6 +109,7 @@ impl Target {
             Target::Delivery { provider, delivery_id } => keys.delivery(provider, delivery_id),
             Target::Logical(id) => keys.logical(id),
             Target::Run { run_id } => keys.run(run_id),
+            Target::Order { key } => keys.order(key),
         }
     }
 }
@@ -188,6 +195,31 @@ pub enum Found {
     Logical(LogicalView),
     /// A run record.
     Run(RunView),
+    /// An order key's state.
+    Order(OrderView),
+}
+
+/// An order key's state as found: per destination, its head, its line and
+/// the run it finished last (lua/shared/order.lua).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OrderView {
+    /// Time left: `Persistent` while a destination has a head, then the run retention.
+    pub ttl: Ttl,
+    /// One entry per destination the key has state for, by name.
+    pub destinations: Vec<OrderLine>,
+}
+
+/// One destination's line of an order key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+pub struct OrderLine {
+    /// The destination (consumer group).
+    pub destination: String,
+    /// The run that may be attempted now (running, parked, or dead and blocking); `None`: idle.
+    pub head: Option<String>,
+    /// The runs waiting behind it, in creation order.
+    pub waiting: Vec<String>,
+    /// The run it finished last, `run-N:CREATED_MS` (the next run's `Idemgate-Order-Previous`).
+    pub previous: Option<String>,
 }
 
 /// The answer to one `inspect`: the key read, and the record when present.
@@ -212,8 +244,29 @@ impl Ops {
             Target::Delivery { .. } => self.delivery_at(&key).await?.map(Found::Delivery),
             Target::Logical(_) => self.logical_at(&key).await?.map(Found::Logical),
             Target::Run { .. } => self.run_at(&key).await?.map(Found::Run),
+            Target::Order { .. } => self.order_at(&key).await?.map(Found::Order),
         };
         Ok(Inspection { kind: target.kind(), key, found })
+    }
+
+    async fn order_at(&self, key: &str) -> Result<Option<OrderView>, OpsError> {
+        let (fields, pttl): (Vec<(String, String)>, i64) =
+            self.redis.query(redis::pipe().hgetall(key).pttl(key)).await?;
+        let Some(ttl) = Ttl::from_pttl(pttl).filter(|_| !fields.is_empty()) else { return Ok(None) };
+        let mut lines: std::collections::BTreeMap<String, OrderLine> = std::collections::BTreeMap::new();
+        for (field, value) in fields {
+            let Some((kind, group)) = field.split_once(':') else { continue };
+            let line = lines
+                .entry(group.to_owned())
+                .or_insert_with(|| OrderLine { destination: group.to_owned(), ..OrderLine::default() });
+            match kind {
+                "h" => line.head = Some(value),
+                "l" => line.waiting = value.split_whitespace().map(str::to_owned).collect(),
+                "p" => line.previous = Some(value),
+                _ => {}
+            }
+        }
+        Ok(Some(OrderView { ttl, destinations: lines.into_values().collect() }))
     }
 
     async fn delivery_at(&self, key: &str) -> Result<Option<DeliveryView>, OpsError> {

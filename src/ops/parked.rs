@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::client::{Ops, OpsError};
 use crate::keys::Keys;
-use crate::redis_io::parked_scripts::{ParkedRetryNowCall, RetryNowCall, RetryNowReply};
+use crate::redis_io::parked_scripts::{ParkedRetryNowCall, RetryNowCall, RetryNowReply, SkipDeadCall, Skipped};
 use crate::units::now_ms;
 use crate::vocabulary::{AttemptOutcome, RunRecord, RunStatus};
 
@@ -179,6 +179,13 @@ impl Ops {
             });
         }
         Ok(out)
+    }
+
+    /// `runs skip RUN_ID`: a dead run heading its order key's line lets the
+    /// line move on, for `group` only or every destination it heads
+    /// (`lua/run_skip.lua`).
+    pub async fn skip_dead(&self, run_id: &str, group: Option<&str>) -> Result<Skipped, OpsError> {
+        Ok(self.redis.call(&SkipDeadCall { keys: self.keys(), run_id, group, now_ms: now_ms() }).await?)
     }
 
     /// `runs retry-now --all-parked --group NAME`: every run parked for

@@ -203,8 +203,28 @@ pub fn inspection_text(i: &Inspection) -> String {
         Some(Found::Delivery(d)) => delivery_text(d),
         Some(Found::Logical(l)) => logical_text(l),
         Some(Found::Run(r)) => run_text(r),
+        Some(Found::Order(o)) => order_text(o),
     };
     text.trim_end().to_owned()
+}
+
+fn order_text(o: &super::inspect::OrderView) -> String {
+    let mut out = String::new();
+    for line in &o.destinations {
+        let _ = writeln!(out, "destination {}", one_line(&line.destination));
+        let head = line.head.as_deref().map_or_else(|| "none (idle)".to_owned(), one_line);
+        let _ = writeln!(out, "  head      {head}");
+        let waiting: Vec<_> = line.waiting.iter().map(|r| one_line(r)).collect();
+        let _ = writeln!(out, "  waiting   {}", if waiting.is_empty() { "none".to_owned() } else { waiting.join(" ") });
+        if let Some(previous) = &line.previous {
+            let _ = writeln!(out, "  previous  {}", one_line(previous));
+        }
+    }
+    let _ = match o.ttl.millis() {
+        None => writeln!(out, "ttl       none (a destination has a head)"),
+        Some(ms) => writeln!(out, "ttl       {ms} ms (idle: kept for the chain's previous)"),
+    };
+    out
 }
 
 fn ttl_json(ttl: Ttl) -> Value {
@@ -248,6 +268,7 @@ pub fn inspection_json(i: &Inspection) -> Value {
             let Value::Object(m) = run_json(r) else { unreachable!() };
             Value::Object(m.into_iter().filter(|(k, _)| k != "key").collect())
         }
+        Some(Found::Order(o)) => json!({"destinations": o.destinations, "ttl_ms": ttl_json(o.ttl)}),
     };
     if let (Value::Object(base), Value::Object(more)) = (&mut v, extra) {
         base.extend(more);

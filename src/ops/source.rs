@@ -17,6 +17,7 @@ use super::inspect::{Found, Target};
 use super::parked::RetriedNow;
 use super::render::rfc3339_ms;
 use super::runs::{FoundBy, RunPage, RunQuery, RunSummary, run_named_by};
+use crate::redis_io::parked_scripts::Skipped;
 use crate::redis_io::run_scripts::RunReadCall;
 use crate::store::memory::{MemoryRun, MemoryStore};
 use crate::store::opened::OpenedStore;
@@ -446,6 +447,15 @@ impl Source {
 }
 
 impl Source {
+    /// `POST /v1/ops/runs/{id}/skip`: [`Ops::skip_dead`] for every
+    /// destination the run heads. The memory store keeps no order.
+    pub async fn skip_dead(&self, run_id: &str) -> Result<Skipped, OpsError> {
+        match self {
+            Source::Redis(ops) => ops.skip_dead(run_id, None).await,
+            Source::Memory(m) => Ok(if m.run(run_id).is_some() { Skipped::NotOrdered } else { Skipped::NoRun }),
+        }
+    }
+
     /// `POST /v1/ops/runs/{id}/retry-now`: [`Ops::retry_now`] for one run. On
     /// the memory store nothing parks (no worker runs anything), so every
     /// request is refused with the run's status.

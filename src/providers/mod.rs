@@ -44,6 +44,8 @@ use std::time::{Duration, SystemTime};
 
 use axum::http::HeaderMap;
 
+use crate::order::Ordering;
+
 mod fields;
 mod outcome;
 mod provider;
@@ -453,6 +455,18 @@ impl Provider {
     pub fn with_deadline(mut self, deadline: Duration) -> Self {
         self.endpoint_mut().common_mut().deadline = Some(deadline);
         self
+    }
+
+    /// Which of its runs share a line, and what a dead head does
+    /// (`order_by`, `order_on_dead`; src/order.rs).
+    pub fn with_ordering(mut self, ordering: Ordering) -> Self {
+        self.endpoint_mut().common_mut().ordering = ordering;
+        self
+    }
+
+    /// The order its runs keep.
+    pub fn ordering(&self) -> Ordering {
+        self.endpoint().common().ordering
     }
 
     /// How refusals are answered.

@@ -19,6 +19,7 @@ use super::fields::FieldPointers;
 use super::outcome::{Delivery, ProviderError, Rejection};
 use super::reason::{Reason, RefusalStatus};
 use super::signing::{Key, mac_over};
+use crate::order::Ordering;
 
 /// The most an endpoint keeps back from its deadline for the network: the
 /// answer leaves a tenth of the deadline early, at most this much
@@ -144,6 +145,8 @@ pub struct Common {
     pub(super) refusal_status: RefusalStatus,
     /// `None`: the kind's default.
     pub(super) deadline: Option<Duration>,
+    /// Which of its runs share a line (`order_by`, `order_on_dead`).
+    pub(super) ordering: Ordering,
 }
 
 impl fmt::Debug for Common {
@@ -156,6 +159,7 @@ impl fmt::Debug for Common {
             .field("allowed_repos", &self.allowed_repos)
             .field("refusal_status", &self.refusal_status)
             .field("deadline", &self.deadline)
+            .field("ordering", &self.ordering)
             .finish()
     }
 }
@@ -172,6 +176,7 @@ impl Common {
             allowed_repos: None,
             refusal_status: RefusalStatus::default(),
             deadline: None,
+            ordering: Ordering::default(),
         }
     }
 

@@ -12,6 +12,7 @@ use toml::Spanned;
 use super::reason::RefusalStatus;
 use super::{IdentityMode, Kind, Provider, ProviderError};
 use crate::config_values::{StringOrList, checked_repos, duration};
+use crate::order::Ordering;
 
 /// One `[[provider]]` table, as the file writes it: the keys every kind
 /// reads, typed here (their errors come with their line from the TOML
@@ -32,6 +33,10 @@ pub struct ProviderTable {
     refusal_status: Option<RefusalStatus>,
     /// How long the provider waits for an answer (default: its kind's).
     deadline: Option<String>,
+    /// Which of its runs share a line (src/order.rs; default `"none"`).
+    order_by: Option<String>,
+    /// What a dead head of a line does (default `"block"`).
+    order_on_dead: Option<String>,
     /// Every other key: the kind's own (`tolerance`, `fields`, `identity`,
     /// the `hmac` scheme's), or a mistake.
     #[serde(flatten)]
@@ -129,6 +134,13 @@ impl ProviderTable {
         if let Some(deadline) = deadline {
             provider = provider.with_deadline(deadline);
         }
+        let ordering = Ordering {
+            by: parse_or_default(self.order_by.as_deref())
+                .map_err(|why| format!("{at}:{} `order_by`: {why}", line("order_by")))?,
+            on_dead: parse_or_default(self.order_on_dead.as_deref())
+                .map_err(|why| format!("{at}:{} `order_on_dead`: {why}", line("order_on_dead")))?,
+        };
+        provider = provider.with_ordering(ordering);
         if let Some(events) = &self.events {
             if events.is_empty() || events.iter().any(String::is_empty) {
                 return Err(format!(
@@ -169,6 +181,11 @@ impl ProviderTable {
             _ => Err(format!("{at}: give one of `secret`, `secrets` and `secret_env`, not several")),
         }
     }
+}
+
+/// `value` read by its `FromStr`, or the default when the table leaves it out.
+fn parse_or_default<T: std::str::FromStr<Err = String> + Default>(value: Option<&str>) -> Result<T, String> {
+    value.map_or_else(|| Ok(T::default()), str::parse)
 }
 
 /// The registry's kinds that read `key`, quoted and joined as a message

@@ -19,6 +19,9 @@ pub static RUN_RETRY_NOW: LazyLock<LuaScript> =
 pub static PARKED_RETRY_NOW: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::load(include_str!("../../lua/parked_retry_now.lua")));
 
+/// `lua/run_skip.lua`, loaded.
+pub static RUN_SKIP: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::load(include_str!("../../lua/run_skip.lua")));
+
 /// `lua/payload_expire.lua`, loaded.
 pub static PAYLOAD_EXPIRE: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::load(include_str!("../../lua/payload_expire.lua")));
@@ -166,5 +169,77 @@ impl ScriptCall for ParkedRetryNowCall<'_> {
     fn decode(&self, reply: Value) -> Result<MadeDue, Error> {
         let (runs, looked_at): (u64, u64) = decode(reply)?;
         Ok(MadeDue { runs, looked_at })
+    }
+}
+
+/// `lua/run_skip.lua`: a dead run at the head of its order key's line lets
+/// the line move on (`idemgate runs skip`).
+#[derive(Debug, Clone)]
+pub struct SkipDeadCall<'a> {
+    /// The namespace's keys.
+    pub keys: &'a Keys,
+    /// The run.
+    pub run_id: &'a str,
+    /// Only this destination's line, or every one the run heads.
+    pub group: Option<&'a str>,
+    /// Now, ms since the Unix epoch.
+    pub now_ms: u64,
+}
+
+/// What `lua/run_skip.lua` answered.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum Skipped {
+    /// The lines of these destinations moved on.
+    Skipped {
+        /// The destinations (consumer groups).
+        groups: Vec<String>,
+    },
+    /// No such run.
+    NoRun,
+    /// The run has no order key.
+    NotOrdered,
+    /// The run is not dead.
+    NotDead {
+        /// Its status.
+        status: String,
+    },
+    /// The run heads no line (of that destination).
+    NotHead,
+}
+
+impl ScriptCall for SkipDeadCall<'_> {
+    type Reply = Skipped;
+
+    fn script(&self) -> &'static LuaScript {
+        &RUN_SKIP
+    }
+
+    fn layout(&self) -> Layout {
+        Layout::default()
+            .key("runs_key", self.keys.runs())
+            .key("run_key", self.keys.run(self.run_id))
+            .arg("group", self.group.unwrap_or(""))
+            .arg("now_ms", self.now_ms)
+    }
+
+    fn decode(&self, reply: Value) -> Result<Skipped, Error> {
+        let unexpected = || Error::UnexpectedReply(format!("run_skip.lua answered {reply:?}"));
+        let parts: Vec<Value> = redis::from_redis_value_ref(&reply).map_err(|_| unexpected())?;
+        let text = |i: usize| parts.get(i).and_then(|v| redis::from_redis_value_ref::<String>(v).ok());
+        match parts.first().and_then(|v| redis::from_redis_value_ref::<i64>(v).ok()) {
+            Some(1) => {
+                let groups = parts.get(1).and_then(|v| redis::from_redis_value_ref::<Vec<String>>(v).ok());
+                Ok(Skipped::Skipped { groups: groups.ok_or_else(unexpected)? })
+            }
+            Some(0) => match text(1).as_deref() {
+                Some("no_run") => Ok(Skipped::NoRun),
+                Some("not_ordered") => Ok(Skipped::NotOrdered),
+                Some("not_dead") => Ok(Skipped::NotDead { status: text(2).unwrap_or_default() }),
+                Some("not_head") => Ok(Skipped::NotHead),
+                _ => Err(unexpected()),
+            },
+            _ => Err(unexpected()),
+        }
     }
 }

@@ -37,6 +37,7 @@ script!(WORKER_TRIM, "worker_trim.lua");
 script!(WORKER_WAKE, "worker_wake.lua");
 script!(WORKER_PROBE_TAKE, "worker_probe_take.lua");
 script!(WORKER_PROBE_END, "worker_probe_end.lua");
+script!(WORKER_SKIP, "worker_skip.lua");
 script!(RUN_FINISH, "run_finish.lua");
 script!(RUN_RELEASE, "run_release.lua");
 script!(DEAD_RETRY, "dead_retry.lua");
@@ -44,7 +45,8 @@ script!(RUN_READ, "run_read.lua");
 
 /// Every script of this module (and of [`super::parked_scripts`] and
 /// [`super::destination_scripts`]) with its file name, for checks over all of them.
-pub fn all() -> [(&'static str, &'static LuaScript); 20] {
+/// Every script of this module (and of [`super::parked_scripts`]) with its file name, for checks over all of them.
+pub fn all() -> [(&'static str, &'static LuaScript); 22] {
     [
         ("worker_start.lua", &WORKER_START),
         ("worker_done.lua", &WORKER_DONE),
@@ -57,6 +59,7 @@ pub fn all() -> [(&'static str, &'static LuaScript); 20] {
         ("worker_wake.lua", &WORKER_WAKE),
         ("worker_probe_take.lua", &WORKER_PROBE_TAKE),
         ("worker_probe_end.lua", &WORKER_PROBE_END),
+        ("worker_skip.lua", &WORKER_SKIP),
         ("run_finish.lua", &RUN_FINISH),
         ("run_release.lua", &RUN_RELEASE),
         ("dead_retry.lua", &DEAD_RETRY),
@@ -66,6 +69,7 @@ pub fn all() -> [(&'static str, &'static LuaScript); 20] {
         ("payload_expire.lua", &super::parked_scripts::PAYLOAD_EXPIRE),
         ("destination_take.lua", &super::destination_scripts::DESTINATION_TAKE),
         ("destination_hold.lua", &super::destination_scripts::DESTINATION_HOLD),
+        ("run_skip.lua", &super::parked_scripts::RUN_SKIP),
     ]
 }
 

@@ -78,8 +78,9 @@ impl LuaScript {
 }
 
 /// The Lua that several scripts share, by placeholder name (`${holds}`).
-pub const SHARED_LUA: [(&str, &str); 7] = [
+pub const SHARED_LUA: [(&str, &str); 8] = [
     ("run_fields", include_str!("../../lua/shared/run_fields.lua")),
+    ("order", include_str!("../../lua/shared/order.lua")),
     ("holds", include_str!("../../lua/shared/holds.lua")),
     ("op_replay", include_str!("../../lua/shared/op_replay.lua")),
     ("dead_letter", include_str!("../../lua/shared/dead_letter.lua")),
@@ -263,6 +264,12 @@ pub struct GateArgs<'a> {
     /// `ARGV[14]` of `lua/gate.lua` only: the gate span's `traceparent`,
     /// kept as the run record's `trace`, else `""` (traces off).
     pub trace: &'a str,
+    /// `ARGV[15]` of `lua/gate.lua` only: the created run's order key
+    /// (src/order.rs), else `""` (its provider does not order its runs).
+    pub order_key: &'a str,
+    /// `ARGV[16]` of `lua/gate.lua` only: `order_on_dead = "skip"` for the
+    /// ordered run (`block`, the default, is left off).
+    pub order_skip_dead: bool,
 }
 
 /// One ARGV value of a gate call, as Redis receives it: text, a number
@@ -395,7 +402,11 @@ impl GateCall<'_> {
     /// at its default (every argument costs Redis on every call).
     pub fn args(&self) -> impl Iterator<Item = GateArg<'_>> {
         let a = &self.0;
-        let count = if !a.trace.is_empty() {
+        let count = if a.order_skip_dead {
+            16
+        } else if !a.order_key.is_empty() {
+            15
+        } else if !a.trace.is_empty() {
             14
         } else if a.rewrite_on_replay {
             13
@@ -409,9 +420,14 @@ impl GateCall<'_> {
         self.named().take(count).map(|(_, arg)| arg)
     }
 
-    /// The shared prefix and this script's own `trace`, named.
+    /// The shared prefix and this script's own `trace` and order, named.
     fn named(&self) -> impl Iterator<Item = (&'static str, GateArg<'_>)> {
-        self.0.argv().into_iter().chain([("trace", GateArg::Text(self.0.trace))])
+        let own = [
+            ("trace", GateArg::Text(self.0.trace)),
+            ("order_key", GateArg::Text(self.0.order_key)),
+            ("order_skip_dead", GateArg::Text(if self.0.order_skip_dead { "1" } else { "0" })),
+        ];
+        self.0.argv().into_iter().chain(own)
     }
 }
 
@@ -513,6 +529,8 @@ mod tests {
             payload,
             rewrite_on_replay: rewrite,
             trace: "",
+            order_key: "",
+            order_skip_dead: false,
         }
     }
 
@@ -529,6 +547,19 @@ mod tests {
         assert_eq!((sent.len(), sent[13].as_str(), sent[12].as_str(), sent[11].as_str()), (14, "00-ab-cd-01", "0", ""));
         assert_eq!(plain("", "", false).len(), 10);
         assert_eq!(plain("s", "{}", true).len(), 13);
+    }
+
+    /// An ordered run's key comes after the trace (sent as "" when traces
+    /// are off), and `order_on_dead = "skip"` after it only when chosen: an
+    /// unordered run's call is what it was before ordering existed.
+    #[test]
+    fn an_order_key_is_sent_only_for_an_ordered_run() {
+        let ordered = GateCall(GateArgs { order_key: "1:p:3:o/r", ..args("", "", false) });
+        let sent: Vec<String> = ordered.args().map(|a| a.to_string()).collect();
+        assert_eq!((sent.len(), sent[13].as_str(), sent[14].as_str()), (15, "", "1:p:3:o/r"));
+        let skip = GateCall(GateArgs { order_key: "1:p:3:o/r", order_skip_dead: true, ..args("", "", false) });
+        let sent: Vec<String> = skip.args().map(|a| a.to_string()).collect();
+        assert_eq!(sent[14..], ["1:p:3:o/r", "1"]);
     }
 
     /// The plain script gets no optional argument it would read as its
@@ -628,13 +659,37 @@ mod tests {
             (gate.script(), gate.layout(), gate.command()),
             (hold.script(), hold.layout(), hold.command()),
             {
-                let c = StartCall { consumer, entry_id, run: &run, now_ms: 5, max_attempts: 3, op, retention_ms: 9 };
+                let order_key = Some("1:p:3:o/r");
+                let c = StartCall {
+                    consumer,
+                    entry_id,
+                    run: &run,
+                    now_ms: 5,
+                    max_attempts: 3,
+                    op,
+                    retention_ms: 9,
+                    order_key,
+                };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let c = SkipCall { consumer, entry_id, run: &run, order_key: "1:p:3:o/r", retention_ms: 9 };
                 (c.script(), c.layout(), c.command())
             },
             {
                 let run_id = "run-1";
-                let c =
-                    DoneCall { consumer, entry_id, run_id, now_ms: 5, op, retention_ms: 9, entry, keep_payload_ms: -1 };
+                let order_key = Some("1:p:3:o/r");
+                let c = DoneCall {
+                    consumer,
+                    entry_id,
+                    run_id,
+                    now_ms: 5,
+                    op,
+                    retention_ms: 9,
+                    entry,
+                    keep_payload_ms: -1,
+                    order_key,
+                };
                 (c.script(), c.layout(), c.command())
             },
             {
@@ -749,6 +804,15 @@ mod tests {
             },
             {
                 let c = super::super::destination_scripts::HoldCall { keys: &keys, destination: "d", hold_ms: 5 };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let c = super::super::parked_scripts::SkipDeadCall {
+                    keys: &keys,
+                    run_id: "run-1",
+                    group: Some("g"),
+                    now_ms: 5,
+                };
                 (c.script(), c.layout(), c.command())
             },
         ];

@@ -7,7 +7,7 @@ use redis::Value;
 
 use super::run_scripts::{
     WORKER_DONE, WORKER_EXTEND, WORKER_FAIL, WORKER_GIVE_BACK, WORKER_LEAVE, WORKER_PROBE_END, WORKER_PROBE_TAKE,
-    WORKER_START, WORKER_TRIM, WORKER_UNCOUNT, WORKER_WAKE, decode, decode_yes,
+    WORKER_SKIP, WORKER_START, WORKER_TRIM, WORKER_UNCOUNT, WORKER_WAKE, decode, decode_yes,
 };
 use super::scripts::{Layout, LuaScript, ScriptCall};
 use crate::error::Error;
@@ -61,6 +61,8 @@ pub struct StartCall<'a> {
     pub op: &'a str,
     /// A dead record's TTL, ms (0: never expires).
     pub retention_ms: u64,
+    /// The entry's order key, for an ordered run (left off otherwise).
+    pub order_key: Option<&'a str>,
 }
 
 /// What `lua/worker_start.lua` answered.
@@ -79,9 +81,14 @@ pub enum Started {
         tries: u32,
         /// The gate span's `traceparent` the record keeps (traces on), if any.
         trace: Option<String>,
+        /// An ordered run's previous run in its key's chain, `run-N:CREATED_MS`, if any.
+        previous: Option<String>,
     },
     /// Another consumer holds the entry now.
     Lost,
+    /// An ordered run whose key is busy: it waits in its key's line, its
+    /// entry acknowledged, until the run before it finishes.
+    Waits,
     /// The last allowed attempt was lost with its worker: moved to the dead stream.
     Dead(u32),
 }
@@ -94,16 +101,21 @@ impl ScriptCall for StartCall<'_> {
     }
 
     fn layout(&self) -> Layout {
-        self.consumer
+        let layout = self
+            .consumer
             .on_entry(&self.run.run_id, true, self.entry_id)
             .arg("now_ms", self.now_ms)
             .arg("max_attempts", self.max_attempts)
             .arg("op", self.op)
             .arg("retention_ms", self.retention_ms)
-            .arg("run_fields", &self.run.values()[..])
+            .arg("run_fields", &self.run.values()[..]);
+        match self.order_key {
+            Some(key) => layout.arg("order_key", key),
+            None => layout,
+        }
     }
 
-    /// A reply other than the header's three forms is an error, not `Lost`:
+    /// A reply other than the header's four forms is an error, not `Lost`:
     /// a script and its Rust call out of step must be seen, not read as
     /// "another consumer took the entry".
     fn decode(&self, reply: Value) -> Result<Started, Error> {
@@ -121,8 +133,10 @@ impl ScriptCall for StartCall<'_> {
                 payload: text(3),
                 tries: int(4).map_or(1, |n| n.clamp(1, i64::from(u32::MAX)) as u32),
                 trace: text(5),
+                previous: text(6).filter(|p| !p.is_empty()),
             }),
             Some(2) => Ok(Started::Dead(count(1)?)),
+            Some(3) => Ok(Started::Waits),
             _ => Err(unexpected()),
         }
     }
@@ -151,6 +165,8 @@ pub struct DoneCall<'a> {
     /// How long the done record keeps the payload (`--keep-done-payloads`):
     /// 0 not at all, -1 as long as the record, else ms.
     pub keep_payload_ms: i64,
+    /// An ordered run's key (left off otherwise).
+    pub order_key: Option<&'a str>,
 }
 
 impl ScriptCall for DoneCall<'_> {
@@ -162,7 +178,8 @@ impl ScriptCall for DoneCall<'_> {
 
     fn layout(&self) -> Layout {
         let keys = self.consumer.keys;
-        self.consumer
+        let layout = self
+            .consumer
             .on_entry(self.run_id, false, self.entry_id)
             .key("parking_key", keys.retry(self.consumer.group))
             .key("destination_key", keys.destination_parked(self.consumer.group))
@@ -173,7 +190,11 @@ impl ScriptCall for DoneCall<'_> {
             .arg("keep_payload_ms", self.keep_payload_ms)
             .arg("run_prefix", keys.run_prefix())
             .key("kept_payloads_key", keys.kept_payloads())
-            .key("probe_key", keys.destination_probe(self.consumer.group))
+            .key("probe_key", keys.destination_probe(self.consumer.group));
+        match self.order_key {
+            Some(key) => layout.arg("order_key", key),
+            None => layout,
+        }
     }
 
     /// `0` or `{1, released}`: anything else is an error, not a lost entry.
@@ -350,6 +371,41 @@ impl ScriptCall for GiveBackCall<'_> {
 
     fn decode(&self, reply: Value) -> Result<bool, Error> {
         decode_yes(reply)
+    }
+}
+
+/// `lua/worker_skip.lua`: the destination's filter refuses an ordered
+/// run: acknowledge it and keep its key's line moving.
+#[derive(Debug, Clone)]
+pub struct SkipCall<'a> {
+    /// Who refused it.
+    pub consumer: Consumer<'a>,
+    /// The runs-stream entry.
+    pub entry_id: &'a str,
+    /// The run.
+    pub run: &'a RunFields,
+    /// The entry's order key.
+    pub order_key: &'a str,
+    /// The run retention, ms (0: never expires).
+    pub retention_ms: u64,
+}
+
+impl ScriptCall for SkipCall<'_> {
+    type Reply = ();
+
+    fn script(&self) -> &'static LuaScript {
+        &WORKER_SKIP
+    }
+
+    fn layout(&self) -> Layout {
+        self.consumer
+            .on_entry(&self.run.run_id, false, self.entry_id)
+            .arg("order_key", self.order_key)
+            .arg("retention_ms", self.retention_ms)
+    }
+
+    fn decode(&self, reply: Value) -> Result<(), Error> {
+        decode_yes(reply).map(drop)
     }
 }
 
@@ -654,8 +710,16 @@ mod tests {
         let keys = Keys::new("t").unwrap();
         let run = RunFields::read(|name| format!("<{name}>"));
         let consumer = Consumer { keys: &keys, group: "g", name: "c" };
-        let call =
-            StartCall { consumer, entry_id: "1-0", run: &run, now_ms: 5, max_attempts: 3, op: "op-1", retention_ms: 9 };
+        let call = StartCall {
+            consumer,
+            entry_id: "1-0",
+            run: &run,
+            now_ms: 5,
+            max_attempts: 3,
+            op: "op-1",
+            retention_ms: 9,
+            order_key: None,
+        };
         let args: Vec<String> = call
             .command()
             .args_iter()
@@ -714,8 +778,16 @@ mod tests {
         let keys = Keys::new("t").unwrap();
         let run = RunFields::read(|name| format!("<{name}>"));
         let consumer = Consumer { keys: &keys, group: "g", name: "c" };
-        let start =
-            StartCall { consumer, entry_id: "1-0", run: &run, now_ms: 5, max_attempts: 3, op: "op-1", retention_ms: 9 };
+        let start = StartCall {
+            consumer,
+            entry_id: "1-0",
+            run: &run,
+            now_ms: 5,
+            max_attempts: 3,
+            op: "op-1",
+            retention_ms: 9,
+            order_key: None,
+        };
         let int = Value::Int;
         let list = |v: Vec<Value>| Value::Array(v);
         assert_eq!(start.decode(list(vec![int(0), int(0)])).unwrap(), Started::Lost);
@@ -723,7 +795,14 @@ mod tests {
         let run_reply = list(vec![int(1), int(3), Value::BulkString(b"17".to_vec()), Value::Nil, int(2)]);
         assert_eq!(
             start.decode(run_reply).unwrap(),
-            Started::Run { attempt: 3, created_ms: Some("17".into()), payload: None, tries: 2, trace: None }
+            Started::Run {
+                attempt: 3,
+                created_ms: Some("17".into()),
+                payload: None,
+                tries: 2,
+                trace: None,
+                previous: None
+            }
         );
         let traced =
             list(vec![int(1), int(1), Value::Nil, Value::Nil, int(1), Value::BulkString(b"00-ab-cd-01".to_vec())]);

@@ -11,6 +11,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::error::Error;
+use crate::order::RunOrder;
 use crate::vocabulary::{Hold, Identity, Response, Verdict};
 
 /// A boxed future, so stores can sit behind `Arc<dyn Store>`.
@@ -39,6 +40,10 @@ pub struct Call<'a> {
     /// The gate span's W3C `traceparent` when traces are on: a created
     /// run keeps it (`trace`), so that its attempts join the trace.
     pub trace: Option<&'a str>,
+    /// The created run's order key, when its provider orders its runs
+    /// (src/order.rs): written into the run record and the stream entry
+    /// with the run, never after.
+    pub order: Option<&'a RunOrder>,
 }
 
 /// A run created under a [`Hold`], as its holder ends it

@@ -103,6 +103,8 @@ impl RedisStore {
             payload: call.payload.unwrap_or(""),
             rewrite_on_replay: self.min_replicas_ack.is_some(),
             trace: call.trace.unwrap_or(""),
+            order_key: call.order.map_or("", |o| &o.key),
+            order_skip_dead: call.order.is_some_and(|o| o.skip_dead),
         }
     }
 

@@ -15,7 +15,7 @@ use super::breaker::{Breaker, BreakerVerdict};
 use super::config::{JITTER, WorkerConfig};
 use super::history::short_error;
 use super::queue::StreamEntry;
-use super::run::{Failure, FailureKind, Handler, Payload, RunAttempt, Success};
+use super::run::{Chain, Failure, FailureKind, Handler, Payload, RunAttempt, Success};
 use super::state::{Counters, Held, WorkerState};
 use crate::redis_io::worker_scripts::{Failed, Started};
 use crate::units::{format_duration, now_ms};
@@ -231,29 +231,39 @@ impl<H: Handler> RunTask<'_, H> {
         let max_attempts = self.config().max_attempts;
         let op = q.op();
         let sent = Instant::now();
-        let (attempt, tries, created_ms, payload, trace) = match self
-            .until_answered("starting an attempt", || q.start(self.entry, max_attempts, &op))
-            .await?
-        {
-            Started::Run { attempt, tries, created_ms, payload, trace } => (attempt, tries, created_ms, payload, trace),
-            Started::Dead(n) => {
-                tracing::warn!(
-                    run_id = self.run_id,
-                    attempts = n,
-                    "the last attempt was lost with its worker; run is dead"
-                );
-                Counters::bump(&self.counters().dead);
-                return None;
-            }
-            Started::Lost => {
-                Counters::bump(&self.counters().lost);
-                return None;
-            }
-        };
+        let (attempt, tries, created_ms, payload, trace, previous) =
+            match self.until_answered("starting an attempt", || q.start(self.entry, max_attempts, &op)).await? {
+                Started::Run { attempt, tries, created_ms, payload, trace, previous } => {
+                    (attempt, tries, created_ms, payload, trace, previous)
+                }
+                Started::Waits => {
+                    // Its key is busy: the run before it hands it on when it finishes.
+                    tracing::debug!(run_id = self.run_id, "the run waits for its order key's line");
+                    return None;
+                }
+                Started::Dead(n) => {
+                    tracing::warn!(
+                        run_id = self.run_id,
+                        attempts = n,
+                        "the last attempt was lost with its worker; run is dead"
+                    );
+                    Counters::bump(&self.counters().dead);
+                    return None;
+                }
+                Started::Lost => {
+                    Counters::bump(&self.counters().lost);
+                    return None;
+                }
+            };
         self.renewed_by_start(sent).await;
         let key = q.run_key_of(self.entry, created_ms.as_deref());
+        let order = self.entry.order_key.clone().map(|key| Chain {
+            key,
+            // The script names it `run-N:CREATED_MS`; the chain carries its run key.
+            previous: previous.map(|p| format!("{}:{p}", q.keys().namespace())),
+        });
         let run = match payload.map(Payload::from_json).transpose() {
-            Ok(payload) => Ok(RunAttempt { attempt, key, payload, trace, ..self.entry.run.clone() }),
+            Ok(payload) => Ok(RunAttempt { attempt, key, payload, trace, order, ..self.entry.run.clone() }),
             // The stored text never changes: no retry can fix it.
             Err(e) => Err(Failure::permanent(format!("the run's stored payload is not JSON: {e}"))),
         };

@@ -159,6 +159,8 @@ impl CommandHandler {
             .env("IDEMGATE_RUN_ID", &run.fields.run_id)
             .env("IDEMGATE_RUN_KEY", &run.key)
             .env("IDEMGATE_ATTEMPT", run.attempt.to_string())
+            .envs(run.order.iter().map(|chain| ("IDEMGATE_ORDER_KEY", chain.key.as_str())))
+            .envs(run.order.iter().filter_map(|chain| Some(("IDEMGATE_ORDER_PREVIOUS", chain.previous.as_deref()?))))
             .envs(trace.iter().map(|(parent, _)| ("TRACEPARENT", parent.as_str())))
             .envs(trace.iter().filter_map(|(_, state)| Some(("TRACESTATE", state.as_deref()?))))
             .stdin(Stdio::piped())

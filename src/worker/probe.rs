@@ -98,7 +98,7 @@ async fn probe_once<H: Handler>(shared: &WorkerState, handler: &H, every: Durati
     let key = run_key(shared.queue.keys(), &run_id, Some(&created_ms), "");
     // The run's latest attempt number: a probe counts none.
     // A probe is no attempt of the run: its span, when traced, starts a trace of its own.
-    let attempt = RunAttempt { fields: run, attempt: attempts, key, payload, trace: None };
+    let attempt = RunAttempt { fields: run, attempt: attempts, key, payload, trace: None, order: None };
     let timeout = shared.config.timeout;
     let (began, started_ms) = (Instant::now(), now_ms());
     let answer = tokio::time::timeout(timeout, handler.call(attempt)).await;

@@ -15,7 +15,7 @@ use crate::error::Error;
 use crate::keys::Keys;
 use crate::redis_io::worker_scripts::{
     Consumer, DoneCall, ExtendCall, FailCall, Failed, GiveBackCall, LeaveCall, ProbeEndCall, ProbeOutcome,
-    ProbeTakeCall, ProbeTaken, StartCall, Started, TrimCall, Trimmed, UncountCall, WakeCall, Woken,
+    ProbeTakeCall, ProbeTaken, SkipCall, StartCall, Started, TrimCall, Trimmed, UncountCall, WakeCall, Woken,
 };
 use crate::redis_io::{BlockingReader, Conn, RedisHandle, RedisOptions};
 use crate::units::{now_ms, redis_ms};
@@ -31,11 +31,21 @@ pub(crate) struct StreamEntry {
     /// The entry is addressed to this group (a parked run put back when
     /// due): the group took the run once, so its filter admitted it.
     pub addressed: bool,
+    /// The run's order key, for an ordered run (the gate wrote it into the entry).
+    pub order_key: Option<String>,
 }
 
 /// The stream entry field that addresses an entry to one group: a parked
 /// run put back when due (`lua/worker_wake.lua`). Other groups skip it.
 const FOR_GROUP: &str = "for_group";
+
+/// The stream entry field of an ordered run's key (lua/gate.lua).
+const ORDER_KEY: &str = "order_key";
+
+/// The stream entry field that marks a run handed on by its key's line
+/// (lua/shared/order.lua): addressed to the group, but not yet admitted by
+/// its filter (a run may enter a line on its reader's behalf).
+const ORDER_HANDED: &str = "order_handed";
 
 /// Why an entry read from the stream is not run.
 enum Unrunnable {
@@ -50,16 +60,18 @@ impl StreamEntry {
     fn parse(id: String, map: &HashMap<String, redis::Value>, group: &str) -> Result<Self, Unrunnable> {
         let field =
             |k: &str| map.get(k).and_then(|v| redis::from_redis_value_ref::<String>(v).ok()).unwrap_or_default();
-        let addressed = map.contains_key(FOR_GROUP);
-        if addressed && field(FOR_GROUP) != group {
+        let to_group = map.contains_key(FOR_GROUP);
+        if to_group && field(FOR_GROUP) != group {
             return Err(Unrunnable::OtherGroup);
         }
+        let addressed = to_group && !map.contains_key(ORDER_HANDED);
+        let order_key = map.contains_key(ORDER_KEY).then(|| field(ORDER_KEY));
         let fields = RunFields::read(field);
         if fields.run_id.is_empty() {
             return Err(Unrunnable::Broken);
         }
-        let run = RunAttempt { fields, attempt: 0, key: String::new(), payload: None, trace: None };
-        Ok(Self { id, run, addressed })
+        let run = RunAttempt { fields, attempt: 0, key: String::new(), payload: None, trace: None, order: None };
+        Ok(Self { id, run, addressed, order_key })
     }
 }
 
@@ -271,8 +283,19 @@ impl Queue {
     }
 
     /// Acknowledges an entry this group's filter refuses: no attempt, no
-    /// write to the run record.
+    /// write to the run record. An ordered run's key line moves on past it
+    /// (`lua/worker_skip.lua`).
     pub async fn skip(&self, e: &StreamEntry) -> Result<(), Error> {
+        if let Some(order_key) = &e.order_key {
+            let call = SkipCall {
+                consumer: self.as_consumer(),
+                entry_id: &e.id,
+                run: &e.run.fields,
+                order_key,
+                retention_ms: self.retention_ms,
+            };
+            return self.redis.call(&call).await;
+        }
         let mut cmd = redis::cmd("XACK");
         cmd.arg(self.keys().runs()).arg(&self.group).arg(&e.id);
         self.redis.query::<i64>(&mut cmd).await.map(drop)
@@ -288,6 +311,7 @@ impl Queue {
             max_attempts,
             op: &op.0,
             retention_ms: self.retention_ms,
+            order_key: e.order_key.as_deref(),
         };
         self.redis.call(&call).await
     }
@@ -311,6 +335,7 @@ impl Queue {
             retention_ms: self.retention_ms,
             entry,
             keep_payload_ms: self.keep_payload_ms,
+            order_key: e.order_key.as_deref(),
         };
         self.redis.call(&call).await
     }

@@ -35,6 +35,22 @@ pub struct RunAttempt {
     /// part of the JSON.
     #[serde(skip)]
     pub trace: Option<String>,
+    /// An ordered run's place in its key's chain (`order_by`): sent as
+    /// `Idemgate-Order-Key` / `Idemgate-Order-Previous` (`IDEMGATE_ORDER_KEY`,
+    /// `IDEMGATE_ORDER_PREVIOUS` for a command). Not part of the JSON.
+    #[serde(skip)]
+    pub order: Option<Chain>,
+}
+
+/// An ordered run's place in its key's chain (docs/worker.md, "One at a
+/// time, in order, per key").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chain {
+    /// The order key, as the gate wrote it (`6:github:12:acme/widgets:2:42`).
+    pub key: String,
+    /// The run key of the key's run just before this one, for this
+    /// destination; `None` for the first the key has had within the run retention.
+    pub previous: Option<String>,
 }
 
 /// Whose failure an attempt's was: what decides the run's next step.
@@ -206,6 +222,7 @@ mod tests {
             key: "ns:run-7:1718000000000".into(),
             payload: None,
             trace: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+            order: Some(Chain { key: "6:github:3:o/r:0:".into(), previous: Some("ns:run-6:1717999999000".into()) }),
         };
         let v = serde_json::to_value(&run).unwrap();
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();

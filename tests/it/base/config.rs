@@ -159,3 +159,35 @@ fn bench_refuses_the_config_files_redis() {
     assert!(help.contains("IDEMGATE_REDIS_TLS_CA"), "{help}");
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// `order_by` needs a queue: on the memory store `serve` refuses it at
+/// start, naming the setting (top-level or the provider's); a bad value is
+/// named by its line and key, never shown.
+#[test]
+fn order_by_is_refused_on_the_memory_store_and_bad_values_name_their_key() {
+    let d = dir("order");
+    let top = write(&d, "top.toml", "listen = \"127.0.0.1:0\"\norder_by = \"subject\"\n");
+    let e = start_error(&["serve", "--config", &top], &[]);
+    assert!(e.contains("order_by = \"subject\" needs Redis"), "{e}");
+    let provider = write(
+        &d,
+        "provider.toml",
+        "listen = \"127.0.0.1:0\"\n[[provider]]\nname = \"gh\"\nkind = \"github\"\nsecret = \"s3cret\"\norder_by = \"repo\"\n",
+    );
+    let e = start_error(&["serve", "--config", &provider], &[]);
+    assert!(e.contains("[[provider]] \"gh\": order_by = \"repo\" needs Redis"), "{e}");
+    let bad = write(&d, "bad.toml", "listen = \"127.0.0.1:0\"\norder_by = \"hunter2\"\n");
+    let e = start_error(&["serve", "--config", &bad], &[]);
+    assert!(e.contains("config file line 2, `order_by`: expected one of \"none\", \"subject\" or \"repo\""), "{e}");
+    assert!(!e.contains("hunter2"), "a value from the file is shown: {e}");
+    let bad_provider = write(
+        &d,
+        "bad-provider.toml",
+        "[[provider]]\nname = \"gh\"\nkind = \"github\"\nsecret = \"s3cret\"\norder_on_dead = \"hunter2\"\n",
+    );
+    let e = start_error(&["serve", "--config", &bad_provider], &[]);
+    assert!(e.contains("`order_on_dead`: expected \"block\" or \"skip\""), "{e}");
+    assert!(e.contains("line 5"), "the key's line: {e}");
+    assert!(!e.contains("hunter2"), "a value from the file is shown: {e}");
+    let _ = std::fs::remove_dir_all(d);
+}

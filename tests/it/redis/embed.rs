@@ -117,6 +117,7 @@ async fn holds_are_timed_by_redis_not_by_the_replicas_clocks() {
         now_ms,
         hold: Some(hold),
         trace: None,
+        order: None,
     };
     let first = store.apply(&call("d-1", now - hour)).await.unwrap();
     assert_eq!(first.response.run_id.as_deref(), Some("run-1"));

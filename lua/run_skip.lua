@@ -1,0 +1,52 @@
+-- idemgate runs skip RUN_ID: a dead run at the head of its order key's line
+-- (`order_on_dead = "block"`, docs/worker.md) lets the line move on
+-- without being retried. For each destination whose head it is (or only
+-- `group`), the next run of the key becomes the head and goes on the
+-- stream at once (lua/shared/order.lua), in this one step. The run stays
+-- dead, its dead-stream entry kept: `dead retry` can still send it, and it
+-- then goes to the back of its key's line. It is still the previous of the
+-- next run, so a receiver sees the gap. Its record keeps `skipped_ms`.
+--
+-- KEYS[1]: runs_key                 idemgate:{NS}:runs
+-- KEYS[2]: run_key                  idemgate:{NS}:run:<run id>
+-- ARGV[1]: group                    the destination (consumer group) to release, or '' for every one
+-- ARGV[2]: now_ms                   now, ms since the Unix epoch
+-- Returns: {1, the groups whose line moved on (a table)}
+--          {0, why}  nothing changed: 'no_run', 'not_ordered', 'not_dead' (then the status
+--                    follows, {0, 'not_dead', status}) or 'not_head'
+
+${run_fields}
+${order}
+
+local o = redis.call('HMGET', KEYS[2], 'status', 'order_key', 'created_ms')
+if not o[1] then
+  return {0, 'no_run'}
+end
+if not o[2] then
+  return {0, 'not_ordered'}
+end
+if o[1] ~= ${status_dead} then
+  return {0, 'not_dead', o[1]}
+end
+local run_id = string.match(KEYS[2], ':run:([^:]*)$')
+local okey = order_key_of(o[2])
+local released = {}
+local state = redis.call('HGETALL', okey)
+for i = 1, #state, 2 do
+  local field, value = state[i], state[i + 1]
+  local group = string.match(field, '^h:(.*)$')
+  if group and value == run_id and (ARGV[1] == '' or ARGV[1] == group) then
+    released[#released + 1] = group
+  end
+end
+if #released == 0 then
+  return {0, 'not_head'}
+end
+-- A key left idle keeps its state as long as the dead run's record lives
+-- (the run retention, which the worker set on it).
+local retention_ms = math.max(redis.call('PTTL', KEYS[2]), 0)
+for _, group in ipairs(released) do
+  order_hand_on(o[2], group, run_id, o[3], retention_ms)
+end
+redis.call('HSET', KEYS[2], 'skipped_ms', ARGV[2])
+return {1, released}

@@ -1,0 +1,178 @@
+-- Shared by the worker scripts that start, finish, kill or pass over a run
+-- (docs/worker.md, "One at a time, in order, per key"). Included after
+-- run_fields.lua. The caller's KEYS[2] is the run's record: every key below
+-- (the runs stream included) is built from its prefix, in the namespace's
+-- slot (the `{NS}` hash tag), as the scripts build run keys from run_prefix.
+--
+-- A key's state, `idemgate:{NS}:order:` .. order key, is a hash with, per
+-- destination (consumer group) g:
+--   h:g  the key's head: the one run of the key g may attempt (running,
+--        parked, given back, or dead and blocking);
+--   l:g  its line: the runs waiting behind the head, in creation order,
+--        as ' run-7 run-9 ' (a space before and after each id);
+--   p:g  `run-N:created_ms` of the run g finished last (the chain's previous).
+-- While no h: field is left, the hash expires after the run retention, so
+-- an idle key costs nothing once its previous run is forgotten.
+--
+-- `idemgate:{NS}:order-entered`, a hash: per group, the highest runs-stream
+-- entry id the group has put in its lines. Runs enter in stream order,
+-- which is creation order (the gate adds the entry in the step that
+-- creates the run): before a run enters, every ordered entry of the group
+-- between that id and the run's own enters first (order_catch_up), so a
+-- worker that started its read later, or ran faster, never puts a later
+-- run before an earlier one.
+
+local ORDER_BASE = string.match(KEYS[2], '^(.*:)run:[^:]*$')
+local ORDER_RUN_PREFIX = ORDER_BASE .. 'run:'
+local ORDER_RUNS = ORDER_BASE .. 'runs'
+
+local function order_key_of(key)
+  return ORDER_BASE .. 'order:' .. key
+end
+
+local function order_in_line(line, run_id)
+  return line ~= nil and line ~= false and string.find(line, ' ' .. run_id .. ' ', 1, true) ~= nil
+end
+
+-- Puts `run_id` at the head of `key`'s line for `group` when the key has
+-- none, else at the back of the line. Answers 'head' or 'line' (also when
+-- it was there already).
+local function order_enter(key, group, run_id)
+  local okey = order_key_of(key)
+  local st = redis.call('HMGET', okey, 'h:' .. group, 'l:' .. group)
+  if st[1] == run_id then
+    return 'head'
+  end
+  if order_in_line(st[2], run_id) then
+    return 'line'
+  end
+  redis.call('PERSIST', okey)
+  if not st[1] then
+    redis.call('HSET', okey, 'h:' .. group, run_id)
+    return 'head'
+  end
+  redis.call('HSET', okey, 'l:' .. group, (st[2] or ' ') .. run_id .. ' ')
+  return 'line'
+end
+
+-- A run put in a line waits there with no entry: its record keeps what
+-- names it (the entry may be trimmed) and says what it waits for.
+local function order_wait(record, group, entry_id, pairs_of_fields)
+  redis.call('HSET', record, unpack(pairs_of_fields))
+  redis.call('HSET', record, 'order_wait', group)
+  redis.call('HDEL', record, 'entry_id')
+  redis.call('XACK', ORDER_RUNS, group, entry_id)
+end
+
+-- Stream ids compared as numbers: ms, then sequence.
+local function order_id_before(a, b)
+  local am, as = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
+  return am < bm or (am == bm and as < bs)
+end
+
+-- Enters, in stream order, every ordered entry of `group` before `upto`
+-- (exclusive) that has not entered yet, and moves the group's mark to
+-- `upto`. Only entries the group still holds unacknowledged can be waiting
+-- to enter, so the window starts at the later of the group's mark and its
+-- oldest pending entry: it spans what the group's workers read at once.
+local function order_catch_up(group, upto)
+  local entered_key = ORDER_BASE .. 'order-entered'
+  local mark = redis.call('HGET', entered_key, group)
+  local oldest = redis.call('XPENDING', ORDER_RUNS, group)[2]
+  local start
+  if oldest and (not mark or order_id_before(mark, oldest)) then
+    start = oldest
+  elseif mark then
+    start = '(' .. mark
+  end
+  if start and (start == oldest and order_id_before(oldest, upto) or start ~= oldest and order_id_before(mark, upto)) then
+    local entries = redis.call('XRANGE', ORDER_RUNS, start, '(' .. upto)
+    for _, e in ipairs(entries) do
+      local f = {}
+      for i = 1, #e[2], 2 do
+        f[e[2][i]] = e[2][i + 1]
+      end
+      local key, run_id = f['order_key'], f['run_id']
+      if key and run_id and (not f['for_group'] or f['for_group'] == group) then
+        local record = ORDER_RUN_PREFIX .. run_id
+        -- Only a run still waiting to start enters: an old entry of a run
+        -- that ran, or was passed over, stays where it is.
+        if redis.call('HGET', record, 'status') == ${status_queued} then
+          if order_enter(key, group, run_id) == 'line' then
+            order_wait(record, group, e[1], run_field_pairs(function(i) return f[RUN_FIELDS[i]] or '' end))
+          end
+        end
+      end
+    end
+  end
+  if not mark or order_id_before(mark, upto) then
+    redis.call('HSET', entered_key, group, upto)
+  end
+end
+
+-- The run `run_id` of `key` is finished for `group` (done, dead and
+-- skipped, or passed over): if it was the head, the next run of the line
+-- becomes the head and goes on the stream at once, addressed to the group
+-- (as lua/worker_wake.lua puts a parked run back); else it leaves the
+-- line. `created_ms` makes the chain's previous. Returns the run handed
+-- on, or nil.
+local function order_hand_on(key, group, run_id, created_ms, retention_ms)
+  local okey = order_key_of(key)
+  local st = redis.call('HMGET', okey, 'h:' .. group, 'l:' .. group)
+  if st[1] ~= run_id then
+    if order_in_line(st[2], run_id) then
+      local line = string.gsub(st[2], ' ' .. string.gsub(run_id, '%p', '%%%0') .. ' ', ' ', 1)
+      if line == ' ' then
+        redis.call('HDEL', okey, 'l:' .. group)
+      else
+        redis.call('HSET', okey, 'l:' .. group, line)
+      end
+    end
+    return nil
+  end
+  redis.call('HSET', okey, 'p:' .. group, run_id .. ':' .. (created_ms or ''))
+  local line = st[2]
+  local next_run = line and string.match(line, '^ (%S+) ')
+  if not next_run then
+    redis.call('HDEL', okey, 'h:' .. group, 'l:' .. group)
+    -- No head left for any group: the key keeps only its previous runs, for the retention.
+    local left = redis.call('HKEYS', okey)
+    local busy = false
+    for _, field in ipairs(left) do
+      if string.sub(field, 1, 2) == 'h:' then busy = true end
+    end
+    if not busy and tonumber(retention_ms) > 0 then
+      redis.call('PEXPIRE', okey, retention_ms)
+    end
+    return nil
+  end
+  local rest = string.sub(line, #next_run + 2)
+  if rest == ' ' then
+    redis.call('HDEL', okey, 'l:' .. group)
+  else
+    redis.call('HSET', okey, 'l:' .. group, rest)
+  end
+  redis.call('HSET', okey, 'h:' .. group, next_run)
+  local record = ORDER_RUN_PREFIX .. next_run
+  local f = redis.call('HMGET', record, unpack(RUN_FIELDS))
+  local entry = run_field_pairs(function(i) return f[i] or '' end)
+  for _, v in ipairs({'order_key', key, 'for_group', group, 'order_handed', '1'}) do
+    entry[#entry + 1] = v
+  end
+  redis.call('XADD', ORDER_RUNS, '*', unpack(entry))
+  redis.call('HDEL', record, 'order_wait')
+  return next_run
+end
+
+-- The run of this script's record (KEYS[2]) is finished for `group`:
+-- hands its key's line on if it is ordered. `dead` says it is dead, which
+-- hands on only under `order_on_dead = "skip"` (a `block` key waits for
+-- it to be retried to done, or skipped).
+local function order_finished(group, dead, retention_ms)
+  local o = redis.call('HMGET', KEYS[2], 'order_key', 'order_on_dead', 'created_ms')
+  if o[1] and (not dead or o[2] == 'skip') then
+    order_hand_on(o[1], group, string.match(KEYS[2], ':run:([^:]*)$'), o[3], retention_ms)
+  end
+end

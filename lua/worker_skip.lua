@@ -1,0 +1,38 @@
+-- idemgate worker: the destination's filter refuses an ordered run (an
+-- unordered one is only acknowledged, with XACK). Passing over it must
+-- keep its key's line moving: the run enters the line as if it were to
+-- run (the runs read before it first, lua/shared/order.lua), and leaves it
+-- at once, handing the line on if it was the head. Its record is not
+-- written: a refused run costs nothing but its counter. The chain's
+-- previous stays the last run the destination did attempt.
+--
+-- KEYS[1]: runs_key                 idemgate:{NS}:runs
+-- KEYS[2]: run_key                  idemgate:{NS}:run:<run id>
+-- ARGV[1]: group                    consumer group
+-- ARGV[2]: consumer                 consumer name (this worker)
+-- ARGV[3]: entry_id                 stream entry id
+-- ARGV[4]: order_key                the entry's order key
+-- ARGV[5]: retention_ms             run retention, ms (an idle key's state expires after it; 0: never)
+-- Returns: 1
+
+${run_fields}
+${order}
+
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+order_catch_up(ARGV[1], ARGV[3])
+local run_id = string.match(KEYS[2], ':run:([^:]*)$')
+local okey = order_key_of(ARGV[4])
+local st = redis.call('HMGET', okey, 'h:' .. ARGV[1], 'l:' .. ARGV[1])
+if st[1] == run_id then
+  -- Handed on without becoming the previous: the chain names runs the destination got.
+  local previous = redis.call('HGET', okey, 'p:' .. ARGV[1])
+  order_hand_on(ARGV[4], ARGV[1], run_id, '', ARGV[5])
+  if previous then
+    redis.call('HSET', okey, 'p:' .. ARGV[1], previous)
+  else
+    redis.call('HDEL', okey, 'p:' .. ARGV[1])
+  end
+elseif order_in_line(st[2], run_id) then
+  order_hand_on(ARGV[4], ARGV[1], run_id, '', ARGV[5])
+end
+return 1

@@ -1,0 +1,192 @@
+//! Order per key (docs/worker.md, "One at a time, in order, per key"): which
+//! runs share a line, as the operator chose it with `order_by`, and what a
+//! dead run at the head of a line does (`order_on_dead`).
+//!
+//! The gate decides a run's order key when it creates the run, from the
+//! identity it already computed, and writes it into the run record and the
+//! stream entry in the same atomic step (lua/gate.lua, `order_key`): the key
+//! never changes afterwards, whatever the configuration becomes.
+//!
+//! The key is written in the key schema's own form, `enc(provider):enc(org/repo)`
+//! and, for `subject`, `:enc(number text)` (src/keys.rs): unambiguous for any
+//! bytes, readable with `redis-cli`, and the tail of the key's state,
+//! `idemgate:{NS}:order:` + the key.
+
+use std::str::FromStr;
+
+use crate::keys::enc;
+use crate::vocabulary::Identity;
+
+/// Which runs share a line (`order_by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OrderBy {
+    /// Runs are independent (the default).
+    #[default]
+    None,
+    /// Provider, `org/repo` and the number text: a pull request's or an
+    /// issue's runs, whatever their action. GitHub's `identity = "event"`
+    /// adds a digest to the logical key's subject; the order key leaves it
+    /// out, so the pull request's runs still share one line. Runs with no
+    /// number (a push) share one line per repository.
+    Subject,
+    /// Provider and `org/repo`.
+    Repo,
+}
+
+impl OrderBy {
+    /// Every spelling, as the config file writes it.
+    pub const NAMES: [&'static str; 3] = ["none", "subject", "repo"];
+
+    /// The order key of a run of `identity`, or `None` when runs are independent.
+    pub fn key(self, identity: &Identity) -> Option<String> {
+        match self {
+            OrderBy::None => None,
+            OrderBy::Subject => {
+                Some(format!("{}:{}:{}", enc(&identity.provider), enc(&identity.repo), enc(&identity.number)))
+            }
+            OrderBy::Repo => Some(format!("{}:{}", enc(&identity.provider), enc(&identity.repo))),
+        }
+    }
+
+    /// The spelling the config file uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OrderBy::None => "none",
+            OrderBy::Subject => "subject",
+            OrderBy::Repo => "repo",
+        }
+    }
+}
+
+impl FromStr for OrderBy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(OrderBy::None),
+            "subject" => Ok(OrderBy::Subject),
+            "repo" => Ok(OrderBy::Repo),
+            // The value is not echoed: a config file's values never reach a message.
+            _ => Err("expected one of \"none\", \"subject\" or \"repo\"".to_owned()),
+        }
+    }
+}
+
+/// What a dead run at the head of its key's line does to the runs behind it (`order_on_dead`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OrderOnDead {
+    /// The line waits until the dead run is retried to `done` or skipped
+    /// (`idemgate runs skip`): a later run never overtakes an earlier one.
+    #[default]
+    Block,
+    /// The line moves on at once; the dead run stays the `previous` of the next one.
+    Skip,
+}
+
+impl OrderOnDead {
+    /// The spelling the config file uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OrderOnDead::Block => "block",
+            OrderOnDead::Skip => "skip",
+        }
+    }
+}
+
+impl FromStr for OrderOnDead {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "block" => Ok(OrderOnDead::Block),
+            "skip" => Ok(OrderOnDead::Skip),
+            _ => Err("expected \"block\" or \"skip\"".to_owned()),
+        }
+    }
+}
+
+/// One provider's (or `/v1/deliveries`') ordering: `order_by` and `order_on_dead` together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Ordering {
+    /// Which runs share a line.
+    pub by: OrderBy,
+    /// What a dead head does.
+    pub on_dead: OrderOnDead,
+}
+
+impl Ordering {
+    /// Whether runs are ordered at all.
+    pub fn is_ordered(&self) -> bool {
+        self.by != OrderBy::None
+    }
+
+    /// What the gate writes for a run of `identity`: its order key, and
+    /// whether a dead run of it lets the line move on. `None` for independent runs.
+    pub fn of(&self, identity: &Identity) -> Option<RunOrder> {
+        self.by.key(identity).map(|key| RunOrder { key, skip_dead: self.on_dead == OrderOnDead::Skip })
+    }
+}
+
+/// A created run's place in the order: what the gate writes into its record and stream entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunOrder {
+    /// The order key ([`OrderBy::key`]).
+    pub key: String,
+    /// `order_on_dead = "skip"`: the record keeps `order_on_dead` only then
+    /// (the default costs no bytes).
+    pub skip_dead: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pr(number: &str) -> Identity {
+        Identity::new("github", "acme/widgets", "pull_request.opened", number)
+    }
+
+    #[test]
+    fn a_pull_requests_runs_share_a_key_whatever_their_action_and_digest() {
+        let opened = pr("42");
+        let mut closed = pr("42");
+        closed.action = "pull_request.closed".into();
+        let named = pr("42").named("sha256-abc", &crate::vocabulary::KeySlots::default());
+        let key = OrderBy::Subject.key(&opened).unwrap();
+        assert_eq!(key, "6:github:12:acme/widgets:2:42");
+        assert_eq!(OrderBy::Subject.key(&closed).unwrap(), key);
+        assert_eq!(OrderBy::Subject.key(&named).unwrap(), key, "the content digest is not part of the order key");
+        assert_ne!(OrderBy::Subject.key(&pr("43")).unwrap(), key);
+        assert_eq!(OrderBy::Repo.key(&pr("43")).unwrap(), "6:github:12:acme/widgets");
+        assert_eq!(OrderBy::None.key(&opened), None);
+    }
+
+    #[test]
+    fn runs_without_a_number_share_one_line_per_repository() {
+        assert_eq!(OrderBy::Subject.key(&pr("")).unwrap(), "6:github:12:acme/widgets:0:");
+    }
+
+    #[test]
+    fn the_key_is_unambiguous_for_any_bytes() {
+        let a = Identity::new("p", "a:1/b", "x", "2");
+        let b = Identity::new("p", "a", "x", "1/b:2");
+        assert_ne!(OrderBy::Subject.key(&a), OrderBy::Subject.key(&b));
+    }
+
+    #[test]
+    fn spellings_read_back_and_bad_ones_name_the_choices() {
+        for name in OrderBy::NAMES {
+            assert_eq!(name.parse::<OrderBy>().unwrap().as_str(), name);
+        }
+        assert!("Subject".parse::<OrderBy>().unwrap_err().contains("\"none\", \"subject\" or \"repo\""));
+        assert_eq!("skip".parse::<OrderOnDead>(), Ok(OrderOnDead::Skip));
+        assert!("later".parse::<OrderOnDead>().unwrap_err().contains("\"block\" or \"skip\""));
+    }
+
+    #[test]
+    fn skip_is_written_only_when_chosen() {
+        let ordering = Ordering { by: OrderBy::Repo, on_dead: OrderOnDead::Skip };
+        assert!(ordering.of(&pr("1")).unwrap().skip_dead);
+        assert!(!Ordering { by: OrderBy::Repo, ..Default::default() }.of(&pr("1")).unwrap().skip_dead);
+        assert_eq!(Ordering::default().of(&pr("1")), None);
+    }
+}
