@@ -55,7 +55,7 @@ end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 mark_done(7, ARGV[2], ARGV[4], ARGV[6], ARGV[12], KEYS[5])
 if ARGV[14] then
-  order_finished(ARGV[1], false, ARGV[6])
+  order_finished(ARGV[1], false, ARGV[6], ARGV[4])
 end
 local released = 0
 if redis.call('EXISTS', KEYS[4]) == 1 then

@@ -55,7 +55,7 @@ if parked and ARGV[4] == 'delivered' then
   redis.call('ZREM', KEYS[1], ARGV[3])
   redis.call('ZREM', KEYS[3], ARGV[3])
   mark_done(10, ARGV[2], ARGV[6], ARGV[7], ARGV[8], KEYS[5])
-  order_finished(ARGV[1], false, ARGV[7])
+  order_finished(ARGV[1], false, ARGV[7], ARGV[6])
 elseif parked then
   append_released(10, ARGV[2])
 end

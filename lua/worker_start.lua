@@ -92,6 +92,7 @@ if order_key ~= '' then
     redis.call('HSET', KEYS[2], 'op', ARGV[6], 'op_result', 3)
     return {3}
   end
+  order_unblocked(ARGV[1], order_key)
 end
 local attempts = attempts_now()
 local max = tonumber(ARGV[5])

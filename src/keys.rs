@@ -186,6 +186,12 @@ impl Keys {
         self.key("order:") + order_key
     }
 
+    /// `idemgate:{NS}:order-blocked`: the order keys' lines held behind a
+    /// dead head, scored by when it died (lua/shared/order.lua).
+    pub fn order_blocked(&self) -> String {
+        self.key("order-blocked")
+    }
+
     /// `idemgate:{NS}:worker:` — the worker heartbeats' common prefix.
     pub fn worker_prefix(&self) -> String {
         self.key("worker:")

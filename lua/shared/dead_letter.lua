@@ -21,5 +21,5 @@ local function dead_letter(group, consumer, entry_id, first_field, attempts, err
   if tonumber(retention_ms) > 0 then
     redis.call('PEXPIRE', KEYS[2], retention_ms)
   end
-  order_finished(group, true, retention_ms)
+  order_finished(group, true, retention_ms, now)
 end

@@ -14,6 +14,10 @@
 -- While no h: field is left, the hash expires after the run retention, so
 -- an idle key costs nothing once its previous run is forgotten.
 --
+-- `idemgate:{NS}:order-blocked`, a sorted set: the lines held behind a dead
+-- head (`order_on_dead = "block"`), as enc(group) .. key, scored by the time
+-- the head died: what `stats`, the overview and the metrics count.
+--
 -- `idemgate:{NS}:order-entered`, a hash: per group, the highest runs-stream
 -- entry id the group has put in its lines. Runs enter in stream order,
 -- which is creation order (the gate adds the entry in the step that
@@ -25,6 +29,12 @@
 local ORDER_BASE = string.match(KEYS[2], '^(.*:)run:[^:]*$')
 local ORDER_RUN_PREFIX = ORDER_BASE .. 'run:'
 local ORDER_RUNS = ORDER_BASE .. 'runs'
+local ORDER_BLOCKED = ORDER_BASE .. 'order-blocked'
+
+-- The member of `order-blocked` for `group`'s line of `key`.
+local function order_blocked_member(group, key)
+  return #group .. ':' .. group .. ':' .. key
+end
 
 local function order_key_of(key)
   return ORDER_BASE .. 'order:' .. key
@@ -132,6 +142,7 @@ local function order_hand_on(key, group, run_id, created_ms, retention_ms)
     end
     return nil
   end
+  redis.call('ZREM', ORDER_BLOCKED, order_blocked_member(group, key))
   redis.call('HSET', okey, 'p:' .. group, run_id .. ':' .. (created_ms or ''))
   local line = st[2]
   local next_run = line and string.match(line, '^ (%S+) ')
@@ -170,9 +181,22 @@ end
 -- hands its key's line on if it is ordered. `dead` says it is dead, which
 -- hands on only under `order_on_dead = "skip"` (a `block` key waits for
 -- it to be retried to done, or skipped).
-local function order_finished(group, dead, retention_ms)
+local function order_finished(group, dead, retention_ms, now)
   local o = redis.call('HMGET', KEYS[2], 'order_key', 'order_on_dead', 'created_ms')
-  if o[1] and (not dead or o[2] == 'skip') then
-    order_hand_on(o[1], group, string.match(KEYS[2], ':run:([^:]*)$'), o[3], retention_ms)
+  if not o[1] then
+    return
   end
+  local run_id = string.match(KEYS[2], ':run:([^:]*)$')
+  if not dead or o[2] == 'skip' then
+    order_hand_on(o[1], group, run_id, o[3], retention_ms)
+  elseif redis.call('HGET', order_key_of(o[1]), 'h:' .. group) == run_id then
+    -- Blocked: counted from the head's death until it is retried or skipped.
+    redis.call('ZADD', ORDER_BLOCKED, 'NX', now, order_blocked_member(group, o[1]))
+  end
+end
+
+-- The head `run_id` of `key` starts again (a dead run retried): its line is
+-- no longer blocked.
+local function order_unblocked(group, key)
+  redis.call('ZREM', ORDER_BLOCKED, order_blocked_member(group, key))
 end

@@ -31,6 +31,7 @@ impl Ops {
         let (runs_key, dead_key) = (self.keys().runs(), self.keys().runs_dead());
         let runs = self.redis.stream_info(&runs_key).await?;
         let dead_len: u64 = self.redis.query(redis::cmd("XLEN").arg(&dead_key)).await?;
+        let blocked = self.order_blocked().await?;
         let mut groups = Vec::new();
         let names: Vec<String> = runs.groups.iter().map(|g| g.name.clone()).collect();
         let parked = self.parked(&names).await?;
@@ -57,6 +58,8 @@ impl Ops {
             nodes,
             runs_stream_length: runs.length,
             dead_runs: dead_len,
+            order_keys_blocked: blocked.keys,
+            order_keys_blocked_oldest_seconds: blocked.oldest_seconds(crate::units::now_ms()),
             groups,
         })
     }

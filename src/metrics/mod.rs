@@ -320,10 +320,22 @@ impl Metrics {
         for (name, help, v) in [
             ("idemgate_runs_stream_length", "Entries in the runs stream (trimmed by workers).", g.runs_stream_length),
             ("idemgate_dead_runs", "Entries in the dead stream: runs that used up their attempts.", g.dead_runs),
+            (
+                "idemgate_order_keys_blocked",
+                "Order keys whose line waits behind a dead run (order_on_dead = \"block\"; runs skip or dead retry releases it), per destination.",
+                g.order_keys_blocked,
+            ),
         ] {
             let n = family(o, name, "gauge", help);
             let _ = writeln!(o, "{n}{{namespace=\"{ns}\"}} {v}");
         }
+        let n = family(
+            o,
+            "idemgate_order_keys_blocked_oldest_seconds",
+            "gauge",
+            "How long the longest-blocked order key's line has waited behind its dead run (0: none).",
+        );
+        let _ = writeln!(o, "{n}{{namespace=\"{ns}\"}} {}", g.order_keys_blocked_oldest_seconds);
         let groups = &g.groups;
         group_family(
             o,
@@ -426,6 +438,10 @@ pub struct Gauges {
     pub runs_stream_length: u64,
     /// The dead stream's length: dead runs not yet retried.
     pub dead_runs: u64,
+    /// Order keys' lines held behind a dead head (`order_on_dead = "block"`).
+    pub order_keys_blocked: u64,
+    /// How long the longest-blocked of them has been (0: none).
+    pub order_keys_blocked_oldest_seconds: f64,
     /// The runs stream's consumer groups.
     pub groups: Vec<GroupGauge>,
 }

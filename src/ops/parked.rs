@@ -181,6 +181,15 @@ impl Ops {
         Ok(out)
     }
 
+    /// The order keys' lines held behind a dead head: how many, and since
+    /// when the oldest (one `ZCARD` and one `ZRANGE`).
+    pub async fn order_blocked(&self) -> Result<OrderBlocked, OpsError> {
+        let key = self.keys().order_blocked();
+        let (keys, oldest): (u64, Vec<(String, f64)>) =
+            self.redis.query(redis::pipe().zcard(&key).zrange_withscores(&key, 0, 0)).await?;
+        Ok(OrderBlocked { keys, oldest_ms: oldest.first().map(|(_, score)| *score as u64) })
+    }
+
     /// `runs skip RUN_ID`: a dead run heading its order key's line lets the
     /// line move on, for `group` only or every destination it heads
     /// (`lua/run_skip.lua`).
@@ -301,5 +310,21 @@ mod tests {
         assert_eq!(next_attempt(&later).unwrap().reason, "schedule");
 
         assert_eq!(next_attempt(&record(&[("status", "done"), ("next_attempt_ms", "9")], &[])), None);
+    }
+}
+
+/// The order keys' lines held behind a dead head (`order_on_dead = "block"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct OrderBlocked {
+    /// How many lines wait.
+    pub keys: u64,
+    /// When the longest-waiting one's head died, ms since the Unix epoch.
+    pub oldest_ms: Option<u64>,
+}
+
+impl OrderBlocked {
+    /// How long the longest-waiting line has waited at `now_ms`, seconds (0: none).
+    pub fn oldest_seconds(&self, now_ms: u64) -> f64 {
+        self.oldest_ms.map_or(0.0, |ms| now_ms.saturating_sub(ms) as f64 / 1000.0)
     }
 }

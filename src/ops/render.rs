@@ -365,6 +365,14 @@ pub fn stats_text(s: &Stats) -> String {
         );
     }
     parked_text(&mut out, &s.parked, crate::units::now_ms());
+    if s.order_blocked.keys > 0 {
+        let _ = writeln!(
+            out,
+            "order keys blocked: {} behind a dead run, the oldest for {:.0}s (idemgate runs skip RUN_ID, or dead retry)",
+            s.order_blocked.keys,
+            s.order_blocked.oldest_seconds(crate::units::now_ms())
+        );
+    }
     let _ = writeln!(out, "dead stream: {} entries ({})", s.dead.length, cli_quote(&s.dead.key));
     memory_text(&mut out, &s.memory);
     let _ = writeln!(out, "{}", super::footprint::stats_line(s));

@@ -54,6 +54,8 @@ pub struct Stats {
     /// Each group's parked runs (waiting for their next attempt), read
     /// with the streams.
     pub parked: Vec<ParkedGroup>,
+    /// Order keys' lines held behind a dead head.
+    pub order_blocked: super::parked::OrderBlocked,
     /// Bytes per kind of key, Redis's used and max memory, growth.
     pub memory: MemoryReport,
     /// How much of the keyspace the key counts come from.
@@ -155,6 +157,7 @@ impl Ops {
         let runs = self.redis.stream_info(&runs_key).await?;
         let groups: Vec<String> = runs.groups.iter().map(|g| g.name.clone()).collect();
         let parked = self.parked(&groups).await?;
+        let order_blocked = self.order_blocked().await?;
         let memory = self.memory_report([counts.delivery, counts.logical, counts.run], &sampler).await?;
         Ok(Stats {
             namespace: self.keys().namespace().to_owned(),
@@ -164,6 +167,7 @@ impl Ops {
             runs: StreamStats { key: runs_key, length: runs.length, groups: runs.groups },
             dead: StreamStats { key: dead_key, length: dead_len, groups: Vec::new() },
             parked,
+            order_blocked,
             scan,
         })
     }

@@ -295,6 +295,14 @@ async fn a_dead_head_blocks_its_key_until_runs_skip() {
     let text = inspect();
     assert!(text.contains("destination g\n  head      run-1\n"), "{text}");
     assert!(text.contains("ttl       none"), "{text}");
+    let stats = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
+            .args(["stats", "--redis-url", redis_url(), "--namespace", &ns])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert!(stats().contains("order keys blocked: 1 behind a dead run"), "{}", stats());
     let refused = skip("run-2");
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stdout).contains("run-2 is queued, not dead"), "{refused:?}");
@@ -308,6 +316,7 @@ async fn a_dead_head_blocks_its_key_until_runs_skip() {
     assert_eq!(got[1].2, got[0].1, "run-2's previous is the skipped run-1");
     assert_eq!(got[2].2, got[1].1);
     assert_eq!(crate::support::destination::status_of(&ns, 1).await, "dead", "a skipped run stays dead");
+    assert!(!stats().contains("order keys blocked"), "released by the skip: {}", stats());
     let text = inspect();
     assert!(text.contains("head      none (idle)") && text.contains("waiting   none"), "{text}");
     assert!(text.contains("previous  run-4:") && text.contains("ttl       "), "{text}");
