@@ -58,7 +58,7 @@ impl StreamEntry {
         if fields.run_id.is_empty() {
             return Err(Unrunnable::Broken);
         }
-        let run = RunAttempt { fields, attempt: 0, key: String::new(), payload: None, trace: None };
+        let run = RunAttempt { fields, attempt: 0, key: String::new(), payload: None, trace: None, probe: false };
         Ok(Self { id, run, addressed })
     }
 }

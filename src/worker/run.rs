@@ -35,6 +35,10 @@ pub struct RunAttempt {
     /// part of the JSON.
     #[serde(skip)]
     pub trace: Option<String>,
+    /// A probe of the parked run (src/worker/probe.rs), not one of its
+    /// attempts: its span is named `probe`. Not part of the JSON.
+    #[serde(skip)]
+    pub probe: bool,
 }
 
 /// Whose failure an attempt's was: what decides the run's next step.
@@ -206,6 +210,7 @@ mod tests {
             key: "ns:run-7:1718000000000".into(),
             payload: None,
             trace: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+            probe: true,
         };
         let v = serde_json::to_value(&run).unwrap();
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
