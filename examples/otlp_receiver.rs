@@ -83,7 +83,10 @@ async fn serve(listen: SocketAddr) -> std::process::ExitCode {
     let kept: Shared = Arc::default();
     let app = axum::Router::new()
         .route("/v1/traces", post(export))
-        .route("/spans", get(|State(k): State<Shared>| async move { Json(Value::from(k.lock().unwrap().spans.clone())) }))
+        .route(
+            "/spans",
+            get(|State(k): State<Shared>| async move { Json(Value::from(k.lock().unwrap().spans.clone())) }),
+        )
         .route(
             "/stats",
             get(|State(k): State<Shared>| async move {
@@ -149,7 +152,8 @@ fn checked(headers: &HeaderMap, body: &[u8]) -> Result<Vec<Value>, String> {
     if kind != "application/x-protobuf" {
         return Err(format!("content-type {kind:?}, not application/x-protobuf"));
     }
-    let request = ExportTraceServiceRequest::decode(body).map_err(|e| format!("not an ExportTraceServiceRequest: {e}"))?;
+    let request =
+        ExportTraceServiceRequest::decode(body).map_err(|e| format!("not an ExportTraceServiceRequest: {e}"))?;
     let mut out = Vec::new();
     for rs in &request.resource_spans {
         let resource = rs.resource.as_ref().map(|r| r.attributes.as_slice()).unwrap_or_default();
@@ -157,7 +161,12 @@ fn checked(headers: &HeaderMap, body: &[u8]) -> Result<Vec<Value>, String> {
         for ss in &rs.scope_spans {
             for span in &ss.spans {
                 if span.trace_id.len() != 16 || span.span_id.len() != 8 {
-                    return Err(format!("span {:?}: trace id of {} bytes, span id of {}", span.name, span.trace_id.len(), span.span_id.len()));
+                    return Err(format!(
+                        "span {:?}: trace id of {} bytes, span id of {}",
+                        span.name,
+                        span.trace_id.len(),
+                        span.span_id.len()
+                    ));
                 }
                 if !(span.parent_span_id.is_empty() || span.parent_span_id.len() == 8) {
                     return Err(format!("span {:?}: a parent id of {} bytes", span.name, span.parent_span_id.len()));

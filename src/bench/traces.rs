@@ -106,7 +106,9 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
         taken.bytes.load(Ordering::Relaxed) / 1024
     )?;
     let mut rows = vec![(
-        format!("`idemgate worker --deliver` drain, runs/s ({runs} runs, signed POST to an in-process sink answering 204; start-up included)"),
+        format!(
+            "`idemgate worker --deliver` drain, runs/s ({runs} runs, signed POST to an in-process sink answering 204; start-up included)"
+        ),
         8,
         &drain,
     )];

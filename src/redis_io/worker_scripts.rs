@@ -500,6 +500,7 @@ pub struct ProbeTakeCall<'a> {
 
 /// What [`ProbeTakeCall`] answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(clippy::large_enum_variant)] // one per probe interval, moved once; boxing buys nothing
 pub enum ProbeTaken {
     /// No probe now; look again after this long (`None`: no run waits for
     /// the destination).

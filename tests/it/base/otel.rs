@@ -362,7 +362,8 @@ async fn the_embedded_layer_joins_the_applications_trace() {
     use tracing_subscriber::layer::SubscriberExt;
 
     let exported = Collected::default();
-    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().with_simple_exporter(exported.clone()).build();
+    let provider =
+        opentelemetry_sdk::trace::SdkTracerProvider::builder().with_simple_exporter(exported.clone()).build();
     let subscriber =
         tracing_subscriber::registry().with(tracing_opentelemetry::layer().with_tracer(provider.tracer("host-app")));
     let _guard = tracing::subscriber::set_default(subscriber);
@@ -372,8 +373,7 @@ async fn the_embedded_layer_joins_the_applications_trace() {
     idemgate::otel::enable();
 
     let store = idemgate::store::memory::MemoryStore::new(&idemgate::vocabulary::Settings::default());
-    let layer =
-        GateLayer::new(Gate::new(["octo/repo"], store), crate::base::embed::provider(RefusalStatus::Ack));
+    let layer = GateLayer::new(Gate::new(["octo/repo"], store), crate::base::embed::provider(RefusalStatus::Ack));
     let app = axum::Router::new()
         .route("/webhooks/github", axum::routing::post(host_handler).route_layer(layer))
         .layer(axum::middleware::from_fn(host_request_span));
@@ -398,7 +398,11 @@ async fn the_embedded_layer_joins_the_applications_trace() {
     .await;
     let spans = exported.0.lock().unwrap().clone();
     let attr = |s: &opentelemetry_sdk::trace::SpanData, key: &str| {
-        s.attributes.iter().find(|kv| kv.key.as_str() == key).map(|kv| kv.value.as_str().into_owned()).unwrap_or_default()
+        s.attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| kv.value.as_str().into_owned())
+            .unwrap_or_default()
     };
     let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
     assert!(
