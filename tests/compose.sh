@@ -359,8 +359,8 @@ while not any(s["name"] == "attempt 1" for s in trace_spans()) and time.time() <
 spans = trace_spans()
 named = {s["name"]: s for s in spans}
 server, gate, attempt = named.get("POST /v1/deliveries"), named.get("gate"), named.get("attempt 1")
-stats = otlp("/stats")
-check("the collector took every export (each decoded and checked)", stats["requests"] > 0 and stats["refused"] == 0, str(stats))
+otlp_stats = otlp("/stats")
+check("the collector took every export (each decoded and checked)", otlp_stats["requests"] > 0 and otlp_stats["refused"] == 0, str(otlp_stats))
 check("the traced run's trace: server, gate and attempt spans", server and gate and attempt and len(spans) == 3,
       str([(s["service"], s["name"]) for s in spans]))
 if server and gate and attempt:
