@@ -20,10 +20,12 @@
 -- ARGV[4]: every_ms                 the probe interval, ms (--breaker-max-cooldown)
 -- ARGV[5]: run_prefix               the run records' prefix, idemgate:{NS}:run: (same slot: the hash tag)
 -- Returns: {0, wait_ms}  no probe now: look again in wait_ms ('' when no run waits for the destination)
---          {1, run_id, attempts, created_ms, f1, …, f6, payload}  probe with this
---                        run: its attempt count, creation time ('' unknown),
---                        its fields (RunFields::NAMES) and its kept payload
---                        (absent when none)
+--          {1, run_id, attempts, created_ms, f1, …, f6, trace, payload}  probe with
+--                        this run: its attempt count, creation time ('' unknown),
+--                        its fields (RunFields::NAMES), the gate span's
+--                        traceparent its record keeps ('' none: lua/gate.lua),
+--                        so the probe's span joins the run's trace, and its
+--                        kept payload (absent when none)
 
 ${run_fields}
 
@@ -57,6 +59,7 @@ for _ = 1, 100 do
     for i = 1, #RUN_FIELDS do
       reply[#reply + 1] = fields[i] or ''
     end
+    reply[#reply + 1] = redis.call('HGET', record, 'trace') or ''
     -- Last: a nil ends the reply.
     reply[#reply + 1] = redis.call('HGET', record, 'payload')
     return reply

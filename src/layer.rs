@@ -88,6 +88,7 @@ use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+use tracing::Instrument;
 
 use crate::gate::{Admission, Claim, Gate};
 use crate::http::body::BodyBudget;
@@ -323,9 +324,10 @@ where
     req.extensions_mut().insert(run);
     // The handler, and the finish or release after it, run in tasks of their
     // own: a provider that hangs up mid-request cannot cancel them and leave
-    // the run held until its hold runs out.
-    let handler = tokio::spawn(call_ready(inner, req));
-    match tokio::spawn(settle(shared.clone(), claim, handler, hold_ends)).await {
+    // the run held until its hold runs out. Both stay in the request's span,
+    // so the handler's spans and logs are in the application's trace.
+    let handler = tokio::spawn(call_ready(inner, req).in_current_span());
+    match tokio::spawn(settle(shared.clone(), claim, handler, hold_ends).in_current_span()).await {
         Ok(answer) => answer,
         Err(e) => {
             tracing::error!(error = %e, "the gate layer's settle task failed");

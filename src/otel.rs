@@ -28,7 +28,7 @@ pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
-/// Counts `spans` the exporter dropped (a batch the collector did not take).
+/// Counts `spans` the exporter dropped (its queue full, or a batch the collector did not take).
 pub fn count_dropped(spans: u64) {
     DROPPED.fetch_add(spans, Ordering::Relaxed);
 }
@@ -41,7 +41,7 @@ pub fn render_dropped(out: &mut String) {
             out,
             "idemgate_trace_spans_dropped_total",
             "counter",
-            "Spans the trace exporter dropped: batches the collector did not take (down, refusing, too slow).",
+            "Spans the trace exporter dropped: new spans while its queue was full, and batches the collector did not take (down, refusing, too slow).",
         );
         let _ = std::fmt::Write::write_fmt(out, format_args!("{n} {}\n", DROPPED.load(Ordering::Relaxed)));
     }
@@ -111,15 +111,19 @@ pub fn record_outcome(span: &Span, outcome: &str, run_id: Option<&str>) {
 /// is `parent`, the `traceparent` of the gate span that created the run
 /// (the run record's `trace`), so that one trace holds the provider's
 /// request, the gate and every attempt; without one it starts a trace.
-pub fn attempt_span(destination: &str, run_id: &str, attempt: u32, parent: Option<&str>) -> Span {
+/// A `probe` of a parked run (it counts no attempt; `attempt` is the run's
+/// latest) is named `probe` and marked `idemgate.probe`, in the same trace.
+pub fn attempt_span(destination: &str, run_id: &str, attempt: u32, parent: Option<&str>, probe: bool) -> Span {
+    let name = if probe { "probe".to_owned() } else { format!("attempt {attempt}") };
     let span = tracing::info_span!(
         target: "idemgate::otel",
         "attempt",
-        otel.name = %format!("attempt {attempt}"),
+        otel.name = %name,
         otel.kind = "client",
         idemgate.destination = %destination,
         idemgate.run_id = %run_id,
         idemgate.attempt = attempt,
+        idemgate.probe = probe.then_some(true),
         http.response.status_code = tracing::field::Empty,
         idemgate.outcome = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,

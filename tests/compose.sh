@@ -9,7 +9,13 @@
 #   - the worker processed every run exactly once (run record `status` =
 #     `done`, `attempts` = 1);
 #   - the stack is closed: Redis refuses a client without the password, /v1
-#     a request without the token, and every published port is on 127.0.0.1.
+#     a request without the token, and every published port is on 127.0.0.1;
+#   - one run's trace reached the collector whole: the first delivery of
+#     identity 1 carries a caller's `traceparent`, and the collector
+#     (tests/compose.otel.yml: the tests' own OTLP/HTTP receiver in the
+#     OpenTelemetry Collector's place, which decodes and checks every
+#     export) got the gate's server span (the caller's child), its gate
+#     span, and the worker's attempt span under it, all in that trace.
 # No outcome depends on timing luck: the disruptions are triggered by
 # progress counts, and every wait for the stack to recover has a bound
 # derived from the settings the stack is started with (printed with it).
@@ -17,18 +23,20 @@
 #
 #   tests/compose.sh
 #
-# Images: IDEMGATE_IMAGE / IDEMGATE_REDIS_IMAGE when set, else the local
-# images built here by scripts/idemgate-image.sh and scripts/redis-image.sh
-# (no registry needed). Needs docker, docker compose (v2) or docker-compose
+# Images: IDEMGATE_IMAGE / IDEMGATE_REDIS_IMAGE / IDEMGATE_OTLP_RECEIVER_IMAGE
+# when set, else the local images built here by scripts/idemgate-image.sh,
+# scripts/redis-image.sh and scripts/otlp-receiver-image.sh (no registry
+# needed). Needs docker, docker compose (v2) or docker-compose
 # (v1), python3 and redis-cli (Debian: redis-tools) on the host.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 project=idemgate-test
+files=(-f docker-compose.yml -f tests/compose.otel.yml)
 if docker compose version >/dev/null 2>&1; then
-  compose() { docker compose -p "$project" "$@"; }
+  compose() { docker compose -p "$project" "${files[@]}" "$@"; }
 else
-  compose() { docker-compose -p "$project" "$@"; }
+  compose() { docker-compose -p "$project" "${files[@]}" "$@"; }
 fi
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
@@ -36,13 +44,16 @@ export IDEMGATE_REDIS_IMAGE=${IDEMGATE_REDIS_IMAGE:-idemgate/redis:local}
 export IDEMGATE_IMAGE=${IDEMGATE_IMAGE:-idemgate/idemgate:local}
 [ "$IDEMGATE_REDIS_IMAGE" = idemgate/redis:local ] && scripts/redis-image.sh
 [ "$IDEMGATE_IMAGE" = idemgate/idemgate:local ] && scripts/idemgate-image.sh
+export IDEMGATE_OTLP_RECEIVER_IMAGE=${IDEMGATE_OTLP_RECEIVER_IMAGE:-idemgate/otlp-receiver:local}
+[ "$IDEMGATE_OTLP_RECEIVER_IMAGE" = idemgate/otlp-receiver:local ] && scripts/otlp-receiver-image.sh
 
 # Free host ports, so the test never collides with a stack already running.
 IDEMGATE_REDIS_PORT=$(free_port)
 IDEMGATE_GATE1_PORT=$(free_port)
 IDEMGATE_GATE2_PORT=$(free_port)
 IDEMGATE_GATE3_PORT=$(free_port)
-export IDEMGATE_REDIS_PORT IDEMGATE_GATE1_PORT IDEMGATE_GATE2_PORT IDEMGATE_GATE3_PORT
+IDEMGATE_OTLP_PORT=$(free_port)
+export IDEMGATE_REDIS_PORT IDEMGATE_GATE1_PORT IDEMGATE_GATE2_PORT IDEMGATE_GATE3_PORT IDEMGATE_OTLP_PORT
 export IDEMGATE_NAMESPACE=compose-test IDEMGATE_ALLOWED_REPOS=octo/repo IDEMGATE_WORKER_GROUP=workers
 # Secrets of the test's own (not the compose file's local defaults), so the
 # test shows that every service takes them from the environment.
@@ -87,9 +98,11 @@ else
   compose up -d
   wait_healthy 120
 fi
-echo "stack up: gates on ports $IDEMGATE_GATE1_PORT $IDEMGATE_GATE2_PORT $IDEMGATE_GATE3_PORT, redis on $IDEMGATE_REDIS_PORT"
+echo "stack up: gates on ports $IDEMGATE_GATE1_PORT $IDEMGATE_GATE2_PORT $IDEMGATE_GATE3_PORT, redis on $IDEMGATE_REDIS_PORT, the OTLP receiver on $IDEMGATE_OTLP_PORT"
 
-PUBLISHED="$(for s in redis gate-1 gate-2 gate-3; do compose port "$s" "$([ "$s" = redis ] && echo 6379 || echo 8080)"; done | tr '\n' ' ')" \
+PUBLISHED="$(for s in redis gate-1 gate-2 gate-3 otel-collector; do
+  compose port "$s" "$(case $s in redis) echo 6379 ;; otel-collector) echo 4318 ;; *) echo 8080 ;; esac)"
+done | tr '\n' ' ')" \
 REDIS_ID=$(compose ps -q redis) GATE3_ID=$(compose ps -q gate-3) python3 - <<'PY'
 import json, os, queue, random, subprocess, sys, threading, time, urllib.error, urllib.request
 
@@ -97,6 +110,10 @@ NS = os.environ["IDEMGATE_NAMESPACE"]
 REDIS_PORT = os.environ["IDEMGATE_REDIS_PORT"]
 GATES = [os.environ[f"IDEMGATE_GATE{i}_PORT"] for i in (1, 2, 3)]
 TOKEN = os.environ["IDEMGATE_API_TOKEN"]
+OTLP_PORT = os.environ["IDEMGATE_OTLP_PORT"]
+# The caller's trace the first delivery of identity 1 continues.
+TRACE_ID, CALLER_SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+TRACED = "id1-copy0"
 IDENTITIES, COPIES, THREADS = 60, 3, 16
 random.seed(7)
 
@@ -165,14 +182,15 @@ lock = threading.Lock()
 stats = {"requests": 0, "retries": 0, "done": 0}
 failures = []
 
-def send(did, event):
+def send(did, event, extra_headers=None):
     body = json.dumps({"provider": "github", "delivery_id": did, "event": event}).encode()
     deadline = time.time() + DELIVERY_BOUND
     delay = 0.1
     while time.time() < deadline:
         port = random.choice(GATES)   # a load balancer in front of the replicas
         req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/deliveries", data=body,
-                                     headers={"content-type": "application/json", "authorization": f"Bearer {TOKEN}"})
+                                     headers={"content-type": "application/json", "authorization": f"Bearer {TOKEN}",
+                                              **(extra_headers or {})})
         with lock:
             stats["requests"] += 1
         try:
@@ -240,6 +258,13 @@ closed = {
     "published": os.environ["PUBLISHED"].split(),
 }
 
+# Before the load (so its spans are out before gate-3 is killed): the
+# traced delivery, which creates identity 1's run. Its copies in the load
+# are retries of it, replayed.
+traced_answer = send(TRACED, {"org": "octo", "repo": "repo", "action": "opened", "number": 1},
+                     {"traceparent": f"00-{TRACE_ID}-{CALLER_SPAN}-01"})
+answers.setdefault(TRACED, []).append(traced_answer)
+
 threads = [threading.Thread(target=worker) for _ in range(THREADS)]
 chaos = threading.Thread(target=disrupt, daemon=True)
 chaos.start()
@@ -258,7 +283,7 @@ def check(name, ok, detail=""):
 
 check("/v1 refuses a request without the token", closed["no token"] == 401, f"got {closed['no token']}")
 check("redis refuses a client without the password", closed["no password"].startswith("NOAUTH"), closed["no password"])
-check("every published port is bound to 127.0.0.1", len(closed["published"]) == 4
+check("every published port is bound to 127.0.0.1", len(closed["published"]) == 5
       and all(p.startswith("127.0.0.1:") for p in closed["published"]), str(closed["published"]))
 check("redis was restarted and gate-3 killed while deliveries flowed", disrupted == ["redis restarted", "gate-3 killed"], str(disrupted))
 
@@ -318,6 +343,38 @@ check("the worker processed every run", not left, f"not done: {left}")
 attempts = redis(*[("HGET", f"'idemgate:{{{NS}}}:run:{run_ids[n]}'", "attempts") for n in run_ids])
 check("each run took one attempt", all(a == "1" for a in attempts),
       str({run_ids[n]: a for n, a in zip(run_ids, attempts) if a != "1"}))
+
+# One run's trace, as the collector got it: the gate's server span (the
+# caller's child), its gate span, the worker's attempt span under that.
+def otlp(path):
+    with urllib.request.urlopen(f"http://127.0.0.1:{OTLP_PORT}{path}", timeout=CLIENT_TIMEOUT) as r:
+        return json.loads(r.read())
+
+def trace_spans():
+    return [s for s in otlp("/spans") if s["trace_id"] == TRACE_ID]
+
+started = time.time()   # the worker is done: its span leaves within the export delay
+while not any(s["name"] == "attempt 1" for s in trace_spans()) and time.time() < started + 10:
+    time.sleep(0.2)
+spans = trace_spans()
+named = {s["name"]: s for s in spans}
+server, gate, attempt = named.get("POST /v1/deliveries"), named.get("gate"), named.get("attempt 1")
+otlp_stats = otlp("/stats")
+check("the collector took every export (each decoded and checked)", otlp_stats["requests"] > 0 and otlp_stats["refused"] == 0, str(otlp_stats))
+check("the traced run's trace: server, gate and attempt spans", server and gate and attempt and len(spans) == 3,
+      str([(s["service"], s["name"]) for s in spans]))
+if server and gate and attempt:
+    check("the server span is the caller's child, from a gate",
+          server["parent_span_id"] == CALLER_SPAN and server["service"] == "idemgate-serve"
+          and server["attributes"].get("http.response.status_code") == "202", str(server))
+    check("the gate span is the server span's, with the run it created",
+          gate["parent_span_id"] == server["span_id"] and gate["attributes"].get("idemgate.run_id") == run_ids[1]
+          and gate["attributes"].get("idemgate.outcome") == "created"
+          and gate["attributes"].get("idemgate.delivery_id") == TRACED, str(gate))
+    check("the worker's attempt span is the gate span's child",
+          attempt["parent_span_id"] == gate["span_id"] and attempt["service"] == "idemgate-worker"
+          and attempt["attributes"].get("idemgate.run_id") == run_ids[1]
+          and attempt["attributes"].get("idemgate.outcome") == "done", str(attempt))
 
 passed = sum(checks.values())
 print(f"compose: {stats['requests']} requests ({stats['retries']} retried), {len(answers)} deliveries, {IDENTITIES} identities, "

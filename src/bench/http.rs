@@ -85,7 +85,7 @@ fn load_command(program: &str, cpus: Option<&str>) -> std::process::Command {
     }
 }
 
-fn wrk(
+pub(super) fn wrk(
     url: &str,
     conns: usize,
     dur: Duration,

@@ -12,8 +12,9 @@
 //! 4. [`baseline`]: a hand-rolled multi-round-trip gate, and a race it loses.
 //! 5. [`connections`]: a pool against multiplexed connections.
 //! 6. [`worker`]: runs per second through the worker.
-//! 7. [`filter`]: what a destination's payload filter costs the worker per run.
-//! 8. [`memory`]: bytes per record.
+//! 7. [`traces`]: `idemgate worker --deliver` and `idemgate serve`, traced against untraced.
+//! 8. [`filter`]: what a destination's payload filter costs the worker per run.
+//! 9. [`memory`]: bytes per record.
 
 mod baseline;
 mod connections;
@@ -23,6 +24,7 @@ mod http;
 mod library;
 mod memory;
 mod redis_benchmark;
+mod traces;
 mod worker;
 
 use harness::{Bench, progress};
@@ -65,6 +67,7 @@ pub async fn run(options: &BenchOptions) -> Result<String, BenchError> {
     baseline::measure(&bench, &gate, &mut out).await?;
     connections::measure(&bench, &mut out).await?;
     worker::measure(&bench, &mut out).await?;
+    traces::measure(&bench, &mut out).await?;
     filter::measure(&bench, &mut out).await?;
     memory::measure(&bench, store, &mut out).await?;
     memory::measure_daily(&bench, &mut out).await?;

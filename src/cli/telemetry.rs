@@ -9,17 +9,20 @@
 //!   no SDK, no thread, no span ([`idemgate::otel`] stays off).
 //! - The batch processor holds at most `OTEL_BSP_MAX_QUEUE_SIZE` spans
 //!   (default 2,048) and exports from its own thread: a request or an
-//!   attempt never waits for the collector. A full queue drops new spans; an
-//!   export the collector does not take drops its batch, which is counted
-//!   (`idemgate_trace_spans_dropped_total`, [`idemgate::otel::count_dropped`])
-//!   and logged once per outage.
+//!   attempt never waits for the collector. A full queue drops new spans,
+//!   and an export the collector does not take drops its batch: both are
+//!   counted (`idemgate_trace_spans_dropped_total`,
+//!   [`idemgate::otel::count_dropped`]) and logged once per outage. The
+//!   SDK's processor keeps its own queue-full count to itself, so
+//!   [`Bounded`] in front of it keeps the bound instead, and counts.
 //! - Requests go through the hyper client already in the tree (rustls, the
 //!   system roots), run on the process's tokio runtime, each bounded by the
 //!   exporter's timeout.
 
 use std::fmt;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full, Limited};
@@ -27,7 +30,9 @@ use hyper::body::Bytes;
 use opentelemetry_http::{HttpClient, HttpError};
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracer, SdkTracerProvider, SpanData, SpanExporter};
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider, SpanData, SpanExporter, SpanProcessor,
+};
 
 /// How much of a collector's answer is read: enough for an error message.
 const ANSWER_BYTES: usize = 64 * 1024;
@@ -67,13 +72,19 @@ impl Traces {
             .with_http_client(client)
             .build()
             .map_err(|e| anyhow::anyhow!("OTEL_EXPORTER_OTLP_ENDPOINT: cannot build the trace exporter: {e}"))?;
-        let exporter = Counted { inner: exporter, failing: AtomicBool::new(false) };
+        let capacity = queue_size(std::env::var("OTEL_BSP_MAX_QUEUE_SIZE").ok().as_deref());
+        let queue = Arc::new(Queue::default());
+        let exporter = Counted { inner: exporter, failing: AtomicBool::new(false), queue: queue.clone() };
+        // The SDK reads the other OTEL_BSP_* variables; the queue size is set
+        // here, the same number `Bounded` keeps, so the SDK's queue is never the one that is full.
+        let config = BatchConfigBuilder::default().with_max_queue_size(capacity).build();
+        let batch = BatchSpanProcessor::builder(exporter).with_batch_config(config).build();
         let mut resource = opentelemetry_sdk::Resource::builder();
         if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
             resource = resource.with_service_name(service.to_owned());
         }
         let provider = SdkTracerProvider::builder()
-            .with_span_processor(BatchSpanProcessor::builder(exporter).build())
+            .with_span_processor(Bounded { inner: batch, queue, capacity })
             .with_resource(resource.build())
             .build();
         idemgate::otel::enable();
@@ -94,19 +105,87 @@ impl Traces {
     }
 }
 
+/// The queue's size `OTEL_BSP_MAX_QUEUE_SIZE` asks for, read as the SDK
+/// reads it (a number, else the default 2,048); at least 1.
+fn queue_size(var: Option<&str>) -> usize {
+    var.and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(opentelemetry_sdk::trace::OTEL_BSP_MAX_QUEUE_SIZE_DEFAULT)
+        .max(1)
+}
+
+/// The spans handed to the batch processor and not yet taken into an
+/// export, shared by [`Bounded`] (which adds) and [`Counted`] (which takes
+/// off); and whether the full queue was logged in this outage.
+#[derive(Debug, Default)]
+struct Queue {
+    spans: AtomicUsize,
+    full_logged: AtomicBool,
+}
+
+/// The batch processor behind a bound of `capacity` spans waiting for
+/// export: a span past it is dropped here and counted, never queued. The
+/// count here is never below the SDK queue's own (a span is added before
+/// it is handed on and taken off only once its export has started), so the
+/// SDK's queue, of the same size, is never full and never drops uncounted.
+#[derive(Debug)]
+struct Bounded {
+    inner: BatchSpanProcessor,
+    queue: Arc<Queue>,
+    capacity: usize,
+}
+
+impl SpanProcessor for Bounded {
+    fn on_start(&self, span: &mut opentelemetry_sdk::trace::Span, cx: &opentelemetry::Context) {
+        self.inner.on_start(span, cx);
+    }
+
+    fn on_end(&self, span: SpanData) {
+        if self.queue.spans.fetch_add(1, Ordering::AcqRel) >= self.capacity {
+            self.queue.spans.fetch_sub(1, Ordering::AcqRel);
+            idemgate::otel::count_dropped(1);
+            if !self.queue.full_logged.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    queue = self.capacity,
+                    "traces: the span queue is full (the collector is slow or down); new spans are dropped (until an export goes through, this is not logged again)"
+                );
+            }
+            return;
+        }
+        self.inner.on_end(span);
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
+        self.inner.set_resource(resource);
+    }
+}
+
 /// The OTLP exporter, counting the spans of each batch the collector did not take.
 #[derive(Debug)]
 struct Counted {
     inner: opentelemetry_otlp::SpanExporter,
     failing: AtomicBool,
+    queue: Arc<Queue>,
 }
 
 impl SpanExporter for Counted {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
         let spans = batch.len() as u64;
+        // Out of the queue: room for as many new spans.
+        self.queue.spans.fetch_sub(batch.len(), Ordering::AcqRel);
         let result = self.inner.export(batch).await;
         match &result {
-            Ok(()) => self.failing.store(false, Ordering::Relaxed),
+            Ok(()) => {
+                self.failing.store(false, Ordering::Relaxed);
+                self.queue.full_logged.store(false, Ordering::Relaxed);
+            }
             Err(e) => {
                 idemgate::otel::count_dropped(spans);
                 if !self.failing.swap(true, Ordering::Relaxed) {
@@ -174,7 +253,16 @@ impl HttpClient for Otlp {
 
 #[cfg(test)]
 mod tests {
-    use super::wanted;
+    use super::{queue_size, wanted};
+
+    #[test]
+    fn the_queue_size_is_read_as_the_sdk_reads_it() {
+        assert_eq!(queue_size(None), 2048);
+        assert_eq!(queue_size(Some("16")), 16);
+        assert_eq!(queue_size(Some("x")), 2048);
+        assert_eq!(queue_size(Some("-1")), 2048);
+        assert_eq!(queue_size(Some("0")), 1);
+    }
 
     #[test]
     fn only_an_endpoint_not_disabled_asks_for_traces() {

@@ -556,6 +556,7 @@ pub struct ProbeTakeCall<'a> {
 
 /// What [`ProbeTakeCall`] answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(clippy::large_enum_variant)] // one per probe interval, moved once; boxing buys nothing
 pub enum ProbeTaken {
     /// No probe now; look again after this long (`None`: no run waits for
     /// the destination).
@@ -568,6 +569,9 @@ pub enum ProbeTaken {
         attempts: u32,
         /// When the gate created it ('' unknown).
         created_ms: String,
+        /// The `traceparent` of the gate span that created it (its record's
+        /// `trace`), if any: the probe's span joins that trace.
+        trace: Option<String>,
         /// Its kept payload (JSON text), if any.
         payload: Option<String>,
     },
@@ -603,7 +607,7 @@ impl ScriptCall for ProbeTakeCall<'_> {
             Some(1) => {
                 let names = RunFields::NAMES;
                 let first = 4;
-                if parts.len() < first + names.len() {
+                if parts.len() < first + names.len() + 1 {
                     return Err(unexpected());
                 }
                 let run = RunFields::read(|name| {
@@ -614,7 +618,8 @@ impl ScriptCall for ProbeTakeCall<'_> {
                     run,
                     attempts: text(2).and_then(|t| t.parse().ok()).ok_or_else(unexpected)?,
                     created_ms: text(3).unwrap_or_default(),
-                    payload: text(first + names.len()),
+                    trace: text(first + names.len()).filter(|t| !t.is_empty()),
+                    payload: text(first + names.len() + 1),
                 })
             }
             _ => Err(unexpected()),

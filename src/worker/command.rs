@@ -133,7 +133,8 @@ impl Handler for CommandHandler {
         }
         // One span per attempt; the command gets its TRACEPARENT (and TRACESTATE).
         use tracing::Instrument;
-        let span = crate::otel::attempt_span("command", &run.fields.run_id, run.attempt, run.trace.as_deref());
+        let span =
+            crate::otel::attempt_span("command", &run.fields.run_id, run.attempt, run.trace.as_deref(), run.probe);
         let trace = crate::otel::trace_headers(&span);
         let result = self.attempt(run, trace).instrument(span.clone()).await;
         crate::otel::record_attempt(&span, None, result.is_ok());

@@ -227,7 +227,13 @@ impl Handler for Destination {
         }
         // One span per attempt; the request carries its traceparent.
         use tracing::Instrument;
-        let span = crate::otel::attempt_span(&self.shown_url, &run.fields.run_id, run.attempt, run.trace.as_deref());
+        let span = crate::otel::attempt_span(
+            &self.shown_url,
+            &run.fields.run_id,
+            run.attempt,
+            run.trace.as_deref(),
+            run.probe,
+        );
         let context = crate::otel::trace_headers(&span);
         let result = self.deliver(run, context).instrument(span.clone()).await;
         let status = match &result {

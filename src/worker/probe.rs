@@ -81,13 +81,13 @@ async fn probe_once<H: Handler>(shared: &WorkerState, handler: &H, every: Durati
             return Next::After(every);
         }
     };
-    let (run, attempts, created_ms, payload) = match taken {
+    let (run, attempts, created_ms, trace, payload) = match taken {
         ProbeTaken::Wait(ms) => {
             shared.gate.give_back(1);
             admission.abandoned();
             return Next::After(ms.map_or(every, Duration::from_millis).min(every));
         }
-        ProbeTaken::Run { run, attempts, created_ms, payload } => (run, attempts, created_ms, payload),
+        ProbeTaken::Run { run, attempts, created_ms, trace, payload } => (run, attempts, created_ms, trace, payload),
     };
     let Ok(payload) = payload.map(Payload::from_json).transpose() else {
         // Its own attempt dead-letters it (lua/worker_start.lua keeps the text).
@@ -97,8 +97,9 @@ async fn probe_once<H: Handler>(shared: &WorkerState, handler: &H, every: Durati
     let run_id = run.run_id.clone();
     let key = run_key(shared.queue.keys(), &run_id, Some(&created_ms), "");
     // The run's latest attempt number: a probe counts none.
-    // A probe is no attempt of the run: its span, when traced, starts a trace of its own.
-    let attempt = RunAttempt { fields: run, attempt: attempts, key, payload, trace: None, order: None };
+    // A probe is no attempt of the run, yet part of its story: its span,
+    // when traced, is in the run's trace (the gate span's child, as an attempt's).
+    let attempt = RunAttempt { fields: run, attempt: attempts, key, payload, trace, probe: true, order: None };
     let timeout = shared.config.timeout;
     let (began, started_ms) = (Instant::now(), now_ms());
     let answer = tokio::time::timeout(timeout, handler.call(attempt)).await;

@@ -35,6 +35,10 @@ pub struct RunAttempt {
     /// part of the JSON.
     #[serde(skip)]
     pub trace: Option<String>,
+    /// A probe of the parked run (src/worker/probe.rs), not one of its
+    /// attempts: its span is named `probe`. Not part of the JSON.
+    #[serde(skip)]
+    pub probe: bool,
     /// An ordered run's place in its key's chain (`order_by`): sent as
     /// `Idemgate-Order-Key` / `Idemgate-Order-Previous` (`IDEMGATE_ORDER_KEY`,
     /// `IDEMGATE_ORDER_PREVIOUS` for a command). Not part of the JSON.
@@ -223,6 +227,7 @@ mod tests {
             payload: None,
             trace: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
             order: Some(Chain { key: "6:github:3:o/r:0:".into(), previous: Some("ns:run-6:1717999999000".into()) }),
+            probe: true,
         };
         let v = serde_json::to_value(&run).unwrap();
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();

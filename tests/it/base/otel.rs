@@ -4,7 +4,10 @@
 //! incoming `traceparent` is one trace with the caller's span as the
 //! server span's parent and a `gate` span under it (provider, delivery id,
 //! outcome, run id); `OTEL_SDK_DISABLED=true` and no endpoint send
-//! nothing; a collector that is down costs the requests nothing.
+//! nothing; a collector that is down, or so slow that the span queue
+//! fills, costs the requests nothing and its dropped spans are counted.
+//! And the embedded layer (`idemgate::layer`) joins the embedding
+//! application's own trace.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -263,4 +266,167 @@ async fn a_collector_that_is_down_costs_the_requests_nothing() {
     assert!(dropped > 0, "{dropped}");
     assert_eq!(deliver(&served, 1, &[]).await, 202, "still serving (a replay)");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A collector that takes the connection and never answers: the first
+/// export waits out its timeout while the queue (8 spans) fills, and every
+/// span past it is dropped at once and counted. No export has failed yet,
+/// so each counted span is one the full queue dropped; the requests do not
+/// wait for any of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_a_full_queue_drops_are_counted_and_cost_the_requests_nothing() {
+    let dir = temp_dir("otel-full");
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = silent.local_addr().unwrap();
+    // Accepts, reads what comes, answers nothing.
+    let _silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((conn, _)) = silent.accept().await {
+            held.push(conn);
+        }
+    });
+    let mut env = traced_env(&format!("http://{addr}"));
+    env.extend([
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "8".to_owned()),
+        ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "8".to_owned()),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "30000".to_owned()),
+        ("OTEL_BSP_EXPORT_TIMEOUT", "30000".to_owned()),
+    ]);
+    let served = serve(&dir, &env);
+    let started = Instant::now();
+    const REQUESTS: u64 = 100;
+    for n in 1..=REQUESTS {
+        let t = Instant::now();
+        assert_eq!(deliver(&served, n, &[]).await, 202);
+        assert!(t.elapsed() < Duration::from_secs(1), "request {n} took {:?}", t.elapsed());
+    }
+    let metrics = reqwest::get(format!("{}/metrics", served.base)).await.unwrap().text().await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(20), "the first export is still waiting: {:?}", started.elapsed());
+    let dropped: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("idemgate_trace_spans_dropped_total "))
+        .unwrap_or_else(|| panic!("no dropped-span count in {metrics}"))
+        .parse()
+        .unwrap();
+    // Two spans per request (server and gate); at most a queue's worth
+    // waits and a batch's worth is out with the silent collector.
+    let spans = 2 * REQUESTS;
+    assert!((spans - 16..=spans).contains(&dropped), "{dropped} of {spans} spans counted as dropped");
+    assert!(!log(&dir).contains("the collector did not take a batch"), "no export has failed yet: {}", log(&dir));
+    assert_eq!(log(&dir).matches("the span queue is full").count(), 1, "logged once: {}", log(&dir));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The spans an application's own tracer provider exported, collected.
+#[derive(Clone, Debug, Default)]
+struct Collected(Arc<Mutex<Vec<opentelemetry_sdk::trace::SpanData>>>);
+
+impl opentelemetry_sdk::trace::SpanExporter for Collected {
+    async fn export(&self, batch: Vec<opentelemetry_sdk::trace::SpanData>) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.0.lock().unwrap().extend(batch);
+        Ok(())
+    }
+}
+
+/// The embedding application's tracing: its request span, continuing the
+/// caller's `traceparent` through its own propagator.
+async fn host_request_span(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    use opentelemetry::propagation::TextMapPropagator;
+    use tracing::Instrument;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let caller = opentelemetry_sdk::propagation::TraceContextPropagator::new()
+        .extract(&opentelemetry_http::HeaderExtractor(req.headers()));
+    let span = tracing::info_span!("host request");
+    let _ = span.set_parent(caller);
+    next.run(req).instrument(span).await
+}
+
+/// The application's handler, with a span of its own.
+async fn host_handler(run: idemgate::layer::Run) -> StatusCode {
+    let _work = tracing::info_span!("host handler", run_id = %run.run_id).entered();
+    StatusCode::OK
+}
+
+/// An application embeds the gate (idemgate::layer) and traces with its
+/// own `tracing-opentelemetry` layer and tracer provider: the `gate` span
+/// is the child of the application's request span, in the caller's trace,
+/// and so is the span of the handler the layer runs in a task of its own.
+/// A current-thread runtime: the application's subscriber, set for this
+/// thread, sees every task.
+#[tokio::test]
+async fn the_embedded_layer_joins_the_applications_trace() {
+    use idemgate::gate::Gate;
+    use idemgate::layer::GateLayer;
+    use idemgate::providers::RefusalStatus;
+    use opentelemetry::trace::TracerProvider as _;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    let exported = Collected::default();
+    let provider =
+        opentelemetry_sdk::trace::SdkTracerProvider::builder().with_simple_exporter(exported.clone()).build();
+    let subscriber =
+        tracing_subscriber::registry().with(tracing_opentelemetry::layer().with_tracer(provider.tracer("host-app")));
+    let _guard = tracing::subscriber::set_default(subscriber);
+    // Tests on other threads may have registered these callsites while no
+    // subscriber wanted them; re-ask every callsite now.
+    tracing::callsite::rebuild_interest_cache();
+    idemgate::otel::enable();
+
+    let store = idemgate::store::memory::MemoryStore::new(&idemgate::vocabulary::Settings::default());
+    let layer = GateLayer::new(Gate::new(["octo/repo"], store), crate::base::embed::provider(RefusalStatus::Ack));
+    let app = axum::Router::new()
+        .route("/webhooks/github", axum::routing::post(host_handler).route_layer(layer))
+        .layer(axum::middleware::from_fn(host_request_span));
+    let url = crate::base::embed::serve(app).await;
+    let send = async |id: &str| {
+        let body = crate::base::embed::issue("octo", "repo", 7).to_string().into_bytes();
+        let mut req = reqwest::Client::new()
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("traceparent", format!("00-{TRACE_ID}-{CALLER_SPAN}-01"));
+        let github = crate::base::embed::provider(RefusalStatus::Ack);
+        for (name, value) in github.sign(id, Some("issues"), &body, std::time::SystemTime::now()).unwrap() {
+            req = req.header(name, value);
+        }
+        req.body(body).send().await.unwrap().status().as_u16()
+    };
+    assert_eq!(send("d-1").await, 200, "handled");
+    assert_eq!(send("d-1").await, 202, "replayed, without the handler");
+    wait_for(Duration::from_secs(5), "two host request spans", || async {
+        exported.0.lock().unwrap().iter().filter(|s| s.name == "host request").count() == 2
+    })
+    .await;
+    let spans = exported.0.lock().unwrap().clone();
+    let attr = |s: &opentelemetry_sdk::trace::SpanData, key: &str| {
+        s.attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| kv.value.as_str().into_owned())
+            .unwrap_or_default()
+    };
+    let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
+    assert!(
+        spans.iter().all(|s| s.span_context.trace_id().to_string() == TRACE_ID),
+        "every span in the caller's trace: {names:?}"
+    );
+    let requests: Vec<_> = spans.iter().filter(|s| s.name == "host request").collect();
+    assert!(requests.iter().all(|r| r.parent_span_id.to_string() == CALLER_SPAN), "{names:?}");
+    let gates: Vec<_> = spans.iter().filter(|s| s.name == "gate").collect();
+    assert_eq!(gates.len(), 2, "{names:?}");
+    for gate in &gates {
+        assert!(
+            requests.iter().any(|r| r.span_context.span_id() == gate.parent_span_id),
+            "the gate span is the application's request span's child: {names:?}"
+        );
+        assert_eq!(attr(gate, "idemgate.provider"), "github");
+        assert_eq!(attr(gate, "idemgate.delivery_id"), "d-1");
+        assert_eq!(attr(gate, "idemgate.run_id"), "run-1");
+    }
+    let outcomes: Vec<String> = gates.iter().map(|g| attr(g, "idemgate.outcome")).collect();
+    assert!(outcomes.contains(&"created".to_owned()) && outcomes.contains(&"replayed".to_owned()), "{outcomes:?}");
+    let handlers: Vec<_> = spans.iter().filter(|s| s.name == "host handler").collect();
+    assert_eq!(handlers.len(), 1, "the handler ran once: {names:?}");
+    let created = gates.iter().find(|g| attr(g, "idemgate.outcome") == "created").unwrap();
+    assert_eq!(handlers[0].parent_span_id, created.parent_span_id, "the handler's span is in the same request span");
+    assert_eq!(attr(handlers[0], "run_id"), "run-1");
 }

@@ -1,8 +1,8 @@
 //! The worker's OpenTelemetry spans, received by the OTLP/HTTP receiver of
 //! `base::otel`: one span per attempt (a run answered 500, then 204: two
 //! spans, with the status and the outcome), the destination's request
-//! carrying that span's `traceparent` and never `baggage`, and a command
-//! getting `TRACEPARENT`.
+//! carrying that span's `traceparent` and never `baggage`, a command
+//! getting `TRACEPARENT`, and a probe of a parked run in the run's trace.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -18,14 +18,20 @@ use crate::support::{free_port, fresh_ns, redis_url, temp_dir, wait_for};
 
 /// `idemgate worker` of group `g` in `ns`, exporting its traces to `endpoint`, with `handler`'s flags.
 fn traced_worker(ns: &str, dir: &Path, endpoint: &str, handler: &[&str]) -> Child {
+    let schedule = ["--backoff", "200ms", "--max-backoff", "200ms", "--max-attempts", "5"];
+    traced_worker_with(ns, dir, endpoint, &schedule, handler)
+}
+
+/// [`traced_worker`] with the retry `schedule`'s flags given.
+fn traced_worker_with(ns: &str, dir: &Path, endpoint: &str, schedule: &[&str], handler: &[&str]) -> Child {
     let mut c = Command::new(env!("CARGO_BIN_EXE_idemgate"));
     for (name, _) in std::env::vars() {
         if name.starts_with("OTEL_") || name.starts_with("IDEMGATE_") || name == "TRACEPARENT" {
             c.env_remove(name);
         }
     }
-    c.args(["worker", "--redis-url", redis_url(), "--namespace", ns, "--group", "g"])
-        .args(["--block", "200ms", "--backoff", "200ms", "--max-backoff", "200ms", "--max-attempts", "5"])
+    c.args(["worker", "--redis-url", redis_url(), "--namespace", ns, "--group", "g", "--block", "200ms"])
+        .args(schedule)
         .args(handler)
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
         .env("OTEL_SERVICE_NAME", "worker-under-test")
@@ -173,5 +179,63 @@ async fn one_trace_from_the_providers_request_to_every_attempt() {
     );
     let record = crate::redis::worker::record(&ns, "run-1").await;
     assert!(!record.contains_key("trace"), "dropped when done: {record:?}");
+    workers.stop().await;
+}
+
+/// A probe of a parked run (src/worker/probe.rs) is in the run's trace:
+/// a traced delivery's run fails once (503) and is parked for an hour; the
+/// group's probe, a second later, delivers it. Its span, `probe`, is the
+/// gate span's child like the attempt before it, marked `idemgate.probe`
+/// with the run's latest attempt number, and the destination's request
+/// names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_of_a_parked_run_joins_the_runs_trace() {
+    use crate::base::otel::{CALLER_SPAN, TRACE_ID, deliver, serve, traced_env};
+    let ns = fresh_ns("traces-probe");
+    let dir = temp_dir("traces-probe");
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let (got, _receiver) = receiver_on(addr).await;
+    let mut env = traced_env(&format!("http://{addr}"));
+    env.extend([("IDEMGATE_REDIS_URL", redis_url().to_owned()), ("IDEMGATE_NAMESPACE", ns.clone())]);
+    let served = serve(&dir, &env);
+    secrets_file(&dir, &[secret(1)]);
+    let dest =
+        Destination::start(|_, earlier| if earlier == 0 { status(StatusCode::SERVICE_UNAVAILABLE) } else { ok() })
+            .await;
+    let traceparent = format!("00-{TRACE_ID}-{CALLER_SPAN}-01");
+    assert_eq!(deliver(&served, 1, &[("traceparent", &traceparent)]).await, 202);
+    let secrets = dir.join("secrets");
+    let handler = ["--deliver", &dest.url(), "--deliver-secret-file", secrets.to_str().unwrap()];
+    // Parked for an hour after its failure: only a probe delivers it within the test.
+    let schedule = ["--retry-schedule", "1h", "--breaker-cooldown", "500ms", "--breaker-max-cooldown", "1s"];
+    let mut workers = Workers(vec![traced_worker_with(&ns, &dir, &format!("http://{addr}"), &schedule, &handler)]);
+    wait_status(&ns, [(1, "done")], Duration::from_secs(20)).await;
+    let requests = dest.of_run(1);
+    assert_eq!(requests.len(), 2, "the attempt (503), then the probe");
+    assert_eq!(requests[1].header("idemgate-attempt"), "1", "a probe counts no attempt");
+    assert_eq!(crate::redis::worker::record(&ns, "run-1").await["attempts"], "1");
+    wait_for(Duration::from_secs(10), "the gate, attempt and probe spans", || async {
+        let spans = got.spans();
+        ["gate", "attempt 1", "probe"].iter().all(|n| spans.iter().any(|(_, s)| s.name == *n))
+    })
+    .await;
+    let spans = got.spans();
+    let named = |name: &str| spans.iter().find(|(_, s)| s.name == name).map(|(_, s)| s).unwrap();
+    let (gate, attempt, probe) = (named("gate"), named("attempt 1"), named("probe"));
+    assert_eq!(hex::encode(&gate.trace_id), TRACE_ID);
+    for span in [attempt, probe] {
+        assert_eq!(hex::encode(&span.trace_id), TRACE_ID, "{} is in the run's trace", span.name);
+        assert_eq!(span.parent_span_id, gate.span_id, "{} is the gate span's child", span.name);
+        assert_eq!(attribute(span, "idemgate.run_id"), "run-1");
+        assert_eq!(attribute(span, "idemgate.attempt"), "1");
+    }
+    assert_eq!(attribute(probe, "idemgate.probe"), "true");
+    assert_eq!(attribute(attempt, "idemgate.probe"), "", "an attempt is no probe");
+    assert_eq!(
+        (attribute(probe, "http.response.status_code"), attribute(probe, "idemgate.outcome")),
+        ("200".into(), "done".into())
+    );
+    let (trace_id, span_id) = ids(requests[1].header("traceparent"));
+    assert_eq!((trace_id.as_str(), span_id), (TRACE_ID, hex::encode(&probe.span_id)), "the probe names its span");
     workers.stop().await;
 }
