@@ -710,21 +710,26 @@ impl ScriptCall for ProbeEndCall<'_> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn calls_send_keys_and_args_in_the_scripts_order() {
-        let keys = Keys::new("t").unwrap();
-        let run = RunFields::read(|name| format!("<{name}>"));
-        let consumer = Consumer { keys: &keys, group: "g", name: "c" };
-        let call = StartCall {
+    /// The start call of an unordered run, as the tests below send it.
+    fn start_call<'a>(consumer: Consumer<'a>, run: &'a RunFields) -> StartCall<'a> {
+        StartCall {
             consumer,
             entry_id: "1-0",
-            run: &run,
+            run,
             now_ms: 5,
             max_attempts: 3,
             op: "op-1",
             retention_ms: 9,
             order_key: None,
-        };
+        }
+    }
+
+    #[test]
+    fn calls_send_keys_and_args_in_the_scripts_order() {
+        let keys = Keys::new("t").unwrap();
+        let run = RunFields::read(|name| format!("<{name}>"));
+        let consumer = Consumer { keys: &keys, group: "g", name: "c" };
+        let call = start_call(consumer, &run);
         let args: Vec<String> = call
             .command()
             .args_iter()
@@ -783,16 +788,7 @@ mod tests {
         let keys = Keys::new("t").unwrap();
         let run = RunFields::read(|name| format!("<{name}>"));
         let consumer = Consumer { keys: &keys, group: "g", name: "c" };
-        let start = StartCall {
-            consumer,
-            entry_id: "1-0",
-            run: &run,
-            now_ms: 5,
-            max_attempts: 3,
-            op: "op-1",
-            retention_ms: 9,
-            order_key: None,
-        };
+        let start = start_call(consumer, &run);
         let int = Value::Int;
         let list = |v: Vec<Value>| Value::Array(v);
         assert_eq!(start.decode(list(vec![int(0), int(0)])).unwrap(), Started::Lost);

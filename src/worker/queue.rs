@@ -70,7 +70,15 @@ impl StreamEntry {
         if fields.run_id.is_empty() {
             return Err(Unrunnable::Broken);
         }
-        let run = RunAttempt { fields, attempt: 0, key: String::new(), payload: None, trace: None, probe: false, order: None };
+        let run = RunAttempt {
+            fields,
+            attempt: 0,
+            key: String::new(),
+            payload: None,
+            trace: None,
+            probe: false,
+            order: None,
+        };
         Ok(Self { id, run, addressed, order_key })
     }
 }

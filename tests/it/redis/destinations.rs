@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use idemgate::gate::{Gate, Submission};
@@ -16,7 +16,7 @@ use idemgate::vocabulary::{Settings, Status};
 use serde_json::json;
 
 use crate::redis::worker::{Workers, record};
-use crate::support::destination::{Destination, Received, ok, secret, secrets_file};
+use crate::support::destination::{Destination, Received, destination_worker, ok, secret, secrets_file};
 use crate::support::{free_port, fresh_ns, raw_conn, redis_store_in, redis_url, temp_dir, wait_for};
 
 /// The runs: (repo, action, payload). Numbered from 1 in this order.
@@ -89,20 +89,6 @@ filter = {{ providers = ["github"], actions = ["push", "*.closed", "issues.*"] }
     path
 }
 
-fn destination_worker(config: &Path, dir: &Path, name: &str) -> Child {
-    let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_idemgate"))
-        .args(["worker", "--config"])
-        .arg(config)
-        .args(["--destination", name, "--consumer", name])
-        .env("RUST_LOG", "idemgate=debug")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
-}
-
 /// The run numbers a receiver got, each request once.
 fn numbers(got: &[Received]) -> Vec<u64> {
     let mut n: Vec<u64> = got.iter().map(Received::number).collect();
@@ -145,7 +131,7 @@ async fn each_destination_gets_exactly_the_runs_its_filter_admits() {
     let before: Vec<HashMap<String, String>> = records((1..=6).map(|n| format!("run-{n}")).collect(), &ns).await;
 
     // The notifier alone first: what it refuses stays as the gate wrote it.
-    let mut workers = Workers(vec![destination_worker(&config, &dir, "notify")]);
+    let mut workers = Workers(vec![destination_worker(&config, &dir, "notify", "notify")]);
     wait_for(Duration::from_secs(20), "the notifier's two runs", || async { notify.got().len() >= 2 }).await;
     group_caught_up(&ns, "notify").await;
     assert_eq!(numbers(&notify.got()), [1, 3], "people's merged pull requests and pushes to main");
@@ -164,8 +150,8 @@ async fn each_destination_gets_exactly_the_runs_its_filter_admits() {
     );
 
     // Then the two others, two workers for the CI service.
-    workers.0.push(destination_worker(&config, &dir, "ci"));
-    workers.0.push(destination_worker(&config, &dir, "audit"));
+    workers.0.push(destination_worker(&config, &dir, "ci", "ci"));
+    workers.0.push(destination_worker(&config, &dir, "audit", "audit"));
     workers.0.push({
         let log = std::fs::File::create(dir.join("ci-2.log")).unwrap();
         Command::new(env!("CARGO_BIN_EXE_idemgate"))

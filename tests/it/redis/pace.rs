@@ -7,7 +7,7 @@
 //! with `Retry-After` holds back the other worker's runs too.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,7 @@ use serde_json::json;
 
 use crate::redis::worker::{Workers, gate_runs};
 use crate::support::destination::{
-    Answer, Destination, Received, dead_count, ok, secret, secrets_file, status, wait_status,
+    Answer, Destination, Received, dead_count, destination_worker, ok, secret, secrets_file, status, wait_status,
 };
 use crate::support::{fresh_ns, redis_store_in, redis_url, temp_dir, wait_for};
 
@@ -37,22 +37,6 @@ fn config(ns: &str, dir: &Path, tables: &[(&str, &str, &str)]) -> PathBuf {
     let path = dir.join("idemgate.toml");
     std::fs::write(&path, text).unwrap();
     path
-}
-
-/// `idemgate worker --config FILE --destination NAME --consumer CONSUMER`,
-/// logging to `dir/CONSUMER.log`.
-fn worker(config: &Path, dir: &Path, name: &str, consumer: &str) -> Child {
-    let log = std::fs::File::create(dir.join(format!("{consumer}.log"))).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_idemgate"))
-        .args(["worker", "--config"])
-        .arg(config)
-        .args(["--destination", name, "--consumer", consumer])
-        .env("RUST_LOG", "idemgate=debug")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
 }
 
 /// `idemgate destinations pause|resume NAME`, which must succeed.
@@ -100,7 +84,8 @@ async fn a_paced_destination_starts_at_most_rate_plus_burst_in_any_second_across
     // The backlog is there before any worker starts: the bucket is all that holds them back.
     gate_runs(&ns, runs, 1).await;
     let started = Instant::now();
-    let mut workers = Workers(vec![worker(&config, &dir, "paced", "a"), worker(&config, &dir, "paced", "b")]);
+    let mut workers =
+        Workers(vec![destination_worker(&config, &dir, "paced", "a"), destination_worker(&config, &dir, "paced", "b")]);
     wait_status(&ns, (1..=runs as u64).map(|n| (n, "done")), Duration::from_secs(40)).await;
     let took = started.elapsed();
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -153,10 +138,10 @@ async fn a_pause_stops_every_worker_within_a_second_and_a_resume_starts_them_aga
     let config =
         config(&ns, &dir, &[("plain", &plain.url(), ""), ("paced", &paced.url(), "rate = \"200/s\"\nburst = 50")]);
     let mut workers = Workers(vec![
-        worker(&config, &dir, "plain", "plain-a"),
-        worker(&config, &dir, "plain", "plain-b"),
-        worker(&config, &dir, "paced", "paced-a"),
-        worker(&config, &dir, "paced", "paced-b"),
+        destination_worker(&config, &dir, "plain", "plain-a"),
+        destination_worker(&config, &dir, "plain", "plain-b"),
+        destination_worker(&config, &dir, "paced", "paced-a"),
+        destination_worker(&config, &dir, "paced", "paced-b"),
     ]);
     let creating = keep_creating(&ns, 1, Duration::from_millis(20));
     wait_for(Duration::from_secs(20), "both destinations delivering", || async {
@@ -236,7 +221,8 @@ async fn a_429_with_retry_after_holds_back_every_worker_of_the_destination() {
     })
     .await;
     let config = config(&ns, &dir, &[("held", &dest.url(), "concurrency = 2")]);
-    let mut workers = Workers(vec![worker(&config, &dir, "held", "a"), worker(&config, &dir, "held", "b")]);
+    let mut workers =
+        Workers(vec![destination_worker(&config, &dir, "held", "a"), destination_worker(&config, &dir, "held", "b")]);
     let creating = keep_creating(&ns, 1, Duration::from_millis(25));
     wait_for(Duration::from_secs(20), "the 429", || async { first_429.lock().unwrap().is_some() }).await;
     let at = first_429.lock().unwrap().unwrap();
@@ -270,7 +256,7 @@ async fn the_ops_api_pauses_and_resumes_a_destination_behind_the_csrf_rules() {
     let (dir, serve_dir) = (temp_dir("pauseapi"), temp_dir("pauseapi-serve"));
     let dest = Destination::start(|_, _| ok()).await;
     let config = config(&ns, &dir, &[("ci", &dest.url(), "rate = \"50/s\"\nheartbeat_interval = \"200ms\"")]);
-    let mut workers = Workers(vec![worker(&config, &dir, "ci", "ci-a")]);
+    let mut workers = Workers(vec![destination_worker(&config, &dir, "ci", "ci-a")]);
     // No token, on loopback: the site checks of every state-changing call apply.
     let (child, port) =
         crate::support::Served::spawn(redis_url(), &ns, &serve_dir, None, "allowed_repos = [\"o/r\"]\n", &[]);
@@ -379,7 +365,7 @@ async fn a_destinations_breaker_is_shared_by_its_workers_through_redis() {
     .await;
     let extra = "breaker_failures = 1\nbreaker_cooldown = \"1s\"\nbreaker_max_cooldown = \"1s\"\nheartbeat_interval = \"200ms\"";
     let config = config(&ns, &dir, &[("shared", &dest.url(), extra)]);
-    let mut workers = Workers(vec![worker(&config, &dir, "shared", "a")]);
+    let mut workers = Workers(vec![destination_worker(&config, &dir, "shared", "a")]);
     let shows = |want: &'static str| {
         let ns = ns.clone();
         move || {

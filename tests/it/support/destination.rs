@@ -163,6 +163,22 @@ pub(crate) fn deliver_worker(redis: &str, ns: &str, dir: &Path, name: &str, url:
         .unwrap()
 }
 
+/// `idemgate worker --config FILE --destination NAME --consumer CONSUMER`,
+/// logging to `dir/CONSUMER.log`.
+pub(crate) fn destination_worker(config: &Path, dir: &Path, name: &str, consumer: &str) -> Child {
+    let log = std::fs::File::create(dir.join(format!("{consumer}.log"))).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["worker", "--config"])
+        .arg(config)
+        .args(["--destination", name, "--consumer", consumer])
+        .env("RUST_LOG", "idemgate=debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
 /// Run `n`'s status in `ns` (empty before it exists).
 pub(crate) async fn status_of(ns: &str, n: u64) -> String {
     let mut c = raw_conn().await;
