@@ -37,13 +37,14 @@
 --          0 when the entry is no longer held by this consumer (nothing written)
 
 ${run_fields}
+${record}
 ${holds}
 ${history}
 ${done}
 ${release}
 
-local state = redis.call('HMGET', KEYS[2], 'status', 'worker')
-if state[1] == ${status_done} and state[2] == ARGV[2] then
+read_record(DONE_READS)
+if field('status') == ${status_done} and field('worker') == ARGV[2] then
   return {1, 0}
 end
 if not holds(ARGV[1], ARGV[2], ARGV[3]) then

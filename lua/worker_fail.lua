@@ -42,12 +42,14 @@
 --          2 the run is dead (record: dead, entry in the dead stream, acknowledged)
 
 ${run_fields}
+${record}
 ${holds}
 ${op_replay}
 ${dead_letter}
 ${history}
 ${release}
 
+read_record({'op', 'op_result', 'history', 'released_ms'})
 local again, first = replayed(ARGV[9])
 if again then
   return first
@@ -64,11 +66,12 @@ if ARGV[7] == '1' then
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 redis.call('ZADD', KEYS[4], ARGV[8], ARGV[16])
-if ARGV[22] ~= '' and waits_for_destination(KEYS[2], ARGV[4]) then
+if ARGV[22] ~= '' and waits_for_destination(field('released_ms'), ARGV[4]) then
   redis.call('ZADD', KEYS[5], ARGV[22], ARGV[16])
 else
   redis.call('ZREM', KEYS[5], ARGV[16])
 end
-redis.call('HSET', KEYS[2], 'status', ${status_parked}, 'last_error', ARGV[5], 'worker', ARGV[2],
+set_fields('status', ${status_parked}, 'last_error', ARGV[5], 'worker', ARGV[2],
   'updated_ms', ARGV[4], 'next_attempt_ms', ARGV[8], 'parked_group', ARGV[1], 'op', ARGV[9], 'op_result', 1)
+write_record()
 return 1

@@ -33,15 +33,17 @@
 -- Returns: the parked runs made due sooner
 
 ${run_fields}
+${record}
 ${history}
 ${done}
 ${release}
 
-local state = redis.call('HMGET', KEYS[2], 'status', 'parked_group')
-local parked = state[1] == ${status_parked} and state[2] == ARGV[1]
+read_record({'parked_group', unpack(DONE_READS)})
+local parked = field('status') == ${status_parked} and field('parked_group') == ARGV[1]
 if ARGV[4] == 'down' then
   if parked then
     append_released(10, ARGV[2])
+    write_record()
   end
   local hold = tonumber(ARGV[5])
   if hold > 0 and hold > redis.call('PTTL', KEYS[4]) then
@@ -56,5 +58,6 @@ if parked and ARGV[4] == 'delivered' then
   mark_done(10, ARGV[2], ARGV[6], ARGV[7], ARGV[8], KEYS[5])
 elseif parked then
   append_released(10, ARGV[2])
+  write_record()
 end
 return release_destination_parked(KEYS[1], KEYS[3], ARGV[1], ARGV[6], ARGV[9], '')

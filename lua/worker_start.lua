@@ -42,39 +42,49 @@
 -- `fenced`.
 
 ${run_fields}
+${record}
 ${holds}
 ${op_replay}
 ${dead_letter}
 ${history}
 
+-- Everything the call reads of the record, in one HMGET (lua/shared/record.lua):
+-- the replay's, the budget's, the answer's, and what a fenced attempt's
+-- history entry and a dead letter take.
+read_record({'op', 'op_result', 'attempts', 'attempt_base', 'status', 'created_ms', 'payload', 'trace',
+  'last_error', 'worker', 'started_ms', 'history'})
+
 local function attempts_now()
-  return tonumber(redis.call('HGET', KEYS[2], 'attempts') or '0') or 0
+  return tonumber(field('attempts') or '0') or 0
 end
 
 local function base_now()
-  return tonumber(redis.call('HGET', KEYS[2], 'attempt_base') or '0') or 0
+  return tonumber(field('attempt_base') or '0') or 0
+end
+
+-- The answer of a started attempt (the first call's, to a retry).
+local function started(kind, attempts)
+  return {kind, attempts, field('created_ms'), field('payload'), attempts - base_now(), field('trace')}
 end
 
 local again, first = replayed(ARGV[6])
 if again then
   -- The retried call gets the first call's answer, payload included.
-  local n = attempts_now()
-  return {first, n, redis.call('HGET', KEYS[2], 'created_ms'), redis.call('HGET', KEYS[2], 'payload'), n - base_now(),
-    redis.call('HGET', KEYS[2], 'trace')}
+  return started(first, attempts_now())
 end
 if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return {0, 0}
 end
 local attempts = attempts_now()
 local max = tonumber(ARGV[5])
-local unfinished = attempts > 0 and redis.call('HGET', KEYS[2], 'status') == ${status_running}
+local unfinished = attempts > 0 and field('status') == ${status_running}
 if unfinished then
   append_history(unfinished_entry(attempts, ARGV[4]))
 end
 
 if attempts - base_now() >= max then
   local err = 'attempt ' .. attempts .. ' did not finish: its worker stopped and the lease ran out'
-  local prev = redis.call('HGET', KEYS[2], 'last_error')
+  local prev = field('last_error')
   if prev and prev ~= '' and not unfinished then
     err = prev
   end
@@ -83,13 +93,15 @@ if attempts - base_now() >= max then
 end
 
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
-attempts = redis.call('HINCRBY', KEYS[2], 'attempts', 1)
-redis.call('HSET', KEYS[2], 'status', ${status_running}, 'worker', ARGV[2], 'group', ARGV[1],
+attempts = attempts + 1
+set_fields('attempts', attempts, 'status', ${status_running}, 'worker', ARGV[2], 'group', ARGV[1],
   'started_ms', ARGV[4], 'updated_ms', ARGV[4], 'op', ARGV[6], 'op_result', 1)
 -- A queued record holds only what its stream entry does not (lua/gate.lua):
 -- the run's fields join it here, so readers still have them once the entry
 -- is trimmed, and the entry's id, which named them, goes.
-redis.call('HSET', KEYS[2], unpack(run_field_pairs(function(i) return ARGV[7 + i] end)))
-redis.call('HDEL', KEYS[2], 'next_attempt_ms', 'parked_group', 'entry_id')
-return {1, attempts, redis.call('HGET', KEYS[2], 'created_ms'), redis.call('HGET', KEYS[2], 'payload'),
-  attempts - base_now(), redis.call('HGET', KEYS[2], 'trace')}
+set_fields(unpack(run_field_pairs(function(i) return ARGV[7 + i] end)))
+del_field('next_attempt_ms')
+del_field('parked_group')
+del_field('entry_id')
+write_record()
+return started(1, attempts)

@@ -22,10 +22,12 @@
 -- Returns: 1 uncounted and given back, 0 the entry is no longer held by this
 --          consumer (nothing written)
 
+${record}
 ${holds}
 ${op_replay}
 ${history}
 
+read_record({'op', 'op_result', 'history', 'attempt_base'})
 local again, first = replayed(ARGV[7])
 if again then
   return first
@@ -34,8 +36,9 @@ if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return 0
 end
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[6], 'JUSTID')
-redis.call('HINCRBY', KEYS[2], 'attempt_base', 1)
+set_field('attempt_base', (tonumber(field('attempt_base')) or 0) + 1)
 append_released(8, ARGV[2])
-redis.call('HSET', KEYS[2], 'status', ${status_queued}, 'last_error', ARGV[5],
+set_fields('status', ${status_queued}, 'last_error', ARGV[5],
   'worker', ARGV[2], 'updated_ms', ARGV[4], 'op', ARGV[7], 'op_result', 1)
+write_record()
 return 1

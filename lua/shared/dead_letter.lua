@@ -1,4 +1,5 @@
--- Shared by worker_start.lua and worker_fail.lua (needs run_fields.lua):
+-- Shared by worker_start.lua and worker_fail.lua (needs run_fields.lua and
+-- record.lua; writes the record with what the caller queued before):
 -- the run is out of attempts. Its entry goes to the dead stream (KEYS[3])
 -- with the fields that name it (ARGV[first_field], ... in RUN_FIELDS order,
 -- as the stream entry named it), its runs-stream (KEYS[1]) entry is
@@ -15,8 +16,9 @@ local function dead_letter(group, consumer, entry_id, first_field, attempts, err
   local dead_entry = redis.call('XADD', KEYS[3], '*', unpack(entry))
   redis.call('XACK', KEYS[1], group, entry_id)
   -- `dead_entry` names the dead-stream entry, so a retry removes it without reading the stream.
-  redis.call('HSET', KEYS[2], 'status', ${status_dead}, 'last_error', err, 'worker', consumer,
-    'updated_ms', now, 'finished_ms', now, 'op', op, 'op_result', 2, 'dead_entry', dead_entry)
+  set_fields('status', ${status_dead}, 'last_error', err, 'worker', consumer, 'updated_ms', now,
+    'finished_ms', now, 'op', op, 'op_result', 2, 'dead_entry', dead_entry)
+  write_record()
   if tonumber(retention_ms) > 0 then
     redis.call('PEXPIRE', KEYS[2], retention_ms)
   end

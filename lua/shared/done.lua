@@ -1,7 +1,10 @@
 -- Shared by worker_done.lua and worker_probe_end.lua: marks the run record
 -- (KEYS[2]) done by consumer `worker`, with the attempt whose parts are
 -- ARGV[first..] (lua/shared/history.lua, entry_from_argv). The script
--- includes run_fields.lua and history.lua before it.
+-- includes run_fields.lua, record.lua and history.lua before it, and has
+-- read DONE_READS (lua/shared/record.lua) before it calls mark_done, which
+-- writes the record: one HSET and one HDEL, or, when the run kept a long
+-- payload and drops it, the record whole (write_record_compact).
 --
 -- The done record keeps what operators read (identity, delivery, times,
 -- status, attempts, history) and drops what only a live run needs
@@ -23,37 +26,40 @@
 -- lua/shared/history.lua); `finished_ms` is started_ms + duration_ms.
 -- Readers show the full record (src/vocabulary.rs, DoneRecord). The record
 -- then expires after `retention_ms` (0: never).
+
+-- What mark_done reads of the record (the caller's one HMGET holds them).
+local DONE_READS = {'status', 'worker', 'attempts', 'history', 'payload', 'redeliveries'}
+
 local function mark_done(first, worker, now, retention_ms, keep_payload_ms, kept_payloads_key)
-  redis.call('HSET', KEYS[2], 'status', ${status_done}, 'worker', worker)
-  if fold_done_attempt(first, worker, redis.call('HGET', KEYS[2], 'attempts')) then
-    redis.call('HDEL', KEYS[2], 'finished_ms')
+  set_fields('status', ${status_done}, 'worker', worker)
+  if fold_done_attempt(first, worker, field('attempts')) then
+    del_field('finished_ms')
   else
-    redis.call('HSET', KEYS[2], 'finished_ms', now)
-    redis.call('HDEL', KEYS[2], 'started_ms')
+    set_field('finished_ms', now)
+    del_field('started_ms')
   end
   -- RUN_FIELDS[1] is `run_id`: the key names the run.
-  redis.call('HDEL', KEYS[2], RUN_FIELDS[1], 'op', 'op_result', 'group', 'updated_ms', 'next_attempt_ms',
-    'parked_group', 'attempt_base', 'retry_now_ms', 'released_ms', 'trace')
+  for _, name in ipairs({RUN_FIELDS[1], 'op', 'op_result', 'group', 'updated_ms', 'next_attempt_ms',
+      'parked_group', 'attempt_base', 'retry_now_ms', 'released_ms', 'trace', 'payload_until_ms'}) do
+    del_field(name)
+  end
   local keep_ms = tonumber(keep_payload_ms)
-  local had_payload = redis.call('HEXISTS', KEYS[2], 'payload') == 1
-  redis.call('HDEL', KEYS[2], 'payload_until_ms')
-  if not had_payload and not redis.call('HGET', KEYS[2], 'redeliveries') then
+  local payload = field('payload')
+  if not payload and not field('redeliveries') then
     -- No payload from the start (a run redelivered without its payload had one, and is not marked).
-    redis.call('HSET', KEYS[2], 'payload_kept', '0')
+    set_field('payload_kept', '0')
   end
-  if keep_ms > 0 and had_payload then
+  local dropped = nil
+  if keep_ms > 0 and payload then
     local until_ms = string.format('%.0f', tonumber(now) + keep_ms)
-    redis.call('HSET', KEYS[2], 'payload_until_ms', until_ms)
+    set_field('payload_until_ms', until_ms)
     redis.call('ZADD', kept_payloads_key, until_ms, string.match(KEYS[2], ':run:([^:]+)$'))
-  elseif keep_ms == 0 then
-    redis.call('HDEL', KEYS[2], 'payload')
-    -- Written again whole: a hash that once held a long value (the payload,
-    -- a `history`) stays a hashtable after HDEL, and only a new hash whose
-    -- every value is short is a listpack again.
-    local all = redis.call('HGETALL', KEYS[2])
-    redis.call('DEL', KEYS[2])
-    redis.call('HSET', KEYS[2], unpack(all))
+  elseif keep_ms == 0 and payload then
+    del_field('payload')
+    -- A record that keeps a `history` stays a hashtable: no rewrite for it.
+    if not field('history') then dropped = payload end
   end
+  write_record_compact(dropped)
   if tonumber(retention_ms) > 0 then
     redis.call('PEXPIRE', KEYS[2], retention_ms)
   end

@@ -1,5 +1,8 @@
 -- Shared by the worker scripts and dead_retry.lua: the run record's (KEYS[2])
 -- `history`, a JSON array of the run's newest 10 attempts, oldest first.
+-- Reads and writes go through lua/shared/record.lua (included before this):
+-- the caller reads `history` (and what unfinished_entry reads) with the
+-- rest of its fields and writes the record once at its end.
 -- Every entry is written here, by history_entry, and nowhere else: the
 -- worker hands an attempt's parts (ARGV, see entry_from_argv) and Rust only
 -- reads entries (src/vocabulary.rs, AttemptEntry). An entry never holds a
@@ -35,7 +38,7 @@ local function entry_from_argv(first, worker, outcome)
 end
 
 local function history_list()
-  local raw = redis.call('HGET', KEYS[2], 'history')
+  local raw = field('history')
   local list = {}
   if raw and #raw > 2 then
     local body = string.sub(raw, 2, -2)
@@ -58,7 +61,7 @@ end
 -- it is where the run's trouble began, however many attempts follow.
 local function write_history(list, keep)
   if #list == 0 or keep < 1 then
-    redis.call('HDEL', KEYS[2], 'history')
+    del_field('history')
     return
   end
   local kept = list
@@ -68,7 +71,7 @@ local function write_history(list, keep)
       kept[#kept + 1] = list[i]
     end
   end
-  redis.call('HSET', KEYS[2], 'history', '[' .. table.concat(kept, ',\n') .. ']')
+  set_field('history', '[' .. table.concat(kept, ',\n') .. ']')
 end
 
 local function append_history(entry)
@@ -126,29 +129,35 @@ local function fold_done_attempt(first, worker, attempts)
   if #list > HISTORY_MAX - 1 then
     write_history(list, HISTORY_MAX - 1)
   end
-  redis.call('HSET', KEYS[2], 'worker', worker, 'started_ms', ARGV[first + 1],
-    'duration_ms', ARGV[first + 2], 'attempt_status', ARGV[first + 3])
+  set_field('worker', worker)
+  set_field('started_ms', ARGV[first + 1])
+  set_field('duration_ms', ARGV[first + 2])
+  set_field('attempt_status', ARGV[first + 3])
   return true
 end
 
 -- A folded done attempt (fold_done_attempt) back into `history`, for a run
 -- that runs again; its `attempt_status` and `duration_ms` go (the caller
--- drops `worker` and `started_ms`).
+-- drops `worker` and `started_ms`). Reads and writes the record itself.
 local function unfold_done_attempt()
-  local r = redis.call('HMGET', KEYS[2], 'attempt_status', 'attempts', 'worker', 'started_ms', 'duration_ms')
-  if not r[1] then
+  read_record({'attempt_status', 'attempts', 'worker', 'started_ms', 'duration_ms', 'history'})
+  local status = field('attempt_status')
+  if not status then
     return
   end
-  append_history(history_entry(r[2] or '0', r[3] or '', r[4] or '0', r[5] or '0', r[1], ${outcome_done}, ''))
-  redis.call('HDEL', KEYS[2], 'attempt_status', 'duration_ms')
+  append_history(history_entry(field('attempts') or '0', field('worker') or '', field('started_ms') or '0',
+    field('duration_ms') or '0', status, ${outcome_done}, ''))
+  del_field('attempt_status')
+  del_field('duration_ms')
+  write_record()
 end
 
 -- The entry of an attempt that never reported back (its worker died, or
--- stopped it for want of a lease renewal): the record's worker and start.
+-- stopped it for want of a lease renewal): the record's worker and start
+-- (the caller read both).
 local function unfinished_entry(attempt, now)
-  local r = redis.call('HMGET', KEYS[2], 'worker', 'started_ms')
-  local started = tonumber(r[2]) or tonumber(now)
-  return history_entry(attempt, r[1] or '', string.format('%d', started),
+  local started = tonumber(field('started_ms')) or tonumber(now)
+  return history_entry(attempt, field('worker') or '', string.format('%d', started),
     string.format('%d', math.max(tonumber(now) - started, 0)), '', ${outcome_fenced},
     'the attempt did not finish: its worker stopped or lost the lease')
 end

@@ -21,10 +21,11 @@
 -- seconds.
 local RELEASE_MEMORY_MS = 3600000
 
--- Whether a run (record `record`) that failed for the destination at `now`
--- waits for the destination's return rather than for its schedule.
-local function waits_for_destination(record, now)
-  local released = tonumber(redis.call('HGET', record, 'released_ms'))
+-- Whether a run that failed for the destination at `now`, its record's
+-- `released_ms` being `released_ms` (false: none), waits for the
+-- destination's return rather than for its schedule.
+local function waits_for_destination(released_ms, now)
+  local released = tonumber(released_ms)
   return not released or tonumber(now) - released >= RELEASE_MEMORY_MS
 end
 
