@@ -31,7 +31,6 @@
 --           run whose payload is gone, and ARGV[3] is not 1
 
 ${run_fields}
-${record}
 ${history}
 
 local status = redis.call('HGET', KEYS[2], 'status')

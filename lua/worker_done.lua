@@ -37,21 +37,20 @@
 --          0 when the entry is no longer held by this consumer (nothing written)
 
 ${run_fields}
-${record}
 ${holds}
 ${history}
 ${done}
 ${release}
 
-read_record(DONE_READS)
-if field('status') == ${status_done} and field('worker') == ARGV[2] then
+local record = read_for_done(nil)
+if record[1] == ${status_done} and record[2] == ARGV[2] then
   return {1, 0}
 end
 if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return 0
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
-mark_done(7, ARGV[2], ARGV[4], ARGV[6], ARGV[12], KEYS[5])
+mark_done(record, 7, ARGV[2], ARGV[4], ARGV[6], ARGV[12], KEYS[5])
 local released = 0
 if redis.call('EXISTS', KEYS[4]) == 1 then
   released = release_destination_parked(KEYS[3], KEYS[4], ARGV[1], ARGV[4], ARGV[13],

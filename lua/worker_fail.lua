@@ -42,15 +42,15 @@
 --          2 the run is dead (record: dead, entry in the dead stream, acknowledged)
 
 ${run_fields}
-${record}
 ${holds}
 ${op_replay}
 ${dead_letter}
 ${history}
 ${release}
 
-read_record({'op', 'op_result', 'history', 'released_ms'})
-local again, first = replayed(ARGV[9])
+-- What the call reads of the record, in one HMGET.
+local r = redis.call('HMGET', KEYS[2], 'op', 'op_result', 'history', 'released_ms')
+local again, first = replayed(ARGV[9], r[1], r[2])
 if again then
   return first
 end
@@ -59,19 +59,19 @@ if not holds(ARGV[1], ARGV[2], ARGV[3]) then
 end
 local outcome = ${outcome_failed}
 if ARGV[7] == '1' then outcome = ${outcome_dead} end
-append_history(entry_from_argv(11, ARGV[2], outcome))
+local history = appended(r[3], entry_from_argv(11, ARGV[2], outcome))
 if ARGV[7] == '1' then
-  dead_letter(ARGV[1], ARGV[2], ARGV[3], 16, ARGV[6], ARGV[5], ARGV[4], ARGV[9], ARGV[10])
+  dead_letter(ARGV[1], ARGV[2], ARGV[3], 16, ARGV[6], ARGV[5], ARGV[4], ARGV[9], ARGV[10], history)
   return 2
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 redis.call('ZADD', KEYS[4], ARGV[8], ARGV[16])
-if ARGV[22] ~= '' and waits_for_destination(field('released_ms'), ARGV[4]) then
+if ARGV[22] ~= '' and waits_for_destination(r[4], ARGV[4]) then
   redis.call('ZADD', KEYS[5], ARGV[22], ARGV[16])
 else
   redis.call('ZREM', KEYS[5], ARGV[16])
 end
-set_fields('status', ${status_parked}, 'last_error', ARGV[5], 'worker', ARGV[2],
-  'updated_ms', ARGV[4], 'next_attempt_ms', ARGV[8], 'parked_group', ARGV[1], 'op', ARGV[9], 'op_result', 1)
-write_record()
+redis.call('HSET', KEYS[2], 'status', ${status_parked}, 'last_error', ARGV[5], 'worker', ARGV[2],
+  'updated_ms', ARGV[4], 'next_attempt_ms', ARGV[8], 'parked_group', ARGV[1], 'op', ARGV[9], 'op_result', 1,
+  'history', history)
 return 1

@@ -33,17 +33,15 @@
 -- Returns: the parked runs made due sooner
 
 ${run_fields}
-${record}
 ${history}
 ${done}
 ${release}
 
-read_record({'parked_group', unpack(DONE_READS)})
-local parked = field('status') == ${status_parked} and field('parked_group') == ARGV[1]
+local record = read_for_done('parked_group')
+local parked = record[1] == ${status_parked} and record[7] == ARGV[1]
 if ARGV[4] == 'down' then
   if parked then
-    append_released(10, ARGV[2])
-    write_record()
+    redis.call('HSET', KEYS[2], 'history', released_appended(record[4], 10, ARGV[2]))
   end
   local hold = tonumber(ARGV[5])
   if hold > 0 and hold > redis.call('PTTL', KEYS[4]) then
@@ -55,9 +53,8 @@ end
 if parked and ARGV[4] == 'delivered' then
   redis.call('ZREM', KEYS[1], ARGV[3])
   redis.call('ZREM', KEYS[3], ARGV[3])
-  mark_done(10, ARGV[2], ARGV[6], ARGV[7], ARGV[8], KEYS[5])
+  mark_done(record, 10, ARGV[2], ARGV[6], ARGV[7], ARGV[8], KEYS[5])
 elseif parked then
-  append_released(10, ARGV[2])
-  write_record()
+  redis.call('HSET', KEYS[2], 'history', released_appended(record[4], 10, ARGV[2]))
 end
 return release_destination_parked(KEYS[1], KEYS[3], ARGV[1], ARGV[6], ARGV[9], '')

@@ -42,66 +42,63 @@
 -- `fenced`.
 
 ${run_fields}
-${record}
 ${holds}
 ${op_replay}
 ${dead_letter}
 ${history}
 
--- Everything the call reads of the record, in one HMGET (lua/shared/record.lua):
--- the replay's, the budget's, the answer's, and what a fenced attempt's
--- history entry and a dead letter take.
-read_record({'op', 'op_result', 'attempts', 'attempt_base', 'status', 'created_ms', 'payload', 'trace',
-  'last_error', 'worker', 'started_ms', 'history'})
+-- What the call reads of the record, in one HMGET (the replay's, the
+-- budget's and the answer's fields); an attempt that never reported back,
+-- or a run out of attempts, reads the rest it needs once more.
+local r = redis.call('HMGET', KEYS[2], 'op', 'op_result', 'attempts', 'attempt_base', 'status', 'created_ms',
+  'payload', 'trace')
+local attempts = tonumber(r[3] or '0') or 0
+local base = tonumber(r[4] or '0') or 0
 
-local function attempts_now()
-  return tonumber(field('attempts') or '0') or 0
-end
-
-local function base_now()
-  return tonumber(field('attempt_base') or '0') or 0
-end
-
--- The answer of a started attempt (the first call's, to a retry).
-local function started(kind, attempts)
-  return {kind, attempts, field('created_ms'), field('payload'), attempts - base_now(), field('trace')}
-end
-
-local again, first = replayed(ARGV[6])
+local again, first = replayed(ARGV[6], r[1], r[2])
 if again then
   -- The retried call gets the first call's answer, payload included.
-  return started(first, attempts_now())
+  return {first, attempts, r[6], r[7], attempts - base, r[8]}
 end
 if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return {0, 0}
 end
-local attempts = attempts_now()
-local max = tonumber(ARGV[5])
-local unfinished = attempts > 0 and field('status') == ${status_running}
+local unfinished = attempts > 0 and r[5] == ${status_running}
+local spent = attempts - base >= tonumber(ARGV[5])
+local history = nil
+local more = {}
+if unfinished or spent then
+  more = redis.call('HMGET', KEYS[2], 'worker', 'started_ms', 'history', 'last_error')
+end
 if unfinished then
-  append_history(unfinished_entry(attempts, ARGV[4]))
+  history = appended(more[3], unfinished_entry(attempts, ARGV[4], more[1], more[2]))
 end
 
-if attempts - base_now() >= max then
+if spent then
   local err = 'attempt ' .. attempts .. ' did not finish: its worker stopped and the lease ran out'
-  local prev = field('last_error')
+  local prev = more[4]
   if prev and prev ~= '' and not unfinished then
     err = prev
   end
-  dead_letter(ARGV[1], ARGV[2], ARGV[3], 8, attempts, err, ARGV[4], ARGV[6], ARGV[7])
+  dead_letter(ARGV[1], ARGV[2], ARGV[3], 8, attempts, err, ARGV[4], ARGV[6], ARGV[7], history)
   return {2, attempts}
 end
 
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
 attempts = attempts + 1
-set_fields('attempts', attempts, 'status', ${status_running}, 'worker', ARGV[2], 'group', ARGV[1],
-  'started_ms', ARGV[4], 'updated_ms', ARGV[4], 'op', ARGV[6], 'op_result', 1)
+local fields = {'attempts', attempts, 'status', ${status_running}, 'worker', ARGV[2], 'group', ARGV[1],
+  'started_ms', ARGV[4], 'updated_ms', ARGV[4], 'op', ARGV[6], 'op_result', 1}
 -- A queued record holds only what its stream entry does not (lua/gate.lua):
 -- the run's fields join it here, so readers still have them once the entry
 -- is trimmed, and the entry's id, which named them, goes.
-set_fields(unpack(run_field_pairs(function(i) return ARGV[7 + i] end)))
-del_field('next_attempt_ms')
-del_field('parked_group')
-del_field('entry_id')
-write_record()
-return started(1, attempts)
+for i, name in ipairs(RUN_FIELDS) do
+  fields[#fields + 1] = name
+  fields[#fields + 1] = ARGV[7 + i]
+end
+if history then
+  fields[#fields + 1] = 'history'
+  fields[#fields + 1] = history
+end
+redis.call('HSET', KEYS[2], unpack(fields))
+redis.call('HDEL', KEYS[2], 'next_attempt_ms', 'parked_group', 'entry_id')
+return {1, attempts, r[6], r[7], attempts - base, r[8]}

@@ -22,13 +22,13 @@
 -- Returns: 1 uncounted and given back, 0 the entry is no longer held by this
 --          consumer (nothing written)
 
-${record}
 ${holds}
 ${op_replay}
 ${history}
 
-read_record({'op', 'op_result', 'history', 'attempt_base'})
-local again, first = replayed(ARGV[7])
+-- What the call reads of the record, in one HMGET.
+local r = redis.call('HMGET', KEYS[2], 'op', 'op_result', 'history', 'attempt_base')
+local again, first = replayed(ARGV[7], r[1], r[2])
 if again then
   return first
 end
@@ -36,9 +36,7 @@ if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return 0
 end
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[6], 'JUSTID')
-set_field('attempt_base', (tonumber(field('attempt_base')) or 0) + 1)
-append_released(8, ARGV[2])
-set_fields('status', ${status_queued}, 'last_error', ARGV[5],
-  'worker', ARGV[2], 'updated_ms', ARGV[4], 'op', ARGV[7], 'op_result', 1)
-write_record()
+redis.call('HSET', KEYS[2], 'attempt_base', (tonumber(r[4]) or 0) + 1, 'history', released_appended(r[3], 8, ARGV[2]),
+  'status', ${status_queued}, 'last_error', ARGV[5], 'worker', ARGV[2], 'updated_ms', ARGV[4], 'op', ARGV[7],
+  'op_result', 1)
 return 1

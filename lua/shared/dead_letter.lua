@@ -1,13 +1,13 @@
--- Shared by worker_start.lua and worker_fail.lua (needs run_fields.lua and
--- record.lua; writes the record with what the caller queued before):
+-- Shared by worker_start.lua and worker_fail.lua (needs run_fields.lua):
 -- the run is out of attempts. Its entry goes to the dead stream (KEYS[3])
 -- with the fields that name it (ARGV[first_field], ... in RUN_FIELDS order,
 -- as the stream entry named it), its runs-stream (KEYS[1]) entry is
 -- acknowledged, and its record (KEYS[2]) says `dead` (and which entry is its
 -- dead-stream one, `dead_entry`), answering `op` with 2,
--- and expires after `retention_ms` (0: never). Writes only: the caller has
--- made every check.
-local function dead_letter(group, consumer, entry_id, first_field, attempts, err, now, op, retention_ms)
+-- and expires after `retention_ms` (0: never); `history`, the record's new
+-- `history` (nil: unchanged), is written with the rest, in one HSET.
+-- Writes only: the caller has made every check.
+local function dead_letter(group, consumer, entry_id, first_field, attempts, err, now, op, retention_ms, history)
   local entry = run_field_pairs(function(i) return ARGV[first_field + i - 1] end)
   for _, v in ipairs({'entry_id', entry_id, 'group', group, 'attempts', attempts, 'last_error', err,
       'worker', consumer, 'failed_ms', now}) do
@@ -16,9 +16,13 @@ local function dead_letter(group, consumer, entry_id, first_field, attempts, err
   local dead_entry = redis.call('XADD', KEYS[3], '*', unpack(entry))
   redis.call('XACK', KEYS[1], group, entry_id)
   -- `dead_entry` names the dead-stream entry, so a retry removes it without reading the stream.
-  set_fields('status', ${status_dead}, 'last_error', err, 'worker', consumer, 'updated_ms', now,
-    'finished_ms', now, 'op', op, 'op_result', 2, 'dead_entry', dead_entry)
-  write_record()
+  local fields = {'status', ${status_dead}, 'last_error', err, 'worker', consumer,
+    'updated_ms', now, 'finished_ms', now, 'op', op, 'op_result', 2, 'dead_entry', dead_entry}
+  if history then
+    fields[#fields + 1] = 'history'
+    fields[#fields + 1] = history
+  end
+  redis.call('HSET', KEYS[2], unpack(fields))
   if tonumber(retention_ms) > 0 then
     redis.call('PEXPIRE', KEYS[2], retention_ms)
   end

@@ -1,10 +1,10 @@
 -- Shared by worker_done.lua and worker_probe_end.lua: marks the run record
 -- (KEYS[2]) done by consumer `worker`, with the attempt whose parts are
 -- ARGV[first..] (lua/shared/history.lua, entry_from_argv). The script
--- includes run_fields.lua, record.lua and history.lua before it, and has
--- read DONE_READS (lua/shared/record.lua) before it calls mark_done, which
--- writes the record: one HSET and one HDEL, or, when the run kept a long
--- payload and drops it, the record whole (write_record_compact).
+-- includes run_fields.lua and history.lua before it. The record is read
+-- once (read_for_done, the caller's one HMGET) and written once: one HSET
+-- and one HDEL, or, where a long payload goes, the record whole
+-- (write_done).
 --
 -- The done record keeps what operators read (identity, delivery, times,
 -- status, attempts, history) and drops what only a live run needs
@@ -27,39 +27,98 @@
 -- Readers show the full record (src/vocabulary.rs, DoneRecord). The record
 -- then expires after `retention_ms` (0: never).
 
--- What mark_done reads of the record (the caller's one HMGET holds them).
-local DONE_READS = {'status', 'worker', 'attempts', 'history', 'payload', 'redeliveries'}
+-- Redis's default `hash-max-listpack-value`: a hash holding a longer value
+-- is a hashtable, and stays one after the value goes (write_done).
+local LISTPACK_VALUE_MAX = 64
 
-local function mark_done(first, worker, now, retention_ms, keep_payload_ms, kept_payloads_key)
-  set_fields('status', ${status_done}, 'worker', worker)
-  if fold_done_attempt(first, worker, field('attempts')) then
-    del_field('finished_ms')
-  else
-    set_field('finished_ms', now)
-    del_field('started_ms')
+-- The record's fields mark_done reads, in one HMGET: status, worker,
+-- attempts, history, payload, redeliveries, and the caller's `also`
+-- (nil: none) at [7].
+local function read_for_done(also)
+  if also then
+    return redis.call('HMGET', KEYS[2], 'status', 'worker', 'attempts', 'history', 'payload', 'redeliveries', also)
   end
+  return redis.call('HMGET', KEYS[2], 'status', 'worker', 'attempts', 'history', 'payload', 'redeliveries')
+end
+
+-- Writes `set` (name, value, ...) and deletes `del` (names; never one of
+-- `set`'s). Where `dropped` (a value deleted) was long, the record is
+-- written again whole instead: a hash that once held a long value stays a
+-- hashtable after HDEL (about 2.5x the bytes), and only a new hash whose
+-- every value is short is a listpack again. So it reads the record whole,
+-- applies `set` and `del`, and writes it (DEL, one HSET), unless a long
+-- value remains, which would keep it a hashtable anyway. (A short
+-- payload, like a run that kept none, costs no rewrite.)
+local function write_done(set, del, dropped)
+  if dropped and #dropped > LISTPACK_VALUE_MAX then
+    local all = redis.call('HGETALL', KEYS[2])
+    local replaced = {}
+    for i = 1, #set, 2 do replaced[set[i]] = true end
+    for _, name in ipairs(del) do replaced[name] = true end
+    local whole, short = {}, true
+    for i = 1, #all, 2 do
+      if not replaced[all[i]] then
+        whole[#whole + 1] = all[i]
+        whole[#whole + 1] = all[i + 1]
+        short = short and #all[i + 1] <= LISTPACK_VALUE_MAX
+      end
+    end
+    for i = 1, #set, 2 do
+      whole[#whole + 1] = set[i]
+      whole[#whole + 1] = set[i + 1]
+      short = short and #tostring(set[i + 1]) <= LISTPACK_VALUE_MAX
+    end
+    if short then
+      redis.call('DEL', KEYS[2])
+      redis.call('HSET', KEYS[2], unpack(whole))
+      return
+    end
+  end
+  redis.call('HSET', KEYS[2], unpack(set))
+  redis.call('HDEL', KEYS[2], unpack(del))
+end
+
+-- `r` is read_for_done's answer.
+local function mark_done(r, first, worker, now, retention_ms, keep_payload_ms, kept_payloads_key)
+  local payload = r[5]
+  local folded, history = fold_done_attempt(first, worker, r[3], r[4])
   -- RUN_FIELDS[1] is `run_id`: the key names the run.
-  for _, name in ipairs({RUN_FIELDS[1], 'op', 'op_result', 'group', 'updated_ms', 'next_attempt_ms',
-      'parked_group', 'attempt_base', 'retry_now_ms', 'released_ms', 'trace', 'payload_until_ms'}) do
-    del_field(name)
+  local del = {RUN_FIELDS[1], 'op', 'op_result', 'group', 'updated_ms', 'next_attempt_ms', 'parked_group',
+    'attempt_base', 'retry_now_ms', 'released_ms', 'trace'}
+  local set
+  if folded then
+    set = {'status', ${status_done}, 'worker', worker, 'started_ms', ARGV[first + 1], 'duration_ms', ARGV[first + 2],
+      'attempt_status', ARGV[first + 3]}
+    del[#del + 1] = 'finished_ms'
+  else
+    set = {'status', ${status_done}, 'worker', worker, 'finished_ms', now}
+    del[#del + 1] = 'started_ms'
+  end
+  if history and history ~= r[4] then
+    set[#set + 1] = 'history'
+    set[#set + 1] = history
+  end
+  if not payload and not r[6] then
+    -- No payload from the start (a run redelivered without its payload had one, and is not marked).
+    set[#set + 1] = 'payload_kept'
+    set[#set + 1] = '0'
   end
   local keep_ms = tonumber(keep_payload_ms)
-  local payload = field('payload')
-  if not payload and not field('redeliveries') then
-    -- No payload from the start (a run redelivered without its payload had one, and is not marked).
-    set_field('payload_kept', '0')
-  end
   local dropped = nil
   if keep_ms > 0 and payload then
     local until_ms = string.format('%.0f', tonumber(now) + keep_ms)
-    set_field('payload_until_ms', until_ms)
+    set[#set + 1] = 'payload_until_ms'
+    set[#set + 1] = until_ms
     redis.call('ZADD', kept_payloads_key, until_ms, string.match(KEYS[2], ':run:([^:]+)$'))
-  elseif keep_ms == 0 and payload then
-    del_field('payload')
-    -- A record that keeps a `history` stays a hashtable: no rewrite for it.
-    if not field('history') then dropped = payload end
+  else
+    del[#del + 1] = 'payload_until_ms'
+    if keep_ms == 0 and payload then
+      del[#del + 1] = 'payload'
+      -- A record that keeps a `history` (a long value) stays a hashtable anyway.
+      if not history then dropped = payload end
+    end
   end
-  write_record_compact(dropped)
+  write_done(set, del, dropped)
   if tonumber(retention_ms) > 0 then
     redis.call('PEXPIRE', KEYS[2], retention_ms)
   end

@@ -78,9 +78,8 @@ impl LuaScript {
 }
 
 /// The Lua that several scripts share, by placeholder name (`${holds}`).
-pub const SHARED_LUA: [(&str, &str); 8] = [
+pub const SHARED_LUA: [(&str, &str); 7] = [
     ("run_fields", include_str!("../../lua/shared/run_fields.lua")),
-    ("record", include_str!("../../lua/shared/record.lua")),
     ("holds", include_str!("../../lua/shared/holds.lua")),
     ("op_replay", include_str!("../../lua/shared/op_replay.lua")),
     ("dead_letter", include_str!("../../lua/shared/dead_letter.lua")),
