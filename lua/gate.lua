@@ -98,25 +98,26 @@ if verdict == 'work' then
     -- into the record), the creation time, the status, and the subject and
     -- payload when there are any. No attempts field: none is 0.
     local entry_id = redis.call('XADD', KEYS[4], '*',
-      'run_id', run_id, 'provider', ARGV[6], 'repo', ARGV[8], 'action', ARGV[9],
-      'number', ARGV[10], 'delivery_id', ARGV[7])
+      ${field_run_id}, run_id, ${field_provider}, ARGV[6], ${field_repo}, ARGV[8], ${field_action}, ARGV[9],
+      ${field_number}, ARGV[10], ${field_delivery_id}, ARGV[7])
     local subject, payload = ARGV[11] or '', ARGV[12] or ''
     if payload ~= '' and subject ~= '' then
-      redis.call('HSET', run_key, 'entry_id', entry_id, 'created_ms', ARGV[5], 'status', ${status_queued},
-        'subject', subject, 'payload', payload)
+      redis.call('HSET', run_key, ${field_entry_id}, entry_id, ${field_created_ms}, ARGV[5], ${field_status},
+        ${status_queued}, ${field_subject}, subject, ${field_payload}, payload)
     elseif payload ~= '' then
-      redis.call('HSET', run_key, 'entry_id', entry_id, 'created_ms', ARGV[5], 'status', ${status_queued},
-        'payload', payload)
+      redis.call('HSET', run_key, ${field_entry_id}, entry_id, ${field_created_ms}, ARGV[5], ${field_status},
+        ${status_queued}, ${field_payload}, payload)
     elseif subject ~= '' then
-      redis.call('HSET', run_key, 'entry_id', entry_id, 'created_ms', ARGV[5], 'status', ${status_queued},
-        'subject', subject)
+      redis.call('HSET', run_key, ${field_entry_id}, entry_id, ${field_created_ms}, ARGV[5], ${field_status},
+        ${status_queued}, ${field_subject}, subject)
     else
-      redis.call('HSET', run_key, 'entry_id', entry_id, 'created_ms', ARGV[5], 'status', ${status_queued})
+      redis.call('HSET', run_key, ${field_entry_id}, entry_id, ${field_created_ms}, ARGV[5], ${field_status},
+        ${status_queued})
     end
     -- Only when traces are on (docs/operations.md, "Traces"); a done record drops it.
     local trace = ARGV[14] or ''
     if trace ~= '' then
-      redis.call('HSET', run_key, 'trace', trace)
+      redis.call('HSET', run_key, ${field_trace}, trace)
     end
     if ARGV[3] ~= '0' then
       redis.call('SET', KEYS[2], run_id, 'PX', ARGV[3])

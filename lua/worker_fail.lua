@@ -49,7 +49,7 @@ ${history}
 ${release}
 
 -- What the call reads of the record, in one HMGET.
-local r = redis.call('HMGET', KEYS[2], 'op', 'op_result', 'history', 'released_ms')
+local r = redis.call('HMGET', KEYS[2], ${field_op}, ${field_op_result}, ${field_history}, ${field_released_ms})
 local again, first = replayed(ARGV[9], r[1], r[2])
 if again then
   return first
@@ -71,7 +71,7 @@ if ARGV[22] ~= '' and waits_for_destination(r[4], ARGV[4]) then
 else
   redis.call('ZREM', KEYS[5], ARGV[16])
 end
-redis.call('HSET', KEYS[2], 'status', ${status_parked}, 'last_error', ARGV[5], 'worker', ARGV[2],
-  'updated_ms', ARGV[4], 'next_attempt_ms', ARGV[8], 'parked_group', ARGV[1], 'op', ARGV[9], 'op_result', 1,
-  'history', history)
+redis.call('HSET', KEYS[2], ${field_status}, ${status_parked}, ${field_last_error}, ARGV[5], ${field_worker}, ARGV[2],
+  ${field_updated_ms}, ARGV[4], ${field_next_attempt_ms}, ARGV[8], ${field_parked_group}, ARGV[1], ${field_op},
+  ARGV[9], ${field_op_result}, 1, ${field_history}, history)
 return 1

@@ -50,8 +50,8 @@ ${history}
 -- What the call reads of the record, in one HMGET (the replay's, the
 -- budget's and the answer's fields); an attempt that never reported back,
 -- or a run out of attempts, reads the rest it needs once more.
-local r = redis.call('HMGET', KEYS[2], 'op', 'op_result', 'attempts', 'attempt_base', 'status', 'created_ms',
-  'payload', 'trace')
+local r = redis.call('HMGET', KEYS[2], ${field_op}, ${field_op_result}, ${field_attempts}, ${field_attempt_base},
+  ${field_status}, ${field_created_ms}, ${field_payload}, ${field_trace})
 local attempts = tonumber(r[3] or '0') or 0
 local base = tonumber(r[4] or '0') or 0
 
@@ -68,7 +68,7 @@ local spent = attempts - base >= tonumber(ARGV[5])
 local history = nil
 local more = {}
 if unfinished or spent then
-  more = redis.call('HMGET', KEYS[2], 'worker', 'started_ms', 'history', 'last_error')
+  more = redis.call('HMGET', KEYS[2], ${field_worker}, ${field_started_ms}, ${field_history}, ${field_last_error})
 end
 if unfinished then
   history = appended(more[3], unfinished_entry(attempts, ARGV[4], more[1], more[2]))
@@ -86,8 +86,9 @@ end
 
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
 attempts = attempts + 1
-local fields = {'attempts', attempts, 'status', ${status_running}, 'worker', ARGV[2], 'group', ARGV[1],
-  'started_ms', ARGV[4], 'updated_ms', ARGV[4], 'op', ARGV[6], 'op_result', 1}
+local fields = {${field_attempts}, attempts, ${field_status}, ${status_running}, ${field_worker}, ARGV[2],
+  ${field_group}, ARGV[1], ${field_started_ms}, ARGV[4], ${field_updated_ms}, ARGV[4], ${field_op}, ARGV[6],
+  ${field_op_result}, 1}
 -- A queued record holds only what its stream entry does not (lua/gate.lua):
 -- the run's fields join it here, so readers still have them once the entry
 -- is trimmed, and the entry's id, which named them, goes.
@@ -96,9 +97,9 @@ for i, name in ipairs(RUN_FIELDS) do
   fields[#fields + 1] = ARGV[7 + i]
 end
 if history then
-  fields[#fields + 1] = 'history'
+  fields[#fields + 1] = ${field_history}
   fields[#fields + 1] = history
 end
 redis.call('HSET', KEYS[2], unpack(fields))
-redis.call('HDEL', KEYS[2], 'next_attempt_ms', 'parked_group', 'entry_id')
+redis.call('HDEL', KEYS[2], ${field_next_attempt_ms}, ${field_parked_group}, ${field_entry_id})
 return {1, attempts, r[6], r[7], attempts - base, r[8]}

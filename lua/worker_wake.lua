@@ -29,15 +29,15 @@ for _, run_id in ipairs(due) do
   redis.call('ZREM', KEYS[2], run_id)
   redis.call('ZREM', KEYS[3], run_id)
   local record = ARGV[4] .. run_id
-  local state = redis.call('HMGET', record, 'status', 'parked_group')
+  local state = redis.call('HMGET', record, ${field_status}, ${field_parked_group})
   if state[1] == ${status_parked} and state[2] == ARGV[1] then
     local f = redis.call('HMGET', record, unpack(RUN_FIELDS))
     local entry = run_field_pairs(function(i) return f[i] or '' end)
     entry[#entry + 1] = 'for_group'
     entry[#entry + 1] = ARGV[1]
     redis.call('XADD', KEYS[1], '*', unpack(entry))
-    redis.call('HSET', record, 'status', ${status_queued}, 'updated_ms', ARGV[2])
-    redis.call('HDEL', record, 'parked_group')
+    redis.call('HSET', record, ${field_status}, ${status_queued}, ${field_updated_ms}, ARGV[2])
+    redis.call('HDEL', record, ${field_parked_group})
     moved = moved + 1
   end
 end

@@ -36,9 +36,11 @@ local LISTPACK_VALUE_MAX = 64
 -- (nil: none) at [7].
 local function read_for_done(also)
   if also then
-    return redis.call('HMGET', KEYS[2], 'status', 'worker', 'attempts', 'history', 'payload', 'redeliveries', also)
+    return redis.call('HMGET', KEYS[2], ${field_status}, ${field_worker}, ${field_attempts}, ${field_history},
+      ${field_payload}, ${field_redeliveries}, also)
   end
-  return redis.call('HMGET', KEYS[2], 'status', 'worker', 'attempts', 'history', 'payload', 'redeliveries')
+  return redis.call('HMGET', KEYS[2], ${field_status}, ${field_worker}, ${field_attempts}, ${field_history},
+    ${field_payload}, ${field_redeliveries})
 end
 
 -- Writes `set` (name, value, ...) and deletes `del` (names; never one of
@@ -83,37 +85,38 @@ local function mark_done(r, first, worker, now, retention_ms, keep_payload_ms, k
   local payload = r[5]
   local folded, history = fold_done_attempt(first, worker, r[3], r[4])
   -- RUN_FIELDS[1] is `run_id`: the key names the run.
-  local del = {RUN_FIELDS[1], 'op', 'op_result', 'group', 'updated_ms', 'next_attempt_ms', 'parked_group',
-    'attempt_base', 'retry_now_ms', 'released_ms', 'trace'}
+  local del = {RUN_FIELDS[1], ${field_op}, ${field_op_result}, ${field_group}, ${field_updated_ms},
+    ${field_next_attempt_ms}, ${field_parked_group}, ${field_attempt_base}, ${field_retry_now_ms},
+    ${field_released_ms}, ${field_trace}}
   local set
   if folded then
-    set = {'status', ${status_done}, 'worker', worker, 'started_ms', ARGV[first + 1], 'duration_ms', ARGV[first + 2],
-      'attempt_status', ARGV[first + 3]}
-    del[#del + 1] = 'finished_ms'
+    set = {${field_status}, ${status_done}, ${field_worker}, worker, ${field_started_ms}, ARGV[first + 1],
+      ${field_duration_ms}, ARGV[first + 2], ${field_attempt_status}, ARGV[first + 3]}
+    del[#del + 1] = ${field_finished_ms}
   else
-    set = {'status', ${status_done}, 'worker', worker, 'finished_ms', now}
-    del[#del + 1] = 'started_ms'
+    set = {${field_status}, ${status_done}, ${field_worker}, worker, ${field_finished_ms}, now}
+    del[#del + 1] = ${field_started_ms}
   end
   if history and history ~= r[4] then
-    set[#set + 1] = 'history'
+    set[#set + 1] = ${field_history}
     set[#set + 1] = history
   end
   if not payload and not r[6] then
     -- No payload from the start (a run redelivered without its payload had one, and is not marked).
-    set[#set + 1] = 'payload_kept'
+    set[#set + 1] = ${field_payload_kept}
     set[#set + 1] = '0'
   end
   local keep_ms = tonumber(keep_payload_ms)
   local dropped = nil
   if keep_ms > 0 and payload then
     local until_ms = string.format('%.0f', tonumber(now) + keep_ms)
-    set[#set + 1] = 'payload_until_ms'
+    set[#set + 1] = ${field_payload_until_ms}
     set[#set + 1] = until_ms
     redis.call('ZADD', kept_payloads_key, until_ms, string.match(KEYS[2], ':run:([^:]+)$'))
   else
-    del[#del + 1] = 'payload_until_ms'
+    del[#del + 1] = ${field_payload_until_ms}
     if keep_ms == 0 and payload then
-      del[#del + 1] = 'payload'
+      del[#del + 1] = ${field_payload}
       -- A record that keeps a `history` (a long value) stays a hashtable anyway.
       if not history then dropped = payload end
     end

@@ -81,7 +81,7 @@ end
 
 -- The decimal text of a JSON number as cjson decoded it ('' for null).
 local function number_text(v)
-  if type(v) == 'number' then return string.format('%d', v) end
+  if type(v) == ${field_number} then return string.format('%d', v) end
   return ''
 end
 
@@ -139,13 +139,14 @@ end
 -- drops `worker` and `started_ms`). Reads and writes the record itself:
 -- its one caller, lua/dead_retry.lua, is an operator's, not the worker's.
 local function unfold_done_attempt()
-  local r = redis.call('HMGET', KEYS[2], 'attempt_status', 'attempts', 'worker', 'started_ms', 'duration_ms', 'history')
+  local r = redis.call('HMGET', KEYS[2], ${field_attempt_status}, ${field_attempts}, ${field_worker},
+    ${field_started_ms}, ${field_duration_ms}, ${field_history})
   if not r[1] then
     return
   end
   local entry = history_entry(r[2] or '0', r[3] or '', r[4] or '0', r[5] or '0', r[1], ${outcome_done}, '')
-  redis.call('HSET', KEYS[2], 'history', appended(r[6], entry))
-  redis.call('HDEL', KEYS[2], 'attempt_status', 'duration_ms')
+  redis.call('HSET', KEYS[2], ${field_history}, appended(r[6], entry))
+  redis.call('HDEL', KEYS[2], ${field_attempt_status}, ${field_duration_ms})
 end
 
 -- The entry of an attempt that never reported back (its worker died, or
