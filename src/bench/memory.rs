@@ -157,7 +157,8 @@ async fn finish_through_the_worker_scripts(
         let consumer = Consumer { keys: k, group: GROUP, name: WORKER };
         let now_ms = 1_764_400_000_049;
         let retention_ms = crate::vocabulary::DEFAULT_RUN_RETENTION.as_millis() as u64;
-        let start = StartCall { consumer, entry_id: &entry_id, run: &run, now_ms, max_attempts: 3, op: "op-1", retention_ms };
+        let start =
+            StartCall { consumer, entry_id: &entry_id, run: &run, now_ms, max_attempts: 3, op: "op-1", retention_ms };
         let attempt = match call_on(&mut conn, &start).await? {
             Started::Run { attempt, .. } => attempt,
             other => return Err(BenchError::Failed(format!("memory: worker_start.lua answered {other:?}"))),
@@ -173,8 +174,11 @@ async fn finish_through_the_worker_scripts(
             entry: &entry,
             keep_payload_ms: 0,
         };
-        call_on(&mut conn, &done).await?.ok_or_else(|| BenchError::Failed("memory: worker_done.lua lost the entry".into()))?;
-        let stored: std::collections::BTreeMap<String, String> = redis::cmd("HGETALL").arg(&record).query_async(&mut conn).await?;
+        call_on(&mut conn, &done)
+            .await?
+            .ok_or_else(|| BenchError::Failed("memory: worker_done.lua lost the entry".into()))?;
+        let stored: std::collections::BTreeMap<String, String> =
+            redis::cmd("HGETALL").arg(&record).query_async(&mut conn).await?;
         Ok::<_, BenchError>(stored)
     }
     .await;

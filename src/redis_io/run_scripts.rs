@@ -376,7 +376,7 @@ mod tests {
             ("delivered", "a probe's outcome (ARGV, lua/worker_probe_end.lua)"),
         ];
         let fields: Vec<&str> = RunRecord::field_names().collect();
-                let lua = format!("{}/lua", env!("CARGO_MANIFEST_DIR"));
+        let lua = format!("{}/lua", env!("CARGO_MANIFEST_DIR"));
         let files = std::fs::read_dir(&lua).unwrap().chain(std::fs::read_dir(format!("{lua}/shared")).unwrap());
         let mut seen = std::collections::BTreeSet::new();
         for path in files.map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "lua")) {
@@ -384,7 +384,11 @@ mod tests {
             for line in text.lines().filter(|l| !l.trim_start().starts_with("--")) {
                 let code = line.split(" --").next().unwrap_or_default();
                 for word in quoted_words(code) {
-                    assert!(!fields.contains(&word), "{} spells the field '{word}': use ${{field_{word}}}", path.display());
+                    assert!(
+                        !fields.contains(&word),
+                        "{} spells the field '{word}': use ${{field_{word}}}",
+                        path.display()
+                    );
                     assert!(
                         NOT_FIELDS.iter().any(|(w, _)| *w == word),
                         "{} quotes '{word}', a field the vocabulary does not know (RunRecord::FIELDS) or a word to list here",
