@@ -33,20 +33,20 @@
 ${run_fields}
 ${history}
 
-local status = redis.call('HGET', KEYS[2], 'status')
+local status = redis.call('HGET', KEYS[2], ${field_status})
 if not (status == ${status_dead} or (status == ${status_done} and ARGV[2] == '1')) then
   return {0, status or ''}
 end
-local until_ms = redis.call('HGET', KEYS[2], 'payload_until_ms')
+local until_ms = redis.call('HGET', KEYS[2], ${field_payload_until_ms})
 local expired = until_ms and tonumber(until_ms) < tonumber(ARGV[1])
 if status == ${status_done} and ARGV[3] ~= '1' then
-  local gone = expired or redis.call('HEXISTS', KEYS[2], 'payload') == 0
-  if gone and redis.call('HGET', KEYS[2], 'payload_kept') ~= '0' then
+  local gone = expired or redis.call('HEXISTS', KEYS[2], ${field_payload}) == 0
+  if gone and redis.call('HGET', KEYS[2], ${field_payload_kept}) ~= '0' then
     return {2, until_ms or ''}
   end
 end
 if expired then
-  redis.call('HDEL', KEYS[2], 'payload')
+  redis.call('HDEL', KEYS[2], ${field_payload})
 end
 
 -- The new entry names the run as the gate's did, from the record's fields.
@@ -60,18 +60,20 @@ local entry = run_field_pairs(function(i) return f[i] or '' end)
 add_order_key(entry, f[#RUN_FIELDS_AND_ORDER_KEY])
 local id = redis.call('XADD', KEYS[1], '*', unpack(entry))
 -- Queued again: a queued run has no TTL (run retention counts from done or dead).
-local attempts = redis.call('HGET', KEYS[2], 'attempts') or '0'
+local attempts = redis.call('HGET', KEYS[2], ${field_attempts}) or '0'
 -- The done attempt joins `history` again, before the next attempt's entry.
 unfold_done_attempt()
-redis.call('HSET', KEYS[2], 'status', ${status_queued}, 'attempt_base', attempts, 'updated_ms', ARGV[1], 'retried_ms', ARGV[1])
+redis.call('HSET', KEYS[2], ${field_status}, ${status_queued}, ${field_attempt_base}, attempts, ${field_updated_ms},
+  ARGV[1], ${field_retried_ms}, ARGV[1])
 if status == ${status_dead} then
-  redis.call('HINCRBY', KEYS[2], 'dead_retries', 1)
+  redis.call('HINCRBY', KEYS[2], ${field_dead_retries}, 1)
 else
-  redis.call('HINCRBY', KEYS[2], 'redeliveries', 1)
+  redis.call('HINCRBY', KEYS[2], ${field_redeliveries}, 1)
 end
-local own = redis.call('HGET', KEYS[2], 'dead_entry')
-redis.call('HDEL', KEYS[2], 'next_attempt_ms', 'parked_group', 'finished_ms', 'started_ms', 'worker', 'op', 'op_result',
-  'dead_entry', 'payload_until_ms')
+local own = redis.call('HGET', KEYS[2], ${field_dead_entry})
+redis.call('HDEL', KEYS[2], ${field_next_attempt_ms}, ${field_parked_group}, ${field_finished_ms},
+  ${field_started_ms}, ${field_worker}, ${field_op}, ${field_op_result}, ${field_dead_entry},
+  ${field_payload_until_ms})
 redis.call('PERSIST', KEYS[2])
 
 local ids = {}

@@ -108,37 +108,38 @@ if verdict == 'work' then
     local entry_id
     if order_key == '' then
       entry_id = redis.call('XADD', KEYS[4], '*',
-        'run_id', run_id, 'provider', ARGV[6], 'repo', ARGV[8], 'action', ARGV[9],
-        'number', ARGV[10], 'delivery_id', ARGV[7])
+        ${field_run_id}, run_id, ${field_provider}, ARGV[6], ${field_repo}, ARGV[8], ${field_action}, ARGV[9],
+        ${field_number}, ARGV[10], ${field_delivery_id}, ARGV[7])
     else
       entry_id = redis.call('XADD', KEYS[4], '*',
-        'run_id', run_id, 'provider', ARGV[6], 'repo', ARGV[8], 'action', ARGV[9],
-        'number', ARGV[10], 'delivery_id', ARGV[7], 'order_key', order_key)
+        ${field_run_id}, run_id, ${field_provider}, ARGV[6], ${field_repo}, ARGV[8], ${field_action}, ARGV[9],
+        ${field_number}, ARGV[10], ${field_delivery_id}, ARGV[7], ${field_order_key}, order_key)
     end
     local subject, payload = ARGV[11] or '', ARGV[12] or ''
     if payload ~= '' and subject ~= '' then
-      redis.call('HSET', run_key, 'entry_id', entry_id, 'created_ms', ARGV[5], 'status', ${status_queued},
-        'subject', subject, 'payload', payload)
+      redis.call('HSET', run_key, ${field_entry_id}, entry_id, ${field_created_ms}, ARGV[5], ${field_status},
+        ${status_queued}, ${field_subject}, subject, ${field_payload}, payload)
     elseif payload ~= '' then
-      redis.call('HSET', run_key, 'entry_id', entry_id, 'created_ms', ARGV[5], 'status', ${status_queued},
-        'payload', payload)
+      redis.call('HSET', run_key, ${field_entry_id}, entry_id, ${field_created_ms}, ARGV[5], ${field_status},
+        ${status_queued}, ${field_payload}, payload)
     elseif subject ~= '' then
-      redis.call('HSET', run_key, 'entry_id', entry_id, 'created_ms', ARGV[5], 'status', ${status_queued},
-        'subject', subject)
+      redis.call('HSET', run_key, ${field_entry_id}, entry_id, ${field_created_ms}, ARGV[5], ${field_status},
+        ${status_queued}, ${field_subject}, subject)
     else
-      redis.call('HSET', run_key, 'entry_id', entry_id, 'created_ms', ARGV[5], 'status', ${status_queued})
+      redis.call('HSET', run_key, ${field_entry_id}, entry_id, ${field_created_ms}, ARGV[5], ${field_status},
+        ${status_queued})
     end
     -- Only when traces are on (docs/operations.md, "Traces"); a done record drops it.
     local trace = ARGV[14] or ''
     if trace ~= '' then
-      redis.call('HSET', run_key, 'trace', trace)
+      redis.call('HSET', run_key, ${field_trace}, trace)
     end
     -- Only for an ordered run (docs/worker.md, "One at a time, in order, per key").
     if order_key ~= '' then
       if ARGV[16] == '1' then
-        redis.call('HSET', run_key, 'order_key', order_key, 'order_on_dead', 'skip')
+        redis.call('HSET', run_key, ${field_order_key}, order_key, ${field_order_on_dead}, 'skip')
       else
-        redis.call('HSET', run_key, 'order_key', order_key)
+        redis.call('HSET', run_key, ${field_order_key}, order_key)
       end
     end
     if ARGV[3] ~= '0' then

@@ -47,7 +47,7 @@ local now_text = string.format('%d', now)
 -- The end of the hold on a run, or nil when nobody holds it (a missing
 -- field comes back as false, not nil).
 local function hold_of(run_id)
-  local until_ms = redis.call('HGET', KEYS[5] .. run_id, 'held_until')
+  local until_ms = redis.call('HGET', KEYS[5] .. run_id, ${field_held_until})
   if not until_ms then
     return nil
   end
@@ -110,22 +110,23 @@ end
 -- The writes.
 local record
 if taken_over then
-  redis.call('HSET', KEYS[5] .. taken_over, 'status', ${status_released}, 'updated_ms', now_text,
-    'last_error', 'its handler stopped before ending it (the hold ran out); a later delivery took the work over')
-  redis.call('HDEL', KEYS[5] .. taken_over, 'held_until')
+  redis.call('HSET', KEYS[5] .. taken_over, ${field_status}, ${status_released}, ${field_updated_ms}, now_text,
+    ${field_last_error}, 'its handler stopped before ending it (the hold ran out); a later delivery took the work over')
+  redis.call('HDEL', KEYS[5] .. taken_over, ${field_held_until})
 end
 if n then
   run_id = 'run-' .. n
   redis.call('SET', KEYS[3], n)
-  local fields = {'run_id', run_id, 'provider', ARGV[6], 'delivery_id', ARGV[7], 'repo', ARGV[8],
-    'action', ARGV[9], 'number', ARGV[10], 'created_ms', now_text, 'status', ${status_running}, 'attempts', 0,
-    'runner', 'embedded', 'held_until', string.format('%d', now + tonumber(ARGV[14]))}
+  local fields = {${field_run_id}, run_id, ${field_provider}, ARGV[6], ${field_delivery_id}, ARGV[7], ${field_repo},
+    ARGV[8], ${field_action}, ARGV[9], ${field_number}, ARGV[10], ${field_created_ms}, now_text, ${field_status},
+    ${status_running}, ${field_attempts}, 0, ${field_runner}, 'embedded',
+    ${field_held_until}, string.format('%d', now + tonumber(ARGV[14]))}
   if ARGV[11] ~= '' then
-    fields[#fields + 1] = 'subject'
+    fields[#fields + 1] = ${field_subject}
     fields[#fields + 1] = ARGV[11]
   end
   if ARGV[12] ~= '' then
-    fields[#fields + 1] = 'payload'
+    fields[#fields + 1] = ${field_payload}
     fields[#fields + 1] = ARGV[12]
   end
   redis.call('HSET', KEYS[5] .. run_id, unpack(fields))

@@ -20,9 +20,9 @@ local made_due = 0
 for _, run_id in ipairs(later) do
   redis.call('ZADD', KEYS[1], 'XX', ARGV[2], run_id)
   local record = ARGV[4] .. run_id
-  local state = redis.call('HMGET', record, 'status', 'parked_group')
+  local state = redis.call('HMGET', record, ${field_status}, ${field_parked_group})
   if state[1] == ${status_parked} and state[2] == ARGV[1] then
-    redis.call('HSET', record, 'next_attempt_ms', ARGV[2], 'retry_now_ms', ARGV[2])
+    redis.call('HSET', record, ${field_next_attempt_ms}, ARGV[2], ${field_retry_now_ms}, ARGV[2])
     made_due = made_due + 1
   end
 end

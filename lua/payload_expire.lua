@@ -18,10 +18,10 @@ local removed = 0
 for _, run_id in ipairs(past) do
   redis.call('ZREM', KEYS[1], run_id)
   local record = ARGV[3] .. run_id
-  local state = redis.call('HMGET', record, 'status', 'payload_until_ms')
+  local state = redis.call('HMGET', record, ${field_status}, ${field_payload_until_ms})
   local until_ms = tonumber(state[2])
   if state[1] == ${status_done} and until_ms and until_ms <= tonumber(ARGV[1])
-    and redis.call('HDEL', record, 'payload') == 1 then
+    and redis.call('HDEL', record, ${field_payload}) == 1 then
     local ttl = redis.call('PTTL', record)
     local all = redis.call('HGETALL', record)
     redis.call('DEL', record)

@@ -13,12 +13,12 @@
 
 ${run_fields}
 
-if not redis.call('HGET', KEYS[1], 'held_until') then
+if not redis.call('HGET', KEYS[1], ${field_held_until}) then
   return 0
 end
 -- RUN_FIELDS[1] is `run_id`.
-redis.call('HDEL', KEYS[1], 'held_until', RUN_FIELDS[1], 'updated_ms')
-redis.call('HSET', KEYS[1], 'status', ${status_done}, 'finished_ms', ARGV[1])
+redis.call('HDEL', KEYS[1], ${field_held_until}, RUN_FIELDS[1], ${field_updated_ms})
+redis.call('HSET', KEYS[1], ${field_status}, ${status_done}, ${field_finished_ms}, ARGV[1])
 if tonumber(ARGV[2]) > 0 then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 else

@@ -18,7 +18,7 @@ if ARGV[3] == '1' then
   -- HKEYS, then HMGET without the payload: the payload is copied once, below, at most.
   local names = {}
   for _, k in ipairs(redis.call('HKEYS', KEYS[1])) do
-    if k ~= 'payload' then names[#names + 1] = k end
+    if k ~= ${field_payload} then names[#names + 1] = k end
   end
   if #names > 0 then
     local values = redis.call('HMGET', KEYS[1], unpack(names))
@@ -28,15 +28,15 @@ if ARGV[3] == '1' then
     end
   end
 end
-local len = redis.call('HSTRLEN', KEYS[1], 'payload')
+local len = redis.call('HSTRLEN', KEYS[1], ${field_payload})
 local slice = ''
-local until_ms = tonumber(redis.call('HGET', KEYS[1], 'payload_until_ms'))
+local until_ms = tonumber(redis.call('HGET', KEYS[1], ${field_payload_until_ms}))
 if until_ms and until_ms < tonumber(ARGV[4]) then
   len = -1
 elseif len > 0 then
   local first = tonumber(ARGV[1])
-  slice = string.sub(redis.call('HGET', KEYS[1], 'payload'), first + 1, first + tonumber(ARGV[2]))
-elseif redis.call('HEXISTS', KEYS[1], 'payload') == 0 then
+  slice = string.sub(redis.call('HGET', KEYS[1], ${field_payload}), first + 1, first + tonumber(ARGV[2]))
+elseif redis.call('HEXISTS', KEYS[1], ${field_payload}) == 0 then
   len = -1
 end
 return {fields, len, slice, redis.call('PTTL', KEYS[1])}

@@ -27,10 +27,10 @@ if redis.call('GET', KEYS[2]) == ARGV[1] then
   redis.call('DEL', KEYS[2])
   released = 1
 end
-if redis.call('HGET', KEYS[3], 'held_until') then
-  redis.call('HDEL', KEYS[3], 'held_until')
-  redis.call('HSET', KEYS[3], 'status', ${status_released}, 'updated_ms', ARGV[2], 'finished_ms', ARGV[2],
-    'last_error', 'the handler failed; the delivery was released for the provider to retry')
+if redis.call('HGET', KEYS[3], ${field_held_until}) then
+  redis.call('HDEL', KEYS[3], ${field_held_until})
+  redis.call('HSET', KEYS[3], ${field_status}, ${status_released}, ${field_updated_ms}, ARGV[2], ${field_finished_ms},
+    ARGV[2], ${field_last_error}, 'the handler failed; the delivery was released for the provider to retry')
   if tonumber(ARGV[3]) > 0 then
     redis.call('PEXPIRE', KEYS[3], ARGV[3])
   else

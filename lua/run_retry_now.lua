@@ -14,7 +14,7 @@
 --          {0, status}  not parked: the record's status ('' when there is
 --                       no record), nothing changed
 
-local state = redis.call('HMGET', KEYS[1], 'status', 'parked_group')
+local state = redis.call('HMGET', KEYS[1], ${field_status}, ${field_parked_group})
 if state[1] ~= ${status_parked} or not state[2] then
   return {0, state[1] or ''}
 end
@@ -22,5 +22,5 @@ local group = state[2]
 local parking = ARGV[3] .. #group .. ':' .. group
 local due = redis.call('ZSCORE', parking, ARGV[1]) or ''
 redis.call('ZADD', parking, ARGV[2], ARGV[1])
-redis.call('HSET', KEYS[1], 'next_attempt_ms', ARGV[2], 'retry_now_ms', ARGV[2])
+redis.call('HSET', KEYS[1], ${field_next_attempt_ms}, ARGV[2], ${field_retry_now_ms}, ARGV[2])
 return {1, group, due}

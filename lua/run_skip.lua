@@ -18,7 +18,7 @@
 ${run_fields}
 ${order}
 
-local o = redis.call('HMGET', KEYS[2], 'status', 'order_key', 'created_ms')
+local o = redis.call('HMGET', KEYS[2], ${field_status}, ${field_order_key}, ${field_created_ms})
 if not o[1] then
   return {0, 'no_run'}
 end
@@ -48,5 +48,5 @@ local retention_ms = math.max(redis.call('PTTL', KEYS[2]), 0)
 for _, group in ipairs(released) do
   order_hand_on(o[2], group, run_id, o[3], retention_ms)
 end
-redis.call('HSET', KEYS[2], 'skipped_ms', ARGV[2])
+redis.call('HSET', KEYS[2], ${field_skipped_ms}, ARGV[2])
 return {1, released}

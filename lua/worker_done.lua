@@ -45,15 +45,15 @@ ${order}
 ${done}
 ${release}
 
-local state = redis.call('HMGET', KEYS[2], 'status', 'worker')
-if state[1] == ${status_done} and state[2] == ARGV[2] then
+local record = read_for_done(nil)
+if record[1] == ${status_done} and record[2] == ARGV[2] then
   return {1, 0}
 end
 if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return 0
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
-mark_done(7, ARGV[2], ARGV[4], ARGV[6], ARGV[12], KEYS[5])
+mark_done(record, 7, ARGV[2], ARGV[4], ARGV[6], ARGV[12], KEYS[5])
 if ARGV[14] then
   order_finished(ARGV[1], false, ARGV[6], ARGV[4])
 end

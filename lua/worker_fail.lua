@@ -49,7 +49,9 @@ ${dead_letter}
 ${history}
 ${release}
 
-local again, first = replayed(ARGV[9])
+-- What the call reads of the record, in one HMGET.
+local r = redis.call('HMGET', KEYS[2], ${field_op}, ${field_op_result}, ${field_history}, ${field_released_ms})
+local again, first = replayed(ARGV[9], r[1], r[2])
 if again then
   return first
 end
@@ -58,18 +60,19 @@ if not holds(ARGV[1], ARGV[2], ARGV[3]) then
 end
 local outcome = ${outcome_failed}
 if ARGV[7] == '1' then outcome = ${outcome_dead} end
-append_history(entry_from_argv(11, ARGV[2], outcome))
+local history = appended(r[3], entry_from_argv(11, ARGV[2], outcome))
 if ARGV[7] == '1' then
-  dead_letter(ARGV[1], ARGV[2], ARGV[3], 16, ARGV[6], ARGV[5], ARGV[4], ARGV[9], ARGV[10])
+  dead_letter(ARGV[1], ARGV[2], ARGV[3], 16, ARGV[6], ARGV[5], ARGV[4], ARGV[9], ARGV[10], history)
   return 2
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 redis.call('ZADD', KEYS[4], ARGV[8], ARGV[16])
-if ARGV[22] ~= '' and waits_for_destination(KEYS[2], ARGV[4]) then
+if ARGV[22] ~= '' and waits_for_destination(r[4], ARGV[4]) then
   redis.call('ZADD', KEYS[5], ARGV[22], ARGV[16])
 else
   redis.call('ZREM', KEYS[5], ARGV[16])
 end
-redis.call('HSET', KEYS[2], 'status', ${status_parked}, 'last_error', ARGV[5], 'worker', ARGV[2],
-  'updated_ms', ARGV[4], 'next_attempt_ms', ARGV[8], 'parked_group', ARGV[1], 'op', ARGV[9], 'op_result', 1)
+redis.call('HSET', KEYS[2], ${field_status}, ${status_parked}, ${field_last_error}, ARGV[5], ${field_worker}, ARGV[2],
+  ${field_updated_ms}, ARGV[4], ${field_next_attempt_ms}, ARGV[8], ${field_parked_group}, ARGV[1], ${field_op},
+  ARGV[9], ${field_op_result}, 1, ${field_history}, history)
 return 1

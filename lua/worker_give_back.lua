@@ -17,8 +17,8 @@ if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return 0
 end
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[4], 'JUSTID')
-if redis.call('HGET', KEYS[2], 'status') == ${status_running} then
-  redis.call('HSET', KEYS[2], 'status', ${status_queued})
+if redis.call('HGET', KEYS[2], ${field_status}) == ${status_running} then
+  redis.call('HSET', KEYS[2], ${field_status}, ${status_queued})
 end
-redis.call('HSET', KEYS[2], 'updated_ms', ARGV[5])
+redis.call('HSET', KEYS[2], ${field_updated_ms}, ARGV[5])
 return 1

@@ -38,11 +38,11 @@ ${order}
 ${done}
 ${release}
 
-local state = redis.call('HMGET', KEYS[2], 'status', 'parked_group')
-local parked = state[1] == ${status_parked} and state[2] == ARGV[1]
+local record = read_for_done(${field_parked_group})
+local parked = record[1] == ${status_parked} and record[7] == ARGV[1]
 if ARGV[4] == 'down' then
   if parked then
-    append_released(10, ARGV[2])
+    redis.call('HSET', KEYS[2], ${field_history}, released_appended(record[4], 10, ARGV[2]))
   end
   local hold = tonumber(ARGV[5])
   if hold > 0 and hold > redis.call('PTTL', KEYS[4]) then
@@ -54,9 +54,9 @@ end
 if parked and ARGV[4] == 'delivered' then
   redis.call('ZREM', KEYS[1], ARGV[3])
   redis.call('ZREM', KEYS[3], ARGV[3])
-  mark_done(10, ARGV[2], ARGV[6], ARGV[7], ARGV[8], KEYS[5])
+  mark_done(record, 10, ARGV[2], ARGV[6], ARGV[7], ARGV[8], KEYS[5])
   order_finished(ARGV[1], false, ARGV[7], ARGV[6])
 elseif parked then
-  append_released(10, ARGV[2])
+  redis.call('HSET', KEYS[2], ${field_history}, released_appended(record[4], 10, ARGV[2]))
 end
 return release_destination_parked(KEYS[1], KEYS[3], ARGV[1], ARGV[6], ARGV[9], '')

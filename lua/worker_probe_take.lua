@@ -42,7 +42,8 @@ for _ = 1, 100 do
   end
   local run_id, not_before = first[1], tonumber(first[2])
   local record = ARGV[5] .. run_id
-  local state = redis.call('HMGET', record, 'status', 'parked_group', 'attempts', 'created_ms')
+  local state = redis.call('HMGET', record, ${field_status}, ${field_parked_group}, ${field_attempts},
+    ${field_created_ms})
   local due = tonumber(redis.call('ZSCORE', KEYS[1], run_id))
   if not due or state[1] ~= ${status_parked} or state[2] ~= ARGV[1] then
     redis.call('ZREM', KEYS[2], run_id)
@@ -59,9 +60,9 @@ for _ = 1, 100 do
     for i = 1, #RUN_FIELDS do
       reply[#reply + 1] = fields[i] or ''
     end
-    reply[#reply + 1] = redis.call('HGET', record, 'trace') or ''
+    reply[#reply + 1] = redis.call('HGET', record, ${field_trace}) or ''
     -- Last: a nil ends the reply.
-    reply[#reply + 1] = redis.call('HGET', record, 'payload')
+    reply[#reply + 1] = redis.call('HGET', record, ${field_payload})
     return reply
   end
 end

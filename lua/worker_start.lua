@@ -54,13 +54,13 @@ ${order}
 ${dead_letter}
 ${history}
 
-local function attempts_now()
-  return tonumber(redis.call('HGET', KEYS[2], 'attempts') or '0') or 0
-end
-
-local function base_now()
-  return tonumber(redis.call('HGET', KEYS[2], 'attempt_base') or '0') or 0
-end
+-- What the call reads of the record, in one HMGET (the replay's, the
+-- budget's and the answer's fields); an attempt that never reported back,
+-- or a run out of attempts, reads the rest it needs once more.
+local r = redis.call('HMGET', KEYS[2], ${field_op}, ${field_op_result}, ${field_attempts}, ${field_attempt_base},
+  ${field_status}, ${field_created_ms}, ${field_payload}, ${field_trace})
+local attempts = tonumber(r[3] or '0') or 0
+local base = tonumber(r[4] or '0') or 0
 
 local order_key = ARGV[14] or ''
 
@@ -72,12 +72,10 @@ local function previous_now()
   return redis.call('HGET', order_key_of(order_key), 'p:' .. ARGV[1]) or ''
 end
 
-local again, first = replayed(ARGV[6])
+local again, first = replayed(ARGV[6], r[1], r[2])
 if again then
   -- The retried call gets the first call's answer, payload included.
-  local n = attempts_now()
-  return {first, n, redis.call('HGET', KEYS[2], 'created_ms'), redis.call('HGET', KEYS[2], 'payload'), n - base_now(),
-    redis.call('HGET', KEYS[2], 'trace'), previous_now()}
+  return {first, attempts, r[6], r[7], attempts - base, r[8], previous_now()}
 end
 if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return {0, 0}
@@ -89,36 +87,48 @@ if order_key ~= '' then
   order_catch_up(ARGV[1], ARGV[3])
   if order_enter(order_key, ARGV[1], ARGV[8]) == 'line' then
     order_wait(KEYS[2], ARGV[1], ARGV[3], run_field_pairs(function(i) return ARGV[7 + i] end))
-    redis.call('HSET', KEYS[2], 'op', ARGV[6], 'op_result', 3)
+    redis.call('HSET', KEYS[2], ${field_op}, ARGV[6], ${field_op_result}, 3)
     return {3}
   end
   order_unblocked(ARGV[1], order_key)
 end
-local attempts = attempts_now()
-local max = tonumber(ARGV[5])
-local unfinished = attempts > 0 and redis.call('HGET', KEYS[2], 'status') == ${status_running}
+local unfinished = attempts > 0 and r[5] == ${status_running}
+local spent = attempts - base >= tonumber(ARGV[5])
+local history = nil
+local more = {}
+if unfinished or spent then
+  more = redis.call('HMGET', KEYS[2], ${field_worker}, ${field_started_ms}, ${field_history}, ${field_last_error})
+end
 if unfinished then
-  append_history(unfinished_entry(attempts, ARGV[4]))
+  history = appended(more[3], unfinished_entry(attempts, ARGV[4], more[1], more[2]))
 end
 
-if attempts - base_now() >= max then
+if spent then
   local err = 'attempt ' .. attempts .. ' did not finish: its worker stopped and the lease ran out'
-  local prev = redis.call('HGET', KEYS[2], 'last_error')
+  local prev = more[4]
   if prev and prev ~= '' and not unfinished then
     err = prev
   end
-  dead_letter(ARGV[1], ARGV[2], ARGV[3], 8, attempts, err, ARGV[4], ARGV[6], ARGV[7])
+  dead_letter(ARGV[1], ARGV[2], ARGV[3], 8, attempts, err, ARGV[4], ARGV[6], ARGV[7], history)
   return {2, attempts}
 end
 
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
-attempts = redis.call('HINCRBY', KEYS[2], 'attempts', 1)
-redis.call('HSET', KEYS[2], 'status', ${status_running}, 'worker', ARGV[2], 'group', ARGV[1],
-  'started_ms', ARGV[4], 'updated_ms', ARGV[4], 'op', ARGV[6], 'op_result', 1)
+attempts = attempts + 1
+local fields = {${field_attempts}, attempts, ${field_status}, ${status_running}, ${field_worker}, ARGV[2],
+  ${field_group}, ARGV[1], ${field_started_ms}, ARGV[4], ${field_updated_ms}, ARGV[4], ${field_op}, ARGV[6],
+  ${field_op_result}, 1}
 -- A queued record holds only what its stream entry does not (lua/gate.lua):
 -- the run's fields join it here, so readers still have them once the entry
 -- is trimmed, and the entry's id, which named them, goes.
-redis.call('HSET', KEYS[2], unpack(run_field_pairs(function(i) return ARGV[7 + i] end)))
-redis.call('HDEL', KEYS[2], 'next_attempt_ms', 'parked_group', 'entry_id', 'order_wait')
-return {1, attempts, redis.call('HGET', KEYS[2], 'created_ms'), redis.call('HGET', KEYS[2], 'payload'),
-  attempts - base_now(), redis.call('HGET', KEYS[2], 'trace'), previous_now()}
+for i, name in ipairs(RUN_FIELDS) do
+  fields[#fields + 1] = name
+  fields[#fields + 1] = ARGV[7 + i]
+end
+if history then
+  fields[#fields + 1] = ${field_history}
+  fields[#fields + 1] = history
+end
+redis.call('HSET', KEYS[2], unpack(fields))
+redis.call('HDEL', KEYS[2], ${field_next_attempt_ms}, ${field_parked_group}, ${field_entry_id}, ${field_order_wait})
+return {1, attempts, r[6], r[7], attempts - base, r[8], previous_now()}

@@ -26,7 +26,9 @@ ${holds}
 ${op_replay}
 ${history}
 
-local again, first = replayed(ARGV[7])
+-- What the call reads of the record, in one HMGET.
+local r = redis.call('HMGET', KEYS[2], ${field_op}, ${field_op_result}, ${field_history}, ${field_attempt_base})
+local again, first = replayed(ARGV[7], r[1], r[2])
 if again then
   return first
 end
@@ -34,8 +36,7 @@ if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return 0
 end
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[6], 'JUSTID')
-redis.call('HINCRBY', KEYS[2], 'attempt_base', 1)
-append_released(8, ARGV[2])
-redis.call('HSET', KEYS[2], 'status', ${status_queued}, 'last_error', ARGV[5],
-  'worker', ARGV[2], 'updated_ms', ARGV[4], 'op', ARGV[7], 'op_result', 1)
+redis.call('HSET', KEYS[2], ${field_attempt_base}, (tonumber(r[4]) or 0) + 1, ${field_history},
+  released_appended(r[3], 8, ARGV[2]), ${field_status}, ${status_queued}, ${field_last_error}, ARGV[5],
+  ${field_worker}, ARGV[2], ${field_updated_ms}, ARGV[4], ${field_op}, ARGV[7], ${field_op_result}, 1)
 return 1

@@ -29,7 +29,7 @@ for _, run_id in ipairs(due) do
   redis.call('ZREM', KEYS[2], run_id)
   redis.call('ZREM', KEYS[3], run_id)
   local record = ARGV[4] .. run_id
-  local state = redis.call('HMGET', record, 'status', 'parked_group')
+  local state = redis.call('HMGET', record, ${field_status}, ${field_parked_group})
   if state[1] == ${status_parked} and state[2] == ARGV[1] then
     -- The run's fields, then its order key: an ordered run keeps its key on
     -- every entry (docs/worker.md, "One at a time, in order, per key").
@@ -39,8 +39,8 @@ for _, run_id in ipairs(due) do
     entry[#entry + 1] = ARGV[1]
     add_order_key(entry, f[#RUN_FIELDS_AND_ORDER_KEY])
     redis.call('XADD', KEYS[1], '*', unpack(entry))
-    redis.call('HSET', record, 'status', ${status_queued}, 'updated_ms', ARGV[2])
-    redis.call('HDEL', record, 'parked_group')
+    redis.call('HSET', record, ${field_status}, ${status_queued}, ${field_updated_ms}, ARGV[2])
+    redis.call('HDEL', record, ${field_parked_group})
     moved = moved + 1
   end
 end

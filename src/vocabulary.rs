@@ -709,6 +709,72 @@ pub struct RunProgress {
 }
 
 impl RunRecord {
+    /// The record's field names beside what names the run ([`RunFields::NAMES`],
+    /// which a started record holds too): each spelled once, here. The Lua
+    /// scripts get each as a `${field_<name>}` placeholder filled at load
+    /// (`src/redis_io/scripts.rs`), and a unit test fails when a script
+    /// spells a field itself or names one this list does not know. Of every
+    /// shape ([`RunRecord`]); docs/reference.md's key table says what each holds.
+    pub const FIELDS: [&'static str; 35] = [
+        // The gate's (lua/gate.lua, lua/gate_hold.lua).
+        RunFields::ENTRY_ID,
+        Self::CREATED_MS,
+        Self::STATUS,
+        "subject",
+        "payload",
+        "trace",
+        "runner",
+        "held_until",
+        // The worker's attempt (lua/worker_start.lua and after).
+        Self::ATTEMPTS,
+        "attempt_base",
+        "worker",
+        "group",
+        "started_ms",
+        "updated_ms",
+        "op",
+        "op_result",
+        Self::LAST_ERROR,
+        Self::HISTORY,
+        // Parking (lua/worker_fail.lua, lua/shared/release.lua, lua/run_retry_now.lua).
+        "next_attempt_ms",
+        "parked_group",
+        "retry_now_ms",
+        "released_ms",
+        // Finished (lua/shared/done.lua, lua/shared/dead_letter.lua, lua/run_finish.lua).
+        "finished_ms",
+        "duration_ms",
+        DoneRecord::ATTEMPT_STATUS,
+        "payload_until_ms",
+        "payload_kept",
+        "dead_entry",
+        // Moved back by an operator (lua/dead_retry.lua).
+        "redeliveries",
+        "dead_retries",
+        "retried_ms",
+        // Order per key (lua/gate.lua, lua/shared/order.lua, lua/run_skip.lua).
+        "order_key",
+        "order_on_dead",
+        "order_wait",
+        "skipped_ms",
+    ];
+
+    /// `status`: a [`RunStatus`] word.
+    pub const STATUS: &'static str = "status";
+    /// `created_ms`: when the gate created the run.
+    pub const CREATED_MS: &'static str = "created_ms";
+    /// `attempts`: the highest attempt number so far.
+    pub const ATTEMPTS: &'static str = "attempts";
+    /// `last_error`: the last failed attempt's error.
+    pub const LAST_ERROR: &'static str = "last_error";
+    /// `history`: the JSON array of [`AttemptEntry`].
+    pub const HISTORY: &'static str = "history";
+
+    /// Every field name a run record may hold: [`RunFields::NAMES`] and [`RunRecord::FIELDS`].
+    pub fn field_names() -> impl Iterator<Item = &'static str> {
+        RunFields::NAMES.into_iter().chain(Self::FIELDS)
+    }
+
     /// The runs-stream entry a queued record's identity is in: `Some` for
     /// a record that names its entry instead of holding its identity.
     pub fn entry_to_read(stored: &BTreeMap<String, String>) -> Option<&str> {
@@ -739,11 +805,11 @@ impl RunRecord {
         let folded = DoneRecord::unfold(run_id, &mut stored);
         let corrupt =
             |what: String| Error::Corrupt(format!("run record {}: {what}", crate::text::escape_control(run_id)));
-        let status = match stored.get("status") {
+        let status = match stored.get(Self::STATUS) {
             None => return Err(corrupt("no status".into())),
             Some(s) => s.parse::<RunStatus>().map_err(corrupt)?,
         };
-        let mut history: Vec<AttemptEntry> = match stored.remove("history") {
+        let mut history: Vec<AttemptEntry> = match stored.remove(Self::HISTORY) {
             None => Vec::new(),
             Some(h) if h.is_empty() => Vec::new(),
             Some(h) => {
@@ -755,11 +821,11 @@ impl RunRecord {
         let number = |k: &str| stored.get(k).and_then(|v| v.parse::<u64>().ok());
         Ok(Some(RunRecord {
             fields: RunFields::read(text),
-            created_ms: number("created_ms"),
+            created_ms: number(Self::CREATED_MS),
             progress: RunProgress {
                 status,
-                attempts: number("attempts").unwrap_or(0),
-                last_error: text("last_error"),
+                attempts: number(Self::ATTEMPTS).unwrap_or(0),
+                last_error: text(Self::LAST_ERROR),
                 history,
             },
             stored,
@@ -877,9 +943,10 @@ mod tests {
     /// The scripts that fold and unfold the final attempt use the names read here.
     #[test]
     fn the_scripts_fold_into_the_fields_read_here() {
-        let lua = include_str!("../lua/shared/history.lua");
+        let lua = include_str!("../lua/shared/done.lua");
         for name in [DoneRecord::ATTEMPT_STATUS, "duration_ms", "started_ms", "worker"] {
-            assert!(lua.contains(&format!("'{name}'")), "lua/shared/history.lua lacks {name}");
+            assert!(RunRecord::field_names().any(|n| n == name), "{name} is no record field");
+            assert!(lua.contains(&format!("${{field_{name}}}")), "lua/shared/done.lua lacks {name}");
         }
         assert_eq!(RunFields::NAMES[0], "run_id", "lua/worker_done.lua drops RUN_FIELDS[1] as the run id");
     }

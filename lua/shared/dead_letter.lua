@@ -4,20 +4,27 @@
 -- as the stream entry named it), its runs-stream (KEYS[1]) entry is
 -- acknowledged, and its record (KEYS[2]) says `dead` (and which entry is its
 -- dead-stream one, `dead_entry`), answering `op` with 2,
--- and expires after `retention_ms` (0: never). An ordered run's line moves
--- on under `order_on_dead = "skip"` (lua/shared/order.lua). Writes only:
--- the caller has made every check.
-local function dead_letter(group, consumer, entry_id, first_field, attempts, err, now, op, retention_ms)
+-- and expires after `retention_ms` (0: never); `history`, the record's new
+-- `history` (nil: unchanged), is written with the rest, in one HSET. An
+-- ordered run's line moves on under `order_on_dead = "skip"`
+-- (lua/shared/order.lua). Writes only: the caller has made every check.
+local function dead_letter(group, consumer, entry_id, first_field, attempts, err, now, op, retention_ms, history)
   local entry = run_field_pairs(function(i) return ARGV[first_field + i - 1] end)
-  for _, v in ipairs({'entry_id', entry_id, 'group', group, 'attempts', attempts, 'last_error', err,
-      'worker', consumer, 'failed_ms', now}) do
+  for _, v in ipairs({${field_entry_id}, entry_id, ${field_group}, group, ${field_attempts}, attempts,
+      ${field_last_error}, err, ${field_worker}, consumer, 'failed_ms', now}) do
     entry[#entry + 1] = v
   end
   local dead_entry = redis.call('XADD', KEYS[3], '*', unpack(entry))
   redis.call('XACK', KEYS[1], group, entry_id)
   -- `dead_entry` names the dead-stream entry, so a retry removes it without reading the stream.
-  redis.call('HSET', KEYS[2], 'status', ${status_dead}, 'last_error', err, 'worker', consumer,
-    'updated_ms', now, 'finished_ms', now, 'op', op, 'op_result', 2, 'dead_entry', dead_entry)
+  local fields = {${field_status}, ${status_dead}, ${field_last_error}, err, ${field_worker}, consumer,
+    ${field_updated_ms}, now, ${field_finished_ms}, now, ${field_op}, op, ${field_op_result}, 2, ${field_dead_entry},
+    dead_entry}
+  if history then
+    fields[#fields + 1] = ${field_history}
+    fields[#fields + 1] = history
+  end
+  redis.call('HSET', KEYS[2], unpack(fields))
   if tonumber(retention_ms) > 0 then
     redis.call('PEXPIRE', KEYS[2], retention_ms)
   end

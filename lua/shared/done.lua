@@ -1,7 +1,10 @@
 -- Shared by worker_done.lua and worker_probe_end.lua: marks the run record
 -- (KEYS[2]) done by consumer `worker`, with the attempt whose parts are
 -- ARGV[first..] (lua/shared/history.lua, entry_from_argv). The script
--- includes run_fields.lua and history.lua before it.
+-- includes run_fields.lua and history.lua before it. The record is read
+-- once (read_for_done, the caller's one HMGET) and written once: one HSET
+-- and one HDEL, or, where a long payload goes, the record whole
+-- (write_done).
 --
 -- The done record keeps what operators read (identity, delivery, times,
 -- status, attempts, history) and drops what only a live run needs
@@ -23,37 +26,102 @@
 -- lua/shared/history.lua); `finished_ms` is started_ms + duration_ms.
 -- Readers show the full record (src/vocabulary.rs, DoneRecord). The record
 -- then expires after `retention_ms` (0: never).
-local function mark_done(first, worker, now, retention_ms, keep_payload_ms, kept_payloads_key)
-  redis.call('HSET', KEYS[2], 'status', ${status_done}, 'worker', worker)
-  if fold_done_attempt(first, worker, redis.call('HGET', KEYS[2], 'attempts')) then
-    redis.call('HDEL', KEYS[2], 'finished_ms')
-  else
-    redis.call('HSET', KEYS[2], 'finished_ms', now)
-    redis.call('HDEL', KEYS[2], 'started_ms')
+
+-- Redis's default `hash-max-listpack-value`: a hash holding a longer value
+-- is a hashtable, and stays one after the value goes (write_done).
+local LISTPACK_VALUE_MAX = 64
+
+-- The record's fields mark_done reads, in one HMGET: status, worker,
+-- attempts, history, payload, redeliveries, and the caller's `also`
+-- (nil: none) at [7].
+local function read_for_done(also)
+  if also then
+    return redis.call('HMGET', KEYS[2], ${field_status}, ${field_worker}, ${field_attempts}, ${field_history},
+      ${field_payload}, ${field_redeliveries}, also)
   end
-  -- RUN_FIELDS[1] is `run_id`: the key names the run.
-  redis.call('HDEL', KEYS[2], RUN_FIELDS[1], 'op', 'op_result', 'group', 'updated_ms', 'next_attempt_ms',
-    'parked_group', 'attempt_base', 'retry_now_ms', 'released_ms', 'trace')
-  local keep_ms = tonumber(keep_payload_ms)
-  local had_payload = redis.call('HEXISTS', KEYS[2], 'payload') == 1
-  redis.call('HDEL', KEYS[2], 'payload_until_ms')
-  if not had_payload and not redis.call('HGET', KEYS[2], 'redeliveries') then
-    -- No payload from the start (a run redelivered without its payload had one, and is not marked).
-    redis.call('HSET', KEYS[2], 'payload_kept', '0')
-  end
-  if keep_ms > 0 and had_payload then
-    local until_ms = string.format('%.0f', tonumber(now) + keep_ms)
-    redis.call('HSET', KEYS[2], 'payload_until_ms', until_ms)
-    redis.call('ZADD', kept_payloads_key, until_ms, string.match(KEYS[2], ':run:([^:]+)$'))
-  elseif keep_ms == 0 then
-    redis.call('HDEL', KEYS[2], 'payload')
-    -- Written again whole: a hash that once held a long value (the payload,
-    -- a `history`) stays a hashtable after HDEL, and only a new hash whose
-    -- every value is short is a listpack again.
+  return redis.call('HMGET', KEYS[2], ${field_status}, ${field_worker}, ${field_attempts}, ${field_history},
+    ${field_payload}, ${field_redeliveries})
+end
+
+-- Writes `set` (name, value, ...) and deletes `del` (names; never one of
+-- `set`'s). Where `dropped` (a value deleted) was long, the record is
+-- written again whole instead: a hash that once held a long value stays a
+-- hashtable after HDEL (about 2.5x the bytes), and only a new hash whose
+-- every value is short is a listpack again. So it reads the record whole,
+-- applies `set` and `del`, and writes it (DEL, one HSET), unless a long
+-- value remains, which would keep it a hashtable anyway. (A short
+-- payload, like a run that kept none, costs no rewrite.)
+local function write_done(set, del, dropped)
+  if dropped and #dropped > LISTPACK_VALUE_MAX then
     local all = redis.call('HGETALL', KEYS[2])
-    redis.call('DEL', KEYS[2])
-    redis.call('HSET', KEYS[2], unpack(all))
+    local replaced = {}
+    for i = 1, #set, 2 do replaced[set[i]] = true end
+    for _, name in ipairs(del) do replaced[name] = true end
+    local whole, short = {}, true
+    for i = 1, #all, 2 do
+      if not replaced[all[i]] then
+        whole[#whole + 1] = all[i]
+        whole[#whole + 1] = all[i + 1]
+        short = short and #all[i + 1] <= LISTPACK_VALUE_MAX
+      end
+    end
+    for i = 1, #set, 2 do
+      whole[#whole + 1] = set[i]
+      whole[#whole + 1] = set[i + 1]
+      short = short and #tostring(set[i + 1]) <= LISTPACK_VALUE_MAX
+    end
+    if short then
+      redis.call('DEL', KEYS[2])
+      redis.call('HSET', KEYS[2], unpack(whole))
+      return
+    end
   end
+  redis.call('HSET', KEYS[2], unpack(set))
+  redis.call('HDEL', KEYS[2], unpack(del))
+end
+
+-- `r` is read_for_done's answer.
+local function mark_done(r, first, worker, now, retention_ms, keep_payload_ms, kept_payloads_key)
+  local payload = r[5]
+  local folded, history = fold_done_attempt(first, worker, r[3], r[4])
+  -- RUN_FIELDS[1] is `run_id`: the key names the run.
+  local del = {RUN_FIELDS[1], ${field_op}, ${field_op_result}, ${field_group}, ${field_updated_ms},
+    ${field_next_attempt_ms}, ${field_parked_group}, ${field_attempt_base}, ${field_retry_now_ms},
+    ${field_released_ms}, ${field_trace}}
+  local set
+  if folded then
+    set = {${field_status}, ${status_done}, ${field_worker}, worker, ${field_started_ms}, ARGV[first + 1],
+      ${field_duration_ms}, ARGV[first + 2], ${field_attempt_status}, ARGV[first + 3]}
+    del[#del + 1] = ${field_finished_ms}
+  else
+    set = {${field_status}, ${status_done}, ${field_worker}, worker, ${field_finished_ms}, now}
+    del[#del + 1] = ${field_started_ms}
+  end
+  if history and history ~= r[4] then
+    set[#set + 1] = ${field_history}
+    set[#set + 1] = history
+  end
+  if not payload and not r[6] then
+    -- No payload from the start (a run redelivered without its payload had one, and is not marked).
+    set[#set + 1] = ${field_payload_kept}
+    set[#set + 1] = '0'
+  end
+  local keep_ms = tonumber(keep_payload_ms)
+  local dropped = nil
+  if keep_ms > 0 and payload then
+    local until_ms = string.format('%.0f', tonumber(now) + keep_ms)
+    set[#set + 1] = ${field_payload_until_ms}
+    set[#set + 1] = until_ms
+    redis.call('ZADD', kept_payloads_key, until_ms, string.match(KEYS[2], ':run:([^:]+)$'))
+  else
+    del[#del + 1] = ${field_payload_until_ms}
+    if keep_ms == 0 and payload then
+      del[#del + 1] = ${field_payload}
+      -- A record that keeps a `history` (a long value) stays a hashtable anyway.
+      if not history then dropped = payload end
+    end
+  end
+  write_done(set, del, dropped)
   if tonumber(retention_ms) > 0 then
     redis.call('PEXPIRE', KEYS[2], retention_ms)
   end

@@ -1,5 +1,9 @@
 -- Shared by the worker scripts and dead_retry.lua: the run record's (KEYS[2])
 -- `history`, a JSON array of the run's newest 10 attempts, oldest first.
+-- The functions here only compute: each takes the `history` the caller
+-- read (with the rest of what it reads, in its one HMGET) and returns the
+-- new text, which the caller writes with the rest of its fields (in its one
+-- HSET), so keeping a history costs the worker's calls no command of its own.
 -- Every entry is written here, by history_entry, and nowhere else: the
 -- worker hands an attempt's parts (ARGV, see entry_from_argv) and Rust only
 -- reads entries (src/vocabulary.rs, AttemptEntry). An entry never holds a
@@ -34,8 +38,8 @@ local function entry_from_argv(first, worker, outcome)
     ARGV[first + 4])
 end
 
-local function history_list()
-  local raw = redis.call('HGET', KEYS[2], 'history')
+-- The entries of `raw`, the stored `history` (false or nil: none).
+local function history_list(raw)
   local list = {}
   if raw and #raw > 2 then
     local body = string.sub(raw, 2, -2)
@@ -53,14 +57,11 @@ local function history_list()
   return list
 end
 
--- Writes `list`'s first entry and its newest `keep` - 1 (all of it when
--- it holds no more than `keep`; none: no `history` field). The first stays:
--- it is where the run's trouble began, however many attempts follow.
-local function write_history(list, keep)
-  if #list == 0 or keep < 1 then
-    redis.call('HDEL', KEYS[2], 'history')
-    return
-  end
+-- The `history` text of `list`'s first entry and its newest `keep` - 1
+-- (all of it when it holds no more than `keep`; `list` is never empty here).
+-- The first stays: it is where the run's trouble began, however many
+-- attempts follow.
+local function history_text(list, keep)
   local kept = list
   if #list > keep then
     kept = {list[1]}
@@ -68,18 +69,19 @@ local function write_history(list, keep)
       kept[#kept + 1] = list[i]
     end
   end
-  redis.call('HSET', KEYS[2], 'history', '[' .. table.concat(kept, ',\n') .. ']')
+  return '[' .. table.concat(kept, ',\n') .. ']'
 end
 
-local function append_history(entry)
-  local list = history_list()
+-- `raw` (the stored `history`, false: none) with `entry` appended.
+local function appended(raw, entry)
+  local list = history_list(raw)
   list[#list + 1] = entry
-  write_history(list, HISTORY_MAX)
+  return history_text(list, HISTORY_MAX)
 end
 
 -- The decimal text of a JSON number as cjson decoded it ('' for null).
 local function number_text(v)
-  if type(v) == 'number' then return string.format('%d', v) end
+  if type(v) == ${field_number} then return string.format('%d', v) end
   return ''
 end
 
@@ -88,9 +90,10 @@ end
 -- twenty of them would push the story out of `history`: one alike to the
 -- entry before it (also `released`, the same status and error) folds into
 -- that entry as a `count`, with the `last_attempt` and its
--- `last_started_ms`. The run's first entry is never folded into.
-local function append_released(first, worker)
-  local list = history_list()
+-- `last_started_ms`. The run's first entry is never folded into. Returns
+-- `raw` (the stored `history`) with the attempt appended or folded in.
+local function released_appended(raw, first, worker)
+  local list = history_list(raw)
   local ok, e = false, nil
   if #list >= 2 then
     ok, e = pcall(cjson.decode, list[#list])
@@ -99,56 +102,59 @@ local function append_released(first, worker)
   local alike = ok and type(e) == 'table' and e.outcome == ${outcome_released}
     and number_text(e.status) == status and ((e.error == cjson.null and err == '') or e.error == err)
   if not alike then
-    append_history(entry_from_argv(first, worker, ${outcome_released}))
-    return
+    return appended(raw, entry_from_argv(first, worker, ${outcome_released}))
   end
   local base = history_entry(number_text(e.attempt), e.worker or '', number_text(e.started_ms),
     number_text(e.duration_ms), status, ${outcome_released}, err)
   list[#list] = string.sub(base, 1, -2) .. ',"count":' .. ((tonumber(e.count) or 1) + 1) ..
     ',"last_attempt":' .. ARGV[first] .. ',"last_started_ms":' .. ARGV[first + 1] .. '}'
-  write_history(list, HISTORY_MAX)
+  return history_text(list, HISTORY_MAX)
 end
 
 -- The done attempt at ARGV[first..] (entry_from_argv) of consumer `worker`,
 -- as the done record keeps it: `worker`, `started_ms`, `duration_ms` and
 -- `attempt_status` (its status, '' for none) beside the earlier attempts'
 -- `history`. An attempt that these fields could not give back whole (one
--- with an error, or not the record's latest) is appended as an entry
--- instead. Returns whether it folded.
-local function fold_done_attempt(first, worker, attempts)
+-- with an error, or not the record's latest, `attempts`) is appended as an
+-- entry instead. Returns whether it folds (the caller writes those four
+-- fields then) and the `history` to keep: `raw` (the stored one, false:
+-- none) itself when it stays as it is.
+local function fold_done_attempt(first, worker, attempts, raw)
   if ARGV[first + 4] ~= '' or tonumber(ARGV[first]) ~= tonumber(attempts) then
-    append_history(entry_from_argv(first, worker, ${outcome_done}))
-    return false
+    return false, appended(raw, entry_from_argv(first, worker, ${outcome_done}))
   end
   -- The folded attempt counts as the newest of HISTORY_MAX: the record
-  -- keeps one entry fewer (nothing to write while there are fewer).
-  local list = history_list()
-  if #list > HISTORY_MAX - 1 then
-    write_history(list, HISTORY_MAX - 1)
+  -- keeps one entry fewer (nothing to rewrite while there are fewer).
+  if raw then
+    local list = history_list(raw)
+    if #list > HISTORY_MAX - 1 then
+      return true, history_text(list, HISTORY_MAX - 1)
+    end
   end
-  redis.call('HSET', KEYS[2], 'worker', worker, 'started_ms', ARGV[first + 1],
-    'duration_ms', ARGV[first + 2], 'attempt_status', ARGV[first + 3])
-  return true
+  return true, raw
 end
 
 -- A folded done attempt (fold_done_attempt) back into `history`, for a run
 -- that runs again; its `attempt_status` and `duration_ms` go (the caller
--- drops `worker` and `started_ms`).
+-- drops `worker` and `started_ms`). Reads and writes the record itself:
+-- its one caller, lua/dead_retry.lua, is an operator's, not the worker's.
 local function unfold_done_attempt()
-  local r = redis.call('HMGET', KEYS[2], 'attempt_status', 'attempts', 'worker', 'started_ms', 'duration_ms')
+  local r = redis.call('HMGET', KEYS[2], ${field_attempt_status}, ${field_attempts}, ${field_worker},
+    ${field_started_ms}, ${field_duration_ms}, ${field_history})
   if not r[1] then
     return
   end
-  append_history(history_entry(r[2] or '0', r[3] or '', r[4] or '0', r[5] or '0', r[1], ${outcome_done}, ''))
-  redis.call('HDEL', KEYS[2], 'attempt_status', 'duration_ms')
+  local entry = history_entry(r[2] or '0', r[3] or '', r[4] or '0', r[5] or '0', r[1], ${outcome_done}, '')
+  redis.call('HSET', KEYS[2], ${field_history}, appended(r[6], entry))
+  redis.call('HDEL', KEYS[2], ${field_attempt_status}, ${field_duration_ms})
 end
 
 -- The entry of an attempt that never reported back (its worker died, or
--- stopped it for want of a lease renewal): the record's worker and start.
-local function unfinished_entry(attempt, now)
-  local r = redis.call('HMGET', KEYS[2], 'worker', 'started_ms')
-  local started = tonumber(r[2]) or tonumber(now)
-  return history_entry(attempt, r[1] or '', string.format('%d', started),
+-- stopped it for want of a lease renewal): the record's `worker` and
+-- `started_ms` (false: none), as the caller read them.
+local function unfinished_entry(attempt, now, worker, started_ms)
+  local started = tonumber(started_ms) or tonumber(now)
+  return history_entry(attempt, worker or '', string.format('%d', started),
     string.format('%d', math.max(tonumber(now) - started, 0)), '', ${outcome_fenced},
     'the attempt did not finish: its worker stopped or lost the lease')
 end

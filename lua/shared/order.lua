@@ -69,8 +69,8 @@ end
 -- names it (the entry may be trimmed) and says what it waits for.
 local function order_wait(record, group, entry_id, pairs_of_fields)
   redis.call('HSET', record, unpack(pairs_of_fields))
-  redis.call('HSET', record, 'order_wait', group)
-  redis.call('HDEL', record, 'entry_id')
+  redis.call('HSET', record, ${field_order_wait}, group)
+  redis.call('HDEL', record, ${field_entry_id})
   redis.call('XACK', ORDER_RUNS, group, entry_id)
 end
 
@@ -104,12 +104,12 @@ local function order_catch_up(group, upto)
       for i = 1, #e[2], 2 do
         f[e[2][i]] = e[2][i + 1]
       end
-      local key, run_id = f['order_key'], f['run_id']
+      local key, run_id = f[${field_order_key}], f[${field_run_id}]
       if key and run_id and (not f['for_group'] or f['for_group'] == group) then
         local record = ORDER_RUN_PREFIX .. run_id
         -- Only a run still waiting to start enters: an old entry of a run
         -- that ran, or was passed over, stays where it is.
-        if redis.call('HGET', record, 'status') == ${status_queued} then
+        if redis.call('HGET', record, ${field_status}) == ${status_queued} then
           if order_enter(key, group, run_id) == 'line' then
             order_wait(record, group, e[1], run_field_pairs(function(i) return f[RUN_FIELDS[i]] or '' end))
           end
@@ -169,11 +169,11 @@ local function order_hand_on(key, group, run_id, created_ms, retention_ms)
   local record = ORDER_RUN_PREFIX .. next_run
   local f = redis.call('HMGET', record, unpack(RUN_FIELDS))
   local entry = run_field_pairs(function(i) return f[i] or '' end)
-  for _, v in ipairs({'order_key', key, 'for_group', group, 'order_handed', '1'}) do
+  for _, v in ipairs({${field_order_key}, key, 'for_group', group, 'order_handed', '1'}) do
     entry[#entry + 1] = v
   end
   redis.call('XADD', ORDER_RUNS, '*', unpack(entry))
-  redis.call('HDEL', record, 'order_wait')
+  redis.call('HDEL', record, ${field_order_wait})
   return next_run
 end
 
@@ -182,7 +182,7 @@ end
 -- hands on only under `order_on_dead = "skip"` (a `block` key waits for
 -- it to be retried to done, or skipped).
 local function order_finished(group, dead, retention_ms, now)
-  local o = redis.call('HMGET', KEYS[2], 'order_key', 'order_on_dead', 'created_ms')
+  local o = redis.call('HMGET', KEYS[2], ${field_order_key}, ${field_order_on_dead}, ${field_created_ms})
   if not o[1] then
     return
   end

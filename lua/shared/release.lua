@@ -21,10 +21,11 @@
 -- seconds.
 local RELEASE_MEMORY_MS = 3600000
 
--- Whether a run (record `record`) that failed for the destination at `now`
--- waits for the destination's return rather than for its schedule.
-local function waits_for_destination(record, now)
-  local released = tonumber(redis.call('HGET', record, 'released_ms'))
+-- Whether a run that failed for the destination at `now`, its record's
+-- `released_ms` being `released_ms` (false: none), waits for the
+-- destination's return rather than for its schedule.
+local function waits_for_destination(released_ms, now)
+  local released = tonumber(released_ms)
   return not released or tonumber(now) - released >= RELEASE_MEMORY_MS
 end
 
@@ -39,13 +40,13 @@ local function release_destination_parked(parking_key, destination_key, group, n
     else
       local scheduled = tonumber(redis.call('ZSCORE', parking_key, run_id))
       local record = run_prefix .. run_id
-      local state = redis.call('HMGET', record, 'status', 'parked_group')
+      local state = redis.call('HMGET', record, ${field_status}, ${field_parked_group})
       local due = math.max(tonumber(now), tonumber(waiting[i + 1]))
       if scheduled and scheduled > due and state[1] == ${status_parked} and state[2] == group then
         -- Integers as decimal text: Lua's own conversion would write 1.7e+12.
         local due_text = string.format('%d', due)
         redis.call('ZADD', parking_key, due_text, run_id)
-        redis.call('HSET', record, 'next_attempt_ms', due_text, 'released_ms', now)
+        redis.call('HSET', record, ${field_next_attempt_ms}, due_text, ${field_released_ms}, now)
         released = released + 1
       end
     end

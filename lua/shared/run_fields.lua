@@ -15,12 +15,12 @@ end
 
 -- RUN_FIELDS and, last, the record's `order_key` (an ordered run's, lua/gate.lua):
 -- what a script that puts a run back on the stream reads in one HMGET.
-local RUN_FIELDS_AND_ORDER_KEY = {${run_field_names}, 'order_key'}
+local RUN_FIELDS_AND_ORDER_KEY = {${run_field_names}, ${field_order_key}}
 
 -- Adds an ordered run's key to the stream entry `entry` (pairs); nothing for an unordered run.
 local function add_order_key(entry, order_key)
   if order_key then
-    entry[#entry + 1] = 'order_key'
+    entry[#entry + 1] = ${field_order_key}
     entry[#entry + 1] = order_key
   end
 end

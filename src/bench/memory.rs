@@ -55,17 +55,21 @@ pub(super) async fn measure(bench: &Bench<'_>, store: Arc<RedisStore>, out: &mut
     let kept_run = real_gate.submit(&kept).await?.response.run_id.unwrap_or_default();
     let kept_bytes = memory(k.run(&kept_run)).await?;
     let per_gib = |b: Option<u64>| b.map_or("?".into(), |b| format!("{:.1} M", (1u64 << 30) as f64 / b as f64 / 1e6));
-    // Done records by layout, field by field: main's (no history), this
-    // round's first (a whole one-attempt `history`), and the compact one
-    // lua/worker_done.lua writes (the same fields: a test holds the two
-    // together; the daily table below measures the worker's own).
-    let mut done_rows = Vec::new();
+    // Done records by layout: the one the worker's scripts write now (the
+    // queued run above, taken through lua/worker_start.lua and
+    // lua/worker_done.lua), and the layouts of earlier versions made from it
+    // by the readers' one mapping (`DoneRecord::expand`), so no row is a
+    // record shape of the bench's own.
+    let done_key = k.run(&run_id);
+    let compact = finish_through_the_worker_scripts(bench, &k, &run_id).await?;
+    let mut done_rows = vec![(DONE_LAYOUTS[2].0, memory(done_key.clone()).await?)];
     for (i, (name, layout)) in DONE_LAYOUTS.iter().enumerate() {
+        let Some(layout) = layout else { continue };
         let key = k.run(&format!("run-done-{i}"));
-        let fields = done_record(*layout);
         let mut conn = bench.conn.clone();
-        let _: () = redis::cmd("HSET").arg(&key).arg(&fields).query_async(&mut conn).await?;
-        done_rows.push((*name, memory(key).await?));
+        let fields = earlier_layout(&run_id, &compact, *layout);
+        let _: () = redis::cmd("HSET").arg(&key).arg(fields).query_async(&mut conn).await?;
+        done_rows.insert(i, (*name, memory(key).await?));
     }
     writeln!(
         out,
@@ -87,64 +91,133 @@ pub(super) async fn measure(bench: &Bench<'_>, store: Arc<RedisStore>, out: &mut
     Ok(())
 }
 
-/// The layouts of a `done` run record the memory table measures.
+/// The layouts of a `done` run record before this one, which the memory
+/// table measures beside it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum DoneLayout {
-    /// As main's `lua/worker_done.lua` left it (no `history`).
+    /// As the worker left it before histories (no `history`).
     Old,
-    /// The old one with a one-attempt `history`: a JSON value over 64 bytes,
+    /// With the whole one-attempt `history`: a JSON value over 64 bytes,
     /// so the hash is a hashtable.
     WithHistory,
-    /// As `lua/worker_done.lua` writes it now: no `run_id` (the key's), the
-    /// one attempt folded into `worker`, `started_ms`, `duration_ms`,
-    /// `attempt_status` (a listpack).
-    Compact,
 }
 
-const DONE_LAYOUTS: [(&str, DoneLayout); 3] = [
-    ("run record, `done` (no payload), before: no `history`", DoneLayout::Old),
-    ("run record, `done`, before, with a one-attempt `history`", DoneLayout::WithHistory),
-    ("run record, `done`, compact, as the worker writes it (one attempt)", DoneLayout::Compact),
+const DONE_LAYOUTS: [(&str, Option<DoneLayout>); 3] = [
+    ("run record, `done` (no payload), before: no `history`", Some(DoneLayout::Old)),
+    ("run record, `done`, before, with a one-attempt `history`", Some(DoneLayout::WithHistory)),
+    ("run record, `done`, compact, as the worker writes it (one attempt)", None),
 ];
 
 /// A typical worker's consumer name (`host-pid-nonce`, the host a Kubernetes pod's).
 const WORKER: &str = "idemgate-worker-7d9f8b6c5-qx2lp-8-41235";
 
-/// One attempt of `history`, as the contract spells an entry.
-fn history_entry(worker: &str, started_ms: u64, duration_ms: u64) -> String {
-    format!(
-        r#"[{{"attempt":1,"worker":"{worker}","started_ms":{started_ms},"duration_ms":{duration_ms},"status":204,"outcome":"done","error":null}}]"#
-    )
+/// The consumer group the memory section's run is taken through (removed after).
+const GROUP: &str = "bench-memory";
+
+/// Takes queued run `run_id` through the worker's own scripts, as a worker
+/// of [`GROUP`] named [`WORKER`] would: its stream entry read by the group,
+/// one attempt started (`lua/worker_start.lua`) and done
+/// (`lua/worker_done.lua`, 12 ms, HTTP 204, the payload not kept). Returns
+/// the done record as stored.
+async fn finish_through_the_worker_scripts(
+    bench: &Bench<'_>,
+    k: &Keys,
+    run_id: &str,
+) -> Result<std::collections::BTreeMap<String, String>, BenchError> {
+    use crate::redis_io::call_on;
+    use crate::redis_io::worker_scripts::{Consumer, DoneCall, StartCall, Started};
+    use crate::vocabulary::{AttemptParts, RunFields};
+
+    let mut conn = bench.conn.clone();
+    let record = k.run(run_id);
+    let entry_id: String = redis::cmd("HGET").arg(&record).arg(RunFields::ENTRY_ID).query_async(&mut conn).await?;
+    // The group starts just before the run's entry, so that its one read takes that entry.
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(k.runs())
+        .arg(GROUP)
+        .arg(entry_before(&entry_id))
+        .query_async(&mut conn)
+        .await?;
+    let finished = async {
+        let read: redis::streams::StreamReadReply = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(GROUP)
+            .arg(WORKER)
+            .arg("COUNT")
+            .arg(1)
+            .arg("STREAMS")
+            .arg(k.runs())
+            .arg(">")
+            .query_async(&mut conn)
+            .await?;
+        let entry = read.keys.first().and_then(|s| s.ids.first()).filter(|e| e.id == entry_id);
+        let entry = entry.ok_or_else(|| BenchError::Failed(format!("memory: the group did not read {entry_id}")))?;
+        let run = RunFields::read(|name| entry.get::<String>(name).unwrap_or_default());
+        let consumer = Consumer { keys: k, group: GROUP, name: WORKER };
+        let now_ms = 1_764_400_000_049;
+        let retention_ms = crate::vocabulary::DEFAULT_RUN_RETENTION.as_millis() as u64;
+        let start = StartCall {
+            consumer,
+            entry_id: &entry_id,
+            run: &run,
+            now_ms,
+            max_attempts: 3,
+            op: "op-1",
+            retention_ms,
+            order_key: None,
+        };
+        let attempt = match call_on(&mut conn, &start).await? {
+            Started::Run { attempt, .. } => attempt,
+            other => return Err(BenchError::Failed(format!("memory: worker_start.lua answered {other:?}"))),
+        };
+        let entry = AttemptParts { attempt, started_ms: now_ms, duration_ms: 12, status: Some(204), error: None };
+        let done = DoneCall {
+            consumer,
+            entry_id: &entry_id,
+            run_id,
+            now_ms: now_ms + 12,
+            op: "op-2",
+            retention_ms,
+            entry: &entry,
+            keep_payload_ms: 0,
+            order_key: None,
+        };
+        call_on(&mut conn, &done)
+            .await?
+            .ok_or_else(|| BenchError::Failed("memory: worker_done.lua lost the entry".into()))?;
+        let stored: std::collections::BTreeMap<String, String> =
+            redis::cmd("HGETALL").arg(&record).query_async(&mut conn).await?;
+        Ok::<_, BenchError>(stored)
+    }
+    .await;
+    let _: () = redis::cmd("XGROUP").arg("DESTROY").arg(k.runs()).arg(GROUP).query_async(&mut conn).await?;
+    finished
 }
 
-/// A done record of a realistic GitHub run, field by field.
-fn done_record(layout: DoneLayout) -> Vec<(&'static str, String)> {
-    let mut fields: Vec<(&'static str, String)> = vec![
-        ("provider", "github".into()),
-        ("repo", "octo-org/hello-world".into()),
-        ("action", "pull_request.opened".into()),
-        ("number", "1347".into()),
-        ("delivery_id", "72d3162e-cc78-11e3-81ab-4c9367dc0958".into()),
-        ("created_ms", "1764400000000".into()),
-        ("status", "done".into()),
-        ("attempts", "1".into()),
-        ("worker", WORKER.into()),
-    ];
-    match layout {
-        DoneLayout::Old | DoneLayout::WithHistory => {
-            fields.push(("run_id", "run-184467".into()));
-            fields.push(("finished_ms", "1764400000061".into()));
-            if layout == DoneLayout::WithHistory {
-                fields.push(("history", history_entry(WORKER, 1_764_400_000_049, 12)));
-            }
-        }
-        DoneLayout::Compact => {
-            fields.push(("started_ms", "1764400000049".into()));
-            fields.push(("duration_ms", "12".into()));
-            fields.push((crate::vocabulary::DoneRecord::ATTEMPT_STATUS, "204".into()));
-        }
+/// The stream entry id just before `id` (`ms-seq`), for a group to start at.
+fn entry_before(id: &str) -> String {
+    let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
+    let (ms, seq): (u64, u64) = (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0));
+    if seq > 0 { format!("{ms}-{}", seq - 1) } else { format!("{}-{}", ms.saturating_sub(1), u64::MAX) }
+}
+
+/// The done record `stored` (run `run_id`'s, as the worker writes it now)
+/// in an earlier layout: as readers show it (`DoneRecord::expand`: `run_id`,
+/// `finished_ms`, the whole `history`), without the attempt's start, which
+/// those versions did not keep, and for [`DoneLayout::Old`] without `history`.
+fn earlier_layout(
+    run_id: &str,
+    stored: &std::collections::BTreeMap<String, String>,
+    layout: DoneLayout,
+) -> Vec<(String, String)> {
+    let mut fields = stored.clone();
+    crate::vocabulary::DoneRecord::expand(run_id, &mut fields);
+    fields.remove("started_ms");
+    if layout == DoneLayout::Old {
+        fields.remove(crate::vocabulary::RunRecord::HISTORY);
     }
-    fields
+    fields.into_iter().collect()
 }
 
 fn fmt_opt(b: Option<u64>) -> String {
@@ -368,14 +441,35 @@ async fn cleanup_namespace(conn: &mut crate::redis_io::Conn, ns: &str) -> redis:
 mod tests {
     use super::*;
 
-    /// The bench's compact row has the fields of a one-attempt done record
-    /// as the worker writes it (tests/it/redis/worker.rs holds the worker to the same list).
+    /// The earlier layouts are the worker's record as readers expand it:
+    /// `run_id` and `finished_ms` back, the folded attempt a whole `history`
+    /// entry (or, for the oldest, none), and nothing of the compact form left.
     #[test]
-    fn the_compact_row_has_the_done_records_fields() {
-        let mut names: Vec<&str> = done_record(DoneLayout::Compact).into_iter().map(|(name, _)| name).collect();
-        names.sort_unstable();
-        let mut stored = crate::vocabulary::DoneRecord::ONE_ATTEMPT_FIELDS.to_vec();
-        stored.sort_unstable();
-        assert_eq!(names, stored);
+    fn the_earlier_layouts_are_the_compact_record_expanded() {
+        let compact: std::collections::BTreeMap<String, String> = [
+            ("provider", "github"),
+            ("status", "done"),
+            ("attempts", "1"),
+            ("worker", WORKER),
+            ("started_ms", "1764400000049"),
+            ("duration_ms", "12"),
+            ("attempt_status", "204"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let with_history: std::collections::BTreeMap<_, _> =
+            earlier_layout("run-7", &compact, DoneLayout::WithHistory).into_iter().collect();
+        assert_eq!(with_history["run_id"], "run-7");
+        assert_eq!(with_history["finished_ms"], "1764400000061");
+        let history: serde_json::Value = serde_json::from_str(&with_history["history"]).unwrap();
+        assert_eq!((history[0]["worker"].as_str(), history[0]["status"].as_i64()), (Some(WORKER), Some(204)));
+        for gone in ["started_ms", "duration_ms", "attempt_status"] {
+            assert!(!with_history.contains_key(gone), "{gone}");
+        }
+        let old: Vec<String> = earlier_layout("run-7", &compact, DoneLayout::Old).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(old, ["attempts", "finished_ms", "provider", "run_id", "status", "worker"]);
+        assert_eq!(entry_before("1700000000000-3"), "1700000000000-2");
+        assert_eq!(entry_before("1700000000000-0"), format!("1699999999999-{}", u64::MAX));
     }
 }

@@ -358,6 +358,85 @@ mod tests {
         assert!(WORKER_DONE.source().contains("'status', 'done'"), "the placeholder is filled in");
     }
 
+    /// The run record's field names reach the scripts from one place
+    /// ([`RunRecord::field_names`], filled in at load): no script's code
+    /// spells one in quotes, and every word a script's code does quote is
+    /// one of these, none a field, so a field the vocabulary does not know
+    /// fails here, not in a reader.
+    #[test]
+    fn scripts_name_record_fields_only_through_the_vocabulary() {
+        use crate::vocabulary::RunRecord;
+        const NOT_FIELDS: [(&str, &str); 28] = [
+            ("work", "the gate's verdict (ARGV)"),
+            ("bad_request", "the gate's verdict (ARGV)"),
+            ("blocked", "the gate's verdict (ARGV)"),
+            ("created", "a delivery record's status, decoded by cjson (lua/gate_hold.lua)"),
+            ("embedded", "the value of `runner` (lua/gate_hold.lua)"),
+            ("table", "a Lua type name"),
+            ("string", "a Lua type name"),
+            ("null", "JSON text (lua/shared/history.lua)"),
+            ("name", "a field of XINFO GROUPS' answer (lua/worker_trim.lua)"),
+            ("pending", "a field of XINFO GROUPS' answer (lua/worker_trim.lua)"),
+            ("for_group", "a runs-stream entry's field, not the record's (src/worker/queue.rs, FOR_GROUP)"),
+            ("failed_ms", "a dead-stream entry's field, not the record's (src/ops/dead.rs)"),
+            ("down", "a probe's outcome (ARGV, lua/worker_probe_end.lua)"),
+            ("delivered", "a probe's outcome (ARGV, lua/worker_probe_end.lua)"),
+            ("paused", "a destination's state key's field (lua/destination_take.lua, src/keys.rs destination)"),
+            ("hold_until_ms", "a destination's state key's field (lua/destination_hold.lua)"),
+            ("tokens", "a destination's state key's field: its pace's bucket (lua/destination_take.lua)"),
+            ("refill_ms", "a destination's state key's field: its pace's bucket (lua/destination_take.lua)"),
+            ("breaker", "a destination's state key's field: its shared breaker (lua/destination_take.lua)"),
+            ("head", "where a run enters its order key's line (lua/shared/order.lua)"),
+            ("line", "where a run enters its order key's line (lua/shared/order.lua)"),
+            ("skip", "the value of `order_on_dead` (lua/gate.lua)"),
+            ("runs", "the runs stream's key suffix, built from the record's prefix (lua/shared/order.lua)"),
+            ("order_handed", "a runs-stream entry's field, not the record's (src/worker/queue.rs, ORDER_HANDED)"),
+            ("no_run", "lua/run_skip.lua's answer"),
+            ("not_ordered", "lua/run_skip.lua's answer"),
+            ("not_dead", "lua/run_skip.lua's answer"),
+            ("not_head", "lua/run_skip.lua's answer"),
+        ];
+        let fields: Vec<&str> = RunRecord::field_names().collect();
+        let lua = format!("{}/lua", env!("CARGO_MANIFEST_DIR"));
+        let files = std::fs::read_dir(&lua).unwrap().chain(std::fs::read_dir(format!("{lua}/shared")).unwrap());
+        let mut seen = std::collections::BTreeSet::new();
+        for path in files.map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "lua")) {
+            let text = std::fs::read_to_string(&path).unwrap();
+            for line in text.lines().filter(|l| !l.trim_start().starts_with("--")) {
+                let code = line.split(" --").next().unwrap_or_default();
+                for word in quoted_words(code) {
+                    assert!(
+                        !fields.contains(&word),
+                        "{} spells the field '{word}': use ${{field_{word}}}",
+                        path.display()
+                    );
+                    assert!(
+                        NOT_FIELDS.iter().any(|(w, _)| *w == word),
+                        "{} quotes '{word}', a field the vocabulary does not know (RunRecord::FIELDS) or a word to list here",
+                        path.display()
+                    );
+                    seen.insert(word.to_owned());
+                }
+                for name in code.split("${field_").skip(1).filter_map(|rest| rest.split_once('}')).map(|(n, _)| n) {
+                    assert!(fields.contains(&name), "{}: ${{field_{name}}} is no field of RunRecord", path.display());
+                }
+            }
+        }
+        let listed: std::collections::BTreeSet<String> = NOT_FIELDS.iter().map(|(w, _)| (*w).to_owned()).collect();
+        assert_eq!(seen, listed, "a word listed here that no script quotes any more");
+        // What Redis runs has the names filled in.
+        assert!(WORKER_START.source().contains("'attempt_base'") && !WORKER_START.source().contains("${field_"));
+    }
+
+    /// The lowercase words `code` quotes in single quotes (`'attempts'`).
+    fn quoted_words(code: &str) -> Vec<&str> {
+        code.split('\'')
+            .skip(1)
+            .step_by(2)
+            .filter(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
+            .collect()
+    }
+
     /// The holder check and the op-id replay are written once, in `lua/shared/`.
     #[test]
     fn the_shared_rules_are_written_once() {

@@ -6,7 +6,8 @@
 //!
 //! A script is loaded as its file with every `${name}` filled in
 //! ([`LuaScript::load`]): the delivery record's heads from [`DeliveryRecord::head`], the run
-//! fields' names from [`RunFields::NAMES`], the run statuses and attempt
+//! fields' names from [`RunFields::NAMES`], the run record's field names
+//! from [`RunRecord::field_names`], the run statuses and attempt
 //! outcomes from [`RunStatus`] and [`AttemptOutcome`], and the Lua that
 //! several scripts share (`lua/shared/*.lua`), so each of those rules is
 //! written once.
@@ -16,7 +17,7 @@ use std::sync::LazyLock;
 use redis::{Cmd, RedisWrite, Script, ToRedisArgs, Value};
 
 use crate::error::Error;
-use crate::vocabulary::{AttemptOutcome, DeliveryRecord, RecordTail, RunFields, RunStatus, Status};
+use crate::vocabulary::{AttemptOutcome, DeliveryRecord, RecordTail, RunFields, RunRecord, RunStatus, Status};
 
 /// A script's reply as `T`; a reply of another shape is a Redis error.
 pub(super) fn decode<T: redis::FromRedisValue>(reply: Value) -> Result<T, Error> {
@@ -32,6 +33,7 @@ pub struct LuaScript {
 impl LuaScript {
     /// `template` (a file of `lua/`) with its placeholders filled in: each
     /// `${snippet}` of [`SHARED_LUA`] first, then `${run_field_names}`, each
+    /// run record field's name (`${field_attempts}`, …: [`RunRecord::field_names`]), each
     /// run status (`${status_queued}`, …: [`RunStatus`]'s one spelling), each
     /// attempt outcome (`${outcome_done}`, …: [`AttemptOutcome`]'s) and
     /// the delivery record's pieces (`${head_created}`, …, `${run_id_end}`).
@@ -41,6 +43,9 @@ impl LuaScript {
             .fold(template.to_owned(), |source, (name, lua)| source.replace(&format!("${{{name}}}"), lua.trim_end()));
         let names: Vec<String> = RunFields::NAMES.iter().map(|n| format!("'{n}'")).collect();
         let source = source.replace("${run_field_names}", &names.join(", "));
+        // Each run record field's name as a Lua string literal, like the statuses below.
+        let source = RunRecord::field_names()
+            .fold(source, |source, name| source.replace(&format!("${{field_{name}}}"), &format!("'{name}'")));
         // Each status word as a Lua string literal: no lookup at run time.
         let source = RunStatus::ALL
             .iter()

@@ -56,7 +56,11 @@ use crate::sync::lock;
 /// kernel re-parents every orphan below a child subreaper to the process,
 /// whichever attempt it came from, so one containment must know every
 /// command the process runs. A second one's sweeps would kill the first's
-/// commands as processes of no run it knows.
+/// commands as processes of no run it knows. Everything else of
+/// containment (the attempts running, the cgroups, whether this worker
+/// kills orphans) is the worker's own, in its [`Containment`]; this flag is
+/// what the kernel's subreaper bit is, one per process (tested:
+/// `reaper_a_second_containment_cannot_take_the_orphans_of_the_process`).
 #[cfg(target_os = "linux")]
 static ORPHANS_TAKEN: AtomicBool = AtomicBool::new(false);
 

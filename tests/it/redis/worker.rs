@@ -836,3 +836,70 @@ fn assert_done_record_keeps_only_its_history(r: &std::collections::HashMap<Strin
         assert!(!r.contains_key(gone), "the done record keeps {gone}: {r:?}");
     }
 }
+
+/// The done script writes a record again whole only where that makes it a
+/// listpack again: a one-attempt run whose kept payload was short is marked
+/// done in place (no `HGETALL`, no `DEL`), one that drops a payload over 64
+/// bytes is read, deleted and written again; both end as listpack hashes.
+/// On a Redis of its own, so that its command counts are this test's.
+#[tokio::test]
+async fn worker_writes_a_done_record_again_whole_only_after_a_long_payload() {
+    let redis = crate::support::RedisProcess::start(&[]);
+    let opts = RedisOptions::single(redis.url());
+    let ns = fresh_ns("wwhole");
+    let keys = Keys::new(&ns).unwrap();
+    let settings = Settings::default();
+    let store = idemgate::store::redis_store::RedisStore::connect(&opts, keys.clone(), &settings).await.unwrap();
+    let gate = Gate::new(["o/r"], Arc::new(store));
+    let long = format!("{{\"zen\":\"{}\"}}", "x".repeat(200));
+    for (n, payload) in [(1, r#"{"a":1}"#), (2, long.as_str())] {
+        let event = json!({"org": "o", "repo": "r", "action": "push", "number": n});
+        let digest = idemgate::event_digest::of_value(&event);
+        let delivery = format!("d-{n}");
+        let mut submission = idemgate::gate::Submission::new("github", &delivery, &event, &digest);
+        submission.payload = Some(payload);
+        assert_eq!(gate.submit(&submission).await.unwrap().response.status, Status::Created);
+    }
+    let mut c = idemgate::redis_io::Conn::connect(&opts).await.unwrap();
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut c).await.unwrap();
+    let config = WorkerConfig { block: Duration::from_millis(100), ..WorkerConfig::new("whole") };
+    let worker = Worker::connect(&opts, keys.clone(), config).await.unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(worker.run(|_run: RunAttempt| async { Ok::<(), String>(()) }, async move {
+        let _ = stop_rx.await;
+    }));
+    let mut status = c.clone();
+    let status_of = status.clone();
+    wait_for(Duration::from_secs(20), "both runs done", || {
+        let mut status = status_of.clone();
+        let keys = keys.clone();
+        async move {
+            let s: Vec<Option<String>> = redis::pipe()
+                .hget(keys.run("run-1"), "status")
+                .hget(keys.run("run-2"), "status")
+                .query_async(&mut status)
+                .await
+                .unwrap();
+            s == [Some("done".to_owned()), Some("done".to_owned())]
+        }
+    })
+    .await;
+    let stats: String = redis::cmd("INFO").arg("commandstats").query_async(&mut status).await.unwrap();
+    let calls = |command: &str| -> u64 {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+            .and_then(|rest| rest.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    assert_eq!((calls("hgetall"), calls("del")), (1, 1), "only run-2 is written again whole:\n{stats}");
+    for run in ["run-1", "run-2"] {
+        let encoding: String =
+            redis::cmd("OBJECT").arg("ENCODING").arg(keys.run(run)).query_async(&mut c).await.unwrap();
+        assert_eq!(encoding, "listpack", "{run}");
+        let payload: Option<String> = c.hget(keys.run(run), "payload").await.unwrap();
+        assert_eq!(payload, None, "{run}: the done record drops the payload");
+    }
+    drop(stop_tx);
+    let _ = running.await;
+}
