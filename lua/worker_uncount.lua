@@ -1,9 +1,15 @@
 -- idemgate worker: an attempt that failed while the destination was down
 -- (the breaker of `worker --deliver` was open, or this failure opened it)
--- counts for nothing: the attempt budget's base goes up by one (the number
--- stays: attempt numbers only go up, lua/worker_start.lua), the error is
--- kept with the attempt's history entry (`released`), and the entry is given back (its idle time set past the lease) so any
--- worker may take it at once (docs/destinations.md, "The breaker").
+-- counts for nothing: its number goes back to the run (`attempts` down by
+-- one, so the next attempt carries the same `Idemgate-Attempt`, and the
+-- budget, counted from `attempt_base`, is untouched), the error is kept
+-- with the attempt's history entry (`released`, alike ones folded into one
+-- with a count), and the entry is given back (its idle time set past the
+-- lease) so any worker may take it at once (docs/destinations.md, "The
+-- breaker"). Numbers still never go down below one already counted: a
+-- receiver sees each number once per counted attempt, plus the probes sent
+-- with it while the destination was down, not one number per probe (a run
+-- probed 22 times during an outage arrives as attempt 1, not 23).
 --
 -- Idempotent per call (see worker_start.lua): a retry of a call whose reply
 -- was lost returns what the first call returned and writes nothing.
@@ -34,7 +40,7 @@ if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return 0
 end
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[6], 'JUSTID')
-redis.call('HINCRBY', KEYS[2], 'attempt_base', 1)
+redis.call('HINCRBY', KEYS[2], 'attempts', -1)
 append_released(8, ARGV[2])
 redis.call('HSET', KEYS[2], 'status', ${status_queued}, 'last_error', ARGV[5],
   'worker', ARGV[2], 'updated_ms', ARGV[4], 'op', ARGV[7], 'op_result', 1)
