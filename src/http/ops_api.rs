@@ -34,6 +34,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/ops/dead/{run_id}/retry", post(retry))
         .route("/v1/ops/runs/{run_id}/redeliver", post(redeliver))
         .route("/v1/ops/runs/{run_id}/retry-now", post(retry_now))
+        .route("/v1/ops/groups/{group}/retry-now", post(group_retry_now))
 }
 
 fn source(st: &AppState) -> Result<&Source, ApiError> {
@@ -305,6 +306,27 @@ async fn retry_now(State(st): State<AppState>, p: Result<Path<String>, PathRejec
             crate::ops::not_parked_hint(status)
         ))),
     }
+}
+
+/// `idemgate runs retry-now --all-parked --group NAME`: 200 with the
+/// number of the group's parked runs made due now (its workers take them
+/// within a second, each keeping its attempt budget), 404 when none waited
+/// (an unknown group, none parked, or all due already; nothing changed).
+async fn group_retry_now(
+    State(st): State<AppState>,
+    p: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let group = path(p)?;
+    segment("group", &group)?;
+    let made_due = source(&st)?.retry_now_group(&group).await.map_err(|e| unavailable(&st, e))?;
+    let shown = crate::text::escape_control(&group);
+    if made_due == 0 {
+        return Err(ApiError::NotFound(format!(
+            "no run of group {shown} waits parked (an unknown group, none parked, or all due already); nothing changed"
+        )));
+    }
+    tracing::info!(group = %shown, made_due, "ops API: a group's parked runs made due now");
+    Ok((StatusCode::OK, Json(json!({"group": group, "made_due": made_due}))).into_response())
 }
 
 async fn send_again(

@@ -2,12 +2,14 @@
 //! binary, a real Redis and a real `worker --deliver`: the overview counts
 //! the waiting runs (not yet delivered, given back, parked) per group from
 //! one reading, a parked run's page says when its next attempt is due and
-//! why and sends it with Retry now, and a done run whose payload is gone
-//! shows the reason beside a disabled Redeliver.
+//! why and sends it with Retry now, the overview's "retry now" beside a
+//! group's parked count sends all of them, and a done run whose payload is
+//! gone shows the reason beside a disabled Redeliver.
 
 use std::time::Duration;
 
 use axum::http::StatusCode;
+use serde_json::json;
 
 use crate::full::console::{Browser, keep_screenshot};
 use crate::redis::parked::{deliver, open_gate};
@@ -22,9 +24,13 @@ async fn a_parked_run_is_counted_explained_and_sent_now_in_the_console() {
     secrets_file(&dir, &[secret(43)]);
     let gate = open_gate(&ns, &dir);
     let http = reqwest::Client::new();
-    // Run 1 is refused once for its own sake (422) and parked for an hour; run 2 is done at once.
+    // Runs 1 and 3 are refused once for their own sake (422) and parked for an hour; run 2 is done at once.
     let dest = Destination::start(|r, earlier| {
-        if r.number() == 1 && earlier == 0 { status(StatusCode::UNPROCESSABLE_ENTITY) } else { ok() }
+        if (r.number() == 1 || r.number() == 3) && earlier == 0 {
+            status(StatusCode::UNPROCESSABLE_ENTITY)
+        } else {
+            ok()
+        }
     })
     .await;
     for n in 1..=2 {
@@ -51,7 +57,7 @@ async fn a_parked_run_is_counted_explained_and_sent_now_in_the_console() {
     let oldest = b.text("[data-tile=oldest-queued] .value").await;
     assert_ne!(oldest, "none waiting", "the parked run is a waiting run");
     let row = "#queues-table tr[data-group='g']";
-    assert_eq!(b.text(&format!("{row} td[data-count='parked']")).await, "1");
+    assert_eq!(b.text(&format!("{row} td[data-count='parked'] .count")).await, "1");
     assert_eq!(b.text(&format!("{row} td[data-count='waiting']")).await, "1");
     assert_eq!(b.text(&format!("{row} td[data-count='given_back']")).await, "0");
     keep_screenshot("overview-parked", &b.screenshot().await);
@@ -73,6 +79,33 @@ async fn a_parked_run_is_counted_explained_and_sent_now_in_the_console() {
     b.until(
         "nothing parked any more",
         "const t = document.querySelector('[data-tile=parked] .value'); return !!t && t.textContent === '0'",
+    )
+    .await;
+    assert_eq!(b.eval("return document.querySelectorAll('#queues-table button.retry-group').length").await, 0);
+
+    // A group's parked runs, all at once from the overview: "retry now"
+    // beside the group's parked count asks first, then sends run-3 as its
+    // attempt 2.
+    deliver(&http, &gate, 3).await;
+    wait_for(Duration::from_secs(20), "run-3 parked", || async { status_of(&ns, 3).await == "parked" }).await;
+    let button = "#queues-table tr[data-group='g'] td[data-count='parked'] button.retry-group";
+    b.until("the group's retry now", &format!("return !!document.querySelector(\"{button}\")")).await;
+    b.click(button).await;
+    let question = b.cmd(reqwest::Method::GET, "/alert/text", None).await;
+    assert_eq!(question, "Make all 1 parked run of group g due now?");
+    b.post("/alert/accept", json!({})).await;
+    b.until(
+        "the notice",
+        "return document.getElementById('notice').textContent.includes('1 parked run of group g due now')",
+    )
+    .await;
+    wait_for(Duration::from_secs(10), "run-3 done", || async { status_of(&ns, 3).await == "done" }).await;
+    assert_eq!(dest.of_run(3).len(), 2);
+    assert_eq!(dest.of_run(3)[1].header("idemgate-attempt"), "2");
+    b.until(
+        "no parked run, no button",
+        "const t = document.querySelector('[data-tile=parked] .value'); \
+         return !!t && t.textContent === '0' && !document.querySelector('#queues-table button.retry-group')",
     )
     .await;
 
