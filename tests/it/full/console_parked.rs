@@ -4,7 +4,9 @@
 //! one reading, a parked run's page says when its next attempt is due and
 //! why and sends it with Retry now, the overview's "retry now" beside a
 //! group's parked count sends all of them, and a done run whose payload is
-//! gone shows the reason beside a disabled Redeliver.
+//! gone shows the reason beside a disabled Redeliver; a run parked by a
+//! failure of the destination's kind says it waits for the destination's
+//! return.
 
 use std::time::Duration;
 
@@ -24,13 +26,13 @@ async fn a_parked_run_is_counted_explained_and_sent_now_in_the_console() {
     secrets_file(&dir, &[secret(43)]);
     let gate = open_gate(&ns, &dir);
     let http = reqwest::Client::new();
-    // Runs 1 and 3 are refused once for their own sake (422) and parked for an hour; run 2 is done at once.
-    let dest = Destination::start(|r, earlier| {
-        if (r.number() == 1 || r.number() == 3) && earlier == 0 {
-            status(StatusCode::UNPROCESSABLE_ENTITY)
-        } else {
-            ok()
-        }
+    // Runs 1 and 3 are refused once for their own sake (422) and parked for
+    // an hour; run 2 is done at once; run 4 meets a destination that is
+    // down for it (503 every time).
+    let dest = Destination::start(|r, earlier| match (r.number(), earlier) {
+        (1 | 3, 0) => status(StatusCode::UNPROCESSABLE_ENTITY),
+        (4, _) => status(StatusCode::SERVICE_UNAVAILABLE),
+        _ => ok(),
     })
     .await;
     for n in 1..=2 {
@@ -118,6 +120,21 @@ async fn a_parked_run_is_counted_explained_and_sent_now_in_the_console() {
     assert!(why.contains("its payload is gone") && why.contains("--keep-done-payloads"), "{why}");
     assert_eq!(b.eval("return document.getElementById('retry-now').hidden").await, true);
     keep_screenshot("run-payload-gone", &b.screenshot().await);
+
+    // Run-4 waits for its destination's return, not for its hour, and its page says so.
+    deliver(&http, &gate, 4).await;
+    wait_for(Duration::from_secs(20), "run-4 parked", || async { status_of(&ns, 4).await == "parked" }).await;
+    b.goto(&format!("{}/console#/runs/run-4", gate.url)).await;
+    b.until("run-4's next attempt", "return !!document.getElementById('next-attempt')").await;
+    assert_eq!(b.eval("return document.getElementById('next-attempt').dataset.reason").await, "destination");
+    let probe = b.eval("return Number(document.getElementById('next-attempt').dataset.nextProbeMs)").await;
+    let now = idemgate::units::now_ms();
+    assert!(probe.as_u64().is_some_and(|ms| ms + 5_000 > now && ms < now + 5_000), "the next probe soon: {probe}");
+    let next = b.text("#next-attempt").await;
+    assert!(next.starts_with("when the destination returns, at the latest in "), "{next}");
+    assert!(next.contains("it waits for the destination's return, not for its schedule"), "{next}");
+    assert!(next.contains("attempt 1 failed for the destination (HTTP 503)"), "{next}");
+    assert_eq!(b.eval("return document.getElementById('retry-now').hidden").await, false);
     let _ = b.cmd(reqwest::Method::DELETE, "", None).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
