@@ -34,9 +34,9 @@ function workerRow(w) {
 // POST /v1/ops/groups/{group}/retry-now (runs retry-now --all-parked).
 function parkedCell(g) {
   const parked = g.parked ?? 0;
-  const td = el("td", { attrs: { "data-count": "parked" } }, el("span", { cls: "count", text: String(parked) }));
+  const td = el("td", { attrs: { "data-count": "parked" } }, el("span", { cls: "parked-count", text: String(parked) }));
   if (parked > 0) {
-    const b = el("button", { cls: "retry-group", text: "retry now", attrs: { type: "button", "data-group": g.group, title: "make every parked run of this group due now (each keeps its attempt budget)" } });
+    const b = el("button", { cls: "secondary retry-group", text: "retry now", attrs: { type: "button", "data-group": g.group, title: "make every parked run of this group due now (each keeps its attempt budget)" } });
     b.addEventListener("click", () => retryGroupNow(g.group, parked).catch((e) => notice(`Retry now, group ${g.group}: ${e.message}`)));
     td.append(" ", b);
   }

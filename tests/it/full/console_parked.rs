@@ -59,7 +59,7 @@ async fn a_parked_run_is_counted_explained_and_sent_now_in_the_console() {
     let oldest = b.text("[data-tile=oldest-queued] .value").await;
     assert_ne!(oldest, "none waiting", "the parked run is a waiting run");
     let row = "#queues-table tr[data-group='g']";
-    assert_eq!(b.text(&format!("{row} td[data-count='parked'] .count")).await, "1");
+    assert_eq!(b.text(&format!("{row} td[data-count='parked'] .parked-count")).await, "1");
     assert_eq!(b.text(&format!("{row} td[data-count='waiting']")).await, "1");
     assert_eq!(b.text(&format!("{row} td[data-count='given_back']")).await, "0");
     keep_screenshot("overview-parked", &b.screenshot().await);
