@@ -31,7 +31,7 @@ function workerRow(w) {
 }
 
 // A group's parked count, with "retry now" beside it while runs are parked:
-// POST /v1/ops/groups/{group}/retry-now (runs retry-now --all-parked).
+// POST /v1/ops/destinations/{name}/retry-now (runs retry-now --all-parked).
 function parkedCell(g) {
   const parked = g.parked ?? 0;
   const td = el("td", { attrs: { "data-count": "parked" } }, el("span", { cls: "parked-count", text: String(parked) }));
@@ -46,7 +46,7 @@ function parkedCell(g) {
 export async function retryGroupNow(group, parked) {
   if (!confirm(visible(`Make all ${parked} parked run${parked === 1 ? "" : "s"} of group ${group} due now?`))) return;
   try {
-    const r = await api(`/v1/ops/groups/${encodeURIComponent(group)}/retry-now`, "POST");
+    const r = await api(`/v1/ops/destinations/${encodeURIComponent(group)}/retry-now`, "POST");
     notice(`${r.made_due} parked run${r.made_due === 1 ? "" : "s"} of group ${group} due now: its workers take them within a second`, true);
   } catch (e) {
     notice(`Retry now, group ${group}: ${e.message}`);

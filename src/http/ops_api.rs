@@ -30,11 +30,11 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/ops/deliveries/{provider}/{delivery_id}", get(delivery))
         .route("/v1/ops/workers", get(workers))
         .route("/v1/ops/destinations", get(destinations))
+        .route("/v1/ops/destinations/{name}/retry-now", post(group_retry_now))
         .route("/v1/ops/dead", get(dead))
         .route("/v1/ops/dead/{run_id}/retry", post(retry))
         .route("/v1/ops/runs/{run_id}/redeliver", post(redeliver))
         .route("/v1/ops/runs/{run_id}/retry-now", post(retry_now))
-        .route("/v1/ops/groups/{group}/retry-now", post(group_retry_now))
 }
 
 fn source(st: &AppState) -> Result<&Source, ApiError> {
@@ -308,7 +308,8 @@ async fn retry_now(State(st): State<AppState>, p: Result<Path<String>, PathRejec
     }
 }
 
-/// `idemgate runs retry-now --all-parked --group NAME`: 200 with the
+/// `POST /v1/ops/destinations/{name}/retry-now`, `idemgate runs retry-now
+/// --all-parked --group NAME`: 200 with the
 /// number of the group's parked runs made due now (its workers take them
 /// within a second, each keeping its attempt budget), 404 when none waited
 /// (an unknown group, none parked, or all due already; nothing changed).
@@ -317,7 +318,7 @@ async fn group_retry_now(
     p: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let group = path(p)?;
-    segment("group", &group)?;
+    segment("name", &group)?;
     let made_due = source(&st)?.retry_now_group(&group).await.map_err(|e| unavailable(&st, e))?;
     let shown = crate::text::escape_control(&group);
     if made_due == 0 {

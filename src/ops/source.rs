@@ -452,7 +452,7 @@ impl Source {
         }
     }
 
-    /// `POST /v1/ops/groups/{group}/retry-now`: [`Ops::retry_now_group`],
+    /// `POST /v1/ops/destinations/{name}/retry-now`: [`Ops::retry_now_group`],
     /// the runs made due. Nothing parks on the memory store: 0.
     pub async fn retry_now_group(&self, group: &str) -> Result<u64, OpsError> {
         match self {

@@ -470,7 +470,7 @@ async fn a_run_parked_on_retry_after_says_so() {
 /// so: reason `destination`, with the next probe's time (the probe interval
 /// is 1 h here, and the failure itself holds the probe back that long) and
 /// the time its `Retry-After` allows; a run parked for its own failure
-/// (422) says `schedule`. `POST /v1/ops/groups/g/retry-now` then makes
+/// (422) says `schedule`. `POST /v1/ops/destinations/g/retry-now` then makes
 /// every parked run of the group due at once (attempt 2 each, the budget
 /// kept); another site's request (403) changes nothing, and a group with
 /// none parked, or an unknown one, is 404.
@@ -522,7 +522,7 @@ async fn a_run_waiting_for_its_destination_says_so_and_a_group_is_sent_now() {
     assert!(na2["next_probe_ms"].is_null() && na2["not_before_ms"].is_null(), "{na2}");
 
     // The whole group at once: another site's request changes nothing.
-    let url = format!("{}/v1/ops/groups/g/retry-now", gate.url);
+    let url = format!("{}/v1/ops/destinations/g/retry-now", gate.url);
     let before = [record(&ns, "run-1").await, record(&ns, "run-2").await];
     let (code, _) = post(&http, url.clone(), "{}", Some("http://attacker.example")).await;
     assert_eq!(code, StatusCode::FORBIDDEN);
@@ -546,7 +546,7 @@ async fn a_run_waiting_for_its_destination_says_so_and_a_group_is_sent_now() {
     let (code, v) = post(&http, url, "{}", None).await;
     assert_eq!(code, StatusCode::NOT_FOUND, "{v}");
     assert!(v["error"].as_str().unwrap().contains("no run of group g waits parked"), "{v}");
-    let (code, _) = post(&http, format!("{}/v1/ops/groups/nobody/retry-now", gate.url), "{}", None).await;
+    let (code, _) = post(&http, format!("{}/v1/ops/destinations/nobody/retry-now", gate.url), "{}", None).await;
     assert_eq!(code, StatusCode::NOT_FOUND);
     let _ = std::fs::remove_dir_all(dir);
 }
