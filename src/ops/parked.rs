@@ -250,7 +250,8 @@ pub struct NextAttempt {
     pub group: String,
     /// `retry_now` (an operator made it due), `destination` (it waits for
     /// its destination's return, not for its schedule: a failure of the
-    /// destination's kind parked it), `retry_after` (the destination's
+    /// destination's kind parked it, and its `Retry-After`, if any, ends
+    /// before its due time), `retry_after` (the destination's
     /// `Retry-After`, when longer than the schedule's wait) or `schedule`
     /// (the retry schedule's wait after a failed attempt).
     pub reason: &'static str,
@@ -280,6 +281,9 @@ pub fn next_attempt(record: &RunRecord, waiting: Option<DestinationWait>) -> Opt
     let answer = status.map_or_else(|| "no answer".to_owned(), |s| format!("HTTP {s}"));
     let error = record.progress.last_error.as_str();
     let made_due_now = fields.get("retry_now_ms").is_some_and(|t| t.parse() == Ok(due_ms));
+    // A return cannot send it before its Retry-After: when that is its due
+    // time anyway, the Retry-After is why it waits.
+    let waiting = waiting.filter(|w| w.not_before_ms < due_ms);
     if let (Some(w), false) = (waiting, made_due_now) {
         let now = now_ms();
         let probe = if w.next_probe_ms > now {
@@ -377,13 +381,18 @@ mod tests {
 
     #[test]
     fn a_run_parked_for_the_destination_says_it_waits_for_its_return() {
-        let fields =
-            [("status", "parked"), ("next_attempt_ms", "9000"), ("parked_group", "g"), ("last_error", "HTTP 503")];
-        let parked = record(&fields, &[(1, 503)]);
         let now = now_ms();
+        let due = (now + 3_600_000).to_string();
+        let fields = [
+            ("status", "parked"),
+            ("next_attempt_ms", due.as_str()),
+            ("parked_group", "g"),
+            ("last_error", "HTTP 503"),
+        ];
+        let parked = record(&fields, &[(1, 503)]);
         let waiting = DestinationWait { not_before_ms: now + 30_500, next_probe_ms: now + 1_500 };
         let next = next_attempt(&parked, Some(waiting)).unwrap();
-        assert_eq!((next.reason, next.due_ms, next.group.as_str()), ("destination", 9000, "g"));
+        assert_eq!((next.reason, next.due_ms, next.group.as_str()), ("destination", now + 3_600_000, "g"));
         assert_eq!((next.not_before_ms, next.next_probe_ms), (Some(now + 30_500), Some(now + 1_500)));
         for part in [
             "waits for the destination's return, not for its schedule",
@@ -394,6 +403,9 @@ mod tests {
         ] {
             assert!(next.why.contains(part), "{part:?} in {}", next.why);
         }
+        // A Retry-After that holds it until its due time is why it waits.
+        let held = DestinationWait { not_before_ms: now + 3_600_000, next_probe_ms: now };
+        assert_eq!(next_attempt(&parked, Some(held)).unwrap().reason, "schedule");
         // A run an operator made due says so, wherever it waited.
         let sent = record(&[("status", "parked"), ("next_attempt_ms", "7"), ("retry_now_ms", "7")], &[]);
         assert_eq!(next_attempt(&sent, Some(waiting)).unwrap().reason, "retry_now");
