@@ -11,6 +11,12 @@
 -- its not_before_ms: the destination's return releases it (lua/shared/release.lua).
 -- A run parked for its own failure leaves that set and keeps its schedule,
 -- and so does one released less than an hour ago (lua/shared/release.lua).
+-- A failure of the destination's kind is itself news about the destination:
+-- the group's next parked-run probe (lua/worker_probe_take.lua) waits a
+-- whole probe interval from it, as it would from a probe that failed, so a
+-- probe never follows an attempt that just told as much (the probe key,
+-- KEYS[6], lives at least ARGV[23] from now; the run a probe is out with,
+-- its value, stays named).
 --
 -- Idempotent per call (see worker_start.lua): a retry of a call whose reply
 -- was lost returns what the first call returned and writes nothing, so a
@@ -21,6 +27,7 @@
 -- KEYS[3]: dead_key                 idemgate:{NS}:runs:dead
 -- KEYS[4]: parking_key              idemgate:{NS}:retry:<enc group>
 -- KEYS[5]: destination_key          idemgate:{NS}:destination-parked:<enc group>
+-- KEYS[6]: probe_key                idemgate:{NS}:destination-probe:<enc group>
 -- ARGV[1]: group                    consumer group
 -- ARGV[2]: consumer                 consumer name (this worker)
 -- ARGV[3]: entry_id                 stream entry id
@@ -37,6 +44,8 @@
 --               action, number, delivery id (for the dead stream)
 -- ARGV[22]: not_before_ms           for a failure of the destination's kind, the earliest a probe or a
 --                                   release may send the run (its Retry-After, else now); '' for the run's own
+-- ARGV[23]: probe_hold_ms           with a failure of the destination's kind, no parked-run probe for this
+--                                   long from now (the probe interval, --breaker-max-cooldown; 0: none)
 -- Returns: 0 the entry is no longer held by this consumer (nothing written)
 --          1 parked until ARGV[8] (record: parked)
 --          2 the run is dead (record: dead, entry in the dead stream, acknowledged)
@@ -57,6 +66,12 @@ if again then
 end
 if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return 0
+end
+if ARGV[22] ~= '' then
+  local hold = tonumber(ARGV[23])
+  if hold > 0 and redis.call('PTTL', KEYS[6]) < hold then
+    redis.call('SET', KEYS[6], redis.call('GET', KEYS[6]) or '', 'PX', hold)
+  end
 end
 local outcome = ${outcome_failed}
 if ARGV[7] == '1' then outcome = ${outcome_dead} end

@@ -1,9 +1,15 @@
 -- idemgate worker: an attempt that failed while the destination was down
 -- (the breaker of `worker --deliver` was open, or this failure opened it)
--- counts for nothing: the attempt budget's base goes up by one (the number
--- stays: attempt numbers only go up, lua/worker_start.lua), the error is
--- kept with the attempt's history entry (`released`), and the entry is given back (its idle time set past the lease) so any
--- worker may take it at once (docs/destinations.md, "The breaker").
+-- counts for nothing: its number goes back to the run (`attempts` down by
+-- one, so the next attempt carries the same `Idemgate-Attempt`, and the
+-- budget, counted from `attempt_base`, is untouched), the error is kept
+-- with the attempt's history entry (`released`, alike ones folded into one
+-- with a count), and the entry is given back (its idle time set past the
+-- lease) so any worker may take it at once (docs/destinations.md, "The
+-- breaker"). Numbers still never go down below one already counted: a
+-- receiver sees each number once per counted attempt, plus the probes sent
+-- with it while the destination was down, not one number per probe (a run
+-- probed 22 times during an outage arrives as attempt 1, not 23).
 --
 -- Idempotent per call (see worker_start.lua): a retry of a call whose reply
 -- was lost returns what the first call returned and writes nothing.
@@ -27,7 +33,7 @@ ${op_replay}
 ${history}
 
 -- What the call reads of the record, in one HMGET.
-local r = redis.call('HMGET', KEYS[2], ${field_op}, ${field_op_result}, ${field_history}, ${field_attempt_base})
+local r = redis.call('HMGET', KEYS[2], ${field_op}, ${field_op_result}, ${field_history}, ${field_attempts})
 local again, first = replayed(ARGV[7], r[1], r[2])
 if again then
   return first
@@ -36,7 +42,8 @@ if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return 0
 end
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[6], 'JUSTID')
-redis.call('HSET', KEYS[2], ${field_attempt_base}, (tonumber(r[4]) or 0) + 1, ${field_history},
+-- The attempt's number goes back: the budget (from `attempt_base`) is untouched.
+redis.call('HSET', KEYS[2], ${field_attempts}, math.max((tonumber(r[4]) or 1) - 1, 0), ${field_history},
   released_appended(r[3], 8, ARGV[2]), ${field_status}, ${status_queued}, ${field_last_error}, ARGV[5],
   ${field_worker}, ARGV[2], ${field_updated_ms}, ARGV[4], ${field_op}, ARGV[7], ${field_op_result}, 1)
 return 1

@@ -25,6 +25,19 @@ pub fn bytes_and_mib(bytes: usize) -> String {
     format!("{bytes} ({} MiB)", bytes >> 20)
 }
 
+/// A span in its two largest units: `850ms`, `12s`, `4m 5s`, `1h 2m`, `3d 4h`
+/// (for how long something waits: `stats`, `inspect run`).
+pub fn roughly(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0 => format!("{ms}ms"),
+        1..60 => format!("{s}s"),
+        60..3600 => format!("{}m {}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h {}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d {}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
 /// `60s`), else seconds, else milliseconds. For help texts that show defaults.
 pub fn format_duration(d: Duration) -> String {
     let secs = d.as_secs();

@@ -4,7 +4,7 @@
 // from one reading of /v1/ops/workers (one round of Redis reads), so they
 // agree: not yet delivered + given back + parked.
 import { api, report } from "/console/api.js";
-import { $, bytes, duration, el, notice, relTime, setText, tile, timeEl } from "/console/util.js";
+import { $, bytes, duration, el, notice, relTime, setText, tile, timeEl, visible } from "/console/util.js";
 
 const num = (v) => (v === "" || v === undefined || v === null ? null : Number(v));
 
@@ -30,6 +30,30 @@ function workerRow(w) {
   );
 }
 
+// A group's parked count, with "retry now" beside it while runs are parked:
+// POST /v1/ops/destinations/{name}/retry-now (runs retry-now --all-parked).
+function parkedCell(g) {
+  const parked = g.parked ?? 0;
+  const td = el("td", { attrs: { "data-count": "parked" } }, el("span", { cls: "parked-count", text: String(parked) }));
+  if (parked > 0) {
+    const b = el("button", { cls: "secondary retry-group", text: "retry now", attrs: { type: "button", "data-group": g.group, title: "make every parked run of this group due now (each keeps its attempt budget)" } });
+    b.addEventListener("click", () => retryGroupNow(g.group, parked).catch((e) => notice(`Retry now, group ${g.group}: ${e.message}`)));
+    td.append(" ", b);
+  }
+  return td;
+}
+
+export async function retryGroupNow(group, parked) {
+  if (!confirm(visible(`Make all ${parked} parked run${parked === 1 ? "" : "s"} of group ${group} due now?`))) return;
+  try {
+    const r = await api(`/v1/ops/destinations/${encodeURIComponent(group)}/retry-now`, "POST");
+    notice(`${r.made_due} parked run${r.made_due === 1 ? "" : "s"} of group ${group} due now: its workers take them within a second`, true);
+  } catch (e) {
+    notice(`Retry now, group ${group}: ${e.message}`);
+  }
+  await refreshOverview();
+}
+
 function queueRow(g) {
   const cell = (text) => el("td", { text: String(text) });
   const time = (ms) => el("td", {}, typeof ms === "number" ? timeEl(ms) : document.createTextNode("none"));
@@ -40,7 +64,7 @@ function queueRow(g) {
     el("td", { text: String(g.waiting ?? ""), attrs: { "data-count": "waiting" } }),
     el("td", { text: g.lag === null || g.lag === undefined ? "n/a" : String(g.lag), attrs: { "data-count": "lag" } }),
     el("td", { text: String(g.given_back ?? 0), attrs: { "data-count": "given_back" } }),
-    el("td", { text: String(g.parked ?? 0), attrs: { "data-count": "parked" } }),
+    parkedCell(g),
     time(g.next_due_ms),
     time(g.oldest_parked_queued_ms),
   );

@@ -14,7 +14,7 @@ function historyRow(a) {
   return el(
     "tr",
     { attrs: { "data-attempt": a.attempt } },
-    el("td", { text: folded ? `${a.attempt}–${a.last_attempt}` : a.attempt }),
+    el("td", { text: folded && a.last_attempt !== a.attempt ? `${a.attempt}–${a.last_attempt}` : a.attempt }),
     el("td", { cls: "nowrap" }, timeEl(a.started_ms)),
     el("td", { text: a.worker || "" }),
     el("td", { text: a.status === null || a.status === undefined ? "no answer" : a.status, cls: "http-status" }),
@@ -65,7 +65,10 @@ export async function showRun(runId, { scroll = true } = {}) {
   ];
   const next = r.next_attempt;
   if (next) {
-    const when = el("span", { attrs: { id: "next-attempt", "data-reason": next.reason, "data-due-ms": String(next.due_ms) } }, timeEl(next.due_ms));
+    const attrs = { id: "next-attempt", "data-reason": next.reason, "data-due-ms": String(next.due_ms) };
+    // Waiting for the destination's return: due at once when it answers, at due_ms at the latest.
+    if (typeof next.next_probe_ms === "number") attrs["data-next-probe-ms"] = String(next.next_probe_ms);
+    const when = el("span", { attrs }, next.reason === "destination" ? document.createTextNode("when the destination returns, at the latest ") : document.createTextNode(""), timeEl(next.due_ms));
     when.append(document.createTextNode(` (${absTime(next.due_ms)}, group ${next.group}): ${next.why}`));
     pairs.push(["next attempt", when]);
   }

@@ -32,6 +32,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/ops/destinations", get(destinations))
         .route("/v1/ops/destinations/{name}/pause", post(pause))
         .route("/v1/ops/destinations/{name}/resume", post(resume))
+        .route("/v1/ops/destinations/{name}/retry-now", post(group_retry_now))
         .route("/v1/ops/dead", get(dead))
         .route("/v1/ops/dead/{run_id}/retry", post(retry))
         .route("/v1/ops/runs/{run_id}/redeliver", post(redeliver))
@@ -365,6 +366,28 @@ async fn skip(State(st): State<AppState>, p: Result<Path<String>, PathRejection>
         ))),
         Skipped::NotHead => Err(ApiError::Conflict(format!("{shown} heads no line; nothing changed"))),
     }
+}
+
+/// `POST /v1/ops/destinations/{name}/retry-now`, `idemgate runs retry-now
+/// --all-parked --group NAME`: 200 with the
+/// number of the group's parked runs made due now (its workers take them
+/// within a second, each keeping its attempt budget), 404 when none waited
+/// (an unknown group, none parked, or all due already; nothing changed).
+async fn group_retry_now(
+    State(st): State<AppState>,
+    p: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let group = path(p)?;
+    segment("name", &group)?;
+    let made_due = source(&st)?.retry_now_group(&group).await.map_err(|e| unavailable(&st, e))?;
+    let shown = crate::text::escape_control(&group);
+    if made_due == 0 {
+        return Err(ApiError::NotFound(format!(
+            "no run of group {shown} waits parked (an unknown group, none parked, or all due already); nothing changed"
+        )));
+    }
+    tracing::info!(group = %shown, made_due, "ops API: a group's parked runs made due now");
+    Ok((StatusCode::OK, Json(json!({"group": group, "made_due": made_due}))).into_response())
 }
 
 async fn send_again(

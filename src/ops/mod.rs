@@ -25,7 +25,9 @@ pub use crate::redis_io::parked_scripts::Skipped;
 pub use client::{Ops, OpsError, SCAN_COUNT};
 pub use dead::{DEFAULT_DEAD_LIMIT, DeadPage, DeadRun, MAX_DEAD_LIMIT, Retried, entry_id};
 pub use inspect::{DeliveryView, Found, Inspection, LogicalView, OrderLine, OrderView, RunView, Target, Ttl};
-pub use parked::{NextAttempt, OLDEST_SAMPLE, OrderBlocked, ParkedGroup, RetriedNow, next_attempt, not_parked_hint};
+pub use parked::{
+    DestinationWait, NextAttempt, OLDEST_SAMPLE, OrderBlocked, ParkedGroup, RetriedNow, next_attempt, not_parked_hint,
+};
 pub use runs::{FoundBy, RunPage, RunQuery, RunSummary};
 pub use source::{DeliveryDetail, MAX_PAYLOAD_TEXT, MEMORY_STORE_NOTE, RunDetail, Source};
 pub use stats::{KeyCounts, Stats, StreamStats};

@@ -215,24 +215,76 @@ impl Ops {
     }
 }
 
+/// A parked run that waits for its destination's return: it is in its
+/// group's `idemgate:{NS}:destination-parked:` enc(group) set (a failure of
+/// the destination's kind parked it), so the group's probe of the
+/// destination, or any attempt's success, makes it due at once
+/// (docs/destinations.md, "When the destination returns").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct DestinationWait {
+    /// The earliest time the destination's return may send it (its
+    /// `Retry-After`, else when it failed), ms since the Unix epoch.
+    pub not_before_ms: u64,
+    /// The soonest the group's next probe of the destination may go, ms
+    /// since the Unix epoch: when the latest probe's interval (or a
+    /// `Retry-After`, or an attempt's failure) stops holding it back, or
+    /// the reading's time when nothing does.
+    pub next_probe_ms: u64,
+}
+
+impl Ops {
+    /// Whether the parked run of `record` waits for its destination's
+    /// return (`None`: it is not parked, or it waits for its schedule):
+    /// one pipelined round, its score in the group's destination-parked set
+    /// and the group's probe key's time left.
+    pub(crate) async fn destination_wait(&self, record: &RunRecord) -> Result<Option<DestinationWait>, OpsError> {
+        if record.progress.status != RunStatus::Parked {
+            return Ok(None);
+        }
+        let Some(group) = record.stored.get("parked_group") else { return Ok(None) };
+        let mut pipe = redis::pipe();
+        pipe.zscore(self.keys().destination_parked(group), &record.fields.run_id);
+        pipe.pttl(self.keys().destination_probe(group));
+        let (score, probe_left): (Option<f64>, i64) = self.redis.query(&mut pipe).await?;
+        let now = now_ms();
+        Ok(score.map(|s| DestinationWait {
+            not_before_ms: s.max(0.0) as u64,
+            next_probe_ms: now + u64::try_from(probe_left).unwrap_or(0),
+        }))
+    }
+}
+
 /// When a parked run's next attempt is due and why it waits, from what its
-/// record knows.
+/// record knows and, for a run parked for the destination, what Redis says
+/// of its destination ([`DestinationWait`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct NextAttempt {
-    /// The due time, ms since the Unix epoch.
+    /// The due time, ms since the Unix epoch: at the latest (a run that
+    /// waits for its destination goes sooner when the destination returns).
     pub due_ms: u64,
     /// The group whose workers take it when due.
     pub group: String,
-    /// `retry_now` (an operator made it due), `retry_after` (the
-    /// destination's `Retry-After`, when longer than the schedule's wait) or
-    /// `schedule` (the retry schedule's wait after a failed attempt).
+    /// `retry_now` (an operator made it due), `destination` (it waits for
+    /// its destination's return, not for its schedule: a failure of the
+    /// destination's kind parked it, and its `Retry-After`, if any, ends
+    /// before its due time), `retry_after` (the destination's
+    /// `Retry-After`, when longer than the schedule's wait) or `schedule`
+    /// (the retry schedule's wait after a failed attempt).
     pub reason: &'static str,
     /// The reason in words, with the attempt and the failure it follows.
     pub why: String,
+    /// With `destination`: the earliest the destination's return may send
+    /// it (its `Retry-After`, else when it failed), ms since the Unix epoch.
+    pub not_before_ms: Option<u64>,
+    /// With `destination`: the soonest the group's next probe of the
+    /// destination goes, ms since the Unix epoch.
+    pub next_probe_ms: Option<u64>,
 }
 
-/// The [`NextAttempt`] of the run of `record` (`None`: the run is not parked).
-pub fn next_attempt(record: &RunRecord) -> Option<NextAttempt> {
+/// The [`NextAttempt`] of the run of `record` (`None`: the run is not
+/// parked); `waiting`: it waits for its destination (`None`: for its
+/// schedule, or not known, as on the memory store).
+pub fn next_attempt(record: &RunRecord, waiting: Option<DestinationWait>) -> Option<NextAttempt> {
     if record.progress.status != RunStatus::Parked {
         return None;
     }
@@ -244,7 +296,38 @@ pub fn next_attempt(record: &RunRecord) -> Option<NextAttempt> {
     let status = failed.and_then(|a| a.status);
     let answer = status.map_or_else(|| "no answer".to_owned(), |s| format!("HTTP {s}"));
     let error = record.progress.last_error.as_str();
-    let (reason, why) = if fields.get("retry_now_ms").is_some_and(|t| t.parse() == Ok(due_ms)) {
+    let made_due_now = fields.get("retry_now_ms").is_some_and(|t| t.parse() == Ok(due_ms));
+    // A return cannot send it before its Retry-After: when that is its due
+    // time anyway, the Retry-After is why it waits.
+    let waiting = waiting.filter(|w| w.not_before_ms < due_ms);
+    if let (Some(w), false) = (waiting, made_due_now) {
+        let now = now_ms();
+        let probe = if w.next_probe_ms > now {
+            format!("the next probe in about {}", crate::units::roughly(w.next_probe_ms - now))
+        } else {
+            "the next probe any moment".to_owned()
+        };
+        let held = if w.not_before_ms > now {
+            format!(", and no sooner than its Retry-After, in {}", crate::units::roughly(w.not_before_ms - now))
+        } else {
+            String::new()
+        };
+        let why = format!(
+            "it waits for the destination's return, not for its schedule: attempt{attempt} failed for the \
+             destination ({answer}); the workers of group {group} probe the destination every \
+             --breaker-max-cooldown with the earliest run that waits ({probe}), and its first answer makes this \
+             run due at once{held}; the due time is its schedule's, should the destination stay down"
+        );
+        return Some(NextAttempt {
+            due_ms,
+            group,
+            reason: "destination",
+            why,
+            not_before_ms: Some(w.not_before_ms),
+            next_probe_ms: Some(w.next_probe_ms),
+        });
+    }
+    let (reason, why) = if made_due_now {
         (
             "retry_now",
             "an operator made it due at once (runs retry-now); a worker of its group takes it within a second"
@@ -258,7 +341,7 @@ pub fn next_attempt(record: &RunRecord) -> Option<NextAttempt> {
     } else {
         ("schedule", format!("the retry schedule's wait after attempt{attempt} failed ({answer})"))
     };
-    Some(NextAttempt { due_ms, group, reason, why })
+    Some(NextAttempt { due_ms, group, reason, why, not_before_ms: None, next_probe_ms: None })
 }
 
 #[cfg(test)]
@@ -289,7 +372,7 @@ mod tests {
             &[("status", "parked"), ("next_attempt_ms", "9000"), ("parked_group", "g"), ("last_error", "HTTP 500")],
             &[(2, 500)],
         );
-        let next = next_attempt(&parked).unwrap();
+        let next = next_attempt(&parked, None).unwrap();
         assert_eq!((next.due_ms, next.group.as_str(), next.reason), (9000, "g", "schedule"));
         assert!(next.why.contains("attempt 2 failed (HTTP 500)"), "{}", next.why);
 
@@ -301,15 +384,47 @@ mod tests {
             ],
             &[(1, 429)],
         );
-        assert_eq!(next_attempt(&asked).unwrap().reason, "retry_after");
+        assert_eq!(next_attempt(&asked, None).unwrap().reason, "retry_after");
 
         let sent = record(&[("status", "parked"), ("next_attempt_ms", "7"), ("retry_now_ms", "7")], &[]);
-        assert_eq!(next_attempt(&sent).unwrap().reason, "retry_now");
+        assert_eq!(next_attempt(&sent, None).unwrap().reason, "retry_now");
         // An earlier retry-now says nothing of a later parking.
         let later = record(&[("status", "parked"), ("next_attempt_ms", "9"), ("retry_now_ms", "7")], &[]);
-        assert_eq!(next_attempt(&later).unwrap().reason, "schedule");
+        assert_eq!(next_attempt(&later, None).unwrap().reason, "schedule");
 
-        assert_eq!(next_attempt(&record(&[("status", "done"), ("next_attempt_ms", "9")], &[])), None);
+        assert_eq!(next_attempt(&record(&[("status", "done"), ("next_attempt_ms", "9")], &[]), None), None);
+    }
+
+    #[test]
+    fn a_run_parked_for_the_destination_says_it_waits_for_its_return() {
+        let now = now_ms();
+        let due = (now + 3_600_000).to_string();
+        let fields = [
+            ("status", "parked"),
+            ("next_attempt_ms", due.as_str()),
+            ("parked_group", "g"),
+            ("last_error", "HTTP 503"),
+        ];
+        let parked = record(&fields, &[(1, 503)]);
+        let waiting = DestinationWait { not_before_ms: now + 30_500, next_probe_ms: now + 1_500 };
+        let next = next_attempt(&parked, Some(waiting)).unwrap();
+        assert_eq!((next.reason, next.due_ms, next.group.as_str()), ("destination", now + 3_600_000, "g"));
+        assert_eq!((next.not_before_ms, next.next_probe_ms), (Some(now + 30_500), Some(now + 1_500)));
+        for part in [
+            "waits for the destination's return, not for its schedule",
+            "attempt 1 failed for the destination (HTTP 503)",
+            "every --breaker-max-cooldown",
+            "(the next probe in about 1s)",
+            "no sooner than its Retry-After, in 30s",
+        ] {
+            assert!(next.why.contains(part), "{part:?} in {}", next.why);
+        }
+        // A Retry-After that holds it until its due time is why it waits.
+        let held = DestinationWait { not_before_ms: now + 3_600_000, next_probe_ms: now };
+        assert_eq!(next_attempt(&parked, Some(held)).unwrap().reason, "schedule");
+        // A run an operator made due says so, wherever it waited.
+        let sent = record(&[("status", "parked"), ("next_attempt_ms", "7"), ("retry_now_ms", "7")], &[]);
+        assert_eq!(next_attempt(&sent, Some(waiting)).unwrap().reason, "retry_now");
     }
 }
 

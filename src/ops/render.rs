@@ -159,7 +159,7 @@ fn run_text(run: &RunView) -> String {
         |k| format!("{k} (webhook-id, IDEMGATE_RUN_KEY)"),
     );
     let mut rows = vec![("logical key".into(), logical), ("run key".into(), run_key)];
-    if let Some(next) = super::parked::next_attempt(&run.record) {
+    if let Some(next) = super::parked::next_attempt(&run.record, run.waiting) {
         rows.push(("next attempt".into(), next_attempt_text(&next, crate::units::now_ms())));
     }
     rows.extend(run_rows(run));
@@ -181,6 +181,8 @@ fn history_table(out: &mut String, entries: &[AttemptEntry]) {
         let took = format!("{} ms", e.duration_ms);
         // Alike refused probes folded into one entry: their numbers and count.
         let (attempt, outcome) = match (e.count, e.last_attempt) {
+            // Probes that kept the run's number (docs/worker.md) show it once.
+            (Some(n), Some(last)) if last == e.attempt => (last.to_string(), format!("{} ×{n}", e.outcome.as_str())),
             (Some(n), Some(last)) => (format!("{}–{last}", e.attempt), format!("{} ×{n}", e.outcome.as_str())),
             _ => (e.attempt.to_string(), e.outcome.as_str().to_owned()),
         };
@@ -238,7 +240,7 @@ fn run_json(run: &RunView) -> Value {
     json!({
         "key": run.key,
         "fields": fields,
-        "next_attempt": super::parked::next_attempt(record),
+        "next_attempt": super::parked::next_attempt(record, run.waiting),
         "history": record.progress.history,
         "created_at": created,
         "ttl_ms": ttl_json(run.ttl),
@@ -533,19 +535,8 @@ pub fn retried_text(results: &[Retried], all: bool, redeliver: bool) -> String {
 
 /// "in 4m" or "4m ago", from `now` to `at` (ms since the Unix epoch).
 fn from_now(at: u64, now: u64) -> String {
+    use crate::units::roughly;
     if at >= now { format!("in {}", roughly(at - now)) } else { format!("{} ago", roughly(now - at)) }
-}
-
-/// A span in its two largest units: `850ms`, `12s`, `4m 5s`, `1h 2m`, `3d 4h`.
-fn roughly(ms: u64) -> String {
-    let s = ms / 1000;
-    match s {
-        0 => format!("{ms}ms"),
-        1..60 => format!("{s}s"),
-        60..3600 => format!("{}m {}s", s / 60, s % 60),
-        3600..86_400 => format!("{}h {}m", s / 3600, s % 3600 / 60),
-        _ => format!("{}d {}h", s / 86_400, s % 86_400 / 3600),
-    }
 }
 
 /// The lines of `idemgate stats` for the parked runs: one per group.
@@ -623,7 +614,7 @@ mod tests {
 
     #[test]
     fn spans_read_in_two_units() {
-        let got = [850, 12_000, 245_000, 3_720_000, 273_600_000].map(roughly);
+        let got = [850, 12_000, 245_000, 3_720_000, 273_600_000].map(crate::units::roughly);
         assert_eq!(got, ["850ms", "12s", "4m 5s", "1h 2m", "3d 4h"]);
         assert_eq!((from_now(5_000, 2_000), from_now(2_000, 5_000)), ("in 3s".to_owned(), "3s ago".to_owned()));
     }

@@ -124,9 +124,15 @@ pub struct DeliveryDetail {
     pub run: Option<RunDetail>,
 }
 
-fn detail(key: Option<String>, record: RunRecord, p: PayloadParts, ttl_ms: Option<u64>) -> RunDetail {
+fn detail(
+    key: Option<String>,
+    record: RunRecord,
+    p: PayloadParts,
+    ttl_ms: Option<u64>,
+    waiting: Option<super::parked::DestinationWait>,
+) -> RunDetail {
     let summary = RunSummary::of(&record);
-    let next_attempt = super::parked::next_attempt(&record);
+    let next_attempt = super::parked::next_attempt(&record, waiting);
     let RunRecord { mut stored, progress, .. } = record;
     stored.remove("payload");
     RunDetail {
@@ -151,7 +157,7 @@ fn memory_run_detail(run_id: &str, r: MemoryRun) -> Result<Option<RunDetail>, Op
         None => PayloadParts::none(),
     };
     let record = RunRecord::read(run_id, r.stored(run_id), None)?;
-    Ok(record.map(|record| detail(None, record, parts, None)))
+    Ok(record.map(|record| detail(None, record, parts, None, None)))
 }
 
 fn memory_summary(m: &MemoryStore, run_id: &str) -> Result<Option<RunSummary>, OpsError> {
@@ -348,7 +354,8 @@ impl Source {
                     Some(len) => PayloadParts::of(len, read.slice),
                     None => PayloadParts::none(),
                 };
-                let mut d = detail(Some(ops.keys().run(run_id)), record, parts, u64::try_from(read.pttl).ok());
+                let waiting = ops.destination_wait(&record).await?;
+                let mut d = detail(Some(ops.keys().run(run_id)), record, parts, u64::try_from(read.pttl).ok(), waiting);
                 d.payload_gone = gone;
                 d.run_key = d.summary.created_ms.map(|c| ops.keys().run_key(run_id, &c.to_string()));
                 Ok(Some(d))
@@ -468,6 +475,15 @@ impl Source {
                 run_id: run_id.to_owned(),
                 status: m.run(run_id).map_or(String::new(), |r| r.status.to_string()),
             }),
+        }
+    }
+
+    /// `POST /v1/ops/destinations/{name}/retry-now`: [`Ops::retry_now_group`],
+    /// the runs made due. Nothing parks on the memory store: 0.
+    pub async fn retry_now_group(&self, group: &str) -> Result<u64, OpsError> {
+        match self {
+            Source::Redis(ops) => ops.retry_now_group(group).await,
+            Source::Memory(_) => Ok(0),
         }
     }
 }

@@ -712,6 +712,7 @@ mod tests {
                     retention_ms,
                     entry,
                     not_before_ms: Some(6),
+                    probe_hold_ms: 8,
                 };
                 (c.script(), c.layout(), c.command())
             },

@@ -238,6 +238,11 @@ pub struct FailCall<'a> {
     /// the Unix epoch) a probe or the destination's return may send the run
     /// (its `Retry-After`, else now); `None` for the run's own failure.
     pub not_before_ms: Option<u64>,
+    /// With a failure of the destination's kind: no parked-run probe of the
+    /// group for this long from now, ms (the probe interval,
+    /// `--breaker-max-cooldown`; 0: none). The failure is news about the
+    /// destination, as a failed probe would be.
+    pub probe_hold_ms: u64,
 }
 
 /// What recording a failed attempt did.
@@ -267,6 +272,7 @@ impl ScriptCall for FailCall<'_> {
             .key("dead_key", keys.runs_dead())
             .key("parking_key", keys.retry(consumer.group))
             .key("destination_key", keys.destination_parked(consumer.group))
+            .key("probe_key", keys.destination_probe(consumer.group))
             .arg("group", consumer.group)
             .arg("consumer", consumer.name)
             .arg("entry_id", self.entry_id)
@@ -280,6 +286,7 @@ impl ScriptCall for FailCall<'_> {
             .arg("attempt_entry", &self.entry.args()[..])
             .arg("run_fields", &self.run.values()[..])
             .arg("not_before_ms", self.not_before_ms.map_or_else(String::new, |ms| ms.to_string()))
+            .arg("probe_hold_ms", self.probe_hold_ms)
     }
 
     /// Only the header's `0`, `1` and `2`: anything else is an error, not `Lost`.
@@ -778,6 +785,7 @@ mod tests {
             retention_ms: 9,
             entry: &ENTRY,
             not_before_ms: None,
+            probe_hold_ms: 0,
         }
     }
 

@@ -386,6 +386,9 @@ impl<H: Handler> RunTask<'_, H> {
         // no sooner than its Retry-After.
         let waits_for_destination =
             failure.is_destination().then(|| failure.retry_after.unwrap_or_default().min(MAX_RETRY_AFTER));
+        // That failure is news about the destination: the group's prober
+        // (super::probe) waits a whole interval from it.
+        let probe_every = self.handler.breaker().map(|b| b.config().max_cooldown);
         // A permanent failure makes this attempt the last one allowed.
         let last = failure.is_permanent() || tries >= config.max_attempts;
         let entry = self.entry(attempt, ran, failure.status, Some(&error));
@@ -393,7 +396,7 @@ impl<H: Handler> RunTask<'_, H> {
         let op = q.op();
         let Some(recorded) = self
             .until_answered("recording a failed attempt", || {
-                q.fail(self.entry, &error, attempt, last, wait, waits_for_destination, &op, &entry)
+                q.fail(self.entry, &error, attempt, last, wait, waits_for_destination, probe_every, &op, &entry)
             })
             .await
         else {

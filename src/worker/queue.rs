@@ -352,7 +352,8 @@ impl Queue {
     /// `history` entry, and park the run for `retry_in`; dead when it was the
     /// `last`. `waits_for_destination`: the failure was the destination's,
     /// so its return releases the run, no sooner than this after now (its
-    /// `Retry-After`, or zero).
+    /// `Retry-After`, or zero), and the group's next parked-run probe waits
+    /// `probe_every` (the probe interval; `None`: no prober) from now.
     #[allow(clippy::too_many_arguments)] // one per ARGV of the script
     pub async fn fail(
         &self,
@@ -362,6 +363,7 @@ impl Queue {
         last: bool,
         retry_in: Duration,
         waits_for_destination: Option<Duration>,
+        probe_every: Option<Duration>,
         op: &Op,
         entry: &AttemptParts,
     ) -> Result<Failed, Error> {
@@ -379,6 +381,7 @@ impl Queue {
             retention_ms: self.retention_ms,
             entry,
             not_before_ms: waits_for_destination.map(|d| now + redis_ms(d)),
+            probe_hold_ms: waits_for_destination.and(probe_every).map_or(0, redis_ms),
         };
         self.redis.call(&call).await
     }

@@ -2,12 +2,16 @@
 //! binary, a real Redis and a real `worker --deliver`: the overview counts
 //! the waiting runs (not yet delivered, given back, parked) per group from
 //! one reading, a parked run's page says when its next attempt is due and
-//! why and sends it with Retry now, and a done run whose payload is gone
-//! shows the reason beside a disabled Redeliver.
+//! why and sends it with Retry now, the overview's "retry now" beside a
+//! group's parked count sends all of them, and a done run whose payload is
+//! gone shows the reason beside a disabled Redeliver; a run parked by a
+//! failure of the destination's kind says it waits for the destination's
+//! return.
 
 use std::time::Duration;
 
 use axum::http::StatusCode;
+use serde_json::json;
 
 use crate::full::console::{Browser, keep_screenshot};
 use crate::redis::parked::{deliver, open_gate};
@@ -22,9 +26,13 @@ async fn a_parked_run_is_counted_explained_and_sent_now_in_the_console() {
     secrets_file(&dir, &[secret(43)]);
     let gate = open_gate(&ns, &dir);
     let http = reqwest::Client::new();
-    // Run 1 is refused once for its own sake (422) and parked for an hour; run 2 is done at once.
-    let dest = Destination::start(|r, earlier| {
-        if r.number() == 1 && earlier == 0 { status(StatusCode::UNPROCESSABLE_ENTITY) } else { ok() }
+    // Runs 1 and 3 are refused once for their own sake (422) and parked for
+    // an hour; run 2 is done at once; run 4 meets a destination that is
+    // down for it (503 every time).
+    let dest = Destination::start(|r, earlier| match (r.number(), earlier) {
+        (1 | 3, 0) => status(StatusCode::UNPROCESSABLE_ENTITY),
+        (4, _) => status(StatusCode::SERVICE_UNAVAILABLE),
+        _ => ok(),
     })
     .await;
     for n in 1..=2 {
@@ -51,7 +59,7 @@ async fn a_parked_run_is_counted_explained_and_sent_now_in_the_console() {
     let oldest = b.text("[data-tile=oldest-queued] .value").await;
     assert_ne!(oldest, "none waiting", "the parked run is a waiting run");
     let row = "#queues-table tr[data-group='g']";
-    assert_eq!(b.text(&format!("{row} td[data-count='parked']")).await, "1");
+    assert_eq!(b.text(&format!("{row} td[data-count='parked'] .parked-count")).await, "1");
     assert_eq!(b.text(&format!("{row} td[data-count='waiting']")).await, "1");
     assert_eq!(b.text(&format!("{row} td[data-count='given_back']")).await, "0");
     keep_screenshot("overview-parked", &b.screenshot().await);
@@ -75,6 +83,33 @@ async fn a_parked_run_is_counted_explained_and_sent_now_in_the_console() {
         "const t = document.querySelector('[data-tile=parked] .value'); return !!t && t.textContent === '0'",
     )
     .await;
+    assert_eq!(b.eval("return document.querySelectorAll('#queues-table button.retry-group').length").await, 0);
+
+    // A group's parked runs, all at once from the overview: "retry now"
+    // beside the group's parked count asks first, then sends run-3 as its
+    // attempt 2.
+    deliver(&http, &gate, 3).await;
+    wait_for(Duration::from_secs(20), "run-3 parked", || async { status_of(&ns, 3).await == "parked" }).await;
+    let button = "#queues-table tr[data-group='g'] td[data-count='parked'] button.retry-group";
+    b.until("the group's retry now", &format!("return !!document.querySelector(\"{button}\")")).await;
+    b.click(button).await;
+    let question = b.cmd(reqwest::Method::GET, "/alert/text", None).await;
+    assert_eq!(question, "Make all 1 parked run of group g due now?");
+    b.post("/alert/accept", json!({})).await;
+    b.until(
+        "the notice",
+        "return document.getElementById('notice').textContent.includes('1 parked run of group g due now')",
+    )
+    .await;
+    wait_for(Duration::from_secs(10), "run-3 done", || async { status_of(&ns, 3).await == "done" }).await;
+    assert_eq!(dest.of_run(3).len(), 2);
+    assert_eq!(dest.of_run(3)[1].header("idemgate-attempt"), "2");
+    b.until(
+        "no parked run, no button",
+        "const t = document.querySelector('[data-tile=parked] .value'); \
+         return !!t && t.textContent === '0' && !document.querySelector('#queues-table button.retry-group')",
+    )
+    .await;
 
     // Run-2 is done and its payload was removed: Redeliver is off, and says why.
     b.goto(&format!("{}/console#/runs/run-2", gate.url)).await;
@@ -85,6 +120,21 @@ async fn a_parked_run_is_counted_explained_and_sent_now_in_the_console() {
     assert!(why.contains("its payload is gone") && why.contains("--keep-done-payloads"), "{why}");
     assert_eq!(b.eval("return document.getElementById('retry-now').hidden").await, true);
     keep_screenshot("run-payload-gone", &b.screenshot().await);
+
+    // Run-4 waits for its destination's return, not for its hour, and its page says so.
+    deliver(&http, &gate, 4).await;
+    wait_for(Duration::from_secs(20), "run-4 parked", || async { status_of(&ns, 4).await == "parked" }).await;
+    b.goto(&format!("{}/console#/runs/run-4", gate.url)).await;
+    b.until("run-4's next attempt", "return !!document.getElementById('next-attempt')").await;
+    assert_eq!(b.eval("return document.getElementById('next-attempt').dataset.reason").await, "destination");
+    let probe = b.eval("return Number(document.getElementById('next-attempt').dataset.nextProbeMs)").await;
+    let now = idemgate::units::now_ms();
+    assert!(probe.as_u64().is_some_and(|ms| ms + 5_000 > now && ms < now + 5_000), "the next probe soon: {probe}");
+    let next = b.text("#next-attempt").await;
+    assert!(next.starts_with("when the destination returns, at the latest in "), "{next}");
+    assert!(next.contains("it waits for the destination's return, not for its schedule"), "{next}");
+    assert!(next.contains("attempt 1 failed for the destination (HTTP 503)"), "{next}");
+    assert_eq!(b.eval("return document.getElementById('retry-now').hidden").await, false);
     let _ = b.cmd(reqwest::Method::DELETE, "", None).await;
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -266,7 +266,7 @@ async fn an_outage_dead_letters_nothing() {
     for n in 1..=2 * RUNS {
         let r = record(&ns, &format!("run-{n}")).await;
         let field = |k: &str| r.get(k).map_or(0, |a| a.parse::<u32>().unwrap());
-        // What counted: the attempts above the budget's base (an uncounted one raises the base).
+        // What counted: the attempts above the budget's base (an uncounted one gives its number back).
         let counted = field("attempts") - field("attempt_base");
         assert!(counted < 3, "run-{n} used {counted} attempts in the outage: {r:?}");
     }

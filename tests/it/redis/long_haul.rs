@@ -748,12 +748,11 @@ async fn a_retry_after_of_zero_or_the_past_cannot_burn_attempts() {
     })
     .await;
     create(&gate(&ns).await, [1, 2]).await;
-    // The prober probes a run parked for the destination that is due later
-    // than its interval (2 s by default): one whose 2 s wait the jitter made
-    // 2.2 s got a probe (a request, counting no attempt) when the prober
-    // looked just after its failure. An interval longer than every wait
-    // keeps the requests to the attempts this test counts.
-    let flags = ["--retry-schedule", "2s,2s,2s", "--breaker-failures", "100", "--breaker-max-cooldown", "5s"];
+    // The default probe interval (2 s): a failed attempt holds the group's
+    // next parked-run probe for an interval (lua/worker_fail.lua), so a run
+    // due 2.2 s after it (the jitter) gets no probe; only the attempts reach
+    // the destination.
+    let flags = ["--retry-schedule", "2s,2s,2s", "--breaker-failures", "100"];
     let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
     wait_status(&ns, [(1, "dead"), (2, "dead")], Duration::from_secs(30)).await;
     for n in [1, 2] {
@@ -798,8 +797,15 @@ async fn an_open_breaker_waits_out_the_destinations_retry_after() {
     assert_eq!(outcomes, ["released", "released", "released", "done"], "{h:?}");
     assert_eq!(
         (h[2]["status"].as_u64(), h[2]["count"].as_u64(), h[2]["last_attempt"].as_u64()),
-        (Some(429), Some(2), Some(4))
+        (Some(429), Some(2), Some(1))
     );
+    // None of them counted, so none raised the number: the delivery is attempt 1.
+    assert!(
+        got.iter().all(|r| r.header("idemgate-attempt") == "1"),
+        "{:?}",
+        got.iter().map(|r| r.header("idemgate-attempt")).collect::<Vec<_>>()
+    );
+    assert_eq!(record(&ns, "run-1").await["attempts"], "1");
     assert_eq!(dead_count(&ns).await, 0);
     workers.stop().await;
     let _ = std::fs::remove_dir_all(dir);
@@ -808,7 +814,10 @@ async fn an_open_breaker_waits_out_the_destinations_retry_after() {
 /// Twenty failed probes do not bury the story: the run's first failure
 /// keeps its own entry, the alike probes after it fold into one entry with
 /// their count, last attempt and last start, and `inspect run` shows them
-/// as one line.
+/// as one line. The breaker's probes count no attempt and raise no
+/// number: all 23 requests carry `Idemgate-Attempt: 1` (issue 44 saw 23
+/// for one run), the record counts one attempt, and the delivery is
+/// attempt 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_probes_fold_into_one_entry_behind_the_first_failure() {
     let ns = fresh_ns("lhfold");
@@ -821,23 +830,30 @@ async fn failed_probes_fold_into_one_entry_behind_the_first_failure() {
     let flags = ["--breaker-failures", "1", "--breaker-cooldown", "50ms", "--breaker-max-cooldown", "50ms"];
     let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
     wait_status(&ns, [(1, "done")], Duration::from_secs(30)).await;
-    assert_eq!(dest.of_run(1).len(), 23);
+    let got = dest.of_run(1);
+    assert_eq!(got.len(), 23);
+    let numbers: Vec<&str> = got.iter().map(|r| r.header("idemgate-attempt")).collect();
+    assert!(numbers.iter().all(|n| *n == "1"), "a probe raises no attempt number: {numbers:?}");
+    assert_eq!(record(&ns, "run-1").await["attempts"], "1");
     let h = history(&ns, "run-1").await;
     let want: Vec<(u64, String)> =
-        [(1, "released"), (2, "released"), (23, "done")].map(|(a, o)| (a, o.to_owned())).into();
+        [(1, "released"), (1, "released"), (1, "done")].map(|(a, o)| (a, o.to_owned())).into();
     assert_eq!(outcomes(&h), want, "{h:?}");
     assert!(h[0].get("count").is_none(), "the first failure stands alone: {}", h[0]);
-    assert_eq!((h[1]["count"].as_u64(), h[1]["last_attempt"].as_u64()), (Some(21), Some(22)), "{}", h[1]);
+    assert_eq!((h[1]["count"].as_u64(), h[1]["last_attempt"].as_u64()), (Some(21), Some(1)), "{}", h[1]);
     assert!(h[1]["last_started_ms"].as_u64() > h[1]["started_ms"].as_u64(), "{}", h[1]);
     let text = stdout(&idemgate_in(&ns, &["inspect", "run", "run-1"]));
-    assert!(text.contains("2–22") && text.contains("released ×21"), "{text}");
+    let folded = text.lines().find(|l| l.contains("released ×21")).unwrap_or_else(|| panic!("{text}"));
+    assert!(folded.trim_start().starts_with("1 "), "one number for the folded probes: {folded}");
     workers.stop().await;
     let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A long story keeps its beginning: fourteen refused attempts that do not
 /// fold (their statuses alternate), then a delivery. `history` holds the
-/// first attempt and the newest ones, ten entries in all.
+/// first attempt and the newest ones, ten entries in all. None of the
+/// refused ones counted (the breaker opened at the first), so all carry
+/// the number 1, as the delivery does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_keeps_the_first_attempt_beside_the_newest() {
     let ns = fresh_ns("lhfirst");
@@ -855,8 +871,13 @@ async fn history_keeps_the_first_attempt_beside_the_newest() {
     wait_status(&ns, [(1, "done")], Duration::from_secs(30)).await;
     let h = history(&ns, "run-1").await;
     let attempts: Vec<u64> = outcomes(&h).into_iter().map(|(a, _)| a).collect();
-    assert_eq!(attempts, [1, 7, 8, 9, 10, 11, 12, 13, 14, 15], "{h:?}");
-    assert_eq!(h[0]["status"], 502, "the first failure: {}", h[0]);
+    assert_eq!(attempts, [1; 10], "{h:?}");
+    // The first request (502), then the newest: the 7th to the 14th (502, 503, …) and the delivery.
+    let statuses: Vec<Option<u64>> = h[..9].iter().map(|e| e["status"].as_u64()).collect();
+    let newest = [502, 503, 502, 503, 502, 503, 502, 503].map(Some);
+    assert_eq!((statuses[0], &statuses[1..]), (Some(502), &newest[..]), "{h:?}");
+    assert_eq!(h[9]["outcome"], "done", "{h:?}");
+    assert_eq!(record(&ns, "run-1").await["attempts"], "1");
     workers.stop().await;
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -464,3 +464,89 @@ async fn a_run_parked_on_retry_after_says_so() {
     assert_eq!(dest.got().len(), 1, "no attempt before its time");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A run parked after a failure of the destination's kind (503) waits for
+/// the destination's return, and `inspect run` and `/v1/ops/runs/{id}` say
+/// so: reason `destination`, with the next probe's time (the probe interval
+/// is 1 h here, and the failure itself holds the probe back that long) and
+/// the time its `Retry-After` allows; a run parked for its own failure
+/// (422) says `schedule`. `POST /v1/ops/destinations/g/retry-now` then makes
+/// every parked run of the group due at once (attempt 2 each, the budget
+/// kept); another site's request (403) changes nothing, and a group with
+/// none parked, or an unknown one, is 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_waiting_for_its_destination_says_so_and_a_group_is_sent_now() {
+    let ns = fresh_ns("parkeddest");
+    let dir = temp_dir("parkeddest");
+    secrets_file(&dir, &[secret(46)]);
+    let gate = open_gate(&ns, &dir);
+    let http = reqwest::Client::new();
+    // Run 1 meets a destination that is down (503), run 2 is refused for its own sake (422); then both go.
+    let dest = Destination::start(|r, earlier| match (r.number(), earlier) {
+        (1, 0) => status(StatusCode::SERVICE_UNAVAILABLE),
+        (2, 0) => status(StatusCode::UNPROCESSABLE_ENTITY),
+        _ => ok(),
+    })
+    .await;
+    for n in 1..=2 {
+        deliver(&http, &gate, n).await;
+    }
+    let flags = ["--retry-schedule", "1h,1h", "--breaker-failures", "100", "--breaker-max-cooldown", "1h"];
+    let _workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
+    wait_for(Duration::from_secs(20), "two runs parked", || async {
+        status_of(&ns, 1).await == "parked" && status_of(&ns, 2).await == "parked"
+    })
+    .await;
+    let now = idemgate::units::now_ms();
+
+    // Run-1 waits for the destination, not for its hour.
+    let out = idemgate_in(&ns, &["inspect", "run", "run-1"]);
+    let text = stdout(&out);
+    let next = text.lines().find(|l| l.starts_with("next attempt:")).unwrap_or_else(|| panic!("{text}"));
+    assert!(next.ends_with("[destination]"), "{next}");
+    assert!(next.contains("it waits for the destination's return, not for its schedule"), "{next}");
+    assert!(next.contains("attempt 1 failed for the destination (HTTP 503)"), "{next}");
+    assert!(next.contains("(the next probe in about 59m") || next.contains("(the next probe in about 1h"), "{next}");
+    let (code, r1) = get(&http, format!("{}/v1/ops/runs/run-1", gate.url)).await;
+    assert_eq!(code, StatusCode::OK, "{r1}");
+    let na = &r1["next_attempt"];
+    assert_eq!((na["reason"].as_str(), na["group"].as_str()), (Some("destination"), Some("g")), "{na}");
+    let probe = na["next_probe_ms"].as_u64().unwrap();
+    assert!(probe > now + 3_000_000 && probe <= now + 3_600_000 + 1000, "held an interval from the failure: {na}");
+    assert!(na["not_before_ms"].as_u64().unwrap() <= now, "no Retry-After: it may go at once: {na}");
+    assert!(na["due_ms"].as_u64().unwrap() > now + 3_000_000, "its schedule's hour holds at the latest: {na}");
+    // Run-2 waits for its schedule.
+    let (_, r2) = get(&http, format!("{}/v1/ops/runs/run-2", gate.url)).await;
+    let na2 = &r2["next_attempt"];
+    assert_eq!(na2["reason"].as_str(), Some("schedule"), "{na2}");
+    assert!(na2["next_probe_ms"].is_null() && na2["not_before_ms"].is_null(), "{na2}");
+
+    // The whole group at once: another site's request changes nothing.
+    let url = format!("{}/v1/ops/destinations/g/retry-now", gate.url);
+    let before = [record(&ns, "run-1").await, record(&ns, "run-2").await];
+    let (code, _) = post(&http, url.clone(), "{}", Some("http://attacker.example")).await;
+    assert_eq!(code, StatusCode::FORBIDDEN);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!([record(&ns, "run-1").await, record(&ns, "run-2").await], before, "nothing changed");
+    assert_eq!(dest.got().len(), 2);
+    // The console's own request sends both, each as its attempt 2.
+    let (code, v) = post(&http, url.clone(), "{}", Some(&gate.url)).await;
+    assert_eq!((code, v["group"].as_str(), v["made_due"].as_u64()), (StatusCode::OK, Some("g"), Some(2)), "{v}");
+    wait_for(Duration::from_secs(10), "both runs done", || async {
+        status_of(&ns, 1).await == "done" && status_of(&ns, 2).await == "done"
+    })
+    .await;
+    for n in 1..=2 {
+        let got = dest.of_run(n);
+        assert_eq!(got.len(), 2, "run-{n}: its failure, then its delivery");
+        assert_eq!(got[1].header("idemgate-attempt"), "2");
+        assert_eq!(record(&ns, &format!("run-{n}")).await["attempts"], "2");
+    }
+    // None parked any more, and a group nobody runs: 404, nothing changed.
+    let (code, v) = post(&http, url, "{}", None).await;
+    assert_eq!(code, StatusCode::NOT_FOUND, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("no run of group g waits parked"), "{v}");
+    let (code, _) = post(&http, format!("{}/v1/ops/destinations/nobody/retry-now", gate.url), "{}", None).await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    let _ = std::fs::remove_dir_all(dir);
+}

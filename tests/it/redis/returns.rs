@@ -433,3 +433,50 @@ async fn a_run_the_destination_fails_alone_is_released_once_then_keeps_its_sched
     workers.stop().await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A failure of the destination's kind is news about the destination: the
+/// group's next parked-run probe waits a whole `--breaker-max-cooldown`
+/// from the attempt that failed, as it would from a failed probe. A run
+/// answered 503 every time on a 6 s step (longer than the 2 s interval,
+/// so the prober does probe it between its attempts): after each of its
+/// attempts (a new `Idemgate-Attempt`; a probe resends the latest), the
+/// next request comes no sooner than 2 s later. Before the fix, the prober
+/// looked within its interval of the failure and probed at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_probe_follows_within_an_interval_of_an_attempt_that_failed_for_the_destination() {
+    let ns = fresh_ns("rtnafter");
+    let dir = temp_dir("rtnafter");
+    secrets_file(&dir, &[secret(45)]);
+    let dest = Destination::start(|_, _| status(StatusCode::SERVICE_UNAVAILABLE)).await;
+    let flags = ["--retry-schedule", "6s,6s", "--breaker-failures", "100", "--breaker-max-cooldown", "2s"];
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
+    create(&gate(&ns).await, [1]).await;
+    wait_status(&ns, [(1, "dead")], Duration::from_secs(30)).await;
+    let got = dest.of_run(1);
+    let mut highest = 0;
+    let mut attempts = 0;
+    for (i, r) in got.iter().enumerate() {
+        let n: u64 = r.header("idemgate-attempt").parse().unwrap();
+        if n <= highest {
+            continue; // a probe: it resends the latest attempt
+        }
+        highest = n;
+        attempts += 1;
+        if let Some(next) = got.get(i + 1) {
+            let gap = next.at - r.at;
+            assert!(
+                gap >= Duration::from_millis(1950),
+                "a request {gap:?} after attempt {n} failed for the destination"
+            );
+        }
+    }
+    eprintln!(
+        "{} requests, {attempts} attempts: {:?}",
+        got.len(),
+        got.iter().map(|r| r.header("idemgate-attempt")).collect::<Vec<_>>()
+    );
+    assert_eq!(attempts, 3, "the schedule's three attempts");
+    assert!(got.len() > attempts, "the prober probed between them (else this test shows nothing)");
+    workers.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
