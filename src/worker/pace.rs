@@ -257,6 +257,13 @@ impl Gate {
     /// Holds the whole destination back for `hold` (a 429's `Retry-After`):
     /// this worker at once, the others at their next look or take.
     pub async fn hold(&self, queue: &Queue, hold: Duration) {
+        // Only a paced destination is held back whole. Without a `rate`, a run
+        // answered 429 `Retry-After: 3600` waits alone, parked, and never
+        // delays the next (docs/worker.md, "Retries"): the pace is what the
+        // operator sets to say "this service shares one limit".
+        if self.pace.is_none() {
+            return;
+        }
         let hold_ms = u64::try_from(hold.as_millis()).unwrap_or(u64::MAX).max(1);
         self.seen.send_if_modified(|s| {
             let until = Instant::now() + hold;

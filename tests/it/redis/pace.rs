@@ -220,7 +220,8 @@ async fn a_429_with_retry_after_holds_back_every_worker_of_the_destination() {
         ok()
     })
     .await;
-    let config = config(&ns, &dir, &[("held", &dest.url(), "concurrency = 2")]);
+    // A paced destination: an unpaced one's 429 holds its run alone (the long-haul tests).
+    let config = config(&ns, &dir, &[("held", &dest.url(), "concurrency = 2\nrate = \"100/s\"")]);
     let mut workers =
         Workers(vec![destination_worker(&config, &dir, "held", "a"), destination_worker(&config, &dir, "held", "b")]);
     let creating = keep_creating(&ns, 1, Duration::from_millis(25));
