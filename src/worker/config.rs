@@ -63,7 +63,7 @@ pub struct WorkerConfig {
     pub filter: Option<std::sync::Arc<crate::destination_filter::RunFilter>>,
     /// The destination's pace (`rate`, `burst`), shared by all its workers
     /// (`None`: no pace, and no round trip per run for one).
-    pub pace: Option<super::pace::Pace>,
+    pub pace: Option<Pace>,
 }
 
 /// How far each wait between attempts is moved at random: ±10 %.
@@ -202,4 +202,26 @@ pub fn default_consumer() -> String {
     let nonce =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos()) % 100_000;
     format!("{host}-{}-{nonce}", std::process::id())
+}
+
+/// How many attempts a destination may start, all its workers together:
+/// `count` per `per`, plus a `burst` (`[destinations.NAME]`'s `rate` and
+/// `burst`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pace {
+    /// Attempts per [`Pace::per`].
+    pub count: u32,
+    /// One second or one minute.
+    pub per: Duration,
+    /// Attempts beyond the rate a quiet destination may start at once
+    /// (default: the rate of one second, at least 1): the token bucket's size.
+    pub burst: u32,
+}
+
+impl Pace {
+    /// As the config writes it, with its burst: `20/s, burst 20`.
+    pub fn describe(&self) -> String {
+        let unit = if self.per >= Duration::from_secs(60) { "min" } else { "s" };
+        format!("{}/{unit}, burst {}", self.count, self.burst)
+    }
 }

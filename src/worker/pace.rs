@@ -39,27 +39,9 @@ use crate::redis_io::destination_scripts::{HoldCall, TakeCall, Taken};
 /// reader asks again.
 pub const LOOK_EVERY: Duration = Duration::from_millis(500);
 
-/// How many attempts a destination may start, all its workers together:
-/// `count` per `per`, plus a `burst` (`[destinations.NAME]`'s `rate` and
-/// `burst`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Pace {
-    /// Attempts per [`Pace::per`].
-    pub count: u32,
-    /// One second or one minute.
-    pub per: Duration,
-    /// Attempts beyond the rate a quiet destination may start at once
-    /// (default: the rate of one second, at least 1): the token bucket's size.
-    pub burst: u32,
-}
-
-impl Pace {
-    /// As the config writes it, with its burst: `20/s, burst 20`.
-    pub fn describe(&self) -> String {
-        let unit = if self.per >= Duration::from_secs(60) { "min" } else { "s" };
-        format!("{}/{unit}, burst {}", self.count, self.burst)
-    }
-}
+/// The pace itself is a setting of the worker (its config): it lives
+/// there, below this module and the queue, which both read the config.
+pub use super::config::Pace;
 
 /// What a worker last saw of its destination's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
