@@ -151,7 +151,7 @@ async fn no_inspect_output_holds_a_raw_bidi_control_or_line_separator() {
         .filter_map(|l| l.split_whitespace().next())
         .filter(|c| *c != "help")
         .collect();
-    assert_eq!(listed, ["delivery", "logical", "run"], "a new inspect subcommand needs its case below");
+    assert_eq!(listed, ["delivery", "logical", "order", "run"], "a new inspect subcommand needs its case below");
 
     let ns = fresh_ns("inspect-bidi");
     let keys = Keys::new(&ns).unwrap();
@@ -187,11 +187,22 @@ async fn no_inspect_output_holds_a_raw_bidi_control_or_line_separator() {
     let dead_fields =
         [&run_fields[..6], &[("group", worker.as_str()), ("attempts", "1"), ("last_error", &error)]].concat();
     let _: String = c.xadd(keys.runs_dead(), "*", &dead_fields).await.unwrap();
+    // The run's order key's line, as a worker of a hostile group name keeps it (lua/shared/order.lua).
+    let order_key = idemgate::order::OrderBy::Subject
+        .key(&idemgate::vocabulary::Identity::new(provider.as_str(), repo.as_str(), "", number.as_str()))
+        .unwrap();
+    let line = [
+        (format!("h:{worker}"), run_id.clone()),
+        (format!("l:{worker}"), format!(" {} ", hostile("run-9"))),
+        (format!("p:{worker}"), format!("{}:17", hostile("run-0"))),
+    ];
+    let _: () = c.hset_multiple(keys.order(&order_key), &line).await.unwrap();
 
     let store = ["--redis-url", crate::support::redis_url(), "--namespace", &ns];
-    let commands: [&[&str]; 4] = [
+    let commands: [&[&str]; 5] = [
         &["inspect", "delivery", &provider, &delivery_id],
         &["inspect", "logical", &provider, &repo, &action, &number],
+        &["inspect", "order", &provider, &repo, &number],
         &["inspect", "run", &run_id],
         &["dead", "list"],
     ];
