@@ -46,7 +46,7 @@ end
 -- (the run retention, which the worker set on it).
 local retention_ms = math.max(redis.call('PTTL', KEYS[2]), 0)
 for _, group in ipairs(released) do
-  order_hand_on(o[2], group, run_id, o[3], retention_ms)
+  order_hand_on(o[2], group, run_id, run_id .. ':' .. (o[3] or ''), retention_ms)
 end
 redis.call('HSET', KEYS[2], ${field_skipped_ms}, ARGV[2])
 return {1, released}

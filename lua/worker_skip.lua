@@ -21,18 +21,6 @@ ${order}
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 order_catch_up(ARGV[1], ARGV[3])
 local run_id = string.match(KEYS[2], ':run:([^:]*)$')
-local okey = order_key_of(ARGV[4])
-local st = redis.call('HMGET', okey, 'h:' .. ARGV[1], 'l:' .. ARGV[1])
-if st[1] == run_id then
-  -- Handed on without becoming the previous: the chain names runs the destination got.
-  local previous = redis.call('HGET', okey, 'p:' .. ARGV[1])
-  order_hand_on(ARGV[4], ARGV[1], run_id, '', ARGV[5])
-  if previous then
-    redis.call('HSET', okey, 'p:' .. ARGV[1], previous)
-  else
-    redis.call('HDEL', okey, 'p:' .. ARGV[1])
-  end
-elseif order_in_line(st[2], run_id) then
-  order_hand_on(ARGV[4], ARGV[1], run_id, '', ARGV[5])
-end
+-- No previous: the chain names the runs the destination did get.
+order_hand_on(ARGV[4], ARGV[1], run_id, nil, ARGV[5])
 return 1

@@ -39,13 +39,12 @@ impl OrderBy {
 
     /// The order key of a run of `identity`, or `None` when runs are independent.
     pub fn key(self, identity: &Identity) -> Option<String> {
-        match self {
-            OrderBy::None => None,
-            OrderBy::Subject => {
-                Some(format!("{}:{}:{}", enc(&identity.provider), enc(&identity.repo), enc(&identity.number)))
-            }
-            OrderBy::Repo => Some(format!("{}:{}", enc(&identity.provider), enc(&identity.repo))),
-        }
+        let subject = match self {
+            OrderBy::None => return None,
+            OrderBy::Subject => Some(identity.number.as_str()),
+            OrderBy::Repo => None,
+        };
+        Some(order_key(&identity.provider, &identity.repo, subject))
     }
 
     /// The spelling the config file uses.
@@ -55,6 +54,17 @@ impl OrderBy {
             OrderBy::Subject => "subject",
             OrderBy::Repo => "repo",
         }
+    }
+}
+
+/// The order key of runs of `provider`'s `repo` (`enc(provider):enc(repo)`),
+/// and of its `subject` when given (`…:enc(subject)`; a push's is empty):
+/// what the gate writes and what `idemgate inspect order` looks up.
+pub fn order_key(provider: &str, repo: &str, subject: Option<&str>) -> String {
+    let line = format!("{}:{}", enc(provider), enc(repo));
+    match subject {
+        Some(subject) => format!("{line}:{}", enc(subject)),
+        None => line,
     }
 }
 

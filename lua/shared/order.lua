@@ -91,15 +91,16 @@ local function order_catch_up(group, upto)
   local entered_key = ORDER_BASE .. 'order-entered'
   local mark = redis.call('HGET', entered_key, group)
   local oldest = redis.call('XPENDING', ORDER_RUNS, group)[2]
-  local start
+  -- The window's first id, and the bound XRANGE takes for it: the oldest
+  -- pending entry itself, or the first entry after the mark.
+  local from, bound
   if oldest and (not mark or order_id_before(mark, oldest)) then
-    start = oldest
+    from, bound = oldest, oldest
   elseif mark then
-    start = '(' .. mark
+    from, bound = mark, '(' .. mark
   end
-  if start and (start == oldest and order_id_before(oldest, upto) or start ~= oldest and order_id_before(mark, upto)) then
-    local entries = redis.call('XRANGE', ORDER_RUNS, start, '(' .. upto)
-    for _, e in ipairs(entries) do
+  if from and order_id_before(from, upto) then
+    for _, e in ipairs(redis.call('XRANGE', ORDER_RUNS, bound, '(' .. upto)) do
       local f = {}
       for i = 1, #e[2], 2 do
         f[e[2][i]] = e[2][i + 1]
@@ -122,13 +123,25 @@ local function order_catch_up(group, upto)
   end
 end
 
+-- Whether any destination still has a head for the key: its state must
+-- stay until the last one is done. (A line never exists without its head.)
+local function order_busy(okey)
+  for _, field in ipairs(redis.call('HKEYS', okey)) do
+    if string.sub(field, 1, 2) == 'h:' then
+      return true
+    end
+  end
+  return false
+end
+
 -- The run `run_id` of `key` is finished for `group` (done, dead and
 -- skipped, or passed over): if it was the head, the next run of the line
 -- becomes the head and goes on the stream at once, addressed to the group
 -- (as lua/worker_wake.lua puts a parked run back); else it leaves the
--- line. `created_ms` makes the chain's previous. Returns the run handed
--- on, or nil.
-local function order_hand_on(key, group, run_id, created_ms, retention_ms)
+-- line. `previous` (`run-N:created_ms`) becomes the chain's previous when
+-- it was the head; nil leaves the previous as it is (a run passed over is
+-- none the destination got). Returns the run handed on, or nil.
+local function order_hand_on(key, group, run_id, previous, retention_ms)
   local okey = order_key_of(key)
   local st = redis.call('HMGET', okey, 'h:' .. group, 'l:' .. group)
   if st[1] ~= run_id then
@@ -143,18 +156,15 @@ local function order_hand_on(key, group, run_id, created_ms, retention_ms)
     return nil
   end
   redis.call('ZREM', ORDER_BLOCKED, order_blocked_member(group, key))
-  redis.call('HSET', okey, 'p:' .. group, run_id .. ':' .. (created_ms or ''))
+  if previous then
+    redis.call('HSET', okey, 'p:' .. group, previous)
+  end
   local line = st[2]
   local next_run = line and string.match(line, '^ (%S+) ')
   if not next_run then
     redis.call('HDEL', okey, 'h:' .. group, 'l:' .. group)
     -- No head left for any group: the key keeps only its previous runs, for the retention.
-    local left = redis.call('HKEYS', okey)
-    local busy = false
-    for _, field in ipairs(left) do
-      if string.sub(field, 1, 2) == 'h:' then busy = true end
-    end
-    if not busy and tonumber(retention_ms) > 0 then
+    if tonumber(retention_ms) > 0 and not order_busy(okey) then
       redis.call('PEXPIRE', okey, retention_ms)
     end
     return nil
@@ -188,7 +198,7 @@ local function order_finished(group, dead, retention_ms, now)
   end
   local run_id = string.match(KEYS[2], ':run:([^:]*)$')
   if not dead or o[2] == 'skip' then
-    order_hand_on(o[1], group, run_id, o[3], retention_ms)
+    order_hand_on(o[1], group, run_id, run_id .. ':' .. (o[3] or ''), retention_ms)
   elseif redis.call('HGET', order_key_of(o[1]), 'h:' .. group) == run_id then
     -- Blocked: counted from the head's death until it is retried or skipped.
     redis.call('ZADD', ORDER_BLOCKED, 'NX', now, order_blocked_member(group, o[1]))

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use idemgate::config::{Command, Merged, Setting, Sources, StoreConfig};
 use idemgate::ops::{Ops, OpsError, Retried, Skipped, Target, render};
-use idemgate::order::OrderBy;
+use idemgate::order::order_key;
 use idemgate::text::json_text;
 
 use super::{OWN_FLAGS, print_out, setting_flags};
@@ -107,14 +107,7 @@ impl InspectCommand {
             }
             InspectCommand::Run { run_id, read } => (Target::Run { run_id: run_id.clone() }, read),
             InspectCommand::Order { provider, repo, subject, read } => {
-                let by = if subject.is_some() { OrderBy::Subject } else { OrderBy::Repo };
-                let id = idemgate::vocabulary::Identity::new(
-                    provider.as_str(),
-                    repo.as_str(),
-                    "",
-                    subject.as_deref().unwrap_or(""),
-                );
-                (Target::Order { key: by.key(&id).expect("an ordered key") }, read)
+                (Target::Order { key: order_key(provider, repo, subject.as_deref()) }, read)
             }
         }
     }

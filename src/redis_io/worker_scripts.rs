@@ -576,6 +576,10 @@ pub enum ProbeTaken {
         attempts: u32,
         /// When the gate created it ('' unknown).
         created_ms: String,
+        /// Its order key, if it is ordered (then it is its key's head).
+        order_key: Option<String>,
+        /// The chain's previous for the destination, `run-N:created_ms`, if any.
+        previous: Option<String>,
         /// The `traceparent` of the gate span that created it (its record's
         /// `trace`), if any: the probe's span joins that trace.
         trace: Option<String>,
@@ -602,6 +606,7 @@ impl ScriptCall for ProbeTakeCall<'_> {
             .arg("now_ms", self.now_ms)
             .arg("every_ms", self.every_ms)
             .arg("run_prefix", keys.run_prefix())
+            .arg("order_prefix", keys.order(""))
     }
 
     fn decode(&self, reply: Value) -> Result<ProbeTaken, Error> {
@@ -614,19 +619,23 @@ impl ScriptCall for ProbeTakeCall<'_> {
             Some(1) => {
                 let names = RunFields::NAMES;
                 let first = 4;
-                if parts.len() < first + names.len() + 1 {
+                let after = first + names.len();
+                if parts.len() < after + 3 {
                     return Err(unexpected());
                 }
                 let run = RunFields::read(|name| {
                     let i = names.iter().position(|n| *n == name).unwrap_or(usize::MAX);
                     text(first + i).unwrap_or_default()
                 });
+                let given = |i: usize| text(i).filter(|t| !t.is_empty());
                 Ok(ProbeTaken::Run {
                     run,
                     attempts: text(2).and_then(|t| t.parse().ok()).ok_or_else(unexpected)?,
                     created_ms: text(3).unwrap_or_default(),
-                    trace: text(first + names.len()).filter(|t| !t.is_empty()),
-                    payload: text(first + names.len() + 1),
+                    order_key: given(after),
+                    previous: given(after + 1),
+                    trace: given(after + 2),
+                    payload: text(after + 3),
                 })
             }
             _ => Err(unexpected()),

@@ -91,7 +91,12 @@ pub(super) async fn process<H: Handler>(shared: &WorkerState, handler: &H, entry
         task.admission.abandoned();
         return task.give_back().await;
     }
-    let Some(started) = task.start().await else { return task.admission.abandoned() };
+    let Some(started) = task.start().await else {
+        // No attempt (the run waits for its key's line, or is dead or
+        // another worker's): its pace token goes back, as a refused run's.
+        shared.gate.give_back(1);
+        return task.admission.abandoned();
+    };
     let (attempt, tries) = (started.attempt, started.tries);
     let (outcome, ran) = task.call(started).await;
     if let Attempt::Failed(failure) = &outcome
@@ -257,11 +262,7 @@ impl<H: Handler> RunTask<'_, H> {
             };
         self.renewed_by_start(sent).await;
         let key = q.run_key_of(self.entry, created_ms.as_deref());
-        let order = self.entry.order_key.clone().map(|key| Chain {
-            key,
-            // The script names it `run-N:CREATED_MS`; the chain carries its run key.
-            previous: previous.map(|p| format!("{}:{p}", q.keys().namespace())),
-        });
+        let order = self.entry.order_key.clone().map(|key| Chain::from_script(q.keys(), key, previous));
         let run = match payload.map(Payload::from_json).transpose() {
             Ok(payload) => Ok(RunAttempt { attempt, key, payload, trace, order, ..self.entry.run.clone() }),
             // The stored text never changes: no retry can fix it.

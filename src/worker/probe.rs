@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use super::attempt::{Admission, MAX_RETRY_AFTER};
 use super::history::short_error;
 use super::queue::run_key;
-use super::run::{Failure, FailureKind, Handler, Payload, RunAttempt};
+use super::run::{Chain, Failure, FailureKind, Handler, Payload, RunAttempt};
 use super::state::WorkerState;
 use crate::redis_io::worker_scripts::{ProbeOutcome, ProbeTaken};
 use crate::units::{format_duration, now_ms};
@@ -81,13 +81,16 @@ async fn probe_once<H: Handler>(shared: &WorkerState, handler: &H, every: Durati
             return Next::After(every);
         }
     };
-    let (run, attempts, created_ms, trace, payload) = match taken {
+    let (run, attempts, created_ms, order, trace, payload) = match taken {
         ProbeTaken::Wait(ms) => {
             shared.gate.give_back(1);
             admission.abandoned();
             return Next::After(ms.map_or(every, Duration::from_millis).min(every));
         }
-        ProbeTaken::Run { run, attempts, created_ms, trace, payload } => (run, attempts, created_ms, trace, payload),
+        ProbeTaken::Run { run, attempts, created_ms, order_key, previous, trace, payload } => {
+            let order = order_key.map(|key| Chain::from_script(shared.queue.keys(), key, previous));
+            (run, attempts, created_ms, order, trace, payload)
+        }
     };
     let Ok(payload) = payload.map(Payload::from_json).transpose() else {
         // Its own attempt dead-letters it (lua/worker_start.lua keeps the text).
@@ -99,7 +102,7 @@ async fn probe_once<H: Handler>(shared: &WorkerState, handler: &H, every: Durati
     // The run's latest attempt number: a probe counts none.
     // A probe is no attempt of the run, yet part of its story: its span,
     // when traced, is in the run's trace (the gate span's child, as an attempt's).
-    let attempt = RunAttempt { fields: run, attempt: attempts, key, payload, trace, probe: true, order: None };
+    let attempt = RunAttempt { fields: run, attempt: attempts, key, payload, trace, probe: true, order };
     let timeout = shared.config.timeout;
     let (began, started_ms) = (Instant::now(), now_ms());
     let answer = tokio::time::timeout(timeout, handler.call(attempt)).await;

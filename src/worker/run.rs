@@ -57,6 +57,14 @@ pub struct Chain {
     pub previous: Option<String>,
 }
 
+impl Chain {
+    /// The chain from what the scripts answer: the key, and the previous as
+    /// `run-N:CREATED_MS`, which the chain carries as its run key.
+    pub fn from_script(keys: &crate::keys::Keys, key: String, previous: Option<String>) -> Self {
+        Self { key, previous: previous.map(|p| format!("{}:{p}", keys.namespace())) }
+    }
+}
+
 /// Whose failure an attempt's was: what decides the run's next step.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum FailureKind {

@@ -334,3 +334,34 @@ async fn with_skip_a_dead_head_lets_the_next_run_go_at_once() {
     assert_eq!(got.iter().map(|a| a.0).collect::<Vec<_>>(), [1, 2, 3, 4]);
     assert_eq!(got[1].2, got[0].1, "run-2's previous is the dead run-1");
 }
+
+/// A probe of the destination (docs/destinations.md, "When the destination
+/// returns") sends its key's head, parked for the destination: it carries
+/// the run's chain as the run's attempts do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_carries_its_runs_chain() {
+    let ns = fresh_ns("order-probe");
+    let dir = temp_dir("order-probe");
+    secrets_file(&dir, &[secret(51)]);
+    let gate = Gate::new(["acme/widgets"], redis_store_in(&ns, &Settings::default()).await)
+        .with_provider_ordering("github", Ordering { by: OrderBy::Subject, ..Default::default() });
+    for j in 0..2 {
+        let event = json!({"org": "acme", "repo": "widgets", "action": format!("synchronize-{j}"), "number": 5});
+        gate.handle("github", &format!("d-{j}"), &event).await.unwrap();
+    }
+    // run-2's attempt and its first two probes find the destination down; the third takes it.
+    let dest = Destination::start(|r, earlier| {
+        if run_number(r) == 2 && earlier < 3 { status(StatusCode::SERVICE_UNAVAILABLE) } else { ok() }
+    })
+    .await;
+    let flags = ["--retry-schedule", "5m", "--breaker-cooldown", "500ms", "--breaker-max-cooldown", "1s"];
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
+    wait_status(&ns, [(1, "done"), (2, "done")], Duration::from_secs(20)).await;
+    workers.stop().await;
+    let got = arrivals(&dest);
+    assert_eq!(got.iter().map(|a| a.0).collect::<Vec<_>>(), [1, 2, 2, 2, 2], "run-2's attempt, then three probes");
+    for r in dest.got() {
+        assert_eq!(r.header("idemgate-order-key"), "6:github:12:acme/widgets:1:5", "run-{}", run_number(&r));
+    }
+    assert!(got[1..].iter().all(|a| a.2 == got[0].1), "every request of run-2 names run-1 as its previous: {got:?}");
+}

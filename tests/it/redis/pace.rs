@@ -107,6 +107,33 @@ async fn a_paced_destination_starts_at_most_rate_plus_burst_in_any_second_across
     }
 }
 
+/// A run read while its order key is busy waits in Redis and starts no
+/// attempt, so it gives its token back: one pull request's 20 ordered runs
+/// drain on 20 tokens. The bucket holds 30 and refills one a minute, so a
+/// waiting run that kept its token (20 reads, 19 of them waiting, then 19
+/// reads again as each is handed on: 39) would stall the line for minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_waiting_for_its_order_key_gives_its_pace_token_back() {
+    use idemgate::order::{OrderBy, Ordering};
+    let ns = fresh_ns("pace-order");
+    let dir = temp_dir("pace-order");
+    let dest = Destination::start(|_, _| ok()).await;
+    let config = config(&ns, &dir, &[("paced", &dest.url(), "rate = \"1/min\"\nburst = 30\nconcurrency = 32")]);
+    let gate = Gate::new(["o/r"], redis_store_in(&ns, &Settings::default()).await)
+        .with_provider_ordering("github", Ordering { by: OrderBy::Subject, ..Default::default() });
+    let runs = 20u64;
+    for n in 1..=runs {
+        let e = json!({"org": "o", "repo": "r", "action": format!("synchronize-{n}"), "number": 1});
+        gate.handle("github", &format!("d-{n}"), &e).await.unwrap();
+    }
+    let mut workers = Workers(vec![destination_worker(&config, &dir, "paced", "a")]);
+    wait_status(&ns, (1..=runs).map(|n| (n, "done")), Duration::from_secs(30)).await;
+    workers.stop().await;
+    let mut got: Vec<String> = dest.got().iter().map(|r| r.json()["run_id"].as_str().unwrap().to_owned()).collect();
+    got.sort_by_key(|id| id[4..].parse::<u64>().unwrap());
+    assert_eq!(got, (1..=runs).map(|n| format!("run-{n}")).collect::<Vec<_>>(), "each run once");
+}
+
 /// Creates runs numbered from `from` on, one every `every`, until aborted.
 fn keep_creating(ns: &str, from: u64, every: Duration) -> tokio::task::JoinHandle<()> {
     let ns = ns.to_owned();
