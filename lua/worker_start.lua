@@ -23,7 +23,9 @@
 --              action, number, delivery id (copied into the run record
 --              when the attempt starts, into the dead stream if the run is
 --              out of attempts)
--- ARGV[14]: order_key               the entry's order key (lua/shared/order.lua); left off for an
+-- ARGV[14]: backfill                '1': the run is a backfill for this group, a destination
+--                                   added with --from (its record's `backfill` names the group)
+-- ARGV[15]: order_key               the entry's order key (lua/shared/order.lua); left off for an
 --                                   unordered run, which pays nothing for ordering
 -- Returns: {0, 0}        the entry is no longer held by this consumer (lost)
 --          {1, attempt, created_ms, payload, tries, trace}  run attempt number
@@ -62,7 +64,7 @@ local r = redis.call('HMGET', KEYS[2], ${field_op}, ${field_op_result}, ${field_
 local attempts = tonumber(r[3] or '0') or 0
 local base = tonumber(r[4] or '0') or 0
 
-local order_key = ARGV[14] or ''
+local order_key = ARGV[15] or ''
 
 -- The chain's previous run of this run's key, for this group ('' unordered).
 local function previous_now()
@@ -128,6 +130,14 @@ end
 if history then
   fields[#fields + 1] = ${field_history}
   fields[#fields + 1] = history
+end
+if ARGV[14] == '1' then
+  -- The destinations the run was a backfill for, each once.
+  local backfill = redis.call('HGET', KEYS[2], ${field_backfill}) or ''
+  if not string.find(' ' .. backfill .. ' ', ' ' .. ARGV[1] .. ' ', 1, true) then
+    fields[#fields + 1] = ${field_backfill}
+    fields[#fields + 1] = backfill == '' and ARGV[1] or backfill .. ' ' .. ARGV[1]
+  end
 end
 redis.call('HSET', KEYS[2], unpack(fields))
 redis.call('HDEL', KEYS[2], ${field_next_attempt_ms}, ${field_parked_group}, ${field_entry_id}, ${field_order_wait})

@@ -715,7 +715,7 @@ impl RunRecord {
     /// (`src/redis_io/scripts.rs`), and a unit test fails when a script
     /// spells a field itself or names one this list does not know. Of every
     /// shape ([`RunRecord`]); docs/reference.md's key table says what each holds.
-    pub const FIELDS: [&'static str; 35] = [
+    pub const FIELDS: [&'static str; 36] = [
         // The gate's (lua/gate.lua, lua/gate_hold.lua).
         RunFields::ENTRY_ID,
         Self::CREATED_MS,
@@ -757,6 +757,8 @@ impl RunRecord {
         "order_on_dead",
         "order_wait",
         "skipped_ms",
+        // A destination added with `--from TIME` (lua/worker_start.lua).
+        "backfill",
     ];
 
     /// `status`: a [`RunStatus`] word.

@@ -11,7 +11,7 @@ use crate::config::worker::{Mode, WorkerSetup};
 use crate::config::{Given, Merged, Setting, StoreConfig, destination_layer};
 use crate::worker::breaker::Breaker;
 use crate::worker::command::{CommandHandler, for_worker, guard_the_worker};
-use crate::worker::config::{WorkerConfig, WorkerError};
+use crate::worker::config::{Joining, WorkerConfig, WorkerError};
 use crate::worker::deliver::Destination;
 use crate::worker::reaper::Containment;
 use crate::worker::{Failure, Handler, RunAttempt, Success, Summary, Worker, WorkerMetrics};
@@ -34,7 +34,14 @@ pub async fn run(
 ) -> Result<Summary, WorkerError> {
     let setup = match merged.given.destination.text()? {
         Some(name) => for_destination(merged, &name, command)?,
-        None => WorkerSetup::resolve(&merged.given, command)?,
+        None => {
+            if let Some(from) = merged.given.from.text()? {
+                return Err(from
+                    .fail("only with --destination: a --group worker's new group takes every run the stream holds")
+                    .into());
+            }
+            WorkerSetup::resolve(&merged.given, command)?
+        }
     };
     let resolved = StoreConfig::resolve(&merged.given)?;
     let secret_env = merged.file.secret_env_names();
@@ -106,6 +113,13 @@ fn for_destination(merged: &Merged, name: &Given<String>, command: &[String]) ->
     }
     setup.config.filter = Some(Arc::new(destination.filter));
     setup.config.pace = destination.pace;
+    setup.config.joining = match merged.given.from.text()? {
+        // The value is not echoed: no refused setting is.
+        Some(from) => Joining::From(crate::ops::parse_time("--from", &from.value).map_err(|_| {
+            from.fail("expected ms since the Unix epoch or an RFC 3339 time such as 2026-12-01T19:00:00Z")
+        })?),
+        None => Joining::Destination,
+    };
     Ok(setup)
 }
 

@@ -165,6 +165,7 @@ async fn finish_through_the_worker_scripts(
             max_attempts: 3,
             op: "op-1",
             retention_ms,
+            backfill: false,
             order_key: None,
         };
         let attempt = match call_on(&mut conn, &start).await? {

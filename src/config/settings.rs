@@ -157,6 +157,12 @@ settings! {
         on: &[Command::Worker],
         help: "Run the destination the config file declares as [destinations.NAME]: its group, url or command, secret file, filter and settings (docs/destinations.md#several-destinations). Not with --group, --deliver or --deliver-secret-file",
     },
+    from [none] {
+        env: "IDEMGATE_WORKER_FROM",
+        value_name: "TIME",
+        on: &[Command::Worker],
+        help: "With --destination, when this worker adds the destination (its consumer group is new): it also gets, through its filter, the runs the stream still holds since TIME (RFC 3339, or ms since the Unix epoch), each marked as a backfill in its record. Without it, a destination added beside others gets new runs only (docs/destinations.md#a-destination-added-later)",
+    },
     consumer [none] {
         env: "IDEMGATE_WORKER_CONSUMER",
         value_name: "NAME",

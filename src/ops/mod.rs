@@ -28,7 +28,7 @@ pub use inspect::{DeliveryView, Found, Inspection, LogicalView, OrderLine, Order
 pub use parked::{
     DestinationWait, NextAttempt, OLDEST_SAMPLE, OrderBlocked, ParkedGroup, RetriedNow, next_attempt, not_parked_hint,
 };
-pub use runs::{FoundBy, RunPage, RunQuery, RunSummary};
+pub use runs::{FoundBy, RunPage, RunQuery, RunSummary, parse_time};
 pub use source::{DeliveryDetail, MAX_PAYLOAD_TEXT, MEMORY_STORE_NOTE, RunDetail, Source};
 pub use stats::{KeyCounts, Stats, StreamStats};
 

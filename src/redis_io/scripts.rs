@@ -673,6 +673,7 @@ mod tests {
                     max_attempts: 3,
                     op,
                     retention_ms: 9,
+                    backfill: false,
                     order_key,
                 };
                 (c.script(), c.layout(), c.command())

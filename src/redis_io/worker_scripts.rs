@@ -61,6 +61,8 @@ pub struct StartCall<'a> {
     pub op: &'a str,
     /// A dead record's TTL, ms (0: never expires).
     pub retention_ms: u64,
+    /// Whether the run is a backfill for this destination (`--from`).
+    pub backfill: bool,
     /// The entry's order key, for an ordered run (left off otherwise).
     pub order_key: Option<&'a str>,
 }
@@ -108,7 +110,8 @@ impl ScriptCall for StartCall<'_> {
             .arg("max_attempts", self.max_attempts)
             .arg("op", self.op)
             .arg("retention_ms", self.retention_ms)
-            .arg("run_fields", &self.run.values()[..]);
+            .arg("run_fields", &self.run.values()[..])
+            .arg("backfill", if self.backfill { "1" } else { "" });
         match self.order_key {
             Some(key) => layout.arg("order_key", key),
             None => layout,
@@ -736,6 +739,7 @@ mod tests {
             max_attempts: 3,
             op: "op-1",
             retention_ms: 9,
+            backfill: false,
             order_key: None,
         }
     }
@@ -774,6 +778,7 @@ mod tests {
             "<action>",
             "<number>",
             "<delivery_id>",
+            "",
         ];
         assert_eq!(args, want);
     }

@@ -64,6 +64,26 @@ pub struct WorkerConfig {
     /// The destination's pace (`rate`, `burst`), shared by all its workers
     /// (`None`: no pace, and no round trip per run for one).
     pub pace: Option<Pace>,
+    /// Where the group starts when this worker creates it.
+    pub joining: Joining,
+}
+
+/// Where a destination's consumer group starts when a worker creates it
+/// (an existing group is kept as it is): docs/destinations.md, "A
+/// destination added later".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Joining {
+    /// Every run the stream holds: a `--group` worker's, and the embedded
+    /// worker's, one-destination queue, which the gate fills before any
+    /// worker may exist.
+    #[default]
+    Backlog,
+    /// A destination the config file declares: the stream's runs when it is
+    /// the stream's first group, else new runs only.
+    Destination,
+    /// `--from TIME` (ms since the Unix epoch): the runs the stream holds
+    /// since then, through the filter, each marked as a backfill.
+    From(u64),
 }
 
 /// How far each wait between attempts is moved at random: ±10 %.
@@ -125,6 +145,7 @@ impl WorkerConfig {
             keep_done_payloads: None,
             filter: None,
             pace: None,
+            joining: Joining::Backlog,
         }
     }
 

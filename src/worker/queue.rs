@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redis::streams::StreamAutoClaimReply;
 
-use super::config::{WorkerConfig, WorkerError};
+use super::config::{Joining, WorkerConfig, WorkerError};
 use super::run::RunAttempt;
 use crate::error::Error;
 use crate::keys::Keys;
@@ -41,6 +41,14 @@ const FOR_GROUP: &str = "for_group";
 
 /// The stream entry field of an ordered run's key (lua/gate.lua).
 const ORDER_KEY: &str = "order_key";
+/// The destination state's field for the newest entry when it was added with `--from`.
+const BACKFILL_TO: &str = "backfill_to";
+
+/// A stream entry id, `MS-SEQ`, as numbers to compare.
+fn entry_id(id: &str) -> Option<(u64, u64)> {
+    let (ms, seq) = id.split_once('-')?;
+    Some((ms.parse().ok()?, seq.parse().ok()?))
+}
 
 /// The stream entry field that marks a run handed on by its key's line
 /// (lua/shared/order.lua): addressed to the group, but not yet admitted by
@@ -100,6 +108,11 @@ pub(crate) struct Queue {
     /// `consumer/start-nanos/`: with `ops`, the operation ids of script calls.
     op_prefix: String,
     ops: AtomicU64,
+    /// Where the group starts if this worker creates it.
+    joining: Joining,
+    /// The newest runs-stream entry when the destination was added with
+    /// `--from`, as (ms, seq): an entry up to it is a backfill.
+    backfill_to: std::sync::Mutex<Option<(u64, u64)>>,
 }
 
 /// One script call's operation id: the same on every retry of that call, so
@@ -127,6 +140,8 @@ impl Queue {
             reader,
             op_prefix: format!("{}/{started}/", config.consumer),
             ops: AtomicU64::new(0),
+            joining: config.joining,
+            backfill_to: std::sync::Mutex::new(None),
         };
         q.join_group().await?;
         Ok(q)
@@ -161,21 +176,81 @@ impl Queue {
         Consumer { keys: self.redis.keys(), group: &self.group, name: &self.consumer }
     }
 
-    /// Creates the group at id `0` (runs queued before any worker existed
-    /// are processed; an existing group is kept as it is) and registers this
-    /// consumer in it. The workers view finds heartbeats through the
-    /// consumers the groups list (`ops/workers.rs`), so the consumer is
-    /// there before the first heartbeat, not only after the first read.
+    /// Creates the group if it is new, where [`Joining`] says (a `--group`
+    /// worker's at id `0`: runs queued before any worker existed are
+    /// processed; a declared destination's at `0` when it is the stream's
+    /// first group, else at `$`; with `--from`, at that time), and registers
+    /// this consumer in it. An existing group is kept as it is. The workers
+    /// view finds heartbeats through the consumers the groups list
+    /// (`ops/workers.rs`), so the consumer is there before the first
+    /// heartbeat, not only after the first read.
     pub async fn join_group(&self) -> Result<(), Error> {
+        let runs = self.keys().runs();
+        let destination = self.keys().destination(&self.group);
+        let start = match self.joining {
+            Joining::Backlog => "0".to_owned(),
+            Joining::Destination if self.group_count().await? == 0 => "0".to_owned(),
+            Joining::Destination => "$".to_owned(),
+            Joining::From(ms) => format!("{ms}-0"),
+        };
+        // A backfill's bound is read before the group exists: an entry added
+        // after it is a new run for the destination, not a backfill.
+        let bound = match self.joining {
+            Joining::From(_) => self.newest_entry().await?,
+            _ => None,
+        };
         let mut create = redis::cmd("XGROUP");
-        create.arg("CREATE").arg(self.keys().runs()).arg(&self.group).arg("0").arg("MKSTREAM");
+        create.arg("CREATE").arg(&runs).arg(&self.group).arg(&start).arg("MKSTREAM");
         match self.redis.query::<()>(&mut create).await {
-            Err(Error::Redis(e)) if e.code() == Some("BUSYGROUP") => {}
-            other => other?,
+            Err(Error::Redis(e)) if e.code() == Some("BUSYGROUP") => {
+                if matches!(self.joining, Joining::From(_)) {
+                    tracing::info!(group = %self.group, "the destination exists already: --from applies only when it is added");
+                }
+            }
+            Err(e) => return Err(e),
+            Ok(()) => {
+                tracing::info!(group = %self.group, start, "added the destination");
+                if let Some(bound) = &bound {
+                    let mut mark = redis::cmd("HSET");
+                    mark.arg(&destination).arg(BACKFILL_TO).arg(bound);
+                    self.redis.query::<i64>(&mut mark).await?;
+                }
+            }
         }
+        let mut read = redis::cmd("HGET");
+        read.arg(&destination).arg(BACKFILL_TO);
+        let to: Option<String> = self.redis.query(&mut read).await?;
+        *self.backfill_to.lock().unwrap_or_else(|e| e.into_inner()) = to.as_deref().and_then(entry_id);
         let mut register = redis::cmd("XGROUP");
-        register.arg("CREATECONSUMER").arg(self.keys().runs()).arg(&self.group).arg(&self.consumer);
+        register.arg("CREATECONSUMER").arg(&runs).arg(&self.group).arg(&self.consumer);
         self.redis.query::<i64>(&mut register).await.map(drop)
+    }
+
+    /// How many consumer groups the runs stream has (0: none, or no stream).
+    async fn group_count(&self) -> Result<usize, Error> {
+        let mut groups = redis::cmd("XINFO");
+        groups.arg("GROUPS").arg(self.keys().runs());
+        match self.redis.query::<Vec<redis::Value>>(&mut groups).await {
+            Ok(groups) => Ok(groups.len()),
+            // "ERR no such key": no stream yet.
+            Err(Error::Redis(e)) if e.code() == Some("ERR") => Ok(0),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The id of the runs stream's newest entry, if it has one.
+    async fn newest_entry(&self) -> Result<Option<String>, Error> {
+        let mut newest = redis::cmd("XREVRANGE");
+        newest.arg(self.keys().runs()).arg("+").arg("-").arg("COUNT").arg(1);
+        let entries: redis::streams::StreamRangeReply = self.redis.query(&mut newest).await?;
+        Ok(entries.ids.into_iter().next().map(|e| e.id))
+    }
+
+    /// Whether entry `id` was in the stream when the destination was added
+    /// with `--from`: its run is a backfill.
+    pub fn is_backfill(&self, id: &str) -> bool {
+        let to = *self.backfill_to.lock().unwrap_or_else(|e| e.into_inner());
+        to.zip(entry_id(id)).is_some_and(|(to, id)| id <= to)
     }
 
     /// Entries for this consumer: with `after` `None`, new entries
@@ -319,6 +394,7 @@ impl Queue {
             max_attempts,
             op: &op.0,
             retention_ms: self.retention_ms,
+            backfill: self.is_backfill(&e.id),
             order_key: e.order_key.as_deref(),
         };
         self.redis.call(&call).await

@@ -16,7 +16,9 @@ use idemgate::vocabulary::{Settings, Status};
 use serde_json::json;
 
 use crate::redis::worker::{Workers, record};
-use crate::support::destination::{Destination, Received, destination_worker, ok, secret, secrets_file};
+use crate::support::destination::{
+    Destination, Received, destination_worker, destination_worker_with, ok, secret, secrets_file,
+};
 use crate::support::{free_port, fresh_ns, raw_conn, redis_store_in, redis_url, temp_dir, wait_for};
 
 /// The runs: (repo, action, payload). Numbered from 1 in this order.
@@ -127,6 +129,7 @@ async fn each_destination_gets_exactly_the_runs_its_filter_admits() {
     );
     let metrics = format!("127.0.0.1:{}", free_port());
     let config = config(&ns, &dir, &ci.url(), &notify.url(), &audit.url(), &metrics);
+    let from = idemgate::units::now_ms().to_string();
     create_runs(&ns).await;
     let before: Vec<HashMap<String, String>> = records((1..=6).map(|n| format!("run-{n}")).collect(), &ns).await;
 
@@ -149,21 +152,12 @@ async fn each_destination_gets_exactly_the_runs_its_filter_admits() {
         "no request for a refused run: {text}"
     );
 
-    // Then the two others, two workers for the CI service.
-    workers.0.push(destination_worker(&config, &dir, "ci", "ci"));
-    workers.0.push(destination_worker(&config, &dir, "audit", "audit"));
-    workers.0.push({
-        let log = std::fs::File::create(dir.join("ci-2.log")).unwrap();
-        Command::new(env!("CARGO_BIN_EXE_idemgate"))
-            .args(["worker", "--config"])
-            .arg(&config)
-            .args(["--destination", "ci", "--consumer", "ci-2"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap()
-    });
+    // Then the two others, added later, with the runs since before the
+    // first was created (`--from`: a backfill), two workers for the CI service.
+    let backfill = ["--from", from.as_str()];
+    workers.0.push(destination_worker_with(&config, &dir, "ci", "ci", &backfill));
+    workers.0.push(destination_worker_with(&config, &dir, "audit", "audit", &backfill));
+    workers.0.push(destination_worker_with(&config, &dir, "ci", "ci-2", &backfill));
     group_caught_up(&ns, "ci").await;
     group_caught_up(&ns, "audit").await;
     wait_for(Duration::from_secs(20), "every admitted run delivered", || async {
@@ -182,6 +176,67 @@ async fn each_destination_gets_exactly_the_runs_its_filter_admits() {
     let ids: BTreeSet<String> = audit.got().iter().map(|r| r.header("webhook-id").to_owned()).collect();
     assert_eq!(ids.len(), 5, "one request per run");
     workers.stop().await;
+    // Each run's record names the destinations it was a backfill for: those it passed the filter of.
+    for (n, want) in [(1, "audit ci"), (2, "ci"), (3, "audit ci"), (4, "audit"), (5, "audit"), (6, "audit")] {
+        let mut got: Vec<String> = record(&ns, &format!("run-{n}"))
+            .await
+            .get("backfill")
+            .map_or(Vec::new(), |b| b.split(' ').map(str::to_owned).collect());
+        got.sort();
+        assert_eq!(got.join(" "), want, "run-{n}");
+    }
+}
+
+/// A destination added beside another gets new runs only (no `--from`):
+/// the first destination takes what the stream holds, the later one what
+/// the gate creates once it exists, and nothing of it is a backfill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destination_added_later_gets_new_runs_only() {
+    let ns = fresh_ns("added-later");
+    let dir = temp_dir("added-later");
+    let (ci, notify, audit) = (
+        Destination::start(|_, _| ok()).await,
+        Destination::start(|_, _| ok()).await,
+        Destination::start(|_, _| ok()).await,
+    );
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let config = config(&ns, &dir, &ci.url(), &notify.url(), &audit.url(), &metrics);
+    create_runs(&ns).await;
+    let mut workers = Workers(vec![destination_worker(&config, &dir, "audit", "audit")]);
+    group_caught_up(&ns, "audit").await;
+    assert_eq!(numbers(&audit.got()), [1, 3, 4, 5, 6], "the stream's first destination takes its runs");
+    workers.0.push(destination_worker(&config, &dir, "ci", "ci"));
+    group_caught_up(&ns, "ci").await;
+    // A push to one of acme's repositories, which both admit.
+    let gate = Gate::new(["acme/*"], redis_store_in(&ns, &Settings::default()).await);
+    let event = json!({"org": "acme", "repo": "widgets", "action": "push", "number": 7});
+    let digest = idemgate::event_digest::of_value(&event);
+    let s = Submission { payload: Some("{}"), ..Submission::new("github", "d-7", &event, &digest) };
+    assert_eq!(gate.submit(&s).await.unwrap().response.status, Status::Created);
+    wait_for(Duration::from_secs(20), "the new run at both", || async {
+        !ci.got().is_empty() && audit.got().len() >= 6
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    workers.stop().await;
+    assert_eq!(numbers(&ci.got()), [7], "only the run created after it was added");
+    assert_eq!(record(&ns, "run-7").await.get("backfill"), None);
+    // `--from` belongs to a destination; a `--group` worker's new group takes the whole stream anyway.
+    let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["worker", "--group", "g", "--from", "0", "--redis-url", redis_url(), "--namespace", &ns, "--", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--from: only with --destination"), "{out:?}");
+    let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["worker", "--config"])
+        .arg(&config)
+        .args(["--destination", "notify", "--from", "yesterday-ish"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && text.contains("--from: expected ms since the Unix epoch"), "{out:?}");
+    assert!(!text.contains("yesterday-ish"), "a refused value is not echoed: {text}");
 }
 
 /// The records of `run_ids`, in order; each exists.

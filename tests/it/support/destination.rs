@@ -166,11 +166,17 @@ pub(crate) fn deliver_worker(redis: &str, ns: &str, dir: &Path, name: &str, url:
 /// `idemgate worker --config FILE --destination NAME --consumer CONSUMER`,
 /// logging to `dir/CONSUMER.log`.
 pub(crate) fn destination_worker(config: &Path, dir: &Path, name: &str, consumer: &str) -> Child {
+    destination_worker_with(config, dir, name, consumer, &[])
+}
+
+/// [`destination_worker`] with more flags (`--from TIME`).
+pub(crate) fn destination_worker_with(config: &Path, dir: &Path, name: &str, consumer: &str, more: &[&str]) -> Child {
     let log = std::fs::File::create(dir.join(format!("{consumer}.log"))).unwrap();
     Command::new(env!("CARGO_BIN_EXE_idemgate"))
         .args(["worker", "--config"])
         .arg(config)
         .args(["--destination", name, "--consumer", consumer])
+        .args(more)
         .env("RUST_LOG", "idemgate=debug")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
