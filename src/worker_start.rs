@@ -113,13 +113,15 @@ fn for_destination(merged: &Merged, name: &Given<String>, command: &[String]) ->
     }
     setup.config.filter = Some(Arc::new(destination.filter));
     setup.config.pace = destination.pace;
-    setup.config.joining = match merged.given.from.text()? {
+    let from = match merged.given.from.text()? {
         // The value is not echoed: no refused setting is.
-        Some(from) => Joining::From(crate::ops::parse_time("--from", &from.value).map_err(|_| {
+        Some(from) => Some(crate::ops::parse_time("--from", &from.value).map_err(|_| {
             from.fail("expected ms since the Unix epoch or an RFC 3339 time such as 2026-12-01T19:00:00Z")
         })?),
-        None => Joining::Destination,
+        None => None,
     };
+    let declared = merged.file.destination_names().filter(|n| *n != destination.name).map(str::to_owned).collect();
+    setup.config.joining = Joining::Destination { from, declared };
     Ok(setup)
 }
 

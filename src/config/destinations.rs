@@ -82,6 +82,11 @@ fn check_name(name: &str) -> Result<(), &'static str> {
 }
 
 impl FileConfig {
+    /// The names of the file's `[destinations.NAME]` tables.
+    pub fn destination_names(&self) -> impl Iterator<Item = &str> {
+        self.destinations.keys().map(String::as_str)
+    }
+
     /// Every `[destinations.NAME]` table of the file, checked.
     pub fn destinations(&self) -> Result<Vec<Destination>, ConfigError> {
         let mut out = Vec::with_capacity(self.destinations.len());

@@ -15,6 +15,9 @@ use crate::keys::Keys;
 /// `lua/destination_take.lua`, loaded.
 pub static DESTINATION_TAKE: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::load(include_str!("../../lua/destination_take.lua")));
+/// `lua/destination_join.lua`, loaded.
+pub static DESTINATION_JOIN: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::load(include_str!("../../lua/destination_join.lua")));
 /// `lua/destination_hold.lua`, loaded.
 pub static DESTINATION_HOLD: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::load(include_str!("../../lua/destination_hold.lua")));
@@ -119,5 +122,47 @@ impl ScriptCall for HoldCall<'_> {
 
     fn decode(&self, reply: Value) -> Result<u64, Error> {
         decode(reply)
+    }
+}
+
+/// `lua/destination_join.lua`: add this worker's destination as a consumer
+/// group where a new one starts, and on the stream's first start the
+/// file's other destinations with it (docs/destinations.md, "A destination
+/// added later").
+#[derive(Debug, Clone)]
+pub struct JoinCall<'a> {
+    /// The namespace's keys.
+    pub keys: &'a Keys,
+    /// This worker's destination (its consumer group).
+    pub destination: &'a str,
+    /// With `--from`: the stream id its group starts at when new.
+    pub from_id: Option<String>,
+    /// The config file's other destinations.
+    pub declared: &'a [String],
+}
+
+/// What [`JoinCall`] answered: `Some(start)` when it created the worker's
+/// group (where it starts), `None` when the group existed.
+pub type Joined = Option<String>;
+
+impl ScriptCall for JoinCall<'_> {
+    type Reply = Joined;
+
+    fn script(&self) -> &'static LuaScript {
+        &DESTINATION_JOIN
+    }
+
+    fn layout(&self) -> Layout {
+        Layout::default()
+            .key("runs_key", self.keys.runs())
+            .key("destination_key", self.keys.destination(self.destination))
+            .arg("group", self.destination)
+            .arg("from_id", self.from_id.as_deref().unwrap_or(""))
+            .arg("declared", self.declared)
+    }
+
+    fn decode(&self, reply: Value) -> Result<Joined, Error> {
+        let (added, start): (u8, String) = decode(reply)?;
+        Ok((added == 1).then_some(start))
     }
 }

@@ -46,7 +46,7 @@ script!(RUN_READ, "run_read.lua");
 /// Every script of this module (and of [`super::parked_scripts`] and
 /// [`super::destination_scripts`]) with its file name, for checks over all of them.
 /// Every script of this module (and of [`super::parked_scripts`]) with its file name, for checks over all of them.
-pub fn all() -> [(&'static str, &'static LuaScript); 22] {
+pub fn all() -> [(&'static str, &'static LuaScript); 23] {
     [
         ("worker_start.lua", &WORKER_START),
         ("worker_done.lua", &WORKER_DONE),
@@ -69,6 +69,7 @@ pub fn all() -> [(&'static str, &'static LuaScript); 22] {
         ("payload_expire.lua", &super::parked_scripts::PAYLOAD_EXPIRE),
         ("destination_take.lua", &super::destination_scripts::DESTINATION_TAKE),
         ("destination_hold.lua", &super::destination_scripts::DESTINATION_HOLD),
+        ("destination_join.lua", &super::destination_scripts::DESTINATION_JOIN),
         ("run_skip.lua", &super::parked_scripts::RUN_SKIP),
     ]
 }
@@ -366,7 +367,7 @@ mod tests {
     #[test]
     fn scripts_name_record_fields_only_through_the_vocabulary() {
         use crate::vocabulary::RunRecord;
-        const NOT_FIELDS: [(&str, &str); 28] = [
+        const NOT_FIELDS: [(&str, &str); 29] = [
             ("work", "the gate's verdict (ARGV)"),
             ("bad_request", "the gate's verdict (ARGV)"),
             ("blocked", "the gate's verdict (ARGV)"),
@@ -386,6 +387,7 @@ mod tests {
             ("tokens", "a destination's state key's field: its pace's bucket (lua/destination_take.lua)"),
             ("refill_ms", "a destination's state key's field: its pace's bucket (lua/destination_take.lua)"),
             ("breaker", "a destination's state key's field: its shared breaker (lua/destination_take.lua)"),
+            ("backfill_to", "a destination's state key's field: its backfill's bound (lua/destination_join.lua)"),
             ("head", "where a run enters its order key's line (lua/shared/order.lua)"),
             ("line", "where a run enters its order key's line (lua/shared/order.lua)"),
             ("skip", "the value of `order_on_dead` (lua/gate.lua)"),

@@ -814,6 +814,16 @@ mod tests {
                 (c.script(), c.layout(), c.command())
             },
             {
+                let declared = ["e".to_owned(), "f".to_owned()];
+                let c = super::super::destination_scripts::JoinCall {
+                    keys: &keys,
+                    destination: "d",
+                    from_id: Some("5-0".into()),
+                    declared: &declared,
+                };
+                (c.script(), c.layout(), c.command())
+            },
+            {
                 let c = super::super::parked_scripts::SkipDeadCall {
                     keys: &keys,
                     run_id: "run-1",

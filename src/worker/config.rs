@@ -71,19 +71,24 @@ pub struct WorkerConfig {
 /// Where a destination's consumer group starts when a worker creates it
 /// (an existing group is kept as it is): docs/destinations.md, "A
 /// destination added later".
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Joining {
     /// Every run the stream holds: a `--group` worker's, and the embedded
     /// worker's, one-destination queue, which the gate fills before any
     /// worker may exist.
     #[default]
     Backlog,
-    /// A destination the config file declares: the stream's runs when it is
-    /// the stream's first group, else new runs only.
-    Destination,
-    /// `--from TIME` (ms since the Unix epoch): the runs the stream holds
-    /// since then, through the filter, each marked as a backfill.
-    From(u64),
+    /// A destination the config file declares: the stream's runs when the
+    /// stream has no group yet, else new runs only. The stream's first
+    /// group comes with the file's other destinations (`declared`), so a
+    /// file's first destinations all get the runs queued before them.
+    Destination {
+        /// With `--from TIME` (ms since the Unix epoch): the runs the stream
+        /// holds since then, through the filter, each marked as a backfill.
+        from: Option<u64>,
+        /// The config file's other destinations.
+        declared: Vec<String>,
+    },
 }
 
 /// How far each wait between attempts is moved at random: ±10 %.

@@ -13,6 +13,7 @@ use super::config::{Joining, WorkerConfig, WorkerError};
 use super::run::RunAttempt;
 use crate::error::Error;
 use crate::keys::Keys;
+use crate::redis_io::destination_scripts::JoinCall;
 use crate::redis_io::worker_scripts::{
     Consumer, DoneCall, ExtendCall, FailCall, Failed, GiveBackCall, LeaveCall, ProbeEndCall, ProbeOutcome,
     ProbeTakeCall, ProbeTaken, SkipCall, StartCall, Started, TrimCall, Trimmed, UncountCall, WakeCall, Woken,
@@ -41,7 +42,8 @@ const FOR_GROUP: &str = "for_group";
 
 /// The stream entry field of an ordered run's key (lua/gate.lua).
 const ORDER_KEY: &str = "order_key";
-/// The destination state's field for the newest entry when it was added with `--from`.
+/// The destination state's field for the newest entry when it was added
+/// with `--from` (lua/destination_join.lua).
 const BACKFILL_TO: &str = "backfill_to";
 
 /// A stream entry id, `MS-SEQ`, as numbers to compare.
@@ -140,7 +142,7 @@ impl Queue {
             reader,
             op_prefix: format!("{}/{started}/", config.consumer),
             ops: AtomicU64::new(0),
-            joining: config.joining,
+            joining: config.joining.clone(),
             backfill_to: std::sync::Mutex::new(None),
         };
         q.join_group().await?;
@@ -178,72 +180,46 @@ impl Queue {
 
     /// Creates the group if it is new, where [`Joining`] says (a `--group`
     /// worker's at id `0`: runs queued before any worker existed are
-    /// processed; a declared destination's at `0` when it is the stream's
-    /// first group, else at `$`; with `--from`, at that time), and registers
-    /// this consumer in it. An existing group is kept as it is. The workers
-    /// view finds heartbeats through the consumers the groups list
-    /// (`ops/workers.rs`), so the consumer is there before the first
-    /// heartbeat, not only after the first read.
+    /// processed; a declared destination's by `lua/destination_join.lua`),
+    /// and registers this consumer in it. An existing group is kept as it
+    /// is. The workers view finds heartbeats through the consumers the
+    /// groups list (`ops/workers.rs`), so the consumer is there before the
+    /// first heartbeat, not only after the first read.
     pub async fn join_group(&self) -> Result<(), Error> {
         let runs = self.keys().runs();
-        let destination = self.keys().destination(&self.group);
-        let start = match self.joining {
-            Joining::Backlog => "0".to_owned(),
-            Joining::Destination if self.group_count().await? == 0 => "0".to_owned(),
-            Joining::Destination => "$".to_owned(),
-            Joining::From(ms) => format!("{ms}-0"),
-        };
-        // A backfill's bound is read before the group exists: an entry added
-        // after it is a new run for the destination, not a backfill.
-        let bound = match self.joining {
-            Joining::From(_) => self.newest_entry().await?,
-            _ => None,
-        };
-        let mut create = redis::cmd("XGROUP");
-        create.arg("CREATE").arg(&runs).arg(&self.group).arg(&start).arg("MKSTREAM");
-        match self.redis.query::<()>(&mut create).await {
-            Err(Error::Redis(e)) if e.code() == Some("BUSYGROUP") => {
-                if matches!(self.joining, Joining::From(_)) {
-                    tracing::info!(group = %self.group, "the destination exists already: --from applies only when it is added");
+        match &self.joining {
+            Joining::Backlog => {
+                let mut create = redis::cmd("XGROUP");
+                create.arg("CREATE").arg(&runs).arg(&self.group).arg("0").arg("MKSTREAM");
+                match self.redis.query::<()>(&mut create).await {
+                    Err(Error::Redis(e)) if e.code() == Some("BUSYGROUP") => {}
+                    other => other?,
                 }
             }
-            Err(e) => return Err(e),
-            Ok(()) => {
-                tracing::info!(group = %self.group, start, "added the destination");
-                if let Some(bound) = &bound {
-                    let mut mark = redis::cmd("HSET");
-                    mark.arg(&destination).arg(BACKFILL_TO).arg(bound);
-                    self.redis.query::<i64>(&mut mark).await?;
+            Joining::Destination { from, declared } => {
+                let call = JoinCall {
+                    keys: self.keys(),
+                    destination: &self.group,
+                    from_id: from.map(|ms| format!("{ms}-0")),
+                    declared,
+                };
+                match self.redis.call(&call).await? {
+                    Some(start) => tracing::info!(group = %self.group, start, "added the destination"),
+                    None if from.is_some() => tracing::info!(
+                        group = %self.group,
+                        "the destination exists already: --from applies only when it is added"
+                    ),
+                    None => {}
                 }
+                let mut read = redis::cmd("HGET");
+                read.arg(self.keys().destination(&self.group)).arg(BACKFILL_TO);
+                let to: Option<String> = self.redis.query(&mut read).await?;
+                *self.backfill_to.lock().unwrap_or_else(|e| e.into_inner()) = to.as_deref().and_then(entry_id);
             }
         }
-        let mut read = redis::cmd("HGET");
-        read.arg(&destination).arg(BACKFILL_TO);
-        let to: Option<String> = self.redis.query(&mut read).await?;
-        *self.backfill_to.lock().unwrap_or_else(|e| e.into_inner()) = to.as_deref().and_then(entry_id);
         let mut register = redis::cmd("XGROUP");
         register.arg("CREATECONSUMER").arg(&runs).arg(&self.group).arg(&self.consumer);
         self.redis.query::<i64>(&mut register).await.map(drop)
-    }
-
-    /// How many consumer groups the runs stream has (0: none, or no stream).
-    async fn group_count(&self) -> Result<usize, Error> {
-        let mut groups = redis::cmd("XINFO");
-        groups.arg("GROUPS").arg(self.keys().runs());
-        match self.redis.query::<Vec<redis::Value>>(&mut groups).await {
-            Ok(groups) => Ok(groups.len()),
-            // "ERR no such key": no stream yet.
-            Err(Error::Redis(e)) if e.code() == Some("ERR") => Ok(0),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// The id of the runs stream's newest entry, if it has one.
-    async fn newest_entry(&self) -> Result<Option<String>, Error> {
-        let mut newest = redis::cmd("XREVRANGE");
-        newest.arg(self.keys().runs()).arg("+").arg("-").arg("COUNT").arg(1);
-        let entries: redis::streams::StreamRangeReply = self.redis.query(&mut newest).await?;
-        Ok(entries.ids.into_iter().next().map(|e| e.id))
     }
 
     /// Whether entry `id` was in the stream when the destination was added

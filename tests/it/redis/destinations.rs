@@ -91,6 +91,23 @@ filter = {{ providers = ["github"], actions = ["push", "*.closed", "issues.*"] }
     path
 }
 
+/// A copy of the config file `full` that declares only the destinations
+/// `names` (as the file was before the others were added), at `dir/NAME`.
+fn declaring(full: &Path, names: &[&str], name: &str) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(full).unwrap();
+    let mut blocks = text.split("\n# ");
+    let mut kept = blocks.next().unwrap().to_owned();
+    for block in blocks {
+        if names.iter().any(|n| block.contains(&format!("[destinations.{n}]"))) {
+            kept += "\n# ";
+            kept += block;
+        }
+    }
+    let path = full.with_file_name(name);
+    std::fs::write(&path, kept).unwrap();
+    path
+}
+
 /// The run numbers a receiver got, each request once.
 fn numbers(got: &[Received]) -> Vec<u64> {
     let mut n: Vec<u64> = got.iter().map(Received::number).collect();
@@ -133,8 +150,12 @@ async fn each_destination_gets_exactly_the_runs_its_filter_admits() {
     create_runs(&ns).await;
     let before: Vec<HashMap<String, String>> = records((1..=6).map(|n| format!("run-{n}")).collect(), &ns).await;
 
-    // The notifier alone first: what it refuses stays as the gate wrote it.
-    let mut workers = Workers(vec![destination_worker(&config, &dir, "notify", "notify")]);
+    // The notifier alone first, the file declaring it alone: what it
+    // refuses stays as the gate wrote it. It keeps done runs' payloads, for
+    // the destinations added later to backfill.
+    let first = declaring(&config, &["notify"], "first.toml");
+    let keep = ["--keep-done-payloads", "1h"];
+    let mut workers = Workers(vec![destination_worker_with(&first, &dir, "notify", "notify", &keep)]);
     wait_for(Duration::from_secs(20), "the notifier's two runs", || async { notify.got().len() >= 2 }).await;
     group_caught_up(&ns, "notify").await;
     assert_eq!(numbers(&notify.got()), [1, 3], "people's merged pull requests and pushes to main");
@@ -187,6 +208,31 @@ async fn each_destination_gets_exactly_the_runs_its_filter_admits() {
     }
 }
 
+/// The first worker of any destination adds every destination its file
+/// declares, where the stream starts: a destination whose own worker starts
+/// later still gets the runs queued before, through its filter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_files_destinations_all_get_the_runs_queued_before_their_first_worker() {
+    let ns = fresh_ns("declared");
+    let dir = temp_dir("declared");
+    let (ci, notify, audit) = (
+        Destination::start(|_, _| ok()).await,
+        Destination::start(|_, _| ok()).await,
+        Destination::start(|_, _| ok()).await,
+    );
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let config = config(&ns, &dir, &ci.url(), &notify.url(), &audit.url(), &metrics);
+    create_runs(&ns).await;
+    let mut workers = Workers(vec![destination_worker(&config, &dir, "audit", "audit")]);
+    group_caught_up(&ns, "audit").await;
+    workers.0.push(destination_worker(&config, &dir, "ci", "ci"));
+    group_caught_up(&ns, "ci").await;
+    workers.stop().await;
+    assert_eq!(numbers(&audit.got()), [1, 3, 4, 5, 6]);
+    assert_eq!(numbers(&ci.got()), [1, 2, 3], "added with the audit log, it took the runs queued before");
+    assert_eq!(record(&ns, "run-1").await.get("backfill"), None, "no backfill: the runs were its own");
+}
+
 /// A destination added beside another gets new runs only (no `--from`):
 /// the first destination takes what the stream holds, the later one what
 /// the gate creates once it exists, and nothing of it is a backfill.
@@ -202,7 +248,9 @@ async fn a_destination_added_later_gets_new_runs_only() {
     let metrics = format!("127.0.0.1:{}", free_port());
     let config = config(&ns, &dir, &ci.url(), &notify.url(), &audit.url(), &metrics);
     create_runs(&ns).await;
-    let mut workers = Workers(vec![destination_worker(&config, &dir, "audit", "audit")]);
+    // The file declares the audit log alone at first, then the CI service too.
+    let first = declaring(&config, &["audit"], "first.toml");
+    let mut workers = Workers(vec![destination_worker(&first, &dir, "audit", "audit")]);
     group_caught_up(&ns, "audit").await;
     assert_eq!(numbers(&audit.got()), [1, 3, 4, 5, 6], "the stream's first destination takes its runs");
     workers.0.push(destination_worker(&config, &dir, "ci", "ci"));
