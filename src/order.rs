@@ -285,12 +285,18 @@ mod tests {
         }
         assert_eq!(header_form("3:api:4:a b%"), "3:api:4:a%20b%25");
         let too_long = "x".repeat(3 * MAX_KEY_BYTES + 1);
-        for bad in ["", "github", "6:github", "6:github:12:acme/widgets:2:4", "6:github:1:a:1:b:1:c", "%zz", "%C3", &too_long]
+        for bad in
+            ["", "github", "6:github", "6:github:12:acme/widgets:2:4", "6:github:1:a:1:b:1:c", "%zz", "%C3", &too_long]
         {
             let e = key_from_header_form("order_key", bad).unwrap_err();
             assert!(e.starts_with("order_key "), "{bad}: {e}");
         }
-        let widest = Identity::new(&"p".repeat(256), &format!("{}/{}", "o".repeat(1024), "r".repeat(1024)), "a", &"9".repeat(1024));
+        let widest = Identity::new(
+            &"p".repeat(256),
+            &format!("{}/{}", "o".repeat(1024), "r".repeat(1024)),
+            "a",
+            &"9".repeat(1024),
+        );
         let key = OrderBy::Subject.key(&widest).unwrap();
         assert!(key.len() <= MAX_KEY_BYTES, "{}", key.len());
         assert_eq!(key_from_header_form("order_key", &key).unwrap(), key);

@@ -105,11 +105,13 @@ function showBlocked(blocked) {
   const note = $("order-blocked-note");
   note.hidden = !(blocked && blocked.keys);
   if (note.hidden) return note.replaceChildren();
-  const since = typeof blocked.oldest_ms === "number" ? relTime(blocked.oldest_ms).replace(" ago", "") : "a while";
+  const keys = blocked.keys === 1 ? "1 order key waits" : `${blocked.keys} order keys wait`;
   note.replaceChildren(
-    el("span", { text: `${blocked.keys} order key${blocked.keys === 1 ? "" : "s"} wait${blocked.keys === 1 ? "s" : ""} behind a dead run, the oldest for ${since}: open the dead run from ` }),
+    el("span", { text: `${keys} behind a dead run, the oldest since ${relTime(blocked.oldest_ms)}: open the dead run from ` }),
     link("#/dead", "Dead runs"),
-    el("span", { text: " and Retry it, or Skip it on its page; idemgate inspect order PROVIDER ORG/REPO [SUBJECT] shows a key's line." }),
+    el("span", { text: " and Retry it, or Skip it on its page; " }),
+    el("code", { text: "idemgate inspect order PROVIDER ORG/REPO [SUBJECT]" }),
+    el("span", { text: " shows a key's line." }),
   );
 }
 

@@ -223,7 +223,10 @@ fn order_text(o: &super::inspect::OrderView) -> String {
         }
         if let Some(since) = line.blocked_since_ms {
             let at = rfc3339_ms(since).unwrap_or_else(|| since.to_string());
-            let _ = writeln!(out, "  blocked   since {at}: the head is dead (dead retry, or runs skip, lets the line go on)");
+            let _ = writeln!(
+                out,
+                "  blocked   since {at}: the head is dead (dead retry, or runs skip, lets the line go on)"
+            );
         }
     }
     let _ = match o.ttl.millis() {

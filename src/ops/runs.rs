@@ -362,7 +362,9 @@ mod tests {
         let q = parse(&[("order_key", "6:github:12:acme/widgets:2:42")]).unwrap();
         assert_eq!(q.filter.order_key.as_deref(), Some("6:github:12:acme/widgets:2:42"));
         assert_eq!(parse(&[("order_key", "3:api:3:a%20b")]).unwrap().filter.order_key.as_deref(), Some("3:api:3:a b"));
-        for bad in [("since", "yesterday"), ("until", "-5"), ("repo", ""), ("q", ""), ("order_key", ""), ("order_key", "x")] {
+        for bad in
+            [("since", "yesterday"), ("until", "-5"), ("repo", ""), ("q", ""), ("order_key", ""), ("order_key", "x")]
+        {
             assert!(parse(&[bad]).unwrap_err().contains(bad.0), "{bad:?}");
         }
     }

@@ -222,10 +222,9 @@ impl Skipped {
                 format!("{shown} is {}, not dead; nothing changed", crate::text::escape_control(status))
             }
             Skipped::NotHead => match group {
-                Some(g) => format!(
-                    "{shown} heads no line of destination {}; nothing changed",
-                    crate::text::escape_control(g)
-                ),
+                Some(g) => {
+                    format!("{shown} heads no line of destination {}; nothing changed", crate::text::escape_control(g))
+                }
                 None => format!("{shown} heads no line (skipped already, or retried); nothing changed"),
             },
         })

@@ -268,8 +268,9 @@ impl Destination {
         }
         if let Some(chain) = &run.order {
             let headers = req.headers_mut();
-            let header =
-                |text: &str| HeaderValue::from_str(&crate::order::header_form(text)).expect("percent-encoded text is a header value");
+            let header = |text: &str| {
+                HeaderValue::from_str(&crate::order::header_form(text)).expect("percent-encoded text is a header value")
+            };
             headers.insert(hyper::header::HeaderName::from_static("idemgate-order-key"), header(&chain.key));
             if let Some(previous) = &chain.previous {
                 headers.insert(hyper::header::HeaderName::from_static("idemgate-order-previous"), header(previous));

@@ -295,6 +295,7 @@ async fn a_dead_head_blocks_its_key_until_runs_skip() {
     let text = inspect();
     assert!(text.contains("destination g\n  head      run-1\n"), "{text}");
     assert!(text.contains("ttl       none"), "{text}");
+    assert!(text.contains("  blocked   since 20"), "the line waits behind its dead head: {text}");
     let stats = || {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
             .args(["stats", "--redis-url", redis_url(), "--namespace", &ns])
@@ -321,6 +322,7 @@ async fn a_dead_head_blocks_its_key_until_runs_skip() {
     assert!(text.contains("head      none (idle)") && text.contains("waiting   none"), "{text}");
     assert!(text.contains("previous  run-4:") && text.contains("ttl       "), "{text}");
     assert!(!text.contains("ttl       none"), "an idle key expires: {text}");
+    assert!(!text.contains("blocked"), "{text}");
 }
 
 /// `order_on_dead = "skip"`: the line moves on as the run dies, the next
@@ -378,7 +380,8 @@ async fn an_order_keys_runs_and_lines_are_listed_over_http() {
     assert_eq!(key, "6:github:12:acme/widgets:1:5");
     let by_key = |key: String| get("/v1/ops/runs".into(), vec![("order_key", key)]);
     wait_for(Duration::from_secs(10), "runs 2 to 4 in the line", || async {
-        by_key(key.clone()).await.1["order"]["state"]["destinations"][0]["waiting"] == json!(["run-2", "run-3", "run-4"])
+        by_key(key.clone()).await.1["order"]["state"]["destinations"][0]["waiting"]
+            == json!(["run-2", "run-3", "run-4"])
     })
     .await;
 
@@ -442,7 +445,10 @@ async fn an_order_keys_runs_and_lines_are_listed_over_http() {
     assert_eq!(code, 409, "{body}");
     assert!(body["error"].as_str().unwrap().starts_with("run-1 heads no line"), "{body}");
     let (code, body) = post("/v1/ops/runs/run-99/skip").await;
-    assert_eq!((code, body["error"].as_str().unwrap()), (404, "run-99: no such run (never created, or expired after its run retention)"));
+    assert_eq!(
+        (code, body["error"].as_str().unwrap()),
+        (404, "run-99: no such run (never created, or expired after its run retention)")
+    );
     wait_status(&ns, (2..=4).map(|n| (n, "done")), Duration::from_secs(20)).await;
     workers.stop().await;
     let (_, page) = by_key(key.clone()).await;
