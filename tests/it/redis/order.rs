@@ -425,7 +425,7 @@ async fn an_order_keys_runs_and_lines_are_listed_over_http() {
     assert_eq!((&head["place"], &head["ahead"], &head["behind"]), (&json!(0), &json!(null), &json!(3)));
 
     // Bad keys: 400, naming the parameter; nothing is walked.
-    let long = "9".repeat(3 * idemgate::order::MAX_KEY_BYTES + 1);
+    let long = "9".repeat(idemgate::order::MAX_KEY_BYTES + 1);
     for bad in ["", "acme/widgets", "6:github:12:acme/widgets:1:55", "6:github:12:acme%zz", long.as_str()] {
         let (code, body) = by_key(bad.into()).await;
         assert_eq!(code, 400, "{bad:.40}: {body}");
