@@ -290,12 +290,8 @@ mod tests {
             let e = key_from_header_form("order_key", bad).unwrap_err();
             assert!(e.starts_with("order_key "), "{bad}: {e}");
         }
-        let widest = Identity::new(
-            &"p".repeat(256),
-            &format!("{}/{}", "o".repeat(1024), "r".repeat(1024)),
-            "a",
-            &"9".repeat(1024),
-        );
+        let widest =
+            Identity::new("p".repeat(256), format!("{}/{}", "o".repeat(1024), "r".repeat(1024)), "a", "9".repeat(1024));
         let key = OrderBy::Subject.key(&widest).unwrap();
         assert!(key.len() <= MAX_KEY_BYTES, "{}", key.len());
         assert_eq!(key_from_header_form("order_key", &key).unwrap(), key);
