@@ -6,6 +6,7 @@
 // the raw record folded away.
 // A delivery's page (#/deliveries/PROVIDER/ID): the answer it replays and its run.
 import { HttpError, api, fetchOk } from "/console/api.js";
+import { runsHref } from "/console/runs.js";
 import { $, absTime, duration, el, fields, link, notice, prettyJson, setText, timeEl, visible } from "/console/util.js";
 
 let shown = null; // the run on the page, for Redeliver
@@ -26,7 +27,10 @@ function linePlace(l) {
 }
 
 function orderPairs(o) {
-  const pairs = [["order key", el("code", { text: o.key, attrs: { id: "order-key", title: "the runs that share it go one at a time, in order, per destination; a request carries it as Idemgate-Order-Key" } })]];
+  // The key's runs, listed: `order_key` takes the key as Idemgate-Order-Key carries it, where `%` is `%25`.
+  const href = runsHref({ order_key: o.key.replace(/%/g, "%25") });
+  const key = el("code", { text: o.key, attrs: { id: "order-key", title: "the runs that share it go one at a time, in order, per destination; a request carries it as Idemgate-Order-Key" } });
+  const pairs = [["order key", el("a", { attrs: { href, id: "order-key-runs", title: "every run of this key" } }, key)]];
   for (const l of o.lines) pairs.push([`line of ${l.destination}`, linePlace(l)]);
   if (!o.lines.length) pairs.push(["line", el("span", { attrs: { class: "order-place" }, text: "in no line now: finished for every destination, skipped, or not read by a worker yet" })]);
   return pairs;

@@ -5,7 +5,7 @@
 //! its place and the dead head it waits behind; the dead run's page shows
 //! it heads the line, and **Skip** (asked first, under the rules of every
 //! call that changes state) lets the line go on: the runs behind it are
-//! delivered and the overview's count drops to 0.
+//! delivered, the key links to its runs, and the overview's count drops to 0.
 
 use std::time::Duration;
 
@@ -107,6 +107,14 @@ async fn a_dead_ordered_run_is_shown_in_its_line_and_skipped_in_the_console() {
     assert_eq!(status_of(&ns, 1).await, "dead", "a skipped run stays dead");
     b.until("Skip gone", "return document.getElementById('skip').hidden === true").await;
     assert!(b.text(".order-place").await.starts_with("in no line now"));
+    // The key links to its runs: the runs view filtered by it.
+    b.click("#order-key-runs").await;
+    b.until(
+        "the key's three runs",
+        "const t = document.getElementById('runs-table'); return t.dataset.count === '3' && t.dataset.query.includes('order_key=')",
+    )
+    .await;
+    assert_eq!(b.eval("return document.getElementById('f-order-key').value").await, key);
 
     b.goto(&format!("{}/console#/", gate.url)).await;
     b.until(
