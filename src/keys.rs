@@ -193,8 +193,8 @@ impl Keys {
     }
 
     /// The member of [`Keys::order_blocked`] for `group`'s line of
-    /// `order_key`: enc(group) `:` the key, as lua/shared/order.lua
-    /// (`order_blocked_member`) writes it.
+    /// `order_key`: enc(group) `:` the key, as the order scripts'
+    /// `order_blocked_member` writes it.
     pub fn order_blocked_member(group: &str, order_key: &str) -> String {
         format!("{}:{order_key}", enc(group))
     }
