@@ -192,6 +192,13 @@ impl Keys {
         self.key("order-blocked")
     }
 
+    /// The member of [`Keys::order_blocked`] for `group`'s line of
+    /// `order_key`: enc(group) `:` the key, as the order scripts'
+    /// `order_blocked_member` writes it.
+    pub fn order_blocked_member(group: &str, order_key: &str) -> String {
+        format!("{}:{order_key}", enc(group))
+    }
+
     /// `idemgate:{NS}:worker:` — the worker heartbeats' common prefix.
     pub fn worker_prefix(&self) -> String {
         self.key("worker:")

@@ -12,6 +12,7 @@
 //! bytes, readable with `redis-cli`, and the tail of the key's state,
 //! `idemgate:{NS}:order:` + the key.
 
+use std::borrow::Cow;
 use std::str::FromStr;
 
 use crate::keys::enc;
@@ -147,6 +148,90 @@ pub struct RunOrder {
     pub skip_dead: bool,
 }
 
+/// The longest order key the gate writes, with room to spare: `enc` of a
+/// provider ([`crate::gate::MAX_KEY_FIELD_BYTES`]), of `org/repo` and of a
+/// number text (each event field at most [`crate::gate::MAX_EVENT_FIELD_BYTES`]).
+/// Also the most a key may take as a query parameter, `%XX` included.
+pub const MAX_KEY_BYTES: usize = 4096;
+
+/// An order key (or `run-N:CREATED_MS`) as a request carries it in
+/// `Idemgate-Order-Key` / `Idemgate-Order-Previous`: bytes outside visible
+/// ASCII, and `%`, as `%XX`, so any key is a header value and reads back
+/// as it was ([`key_from_header_form`]).
+pub fn header_form(text: &str) -> Cow<'_, str> {
+    let plain = |b: u8| (0x21..=0x7e).contains(&b) && b != b'%';
+    if text.bytes().all(plain) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for b in text.bytes() {
+        if plain(b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// The order key `text` names, given as a receiver got it
+/// ([`header_form`]: `%XX` read back; a key of visible ASCII without `%`,
+/// the usual one, is the same either way) and checked to be one the gate
+/// writes: two or three length-prefixed parts ([`OrderBy::key`]). `name`
+/// is the parameter's, for the message.
+pub fn key_from_header_form(name: &str, text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        return Err(format!("{name} is empty: leave it out instead"));
+    }
+    // Bounded as given, not as decoded: a request line stays well within
+    // what the HTTP server takes (a longer one would be 414, not a clear 400).
+    if text.len() > MAX_KEY_BYTES {
+        return Err(format!("{name} is longer than {MAX_KEY_BYTES} bytes"));
+    }
+    let mut bytes = Vec::with_capacity(text.len());
+    let mut rest = text.as_bytes();
+    while let Some((&b, tail)) = rest.split_first() {
+        if b != b'%' {
+            bytes.push(b);
+            rest = tail;
+            continue;
+        }
+        let hex = tail.get(..2).and_then(|h| std::str::from_utf8(h).ok());
+        let byte = hex.and_then(|h| u8::from_str_radix(h, 16).ok()).ok_or_else(|| {
+            format!("{name} has a % not followed by two hex digits: give the key as Idemgate-Order-Key carries it")
+        })?;
+        bytes.push(byte);
+        rest = &tail[2..];
+    }
+    let key = String::from_utf8(bytes).map_err(|_| format!("{name} has %XX bytes that are not UTF-8 text"))?;
+    match length_prefixed_parts(&key) {
+        Some(2 | 3) => Ok(key),
+        _ => Err(format!(
+            "{name} must be an order key as Idemgate-Order-Key carries it, such as 6:github:12:acme/widgets:2:42 \
+             (each part its length, a colon and its text), not {:?}",
+            crate::text::escape_control(text)
+        )),
+    }
+}
+
+/// How many `LEN:TEXT` parts, joined by `:`, `key` is made of (`None`: it is not such a text).
+fn length_prefixed_parts(key: &str) -> Option<usize> {
+    let (mut rest, mut parts) = (key, 0);
+    loop {
+        let (len, tail) = rest.split_once(':')?;
+        if len.is_empty() || len.len() > 4 || !len.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let part = tail.get(..len.parse::<usize>().ok()?)?;
+        parts += 1;
+        rest = &tail[part.len()..];
+        if rest.is_empty() {
+            return Some(parts);
+        }
+        rest = rest.strip_prefix(':')?;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,5 +283,27 @@ mod tests {
         assert!(ordering.of(&pr("1")).unwrap().skip_dead);
         assert!(!Ordering { by: OrderBy::Repo, ..Default::default() }.of(&pr("1")).unwrap().skip_dead);
         assert_eq!(Ordering::default().of(&pr("1")), None);
+    }
+
+    #[test]
+    fn a_key_reads_back_from_its_header_form_and_bad_ones_are_named() {
+        for key in ["6:github:12:acme/widgets:2:42", "3:api:4:a b%:2:\u{e9}", "6:github:12:acme/widgets:0:"] {
+            let shown = header_form(key);
+            assert!(shown.bytes().all(|b| (0x21..=0x7e).contains(&b)), "{shown}");
+            assert_eq!(key_from_header_form("order_key", &shown).unwrap(), key);
+        }
+        assert_eq!(header_form("3:api:4:a b%"), "3:api:4:a%20b%25");
+        let too_long = "x".repeat(MAX_KEY_BYTES + 1);
+        for bad in
+            ["", "github", "6:github", "6:github:12:acme/widgets:2:4", "6:github:1:a:1:b:1:c", "%zz", "%C3", &too_long]
+        {
+            let e = key_from_header_form("order_key", bad).unwrap_err();
+            assert!(e.starts_with("order_key "), "{bad}: {e}");
+        }
+        let widest =
+            Identity::new("p".repeat(256), format!("{}/{}", "o".repeat(1024), "r".repeat(1024)), "a", "9".repeat(1024));
+        let key = OrderBy::Subject.key(&widest).unwrap();
+        assert!(key.len() <= MAX_KEY_BYTES, "{}", key.len());
+        assert_eq!(key_from_header_form("order_key", &key).unwrap(), key);
     }
 }

@@ -391,18 +391,13 @@ pub async fn runs_command(args: &RunsArgs, sources: Sources) -> Result<ExitCode,
         RunsCommand::Skip { run_id, group, read } => {
             let ops = Ops::connect(&store(sources)?).await?;
             let result = ops.skip_dead(run_id, group.as_deref()).await?;
-            let shown = render::one_line(run_id);
             let (text, ok) = match &result {
                 Skipped::Skipped { groups } => {
                     let groups: Vec<_> = groups.iter().map(|g| render::one_line(g)).collect();
+                    let shown = render::one_line(run_id);
                     (format!("{shown} skipped: the next run of its order key goes now ({})", groups.join(", ")), true)
                 }
-                Skipped::NoRun => (format!("{shown}: no such run"), false),
-                Skipped::NotOrdered => (format!("{shown} has no order key: no line waits for it"), false),
-                Skipped::NotDead { status } => {
-                    (format!("{shown} is {}, not dead; nothing changed", render::one_line(status)), false)
-                }
-                Skipped::NotHead => (format!("{shown} heads no line of that destination; nothing changed"), false),
+                refused => (refused.refusal(run_id, group.as_deref()).unwrap_or_default(), false),
             };
             print_out(&if read.json { json_text(&result) } else { text });
             Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })

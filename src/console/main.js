@@ -4,7 +4,7 @@
 import { TOKEN_KEY, report } from "/console/api.js";
 import { loadDead, resetDead, retryAll } from "/console/dead.js";
 import { refreshOverview } from "/console/overview.js";
-import { downloadPayload, redeliver, retryNow, showDelivery, showRun } from "/console/run.js";
+import { downloadPayload, redeliver, retryNow, showDelivery, showRun, skip } from "/console/run.js";
 import { formParams, loadRuns, onNewestPage, resetPaging, runsHref, showFilters } from "/console/runs.js";
 import { $, notice, relTime } from "/console/util.js";
 
@@ -115,6 +115,7 @@ function start() {
   $("retry-all").addEventListener("click", () => retryAll().catch(report));
   $("redeliver").addEventListener("click", () => redeliver().catch(report));
   $("retry-now").addEventListener("click", () => retryNow().catch(report));
+  $("skip").addEventListener("click", () => skip().catch(report));
   $("payload-whole").addEventListener("click", () => downloadPayload().catch(report));
   window.addEventListener("hashchange", () => {
     resetPaging();

@@ -1,10 +1,11 @@
 // The overview: health first (workers, breakers, the runs waiting and the
-// oldest of them, dead runs), then each group's waiting runs, then the
+// oldest of them, dead runs, order keys blocked behind a dead run), then
+// each group's waiting runs, then the
 // gate's answers and their rates, then memory. The waiting counts all come
 // from one reading of /v1/ops/workers (one round of Redis reads), so they
 // agree: not yet delivered + given back + parked.
 import { api, report } from "/console/api.js";
-import { $, bytes, duration, el, notice, relTime, setText, tile, timeEl, visible } from "/console/util.js";
+import { $, bytes, duration, el, link, notice, relTime, setText, tile, timeEl, visible } from "/console/util.js";
 
 const num = (v) => (v === "" || v === undefined || v === null ? null : Number(v));
 
@@ -98,6 +99,22 @@ async function setPaused(name, action) {
   await refreshOverview();
 }
 
+// What to do about order keys held behind a dead run: the dead run's page
+// has Skip; `inspect order` shows a key's line.
+function showBlocked(blocked) {
+  const note = $("order-blocked-note");
+  note.hidden = !(blocked && blocked.keys);
+  if (note.hidden) return note.replaceChildren();
+  const keys = blocked.keys === 1 ? "1 order key waits" : `${blocked.keys} order keys wait`;
+  note.replaceChildren(
+    el("span", { text: `${keys} behind a dead run, the oldest since ${relTime(blocked.oldest_ms)}: open the dead run from ` }),
+    link("#/dead", "Dead runs"),
+    el("span", { text: " and Retry it, or Skip it on its page; " }),
+    el("code", { text: "idemgate inspect order PROVIDER ORG/REPO [SUBJECT]" }),
+    el("span", { text: " shows a key's line." }),
+  );
+}
+
 export async function refreshOverview() {
   const [s, w, d, dest] = await Promise.all([
     api("/v1/ops/stats"),
@@ -123,6 +140,8 @@ export async function refreshOverview() {
   const parked = sum("parked");
   const due = groups.map((g) => g.next_due_ms).filter((ms) => typeof ms === "number");
   const nextDue = due.length ? Math.min(...due) : null;
+  // From the stats reading (`stats` counts idemgate:{NS}:order-blocked); none on the memory store.
+  const blocked = s.order_blocked;
   $("health").replaceChildren(
     tile("workers up", String(up.length), "workers-up", up.length ? "good" : "bad"),
     tile("workers gone", String(gone.length), "workers-gone", gone.length ? "bad" : ""),
@@ -133,7 +152,9 @@ export async function refreshOverview() {
     tile("next retry due", nextDue ? relTime(nextDue) : "none parked", "next-due"),
     tile("dead runs", String(d.total ?? 0), "dead", d.total ? "bad" : ""),
     tile("destinations paused", String(destinations.filter((x) => x.paused).length), "destinations-paused", destinations.some((x) => x.paused) ? "bad" : ""),
+    tile("order keys blocked", blocked ? String(blocked.keys) : "n/a", "order-blocked", blocked && blocked.keys ? "bad" : ""),
   );
+  showBlocked(blocked);
   $("health").querySelector('[data-tile="waiting"]').title = `not yet delivered ${sum("lag")} · given back ${sum("given_back")} · parked ${parked}`;
   $("queues-table").tBodies[0].replaceChildren(...groups.map(queueRow));
   $("workers-table").tBodies[0].replaceChildren(...workers.map(workerRow));

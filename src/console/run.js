@@ -1,12 +1,40 @@
 // A run's page (#/runs/run-7): identity, run key, its delivery, when a
 // parked run's next attempt is due and why, the attempt timeline, the
 // payload, Redeliver (disabled, with the reason, when the payload it would
-// send is gone), Retry now (a parked run), and the raw record folded away.
+// send is gone), Retry now (a parked run), an ordered run's key and its
+// place in each line of it, Skip (a dead run heading its key's line), and
+// the raw record folded away.
 // A delivery's page (#/deliveries/PROVIDER/ID): the answer it replays and its run.
 import { HttpError, api, fetchOk } from "/console/api.js";
+import { runsHref } from "/console/runs.js";
 import { $, absTime, duration, el, fields, link, notice, prettyJson, setText, timeEl, visible } from "/console/util.js";
 
 let shown = null; // the run on the page, for Redeliver
+
+// An ordered run's place in one destination's line, as the API works it
+// out (`order.lines`): the head, or the n-th waiting and the run ahead;
+// a line held behind a dead head says since when.
+function linePlace(l) {
+  const runLink = (id) => link(`#/runs/${encodeURIComponent(id)}`, id, { class: "open-run", "data-run-id": id });
+  const blocked = typeof l.blocked_since_ms === "number";
+  const span = el("span", { attrs: { class: "order-place", "data-destination": l.destination, "data-place": String(l.place), "data-blocked": String(blocked) } });
+  const behind = l.behind ? `${l.behind} waiting behind it` : "none waiting behind it";
+  if (l.place === 0 && blocked) span.append(`head, dead: the line waits behind it (${behind}) since `, timeEl(l.blocked_since_ms));
+  else if (l.place === 0) span.append(`head: the run its destination may attempt now (${behind})`);
+  else span.append(`waiting #${l.place}, behind `, runLink(l.ahead));
+  if (l.place > 0 && blocked) span.append("; the line waits behind its dead head ", runLink(l.head), " since ", timeEl(l.blocked_since_ms));
+  return span;
+}
+
+function orderPairs(o) {
+  // The key's runs, listed: `order_key` takes the key as Idemgate-Order-Key carries it, where `%` is `%25`.
+  const href = runsHref({ order_key: o.key.replace(/%/g, "%25") });
+  const key = el("code", { text: o.key, attrs: { id: "order-key", title: "the runs that share it go one at a time, in order, per destination; a request carries it as Idemgate-Order-Key" } });
+  const pairs = [["order key", el("a", { attrs: { href, id: "order-key-runs", title: "every run of this key" } }, key)]];
+  for (const l of o.lines) pairs.push([`line of ${l.destination}`, linePlace(l)]);
+  if (!o.lines.length) pairs.push(["line", el("span", { attrs: { class: "order-place" }, text: "in no line now: finished for every destination, skipped, or not read by a worker yet" })]);
+  return pairs;
+}
 
 function historyRow(a) {
   // Alike refused probes folded into one entry: their numbers and count.
@@ -63,6 +91,7 @@ export async function showRun(runId, { scroll = true } = {}) {
     ["created", timeEl(r.created_ms)],
     ["attempts", String(r.attempts)],
   ];
+  if (r.order) pairs.push(...orderPairs(r.order));
   const next = r.next_attempt;
   if (next) {
     const attrs = { id: "next-attempt", "data-reason": next.reason, "data-due-ms": String(next.due_ms) };
@@ -84,6 +113,7 @@ export async function showRun(runId, { scroll = true } = {}) {
   $("redeliver-why").hidden = !r.payload_gone;
   setText($("redeliver-why"), r.payload_gone ? "Redeliver is off: " + r.payload_gone : "");
   $("retry-now").hidden = r.status !== "parked";
+  $("skip").hidden = !(r.status === "dead" && r.order && r.order.lines.some((l) => l.place === 0));
   const raw = Object.entries(r.fields).map(([k, v]) => [k, k.endsWith("_ms") && /^\d+$/.test(v) ? `${v} (${absTime(Number(v))})` : v]);
   if (r.key) raw.unshift(["Redis key", r.key]);
   raw.push(["ttl left", r.ttl_ms === null ? "none" : duration(r.ttl_ms)]);
@@ -113,6 +143,20 @@ export async function retryNow() {
     notice(`${id} is due now: a worker of its group takes it within a second`, true);
   } catch (e) {
     notice(`Retry now ${id}: ${e.message}`);
+  }
+  await showRun(id, { scroll: false });
+}
+
+// POST /v1/ops/runs/{id}/skip (idemgate runs skip): the dead head's line moves on.
+export async function skip() {
+  if (!shown) return;
+  const id = shown.run_id;
+  if (!confirm(visible(`Skip ${id} in its order key's line? The next run of the key goes at once; ${id} stays dead (Retry can still send it, to the back of the line).`))) return;
+  try {
+    const r = await api(`/v1/ops/runs/${encodeURIComponent(id)}/skip`, "POST");
+    notice(`${id} skipped: the next run of its order key goes now (${r.groups.join(", ")})`, true);
+  } catch (e) {
+    notice(`Skip ${id}: ${e.message}`);
   }
   await showRun(id, { scroll: false });
 }

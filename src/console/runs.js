@@ -8,6 +8,7 @@ const FILTERS = [
   ["provider", "f-provider"],
   ["repo", "f-repo"],
   ["action", "f-action"],
+  ["order_key", "f-order-key"],
   ["status", "f-status"],
   ["since", "f-since"],
   ["until", "f-until"],

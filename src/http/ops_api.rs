@@ -103,7 +103,13 @@ async fn runs(State(st): State<AppState>, RawQuery(q): RawQuery) -> Result<Json<
     // A delivery id alone is looked up under every configured provider.
     let providers: Vec<String> = st.0.providers.keys().cloned().collect();
     let page = source(&st)?.runs(&query, &providers).await.map_err(|e| unavailable(&st, e))?;
-    Ok(Json(json!({"store": source(&st)?.kind(), "runs": page.runs, "next_before": page.next_before})))
+    let mut answer = json!({"store": source(&st)?.kind(), "runs": page.runs, "next_before": page.next_before});
+    // The key's lines beside its runs: read as `inspect order` reads them.
+    if let Some(key) = &query.filter.order_key {
+        let order = source(&st)?.order(key).await.map_err(|e| unavailable(&st, e))?;
+        answer["order"] = json!({"order_key": key, "state": order});
+    }
+    Ok(Json(answer))
 }
 
 fn no_run(run_id: &str) -> ApiError {
@@ -352,19 +358,15 @@ async fn skip(State(st): State<AppState>, p: Result<Path<String>, PathRejection>
     let run_id = path(p)?;
     segment("run_id", &run_id)?;
     let result = source(&st)?.skip_dead(&run_id).await.map_err(|e| unavailable(&st, e))?;
-    let shown = crate::text::escape_control(&run_id);
+    let why = || result.refusal(&run_id, None).unwrap_or_default();
     match &result {
         Skipped::Skipped { groups } => {
+            let shown = crate::text::escape_control(&run_id);
             tracing::info!(run_id = %shown, groups = ?groups, "ops API: dead run skipped in its order key's line");
             Ok((StatusCode::OK, Json(result)).into_response())
         }
-        Skipped::NoRun => Err(no_run(&run_id)),
-        Skipped::NotOrdered => Err(ApiError::Conflict(format!("{shown} has no order key: no line waits for it"))),
-        Skipped::NotDead { status } => Err(ApiError::Conflict(format!(
-            "{shown} is {}, not dead; nothing changed",
-            crate::text::escape_control(status)
-        ))),
-        Skipped::NotHead => Err(ApiError::Conflict(format!("{shown} heads no line; nothing changed"))),
+        Skipped::NoRun => Err(ApiError::NotFound(why())),
+        _ => Err(ApiError::Conflict(why())),
     }
 }
 

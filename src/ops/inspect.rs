@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::client::{Ops, OpsError};
+use crate::keys::Keys;
 use crate::providers::{IdentityMode, Kind};
 use crate::vocabulary::{DeliveryRecord, Identity, RunRecord, SUBJECT_DIGEST_SEPARATOR};
 
@@ -203,13 +204,21 @@ pub enum Found {
 }
 
 /// An order key's state as found: per destination, its head, its line and
-/// the run it finished last (lua/shared/order.lua).
+/// the run it finished last (lua/shared/order.lua). What `inspect order`
+/// prints, `GET /v1/ops/runs?order_key=` answers, and a run's place is
+/// read from ([`OrderView::places_of`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OrderView {
     /// Time left: `Persistent` while a destination has a head, then the run retention.
+    #[serde(rename = "ttl_ms", serialize_with = "ttl_ms")]
     pub ttl: Ttl,
     /// One entry per destination the key has state for, by name.
     pub destinations: Vec<OrderLine>,
+}
+
+/// A [`Ttl`] as JSON: ms left, `null` for a key that never expires.
+fn ttl_ms<S: serde::Serializer>(ttl: &Ttl, s: S) -> Result<S::Ok, S::Error> {
+    ttl.millis().serialize(s)
 }
 
 /// One destination's line of an order key.
@@ -223,6 +232,66 @@ pub struct OrderLine {
     pub waiting: Vec<String>,
     /// The run it finished last, `run-N:CREATED_MS` (the next run's `Idemgate-Order-Previous`).
     pub previous: Option<String>,
+    /// When the head died, ms since the Unix epoch, while the line waits
+    /// behind it (`order_on_dead = "block"`; its score in `order-blocked`);
+    /// `None`: the line is not blocked.
+    pub blocked_since_ms: Option<u64>,
+}
+
+/// Where a run stands in one destination's line of its order key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LinePlace {
+    /// The destination (consumer group).
+    pub destination: String,
+    /// 0: the run is the head (the one run of the key the destination may
+    /// attempt); n: the n-th run waiting behind the head.
+    pub place: usize,
+    /// The run just ahead of it, which it waits for (`None`: it is the head).
+    pub ahead: Option<String>,
+    /// The line's head (the run itself when `place` is 0).
+    pub head: String,
+    /// Runs waiting behind it.
+    pub behind: usize,
+    /// The line waits behind its dead head since then, ms since the Unix
+    /// epoch, until the head is retried to done or skipped (`None`: not blocked).
+    pub blocked_since_ms: Option<u64>,
+}
+
+/// An ordered run's key and its place in each line that holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunPlace {
+    /// The run's order key.
+    pub key: String,
+    /// One per destination whose line holds the run; empty when none does
+    /// (finished for every destination, skipped, or not read by a worker yet).
+    pub lines: Vec<LinePlace>,
+}
+
+impl OrderView {
+    /// Where `run_id` stands in each destination's line: the one place a
+    /// run's order is worked out, for the ops API and the console.
+    pub fn places_of(&self, run_id: &str) -> Vec<LinePlace> {
+        let mut places = Vec::new();
+        for line in &self.destinations {
+            let Some(head) = &line.head else { continue };
+            let place = if head == run_id {
+                0
+            } else if let Some(i) = line.waiting.iter().position(|r| r == run_id) {
+                i + 1
+            } else {
+                continue;
+            };
+            places.push(LinePlace {
+                destination: line.destination.clone(),
+                place,
+                ahead: (place > 0).then(|| if place == 1 { head.clone() } else { line.waiting[place - 2].clone() }),
+                head: head.clone(),
+                behind: line.waiting.len() - place,
+                blocked_since_ms: line.blocked_since_ms,
+            });
+        }
+        places
+    }
 }
 
 /// The answer to one `inspect`: the key read, and the record when present.
@@ -256,7 +325,7 @@ impl Ops {
         let (fields, pttl): (Vec<(String, String)>, i64) =
             self.redis.query(redis::pipe().hgetall(key).pttl(key)).await?;
         let Some(ttl) = Ttl::from_pttl(pttl).filter(|_| !fields.is_empty()) else { return Ok(None) };
-        let mut lines: std::collections::BTreeMap<String, OrderLine> = std::collections::BTreeMap::new();
+        let mut lines: BTreeMap<String, OrderLine> = BTreeMap::new();
         for (field, value) in fields {
             let Some((kind, group)) = field.split_once(':') else { continue };
             let line = lines
@@ -269,7 +338,35 @@ impl Ops {
                 _ => {}
             }
         }
+        // Since when each line with a head waits behind it: its score in `order-blocked`.
+        let order_key = key.strip_prefix(&self.keys().order("")).unwrap_or(key);
+        let heads: Vec<&mut OrderLine> = lines.values_mut().filter(|l| l.head.is_some()).collect();
+        if !heads.is_empty() {
+            let mut pipe = redis::pipe();
+            for line in &heads {
+                pipe.zscore(self.keys().order_blocked(), Keys::order_blocked_member(&line.destination, order_key));
+            }
+            let since: Vec<Option<f64>> = self.redis.query(&mut pipe).await?;
+            for (line, since) in heads.into_iter().zip(since) {
+                line.blocked_since_ms = since.map(|ms| ms.max(0.0) as u64);
+            }
+        }
         Ok(Some(OrderView { ttl, destinations: lines.into_values().collect() }))
+    }
+
+    /// The state of order key `order_key` (`None`: it has none: no run of
+    /// it was read by a worker, or its idle state expired).
+    pub async fn order_view(&self, order_key: &str) -> Result<Option<OrderView>, OpsError> {
+        self.order_at(&self.keys().order(order_key)).await
+    }
+
+    /// The order key of the run of `record` and its place in each line
+    /// that holds it (`None`: the run is not ordered).
+    pub(crate) async fn run_place(&self, record: &RunRecord) -> Result<Option<RunPlace>, OpsError> {
+        let Some(key) = record.stored.get("order_key") else { return Ok(None) };
+        let view = self.order_view(key).await?;
+        let lines = view.map(|v| v.places_of(&record.fields.run_id)).unwrap_or_default();
+        Ok(Some(RunPlace { key: key.clone(), lines }))
     }
 
     async fn delivery_at(&self, key: &str) -> Result<Option<DeliveryView>, OpsError> {
@@ -369,4 +466,41 @@ pub fn identity_forms(provider: &str, repo: &str, action: &str, subject: &str) -
         }
     }
     forms
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_runs_place_is_read_from_each_line_that_holds_it() {
+        let line = |destination: &str, head: &str, waiting: &[&str], blocked: Option<u64>| OrderLine {
+            destination: destination.into(),
+            head: Some(head.into()),
+            waiting: waiting.iter().map(|r| (*r).to_owned()).collect(),
+            previous: None,
+            blocked_since_ms: blocked,
+        };
+        let view = OrderView {
+            ttl: Ttl::Persistent,
+            destinations: vec![
+                line("a", "run-1", &["run-2", "run-3"], Some(7)),
+                line("b", "run-2", &["run-3"], None),
+                line("c", "run-9", &[], None),
+                OrderLine { destination: "idle".into(), previous: Some("run-0:1".into()), ..OrderLine::default() },
+            ],
+        };
+        let places = view.places_of("run-3");
+        let seen: Vec<_> =
+            places.iter().map(|p| (p.destination.as_str(), p.place, p.ahead.as_deref(), p.behind)).collect();
+        assert_eq!(seen, [("a", 2, Some("run-2"), 0), ("b", 1, Some("run-2"), 0)]);
+        assert_eq!(places[0].blocked_since_ms, Some(7), "waits behind a dead head");
+        let head = view.places_of("run-1");
+        assert_eq!((head.len(), head[0].place, head[0].ahead.as_deref(), head[0].behind), (1, 0, None, 2));
+        assert_eq!(head[0].head, "run-1");
+        assert!(view.places_of("run-0").is_empty(), "a finished run is in no line");
+        let json = serde_json::to_value(&view).unwrap();
+        assert_eq!(json["ttl_ms"], serde_json::Value::Null);
+        assert_eq!(json["destinations"][0]["blocked_since_ms"], 7);
+    }
 }

@@ -24,7 +24,9 @@ use std::time::Duration;
 pub use crate::redis_io::parked_scripts::Skipped;
 pub use client::{Ops, OpsError, SCAN_COUNT};
 pub use dead::{DEFAULT_DEAD_LIMIT, DeadPage, DeadRun, MAX_DEAD_LIMIT, Retried, entry_id};
-pub use inspect::{DeliveryView, Found, Inspection, LogicalView, OrderLine, OrderView, RunView, Target, Ttl};
+pub use inspect::{
+    DeliveryView, Found, Inspection, LinePlace, LogicalView, OrderLine, OrderView, RunPlace, RunView, Target, Ttl,
+};
 pub use parked::{
     DestinationWait, NextAttempt, OLDEST_SAMPLE, OrderBlocked, ParkedGroup, RetriedNow, next_attempt, not_parked_hint,
 };

@@ -221,6 +221,13 @@ fn order_text(o: &super::inspect::OrderView) -> String {
         if let Some(previous) = &line.previous {
             let _ = writeln!(out, "  previous  {}", one_line(previous));
         }
+        if let Some(since) = line.blocked_since_ms {
+            let at = rfc3339_ms(since).unwrap_or_else(|| since.to_string());
+            let _ = writeln!(
+                out,
+                "  blocked   since {at}: the head is dead (dead retry, or runs skip, lets the line go on)"
+            );
+        }
     }
     let _ = match o.ttl.millis() {
         None => writeln!(out, "ttl       none (a destination has a head)"),
@@ -270,7 +277,7 @@ pub fn inspection_json(i: &Inspection) -> Value {
             let Value::Object(m) = run_json(r) else { unreachable!() };
             Value::Object(m.into_iter().filter(|(k, _)| k != "key").collect())
         }
-        Some(Found::Order(o)) => json!({"destinations": o.destinations, "ttl_ms": ttl_json(o.ttl)}),
+        Some(Found::Order(o)) => serde_json::to_value(o).expect("an order view serializes"),
     };
     if let (Value::Object(base), Value::Object(more)) = (&mut v, extra) {
         base.extend(more);

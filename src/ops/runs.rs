@@ -30,6 +30,9 @@ pub struct RunSummary {
     pub created_ms: Option<u64>,
     /// The same as RFC 3339 (UTC).
     pub created_at: Option<String>,
+    /// The run's order key (its provider's `order_by`; absent: the run is not ordered).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub order_key: Option<String>,
     /// Only in a search (`q`) answered by a delivery record: the delivery
     /// that led to this run, and the gate's answer to it. `duplicate`: the
     /// delivery is a duplicate of this run (the console marks the row
@@ -50,9 +53,9 @@ pub struct FoundBy {
 }
 
 /// The run-record fields a [`RunSummary`] reads, in the order of an `HMGET`:
-/// [`RunFields::NAMES`], then the run's state, then [`RunFields::ENTRY_ID`] (where a
+/// [`RunFields::NAMES`], then the run's state and order key, then [`RunFields::ENTRY_ID`] (where a
 /// queued record's identity is).
-pub const SUMMARY_FIELDS: [&str; 11] = {
+pub const SUMMARY_FIELDS: [&str; 12] = {
     let [run_id, provider, repo, action, number, delivery_id] = RunFields::NAMES;
     [
         run_id,
@@ -65,6 +68,7 @@ pub const SUMMARY_FIELDS: [&str; 11] = {
         "attempts",
         "last_error",
         "created_ms",
+        "order_key",
         RunFields::ENTRY_ID,
     ]
 };
@@ -72,7 +76,10 @@ pub const SUMMARY_FIELDS: [&str; 11] = {
 impl RunSummary {
     /// The text this summary adds to an answer, roughly.
     fn size(&self) -> usize {
-        self.last_error.len() + self.fields.values().iter().map(|v| v.len()).sum::<usize>() + 96
+        self.last_error.len()
+            + self.fields.values().iter().map(|v| v.len()).sum::<usize>()
+            + self.order_key.as_ref().map_or(0, |k| k.len() + 16)
+            + 96
     }
 
     /// What a list shows of `record`.
@@ -84,6 +91,7 @@ impl RunSummary {
             last_error: record.progress.last_error.clone(),
             created_ms: record.created_ms,
             created_at: record.created_ms.and_then(rfc3339_ms),
+            order_key: record.stored.get("order_key").cloned(),
             found_by: None,
         }
     }
@@ -132,6 +140,8 @@ pub struct RunFilter {
     pub until: Option<u64>,
     /// The delivery that created the run.
     pub delivery_id: Option<String>,
+    /// The run's order key ([`crate::order::OrderBy::key`]).
+    pub order_key: Option<String>,
 }
 
 impl RunFilter {
@@ -141,6 +151,7 @@ impl RunFilter {
             && eq(&self.repo, &r.fields.repo)
             && eq(&self.action, &r.fields.action)
             && eq(&self.delivery_id, &r.fields.delivery_id)
+            && self.order_key.as_ref().is_none_or(|k| r.order_key.as_ref() == Some(k))
             && self.since.is_none_or(|s| r.created_ms.is_some_and(|c| c >= s))
             && self.until.is_none_or(|u| r.created_ms.is_some_and(|c| c < u))
     }
@@ -196,7 +207,8 @@ pub fn run_number(run_id: &str) -> Option<u64> {
 
 impl RunQuery {
     /// The query from its text parameters (`status`, `before` as a run id,
-    /// `limit`, `provider`, `repo`, `action`, `since`, `until`, `q`), each
+    /// `limit`, `provider`, `repo`, `action`, `since`, `until`, `q`,
+    /// `order_key` as `Idemgate-Order-Key` carries it), each
     /// checked with a message that names it. A parameter given empty is
     /// invalid like any other wrong value: leave it out instead.
     pub fn parse(param: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
@@ -233,6 +245,7 @@ impl RunQuery {
             since: time("since")?,
             until: time("until")?,
             delivery_id: None,
+            order_key: param("order_key").map(|k| crate::order::key_from_header_form("order_key", &k)).transpose()?,
         };
         Ok(Self { status, before, limit, filter, q: text("q")? })
     }
@@ -346,7 +359,12 @@ mod tests {
         let q = parse(&[("since", "1700000000000"), ("until", "2026-12-01T19:00:00.5Z"), ("repo", "o/r")]).unwrap();
         assert_eq!((q.filter.since, q.filter.until), (Some(1_700_000_000_000), Some(1_796_151_600_500)));
         assert_eq!(q.filter.repo.as_deref(), Some("o/r"));
-        for bad in [("since", "yesterday"), ("until", "-5"), ("repo", ""), ("q", "")] {
+        let q = parse(&[("order_key", "6:github:12:acme/widgets:2:42")]).unwrap();
+        assert_eq!(q.filter.order_key.as_deref(), Some("6:github:12:acme/widgets:2:42"));
+        assert_eq!(parse(&[("order_key", "3:api:3:a%20b")]).unwrap().filter.order_key.as_deref(), Some("3:api:3:a b"));
+        for bad in
+            [("since", "yesterday"), ("until", "-5"), ("repo", ""), ("q", ""), ("order_key", ""), ("order_key", "x")]
+        {
             assert!(parse(&[bad]).unwrap_err().contains(bad.0), "{bad:?}");
         }
     }

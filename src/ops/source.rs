@@ -53,6 +53,9 @@ pub struct RunDetail {
     pub history: Vec<AttemptEntry>,
     /// A parked run's next attempt: when, and why it waits (`None`: not parked).
     pub next_attempt: Option<super::parked::NextAttempt>,
+    /// An ordered run's key and its place in each destination's line of it
+    /// (`None`: not ordered, or the memory store, which orders nothing).
+    pub order: Option<super::inspect::RunPlace>,
     /// Why `runs redeliver` refuses this done run unless asked to go
     /// without its payload: the payload is gone (`None`: it would not).
     pub payload_gone: Option<String>,
@@ -141,6 +144,7 @@ fn detail(
         summary,
         fields: stored,
         next_attempt,
+        order: None,
         payload_gone: None,
         history: progress.history,
         payload: p.payload,
@@ -301,6 +305,15 @@ impl Source {
         }
     }
 
+    /// The state of order key `key`, per destination (`None`: it has none,
+    /// or the memory store, which orders nothing).
+    pub async fn order(&self, key: &str) -> Result<Option<super::inspect::OrderView>, OpsError> {
+        match self {
+            Source::Redis(ops) => ops.order_view(key).await,
+            Source::Memory(_) => Ok(None),
+        }
+    }
+
     /// Every worker, from its heartbeat and its group (none on the memory
     /// store: no worker reads it).
     pub async fn workers(&self) -> Result<super::workers::Workers, OpsError> {
@@ -355,8 +368,10 @@ impl Source {
                     None => PayloadParts::none(),
                 };
                 let waiting = ops.destination_wait(&record).await?;
+                let order = ops.run_place(&record).await?;
                 let mut d = detail(Some(ops.keys().run(run_id)), record, parts, u64::try_from(read.pttl).ok(), waiting);
                 d.payload_gone = gone;
+                d.order = order;
                 d.run_key = d.summary.created_ms.map(|c| ops.keys().run_key(run_id, &c.to_string()));
                 Ok(Some(d))
             }

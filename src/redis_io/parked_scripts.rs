@@ -208,6 +208,29 @@ pub enum Skipped {
     NotHead,
 }
 
+impl Skipped {
+    /// Why nothing changed for `run_id` (`group`: the one destination
+    /// asked for), in the words `idemgate runs skip` prints and `POST
+    /// /v1/ops/runs/{id}/skip` answers; `None` when the line moved on.
+    pub fn refusal(&self, run_id: &str, group: Option<&str>) -> Option<String> {
+        let shown = crate::text::escape_control(run_id);
+        Some(match self {
+            Skipped::Skipped { .. } => return None,
+            Skipped::NoRun => format!("{shown}: no such run (never created, or expired after its run retention)"),
+            Skipped::NotOrdered => format!("{shown} has no order key: no line waits for it"),
+            Skipped::NotDead { status } => {
+                format!("{shown} is {}, not dead; nothing changed", crate::text::escape_control(status))
+            }
+            Skipped::NotHead => match group {
+                Some(g) => {
+                    format!("{shown} heads no line of destination {}; nothing changed", crate::text::escape_control(g))
+                }
+                None => format!("{shown} heads no line (skipped already, or retried); nothing changed"),
+            },
+        })
+    }
+}
+
 impl ScriptCall for SkipDeadCall<'_> {
     type Reply = Skipped;
 

@@ -253,24 +253,6 @@ impl Handler for Destination {
     }
 }
 
-/// `text` as a header value: visible ASCII but `%` as it is, every other
-/// byte (an order key holds an event's `org/repo`, which may hold any) as
-/// `%XX`, so a receiver compares it as sent and can decode it.
-fn header_text(text: &str) -> std::borrow::Cow<'_, str> {
-    if text.bytes().all(|b| (0x21..=0x7e).contains(&b) && b != b'%') {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for b in text.bytes() {
-        if (0x21..=0x7e).contains(&b) && b != b'%' {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    std::borrow::Cow::Owned(out)
-}
-
 impl Destination {
     /// One attempt's request and the judgement of its answer; `trace` is
     /// the `traceparent` (and `tracestate`) of the attempt's span.
@@ -286,8 +268,9 @@ impl Destination {
         }
         if let Some(chain) = &run.order {
             let headers = req.headers_mut();
-            let header =
-                |text: &str| HeaderValue::from_str(&header_text(text)).expect("percent-encoded text is a header value");
+            let header = |text: &str| {
+                HeaderValue::from_str(&crate::order::header_form(text)).expect("percent-encoded text is a header value")
+            };
             headers.insert(hyper::header::HeaderName::from_static("idemgate-order-key"), header(&chain.key));
             if let Some(previous) = &chain.previous {
                 headers.insert(hyper::header::HeaderName::from_static("idemgate-order-previous"), header(previous));

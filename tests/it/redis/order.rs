@@ -295,6 +295,7 @@ async fn a_dead_head_blocks_its_key_until_runs_skip() {
     let text = inspect();
     assert!(text.contains("destination g\n  head      run-1\n"), "{text}");
     assert!(text.contains("ttl       none"), "{text}");
+    assert!(text.contains("  blocked   since 20"), "the line waits behind its dead head: {text}");
     let stats = || {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
             .args(["stats", "--redis-url", redis_url(), "--namespace", &ns])
@@ -321,6 +322,7 @@ async fn a_dead_head_blocks_its_key_until_runs_skip() {
     assert!(text.contains("head      none (idle)") && text.contains("waiting   none"), "{text}");
     assert!(text.contains("previous  run-4:") && text.contains("ttl       "), "{text}");
     assert!(!text.contains("ttl       none"), "an idle key expires: {text}");
+    assert!(!text.contains("blocked"), "{text}");
 }
 
 /// `order_on_dead = "skip"`: the line moves on as the run dies, the next
@@ -364,4 +366,127 @@ async fn a_probe_carries_its_runs_chain() {
         assert_eq!(r.header("idemgate-order-key"), "6:github:12:acme/widgets:1:5", "run-{}", run_number(&r));
     }
     assert!(got[1..].iter().all(|a| a.2 == got[0].1), "every request of run-2 names run-1 as its previous: {got:?}");
+}
+
+/// `GET /v1/ops/runs?order_key=` over real HTTP: the key as the receiver
+/// got it in `Idemgate-Order-Key` lists that key's runs alone, each
+/// carrying its key, with the key's line per destination (head, waiting,
+/// blocked since); a run's answer says its place; `POST .../skip` refuses a
+/// run that is not dead, moves the line on, and the listing then shows the
+/// key idle; a bad `order_key` is 400 naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_keys_runs_and_lines_are_listed_over_http() {
+    const TOKEN: &str = "order-api-token";
+    let (ns, dest, mut workers) = dead_head("order-api", OrderOnDead::Block).await;
+    let gate = Gate::new(["acme/widgets"], redis_store_in(&ns, &Settings::default()).await)
+        .with_provider_ordering("github", Ordering { by: OrderBy::Subject, ..Default::default() });
+    // Another pull request's run: another key, not listed with the first.
+    let other = json!({"org": "acme", "repo": "widgets", "action": "opened", "number": 6});
+    assert_eq!(gate.handle("github", "d-other", &other).await.unwrap().run_id.as_deref(), Some("run-5"));
+    let (addr, _stop) = crate::support::serve_state(idemgate::http::AppState::new(gate, vec![], Some(TOKEN))).await;
+    let http = reqwest::Client::new();
+    let get = |path: String, query: Vec<(&'static str, String)>| {
+        let (http, url) = (http.clone(), format!("http://{addr}{path}"));
+        async move {
+            let r = http.get(url).query(&query).bearer_auth(TOKEN).send().await.unwrap();
+            (r.status().as_u16(), r.json::<serde_json::Value>().await.unwrap())
+        }
+    };
+    let post = |path: &str| {
+        let (http, url) = (http.clone(), format!("http://{addr}{path}"));
+        async move {
+            let r = http
+                .post(url)
+                .bearer_auth(TOKEN)
+                .header("content-type", "application/json")
+                .body("{}")
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.json::<serde_json::Value>().await.unwrap())
+        }
+    };
+    wait_status(&ns, [(1, "dead"), (5, "done")], Duration::from_secs(20)).await;
+    let key = dest.got().iter().find(|r| run_number(r) == 1).unwrap().header("idemgate-order-key").to_owned();
+    assert_eq!(key, "6:github:12:acme/widgets:1:5");
+    let by_key = |key: String| get("/v1/ops/runs".into(), vec![("order_key", key)]);
+    wait_for(Duration::from_secs(10), "runs 2 to 4 in the line", || async {
+        by_key(key.clone()).await.1["order"]["state"]["destinations"][0]["waiting"]
+            == json!(["run-2", "run-3", "run-4"])
+    })
+    .await;
+
+    let (code, page) = by_key(key.clone()).await;
+    assert_eq!(code, 200, "{page}");
+    let ids: Vec<&str> = page["runs"].as_array().unwrap().iter().map(|r| r["run_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["run-4", "run-3", "run-2", "run-1"], "the key's runs alone, newest first");
+    assert!(page["runs"].as_array().unwrap().iter().all(|r| r["order_key"] == key.as_str()), "{page}");
+    assert_eq!(page["order"]["order_key"], key.as_str());
+    let line = &page["order"]["state"]["destinations"][0];
+    assert_eq!((&line["destination"], &line["head"], &line["previous"]), (&json!("g"), &json!("run-1"), &json!(null)));
+    let since = line["blocked_since_ms"].as_u64().expect("blocked behind the dead run-1");
+    assert!(since <= idemgate::units::now_ms() && since + 60_000 > idemgate::units::now_ms(), "{since}");
+    assert_eq!(page["order"]["state"]["ttl_ms"], json!(null), "a key with a head never expires");
+    // The other key: its run alone; its line idle, run-5 its previous.
+    let (_, other) = by_key("6:github:12:acme/widgets:1:6".into()).await;
+    assert_eq!(other["runs"][0]["run_id"], "run-5");
+    assert_eq!(other["runs"].as_array().unwrap().len(), 1);
+    let idle = &other["order"]["state"]["destinations"][0];
+    assert_eq!((&idle["head"], &idle["blocked_since_ms"]), (&json!(null), &json!(null)));
+    assert!(idle["previous"].as_str().unwrap().starts_with("run-5:"), "{idle}");
+    // A key with no state: no run, state null.
+    let (code, none) = by_key("6:github:12:acme/widgets:1:9".into()).await;
+    assert_eq!((code, none["runs"].as_array().unwrap().len(), &none["order"]["state"]), (200, 0, &json!(null)));
+    // Runs without the filter carry their key too.
+    let (_, all) = get("/v1/ops/runs".into(), vec![]).await;
+    assert_eq!(all["runs"][0]["order_key"], "6:github:12:acme/widgets:1:6");
+    assert!(all.get("order").is_none(), "the key's state only with order_key: {all}");
+
+    // A run's place in its key's line, and what it waits for.
+    let (_, run3) = get("/v1/ops/runs/run-3".into(), vec![]).await;
+    assert_eq!(run3["order"]["key"], key.as_str());
+    let place = &run3["order"]["lines"][0];
+    assert_eq!(
+        (&place["destination"], &place["place"], &place["ahead"], &place["head"], &place["behind"]),
+        (&json!("g"), &json!(2), &json!("run-2"), &json!("run-1"), &json!(1))
+    );
+    assert_eq!(place["blocked_since_ms"].as_u64(), Some(since), "it waits behind a dead head");
+    let (_, run1) = get("/v1/ops/runs/run-1".into(), vec![]).await;
+    let head = &run1["order"]["lines"][0];
+    assert_eq!((&head["place"], &head["ahead"], &head["behind"]), (&json!(0), &json!(null), &json!(3)));
+
+    // Bad keys: 400, naming the parameter; nothing is walked.
+    let long = "9".repeat(idemgate::order::MAX_KEY_BYTES + 1);
+    for bad in ["", "acme/widgets", "6:github:12:acme/widgets:1:55", "6:github:12:acme%zz", long.as_str()] {
+        let (code, body) = by_key(bad.into()).await;
+        assert_eq!(code, 400, "{bad:.40}: {body}");
+        assert!(body["error"].as_str().unwrap().starts_with("order_key "), "{body}");
+    }
+    let (code, body) = get(format!("/v1/ops/runs?order_key={key}&order_key={key}"), vec![]).await;
+    assert_eq!(code, 400, "{body}");
+
+    // Skip: refused for a run that is not dead (409, nothing changed), then the line moves on.
+    let (code, body) = post("/v1/ops/runs/run-2/skip").await;
+    assert_eq!((code, body["error"].as_str().unwrap()), (409, "run-2 is queued, not dead; nothing changed"));
+    let (code, body) = post("/v1/ops/runs/run-5/skip").await;
+    assert_eq!((code, body["error"].as_str().unwrap()), (409, "run-5 is done, not dead; nothing changed"));
+    let (code, body) = post("/v1/ops/runs/run-1/skip").await;
+    assert_eq!((code, &body), (200, &json!({"result": "skipped", "groups": ["g"]})));
+    let (code, body) = post("/v1/ops/runs/run-1/skip").await;
+    assert_eq!(code, 409, "{body}");
+    assert!(body["error"].as_str().unwrap().starts_with("run-1 heads no line"), "{body}");
+    let (code, body) = post("/v1/ops/runs/run-99/skip").await;
+    assert_eq!(
+        (code, body["error"].as_str().unwrap()),
+        (404, "run-99: no such run (never created, or expired after its run retention)")
+    );
+    wait_status(&ns, (2..=4).map(|n| (n, "done")), Duration::from_secs(20)).await;
+    workers.stop().await;
+    let (_, page) = by_key(key.clone()).await;
+    let line = &page["order"]["state"]["destinations"][0];
+    assert_eq!((&line["head"], &line["waiting"], &line["blocked_since_ms"]), (&json!(null), &json!([]), &json!(null)));
+    assert!(line["previous"].as_str().unwrap().starts_with("run-4:"), "{line}");
+    assert!(page["order"]["state"]["ttl_ms"].as_u64().is_some(), "an idle key expires: {page}");
+    let (_, run1) = get("/v1/ops/runs/run-1".into(), vec![]).await;
+    assert_eq!((&run1["status"], &run1["order"]["lines"]), (&json!("dead"), &json!([])), "skipped: in no line");
 }
