@@ -139,13 +139,7 @@ async fn group_caught_up(ns: &str, group: &str) {
 async fn each_destination_gets_exactly_the_runs_its_filter_admits() {
     let ns = fresh_ns("several");
     let dir = temp_dir("several");
-    let (ci, notify, audit) = (
-        Destination::start(|_, _| ok()).await,
-        Destination::start(|_, _| ok()).await,
-        Destination::start(|_, _| ok()).await,
-    );
-    let metrics = format!("127.0.0.1:{}", free_port());
-    let config = config(&ns, &dir, &ci.url(), &notify.url(), &audit.url(), &metrics);
+    let (ci, notify, audit, config, metrics) = three_receivers(&ns, &dir).await;
     let from = idemgate::units::now_ms().to_string();
     create_runs(&ns).await;
     let before: Vec<HashMap<String, String>> = records((1..=6).map(|n| format!("run-{n}")).collect(), &ns).await;
@@ -208,6 +202,20 @@ async fn each_destination_gets_exactly_the_runs_its_filter_admits() {
     }
 }
 
+/// Receivers for the CI service, the notifier and the audit log, each
+/// answering 200, the config file that declares the three, and the
+/// notifier's `metrics_listen` address.
+async fn three_receivers(ns: &str, dir: &Path) -> (Destination, Destination, Destination, std::path::PathBuf, String) {
+    let (ci, notify, audit) = (
+        Destination::start(|_, _| ok()).await,
+        Destination::start(|_, _| ok()).await,
+        Destination::start(|_, _| ok()).await,
+    );
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let config = config(ns, dir, &ci.url(), &notify.url(), &audit.url(), &metrics);
+    (ci, notify, audit, config, metrics)
+}
+
 /// The first worker of any destination adds every destination its file
 /// declares, where the stream starts: a destination whose own worker starts
 /// later still gets the runs queued before, through its filter.
@@ -215,13 +223,7 @@ async fn each_destination_gets_exactly_the_runs_its_filter_admits() {
 async fn a_files_destinations_all_get_the_runs_queued_before_their_first_worker() {
     let ns = fresh_ns("declared");
     let dir = temp_dir("declared");
-    let (ci, notify, audit) = (
-        Destination::start(|_, _| ok()).await,
-        Destination::start(|_, _| ok()).await,
-        Destination::start(|_, _| ok()).await,
-    );
-    let metrics = format!("127.0.0.1:{}", free_port());
-    let config = config(&ns, &dir, &ci.url(), &notify.url(), &audit.url(), &metrics);
+    let (ci, _notify, audit, config, _) = three_receivers(&ns, &dir).await;
     create_runs(&ns).await;
     let mut workers = Workers(vec![destination_worker(&config, &dir, "audit", "audit")]);
     group_caught_up(&ns, "audit").await;
@@ -240,13 +242,7 @@ async fn a_files_destinations_all_get_the_runs_queued_before_their_first_worker(
 async fn a_destination_added_later_gets_new_runs_only() {
     let ns = fresh_ns("added-later");
     let dir = temp_dir("added-later");
-    let (ci, notify, audit) = (
-        Destination::start(|_, _| ok()).await,
-        Destination::start(|_, _| ok()).await,
-        Destination::start(|_, _| ok()).await,
-    );
-    let metrics = format!("127.0.0.1:{}", free_port());
-    let config = config(&ns, &dir, &ci.url(), &notify.url(), &audit.url(), &metrics);
+    let (ci, _notify, audit, config, _) = three_receivers(&ns, &dir).await;
     create_runs(&ns).await;
     // The file declares the audit log alone at first, then the CI service too.
     let first = declaring(&config, &["audit"], "first.toml");
