@@ -1,8 +1,11 @@
 //! Property test of per-key order (docs/worker.md, "One at a time, in
 //! order, per key"): random interleavings of two consumers of one group
-//! over two or three order keys, driven through the real gate and the real
-//! worker scripts (their typed calls, as src/worker/queue.rs makes them),
-//! each step checked against a plain sequential model:
+//! over two or three order keys (`block` and `skip` under `order_on_dead`),
+//! driven through the real gate and the real worker scripts (their typed
+//! calls, as src/worker/queue.rs makes them: read, start, done, fail,
+//! wake, give back, take over after the lease, pass over a run the filter
+//! refuses, trim) and the operators' `runs skip` and `runs redeliver`, each
+//! step checked against a plain sequential model:
 //!
 //! - per key, at most one run is started and unfinished at any time (a
 //!   running, parked or woken run, or a dead one under `block` until
@@ -13,10 +16,12 @@
 //!   read and not started yet, acknowledged on its reader's behalf when a
 //!   later entry starts first: that reader's start then answers lost), and
 //!   is handed on, on the stream, when the run before it finishes;
-//! - every answer (start, done, fail, wake, take-over, skip, redeliver),
-//!   every entry a read returns and every record's status is the one the
-//!   model predicts; at the end everything drains, each key's first starts
-//!   are its creation order, and no key is left stuck.
+//! - a worker that no longer holds an entry changes nothing of the line
+//!   but a refused run waiting in it (see the last test);
+//! - every answer, every entry a read returns, every record's status and
+//!   the chain's previous are the ones the model predicts; at the end
+//!   everything drains, each key's first starts are its creation order, and
+//!   no key is left stuck.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -568,6 +573,7 @@ impl World {
             max_attempts: self.max_attempts,
             op: &op,
             retention_ms: 0,
+            backfill: false,
             order_key: Some(&hand.order_key),
         };
         let got = self.redis.call(&call).await.map_err(redis_err)?;
@@ -1068,4 +1074,46 @@ fn runs_of_a_key_start_one_at_a_time_in_creation_order() {
     let seen = seen.into_inner();
     println!("order model: {cases} cases reached {seen:?}");
     assert!(seen.none_missing(), "a path the model is about was never reached: {seen:?}");
+}
+
+/// The shortest case the model found: run-4 (refused by the filter) is read
+/// by b; a's start of run-5 lets it enter its key's line behind run-3 on
+/// b's behalf (its entry acknowledged); run-3's done hands run-4 on (a new
+/// entry). b, deciding on its old entry, which it no longer holds, must
+/// leave the head alone: the new entry's reader passes run-4 over, and only
+/// then is run-5 handed on, once.
+#[tokio::test]
+async fn a_pass_over_by_a_worker_no_longer_holding_the_entry_leaves_the_head_alone() {
+    use Step::*;
+    let steps = [
+        // run-1 and run-2 run and are done, so that run-4 is the fourth run, refused.
+        Create(0),
+        Create(0),
+        Create(0),
+        Read(0),
+        Start(0, 0),
+        Done(0, 0),
+        Read(0),
+        Start(0, 0),
+        Done(0, 0),
+        Create(0),
+        Create(0),
+        // a reads run-3, b run-4, a run-5.
+        Read(0),
+        Read(1),
+        Read(0),
+        // run-3 runs; run-5 waits, run-4 entering the line before it on b's behalf.
+        Start(0, 0),
+        Start(0, 0),
+        // run-3 is done: run-4 is handed on.
+        Done(0, 0),
+        // b passes run-4 over with its old entry.
+        Start(1, 0),
+        // a reads run-4's new entry, and nothing else yet.
+        Read(0),
+        Read(0),
+    ];
+    if let Err(e) = case(2, 1, &steps).await {
+        panic!("{e}");
+    }
 }
