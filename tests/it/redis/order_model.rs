@@ -44,11 +44,11 @@ use crate::support::{fresh_ns, redis_store_in, redis_url};
 
 const GROUP: &str = "g";
 const CONSUMERS: [&str; 2] = ["a", "b"];
-/// The keys a case draws from: a `block` key, a `skip` key (a dead run lets
-/// its line move on at once) and, in some cases, a second `block` key.
 /// The group's filter refuses every fourth run created (a filter decides
 /// the same on every worker).
 const REFUSED_EVERY: u64 = 4;
+/// The keys a case draws from: a `block` key, a `skip` key (a dead run lets
+/// its line move on at once) and, in some cases, a second `block` key.
 const KEYS: [(&str, u64, OrderOnDead); 3] =
     [("github", 1, OrderOnDead::Block), ("gitlab", 1, OrderOnDead::Skip), ("github", 2, OrderOnDead::Block)];
 
