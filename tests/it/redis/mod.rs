@@ -24,6 +24,7 @@ pub(crate) mod ops;
 pub(crate) mod ops_bounds;
 pub(crate) mod ops_search;
 pub(crate) mod order;
+pub(crate) mod order_model;
 pub(crate) mod pace;
 pub(crate) mod parked;
 pub(crate) mod production_redis;
