@@ -16,11 +16,22 @@
 -- Returns: 1
 
 ${run_fields}
+${holds}
 ${order}
 
+local run_id = string.match(KEYS[2], ':run:([^:]*)$')
+if not holds(ARGV[1], ARGV[2], ARGV[3]) then
+  -- The entry is no longer this worker's: a catch-up put the run in its
+  -- line on the reader's behalf and acknowledged the entry. A run still
+  -- waiting there leaves it (the filter refuses it wherever it is read);
+  -- a head was handed on with an entry of its own, which decides it.
+  if redis.call('HGET', order_key_of(ARGV[4]), 'h:' .. ARGV[1]) ~= run_id then
+    order_hand_on(ARGV[4], ARGV[1], run_id, nil, ARGV[5])
+  end
+  return 1
+end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 order_catch_up(ARGV[1], ARGV[3])
-local run_id = string.match(KEYS[2], ':run:([^:]*)$')
 -- No previous: the chain names the runs the destination did get.
 order_hand_on(ARGV[4], ARGV[1], run_id, nil, ARGV[5])
 return 1
