@@ -7,7 +7,10 @@
 -- The run keeps its record, so its run key (webhook-id) stays the same, and
 -- its attempt numbers only go up: `attempt_base` becomes `attempts`, so the
 -- next attempt is the highest so far + 1 and its budget starts anew
--- (lua/worker_start.lua). The new entry is for every group, as the gate's was.
+-- (lua/worker_start.lua). The new entry is for one destination (its
+-- `for_group`, as a woken run's): the one ARGV[4] names, else, for a dead
+-- run, the one it died for (the record's `group`); a redelivery without a
+-- destination goes to every group, as the gate's entry did.
 --
 -- A redelivery sends what the first delivery sent: a done run whose payload
 -- is gone (removed when it was done, or kept by --keep-done-payloads and
@@ -21,11 +24,13 @@
 -- ARGV[1]: now_ms                   now, ms since the Unix epoch
 -- ARGV[2]: done_too                 1 when a `done` run may move too (redeliver), 0 for `dead` only
 -- ARGV[3]: without_payload          1 to redeliver a done run whose payload is gone without it, else 0
--- ARGV[4..]: dead_entry_ids         more of the run's entry ids in the dead stream (may be none):
+-- ARGV[4]: destination              the destination (consumer group) the run goes to, or ''
+-- ARGV[5..]: dead_entry_ids         more of the run's entry ids in the dead stream (may be none):
 --            the one the record names as `dead_entry` is removed anyway
 -- Returns: {1, new runs stream entry id, dead entries removed, 1 when the
 --           record named its entry, else 0 (a run that died before
---           `dead_entry` was written; 1 for a done run, which has none)}  moved back
+--           `dead_entry` was written; 1 for a done run, which has none),
+--           the destination it went to ('' every one)}  moved back
 --          {0, status}  not moved: the record's status ('' when there is no record)
 --          {2, kept until ms ('' when it was removed at done)}  not moved: a done
 --           run whose payload is gone, and ARGV[3] is not 1
@@ -58,6 +63,14 @@ if not f[1] then
 end
 local entry = run_field_pairs(function(i) return f[i] or '' end)
 add_order_key(entry, f[#RUN_FIELDS_AND_ORDER_KEY])
+local destination = ARGV[4]
+if destination == '' and status == ${status_dead} then
+  destination = redis.call('HGET', KEYS[2], ${field_group}) or ''
+end
+if destination ~= '' then
+  entry[#entry + 1] = 'for_group'
+  entry[#entry + 1] = destination
+end
 local id = redis.call('XADD', KEYS[1], '*', unpack(entry))
 -- Queued again: a queued run has no TTL (run retention counts from done or dead).
 local attempts = redis.call('HGET', KEYS[2], ${field_attempts}) or '0'
@@ -77,10 +90,10 @@ redis.call('HDEL', KEYS[2], ${field_next_attempt_ms}, ${field_parked_group}, ${f
 redis.call('PERSIST', KEYS[2])
 
 local ids = {}
-for i = 4, #ARGV do ids[#ids + 1] = ARGV[i] end
+for i = 5, #ARGV do ids[#ids + 1] = ARGV[i] end
 if own then ids[#ids + 1] = own end
 local removed = 0
 if #ids > 0 then
   removed = redis.call('XDEL', KEYS[3], unpack(ids))
 end
-return {1, id, removed, (own or status == ${status_done}) and 1 or 0}
+return {1, id, removed, (own or status == ${status_done}) and 1 or 0, destination}

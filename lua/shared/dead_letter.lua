@@ -17,8 +17,9 @@ local function dead_letter(group, consumer, entry_id, first_field, attempts, err
   local dead_entry = redis.call('XADD', KEYS[3], '*', unpack(entry))
   redis.call('XACK', KEYS[1], group, entry_id)
   -- `dead_entry` names the dead-stream entry, so a retry removes it without reading the stream.
-  local fields = {${field_status}, ${status_dead}, ${field_last_error}, err, ${field_worker}, consumer,
-    ${field_updated_ms}, now, ${field_finished_ms}, now, ${field_op}, op, ${field_op_result}, 2, ${field_dead_entry},
+  -- `group` names the destination it died for: `dead retry` sends it there alone.
+  local fields = {${field_status}, ${status_dead}, ${field_group}, group, ${field_last_error}, err,
+    ${field_worker}, consumer, ${field_updated_ms}, now, ${field_finished_ms}, now, ${field_op}, op, ${field_op_result}, 2, ${field_dead_entry},
     dead_entry}
   if history then
     fields[#fields + 1] = ${field_history}

@@ -185,6 +185,10 @@ pub enum RunsCommand {
         /// Redeliver a done run whose payload is gone without it: the record alone.
         #[arg(long)]
         without_payload: bool,
+        /// To this destination (consumer group) alone [default: a dead run to the one it died
+        /// for, a done run to every one].
+        #[arg(long, value_name = "NAME")]
+        destination: Option<String>,
         /// Store and output flags.
         #[command(flatten)]
         read: ReadArgs,
@@ -368,9 +372,10 @@ pub async fn dead_command(args: &DeadArgs, sources: Sources) -> Result<ExitCode,
 /// a named run was not parked).
 pub async fn runs_command(args: &RunsArgs, sources: Sources) -> Result<ExitCode, OpsError> {
     match &args.what {
-        RunsCommand::Redeliver { run_ids, all_dead, without_payload, read } => {
+        RunsCommand::Redeliver { run_ids, all_dead, without_payload, destination, read } => {
             let ops = Ops::connect(&store(sources)?).await?;
-            let results = ops.redeliver((!*all_dead).then_some(run_ids.as_slice()), *without_payload).await?;
+            let which = (!*all_dead).then_some(run_ids.as_slice());
+            let results = ops.redeliver(which, *without_payload, destination.as_deref()).await?;
             Ok(report_moved(&results, *all_dead, true, read.json))
         }
         RunsCommand::RetryNow { parked_group: Some(group), read, .. } => {

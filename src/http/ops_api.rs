@@ -294,7 +294,7 @@ fn json_sized(value: &impl serde::Serialize, estimate: usize) -> Response {
 /// `idemgate dead retry RUN_ID`: 200 when the run moved, 404 without a
 /// record, 409 when the run is not dead (nothing changed either way).
 async fn retry(State(st): State<AppState>, p: Result<Path<String>, PathRejection>) -> Result<Response, ApiError> {
-    send_again(st, p, false, false).await
+    send_again(st, p, false, &RedeliverBody::default()).await
 }
 
 /// The body `POST /v1/ops/runs/{id}/redeliver` takes (none, or `{}`, is
@@ -305,6 +305,9 @@ struct RedeliverBody {
     /// Redeliver a done run whose payload is gone without it.
     #[serde(default)]
     without_payload: bool,
+    /// To this destination alone (a consumer group of the runs stream).
+    #[serde(default)]
+    destination: Option<String>,
 }
 
 /// `idemgate runs redeliver RUN_ID`: 200 when the done or dead run is back
@@ -326,7 +329,13 @@ async fn redeliver(
             ))
         })?
     };
-    send_again(st, p, true, asked.without_payload).await
+    if let Some(name) = &asked.destination {
+        if name.is_empty() {
+            return Err(ApiError::BadRequest("destination is empty: leave it out instead".into()));
+        }
+        segment("destination", name)?;
+    }
+    send_again(st, p, true, &asked).await
 }
 
 /// `idemgate runs retry-now RUN_ID`: 200 when the parked run is due now
@@ -396,11 +405,14 @@ async fn send_again(
     st: AppState,
     p: Result<Path<String>, PathRejection>,
     done_too: bool,
-    without_payload: bool,
+    asked: &RedeliverBody,
 ) -> Result<Response, ApiError> {
     let run_id = path(p)?;
     segment("run_id", &run_id)?;
-    let result = source(&st)?.retry(&run_id, done_too, without_payload).await.map_err(|e| unavailable(&st, e))?;
+    let result = source(&st)?
+        .retry(&run_id, done_too, asked.without_payload, asked.destination.as_deref())
+        .await
+        .map_err(|e| unavailable(&st, e))?;
     let (moved, wanted) =
         if done_too { ("run redelivered", "done or dead") } else { ("dead run queued again", "dead") };
     match &result {
@@ -409,6 +421,10 @@ async fn send_again(
             Ok((StatusCode::OK, Json(result)).into_response())
         }
         Retried::Refused { status, .. } if status.is_empty() => Err(no_run(&run_id)),
+        Retried::NoDestination { destination, .. } => Err(ApiError::NotFound(format!(
+            "no destination {:?}: no consumer group of that name reads the runs stream; nothing changed",
+            crate::text::escape_control(destination)
+        ))),
         Retried::PayloadGone { .. } => Err(ApiError::Conflict(format!(
             "{} was not redelivered: {}; nothing changed",
             crate::text::escape_control(&run_id),

@@ -62,6 +62,17 @@ pub enum Retried {
         entry_id: String,
         /// Dead-stream entries removed.
         dead_entries_removed: u64,
+        /// The one destination it went to (`None`: every one).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        destination: Option<String>,
+    },
+    /// Refused: `--destination` names no consumer group of the runs stream
+    /// (a typo would queue the run for nobody); nothing changed.
+    NoDestination {
+        /// The run id.
+        run_id: String,
+        /// The name given.
+        destination: String,
     },
     /// Refused: the run is not dead (for `runs redeliver`: not dead or
     /// done); nothing changed.
@@ -164,6 +175,17 @@ impl DeadRun {
     }
 }
 
+/// How `dead retry` and `runs redeliver` send runs again.
+#[derive(Debug, Default)]
+struct SendAgain {
+    /// A `done` run moves too (`runs redeliver`).
+    done_too: bool,
+    /// A done run whose payload is gone moves without it.
+    without_payload: bool,
+    /// To this destination alone.
+    destination: Option<String>,
+}
+
 /// Where `XREVRANGE` starts for the entries older than `before`, as Redis
 /// takes it: `+` (every entry) with no `before`, or one past every real id
 /// (a part over 64 bits, which the API's pattern admits); `None` when no
@@ -237,20 +259,20 @@ impl Ops {
         &self,
         run_id: String,
         extra_entries: &[&str],
-        done_too: bool,
-        without_payload: bool,
+        again: &SendAgain,
     ) -> Result<(Retried, bool), OpsError> {
         let call = DeadRetryCall {
             keys: self.keys(),
             run_id: &run_id,
             now_ms: now_ms(),
             dead_entry_ids: extra_entries,
-            done_too,
-            without_payload,
+            done_too: again.done_too,
+            without_payload: again.without_payload,
+            destination: again.destination.as_deref(),
         };
         Ok(match self.redis.call(&call).await? {
-            DeadRetried::Moved { entry_id, dead_entries_removed, named_entry } => {
-                (Retried::Moved { run_id, entry_id, dead_entries_removed }, named_entry)
+            DeadRetried::Moved { entry_id, dead_entries_removed, named_entry, destination } => {
+                (Retried::Moved { run_id, entry_id, dead_entries_removed, destination }, named_entry)
             }
             DeadRetried::Refused { status } => (Retried::Refused { run_id, status }, true),
             DeadRetried::PayloadGone { kept_until_ms } => (Retried::PayloadGone { run_id, kept_until_ms }, true),
@@ -277,7 +299,7 @@ impl Ops {
     /// its dead-stream entries removed. A run that is not dead is refused and
     /// left as it is. `None`: every run the dead stream names, oldest first.
     pub async fn dead_retry(&self, run_ids: Option<&[String]>) -> Result<Vec<Retried>, OpsError> {
-        self.send_again(run_ids, false, false).await
+        self.send_again(run_ids, &SendAgain::default()).await
     }
 
     /// `runs redeliver`: as [`Ops::dead_retry`], but a `done` run moves too
@@ -285,20 +307,31 @@ impl Ops {
     /// redelivery). A queued, running or parked run is refused, and so is a
     /// done run whose payload is gone unless `without_payload`. `None`:
     /// every run the dead stream names.
-    pub async fn redeliver(&self, run_ids: Option<&[String]>, without_payload: bool) -> Result<Vec<Retried>, OpsError> {
-        self.send_again(run_ids, true, without_payload).await
-    }
-
-    async fn send_again(
+    /// `destination`: to that destination alone (else a dead run goes to
+    /// the one it died for, a done one to every one); a name no consumer
+    /// group has is refused ([`Retried::NoDestination`]).
+    pub async fn redeliver(
         &self,
         run_ids: Option<&[String]>,
-        done_too: bool,
         without_payload: bool,
+        destination: Option<&str>,
     ) -> Result<Vec<Retried>, OpsError> {
-        let Some(run_ids) = run_ids else { return self.send_all_dead_again(done_too).await };
+        let again = SendAgain { done_too: true, without_payload, destination: destination.map(str::to_owned) };
+        if let Some(name) = destination
+            && !self.workers().await?.groups.iter().any(|g| g.group == name)
+        {
+            let refused =
+                |run_id: &String| Retried::NoDestination { run_id: run_id.clone(), destination: name.to_owned() };
+            return Ok(run_ids.unwrap_or_default().iter().map(refused).collect());
+        }
+        self.send_again(run_ids, &again).await
+    }
+
+    async fn send_again(&self, run_ids: Option<&[String]>, again: &SendAgain) -> Result<Vec<Retried>, OpsError> {
+        let Some(run_ids) = run_ids else { return self.send_all_dead_again(again).await };
         let mut out = Vec::with_capacity(run_ids.len());
         for run_id in run_ids {
-            let (mut result, named) = self.retry_one(run_id.clone(), &[], done_too, without_payload).await?;
+            let (mut result, named) = self.retry_one(run_id.clone(), &[], again).await?;
             if !named {
                 self.forget_unnamed_entries(run_id, &mut result).await?;
             }
@@ -309,7 +342,7 @@ impl Ops {
 
     /// Every run the dead stream names, oldest first: one pass over the
     /// stream, then one script per run.
-    async fn send_all_dead_again(&self, done_too: bool) -> Result<Vec<Retried>, OpsError> {
+    async fn send_all_dead_again(&self, again: &SendAgain) -> Result<Vec<Retried>, OpsError> {
         let dead = self.dead_list().await?;
         let mut entries: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         let mut order: Vec<&str> = Vec::new();
@@ -322,8 +355,7 @@ impl Ops {
         }
         let mut out = Vec::with_capacity(order.len());
         for run_id in order {
-            // Dead runs keep their payload: there is none to go without.
-            out.push(self.retry_one(run_id.to_owned(), &entries[run_id], done_too, false).await?.0);
+            out.push(self.retry_one(run_id.to_owned(), &entries[run_id], again).await?.0);
         }
         Ok(out)
     }

@@ -499,10 +499,19 @@ pub fn retried_text(results: &[Retried], all: bool, redeliver: bool) -> String {
     let mut out = String::new();
     for r in results {
         let _ = match r {
-            Retried::Moved { run_id, entry_id, dead_entries_removed } => writeln!(
+            Retried::Moved { run_id, entry_id, dead_entries_removed, destination } => writeln!(
                 out,
-                "{}: queued again as runs stream entry {entry_id} ({dead_entries_removed} dead entries removed)",
-                one_line(run_id)
+                "{}: queued again as runs stream entry {entry_id}, for {} ({dead_entries_removed} dead entries removed)",
+                one_line(run_id),
+                destination
+                    .as_deref()
+                    .map_or("every destination".to_owned(), |d| format!("destination {}", one_line(d)))
+            ),
+            Retried::NoDestination { run_id, destination } => writeln!(
+                out,
+                "{}: refused: no destination {}: no consumer group of that name reads the runs stream; nothing changed",
+                one_line(run_id),
+                one_line(destination)
             ),
             Retried::Refused { run_id, status } if status.is_empty() => writeln!(
                 out,

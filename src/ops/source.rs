@@ -448,13 +448,20 @@ impl Source {
     /// redeliver RUN_ID`): the same atomic script. On the memory store no
     /// worker runs anything, so every request is refused with the run's status.
     /// `without_payload`: a done run whose payload is gone is redelivered
-    /// without it (else refused, [`Retried::PayloadGone`]).
-    pub async fn retry(&self, run_id: &str, done_too: bool, without_payload: bool) -> Result<Retried, OpsError> {
+    /// without it (else refused, [`Retried::PayloadGone`]). `destination`:
+    /// a redelivery to that destination alone.
+    pub async fn retry(
+        &self,
+        run_id: &str,
+        done_too: bool,
+        without_payload: bool,
+        destination: Option<&str>,
+    ) -> Result<Retried, OpsError> {
         match self {
             Source::Redis(ops) => {
                 let ids = [run_id.to_owned()];
                 let mut results = if done_too {
-                    ops.redeliver(Some(&ids), without_payload).await?
+                    ops.redeliver(Some(&ids), without_payload, destination).await?
                 } else {
                     ops.dead_retry(Some(&ids)).await?
                 };

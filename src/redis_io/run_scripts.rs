@@ -177,6 +177,9 @@ pub struct DeadRetryCall<'a> {
     pub done_too: bool,
     /// A done run whose payload is gone moves without it (else it is refused).
     pub without_payload: bool,
+    /// The one destination (consumer group) it goes to; `None`: a dead run
+    /// goes to the one it died for, a done run to every one.
+    pub destination: Option<&'a str>,
 }
 
 /// What `lua/dead_retry.lua` answered.
@@ -192,6 +195,8 @@ pub enum DeadRetried {
         /// removed; `false` for a run that died before records named it
         /// (`true` for a done run, which has none to name).
         named_entry: bool,
+        /// The one destination it went to (`None`: every one).
+        destination: Option<String>,
     },
     /// Not moved: the run is not finished (or, for `dead retry`, not dead).
     Refused {
@@ -222,6 +227,7 @@ impl ScriptCall for DeadRetryCall<'_> {
             .arg("now_ms", self.now_ms)
             .arg("done_too", u8::from(self.done_too))
             .arg("without_payload", u8::from(self.without_payload))
+            .arg("destination", self.destination.unwrap_or(""))
             .arg("dead_entry_ids", self.dead_entry_ids)
     }
 
@@ -234,6 +240,7 @@ impl ScriptCall for DeadRetryCall<'_> {
                 entry_id: text(1).ok_or_else(unexpected)?,
                 dead_entries_removed: parts.get(2).and_then(|v| redis::from_redis_value_ref(v).ok()).unwrap_or(0),
                 named_entry: parts.get(3).and_then(|v| redis::from_redis_value_ref::<i64>(v).ok()) == Some(1),
+                destination: text(4).filter(|d| !d.is_empty()),
             }),
             Some(0) => Ok(DeadRetried::Refused { status: text(1).unwrap_or_default() }),
             Some(2) => Ok(DeadRetried::PayloadGone { kept_until_ms: text(1).and_then(|t| t.parse().ok()) }),

@@ -784,6 +784,7 @@ mod tests {
                     dead_entry_ids: &["3-0"],
                     done_too: true,
                     without_payload: false,
+                    destination: Some("g"),
                 };
                 (c.script(), c.layout(), c.command())
             },

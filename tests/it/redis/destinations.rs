@@ -235,6 +235,74 @@ async fn a_files_destinations_all_get_the_runs_queued_before_their_first_worker(
     assert_eq!(record(&ns, "run-1").await.get("backfill"), None, "no backfill: the runs were its own");
 }
 
+/// `idemgate` with `args` on `config`'s store; its stdout and stderr, and whether it succeeded.
+fn ops(config: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_idemgate")).args(args).arg("--config").arg(config).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+}
+
+/// `dead retry` sends a run again to the destination it died for alone,
+/// and `runs redeliver --destination NAME` to that one alone; a name no
+/// destination has is refused and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_retry_and_redeliver_reach_one_destination() {
+    let ns = fresh_ns("one-dest");
+    let dir = temp_dir("one-dest");
+    let ci = Destination::start(|_, _| ok()).await;
+    // The audit log refuses run-1's first request for good (422: the run's own fault).
+    let audit = Destination::start(|r, earlier| {
+        if r.number() == 1 && earlier == 0 {
+            crate::support::destination::status(axum::http::StatusCode::UNPROCESSABLE_ENTITY)
+        } else {
+            ok()
+        }
+    })
+    .await;
+    let notify = Destination::start(|_, _| ok()).await;
+    let config = config(&ns, &dir, &ci.url(), &notify.url(), &audit.url(), &format!("127.0.0.1:{}", free_port()));
+    create_runs(&ns).await;
+    // The CI service first, so that the audit log's verdict on run-1 is the record's last.
+    let mut workers = Workers(vec![destination_worker(&config, &dir, "ci", "ci")]);
+    group_caught_up(&ns, "ci").await;
+    // Two attempts: the CI service's counts too while destinations share the record.
+    workers.0.push(destination_worker_with(&config, &dir, "audit", "audit", &["--max-attempts", "2"]));
+    group_caught_up(&ns, "audit").await;
+    wait_for(Duration::from_secs(10), "run-1 dead", || async {
+        record(&ns, "run-1").await.get("status").map(String::as_str) == Some("dead")
+    })
+    .await;
+    assert_eq!(numbers(&ci.got()), [1, 2, 3]);
+
+    let (done, text) = ops(&config, &["dead", "retry", "run-1"]);
+    assert!(done && text.contains("for destination audit"), "{text}");
+    wait_for(Duration::from_secs(10), "run-1 at the audit log again", || async {
+        audit.got().iter().filter(|r| r.number() == 1).count() == 2
+    })
+    .await;
+    wait_for(Duration::from_secs(10), "run-1 done", || async {
+        record(&ns, "run-1").await.get("status").map(String::as_str) == Some("done")
+    })
+    .await;
+
+    let (done, text) = ops(&config, &["runs", "redeliver", "run-3", "--destination", "ci"]);
+    assert!(done && text.contains("for destination ci"), "{text}");
+    wait_for(Duration::from_secs(10), "run-3 at the CI service again", || async {
+        ci.got().iter().filter(|r| r.number() == 3).count() == 2
+    })
+    .await;
+    let (refused, text) = ops(&config, &["runs", "redeliver", "run-3", "--destination", "nope"]);
+    assert!(!refused && text.contains("no destination nope"), "{text}");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    workers.stop().await;
+    assert_eq!(ci.got().iter().filter(|r| r.number() == 1).count(), 1, "the dead retry went to the audit log alone");
+    assert_eq!(
+        audit.got().iter().filter(|r| r.number() == 3).count(),
+        1,
+        "the redelivery went to the CI service alone"
+    );
+    assert_eq!(ci.got().len(), 4, "runs 1-3, and run-3 again");
+}
+
 /// A destination added beside another gets new runs only (no `--from`):
 /// the first destination takes what the stream holds, the later one what
 /// the gate creates once it exists, and nothing of it is a backfill.

@@ -896,6 +896,7 @@ impl World {
             dead_entry_ids: &[],
             done_too: true,
             without_payload: true,
+            destination: None,
         };
         let got = self.redis.call(&call).await.map_err(redis_err)?;
         self.trail.push(format!("redeliver {}: {got:?}", self.name(r)));
