@@ -3,7 +3,7 @@
 //! record and the stream entry keep it, written in the same atomic step.
 
 use std::collections::HashMap;
-use std::ops::RangeInclusive;
+use std::ops::{Range, RangeInclusive};
 use std::path::Path;
 use std::process::Child;
 use std::sync::Arc;
@@ -133,13 +133,13 @@ impl On {
     }
 }
 
-/// Creates `per_key` runs of each pull request in `prs`, interleaved
-/// (round `j` creates each one's `j`-th run), and returns their numbers in
+/// Creates, round by round (`j` in `rounds`), one run of each pull request
+/// in `prs` (its `j`-th, delivery `d-K-J`), and returns their numbers in
 /// creation order. They are consecutive: a lower number is an earlier run,
 /// which is what "creation order" is checked against.
-async fn create_runs(gate: &Gate, prs: RangeInclusive<u64>, per_key: u64) -> Vec<u64> {
+async fn create_runs(gate: &Gate, prs: RangeInclusive<u64>, rounds: Range<u64>) -> Vec<u64> {
     let mut made: Vec<u64> = Vec::new();
-    for j in 0..per_key {
+    for j in rounds {
         for k in prs.clone() {
             let event = json!({"org": "acme", "repo": "widgets", "action": format!("synchronize-{j}"), "number": k});
             let r = gate.handle("github", &format!("d-{k}-{j}"), &event).await.unwrap();
@@ -310,7 +310,7 @@ async fn stress(on: &On, tag: &str, keys: u64, per_key: u64, names: &[&str]) -> 
     let ns = fresh_ns(tag);
     let dir = temp_dir(tag);
     secrets_file(&dir, &[secret(48)]);
-    let made = create_runs(&on.gate(&ns).await, 1..=keys, per_key).await;
+    let made = create_runs(&on.gate(&ns).await, 1..=keys, 0..per_key).await;
     let dest = receiver(|_| None).await;
     let started = Instant::now();
     let mut workers =
@@ -361,7 +361,7 @@ async fn the_order_holds_and_nothing_is_lost_or_doubled_through_a_kill_failures_
     let ns = fresh_ns("order-faults");
     let dir = temp_dir("order-faults");
     secrets_file(&dir, &[secret(49)]);
-    create_runs(&On::server().gate(&ns).await, 1..=keys, per_key).await;
+    create_runs(&On::server().gate(&ns).await, 1..=keys, 0..per_key).await;
     let dest = receiver(|n| fails_first(n).then_some(StatusCode::INTERNAL_SERVER_ERROR)).await;
     let flags = [
         "--concurrency",
@@ -424,31 +424,47 @@ async fn pending(c: &Conn, ns: &str) -> usize {
     reply.count()
 }
 
+/// One namespace of the waiting-is-free test: its worker and receiver, the
+/// blocked keys' parked heads and the runs behind them (none in the
+/// baseline), the warm-up run, and each round's drain time and most
+/// pending entries.
+struct Side {
+    ns: String,
+    gate: Gate,
+    dest: Destination,
+    workers: Workers,
+    heads: Vec<u64>,
+    behind: Vec<u64>,
+    warm: Vec<u64>,
+    drains: Vec<(Duration, usize)>,
+}
+
 /// Waiting is free (docs/worker.md): 50 pull requests each blocked behind
 /// a parked head (its first attempt answered 422, a failure of the run's
 /// own, so the destination's return does not release it, and the
 /// schedule's next step is an hour away), 3 runs waiting behind each,
-/// while 20 other pull requests × 30 runs flow through one worker at
-/// concurrency 4. They drain within twice the time the same runs take
-/// with no blocked keys (a baseline in the same test), and the runs
-/// waiting hold no lease: the group's pending entries never pass the
-/// worker's concurrency.
+/// while 20 other pull requests × 10 runs flow through one worker at
+/// concurrency 4. Beside it, the same with no blocked key: one worker at
+/// concurrency 4 in a namespace of its own (the baseline). Three rounds,
+/// the two taking turns, so a load that comes and goes on the machine
+/// meets both: the best round past the blocked keys is within twice the
+/// best alone, and the runs waiting hold no lease (the group's pending
+/// entries never pass the worker's concurrency).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_waiting_behind_parked_heads_hold_nothing_and_other_keys_drain_at_full_speed() {
     const BLOCKED: RangeInclusive<u64> = 1..=50;
     const FLOWING: RangeInclusive<u64> = 101..=120;
-    let (waiting_per_key, flowing_per_key) = (3u64, 30u64);
-    let flags = ["--concurrency", "4", "--retry-schedule", "1h"];
+    const WARM_UP: RangeInclusive<u64> = 999..=999;
+    let (waiting_per_key, per_round, rounds) = (3u64, 10u64, 3u64);
     let on = On::server();
-    let mut figures = Vec::new();
+    let mut sides = Vec::new();
     for blocked in [false, true] {
         let tag = if blocked { "order-free" } else { "order-free-base" };
-        let ns = fresh_ns(tag);
-        let dir = temp_dir(tag);
+        let (ns, dir) = (fresh_ns(tag), temp_dir(tag));
         secrets_file(&dir, &[secret(51)]);
         let gate = on.gate(&ns).await;
         // The blocked keys' runs come first: runs 1 to 50 are their heads.
-        let mut behind = if blocked { create_runs(&gate, BLOCKED, 1 + waiting_per_key).await } else { Vec::new() };
+        let mut behind = if blocked { create_runs(&gate, BLOCKED, 0..1 + waiting_per_key).await } else { Vec::new() };
         let heads: Vec<u64> = behind.drain(..behind.len().min(BLOCKED.count())).collect();
         let head_count = heads.len() as u64;
         let dest = Destination::start(move |r, earlier| {
@@ -457,13 +473,13 @@ async fn runs_waiting_behind_parked_heads_hold_nothing_and_other_keys_drain_at_f
             Answer { hang: hang_of(n), ..status(code) }
         })
         .await;
-        let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
-        let c = raw_conn().await;
+        let flags = ["--concurrency", "4", "--retry-schedule", "1h"];
+        let workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
         // The worker is up and the blocked keys settled: every head parked,
         // every run behind it waiting in its line with no entry of its own.
-        let warm = create_runs(&gate, 999..=999, 1).await;
-        wait_status(&ns, heads.iter().map(|n| (*n, "parked")).chain([(warm[0], "done")]), Duration::from_secs(60))
-            .await;
+        let warm = create_runs(&gate, WARM_UP, 0..1).await;
+        let settle = heads.iter().map(|n| (*n, "parked")).chain([(warm[0], "done")]);
+        wait_status(&ns, settle, Duration::from_secs(60)).await;
         for n in &behind {
             let r = crate::redis::worker::record(&ns, &format!("run-{n}")).await;
             assert_eq!(
@@ -472,27 +488,37 @@ async fn runs_waiting_behind_parked_heads_hold_nothing_and_other_keys_drain_at_f
                 "run-{n}"
             );
         }
-        let settled = pending(&c, &ns).await;
-        // The flowing keys, timed from their creation to the last one done,
-        // while the pending entries are watched.
-        let started = Instant::now();
-        let stop = Arc::new(AtomicBool::new(false));
-        let watch = tokio::spawn({
-            let (stop, c, ns) = (stop.clone(), c.clone(), ns.clone());
-            async move {
-                let mut most = 0;
-                while !stop.load(SeqCst) {
-                    most = most.max(pending(&c, &ns).await);
-                    tokio::time::sleep(Duration::from_millis(10)).await;
+        let settled = pending(&raw_conn().await, &ns).await;
+        assert_eq!(settled, 0, "parked heads and the runs behind them hold no lease");
+        sides.push(Side { ns, gate, dest, workers, heads, behind, warm, drains: Vec::new() });
+    }
+    let c = raw_conn().await;
+    for round in 0..rounds {
+        for Side { ns, gate, drains, .. } in &mut sides {
+            // The round's runs, timed from their creation to the last one
+            // done, while the group's pending entries are watched.
+            let stop = Arc::new(AtomicBool::new(false));
+            let watch = tokio::spawn({
+                let (stop, c, ns) = (stop.clone(), c.clone(), ns.clone());
+                async move {
+                    let mut most = 0;
+                    while !stop.load(SeqCst) {
+                        most = most.max(pending(&c, &ns).await);
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    most
                 }
-                most
-            }
-        });
-        let flowing = create_runs(&gate, FLOWING, flowing_per_key).await;
-        wait_status(&ns, flowing.iter().map(|n| (*n, "done")), Duration::from_secs(120)).await;
-        let drained = started.elapsed();
-        stop.store(true, SeqCst);
-        let most_pending = watch.await.unwrap();
+            });
+            let started = Instant::now();
+            let flowing = create_runs(gate, FLOWING, round * per_round..(round + 1) * per_round).await;
+            wait_status(ns, flowing.iter().map(|n| (*n, "done")), Duration::from_secs(120)).await;
+            let drained = started.elapsed();
+            stop.store(true, SeqCst);
+            drains.push((drained, watch.await.unwrap()));
+        }
+    }
+    let mut best = Vec::new();
+    for Side { ns, dest, mut workers, heads, behind, warm, drains, .. } in sides {
         // Still blocked, untouched: one request from each head, none from the runs behind.
         for n in &heads {
             assert_eq!(status_of(&ns, *n).await, "parked", "run-{n}");
@@ -503,18 +529,20 @@ async fn runs_waiting_behind_parked_heads_hold_nothing_and_other_keys_drain_at_f
         let mut held: Vec<u64> = held.iter().map(run_number).collect();
         held.sort_unstable();
         assert_eq!(held, [heads.clone(), warm].concat(), "the heads' one request each and the warm-up's");
-        let label = if blocked { "flowing past 50 blocked keys" } else { "flowing alone" };
-        let most = check_order(&flow, FLOWING.count() as u64, flowing_per_key, label);
+        let label = if heads.is_empty() { "flowing alone" } else { "flowing past 50 blocked keys" };
+        check_order(&flow, FLOWING.count() as u64, rounds * per_round, label);
+        let most_pending = drains.iter().map(|d| d.1).max().unwrap();
         println!(
-            "order {label}: {} runs drained in {drained:?}, most in flight {most}, pending entries {settled} when settled and at most {most_pending} while draining ({} runs waiting behind parked heads)",
-            flowing.len(),
+            "order {label}: rounds of {} runs drained in {:?}, pending entries at most {most_pending} while draining ({} runs waiting behind parked heads)",
+            FLOWING.count() as u64 * per_round,
+            drains.iter().map(|d| d.0).collect::<Vec<_>>(),
             behind.len()
         );
-        assert!(most_pending <= 4 && settled == 0, "waiting runs hold no lease: {settled}, then up to {most_pending}");
-        figures.push(drained);
+        assert!(most_pending <= 4, "the runs in hand, no more: {most_pending}");
+        best.push(drains.iter().map(|d| d.0).min().unwrap());
     }
-    let (alone, past_blocked) = (figures[0], figures[1]);
-    println!("order waiting is free: drained in {past_blocked:?} past 50 blocked keys, {alone:?} alone");
+    let (alone, past_blocked) = (best[0], best[1]);
+    println!("order waiting is free: best round {past_blocked:?} past 50 blocked keys, {alone:?} alone");
     assert!(past_blocked < alone * 2, "{past_blocked:?} past 50 blocked keys, {alone:?} alone");
 }
 
