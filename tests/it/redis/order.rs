@@ -183,24 +183,20 @@ fn end_of(r: &Received) -> Instant {
 /// runs, requests, violations (0: any would have failed the check), the
 /// most in flight, and the longest a key waited between two requests.
 fn check_order(got: &[Received], keys: u64, per_key: u64, label: &str) -> i32 {
-    let mut in_time: Vec<&Received> = got.iter().collect();
-    in_time.sort_by_key(|r| r.at);
-    // A run's first request names its key. A parked run's probe carries no
-    // chain headers (docs/worker.md), so a later request goes with its run's key.
-    let mut key_of_run: HashMap<u64, String> = HashMap::new();
     let mut by_key: HashMap<String, Vec<&Received>> = HashMap::new();
-    for r in in_time {
-        let (n, own) = (run_number(r), r.header("idemgate-order-key"));
-        let key = key_of_run.entry(n).or_insert_with(|| {
-            assert!(!own.is_empty(), "run-{n}: an ordered run's first request names its key");
-            own.to_owned()
-        });
-        assert!(own.is_empty() || own == key, "run-{n}: keys {own} and {key}");
-        by_key.entry(key.clone()).or_default().push(r);
+    for r in got {
+        assert!(
+            !r.header("idemgate-order-key").is_empty(),
+            "run-{} attempt {}: an ordered run's request (a probe's too) names its key",
+            run_number(r),
+            r.header("idemgate-attempt")
+        );
+        by_key.entry(r.header("idemgate-order-key").to_owned()).or_default().push(r);
     }
     assert_eq!(by_key.len(), keys as usize);
     let mut longest_gap = Duration::ZERO;
-    for (key, requests) in by_key {
+    for (key, mut requests) in by_key {
+        requests.sort_by_key(|r| r.at);
         for pair in requests.windows(2) {
             let (before, after) = (pair[0], pair[1]);
             // The next request of a key is sent only once the one before it was answered.
@@ -226,20 +222,19 @@ fn check_order(got: &[Received], keys: u64, per_key: u64, label: &str) -> i32 {
         sorted.sort_unstable();
         assert_eq!(firsts, sorted, "{key}: first attempts out of creation order");
         assert_eq!(firsts.len(), per_key as usize, "{key}: every run arrived");
-        // The chain: each run's request names the run key of the run before it.
-        let mut previous: Option<String> = None;
+        // The chain: each run's every request names the run key of the run before it.
+        let mut previous: Option<&str> = None;
         for n in &firsts {
-            let last = requests
-                .iter()
-                .rev()
-                .find(|r| run_number(r) == *n && !r.header("idemgate-order-key").is_empty())
-                .unwrap();
-            assert_eq!(
-                last.header("idemgate-order-previous"),
-                previous.as_deref().unwrap_or(""),
-                "{key}: run-{n}'s previous"
-            );
-            previous = Some(last.header("webhook-id").to_owned());
+            let mine: Vec<&&Received> = requests.iter().filter(|r| run_number(r) == *n).collect();
+            for r in &mine {
+                assert_eq!(
+                    r.header("idemgate-order-previous"),
+                    previous.unwrap_or(""),
+                    "{key}: run-{n}'s previous (attempt {})",
+                    r.header("idemgate-attempt")
+                );
+            }
+            previous = Some(mine[0].header("webhook-id"));
         }
     }
     let mut edges: Vec<(Instant, i32)> = Vec::new();
