@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,6 +16,7 @@ use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use idemgate::keys::Keys;
+use idemgate::redis_io::Conn;
 use redis::AsyncCommands;
 use serde_json::Value;
 
@@ -31,6 +33,9 @@ pub(crate) struct Received {
     pub(crate) path: String,
     pub(crate) headers: HeaderMap,
     pub(crate) body: Bytes,
+    /// When the destination answered, and with what; `None` while it
+    /// hangs, and for good when the worker dropped the connection first.
+    pub(crate) answered: Option<(Instant, StatusCode)>,
 }
 
 impl Received {
@@ -45,6 +50,11 @@ impl Received {
     /// The run's `number`, as the gate's `o/r push N` runs carry it.
     pub(crate) fn number(&self) -> u64 {
         self.json()["number"].as_str().and_then(|n| n.parse().ok()).unwrap_or(0)
+    }
+
+    /// Answered with a 2xx.
+    pub(crate) fn succeeded(&self) -> bool {
+        self.answered.is_some_and(|(_, s)| s.is_success())
     }
 }
 
@@ -68,10 +78,12 @@ pub(crate) fn status(status: StatusCode) -> Answer {
 type Script = dyn Fn(&Received, usize) -> Answer + Send + Sync;
 
 /// A destination: an axum server recording every request, answering each
-/// with `script(request, earlier arrivals of the same webhook-id)`.
+/// with `script(request, earlier arrivals of the same webhook-id)`, or
+/// `503` at once while it is down ([`Destination::down`]).
 pub(crate) struct Destination {
     pub(crate) addr: SocketAddr,
     got: Arc<Mutex<Vec<Received>>>,
+    down: Arc<AtomicBool>,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -86,20 +98,34 @@ impl Destination {
     ) -> Self {
         let addr = listener.local_addr().unwrap();
         let got = Arc::new(Mutex::new(Vec::<Received>::new()));
+        let down = Arc::new(AtomicBool::new(false));
         let script: Arc<Script> = Arc::new(script);
-        let g = got.clone();
+        let (g, d) = (got.clone(), down.clone());
         let app = axum::Router::new().fallback(
             move |ConnectInfo(peer): ConnectInfo<SocketAddr>, uri: Uri, headers: HeaderMap, body: Bytes| {
-                let (got, script) = (g.clone(), script.clone());
+                let (got, script, down) = (g.clone(), script.clone(), d.clone());
                 async move {
-                    let r = Received { at: Instant::now(), peer, path: uri.path().to_owned(), headers, body };
-                    let answer = {
+                    let r = Received {
+                        at: Instant::now(),
+                        peer,
+                        path: uri.path().to_owned(),
+                        headers,
+                        body,
+                        answered: None,
+                    };
+                    let (answer, index) = {
                         let mut all = got.lock().unwrap();
                         let earlier = all.iter().filter(|e| e.header("webhook-id") == r.header("webhook-id")).count();
                         all.push(r.clone());
-                        script(&r, earlier)
+                        let answer = if down.load(Ordering::SeqCst) {
+                            status(StatusCode::SERVICE_UNAVAILABLE)
+                        } else {
+                            script(&r, earlier)
+                        };
+                        (answer, all.len() - 1)
                     };
                     tokio::time::sleep(answer.hang).await;
+                    got.lock().unwrap()[index].answered = Some((Instant::now(), answer.status));
                     let mut resp: Response = (answer.status, "answer body").into_response();
                     for (k, v) in answer.headers {
                         resp.headers_mut().insert(k, v.parse().unwrap());
@@ -111,11 +137,22 @@ impl Destination {
         let server = tokio::spawn(async move {
             axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await.unwrap();
         });
-        Self { addr, got, server }
+        Self { addr, got, down, server }
+    }
+
+    /// An outage (`true`) and its end (`false`): while down, every request
+    /// is answered `503` at once (no `Retry-After`), the script unasked.
+    pub(crate) fn down(&self, down: bool) {
+        self.down.store(down, Ordering::SeqCst);
     }
 
     pub(crate) fn url(&self) -> String {
         format!("http://{}/hooks", self.addr)
+    }
+
+    /// How many requests it received.
+    pub(crate) fn count(&self) -> usize {
+        self.got.lock().unwrap().len()
     }
 
     pub(crate) fn got(&self) -> Vec<Received> {
@@ -149,9 +186,17 @@ pub(crate) fn secrets_file(dir: &Path, secrets: &[String]) -> PathBuf {
 
 /// `idemgate worker --deliver URL` in `ns`, group `g`; logs to `dir/<name>.log`.
 pub(crate) fn deliver_worker(redis: &str, ns: &str, dir: &Path, name: &str, url: &str, flags: &[&str]) -> Child {
+    deliver_worker_on(&["--redis-url", redis], ns, dir, name, url, flags)
+}
+
+/// [`deliver_worker`] on the Redis that `redis` names (`--redis-url URL`,
+/// `--redis-cluster-nodes URLS`).
+pub(crate) fn deliver_worker_on(redis: &[&str], ns: &str, dir: &Path, name: &str, url: &str, flags: &[&str]) -> Child {
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
     Command::new(env!("CARGO_BIN_EXE_idemgate"))
-        .args(["worker", "--redis-url", redis, "--namespace", ns, "--group", "g", "--consumer", name])
+        .arg("worker")
+        .args(redis)
+        .args(["--namespace", ns, "--group", "g", "--consumer", name])
         .args(["--block", "200ms", "--deliver", url, "--deliver-secret-file"])
         .arg(dir.join("secrets"))
         .args(flags)
@@ -187,18 +232,32 @@ pub(crate) fn destination_worker_with(config: &Path, dir: &Path, name: &str, con
 
 /// Run `n`'s status in `ns` (empty before it exists).
 pub(crate) async fn status_of(ns: &str, n: u64) -> String {
-    let mut c = raw_conn().await;
+    status_in(&mut raw_conn().await, ns, n).await
+}
+
+/// Run `n`'s status in `ns` on the Redis of `c` (a cluster's too).
+pub(crate) async fn status_in(c: &mut Conn, ns: &str, n: u64) -> String {
     let status: Option<String> = c.hget(Keys::new(ns).unwrap().run(&format!("run-{n}")), "status").await.unwrap();
     status.unwrap_or_default()
 }
 
 /// Waits until each run `(n, status)` has its status.
 pub(crate) async fn wait_status(ns: &str, runs: impl IntoIterator<Item = (u64, &str)> + Clone, limit: Duration) {
+    wait_status_on(&raw_conn().await, ns, runs, limit).await;
+}
+
+/// [`wait_status`] on the Redis of `c`, through that one connection.
+pub(crate) async fn wait_status_on(
+    c: &Conn,
+    ns: &str,
+    runs: impl IntoIterator<Item = (u64, &str)> + Clone,
+    limit: Duration,
+) {
     wait_for(limit, "the runs' final states", || {
-        let runs = runs.clone();
+        let (runs, mut c) = (runs.clone(), c.clone());
         async move {
             for (n, want) in runs {
-                if status_of(ns, n).await != want {
+                if status_in(&mut c, ns, n).await != want {
                     return false;
                 }
             }
