@@ -101,9 +101,10 @@ fn step() -> impl Strategy<Value = Step> {
 /// What put an entry on the runs stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Sent {
-    /// The gate, or a redelivery: for every group.
+    /// The gate, or a done run's redelivery: for every group.
     Created,
-    /// `lua/worker_wake.lua`: a parked run due again, addressed to the group.
+    /// `lua/worker_wake.lua`: a parked run due again, or a dead run sent
+    /// again (`lua/dead_retry.lua`), addressed to the group.
     Woken,
     /// Its key's line, as the run before it finished: addressed, `order_handed`.
     Handed,
@@ -912,6 +913,9 @@ impl World {
             self.name(r),
             self.context()
         );
+        // A dead run goes back to the group it died for alone (an addressed
+        // entry, as a woken run's); a done one to every group.
+        let sent = if state == RunStatus::Dead { Sent::Woken } else { Sent::Created };
         let run = &mut self.runs[r];
         run.state = RunStatus::Queued;
         run.base = run.attempts;
@@ -922,7 +926,7 @@ impl World {
             self.seen.rejoined += 1;
             self.join(r);
         }
-        self.unread.push_back((r, Sent::Created));
+        self.unread.push_back((r, sent));
         Ok(())
     }
 
