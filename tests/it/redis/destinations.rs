@@ -303,6 +303,71 @@ async fn dead_retry_and_redeliver_reach_one_destination() {
     assert_eq!(ci.got().len(), 4, "runs 1-3, and run-3 again");
 }
 
+/// A run the previous version created (its entry and queued record as
+/// that version's gate wrote them: no order key, no backfill, and the
+/// identity in the hash as the version before wrote it) completes under a
+/// destination's worker of this one, once through its filter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_the_previous_version_created_complete_under_a_destination_worker() {
+    use redis::AsyncCommands;
+    let ns = fresh_ns("upgrade");
+    let dir = temp_dir("upgrade");
+    let (ci, _notify, _audit, config, _) = three_receivers(&ns, &dir).await;
+    let p = format!("idemgate:{{{ns}}}:");
+    let mut c = raw_conn().await;
+    let mut ids = Vec::new();
+    for (n, repo) in [(1, "acme/api"), (2, "other/x")] {
+        let run_id = format!("run-{n}");
+        let entry: [(&str, &str); 6] = [
+            ("run_id", &run_id),
+            ("provider", "github"),
+            ("repo", repo),
+            ("action", "push"),
+            ("number", ""),
+            ("delivery_id", "d-old"),
+        ];
+        let id: String = c.xadd(format!("{p}runs"), "*", &entry).await.unwrap();
+        let _: () = c
+            .hset_multiple(
+                format!("{p}run:{run_id}"),
+                &[("entry_id", id.as_str()), ("created_ms", "1764400000000"), ("status", "queued")],
+            )
+            .await
+            .unwrap();
+        ids.push(id);
+    }
+    // The version before kept the identity in the hash and no entry id.
+    let old = [
+        ("run_id", "run-3"),
+        ("provider", "github"),
+        ("delivery_id", "d-older"),
+        ("repo", "acme/web"),
+        ("action", "push"),
+        ("number", ""),
+        ("created_ms", "1764400000001"),
+        ("status", "queued"),
+        ("attempts", "0"),
+    ];
+    let _: () = c.hset_multiple(format!("{p}run:run-3"), &old).await.unwrap();
+    let _: String = c.xadd(format!("{p}runs"), "*", &old[..6]).await.unwrap();
+    let _: () = c.set(format!("{p}run-counter"), 3).await.unwrap();
+    let mut workers = Workers(vec![destination_worker(&config, &dir, "ci", "ci")]);
+    group_caught_up(&ns, "ci").await;
+    workers.stop().await;
+    assert_eq!(numbers_by_run(&ci.got()), ["run-1", "run-3"], "the CI service's filter admits acme's pushes");
+    for run in ["run-1", "run-3"] {
+        assert_eq!(record(&ns, run).await.get("status").map(String::as_str), Some("done"), "{run}");
+    }
+    assert_eq!(record(&ns, "run-2").await.get("status").map(String::as_str), Some("queued"), "refused: untouched");
+}
+
+/// The run ids a receiver got, sorted.
+fn numbers_by_run(got: &[Received]) -> Vec<String> {
+    let mut ids: Vec<String> = got.iter().map(|r| r.json()["run_id"].as_str().unwrap().to_owned()).collect();
+    ids.sort();
+    ids
+}
+
 /// A destination added beside another gets new runs only (no `--from`):
 /// the first destination takes what the stream holds, the later one what
 /// the gate creates once it exists, and nothing of it is a backfill.
