@@ -168,7 +168,8 @@ async fn order_key_rows(bench: &Bench<'_>, k: &Keys, gate: Gate) -> Result<Order
         submission.content_digest = Some(&content);
         let run_id = gate.submit(&submission).await?.response.run_id.unwrap_or_default();
         if first_entry.is_none() {
-            let id: String = redis::cmd("HGET").arg(k.run(&run_id)).arg(RunFields::ENTRY_ID).query_async(&mut conn).await?;
+            let id: String =
+                redis::cmd("HGET").arg(k.run(&run_id)).arg(RunFields::ENTRY_ID).query_async(&mut conn).await?;
             first_entry = Some(id);
         }
     }
@@ -232,7 +233,8 @@ async fn order_key_rows(bench: &Bench<'_>, k: &Keys, gate: Gate) -> Result<Order
         };
         let busy = memory_usage(&mut conn, &name).await?;
         let fields: Vec<(String, String)> = redis::cmd("HGETALL").arg(&name).query_async(&mut conn).await?;
-        let fields = fields.iter().map(|(f, v)| format!("`{f}` `{v}` ({} + {} bytes)", f.len(), v.len())).collect::<Vec<_>>();
+        let fields =
+            fields.iter().map(|(f, v)| format!("`{f}` `{v}` ({} + {} bytes)", f.len(), v.len())).collect::<Vec<_>>();
         for turn in 0..=ORDER_WAITING {
             let (entry_id, run_id, attempt) = head.clone();
             let parts = AttemptParts { attempt, started_ms: now_ms, duration_ms: 12, status: Some(204), error: None };
@@ -259,10 +261,22 @@ async fn order_key_rows(bench: &Bench<'_>, k: &Keys, gate: Gate) -> Result<Order
             }
         }
         let idle = memory_usage(&mut conn, &name).await?;
-        tokio::time::sleep(std::time::Duration::from_millis(ORDER_RETENTION_MS + 200)).await;
-        if let Some(left) = memory_usage(&mut conn, &name).await? {
+        let pttl = |mut conn: crate::redis_io::Conn| {
+            let name = name.clone();
+            async move { redis::cmd("PTTL").arg(&name).query_async::<i64>(&mut conn).await }
+        };
+        let ttl = pttl(conn.clone()).await?;
+        if ttl <= 0 || ttl > ORDER_RETENTION_MS as i64 {
             return Err(BenchError::Failed(format!(
-                "memory: the idle order key still takes {left} bytes after its retention"
+                "memory: the idle order key's PTTL is {ttl} ms, not within the run retention of {ORDER_RETENTION_MS} ms"
+            )));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(ORDER_RETENTION_MS + 200)).await;
+        // PTTL, not MEMORY USAGE: the latter can still size a key whose time is up (Redis 7.0).
+        let ttl = pttl(conn.clone()).await?;
+        if ttl != -2 {
+            return Err(BenchError::Failed(format!(
+                "memory: the idle order key is still there (PTTL {ttl} ms) after its retention"
             )));
         }
         Ok(OrderKeyFigures { busy, idle, name: name.clone(), fields: fields.join(", ") })

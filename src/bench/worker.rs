@@ -176,7 +176,9 @@ pub(super) async fn measure_ordered(bench: &Bench<'_>, out: &mut String) -> Resu
         out,
         "### Ordered runs against unordered (`order_by`)\n\n{keys} order keys x {per_key} runs ({runs} runs, created round-robin over the keys), drained by `--deliver` to the in-process sink, concurrency {ORDERED_CONCURRENCY}, both in each of {REPEATS} rounds.\n\n| `order_by` | runs/s | spread (min–max) |\n|---|---:|---:|"
     )?;
-    for (name, spread) in [("`\"subject\"` (a key's runs one at a time, in order)", &ordered), ("`\"none\"`", &unordered)] {
+    for (name, spread) in
+        [("`\"subject\"` (a key's runs one at a time, in order)", &ordered), ("`\"none\"`", &unordered)]
+    {
         writeln!(out, "| {name} | {:.0} | {} |", spread.median, spread.cell())?;
     }
     let verdict = if ratio >= ORDERED_TARGET { "within" } else { "below" };
