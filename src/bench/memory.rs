@@ -97,6 +97,13 @@ pub(super) async fn measure(bench: &Bench<'_>, store: Arc<RedisStore>, out: &mut
     )?;
     writeln!(
         out,
+        "| order key, busy, once its first run finished: a head, {} waiting and the previous run | {} | {} |",
+        ORDER_WAITING - 1,
+        fmt_opt(order.busy_with_previous),
+        per_gib(order.busy_with_previous)
+    )?;
+    writeln!(
+        out,
         "| order key, idle within the run retention (the previous run only) | {} | {} |",
         fmt_opt(order.idle),
         per_gib(order.idle)
@@ -133,6 +140,8 @@ const ORDER_RETENTION_MS: u64 = 300;
 /// An order key measured busy and idle.
 struct OrderKeyFigures {
     busy: Option<u64>,
+    /// After the first run finished: a head, one run fewer waiting, and the previous run.
+    busy_with_previous: Option<u64>,
     idle: Option<u64>,
     /// The key's name.
     name: String,
@@ -146,8 +155,9 @@ struct OrderKeyFigures {
 /// started (the head, `lua/worker_start.lua`) and the others put in its
 /// line by their own start calls: the busy key. Then each head done in
 /// turn (`lua/worker_done.lua` hands the line on, and the next is read
-/// and started) until no head is left: the idle key keeps only the
-/// previous run, and expires after the run retention.
+/// and started; after the first, the busy key also keeps the previous
+/// run) until no head is left: the idle key keeps only the previous run,
+/// and expires after the run retention.
 async fn order_key_rows(bench: &Bench<'_>, k: &Keys, gate: Gate) -> Result<OrderKeyFigures, BenchError> {
     use crate::order::{OrderBy, Ordering};
     use crate::redis_io::call_on;
@@ -235,6 +245,7 @@ async fn order_key_rows(bench: &Bench<'_>, k: &Keys, gate: Gate) -> Result<Order
         let fields: Vec<(String, String)> = redis::cmd("HGETALL").arg(&name).query_async(&mut conn).await?;
         let fields =
             fields.iter().map(|(f, v)| format!("`{f}` `{v}` ({} + {} bytes)", f.len(), v.len())).collect::<Vec<_>>();
+        let mut busy_with_previous = None;
         for turn in 0..=ORDER_WAITING {
             let (entry_id, run_id, attempt) = head.clone();
             let parts = AttemptParts { attempt, started_ms: now_ms, duration_ms: 12, status: Some(204), error: None };
@@ -259,6 +270,9 @@ async fn order_key_rows(bench: &Bench<'_>, k: &Keys, gate: Gate) -> Result<Order
                     other => return Err(BenchError::Failed(format!("memory: the next head started as {other:?}"))),
                 };
             }
+            if turn == 0 {
+                busy_with_previous = memory_usage(&mut conn, &name).await?;
+            }
         }
         let idle = memory_usage(&mut conn, &name).await?;
         let pttl = |mut conn: crate::redis_io::Conn| {
@@ -279,7 +293,7 @@ async fn order_key_rows(bench: &Bench<'_>, k: &Keys, gate: Gate) -> Result<Order
                 "memory: the idle order key is still there (PTTL {ttl} ms) after its retention"
             )));
         }
-        Ok(OrderKeyFigures { busy, idle, name: name.clone(), fields: fields.join(", ") })
+        Ok(OrderKeyFigures { busy, busy_with_previous, idle, name: name.clone(), fields: fields.join(", ") })
     }
     .await;
     let _: () = redis::cmd("XGROUP").arg("DESTROY").arg(k.runs()).arg(ORDER_GROUP).query_async(&mut conn).await?;
