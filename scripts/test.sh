@@ -105,7 +105,7 @@ if ! $quick; then
   for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
   target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
   "$target/release/idemgate" bench --redis-url "redis://127.0.0.1:$port" --smoke > /tmp/idemgate-bench-smoke.md
-  grep -E "^(Race|POST / healthz)" /tmp/idemgate-bench-smoke.md
+  grep -E "^(Race|POST / healthz|Ordered:)" /tmp/idemgate-bench-smoke.md
   kill "$redis_pid"; wait "$redis_pid" 2>/dev/null || true
   trap - EXIT
 

@@ -4,7 +4,7 @@
 //! `identity = "event"`: number, `@`, a 24-hex content digest), in a
 //! namespace of the default's length ("default" and bench-NNNN are both 8
 //! bytes). Then the same run keeping a payload of the median size of the
-//! vendored GitHub corpus.
+//! vendored GitHub corpus. Then an order key's state (`order_by`): busy, idle, expired.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -54,6 +54,7 @@ pub(super) async fn measure(bench: &Bench<'_>, store: Arc<RedisStore>, out: &mut
     kept.payload = Some(&payload);
     let kept_run = real_gate.submit(&kept).await?.response.run_id.unwrap_or_default();
     let kept_bytes = memory(k.run(&kept_run)).await?;
+    let order = order_key_rows(bench, &k, real_gate.clone()).await?;
     let per_gib = |b: Option<u64>| b.map_or("?".into(), |b| format!("{:.1} M", (1u64 << 30) as f64 / b as f64 / 1e6));
     // Done records by layout: the one the worker's scripts write now (the
     // queued run above, taken through lua/worker_start.lua and
@@ -88,7 +89,220 @@ pub(super) async fn measure(bench: &Bench<'_>, store: Arc<RedisStore>, out: &mut
     for (name, bytes) in done_rows {
         writeln!(out, "| {name} | {} | {} |", fmt_opt(bytes), per_gib(bytes))?;
     }
+    writeln!(
+        out,
+        "| order key, busy: a pull request's (`order_by = \"subject\"`), one destination, a head and {ORDER_WAITING} runs waiting | {} | {} |",
+        fmt_opt(order.busy),
+        per_gib(order.busy)
+    )?;
+    writeln!(
+        out,
+        "| order key, busy, once its first run finished: a head, {} waiting and the previous run | {} | {} |",
+        ORDER_WAITING - 1,
+        fmt_opt(order.busy_with_previous),
+        per_gib(order.busy_with_previous)
+    )?;
+    writeln!(
+        out,
+        "| order key, idle within the run retention (the previous run only) | {} | {} |",
+        fmt_opt(order.idle),
+        per_gib(order.idle)
+    )?;
+    writeln!(out, "| order key, idle after the run retention (expired) | 0 | – |")?;
+    let verdict = match order.busy {
+        Some(b) if b as f64 <= ORDER_BUSY_TARGET => "within",
+        _ => "above",
+    };
+    writeln!(
+        out,
+        "\nBusy order key: {verdict} the target of {ORDER_BUSY_TARGET:.0} B. Its name `{}` is {} bytes; its fields {}.",
+        order.name,
+        order.name.len(),
+        order.fields
+    )?;
     Ok(())
+}
+
+/// Runs waiting behind the head in the busy order key of the memory table.
+const ORDER_WAITING: usize = 3;
+
+/// Bytes a busy order key may take.
+const ORDER_BUSY_TARGET: f64 = 150.0;
+
+/// The group (destination) the order rows' runs are taken through
+/// (removed after): the name of the reference's example destination.
+const ORDER_GROUP: &str = "deploy";
+
+/// The retention the order rows' runs finish with: the idle key must be
+/// seen to expire, and the bench cannot wait the default's 7 days.
+const ORDER_RETENTION_MS: u64 = 300;
+
+/// An order key measured busy and idle.
+struct OrderKeyFigures {
+    busy: Option<u64>,
+    /// After the first run finished: a head, one run fewer waiting, and the previous run.
+    busy_with_previous: Option<u64>,
+    idle: Option<u64>,
+    /// The key's name.
+    name: String,
+    /// Its fields and their lengths while busy, for the report.
+    fields: String,
+}
+
+/// A pull request's order key (`order_by = "subject"`) through the
+/// worker's own scripts, as one destination's workers leave it: runs of
+/// four actions created through `gate`, read by [`ORDER_GROUP`], the first
+/// started (the head, `lua/worker_start.lua`) and the others put in its
+/// line by their own start calls: the busy key. Then each head done in
+/// turn (`lua/worker_done.lua` hands the line on, and the next is read
+/// and started; after the first, the busy key also keeps the previous
+/// run) until no head is left: the idle key keeps only the previous run,
+/// and expires after the run retention.
+async fn order_key_rows(bench: &Bench<'_>, k: &Keys, gate: Gate) -> Result<OrderKeyFigures, BenchError> {
+    use crate::order::{OrderBy, Ordering};
+    use crate::redis_io::call_on;
+    use crate::redis_io::worker_scripts::{Consumer, DoneCall, StartCall, Started};
+    use crate::vocabulary::{AttemptParts, Identity, RunFields};
+
+    progress("memory: an order key, busy and idle, through the worker's scripts");
+    let gate = gate.with_ordering(Ordering { by: OrderBy::Subject, ..Ordering::default() });
+    let mut conn = bench.conn.clone();
+    let actions = ["opened", "synchronize", "labeled", "closed"];
+    let mut first_entry = None;
+    for (i, action) in actions.iter().enumerate().take(ORDER_WAITING + 1) {
+        let event = json!({"org": "octo-org", "repo": "hello-world", "action": format!("pull_request.{action}"), "number": 1349});
+        let content = crate::providers::github::content_digest(json!({"action": action, "number": 1349}));
+        let digest = crate::event_digest::of_value(&event);
+        let delivery = format!("{i}c4e1a7d-cc78-11e3-81ab-4c9367dc0958");
+        let mut submission = Submission::new("github", &delivery, &event, &digest);
+        submission.content_digest = Some(&content);
+        let run_id = gate.submit(&submission).await?.response.run_id.unwrap_or_default();
+        if first_entry.is_none() {
+            let id: String =
+                redis::cmd("HGET").arg(k.run(&run_id)).arg(RunFields::ENTRY_ID).query_async(&mut conn).await?;
+            first_entry = Some(id);
+        }
+    }
+    let first_entry = first_entry.unwrap_or_default();
+    let order_key = OrderBy::Subject
+        .key(&Identity::new("github", "octo-org/hello-world", "pull_request.opened", "1349"))
+        .unwrap_or_default();
+    let name = k.order(&order_key);
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(k.runs())
+        .arg(ORDER_GROUP)
+        .arg(entry_before(&first_entry))
+        .query_async(&mut conn)
+        .await?;
+    let measured = async {
+        let consumer = Consumer { keys: k, group: ORDER_GROUP, name: WORKER };
+        let now_ms = crate::units::now_ms();
+        // Reads `count` new entries of the group and starts each: what a worker does with them.
+        let reader = conn.clone();
+        let read_and_start = |count: usize| {
+            let mut conn = reader.clone();
+            let order_key = order_key.clone();
+            async move {
+                let read: redis::streams::StreamReadReply = redis::cmd("XREADGROUP")
+                    .arg("GROUP")
+                    .arg(ORDER_GROUP)
+                    .arg(WORKER)
+                    .arg("COUNT")
+                    .arg(count)
+                    .arg("STREAMS")
+                    .arg(k.runs())
+                    .arg(">")
+                    .query_async(&mut conn)
+                    .await?;
+                let mut started = Vec::new();
+                for entry in read.keys.into_iter().flat_map(|s| s.ids) {
+                    let run = RunFields::read(|name| entry.get::<String>(name).unwrap_or_default());
+                    let start = StartCall {
+                        consumer,
+                        entry_id: &entry.id,
+                        run: &run,
+                        now_ms,
+                        max_attempts: 3,
+                        op: &format!("op-start-{}", entry.id),
+                        retention_ms: ORDER_RETENTION_MS,
+                        order_key: Some(&order_key),
+                    };
+                    started.push((entry.id.clone(), run.run_id.clone(), call_on(&mut conn, &start).await?));
+                }
+                Ok::<_, BenchError>(started)
+            }
+        };
+        let started = read_and_start(ORDER_WAITING + 1).await?;
+        let waits = started.iter().filter(|(_, _, s)| *s == Started::Waits).count();
+        let mut head = match started.first() {
+            Some((entry, run, Started::Run { attempt, .. })) if waits == ORDER_WAITING => {
+                (entry.clone(), run.clone(), *attempt)
+            }
+            _ => return Err(BenchError::Failed(format!("memory: the order key's runs started as {started:?}"))),
+        };
+        let busy = memory_usage(&mut conn, &name).await?;
+        let fields: Vec<(String, String)> = redis::cmd("HGETALL").arg(&name).query_async(&mut conn).await?;
+        let fields =
+            fields.iter().map(|(f, v)| format!("`{f}` `{v}` ({} + {} bytes)", f.len(), v.len())).collect::<Vec<_>>();
+        let mut busy_with_previous = None;
+        for turn in 0..=ORDER_WAITING {
+            let (entry_id, run_id, attempt) = head.clone();
+            let parts = AttemptParts { attempt, started_ms: now_ms, duration_ms: 12, status: Some(204), error: None };
+            let done = DoneCall {
+                consumer,
+                entry_id: &entry_id,
+                run_id: &run_id,
+                now_ms: now_ms + 12,
+                op: &format!("op-done-{entry_id}"),
+                retention_ms: ORDER_RETENTION_MS,
+                entry: &parts,
+                keep_payload_ms: 0,
+                order_key: Some(&order_key),
+            };
+            call_on(&mut conn, &done)
+                .await?
+                .ok_or_else(|| BenchError::Failed("memory: worker_done.lua lost the order key's head".into()))?;
+            if turn < ORDER_WAITING {
+                // The done script put the next run of the line on the stream: the group reads and starts it.
+                head = match read_and_start(1).await?.pop() {
+                    Some((entry, run, Started::Run { attempt, .. })) => (entry, run, attempt),
+                    other => return Err(BenchError::Failed(format!("memory: the next head started as {other:?}"))),
+                };
+            }
+            if turn == 0 {
+                busy_with_previous = memory_usage(&mut conn, &name).await?;
+            }
+        }
+        let idle = memory_usage(&mut conn, &name).await?;
+        let pttl = |mut conn: crate::redis_io::Conn| {
+            let name = name.clone();
+            async move { redis::cmd("PTTL").arg(&name).query_async::<i64>(&mut conn).await }
+        };
+        let ttl = pttl(conn.clone()).await?;
+        if ttl <= 0 || ttl > ORDER_RETENTION_MS as i64 {
+            return Err(BenchError::Failed(format!(
+                "memory: the idle order key's PTTL is {ttl} ms, not within the run retention of {ORDER_RETENTION_MS} ms"
+            )));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(ORDER_RETENTION_MS + 200)).await;
+        // PTTL, not MEMORY USAGE: the latter can still size a key whose time is up (Redis 7.0).
+        let ttl = pttl(conn.clone()).await?;
+        if ttl != -2 {
+            return Err(BenchError::Failed(format!(
+                "memory: the idle order key is still there (PTTL {ttl} ms) after its retention"
+            )));
+        }
+        Ok(OrderKeyFigures { busy, busy_with_previous, idle, name: name.clone(), fields: fields.join(", ") })
+    }
+    .await;
+    let _: () = redis::cmd("XGROUP").arg("DESTROY").arg(k.runs()).arg(ORDER_GROUP).query_async(&mut conn).await?;
+    measured
+}
+
+/// `MEMORY USAGE key SAMPLES 0`: every field of a hash; `None` for no key.
+async fn memory_usage(conn: &mut crate::redis_io::Conn, key: &str) -> redis::RedisResult<Option<u64>> {
+    redis::cmd("MEMORY").arg("USAGE").arg(key).arg("SAMPLES").arg(0).query_async(conn).await
 }
 
 /// The layouts of a `done` run record before this one, which the memory

@@ -11,10 +11,10 @@
 //! 3. [`redis_benchmark`]: the same script under `redis-benchmark`.
 //! 4. [`baseline`]: a hand-rolled multi-round-trip gate, and a race it loses.
 //! 5. [`connections`]: a pool against multiplexed connections.
-//! 6. [`worker`]: runs per second through the worker.
+//! 6. [`worker`]: runs per second through the worker, and ordered runs (`order_by`) against unordered.
 //! 7. [`traces`]: `idemgate worker --deliver` and `idemgate serve`, traced against untraced.
 //! 8. [`filter`]: what a destination's payload filter costs the worker per run.
-//! 9. [`memory`]: bytes per record.
+//! 9. [`memory`]: bytes per record, and per order key.
 
 mod baseline;
 mod connections;
@@ -67,6 +67,7 @@ pub async fn run(options: &BenchOptions) -> Result<String, BenchError> {
     baseline::measure(&bench, &gate, &mut out).await?;
     connections::measure(&bench, &mut out).await?;
     worker::measure(&bench, &mut out).await?;
+    worker::measure_ordered(&bench, &mut out).await?;
     traces::measure(&bench, &mut out).await?;
     filter::measure(&bench, &mut out).await?;
     memory::measure(&bench, store, &mut out).await?;

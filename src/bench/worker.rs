@@ -2,7 +2,7 @@
 //! library API, to an HTTP destination (`--deliver`, an in-process sink; also with a quarter
 //! of the runs parked on hour-long waits; and at concurrency 32 signed `v1` (HMAC) beside `v1a`
 //! (ed25519)) and through `idemgate worker -- true` (a process per run), on runs the gate created
-//! first.
+//! first. Then ordered runs against unordered ones, drained the same way ([`measure_ordered`]).
 
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -14,6 +14,7 @@ use redis::AsyncCommands;
 use super::harness::{Bench, BenchError, REPEATS, Spread, event, progress};
 use crate::gate::Gate;
 use crate::keys::Keys;
+use crate::order::{OrderBy, Ordering};
 use crate::redis_io::{Conn, DEFAULT_COMMAND_TIMEOUT, RedisHandle};
 use crate::worker::breaker::BreakerConfig;
 use crate::worker::config::WorkerConfig;
@@ -112,6 +113,76 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
         writeln!(out, "| {name} | {concurrency} | {runs} | {:.0} | {} |", spread.median, spread.cell())?;
     }
     writeln!(out)?;
+    Ok(())
+}
+
+/// The ordered drain: this many order keys, each with [`ORDERED_RUNS_PER_KEY`] runs.
+const ORDERED_KEYS: u64 = 1000;
+/// Runs per order key in the ordered drain.
+const ORDERED_RUNS_PER_KEY: u64 = 20;
+/// The ordered drain's keys and runs per key in smoke mode: every part runs, briefly.
+const ORDERED_SMOKE: (u64, u64) = (50, 4);
+/// The concurrency of the ordered drain.
+const ORDERED_CONCURRENCY: usize = 32;
+/// What ordering may cost: ordered runs drain at least this share of the unordered rate.
+const ORDERED_TARGET: f64 = 0.8;
+
+/// Writes "Ordered runs against unordered": the same runs (keys x runs per
+/// key, created round-robin over the keys, as a busy repository's pull
+/// requests interleave) drained by `--deliver` to the in-process sink at
+/// concurrency [`ORDERED_CONCURRENCY`], once with `order_by = "subject"` (a
+/// key's runs one at a time, in creation order) and once with `"none"`,
+/// alternated in each of [`REPEATS`] rounds so both see the same machine.
+pub(super) async fn measure_ordered(bench: &Bench<'_>, out: &mut String) -> Result<(), BenchError> {
+    let mut conn = bench.conn.clone();
+    let (keys, per_key) = if bench.options.smoke { ORDERED_SMOKE } else { (ORDERED_KEYS, ORDERED_RUNS_PER_KEY) };
+    let runs = keys * per_key;
+    let (mut ordered, mut unordered) = (Vec::new(), Vec::new());
+    for round in 1..=REPEATS {
+        for (by, rates) in [(OrderBy::Subject, &mut ordered), (OrderBy::None, &mut unordered)] {
+            let name = by.as_str();
+            progress(&format!(
+                "worker --deliver, order_by = {name:?}, {keys} keys x {per_key} runs, concurrency {ORDERED_CONCURRENCY}, round {round}"
+            ));
+            let wkeys = bench.keys(&format!("worker-order-{name}-{round}"))?;
+            let gate = Gate::new(["bench/repo"], bench.store(wkeys.clone()).await?)
+                .with_ordering(Ordering { by, ..Ordering::default() });
+            for j in 0..per_key {
+                for n in 0..keys {
+                    // A key is a subject (the number); its runs differ by action, so none is a duplicate.
+                    let e = serde_json::json!({"org": "bench", "repo": "repo", "action": format!("a{j}"), "number": n});
+                    gate.handle("bench", &format!("o{j}-{n}"), &e).await?;
+                }
+            }
+            let sink = axum::Router::new().fallback(|| async { StatusCode::NO_CONTENT });
+            let group = format!("bench-order-{name}");
+            let took = deliver_to_sink(
+                bench,
+                &wkeys,
+                &mut conn,
+                sink,
+                BreakerConfig::default(),
+                &group,
+                V1_SECRET,
+                ORDERED_CONCURRENCY,
+            )
+            .await?;
+            rates.push(runs as f64 / took.as_secs_f64());
+        }
+    }
+    let (ordered, unordered) = (Spread::of(&ordered), Spread::of(&unordered));
+    let ratio = if unordered.median > 0.0 { ordered.median / unordered.median } else { 0.0 };
+    writeln!(
+        out,
+        "### Ordered runs against unordered (`order_by`)\n\n{keys} order keys x {per_key} runs ({runs} runs, created round-robin over the keys), drained by `--deliver` to the in-process sink, concurrency {ORDERED_CONCURRENCY}, both in each of {REPEATS} rounds.\n\n| `order_by` | runs/s | spread (min–max) |\n|---|---:|---:|"
+    )?;
+    for (name, spread) in
+        [("`\"subject\"` (a key's runs one at a time, in order)", &ordered), ("`\"none\"`", &unordered)]
+    {
+        writeln!(out, "| {name} | {:.0} | {} |", spread.median, spread.cell())?;
+    }
+    let verdict = if ratio >= ORDERED_TARGET { "within" } else { "below" };
+    writeln!(out, "\nOrdered: {ratio:.2}x unordered, {verdict} the target of {ORDERED_TARGET}x.\n")?;
     Ok(())
 }
 

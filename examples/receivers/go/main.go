@@ -12,6 +12,10 @@
 //
 // The dedupe is in memory: a restart forgets it. Keep the run keys in your
 // database, in the transaction that does the work, to survive one.
+//
+// For an ordered provider (`order_by`) it also checks each key's chain, in
+// memory: a run whose Idemgate-Order-Previous is not the run it handled last
+// for its Idemgate-Order-Key prints a `gap` line.
 package main
 
 import (
@@ -75,6 +79,32 @@ func verified(k keys, h http.Header, body []byte) bool {
 	return false
 }
 
+// chains holds, per Idemgate-Order-Key, the run key handled last.
+type chains struct {
+	mu   sync.Mutex
+	last map[string]string
+}
+
+// check notes runKey as its order key's last run. An ordered run names the
+// run of its key the worker finished just before it (Idemgate-Order-Previous);
+// when that is not the one handled here last, a run of the key was not
+// handled here (skipped, dead, or never received): it prints the gap. No
+// previous on a key seen before: the key's state expired after the run
+// retention, not a gap.
+func (c *chains) check(h http.Header, runKey string) {
+	key := h.Get("Idemgate-Order-Key") // percent-encoded by the worker: safe to print
+	if key == "" {
+		return
+	}
+	previous := h.Get("Idemgate-Order-Previous")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if last := c.last[key]; previous != "" && last != "" && previous != last {
+		fmt.Println("gap", key, "expected", last, "got", previous)
+	}
+	c.last[key] = runKey
+}
+
 // doTheWork is your code. run is the JSON object idemgate sends: run_id,
 // provider, repo, action, number, delivery_id, attempt, and payload (the
 // event as the provider sent it) when the provider keeps it.
@@ -106,6 +136,7 @@ func main() {
 	}
 	var mu sync.Mutex
 	handled := map[string]bool{} // run keys whose work is done
+	orders := &chains{last: map[string]string{}}
 
 	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(io.LimitReader(r.Body, 32<<20))
@@ -137,6 +168,7 @@ func main() {
 		mu.Lock()
 		handled[runKey] = true
 		mu.Unlock()
+		orders.check(r.Header, runKey)
 		fmt.Println("handled", runKey)
 		w.WriteHeader(http.StatusNoContent)
 	})

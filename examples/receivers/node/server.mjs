@@ -12,6 +12,10 @@
 //
 // The dedupe is in memory: a restart forgets it. Keep the run keys in your
 // database, in the transaction that does the work, to survive one.
+//
+// For an ordered provider (`order_by`) it also checks each key's chain, in
+// memory: a run whose Idemgate-Order-Previous is not the run it handled last
+// for its Idemgate-Order-Key prints a `gap` line.
 import { createServer } from "node:http";
 import { createHmac, createPublicKey, timingSafeEqual, verify } from "node:crypto";
 
@@ -43,6 +47,20 @@ const KEY = SECRET || !PUBLIC_KEY ? secretKey(SECRET) : null;
 const TOLERANCE_SECONDS = 5 * 60;
 
 const handled = new Set(); // run keys whose work is done
+const lastRunOfKey = new Map(); // per Idemgate-Order-Key, the run key handled last
+
+// An ordered run names the run of its key the worker finished just before it
+// (Idemgate-Order-Previous). When that is not the one handled here last, a
+// run of the key was not handled here (skipped, dead, or never received):
+// print the gap. No previous on a key seen before: the key's state expired
+// after the run retention, not a gap.
+function checkChain(headers, runKey) {
+  const key = headers["idemgate-order-key"]; // percent-encoded by the worker: safe to print
+  if (key === undefined) return;
+  const previous = headers["idemgate-order-previous"], last = lastRunOfKey.get(key);
+  if (previous && last && previous !== last) console.log(`gap ${key} expected ${last} got ${previous}`);
+  lastRunOfKey.set(key, runKey);
+}
 
 // True when the timestamp is within 5 minutes of now and one of the
 // space-separated entries verifies `id.timestamp.body` (the raw bytes, as
@@ -92,6 +110,7 @@ createServer(async (req, res) => {
     return;
   }
   handled.add(runKey);
+  checkChain(req.headers, runKey);
   console.log(`handled ${runKey}`);
   res.writeHead(204).end();
 }).listen(PORT, "127.0.0.1");

@@ -15,6 +15,10 @@ destination switches from one to the other.
 The dedupe lives in a SQLite file (RECEIVER_DB, default handled.sqlite3
 in the current directory), so a restart keeps it: a run delivered again after a
 restart is still a `duplicate`.
+
+For an ordered provider (`order_by`) it also checks each key's chain, in
+memory: a run whose Idemgate-Order-Previous is not the run it handled last
+for its Idemgate-Order-Key prints a `gap` line.
 """
 
 import base64
@@ -108,12 +112,32 @@ def do_the_work(run):
     pass
 
 
+# Per Idemgate-Order-Key, the run key handled last (in memory: a restart forgets it).
+last_run_of_key = {}
+
+
+def check_chain(headers, run_key):
+    """An ordered run names the run of its key the worker finished just
+    before it (Idemgate-Order-Previous). When that is not the one handled
+    here last, a run of the key was not handled here (skipped, dead, or
+    never received): print the gap. No previous on a key seen before: the
+    key's state expired after the run retention, not a gap."""
+    key = headers.get("idemgate-order-key")  # percent-encoded by the worker: safe to print
+    if key is None:
+        return
+    previous, last = headers.get("idemgate-order-previous"), last_run_of_key.get(key)
+    if previous and last and previous != last:
+        print("gap", key, "expected", last, "got", previous, flush=True)
+    last_run_of_key[key] = run_key
+
+
 class Receiver(BaseHTTPRequestHandler):
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        headers = {k.lower(): v for k, v in self.headers.items()}
         try:
             # The raw body, as signed; 5 minutes of timestamp tolerance.
-            run = verify({k.lower(): v for k, v in self.headers.items()}, body)
+            run = verify(headers, body)
         except (WebhookVerificationError, ValueError):
             return self.answer(401)
         run_key = self.headers["webhook-id"]  # the run key: the same on every attempt of one run
@@ -128,6 +152,7 @@ class Receiver(BaseHTTPRequestHandler):
         except Exception as e:
             print("failed", run_key, repr(e), file=sys.stderr, flush=True)
             return self.answer(500)  # idemgate retries it
+        check_chain(headers, run_key)
         print("handled", run_key, flush=True)
         self.answer(204)
 

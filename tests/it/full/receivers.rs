@@ -10,7 +10,10 @@
 //! the worker does when a 204 is lost). A receiver given only the `whpk_`
 //! public key (`IDEMGATE_DELIVER_PUBLIC_KEY`) verifies the worker's `v1a`
 //! signatures, during a switch from `v1` and after it, and refuses forged,
-//! tampered and cross-scheme entries.
+//! tampered and cross-scheme entries. Each receiver checks an ordered
+//! key's chain (`Idemgate-Order-Previous` against the run it handled last
+//! for the key): the worker's chain prints no gap, a request whose previous
+//! is another run prints one `gap` line.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -233,7 +236,15 @@ impl Drop for Forwarder {
 /// POSTs `body` with the Standard Webhooks and content headers of `headers`; the status.
 async fn post(client: &reqwest::Client, url: &str, headers: &HeaderMap, body: Bytes) -> u16 {
     let mut req = client.post(url).body(body);
-    for name in ["content-type", "webhook-id", "webhook-timestamp", "webhook-signature", "idempotency-key"] {
+    for name in [
+        "content-type",
+        "webhook-id",
+        "webhook-timestamp",
+        "webhook-signature",
+        "idempotency-key",
+        "idemgate-order-key",
+        "idemgate-order-previous",
+    ] {
         if let Some(v) = headers.get(name) {
             req = req.header(name, v.as_bytes());
         }
@@ -405,6 +416,92 @@ async fn node_receiver() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn go_receiver() {
     receiver_end_to_end(Lang::Go).await;
+}
+
+/// Runs of two pull requests, ordered by subject, through a real worker:
+/// the chain the worker sends makes the receiver print no gap. Then
+/// requests signed by the test on the first pull request's key: one whose
+/// previous is an earlier run than the last handled prints one gap line,
+/// naming the key, the run expected and the one received; one that
+/// follows on, and one without a previous (the key's state expired), print none.
+async fn receiver_checks_the_chain(lang: Lang) {
+    use idemgate::order::{OrderBy, Ordering};
+
+    let redis = RedisProcess::start(&[]);
+    let ns = fresh_ns("recvorder");
+    let dir = temp_dir("recvorder");
+    let whsec = secret(6);
+    std::fs::write(dir.join("secrets"), format!("{whsec}\n")).unwrap();
+    let store = RedisStore::connect(&RedisOptions::single(redis.url()), Keys::new(&ns).unwrap(), &Settings::default())
+        .await
+        .unwrap();
+    let gate =
+        Gate::new(["octo/*"], Arc::new(store)).with_ordering(Ordering { by: OrderBy::Subject, ..Ordering::default() });
+    let receiver = Receiver::start(lang, &dir, &whsec).await;
+    let forwarder = Forwarder::start(receiver.url()).await;
+    let _worker = Killed(spawn_deliver(&redis.url(), &ns, &dir, &forwarder.url()));
+    for (n, action) in [(7, "opened"), (8, "opened"), (7, "synchronize"), (7, "closed")] {
+        let e = json!({"org": "octo", "repo": "app", "action": format!("pull_request.{action}"), "number": n});
+        gate.handle("github", &format!("d-{n}-{action}"), &e).await.unwrap();
+    }
+    wait_done(&redis, &ns, 1..=4).await;
+    let got = forwarder.got();
+    assert_eq!(got.len(), 4, "{got:?}");
+    let of_pr = |n: &str| -> Vec<&Forwarded> {
+        got.iter().filter(|f| f.header("idemgate-order-key").ends_with(&format!(":1:{n}"))).collect()
+    };
+    let (seven, eight) = (of_pr("7"), of_pr("8"));
+    assert_eq!((seven.len(), eight.len()), (3, 1), "{got:?}");
+    let key = seven[0].header("idemgate-order-key");
+    // The worker's chain: each run names the one before it, the first none.
+    assert!(seven[0].headers.get("idemgate-order-previous").is_none());
+    assert_eq!(seven[1].header("idemgate-order-previous"), seven[0].header("webhook-id"));
+    assert_eq!(seven[2].header("idemgate-order-previous"), seven[1].header("webhook-id"));
+    for f in &got {
+        assert_eq!(f.status, 204, "{f:?}");
+        receiver.wait_line(&format!("handled {}", f.header("webhook-id"))).await;
+    }
+    let gaps = || receiver.lines().into_iter().filter(|l| l.starts_with("gap ")).collect::<Vec<_>>();
+    assert_eq!(gaps(), Vec::<String>::new(), "the worker's chain has no gap");
+
+    let client = reqwest::Client::new();
+    let send = |id: &'static str, previous: Option<String>| {
+        let (client, url, whsec, key) = (client.clone(), receiver.url(), whsec.clone(), key.clone());
+        async move {
+            let body = Bytes::from(format!(r#"{{"run_id":"{id}","provider":"github"}}"#));
+            let mut headers = hook_headers(id, now_s(), &sign(&whsec, id, now_s(), &body));
+            headers.insert("idemgate-order-key", key.parse().unwrap());
+            if let Some(previous) = previous {
+                headers.insert("idemgate-order-previous", previous.parse().unwrap());
+            }
+            assert_eq!(post(&client, &url, &headers, body).await, 204, "{id}");
+        }
+    };
+    // The last run handled for the key is seven[2]; this one says seven[0] came just before it.
+    let (first, last) = (seven[0].header("webhook-id"), seven[2].header("webhook-id"));
+    send("t:run-90:1", Some(first.clone())).await;
+    receiver.wait_line("handled t:run-90:1").await;
+    assert_eq!(gaps(), [format!("gap {key} expected {last} got {first}")]);
+    // Following on from the run just handled: no gap; nor without a previous.
+    send("t:run-91:2", Some("t:run-90:1".to_owned())).await;
+    send("t:run-92:3", None).await;
+    receiver.wait_line("handled t:run-92:3").await;
+    assert_eq!(gaps().len(), 1, "{:?}", receiver.lines());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_receiver_checks_the_chain() {
+    receiver_checks_the_chain(Lang::Python).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_receiver_checks_the_chain() {
+    receiver_checks_the_chain(Lang::Node).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_receiver_checks_the_chain() {
+    receiver_checks_the_chain(Lang::Go).await;
 }
 
 /// A secret that is not `whsec_` and base64 stops the receiver at start,
