@@ -226,6 +226,7 @@ async fn order_key_rows(bench: &Bench<'_>, k: &Keys, gate: Gate) -> Result<Order
                         max_attempts: 3,
                         op: &format!("op-start-{}", entry.id),
                         retention_ms: ORDER_RETENTION_MS,
+                        backfill: false,
                         order_key: Some(&order_key),
                     };
                     started.push((entry.id.clone(), run.run_id.clone(), call_on(&mut conn, &start).await?));
