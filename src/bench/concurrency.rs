@@ -46,9 +46,10 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
     };
     let ms = SLOW_ANSWER.as_millis();
     let slow_waves = if smoke { 2 } else { SLOW_WAVES };
+    let times = if repeats == 1 { "once".to_owned() } else { format!("{repeats} times") };
     writeln!(
         out,
-        "## Worker: `--deliver` drain against concurrency\n\nRuns created by the gate first, then delivered (signed `v1` POST) by a worker at each concurrency to an in-process sink answering 204 at once, and to one answering 204 after {ms} ms ({slow_waves} runs per slot, so each row takes about the same time). Each row runs {repeats} time(s) on fresh runs; runs/s is the median, its spread beside it. The ceiling of the {ms} ms sink is concurrency / {ms} ms.\n\n| sink | concurrency | runs | runs/s | spread (min–max) | of the ceiling |\n|---|---:|---:|---:|---:|---:|"
+        "## Worker: `--deliver` drain against concurrency\n\nRuns created by the gate first, then delivered (signed `v1` POST) by a worker at each concurrency to an in-process sink answering 204 at once, and to one answering 204 after {ms} ms ({slow_waves} runs per slot, so each row takes about the same time). Each row runs {times} on fresh runs; runs/s is the median, its spread beside it. The ceiling of the {ms} ms sink is concurrency / {ms} ms.\n\n| sink | concurrency | runs | runs/s | spread (min–max) | of the ceiling |\n|---|---:|---:|---:|---:|---:|"
     )?;
     let mut conn = bench.conn.clone();
     for (slow, sink_name) in [(false, "answers at once"), (true, "answers after 50 ms")] {
