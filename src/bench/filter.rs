@@ -1,4 +1,4 @@
-//! Section 8 of the report, a destination's payload filter: what deciding
+//! Section 9 of the report, a destination's payload filter: what deciding
 //! one run costs the worker, on a GitHub `pull_request.opened` payload (25
 //! KB, examples/payloads) and on one padded to 1 MiB. The decision is the
 //! worker's own ([`RunFilter::admits_payload_text`]: the payload parsed

@@ -12,11 +12,14 @@
 //! 4. [`baseline`]: a hand-rolled multi-round-trip gate, and a race it loses.
 //! 5. [`connections`]: a pool against multiplexed connections.
 //! 6. [`worker`]: runs per second through the worker, and ordered runs (`order_by`) against unordered.
-//! 7. [`traces`]: `idemgate worker --deliver` and `idemgate serve`, traced against untraced.
-//! 8. [`filter`]: what a destination's payload filter costs the worker per run.
-//! 9. [`memory`]: bytes per record, and per order key.
+//! 7. [`concurrency`]: `idemgate worker --deliver`'s drain at concurrency 4 to 64, to a
+//!    sink answering at once and to one answering after 50 ms.
+//! 8. [`traces`]: `idemgate worker --deliver` and `idemgate serve`, traced against untraced.
+//! 9. [`filter`]: what a destination's payload filter costs the worker per run.
+//! 10. [`memory`]: bytes per record, and per order key.
 
 mod baseline;
+mod concurrency;
 mod connections;
 mod filter;
 mod harness;
@@ -68,6 +71,7 @@ pub async fn run(options: &BenchOptions) -> Result<String, BenchError> {
     connections::measure(&bench, &mut out).await?;
     worker::measure(&bench, &mut out).await?;
     worker::measure_ordered(&bench, &mut out).await?;
+    concurrency::measure(&bench, &mut out).await?;
     traces::measure(&bench, &mut out).await?;
     filter::measure(&bench, &mut out).await?;
     memory::measure(&bench, store, &mut out).await?;

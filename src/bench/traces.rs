@@ -1,4 +1,4 @@
-//! Section 7 of the report, traces: what exporting OpenTelemetry traces
+//! Section 8 of the report, traces: what exporting OpenTelemetry traces
 //! costs (docs/operations.md, "Traces"). `idemgate` processes of this very
 //! binary, each measured untraced and traced (every run and request:
 //! `OTEL_TRACES_SAMPLER=always_on`, exported to an OTLP/HTTP receiver in

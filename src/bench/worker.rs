@@ -25,7 +25,7 @@ use crate::worker::{RunAttempt, Worker};
 const PARKED_ROW: &str = "runs/s delivered while 25% of runs are parked on long waits (the same sink; every 4th run answered `429 Retry-After: 3600`, parked for an hour; breaker threshold raised so only parking is measured)";
 
 /// The `v1` secret the bench's destinations sign with.
-const V1_SECRET: &str = "whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo=";
+pub(super) const V1_SECRET: &str = "whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo=";
 /// The `v1a` key of the signing rows: `whsk_` and a 32-byte ed25519 seed.
 const V1A_KEY: &str = "whsk_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 /// The concurrency of the signing rows.
@@ -220,7 +220,7 @@ async fn deliver_with_parked(
 /// signing with `key`, a secrets file's line) to `sink`, an axum router in
 /// this process: the time until the group has attempted them all.
 #[allow(clippy::too_many_arguments)] // one call per row, each naming what it varies
-async fn deliver_to_sink(
+pub(super) async fn deliver_to_sink(
     bench: &Bench<'_>,
     keys: &Keys,
     conn: &mut Conn,

@@ -401,6 +401,11 @@ keep_done_payloads = false
             ("http://127.0.0.1:1/hooks", secrets.as_path(), 2)
         );
         assert!(s.config.keep_done_payloads.is_none(), "one destination: the default");
+        assert_eq!(
+            s.config.concurrency,
+            crate::worker::config::DEFAULT_DELIVER_CONCURRENCY,
+            "a url takes --deliver's default"
+        );
         std::fs::write(&secrets, "whsec_hunter2\n").unwrap();
         let e = destination_layer(&flag("ci"), &Layer::default(), &f).unwrap_err().to_string();
         assert!(

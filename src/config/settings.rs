@@ -28,8 +28,8 @@ use crate::units::{bytes_and_mib, format_duration};
 use crate::vocabulary::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, DEFAULT_RUN_RETENTION};
 use crate::worker::breaker::{DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_MAX_COOLDOWN};
 use crate::worker::config::{
-    DEFAULT_BACKOFF, DEFAULT_BLOCK, DEFAULT_CONCURRENCY, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BACKOFF,
-    DEFAULT_RETRY_SCHEDULE, DEFAULT_TIMEOUT, DEFAULT_TRIM_INTERVAL, LEASE_MARGIN,
+    DEFAULT_BACKOFF, DEFAULT_BLOCK, DEFAULT_CONCURRENCY, DEFAULT_DELIVER_CONCURRENCY, DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_BACKOFF, DEFAULT_RETRY_SCHEDULE, DEFAULT_TIMEOUT, DEFAULT_TRIM_INTERVAL, LEASE_MARGIN,
 };
 use crate::worker::heartbeat::DEFAULT_HEARTBEAT_INTERVAL;
 
@@ -173,8 +173,8 @@ settings! {
         env: "IDEMGATE_WORKER_CONCURRENCY",
         value_name: "N",
         on: &[Command::Worker],
-        help: "Runs handled at once",
-        default: Some(|| DEFAULT_CONCURRENCY.to_string()),
+        help: "Runs handled at once: HTTP attempts mostly wait, so --deliver takes more than a command (docs/destinations.md#concurrency-why-64); `rate` in a destination's table paces a small service",
+        default: Some(|| format!("{DEFAULT_CONCURRENCY} with a command, {DEFAULT_DELIVER_CONCURRENCY} with --deliver")),
     },
     retry_schedule: StringOrList [worker] {
         env: "IDEMGATE_WORKER_RETRY_SCHEDULE",

@@ -13,7 +13,9 @@ use crate::worker::breaker::{
     BreakerConfig, DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_MAX_COOLDOWN,
 };
 use crate::worker::command;
-use crate::worker::config::{DEFAULT_MAX_ATTEMPTS, LEASE_MARGIN, WorkerConfig};
+use crate::worker::config::{
+    DEFAULT_CONCURRENCY, DEFAULT_DELIVER_CONCURRENCY, DEFAULT_MAX_ATTEMPTS, LEASE_MARGIN, WorkerConfig,
+};
 use crate::worker::deliver::DeliverOptions;
 
 /// What the worker hands each attempt to.
@@ -70,7 +72,10 @@ impl WorkerSetup {
         if let Some(name) = s.consumer.text()? {
             c.consumer = name.value;
         }
-        c.concurrency = s.concurrency.number()?.map_or(c.concurrency, |n| n.value);
+        // An HTTP attempt mostly waits on its destination, a command's holds a
+        // process: each has its default (docs/destinations.md#concurrency-why-64).
+        let default_concurrency = if s.deliver.is_some() { DEFAULT_DELIVER_CONCURRENCY } else { DEFAULT_CONCURRENCY };
+        c.concurrency = s.concurrency.number()?.map_or(default_concurrency, |n| n.value);
         retry_policy(s, &mut c)?;
         c.timeout = s.timeout.duration()?.map_or(c.timeout, |t| t.value);
         c.lease = s.lease.duration()?.map_or(c.timeout + LEASE_MARGIN, |l| l.value);
@@ -312,6 +317,27 @@ heartbeat_interval = "2s"
         let c = resolve(&[], &text, &[]).unwrap().config;
         let ms = Duration::from_millis;
         assert_eq!((c.retry_schedule, c.max_attempts), (Some(vec![ms(200), ms(400), ms(800)]), 4));
+    }
+
+    #[test]
+    fn deliver_defaults_to_more_slots_than_a_command_and_a_given_concurrency_wins() {
+        let deliver = [("group", "g"), ("deliver", "http://h/"), ("deliver_secret_file", "/s")];
+        let concurrency = |flags: &[(&str, &str)], text: &str, command: &[&str]| {
+            resolve(flags, text, command).map(|s| s.config.concurrency)
+        };
+        assert_eq!(concurrency(&deliver, "", &[]), Ok(DEFAULT_DELIVER_CONCURRENCY));
+        assert_eq!(concurrency(&[("group", "g")], "", TRUE), Ok(DEFAULT_CONCURRENCY));
+        assert_eq!((DEFAULT_DELIVER_CONCURRENCY, DEFAULT_CONCURRENCY), (64, 4), "the documented defaults");
+        // The library's default stays the command's: a handler may hold a process.
+        assert_eq!(WorkerConfig::new("g").concurrency, DEFAULT_CONCURRENCY);
+        // Given anywhere, it wins over either default, however small.
+        let with_flag = [&deliver[..], &[("concurrency", "2")]].concat();
+        assert_eq!(concurrency(&with_flag, "", &[]), Ok(2));
+        assert_eq!(concurrency(&deliver, "[worker]\nconcurrency = 3", &[]), Ok(3));
+        assert_eq!(concurrency(&[("group", "g"), ("concurrency", "100")], "", TRUE), Ok(100));
+        // `deliver` from the file is --deliver too.
+        let file_deliver = "[worker]\ndeliver = \"http://h/\"\ndeliver_secret_file = \"/s\"";
+        assert_eq!(concurrency(&[("group", "g")], file_deliver, &[]), Ok(DEFAULT_DELIVER_CONCURRENCY));
     }
 
     #[test]

@@ -26,7 +26,8 @@ pub struct WorkerConfig {
     pub group: String,
     /// This worker's consumer name, unique per live worker (default: host-pid-nonce).
     pub consumer: String,
-    /// Runs handled at once ([`DEFAULT_CONCURRENCY`]).
+    /// Runs handled at once ([`DEFAULT_CONCURRENCY`]; `idemgate worker
+    /// --deliver` defaults to [`DEFAULT_DELIVER_CONCURRENCY`]).
     pub concurrency: usize,
     /// Attempts before a run is dead: 1 + the schedule's length with the
     /// default [`DEFAULT_RETRY_SCHEDULE`], [`DEFAULT_MAX_ATTEMPTS`] for the
@@ -108,8 +109,16 @@ pub const DEFAULT_RETRY_SCHEDULE: [Duration; 7] = [
 /// The margin the default lease adds to the timeout.
 pub const LEASE_MARGIN: Duration = Duration::from_secs(30);
 
-/// The default number of runs handled at once.
+/// The default number of runs handled at once: a command's, and the
+/// library's ([`WorkerConfig::new`]), since each slot may hold a process.
 pub const DEFAULT_CONCURRENCY: usize = 4;
+
+/// The default number of runs `idemgate worker --deliver` (or a destination
+/// with a `url`) handles at once: an HTTP attempt mostly waits on its
+/// destination, and `idemgate bench`'s drain against concurrency chose it
+/// (docs/destinations.md#concurrency-why-64). A library worker that hands
+/// runs to a [`crate::worker::deliver::Destination`] sets it itself.
+pub const DEFAULT_DELIVER_CONCURRENCY: usize = 64;
 
 /// The exponential shorthand's default number of attempts before a run is
 /// dead (`--backoff` or `--max-backoff` without `--max-attempts`).

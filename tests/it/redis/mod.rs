@@ -5,6 +5,7 @@
 
 pub(crate) mod chaos;
 pub(crate) mod cluster;
+pub(crate) mod concurrency;
 pub(crate) mod console;
 pub(crate) mod dead;
 pub(crate) mod deadlines;
