@@ -73,7 +73,23 @@ function queueRow(g) {
 
 // A destination's row: paused (by an operator), held (a 429's Retry-After),
 // its shared breaker open, or active, its pace, and the button that pauses or resumes every worker of it.
-function destinationRow(d) {
+// Each destination's counts at the last refresh, for the rates between two.
+const lastCounts = new Map();
+
+// "1234 (5.0/s)": a count its live workers' heartbeats sum, and its rate
+// since the last refresh (none on the first, or when a worker restarted
+// and the sum went down).
+function countCell(d, at, name) {
+  const prev = lastCounts.get(d.name);
+  const now = d[name] ?? 0;
+  let text = String(now);
+  if (prev && at > prev.at && now >= prev[name]) {
+    text += ` (${((now - prev[name]) / ((at - prev.at) / 1000)).toFixed(1)}/s)`;
+  }
+  return el("td", { text, attrs: { "data-count": name } });
+}
+
+function destinationRow(d, at) {
   const held = typeof d.hold_until_ms === "number" && d.hold_until_ms > Date.now();
   const state = d.paused ? "paused" : held ? "held back" : d.breaker_open ? "breaker open" : "active";
   const action = d.paused ? "resume" : "pause";
@@ -89,6 +105,11 @@ function destinationRow(d) {
     stateCell,
     el("td", { text: (d.pace || []).join("; ") || "none" }),
     el("td", { text: String(d.workers_up ?? 0) }),
+    el("td", { text: d.waiting == null ? "?" : String(d.waiting), attrs: { "data-count": "waiting" } }),
+    el("td", { text: String(d.parked ?? 0), attrs: { "data-count": "parked" } }),
+    countCell(d, at, "done"),
+    countCell(d, at, "failed"),
+    countCell(d, at, "filtered"),
     el("td", {}, button),
   );
 }
@@ -158,7 +179,9 @@ export async function refreshOverview() {
   $("health").querySelector('[data-tile="waiting"]').title = `not yet delivered ${sum("lag")} · given back ${sum("given_back")} · parked ${parked}`;
   $("queues-table").tBodies[0].replaceChildren(...groups.map(queueRow));
   $("workers-table").tBodies[0].replaceChildren(...workers.map(workerRow));
-  $("destinations-table").tBodies[0].replaceChildren(...destinations.map(destinationRow));
+  const at = dest.read_at_ms ?? Date.now();
+  $("destinations-table").tBodies[0].replaceChildren(...destinations.map((d) => destinationRow(d, at)));
+  for (const d of destinations) lastCounts.set(d.name, { at, done: d.done ?? 0, failed: d.failed ?? 0, filtered: d.filtered ?? 0 });
   $("workers-empty").textContent = workers.length ? "" : s.store === "memory" ? "The memory store has no workers." : "No worker has joined this namespace.";
 
   const svc = s.service || {};

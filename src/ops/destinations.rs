@@ -51,6 +51,18 @@ pub struct DestinationView {
     /// Its pace as its live workers run it (`20/s, burst 20`; each once;
     /// empty: none, or no live worker).
     pub pace: Vec<String>,
+    /// Runs not yet read by any of its workers (`None`: Redis does not know).
+    pub waiting: Option<u64>,
+    /// Its runs parked for their next attempt.
+    pub parked: u64,
+    /// What its live workers have done since each started, from their
+    /// heartbeats: runs delivered, attempts failed, runs its filter refused.
+    /// Two reads apart give the rates.
+    pub done: u64,
+    /// See [`DestinationView::done`].
+    pub failed: u64,
+    /// See [`DestinationView::done`].
+    pub filtered: u64,
 }
 
 /// What `/v1/ops/destinations` answers.
@@ -88,6 +100,11 @@ impl Destinations {
                 hold_until_ms: None,
                 breaker_open: false,
                 pace: Vec::new(),
+                waiting: g.lag,
+                parked: g.parked,
+                done: 0,
+                failed: 0,
+                filtered: 0,
             })
             .collect();
         for w in workers.workers.iter().filter(|w| w.state == "up") {
@@ -97,6 +114,10 @@ impl Destinations {
             push_once(&mut d.modes, field("mode"));
             push_once(&mut d.urls, field("destination"));
             push_once(&mut d.pace, field("pace"));
+            let count = |name: &str| field(name).parse::<u64>().unwrap_or(0);
+            d.done += count("done");
+            d.failed += count("failed");
+            d.filtered += count("filtered");
             for key in field("public_keys").split(' ') {
                 push_once(&mut d.public_keys, key);
             }

@@ -47,6 +47,7 @@ pub(super) async fn refused(shared: &WorkerState, entry: &StreamEntry) -> Option
         return None;
     }
     tracing::debug!(run_id = %entry.run.fields.run_id, "the destination's filter refused the run");
+    super::state::Counters::bump(&shared.counters.filtered);
     if let Some(m) = shared.metrics.as_deref() {
         m.filtered();
     }

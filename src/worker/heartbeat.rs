@@ -82,7 +82,7 @@ pub(super) async fn beat<H: super::run::Handler>(shared: Arc<WorkerState>, hb: H
         }
         (done, failed) = (now_done, now_failed);
         let in_hand = crate::sync::lock(&shared.held).len().to_string();
-        let fields: [(&str, String); 16] = [
+        let fields: [(&str, String); 17] = [
             ("group", queue.group().to_owned()),
             ("consumer", queue.consumer().to_owned()),
             ("mode", hb.mode.clone()),
@@ -91,6 +91,7 @@ pub(super) async fn beat<H: super::run::Handler>(shared: Arc<WorkerState>, hb: H
             ("in_hand", in_hand),
             ("done", done.to_string()),
             ("failed", failed.to_string()),
+            ("filtered", c.filtered.load(Ordering::Relaxed).to_string()),
             ("last_success_ms", last_success.clone()),
             ("last_failure_ms", last_failure.clone()),
             ("version", env!("CARGO_PKG_VERSION").to_owned()),

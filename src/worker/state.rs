@@ -38,6 +38,8 @@ pub struct Summary {
     pub parked: u64,
     /// Parked runs this worker put back on the stream when they were due.
     pub woken: u64,
+    /// Runs the destination's filter refused: acknowledged, never attempted.
+    pub filtered: u64,
 }
 
 #[derive(Default)]
@@ -51,6 +53,7 @@ pub(super) struct Counters {
     pub uncounted: AtomicU64,
     pub parked: AtomicU64,
     pub woken: AtomicU64,
+    pub filtered: AtomicU64,
 }
 
 impl Counters {
@@ -70,6 +73,7 @@ impl Counters {
             uncounted: g(&self.uncounted),
             parked: g(&self.parked),
             woken: g(&self.woken),
+            filtered: g(&self.filtered),
         }
     }
 }

@@ -30,6 +30,11 @@ async fn the_console_pauses_a_destination_shows_it_paused_and_resumes_it() {
     let row = "#destinations-table tr[data-destination='g']";
     b.until("the destination listed", &format!("return !!document.querySelector(\"{row}\")")).await;
     assert_eq!(b.text(&format!("{row} td[data-state]")).await, "active");
+    // Its queue and its workers' counts beside it.
+    for count in ["waiting", "parked", "done", "failed", "filtered"] {
+        let text = b.text(&format!("{row} td[data-count='{count}']")).await;
+        assert!(text.starts_with(|c: char| c.is_ascii_digit()), "{count}: {text:?}");
+    }
     assert_eq!(b.text("[data-tile=destinations-paused] .value").await, "0");
     b.click(&format!("{row} button[data-action=pause]")).await;
     b.until("the notice", "return document.getElementById('notice').textContent.includes('Paused g')").await;

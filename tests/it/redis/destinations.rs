@@ -58,6 +58,7 @@ namespace = "{ns}"
 [worker]
 block = "200ms"
 concurrency = 2
+heartbeat_interval = "200ms"
 
 # A CI service: pull requests and pushes of the acme org's repositories.
 [destinations.ci]
@@ -162,6 +163,17 @@ async fn each_destination_gets_exactly_the_runs_its_filter_admits() {
     }
     let text = reqwest::get(format!("http://{metrics}/metrics")).await.unwrap().text().await.unwrap();
     assert!(text.contains("idemgate_runs_filtered_total{destination=\"notify\"} 4"), "{text}");
+    // The overview's row for it: its live worker's counts, from its heartbeat.
+    let opts = idemgate::redis_io::RedisOptions::single(redis_url().to_owned());
+    let ops = idemgate::ops::Ops::connect_to(&opts, Keys::new(&ns).unwrap()).await.unwrap();
+    wait_for(Duration::from_secs(10), "the notifier's heartbeat with its counts", || async {
+        let all = idemgate::ops::destinations::Destinations::of(&ops.workers().await.unwrap());
+        all.destinations.iter().any(|d| {
+            (d.name.as_str(), d.workers_up, d.done, d.failed, d.filtered, d.parked, d.waiting)
+                == ("notify", 1, 2, 0, 4, 0, Some(0))
+        })
+    })
+    .await;
     assert!(
         text.contains("idemgate_worker_destination_requests_total{class=\"2xx\"} 2"),
         "no request for a refused run: {text}"
