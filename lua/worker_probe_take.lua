@@ -59,6 +59,8 @@ for _ = 1, 100 do
     redis.call('SET', KEYS[3], run_id, 'PX', ARGV[4])
     local reply = {1, run_id, state[3] or '0', state[4] or ''}
     local fields = redis.call('HMGET', record, unpack(RUN_FIELDS))
+    -- A record another destination finished keeps no `run_id`: the set names it.
+    fields[1] = fields[1] or run_id
     for i = 1, #RUN_FIELDS do
       reply[#reply + 1] = fields[i] or ''
     end

@@ -33,7 +33,9 @@ for _, run_id in ipairs(due) do
   if state[1] == ${status_parked} and state[2] == ARGV[1] then
     -- The run's fields, then its order key: an ordered run keeps its key on
     -- every entry (docs/worker.md, "One at a time, in order, per key").
+    -- A record another destination finished keeps no `run_id`: the set names it.
     local f = redis.call('HMGET', record, unpack(RUN_FIELDS_AND_ORDER_KEY))
+    f[1] = f[1] or run_id
     local entry = run_field_pairs(function(i) return f[i] or '' end)
     entry[#entry + 1] = 'for_group'
     entry[#entry + 1] = ARGV[1]
