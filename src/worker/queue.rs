@@ -226,7 +226,7 @@ impl Queue {
     /// with `--from`: its run is a backfill.
     pub fn is_backfill(&self, id: &str) -> bool {
         let to = *self.backfill_to.lock().unwrap_or_else(|e| e.into_inner());
-        to.zip(entry_id(id)).is_some_and(|(to, id)| id <= to)
+        to.is_some_and(|to| entry_id(id).is_some_and(|id| id <= to))
     }
 
     /// Entries for this consumer: with `after` `None`, new entries
