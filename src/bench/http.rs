@@ -27,7 +27,7 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
         let _ = stop_rx.await;
     }));
     let script = std::env::temp_dir().join(format!("idemgate-bench-{}.lua", std::process::id()));
-    std::fs::write(&script, WRK_POST)?;
+    std::fs::write(&script, wrk_post(None))?;
     let mut ratio_rows = Vec::new();
     for conns in [1, 64] {
         let (mut healths, mut posts) = (Vec::new(), Vec::new());
@@ -61,17 +61,24 @@ fn median_run(runs: &[Figures]) -> Figures {
     sorted[sorted.len() / 2]
 }
 
-const WRK_POST: &str = r#"
+/// The wrk script of `POST /v1/deliveries`, a new delivery each request,
+/// with `Authorization: Bearer token` when a token is given.
+pub(super) fn wrk_post(token: Option<&str>) -> String {
+    let auth = token.map(|t| format!("wrk.headers[\"Authorization\"] = \"Bearer {t}\"\n")).unwrap_or_default();
+    format!(
+        r#"
 local n = 0
 local tid = tostring(math.random(1, 1e9))
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
-request = function()
+{auth}request = function()
   n = n + 1
-  local body = '{"provider":"wrk","delivery_id":"' .. tid .. '-' .. n .. '","event":{"org":"bench","repo":"repo","action":"opened","number":' .. n .. '}}'
+  local body = '{{"provider":"wrk","delivery_id":"' .. tid .. '-' .. n .. '","event":{{"org":"bench","repo":"repo","action":"opened","number":' .. n .. '}}}}'
   return wrk.format(nil, nil, nil, body)
 end
-"#;
+"#
+    )
+}
 
 /// `program`, under `taskset -c cpus` when given.
 fn load_command(program: &str, cpus: Option<&str>) -> std::process::Command {
@@ -134,5 +141,15 @@ mod tests {
         assert_eq!(parse_wrk_time("512.00us"), Duration::from_micros(512));
         assert_eq!(parse_wrk_time("1.50ms"), Duration::from_micros(1500));
         assert_eq!(parse_wrk_time("2.00s"), Duration::from_secs(2));
+    }
+
+    #[test]
+    fn the_wrk_script_sends_a_token_only_when_given() {
+        let plain = wrk_post(None);
+        assert!(!plain.contains("Authorization"), "{plain}");
+        let body = r#"'{"provider":"wrk","delivery_id":"' .. tid .. '-' .. n .. '","event":{"org":"bench","repo":"repo","action":"opened","number":' .. n .. '}}'"#;
+        assert!(plain.contains(body), "{plain}");
+        let with = wrk_post(Some("t"));
+        assert_eq!(with.replace("wrk.headers[\"Authorization\"] = \"Bearer t\"\n", ""), plain);
     }
 }

@@ -77,7 +77,7 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
         writeln!(f, "{SECRET}")?;
     }
     let script = dir.join("post.lua");
-    std::fs::write(&script, WRK_POST.replace("TOKEN", TOKEN))?;
+    std::fs::write(&script, super::http::wrk_post(Some(TOKEN)))?;
 
     let runs = if bench.options.smoke { 200 } else { 4000 };
     let mut drain: [Vec<f64>; 2] = Default::default();
@@ -211,17 +211,3 @@ async fn serve_under_wrk(
     let _ = child.kill().await;
     Ok(figures.rate)
 }
-
-/// `POST /v1/deliveries` with the bench's token, a new delivery each request.
-const WRK_POST: &str = r#"
-local n = 0
-local tid = tostring(math.random(1, 1e9))
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer TOKEN"
-request = function()
-  n = n + 1
-  local body = '{"provider":"wrk","delivery_id":"' .. tid .. '-' .. n .. '","event":{"org":"bench","repo":"repo","action":"opened","number":' .. n .. '}}'
-  return wrk.format(nil, nil, nil, body)
-end
-"#;

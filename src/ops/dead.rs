@@ -318,7 +318,7 @@ impl Ops {
     ) -> Result<Vec<Retried>, OpsError> {
         let again = SendAgain { done_too: true, without_payload, destination: destination.map(str::to_owned) };
         if let Some(name) = destination
-            && !self.workers().await?.groups.iter().any(|g| g.group == name)
+            && !self.is_destination(name).await?
         {
             let refused =
                 |run_id: &String| Retried::NoDestination { run_id: run_id.clone(), destination: name.to_owned() };

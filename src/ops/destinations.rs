@@ -175,12 +175,17 @@ impl Destinations {
 }
 
 impl Ops {
+    /// Whether a consumer group named `name` reads the runs stream: a
+    /// destination an operator may name (one `XINFO GROUPS`).
+    pub async fn is_destination(&self, name: &str) -> Result<bool, OpsError> {
+        Ok(self.redis.stream_info(&self.keys().runs()).await?.groups.iter().any(|g| g.name == name))
+    }
+
     /// Pauses (`paused`) or resumes destination `name` for every worker of
     /// it. A resume also ends a hold a `Retry-After` put on it. A name no
     /// consumer group has is refused: a typo would pause nothing.
     pub async fn pause(&self, name: &str, paused: bool) -> Result<PauseAnswer, PauseError> {
-        let groups = self.workers().await?.groups;
-        if !groups.iter().any(|g| g.group == name) {
+        if !self.is_destination(name).await? {
             return Err(PauseError::Unknown(name.to_owned()));
         }
         let key = self.keys().destination(name);

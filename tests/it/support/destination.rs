@@ -192,20 +192,23 @@ pub(crate) fn deliver_worker(redis: &str, ns: &str, dir: &Path, name: &str, url:
 /// [`deliver_worker`] on the Redis that `redis` names (`--redis-url URL`,
 /// `--redis-cluster-nodes URLS`).
 pub(crate) fn deliver_worker_on(redis: &[&str], ns: &str, dir: &Path, name: &str, url: &str, flags: &[&str]) -> Child {
-    let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_idemgate"))
-        .arg("worker")
+    let mut worker = logged_worker(dir, name);
+    worker
         .args(redis)
         .args(["--namespace", ns, "--group", "g", "--consumer", name])
         .args(["--block", "200ms", "--deliver", url, "--deliver-secret-file"])
         .arg(dir.join("secrets"))
-        .args(flags)
-        .env("RUST_LOG", "idemgate=debug")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
+        .args(flags);
+    worker.spawn().unwrap()
+}
+
+/// `idemgate worker` (its arguments to add), debug logs to `dir/<log>.log`,
+/// no stdin or stdout.
+fn logged_worker(dir: &Path, log: &str) -> Command {
+    let file = std::fs::File::create(dir.join(format!("{log}.log"))).unwrap();
+    let mut worker = Command::new(env!("CARGO_BIN_EXE_idemgate"));
+    worker.arg("worker").env("RUST_LOG", "idemgate=debug").stdin(Stdio::null()).stdout(Stdio::null()).stderr(file);
+    worker
 }
 
 /// `idemgate worker --config FILE --destination NAME --consumer CONSUMER`,
@@ -216,18 +219,9 @@ pub(crate) fn destination_worker(config: &Path, dir: &Path, name: &str, consumer
 
 /// [`destination_worker`] with more flags (`--from TIME`).
 pub(crate) fn destination_worker_with(config: &Path, dir: &Path, name: &str, consumer: &str, more: &[&str]) -> Child {
-    let log = std::fs::File::create(dir.join(format!("{consumer}.log"))).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_idemgate"))
-        .args(["worker", "--config"])
-        .arg(config)
-        .args(["--destination", name, "--consumer", consumer])
-        .args(more)
-        .env("RUST_LOG", "idemgate=debug")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
+    let mut worker = logged_worker(dir, consumer);
+    worker.arg("--config").arg(config).args(["--destination", name, "--consumer", consumer]).args(more);
+    worker.spawn().unwrap()
 }
 
 /// Run `n`'s status in `ns` (empty before it exists).
