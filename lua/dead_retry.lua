@@ -7,10 +7,13 @@
 -- The run keeps its record, so its run key (webhook-id) stays the same, and
 -- its attempt numbers only go up: `attempt_base` becomes `attempts`, so the
 -- next attempt is the highest so far + 1 and its budget starts anew
--- (lua/worker_start.lua). The new entry is for one destination (its
--- `for_group`, as a woken run's): the one ARGV[4] names, else, for a dead
--- run, the one it died for (the record's `group`); a redelivery without a
--- destination goes to every group, as the gate's entry did.
+-- (lua/worker_start.lua). The record keeps one record per destination
+-- (lua/shared/destination.lua), and this acts on one or all of them: the
+-- new entry is for one destination (its `for_group`, as a woken run's):
+-- the one ARGV[4] names, else, for a dead run, the first one it is dead
+-- for (owner first; another dead one is retried by its own dead-stream
+-- entry after); a redelivery without a destination goes to every group,
+-- as the gate's entry did, and starts every destination's record anew.
 --
 -- A redelivery sends what the first delivery sent: a done run whose payload
 -- is gone (removed when it was done, or kept by --keep-done-payloads and
@@ -36,11 +39,46 @@
 --           run whose payload is gone, and ARGV[3] is not 1
 
 ${run_fields}
+${destination}
 ${history}
 
-local status = redis.call('HGET', KEYS[2], ${field_status})
-if not (status == ${status_dead} or (status == ${status_done} and ARGV[2] == '1')) then
-  return {0, status or ''}
+-- Whether `status` is one this call moves.
+local function movable(status)
+  return status == ${status_dead} or (status == ${status_done} and ARGV[2] == '1')
+end
+
+-- The destinations this acts for, each with its fields: the named one, or
+-- every one the record has ('' for a record of an earlier version, whose
+-- plain fields have no owner's name).
+local destinations = {}
+if ARGV[4] ~= '' then
+  destinations[1] = {ARGV[4], destination_fields(KEYS[2], ARGV[4])}
+else
+  local r = redis.call('HMGET', KEYS[2], ${field_group}, ${field_other_destinations})
+  destinations[1] = {r[1] or '', PLAIN_FIELDS}
+  for _, name in ipairs(other_destination_names(r[2])) do
+    destinations[#destinations + 1] = {name, destination_fields(KEYS[2], name)}
+  end
+end
+local status_of = {}
+for i, d in ipairs(destinations) do
+  F = d[2]
+  status_of[i] = destination_status(KEYS[2])
+end
+if ARGV[4] == '' then
+  -- A dead run goes to the first destination it is dead for.
+  for i = 1, #destinations do
+    if status_of[i] == ${status_dead} then
+      destinations, status_of = {destinations[i]}, {status_of[i]}
+      break
+    end
+  end
+end
+local status = status_of[1]
+for i = 1, #destinations do
+  if not movable(status_of[i]) then
+    return {0, status_of[i] or ''}
+  end
 end
 local until_ms = redis.call('HGET', KEYS[2], ${field_payload_until_ms})
 local expired = until_ms and tonumber(until_ms) < tonumber(ARGV[1])
@@ -54,9 +92,6 @@ if expired then
   redis.call('HDEL', KEYS[2], ${field_payload})
 end
 
--- The new entry names the run as the gate's did, from the record's fields.
--- A done record keeps no `run_id`: its key names the run.
--- An ordered run's entry keeps its key: the run goes to the back of its key's line.
 local f = redis.call('HMGET', KEYS[2], unpack(RUN_FIELDS_AND_ORDER_KEY))
 if not f[1] then
   f[1] = string.match(KEYS[2], ':run:([^:]+)$')
@@ -65,35 +100,40 @@ local entry = run_field_pairs(function(i) return f[i] or '' end)
 add_order_key(entry, f[#RUN_FIELDS_AND_ORDER_KEY])
 local destination = ARGV[4]
 if destination == '' and status == ${status_dead} then
-  destination = redis.call('HGET', KEYS[2], ${field_group}) or ''
+  destination = destinations[1][1]
 end
 if destination ~= '' then
   entry[#entry + 1] = 'for_group'
   entry[#entry + 1] = destination
 end
 local id = redis.call('XADD', KEYS[1], '*', unpack(entry))
--- Queued again: a queued run has no TTL (run retention counts from done or dead).
-local attempts = redis.call('HGET', KEYS[2], ${field_attempts}) or '0'
--- The done attempt joins `history` again, before the next attempt's entry.
-unfold_done_attempt()
-redis.call('HSET', KEYS[2], ${field_status}, ${status_queued}, ${field_attempt_base}, attempts, ${field_updated_ms},
-  ARGV[1], ${field_retried_ms}, ARGV[1])
-if status == ${status_dead} then
-  redis.call('HINCRBY', KEYS[2], ${field_dead_retries}, 1)
-else
-  redis.call('HINCRBY', KEYS[2], ${field_redeliveries}, 1)
-end
-local own = redis.call('HGET', KEYS[2], ${field_dead_entry})
-redis.call('HDEL', KEYS[2], ${field_next_attempt_ms}, ${field_parked_group}, ${field_finished_ms},
-  ${field_started_ms}, ${field_worker}, ${field_op}, ${field_op_result}, ${field_dead_entry},
-  ${field_payload_until_ms})
-redis.call('PERSIST', KEYS[2])
-
 local ids = {}
 for i = 5, #ARGV do ids[#ids + 1] = ARGV[i] end
-if own then ids[#ids + 1] = own end
+local named = status == ${status_done}
+for i, d in ipairs(destinations) do
+  F = d[2]
+  local attempts = redis.call('HGET', KEYS[2], ${field_attempts}) or '0'
+  unfold_done_attempt()
+  redis.call('HSET', KEYS[2], ${field_status}, ${status_queued}, ${field_attempt_base}, attempts,
+    ${field_updated_ms}, ARGV[1], ${field_retried_ms}, ARGV[1])
+  if status_of[i] == ${status_dead} then
+    redis.call('HINCRBY', KEYS[2], ${field_dead_retries}, 1)
+  else
+    redis.call('HINCRBY', KEYS[2], ${field_redeliveries}, 1)
+  end
+  local own = redis.call('HGET', KEYS[2], ${field_dead_entry})
+  redis.call('HDEL', KEYS[2], ${field_next_attempt_ms}, ${field_parked_group}, ${field_finished_ms},
+    ${field_started_ms}, ${field_worker}, ${field_op}, ${field_op_result}, ${field_dead_entry})
+  if own then
+    ids[#ids + 1] = own
+    named = true
+  end
+end
+redis.call('HDEL', KEYS[2], ${field_payload_until_ms})
+redis.call('PERSIST', KEYS[2])
+
 local removed = 0
 if #ids > 0 then
   removed = redis.call('XDEL', KEYS[3], unpack(ids))
 end
-return {1, id, removed, (own or status == ${status_done}) and 1 or 0, destination}
+return {1, id, removed, named and 1 or 0, destination}

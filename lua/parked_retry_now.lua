@@ -15,11 +15,14 @@
 -- ARGV[4]: run_prefix               the run records' prefix, idemgate:{NS}:run: (same slot: the hash tag)
 -- Returns: {runs made due (their records parked by this group), ids looked at}
 
+${destination}
+
 local later = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[2], '+inf', 'LIMIT', 0, tonumber(ARGV[3]))
 local made_due = 0
 for _, run_id in ipairs(later) do
   redis.call('ZADD', KEYS[1], 'XX', ARGV[2], run_id)
   local record = ARGV[4] .. run_id
+  F = destination_fields(record, ARGV[1])
   local state = redis.call('HMGET', record, ${field_status}, ${field_parked_group})
   if state[1] == ${status_parked} and state[2] == ARGV[1] then
     redis.call('HSET', record, ${field_next_attempt_ms}, ARGV[2], ${field_retry_now_ms}, ARGV[2])

@@ -1,5 +1,6 @@
--- idemgate runs retry-now RUN_ID: a parked run becomes due at once. Its
--- score in its group's parking set becomes now, so the group's waker
+-- idemgate runs retry-now RUN_ID: a parked run becomes due at once, for
+-- every destination it is parked for. Its score in each group's parking
+-- set becomes now, so the group's waker
 -- (lua/worker_wake.lua, every worker looks at least every second) puts it
 -- back on the runs stream as it would at its due time: no attempt is
 -- counted here and its attempt budget stays as it is. The record keeps
@@ -14,13 +15,30 @@
 --          {0, status}  not parked: the record's status ('' when there is
 --                       no record), nothing changed
 
-local state = redis.call('HMGET', KEYS[1], ${field_status}, ${field_parked_group})
-if state[1] ~= ${status_parked} or not state[2] then
-  return {0, state[1] or ''}
+${destination}
+
+-- Every destination the run is parked for (lua/shared/destination.lua: one
+-- record each) is made due; the answer names the first.
+local r = redis.call('HMGET', KEYS[1], ${field_group}, ${field_other_destinations})
+local destinations = {PLAIN_FIELDS}
+for _, name in ipairs(other_destination_names(r[2])) do
+  destinations[#destinations + 1] = destination_fields(KEYS[1], name)
 end
-local group = state[2]
-local parking = ARGV[3] .. #group .. ':' .. group
-local due = redis.call('ZSCORE', parking, ARGV[1]) or ''
-redis.call('ZADD', parking, ARGV[2], ARGV[1])
-redis.call('HSET', KEYS[1], ${field_next_attempt_ms}, ARGV[2], ${field_retry_now_ms}, ARGV[2])
-return {1, group, due}
+local answer = nil
+for _, fields in ipairs(destinations) do
+  F = fields
+  local state = redis.call('HMGET', KEYS[1], ${field_status}, ${field_parked_group})
+  if state[1] == ${status_parked} and state[2] then
+    local group = state[2]
+    local parking = ARGV[3] .. #group .. ':' .. group
+    local due = redis.call('ZSCORE', parking, ARGV[1]) or ''
+    redis.call('ZADD', parking, ARGV[2], ARGV[1])
+    redis.call('HSET', KEYS[1], ${field_next_attempt_ms}, ARGV[2], ${field_retry_now_ms}, ARGV[2])
+    answer = answer or {1, group, due}
+  end
+end
+if answer then
+  return answer
+end
+F = PLAIN_FIELDS
+return {0, redis.call('HGET', KEYS[1], ${field_status}) or ''}

@@ -16,37 +16,47 @@
 --                    follows, {0, 'not_dead', status}) or 'not_head'
 
 ${run_fields}
+${destination}
 ${order}
 
-local o = redis.call('HMGET', KEYS[2], ${field_status}, ${field_order_key}, ${field_created_ms})
+local o = redis.call('HMGET', KEYS[2], ${plain_field_status}, ${field_order_key}, ${field_created_ms})
 if not o[1] then
   return {0, 'no_run'}
 end
 if not o[2] then
   return {0, 'not_ordered'}
 end
-if o[1] ~= ${status_dead} then
-  return {0, 'not_dead', o[1]}
-end
 local run_id = string.match(KEYS[2], ':run:([^:]*)$')
 local okey = order_key_of(o[2])
+-- The destinations whose head the run is, each checked against its own
+-- record of the run (lua/shared/destination.lua): only a dead head moves.
 local released = {}
+local status_seen = nil
 local state = redis.call('HGETALL', okey)
 for i = 1, #state, 2 do
   local field, value = state[i], state[i + 1]
   local group = string.match(field, '^h:(.*)$')
   if group and value == run_id and (ARGV[1] == '' or ARGV[1] == group) then
-    released[#released + 1] = group
+    local status = with_destination(KEYS[2], group, function() return destination_status(KEYS[2]) end)
+    if status == ${status_dead} then
+      released[#released + 1] = group
+    else
+      status_seen = status_seen or status
+    end
   end
 end
 if #released == 0 then
+  if status_seen then
+    return {0, 'not_dead', status_seen}
+  end
+  if o[1] ~= ${status_dead} then
+    return {0, 'not_dead', o[1]}
+  end
   return {0, 'not_head'}
 end
--- A key left idle keeps its state as long as the dead run's record lives
--- (the run retention, which the worker set on it).
 local retention_ms = math.max(redis.call('PTTL', KEYS[2]), 0)
 for _, group in ipairs(released) do
   order_hand_on(o[2], group, run_id, run_id .. ':' .. (o[3] or ''), retention_ms)
+  with_destination(KEYS[2], group, function() redis.call('HSET', KEYS[2], ${field_skipped_ms}, ARGV[2]) end)
 end
-redis.call('HSET', KEYS[2], ${field_skipped_ms}, ARGV[2])
 return {1, released}

@@ -39,11 +39,14 @@
 --          0 when the entry is no longer held by this consumer (nothing written)
 
 ${run_fields}
+${destination}
 ${holds}
 ${history}
 ${order}
 ${done}
 ${release}
+
+F = destination_fields(KEYS[2], ARGV[1])
 
 local record = read_for_done(nil)
 if record[1] == ${status_done} and record[2] == ARGV[2] then
@@ -53,7 +56,7 @@ if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return 0
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
-mark_done(record, 7, ARGV[2], ARGV[4], ARGV[6], ARGV[12], KEYS[5])
+mark_done(record, 7, ARGV[1], ARGV[2], ARGV[4], ARGV[6], ARGV[12], KEYS[5])
 if ARGV[14] then
   order_finished(ARGV[1], false, ARGV[6], ARGV[4])
 end

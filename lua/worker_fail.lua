@@ -51,12 +51,15 @@
 --          2 the run is dead (record: dead, entry in the dead stream, acknowledged)
 
 ${run_fields}
+${destination}
 ${holds}
 ${op_replay}
 ${order}
 ${dead_letter}
 ${history}
 ${release}
+
+F = destination_fields(KEYS[2], ARGV[1])
 
 -- What the call reads of the record, in one HMGET.
 local r = redis.call('HMGET', KEYS[2], ${field_op}, ${field_op_result}, ${field_history}, ${field_released_ms})

@@ -11,7 +11,10 @@
 -- ARGV[5]: now_ms                   now, ms since the Unix epoch
 -- Returns: 1 given back, 0 the entry is no longer held by this consumer
 
+${destination}
 ${holds}
+
+F = destination_fields(KEYS[2], ARGV[1])
 
 if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return 0

@@ -33,13 +33,16 @@
 -- Returns: the parked runs made due sooner
 
 ${run_fields}
+${destination}
 ${history}
 ${order}
 ${done}
 ${release}
 
+F = destination_fields(KEYS[2], ARGV[1])
+
 local record = read_for_done(${field_parked_group})
-local parked = record[1] == ${status_parked} and record[7] == ARGV[1]
+local parked = record[1] == ${status_parked} and record[8] == ARGV[1]
 if ARGV[4] == 'down' then
   if parked then
     redis.call('HSET', KEYS[2], ${field_history}, released_appended(record[4], 10, ARGV[2]))
@@ -54,7 +57,7 @@ end
 if parked and ARGV[4] == 'delivered' then
   redis.call('ZREM', KEYS[1], ARGV[3])
   redis.call('ZREM', KEYS[3], ARGV[3])
-  mark_done(record, 10, ARGV[2], ARGV[6], ARGV[7], ARGV[8], KEYS[5])
+  mark_done(record, 10, ARGV[1], ARGV[2], ARGV[6], ARGV[7], ARGV[8], KEYS[5])
   order_finished(ARGV[1], false, ARGV[7], ARGV[6])
 elseif parked then
   redis.call('HSET', KEYS[2], ${field_history}, released_appended(record[4], 10, ARGV[2]))

@@ -30,6 +30,7 @@
 --                        kept payload (absent when none)
 
 ${run_fields}
+${destination}
 
 local now, every = tonumber(ARGV[3]), tonumber(ARGV[4])
 local left = redis.call('PTTL', KEYS[3])
@@ -44,6 +45,7 @@ for _ = 1, 100 do
   end
   local run_id, not_before = first[1], tonumber(first[2])
   local record = ARGV[5] .. run_id
+  F = destination_fields(record, ARGV[1])
   local state = redis.call('HMGET', record, ${field_status}, ${field_parked_group}, ${field_attempts},
     ${field_created_ms})
   local due = tonumber(redis.call('ZSCORE', KEYS[1], run_id))

@@ -16,6 +16,7 @@
 -- Returns: 1
 
 ${run_fields}
+${destination}
 ${holds}
 ${order}
 

@@ -50,11 +50,14 @@
 -- `fenced`.
 
 ${run_fields}
+${destination}
 ${holds}
 ${op_replay}
 ${order}
 ${dead_letter}
 ${history}
+
+F = destination_fields(KEYS[2], ARGV[1])
 
 -- What the call reads of the record, in one HMGET (the replay's, the
 -- budget's and the answer's fields); an attempt that never reported back,
@@ -118,14 +121,21 @@ end
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
 attempts = attempts + 1
 local fields = {${field_attempts}, attempts, ${field_status}, ${status_running}, ${field_worker}, ARGV[2],
-  ${field_group}, ARGV[1], ${field_started_ms}, ARGV[4], ${field_updated_ms}, ARGV[4], ${field_op}, ARGV[6],
-  ${field_op_result}, 1}
--- A queued record holds only what its stream entry does not (lua/gate.lua):
--- the run's fields join it here, so readers still have them once the entry
--- is trimmed, and the entry's id, which named them, goes.
-for i, name in ipairs(RUN_FIELDS) do
-  fields[#fields + 1] = name
-  fields[#fields + 1] = ARGV[7 + i]
+  ${field_started_ms}, ARGV[4], ${field_updated_ms}, ARGV[4], ${field_op}, ARGV[6], ${field_op_result}, 1}
+if owns_plain(F) then
+  -- The first destination to start the run owns the plain fields
+  -- (lua/shared/destination.lua). A queued record holds only what its
+  -- stream entry does not (lua/gate.lua): the run's fields join it here,
+  -- so readers still have them once the entry is trimmed, and the entry's
+  -- id, which named them, goes.
+  fields[#fields + 1] = ${field_group}
+  fields[#fields + 1] = ARGV[1]
+  for i, name in ipairs(RUN_FIELDS) do
+    fields[#fields + 1] = name
+    fields[#fields + 1] = ARGV[7 + i]
+  end
+elseif not r[5] then
+  join_other_destinations(KEYS[2], ARGV[1])
 end
 if history then
   fields[#fields + 1] = ${field_history}

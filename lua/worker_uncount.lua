@@ -28,9 +28,12 @@
 -- Returns: 1 uncounted and given back, 0 the entry is no longer held by this
 --          consumer (nothing written)
 
+${destination}
 ${holds}
 ${op_replay}
 ${history}
+
+F = destination_fields(KEYS[2], ARGV[1])
 
 -- What the call reads of the record, in one HMGET.
 local r = redis.call('HMGET', KEYS[2], ${field_op}, ${field_op_result}, ${field_history}, ${field_attempts})

@@ -10,7 +10,8 @@
 -- counts it), so a retry never counts one twice either.
 --
 -- A run id in the set whose record is not `parked` by this group (redelivered,
--- expired, or parked again by another group sharing the record) is dropped.
+-- expired) is dropped. Each destination keeps its own record of the run
+-- (lua/shared/destination.lua): another destination's state is not this one's.
 --
 -- KEYS[1]: runs_key                 idemgate:{NS}:runs
 -- KEYS[2]: parking_key              idemgate:{NS}:retry:<enc group>
@@ -22,6 +23,7 @@
 -- Returns: {runs moved, the earliest due time left in ms ('' when none)}
 
 ${run_fields}
+${destination}
 
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
 local moved = 0
@@ -29,6 +31,7 @@ for _, run_id in ipairs(due) do
   redis.call('ZREM', KEYS[2], run_id)
   redis.call('ZREM', KEYS[3], run_id)
   local record = ARGV[4] .. run_id
+  F = destination_fields(record, ARGV[1])
   local state = redis.call('HMGET', record, ${field_status}, ${field_parked_group})
   if state[1] == ${status_parked} and state[2] == ARGV[1] then
     -- The run's fields, then its order key: an ordered run keeps its key on

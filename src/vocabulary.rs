@@ -418,13 +418,14 @@ impl DoneRecord {
     pub const ATTEMPT_STATUS: &'static str = "attempt_status";
 
     /// The fields of a one-attempt run's done record, without a kept payload.
-    pub const ONE_ATTEMPT_FIELDS: [&'static str; 12] = [
+    pub const ONE_ATTEMPT_FIELDS: [&'static str; 13] = [
         "provider",
         "repo",
         "action",
         "number",
         "delivery_id",
         "created_ms",
+        "group",
         "status",
         "attempts",
         "worker",
@@ -715,7 +716,7 @@ impl RunRecord {
     /// (`src/redis_io/scripts.rs`), and a unit test fails when a script
     /// spells a field itself or names one this list does not know. Of every
     /// shape ([`RunRecord`]); docs/reference.md's key table says what each holds.
-    pub const FIELDS: [&'static str; 36] = [
+    pub const FIELDS: [&'static str; 37] = [
         // The gate's (lua/gate.lua, lua/gate_hold.lua).
         RunFields::ENTRY_ID,
         Self::CREATED_MS,
@@ -759,6 +760,8 @@ impl RunRecord {
         "skipped_ms",
         // A destination added with `--from TIME` (lua/worker_start.lua).
         "backfill",
+        // The destinations beside the owner of the plain fields (lua/shared/destination.lua).
+        "other_destinations",
     ];
 
     /// `status`: a [`RunStatus`] word.

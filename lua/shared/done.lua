@@ -1,5 +1,5 @@
 -- Shared by worker_done.lua and worker_probe_end.lua: marks the run record
--- (KEYS[2]) done by consumer `worker`, with the attempt whose parts are
+-- (KEYS[2]) done for its destination (F, lua/shared/destination.lua) by consumer `worker`, with the attempt whose parts are
 -- ARGV[first..] (lua/shared/history.lua, entry_from_argv). The script
 -- includes run_fields.lua and history.lua before it. The record is read
 -- once (read_for_done, the caller's one HMGET) and written once: one HSET
@@ -8,8 +8,8 @@
 --
 -- The done record keeps what operators read (identity, delivery, times,
 -- status, attempts, history) and drops what only a live run needs
--- (docs/operations.md#5-when-memory-runs-short): the last call's `op` / `op_result`, the
--- attempt's `group`, `updated_ms`, the parking fields (`next_attempt_ms`,
+-- (docs/operations.md#5-when-memory-runs-short): the last call's `op` / `op_result`,
+-- `updated_ms`, the parking fields (`next_attempt_ms`,
 -- `parked_group`, `retry_now_ms`, `released_ms`), the attempt budget's `attempt_base`, and the `payload`
 -- unless `keep_payload_ms` keeps it (`--keep-done-payloads`): for ever (-1), or for
 -- that many ms (`payload_until_ms`, past which readers and a redelivery
@@ -32,15 +32,15 @@
 local LISTPACK_VALUE_MAX = 64
 
 -- The record's fields mark_done reads, in one HMGET: status, worker,
--- attempts, history, payload, redeliveries, and the caller's `also`
--- (nil: none) at [7].
+-- attempts, history, payload, redeliveries, other_destinations, and the
+-- caller's `also` (nil: none) at [8].
 local function read_for_done(also)
   if also then
     return redis.call('HMGET', KEYS[2], ${field_status}, ${field_worker}, ${field_attempts}, ${field_history},
-      ${field_payload}, ${field_redeliveries}, also)
+      ${field_payload}, ${field_redeliveries}, ${field_other_destinations}, also)
   end
   return redis.call('HMGET', KEYS[2], ${field_status}, ${field_worker}, ${field_attempts}, ${field_history},
-    ${field_payload}, ${field_redeliveries})
+    ${field_payload}, ${field_redeliveries}, ${field_other_destinations})
 end
 
 -- Writes `set` (name, value, ...) and deletes `del` (names; never one of
@@ -80,14 +80,26 @@ local function write_done(set, del, dropped)
   redis.call('HDEL', KEYS[2], unpack(del))
 end
 
--- `r` is read_for_done's answer.
-local function mark_done(r, first, worker, now, retention_ms, keep_payload_ms, kept_payloads_key)
+-- `r` is read_for_done's answer; F is `group`'s (lua/shared/destination.lua).
+-- While another destination of the run is still at work on it, the record
+-- lives on (the last destination to finish sets the retention); while one
+-- is not done (at work, or dead and maybe retried), the record keeps what
+-- it needs (`payload`, `trace`).
+local function mark_done(r, first, group, worker, now, retention_ms, keep_payload_ms, kept_payloads_key)
+  local at_work, undone = others_unfinished(KEYS[2], group, r[7])
   local payload = r[5]
+  if undone then
+    payload = nil
+  end
   local folded, history = fold_done_attempt(first, worker, r[3], r[4])
-  -- RUN_FIELDS[1] is `run_id`: the key names the run.
-  local del = {RUN_FIELDS[1], ${field_op}, ${field_op_result}, ${field_group}, ${field_updated_ms},
+  -- RUN_FIELDS[1] is `run_id`: the key names the run. `group` stays: it
+  -- names the destination that owns the plain fields.
+  local del = {RUN_FIELDS[1], ${field_op}, ${field_op_result}, ${field_updated_ms},
     ${field_next_attempt_ms}, ${field_parked_group}, ${field_attempt_base}, ${field_retry_now_ms},
-    ${field_released_ms}, ${field_trace}}
+    ${field_released_ms}}
+  if not undone then
+    del[#del + 1] = ${field_trace}
+  end
   local set
   if folded then
     set = {${field_status}, ${status_done}, ${field_worker}, worker, ${field_started_ms}, ARGV[first + 1],
@@ -101,7 +113,7 @@ local function mark_done(r, first, worker, now, retention_ms, keep_payload_ms, k
     set[#set + 1] = ${field_history}
     set[#set + 1] = history
   end
-  if not payload and not r[6] then
+  if not r[5] and not r[6] then
     -- No payload from the start (a run redelivered without its payload had one, and is not marked).
     set[#set + 1] = ${field_payload_kept}
     set[#set + 1] = '0'
@@ -113,7 +125,7 @@ local function mark_done(r, first, worker, now, retention_ms, keep_payload_ms, k
     set[#set + 1] = ${field_payload_until_ms}
     set[#set + 1] = until_ms
     redis.call('ZADD', kept_payloads_key, until_ms, string.match(KEYS[2], ':run:([^:]+)$'))
-  else
+  elseif not undone then
     del[#del + 1] = ${field_payload_until_ms}
     if keep_ms == 0 and payload then
       del[#del + 1] = ${field_payload}
@@ -122,7 +134,7 @@ local function mark_done(r, first, worker, now, retention_ms, keep_payload_ms, k
     end
   end
   write_done(set, del, dropped)
-  if tonumber(retention_ms) > 0 then
+  if not at_work and tonumber(retention_ms) > 0 then
     redis.call('PEXPIRE', KEYS[2], retention_ms)
   end
 end

@@ -1,6 +1,6 @@
 -- Shared by the worker scripts that start, finish, kill or pass over a run
 -- (docs/worker.md, "One at a time, in order, per key"). Included after
--- run_fields.lua. The caller's KEYS[2] is the run's record: every key below
+-- run_fields.lua and destination.lua. The caller's KEYS[2] is the run's record: every key below
 -- (the runs stream included) is built from its prefix, in the namespace's
 -- slot (the `{NS}` hash tag), as the scripts build run keys from run_prefix.
 --
@@ -108,13 +108,15 @@ local function order_catch_up(group, upto)
       local key, run_id = f[${field_order_key}], f[${field_run_id}]
       if key and run_id and (not f['for_group'] or f['for_group'] == group) then
         local record = ORDER_RUN_PREFIX .. run_id
-        -- Only a run still waiting to start enters: an old entry of a run
-        -- that ran, or was passed over, stays where it is.
-        if redis.call('HGET', record, ${field_status}) == ${status_queued} then
-          if order_enter(key, group, run_id) == 'line' then
-            order_wait(record, group, e[1], run_field_pairs(function(i) return f[RUN_FIELDS[i]] or '' end))
+        -- Only a run still waiting to start for this group enters: an old
+        -- entry of a run that ran, or was passed over, stays where it is.
+        with_destination(record, group, function()
+          if destination_status(record) == ${status_queued} then
+            if order_enter(key, group, run_id) == 'line' then
+              order_wait(record, group, e[1], run_field_pairs(function(i) return f[RUN_FIELDS[i]] or '' end))
+            end
           end
-        end
+        end)
       end
     end
   end
@@ -183,7 +185,7 @@ local function order_hand_on(key, group, run_id, previous, retention_ms)
     entry[#entry + 1] = v
   end
   redis.call('XADD', ORDER_RUNS, '*', unpack(entry))
-  redis.call('HDEL', record, ${field_order_wait})
+  with_destination(record, group, function() redis.call('HDEL', record, ${field_order_wait}) end)
   return next_run
 end
 

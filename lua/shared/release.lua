@@ -40,15 +40,17 @@ local function release_destination_parked(parking_key, destination_key, group, n
     else
       local scheduled = tonumber(redis.call('ZSCORE', parking_key, run_id))
       local record = run_prefix .. run_id
-      local state = redis.call('HMGET', record, ${field_status}, ${field_parked_group})
       local due = math.max(tonumber(now), tonumber(waiting[i + 1]))
-      if scheduled and scheduled > due and state[1] == ${status_parked} and state[2] == group then
-        -- Integers as decimal text: Lua's own conversion would write 1.7e+12.
-        local due_text = string.format('%d', due)
-        redis.call('ZADD', parking_key, due_text, run_id)
-        redis.call('HSET', record, ${field_next_attempt_ms}, due_text, ${field_released_ms}, now)
-        released = released + 1
-      end
+      with_destination(record, group, function()
+        local state = redis.call('HMGET', record, ${field_status}, ${field_parked_group})
+        if scheduled and scheduled > due and state[1] == ${status_parked} and state[2] == group then
+          -- Integers as decimal text: Lua's own conversion would write 1.7e+12.
+          local due_text = string.format('%d', due)
+          redis.call('ZADD', parking_key, due_text, run_id)
+          redis.call('HSET', record, ${field_next_attempt_ms}, due_text, ${field_released_ms}, now)
+          released = released + 1
+        end
+      end)
     end
   end
   redis.call('DEL', destination_key)

@@ -43,9 +43,24 @@ impl LuaScript {
             .fold(template.to_owned(), |source, (name, lua)| source.replace(&format!("${{{name}}}"), lua.trim_end()));
         let names: Vec<String> = RunFields::NAMES.iter().map(|n| format!("'{n}'")).collect();
         let source = source.replace("${run_field_names}", &names.join(", "));
+        let per_destination: Vec<String> = PER_DESTINATION_FIELDS.iter().map(|n| format!("'{n}'")).collect();
+        let source = source.replace("${per_destination_field_names}", &per_destination.join(", "));
+        // A script that acts for one destination (it includes
+        // lua/shared/destination.lua) names each field kept per destination
+        // through `F`, the stored names for its destination.
+        let for_destination = template.contains("${destination}");
         // Each run record field's name as a Lua string literal, like the statuses below.
-        let source = RunRecord::field_names()
-            .fold(source, |source, name| source.replace(&format!("${{field_{name}}}"), &format!("'{name}'")));
+        let source = RunRecord::field_names().fold(source, |source, name| {
+            let literal = format!("'{name}'");
+            let stored = if for_destination && PER_DESTINATION_FIELDS.contains(&name) {
+                format!("F.{name}")
+            } else {
+                literal.clone()
+            };
+            source
+                .replace(&format!("${{field_{name}}}"), &stored)
+                .replace(&format!("${{plain_field_{name}}}"), &literal)
+        });
         // Each status word as a Lua string literal: no lookup at run time.
         let source = RunStatus::ALL
             .iter()
@@ -82,8 +97,36 @@ impl LuaScript {
     }
 }
 
+/// The run record's fields kept per destination (lua/shared/destination.lua).
+const PER_DESTINATION_FIELDS: [&str; 23] = [
+    "status",
+    "attempts",
+    "attempt_base",
+    "worker",
+    "started_ms",
+    "updated_ms",
+    "op",
+    "op_result",
+    "last_error",
+    "history",
+    "next_attempt_ms",
+    "parked_group",
+    "retry_now_ms",
+    "released_ms",
+    "finished_ms",
+    "duration_ms",
+    "attempt_status",
+    "dead_entry",
+    "redeliveries",
+    "dead_retries",
+    "retried_ms",
+    "order_wait",
+    "skipped_ms",
+];
+
 /// The Lua that several scripts share, by placeholder name (`${holds}`).
-pub const SHARED_LUA: [(&str, &str); 8] = [
+pub const SHARED_LUA: [(&str, &str); 9] = [
+    ("destination", include_str!("../../lua/shared/destination.lua")),
     ("run_fields", include_str!("../../lua/shared/run_fields.lua")),
     ("order", include_str!("../../lua/shared/order.lua")),
     ("holds", include_str!("../../lua/shared/holds.lua")),

@@ -277,13 +277,20 @@ async fn dead_retry_and_redeliver_reach_one_destination() {
     // The CI service first, so that the audit log's verdict on run-1 is the record's last.
     let mut workers = Workers(vec![destination_worker(&config, &dir, "ci", "ci")]);
     group_caught_up(&ns, "ci").await;
-    // Two attempts: the CI service's counts too while destinations share the record.
-    workers.0.push(destination_worker_with(&config, &dir, "audit", "audit", &["--max-attempts", "2"]));
+    // One attempt: each destination keeps its own record of the run, and its own budget.
+    workers.0.push(destination_worker_with(&config, &dir, "audit", "audit", &["--max-attempts", "1"]));
     group_caught_up(&ns, "audit").await;
-    wait_for(Duration::from_secs(10), "run-1 dead", || async {
-        record(&ns, "run-1").await.get("status").map(String::as_str) == Some("dead")
+    wait_for(Duration::from_secs(10), "run-1 dead for the audit log", || async {
+        record(&ns, "run-1").await.get("5:audit:status").map(String::as_str) == Some("dead")
     })
     .await;
+    let run_1 = record(&ns, "run-1").await;
+    assert_eq!(
+        (run_1.get("group").map(String::as_str), run_1.get("status").map(String::as_str)),
+        (Some("ci"), Some("done")),
+        "the CI service's own record of run-1: {run_1:?}"
+    );
+    assert_eq!(run_1.get("other_destinations").map(String::as_str), Some("5:audit"), "{run_1:?}");
     assert_eq!(numbers(&ci.got()), [1, 2, 3]);
 
     let (done, text) = ops(&config, &["dead", "retry", "run-1"]);
@@ -292,10 +299,13 @@ async fn dead_retry_and_redeliver_reach_one_destination() {
         audit.got().iter().filter(|r| r.number() == 1).count() == 2
     })
     .await;
-    wait_for(Duration::from_secs(10), "run-1 done", || async {
-        record(&ns, "run-1").await.get("status").map(String::as_str) == Some("done")
+    wait_for(Duration::from_secs(10), "run-1 done for the audit log", || async {
+        record(&ns, "run-1").await.get("5:audit:status").map(String::as_str) == Some("done")
     })
     .await;
+    let run_1 = record(&ns, "run-1").await;
+    assert_eq!(run_1.get("5:audit:dead_retries").map(String::as_str), Some("1"), "{run_1:?}");
+    assert!(!run_1.contains_key("dead_retries"), "the CI service's record was not retried: {run_1:?}");
 
     let (done, text) = ops(&config, &["runs", "redeliver", "run-3", "--destination", "ci"]);
     assert!(done && text.contains("for destination ci"), "{text}");

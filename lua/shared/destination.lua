@@ -1,0 +1,131 @@
+-- Shared by every script that acts on a run for one destination (consumer
+-- group): the run record keeps one record per destination
+-- (docs/destinations.md, "The record per destination"). The first
+-- destination to start an attempt on a run owns the plain fields (its name
+-- is the record's `group`); every other destination keeps the same fields
+-- under enc(name) .. ':' .. field (`5:audit:status`), and is listed, in the
+-- order it first started, in `other_destinations` (enc(name) after
+-- enc(name)). So one destination's record is exactly what it was before
+-- there were several, and records of earlier versions read as theirs.
+--
+-- In a script that includes this file, each field placeholder of a field
+-- kept per destination (PER_DESTINATION_FIELDS, filled in at load,
+-- src/redis_io/scripts.rs) reads `F.<name>`: the stored name for the
+-- destination `F` was chosen for. A script sets F once for its own record
+-- (F = destination_fields(KEYS[2], group)); a function that acts on another
+-- run's record for a moment uses with_destination.
+local PER_DESTINATION = {${per_destination_field_names}}
+
+local function fields_with_prefix(prefix)
+  local names = {}
+  for _, name in ipairs(PER_DESTINATION) do
+    names[name] = prefix .. name
+  end
+  return names
+end
+
+local PLAIN_FIELDS = fields_with_prefix('')
+local prefixed_fields = {}
+
+-- Whether the destination the fields are for owns the plain ones.
+local function owns_plain(fields)
+  return fields == PLAIN_FIELDS
+end
+
+-- The stored names of `group`'s fields in `record`: the plain ones when the
+-- record has no owner yet (a queued run, a record of an earlier version) or
+-- `group` owns it, else the prefixed ones.
+local function destination_fields(record, group)
+  local owner = redis.call('HGET', record, ${field_group})
+  if not owner or owner == group then
+    return PLAIN_FIELDS
+  end
+  local fields = prefixed_fields[group]
+  if not fields then
+    fields = fields_with_prefix(#group .. ':' .. group .. ':')
+    prefixed_fields[group] = fields
+  end
+  return fields
+end
+
+local F = PLAIN_FIELDS
+
+-- The status of the run in `record` for the destination F is for: a
+-- destination that has not started it yet (no field of its own, while
+-- another destination owns the plain ones) finds it queued.
+local function destination_status(record)
+  local status = redis.call('HGET', record, ${field_status})
+  if not status and not owns_plain(F) then
+    return ${status_queued}
+  end
+  return status
+end
+
+-- Runs fn() with F chosen for `group` in `record`, and gives F back after.
+local function with_destination(record, group, fn)
+  local saved = F
+  F = destination_fields(record, group)
+  local result = fn()
+  F = saved
+  return result
+end
+
+-- The names of `other_destinations` (its text, false: none).
+local function other_destination_names(list)
+  local names = {}
+  local i = 1
+  while list and i <= #list do
+    local colon = string.find(list, ':', i, true)
+    local length = tonumber(string.sub(list, i, colon - 1))
+    names[#names + 1] = string.sub(list, colon + 1, colon + length)
+    i = colon + length + 1
+  end
+  return names
+end
+
+-- A destination that does not own the plain fields starts its first attempt
+-- on `record`: it joins `other_destinations` (once), and the record, which
+-- another destination may have finished and set to expire, lives while
+-- this one works on it.
+local function join_other_destinations(record, group)
+  local list = redis.call('HGET', record, ${field_other_destinations})
+  for _, name in ipairs(other_destination_names(list)) do
+    if name == group then
+      redis.call('PERSIST', record)
+      return
+    end
+  end
+  redis.call('HSET', record, ${field_other_destinations}, (list or '') .. #group .. ':' .. group)
+  redis.call('PERSIST', record)
+end
+
+-- How the destinations of `record` other than `group` (F is group's) stand:
+-- whether one is still at work on the run (neither done nor dead), and
+-- whether one is not done (at work, or dead: a dead retry sends the
+-- payload again). `list` is the record's `other_destinations` as the caller
+-- read it: a record with one destination answers at once.
+local function others_unfinished(record, group, list)
+  if not list then
+    return false, false
+  end
+  local statuses = {}
+  if not owns_plain(F) then
+    statuses[#statuses + 1] = ${plain_field_status}
+  end
+  for _, name in ipairs(other_destination_names(list)) do
+    if name ~= group then
+      statuses[#statuses + 1] = #name .. ':' .. name .. ':' .. ${plain_field_status}
+    end
+  end
+  if #statuses == 0 then
+    return false, false
+  end
+  local working, undone = false, false
+  for _, status in ipairs(redis.call('HMGET', record, unpack(statuses))) do
+    if status ~= ${status_done} then
+      undone = true
+      working = working or status ~= ${status_dead}
+    end
+  end
+  return working, undone
+end
