@@ -42,6 +42,15 @@ pub struct BenchOptions {
     /// The `idemgate` program whose `worker` command the worker section
     /// starts (the binary passes itself).
     pub idemgate_program: PathBuf,
+    /// One section of [`super::SECTIONS`] alone (`None`: every one).
+    pub only: Option<String>,
+}
+
+impl BenchOptions {
+    /// Whether section `name` (one of [`super::SECTIONS`]) runs.
+    pub(super) fn runs(&self, name: &str) -> bool {
+        self.only.as_deref().is_none_or(|only| only == name)
+    }
 }
 
 /// Why the bench stopped.

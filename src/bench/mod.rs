@@ -16,11 +16,14 @@
 //!    sink answering at once and to one answering after 50 ms.
 //! 8. [`traces`]: `idemgate worker --deliver` and `idemgate serve`, traced against untraced.
 //! 9. [`filter`]: what a destination's payload filter costs the worker per run.
-//! 10. [`memory`]: bytes per record, and per order key.
+//! 10. [`destinations`]: three destinations draining at once against one, and a done
+//!     record's bytes with each.
+//! 11. [`memory`]: bytes per record, and per order key.
 
 mod baseline;
 mod concurrency;
 mod connections;
+mod destinations;
 mod filter;
 mod harness;
 mod http;
@@ -40,7 +43,24 @@ use std::time::Duration;
 use crate::redis_io::{Conn, RedisOptions};
 use crate::vocabulary::Settings;
 
-/// Runs the whole benchmark and returns the Markdown report.
+/// The report's sections by name, in the order they run (`idemgate bench --only NAME`).
+pub const SECTIONS: [&str; 12] = [
+    "http",
+    "library",
+    "redis-benchmark",
+    "baseline",
+    "connections",
+    "worker",
+    "ordered",
+    "concurrency",
+    "traces",
+    "filter",
+    "destinations",
+    "memory",
+];
+
+/// Runs the whole benchmark (or the one section [`BenchOptions::only`]
+/// names) and returns the Markdown report.
 pub async fn run(options: &BenchOptions) -> Result<String, BenchError> {
     let dur = if options.smoke { Duration::from_millis(300) } else { options.duration };
     let ns = format!("bench-{}", std::process::id());
@@ -57,25 +77,52 @@ pub async fn run(options: &BenchOptions) -> Result<String, BenchError> {
     )?;
     let bench = Bench { options, redis, ns, dur, settings: Settings::default(), conn, round: AtomicU64::new(0) };
 
-    if !options.skip_http {
+    if !options.skip_http && options.runs("http") {
         http::measure(&bench, &mut out).await?;
     }
-    let (store, gate) = library::measure(&bench, &mut out).await?;
-    if let Some(tls_url) = &options.tls_url {
-        library::measure_tls(&bench, &gate, tls_url, &mut out).await?;
+    // The sections that measure against the library gate run it first.
+    let mut memory_store = None;
+    if ["library", "redis-benchmark", "baseline", "memory"].iter().any(|s| options.runs(s)) {
+        let (store, gate) = library::measure(&bench, &mut out).await?;
+        if let Some(tls_url) = &options.tls_url {
+            library::measure_tls(&bench, &gate, tls_url, &mut out).await?;
+        }
+        if !options.skip_redis_benchmark && options.runs("redis-benchmark") {
+            redis_benchmark::measure(&bench, &gate, &mut out).await?;
+        }
+        if options.runs("baseline") {
+            baseline::measure(&bench, &gate, &mut out).await?;
+        }
+        memory_store = Some(store);
     }
-    if !options.skip_redis_benchmark {
-        redis_benchmark::measure(&bench, &gate, &mut out).await?;
+    if options.runs("connections") {
+        connections::measure(&bench, &mut out).await?;
     }
-    baseline::measure(&bench, &gate, &mut out).await?;
-    connections::measure(&bench, &mut out).await?;
-    worker::measure(&bench, &mut out).await?;
-    worker::measure_ordered(&bench, &mut out).await?;
-    concurrency::measure(&bench, &mut out).await?;
-    traces::measure(&bench, &mut out).await?;
-    filter::measure(&bench, &mut out).await?;
-    memory::measure(&bench, store, &mut out).await?;
-    memory::measure_daily(&bench, &mut out).await?;
+    if options.runs("worker") {
+        worker::measure(&bench, &mut out).await?;
+    }
+    if options.runs("ordered") {
+        worker::measure_ordered(&bench, &mut out).await?;
+    }
+    if options.runs("concurrency") {
+        concurrency::measure(&bench, &mut out).await?;
+    }
+    if options.runs("traces") {
+        traces::measure(&bench, &mut out).await?;
+    }
+    if options.runs("filter") {
+        filter::measure(&bench, &mut out).await?;
+    }
+    if options.runs("destinations") {
+        destinations::measure(&bench, &mut out).await?;
+    }
+    // Last: it fills Redis with a day of deliveries.
+    if let Some(store) = memory_store
+        && options.runs("memory")
+    {
+        memory::measure(&bench, store, &mut out).await?;
+        memory::measure_daily(&bench, &mut out).await?;
+    }
 
     progress("cleaning up the bench namespaces");
     cleanup(&mut bench.conn.clone(), &bench.ns).await?;

@@ -233,7 +233,8 @@ pub(super) async fn deliver_to_sink(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}/hooks", listener.local_addr()?);
     let server = tokio::spawn(async move { axum::serve(listener, sink).await });
-    let secret_file = std::env::temp_dir().join(format!("idemgate-bench-secret-{}", std::process::id()));
+    // One file per group: several destinations' workers run side by side (src/bench/destinations.rs).
+    let secret_file = std::env::temp_dir().join(format!("idemgate-bench-secret-{}-{group}", std::process::id()));
     // Owner-only, as the worker asks of a secrets file (else it warns on each of the bench's workers).
     {
         use std::io::Write;

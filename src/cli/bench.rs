@@ -35,6 +35,10 @@ pub struct BenchArgs {
     /// The same Redis's TLS port (`rediss://…`): adds the library gate over TLS against plain TCP, alternated in one run.
     #[arg(long, value_name = "URL")]
     pub tls_url: Option<String>,
+    /// Run this section of the report alone (with the library gate first where
+    /// the section measures against it): to time one change side by side.
+    #[arg(long, value_name = "SECTION", value_parser = clap::builder::PossibleValuesParser::new(idemgate::bench::SECTIONS))]
+    pub only: Option<String>,
 }
 
 /// `idemgate bench`: runs every measurement and prints the Markdown report.
@@ -48,6 +52,7 @@ pub async fn bench(args: BenchArgs, sources: Sources) -> anyhow::Result<ExitCode
         skip_redis_benchmark: args.skip_redis_benchmark,
         load_cpus: args.load_cpus,
         tls_url: args.tls_url,
+        only: args.only,
         redis_tls_ca: tls_ca(&merged)?,
         // The worker section starts `idemgate worker`: this very binary.
         idemgate_program: std::env::current_exe()?,
