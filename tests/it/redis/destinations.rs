@@ -657,3 +657,111 @@ async fn a_destination_down_for_20s_delays_no_other_and_gets_every_run_after() {
     }
     println!("destination b: {total} runs, every one done {caught_up:?} after its 20 s outage ended");
 }
+
+/// Three destinations on the project's Redis Cluster: each receiver gets
+/// every run once with a 2xx, the one that refuses first attempts keeps its
+/// failures in its own record while the others' stay one clean attempt,
+/// and a redelivery reaches one destination only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_destinations_keep_their_own_records_on_a_cluster() {
+    use idemgate::redis_io::{Conn, RedisOptions};
+    let urls = crate::support::shared_cluster_urls();
+    let opts = RedisOptions { command_timeout: Duration::from_secs(5), ..RedisOptions::cluster(urls.to_vec()) };
+    let ns = fresh_ns("dest-cluster");
+    let dir = temp_dir("dest-cluster");
+    let (a, c) = (Destination::start(|_, _| ok()).await, Destination::start(|_, _| ok()).await);
+    // b refuses each run's first request (500: the run's own failure, retried after its backoff).
+    let b = Destination::start(|_, earlier| {
+        if earlier == 0 {
+            crate::support::destination::status(axum::http::StatusCode::INTERNAL_SERVER_ERROR)
+        } else {
+            ok()
+        }
+    })
+    .await;
+    let secrets = secrets_file(&dir, &[secret(6)]);
+    let table = |name: &str, url: String| {
+        format!(
+            "[destinations.{name}]\nurl = \"{url}\"\nsecret_file = \"{}\"\nbackoff = \"200ms\"\n\n",
+            secrets.display()
+        )
+    };
+    let config = dir.join("idemgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "namespace = \"{ns}\"\n\n[worker]\nblock = \"200ms\"\nconcurrency = 4\nheartbeat_interval = \"200ms\"\n\n{}{}{}",
+            table("a", a.url()),
+            table("b", b.url()),
+            table("c", c.url())
+        ),
+    )
+    .unwrap();
+    let nodes = urls.join(",");
+    let mut workers = Workers(
+        ["a", "b", "c"]
+            .iter()
+            .map(|d| destination_worker_with(&config, &dir, d, d, &["--redis-cluster-nodes", &nodes]))
+            .collect(),
+    );
+    let store = idemgate::store::redis_store::RedisStore::connect(&opts, Keys::new(&ns).unwrap(), &Settings::default())
+        .await
+        .unwrap();
+    let gate = Gate::new(["acme/*"], std::sync::Arc::new(store));
+    let total = 30u64;
+    for n in 1..=total {
+        let event = json!({"org": "acme", "repo": "api", "action": "push", "number": n});
+        let digest = idemgate::event_digest::of_value(&event);
+        let delivery = format!("d-{n}");
+        assert_eq!(
+            gate.submit(&Submission::new("github", &delivery, &event, &digest)).await.unwrap().response.status,
+            Status::Created
+        );
+    }
+    let conn = Conn::connect(&opts).await.unwrap();
+    let read = |n: u64| {
+        let (mut conn, key) = (conn.clone(), Keys::new(&ns).unwrap().run(&format!("run-{n}")));
+        async move { redis::cmd("HGETALL").arg(key).query_async::<HashMap<String, String>>(&mut conn).await.unwrap() }
+    };
+    wait_for(Duration::from_secs(60), "every run done for every destination", || async {
+        for n in 1..=total {
+            let r = read(n).await;
+            if ["a", "b", "c"].iter().any(|d| destination_status(&r, d).as_deref() != Some("done")) {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    for n in 1..=total {
+        let r = read(n).await;
+        let field = |d: &str, name: &str| {
+            if r.get("group").map(String::as_str) == Some(d) {
+                r.get(name).cloned()
+            } else {
+                r.get(&format!("1:{d}:{name}")).cloned()
+            }
+        };
+        // b's 500 is in b's record alone (as an attempt, or a probe's `released` entry).
+        assert!(field("b", "last_error").is_some_and(|e| e.contains("500")), "run-{n}: {r:?}");
+        assert_eq!((field("a", "last_error"), field("c", "last_error")), (None, None), "run-{n}: {r:?}");
+        assert_eq!((field("a", "history"), field("c", "history")), (None, None), "run-{n}: {r:?}");
+    }
+    for (name, d) in [("a", &a), ("b", &b), ("c", &c)] {
+        for n in 1..=total {
+            assert_eq!(d.of_run(n).iter().filter(|r| r.succeeded()).count(), 1, "{name}: run-{n}");
+        }
+    }
+    // A redelivery to c alone.
+    let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["runs", "redeliver", "run-7", "--destination", "c", "--redis-cluster-nodes", &nodes, "--namespace", &ns])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_for(Duration::from_secs(20), "run-7 at c again", || async { c.of_run(7).len() == 2 }).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    workers.stop().await;
+    assert_eq!((a.of_run(7).len(), b.of_run(7).len()), (1, 2), "the redelivery went to c alone");
+    let r = read(7).await;
+    assert_eq!(destination_status(&r, "c").as_deref(), Some("done"), "{r:?}");
+}
