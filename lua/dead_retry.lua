@@ -11,9 +11,9 @@
 -- (lua/shared/destination.lua), and this acts on one or all of them: the
 -- new entry is for one destination (its `for_group`, as a woken run's):
 -- the one ARGV[4] names, else, for a dead run, the first one it is dead
--- for (owner first; another dead one is retried by its own dead-stream
--- entry after); a redelivery without a destination goes to every group,
--- as the gate's entry did, and starts every destination's record anew.
+-- for (owner first; `dead retry` calls again for the next, src/ops/dead.rs);
+-- a redelivery without a destination goes to every group, as the gate's
+-- entry did, and starts every destination's record anew.
 --
 -- A redelivery sends what the first delivery sent: a done run whose payload
 -- is gone (removed when it was done, or kept by --keep-done-payloads and

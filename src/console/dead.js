@@ -15,6 +15,7 @@ function row(r) {
     { attrs: { "data-run-id": r.run_id } },
     el("td", {}, link(`#/runs/${encodeURIComponent(r.run_id)}`, r.run_id, { class: "open-run", "data-run-id": r.run_id })),
     el("td", { text: identity(r) }),
+    el("td", { cls: "destination", text: r.group }),
     el("td", { text: r.attempts }),
     el("td", { cls: "error", text: r.last_error }),
     el("td", { cls: "nowrap" }, timeEl(r.failed_ms)),

@@ -175,6 +175,10 @@ impl DeadRun {
     }
 }
 
+/// The most destinations one `dead retry RUN_ID` sends a run to (one
+/// script each): a bound on the loop, far above any real fan-out.
+const MAX_DESTINATIONS_PER_RUN: usize = 64;
+
 /// How `dead retry` and `runs redeliver` send runs again.
 #[derive(Debug, Default)]
 struct SendAgain {
@@ -335,7 +339,19 @@ impl Ops {
             if !named {
                 self.forget_unnamed_entries(run_id, &mut result).await?;
             }
+            let moved = matches!(result, Retried::Moved { .. });
             out.push(result);
+            // A dead retry with no destination named sends the run to the
+            // first destination it is dead for (lua/dead_retry.lua): each
+            // other one it is dead for goes next, until none is left.
+            if moved && !again.done_too && again.destination.is_none() {
+                for _ in 1..MAX_DESTINATIONS_PER_RUN {
+                    match self.retry_one(run_id.clone(), &[], again).await? {
+                        (next @ Retried::Moved { .. }, _) => out.push(next),
+                        _ => break,
+                    }
+                }
+            }
         }
         Ok(out)
     }
@@ -344,18 +360,27 @@ impl Ops {
     /// stream, then one script per run.
     async fn send_all_dead_again(&self, again: &SendAgain) -> Result<Vec<Retried>, OpsError> {
         let dead = self.dead_list().await?;
-        let mut entries: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        let mut order: Vec<&str> = Vec::new();
+        // By run and by the destination each entry died for: a run keeps a
+        // record per destination, and each is retried with its own entries
+        // (an entry of an earlier version names no group: the run's first).
+        let mut entries: BTreeMap<(&str, &str), Vec<&str>> = BTreeMap::new();
+        let mut order: Vec<(&str, &str)> = Vec::new();
         for d in &dead {
-            let ids = entries.entry(d.fields.run_id.as_str()).or_default();
+            let key = (d.fields.run_id.as_str(), d.group.as_str());
+            let ids = entries.entry(key).or_default();
             if ids.is_empty() {
-                order.push(d.fields.run_id.as_str());
+                order.push(key);
             }
             ids.push(d.entry_id.as_str());
         }
         let mut out = Vec::with_capacity(order.len());
-        for run_id in order {
-            out.push(self.retry_one(run_id.to_owned(), &entries[run_id], again).await?.0);
+        for key @ (run_id, group) in order {
+            let for_one = SendAgain {
+                done_too: again.done_too,
+                without_payload: again.without_payload,
+                destination: again.destination.clone().or_else(|| (!group.is_empty()).then(|| group.to_owned())),
+            };
+            out.push(self.retry_one(run_id.to_owned(), &entries[&key], &for_one).await?.0);
         }
         Ok(out)
     }

@@ -295,6 +295,8 @@ async fn the_console_in_headless_chromium() {
     b.goto(&format!("{}/console#/dead", served.url)).await;
     b.find("#dead-table tbody tr[data-run-id='run-2']").await;
     assert!(b.text("#dead-table tbody tr[data-run-id='run-2']").await.contains("handler bug: <b>boom</b>"));
+    // Each entry names the destination (consumer group) it died for.
+    assert_eq!(b.text("#dead-table tbody tr[data-run-id='run-2'] td.destination").await, "g");
     assert_eq!(b.eval("return document.querySelectorAll('#dead-table b').length").await, 0);
     assert_eq!(b.text("#dead-count").await, "2");
     keep_screenshot("dead", &b.screenshot().await);

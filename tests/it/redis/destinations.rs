@@ -765,3 +765,78 @@ async fn three_destinations_keep_their_own_records_on_a_cluster() {
     let r = read(7).await;
     assert_eq!(destination_status(&r, "c").as_deref(), Some("done"), "{r:?}");
 }
+
+/// A run dead for two destinations has a dead-stream entry and a dead
+/// record for each: `dead retry RUN_ID` sends it to both (each its own
+/// entry, each record anew), and `dead retry --all` does the same per
+/// entry, removing only the entries it retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_dead_for_two_destinations_is_retried_for_each() {
+    let ns = fresh_ns("two-dead");
+    let dir = temp_dir("two-dead");
+    // Both refuse each run's first request for good (422: the run's own fault).
+    let refuse_first = |_: &Received, earlier: usize| {
+        if earlier == 0 {
+            crate::support::destination::status(axum::http::StatusCode::UNPROCESSABLE_ENTITY)
+        } else {
+            ok()
+        }
+    };
+    let (a, b) = (Destination::start(refuse_first).await, Destination::start(refuse_first).await);
+    let secrets = secrets_file(&dir, &[secret(7)]);
+    let table = |name: &str, url: String| {
+        format!("[destinations.{name}]\nurl = \"{url}\"\nsecret_file = \"{}\"\nmax_attempts = 1\n\n", secrets.display())
+    };
+    let config = dir.join("idemgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "redis_url = \"{}\"\nnamespace = \"{ns}\"\n\n[worker]\nblock = \"200ms\"\n\n{}{}",
+            redis_url(),
+            table("a", a.url()),
+            table("b", b.url())
+        ),
+    )
+    .unwrap();
+    create_runs(&ns).await;
+    let mut workers =
+        Workers(vec![destination_worker(&config, &dir, "a", "a"), destination_worker(&config, &dir, "b", "b")]);
+    let dead_for_both = |n: u64| {
+        let ns = ns.clone();
+        async move {
+            let r = record(&ns, &format!("run-{n}")).await;
+            destination_status(&r, "a").as_deref() == Some("dead")
+                && destination_status(&r, "b").as_deref() == Some("dead")
+        }
+    };
+    wait_for(Duration::from_secs(20), "every run dead for both", || async {
+        for n in 1..=6 {
+            if !dead_for_both(n).await {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    assert_eq!(crate::support::destination::dead_count(&ns).await, 12, "an entry per run and destination");
+    let (done, text) = ops(&config, &["dead", "retry", "run-1"]);
+    assert!(done && text.contains("for destination a") && text.contains("for destination b"), "{text}");
+    let (done, text) = ops(&config, &["dead", "retry", "--all"]);
+    assert!(done, "{text}");
+    wait_for(Duration::from_secs(20), "every run delivered to both", || async {
+        (1..=6).all(|n| a.of_run(n).iter().any(Received::succeeded) && b.of_run(n).iter().any(Received::succeeded))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    workers.stop().await;
+    assert_eq!(crate::support::destination::dead_count(&ns).await, 0, "every entry retried and removed");
+    for n in 1..=6 {
+        assert_eq!((a.of_run(n).len(), b.of_run(n).len()), (2, 2), "run-{n}: refused once, then delivered, at each");
+        let r = record(&ns, &format!("run-{n}")).await;
+        assert_eq!(
+            (destination_status(&r, "a").as_deref(), destination_status(&r, "b").as_deref()),
+            (Some("done"), Some("done")),
+            "{r:?}"
+        );
+    }
+}
