@@ -415,7 +415,8 @@ impl Source {
                 let waits = ops.destination_waits(&record).await?;
                 let order = ops.run_place(&record).await?;
                 let mut d = detail(Some(ops.keys().run(run_id)), record, parts, u64::try_from(read.pttl).ok(), &waits);
-                d.payload_gone = gone;
+                // Done for its owner is not done for the run while another destination is not.
+                d.payload_gone = gone.filter(|_| d.summary.status == crate::vocabulary::RunStatus::Done);
                 d.order = order;
                 d.run_key = d.summary.created_ms.map(|c| ops.keys().run_key(run_id, &c.to_string()));
                 Ok(Some(d))
