@@ -768,6 +768,10 @@ impl RunProgress {
     /// of the unfinished or dead destinations' that is not empty, the dead
     /// one's first; the owner's when none. Its history: the owner's (each
     /// destination's is its own).
+    ///
+    /// # Panics
+    ///
+    /// With no destination: [`RunRecord::read`] always gives the owner one.
     pub fn of_destinations(destinations: &[DestinationProgress]) -> RunProgress {
         let [owner, others @ ..] = destinations else { panic!("a run record has at least one destination") };
         if others.is_empty() {
