@@ -8,10 +8,13 @@
 //! ([`RunFields`]), the record read from any of its stored shapes
 //! ([`RunRecord`], [`RunProgress`]; a done run's compact form,
 //! [`DoneRecord`]), a run's status ([`RunStatus`]) and its history's entries
-//! ([`AttemptEntry`], [`AttemptParts`], [`AttemptOutcome`]). Of the crate it uses only [`crate::error`] (the
-//! store's `Error`, in the `Store` trait's signatures) and [`crate::text`]
-//! (an unknown status escaped in its message), which use nothing of it, so
-//! every other module can depend on it without a cycle.
+//! ([`AttemptEntry`], [`AttemptParts`], [`AttemptOutcome`]), with one
+//! progress per destination ([`DestinationProgress`]). Of the crate it uses
+//! only [`crate::error`] (the store's `Error`, in the `Store` trait's
+//! signatures), [`crate::text`] (an unknown status escaped in its message),
+//! which use nothing of it, and [`crate::keys::enc`] (a destination's field
+//! prefix), a function of no type of it, so every other module can depend
+//! on it without a cycle of types.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -457,6 +460,13 @@ impl DoneRecord {
             return None;
         }
         fields.entry("run_id".to_owned()).or_insert_with(|| run_id.to_owned());
+        Self::unfold_attempt(fields)
+    }
+
+    /// The folded final attempt of one destination's `fields` (under their
+    /// unprefixed names) as its history entry, `finished_ms` in place of
+    /// `duration_ms` and [`DoneRecord::ATTEMPT_STATUS`] (`None`: nothing folded).
+    fn unfold_attempt(fields: &mut BTreeMap<String, String>) -> Option<AttemptEntry> {
         let status = fields.remove(Self::ATTEMPT_STATUS)?;
         let number = |k: &str| fields.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         let (started_ms, duration_ms) = (number("started_ms"), number("duration_ms"));
@@ -626,6 +636,12 @@ impl RunStatus {
         RunStatus::Released,
     ];
 
+    /// Whether the run (or destination) has finished: `done`, `dead` or
+    /// `released`; nothing moves it on but an operator or a new delivery.
+    pub fn is_final(self) -> bool {
+        matches!(self, RunStatus::Done | RunStatus::Dead | RunStatus::Released)
+    }
+
     /// The word stored in the run record's `status`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -668,17 +684,24 @@ impl std::str::FromStr for RunStatus {
 ///   array of [`AttemptEntry`];
 /// - **done** (`lua/worker_done.lua`): compact, no `run_id`, the final
 ///   attempt folded into plain fields ([`DoneRecord`]);
+/// - **per destination**: the first destination (consumer group) to start
+///   an attempt owns the plain fields of [`RunRecord::PER_DESTINATION`] and
+///   is named in `group`; every other one keeps its own under
+///   [`RunRecord::destination_field`] names (`5:audit:status`), folded
+///   alike when done, and is listed in [`RunRecord::OTHER_DESTINATIONS`];
 /// - **the memory store's** (`MemoryRun::stored`): the identity, `created_ms`
 ///   and `status` under the same names;
 /// - **earlier versions'**: the identity in the record itself, a done record
 ///   with `finished_ms` and a whole `history` or none, entries without the
-///   folding fields, a record without `created_ms`.
+///   folding fields, a record without `created_ms`, one without `group` or
+///   [`RunRecord::OTHER_DESTINATIONS`] (one destination, its name unknown).
 ///
-/// The state of the run's delivery ([`RunProgress`]) is apart from what
-/// names it, so that a record per destination can hold one progress per
-/// destination beside the run's own; a field no reader types yet (the
-/// worker's, the parking's, a newer version's) is kept in
-/// [`RunRecord::stored`] under its stored name, never dropped.
+/// The state of each destination's delivery ([`DestinationProgress`]) is
+/// apart from what names the run, and the run's own ([`RunRecord::progress`])
+/// is worked out of them; a field no reader types yet (the worker's, the
+/// parking's, a newer version's) is kept in [`RunRecord::stored`] (or the
+/// destination's [`DestinationProgress::stored`]) under its stored name,
+/// never dropped.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RunRecord {
     /// What names the run.
@@ -686,17 +709,26 @@ pub struct RunRecord {
     /// When the gate created it, ms since the Unix epoch (`None`: a record
     /// of an early version without it).
     pub created_ms: Option<u64>,
-    /// Where its delivery stands.
+    /// Where the run's delivery stands, all destinations together
+    /// ([`RunProgress::of_destinations`]); with one destination, exactly its progress.
     pub progress: RunProgress,
+    /// Every destination that started the run: the owner of the plain
+    /// fields first, then [`RunRecord::OTHER_DESTINATIONS`]' order (then any
+    /// destination whose fields are stored but not listed). Never empty: a
+    /// queued record, or one of an earlier version, has its one destination
+    /// with the name in `group`, or `""` when it has none.
+    pub destinations: Vec<DestinationProgress>,
     /// Every field as readers list it, under its stored name: the compact
     /// form expanded, a queued record's identity filled in, `run_id` from
-    /// the key. Everything but `history`, which is [`RunProgress::history`].
+    /// the key. Everything but `history`, which is [`RunProgress::history`],
+    /// and the other destinations' fields, which are theirs
+    /// ([`DestinationProgress::stored`]); the owner's plain fields stay.
     pub stored: BTreeMap<String, String>,
 }
 
 /// Where a run's delivery stands: its status, attempts, last error and
-/// history. One per run today; a record per destination keeps one per
-/// destination.
+/// history. One per destination ([`DestinationProgress`]), and the run's
+/// own, worked out of them ([`RunProgress::of_destinations`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RunProgress {
     /// The record's `status`.
@@ -709,6 +741,99 @@ pub struct RunProgress {
     pub history: Vec<AttemptEntry>,
 }
 
+/// One destination's (consumer group's) progress on a run, read from the
+/// plain fields for the record's owner and from its prefixed ones
+/// ([`RunRecord::destination_field`]) for any other.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DestinationProgress {
+    /// The destination (consumer group) name; `""` for a record that does
+    /// not name it (queued, or written before `group` was kept).
+    pub name: String,
+    /// Its status, attempts, last error and history.
+    pub progress: RunProgress,
+    /// Its fields of [`RunRecord::PER_DESTINATION`] (and any other it has)
+    /// under their unprefixed names, its done record expanded
+    /// ([`DoneRecord`]); everything but `history`, which is in `progress`.
+    pub stored: BTreeMap<String, String>,
+}
+
+impl RunProgress {
+    /// The run's own progress out of its destinations' (`destinations`
+    /// never empty; one: exactly its progress). Its status: `dead` when one
+    /// destination is dead; the least advanced unfinished status
+    /// ([`RunStatus::ALL`] order: queued, running, retrying, parked) when one
+    /// is unfinished; else the most advanced (`done` when every one is done).
+    /// Its attempts: the most any destination made (the highest attempt
+    /// number, as a destination's own count is). Its last error: the first
+    /// of the unfinished or dead destinations' that is not empty, the dead
+    /// one's first; the owner's when none. Its history: the owner's (each
+    /// destination's is its own).
+    ///
+    /// # Panics
+    ///
+    /// With no destination: [`RunRecord::read`] always gives the owner one.
+    pub fn of_destinations(destinations: &[DestinationProgress]) -> RunProgress {
+        let [owner, others @ ..] = destinations else { panic!("a run record has at least one destination") };
+        if others.is_empty() {
+            return owner.progress.clone();
+        }
+        let statuses = destinations.iter().map(|d| d.progress.status);
+        let status = if statuses.clone().any(|s| s == RunStatus::Dead) {
+            RunStatus::Dead
+        } else {
+            let rank = |s: &RunStatus| RunStatus::ALL.iter().position(|a| a == s);
+            statuses
+                .clone()
+                .filter(|s| !s.is_final())
+                .min_by_key(rank)
+                .or_else(|| statuses.max_by_key(rank))
+                .expect("at least one destination")
+        };
+        let pending =
+            destinations.iter().filter(|d| !d.progress.status.is_final() || d.progress.status == RunStatus::Dead);
+        let dead_first = pending.clone().filter(|d| d.progress.status == RunStatus::Dead).chain(pending);
+        let last_error = dead_first
+            .map(|d| &d.progress.last_error)
+            .find(|e| !e.is_empty())
+            .unwrap_or(&owner.progress.last_error)
+            .clone();
+        RunProgress {
+            status,
+            attempts: destinations.iter().map(|d| d.progress.attempts).max().unwrap_or(0),
+            last_error,
+            history: owner.progress.history.clone(),
+        }
+    }
+
+    /// One destination's progress from its `fields` (unprefixed; `history`
+    /// taken out of them, typed), `folded` its final attempt unfolded from
+    /// a done record. `corrupt` words an error.
+    fn read(
+        fields: &mut BTreeMap<String, String>,
+        folded: Option<AttemptEntry>,
+        corrupt: impl Fn(String) -> Error,
+    ) -> Result<Self, Error> {
+        let status = match fields.get(RunRecord::STATUS) {
+            None => return Err(corrupt("no status".into())),
+            Some(s) => s.parse::<RunStatus>().map_err(&corrupt)?,
+        };
+        let mut history: Vec<AttemptEntry> = match fields.remove(RunRecord::HISTORY) {
+            None => Vec::new(),
+            Some(h) if h.is_empty() => Vec::new(),
+            Some(h) => {
+                serde_json::from_str(&h).map_err(|e| corrupt(format!("its history is no list of attempts: {e}")))?
+            }
+        };
+        history.extend(folded);
+        Ok(RunProgress {
+            status,
+            attempts: fields.get(RunRecord::ATTEMPTS).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0),
+            last_error: fields.get(RunRecord::LAST_ERROR).cloned().unwrap_or_default(),
+            history,
+        })
+    }
+}
+
 impl RunRecord {
     /// The record's field names beside what names the run ([`RunFields::NAMES`],
     /// which a started record holds too): each spelled once, here. The Lua
@@ -716,6 +841,8 @@ impl RunRecord {
     /// (`src/redis_io/scripts.rs`), and a unit test fails when a script
     /// spells a field itself or names one this list does not know. Of every
     /// shape ([`RunRecord`]); docs/reference.md's key table says what each holds.
+    /// Those of [`RunRecord::PER_DESTINATION`] are the owner's under these
+    /// names, another destination's under [`RunRecord::destination_field`]'s.
     pub const FIELDS: [&'static str; 37] = [
         // The gate's (lua/gate.lua, lua/gate_hold.lua).
         RunFields::ENTRY_ID,
@@ -730,7 +857,7 @@ impl RunRecord {
         Self::ATTEMPTS,
         "attempt_base",
         "worker",
-        "group",
+        Self::GROUP,
         "started_ms",
         "updated_ms",
         "op",
@@ -761,7 +888,40 @@ impl RunRecord {
         // A destination added with `--from TIME` (lua/worker_start.lua).
         "backfill",
         // The destinations beside the owner of the plain fields (lua/shared/destination.lua).
-        "other_destinations",
+        Self::OTHER_DESTINATIONS,
+    ];
+
+    /// The fields of [`RunRecord::FIELDS`] that each destination keeps of
+    /// its own: the owner (named in `group`) under these names, every other
+    /// destination under [`RunRecord::destination_field`]'s. The rest of
+    /// the record (what names the run, `entry_id`, `created_ms`, `subject`,
+    /// `payload`, `trace`, `runner`, `held_until`, `group`,
+    /// `payload_until_ms`, `payload_kept`, `order_key`, `order_on_dead`,
+    /// `backfill`, `other_destinations`) is the run's, shared.
+    pub const PER_DESTINATION: [&'static str; 23] = [
+        Self::STATUS,
+        Self::ATTEMPTS,
+        "attempt_base",
+        "worker",
+        "started_ms",
+        "updated_ms",
+        "op",
+        "op_result",
+        Self::LAST_ERROR,
+        Self::HISTORY,
+        "next_attempt_ms",
+        "parked_group",
+        "retry_now_ms",
+        "released_ms",
+        "finished_ms",
+        "duration_ms",
+        DoneRecord::ATTEMPT_STATUS,
+        "dead_entry",
+        "redeliveries",
+        "dead_retries",
+        "retried_ms",
+        "order_wait",
+        "skipped_ms",
     ];
 
     /// `status`: a [`RunStatus`] word.
@@ -774,10 +934,55 @@ impl RunRecord {
     pub const LAST_ERROR: &'static str = "last_error";
     /// `history`: the JSON array of [`AttemptEntry`].
     pub const HISTORY: &'static str = "history";
+    /// `group`: the destination (consumer group) that owns the plain fields
+    /// of [`RunRecord::PER_DESTINATION`], the first to start an attempt.
+    pub const GROUP: &'static str = "group";
+    /// `other_destinations`: every other destination that started the run,
+    /// each as enc(name) ([`crate::keys::enc`]), joined with nothing, in the
+    /// order they first started (`2:ci5:audit`); absent with one destination.
+    pub const OTHER_DESTINATIONS: &'static str = "other_destinations";
 
     /// Every field name a run record may hold: [`RunFields::NAMES`] and [`RunRecord::FIELDS`].
     pub fn field_names() -> impl Iterator<Item = &'static str> {
         RunFields::NAMES.into_iter().chain(Self::FIELDS)
+    }
+
+    /// The stored name of `field` (one of [`RunRecord::PER_DESTINATION`])
+    /// for `destination` when it is not the owner: enc(destination) `:`
+    /// field (`5:audit:status`).
+    pub fn destination_field(destination: &str, field: &str) -> String {
+        format!("{}:{field}", crate::keys::enc(destination))
+    }
+
+    /// The destination and the field a stored name of
+    /// [`RunRecord::destination_field`]'s form names (`None`: it is a
+    /// field of the run's or the owner's).
+    pub fn split_destination_field(stored_name: &str) -> Option<(&str, &str)> {
+        let (destination, rest) = split_enc(stored_name)?;
+        Some((destination, rest.strip_prefix(':')?))
+    }
+
+    /// The names an [`RunRecord::OTHER_DESTINATIONS`] value lists, in
+    /// order (`None`: it is not a list of enc(name)).
+    pub fn other_destination_names(list: &str) -> Option<Vec<&str>> {
+        let (mut rest, mut names) = (list, Vec::new());
+        while !rest.is_empty() {
+            let (name, tail) = split_enc(rest)?;
+            names.push(name);
+            rest = tail;
+        }
+        Some(names)
+    }
+
+    /// The destination that is dead (`None`: none is), when the run is
+    /// dead: with several destinations, the first dead one.
+    pub fn dead_destination(&self) -> Option<&DestinationProgress> {
+        self.destinations.iter().find(|d| d.progress.status == RunStatus::Dead)
+    }
+
+    /// Destination `name`'s progress (`None`: it has not started the run).
+    pub fn destination(&self, name: &str) -> Option<&DestinationProgress> {
+        self.destinations.iter().find(|d| d.name == name)
     }
 
     /// The runs-stream entry a queued record's identity is in: `Some` for
@@ -791,9 +996,11 @@ impl RunRecord {
     /// holds them (any shape of [`RunRecord`]); `entry` is the runs-stream
     /// entry that [`RunRecord::entry_to_read`] names, where there is one
     /// still (a queued record whose entry is gone reads with an empty
-    /// identity). `None`: no record (no field). A record without a status,
-    /// with one no version writes, or with a `history` that is not a list
-    /// of entries is [`Error::Corrupt`], naming the run and the field.
+    /// identity). `None`: no record (no field). A record without a status
+    /// (its own, or a destination's), with one no version writes, with a
+    /// `history` that is not a list of entries, or with an
+    /// [`RunRecord::OTHER_DESTINATIONS`] that is no list of names is
+    /// [`Error::Corrupt`], naming the run, the destination and the field.
     pub fn read(
         run_id: &str,
         mut stored: BTreeMap<String, String>,
@@ -807,35 +1014,74 @@ impl RunRecord {
                 stored.entry(name).or_insert(value);
             }
         }
+        let run = crate::text::escape_control(run_id);
+        let corrupt = |what: String| Error::Corrupt(format!("run record {run}: {what}"));
+        let others = Self::take_other_destinations(&mut stored).map_err(corrupt)?;
         let folded = DoneRecord::unfold(run_id, &mut stored);
-        let corrupt =
-            |what: String| Error::Corrupt(format!("run record {}: {what}", crate::text::escape_control(run_id)));
-        let status = match stored.get(Self::STATUS) {
-            None => return Err(corrupt("no status".into())),
-            Some(s) => s.parse::<RunStatus>().map_err(corrupt)?,
-        };
-        let mut history: Vec<AttemptEntry> = match stored.remove(Self::HISTORY) {
-            None => Vec::new(),
-            Some(h) if h.is_empty() => Vec::new(),
-            Some(h) => {
-                serde_json::from_str(&h).map_err(|e| corrupt(format!("its history is no list of attempts: {e}")))?
-            }
-        };
-        history.extend(folded);
+        let owner_progress = RunProgress::read(&mut stored, folded, corrupt)?;
+        let owner_fields =
+            Self::PER_DESTINATION.iter().filter_map(|&k| Some((k.to_owned(), stored.get(k)?.clone()))).collect();
+        let owner = stored.get(Self::GROUP).cloned().unwrap_or_default();
+        let mut destinations =
+            vec![DestinationProgress { name: owner, progress: owner_progress, stored: owner_fields }];
+        for (name, mut fields) in others {
+            let folded = DoneRecord::unfold_attempt(&mut fields);
+            let corrupt = |what: String| {
+                Error::Corrupt(format!("run record {run}, destination {}: {what}", crate::text::escape_control(&name)))
+            };
+            let progress = RunProgress::read(&mut fields, folded, corrupt)?;
+            destinations.push(DestinationProgress { name, progress, stored: fields });
+        }
         let text = |k: &str| stored.get(k).cloned().unwrap_or_default();
-        let number = |k: &str| stored.get(k).and_then(|v| v.parse::<u64>().ok());
         Ok(Some(RunRecord {
             fields: RunFields::read(text),
-            created_ms: number(Self::CREATED_MS),
-            progress: RunProgress {
-                status,
-                attempts: number(Self::ATTEMPTS).unwrap_or(0),
-                last_error: text(Self::LAST_ERROR),
-                history,
-            },
+            created_ms: stored.get(Self::CREATED_MS).and_then(|v| v.parse::<u64>().ok()),
+            progress: RunProgress::of_destinations(&destinations),
+            destinations,
             stored,
         }))
     }
+
+    /// Takes every other destination's fields out of `stored`, each
+    /// destination's under their unprefixed names: the listed ones in
+    /// [`RunRecord::OTHER_DESTINATIONS`]' order, then any whose fields are
+    /// there unlisted, by name.
+    fn take_other_destinations(stored: &mut BTreeMap<String, String>) -> Result<Vec<(String, Fields)>, String> {
+        let listed = match stored.get(Self::OTHER_DESTINATIONS) {
+            None => Vec::new(),
+            Some(list) => Self::other_destination_names(list)
+                .ok_or_else(|| format!("its {} is no list of names: {list:?}", Self::OTHER_DESTINATIONS))?
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+        };
+        let mut by_name: BTreeMap<String, Fields> = listed.iter().map(|n| (n.clone(), BTreeMap::new())).collect();
+        // A plain name never starts with a digit: only a prefixed one splits.
+        let prefixed: Vec<String> =
+            stored.keys().filter(|k| Self::split_destination_field(k).is_some()).cloned().collect();
+        for stored_name in prefixed {
+            let value = stored.remove(&stored_name).expect("listed just now");
+            let (name, field) = Self::split_destination_field(&stored_name).expect("split just now");
+            by_name.entry(name.to_owned()).or_default().insert(field.to_owned(), value);
+        }
+        let mut out: Vec<_> = listed.iter().map(|n| (n.clone(), by_name.remove(n).unwrap_or_default())).collect();
+        out.extend(by_name);
+        Ok(out)
+    }
+}
+
+/// A record's (or one destination's) fields by name.
+type Fields = BTreeMap<String, String>;
+
+/// The name an enc(name) at the start of `text` holds, and what follows
+/// it (`None`: `text` does not start with one).
+fn split_enc(text: &str) -> Option<(&str, &str)> {
+    let (len, rest) = text.split_once(':')?;
+    if len.is_empty() || !len.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let len: usize = len.parse().ok()?;
+    Some((rest.get(..len)?, rest.get(len..)?))
 }
 
 #[cfg(test)]
@@ -1180,6 +1426,206 @@ mod tests {
                 let e = RunRecord::read("run-1", fields(bad), None).unwrap_err().to_string();
                 assert!(e.contains("run-1") && e.contains(says), "{bad:?}: {e}");
             }
+            // A destination's record is checked alike, and named.
+            for (bad, says) in [
+                (&[("status", "done"), ("group", "ci"), ("other_destinations", "9:audit")][..], "no list of names"),
+                (&[("status", "done"), ("group", "ci"), ("other_destinations", "5:audit")][..], "no status"),
+                (&[("status", "done"), ("other_destinations", "5:audit"), ("5:audit:status", "zombie")][..], "zombie"),
+                (&[("status", "done"), ("5:audit:status", "dead"), ("5:audit:history", "[1]")][..], "history"),
+            ] {
+                let e = RunRecord::read("run-1", fields(bad), None).unwrap_err().to_string();
+                assert!(e.contains("run-1") && e.contains(says), "{bad:?}: {e}");
+                assert!(says.contains("names") || e.contains("destination audit"), "{bad:?}: {e}");
+            }
+        }
+
+        /// A run two destinations started: `ci` owns the plain fields (its
+        /// done record folded), `audit` keeps its own under `5:audit:`.
+        fn two_destinations(audit: &[(&'static str, &'static str)]) -> Vec<(String, String)> {
+            let mut stored: Vec<(String, String)> = ENTRY[1..]
+                .iter()
+                .chain(&[
+                    ("created_ms", "1700000000000"),
+                    ("group", "ci"),
+                    ("other_destinations", "5:audit"),
+                    ("status", "done"),
+                    ("attempts", "1"),
+                    ("worker", "w1"),
+                    ("started_ms", "1700000300000"),
+                    ("duration_ms", "12"),
+                    ("attempt_status", "204"),
+                ])
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            stored.extend(audit.iter().map(|(k, v)| (RunRecord::destination_field("audit", k), (*v).to_owned())));
+            stored
+        }
+
+        fn read_owned(stored: Vec<(String, String)>) -> RunRecord {
+            RunRecord::read("run-7", stored.into_iter().collect(), None).unwrap().unwrap()
+        }
+
+        fn statuses(r: &RunRecord) -> Vec<(&str, RunStatus)> {
+            r.destinations.iter().map(|d| (d.name.as_str(), d.progress.status)).collect()
+        }
+
+        #[test]
+        fn a_field_per_destination_is_named_by_its_destination() {
+            assert_eq!(RunRecord::destination_field("audit", "status"), "5:audit:status");
+            assert_eq!(RunRecord::destination_field("a:b", "history"), "3:a:b:history");
+            assert_eq!(RunRecord::split_destination_field("3:a:b:history"), Some(("a:b", "history")));
+            for plain in ["status", "5:audi", "x:audit:status", ":audit:status", "5:audit", "5:auditstatus"] {
+                assert_eq!(RunRecord::split_destination_field(plain), None, "{plain}");
+            }
+            assert_eq!(RunRecord::other_destination_names("2:ci5:audit"), Some(vec!["ci", "audit"]));
+            assert_eq!(RunRecord::other_destination_names(""), Some(vec![]));
+            for bad in ["2:c", "ci", "2:ci:"] {
+                assert_eq!(RunRecord::other_destination_names(bad), None, "{bad}");
+            }
+            // Every per-destination field is a record field, and none of what names the run is one.
+            for name in RunRecord::PER_DESTINATION {
+                assert!(RunRecord::FIELDS.contains(&name), "{name}");
+            }
+            for shared in RunFields::NAMES.iter().chain(&[
+                RunFields::ENTRY_ID,
+                RunRecord::CREATED_MS,
+                RunRecord::GROUP,
+                RunRecord::OTHER_DESTINATIONS,
+                "payload",
+                "order_key",
+            ]) {
+                assert!(!RunRecord::PER_DESTINATION.contains(shared), "{shared}");
+            }
+        }
+
+        /// The owner done (folded), `audit` parked: the run is parked; each
+        /// destination's progress and fields are its own, under their plain names.
+        #[test]
+        fn two_destinations_one_done_one_parked() {
+            let history = format!("[{FAILED}]");
+            let history: &'static str = Box::leak(history.into_boxed_str());
+            let r = read_owned(two_destinations(&[
+                ("status", "parked"),
+                ("attempts", "1"),
+                ("last_error", "HTTP 503"),
+                ("next_attempt_ms", "1700000200000"),
+                ("parked_group", "audit"),
+                ("history", history),
+            ]));
+            assert_eq!(identity(&r), NAMES);
+            assert_eq!(statuses(&r), [("ci", RunStatus::Done), ("audit", RunStatus::Parked)]);
+            assert_eq!(
+                (r.progress.status, r.progress.attempts, r.progress.last_error.as_str()),
+                (RunStatus::Parked, 1, "HTTP 503")
+            );
+            let [ci, audit] = &r.destinations[..] else { panic!("{r:?}") };
+            assert_eq!(ci.progress.history.len(), 1, "the owner's folded attempt");
+            assert_eq!(ci.progress.history[0].status, Some(204));
+            assert_eq!(ci.stored["finished_ms"], "1700000300012");
+            assert!(!ci.stored.contains_key("group") && !ci.stored.contains_key("repo"), "{ci:?}");
+            assert_eq!(audit.progress.history[0].status, Some(503));
+            assert_eq!(audit.stored["next_attempt_ms"], "1700000200000");
+            assert!(!audit.stored.contains_key("history"), "typed, not passed on as text");
+            assert_eq!(r.progress.history, ci.progress.history, "the run's own history is the owner's");
+            assert!(r.stored.keys().all(|k| !k.starts_with("5:")), "{:?}", r.stored);
+            assert_eq!((r.stored["status"].as_str(), r.stored["group"].as_str()), ("done", "ci"));
+            assert_eq!(r.dead_destination(), None);
+            assert_eq!(r.destination("audit"), Some(audit));
+        }
+
+        /// Every destination folds its own done record.
+        #[test]
+        fn two_destinations_both_done_each_folded() {
+            let r = read_owned(two_destinations(&[
+                ("status", "done"),
+                ("attempts", "3"),
+                ("worker", "w9"),
+                ("started_ms", "1700000400000"),
+                ("duration_ms", "7"),
+                ("attempt_status", ""),
+                ("last_error", "HTTP 500"),
+            ]));
+            assert_eq!((r.progress.status, r.progress.attempts), (RunStatus::Done, 3), "the most attempts");
+            let audit = r.destination("audit").unwrap();
+            let entry = &audit.progress.history[0];
+            assert_eq!(
+                (entry.attempt, entry.worker.as_str(), entry.status, entry.outcome),
+                (3, "w9", None, AttemptOutcome::Done)
+            );
+            assert_eq!(audit.stored["finished_ms"], "1700000400007");
+            assert!(!audit.stored.contains_key("attempt_status") && !audit.stored.contains_key("duration_ms"));
+            assert_eq!(r.progress.last_error, "", "a done destination's earlier error is not the run's");
+        }
+
+        /// Three destinations: the owner, then `other_destinations`' order;
+        /// a dead one makes the run dead, and says which; else the least advanced.
+        #[test]
+        fn three_destinations_and_the_status_rule() {
+            let three = |audit: &'static str, ci: &'static str, owner: &'static str| {
+                let mut stored =
+                    two_destinations(&[("status", audit), ("attempts", "2"), ("last_error", "audit failed")]);
+                stored.retain(|(k, _)| k != "other_destinations" && k != "attempt_status");
+                stored.push(("other_destinations".into(), "5:audit6:deploy".into()));
+                stored.push(("6:deploy:status".into(), ci.into()));
+                stored.push(("6:deploy:last_error".into(), "deploy failed".into()));
+                stored.iter_mut().filter(|(k, _)| k == "status").for_each(|(_, v)| *v = owner.into());
+                read_owned(stored)
+            };
+            let r = three("running", "parked", "done");
+            let names: Vec<_> = r.destinations.iter().map(|d| d.name.as_str()).collect();
+            assert_eq!(names, ["ci", "audit", "deploy"]);
+            assert_eq!((r.progress.status, r.progress.last_error.as_str()), (RunStatus::Running, "audit failed"));
+            let r = three("dead", "parked", "done");
+            assert_eq!(r.progress.status, RunStatus::Dead);
+            assert_eq!(r.dead_destination().map(|d| d.name.as_str()), Some("audit"));
+            let r = three("parked", "dead", "queued");
+            assert_eq!(r.progress.status, RunStatus::Dead);
+            assert_eq!(
+                (r.dead_destination().map(|d| d.name.as_str()), r.progress.last_error.as_str()),
+                (Some("deploy"), "deploy failed"),
+                "the dead destination's error first"
+            );
+            for (audit, deploy, owner, run) in [
+                ("parked", "retrying", "running", RunStatus::Running),
+                ("parked", "retrying", "done", RunStatus::Retrying),
+                ("parked", "done", "done", RunStatus::Parked),
+                ("queued", "parked", "done", RunStatus::Queued),
+                ("done", "done", "done", RunStatus::Done),
+            ] {
+                assert_eq!(three(audit, deploy, owner).progress.status, run, "{audit} {deploy} {owner}");
+            }
+            // Fields of a destination the list does not name yet are its, never the run's.
+            let mut stored = two_destinations(&[("status", "running")]);
+            stored.push(("4:late:status".into(), "running".into()));
+            let r = read_owned(stored);
+            assert_eq!(
+                statuses(&r),
+                [("ci", RunStatus::Done), ("audit", RunStatus::Running), ("late", RunStatus::Running)]
+            );
+        }
+
+        /// A record of before this round: no `other_destinations`, and a
+        /// done record without `group`: one destination, its name unknown;
+        /// a queued record: one destination, nobody's yet.
+        #[test]
+        fn old_records_have_one_destination() {
+            let done = &[
+                ("status", "done"),
+                ("attempts", "1"),
+                ("worker", "w1"),
+                ("started_ms", "5"),
+                ("duration_ms", "1"),
+                ("attempt_status", "200"),
+            ];
+            let r = read("run-7", done, None);
+            assert_eq!(statuses(&r), [("", RunStatus::Done)]);
+            assert_eq!(r.progress, r.destinations[0].progress, "the run's progress is its one destination's");
+            let parked = &[("status", "parked"), ("group", "g"), ("attempts", "2"), ("last_error", "boom")];
+            let r = read("run-7", parked, None);
+            assert_eq!(statuses(&r), [("g", RunStatus::Parked)]);
+            assert_eq!(r.progress, r.destinations[0].progress);
+            let r = read("run-7", &[("entry_id", "1-0"), ("created_ms", "1"), ("status", "queued")], Some(ENTRY));
+            assert_eq!((statuses(&r), r.stored.contains_key("status")), (vec![("", RunStatus::Queued)], true));
         }
     }
 }

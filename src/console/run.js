@@ -1,5 +1,6 @@
 // A run's page (#/runs/run-7): identity, run key, its delivery, when a
-// parked run's next attempt is due and why, the attempt timeline, the
+// parked run's next attempt is due and why, the attempt timeline (one per
+// destination, headed by its name, when more than one started it), the
 // payload, Redeliver (disabled, with the reason, when the payload it would
 // send is gone), Retry now (a parked run), an ordered run's key and its
 // place in each line of it, Skip (a dead run heading its key's line), and
@@ -50,6 +51,24 @@ function historyRow(a) {
     el("td", { text: (a.outcome || "") + (folded ? ` ×${a.count}` : ""), cls: "outcome-" + (a.outcome || "") }),
     el("td", { text: a.error || "", cls: a.outcome === "done" ? "" : "error" }),
   );
+}
+
+const HISTORY_HEADS = ["#", "started", "worker", "status", "duration", "outcome", "error"];
+
+// One destination's timeline: its name and status, its attempts, when a
+// parked one is next due, its last error, and its attempts' table.
+function destinationTimeline(d) {
+  const name = d.name || "(unnamed)";
+  const badge = el("span", { cls: "badge status-" + d.status, text: d.status });
+  const head = el("h4", {}, el("span", { cls: "destination-name", text: name }), " ", badge);
+  const pairs = [["attempts", String(d.attempts)]];
+  if (typeof d.next_attempt_ms === "number") pairs.push(["next attempt", el("span", {}, timeEl(d.next_attempt_ms), ` (${absTime(d.next_attempt_ms)})`)]);
+  if (d.last_error) pairs.push([d.status === "done" ? "earlier error" : "last error", el("span", { cls: d.status === "done" ? "earlier-error" : "error", text: d.last_error })]);
+  const dl = el("dl");
+  fields(dl, pairs);
+  const table = el("table", { cls: "nowrap-head destination-history" }, el("thead", {}, el("tr", {}, ...HISTORY_HEADS.map((h) => el("th", { text: h })))), el("tbody", {}, ...d.history.map(historyRow)));
+  const empty = el("p", { cls: "muted", text: d.history.length ? "" : "No attempt recorded yet." });
+  return el("section", { cls: "destination-timeline", attrs: { "data-destination": d.name, "data-status": d.status } }, head, dl, table, empty);
 }
 
 async function showPayload(r) {
@@ -104,9 +123,13 @@ export async function showRun(runId, { scroll = true } = {}) {
   if (r.last_error && r.status !== "done") pairs.push(["last error", el("span", { cls: "error", text: r.last_error })]);
   if (r.last_error && r.status === "done") pairs.push(["earlier error", el("span", { cls: "earlier-error", text: r.last_error })]);
   fields($("run-identity"), pairs);
-  const history = r.history;
+  // Several destinations: a timeline each, in the record's order; one: the run's own table.
+  const several = (r.destinations || []).length > 1;
+  const history = several ? [] : r.history;
+  $("history-table").hidden = several;
   $("history-table").tBodies[0].replaceChildren(...history.map(historyRow));
-  $("history-empty").textContent = history.length ? "" : "No attempt recorded yet.";
+  $("history-empty").textContent = several || history.length ? "" : "No attempt recorded yet.";
+  $("destination-timelines").replaceChildren(...(several ? r.destinations.map(destinationTimeline) : []));
   $("redeliver").hidden = !(r.status === "done" || r.status === "dead");
   // The reason beside a disabled button: a redelivery would reach the destination without the payload.
   $("redeliver").disabled = Boolean(r.payload_gone);
@@ -114,7 +137,10 @@ export async function showRun(runId, { scroll = true } = {}) {
   setText($("redeliver-why"), r.payload_gone ? "Redeliver is off: " + r.payload_gone : "");
   $("retry-now").hidden = r.status !== "parked";
   $("skip").hidden = !(r.status === "dead" && r.order && r.order.lines.some((l) => l.place === 0));
-  const raw = Object.entries(r.fields).map(([k, v]) => [k, k.endsWith("_ms") && /^\d+$/.test(v) ? `${v} (${absTime(Number(v))})` : v]);
+  const rawValue = (k, v) => (k.endsWith("_ms") && /^\d+$/.test(v) ? `${v} (${absTime(Number(v))})` : v);
+  const raw = Object.entries(r.fields).map(([k, v]) => [k, rawValue(k, v)]);
+  // The other destinations' fields, stored under their name's prefix (5:audit:status).
+  for (const d of several ? r.destinations.slice(1) : []) raw.push(...Object.entries(d.fields).map(([k, v]) => [`${new TextEncoder().encode(d.name).length}:${d.name}:${k}`, rawValue(k, v)]));
   if (r.key) raw.unshift(["Redis key", r.key]);
   raw.push(["ttl left", r.ttl_ms === null ? "none" : duration(r.ttl_ms)]);
   fields($("run-fields"), raw);

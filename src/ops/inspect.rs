@@ -169,9 +169,10 @@ pub struct RunView {
     /// The run key handlers dedupe on ([`crate::keys::Keys::run_key`]);
     /// `None` for a record without `created_ms` (written by an old gate).
     pub run_key: Option<String>,
-    /// The parked run waits for its destination's return (`None`: not
-    /// parked, or parked for its schedule).
-    pub waiting: Option<super::parked::DestinationWait>,
+    /// Whether each destination ([`RunRecord::destinations`], in order)
+    /// that has the run parked waits for its destination's return (`None`:
+    /// not parked, or parked for its schedule).
+    pub waiting: Vec<Option<super::parked::DestinationWait>>,
 }
 
 /// A logical key as found, with the record of the run it names.
@@ -416,7 +417,7 @@ impl Ops {
         };
         let run_key = record.created_ms.map(|created| self.keys().run_key(&record.fields.run_id, &created.to_string()));
         let logical_key = self.logical_key_of(&record).await?;
-        let waiting = self.destination_wait(&record).await?;
+        let waiting = self.destination_waits(&record).await?;
         Ok(Some(RunView { key: key.to_owned(), record, ttl, logical_key, run_key, waiting }))
     }
 

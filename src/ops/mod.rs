@@ -31,7 +31,7 @@ pub use parked::{
     DestinationWait, NextAttempt, OLDEST_SAMPLE, OrderBlocked, ParkedGroup, RetriedNow, next_attempt, not_parked_hint,
 };
 pub use runs::{FoundBy, RunPage, RunQuery, RunSummary, parse_time};
-pub use source::{DeliveryDetail, MAX_PAYLOAD_TEXT, MEMORY_STORE_NOTE, RunDetail, Source};
+pub use source::{DeliveryDetail, DestinationDetail, MAX_PAYLOAD_TEXT, MEMORY_STORE_NOTE, RunDetail, Source};
 pub use stats::{KeyCounts, Stats, StreamStats};
 
 use crate::redis_io::Conn;

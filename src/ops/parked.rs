@@ -14,7 +14,7 @@ use super::client::{Ops, OpsError};
 use crate::keys::Keys;
 use crate::redis_io::parked_scripts::{ParkedRetryNowCall, RetryNowCall, RetryNowReply, SkipDeadCall, Skipped};
 use crate::units::now_ms;
-use crate::vocabulary::{AttemptOutcome, RunRecord, RunStatus};
+use crate::vocabulary::{AttemptOutcome, DestinationProgress, RunRecord, RunStatus};
 
 /// Parked runs whose records are read for the oldest one's age, per group:
 /// the ones due soonest. Past it the age is that of the oldest among them
@@ -233,24 +233,42 @@ pub struct DestinationWait {
 }
 
 impl Ops {
-    /// Whether the parked run of `record` waits for its destination's
-    /// return (`None`: it is not parked, or it waits for its schedule):
-    /// one pipelined round, its score in the group's destination-parked set
-    /// and the group's probe key's time left.
-    pub(crate) async fn destination_wait(&self, record: &RunRecord) -> Result<Option<DestinationWait>, OpsError> {
-        if record.progress.status != RunStatus::Parked {
-            return Ok(None);
+    /// Whether each destination of `record` (in its order) that has the
+    /// run parked waits for its destination's return (`None`: it is not
+    /// parked, or it waits for its schedule): one pipelined round, the
+    /// run's score in the group's destination-parked set and the group's
+    /// probe key's time left, for each parked destination.
+    pub(crate) async fn destination_waits(&self, record: &RunRecord) -> Result<Vec<Option<DestinationWait>>, OpsError> {
+        let groups: Vec<Option<&String>> = record
+            .destinations
+            .iter()
+            .map(|d| (d.progress.status == RunStatus::Parked).then(|| d.stored.get("parked_group")).flatten())
+            .collect();
+        if groups.iter().all(Option::is_none) {
+            return Ok(vec![None; groups.len()]);
         }
-        let Some(group) = record.stored.get("parked_group") else { return Ok(None) };
         let mut pipe = redis::pipe();
-        pipe.zscore(self.keys().destination_parked(group), &record.fields.run_id);
-        pipe.pttl(self.keys().destination_probe(group));
-        let (score, probe_left): (Option<f64>, i64) = self.redis.query(&mut pipe).await?;
+        for group in groups.iter().flatten() {
+            pipe.zscore(self.keys().destination_parked(group), &record.fields.run_id);
+            pipe.pttl(self.keys().destination_probe(group));
+        }
+        let replies: Vec<Value> = self.redis.query(&mut pipe).await?;
         let now = now_ms();
-        Ok(score.map(|s| DestinationWait {
-            not_before_ms: s.max(0.0) as u64,
-            next_probe_ms: now + u64::try_from(probe_left).unwrap_or(0),
-        }))
+        let mut replies = replies.into_iter();
+        let mut waits = Vec::with_capacity(groups.len());
+        for group in &groups {
+            let (Some(_), Some(score), Some(probe_left)) = (group, replies.next(), replies.next()) else {
+                waits.push(None);
+                continue;
+            };
+            let score: Option<f64> = redis::from_redis_value(score).map_err(redis::RedisError::from)?;
+            let probe_left: i64 = redis::from_redis_value(probe_left).map_err(redis::RedisError::from)?;
+            waits.push(score.map(|s| DestinationWait {
+                not_before_ms: s.max(0.0) as u64,
+                next_probe_ms: now + u64::try_from(probe_left).unwrap_or(0),
+            }));
+        }
+        Ok(waits)
     }
 }
 
@@ -281,21 +299,29 @@ pub struct NextAttempt {
     pub next_probe_ms: Option<u64>,
 }
 
-/// The [`NextAttempt`] of the run of `record` (`None`: the run is not
-/// parked); `waiting`: it waits for its destination (`None`: for its
-/// schedule, or not known, as on the memory store).
-pub fn next_attempt(record: &RunRecord, waiting: Option<DestinationWait>) -> Option<NextAttempt> {
-    if record.progress.status != RunStatus::Parked {
+/// The run's next attempt: that of the first of its destinations (in
+/// [`RunRecord::destinations`]' order) that has it parked (`None`: none
+/// has); `waits`: each destination's [`DestinationWait`], in that order
+/// ([`Ops::destination_waits`]; empty where not known, as on the memory store).
+pub fn run_next_attempt(record: &RunRecord, waits: &[Option<DestinationWait>]) -> Option<NextAttempt> {
+    record.destinations.iter().enumerate().find_map(|(i, d)| next_attempt(d, waits.get(i).copied().flatten()))
+}
+
+/// The [`NextAttempt`] of `destination`'s delivery of the run (`None`: it
+/// has not parked it); `waiting`: it waits for its destination (`None`:
+/// for its schedule, or not known, as on the memory store).
+pub fn next_attempt(destination: &DestinationProgress, waiting: Option<DestinationWait>) -> Option<NextAttempt> {
+    if destination.progress.status != RunStatus::Parked {
         return None;
     }
-    let fields = &record.stored;
+    let fields = &destination.stored;
     let due_ms: u64 = fields.get("next_attempt_ms")?.parse().ok()?;
     let group = fields.get("parked_group").cloned().unwrap_or_default();
-    let failed = record.progress.history.iter().rev().find(|a| a.outcome == AttemptOutcome::Failed);
+    let failed = destination.progress.history.iter().rev().find(|a| a.outcome == AttemptOutcome::Failed);
     let attempt = failed.map_or_else(String::new, |a| format!(" {}", a.attempt));
     let status = failed.and_then(|a| a.status);
     let answer = status.map_or_else(|| "no answer".to_owned(), |s| format!("HTTP {s}"));
-    let error = record.progress.last_error.as_str();
+    let error = destination.progress.last_error.as_str();
     let made_due_now = fields.get("retry_now_ms").is_some_and(|t| t.parse() == Ok(due_ms));
     // A return cannot send it before its Retry-After: when that is its due
     // time anyway, the Retry-After is why it waits.
@@ -372,7 +398,7 @@ mod tests {
             &[("status", "parked"), ("next_attempt_ms", "9000"), ("parked_group", "g"), ("last_error", "HTTP 500")],
             &[(2, 500)],
         );
-        let next = next_attempt(&parked, None).unwrap();
+        let next = run_next_attempt(&parked, &[]).unwrap();
         assert_eq!((next.due_ms, next.group.as_str(), next.reason), (9000, "g", "schedule"));
         assert!(next.why.contains("attempt 2 failed (HTTP 500)"), "{}", next.why);
 
@@ -384,15 +410,15 @@ mod tests {
             ],
             &[(1, 429)],
         );
-        assert_eq!(next_attempt(&asked, None).unwrap().reason, "retry_after");
+        assert_eq!(run_next_attempt(&asked, &[]).unwrap().reason, "retry_after");
 
         let sent = record(&[("status", "parked"), ("next_attempt_ms", "7"), ("retry_now_ms", "7")], &[]);
-        assert_eq!(next_attempt(&sent, None).unwrap().reason, "retry_now");
+        assert_eq!(run_next_attempt(&sent, &[]).unwrap().reason, "retry_now");
         // An earlier retry-now says nothing of a later parking.
         let later = record(&[("status", "parked"), ("next_attempt_ms", "9"), ("retry_now_ms", "7")], &[]);
-        assert_eq!(next_attempt(&later, None).unwrap().reason, "schedule");
+        assert_eq!(run_next_attempt(&later, &[]).unwrap().reason, "schedule");
 
-        assert_eq!(next_attempt(&record(&[("status", "done"), ("next_attempt_ms", "9")], &[]), None), None);
+        assert_eq!(run_next_attempt(&record(&[("status", "done"), ("next_attempt_ms", "9")], &[]), &[]), None);
     }
 
     #[test]
@@ -407,7 +433,7 @@ mod tests {
         ];
         let parked = record(&fields, &[(1, 503)]);
         let waiting = DestinationWait { not_before_ms: now + 30_500, next_probe_ms: now + 1_500 };
-        let next = next_attempt(&parked, Some(waiting)).unwrap();
+        let next = run_next_attempt(&parked, &[Some(waiting)]).unwrap();
         assert_eq!((next.reason, next.due_ms, next.group.as_str()), ("destination", now + 3_600_000, "g"));
         assert_eq!((next.not_before_ms, next.next_probe_ms), (Some(now + 30_500), Some(now + 1_500)));
         for part in [
@@ -421,10 +447,43 @@ mod tests {
         }
         // A Retry-After that holds it until its due time is why it waits.
         let held = DestinationWait { not_before_ms: now + 3_600_000, next_probe_ms: now };
-        assert_eq!(next_attempt(&parked, Some(held)).unwrap().reason, "schedule");
+        assert_eq!(run_next_attempt(&parked, &[Some(held)]).unwrap().reason, "schedule");
         // A run an operator made due says so, wherever it waited.
         let sent = record(&[("status", "parked"), ("next_attempt_ms", "7"), ("retry_now_ms", "7")], &[]);
-        assert_eq!(next_attempt(&sent, Some(waiting)).unwrap().reason, "retry_now");
+        assert_eq!(run_next_attempt(&sent, &[Some(waiting)]).unwrap().reason, "retry_now");
+    }
+
+    /// A run done for its owner and parked for another destination is
+    /// parked for that one: its fields, its history, its wait.
+    #[test]
+    fn a_run_parked_for_another_destination_says_so() {
+        let now = now_ms();
+        let due = (now + 3_600_000).to_string();
+        let history = json!([{"attempt": 1, "worker": "w", "started_ms": 1, "duration_ms": 2, "status": 503,
+            "outcome": "failed", "error": "HTTP 503"}])
+        .to_string();
+        let stored = [
+            ("status", "done"),
+            ("group", "ci"),
+            ("other_destinations", "5:audit"),
+            ("5:audit:status", "parked"),
+            ("5:audit:next_attempt_ms", due.as_str()),
+            ("5:audit:parked_group", "audit"),
+            ("5:audit:last_error", "HTTP 503"),
+            ("5:audit:history", history.as_str()),
+        ];
+        let r = record(&stored, &[]);
+        let next = run_next_attempt(&r, &[]).unwrap();
+        assert_eq!((next.group.as_str(), next.reason, next.due_ms), ("audit", "schedule", now + 3_600_000));
+        assert!(next.why.contains("attempt 1 failed (HTTP 503)"), "{}", next.why);
+        let waiting = DestinationWait { not_before_ms: now, next_probe_ms: now };
+        assert_eq!(run_next_attempt(&r, &[None, Some(waiting)]).unwrap().reason, "destination");
+        assert_eq!(
+            run_next_attempt(&r, &[Some(waiting), None]).unwrap().reason,
+            "schedule",
+            "the owner's wait is not audit's"
+        );
+        assert_eq!(next_attempt(&r.destinations[0], None), None, "done for the owner");
     }
 }
 

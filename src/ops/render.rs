@@ -1,6 +1,7 @@
 //! Text for people and JSON for scripts, from the data of [`super::inspect`]
 //! and [`super::stats`].
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use serde_json::{Map, Value, json};
@@ -12,7 +13,7 @@ use super::parked::{NextAttempt, OLDEST_SAMPLE, ParkedGroup, RetriedNow};
 use super::stats::Stats;
 use crate::redis_io::info::NodeMemory;
 use crate::text::needs_escape;
-use crate::vocabulary::AttemptEntry;
+use crate::vocabulary::{AttemptEntry, RunRecord};
 
 pub use crate::units::rfc3339_ms;
 
@@ -90,10 +91,16 @@ fn lines(out: &mut String, indent: &str, rows: &[(String, String)]) {
 }
 
 fn run_rows(run: &RunView) -> Vec<(String, String)> {
-    let stored = &run.record.stored;
+    let mut rows = field_rows(&run.record.stored);
+    rows.push(("ttl left".into(), ttl_text(run.ttl)));
+    rows
+}
+
+/// `stored`'s fields, one a row, in [`RUN_ORDER`].
+fn field_rows(stored: &BTreeMap<String, String>) -> Vec<(String, String)> {
     let mut names: Vec<&String> = stored.keys().collect();
     names.sort_by_key(|k| (RUN_ORDER.iter().position(|o| o == k).unwrap_or(RUN_ORDER.len()), (*k).clone()));
-    let mut rows: Vec<(String, String)> = names
+    names
         .into_iter()
         .map(|k| {
             let v = &stored[k];
@@ -106,9 +113,7 @@ fn run_rows(run: &RunView) -> Vec<(String, String)> {
             };
             (k.clone(), shown)
         })
-        .collect();
-    rows.push(("ttl left".into(), ttl_text(run.ttl)));
-    rows
+        .collect()
 }
 
 /// How much of a kept payload the text form shows.
@@ -159,18 +164,40 @@ fn run_text(run: &RunView) -> String {
         |k| format!("{k} (webhook-id, IDEMGATE_RUN_KEY)"),
     );
     let mut rows = vec![("logical key".into(), logical), ("run key".into(), run_key)];
-    if let Some(next) = super::parked::next_attempt(&run.record, run.waiting) {
+    let record = &run.record;
+    if let [_, _, ..] = &record.destinations[..] {
+        // One block per destination: the run's rows hold what the destinations share.
+        let mut shared = record.stored.clone();
+        shared.retain(|k, _| !RunRecord::PER_DESTINATION.contains(&k.as_str()));
+        shared.insert(RunRecord::STATUS.to_owned(), record.progress.status.as_str().to_owned());
+        rows.extend(field_rows(&shared));
+        rows.push(("ttl left".into(), ttl_text(run.ttl)));
+        lines(&mut out, "", &rows);
+        for (i, d) in record.destinations.iter().enumerate() {
+            let owner = if i == 0 { " (the record's plain fields)" } else { "" };
+            let _ = writeln!(out, "destination {}{owner}:", one_line(&d.name));
+            let mut rows = Vec::new();
+            if let Some(next) = super::parked::next_attempt(d, run.waiting.get(i).copied().flatten()) {
+                rows.push(("next attempt".into(), next_attempt_text(&next, crate::units::now_ms())));
+            }
+            rows.extend(field_rows(&d.stored));
+            lines(&mut out, "  ", &rows);
+            history_table(&mut out, "  ", &d.progress.history);
+        }
+        return out;
+    }
+    if let Some(next) = super::parked::run_next_attempt(record, &run.waiting) {
         rows.push(("next attempt".into(), next_attempt_text(&next, crate::units::now_ms())));
     }
     rows.extend(run_rows(run));
     lines(&mut out, "", &rows);
-    history_table(&mut out, &run.record.progress.history);
+    history_table(&mut out, "", &record.progress.history);
     out
 }
 
-/// The run's `history` as a table, one attempt a line, oldest first
-/// (`--json` has the entries whole).
-fn history_table(out: &mut String, entries: &[AttemptEntry]) {
+/// A `history` as a table, one attempt a line, oldest first, each line
+/// `indent`ed (`--json` has the entries whole).
+fn history_table(out: &mut String, indent: &str, entries: &[AttemptEntry]) {
     if entries.is_empty() {
         return;
     }
@@ -191,10 +218,10 @@ fn history_table(out: &mut String, entries: &[AttemptEntry]) {
     }
     let widths: Vec<usize> = (0..7).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
     let n = entries.len();
-    let _ = writeln!(out, "history ({n} newest attempt{}, oldest first):", if n == 1 { "" } else { "s" });
+    let _ = writeln!(out, "{indent}history ({n} newest attempt{}, oldest first):", if n == 1 { "" } else { "s" });
     for r in &rows {
         let line: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
-        let _ = writeln!(out, "  {}", line.join("  ").trim_end());
+        let _ = writeln!(out, "{indent}  {}", line.join("  ").trim_end());
     }
 }
 
@@ -247,8 +274,18 @@ fn run_json(run: &RunView) -> Value {
     json!({
         "key": run.key,
         "fields": fields,
-        "next_attempt": super::parked::next_attempt(record, run.waiting),
+        "next_attempt": super::parked::run_next_attempt(record, &run.waiting),
         "history": record.progress.history,
+        "status": record.progress.status,
+        "destinations": record.destinations.iter().enumerate().map(|(i, d)| json!({
+            "name": d.name,
+            "status": d.progress.status,
+            "attempts": d.progress.attempts,
+            "last_error": d.progress.last_error,
+            "next_attempt": super::parked::next_attempt(d, run.waiting.get(i).copied().flatten()),
+            "history": d.progress.history,
+            "fields": d.stored,
+        })).collect::<Vec<_>>(),
         "created_at": created,
         "ttl_ms": ttl_json(run.ttl),
         "logical_key": run.logical_key,

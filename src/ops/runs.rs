@@ -20,9 +20,11 @@ pub struct RunSummary {
     /// What names the run (flattened: `run_id`, `provider`, `repo`, …).
     #[serde(flatten)]
     pub fields: RunFields,
-    /// The record's `status` (`queued`, `running`, `retrying`, `parked`, `done`, `dead`, `released`).
+    /// The run's status (`queued`, `running`, `retrying`, `parked`, `done`,
+    /// `dead`, `released`): the record's, or with several destinations the
+    /// one worked out of theirs ([`crate::vocabulary::RunProgress::of_destinations`]).
     pub status: RunStatus,
-    /// Attempts made so far.
+    /// Attempts made so far (with several destinations, the most any made).
     pub attempts: u64,
     /// The last failed attempt's error (`""`: none).
     pub last_error: String,
@@ -54,8 +56,9 @@ pub struct FoundBy {
 
 /// The run-record fields a [`RunSummary`] reads, in the order of an `HMGET`:
 /// [`RunFields::NAMES`], then the run's state and order key, then [`RunFields::ENTRY_ID`] (where a
-/// queued record's identity is).
-pub const SUMMARY_FIELDS: [&str; 12] = {
+/// queued record's identity is), then [`RunRecord::OTHER_DESTINATIONS`]
+/// (whose [`SUMMARY_DESTINATION_FIELDS`] a second read takes).
+pub const SUMMARY_FIELDS: [&str; 13] = {
     let [run_id, provider, repo, action, number, delivery_id] = RunFields::NAMES;
     [
         run_id,
@@ -70,8 +73,14 @@ pub const SUMMARY_FIELDS: [&str; 12] = {
         "created_ms",
         "order_key",
         RunFields::ENTRY_ID,
+        RunRecord::OTHER_DESTINATIONS,
     ]
 };
+
+/// The fields of each destination other than the owner that a
+/// [`RunSummary`] reads, under [`RunRecord::destination_field`]'s names:
+/// what the run's own status, attempts and last error are worked out of.
+pub const SUMMARY_DESTINATION_FIELDS: [&str; 3] = [RunRecord::STATUS, RunRecord::ATTEMPTS, RunRecord::LAST_ERROR];
 
 impl RunSummary {
     /// The text this summary adds to an answer, roughly.
@@ -310,10 +319,11 @@ impl Ops {
         }
         let rows: Vec<Vec<Option<String>>> = self.redis.query(&mut pipe).await?;
         // Each row by field name: nothing below reads a field by its place.
-        let records: Vec<BTreeMap<String, String>> = rows
+        let mut records: Vec<BTreeMap<String, String>> = rows
             .into_iter()
             .map(|row| SUMMARY_FIELDS.into_iter().zip(row).filter_map(|(k, v)| Some((k.to_owned(), v?))).collect())
             .collect();
+        self.add_other_destinations(&numbers, &mut records).await?;
         // A queued record's identity is its stream entry's: one read for the batch.
         let ids: Vec<&str> = records.iter().filter_map(RunRecord::entry_to_read).collect();
         let mut entries = self.stream_entries(&ids).await?.into_iter();
@@ -324,6 +334,45 @@ impl Ops {
             summaries.push(record.as_ref().map(RunSummary::of));
         }
         Ok(summaries)
+    }
+}
+
+impl Ops {
+    /// Adds to each of `records` (of runs `run-N`, N in `numbers`) that
+    /// lists other destinations their [`SUMMARY_DESTINATION_FIELDS`]: one
+    /// more pipelined read, for the batch's runs that more than one
+    /// destination started (none: no read).
+    async fn add_other_destinations(
+        &self,
+        numbers: &[u64],
+        records: &mut [BTreeMap<String, String>],
+    ) -> Result<(), OpsError> {
+        let mut wanted: Vec<(usize, Vec<String>)> = Vec::new();
+        for (i, record) in records.iter().enumerate() {
+            // A list that does not parse is left for the reader to call corrupt.
+            let Some(names) =
+                record.get(RunRecord::OTHER_DESTINATIONS).and_then(|l| RunRecord::other_destination_names(l))
+            else {
+                continue;
+            };
+            let fields = names
+                .iter()
+                .flat_map(|name| SUMMARY_DESTINATION_FIELDS.map(|f| RunRecord::destination_field(name, f)))
+                .collect();
+            wanted.push((i, fields));
+        }
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for (i, fields) in &wanted {
+            pipe.cmd("HMGET").arg(self.keys().run(&format!("run-{}", numbers[*i]))).arg(fields);
+        }
+        let rows: Vec<Vec<Option<String>>> = self.redis.query(&mut pipe).await?;
+        for ((i, fields), row) in wanted.into_iter().zip(rows) {
+            records[i].extend(fields.into_iter().zip(row).filter_map(|(k, v)| Some((k, v?))));
+        }
+        Ok(())
     }
 }
 

@@ -51,8 +51,13 @@ pub struct RunDetail {
     /// The newest attempts, oldest first (`[]`: none yet), as the record's
     /// `history` holds them (docs/worker.md).
     pub history: Vec<AttemptEntry>,
-    /// A parked run's next attempt: when, and why it waits (`None`: not parked).
+    /// A parked run's next attempt: when, and why it waits (`None`: not
+    /// parked). With several destinations, that of the first that has it parked.
     pub next_attempt: Option<super::parked::NextAttempt>,
+    /// Each destination (consumer group) that started the run, the owner
+    /// of the record's plain fields first ([`RunRecord::destinations`]):
+    /// one, or one per destination.
+    pub destinations: Vec<DestinationDetail>,
     /// An ordered run's key and its place in each destination's line of it
     /// (`None`: not ordered, or the memory store, which orders nothing).
     pub order: Option<super::inspect::RunPlace>,
@@ -72,6 +77,45 @@ pub struct RunDetail {
     pub payload_head: Option<String>,
     /// Time the record has left (`None`: it never expires).
     pub ttl_ms: Option<u64>,
+}
+
+/// One destination's delivery of a run, as `/v1/ops/runs/{id}` answers it.
+#[derive(Debug, Clone, Serialize)]
+pub struct DestinationDetail {
+    /// The destination (consumer group); `""` when the record does not
+    /// name it (queued, or written by an earlier version).
+    pub name: String,
+    /// Its status.
+    pub status: crate::vocabulary::RunStatus,
+    /// Attempts it made so far.
+    pub attempts: u64,
+    /// Its last failed attempt's error (`""`: none).
+    pub last_error: String,
+    /// When it has the run parked: the next attempt's due time, ms since
+    /// the Unix epoch (`None`: not parked).
+    pub next_attempt_ms: Option<u64>,
+    /// Its newest attempts, oldest first.
+    pub history: Vec<AttemptEntry>,
+    /// Its fields under their unprefixed names (`status`, `attempts`, …),
+    /// its done record expanded; everything but `history`.
+    pub fields: BTreeMap<String, String>,
+}
+
+impl DestinationDetail {
+    fn of(d: crate::vocabulary::DestinationProgress) -> Self {
+        let next_attempt_ms = (d.progress.status == crate::vocabulary::RunStatus::Parked)
+            .then(|| d.stored.get("next_attempt_ms").and_then(|v| v.parse().ok()))
+            .flatten();
+        DestinationDetail {
+            name: d.name,
+            status: d.progress.status,
+            attempts: d.progress.attempts,
+            last_error: d.progress.last_error,
+            next_attempt_ms,
+            history: d.progress.history,
+            fields: d.stored,
+        }
+    }
 }
 
 /// Payload text one ops answer carries at most; a larger payload is cut
@@ -132,11 +176,11 @@ fn detail(
     record: RunRecord,
     p: PayloadParts,
     ttl_ms: Option<u64>,
-    waiting: Option<super::parked::DestinationWait>,
+    waits: &[Option<super::parked::DestinationWait>],
 ) -> RunDetail {
     let summary = RunSummary::of(&record);
-    let next_attempt = super::parked::next_attempt(&record, waiting);
-    let RunRecord { mut stored, progress, .. } = record;
+    let next_attempt = super::parked::run_next_attempt(&record, waits);
+    let RunRecord { mut stored, progress, destinations, .. } = record;
     stored.remove("payload");
     RunDetail {
         run_key: None,
@@ -144,6 +188,7 @@ fn detail(
         summary,
         fields: stored,
         next_attempt,
+        destinations: destinations.into_iter().map(DestinationDetail::of).collect(),
         order: None,
         payload_gone: None,
         history: progress.history,
@@ -161,7 +206,7 @@ fn memory_run_detail(run_id: &str, r: MemoryRun) -> Result<Option<RunDetail>, Op
         None => PayloadParts::none(),
     };
     let record = RunRecord::read(run_id, r.stored(run_id), None)?;
-    Ok(record.map(|record| detail(None, record, parts, None, None)))
+    Ok(record.map(|record| detail(None, record, parts, None, &[])))
 }
 
 fn memory_summary(m: &MemoryStore, run_id: &str) -> Result<Option<RunSummary>, OpsError> {
@@ -367,10 +412,11 @@ impl Source {
                     Some(len) => PayloadParts::of(len, read.slice),
                     None => PayloadParts::none(),
                 };
-                let waiting = ops.destination_wait(&record).await?;
+                let waits = ops.destination_waits(&record).await?;
                 let order = ops.run_place(&record).await?;
-                let mut d = detail(Some(ops.keys().run(run_id)), record, parts, u64::try_from(read.pttl).ok(), waiting);
-                d.payload_gone = gone;
+                let mut d = detail(Some(ops.keys().run(run_id)), record, parts, u64::try_from(read.pttl).ok(), &waits);
+                // Done for its owner is not done for the run while another destination is not.
+                d.payload_gone = gone.filter(|_| d.summary.status == crate::vocabulary::RunStatus::Done);
                 d.order = order;
                 d.run_key = d.summary.created_ms.map(|c| ops.keys().run_key(run_id, &c.to_string()));
                 Ok(Some(d))

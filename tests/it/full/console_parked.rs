@@ -138,3 +138,50 @@ async fn a_parked_run_is_counted_explained_and_sent_now_in_the_console() {
     let _ = b.cmd(reqwest::Method::DELETE, "", None).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A run two destinations started, on its page: one timeline per
+/// destination, headed by its name and status (the owner's done attempt,
+/// the other's failed one and its due time), the run's own status parked
+/// (the least advanced), Retry now offered, and the other destination's
+/// fields in the raw record under their prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_two_destinations_started_shows_a_timeline_each_in_the_console() {
+    let ns = fresh_ns("consoledests");
+    let dir = temp_dir("consoledests");
+    let gate = open_gate(&ns, &dir);
+    deliver(&reqwest::Client::new(), &gate, 1).await;
+    crate::redis::console::write_two_destination_run(&ns, "run-1", 1, "parked").await;
+
+    let b = Browser::start().await;
+    b.goto(&format!("{}/console#/runs/run-1", gate.url)).await;
+    b.until(
+        "two timelines",
+        "return document.querySelectorAll('#destination-timelines .destination-timeline').length === 2",
+    )
+    .await;
+    assert_eq!(b.text("#run-status").await, "parked");
+    let heads = b
+        .eval("return [...document.querySelectorAll('.destination-timeline')].map(s => [s.dataset.destination, s.querySelector('h4').textContent])")
+        .await;
+    assert_eq!(heads, json!([["ci", "ci done"], ["audit", "audit parked"]]));
+    let rows = b
+        .eval("return [...document.querySelectorAll('.destination-timeline')].map(s => [...s.querySelectorAll('tbody tr')].map(r => r.textContent))")
+        .await;
+    let [ci, audit] = [&rows[0], &rows[1]]
+        .map(|r| r.as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_owned()).collect::<Vec<_>>());
+    assert!(ci.len() == 1 && ci[0].contains("w-ci") && ci[0].contains("204") && ci[0].contains("done"), "{ci:?}");
+    assert!(audit.len() == 1 && audit[0].contains("w-audit") && audit[0].contains("HTTP 503"), "{audit:?}");
+    let audit_fields = b.text(".destination-timeline[data-destination='audit'] dl").await;
+    assert!(audit_fields.contains("next attempt") && audit_fields.contains("HTTP 503"), "{audit_fields}");
+    assert_eq!(b.eval("return document.getElementById('history-table').hidden").await, true, "no run-wide table");
+    assert_eq!(b.eval("return document.getElementById('retry-now').hidden").await, false);
+    let redeliver = b.eval("return ['redeliver', 'redeliver-why'].map(id => document.getElementById(id).hidden)").await;
+    assert_eq!(redeliver, json!([true, true]), "done for ci is not done for the run: nothing to say of a redelivery");
+    let next = b.text("#next-attempt").await;
+    assert!(next.contains("group audit"), "{next}");
+    let raw = b.eval("return document.getElementById('run-fields').textContent").await;
+    assert!(raw.as_str().unwrap().contains("5:audit:parked_group"), "{raw}");
+    keep_screenshot("run-destinations", &b.screenshot().await);
+    let _ = b.cmd(reqwest::Method::DELETE, "", None).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -231,3 +231,117 @@ async fn two_concurrent_retries_of_one_dead_run_redrive_it_once() {
         assert_eq!(retries, Some(1), "run-{n}");
     }
 }
+
+/// Writes run `run_id`'s record as the worker scripts leave a run that
+/// destination `ci` delivered (its done record compact, the owner of the
+/// plain fields) and destination `audit` has `audit_status` (parked with
+/// a failed attempt and its due time, or dead), `audit`'s fields under
+/// their `5:audit:` prefix; the identity is run `n`'s, as the gate made it.
+pub(crate) async fn write_two_destination_run(ns: &str, run_id: &str, n: u64, audit_status: &str) {
+    use idemgate::vocabulary::RunRecord;
+    let keys = Keys::new(ns).unwrap();
+    let mut c = raw_conn().await;
+    let failed = r#"[{"attempt":1,"worker":"w-audit","started_ms":1796457000000,"duration_ms":30,"status":503,"outcome":"failed","error":"HTTP 503"}]"#;
+    let due = (idemgate::units::now_ms() + 3_600_000).to_string();
+    let (number, delivery) = (n.to_string(), format!("d-{n}"));
+    let mut fields: Vec<(String, String)> = [
+        ("provider", "github"),
+        ("repo", "o/r"),
+        ("action", "push"),
+        ("number", number.as_str()),
+        ("delivery_id", delivery.as_str()),
+        ("created_ms", "1796456900000"),
+        ("group", "ci"),
+        (RunRecord::OTHER_DESTINATIONS, "5:audit"),
+        ("status", "done"),
+        ("attempts", "1"),
+        ("worker", "w-ci"),
+        ("started_ms", "1796456950000"),
+        ("duration_ms", "12"),
+        ("attempt_status", "204"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let mut audit = vec![("status", audit_status), ("attempts", "1"), ("last_error", "HTTP 503"), ("history", failed)];
+    if audit_status == "parked" {
+        audit.extend([("next_attempt_ms", due.as_str()), ("parked_group", "audit")]);
+    }
+    fields.extend(audit.into_iter().map(|(k, v)| (RunRecord::destination_field("audit", k), v.to_owned())));
+    let key = keys.run(run_id);
+    let _: () = c.del(&key).await.unwrap();
+    let _: () = c.hset_multiple(&key, &fields).await.unwrap();
+}
+
+/// A run two destinations started: `/v1/ops/runs/{id}` answers one
+/// progress per destination (the owner's done record unfolded, the other's
+/// parked with its due time) and the run's own status worked out of theirs
+/// (parked: the least advanced; dead: one is dead), as the run list does;
+/// `inspect run` shows one block and one timeline per destination, the
+/// other destination's fields under their plain names.
+#[tokio::test]
+async fn a_run_two_destinations_started_shows_each() {
+    let (app, ns) = router(Backend::Redis).await;
+    let ns = ns.unwrap();
+    for n in 1..=3 {
+        deliver(&app, &format!("d-{n}"), n).await;
+    }
+    write_two_destination_run(&ns, "run-1", 1, "parked").await;
+    write_two_destination_run(&ns, "run-2", 2, "dead").await;
+
+    let r = get(&app, "/v1/ops/runs/run-1").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let run = r.json();
+    assert_eq!((run["status"].as_str(), run["attempts"].as_u64()), (Some("parked"), Some(1)), "{run}");
+    assert_eq!(run["last_error"], "HTTP 503");
+    let names: Vec<_> =
+        run["destinations"].as_array().unwrap().iter().map(|d| (d["name"].clone(), d["status"].clone())).collect();
+    assert_eq!(names, [(Value::from("ci"), Value::from("done")), (Value::from("audit"), Value::from("parked"))]);
+    let [ci, audit] = &run["destinations"].as_array().unwrap()[..] else { panic!("{run}") };
+    assert_eq!((ci["history"][0]["status"].as_i64(), ci["history"][0]["outcome"].as_str()), (Some(204), Some("done")));
+    assert_eq!(ci["fields"]["finished_ms"], "1796456950012", "the owner's done record unfolded");
+    assert_eq!((audit["history"][0]["status"].as_i64(), audit["last_error"].as_str()), (Some(503), Some("HTTP 503")));
+    let due = audit["next_attempt_ms"].as_u64().unwrap();
+    assert_eq!(run["next_attempt"]["group"], "audit", "{run}");
+    assert_eq!(run["next_attempt"]["due_ms"].as_u64(), Some(due));
+    assert_eq!(audit["fields"]["parked_group"], "audit");
+    let fields = run["fields"].as_object().unwrap();
+    assert!(fields.keys().all(|k| !k.starts_with("5:")), "the other destination's fields are its own: {run}");
+    assert_eq!((fields["status"].as_str(), fields["group"].as_str()), (Some("done"), Some("ci")));
+    // A run one destination started keeps its shape, with one destination.
+    let one = get(&app, "/v1/ops/runs/run-3").await.json();
+    assert_eq!(one["destinations"].as_array().map(Vec::len), Some(1), "{one}");
+    assert_eq!((one["status"].as_str(), one["destinations"][0]["name"].as_str()), (Some("queued"), Some("")));
+
+    let dead = get(&app, "/v1/ops/runs/run-2").await.json();
+    assert_eq!((dead["status"].as_str(), dead["next_attempt"].is_null()), (Some("dead"), true), "{dead}");
+    let page = get(&app, "/v1/ops/runs").await.json();
+    let listed: Vec<_> =
+        page["runs"].as_array().unwrap().iter().map(|r| (r["run_id"].clone(), r["status"].clone())).collect();
+    assert_eq!(
+        listed,
+        [("run-3", "queued"), ("run-2", "dead"), ("run-1", "parked")].map(|(r, s)| (Value::from(r), Value::from(s)))
+    );
+    let parked = get(&app, "/v1/ops/runs?status=parked").await.json();
+    assert_eq!(run_ids(&parked), ["run-1"]);
+
+    let out = crate::redis::ops::idemgate_in(&ns, &["inspect", "run", "run-1"]);
+    let text = crate::base::ops::stdout(&out);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let at = |needle: &str| text.find(needle).unwrap_or_else(|| panic!("{needle:?} in\n{text}"));
+    assert!(text.lines().any(|l| l.starts_with("status:") && l.ends_with(" parked")), "the run's own status\n{text}");
+    assert!(at("destination ci (the record's plain fields):") < at("destination audit:"), "{text}");
+    let audit_block = &text[at("destination audit:")..];
+    assert!(audit_block.lines().any(|l| l.starts_with("  status:") && l.ends_with(" parked")), "{text}");
+    assert!(audit_block.lines().any(|l| l.starts_with("  next attempt:")), "{text}");
+    assert!(audit_block.contains("  history (1 newest attempt, oldest first):"), "{text}");
+    assert!(
+        audit_block.contains("w-audit") && !audit_block.contains("w-ci"),
+        "each destination's own timeline\n{text}"
+    );
+    assert!(!text.contains("5:audit:"), "fields under their plain names\n{text}");
+    let json = crate::base::ops::stdout(&crate::redis::ops::idemgate_in(&ns, &["inspect", "run", "run-1", "--json"]));
+    let json: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!((json["status"].as_str(), json["destinations"][1]["name"].as_str()), (Some("parked"), Some("audit")));
+    assert_eq!(json["destinations"][1]["next_attempt"]["group"], "audit", "{json}");
+}

@@ -292,6 +292,16 @@ async fn dead_retry_and_redeliver_reach_one_destination() {
     );
     assert_eq!(run_1.get("other_destinations").map(String::as_str), Some("5:audit"), "{run_1:?}");
     assert_eq!(numbers(&ci.got()), [1, 2, 3]);
+    // As the readers show it: dead for the run, a progress per destination.
+    let (read, json) = ops(&config, &["inspect", "run", "run-1", "--json"]);
+    let shown: serde_json::Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{read} {e}: {json}"));
+    let each: Vec<_> =
+        shown["destinations"].as_array().unwrap().iter().map(|d| (d["name"].clone(), d["status"].clone())).collect();
+    assert_eq!(
+        (shown["status"].as_str(), each),
+        (Some("dead"), vec![("ci".into(), "done".into()), ("audit".into(), "dead".into())]),
+        "{json}"
+    );
 
     let (done, text) = ops(&config, &["dead", "retry", "run-1"]);
     assert!(done && text.contains("for destination audit"), "{text}");
