@@ -9,7 +9,7 @@
 -- there were several, and records of earlier versions read as theirs.
 --
 -- In a script that includes this file, each field placeholder of a field
--- kept per destination (PER_DESTINATION_FIELDS, filled in at load,
+-- kept per destination (RunRecord::PER_DESTINATION, filled in at load,
 -- src/redis_io/scripts.rs) reads `F.<name>`: the stored name for the
 -- destination `F` was chosen for. A script sets F once for its own record
 -- (F = destination_fields(KEYS[2], group)); a function that acts on another

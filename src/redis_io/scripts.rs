@@ -43,7 +43,7 @@ impl LuaScript {
             .fold(template.to_owned(), |source, (name, lua)| source.replace(&format!("${{{name}}}"), lua.trim_end()));
         let names: Vec<String> = RunFields::NAMES.iter().map(|n| format!("'{n}'")).collect();
         let source = source.replace("${run_field_names}", &names.join(", "));
-        let per_destination: Vec<String> = PER_DESTINATION_FIELDS.iter().map(|n| format!("'{n}'")).collect();
+        let per_destination: Vec<String> = RunRecord::PER_DESTINATION.iter().map(|n| format!("'{n}'")).collect();
         let source = source.replace("${per_destination_field_names}", &per_destination.join(", "));
         // A script that acts for one destination (it includes
         // lua/shared/destination.lua) names each field kept per destination
@@ -52,7 +52,7 @@ impl LuaScript {
         // Each run record field's name as a Lua string literal, like the statuses below.
         let source = RunRecord::field_names().fold(source, |source, name| {
             let literal = format!("'{name}'");
-            let stored = if for_destination && PER_DESTINATION_FIELDS.contains(&name) {
+            let stored = if for_destination && RunRecord::PER_DESTINATION.contains(&name) {
                 format!("F.{name}")
             } else {
                 literal.clone()
@@ -96,33 +96,6 @@ impl LuaScript {
         self.script.load_async(conn).await.map(drop)
     }
 }
-
-/// The run record's fields kept per destination (lua/shared/destination.lua).
-const PER_DESTINATION_FIELDS: [&str; 23] = [
-    "status",
-    "attempts",
-    "attempt_base",
-    "worker",
-    "started_ms",
-    "updated_ms",
-    "op",
-    "op_result",
-    "last_error",
-    "history",
-    "next_attempt_ms",
-    "parked_group",
-    "retry_now_ms",
-    "released_ms",
-    "finished_ms",
-    "duration_ms",
-    "attempt_status",
-    "dead_entry",
-    "redeliveries",
-    "dead_retries",
-    "retried_ms",
-    "order_wait",
-    "skipped_ms",
-];
 
 /// The Lua that several scripts share, by placeholder name (`${holds}`).
 pub const SHARED_LUA: [(&str, &str); 9] = [

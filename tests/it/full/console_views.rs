@@ -277,7 +277,7 @@ async fn fifteen_hundred_dead_runs_page_and_retry_updates_the_count() {
     assert!(first_page < Duration::from_secs(3), "the first page shows fast: {first_page:?}");
     assert_eq!(b.eval("return document.querySelectorAll('#dead-table tbody tr').length").await, 100);
     assert_eq!(b.text("#dead-count").await, "1500");
-    let nowrap = b.eval("const th = document.querySelector('#dead-table th:nth-child(3)'); const t = document.querySelector('#dead-table td:nth-child(5) .time'); return [getComputedStyle(th).whiteSpace, getComputedStyle(t).whiteSpace]").await;
+    let nowrap = b.eval("const th = document.querySelector('#dead-table th:nth-child(3)'); const t = document.querySelector('#dead-table td:nth-child(6) .time'); return [getComputedStyle(th).whiteSpace, getComputedStyle(t).whiteSpace]").await;
     assert_eq!(nowrap, json!(["nowrap", "nowrap"]), "the header and the times do not wrap");
     b.click("#dead-older").await;
     b.find("#dead-table tbody tr[data-run-id='run-1400']").await;
