@@ -46,9 +46,14 @@ ${order}
 ${done}
 ${release}
 
-F = destination_fields(KEYS[2], ARGV[1])
 
-local record = read_for_done(nil)
+-- Read in the plain names with the owner (lua/shared/destination.lua);
+-- again under this destination's names when it is another's.
+local record = read_for_done(${field_group})
+F = fields_for_owner(record[8], ARGV[1])
+if not owns_plain(F) then
+  record = read_for_done(nil)
+end
 if record[1] == ${status_done} and record[2] == ARGV[2] then
   return {1, 0}
 end

@@ -57,13 +57,21 @@ ${order}
 ${dead_letter}
 ${history}
 
-F = destination_fields(KEYS[2], ARGV[1])
 
 -- What the call reads of the record, in one HMGET (the replay's, the
--- budget's and the answer's fields); an attempt that never reported back,
--- or a run out of attempts, reads the rest it needs once more.
-local r = redis.call('HMGET', KEYS[2], ${field_op}, ${field_op_result}, ${field_attempts}, ${field_attempt_base},
-  ${field_status}, ${field_created_ms}, ${field_payload}, ${field_trace})
+-- budget's and the answer's fields, and the owner of the plain ones: read
+-- again under this destination's names when it is another's); an attempt
+-- that never reported back, or a run out of attempts, reads the rest it
+-- needs once more.
+local function read_start()
+  return redis.call('HMGET', KEYS[2], ${field_op}, ${field_op_result}, ${field_attempts}, ${field_attempt_base},
+    ${field_status}, ${field_created_ms}, ${field_payload}, ${field_trace}, ${field_group})
+end
+local r = read_start()
+F = fields_for_owner(r[9], ARGV[1])
+if not owns_plain(F) then
+  r = read_start()
+end
 local attempts = tonumber(r[3] or '0') or 0
 local base = tonumber(r[4] or '0') or 0
 

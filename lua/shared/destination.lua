@@ -32,11 +32,12 @@ local function owns_plain(fields)
   return fields == PLAIN_FIELDS
 end
 
--- The stored names of `group`'s fields in `record`: the plain ones when the
--- record has no owner yet (a queued run, a record of an earlier version) or
--- `group` owns it, else the prefixed ones.
-local function destination_fields(record, group)
-  local owner = redis.call('HGET', record, ${field_group})
+-- The stored names of `group`'s fields in a record whose `group` is `owner`
+-- (false: none): the plain ones when the record has no owner yet (a queued
+-- run, a record of an earlier version) or `group` owns it, else the
+-- prefixed ones. A hot script reads `owner` with the rest of its first
+-- HMGET, in the plain names, and reads again only for another destination.
+local function fields_for_owner(owner, group)
   if not owner or owner == group then
     return PLAIN_FIELDS
   end
@@ -46,6 +47,11 @@ local function destination_fields(record, group)
     prefixed_fields[group] = fields
   end
   return fields
+end
+
+-- fields_for_owner with the owner read from `record`.
+local function destination_fields(record, group)
+  return fields_for_owner(redis.call('HGET', record, ${field_group}), group)
 end
 
 local F = PLAIN_FIELDS
