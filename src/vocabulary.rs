@@ -836,68 +836,41 @@ impl RunProgress {
 
 impl RunRecord {
     /// The record's field names beside what names the run ([`RunFields::NAMES`],
-    /// which a started record holds too): each spelled once, here. The Lua
-    /// scripts get each as a `${field_<name>}` placeholder filled at load
+    /// which a started record holds too) and those each destination keeps
+    /// of its own ([`RunRecord::PER_DESTINATION`]): each spelled once, here.
+    /// These are the run's, shared by its destinations. The Lua scripts get
+    /// each field as a `${field_<name>}` placeholder filled at load
     /// (`src/redis_io/scripts.rs`), and a unit test fails when a script
-    /// spells a field itself or names one this list does not know. Of every
-    /// shape ([`RunRecord`]); docs/reference.md's key table says what each holds.
-    /// Those of [`RunRecord::PER_DESTINATION`] are the owner's under these
-    /// names, another destination's under [`RunRecord::destination_field`]'s.
-    pub const FIELDS: [&'static str; 37] = [
+    /// spells a field itself or names one [`RunRecord::field_names`] does not
+    /// know. Of every shape ([`RunRecord`]); docs/reference.md's key table
+    /// says what each holds.
+    pub const FIELDS: [&'static str; 14] = [
         // The gate's (lua/gate.lua, lua/gate_hold.lua).
         RunFields::ENTRY_ID,
         Self::CREATED_MS,
-        Self::STATUS,
         "subject",
         "payload",
         "trace",
         "runner",
         "held_until",
-        // The worker's attempt (lua/worker_start.lua and after).
-        Self::ATTEMPTS,
-        "attempt_base",
-        "worker",
+        // The destination that owns the plain fields (lua/worker_start.lua).
         Self::GROUP,
-        "started_ms",
-        "updated_ms",
-        "op",
-        "op_result",
-        Self::LAST_ERROR,
-        Self::HISTORY,
-        // Parking (lua/worker_fail.lua, lua/shared/release.lua, lua/run_retry_now.lua).
-        "next_attempt_ms",
-        "parked_group",
-        "retry_now_ms",
-        "released_ms",
-        // Finished (lua/shared/done.lua, lua/shared/dead_letter.lua, lua/run_finish.lua).
-        "finished_ms",
-        "duration_ms",
-        DoneRecord::ATTEMPT_STATUS,
+        // Finished (lua/shared/done.lua).
         "payload_until_ms",
         "payload_kept",
-        "dead_entry",
-        // Moved back by an operator (lua/dead_retry.lua).
-        "redeliveries",
-        "dead_retries",
-        "retried_ms",
-        // Order per key (lua/gate.lua, lua/shared/order.lua, lua/run_skip.lua).
+        // Order per key (lua/gate.lua).
         "order_key",
         "order_on_dead",
-        "order_wait",
-        "skipped_ms",
         // A destination added with `--from TIME` (lua/worker_start.lua).
         "backfill",
         // The destinations beside the owner of the plain fields (lua/shared/destination.lua).
         Self::OTHER_DESTINATIONS,
     ];
 
-    /// The fields of [`RunRecord::FIELDS`] that each destination keeps of
-    /// its own: the owner (named in `group`) under these names, every other
-    /// destination under [`RunRecord::destination_field`]'s. The rest of
-    /// the record (what names the run, `entry_id`, `created_ms`, `subject`,
-    /// `payload`, `trace`, `runner`, `held_until`, `group`,
-    /// `payload_until_ms`, `payload_kept`, `order_key`, `order_on_dead`,
-    /// `backfill`, `other_destinations`) is the run's, shared.
+    /// The fields each destination keeps of its own: the owner (named in
+    /// `group`) under these names, every other destination under
+    /// [`RunRecord::destination_field`]'s. The rest of the record (what
+    /// names the run, and [`RunRecord::FIELDS`]) is the run's, shared.
     pub const PER_DESTINATION: [&'static str; 23] = [
         Self::STATUS,
         Self::ATTEMPTS,
@@ -942,9 +915,9 @@ impl RunRecord {
     /// order they first started (`2:ci5:audit`); absent with one destination.
     pub const OTHER_DESTINATIONS: &'static str = "other_destinations";
 
-    /// Every field name a run record may hold: [`RunFields::NAMES`] and [`RunRecord::FIELDS`].
+    /// Every field name a run record may hold: [`RunFields::NAMES`], [`RunRecord::FIELDS`] and [`RunRecord::PER_DESTINATION`].
     pub fn field_names() -> impl Iterator<Item = &'static str> {
-        RunFields::NAMES.into_iter().chain(Self::FIELDS)
+        RunFields::NAMES.into_iter().chain(Self::FIELDS).chain(Self::PER_DESTINATION)
     }
 
     /// The stored name of `field` (one of [`RunRecord::PER_DESTINATION`])
@@ -1482,18 +1455,8 @@ mod tests {
             for bad in ["2:c", "ci", "2:ci:"] {
                 assert_eq!(RunRecord::other_destination_names(bad), None, "{bad}");
             }
-            // Every per-destination field is a record field, and none of what names the run is one.
-            for name in RunRecord::PER_DESTINATION {
-                assert!(RunRecord::FIELDS.contains(&name), "{name}");
-            }
-            for shared in RunFields::NAMES.iter().chain(&[
-                RunFields::ENTRY_ID,
-                RunRecord::CREATED_MS,
-                RunRecord::GROUP,
-                RunRecord::OTHER_DESTINATIONS,
-                "payload",
-                "order_key",
-            ]) {
+            // The shared fields and the per-destination ones are apart, and none of what names the run is one.
+            for shared in RunFields::NAMES.iter().chain(&RunRecord::FIELDS) {
                 assert!(!RunRecord::PER_DESTINATION.contains(shared), "{shared}");
             }
         }
