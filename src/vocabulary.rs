@@ -807,15 +807,20 @@ impl RunProgress {
 
     /// One destination's progress from its `fields` (unprefixed; `history`
     /// taken out of them, typed), `folded` its final attempt unfolded from
-    /// a done record. `corrupt` words an error.
+    /// a done record. `unstarted`: the status of fields with none (the
+    /// owner's record always has one; another destination's has none while
+    /// it has not started the run: its ordered run waits in its key's line,
+    /// lua/shared/order.lua). `corrupt` words an error.
     fn read(
         fields: &mut BTreeMap<String, String>,
         folded: Option<AttemptEntry>,
+        unstarted: Option<RunStatus>,
         corrupt: impl Fn(String) -> Error,
     ) -> Result<Self, Error> {
-        let status = match fields.get(RunRecord::STATUS) {
-            None => return Err(corrupt("no status".into())),
-            Some(s) => s.parse::<RunStatus>().map_err(&corrupt)?,
+        let status = match (fields.get(RunRecord::STATUS), unstarted) {
+            (None, None) => return Err(corrupt("no status".into())),
+            (None, Some(status)) => status,
+            (Some(s), _) => s.parse::<RunStatus>().map_err(&corrupt)?,
         };
         let mut history: Vec<AttemptEntry> = match fields.remove(RunRecord::HISTORY) {
             None => Vec::new(),
@@ -970,7 +975,7 @@ impl RunRecord {
     /// entry that [`RunRecord::entry_to_read`] names, where there is one
     /// still (a queued record whose entry is gone reads with an empty
     /// identity). `None`: no record (no field). A record without a status
-    /// (its own, or a destination's), with one no version writes, with a
+    /// (another destination's without one has not started the run: queued), with one no version writes, with a
     /// `history` that is not a list of entries, or with an
     /// [`RunRecord::OTHER_DESTINATIONS`] that is no list of names is
     /// [`Error::Corrupt`], naming the run, the destination and the field.
@@ -991,7 +996,7 @@ impl RunRecord {
         let corrupt = |what: String| Error::Corrupt(format!("run record {run}: {what}"));
         let others = Self::take_other_destinations(&mut stored).map_err(corrupt)?;
         let folded = DoneRecord::unfold(run_id, &mut stored);
-        let owner_progress = RunProgress::read(&mut stored, folded, corrupt)?;
+        let owner_progress = RunProgress::read(&mut stored, folded, None, corrupt)?;
         let owner_fields =
             Self::PER_DESTINATION.iter().filter_map(|&k| Some((k.to_owned(), stored.get(k)?.clone()))).collect();
         let owner = stored.get(Self::GROUP).cloned().unwrap_or_default();
@@ -1002,7 +1007,7 @@ impl RunRecord {
             let corrupt = |what: String| {
                 Error::Corrupt(format!("run record {run}, destination {}: {what}", crate::text::escape_control(&name)))
             };
-            let progress = RunProgress::read(&mut fields, folded, corrupt)?;
+            let progress = RunProgress::read(&mut fields, folded, Some(RunStatus::Queued), corrupt)?;
             destinations.push(DestinationProgress { name, progress, stored: fields });
         }
         let text = |k: &str| stored.get(k).cloned().unwrap_or_default();
@@ -1402,7 +1407,6 @@ mod tests {
             // A destination's record is checked alike, and named.
             for (bad, says) in [
                 (&[("status", "done"), ("group", "ci"), ("other_destinations", "9:audit")][..], "no list of names"),
-                (&[("status", "done"), ("group", "ci"), ("other_destinations", "5:audit")][..], "no status"),
                 (&[("status", "done"), ("other_destinations", "5:audit"), ("5:audit:status", "zombie")][..], "zombie"),
                 (&[("status", "done"), ("5:audit:status", "dead"), ("5:audit:history", "[1]")][..], "history"),
             ] {
@@ -1410,6 +1414,24 @@ mod tests {
                 assert!(e.contains("run-1") && e.contains(says), "{bad:?}: {e}");
                 assert!(says.contains("names") || e.contains("destination audit"), "{bad:?}: {e}");
             }
+        }
+
+        /// Another destination with fields and no status has not started the
+        /// run: its ordered run waits in its key's line (lua/shared/order.lua).
+        #[test]
+        fn another_destination_without_a_status_is_queued() {
+            let stored = fields(&[
+                ("status", "running"),
+                ("group", "ci"),
+                ("other_destinations", "5:audit"),
+                ("5:audit:order_wait", "audit"),
+                ("5:audit:op", "o-1"),
+            ]);
+            let r = RunRecord::read("run-1", stored, None).unwrap().unwrap();
+            let [ci, audit] = &r.destinations[..] else { panic!("{r:?}") };
+            assert_eq!((ci.progress.status, audit.progress.status), (RunStatus::Running, RunStatus::Queued));
+            assert_eq!(audit.stored.get("order_wait").map(String::as_str), Some("audit"));
+            assert_eq!(r.progress.status, RunStatus::Queued, "the least advanced");
         }
 
         /// A run two destinations started: `ci` owns the plain fields (its
