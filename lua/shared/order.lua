@@ -180,6 +180,8 @@ local function order_hand_on(key, group, run_id, previous, retention_ms)
   redis.call('HSET', okey, 'h:' .. group, next_run)
   local record = ORDER_RUN_PREFIX .. next_run
   local f = redis.call('HMGET', record, unpack(RUN_FIELDS))
+  -- A record another destination finished keeps no `run_id`: the line names it.
+  f[1] = f[1] or next_run
   local entry = run_field_pairs(function(i) return f[i] or '' end)
   for _, v in ipairs({${field_order_key}, key, 'for_group', group, 'order_handed', '1'}) do
     entry[#entry + 1] = v

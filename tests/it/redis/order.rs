@@ -339,6 +339,79 @@ async fn the_order_holds_on_a_cluster() {
     stress(&On::cluster(), "order-cluster", 100, 10, &["a", "b"]).await;
 }
 
+/// The order holds per destination: two destinations (each its own group,
+/// two workers, its own receiver) get the same ordered runs; one receiver
+/// answers one first attempt in 20 with 500 (the run parks, its key waits
+/// behind it for that destination alone), the other answers every one.
+/// Each receiver sees each key's runs one at a time in creation order,
+/// each run once with a 2xx, and every run ends done in each destination's
+/// own record (the second destination's under its prefixed fields, written
+/// while its runs wait in lines the first has already passed). Found: a
+/// line handed on to a run the other destination had finished (its done
+/// record keeps no `run_id`) put an entry without one on the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_order_holds_per_destination() {
+    let (keys, per_key) = (100, 5);
+    let ns = fresh_ns("order-two");
+    let dir = temp_dir("order-two");
+    let secrets = secrets_file(&dir, &[secret(49)]);
+    let made = create_runs(&On::server().gate(&ns).await, 1..=keys, 0..per_key).await;
+    let (failing, steady) =
+        (receiver(|n| fails_first(n).then_some(StatusCode::INTERNAL_SERVER_ERROR)).await, receiver(|_| None).await);
+    let table = |name: &str, url: String| {
+        format!(
+            "[destinations.{name}]\nurl = \"{url}\"\nsecret_file = \"{}\"\nbackoff = \"200ms\"\nmax_attempts = 10\n\n",
+            secrets.display()
+        )
+    };
+    let config = dir.join("idemgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "redis_url = \"{}\"\nnamespace = \"{ns}\"\n\n[worker]\nblock = \"200ms\"\nconcurrency = 8\n\n{}{}",
+            redis_url(),
+            table("x", failing.url()),
+            table("y", steady.url())
+        ),
+    )
+    .unwrap();
+    let worker = |d: &str, consumer: &str| crate::support::destination::destination_worker(&config, &dir, d, consumer);
+    let mut workers = Workers(vec![worker("x", "x1"), worker("x", "x2"), worker("y", "y1"), worker("y", "y2")]);
+    let done_for = |r: &HashMap<String, String>, d: &str| {
+        let status = if r.get("group").map(String::as_str) == Some(d) {
+            r.get("status")
+        } else {
+            r.get(&format!("1:{d}:status"))
+        };
+        status.map(String::as_str) == Some("done")
+    };
+    wait_for(Duration::from_secs(120), "every run done for both destinations", || async {
+        let mut c = raw_conn().await;
+        for n in &made {
+            let r: HashMap<String, String> = c.hgetall(Keys::new(&ns).unwrap().run(&format!("run-{n}"))).await.unwrap();
+            if !(done_for(&r, "x") && done_for(&r, "y")) {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    workers.stop().await;
+    assert_eq!(dead_count(&ns).await, 0, "nothing dead");
+    for (name, d) in [("x", &failing), ("y", &steady)] {
+        let got = d.got();
+        check_order(&got, keys, per_key, &format!("order per destination, {name}"));
+        assert_eq!(one_success_each(&got, 1..=keys * per_key, None), 0, "{name}");
+    }
+    let refused = failing
+        .got()
+        .iter()
+        .filter(|r| r.answered.is_some_and(|(_, s)| s == StatusCode::INTERNAL_SERVER_ERROR))
+        .count();
+    assert!(refused >= (keys * per_key / 40) as usize, "{refused} first attempts answered 500");
+    assert_eq!(steady.count(), made.len(), "the steady destination got each run once");
+}
+
 /// The stress test's scale with faults: one worker SIGKILLed part-way and
 /// another started (the runs it held are taken over after their 2 s lease),
 /// one first attempt in 20 answered 500 (parked, its key waiting behind
