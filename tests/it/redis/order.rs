@@ -400,7 +400,7 @@ async fn the_order_holds_per_destination() {
     assert_eq!(dead_count(&ns).await, 0, "nothing dead");
     for (name, d) in [("x", &failing), ("y", &steady)] {
         let got = d.got();
-        check_order(&got, keys, per_key, &format!("order per destination, {name}"));
+        check_order(&got, keys, per_key, &format!("per destination, {name}"));
         assert_eq!(one_success_each(&got, 1..=keys * per_key, None), 0, "{name}");
     }
     let refused = failing
