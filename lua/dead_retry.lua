@@ -55,7 +55,7 @@ if ARGV[4] ~= '' then
   destinations[1] = {ARGV[4], destination_fields(KEYS[2], ARGV[4])}
 else
   local r = redis.call('HMGET', KEYS[2], ${field_group}, ${field_other_destinations})
-  destinations[1] = {r[1] or '', PLAIN_FIELDS}
+  destinations[1] = {r[1] or '', nil}
   for _, name in ipairs(other_destination_names(r[2])) do
     destinations[#destinations + 1] = {name, destination_fields(KEYS[2], name)}
   end

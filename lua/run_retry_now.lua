@@ -20,13 +20,14 @@ ${destination}
 -- Every destination the run is parked for (lua/shared/destination.lua: one
 -- record each) is made due; the answer names the first.
 local r = redis.call('HMGET', KEYS[1], ${field_group}, ${field_other_destinations})
-local destinations = {PLAIN_FIELDS}
+-- Each destination's fields, as {fields}: the owner's plain ones first (nil).
+local destinations = {{nil}}
 for _, name in ipairs(other_destination_names(r[2])) do
-  destinations[#destinations + 1] = destination_fields(KEYS[1], name)
+  destinations[#destinations + 1] = {destination_fields(KEYS[1], name)}
 end
 local answer = nil
-for _, fields in ipairs(destinations) do
-  F = fields
+for _, d in ipairs(destinations) do
+  F = d[1]
   local state = redis.call('HMGET', KEYS[1], ${field_status}, ${field_parked_group})
   if state[1] == ${status_parked} and state[2] then
     local group = state[2]
@@ -40,5 +41,5 @@ end
 if answer then
   return answer
 end
-F = PLAIN_FIELDS
+F = nil
 return {0, redis.call('HGET', KEYS[1], ${field_status}) or ''}

@@ -11,7 +11,8 @@
 # the server's own (INFO cpu, user + system, everything the worker made it
 # do: scripts, reads, heartbeats, networking), and the scripts' alone
 # (INFO commandstats' usec of EVALSHA and EVAL; the commands a script calls
-# are counted there too, so commandstats are not summed over every command). Needs redis-server,
+# are counted there too, so commandstats are not summed over every command),
+# and the bytes of a done run's record (MEMORY USAGE, the mean of up to 100). Needs redis-server,
 # redis-cli, curl and python3 on PATH. Used for BENCHMARKS.md (issue 43).
 set -euo pipefail
 BIN=$1 C=$2 N=$3 LABEL=${4:-$(basename "$1")}
@@ -92,7 +93,11 @@ kill "$WPID"; wait "$WPID" 2>/dev/null || true
 read -r first last count <"$D/sink.out"
 cpu_after=$(redis-cli -p "$RP" info cpu | tr -d '\r')
 stats=$(redis-cli -p "$RP" info commandstats | tr -d '\r')
-python3 - "$LABEL" "$C" "$first" "$last" "$count" "$cpu_before" "$cpu_after" "$stats" <<'PY'
+# A done run's record: the mean MEMORY USAGE of up to 100 of them, spread over the runs.
+bytes=$(for n in $(seq 1 $(( (N + 99) / 100 )) "$N"); do
+  redis-cli -p "$RP" memory usage "idemgate:{drain}:run:run-$n" samples 0
+done | awk '{ s += $1; k++ } END { printf "%.0f", k ? s / k : 0 }')
+python3 - "$LABEL" "$C" "$first" "$last" "$count" "$cpu_before" "$cpu_after" "$stats" "$bytes" <<'PY'
 import re, sys
 label, c, first, last, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 def cpu(info):
@@ -102,5 +107,6 @@ stats = sys.argv[8]
 script_us = sum(int(u) for u in re.findall(r"^cmdstat_(?:evalsha|eval):calls=\d+,usec=(\d+),", stats, re.M))
 scripts = sum(int(n) for n in re.findall(r"^cmdstat_(?:evalsha|eval):calls=(\d+),", stats, re.M))
 print(f"{label}\tconcurrency {c}\t{count} runs\t{count / ((last - first) / 1e9):.0f} runs/s\t"
-      f"Redis CPU {server_us / count:.1f} us/run\tscripts {script_us / count:.1f} us/run\t{scripts / count:.2f} script calls/run")
+      f"Redis CPU {server_us / count:.1f} us/run\tscripts {script_us / count:.1f} us/run\t{scripts / count:.2f} script calls/run\t"
+      f"{sys.argv[9]} B per done record")
 PY

@@ -10,36 +10,36 @@
 --
 -- In a script that includes this file, each field placeholder of a field
 -- kept per destination (RunRecord::PER_DESTINATION, filled in at load,
--- src/redis_io/scripts.rs) reads `F.<name>`: the stored name for the
--- destination `F` was chosen for. A script sets F once for its own record
+-- src/redis_io/scripts.rs) reads `(F and F.<name> or '<name>')`: the stored
+-- name for the destination `F` was chosen for, the plain name while F is nil. A script sets F once for its own record
 -- (F = destination_fields(KEYS[2], group)); a function that acts on another
 -- run's record for a moment uses with_destination.
-local PER_DESTINATION = {${per_destination_field_names}}
-
+-- The stored names of a destination's fields under `prefix`, by field name.
+-- Built only for a destination that does not own the plain fields: the
+-- plain ones need no table (F is nil), so one destination's calls build none.
 local function fields_with_prefix(prefix)
   local names = {}
-  for _, name in ipairs(PER_DESTINATION) do
+  for _, name in ipairs({${per_destination_field_names}}) do
     names[name] = prefix .. name
   end
   return names
 end
 
-local PLAIN_FIELDS = fields_with_prefix('')
 local prefixed_fields = {}
 
--- Whether the destination the fields are for owns the plain ones.
+-- Whether the destination `fields` are for owns the plain ones (nil: it does).
 local function owns_plain(fields)
-  return fields == PLAIN_FIELDS
+  return fields == nil
 end
 
 -- The stored names of `group`'s fields in a record whose `group` is `owner`
--- (false: none): the plain ones when the record has no owner yet (a queued
--- run, a record of an earlier version) or `group` owns it, else the
+-- (false: none): the plain ones (nil) when the record has no owner yet (a
+-- queued run, a record of an earlier version) or `group` owns it, else the
 -- prefixed ones. A hot script reads `owner` with the rest of its first
 -- HMGET, in the plain names, and reads again only for another destination.
 local function fields_for_owner(owner, group)
   if not owner or owner == group then
-    return PLAIN_FIELDS
+    return nil
   end
   local fields = prefixed_fields[group]
   if not fields then
@@ -54,7 +54,7 @@ local function destination_fields(record, group)
   return fields_for_owner(redis.call('HGET', record, ${field_group}), group)
 end
 
-local F = PLAIN_FIELDS
+local F = nil
 
 -- The status of the run in `record` for the destination F is for: a
 -- destination that has not started it yet (no field of its own, while

@@ -47,13 +47,14 @@ impl LuaScript {
         let source = source.replace("${per_destination_field_names}", &per_destination.join(", "));
         // A script that acts for one destination (it includes
         // lua/shared/destination.lua) names each field kept per destination
-        // through `F`, the stored names for its destination.
+        // through `F`, the stored names for its destination (nil: the plain
+        // names, with no table to build on the one-destination path).
         let for_destination = template.contains("${destination}");
         // Each run record field's name as a Lua string literal, like the statuses below.
         let source = RunRecord::field_names().fold(source, |source, name| {
             let literal = format!("'{name}'");
             let stored = if for_destination && RunRecord::PER_DESTINATION.contains(&name) {
-                format!("F.{name}")
+                format!("(F and F.{name} or '{name}')")
             } else {
                 literal.clone()
             };
