@@ -2,23 +2,7 @@
 //! namespace hash tag, so no two identities share a key and one namespace
 //! lives in one Redis Cluster slot.
 
-use crate::vocabulary::Identity;
-
-/// `enc(s)`: the byte length of `s` in decimal, `:`, then `s` itself.
-///
-/// Because the length comes first, a reader always knows where a field ends,
-/// so fields joined with `:` can hold any bytes (colons included) and the
-/// joined key stays unambiguous.
-pub fn enc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 4);
-    push_enc(&mut out, s);
-    out
-}
-
-fn push_enc(out: &mut String, s: &str) {
-    use std::fmt::Write;
-    let _ = write!(out, "{}:{}", s.len(), s);
-}
+use crate::vocabulary::{Identity, enc, push_enc};
 
 /// The namespace the gate's keys live under when none is given.
 pub const DEFAULT_NAMESPACE: &str = "default";

@@ -8,15 +8,15 @@
 //! never changes afterwards, whatever the configuration becomes.
 //!
 //! The key is written in the key schema's own form, `enc(provider):enc(org/repo)`
-//! and, for `subject`, `:enc(number text)` (src/keys.rs): unambiguous for any
+//! and, for `subject`, `:enc(number text)` (src/vocabulary.rs): unambiguous for any
 //! bytes, readable with `redis-cli`, and the tail of the key's state,
 //! `idemgate:{NS}:order:` + the key.
 
 use std::borrow::Cow;
 use std::str::FromStr;
 
-use crate::keys::enc;
 use crate::vocabulary::Identity;
+use crate::vocabulary::enc;
 
 /// Which runs share a line (`order_by`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -12,9 +12,10 @@
 //! progress per destination ([`DestinationProgress`]). Of the crate it uses
 //! only [`crate::error`] (the store's `Error`, in the `Store` trait's
 //! signatures), [`crate::text`] (an unknown status escaped in its message),
-//! which use nothing of it, and [`crate::keys::enc`] (a destination's field
-//! prefix), a function of no type of it, so every other module can depend
-//! on it without a cycle of types.
+//! which use nothing of it, so every other module can depend on it without
+//! a cycle. The key schema's length prefix ([`enc`]) is here too, beside
+//! its reading ([`RunRecord::destination_field`] writes one,
+//! `split_enc` reads one), and `src/keys.rs` builds every key with it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -916,7 +917,7 @@ impl RunRecord {
     /// of [`RunRecord::PER_DESTINATION`], the first to start an attempt.
     pub const GROUP: &'static str = "group";
     /// `other_destinations`: every other destination that started the run,
-    /// each as enc(name) ([`crate::keys::enc`]), joined with nothing, in the
+    /// each as enc(name) ([`enc`]), joined with nothing, in the
     /// order they first started (`2:ci5:audit`); absent with one destination.
     pub const OTHER_DESTINATIONS: &'static str = "other_destinations";
 
@@ -929,7 +930,7 @@ impl RunRecord {
     /// for `destination` when it is not the owner: enc(destination) `:`
     /// field (`5:audit:status`).
     pub fn destination_field(destination: &str, field: &str) -> String {
-        format!("{}:{field}", crate::keys::enc(destination))
+        format!("{}:{field}", enc(destination))
     }
 
     /// The destination and the field a stored name of
@@ -1050,6 +1051,23 @@ impl RunRecord {
 
 /// A record's (or one destination's) fields by name.
 type Fields = BTreeMap<String, String>;
+
+/// `enc(s)`: the byte length of `s` in decimal, `:`, then `s` itself.
+///
+/// Because the length comes first, a reader always knows where a field ends,
+/// so fields joined with `:` can hold any bytes (colons included) and the
+/// joined key stays unambiguous.
+pub fn enc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 4);
+    push_enc(&mut out, s);
+    out
+}
+
+/// Appends `enc(s)` to `out`.
+pub(crate) fn push_enc(out: &mut String, s: &str) {
+    use std::fmt::Write;
+    let _ = write!(out, "{}:{}", s.len(), s);
+}
 
 /// The name an enc(name) at the start of `text` holds, and what follows
 /// it (`None`: `text` does not start with one).
