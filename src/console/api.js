@@ -22,8 +22,8 @@ function headers(extra = {}) {
 // refresh waits for the last one before it starts another (main.js).
 const READ_TIMEOUT_MS = 30000;
 
-/** The raw answer, or an HttpError with the API's reason. */
-export async function fetchOk(path, method = "GET") {
+/** The raw answer, or an HttpError with the API's reason; `body` the JSON a POST sends. */
+export async function fetchOk(path, method = "GET", body = {}) {
   // A POST says it is JSON, as the API requires of every request that changes state.
   const read = method === "GET";
   const extra = read ? {} : { "Content-Type": "application/json" };
@@ -32,7 +32,7 @@ export async function fetchOk(path, method = "GET") {
     headers: headers(extra),
     credentials: "omit",
     cache: "no-store",
-    body: read ? undefined : "{}",
+    body: read ? undefined : JSON.stringify(body),
     signal: read ? AbortSignal.timeout(READ_TIMEOUT_MS) : undefined,
   });
   if (!resp.ok) {
@@ -50,8 +50,8 @@ export async function fetchOk(path, method = "GET") {
 }
 
 /** The answer's JSON. */
-export async function api(path, method = "GET") {
-  return (await fetchOk(path, method)).json();
+export async function api(path, method = "GET", body = {}) {
+  return (await fetchOk(path, method, body)).json();
 }
 
 export function report(e) {

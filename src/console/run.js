@@ -68,7 +68,15 @@ function destinationTimeline(d) {
   fields(dl, pairs);
   const table = el("table", { cls: "nowrap-head destination-history" }, el("thead", {}, el("tr", {}, ...HISTORY_HEADS.map((h) => el("th", { text: h })))), el("tbody", {}, ...d.history.map(historyRow)));
   const empty = el("p", { cls: "muted", text: d.history.length ? "" : "No attempt recorded yet." });
-  return el("section", { cls: "destination-timeline", attrs: { "data-destination": d.name, "data-status": d.status } }, head, dl, table, empty);
+  const section = el("section", { cls: "destination-timeline", attrs: { "data-destination": d.name, "data-status": d.status } }, head);
+  // A finished destination's own Redeliver: the run goes to it alone (runs redeliver --destination).
+  if (d.name && (d.status === "done" || d.status === "dead")) {
+    const again = el("button", { text: "Redeliver to " + name, cls: "redeliver-destination", attrs: { type: "button", "data-destination": d.name } });
+    again.addEventListener("click", () => redeliver(d.name).catch((e) => notice(e.message)));
+    section.append(el("p", {}, again));
+  }
+  section.append(dl, table, empty);
+  return section;
 }
 
 async function showPayload(r) {
@@ -148,13 +156,15 @@ export async function showRun(runId, { scroll = true } = {}) {
   if (scroll) window.scrollTo(0, 0);
 }
 
-export async function redeliver() {
+/** Redelivers the run on the page: to `destination` alone, or (none) as `runs redeliver` does. */
+export async function redeliver(destination) {
   if (!shown) return;
   const id = shown.run_id;
-  if (!confirm(visible(`Deliver ${id} again, with the same run key? A receiver that dedupes on the run key drops it.`))) return;
+  const to = destination ? ` to ${destination}` : "";
+  if (!confirm(visible(`Deliver ${id} again${to}, with the same run key? A receiver that dedupes on the run key drops it.`))) return;
   try {
-    await api(`/v1/ops/runs/${encodeURIComponent(id)}/redeliver`, "POST");
-    notice(`${id} queued again`, true);
+    await api(`/v1/ops/runs/${encodeURIComponent(id)}/redeliver`, "POST", destination ? { destination } : {});
+    notice(`${id} queued again${to}`, true);
   } catch (e) {
     notice(e instanceof HttpError && (e.status === 404 || e.status === 405) && !e.message.includes("run") ? "This gate cannot redeliver runs (its version has no redeliver endpoint)." : `Redeliver ${id}: ${e.message}`);
   }

@@ -182,6 +182,36 @@ async fn a_run_two_destinations_started_shows_a_timeline_each_in_the_console() {
     let raw = b.eval("return document.getElementById('run-fields').textContent").await;
     assert!(raw.as_str().unwrap().contains("5:audit:parked_group"), "{raw}");
     keep_screenshot("run-destinations", &b.screenshot().await);
+
+    // A finished destination's own Redeliver sends the run to it alone: ci
+    // (a consumer group now, and a run that never kept a payload) is queued
+    // again, audit stays parked.
+    let keys = idemgate::keys::Keys::new(&ns).unwrap();
+    let mut c = crate::support::raw_conn().await;
+    let _: () =
+        redis::cmd("XGROUP").arg("CREATE").arg(keys.runs()).arg("ci").arg("$").query_async(&mut c).await.unwrap();
+    let _: () =
+        redis::cmd("HSET").arg(keys.run("run-1")).arg("payload_kept").arg("0").query_async(&mut c).await.unwrap();
+    let buttons = b
+        .eval("return [...document.querySelectorAll('button.redeliver-destination')].map(e => e.dataset.destination)")
+        .await;
+    assert_eq!(buttons, json!(["ci"]), "only a finished destination has one");
+    b.eval("window.confirm = () => true; return true").await;
+    b.click(".destination-timeline[data-destination='ci'] button.redeliver-destination").await;
+    let field = |name: &'static str| {
+        let key = keys.run("run-1");
+        async move {
+            let v: Option<String> =
+                redis::cmd("HGET").arg(key).arg(name).query_async(&mut crate::support::raw_conn().await).await.unwrap();
+            v.unwrap_or_default()
+        }
+    };
+    wait_for(Duration::from_secs(10), "ci's record of run-1 queued again", || async {
+        field("status").await == "queued"
+    })
+    .await;
+    assert_eq!(field("5:audit:status").await, "parked", "the audit log's record is its own");
+    assert_eq!(field("redeliveries").await, "1");
     let _ = b.cmd(reqwest::Method::DELETE, "", None).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
