@@ -17,7 +17,8 @@ use serde_json::json;
 
 use crate::redis::worker::{Workers, record};
 use crate::support::destination::{
-    Destination, Received, destination_worker, destination_worker_with, ok, secret, secrets_file,
+    Destination, Received, destination_status, destination_worker, destination_worker_with, destinations_config, ok,
+    secret, secrets_file,
 };
 use crate::support::{free_port, fresh_ns, raw_conn, redis_store_in, redis_url, temp_dir, wait_for};
 
@@ -536,16 +537,6 @@ fn a_bad_destination_stops_the_worker_naming_the_destination_and_the_key() {
     );
 }
 
-/// The status `destination` keeps in run `run_id`'s record (one record per
-/// destination: the owner's plain fields, the others' under enc(name):field);
-/// `None` while it has none (it has not started the run).
-fn destination_status(record: &HashMap<String, String>, destination: &str) -> Option<String> {
-    if record.get("group").map(String::as_str) == Some(destination) {
-        return record.get("status").cloned();
-    }
-    record.get(&format!("{}:{destination}:status", destination.len())).cloned()
-}
-
 /// The 99th percentile of `delays` (sorted here).
 fn p99(mut delays: Vec<Duration>) -> Duration {
     delays.sort();
@@ -568,26 +559,16 @@ async fn a_destination_down_for_20s_delays_no_other_and_gets_every_run_after() {
         Destination::start(|_, _| ok()).await,
     );
     let secrets = secrets_file(&dir, &[secret(5)]);
-    let table = |name: &str, url: String| {
-        format!(
-            "[destinations.{name}]\nurl = \"{url}\"\nsecret_file = \"{}\"\nmax_attempts = 50\nbackoff = \"500ms\"\n\
-             max_backoff = \"2s\"\nbreaker_max_cooldown = \"1s\"\n\n",
-            secrets.display()
-        )
-    };
-    let config = dir.join("idemgate.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "redis_url = \"{}\"\nnamespace = \"{ns}\"\n\n[worker]\nblock = \"200ms\"\nconcurrency = 4\n\
-             heartbeat_interval = \"200ms\"\n\n{}{}{}",
-            redis_url(),
-            table("a", up_a.url()),
-            table("b", down.url()),
-            table("c", up_c.url()),
+    let config = destinations_config(
+        &dir,
+        &format!(
+            "redis_url = \"{}\"\nnamespace = \"{ns}\"\n\n[worker]\nblock = \"200ms\"\nconcurrency = 4\nheartbeat_interval = \"200ms\"",
+            redis_url()
         ),
-    )
-    .unwrap();
+        &secrets,
+        "max_attempts = 50\nbackoff = \"500ms\"\nmax_backoff = \"2s\"\nbreaker_max_cooldown = \"1s\"",
+        &[("a", up_a.url()), ("b", down.url()), ("c", up_c.url())],
+    );
     let mut workers = Workers(["a", "b", "c"].iter().map(|d| destination_worker(&config, &dir, d, d)).collect());
     let runs = Keys::new(&ns).unwrap().runs();
     wait_for(Duration::from_secs(20), "the three destinations' groups", || async {
@@ -690,23 +671,15 @@ async fn three_destinations_keep_their_own_records_on_a_cluster() {
     })
     .await;
     let secrets = secrets_file(&dir, &[secret(6)]);
-    let table = |name: &str, url: String| {
-        format!(
-            "[destinations.{name}]\nurl = \"{url}\"\nsecret_file = \"{}\"\nbackoff = \"200ms\"\n\n",
-            secrets.display()
-        )
-    };
-    let config = dir.join("idemgate.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "namespace = \"{ns}\"\n\n[worker]\nblock = \"200ms\"\nconcurrency = 4\nheartbeat_interval = \"200ms\"\n\n{}{}{}",
-            table("a", a.url()),
-            table("b", b.url()),
-            table("c", c.url())
+    let config = destinations_config(
+        &dir,
+        &format!(
+            "namespace = \"{ns}\"\n\n[worker]\nblock = \"200ms\"\nconcurrency = 4\nheartbeat_interval = \"200ms\""
         ),
-    )
-    .unwrap();
+        &secrets,
+        "backoff = \"200ms\"",
+        &[("a", a.url()), ("b", b.url()), ("c", c.url())],
+    );
     let nodes = urls.join(",");
     let mut workers = Workers(
         ["a", "b", "c"]
@@ -794,20 +767,13 @@ async fn a_run_dead_for_two_destinations_is_retried_for_each() {
     };
     let (a, b) = (Destination::start(refuse_first).await, Destination::start(refuse_first).await);
     let secrets = secrets_file(&dir, &[secret(7)]);
-    let table = |name: &str, url: String| {
-        format!("[destinations.{name}]\nurl = \"{url}\"\nsecret_file = \"{}\"\nmax_attempts = 1\n\n", secrets.display())
-    };
-    let config = dir.join("idemgate.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "redis_url = \"{}\"\nnamespace = \"{ns}\"\n\n[worker]\nblock = \"200ms\"\n\n{}{}",
-            redis_url(),
-            table("a", a.url()),
-            table("b", b.url())
-        ),
-    )
-    .unwrap();
+    let config = destinations_config(
+        &dir,
+        &format!("redis_url = \"{}\"\nnamespace = \"{ns}\"\n\n[worker]\nblock = \"200ms\"", redis_url()),
+        &secrets,
+        "max_attempts = 1",
+        &[("a", a.url()), ("b", b.url())],
+    );
     create_runs(&ns).await;
     let mut workers =
         Workers(vec![destination_worker(&config, &dir, "a", "a"), destination_worker(&config, &dir, "b", "b")]);

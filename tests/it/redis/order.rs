@@ -358,32 +358,20 @@ async fn the_order_holds_per_destination() {
     let made = create_runs(&On::server().gate(&ns).await, 1..=keys, 0..per_key).await;
     let (failing, steady) =
         (receiver(|n| fails_first(n).then_some(StatusCode::INTERNAL_SERVER_ERROR)).await, receiver(|_| None).await);
-    let table = |name: &str, url: String| {
-        format!(
-            "[destinations.{name}]\nurl = \"{url}\"\nsecret_file = \"{}\"\nbackoff = \"200ms\"\nmax_attempts = 10\n\n",
-            secrets.display()
-        )
-    };
-    let config = dir.join("idemgate.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "redis_url = \"{}\"\nnamespace = \"{ns}\"\n\n[worker]\nblock = \"200ms\"\nconcurrency = 8\n\n{}{}",
-            redis_url(),
-            table("x", failing.url()),
-            table("y", steady.url())
+    let config = crate::support::destination::destinations_config(
+        &dir,
+        &format!(
+            "redis_url = \"{}\"\nnamespace = \"{ns}\"\n\n[worker]\nblock = \"200ms\"\nconcurrency = 8",
+            redis_url()
         ),
-    )
-    .unwrap();
+        &secrets,
+        "backoff = \"200ms\"\nmax_attempts = 10",
+        &[("x", failing.url()), ("y", steady.url())],
+    );
     let worker = |d: &str, consumer: &str| crate::support::destination::destination_worker(&config, &dir, d, consumer);
     let mut workers = Workers(vec![worker("x", "x1"), worker("x", "x2"), worker("y", "y1"), worker("y", "y2")]);
     let done_for = |r: &HashMap<String, String>, d: &str| {
-        let status = if r.get("group").map(String::as_str) == Some(d) {
-            r.get("status")
-        } else {
-            r.get(&format!("1:{d}:status"))
-        };
-        status.map(String::as_str) == Some("done")
+        crate::support::destination::destination_status(r, d).as_deref() == Some("done")
     };
     wait_for(Duration::from_secs(120), "every run done for both destinations", || async {
         let mut c = raw_conn().await;

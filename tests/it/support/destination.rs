@@ -3,6 +3,7 @@
 //! the worker signs with, a `--deliver` worker, and the run states the
 //! tests wait for.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -209,6 +210,36 @@ fn logged_worker(dir: &Path, log: &str) -> Command {
     let mut worker = Command::new(env!("CARGO_BIN_EXE_idemgate"));
     worker.arg("worker").env("RUST_LOG", "idemgate=debug").stdin(Stdio::null()).stdout(Stdio::null()).stderr(file);
     worker
+}
+
+/// `dir/idemgate.toml`: `head` (the top of the file: where Redis is, the
+/// namespace, the `[worker]` table), then a `[destinations.NAME]` table per
+/// (name, url) of `destinations`, each signing with the secrets file
+/// `secrets` and holding the TOML lines `each` too.
+pub(crate) fn destinations_config(
+    dir: &Path,
+    head: &str,
+    secrets: &Path,
+    each: &str,
+    destinations: &[(&str, String)],
+) -> PathBuf {
+    let mut text = format!("{head}\n");
+    for (name, url) in destinations {
+        text += &format!("\n[destinations.{name}]\nurl = \"{url}\"\nsecret_file = \"{}\"\n{each}\n", secrets.display());
+    }
+    let path = dir.join("idemgate.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The status `destination` keeps in a run record (one record per
+/// destination: the owner's plain fields, the others' under
+/// enc(name):field); `None` while it has none (it has not started the run).
+pub(crate) fn destination_status(record: &HashMap<String, String>, destination: &str) -> Option<String> {
+    if record.get("group").map(String::as_str) == Some(destination) {
+        return record.get("status").cloned();
+    }
+    record.get(&format!("{}:{destination}:status", destination.len())).cloned()
 }
 
 /// `idemgate worker --config FILE --destination NAME --consumer CONSUMER`,
