@@ -10,11 +10,8 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use axum::http::StatusCode;
-
-use super::harness::{Bench, BenchError, REPEATS, Spread, event, progress};
-use super::worker::{V1_SECRET, deliver_to_sink};
-use crate::gate::Gate;
+use super::harness::{Bench, BenchError, REPEATS, Spread, progress};
+use super::worker::{V1_SECRET, created_runs, deliver_to_sink, sink_answering_after};
 use crate::worker::breaker::BreakerConfig;
 
 /// The concurrencies measured.
@@ -65,17 +62,8 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
                 progress(&format!(
                     "worker --deliver to a sink that {sink_name}, concurrency {concurrency}, {runs} runs, round {round}"
                 ));
-                let keys = bench.keys(&format!("conc-{tag}-{concurrency}-{round}"))?;
-                let gate = Gate::new(["bench/repo"], bench.store(keys.clone()).await?);
-                for i in 0..runs {
-                    gate.handle("bench", &format!("c{i}"), &event(i)).await?;
-                }
-                let sink = axum::Router::new().fallback(move || async move {
-                    if slow {
-                        tokio::time::sleep(SLOW_ANSWER).await;
-                    }
-                    StatusCode::NO_CONTENT
-                });
+                let keys = created_runs(bench, &format!("conc-{tag}-{concurrency}-{round}"), "c", runs).await?;
+                let sink = sink_answering_after(if slow { SLOW_ANSWER } else { Duration::ZERO });
                 let group = format!("bench-conc-{tag}");
                 let took = deliver_to_sink(
                     bench,

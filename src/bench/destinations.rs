@@ -8,11 +8,8 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use axum::http::StatusCode;
-
-use super::harness::{Bench, BenchError, REPEATS, Spread, event, progress};
-use super::worker::{V1_SECRET, deliver_to_sink};
-use crate::gate::Gate;
+use super::harness::{Bench, BenchError, REPEATS, Spread, progress};
+use super::worker::{V1_SECRET, created_runs, deliver_to_sink, sink_answering_after};
 use crate::keys::Keys;
 use crate::redis_io::Conn;
 use crate::worker::breaker::BreakerConfig;
@@ -50,13 +47,13 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
             progress(&format!(
                 "one destination, sink {sink_name}, {runs} runs, concurrency {CONCURRENCY}, round {round}"
             ));
-            let keys = created(bench, &format!("dest-one-{}-{round}", latency.as_millis()), runs).await?;
+            let keys = created_runs(bench, &format!("dest-one-{}-{round}", latency.as_millis()), "d", runs).await?;
             let mut conn = bench.conn.clone();
             let took = deliver_to_sink(
                 bench,
                 &keys,
                 &mut conn,
-                sink(latency),
+                sink_answering_after(latency),
                 BreakerConfig::default(),
                 "only",
                 V1_SECRET,
@@ -69,14 +66,14 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
             progress(&format!(
                 "three destinations at once, sink {sink_name}, {runs} runs, concurrency {CONCURRENCY} each, round {round}"
             ));
-            let keys = created(bench, &format!("dest-three-{}-{round}", latency.as_millis()), runs).await?;
+            let keys = created_runs(bench, &format!("dest-three-{}-{round}", latency.as_millis()), "d", runs).await?;
             let (mut a, mut b, mut c) = (bench.conn.clone(), bench.conn.clone(), bench.conn.clone());
             let drained = |conn, group| {
                 deliver_to_sink(
                     bench,
                     &keys,
                     conn,
-                    sink(latency),
+                    sink_answering_after(latency),
                     BreakerConfig::default(),
                     group,
                     V1_SECRET,
@@ -115,26 +112,6 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
         )?;
     }
     Ok(())
-}
-
-/// `runs` runs created by the gate in the bench namespace `name`.
-async fn created(bench: &Bench<'_>, name: &str, runs: u64) -> Result<Keys, BenchError> {
-    let keys = bench.keys(name)?;
-    let gate = Gate::new(["bench/repo"], bench.store(keys.clone()).await?);
-    for i in 0..runs {
-        gate.handle("bench", &format!("d{i}"), &event(i)).await?;
-    }
-    Ok(keys)
-}
-
-/// A sink answering 204 after `latency`.
-fn sink(latency: Duration) -> axum::Router {
-    axum::Router::new().fallback(move || async move {
-        if !latency.is_zero() {
-            tokio::time::sleep(latency).await;
-        }
-        StatusCode::NO_CONTENT
-    })
 }
 
 /// The mean `MEMORY USAGE` of [`SAMPLED_RECORDS`] done run records spread over the `runs`.

@@ -21,9 +21,8 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 
-use super::harness::{Bench, BenchError, REPEATS, Spread, event, progress};
-use super::worker::wait_group_done;
-use crate::gate::Gate;
+use super::harness::{Bench, BenchError, REPEATS, Spread, progress};
+use super::worker::{created_runs, sink_answering_after, wait_group_done};
 
 /// The API token the bench's `idemgate serve` takes.
 const TOKEN: &str = "bench-traces-token";
@@ -61,7 +60,7 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
     };
     let endpoint = format!("http://{}", receiver.0);
     let sink = {
-        let app = axum::Router::new().fallback(|| async { StatusCode::NO_CONTENT });
+        let app = sink_answering_after(Duration::ZERO);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         (addr, tokio::spawn(async move { axum::serve(listener, app).await }))
@@ -159,11 +158,7 @@ async fn drain_runs(
     secret_file: &Path,
     tracing: Option<&str>,
 ) -> Result<Duration, BenchError> {
-    let keys = bench.keys(&format!("traces-{word}-{round}"))?;
-    let gate = Gate::new(["bench/repo"], bench.store(keys.clone()).await?);
-    for i in 0..runs {
-        gate.handle("bench", &format!("t{i}"), &event(i)).await?;
-    }
+    let keys = created_runs(bench, &format!("traces-{word}-{round}"), "t", runs).await?;
     let group = "bench-traces";
     let t = Instant::now();
     let mut child = idemgate(bench, tracing)

@@ -43,11 +43,7 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
     let (mut lib, mut http, mut parked, mut cli) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut signed_v1, mut signed_v1a) = (Vec::new(), Vec::new());
     for round in 1..=REPEATS {
-        let wkeys = bench.keys(&format!("worker{round}"))?;
-        let wgate = Gate::new(["bench/repo"], bench.store(wkeys.clone()).await?);
-        for i in 0..runs {
-            wgate.handle("bench", &format!("w{i}"), &event(i)).await?;
-        }
+        let wkeys = created_runs(bench, &format!("worker{round}"), "w", runs).await?;
         progress(&format!("worker library API, empty async handler, {runs} runs, round {round}"));
         let config = WorkerConfig { concurrency: 8, ..WorkerConfig::new("bench-lib") };
         let worker = Worker::connect(&bench.redis, wkeys.clone(), config).await?;
@@ -61,7 +57,7 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
         let _ = stop_tx.send(());
         running.await??;
         progress(&format!("worker --deliver to an in-process HTTP sink, {runs} runs, round {round}"));
-        let sink = axum::Router::new().fallback(|| async { StatusCode::NO_CONTENT });
+        let sink = sink_answering_after(Duration::ZERO);
         let took =
             deliver_to_sink(bench, &wkeys, &mut conn, sink, BreakerConfig::default(), "bench-http", V1_SECRET, 8)
                 .await?;
@@ -71,12 +67,8 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
             progress(&format!(
                 "worker --deliver signing {name}, concurrency {SIGNING_CONCURRENCY}, {runs} runs, round {round}"
             ));
-            let keys = bench.keys(&format!("worker-{name}-{round}"))?;
-            let gate = Gate::new(["bench/repo"], bench.store(keys.clone()).await?);
-            for i in 0..runs {
-                gate.handle("bench", &format!("s{i}"), &event(i)).await?;
-            }
-            let sink = axum::Router::new().fallback(|| async { StatusCode::NO_CONTENT });
+            let keys = created_runs(bench, &format!("worker-{name}-{round}"), "s", runs).await?;
+            let sink = sink_answering_after(Duration::ZERO);
             let group = format!("bench-{name}");
             let took = deliver_to_sink(
                 bench,
@@ -154,7 +146,7 @@ pub(super) async fn measure_ordered(bench: &Bench<'_>, out: &mut String) -> Resu
                     gate.handle("bench", &format!("o{j}-{n}"), &e).await?;
                 }
             }
-            let sink = axum::Router::new().fallback(|| async { StatusCode::NO_CONTENT });
+            let sink = sink_answering_after(Duration::ZERO);
             let group = format!("bench-order-{name}");
             let took = deliver_to_sink(
                 bench,
@@ -195,11 +187,7 @@ async fn deliver_with_parked(
     runs: u64,
     conn: &mut Conn,
 ) -> Result<(u64, Duration), BenchError> {
-    let keys = bench.keys(&format!("worker-parked{round}"))?;
-    let gate = Gate::new(["bench/repo"], bench.store(keys.clone()).await?);
-    for i in 0..runs {
-        gate.handle("bench", &format!("p{i}"), &event(i)).await?;
-    }
+    let keys = created_runs(bench, &format!("worker-parked{round}"), "p", runs).await?;
     let parked = |n: u64| n % 4 == 0;
     let sink = axum::Router::new().fallback(move |body: axum::body::Bytes| async move {
         let run: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
@@ -213,6 +201,27 @@ async fn deliver_with_parked(
     let breaker = BreakerConfig { failures: u32::MAX, ..BreakerConfig::default() };
     let took = deliver_to_sink(bench, &keys, conn, sink, breaker, "bench-parked", V1_SECRET, 8).await?;
     Ok(((0..runs).filter(|n| !parked(*n)).count() as u64, took))
+}
+
+/// `runs` runs created by the gate in the bench namespace `name`, their
+/// delivery ids `{id}0`, `{id}1`, …: the queue a worker section drains.
+pub(super) async fn created_runs(bench: &Bench<'_>, name: &str, id: &str, runs: u64) -> Result<Keys, BenchError> {
+    let keys = bench.keys(name)?;
+    let gate = Gate::new(["bench/repo"], bench.store(keys.clone()).await?);
+    for i in 0..runs {
+        gate.handle("bench", &format!("{id}{i}"), &event(i)).await?;
+    }
+    Ok(keys)
+}
+
+/// A sink answering 204, after `latency` (none when zero).
+pub(super) fn sink_answering_after(latency: Duration) -> axum::Router {
+    axum::Router::new().fallback(move || async move {
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+        StatusCode::NO_CONTENT
+    })
 }
 
 /// The runs of `keys` through a [`Destination`] (a library worker of
