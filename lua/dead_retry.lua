@@ -50,15 +50,11 @@ end
 -- The destinations this acts for, each with its fields: the named one, or
 -- every one the record has ('' for a record of an earlier version, whose
 -- plain fields have no owner's name).
-local destinations = {}
+local destinations
 if ARGV[4] ~= '' then
-  destinations[1] = {ARGV[4], destination_fields(KEYS[2], ARGV[4])}
+  destinations = {{ARGV[4], destination_fields(KEYS[2], ARGV[4])}}
 else
-  local r = redis.call('HMGET', KEYS[2], ${field_group}, ${field_other_destinations})
-  destinations[1] = {r[1] or '', nil}
-  for _, name in ipairs(other_destination_names(r[2])) do
-    destinations[#destinations + 1] = {name, destination_fields(KEYS[2], name)}
-  end
+  destinations = record_destinations(KEYS[2])
 end
 local status_of = {}
 for i, d in ipairs(destinations) do

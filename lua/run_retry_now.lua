@@ -19,15 +19,9 @@ ${destination}
 
 -- Every destination the run is parked for (lua/shared/destination.lua: one
 -- record each) is made due; the answer names the first.
-local r = redis.call('HMGET', KEYS[1], ${field_group}, ${field_other_destinations})
--- Each destination's fields, as {fields}: the owner's plain ones first (nil).
-local destinations = {{nil}}
-for _, name in ipairs(other_destination_names(r[2])) do
-  destinations[#destinations + 1] = {destination_fields(KEYS[1], name)}
-end
 local answer = nil
-for _, d in ipairs(destinations) do
-  F = d[1]
+for _, d in ipairs(record_destinations(KEYS[1])) do
+  F = d[2]
   local state = redis.call('HMGET', KEYS[1], ${field_status}, ${field_parked_group})
   if state[1] == ${status_parked} and state[2] then
     local group = state[2]

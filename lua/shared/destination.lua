@@ -27,6 +27,17 @@ end
 
 local prefixed_fields = {}
 
+-- The stored names of `group`'s fields when another destination owns the
+-- plain ones: enc(group) .. ':' .. field, built once per group and call.
+local function prefixed(group)
+  local fields = prefixed_fields[group]
+  if not fields then
+    fields = fields_with_prefix(#group .. ':' .. group .. ':')
+    prefixed_fields[group] = fields
+  end
+  return fields
+end
+
 -- Whether the destination `fields` are for owns the plain ones (nil: it does).
 local function owns_plain(fields)
   return fields == nil
@@ -41,12 +52,7 @@ local function fields_for_owner(owner, group)
   if not owner or owner == group then
     return nil
   end
-  local fields = prefixed_fields[group]
-  if not fields then
-    fields = fields_with_prefix(#group .. ':' .. group .. ':')
-    prefixed_fields[group] = fields
-  end
-  return fields
+  return prefixed(group)
 end
 
 -- fields_for_owner with the owner read from `record`.
@@ -89,19 +95,31 @@ local function other_destination_names(list)
   return names
 end
 
+-- Every destination `record` has, in its order, each as {name, fields}:
+-- the owner of the plain fields first ('' for a record of an earlier
+-- version, which names none; its fields nil), then `other_destinations`.
+local function record_destinations(record)
+  local r = redis.call('HMGET', record, ${field_group}, ${field_other_destinations})
+  local destinations = {{r[1] or '', nil}}
+  for _, name in ipairs(other_destination_names(r[2])) do
+    destinations[#destinations + 1] = {name, prefixed(name)}
+  end
+  return destinations
+end
+
 -- A destination that does not own the plain fields starts its first attempt
 -- on `record`: it joins `other_destinations` (once), and the record, which
 -- another destination may have finished and set to expire, lives while
 -- this one works on it.
 local function join_other_destinations(record, group)
   local list = redis.call('HGET', record, ${field_other_destinations})
+  local listed = false
   for _, name in ipairs(other_destination_names(list)) do
-    if name == group then
-      redis.call('PERSIST', record)
-      return
-    end
+    listed = listed or name == group
   end
-  redis.call('HSET', record, ${field_other_destinations}, (list or '') .. #group .. ':' .. group)
+  if not listed then
+    redis.call('HSET', record, ${field_other_destinations}, (list or '') .. #group .. ':' .. group)
+  end
   redis.call('PERSIST', record)
 end
 
@@ -120,7 +138,7 @@ local function others_unfinished(record, group, list)
   end
   for _, name in ipairs(other_destination_names(list)) do
     if name ~= group then
-      statuses[#statuses + 1] = #name .. ':' .. name .. ':' .. ${plain_field_status}
+      statuses[#statuses + 1] = prefixed(name).status
     end
   end
   if #statuses == 0 then
