@@ -42,7 +42,6 @@ ${run_fields}
 ${destination}
 ${holds}
 ${history}
-${order}
 ${done}
 ${release}
 
@@ -63,6 +62,10 @@ end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 mark_done(record, 7, ARGV[1], ARGV[2], ARGV[4], ARGV[6], ARGV[12], KEYS[5])
 if ARGV[14] then
+  -- The order functions are made here, for an ordered run alone: Redis
+  -- makes every function a script defines on each call, and an unordered
+  -- run pays nothing for ordering.
+${order}
   order_finished(ARGV[1], false, ARGV[6], ARGV[4])
 end
 local released = 0

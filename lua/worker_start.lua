@@ -1,8 +1,10 @@
 -- idemgate worker: begin one attempt of a run (docs/worker.md).
 -- Only the consumer that holds the stream entry may start an attempt, so a
 -- worker whose lease ran out cannot run the entry beside its new holder.
--- Starting resets the entry's idle time, so every attempt begins with a
--- whole lease.
+-- Every attempt begins with a whole lease: starting resets the entry's idle
+-- time, unless the worker's read did so moments before (ARGV[15]). The
+-- reset (XCLAIM) looks the entry up in the stream itself, about a quarter
+-- of this script's cost in Redis, so a fresh read skips it.
 --
 -- Idempotent per call: the worker sends one operation id per call and
 -- sends the same id again when it retries a call whose reply it lost. A
@@ -25,7 +27,11 @@
 --              out of attempts)
 -- ARGV[14]: backfill                '1': the run is a backfill for this group, a destination
 --                                   added with --from (its record's `backfill` names the group)
--- ARGV[15]: order_key               the entry's order key (lua/shared/order.lua); left off for an
+-- ARGV[15]: reset_idle              '1': reset the entry's idle time (XCLAIM); '': the read that
+--                                   handed the entry to this worker reset it moments ago
+--                                   (XREADGROUP >, XAUTOCLAIM), and the worker counts its lease
+--                                   from that read, so the start pays no second reset
+-- ARGV[16]: order_key               the entry's order key (lua/shared/order.lua); left off for an
 --                                   unordered run, which pays nothing for ordering
 -- Returns: {0, 0}        the entry is no longer held by this consumer (lost)
 --          {1, attempt, created_ms, payload, tries, trace}  run attempt number
@@ -75,7 +81,7 @@ end
 local attempts = tonumber(r[3] or '0') or 0
 local base = tonumber(r[4] or '0') or 0
 
-local order_key = ARGV[15] or ''
+local order_key = ARGV[16] or ''
 
 -- The chain's previous run of this run's key, for this group ('' unordered).
 local function previous_now()
@@ -126,7 +132,9 @@ if spent then
   return {2, attempts}
 end
 
-redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
+if ARGV[15] == '1' then
+  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
+end
 attempts = attempts + 1
 local fields = {${field_attempts}, attempts, ${field_status}, ${status_running}, ${field_worker}, ARGV[2],
   ${field_started_ms}, ARGV[4], ${field_updated_ms}, ARGV[4], ${field_op}, ARGV[6], ${field_op_result}, 1}

@@ -227,6 +227,7 @@ async fn order_key_rows(bench: &Bench<'_>, k: &Keys, gate: Gate) -> Result<Order
                         op: &format!("op-start-{}", entry.id),
                         retention_ms: ORDER_RETENTION_MS,
                         backfill: false,
+                        reset_idle: false,
                         order_key: Some(&order_key),
                     };
                     started.push((entry.id.clone(), run.run_id.clone(), call_on(&mut conn, &start).await?));
@@ -381,6 +382,7 @@ async fn finish_through_the_worker_scripts(
             op: "op-1",
             retention_ms,
             backfill: false,
+            reset_idle: false,
             order_key: None,
         };
         let attempt = match call_on(&mut conn, &start).await? {

@@ -19,6 +19,63 @@ use redis::{Cmd, RedisWrite, Script, ToRedisArgs, Value};
 use crate::error::Error;
 use crate::vocabulary::{AttemptOutcome, DeliveryRecord, RecordTail, RunFields, RunRecord, RunStatus, Status};
 
+/// `source` without the top-level functions (`local function NAME(` at
+/// the start of a line, to the next line that is exactly `end`: the style of
+/// every file of `lua/`) that nothing else in it names. Redis runs a
+/// script's whole chunk on every call, and each definition makes a closure
+/// then: the functions of a shared snippet that a script never calls would
+/// cost it Redis CPU on every call. A name counts wherever it appears
+/// outside a whole-line comment (in a string or a trailing comment too), so
+/// a function is dropped only when nothing can call it.
+fn without_unused_functions(source: &str) -> String {
+    let lines: Vec<&str> = source.lines().collect();
+    // Each top-level function: its name and its first and last lines.
+    let mut functions: Vec<(&str, usize, usize)> = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        if let Some(rest) = lines[i].strip_prefix("local function ") {
+            let name = rest.split('(').next().unwrap_or_default();
+            let last = (i + 1..lines.len())
+                .find(|&j| lines[j] == "end")
+                .filter(|&last| !lines[i + 1..last].iter().any(|l| l.starts_with("local function ")))
+                .unwrap_or_else(|| {
+                    panic!("lua: `local function {name}` has no `end` of its own at the start of a line")
+                });
+            functions.push((name, i, last));
+            i = last;
+        }
+        i += 1;
+    }
+    let names_in = |range: std::ops::Range<usize>| -> Vec<&str> {
+        lines[range]
+            .iter()
+            .filter(|l| !l.trim_start().starts_with("--"))
+            .flat_map(|l| l.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')))
+            .filter(|word| !word.is_empty())
+            .collect()
+    };
+    let inside = |line: usize| functions.iter().any(|&(_, first, last)| (first..=last).contains(&line));
+    let outside: Vec<usize> = (0..lines.len()).filter(|&l| !inside(l)).collect();
+    let mut wanted: Vec<&str> = outside.iter().flat_map(|&l| names_in(l..l + 1)).collect();
+    let mut used = std::collections::HashSet::new();
+    while let Some(word) = wanted.pop() {
+        if let Some(&(name, first, last)) = functions.iter().find(|(name, ..)| *name == word)
+            && used.insert(name)
+        {
+            wanted.extend(names_in(first + 1..last + 1));
+        }
+    }
+    let dropped = |line: usize| {
+        functions.iter().any(|&(name, first, last)| !used.contains(name) && (first..=last).contains(&line))
+    };
+    let mut kept: String =
+        lines.iter().enumerate().filter(|&(l, _)| !dropped(l)).map(|(_, line)| *line).collect::<Vec<_>>().join("\n");
+    if source.ends_with('\n') {
+        kept.push('\n');
+    }
+    kept
+}
+
 /// A script's reply as `T`; a reply of another shape is a Redis error.
 pub(super) fn decode<T: redis::FromRedisValue>(reply: Value) -> Result<T, Error> {
     Ok(redis::from_redis_value(reply).map_err(redis::RedisError::from)?)
@@ -70,7 +127,7 @@ impl LuaScript {
             let word = outcome.as_str();
             source.replace(&format!("${{outcome_{word}}}"), &format!("'{word}'"))
         });
-        let source = with_record_heads(&source);
+        let source = without_unused_functions(&with_record_heads(&source));
         Self { script: Script::new(&source), source }
     }
 
@@ -530,6 +587,53 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_loaded_script_keeps_the_functions_it_can_call_and_only_those() {
+        let template = "\
+-- used_by_a_comment() is not a call
+local function leaf(x)
+  return x
+end
+local function called(x)
+  if x then
+    return leaf(x)
+  end
+end
+local function unused(x)
+  return leaf(x)
+end
+local function named_in_a_string()
+  return 1
+end
+local function in_a_comment_only()
+  return 2
+end
+-- in_a_comment_only
+local t = {'named_in_a_string'}
+return called(1)
+";
+        let loaded = LuaScript::load(template);
+        let source = loaded.source();
+        for kept in ["local function leaf(", "local function called(", "local function named_in_a_string("] {
+            assert!(source.contains(kept), "{kept} was dropped:\n{source}");
+        }
+        for dropped in ["local function unused(", "local function in_a_comment_only("] {
+            assert!(!source.contains(dropped), "{dropped} was kept:\n{source}");
+        }
+        assert!(source.ends_with("return called(1)\n"));
+        // Every real script keeps what it calls: a call of a dropped
+        // function would be a global Redis refuses; the Redis tests run them.
+        for (name, script) in super::super::run_scripts::all() {
+            assert!(!script.source().contains("${"), "{name}: a placeholder is left");
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "has no `end` of its own")]
+    fn a_top_level_function_without_its_end_at_the_start_of_a_line_is_refused() {
+        LuaScript::load("local function f()\n  return 1 end\nlocal function g()\nend\nreturn f()\n");
+    }
+
     fn args<'a>(subject: &'a str, payload: &'a str, rewrite: bool) -> GateArgs<'a> {
         GateArgs {
             delivery_key: "k1",
@@ -691,6 +795,7 @@ mod tests {
                     op,
                     retention_ms: 9,
                     backfill: false,
+                    reset_idle: true,
                     order_key,
                 };
                 (c.script(), c.layout(), c.command())

@@ -63,6 +63,9 @@ pub struct StartCall<'a> {
     pub retention_ms: u64,
     /// Whether the run is a backfill for this destination (`--from`).
     pub backfill: bool,
+    /// Whether the start resets the entry's idle time: not when the read
+    /// that handed the entry over did so moments before.
+    pub reset_idle: bool,
     /// The entry's order key, for an ordered run (left off otherwise).
     pub order_key: Option<&'a str>,
 }
@@ -111,7 +114,8 @@ impl ScriptCall for StartCall<'_> {
             .arg("op", self.op)
             .arg("retention_ms", self.retention_ms)
             .arg("run_fields", &self.run.values()[..])
-            .arg("backfill", if self.backfill { "1" } else { "" });
+            .arg("backfill", if self.backfill { "1" } else { "" })
+            .arg("reset_idle", if self.reset_idle { "1" } else { "" });
         match self.order_key {
             Some(key) => layout.arg("order_key", key),
             None => layout,
@@ -740,6 +744,7 @@ mod tests {
             op: "op-1",
             retention_ms: 9,
             backfill: false,
+            reset_idle: false,
             order_key: None,
         }
     }
@@ -778,6 +783,7 @@ mod tests {
             "<action>",
             "<number>",
             "<delivery_id>",
+            "",
             "",
         ];
         assert_eq!(args, want);

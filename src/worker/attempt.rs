@@ -235,32 +235,33 @@ impl<H: Handler> RunTask<'_, H> {
         let q = &self.shared.queue;
         let max_attempts = self.config().max_attempts;
         let op = q.op();
+        let reset_idle = self.held.start_resets_idle(self.config().lease / 4);
         let sent = Instant::now();
-        let (attempt, tries, created_ms, payload, trace, previous) =
-            match self.until_answered("starting an attempt", || q.start(self.entry, max_attempts, &op)).await? {
-                Started::Run { attempt, tries, created_ms, payload, trace, previous } => {
-                    (attempt, tries, created_ms, payload, trace, previous)
-                }
-                Started::Waits => {
-                    // Its key is busy: the run before it hands it on when it finishes.
-                    tracing::debug!(run_id = self.run_id, "the run waits for its order key's line");
-                    return None;
-                }
-                Started::Dead(n) => {
-                    tracing::warn!(
-                        run_id = self.run_id,
-                        attempts = n,
-                        "the last attempt was lost with its worker; run is dead"
-                    );
-                    Counters::bump(&self.counters().dead);
-                    return None;
-                }
-                Started::Lost => {
-                    Counters::bump(&self.counters().lost);
-                    return None;
-                }
-            };
-        self.renewed_by_start(sent).await;
+        let started = self.until_answered("starting an attempt", || q.start(self.entry, max_attempts, &op, reset_idle));
+        let (attempt, tries, created_ms, payload, trace, previous) = match started.await? {
+            Started::Run { attempt, tries, created_ms, payload, trace, previous } => {
+                (attempt, tries, created_ms, payload, trace, previous)
+            }
+            Started::Waits => {
+                // Its key is busy: the run before it hands it on when it finishes.
+                tracing::debug!(run_id = self.run_id, "the run waits for its order key's line");
+                return None;
+            }
+            Started::Dead(n) => {
+                tracing::warn!(
+                    run_id = self.run_id,
+                    attempts = n,
+                    "the last attempt was lost with its worker; run is dead"
+                );
+                Counters::bump(&self.counters().dead);
+                return None;
+            }
+            Started::Lost => {
+                Counters::bump(&self.counters().lost);
+                return None;
+            }
+        };
+        self.renewed_by_start(reset_idle.then_some(sent)).await;
         let key = q.run_key_of(self.entry, created_ms.as_deref());
         let order = self.entry.order_key.clone().map(|key| Chain::from_script(q.keys(), key, previous));
         let run = match payload.map(Payload::from_json).transpose() {
@@ -271,12 +272,15 @@ impl<H: Handler> RunTask<'_, H> {
         Some(Begun { attempt, tries, run })
     }
 
-    /// The start script, first sent at `sent`, reset the idle time: the
+    /// The start script, first sent at `reset` (`None`: the read that
+    /// handed the entry over did, moments before), reset the idle time: the
     /// attempt has a whole lease, counted from before the first try (the one
     /// that may have run it).
-    async fn renewed_by_start(&self, sent: Instant) {
-        self.held.renew(sent);
-        if sent.elapsed() > self.config().lease / 4 {
+    async fn renewed_by_start(&self, reset: Option<Instant>) {
+        if let Some(sent) = reset {
+            self.held.renew(sent);
+        }
+        if self.held.since_renewed() > self.config().lease / 4 {
             // Redis was slow to answer: renew now rather than start short.
             let again = Instant::now();
             let extended = self.shared.queue.extend(std::slice::from_ref(&self.entry.id)).await;

@@ -361,7 +361,8 @@ impl Queue {
     }
 
     /// `lua/worker_start.lua`: begin the next attempt.
-    pub async fn start(&self, e: &StreamEntry, max_attempts: u32, op: &Op) -> Result<Started, Error> {
+    /// `reset_idle`: the start resets the entry's idle time (see [`StartCall::reset_idle`]).
+    pub async fn start(&self, e: &StreamEntry, max_attempts: u32, op: &Op, reset_idle: bool) -> Result<Started, Error> {
         let call = StartCall {
             consumer: self.as_consumer(),
             entry_id: &e.id,
@@ -371,6 +372,7 @@ impl Queue {
             op: &op.0,
             retention_ms: self.retention_ms,
             backfill: self.is_backfill(&e.id),
+            reset_idle,
             order_key: e.order_key.as_deref(),
         };
         self.redis.call(&call).await

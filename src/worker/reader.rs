@@ -47,13 +47,13 @@ pub(super) async fn read_loop<H: Handler>(
         permits.truncate(granted.max(1));
         let sent = Instant::now();
         match reader.next_entries(permits.len()).await {
-            Ok((entries, taken_over)) => {
+            Ok((entries, found)) => {
                 let unused = permits.len().saturating_sub(entries.len());
                 reader.shared.gate.give_back(unused as u64);
                 if entries.is_empty() && reader.shared.gate.paced() && !reader.wait_for_news().await {
                     break;
                 }
-                reader.hand_out(entries, taken_over, permits, sent)
+                reader.hand_out(entries, found, permits, sent)
             }
             Err(e) => {
                 reader.shared.gate.give_back(permits.len() as u64);
@@ -153,16 +153,16 @@ impl<H: Handler> Reader<H> {
 
     /// Up to `count` entries to run next: runs whose lease ran out (looked
     /// for every `claim_every`), else this consumer's own pending ones (when
-    /// it may hold some it is not running), else new ones; and whether they
-    /// were taken over (idle past the lease).
-    async fn next_entries(&mut self, count: usize) -> Result<(Vec<StreamEntry>, bool), WorkerError> {
+    /// it may hold some it is not running), else new ones; and which they are.
+    async fn next_entries(&mut self, count: usize) -> Result<(Vec<StreamEntry>, Found), WorkerError> {
         let claimed = self.claim_expired(count).await;
         if !claimed.is_empty() {
-            return Ok((claimed, true));
+            return Ok((claimed, Found::TakenOver));
         }
         if self.pending_after.is_none() && self.shared.take_recover() {
             self.pending_after = Some("0-0".to_owned());
         }
+        let found = if self.pending_after.is_some() { Found::OwnPending } else { Found::New };
         // With a pace, a read does not block: see `wait_for_news`.
         let block = !self.shared.gate.paced();
         let entries = self.shared.queue.read(count, self.pending_after.as_deref(), block).await?;
@@ -170,7 +170,7 @@ impl<H: Handler> Reader<H> {
             self.pending_after = entries.last().map(|l| l.id.clone());
             self.note_found_pending(&entries);
         }
-        Ok((entries, false))
+        Ok((entries, found))
     }
 
     /// With a pace, reads do not block (a blocked read would hold its
@@ -247,18 +247,18 @@ impl<H: Handler> Reader<H> {
     }
 
     /// Starts a run task for each entry not already in hand (see
-    /// [`take_in_hand`]), each with one of `permits`; `taken_over`: the
-    /// entries were idle past the lease; `sent` is when the read that
-    /// returned them was sent (the entries' idle time was reset no earlier).
+    /// [`take_in_hand`]), each with one of `permits`; `found`: which entries
+    /// the read returned; `sent` is when it was sent (an idle time it reset
+    /// was reset no earlier).
     fn hand_out(
         &mut self,
         entries: Vec<StreamEntry>,
-        taken_over: bool,
+        found: Found,
         mut permits: Vec<OwnedSemaphorePermit>,
         sent: Instant,
     ) {
         for entry in entries {
-            let Some((held, previous)) = take_in_hand(&self.shared.held, &entry.id, taken_over, sent) else {
+            let Some((held, previous)) = take_in_hand(&self.shared.held, &entry.id, found, sent) else {
                 // In our pending list while a task still has it.
                 continue;
             };
@@ -282,29 +282,41 @@ impl<H: Handler> Reader<H> {
     }
 }
 
-/// Records entry `id` as in hand: its new holder, and the run task that
-/// still holds it, if any (the new task starts once that one has ended);
+/// Where a read found the entries it returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Found {
+    /// New ones (`XREADGROUP … >`): the read reset their idle time.
+    New,
+    /// Ones idle past the lease, taken over (`XAUTOCLAIM`): reset too.
+    TakenOver,
+    /// This consumer's own pending list (`XREADGROUP … 0`): not reset.
+    OwnPending,
+}
+
+/// Records entry `id`, which a read sent at `sent` found, as in hand: its
+/// new holder, and the run task that still holds it, if any (the new task
+/// starts once that one has ended);
 /// `None` when a run task has it and keeps it (a look at this consumer's
 /// own pending list found it).
 ///
 /// An entry taken again by this worker while a task holds it must run, or
 /// it would sit claimed by nobody's task for a whole lease: one the task
-/// gave back, and one taken over (`taken_over`), since an entry of a live
+/// gave back, and one taken over ([`Found::TakenOver`]), since an entry of a live
 /// task is idle past the lease only once the task gave it back (the give
 /// back reaches Redis before its answer reaches the task) or went past its
 /// fence. Either way that task is ending.
 fn take_in_hand(
     held: &Mutex<HashMap<String, Arc<Held>>>,
     id: &str,
-    taken_over: bool,
+    found: Found,
     sent: Instant,
 ) -> Option<(Arc<Held>, Option<Arc<Held>>)> {
     let mut all = lock(held);
     let previous = all.get(id).cloned();
-    if previous.as_ref().is_some_and(|h| !taken_over && !h.is_given_back()) {
+    if previous.as_ref().is_some_and(|h| found != Found::TakenOver && !h.is_given_back()) {
         return None;
     }
-    let new = Arc::new(Held::new(sent));
+    let new = Arc::new(Held::new(sent, found != Found::OwnPending));
     all.insert(id.to_owned(), new.clone());
     Some((new, previous))
 }
@@ -329,10 +341,10 @@ mod tests {
     async fn an_entry_taken_over_from_a_task_still_holding_it_runs_once_that_task_ends() {
         let held = Mutex::new(HashMap::new());
         let now = Instant::now();
-        let (first, none) = take_in_hand(&held, "1-0", false, now).unwrap();
+        let (first, none) = take_in_hand(&held, "1-0", Found::New, now).unwrap();
         assert!(none.is_none());
-        assert!(take_in_hand(&held, "1-0", false, now).is_none(), "a pending look leaves it to its task");
-        let (second, previous) = take_in_hand(&held, "1-0", true, now).expect("taken over: it must run");
+        assert!(take_in_hand(&held, "1-0", Found::OwnPending, now).is_none(), "a pending look leaves it to its task");
+        let (second, previous) = take_in_hand(&held, "1-0", Found::TakenOver, now).expect("taken over: it must run");
         let previous = previous.expect("after the task that still holds it");
         assert!(Arc::ptr_eq(&previous, &first));
         assert!(Arc::ptr_eq(&lock(&held)["1-0"], &second));
@@ -343,7 +355,7 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), waiting).await.unwrap().unwrap();
         // A task that gave its entry back yields it to a look at the pending list too.
         second.mark_given_back();
-        let (_, previous) = take_in_hand(&held, "1-0", false, now).unwrap();
+        let (_, previous) = take_in_hand(&held, "1-0", Found::OwnPending, now).unwrap();
         assert!(previous.is_some_and(|p| Arc::ptr_eq(&p, &second)));
     }
 }

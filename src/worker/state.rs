@@ -148,8 +148,13 @@ pub(super) struct Held {
     /// Notified when another worker has taken the entry.
     pub lost: Notify,
     /// The latest instant known to precede a reset of the entry's idle time
-    /// in Redis (a renewal, or the start of an attempt).
+    /// in Redis (the read that handed it over, a renewal, or the start of
+    /// an attempt).
     renewed: Mutex<Instant>,
+    /// The read that handed the entry over reset its idle time (a new
+    /// entry, or one taken over); a look at this consumer's own pending
+    /// list does not.
+    read_reset_idle: bool,
     /// The run task gave the entry back (its idle time set past the lease,
     /// for any worker to take) and is ending: the lease keeper must not
     /// renew it, and the reader may take it again at once.
@@ -161,10 +166,13 @@ pub(super) struct Held {
 }
 
 impl Held {
-    pub fn new(renewed: Instant) -> Self {
+    /// An entry handed over by a read sent at `read`, which reset the
+    /// entry's idle time or not (`read_reset_idle`).
+    pub fn new(read: Instant, read_reset_idle: bool) -> Self {
         Self {
             lost: Notify::new(),
-            renewed: Mutex::new(renewed),
+            renewed: Mutex::new(read),
+            read_reset_idle,
             given_back: AtomicBool::new(false),
             ended: AtomicBool::new(false),
             end: Notify::new(),
@@ -203,6 +211,19 @@ impl Held {
     pub fn renew(&self, sent: Instant) {
         let mut r = lock(&self.renewed);
         *r = (*r).max(sent);
+    }
+
+    /// How long since the entry's idle time was last known reset.
+    pub fn since_renewed(&self) -> Duration {
+        lock(&self.renewed).elapsed()
+    }
+
+    /// Whether an attempt starting now must reset the entry's idle time to
+    /// begin with a whole lease: the read did not reset it, or did so more
+    /// than `fresh` ago (an attempt may start late: after a take-over it
+    /// waits for the task that still held the entry).
+    pub fn start_resets_idle(&self, fresh: Duration) -> bool {
+        !self.read_reset_idle || self.since_renewed() > fresh
     }
 
     /// Completes once the lease has gone `limit` without a renewal.

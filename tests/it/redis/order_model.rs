@@ -575,6 +575,7 @@ impl World {
             op: &op,
             retention_ms: 0,
             backfill: false,
+            reset_idle: true,
             order_key: Some(&hand.order_key),
         };
         let got = self.redis.call(&call).await.map_err(redis_err)?;

@@ -906,3 +906,66 @@ async fn worker_writes_a_done_record_again_whole_only_after_a_long_payload() {
     drop(stop_tx);
     let _ = running.await;
 }
+
+/// Starting an attempt resets the entry's idle time only when the worker
+/// asks: a read that handed the entry over moments before reset it already
+/// (lua/worker_start.lua, ARGV reset_idle), and the reset costs a lookup
+/// of the entry in the stream.
+#[tokio::test]
+async fn worker_start_resets_the_idle_time_only_when_asked() {
+    use idemgate::redis_io::call_on;
+    use idemgate::redis_io::worker_scripts::{Consumer, StartCall, Started};
+    use idemgate::vocabulary::RunFields;
+    let ns = fresh_ns("wreset");
+    let keys = Keys::new(&ns).unwrap();
+    gate_runs(&ns, 2, 1).await;
+    let mut c = raw_conn().await;
+    let _: () =
+        redis::cmd("XGROUP").arg("CREATE").arg(keys.runs()).arg("g").arg("0").query_async(&mut c).await.unwrap();
+    let read: redis::streams::StreamReadReply = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("g")
+        .arg("c")
+        .arg("COUNT")
+        .arg(2)
+        .arg("STREAMS")
+        .arg(keys.runs())
+        .arg(">")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let entries: Vec<_> = read.keys.into_iter().flat_map(|k| k.ids).collect();
+    assert_eq!(entries.len(), 2);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let consumer = Consumer { keys: &keys, group: "g", name: "c" };
+    let mut idle_after_start = Vec::new();
+    for (entry, reset_idle) in entries.iter().zip([false, true]) {
+        let run = RunFields::read(|name| entry.get::<String>(name).unwrap_or_default());
+        let start = StartCall {
+            consumer,
+            entry_id: &entry.id,
+            run: &run,
+            now_ms: 1,
+            max_attempts: 3,
+            op: &format!("op-{}", entry.id),
+            retention_ms: 0,
+            backfill: false,
+            reset_idle,
+            order_key: None,
+        };
+        let started = call_on(&mut c, &start).await.unwrap();
+        assert!(matches!(started, Started::Run { attempt: 1, .. }), "{started:?}");
+        let pending: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+            .arg(keys.runs())
+            .arg("g")
+            .arg(&entry.id)
+            .arg(&entry.id)
+            .arg(1)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        idle_after_start.push(pending[0].2);
+    }
+    assert!(idle_after_start[0] >= 300, "not asked: the idle time runs on from the read: {idle_after_start:?}");
+    assert!(idle_after_start[1] < 300, "asked: the idle time starts again: {idle_after_start:?}");
+}
