@@ -32,6 +32,11 @@ fn colour() -> bool {
 /// Those spans are the exporter's alone: the log layer never sees them, so
 /// a log line is the same with traces on or off (no `request{…}:` prefix)
 /// and no span's fields are formatted for a log that does not print them.
+/// A span carries the attributes `idemgate::otel` gives it and nothing of
+/// the bridge's own (no `code.*` source location, `thread.*`, `target`,
+/// `busy_ns` or `idle_ns`): they describe the binary's source lines,
+/// threads and polls, not the request or the run, and each attribute costs
+/// its conversion and encoding in every export.
 /// The OpenTelemetry layer does not make a span's context the current
 /// OpenTelemetry context on each poll (nothing in the binary reads it: a
 /// span's parent is the `tracing` span it runs in, and the headers a
@@ -49,7 +54,14 @@ pub fn init(format: LogFormat, default: &str, tracer: Option<opentelemetry_sdk::
     };
     let traces = tracer.map(|tracer| {
         let spans = tracing_subscriber::filter::Targets::new().with_target(OTEL_TARGET, tracing::Level::INFO);
-        tracing_opentelemetry::layer().with_tracer(tracer).with_context_activation(false).with_filter(spans)
+        tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            .with_context_activation(false)
+            .with_location(false)
+            .with_threads(false)
+            .with_target(false)
+            .with_tracked_inactivity(false)
+            .with_filter(spans)
     });
     tracing_subscriber::registry().with(log.with_filter(filter.and(NotTraceSpans))).with(traces).init();
 }
