@@ -59,9 +59,9 @@ pub fn server_span(method: &str, route: Option<&str>, headers: &HeaderMap) -> Sp
     let span = tracing::info_span!(
         target: "idemgate::otel",
         "request",
-        otel.name = %name,
+        otel.name = name.as_str(),
         otel.kind = "server",
-        http.request.method = %method,
+        http.request.method = method,
         http.route = route,
         http.response.status_code = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
@@ -90,8 +90,8 @@ pub fn gate_span(provider: &str, delivery_id: &str) -> Span {
     tracing::info_span!(
         target: "idemgate::otel",
         "gate",
-        idemgate.provider = %provider,
-        idemgate.delivery_id = %delivery_id,
+        idemgate.provider = provider,
+        idemgate.delivery_id = delivery_id,
         idemgate.outcome = tracing::field::Empty,
         idemgate.run_id = tracing::field::Empty,
     )
@@ -114,14 +114,14 @@ pub fn record_outcome(span: &Span, outcome: &str, run_id: Option<&str>) {
 /// A `probe` of a parked run (it counts no attempt; `attempt` is the run's
 /// latest) is named `probe` and marked `idemgate.probe`, in the same trace.
 pub fn attempt_span(destination: &str, run_id: &str, attempt: u32, parent: Option<&str>, probe: bool) -> Span {
-    let name = if probe { "probe".to_owned() } else { format!("attempt {attempt}") };
+    let name = if probe { std::borrow::Cow::Borrowed("probe") } else { format!("attempt {attempt}").into() };
     let span = tracing::info_span!(
         target: "idemgate::otel",
         "attempt",
-        otel.name = %name,
+        otel.name = &*name,
         otel.kind = "client",
-        idemgate.destination = %destination,
-        idemgate.run_id = %run_id,
+        idemgate.destination = destination,
+        idemgate.run_id = run_id,
         idemgate.attempt = attempt,
         idemgate.probe = probe.then_some(true),
         http.response.status_code = tracing::field::Empty,

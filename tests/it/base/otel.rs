@@ -197,6 +197,14 @@ async fn a_delivery_joins_its_callers_trace_with_a_gate_span() {
     assert_eq!(attribute(gate, "idemgate.delivery_id"), "d-1");
     assert_eq!(attribute(gate, "idemgate.outcome"), "created");
     assert_eq!(attribute(gate, "idemgate.run_id"), "run-1");
+    // These attributes and none of the tracing bridge's own (code.*, thread.*, busy_ns, …).
+    let keys = |s: &Span| {
+        let mut keys: Vec<String> = s.attributes.iter().map(|kv| kv.key.clone()).collect();
+        keys.sort_unstable();
+        keys
+    };
+    assert_eq!(keys(server), ["http.request.method", "http.response.status_code", "http.route"]);
+    assert_eq!(keys(gate), ["idemgate.delivery_id", "idemgate.outcome", "idemgate.provider", "idemgate.run_id"]);
     assert!(
         gate.start_time_unix_nano >= server.start_time_unix_nano
             && gate.end_time_unix_nano <= server.end_time_unix_nano
