@@ -45,7 +45,6 @@ script!(RUN_READ, "run_read.lua");
 
 /// Every script of this module (and of [`super::parked_scripts`] and
 /// [`super::destination_scripts`]) with its file name, for checks over all of them.
-/// Every script of this module (and of [`super::parked_scripts`]) with its file name, for checks over all of them.
 pub fn all() -> [(&'static str, &'static LuaScript); 23] {
     [
         ("worker_start.lua", &WORKER_START),

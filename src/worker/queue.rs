@@ -52,6 +52,17 @@ fn entry_id(id: &str) -> Option<(u64, u64)> {
     Some((ms.parse().ok()?, seq.parse().ok()?))
 }
 
+/// The id a group created with `--from ms` starts at (the last id it has
+/// read): the last one of the millisecond before `ms`, so that every entry
+/// of `ms` on is read, `ms-0` included (a run the gate created in that very
+/// millisecond; `ms-0` itself would leave it out).
+fn last_id_before(ms: u64) -> String {
+    match ms.checked_sub(1) {
+        Some(before) => format!("{before}-{}", u64::MAX),
+        None => "0".to_owned(),
+    }
+}
+
 /// The stream entry field that marks a run handed on by its key's line
 /// (lua/shared/order.lua): addressed to the group, but not yet admitted by
 /// its filter (a run may enter a line on its reader's behalf).
@@ -200,7 +211,7 @@ impl Queue {
                 let call = JoinCall {
                     keys: self.keys(),
                     destination: &self.group,
-                    from_id: from.map(|ms| format!("{ms}-0")),
+                    from_id: from.map(last_id_before),
                     declared,
                 };
                 match self.redis.call(&call).await? {
@@ -602,4 +613,20 @@ fn stream_entries(reply: redis::Value) -> Vec<(String, Option<HashMap<String, re
 /// atomic script. Workers call this every trim interval; operators may too.
 pub async fn trim_runs(conn: &mut Conn, keys: &Keys) -> Result<Trimmed, Error> {
     crate::redis_io::call_on(conn, &TrimCall { keys }).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Redis starts a group after the id it is created at: from `ms` on,
+    /// that is the last id of the millisecond before (`ms-0` would leave out
+    /// the entry `ms-0`, a run created in that very millisecond).
+    #[test]
+    fn a_group_from_ms_starts_after_the_millisecond_before() {
+        assert_eq!(last_id_before(1_764_400_000_000), "1764399999999-18446744073709551615");
+        assert_eq!(last_id_before(0), "0");
+        let before = entry_id(&last_id_before(7)).unwrap();
+        assert!(before < (7, 0) && before > (6, u64::MAX - 1));
+    }
 }
