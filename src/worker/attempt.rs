@@ -235,7 +235,7 @@ impl<H: Handler> RunTask<'_, H> {
         let q = &self.shared.queue;
         let max_attempts = self.config().max_attempts;
         let op = q.op();
-        let reset_idle = self.held.start_resets_idle(self.config().lease / 4);
+        let reset_idle = self.held.start_resets_idle(self.config().fresh_lease());
         let sent = Instant::now();
         let started = self.until_answered("starting an attempt", || q.start(self.entry, max_attempts, &op, reset_idle));
         let (attempt, tries, created_ms, payload, trace, previous) = match started.await? {
@@ -280,7 +280,7 @@ impl<H: Handler> RunTask<'_, H> {
         if let Some(sent) = reset {
             self.held.renew(sent);
         }
-        if self.held.since_renewed() > self.config().lease / 4 {
+        if self.held.since_renewed() > self.config().fresh_lease() {
             // Redis was slow to answer: renew now rather than start short.
             let again = Instant::now();
             let extended = self.shared.queue.extend(std::slice::from_ref(&self.entry.id)).await;

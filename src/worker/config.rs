@@ -163,6 +163,14 @@ impl WorkerConfig {
         }
     }
 
+    /// How recently a lease must have been renewed (or reset by the read
+    /// that handed the entry over) for an attempt to start on it without a
+    /// renewal of its own: a quarter of the lease. An older one is renewed
+    /// first, so no attempt starts with less than three quarters of it.
+    pub fn fresh_lease(&self) -> Duration {
+        self.lease / 4
+    }
+
     /// How long an attempt may run without a lease renewal before this
     /// worker stops it: the lease minus a safety margin (a quarter of the
     /// lease, at most 5s). The worker times each renewal from before it was

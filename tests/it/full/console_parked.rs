@@ -188,8 +188,7 @@ async fn a_run_two_destinations_started_shows_a_timeline_each_in_the_console() {
     // again, audit stays parked.
     let keys = idemgate::keys::Keys::new(&ns).unwrap();
     let mut c = crate::support::raw_conn().await;
-    let _: () =
-        redis::cmd("XGROUP").arg("CREATE").arg(keys.runs()).arg("ci").arg("$").query_async(&mut c).await.unwrap();
+    crate::support::create_group(&mut c, &keys.runs(), "ci", "$").await;
     let _: () =
         redis::cmd("HSET").arg(keys.run("run-1")).arg("payload_kept").arg("0").query_async(&mut c).await.unwrap();
     let buttons = b

@@ -13,7 +13,7 @@ use idemgate::vocabulary::Settings;
 use serde_json::{Value, json};
 
 use crate::base::ops::{idemgate, stdout};
-use crate::support::{RedisProcess, free_port, fresh_ns, raw_conn, redis_store_in, redis_url};
+use crate::support::{RedisProcess, create_group, free_port, fresh_ns, raw_conn, read_new, redis_store_in, redis_url};
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -180,20 +180,8 @@ async fn stats_counts_keys_and_streams() {
     // A consumer group that has read one entry and acknowledged none; one dead run.
     let mut c = raw_conn().await;
     let keys = Keys::new(&ns).unwrap();
-    let _: () =
-        redis::cmd("XGROUP").arg("CREATE").arg(keys.runs()).arg("workers").arg("0").query_async(&mut c).await.unwrap();
-    let _: redis::Value = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg("workers")
-        .arg("w1")
-        .arg("COUNT")
-        .arg(1)
-        .arg("STREAMS")
-        .arg(keys.runs())
-        .arg(">")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    create_group(&mut c, &keys.runs(), "workers", "0").await;
+    assert_eq!(read_new(&mut c, &keys.runs(), "workers", "w1", 1).await.len(), 1);
     let _: String = redis::cmd("XADD")
         .arg(keys.runs_dead())
         .arg("*")

@@ -315,15 +315,7 @@ async fn write_parked_runs(ns: &str, n: u64) {
     let due = idemgate::units::now_ms() + 3_600_000;
     let mut c = crate::support::raw_conn().await;
     // The group's workers joined the runs stream: `stats` reads the groups it lists.
-    let () = redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg(keys.runs())
-        .arg("g")
-        .arg("$")
-        .arg("MKSTREAM")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    crate::support::create_group(&mut c, &keys.runs(), "g", "$").await;
     for chunk in (1..=n).collect::<Vec<_>>().chunks(1000) {
         let mut pipe = redis::pipe();
         for i in chunk {

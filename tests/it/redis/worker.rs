@@ -19,7 +19,7 @@ use redis::AsyncCommands;
 use serde_json::{Value, json};
 
 use crate::support::proxy::{Proxy, contains};
-use crate::support::{fresh_ns, raw_conn, redis_store_in, redis_url, temp_dir, wait_for};
+use crate::support::{create_group, fresh_ns, raw_conn, read_new, redis_store_in, redis_url, temp_dir, wait_for};
 
 /// Gates `runs` new runs in `ns` (identities `o/r` `push` `1..=runs`), each
 /// delivered `copies` times under different delivery ids, concurrently.
@@ -514,20 +514,9 @@ async fn stream_ids(c: &mut idemgate::redis_io::Conn, key: &str) -> Vec<String> 
     r.ids.into_iter().map(|e| e.id).collect()
 }
 
+/// The ids `read_new` hands consumer `c` of `group`.
 async fn read_group(c: &mut idemgate::redis_io::Conn, key: &str, group: &str, count: usize) -> Vec<String> {
-    let r: redis::streams::StreamReadReply = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg(group)
-        .arg("c")
-        .arg("COUNT")
-        .arg(count)
-        .arg("STREAMS")
-        .arg(key)
-        .arg(">")
-        .query_async(c)
-        .await
-        .unwrap();
-    r.keys.into_iter().flat_map(|k| k.ids).map(|e| e.id).collect()
+    read_new(c, key, group, "c", count).await.into_iter().map(|e| e.id).collect()
 }
 
 #[tokio::test]
@@ -543,7 +532,7 @@ async fn worker_trim_keeps_every_unacknowledged_entry() {
     // No group yet: a group created later starts at 0 and needs everything.
     assert_eq!(trim_runs(&mut c, &keys).await.unwrap().removed, 0);
     for g in ["g1", "g2"] {
-        let _: () = redis::cmd("XGROUP").arg("CREATE").arg(&key).arg(g).arg("0").query_async(&mut c).await.unwrap();
+        create_group(&mut c, &key, g, "0").await;
     }
     // Groups that have read nothing: nothing goes.
     assert_eq!(trim_runs(&mut c, &keys).await.unwrap().removed, 0);
@@ -564,7 +553,7 @@ async fn worker_trim_keeps_every_unacknowledged_entry() {
     assert_eq!(stream_ids(&mut c, &key).await, ids[4..]);
 
     // A third group that starts late at 0 would need everything left: it is kept.
-    let _: () = redis::cmd("XGROUP").arg("CREATE").arg(&key).arg("g3").arg("0").query_async(&mut c).await.unwrap();
+    create_group(&mut c, &key, "g3", "0").await;
     assert_eq!(trim_runs(&mut c, &keys).await.unwrap().removed, 0);
     let _: () = redis::cmd("XGROUP").arg("DESTROY").arg(&key).arg("g3").query_async(&mut c).await.unwrap();
 
@@ -920,21 +909,8 @@ async fn worker_start_resets_the_idle_time_only_when_asked() {
     let keys = Keys::new(&ns).unwrap();
     gate_runs(&ns, 2, 1).await;
     let mut c = raw_conn().await;
-    let _: () =
-        redis::cmd("XGROUP").arg("CREATE").arg(keys.runs()).arg("g").arg("0").query_async(&mut c).await.unwrap();
-    let read: redis::streams::StreamReadReply = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg("g")
-        .arg("c")
-        .arg("COUNT")
-        .arg(2)
-        .arg("STREAMS")
-        .arg(keys.runs())
-        .arg(">")
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    let entries: Vec<_> = read.keys.into_iter().flat_map(|k| k.ids).collect();
+    create_group(&mut c, &keys.runs(), "g", "0").await;
+    let entries = read_new(&mut c, &keys.runs(), "g", "c", 2).await;
     assert_eq!(entries.len(), 2);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let consumer = Consumer { keys: &keys, group: "g", name: "c" };

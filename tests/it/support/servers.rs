@@ -695,3 +695,42 @@ pub async fn serve_state(state: idemgate::http::AppState) -> (std::net::SocketAd
     }));
     (addr, tx)
 }
+
+/// Joins consumer group `group` to `stream` at `start` (`0`: every entry,
+/// `$`: only new ones), making the stream if it is not there, as a worker's
+/// first start does.
+pub async fn create_group(c: &mut Conn, stream: &str, group: &str, start: &str) {
+    let () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(stream)
+        .arg(group)
+        .arg(start)
+        .arg("MKSTREAM")
+        .query_async(c)
+        .await
+        .unwrap();
+}
+
+/// Up to `count` entries of `stream` that `group` has handed to no one yet,
+/// now pending for `consumer`: the read a worker makes (`XREADGROUP … >`).
+pub async fn read_new(
+    c: &mut Conn,
+    stream: &str,
+    group: &str,
+    consumer: &str,
+    count: usize,
+) -> Vec<redis::streams::StreamId> {
+    let read: redis::streams::StreamReadReply = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(group)
+        .arg(consumer)
+        .arg("COUNT")
+        .arg(count)
+        .arg("STREAMS")
+        .arg(stream)
+        .arg(">")
+        .query_async(c)
+        .await
+        .unwrap();
+    read.keys.into_iter().flat_map(|k| k.ids).collect()
+}
