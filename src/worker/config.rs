@@ -117,8 +117,9 @@ pub const DEFAULT_CONCURRENCY: usize = 4;
 /// with a `url`) handles at once: an HTTP attempt mostly waits on its
 /// destination, and the drain against concurrency (`idemgate bench`,
 /// scripts/worker-drain.sh) chose it: past 128 a fast destination lost
-/// drain on a 2-vCPU host (docs/destinations.md#concurrency-why-128). A library worker that hands
-/// runs to a [`crate::worker::deliver::Destination`] sets it itself.
+/// drain on a 2-vCPU host (docs/destinations.md#concurrency-why-128). A
+/// library worker that hands runs to a
+/// [`crate::worker::deliver::Destination`] sets it itself.
 pub const DEFAULT_DELIVER_CONCURRENCY: usize = 128;
 
 /// The exponential shorthand's default number of attempts before a run is
