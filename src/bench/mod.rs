@@ -12,7 +12,7 @@
 //! 4. [`baseline`]: a hand-rolled multi-round-trip gate, and a race it loses.
 //! 5. [`connections`]: a pool against multiplexed connections.
 //! 6. [`worker`]: runs per second through the worker, and ordered runs (`order_by`) against unordered.
-//! 7. [`concurrency`]: `idemgate worker --deliver`'s drain at concurrency 4 to 64, to a
+//! 7. [`concurrency`]: `idemgate worker --deliver`'s drain at concurrency 4 to 512, to a
 //!    sink answering at once and to one answering after 50 ms.
 //! 8. [`traces`]: `idemgate worker --deliver` and `idemgate serve`, traced against untraced.
 //! 9. [`filter`]: what a destination's payload filter costs the worker per run.
