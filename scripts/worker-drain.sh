@@ -7,10 +7,11 @@
 # POST /v1/deliveries (so each version writes its own record shapes); then,
 # after CONFIG RESETSTAT, BINARY's worker delivers them at CONCURRENCY
 # (`default`: no --concurrency given, so the binary's default) to a sink on
-# loopback that answers 204. Prints one line: runs/s from the
-# sink's first to its RUNS-th request, and Redis's CPU per delivered run:
-# the server's own (INFO cpu, user + system, everything the worker made it
-# do: scripts, reads, heartbeats, networking), and the scripts' alone
+# loopback that answers 204 (scripts/lib/sink.py). Prints one line: runs/s
+# from the sink's first request to the first of its RUNS-th run, and
+# Redis's CPU per delivered run: the server's own (INFO cpu, user +
+# system, everything the worker made it do: scripts, reads, heartbeats,
+# networking), and the scripts' alone
 # (INFO commandstats' usec of EVALSHA and EVAL; the commands a script calls
 # are counted there too, so commandstats are not summed over every command),
 # the runs each XREADGROUP brought, and the bytes of a done run's record
@@ -32,106 +33,46 @@
 #                    rate of one second).
 set -euo pipefail
 BIN=$1 C=$2 N=$3 LABEL=${4:-$(basename "$1")}
-D=$(mktemp -d)
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-RP=$(free_port) SP=$(free_port) KP=$(free_port)
-cleanup() {
-  for p in ${WPID:-} ${KPID:-} ${SPID:-}; do kill "$p" 2>/dev/null || true; done
-  redis-cli -p "$RP" shutdown nosave >/dev/null 2>&1 || true
-  rm -rf "$D"
-}
-trap cleanup EXIT
-redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --logfile "$D/redis.log"
-until redis-cli -p "$RP" ping >/dev/null 2>&1; do sleep 0.05; done
-R="redis://127.0.0.1:$RP"
+. "$(dirname "$0")/lib/loopback.sh"
+SP=$(free_port) KP=$(free_port)
 
 "$BIN" serve --redis-url "$R" --namespace drain --listen "127.0.0.1:$SP" --allowed-repo o/r >"$D/serve.log" 2>&1 &
 SPID=$!
+PIDS+=("$SPID")
 until curl -s -o /dev/null "127.0.0.1:$SP/healthz"; do sleep 0.05; done
-python3 - "$SP" "$N" <<'PY'
-import http.client, json, sys, threading
-port, n = int(sys.argv[1]), int(sys.argv[2])
-def post(k):
-    c = http.client.HTTPConnection("127.0.0.1", port)
-    for i in range(k, n, 8):
-        event = {"org": "o", "repo": "r", "action": "push", "number": i}
-        c.request("POST", "/v1/deliveries", json.dumps({"provider": "drain", "delivery_id": f"d-{i}", "event": event}),
-                  {"content-type": "application/json"})
-        r = c.getresponse(); r.read()
-        assert r.status == 202, (r.status, i)
-threads = [threading.Thread(target=post, args=(k,)) for k in range(8)]
-for t in threads: t.start()
-for t in threads: t.join()
-PY
+python3 "$LIB/post.py" "$SP" drain "$N"
 kill "$SPID"; wait "$SPID" 2>/dev/null || true
 
-echo "whsec_$(head -c 24 /dev/urandom | base64)" >"$D/secret"
-python3 - "$KP" "$D/sink.out" "$N" "${SINK_DELAY_MS:-0}" <<'PY' &
-import asyncio, sys, time
-port, out, want, delay = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]) / 1000
-state = {"n": 0, "first": None, "accepted": 0, "open": 0, "most_open": 0}
-ANSWER = b"HTTP/1.1 204 No Content\r\n\r\n"
-class Sink(asyncio.Protocol):
-    def connection_made(self, t):
-        self.t, self.buf = t, b""
-        state["accepted"] += 1
-        state["open"] += 1
-        state["most_open"] = max(state["most_open"], state["open"])
-    def connection_lost(self, exc):
-        state["open"] -= 1
-    def answer(self):
-        if not self.t.is_closing():
-            self.t.write(ANSWER)
-    def data_received(self, data):
-        self.buf += data
-        while (end := self.buf.find(b"\r\n\r\n")) >= 0:
-            length = 0
-            for line in self.buf[:end].decode("latin-1").lower().split("\r\n"):
-                if line.startswith("content-length:"):
-                    length = int(line.split(":", 1)[1])
-            if len(self.buf) < end + 4 + length:
-                return
-            self.buf = self.buf[end + 4 + length:]
-            now = time.monotonic_ns()
-            state["first"] = state["first"] or now
-            state["n"] += 1
-            # The client sends its next request on a connection only after
-            # this answer, so answers on one connection stay in order.
-            if delay:
-                asyncio.get_running_loop().call_later(delay, self.answer)
-            else:
-                self.answer()
-            if state["n"] == want:
-                with open(out, "w") as f:
-                    f.write(f"{state['first']} {now} {state['n']} {state['accepted']} {state['most_open']}\n")
-async def main():
-    server = await asyncio.get_running_loop().create_server(Sink, "127.0.0.1", port, backlog=1024)
-    await server.serve_forever()
-asyncio.run(main())
-PY
-KPID=$!
-until python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$KP),1)" 2>/dev/null; do sleep 0.05; done
+SECRET=$(deliver_secret)
+python3 "$LIB/sink.py" "$KP" "$D/sink.out" "$N" "${SINK_DELAY_MS:-0}" 2>"$D/sink.err" &
+PIDS+=($!)
+wait_listening "$KP"
 redis-cli -p "$RP" config resetstat >/dev/null
-cpu_before=$(redis-cli -p "$RP" info cpu | tr -d '\r')
+cpu_before=$(redis_cpu)
 concurrency=()
 [ "$C" = default ] || concurrency=(--concurrency "$C")
 if [ -n "${RATE:-}" ]; then
   printf '[destinations.g]\nurl = "http://127.0.0.1:%s/hook"\nsecret_file = "%s"\nrate = "%s"\n%s' \
-    "$KP" "$D/secret" "$RATE" "${BURST:+burst = $BURST
+    "$KP" "$SECRET" "$RATE" "${BURST:+burst = $BURST
 }" >"$D/idemgate.toml"
   handler=(--config "$D/idemgate.toml" --destination g)
 else
-  handler=(--group g --deliver "http://127.0.0.1:$KP/hook" --deliver-secret-file "$D/secret")
+  handler=(--group g --deliver "http://127.0.0.1:$KP/hook" --deliver-secret-file "$SECRET")
 fi
 "$BIN" worker --redis-url "$R" --namespace drain "${handler[@]}" "${concurrency[@]}" >"$D/worker.log" 2>&1 &
 WPID=$!
+PIDS+=("$WPID")
 for _ in $(seq 1 3000); do [ -s "$D/sink.out" ] && break; sleep 0.1; done
-[ -s "$D/sink.out" ] || { echo "the sink did not get $N requests; worker log:" >&2; tail -20 "$D/worker.log" >&2; exit 1; }
+[ -s "$D/sink.out" ] || {
+  echo "the sink did not get $N runs; the sink's and the worker's logs:" >&2
+  tail -n 20 "$D/sink.err" "$D/worker.log" >&2
+  exit 1
+}
 sleep 0.5 # the last acknowledgements
 peak_rss_kib=$(awk '/^VmHWM:/ { print $2 }' "/proc/$WPID/status")
 kill "$WPID"; wait "$WPID" 2>/dev/null || true
 read -r first last count accepted most_open <"$D/sink.out"
-cpu_after=$(redis-cli -p "$RP" info cpu | tr -d '\r')
+cpu_after=$(redis_cpu)
 stats=$(redis-cli -p "$RP" info commandstats | tr -d '\r')
 # A done run's record: the mean MEMORY USAGE of up to 100 of them, spread over the runs.
 bytes=$(for n in $(seq 1 $(( (N + 99) / 100 )) "$N"); do
@@ -143,9 +84,7 @@ import re, sys
 label, c, first, last, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 accepted, most_open, rss_kib = sys.argv[10], sys.argv[11], int(sys.argv[12])
 delay, rate, burst = sys.argv[13], sys.argv[14], sys.argv[15]
-def cpu(info):
-    return sum(float(v) for v in re.findall(r"^used_cpu_(?:user|sys):([\d.]+)$", info, re.M))
-server_us = (cpu(sys.argv[7]) - cpu(sys.argv[6])) * 1e6
+server_us = (float(sys.argv[7]) - float(sys.argv[6])) * 1e6
 stats = sys.argv[8]
 script_us = sum(int(u) for u in re.findall(r"^cmdstat_(?:evalsha|eval):calls=\d+,usec=(\d+),", stats, re.M))
 scripts = sum(int(n) for n in re.findall(r"^cmdstat_(?:evalsha|eval):calls=(\d+),", stats, re.M))
