@@ -47,11 +47,13 @@ ${release}
 
 
 -- Read in the plain names with the owner (lua/shared/destination.lua);
--- again under this destination's names when it is another's.
-local record = read_for_done(${field_group})
+-- again under this destination's names when it is another's. An ordered
+-- run's hand-on (order_finished) reads its fields of the record here too.
+local order_fields = ARGV[14] and {${field_order_key}, ${field_order_on_dead}, ${field_created_ms}} or {}
+local record = read_for_done(${field_group}, unpack(order_fields))
 F = fields_for_owner(record[8], ARGV[1])
 if not owns_plain(F) then
-  record = read_for_done(nil)
+  record = read_for_done(${field_group}, unpack(order_fields))
 end
 if record[1] == ${status_done} and record[2] == ARGV[2] then
   return {1, 0}
@@ -66,7 +68,7 @@ if ARGV[14] then
   -- makes every function a script defines on each call, and an unordered
   -- run pays nothing for ordering.
 ${order}
-  order_finished(ARGV[1], false, ARGV[6], ARGV[4])
+  order_finished(ARGV[1], false, ARGV[6], ARGV[4], {record[9], record[10], record[11]})
 end
 local released = 0
 if redis.call('EXISTS', KEYS[4]) == 1 then

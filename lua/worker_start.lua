@@ -83,33 +83,35 @@ local base = tonumber(r[4] or '0') or 0
 
 local order_key = ARGV[16] or ''
 
--- The chain's previous run of this run's key, for this group ('' unordered).
-local function previous_now()
-  if order_key == '' then
-    return ''
-  end
-  return redis.call('HGET', order_key_of(order_key), 'p:' .. ARGV[1]) or ''
-end
-
 local again, first = replayed(ARGV[6], r[1], r[2])
 if again then
   -- The retried call gets the first call's answer, payload included.
-  return {first, attempts, r[6], r[7], attempts - base, r[8], previous_now()}
+  local previous = order_key ~= '' and redis.call('HGET', order_key_of(order_key), 'p:' .. ARGV[1]) or ''
+  return {first, attempts, r[6], r[7], attempts - base, r[8], previous}
 end
 if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return {0, 0}
 end
+-- The chain's previous run of this run's key, for this group ('' unordered).
+local previous = ''
 -- An ordered run starts only at the head of its key's line, the runs read
 -- before it having entered first (docs/worker.md, "One at a time, in
 -- order, per key"); else it waits in the line holding no entry.
 if order_key ~= '' then
   order_catch_up(ARGV[1], ARGV[3])
-  if order_enter(order_key, ARGV[1], ARGV[8]) == 'line' then
+  local place, was_head
+  place, previous, was_head = order_enter(order_key, ARGV[1], ARGV[8])
+  if place == 'line' then
     order_wait(KEYS[2], ARGV[1], ARGV[3], run_field_pairs(function(i) return ARGV[7 + i] end))
     redis.call('HSET', KEYS[2], ${field_op}, ARGV[6], ${field_op_result}, 3)
     return {3}
   end
-  order_unblocked(ARGV[1], order_key)
+  previous = previous or ''
+  -- A line is blocked only behind a dead head: this run, only if it was
+  -- the head before this call and has been attempted (a dead run retried).
+  if was_head and attempts > 0 then
+    order_unblocked(ARGV[1], order_key)
+  end
 end
 local unfinished = attempts > 0 and r[5] == ${status_running}
 local spent = attempts - base >= tonumber(ARGV[5])
@@ -167,4 +169,4 @@ if ARGV[14] == '1' then
 end
 redis.call('HSET', KEYS[2], unpack(fields))
 redis.call('HDEL', KEYS[2], ${field_next_attempt_ms}, ${field_parked_group}, ${field_entry_id}, ${field_order_wait})
-return {1, attempts, r[6], r[7], attempts - base, r[8], previous_now()}
+return {1, attempts, r[6], r[7], attempts - base, r[8], previous}

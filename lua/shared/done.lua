@@ -33,14 +33,10 @@ local LISTPACK_VALUE_MAX = 64
 
 -- The record's fields mark_done reads, in one HMGET: status, worker,
 -- attempts, history, payload, redeliveries, other_destinations, and the
--- caller's `also` (nil: none) at [8].
-local function read_for_done(also)
-  if also then
-    return redis.call('HMGET', KEYS[2], ${field_status}, ${field_worker}, ${field_attempts}, ${field_history},
-      ${field_payload}, ${field_redeliveries}, ${field_other_destinations}, also)
-  end
+-- caller's own (none or more) from [8] on.
+local function read_for_done(...)
   return redis.call('HMGET', KEYS[2], ${field_status}, ${field_worker}, ${field_attempts}, ${field_history},
-    ${field_payload}, ${field_redeliveries}, ${field_other_destinations})
+    ${field_payload}, ${field_redeliveries}, ${field_other_destinations}, ...)
 end
 
 -- Writes `set` (name, value, ...) and deletes `del` (names; never one of

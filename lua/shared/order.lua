@@ -46,23 +46,24 @@ end
 
 -- Puts `run_id` at the head of `key`'s line for `group` when the key has
 -- none, else at the back of the line. Answers 'head' or 'line' (also when
--- it was there already).
+-- it was there already), then the chain's previous run for `group` (`p:`,
+-- read in the same HMGET; nil: none), then whether it was the head already.
 local function order_enter(key, group, run_id)
   local okey = order_key_of(key)
-  local st = redis.call('HMGET', okey, 'h:' .. group, 'l:' .. group)
+  local st = redis.call('HMGET', okey, 'h:' .. group, 'l:' .. group, 'p:' .. group)
   if st[1] == run_id then
-    return 'head'
+    return 'head', st[3], true
   end
   if order_in_line(st[2], run_id) then
-    return 'line'
+    return 'line', st[3], false
   end
   redis.call('PERSIST', okey)
   if not st[1] then
     redis.call('HSET', okey, 'h:' .. group, run_id)
-    return 'head'
+    return 'head', st[3], false
   end
   redis.call('HSET', okey, 'l:' .. group, (st[2] or ' ') .. run_id .. ' ')
-  return 'line'
+  return 'line', st[3], false
 end
 
 -- A run put in a line waits there with no entry: its record keeps what
@@ -74,12 +75,21 @@ local function order_wait(record, group, entry_id, pairs_of_fields)
   redis.call('XACK', ORDER_RUNS, group, entry_id)
 end
 
+-- Digit strings without leading zeros (as Redis writes ids) compared as
+-- numbers: the shorter is the smaller, else the first in byte order. (No
+-- tonumber: a sequence may pass 2^53, and converting costs more than this.)
+local function order_digits_before(a, b)
+  return #a < #b or (#a == #b and a < b)
+end
+
 -- Stream ids compared as numbers: ms, then sequence.
 local function order_id_before(a, b)
   local am, as = string.match(a, '^(%d+)-(%d+)$')
   local bm, bs = string.match(b, '^(%d+)-(%d+)$')
-  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
-  return am < bm or (am == bm and as < bs)
+  if am ~= bm then
+    return order_digits_before(am, bm)
+  end
+  return order_digits_before(as, bs)
 end
 
 -- Enters, in stream order, every ordered entry of `group` before `upto`
@@ -87,9 +97,22 @@ end
 -- `upto`. Only entries the group still holds unacknowledged can be waiting
 -- to enter, so the window starts at the later of the group's mark and its
 -- oldest pending entry: it spans what the group's workers read at once.
+-- Mostly the group holds no entry between its mark and `upto` (runs start
+-- about in stream order): one look at the pending list between the two
+-- (a seek in the group's own index, where XRANGE walks the stream's
+-- entries to reach the mark) finds none, and nothing can be waiting.
 local function order_catch_up(group, upto)
   local entered_key = ORDER_BASE .. 'order-entered'
   local mark = redis.call('HGET', entered_key, group)
+  if mark then
+    if not order_id_before(mark, upto) then
+      return
+    end
+    if #redis.call('XPENDING', ORDER_RUNS, group, '(' .. mark, '(' .. upto, 1) == 0 then
+      redis.call('HSET', entered_key, group, upto)
+      return
+    end
+  end
   local oldest = redis.call('XPENDING', ORDER_RUNS, group)[2]
   -- The window's first id, and the bound XRANGE takes for it: the oldest
   -- pending entry itself, or the first entry after the mark.
@@ -110,13 +133,21 @@ local function order_catch_up(group, upto)
         local record = ORDER_RUN_PREFIX .. run_id
         -- Only a run still waiting to start for this group enters: an old
         -- entry of a run that ran, or was passed over, stays where it is.
-        with_destination(record, group, function()
-          if destination_status(record) == ${status_queued} then
-            if order_enter(key, group, run_id) == 'line' then
-              order_wait(record, group, e[1], run_field_pairs(function(i) return f[RUN_FIELDS[i]] or '' end))
-            end
+        -- The owner and the plain status in one read (with_destination's
+        -- two, when the group owns the plain fields or nobody does yet).
+        local o = redis.call('HMGET', record, ${plain_field_group}, ${plain_field_status})
+        local saved = F
+        F = fields_for_owner(o[1], group)
+        local status = o[2]
+        if not owns_plain(F) then
+          status = destination_status(record)
+        end
+        if status == ${status_queued} then
+          if order_enter(key, group, run_id) == 'line' then
+            order_wait(record, group, e[1], run_field_pairs(function(i) return f[RUN_FIELDS[i]] or '' end))
           end
-        end)
+        end
+        F = saved
       end
     end
   end
@@ -194,9 +225,10 @@ end
 -- The run of this script's record (KEYS[2]) is finished for `group`:
 -- hands its key's line on if it is ordered. `dead` says it is dead, which
 -- hands on only under `order_on_dead = "skip"` (a `block` key waits for
--- it to be retried to done, or skipped).
-local function order_finished(group, dead, retention_ms, now)
-  local o = redis.call('HMGET', KEYS[2], ${field_order_key}, ${field_order_on_dead}, ${field_created_ms})
+-- it to be retried to done, or skipped). `o`: the record's order_key,
+-- order_on_dead and created_ms, when the caller read them already.
+local function order_finished(group, dead, retention_ms, now, o)
+  o = o or redis.call('HMGET', KEYS[2], ${field_order_key}, ${field_order_on_dead}, ${field_created_ms})
   if not o[1] then
     return
   end
