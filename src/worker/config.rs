@@ -117,9 +117,10 @@ pub const DEFAULT_CONCURRENCY: usize = 4;
 /// with a `url`) handles at once: an HTTP attempt mostly waits on its
 /// destination, and the drain against concurrency (`idemgate bench`,
 /// scripts/worker-drain.sh) chose it: 256 slots drained a 50 ms
-/// destination 2.6 to 4 times what 64 did, and one answering at once as
-/// fast (docs/destinations.md#concurrency-why-256). A library worker that
-/// hands runs to a [`crate::worker::deliver::Destination`] sets it itself.
+/// destination 1.5 to 4 times what 64 did, and one answering at once within
+/// the rounds' spread in three sittings of four (0.68 times in the busiest)
+/// (docs/destinations.md#concurrency-why-256). A library worker that hands
+/// runs to a [`crate::worker::deliver::Destination`] sets it itself.
 pub const DEFAULT_DELIVER_CONCURRENCY: usize = 256;
 
 /// The exponential shorthand's default number of attempts before a run is
