@@ -37,7 +37,7 @@ for i = 1, #state, 2 do
   local field, value = state[i], state[i + 1]
   local group = string.match(field, '^h:(.*)$')
   if group and value == run_id and (ARGV[1] == '' or ARGV[1] == group) then
-    local status = with_destination(KEYS[2], group, function() return destination_status(KEYS[2]) end)
+    local status = with_destination(KEYS[2], group, function(status) return status end)
     if status == ${status_dead} then
       released[#released + 1] = group
     else

@@ -11,7 +11,9 @@
 # from the sink's first request to the first of its RUNS-th run, and
 # Redis's CPU per delivered run: the server's own (INFO cpu, user +
 # system, everything the worker made it do: scripts, reads, heartbeats,
-# networking), and the scripts' alone
+# networking), the gate's while serve queued the runs (what creating a run
+# cost, as the same figure: what the two share out between them can move
+# from one to the other), and the worker's scripts alone
 # (INFO commandstats' usec of EVALSHA and EVAL; the commands a script calls
 # are counted there too, so commandstats are not summed over every command),
 # the runs each XREADGROUP brought, and the bytes of a done run's record
@@ -31,6 +33,11 @@
 #                    the connections open at once.
 #   BURST=N          with RATE: the destination's `burst` (default: the
 #                    rate of one second).
+#   COMMANDS=1       a second line: each command Redis ran during the drain
+#                    (INFO commandstats; those a script called counted
+#                    under their own names too), its calls and usec per
+#                    delivered run, costliest first: where a run's Redis
+#                    CPU goes, to compare two versions command by command.
 set -euo pipefail
 BIN=$1 C=$2 N=$3 LABEL=${4:-$(basename "$1")}
 . "$(dirname "$0")/lib/loopback.sh"
@@ -40,7 +47,9 @@ SP=$(free_port) KP=$(free_port)
 SPID=$!
 PIDS+=("$SPID")
 until curl -s -o /dev/null "127.0.0.1:$SP/healthz"; do sleep 0.05; done
+gate_before=$(redis_cpu)
 python3 "$LIB/post.py" "$SP" drain "$N"
+gate_after=$(redis_cpu)
 kill "$SPID"; wait "$SPID" 2>/dev/null || true
 
 SECRET=$(deliver_secret)
@@ -79,19 +88,24 @@ bytes=$(for n in $(seq 1 $(( (N + 99) / 100 )) "$N"); do
   redis-cli -p "$RP" memory usage "idemgate:{drain}:run:run-$n" samples 0
 done | awk '{ s += $1; k++ } END { printf "%.0f", k ? s / k : 0 }')
 python3 - "$LABEL" "$C" "$first" "$last" "$count" "$cpu_before" "$cpu_after" "$stats" "$bytes" \
-  "$accepted" "$most_open" "$peak_rss_kib" "${SINK_DELAY_MS:-0}" "${RATE:-}" "${BURST:-}" <<'PY'
+  "$accepted" "$most_open" "$peak_rss_kib" "${SINK_DELAY_MS:-0}" "${RATE:-}" "${BURST:-}" "${COMMANDS:-}" "$gate_before" "$gate_after" <<'PY'
 import re, sys
 label, c, first, last, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 accepted, most_open, rss_kib = sys.argv[10], sys.argv[11], int(sys.argv[12])
 delay, rate, burst = sys.argv[13], sys.argv[14], sys.argv[15]
 server_us = (float(sys.argv[7]) - float(sys.argv[6])) * 1e6
+gate_us = (float(sys.argv[18]) - float(sys.argv[17])) * 1e6
 stats = sys.argv[8]
 script_us = sum(int(u) for u in re.findall(r"^cmdstat_(?:evalsha|eval):calls=\d+,usec=(\d+),", stats, re.M))
 scripts = sum(int(n) for n in re.findall(r"^cmdstat_(?:evalsha|eval):calls=(\d+),", stats, re.M))
 reads = sum(int(n) for n in re.findall(r"^cmdstat_xreadgroup:calls=(\d+),", stats, re.M))
 paced = f"\trate {rate} burst {burst or 'default'}" if rate else ""
 print(f"{label}\tconcurrency {c}\tsink {delay} ms{paced}\t{count} runs\t{count / ((last - first) / 1e9):.0f} runs/s\t"
-      f"Redis CPU {server_us / count:.1f} us/run\tscripts {script_us / count:.1f} us/run\t{scripts / count:.2f} script calls/run\t"
+      f"Redis CPU {server_us / count:.1f} us/run\tgate's {gate_us / count:.1f} us/run\tscripts {script_us / count:.1f} us/run\t{scripts / count:.2f} script calls/run\t"
       f"{count / max(reads, 1):.1f} runs/read\t{sys.argv[9]} B per done record\t"
       f"{accepted} connections ({most_open} open at most)\tworker peak RSS {rss_kib / 1024:.1f} MiB")
+if sys.argv[16]:
+    per_run = sorted(((int(u) / count, int(n) / count, name)
+                      for name, n, u in re.findall(r"^cmdstat_(\S+?):calls=(\d+),usec=(\d+),", stats, re.M)), reverse=True)
+    print(f"{label}\tcommands per run:\t" + "\t".join(f"{name} {n:.2f} calls {u:.1f} us" for u, n, name in per_run))
 PY

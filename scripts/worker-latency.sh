@@ -11,9 +11,10 @@
 # and notes when each run's first request arrived. Prints one line: the
 # latency from the 202 to that request (p50, p90, p99, max) of the runs
 # sent after the first second, the first second's own max (the worker's
-# warm-up: it opens its connections to the sink as the slots first fill,
-# which delays the first runs by a few to tens of ms and would otherwise
-# be most of the p99), the rate the sink saw, and Redis's CPU per run (INFO cpu, user + system: the gate's
+# warm-up: it opens its connections to the sink as the slots first fill;
+# until the worker loaded its scripts at start, its first starts also each
+# loaded the start script, 10-25 ms in all; reported apart, as it would
+# otherwise be most of the p99), the rate the sink saw, and Redis's CPU per run (INFO cpu, user + system: the gate's
 # script and the worker's, reads, heartbeats, idle polls included, so it
 # grows as the rate falls). Both clocks are CLOCK_MONOTONIC on one
 # machine. Needs redis-server, redis-cli, curl and python3 on PATH. Used

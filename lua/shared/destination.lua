@@ -73,11 +73,19 @@ local function destination_status(record)
   return status
 end
 
--- Runs fn() with F chosen for `group` in `record`, and gives F back after.
+-- Runs fn(status) with F chosen for `group` in `record`, `status` being
+-- the run's status for `group` (destination_status), and gives F back
+-- after. The owner and the plain status come in one HMGET: only a
+-- destination that does not own the plain fields reads its own status.
 local function with_destination(record, group, fn)
   local saved = F
-  F = destination_fields(record, group)
-  local result = fn()
+  local o = redis.call('HMGET', record, ${field_group}, ${plain_field_status})
+  F = fields_for_owner(o[1], group)
+  local status = o[2]
+  if not owns_plain(F) then
+    status = destination_status(record)
+  end
+  local result = fn(status)
   F = saved
   return result
 end

@@ -133,21 +133,11 @@ local function order_catch_up(group, upto)
         local record = ORDER_RUN_PREFIX .. run_id
         -- Only a run still waiting to start for this group enters: an old
         -- entry of a run that ran, or was passed over, stays where it is.
-        -- The owner and the plain status in one read (with_destination's
-        -- two, when the group owns the plain fields or nobody does yet).
-        local o = redis.call('HMGET', record, ${plain_field_group}, ${plain_field_status})
-        local saved = F
-        F = fields_for_owner(o[1], group)
-        local status = o[2]
-        if not owns_plain(F) then
-          status = destination_status(record)
-        end
-        if status == ${status_queued} then
-          if order_enter(key, group, run_id) == 'line' then
+        with_destination(record, group, function(status)
+          if status == ${status_queued} and order_enter(key, group, run_id) == 'line' then
             order_wait(record, group, e[1], run_field_pairs(function(i) return f[RUN_FIELDS[i]] or '' end))
           end
-        end
-        F = saved
+        end)
       end
     end
   end

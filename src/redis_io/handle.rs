@@ -90,6 +90,27 @@ impl RedisHandle {
         self.bounded(conn.on_slot_of(&self.keys.run_counter(), cmd)).await
     }
 
+    /// `SCRIPT LOAD`s `scripts` where the namespace lives, at a start.
+    /// Without it, every call that meets a fresh Redis's empty script cache
+    /// loads its script itself: a worker's first runs, started side by
+    /// side, each compiled the same 35 KB start script (about 0.4 ms of
+    /// Redis apiece, one after another), and its first second's wait grew
+    /// from a few ms to 10-25 ms (BENCHMARKS.md, issue 44). Redis answers a
+    /// script it already holds without compiling it again, so a later start
+    /// costs one hash per script. A NOSCRIPT later (a restart, a failover,
+    /// `SCRIPT FLUSH`) still loads on demand ([`eval`]), so a failure here
+    /// is only logged.
+    pub async fn preload(&self, scripts: &[&LuaScript]) {
+        for script in scripts {
+            let mut load = redis::cmd("SCRIPT");
+            load.arg("LOAD").arg(script.source());
+            if let Err(e) = self.on_namespace_slot::<String>(&load).await {
+                tracing::warn!(error = %e, "could not load the scripts before the first calls; each loads on its first call");
+                return;
+            }
+        }
+    }
+
     /// Runs `cmd` on every primary, each answer with its address (`None`
     /// for the one server; see [`Conn::on_every_primary`]).
     pub async fn on_every_primary<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<Vec<(Option<String>, T)>, Error> {

@@ -43,6 +43,29 @@ script!(RUN_RELEASE, "run_release.lua");
 script!(DEAD_RETRY, "dead_retry.lua");
 script!(RUN_READ, "run_read.lua");
 
+/// The scripts `idemgate worker` calls, loaded when it starts
+/// ([`super::RedisHandle::preload`]).
+pub fn worker() -> [&'static LuaScript; 16] {
+    [
+        &WORKER_START,
+        &WORKER_DONE,
+        &WORKER_FAIL,
+        &WORKER_UNCOUNT,
+        &WORKER_GIVE_BACK,
+        &WORKER_EXTEND,
+        &WORKER_LEAVE,
+        &WORKER_TRIM,
+        &WORKER_WAKE,
+        &WORKER_PROBE_TAKE,
+        &WORKER_PROBE_END,
+        &WORKER_SKIP,
+        &super::parked_scripts::PAYLOAD_EXPIRE,
+        &super::destination_scripts::DESTINATION_TAKE,
+        &super::destination_scripts::DESTINATION_HOLD,
+        &super::destination_scripts::DESTINATION_JOIN,
+    ]
+}
+
 /// Every script of this module (and of [`super::parked_scripts`] and
 /// [`super::destination_scripts`]) with its file name, for checks over all of them.
 pub fn all() -> [(&'static str, &'static LuaScript); 23] {

@@ -10,7 +10,7 @@ use super::{BoxFuture, Call, HeldRun, Store, Stored};
 use crate::error::Error;
 use crate::keys::Keys;
 use crate::redis_io::run_scripts::{RunFinishCall, RunReleaseCall};
-use crate::redis_io::scripts::{GateArgs, GateCall, GateHoldCall, GateReply, GateVerdict, ScriptCall};
+use crate::redis_io::scripts::{GATE, GATE_HOLD, GateArgs, GateCall, GateHoldCall, GateReply, GateVerdict, ScriptCall};
 use crate::redis_io::{Conn, RedisHandle, RedisOptions};
 use crate::units::redis_ms;
 use crate::vocabulary::{Settings, Verdict};
@@ -63,7 +63,9 @@ impl RedisStore {
 
     /// Connects to Redis and builds the store.
     pub async fn connect(opts: &RedisOptions, keys: Keys, settings: &Settings) -> Result<Self, Error> {
-        let store = Self::over(RedisHandle::connect(opts, keys).await?, settings);
+        let redis = RedisHandle::connect(opts, keys).await?;
+        redis.preload(&[&GATE, &GATE_HOLD]).await;
+        let store = Self::over(redis, settings);
         Ok(store.with_min_replicas_ack(opts.min_replicas_ack))
     }
 

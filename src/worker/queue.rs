@@ -157,6 +157,7 @@ impl Queue {
             backfill_to: std::sync::Mutex::new(None),
         };
         q.join_group().await?;
+        q.redis.preload(&crate::redis_io::run_scripts::worker()).await;
         Ok(q)
     }
 

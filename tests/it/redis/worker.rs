@@ -945,3 +945,43 @@ async fn worker_start_resets_the_idle_time_only_when_asked() {
     assert!(idle_after_start[0] >= 300, "not asked: the idle time runs on from the read: {idle_after_start:?}");
     assert!(idle_after_start[1] < 300, "asked: the idle time starts again: {idle_after_start:?}");
 }
+
+/// A fresh Redis's script cache is filled when the gate's store connects
+/// and when a worker starts (`RedisHandle::preload`), before either's
+/// first call: no call meets NOSCRIPT, so a worker's first runs, 32 started
+/// side by side, do not each load the same script (which held a fresh
+/// Redis for 10-25 ms of the first second).
+#[tokio::test]
+async fn gate_and_worker_load_their_scripts_before_their_first_calls() {
+    let redis = crate::support::RedisProcess::start(&[]);
+    let url = redis.url();
+    let ns = fresh_ns("preload");
+    let store = idemgate::store::redis_store::RedisStore::connect(
+        &RedisOptions::single(&url),
+        Keys::new(&ns).unwrap(),
+        &Settings::default(),
+    )
+    .await
+    .unwrap();
+    let gate = Gate::new(["o/r"], Arc::new(store));
+    for n in 1..=64 {
+        let e = json!({"org": "o", "repo": "r", "action": "push", "number": n});
+        assert_eq!(gate.handle("github", &format!("d-{n}"), &e).await.unwrap().status, Status::Created);
+    }
+    let dir = temp_dir("preload");
+    let mut workers = Workers(vec![spawn_worker_via(&url, &ns, &dir, "w", &["--concurrency", "32"], "true")]);
+    let keys = Keys::new(&ns).unwrap();
+    wait_for(Duration::from_secs(30), "the 64 runs done", || {
+        let done = (1..=64).all(|n| redis.cli(&["hget", &keys.run(&format!("run-{n}")), "status"]) == "done");
+        async move { done }
+    })
+    .await;
+    workers.stop().await;
+    let errors = redis.cli(&["info", "errorstats"]);
+    assert!(!errors.contains("NOSCRIPT"), "a call met an empty script cache: {errors}");
+    // The calls were scripts: the gate's 64 and the worker's starts and dones.
+    let stats = redis.cli(&["info", "commandstats"]);
+    let evalsha = stats.lines().find_map(|l| l.strip_prefix("cmdstat_evalsha:calls=")).unwrap_or("0,");
+    let calls: u64 = evalsha.split(',').next().unwrap().parse().unwrap();
+    assert!(calls >= 64 * 3, "{stats}");
+}
