@@ -59,10 +59,6 @@ ${run_fields}
 ${destination}
 ${holds}
 ${op_replay}
-${order}
-${dead_letter}
-${history}
-
 
 -- What the call reads of the record, in one HMGET (the replay's, the
 -- budget's and the answer's fields, and the owner of the plain ones: read
@@ -84,6 +80,69 @@ local base = tonumber(r[4] or '0') or 0
 local order_key = ARGV[16] or ''
 
 local again, first = replayed(ARGV[6], r[1], r[2])
+local unfinished = attempts > 0 and r[5] == ${status_running}
+local spent = attempts - base >= tonumber(ARGV[5])
+
+-- The attempt begins: the record says so. `history` is the record's
+-- history with the entry of an attempt that never reported back (nil:
+-- unchanged), `previous` the chain's previous run ('' unordered).
+local function begin_attempt(history, previous)
+  if ARGV[15] == '1' then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
+  end
+  attempts = attempts + 1
+  local fields = {${field_attempts}, attempts, ${field_status}, ${status_running}, ${field_worker}, ARGV[2],
+    ${field_started_ms}, ARGV[4], ${field_updated_ms}, ARGV[4], ${field_op}, ARGV[6], ${field_op_result}, 1}
+  if owns_plain(F) then
+    -- The first destination to start the run owns the plain fields
+    -- (lua/shared/destination.lua). A queued record holds only what its
+    -- stream entry does not (lua/gate.lua): the run's fields join it here,
+    -- so readers still have them once the entry is trimmed, and the entry's
+    -- id, which named them, goes.
+    fields[#fields + 1] = ${field_group}
+    fields[#fields + 1] = ARGV[1]
+    for i, name in ipairs(RUN_FIELDS) do
+      fields[#fields + 1] = name
+      fields[#fields + 1] = ARGV[7 + i]
+    end
+  elseif not r[5] then
+    join_other_destinations(KEYS[2], ARGV[1])
+  end
+  if history then
+    fields[#fields + 1] = ${field_history}
+    fields[#fields + 1] = history
+  end
+  if ARGV[14] == '1' then
+    -- The destinations the run was a backfill for, each once.
+    local backfill = redis.call('HGET', KEYS[2], ${field_backfill}) or ''
+    if not string.find(' ' .. backfill .. ' ', ' ' .. ARGV[1] .. ' ', 1, true) then
+      fields[#fields + 1] = ${field_backfill}
+      fields[#fields + 1] = backfill == '' and ARGV[1] or backfill .. ' ' .. ARGV[1]
+    end
+  end
+  redis.call('HSET', KEYS[2], unpack(fields))
+  redis.call('HDEL', KEYS[2], ${field_next_attempt_ms}, ${field_parked_group}, ${field_entry_id}, ${field_order_wait})
+  return {1, attempts, r[6], r[7], attempts - base, r[8], previous}
+end
+
+-- Nearly every call is a new attempt of an unordered run whose last
+-- attempt reported back, with budget left: it begins here, before the Lua
+-- of the other cases below is reached. EVAL runs the whole script on every
+-- call, and each `local function` it passes is a new closure: the shared
+-- Lua below (the order key's line, the dead letter, the history) made 18
+-- of the 32 on every call, and they cost about 1.9 us of Redis per call
+-- (BENCHMARKS.md, "Issues 43, 44, 46 and 48 in one quiet sitting").
+if not again and order_key == '' and not unfinished and not spent then
+  if not holds(ARGV[1], ARGV[2], ARGV[3]) then
+    return {0, 0}
+  end
+  return begin_attempt(nil, '')
+end
+
+${order}
+${dead_letter}
+${history}
+
 if again then
   -- The retried call gets the first call's answer, payload included.
   local previous = order_key ~= '' and redis.call('HGET', order_key_of(order_key), 'p:' .. ARGV[1]) or ''
@@ -113,8 +172,6 @@ if order_key ~= '' then
     order_unblocked(ARGV[1], order_key)
   end
 end
-local unfinished = attempts > 0 and r[5] == ${status_running}
-local spent = attempts - base >= tonumber(ARGV[5])
 local history = nil
 local more = {}
 if unfinished or spent then
@@ -133,40 +190,4 @@ if spent then
   dead_letter(ARGV[1], ARGV[2], ARGV[3], 8, attempts, err, ARGV[4], ARGV[6], ARGV[7], history)
   return {2, attempts}
 end
-
-if ARGV[15] == '1' then
-  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
-end
-attempts = attempts + 1
-local fields = {${field_attempts}, attempts, ${field_status}, ${status_running}, ${field_worker}, ARGV[2],
-  ${field_started_ms}, ARGV[4], ${field_updated_ms}, ARGV[4], ${field_op}, ARGV[6], ${field_op_result}, 1}
-if owns_plain(F) then
-  -- The first destination to start the run owns the plain fields
-  -- (lua/shared/destination.lua). A queued record holds only what its
-  -- stream entry does not (lua/gate.lua): the run's fields join it here,
-  -- so readers still have them once the entry is trimmed, and the entry's
-  -- id, which named them, goes.
-  fields[#fields + 1] = ${field_group}
-  fields[#fields + 1] = ARGV[1]
-  for i, name in ipairs(RUN_FIELDS) do
-    fields[#fields + 1] = name
-    fields[#fields + 1] = ARGV[7 + i]
-  end
-elseif not r[5] then
-  join_other_destinations(KEYS[2], ARGV[1])
-end
-if history then
-  fields[#fields + 1] = ${field_history}
-  fields[#fields + 1] = history
-end
-if ARGV[14] == '1' then
-  -- The destinations the run was a backfill for, each once.
-  local backfill = redis.call('HGET', KEYS[2], ${field_backfill}) or ''
-  if not string.find(' ' .. backfill .. ' ', ' ' .. ARGV[1] .. ' ', 1, true) then
-    fields[#fields + 1] = ${field_backfill}
-    fields[#fields + 1] = backfill == '' and ARGV[1] or backfill .. ' ' .. ARGV[1]
-  end
-end
-redis.call('HSET', KEYS[2], unpack(fields))
-redis.call('HDEL', KEYS[2], ${field_next_attempt_ms}, ${field_parked_group}, ${field_entry_id}, ${field_order_wait})
-return {1, attempts, r[6], r[7], attempts - base, r[8], previous}
+return begin_attempt(history, previous)
