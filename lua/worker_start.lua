@@ -132,10 +132,12 @@ end
 -- Lua below (the order key's line, the dead letter, the history) made 18
 -- of the 32 on every call, and they cost about 1.9 us of Redis per call
 -- (BENCHMARKS.md, "Issues 43, 44, 46 and 48 in one quiet sitting").
+-- Only the consumer that holds the entry starts an attempt (a retried
+-- call answers as its first try did, below, whoever holds it now).
+if not again and not holds(ARGV[1], ARGV[2], ARGV[3]) then
+  return {0, 0}
+end
 if not again and order_key == '' and not unfinished and not spent then
-  if not holds(ARGV[1], ARGV[2], ARGV[3]) then
-    return {0, 0}
-  end
   return begin_attempt(nil, '')
 end
 
@@ -147,9 +149,6 @@ if again then
   -- The retried call gets the first call's answer, payload included.
   local previous = order_key ~= '' and redis.call('HGET', order_key_of(order_key), 'p:' .. ARGV[1]) or ''
   return {first, attempts, r[6], r[7], attempts - base, r[8], previous}
-end
-if not holds(ARGV[1], ARGV[2], ARGV[3]) then
-  return {0, 0}
 end
 -- The chain's previous run of this run's key, for this group ('' unordered).
 local previous = ''

@@ -41,9 +41,9 @@ local function release_destination_parked(parking_key, destination_key, group, n
       local scheduled = tonumber(redis.call('ZSCORE', parking_key, run_id))
       local record = run_prefix .. run_id
       local due = math.max(tonumber(now), tonumber(waiting[i + 1]))
-      with_destination(record, group, function()
-        local state = redis.call('HMGET', record, ${field_status}, ${field_parked_group})
-        if scheduled and scheduled > due and state[1] == ${status_parked} and state[2] == group then
+      with_destination(record, group, function(status)
+        if scheduled and scheduled > due and status == ${status_parked}
+          and redis.call('HGET', record, ${field_parked_group}) == group then
           -- Integers as decimal text: Lua's own conversion would write 1.7e+12.
           local due_text = string.format('%d', due)
           redis.call('ZADD', parking_key, due_text, run_id)

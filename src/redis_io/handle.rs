@@ -90,7 +90,7 @@ impl RedisHandle {
         self.bounded(conn.on_slot_of(&self.keys.run_counter(), cmd)).await
     }
 
-    /// `SCRIPT LOAD`s `scripts` where the namespace lives, at a start.
+    /// `SCRIPT LOAD`s `scripts` at a start, as [`eval`] does after NOSCRIPT.
     /// Without it, every call that meets a fresh Redis's empty script cache
     /// loads its script itself: a worker's first runs, started side by
     /// side, each compiled the same 35 KB start script (about 0.4 ms of
@@ -101,10 +101,9 @@ impl RedisHandle {
     /// `SCRIPT FLUSH`) still loads on demand ([`eval`]), so a failure here
     /// is only logged.
     pub async fn preload(&self, scripts: &[&LuaScript]) {
+        let mut conn = self.conn.clone();
         for script in scripts {
-            let mut load = redis::cmd("SCRIPT");
-            load.arg("LOAD").arg(script.source());
-            if let Err(e) = self.on_namespace_slot::<String>(&load).await {
+            if let Err(e) = self.bounded(script.load_into(&mut conn)).await {
                 tracing::warn!(error = %e, "could not load the scripts before the first calls; each loads on its first call");
                 return;
             }
