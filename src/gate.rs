@@ -148,10 +148,12 @@ impl Gate {
         if !crate::otel::enabled() {
             return self.call_untraced(s, hold).await;
         }
-        use tracing::Instrument;
+        // Not entered (`instrument`): nothing in the call makes a span of its
+        // own, and entering and leaving on each poll cost more than the
+        // span itself; its parent is the span the caller runs in.
         let span = crate::otel::gate_span(s.provider, s.delivery_id);
         let trace = crate::otel::trace_headers(&span).map(|(parent, _)| parent);
-        let result = self.call_traced(s, hold, trace.as_deref()).instrument(span.clone()).await;
+        let result = self.call_traced(s, hold, trace.as_deref()).await;
         match &result {
             Ok((outcome, _)) => {
                 let word = if outcome.replayed { "replayed" } else { outcome.response.status.as_str() };

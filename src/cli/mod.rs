@@ -15,6 +15,7 @@ pub mod bench;
 pub mod destinations;
 pub mod logging;
 pub mod ops;
+pub mod otlp;
 pub mod send;
 pub mod serve;
 pub mod telemetry;

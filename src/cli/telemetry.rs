@@ -15,30 +15,21 @@
 //!   [`idemgate::otel::count_dropped`]) and logged once per outage. The
 //!   SDK's processor keeps its own queue-full count to itself, so
 //!   [`Bounded`] in front of it keeps the bound instead, and counts.
-//! - Requests go through the hyper client already in the tree (rustls, the
-//!   system roots), run on the process's tokio runtime, each bounded by the
-//!   exporter's timeout.
+//! - The exporter is [`super::otlp`]'s: spans written straight to OTLP
+//!   protobuf, sent through the hyper client already in the tree (rustls,
+//!   the system roots) on the process's tokio runtime, each export bounded
+//!   by its timeout.
 
-use std::fmt;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Bytes;
-use opentelemetry_http::{HttpClient, HttpError};
-use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{
     BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider, SpanData, SpanExporter, SpanProcessor,
 };
 
-/// How much of a collector's answer is read: enough for an error message.
-const ANSWER_BYTES: usize = 64 * 1024;
-
-/// The exporter's timeout when `OTEL_EXPORTER_OTLP_TIMEOUT` sets none (the spec's 10 s).
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+use super::otlp;
 
 /// The traces of this process, while it runs.
 pub struct Traces {
@@ -60,18 +51,10 @@ impl Traces {
         if !wanted(|name| std::env::var(name).ok()) {
             return Ok(None);
         }
+        let settings = otlp::Settings::from_env(|name| std::env::var(name).ok()).map_err(anyhow::Error::msg)?;
         let tls = idemgate::client::tls_config(None, "OTEL_EXPORTER_OTLP_ENDPOINT").map_err(anyhow::Error::msg)?;
-        let client = Otlp {
-            client: idemgate::client::http_client(tls),
-            runtime: tokio::runtime::Handle::current(),
-            timeout: DEFAULT_TIMEOUT,
-        };
-        let exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-            .with_http_client(client)
-            .build()
-            .map_err(|e| anyhow::anyhow!("OTEL_EXPORTER_OTLP_ENDPOINT: cannot build the trace exporter: {e}"))?;
+        let client = idemgate::client::http_client(tls);
+        let exporter = otlp::Exporter::new(client, tokio::runtime::Handle::current(), settings);
         let capacity = queue_size(std::env::var("OTEL_BSP_MAX_QUEUE_SIZE").ok().as_deref());
         let queue = Arc::new(Queue::default());
         let exporter = Counted { inner: exporter, failing: AtomicBool::new(false), queue: queue.clone() };
@@ -170,7 +153,7 @@ impl SpanProcessor for Bounded {
 /// The OTLP exporter, counting the spans of each batch the collector did not take.
 #[derive(Debug)]
 struct Counted {
-    inner: opentelemetry_otlp::SpanExporter,
+    inner: otlp::Exporter,
     failing: AtomicBool,
     queue: Arc<Queue>,
 }
@@ -206,48 +189,6 @@ impl SpanExporter for Counted {
 
     fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
         self.inner.set_resource(resource);
-    }
-}
-
-/// The exporter's HTTP client: the tree's hyper client, its requests run
-/// on the process's runtime (the batch processor calls from a thread of
-/// its own, which has no reactor).
-struct Otlp {
-    client: idemgate::client::HttpClient,
-    runtime: tokio::runtime::Handle,
-    timeout: Duration,
-}
-
-impl fmt::Debug for Otlp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Otlp").field("timeout", &self.timeout).finish_non_exhaustive()
-    }
-}
-
-type Answer = Result<axum::http::Response<Bytes>, HttpError>;
-
-impl HttpClient for Otlp {
-    // `#[async_trait]`'s signature, written out.
-    fn send_bytes<'life0, 'async_trait>(
-        &'life0 self,
-        request: axum::http::Request<Bytes>,
-    ) -> Pin<Box<dyn Future<Output = Answer> + Send + 'async_trait>>
-    where
-        'life0: 'async_trait,
-        Self: 'async_trait,
-    {
-        let (client, timeout) = (self.client.clone(), self.timeout);
-        let task = self.runtime.spawn(async move {
-            let (parts, body) = request.into_parts();
-            let exchange = async {
-                let answer = client.request(axum::http::Request::from_parts(parts, Full::new(body))).await?;
-                let (parts, body) = answer.into_parts();
-                let bytes = Limited::new(body, ANSWER_BYTES).collect().await?.to_bytes();
-                Ok::<_, HttpError>(axum::http::Response::from_parts(parts, bytes))
-            };
-            tokio::time::timeout(timeout, exchange).await.map_err(|e| -> HttpError { Box::new(e) })?
-        });
-        Box::pin(async move { task.await.map_err(|e| -> HttpError { Box::new(e) })? })
     }
 }
 

@@ -131,12 +131,12 @@ impl Handler for CommandHandler {
         if !crate::otel::enabled() {
             return self.attempt(run, None).await;
         }
-        // One span per attempt; the command gets its TRACEPARENT (and TRACESTATE).
-        use tracing::Instrument;
+        // One span per attempt; the command gets its TRACEPARENT (and
+        // TRACESTATE). Not entered, as an HTTP attempt's is not.
         let span =
             crate::otel::attempt_span("command", &run.fields.run_id, run.attempt, run.trace.as_deref(), run.probe);
         let trace = crate::otel::trace_headers(&span);
-        let result = self.attempt(run, trace).instrument(span.clone()).await;
+        let result = self.attempt(run, trace).await;
         crate::otel::record_attempt(&span, None, result.is_ok());
         result
     }

@@ -225,8 +225,9 @@ impl Handler for Destination {
         if !crate::otel::enabled() {
             return self.deliver(run, None).await;
         }
-        // One span per attempt; the request carries its traceparent.
-        use tracing::Instrument;
+        // One span per attempt; the request carries its traceparent. Not
+        // entered: nothing in the attempt makes a span of its own, and the
+        // parent is set from the run's trace.
         let span = crate::otel::attempt_span(
             &self.shown_url,
             &run.fields.run_id,
@@ -235,7 +236,7 @@ impl Handler for Destination {
             run.probe,
         );
         let context = crate::otel::trace_headers(&span);
-        let result = self.deliver(run, context).instrument(span.clone()).await;
+        let result = self.deliver(run, context).await;
         let status = match &result {
             Ok(done) => done.status,
             Err(failure) => failure.status,

@@ -29,11 +29,17 @@ const SECRET: &str = "otel-test-secret";
 pub(crate) const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 pub(crate) const CALLER_SPAN: &str = "00f067aa0ba902b7";
 
-/// What the receiver got: each export request, decoded.
+/// What the receiver got: each export request, decoded, and the
+/// `authorization` header each came with.
 #[derive(Clone, Default)]
-pub(crate) struct Received(Arc<Mutex<Vec<ExportTraceServiceRequest>>>);
+pub(crate) struct Received(Arc<Mutex<Vec<ExportTraceServiceRequest>>>, Arc<Mutex<Vec<Option<String>>>>);
 
 impl Received {
+    /// Each export's `authorization` header (`OTEL_EXPORTER_OTLP_HEADERS`).
+    pub(crate) fn authorizations(&self) -> Vec<Option<String>> {
+        self.1.lock().unwrap().clone()
+    }
+
     pub(crate) fn requests(&self) -> usize {
         self.0.lock().unwrap().len()
     }
@@ -84,6 +90,8 @@ pub(crate) async fn receiver_on(addr: SocketAddr) -> (Received, tokio::task::Joi
                 assert_eq!(headers.get("content-type").unwrap(), "application/x-protobuf");
                 let request = ExportTraceServiceRequest::decode(body).expect("an OTLP protobuf export request");
                 sink.0.lock().unwrap().push(request);
+                let authorization = headers.get("authorization").map(|v| v.to_str().unwrap().to_owned());
+                sink.1.lock().unwrap().push(authorization);
                 (StatusCode::OK, [("content-type", "application/x-protobuf")], Vec::<u8>::new())
             }
         }),
@@ -163,6 +171,8 @@ pub(crate) fn traced_env(endpoint: &str) -> Vec<(&'static str, String)> {
         ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.to_owned()),
         ("OTEL_SERVICE_NAME", "gate-under-test".to_owned()),
         ("OTEL_BSP_SCHEDULE_DELAY", "100".to_owned()),
+        // A collector's token: percent-decoded, sent with every export.
+        ("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20collector-token, x-tenant=t1".to_owned()),
     ]
 }
 
@@ -180,6 +190,8 @@ async fn a_delivery_joins_its_callers_trace_with_a_gate_span() {
     wait_for(Duration::from_secs(10), "four spans exported", || async { got.spans().len() >= 4 }).await;
     let spans = got.spans();
     assert!(spans.iter().all(|(service, _)| service == "gate-under-test"), "OTEL_SERVICE_NAME");
+    let tokens = got.authorizations();
+    assert!(!tokens.is_empty() && tokens.iter().all(|t| t.as_deref() == Some("Bearer collector-token")), "{tokens:?}");
     let hex = hex::encode;
     let in_trace: Vec<&Span> = spans.iter().map(|(_, s)| s).filter(|s| hex(&s.trace_id) == TRACE_ID).collect();
     let names: Vec<&str> = in_trace.iter().map(|s| s.name.as_str()).collect();
@@ -342,8 +354,17 @@ async fn host_request_span(req: axum::extract::Request, next: axum::middleware::
     use opentelemetry::propagation::TextMapPropagator;
     use tracing::Instrument;
     use tracing_opentelemetry::OpenTelemetrySpanExt;
-    let caller = opentelemetry_sdk::propagation::TraceContextPropagator::new()
-        .extract(&opentelemetry_http::HeaderExtractor(req.headers()));
+    /// The request's headers, as the propagator reads them.
+    struct Headers<'a>(&'a axum::http::HeaderMap);
+    impl opentelemetry::propagation::Extractor for Headers<'_> {
+        fn get(&self, key: &str) -> Option<&str> {
+            self.0.get(key).and_then(|v| v.to_str().ok())
+        }
+        fn keys(&self) -> Vec<&str> {
+            self.0.keys().map(|k| k.as_str()).collect()
+        }
+    }
+    let caller = opentelemetry_sdk::propagation::TraceContextPropagator::new().extract(&Headers(req.headers()));
     let span = tracing::info_span!("host request");
     let _ = span.set_parent(caller);
     next.run(req).instrument(span).await
