@@ -152,14 +152,14 @@ impl Gate {
         // own, and entering and leaving on each poll cost more than the
         // span itself; its parent is the span the caller runs in.
         let span = crate::otel::gate_span(s.provider, s.delivery_id);
-        let trace = crate::otel::trace_headers(&span).map(|(parent, _)| parent);
+        let trace = span.headers().map(|(parent, _)| parent);
         let result = self.call_traced(s, hold, trace.as_deref()).await;
         match &result {
             Ok((outcome, _)) => {
                 let word = if outcome.replayed { "replayed" } else { outcome.response.status.as_str() };
-                crate::otel::record_outcome(&span, word, outcome.response.run_id.as_deref());
+                span.record_outcome(word, outcome.response.run_id.as_deref());
             }
-            Err(_) => crate::otel::record_outcome(&span, "store_error", None),
+            Err(_) => span.record_outcome("store_error", None),
         }
         result
     }

@@ -58,11 +58,10 @@ async fn trace_request(req: Request, next: Next) -> Response {
     if !crate::otel::enabled() {
         return next.run(req).await;
     }
-    use tracing::Instrument;
     let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned());
     let span = crate::otel::server_span(req.method().as_str(), route.as_deref(), req.headers());
-    let resp = next.run(req).instrument(span.clone()).await;
-    crate::otel::record_status(&span, resp.status().as_u16());
+    let resp = span.run(next.run(req)).await;
+    span.record_status(resp.status().as_u16());
     resp
 }
 

@@ -84,7 +84,7 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    cli::logging::init(cli.log_format, default_level, traces.as_ref().map(cli::telemetry::Traces::tracer));
+    cli::logging::init(cli.log_format, default_level);
     let result = match cli.command {
         Command::Serve(_) => cli::serve::serve(sources).await,
         Command::Window => cli::serve::window(),

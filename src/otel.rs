@@ -1,31 +1,58 @@
 //! OpenTelemetry spans of the service (docs/operations.md, "Traces"): a
 //! server span per request, its parent the request's W3C `traceparent`
-//! (and `tracestate`) when it has one, and a `gate` span under it for each
-//! gate call. They are `tracing` spans that `tracing-opentelemetry` turns
-//! into OpenTelemetry ones; the binary installs the SDK and its exporter
-//! only when an OTLP endpoint is set, and then calls [`enable`].
+//! (and `tracestate`) when it has one, a `gate` span under it for each
+//! gate call, and a span per attempt of a run in the worker.
 //!
-//! Until [`enable`] is called nothing here costs anything: no span is
-//! made, no header read. An application that embeds the gate (and has its
-//! own `tracing-opentelemetry` layer) calls [`enable`] to get the `gate`
-//! span inside its own trace.
+//! Two ways to make them:
+//! - **The binary's** ([`enable_direct`]): spans made with the
+//!   OpenTelemetry API straight from the tracer the binary installed. No
+//!   `tracing` span, registry or bridge in between: making, recording and
+//!   ending a span that way cost a traced request of `serve` twice what
+//!   the spans themselves do (BENCHMARKS.md, issue 46). A request's
+//!   handler runs with the server span as the current OpenTelemetry
+//!   context, so the `gate` span finds its parent there.
+//! - **An embedding application's** ([`enable`]): `tracing` spans, which
+//!   the application's own `tracing-opentelemetry` layer turns into
+//!   OpenTelemetry ones, so that the `gate` span is the child of whatever
+//!   span the application's request runs in.
+//!
+//! Until one of them is called nothing here costs anything: no span is
+//! made, no header read.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use axum::http::HeaderMap;
-use tracing::Span;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 
-/// Makes the spans of this module from now on (a tracer is installed).
+/// The binary's tracer, when it makes its spans directly ([`enable_direct`]).
+#[cfg(feature = "otel")]
+static DIRECT: std::sync::OnceLock<opentelemetry::global::BoxedTracer> = std::sync::OnceLock::new();
+
+/// Makes the spans of this module from now on as `tracing` spans, for an
+/// application's own `tracing-opentelemetry` layer to export.
 pub fn enable() {
+    ENABLED.store(true, Ordering::Relaxed);
+}
+
+/// Makes the spans of this module from now on with `tracer` directly (the
+/// binary's SDK tracer); the first call's tracer stays.
+#[cfg(feature = "otel")]
+pub fn enable_direct(tracer: opentelemetry::global::BoxedTracer) {
+    let _ = DIRECT.set(tracer);
     ENABLED.store(true, Ordering::Relaxed);
 }
 
 /// Whether the spans are made.
 pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
+}
+
+/// The tracer, when spans are made directly.
+#[cfg(feature = "otel")]
+fn direct() -> Option<&'static opentelemetry::global::BoxedTracer> {
+    DIRECT.get()
 }
 
 /// Counts `spans` the exporter dropped (its queue full, or a batch the collector did not take).
@@ -47,15 +74,167 @@ pub fn render_dropped(out: &mut String) {
     }
 }
 
+/// One span of this module, made either way; it ends when dropped.
+pub struct TraceSpan(Made);
+
+enum Made {
+    Bridge(tracing::Span),
+    /// A context holding the span (what the handler runs in, for a server span).
+    #[cfg(feature = "otel")]
+    Direct(opentelemetry::Context),
+}
+
+#[cfg(feature = "otel")]
+impl Drop for TraceSpan {
+    fn drop(&mut self) {
+        use opentelemetry::trace::TraceContextExt;
+        if let Made::Direct(cx) = &self.0 {
+            cx.span().end();
+        }
+    }
+}
+
+/// A directly made span of `builder`, the child of `parent`.
+#[cfg(feature = "otel")]
+fn start(
+    tracer: &opentelemetry::global::BoxedTracer,
+    builder: opentelemetry::trace::SpanBuilder,
+    parent: &opentelemetry::Context,
+) -> TraceSpan {
+    use opentelemetry::trace::{TraceContextExt, Tracer};
+    TraceSpan(Made::Direct(parent.with_span(tracer.build_with_context(builder, parent))))
+}
+
+impl TraceSpan {
+    /// Records `value` as the attribute `key` (declared where the span is made, for the bridge).
+    fn record_str(&self, key: &'static str, value: &str) {
+        match &self.0 {
+            Made::Bridge(span) => {
+                span.record(key, value);
+            }
+            #[cfg(feature = "otel")]
+            Made::Direct(cx) => {
+                use opentelemetry::trace::TraceContextExt;
+                cx.span().set_attribute(opentelemetry::KeyValue::new(key, value.to_owned()));
+            }
+        }
+    }
+
+    /// Records `value` as the attribute `key`, an integer (the bridge records a `u64` as one).
+    fn record_number(&self, key: &'static str, value: u64) {
+        match &self.0 {
+            Made::Bridge(span) => {
+                span.record(key, value);
+            }
+            #[cfg(feature = "otel")]
+            Made::Direct(cx) => {
+                use opentelemetry::trace::TraceContextExt;
+                cx.span().set_attribute(opentelemetry::KeyValue::new(key, value as i64));
+            }
+        }
+    }
+
+    /// Marks the span an error (its status; no description).
+    fn record_error(&self) {
+        match &self.0 {
+            Made::Bridge(span) => {
+                span.record("otel.status_code", "ERROR");
+            }
+            #[cfg(feature = "otel")]
+            Made::Direct(cx) => {
+                use opentelemetry::trace::TraceContextExt;
+                cx.span().set_status(opentelemetry::trace::Status::error(""));
+            }
+        }
+    }
+
+    /// Runs `work` inside the span: spans `work` makes are its children.
+    pub async fn run<F: std::future::Future>(&self, work: F) -> F::Output {
+        match &self.0 {
+            Made::Bridge(span) => tracing::Instrument::instrument(work, span.clone()).await,
+            #[cfg(feature = "otel")]
+            Made::Direct(cx) => opentelemetry::context::FutureExt::with_context(work, cx.clone()).await,
+        }
+    }
+
+    /// Records the answer's status on a server span (5xx marks it an error).
+    pub fn record_status(&self, status: u16) {
+        self.record_number("http.response.status_code", status.into());
+        if status >= 500 {
+            self.record_error();
+        }
+    }
+
+    /// Records the gate's answer on its span.
+    pub fn record_outcome(&self, outcome: &str, run_id: Option<&str>) {
+        self.record_str("idemgate.outcome", outcome);
+        if let Some(run_id) = run_id {
+            self.record_str("idemgate.run_id", run_id);
+        }
+    }
+
+    /// Records an attempt's answer on its span: the HTTP status when there
+    /// was one, and `done` or `failed` (an error).
+    pub fn record_attempt(&self, status: Option<u16>, done: bool) {
+        if let Some(status) = status {
+            self.record_number("http.response.status_code", status.into());
+        }
+        self.record_str("idemgate.outcome", if done { "done" } else { "failed" });
+        if !done {
+            self.record_error();
+        }
+    }
+
+    /// The W3C `traceparent` of the span (`00-<trace id>-<span id>-<flags>`)
+    /// and its `tracestate` (`None` when empty), for the request or the
+    /// command it starts; `None` when it is not exported. Never `baggage`.
+    pub fn headers(&self) -> Option<(String, Option<String>)> {
+        #[cfg(feature = "otel")]
+        {
+            use opentelemetry::trace::TraceContextExt;
+            let context = match &self.0 {
+                Made::Bridge(span) => {
+                    use tracing_opentelemetry::OpenTelemetrySpanExt;
+                    span.context()
+                }
+                Made::Direct(cx) => cx.clone(),
+            };
+            let span_ref = context.span();
+            let sc = span_ref.span_context();
+            if !sc.is_valid() {
+                return None;
+            }
+            let parent = traceparent(&sc.trace_id().to_bytes(), &sc.span_id().to_bytes(), sc.trace_flags().to_u8());
+            let state = sc.trace_state().header();
+            Some((parent, (!state.is_empty()).then_some(state)))
+        }
+        #[cfg(not(feature = "otel"))]
+        None
+    }
+}
+
 /// The span of one HTTP request (HTTP semantic conventions: named
 /// `METHOD ROUTE`, kind server), child of the request's `traceparent`.
 /// `route` is the matched route template (`/webhooks/{name}`), never the
 /// path with its values.
-pub fn server_span(method: &str, route: Option<&str>, headers: &HeaderMap) -> Span {
+pub fn server_span(method: &str, route: Option<&str>, headers: &HeaderMap) -> TraceSpan {
     let name = match route {
         Some(route) => format!("{method} {route}"),
         None => method.to_owned(),
     };
+    #[cfg(feature = "otel")]
+    if let Some(tracer) = direct() {
+        use opentelemetry::KeyValue;
+        let mut attributes = Vec::with_capacity(4);
+        attributes.push(KeyValue::new("http.request.method", method.to_owned()));
+        if let Some(route) = route {
+            attributes.push(KeyValue::new("http.route", route.to_owned()));
+        }
+        let builder = opentelemetry::trace::SpanBuilder::from_name(name)
+            .with_kind(opentelemetry::trace::SpanKind::Server)
+            .with_attributes(attributes);
+        return start(tracer, builder, &remote_parent(headers).unwrap_or_default());
+    }
     let span = tracing::info_span!(
         target: "idemgate::otel",
         "request",
@@ -73,48 +252,57 @@ pub fn server_span(method: &str, route: Option<&str>, headers: &HeaderMap) -> Sp
     }
     #[cfg(not(feature = "otel"))]
     let _ = headers;
-    span
+    TraceSpan(Made::Bridge(span))
 }
 
-/// Records the answer's status on a server span (5xx marks it an error).
-pub fn record_status(span: &Span, status: u16) {
-    span.record("http.response.status_code", status);
-    if status >= 500 {
-        span.record("otel.status_code", "ERROR");
+/// The span of one gate call, child of the span the caller runs in:
+/// provider and delivery id; the outcome and the run id are recorded by
+/// [`TraceSpan::record_outcome`].
+pub fn gate_span(provider: &str, delivery_id: &str) -> TraceSpan {
+    #[cfg(feature = "otel")]
+    if let Some(tracer) = direct() {
+        use opentelemetry::KeyValue;
+        let builder = opentelemetry::trace::SpanBuilder::from_name("gate").with_attributes(vec![
+            KeyValue::new("idemgate.provider", provider.to_owned()),
+            KeyValue::new("idemgate.delivery_id", delivery_id.to_owned()),
+        ]);
+        return start(tracer, builder, &opentelemetry::Context::current());
     }
-}
-
-/// The span of one gate call: provider and delivery id; the outcome and
-/// the run id are recorded by [`record_outcome`].
-pub fn gate_span(provider: &str, delivery_id: &str) -> Span {
-    tracing::info_span!(
+    TraceSpan(Made::Bridge(tracing::info_span!(
         target: "idemgate::otel",
         "gate",
         idemgate.provider = provider,
         idemgate.delivery_id = delivery_id,
         idemgate.outcome = tracing::field::Empty,
         idemgate.run_id = tracing::field::Empty,
-    )
-}
-
-/// Records the gate's answer on its span.
-pub fn record_outcome(span: &Span, outcome: &str, run_id: Option<&str>) {
-    span.record("idemgate.outcome", outcome);
-    if let Some(run_id) = run_id {
-        span.record("idemgate.run_id", run_id);
-    }
+    )))
 }
 
 /// The span of one attempt of a run (kind client): the destination as
 /// logs show it (redacted) or `command`, the run, the attempt number; the
-/// status and the outcome are recorded by [`record_attempt`]. Its parent
-/// is `parent`, the `traceparent` of the gate span that created the run
-/// (the run record's `trace`), so that one trace holds the provider's
-/// request, the gate and every attempt; without one it starts a trace.
-/// A `probe` of a parked run (it counts no attempt; `attempt` is the run's
-/// latest) is named `probe` and marked `idemgate.probe`, in the same trace.
-pub fn attempt_span(destination: &str, run_id: &str, attempt: u32, parent: Option<&str>, probe: bool) -> Span {
+/// status and the outcome are recorded by [`TraceSpan::record_attempt`].
+/// Its parent is `parent`, the `traceparent` of the gate span that created
+/// the run (the run record's `trace`), so that one trace holds the
+/// provider's request, the gate and every attempt; without one it starts a
+/// trace. A `probe` of a parked run (it counts no attempt; `attempt` is the
+/// run's latest) is named `probe` and marked `idemgate.probe`, in the same trace.
+pub fn attempt_span(destination: &str, run_id: &str, attempt: u32, parent: Option<&str>, probe: bool) -> TraceSpan {
     let name = if probe { std::borrow::Cow::Borrowed("probe") } else { format!("attempt {attempt}").into() };
+    #[cfg(feature = "otel")]
+    if let Some(tracer) = direct() {
+        use opentelemetry::KeyValue;
+        let mut attributes = Vec::with_capacity(7);
+        attributes.push(KeyValue::new("idemgate.destination", destination.to_owned()));
+        attributes.push(KeyValue::new("idemgate.run_id", run_id.to_owned()));
+        attributes.push(KeyValue::new("idemgate.attempt", i64::from(attempt)));
+        if probe {
+            attributes.push(KeyValue::new("idemgate.probe", true));
+        }
+        let builder = opentelemetry::trace::SpanBuilder::from_name(name)
+            .with_kind(opentelemetry::trace::SpanKind::Client)
+            .with_attributes(attributes);
+        return start(tracer, builder, &parent.and_then(parse_traceparent).unwrap_or_default());
+    }
     let span = tracing::info_span!(
         target: "idemgate::otel",
         "attempt",
@@ -135,48 +323,7 @@ pub fn attempt_span(destination: &str, run_id: &str, attempt: u32, parent: Optio
     }
     #[cfg(not(feature = "otel"))]
     let _ = parent;
-    span
-}
-
-/// Records an attempt's answer on its span: the HTTP status when there was
-/// one, and `done` or `failed` (an error).
-pub fn record_attempt(span: &Span, status: Option<u16>, done: bool) {
-    if let Some(status) = status {
-        span.record("http.response.status_code", status);
-    }
-    span.record("idemgate.outcome", if done { "done" } else { "failed" });
-    if !done {
-        span.record("otel.status_code", "ERROR");
-    }
-}
-
-/// The W3C `traceparent` of `span` (`00-<trace id>-<span id>-<flags>`) and
-/// its `tracestate` (`None` when empty), for the request or the command it
-/// starts; `None` when traces are off or the span is not exported. Never
-/// `baggage`.
-pub fn trace_headers(span: &Span) -> Option<(String, Option<String>)> {
-    #[cfg(feature = "otel")]
-    {
-        use opentelemetry::trace::TraceContextExt;
-        use tracing_opentelemetry::OpenTelemetrySpanExt;
-        if !enabled() {
-            return None;
-        }
-        let context = span.context();
-        let span_ref = context.span();
-        let sc = span_ref.span_context();
-        if !sc.is_valid() {
-            return None;
-        }
-        let parent = traceparent(&sc.trace_id().to_bytes(), &sc.span_id().to_bytes(), sc.trace_flags().to_u8());
-        let state = sc.trace_state().header();
-        Some((parent, (!state.is_empty()).then_some(state)))
-    }
-    #[cfg(not(feature = "otel"))]
-    {
-        let _ = span;
-        None
-    }
+    TraceSpan(Made::Bridge(span))
 }
 
 /// `00-<trace id>-<span id>-<flags>` in lowercase hex: written byte by

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider, SpanData, SpanExporter, SpanProcessor,
+    BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, SpanData, SpanExporter, SpanProcessor,
 };
 
 use super::otlp;
@@ -70,14 +70,12 @@ impl Traces {
             .with_span_processor(Bounded { inner: batch, queue, capacity })
             .with_resource(resource.build())
             .build();
-        idemgate::otel::enable();
+        {
+            use opentelemetry::trace::TracerProvider;
+            let tracer = opentelemetry::global::BoxedTracer::new(Box::new(provider.tracer("idemgate")));
+            idemgate::otel::enable_direct(tracer);
+        }
         Ok(Some(Traces { provider }))
-    }
-
-    /// The tracer the `tracing` bridge exports through.
-    pub fn tracer(&self) -> SdkTracer {
-        use opentelemetry::trace::TracerProvider;
-        self.provider.tracer("idemgate")
     }
 
     /// Exports what is queued (bounded by the exporter's timeout) and stops.

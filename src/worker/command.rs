@@ -135,9 +135,9 @@ impl Handler for CommandHandler {
         // TRACESTATE). Not entered, as an HTTP attempt's is not.
         let span =
             crate::otel::attempt_span("command", &run.fields.run_id, run.attempt, run.trace.as_deref(), run.probe);
-        let trace = crate::otel::trace_headers(&span);
+        let trace = span.headers();
         let result = self.attempt(run, trace).await;
-        crate::otel::record_attempt(&span, None, result.is_ok());
+        span.record_attempt(None, result.is_ok());
         result
     }
 }

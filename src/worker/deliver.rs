@@ -235,13 +235,13 @@ impl Handler for Destination {
             run.trace.as_deref(),
             run.probe,
         );
-        let context = crate::otel::trace_headers(&span);
+        let context = span.headers();
         let result = self.deliver(run, context).await;
         let status = match &result {
             Ok(done) => done.status,
             Err(failure) => failure.status,
         };
-        crate::otel::record_attempt(&span, status, result.is_ok());
+        span.record_attempt(status, result.is_ok());
         result
     }
 

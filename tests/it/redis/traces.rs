@@ -89,6 +89,16 @@ async fn each_attempt_is_a_span_and_the_destination_gets_its_traceparent() {
         assert_eq!(attribute(span, "http.response.status_code"), want_status);
         assert_eq!(attribute(span, "idemgate.outcome"), want_outcome);
         assert_eq!(attribute(span, "idemgate.destination"), dest.url());
+        // A failed attempt is an error; the numbers are integers, not text.
+        use opentelemetry_proto::tonic::common::v1::any_value::Value;
+        use opentelemetry_proto::tonic::trace::v1::status::StatusCode as SpanStatus;
+        let code = span.status.as_ref().map_or(0, |s| s.code);
+        let want_code = if want_outcome == "failed" { SpanStatus::Error } else { SpanStatus::Unset };
+        assert_eq!(code, want_code as i32, "{}", span.name);
+        for key in ["idemgate.attempt", "http.response.status_code"] {
+            let value = span.attributes.iter().find(|kv| kv.key == key).and_then(|kv| kv.value.as_ref());
+            assert!(matches!(value.and_then(|v| v.value.as_ref()), Some(Value::IntValue(_))), "{key}: {value:?}");
+        }
     }
     workers.stop().await;
 }
