@@ -203,12 +203,18 @@ impl SpanExporter for Exporter {
     }
 
     fn set_resource(&mut self, resource: &Resource) {
-        self.resource.clear();
-        for (key, value) in resource.iter() {
-            message(&mut self.resource, 1, |b| key_value(b, key.as_str(), value));
-        }
+        self.resource = resource_message(resource);
         self.resource_schema = resource.schema_url().unwrap_or_default().to_owned();
     }
+}
+
+/// The fields of `resource`'s `Resource` message (its attributes), written once for every export.
+fn resource_message(resource: &Resource) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (key, value) in resource.iter() {
+        message(&mut out, 1, |b| key_value(b, key.as_str(), value));
+    }
+    out
 }
 
 // Protobuf's wire types.
@@ -466,7 +472,7 @@ mod tests {
     use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
     use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_scope;
     use opentelemetry_sdk::Resource;
-    use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter, SpanLinks};
+    use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
     use prost::Message;
 
     use super::*;
@@ -580,17 +586,7 @@ mod tests {
     fn a_batch_decodes_as_the_sdks_own_conversion_of_it() {
         let spans = spans();
         let resource = resource();
-        let mut exporter = Exporter::new(
-            idemgate::client::http_client(idemgate::client::tls_config(None, "test").unwrap()),
-            tokio::runtime::Runtime::new().unwrap().handle().clone(),
-            Settings {
-                endpoint: "http://127.0.0.1:1/v1/traces".parse().unwrap(),
-                headers: HeaderMap::new(),
-                timeout: DEFAULT_TIMEOUT,
-            },
-        );
-        exporter.set_resource(&resource);
-        let ours = encode_request(&spans, &exporter.resource, &exporter.resource_schema);
+        let ours = encode_request(&spans, &resource_message(&resource), resource.schema_url().unwrap());
         let decoded = ExportTraceServiceRequest::decode(ours.as_slice()).unwrap();
         let theirs = ExportTraceServiceRequest {
             resource_spans: group_spans_by_resource_and_scope(spans, &ResourceAttributesWithSchema::from(&resource)),
