@@ -26,7 +26,7 @@
 # Environment:
 #   SINK_DELAY_MS=N  the sink answers each request N ms after it came
 #                    (default 0: at once), as a service that takes that long
-#                    (docs/destinations.md#concurrency-why-256).
+#                    (docs/destinations.md#concurrency-why-512).
 #   RATE=R           the worker runs as a config file's destination with
 #                    `rate = "R"` (e.g. `200/s`) instead of `--group g
 #                    --deliver URL`: what a pace does to the drain and to

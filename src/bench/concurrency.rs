@@ -3,7 +3,7 @@
 //! answers at once and to one that answers after 50 ms. These rows chose
 //! `--deliver`'s default concurrency
 //! ([`crate::worker::config::DEFAULT_DELIVER_CONCURRENCY`];
-//! docs/destinations.md#concurrency-why-256): an HTTP attempt mostly waits on
+//! docs/destinations.md#concurrency-why-512): an HTTP attempt mostly waits on
 //! its destination, so the slow sink's rate grows with the slots until the
 //! worker's own cost per run is the limit.
 

@@ -173,7 +173,7 @@ settings! {
         env: "IDEMGATE_WORKER_CONCURRENCY",
         value_name: "N",
         on: &[Command::Worker],
-        help: "Runs handled at once: HTTP attempts mostly wait, so --deliver takes more than a command (docs/destinations.md#concurrency-why-256); `rate` and `burst` in a destination's table pace a small service",
+        help: "Runs handled at once: HTTP attempts mostly wait, so --deliver takes more than a command (docs/destinations.md#concurrency-why-512); `rate` and `burst` in a destination's table pace a small service",
         default: Some(|| format!("{DEFAULT_CONCURRENCY} with a command, {DEFAULT_DELIVER_CONCURRENCY} with --deliver")),
     },
     retry_schedule: StringOrList [worker] {

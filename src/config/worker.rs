@@ -73,7 +73,7 @@ impl WorkerSetup {
             c.consumer = name.value;
         }
         // An HTTP attempt mostly waits on its destination, a command's holds a
-        // process: each has its default (docs/destinations.md#concurrency-why-256).
+        // process: each has its default (docs/destinations.md#concurrency-why-512).
         let default_concurrency = if s.deliver.is_some() { DEFAULT_DELIVER_CONCURRENCY } else { DEFAULT_CONCURRENCY };
         c.concurrency = s.concurrency.number()?.map_or(default_concurrency, |n| n.value);
         retry_policy(s, &mut c)?;
@@ -327,7 +327,7 @@ heartbeat_interval = "2s"
         };
         assert_eq!(concurrency(&deliver, "", &[]), Ok(DEFAULT_DELIVER_CONCURRENCY));
         assert_eq!(concurrency(&[("group", "g")], "", TRUE), Ok(DEFAULT_CONCURRENCY));
-        assert_eq!((DEFAULT_DELIVER_CONCURRENCY, DEFAULT_CONCURRENCY), (256, 4), "the documented defaults");
+        assert_eq!((DEFAULT_DELIVER_CONCURRENCY, DEFAULT_CONCURRENCY), (512, 4), "the documented defaults");
         // The library's default stays the command's: a handler may hold a process.
         assert_eq!(WorkerConfig::new("g").concurrency, DEFAULT_CONCURRENCY);
         // Given anywhere, it wins over either default, however small.

@@ -116,12 +116,12 @@ pub const DEFAULT_CONCURRENCY: usize = 4;
 /// The default number of runs `idemgate worker --deliver` (or a destination
 /// with a `url`) handles at once: an HTTP attempt mostly waits on its
 /// destination, and the drain against concurrency (`idemgate bench`,
-/// scripts/worker-drain.sh) chose it: 256 slots drained a 50 ms
-/// destination 1.5 to 4 times what 64 did, and one answering at once within
-/// the rounds' spread in three sittings of four (0.68 times in the busiest)
-/// (docs/destinations.md#concurrency-why-256). A library worker that hands
-/// runs to a [`crate::worker::deliver::Destination`] sets it itself.
-pub const DEFAULT_DELIVER_CONCURRENCY: usize = 256;
+/// scripts/worker-drain.sh) chose it: 512 slots drained a 50 ms
+/// destination 1.7 to 1.9 times what 256 did, and one answering at once
+/// 1.05 to 1.07 times (with two CPU hogs beside it too), about Svix's 500
+/// tasks (docs/destinations.md#concurrency-why-512). A library worker that
+/// hands runs to a [`crate::worker::deliver::Destination`] sets it itself.
+pub const DEFAULT_DELIVER_CONCURRENCY: usize = 512;
 
 /// The exponential shorthand's default number of attempts before a run is
 /// dead (`--backoff` or `--max-backoff` without `--max-attempts`).

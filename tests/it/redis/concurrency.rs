@@ -1,7 +1,7 @@
 //! The worker's default concurrency, as the real binary starts with it (its
 //! `worker started … concurrency=N` line): `--deliver` and a destination
-//! with a `url` take the HTTP default (256, chosen by `idemgate bench`:
-//! docs/destinations.md#concurrency-why-256), a command and a destination
+//! with a `url` take the HTTP default (512, chosen by `idemgate bench`:
+//! docs/destinations.md#concurrency-why-512), a command and a destination
 //! with a `command` keep 4, and a value given on the command line, in the
 //! environment or in the file wins over either.
 
@@ -79,12 +79,12 @@ async fn deliver_starts_with_more_slots_than_a_command_unless_told() {
     assert_eq!(
         got,
         [
-            ("deliver", 256),
+            ("deliver", 512),
             ("deliver-flag", 8),
             ("deliver-env", 6),
             ("command", 4),
             ("command-flag", 40),
-            ("hooks", 256),
+            ("hooks", 512),
             ("sized", 12),
             ("script", 4),
         ]
