@@ -71,6 +71,8 @@ async fn main() -> ExitCode {
     // (worker::attempt) would be hundreds of lines of nothing wrong.
     let default_level =
         if matches!(cli.command, Command::Bench(_)) { "warn,idemgate::worker::attempt=error" } else { "info" };
+    // First, so that what setting up traces warns of is logged.
+    cli::logging::init(cli.log_format, default_level);
     // Traces only for the long-running commands, and only when the OTEL_* variables ask.
     let service = match cli.command {
         Command::Serve(_) => Some("idemgate-serve"),
@@ -84,7 +86,6 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    cli::logging::init(cli.log_format, default_level);
     let result = match cli.command {
         Command::Serve(_) => cli::serve::serve(sources).await,
         Command::Window => cli::serve::window(),

@@ -120,8 +120,9 @@ impl TraceSpan {
         }
     }
 
-    /// Records `value` as the attribute `key`, an integer (the bridge records a `u64` as one).
-    fn record_number(&self, key: &'static str, value: u64) {
+    /// Records `value` as the attribute `key`, an integer: an `i64` both
+    /// ways (`tracing-opentelemetry` records a `u64` as its text).
+    fn record_number(&self, key: &'static str, value: i64) {
         match &self.0 {
             Made::Bridge(span) => {
                 span.record(key, value);
@@ -129,7 +130,7 @@ impl TraceSpan {
             #[cfg(feature = "otel")]
             Made::Direct(cx) => {
                 use opentelemetry::trace::TraceContextExt;
-                cx.span().set_attribute(opentelemetry::KeyValue::new(key, value as i64));
+                cx.span().set_attribute(opentelemetry::KeyValue::new(key, value));
             }
         }
     }
@@ -310,7 +311,7 @@ pub fn attempt_span(destination: &str, run_id: &str, attempt: u32, parent: Optio
         otel.kind = "client",
         idemgate.destination = destination,
         idemgate.run_id = run_id,
-        idemgate.attempt = attempt,
+        idemgate.attempt = i64::from(attempt),
         idemgate.probe = probe.then_some(true),
         http.response.status_code = tracing::field::Empty,
         idemgate.outcome = tracing::field::Empty,

@@ -34,11 +34,13 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 const ANSWER_BYTES: usize = 64 * 1024;
 
 /// Where and how spans are exported, as the standard variables say.
-#[derive(Debug)]
 pub struct Settings {
     /// The traces URL: `…_TRACES_ENDPOINT` whole, or `…_ENDPOINT` + `/v1/traces`.
     pub endpoint: Uri,
-    /// Sent with each export (a collector's token): never logged.
+    /// The variable `endpoint` came from, for messages.
+    pub endpoint_variable: &'static str,
+    /// Sent with each export (a collector's token): never logged, each
+    /// value marked sensitive.
     pub headers: HeaderMap,
     /// How long one export may take, its answer read included.
     pub timeout: Duration,
@@ -86,14 +88,25 @@ impl Settings {
             .into_iter()
             .find_map(|name| set(name).map(|value| (name, value)))
             .and_then(|(variable, ms)| match ms.trim().parse::<u64>() {
-                Ok(ms) => Some(Duration::from_millis(ms)),
-                Err(_) => {
-                    tracing::warn!(variable, "traces: the timeout is not a number of ms; 10,000 is used");
+                Ok(ms) if ms > 0 => Some(Duration::from_millis(ms)),
+                _ => {
+                    tracing::warn!(variable, "traces: the timeout is not a positive number of ms; 10,000 is used");
                     None
                 }
             })
             .unwrap_or(DEFAULT_TIMEOUT);
-        Ok(Settings { endpoint, headers, timeout })
+        Ok(Settings { endpoint, endpoint_variable: variable, headers, timeout })
+    }
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The endpoint redacted, the headers by name only: either may hold a secret.
+        f.debug_struct("Settings")
+            .field("endpoint", &idemgate::redact::deliver_url(&self.endpoint.to_string()))
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("timeout", &self.timeout)
+            .finish()
     }
 }
 
@@ -105,7 +118,9 @@ fn header(entry: &str) -> Result<(HeaderName, HeaderValue), String> {
     let key = key.trim();
     let name = HeaderName::from_bytes(key.as_bytes()).map_err(|_| "its key is not a header name".to_owned())?;
     let value = percent_decode(value.trim()).ok_or(format!("the value of `{name}` is not valid percent-encoding"))?;
-    let value = HeaderValue::from_bytes(&value).map_err(|_| format!("the value of `{name}` is not a header value"))?;
+    let mut value =
+        HeaderValue::from_bytes(&value).map_err(|_| format!("the value of `{name}` is not a header value"))?;
+    value.set_sensitive(true);
     Ok((name, value))
 }
 
@@ -116,7 +131,7 @@ fn percent_decode(text: &str) -> Option<Vec<u8>> {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3)?;
+            let hex = bytes.get(i + 1..i + 3).filter(|h| h.iter().all(u8::is_ascii_hexdigit))?;
             out.push(u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?);
             i += 3;
         } else {
@@ -172,10 +187,11 @@ impl SpanExporter for Exporter {
         }
         let body = encode_request(&batch, &self.resource, &self.resource_schema);
         let mut request = Request::post(self.settings.endpoint.clone())
-            .header("content-type", "application/x-protobuf")
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| OTelSdkError::InternalFailure(e.to_string()))?;
         request.headers_mut().extend(self.settings.headers.clone());
+        // After the configured ones: what the body is, whatever they say.
+        request.headers_mut().insert("content-type", HeaderValue::from_static("application/x-protobuf"));
         let (client, timeout) = (self.client.clone(), self.settings.timeout);
         let task = self.runtime.spawn(async move {
             let exchange = async {
@@ -642,14 +658,24 @@ mod tests {
     fn headers_and_timeout_are_read_as_the_spec_says() {
         let s = settings(&[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
-            ("OTEL_EXPORTER_OTLP_HEADERS", " api-key = a%20b%2Cc , x-two=2,, bad entry ,x-bad=%zz,=novalue"),
+            ("OTEL_EXPORTER_OTLP_HEADERS", " api-key = a%20b%2Cc , x-two=2,, bad entry ,x-bad=%zz,x-plus=%+f,=novalue"),
             ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
         ])
         .unwrap();
         assert_eq!(s.headers.len(), 2, "{:?}", s.headers.keys().collect::<Vec<_>>());
         assert_eq!(s.headers["api-key"], "a b,c");
         assert_eq!(s.headers["x-two"], "2");
+        assert!(s.headers.values().all(HeaderValue::is_sensitive));
         assert_eq!(s.timeout, Duration::from_millis(2500));
+        // Debug shows neither a header's value nor the endpoint's credentials.
+        let s = settings(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://user:hunter2@c:4318"),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20s3cret"),
+        ])
+        .unwrap();
+        let shown = format!("{s:?}");
+        assert!(!shown.contains("hunter2") && !shown.contains("s3cret") && shown.contains("authorization"), "{shown}");
+        assert_eq!(s.endpoint_variable, "OTEL_EXPORTER_OTLP_ENDPOINT");
         // The traces variables win over the general ones, whole.
         let s = settings(&[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
@@ -661,8 +687,10 @@ mod tests {
         .unwrap();
         assert_eq!(s.headers.keys().map(|k| k.as_str()).collect::<Vec<_>>(), ["b"]);
         assert_eq!(s.timeout, Duration::from_millis(700));
-        let s = settings(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"), ("OTEL_EXPORTER_OTLP_TIMEOUT", "soon")])
-            .unwrap();
-        assert_eq!(s.timeout, DEFAULT_TIMEOUT);
+        for bad in ["soon", "0", "-5"] {
+            let s = settings(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"), ("OTEL_EXPORTER_OTLP_TIMEOUT", bad)])
+                .unwrap();
+            assert_eq!(s.timeout, DEFAULT_TIMEOUT, "{bad}");
+        }
     }
 }

@@ -52,7 +52,7 @@ impl Traces {
             return Ok(None);
         }
         let settings = otlp::Settings::from_env(|name| std::env::var(name).ok()).map_err(anyhow::Error::msg)?;
-        let tls = idemgate::client::tls_config(None, "OTEL_EXPORTER_OTLP_ENDPOINT").map_err(anyhow::Error::msg)?;
+        let tls = idemgate::client::tls_config(None, settings.endpoint_variable).map_err(anyhow::Error::msg)?;
         let client = idemgate::client::http_client(tls);
         let exporter = otlp::Exporter::new(client, tokio::runtime::Handle::current(), settings);
         let capacity = queue_size(std::env::var("OTEL_BSP_MAX_QUEUE_SIZE").ok().as_deref());

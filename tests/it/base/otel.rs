@@ -181,7 +181,14 @@ async fn a_delivery_joins_its_callers_trace_with_a_gate_span() {
     let dir = temp_dir("otel");
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let (got, _receiver) = receiver_on(addr).await;
-    let served = serve(&dir, &traced_env(&format!("http://{addr}")));
+    let mut env = traced_env(&format!("http://{addr}"));
+    // An entry that is not key=value is skipped with a warning that never shows it.
+    for (name, value) in env.iter_mut() {
+        if *name == "OTEL_EXPORTER_OTLP_HEADERS" {
+            value.push_str(",not-a-pair-s3cret");
+        }
+    }
+    let served = serve(&dir, &env);
     let traceparent = format!("00-{TRACE_ID}-{CALLER_SPAN}-01");
     let extra = [("traceparent", traceparent.as_str()), ("tracestate", "vendor=7"), ("baggage", "user=alice")];
     assert_eq!(deliver(&served, 1, &extra).await, 202);
@@ -192,6 +199,9 @@ async fn a_delivery_joins_its_callers_trace_with_a_gate_span() {
     assert!(spans.iter().all(|(service, _)| service == "gate-under-test"), "OTEL_SERVICE_NAME");
     let tokens = got.authorizations();
     assert!(!tokens.is_empty() && tokens.iter().all(|t| t.as_deref() == Some("Bearer collector-token")), "{tokens:?}");
+    let log = std::fs::read_to_string(dir.join("serve.log")).unwrap();
+    assert!(log.contains("a header entry is skipped") && log.contains("OTEL_EXPORTER_OTLP_HEADERS"), "{log}");
+    assert!(!log.contains("s3cret") && !log.contains("collector-token"), "{log}");
     let hex = hex::encode;
     let in_trace: Vec<&Span> = spans.iter().map(|(_, s)| s).filter(|s| hex(&s.trace_id) == TRACE_ID).collect();
     let names: Vec<&str> = in_trace.iter().map(|s| s.name.as_str()).collect();
