@@ -55,14 +55,16 @@ impl Settings {
     /// number of ms, are skipped with a warning naming the variable (and
     /// the header's key), as the spec asks of an unparseable value.
     pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Settings, String> {
-        let set = |name: &str| var(name).filter(|v| !v.trim().is_empty());
-        let (variable, url) = match set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
-            Some(url) => ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", url.trim().to_owned()),
-            None => {
-                let base = set("OTEL_EXPORTER_OTLP_ENDPOINT").ok_or("no OTLP endpoint is set")?;
-                let base = base.trim();
-                ("OTEL_EXPORTER_OTLP_ENDPOINT", format!("{}/v1/traces", base.strip_suffix('/').unwrap_or(base)))
-            }
+        // The first of a pair (the traces variable, then the general one) that is set, and its name.
+        let first_set = |pair: [&'static str; 2]| {
+            pair.into_iter().find_map(|name| var(name).filter(|v| !v.trim().is_empty()).map(|value| (name, value)))
+        };
+        let (variable, url) = first_set(["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"])
+            .ok_or("no OTLP endpoint is set")?;
+        let url = match (variable, url.trim()) {
+            // The general endpoint is the collector's base: traces go under it.
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", base) => format!("{}/v1/traces", base.strip_suffix('/').unwrap_or(base)),
+            (_, whole) => whole.to_owned(),
         };
         let endpoint = idemgate::client::http_url(&url)
             .map_err(|e| e.to_string())
@@ -70,10 +72,7 @@ impl Settings {
             .map_err(|e| format!("{variable}: {e}"))?;
 
         let mut headers = HeaderMap::new();
-        let header_variable = ["OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"]
-            .into_iter()
-            .find_map(|name| set(name).map(|value| (name, value)));
-        if let Some((variable, list)) = header_variable {
+        if let Some((variable, list)) = first_set(["OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"]) {
             for (n, entry) in list.split(',').map(str::trim).filter(|e| !e.is_empty()).enumerate() {
                 match header(entry) {
                     Ok((name, value)) => {
@@ -84,9 +83,7 @@ impl Settings {
             }
         }
 
-        let timeout = ["OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"]
-            .into_iter()
-            .find_map(|name| set(name).map(|value| (name, value)))
+        let timeout = first_set(["OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"])
             .and_then(|(variable, ms)| match ms.trim().parse::<u64>() {
                 Ok(ms) if ms > 0 => Some(Duration::from_millis(ms)),
                 _ => {
@@ -124,22 +121,15 @@ fn header(entry: &str) -> Result<(HeaderName, HeaderValue), String> {
     Ok((name, value))
 }
 
-/// `%XX` decoded to its byte; `None` when a `%` is not followed by two hex digits.
+/// `%XX` decoded to its byte (by `percent-encoding`, as elsewhere in the
+/// tree); `None` when a `%` is not followed by two hex digits, which that
+/// crate would pass through as written.
 fn percent_decode(text: &str) -> Option<Vec<u8>> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3).filter(|h| h.iter().all(u8::is_ascii_hexdigit))?;
-            out.push(u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    Some(out)
+    let well_formed = text
+        .split('%')
+        .skip(1)
+        .all(|after| after.as_bytes().get(..2).is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)));
+    well_formed.then(|| percent_encoding::percent_decode_str(text).collect())
 }
 
 /// The span exporter: each batch one request to the collector, sent by
@@ -157,11 +147,8 @@ pub struct Exporter {
 
 impl std::fmt::Debug for Exporter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Not the headers: they may hold a token.
-        f.debug_struct("Exporter")
-            .field("endpoint", &idemgate::redact::deliver_url(&self.settings.endpoint.to_string()))
-            .field("timeout", &self.settings.timeout)
-            .finish_non_exhaustive()
+        // The settings as their own Debug shows them: nothing secret.
+        f.debug_struct("Exporter").field("settings", &self.settings).finish_non_exhaustive()
     }
 }
 
