@@ -56,6 +56,8 @@ if #released == 0 then
 end
 local retention_ms = math.max(redis.call('PTTL', KEYS[2]), 0)
 for _, group in ipairs(released) do
+  -- A dead head's line is the one kind counted as blocked: it is not once skipped.
+  order_unblocked(group, o[2])
   order_hand_on(o[2], group, run_id, run_id .. ':' .. (o[3] or ''), retention_ms)
   with_destination(KEYS[2], group, function() redis.call('HSET', KEYS[2], ${field_skipped_ms}, ARGV[2]) end)
 end

@@ -33,6 +33,9 @@ if not holds(ARGV[1], ARGV[2], ARGV[3]) then
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 order_catch_up(ARGV[1], ARGV[3])
--- No previous: the chain names the runs the destination did get.
+-- No previous: the chain names the runs the destination did get. A dead
+-- head retried after the filter changed is passed over here: its line is
+-- no longer blocked behind it.
+order_unblocked(ARGV[1], ARGV[4])
 order_hand_on(ARGV[4], ARGV[1], run_id, nil, ARGV[5])
 return 1

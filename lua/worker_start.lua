@@ -125,13 +125,14 @@ local function begin_attempt(history, previous)
   return {1, attempts, r[6], r[7], attempts - base, r[8], previous}
 end
 
--- Nearly every call is a new attempt of an unordered run whose last
--- attempt reported back, with budget left: it begins here, before the Lua
--- of the other cases below is reached. EVAL runs the whole script on every
--- call, and each `local function` it passes is a new closure: the shared
--- Lua below (the order key's line, the dead letter, the history) made 18
--- of the 32 on every call, and they cost about 1.9 us of Redis per call
--- (BENCHMARKS.md, "Issues 43, 44, 46 and 48 in one quiet sitting").
+-- Nearly every call is a new attempt of a run whose last attempt reported
+-- back, with budget left: it begins before the Lua of the other cases
+-- below is reached. EVAL runs the whole script on every call, and each
+-- `local function` it passes is a new closure, each captured local looked
+-- up in the open upvalues one by one: an unordered run passes none of the
+-- shared Lua below, and an ordered one only the order key's line, not the
+-- dead letter's and the history's (BENCHMARKS.md, "Issues 43, 44, 46 and
+-- 48 in one quiet sitting", and "Traces and the ordered run's Redis work").
 -- Only the consumer that holds the entry starts an attempt (a retried
 -- call answers as its first try did, below, whoever holds it now).
 if not again and not holds(ARGV[1], ARGV[2], ARGV[3]) then
@@ -142,8 +143,6 @@ if not again and order_key == '' and not unfinished and not spent then
 end
 
 ${order}
-${dead_letter}
-${history}
 
 if again then
   -- The retried call gets the first call's answer, payload included.
@@ -170,7 +169,14 @@ if order_key ~= '' then
   if was_head and attempts > 0 then
     order_unblocked(ARGV[1], order_key)
   end
+  if not unfinished and not spent then
+    return begin_attempt(nil, previous)
+  end
 end
+
+${dead_letter}
+${history}
+
 local history = nil
 local more = {}
 if unfinished or spent then

@@ -28,7 +28,39 @@ static DROPPED: AtomicU64 = AtomicU64::new(0);
 
 /// The binary's tracer, when it makes its spans directly ([`enable_direct`]).
 #[cfg(feature = "otel")]
-static DIRECT: std::sync::OnceLock<opentelemetry::global::BoxedTracer> = std::sync::OnceLock::new();
+static DIRECT: std::sync::OnceLock<Box<dyn StartSpan>> = std::sync::OnceLock::new();
+
+/// A tracer as this module uses it: a span started straight into the
+/// context that holds it. `opentelemetry`'s own `BoxedTracer` boxes each
+/// span, and the context then boxes that box again, so that every
+/// attribute, status and end went through two dynamic calls (issue 46:
+/// about 800 instructions per traced request of `serve`); this boxes the
+/// tracer once and each span once, in the context.
+#[cfg(feature = "otel")]
+pub trait StartSpan: Send + Sync {
+    /// The span `builder` describes, the child of `parent`, in a context of its own.
+    fn start(
+        &self,
+        builder: opentelemetry::trace::SpanBuilder,
+        parent: &opentelemetry::Context,
+    ) -> opentelemetry::Context;
+}
+
+#[cfg(feature = "otel")]
+impl<T> StartSpan for T
+where
+    T: opentelemetry::trace::Tracer + Send + Sync,
+    T::Span: Send + Sync + 'static,
+{
+    fn start(
+        &self,
+        builder: opentelemetry::trace::SpanBuilder,
+        parent: &opentelemetry::Context,
+    ) -> opentelemetry::Context {
+        use opentelemetry::trace::TraceContextExt;
+        parent.with_span(self.build_with_context(builder, parent))
+    }
+}
 
 /// Makes the spans of this module from now on as `tracing` spans, for an
 /// application's own `tracing-opentelemetry` layer to export.
@@ -39,8 +71,8 @@ pub fn enable() {
 /// Makes the spans of this module from now on with `tracer` directly (the
 /// binary's SDK tracer); the first call's tracer stays.
 #[cfg(feature = "otel")]
-pub fn enable_direct(tracer: opentelemetry::global::BoxedTracer) {
-    let _ = DIRECT.set(tracer);
+pub fn enable_direct(tracer: impl StartSpan + 'static) {
+    let _ = DIRECT.set(Box::new(tracer));
     ENABLED.store(true, Ordering::Relaxed);
 }
 
@@ -51,8 +83,8 @@ pub fn enabled() -> bool {
 
 /// The tracer, when spans are made directly.
 #[cfg(feature = "otel")]
-fn direct() -> Option<&'static opentelemetry::global::BoxedTracer> {
-    DIRECT.get()
+fn direct() -> Option<&'static dyn StartSpan> {
+    DIRECT.get().map(|tracer| &**tracer)
 }
 
 /// Counts `spans` the exporter dropped (its queue full, or a batch the collector did not take).
@@ -97,25 +129,25 @@ impl Drop for TraceSpan {
 /// A directly made span of `builder`, the child of `parent`.
 #[cfg(feature = "otel")]
 fn start(
-    tracer: &opentelemetry::global::BoxedTracer,
+    tracer: &dyn StartSpan,
     builder: opentelemetry::trace::SpanBuilder,
     parent: &opentelemetry::Context,
 ) -> TraceSpan {
-    use opentelemetry::trace::{TraceContextExt, Tracer};
-    TraceSpan(Made::Direct(parent.with_span(tracer.build_with_context(builder, parent))))
+    TraceSpan(Made::Direct(tracer.start(builder, parent)))
 }
 
 impl TraceSpan {
-    /// Records `value` as the attribute `key` (declared where the span is made, for the bridge).
-    fn record_str(&self, key: &'static str, value: &str) {
+    /// Records `value` as the attribute `key` (declared where the span is
+    /// made, for the bridge). A `'static` text (an outcome word) is not copied.
+    fn record_str(&self, key: &'static str, value: std::borrow::Cow<'static, str>) {
         match &self.0 {
             Made::Bridge(span) => {
-                span.record(key, value);
+                span.record(key, &*value);
             }
             #[cfg(feature = "otel")]
             Made::Direct(cx) => {
                 use opentelemetry::trace::TraceContextExt;
-                cx.span().set_attribute(opentelemetry::KeyValue::new(key, value.to_owned()));
+                cx.span().set_attribute(opentelemetry::KeyValue::new(key, value));
             }
         }
     }
@@ -167,10 +199,10 @@ impl TraceSpan {
     }
 
     /// Records the gate's answer on its span.
-    pub fn record_outcome(&self, outcome: &str, run_id: Option<&str>) {
-        self.record_str("idemgate.outcome", outcome);
+    pub fn record_outcome(&self, outcome: &'static str, run_id: Option<&str>) {
+        self.record_str("idemgate.outcome", outcome.into());
         if let Some(run_id) = run_id {
-            self.record_str("idemgate.run_id", run_id);
+            self.record_str("idemgate.run_id", run_id.to_owned().into());
         }
     }
 
@@ -180,7 +212,7 @@ impl TraceSpan {
         if let Some(status) = status {
             self.record_number("http.response.status_code", status.into());
         }
-        self.record_str("idemgate.outcome", if done { "done" } else { "failed" });
+        self.record_str("idemgate.outcome", (if done { "done" } else { "failed" }).into());
         if !done {
             self.record_error();
         }
@@ -193,21 +225,23 @@ impl TraceSpan {
         #[cfg(feature = "otel")]
         {
             use opentelemetry::trace::TraceContextExt;
-            let context = match &self.0 {
+            let of = |context: &opentelemetry::Context| {
+                let span_ref = context.span();
+                let sc = span_ref.span_context();
+                if !sc.is_valid() {
+                    return None;
+                }
+                let parent = traceparent(&sc.trace_id().to_bytes(), &sc.span_id().to_bytes(), sc.trace_flags().to_u8());
+                let state = sc.trace_state().header();
+                Some((parent, (!state.is_empty()).then_some(state)))
+            };
+            match &self.0 {
                 Made::Bridge(span) => {
                     use tracing_opentelemetry::OpenTelemetrySpanExt;
-                    span.context()
+                    of(&span.context())
                 }
-                Made::Direct(cx) => cx.clone(),
-            };
-            let span_ref = context.span();
-            let sc = span_ref.span_context();
-            if !sc.is_valid() {
-                return None;
+                Made::Direct(cx) => of(cx),
             }
-            let parent = traceparent(&sc.trace_id().to_bytes(), &sc.span_id().to_bytes(), sc.trace_flags().to_u8());
-            let state = sc.trace_state().header();
-            Some((parent, (!state.is_empty()).then_some(state)))
         }
         #[cfg(not(feature = "otel"))]
         None
@@ -220,14 +254,14 @@ impl TraceSpan {
 /// path with its values.
 pub fn server_span(method: &str, route: Option<&str>, headers: &HeaderMap) -> TraceSpan {
     let name = match route {
-        Some(route) => format!("{method} {route}"),
+        Some(route) => [method, " ", route].concat(),
         None => method.to_owned(),
     };
     #[cfg(feature = "otel")]
     if let Some(tracer) = direct() {
         use opentelemetry::KeyValue;
         let mut attributes = Vec::with_capacity(4);
-        attributes.push(KeyValue::new("http.request.method", method.to_owned()));
+        attributes.push(KeyValue::new("http.request.method", method_value(method)));
         if let Some(route) = route {
             attributes.push(KeyValue::new("http.route", route.to_owned()));
         }
@@ -254,6 +288,17 @@ pub fn server_span(method: &str, route: Option<&str>, headers: &HeaderMap) -> Tr
     #[cfg(not(feature = "otel"))]
     let _ = headers;
     TraceSpan(Made::Bridge(span))
+}
+
+/// A request's method as an attribute value: a standard one's name is a
+/// `'static` text, so that a span does not copy it.
+#[cfg(feature = "otel")]
+fn method_value(method: &str) -> opentelemetry::StringValue {
+    const STANDARD: [&str; 9] = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "CONNECT", "TRACE"];
+    match STANDARD.into_iter().find(|standard| *standard == method) {
+        Some(standard) => standard.into(),
+        None => method.to_owned().into(),
+    }
 }
 
 /// The span of one gate call, child of the span the caller runs in:

@@ -238,13 +238,24 @@ pub fn encode_request(spans: &[SpanData], resource: &[u8], resource_schema: &str
         tag(b, 1, LEN);
         varint(b, resource.len() as u64);
         b.extend_from_slice(resource);
+        // Each span's scope as an index into `scopes`, compared first with
+        // the scope of the span before it: one comparison per span when a
+        // batch has one scope, as a process's mostly has (a scope's
+        // comparison sorts its attributes, so it is not free).
         let mut scopes: Vec<&opentelemetry::InstrumentationScope> = Vec::new();
+        let mut scope_of = Vec::with_capacity(spans.len());
         for span in spans {
-            if !scopes.contains(&&span.instrumentation_scope) {
-                scopes.push(&span.instrumentation_scope);
-            }
+            let scope = &span.instrumentation_scope;
+            let index = match scope_of.last() {
+                Some(&last) if scopes[last] == scope => last,
+                _ => scopes.iter().position(|known| *known == scope).unwrap_or_else(|| {
+                    scopes.push(scope);
+                    scopes.len() - 1
+                }),
+            };
+            scope_of.push(index);
         }
-        for scope in scopes {
+        for (index, scope) in scopes.into_iter().enumerate() {
             message(b, 2, |b| {
                 // ScopeSpans
                 message(b, 1, |b| {
@@ -254,7 +265,7 @@ pub fn encode_request(spans: &[SpanData], resource: &[u8], resource_schema: &str
                         message(b, 3, |b| key_value(b, kv.key.as_str(), &kv.value));
                     }
                 });
-                for span in spans.iter().filter(|s| s.instrumentation_scope == *scope) {
+                for (span, _) in spans.iter().zip(&scope_of).filter(|(_, of)| **of == index) {
                     message(b, 2, |b| encode_span(b, span));
                 }
                 string(b, 3, scope.schema_url().unwrap_or_default());
@@ -512,6 +523,7 @@ mod tests {
                 KeyValue::new("http.route", "/webhooks/{name}"),
                 KeyValue::new("http.response.status_code", 202_i64),
                 KeyValue::new("empty", ""),
+                KeyValue::new("", "no key"),
                 KeyValue::new("no", false),
                 KeyValue::new("zero", 0_i64),
                 KeyValue::new("negative", -7_i64),

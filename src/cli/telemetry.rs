@@ -72,8 +72,7 @@ impl Traces {
             .build();
         {
             use opentelemetry::trace::TracerProvider;
-            let tracer = opentelemetry::global::BoxedTracer::new(Box::new(provider.tracer("idemgate")));
-            idemgate::otel::enable_direct(tracer);
+            idemgate::otel::enable_direct(provider.tracer("idemgate"));
         }
         Ok(Some(Traces { provider }))
     }

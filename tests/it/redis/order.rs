@@ -604,7 +604,7 @@ async fn runs_waiting_behind_parked_heads_hold_nothing_and_other_keys_drain_at_f
 /// One pull request's four runs whose first is answered 422 for good
 /// (`--max-attempts 1`: dead at once), with `order_on_dead` as given; the
 /// receiver and a running worker.
-async fn dead_head(tag: &str, on_dead: OrderOnDead) -> (String, Destination, Workers) {
+async fn dead_head(tag: &str, on_dead: OrderOnDead, second_try_ok: bool) -> (String, Destination, Workers) {
     let ns = fresh_ns(tag);
     let dir = temp_dir(tag);
     secrets_file(&dir, &[secret(50)]);
@@ -614,12 +614,26 @@ async fn dead_head(tag: &str, on_dead: OrderOnDead) -> (String, Destination, Wor
         let event = json!({"org": "acme", "repo": "widgets", "action": format!("synchronize-{j}"), "number": 5});
         gate.handle("github", &format!("d-{j}"), &event).await.unwrap();
     }
-    let dest =
-        Destination::start(|r, _| if run_number(r) == 1 { status(StatusCode::UNPROCESSABLE_ENTITY) } else { ok() })
-            .await;
+    let dest = Destination::start(move |r, earlier| {
+        if run_number(r) == 1 && (earlier == 0 || !second_try_ok) {
+            status(StatusCode::UNPROCESSABLE_ENTITY)
+        } else {
+            ok()
+        }
+    })
+    .await;
     let flags = ["--concurrency", "4", "--max-attempts", "1"];
     let workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
     (ns, dest, workers)
+}
+
+/// What `idemgate stats` prints of namespace `ns`.
+fn stats_of(ns: &str) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["stats", "--redis-url", redis_url(), "--namespace", ns])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()
 }
 
 /// The run numbers the receiver got, in arrival order, and each request's previous.
@@ -636,7 +650,7 @@ fn arrivals(dest: &Destination) -> Vec<(u64, String, String)> {
 /// skipped run as its previous. A run that is not dead is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_head_blocks_its_key_until_runs_skip() {
-    let (ns, dest, mut workers) = dead_head("order-block", OrderOnDead::Block).await;
+    let (ns, dest, mut workers) = dead_head("order-block", OrderOnDead::Block, false).await;
     wait_status(&ns, [(1, "dead")], Duration::from_secs(20)).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(arrivals(&dest).iter().map(|a| a.0).collect::<Vec<_>>(), [1], "the line waits behind the dead run");
@@ -663,13 +677,7 @@ async fn a_dead_head_blocks_its_key_until_runs_skip() {
     assert!(text.contains("destination g\n  head      run-1\n"), "{text}");
     assert!(text.contains("ttl       none"), "{text}");
     assert!(text.contains("  blocked   since 20"), "the line waits behind its dead head: {text}");
-    let stats = || {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
-            .args(["stats", "--redis-url", redis_url(), "--namespace", &ns])
-            .output()
-            .unwrap();
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let stats = || stats_of(&ns);
     assert!(stats().contains("order keys blocked: 1 behind a dead run"), "{}", stats());
     let refused = skip("run-2");
     assert!(!refused.status.success());
@@ -692,11 +700,41 @@ async fn a_dead_head_blocks_its_key_until_runs_skip() {
     assert!(!text.contains("blocked"), "{text}");
 }
 
+/// A dead head retried to `done` (`idemgate dead retry`) releases its
+/// line in order, and its key is counted blocked only until the retry
+/// starts: the head's `done` hands the line on, and nothing is left in
+/// `order-blocked` behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_head_retried_to_done_releases_its_line() {
+    let (ns, dest, mut workers) = dead_head("order-retry", OrderOnDead::Block, true).await;
+    wait_status(&ns, [(1, "dead")], Duration::from_secs(20)).await;
+    wait_for(Duration::from_secs(10), "the key counted blocked", || async {
+        stats_of(&ns).contains("order keys blocked: 1 behind a dead run")
+    })
+    .await;
+    assert_eq!(status_of(&ns, 2).await, "queued", "the line waits behind the dead run");
+    let retried = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["dead", "retry", "run-1", "--redis-url", redis_url(), "--namespace", &ns])
+        .output()
+        .unwrap();
+    assert!(retried.status.success(), "{retried:?}");
+    wait_status(&ns, (1..=4).map(|n| (n, "done")), Duration::from_secs(20)).await;
+    workers.stop().await;
+    let got = arrivals(&dest);
+    assert_eq!(got.iter().map(|a| a.0).collect::<Vec<_>>(), [1, 1, 2, 3, 4]);
+    assert_eq!(got[2].2, got[1].1, "run-2's previous is run-1, done at last");
+    let stats = stats_of(&ns);
+    assert!(!stats.contains("order keys blocked"), "released by the retry: {stats}");
+    let mut c = raw_conn().await;
+    let blocked: i64 = c.zcard(Keys::new(&ns).unwrap().order_blocked()).await.unwrap();
+    assert_eq!(blocked, 0, "nothing left in order-blocked");
+}
+
 /// `order_on_dead = "skip"`: the line moves on as the run dies, the next
 /// run naming the dead one as its previous.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_skip_a_dead_head_lets_the_next_run_go_at_once() {
-    let (ns, dest, mut workers) = dead_head("order-skip", OrderOnDead::Skip).await;
+    let (ns, dest, mut workers) = dead_head("order-skip", OrderOnDead::Skip, false).await;
     wait_status(&ns, [(1, "dead"), (2, "done"), (3, "done"), (4, "done")], Duration::from_secs(20)).await;
     workers.stop().await;
     let got = arrivals(&dest);
@@ -744,7 +782,7 @@ async fn a_probe_carries_its_runs_chain() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_order_keys_runs_and_lines_are_listed_over_http() {
     const TOKEN: &str = "order-api-token";
-    let (ns, dest, mut workers) = dead_head("order-api", OrderOnDead::Block).await;
+    let (ns, dest, mut workers) = dead_head("order-api", OrderOnDead::Block, false).await;
     let gate = Gate::new(["acme/widgets"], redis_store_in(&ns, &Settings::default()).await)
         .with_provider_ordering("github", Ordering { by: OrderBy::Subject, ..Default::default() });
     // Another pull request's run: another key, not listed with the first.
