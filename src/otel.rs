@@ -391,11 +391,14 @@ fn traceparent(trace: &[u8; 16], span: &[u8; 8], flags: u8) -> String {
 /// then starts a trace of its own). `baggage` is never read.
 #[cfg(feature = "otel")]
 fn remote_parent(headers: &HeaderMap) -> Option<opentelemetry::Context> {
+    use axum::http::HeaderName;
     use opentelemetry::trace::{TraceContextExt, TraceState};
-    let mut values = headers.get_all("traceparent").iter();
+    const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+    const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+    let mut values = headers.get_all(TRACEPARENT).iter();
     let (Some(value), None) = (values.next(), values.next()) else { return None };
     let state = headers
-        .get("tracestate")
+        .get(TRACESTATE)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<TraceState>().ok())
         .unwrap_or_default();
@@ -412,20 +415,31 @@ fn parse_traceparent(text: &str) -> Option<opentelemetry::Context> {
 }
 
 /// A `traceparent` value read strictly (version `00`, lowercase hex, ids
-/// not all zero).
+/// not all zero). Version `00` has one layout (`00-`, 32 hex digits, `-`,
+/// 16, `-`, 2), read in place: splitting it into a list and reading each
+/// id through the API's `from_hex` (a `u128` parsed from text) cost a
+/// request with a parent about 1,300 instructions more (BENCHMARKS.md,
+/// "Traces and the ordered run's Redis work").
 #[cfg(feature = "otel")]
 fn span_context(text: &str, state: opentelemetry::trace::TraceState) -> Option<opentelemetry::trace::SpanContext> {
     use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId};
-    let parts: Vec<&str> = text.split('-').collect();
-    let [version, trace, span, flags] = parts[..] else { return None };
-    let lower_hex =
-        |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    if version != "00" || !lower_hex(trace, 32) || !lower_hex(span, 16) || !lower_hex(flags, 2) {
+    let text = text.as_bytes();
+    let lower_hex = |part: &[u8]| part.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b));
+    if text.len() != 55 || !text.starts_with(b"00-") || text[35] != b'-' || text[52] != b'-' {
         return None;
     }
-    let trace_id = TraceId::from_hex(trace).ok().filter(|t| *t != TraceId::INVALID)?;
-    let span_id = SpanId::from_hex(span).ok().filter(|s| *s != SpanId::INVALID)?;
-    let flags = TraceFlags::new(u8::from_str_radix(flags, 16).ok()? & TraceFlags::SAMPLED.to_u8());
+    let (trace, span, flags) = (&text[3..35], &text[36..52], &text[53..55]);
+    if !lower_hex(trace) || !lower_hex(span) || !lower_hex(flags) {
+        return None;
+    }
+    let (mut trace_id, mut span_id, mut flag) = ([0u8; 16], [0u8; 8], [0u8; 1]);
+    // Each slice is twice its array's length, and all lowercase hex: none can fail.
+    hex::decode_to_slice(trace, &mut trace_id).ok()?;
+    hex::decode_to_slice(span, &mut span_id).ok()?;
+    hex::decode_to_slice(flags, &mut flag).ok()?;
+    let trace_id = Some(TraceId::from_bytes(trace_id)).filter(|t| *t != TraceId::INVALID)?;
+    let span_id = Some(SpanId::from_bytes(span_id)).filter(|s| *s != SpanId::INVALID)?;
+    let flags = TraceFlags::new(flag[0] & TraceFlags::SAMPLED.to_u8());
     Some(SpanContext::new(trace_id, span_id, flags, true, state))
 }
 
@@ -476,6 +490,11 @@ mod tests {
             "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
             "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "00-4bf92f3577b34da6a3ce929d0e0e47360-0f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b701-",
+            "00+4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0g",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-é",
         ] {
             assert_eq!(parent_of(&[bad]), None, "{bad}");
         }
