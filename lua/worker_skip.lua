@@ -33,9 +33,8 @@ if not holds(ARGV[1], ARGV[2], ARGV[3]) then
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 order_catch_up(ARGV[1], ARGV[3])
--- No previous: the chain names the runs the destination did get. A dead
--- head retried after the filter changed is passed over here: its line is
--- no longer blocked behind it.
-order_unblocked(ARGV[1], ARGV[4])
+-- No previous: the chain names the runs the destination did get. (No
+-- head passed over here is dead: a dead run sent again is addressed to its
+-- group, and the filter judges no addressed entry, so no line is unblocked.)
 order_hand_on(ARGV[4], ARGV[1], run_id, nil, ARGV[5])
 return 1

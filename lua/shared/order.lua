@@ -181,9 +181,9 @@ local function order_hand_on(key, group, run_id, previous, retention_ms)
   end
   -- No ZREM of `order-blocked` here: a head is counted there only while
   -- it is dead under `block`, and it stops being so when it starts again
-  -- (order_unblocked, lua/worker_start.lua), is skipped (lua/run_skip.lua)
-  -- or is passed over for the filter (lua/worker_skip.lua), before it can
-  -- get here. (A call each run cost Redis about 6k
+  -- (order_unblocked, lua/worker_start.lua: `dead retry` and a redelivery
+  -- send it to its group, past the filter) or is skipped (lua/run_skip.lua),
+  -- before it can get here. (A call each run cost Redis about 6k
   -- instructions, for a set that is nearly always empty.)
   if previous then
     redis.call('HSET', okey, 'p:' .. group, previous)

@@ -19,7 +19,10 @@
 //! - a worker that no longer holds an entry changes nothing of the line
 //!   but a refused run waiting in it (see the last test);
 //! - every answer, every entry a read returns, every record's status and
-//!   the chain's previous are the ones the model predicts; at the end
+//!   the chain's previous are the ones the model predicts, and
+//!   `order-blocked` counts exactly the lines waiting behind a dead head
+//!   (from its death under `block` until it starts again or is skipped,
+//!   never for a run the filter passes over); at the end
 //!   everything drains, each key's first starts are its creation order, and
 //!   no key is left stuck.
 
@@ -27,7 +30,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use idemgate::gate::Gate;
 use idemgate::keys::Keys;
-use idemgate::order::{OrderBy, OrderOnDead, Ordering};
+use idemgate::order::{OrderBy, OrderOnDead, Ordering, order_key};
 use idemgate::redis_io::parked_scripts::{SkipDeadCall, Skipped};
 use idemgate::redis_io::run_scripts::{DeadRetried, DeadRetryCall};
 use idemgate::redis_io::worker_scripts::{
@@ -259,6 +262,9 @@ struct World {
     created: u64,
     /// Per key, the run its line finished last: the chain's previous.
     previous: Vec<Option<usize>>,
+    /// Per key, whether `order-blocked` counts its line: from its head's
+    /// death under `block` until the head starts again or is skipped.
+    blocked: Vec<bool>,
     /// The steps so far, for failure messages.
     trail: Vec<String>,
     seen: Seen,
@@ -301,6 +307,7 @@ impl World {
             ops: 0,
             created: 0,
             previous: vec![None; n_keys],
+            blocked: vec![false; n_keys],
             trail: Vec::new(),
             seen: Seen::default(),
         }
@@ -624,6 +631,8 @@ impl World {
             self.hands[c].remove(h);
             return Ok(());
         }
+        // The head starts (again): its line is not blocked behind it.
+        self.blocked[key] = false;
         let (attempts, base) = (self.runs[r].attempts, self.runs[r].base);
         if attempts - base >= self.max_attempts {
             // Its last attempt was lost with its worker.
@@ -749,13 +758,19 @@ impl World {
     /// Run `r` (its key's first) is dead: under `skip` its line moves on.
     fn died(&mut self, r: usize) -> Result<(), TestCaseError> {
         self.runs[r].state = RunStatus::Dead;
-        if KEYS[self.runs[r].key].2 == OrderOnDead::Skip { self.finished(r) } else { Ok(()) }
+        let key = self.runs[r].key;
+        if KEYS[key].2 == OrderOnDead::Skip {
+            return self.finished(r);
+        }
+        self.blocked[key] = true;
+        Ok(())
     }
 
     /// Run `r`, its key's first, is finished: it leaves the line, and the
     /// next run, if it waits behind, is handed on (a new entry).
     fn finished(&mut self, r: usize) -> Result<(), TestCaseError> {
         let key = self.runs[r].key;
+        self.blocked[key] = false;
         check!(
             self.lines[key].front() == Some(&r),
             "{} finished but is not the first of key {key} {}{}",
@@ -952,6 +967,20 @@ impl World {
                 self.context()
             );
         }
+        // `order-blocked` holds exactly the lines the model says wait behind a dead head.
+        let mut range = redis::cmd("ZRANGE");
+        range.arg(self.redis.keys().order_blocked()).arg(0).arg(-1);
+        let mut counted: Vec<String> = self.redis.query(&mut range).await.map_err(redis_err)?;
+        counted.sort();
+        let mut want: Vec<String> = (0..self.n_keys)
+            .filter(|&key| self.blocked[key])
+            .map(|key| {
+                let (provider, number, _) = KEYS[key];
+                Keys::order_blocked_member(GROUP, &order_key(provider, "acme/widgets", Some(&number.to_string())))
+            })
+            .collect();
+        want.sort();
+        check!(counted == want, "order-blocked holds {counted:?}, the model wants {want:?}{}", self.context());
         if self.runs.is_empty() {
             return Ok(());
         }
