@@ -377,13 +377,25 @@ pub fn attempt_span(destination: &str, run_id: &str, attempt: u32, parent: Optio
 /// than its span's context lookup).
 #[cfg(feature = "otel")]
 fn traceparent(trace: &[u8; 16], span: &[u8; 8], flags: u8) -> String {
-    let mut out = *b"00-________________________________-________________-__";
+    let mut out: [u8; TRACEPARENT_LEN] = *b"00-________________________________-________________-__";
     // Each slice is twice its bytes' length, so neither call can fail.
-    let _ = hex::encode_to_slice(trace, &mut out[3..35]);
-    let _ = hex::encode_to_slice(span, &mut out[36..52]);
-    let _ = hex::encode_to_slice([flags], &mut out[53..55]);
+    let _ = hex::encode_to_slice(trace, &mut out[TRACE_ID]);
+    let _ = hex::encode_to_slice(span, &mut out[SPAN_ID]);
+    let _ = hex::encode_to_slice([flags], &mut out[FLAGS]);
     String::from_utf8_lossy(&out).into_owned()
 }
+
+/// Version `00` of `traceparent` has one layout, `00-` + 32 hex digits +
+/// `-` + 16 + `-` + 2, written by [`traceparent`] and read by
+/// [`span_context`]: its length and where each part sits.
+#[cfg(feature = "otel")]
+const TRACEPARENT_LEN: usize = 55;
+#[cfg(feature = "otel")]
+const TRACE_ID: std::ops::Range<usize> = 3..35;
+#[cfg(feature = "otel")]
+const SPAN_ID: std::ops::Range<usize> = 36..52;
+#[cfg(feature = "otel")]
+const FLAGS: std::ops::Range<usize> = 53..55;
 
 /// The remote span context of a `traceparent` header (W3C Trace Context,
 /// version `00`: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`),
@@ -415,8 +427,8 @@ fn parse_traceparent(text: &str) -> Option<opentelemetry::Context> {
 }
 
 /// A `traceparent` value read strictly (version `00`, lowercase hex, ids
-/// not all zero). Version `00` has one layout (`00-`, 32 hex digits, `-`,
-/// 16, `-`, 2), read in place: splitting it into a list and reading each
+/// not all zero). Version `00` has one layout ([`TRACE_ID`] and the
+/// ranges beside it), read in place: splitting it into a list and reading each
 /// id through the API's `from_hex` (a `u128` parsed from text) cost a
 /// request with a parent about 1,300 instructions more (BENCHMARKS.md,
 /// "Traces and the ordered run's Redis work").
@@ -425,10 +437,14 @@ fn span_context(text: &str, state: opentelemetry::trace::TraceState) -> Option<o
     use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId};
     let text = text.as_bytes();
     let lower_hex = |part: &[u8]| part.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b));
-    if text.len() != 55 || !text.starts_with(b"00-") || text[35] != b'-' || text[52] != b'-' {
+    if text.len() != TRACEPARENT_LEN
+        || !text.starts_with(b"00-")
+        || text[TRACE_ID.end] != b'-'
+        || text[SPAN_ID.end] != b'-'
+    {
         return None;
     }
-    let (trace, span, flags) = (&text[3..35], &text[36..52], &text[53..55]);
+    let (trace, span, flags) = (&text[TRACE_ID], &text[SPAN_ID], &text[FLAGS]);
     if !lower_hex(trace) || !lower_hex(span) || !lower_hex(flags) {
         return None;
     }
