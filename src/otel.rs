@@ -9,8 +9,8 @@
 //!   `tracing` span, registry or bridge in between: making, recording and
 //!   ending a span that way cost a traced request of `serve` twice what
 //!   the spans themselves do (BENCHMARKS.md, issue 46). A request's
-//!   handler runs with the server span as the current OpenTelemetry
-//!   context, so the `gate` span finds its parent there.
+//!   handler runs with the server span as its task's parent span (a
+//!   task-local, [`TraceSpan::run`]), so the `gate` span finds its parent there.
 //! - **An embedding application's** ([`enable`]): `tracing` spans, which
 //!   the application's own `tracing-opentelemetry` layer turns into
 //!   OpenTelemetry ones, so that the `gate` span is the child of whatever
@@ -106,6 +106,17 @@ pub fn render_dropped(out: &mut String) {
     }
 }
 
+#[cfg(feature = "otel")]
+tokio::task_local! {
+    /// The context of the span a directly made span's work runs in
+    /// ([`TraceSpan::run`]: a request's handler in its server span): the
+    /// `gate` span's parent. Not the OpenTelemetry current context, which
+    /// a future attaches on each poll (a clone, a push and a pop, about 170
+    /// instructions; a request polls its handler three or four times),
+    /// where a task-local is two swaps.
+    static PARENT: opentelemetry::Context;
+}
+
 /// One span of this module, made either way; it ends when dropped.
 pub struct TraceSpan(Made);
 
@@ -181,12 +192,14 @@ impl TraceSpan {
         }
     }
 
-    /// Runs `work` inside the span: spans `work` makes are its children.
+    /// Runs `work` inside the span: spans this module makes in `work` are its
+    /// children (through `tracing` for the bridge; directly, through a
+    /// task-local, not the OpenTelemetry current context).
     pub async fn run<F: std::future::Future>(&self, work: F) -> F::Output {
         match &self.0 {
             Made::Bridge(span) => tracing::Instrument::instrument(work, span.clone()).await,
             #[cfg(feature = "otel")]
-            Made::Direct(cx) => opentelemetry::context::FutureExt::with_context(work, cx.clone()).await,
+            Made::Direct(cx) => PARENT.scope(cx.clone(), work).await,
         }
     }
 
@@ -253,23 +266,24 @@ impl TraceSpan {
 /// `route` is the matched route template (`/webhooks/{name}`), never the
 /// path with its values.
 pub fn server_span(method: &str, route: Option<&str>, headers: &HeaderMap) -> TraceSpan {
-    let name = match route {
-        Some(route) => [method, " ", route].concat(),
-        None => method.to_owned(),
-    };
     #[cfg(feature = "otel")]
     if let Some(tracer) = direct() {
         use opentelemetry::KeyValue;
+        let names = ServerNames::of(method, route);
         let mut attributes = Vec::with_capacity(4);
-        attributes.push(KeyValue::new("http.request.method", method_value(method)));
-        if let Some(route) = route {
-            attributes.push(KeyValue::new("http.route", route.to_owned()));
+        attributes.push(KeyValue::new("http.request.method", names.method));
+        if let Some(route) = names.route {
+            attributes.push(KeyValue::new("http.route", route));
         }
-        let builder = opentelemetry::trace::SpanBuilder::from_name(name)
+        let builder = opentelemetry::trace::SpanBuilder::from_name(names.span)
             .with_kind(opentelemetry::trace::SpanKind::Server)
             .with_attributes(attributes);
         return start(tracer, builder, &remote_parent(headers).unwrap_or_default());
     }
+    let name = match route {
+        Some(route) => [method, " ", route].concat(),
+        None => method.to_owned(),
+    };
     let span = tracing::info_span!(
         target: "idemgate::otel",
         "request",
@@ -290,14 +304,63 @@ pub fn server_span(method: &str, route: Option<&str>, headers: &HeaderMap) -> Tr
     TraceSpan(Made::Bridge(span))
 }
 
-/// A request's method as an attribute value: a standard one's name is a
-/// `'static` text, so that a span does not copy it.
+/// A server span's name (`METHOD ROUTE`), its method and its route. A
+/// standard method and a route template (the router's, a few dozen at
+/// most) are `'static` text, made once per pair for the process's life
+/// ([`INTERNED`]), so that a span copies and frees none of them (with its
+/// attributes' copies, about 400 instructions of a traced request).
 #[cfg(feature = "otel")]
-fn method_value(method: &str) -> opentelemetry::StringValue {
-    const STANDARD: [&str; 9] = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "CONNECT", "TRACE"];
-    match STANDARD.into_iter().find(|standard| *standard == method) {
-        Some(standard) => standard.into(),
-        None => method.to_owned().into(),
+struct ServerNames {
+    span: std::borrow::Cow<'static, str>,
+    method: opentelemetry::StringValue,
+    route: Option<opentelemetry::StringValue>,
+}
+
+/// The `(method, route, span name)` texts kept so far, at most [`INTERNED_MAX`].
+#[cfg(feature = "otel")]
+static INTERNED: std::sync::Mutex<Vec<(&str, &str, &str)>> = std::sync::Mutex::new(Vec::new());
+/// Past this many pairs (never, with the service's own routes) names are copied per span.
+#[cfg(feature = "otel")]
+const INTERNED_MAX: usize = 256;
+
+#[cfg(feature = "otel")]
+impl ServerNames {
+    fn of(method: &str, route: Option<&str>) -> Self {
+        const STANDARD: [&str; 9] = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "CONNECT", "TRACE"];
+        let standard = STANDARD.into_iter().find(|standard| *standard == method);
+        match (standard, route) {
+            (Some(method), Some(route)) => match Self::interned(method, route) {
+                Some((span, route)) => {
+                    ServerNames { span: span.into(), method: method.into(), route: Some(route.into()) }
+                }
+                None => ServerNames {
+                    span: [method, " ", route].concat().into(),
+                    method: method.into(),
+                    route: Some(route.to_owned().into()),
+                },
+            },
+            (Some(method), None) => ServerNames { span: method.into(), method: method.into(), route: None },
+            (None, route) => ServerNames {
+                span: route.map_or_else(|| method.to_owned(), |route| [method, " ", route].concat()).into(),
+                method: method.to_owned().into(),
+                route: route.map(|route| route.to_owned().into()),
+            },
+        }
+    }
+
+    /// The span name and the route of `method` (a standard one) and `route`, kept once made.
+    fn interned(method: &'static str, route: &str) -> Option<(&'static str, &'static str)> {
+        let mut kept = INTERNED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(&(_, route, span)) = kept.iter().find(|(m, r, _)| *m == method && *r == route) {
+            return Some((span, route));
+        }
+        if kept.len() >= INTERNED_MAX {
+            return None;
+        }
+        let route: &'static str = Box::leak(route.into());
+        let span: &'static str = Box::leak([method, " ", route].concat().into_boxed_str());
+        kept.push((method, route, span));
+        Some((span, route))
     }
 }
 
@@ -312,7 +375,8 @@ pub fn gate_span(provider: &str, delivery_id: &str) -> TraceSpan {
             KeyValue::new("idemgate.provider", provider.to_owned()),
             KeyValue::new("idemgate.delivery_id", delivery_id.to_owned()),
         ]);
-        return start(tracer, builder, &opentelemetry::Context::current());
+        let parent = PARENT.try_with(Clone::clone).unwrap_or_else(|_| opentelemetry::Context::current());
+        return start(tracer, builder, &parent);
     }
     TraceSpan(Made::Bridge(tracing::info_span!(
         target: "idemgate::otel",
@@ -382,7 +446,9 @@ fn traceparent(trace: &[u8; 16], span: &[u8; 8], flags: u8) -> String {
     let _ = hex::encode_to_slice(trace, &mut out[TRACE_ID]);
     let _ = hex::encode_to_slice(span, &mut out[SPAN_ID]);
     let _ = hex::encode_to_slice([flags], &mut out[FLAGS]);
-    String::from_utf8_lossy(&out).into_owned()
+    // All ASCII, so this cannot fail; its check is a few word-wide steps,
+    // where `from_utf8_lossy` cost a traced request 440 instructions.
+    String::from_utf8(out.to_vec()).unwrap_or_default()
 }
 
 /// Version `00` of `traceparent` has one layout, `00-` + 32 hex digits +
@@ -461,6 +527,8 @@ fn span_context(text: &str, state: opentelemetry::trace::TraceState) -> Option<o
 
 #[cfg(all(test, feature = "otel"))]
 mod tests {
+    use std::borrow::Cow;
+
     use axum::http::HeaderValue;
     use opentelemetry::trace::TraceContextExt;
 
@@ -487,6 +555,26 @@ mod tests {
         // What is written reads back.
         let written = traceparent(&trace, &span, 1);
         assert!(span_context(&written, Default::default()).is_some());
+    }
+
+    #[test]
+    fn a_server_spans_names_are_kept_once_per_standard_method_and_route() {
+        let texts = |n: &ServerNames| {
+            (n.span.to_string(), n.method.as_str().to_owned(), n.route.as_ref().map(|r| r.as_str().to_owned()))
+        };
+        let first = ServerNames::of("POST", Some("/hooks/{name}"));
+        assert_eq!(texts(&first), ("POST /hooks/{name}".into(), "POST".into(), Some("/hooks/{name}".into())));
+        // The second time, the same kept text: nothing copied.
+        let again = ServerNames::of("POST", Some("/hooks/{name}"));
+        assert!(matches!((&first.span, &again.span), (Cow::Borrowed(a), Cow::Borrowed(b)) if std::ptr::eq(*a, *b)));
+        let kept = INTERNED.lock().unwrap().iter().filter(|(_, route, _)| *route == "/hooks/{name}").count();
+        assert_eq!(kept, 1);
+        assert_eq!(texts(&ServerNames::of("GET", None)), ("GET".into(), "GET".into(), None));
+        // A method of the client's own is copied per span, never kept.
+        let odd = ServerNames::of("BREW", Some("/hooks/{name}"));
+        assert_eq!(texts(&odd), ("BREW /hooks/{name}".into(), "BREW".into(), Some("/hooks/{name}".into())));
+        assert!(matches!(odd.span, Cow::Owned(_)));
+        assert!(INTERNED.lock().unwrap().iter().all(|(method, _, _)| *method != "BREW"));
     }
 
     #[test]

@@ -7,27 +7,30 @@
 //!
 //! - Nothing is built when no endpoint is set or `OTEL_SDK_DISABLED=true`:
 //!   no SDK, no thread, no span ([`idemgate::otel`] stays off).
-//! - The batch processor holds at most `OTEL_BSP_MAX_QUEUE_SIZE` spans
-//!   (default 2,048) and exports from its own thread: a request or an
-//!   attempt never waits for the collector. A full queue drops new spans,
-//!   and an export the collector does not take drops its batch: both are
-//!   counted (`idemgate_trace_spans_dropped_total`,
-//!   [`idemgate::otel::count_dropped`]) and logged once per outage. The
-//!   SDK's processor keeps its own queue-full count to itself, so
-//!   [`Bounded`] in front of it keeps the bound instead, and counts.
+//! - The batch processor is [`Batcher`], ours: it holds at most
+//!   `OTEL_BSP_MAX_QUEUE_SIZE` spans (default 2,048) and exports from a
+//!   thread of its own, every `OTEL_BSP_SCHEDULE_DELAY` or as soon as
+//!   `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` spans wait (the variables read as the
+//!   SDK reads them): a request or an attempt never waits for the
+//!   collector. A full queue drops new spans, and an export the collector
+//!   does not take drops its batch: both are counted
+//!   (`idemgate_trace_spans_dropped_total`, [`idemgate::otel::count_dropped`])
+//!   and logged once per outage. Why not the SDK's `BatchSpanProcessor`: it
+//!   moves each span through a channel into a second list and copies the
+//!   batch once more to export it, about 2k instructions of a traced
+//!   request of `serve` (BENCHMARKS.md, issue 46); a span here is moved
+//!   into the queue once, and the batch is the queue itself.
 //! - The exporter is [`super::otlp`]'s: spans written straight to OTLP
 //!   protobuf, sent through the hyper client already in the tree (rustls,
 //!   the system roots) on the process's tokio runtime, each export bounded
 //!   by its timeout.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, SpanData, SpanExporter, SpanProcessor,
-};
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter, SpanProcessor};
 
 use super::otlp;
 
@@ -48,28 +51,22 @@ impl Traces {
     /// when `OTEL_SERVICE_NAME` does not; `None` when it asks for none.
     /// Must be called inside the tokio runtime.
     pub fn from_env(service: &str) -> anyhow::Result<Option<Self>> {
-        if !wanted(|name| std::env::var(name).ok()) {
+        let var = |name: &str| std::env::var(name).ok();
+        if !wanted(var) {
             return Ok(None);
         }
-        let settings = otlp::Settings::from_env(|name| std::env::var(name).ok()).map_err(anyhow::Error::msg)?;
+        let settings = otlp::Settings::from_env(var).map_err(anyhow::Error::msg)?;
         let tls = idemgate::client::tls_config(None, settings.endpoint_variable).map_err(anyhow::Error::msg)?;
         let client = idemgate::client::http_client(tls);
-        let exporter = otlp::Exporter::new(client, tokio::runtime::Handle::current(), settings);
-        let capacity = queue_size(std::env::var("OTEL_BSP_MAX_QUEUE_SIZE").ok().as_deref());
-        let queue = Arc::new(Queue::default());
-        let exporter = Counted { inner: exporter, failing: AtomicBool::new(false), queue: queue.clone() };
-        // The SDK reads the other OTEL_BSP_* variables; the queue size is set
-        // here, the same number `Bounded` keeps, so the SDK's queue is never the one that is full.
-        let config = BatchConfigBuilder::default().with_max_queue_size(capacity).build();
-        let batch = BatchSpanProcessor::builder(exporter).with_batch_config(config).build();
+        let runtime = tokio::runtime::Handle::current();
+        let exporter = otlp::Exporter::new(client, runtime.clone(), settings);
+        let batcher = Batcher::start(exporter, runtime, BatchSettings::from_env(var))?;
         let mut resource = opentelemetry_sdk::Resource::builder();
         if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
             resource = resource.with_service_name(service.to_owned());
         }
-        let provider = SdkTracerProvider::builder()
-            .with_span_processor(Bounded { inner: batch, queue, capacity })
-            .with_resource(resource.build())
-            .build();
+        let provider =
+            SdkTracerProvider::builder().with_span_processor(batcher).with_resource(resource.build()).build();
         {
             use opentelemetry::trace::TracerProvider;
             idemgate::otel::enable_direct(provider.tracer("idemgate"));
@@ -85,121 +82,282 @@ impl Traces {
     }
 }
 
-/// The queue's size `OTEL_BSP_MAX_QUEUE_SIZE` asks for, read as the SDK
-/// reads it (a number, else the default 2,048); at least 1.
-fn queue_size(var: Option<&str>) -> usize {
-    var.and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(opentelemetry_sdk::trace::OTEL_BSP_MAX_QUEUE_SIZE_DEFAULT)
-        .max(1)
+/// The batch processor's settings, the `OTEL_BSP_*` variables read as the
+/// SDK's `BatchConfigBuilder` reads them: a number, else the default (a
+/// batch no larger than the queue, and both at least 1).
+/// `OTEL_BSP_EXPORT_TIMEOUT` is not one of them: the exporter's own
+/// timeout (`OTEL_EXPORTER_OTLP_TIMEOUT`) bounds each export, as with the
+/// SDK's processor, which reads it but does not apply it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct BatchSettings {
+    queue: usize,
+    batch: usize,
+    delay: Duration,
 }
 
-/// The spans handed to the batch processor and not yet taken into an
-/// export, shared by [`Bounded`] (which adds) and [`Counted`] (which takes
-/// off); and whether the full queue was logged in this outage.
-#[derive(Debug, Default)]
-struct Queue {
-    spans: AtomicUsize,
+impl BatchSettings {
+    fn from_env(var: impl Fn(&str) -> Option<String>) -> Self {
+        use opentelemetry_sdk::trace as sdk;
+        let number = |name: &str| var(name).and_then(|v| v.parse::<u64>().ok());
+        let queue = number(sdk::OTEL_BSP_MAX_QUEUE_SIZE).map_or(sdk::OTEL_BSP_MAX_QUEUE_SIZE_DEFAULT, |n| n as usize);
+        let queue = queue.max(1);
+        let batch = number(sdk::OTEL_BSP_MAX_EXPORT_BATCH_SIZE)
+            .map_or(sdk::OTEL_BSP_MAX_EXPORT_BATCH_SIZE_DEFAULT, |n| n as usize);
+        let delay =
+            number(sdk::OTEL_BSP_SCHEDULE_DELAY).map_or(sdk::OTEL_BSP_SCHEDULE_DELAY_DEFAULT, Duration::from_millis);
+        BatchSettings { queue, batch: batch.clamp(1, queue), delay }
+    }
+}
+
+/// How long `force_flush` waits for its export (the SDK's processor waits as long).
+const FLUSH_WAIT: Duration = Duration::from_secs(5);
+
+/// The batch processor: ended spans wait in [`Queue::spans`] (at most
+/// [`BatchSettings::queue`]; past it a span is dropped and counted), and a
+/// thread of its own takes the whole queue as the next batch when a
+/// batch's worth waits, the schedule's delay has passed, or a flush or the
+/// shutdown asks, and hands it to the exporter on the process's runtime.
+#[derive(Debug)]
+struct Batcher {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// What the processor and its thread share.
+#[derive(Debug)]
+struct Shared {
+    queue: Mutex<Queue>,
+    /// The thread waits on it for work; callers of a flush or the shutdown, for its end.
+    wake: Condvar,
+    exported: Condvar,
+    settings: BatchSettings,
+    /// Whether the full queue was logged in this outage.
     full_logged: AtomicBool,
 }
 
-/// The batch processor behind a bound of `capacity` spans waiting for
-/// export: a span past it is dropped here and counted, never queued. The
-/// count here is never below the SDK queue's own (a span is added before
-/// it is handed on and taken off only once its export has started), so the
-/// SDK's queue, of the same size, is never full and never drops uncounted.
-#[derive(Debug)]
-struct Bounded {
-    inner: BatchSpanProcessor,
-    queue: Arc<Queue>,
-    capacity: usize,
+#[derive(Debug, Default)]
+struct Queue {
+    spans: Vec<SpanData>,
+    /// Flushes asked for, and the last one whose spans were exported (or dropped).
+    flushes_asked: u64,
+    flushes_done: u64,
+    /// The resource the provider set, for the exporter before its next batch.
+    resource: Option<opentelemetry_sdk::Resource>,
+    stopping: bool,
+    stopped: bool,
 }
 
-impl SpanProcessor for Bounded {
-    fn on_start(&self, span: &mut opentelemetry_sdk::trace::Span, cx: &opentelemetry::Context) {
-        self.inner.on_start(span, cx);
+impl Shared {
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        // A panic elsewhere while the lock was held leaves a queue that is still whole.
+        self.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Batcher {
+    /// Starts the export thread.
+    fn start(
+        exporter: otlp::Exporter,
+        runtime: tokio::runtime::Handle,
+        settings: BatchSettings,
+    ) -> std::io::Result<Self> {
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue { spans: Vec::with_capacity(settings.batch), ..Queue::default() }),
+            wake: Condvar::new(),
+            exported: Condvar::new(),
+            settings,
+            full_logged: AtomicBool::new(false),
+        });
+        let thread = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("idemgate-traces".into())
+                .spawn(move || export_loop(&shared, exporter, &runtime))?
+        };
+        Ok(Batcher { shared, thread: Mutex::new(Some(thread)) })
     }
 
+    /// Asks the thread for `what` (a flush or the shutdown, set by `ask`)
+    /// and waits up to `wait` until `done` says it happened.
+    fn ask_and_wait(
+        &self,
+        wait: Duration,
+        ask: impl FnOnce(&mut Queue) -> Result<u64, OTelSdkError>,
+        done: impl Fn(&Queue, u64) -> bool,
+    ) -> OTelSdkResult {
+        let mut queue = self.shared.queue();
+        let ticket = ask(&mut queue)?;
+        self.shared.wake.notify_one();
+        let (queue, timeout) = self
+            .shared
+            .exported
+            .wait_timeout_while(queue, wait, |q| !done(q, ticket))
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        drop(queue);
+        if timeout.timed_out() { Err(OTelSdkError::Timeout(wait)) } else { Ok(()) }
+    }
+}
+
+impl SpanProcessor for Batcher {
+    fn on_start(&self, _span: &mut opentelemetry_sdk::trace::Span, _cx: &opentelemetry::Context) {}
+
     fn on_end(&self, span: SpanData) {
-        if self.queue.spans.fetch_add(1, Ordering::AcqRel) >= self.capacity {
-            self.queue.spans.fetch_sub(1, Ordering::AcqRel);
+        if !span.span_context.is_sampled() {
+            return;
+        }
+        let settings = &self.shared.settings;
+        let mut queue = self.shared.queue();
+        if queue.stopping {
+            return;
+        }
+        if queue.spans.len() >= settings.queue {
+            drop(queue);
             idemgate::otel::count_dropped(1);
-            if !self.queue.full_logged.swap(true, Ordering::Relaxed) {
+            if !self.shared.full_logged.swap(true, Ordering::Relaxed) {
                 tracing::warn!(
-                    queue = self.capacity,
+                    queue = settings.queue,
                     "traces: the span queue is full (the collector is slow or down); new spans are dropped (until an export goes through, this is not logged again)"
                 );
             }
             return;
         }
-        self.inner.on_end(span);
+        queue.spans.push(span);
+        let full_batch = queue.spans.len() == settings.batch;
+        drop(queue);
+        if full_batch {
+            self.shared.wake.notify_one();
+        }
     }
 
     fn force_flush(&self) -> OTelSdkResult {
-        self.inner.force_flush()
+        self.ask_and_wait(
+            FLUSH_WAIT,
+            |q| {
+                if q.stopped {
+                    return Err(OTelSdkError::AlreadyShutdown);
+                }
+                q.flushes_asked += 1;
+                Ok(q.flushes_asked)
+            },
+            |q, ticket| q.flushes_done >= ticket || q.stopped,
+        )
     }
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        self.inner.shutdown_with_timeout(timeout)
+        self.ask_and_wait(
+            timeout,
+            |q| {
+                if q.stopping {
+                    return Err(OTelSdkError::AlreadyShutdown);
+                }
+                q.stopping = true;
+                Ok(0)
+            },
+            |q, _| q.stopped,
+        )?;
+        let thread = self.thread.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
+        Ok(())
     }
 
     fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
-        self.inner.set_resource(resource);
+        self.shared.queue().resource = Some(resource.clone());
     }
 }
 
-/// The OTLP exporter, counting the spans of each batch the collector did not take.
-#[derive(Debug)]
-struct Counted {
-    inner: otlp::Exporter,
-    failing: AtomicBool,
-    queue: Arc<Queue>,
-}
-
-impl SpanExporter for Counted {
-    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        let spans = batch.len() as u64;
-        // Out of the queue: room for as many new spans.
-        self.queue.spans.fetch_sub(batch.len(), Ordering::AcqRel);
-        let result = self.inner.export(batch).await;
-        match &result {
-            Ok(()) => {
-                self.failing.store(false, Ordering::Relaxed);
-                self.queue.full_logged.store(false, Ordering::Relaxed);
+/// The export thread: waits for a batch's worth, the schedule's delay, a
+/// flush or the shutdown; then takes the queue whole (a fresh one of a
+/// batch's capacity in its place) and exports it, a batch at a time.
+fn export_loop(shared: &Shared, mut exporter: otlp::Exporter, runtime: &tokio::runtime::Handle) {
+    let settings = shared.settings;
+    let mut failing = false;
+    let mut last_export = Instant::now();
+    loop {
+        let mut queue = shared.queue();
+        loop {
+            if queue.stopping || queue.flushes_asked > queue.flushes_done || queue.spans.len() >= settings.batch {
+                break;
             }
-            Err(e) => {
-                idemgate::otel::count_dropped(spans);
-                if !self.failing.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(error = %e, spans, "traces: the collector did not take a batch; its spans are dropped (until it answers again, this is not logged again)");
+            let left = settings.delay.saturating_sub(last_export.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            queue = shared.wake.wait_timeout(queue, left).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+        }
+        let mut spans = std::mem::replace(&mut queue.spans, Vec::with_capacity(settings.batch));
+        let (resource, flushes, stopping) = (queue.resource.take(), queue.flushes_asked, queue.stopping);
+        drop(queue);
+        if let Some(resource) = resource {
+            exporter.set_resource(&resource);
+        }
+        last_export = Instant::now();
+        while !spans.is_empty() {
+            // More than a batch waits only while an export was slow: the rest follows at once.
+            let rest = if spans.len() > settings.batch { spans.split_off(settings.batch) } else { Vec::new() };
+            let count = spans.len() as u64;
+            match runtime.block_on(exporter.export(spans)) {
+                Ok(()) => {
+                    failing = false;
+                    shared.full_logged.store(false, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    idemgate::otel::count_dropped(count);
+                    if !std::mem::replace(&mut failing, true) {
+                        tracing::warn!(error = %e, spans = count, "traces: the collector did not take a batch; its spans are dropped (until it answers again, this is not logged again)");
+                    }
                 }
             }
+            spans = rest;
         }
-        result
-    }
-
-    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        self.inner.shutdown_with_timeout(timeout)
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        self.inner.force_flush()
-    }
-
-    fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
-        self.inner.set_resource(resource);
+        let mut queue = shared.queue();
+        queue.flushes_done = flushes;
+        if stopping {
+            let _ = exporter.shutdown();
+            queue.stopped = true;
+        }
+        drop(queue);
+        shared.exported.notify_all();
+        if stopping {
+            return;
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{queue_size, wanted};
+    use std::time::Duration;
+
+    use super::{BatchSettings, wanted};
 
     #[test]
-    fn the_queue_size_is_read_as_the_sdk_reads_it() {
-        assert_eq!(queue_size(None), 2048);
-        assert_eq!(queue_size(Some("16")), 16);
-        assert_eq!(queue_size(Some("x")), 2048);
-        assert_eq!(queue_size(Some("-1")), 2048);
-        assert_eq!(queue_size(Some("0")), 1);
+    fn the_batch_settings_are_read_as_the_sdk_reads_them() {
+        let read = |pairs: &[(&str, &str)]| {
+            BatchSettings::from_env(|name: &str| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()))
+        };
+        let defaults = BatchSettings { queue: 2048, batch: 512, delay: Duration::from_millis(5000) };
+        assert_eq!(read(&[]), defaults);
+        assert_eq!(
+            read(&[
+                ("OTEL_BSP_MAX_QUEUE_SIZE", "16"),
+                ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4"),
+                ("OTEL_BSP_SCHEDULE_DELAY", "100")
+            ]),
+            BatchSettings { queue: 16, batch: 4, delay: Duration::from_millis(100) }
+        );
+        // Not a number: the default; a batch larger than the queue is the queue; neither below 1.
+        assert_eq!(
+            read(&[
+                ("OTEL_BSP_MAX_QUEUE_SIZE", "x"),
+                ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "-1"),
+                ("OTEL_BSP_SCHEDULE_DELAY", "1s")
+            ]),
+            defaults
+        );
+        assert_eq!(read(&[("OTEL_BSP_MAX_QUEUE_SIZE", "8")]).batch, 8);
+        let zero = read(&[("OTEL_BSP_MAX_QUEUE_SIZE", "0"), ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "0")]);
+        assert_eq!((zero.queue, zero.batch), (1, 1));
     }
 
     #[test]

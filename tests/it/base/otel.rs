@@ -242,6 +242,40 @@ async fn a_delivery_joins_its_callers_trace_with_a_gate_span() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The batch processor (src/cli/telemetry.rs): with the schedule's delay
+/// ten minutes away, a batch's worth of spans (4) is exported at once,
+/// and what is left when `serve` is told to stop (SIGTERM) is exported
+/// before it exits: every span once, none twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batchs_worth_goes_at_once_and_the_rest_at_shutdown() {
+    let dir = temp_dir("otel-batch");
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let (got, _receiver) = receiver_on(addr).await;
+    let mut env = traced_env(&format!("http://{addr}"));
+    env.retain(|(name, _)| *name != "OTEL_BSP_SCHEDULE_DELAY");
+    env.extend([("OTEL_BSP_SCHEDULE_DELAY", "600000".to_owned()), ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4".to_owned())]);
+    let mut served = serve(&dir, &env);
+    // Two spans a request: the second request fills a batch.
+    for n in 1..=2 {
+        assert_eq!(deliver(&served, n, &[]).await, 202);
+    }
+    wait_for(Duration::from_secs(10), "a batch's worth exported before the delay", || async { got.spans().len() >= 4 })
+        .await;
+    // Half a batch waits for the delay, or the stop.
+    assert_eq!(deliver(&served, 3, &[]).await, 202);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(got.spans().len(), 4, "the third request's spans went before the delay");
+    crate::redis::worker::signal(&served.child, "-TERM");
+    let status = crate::redis::worker::wait_exit(&mut served.child, Duration::from_secs(15)).await;
+    assert!(status.success(), "{status:?}: {}", log(&dir));
+    let spans = got.spans();
+    let mut ids: Vec<Vec<u8>> = spans.iter().map(|(_, s)| s.span_id.clone()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!((spans.len(), ids.len()), (6, 6), "every span once: {} exports", got.requests());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disabled_or_without_an_endpoint_nothing_is_sent() {
     let dir = temp_dir("otel-off");
