@@ -18,6 +18,7 @@
 ${run_fields}
 ${destination}
 ${order}
+${order_finish}
 
 local o = redis.call('HMGET', KEYS[2], ${plain_field_status}, ${field_order_key}, ${field_created_ms})
 if not o[1] then

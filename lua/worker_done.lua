@@ -68,6 +68,7 @@ if ARGV[14] then
   -- makes every function a script defines on each call, and an unordered
   -- run pays nothing for ordering.
 ${order}
+${order_finish}
   order_finished(ARGV[1], false, ARGV[6], ARGV[4], {record[9], record[10], record[11]})
 end
 local released = 0

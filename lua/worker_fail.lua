@@ -55,6 +55,7 @@ ${destination}
 ${holds}
 ${op_replay}
 ${order}
+${order_finish}
 ${dead_letter}
 ${history}
 ${release}

@@ -36,6 +36,7 @@ ${run_fields}
 ${destination}
 ${history}
 ${order}
+${order_finish}
 ${done}
 ${release}
 

@@ -19,6 +19,8 @@ ${run_fields}
 ${destination}
 ${holds}
 ${order}
+${order_enter}
+${order_finish}
 
 local run_id = string.match(KEYS[2], ':run:([^:]*)$')
 if not holds(ARGV[1], ARGV[2], ARGV[3]) then

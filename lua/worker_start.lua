@@ -143,6 +143,7 @@ if not again and order_key == '' and not unfinished and not spent then
 end
 
 ${order}
+${order_enter}
 
 if again then
   -- The retried call gets the first call's answer, payload included.
@@ -174,6 +175,7 @@ if order_key ~= '' then
   end
 end
 
+${order_finish}
 ${dead_letter}
 ${history}
 

@@ -156,10 +156,12 @@ impl LuaScript {
 }
 
 /// The Lua that several scripts share, by placeholder name (`${holds}`).
-pub const SHARED_LUA: [(&str, &str); 9] = [
+pub const SHARED_LUA: [(&str, &str); 11] = [
     ("destination", include_str!("../../lua/shared/destination.lua")),
     ("run_fields", include_str!("../../lua/shared/run_fields.lua")),
     ("order", include_str!("../../lua/shared/order.lua")),
+    ("order_enter", include_str!("../../lua/shared/order_enter.lua")),
+    ("order_finish", include_str!("../../lua/shared/order_finish.lua")),
     ("holds", include_str!("../../lua/shared/holds.lua")),
     ("op_replay", include_str!("../../lua/shared/op_replay.lua")),
     ("dead_letter", include_str!("../../lua/shared/dead_letter.lua")),

@@ -23,6 +23,8 @@ fn the_documented_acl_covers_every_command_the_scripts_call() {
             "run_read.lua" => "idemgate-ops",   // the ops API's bounded run read
             // `idemgate runs retry-now`, and the ops API's.
             "run_retry_now.lua" | "parked_retry_now.lua" => "idemgate-ops",
+            // `idemgate runs skip`, and the ops API's (the console's button).
+            "run_skip.lua" => "idemgate-ops",
             _ => "idemgate-worker",
         };
         let rules: BTreeSet<&str> = lines[user].split_whitespace().collect();

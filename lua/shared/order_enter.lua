@@ -1,0 +1,106 @@
+-- What a start needs of an ordered run's line (lua/shared/order.lua, whose
+-- keys and names it uses): a run enters its key's line, at the head or at
+-- the back, after every ordered run read before it.
+
+-- Puts `run_id` at the head of `key`'s line for `group` when the key has
+-- none, else at the back of the line. Answers 'head' or 'line' (also when
+-- it was there already), then the chain's previous run for `group` (`p:`,
+-- read in the same HMGET; nil: none), then whether it was the head already.
+local function order_enter(key, group, run_id)
+  local okey = order_key_of(key)
+  local st = redis.call('HMGET', okey, 'h:' .. group, 'l:' .. group, 'p:' .. group)
+  if st[1] == run_id then
+    return 'head', st[3], true
+  end
+  if order_in_line(st[2], run_id) then
+    return 'line', st[3], false
+  end
+  if not st[1] then
+    -- An idle key's state was set to expire: it is busy again.
+    redis.call('PERSIST', okey)
+    redis.call('HSET', okey, 'h:' .. group, run_id)
+    return 'head', st[3], false
+  end
+  redis.call('HSET', okey, 'l:' .. group, (st[2] or ' ') .. run_id .. ' ')
+  return 'line', st[3], false
+end
+
+-- A run put in a line waits there with no entry: its record keeps what
+-- names it (the entry may be trimmed) and says what it waits for.
+local function order_wait(record, group, entry_id, pairs_of_fields)
+  redis.call('HSET', record, unpack(pairs_of_fields))
+  redis.call('HSET', record, ${field_order_wait}, group)
+  redis.call('HDEL', record, ${field_entry_id})
+  redis.call('XACK', ORDER_RUNS, group, entry_id)
+end
+
+-- Digit strings without leading zeros (as Redis writes ids) compared as
+-- numbers: the shorter is the smaller, else the first in byte order. (No
+-- tonumber: a sequence may pass 2^53, and converting costs more than this.)
+local function order_digits_before(a, b)
+  return #a < #b or (#a == #b and a < b)
+end
+
+-- Stream ids compared as numbers: ms, then sequence.
+local function order_id_before(a, b)
+  local am, as = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+  if am ~= bm then
+    return order_digits_before(am, bm)
+  end
+  return order_digits_before(as, bs)
+end
+
+-- Enters, in stream order, every ordered entry of `group` before `upto`
+-- (exclusive) that has not entered yet, and moves the group's mark to
+-- `upto`. Only entries the group still holds unacknowledged can be waiting
+-- to enter, so the window starts at the later of the group's mark and its
+-- oldest pending entry: it spans what the group's workers read at once.
+-- Mostly the group holds no entry between its mark and `upto` (runs start
+-- about in stream order): one look at the pending list between the two
+-- (a seek in the group's own index, where XRANGE walks the stream's
+-- entries to reach the mark) finds none, and nothing can be waiting.
+local function order_catch_up(group, upto)
+  local entered_key = ORDER_BASE .. 'order-entered'
+  local mark = redis.call('HGET', entered_key, group)
+  if mark then
+    if not order_id_before(mark, upto) then
+      return
+    end
+    if #redis.call('XPENDING', ORDER_RUNS, group, '(' .. mark, '(' .. upto, 1) == 0 then
+      redis.call('HSET', entered_key, group, upto)
+      return
+    end
+  end
+  local oldest = redis.call('XPENDING', ORDER_RUNS, group)[2]
+  -- The window's first id, and the bound XRANGE takes for it: the oldest
+  -- pending entry itself, or the first entry after the mark.
+  local from, bound
+  if oldest and (not mark or order_id_before(mark, oldest)) then
+    from, bound = oldest, oldest
+  elseif mark then
+    from, bound = mark, '(' .. mark
+  end
+  if from and order_id_before(from, upto) then
+    for _, e in ipairs(redis.call('XRANGE', ORDER_RUNS, bound, '(' .. upto)) do
+      local f = {}
+      for i = 1, #e[2], 2 do
+        f[e[2][i]] = e[2][i + 1]
+      end
+      local key, run_id = f[${field_order_key}], f[${field_run_id}]
+      if key and run_id and (not f['for_group'] or f['for_group'] == group) then
+        local record = ORDER_RUN_PREFIX .. run_id
+        -- Only a run still waiting to start for this group enters: an old
+        -- entry of a run that ran, or was passed over, stays where it is.
+        with_destination(record, group, function(status)
+          if status == ${status_queued} and order_enter(key, group, run_id) == 'line' then
+            order_wait(record, group, e[1], run_field_pairs(function(i) return f[RUN_FIELDS[i]] or '' end))
+          end
+        end)
+      end
+    end
+  end
+  if not mark or order_id_before(mark, upto) then
+    redis.call('HSET', entered_key, group, upto)
+  end
+end
