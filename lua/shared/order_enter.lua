@@ -7,8 +7,8 @@
 -- it was there already), then the chain's previous run for `group` (`p:`,
 -- read in the same HMGET; nil: none), then whether it was the head already.
 local function order_enter(key, group, run_id)
-  local okey = order_key_of(key)
-  local st = redis.call('HMGET', okey, 'h:' .. group, 'l:' .. group, 'p:' .. group)
+  local okey, head, line = order_key_of(key), 'h:' .. group, 'l:' .. group
+  local st = redis.call('HMGET', okey, head, line, 'p:' .. group)
   if st[1] == run_id then
     return 'head', st[3], true
   end
@@ -18,10 +18,10 @@ local function order_enter(key, group, run_id)
   if not st[1] then
     -- An idle key's state was set to expire: it is busy again.
     redis.call('PERSIST', okey)
-    redis.call('HSET', okey, 'h:' .. group, run_id)
+    redis.call('HSET', okey, head, run_id)
     return 'head', st[3], false
   end
-  redis.call('HSET', okey, 'l:' .. group, (st[2] or ' ') .. run_id .. ' ')
+  redis.call('HSET', okey, line, (st[2] or ' ') .. run_id .. ' ')
   return 'line', st[3], false
 end
 
@@ -34,21 +34,26 @@ local function order_wait(record, group, entry_id, pairs_of_fields)
   redis.call('XACK', ORDER_RUNS, group, entry_id)
 end
 
--- Digit strings without leading zeros (as Redis writes ids) compared as
--- numbers: the shorter is the smaller, else the first in byte order. (No
--- tonumber: a sequence may pass 2^53, and converting costs more than this.)
-local function order_digits_before(a, b)
-  return #a < #b or (#a == #b and a < b)
-end
-
--- Stream ids compared as numbers: ms, then sequence.
+-- Stream ids (`ms-seq`, digits without leading zeros, as Redis writes
+-- them) compared as numbers: ms, then sequence. A shorter number is the
+-- smaller; numbers as long compare in byte order. So where the dashes
+-- stand apart the ms parts differ in length; ids as long with the dash in
+-- one place compare whole; else the ms parts (as long) decide, and equal
+-- ones leave the shorter sequence the smaller. (No tonumber: a sequence
+-- may pass 2^53. No pattern: two captures each cost more than the rest.)
 local function order_id_before(a, b)
-  local am, as = string.match(a, '^(%d+)-(%d+)$')
-  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
-  if am ~= bm then
-    return order_digits_before(am, bm)
+  local ad, bd = string.find(a, '-', 1, true), string.find(b, '-', 1, true)
+  if ad ~= bd then
+    return ad < bd
   end
-  return order_digits_before(as, bs)
+  if #a == #b then
+    return a < b
+  end
+  local am, bm = string.sub(a, 1, ad), string.sub(b, 1, bd)
+  if am ~= bm then
+    return am < bm
+  end
+  return #a < #b
 end
 
 -- Enters, in stream order, every ordered entry of `group` before `upto`

@@ -28,15 +28,15 @@ end
 -- it was the head; nil leaves the previous as it is (a run passed over is
 -- none the destination got). Returns the run handed on, or nil.
 local function order_hand_on(key, group, run_id, previous, retention_ms)
-  local okey = order_key_of(key)
-  local st = redis.call('HMGET', okey, 'h:' .. group, 'l:' .. group)
+  local okey, head_field, line_field = order_key_of(key), 'h:' .. group, 'l:' .. group
+  local st = redis.call('HMGET', okey, head_field, line_field)
   if st[1] ~= run_id then
     if order_in_line(st[2], run_id) then
       local line = string.gsub(st[2], ' ' .. string.gsub(run_id, '%p', '%%%0') .. ' ', ' ', 1)
       if line == ' ' then
-        redis.call('HDEL', okey, 'l:' .. group)
+        redis.call('HDEL', okey, line_field)
       else
-        redis.call('HSET', okey, 'l:' .. group, line)
+        redis.call('HSET', okey, line_field, line)
       end
     end
     return nil
@@ -53,7 +53,12 @@ local function order_hand_on(key, group, run_id, previous, retention_ms)
   local line = st[2]
   local next_run = line and string.match(line, '^ (%S+) ')
   if not next_run then
-    redis.call('HDEL', okey, 'h:' .. group, 'l:' .. group)
+    -- (A line is removed when it empties: mostly there is none.)
+    if line then
+      redis.call('HDEL', okey, head_field, line_field)
+    else
+      redis.call('HDEL', okey, head_field)
+    end
     -- No head left for any group: the key keeps only its previous runs, for the retention.
     if tonumber(retention_ms) > 0 and not order_busy(okey, previous ~= nil) then
       redis.call('PEXPIRE', okey, retention_ms)
@@ -62,11 +67,11 @@ local function order_hand_on(key, group, run_id, previous, retention_ms)
   end
   local rest = string.sub(line, #next_run + 2)
   if rest == ' ' then
-    redis.call('HDEL', okey, 'l:' .. group)
+    redis.call('HDEL', okey, line_field)
   else
-    redis.call('HSET', okey, 'l:' .. group, rest)
+    redis.call('HSET', okey, line_field, rest)
   end
-  redis.call('HSET', okey, 'h:' .. group, next_run)
+  redis.call('HSET', okey, head_field, next_run)
   local record = ORDER_RUN_PREFIX .. next_run
   local f = redis.call('HMGET', record, unpack(RUN_FIELDS))
   -- A record another destination finished keeps no `run_id`: the line names it.
