@@ -3,11 +3,12 @@
 -- one (the keys and the names every part uses), then what a start needs
 -- (order_enter.lua) and what a finish needs (order_finish.lua), each
 -- included only where and when its script needs it: Redis makes every
--- function a script passes on each call (BENCHMARKS.md, "An ordered run's
--- closures"). Included after run_fields.lua and destination.lua. The
--- caller's KEYS[2] is the run's record: every key below (the runs stream
--- included) is built from its prefix, in the namespace's slot (the `{NS}`
--- hash tag), as the scripts build run keys from run_prefix.
+-- function a script passes on each call (BENCHMARKS.md, "A batch processor
+-- of our own, and an ordered run's closures"). Included after run_fields.lua
+-- and destination.lua. The caller's KEYS[2] is the run's record: every key
+-- below (the runs stream included) is built from its prefix, in the
+-- namespace's slot (the `{NS}` hash tag), as the scripts build run keys
+-- from run_prefix.
 --
 -- A key's state, `idemgate:{NS}:order:` .. order key, is a hash with, per
 -- destination (consumer group) g:
