@@ -167,12 +167,14 @@ impl Exporter {
     }
 }
 
-impl SpanExporter for Exporter {
-    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+impl Exporter {
+    /// Exports `batch`, which stays the caller's: the batch processor
+    /// (src/cli/telemetry.rs) keeps its lists and their room from one batch to the next.
+    pub async fn send(&self, batch: &[SpanData]) -> OTelSdkResult {
         if self.stopped.load(Ordering::Relaxed) {
             return Err(OTelSdkError::AlreadyShutdown);
         }
-        let body = encode_request(&batch, &self.resource, &self.resource_schema);
+        let body = encode_request(batch, &self.resource, &self.resource_schema);
         let mut request = Request::post(self.settings.endpoint.clone())
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| OTelSdkError::InternalFailure(e.to_string()))?;
@@ -196,6 +198,12 @@ impl SpanExporter for Exporter {
             Ok(result) => result.map_err(OTelSdkError::InternalFailure),
             Err(e) => Err(OTelSdkError::InternalFailure(e.to_string())),
         }
+    }
+}
+
+impl SpanExporter for Exporter {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        self.send(&batch).await
     }
 
     fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {

@@ -7,8 +7,9 @@
 //!
 //! - Nothing is built when no endpoint is set or `OTEL_SDK_DISABLED=true`:
 //!   no SDK, no thread, no span ([`idemgate::otel`] stays off).
-//! - The batch processor is [`Batcher`], ours: it holds at most
-//!   `OTEL_BSP_MAX_QUEUE_SIZE` spans (default 2,048) and exports from a
+//! - The batch processor is [`Batcher`], ours: it queues at most
+//!   `OTEL_BSP_MAX_QUEUE_SIZE` spans (default 2,048), besides the batch
+//!   being exported, and exports from a
 //!   thread of its own, every `OTEL_BSP_SCHEDULE_DELAY` or as soon as
 //!   `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` spans wait (the variables read as the
 //!   SDK reads them): a request or an attempt never waits for the
@@ -19,7 +20,7 @@
 //!   moves each span through a channel into a second list and copies the
 //!   batch once more to export it, about 2k instructions of a traced
 //!   request of `serve` (BENCHMARKS.md, issue 46); a span here is moved
-//!   into the queue once, and the batch is the queue itself.
+//!   into the queue once, and the batch is the queue itself, swapped out.
 //! - The exporter is [`super::otlp`]'s: spans written straight to OTLP
 //!   protobuf, sent through the hyper client already in the tree (rustls,
 //!   the system roots) on the process's tokio runtime, each export bounded
@@ -84,7 +85,8 @@ impl Traces {
 
 /// The batch processor's settings, the `OTEL_BSP_*` variables read as the
 /// SDK's `BatchConfigBuilder` reads them: a number, else the default (a
-/// batch no larger than the queue, and both at least 1).
+/// batch no larger than the queue, both at least 1, and the delay at least
+/// 1 ms).
 /// `OTEL_BSP_EXPORT_TIMEOUT` is not one of them: the exporter's own
 /// timeout (`OTEL_EXPORTER_OTLP_TIMEOUT`) bounds each export, as with the
 /// SDK's processor, which reads it but does not apply it.
@@ -105,7 +107,8 @@ impl BatchSettings {
             .map_or(sdk::OTEL_BSP_MAX_EXPORT_BATCH_SIZE_DEFAULT, |n| n as usize);
         let delay =
             number(sdk::OTEL_BSP_SCHEDULE_DELAY).map_or(sdk::OTEL_BSP_SCHEDULE_DELAY_DEFAULT, Duration::from_millis);
-        BatchSettings { queue, batch: batch.clamp(1, queue), delay }
+        // A delay of 0 is 1 ms: the thread waits, never spins.
+        BatchSettings { queue, batch: batch.clamp(1, queue), delay: delay.max(Duration::from_millis(1)) }
     }
 }
 
@@ -114,9 +117,9 @@ const FLUSH_WAIT: Duration = Duration::from_secs(5);
 
 /// The batch processor: ended spans wait in [`Queue::spans`] (at most
 /// [`BatchSettings::queue`]; past it a span is dropped and counted), and a
-/// thread of its own takes the whole queue as the next batch when a
-/// batch's worth waits, the schedule's delay has passed, or a flush or the
-/// shutdown asks, and hands it to the exporter on the process's runtime.
+/// thread of its own ([`export_loop`]) takes the queue as the next batch
+/// when a batch's worth waits, the schedule's delay has passed, or a flush
+/// or the shutdown asks, and hands it to the exporter on the process's runtime.
 #[derive(Debug)]
 struct Batcher {
     shared: Arc<Shared>,
@@ -208,6 +211,9 @@ impl SpanProcessor for Batcher {
         let settings = &self.shared.settings;
         let mut queue = self.shared.queue();
         if queue.stopping {
+            // Past the shutdown's last batch: dropped, and counted as such.
+            drop(queue);
+            idemgate::otel::count_dropped(1);
             return;
         }
         if queue.spans.len() >= settings.queue {
@@ -267,49 +273,65 @@ impl SpanProcessor for Batcher {
     }
 }
 
-/// The export thread: waits for a batch's worth, the schedule's delay, a
-/// flush or the shutdown; then takes the queue whole (a fresh one of a
-/// batch's capacity in its place) and exports it, a batch at a time.
+/// The export thread. It waits for a batch's worth, the schedule's delay
+/// (with something queued), a flush or the shutdown, then swaps the queue
+/// with a list of its own, emptied after each export: the two keep their
+/// room, so that no span is moved again and no list is made or grown per
+/// batch once they are large enough. Spans past a batch (ended while it
+/// woke) go back to the queue for the next batch, so that an export is
+/// never split into a full one and a small one; a flush or the shutdown
+/// exports everything queued, a batch at a time. At most the queue and one
+/// batch are held, as with the SDK's processor.
 fn export_loop(shared: &Shared, mut exporter: otlp::Exporter, runtime: &tokio::runtime::Handle) {
     let settings = shared.settings;
     let mut failing = false;
     let mut last_export = Instant::now();
+    let mut taken: Vec<SpanData> = Vec::with_capacity(settings.batch);
     loop {
         let mut queue = shared.queue();
-        loop {
-            if queue.stopping || queue.flushes_asked > queue.flushes_done || queue.spans.len() >= settings.batch {
-                break;
+        let draining = loop {
+            let draining = queue.stopping || queue.flushes_asked > queue.flushes_done;
+            if draining || queue.spans.len() >= settings.batch {
+                break draining;
             }
-            let left = settings.delay.saturating_sub(last_export.elapsed());
+            let mut left = settings.delay.saturating_sub(last_export.elapsed());
             if left.is_zero() {
-                break;
+                if !queue.spans.is_empty() {
+                    break false;
+                }
+                // Nothing to send: the delay runs again from now.
+                last_export = Instant::now();
+                left = settings.delay;
             }
             queue = shared.wake.wait_timeout(queue, left).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+        };
+        std::mem::swap(&mut queue.spans, &mut taken);
+        if !draining && taken.len() > settings.batch {
+            queue.spans.extend(taken.drain(settings.batch..));
         }
-        let mut spans = std::mem::replace(&mut queue.spans, Vec::with_capacity(settings.batch));
         let (resource, flushes, stopping) = (queue.resource.take(), queue.flushes_asked, queue.stopping);
         drop(queue);
         if let Some(resource) = resource {
             exporter.set_resource(&resource);
         }
         last_export = Instant::now();
-        while !spans.is_empty() {
-            // More than a batch waits only while an export was slow: the rest follows at once.
-            let rest = if spans.len() > settings.batch { spans.split_off(settings.batch) } else { Vec::new() };
-            let count = spans.len() as u64;
-            match runtime.block_on(exporter.export(spans)) {
+        for batch in taken.chunks(settings.batch) {
+            match runtime.block_on(exporter.send(batch)) {
                 Ok(()) => {
                     failing = false;
                     shared.full_logged.store(false, Ordering::Relaxed);
                 }
                 Err(e) => {
-                    idemgate::otel::count_dropped(count);
+                    idemgate::otel::count_dropped(batch.len() as u64);
                     if !std::mem::replace(&mut failing, true) {
-                        tracing::warn!(error = %e, spans = count, "traces: the collector did not take a batch; its spans are dropped (until it answers again, this is not logged again)");
+                        tracing::warn!(error = %e, spans = batch.len(), "traces: the collector did not take a batch; its spans are dropped (until it answers again, this is not logged again)");
                     }
                 }
             }
-            spans = rest;
+        }
+        taken.clear();
+        if !draining {
+            continue;
         }
         let mut queue = shared.queue();
         queue.flushes_done = flushes;
@@ -356,8 +378,12 @@ mod tests {
             defaults
         );
         assert_eq!(read(&[("OTEL_BSP_MAX_QUEUE_SIZE", "8")]).batch, 8);
-        let zero = read(&[("OTEL_BSP_MAX_QUEUE_SIZE", "0"), ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "0")]);
-        assert_eq!((zero.queue, zero.batch), (1, 1));
+        let zero = read(&[
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "0"),
+            ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "0"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "0"),
+        ]);
+        assert_eq!((zero.queue, zero.batch, zero.delay), (1, 1, Duration::from_millis(1)));
     }
 
     #[test]

@@ -273,6 +273,15 @@ async fn a_batchs_worth_goes_at_once_and_the_rest_at_shutdown() {
     ids.sort_unstable();
     ids.dedup();
     assert_eq!((spans.len(), ids.len()), (6, 6), "every span once: {} exports", got.requests());
+    // No export is larger than a batch.
+    let sizes: Vec<usize> = got
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.resource_spans.iter().flat_map(|rs| &rs.scope_spans).map(|ss| ss.spans.len()).sum())
+        .collect();
+    assert!(sizes.iter().all(|n| *n <= 4), "spans per export: {sizes:?}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
