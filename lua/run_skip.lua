@@ -27,7 +27,7 @@ end
 if not o[2] then
   return {0, 'not_ordered'}
 end
-local run_id = string.match(KEYS[2], ':run:([^:]*)$')
+local run_id = ORDER_RUN_ID
 local okey = order_key_of(o[2])
 -- The destinations whose head the run is, each checked against its own
 -- record of the run (lua/shared/destination.lua): only a dead head moves.

@@ -22,7 +22,7 @@ ${order}
 ${order_enter}
 ${order_finish}
 
-local run_id = string.match(KEYS[2], ':run:([^:]*)$')
+local run_id = ORDER_RUN_ID
 if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   -- The entry is no longer this worker's: a catch-up put the run in its
   -- line on the reader's behalf and acknowledged the entry. A run still

@@ -36,6 +36,8 @@
 -- `}`): found as plain text, not by a pattern that backtracks over the key.
 local ORDER_BASE = string.sub(KEYS[2], 1, string.find(KEYS[2], '}:', 1, true) + 1)
 local ORDER_RUN_PREFIX = ORDER_BASE .. 'run:'
+-- The run of this record: the rest of its key.
+local ORDER_RUN_ID = string.sub(KEYS[2], #ORDER_RUN_PREFIX + 1)
 local ORDER_RUNS = ORDER_BASE .. 'runs'
 local ORDER_BLOCKED = ORDER_BASE .. 'order-blocked'
 

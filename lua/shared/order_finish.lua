@@ -95,7 +95,7 @@ local function order_finished(group, dead, retention_ms, now, o)
   if not o[1] then
     return
   end
-  local run_id = string.sub(KEYS[2], #ORDER_RUN_PREFIX + 1)
+  local run_id = ORDER_RUN_ID
   if not dead or o[2] == 'skip' then
     order_hand_on(o[1], group, run_id, run_id .. ':' .. (o[3] or ''), retention_ms)
   elseif redis.call('HGET', order_key_of(o[1]), 'h:' .. group) == run_id then
