@@ -280,10 +280,7 @@ pub fn server_span(method: &str, route: Option<&str>, headers: &HeaderMap) -> Tr
             .with_attributes(attributes);
         return start(tracer, builder, &remote_parent(headers).unwrap_or_default());
     }
-    let name = match route {
-        Some(route) => [method, " ", route].concat(),
-        None => method.to_owned(),
-    };
+    let name = server_span_name(method, route);
     let span = tracing::info_span!(
         target: "idemgate::otel",
         "request",
@@ -304,7 +301,15 @@ pub fn server_span(method: &str, route: Option<&str>, headers: &HeaderMap) -> Tr
     TraceSpan(Made::Bridge(span))
 }
 
-/// A server span's name (`METHOD ROUTE`), its method and its route. A
+/// A server span's name: `METHOD ROUTE`, or the method alone for a request no route matched.
+fn server_span_name(method: &str, route: Option<&str>) -> String {
+    match route {
+        Some(route) => [method, " ", route].concat(),
+        None => method.to_owned(),
+    }
+}
+
+/// A server span's name ([`server_span_name`]), its method and its route. A
 /// standard method and a route template (the router's, a few dozen at
 /// most) are `'static` text, made once per pair for the process's life
 /// ([`INTERNED`]), so that a span copies and frees none of them (with its
@@ -328,23 +333,18 @@ impl ServerNames {
     fn of(method: &str, route: Option<&str>) -> Self {
         const STANDARD: [&str; 9] = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "CONNECT", "TRACE"];
         let standard = STANDARD.into_iter().find(|standard| *standard == method);
-        match (standard, route) {
-            (Some(method), Some(route)) => match Self::interned(method, route) {
-                Some((span, route)) => {
-                    ServerNames { span: span.into(), method: method.into(), route: Some(route.into()) }
-                }
-                None => ServerNames {
-                    span: [method, " ", route].concat().into(),
-                    method: method.into(),
-                    route: Some(route.to_owned().into()),
-                },
+        if let (Some(method), Some(route)) = (standard, route)
+            && let Some((span, route)) = Self::interned(method, route)
+        {
+            return ServerNames { span: span.into(), method: method.into(), route: Some(route.into()) };
+        }
+        ServerNames {
+            span: match (standard, route) {
+                (Some(method), None) => method.into(),
+                _ => server_span_name(method, route).into(),
             },
-            (Some(method), None) => ServerNames { span: method.into(), method: method.into(), route: None },
-            (None, route) => ServerNames {
-                span: route.map_or_else(|| method.to_owned(), |route| [method, " ", route].concat()).into(),
-                method: method.to_owned().into(),
-                route: route.map(|route| route.to_owned().into()),
-            },
+            method: standard.map_or_else(|| method.to_owned().into(), Into::into),
+            route: route.map(|route| route.to_owned().into()),
         }
     }
 
@@ -358,7 +358,7 @@ impl ServerNames {
             return None;
         }
         let route: &'static str = Box::leak(route.into());
-        let span: &'static str = Box::leak([method, " ", route].concat().into_boxed_str());
+        let span: &'static str = Box::leak(server_span_name(method, Some(route)).into_boxed_str());
         kept.push((method, route, span));
         Some((span, route))
     }

@@ -44,6 +44,15 @@ impl Received {
         self.0.lock().unwrap().len()
     }
 
+    /// How many spans each export request held.
+    pub(crate) fn spans_per_export(&self) -> Vec<usize> {
+        let requests = self.0.lock().unwrap();
+        requests
+            .iter()
+            .map(|r| r.resource_spans.iter().flat_map(|rs| &rs.scope_spans).map(|ss| ss.spans.len()).sum())
+            .collect()
+    }
+
     /// Every span, with its resource's `service.name`.
     pub(crate) fn spans(&self) -> Vec<(String, Span)> {
         let mut out = Vec::new();
@@ -274,13 +283,7 @@ async fn a_batchs_worth_goes_at_once_and_the_rest_at_shutdown() {
     ids.dedup();
     assert_eq!((spans.len(), ids.len()), (6, 6), "every span once: {} exports", got.requests());
     // No export is larger than a batch.
-    let sizes: Vec<usize> = got
-        .0
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|r| r.resource_spans.iter().flat_map(|rs| &rs.scope_spans).map(|ss| ss.spans.len()).sum())
-        .collect();
+    let sizes = got.spans_per_export();
     assert!(sizes.iter().all(|n| *n <= 4), "spans per export: {sizes:?}");
     let _ = std::fs::remove_dir_all(dir);
 }
