@@ -1,4 +1,4 @@
-//! Section 10 of the report, Redis memory per record (`MEMORY USAGE`), for a realistic GitHub
+//! Section 11 of the report, Redis memory per record (`MEMORY USAGE`), for a realistic GitHub
 //! delivery: a UUID delivery id, an org/repo of typical length, a
 //! pull-request action and number named by its event (the default
 //! `identity = "event"`: number, `@`, a 24-hex content digest), in a

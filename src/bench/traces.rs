@@ -9,8 +9,9 @@
 //! - `idemgate serve` under `wrk`, `POST /v1/deliveries` (a server span
 //!   and a gate span per request).
 //!
-//! Both sides are processes started the same way, so the start-up the
-//! drain includes is the same on both.
+//! The drain is timed from the sink's first request to the group's last
+//! acknowledgement: a process's start-up (the traced one also builds its
+//! exporter and starts its thread) is not the drain rate the row compares.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -22,7 +23,7 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 
 use super::harness::{Bench, BenchError, REPEATS, Spread, progress};
-use super::worker::{created_runs, sink_answering_after, wait_group_done};
+use super::worker::{created_runs, wait_group_done};
 
 /// The API token the bench's `idemgate serve` takes.
 const TOKEN: &str = "bench-traces-token";
@@ -59,8 +60,13 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
         (addr, tokio::spawn(async move { axum::serve(listener, app).await }))
     };
     let endpoint = format!("http://{}", receiver.0);
+    let first_request = Arc::new(FirstRequest::default());
     let sink = {
-        let app = sink_answering_after(Duration::ZERO);
+        let first_request = first_request.clone();
+        let app = axum::Router::new().fallback(move || {
+            first_request.seen();
+            async { StatusCode::NO_CONTENT }
+        });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         (addr, tokio::spawn(async move { axum::serve(listener, app).await }))
@@ -86,7 +92,7 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
             let tracing = if traced { Some(endpoint.as_str()) } else { None };
             let word = if traced { "traced" } else { "untraced" };
             progress(&format!("idemgate worker --deliver, {word}, {runs} runs, round {round}"));
-            let took = drain_runs(bench, round, word, runs, &sink.0, &secret_file, tracing).await?;
+            let took = drain_runs(bench, round, word, runs, (&sink.0, &first_request), &secret_file, tracing).await?;
             drain[side].push(runs as f64 / took.as_secs_f64());
             if !bench.options.skip_http {
                 progress(&format!("idemgate serve, wrk POST /v1/deliveries, {word}, round {round}"));
@@ -106,7 +112,7 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
     )?;
     let mut rows = vec![(
         format!(
-            "`idemgate worker --deliver` drain, runs/s ({runs} runs, signed POST to an in-process sink answering 204; start-up included)"
+            "`idemgate worker --deliver` drain, runs/s ({runs} runs, signed POST to an in-process sink answering 204; timed from its first request, start-up excluded)"
         ),
         8,
         &drain,
@@ -147,20 +153,36 @@ fn idemgate(bench: &Bench<'_>, tracing: Option<&str>) -> tokio::process::Command
     c
 }
 
-/// `runs` new runs drained by `idemgate worker --deliver` to `sink`: the
-/// time from its start until its group has attempted them all.
+/// When the bench's sink took its first request since the last
+/// [`FirstRequest::take`]: where a drain starts.
+#[derive(Default)]
+struct FirstRequest(std::sync::Mutex<Option<Instant>>);
+
+impl FirstRequest {
+    fn seen(&self) {
+        crate::sync::lock(&self.0).get_or_insert_with(Instant::now);
+    }
+
+    fn take(&self) -> Option<Instant> {
+        crate::sync::lock(&self.0).take()
+    }
+}
+
+/// `runs` new runs drained by `idemgate worker --deliver` to `sink` (its
+/// address, and its first request's time): the time from the sink's first
+/// request until the group has attempted them all.
 async fn drain_runs(
     bench: &Bench<'_>,
     round: usize,
     word: &str,
     runs: u64,
-    sink: &SocketAddr,
+    (sink, first_request): (&SocketAddr, &FirstRequest),
     secret_file: &Path,
     tracing: Option<&str>,
 ) -> Result<Duration, BenchError> {
     let keys = created_runs(bench, &format!("traces-{word}-{round}"), "t", runs).await?;
     let group = "bench-traces";
-    let t = Instant::now();
+    first_request.take();
     let mut child = idemgate(bench, tracing)
         .args(["worker", "--redis-url", &bench.options.redis_url, "--namespace", keys.namespace(), "--group", group])
         .args(["--concurrency", "8", "--deliver", &format!("http://{sink}/hooks"), "--deliver-secret-file"])
@@ -168,7 +190,10 @@ async fn drain_runs(
         .spawn()?;
     let mut conn = bench.conn.clone();
     wait_group_done(&mut conn, &keys, group).await?;
-    let took = t.elapsed();
+    let took = first_request
+        .take()
+        .map(|first| first.elapsed())
+        .ok_or_else(|| BenchError::Failed("the sink took no request from the drain's worker".into()))?;
     let _ = child.kill().await;
     Ok(took)
 }
