@@ -109,6 +109,27 @@ pub(crate) async fn receiver_on(addr: SocketAddr) -> (Received, tokio::task::Joi
     (got, tokio::spawn(async move { axum::serve(listener, app).await.unwrap() }))
 }
 
+/// An OTLP/HTTP receiver ([`receiver_on`]) on a free loopback port: what
+/// it got, and the endpoint to give `idemgate`.
+pub(crate) struct Collector {
+    pub(crate) got: Received,
+    pub(crate) endpoint: String,
+    _receiver: tokio::task::JoinHandle<()>,
+}
+
+impl Collector {
+    pub(crate) async fn start() -> Self {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let (got, receiver) = receiver_on(addr).await;
+        Collector { got, endpoint: format!("http://{addr}"), _receiver: receiver }
+    }
+
+    /// [`traced_env`] for this collector.
+    pub(crate) fn env(&self) -> Vec<(&'static str, String)> {
+        traced_env(&self.endpoint)
+    }
+}
+
 pub(crate) struct Served {
     child: Child,
     base: String,
@@ -188,9 +209,9 @@ pub(crate) fn traced_env(endpoint: &str) -> Vec<(&'static str, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_joins_its_callers_trace_with_a_gate_span() {
     let dir = temp_dir("otel");
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let (got, _receiver) = receiver_on(addr).await;
-    let mut env = traced_env(&format!("http://{addr}"));
+    let collector = Collector::start().await;
+    let got = &collector.got;
+    let mut env = collector.env();
     // An entry that is not key=value is skipped with a warning that never shows it.
     for (name, value) in env.iter_mut() {
         if *name == "OTEL_EXPORTER_OTLP_HEADERS" {
@@ -258,9 +279,9 @@ async fn a_delivery_joins_its_callers_trace_with_a_gate_span() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batchs_worth_goes_at_once_and_the_rest_at_shutdown() {
     let dir = temp_dir("otel-batch");
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let (got, _receiver) = receiver_on(addr).await;
-    let mut env = traced_env(&format!("http://{addr}"));
+    let collector = Collector::start().await;
+    let got = &collector.got;
+    let mut env = collector.env();
     env.retain(|(name, _)| *name != "OTEL_BSP_SCHEDULE_DELAY");
     env.extend([("OTEL_BSP_SCHEDULE_DELAY", "600000".to_owned()), ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4".to_owned())]);
     let mut served = serve(&dir, &env);
@@ -291,9 +312,9 @@ async fn a_batchs_worth_goes_at_once_and_the_rest_at_shutdown() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disabled_or_without_an_endpoint_nothing_is_sent() {
     let dir = temp_dir("otel-off");
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let (got, _receiver) = receiver_on(addr).await;
-    let mut env = traced_env(&format!("http://{addr}"));
+    let collector = Collector::start().await;
+    let got = &collector.got;
+    let mut env = collector.env();
     env.push(("OTEL_SDK_DISABLED", "true".to_owned()));
     let disabled = serve(&dir, &env);
     // No endpoint: the spec's default one (localhost:4318) gets nothing either.

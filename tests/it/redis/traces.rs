@@ -4,17 +4,16 @@
 //! carrying that span's `traceparent` and never `baggage`, a command
 //! getting `TRACEPARENT`, and a probe of a parked run in the run's trace.
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use axum::http::StatusCode;
 
-use crate::base::otel::{attribute, receiver_on};
+use crate::base::otel::{Collector, attribute};
 use crate::redis::worker::{Workers, gate_runs};
 use crate::support::destination::{Destination, ok, secret, secrets_file, status, wait_status};
-use crate::support::{free_port, fresh_ns, redis_url, temp_dir, wait_for};
+use crate::support::{fresh_ns, redis_url, temp_dir, wait_for};
 
 /// `idemgate worker` of group `g` in `ns`, exporting its traces to `endpoint`, with `handler`'s flags.
 fn traced_worker(ns: &str, dir: &Path, endpoint: &str, handler: &[&str]) -> Child {
@@ -54,8 +53,8 @@ fn ids(traceparent: &str) -> (String, String) {
 async fn each_attempt_is_a_span_and_the_destination_gets_its_traceparent() {
     let ns = fresh_ns("traces");
     let dir = temp_dir("traces");
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let (got, _receiver) = receiver_on(addr).await;
+    let collector = Collector::start().await;
+    let got = &collector.got;
     secrets_file(&dir, &[secret(1)]);
     let dest =
         Destination::start(|_, earlier| if earlier == 0 { status(StatusCode::INTERNAL_SERVER_ERROR) } else { ok() })
@@ -63,7 +62,7 @@ async fn each_attempt_is_a_span_and_the_destination_gets_its_traceparent() {
     gate_runs(&ns, 1, 1).await;
     let secrets = dir.join("secrets");
     let flags = ["--deliver", &dest.url(), "--deliver-secret-file", secrets.to_str().unwrap()];
-    let mut workers = Workers(vec![traced_worker(&ns, &dir, &format!("http://{addr}"), &flags)]);
+    let mut workers = Workers(vec![traced_worker(&ns, &dir, &collector.endpoint, &flags)]);
     wait_status(&ns, [(1, "done")], Duration::from_secs(30)).await;
     let requests = dest.of_run(1);
     assert_eq!(requests.len(), 2, "500, then 204");
@@ -107,12 +106,12 @@ async fn each_attempt_is_a_span_and_the_destination_gets_its_traceparent() {
 async fn a_command_gets_its_attempts_traceparent() {
     let ns = fresh_ns("traces-cmd");
     let dir = temp_dir("traces-cmd");
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let (got, _receiver) = receiver_on(addr).await;
+    let collector = Collector::start().await;
+    let got = &collector.got;
     gate_runs(&ns, 1, 1).await;
     let out = dir.join("traceparent");
     let script = format!("printf '%s\\n' \"$TRACEPARENT\" >> {}", out.display());
-    let mut workers = Workers(vec![traced_worker(&ns, &dir, &format!("http://{addr}"), &["--", "sh", "-c", &script])]);
+    let mut workers = Workers(vec![traced_worker(&ns, &dir, &collector.endpoint, &["--", "sh", "-c", &script])]);
     wait_status(&ns, [(1, "done")], Duration::from_secs(30)).await;
     let line = std::fs::read_to_string(&out).unwrap();
     let (trace_id, span_id) = ids(line.trim());
@@ -138,12 +137,12 @@ async fn a_command_gets_its_attempts_traceparent() {
 /// `trace` left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_trace_from_the_providers_request_to_every_attempt() {
-    use crate::base::otel::{CALLER_SPAN, TRACE_ID, deliver, serve, traced_env};
+    use crate::base::otel::{CALLER_SPAN, TRACE_ID, deliver, serve};
     let ns = fresh_ns("traces-run");
     let dir = temp_dir("traces-run");
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let (got, _receiver) = receiver_on(addr).await;
-    let mut env = traced_env(&format!("http://{addr}"));
+    let collector = Collector::start().await;
+    let got = &collector.got;
+    let mut env = collector.env();
     env.extend([("IDEMGATE_REDIS_URL", redis_url().to_owned()), ("IDEMGATE_NAMESPACE", ns.clone())]);
     let served = serve(&dir, &env);
     secrets_file(&dir, &[secret(1)]);
@@ -154,7 +153,7 @@ async fn one_trace_from_the_providers_request_to_every_attempt() {
     assert_eq!(deliver(&served, 1, &[("traceparent", &traceparent)]).await, 202);
     let secrets = dir.join("secrets");
     let flags = ["--deliver", &dest.url(), "--deliver-secret-file", secrets.to_str().unwrap()];
-    let mut workers = Workers(vec![traced_worker(&ns, &dir, &format!("http://{addr}"), &flags)]);
+    let mut workers = Workers(vec![traced_worker(&ns, &dir, &collector.endpoint, &flags)]);
     wait_status(&ns, [(1, "done")], Duration::from_secs(30)).await;
     wait_for(Duration::from_secs(10), "four spans of the trace", || async {
         got.spans().iter().filter(|(_, s)| hex::encode(&s.trace_id) == TRACE_ID).count() >= 4
@@ -200,12 +199,12 @@ async fn one_trace_from_the_providers_request_to_every_attempt() {
 /// names it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_probe_of_a_parked_run_joins_the_runs_trace() {
-    use crate::base::otel::{CALLER_SPAN, TRACE_ID, deliver, serve, traced_env};
+    use crate::base::otel::{CALLER_SPAN, TRACE_ID, deliver, serve};
     let ns = fresh_ns("traces-probe");
     let dir = temp_dir("traces-probe");
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let (got, _receiver) = receiver_on(addr).await;
-    let mut env = traced_env(&format!("http://{addr}"));
+    let collector = Collector::start().await;
+    let got = &collector.got;
+    let mut env = collector.env();
     env.extend([("IDEMGATE_REDIS_URL", redis_url().to_owned()), ("IDEMGATE_NAMESPACE", ns.clone())]);
     let served = serve(&dir, &env);
     secrets_file(&dir, &[secret(1)]);
@@ -218,7 +217,7 @@ async fn a_probe_of_a_parked_run_joins_the_runs_trace() {
     let handler = ["--deliver", &dest.url(), "--deliver-secret-file", secrets.to_str().unwrap()];
     // Parked for an hour after its failure: only a probe delivers it within the test.
     let schedule = ["--retry-schedule", "1h", "--breaker-cooldown", "500ms", "--breaker-max-cooldown", "1s"];
-    let mut workers = Workers(vec![traced_worker_with(&ns, &dir, &format!("http://{addr}"), &schedule, &handler)]);
+    let mut workers = Workers(vec![traced_worker_with(&ns, &dir, &collector.endpoint, &schedule, &handler)]);
     wait_status(&ns, [(1, "done")], Duration::from_secs(20)).await;
     let requests = dest.of_run(1);
     assert_eq!(requests.len(), 2, "the attempt (503), then the probe");
