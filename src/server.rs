@@ -10,9 +10,9 @@ use crate::config::ServeConfig;
 use crate::gate::Gate;
 use crate::http::{AppState, app};
 use crate::listener::{ConnectionLimits, open_file_limit};
-use crate::redis_io::RedisOptions;
 use crate::redis_io::diagnose::{is_refused_command, maxmemory_policy, what_failed};
-use crate::store::config::Unreachable;
+use crate::redis_io::{RedisHandle, RedisOptions};
+use crate::store::config::{StoreConfig, Unreachable};
 
 /// Why the service could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +74,16 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()> + Sen
         .with_body_budget(budget)
         .with_api_closed(api_closed)
         .with_allowed_hosts(crate::http::AllowedHosts::new(&config.allowed_hosts));
+    let state = match &config.ops_redis {
+        Some(opts) => {
+            let ops_store = StoreConfig { redis: Some(opts.clone()), keys: config.store.keys.clone() };
+            tracing::info!("the ops API and the console: {}", ops_store.describe());
+            let redis =
+                RedisHandle::connect(opts, ops_store.keys.clone()).await.map_err(|e| ops_store.unreachable(e))?;
+            state.with_ops_source(crate::ops::Source::Redis(std::sync::Arc::new(crate::ops::Ops::over(redis))))
+        }
+        None => state,
+    };
     // Memory and worker gauges for /metrics, on a connection of their own.
     let gauges = config.store.redis.clone().map(|opts| {
         tokio::spawn(crate::metrics::gauges::poll(opts, config.store.keys.clone(), state.metrics().clone()))

@@ -7,12 +7,14 @@ use std::time::Duration;
 use super::merge::Merged;
 use super::origin::{ConfigError, Given, Setting, err, value_or};
 use super::providers::providers_from;
+use super::settings::Layer;
 use crate::config_values::checked_repos;
 use crate::http::body::{DEFAULT_BODY_BUDGET, DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT};
 use crate::keys::{DEFAULT_NAMESPACE, Keys};
 use crate::listener::{DEFAULT_HEADER_TIMEOUT, DEFAULT_LISTEN};
 use crate::order::{OrderBy, OrderOnDead, Ordering};
 use crate::providers::Provider;
+use crate::redis_io::{RedisOptions, Secret};
 use crate::store::config::StoreConfig;
 use crate::units::Lifetime;
 use crate::vocabulary::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, DEFAULT_RUN_RETENTION, Settings};
@@ -54,6 +56,9 @@ pub struct ServeConfig {
     pub allow_unauthenticated_api: bool,
     /// Host names `/v1` and `/console` answer without a token, besides loopback ones.
     pub allowed_hosts: Vec<String>,
+    /// The ops API's and the console's own connection: the store's Redis
+    /// as `--ops-redis-user` (`None`: they use the gate's).
+    pub ops_redis: Option<RedisOptions>,
 }
 
 impl Default for ServeConfig {
@@ -75,6 +80,7 @@ impl Default for ServeConfig {
             body_budget: DEFAULT_BODY_BUDGET,
             allow_unauthenticated_api: false,
             allowed_hosts: Vec::new(),
+            ops_redis: None,
         }
     }
 }
@@ -152,6 +158,7 @@ impl ServeConfig {
         if store.redis.is_none() {
             refuse_order_on_memory(ordering, &providers)?;
         }
+        let ops_redis = ops_redis(s, &store)?;
         Ok(Self {
             listen,
             store,
@@ -169,6 +176,7 @@ impl ServeConfig {
             body_budget: budget,
             allow_unauthenticated_api: switch(s.allow_unauthenticated_api.switch()?),
             allowed_hosts,
+            ops_redis,
         })
     }
 }
@@ -185,4 +193,28 @@ fn refuse_order_on_memory(top: Ordering, providers: &[Provider]) -> Result<(), C
         Some(p) => Err(err(format!("[[provider]] {:?}: order_by = \"{}\" {why}", p.name(), p.ordering().by.as_str()))),
         None => Ok(()),
     }
+}
+
+/// The ops API's own connection (`--ops-redis-user`, `--ops-redis-password-file`):
+/// the store's Redis options as that user, with that file's password, else
+/// the one the gate connects with.
+fn ops_redis(s: &Layer, store: &StoreConfig) -> Result<Option<RedisOptions>, ConfigError> {
+    let password = s.ops_redis_password_file.path()?;
+    let Some(user) = s.ops_redis_user.text()? else {
+        return match password {
+            Some(file) => Err(file.fail("needs --ops-redis-user, the user it is the password of")),
+            None => Ok(None),
+        };
+    };
+    if user.value.is_empty() || user.value.contains(char::is_whitespace) {
+        return Err(user.fail("the ops redis user must be a user name: non-empty, without spaces"));
+    }
+    let Some(opts) = &store.redis else {
+        return Err(user.fail("needs a Redis store (--redis-url, --redis-cluster-nodes or --redis-sentinel-nodes)"));
+    };
+    let password = match password {
+        Some(file) => Some(Secret::from_file(&file.value).map_err(|e| file.fail(e))?),
+        None => opts.password.clone(),
+    };
+    Ok(Some(RedisOptions { username: Some(user.value), password, ..opts.clone() }))
 }

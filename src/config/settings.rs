@@ -283,6 +283,18 @@ settings! {
         on: &[Command::Serve],
         help: "A host name /v1 and /console answer without a token besides loopback ones (a proxy's name); repeat for more. Other Host headers get 403 (DNS rebinding)",
     },
+    ops_redis_user: String [top] {
+        env: "IDEMGATE_OPS_REDIS_USER",
+        value_name: "USER",
+        on: &[Command::Serve],
+        help: "The Redis user the ops API and the console (/v1/ops/*) connect as, on a connection of their own, so that serve's own user keeps the gate's rules alone (docs/redis.md: the idemgate-ops line) [default: serve's connection and user]",
+    },
+    ops_redis_password_file: PathBuf [top] {
+        env: "IDEMGATE_OPS_REDIS_PASSWORD_FILE",
+        value_name: "FILE",
+        on: &[Command::Serve],
+        help: "File holding --ops-redis-user's password (its content without the final newline) [default: the password serve connects with]",
+    },
     allow_eviction: bool [top] {
         env: "IDEMGATE_ALLOW_EVICTION",
         form: Form::Switch,

@@ -51,7 +51,7 @@ impl StoreConfig {
         let redis = match target {
             Some(target) => {
                 let (tls, password) = redis_access(s, &target)?;
-                Some(RedisOptions { target, tls, password, command_timeout: timeout, min_replicas_ack })
+                Some(RedisOptions { target, tls, password, username: None, command_timeout: timeout, min_replicas_ack })
             }
             None => match [&s.redis_tls_ca, &s.redis_tls_cert, &s.redis_tls_key, &s.redis_password_file]
                 .into_iter()

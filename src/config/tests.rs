@@ -353,6 +353,54 @@ fn sentinel_tls_and_password_file_settings() {
 }
 
 #[test]
+fn the_ops_api_connects_as_its_own_user() {
+    let dir = std::env::temp_dir().join(format!("idemgate-cfg-ops-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (pw, ops_pw) = (dir.join("pw"), dir.join("ops-pw"));
+    std::fs::write(&pw, "s3cret\n").unwrap();
+    std::fs::write(&ops_pw, "0ps-s3cret\n").unwrap();
+    let base = format!(
+        "redis_url = \"redis://idemgate-serve@h:6379\"\nredis_password_file = {:?}\n",
+        pw.display().to_string()
+    );
+    // None asked: the ops API uses the gate's connection.
+    assert!(resolve(&Layer::default(), &base).unwrap().ops_redis.is_none());
+    // The user alone: the gate's password, the same Redis, that user.
+    let c = resolve(&Layer::default(), &format!("{base}ops_redis_user = \"idemgate-ops\"")).unwrap();
+    let ops = c.ops_redis.unwrap();
+    assert_eq!((ops.username.as_deref(), ops.password.as_ref().unwrap().path()), (Some("idemgate-ops"), pw.as_path()));
+    assert!(matches!(&ops.target, RedisTarget::Single(url) if url == "redis://idemgate-serve@h:6379"));
+    let info = ops.connection_info("redis://idemgate-serve@h:6379").unwrap();
+    assert_eq!(
+        (info.redis_settings().username(), info.redis_settings().password()),
+        (Some("idemgate-ops"), Some("s3cret"))
+    );
+    // And its own password file, from the flags.
+    let flags =
+        Layer::flags([("ops_redis_user", "idemgate-ops"), ("ops_redis_password_file", ops_pw.to_str().unwrap())])
+            .unwrap();
+    let ops = resolve(&flags, &base).unwrap().ops_redis.unwrap();
+    assert_eq!(ops.password.as_ref().unwrap().path(), ops_pw);
+    let described =
+        crate::store::config::StoreConfig { redis: Some(ops), keys: crate::keys::Keys::new("n").unwrap() }.describe();
+    assert!(described.contains("as user idemgate-ops") && !described.contains("s3cret"), "{described}");
+    for (text, want) in [
+        (format!("{base}ops_redis_password_file = {:?}", ops_pw.display().to_string()), "needs --ops-redis-user"),
+        ("ops_redis_user = \"idemgate-ops\"".to_owned(), "needs a Redis store"),
+        (format!("{base}ops_redis_user = \"two words\""), "must be a user name"),
+        (format!("{base}ops_redis_user = \"\""), "must be a user name"),
+        (
+            format!("{base}ops_redis_user = \"o\"\nops_redis_password_file = \"/nonexistent/pw\""),
+            "`ops_redis_password_file`: redis password file: cannot read it",
+        ),
+    ] {
+        let e = resolve(&Layer::default(), &text).unwrap_err();
+        assert!(e.contains(want) && !e.contains("two words"), "{text:?}: {e:?} lacks {want:?}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
 fn defaults_are_shown_in_the_units_the_help_has_always_used() {
     let shown = |secs| format_duration(Duration::from_secs(secs));
     assert_eq!(

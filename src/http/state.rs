@@ -87,6 +87,17 @@ impl AppState {
         self
     }
 
+    /// What `/v1/ops/*` and the console read and write through, in place
+    /// of the gate's store: Redis on a connection of their own, as the ops
+    /// user (`--ops-redis-user`).
+    pub fn with_ops_source(mut self, ops: crate::ops::Source) -> Self {
+        let ops = Some(ops);
+        let state = Arc::make_mut(&mut self.0);
+        state.stats_cache = Arc::new(StatsCache::new(ops.clone()));
+        state.ops = ops;
+        self
+    }
+
     /// Host names (`--allowed-host`) that `/v1/*` and `/console` answer
     /// without a token, besides the loopback names and addresses: the names
     /// a proxy in front of the gate forwards.

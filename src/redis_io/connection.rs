@@ -26,6 +26,10 @@ pub struct RedisOptions {
     pub tls: Tls,
     /// The password file's password: it wins over a password in a URL.
     pub password: Option<Secret>,
+    /// The user to connect as, in place of the URLs' (`serve`'s ops API on
+    /// a connection of its own: `--ops-redis-user`); `None`: the URLs'.
+    /// Sentinels are still asked with their own URLs' credentials.
+    pub username: Option<String>,
     /// Bound on connecting and on each command.
     pub command_timeout: Duration,
     /// Durability: after each call, `WAIT` until this many replicas
@@ -72,6 +76,7 @@ impl RedisOptions {
             target,
             tls: Tls::default(),
             password: None,
+            username: None,
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             min_replicas_ack: None,
         }
@@ -239,12 +244,15 @@ pub fn is_tls_url(url: &str) -> bool {
 
 impl RedisOptions {
     /// The connection settings of `url`, with the password file's password
-    /// (it wins over one in the URL).
+    /// and the user of [`RedisOptions::username`] (each wins over the URL's).
     pub fn connection_info(&self, url: &str) -> RedisResult<ConnectionInfo> {
         let info = url.into_connection_info()?;
         let mut redis = without_lib_name(&info);
         if let Some(p) = &self.password {
             redis = redis.set_password(p.expose());
+        }
+        if let Some(user) = &self.username {
+            redis = redis.set_username(user);
         }
         Ok(info.set_redis_settings(redis))
     }
@@ -274,6 +282,9 @@ impl RedisOptions {
         let mut builder = redis::cluster::ClusterClient::builder(infos);
         if let Some(p) = &self.password {
             builder = builder.password(p.expose());
+        }
+        if let Some(user) = &self.username {
+            builder = builder.username(user);
         }
         if let Some(certs) = self.tls.certificates() {
             builder = builder.certs(certs);
@@ -329,6 +340,11 @@ mod tests {
         let info = opts.connection_info("redis://user:from-url@h:1/2").unwrap();
         let r = info.redis_settings();
         assert_eq!((r.username(), r.password(), r.db()), (Some("user"), Some("from-file"), 2));
+        // The ops API's user wins over the URL's, the password as before.
+        let ops = RedisOptions { username: Some("idemgate-ops".into()), ..opts };
+        let info = ops.connection_info("redis://user:from-url@h:1/2").unwrap();
+        let r = info.redis_settings();
+        assert_eq!((r.username(), r.password()), (Some("idemgate-ops"), Some("from-file")));
         assert!(is_tls_url("rediss://h:1") && is_tls_url("REDISS://h") && !is_tls_url("redis://h"));
     }
 }

@@ -51,6 +51,9 @@ impl StoreConfig {
         if opts.target.urls().iter().any(|u| is_tls_url(u)) {
             s += &format!(", {}", opts.tls.describe());
         }
+        if let Some(user) = &opts.username {
+            s += &format!(", as user {user}");
+        }
         if let Some(password) = &opts.password {
             s += &format!(", password from {}", password.path().display());
         }

@@ -377,6 +377,37 @@ async fn acl_users_with_a_password_file_serve_run_the_worker_and_read_stats() {
     // The read-only user cannot write.
     assert!(redis.cli(&["--user", "idemgate-ops", "--pass", &password, "set", "idemgate:x", "1"]).contains("NOPERM"));
 
+    // The console's ops API as the ops user, on a connection of its own:
+    // serve's own user keeps the gate's rules alone.
+    assert_eq!(redis.cli(&["acl", "log", "reset"]), "OK", "the write refused just above is forgotten");
+    let ops_flags = ["--redis-url", &serve_url, "--redis-password-file", pw, "--ops-redis-user", "idemgate-ops"];
+    let (console, console_port) = serve(&ops_flags, &ns, &[], &dir).await;
+    let log = std::fs::read_to_string(dir.join(format!("serve-{console_port}.log"))).unwrap();
+    assert!(!log.contains(&password), "{log}");
+    let ops_get = |port: u16, path: &str| {
+        let client = client.clone();
+        let url = format!("http://127.0.0.1:{port}{path}");
+        async move {
+            let r = client.get(url).send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap_or_default())
+        }
+    };
+    let (status, record) = ops_get(console_port, "/v1/ops/runs/run-1").await;
+    assert_eq!((status, record["status"].as_str()), (200, Some("done")), "{record}");
+    let (status, stats) = ops_get(console_port, "/v1/ops/stats").await;
+    assert_eq!((status, &stats["run_counter"]), (200, &Value::from(3)), "{stats}");
+    let acl_log = redis.cli(&["acl", "log"]);
+    assert!(
+        !acl_log.contains("idemgate-serve") && !acl_log.contains("idemgate-ops"),
+        "no command of the gate or the ops API was refused: {acl_log}"
+    );
+    // Without it, the ops API runs on serve's connection, as idemgate-serve,
+    // which the ops API's reads are refused to.
+    let (status, _) = ops_get(port, "/v1/ops/runs/run-1").await;
+    assert_ne!(status, 200, "serve's own user read a run through the ops API");
+    assert!(redis.cli(&["acl", "log"]).contains("idemgate-serve"), "the refusal is the ACL's");
+    drop(console);
+
     // A wrong password: a clear start-up error naming the file, never the password.
     let wrong = dir.join("wrong-password");
     std::fs::write(&wrong, "not-the-password\n").unwrap();
