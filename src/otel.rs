@@ -350,7 +350,7 @@ impl ServerNames {
 
     /// The span name and the route of `method` (a standard one) and `route`, kept once made.
     fn interned(method: &'static str, route: &str) -> Option<(&'static str, &'static str)> {
-        let mut kept = INTERNED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut kept = crate::sync::lock(&INTERNED);
         if let Some(&(_, route, span)) = kept.iter().find(|(m, r, _)| *m == method && *r == route) {
             return Some((span, route));
         }

@@ -153,7 +153,7 @@ struct Queue {
 impl Shared {
     fn queue(&self) -> MutexGuard<'_, Queue> {
         // A panic elsewhere while the lock was held leaves a queue that is still whole.
-        self.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        idemgate::sync::lock(&self.queue)
     }
 }
 
@@ -191,11 +191,8 @@ impl Batcher {
         let mut queue = self.shared.queue();
         let ticket = ask(&mut queue)?;
         self.shared.wake.notify_one();
-        let (queue, timeout) = self
-            .shared
-            .exported
-            .wait_timeout_while(queue, wait, |q| !done(q, ticket))
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (queue, timeout) =
+            idemgate::sync::wait_timeout_while(&self.shared.exported, queue, wait, |q| !done(q, ticket));
         drop(queue);
         if timeout.timed_out() { Err(OTelSdkError::Timeout(wait)) } else { Ok(()) }
     }
@@ -261,7 +258,7 @@ impl SpanProcessor for Batcher {
             },
             |q, _| q.stopped,
         )?;
-        let thread = self.thread.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        let thread = idemgate::sync::lock(&self.thread).take();
         if let Some(thread) = thread {
             let _ = thread.join();
         }
@@ -303,7 +300,7 @@ fn export_loop(shared: &Shared, mut exporter: otlp::Exporter, runtime: &tokio::r
                 last_export = Instant::now();
                 left = settings.delay;
             }
-            queue = shared.wake.wait_timeout(queue, left).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+            queue = idemgate::sync::wait_timeout(&shared.wake, queue, left).0;
         };
         std::mem::swap(&mut queue.spans, &mut taken);
         if !draining && taken.len() > settings.batch {

@@ -226,7 +226,7 @@ impl Queue {
                 let mut read = redis::cmd("HGET");
                 read.arg(self.keys().destination(&self.group)).arg(BACKFILL_TO);
                 let to: Option<String> = self.redis.query(&mut read).await?;
-                *self.backfill_to.lock().unwrap_or_else(|e| e.into_inner()) = to.as_deref().and_then(entry_id);
+                *crate::sync::lock(&self.backfill_to) = to.as_deref().and_then(entry_id);
             }
         }
         let mut register = redis::cmd("XGROUP");
@@ -237,7 +237,7 @@ impl Queue {
     /// Whether entry `id` was in the stream when the destination was added
     /// with `--from`: its run is a backfill.
     pub fn is_backfill(&self, id: &str) -> bool {
-        let to = *self.backfill_to.lock().unwrap_or_else(|e| e.into_inner());
+        let to = *crate::sync::lock(&self.backfill_to);
         to.is_some_and(|to| entry_id(id).is_some_and(|id| id <= to))
     }
 
