@@ -78,8 +78,11 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()> + Sen
         Some(opts) => {
             let ops_store = StoreConfig { redis: Some(opts.clone()), keys: config.store.keys.clone() };
             tracing::info!("the ops API and the console: {}", ops_store.describe());
-            let redis =
-                RedisHandle::connect(opts, ops_store.keys.clone()).await.map_err(|e| ops_store.unreachable(e))?;
+            // A start-up error like the gate's store's, named as the ops API's.
+            let redis = RedisHandle::connect(opts, ops_store.keys.clone()).await.map_err(|source| Unreachable {
+                store: format!("ops API's connection (--ops-redis-user): {}", ops_store.describe()),
+                source,
+            })?;
             state.with_ops_source(crate::ops::Source::Redis(std::sync::Arc::new(crate::ops::Ops::over(redis))))
         }
         None => state,

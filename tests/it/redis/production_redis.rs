@@ -380,10 +380,23 @@ async fn acl_users_with_a_password_file_serve_run_the_worker_and_read_stats() {
     // The console's ops API as the ops user, on a connection of its own:
     // serve's own user keeps the gate's rules alone.
     assert_eq!(redis.cli(&["acl", "log", "reset"]), "OK", "the write refused just above is forgotten");
-    let ops_flags = ["--redis-url", &serve_url, "--redis-password-file", pw, "--ops-redis-user", "idemgate-ops"];
+    // The ops user has a password of its own, in a file of its own.
+    let ops_password = format!("ops-{password}");
+    assert_eq!(redis.cli(&["acl", "setuser", "idemgate-ops", "resetpass", &format!(">{ops_password}")]), "OK");
+    let ops_pw_file = dir.join("redis-ops-password");
+    std::fs::write(&ops_pw_file, format!("{ops_password}\n")).unwrap();
+    let ops_pw = ops_pw_file.to_str().unwrap();
+    let ops_user = ["--ops-redis-user", "idemgate-ops"];
+    let ops_flags = [
+        &["--redis-url", &serve_url, "--redis-password-file", pw][..],
+        &ops_user,
+        &["--ops-redis-password-file", ops_pw],
+    ]
+    .concat();
     let (console, console_port) = serve(&ops_flags, &ns, &[], &dir).await;
+    assert_secret_absent(console.pid(), &ops_password);
     let log = std::fs::read_to_string(dir.join(format!("serve-{console_port}.log"))).unwrap();
-    assert!(!log.contains(&password), "{log}");
+    assert!(!log.contains(&password) && !log.contains(&ops_password), "{log}");
     let ops_get = |port: u16, path: &str| {
         let client = client.clone();
         let url = format!("http://127.0.0.1:{port}{path}");
@@ -407,6 +420,30 @@ async fn acl_users_with_a_password_file_serve_run_the_worker_and_read_stats() {
     assert_ne!(status, 200, "serve's own user read a run through the ops API");
     assert!(redis.cli(&["acl", "log"]).contains("idemgate-serve"), "the refusal is the ACL's");
     drop(console);
+    // The ops user's password is not serve's: sent serve's (no ops password
+    // file), or a wrong one, the ops connection fails, and serve does not
+    // start, naming the ops API's connection and the file, never a password.
+    let wrong_ops = dir.join("wrong-ops-password");
+    std::fs::write(&wrong_ops, "not-the-ops-password\n").unwrap();
+    let gate_flags = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--namespace",
+        &ns,
+        "--redis-url",
+        &serve_url,
+        "--redis-password-file",
+        pw,
+    ];
+    for extra in [&[][..], &["--ops-redis-password-file", wrong_ops.to_str().unwrap()][..]] {
+        let out = run(&[&gate_flags[..], &ops_user, extra].concat(), limit);
+        let e = stderr(&out);
+        assert!(!out.status.success(), "{extra:?}: {e}");
+        assert!(e.contains("ops API's connection (--ops-redis-user)") && e.contains("as user idemgate-ops"), "{e}");
+        assert!(e.contains("authentication failed"), "{e}");
+        assert!(!e.contains(&password) && !e.contains("not-the-ops-password"), "{extra:?} printed a password: {e}");
+    }
 
     // A wrong password: a clear start-up error naming the file, never the password.
     let wrong = dir.join("wrong-password");
