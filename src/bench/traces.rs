@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 
 use super::harness::{Bench, BenchError, REPEATS, Spread, progress};
-use super::worker::{created_runs, wait_group_done};
+use super::worker::{created_runs, sink_answering_after, wait_group_done};
 
 /// The API token the bench's `idemgate serve` takes.
 const TOKEN: &str = "bench-traces-token";
@@ -63,10 +63,13 @@ pub(super) async fn measure(bench: &Bench<'_>, out: &mut String) -> Result<(), B
     let first_request = Arc::new(FirstRequest::default());
     let sink = {
         let first_request = first_request.clone();
-        let app = axum::Router::new().fallback(move || {
-            first_request.seen();
-            async { StatusCode::NO_CONTENT }
-        });
+        // The worker section's sink, noting when its first request came.
+        let app = sink_answering_after(Duration::ZERO).layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                first_request.seen();
+                next.run(request)
+            },
+        ));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         (addr, tokio::spawn(async move { axum::serve(listener, app).await }))
