@@ -8,13 +8,14 @@ use super::merge::Merged;
 use super::origin::{ConfigError, Given, Setting, err, value_or};
 use super::providers::providers_from;
 use super::settings::Layer;
+use super::store::{A_REDIS_STORE, password_file};
 use crate::config_values::checked_repos;
 use crate::http::body::{DEFAULT_BODY_BUDGET, DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT};
 use crate::keys::{DEFAULT_NAMESPACE, Keys};
 use crate::listener::{DEFAULT_HEADER_TIMEOUT, DEFAULT_LISTEN};
 use crate::order::{OrderBy, OrderOnDead, Ordering};
 use crate::providers::Provider;
-use crate::redis_io::{RedisOptions, Secret};
+use crate::redis_io::RedisOptions;
 use crate::store::config::StoreConfig;
 use crate::units::Lifetime;
 use crate::vocabulary::{DEFAULT_DELIVERY_TTL, DEFAULT_LOGICAL_TTL, DEFAULT_RUN_RETENTION, Settings};
@@ -210,10 +211,10 @@ fn ops_redis(s: &Layer, store: &StoreConfig) -> Result<Option<RedisOptions>, Con
         return Err(user.fail("the ops redis user must be a user name: non-empty, without spaces"));
     }
     let Some(opts) = &store.redis else {
-        return Err(user.fail("needs a Redis store (--redis-url, --redis-cluster-nodes or --redis-sentinel-nodes)"));
+        return Err(user.fail(format!("needs {A_REDIS_STORE}")));
     };
     let password = match password {
-        Some(file) => Some(Secret::from_file(&file.value).map_err(|e| file.fail(e))?),
+        Some(file) => Some(password_file(&file)?),
         None => opts.password.clone(),
     };
     Ok(Some(RedisOptions { username: Some(user.value), password, ..opts.clone() }))

@@ -31,7 +31,7 @@ impl StoreConfig {
         let min_replicas_ack = match s.min_replicas_ack.number::<u32>()? {
             None | Some(Given { value: 0, .. }) => None,
             Some(ack) if target.is_none() => {
-                return Err(ack.fail("needs a Redis store (--redis-url or --redis-cluster-nodes)"));
+                return Err(ack.fail(format!("needs {A_REDIS_STORE}")));
             }
             Some(ack) => {
                 let wait = s.min_replicas_timeout.duration()?;
@@ -58,9 +58,7 @@ impl StoreConfig {
                 .find_map(Option::as_ref)
             {
                 Some(access) => {
-                    return Err(access.fail(
-                        "the Redis TLS and password-file settings need a Redis store (--redis-url, --redis-cluster-nodes or --redis-sentinel-nodes)",
-                    ));
+                    return Err(access.fail(format!("the Redis TLS and password-file settings need {A_REDIS_STORE}")));
                 }
                 None => None,
             },
@@ -144,9 +142,15 @@ fn redis_access(s: &Layer, target: &RedisTarget) -> Result<(Tls, Option<Secret>)
             )));
         }
     }
-    let password = match s.redis_password_file.path()? {
-        Some(file) => Some(Secret::from_file(&file.value).map_err(|e| file.fail(e))?),
-        None => None,
-    };
+    let password = s.redis_password_file.path()?.map(|file| password_file(&file)).transpose()?;
     Ok((tls, password))
+}
+
+/// What a setting that only a Redis store takes needs, for its error without one.
+pub(super) const A_REDIS_STORE: &str = "a Redis store (--redis-url, --redis-cluster-nodes or --redis-sentinel-nodes)";
+
+/// The password in `file` (`--redis-password-file`, `--ops-redis-password-file`),
+/// an unreadable or empty file named by its setting.
+pub(super) fn password_file(file: &Given<PathBuf>) -> Result<Secret, ConfigError> {
+    Secret::from_file(&file.value).map_err(|e| file.fail(e))
 }
