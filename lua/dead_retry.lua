@@ -12,8 +12,11 @@
 -- new entry is for one destination (its `for_group`, as a woken run's):
 -- the one ARGV[4] names, else, for a dead run, the first one it is dead
 -- for (owner first; `dead retry` calls again for the next, src/ops/dead.rs);
--- a redelivery without a destination goes to every group, as the gate's
--- entry did, and starts every destination's record anew.
+-- a redelivery without a destination goes to every destination the record
+-- has, an entry addressed to each, and starts each one's record anew. (Not
+-- one entry for every group: a destination that has not read the run yet
+-- would hold two entries of it, the gate's and this one, and start two
+-- attempts of it at once.)
 --
 -- A redelivery sends what the first delivery sent: a done run whose payload
 -- is gone (removed when it was done, or kept by --keep-done-payloads and
@@ -30,7 +33,7 @@
 -- ARGV[4]: destination              the destination (consumer group) the run goes to, or ''
 -- ARGV[5..]: dead_entry_ids         more of the run's entry ids in the dead stream (may be none):
 --            the one the record names as `dead_entry` is removed anyway
--- Returns: {1, new runs stream entry id, dead entries removed, 1 when the
+-- Returns: {1, new runs stream entry id (the first, with several), dead entries removed, 1 when the
 --           record named its entry, else 0 (a run that died before
 --           `dead_entry` was written; 1 for a done run, which has none),
 --           the destination it went to ('' every one)}  moved back
@@ -98,11 +101,27 @@ local destination = ARGV[4]
 if destination == '' and status == ${status_dead} then
   destination = destinations[1][1]
 end
-if destination ~= '' then
-  entry[#entry + 1] = 'for_group'
-  entry[#entry + 1] = destination
+-- The groups addressed, each an entry: the one destination, else every one
+-- the record has ('' for a record of an earlier version: one entry, for
+-- every group, as its gate's was).
+local addressed = {destination}
+if destination == '' then
+  addressed = {}
+  for i, d in ipairs(destinations) do
+    addressed[i] = d[1]
+  end
 end
-local id = redis.call('XADD', KEYS[1], '*', unpack(entry))
+local id
+for _, group in ipairs(addressed) do
+  local e = entry
+  if group ~= '' then
+    e = {unpack(entry)}
+    e[#e + 1] = 'for_group'
+    e[#e + 1] = group
+  end
+  local added = redis.call('XADD', KEYS[1], '*', unpack(e))
+  id = id or added
+end
 local ids = {}
 for i = 5, #ARGV do ids[#ids + 1] = ARGV[i] end
 local named = status == ${status_done}

@@ -45,7 +45,9 @@
 -- ARGV[22]: not_before_ms           for a failure of the destination's kind, the earliest a probe or a
 --                                   release may send the run (its Retry-After, else now); '' for the run's own
 -- ARGV[23]: probe_hold_ms           with a failure of the destination's kind, no parked-run probe for this
---                                   long from now (the probe interval, --breaker-max-cooldown; 0: none)
+--                                   long from now (the probe interval, --breaker-max-cooldown, or the
+--                                   Retry-After when longer: no probe goes sooner than the latest
+--                                   Retry-After, whichever run it goes with; 0: none)
 -- Returns: 0 the entry is no longer held by this consumer (nothing written)
 --          1 parked until ARGV[8] (record: parked)
 --          2 the run is dead (record: dead, entry in the dead stream, acknowledged)

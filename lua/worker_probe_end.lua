@@ -12,6 +12,9 @@
 --   `history` as `released` (alike probes fold into one entry with a
 --   count), and the next probe waits for the interval, or for the
 --   destination's Retry-After (ARGV[5]) when that is later.
+-- Whatever the outcome, the probe key (KEYS[4]) stops naming the run: the
+-- probe is back, the run may be released or woken as any other, and the
+-- next probe waits an interval (or the Retry-After) from now.
 --
 -- KEYS[1]: parking_key              idemgate:{NS}:retry:<enc group>
 -- KEYS[2]: run_key                  idemgate:{NS}:run:<run id>
@@ -27,8 +30,9 @@
 -- ARGV[7]: retention_ms             run retention, ms (0: never expires)
 -- ARGV[8]: keep_payload_ms          how long the done record keeps the payload: 0 not at all,
 --                                   -1 as long as the record, else ms
--- ARGV[9]: run_prefix               the run records' prefix, idemgate:{NS}:run: (same slot: the hash tag)
--- ARGV[10..14]: attempt_entry       the probe's parts for its history entry (lua/shared/history.lua):
+-- ARGV[9]: every_ms                 the probe interval, ms (--breaker-max-cooldown)
+-- ARGV[10]: run_prefix              the run records' prefix, idemgate:{NS}:run: (same slot: the hash tag)
+-- ARGV[11..15]: attempt_entry       the probe's parts for its history entry (lua/shared/history.lua):
 --               attempt, started_ms, duration_ms, status ('' none), error ('' none)
 -- Returns: the parked runs made due sooner
 
@@ -42,25 +46,31 @@ ${release}
 
 F = destination_fields(KEYS[2], ARGV[1])
 
+-- The probe is back (see above). A key naming another run (this probe
+-- outlived it: a worker paused past the attempt timeout) keeps its run.
+local probing = redis.call('GET', KEYS[4])
+local wait = math.max(tonumber(ARGV[5]), tonumber(ARGV[9]))
+if probing == ARGV[3] then
+  redis.call('SET', KEYS[4], '', 'PX', wait)
+elseif wait > redis.call('PTTL', KEYS[4]) then
+  -- No run is out with a probe while the hold lasts (lua/shared/release.lua).
+  redis.call('SET', KEYS[4], probing or '', 'PX', wait)
+end
+
 local record = read_for_done(${field_parked_group})
 local parked = record[1] == ${status_parked} and record[8] == ARGV[1]
 if ARGV[4] == 'down' then
   if parked then
-    redis.call('HSET', KEYS[2], ${field_history}, released_appended(record[4], 10, ARGV[2]))
-  end
-  local hold = tonumber(ARGV[5])
-  if hold > 0 and hold > redis.call('PTTL', KEYS[4]) then
-    -- No run is out with a probe while the hold lasts (lua/shared/release.lua).
-    redis.call('SET', KEYS[4], '', 'PX', ARGV[5])
+    redis.call('HSET', KEYS[2], ${field_history}, released_appended(record[4], 11, ARGV[2]))
   end
   return 0
 end
 if parked and ARGV[4] == 'delivered' then
   redis.call('ZREM', KEYS[1], ARGV[3])
   redis.call('ZREM', KEYS[3], ARGV[3])
-  mark_done(record, 10, ARGV[1], ARGV[2], ARGV[6], ARGV[7], ARGV[8], KEYS[5])
+  mark_done(record, 11, ARGV[1], ARGV[2], ARGV[6], ARGV[7], ARGV[8], KEYS[5])
   order_finished(ARGV[1], false, ARGV[7], ARGV[6])
 elseif parked then
-  redis.call('HSET', KEYS[2], ${field_history}, released_appended(record[4], 10, ARGV[2]))
+  redis.call('HSET', KEYS[2], ${field_history}, released_appended(record[4], 11, ARGV[2]))
 end
-return release_destination_parked(KEYS[1], KEYS[3], ARGV[1], ARGV[6], ARGV[9], '')
+return release_destination_parked(KEYS[1], KEYS[3], ARGV[1], ARGV[6], ARGV[10], '')

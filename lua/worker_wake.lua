@@ -13,9 +13,15 @@
 -- expired) is dropped. Each destination keeps its own record of the run
 -- (lua/shared/destination.lua): another destination's state is not this one's.
 --
+-- The run a probe is out with (the probe key's value, lua/worker_probe_take.lua)
+-- stays parked, due again a second from now: woken beside its probe, it
+-- would be sent twice, and an ordered run would overlap its key's next
+-- (the probe's end frees it, lua/worker_probe_end.lua).
+--
 -- KEYS[1]: runs_key                 idemgate:{NS}:runs
 -- KEYS[2]: parking_key              idemgate:{NS}:retry:<enc group>
 -- KEYS[3]: destination_key          idemgate:{NS}:destination-parked:<enc group>
+-- KEYS[4]: probe_key                idemgate:{NS}:destination-probe:<enc group>
 -- ARGV[1]: group                    consumer group
 -- ARGV[2]: now_ms                   now, ms since the Unix epoch
 -- ARGV[3]: limit                    the most runs to move in this call
@@ -27,13 +33,19 @@ ${destination}
 
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
 local moved = 0
+local probing = #due > 0 and redis.call('GET', KEYS[4])
 for _, run_id in ipairs(due) do
-  redis.call('ZREM', KEYS[2], run_id)
-  redis.call('ZREM', KEYS[3], run_id)
   local record = ARGV[4] .. run_id
   F = destination_fields(record, ARGV[1])
   local state = redis.call('HMGET', record, ${field_status}, ${field_parked_group})
-  if state[1] == ${status_parked} and state[2] == ARGV[1] then
+  local parked = state[1] == ${status_parked} and state[2] == ARGV[1]
+  if parked and run_id == probing then
+    redis.call('ZADD', KEYS[2], tonumber(ARGV[2]) + 1000, run_id)
+  else
+    redis.call('ZREM', KEYS[2], run_id)
+    redis.call('ZREM', KEYS[3], run_id)
+  end
+  if parked and run_id ~= probing then
     -- The run's fields, then its order key: an ordered run keeps its key on
     -- every entry (docs/worker.md, "One at a time, in order, per key").
     -- A record another destination finished keeps no `run_id`: the set names it.

@@ -893,7 +893,7 @@ return called(1)
                 (c.script(), c.layout(), c.command())
             },
             {
-                let c = ProbeTakeCall { consumer, now_ms: 5, every_ms: 2000 };
+                let c = ProbeTakeCall { consumer, now_ms: 5, every_ms: 2000, out_ms: 30_000 };
                 (c.script(), c.layout(), c.command())
             },
             {
@@ -902,6 +902,7 @@ return called(1)
                     run_id: "run-1",
                     outcome: ProbeOutcome::Down,
                     hold_ms: 0,
+                    every_ms: 2000,
                     now_ms: 5,
                     retention_ms: 9,
                     keep_payload_ms: 0,

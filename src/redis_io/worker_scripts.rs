@@ -542,6 +542,7 @@ impl ScriptCall for WakeCall<'_> {
             .key("runs_key", keys.runs())
             .key("parking_key", keys.retry(self.consumer.group))
             .key("destination_key", keys.destination_parked(self.consumer.group))
+            .key("probe_key", keys.destination_probe(self.consumer.group))
             .arg("group", self.consumer.group)
             .arg("now_ms", self.now_ms)
             .arg("limit", self.limit)
@@ -566,6 +567,9 @@ pub struct ProbeTakeCall<'a> {
     pub now_ms: u64,
     /// The probe interval, ms: one probe per interval for the group.
     pub every_ms: u64,
+    /// The longest the probe may be out, ms (the attempt timeout): the run
+    /// stays marked as out with it that long at most, and an interval more.
+    pub out_ms: u64,
 }
 
 /// What [`ProbeTakeCall`] answered.
@@ -614,6 +618,7 @@ impl ScriptCall for ProbeTakeCall<'_> {
             .arg("every_ms", self.every_ms)
             .arg("run_prefix", keys.run_prefix())
             .arg("order_prefix", keys.order(""))
+            .arg("out_ms", self.out_ms)
     }
 
     fn decode(&self, reply: Value) -> Result<ProbeTaken, Error> {
@@ -686,6 +691,8 @@ pub struct ProbeEndCall<'a> {
     /// With [`ProbeOutcome::Down`]: no probe for this long, ms (the
     /// destination's `Retry-After`; 0: the interval).
     pub hold_ms: u64,
+    /// The probe interval, ms: the next probe waits at least this long from now.
+    pub every_ms: u64,
     /// Now, ms since the Unix epoch.
     pub now_ms: u64,
     /// A done record's TTL, ms (0: never expires).
@@ -720,6 +727,7 @@ impl ScriptCall for ProbeEndCall<'_> {
             .arg("now_ms", self.now_ms)
             .arg("retention_ms", self.retention_ms)
             .arg("keep_payload_ms", self.keep_payload_ms)
+            .arg("every_ms", self.every_ms)
             .arg("run_prefix", keys.run_prefix())
             .arg("attempt_entry", &self.entry.args()[..])
     }

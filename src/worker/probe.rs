@@ -72,7 +72,7 @@ async fn probe_once<H: Handler>(shared: &WorkerState, handler: &H, every: Durati
         shared.gate.give_back(1);
         return Next::BreakerReady;
     };
-    let taken = match shared.queue.probe_take(every).await {
+    let taken = match shared.queue.probe_take(every, shared.config.timeout).await {
         Ok(taken) => taken,
         Err(e) => {
             shared.gate.give_back(1);
@@ -141,7 +141,7 @@ async fn probe_once<H: Handler>(shared: &WorkerState, handler: &H, every: Durati
     let q = &shared.queue;
     let recorded = crate::retry::until_answered(
         Instant::now() + every,
-        || q.probe_end(&run_id, outcome, hold, &entry),
+        || q.probe_end(&run_id, outcome, hold, every, &entry),
         |e: &crate::Error, _| tracing::warn!(run_id, error = %e, "recording a probe failed; retrying"),
     )
     .await;

@@ -419,7 +419,8 @@ impl Queue {
     /// `last`. `waits_for_destination`: the failure was the destination's,
     /// so its return releases the run, no sooner than this after now (its
     /// `Retry-After`, or zero), and the group's next parked-run probe waits
-    /// `probe_every` (the probe interval; `None`: no prober) from now.
+    /// `probe_every` (the probe interval; `None`: no prober) from now, or
+    /// the `Retry-After` when that is longer.
     #[allow(clippy::too_many_arguments)] // one per ARGV of the script
     pub async fn fail(
         &self,
@@ -447,26 +448,39 @@ impl Queue {
             retention_ms: self.retention_ms,
             entry,
             not_before_ms: waits_for_destination.map(|d| now + redis_ms(d)),
-            probe_hold_ms: waits_for_destination.and(probe_every).map_or(0, redis_ms),
+            // No probe sooner than the interval, nor than the Retry-After the
+            // destination just sent (whichever run the next probe goes with).
+            probe_hold_ms: waits_for_destination
+                .zip(probe_every)
+                .map_or(0, |(asked, every)| redis_ms(asked.max(every))),
         };
         self.redis.call(&call).await
     }
 
     /// `lua/worker_probe_take.lua`: the group's next probe of its
-    /// destination (at most one per `every` for the group), if one is due.
-    pub async fn probe_take(&self, every: Duration) -> Result<ProbeTaken, Error> {
-        let call = ProbeTakeCall { consumer: self.as_consumer(), now_ms: now_ms(), every_ms: redis_ms(every) };
+    /// destination (one at a time, at most one per `every` for the group),
+    /// if one is due; `out`: the longest the probe may take (the attempt
+    /// timeout), which the run stays marked as out with it.
+    pub async fn probe_take(&self, every: Duration, out: Duration) -> Result<ProbeTaken, Error> {
+        let call = ProbeTakeCall {
+            consumer: self.as_consumer(),
+            now_ms: now_ms(),
+            every_ms: redis_ms(every),
+            out_ms: redis_ms(out),
+        };
         self.redis.call(&call).await
     }
 
     /// `lua/worker_probe_end.lua`: how the probe with `run_id` went (its
-    /// parts for the run's `history`); `hold`: no probe sooner (a
-    /// `Retry-After`). Returns how many parked runs it made due sooner.
+    /// parts for the run's `history`); the next probe waits `every` from
+    /// now, or `hold` when longer (a `Retry-After`). Returns how many parked
+    /// runs it made due sooner.
     pub async fn probe_end(
         &self,
         run_id: &str,
         outcome: ProbeOutcome,
         hold: Duration,
+        every: Duration,
         entry: &AttemptParts,
     ) -> Result<u64, Error> {
         let call = ProbeEndCall {
@@ -474,6 +488,7 @@ impl Queue {
             run_id,
             outcome,
             hold_ms: u64::try_from(hold.as_millis()).unwrap_or(u64::MAX),
+            every_ms: redis_ms(every),
             now_ms: now_ms(),
             retention_ms: self.retention_ms,
             keep_payload_ms: self.keep_payload_ms,

@@ -816,3 +816,32 @@ async fn a_run_dead_for_two_destinations_is_retried_for_each() {
         );
     }
 }
+
+/// `runs redeliver RUN_ID` with no destination sends the run again to each
+/// destination its record has, an entry addressed to each: a destination
+/// that has not read the run yet gets it once, from the gate's entry. The
+/// audit log delivers run-3, the CI service's worker is not started yet;
+/// run-3 is redelivered; then the CI service gets run-3 once and the audit
+/// log twice. Before the fix the redelivery's entry went to every group,
+/// and the CI service read run-3 twice and could run both at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivery_reaches_a_destination_that_has_not_read_the_run_only_once() {
+    let ns = fresh_ns("redeliver-lag");
+    let dir = temp_dir("redeliver-lag");
+    let (ci, _notify, audit, config, _) = three_receivers(&ns, &dir).await;
+    create_runs(&ns).await;
+    let mut workers = Workers(vec![destination_worker(&config, &dir, "audit", "audit")]);
+    group_caught_up(&ns, "audit").await;
+    let (done, text) = ops(&config, &["runs", "redeliver", "run-3"]);
+    assert!(done, "{text}");
+    wait_for(Duration::from_secs(10), "run-3 at the audit log again", || async {
+        audit.got().iter().filter(|r| r.number() == 3).count() == 2
+    })
+    .await;
+    workers.0.push(destination_worker(&config, &dir, "ci", "ci"));
+    group_caught_up(&ns, "ci").await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    workers.stop().await;
+    assert_eq!(numbers(&ci.got()), [1, 2, 3], "the CI service got run-3 once, from the gate's entry");
+    assert_eq!(numbers(&audit.got()), [1, 3, 3, 4, 5, 6], "the audit log got run-3 again");
+}

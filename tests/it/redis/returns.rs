@@ -480,3 +480,108 @@ async fn no_probe_follows_within_an_interval_of_an_attempt_that_failed_for_the_d
     workers.stop().await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A probe the destination answers slowly (4 s, past the 1 s probe
+/// interval and past the run's own 3 s retry) is the one request of its
+/// run while it is out: no second probe of the group, no release by
+/// another success and no wake of the run when its own retry falls due
+/// sends the run beside it. Two workers; every request of the run ends
+/// before the next begins, and the run is delivered once. Before the fix
+/// the probe's mark lasted one interval, and the run went out again
+/// while its probe hung.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_probe_is_its_runs_one_request_while_it_is_out() {
+    let ns = fresh_ns("rtnslow");
+    let dir = temp_dir("rtnslow");
+    let key = secret(46);
+    secrets_file(&dir, std::slice::from_ref(&key));
+    let dest = Destination::start(|_, earlier| {
+        if earlier == 0 {
+            status(StatusCode::SERVICE_UNAVAILABLE)
+        } else {
+            crate::support::destination::Answer { hang: Duration::from_secs(4), ..ok() }
+        }
+    })
+    .await;
+    let flags = ["--retry-schedule", "3s", "--breaker-failures", "100", "--breaker-max-cooldown", "1s"];
+    let mut workers = Workers(
+        ["a", "b"].iter().map(|name| deliver_worker(redis_url(), &ns, &dir, name, &dest.url(), &flags)).collect(),
+    );
+    create(&gate(&ns).await, [1]).await;
+    wait_status(&ns, [(1, "done")], Duration::from_secs(20)).await;
+    // A late second request would still be hanging: wait out one more.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    workers.stop().await;
+    let mut got = dest.of_run(1);
+    got.sort_by_key(|r| r.at);
+    eprintln!(
+        "run-1's requests (s from the first, answered at): {:?}",
+        got.iter()
+            .map(|r| ((r.at - got[0].at).as_secs_f64(), r.answered.map(|(at, s)| ((at - got[0].at).as_secs_f64(), s))))
+            .collect::<Vec<_>>()
+    );
+    assert!(got.len() >= 2, "the failed attempt, then the probe or the retry: {}", got.len());
+    for pair in got.windows(2) {
+        let (answered, _) = pair[0].answered.expect("answered");
+        assert!(pair[1].at >= answered, "a request of run-1 began while the one before it was still out");
+    }
+    assert_eq!(got.iter().filter(|r| r.succeeded()).count(), 1, "delivered once");
+    assert_verified(&got, &key);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// No probe goes to a destination sooner than the latest `Retry-After` it
+/// sent, whichever run the probe would go with: run-1 waits for the
+/// destination after a plain 503, then run-2 is answered 429 with
+/// `Retry-After: 6`; the group's probes (every 1 s, of run-1, the
+/// earliest) stop for those 6 s. Before the fix a probe of run-1 followed
+/// a second after the 429.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_probe_goes_sooner_than_the_latest_retry_after() {
+    let ns = fresh_ns("rtnra");
+    let dir = temp_dir("rtnra");
+    let key = secret(47);
+    secrets_file(&dir, std::slice::from_ref(&key));
+    let up = Arc::new(AtomicBool::new(false));
+    let dest = Destination::start({
+        let up = up.clone();
+        move |r, earlier| {
+            if up.load(Ordering::SeqCst) {
+                ok()
+            } else if r.number() == 2 && earlier == 0 {
+                crate::support::destination::Answer {
+                    headers: vec![("retry-after", "6".to_owned())],
+                    ..status(StatusCode::TOO_MANY_REQUESTS)
+                }
+            } else {
+                status(StatusCode::SERVICE_UNAVAILABLE)
+            }
+        }
+    })
+    .await;
+    let flags = ["--retry-schedule", "5m", "--breaker-failures", "100", "--breaker-max-cooldown", "1s"];
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
+    let gate = gate(&ns).await;
+    create(&gate, [1]).await;
+    wait_status(&ns, [(1, "parked")], Duration::from_secs(10)).await;
+    // Probes of run-1 go once a second meanwhile.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    create(&gate, [2]).await;
+    wait_status(&ns, [(2, "parked")], Duration::from_secs(10)).await;
+    let asked = dest.of_run(2)[0].answered.expect("answered").0;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let probes: Vec<f64> =
+        dest.of_run(1).iter().skip(1).map(|r| r.at.saturating_duration_since(asked).as_secs_f64()).collect();
+    eprintln!("run-1's probes, s after the 429 (0: before it): {probes:?}");
+    assert!(probes.iter().any(|&s| s == 0.0), "probes went before the 429 (else this test shows nothing)");
+    assert!(
+        probes.iter().all(|&s| s == 0.0 || s >= 5.9),
+        "a probe went within the 6 s the destination asked for: {probes:?}"
+    );
+    assert!(probes.iter().any(|&s| s >= 5.9), "probes resume after the Retry-After: {probes:?}");
+    up.store(true, Ordering::SeqCst);
+    wait_status(&ns, [(1, "done"), (2, "done")], Duration::from_secs(15)).await;
+    workers.stop().await;
+    assert_verified(&dest.got(), &key);
+    let _ = std::fs::remove_dir_all(dir);
+}
