@@ -144,7 +144,7 @@ for i, d in ipairs(destinations) do
     named = true
   end
 end
-redis.call('HDEL', KEYS[2], ${field_payload_until_ms})
+redis.call('HDEL', KEYS[2], ${field_payload_until_ms}, ${field_blocked_retention_ms})
 redis.call('PERSIST', KEYS[2])
 
 local removed = 0

@@ -33,13 +33,17 @@ local okey = order_key_of(o[2])
 -- record of the run (lua/shared/destination.lua): only a dead head moves.
 local released = {}
 local status_seen = nil
+-- Whether the run still blocks a line of a destination not asked to skip it.
+local still_blocking = false
 local state = redis.call('HGETALL', okey)
 for i = 1, #state, 2 do
   local field, value = state[i], state[i + 1]
   local group = string.match(field, '^h:(.*)$')
-  if group and value == run_id and (ARGV[1] == '' or ARGV[1] == group) then
+  if group and value == run_id then
     local status = with_destination(KEYS[2], group, function(status) return status end)
-    if status == ${status_dead} then
+    if ARGV[1] ~= '' and ARGV[1] ~= group then
+      still_blocking = still_blocking or status == ${status_dead}
+    elseif status == ${status_dead} then
       released[#released + 1] = group
     else
       status_seen = status_seen or status
@@ -55,11 +59,27 @@ if #released == 0 then
   end
   return {0, 'not_head'}
 end
+-- A record kept while it blocked (lua/shared/order_finish.lua) has no TTL:
+-- the retention it is to get back is in the record.
+local kept_for = redis.call('HGET', KEYS[2], ${field_blocked_retention_ms})
 local retention_ms = math.max(redis.call('PTTL', KEYS[2]), 0)
+if retention_ms == 0 and kept_for then
+  retention_ms = tonumber(kept_for) or 0
+end
 for _, group in ipairs(released) do
   -- A dead head's line is the one kind counted as blocked: it is not once skipped.
   order_unblocked(group, o[2])
   order_hand_on(o[2], group, run_id, run_id .. ':' .. (o[3] or ''), retention_ms)
   with_destination(KEYS[2], group, function() redis.call('HSET', KEYS[2], ${field_skipped_ms}, ARGV[2]) end)
+end
+if kept_for and not still_blocking then
+  redis.call('HDEL', KEYS[2], ${field_blocked_retention_ms})
+  -- It expires as a finished record does, unless another destination still works on the run.
+  local working = with_destination(KEYS[2], released[1], function()
+    return (others_unfinished(KEYS[2], released[1], redis.call('HGET', KEYS[2], ${field_other_destinations})))
+  end)
+  if not working and retention_ms > 0 then
+    redis.call('PEXPIRE', KEYS[2], retention_ms)
+  end
 end
 return {1, released}

@@ -850,7 +850,7 @@ impl RunRecord {
     /// spells a field itself or names one [`RunRecord::field_names`] does not
     /// know. Of every shape ([`RunRecord`]); docs/reference.md's key table
     /// says what each holds.
-    pub const FIELDS: [&'static str; 14] = [
+    pub const FIELDS: [&'static str; 15] = [
         // The gate's (lua/gate.lua, lua/gate_hold.lua).
         RunFields::ENTRY_ID,
         Self::CREATED_MS,
@@ -867,6 +867,10 @@ impl RunRecord {
         // Order per key (lua/gate.lua).
         "order_key",
         "order_on_dead",
+        // A dead head that blocks its key's line keeps its record (no TTL)
+        // until it is skipped or retried; the run retention it then gets
+        // (lua/shared/order_finish.lua, lua/run_skip.lua).
+        "blocked_retention_ms",
         // A destination added with `--from TIME` (lua/worker_start.lua).
         "backfill",
         // The destinations beside the owner of the plain fields (lua/shared/destination.lua).

@@ -159,5 +159,11 @@ local function others_unfinished(record, group, list)
       working = working or status ~= ${status_dead}
     end
   end
+  -- A dead destination whose run blocks its order key's line is at work
+  -- too: the record must stay until the run is skipped or retried
+  -- (lua/shared/order_finish.lua).
+  if undone and not working and redis.call('HEXISTS', record, ${field_blocked_retention_ms}) == 1 then
+    working = true
+  end
   return working, undone
 end

@@ -101,5 +101,12 @@ local function order_finished(group, dead, retention_ms, now, o)
   elseif redis.call('HGET', order_key_of(o[1]), 'h:' .. group) == run_id then
     -- Blocked: counted from the head's death until it is retried or skipped.
     redis.call('ZADD', ORDER_BLOCKED, 'NX', now, order_blocked_member(group, o[1]))
+    -- Its record stays as long as it blocks (no TTL): expired, it could be
+    -- neither skipped nor retried, and the line would wait for good. The
+    -- skip gives it the retention it would have had (lua/run_skip.lua).
+    if tonumber(retention_ms) > 0 then
+      redis.call('HSET', KEYS[2], ${field_blocked_retention_ms}, retention_ms)
+    end
+    redis.call('PERSIST', KEYS[2])
   end
 end

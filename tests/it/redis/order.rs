@@ -22,7 +22,7 @@ use serde_json::json;
 
 use axum::http::StatusCode;
 
-use crate::redis::worker::{Workers, signal, wait_exit};
+use crate::redis::worker::{Workers, record, signal, wait_exit};
 use crate::support::destination::{
     Answer, Destination, Received, dead_count, deliver_worker, deliver_worker_on, ok, secret, secrets_file, status,
     status_of, wait_status, wait_status_on,
@@ -679,6 +679,14 @@ async fn a_dead_head_blocks_its_key_until_runs_skip() {
     assert!(text.contains("  blocked   since 20"), "the line waits behind its dead head: {text}");
     let stats = || stats_of(&ns);
     assert!(stats().contains("order keys blocked: 1 behind a dead run"), "{}", stats());
+    // The dead head keeps its record while it blocks: expired after the run
+    // retention, it could be neither skipped nor retried, and the line would
+    // wait for good. The retention it gets back once skipped is in the record.
+    let run_1 = Keys::new(&ns).unwrap().run("run-1");
+    let ttl = || async { raw_conn().await.pttl::<_, i64>(&run_1).await.unwrap() };
+    assert_eq!(ttl().await, -1, "no TTL while it blocks its line");
+    let week_ms = (7 * 24 * 3600 * 1000).to_string();
+    assert_eq!(record(&ns, "run-1").await.get("blocked_retention_ms"), Some(&week_ms));
     let refused = skip("run-2");
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stdout).contains("run-2 is queued, not dead"), "{refused:?}");
@@ -692,6 +700,9 @@ async fn a_dead_head_blocks_its_key_until_runs_skip() {
     assert_eq!(got[1].2, got[0].1, "run-2's previous is the skipped run-1");
     assert_eq!(got[2].2, got[1].1);
     assert_eq!(status_of(&ns, 1).await, "dead", "a skipped run stays dead");
+    let left = ttl().await;
+    assert!(left > 7 * 24 * 3600 * 1000 - 60_000, "skipped, the record expires after the run retention: {left} ms");
+    assert_eq!(record(&ns, "run-1").await.get("blocked_retention_ms"), None);
     assert!(!stats().contains("order keys blocked"), "released by the skip: {}", stats());
     let text = inspect();
     assert!(text.contains("head      none (idle)") && text.contains("waiting   none"), "{text}");

@@ -104,9 +104,9 @@ fn step() -> impl Strategy<Value = Step> {
 /// What put an entry on the runs stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Sent {
-    /// The gate, or a done run's redelivery: for every group.
+    /// The gate: for every group.
     Created,
-    /// `lua/worker_wake.lua`: a parked run due again, or a dead run sent
+    /// `lua/worker_wake.lua`: a parked run due again, or a finished run sent
     /// again (`lua/dead_retry.lua`), addressed to the group.
     Woken,
     /// Its key's line, as the run before it finished: addressed, `order_handed`.
@@ -929,9 +929,9 @@ impl World {
             self.name(r),
             self.context()
         );
-        // A dead run goes back to the group it died for alone (an addressed
-        // entry, as a woken run's); a done one to every group.
-        let sent = if state == RunStatus::Dead { Sent::Woken } else { Sent::Created };
+        // A dead run goes back to the group it died for alone, a done one to
+        // each group its record has: an addressed entry, as a woken run's.
+        let sent = Sent::Woken;
         let run = &mut self.runs[r];
         run.state = RunStatus::Queued;
         run.base = run.attempts;
