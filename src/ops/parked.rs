@@ -257,7 +257,12 @@ impl Ops {
         let mut replies = replies.into_iter();
         let mut waits = Vec::with_capacity(groups.len());
         for group in &groups {
-            let (Some(_), Some(score), Some(probe_left)) = (group, replies.next(), replies.next()) else {
+            // Only a parked destination's pair of replies is in the pipeline's answer.
+            if group.is_none() {
+                waits.push(None);
+                continue;
+            }
+            let (Some(score), Some(probe_left)) = (replies.next(), replies.next()) else {
                 waits.push(None);
                 continue;
             };

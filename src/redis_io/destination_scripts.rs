@@ -64,8 +64,20 @@ pub enum Taken {
 pub struct Took {
     /// Open, paused or held back.
     pub taken: Taken,
-    /// The destination's shared breaker is open.
-    pub breaker_open: bool,
+    /// The destination's shared breaker: [`SharedBreaker::Closed`], or open
+    /// until a time (ms since the Unix epoch) when the worker said it.
+    pub breaker: SharedBreaker,
+}
+
+/// The destination's breaker as its state key shares it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SharedBreaker {
+    /// No worker's breaker is open.
+    Closed,
+    /// A worker's breaker is open, its wait's end not said (an earlier version).
+    Open,
+    /// A worker's breaker is open until this time, ms since the Unix epoch.
+    OpenUntil(u64),
 }
 
 impl ScriptCall for TakeCall<'_> {
@@ -86,14 +98,19 @@ impl ScriptCall for TakeCall<'_> {
     }
 
     fn decode(&self, reply: Value) -> Result<Took, Error> {
-        let (granted, wait_ms, state, breaker): (u64, u64, u8, u8) = decode(reply)?;
+        let (granted, wait_ms, state, breaker): (u64, u64, u8, u64) = decode(reply)?;
         let taken = match state {
             0 => Taken::Open { granted, wait_ms },
             1 => Taken::Paused,
             2 => Taken::Held(wait_ms),
             other => return Err(Error::UnexpectedReply(format!("destination_take.lua answered state {other}"))),
         };
-        Ok(Took { taken, breaker_open: breaker == 1 })
+        let breaker = match breaker {
+            0 => SharedBreaker::Closed,
+            1 => SharedBreaker::Open,
+            until_ms => SharedBreaker::OpenUntil(until_ms),
+        };
+        Ok(Took { taken, breaker })
     }
 }
 

@@ -223,19 +223,40 @@ impl Breaker {
     }
 
     /// Another worker of the destination opened its breaker (the state key
-    /// says so): this one opens too, its first probe a cooldown from now.
-    /// Whether it changed anything.
-    pub fn open_shared(&self) -> bool {
+    /// says so), to probe no sooner than `until_ms` (ms since the Unix
+    /// epoch; `None`: not said, as an earlier version writes it): this one
+    /// opens too, its first probe a cooldown from now or at `until_ms`,
+    /// whichever is later; an open one waits until `until_ms` when that is
+    /// later than its own wait (the other worker was given a longer
+    /// `Retry-After`). Whether it changed anything.
+    pub fn open_shared(&self, until_ms: Option<u64>) -> bool {
+        let now = Instant::now();
+        let asked = until_ms.map_or(now, |ms| now + Duration::from_millis(ms.saturating_sub(crate::units::now_ms())));
         let mut state = lock(&self.state);
-        if !matches!(*state, State::Closed { .. }) {
-            return false;
+        match *state {
+            State::Closed { .. } => {
+                let cooldown = self.config.cooldown;
+                *state = State::Open { until: (now + cooldown).max(asked), cooldown };
+                drop(state);
+                tracing::warn!("another worker of the destination opened its breaker: breaker open here too");
+            }
+            State::Open { until, cooldown } if asked > until => *state = State::Open { until: asked, cooldown },
+            _ => return false,
         }
-        let cooldown = self.config.cooldown;
-        *state = State::Open { until: Instant::now() + cooldown, cooldown };
-        drop(state);
-        tracing::warn!("another worker of the destination opened its breaker: breaker open here too");
         self.changed.notify_waiters();
         true
+    }
+
+    /// When the open breaker's wait ends, ms since the Unix epoch (`None`:
+    /// it is not open): what the destination's other workers are told.
+    pub fn open_until_ms(&self) -> Option<u64> {
+        match self.state() {
+            State::Open { until, .. } => {
+                let left = until.saturating_duration_since(Instant::now());
+                Some(crate::units::now_ms() + u64::try_from(left.as_millis()).unwrap_or(u64::MAX / 2))
+            }
+            _ => None,
+        }
     }
 
     /// Whether the breaker is closed.
@@ -399,6 +420,32 @@ mod tests {
         assert!(!b.failure(None), "the probe failed");
         tokio::time::timeout(Duration::from_secs(60), waiting).await.expect("the reader was woken").unwrap();
         assert!(t0.elapsed() >= Duration::from_secs(2), "it waited the doubled cooldown: {:?}", t0.elapsed());
+    }
+
+    /// Opened by another worker, a breaker probes no sooner than the end of
+    /// that worker's wait (its `Retry-After`), nor than its own cooldown;
+    /// an open one waits longer when the other's wait ends later, never
+    /// shorter; and it says when its wait ends, for the others.
+    #[test]
+    fn a_breaker_opened_by_another_worker_waits_as_long_as_it() {
+        let within = |got: Option<u64>, want: u64| got.is_some_and(|g| g.abs_diff(want) < 200);
+        let config = BreakerConfig { failures: 1, cooldown: Duration::from_secs(1), ..BreakerConfig::default() };
+        let b = Breaker::new(config);
+        assert_eq!(b.open_until_ms(), None, "closed: no wait");
+        let now = crate::units::now_ms();
+        assert!(b.open_shared(Some(now + 30_000)));
+        assert!(within(b.open_until_ms(), now + 30_000), "the other's Retry-After: {:?}", b.open_until_ms());
+        assert!(!b.open_shared(Some(now + 5_000)), "a shorter wait changes nothing");
+        assert!(within(b.open_until_ms(), now + 30_000));
+        assert!(b.open_shared(Some(now + 60_000)), "a longer one is followed");
+        assert!(within(b.open_until_ms(), now + 60_000));
+
+        let b = Breaker::new(config);
+        assert!(b.open_shared(None), "an earlier version's `open`: the cooldown");
+        assert!(within(b.open_until_ms(), now + 1_000));
+        let b = Breaker::new(config);
+        assert!(b.open_shared(Some(now.saturating_sub(5_000))), "a wait already over: the cooldown");
+        assert!(within(b.open_until_ms(), now + 1_000));
     }
 
     #[tokio::test(start_paused = true)]

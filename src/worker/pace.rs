@@ -32,7 +32,7 @@ use tokio::time::Instant;
 use super::breaker::Breaker;
 use super::metrics::WorkerMetrics;
 use super::queue::Queue;
-use crate::redis_io::destination_scripts::{HoldCall, TakeCall, Taken};
+use crate::redis_io::destination_scripts::{HoldCall, SharedBreaker, TakeCall, Taken};
 
 /// How often a worker looks at its destination's state key for a pause or a
 /// hold (so each worker notices within a second), and how often a paused
@@ -84,16 +84,18 @@ pub(super) struct Gate {
     owed: AtomicU64,
     /// Where `idemgate_destination_paused` and `idemgate_runs_paced_total` go.
     metrics: Option<Arc<WorkerMetrics>>,
-    /// The state key's `breaker` said open at the last call.
-    shared_breaker_open: std::sync::atomic::AtomicBool,
+    /// The state key's `breaker` at the last call.
+    shared_breaker: std::sync::Mutex<SharedBreaker>,
 }
 
 /// What the poller knew of the breakers at its last look: this worker's
-/// (closed or not) and the destination's (open or not).
+/// (closed or not, and the end of its wait it last wrote) and the
+/// destination's.
 #[derive(Debug, Clone, Copy)]
 struct BreakerSync {
     local_closed: bool,
-    shared_open: bool,
+    written_until_ms: Option<u64>,
+    shared: SharedBreaker,
 }
 
 impl Gate {
@@ -104,7 +106,7 @@ impl Gate {
             seen: watch::Sender::new(Seen::Open),
             owed: AtomicU64::new(0),
             metrics,
-            shared_breaker_open: std::sync::atomic::AtomicBool::new(false),
+            shared_breaker: std::sync::Mutex::new(SharedBreaker::Closed),
         }
     }
 
@@ -144,7 +146,7 @@ impl Gate {
     /// One call of `lua/destination_take.lua`, giving back what is owed.
     async fn call(&self, queue: &Queue, want: u64) -> Result<Taken, crate::Error> {
         let took = self.call_shared(queue, want).await?;
-        self.shared_breaker_open.store(took.breaker_open, Ordering::Relaxed);
+        *crate::sync::lock(&self.shared_breaker) = took.breaker;
         Ok(took.taken)
     }
 
@@ -275,13 +277,18 @@ impl Gate {
 impl Gate {
     /// Shares this worker's breaker with the destination's other workers,
     /// after a look: a change of this worker's breaker since the last look
-    /// is written to the state key; else a change of the key's is followed
-    /// here (opened by another worker's failures, closed by another
-    /// worker's probe).
+    /// (closed, opened, or its wait made longer by a `Retry-After`) is
+    /// written to the state key, with the end of its wait; else a change of
+    /// the key's is followed here (opened by another worker's failures,
+    /// until the end of its wait; closed by another worker's probe). So no
+    /// worker probes sooner than the latest `Retry-After` any was given.
     async fn sync_breaker(&self, queue: &Queue, breaker: &Breaker, last: &mut BreakerSync) {
         let local_closed = breaker.is_closed();
-        let shared_open = self.shared_breaker_open.load(Ordering::Relaxed);
-        if local_closed != last.local_closed {
+        let local_until = breaker.open_until_ms();
+        let shared = *crate::sync::lock(&self.shared_breaker);
+        // Longer by more than a second: the end recomputed from the clock moves by a millisecond or so.
+        let longer = local_until.is_some_and(|u| last.written_until_ms.is_none_or(|w| u > w + 1000));
+        if local_closed != last.local_closed || longer {
             let key = queue.keys().destination(&self.name);
             let mut cmd = if local_closed {
                 let mut c = redis::cmd("HDEL");
@@ -289,25 +296,44 @@ impl Gate {
                 c
             } else {
                 let mut c = redis::cmd("HSET");
-                c.arg(&key).arg("breaker").arg("open").arg("breaker_ms").arg(crate::units::now_ms());
+                let until = local_until.map_or_else(|| "open".to_owned(), |ms| ms.to_string());
+                c.arg(&key).arg("breaker").arg(until);
+                if local_closed != last.local_closed {
+                    c.arg("breaker_ms").arg(crate::units::now_ms());
+                }
                 c
             };
             match queue.handle().query::<i64>(&mut cmd).await {
-                Ok(_) => *last = BreakerSync { local_closed, shared_open: !local_closed },
+                Ok(_) => {
+                    let shared = match local_until {
+                        _ if local_closed => SharedBreaker::Closed,
+                        Some(ms) => SharedBreaker::OpenUntil(ms),
+                        None => SharedBreaker::Open,
+                    };
+                    *last = BreakerSync { local_closed, written_until_ms: local_until, shared }
+                }
                 Err(e) => {
                     tracing::warn!(destination = %self.name, error = %e, "could not share the breaker's state; trying at the next look")
                 }
             }
             return;
         }
-        if shared_open != last.shared_open {
-            if shared_open {
-                breaker.open_shared();
-            } else if !local_closed {
-                tracing::info!(destination = %self.name, "another worker's probe closed the destination's breaker");
-                breaker.success();
+        if shared != last.shared {
+            match shared {
+                SharedBreaker::Closed if !local_closed => {
+                    tracing::info!(destination = %self.name, "another worker's probe closed the destination's breaker");
+                    breaker.success();
+                }
+                SharedBreaker::Closed => {}
+                SharedBreaker::Open => {
+                    breaker.open_shared(None);
+                }
+                SharedBreaker::OpenUntil(ms) => {
+                    breaker.open_shared(Some(ms));
+                }
             }
-            *last = BreakerSync { local_closed: breaker.is_closed(), shared_open };
+            *last =
+                BreakerSync { local_closed: breaker.is_closed(), written_until_ms: breaker.open_until_ms(), shared };
         }
     }
 }
@@ -322,7 +348,7 @@ pub(super) async fn watch_state(
     breaker: Option<&Breaker>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut last = BreakerSync { local_closed: true, shared_open: false };
+    let mut last = BreakerSync { local_closed: true, written_until_ms: None, shared: SharedBreaker::Closed };
     loop {
         gate.look(queue).await;
         if let Some(b) = breaker {

@@ -845,3 +845,38 @@ async fn a_redelivery_reaches_a_destination_that_has_not_read_the_run_only_once(
     assert_eq!(numbers(&ci.got()), [1, 2, 3], "the CI service got run-3 once, from the gate's entry");
     assert_eq!(numbers(&audit.got()), [1, 3, 3, 4, 5, 6], "the audit log got run-3 again");
 }
+
+/// A run done for one destination and parked for another's return says
+/// so: the second destination's wait is read from its own group's keys.
+/// Before the fix the first destination (not parked) took the replies
+/// meant for the second, and the run read as waiting for its schedule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_parked_for_its_second_destination_waits_for_that_destinations_return() {
+    let ns = fresh_ns("parked-second");
+    let dir = temp_dir("parked-second");
+    let ci = Destination::start(|_, _| ok()).await;
+    // The audit log is down for every run: none of its successes releases run-1.
+    let audit =
+        Destination::start(|_, _| crate::support::destination::status(axum::http::StatusCode::SERVICE_UNAVAILABLE))
+            .await;
+    let notify = Destination::start(|_, _| ok()).await;
+    let config = config(&ns, &dir, &ci.url(), &notify.url(), &audit.url(), &format!("127.0.0.1:{}", free_port()));
+    create_runs(&ns).await;
+    let mut workers = Workers(vec![destination_worker(&config, &dir, "ci", "ci")]);
+    group_caught_up(&ns, "ci").await;
+    let flags = ["--retry-schedule", "1h,1h", "--breaker-failures", "100", "--breaker-max-cooldown", "1h"];
+    workers.0.push(destination_worker_with(&config, &dir, "audit", "audit", &flags));
+    wait_for(Duration::from_secs(10), "run-1 parked for the audit log", || async {
+        record(&ns, "run-1").await.get("5:audit:status").map(String::as_str) == Some("parked")
+    })
+    .await;
+    let (read, json) = ops(&config, &["inspect", "run", "run-1", "--json"]);
+    workers.stop().await;
+    let shown: serde_json::Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{read} {e}: {json}"));
+    let next = &shown["next_attempt"];
+    assert_eq!(
+        (next["reason"].as_str(), next["group"].as_str()),
+        (Some("destination"), Some("audit")),
+        "run-1 waits for the audit log's return: {json}"
+    );
+}

@@ -585,3 +585,50 @@ async fn no_probe_goes_sooner_than_the_latest_retry_after() {
     assert_verified(&dest.got(), &key);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A breaker opened by another worker waits as long as that worker's:
+/// worker a's breaker opens on run-1's `429 Retry-After: 8`; worker b,
+/// started after, learns the open breaker from the destination's state
+/// key, with the end of a's wait, and sends nothing before it either.
+/// Before the fix b's breaker waited its own 1 s cooldown and probed with
+/// run-2 some 6 s early.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_breaker_opened_by_another_worker_waits_out_its_retry_after() {
+    let ns = fresh_ns("rtnshared");
+    let dir = temp_dir("rtnshared");
+    let key = secret(48);
+    secrets_file(&dir, std::slice::from_ref(&key));
+    let dest = Destination::start(|r, earlier| {
+        if r.number() == 1 && earlier == 0 {
+            crate::support::destination::Answer {
+                headers: vec![("retry-after", "8".to_owned())],
+                ..status(StatusCode::TOO_MANY_REQUESTS)
+            }
+        } else {
+            ok()
+        }
+    })
+    .await;
+    let flags = ["--breaker-failures", "1", "--breaker-cooldown", "1s"];
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
+    let gate = gate(&ns).await;
+    create(&gate, [1]).await;
+    // The failure that opens the breaker counts no attempt: the run is given back, not parked.
+    wait_for(Duration::from_secs(10), "run-1's 429", || async {
+        dest.of_run(1).first().is_some_and(|r| r.answered.is_some())
+    })
+    .await;
+    let asked = dest.of_run(1)[0].answered.expect("answered").0;
+    // Worker a shares its open breaker at its next look (within 500 ms).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    workers.0.push(deliver_worker(redis_url(), &ns, &dir, "b", &dest.url(), &flags));
+    create(&gate, 2..=3).await;
+    wait_status(&ns, (1..=3).map(|n| (n, "done")), Duration::from_secs(30)).await;
+    workers.stop().await;
+    let after: Vec<f64> =
+        dest.got().iter().skip(1).map(|r| r.at.saturating_duration_since(asked).as_secs_f64()).collect();
+    eprintln!("requests after run-1's 429, s after it: {after:?}");
+    assert!(after.iter().all(|&s| s >= 7.5), "a request went within the 8 s the destination asked for: {after:?}");
+    assert_verified(&dest.got(), &key);
+    let _ = std::fs::remove_dir_all(dir);
+}
