@@ -221,7 +221,7 @@ impl TraceSpan {
 
     /// Records an attempt's answer on its span: the HTTP status when there
     /// was one, and `done` or `failed` (an error).
-    pub fn record_attempt(&self, status: Option<u16>, done: bool) {
+    fn record_attempt(&self, status: Option<u16>, done: bool) {
         if let Some(status) = status {
             self.record_number("http.response.status_code", status.into());
         }
@@ -388,15 +388,51 @@ pub fn gate_span(provider: &str, delivery_id: &str) -> TraceSpan {
     )))
 }
 
+/// An attempt's span ([`attempt_span`]): its answer is recorded by
+/// [`AttemptSpan::record`]. One dropped unrecorded (the attempt cut short by
+/// `--timeout`, a lost lease or the worker's stop, which drop its future)
+/// ends `failed`, an error, as the attempt does: never a span that looks
+/// fine.
+pub struct AttemptSpan {
+    span: TraceSpan,
+    recorded: bool,
+}
+
+impl AttemptSpan {
+    /// [`TraceSpan::headers`] of the attempt's span.
+    pub fn headers(&self) -> Option<(String, Option<String>)> {
+        self.span.headers()
+    }
+
+    /// Records the attempt's answer: the HTTP status when there was one,
+    /// and `done` or `failed` (an error).
+    pub fn record(mut self, status: Option<u16>, done: bool) {
+        self.span.record_attempt(status, done);
+        self.recorded = true;
+    }
+}
+
+impl Drop for AttemptSpan {
+    fn drop(&mut self) {
+        if !self.recorded {
+            self.span.record_attempt(None, false);
+        }
+    }
+}
+
 /// The span of one attempt of a run (kind client): the destination as
 /// logs show it (redacted) or `command`, the run, the attempt number; the
-/// status and the outcome are recorded by [`TraceSpan::record_attempt`].
+/// status and the outcome are recorded by [`AttemptSpan::record`].
 /// Its parent is `parent`, the `traceparent` of the gate span that created
 /// the run (the run record's `trace`), so that one trace holds the
 /// provider's request, the gate and every attempt; without one it starts a
 /// trace. A `probe` of a parked run (it counts no attempt; `attempt` is the
 /// run's latest) is named `probe` and marked `idemgate.probe`, in the same trace.
-pub fn attempt_span(destination: &str, run_id: &str, attempt: u32, parent: Option<&str>, probe: bool) -> TraceSpan {
+pub fn attempt_span(destination: &str, run_id: &str, attempt: u32, parent: Option<&str>, probe: bool) -> AttemptSpan {
+    AttemptSpan { span: attempt_trace_span(destination, run_id, attempt, parent, probe), recorded: false }
+}
+
+fn attempt_trace_span(destination: &str, run_id: &str, attempt: u32, parent: Option<&str>, probe: bool) -> TraceSpan {
     let name = if probe { std::borrow::Cow::Borrowed("probe") } else { format!("attempt {attempt}").into() };
     #[cfg(feature = "otel")]
     if let Some(tracer) = direct() {

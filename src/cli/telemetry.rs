@@ -63,7 +63,7 @@ impl Traces {
         let exporter = otlp::Exporter::new(client, runtime.clone(), settings);
         let batcher = Batcher::start(exporter, runtime, BatchSettings::from_env(var))?;
         let mut resource = opentelemetry_sdk::Resource::builder();
-        if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
+        if !service_name_given(var) {
             resource = resource.with_service_name(service.to_owned());
         }
         let provider =
@@ -344,11 +344,42 @@ fn export_loop(shared: &Shared, mut exporter: otlp::Exporter, runtime: &tokio::r
     }
 }
 
+/// Whether the environment names the service (`var` reads a variable):
+/// `OTEL_SERVICE_NAME`, or `service.name` in `OTEL_RESOURCE_ATTRIBUTES`, not
+/// empty. Else idemgate's default name (`idemgate-serve`, …) applies; the
+/// SDK would write `unknown_service`. An empty variable counts as unset, as
+/// the OpenTelemetry specification has it.
+fn service_name_given(var: impl Fn(&str) -> Option<String>) -> bool {
+    let named = var("OTEL_SERVICE_NAME").is_some_and(|name| !name.trim().is_empty());
+    named
+        || var("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|list| {
+            list.split(',').any(|pair| {
+                pair.split_once('=')
+                    .is_some_and(|(key, value)| key.trim() == "service.name" && !value.trim().is_empty())
+            })
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
-    use super::{BatchSettings, wanted};
+    use super::{BatchSettings, service_name_given, wanted};
+
+    /// The default service name yields to one the environment gives, in
+    /// either variable; an empty one is none.
+    #[test]
+    fn a_service_name_from_the_environment_wins_over_the_default() {
+        let given = |pairs: &[(&str, &str)]| {
+            service_name_given(|name: &str| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()))
+        };
+        assert!(!given(&[]));
+        assert!(given(&[("OTEL_SERVICE_NAME", "billing-gate")]));
+        assert!(!given(&[("OTEL_SERVICE_NAME", "")]), "empty is unset");
+        assert!(given(&[("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=prod, service.name=billing-gate")]));
+        assert!(!given(&[("OTEL_RESOURCE_ATTRIBUTES", "service.namespace=x,service.name=")]));
+        assert!(given(&[("OTEL_SERVICE_NAME", " "), ("OTEL_RESOURCE_ATTRIBUTES", "service.name=a")]));
+    }
 
     #[test]
     fn the_batch_settings_are_read_as_the_sdk_reads_them() {

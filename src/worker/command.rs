@@ -137,7 +137,7 @@ impl Handler for CommandHandler {
             crate::otel::attempt_span("command", &run.fields.run_id, run.attempt, run.trace.as_deref(), run.probe);
         let trace = span.headers();
         let result = self.attempt(run, trace).await;
-        span.record_attempt(None, result.is_ok());
+        span.record(None, result.is_ok());
         result
     }
 }
@@ -367,11 +367,15 @@ impl Tail {
 
 /// Whether the command must not see variable `name`: idemgate's own settings
 /// (`IDEMGATE_*`; the worker sets `IDEMGATE_RUN_ID`, `IDEMGATE_RUN_KEY` and
-/// `IDEMGATE_ATTEMPT` per attempt) and the providers' secrets.
+/// `IDEMGATE_ATTEMPT` per attempt), the providers' secrets, and the worker's
+/// own trace context: the command's `TRACEPARENT` and `TRACESTATE` are its
+/// attempt's (set per attempt when traces are on), never one the worker was
+/// started with, which would put every run in one unrelated trace.
 fn hidden(name: &str, secret_env: &[String]) -> bool {
     // The OTLP exporter's headers carry the collector's credentials.
     let otlp_headers = name.starts_with("OTEL_EXPORTER_OTLP_") && name.ends_with("HEADERS");
-    name.starts_with("IDEMGATE_") || otlp_headers || secret_env.iter().any(|s| s == name)
+    let trace_context = name == "TRACEPARENT" || name == "TRACESTATE";
+    name.starts_with("IDEMGATE_") || otlp_headers || trace_context || secret_env.iter().any(|s| s == name)
 }
 
 /// The handler `idemgate worker -- COMMAND` runs: the command gets no
@@ -432,7 +436,11 @@ mod tests {
         {
             assert!(hidden(name, &secrets), "{name}");
         }
-        for name in ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "TRACEPARENT", "PATH"] {
+        // The worker's own trace context: the command's is its attempt's.
+        for name in ["TRACEPARENT", "TRACESTATE"] {
+            assert!(hidden(name, &secrets), "{name}");
+        }
+        for name in ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "PATH"] {
             assert!(!hidden(name, &secrets), "{name}");
         }
     }

@@ -241,7 +241,7 @@ impl Handler for Destination {
             Ok(done) => done.status,
             Err(failure) => failure.status,
         };
-        span.record_attempt(status, result.is_ok());
+        span.record(status, result.is_ok());
         result
     }
 

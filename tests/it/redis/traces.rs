@@ -129,6 +129,67 @@ async fn a_command_gets_its_attempts_traceparent() {
     workers.stop().await;
 }
 
+/// An attempt cut short by `--timeout` (the destination hangs 3 s, the
+/// timeout is 1 s) ends its span `failed`, an error, as the attempt is:
+/// before the fix its span ended with no outcome and no error, as if fine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_cut_short_by_the_timeout_ends_its_span_failed() {
+    let ns = fresh_ns("traces-timeout");
+    let dir = temp_dir("traces-timeout");
+    let collector = Collector::start().await;
+    let got = &collector.got;
+    secrets_file(&dir, &[secret(1)]);
+    let dest = Destination::start(|_, earlier| {
+        if earlier == 0 { crate::support::destination::Answer { hang: Duration::from_secs(3), ..ok() } } else { ok() }
+    })
+    .await;
+    gate_runs(&ns, 1, 1).await;
+    let secrets = dir.join("secrets");
+    let flags = ["--deliver", &dest.url(), "--deliver-secret-file", secrets.to_str().unwrap(), "--timeout", "1s"];
+    let mut workers = Workers(vec![traced_worker(&ns, &dir, &collector.endpoint, &flags)]);
+    wait_status(&ns, [(1, "done")], Duration::from_secs(30)).await;
+    wait_for(Duration::from_secs(10), "two attempt spans", || async {
+        got.spans().iter().filter(|(_, s)| s.name.starts_with("attempt ")).count() >= 2
+    })
+    .await;
+    workers.stop().await;
+    let spans = got.spans();
+    let (_, first) = spans.iter().find(|(_, s)| s.name == "attempt 1").expect("attempt 1's span");
+    use opentelemetry_proto::tonic::trace::v1::status::StatusCode as SpanStatus;
+    assert_eq!(attribute(first, "idemgate.outcome"), "failed", "{first:?}");
+    assert_eq!(first.status.as_ref().map_or(0, |s| s.code), SpanStatus::Error as i32, "{first:?}");
+}
+
+/// A worker started inside another trace (`TRACEPARENT` and `TRACESTATE`
+/// in its environment, as a CI job may leave them) and with traces off
+/// hands neither to its commands: an inherited context would put every run
+/// in that one unrelated trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_never_inherits_the_workers_trace_context() {
+    let ns = fresh_ns("traces-inherit");
+    let dir = temp_dir("traces-inherit");
+    gate_runs(&ns, 1, 1).await;
+    let out = dir.join("context");
+    let script = format!("printf '%s|%s\\n' \"$TRACEPARENT\" \"$TRACESTATE\" >> {}", out.display());
+    let mut c = Command::new(env!("CARGO_BIN_EXE_idemgate"));
+    for (name, _) in std::env::vars() {
+        if name.starts_with("OTEL_") || name.starts_with("IDEMGATE_") {
+            c.env_remove(name);
+        }
+    }
+    c.args(["worker", "--redis-url", redis_url(), "--namespace", &ns, "--group", "g", "--block", "200ms"])
+        .args(["--", "sh", "-c", &script])
+        .env("TRACEPARENT", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+        .env("TRACESTATE", "vendor=outer")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("worker.log")).unwrap());
+    let mut workers = Workers(vec![c.spawn().unwrap()]);
+    wait_status(&ns, [(1, "done")], Duration::from_secs(30)).await;
+    workers.stop().await;
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "|\n", "the command saw the worker's trace context");
+}
+
 /// The trace: a signed GitHub delivery with an incoming
 /// `traceparent` creates a run that is answered 500, then 204. One trace
 /// holds the caller's span, the server span, the gate span and both
