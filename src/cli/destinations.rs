@@ -34,7 +34,8 @@ pub struct DestinationsArgs {
 pub enum DestinationsCommand {
     /// Print the `whpk_` public keys destination NAME signs `v1a` with, one a line, in the
     /// secrets file's order (exit 1 when the file holds no `whsk_` key). The file is
-    /// --secret-file, else the config file's `[worker]` `deliver_secret_file` when its `group` is NAME.
+    /// --secret-file, else the config file's `[destinations.NAME]` `secret_file`, else its `[worker]`
+    /// `deliver_secret_file` when its `group` is NAME.
     Keys {
         /// The destination: the consumer group of its workers (`--group`).
         name: String,
@@ -131,10 +132,20 @@ async fn pause_command(name: &str, paused: bool, read: &ReadArgs, sources: Sourc
     Ok(ExitCode::SUCCESS)
 }
 
-/// The config file's `[worker]` `deliver_secret_file`, when that table's
-/// `group` is `name`.
+/// The config file's `[destinations.NAME]` `secret_file`, or its `[worker]`
+/// `deliver_secret_file` when that table's `group` is `name`.
 fn configured_secret_file(name: &str, merged: Merged) -> anyhow::Result<PathBuf> {
-    let hint = "give --secret-file FILE, or a --config whose [worker] table has this group and deliver_secret_file";
+    if merged.file.destination_names().any(|n| n == name) {
+        let declared = merged.file.destinations()?.into_iter().find(|d| d.name == name);
+        return match declared.map(|d| d.layer.deliver_secret_file.path()).transpose()?.flatten() {
+            Some(file) => Ok(file.value),
+            None => anyhow::bail!(
+                "the config's [destinations.{}] runs a command: it signs nothing",
+                idemgate::text::escape_control(name)
+            ),
+        };
+    }
+    let hint = "give --secret-file FILE, or a --config that declares [destinations.NAME] with secret_file, or whose [worker] table has this group and deliver_secret_file";
     let group = merged.given.group.text()?;
     match group {
         Some(group) if group.value == name => {}

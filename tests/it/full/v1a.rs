@@ -136,6 +136,19 @@ async fn fifty_v1a_deliveries_verify_under_an_independent_ed25519() {
     let other = idemgate().args(["destinations", "keys", "other", "--config"]).arg(&config).output().unwrap();
     assert_eq!(other.status.code(), Some(1));
     assert!(text(&other.stderr).contains("give --secret-file FILE"), "{}", text(&other.stderr));
+    // A destination the file declares as [destinations.NAME]: its secret_file.
+    let declared = dir.join("declared.toml");
+    std::fs::write(
+        &declared,
+        format!("[destinations.ci]\nurl = \"http://127.0.0.1:1/hooks\"\nsecret_file = {secret_path:?}\n\n[destinations.audit]\ncommand = [\"true\"]\n"),
+    )
+    .unwrap();
+    let keys = idemgate().args(["destinations", "keys", "ci", "--config"]).arg(&declared).output().unwrap();
+    assert!(keys.status.success(), "{}", text(&keys.stderr));
+    assert_eq!(text(&keys.stdout), format!("{public}\n"));
+    let command = idemgate().args(["destinations", "keys", "audit", "--config"]).arg(&declared).output().unwrap();
+    assert_eq!(command.status.code(), Some(1));
+    assert!(text(&command.stderr).contains("runs a command: it signs nothing"), "{}", text(&command.stderr));
     // A whsec_-only file: nothing to show, said on stderr, exit 1; no secret printed.
     let v1_only = dir.join("v1-only");
     std::fs::write(&v1_only, format!("{}\n", secret(3))).unwrap();
