@@ -364,7 +364,7 @@ pub fn next_attempt(destination: &DestinationProgress, waiting: Option<Destinati
             "an operator made it due at once (runs retry-now); a worker of its group takes it within a second"
                 .to_owned(),
         )
-    } else if matches!(status, Some(429 | 503)) && error.contains(crate::worker::deliver::RETRY_AFTER_NOTE) {
+    } else if matches!(status, Some(429 | 503)) && crate::worker::deliver::retry_after_asked(error) {
         (
             "retry_after",
             format!("attempt{attempt} was answered {answer} with Retry-After, longer than the retry schedule's wait"),
@@ -411,11 +411,21 @@ mod tests {
             &[
                 ("status", "parked"),
                 ("next_attempt_ms", "9000"),
-                ("last_error", "HTTP 429 Too Many Requests, retry after 30s"),
+                ("last_error", "HTTP 429 Too Many Requests (retry after 30s): busy"),
             ],
             &[(1, 429)],
         );
         assert_eq!(run_next_attempt(&asked, &[]).unwrap().reason, "retry_after");
+        // The destination's body saying as much is not a Retry-After.
+        let said = record(
+            &[
+                ("status", "parked"),
+                ("next_attempt_ms", "9000"),
+                ("last_error", "HTTP 429 Too Many Requests: come back (retry after 5h) please"),
+            ],
+            &[(1, 429)],
+        );
+        assert_eq!(run_next_attempt(&said, &[]).unwrap().reason, "schedule");
 
         let sent = record(&[("status", "parked"), ("next_attempt_ms", "7"), ("retry_now_ms", "7")], &[]);
         assert_eq!(run_next_attempt(&sent, &[]).unwrap().reason, "retry_now");

@@ -331,6 +331,14 @@ pub fn judge(status: StatusCode, headers: &HeaderMap, body: &[u8], now: SystemTi
     if let Some(hint) = refusal_hint(status) {
         error = format!("{error} ({hint})");
     }
+    let retry_after = (status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE)
+        .then(|| headers.get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| parse_retry_after(v, now)))
+        .flatten();
+    // Before the body too, and only for a wait: the head is the worker's
+    // own words, which a body cannot imitate ([`RETRY_AFTER_NOTE`]).
+    if let Some(wait) = retry_after.filter(|wait| !wait.is_zero()) {
+        error = format!("{error}{RETRY_AFTER_NOTE}{})", crate::units::format_duration(wait));
+    }
     let text = String::from_utf8_lossy(&body[..body.len().min(ERROR_BODY_BYTES)]).into_owned();
     let text = text.trim();
     if !text.is_empty() {
@@ -344,15 +352,8 @@ pub fn judge(status: StatusCode, headers: &HeaderMap, body: &[u8], now: SystemTi
     }
     let mut failure = if destination_fault(status) { Failure::of_destination(error) } else { Failure::from(error) };
     failure.status = Some(status.as_u16());
-    let retry_after = (status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE)
-        .then(|| headers.get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| parse_retry_after(v, now)))
-        .flatten();
     Err(match retry_after {
-        Some(wait) => Failure {
-            error: format!("{}{RETRY_AFTER_NOTE}{}", failure.error, crate::units::format_duration(wait)),
-            ..failure
-        }
-        .not_before(wait),
+        Some(wait) => failure.not_before(wait),
         None => failure,
     })
 }
@@ -377,10 +378,17 @@ fn destination_fault(status: StatusCode) -> bool {
     status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS || DESTINATION_FAULTS.contains(&status.as_u16())
 }
 
-/// What a failure's error says after the answer when the destination
-/// asked for a wait (`HTTP 429 Too Many Requests, retry after 30s`); a
-/// parked run's page reads its reason from it ([`crate::ops::next_attempt`]).
-pub const RETRY_AFTER_NOTE: &str = ", retry after ";
+/// What a failure's error says in its head, before the answer's body, when
+/// the destination asked for a wait (`HTTP 429 Too Many Requests (retry
+/// after 30s): …`); a parked run's page reads its reason from the head
+/// ([`retry_after_asked`]), where a body's text never is.
+pub const RETRY_AFTER_NOTE: &str = " (retry after ";
+
+/// Whether a failure's `error` says the destination asked for a wait
+/// ([`RETRY_AFTER_NOTE`], in the head, before the body's `: `).
+pub fn retry_after_asked(error: &str) -> bool {
+    error.split_once(": ").map_or(error, |(head, _)| head).contains(RETRY_AFTER_NOTE)
+}
 
 /// `Retry-After`: delay-seconds, or an HTTP date in any of the three forms
 /// HTTP allows (`httpdate`; a date in the past is no wait).
@@ -543,8 +551,17 @@ mod tests {
 
         let mut ra = HeaderMap::new();
         ra.insert("retry-after", HeaderValue::from_static("2"));
-        let slow = judge(StatusCode::TOO_MANY_REQUESTS, &ra, b"", now).unwrap_err();
+        let slow = judge(StatusCode::TOO_MANY_REQUESTS, &ra, b"slow down", now).unwrap_err();
         assert_eq!(slow.retry_after, Some(Duration::from_secs(2)));
+        assert_eq!(slow.error, "HTTP 429 Too Many Requests (retry after 2s): slow down");
+        assert!(retry_after_asked(&slow.error));
+        // A body cannot say it; nor a Retry-After of no wait.
+        let faked = judge(StatusCode::TOO_MANY_REQUESTS, &none, b"x (retry after 5h): y", now).unwrap_err();
+        assert!(!retry_after_asked(&faked.error), "{}", faked.error);
+        ra.insert("retry-after", HeaderValue::from_static("0"));
+        let zero = judge(StatusCode::TOO_MANY_REQUESTS, &ra, b"", now).unwrap_err();
+        assert!(!retry_after_asked(&zero.error), "{}", zero.error);
+        ra.insert("retry-after", HeaderValue::from_static("2"));
         assert!(slow.is_destination());
         let busy = judge(StatusCode::SERVICE_UNAVAILABLE, &ra, b"", now).unwrap_err();
         assert_eq!(busy.retry_after, Some(Duration::from_secs(2)));
