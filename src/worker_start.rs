@@ -66,7 +66,12 @@ pub async fn run(
         Some(addr) => Some(
             tokio::net::TcpListener::bind(addr)
                 .await
-                .map_err(|e| WorkerError::Config(format!("--metrics-listen {addr}: cannot listen: {e}")))?,
+                // Not the address: no error echoes a value it refused.
+                .map_err(|e| {
+                    WorkerError::Config(format!(
+                        "the metrics address (--metrics-listen, IDEMGATE_WORKER_METRICS_LISTEN or [worker] metrics_listen): cannot listen: {e}"
+                    ))
+                })?,
         ),
         None => None,
     };

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use super::origin::{ConfigError, Given, Origin, Raw, Setting, err, value_or};
 use super::settings::Layer;
 use crate::keys::{DEFAULT_NAMESPACE, Keys};
-use crate::redact::redis_url;
 use crate::redis_io::is_tls_url;
 use crate::redis_io::{
     DEFAULT_COMMAND_TIMEOUT, DEFAULT_MIN_REPLICAS_TIMEOUT, PemFile, RedisOptions, RedisTarget, Secret, Tls,
@@ -135,10 +134,16 @@ fn redis_access(s: &Layer, target: &RedisTarget) -> Result<(Tls, Option<Secret>)
     };
     let tls = Tls { ca, client };
     if tls.is_configured() {
-        if let Some(plain) = target.urls().iter().find(|u| !is_tls_url(u)) {
+        let urls = target.urls();
+        if let Some(at) = urls.iter().position(|u| !is_tls_url(u)) {
+            // Which URL, not the URL: no error echoes a value it refused.
+            let which = if urls.len() == 1 {
+                "the store's URL".to_owned()
+            } else {
+                format!("the store's URL number {}", at + 1)
+            };
             return Err(err(format!(
-                "--redis-tls-ca/--redis-tls-cert are set but {} is not a rediss:// URL; idemgate never falls back to plain text: use rediss://",
-                redis_url(plain)
+                "--redis-tls-ca/--redis-tls-cert are set but {which} is not a rediss:// URL; idemgate never falls back to plain text: use rediss://"
             )));
         }
     }

@@ -227,6 +227,7 @@ async fn tls_gate_serves_and_worker_runs_over_a_tls_only_port() {
     let plain = format!("redis://127.0.0.1:{}", redis.port);
     let out = run(&["healthcheck", "--redis-url", &plain, "--redis-tls-ca", &ca], limit);
     assert!(!out.status.success() && stderr(&out).contains("never falls back to plain text"), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("127.0.0.1"), "the refused URL is not echoed: {}", stderr(&out));
     // An unreadable CA file, and a file that is not PEM, are named by their flag, not their path.
     let out = run(&["healthcheck", "--redis-url", &url, "--redis-tls-ca", "/nonexistent/ca.pem"], limit);
     let e = stderr(&out);

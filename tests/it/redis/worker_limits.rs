@@ -348,3 +348,25 @@ async fn max_processes_is_applied_or_refused_at_start() {
     let log = std::fs::read_to_string(dir.join("w.log")).unwrap();
     assert!(log.contains("fork") || log.contains("Resource temporarily unavailable"), "forks refused: {log}");
 }
+
+/// A metrics address the worker cannot listen on (another socket holds the
+/// port) stops the worker at start, naming the setting and the cause,
+/// never the address: no error echoes a value it refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metrics_address_in_use_stops_the_worker_without_echoing_it() {
+    let ns = fresh_ns("metrics-busy");
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = held.local_addr().unwrap().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["worker", "--redis-url", redis_url(), "--namespace", &ns, "--group", "g", "--metrics-listen", &listen])
+        .args(["--", "true"])
+        .env_remove("IDEMGATE_WORKER_METRICS_LISTEN")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("the metrics address (--metrics-listen") && stderr.contains("cannot listen"), "{stderr}");
+    assert!(!stderr.contains(&listen), "the address is not echoed: {stderr}");
+    drop(held);
+}
