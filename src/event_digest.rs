@@ -114,7 +114,9 @@ pub fn of_text(event: &str) -> serde_json::Result<String> {
 
 /// The digest a delivery record keeps of a provider delivery: of the raw
 /// body the provider signed, since a retry carries the same bytes (an
-/// authenticated body is never re-serialized).
+/// authenticated body is never re-serialized); for a GitHub form body, the
+/// caller gives the JSON its `payload` field holds, so one event has one
+/// digest in either encoding.
 pub fn of_body(body: &[u8]) -> String {
     hex_prefix(Sha256::new_with_prefix(body))
 }

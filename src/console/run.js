@@ -125,7 +125,7 @@ export async function showRun(runId, { scroll = true } = {}) {
     // Waiting for the destination's return: due at once when it answers, at due_ms at the latest.
     if (typeof next.next_probe_ms === "number") attrs["data-next-probe-ms"] = String(next.next_probe_ms);
     const when = el("span", { attrs }, next.reason === "destination" ? document.createTextNode("when the destination returns, at the latest ") : document.createTextNode(""), timeEl(next.due_ms));
-    when.append(document.createTextNode(` (${absTime(next.due_ms)}, group ${next.group}): ${next.why}`));
+    when.append(document.createTextNode(visible(` (${absTime(next.due_ms)}, group ${next.group}): ${next.why}`)));
     pairs.push(["next attempt", when]);
   }
   if (r.last_error && r.status !== "done") pairs.push(["last error", el("span", { cls: "error", text: r.last_error })]);

@@ -58,7 +58,7 @@ pub(crate) struct Received {
     pub(crate) permit: tokio::sync::OwnedSemaphorePermit,
     /// The delivery, normalized.
     pub(crate) delivery: Delivery,
-    /// [`event_digest::of_body`] of `bytes`.
+    /// [`event_digest::of_body`] of `bytes`, or of a form body's JSON text.
     pub(crate) digest: String,
 }
 
@@ -183,7 +183,10 @@ impl<'a> Pipeline<'a> {
             self.warn_if_hook_blocked(hook);
         }
         let delivery = accepted.map_err(|rejection| self.refusal(rejection))?;
-        let digest = event_digest::of_body(&bytes);
+        // A form body's digest is its event's JSON text's: one event, sent as
+        // JSON or as a form (the hook's content type changed between a delivery
+        // and its retry), is never flagged as a changed one.
+        let digest = event_digest::of_body(delivery.event_text.as_deref().map_or(&bytes[..], str::as_bytes));
         Ok(Received { bytes, permit, delivery, digest })
     }
 

@@ -81,6 +81,11 @@ async fn form_and_json_are_one_run(b: Backend) {
     // A form retry is a replay of its delivery.
     let r = send(&app, github("d-form-2", "pull_request", FORM, form_body(&closed))).await;
     assert!(r.replayed && status_of(&r).1.as_deref() == Some("run-2"), "{}", r.text);
+    // So is its retry as JSON (the hook's content type changed between the
+    // two): the same event, never flagged as a changed one.
+    let r = send(&app, github("d-form-2", "pull_request", JSON, closed.clone().into_bytes())).await;
+    assert!(r.replayed && status_of(&r).1.as_deref() == Some("run-2"), "{}", r.text);
+    assert_eq!(r.header("idemgate-event-mismatch"), None, "one event in either encoding");
 
     // The signature is over the raw form body: one changed byte after signing is 401.
     let mut req = github("d-forged", "pull_request", FORM, form_body(&opened));
