@@ -144,7 +144,24 @@ for i, d in ipairs(destinations) do
     named = true
   end
 end
-redis.call('HDEL', KEYS[2], ${field_payload_until_ms}, ${field_blocked_retention_ms})
+redis.call('HDEL', KEYS[2], ${field_payload_until_ms})
+-- A dead run kept while it blocked a line (lua/shared/order_finish.lua) is
+-- kept no longer, unless another destination it is dead for still waits
+-- behind it.
+local moved = {}
+for _, d in ipairs(destinations) do
+  moved[d[1]] = true
+end
+local still_dead = false
+for _, d in ipairs(record_destinations(KEYS[2])) do
+  if not moved[d[1]] then
+    F = d[2]
+    still_dead = still_dead or destination_status(KEYS[2]) == ${status_dead}
+  end
+end
+if not still_dead then
+  redis.call('HDEL', KEYS[2], ${field_blocked_retention_ms})
+end
 redis.call('PERSIST', KEYS[2])
 
 local removed = 0

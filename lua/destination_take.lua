@@ -2,10 +2,9 @@
 -- (docs/destinations.md, "Pace, pause and the 429 hold"). The state key is a
 -- hash: `paused` (and `paused_ms`) while an operator paused the destination,
 -- `hold_until_ms` while a 429's Retry-After holds it back, `breaker` while a
--- worker's breaker is open (the workers share it: one worker's probe success
--- closes it for all; its value is when the breaker's wait ends, ms since
--- the Unix epoch, so no worker probes sooner than a Retry-After another was
--- given; `open` from an earlier version), and the pace's token bucket (`tokens`, `refill_ms`). A worker calls this before it reads
+-- worker's breaker is open (the workers share it, lua/destination_breaker.lua:
+-- when its wait ends, by Redis's clock; one worker's probe success closes it
+-- for all), and the pace's token bucket (`tokens`, `refill_ms`). A worker calls this before it reads
 -- new runs or takes runs over, asking for one token per free slot: a run it
 -- cannot take stays in the stream, in order, holding nothing. It gives back
 -- the tokens it did not use (fewer runs came than it asked for, or its
@@ -23,13 +22,14 @@
 -- ARGV[3]: count             the pace's attempts per ARGV[4] (0: no pace)
 -- ARGV[4]: per_ms            the pace's period, ms (1000 or 60000)
 -- ARGV[5]: burst             the bucket's size
--- Returns: {granted, wait_ms, state, breaker}
+-- Returns: {granted, wait_ms, state, breaker_open, breaker_wait_ms}
 --          state 0: open; granted tokens (fewer than want: the next one
 --                   comes in wait_ms)
 --          state 1: paused (granted 0)
 --          state 2: held back by a Retry-After for wait_ms more (granted 0)
---          breaker 0 when no worker of the destination has its breaker open, else
---                  when its wait ends (ms since the Unix epoch), or 1 when not said
+--          breaker_open 1 while a worker of the destination has its breaker open,
+--          breaker_wait_ms how much longer its wait runs (0: over, or not said by
+--                  an earlier version's `open`)
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -66,8 +66,9 @@ if count > 0 then
   -- As text: a Lua number handed to Redis would lose its fraction.
   redis.call('HSET', KEYS[1], 'tokens', string.format('%.4f', tokens), 'refill_ms', now)
 end
-local breaker = 0
+local breaker_open, breaker_wait = 0, 0
 if h[5] then
-  breaker = tonumber(h[5]) or 1
+  breaker_open = 1
+  breaker_wait = math.max((tonumber(h[5]) or now) - now, 0)
 end
-return {granted, wait, state, breaker}
+return {granted, wait, state, breaker_open, breaker_wait}

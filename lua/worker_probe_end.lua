@@ -48,10 +48,12 @@ F = destination_fields(KEYS[2], ARGV[1])
 
 -- The probe is back (see above). A key naming another run (this probe
 -- outlived it: a worker paused past the attempt timeout) keeps its run.
+-- A hold set meanwhile (a Retry-After another attempt was given,
+-- lua/worker_fail.lua) is kept: the wait is never cut short.
 local probing = redis.call('GET', KEYS[4])
 local wait = math.max(tonumber(ARGV[5]), tonumber(ARGV[9]))
 if probing == ARGV[3] then
-  redis.call('SET', KEYS[4], '', 'PX', wait)
+  redis.call('SET', KEYS[4], '', 'PX', math.max(wait, redis.call('PTTL', KEYS[4])))
 elseif wait > redis.call('PTTL', KEYS[4]) then
   -- No run is out with a probe while the hold lasts (lua/shared/release.lua).
   redis.call('SET', KEYS[4], probing or '', 'PX', wait)

@@ -6,10 +6,11 @@
 -- counting no attempt, and the run stays parked meanwhile
 -- (lua/worker_probe_end.lua records how it went). One probe at a time, and
 -- one per interval, for the whole group: the probe key (KEYS[3]) names the
--- run while its probe is out, and lives as long as the probe may take (the
--- attempt timeout) and an interval more, whichever worker set it, so no
--- second probe, release or wake sends the run beside it; the probe's end
--- makes it hold the next probe an interval from then. No probe goes while the earliest run may not go yet (a
+-- run while its probe is out, for an interval, which the probing worker
+-- renews every half interval while it waits for the answer
+-- (lua/worker_probe_renew.lua), so no second probe, release or wake sends
+-- the run beside it; the probe's end makes it hold the next probe an
+-- interval from then, or longer when a Retry-After holds it. No probe goes while the earliest run may not go yet (a
 -- Retry-After) or is due within the interval anyway (its own attempt
 -- tells as much). An id whose record is no longer parked by this group
 -- (woken, redelivered, expired) is dropped from the set on the way.
@@ -23,7 +24,6 @@
 -- ARGV[4]: every_ms                 the probe interval, ms (--breaker-max-cooldown)
 -- ARGV[5]: run_prefix               the run records' prefix, idemgate:{NS}:run: (same slot: the hash tag)
 -- ARGV[6]: order_prefix             the order keys' prefix, idemgate:{NS}:order: (same slot)
--- ARGV[7]: out_ms                   the longest a probe may be out, ms (the attempt timeout)
 -- Returns: {0, wait_ms}  no probe now: look again in wait_ms ('' when no run waits for the destination)
 --          {1, run_id, attempts, created_ms, f1, …, f6, order_key, previous, trace, payload}
 --                        probe with this run: its attempt count, creation time ('' unknown),
@@ -62,7 +62,7 @@ for _ = 1, 100 do
   else
     -- The probe key names the run out with the probe, which a release
     -- leaves alone (lua/shared/release.lua).
-    redis.call('SET', KEYS[3], run_id, 'PX', every + tonumber(ARGV[7]))
+    redis.call('SET', KEYS[3], run_id, 'PX', ARGV[4])
     local reply = {1, run_id, state[3] or '0', state[4] or ''}
     local fields = redis.call('HMGET', record, unpack(RUN_FIELDS))
     -- A record another destination finished keeps no `run_id`: the set names it.

@@ -109,10 +109,12 @@ impl Keys {
         key
     }
 
-    /// `idemgate:{NS}:destination-probe:` enc(group), a string with a TTL
-    /// of one probe interval: while it exists, no worker of `group` sends
-    /// another probe (one probe per interval for the group, however many
-    /// workers it has).
+    /// `idemgate:{NS}:destination-probe:` enc(group), a string with a TTL:
+    /// the run a probe is out with, for a probe interval that its worker
+    /// renews while the probe is out; then empty for one interval (or a
+    /// `Retry-After`). While it exists, no worker of `group` sends another
+    /// probe (one at a time and one per interval for the group, however
+    /// many workers it has), and no release or wake sends the run it names.
     pub fn destination_probe(&self, group: &str) -> String {
         let mut key = self.key("destination-probe:");
         push_enc(&mut key, group);

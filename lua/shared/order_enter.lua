@@ -28,11 +28,6 @@ end
 -- A run put in a line waits there with no entry: its record keeps what
 -- names it (the entry may be trimmed) and says what it waits for.
 local function order_wait(record, group, entry_id, pairs_of_fields)
-  if not owns_plain(F) then
-    -- Listed among the run's destinations while it waits: another one
-    -- finishing the run then keeps its record (and payload) for this one.
-    join_other_destinations(record, group)
-  end
   redis.call('HSET', record, unpack(pairs_of_fields))
   redis.call('HSET', record, ${field_order_wait}, group)
   redis.call('HDEL', record, ${field_entry_id})

@@ -186,7 +186,7 @@ pub enum RunsCommand {
         #[arg(long)]
         without_payload: bool,
         /// To this destination (consumer group) alone [default: a dead run to the one it died
-        /// for, a done run to every one].
+        /// for, a done run to every one its record has].
         #[arg(long, value_name = "NAME")]
         destination: Option<String>,
         /// Store and output flags.

@@ -259,7 +259,8 @@ impl<'a> Pipeline<'a> {
 }
 
 /// An authenticated provider delivery as the gate takes it; `digest` is
-/// [`event_digest::of_body`] of the raw body, `payload` the event's JSON
+/// [`event_digest::of_body`] of the raw body (of a form body's JSON text),
+/// `payload` the event's JSON
 /// text when the provider keeps it ([`Delivery::event_text`], else the body).
 fn provider_submission<'a>(
     provider: &'a Provider,

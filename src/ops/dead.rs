@@ -62,7 +62,7 @@ pub enum Retried {
         entry_id: String,
         /// Dead-stream entries removed.
         dead_entries_removed: u64,
-        /// The one destination it went to (`None`: every one).
+        /// The one destination it went to (`None`: every one its record has).
         #[serde(skip_serializing_if = "Option::is_none")]
         destination: Option<String>,
     },
@@ -312,7 +312,7 @@ impl Ops {
     /// done run whose payload is gone unless `without_payload`. `None`:
     /// every run the dead stream names.
     /// `destination`: to that destination alone (else a dead run goes to
-    /// the one it died for, a done one to every one); a name no consumer
+    /// the one it died for, a done one to each its record has); a name no consumer
     /// group has is refused ([`Retried::NoDestination`]).
     pub async fn redeliver(
         &self,

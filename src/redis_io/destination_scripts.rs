@@ -21,6 +21,9 @@ pub static DESTINATION_JOIN: LazyLock<LuaScript> =
 /// `lua/destination_hold.lua`, loaded.
 pub static DESTINATION_HOLD: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::load(include_str!("../../lua/destination_hold.lua")));
+/// `lua/destination_breaker.lua`, loaded.
+pub static DESTINATION_BREAKER: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::load(include_str!("../../lua/destination_breaker.lua")));
 
 /// `lua/destination_take.lua`: give back unused tokens, ask for more, and
 /// learn whether the destination is paused or held back.
@@ -64,20 +67,21 @@ pub enum Taken {
 pub struct Took {
     /// Open, paused or held back.
     pub taken: Taken,
-    /// The destination's shared breaker: [`SharedBreaker::Closed`], or open
-    /// until a time (ms since the Unix epoch) when the worker said it.
+    /// The destination's shared breaker.
     pub breaker: SharedBreaker,
 }
 
 /// The destination's breaker as its state key shares it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SharedBreaker {
     /// No worker's breaker is open.
     Closed,
-    /// A worker's breaker is open, its wait's end not said (an earlier version).
-    Open,
-    /// A worker's breaker is open until this time, ms since the Unix epoch.
-    OpenUntil(u64),
+    /// A worker's breaker is open, its wait running this many ms more, by
+    /// Redis's clock (0: over, or not said by an earlier version).
+    Open {
+        /// The wait left, ms.
+        wait_ms: u64,
+    },
 }
 
 impl ScriptCall for TakeCall<'_> {
@@ -98,19 +102,47 @@ impl ScriptCall for TakeCall<'_> {
     }
 
     fn decode(&self, reply: Value) -> Result<Took, Error> {
-        let (granted, wait_ms, state, breaker): (u64, u64, u8, u64) = decode(reply)?;
+        let (granted, wait_ms, state, breaker_open, breaker_wait_ms): (u64, u64, u8, u8, u64) = decode(reply)?;
         let taken = match state {
             0 => Taken::Open { granted, wait_ms },
             1 => Taken::Paused,
             2 => Taken::Held(wait_ms),
             other => return Err(Error::UnexpectedReply(format!("destination_take.lua answered state {other}"))),
         };
-        let breaker = match breaker {
-            0 => SharedBreaker::Closed,
-            1 => SharedBreaker::Open,
-            until_ms => SharedBreaker::OpenUntil(until_ms),
-        };
+        let breaker =
+            if breaker_open == 1 { SharedBreaker::Open { wait_ms: breaker_wait_ms } } else { SharedBreaker::Closed };
         Ok(Took { taken, breaker })
+    }
+}
+
+/// `lua/destination_breaker.lua`: share this worker's breaker with the
+/// destination's other workers: open, waiting `wait_ms` more (a later end
+/// already shared wins), or closed (`None`). Answers the shared wait, ms.
+#[derive(Debug, Clone)]
+pub struct BreakerCall<'a> {
+    /// The namespace's keys.
+    pub keys: &'a Keys,
+    /// The destination (its consumer group).
+    pub destination: &'a str,
+    /// How long the open breaker waits from now, ms; `None`: it closed.
+    pub wait_ms: Option<u64>,
+}
+
+impl ScriptCall for BreakerCall<'_> {
+    type Reply = u64;
+
+    fn script(&self) -> &'static LuaScript {
+        &DESTINATION_BREAKER
+    }
+
+    fn layout(&self) -> Layout {
+        Layout::default()
+            .key("destination_key", self.keys.destination(self.destination))
+            .arg("wait_ms", self.wait_ms.map_or_else(String::new, |ms| ms.to_string()))
+    }
+
+    fn decode(&self, reply: Value) -> Result<u64, Error> {
+        decode(reply)
     }
 }
 

@@ -37,6 +37,7 @@ script!(WORKER_TRIM, "worker_trim.lua");
 script!(WORKER_WAKE, "worker_wake.lua");
 script!(WORKER_PROBE_TAKE, "worker_probe_take.lua");
 script!(WORKER_PROBE_END, "worker_probe_end.lua");
+script!(WORKER_PROBE_RENEW, "worker_probe_renew.lua");
 script!(WORKER_SKIP, "worker_skip.lua");
 script!(RUN_FINISH, "run_finish.lua");
 script!(RUN_RELEASE, "run_release.lua");
@@ -45,7 +46,7 @@ script!(RUN_READ, "run_read.lua");
 
 /// The scripts `idemgate worker` calls, loaded when it starts
 /// ([`super::RedisHandle::preload`]).
-pub fn worker() -> [&'static LuaScript; 16] {
+pub fn worker() -> [&'static LuaScript; 18] {
     [
         &WORKER_START,
         &WORKER_DONE,
@@ -58,17 +59,19 @@ pub fn worker() -> [&'static LuaScript; 16] {
         &WORKER_WAKE,
         &WORKER_PROBE_TAKE,
         &WORKER_PROBE_END,
+        &WORKER_PROBE_RENEW,
         &WORKER_SKIP,
         &super::parked_scripts::PAYLOAD_EXPIRE,
         &super::destination_scripts::DESTINATION_TAKE,
         &super::destination_scripts::DESTINATION_HOLD,
         &super::destination_scripts::DESTINATION_JOIN,
+        &super::destination_scripts::DESTINATION_BREAKER,
     ]
 }
 
 /// Every script of this module (and of [`super::parked_scripts`] and
 /// [`super::destination_scripts`]) with its file name, for checks over all of them.
-pub fn all() -> [(&'static str, &'static LuaScript); 23] {
+pub fn all() -> [(&'static str, &'static LuaScript); 25] {
     [
         ("worker_start.lua", &WORKER_START),
         ("worker_done.lua", &WORKER_DONE),
@@ -81,6 +84,7 @@ pub fn all() -> [(&'static str, &'static LuaScript); 23] {
         ("worker_wake.lua", &WORKER_WAKE),
         ("worker_probe_take.lua", &WORKER_PROBE_TAKE),
         ("worker_probe_end.lua", &WORKER_PROBE_END),
+        ("worker_probe_renew.lua", &WORKER_PROBE_RENEW),
         ("worker_skip.lua", &WORKER_SKIP),
         ("run_finish.lua", &RUN_FINISH),
         ("run_release.lua", &RUN_RELEASE),
@@ -92,6 +96,7 @@ pub fn all() -> [(&'static str, &'static LuaScript); 23] {
         ("destination_take.lua", &super::destination_scripts::DESTINATION_TAKE),
         ("destination_hold.lua", &super::destination_scripts::DESTINATION_HOLD),
         ("destination_join.lua", &super::destination_scripts::DESTINATION_JOIN),
+        ("destination_breaker.lua", &super::destination_scripts::DESTINATION_BREAKER),
         ("run_skip.lua", &super::parked_scripts::RUN_SKIP),
     ]
 }
@@ -200,7 +205,8 @@ pub struct DeadRetryCall<'a> {
     /// A done run whose payload is gone moves without it (else it is refused).
     pub without_payload: bool,
     /// The one destination (consumer group) it goes to; `None`: a dead run
-    /// goes to the one it died for, a done run to every one.
+    /// goes to the one it died for, a done run to each its record has (an
+    /// entry addressed to each).
     pub destination: Option<&'a str>,
 }
 
@@ -217,7 +223,7 @@ pub enum DeadRetried {
         /// removed; `false` for a run that died before records named it
         /// (`true` for a done run, which has none to name).
         named_entry: bool,
-        /// The one destination it went to (`None`: every one).
+        /// The one destination it went to (`None`: every one its record has).
         destination: Option<String>,
     },
     /// Not moved: the run is not finished (or, for `dead retry`, not dead).
@@ -398,7 +404,7 @@ mod tests {
     #[test]
     fn scripts_name_record_fields_only_through_the_vocabulary() {
         use crate::vocabulary::RunRecord;
-        const NOT_FIELDS: [(&str, &str); 29] = [
+        const NOT_FIELDS: [(&str, &str); 30] = [
             ("work", "the gate's verdict (ARGV)"),
             ("bad_request", "the gate's verdict (ARGV)"),
             ("blocked", "the gate's verdict (ARGV)"),
@@ -418,6 +424,10 @@ mod tests {
             ("tokens", "a destination's state key's field: its pace's bucket (lua/destination_take.lua)"),
             ("refill_ms", "a destination's state key's field: its pace's bucket (lua/destination_take.lua)"),
             ("breaker", "a destination's state key's field: its shared breaker (lua/destination_take.lua)"),
+            (
+                "breaker_ms",
+                "a destination's state key's field: when its shared breaker opened (lua/destination_breaker.lua)",
+            ),
             ("backfill_to", "a destination's state key's field: its backfill's bound (lua/destination_join.lua)"),
             ("head", "where a run enters its order key's line (lua/shared/order.lua)"),
             ("line", "where a run enters its order key's line (lua/shared/order.lua)"),

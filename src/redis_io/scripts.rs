@@ -893,7 +893,7 @@ return called(1)
                 (c.script(), c.layout(), c.command())
             },
             {
-                let c = ProbeTakeCall { consumer, now_ms: 5, every_ms: 2000, out_ms: 30_000 };
+                let c = ProbeTakeCall { consumer, now_ms: 5, every_ms: 2000 };
                 (c.script(), c.layout(), c.command())
             },
             {
@@ -908,6 +908,10 @@ return called(1)
                     keep_payload_ms: 0,
                     entry,
                 };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let c = ProbeRenewCall { consumer, run_id: "run-1", ttl_ms: 4000 };
                 (c.script(), c.layout(), c.command())
             },
             {
@@ -963,6 +967,11 @@ return called(1)
             },
             {
                 let c = super::super::destination_scripts::HoldCall { keys: &keys, destination: "d", hold_ms: 5 };
+                (c.script(), c.layout(), c.command())
+            },
+            {
+                let c =
+                    super::super::destination_scripts::BreakerCall { keys: &keys, destination: "d", wait_ms: Some(5) };
                 (c.script(), c.layout(), c.command())
             },
             {

@@ -6,8 +6,8 @@
 use redis::Value;
 
 use super::run_scripts::{
-    WORKER_DONE, WORKER_EXTEND, WORKER_FAIL, WORKER_GIVE_BACK, WORKER_LEAVE, WORKER_PROBE_END, WORKER_PROBE_TAKE,
-    WORKER_SKIP, WORKER_START, WORKER_TRIM, WORKER_UNCOUNT, WORKER_WAKE, decode, decode_yes,
+    WORKER_DONE, WORKER_EXTEND, WORKER_FAIL, WORKER_GIVE_BACK, WORKER_LEAVE, WORKER_PROBE_END, WORKER_PROBE_RENEW,
+    WORKER_PROBE_TAKE, WORKER_SKIP, WORKER_START, WORKER_TRIM, WORKER_UNCOUNT, WORKER_WAKE, decode, decode_yes,
 };
 use super::scripts::{Layout, LuaScript, ScriptCall};
 use crate::error::Error;
@@ -567,9 +567,6 @@ pub struct ProbeTakeCall<'a> {
     pub now_ms: u64,
     /// The probe interval, ms: one probe per interval for the group.
     pub every_ms: u64,
-    /// The longest the probe may be out, ms (the attempt timeout): the run
-    /// stays marked as out with it that long at most, and an interval more.
-    pub out_ms: u64,
 }
 
 /// What [`ProbeTakeCall`] answered.
@@ -618,7 +615,6 @@ impl ScriptCall for ProbeTakeCall<'_> {
             .arg("every_ms", self.every_ms)
             .arg("run_prefix", keys.run_prefix())
             .arg("order_prefix", keys.order(""))
-            .arg("out_ms", self.out_ms)
     }
 
     fn decode(&self, reply: Value) -> Result<ProbeTaken, Error> {
@@ -734,6 +730,37 @@ impl ScriptCall for ProbeEndCall<'_> {
 
     fn decode(&self, reply: Value) -> Result<u64, Error> {
         decode(reply)
+    }
+}
+
+/// `lua/worker_probe_renew.lua`: the probe with `run_id` is still out;
+/// its mark in the probe key lives `ttl_ms` more. `true`: renewed.
+#[derive(Debug, Clone)]
+pub struct ProbeRenewCall<'a> {
+    /// The worker whose probe it is.
+    pub consumer: Consumer<'a>,
+    /// The run it was sent with.
+    pub run_id: &'a str,
+    /// How long the mark lives from now, ms.
+    pub ttl_ms: u64,
+}
+
+impl ScriptCall for ProbeRenewCall<'_> {
+    type Reply = bool;
+
+    fn script(&self) -> &'static LuaScript {
+        &WORKER_PROBE_RENEW
+    }
+
+    fn layout(&self) -> Layout {
+        Layout::default()
+            .key("probe_key", self.consumer.keys.destination_probe(self.consumer.group))
+            .arg("run_id", self.run_id)
+            .arg("ttl_ms", self.ttl_ms)
+    }
+
+    fn decode(&self, reply: Value) -> Result<bool, Error> {
+        decode_yes(reply)
     }
 }
 

@@ -223,15 +223,15 @@ impl Breaker {
     }
 
     /// Another worker of the destination opened its breaker (the state key
-    /// says so), to probe no sooner than `until_ms` (ms since the Unix
-    /// epoch; `None`: not said, as an earlier version writes it): this one
-    /// opens too, its first probe a cooldown from now or at `until_ms`,
-    /// whichever is later; an open one waits until `until_ms` when that is
-    /// later than its own wait (the other worker was given a longer
-    /// `Retry-After`). Whether it changed anything.
-    pub fn open_shared(&self, until_ms: Option<u64>) -> bool {
+    /// says so), to probe no sooner than `wait` from now (`None`, or zero:
+    /// not said, as an earlier version writes it, or over): this one opens
+    /// too, its first probe a cooldown from now or after `wait`, whichever
+    /// is later; an open one waits that long when it is longer than its own
+    /// wait (the other worker was given a longer `Retry-After`). Whether it
+    /// changed anything.
+    pub fn open_shared(&self, wait: Option<Duration>) -> bool {
         let now = Instant::now();
-        let asked = until_ms.map_or(now, |ms| now + Duration::from_millis(ms.saturating_sub(crate::units::now_ms())));
+        let asked = now + wait.unwrap_or_default();
         let mut state = lock(&self.state);
         match *state {
             State::Closed { .. } => {
@@ -247,14 +247,11 @@ impl Breaker {
         true
     }
 
-    /// When the open breaker's wait ends, ms since the Unix epoch (`None`:
-    /// it is not open): what the destination's other workers are told.
-    pub fn open_until_ms(&self) -> Option<u64> {
+    /// When the open breaker's wait ends (`None`: it is not open): what the
+    /// destination's other workers are told.
+    pub fn open_until(&self) -> Option<Instant> {
         match self.state() {
-            State::Open { until, .. } => {
-                let left = until.saturating_duration_since(Instant::now());
-                Some(crate::units::now_ms() + u64::try_from(left.as_millis()).unwrap_or(u64::MAX / 2))
-            }
+            State::Open { until, .. } => Some(until),
             _ => None,
         }
     }
@@ -426,26 +423,24 @@ mod tests {
     /// that worker's wait (its `Retry-After`), nor than its own cooldown;
     /// an open one waits longer when the other's wait ends later, never
     /// shorter; and it says when its wait ends, for the others.
-    #[test]
-    fn a_breaker_opened_by_another_worker_waits_as_long_as_it() {
-        let within = |got: Option<u64>, want: u64| got.is_some_and(|g| g.abs_diff(want) < 200);
+    #[tokio::test(start_paused = true)]
+    async fn a_breaker_opened_by_another_worker_waits_as_long_as_it() {
         let config = BreakerConfig { failures: 1, cooldown: Duration::from_secs(1), ..BreakerConfig::default() };
         let b = Breaker::new(config);
-        assert_eq!(b.open_until_ms(), None, "closed: no wait");
-        let now = crate::units::now_ms();
-        assert!(b.open_shared(Some(now + 30_000)));
-        assert!(within(b.open_until_ms(), now + 30_000), "the other's Retry-After: {:?}", b.open_until_ms());
-        assert!(!b.open_shared(Some(now + 5_000)), "a shorter wait changes nothing");
-        assert!(within(b.open_until_ms(), now + 30_000));
-        assert!(b.open_shared(Some(now + 60_000)), "a longer one is followed");
-        assert!(within(b.open_until_ms(), now + 60_000));
+        assert_eq!(b.open_until(), None, "closed: no wait");
+        let now = Instant::now();
+        assert!(b.open_shared(Some(Duration::from_secs(30))));
+        assert_eq!(b.open_until(), Some(now + Duration::from_secs(30)), "the other's Retry-After");
+        assert!(!b.open_shared(Some(Duration::from_secs(5))), "a shorter wait changes nothing");
+        assert_eq!(b.open_until(), Some(now + Duration::from_secs(30)));
+        assert!(b.open_shared(Some(Duration::from_secs(60))), "a longer one is followed");
+        assert_eq!(b.open_until(), Some(now + Duration::from_secs(60)));
 
-        let b = Breaker::new(config);
-        assert!(b.open_shared(None), "an earlier version's `open`: the cooldown");
-        assert!(within(b.open_until_ms(), now + 1_000));
-        let b = Breaker::new(config);
-        assert!(b.open_shared(Some(now.saturating_sub(5_000))), "a wait already over: the cooldown");
-        assert!(within(b.open_until_ms(), now + 1_000));
+        for wait in [None, Some(Duration::ZERO)] {
+            let b = Breaker::new(config);
+            assert!(b.open_shared(wait), "not said, or over: the cooldown");
+            assert_eq!(b.open_until(), Some(now + Duration::from_secs(1)));
+        }
     }
 
     #[tokio::test(start_paused = true)]

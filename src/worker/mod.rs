@@ -180,9 +180,10 @@ impl Worker {
         let handler = Arc::new(handler);
         let prober = tokio::spawn(probe::probe_parked(shared.clone(), handler.clone()));
         let beat = tokio::spawn(heartbeat::beat(shared.clone(), self.heartbeat.clone(), handler.clone()));
+        let seen = pace::first_look(&shared.gate, &shared.queue, handler.breaker()).await;
         let watcher = tokio::spawn({
             let (shared, stop, handler) = (shared.clone(), stop_rx.clone(), handler.clone());
-            async move { pace::watch_state(&shared.gate, &shared.queue, handler.breaker(), stop).await }
+            async move { pace::watch_state(&shared.gate, &shared.queue, handler.breaker(), seen, stop).await }
         });
         let reader = reader::read_loop(shared.clone(), handler, stop_rx);
         let mut tasks = read_until(reader, shutdown, &stop_tx).await;

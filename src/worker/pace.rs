@@ -32,7 +32,7 @@ use tokio::time::Instant;
 use super::breaker::Breaker;
 use super::metrics::WorkerMetrics;
 use super::queue::Queue;
-use crate::redis_io::destination_scripts::{HoldCall, SharedBreaker, TakeCall, Taken};
+use crate::redis_io::destination_scripts::{BreakerCall, HoldCall, SharedBreaker, TakeCall, Taken};
 
 /// How often a worker looks at its destination's state key for a pause or a
 /// hold (so each worker notices within a second), and how often a paused
@@ -89,13 +89,13 @@ pub(super) struct Gate {
 }
 
 /// What the poller knew of the breakers at its last look: this worker's
-/// (closed or not, and the end of its wait it last wrote) and the
-/// destination's.
+/// (closed or not, and the end of its wait it last shared) and whether the
+/// destination's was open.
 #[derive(Debug, Clone, Copy)]
-struct BreakerSync {
+pub(super) struct BreakerSync {
     local_closed: bool,
-    written_until_ms: Option<u64>,
-    shared: SharedBreaker,
+    shared_until: Option<Instant>,
+    shared_open: bool,
 }
 
 impl Gate {
@@ -276,41 +276,32 @@ impl Gate {
 
 impl Gate {
     /// Shares this worker's breaker with the destination's other workers,
-    /// after a look: a change of this worker's breaker since the last look
-    /// (closed, opened, or its wait made longer by a `Retry-After`) is
-    /// written to the state key, with the end of its wait; else a change of
-    /// the key's is followed here (opened by another worker's failures,
-    /// until the end of its wait; closed by another worker's probe). So no
-    /// worker probes sooner than the latest `Retry-After` any was given.
+    /// after a look (`lua/destination_breaker.lua`): a change of this
+    /// worker's breaker since the last look (closed, opened, or its wait
+    /// made longer by a `Retry-After`) is written to the state key, with
+    /// how long it waits, by Redis's clock; else the key's is followed here
+    /// (opened by another worker's failures, for as long as it waits;
+    /// closed by another worker's probe). So no worker probes sooner than
+    /// the latest `Retry-After` any was given.
     async fn sync_breaker(&self, queue: &Queue, breaker: &Breaker, last: &mut BreakerSync) {
         let local_closed = breaker.is_closed();
-        let local_until = breaker.open_until_ms();
+        let local_until = breaker.open_until();
         let shared = *crate::sync::lock(&self.shared_breaker);
-        // Longer by more than a second: the end recomputed from the clock moves by a millisecond or so.
-        let longer = local_until.is_some_and(|u| last.written_until_ms.is_none_or(|w| u > w + 1000));
+        // Longer by more than a second: a new Retry-After, not the clock's drift.
+        let longer = local_until.is_some_and(|u| last.shared_until.is_none_or(|w| u > w + Duration::from_secs(1)));
         if local_closed != last.local_closed || longer {
-            let key = queue.keys().destination(&self.name);
-            let mut cmd = if local_closed {
-                let mut c = redis::cmd("HDEL");
-                c.arg(&key).arg(&["breaker", "breaker_ms"][..]);
-                c
-            } else {
-                let mut c = redis::cmd("HSET");
-                let until = local_until.map_or_else(|| "open".to_owned(), |ms| ms.to_string());
-                c.arg(&key).arg("breaker").arg(until);
-                if local_closed != last.local_closed {
-                    c.arg("breaker_ms").arg(crate::units::now_ms());
-                }
-                c
-            };
-            match queue.handle().query::<i64>(&mut cmd).await {
-                Ok(_) => {
-                    let shared = match local_until {
-                        _ if local_closed => SharedBreaker::Closed,
-                        Some(ms) => SharedBreaker::OpenUntil(ms),
-                        None => SharedBreaker::Open,
-                    };
-                    *last = BreakerSync { local_closed, written_until_ms: local_until, shared }
+            let wait_ms = (!local_closed).then(|| {
+                let left = local_until.map_or(Duration::ZERO, |u| u.saturating_duration_since(Instant::now()));
+                u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
+            });
+            let call = BreakerCall { keys: queue.keys(), destination: &self.name, wait_ms };
+            match queue.handle().call(&call).await {
+                Ok(shared_ms) => {
+                    // Another worker's later end, already shared, is followed at once.
+                    if !local_closed {
+                        breaker.open_shared(Some(Duration::from_millis(shared_ms)));
+                    }
+                    *last = BreakerSync { local_closed, shared_until: breaker.open_until(), shared_open: !local_closed }
                 }
                 Err(e) => {
                     tracing::warn!(destination = %self.name, error = %e, "could not share the breaker's state; trying at the next look")
@@ -318,45 +309,59 @@ impl Gate {
             }
             return;
         }
-        if shared != last.shared {
-            match shared {
-                SharedBreaker::Closed if !local_closed => {
-                    tracing::info!(destination = %self.name, "another worker's probe closed the destination's breaker");
-                    breaker.success();
-                }
-                SharedBreaker::Closed => {}
-                SharedBreaker::Open => {
-                    breaker.open_shared(None);
-                }
-                SharedBreaker::OpenUntil(ms) => {
-                    breaker.open_shared(Some(ms));
-                }
+        match shared {
+            SharedBreaker::Closed if last.shared_open && !local_closed => {
+                tracing::info!(destination = %self.name, "another worker's probe closed the destination's breaker");
+                breaker.success();
             }
-            *last =
-                BreakerSync { local_closed: breaker.is_closed(), written_until_ms: breaker.open_until_ms(), shared };
+            SharedBreaker::Closed => {}
+            // Opens this one, or makes its wait as long as the shared one.
+            SharedBreaker::Open { wait_ms } => {
+                breaker.open_shared(Some(Duration::from_millis(wait_ms)));
+            }
         }
+        // What this one now knows is not news for the others.
+        *last = BreakerSync {
+            local_closed: breaker.is_closed(),
+            shared_until: breaker.open_until(),
+            shared_open: shared != SharedBreaker::Closed,
+        };
     }
 }
 
+/// The worker's first look at the destination's state, before it reads a
+/// run: a pause, a hold, or a breaker another worker opened holds this
+/// worker's first attempt too (else a worker started during an outage
+/// sent at once, before a `Retry-After` another worker was given ran out).
+/// What [`watch_state`] goes on from.
+pub(super) async fn first_look(gate: &Gate, queue: &Queue, breaker: Option<&Breaker>) -> BreakerSync {
+    let mut last = BreakerSync { local_closed: true, shared_until: None, shared_open: false };
+    gate.look(queue).await;
+    if let Some(b) = breaker {
+        gate.sync_breaker(queue, b, &mut last).await;
+    }
+    last
+}
+
 /// Looks at the destination's state every [`LOOK_EVERY`] until the worker
-/// stops: a pause or a hold set by anyone reaches this worker within a
-/// second, without a round trip per run; and shares `breaker` (a
-/// `--deliver` worker's) with the destination's other workers.
+/// stops, after [`first_look`]: a pause or a hold set by anyone reaches
+/// this worker within a second, without a round trip per run; and shares
+/// `breaker` (a `--deliver` worker's) with the destination's other workers.
 pub(super) async fn watch_state(
     gate: &Gate,
     queue: &Queue,
     breaker: Option<&Breaker>,
+    mut last: BreakerSync,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut last = BreakerSync { local_closed: true, written_until_ms: None, shared: SharedBreaker::Closed };
     loop {
-        gate.look(queue).await;
-        if let Some(b) = breaker {
-            gate.sync_breaker(queue, b, &mut last).await;
-        }
         tokio::select! {
             _ = tokio::time::sleep(LOOK_EVERY) => {}
             _ = stop.wait_for(|s| *s) => return,
+        }
+        gate.look(queue).await;
+        if let Some(b) = breaker {
+            gate.sync_breaker(queue, b, &mut last).await;
         }
     }
 }

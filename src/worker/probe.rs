@@ -2,7 +2,8 @@
 //! destination's kind (unreachable, timed out, 5xx, 429, a misconfiguration
 //! status) waits for the destination, not for its schedule. While the group
 //! has such runs, its workers probe the destination every
-//! `--breaker-max-cooldown` (one probe per interval for the whole group)
+//! `--breaker-max-cooldown` (one probe at a time and one per interval for
+//! the whole group; its worker renews the probe's mark while it is out)
 //! with the earliest of them, counting no attempt, whether or not the
 //! breaker opened: on thin traffic it never does. The first answer makes
 //! every such run due at once (`lua/worker_probe_take.lua`,
@@ -22,7 +23,7 @@ use tokio::time::Instant;
 
 use super::attempt::{Admission, MAX_RETRY_AFTER};
 use super::history::short_error;
-use super::queue::run_key;
+use super::queue::{Queue, run_key};
 use super::run::{Chain, Failure, FailureKind, Handler, Payload, RunAttempt};
 use super::state::WorkerState;
 use crate::redis_io::worker_scripts::{ProbeOutcome, ProbeTaken};
@@ -72,7 +73,7 @@ async fn probe_once<H: Handler>(shared: &WorkerState, handler: &H, every: Durati
         shared.gate.give_back(1);
         return Next::BreakerReady;
     };
-    let taken = match shared.queue.probe_take(every, shared.config.timeout).await {
+    let taken = match shared.queue.probe_take(every).await {
         Ok(taken) => taken,
         Err(e) => {
             shared.gate.give_back(1);
@@ -105,7 +106,7 @@ async fn probe_once<H: Handler>(shared: &WorkerState, handler: &H, every: Durati
     let attempt = RunAttempt { fields: run, attempt: attempts, key, payload, trace, probe: true, order };
     let timeout = shared.config.timeout;
     let (began, started_ms) = (Instant::now(), now_ms());
-    let answer = tokio::time::timeout(timeout, handler.call(attempt)).await;
+    let answer = renewing(&shared.queue, &run_id, every, tokio::time::timeout(timeout, handler.call(attempt))).await;
     let duration_ms = u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX);
     let (outcome, status, error, hold) = match answer {
         Ok(Ok(success)) => {
@@ -165,5 +166,27 @@ fn failed(admission: Admission<'_>, failure: Failure) -> (ProbeOutcome, Option<u
     } else {
         tracing::info!(error = %failure.error, "probe: the destination answered (refusing the run for a reason of its own)");
         (ProbeOutcome::Up, failure.status, Some(failure.error), Duration::ZERO)
+    }
+}
+
+/// Runs the probe `call`, renewing the probe key's mark of `run_id` every
+/// half interval, for an interval, while it is out
+/// (`lua/worker_probe_renew.lua`): however long the destination takes (up
+/// to `--timeout`), no second probe, release or wake sends the run beside
+/// it, and when this worker dies the mark goes within an interval, so the
+/// group probes again.
+async fn renewing<F: std::future::Future>(queue: &Queue, run_id: &str, every: Duration, call: F) -> F::Output {
+    let mut call = std::pin::pin!(call);
+    let half = (every / 2).max(Duration::from_millis(10));
+    let mut renew = tokio::time::interval_at(Instant::now() + half, half);
+    loop {
+        tokio::select! {
+            out = &mut call => return out,
+            _ = renew.tick() => {
+                if let Err(e) = queue.probe_renew(run_id, every).await {
+                    tracing::debug!(run_id, error = %e, "could not renew the probe's mark; trying again");
+                }
+            }
+        }
     }
 }

@@ -16,7 +16,8 @@ use crate::keys::Keys;
 use crate::redis_io::destination_scripts::JoinCall;
 use crate::redis_io::worker_scripts::{
     Consumer, DoneCall, ExtendCall, FailCall, Failed, GiveBackCall, LeaveCall, ProbeEndCall, ProbeOutcome,
-    ProbeTakeCall, ProbeTaken, SkipCall, StartCall, Started, TrimCall, Trimmed, UncountCall, WakeCall, Woken,
+    ProbeRenewCall, ProbeTakeCall, ProbeTaken, SkipCall, StartCall, Started, TrimCall, Trimmed, UncountCall, WakeCall,
+    Woken,
 };
 use crate::redis_io::{BlockingReader, Conn, RedisHandle, RedisOptions};
 use crate::units::{now_ms, redis_ms};
@@ -459,16 +460,17 @@ impl Queue {
 
     /// `lua/worker_probe_take.lua`: the group's next probe of its
     /// destination (one at a time, at most one per `every` for the group),
-    /// if one is due; `out`: the longest the probe may take (the attempt
-    /// timeout), which the run stays marked as out with it.
-    pub async fn probe_take(&self, every: Duration, out: Duration) -> Result<ProbeTaken, Error> {
-        let call = ProbeTakeCall {
-            consumer: self.as_consumer(),
-            now_ms: now_ms(),
-            every_ms: redis_ms(every),
-            out_ms: redis_ms(out),
-        };
+    /// if one is due; its run is marked as out with it for an interval,
+    /// which [`Queue::probe_renew`] renews while it is out.
+    pub async fn probe_take(&self, every: Duration) -> Result<ProbeTaken, Error> {
+        let call = ProbeTakeCall { consumer: self.as_consumer(), now_ms: now_ms(), every_ms: redis_ms(every) };
         self.redis.call(&call).await
+    }
+
+    /// `lua/worker_probe_renew.lua`: the probe with `run_id` is still out;
+    /// its mark lives `ttl` more. `false`: the key no longer names it.
+    pub async fn probe_renew(&self, run_id: &str, ttl: Duration) -> Result<bool, Error> {
+        self.redis.call(&ProbeRenewCall { consumer: self.as_consumer(), run_id, ttl_ms: redis_ms(ttl) }).await
     }
 
     /// `lua/worker_probe_end.lua`: how the probe with `run_id` went (its

@@ -295,8 +295,8 @@ async fn a_batchs_worth_goes_at_once_and_the_rest_at_shutdown() {
     assert_eq!(deliver(&served, 3, &[]).await, 202);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(got.spans().len(), 4, "the third request's spans went before the delay");
-    crate::redis::worker::signal(&served.child, "-TERM");
-    let status = crate::redis::worker::wait_exit(&mut served.child, Duration::from_secs(15)).await;
+    crate::support::signal(&served.child, "-TERM");
+    let status = crate::support::wait_exit(&mut served.child, Duration::from_secs(15)).await;
     assert!(status.success(), "{status:?}: {}", log(&dir));
     let spans = got.spans();
     let mut ids: Vec<Vec<u8>> = spans.iter().map(|(_, s)| s.span_id.clone()).collect();

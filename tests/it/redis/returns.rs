@@ -632,3 +632,36 @@ async fn a_breaker_opened_by_another_worker_waits_out_its_retry_after() {
     assert_verified(&dest.got(), &key);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A worker killed while its probe is out stops marking the probed run
+/// within an interval: the group's next worker probes again soon, not
+/// after the attempt `--timeout` (5 minutes here). Worker a's probe hangs
+/// at the destination and a is killed; worker b probes within seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_whose_worker_died_is_taken_again_within_an_interval() {
+    let ns = fresh_ns("rtnprobedied");
+    let dir = temp_dir("rtnprobedied");
+    let key = secret(49);
+    secrets_file(&dir, std::slice::from_ref(&key));
+    let dest = Destination::start(|_, earlier| match earlier {
+        0 => status(StatusCode::SERVICE_UNAVAILABLE),
+        1 => crate::support::destination::Answer { hang: Duration::from_secs(30), ..ok() },
+        _ => ok(),
+    })
+    .await;
+    let flags = ["--retry-schedule", "1h", "--breaker-failures", "100", "--breaker-max-cooldown", "1s"];
+    let mut a = deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags);
+    create(&gate(&ns).await, [1]).await;
+    wait_for(Duration::from_secs(15), "worker a's probe out", || async { dest.of_run(1).len() == 2 }).await;
+    a.kill().unwrap();
+    let _ = a.wait();
+    let killed = Instant::now();
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "b", &dest.url(), &flags)]);
+    wait_status(&ns, [(1, "done")], Duration::from_secs(20)).await;
+    let got = dest.of_run(1);
+    let again = got[2].at.saturating_duration_since(killed);
+    eprintln!("worker b probed {again:?} after a was killed");
+    assert!(again < Duration::from_secs(5), "the next probe came {again:?} after the kill");
+    workers.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -97,24 +97,8 @@ fn worker_command(url: &str, ns: &str, dir: &Path, name: &str, flags: &[&str], s
     cmd
 }
 
-pub(crate) fn signal(child: &Child, sig: &str) {
-    assert!(Command::new("kill").args([sig, &child.id().to_string()]).status().unwrap().success());
-}
-
-/// Waits (bounded) for a child to exit.
-pub(crate) async fn wait_exit(child: &mut Child, limit: Duration) -> ExitStatus {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("worker did not exit within {limit:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+// In the support module, which every tier builds (base::otel stops `serve` with them).
+pub(crate) use crate::support::{signal, wait_exit};
 
 /// Kills worker processes a failed test leaves behind.
 pub(crate) struct Workers(pub(crate) Vec<Child>);

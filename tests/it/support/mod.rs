@@ -155,3 +155,24 @@ pub async fn send(app: &axum::Router, req: axum::http::Request<axum::body::Body>
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
     Reply::of(status, headers, String::from_utf8(bytes.to_vec()).unwrap())
 }
+
+/// Sends `sig` (`-TERM`, `-KILL`, …) to a child process.
+pub(crate) fn signal(child: &std::process::Child, sig: &str) {
+    let sent = std::process::Command::new("kill").args([sig, &child.id().to_string()]).status().unwrap();
+    assert!(sent.success());
+}
+
+/// Waits (bounded) for a child to exit.
+pub(crate) async fn wait_exit(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the process did not exit within {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
