@@ -23,23 +23,29 @@ fn traced_worker(ns: &str, dir: &Path, endpoint: &str, handler: &[&str]) -> Chil
 
 /// [`traced_worker`] with the retry `schedule`'s flags given.
 fn traced_worker_with(ns: &str, dir: &Path, endpoint: &str, schedule: &[&str], handler: &[&str]) -> Child {
+    worker_command(ns, dir, &[schedule, handler].concat())
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+        .env("OTEL_SERVICE_NAME", "worker-under-test")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .spawn()
+        .unwrap()
+}
+
+/// `idemgate worker` of group `g` in `ns` with `args`, none of the test's
+/// own trace or idemgate settings in its environment, its log in `dir`.
+fn worker_command(ns: &str, dir: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_idemgate"));
     for (name, _) in std::env::vars() {
-        if name.starts_with("OTEL_") || name.starts_with("IDEMGATE_") || name == "TRACEPARENT" {
+        if name.starts_with("OTEL_") || name.starts_with("IDEMGATE_") || name == "TRACEPARENT" || name == "TRACESTATE" {
             c.env_remove(name);
         }
     }
     c.args(["worker", "--redis-url", redis_url(), "--namespace", ns, "--group", "g", "--block", "200ms"])
-        .args(schedule)
-        .args(handler)
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
-        .env("OTEL_SERVICE_NAME", "worker-under-test")
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("worker.log")).unwrap())
-        .spawn()
-        .unwrap()
+        .stderr(std::fs::File::create(dir.join("worker.log")).unwrap());
+    c
 }
 
 /// The trace and span ids of a `traceparent`.
@@ -171,19 +177,8 @@ async fn a_command_never_inherits_the_workers_trace_context() {
     gate_runs(&ns, 1, 1).await;
     let out = dir.join("context");
     let script = format!("printf '%s|%s\\n' \"$TRACEPARENT\" \"$TRACESTATE\" >> {}", out.display());
-    let mut c = Command::new(env!("CARGO_BIN_EXE_idemgate"));
-    for (name, _) in std::env::vars() {
-        if name.starts_with("OTEL_") || name.starts_with("IDEMGATE_") {
-            c.env_remove(name);
-        }
-    }
-    c.args(["worker", "--redis-url", redis_url(), "--namespace", &ns, "--group", "g", "--block", "200ms"])
-        .args(["--", "sh", "-c", &script])
-        .env("TRACEPARENT", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
-        .env("TRACESTATE", "vendor=outer")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("worker.log")).unwrap());
+    let mut c = worker_command(&ns, &dir, &["--", "sh", "-c", &script]);
+    c.env("TRACEPARENT", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01").env("TRACESTATE", "vendor=outer");
     let mut workers = Workers(vec![c.spawn().unwrap()]);
     wait_status(&ns, [(1, "done")], Duration::from_secs(30)).await;
     workers.stop().await;
