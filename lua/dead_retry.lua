@@ -44,6 +44,7 @@
 ${run_fields}
 ${destination}
 ${history}
+${order}
 
 -- Whether `status` is one this call moves.
 local function movable(status)
@@ -146,21 +147,25 @@ for i, d in ipairs(destinations) do
 end
 redis.call('HDEL', KEYS[2], ${field_payload_until_ms})
 -- A dead run kept while it blocked a line (lua/shared/order_finish.lua) is
--- kept no longer, unless another destination it is dead for still waits
--- behind it.
-local moved = {}
-for _, d in ipairs(destinations) do
-  moved[d[1]] = true
-end
-local still_dead = false
-for _, d in ipairs(record_destinations(KEYS[2])) do
-  if not moved[d[1]] then
-    F = d[2]
-    still_dead = still_dead or destination_status(KEYS[2]) == ${status_dead}
+-- kept no longer, unless it still heads the line of another destination
+-- it is dead for (one not retried here, nor skipped).
+local order_key = f[#RUN_FIELDS_AND_ORDER_KEY]
+if order_key and redis.call('HEXISTS', KEYS[2], ${field_blocked_retention_ms}) == 1 then
+  local moved = {}
+  for _, d in ipairs(destinations) do
+    moved[d[1]] = true
   end
-end
-if not still_dead then
-  redis.call('HDEL', KEYS[2], ${field_blocked_retention_ms})
+  local okey = order_key_of(order_key)
+  local still_blocking = false
+  for _, d in ipairs(record_destinations(KEYS[2])) do
+    if not moved[d[1]] and redis.call('HGET', okey, 'h:' .. d[1]) == ORDER_RUN_ID then
+      F = d[2]
+      still_blocking = still_blocking or destination_status(KEYS[2]) == ${status_dead}
+    end
+  end
+  if not still_blocking then
+    redis.call('HDEL', KEYS[2], ${field_blocked_retention_ms})
+  end
 end
 redis.call('PERSIST', KEYS[2])
 

@@ -178,9 +178,10 @@ impl Worker {
             async move { wake::wake_parked(&shared).await }
         });
         let handler = Arc::new(handler);
+        // Before the prober and the reader send anything.
+        let seen = pace::first_look(&shared.gate, &shared.queue, handler.breaker()).await;
         let prober = tokio::spawn(probe::probe_parked(shared.clone(), handler.clone()));
         let beat = tokio::spawn(heartbeat::beat(shared.clone(), self.heartbeat.clone(), handler.clone()));
-        let seen = pace::first_look(&shared.gate, &shared.queue, handler.breaker()).await;
         let watcher = tokio::spawn({
             let (shared, stop, handler) = (shared.clone(), stop_rx.clone(), handler.clone());
             async move { pace::watch_state(&shared.gate, &shared.queue, handler.breaker(), seen, stop).await }

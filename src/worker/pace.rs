@@ -84,8 +84,9 @@ pub(super) struct Gate {
     owed: AtomicU64,
     /// Where `idemgate_destination_paused` and `idemgate_runs_paced_total` go.
     metrics: Option<Arc<WorkerMetrics>>,
-    /// The state key's `breaker` at the last call.
-    shared_breaker: std::sync::Mutex<SharedBreaker>,
+    /// The state key's `breaker` as read since the breaker's last sync
+    /// (`None`: not read since; a wait read long ago is no longer the wait).
+    shared_breaker: std::sync::Mutex<Option<SharedBreaker>>,
 }
 
 /// What the poller knew of the breakers at its last look: this worker's
@@ -106,7 +107,7 @@ impl Gate {
             seen: watch::Sender::new(Seen::Open),
             owed: AtomicU64::new(0),
             metrics,
-            shared_breaker: std::sync::Mutex::new(SharedBreaker::Closed),
+            shared_breaker: std::sync::Mutex::new(None),
         }
     }
 
@@ -146,7 +147,7 @@ impl Gate {
     /// One call of `lua/destination_take.lua`, giving back what is owed.
     async fn call(&self, queue: &Queue, want: u64) -> Result<Taken, crate::Error> {
         let took = self.call_shared(queue, want).await?;
-        *crate::sync::lock(&self.shared_breaker) = took.breaker;
+        *crate::sync::lock(&self.shared_breaker) = Some(took.breaker);
         Ok(took.taken)
     }
 
@@ -286,7 +287,7 @@ impl Gate {
     async fn sync_breaker(&self, queue: &Queue, breaker: &Breaker, last: &mut BreakerSync) {
         let local_closed = breaker.is_closed();
         let local_until = breaker.open_until();
-        let shared = *crate::sync::lock(&self.shared_breaker);
+        let shared = crate::sync::lock(&self.shared_breaker).take();
         // Longer by more than a second: a new Retry-After, not the clock's drift.
         let longer = local_until.is_some_and(|u| last.shared_until.is_none_or(|w| u > w + Duration::from_secs(1)));
         if local_closed != last.local_closed || longer {
@@ -309,6 +310,8 @@ impl Gate {
             }
             return;
         }
+        // Followed only as freshly read: a look that failed says nothing new.
+        let Some(shared) = shared else { return };
         match shared {
             SharedBreaker::Closed if last.shared_open && !local_closed => {
                 tracing::info!(destination = %self.name, "another worker's probe closed the destination's breaker");
