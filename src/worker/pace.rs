@@ -33,6 +33,7 @@ use super::breaker::Breaker;
 use super::metrics::WorkerMetrics;
 use super::queue::Queue;
 use crate::redis_io::destination_scripts::{BreakerCall, HoldCall, SharedBreaker, TakeCall, Taken};
+use crate::units::redis_ms;
 
 /// How often a worker looks at its destination's state key for a pause or a
 /// hold (so each worker notices within a second), and how often a paused
@@ -249,7 +250,7 @@ impl Gate {
         if self.pace.is_none() {
             return;
         }
-        let hold_ms = u64::try_from(hold.as_millis()).unwrap_or(u64::MAX).max(1);
+        let hold_ms = redis_ms(hold);
         self.seen.send_if_modified(|s| {
             let until = Instant::now() + hold;
             match s {
@@ -291,10 +292,8 @@ impl Gate {
         // Longer by more than a second: a new Retry-After, not the clock's drift.
         let longer = local_until.is_some_and(|u| last.shared_until.is_none_or(|w| u > w + Duration::from_secs(1)));
         if local_closed != last.local_closed || longer {
-            let wait_ms = (!local_closed).then(|| {
-                let left = local_until.map_or(Duration::ZERO, |u| u.saturating_duration_since(Instant::now()));
-                u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
-            });
+            let wait_ms = (!local_closed)
+                .then(|| redis_ms(local_until.map_or(Duration::ZERO, |u| u.saturating_duration_since(Instant::now()))));
             let call = BreakerCall { keys: queue.keys(), destination: &self.name, wait_ms };
             match queue.handle().call(&call).await {
                 Ok(shared_ms) => {
