@@ -18,7 +18,7 @@ else
   bin="$target/release/idemgate"
 fi
 command -v st >/dev/null || { echo "api-fuzz: schemathesis is not installed (pip install schemathesis)" >&2; exit 1; }
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+. "$(dirname "$0")/lib/free-ports.sh"
 
 work=$(mktemp -d)
 pids=()
@@ -40,7 +40,7 @@ TOML
 fuzz() {
   local label=$1 port pid
   shift
-  port=$(free_port)
+  port=$(free_ports 1)
   "$bin" serve --listen "127.0.0.1:$port" --config "$work/idemgate.toml" "$@" > "$work/$label.log" 2>&1 &
   pid=$!
   pids+=("$pid")
@@ -60,7 +60,7 @@ fuzz() {
 
 fuzz memory
 
-redis_port=$(free_port)
+redis_port=$(free_ports 1)
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no > "$work/redis.log" 2>&1 &
 pids+=("$!")
 for _ in $(seq 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done

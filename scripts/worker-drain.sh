@@ -41,7 +41,7 @@
 set -euo pipefail
 BIN=$1 C=$2 N=$3 LABEL=${4:-$(basename "$1")}
 . "$(dirname "$0")/lib/loopback.sh"
-SP=$(free_port) KP=$(free_port)
+read -r SP KP < <(free_ports 2)
 
 "$BIN" serve --redis-url "$R" --namespace drain --listen "127.0.0.1:$SP" --allowed-repo o/r >"$D/serve.log" 2>&1 &
 SPID=$!

@@ -23,7 +23,7 @@
 set -euo pipefail
 BIN=$1 RATE=$2 N=$3 C=${4:-32} LABEL=${5:-$(basename "$1")}
 . "$(dirname "$0")/lib/loopback.sh"
-SP=$(free_port) KP=$(free_port)
+read -r SP KP < <(free_ports 2)
 
 python3 "$LIB/sink.py" "$KP" "$D/sink.out" "$N" 0 2>"$D/sink.err" &
 PIDS+=($!)

@@ -38,7 +38,7 @@ if docker compose version >/dev/null 2>&1; then
 else
   compose() { docker-compose -p "$project" "${files[@]}" "$@"; }
 fi
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+. scripts/lib/free-ports.sh
 
 export IDEMGATE_REDIS_IMAGE=${IDEMGATE_REDIS_IMAGE:-idemgate/redis:local}
 export IDEMGATE_IMAGE=${IDEMGATE_IMAGE:-idemgate/idemgate:local}
@@ -48,11 +48,7 @@ export IDEMGATE_OTLP_RECEIVER_IMAGE=${IDEMGATE_OTLP_RECEIVER_IMAGE:-idemgate/otl
 [ "$IDEMGATE_OTLP_RECEIVER_IMAGE" = idemgate/otlp-receiver:local ] && scripts/otlp-receiver-image.sh
 
 # Free host ports, so the test never collides with a stack already running.
-IDEMGATE_REDIS_PORT=$(free_port)
-IDEMGATE_GATE1_PORT=$(free_port)
-IDEMGATE_GATE2_PORT=$(free_port)
-IDEMGATE_GATE3_PORT=$(free_port)
-IDEMGATE_OTLP_PORT=$(free_port)
+read -r IDEMGATE_REDIS_PORT IDEMGATE_GATE1_PORT IDEMGATE_GATE2_PORT IDEMGATE_GATE3_PORT IDEMGATE_OTLP_PORT < <(free_ports 5)
 export IDEMGATE_REDIS_PORT IDEMGATE_GATE1_PORT IDEMGATE_GATE2_PORT IDEMGATE_GATE3_PORT IDEMGATE_OTLP_PORT
 export IDEMGATE_NAMESPACE=compose-test IDEMGATE_ALLOWED_REPOS=octo/repo IDEMGATE_WORKER_GROUP=workers
 # Secrets of the test's own (not the compose file's local defaults), so the

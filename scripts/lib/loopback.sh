@@ -7,14 +7,14 @@
 D=$(mktemp -d)
 LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PIDS=()
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$LIB/free-ports.sh"
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   redis-cli -p "$RP" shutdown nosave >/dev/null 2>&1 || true
   rm -rf "$D"
 }
 trap cleanup EXIT
-RP=$(free_port)
+RP=$(free_ports 1)
 redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --logfile "$D/redis.log"
 until redis-cli -p "$RP" ping >/dev/null 2>&1; do sleep 0.05; done
 R="redis://127.0.0.1:$RP"
