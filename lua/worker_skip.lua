@@ -1,23 +1,63 @@
--- idemgate worker: the destination's filter refuses an ordered run (an
--- unordered one is only acknowledged, with XACK). Passing over it must
--- keep its key's line moving: the run enters the line as if it were to
--- run (the runs read before it first, lua/shared/order.lua), and leaves it
--- at once, handing the line on if it was the head. Its record is not
--- written: a refused run costs nothing but its counter. The chain's
--- previous stays the last run the destination did attempt.
+-- idemgate worker: the destination's filter refuses a run. The entry is
+-- acknowledged for the group: no attempt, no request, no error.
+--
+-- A run no destination has started yet keeps a `queued` record, which
+-- lives (no TTL) until a destination's attempt and its finish give it the
+-- run retention. A run every destination refuses would never get one: so
+-- the refusal names the group in the record's `filtered_by` and gives the
+-- record the run retention, from now, unless it has a TTL already. A
+-- destination that then starts the run takes the TTL away again
+-- (lua/worker_start.lua), as one that joins a record another finished does
+-- (lua/shared/destination.lua). A record a destination has started is
+-- left as it is: that destination's finish sets its TTL.
+--
+-- An ordered run (ARGV[5]): passing over it must keep its key's line
+-- moving: the run enters the line as if it were to run (the runs read
+-- before it first, lua/shared/order.lua), and leaves it at once, handing
+-- the line on if it was the head. The chain's previous stays the last run
+-- the destination did attempt.
 --
 -- KEYS[1]: runs_key                 idemgate:{NS}:runs
 -- KEYS[2]: run_key                  idemgate:{NS}:run:<run id>
 -- ARGV[1]: group                    consumer group
 -- ARGV[2]: consumer                 consumer name (this worker)
 -- ARGV[3]: entry_id                 stream entry id
--- ARGV[4]: order_key                the entry's order key
--- ARGV[5]: retention_ms             run retention, ms (an idle key's state expires after it; 0: never)
+-- ARGV[4]: retention_ms             run retention, ms (the record's, and an idle key's state's, TTL; 0: never)
+-- ARGV[5]: order_key                the entry's order key; left off for an unordered run
 -- Returns: 1
 
 ${run_fields}
 ${destination}
 ${holds}
+
+-- The record no destination has started (no owner, still queued): the
+-- refusal is named in it, and it lives the run retention at most.
+local function bound_unstarted_record()
+  local r = redis.call('HMGET', KEYS[2], ${field_group}, ${plain_field_status}, ${field_filtered_by})
+  if r[1] or r[2] ~= ${status_queued} then
+    return
+  end
+  local listed = false
+  for _, name in ipairs(other_destination_names(r[3])) do
+    listed = listed or name == ARGV[1]
+  end
+  if not listed then
+    redis.call('HSET', KEYS[2], ${field_filtered_by}, (r[3] or '') .. #ARGV[1] .. ':' .. ARGV[1])
+  end
+  if tonumber(ARGV[4]) > 0 and redis.call('PTTL', KEYS[2]) == -1 then
+    redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  end
+end
+
+local order_key = ARGV[5]
+if not order_key then
+  if holds(ARGV[1], ARGV[2], ARGV[3]) then
+    redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+    bound_unstarted_record()
+  end
+  return 1
+end
+
 ${order}
 ${order_enter}
 ${order_finish}
@@ -28,9 +68,10 @@ if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   -- line on the reader's behalf and acknowledged the entry. A run still
   -- waiting there leaves it (the filter refuses it wherever it is read);
   -- a head was handed on with an entry of its own, which decides it.
-  if redis.call('HGET', order_key_of(ARGV[4]), 'h:' .. ARGV[1]) ~= run_id then
-    order_hand_on(ARGV[4], ARGV[1], run_id, nil, ARGV[5])
+  if redis.call('HGET', order_key_of(order_key), 'h:' .. ARGV[1]) ~= run_id then
+    order_hand_on(order_key, ARGV[1], run_id, nil, ARGV[4])
   end
+  bound_unstarted_record()
   return 1
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
@@ -38,5 +79,6 @@ order_catch_up(ARGV[1], ARGV[3])
 -- No previous: the chain names the runs the destination did get. (No
 -- head passed over here is dead: a dead run sent again is addressed to its
 -- group, and the filter judges no addressed entry, so no line is unblocked.)
-order_hand_on(ARGV[4], ARGV[1], run_id, nil, ARGV[5])
+order_hand_on(order_key, ARGV[1], run_id, nil, ARGV[4])
+bound_unstarted_record()
 return 1

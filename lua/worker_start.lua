@@ -61,13 +61,13 @@ ${holds}
 ${op_replay}
 
 -- What the call reads of the record, in one HMGET (the replay's, the
--- budget's and the answer's fields, and the owner of the plain ones: read
+-- budget's and the answer's fields, `filtered_by`, and the owner of the plain ones: read
 -- again under this destination's names when it is another's); an attempt
 -- that never reported back, or a run out of attempts, reads the rest it
 -- needs once more.
 local function read_start()
   return redis.call('HMGET', KEYS[2], ${field_op}, ${field_op_result}, ${field_attempts}, ${field_attempt_base},
-    ${field_status}, ${field_created_ms}, ${field_payload}, ${field_trace}, ${field_group})
+    ${field_status}, ${field_created_ms}, ${field_payload}, ${field_trace}, ${field_group}, ${field_filtered_by})
 end
 local r = read_start()
 F = fields_for_owner(r[9], ARGV[1])
@@ -122,6 +122,12 @@ local function begin_attempt(history, previous)
   end
   redis.call('HSET', KEYS[2], unpack(fields))
   redis.call('HDEL', KEYS[2], ${field_next_attempt_ms}, ${field_parked_group}, ${field_entry_id}, ${field_order_wait})
+  if r[10] then
+    -- Another destination's filter refused the run and gave its unstarted
+    -- record the run retention (lua/worker_skip.lua): it lives while this
+    -- destination works on it.
+    redis.call('PERSIST', KEYS[2])
+  end
   return {1, attempts, r[6], r[7], attempts - base, r[8], previous}
 end
 

@@ -46,7 +46,7 @@ enum Command {
     Key(cli::ops::KeyArgs),
     /// Dead runs: list them, or put them back on the runs stream.
     Dead(cli::ops::DeadArgs),
-    /// Runs: redeliver done or dead ones.
+    /// Runs: redeliver done or dead ones, make parked ones due now, skip a dead head of an order key.
     Runs(cli::ops::RunsArgs),
     /// Destinations: the public keys (`whpk_`) one signs `v1a` with; pause and resume one.
     Destinations(cli::destinations::DestinationsArgs),

@@ -850,7 +850,7 @@ impl RunRecord {
     /// spells a field itself or names one [`RunRecord::field_names`] does not
     /// know. Of every shape ([`RunRecord`]); docs/reference.md's key table
     /// says what each holds.
-    pub const FIELDS: [&'static str; 15] = [
+    pub const FIELDS: [&'static str; 16] = [
         // The gate's (lua/gate.lua, lua/gate_hold.lua).
         RunFields::ENTRY_ID,
         Self::CREATED_MS,
@@ -875,6 +875,10 @@ impl RunRecord {
         "backfill",
         // The destinations beside the owner of the plain fields (lua/shared/destination.lua).
         Self::OTHER_DESTINATIONS,
+        // The destinations whose filter refused the run, as enc(name) each
+        // (lua/worker_skip.lua): while no destination has started it, its
+        // record lives the run retention from the first refusal.
+        "filtered_by",
     ];
 
     /// The fields each destination keeps of its own: the owner (named in
@@ -902,7 +906,7 @@ impl RunRecord {
         "dead_entry",
         "redeliveries",
         "dead_retries",
-        "retried_ms",
+        Self::RETRIED_MS,
         "order_wait",
         "skipped_ms",
     ];
@@ -911,6 +915,8 @@ impl RunRecord {
     pub const STATUS: &'static str = "status";
     /// `created_ms`: when the gate created the run.
     pub const CREATED_MS: &'static str = "created_ms";
+    /// `retried_ms`: a destination's latest dead retry or redelivery of the run.
+    pub const RETRIED_MS: &'static str = "retried_ms";
     /// `attempts`: the highest attempt number so far.
     pub const ATTEMPTS: &'static str = "attempts";
     /// `last_error`: the last failed attempt's error.

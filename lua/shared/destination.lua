@@ -118,7 +118,10 @@ end
 -- A destination that does not own the plain fields starts its first attempt
 -- on `record`: it joins `other_destinations` (once), and the record, which
 -- another destination may have finished and set to expire, lives while
--- this one works on it.
+-- this one works on it, its payload too: a time `--keep-done-payloads`
+-- gave it at that finish goes (lua/payload_expire.lua takes the payload
+-- only from a record with a time past; the last destination to finish
+-- sets one again, lua/shared/done.lua).
 local function join_other_destinations(record, group)
   local list = redis.call('HGET', record, ${field_other_destinations})
   local listed = false
@@ -128,6 +131,7 @@ local function join_other_destinations(record, group)
   if not listed then
     redis.call('HSET', record, ${field_other_destinations}, (list or '') .. #group .. ':' .. group)
   end
+  redis.call('HDEL', record, ${field_payload_until_ms})
   redis.call('PERSIST', record)
 end
 

@@ -1,5 +1,5 @@
 //! The operator commands (docs/reference.md#commands): `inspect`, `stats`,
-//! `key`, `dead` and `healthcheck`. The library's [`idemgate::ops`] reads;
+//! `key`, `dead`, `runs` and `healthcheck`. The library's [`idemgate::ops`] reads;
 //! these print what it returns and choose the exit code.
 
 use std::process::ExitCode;
@@ -360,8 +360,10 @@ pub async fn dead_command(args: &DeadArgs, sources: Sources) -> Result<ExitCode,
         }
         DeadCommand::Retry { run_ids, all, read } => {
             let ops = Ops::connect(&store(sources)?).await?;
-            let results = ops.dead_retry((!*all).then_some(run_ids.as_slice())).await?;
-            Ok(report_moved(&results, *all, false, read.json))
+            let which = (!*all).then_some(run_ids.as_slice());
+            let mut report = MovedReport::new(*all, false, read.json);
+            let results = ops.dead_retry(which, &mut |r| report.one(r)).await;
+            report.end(results)
         }
     }
 }
@@ -375,11 +377,19 @@ pub async fn runs_command(args: &RunsArgs, sources: Sources) -> Result<ExitCode,
         RunsCommand::Redeliver { run_ids, all_dead, without_payload, destination, read } => {
             let ops = Ops::connect(&store(sources)?).await?;
             let which = (!*all_dead).then_some(run_ids.as_slice());
-            let results = ops.redeliver(which, *without_payload, destination.as_deref()).await?;
-            Ok(report_moved(&results, *all_dead, true, read.json))
+            let mut report = MovedReport::new(*all_dead, true, read.json);
+            let results = ops.redeliver(which, *without_payload, destination.as_deref(), &mut |r| report.one(r)).await;
+            report.end(results)
         }
         RunsCommand::RetryNow { parked_group: Some(group), read, .. } => {
             let ops = Ops::connect(&store(sources)?).await?;
+            if !ops.is_destination(group).await? {
+                eprintln!(
+                    "idemgate runs retry-now: no group {}: no consumer group of that name reads the runs stream; nothing changed",
+                    render::one_line(group)
+                );
+                return Ok(ExitCode::FAILURE);
+            }
             let made_due = ops.retry_now_group(group).await?;
             let text = if read.json {
                 json_text(&serde_json::json!({"group": group, "made_due": made_due}))
@@ -422,17 +432,59 @@ pub async fn runs_command(args: &RunsArgs, sources: Sources) -> Result<ExitCode,
     }
 }
 
-/// Prints what `dead retry` or `runs redeliver` did; exit 1 when a named run was refused.
-fn report_moved(results: &[Retried], all: bool, redeliver: bool, json: bool) -> ExitCode {
-    let moved = results.iter().filter(|r| r.moved()).count();
-    let text = if json {
-        json_text(&serde_json::json!({"moved": moved, "runs": results}))
-    } else {
-        render::retried_text(results, all, redeliver)
-    };
-    print_out(&text);
-    let refused = results.len() - moved;
-    if refused > 0 && !all { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+/// What `dead retry` or `runs redeliver` did, printed as it happens: a
+/// line per run as it moves or is refused (a long `--all` shows its
+/// progress, and a store error part of the way leaves what moved before it
+/// on the screen), then the count; `--json`: one document at the end, with
+/// the `error` that stopped it, if one did.
+struct MovedReport {
+    all: bool,
+    redeliver: bool,
+    json: bool,
+    seen: Vec<Retried>,
+}
+
+impl MovedReport {
+    fn new(all: bool, redeliver: bool, json: bool) -> Self {
+        MovedReport { all, redeliver, json, seen: Vec::new() }
+    }
+
+    fn one(&mut self, r: &Retried) {
+        if !self.json {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(render::retried_line(r, self.redeliver).as_bytes());
+            let _ = out.flush();
+        }
+        self.seen.push(r.clone());
+    }
+
+    /// Exit 1 when a named run was refused (with `--all`, runs no longer
+    /// dead are skipped, exit 0), when `--destination` names no group, or
+    /// when the store failed part of the way (after what moved before).
+    fn end(self, results: Result<Vec<Retried>, OpsError>) -> Result<ExitCode, OpsError> {
+        let error = results.err();
+        let moved = self.seen.iter().filter(|r| r.moved()).count();
+        if self.json {
+            let mut doc = serde_json::json!({"moved": moved, "runs": self.seen});
+            if let Some(e) = &error {
+                doc["error"] = serde_json::json!(e.to_string());
+            }
+            print_out(&json_text(&doc));
+        } else {
+            let mut summary = render::retried_summary(&self.seen, self.all);
+            if error.is_some() {
+                summary.push_str(" before the error below");
+            }
+            print_out(&summary);
+        }
+        if let Some(e) = error {
+            return Err(e);
+        }
+        let no_destination = self.seen.iter().any(|r| matches!(r, Retried::NoDestination { .. }));
+        let refused = self.seen.len() - moved;
+        Ok(if no_destination || (refused > 0 && !self.all) { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    }
 }
 
 /// `idemgate key`.

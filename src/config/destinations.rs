@@ -103,7 +103,7 @@ impl FileConfig {
             let toml::Value::Table(keys) = value else {
                 return Err(ConfigError::new(format!("the config file's `{}`: expected a table", table.name)));
             };
-            out.push(Destination::read(name, keys, &table, self.destinations.len() > 1)?);
+            out.push(Destination::read(name, keys, &table)?);
         }
         Ok(out)
     }
@@ -147,7 +147,7 @@ impl FileConfig {
 }
 
 impl Destination {
-    fn read(name: &str, keys: &toml::Table, t: &Table<'_>, several: bool) -> Result<Self, ConfigError> {
+    fn read(name: &str, keys: &toml::Table, t: &Table<'_>) -> Result<Self, ConfigError> {
         let mut layer = Layer::default();
         let mut filter = RunFilter::default();
         let (mut rate, mut burst) = (None, None);
@@ -219,11 +219,6 @@ impl Destination {
                     return Err(file.fail("signs requests to url: a command destination takes none"));
                 }
             }
-        }
-        if several && layer.keep_done_payloads.is_none() {
-            // Destinations share one run record: the first to finish must
-            // not take the payload the others still filter on and deliver.
-            layer.set("keep_done_payloads", Given::new(Raw::Bool(true), Origin::Default("keep_done_payloads")));
         }
         let pace = match (rate, burst) {
             (Some((count, per)), burst) => {
@@ -302,7 +297,14 @@ pub fn destination_layer(
         return Err(clash.fail(format!("the destination's table gives this: drop it, or drop {}", given.origin)));
     }
     let destination = file.destination(given)?;
-    let layer = above_file.clone().over(destination.layer.clone()).over(file.layer());
+    let mut layer = above_file.clone().over(destination.layer.clone()).over(file.layer());
+    if file.destination_names().count() > 1 && layer.keep_done_payloads.is_none() {
+        // Destinations share one run record: the first to finish must not
+        // take the payload the others, maybe not started yet, still filter
+        // on and deliver. The default's, so below every layer: a value
+        // given anywhere (flag, env, the table, `[worker]`) wins.
+        layer.set("keep_done_payloads", Given::new(Raw::Bool(true), Origin::Default("keep_done_payloads")));
+    }
     Ok((destination, layer))
 }
 
@@ -344,6 +346,18 @@ max_attempts = 3
 command = ["audit"]
 keep_done_payloads = false
 "#;
+
+    #[test]
+    fn several_destinations_keep_done_payloads_unless_the_worker_table_says_otherwise() {
+        let f = file(&THREE.replace("timeout = \"9s\"", "timeout = \"9s\"\nkeep_done_payloads = false"));
+        let (ci, layer) = destination_layer(&flag("ci"), &Layer::default(), &f).unwrap();
+        let s = WorkerSetup::resolve(&layer, ci.command.as_ref().map_or(&[][..], |c| &c.value)).unwrap();
+        assert!(s.config.keep_done_payloads.is_none(), "[worker] keep_done_payloads = false is the operator's");
+        let f = file(&THREE.replace("timeout = \"9s\"", "timeout = \"9s\"\nkeep_done_payloads = \"2h\""));
+        let (ci, layer) = destination_layer(&flag("ci"), &Layer::default(), &f).unwrap();
+        let s = WorkerSetup::resolve(&layer, ci.command.as_ref().map_or(&[][..], |c| &c.value)).unwrap();
+        assert_eq!(s.config.keep_done_payloads, Some(crate::units::Lifetime(Some(Duration::from_secs(7200)))));
+    }
 
     #[test]
     fn each_destination_takes_its_table_then_the_worker_table() {

@@ -84,10 +84,19 @@ async fn stats(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
     Ok(Json(v))
 }
 
-/// A query string's parameters, each given at most once.
-fn params(q: Option<String>) -> Result<HashMap<String, String>, ApiError> {
+/// A query string's parameters, each given at most once and each one of
+/// `known` (a misspelled filter is refused: answered, it would list
+/// everything unfiltered).
+fn params(q: Option<String>, known: &[&str]) -> Result<HashMap<String, String>, ApiError> {
     let mut params: HashMap<String, String> = HashMap::new();
     for (k, v) in form_urlencoded::parse(q.unwrap_or_default().as_bytes()).into_owned() {
+        if !known.contains(&k.as_str()) {
+            return Err(ApiError::BadRequest(format!(
+                "unknown parameter {:?}: this endpoint takes {}",
+                crate::text::escape_control(&k),
+                known.join(", ")
+            )));
+        }
         if params.contains_key(&k) {
             return Err(ApiError::BadRequest(format!("{} is given twice", crate::text::escape_control(&k))));
         }
@@ -97,7 +106,7 @@ fn params(q: Option<String>) -> Result<HashMap<String, String>, ApiError> {
 }
 
 async fn runs(State(st): State<AppState>, RawQuery(q): RawQuery) -> Result<Json<Value>, ApiError> {
-    let q = params(q)?;
+    let q = params(q, &RunQuery::PARAMS)?;
     let param = |k: &str| q.get(k).map(String::as_str);
     let query = RunQuery::parse(|k| param(k).map(str::to_owned)).map_err(ApiError::BadRequest)?;
     // A delivery id alone is looked up under every configured provider.
@@ -246,7 +255,7 @@ async fn payload(State(st): State<AppState>, p: Result<Path<String>, PathRejecti
 /// `GET /v1/ops/dead?before=&limit=`: one page of the dead stream, newest
 /// first, with its length read with it.
 async fn dead(State(st): State<AppState>, RawQuery(q): RawQuery) -> Result<Response, ApiError> {
-    let q = params(q)?;
+    let q = params(q, &["before", "limit"])?;
     let before = q
         .get("before")
         .map(|b| {
@@ -401,6 +410,26 @@ async fn group_retry_now(
     Ok((StatusCode::OK, Json(json!({"group": group, "made_due": made_due}))).into_response())
 }
 
+/// The answer of a retry or redelivery that moved the run: the first move's
+/// fields; a dead run that was dead for several destinations went back to
+/// each, so the answer then counts every dead entry removed and lists them
+/// all in `destinations`.
+fn moved_answer(results: &[Retried]) -> serde_json::Value {
+    let mut answer = serde_json::to_value(&results[0]).expect("a result serializes");
+    let moves: Vec<_> = results
+        .iter()
+        .filter_map(|r| match r {
+            Retried::Moved { dead_entries_removed, destination, .. } => Some((*dead_entries_removed, destination)),
+            _ => None,
+        })
+        .collect();
+    if moves.len() > 1 {
+        answer["dead_entries_removed"] = json!(moves.iter().map(|m| m.0).sum::<u64>());
+        answer["destinations"] = json!(moves.iter().filter_map(|m| m.1.as_deref()).collect::<Vec<_>>());
+    }
+    answer
+}
+
 async fn send_again(
     st: AppState,
     p: Result<Path<String>, PathRejection>,
@@ -409,16 +438,17 @@ async fn send_again(
 ) -> Result<Response, ApiError> {
     let run_id = path(p)?;
     segment("run_id", &run_id)?;
-    let result = source(&st)?
+    let results = source(&st)?
         .retry(&run_id, done_too, asked.without_payload, asked.destination.as_deref())
         .await
         .map_err(|e| unavailable(&st, e))?;
     let (moved, wanted) =
         if done_too { ("run redelivered", "done or dead") } else { ("dead run queued again", "dead") };
-    match &result {
+    let result = results.first().expect("a result for the run asked for");
+    match result {
         Retried::Moved { .. } => {
             tracing::info!(run_id = %crate::text::escape_control(&run_id), "ops API: {moved}");
-            Ok((StatusCode::OK, Json(result)).into_response())
+            Ok((StatusCode::OK, Json(moved_answer(&results))).into_response())
         }
         Retried::Refused { status, .. } if status.is_empty() => Err(no_run(&run_id)),
         Retried::NoDestination { destination, .. } => Err(ApiError::NotFound(format!(
@@ -435,5 +465,34 @@ async fn send_again(
             crate::text::escape_control(&run_id),
             crate::text::escape_control(status)
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn moved(destination: &str, entry_id: &str, removed: u64) -> Retried {
+        Retried::Moved {
+            run_id: "run-1".into(),
+            entry_id: entry_id.into(),
+            dead_entries_removed: removed,
+            destination: Some(destination.into()),
+        }
+    }
+
+    #[test]
+    fn a_run_dead_for_two_destinations_is_answered_as_moved_to_both() {
+        let one = moved_answer(&[moved("ci", "1-0", 1)]);
+        assert_eq!(
+            one,
+            json!({"result": "moved", "run_id": "run-1", "entry_id": "1-0", "dead_entries_removed": 1, "destination": "ci"})
+        );
+        let two = moved_answer(&[moved("ci", "1-0", 1), moved("audit", "2-0", 2)]);
+        assert_eq!(
+            two,
+            json!({"result": "moved", "run_id": "run-1", "entry_id": "1-0", "dead_entries_removed": 3,
+                   "destination": "ci", "destinations": ["ci", "audit"]})
+        );
     }
 }

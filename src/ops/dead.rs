@@ -180,7 +180,7 @@ impl DeadRun {
 const MAX_DESTINATIONS_PER_RUN: usize = 64;
 
 /// How `dead retry` and `runs redeliver` send runs again.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct SendAgain {
     /// A `done` run moves too (`runs redeliver`).
     done_too: bool,
@@ -302,8 +302,14 @@ impl Ops {
     /// one atomic script per run): its attempt budget anew, record `queued`,
     /// its dead-stream entries removed. A run that is not dead is refused and
     /// left as it is. `None`: every run the dead stream names, oldest first.
-    pub async fn dead_retry(&self, run_ids: Option<&[String]>) -> Result<Vec<Retried>, OpsError> {
-        self.send_again(run_ids, &SendAgain::default()).await
+    /// `each` sees every result as it comes (a bulk command's progress: on an
+    /// error part of the way, what it saw is what moved or was refused).
+    pub async fn dead_retry(
+        &self,
+        run_ids: Option<&[String]>,
+        each: &mut (dyn FnMut(&Retried) + Send),
+    ) -> Result<Vec<Retried>, OpsError> {
+        self.send_again(run_ids, &SendAgain::default(), each).await
     }
 
     /// `runs redeliver`: as [`Ops::dead_retry`], but a `done` run moves too
@@ -313,26 +319,36 @@ impl Ops {
     /// every run the dead stream names.
     /// `destination`: to that destination alone (else a dead run goes to
     /// the one it died for, a done one to each its record has); a name no consumer
-    /// group has is refused ([`Retried::NoDestination`]).
+    /// group has is refused ([`Retried::NoDestination`]; with `None`, one
+    /// such result whose `run_id` is empty). `each`: as [`Ops::dead_retry`]'s.
     pub async fn redeliver(
         &self,
         run_ids: Option<&[String]>,
         without_payload: bool,
         destination: Option<&str>,
+        each: &mut (dyn FnMut(&Retried) + Send),
     ) -> Result<Vec<Retried>, OpsError> {
         let again = SendAgain { done_too: true, without_payload, destination: destination.map(str::to_owned) };
         if let Some(name) = destination
             && !self.is_destination(name).await?
         {
-            let refused =
-                |run_id: &String| Retried::NoDestination { run_id: run_id.clone(), destination: name.to_owned() };
-            return Ok(run_ids.unwrap_or_default().iter().map(refused).collect());
+            // `--all-dead` with a typo is refused too, not a move of nothing.
+            let named = run_ids.map_or_else(|| vec![String::new()], <[String]>::to_vec);
+            let refused = |run_id| Retried::NoDestination { run_id, destination: name.to_owned() };
+            let results: Vec<Retried> = named.into_iter().map(refused).collect();
+            results.iter().for_each(&mut *each);
+            return Ok(results);
         }
-        self.send_again(run_ids, &again).await
+        self.send_again(run_ids, &again, each).await
     }
 
-    async fn send_again(&self, run_ids: Option<&[String]>, again: &SendAgain) -> Result<Vec<Retried>, OpsError> {
-        let Some(run_ids) = run_ids else { return self.send_all_dead_again(again).await };
+    async fn send_again(
+        &self,
+        run_ids: Option<&[String]>,
+        again: &SendAgain,
+        each: &mut (dyn FnMut(&Retried) + Send),
+    ) -> Result<Vec<Retried>, OpsError> {
+        let Some(run_ids) = run_ids else { return self.send_all_dead_again(again, each).await };
         let mut out = Vec::with_capacity(run_ids.len());
         for run_id in run_ids {
             let (mut result, named) = self.retry_one(run_id.clone(), &[], again).await?;
@@ -340,6 +356,7 @@ impl Ops {
                 self.forget_unnamed_entries(run_id, &mut result).await?;
             }
             let moved = matches!(result, Retried::Moved { .. });
+            each(&result);
             out.push(result);
             // A dead retry with no destination named sends the run to the
             // first destination it is dead for (lua/dead_retry.lua): each
@@ -347,7 +364,10 @@ impl Ops {
             if moved && !again.done_too && again.destination.is_none() {
                 for _ in 1..MAX_DESTINATIONS_PER_RUN {
                     match self.retry_one(run_id.clone(), &[], again).await? {
-                        (next @ Retried::Moved { .. }, _) => out.push(next),
+                        (next @ Retried::Moved { .. }, _) => {
+                            each(&next);
+                            out.push(next);
+                        }
                         _ => break,
                     }
                 }
@@ -358,7 +378,11 @@ impl Ops {
 
     /// Every run the dead stream names, oldest first: one pass over the
     /// stream, then one script per run.
-    async fn send_all_dead_again(&self, again: &SendAgain) -> Result<Vec<Retried>, OpsError> {
+    async fn send_all_dead_again(
+        &self,
+        again: &SendAgain,
+        each: &mut (dyn FnMut(&Retried) + Send),
+    ) -> Result<Vec<Retried>, OpsError> {
         let dead = self.dead_list().await?;
         // By run and by the destination each entry died for: a run keeps a
         // record per destination, and each is retried with its own entries
@@ -374,13 +398,29 @@ impl Ops {
             ids.push(d.entry_id.as_str());
         }
         let mut out = Vec::with_capacity(order.len());
+        let mut named_runs = std::collections::HashSet::new();
         for key @ (run_id, group) in order {
-            let for_one = SendAgain {
-                done_too: again.done_too,
-                without_payload: again.without_payload,
-                destination: again.destination.clone().or_else(|| (!group.is_empty()).then(|| group.to_owned())),
+            let for_one = match &again.destination {
+                // Named: each run goes once, to that destination, taking
+                // along only the entries of its death there (an entry of
+                // another destination stays: the run is still dead there).
+                Some(name) => {
+                    if !named_runs.insert(run_id) {
+                        continue;
+                    }
+                    let theirs = |g: &str| entries.get(&(run_id, g)).cloned().unwrap_or_default();
+                    let mut ids = theirs(name);
+                    ids.extend(theirs(""));
+                    (SendAgain { destination: Some(name.clone()), ..again.clone() }, ids)
+                }
+                None => (
+                    SendAgain { destination: (!group.is_empty()).then(|| group.to_owned()), ..again.clone() },
+                    entries[&key].clone(),
+                ),
             };
-            out.push(self.retry_one(run_id.to_owned(), &entries[&key], &for_one).await?.0);
+            let result = self.retry_one(run_id.to_owned(), &for_one.1, &for_one.0).await?.0;
+            each(&result);
+            out.push(result);
         }
         Ok(out)
     }

@@ -151,15 +151,30 @@ impl Ops {
         if total == 0 {
             return Ok(());
         }
+        // `retried_ms` is the group's own: under its plain name when the
+        // group owns the plain fields (or the record names no owner), else
+        // under the group's prefix.
         let mut pipe = redis::pipe();
-        for id in ids.iter().flatten() {
-            pipe.cmd("HMGET").arg(self.keys().run(id)).arg("created_ms").arg("retried_ms");
+        for (g, group_ids) in groups.iter().zip(ids) {
+            let own_retried = RunRecord::destination_field(&g.group, RunRecord::RETRIED_MS);
+            for id in group_ids {
+                pipe.cmd("HMGET").arg(self.keys().run(id)).arg(&[
+                    RunRecord::CREATED_MS,
+                    RunRecord::GROUP,
+                    RunRecord::RETRIED_MS,
+                    own_retried.as_str(),
+                ]);
+            }
         }
-        let times: Vec<(Option<u64>, Option<u64>)> = self.redis.query(&mut pipe).await?;
+        type Times = (Option<u64>, Option<String>, Option<u64>, Option<u64>);
+        let times: Vec<Times> = self.redis.query(&mut pipe).await?;
         let mut times = times.into_iter();
         for (g, group_ids) in groups.iter_mut().zip(ids) {
-            g.oldest_queued_ms =
-                times.by_ref().take(group_ids.len()).filter_map(|(created, retried)| created.max(retried)).min();
+            let queued_since = |(created, owner, plain, own): Times| {
+                let retried = if owner.is_none_or(|o| o == g.group) { plain } else { own };
+                created.max(retried)
+            };
+            g.oldest_queued_ms = times.by_ref().take(group_ids.len()).filter_map(queued_since).min();
         }
         Ok(())
     }

@@ -232,7 +232,7 @@ pub fn inspection_text(i: &Inspection) -> String {
         Some(Found::Delivery(d)) => delivery_text(d),
         Some(Found::Logical(l)) => logical_text(l),
         Some(Found::Run(r)) => run_text(r),
-        Some(Found::Order(o)) => order_text(o),
+        Some(Found::Order(o)) => format!("key: {}\n{}", cli_quote(&i.key), order_text(o)),
     };
     text.trim_end().to_owned()
 }
@@ -529,55 +529,65 @@ pub fn dead_text(key: &str, dead: &[DeadRun]) -> String {
     out.trim_end().to_owned()
 }
 
-/// The text of `idemgate dead retry` (`redeliver`: `idemgate runs
-/// redeliver`): a line per run, then the count moved.
-pub fn retried_text(results: &[Retried], all: bool, redeliver: bool) -> String {
+/// The line of `idemgate dead retry` (`redeliver`: `idemgate runs
+/// redeliver`) for one run, newline included; a command prints each as it
+/// comes, then [`retried_summary`].
+pub fn retried_line(r: &Retried, redeliver: bool) -> String {
     let wanted = if redeliver { "done or dead" } else { "dead" };
     let mut out = String::new();
-    for r in results {
-        let _ = match r {
-            Retried::Moved { run_id, entry_id, dead_entries_removed, destination } => writeln!(
+    let _ = match r {
+        Retried::Moved { run_id, entry_id, dead_entries_removed, destination } => writeln!(
+            out,
+            "{}: queued again as runs stream entry {entry_id}, for {} ({dead_entries_removed} dead entries removed)",
+            one_line(run_id),
+            destination.as_deref().map_or("every destination".to_owned(), |d| format!("destination {}", one_line(d)))
+        ),
+        // `--all-dead` refused before any run was read: no run to name.
+        Retried::NoDestination { run_id, destination } if run_id.is_empty() => writeln!(
+            out,
+            "refused: no destination {}: no consumer group of that name reads the runs stream; nothing changed",
+            one_line(destination)
+        ),
+        Retried::NoDestination { run_id, destination } => writeln!(
+            out,
+            "{}: refused: no destination {}: no consumer group of that name reads the runs stream; nothing changed",
+            one_line(run_id),
+            one_line(destination)
+        ),
+        Retried::Refused { run_id, status } if status.is_empty() => writeln!(
+            out,
+            "{}: refused: no run record (never created, or expired after its run retention); nothing changed",
+            one_line(run_id)
+        ),
+        Retried::PayloadGone { run_id, .. } => {
+            writeln!(
                 out,
-                "{}: queued again as runs stream entry {entry_id}, for {} ({dead_entries_removed} dead entries removed)",
+                "{}: refused: {}; nothing changed",
                 one_line(run_id),
-                destination
-                    .as_deref()
-                    .map_or("every destination".to_owned(), |d| format!("destination {}", one_line(d)))
-            ),
-            Retried::NoDestination { run_id, destination } => writeln!(
-                out,
-                "{}: refused: no destination {}: no consumer group of that name reads the runs stream; nothing changed",
-                one_line(run_id),
-                one_line(destination)
-            ),
-            Retried::Refused { run_id, status } if status.is_empty() => writeln!(
-                out,
-                "{}: refused: no run record (never created, or expired after its run retention); nothing changed",
-                one_line(run_id)
-            ),
-            Retried::PayloadGone { run_id, .. } => {
-                writeln!(
-                    out,
-                    "{}: refused: {}; nothing changed",
-                    one_line(run_id),
-                    r.payload_gone_text().unwrap_or_default()
-                )
+                r.payload_gone_text().unwrap_or_default()
+            )
+        }
+        Retried::Refused { run_id, status } => writeln!(
+            out,
+            "{}: refused: the run is {}, not {wanted}; nothing changed{}",
+            one_line(run_id),
+            one_line(status),
+            if status == crate::vocabulary::RunStatus::Parked.as_str() {
+                " (runs retry-now makes a parked run due at once)"
+            } else {
+                ""
             }
-            Retried::Refused { run_id, status } => writeln!(
-                out,
-                "{}: refused: the run is {}, not {wanted}; nothing changed{}",
-                one_line(run_id),
-                one_line(status),
-                if status == crate::vocabulary::RunStatus::Parked.as_str() {
-                    " (runs retry-now makes a parked run due at once)"
-                } else {
-                    ""
-                }
-            ),
-        };
-    }
+        ),
+    };
+    out
+}
+
+/// The last line of `idemgate dead retry` and `runs redeliver`: the count
+/// moved (and, for `all`, the runs the dead stream named that were no
+/// longer dead).
+pub fn retried_summary(results: &[Retried], all: bool) -> String {
     let moved = results.iter().filter(|r| r.moved()).count();
-    let _ = write!(out, "moved {moved} run{} back to the runs stream", if moved == 1 { "" } else { "s" });
+    let mut out = format!("moved {moved} run{} back to the runs stream", if moved == 1 { "" } else { "s" });
     if all && moved < results.len() {
         let _ = write!(out, "; skipped {} the dead stream names that are no longer dead", results.len() - moved);
     }

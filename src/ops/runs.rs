@@ -215,6 +215,11 @@ pub fn run_number(run_id: &str) -> Option<u64> {
 }
 
 impl RunQuery {
+    /// Every parameter [`RunQuery::parse`] reads: an API request naming
+    /// another is refused, not answered unfiltered.
+    pub const PARAMS: [&'static str; 10] =
+        ["status", "before", "limit", "provider", "repo", "action", "since", "until", "q", "order_key"];
+
     /// The query from its text parameters (`status`, `before` as a run id,
     /// `limit`, `provider`, `repo`, `action`, `since`, `until`, `q`,
     /// `order_key` as `Idemgate-Order-Key` carries it), each

@@ -495,28 +495,29 @@ impl Source {
     /// worker runs anything, so every request is refused with the run's status.
     /// `without_payload`: a done run whose payload is gone is redelivered
     /// without it (else refused, [`Retried::PayloadGone`]). `destination`:
-    /// a redelivery to that destination alone.
+    /// a redelivery to that destination alone. One result, or, for a dead
+    /// run retried that was dead for several destinations, one for each
+    /// (it goes back to every one it is dead for).
     pub async fn retry(
         &self,
         run_id: &str,
         done_too: bool,
         without_payload: bool,
         destination: Option<&str>,
-    ) -> Result<Retried, OpsError> {
+    ) -> Result<Vec<Retried>, OpsError> {
         match self {
             Source::Redis(ops) => {
                 let ids = [run_id.to_owned()];
-                let mut results = if done_too {
-                    ops.redeliver(Some(&ids), without_payload, destination).await?
+                if done_too {
+                    ops.redeliver(Some(&ids), without_payload, destination, &mut |_| {}).await
                 } else {
-                    ops.dead_retry(Some(&ids)).await?
-                };
-                Ok(results.pop().expect("one result per run asked for"))
+                    ops.dead_retry(Some(&ids), &mut |_| {}).await
+                }
             }
-            Source::Memory(m) => Ok(Retried::Refused {
+            Source::Memory(m) => Ok(vec![Retried::Refused {
                 run_id: run_id.to_owned(),
                 status: m.run(run_id).map_or(String::new(), |r| r.status.to_string()),
-            }),
+            }]),
         }
     }
 }

@@ -829,7 +829,7 @@ return called(1)
                 (c.script(), c.layout(), c.command())
             },
             {
-                let c = SkipCall { consumer, entry_id, run: &run, order_key: "1:p:3:o/r", retention_ms: 9 };
+                let c = SkipCall { consumer, entry_id, run: &run, retention_ms: 9, order_key: Some("1:p:3:o/r") };
                 (c.script(), c.layout(), c.command())
             },
             {

@@ -398,10 +398,10 @@ pub struct SkipCall<'a> {
     pub entry_id: &'a str,
     /// The run.
     pub run: &'a RunFields,
-    /// The entry's order key.
-    pub order_key: &'a str,
     /// The run retention, ms (0: never expires).
     pub retention_ms: u64,
+    /// The entry's order key (`None`: an unordered run).
+    pub order_key: Option<&'a str>,
 }
 
 impl ScriptCall for SkipCall<'_> {
@@ -412,10 +412,12 @@ impl ScriptCall for SkipCall<'_> {
     }
 
     fn layout(&self) -> Layout {
-        self.consumer
-            .on_entry(&self.run.run_id, false, self.entry_id)
-            .arg("order_key", self.order_key)
-            .arg("retention_ms", self.retention_ms)
+        let layout =
+            self.consumer.on_entry(&self.run.run_id, false, self.entry_id).arg("retention_ms", self.retention_ms);
+        match self.order_key {
+            Some(key) => layout.arg("order_key", key),
+            None => layout,
+        }
     }
 
     fn decode(&self, reply: Value) -> Result<(), Error> {

@@ -1,7 +1,9 @@
 //! A destination's filter at work: each run is decided before any attempt
 //! ([`refused`]). A refused run is acknowledged for the group and counted
-//! (`idemgate_runs_filtered_total`): no attempt, no request, no error, and
-//! no write to its run record.
+//! (`idemgate_runs_filtered_total`): no attempt, no request, no error. Its
+//! run record, while no destination has started the run, names the refusal
+//! and lives the run retention at most (`lua/worker_skip.lua`): a run every
+//! destination refuses does not stay for good.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -354,23 +354,19 @@ impl Queue {
         self.redis.query(&mut cmd).await
     }
 
-    /// Acknowledges an entry this group's filter refuses: no attempt, no
-    /// write to the run record. An ordered run's key line moves on past it
+    /// Acknowledges an entry this group's filter refuses: no attempt. A
+    /// record no destination has started is bounded (the run retention) and
+    /// names the refusal, and an ordered run's key line moves on past it
     /// (`lua/worker_skip.lua`).
     pub async fn skip(&self, e: &StreamEntry) -> Result<(), Error> {
-        if let Some(order_key) = &e.order_key {
-            let call = SkipCall {
-                consumer: self.as_consumer(),
-                entry_id: &e.id,
-                run: &e.run.fields,
-                order_key,
-                retention_ms: self.retention_ms,
-            };
-            return self.redis.call(&call).await;
-        }
-        let mut cmd = redis::cmd("XACK");
-        cmd.arg(self.keys().runs()).arg(&self.group).arg(&e.id);
-        self.redis.query::<i64>(&mut cmd).await.map(drop)
+        let call = SkipCall {
+            consumer: self.as_consumer(),
+            entry_id: &e.id,
+            run: &e.run.fields,
+            retention_ms: self.retention_ms,
+            order_key: e.order_key.as_deref(),
+        };
+        self.redis.call(&call).await
     }
 
     /// `lua/worker_start.lua`: begin the next attempt.

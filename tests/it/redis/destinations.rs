@@ -147,19 +147,26 @@ async fn each_destination_gets_exactly_the_runs_its_filter_admits() {
     let before: Vec<HashMap<String, String>> = records((1..=6).map(|n| format!("run-{n}")).collect(), &ns).await;
 
     // The notifier alone first, the file declaring it alone: what it
-    // refuses stays as the gate wrote it. It keeps done runs' payloads, for
-    // the destinations added later to backfill.
+    // refuses stays as the gate wrote it, but for the refusal named and the
+    // run retention (no destination has started it: a run every
+    // destination refused would stay for good). It keeps done runs'
+    // payloads, for the destinations added later to backfill.
     let first = declaring(&config, &["notify"], "first.toml");
     let keep = ["--keep-done-payloads", "1h"];
     let mut workers = Workers(vec![destination_worker_with(&first, &dir, "notify", "notify", &keep)]);
     wait_for(Duration::from_secs(20), "the notifier's two runs", || async { notify.got().len() >= 2 }).await;
     group_caught_up(&ns, "notify").await;
     assert_eq!(numbers(&notify.got()), [1, 3], "people's merged pull requests and pushes to main");
+    use redis::AsyncCommands;
+    let mut c = crate::support::raw_conn().await;
     for n in [2, 4, 5, 6] {
-        assert_eq!(
-            record(&ns, &format!("run-{n}")).await,
-            before[n - 1],
-            "run-{n}: a refused run's record is untouched"
+        let mut refused = record(&ns, &format!("run-{n}")).await;
+        assert_eq!(refused.remove("filtered_by").as_deref(), Some("6:notify"), "run-{n}");
+        assert_eq!(refused, before[n - 1], "run-{n}: a refused run's record is otherwise untouched");
+        let ttl: i64 = c.pttl(Keys::new(&ns).unwrap().run(&format!("run-{n}"))).await.unwrap();
+        assert!(
+            ttl > 0 && ttl <= 7 * 24 * 3_600_000,
+            "run-{n}: the run retention from the refusal, not for good: {ttl}"
         );
     }
     let text = reqwest::get(format!("http://{metrics}/metrics")).await.unwrap().text().await.unwrap();
@@ -205,6 +212,13 @@ async fn each_destination_gets_exactly_the_runs_its_filter_admits() {
     let ids: BTreeSet<String> = audit.got().iter().map(|r| r.header("webhook-id").to_owned()).collect();
     assert_eq!(ids.len(), 5, "one request per run");
     workers.stop().await;
+    // The destinations that took a refused run took its TTL away while they
+    // worked; done, it has the run retention again.
+    for n in [2, 4, 5, 6] {
+        let ttl: i64 = c.pttl(Keys::new(&ns).unwrap().run(&format!("run-{n}"))).await.unwrap();
+        assert!(ttl > 0, "run-{n}: {ttl}");
+        assert_eq!(record(&ns, &format!("run-{n}")).await.get("status").map(String::as_str), Some("done"));
+    }
     // Each run's record names the destinations it was a backfill for: those it passed the filter of.
     for (n, want) in [(1, "audit ci"), (2, "ci"), (3, "audit ci"), (4, "audit"), (5, "audit"), (6, "audit")] {
         let mut got: Vec<String> = record(&ns, &format!("run-{n}"))
@@ -213,6 +227,55 @@ async fn each_destination_gets_exactly_the_runs_its_filter_admits() {
             .map_or(Vec::new(), |b| b.split(' ').map(str::to_owned).collect());
         got.sort();
         assert_eq!(got.join(" "), want, "run-{n}");
+    }
+}
+
+/// A run every destination refuses does not stay for good: the first
+/// refusal names itself in the record and gives it the run retention, the
+/// next adds its name. A destination that takes a run another refused
+/// takes that TTL away while it works on it: parked for an hour after a
+/// 503, run-2 keeps its record (no TTL) however short the retention.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_every_destination_refuses_expires_and_one_a_destination_takes_lives_while_it_works() {
+    use redis::AsyncCommands;
+    let ns = fresh_ns("refused");
+    let dir = temp_dir("refused");
+    let ci =
+        Destination::start(|_, _| crate::support::destination::status(axum::http::StatusCode::SERVICE_UNAVAILABLE))
+            .await;
+    let (notify, audit) = (Destination::start(|_, _| ok()).await, Destination::start(|_, _| ok()).await);
+    let config = config(&ns, &dir, &ci.url(), &notify.url(), &audit.url(), &format!("127.0.0.1:{}", free_port()));
+    let config = declaring(&config, &["notify", "ci"], "two.toml");
+    create_runs(&ns).await;
+    let mut workers = Workers(vec![destination_worker(&config, &dir, "notify", "notify")]);
+    group_caught_up(&ns, "notify").await;
+    let flags = ["--retry-schedule", "1h", "--breaker-failures", "100"];
+    workers.0.push(destination_worker_with(&config, &dir, "ci", "ci", &flags));
+    group_caught_up(&ns, "ci").await;
+    wait_for(Duration::from_secs(10), "run-2 parked for the CI service", || async {
+        record(&ns, "run-2").await.get("status").map(String::as_str) == Some("parked")
+    })
+    .await;
+    workers.stop().await;
+    let keys = Keys::new(&ns).unwrap();
+    let c = crate::support::raw_conn().await;
+    let ttl = |run: u64| {
+        let key = keys.run(&format!("run-{run}"));
+        let mut c = c.clone();
+        async move { c.pttl::<_, i64>(key).await.unwrap() }
+    };
+    let run_2 = record(&ns, "run-2").await;
+    assert_eq!(run_2.get("filtered_by").map(String::as_str), Some("6:notify"), "{run_2:?}");
+    assert_eq!(ttl(2).await, -1, "run-2 is parked for the CI service: its record lives while it works");
+    for n in [4, 5, 6] {
+        let r = record(&ns, &format!("run-{n}")).await;
+        assert_eq!(
+            (r.get("status").map(String::as_str), r.get("filtered_by").map(String::as_str)),
+            (Some("queued"), Some("6:notify2:ci")),
+            "run-{n}: {r:?}"
+        );
+        let left = ttl(n).await;
+        assert!(left > 0 && left <= 7 * 24 * 3_600_000, "run-{n}: the run retention, not for good: {left}");
     }
 }
 
@@ -304,6 +367,24 @@ async fn dead_retry_and_redeliver_reach_one_destination() {
         "{json}"
     );
 
+    // Every dead run again to the CI service alone, which had run-1 done:
+    // run-1 goes to it once more and stays dead for the audit log (its
+    // dead entry, which is the audit log's, stays in the dead stream).
+    let (done, text) = ops(&config, &["runs", "redeliver", "--all-dead", "--destination", "ci", "--without-payload"]);
+    assert!(done && text.contains("run-1: queued again") && text.contains("for destination ci"), "{text}");
+    assert!(text.contains("moved 1 run back"), "{text}");
+    wait_for(Duration::from_secs(10), "run-1 at the CI service again", || async {
+        ci.got().iter().filter(|r| r.number() == 1).count() == 2
+    })
+    .await;
+    assert_eq!(crate::support::destination::dead_count(&ns).await, 1, "the audit log's dead entry stays");
+    assert_eq!(record(&ns, "run-1").await.get("5:audit:status").map(String::as_str), Some("dead"));
+    let (listed, text) = ops(&config, &["dead", "list"]);
+    assert!(listed && text.contains("run-1"), "{text}");
+    // A typo with --all-dead is refused, not "moved 0 runs".
+    let (refused, text) = ops(&config, &["runs", "redeliver", "--all-dead", "--destination", "nope"]);
+    assert!(!refused && text.contains("refused: no destination nope"), "{text}");
+
     let (done, text) = ops(&config, &["dead", "retry", "run-1"]);
     assert!(done && text.contains("for destination audit"), "{text}");
     wait_for(Duration::from_secs(10), "run-1 at the audit log again", || async {
@@ -328,13 +409,17 @@ async fn dead_retry_and_redeliver_reach_one_destination() {
     assert!(!refused && text.contains("no destination nope"), "{text}");
     tokio::time::sleep(Duration::from_millis(700)).await;
     workers.stop().await;
-    assert_eq!(ci.got().iter().filter(|r| r.number() == 1).count(), 1, "the dead retry went to the audit log alone");
+    assert_eq!(
+        ci.got().iter().filter(|r| r.number() == 1).count(),
+        2,
+        "run-1 once more by --all-dead --destination ci, none by the dead retry (the audit log's alone)"
+    );
     assert_eq!(
         audit.got().iter().filter(|r| r.number() == 3).count(),
         1,
         "the redelivery went to the CI service alone"
     );
-    assert_eq!(ci.got().len(), 4, "runs 1-3, and run-3 again");
+    assert_eq!(ci.got().len(), 5, "runs 1-3, run-1 and run-3 again");
 }
 
 /// A run the previous version created (its entry and queued record as

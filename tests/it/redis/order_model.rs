@@ -534,8 +534,8 @@ impl World {
             consumer: self.consumer(c),
             entry_id: &hand.entry,
             run: &hand.fields,
-            order_key: &hand.order_key,
             retention_ms: 0,
+            order_key: Some(&hand.order_key),
         };
         self.redis.call(&call).await.map_err(redis_err)?;
         let r = hand.run;

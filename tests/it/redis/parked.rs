@@ -178,6 +178,10 @@ async fn parked_runs_are_counted_explained_and_sent_now() {
     let out = idemgate_in(&ns, &["runs", "retry-now", "--all-parked", "--group", "g"]);
     assert!(out.status.success(), "{out:?}");
     assert!(stdout(&out).contains("made 2 parked runs of group g due now"), "{}", stdout(&out));
+    // A group no worker reads is a typo: refused, not "made 0 due".
+    let out = idemgate_in(&ns, &["runs", "retry-now", "--all-parked", "--group", "gg"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no group gg"), "{out:?}");
     wait_for(Duration::from_secs(5), "runs 3 and 4 done", || async {
         status_of(&ns, 3).await == "done" && status_of(&ns, 4).await == "done"
     })
