@@ -40,6 +40,8 @@
 --          {0, status}  not moved: the record's status ('' when there is no record)
 --          {2, kept until ms ('' when it was removed at done)}  not moved: a done
 --           run whose payload is gone, and ARGV[3] is not 1
+--          {3}  not moved: the destination ARGV[4] names never started the run
+--           (another destination's record holds it, none of this one's)
 
 ${run_fields}
 ${destination}
@@ -56,7 +58,14 @@ end
 -- plain fields have no owner's name).
 local destinations
 if ARGV[4] ~= '' then
-  destinations = {{ARGV[4], destination_fields(KEYS[2], ARGV[4])}}
+  local fields = destination_fields(KEYS[2], ARGV[4])
+  if fields and not redis.call('HGET', KEYS[2], fields.status) then
+    -- Another destination owns the record, and this one never started the
+    -- run: a redelivery goes where the run went (sent to a destination
+    -- that may still read the gate's entry, it would run twice there).
+    return {3}
+  end
+  destinations = {{ARGV[4], fields}}
 else
   destinations = record_destinations(KEYS[2])
 end

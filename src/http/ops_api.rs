@@ -455,6 +455,11 @@ async fn send_again(
             "no destination {:?}: no consumer group of that name reads the runs stream; nothing changed",
             crate::text::escape_control(destination)
         ))),
+        Retried::NotReached { .. } => Err(ApiError::Conflict(format!(
+            "{} was not redelivered: {}; nothing changed",
+            crate::text::escape_control(&run_id),
+            result.not_reached_text().unwrap_or_default()
+        ))),
         Retried::PayloadGone { .. } => Err(ApiError::Conflict(format!(
             "{} was not redelivered: {}; nothing changed",
             crate::text::escape_control(&run_id),

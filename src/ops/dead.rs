@@ -82,6 +82,17 @@ pub enum Retried {
         /// The record's status (`""`: there is no record: never created, or expired).
         status: String,
     },
+    /// Refused (`runs redeliver --destination NAME`): NAME never started
+    /// the run (another destination's record holds it, none of NAME's): a
+    /// redelivery goes where the run went, and NAME may still read the
+    /// gate's entry of it; nothing changed. A destination added later gets
+    /// the runs the stream still holds with `worker --from`.
+    NotReached {
+        /// The run id.
+        run_id: String,
+        /// The destination named.
+        destination: String,
+    },
     /// Refused (`runs redeliver`): the run is done and its payload is gone,
     /// so a redelivery would reach the destination without it; nothing
     /// changed. `--without-payload` (`{"without_payload": true}`) sends the
@@ -99,6 +110,16 @@ impl Retried {
     /// Whether the run moved.
     pub fn moved(&self) -> bool {
         matches!(self, Retried::Moved { .. })
+    }
+
+    /// Why a redelivery to a destination that never started the run was
+    /// refused, in words (`None`: it was not).
+    pub fn not_reached_text(&self) -> Option<String> {
+        let Retried::NotReached { destination, .. } = self else { return None };
+        Some(format!(
+            "destination {} never started this run: a redelivery goes to a destination the run reached (a destination added later gets the runs the stream still holds with worker --from)",
+            crate::text::escape_control(destination)
+        ))
     }
 
     /// Why a done run's redelivery was refused for its payload, in words
@@ -280,6 +301,10 @@ impl Ops {
             }
             DeadRetried::Refused { status } => (Retried::Refused { run_id, status }, true),
             DeadRetried::PayloadGone { kept_until_ms } => (Retried::PayloadGone { run_id, kept_until_ms }, true),
+            DeadRetried::NotReached => {
+                let destination = again.destination.clone().unwrap_or_default();
+                (Retried::NotReached { run_id, destination }, true)
+            }
         })
     }
 

@@ -567,6 +567,14 @@ pub fn retried_line(r: &Retried, redeliver: bool) -> String {
                 r.payload_gone_text().unwrap_or_default()
             )
         }
+        Retried::NotReached { run_id, .. } => {
+            writeln!(
+                out,
+                "{}: refused: {}; nothing changed",
+                one_line(run_id),
+                r.not_reached_text().unwrap_or_default()
+            )
+        }
         Retried::Refused { run_id, status } => writeln!(
             out,
             "{}: refused: the run is {}, not {wanted}; nothing changed{}",

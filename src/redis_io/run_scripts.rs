@@ -238,6 +238,8 @@ pub enum DeadRetried {
         /// epoch (`None`: it was removed when the run was done).
         kept_until_ms: Option<u64>,
     },
+    /// Not moved: the destination named never started the run.
+    NotReached,
 }
 
 impl ScriptCall for DeadRetryCall<'_> {
@@ -272,6 +274,7 @@ impl ScriptCall for DeadRetryCall<'_> {
             }),
             Some(0) => Ok(DeadRetried::Refused { status: text(1).unwrap_or_default() }),
             Some(2) => Ok(DeadRetried::PayloadGone { kept_until_ms: text(1).and_then(|t| t.parse().ok()) }),
+            Some(3) => Ok(DeadRetried::NotReached),
             _ => Err(unexpected()),
         }
     }

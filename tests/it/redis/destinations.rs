@@ -407,6 +407,10 @@ async fn dead_retry_and_redeliver_reach_one_destination() {
     .await;
     let (refused, text) = ops(&config, &["runs", "redeliver", "run-3", "--destination", "nope"]);
     assert!(!refused && text.contains("no destination nope"), "{text}");
+    // The notifier's group exists (the file declares it) but never started
+    // run-3: it could still read the gate's entry, so it is refused.
+    let (refused, text) = ops(&config, &["runs", "redeliver", "run-3", "--destination", "notify"]);
+    assert!(!refused && text.contains("run-3: refused: destination notify never started this run"), "{text}");
     tokio::time::sleep(Duration::from_millis(700)).await;
     workers.stop().await;
     assert_eq!(
