@@ -163,17 +163,22 @@ pub async fn send(url: &str, outgoing: Outgoing, timeout: Duration) -> Result<An
 }
 
 /// What a person needs to see of an answer: the status line, the
-/// idemgate headers that are present, then the body.
+/// idemgate headers that are present, then the body, line by line. The
+/// answer is the remote server's text, shown on a terminal: its control
+/// characters, line separators and bidi controls are written as escapes
+/// ([`crate::text::escape_control`]), its line breaks kept.
 pub fn render_answer(answer: &Answer) -> String {
+    use crate::text::escape_control;
     let mut out = format!("HTTP {}\n", answer.status);
     for name in SHOWN_HEADERS {
         if let Some(value) = answer.headers.get(name) {
-            out.push_str(&format!("{name}: {}\n", String::from_utf8_lossy(value.as_bytes())));
+            out.push_str(&format!("{name}: {}\n", escape_control(&String::from_utf8_lossy(value.as_bytes()))));
         }
     }
     out.push('\n');
-    out.push_str(&String::from_utf8_lossy(&answer.body));
-    if !answer.body.ends_with(b"\n") {
+    let body = String::from_utf8_lossy(&answer.body);
+    for line in body.lines() {
+        out.push_str(&escape_control(line));
         out.push('\n');
     }
     out
@@ -189,6 +194,20 @@ mod tests {
 
     use super::*;
     use crate::providers::{DEFAULT_TOLERANCE, FieldPointers};
+
+    #[test]
+    fn an_answer_reaches_the_terminal_with_its_controls_escaped_and_its_lines_kept() {
+        let mut headers = HeaderMap::new();
+        headers.insert("idempotency-status", "created".parse().unwrap());
+        let answer = Answer {
+            status: axum::http::StatusCode::OK,
+            headers,
+            body: hyper::body::Bytes::from_static("{\"a\":1}\n\u{1b}]0;pwned\u{7}\u{202e}x\u{2028}y".as_bytes()),
+        };
+        let shown = render_answer(&answer);
+        assert!(!shown.chars().any(|c| crate::text::needs_escape(c) && c != '\n'), "{shown:?}");
+        assert!(shown.ends_with("\n{\"a\":1}\n\\x1b]0;pwned\\x07\\u{202e}x\\u{2028}y\n"), "{shown:?}");
+    }
 
     fn headers_of(outgoing: &Outgoing) -> HeaderMap {
         outgoing.headers.iter().cloned().collect()

@@ -75,9 +75,41 @@ pub fn json_text<T: serde::Serialize + ?Sized>(value: &T) -> String {
     String::from_utf8(out).expect("JSON text is UTF-8")
 }
 
+/// JSON text (`json`: a document serde_json wrote, which escapes only the
+/// C0 controls) with every other character of [`needs_escape`] (DEL, C1,
+/// line separators, bidi controls) written `\uXXXX`: the same JSON value,
+/// as [`json_text`] writes it. Such a character can only stand inside a
+/// string there, where the escape means the character itself. (For JSON
+/// another library wrote: the JSON log lines.)
+pub fn escape_json_text(json: &str) -> Cow<'_, str> {
+    let raw = |c: char| needs_escape(c) && u32::from(c) >= 0x7f;
+    if !json.chars().any(raw) {
+        return Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if raw(c) {
+            let _ = write!(out, "\\u{:04x}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_another_library_wrote_gets_the_same_escapes_and_keeps_its_value() {
+        let value = serde_json::json!({"id": "ok\u{202e}\u{9b}2J\u{2028}x\u{7f}", "n": 1});
+        let plain = serde_json::to_string(&value).unwrap();
+        let escaped = escape_json_text(&plain);
+        assert_eq!(escaped, json_text(&value));
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&escaped).unwrap(), value);
+        assert!(matches!(escape_json_text("{\"a\":\"b\"}\n"), Cow::Borrowed(_)));
+    }
 
     #[test]
     fn controls_are_escaped_and_plain_text_is_kept() {

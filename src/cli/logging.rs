@@ -5,7 +5,9 @@
 //!   headers, ids) in every field and the message: control characters,
 //!   newlines, line separators and bidi controls
 //!   ([`idemgate::text::escape_control`]), so no value forges a line or
-//!   drives the terminal. JSON logs escape control characters by JSON's rules.
+//!   drives the terminal. JSON logs escape the same characters as JSON
+//!   escapes (`\u202e`; [`idemgate::text::escape_json_text`]): serde_json
+//!   escapes only the C0 controls.
 //! - ANSI colour only when stderr is a terminal and `NO_COLOR` is unset,
 //!   so a log written to a file or a pipe has no escape byte.
 
@@ -38,9 +40,45 @@ pub fn init(format: LogFormat, default: &str) {
     let log = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(colour());
     let log = match format {
         LogFormat::Text => log.fmt_fields(escaped_fields()).boxed(),
-        LogFormat::Json => log.json().flatten_event(true).boxed(),
+        LogFormat::Json => log.json().flatten_event(true).with_writer(EscapedJson).boxed(),
     };
     tracing_subscriber::registry().with(log.with_filter(filter)).init();
+}
+
+/// Where a JSON log line goes: gathered whole, then written to stderr with
+/// the characters serde_json leaves raw escaped.
+struct EscapedJson;
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for EscapedJson {
+    type Writer = EscapedJsonLine;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        EscapedJsonLine(Vec::new())
+    }
+}
+
+/// One event's JSON line, written out escaped when the event is done.
+struct EscapedJsonLine(Vec<u8>);
+
+impl std::io::Write for EscapedJsonLine {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for EscapedJsonLine {
+    fn drop(&mut self) {
+        let line = String::from_utf8_lossy(&self.0);
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr().lock(),
+            idemgate::text::escape_json_text(&line).as_bytes(),
+        );
+    }
 }
 
 /// Fields as `name=value`, the message bare, each value escaped.

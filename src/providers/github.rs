@@ -243,8 +243,14 @@ fn accept(provider: &Github, headers: &HeaderMap, body: &[u8]) -> Result<Deliver
         SignedBody::NotText => return Err(Rejection::BadRequest("the form's `payload` field is not UTF-8".into())),
         // An event with none of the gate's fields: the gate caches its
         // `bad_request` under the delivery id, as for any body whose
-        // fields cannot be read.
+        // fields cannot be read. Unless the event header alone rules it
+        // out as JSON's would: a `ping` stores nothing, and neither does an
+        // event the provider's `events` list cannot name.
         SignedBody::AmbiguousForm => {
+            if event_name == PING_EVENT {
+                return Err(Rejection::Ping(None));
+            }
+            provider.common.admit_any_action(event_name)?;
             let event = normalize(event_name, &Value::Null);
             return Ok(Delivery { delivery_id, event, content_digest: None, key_slots: KeySlots::default(), event_text: None });
         }
@@ -408,6 +414,19 @@ mod tests {
                 // Not starting with `payload=`: JSON, and not valid JSON.
                 SignedBody::Json(_) => assert_eq!(d, Err(Rejection::BadRequest("the body is not JSON".into()))),
                 other => panic!("{body}: {other:?}"),
+            }
+        }
+        // The event header alone still rules: a ping stores nothing, nor
+        // does an event the `events` list cannot name (one whose actions it
+        // lists may be one of them: the cached bad_request).
+        let body = format!("{}&x=1", form_of(payload));
+        assert_eq!(accept(&signed(body.as_bytes(), "ping"), body.as_bytes()), Err(Rejection::Ping(None)));
+        let listed = Provider::github("github", SECRET).with_events(["push", "issues.closed"]);
+        for (event, admitted) in [("pull_request", false), ("push", true), ("issues", true), ("issue", false)] {
+            let r = listed.accept(&signed(body.as_bytes(), event), body.as_bytes(), SystemTime::UNIX_EPOCH);
+            assert_eq!(r.is_ok(), admitted, "{event}: {r:?}");
+            if !admitted {
+                assert!(matches!(r, Err(Rejection::Ignored(_))), "{event}: {r:?}");
             }
         }
         assert_eq!(SignedBody::read(b"payload=%FF"), SignedBody::NotText);

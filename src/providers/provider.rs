@@ -201,6 +201,23 @@ impl Common {
         }
     }
 
+    /// As [`Common::admit`], for an event whose action cannot be read (a
+    /// GitHub form that names no one payload): admitted when the list
+    /// names the event or any of its actions (`pull_request.*` entries),
+    /// so only an event the list cannot name is ignored.
+    pub(super) fn admit_any_action(&self, event_name: &str) -> Result<(), Rejection> {
+        match &self.events {
+            Some(events)
+                if !events.iter().any(|e| {
+                    e == event_name || e.strip_prefix(event_name).is_some_and(|rest| rest.starts_with('.'))
+                }) =>
+            {
+                Err(Rejection::Ignored(Reason::EventNotListed))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Whether a signature verifies under any secret: every secret is
     /// tried (no early exit), each comparison in constant time.
     pub(super) fn verifies(&self, signed: &[&[u8]], candidate: &[u8]) -> bool {
