@@ -479,7 +479,7 @@ impl DoneRecord {
             status: status.parse::<i64>().ok(),
             outcome: AttemptOutcome::Done,
             error: None,
-            count: None,
+            probes: None,
             last_attempt: None,
             last_started_ms: None,
             more: BTreeMap::new(),
@@ -552,9 +552,11 @@ pub struct AttemptEntry {
     /// What went wrong (escaped, at most 256 bytes); `null` on success.
     pub error: Option<String>,
     /// For `released` attempts alike (the destination down, the same status
-    /// and error) folded into this entry: how many, this one included.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub count: Option<u64>,
+    /// and error: probes while the breaker is open) folded into this entry:
+    /// how many, this one included. Stored and answered as `probes`; records
+    /// of earlier versions wrote `count`, read as the same.
+    #[serde(default, rename = "probes", alias = "count", skip_serializing_if = "Option::is_none")]
+    pub probes: Option<u64>,
     /// The last of the folded attempts' number.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_attempt: Option<u64>,
@@ -1315,8 +1317,11 @@ mod tests {
             let r = read("run-7", &parked, None);
             assert_eq!((r.progress.status, r.progress.last_error.as_str()), (RunStatus::Parked, "the breaker is open"));
             let [first, probes] = &r.progress.history[..] else { panic!("{r:?}") };
-            assert_eq!((first.status, first.outcome, first.count), (Some(503), AttemptOutcome::Failed, None));
-            assert_eq!((probes.count, probes.last_attempt, probes.status), (Some(21), Some(22), None));
+            assert_eq!((first.status, first.outcome, first.probes), (Some(503), AttemptOutcome::Failed, None));
+            assert_eq!((probes.probes, probes.last_attempt, probes.status), (Some(21), Some(22), None));
+            // Stored as `count` by earlier versions, answered as `probes`.
+            let answered = serde_json::to_value(probes).unwrap();
+            assert_eq!((answered["probes"].as_u64(), answered.get("count")), (Some(21), None), "{answered}");
             assert_eq!(r.stored["next_attempt_ms"], "1700000200000");
             assert!(!r.stored.contains_key("history"), "the history is typed, not passed on as text");
             // A worker before the parking set.

@@ -89,7 +89,8 @@ end
 -- consumer `worker`. While the breaker is open every probe fails alike, and
 -- twenty of them would push the story out of `history`: one alike to the
 -- entry before it (also `released`, the same status and error) folds into
--- that entry as a `count`, with the `last_attempt` and its
+-- that entry as `probes` (how many; `count` in records of earlier
+-- versions, read as the same), with the `last_attempt` and its
 -- `last_started_ms`. The run's first entry is never folded into. Returns
 -- `raw` (the stored `history`) with the attempt appended or folded in.
 local function released_appended(raw, first, worker)
@@ -106,7 +107,7 @@ local function released_appended(raw, first, worker)
   end
   local base = history_entry(number_text(e.attempt), e.worker or '', number_text(e.started_ms),
     number_text(e.duration_ms), status, ${outcome_released}, err)
-  list[#list] = string.sub(base, 1, -2) .. ',"count":' .. ((tonumber(e.count) or 1) + 1) ..
+  list[#list] = string.sub(base, 1, -2) .. ',"probes":' .. ((tonumber(e.probes or e.count) or 1) + 1) ..
     ',"last_attempt":' .. ARGV[first] .. ',"last_started_ms":' .. ARGV[first + 1] .. '}'
   return history_text(list, HISTORY_MAX)
 end

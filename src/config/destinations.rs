@@ -348,6 +348,17 @@ keep_done_payloads = false
 "#;
 
     #[test]
+    fn a_destinations_max_attempts_replaces_the_worker_tables_schedule() {
+        let f = file(&THREE.replace("timeout = \"9s\"", "timeout = \"9s\"\nretry_schedule = [\"1s\"]"));
+        let (notify, layer) = destination_layer(&flag("notify"), &Layer::default(), &f).unwrap();
+        let s = WorkerSetup::resolve(&layer, &notify.command.unwrap().value).unwrap();
+        assert_eq!((s.config.max_attempts, s.config.retry_schedule), (3, None));
+        let (ci, layer) = destination_layer(&flag("ci"), &Layer::default(), &f).unwrap();
+        let s = WorkerSetup::resolve(&layer, &ci.command.unwrap().value).unwrap();
+        assert_eq!((s.config.max_attempts, s.config.retry_schedule), (2, Some(vec![Duration::from_secs(1)])));
+    }
+
+    #[test]
     fn several_destinations_keep_done_payloads_unless_the_worker_table_says_otherwise() {
         let f = file(&THREE.replace("timeout = \"9s\"", "timeout = \"9s\"\nkeep_done_payloads = false"));
         let (ci, layer) = destination_layer(&flag("ci"), &Layer::default(), &f).unwrap();

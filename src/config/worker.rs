@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::origin::{ConfigError, Given, Setting};
+use super::origin::{ConfigError, Given, Origin, Raw, Setting};
 use super::settings::Layer;
 use crate::worker::breaker::{
     BreakerConfig, DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_MAX_COOLDOWN,
@@ -162,12 +162,30 @@ impl WorkerSetup {
     }
 }
 
+/// Where a retry setting came from, as the layers stack: flags, env, a
+/// destination's table, the file's `[worker]` (or top level), the default.
+fn retry_layer(origin: &Origin) -> u8 {
+    match origin {
+        Origin::File { table: Some(t), .. } if t.starts_with("destinations.") => 3,
+        other => other.rank() * 2,
+    }
+}
+
 /// The retry policy: `--retry-schedule` (the default's waits when nothing
 /// is given), or the exponential shorthand `--max-attempts`, `--backoff`,
-/// `--max-backoff`; both forms at once are refused, naming both.
+/// `--max-backoff`. The two forms are one setting, as the Redis target's
+/// flags are: the highest layer that gives either decides (a flag's
+/// `--max-attempts` replaces the file's `retry_schedule`, and a
+/// destination's `max_attempts` the `[worker]` schedule); both forms in
+/// that one layer are refused, naming both.
 fn retry_policy(s: &Layer, c: &mut WorkerConfig) -> Result<(), ConfigError> {
-    let shorthand = [&s.max_attempts, &s.backoff, &s.max_backoff].into_iter().flatten().next();
-    if let Some(list) = s.retry_schedule.list() {
+    let all = [&s.retry_schedule, &s.max_attempts, &s.backoff, &s.max_backoff];
+    let top = all.iter().filter_map(|g| g.as_ref().map(|g| retry_layer(&g.origin))).max();
+    let from_top = |g: &Option<Given<Raw>>| g.clone().filter(|g| Some(retry_layer(&g.origin)) == top);
+    let (schedule, max_attempts, backoff, max_backoff) =
+        (from_top(&s.retry_schedule), from_top(&s.max_attempts), from_top(&s.backoff), from_top(&s.max_backoff));
+    let shorthand = [&max_attempts, &backoff, &max_backoff].into_iter().flatten().next();
+    if let Some(list) = schedule.list() {
         if let Some(other) = shorthand {
             return Err(list.fail(format!(
                 "give either a retry schedule or the exponential shorthand (--max-attempts, --backoff, --max-backoff), not both: {} gives the shorthand too",
@@ -185,9 +203,9 @@ fn retry_policy(s: &Layer, c: &mut WorkerConfig) -> Result<(), ConfigError> {
     }
     if shorthand.is_some() {
         c.retry_schedule = None;
-        c.max_attempts = s.max_attempts.number()?.map_or(DEFAULT_MAX_ATTEMPTS, |n| n.value);
-        c.backoff = s.backoff.duration()?.map_or(c.backoff, |b| b.value);
-        c.max_backoff = s.max_backoff.duration()?.map_or(c.max_backoff, |b| b.value);
+        c.max_attempts = max_attempts.number()?.map_or(DEFAULT_MAX_ATTEMPTS, |n| n.value);
+        c.backoff = backoff.duration()?.map_or(c.backoff, |b| b.value);
+        c.max_backoff = max_backoff.duration()?.map_or(c.max_backoff, |b| b.value);
     }
     Ok(())
 }
@@ -253,6 +271,21 @@ heartbeat_interval = "2s"
         let flags = [("deliver", "http://h/"), ("deliver_secret_file", "/s"), ("command_user", "root")];
         let e = resolve(&flags, "[worker]\ngroup = \"g\"", &[]).unwrap_err();
         assert!(e.starts_with("--command-user: runs a command as another user"), "{e}");
+    }
+
+    #[test]
+    fn a_higher_layers_retry_form_replaces_a_lower_layers_other_form() {
+        let file = "[worker]\ngroup = \"g\"\nretry_schedule = [\"1s\", \"2s\"]";
+        let s = resolve(&[("max_attempts", "3")], file, &["x"]).unwrap();
+        assert_eq!((s.config.max_attempts, s.config.retry_schedule), (3, None), "the flag's shorthand wins");
+        let s = resolve(&[("retry_schedule", "5s")], "[worker]\ngroup = \"g\"\nmax_attempts = 9", &["x"]).unwrap();
+        assert_eq!((s.config.max_attempts, s.config.retry_schedule), (2, Some(vec![Duration::from_secs(5)])));
+        let s = resolve(&[], file, &["x"]).unwrap();
+        assert_eq!(s.config.max_attempts, 3, "the file's schedule alone: two waits, three attempts");
+        // Both forms from one layer are still refused.
+        let e =
+            resolve(&[("max_attempts", "3"), ("retry_schedule", "5s")], "[worker]\ngroup = \"g\"", &["x"]).unwrap_err();
+        assert!(e.contains("not both"), "{e}");
     }
 
     #[test]

@@ -39,7 +39,7 @@ function orderPairs(o) {
 
 function historyRow(a) {
   // Alike refused probes folded into one entry: their numbers and count.
-  const folded = typeof a.count === "number" && a.last_attempt !== undefined;
+  const folded = typeof a.probes === "number" && a.last_attempt !== undefined;
   return el(
     "tr",
     { attrs: { "data-attempt": a.attempt } },
@@ -48,7 +48,7 @@ function historyRow(a) {
     el("td", { text: a.worker || "" }),
     el("td", { text: a.status === null || a.status === undefined ? "no answer" : a.status, cls: "http-status" }),
     el("td", { text: duration(a.duration_ms) }),
-    el("td", { text: (a.outcome || "") + (folded ? ` ×${a.count}` : ""), cls: "outcome-" + (a.outcome || "") }),
+    el("td", { text: (a.outcome || "") + (folded ? ` ×${a.probes}` : ""), cls: "outcome-" + (a.outcome || "") }),
     el("td", { text: a.error || "", cls: a.outcome === "done" ? "" : "error" }),
   );
 }

@@ -207,7 +207,7 @@ fn history_table(out: &mut String, indent: &str, entries: &[AttemptEntry]) {
         let started = rfc3339_ms(e.started_ms).unwrap_or_else(|| e.started_ms.to_string());
         let took = format!("{} ms", e.duration_ms);
         // Alike refused probes folded into one entry: their numbers and count.
-        let (attempt, outcome) = match (e.count, e.last_attempt) {
+        let (attempt, outcome) = match (e.probes, e.last_attempt) {
             // Probes that kept the run's number (docs/worker.md) show it once.
             (Some(n), Some(last)) if last == e.attempt => (last.to_string(), format!("{} ×{n}", e.outcome.as_str())),
             (Some(n), Some(last)) => (format!("{}–{last}", e.attempt), format!("{} ×{n}", e.outcome.as_str())),

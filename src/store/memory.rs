@@ -143,7 +143,11 @@ impl MemoryStore {
                 deliveries: ExpiringMap::new(Some(settings.delivery_ttl)),
                 logical: ExpiringMap::new(settings.logical_ttl),
                 runs: ExpiringMap::new(settings.logical_ttl),
-                holds: ExpiringMap::new(settings.logical_ttl),
+                // A hold lives as the Redis run record that keeps its
+                // `held_until` does (the run retention from creation), not
+                // as the logical key: a handler that outlasts a short
+                // logical TTL is still in flight, and a retry gets 503.
+                holds: ExpiringMap::new(Some(crate::vocabulary::DEFAULT_RUN_RETENTION)),
                 last_run: 0,
             }),
         }
@@ -189,7 +193,12 @@ impl MemoryStore {
                     // New work, or work whose holder's hold ran out: a new run.
                     (stale, _) => {
                         if let Some(run) = stale {
+                            // Taken over: the run whose holder's hold ran
+                            // out is released, as lua/gate_hold.lua marks it.
                             s.holds.remove(&run);
+                            if let Some(r) = s.runs.get_mut(&run) {
+                                r.status = RunStatus::Released;
+                            }
                         }
                         s.last_run += 1;
                         let run = format!("run-{}", s.last_run);

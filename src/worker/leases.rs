@@ -51,7 +51,9 @@ async fn renew_held(shared: &WorkerState) {
 }
 
 /// Trims the runs stream once `next_trim` has passed, and sets the next one;
-/// the same pass removes the done payloads kept past their time.
+/// the same pass removes the done payloads kept past their time, and the
+/// dead stream's entries older than the run retention (their records are
+/// gone: a dead record expires then).
 async fn trim_when_due(shared: &WorkerState, next_trim: &mut Option<Instant>) {
     let (Some(at), Some(interval)) = (*next_trim, shared.config.trim_interval) else { return };
     if Instant::now() < at {
@@ -69,5 +71,10 @@ async fn trim_when_due(shared: &WorkerState, next_trim: &mut Option<Instant>) {
         Ok(n) if n > 0 => tracing::debug!(removed = n, "removed done payloads kept past their time"),
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "removing done payloads kept past their time failed"),
+    }
+    match shared.queue.trim_dead().await {
+        Ok(n) if n > 0 => tracing::debug!(removed = n, "trimmed the dead stream's entries past the run retention"),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "trimming the dead stream failed"),
     }
 }

@@ -557,6 +557,20 @@ impl Queue {
         self.redis.call(&TrimCall { keys: self.keys() }).await
     }
 
+    /// Removes the dead stream's entries older than the run retention
+    /// (`XTRIM MINID`): a dead run's record expires the run retention after
+    /// it died, so past it `dead retry` finds no record and the entry would
+    /// stay for good. Nothing with no retention (`never`).
+    pub async fn trim_dead(&self) -> Result<u64, Error> {
+        if self.retention_ms == 0 {
+            return Ok(0);
+        }
+        let oldest_kept = now_ms().saturating_sub(self.retention_ms);
+        let mut cmd = redis::cmd("XTRIM");
+        cmd.arg(self.keys().runs_dead()).arg("MINID").arg(oldest_kept);
+        self.redis.query(&mut cmd).await
+    }
+
     /// Removes the done payloads `--keep-done-payloads DURATION` kept past
     /// their time, a batch per script call until none is left; returns how
     /// many went.

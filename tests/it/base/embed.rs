@@ -135,6 +135,7 @@ both_stores!(
     concurrent_retries_run_the_handler_once,
     answers_match_idemgate_serve,
     an_abandoned_hold_is_taken_over,
+    a_hold_outlives_a_short_logical_ttl,
 );
 
 async fn failed_handler_is_run_again_on_the_retry(b: Backend) {
@@ -335,7 +336,7 @@ async fn bad_signature_is_401_and_stores_nothing(b: Backend) {
 /// work, and so does another delivery of it.
 async fn an_abandoned_hold_is_taken_over(b: Backend) {
     let (store, keys) = store(b).await;
-    let gate = Gate::new(["octo/repo"], store);
+    let gate = Gate::new(["octo/repo"], store.clone());
     // The dead process's gate call, with a short hold, as the layer makes it.
     let normalized = json!({"org": "octo", "repo": "repo", "action": "issues.opened", "number": 5});
     let hold = Hold { lease: Duration::from_millis(300), retention: Some(Duration::from_secs(60)) };
@@ -368,4 +369,33 @@ async fn an_abandoned_hold_is_taken_over(b: Backend) {
         let (run1, _) = run_record(&keys, "run-1").await;
         assert_eq!(run1["status"], "released", "{run1:?}");
     }
+    if let OpenedStore::Memory(m) = &store {
+        let run1 = m.run("run-1").map(|r| r.status.to_string());
+        assert_eq!(run1.as_deref(), Some("released"), "taken over, as on Redis");
+    }
+}
+
+/// Both stores keep a hold as long as the run's record (not as long as
+/// the logical key): a handler that outlasts a short `--logical-ttl` is
+/// still in flight, so the provider's retry is 503, not a replayed
+/// `created` for work that may yet fail. Once the hold runs out, the
+/// retry takes the run over.
+async fn a_hold_outlives_a_short_logical_ttl(b: Backend) {
+    let settings = Settings { logical_ttl: Some(Duration::from_millis(300)), ..Settings::default() };
+    let store = b.store(&settings).await;
+    let gate = Gate::new(["octo/repo"], store.clone());
+    let normalized = json!({"org": "octo", "repo": "repo", "action": "issues.opened", "number": 5});
+    let sub = Submission::new("github", "d-1", &normalized, "digest");
+    let hold = |ms| Hold { lease: Duration::from_millis(ms), retention: Some(Duration::from_secs(60)) };
+    let Admission::Claimed { .. } = gate.submit_held(&sub, hold(1500)).await.unwrap() else { panic!("not created") };
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    match gate.submit_held(&sub, hold(1500)).await {
+        Err(idemgate::Error::InFlight { run_id }) => assert_eq!(run_id, "run-1"),
+        other => panic!("the hold outlives the logical key: {other:?}"),
+    }
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let Ok(Admission::Claimed { claim, .. }) = gate.submit_held(&sub, hold(1500)).await else {
+        panic!("taken over once the hold ran out")
+    };
+    assert_eq!(claim.run_id, "run-2");
 }

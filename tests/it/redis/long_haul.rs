@@ -796,7 +796,7 @@ async fn an_open_breaker_waits_out_the_destinations_retry_after() {
     let outcomes: Vec<String> = outcomes(&h).into_iter().map(|(_, o)| o).collect();
     assert_eq!(outcomes, ["released", "released", "released", "done"], "{h:?}");
     assert_eq!(
-        (h[2]["status"].as_u64(), h[2]["count"].as_u64(), h[2]["last_attempt"].as_u64()),
+        (h[2]["status"].as_u64(), h[2]["probes"].as_u64(), h[2]["last_attempt"].as_u64()),
         (Some(429), Some(2), Some(1))
     );
     // None of them counted, so none raised the number: the delivery is attempt 1.
@@ -839,8 +839,8 @@ async fn failed_probes_fold_into_one_entry_behind_the_first_failure() {
     let want: Vec<(u64, String)> =
         [(1, "released"), (1, "released"), (1, "done")].map(|(a, o)| (a, o.to_owned())).into();
     assert_eq!(outcomes(&h), want, "{h:?}");
-    assert!(h[0].get("count").is_none(), "the first failure stands alone: {}", h[0]);
-    assert_eq!((h[1]["count"].as_u64(), h[1]["last_attempt"].as_u64()), (Some(21), Some(1)), "{}", h[1]);
+    assert!(h[0].get("probes").is_none(), "the first failure stands alone: {}", h[0]);
+    assert_eq!((h[1]["probes"].as_u64(), h[1]["last_attempt"].as_u64()), (Some(21), Some(1)), "{}", h[1]);
     assert!(h[1]["last_started_ms"].as_u64() > h[1]["started_ms"].as_u64(), "{}", h[1]);
     let text = stdout(&idemgate_in(&ns, &["inspect", "run", "run-1"]));
     let folded = text.lines().find(|l| l.contains("released ×21")).unwrap_or_else(|| panic!("{text}"));

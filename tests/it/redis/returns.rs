@@ -267,7 +267,7 @@ async fn the_group_probes_once_per_interval_counting_no_attempt() {
         let h = history(&ns, &format!("run-{}", probes[0].number())).await;
         assert_eq!(h.len(), 2, "the first failure, then the probes folded: {h:?}");
         assert_eq!((h[0]["outcome"].as_str(), h[1]["outcome"].as_str()), (Some("failed"), Some("released")));
-        assert!(h[1]["count"].as_u64().unwrap() >= 7, "{h:?}");
+        assert!(h[1]["probes"].as_u64().unwrap() >= 7, "{h:?}");
 
         down.store(false, Ordering::SeqCst);
         let back = Instant::now();
