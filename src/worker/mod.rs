@@ -191,9 +191,13 @@ impl Worker {
         // The drain: the run tasks finish their attempts, or give their runs
         // back, while the keeper still renews their leases.
         while tasks.join_next().await.is_some() {}
+        // A probe out when the stop came is finished and recorded (bounded
+        // by the timeout, as an attempt is): cut off, it would leave its
+        // run parked after a delivery, and the runs waiting for the
+        // destination unreleased.
+        let _ = prober.await;
         keeper.abort();
         waker.abort();
-        prober.abort();
         beat.abort();
         watcher.abort();
         heartbeat::forget(&shared).await;

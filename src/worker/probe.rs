@@ -49,6 +49,11 @@ pub(super) async fn probe_parked<H: Handler>(shared: Arc<WorkerState>, handler: 
     let every = breaker.config().max_cooldown;
     let mut stop = shared.stopping.clone();
     loop {
+        // A stopping worker sends no new probe; one out when the stop came
+        // is finished and recorded (the drain awaits this task).
+        if *stop.borrow() {
+            return;
+        }
         let next = probe_once(&shared, &*handler, every).await;
         tokio::select! {
             _ = async {
@@ -73,6 +78,8 @@ async fn probe_once<H: Handler>(shared: &WorkerState, handler: &H, every: Durati
         shared.gate.give_back(1);
         return Next::BreakerReady;
     };
+    // The mark the take sets lives an interval from its call on, at least.
+    let marked_at = Instant::now();
     let taken = match shared.queue.probe_take(every).await {
         Ok(taken) => taken,
         Err(e) => {
@@ -106,7 +113,18 @@ async fn probe_once<H: Handler>(shared: &WorkerState, handler: &H, every: Durati
     let attempt = RunAttempt { fields: run, attempt: attempts, key, payload, trace, probe: true, order };
     let timeout = shared.config.timeout;
     let (began, started_ms) = (Instant::now(), now_ms());
-    let answer = renewing(&shared.queue, &run_id, every, tokio::time::timeout(timeout, handler.call(attempt))).await;
+    let call = tokio::time::timeout(timeout, handler.call(attempt));
+    let Ok(answer) = renewing(&shared.queue, &run_id, every, marked_at, call).await else {
+        // Its mark lapsed: another probe, a release or a wake may send the
+        // run now, so this one stopped (and records nothing: the mark, and
+        // the probe key, may be another probe's by now).
+        admission.abandoned();
+        tracing::warn!(
+            run_id,
+            "the probe's mark could not be renewed in time (Redis slow or unreachable): the probe was stopped, so that no second request of the run goes beside it"
+        );
+        return Next::After(every);
+    };
     let duration_ms = u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX);
     let (outcome, status, error, hold) = match answer {
         Ok(Ok(success)) => {
@@ -169,22 +187,48 @@ fn failed(admission: Admission<'_>, failure: Failure) -> (ProbeOutcome, Option<u
     }
 }
 
+/// The probe's mark of its run lapsed, or was about to, while it was out.
+struct MarkLost;
+
 /// Runs the probe `call`, renewing the probe key's mark of `run_id` every
 /// half interval, for an interval, while it is out
 /// (`lua/worker_probe_renew.lua`): however long the destination takes (up
 /// to `--timeout`), no second probe, release or wake sends the run beside
 /// it, and when this worker dies the mark goes within an interval, so the
-/// group probes again.
-async fn renewing<F: std::future::Future>(queue: &Queue, run_id: &str, every: Duration, call: F) -> F::Output {
+/// group probes again. `marked_at`: when the take that set the mark was
+/// sent. The probe's fence, as an attempt's lease has one: when no renewal
+/// has succeeded for three quarters of an interval (Redis slow or out of
+/// reach), or one finds the mark gone, the call is stopped before the mark
+/// can lapse under it ([`MarkLost`]): a probe another worker's probe could
+/// overlap would be two requests of the run at once, and of an ordered
+/// run, its key's next run beside it.
+async fn renewing<F: std::future::Future>(
+    queue: &Queue,
+    run_id: &str,
+    every: Duration,
+    marked_at: Instant,
+    call: F,
+) -> Result<F::Output, MarkLost> {
     let mut call = std::pin::pin!(call);
     let half = (every / 2).max(Duration::from_millis(10));
+    let fence = every - every / 4;
+    let mut renewed_at = marked_at;
     let mut renew = tokio::time::interval_at(Instant::now() + half, half);
     loop {
+        let deadline = renewed_at + fence;
         tokio::select! {
-            out = &mut call => return out,
+            out = &mut call => return Ok(out),
+            () = tokio::time::sleep_until(deadline) => return Err(MarkLost),
             _ = renew.tick() => {
-                if let Err(e) = queue.probe_renew(run_id, every).await {
-                    tracing::debug!(run_id, error = %e, "could not renew the probe's mark; trying again");
+                let sent = Instant::now();
+                tokio::select! {
+                    out = &mut call => return Ok(out),
+                    () = tokio::time::sleep_until(deadline) => return Err(MarkLost),
+                    renewed = queue.probe_renew(run_id, every) => match renewed {
+                        Ok(true) => renewed_at = sent,
+                        Ok(false) => return Err(MarkLost),
+                        Err(e) => tracing::debug!(run_id, error = %e, "could not renew the probe's mark; trying again"),
+                    },
                 }
             }
         }

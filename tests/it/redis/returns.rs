@@ -530,6 +530,71 @@ async fn a_slow_probe_is_its_runs_one_request_while_it_is_out() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A probe whose mark is gone stops: with its mark taken away (as when
+/// Redis answered none of its renewals for most of an interval), another
+/// probe, a release or a wake could send the run beside it, so the worker
+/// cuts its request within the next renewal and records nothing of it.
+/// The run is then delivered by a later probe, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_that_lost_its_mark_is_stopped() {
+    let ns = fresh_ns("rtnfence");
+    let dir = temp_dir("rtnfence");
+    let key = secret(48);
+    secrets_file(&dir, std::slice::from_ref(&key));
+    let dest = Destination::start(|_, earlier| match earlier {
+        0 => status(StatusCode::SERVICE_UNAVAILABLE),
+        1 => crate::support::destination::Answer { hang: Duration::from_secs(8), ..ok() },
+        _ => ok(),
+    })
+    .await;
+    let flags = ["--retry-schedule", "1h", "--breaker-failures", "100", "--breaker-max-cooldown", "2s"];
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
+    create(&gate(&ns).await, [1]).await;
+    wait_for(Duration::from_secs(10), "the probe out", || async { dest.of_run(1).len() == 2 }).await;
+    let mut c = crate::support::raw_conn().await;
+    let probe_key = idemgate::keys::Keys::new(&ns).unwrap().destination_probe("g");
+    let taken_at = Instant::now();
+    let _: () = redis::AsyncCommands::del(&mut c, &probe_key).await.unwrap();
+    let log = dir.join("a.log");
+    wait_for(Duration::from_secs(3), "the probe stopped", || async {
+        std::fs::read_to_string(&log).unwrap_or_default().contains("the probe was stopped")
+    })
+    .await;
+    let stopped_after = taken_at.elapsed();
+    wait_status(&ns, [(1, "done")], Duration::from_secs(20)).await;
+    workers.stop().await;
+    eprintln!("the probe stopped {stopped_after:?} after its mark went");
+    assert!(stopped_after < Duration::from_millis(1500), "within a renewal (every 1 s): {stopped_after:?}");
+    let got = dest.of_run(1);
+    assert_eq!(got.iter().filter(|r| r.succeeded()).count(), 1, "delivered once, by a later probe: {}", got.len());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// SIGTERM finishes a probe that is out, as it finishes an attempt: the
+/// probe's 2xx comes 2 s after the signal, and the run is `done` when the
+/// worker has exited (cut off, the run would stay parked after its
+/// delivery, and be sent again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_a_probe_that_is_out() {
+    let ns = fresh_ns("rtnterm");
+    let dir = temp_dir("rtnterm");
+    let key = secret(49);
+    secrets_file(&dir, std::slice::from_ref(&key));
+    let dest = Destination::start(|_, earlier| match earlier {
+        0 => status(StatusCode::SERVICE_UNAVAILABLE),
+        _ => crate::support::destination::Answer { hang: Duration::from_secs(2), ..ok() },
+    })
+    .await;
+    let flags = ["--retry-schedule", "1h", "--breaker-failures", "100", "--breaker-max-cooldown", "1s"];
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
+    create(&gate(&ns).await, [1]).await;
+    wait_for(Duration::from_secs(10), "the probe out", || async { dest.of_run(1).len() == 2 }).await;
+    workers.stop().await;
+    assert_eq!(status_of(&ns, 1).await, "done", "the probe's delivery recorded before the exit");
+    assert_eq!(dest.of_run(1).len(), 2);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// No probe goes to a destination sooner than the latest `Retry-After` it
 /// sent, whichever run the probe would go with: run-1 waits for the
 /// destination after a plain 503, then run-2 is answered 429 with
