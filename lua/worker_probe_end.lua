@@ -9,9 +9,10 @@
 --   due at once, this one too (its own attempt then counts the refusal);
 --   the probe's answer joins the run's `history` as `released`.
 -- - `down`: the destination failed again: the probe joins the run's
---   `history` as `released` (alike probes fold into one entry with a
---   count), and the next probe waits for the interval, or for the
---   destination's Retry-After (ARGV[5]) when that is later.
+--   `history` as `released` (alike probes fold into one entry with their
+--   number), and the next probe waits for the interval, or for the
+--   destination's Retry-After (ARGV[5]) when that is later; a Retry-After
+--   also holds the run's own next attempt (and its release) back that long.
 -- Whatever the outcome, the probe key (KEYS[4]) stops naming the run: the
 -- probe is back, the run may be released or woken as any other, and the
 -- next probe waits an interval (or the Retry-After) from now.
@@ -63,7 +64,21 @@ local record = read_for_done(${field_parked_group})
 local parked = record[1] == ${status_parked} and record[8] == ARGV[1]
 if ARGV[4] == 'down' then
   if parked then
-    redis.call('HSET', KEYS[2], ${field_history}, released_appended(record[4], 11, ARGV[2]))
+    local fields = {${field_history}, released_appended(record[4], 11, ARGV[2])}
+    local hold = tonumber(ARGV[5])
+    if hold > 0 then
+      -- The destination's Retry-After holds the probed run's own next
+      -- attempt back too, as it would an attempt's (its schedule's wait
+      -- when that is longer), and its return sends it no sooner.
+      local due = tonumber(ARGV[6]) + hold
+      redis.call('ZADD', KEYS[1], 'XX', 'GT', due, ARGV[3])
+      redis.call('ZADD', KEYS[3], 'XX', 'GT', due, ARGV[3])
+      if due > (tonumber(redis.call('HGET', KEYS[2], ${field_next_attempt_ms}) or '0') or 0) then
+        fields[#fields + 1] = ${field_next_attempt_ms}
+        fields[#fields + 1] = string.format('%.0f', due)
+      end
+    end
+    redis.call('HSET', KEYS[2], unpack(fields))
   end
   return 0
 end

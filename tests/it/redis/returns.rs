@@ -595,6 +595,41 @@ async fn sigterm_finishes_a_probe_that_is_out() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A `Retry-After` a probe is answered with holds its run's own next
+/// attempt back too: run-1 fails (503) and is due again on its schedule
+/// 3 s later, its probe a second in is answered `429 Retry-After: 6`, and
+/// run-1's next request comes no sooner than 6 s after that answer. Before
+/// the fix the schedule's retry went at 3 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probes_retry_after_holds_its_runs_own_retry() {
+    let ns = fresh_ns("rtnprobera");
+    let dir = temp_dir("rtnprobera");
+    let key = secret(50);
+    secrets_file(&dir, std::slice::from_ref(&key));
+    let dest = Destination::start(|_, earlier| match earlier {
+        0 => status(StatusCode::SERVICE_UNAVAILABLE),
+        1 => crate::support::destination::Answer {
+            headers: vec![("retry-after", "6".to_owned())],
+            ..status(StatusCode::TOO_MANY_REQUESTS)
+        },
+        _ => ok(),
+    })
+    .await;
+    let flags = ["--retry-schedule", "3s", "--breaker-failures", "100", "--breaker-max-cooldown", "1s"];
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
+    create(&gate(&ns).await, [1]).await;
+    wait_status(&ns, [(1, "done")], Duration::from_secs(20)).await;
+    workers.stop().await;
+    let mut got = dest.of_run(1);
+    got.sort_by_key(|r| r.at);
+    assert_eq!(got.len(), 3, "the failed attempt, the probe told to wait, the retry");
+    let (told, _) = got[1].answered.expect("the probe was answered");
+    let waited = got[2].at - told;
+    eprintln!("run-1's retry came {waited:?} after the probe's Retry-After: 6");
+    assert!(waited >= Duration::from_millis(5_500), "{waited:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// No probe goes to a destination sooner than the latest `Retry-After` it
 /// sent, whichever run the probe would go with: run-1 waits for the
 /// destination after a plain 503, then run-2 is answered 429 with
