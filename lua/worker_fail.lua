@@ -48,6 +48,12 @@
 --                                   long from now (the probe interval, --breaker-max-cooldown, or the
 --                                   Retry-After when longer: no probe goes sooner than the latest
 --                                   Retry-After, whichever run it goes with; 0: none)
+-- ARGV[24]: uncounted              '1': the attempt counts for nothing (the destination was down: the
+--                                   breaker was open, or this failure opened it) but the destination
+--                                   asked for a wait (Retry-After): its number goes back and its history
+--                                   entry is `released`, as lua/worker_uncount.lua does, and the run is
+--                                   parked until ARGV[8] rather than given back, so no worker sends it
+--                                   sooner (ARGV[7] is then 0); '0': counted
 -- Returns: 0 the entry is no longer held by this consumer (nothing written)
 --          1 parked until ARGV[8] (record: parked)
 --          2 the run is dead (record: dead, entry in the dead stream, acknowledged)
@@ -65,7 +71,8 @@ ${release}
 F = destination_fields(KEYS[2], ARGV[1])
 
 -- What the call reads of the record, in one HMGET.
-local r = redis.call('HMGET', KEYS[2], ${field_op}, ${field_op_result}, ${field_history}, ${field_released_ms})
+local r = redis.call('HMGET', KEYS[2], ${field_op}, ${field_op_result}, ${field_history}, ${field_released_ms},
+  ${field_attempts})
 local again, first = replayed(ARGV[9], r[1], r[2])
 if again then
   return first
@@ -81,7 +88,13 @@ if ARGV[22] ~= '' then
 end
 local outcome = ${outcome_failed}
 if ARGV[7] == '1' then outcome = ${outcome_dead} end
-local history = appended(r[3], entry_from_argv(11, ARGV[2], outcome))
+local history
+local uncounted = ARGV[24] == '1'
+if uncounted then
+  history = released_appended(r[3], 11, ARGV[2])
+else
+  history = appended(r[3], entry_from_argv(11, ARGV[2], outcome))
+end
 if ARGV[7] == '1' then
   dead_letter(ARGV[1], ARGV[2], ARGV[3], 16, ARGV[6], ARGV[5], ARGV[4], ARGV[9], ARGV[10], history)
   return 2
@@ -96,4 +109,8 @@ end
 redis.call('HSET', KEYS[2], ${field_status}, ${status_parked}, ${field_last_error}, ARGV[5], ${field_worker}, ARGV[2],
   ${field_updated_ms}, ARGV[4], ${field_next_attempt_ms}, ARGV[8], ${field_parked_group}, ARGV[1], ${field_op},
   ARGV[9], ${field_op_result}, 1, ${field_history}, history)
+if uncounted then
+  -- The attempt's number goes back: the budget (from `attempt_base`) is untouched.
+  redis.call('HSET', KEYS[2], ${field_attempts}, math.max((tonumber(r[5]) or 1) - 1, 0))
+end
 return 1

@@ -864,6 +864,7 @@ return called(1)
                     entry,
                     not_before_ms: Some(6),
                     probe_hold_ms: 8,
+                    uncounted: true,
                 };
                 (c.script(), c.layout(), c.command())
             },

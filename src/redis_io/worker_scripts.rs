@@ -250,6 +250,10 @@ pub struct FailCall<'a> {
     /// `--breaker-max-cooldown`; 0: none). The failure is news about the
     /// destination, as a failed probe would be.
     pub probe_hold_ms: u64,
+    /// The attempt counts for nothing (the destination was down), yet the
+    /// run is parked until `next_attempt_ms` (its `Retry-After`), not
+    /// given back: its number goes back, as `lua/worker_uncount.lua`'s.
+    pub uncounted: bool,
 }
 
 /// What recording a failed attempt did.
@@ -294,6 +298,7 @@ impl ScriptCall for FailCall<'_> {
             .arg("run_fields", &self.run.values()[..])
             .arg("not_before_ms", self.not_before_ms.map_or_else(String::new, |ms| ms.to_string()))
             .arg("probe_hold_ms", self.probe_hold_ms)
+            .arg("uncounted", u8::from(self.uncounted))
     }
 
     /// Only the header's `0`, `1` and `2`: anything else is an error, not `Lost`.
@@ -843,6 +848,7 @@ mod tests {
             entry: &ENTRY,
             not_before_ms: None,
             probe_hold_ms: 0,
+            uncounted: false,
         }
     }
 

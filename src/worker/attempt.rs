@@ -380,13 +380,26 @@ impl<H: Handler> RunTask<'_, H> {
     /// parked until the next attempt is due or moved to the dead stream.
     async fn record_failure(&self, attempt: u32, tries: u32, failure: Failure, ran: &Ran) {
         let error = truncate(&failure.error, MAX_LAST_ERROR);
-        if !self.admission.counts(&failure) {
+        let asked = failure.retry_after.filter(|wait| !wait.is_zero()).map(|wait| wait.min(MAX_RETRY_AFTER));
+        // Uncounted (the destination is down): given back for any worker to
+        // take, unless the destination asked for a wait. Given back, it
+        // would go as soon as the breaker closes (any success closes it),
+        // before its Retry-After: parked instead, until then.
+        let uncounted = !self.admission.counts(&failure);
+        if uncounted && asked.is_none() {
             let entry = self.entry(attempt, ran, failure.status, Some(&error));
             return self.uncount(attempt, &error, &entry).await;
         }
-        Counters::bump(&self.counters().failed_attempts);
+        if uncounted {
+            Counters::bump(&self.counters().uncounted);
+        } else {
+            Counters::bump(&self.counters().failed_attempts);
+        }
         let config = self.config();
-        let wait = retry_wait(config, tries, &failure, self.run_id);
+        let wait = match asked {
+            Some(asked) if uncounted => asked,
+            _ => retry_wait(config, tries, &failure, self.run_id),
+        };
         // The destination's return releases a run parked for its failure,
         // no sooner than its Retry-After.
         let waits_for_destination =
@@ -394,14 +407,26 @@ impl<H: Handler> RunTask<'_, H> {
         // That failure is news about the destination: the group's prober
         // (super::probe) waits a whole interval from it.
         let probe_every = self.handler.breaker().map(|b| b.config().max_cooldown);
-        // A permanent failure makes this attempt the last one allowed.
-        let last = failure.is_permanent() || tries >= config.max_attempts;
+        // A permanent failure makes this attempt the last one allowed (one
+        // that counts for nothing never is).
+        let last = !uncounted && (failure.is_permanent() || tries >= config.max_attempts);
         let entry = self.entry(attempt, ran, failure.status, Some(&error));
         let q = &self.shared.queue;
         let op = q.op();
         let Some(recorded) = self
             .until_answered("recording a failed attempt", || {
-                q.fail(self.entry, &error, attempt, last, wait, waits_for_destination, probe_every, &op, &entry)
+                q.fail(
+                    self.entry,
+                    &error,
+                    attempt,
+                    last,
+                    wait,
+                    waits_for_destination,
+                    probe_every,
+                    uncounted,
+                    &op,
+                    &entry,
+                )
             })
             .await
         else {

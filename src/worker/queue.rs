@@ -417,7 +417,9 @@ impl Queue {
     /// so its return releases the run, no sooner than this after now (its
     /// `Retry-After`, or zero), and the group's next parked-run probe waits
     /// `probe_every` (the probe interval; `None`: no prober) from now, or
-    /// the `Retry-After` when that is longer.
+    /// the `Retry-After` when that is longer. `uncounted`: the attempt counts
+    /// for nothing (the destination was down) yet the run waits parked
+    /// (its `Retry-After`) rather than given back.
     #[allow(clippy::too_many_arguments)] // one per ARGV of the script
     pub async fn fail(
         &self,
@@ -428,6 +430,7 @@ impl Queue {
         retry_in: Duration,
         waits_for_destination: Option<Duration>,
         probe_every: Option<Duration>,
+        uncounted: bool,
         op: &Op,
         entry: &AttemptParts,
     ) -> Result<Failed, Error> {
@@ -450,6 +453,7 @@ impl Queue {
             probe_hold_ms: waits_for_destination
                 .zip(probe_every)
                 .map_or(0, |(asked, every)| redis_ms(asked.max(every))),
+            uncounted,
         };
         self.redis.call(&call).await
     }

@@ -734,6 +734,7 @@ impl World {
             entry: &parts,
             not_before_ms: None,
             probe_hold_ms: 0,
+            uncounted: false,
         };
         let got = self.redis.call(&call).await.map_err(redis_err)?;
         let r = hand.run;

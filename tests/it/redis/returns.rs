@@ -630,6 +630,47 @@ async fn a_probes_retry_after_holds_its_runs_own_retry() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A `Retry-After` holds its run back even when its attempt counts for
+/// nothing: run-2's 429 (`Retry-After: 6`) opens the breaker (one failure
+/// does here), so the attempt is not counted; run-1's request, out before
+/// it, then succeeds and closes the breaker. run-2 is parked until its
+/// `Retry-After`, not given back: before the fix it went again as soon as
+/// the breaker closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncounted_attempts_retry_after_still_holds_its_run() {
+    let ns = fresh_ns("rtnuncra");
+    let dir = temp_dir("rtnuncra");
+    let key = secret(51);
+    secrets_file(&dir, std::slice::from_ref(&key));
+    let dest = Destination::start(|r, earlier| match (r.number(), earlier) {
+        (2, 0) => crate::support::destination::Answer {
+            headers: vec![("retry-after", "6".to_owned())],
+            ..status(StatusCode::TOO_MANY_REQUESTS)
+        },
+        (1, _) => crate::support::destination::Answer { hang: Duration::from_millis(1500), ..ok() },
+        _ => ok(),
+    })
+    .await;
+    let flags = ["--retry-schedule", "1s", "--breaker-failures", "1", "--breaker-max-cooldown", "1s"];
+    let mut workers = Workers(vec![deliver_worker(redis_url(), &ns, &dir, "a", &dest.url(), &flags)]);
+    let g = gate(&ns).await;
+    create(&g, [1]).await;
+    wait_for(Duration::from_secs(10), "run-1 out", || async { dest.of_run(1).len() == 1 }).await;
+    create(&g, [2]).await;
+    wait_status(&ns, [(1, "done"), (2, "done")], Duration::from_secs(20)).await;
+    workers.stop().await;
+    let mut got = dest.of_run(2);
+    got.sort_by_key(|r| r.at);
+    assert_eq!(got.len(), 2, "the 429, then the one request after its wait");
+    let (told, _) = got[0].answered.expect("answered");
+    let waited = got[1].at - told;
+    eprintln!("run-2 went again {waited:?} after its Retry-After: 6");
+    assert!(waited >= Duration::from_millis(5_500), "{waited:?}");
+    let r = record(&ns, "run-2").await;
+    assert_eq!(r.get("attempts").map(String::as_str), Some("1"), "the 429 counted for nothing: {r:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// No probe goes to a destination sooner than the latest `Retry-After` it
 /// sent, whichever run the probe would go with: run-1 waits for the
 /// destination after a plain 503, then run-2 is answered 429 with
