@@ -66,7 +66,7 @@ settings! {
     min_replicas_ack: u32 [top] {
         env: "IDEMGATE_MIN_REPLICAS_ACK",
         value_name: "N",
-        help: "Durability: answer only once N replicas confirm each write (`WAIT`); fewer in time is a 503 [default: 0, off]",
+        help: "Durability: serve answers, and a worker acts, only once N replicas confirm each write (`WAIT`); fewer in time is a 503 (a worker retries the call) [default: 0, off]",
     },
     min_replicas_timeout: String [top] {
         env: "IDEMGATE_MIN_REPLICAS_TIMEOUT",

@@ -26,17 +26,21 @@ pub struct RedisHandle {
     timeout: Duration,
     /// `host:port` of a standalone server, for reports that name it.
     server: String,
+    /// `--min-replicas-ack`: each script call waits for this many replicas
+    /// (`WAIT`, in the same batch), at most this long ([`RedisHandle::call`]).
+    ack: Option<(u32, Duration)>,
 }
 
 impl RedisHandle {
     /// Commands through `conn` under the namespace of `keys`, each bounded by `timeout`.
     pub fn new(conn: Conn, keys: Keys, timeout: Duration) -> Self {
-        Self { conn, keys, timeout, server: "redis".into() }
+        Self { conn, keys, timeout, server: "redis".into(), ack: None }
     }
 
     /// Connects to `opts` (bounded, see [`Conn::connect`]) under the namespace of `keys`.
     pub async fn connect(opts: &RedisOptions, keys: Keys) -> Result<Self, Error> {
-        let handle = Self::new(Conn::connect(opts).await?, keys, opts.command_timeout);
+        let mut handle = Self::new(Conn::connect(opts).await?, keys, opts.command_timeout);
+        handle.ack = opts.min_replicas_ack.filter(|(n, _)| *n > 0);
         Ok(match &opts.target {
             RedisTarget::Single(url) => handle.named_after(url),
             _ => handle,
@@ -143,9 +147,25 @@ impl RedisHandle {
     }
 
     /// Runs one script call, bounded; a script Redis lost is loaded again.
+    /// With `--min-replicas-ack` the call is answered only once that many
+    /// replicas have its writes ([`RedisHandle::eval_and_wait`]; fewer in
+    /// time is [`Error::ReplicasShort`]): a worker then acts on no state a
+    /// failover could take back (an ordered run's key handed on, a run
+    /// started), as the gate answers none. Every script call may be sent
+    /// again after an error, so it is one a second run cannot do twice.
     pub async fn call<C: ScriptCall>(&self, call: &C) -> Result<C::Reply, Error> {
         let mut conn = self.conn.clone();
-        let reply: redis::Value = self.bounded(eval(&mut conn, &call.command(), call.script())).await?;
+        let reply: redis::Value = match self.ack {
+            None => self.bounded(eval(&mut conn, &call.command(), call.script())).await?,
+            Some(ack) => {
+                let layout = call.layout();
+                let cmd = layout.command(call.script());
+                match layout.first_key() {
+                    Some(key) => self.eval_and_wait(&cmd, call.script(), key, ack).await?,
+                    None => self.bounded(eval(&mut conn, &cmd, call.script())).await?,
+                }
+            }
+        };
         call.decode(reply)
     }
 

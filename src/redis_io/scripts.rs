@@ -208,6 +208,11 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// The first key: every key of a call is in its slot (the `{NS}` tag).
+    pub fn first_key(&self) -> Option<&str> {
+        self.keys.first().map(|(_, key)| key.as_str())
+    }
+
     /// The next key, as the header names it.
     pub fn key(mut self, name: &'static str, key: String) -> Self {
         self.keys.push((name, key));

@@ -105,3 +105,46 @@ async fn min_replicas_ack_answers_only_what_a_replica_confirmed() {
     assert_eq!(resp.status(), 503);
     assert_eq!(resp.headers()["retry-after"], "1");
 }
+
+/// A worker with `--min-replicas-ack` acts only on what a replica
+/// confirmed: while the replica does not answer, the run's start is not
+/// confirmed, so its command does not run (a failover could take the
+/// start back and another worker run it again, or, for an ordered run,
+/// run its key's next run beside it); once the replica is back, the run
+/// goes, once, and its `done` is on the replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_with_min_replicas_ack_starts_nothing_a_replica_did_not_confirm() {
+    let primary = RedisProcess::start(&[]);
+    let replica = RedisProcess::start(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !redis_cli(primary.port, &["info", "replication"]).contains("state=online") {
+        assert!(Instant::now() < deadline, "replica did not sync");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ns = fresh_ns("wait-worker");
+    let dir = crate::support::temp_dir("wait-worker");
+    replica.pause(true);
+    let g = gate(&primary.url(), &ns, None).await;
+    g.handle("p", "d1", &event(1)).await.unwrap();
+    let flags = ["--min-replicas-ack", "1", "--min-replicas-timeout", "200ms", "--redis-timeout", "1s"];
+    let mut workers = crate::redis::worker::Workers(vec![crate::redis::worker::spawn_worker_via(
+        &primary.url(),
+        &ns,
+        &dir,
+        "w1",
+        &flags,
+        r#"cat > /dev/null; echo "$IDEMGATE_RUN_ID" >> "$D/ran""#,
+    )]);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!dir.join("ran").exists(), "no command while its start is unconfirmed");
+    replica.pause(false);
+    let status = || redis_cli(replica.port, &["hget", &format!("idemgate:{{{ns}}}:run:run-1"), "status"]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while status() != "done" {
+        assert!(Instant::now() < deadline, "run-1 done on the replica: {}", status());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    workers.stop().await;
+    assert_eq!(std::fs::read_to_string(dir.join("ran")).unwrap(), "run-1\n", "once");
+    let _ = std::fs::remove_dir_all(dir);
+}

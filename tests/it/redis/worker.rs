@@ -78,7 +78,7 @@ pub(crate) fn spawn_worker(ns: &str, dir: &Path, name: &str, flags: &[&str], scr
 }
 
 /// [`spawn_worker`] connected to Redis at `url` (a [`Proxy`], say).
-fn spawn_worker_via(url: &str, ns: &str, dir: &Path, name: &str, flags: &[&str], script: &str) -> Child {
+pub(crate) fn spawn_worker_via(url: &str, ns: &str, dir: &Path, name: &str, flags: &[&str], script: &str) -> Child {
     worker_command(url, ns, dir, name, flags, script).spawn().unwrap()
 }
 
