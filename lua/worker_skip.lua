@@ -8,8 +8,9 @@
 -- record the run retention, from now, unless it has a TTL already. A
 -- destination that then starts the run takes the TTL away again
 -- (lua/worker_start.lua), as one that joins a record another finished does
--- (lua/shared/destination.lua). A record a destination has started is
--- left as it is: that destination's finish sets its TTL.
+-- (lua/shared/destination.lua), and so does one that puts it in its key's
+-- line (lua/shared/order_enter.lua). A record a destination has started,
+-- or one waiting in a line, is left as it is.
 --
 -- An ordered run (ARGV[5]): passing over it must keep its key's line
 -- moving: the run enters the line as if it were to run (the runs read
@@ -33,8 +34,10 @@ ${holds}
 -- The record no destination has started (no owner, still queued): the
 -- refusal is named in it, and it lives the run retention at most.
 local function bound_unstarted_record()
-  local r = redis.call('HMGET', KEYS[2], ${field_group}, ${plain_field_status}, ${field_filtered_by})
-  if r[1] or r[2] ~= ${status_queued} then
+  local r = redis.call('HMGET', KEYS[2], ${field_group}, ${plain_field_status}, ${field_filtered_by},
+    ${plain_field_order_wait})
+  -- (A run waiting in another destination's line is queued for it.)
+  if r[1] or r[2] ~= ${status_queued} or r[4] then
     return
   end
   local listed = false

@@ -30,6 +30,9 @@ end
 local function order_wait(record, group, entry_id, pairs_of_fields)
   redis.call('HSET', record, unpack(pairs_of_fields))
   redis.call('HSET', record, ${field_order_wait}, group)
+  -- Queued for this group: no TTL another destination gave the record
+  -- (its finish, or its filter's refusal) may end it in the line.
+  redis.call('PERSIST', record)
   redis.call('HDEL', record, ${field_entry_id})
   redis.call('XACK', ORDER_RUNS, group, entry_id)
 end

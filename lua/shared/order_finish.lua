@@ -77,11 +77,17 @@ local function order_hand_on(key, group, run_id, previous, retention_ms)
   -- A record another destination finished keeps no `run_id`: the line names it.
   f[1] = f[1] or next_run
   local entry = run_field_pairs(function(i) return f[i] or '' end)
-  for _, v in ipairs({${field_order_key}, key, 'for_group', group, 'order_handed', '1'}) do
+  -- A run the group attempted before (sent again: a redelivery, a dead
+  -- retry) was admitted then: its filter does not judge it again
+  -- (`admitted`). One a catch-up put in the line has not been judged yet.
+  local admitted = with_destination(record, group, function()
+    redis.call('HDEL', record, ${field_order_wait})
+    return (tonumber(redis.call('HGET', record, ${field_attempts}) or '') or 0) > 0
+  end)
+  for _, v in ipairs({${field_order_key}, key, 'for_group', group, 'order_handed', admitted and 'admitted' or '1'}) do
     entry[#entry + 1] = v
   end
   redis.call('XADD', ORDER_RUNS, '*', unpack(entry))
-  with_destination(record, group, function() redis.call('HDEL', record, ${field_order_wait}) end)
   return next_run
 end
 

@@ -407,7 +407,7 @@ mod tests {
     #[test]
     fn scripts_name_record_fields_only_through_the_vocabulary() {
         use crate::vocabulary::RunRecord;
-        const NOT_FIELDS: [(&str, &str); 30] = [
+        const NOT_FIELDS: [(&str, &str); 31] = [
             ("work", "the gate's verdict (ARGV)"),
             ("bad_request", "the gate's verdict (ARGV)"),
             ("blocked", "the gate's verdict (ARGV)"),
@@ -437,6 +437,7 @@ mod tests {
             ("skip", "the value of `order_on_dead` (lua/gate.lua)"),
             ("runs", "the runs stream's key suffix, built from the record's prefix (lua/shared/order.lua)"),
             ("order_handed", "a runs-stream entry's field, not the record's (src/worker/queue.rs, ORDER_HANDED)"),
+            ("admitted", "the value of a runs-stream entry's `order_handed` (src/worker/queue.rs, ORDER_HANDED)"),
             ("no_run", "lua/run_skip.lua's answer"),
             ("not_ordered", "lua/run_skip.lua's answer"),
             ("not_dead", "lua/run_skip.lua's answer"),

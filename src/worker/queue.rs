@@ -65,8 +65,9 @@ fn last_id_before(ms: u64) -> String {
 }
 
 /// The stream entry field that marks a run handed on by its key's line
-/// (lua/shared/order.lua): addressed to the group, but not yet admitted by
-/// its filter (a run may enter a line on its reader's behalf).
+/// (lua/shared/order_finish.lua): addressed to the group, but not yet
+/// admitted by its filter (a run may enter a line on its reader's behalf),
+/// unless its value is `admitted` (the group attempted the run before).
 const ORDER_HANDED: &str = "order_handed";
 
 /// Why an entry read from the stream is not run.
@@ -86,7 +87,11 @@ impl StreamEntry {
         if to_group && field(FOR_GROUP) != group {
             return Err(Unrunnable::OtherGroup);
         }
-        let addressed = to_group && !map.contains_key(ORDER_HANDED);
+        // Addressed (the filter judged it when it came first): a parked run
+        // back, a run sent again, and a run handed on in its key's line that
+        // its group attempted before (`admitted`); not one a catch-up put
+        // in the line, which no filter has judged yet.
+        let addressed = to_group && map.get(ORDER_HANDED).is_none_or(|_| field(ORDER_HANDED) == "admitted");
         let order_key = map.contains_key(ORDER_KEY).then(|| field(ORDER_KEY));
         let fields = RunFields::read(field);
         if fields.run_id.is_empty() {

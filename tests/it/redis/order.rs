@@ -906,3 +906,66 @@ async fn an_order_keys_runs_and_lines_are_listed_over_http() {
     let (_, run1) = get("/v1/ops/runs/run-1".into(), vec![]).await;
     assert_eq!((&run1["status"], &run1["order"]["lines"]), (&json!("dead"), &json!([])), "skipped: in no line");
 }
+
+/// A run waiting in its key's line is queued for that destination, and its
+/// record lives while it waits, whatever another destination did with the
+/// run: the audit destination's filter refuses every run (which gives an
+/// unstarted record the run retention), then the CI destination, whose
+/// receiver is down, parks each key's head and puts run-2 behind run-1.
+/// run-2 waits with no TTL (before the fix it kept the refusal's TTL, and
+/// expired in the line), and so does run-3, the head of another key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_waiting_in_its_line_keeps_its_record_whatever_another_destination_did() {
+    let ns = fresh_ns("order-wait-ttl");
+    let dir = temp_dir("order-wait-ttl");
+    let secrets = secrets_file(&dir, &[secret(52)]);
+    let g = On::server().gate(&ns).await;
+    for (pr, d) in [(1, "d-1"), (1, "d-2"), (2, "d-3")] {
+        let event = json!({"org": "acme", "repo": "widgets", "action": format!("synchronize-{d}"), "number": pr});
+        g.handle("github", d, &event).await.unwrap();
+    }
+    let down = Destination::start(|_, _| status(StatusCode::SERVICE_UNAVAILABLE)).await;
+    let config = dir.join("idemgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "redis_url = \"{}\"\nnamespace = \"{ns}\"\n\n[worker]\nblock = \"200ms\"\nretry_schedule = [\"1h\"]\nbreaker_failures = 100\n\n\
+             [destinations.ci]\nurl = \"{}\"\nsecret_file = \"{}\"\n\n\
+             [destinations.audit]\ncommand = [\"true\"]\nfilter = {{ actions = [\"nothing\"] }}\n",
+            redis_url(),
+            down.url(),
+            secrets.display()
+        ),
+    )
+    .unwrap();
+    let worker = |d: &str| crate::support::destination::destination_worker(&config, &dir, d, d);
+    let mut workers = Workers(vec![worker("audit")]);
+    let mut c = raw_conn().await;
+    let keys = Keys::new(&ns).unwrap();
+    wait_for(Duration::from_secs(10), "every run refused by the audit destination", || {
+        let (mut c, keys) = (c.clone(), keys.clone());
+        async move {
+            let mut all = true;
+            for n in 1..=3 {
+                let by: Option<String> = c.hget(keys.run(&format!("run-{n}")), "filtered_by").await.unwrap();
+                all &= by.is_some();
+            }
+            all
+        }
+    })
+    .await;
+    workers.0.push(worker("ci"));
+    wait_for(Duration::from_secs(10), "run-1 and run-3 parked, run-2 waiting", || async {
+        let (r1, r2, r3) = (record(&ns, "run-1").await, record(&ns, "run-2").await, record(&ns, "run-3").await);
+        r1.get("status").map(String::as_str) == Some("parked")
+            && r3.get("status").map(String::as_str) == Some("parked")
+            && r2.get("order_wait").map(String::as_str) == Some("ci")
+    })
+    .await;
+    workers.stop().await;
+    for n in 1..=3 {
+        let ttl: i64 = c.pttl(keys.run(&format!("run-{n}"))).await.unwrap();
+        assert_eq!(ttl, -1, "run-{n} is queued or parked for the CI destination: no TTL");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
