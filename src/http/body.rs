@@ -289,6 +289,27 @@ pub async fn parse_delivery(
     .unwrap_or_else(|| Err(Malformed("the body could not be parsed".into())))
 }
 
+/// The most memory a `serde_json::Value` tree of the JSON `body` takes
+/// beside the body's own bytes: every value is a 32-byte `Value` in a
+/// `Vec` that may have doubled ([`TREE_VALUE_BYTES`]), every object entry
+/// a key `String` and a map slot besides ([`TREE_ENTRY_BYTES`]). A value
+/// begins the document or follows a `,`, `[` or `:`, so those (and the
+/// colons, one per entry) bound the counts; bytes inside strings count too,
+/// which only overstates.
+pub fn json_tree_overhead(body: &[u8]) -> usize {
+    // One count per byte value: each a loop the compiler vectorizes.
+    let count = |c: u8| body.iter().filter(|&&b| b == c).count();
+    let separators = 1 + count(b',') + count(b'[') + count(b'{');
+    body.len() + separators * TREE_VALUE_BYTES + count(b':') * TREE_ENTRY_BYTES
+}
+
+/// A tree value's bound in [`json_tree_overhead`]: the `Value`, twice.
+const TREE_VALUE_BYTES: usize = 64;
+
+/// An object entry's bound in [`json_tree_overhead`]: the key's `String`
+/// and its heap block's slack, and the map's slot for the pair.
+const TREE_ENTRY_BYTES: usize = 96;
+
 /// Whether work over a body of `len` bytes (parsing, an HMAC per secret)
 /// runs on the blocking pool ([`on_cpu_pool`]) rather than inline.
 pub fn is_heavy(len: usize) -> bool {
@@ -407,6 +428,21 @@ impl<'de> serde::Deserialize<'de> for KeyName {
 mod tests {
     use super::*;
     use crate::event_digest::of_value as event_digest;
+
+    #[test]
+    fn a_json_trees_charge_bounds_what_its_values_take() {
+        // The hostile case: a numeric array, two bytes a value, a 32-byte
+        // `Value` each, in a Vec that may have doubled.
+        let numbers = format!("{{\"x\":[{}0]}}", "0,".repeat(10_000));
+        let charged = json_tree_overhead(numbers.as_bytes());
+        assert!(charged >= 10_000 * 2 * std::mem::size_of::<Value>(), "{charged}");
+        // A real GitHub delivery is charged a few times its bytes, not more.
+        let fixtures: Vec<Value> =
+            serde_json::from_str(include_str!("../../tests/fixtures/github-webhook-examples.json")).unwrap();
+        let payload = fixtures.iter().find(|g| g["name"] == "push").unwrap()["examples"][0].to_string();
+        let ratio = json_tree_overhead(payload.as_bytes()) as f64 / payload.len() as f64;
+        assert!((2.0..12.0).contains(&ratio), "{ratio}");
+    }
 
     #[test]
     fn delivery_body_fields() {

@@ -168,17 +168,24 @@ impl<'a> Pipeline<'a> {
         if let Err(rejection) = provider.check_headers(headers, SystemTime::now()) {
             return Err(self.refusal(rejection));
         }
-        let (bytes, permit) = read_within(self.budget, self.metrics, headers, body, self.max_body, 1)
+        let (bytes, mut permit) = read_within(self.budget, self.metrics, headers, body, self.max_body, 1)
             .await
             .map_err(IntoResponse::into_response)?;
-        let accepted = if crate::http::body::is_heavy(bytes.len()) {
-            let (p, h, b) = (provider.clone(), headers.clone(), bytes.clone());
-            crate::http::body::on_cpu_pool(move || p.accept(&h, &b, SystemTime::now()))
-                .await
-                .ok_or_else(|| ApiError::Unavailable("the service is stopping").into_response())?
-        } else {
-            provider.accept(headers, &bytes, SystemTime::now())
-        };
+        let now = SystemTime::now();
+        let authenticated =
+            heavy_or_inline(provider, headers, &bytes, move |p, h, b| p.authenticate(h, b, now)).await?;
+        authenticated.map_err(|rejection| self.refusal(rejection))?;
+        // Authenticated: only now is the body read into a JSON tree (and its
+        // digest into canonical text), which takes many times its bytes (a
+        // numeric array about 16x): that memory is charged to the budget
+        // first, as /v1's is. An unauthenticated body costs its bytes alone.
+        let overhead = crate::http::body::json_tree_overhead(&bytes).max(event_digest::canonical_overhead(&bytes));
+        self.budget
+            .top_up(&mut permit, overhead)
+            .await
+            .map_err(|e| crate::http::answer::body_error(self.metrics, e).into_response())?;
+        let accepted =
+            heavy_or_inline(provider, headers, &bytes, move |p, h, b| p.read_authenticated(h, b, now)).await?;
         if let Err(Rejection::Ping(Some(hook))) = &accepted {
             self.warn_if_hook_blocked(hook);
         }
@@ -274,4 +281,22 @@ fn provider_submission<'a>(
         payload,
         ..Submission::new(provider.name(), &delivery.delivery_id, &delivery.event, digest)
     }
+}
+
+/// Runs `work` on the provider, the headers and the body: on the blocking
+/// pool for a large body ([`crate::http::body::on_cpu_pool`]: an HMAC per
+/// secret, a parse), inline for a small one.
+async fn heavy_or_inline<T: Send + 'static>(
+    provider: &Provider,
+    headers: &HeaderMap,
+    bytes: &Bytes,
+    work: impl FnOnce(&Provider, &HeaderMap, &[u8]) -> T + Send + 'static,
+) -> Result<T, Response> {
+    if !crate::http::body::is_heavy(bytes.len()) {
+        return Ok(work(provider, headers, bytes));
+    }
+    let (p, h, b) = (provider.clone(), headers.clone(), bytes.clone());
+    crate::http::body::on_cpu_pool(move || work(&p, &h, &b))
+        .await
+        .ok_or_else(|| ApiError::Unavailable("the service is stopping").into_response())
 }

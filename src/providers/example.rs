@@ -73,12 +73,16 @@ impl Endpoint for Example {
         }
     }
 
-    fn accept(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
+    fn authenticate(&self, headers: &HeaderMap, _: &[u8], now: SystemTime) -> Result<(), Rejection> {
         self.check_headers(headers, now)?;
         let token = headers[&self.token_header].as_bytes();
         if !self.common.verifies(&[], &token_digest(token)) {
             return Err(Rejection::Unauthorized(format!("{} does not match a secret", self.token_header)));
         }
+        Ok(())
+    }
+
+    fn read_authenticated(&self, headers: &HeaderMap, body: &[u8], _: SystemTime) -> Result<Delivery, Rejection> {
         let delivery_id = required(headers, ID_HEADER, ID_HEADER)?.to_owned();
         let event = normalize(&FieldPointers::default(), &parse_body(body)?);
         let action = event.get("action").and_then(Value::as_str).unwrap_or_default();

@@ -99,8 +99,12 @@ impl Endpoint for Github {
         signature(headers).map(drop)
     }
 
-    fn accept(&self, headers: &HeaderMap, body: &[u8], _: SystemTime) -> Result<Delivery, Rejection> {
-        accept(self, headers, body)
+    fn authenticate(&self, headers: &HeaderMap, body: &[u8], _: SystemTime) -> Result<(), Rejection> {
+        verify(&self.common, headers, body)
+    }
+
+    fn read_authenticated(&self, headers: &HeaderMap, body: &[u8], _: SystemTime) -> Result<Delivery, Rejection> {
+        read(self, headers, body)
     }
 
     fn sign(&self, delivery_id: &str, event: Option<&str>, body: &[u8], _: SystemTime) -> Vec<(&str, String)> {
@@ -233,8 +237,7 @@ impl SignedBody<'_> {
     }
 }
 
-fn accept(provider: &Github, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
-    verify(&provider.common, headers, body)?;
+fn read(provider: &Github, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
     let delivery_id = required(headers, DELIVERY_HEADER, "X-GitHub-Delivery")?.to_owned();
     let event_name = required(headers, EVENT_HEADER, "X-GitHub-Event")?;
     let event_text = match SignedBody::read(body) {

@@ -91,8 +91,12 @@ impl Endpoint for Gitlab {
         token(headers).map(drop)
     }
 
-    fn accept(&self, headers: &HeaderMap, body: &[u8], _: SystemTime) -> Result<Delivery, Rejection> {
-        accept(self, headers, body)
+    fn authenticate(&self, headers: &HeaderMap, _: &[u8], _: SystemTime) -> Result<(), Rejection> {
+        verify(&self.common, headers)
+    }
+
+    fn read_authenticated(&self, headers: &HeaderMap, body: &[u8], _: SystemTime) -> Result<Delivery, Rejection> {
+        read(self, headers, body)
     }
 
     fn sign(&self, delivery_id: &str, _: Option<&str>, _: &[u8], _: SystemTime) -> Vec<(&str, String)> {
@@ -148,8 +152,7 @@ fn delivery_id(headers: &HeaderMap) -> Result<&str, Rejection> {
     }
 }
 
-fn accept(provider: &Gitlab, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
-    verify(&provider.common, headers)?;
+fn read(provider: &Gitlab, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
     let delivery_id = delivery_id(headers)?;
     let payload = parse_body(body)?;
     let event = normalize(&payload);

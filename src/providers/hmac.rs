@@ -135,8 +135,12 @@ impl Endpoint for Hmac {
         signed_headers(&self.scheme, headers, now).map(drop)
     }
 
-    fn accept(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
-        accept(self, headers, body, now)
+    fn authenticate(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<(), Rejection> {
+        verify(self, headers, body, now)
+    }
+
+    fn read_authenticated(&self, headers: &HeaderMap, body: &[u8], _: SystemTime) -> Result<Delivery, Rejection> {
+        read(self, headers, body)
     }
 
     fn sign(&self, delivery_id: &str, _: Option<&str>, body: &[u8], now: SystemTime) -> Vec<(&str, String)> {
@@ -553,8 +557,7 @@ fn id_in_body(payload: &Value, pointer: &str) -> Result<String, Rejection> {
     }
 }
 
-fn accept(provider: &Hmac, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
-    verify(provider, headers, body, now)?;
+fn read(provider: &Hmac, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
     let scheme = &provider.scheme;
     let header_id = match &scheme.delivery_id {
         DeliveryId::Header(h) => Some(required(headers, h.as_str(), h.as_str())?),

@@ -380,7 +380,22 @@ impl Provider {
     /// signature headers is read before the signature is verified. `now` is
     /// the clock, injected so tests can pin it.
     pub fn accept(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
-        self.endpoint().accept(headers, body, now)
+        self.authenticate(headers, body, now)?;
+        self.read_authenticated(headers, body, now)
+    }
+
+    /// [`Provider::accept`]'s first half: the signature (or token)
+    /// verifies over the body. The service reads the body into JSON only
+    /// after it, charging that memory to the body budget in between
+    /// (an unauthenticated body never costs more than its bytes).
+    pub fn authenticate(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<(), Rejection> {
+        self.endpoint().authenticate(headers, body, now)
+    }
+
+    /// [`Provider::accept`]'s second half, for a request
+    /// [`Provider::authenticate`] accepted: the body as JSON, normalized.
+    pub fn read_authenticated(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
+        self.endpoint().read_authenticated(headers, body, now)
     }
 
     /// The headers this provider's sender would attach to `body`, signed

@@ -83,8 +83,14 @@ pub(super) trait Endpoint: Send + Sync {
     /// (`Provider::check_headers`).
     fn check_headers(&self, headers: &HeaderMap, now: SystemTime) -> Result<(), Rejection>;
 
-    /// Authenticates the request, then normalizes it (`Provider::accept`).
-    fn accept(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection>;
+    /// Authenticates the request: its signature (or token) verifies over
+    /// the body (`Provider::authenticate`). Nothing of the body is read
+    /// but the bytes the signature covers.
+    fn authenticate(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<(), Rejection>;
+
+    /// Reads an authenticated request: the body as JSON, normalized
+    /// (`Provider::read_authenticated`).
+    fn read_authenticated(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection>;
 
     /// The headers the kind's sender would attach to `body`
     /// (`Provider::sign`); `event` is given exactly when the kind sends an

@@ -91,8 +91,16 @@ impl Endpoint for Shopify {
         signature(headers).map(drop)
     }
 
-    fn accept(&self, headers: &HeaderMap, body: &[u8], _: SystemTime) -> Result<Delivery, Rejection> {
-        accept(self, headers, body)
+    fn authenticate(&self, headers: &HeaderMap, body: &[u8], _: SystemTime) -> Result<(), Rejection> {
+        let digest = signature(headers)?;
+        if !self.common.verifies(&signed_content(body), &digest) {
+            return Err(Rejection::unauthorized("X-Shopify-Hmac-Sha256 does not match the body"));
+        }
+        Ok(())
+    }
+
+    fn read_authenticated(&self, headers: &HeaderMap, body: &[u8], _: SystemTime) -> Result<Delivery, Rejection> {
+        read(self, headers, body)
     }
 
     fn sign(&self, delivery_id: &str, event: Option<&str>, body: &[u8], _: SystemTime) -> Vec<(&str, String)> {
@@ -158,12 +166,7 @@ fn signature(headers: &HeaderMap) -> Result<Vec<u8>, Rejection> {
     parse_signature(value).ok_or_else(|| Rejection::unauthorized("X-Shopify-Hmac-Sha256 is not base64 of 32 bytes"))
 }
 
-fn accept(provider: &Shopify, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
-    let digest = signature(headers)?;
-    if !provider.common.verifies(&signed_content(body), &digest) {
-        return Err(Rejection::unauthorized("X-Shopify-Hmac-Sha256 does not match the body"));
-    }
-
+fn read(provider: &Shopify, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
     let delivery_id = required(headers, DELIVERY_HEADER, "X-Shopify-Webhook-Id")?;
     let source = Headers {
         shop: optional(headers, SHOP_HEADER, "X-Shopify-Shop-Domain")?,

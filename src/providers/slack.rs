@@ -88,8 +88,16 @@ impl Endpoint for Slack {
         signature(self.tolerance, headers, now).map(drop)
     }
 
-    fn accept(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
-        accept(self, headers, body, now)
+    fn authenticate(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<(), Rejection> {
+        let (digest, timestamp) = signature(self.tolerance, headers, now)?;
+        if !self.common.verifies(&signed_content(timestamp, body), &digest) {
+            return Err(Rejection::unauthorized("X-Slack-Signature does not match the body"));
+        }
+        Ok(())
+    }
+
+    fn read_authenticated(&self, _: &HeaderMap, body: &[u8], _: SystemTime) -> Result<Delivery, Rejection> {
+        read(self, body)
     }
 
     fn sign(&self, _: &str, _: Option<&str>, body: &[u8], now: SystemTime) -> Vec<(&str, String)> {
@@ -142,12 +150,7 @@ fn signature(tolerance: Duration, headers: &HeaderMap, now: SystemTime) -> Resul
     Ok((digest, timestamp))
 }
 
-fn accept(provider: &Slack, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
-    let (digest, timestamp) = signature(provider.tolerance, headers, now)?;
-    if !provider.common.verifies(&signed_content(timestamp, body), &digest) {
-        return Err(Rejection::unauthorized("X-Slack-Signature does not match the body"));
-    }
-
+fn read(provider: &Slack, body: &[u8]) -> Result<Delivery, Rejection> {
     let payload = parse_body(body)?;
     if payload.get("type").and_then(Value::as_str) == Some(URL_VERIFICATION) {
         return match payload.get("challenge") {

@@ -148,8 +148,12 @@ impl Endpoint for StandardWebhooks {
         signature_headers(self.tolerance, headers, now).map(drop)
     }
 
-    fn accept(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
-        accept(self, headers, body, now)
+    fn authenticate(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<(), Rejection> {
+        authenticate(self, headers, body, now)
+    }
+
+    fn read_authenticated(&self, headers: &HeaderMap, body: &[u8], _: SystemTime) -> Result<Delivery, Rejection> {
+        read(self, headers, body)
     }
 
     fn sign(&self, delivery_id: &str, _: Option<&str>, body: &[u8], now: SystemTime) -> Vec<(&str, String)> {
@@ -336,12 +340,7 @@ fn signature_headers(tolerance: Duration, headers: &HeaderMap, now: SystemTime) 
     Ok([id, timestamp, signatures])
 }
 
-fn accept(
-    provider: &StandardWebhooks,
-    headers: &HeaderMap,
-    body: &[u8],
-    now: SystemTime,
-) -> Result<Delivery, Rejection> {
+fn authenticate(provider: &StandardWebhooks, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<(), Rejection> {
     let [id, timestamp, signatures] = signature_headers(provider.tolerance, headers, now)?;
 
     // Every v1 entry is compared under every secret, each in constant time;
@@ -355,7 +354,12 @@ fn accept(
     if !matched {
         return Err(Rejection::unauthorized("no webhook-signature entry matches"));
     }
+    Ok(())
+}
 
+fn read(provider: &StandardWebhooks, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Rejection> {
+    // Authenticated: the header is there, sent once (signature_headers).
+    let id = auth_header(headers, "id")?;
     if id.is_empty() {
         return Err(Rejection::BadRequest("empty webhook-id header".into()));
     }

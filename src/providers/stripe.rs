@@ -91,8 +91,12 @@ impl Endpoint for Stripe {
         signature(self.tolerance, headers, now).map(drop)
     }
 
-    fn accept(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
-        accept(self, headers, body, now)
+    fn authenticate(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<(), Rejection> {
+        authenticate(self, headers, body, now)
+    }
+
+    fn read_authenticated(&self, _: &HeaderMap, body: &[u8], _: SystemTime) -> Result<Delivery, Rejection> {
+        read(self, body)
     }
 
     fn sign(&self, _: &str, _: Option<&str>, body: &[u8], now: SystemTime) -> Vec<(&str, String)> {
@@ -168,7 +172,7 @@ fn signature<'a>(
     Ok(parts)
 }
 
-fn accept(provider: &Stripe, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<Delivery, Rejection> {
+fn authenticate(provider: &Stripe, headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<(), Rejection> {
     let parts = signature(provider.tolerance, headers, now)?;
     // Every entry is compared under every secret, each in constant time.
     let signed = signed_content(parts.timestamp, body);
@@ -177,7 +181,10 @@ fn accept(provider: &Stripe, headers: &HeaderMap, body: &[u8], now: SystemTime) 
     if !matched {
         return Err(Rejection::unauthorized("no Stripe-Signature v1 signature matches"));
     }
+    Ok(())
+}
 
+fn read(provider: &Stripe, body: &[u8]) -> Result<Delivery, Rejection> {
     let payload = parse_body(body)?;
     let delivery_id = match payload.get(DELIVERY_KEY) {
         Some(Value::String(id)) if !id.is_empty() => id.clone(),
