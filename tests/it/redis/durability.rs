@@ -62,8 +62,8 @@ async fn aof_always_keeps_answers_across_kill_9() {
     );
 }
 
-#[tokio::test]
-async fn min_replicas_ack_answers_only_what_a_replica_confirmed() {
+/// A Redis of the test's own and its replica, synced.
+fn primary_with_replica() -> (RedisProcess, RedisProcess) {
     let primary = RedisProcess::start(&[]);
     let replica = RedisProcess::start(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -71,6 +71,12 @@ async fn min_replicas_ack_answers_only_what_a_replica_confirmed() {
         assert!(Instant::now() < deadline, "replica did not sync");
         std::thread::sleep(Duration::from_millis(50));
     }
+    (primary, replica)
+}
+
+#[tokio::test]
+async fn min_replicas_ack_answers_only_what_a_replica_confirmed() {
+    let (primary, replica) = primary_with_replica();
     let ns = fresh_ns("wait");
     let g = gate(&primary.url(), &ns, Some((1, Duration::from_millis(300)))).await;
     // Retried as a provider would: a replica just synced may take longer
@@ -114,13 +120,7 @@ async fn min_replicas_ack_answers_only_what_a_replica_confirmed() {
 /// goes, once, and its `done` is on the replica.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_with_min_replicas_ack_starts_nothing_a_replica_did_not_confirm() {
-    let primary = RedisProcess::start(&[]);
-    let replica = RedisProcess::start(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !redis_cli(primary.port, &["info", "replication"]).contains("state=online") {
-        assert!(Instant::now() < deadline, "replica did not sync");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (primary, replica) = primary_with_replica();
     let ns = fresh_ns("wait-worker");
     let dir = crate::support::temp_dir("wait-worker");
     replica.pause(true);

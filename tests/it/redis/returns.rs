@@ -79,14 +79,19 @@ async fn history(ns: &str, run: &str) -> Vec<Value> {
 /// step of the schedule it was parked on; a run that failed with 422 before
 /// the outage keeps its 5 min step (still parked, due when it was, after
 /// the return); nothing is dead.
+/// A fresh namespace and temp dir named after `tag`, and the deliver
+/// secret of `seed` in the dir's secrets file (as `deliver_worker` reads it).
+fn namespace_with_secret(tag: &str, seed: u8) -> (String, std::path::PathBuf, String) {
+    let (ns, dir, key) = (fresh_ns(tag), temp_dir(tag), secret(seed));
+    secrets_file(&dir, std::slice::from_ref(&key));
+    (ns, dir, key)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_60s_outage_at_a_run_every_5s_releases_every_run_within_3s_of_the_return() {
     const OUTAGE: Duration = Duration::from_secs(60);
     const EVERY: Duration = Duration::from_secs(5);
-    let ns = fresh_ns("rtn60");
-    let dir = temp_dir("rtn60");
-    let key = secret(40);
-    secrets_file(&dir, std::slice::from_ref(&key));
+    let (ns, dir, key) = namespace_with_secret("rtn60", 40);
     // Run-1 is refused for its own reason: 422, every time.
     let dest =
         Destination::start(|r, _| if r.number() == 1 { status(StatusCode::UNPROCESSABLE_ENTITY) } else { ok() }).await;
@@ -179,10 +184,7 @@ async fn a_60s_outage_at_a_run_every_5s_releases_every_run_within_3s_of_the_retu
 /// their own, yet the run arrives within 3 s of the return.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_12s_outage_with_one_run_in_flight_ends_within_3s_of_the_return() {
-    let ns = fresh_ns("rtn12");
-    let dir = temp_dir("rtn12");
-    let key = secret(41);
-    secrets_file(&dir, std::slice::from_ref(&key));
+    let (ns, dir, key) = namespace_with_secret("rtn12", 41);
     let dest = Destination::start(|_, _| ok()).await;
     let proxy = Proxy::start(&dest.addr.to_string());
     let url = format!("http://{}/hooks", proxy.addr());
@@ -301,10 +303,7 @@ async fn the_group_probes_once_per_interval_counting_no_attempt() {
 async fn after_a_20s_outage_at_100_runs_a_second_every_parked_run_arrives_within_3s() {
     const OUTAGE: Duration = Duration::from_secs(20);
     const RATE: u64 = 100;
-    let ns = fresh_ns("rtnbench");
-    let dir = temp_dir("rtnbench");
-    let key = secret(43);
-    secrets_file(&dir, std::slice::from_ref(&key));
+    let (ns, dir, key) = namespace_with_secret("rtnbench", 43);
     let dest = Destination::start(|_, _| ok()).await;
     let proxy = Proxy::start(&dest.addr.to_string());
     let url = format!("http://{}/hooks", proxy.addr());
@@ -491,10 +490,7 @@ async fn no_probe_follows_within_an_interval_of_an_attempt_that_failed_for_the_d
 /// while its probe hung.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_probe_is_its_runs_one_request_while_it_is_out() {
-    let ns = fresh_ns("rtnslow");
-    let dir = temp_dir("rtnslow");
-    let key = secret(46);
-    secrets_file(&dir, std::slice::from_ref(&key));
+    let (ns, dir, key) = namespace_with_secret("rtnslow", 46);
     let dest = Destination::start(|_, earlier| {
         if earlier == 0 {
             status(StatusCode::SERVICE_UNAVAILABLE)
@@ -537,10 +533,7 @@ async fn a_slow_probe_is_its_runs_one_request_while_it_is_out() {
 /// The run is then delivered by a later probe, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_probe_that_lost_its_mark_is_stopped() {
-    let ns = fresh_ns("rtnfence");
-    let dir = temp_dir("rtnfence");
-    let key = secret(48);
-    secrets_file(&dir, std::slice::from_ref(&key));
+    let (ns, dir, key) = namespace_with_secret("rtnfence", 48);
     let dest = Destination::start(|_, earlier| match earlier {
         0 => status(StatusCode::SERVICE_UNAVAILABLE),
         1 => crate::support::destination::Answer { hang: Duration::from_secs(8), ..ok() },
@@ -567,6 +560,7 @@ async fn a_probe_that_lost_its_mark_is_stopped() {
     assert!(stopped_after < Duration::from_millis(1500), "within a renewal (every 1 s): {stopped_after:?}");
     let got = dest.of_run(1);
     assert_eq!(got.iter().filter(|r| r.succeeded()).count(), 1, "delivered once, by a later probe: {}", got.len());
+    assert_verified(&dest.got(), &key);
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -576,10 +570,7 @@ async fn a_probe_that_lost_its_mark_is_stopped() {
 /// delivery, and be sent again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_a_probe_that_is_out() {
-    let ns = fresh_ns("rtnterm");
-    let dir = temp_dir("rtnterm");
-    let key = secret(49);
-    secrets_file(&dir, std::slice::from_ref(&key));
+    let (ns, dir, key) = namespace_with_secret("rtnterm", 49);
     let dest = Destination::start(|_, earlier| match earlier {
         0 => status(StatusCode::SERVICE_UNAVAILABLE),
         _ => crate::support::destination::Answer { hang: Duration::from_secs(2), ..ok() },
@@ -592,6 +583,7 @@ async fn sigterm_finishes_a_probe_that_is_out() {
     workers.stop().await;
     assert_eq!(status_of(&ns, 1).await, "done", "the probe's delivery recorded before the exit");
     assert_eq!(dest.of_run(1).len(), 2);
+    assert_verified(&dest.got(), &key);
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -602,10 +594,7 @@ async fn sigterm_finishes_a_probe_that_is_out() {
 /// the fix the schedule's retry went at 3 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_probes_retry_after_holds_its_runs_own_retry() {
-    let ns = fresh_ns("rtnprobera");
-    let dir = temp_dir("rtnprobera");
-    let key = secret(50);
-    secrets_file(&dir, std::slice::from_ref(&key));
+    let (ns, dir, key) = namespace_with_secret("rtnprobera", 50);
     let dest = Destination::start(|_, earlier| match earlier {
         0 => status(StatusCode::SERVICE_UNAVAILABLE),
         1 => crate::support::destination::Answer {
@@ -627,6 +616,7 @@ async fn a_probes_retry_after_holds_its_runs_own_retry() {
     let waited = got[2].at - told;
     eprintln!("run-1's retry came {waited:?} after the probe's Retry-After: 6");
     assert!(waited >= Duration::from_millis(5_500), "{waited:?}");
+    assert_verified(&dest.got(), &key);
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -638,10 +628,7 @@ async fn a_probes_retry_after_holds_its_runs_own_retry() {
 /// the breaker closed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_uncounted_attempts_retry_after_still_holds_its_run() {
-    let ns = fresh_ns("rtnuncra");
-    let dir = temp_dir("rtnuncra");
-    let key = secret(51);
-    secrets_file(&dir, std::slice::from_ref(&key));
+    let (ns, dir, key) = namespace_with_secret("rtnuncra", 51);
     let dest = Destination::start(|r, earlier| match (r.number(), earlier) {
         (2, 0) => crate::support::destination::Answer {
             headers: vec![("retry-after", "6".to_owned())],
@@ -668,6 +655,7 @@ async fn an_uncounted_attempts_retry_after_still_holds_its_run() {
     assert!(waited >= Duration::from_millis(5_500), "{waited:?}");
     let r = record(&ns, "run-2").await;
     assert_eq!(r.get("attempts").map(String::as_str), Some("1"), "the 429 counted for nothing: {r:?}");
+    assert_verified(&dest.got(), &key);
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -679,10 +667,7 @@ async fn an_uncounted_attempts_retry_after_still_holds_its_run() {
 /// a second after the 429.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_probe_goes_sooner_than_the_latest_retry_after() {
-    let ns = fresh_ns("rtnra");
-    let dir = temp_dir("rtnra");
-    let key = secret(47);
-    secrets_file(&dir, std::slice::from_ref(&key));
+    let (ns, dir, key) = namespace_with_secret("rtnra", 47);
     let up = Arc::new(AtomicBool::new(false));
     let dest = Destination::start({
         let up = up.clone();
@@ -735,10 +720,7 @@ async fn no_probe_goes_sooner_than_the_latest_retry_after() {
 /// run-2 some 6 s early.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_breaker_opened_by_another_worker_waits_out_its_retry_after() {
-    let ns = fresh_ns("rtnshared");
-    let dir = temp_dir("rtnshared");
-    let key = secret(48);
-    secrets_file(&dir, std::slice::from_ref(&key));
+    let (ns, dir, key) = namespace_with_secret("rtnshared", 48);
     let dest = Destination::start(|r, earlier| {
         if r.number() == 1 && earlier == 0 {
             crate::support::destination::Answer {
@@ -780,10 +762,7 @@ async fn a_breaker_opened_by_another_worker_waits_out_its_retry_after() {
 /// at the destination and a is killed; worker b probes within seconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_probe_whose_worker_died_is_taken_again_within_an_interval() {
-    let ns = fresh_ns("rtnprobedied");
-    let dir = temp_dir("rtnprobedied");
-    let key = secret(49);
-    secrets_file(&dir, std::slice::from_ref(&key));
+    let (ns, dir, key) = namespace_with_secret("rtnprobedied", 49);
     let dest = Destination::start(|_, earlier| match earlier {
         0 => status(StatusCode::SERVICE_UNAVAILABLE),
         1 => crate::support::destination::Answer { hang: Duration::from_secs(30), ..ok() },
@@ -804,5 +783,6 @@ async fn a_probe_whose_worker_died_is_taken_again_within_an_interval() {
     eprintln!("worker b probed {again:?} after a was killed");
     assert!(again < Duration::from_secs(5), "the next probe came {again:?} after the kill");
     workers.stop().await;
+    assert_verified(&dest.got(), &key);
     let _ = std::fs::remove_dir_all(dir);
 }
