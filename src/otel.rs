@@ -420,25 +420,43 @@ impl Drop for AttemptSpan {
     }
 }
 
-/// The span of one attempt of a run (kind client): the destination as
-/// logs show it (redacted) or `command`, the run, the attempt number; the
+/// The span of one attempt of a run (kind client): the destination (its
+/// name: the worker's consumer group), the URL it is sent to as logs show
+/// it (redacted; `None` for a command), the run, the attempt number; the
 /// status and the outcome are recorded by [`AttemptSpan::record`].
 /// Its parent is `parent`, the `traceparent` of the gate span that created
 /// the run (the run record's `trace`), so that one trace holds the
 /// provider's request, the gate and every attempt; without one it starts a
 /// trace. A `probe` of a parked run (it counts no attempt; `attempt` is the
 /// run's latest) is named `probe` and marked `idemgate.probe`, in the same trace.
-pub fn attempt_span(destination: &str, run_id: &str, attempt: u32, parent: Option<&str>, probe: bool) -> AttemptSpan {
-    AttemptSpan { span: attempt_trace_span(destination, run_id, attempt, parent, probe), recorded: false }
+pub fn attempt_span(
+    destination: &str,
+    url: Option<&str>,
+    run_id: &str,
+    attempt: u32,
+    parent: Option<&str>,
+    probe: bool,
+) -> AttemptSpan {
+    AttemptSpan { span: attempt_trace_span(destination, url, run_id, attempt, parent, probe), recorded: false }
 }
 
-fn attempt_trace_span(destination: &str, run_id: &str, attempt: u32, parent: Option<&str>, probe: bool) -> TraceSpan {
+fn attempt_trace_span(
+    destination: &str,
+    url: Option<&str>,
+    run_id: &str,
+    attempt: u32,
+    parent: Option<&str>,
+    probe: bool,
+) -> TraceSpan {
     let name = if probe { std::borrow::Cow::Borrowed("probe") } else { format!("attempt {attempt}").into() };
     #[cfg(feature = "otel")]
     if let Some(tracer) = direct() {
         use opentelemetry::KeyValue;
-        let mut attributes = Vec::with_capacity(7);
+        let mut attributes = Vec::with_capacity(8);
         attributes.push(KeyValue::new("idemgate.destination", destination.to_owned()));
+        if let Some(url) = url {
+            attributes.push(KeyValue::new("url.full", url.to_owned()));
+        }
         attributes.push(KeyValue::new("idemgate.run_id", run_id.to_owned()));
         attributes.push(KeyValue::new("idemgate.attempt", i64::from(attempt)));
         if probe {
@@ -455,6 +473,7 @@ fn attempt_trace_span(destination: &str, run_id: &str, attempt: u32, parent: Opt
         otel.name = &*name,
         otel.kind = "client",
         idemgate.destination = destination,
+        url.full = url,
         idemgate.run_id = run_id,
         idemgate.attempt = i64::from(attempt),
         idemgate.probe = probe.then_some(true),

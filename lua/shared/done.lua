@@ -93,7 +93,10 @@ local function mark_done(r, first, group, worker, now, retention_ms, keep_payloa
   local del = {RUN_FIELDS[1], ${field_op}, ${field_op_result}, ${field_updated_ms},
     ${field_next_attempt_ms}, ${field_parked_group}, ${field_attempt_base}, ${field_retry_now_ms},
     ${field_released_ms}}
-  if not undone then
+  -- The trace goes with the run's last destination, unless the payload
+  -- is kept (`--keep-done-payloads`, a file's several destinations): then
+  -- a destination that reads the run later still joins its trace.
+  if not undone and tonumber(keep_payload_ms) == 0 then
     del[#del + 1] = ${field_trace}
   end
   local set

@@ -57,7 +57,8 @@ const HISTORY_HEADS = ["#", "started", "worker", "status", "duration", "outcome"
 
 // One destination's timeline: its name and status, its attempts, when a
 // parked one is next due, its last error, and its attempts' table.
-function destinationTimeline(d) {
+/** One destination's timeline; `payloadGone`: why a redelivery would be refused (null: it would not). */
+function destinationTimeline(d, payloadGone) {
   const name = d.name || "(unnamed)";
   const badge = el("span", { cls: "badge status-" + d.status, text: d.status });
   const head = el("h4", {}, el("span", { cls: "destination-name", text: name }), " ", badge);
@@ -73,7 +74,11 @@ function destinationTimeline(d) {
   if (d.name && (d.status === "done" || d.status === "dead")) {
     const again = el("button", { text: "Redeliver to " + name, cls: "redeliver-destination", attrs: { type: "button", "data-destination": d.name } });
     again.addEventListener("click", () => redeliver(d.name).catch((e) => notice(e.message)));
-    section.append(el("p", {}, again));
+    // Off with the same reason as the run's own button: the payload is gone.
+    again.disabled = Boolean(payloadGone);
+    const p = el("p", {}, again);
+    if (payloadGone) p.append(" ", el("span", { cls: "muted redeliver-why", text: "Redeliver is off: " + payloadGone }));
+    section.append(p);
   }
   section.append(dl, table, empty);
   return section;
@@ -137,13 +142,14 @@ export async function showRun(runId, { scroll = true } = {}) {
   $("history-table").hidden = several;
   $("history-table").tBodies[0].replaceChildren(...history.map(historyRow));
   $("history-empty").textContent = several || history.length ? "" : "No attempt recorded yet.";
-  $("destination-timelines").replaceChildren(...(several ? r.destinations.map(destinationTimeline) : []));
+  $("destination-timelines").replaceChildren(...(several ? r.destinations.map((d) => destinationTimeline(d, r.payload_gone)) : []));
   $("redeliver").hidden = !(r.status === "done" || r.status === "dead");
   // The reason beside a disabled button: a redelivery would reach the destination without the payload.
   $("redeliver").disabled = Boolean(r.payload_gone);
   $("redeliver-why").hidden = !r.payload_gone;
   setText($("redeliver-why"), r.payload_gone ? "Redeliver is off: " + r.payload_gone : "");
-  $("retry-now").hidden = r.status !== "parked";
+  // Parked for any destination (the run's own status may be another's: running, queued, dead).
+  $("retry-now").hidden = !(r.status === "parked" || (r.destinations || []).some((d) => d.status === "parked"));
   $("skip").hidden = !(r.status === "dead" && r.order && r.order.lines.some((l) => l.place === 0));
   const rawValue = (k, v) => (k.endsWith("_ms") && /^\d+$/.test(v) ? `${v} (${absTime(Number(v))})` : v);
   const raw = Object.entries(r.fields).map(([k, v]) => [k, rawValue(k, v)]);

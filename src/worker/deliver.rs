@@ -229,7 +229,8 @@ impl Handler for Destination {
         // entered: nothing in the attempt makes a span of its own, and the
         // parent is set from the run's trace.
         let span = crate::otel::attempt_span(
-            &self.shown_url,
+            &run.destination,
+            Some(&self.shown_url),
             &run.fields.run_id,
             run.attempt,
             run.trace.as_deref(),

@@ -110,7 +110,8 @@ async fn probe_once<H: Handler>(shared: &WorkerState, handler: &H, every: Durati
     // The run's latest attempt number: a probe counts none.
     // A probe is no attempt of the run, yet part of its story: its span,
     // when traced, is in the run's trace (the gate span's child, as an attempt's).
-    let attempt = RunAttempt { fields: run, attempt: attempts, key, payload, trace, probe: true, order };
+    let destination = shared.config.group.clone();
+    let attempt = RunAttempt { fields: run, attempt: attempts, key, payload, trace, probe: true, order, destination };
     let timeout = shared.config.timeout;
     let (began, started_ms) = (Instant::now(), now_ms());
     let call = tokio::time::timeout(timeout, handler.call(attempt));

@@ -105,6 +105,7 @@ impl StreamEntry {
             trace: None,
             probe: false,
             order: None,
+            destination: group.to_owned(),
         };
         Ok(Self { id, run, addressed, order_key })
     }

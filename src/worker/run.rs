@@ -44,6 +44,10 @@ pub struct RunAttempt {
     /// `IDEMGATE_ORDER_PREVIOUS` for a command). Not part of the JSON.
     #[serde(skip)]
     pub order: Option<Chain>,
+    /// The destination this attempt is for: the worker's consumer group
+    /// (the attempt span's `idemgate.destination`). Not part of the JSON.
+    #[serde(skip)]
+    pub destination: String,
 }
 
 /// An ordered run's place in its key's chain (docs/worker.md, "One at a
@@ -232,6 +236,7 @@ mod tests {
             },
             attempt: 2,
             key: "ns:run-7:1718000000000".into(),
+            destination: "g".into(),
             payload: None,
             trace: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
             order: Some(Chain { key: "6:github:3:o/r:0:".into(), previous: Some("ns:run-6:1717999999000".into()) }),
