@@ -1,5 +1,5 @@
 -- idemgate worker --deliver: the worker whose probe is out renews the probe
--- key's mark of its run (lua/worker_probe_take.lua) every half interval,
+-- key's mark of its run (lua/worker_probe_take.lua) every third of an interval,
 -- to live an interval more: while the probe is out, no second probe,
 -- release or wake sends the run beside it, however long the destination
 -- takes to answer (up to --timeout); and when the worker dies mid-probe,

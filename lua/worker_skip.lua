@@ -32,12 +32,25 @@ ${destination}
 ${holds}
 
 -- The record no destination has started (no owner, still queued): the
--- refusal is named in it, and it lives the run retention at most.
+-- refusal is named in it, and it lives the run retention at most. One
+-- every destination in it has finished, whose TTL this group's line took
+-- away (lua/shared/order_enter.lua) when a catch-up put the run in it,
+-- gets the run retention again.
 local function bound_unstarted_record()
   local r = redis.call('HMGET', KEYS[2], ${field_group}, ${plain_field_status}, ${field_filtered_by},
-    ${plain_field_order_wait})
+    ${plain_field_order_wait}, ${field_other_destinations}, ${field_blocked_retention_ms})
   -- (A run waiting in another destination's line is queued for it.)
-  if r[1] or r[2] ~= ${status_queued} or r[4] then
+  if r[4] then
+    return
+  end
+  if r[1] then
+    if not r[6] and (r[2] == ${status_done} or r[2] == ${status_dead}) and tonumber(ARGV[4]) > 0
+      and not others_unfinished(KEYS[2], r[1], r[5]) and redis.call('PTTL', KEYS[2]) == -1 then
+      redis.call('PEXPIRE', KEYS[2], ARGV[4])
+    end
+    return
+  end
+  if r[2] ~= ${status_queued} then
     return
   end
   local listed = false
@@ -73,6 +86,8 @@ if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   -- a head was handed on with an entry of its own, which decides it.
   if redis.call('HGET', order_key_of(order_key), 'h:' .. ARGV[1]) ~= run_id then
     order_hand_on(order_key, ARGV[1], run_id, nil, ARGV[4])
+    -- Out of the line: it waits for this group no more.
+    with_destination(KEYS[2], ARGV[1], function() redis.call('HDEL', KEYS[2], ${field_order_wait}) end)
   end
   bound_unstarted_record()
   return 1

@@ -356,6 +356,11 @@ keep_done_payloads = false
         let (ci, layer) = destination_layer(&flag("ci"), &Layer::default(), &f).unwrap();
         let s = WorkerSetup::resolve(&layer, &ci.command.unwrap().value).unwrap();
         assert_eq!((s.config.max_attempts, s.config.retry_schedule), (2, Some(vec![Duration::from_secs(1)])));
+        // The shorthand's pieces still combine across layers.
+        let f = file(&THREE.replace("timeout = \"9s\"", "timeout = \"9s\"\nbackoff = \"10s\"\nmax_backoff = \"5m\""));
+        let (notify, layer) = destination_layer(&flag("notify"), &Layer::default(), &f).unwrap();
+        let c = WorkerSetup::resolve(&layer, &notify.command.unwrap().value).unwrap().config;
+        assert_eq!((c.max_attempts, c.backoff, c.max_backoff), (3, Duration::from_secs(10), Duration::from_secs(300)));
     }
 
     #[test]

@@ -174,17 +174,20 @@ fn retry_layer(origin: &Origin) -> u8 {
 /// The retry policy: `--retry-schedule` (the default's waits when nothing
 /// is given), or the exponential shorthand `--max-attempts`, `--backoff`,
 /// `--max-backoff`. The two forms are one setting, as the Redis target's
-/// flags are: the highest layer that gives either decides (a flag's
-/// `--max-attempts` replaces the file's `retry_schedule`, and a
-/// destination's `max_attempts` the `[worker]` schedule); both forms in
-/// that one layer are refused, naming both.
+/// flags are: the highest layer that gives either decides which form
+/// applies (a flag's `--max-attempts` replaces the file's
+/// `retry_schedule`, and a destination's `max_attempts` the `[worker]`
+/// schedule); the shorthand's three values then combine across the layers
+/// as every setting does (`[worker] backoff` stays under a destination's
+/// `max_attempts`). Both forms in that one layer are refused, naming both.
 fn retry_policy(s: &Layer, c: &mut WorkerConfig) -> Result<(), ConfigError> {
     let all = [&s.retry_schedule, &s.max_attempts, &s.backoff, &s.max_backoff];
     let top = all.iter().filter_map(|g| g.as_ref().map(|g| retry_layer(&g.origin))).max();
     let from_top = |g: &Option<Given<Raw>>| g.clone().filter(|g| Some(retry_layer(&g.origin)) == top);
-    let (schedule, max_attempts, backoff, max_backoff) =
-        (from_top(&s.retry_schedule), from_top(&s.max_attempts), from_top(&s.backoff), from_top(&s.max_backoff));
-    let shorthand = [&max_attempts, &backoff, &max_backoff].into_iter().flatten().next();
+    let schedule = from_top(&s.retry_schedule);
+    let shorthand_on_top =
+        [from_top(&s.max_attempts), from_top(&s.backoff), from_top(&s.max_backoff)].into_iter().flatten().next();
+    let shorthand = shorthand_on_top.as_ref();
     if let Some(list) = schedule.list() {
         if let Some(other) = shorthand {
             return Err(list.fail(format!(
@@ -203,9 +206,9 @@ fn retry_policy(s: &Layer, c: &mut WorkerConfig) -> Result<(), ConfigError> {
     }
     if shorthand.is_some() {
         c.retry_schedule = None;
-        c.max_attempts = max_attempts.number()?.map_or(DEFAULT_MAX_ATTEMPTS, |n| n.value);
-        c.backoff = backoff.duration()?.map_or(c.backoff, |b| b.value);
-        c.max_backoff = max_backoff.duration()?.map_or(c.max_backoff, |b| b.value);
+        c.max_attempts = s.max_attempts.number()?.map_or(DEFAULT_MAX_ATTEMPTS, |n| n.value);
+        c.backoff = s.backoff.duration()?.map_or(c.backoff, |b| b.value);
+        c.max_backoff = s.max_backoff.duration()?.map_or(c.max_backoff, |b| b.value);
     }
     Ok(())
 }

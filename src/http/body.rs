@@ -84,6 +84,19 @@ impl BodyBudget {
         Ok(())
     }
 
+    /// Charges a request `bytes` in all, in one piece: what it holds goes
+    /// back first, so that requests holding part of their charge never
+    /// wait on one another for the rest (five 25 MiB bodies each topping
+    /// up would all time out together). At most the whole budget.
+    pub async fn recharge(&self, held: OwnedSemaphorePermit, bytes: usize) -> Result<OwnedSemaphorePermit, BodyError> {
+        let want = bytes.div_ceil(UNIT).min(self.total);
+        if want <= held.num_permits() {
+            return Ok(held);
+        }
+        drop(held);
+        self.reserve_units(want).await
+    }
+
     async fn reserve_units(&self, units: usize) -> Result<OwnedSemaphorePermit, BodyError> {
         let units = u32::try_from(units).map_err(|_| BodyError::Busy)?;
         match tokio::time::timeout(self.wait, self.units.clone().acquire_many_owned(units)).await {
@@ -295,12 +308,20 @@ pub async fn parse_delivery(
 /// a key `String` and a map slot besides ([`TREE_ENTRY_BYTES`]). A value
 /// begins the document or follows a `,`, `[` or `:`, so those (and the
 /// colons, one per entry) bound the counts; bytes inside strings count too,
-/// which only overstates.
+/// which only overstates. A form body (GitHub's `payload=`) carries them
+/// percent-encoded (`%2C`): those count too.
 pub fn json_tree_overhead(body: &[u8]) -> usize {
     // One count per byte value: each a loop the compiler vectorizes.
     let count = |c: u8| body.iter().filter(|&&b| b == c).count();
-    let separators = 1 + count(b',') + count(b'[') + count(b'{');
-    body.len() + separators * TREE_VALUE_BYTES + count(b':') * TREE_ENTRY_BYTES
+    let encoded = |hex: &[u8; 2]| {
+        body.windows(3).filter(|w| w[0] == b'%' && w[1] == hex[0] && w[2].eq_ignore_ascii_case(&hex[1])).count()
+    };
+    let (mut separators, mut colons) = (1 + count(b',') + count(b'[') + count(b'{'), count(b':'));
+    if body.starts_with(b"payload=") {
+        separators += encoded(b"2C") + encoded(b"5B") + encoded(b"7B");
+        colons += encoded(b"3A");
+    }
+    body.len() + separators * TREE_VALUE_BYTES + colons * TREE_ENTRY_BYTES
 }
 
 /// A tree value's bound in [`json_tree_overhead`]: the `Value`, twice.
@@ -442,6 +463,9 @@ mod tests {
         let payload = fixtures.iter().find(|g| g["name"] == "push").unwrap()["examples"][0].to_string();
         let ratio = json_tree_overhead(payload.as_bytes()) as f64 / payload.len() as f64;
         assert!((2.0..12.0).contains(&ratio), "{ratio}");
+        // The same payload as a form (its JSON percent-encoded) is charged as much.
+        let form = form_urlencoded::Serializer::new(String::new()).append_pair("payload", &payload).finish();
+        assert!(json_tree_overhead(form.as_bytes()) >= json_tree_overhead(payload.as_bytes()));
     }
 
     #[test]

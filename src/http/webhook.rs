@@ -168,7 +168,7 @@ impl<'a> Pipeline<'a> {
         if let Err(rejection) = provider.check_headers(headers, SystemTime::now()) {
             return Err(self.refusal(rejection));
         }
-        let (bytes, mut permit) = read_within(self.budget, self.metrics, headers, body, self.max_body, 1)
+        let (bytes, permit) = read_within(self.budget, self.metrics, headers, body, self.max_body, 1)
             .await
             .map_err(IntoResponse::into_response)?;
         let now = SystemTime::now();
@@ -180,8 +180,9 @@ impl<'a> Pipeline<'a> {
         // numeric array about 16x): that memory is charged to the budget
         // first, as /v1's is. An unauthenticated body costs its bytes alone.
         let overhead = crate::http::body::json_tree_overhead(&bytes).max(event_digest::canonical_overhead(&bytes));
-        self.budget
-            .top_up(&mut permit, overhead)
+        let permit = self
+            .budget
+            .recharge(permit, bytes.len() + overhead)
             .await
             .map_err(|e| crate::http::answer::body_error(self.metrics, e).into_response())?;
         let accepted =

@@ -39,12 +39,21 @@ impl RedisHandle {
 
     /// Connects to `opts` (bounded, see [`Conn::connect`]) under the namespace of `keys`.
     pub async fn connect(opts: &RedisOptions, keys: Keys) -> Result<Self, Error> {
-        let mut handle = Self::new(Conn::connect(opts).await?, keys, opts.command_timeout);
-        handle.ack = opts.min_replicas_ack.filter(|(n, _)| *n > 0);
+        let handle = Self::new(Conn::connect(opts).await?, keys, opts.command_timeout);
         Ok(match &opts.target {
             RedisTarget::Single(url) => handle.named_after(url),
             _ => handle,
         })
+    }
+
+    /// Every script call waits for `ack` (`--min-replicas-ack`: that many
+    /// replicas, at most that long; [`RedisHandle::call`]). For a worker's
+    /// handle, whose calls are all fenced or replayed by their operation id
+    /// and whose writes decide what it sends; not for the ops reads or the
+    /// gate, which waits for its own writes ([`RedisHandle::eval_and_wait`]).
+    pub fn waiting_for_replicas(mut self, ack: Option<(u32, Duration)>) -> Self {
+        self.ack = ack.filter(|(n, _)| *n > 0);
+        self
     }
 
     /// Names the standalone server `host:port` after `url` (credentials left out).

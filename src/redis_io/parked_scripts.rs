@@ -26,6 +26,42 @@ pub static RUN_SKIP: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::load(incl
 pub static PAYLOAD_EXPIRE: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::load(include_str!("../../lua/payload_expire.lua")));
 
+/// `lua/dead_trim.lua`, loaded.
+pub static DEAD_TRIM: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::load(include_str!("../../lua/dead_trim.lua")));
+
+/// `lua/dead_trim.lua`: up to `limit` of the dead stream's entries older
+/// than `before_id` leave it where their run record is gone.
+#[derive(Debug, Clone)]
+pub struct DeadTrimCall<'a> {
+    /// The namespace's keys.
+    pub keys: &'a Keys,
+    /// The entries older than this stream id are looked at.
+    pub before_id: String,
+    /// The most entries looked at in this call.
+    pub limit: usize,
+}
+
+impl ScriptCall for DeadTrimCall<'_> {
+    /// (Entries removed, entries looked at: fewer than the limit when none older is left.)
+    type Reply = (u64, u64);
+
+    fn script(&self) -> &'static LuaScript {
+        &DEAD_TRIM
+    }
+
+    fn layout(&self) -> Layout {
+        Layout::default()
+            .key("dead_key", self.keys.runs_dead())
+            .arg("before_id", &self.before_id)
+            .arg("limit", self.limit)
+            .arg("run_prefix", self.keys.run_prefix())
+    }
+
+    fn decode(&self, reply: Value) -> Result<(u64, u64), Error> {
+        decode(reply)
+    }
+}
+
 /// `lua/payload_expire.lua`: up to `limit` done payloads kept past their
 /// time leave their records.
 #[derive(Debug, Clone)]

@@ -46,7 +46,7 @@ script!(RUN_READ, "run_read.lua");
 
 /// The scripts `idemgate worker` calls, loaded when it starts
 /// ([`super::RedisHandle::preload`]).
-pub fn worker() -> [&'static LuaScript; 18] {
+pub fn worker() -> [&'static LuaScript; 19] {
     [
         &WORKER_START,
         &WORKER_DONE,
@@ -62,6 +62,7 @@ pub fn worker() -> [&'static LuaScript; 18] {
         &WORKER_PROBE_RENEW,
         &WORKER_SKIP,
         &super::parked_scripts::PAYLOAD_EXPIRE,
+        &super::parked_scripts::DEAD_TRIM,
         &super::destination_scripts::DESTINATION_TAKE,
         &super::destination_scripts::DESTINATION_HOLD,
         &super::destination_scripts::DESTINATION_JOIN,
@@ -71,7 +72,7 @@ pub fn worker() -> [&'static LuaScript; 18] {
 
 /// Every script of this module (and of [`super::parked_scripts`] and
 /// [`super::destination_scripts`]) with its file name, for checks over all of them.
-pub fn all() -> [(&'static str, &'static LuaScript); 25] {
+pub fn all() -> [(&'static str, &'static LuaScript); 26] {
     [
         ("worker_start.lua", &WORKER_START),
         ("worker_done.lua", &WORKER_DONE),
@@ -93,6 +94,7 @@ pub fn all() -> [(&'static str, &'static LuaScript); 25] {
         ("run_retry_now.lua", &super::parked_scripts::RUN_RETRY_NOW),
         ("parked_retry_now.lua", &super::parked_scripts::PARKED_RETRY_NOW),
         ("payload_expire.lua", &super::parked_scripts::PAYLOAD_EXPIRE),
+        ("dead_trim.lua", &super::parked_scripts::DEAD_TRIM),
         ("destination_take.lua", &super::destination_scripts::DESTINATION_TAKE),
         ("destination_hold.lua", &super::destination_scripts::DESTINATION_HOLD),
         ("destination_join.lua", &super::destination_scripts::DESTINATION_JOIN),

@@ -967,6 +967,10 @@ return called(1)
                 (c.script(), c.layout(), c.command())
             },
             {
+                let c = super::super::parked_scripts::DeadTrimCall { keys: &keys, before_id: "5-0".into(), limit: 9 };
+                (c.script(), c.layout(), c.command())
+            },
+            {
                 use super::super::destination_scripts::TakeCall;
                 let c = TakeCall { keys: &keys, destination: "d", give: 1, want: 2, count: 3, per_ms: 1000, burst: 4 };
                 (c.script(), c.layout(), c.command())

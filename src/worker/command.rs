@@ -133,8 +133,14 @@ impl Handler for CommandHandler {
         }
         // One span per attempt; the command gets its TRACEPARENT (and
         // TRACESTATE). Not entered, as an HTTP attempt's is not.
-        let span =
-            crate::otel::attempt_span(&run.destination, None, &run.fields.run_id, run.attempt, run.trace.as_deref(), run.probe);
+        let span = crate::otel::attempt_span(
+            &run.destination,
+            None,
+            &run.fields.run_id,
+            run.attempt,
+            run.trace.as_deref(),
+            run.probe,
+        );
         let trace = span.headers();
         let result = self.attempt(run, trace).await;
         span.record(None, result.is_ok());

@@ -192,7 +192,7 @@ fn failed(admission: Admission<'_>, failure: Failure) -> (ProbeOutcome, Option<u
 struct MarkLost;
 
 /// Runs the probe `call`, renewing the probe key's mark of `run_id` every
-/// half interval, for an interval, while it is out
+/// third of an interval, for an interval, while it is out
 /// (`lua/worker_probe_renew.lua`): however long the destination takes (up
 /// to `--timeout`), no second probe, release or wake sends the run beside
 /// it, and when this worker dies the mark goes within an interval, so the
@@ -211,10 +211,12 @@ async fn renewing<F: std::future::Future>(
     call: F,
 ) -> Result<F::Output, MarkLost> {
     let mut call = std::pin::pin!(call);
-    let half = (every / 2).max(Duration::from_millis(10));
+    // Renewed every third of an interval from the take on, so that a
+    // renewal that failed has another try before the fence.
+    let third = (every / 3).max(Duration::from_millis(10));
     let fence = every - every / 4;
     let mut renewed_at = marked_at;
-    let mut renew = tokio::time::interval_at(Instant::now() + half, half);
+    let mut renew = tokio::time::interval_at(marked_at + third, third);
     loop {
         let deadline = renewed_at + fence;
         tokio::select! {

@@ -143,7 +143,7 @@ pub(crate) struct Op(String);
 
 impl Queue {
     pub async fn connect(opts: &RedisOptions, keys: Keys, config: &WorkerConfig) -> Result<Self, WorkerError> {
-        let redis = RedisHandle::connect(opts, keys).await?;
+        let redis = RedisHandle::connect(opts, keys).await?.waiting_for_replicas(opts.min_replicas_ack);
         let reader = BlockingReader::connect(opts, config.block).await.map_err(WorkerError::Store)?;
         let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let q = Self {
@@ -567,18 +567,24 @@ impl Queue {
         self.redis.call(&TrimCall { keys: self.keys() }).await
     }
 
-    /// Removes the dead stream's entries older than the run retention
-    /// (`XTRIM MINID`): a dead run's record expires the run retention after
-    /// it died, so past it `dead retry` finds no record and the entry would
-    /// stay for good. Nothing with no retention (`never`).
+    /// Removes the dead stream's entries older than the run retention whose
+    /// run record is gone (`lua/dead_trim.lua`, a batch per call): a dead
+    /// run's record expires the run retention after it died, so past it
+    /// `dead retry` finds no record and the entry would stay for good. One
+    /// whose record stays (a dead head blocking its order key's line) stays
+    /// listed. Nothing with no retention (`never`).
     pub async fn trim_dead(&self) -> Result<u64, Error> {
+        const BATCH: usize = 500;
         if self.retention_ms == 0 {
             return Ok(0);
         }
-        let oldest_kept = now_ms().saturating_sub(self.retention_ms);
-        let mut cmd = redis::cmd("XTRIM");
-        cmd.arg(self.keys().runs_dead()).arg("MINID").arg(oldest_kept);
-        self.redis.query(&mut cmd).await
+        let call = crate::redis_io::parked_scripts::DeadTrimCall {
+            keys: self.keys(),
+            before_id: now_ms().saturating_sub(self.retention_ms).to_string(),
+            limit: BATCH,
+        };
+        // One batch a pass: the entries a record still holds are looked at again each pass.
+        Ok(self.redis.call(&call).await?.0)
     }
 
     /// Removes the done payloads `--keep-done-payloads DURATION` kept past

@@ -279,3 +279,32 @@ async fn dead_list_and_retry_on_a_cluster() {
     stop_tx.send(()).unwrap();
     tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap().unwrap();
 }
+
+/// The workers' trim pass removes the dead stream's entries older than the
+/// run retention whose record is gone (nothing could retry them), and
+/// keeps one whose record stays (a dead head blocking its line keeps it)
+/// and every newer one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dead_stream_loses_only_old_entries_whose_record_is_gone() {
+    let ns = fresh_ns("deadtrim");
+    let dir = temp_dir("deadtrim");
+    let keys = Keys::new(&ns).unwrap();
+    let mut c = raw_conn().await;
+    let dead = keys.runs_dead();
+    // Two entries from long ago: run-1's record stays, run-2's is gone; run-3's is new.
+    let _: String = c.xadd(&dead, "1-0", &[("run_id", "run-1"), ("group", "g")]).await.unwrap();
+    let _: String = c.xadd(&dead, "2-0", &[("run_id", "run-2"), ("group", "g")]).await.unwrap();
+    let newest: String = c.xadd(&dead, "*", &[("run_id", "run-3"), ("group", "g")]).await.unwrap();
+    let _: () = c.hset(keys.run("run-1"), "status", "dead").await.unwrap();
+    let flags = ["--run-retention", "1h", "--trim-interval", "1s", "--timeout", "1s", "--lease", "3s"];
+    let mut workers = Workers(vec![spawn_worker(&ns, &dir, "w1", &flags, "cat > /dev/null")]);
+    wait_for(Duration::from_secs(15), "run-2's entry trimmed", || async {
+        xlen(&mut raw_conn().await, &keys.runs_dead()).await == 2
+    })
+    .await;
+    workers.stop().await;
+    let left: redis::streams::StreamRangeReply = c.xrange_all(&dead).await.unwrap();
+    let ids: Vec<&str> = left.ids.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(ids, ["1-0", newest.as_str()]);
+    let _ = std::fs::remove_dir_all(dir);
+}
