@@ -362,7 +362,7 @@ pub async fn dead_command(args: &DeadArgs, sources: Sources) -> Result<ExitCode,
             let ops = Ops::connect(&store(sources)?).await?;
             let which = (!*all).then_some(run_ids.as_slice());
             let mut report = MovedReport::new(*all, false, read.json);
-            let results = ops.dead_retry(which, &mut |r| report.one(r)).await;
+            let results = ops.dead_retry(which, None, &mut |r| report.one(r)).await;
             report.end(results)
         }
     }

@@ -9,7 +9,7 @@ let next = null;
 
 function row(r) {
   const retry = el("button", { text: "Retry", cls: "retry", attrs: { type: "button", "data-run-id": r.run_id } });
-  retry.addEventListener("click", () => retryRuns([r.run_id]));
+  retry.addEventListener("click", () => retryRuns([entryOf(r)]));
   return el(
     "tr",
     { attrs: { "data-run-id": r.run_id } },
@@ -44,28 +44,33 @@ export function resetDead() {
   next = null;
 }
 
-/** Retries `ids`, eight at a time; each retry reads only its own run. */
-async function retryEach(ids) {
+/** A dead-stream row as a retry names it: the run, for the destination it died for ("" before destinations). */
+function entryOf(r) {
+  return { id: r.run_id, group: r.group || "" };
+}
+
+/** Retries each entry for its own destination, eight at a time; each retry reads only its own run. */
+async function retryEach(entries) {
   let moved = 0;
   const refused = [];
   let i = 0;
   const lane = async () => {
-    while (i < ids.length) {
-      const id = ids[i++];
+    while (i < entries.length) {
+      const { id, group } = entries[i++];
       try {
-        await api(`/v1/ops/dead/${encodeURIComponent(id)}/retry`, "POST");
+        await api(`/v1/ops/dead/${encodeURIComponent(id)}/retry`, "POST", group ? { destination: group } : {});
         moved++;
       } catch (e) {
-        refused.push(`${id}: ${e.message}`);
+        refused.push(`${id}${group ? " (" + group + ")" : ""}: ${e.message}`);
       }
     }
   };
-  await Promise.all(Array.from({ length: Math.min(8, ids.length) }, lane));
+  await Promise.all(Array.from({ length: Math.min(8, entries.length) }, lane));
   return { moved, refused };
 }
 
-export async function retryRuns(ids) {
-  const { moved, refused } = await retryEach(ids);
+export async function retryRuns(entries) {
+  const { moved, refused } = await retryEach(entries);
   await loadDead();
   notice(`${moved} run${moved === 1 ? "" : "s"} queued again` + (refused.length ? "; refused: " + refused.join("; ") : ""), refused.length === 0);
 }
@@ -78,9 +83,10 @@ export async function retryAll() {
   const refused = [];
   for (;;) {
     const page = await api("/v1/ops/dead?limit=1000");
-    const ids = page.runs.map((r) => r.run_id).filter((id) => !refused.some((x) => x.startsWith(id + ":")));
-    if (!ids.length) break;
-    const r = await retryEach(ids);
+    const tried = new Set(refused.map((x) => x.split(":")[0]));
+    const entries = page.runs.map(entryOf).filter((e) => !tried.has(e.id + (e.group ? " (" + e.group + ")" : "")));
+    if (!entries.length) break;
+    const r = await retryEach(entries);
     moved += r.moved;
     refused.push(...r.refused);
     $("dead-count").textContent = String(Math.max(0, page.total - r.moved));

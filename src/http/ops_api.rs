@@ -302,8 +302,41 @@ fn json_sized(value: &impl serde::Serialize, estimate: usize) -> Response {
 
 /// `idemgate dead retry RUN_ID`: 200 when the run moved, 404 without a
 /// record, 409 when the run is not dead (nothing changed either way).
-async fn retry(State(st): State<AppState>, p: Result<Path<String>, PathRejection>) -> Result<Response, ApiError> {
-    send_again(st, p, false, &RedeliverBody::default()).await
+async fn retry(
+    State(st): State<AppState>,
+    p: Result<Path<String>, PathRejection>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let asked = redeliver_body(&body)?;
+    if asked.without_payload {
+        return Err(ApiError::BadRequest(
+            "without_payload is for a redelivery: a dead retry sends what the run has".into(),
+        ));
+    }
+    send_again(st, p, false, &asked).await
+}
+
+/// The body of a retry or a redelivery: empty (or whitespace) for the
+/// defaults, else a JSON object of [`RedeliverBody`]'s fields, a
+/// `destination` a path segment would take.
+fn redeliver_body(body: &[u8]) -> Result<RedeliverBody, ApiError> {
+    let asked: RedeliverBody = if body.iter().all(u8::is_ascii_whitespace) {
+        RedeliverBody::default()
+    } else {
+        serde_json::from_slice(body).map_err(|e| {
+            ApiError::BadRequest(format!(
+                "the body must be a JSON object such as {{\"without_payload\": true}}, or empty: {}",
+                crate::text::escape_control(&e.to_string())
+            ))
+        })?
+    };
+    if let Some(name) = &asked.destination {
+        if name.is_empty() {
+            return Err(ApiError::BadRequest("destination is empty: leave it out instead".into()));
+        }
+        segment("destination", name)?;
+    }
+    Ok(asked)
 }
 
 /// The body `POST /v1/ops/runs/{id}/redeliver` takes (none, or `{}`, is
@@ -328,22 +361,7 @@ async fn redeliver(
     p: Result<Path<String>, PathRejection>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    let asked: RedeliverBody = if body.iter().all(u8::is_ascii_whitespace) {
-        RedeliverBody::default()
-    } else {
-        serde_json::from_slice(&body).map_err(|e| {
-            ApiError::BadRequest(format!(
-                "the body must be a JSON object such as {{\"without_payload\": true}}, or empty: {}",
-                crate::text::escape_control(&e.to_string())
-            ))
-        })?
-    };
-    if let Some(name) = &asked.destination {
-        if name.is_empty() {
-            return Err(ApiError::BadRequest("destination is empty: leave it out instead".into()));
-        }
-        segment("destination", name)?;
-    }
+    let asked = redeliver_body(&body)?;
     send_again(st, p, true, &asked).await
 }
 

@@ -329,12 +329,40 @@ impl Ops {
     /// left as it is. `None`: every run the dead stream names, oldest first.
     /// `each` sees every result as it comes (a bulk command's progress: on an
     /// error part of the way, what it saw is what moved or was refused).
+    /// `destination`: for that destination alone (a run not dead for it is
+    /// refused; a name no consumer group has is [`Retried::NoDestination`]),
+    /// else for each destination the run is dead for.
     pub async fn dead_retry(
         &self,
         run_ids: Option<&[String]>,
+        destination: Option<&str>,
         each: &mut (dyn FnMut(&Retried) + Send),
     ) -> Result<Vec<Retried>, OpsError> {
-        self.send_again(run_ids, &SendAgain::default(), each).await
+        let again = SendAgain { destination: destination.map(str::to_owned), ..SendAgain::default() };
+        if let Some(refused) = self.unknown_destination(run_ids, destination, each).await? {
+            return Ok(refused);
+        }
+        self.send_again(run_ids, &again, each).await
+    }
+
+    /// `destination` refused, for each of `run_ids` (one result with no run
+    /// id for `None`: every run the dead stream names), when no consumer
+    /// group has its name: a typo would queue the run for nobody.
+    async fn unknown_destination(
+        &self,
+        run_ids: Option<&[String]>,
+        destination: Option<&str>,
+        each: &mut (dyn FnMut(&Retried) + Send),
+    ) -> Result<Option<Vec<Retried>>, OpsError> {
+        let Some(name) = destination else { return Ok(None) };
+        if self.is_destination(name).await? {
+            return Ok(None);
+        }
+        let named = run_ids.map_or_else(|| vec![String::new()], <[String]>::to_vec);
+        let refused = |run_id| Retried::NoDestination { run_id, destination: name.to_owned() };
+        let results: Vec<Retried> = named.into_iter().map(refused).collect();
+        results.iter().for_each(&mut *each);
+        Ok(Some(results))
     }
 
     /// `runs redeliver`: as [`Ops::dead_retry`], but a `done` run moves too
@@ -354,15 +382,9 @@ impl Ops {
         each: &mut (dyn FnMut(&Retried) + Send),
     ) -> Result<Vec<Retried>, OpsError> {
         let again = SendAgain { done_too: true, without_payload, destination: destination.map(str::to_owned) };
-        if let Some(name) = destination
-            && !self.is_destination(name).await?
-        {
-            // `--all-dead` with a typo is refused too, not a move of nothing.
-            let named = run_ids.map_or_else(|| vec![String::new()], <[String]>::to_vec);
-            let refused = |run_id| Retried::NoDestination { run_id, destination: name.to_owned() };
-            let results: Vec<Retried> = named.into_iter().map(refused).collect();
-            results.iter().for_each(&mut *each);
-            return Ok(results);
+        // `--all-dead` with a typo is refused too, not a move of nothing.
+        if let Some(refused) = self.unknown_destination(run_ids, destination, each).await? {
+            return Ok(refused);
         }
         self.send_again(run_ids, &again, each).await
     }

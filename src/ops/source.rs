@@ -511,7 +511,7 @@ impl Source {
                 if done_too {
                     ops.redeliver(Some(&ids), without_payload, destination, &mut |_| {}).await
                 } else {
-                    ops.dead_retry(Some(&ids), &mut |_| {}).await
+                    ops.dead_retry(Some(&ids), destination, &mut |_| {}).await
                 }
             }
             Source::Memory(m) => Ok(vec![Retried::Refused {

@@ -23,6 +23,10 @@ pub(crate) async fn kill_run(ns: &str, run_id: &str) {
         .unwrap();
     let fields = [("run_id", run_id), ("group", "g"), ("attempts", "3"), ("last_error", "exit status 3")];
     let _: String = c.xadd(keys.runs_dead(), "*", &fields).await.unwrap();
+    // The destination it died for reads the runs stream, as a real dead run's does.
+    // (Once: a second dead run finds it there, BUSYGROUP.)
+    let _: redis::RedisResult<()> =
+        redis::cmd("XGROUP").arg("CREATE").arg(keys.runs()).arg("g").arg("$").arg("MKSTREAM").query_async(&mut c).await;
 }
 
 /// Every endpoint on a real Redis: stats, the run list, one run with its

@@ -178,7 +178,7 @@ async fn dead_retry_moves_a_run_once_and_only_while_dead() {
 
     let ops = Ops::new(c.clone(), keys.clone(), Duration::from_secs(2));
     let ids = ["run-1".to_owned(), "run-2".to_owned(), "run-1".to_owned()];
-    let r = ops.dead_retry(Some(&ids), &mut |_| {}).await.unwrap();
+    let r = ops.dead_retry(Some(&ids), None, &mut |_| {}).await.unwrap();
     assert!(matches!(&r[0], Retried::Moved { run_id, dead_entries_removed: 1, .. } if run_id == "run-1"), "{r:?}");
     assert!(matches!(&r[1], Retried::Moved { dead_entries_removed: 0, .. }), "{r:?}");
     assert_eq!(r[2], Retried::Refused { run_id: "run-1".into(), status: "queued".into() });

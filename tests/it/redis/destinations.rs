@@ -884,6 +884,18 @@ async fn a_run_dead_for_two_destinations_is_retried_for_each() {
     })
     .await;
     assert_eq!(crate::support::destination::dead_count(&ns).await, 12, "an entry per run and destination");
+    // For one destination alone (the console's row, the API's
+    // {"destination": "a"}): run-2 goes back to a; b's entry and record stay dead.
+    let opts = idemgate::redis_io::RedisOptions::single(redis_url().to_owned());
+    let lib = idemgate::ops::Ops::connect_to(&opts, Keys::new(&ns).unwrap()).await.unwrap();
+    let moved = lib.dead_retry(Some(&["run-2".to_owned()]), Some("a"), &mut |_| {}).await.unwrap();
+    assert!(
+        matches!(&moved[..], [idemgate::ops::Retried::Moved { destination: Some(d), .. }] if d == "a"),
+        "{moved:?}"
+    );
+    assert_eq!(crate::support::destination::dead_count(&ns).await, 11, "b's entry of run-2 stays");
+    let refused = lib.dead_retry(Some(&["run-2".to_owned()]), Some("nope"), &mut |_| {}).await.unwrap();
+    assert!(matches!(&refused[..], [idemgate::ops::Retried::NoDestination { .. }]), "{refused:?}");
     let (done, text) = ops(&config, &["dead", "retry", "run-1"]);
     assert!(done && text.contains("for destination a") && text.contains("for destination b"), "{text}");
     let (done, text) = ops(&config, &["dead", "retry", "--all"]);
