@@ -59,7 +59,7 @@ async fn trace_request(req: Request, next: Next) -> Response {
         return next.run(req).await;
     }
     let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned());
-    let span = crate::otel::server_span(req.method().as_str(), route.as_deref(), req.headers());
+    let span = crate::otel::server_span(req.method().as_str(), route.as_deref(), req.uri().path(), req.headers());
     let resp = span.run(next.run(req)).await;
     span.record_status(resp.status().as_u16());
     resp

@@ -207,6 +207,8 @@ impl TraceSpan {
     pub fn record_status(&self, status: u16) {
         self.record_number("http.response.status_code", status.into());
         if status >= 500 {
+            // The HTTP conventions' `error.type` of a server error: its status code.
+            self.record_str("error.type", status.to_string().into());
             self.record_error();
         }
     }
@@ -263,15 +265,23 @@ impl TraceSpan {
 
 /// The span of one HTTP request (HTTP semantic conventions: named
 /// `METHOD ROUTE`, kind server), child of the request's `traceparent`.
-/// `route` is the matched route template (`/webhooks/{name}`), never the
-/// path with its values.
-pub fn server_span(method: &str, route: Option<&str>, headers: &HeaderMap) -> TraceSpan {
+/// `route` is the matched route template (`/webhooks/{name}`); `path` the
+/// request's path (`url.path`, without its query); the scheme is `http`
+/// (serve listens in plain HTTP). A method the conventions do not know is
+/// `_OTHER` (its text in `http.request.method_original`), and the span
+/// `HTTP ROUTE`.
+pub fn server_span(method: &str, route: Option<&str>, path: &str, headers: &HeaderMap) -> TraceSpan {
     #[cfg(feature = "otel")]
     if let Some(tracer) = direct() {
         use opentelemetry::KeyValue;
         let names = ServerNames::of(method, route);
-        let mut attributes = Vec::with_capacity(4);
+        let mut attributes = Vec::with_capacity(7);
         attributes.push(KeyValue::new("http.request.method", names.method));
+        if names.other {
+            attributes.push(KeyValue::new("http.request.method_original", method.to_owned()));
+        }
+        attributes.push(KeyValue::new("url.path", path.to_owned()));
+        attributes.push(KeyValue::new("url.scheme", "http"));
         if let Some(route) = names.route {
             attributes.push(KeyValue::new("http.route", route));
         }
@@ -280,15 +290,20 @@ pub fn server_span(method: &str, route: Option<&str>, headers: &HeaderMap) -> Tr
             .with_attributes(attributes);
         return start(tracer, builder, &remote_parent(headers).unwrap_or_default());
     }
-    let name = server_span_name(method, route);
+    let other = !STANDARD_METHODS.contains(&method);
+    let name = server_span_name(if other { "HTTP" } else { method }, route);
     let span = tracing::info_span!(
         target: "idemgate::otel",
         "request",
         otel.name = name.as_str(),
         otel.kind = "server",
-        http.request.method = method,
+        http.request.method = if other { "_OTHER" } else { method },
+        http.request.method_original = other.then_some(method),
+        url.path = path,
+        url.scheme = "http",
         http.route = route,
         http.response.status_code = tracing::field::Empty,
+        error.type = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
     );
     #[cfg(feature = "otel")]
@@ -319,7 +334,12 @@ struct ServerNames {
     span: std::borrow::Cow<'static, str>,
     method: opentelemetry::StringValue,
     route: Option<opentelemetry::StringValue>,
+    /// The method is none of [`STANDARD_METHODS`]: `_OTHER`.
+    other: bool,
 }
+
+/// The methods the HTTP conventions name; any other is `_OTHER`.
+const STANDARD_METHODS: [&str; 9] = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "CONNECT", "TRACE"];
 
 /// The `(method, route, span name)` texts kept so far, at most [`INTERNED_MAX`].
 #[cfg(feature = "otel")]
@@ -331,20 +351,21 @@ const INTERNED_MAX: usize = 256;
 #[cfg(feature = "otel")]
 impl ServerNames {
     fn of(method: &str, route: Option<&str>) -> Self {
-        const STANDARD: [&str; 9] = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "CONNECT", "TRACE"];
-        let standard = STANDARD.into_iter().find(|standard| *standard == method);
+        let standard = STANDARD_METHODS.into_iter().find(|standard| *standard == method);
         if let (Some(method), Some(route)) = (standard, route)
             && let Some((span, route)) = Self::interned(method, route)
         {
-            return ServerNames { span: span.into(), method: method.into(), route: Some(route.into()) };
+            return ServerNames { span: span.into(), method: method.into(), route: Some(route.into()), other: false };
         }
         ServerNames {
             span: match (standard, route) {
                 (Some(method), None) => method.into(),
-                _ => server_span_name(method, route).into(),
+                (Some(method), Some(route)) => server_span_name(method, Some(route)).into(),
+                (None, route) => server_span_name("HTTP", route).into(),
             },
-            method: standard.map_or_else(|| method.to_owned().into(), Into::into),
+            method: standard.map_or_else(|| "_OTHER".into(), Into::into),
             route: route.map(|route| route.to_owned().into()),
+            other: standard.is_none(),
         }
     }
 
@@ -625,10 +646,10 @@ mod tests {
         let kept = INTERNED.lock().unwrap().iter().filter(|(_, route, _)| *route == "/hooks/{name}").count();
         assert_eq!(kept, 1);
         assert_eq!(texts(&ServerNames::of("GET", None)), ("GET".into(), "GET".into(), None));
-        // A method of the client's own is copied per span, never kept.
+        // A method of the client's own is `_OTHER` (the conventions' word), never kept.
         let odd = ServerNames::of("BREW", Some("/hooks/{name}"));
-        assert_eq!(texts(&odd), ("BREW /hooks/{name}".into(), "BREW".into(), Some("/hooks/{name}".into())));
-        assert!(matches!(odd.span, Cow::Owned(_)));
+        assert_eq!(texts(&odd), ("HTTP /hooks/{name}".into(), "_OTHER".into(), Some("/hooks/{name}".into())));
+        assert!(odd.other && matches!(odd.span, Cow::Owned(_)));
         assert!(INTERNED.lock().unwrap().iter().all(|(method, _, _)| *method != "BREW"));
     }
 

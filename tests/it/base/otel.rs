@@ -241,6 +241,10 @@ async fn a_delivery_joins_its_callers_trace_with_a_gate_span() {
     assert_eq!(server.kind, opentelemetry_proto::tonic::trace::v1::span::SpanKind::Server as i32);
     assert_eq!(attribute(server, "http.request.method"), "POST");
     assert_eq!(attribute(server, "http.route"), "/webhooks/{name}");
+    assert_eq!(
+        (attribute(server, "url.path"), attribute(server, "url.scheme")),
+        ("/webhooks/github".into(), "http".into())
+    );
     assert_eq!(attribute(server, "http.response.status_code"), "202");
     assert_eq!(server.trace_state, "vendor=7");
     let gate = in_trace.iter().find(|s| s.name == "gate").expect("the gate span");
@@ -255,7 +259,10 @@ async fn a_delivery_joins_its_callers_trace_with_a_gate_span() {
         keys.sort_unstable();
         keys
     };
-    assert_eq!(keys(server), ["http.request.method", "http.response.status_code", "http.route"]);
+    assert_eq!(
+        keys(server),
+        ["http.request.method", "http.response.status_code", "http.route", "url.path", "url.scheme"]
+    );
     assert_eq!(keys(gate), ["idemgate.delivery_id", "idemgate.outcome", "idemgate.provider", "idemgate.run_id"]);
     assert!(
         gate.start_time_unix_nano >= server.start_time_unix_nano
