@@ -311,12 +311,17 @@ pub async fn parse_delivery(
 /// which only overstates. A form body (GitHub's `payload=`) carries them
 /// percent-encoded (`%2C`): those count too.
 pub fn json_tree_overhead(body: &[u8]) -> usize {
-    // One count per byte value: each a loop the compiler vectorizes.
-    let count = |c: u8| body.iter().filter(|&&b| b == c).count();
+    // Two SIMD passes (memchr): a byte loop per class cost a webhook of
+    // 22 KB a fifth of its throughput.
+    let mut separators = 1 + memchr::memchr3_iter(b',', b'[', b'{', body).count();
+    let mut colons = memchr::memchr_iter(b':', body).count();
     let encoded = |hex: &[u8; 2]| {
-        body.windows(3).filter(|w| w[0] == b'%' && w[1] == hex[0] && w[2].eq_ignore_ascii_case(&hex[1])).count()
+        memchr::memchr_iter(b'%', body)
+            .filter(|&i| {
+                body.get(i + 1) == Some(&hex[0]) && body.get(i + 2).is_some_and(|b| b.eq_ignore_ascii_case(&hex[1]))
+            })
+            .count()
     };
-    let (mut separators, mut colons) = (1 + count(b',') + count(b'[') + count(b'{'), count(b':'));
     if body.starts_with(b"payload=") {
         separators += encoded(b"2C") + encoded(b"5B") + encoded(b"7B");
         colons += encoded(b"3A");
@@ -328,8 +333,10 @@ pub fn json_tree_overhead(body: &[u8]) -> usize {
 const TREE_VALUE_BYTES: usize = 64;
 
 /// An object entry's bound in [`json_tree_overhead`]: the key's `String`
-/// and its heap block's slack, and the map's slot for the pair.
-const TREE_ENTRY_BYTES: usize = 96;
+/// and its heap block's slack, and the map's slot for the pair; as much as
+/// the event digest's per key (`event_digest::canonical_overhead`), so the
+/// one charge covers both, the tree and then the digest's canonical text.
+const TREE_ENTRY_BYTES: usize = 128;
 
 /// Whether work over a body of `len` bytes (parsing, an HMAC per secret)
 /// runs on the blocking pool ([`on_cpu_pool`]) rather than inline.

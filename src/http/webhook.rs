@@ -179,7 +179,7 @@ impl<'a> Pipeline<'a> {
         // digest into canonical text), which takes many times its bytes (a
         // numeric array about 16x): that memory is charged to the budget
         // first, as /v1's is. An unauthenticated body costs its bytes alone.
-        let overhead = crate::http::body::json_tree_overhead(&bytes).max(event_digest::canonical_overhead(&bytes));
+        let overhead = crate::http::body::json_tree_overhead(&bytes);
         let permit = self
             .budget
             .recharge(permit, bytes.len() + overhead)
