@@ -339,9 +339,6 @@ impl Ops {
         each: &mut (dyn FnMut(&Retried) + Send),
     ) -> Result<Vec<Retried>, OpsError> {
         let again = SendAgain { destination: destination.map(str::to_owned), ..SendAgain::default() };
-        if let Some(refused) = self.unknown_destination(run_ids, destination, each).await? {
-            return Ok(refused);
-        }
         self.send_again(run_ids, &again, each).await
     }
 
@@ -382,10 +379,6 @@ impl Ops {
         each: &mut (dyn FnMut(&Retried) + Send),
     ) -> Result<Vec<Retried>, OpsError> {
         let again = SendAgain { done_too: true, without_payload, destination: destination.map(str::to_owned) };
-        // `--all-dead` with a typo is refused too, not a move of nothing.
-        if let Some(refused) = self.unknown_destination(run_ids, destination, each).await? {
-            return Ok(refused);
-        }
         self.send_again(run_ids, &again, each).await
     }
 
@@ -395,6 +388,10 @@ impl Ops {
         again: &SendAgain,
         each: &mut (dyn FnMut(&Retried) + Send),
     ) -> Result<Vec<Retried>, OpsError> {
+        // A destination no group has is refused (`--all-dead` too, not a move of nothing).
+        if let Some(refused) = self.unknown_destination(run_ids, again.destination.as_deref(), each).await? {
+            return Ok(refused);
+        }
         let Some(run_ids) = run_ids else { return self.send_all_dead_again(again, each).await };
         let mut out = Vec::with_capacity(run_ids.len());
         for run_id in run_ids {
