@@ -164,10 +164,9 @@ if order_key and redis.call('HEXISTS', KEYS[2], ${field_blocked_retention_ms}) =
   for _, d in ipairs(destinations) do
     moved[d[1]] = true
   end
-  local okey = order_key_of(order_key)
   local still_blocking = false
   for _, d in ipairs(record_destinations(KEYS[2])) do
-    if not moved[d[1]] and redis.call('HGET', okey, 'h:' .. d[1]) == ORDER_RUN_ID then
+    if not moved[d[1]] and order_is_head(order_key, d[1], ORDER_RUN_ID) then
       F = d[2]
       still_blocking = still_blocking or destination_status(KEYS[2]) == ${status_dead}
     end

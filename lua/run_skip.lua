@@ -28,18 +28,17 @@ if not o[2] then
   return {0, 'not_ordered'}
 end
 local run_id = ORDER_RUN_ID
-local okey = order_key_of(o[2])
 -- The destinations whose head the run is, each checked against its own
 -- record of the run (lua/shared/destination.lua): only a dead head moves.
+-- (Only a destination that started the run can hold it dead at its head,
+-- and the record names each one that did.)
 local released = {}
 local status_seen = nil
 -- Whether the run still blocks a line of a destination not asked to skip it.
 local still_blocking = false
-local state = redis.call('HGETALL', okey)
-for i = 1, #state, 2 do
-  local field, value = state[i], state[i + 1]
-  local group = string.match(field, '^h:(.*)$')
-  if group and value == run_id then
+for _, d in ipairs(record_destinations(KEYS[2])) do
+  local group = d[1]
+  if group ~= '' and order_is_head(o[2], group, run_id) then
     local status = with_destination(KEYS[2], group, function(status) return status end)
     if ARGV[1] ~= '' and ARGV[1] ~= group then
       still_blocking = still_blocking or status == ${status_dead}

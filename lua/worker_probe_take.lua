@@ -23,7 +23,6 @@
 -- ARGV[3]: now_ms                   now, ms since the Unix epoch
 -- ARGV[4]: every_ms                 the probe interval, ms (--breaker-max-cooldown)
 -- ARGV[5]: run_prefix               the run records' prefix, idemgate:{NS}:run: (same slot: the hash tag)
--- ARGV[6]: order_prefix             the order keys' prefix, idemgate:{NS}:order: (same slot)
 -- Returns: {0, wait_ms}  no probe now: look again in wait_ms ('' when no run waits for the destination)
 --          {1, run_id, attempts, created_ms, f1, …, f6, order_key, previous, trace, payload}
 --                        probe with this run: its attempt count, creation time ('' unknown),
@@ -73,7 +72,8 @@ for _ = 1, 100 do
     -- An ordered run is its key's head (a parked run has started): the
     -- probe carries its chain as its attempts do.
     local order_key = redis.call('HGET', record, ${field_order_key})
-    local previous = order_key and redis.call('HGET', ARGV[6] .. order_key, 'p:' .. ARGV[1])
+    -- (lua/shared/order.lua: the head's record keeps its previous.)
+    local previous = order_key and redis.call('HGET', record, destination_prefix(ARGV[1]) .. ${field_order_previous})
     reply[#reply + 1] = order_key or ''
     reply[#reply + 1] = previous or ''
     reply[#reply + 1] = redis.call('HGET', record, ${field_trace}) or ''

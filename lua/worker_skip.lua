@@ -84,7 +84,7 @@ if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   -- line on the reader's behalf and acknowledged the entry. A run still
   -- waiting there leaves it (the filter refuses it wherever it is read);
   -- a head was handed on with an entry of its own, which decides it.
-  if redis.call('HGET', order_key_of(order_key), 'h:' .. ARGV[1]) ~= run_id then
+  if not order_is_head(order_key, ARGV[1], run_id) then
     order_hand_on(order_key, ARGV[1], run_id, nil, ARGV[4])
     -- Out of the line: it waits for this group no more.
     with_destination(KEYS[2], ARGV[1], function() redis.call('HDEL', KEYS[2], ${field_order_wait}) end)

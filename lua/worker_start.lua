@@ -153,7 +153,7 @@ ${order_enter}
 
 if again then
   -- The retried call gets the first call's answer, payload included.
-  local previous = order_key ~= '' and redis.call('HGET', order_key_of(order_key), 'p:' .. ARGV[1]) or ''
+  local previous = order_key ~= '' and redis.call('HGET', KEYS[2], order_link(ARGV[1], ${field_order_previous})) or ''
   return {first, attempts, r[6], r[7], attempts - base, r[8], previous}
 end
 -- The chain's previous run of this run's key, for this group ('' unordered).

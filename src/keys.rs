@@ -167,9 +167,18 @@ impl Keys {
     }
 
     /// `idemgate:{NS}:order:` + an order key ([`crate::order::OrderBy::key`]):
-    /// the state of one key's line (docs/worker.md, "One at a time, in order, per key").
+    /// what the key's lines, one per destination, are named after
+    /// ([`Keys::order_line`]).
     pub fn order(&self, order_key: &str) -> String {
         self.key("order:") + order_key
+    }
+
+    /// [`Keys::order`] `:` enc(group): destination `group`'s line of
+    /// `order_key`, a string: its head's run number while busy, the
+    /// previous run while idle (docs/worker.md, "One at a time, in order,
+    /// per key"; lua/shared/order.lua's `order_key_of`).
+    pub fn order_line(&self, order_key: &str, group: &str) -> String {
+        format!("{}:{}", self.order(order_key), enc(group))
     }
 
     /// `idemgate:{NS}:order-blocked`: the order keys' lines held behind a

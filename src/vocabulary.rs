@@ -913,6 +913,20 @@ impl RunRecord {
         "skipped_ms",
     ];
 
+    /// The links of a destination's order line (lua/shared/order.lua),
+    /// which every destination keeps under its own prefix
+    /// ([`RunRecord::destination_field`]'s form) whoever owns the plain
+    /// fields: they are the line's, not the destination's progress, and a
+    /// run waits in a line before any destination may have started it.
+    /// `order_next`: the run after this one in the line; `order_tail`
+    /// (the head's): the line's last run; `order_previous` (the head's): the
+    /// chain's previous, `run-N:CREATED_MS`.
+    pub const ORDER_LINKS: [&'static str; 3] = [Self::ORDER_NEXT, "order_tail", Self::ORDER_PREVIOUS];
+    /// `order_next`, one of [`RunRecord::ORDER_LINKS`].
+    pub const ORDER_NEXT: &'static str = "order_next";
+    /// `order_previous`, one of [`RunRecord::ORDER_LINKS`].
+    pub const ORDER_PREVIOUS: &'static str = "order_previous";
+
     /// `status`: a [`RunStatus`] word.
     pub const STATUS: &'static str = "status";
     /// `created_ms`: when the gate created the run.
@@ -933,9 +947,11 @@ impl RunRecord {
     /// order they first started (`2:ci5:audit`); absent with one destination.
     pub const OTHER_DESTINATIONS: &'static str = "other_destinations";
 
-    /// Every field name a run record may hold: [`RunFields::NAMES`], [`RunRecord::FIELDS`] and [`RunRecord::PER_DESTINATION`].
+    /// Every field name a run record may hold: [`RunFields::NAMES`],
+    /// [`RunRecord::FIELDS`], [`RunRecord::PER_DESTINATION`] and
+    /// [`RunRecord::ORDER_LINKS`].
     pub fn field_names() -> impl Iterator<Item = &'static str> {
-        RunFields::NAMES.into_iter().chain(Self::FIELDS).chain(Self::PER_DESTINATION)
+        RunFields::NAMES.into_iter().chain(Self::FIELDS).chain(Self::PER_DESTINATION).chain(Self::ORDER_LINKS)
     }
 
     /// The stored name of `field` (one of [`RunRecord::PER_DESTINATION`])
@@ -1047,9 +1063,14 @@ impl RunRecord {
                 .collect(),
         };
         let mut by_name: BTreeMap<String, Fields> = listed.iter().map(|n| (n.clone(), BTreeMap::new())).collect();
-        // A plain name never starts with a digit: only a prefixed one splits.
-        let prefixed: Vec<String> =
-            stored.keys().filter(|k| Self::split_destination_field(k).is_some()).cloned().collect();
+        // A plain name never starts with a digit: only a prefixed one
+        // splits. An order line's links stay with the record's own fields:
+        // they say nothing of the destination's progress.
+        let prefixed: Vec<String> = stored
+            .keys()
+            .filter(|k| Self::split_destination_field(k).is_some_and(|(_, f)| !Self::ORDER_LINKS.contains(&f)))
+            .cloned()
+            .collect();
         for stored_name in prefixed {
             let value = stored.remove(&stored_name).expect("listed just now");
             let (name, field) = Self::split_destination_field(&stored_name).expect("split just now");
@@ -1465,6 +1486,27 @@ mod tests {
             assert_eq!((ci.progress.status, audit.progress.status), (RunStatus::Running, RunStatus::Queued));
             assert_eq!(audit.stored.get("order_wait").map(String::as_str), Some("audit"));
             assert_eq!(r.progress.status, RunStatus::Queued, "the least advanced");
+        }
+
+        /// An order line's links (`2:ci:order_next`, …) are the record's,
+        /// kept under the line's destination's prefix even when it owns
+        /// the plain fields: no destination of their own, and no second
+        /// `ci`.
+        #[test]
+        fn order_links_name_no_destination() {
+            let stored = fields(&[
+                ("status", "running"),
+                ("group", "ci"),
+                ("2:ci:order_next", "run-2"),
+                ("2:ci:order_tail", "run-3"),
+                ("5:audit:order_previous", "run-0:17"),
+            ]);
+            let r = RunRecord::read("run-1", stored, None).unwrap().unwrap();
+            let names: Vec<&str> = r.destinations.iter().map(|d| d.name.as_str()).collect();
+            assert_eq!(names, ["ci"]);
+            assert_eq!(r.progress.status, RunStatus::Running);
+            assert_eq!(r.stored.get("2:ci:order_next").map(String::as_str), Some("run-2"));
+            assert_eq!(r.stored.get("5:audit:order_previous").map(String::as_str), Some("run-0:17"));
         }
 
         /// A run two destinations started: `ci` owns the plain fields (its

@@ -25,6 +25,14 @@ local function fields_with_prefix(prefix)
   return names
 end
 
+-- The prefix of `group`'s own stored field names: enc(group) .. ':'
+-- (`5:audit:`). Also the one form of the fields every destination keeps
+-- under its name whoever owns the plain ones (its order line's links,
+-- lua/shared/order.lua).
+local function destination_prefix(group)
+  return #group .. ':' .. group .. ':'
+end
+
 local prefixed_fields = {}
 
 -- The stored names of `group`'s fields when another destination owns the
@@ -32,7 +40,7 @@ local prefixed_fields = {}
 local function prefixed(group)
   local fields = prefixed_fields[group]
   if not fields then
-    fields = fields_with_prefix(#group .. ':' .. group .. ':')
+    fields = fields_with_prefix(destination_prefix(group))
     prefixed_fields[group] = fields
   end
   return fields

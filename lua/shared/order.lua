@@ -10,15 +10,22 @@
 -- namespace's slot (the `{NS}` hash tag), as the scripts build run keys
 -- from run_prefix.
 --
--- A key's state, `idemgate:{NS}:order:` .. order key, is a hash with, per
--- destination (consumer group) g:
---   h:g  the key's head: the one run of the key g may attempt (running,
---        parked, given back, or dead and blocking);
---   l:g  its line: the runs waiting behind the head, in creation order,
---        as ' run-7 run-9 ' (a space before and after each id);
---   p:g  `run-N:created_ms` of the run g finished last (the chain's previous).
--- While no h: field is left, the hash expires after the run retention, so
--- an idle key costs nothing once its previous run is forgotten.
+-- A key's line for one destination (consumer group) g is a string,
+-- `idemgate:{NS}:order:` .. order key .. `:` .. enc(g) (order_key_of):
+--   busy  the number of its head, the one run of the key g may attempt
+--         (running, parked, given back, or dead and blocking): `7` for
+--         run-7. No TTL.
+--   idle  `run-N:created_ms` of the run g finished last (the chain's
+--         previous), for the run retention.
+-- The runs waiting behind the head are linked through their records, in
+-- creation order, by fields of g's own (order_link: enc(g) .. ':' .. name,
+-- whichever destination owns the record's plain fields):
+--   order_next      on the head and each waiting run but the last: the run after it;
+--   order_tail      on the head only: the line's last run (none: the head is the last);
+--   order_previous  on the head only: the chain's previous (none: the key has none).
+-- So a busy key costs one small string (an integer's, about 120 bytes
+-- with its name) whatever its line holds, and each waiting run a field
+-- in the record it has anyway (docs/operations.md).
 --
 -- `idemgate:{NS}:order-blocked`, a sorted set: the lines held behind a dead
 -- head (`order_on_dead = "block"`), as enc(group) .. key, scored by the time
@@ -43,15 +50,35 @@ local ORDER_BLOCKED = ORDER_BASE .. 'order-blocked'
 
 -- The member of `order-blocked` for `group`'s line of `key`.
 local function order_blocked_member(group, key)
-  return #group .. ':' .. group .. ':' .. key
+  return destination_prefix(group) .. key
 end
 
-local function order_key_of(key)
-  return ORDER_BASE .. 'order:' .. key
+-- `group`'s line of `key`.
+local function order_key_of(key, group)
+  return ORDER_BASE .. 'order:' .. key .. ':' .. #group .. ':' .. group
 end
 
-local function order_in_line(line, run_id)
-  return line ~= nil and line ~= false and string.find(line, ' ' .. run_id .. ' ', 1, true) ~= nil
+-- The stored name of `group`'s link field `name` in a run record.
+local function order_link(group, name)
+  return destination_prefix(group) .. name
+end
+
+-- A busy line's value for its head `run_id` (`run-7`: `7`), and back.
+local function order_head_value(run_id)
+  return string.sub(run_id, 5)
+end
+
+-- The head a line's value names (nil: the line is idle, its value the previous run, or gone).
+local function order_head_of(value)
+  if value and not string.find(value, ':', 1, true) then
+    return 'run-' .. value
+  end
+  return nil
+end
+
+-- Whether `run_id` heads `group`'s line of `key`.
+local function order_is_head(key, group, run_id)
+  return order_head_of(redis.call('GET', order_key_of(key, group))) == run_id
 end
 
 -- The head `run_id` of `key` starts again (a dead run retried): its line is

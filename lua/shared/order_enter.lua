@@ -2,27 +2,40 @@
 -- keys and names it uses): a run enters its key's line, at the head or at
 -- the back, after every ordered run read before it.
 
--- Puts `run_id` at the head of `key`'s line for `group` when the key has
--- none, else at the back of the line. Answers 'head' or 'line' (also when
--- it was there already), then the chain's previous run for `group` (`p:`,
--- read in the same HMGET; nil: none), then whether it was the head already.
+-- Puts `run_id` at the head of `group`'s line of `key` when the line has
+-- none, else at its back. Answers 'head' or 'line' (also when it was there
+-- already), then, for a head, the chain's previous run (nil: none), then
+-- whether it was the head already.
 local function order_enter(key, group, run_id)
-  local okey, head, line = order_key_of(key), 'h:' .. group, 'l:' .. group
-  local st = redis.call('HMGET', okey, head, line, 'p:' .. group)
-  if st[1] == run_id then
-    return 'head', st[3], true
+  local okey = order_key_of(key, group)
+  local value = redis.call('GET', okey)
+  local head = order_head_of(value)
+  local record = ORDER_RUN_PREFIX .. run_id
+  local previous_field = order_link(group, ${field_order_previous})
+  if head == run_id then
+    return 'head', redis.call('HGET', record, previous_field), true
   end
-  if order_in_line(st[2], run_id) then
-    return 'line', st[3], false
+  if not head then
+    -- An idle line (its value the previous run, for the retention) or none:
+    -- busy again, no longer set to expire.
+    redis.call('SET', okey, order_head_value(run_id))
+    if value then
+      redis.call('HSET', record, previous_field, value)
+    else
+      redis.call('HDEL', record, previous_field)
+    end
+    return 'head', value, false
   end
-  if not st[1] then
-    -- An idle key's state was set to expire: it is busy again.
-    redis.call('PERSIST', okey)
-    redis.call('HSET', okey, head, run_id)
-    return 'head', st[3], false
+  local head_record = ORDER_RUN_PREFIX .. head
+  local next_field, tail_field = order_link(group, ${field_order_next}), order_link(group, ${field_order_tail})
+  local tail = redis.call('HGET', head_record, tail_field) or head
+  -- In the line already: its last run, or one with a run after it.
+  if tail == run_id or redis.call('HEXISTS', record, next_field) == 1 then
+    return 'line', nil, false
   end
-  redis.call('HSET', okey, line, (st[2] or ' ') .. run_id .. ' ')
-  return 'line', st[3], false
+  redis.call('HSET', ORDER_RUN_PREFIX .. tail, next_field, run_id)
+  redis.call('HSET', head_record, tail_field, run_id)
+  return 'line', nil, false
 end
 
 -- A run put in a line waits there with no entry: its record keeps what

@@ -2,42 +2,57 @@
 -- keys and names it uses): the run that is done, dead and skipped, or
 -- passed over hands its key's line on.
 
--- Whether any destination still has a head for the key: its state must
--- stay until the last one is done. (A line never exists without its head.)
--- `previous_kept`: the caller's group has just written its `p:` field.
--- When that is the only field left (mostly: one destination orders the
--- key), the hash's length says so without reading its fields.
-local function order_busy(okey, previous_kept)
-  local fields = redis.call('HLEN', okey)
-  if fields == 0 or (fields == 1 and previous_kept) then
-    return false
+-- Takes `run_id` out of the line behind `head` (nothing when it is not
+-- in it): the run before it links to the one after it. The line is walked
+-- from its head: only a run passed over while it waits leaves from the
+-- middle (a catch-up put it there after its reader's filter had refused
+-- it), which is rare, and lines are short. (The walk stops after a bound
+-- a line never reaches: a broken link cannot hold Redis for good.)
+local function order_leave(group, head, run_id)
+  local next_field, tail_field = order_link(group, ${field_order_next}), order_link(group, ${field_order_tail})
+  local head_record = ORDER_RUN_PREFIX .. head
+  local record = ORDER_RUN_PREFIX .. run_id
+  -- In the line, a run has a run after it or is the last (as order_enter asks).
+  local rest = redis.call('HGET', record, next_field)
+  if not rest and redis.call('HGET', head_record, tail_field) ~= run_id then
+    return
   end
-  for _, field in ipairs(redis.call('HKEYS', okey)) do
-    if string.sub(field, 1, 2) == 'h:' then
-      return true
-    end
+  local before, after = head, redis.call('HGET', head_record, next_field)
+  local steps = 0
+  while after and after ~= run_id and steps < 1000000 do
+    before, steps = after, steps + 1
+    after = redis.call('HGET', ORDER_RUN_PREFIX .. before, next_field)
   end
-  return false
+  if after ~= run_id then
+    return
+  end
+  redis.call('HDEL', record, next_field)
+  if rest then
+    redis.call('HSET', ORDER_RUN_PREFIX .. before, next_field, rest)
+    return
+  end
+  -- It was the last: the run before it is now.
+  redis.call('HDEL', ORDER_RUN_PREFIX .. before, next_field)
+  if before == head then
+    redis.call('HDEL', head_record, tail_field)
+  else
+    redis.call('HSET', head_record, tail_field, before)
+  end
 end
 
 -- The run `run_id` of `key` is finished for `group` (done, dead and
--- skipped, or passed over): if it was the head, the next run of the line
+-- skipped, or passed over): if it is the head, the next run of the line
 -- becomes the head and goes on the stream at once, addressed to the group
 -- (as lua/worker_wake.lua puts a parked run back); else it leaves the
 -- line. `previous` (`run-N:created_ms`) becomes the chain's previous when
--- it was the head; nil leaves the previous as it is (a run passed over is
--- none the destination got). Returns the run handed on, or nil.
+-- it was the head; nil keeps the head's own (a run passed over is none the
+-- destination got). Returns the run handed on, or nil.
 local function order_hand_on(key, group, run_id, previous, retention_ms)
-  local okey, head_field, line_field = order_key_of(key), 'h:' .. group, 'l:' .. group
-  local st = redis.call('HMGET', okey, head_field, line_field)
-  if st[1] ~= run_id then
-    if order_in_line(st[2], run_id) then
-      local line = string.gsub(st[2], ' ' .. string.gsub(run_id, '%p', '%%%0') .. ' ', ' ', 1)
-      if line == ' ' then
-        redis.call('HDEL', okey, line_field)
-      else
-        redis.call('HSET', okey, line_field, line)
-      end
+  local okey = order_key_of(key, group)
+  local head = order_head_of(redis.call('GET', okey))
+  if head ~= run_id then
+    if head then
+      order_leave(group, head, run_id)
     end
     return nil
   end
@@ -47,42 +62,57 @@ local function order_hand_on(key, group, run_id, previous, retention_ms)
   -- send it to its group, past the filter) or is skipped (lua/run_skip.lua),
   -- before it can get here. (A call each run cost Redis about 6k
   -- instructions, for a set that is nearly always empty.)
-  if previous then
-    redis.call('HSET', okey, 'p:' .. group, previous)
-  end
-  local line = st[2]
-  local next_run = line and string.match(line, '^ (%S+) ')
-  if not next_run then
-    -- (A line is removed when it empties: mostly there is none.)
-    if line then
-      redis.call('HDEL', okey, head_field, line_field)
-    else
-      redis.call('HDEL', okey, head_field)
+  local record = ORDER_RUN_PREFIX .. run_id
+  local next_field, tail_field = order_link(group, ${field_order_next}), order_link(group, ${field_order_tail})
+  local previous_field = order_link(group, ${field_order_previous})
+  local links = redis.call('HMGET', record, next_field, tail_field, previous_field)
+  -- The links are the head's while it heads the line, and go with it.
+  local held = {}
+  for i, field in ipairs({next_field, tail_field, previous_field}) do
+    if links[i] then
+      held[#held + 1] = field
     end
-    -- No head left for any group: the key keeps only its previous runs, for the retention.
-    if tonumber(retention_ms) > 0 and not order_busy(okey, previous ~= nil) then
-      redis.call('PEXPIRE', okey, retention_ms)
+  end
+  if #held > 0 then
+    redis.call('HDEL', record, unpack(held))
+  end
+  previous = previous or links[3]
+  local next_run = links[1]
+  if not next_run then
+    -- The line is idle: it keeps only the previous run, for the retention.
+    if not previous then
+      redis.call('DEL', okey)
+    elseif tonumber(retention_ms) > 0 then
+      redis.call('SET', okey, previous, 'PX', retention_ms)
+    else
+      redis.call('SET', okey, previous)
     end
     return nil
   end
-  local rest = string.sub(line, #next_run + 2)
-  if rest == ' ' then
-    redis.call('HDEL', okey, line_field)
-  else
-    redis.call('HSET', okey, line_field, rest)
+  redis.call('SET', okey, order_head_value(next_run))
+  local next_record = ORDER_RUN_PREFIX .. next_run
+  local moved = {}
+  if links[2] and links[2] ~= next_run then
+    moved[#moved + 1] = tail_field
+    moved[#moved + 1] = links[2]
   end
-  redis.call('HSET', okey, head_field, next_run)
-  local record = ORDER_RUN_PREFIX .. next_run
-  local f = redis.call('HMGET', record, unpack(RUN_FIELDS))
+  if previous then
+    moved[#moved + 1] = previous_field
+    moved[#moved + 1] = previous
+  end
+  if #moved > 0 then
+    redis.call('HSET', next_record, unpack(moved))
+  end
+  local f = redis.call('HMGET', next_record, unpack(RUN_FIELDS))
   -- A record another destination finished keeps no `run_id`: the line names it.
   f[1] = f[1] or next_run
   local entry = run_field_pairs(function(i) return f[i] or '' end)
   -- A run the group attempted before (sent again: a redelivery, a dead
   -- retry) was admitted then: its filter does not judge it again
   -- (`admitted`). One a catch-up put in the line has not been judged yet.
-  local admitted = with_destination(record, group, function()
-    redis.call('HDEL', record, ${field_order_wait})
-    return (tonumber(redis.call('HGET', record, ${field_attempts}) or '') or 0) > 0
+  local admitted = with_destination(next_record, group, function()
+    redis.call('HDEL', next_record, ${field_order_wait})
+    return (tonumber(redis.call('HGET', next_record, ${field_attempts}) or '') or 0) > 0
   end)
   for _, v in ipairs({${field_order_key}, key, 'for_group', group, 'order_handed', admitted and 'admitted' or '1'}) do
     entry[#entry + 1] = v
@@ -104,7 +134,7 @@ local function order_finished(group, dead, retention_ms, now, o)
   local run_id = ORDER_RUN_ID
   if not dead or o[2] == 'skip' then
     order_hand_on(o[1], group, run_id, run_id .. ':' .. (o[3] or ''), retention_ms)
-  elseif redis.call('HGET', order_key_of(o[1]), 'h:' .. group) == run_id then
+  elseif order_is_head(o[1], group, run_id) then
     -- Blocked: counted from the head's death until it is retried or skipped.
     redis.call('ZADD', ORDER_BLOCKED, 'NX', now, order_blocked_member(group, o[1]))
     -- Its record stays as long as it blocks (no TTL): expired, it could be

@@ -115,7 +115,7 @@ pub(super) async fn measure(bench: &Bench<'_>, store: Arc<RedisStore>, out: &mut
     };
     writeln!(
         out,
-        "\nBusy order key: {verdict} the target of {ORDER_BUSY_TARGET:.0} B. Its name `{}` is {} bytes; its fields {}.",
+        "\nBusy order key: {verdict} the target of {ORDER_BUSY_TARGET:.0} B. Its name `{}` is {} bytes; its value {}.",
         order.name,
         order.name.len(),
         order.fields
@@ -162,7 +162,7 @@ async fn order_key_rows(bench: &Bench<'_>, k: &Keys, gate: Gate) -> Result<Order
     use crate::order::{OrderBy, Ordering};
     use crate::redis_io::call_on;
     use crate::redis_io::worker_scripts::{Consumer, DoneCall, StartCall, Started};
-    use crate::vocabulary::{AttemptParts, Identity, RunFields};
+    use crate::vocabulary::{AttemptParts, Identity, RunFields, RunRecord};
 
     progress("memory: an order key, busy and idle, through the worker's scripts");
     let gate = gate.with_ordering(Ordering { by: OrderBy::Subject, ..Ordering::default() });
@@ -187,7 +187,7 @@ async fn order_key_rows(bench: &Bench<'_>, k: &Keys, gate: Gate) -> Result<Order
     let order_key = OrderBy::Subject
         .key(&Identity::new("github", "octo-org/hello-world", "pull_request.opened", "1349"))
         .unwrap_or_default();
-    let name = k.order(&order_key);
+    let name = k.order_line(&order_key, ORDER_GROUP);
     let _: () = redis::cmd("XGROUP")
         .arg("CREATE")
         .arg(k.runs())
@@ -244,9 +244,15 @@ async fn order_key_rows(bench: &Bench<'_>, k: &Keys, gate: Gate) -> Result<Order
             _ => return Err(BenchError::Failed(format!("memory: the order key's runs started as {started:?}"))),
         };
         let busy = memory_usage(&mut conn, &name).await?;
-        let fields: Vec<(String, String)> = redis::cmd("HGETALL").arg(&name).query_async(&mut conn).await?;
-        let fields =
-            fields.iter().map(|(f, v)| format!("`{f}` `{v}` ({} + {} bytes)", f.len(), v.len())).collect::<Vec<_>>();
+        let value: String = redis::cmd("GET").arg(&name).query_async(&mut conn).await?;
+        // The line itself is linked through the waiting runs' records (lua/shared/order.lua).
+        let link = |name: &str| RunRecord::destination_field(ORDER_GROUP, name);
+        let fields = vec![format!(
+            "a string, `{value}` (its head's number); the {ORDER_WAITING} waiting runs are linked by `{}` in the head's record and each waiting run's but the last ({} + 6 or 7 bytes each), and the head's record names the last in `{}`",
+            link(RunRecord::ORDER_NEXT),
+            link(RunRecord::ORDER_NEXT).len(),
+            link(RunRecord::ORDER_LINKS[1]),
+        )];
         let mut busy_with_previous = None;
         for turn in 0..=ORDER_WAITING {
             let (entry_id, run_id, attempt) = head.clone();

@@ -116,10 +116,11 @@ impl Target {
 }
 
 /// How long a key has left, from `PTTL`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Ttl {
     /// The key never expires (`PTTL` = -1).
+    #[default]
     Persistent,
     /// Milliseconds left.
     Millis(u64),
@@ -222,15 +223,32 @@ fn ttl_ms<S: serde::Serializer>(ttl: &Ttl, s: S) -> Result<S::Ok, S::Error> {
     ttl.millis().serialize(s)
 }
 
+/// The most waiting runs [`OrderLine::waiting`] lists of one line.
+pub const ORDER_WALK_LIMIT: usize = 1000;
+
+/// The head a line's value names (`7`: `run-7`); `None`: the line is idle,
+/// its value the previous run (`run-N:CREATED_MS`). lua/shared/order.lua's
+/// `order_head_of`.
+fn order_line_head(value: &str) -> Option<String> {
+    (!value.contains(':')).then(|| format!("run-{value}"))
+}
+
 /// One destination's line of an order key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
 pub struct OrderLine {
     /// The destination (consumer group).
     pub destination: String,
+    /// The line's Redis key ([`Keys::order_line`]).
+    pub key: String,
+    /// Time left: `Persistent` while it has a head, then the run retention.
+    #[serde(rename = "ttl_ms", serialize_with = "ttl_ms")]
+    pub ttl: Ttl,
     /// The run that may be attempted now (running, parked, or dead and blocking); `None`: idle.
     pub head: Option<String>,
-    /// The runs waiting behind it, in creation order.
+    /// The runs waiting behind it, in creation order (at most [`ORDER_WALK_LIMIT`]).
     pub waiting: Vec<String>,
+    /// More runs wait than [`OrderLine::waiting`] lists.
+    pub more: bool,
     /// The run it finished last, `run-N:CREATED_MS` (the next run's `Idemgate-Order-Previous`).
     pub previous: Option<String>,
     /// When the head died, ms since the Unix epoch, while the line waits
@@ -317,48 +335,89 @@ impl Ops {
             Target::Delivery { .. } => self.delivery_at(&key).await?.map(Found::Delivery),
             Target::Logical(_) => self.logical_at(&key).await?.map(Found::Logical),
             Target::Run { .. } => self.run_at(&key).await?.map(Found::Run),
-            Target::Order { .. } => self.order_at(&key).await?.map(Found::Order),
+            Target::Order { key: order_key } => self.order_at(order_key).await?.map(Found::Order),
         };
         Ok(Inspection { kind: target.kind(), key, found })
     }
 
-    async fn order_at(&self, key: &str) -> Result<Option<OrderView>, OpsError> {
-        let (fields, pttl): (Vec<(String, String)>, i64) =
-            self.redis.query(redis::pipe().hgetall(key).pttl(key)).await?;
-        let Some(ttl) = Ttl::from_pttl(pttl).filter(|_| !fields.is_empty()) else { return Ok(None) };
-        let mut lines: BTreeMap<String, OrderLine> = BTreeMap::new();
-        for (field, value) in fields {
-            let Some((kind, group)) = field.split_once(':') else { continue };
-            let line = lines
-                .entry(group.to_owned())
-                .or_insert_with(|| OrderLine { destination: group.to_owned(), ..OrderLine::default() });
-            match kind {
-                "h" => line.head = Some(value),
-                "l" => line.waiting = value.split_whitespace().map(str::to_owned).collect(),
-                "p" => line.previous = Some(value),
-                _ => {}
+    /// Each destination's line of `order_key` (lua/shared/order.lua): one
+    /// string per destination the runs stream has a group for, then, of a
+    /// busy one, its runs walked link by link through their records (at
+    /// most [`ORDER_WALK_LIMIT`]). Read one call after another, not in one
+    /// step: a line that moves meanwhile may show a run twice or not at all.
+    async fn order_at(&self, order_key: &str) -> Result<Option<OrderView>, OpsError> {
+        let keys = self.keys();
+        let groups: Vec<String> =
+            self.redis.stream_info(&keys.runs()).await?.groups.into_iter().map(|g| g.name).collect();
+        if groups.is_empty() {
+            return Ok(None);
+        }
+        let mut pipe = redis::pipe();
+        for group in &groups {
+            let key = keys.order_line(order_key, group);
+            pipe.get(&key).pttl(&key);
+        }
+        let states: Vec<(Option<String>, i64)> = self.redis.query(&mut pipe).await?;
+        let mut lines = Vec::new();
+        for (group, (value, pttl)) in groups.into_iter().zip(states) {
+            let (Some(value), Some(ttl)) = (value, Ttl::from_pttl(pttl)) else { continue };
+            let mut line =
+                OrderLine { key: keys.order_line(order_key, &group), ttl, destination: group, ..OrderLine::default() };
+            match order_line_head(&value) {
+                Some(head) => {
+                    self.walk_line(&mut line, &head).await?;
+                    line.head = Some(head);
+                }
+                None => line.previous = Some(value),
             }
+            lines.push(line);
+        }
+        if lines.is_empty() {
+            return Ok(None);
         }
         // Since when each line with a head waits behind it: its score in `order-blocked`.
-        let order_key = key.strip_prefix(&self.keys().order("")).unwrap_or(key);
-        let heads: Vec<&mut OrderLine> = lines.values_mut().filter(|l| l.head.is_some()).collect();
+        let heads: Vec<&mut OrderLine> = lines.iter_mut().filter(|l| l.head.is_some()).collect();
         if !heads.is_empty() {
             let mut pipe = redis::pipe();
             for line in &heads {
-                pipe.zscore(self.keys().order_blocked(), Keys::order_blocked_member(&line.destination, order_key));
+                pipe.zscore(keys.order_blocked(), Keys::order_blocked_member(&line.destination, order_key));
             }
             let since: Vec<Option<f64>> = self.redis.query(&mut pipe).await?;
             for (line, since) in heads.into_iter().zip(since) {
                 line.blocked_since_ms = since.map(|ms| ms.max(0.0) as u64);
             }
         }
-        Ok(Some(OrderView { ttl, destinations: lines.into_values().collect() }))
+        // While a line has a head the key stays; idle, it lasts as long as its longest line.
+        let ttl = lines.iter().map(|l| l.ttl).max_by_key(|t| t.millis().unwrap_or(u64::MAX)).unwrap_or(Ttl::Persistent);
+        Ok(Some(OrderView { ttl, destinations: lines }))
+    }
+
+    /// Reads busy `line`'s previous from its head's record, and its
+    /// waiting runs by their `order_next` links, in order.
+    async fn walk_line(&self, line: &mut OrderLine, head: &str) -> Result<(), OpsError> {
+        let keys = self.keys();
+        let [next, previous] = [RunRecord::ORDER_NEXT, RunRecord::ORDER_PREVIOUS]
+            .map(|name| RunRecord::destination_field(&line.destination, name));
+        let (mut after, before): (Option<String>, Option<String>) =
+            self.redis.query(redis::cmd("HMGET").arg(keys.run(head)).arg(&next).arg(&previous)).await?;
+        line.previous = before;
+        // (A link back to a run already read would walk for good: the walk stops there.)
+        let mut seen = std::collections::BTreeSet::from([head.to_owned()]);
+        while let Some(run_id) = after {
+            if line.waiting.len() == ORDER_WALK_LIMIT || !seen.insert(run_id.clone()) {
+                line.more = true;
+                break;
+            }
+            after = self.redis.query(redis::cmd("HGET").arg(keys.run(&run_id)).arg(&next)).await?;
+            line.waiting.push(run_id);
+        }
+        Ok(())
     }
 
     /// The state of order key `order_key` (`None`: it has none: no run of
     /// it was read by a worker, or its idle state expired).
     pub async fn order_view(&self, order_key: &str) -> Result<Option<OrderView>, OpsError> {
-        self.order_at(&self.keys().order(order_key)).await
+        self.order_at(order_key).await
     }
 
     /// The order key of the run of `record` and its place in each line
@@ -474,6 +533,12 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_lines_value_names_its_head_while_busy_and_the_previous_run_while_idle() {
+        assert_eq!(order_line_head("7"), Some("run-7".to_owned()));
+        assert_eq!(order_line_head("run-6:1700000000000"), None);
+    }
+
+    #[test]
     fn a_runs_place_is_read_from_each_line_that_holds_it() {
         let line = |destination: &str, head: &str, waiting: &[&str], blocked: Option<u64>| OrderLine {
             destination: destination.into(),
@@ -481,6 +546,7 @@ mod tests {
             waiting: waiting.iter().map(|r| (*r).to_owned()).collect(),
             previous: None,
             blocked_since_ms: blocked,
+            ..OrderLine::default()
         };
         let view = OrderView {
             ttl: Ttl::Persistent,

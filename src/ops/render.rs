@@ -232,7 +232,8 @@ pub fn inspection_text(i: &Inspection) -> String {
         Some(Found::Delivery(d)) => delivery_text(d),
         Some(Found::Logical(l)) => logical_text(l),
         Some(Found::Run(r)) => run_text(r),
-        Some(Found::Order(o)) => format!("key: {}\n{}", cli_quote(&i.key), order_text(o)),
+        // One key per destination's line, each named below: the order key's is their common part.
+        Some(Found::Order(o)) => format!("keys: {} + ':' + enc(destination)\n{}", cli_quote(&i.key), order_text(o)),
     };
     text.trim_end().to_owned()
 }
@@ -243,7 +244,10 @@ fn order_text(o: &super::inspect::OrderView) -> String {
         let _ = writeln!(out, "destination {}", one_line(&line.destination));
         let head = line.head.as_deref().map_or_else(|| "none (idle)".to_owned(), one_line);
         let _ = writeln!(out, "  head      {head}");
-        let waiting: Vec<_> = line.waiting.iter().map(|r| one_line(r)).collect();
+        let mut waiting: Vec<_> = line.waiting.iter().map(|r| one_line(r)).collect();
+        if line.more {
+            waiting.push(format!("… (only the first {} are listed)", super::inspect::ORDER_WALK_LIMIT));
+        }
         let _ = writeln!(out, "  waiting   {}", if waiting.is_empty() { "none".to_owned() } else { waiting.join(" ") });
         if let Some(previous) = &line.previous {
             let _ = writeln!(out, "  previous  {}", one_line(previous));
@@ -255,11 +259,12 @@ fn order_text(o: &super::inspect::OrderView) -> String {
                 "  blocked   since {at}: the head is dead (dead retry, or runs skip, lets the line go on)"
             );
         }
+        let _ = match line.ttl.millis() {
+            None => writeln!(out, "  ttl       none (it has a head)"),
+            Some(ms) => writeln!(out, "  ttl       {ms} ms (idle: kept for the chain's previous)"),
+        };
+        let _ = writeln!(out, "  key       {}", one_line(&line.key));
     }
-    let _ = match o.ttl.millis() {
-        None => writeln!(out, "ttl       none (a destination has a head)"),
-        Some(ms) => writeln!(out, "ttl       {ms} ms (idle: kept for the chain's previous)"),
-    };
     out
 }
 

@@ -621,7 +621,6 @@ impl ScriptCall for ProbeTakeCall<'_> {
             .arg("now_ms", self.now_ms)
             .arg("every_ms", self.every_ms)
             .arg("run_prefix", keys.run_prefix())
-            .arg("order_prefix", keys.order(""))
     }
 
     fn decode(&self, reply: Value) -> Result<ProbeTaken, Error> {

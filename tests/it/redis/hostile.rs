@@ -191,12 +191,17 @@ async fn no_inspect_output_holds_a_raw_bidi_control_or_line_separator() {
     let order_key = idemgate::order::OrderBy::Subject
         .key(&idemgate::vocabulary::Identity::new(provider.as_str(), repo.as_str(), "", number.as_str()))
         .unwrap();
-    let line = [
-        (format!("h:{worker}"), run_id.clone()),
-        (format!("l:{worker}"), format!(" {} ", hostile("run-9"))),
-        (format!("p:{worker}"), format!("{}:17", hostile("run-0"))),
+    let _: () =
+        redis::cmd("XGROUP").arg("CREATE").arg(keys.runs()).arg(&worker).arg("0").query_async(&mut c).await.unwrap();
+    let head = run_id.strip_prefix("run-").unwrap();
+    let _: () = c.set(keys.order_line(&order_key, &worker), head).await.unwrap();
+    let link = |name: &str| idemgate::vocabulary::RunRecord::destination_field(&worker, name);
+    let links = [
+        (link("order_next"), hostile("run-9")),
+        (link("order_tail"), hostile("run-9")),
+        (link("order_previous"), format!("{}:17", hostile("run-0"))),
     ];
-    let _: () = c.hset_multiple(keys.order(&order_key), &line).await.unwrap();
+    let _: () = c.hset_multiple(keys.run(&run_id), &links).await.unwrap();
 
     let store = ["--redis-url", crate::support::redis_url(), "--namespace", &ns];
     let commands: [&[&str]; 5] = [
