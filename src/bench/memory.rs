@@ -247,12 +247,12 @@ async fn order_key_rows(bench: &Bench<'_>, k: &Keys, gate: Gate) -> Result<Order
         let value: String = redis::cmd("GET").arg(&name).query_async(&mut conn).await?;
         // The line itself is linked through the waiting runs' records (lua/shared/order.lua).
         let link = |name: &str| RunRecord::destination_field(ORDER_GROUP, name);
-        let fields = vec![format!(
+        let fields = format!(
             "a string, `{value}` (its head's number); the {ORDER_WAITING} waiting runs are linked by `{}` in the head's record and each waiting run's but the last ({} + 6 or 7 bytes each), and the head's record names the last in `{}`",
             link(RunRecord::ORDER_NEXT),
             link(RunRecord::ORDER_NEXT).len(),
             link(RunRecord::ORDER_LINKS[1]),
-        )];
+        );
         let mut busy_with_previous = None;
         for turn in 0..=ORDER_WAITING {
             let (entry_id, run_id, attempt) = head.clone();
@@ -301,7 +301,7 @@ async fn order_key_rows(bench: &Bench<'_>, k: &Keys, gate: Gate) -> Result<Order
                 "memory: the idle order key is still there (PTTL {ttl} ms) after its retention"
             )));
         }
-        Ok(OrderKeyFigures { busy, busy_with_previous, idle, name: name.clone(), fields: fields.join(", ") })
+        Ok(OrderKeyFigures { busy, busy_with_previous, idle, name: name.clone(), fields })
     }
     .await;
     let _: () = redis::cmd("XGROUP").arg("DESTROY").arg(k.runs()).arg(ORDER_GROUP).query_async(&mut conn).await?;
