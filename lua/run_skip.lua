@@ -77,7 +77,7 @@ if kept_for and not still_blocking then
   local working = with_destination(KEYS[2], released[1], function()
     return (others_unfinished(KEYS[2], released[1], redis.call('HGET', KEYS[2], ${field_other_destinations})))
   end)
-  if not working and retention_ms > 0 then
+  if not working and retention_ms > 0 and not held_in_a_line(KEYS[2]) then
     redis.call('PEXPIRE', KEYS[2], retention_ms)
   end
 end

@@ -49,7 +49,13 @@ ${release}
 -- Read in the plain names with the owner (lua/shared/destination.lua);
 -- again under this destination's names when it is another's. An ordered
 -- run's hand-on (order_finished) reads its fields of the record here too.
-local order_fields = ARGV[14] and {${field_order_key}, ${field_order_on_dead}, ${field_created_ms}} or {}
+local order_fields = {}
+if ARGV[14] then
+  -- Its line's links too (order_finished's o[4..6]): the hand-on reads no more.
+  local links = order_links(ARGV[1])
+  order_fields = {${field_order_key}, ${field_order_on_dead}, ${field_created_ms}, links[1], links[2], links[3],
+    ${field_order_held}}
+end
 local record = read_for_done(${field_group}, unpack(order_fields))
 F = fields_for_owner(record[8], ARGV[1])
 if not owns_plain(F) then
@@ -62,14 +68,15 @@ if not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return 0
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
-mark_done(record, 7, ARGV[1], ARGV[2], ARGV[4], ARGV[6], ARGV[12], KEYS[5])
+-- (An unordered run is in no line: false. record[15] is an ordered one's `order_held`.)
+mark_done(record, 7, ARGV[1], ARGV[2], ARGV[4], ARGV[6], ARGV[12], KEYS[5], ARGV[14] and record[15] or false)
 if ARGV[14] then
   -- The order functions are made here, for an ordered run alone: Redis
   -- makes every function a script defines on each call, and an unordered
   -- run pays nothing for ordering.
 ${order}
 ${order_finish}
-  order_finished(ARGV[1], false, ARGV[6], ARGV[4], {record[9], record[10], record[11]})
+  order_finished(ARGV[1], false, ARGV[6], ARGV[4], {record[9], record[10], record[11], record[12], record[13], record[14]})
 end
 local released = 0
 if redis.call('EXISTS', KEYS[4]) == 1 then

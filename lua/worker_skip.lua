@@ -13,10 +13,10 @@
 -- or one waiting in a line, is left as it is.
 --
 -- An ordered run (ARGV[5]): passing over it must keep its key's line
--- moving: the run enters the line as if it were to run (the runs read
--- before it first, lua/shared/order.lua), and leaves it at once, handing
--- the line on if it was the head. The chain's previous stays the last run
--- the destination did attempt.
+-- moving: the runs read before it enter their lines first (the catch-up,
+-- lua/shared/order_enter.lua), and a run that heads its line (handed on
+-- to it) hands the line on; one that never entered it leaves it as it
+-- is. The chain's previous stays the last run the destination did attempt.
 --
 -- KEYS[1]: runs_key                 idemgate:{NS}:runs
 -- KEYS[2]: run_key                  idemgate:{NS}:run:<run id>
@@ -38,9 +38,9 @@ ${holds}
 -- gets the run retention again.
 local function bound_unstarted_record()
   local r = redis.call('HMGET', KEYS[2], ${field_group}, ${plain_field_status}, ${field_filtered_by},
-    ${plain_field_order_wait}, ${field_other_destinations}, ${field_blocked_retention_ms})
-  -- (A run waiting in another destination's line is queued for it.)
-  if r[4] then
+    ${field_order_held}, ${field_other_destinations}, ${field_blocked_retention_ms})
+  -- (A run a destination's line holds unstarted is queued for it: lua/shared/order_enter.lua.)
+  if held_in_a_line(KEYS[2], r[4]) then
     return
   end
   if r[1] then
@@ -88,6 +88,7 @@ if not holds(ARGV[1], ARGV[2], ARGV[3]) then
     order_hand_on(order_key, ARGV[1], run_id, nil, ARGV[4])
     -- Out of the line: it waits for this group no more.
     with_destination(KEYS[2], ARGV[1], function() redis.call('HDEL', KEYS[2], ${field_order_wait}) end)
+    order_unhold(KEYS[2], ARGV[1])
   end
   bound_unstarted_record()
   return 1
@@ -98,5 +99,7 @@ order_catch_up(ARGV[1], ARGV[3])
 -- head passed over here is dead: a dead run sent again is addressed to its
 -- group, and the filter judges no addressed entry, so no line is unblocked.)
 order_hand_on(order_key, ARGV[1], run_id, nil, ARGV[4])
+-- Passed over: the group's line holds it no more (it headed it, handed on to it).
+order_unhold(KEYS[2], ARGV[1])
 bound_unstarted_record()
 return 1

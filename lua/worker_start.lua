@@ -67,7 +67,8 @@ ${op_replay}
 -- needs once more.
 local function read_start()
   return redis.call('HMGET', KEYS[2], ${field_op}, ${field_op_result}, ${field_attempts}, ${field_attempt_base},
-    ${field_status}, ${field_created_ms}, ${field_payload}, ${field_trace}, ${field_group}, ${field_filtered_by})
+    ${field_status}, ${field_created_ms}, ${field_payload}, ${field_trace}, ${field_group}, ${field_filtered_by},
+    ${field_order_held})
 end
 local r = read_start()
 F = fields_for_owner(r[9], ARGV[1])
@@ -85,8 +86,9 @@ local spent = attempts - base >= tonumber(ARGV[5])
 
 -- The attempt begins: the record says so. `history` is the record's
 -- history with the entry of an attempt that never reported back (nil:
--- unchanged), `previous` the chain's previous run ('' unordered).
-local function begin_attempt(history, previous)
+-- unchanged), `previous` the chain's previous run ('' unordered);
+-- `kept`: more fields to write with the attempt's (name, value pairs).
+local function begin_attempt(history, previous, kept)
   if ARGV[15] == '1' then
     redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
   end
@@ -112,6 +114,9 @@ local function begin_attempt(history, previous)
     fields[#fields + 1] = ${field_history}
     fields[#fields + 1] = history
   end
+  for _, v in ipairs(kept or {}) do
+    fields[#fields + 1] = v
+  end
   if ARGV[14] == '1' then
     -- The destinations the run was a backfill for, each once.
     local backfill = redis.call('HGET', KEYS[2], ${field_backfill}) or ''
@@ -120,8 +125,19 @@ local function begin_attempt(history, previous)
       fields[#fields + 1] = backfill == '' and ARGV[1] or backfill .. ' ' .. ARGV[1]
     end
   end
+  -- Started: its line no longer holds it unstarted (lua/shared/order_enter.lua).
+  local held = r[11] and held_without(r[11], ARGV[1])
+  if held and held ~= '' then
+    fields[#fields + 1] = ${field_order_held}
+    fields[#fields + 1] = held
+  end
   redis.call('HSET', KEYS[2], unpack(fields))
-  redis.call('HDEL', KEYS[2], ${field_next_attempt_ms}, ${field_parked_group}, ${field_entry_id}, ${field_order_wait})
+  if held == '' then
+    redis.call('HDEL', KEYS[2], ${field_next_attempt_ms}, ${field_parked_group}, ${field_entry_id}, ${field_order_wait},
+      ${field_order_held})
+  else
+    redis.call('HDEL', KEYS[2], ${field_next_attempt_ms}, ${field_parked_group}, ${field_entry_id}, ${field_order_wait})
+  end
   if r[10] then
     -- Another destination's filter refused the run and gave its unstarted
     -- record the run retention (lua/worker_skip.lua): it lives while this
@@ -153,22 +169,28 @@ ${order_enter}
 
 if again then
   -- The retried call gets the first call's answer, payload included.
-  local previous = order_key ~= '' and redis.call('HGET', KEYS[2], order_link(ARGV[1], ${field_order_previous})) or ''
+  local previous = order_key ~= '' and redis.call('HGET', KEYS[2], order_links(ARGV[1])[3]) or ''
   return {first, attempts, r[6], r[7], attempts - base, r[8], previous}
 end
 -- The chain's previous run of this run's key, for this group ('' unordered).
 local previous = ''
+-- A new head's previous, as the record keeps it (its order_previous),
+-- written with the attempt's fields: one HSET fewer.
+local previous_kept = nil
 -- An ordered run starts only at the head of its key's line, the runs read
 -- before it having entered first (docs/worker.md, "One at a time, in
 -- order, per key"); else it waits in the line holding no entry.
 if order_key ~= '' then
   order_catch_up(ARGV[1], ARGV[3])
   local place, was_head
-  place, previous, was_head = order_enter(order_key, ARGV[1], ARGV[8])
+  place, previous, was_head = order_enter(order_key, ARGV[1], ARGV[8], true)
   if place == 'line' then
     order_wait(KEYS[2], ARGV[1], ARGV[3], run_field_pairs(function(i) return ARGV[7 + i] end))
     redis.call('HSET', KEYS[2], ${field_op}, ARGV[6], ${field_op_result}, 3)
     return {3}
+  end
+  if previous and not was_head then
+    previous_kept = {order_links(ARGV[1])[3], previous}
   end
   previous = previous or ''
   -- A line is blocked only behind a dead head: this run, only if it was
@@ -177,7 +199,7 @@ if order_key ~= '' then
     order_unblocked(ARGV[1], order_key)
   end
   if not unfinished and not spent then
-    return begin_attempt(nil, previous)
+    return begin_attempt(nil, previous, previous_kept)
   end
 end
 
@@ -200,7 +222,11 @@ if spent then
   if prev and prev ~= '' and not unfinished then
     err = prev
   end
+  if previous_kept then
+    -- Dead at its line's head: it heads the line still (`block`), or hands it on now.
+    redis.call('HSET', KEYS[2], unpack(previous_kept))
+  end
   dead_letter(ARGV[1], ARGV[2], ARGV[3], 8, attempts, err, ARGV[4], ARGV[6], ARGV[7], history)
   return {2, attempts}
 end
-return begin_attempt(history, previous)
+return begin_attempt(history, previous, previous_kept)

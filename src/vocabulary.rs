@@ -852,7 +852,7 @@ impl RunRecord {
     /// spells a field itself or names one [`RunRecord::field_names`] does not
     /// know. Of every shape ([`RunRecord`]); docs/reference.md's key table
     /// says what each holds.
-    pub const FIELDS: [&'static str; 16] = [
+    pub const FIELDS: [&'static str; 17] = [
         // The gate's (lua/gate.lua, lua/gate_hold.lua).
         RunFields::ENTRY_ID,
         Self::CREATED_MS,
@@ -881,6 +881,12 @@ impl RunRecord {
         // (lua/worker_skip.lua): while no destination has started it, its
         // record lives the run retention from the first refusal.
         "filtered_by",
+        // The destinations whose order line holds the run unstarted (it
+        // waits in it, or heads it and is not started yet), as enc(name)
+        // each (lua/shared/order_enter.lua): the line's links are in the
+        // record, so no other destination's finish gives it a TTL, nor
+        // drops its payload, while one is listed.
+        "order_held",
     ];
 
     /// The fields each destination keeps of its own: the owner (named in

@@ -33,7 +33,7 @@ local function dead_letter(group, consumer, entry_id, first_field, attempts, err
   end
   redis.call('HSET', KEYS[2], unpack(fields))
   local others = redis.call('HGET', KEYS[2], ${field_other_destinations})
-  if tonumber(retention_ms) > 0 and not others_unfinished(KEYS[2], group, others) then
+  if tonumber(retention_ms) > 0 and not others_unfinished(KEYS[2], group, others) and not held_in_a_line(KEYS[2]) then
     redis.call('PEXPIRE', KEYS[2], retention_ms)
   end
   order_finished(group, true, retention_ms, now)

@@ -33,6 +33,28 @@ local function destination_prefix(group)
   return #group .. ':' .. group .. ':'
 end
 
+-- The stored names of `group`'s order line links in a run record
+-- (RunRecord::ORDER_LINKS; lua/shared/order.lua): order_next, order_tail,
+-- order_previous, each under the group's prefix. Here, beside the prefix,
+-- so that a script reads them with its first HMGET before it makes the
+-- order functions.
+local function order_links(group)
+  local prefix = destination_prefix(group)
+  return {prefix .. ${field_order_next}, prefix .. ${field_order_tail}, prefix .. ${field_order_previous}}
+end
+
+-- Whether a destination's order line holds the run of `record` unstarted
+-- (`order_held`, lua/shared/order_enter.lua; `held`: its value, when the
+-- caller read it, nil: read here): the record keeps that line's links and
+-- is queued for that destination, so it may not expire, nor lose its
+-- payload, whatever the destinations that started it did.
+local function held_in_a_line(record, held)
+  if held == nil then
+    held = redis.call('HGET', record, ${field_order_held})
+  end
+  return held ~= false and held ~= ''
+end
+
 local prefixed_fields = {}
 
 -- The stored names of `group`'s fields when another destination owns the
@@ -109,6 +131,32 @@ local function other_destination_names(list)
     i = colon + length + 1
   end
   return names
+end
+
+-- `held` (an `order_held` value, false: none) without `group`: nil when
+-- it does not list the group, '' when no other is left.
+local function held_without(held, group)
+  local rest, found = {}, false
+  for _, name in ipairs(other_destination_names(held)) do
+    if name == group then
+      found = true
+    else
+      rest[#rest + 1] = #name .. ':' .. name
+    end
+  end
+  return found and table.concat(rest) or nil
+end
+
+-- `group`'s line no longer holds the run of `record` unstarted: it
+-- started the run, or the run left its line (lua/shared/order_enter.lua's
+-- order_hold).
+local function order_unhold(record, group)
+  local rest = held_without(redis.call('HGET', record, ${field_order_held}), group)
+  if rest == '' then
+    redis.call('HDEL', record, ${field_order_held})
+  elseif rest then
+    redis.call('HSET', record, ${field_order_held}, rest)
+  end
 end
 
 -- Every destination `record` has, in its order, each as {name, fields}:

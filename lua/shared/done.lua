@@ -81,8 +81,14 @@ end
 -- lives on (the last destination to finish sets the retention); while one
 -- is not done (at work, or dead and maybe retried), the record keeps what
 -- it needs (`payload`, `trace`).
-local function mark_done(r, first, group, worker, now, retention_ms, keep_payload_ms, kept_payloads_key)
+-- `held`: the record's `order_held`, when the caller read it (false:
+-- none), nil: read here if it matters.
+local function mark_done(r, first, group, worker, now, retention_ms, keep_payload_ms, kept_payloads_key, held)
   local at_work, undone = others_unfinished(KEYS[2], group, r[7])
+  if not at_work and held_in_a_line(KEYS[2], held) then
+    -- Another destination's order line holds the run unstarted: it is still to go there.
+    at_work, undone = true, true
+  end
   local payload = r[5]
   if undone then
     payload = nil

@@ -58,10 +58,6 @@ local function order_key_of(key, group)
   return ORDER_BASE .. 'order:' .. key .. ':' .. #group .. ':' .. group
 end
 
--- The stored name of `group`'s link field `name` in a run record.
-local function order_link(group, name)
-  return destination_prefix(group) .. name
-end
 
 -- A busy line's value for its head `run_id` (`run-7`: `7`), and back.
 local function order_head_value(run_id)

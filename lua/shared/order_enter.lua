@@ -5,29 +5,30 @@
 -- Puts `run_id` at the head of `group`'s line of `key` when the line has
 -- none, else at its back. Answers 'head' or 'line' (also when it was there
 -- already), then, for a head, the chain's previous run (nil: none), then
--- whether it was the head already.
-local function order_enter(key, group, run_id)
+-- whether it was the head already. A new head's record keeps its previous
+-- (order_previous), unless `caller_keeps`: the caller writes it with its
+-- own fields (lua/worker_start.lua), one HSET fewer.
+local function order_enter(key, group, run_id, caller_keeps)
   local okey = order_key_of(key, group)
   local value = redis.call('GET', okey)
   local head = order_head_of(value)
   local record = ORDER_RUN_PREFIX .. run_id
-  local previous_field = order_link(group, ${field_order_previous})
+  local names = order_links(group)
   if head == run_id then
-    return 'head', redis.call('HGET', record, previous_field), true
+    return 'head', redis.call('HGET', record, names[3]), true
   end
   if not head then
     -- An idle line (its value the previous run, for the retention) or none:
-    -- busy again, no longer set to expire.
+    -- busy again, no longer set to expire. (A run that is not a head has
+    -- no order_previous: the hand-on takes it away with the head.)
     redis.call('SET', okey, order_head_value(run_id))
-    if value then
-      redis.call('HSET', record, previous_field, value)
-    else
-      redis.call('HDEL', record, previous_field)
+    if value and not caller_keeps then
+      redis.call('HSET', record, names[3], value)
     end
     return 'head', value, false
   end
   local head_record = ORDER_RUN_PREFIX .. head
-  local next_field, tail_field = order_link(group, ${field_order_next}), order_link(group, ${field_order_tail})
+  local next_field, tail_field = names[1], names[2]
   local tail = redis.call('HGET', head_record, tail_field) or head
   -- In the line already: its last run, or one with a run after it.
   if tail == run_id or redis.call('HEXISTS', record, next_field) == 1 then
@@ -38,6 +39,22 @@ local function order_enter(key, group, run_id)
   return 'line', nil, false
 end
 
+-- `group`'s line holds the run of `record` unstarted (it waits in it, or
+-- heads it before the group started it): listed in `order_held`, the
+-- record keeps no TTL until the group starts the run or lets it go
+-- (order_unhold, lua/shared/order_finish.lua), so the line's links in it
+-- outlive whatever another destination does with the run.
+local function order_hold(record, group)
+  local held = redis.call('HGET', record, ${field_order_held}) or ''
+  for _, name in ipairs(other_destination_names(held)) do
+    if name == group then
+      return
+    end
+  end
+  redis.call('HSET', record, ${field_order_held}, held .. destination_prefix(group):sub(1, -2))
+  redis.call('PERSIST', record)
+end
+
 -- A run put in a line waits there with no entry: its record keeps what
 -- names it (the entry may be trimmed) and says what it waits for.
 local function order_wait(record, group, entry_id, pairs_of_fields)
@@ -45,7 +62,7 @@ local function order_wait(record, group, entry_id, pairs_of_fields)
   redis.call('HSET', record, ${field_order_wait}, group)
   -- Queued for this group: no TTL another destination gave the record
   -- (its finish, or its filter's refusal) may end it in the line.
-  redis.call('PERSIST', record)
+  order_hold(record, group)
   redis.call('HDEL', record, ${field_entry_id})
   redis.call('XACK', ORDER_RUNS, group, entry_id)
 end
@@ -114,8 +131,13 @@ local function order_catch_up(group, upto)
         -- Only a run still waiting to start for this group enters: an old
         -- entry of a run that ran, or was passed over, stays where it is.
         with_destination(record, group, function(status)
-          if status == ${status_queued} and order_enter(key, group, run_id) == 'line' then
-            order_wait(record, group, e[1], run_field_pairs(function(i) return f[RUN_FIELDS[i]] or '' end))
+          if status == ${status_queued} then
+            if order_enter(key, group, run_id) == 'line' then
+              order_wait(record, group, e[1], run_field_pairs(function(i) return f[RUN_FIELDS[i]] or '' end))
+            else
+              -- The head now, started by its reader soon, but not yet.
+              order_hold(record, group)
+            end
           end
         end)
       end

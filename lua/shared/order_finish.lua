@@ -9,7 +9,8 @@
 -- it), which is rare, and lines are short. (The walk stops after a bound
 -- a line never reaches: a broken link cannot hold Redis for good.)
 local function order_leave(group, head, run_id)
-  local next_field, tail_field = order_link(group, ${field_order_next}), order_link(group, ${field_order_tail})
+  local names = order_links(group)
+  local next_field, tail_field = names[1], names[2]
   local head_record = ORDER_RUN_PREFIX .. head
   local record = ORDER_RUN_PREFIX .. run_id
   -- In the line, a run has a run after it or is the last (as order_enter asks).
@@ -27,6 +28,7 @@ local function order_leave(group, head, run_id)
     return
   end
   redis.call('HDEL', record, next_field)
+  order_unhold(record, group)
   if rest then
     redis.call('HSET', ORDER_RUN_PREFIX .. before, next_field, rest)
     return
@@ -46,8 +48,10 @@ end
 -- (as lua/worker_wake.lua puts a parked run back); else it leaves the
 -- line. `previous` (`run-N:created_ms`) becomes the chain's previous when
 -- it was the head; nil keeps the head's own (a run passed over is none the
--- destination got). Returns the run handed on, or nil.
-local function order_hand_on(key, group, run_id, previous, retention_ms)
+-- destination got). `links`: the record's order_next, order_tail and
+-- order_previous for `group` (order_links), when the caller read them
+-- already. Returns the run handed on, or nil.
+local function order_hand_on(key, group, run_id, previous, retention_ms, links)
   local okey = order_key_of(key, group)
   local head = order_head_of(redis.call('GET', okey))
   if head ~= run_id then
@@ -63,12 +67,12 @@ local function order_hand_on(key, group, run_id, previous, retention_ms)
   -- before it can get here. (A call each run cost Redis about 6k
   -- instructions, for a set that is nearly always empty.)
   local record = ORDER_RUN_PREFIX .. run_id
-  local next_field, tail_field = order_link(group, ${field_order_next}), order_link(group, ${field_order_tail})
-  local previous_field = order_link(group, ${field_order_previous})
-  local links = redis.call('HMGET', record, next_field, tail_field, previous_field)
+  local names = order_links(group)
+  local next_field, tail_field, previous_field = names[1], names[2], names[3]
+  links = links or redis.call('HMGET', record, unpack(names))
   -- The links are the head's while it heads the line, and go with it.
   local held = {}
-  for i, field in ipairs({next_field, tail_field, previous_field}) do
+  for i, field in ipairs(names) do
     if links[i] then
       held[#held + 1] = field
     end
@@ -133,7 +137,9 @@ local function order_finished(group, dead, retention_ms, now, o)
   end
   local run_id = ORDER_RUN_ID
   if not dead or o[2] == 'skip' then
-    order_hand_on(o[1], group, run_id, run_id .. ':' .. (o[3] or ''), retention_ms)
+    -- (The caller may have read the run's links too: o[4..6].)
+    local links = o[4] ~= nil and {o[4], o[5], o[6]} or nil
+    order_hand_on(o[1], group, run_id, run_id .. ':' .. (o[3] or ''), retention_ms, links)
   elseif order_is_head(o[1], group, run_id) then
     -- Blocked: counted from the head's death until it is retried or skipped.
     redis.call('ZADD', ORDER_BLOCKED, 'NX', now, order_blocked_member(group, o[1]))

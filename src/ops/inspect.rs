@@ -249,7 +249,9 @@ pub struct OrderLine {
     pub waiting: Vec<String>,
     /// More runs wait than [`OrderLine::waiting`] lists.
     pub more: bool,
-    /// The run it finished last, `run-N:CREATED_MS` (the next run's `Idemgate-Order-Previous`).
+    /// The chain's previous, `run-N:CREATED_MS`: the head's own while the
+    /// line has a head, else the run it finished last (the next run's
+    /// `Idemgate-Order-Previous`).
     pub previous: Option<String>,
     /// When the head died, ms since the Unix epoch, while the line waits
     /// behind it (`order_on_dead = "block"`; its score in `order-blocked`);
@@ -404,8 +406,11 @@ impl Ops {
         // (A link back to a run already read would walk for good: the walk stops there.)
         let mut seen = std::collections::BTreeSet::from([head.to_owned()]);
         while let Some(run_id) = after {
-            if line.waiting.len() == ORDER_WALK_LIMIT || !seen.insert(run_id.clone()) {
+            if line.waiting.len() == ORDER_WALK_LIMIT {
                 line.more = true;
+                break;
+            }
+            if !seen.insert(run_id.clone()) {
                 break;
             }
             after = self.redis.query(redis::cmd("HGET").arg(keys.run(&run_id)).arg(&next)).await?;

@@ -259,9 +259,10 @@ fn order_text(o: &super::inspect::OrderView) -> String {
                 "  blocked   since {at}: the head is dead (dead retry, or runs skip, lets the line go on)"
             );
         }
-        let _ = match line.ttl.millis() {
-            None => writeln!(out, "  ttl       none (it has a head)"),
-            Some(ms) => writeln!(out, "  ttl       {ms} ms (idle: kept for the chain's previous)"),
+        let _ = match (line.head.is_some(), line.ttl.millis()) {
+            (true, _) => writeln!(out, "  ttl       none (it has a head)"),
+            (false, None) => writeln!(out, "  ttl       none (idle, kept for the chain's previous: no run retention)"),
+            (false, Some(ms)) => writeln!(out, "  ttl       {ms} ms (idle: kept for the chain's previous)"),
         };
         let _ = writeln!(out, "  key       {}", one_line(&line.key));
     }

@@ -969,3 +969,75 @@ async fn a_run_waiting_in_its_line_keeps_its_record_whatever_another_destination
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A run that waits in one destination's line while another destination
+/// delivers it keeps its record (no TTL, whatever the run retention) until
+/// the waiting destination starts it: the line's links are in the record.
+/// The CI destination's receiver is down (run-1, its head, parks; run-2
+/// waits behind it); the audit destination delivers both; with a run
+/// retention of one second, run-2 is still there after it, and once the
+/// receiver is back CI delivers run-1 then run-2, run-2 naming run-1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_another_destination_finished_lives_while_a_line_holds_it() {
+    let ns = fresh_ns("order-held");
+    let dir = temp_dir("order-held");
+    let secrets = secrets_file(&dir, &[secret(53)]);
+    let g = On::server().gate(&ns).await;
+    for d in ["d-1", "d-2"] {
+        let event = json!({"org": "acme", "repo": "widgets", "action": format!("synchronize-{d}"), "number": 5});
+        g.handle("github", d, &event).await.unwrap();
+    }
+    let ci = Destination::start(|_, _| ok()).await;
+    ci.down(true);
+    let config = dir.join("idemgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "redis_url = \"{}\"\nnamespace = \"{ns}\"\nrun_retention = \"1s\"\n\n[worker]\nblock = \"200ms\"\nretry_schedule = [\"1h\"]\nbreaker_failures = 100\n\n\
+             [destinations.ci]\nurl = \"{}\"\nsecret_file = \"{}\"\n\n\
+             [destinations.audit]\ncommand = [\"true\"]\n",
+            redis_url(),
+            ci.url(),
+            secrets.display()
+        ),
+    )
+    .unwrap();
+    let worker = |d: &str| crate::support::destination::destination_worker(&config, &dir, d, d);
+    let mut workers = Workers(vec![worker("ci")]);
+    wait_for(Duration::from_secs(10), "run-1 parked for CI, run-2 waiting behind it", || async {
+        let (r1, r2) = (record(&ns, "run-1").await, record(&ns, "run-2").await);
+        r1.get("status").map(String::as_str) == Some("parked")
+            && r2.get("order_held").map(String::as_str) == Some("2:ci")
+    })
+    .await;
+    workers.0.push(worker("audit"));
+    // run-1's plain fields are CI's (it started it first), run-2's audit's.
+    let audit_done = |r: &HashMap<String, String>| {
+        let field = if r.get("group").map(String::as_str) == Some("audit") { "status" } else { "5:audit:status" };
+        r.get(field).map(String::as_str) == Some("done")
+    };
+    wait_for(Duration::from_secs(10), "both runs delivered by the audit destination", || async {
+        audit_done(&record(&ns, "run-1").await) && audit_done(&record(&ns, "run-2").await)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let keys = Keys::new(&ns).unwrap();
+    let mut c = raw_conn().await;
+    let ttl: i64 = c.pttl(keys.run("run-2")).await.unwrap();
+    assert_eq!(ttl, -1, "run-2 waits in CI's line: no TTL, though audit finished it a run retention ago");
+    ci.down(false);
+    let now = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["runs", "retry-now", "run-1", "--redis-url", redis_url(), "--namespace", &ns])
+        .output()
+        .unwrap();
+    assert!(now.status.success(), "{now:?}");
+    wait_status(&ns, [(1, "done"), (2, "done")], Duration::from_secs(20)).await;
+    workers.stop().await;
+    let got = arrivals(&ci);
+    let ok_runs: Vec<u64> = got.iter().map(|a| a.0).collect();
+    assert_eq!(ok_runs.last(), Some(&2), "{got:?}");
+    let first_ok = got.iter().rposition(|a| a.0 == 1).unwrap();
+    assert_eq!(got.last().unwrap().2, got[first_ok].1, "run-2's previous is run-1");
+    assert_eq!(record(&ns, "run-2").await.get("order_held"), None, "started: no line holds it unstarted");
+    let _ = std::fs::remove_dir_all(dir);
+}
