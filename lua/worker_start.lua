@@ -114,8 +114,10 @@ local function begin_attempt(history, previous, kept)
     fields[#fields + 1] = ${field_history}
     fields[#fields + 1] = history
   end
-  for _, v in ipairs(kept or {}) do
-    fields[#fields + 1] = v
+  if kept then
+    for _, v in ipairs(kept) do
+      fields[#fields + 1] = v
+    end
   end
   if ARGV[14] == '1' then
     -- The destinations the run was a backfill for, each once.

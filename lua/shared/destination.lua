@@ -35,12 +35,18 @@ end
 
 -- The stored names of `group`'s order line links in a run record
 -- (RunRecord::ORDER_LINKS; lua/shared/order.lua): order_next, order_tail,
--- order_previous, each under the group's prefix. Here, beside the prefix,
--- so that a script reads them with its first HMGET before it makes the
--- order functions.
+-- order_previous, each under the group's prefix, built once per group and
+-- call. Here, beside the prefix, so that a script reads them with its
+-- first HMGET before it makes the order functions.
+local order_link_names = {}
 local function order_links(group)
-  local prefix = destination_prefix(group)
-  return {prefix .. ${field_order_next}, prefix .. ${field_order_tail}, prefix .. ${field_order_previous}}
+  local names = order_link_names[group]
+  if not names then
+    local prefix = destination_prefix(group)
+    names = {prefix .. ${field_order_next}, prefix .. ${field_order_tail}, prefix .. ${field_order_previous}}
+    order_link_names[group] = names
+  end
+  return names
 end
 
 -- Whether a destination's order line holds the run of `record` unstarted

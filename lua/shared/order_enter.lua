@@ -131,13 +131,11 @@ local function order_catch_up(group, upto)
         -- Only a run still waiting to start for this group enters: an old
         -- entry of a run that ran, or was passed over, stays where it is.
         with_destination(record, group, function(status)
-          if status == ${status_queued} then
-            if order_enter(key, group, run_id) == 'line' then
-              order_wait(record, group, e[1], run_field_pairs(function(i) return f[RUN_FIELDS[i]] or '' end))
-            else
-              -- The head now, started by its reader soon, but not yet.
-              order_hold(record, group)
-            end
+          -- (A run this makes the head is not held: its reader holds its
+          -- entry and starts it at once, and a start takes away any TTL
+          -- another destination gave the record, lua/shared/destination.lua.)
+          if status == ${status_queued} and order_enter(key, group, run_id) == 'line' then
+            order_wait(record, group, e[1], run_field_pairs(function(i) return f[RUN_FIELDS[i]] or '' end))
           end
         end)
       end
