@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::ops::{Range, RangeInclusive};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
@@ -907,6 +907,26 @@ async fn an_order_keys_runs_and_lines_are_listed_over_http() {
     assert_eq!((&run1["status"], &run1["order"]["lines"]), (&json!("dead"), &json!([])), "skipped: in no line");
 }
 
+/// `dir/idemgate.toml` for namespace `ns` with two destinations: `ci`
+/// delivers to `ci_url` (a failed attempt parked for an hour, no breaker),
+/// `audit` runs `true`, with `audit_filter` (a TOML line, or nothing);
+/// `top` is one more top-level line (or nothing).
+fn ci_and_audit_config(dir: &Path, ns: &str, top: &str, ci_url: &str, secrets: &Path, audit_filter: &str) -> PathBuf {
+    let config = dir.join("idemgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "redis_url = \"{}\"\nnamespace = \"{ns}\"\n{top}\n\n[worker]\nblock = \"200ms\"\nretry_schedule = [\"1h\"]\nbreaker_failures = 100\n\n\
+             [destinations.ci]\nurl = \"{ci_url}\"\nsecret_file = \"{}\"\n\n\
+             [destinations.audit]\ncommand = [\"true\"]\n{audit_filter}\n",
+            redis_url(),
+            secrets.display()
+        ),
+    )
+    .unwrap();
+    config
+}
+
 /// A run waiting in its key's line is queued for that destination, and its
 /// record lives while it waits, whatever another destination did with the
 /// run: the audit destination's filter refuses every run (which gives an
@@ -925,19 +945,7 @@ async fn a_run_waiting_in_its_line_keeps_its_record_whatever_another_destination
         g.handle("github", d, &event).await.unwrap();
     }
     let down = Destination::start(|_, _| status(StatusCode::SERVICE_UNAVAILABLE)).await;
-    let config = dir.join("idemgate.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "redis_url = \"{}\"\nnamespace = \"{ns}\"\n\n[worker]\nblock = \"200ms\"\nretry_schedule = [\"1h\"]\nbreaker_failures = 100\n\n\
-             [destinations.ci]\nurl = \"{}\"\nsecret_file = \"{}\"\n\n\
-             [destinations.audit]\ncommand = [\"true\"]\nfilter = {{ actions = [\"nothing\"] }}\n",
-            redis_url(),
-            down.url(),
-            secrets.display()
-        ),
-    )
-    .unwrap();
+    let config = ci_and_audit_config(&dir, &ns, "", &down.url(), &secrets, "filter = { actions = [\"nothing\"] }");
     let worker = |d: &str| crate::support::destination::destination_worker(&config, &dir, d, d);
     let mut workers = Workers(vec![worker("audit")]);
     let mut c = raw_conn().await;
@@ -989,19 +997,7 @@ async fn a_run_another_destination_finished_lives_while_a_line_holds_it() {
     }
     let ci = Destination::start(|_, _| ok()).await;
     ci.down(true);
-    let config = dir.join("idemgate.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "redis_url = \"{}\"\nnamespace = \"{ns}\"\nrun_retention = \"1s\"\n\n[worker]\nblock = \"200ms\"\nretry_schedule = [\"1h\"]\nbreaker_failures = 100\n\n\
-             [destinations.ci]\nurl = \"{}\"\nsecret_file = \"{}\"\n\n\
-             [destinations.audit]\ncommand = [\"true\"]\n",
-            redis_url(),
-            ci.url(),
-            secrets.display()
-        ),
-    )
-    .unwrap();
+    let config = ci_and_audit_config(&dir, &ns, "run_retention = \"1s\"", &ci.url(), &secrets, "");
     let worker = |d: &str| crate::support::destination::destination_worker(&config, &dir, d, d);
     let mut workers = Workers(vec![worker("ci")]);
     wait_for(Duration::from_secs(10), "run-1 parked for CI, run-2 waiting behind it", || async {
