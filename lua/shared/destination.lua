@@ -153,6 +153,25 @@ local function held_without(held, group)
   return found and table.concat(rest) or nil
 end
 
+-- `group`'s line holds the run of `record` unstarted (it waits in it, or
+-- heads it before the group started it): listed in `order_held`, the
+-- record keeps no TTL and no time for its payload to go
+-- (`payload_until_ms`, lua/payload_expire.lua) until the group starts the
+-- run or lets it go (order_unhold), so the line's links in it, and what
+-- the group is to send, outlive whatever another destination does with
+-- the run.
+local function order_hold(record, group)
+  local held = redis.call('HGET', record, ${field_order_held}) or ''
+  for _, name in ipairs(other_destination_names(held)) do
+    if name == group then
+      return
+    end
+  end
+  redis.call('HSET', record, ${field_order_held}, held .. #group .. ':' .. group)
+  redis.call('HDEL', record, ${field_payload_until_ms})
+  redis.call('PERSIST', record)
+end
+
 -- `group`'s line no longer holds the run of `record` unstarted: it
 -- started the run, or the run left its line (lua/shared/order_enter.lua's
 -- order_hold).

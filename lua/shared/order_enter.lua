@@ -39,22 +39,6 @@ local function order_enter(key, group, run_id, caller_keeps)
   return 'line', nil, false
 end
 
--- `group`'s line holds the run of `record` unstarted (it waits in it, or
--- heads it before the group started it): listed in `order_held`, the
--- record keeps no TTL until the group starts the run or lets it go
--- (order_unhold, lua/shared/order_finish.lua), so the line's links in it
--- outlive whatever another destination does with the run.
-local function order_hold(record, group)
-  local held = redis.call('HGET', record, ${field_order_held}) or ''
-  for _, name in ipairs(other_destination_names(held)) do
-    if name == group then
-      return
-    end
-  end
-  redis.call('HSET', record, ${field_order_held}, held .. destination_prefix(group):sub(1, -2))
-  redis.call('PERSIST', record)
-end
-
 -- A run put in a line waits there with no entry: its record keeps what
 -- names it (the entry may be trimmed) and says what it waits for.
 local function order_wait(record, group, entry_id, pairs_of_fields)
@@ -133,7 +117,9 @@ local function order_catch_up(group, upto)
         with_destination(record, group, function(status)
           -- (A run this makes the head is not held: its reader holds its
           -- entry and starts it at once, and a start takes away any TTL
-          -- another destination gave the record, lua/shared/destination.lua.)
+          -- another destination gave the record, lua/shared/destination.lua;
+          -- a reader that gives the entry back instead, its destination
+          -- paused or down, holds it then: lua/worker_give_back.lua.)
           if status == ${status_queued} and order_enter(key, group, run_id) == 'line' then
             order_wait(record, group, e[1], run_field_pairs(function(i) return f[RUN_FIELDS[i]] or '' end))
           end

@@ -851,6 +851,19 @@ impl World {
         // A run taken over from a worker that ran it is queued again (its attempt stays counted).
         if holds && self.runs[r].state == RunStatus::Running {
             self.runs[r].state = RunStatus::Queued;
+        } else if holds && self.runs[r].state == RunStatus::Queued {
+            // Not started by the group: given back, it may wait long, and a
+            // catch-up may have made it its line's head, the line's links in
+            // its record: its line holds it (lua/worker_give_back.lua).
+            let mut cmd = redis::cmd("HGET");
+            cmd.arg(self.redis.keys().run(&self.runs[r].id)).arg("order_held");
+            let held: Option<String> = self.redis.query(&mut cmd).await.map_err(redis_err)?;
+            check!(
+                held.as_deref() == Some("1:g"),
+                "{} given back unstarted is held: {held:?}{}",
+                self.name(r),
+                self.context()
+            );
         }
         Ok(())
     }
