@@ -73,7 +73,7 @@ for _ = 1, 100 do
     -- probe carries its chain as its attempts do.
     local order_key = redis.call('HGET', record, ${field_order_key})
     -- (lua/shared/order.lua: the head's record keeps its previous.)
-    local previous = order_key and redis.call('HGET', record, destination_prefix(ARGV[1]) .. ${field_order_previous})
+    local previous = order_key and redis.call('HGET', record, order_links(ARGV[1])[3])
     reply[#reply + 1] = order_key or ''
     reply[#reply + 1] = previous or ''
     reply[#reply + 1] = redis.call('HGET', record, ${field_trace}) or ''

@@ -53,13 +53,7 @@ local function bound_unstarted_record()
   if r[2] ~= ${status_queued} then
     return
   end
-  local listed = false
-  for _, name in ipairs(other_destination_names(r[3])) do
-    listed = listed or name == ARGV[1]
-  end
-  if not listed then
-    redis.call('HSET', KEYS[2], ${field_filtered_by}, (r[3] or '') .. #ARGV[1] .. ':' .. ARGV[1])
-  end
+  list_add(KEYS[2], ${field_filtered_by}, r[3], ARGV[1])
   if tonumber(ARGV[4]) > 0 and redis.call('PTTL', KEYS[2]) == -1 then
     redis.call('PEXPIRE', KEYS[2], ARGV[4])
   end

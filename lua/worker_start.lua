@@ -134,12 +134,11 @@ local function begin_attempt(history, previous, kept)
     fields[#fields + 1] = held
   end
   redis.call('HSET', KEYS[2], unpack(fields))
+  local gone = {${field_next_attempt_ms}, ${field_parked_group}, ${field_entry_id}, ${field_order_wait}}
   if held == '' then
-    redis.call('HDEL', KEYS[2], ${field_next_attempt_ms}, ${field_parked_group}, ${field_entry_id}, ${field_order_wait},
-      ${field_order_held})
-  else
-    redis.call('HDEL', KEYS[2], ${field_next_attempt_ms}, ${field_parked_group}, ${field_entry_id}, ${field_order_wait})
+    gone[#gone + 1] = ${field_order_held}
   end
+  redis.call('HDEL', KEYS[2], unpack(gone))
   if r[10] then
     -- Another destination's filter refused the run and gave its unstarted
     -- record the run retention (lua/worker_skip.lua): it lives while this

@@ -25,12 +25,18 @@ local function fields_with_prefix(prefix)
   return names
 end
 
+-- enc(s): the byte length of `s` in decimal, `:`, then `s` (Rust's
+-- `vocabulary::enc`), the form of every list of names a record keeps.
+local function enc(s)
+  return #s .. ':' .. s
+end
+
 -- The prefix of `group`'s own stored field names: enc(group) .. ':'
 -- (`5:audit:`). Also the one form of the fields every destination keeps
 -- under its name whoever owns the plain ones (its order line's links,
 -- lua/shared/order.lua).
 local function destination_prefix(group)
-  return #group .. ':' .. group .. ':'
+  return enc(group) .. ':'
 end
 
 -- The stored names of `group`'s order line links in a run record
@@ -139,6 +145,19 @@ local function other_destination_names(list)
   return names
 end
 
+-- Adds `name` to the list of enc(name) in `field` of `record` (`list`:
+-- the field's value as read, false: none), unless it lists it already.
+-- Answers whether it added it.
+local function list_add(record, field, list, name)
+  for _, listed in ipairs(other_destination_names(list)) do
+    if listed == name then
+      return false
+    end
+  end
+  redis.call('HSET', record, field, (list or '') .. enc(name))
+  return true
+end
+
 -- `held` (an `order_held` value, false: none) without `group`: nil when
 -- it does not list the group, '' when no other is left.
 local function held_without(held, group)
@@ -147,7 +166,7 @@ local function held_without(held, group)
     if name == group then
       found = true
     else
-      rest[#rest + 1] = #name .. ':' .. name
+      rest[#rest + 1] = enc(name)
     end
   end
   return found and table.concat(rest) or nil
@@ -161,15 +180,10 @@ end
 -- the group is to send, outlive whatever another destination does with
 -- the run.
 local function order_hold(record, group)
-  local held = redis.call('HGET', record, ${field_order_held}) or ''
-  for _, name in ipairs(other_destination_names(held)) do
-    if name == group then
-      return
-    end
+  if list_add(record, ${field_order_held}, redis.call('HGET', record, ${field_order_held}), group) then
+    redis.call('HDEL', record, ${field_payload_until_ms})
+    redis.call('PERSIST', record)
   end
-  redis.call('HSET', record, ${field_order_held}, held .. #group .. ':' .. group)
-  redis.call('HDEL', record, ${field_payload_until_ms})
-  redis.call('PERSIST', record)
 end
 
 -- `group`'s line no longer holds the run of `record` unstarted: it
@@ -204,14 +218,7 @@ end
 -- only from a record with a time past; the last destination to finish
 -- sets one again, lua/shared/done.lua).
 local function join_other_destinations(record, group)
-  local list = redis.call('HGET', record, ${field_other_destinations})
-  local listed = false
-  for _, name in ipairs(other_destination_names(list)) do
-    listed = listed or name == group
-  end
-  if not listed then
-    redis.call('HSET', record, ${field_other_destinations}, (list or '') .. #group .. ':' .. group)
-  end
+  list_add(record, ${field_other_destinations}, redis.call('HGET', record, ${field_other_destinations}), group)
   redis.call('HDEL', record, ${field_payload_until_ms})
   redis.call('PERSIST', record)
 end

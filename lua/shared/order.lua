@@ -18,7 +18,7 @@
 --   idle  `run-N:created_ms` of the run g finished last (the chain's
 --         previous), for the run retention.
 -- The runs waiting behind the head are linked through their records, in
--- creation order, by fields of g's own (order_link: enc(g) .. ':' .. name,
+-- creation order, by fields of g's own (order_links: enc(g) .. ':' .. name,
 -- whichever destination owns the record's plain fields):
 --   order_next      on the head and each waiting run but the last: the run after it;
 --   order_tail      on the head only: the line's last run (none: the head is the last);
@@ -55,9 +55,8 @@ end
 
 -- `group`'s line of `key`.
 local function order_key_of(key, group)
-  return ORDER_BASE .. 'order:' .. key .. ':' .. #group .. ':' .. group
+  return ORDER_BASE .. 'order:' .. key .. ':' .. enc(group)
 end
-
 
 -- A busy line's value for its head `run_id` (`run-7`: `7`), and back.
 local function order_head_value(run_id)
