@@ -4,7 +4,7 @@
 -- the run retention.
 --
 -- The done record is compact and drops what only a live run needs
--- (lua/shared/done.lua). A success says the group's destination is up: every
+-- (lua/shared/done_write.lua). A success says the group's destination is up: every
 -- run of the group parked after a failure of the destination's kind is due
 -- at once (lua/shared/release.lua).
 --
@@ -38,46 +38,76 @@
 --          parked runs this made due sooner,
 --          0 when the entry is no longer held by this consumer (nothing written)
 
+${holds}
+${done_write}
+
+-- Nearly every call is the success of an unordered run's attempt, for the
+-- run's one destination, that folds into the record (the record's latest
+-- attempt, with no error) and keeps no history (no earlier attempt
+-- failed): it is written here, before the script makes the functions of
+-- the shared Lua that the other cases need (EVAL makes every function a
+-- script passes, on each call; lua/worker_start.lua). Unless runs wait for
+-- the destination's return (below), it ends here.
+local record = nil
+local written = false
+if not ARGV[14] then
+  record = read_for_done(${field_group})
+end
+if record and not record[7] and (not record[8] or record[8] == ARGV[1]) and not record[4] and folds(7, record[3])
+  and not (record[1] == ${status_done} and record[2] == ARGV[2]) then
+  if not holds(ARGV[1], ARGV[2], ARGV[3]) then
+    return 0
+  end
+  redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+  -- One destination (no other listed, F nil: the plain fields its own),
+  -- no line (unordered), no history to keep.
+  write_done_record(record, 7, ARGV[2], ARGV[4], ARGV[6], ARGV[12], KEYS[5], false, false, true, nil)
+  if redis.call('EXISTS', KEYS[4]) == 0 then
+    return {1, 0}
+  end
+  written = true
+end
+
 ${run_fields}
 ${destination}
-${holds}
 ${history}
 ${done}
-${release}
 
-
--- Read in the plain names with the owner (lua/shared/destination.lua);
--- again under this destination's names when it is another's. An ordered
--- run's hand-on (order_finished) reads its fields of the record here too.
-local order_fields = {}
-if ARGV[14] then
-  -- Its line's links too (order_finished's o[4..6]): the hand-on reads no more.
-  local links = order_links(ARGV[1])
-  order_fields = {${field_order_key}, ${field_order_on_dead}, ${field_created_ms}, links[1], links[2], links[3],
-    ${field_order_held}}
-end
-local record = read_for_done(${field_group}, unpack(order_fields))
-F = fields_for_owner(record[8], ARGV[1])
-if not owns_plain(F) then
-  record = read_for_done(${field_group}, unpack(order_fields))
-end
-if record[1] == ${status_done} and record[2] == ARGV[2] then
-  return {1, 0}
-end
-if not holds(ARGV[1], ARGV[2], ARGV[3]) then
-  return 0
-end
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
--- (An unordered run is in no line: false. record[15] is an ordered one's `order_held`.)
-mark_done(record, 7, ARGV[1], ARGV[2], ARGV[4], ARGV[6], ARGV[12], KEYS[5], ARGV[14] and record[15] or false)
-if ARGV[14] then
-  -- The order functions are made here, for an ordered run alone: Redis
-  -- makes every function a script defines on each call, and an unordered
-  -- run pays nothing for ordering.
+if not written then
+  -- Read in the plain names with the owner (lua/shared/destination.lua);
+  -- again under this destination's names when it is another's. An ordered
+  -- run's hand-on (order_finished) reads its fields of the record here too.
+  local order_fields = {}
+  if ARGV[14] then
+    -- Its line's links too (order_finished's o[4..6]): the hand-on reads no more.
+    local links = order_links(ARGV[1])
+    order_fields = {${field_order_key}, ${field_order_on_dead}, ${field_created_ms}, links[1], links[2], links[3],
+      ${field_order_held}}
+    record = read_for_done(${field_group}, unpack(order_fields))
+  end
+  F = fields_for_owner(record[8], ARGV[1])
+  if not owns_plain(F) then
+    record = read_for_done(${field_group}, unpack(order_fields))
+  end
+  if record[1] == ${status_done} and record[2] == ARGV[2] then
+    return {1, 0}
+  end
+  if not holds(ARGV[1], ARGV[2], ARGV[3]) then
+    return 0
+  end
+  redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+  -- (An unordered run is in no line: false. record[15] is an ordered one's `order_held`.)
+  mark_done(record, 7, ARGV[1], ARGV[2], ARGV[4], ARGV[6], ARGV[12], KEYS[5], ARGV[14] and record[15] or false)
+  if ARGV[14] then
+    -- The order functions are made here, for an ordered run alone: an
+    -- unordered run pays nothing for ordering.
 ${order}
 ${order_finish}
-  order_finished(ARGV[1], false, ARGV[6], ARGV[4], {record[9], record[10], record[11], record[12], record[13], record[14]})
+    order_finished(ARGV[1], false, ARGV[6], ARGV[4], {record[9], record[10], record[11], record[12], record[13],
+      record[14]})
+  end
 end
+${release}
 local released = 0
 if redis.call('EXISTS', KEYS[4]) == 1 then
   released = release_destination_parked(KEYS[3], KEYS[4], ARGV[1], ARGV[4], ARGV[13],

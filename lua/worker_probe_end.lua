@@ -42,6 +42,7 @@ ${destination}
 ${history}
 ${order}
 ${order_finish}
+${done_write}
 ${done}
 ${release}
 

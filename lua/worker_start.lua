@@ -46,7 +46,8 @@
 --          {3}           an ordered run whose key is busy: it waits in its key's
 --                        line, its entry acknowledged (the run that finishes before
 --                        it hands it on); the {1, ...} form then ends with
---          previous      the chain's previous run, `run-N:created_ms`, or '' (ordered runs)
+--          previous      the chain's previous run, `run-N:created_ms` (ordered runs; left
+--                        off, or '', when there is none)
 --
 -- Attempt numbers only go up: `attempts` is the highest number so far, and
 -- `attempt_base` the number the budget counts from (a dead retry or a
@@ -55,60 +56,58 @@
 -- means the previous attempt never reported back: its history entry says
 -- `fenced`.
 
-${run_fields}
-${destination}
 ${holds}
 ${op_replay}
 
 -- What the call reads of the record, in one HMGET (the replay's, the
--- budget's and the answer's fields, `filtered_by`, and the owner of the plain ones: read
--- again under this destination's names when it is another's); an attempt
--- that never reported back, or a run out of attempts, reads the rest it
--- needs once more.
+-- budget's and the answer's fields, `filtered_by`, `order_held`, and the
+-- owner of the plain ones: read again under this destination's names when
+-- it is another's), and what follows from it; an attempt that never
+-- reported back, or a run out of attempts, reads the rest it needs once
+-- more.
+local r, attempts, base, again, first, unfinished, spent
 local function read_start()
-  return redis.call('HMGET', KEYS[2], ${field_op}, ${field_op_result}, ${field_attempts}, ${field_attempt_base},
+  r = redis.call('HMGET', KEYS[2], ${field_op}, ${field_op_result}, ${field_attempts}, ${field_attempt_base},
     ${field_status}, ${field_created_ms}, ${field_payload}, ${field_trace}, ${field_group}, ${field_filtered_by},
     ${field_order_held})
+  attempts = tonumber(r[3] or '0') or 0
+  base = tonumber(r[4] or '0') or 0
+  again, first = replayed(ARGV[6], r[1], r[2])
+  unfinished = attempts > 0 and r[5] == ${status_running}
+  spent = attempts - base >= tonumber(ARGV[5])
 end
-local r = read_start()
-F = fields_for_owner(r[9], ARGV[1])
-if not owns_plain(F) then
-  r = read_start()
-end
-local attempts = tonumber(r[3] or '0') or 0
-local base = tonumber(r[4] or '0') or 0
+read_start()
 
 local order_key = ARGV[16] or ''
-
-local again, first = replayed(ARGV[6], r[1], r[2])
-local unfinished = attempts > 0 and r[5] == ${status_running}
-local spent = attempts - base >= tonumber(ARGV[5])
 
 -- The attempt begins: the record says so. `history` is the record's
 -- history with the entry of an attempt that never reported back (nil:
 -- unchanged), `previous` the chain's previous run ('' unordered);
--- `kept`: more fields to write with the attempt's (name, value pairs).
-local function begin_attempt(history, previous, kept)
+-- `kept`: more fields to write with the attempt's (name, value pairs);
+-- `held`: the record's `order_held` once this destination started the run
+-- (nil: unchanged, '': none left). A destination that does not own the
+-- plain fields has joined `other_destinations` before (its caller,
+-- below).
+local function begin_attempt(history, previous, kept, held)
   if ARGV[15] == '1' then
     redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
   end
   attempts = attempts + 1
+  -- The attempt's 7 fields (14 values), then the plain fields' owner's:
+  -- the first destination to start the run owns them
+  -- (lua/shared/destination.lua). A queued record holds only what its
+  -- stream entry does not (lua/gate.lua): the run's fields join it here, so
+  -- readers still have them once the entry is trimmed, and the entry's id,
+  -- which named them, goes. One constructor: a table grown a pair at a
+  -- time costs Redis more than the HSET it feeds.
   local fields = {${field_attempts}, attempts, ${field_status}, ${status_running}, ${field_worker}, ARGV[2],
-    ${field_started_ms}, ARGV[4], ${field_updated_ms}, ARGV[4], ${field_op}, ARGV[6], ${field_op_result}, 1}
-  if owns_plain(F) then
-    -- The first destination to start the run owns the plain fields
-    -- (lua/shared/destination.lua). A queued record holds only what its
-    -- stream entry does not (lua/gate.lua): the run's fields join it here,
-    -- so readers still have them once the entry is trimmed, and the entry's
-    -- id, which named them, goes.
-    fields[#fields + 1] = ${field_group}
-    fields[#fields + 1] = ARGV[1]
-    for i, name in ipairs(RUN_FIELDS) do
-      fields[#fields + 1] = name
-      fields[#fields + 1] = ARGV[7 + i]
+    ${field_started_ms}, ARGV[4], ${field_updated_ms}, ARGV[4], ${field_op}, ARGV[6], ${field_op_result}, 1,
+    ${field_group}, ARGV[1], ${run_fields_from_argv_8}}
+  if F then
+    -- Another destination owns them: only the attempt's own.
+    for i = #fields, 15, -1 do
+      fields[i] = nil
     end
-  elseif not r[5] then
-    join_other_destinations(KEYS[2], ARGV[1])
   end
   if history then
     fields[#fields + 1] = ${field_history}
@@ -127,8 +126,6 @@ local function begin_attempt(history, previous, kept)
       fields[#fields + 1] = backfill == '' and ARGV[1] or backfill .. ' ' .. ARGV[1]
     end
   end
-  -- Started: its line no longer holds it unstarted (lua/shared/order_enter.lua).
-  local held = r[11] and held_without(r[11], ARGV[1])
   if held and held ~= '' then
     fields[#fields + 1] = ${field_order_held}
     fields[#fields + 1] = held
@@ -145,24 +142,48 @@ local function begin_attempt(history, previous, kept)
     -- destination works on it.
     redis.call('PERSIST', KEYS[2])
   end
-  return {1, attempts, r[6], r[7], attempts - base, r[8], previous}
+  -- (A nil ends the reply: no previous is sent for an unordered run.)
+  return {1, attempts, r[6], r[7], attempts - base, r[8], previous ~= '' and previous or nil}
 end
 
--- Nearly every call is a new attempt of a run whose last attempt reported
--- back, with budget left: it begins before the Lua of the other cases
--- below is reached. EVAL runs the whole script on every call, and each
--- `local function` it passes is a new closure, each captured local looked
--- up in the open upvalues one by one: an unordered run passes none of the
--- shared Lua below, and an ordered one only the order key's line, not the
--- dead letter's and the history's (BENCHMARKS.md, "Issues 43, 44, 46 and
--- 48 in one quiet sitting", and "Traces and the ordered run's Redis work").
--- Only the consumer that holds the entry starts an attempt (a retried
--- call answers as its first try did, below, whoever holds it now).
+-- Nearly every call is a new attempt of an unordered run, for the
+-- destination that owns the plain fields (or is the first to start it),
+-- whose last attempt reported back, with budget left, and that no order
+-- line holds: it begins here, before any of the shared Lua below is
+-- reached. EVAL runs the whole script on every call, and each `local
+-- function` it passes is a new closure, each captured local looked up in
+-- the open upvalues one by one, and collected after: the common attempt
+-- makes 5 (BENCHMARKS.md, "Issue 43: the common attempt and the common
+-- success ahead of the shared Lua"). Only the consumer that holds the
+-- entry starts an attempt (a retried call answers as its first try did,
+-- below, whoever holds it now).
+if not again and order_key == '' and not unfinished and not spent and (not r[9] or r[9] == ARGV[1])
+  and not r[11] then
+  if not holds(ARGV[1], ARGV[2], ARGV[3]) then
+    return {0, 0}
+  end
+  return begin_attempt(nil, '')
+end
+
+${run_fields}
+${destination}
+
+F = fields_for_owner(r[9], ARGV[1])
+if not owns_plain(F) then
+  read_start()
+end
 if not again and not holds(ARGV[1], ARGV[2], ARGV[3]) then
   return {0, 0}
 end
-if not again and order_key == '' and not unfinished and not spent then
-  return begin_attempt(nil, '')
+-- An attempt begins on the paths below: a destination that does not own
+-- the plain fields joins `other_destinations` first (its first attempt),
+-- and once started, its line no longer holds the run unstarted
+-- (lua/shared/order_enter.lua).
+local function begin(history, previous, kept)
+  if not owns_plain(F) and not r[5] then
+    join_other_destinations(KEYS[2], ARGV[1])
+  end
+  return begin_attempt(history, previous, kept, r[11] and held_without(r[11], ARGV[1]))
 end
 
 ${order}
@@ -200,7 +221,7 @@ if order_key ~= '' then
     order_unblocked(ARGV[1], order_key)
   end
   if not unfinished and not spent then
-    return begin_attempt(nil, previous, previous_kept)
+    return begin(nil, previous, previous_kept)
   end
 end
 
@@ -230,4 +251,4 @@ if spent then
   dead_letter(ARGV[1], ARGV[2], ARGV[3], 8, attempts, err, ARGV[4], ARGV[6], ARGV[7], history)
   return {2, attempts}
 end
-return begin_attempt(history, previous, previous_kept)
+return begin(history, previous, previous_kept)

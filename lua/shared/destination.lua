@@ -11,7 +11,11 @@
 -- In a script that includes this file, each field placeholder of a field
 -- kept per destination (RunRecord::PER_DESTINATION, filled in at load,
 -- src/redis_io/scripts.rs) reads `(F and F.<name> or '<name>')`: the stored
--- name for the destination `F` was chosen for, the plain name while F is nil. A script sets F once for its own record
+-- name for the destination `F` was chosen for, the plain name while F is nil.
+-- The loader declares F (nil) above the script's first line of Lua, so
+-- that the script's own Lua above where it includes this file (a hot path
+-- that runs before the shared functions are made) names fields the same
+-- way. A script sets F once for its own record
 -- (F = destination_fields(KEYS[2], group)); a function that acts on another
 -- run's record for a moment uses with_destination.
 -- The stored names of a destination's fields under `prefix`, by field name.
@@ -101,8 +105,6 @@ end
 local function destination_fields(record, group)
   return fields_for_owner(redis.call('HGET', record, ${field_group}), group)
 end
-
-local F = nil
 
 -- The status of the run in `record` for the destination F is for: a
 -- destination that has not started it yet (no field of its own, while

@@ -1,86 +1,33 @@
 -- Shared by worker_done.lua and worker_probe_end.lua: marks the run record
--- (KEYS[2]) done for its destination (F, lua/shared/destination.lua) by consumer `worker`, with the attempt whose parts are
--- ARGV[first..] (lua/shared/history.lua, entry_from_argv). The script
--- includes run_fields.lua and history.lua before it. The record is read
--- once (read_for_done, the caller's one HMGET) and written once: one HSET
--- and one HDEL, or, where a long payload goes, the record whole
--- (write_done).
---
--- The done record keeps what operators read (identity, delivery, times,
--- status, attempts, history) and drops what only a live run needs
--- (docs/operations.md#5-when-memory-runs-short): the last call's `op` / `op_result`,
--- `updated_ms`, the parking fields (`next_attempt_ms`,
--- `parked_group`, `retry_now_ms`, `released_ms`), the attempt budget's `attempt_base`, and the `payload`
--- unless `keep_payload_ms` keeps it (`--keep-done-payloads`): for ever (-1), or for
--- that many ms (`payload_until_ms`, past which readers and a redelivery
--- take it as gone, and lua/payload_expire.lua removes it: the run id goes
--- into `kept_payloads_key` scored by that time). A run that never had a payload (its provider's
--- `keep_payload` is off) is marked `payload_kept` 0 instead, so that a
--- redelivery tells "none was kept" (it sends none, as the first delivery
--- did) from "it was removed" (refused unless asked to go without it,
--- lua/dead_retry.lua); the usual record, whose payload went, stays
--- without the mark and as compact as it was. It is compact, so a
--- one-attempt run stays a listpack hash: no `run_id` (its key names it),
--- and the final attempt folded into `worker`, `started_ms`, `duration_ms`
--- and `attempt_status` instead of a `history` entry (see
--- lua/shared/history.lua); `finished_ms` is started_ms + duration_ms.
--- Readers show the full record (src/vocabulary.rs, DoneRecord). The record
--- then expires after `retention_ms` (0: never).
+-- (KEYS[2]) done (write_done_record, lua/shared/done_write.lua, which the
+-- script includes first), with what the run's other destinations and its
+-- history make of it. The script includes destination.lua and history.lua
+-- before this file.
 
--- Redis's default `hash-max-listpack-value`: a hash holding a longer value
--- is a hashtable, and stays one after the value goes (write_done).
-local LISTPACK_VALUE_MAX = 64
-
--- The record's fields mark_done reads, in one HMGET: status, worker,
--- attempts, history, payload, redeliveries, other_destinations, and the
--- caller's own (none or more) from [8] on.
-local function read_for_done(...)
-  return redis.call('HMGET', KEYS[2], ${field_status}, ${field_worker}, ${field_attempts}, ${field_history},
-    ${field_payload}, ${field_redeliveries}, ${field_other_destinations}, ...)
-end
-
--- Writes `set` (name, value, ...) and deletes `del` (names; never one of
--- `set`'s). Where `dropped` (a value deleted) was long, the record is
--- written again whole instead: a hash that once held a long value stays a
--- hashtable after HDEL (about 2.5x the bytes), and only a new hash whose
--- every value is short is a listpack again. So it reads the record whole,
--- applies `set` and `del`, and writes it (DEL, one HSET), unless a long
--- value remains, which would keep it a hashtable anyway. (A short
--- payload, like a run that kept none, costs no rewrite.)
-local function write_done(set, del, dropped)
-  if dropped and #dropped > LISTPACK_VALUE_MAX then
-    local all = redis.call('HGETALL', KEYS[2])
-    local replaced = {}
-    for i = 1, #set, 2 do replaced[set[i]] = true end
-    for _, name in ipairs(del) do replaced[name] = true end
-    local whole, short = {}, true
-    for i = 1, #all, 2 do
-      if not replaced[all[i]] then
-        whole[#whole + 1] = all[i]
-        whole[#whole + 1] = all[i + 1]
-        short = short and #all[i + 1] <= LISTPACK_VALUE_MAX
-      end
-    end
-    for i = 1, #set, 2 do
-      whole[#whole + 1] = set[i]
-      whole[#whole + 1] = set[i + 1]
-      short = short and #tostring(set[i + 1]) <= LISTPACK_VALUE_MAX
-    end
-    if short then
-      redis.call('DEL', KEYS[2])
-      redis.call('HSET', KEYS[2], unpack(whole))
-      return
+-- The done attempt at ARGV[first..] (entry_from_argv) of consumer `worker`,
+-- as the done record keeps it: `worker`, `started_ms`, `duration_ms` and
+-- `attempt_status` (its status, '' for none) beside the earlier attempts'
+-- `history`. An attempt that these fields could not give back whole (one
+-- with an error, or not the record's latest, `attempts`) is appended as an
+-- entry instead. Returns whether it folds (the caller writes those four
+-- fields then) and the `history` to keep: `raw` (the stored one, false:
+-- none) itself when it stays as it is.
+local function fold_done_attempt(first, worker, attempts, raw)
+  if not folds(first, attempts) then
+    return false, appended(raw, entry_from_argv(first, worker, ${outcome_done}))
+  end
+  -- The folded attempt counts as the newest of HISTORY_MAX: the record
+  -- keeps one entry fewer (nothing to rewrite while there are fewer).
+  if raw then
+    local list = history_list(raw)
+    if #list > HISTORY_MAX - 1 then
+      return true, history_text(list, HISTORY_MAX - 1)
     end
   end
-  redis.call('HSET', KEYS[2], unpack(set))
-  redis.call('HDEL', KEYS[2], unpack(del))
+  return true, raw
 end
 
 -- `r` is read_for_done's answer; F is `group`'s (lua/shared/destination.lua).
--- While another destination of the run is still at work on it, the record
--- lives on (the last destination to finish sets the retention); while one
--- is not done (at work, or dead and maybe retried), the record keeps what
--- it needs (`payload`, `trace`).
 -- `held`: the record's `order_held`, when the caller read it (false:
 -- none), nil: read here if it matters.
 local function mark_done(r, first, group, worker, now, retention_ms, keep_payload_ms, kept_payloads_key, held)
@@ -89,57 +36,7 @@ local function mark_done(r, first, group, worker, now, retention_ms, keep_payloa
     -- Another destination's order line holds the run unstarted: it is still to go there.
     at_work, undone = true, true
   end
-  local payload = r[5]
-  if undone then
-    payload = nil
-  end
   local folded, history = fold_done_attempt(first, worker, r[3], r[4])
-  -- RUN_FIELDS[1] is `run_id`: the key names the run. `group` stays: it
-  -- names the destination that owns the plain fields.
-  local del = {RUN_FIELDS[1], ${field_op}, ${field_op_result}, ${field_updated_ms},
-    ${field_next_attempt_ms}, ${field_parked_group}, ${field_attempt_base}, ${field_retry_now_ms},
-    ${field_released_ms}}
-  -- The trace goes with the run's last destination, unless the payload
-  -- is kept (`--keep-done-payloads`, a file's several destinations): then
-  -- a destination that reads the run later still joins its trace.
-  if not undone and tonumber(keep_payload_ms) == 0 then
-    del[#del + 1] = ${field_trace}
-  end
-  local set
-  if folded then
-    set = {${field_status}, ${status_done}, ${field_worker}, worker, ${field_started_ms}, ARGV[first + 1],
-      ${field_duration_ms}, ARGV[first + 2], ${field_attempt_status}, ARGV[first + 3]}
-    del[#del + 1] = ${field_finished_ms}
-  else
-    set = {${field_status}, ${status_done}, ${field_worker}, worker, ${field_finished_ms}, now}
-    del[#del + 1] = ${field_started_ms}
-  end
-  if history and history ~= r[4] then
-    set[#set + 1] = ${field_history}
-    set[#set + 1] = history
-  end
-  if not r[5] and not r[6] then
-    -- No payload from the start (a run redelivered without its payload had one, and is not marked).
-    set[#set + 1] = ${field_payload_kept}
-    set[#set + 1] = '0'
-  end
-  local keep_ms = tonumber(keep_payload_ms)
-  local dropped = nil
-  if keep_ms > 0 and payload then
-    local until_ms = string.format('%.0f', tonumber(now) + keep_ms)
-    set[#set + 1] = ${field_payload_until_ms}
-    set[#set + 1] = until_ms
-    redis.call('ZADD', kept_payloads_key, until_ms, string.match(KEYS[2], ':run:([^:]+)$'))
-  elseif not undone then
-    del[#del + 1] = ${field_payload_until_ms}
-    if keep_ms == 0 and payload then
-      del[#del + 1] = ${field_payload}
-      -- A record that keeps a `history` (a long value) stays a hashtable anyway.
-      if not history then dropped = payload end
-    end
-  end
-  write_done(set, del, dropped)
-  if not at_work and tonumber(retention_ms) > 0 then
-    redis.call('PEXPIRE', KEYS[2], retention_ms)
-  end
+  write_done_record(r, first, worker, now, retention_ms, keep_payload_ms, kept_payloads_key, at_work, undone, folded,
+    history)
 end

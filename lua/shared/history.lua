@@ -12,7 +12,7 @@
 -- keeps its bytes.
 --
 -- A done record keeps its final attempt folded into plain fields instead
--- (fold_done_attempt): `history` is a JSON value longer than 64 bytes, which
+-- (fold_done_attempt, lua/shared/done.lua): `history` is a JSON value longer than 64 bytes, which
 -- turns the whole hash from a listpack into a hashtable (about 2.5x the
 -- bytes), so a one-attempt done run keeps no `history` field at all. Readers
 -- unfold it (src/vocabulary.rs, DoneRecord), and so does a redelivery
@@ -110,29 +110,6 @@ local function released_appended(raw, first, worker)
   list[#list] = string.sub(base, 1, -2) .. ',"probes":' .. ((tonumber(e.probes or e.count) or 1) + 1) ..
     ',"last_attempt":' .. ARGV[first] .. ',"last_started_ms":' .. ARGV[first + 1] .. '}'
   return history_text(list, HISTORY_MAX)
-end
-
--- The done attempt at ARGV[first..] (entry_from_argv) of consumer `worker`,
--- as the done record keeps it: `worker`, `started_ms`, `duration_ms` and
--- `attempt_status` (its status, '' for none) beside the earlier attempts'
--- `history`. An attempt that these fields could not give back whole (one
--- with an error, or not the record's latest, `attempts`) is appended as an
--- entry instead. Returns whether it folds (the caller writes those four
--- fields then) and the `history` to keep: `raw` (the stored one, false:
--- none) itself when it stays as it is.
-local function fold_done_attempt(first, worker, attempts, raw)
-  if ARGV[first + 4] ~= '' or tonumber(ARGV[first]) ~= tonumber(attempts) then
-    return false, appended(raw, entry_from_argv(first, worker, ${outcome_done}))
-  end
-  -- The folded attempt counts as the newest of HISTORY_MAX: the record
-  -- keeps one entry fewer (nothing to rewrite while there are fewer).
-  if raw then
-    local list = history_list(raw)
-    if #list > HISTORY_MAX - 1 then
-      return true, history_text(list, HISTORY_MAX - 1)
-    end
-  end
-  return true, raw
 end
 
 -- A folded done attempt (fold_done_attempt) back into `history`, for a run

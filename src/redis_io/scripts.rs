@@ -76,6 +76,42 @@ fn without_unused_functions(source: &str) -> String {
     kept
 }
 
+/// `source` with each `${run_fields_from_argv_N}` written out as the run's
+/// fields ([`RunFields::NAMES`]) paired with ARGV from N on: `'run_id',
+/// ARGV[N], 'provider', ARGV[N + 1], …`, for a table constructor or a
+/// call's arguments, so a script writes them with no loop and no table
+/// grown a pair at a time.
+fn with_run_fields_from_argv(source: &str) -> String {
+    const HEAD: &str = "${run_fields_from_argv_";
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    while let Some(at) = rest.find(HEAD) {
+        let after = &rest[at + HEAD.len()..];
+        let digits = after.find('}').unwrap_or_else(|| panic!("lua: {HEAD} without its closing brace"));
+        let first: usize = after[..digits].parse().unwrap_or_else(|_| panic!("lua: {HEAD}N}} needs a number N"));
+        let pairs: Vec<String> =
+            RunFields::NAMES.iter().enumerate().map(|(i, name)| format!("'{name}', ARGV[{}]", first + i)).collect();
+        out.push_str(&rest[..at]);
+        out.push_str(&pairs.join(", "));
+        rest = &after[digits + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `source` with `local F = nil` (lua/shared/destination.lua's stored
+/// names of the script's destination) above its first line that is not a
+/// comment, so its header stays its first lines.
+fn with_destination_declared(source: &str) -> String {
+    let header = source
+        .lines()
+        .take_while(|line| line.starts_with("--") || line.is_empty())
+        .map(|line| line.len() + 1)
+        .sum::<usize>();
+    let header = header.min(source.len());
+    format!("{}local F = nil\n{}", &source[..header], &source[header..])
+}
+
 /// A script's reply as `T`; a reply of another shape is a Redis error.
 pub(super) fn decode<T: redis::FromRedisValue>(reply: Value) -> Result<T, Error> {
     Ok(redis::from_redis_value(reply).map_err(redis::RedisError::from)?)
@@ -100,6 +136,7 @@ impl LuaScript {
             .fold(template.to_owned(), |source, (name, lua)| source.replace(&format!("${{{name}}}"), lua.trim_end()));
         let names: Vec<String> = RunFields::NAMES.iter().map(|n| format!("'{n}'")).collect();
         let source = source.replace("${run_field_names}", &names.join(", "));
+        let source = with_run_fields_from_argv(&source);
         let per_destination: Vec<String> = RunRecord::PER_DESTINATION.iter().map(|n| format!("'{n}'")).collect();
         let source = source.replace("${per_destination_field_names}", &per_destination.join(", "));
         // A script that acts for one destination (it includes
@@ -127,6 +164,10 @@ impl LuaScript {
             let word = outcome.as_str();
             source.replace(&format!("${{outcome_{word}}}"), &format!("'{word}'"))
         });
+        // F is declared above the script's first line of Lua (below its
+        // header), before every snippet, so a script's own Lua above where
+        // it includes lua/shared/destination.lua names fields through it too.
+        let source = if for_destination { with_destination_declared(&source) } else { source };
         let source = without_unused_functions(&with_record_heads(&source));
         Self { script: Script::new(&source), source }
     }
@@ -156,7 +197,7 @@ impl LuaScript {
 }
 
 /// The Lua that several scripts share, by placeholder name (`${holds}`).
-pub const SHARED_LUA: [(&str, &str); 11] = [
+pub const SHARED_LUA: [(&str, &str); 12] = [
     ("destination", include_str!("../../lua/shared/destination.lua")),
     ("run_fields", include_str!("../../lua/shared/run_fields.lua")),
     ("order", include_str!("../../lua/shared/order.lua")),
@@ -166,6 +207,7 @@ pub const SHARED_LUA: [(&str, &str); 11] = [
     ("op_replay", include_str!("../../lua/shared/op_replay.lua")),
     ("dead_letter", include_str!("../../lua/shared/dead_letter.lua")),
     ("history", include_str!("../../lua/shared/history.lua")),
+    ("done_write", include_str!("../../lua/shared/done_write.lua")),
     ("done", include_str!("../../lua/shared/done.lua")),
     ("release", include_str!("../../lua/shared/release.lua")),
 ];
@@ -653,6 +695,116 @@ return called(1)
                 }
             }
         }
+    }
+
+    /// A hot path runs before the shared Lua its script makes later, and
+    /// a script may make some of it inside a block (lua/worker_start.lua,
+    /// lua/worker_done.lua): a function called where its `local function`
+    /// is not in scope (defined further down, or in a block that has
+    /// ended) names a global, which Redis refuses only when that line runs.
+    /// So in every loaded script, each call of a function the script
+    /// defines is made where the definition is in scope.
+    #[test]
+    fn every_call_is_made_where_its_function_is_in_scope() {
+        let mut scripts: Vec<(&str, &str)> =
+            super::super::run_scripts::all().iter().map(|(name, script)| (*name, script.source())).collect();
+        scripts.extend([("gate.lua", gate_lua()), ("gate_hold.lua", gate_hold_lua())]);
+        for (name, source) in scripts {
+            if let Err(problem) = calls_out_of_scope(source) {
+                panic!("{name}: {problem}");
+            }
+        }
+        // The check itself: a call after its function's block ended, and one above the definition.
+        let ended = "if x then\nlocal function f()\nend\nend\nreturn f()\n";
+        assert!(calls_out_of_scope(ended).unwrap_err().contains("line 5 calls f"));
+        let above = "local function g()\n  return f()\nend\nlocal function f()\nend\n";
+        assert!(calls_out_of_scope(above).unwrap_err().contains("line 2 calls f"));
+        assert!(calls_out_of_scope("local function f()\nend\nif x then\n  f('end')\nend\n").is_ok());
+    }
+
+    /// The first call in `source` of a function it defines (`local
+    /// function`) made where no such definition is in scope. Blocks are
+    /// told by their words (`function`, `if`, `do`, `repeat` open one; `end`
+    /// and `until` close it), strings and comments left out: the style of
+    /// every file of `lua/`, a `for` or `while` with its `do` on its line.
+    fn calls_out_of_scope(source: &str) -> Result<(), String> {
+        let defined: Vec<&str> = source
+            .lines()
+            .filter_map(|l| l.trim_start().strip_prefix("local function "))
+            .filter_map(|rest| rest.split('(').next())
+            .collect();
+        let mut scopes: Vec<Vec<String>> = vec![Vec::new()];
+        for (at, line) in source.lines().enumerate() {
+            let code = without_strings_and_comment(line);
+            let mut words = code.match_indices(|c: char| c.is_ascii_alphanumeric() || c == '_').peekable();
+            let mut word_start = None;
+            let mut tokens: Vec<(usize, &str)> = Vec::new();
+            // Whole words with where each starts.
+            while let Some((i, _)) = words.next() {
+                let start = *word_start.get_or_insert(i);
+                if words.peek().is_none_or(|&(next, _)| next != i + 1) {
+                    tokens.push((start, &code[start..=i]));
+                    word_start = None;
+                }
+            }
+            let mut previous = "";
+            for &(start, word) in &tokens {
+                let after = code[start + word.len()..].trim_start();
+                let before = code[..start].trim_end();
+                match word {
+                    "function" => {
+                        if previous == "local" {
+                            // `local function NAME`: NAME is in scope here, from now on.
+                            if let Some(&(_, name)) = tokens.iter().find(|&&(s, _)| s > start) {
+                                scopes.last_mut().expect("a scope").push(name.to_owned());
+                            }
+                        }
+                        scopes.push(Vec::new());
+                    }
+                    "if" | "do" | "repeat" => scopes.push(Vec::new()),
+                    "end" | "until" => {
+                        scopes.pop();
+                        if scopes.is_empty() {
+                            return Err(format!("line {}: an `{word}` closes no block", at + 1));
+                        }
+                    }
+                    _ if after.starts_with('(')
+                        && defined.contains(&word)
+                        && previous != "function"
+                        && !before.ends_with(['.', ':'])
+                        && !scopes.iter().flatten().any(|f| f == word) =>
+                    {
+                        return Err(format!("line {} calls {word} where it is not in scope", at + 1));
+                    }
+                    _ => {}
+                }
+                previous = word;
+            }
+        }
+        Ok(())
+    }
+
+    /// `line` without its string literals' contents and its comment.
+    fn without_strings_and_comment(line: &str) -> String {
+        let mut out = String::with_capacity(line.len());
+        let mut quote = None;
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            match quote {
+                Some(q) if c == q => quote = None,
+                Some(_) if c == '\\' => {
+                    chars.next();
+                }
+                Some(_) => {}
+                None if c == '\'' || c == '"' => quote = Some(c),
+                None if c == '-' && chars.peek() == Some(&'-') => break,
+                None => out.push(c),
+            }
+            if quote.is_some() && c != '\'' && c != '"' {
+                out.push(' ');
+            }
+        }
+        out
     }
 
     /// Whether `before` ends in a letter, digit or `_`: the match that
