@@ -104,13 +104,16 @@ local function write_done_record(r, first, worker, now, retention_ms, keep_paylo
   -- `run_id` goes: the key names the run. `group` stays: it names the
   -- destination that owns the plain fields.
   local del = {${field_run_id}, ${field_op}, ${field_op_result}, ${field_updated_ms}}
-  -- The destination's first attempt (`attempts` 1 and no history: nothing
-  -- before it failed, was released or fenced) finds none of the fields a
-  -- parked, released, retried or redelivered run has: only a failed or
-  -- uncounted attempt parks a run (its start removed the parking), and
-  -- each leaves a history entry. Each name HDEL is given costs a scan of
-  -- the whole record, found or not.
-  local first_attempt = r[3] == '1' and not r[4]
+  -- The destination's first attempt (`attempts` 1, no history: nothing
+  -- before it failed, was released or fenced; never redelivered) finds
+  -- none of the fields a parked, released, retried or redelivered run has:
+  -- only a failed or uncounted attempt parks a run (its start removed the
+  -- parking), and each leaves a history entry; a dead run had an attempt
+  -- (its retry makes this one the second); a redelivery counts itself in
+  -- `redeliveries` (and a run the embedding layer finished with no attempt
+  -- comes back with `attempt_base` 0, lua/dead_retry.lua). Each name HDEL is
+  -- given costs a scan of the whole record, found or not.
+  local first_attempt = r[3] == '1' and not r[4] and not r[6]
   if not first_attempt then
     for _, name in ipairs({${field_next_attempt_ms}, ${field_parked_group}, ${field_attempt_base},
         ${field_retry_now_ms}, ${field_released_ms}}) do

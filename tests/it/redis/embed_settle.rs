@@ -4,6 +4,7 @@
 //! never run one piece of work at once; a `finish` that fails after a 2xx
 //! is retried.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -15,6 +16,7 @@ use axum::routing::post;
 use idemgate::gate::Gate;
 use idemgate::keys::Keys;
 use idemgate::layer::{GateLayer, Run};
+use idemgate::ops::{Ops, Retried};
 use idemgate::providers::Provider;
 use idemgate::redis_io::RedisOptions;
 use idemgate::store::redis_store::RedisStore;
@@ -22,8 +24,9 @@ use idemgate::vocabulary::Settings;
 use redis::AsyncCommands;
 use serde_json::json;
 
+use crate::redis::worker::{Workers, record, spawn_worker};
 use crate::support::proxy::Proxy;
-use crate::support::{fresh_ns, raw_conn, redis_url};
+use crate::support::{fresh_ns, raw_conn, redis_url, wait_for};
 
 const SECRET: &str = "settle-secret";
 
@@ -148,4 +151,45 @@ async fn a_failed_finish_after_a_2xx_is_retried() {
     assert_eq!(status, 202, "{body}");
     let (status, body) = deliver(&url, "d-2").await;
     assert!(body.contains("duplicate"), "{status} {body}");
+}
+
+/// A run the embedding layer finished (no attempt: `attempts` 0), sent
+/// again by `runs redeliver` to a worker, is done with the compact record
+/// of any done run: the redelivery's `attempt_base` (0) goes with the
+/// worker's success, though that success is the run's first attempt
+/// (lua/shared/done_write.lua keeps a first attempt's HDEL short, and a
+/// redelivered run is not one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_embedded_run_redelivered_to_a_worker_is_done_compact() {
+    let ns = fresh_ns("settle-redeliver");
+    let keys = Keys::new(&ns).unwrap();
+    let dir = crate::support::temp_dir("settle-redeliver");
+    let store = RedisStore::connect(&RedisOptions::single(redis_url()), keys.clone(), &Settings::default()).await;
+    let layer = GateLayer::new(Gate::new(["octo/repo"], Arc::new(store.unwrap())), Provider::github("github", SECRET));
+    let url = serve(layer, |run: Run| async move { (StatusCode::OK, run.run_id) }).await;
+    assert_eq!(deliver(&url, "d-1").await.0, 200);
+    assert_eq!(run_status(&keys, "run-1").await.as_deref(), Some("done"));
+    let mut workers = Workers(vec![spawn_worker(&ns, &dir, "w1", &[], "true")]);
+    let mut c = raw_conn().await;
+    wait_for(Duration::from_secs(10), "the worker's group", || {
+        let mut c = c.clone();
+        let runs = keys.runs();
+        async move { c.exists::<_, bool>(&runs).await.unwrap() }
+    })
+    .await;
+    let ops = Ops::new(c.clone(), keys.clone(), Duration::from_secs(2));
+    let moved = ops.redeliver(Some(&["run-1".to_owned()]), true, None, &mut |_| {}).await.unwrap();
+    assert!(matches!(&moved[0], Retried::Moved { .. }), "{moved:?}");
+    wait_for(Duration::from_secs(10), "run-1 done by the worker", || async {
+        let r = record(&ns, "run-1").await;
+        r.get("status").map(String::as_str) == Some("done") && r.get("attempts").map(String::as_str) == Some("1")
+    })
+    .await;
+    let r: HashMap<String, String> = c.hgetall(keys.run("run-1")).await.unwrap();
+    assert_eq!(r.get("redeliveries").map(String::as_str), Some("1"), "{r:?}");
+    for gone in ["attempt_base", "op", "op_result", "updated_ms", "finished_ms"] {
+        assert!(!r.contains_key(gone), "the done record keeps {gone}: {r:?}");
+    }
+    workers.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
 }
