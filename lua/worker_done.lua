@@ -53,7 +53,7 @@ local written = false
 if not ARGV[14] then
   record = read_for_done(${field_group})
 end
-if record and not record[7] and (not record[8] or record[8] == ARGV[1]) and not record[4] and folds(7, record[3])
+if record and not record[7] and owns_plain_fields(record[8], ARGV[1]) and not record[4] and folds(7, record[3])
   and not (record[1] == ${status_done} and record[2] == ARGV[2]) then
   if not holds(ARGV[1], ARGV[2], ARGV[3]) then
     return 0

@@ -157,7 +157,7 @@ end
 -- success ahead of the shared Lua"). Only the consumer that holds the
 -- entry starts an attempt (a retried call answers as its first try did,
 -- below, whoever holds it now).
-if not again and order_key == '' and not unfinished and not spent and (not r[9] or r[9] == ARGV[1])
+if not again and order_key == '' and not unfinished and not spent and owns_plain_fields(r[9], ARGV[1])
   and not r[11] then
   if not holds(ARGV[1], ARGV[2], ARGV[3]) then
     return {0, 0}

@@ -12,10 +12,11 @@
 -- kept per destination (RunRecord::PER_DESTINATION, filled in at load,
 -- src/redis_io/scripts.rs) reads `(F and F.<name> or '<name>')`: the stored
 -- name for the destination `F` was chosen for, the plain name while F is nil.
--- The loader declares F (nil) above the script's first line of Lua, so
--- that the script's own Lua above where it includes this file (a hot path
--- that runs before the shared functions are made) names fields the same
--- way. A script sets F once for its own record
+-- F is declared with owns_plain_fields (lua/shared/destination_head.lua,
+-- which the loader puts above the script's first line of Lua), so that the
+-- script's own Lua above where it includes this file (a hot path that runs
+-- before the shared functions are made) names fields the same way. A
+-- script sets F once for its own record
 -- (F = destination_fields(KEYS[2], group)); a function that acts on another
 -- run's record for a moment uses with_destination.
 -- The stored names of a destination's fields under `prefix`, by field name.
@@ -90,12 +91,12 @@ local function owns_plain(fields)
 end
 
 -- The stored names of `group`'s fields in a record whose `group` is `owner`
--- (false: none): the plain ones (nil) when the record has no owner yet (a
--- queued run, a record of an earlier version) or `group` owns it, else the
--- prefixed ones. A hot script reads `owner` with the rest of its first
--- HMGET, in the plain names, and reads again only for another destination.
+-- (false: none): the plain ones (nil) when `group` owns them
+-- (owns_plain_fields, lua/shared/destination_head.lua), else the prefixed
+-- ones. A hot script reads `owner` with the rest of its first HMGET, in
+-- the plain names, and reads again only for another destination.
 local function fields_for_owner(owner, group)
-  if not owner or owner == group then
+  if owns_plain_fields(owner, group) then
     return nil
   end
   return prefixed(group)

@@ -99,17 +99,22 @@ fn with_run_fields_from_argv(source: &str) -> String {
     out
 }
 
-/// `source` with `local F = nil` (lua/shared/destination.lua's stored
-/// names of the script's destination) above its first line that is not a
-/// comment, so its header stays its first lines.
-fn with_destination_declared(source: &str) -> String {
-    let header = source
+/// `template` (a file of `lua/`) with lua/shared/destination_head.lua (`F`
+/// and `owns_plain_fields`) above its first line that is not a comment, so
+/// its header stays its first lines.
+fn with_destination_head(template: &str) -> String {
+    let header = template
         .lines()
         .take_while(|line| line.starts_with("--") || line.is_empty())
         .map(|line| line.len() + 1)
         .sum::<usize>();
-    let header = header.min(source.len());
-    format!("{}local F = nil\n{}", &source[..header], &source[header..])
+    let header = header.min(template.len());
+    format!(
+        "{}{}\n{}",
+        &template[..header],
+        include_str!("../../lua/shared/destination_head.lua").trim_end(),
+        &template[header..]
+    )
 }
 
 /// A script's reply as `T`; a reply of another shape is a Redis error.
@@ -131,19 +136,24 @@ impl LuaScript {
     /// attempt outcome (`${outcome_done}`, …: [`AttemptOutcome`]'s) and
     /// the delivery record's pieces (`${head_created}`, …, `${run_id_end}`).
     pub fn load(template: &str) -> Self {
+        // A script that acts for one destination (it includes
+        // lua/shared/destination.lua) gets F and owns_plain_fields above its
+        // first line of Lua (below its header), before every snippet, so its
+        // own Lua above where it includes destination.lua has them too.
+        let for_destination = template.contains("${destination}");
+        let template = if for_destination { with_destination_head(template) } else { template.to_owned() };
         let source = SHARED_LUA
             .iter()
-            .fold(template.to_owned(), |source, (name, lua)| source.replace(&format!("${{{name}}}"), lua.trim_end()));
+            .fold(template, |source, (name, lua)| source.replace(&format!("${{{name}}}"), lua.trim_end()));
         let names: Vec<String> = RunFields::NAMES.iter().map(|n| format!("'{n}'")).collect();
         let source = source.replace("${run_field_names}", &names.join(", "));
         let source = with_run_fields_from_argv(&source);
         let per_destination: Vec<String> = RunRecord::PER_DESTINATION.iter().map(|n| format!("'{n}'")).collect();
         let source = source.replace("${per_destination_field_names}", &per_destination.join(", "));
-        // A script that acts for one destination (it includes
-        // lua/shared/destination.lua) names each field kept per destination
-        // through `F`, the stored names for its destination (nil: the plain
-        // names, with no table to build on the one-destination path).
-        let for_destination = template.contains("${destination}");
+        // A script that acts for one destination names each field kept per
+        // destination through `F`, the stored names for its destination
+        // (nil: the plain names, with no table to build on the
+        // one-destination path).
         // Each run record field's name as a Lua string literal, like the statuses below.
         let source = RunRecord::field_names().fold(source, |source, name| {
             let literal = format!("'{name}'");
@@ -164,10 +174,6 @@ impl LuaScript {
             let word = outcome.as_str();
             source.replace(&format!("${{outcome_{word}}}"), &format!("'{word}'"))
         });
-        // F is declared above the script's first line of Lua (below its
-        // header), before every snippet, so a script's own Lua above where
-        // it includes lua/shared/destination.lua names fields through it too.
-        let source = if for_destination { with_destination_declared(&source) } else { source };
         let source = without_unused_functions(&with_record_heads(&source));
         Self { script: Script::new(&source), source }
     }
