@@ -55,6 +55,9 @@ struct Load {
     next: AtomicU64,
     stop: AtomicBool,
     retries: AtomicU64,
+    /// The last store error a gate answered, and when: what a stalled
+    /// load's failure message shows.
+    last_error: Mutex<Option<(Instant, String)>>,
     /// (delivery id, identity, answer) for every answer the gate gave.
     answers: Mutex<Vec<(String, u64, Response)>>,
 }
@@ -90,6 +93,7 @@ impl Load {
                         Err(e) => {
                             assert!(Instant::now() < deadline, "no recovery within 30 s: {e}");
                             self.retries.fetch_add(1, Ordering::Relaxed);
+                            *self.last_error.lock().unwrap() = Some((Instant::now(), e.to_string()));
                             tokio::time::sleep(Duration::from_millis(25)).await;
                         }
                     }
@@ -110,6 +114,16 @@ impl Load {
     }
 
     /// Stops the workers (when `stop`) and waits for them.
+    /// How many store errors the gates answered so far, and the last one
+    /// (with how long ago): for a failure message.
+    fn errors(&self) -> String {
+        let last = match &*self.last_error.lock().unwrap() {
+            Some((at, e)) => format!("the last {:.1} s ago: {e}", at.elapsed().as_secs_f64()),
+            None => "none".to_owned(),
+        };
+        format!("{} store errors retried, {last}", self.retries.load(Ordering::Relaxed))
+    }
+
     async fn finish(self: &Arc<Self>, tasks: Vec<tokio::task::JoinHandle<()>>, stop: bool) {
         self.stop.store(stop, Ordering::Relaxed);
         for t in tasks {
@@ -291,13 +305,16 @@ async fn failover_and_kill_9_under_load_lose_nothing_acknowledged() {
     cluster.node_mut(promoted).restart();
     tokio::task::block_in_place(|| cluster.wait_healthy(Duration::from_secs(30)));
     let after_kill = load.answers.lock().unwrap().len();
+    let errors_after_kill = load.errors();
     load.run_past(after_kill).await;
     load.finish(tasks, true).await;
 
     let total = load.answers.lock().unwrap().len();
     assert!(
         after_failover > 0 && after_kill > after_failover && total > after_kill,
-        "load ran through both faults: {after_failover} {after_kill} {total}"
+        "load ran through both faults: {after_failover} {after_kill} {total} answers; \
+         after the kill: {errors_after_kill}; at the end: {}",
+        load.errors()
     );
     let identities = load.check(&urls, &ns).await;
     eprintln!(
