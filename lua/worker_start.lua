@@ -70,8 +70,10 @@ local function read_start()
   r = redis.call('HMGET', KEYS[2], ${field_op}, ${field_op_result}, ${field_attempts}, ${field_attempt_base},
     ${field_status}, ${field_created_ms}, ${field_payload}, ${field_trace}, ${field_group}, ${field_filtered_by},
     ${field_order_held})
-  attempts = tonumber(r[3] or '0') or 0
-  base = tonumber(r[4] or '0') or 0
+  -- (A field that is not there is 0 with no number parsed: most records
+  -- have neither yet.)
+  attempts = r[3] and tonumber(r[3]) or 0
+  base = r[4] and tonumber(r[4]) or 0
   again, first = replayed(ARGV[6], r[1], r[2])
   unfinished = attempts > 0 and r[5] == ${status_running}
   spent = attempts - base >= tonumber(ARGV[5])
@@ -98,11 +100,17 @@ local function begin_attempt(history, previous, kept, held)
   -- (lua/shared/destination.lua). A queued record holds only what its
   -- stream entry does not (lua/gate.lua): the run's fields join it here, so
   -- readers still have them once the entry is trimmed, and the entry's id,
-  -- which named them, goes. One constructor: a table grown a pair at a
-  -- time costs Redis more than the HSET it feeds.
-  local fields = {${field_attempts}, attempts, ${field_status}, ${status_running}, ${field_worker}, ARGV[2],
-    ${field_started_ms}, ARGV[4], ${field_updated_ms}, ARGV[4], ${field_op}, ARGV[6], ${field_op_result}, 1,
-    ${field_group}, ARGV[1], ${run_fields_from_argv_8}}
+  -- which named them, goes. All but the run id (ARGV[8]): the record's key
+  -- names the run, and every reader takes it from there (RunFields::IN_RECORD).
+  -- One constructor: a table grown a pair at a time costs Redis more than
+  -- the HSET it feeds.
+  -- Numbers go as strings where they can: Lua formats a number it hands
+  -- Redis with snprintf, about 2,000 instructions each (the first attempt,
+  -- nearly every one, is '1').
+  local fields = {${field_attempts}, attempts == 1 and '1' or attempts, ${field_status}, ${status_running},
+    ${field_worker}, ARGV[2], ${field_started_ms}, ARGV[4], ${field_updated_ms}, ARGV[4], ${field_op}, ARGV[6],
+    ${field_op_result}, '1',
+    ${field_group}, ARGV[1], ${run_fields_in_record_from_argv_9}}
   if F then
     -- Another destination owns them: only the attempt's own.
     for i = #fields, 15, -1 do
@@ -131,7 +139,18 @@ local function begin_attempt(history, previous, kept, held)
     fields[#fields + 1] = held
   end
   redis.call('HSET', KEYS[2], unpack(fields))
-  local gone = {${field_next_attempt_ms}, ${field_parked_group}, ${field_entry_id}, ${field_order_wait}}
+  -- Each name HDEL is given costs a scan of the whole record, found or
+  -- not: only a record attempted before (it has `attempts`, 0 after an
+  -- attempt that counted for nothing) can be parked, and only an ordered
+  -- run waits in a line.
+  local gone = {${field_entry_id}}
+  if r[3] then
+    gone[2] = ${field_next_attempt_ms}
+    gone[3] = ${field_parked_group}
+  end
+  if order_key ~= '' then
+    gone[#gone + 1] = ${field_order_wait}
+  end
   if held == '' then
     gone[#gone + 1] = ${field_order_held}
   end

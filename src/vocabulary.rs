@@ -380,12 +380,17 @@ impl RunFields {
     /// The fields' names in a stream entry, in their order.
     pub const NAMES: [&'static str; 6] = ["run_id", "provider", "repo", "action", "number", "delivery_id"];
 
+    /// The ones a run record holds once its run starts
+    /// (`lua/worker_start.lua`): all but `run_id`, which the record's key
+    /// names (readers take it from there, [`RunRecord::read`]).
+    pub const IN_RECORD: [&'static str; 5] = ["provider", "repo", "action", "number", "delivery_id"];
+
     /// The run-record field of a run the gate queued (`lua/gate.lua`): the
     /// id of its runs-stream entry. The record holds only what the entry
     /// does not, so these fields ([`RunFields::NAMES`]) are the entry's until
-    /// the worker starts the run and copies them in (`lua/worker_start.lua`,
-    /// which drops this field then). Records of earlier versions hold the
-    /// fields themselves.
+    /// the worker starts the run and copies them in ([`RunFields::IN_RECORD`],
+    /// `lua/worker_start.lua`, which drops this field then). Records of
+    /// earlier versions hold the fields themselves.
     pub const ENTRY_ID: &'static str = "entry_id";
 
     /// The fields of a stream entry, `field` giving each by name (`""` when absent).

@@ -84,7 +84,9 @@ end
 -- the record's plain fields: it is the record's latest (`attempts`, as
 -- read) and has no error (fold_done_attempt, lua/shared/done.lua).
 local function folds(first, attempts)
-  return ARGV[first + 4] == '' and tonumber(ARGV[first]) == tonumber(attempts)
+  -- (Both are written as integers: equal strings, with no number parsed,
+  -- in nearly every case.)
+  return ARGV[first + 4] == '' and (ARGV[first] == attempts or tonumber(ARGV[first]) == tonumber(attempts))
 end
 
 -- Writes the record done, `r` being read_for_done's answer (F is the
@@ -98,12 +100,12 @@ end
 local function write_done_record(r, first, worker, now, retention_ms, keep_payload_ms, kept_payloads_key, at_work,
     undone, folded, history)
   local payload = r[5]
+  local keep_ms = tonumber(keep_payload_ms)
   if undone then
     payload = nil
   end
-  -- `run_id` goes: the key names the run. `group` stays: it names the
-  -- destination that owns the plain fields.
-  local del = {${field_run_id}, ${field_op}, ${field_op_result}, ${field_updated_ms}}
+  -- `group` stays: it names the destination that owns the plain fields.
+  local del = {${field_op}, ${field_op_result}, ${field_updated_ms}}
   -- The destination's first attempt (`attempts` 1, no history: nothing
   -- before it failed, was released or fenced; never redelivered) finds
   -- none of the fields a parked, released, retried or redelivered run has:
@@ -111,11 +113,15 @@ local function write_done_record(r, first, worker, now, retention_ms, keep_paylo
   -- parking), and each leaves a history entry; a dead run had an attempt
   -- (its retry makes this one the second); a redelivery counts itself in
   -- `redeliveries` (and a run the embedding layer finished with no attempt
-  -- comes back with `attempt_base` 0, lua/dead_retry.lua). Each name HDEL is
-  -- given costs a scan of the whole record, found or not.
+  -- comes back with `attempt_base` 0, lua/dead_retry.lua). Nor a `run_id`:
+  -- a started record has none (the key names the run, lua/worker_start.lua),
+  -- but a redelivered one may (an embedded run's, lua/gate_hold.lua, or one
+  -- an earlier version started). Nor, with no other destination, a
+  -- `payload_until_ms`: only a done destination's keeps it. Each name HDEL
+  -- is given costs a scan of the whole record, found or not.
   local first_attempt = r[3] == '1' and not r[4] and not r[6]
   if not first_attempt then
-    for _, name in ipairs({${field_next_attempt_ms}, ${field_parked_group}, ${field_attempt_base},
+    for _, name in ipairs({${field_run_id}, ${field_next_attempt_ms}, ${field_parked_group}, ${field_attempt_base},
         ${field_retry_now_ms}, ${field_released_ms}}) do
       del[#del + 1] = name
     end
@@ -123,7 +129,7 @@ local function write_done_record(r, first, worker, now, retention_ms, keep_paylo
   -- The trace goes with the run's last destination, unless the payload
   -- is kept (`--keep-done-payloads`, a file's several destinations): then
   -- a destination that reads the run later still joins its trace.
-  if not undone and tonumber(keep_payload_ms) == 0 then
+  if not undone and keep_ms == 0 then
     del[#del + 1] = ${field_trace}
   end
   local set
@@ -147,7 +153,6 @@ local function write_done_record(r, first, worker, now, retention_ms, keep_paylo
     set[#set + 1] = ${field_payload_kept}
     set[#set + 1] = '0'
   end
-  local keep_ms = tonumber(keep_payload_ms)
   local dropped = nil
   if keep_ms > 0 and payload then
     local until_ms = string.format('%.0f', tonumber(now) + keep_ms)
@@ -155,7 +160,9 @@ local function write_done_record(r, first, worker, now, retention_ms, keep_paylo
     set[#set + 1] = until_ms
     redis.call('ZADD', kept_payloads_key, until_ms, string.match(KEYS[2], ':run:([^:]+)$'))
   elseif not undone then
-    del[#del + 1] = ${field_payload_until_ms}
+    if not (first_attempt and not r[7]) then
+      del[#del + 1] = ${field_payload_until_ms}
+    end
     if keep_ms == 0 and payload then
       del[#del + 1] = ${field_payload}
       -- A record that keeps a `history` (a long value) stays a hashtable anyway.

@@ -76,13 +76,13 @@ fn without_unused_functions(source: &str) -> String {
     kept
 }
 
-/// `source` with each `${run_fields_from_argv_N}` written out as the run's
-/// fields ([`RunFields::NAMES`]) paired with ARGV from N on: `'run_id',
-/// ARGV[N], 'provider', ARGV[N + 1], …`, for a table constructor or a
-/// call's arguments, so a script writes them with no loop and no table
-/// grown a pair at a time.
+/// `source` with each `${run_fields_in_record_from_argv_N}` written out as
+/// the run's fields a started run's record holds ([`RunFields::IN_RECORD`])
+/// paired with ARGV from N on: `'provider', ARGV[N], 'repo', ARGV[N + 1],
+/// …`, for a table constructor or a call's arguments, so a script writes
+/// them with no loop and no table grown a pair at a time.
 fn with_run_fields_from_argv(source: &str) -> String {
-    const HEAD: &str = "${run_fields_from_argv_";
+    const HEAD: &str = "${run_fields_in_record_from_argv_";
     let mut out = String::with_capacity(source.len());
     let mut rest = source;
     while let Some(at) = rest.find(HEAD) {
@@ -90,7 +90,7 @@ fn with_run_fields_from_argv(source: &str) -> String {
         let digits = after.find('}').unwrap_or_else(|| panic!("lua: {HEAD} without its closing brace"));
         let first: usize = after[..digits].parse().unwrap_or_else(|_| panic!("lua: {HEAD}N}} needs a number N"));
         let pairs: Vec<String> =
-            RunFields::NAMES.iter().enumerate().map(|(i, name)| format!("'{name}', ARGV[{}]", first + i)).collect();
+            RunFields::IN_RECORD.iter().enumerate().map(|(i, name)| format!("'{name}', ARGV[{}]", first + i)).collect();
         out.push_str(&rest[..at]);
         out.push_str(&pairs.join(", "));
         rest = &after[digits + 1..];

@@ -139,6 +139,12 @@ async fn parked_runs_are_counted_explained_and_sent_now() {
     let (_, r1) = get(&http, format!("{}/v1/ops/runs/run-1", gate.url)).await;
     let na = &r1["next_attempt"];
     assert_eq!((na["reason"].as_str(), na["group"].as_str()), (Some("schedule"), Some("g")), "{r1}");
+    // A started run's record holds its identity but `run_id`, which its key
+    // names (lua/worker_start.lua); readers show it whole.
+    let stored = record(&ns, "run-1").await;
+    assert!(!stored.contains_key("run_id") && !stored.contains_key("entry_id"), "{stored:?}");
+    assert_eq!((stored["provider"].as_str(), stored["delivery_id"].as_str()), ("github", "d-1"), "{stored:?}");
+    assert_eq!((r1["run_id"].as_str(), r1["fields"]["run_id"].as_str()), (Some("run-1"), Some("run-1")), "{r1}");
     assert!(near_an_hour(na["due_ms"].as_u64().unwrap()), "{na}");
 
     // Sent now from the command line: attempt 2 within seconds, the budget kept.
