@@ -1132,6 +1132,16 @@ mod tests {
         DeliveryRecord { status, code, run_id: run_id.map(Into::into), digest: None, at: None }
     }
 
+    /// A record keeps every run field but the first, `run_id`: the Lua
+    /// that writes a started or waiting record skips the first of
+    /// [`RunFields::NAMES`] (lua/shared/order_enter.lua, order_wait) or
+    /// writes [`RunFields::IN_RECORD`] (lua/worker_start.lua).
+    #[test]
+    fn a_record_keeps_every_run_field_but_the_first_its_run_id() {
+        assert_eq!(RunFields::NAMES[0], "run_id");
+        assert_eq!(RunFields::IN_RECORD[..], RunFields::NAMES[1..]);
+    }
+
     /// Records of earlier versions (128-bit `digest`) live on for their TTL
     /// beside the compact ones (64-bit `d`): both decode, to the same answer.
     #[test]

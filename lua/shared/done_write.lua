@@ -114,9 +114,10 @@ local function write_done_record(r, first, worker, now, retention_ms, keep_paylo
   -- (its retry makes this one the second); a redelivery counts itself in
   -- `redeliveries` (and a run the embedding layer finished with no attempt
   -- comes back with `attempt_base` 0, lua/dead_retry.lua). Nor a `run_id`:
-  -- a started record has none (the key names the run, lua/worker_start.lua),
-  -- but a redelivered one may (an embedded run's, lua/gate_hold.lua, or one
-  -- an earlier version started). Nor, with no other destination, a
+  -- a started or waiting record has none (the key names the run,
+  -- lua/worker_start.lua, lua/shared/order_enter.lua), but a redelivered
+  -- one may (an embedded run's, lua/gate_hold.lua); so may one an earlier
+  -- version queued or started, which keeps it. Nor, with no other destination, a
   -- `payload_until_ms`: only a done destination's keeps it. Each name HDEL
   -- is given costs a scan of the whole record, found or not.
   local first_attempt = r[3] == '1' and not r[4] and not r[6]

@@ -41,8 +41,11 @@ end
 
 -- A run put in a line waits there with no entry: its record keeps what
 -- names it (the entry may be trimmed) and says what it waits for.
+-- `pairs_of_fields` are the run's fields (run_field_pairs); the record
+-- keeps all but the first, `run_id`, which its key names (as a started
+-- record does, lua/worker_start.lua).
 local function order_wait(record, group, entry_id, pairs_of_fields)
-  redis.call('HSET', record, unpack(pairs_of_fields))
+  redis.call('HSET', record, unpack(pairs_of_fields, 3))
   redis.call('HSET', record, ${field_order_wait}, group)
   -- Queued for this group: no TTL another destination gave the record
   -- (its finish, or its filter's refusal) may end it in the line.
