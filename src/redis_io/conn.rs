@@ -124,6 +124,42 @@ impl Conn {
     }
 }
 
+impl Conn {
+    /// Takes the connection to the node that `node` reaches out of READONLY
+    /// mode, after a script was refused there with READONLY: a Cluster node
+    /// the client still takes for the slot's primary has become a replica
+    /// (a failover). redis-rs's cluster client sends READONLY on every
+    /// connection it opens, and the mode outlives a primary's demotion; a
+    /// script is no write when Redis routes it, so the replica ran it and
+    /// refused its first write instead of redirecting it (MOVED), and the
+    /// client, which learns of a new primary from a redirect, kept sending
+    /// every call there. Once the connection is READWRITE the replica
+    /// redirects, the client follows and reads the slot map again. Nothing
+    /// to do on one server or a Sentinel's primary.
+    pub(crate) async fn leave_read_only(&mut self, node: SingleNodeRoutingInfo) -> RedisResult<()> {
+        match self {
+            Conn::Single(_) | Conn::Sentinel(_) => Ok(()),
+            Conn::Cluster(c) => {
+                c.route_command(redis::cmd("READWRITE"), RoutingInfo::SingleNode(node)).await?.extract_error()?;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The node an `EVALSHA` (or `EVAL`) goes to on a Cluster: its first key's
+/// slot's primary (`None`: a call with no key, which any node runs).
+pub(crate) fn script_node(cmd: &Cmd) -> Option<SingleNodeRoutingInfo> {
+    // EVALSHA sha numkeys key…
+    let arg = |i: usize| match cmd.args_iter().nth(i)? {
+        redis::Arg::Simple(bytes) => Some(bytes),
+        _ => None,
+    };
+    let keys: u64 = std::str::from_utf8(arg(2)?).ok()?.parse().ok()?;
+    let key = arg(3).filter(|_| keys > 0)?;
+    Some(SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master)))
+}
+
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, FromRedisValue, Pipeline, RedisError, ServerErrorKind, Value};
 
-use super::conn::{Conn, bounded};
+use super::conn::{Conn, bounded, script_node};
 use super::connection::{RedisOptions, RedisTarget};
 use super::info::{StreamInfo, parse_groups};
 use super::scripts::{LuaScript, ScriptCall};
@@ -199,14 +199,31 @@ pub async fn call_on<C: ScriptCall>(conn: &mut Conn, call: &C) -> Result<C::Repl
 
 /// Runs `cmd` (an `EVALSHA` of `script`) through the client's own routing
 /// (MOVED, ASK, TRYAGAIN, reconnects), loading the script again after
-/// NOSCRIPT (a restart, a failover or `SCRIPT FLUSH` empties the script cache).
+/// NOSCRIPT (a restart, a failover or `SCRIPT FLUSH` empties the script
+/// cache), and, after READONLY from a Cluster node that a failover made a
+/// replica, sending it again once that connection is out of READONLY mode
+/// ([`Conn::leave_read_only`]): the replica then redirects it. Every script
+/// call may be sent again (see [`RedisHandle::call`]).
 pub async fn eval<T: FromRedisValue>(conn: &mut Conn, cmd: &Cmd, script: &LuaScript) -> redis::RedisResult<T> {
-    match cmd.query_async(conn).await {
-        Err(e) if e.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
-            script.load_into(conn).await?;
-            cmd.query_async(conn).await
+    // At most one of each: a NOSCRIPT, a READONLY, then the answer.
+    let mut retried = (false, false);
+    loop {
+        let e = match cmd.query_async(conn).await {
+            Err(e) => e,
+            r => return r,
+        };
+        match e.kind() {
+            redis::ErrorKind::Server(ServerErrorKind::NoScript) if !retried.0 => {
+                retried.0 = true;
+                script.load_into(conn).await?;
+            }
+            redis::ErrorKind::Server(ServerErrorKind::ReadOnly) if !retried.1 && conn.is_cluster() => {
+                retried.1 = true;
+                let Some(node) = script_node(cmd) else { return Err(e) };
+                conn.leave_read_only(node).await.map_err(|_| e)?;
+            }
+            _ => return Err(e),
         }
-        r => r,
     }
 }
 
@@ -250,6 +267,11 @@ async fn eval_and_wait_on<T: FromRedisValue>(
         match e.kind() {
             redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
                 script.load_into(conn).await?;
+            }
+            // The node the client takes for the primary is a replica now
+            // (a failover): out of READONLY mode, it redirects (MOVED, below).
+            redis::ErrorKind::Server(ServerErrorKind::ReadOnly) if conn.is_cluster() => {
+                conn.leave_read_only(node.clone()).await.map_err(|_| e)?;
             }
             redis::ErrorKind::Server(ServerErrorKind::Ask) => match e.redirect_node() {
                 Some((host, port)) => {

@@ -86,6 +86,15 @@ impl Load {
             let d = format!("d{i}-{}", ticket % 4);
             for _ in 0..2 {
                 let deadline = Instant::now() + Duration::from_secs(30);
+                // A store error is retried as a provider retries: backing
+                // off, from 25 ms up to 1 s. Under --min-replicas-ack each
+                // call's WAIT holds its primary's one connection while the
+                // replicas catch up (docs/scaling.md), so a load that
+                // retried every 25 ms piled calls on the primary faster
+                // than they could go, and stalled itself long after the
+                // fault (seen in CI: over 6,000 retried errors, "timed out",
+                // and no answer for more than 20 s).
+                let mut pause = Duration::from_millis(25);
                 let r = loop {
                     turn += 1;
                     match gates[turn % gates.len()].handle("p", &d, &event(i)).await {
@@ -94,7 +103,8 @@ impl Load {
                             assert!(Instant::now() < deadline, "no recovery within 30 s: {e}");
                             self.retries.fetch_add(1, Ordering::Relaxed);
                             *self.last_error.lock().unwrap() = Some((Instant::now(), e.to_string()));
-                            tokio::time::sleep(Duration::from_millis(25)).await;
+                            tokio::time::sleep(pause).await;
+                            pause = (pause * 2).min(Duration::from_secs(1));
                         }
                     }
                 };
@@ -296,6 +306,12 @@ async fn failover_and_kill_9_under_load_lose_nothing_acknowledged() {
     tokio::task::block_in_place(|| cluster.wait_healthy(Duration::from_secs(20)));
     let after_failover = load.answers.lock().unwrap().len();
     load.run_past(after_failover).await;
+    // The gates answer again once the new primary serves: the connection
+    // to the demoted one is out of READONLY mode, so it redirects
+    // (redis_io/conn.rs, leave_read_only). Before, every call ran on the
+    // replica and failed (READONLY) until the next fault.
+    let answered = load.answers.lock().unwrap().len();
+    assert!(answered > after_failover, "no answer within 20 s of the failover: {}", load.errors());
 
     // 2. kill -9 of the slot's primary; its replica takes over, and the
     // killed node comes back (empty) as the new primary's replica.
