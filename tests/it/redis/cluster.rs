@@ -86,15 +86,6 @@ impl Load {
             let d = format!("d{i}-{}", ticket % 4);
             for _ in 0..2 {
                 let deadline = Instant::now() + Duration::from_secs(30);
-                // A store error is retried as a provider retries: backing
-                // off, from 25 ms up to 1 s. Under --min-replicas-ack each
-                // call's WAIT holds its primary's one connection while the
-                // replicas catch up (docs/scaling.md), so a load that
-                // retried every 25 ms piled calls on the primary faster
-                // than they could go, and stalled itself long after the
-                // fault (seen in CI: over 6,000 retried errors, "timed out",
-                // and no answer for more than 20 s).
-                let mut pause = Duration::from_millis(25);
                 let r = loop {
                     turn += 1;
                     match gates[turn % gates.len()].handle("p", &d, &event(i)).await {
@@ -103,8 +94,7 @@ impl Load {
                             assert!(Instant::now() < deadline, "no recovery within 30 s: {e}");
                             self.retries.fetch_add(1, Ordering::Relaxed);
                             *self.last_error.lock().unwrap() = Some((Instant::now(), e.to_string()));
-                            tokio::time::sleep(pause).await;
-                            pause = (pause * 2).min(Duration::from_secs(1));
+                            tokio::time::sleep(Duration::from_millis(25)).await;
                         }
                     }
                 };
@@ -123,7 +113,6 @@ impl Load {
         (0..workers).map(|_| tokio::spawn(self.clone().worker(gates.clone(), max_identities))).collect()
     }
 
-    /// Stops the workers (when `stop`) and waits for them.
     /// How many store errors the gates answered so far, and the last one
     /// (with how long ago): for a failure message.
     fn errors(&self) -> String {
@@ -134,6 +123,7 @@ impl Load {
         format!("{} store errors retried, {last}", self.retries.load(Ordering::Relaxed))
     }
 
+    /// Stops the workers (when `stop`) and waits for them.
     async fn finish(self: &Arc<Self>, tasks: Vec<tokio::task::JoinHandle<()>>, stop: bool) {
         self.stop.store(stop, Ordering::Relaxed);
         for t in tasks {
