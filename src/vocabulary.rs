@@ -383,7 +383,10 @@ impl RunFields {
     /// The ones a run record holds once its run starts
     /// (`lua/worker_start.lua`): all but `run_id`, which the record's key
     /// names (readers take it from there, [`RunRecord::read`]).
-    pub const IN_RECORD: [&'static str; 5] = ["provider", "repo", "action", "number", "delivery_id"];
+    pub const IN_RECORD: [&'static str; 5] = {
+        let [_, provider, repo, action, number, delivery_id] = Self::NAMES;
+        [provider, repo, action, number, delivery_id]
+    };
 
     /// The run-record field of a run the gate queued (`lua/gate.lua`): the
     /// id of its runs-stream entry. The record holds only what the entry
@@ -1133,9 +1136,9 @@ mod tests {
     }
 
     /// A record keeps every run field but the first, `run_id`: the Lua
-    /// that writes a started or waiting record skips the first of
-    /// [`RunFields::NAMES`] (lua/shared/order_enter.lua, order_wait) or
-    /// writes [`RunFields::IN_RECORD`] (lua/worker_start.lua).
+    /// that writes a waiting record skips the first pair of
+    /// [`RunFields::NAMES`] (lua/shared/order_enter.lua, order_wait), and
+    /// [`RunFields::IN_RECORD`] is the rest.
     #[test]
     fn a_record_keeps_every_run_field_but_the_first_its_run_id() {
         assert_eq!(RunFields::NAMES[0], "run_id");

@@ -206,19 +206,19 @@ pub async fn call_on<C: ScriptCall>(conn: &mut Conn, call: &C) -> Result<C::Repl
 /// call may be sent again (see [`RedisHandle::call`]).
 pub async fn eval<T: FromRedisValue>(conn: &mut Conn, cmd: &Cmd, script: &LuaScript) -> redis::RedisResult<T> {
     // At most one of each: a NOSCRIPT, a READONLY, then the answer.
-    let mut retried = (false, false);
+    let (mut loaded, mut left_read_only) = (false, false);
     loop {
         let e = match cmd.query_async(conn).await {
             Err(e) => e,
             r => return r,
         };
         match e.kind() {
-            redis::ErrorKind::Server(ServerErrorKind::NoScript) if !retried.0 => {
-                retried.0 = true;
+            redis::ErrorKind::Server(ServerErrorKind::NoScript) if !loaded => {
+                loaded = true;
                 script.load_into(conn).await?;
             }
-            redis::ErrorKind::Server(ServerErrorKind::ReadOnly) if !retried.1 && conn.is_cluster() => {
-                retried.1 = true;
+            redis::ErrorKind::Server(ServerErrorKind::ReadOnly) if !left_read_only && conn.is_cluster() => {
+                left_read_only = true;
                 let Some(node) = script_node(cmd) else { return Err(e) };
                 conn.leave_read_only(node).await.map_err(|_| e)?;
             }
